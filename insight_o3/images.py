@@ -1,0 +1,235 @@
+"""Loading, resizing, cropping and encoding images — each (image, view, budget) once per run.
+
+The original harness re-encoded the image for every question and trial inside the event loop
+(see shared notes); here an :class:`ImageStore` encodes each distinct view once, off the event
+loop, de-duplicates concurrent requests for the same view, and keeps encoded payloads in a
+byte-bounded LRU cache. Records never hold pixels: they hold an :class:`ImageRef`.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from .geometry import Box, fit_max_pixels, pixel_box, smart_resize
+
+#: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
+DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
+
+
+class ImageError(Exception):
+    """An image that cannot be used (missing, corrupt, too large); the message names the file."""
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """What a model was shown, without the pixels: the source file, the region of it (original
+    pixels; the whole image or a crop box) and the ``(w, h)`` size it was sent at."""
+
+    path: str
+    region: tuple[float, float, float, float]
+    size: tuple[int, int]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["region"] = [round(v, 2) for v in self.region]
+        d["size"] = list(self.size)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ImageRef":
+        return cls(d["path"], tuple(d["region"]), tuple(d["size"]))
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    ref: ImageRef
+    data_url: str
+    original_size: tuple[int, int]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data_url)
+
+
+@dataclass(frozen=True)
+class Resize:
+    """How a view is sized: ``max_pixels`` keeps the aspect ratio under a pixel budget (None: as is);
+    ``qwen=True`` snaps to Qwen2.5-VL's ``smart_resize`` grid for that budget so a vLLM server does
+    not resize the image again (and box coordinates map back exactly)."""
+
+    max_pixels: int | None = None
+    qwen: bool = False
+    min_pixels: int = 4 * 28 * 28
+
+    def target(self, size: tuple[int, int]) -> tuple[int, int]:
+        w, h = size
+        if self.qwen:
+            nh, nw = smart_resize(h, w, min_pixels=self.min_pixels,
+                                  max_pixels=self.max_pixels or 16384 * 28 * 28)
+            return nw, nh
+        return fit_max_pixels(size, self.max_pixels)
+
+
+def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIXELS) -> Image.Image:
+    """Decode an image file to RGB, with a clear :class:`ImageError` for every way it can fail."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise ImageError(f"image file not found: {path}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            old = Image.MAX_IMAGE_PIXELS
+            Image.MAX_IMAGE_PIXELS = max_pixels
+            try:
+                with Image.open(path) as im:
+                    if im.width * im.height > max_pixels:
+                        raise ImageError(f"image too large to decode safely ({im.width}x{im.height} px "
+                                         f"> {max_pixels} px): {path}")
+                    im.load()
+                    return im.convert("RGB") if im.mode != "RGB" else im.copy()
+            finally:
+                Image.MAX_IMAGE_PIXELS = old
+    except ImageError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise ImageError(f"image too large to decode safely (decompression bomb): {path}: {e}") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"cannot decode image {path}: {e}") from None
+
+
+def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int = 90) -> str:
+    buf = io.BytesIO()
+    if fmt.upper() == "JPEG":
+        img.save(buf, format="JPEG", quality=quality)
+        mime = "image/jpeg"
+    else:
+        img.save(buf, format="PNG")
+        mime = "image/png"
+    return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+class ImageStore:
+    """Thread-safe cache of encoded views, shared by every question and trial of a run.
+
+    ``get(path, resize, region=None)`` returns an :class:`EncodedImage`; ``aget`` does the work in
+    a thread pool so the asyncio loop stays free for I/O. ``stats`` counts decodes and encodes.
+    """
+
+    def __init__(self, max_cached_bytes: int = 256 * 2**20, workers: int | None = None,
+                 max_decode_pixels: int = DEFAULT_MAX_DECODE_PIXELS, fmt: str = "JPEG", quality: int = 90,
+                 originals_cached: int = 2):
+        self.max_cached_bytes = max_cached_bytes
+        self.max_decode_pixels = max_decode_pixels
+        self.fmt, self.quality = fmt, quality
+        self._pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2, thread_name_prefix="img")
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[tuple, EncodedImage] = OrderedDict()
+        self._inflight: dict[tuple, Future] = {}
+        self._bytes = 0
+        self._originals: OrderedDict[str, Image.Image] = OrderedDict()
+        self._originals_cached = originals_cached
+        self._sizes: dict[str, tuple[int, int]] = {}
+        self.stats = {"decoded": 0, "encoded": 0, "cache_hits": 0, "evicted": 0}
+
+    # ------------------------------------------------------------------ originals
+    def original(self, path: str) -> Image.Image:
+        with self._lock:
+            im = self._originals.get(path)
+            if im is not None:
+                self._originals.move_to_end(path)
+                return im
+        im = open_image(path, self.max_decode_pixels)
+        with self._lock:
+            self.stats["decoded"] += 1
+            self._sizes[path] = im.size
+            self._originals[path] = im
+            while len(self._originals) > self._originals_cached:
+                self._originals.popitem(last=False)
+        return im
+
+    def size(self, path: str) -> tuple[int, int]:
+        """Original ``(w, h)`` without decoding the pixels (header only)."""
+        if path in self._sizes:
+            return self._sizes[path]
+        if not os.path.isfile(path):
+            raise ImageError(f"image file not found: {path}")
+        try:
+            with Image.open(path) as im:
+                size = im.size
+        except (OSError, SyntaxError, ValueError) as e:
+            raise ImageError(f"cannot decode image {path}: {e}") from None
+        self._sizes[path] = size
+        return size
+
+    # ------------------------------------------------------------------ views
+    def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
+        im = self.original(path)
+        W, H = im.size
+        if region is None:
+            view, reg = im, (0.0, 0.0, float(W), float(H))
+        else:
+            px = pixel_box(region)
+            px = (max(0, px[0]), max(0, px[1]), min(W, px[2]), min(H, px[3]))
+            view, reg = im.crop(px), tuple(float(v) for v in px)
+        target = resize.target(view.size)
+        if target != view.size:
+            view = view.resize(target, Image.Resampling.BICUBIC)
+        url = encode_pil(view, self.fmt, self.quality)
+        with self._lock:
+            self.stats["encoded"] += 1
+        return EncodedImage(ImageRef(path, reg, target), url, (W, H))
+
+    def get(self, path: str | Path, resize: Resize = Resize(), region: Box | None = None) -> EncodedImage:
+        path = str(path)
+        key = (path, resize, None if region is None else tuple(pixel_box(region)))
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self.stats["cache_hits"] += 1
+                return hit
+            fut = self._inflight.get(key)
+            owner = fut is None
+            if owner:
+                fut = Future()
+                self._inflight[key] = fut
+        if not owner:
+            return fut.result()
+        try:
+            enc = self._render(path, resize, region)
+        except BaseException as e:
+            with self._lock:
+                self._inflight.pop(key, None)
+            fut.set_exception(e)
+            raise
+        with self._lock:
+            self._inflight.pop(key, None)
+            self._cache[key] = enc
+            self._bytes += enc.nbytes
+            while self._bytes > self.max_cached_bytes and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._bytes -= old.nbytes
+                self.stats["evicted"] += 1
+        fut.set_result(enc)
+        return enc
+
+    async def aget(self, path: str | Path, resize: Resize = Resize(), region: Box | None = None) -> EncodedImage:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self.get, str(path), resize, region)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._cache.clear()
+            self._originals.clear()
+            self._bytes = 0

@@ -1,0 +1,229 @@
+"""Parsing of model output: final answers, vReasoner turns and vSearcher turns.
+
+Model output is untrusted text. Every function here returns a result describing what was found
+(or why nothing usable was), and never raises on malformed input.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_THINK_TAG = re.compile(r"<think>.*?</think>", re.DOTALL)
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_FEEDBACK = re.compile(r"<tool_feedback>\s*(.*?)\s*</tool_feedback>", re.DOTALL | re.IGNORECASE)
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_BOX_LIST = re.compile(rf"\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]")
+
+
+# ----------------------------------------------------------------------------- final answers
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}``, with nested braces handled; None if absent/unclosed."""
+    result = None
+    for m in re.finditer(r"\\boxed\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            result = text[m.end():i - 1].strip()
+    return result
+
+
+def extract_answer_span(text: str) -> str:
+    """The rule-based answer span: last ``<answer>`` content, then the last ``\\boxed{}`` inside it
+    (or inside the whole text). Falls back to the stripped text itself."""
+    tags = _ANSWER_TAG.findall(text)
+    span = tags[-1].strip() if tags else text.strip()
+    boxed = extract_boxed(span)
+    return boxed if boxed is not None else span
+
+
+def has_explicit_answer(text: str) -> bool:
+    return bool(_ANSWER_TAG.search(text)) or extract_boxed(text) is not None
+
+
+_MCQ_FORMS = [
+    re.compile(r"^\(?([A-Z])\)?[.:)]?$"),                                  # C  (C)  C.  C)  C:
+    re.compile(r"^(?:the\s+)?(?:final\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:：]?\s*\(?([A-Z])\)?[.)]?$", re.I),
+    re.compile(r"^\(?([A-Z])[.)]\s+\S.*$", re.DOTALL),                      # C. text of the option / (C) text
+    re.compile(r"^\\text\{\s*([A-Z])\s*\}$"),                                # \text{C}
+]
+
+
+def mcq_letter(span: str, letters: str) -> str | None:
+    """The option letter a short answer span names, in the usual forms (``C``, ``(C)``, ``C.``,
+    ``Answer: C``, ``C. option text``, ``\\text{C}``); None when it is not unambiguously one letter."""
+    s = span.strip().strip("*`'\" ").strip()
+    for pat in _MCQ_FORMS:
+        m = pat.match(s)
+        if m and m.group(1) in letters:
+            return m.group(1)
+    return None
+
+
+_OPTION_LINE = re.compile(r"^\s*\(?([A-Z])\s*[.)\]:]", re.MULTILINE)
+
+
+def option_letters(options: str | list | dict | None) -> str:
+    """Letters of an options field: ``"A. x\\nB. y"``, ``"(A) x\\n(B) y"``, a list or a dict."""
+    if options is None:
+        return ""
+    if isinstance(options, dict):
+        return "".join(sorted(str(k).strip().upper()[:1] for k in options))
+    if isinstance(options, (list, tuple)):
+        found = [m.group(1) for o in options if (m := _OPTION_LINE.match(str(o)))]
+        return "".join(found) if len(found) == len(options) else "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:len(options)]
+    return "".join(dict.fromkeys(_OPTION_LINE.findall(str(options))))
+
+
+def format_options(options: str | list | dict | None) -> str | None:
+    """Options as the text block shown to models (strings are kept as they are)."""
+    if options is None or options == "" or options == [] or options == {}:
+        return None
+    if isinstance(options, dict):
+        return "\n".join(f"{k}. {v}" for k, v in options.items())
+    if isinstance(options, (list, tuple)):
+        letters = option_letters(options)
+        if all(_OPTION_LINE.match(str(o)) for o in options):
+            return "\n".join(str(o) for o in options)
+        return "\n".join(f"{letter}. {o}" for letter, o in zip(letters, options))
+    return str(options)
+
+
+# ----------------------------------------------------------------------------- vReasoner
+FEEDBACK_VALUES = ("helpful", "unhelpful", "NA")
+
+
+@dataclass
+class ReasonerTurn:
+    """What one vReasoner message asks for.
+
+    ``action`` is ``"search"`` (``description`` set), ``"answer"`` (``answer`` = boxed content) or
+    ``"invalid"`` (neither, or — in training mode — no parsable ``<tool_feedback>``).
+    """
+
+    action: str
+    description: str | None = None
+    answer: str | None = None
+    feedback: str | None = None  # helpful | unhelpful | NA | None (absent/unparsable)
+    error: str | None = None
+
+
+def _parse_feedback(text: str) -> str | None:
+    found = _FEEDBACK.findall(text)
+    if not found:
+        return None
+    value = found[-1].strip()
+    for v in FEEDBACK_VALUES:
+        if value.lower() == v.lower():
+            return v
+    return None
+
+
+def _region_description(call_body: str) -> str | None:
+    m = re.search(r"region_description\s*=\s*(.*)", call_body, re.DOTALL)
+    if not m:
+        return None
+    desc = m.group(1).strip()
+    if desc.startswith("{") and desc.endswith("}"):
+        desc = desc[1:-1].strip()
+    desc = desc.strip("\"'").strip()
+    return desc or None
+
+
+def parse_reasoner_turn(text: str, require_feedback: bool = False) -> ReasonerTurn:
+    """Parse a vReasoner message (F.1). A tool call wins over an answer in the same message (the
+    prompt forbids mixing; the call is the action the model took first)."""
+    text = text or ""
+    feedback = _parse_feedback(text)
+    # only look for actions outside <think> so reasoning that quotes the format is not mistaken for one
+    visible = _THINK_TAG.sub("", text)
+    calls = _TOOL_CALL.findall(visible)
+    desc = _region_description(calls[0]) if calls else None
+    if require_feedback and feedback is None:
+        return ReasonerTurn("invalid", feedback=None, error="missing or malformed <tool_feedback>")
+    if desc:
+        return ReasonerTurn("search", description=desc, feedback=feedback)
+    boxed = extract_boxed(visible)
+    if boxed is not None:
+        return ReasonerTurn("answer", answer=boxed, feedback=feedback)
+    if calls:
+        return ReasonerTurn("invalid", feedback=feedback, error="tool call without region_description=...")
+    return ReasonerTurn("invalid", feedback=feedback, error="neither a tool call nor a boxed answer")
+
+
+# ----------------------------------------------------------------------------- vSearcher
+@dataclass
+class SearcherTurn:
+    """What one vSearcher message does (F.2).
+
+    ``action``: ``"tool_call"`` (``bbox`` = raw values from the model, ``label`` optional),
+    ``"answer"`` (``bbox`` = the raw answer values), or ``"invalid"`` (``error`` says why).
+    ``has_think`` records whether the turn followed ``<think>...</think>``.
+    """
+
+    action: str
+    bbox: list | None = None
+    label: str | None = None
+    has_think: bool = False
+    error: str | None = None
+
+
+def _loads_lenient(body: str):
+    body = body.strip()
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError:
+        pass
+    m = re.search(r"\{.*\}", body, re.DOTALL)  # stray text around the object
+    if m:
+        try:
+            return json.loads(m.group(0))
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+def parse_searcher_turn(text: str, simple_prompt: bool = False) -> SearcherTurn:
+    """Parse a vSearcher message. ``simple_prompt``: the untrained-baseline prompt, whose reply is
+    just ``[x_min, y_min, x_max, y_max]`` somewhere in the text (the last such list counts)."""
+    text = text or ""
+    has_think = bool(_THINK_TAG.search(text))
+    visible = _THINK_TAG.sub("", text)
+    if simple_prompt:
+        boxes = _BOX_LIST.findall(visible)
+        if not boxes:
+            return SearcherTurn("invalid", has_think=has_think, error="no [x_min, y_min, x_max, y_max] in reply")
+        return SearcherTurn("answer", bbox=[float(v) for v in boxes[-1]], has_think=has_think)
+    calls = _TOOL_CALL.findall(visible)
+    answers = _ANSWER_TAG.findall(visible)
+    if calls:
+        obj = _loads_lenient(calls[0])
+        if not isinstance(obj, dict):
+            return SearcherTurn("invalid", has_think=has_think, error="tool call is not a JSON object")
+        if obj.get("name") != "image_zoom_in_tool":
+            return SearcherTurn("invalid", has_think=has_think, error=f"unknown tool {obj.get('name')!r}")
+        args = obj.get("arguments")
+        if isinstance(args, str):
+            args = _loads_lenient(args)
+        if not isinstance(args, dict):
+            return SearcherTurn("invalid", has_think=has_think, error="tool call arguments are not an object")
+        bbox = args.get("bbox_2d", args.get("bbox"))
+        if bbox is None:
+            return SearcherTurn("invalid", has_think=has_think, error="tool call has no bbox_2d")
+        label = args.get("label")
+        return SearcherTurn("tool_call", bbox=bbox if isinstance(bbox, list) else [bbox],
+                            label=str(label) if label is not None else None, has_think=has_think)
+    if answers:
+        body = answers[-1].strip()
+        try:
+            val = json.loads(body)
+        except json.JSONDecodeError:
+            m = _BOX_LIST.search(body)
+            val = [float(v) for v in m.groups()] if m else None
+        if not isinstance(val, list):
+            return SearcherTurn("invalid", has_think=has_think, error="answer is not a [x1, y1, x2, y2] list")
+        return SearcherTurn("answer", bbox=val, has_think=has_think)
+    return SearcherTurn("invalid", has_think=has_think, error="neither <tool_call> nor <answer>")
