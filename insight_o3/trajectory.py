@@ -1,0 +1,67 @@
+"""Conversation records that hold image *references*, never pixels.
+
+A message is a plain dict (JSON-ready) in the chat format, except that image parts are
+``{"type": "image", "image": ImageRef.to_dict()}``. :func:`to_openai` turns such messages into
+OpenAI ``image_url`` parts by encoding each reference through an :class:`ImageStore` (cached), so
+the same records drive API calls, are written to result files, and let notebooks redraw crops.
+Extra keys on a message (e.g. ``"search"``) are kept in records and dropped for the API.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .images import EncodedImage, ImageRef
+
+API_KEYS = ("role", "content")
+
+
+def text_part(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def image_part(ref: ImageRef) -> dict:
+    return {"type": "image", "image": ref.to_dict()}
+
+
+def message(role: str, *parts: dict | str, **extra) -> dict:
+    content = [text_part(p) if isinstance(p, str) else p for p in parts]
+    return {"role": role, "content": content, **extra}
+
+
+def image_refs(messages: list[dict]) -> list[ImageRef]:
+    out = []
+    for m in messages:
+        if isinstance(m.get("content"), list):
+            out.extend(ImageRef.from_dict(p["image"]) for p in m["content"] if p.get("type") == "image")
+    return out
+
+
+def message_text(m: dict) -> str:
+    c = m.get("content")
+    if isinstance(c, str):
+        return c
+    return "".join(p.get("text", "") for p in c or [] if p.get("type") == "text")
+
+
+def to_openai(messages: list[dict], encode: Callable[[ImageRef], EncodedImage],
+              image_url_extra: dict | None = None) -> list[dict]:
+    """Chat messages for the API; ``encode`` maps an ImageRef to its (cached) encoded view."""
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, str):
+            out.append({"role": m["role"], "content": c})
+            continue
+        parts = []
+        for p in c:
+            if p.get("type") == "image":
+                enc = encode(ImageRef.from_dict(p["image"]))
+                parts.append({"type": "image_url", "image_url": {"url": enc.data_url, **(image_url_extra or {})}})
+            else:
+                parts.append({"type": "text", "text": p["text"]})
+        # plain string content for text-only messages: accepted by every server/chat template
+        if all(p["type"] == "text" for p in parts):
+            out.append({"role": m["role"], "content": "".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": m["role"], "content": parts})
+    return out
