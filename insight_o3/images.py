@@ -172,7 +172,10 @@ class ImageStore:
         return size
 
     # ------------------------------------------------------------------ views
-    def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
+    def view(self, path: str | Path, resize: Resize = Resize(), region: Box | None = None) -> tuple[Image.Image, ImageRef]:
+        """The PIL view a model is shown (crop of the original, then resized) and its reference;
+        not cached (training hands these pixels to the rollout engine)."""
+        path = str(path)
         im = self.original(path)
         W, H = im.size
         if region is None:
@@ -184,10 +187,14 @@ class ImageStore:
         target = resize.target(view.size)
         if target != view.size:
             view = view.resize(target, Image.Resampling.BICUBIC)
+        return view, ImageRef(path, reg, target)
+
+    def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
+        view, ref = self.view(path, resize, region)
         url = encode_pil(view, self.fmt, self.quality)
         with self._lock:
             self.stats["encoded"] += 1
-        return EncodedImage(ImageRef(path, reg, target), url, (W, H))
+        return EncodedImage(ref, url, self.size(path))
 
     def get(self, path: str | Path, resize: Resize = Resize(), region: Box | None = None) -> EncodedImage:
         path = str(path)

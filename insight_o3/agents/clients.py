@@ -1,0 +1,154 @@
+"""OpenAI-compatible drivers of the sessions: :class:`VSearcher` (``locate``) and
+:class:`InSightO3` (``answer``). All protocol decisions live in the sessions; this module only
+sends messages (images encoded once through the :class:`ImageStore` cache) and turns API failures
+(after the SDK's own retries) into ``failed`` results with a redacted reason — never an exception.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..api import Redactor
+from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..images import ImageError, ImageStore
+from ..trajectory import image_refs, to_openai
+from .reasoner_session import ReasonerSession
+from .records import compact_messages
+from .searcher_session import LocateResult, SearcherSession, failed_locate
+from .views import encode_refs
+
+#: What a driver turns into a ``failed`` result: API errors after the SDK's retries, malformed
+#: responses, unreadable images. (``asyncio.CancelledError`` is not an ``Exception`` and passes.)
+_API_ERRORS = (Exception,)
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str | None
+    usage: dict | None
+
+
+async def complete(client, model: str, session, images: ImageStore, kwargs: dict,
+                   image_url_extra: dict | None = None) -> Completion:
+    """One chat completion for a session's current messages."""
+    encoded = await encode_refs(images, session.resize, image_refs(session.messages))
+    msgs = to_openai(session.messages, encoded.__getitem__, image_url_extra)
+    resp = await client.chat.completions.create(model=model, messages=msgs, **kwargs)
+    if not resp.choices:
+        raise ValueError("the server returned no choices")
+    ch = resp.choices[0]
+    if ch.message is None:
+        raise ValueError("the server returned a choice without a message")
+    usage = resp.usage.model_dump() if getattr(resp, "usage", None) is not None else None
+    return Completion(ch.message.content or "", ch.finish_reason, usage)
+
+
+def _describe(e: BaseException, redact: Redactor) -> str:
+    return redact(f"{type(e).__name__}: {e}")
+
+
+def _add_usage(total: dict, usage: dict | None) -> None:
+    for k, v in (usage or {}).items():
+        if isinstance(v, (int, float)):
+            total[k] = total.get(k, 0) + v
+
+
+class VSearcher:
+    """The visual search agent behind an OpenAI-compatible endpoint (e.g. vLLM serving
+    InSight-o3-vS). Sampling defaults to temperature 0 (the paper's evaluation setting)."""
+
+    def __init__(self, client, model: str, images: ImageStore, max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS,
+                 prompt: str = "trained", max_tool_calls: int = 6, completion_kwargs: dict | None = None,
+                 redactor: Redactor | None = None):
+        self.client, self.model, self.images = client, model, images
+        self.max_pixels, self.prompt, self.max_tool_calls = max_pixels, prompt, max_tool_calls
+        self.completion_kwargs = {"temperature": 0.0, **(completion_kwargs or {})}
+        self.redact = redactor or Redactor()
+
+    def session(self, image_path: str, description: str) -> SearcherSession:
+        return SearcherSession(image_path, description, self.images, self.max_pixels, self.prompt, self.max_tool_calls)
+
+    async def locate(self, image_path: str, description: str) -> LocateResult:
+        """Run one vSearcher episode; box in original pixels when ``status == "found"``."""
+        try:
+            s = self.session(image_path, description)
+        except (ImageError, ValueError) as e:
+            return failed_locate(description, _describe(e, self.redact))
+        while not s.done:
+            try:
+                c = await complete(self.client, self.model, s, self.images, self.completion_kwargs)
+            except _API_ERRORS as e:
+                s.fail(_describe(e, self.redact))
+                break
+            s.step(c.text, c.finish_reason)
+        return s.result()
+
+
+@dataclass
+class AnswerResult:
+    """A finished InSight-o3 episode. ``error`` is set (``text`` None) when the vReasoner could not
+    be reached after retries; ``trajectory`` is compact (see :mod:`insight_o3.agents.records`)."""
+
+    text: str | None
+    finish_reason: str | None
+    status: str
+    answer: str | None
+    trajectory: list[dict]
+    n_search_calls: int
+    n_search_not_found: int
+    n_format_retries: int
+    feedback: list[str | None]
+    error: str | None = None
+    usage: dict = field(default_factory=dict)
+
+    @property
+    def stats(self) -> dict:
+        return {"n_search_calls": self.n_search_calls, "n_search_not_found": self.n_search_not_found,
+                "n_format_retries": self.n_format_retries, "feedback": self.feedback, "status": self.status}
+
+
+class InSightO3:
+    """vReasoner (any OpenAI-compatible chat model) + :class:`VSearcher`."""
+
+    def __init__(self, client, model: str, searcher: VSearcher, images: ImageStore, max_pixels: int | None = None,
+                 mode: str = "infer", max_search_calls: int = 6, system_prompt: str | None = None,
+                 completion_kwargs: dict | None = None, image_url_extra: dict | None = None,
+                 max_format_retries: int = 2, redactor: Redactor | None = None):
+        self.client, self.model, self.searcher, self.images = client, model, searcher, images
+        self.max_pixels, self.mode, self.max_search_calls = max_pixels, mode, max_search_calls
+        self.system_prompt, self.max_format_retries = system_prompt, max_format_retries
+        self.completion_kwargs = dict(completion_kwargs or {})
+        if "n" in self.completion_kwargs:
+            raise ValueError("'n' cannot be set for InSight-o3 episodes: each trial is its own episode")
+        self.image_url_extra = image_url_extra
+        self.redact = redactor or Redactor()
+
+    def session(self, image_path: str, question: str) -> ReasonerSession:
+        return ReasonerSession(image_path, question, self.images, self.max_pixels, self.mode, self.max_search_calls,
+                               self.system_prompt, self.max_format_retries)
+
+    async def answer(self, image_path: str, question: str) -> AnswerResult:
+        """Run one episode: vReasoner turns, vSearcher calls, crops, until an answer or a stop."""
+        usage: dict = {}
+        finish = None
+        try:
+            s = self.session(image_path, question)
+        except (ImageError, ValueError) as e:
+            msg = _describe(e, self.redact)
+            return AnswerResult(None, None, "failed", None, [], 0, 0, 0, [], msg, usage)
+        while not s.done:
+            try:
+                c = await complete(self.client, self.model, s, self.images, self.completion_kwargs,
+                                   self.image_url_extra)
+            except _API_ERRORS as e:
+                s.fail(_describe(e, self.redact))
+                break
+            finish = c.finish_reason
+            _add_usage(usage, c.usage)
+            st = s.step(c.text)
+            if st.action == "search":
+                s.provide_search_result(await self.searcher.locate(s.image_path, st.description))
+        failed = s.status == "failed"
+        return AnswerResult(None if failed else s.final_text, None if failed else finish, s.status, s.answer,
+                            compact_messages(s.messages), s.n_search_calls, s.n_search_not_found,
+                            s.n_format_retries, s.feedback, s.error, usage)
