@@ -1,0 +1,90 @@
+"""Metrics of one trial (overall and per category) and their mean/std over trials.
+
+Per trial (``eval_metrics.json``), with ``total`` = all samples:
+
+* ``overall_accuracy`` = correct / total
+* ``overall_success_rate`` = (correct + wrong) / total
+* ``overall_completion_rate`` = (correct + wrong) / (correct + wrong + incomplete)
+* ``critical_failure_ratio`` = queries lost to API errors / total
+* ``has_answer`` = fraction of samples with an extracted answer
+* ``overall_stats`` = the counts (correct, wrong, incomplete, invalid, failed, total)
+* ``category_<name>`` = the same per ``category``/``subset``
+* InSight-o3 runs (attempt stats present): ``mean_search_calls``, ``search_not_found_ratio``
+
+The summary (``summary_metrics.json``) mirrors that structure with every number replaced by
+``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials``.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from .judge import STATUSES
+
+RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
+
+
+def _rates(results: list[dict]) -> tuple[dict, dict]:
+    counts = {s: 0 for s in STATUSES}
+    for r in results:
+        counts[r["status"]] += 1
+    total = len(results)
+    counts["total"] = total
+    c, w, inc = counts["correct"], counts["wrong"], counts["incomplete"]
+    judged = c + w
+    rates = {
+        "accuracy": c / total if total else 0.0,
+        "success_rate": judged / total if total else 0.0,
+        "completion_rate": judged / (judged + inc) if judged + inc else 0.0,
+        "critical_failure_ratio": counts["failed"] / total if total else 0.0,
+        "has_answer": sum(bool(r.get("has_answer")) for r in results) / total if total else 0.0,
+    }
+    return rates, counts
+
+
+def compute_metrics(records: list[dict]) -> dict:
+    """Metrics of one trial from its records (each with ``category`` and ``eval_result``)."""
+    results = [r["eval_result"] for r in records]
+    rates, counts = _rates(results)
+    out: dict = {
+        "overall_accuracy": rates["accuracy"],
+        "overall_success_rate": rates["success_rate"],
+        "overall_completion_rate": rates["completion_rate"],
+        "critical_failure_ratio": rates["critical_failure_ratio"],
+        "has_answer": rates["has_answer"],
+        "overall_stats": counts,
+    }
+    by_cat: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_cat[str(r.get("category", "unknown"))].append(r["eval_result"])
+    cats = {name: _rates(res) for name, res in sorted(by_cat.items())}
+    for rate in RATES:
+        out[f"category_{rate}"] = {name: v[0][rate] for name, v in cats.items()}
+    out["category_stats"] = {name: v[1] for name, v in cats.items()}
+    stats = [r.get("stats") or {} for r in results if r["status"] != "failed"]
+    if any("n_search_calls" in s for s in stats):
+        calls = [s.get("n_search_calls", 0) for s in stats]
+        not_found = sum(s.get("n_search_not_found", 0) for s in stats)
+        out["mean_search_calls"] = float(np.mean(calls)) if calls else 0.0
+        out["search_not_found_ratio"] = not_found / sum(calls) if sum(calls) else 0.0
+    return out
+
+
+def summarize(trial_metrics: list[dict]) -> dict:
+    """Mean and std over trials of every number in the per-trial metrics (nested dicts kept)."""
+
+    def agg(values: list):
+        first = values[0]
+        if isinstance(first, dict):
+            keys = list(dict.fromkeys(k for v in values for k in v))
+            return {k: agg([v[k] for v in values if k in v]) for k in keys}
+        arr = np.asarray(values, dtype=float)
+        return {"mean": float(arr.mean()), "std": float(arr.std())}
+
+    out = {"num_trials": len(trial_metrics)}
+    if trial_metrics:
+        keys = list(dict.fromkeys(k for m in trial_metrics for k in m))
+        for k in keys:
+            out[k] = agg([m[k] for m in trial_metrics if k in m])
+    return out

@@ -1,0 +1,138 @@
+"""Crash-safe result files.
+
+``RecordLog`` is an append-only JSONL file: every record is one complete line handed to a single
+``os.write`` on an ``O_APPEND`` descriptor and fsync'ed before the call returns, so a run killed at
+any moment (SIGKILL included) leaves at most one torn last line, which :meth:`RecordLog.open`
+truncates away. Records are keyed by ``sample_key``; the last record of a key wins (re-tried
+failures are appended), and :meth:`RecordLog.compact` rewrites the file atomically with one line
+per key. Whole-file JSON outputs go through :func:`write_json_atomic` (tmp + fsync + ``os.replace``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class RecordFileError(ValueError):
+    """A results file that is corrupt beyond a torn last line (names file and line)."""
+
+
+def write_json_atomic(path: str, obj, indent: int | None = 2) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=indent, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def touch_atomic(path: str) -> None:
+    write_json_atomic(path, {"done": True})
+
+
+class RecordLog:
+    """The records of one trial; ``records`` maps ``sample_key`` to the latest record."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.records: dict[str, dict] = {}
+        self.n_lines = 0
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: str) -> "RecordLog":
+        """Load existing records (dropping a torn last line) and open the file for appending."""
+        self = cls(path)
+        if os.path.exists(path):
+            self._load()
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self
+
+    def _load(self) -> None:
+        with open(self.path, "rb") as f:
+            data = f.read()
+        lines = data.split(b"\n")
+        # data ends with "\n" -> last element is b""; otherwise the last element is a torn line
+        tail, complete = lines[-1], lines[:-1]
+        keep_bytes = len(data) - len(tail)
+        parsed = []
+        for i, raw in enumerate(complete, start=1):
+            try:
+                rec = json.loads(raw)
+                if not isinstance(rec, dict) or "sample_key" not in rec:
+                    raise ValueError("not a record object")
+                parsed.append(rec)
+            except ValueError as e:
+                if i == len(complete) and not tail:
+                    # an unparsable last line: torn by a crash, drop it like a line without "\n"
+                    keep_bytes -= len(raw) + 1
+                    tail = raw
+                    break
+                raise RecordFileError(f"{self.path}:{i}: corrupt result record ({e}); "
+                                      f"move the file away to start this trial again") from None
+        if tail:
+            log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted run", self.path, len(tail))
+            with open(self.path, "r+b") as f:
+                f.truncate(keep_bytes)
+                f.flush()
+                os.fsync(f.fileno())
+        for rec in parsed:
+            self.records[str(rec["sample_key"])] = rec
+        self.n_lines = len(parsed)
+
+    def append(self, record: dict) -> None:
+        """Durably append one record (thread-safe; call from a worker thread to keep loops free)."""
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        with self._lock:
+            if self._fd is None:
+                raise RuntimeError(f"{self.path} is closed")
+            view = memoryview(line)
+            while view:  # regular files write everything at once; loop only for safety
+                n = os.write(self._fd, view)
+                view = view[n:]
+            os.fsync(self._fd)
+            self.records[str(record["sample_key"])] = record
+            self.n_lines += 1
+
+    def compact(self, order: list[str]) -> None:
+        """Rewrite the file atomically with exactly one line per key, in ``order``."""
+        with self._lock:
+            tmp = f"{self.path}.tmp.{os.getpid()}"
+            with open(tmp, "wb") as f:
+                for key in order:
+                    if key in self.records:
+                        f.write((json.dumps(self.records[key], ensure_ascii=False) + "\n").encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            _fsync_dir(os.path.dirname(self.path) or ".")
+            if self._fd is not None:
+                os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self.n_lines = sum(1 for k in order if k in self.records)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -1,0 +1,237 @@
+"""Runs a solver over every (sample, trial) pair with resumable per-sample records.
+
+Layout under ``<output_dir>/<eval_name>/``: ``args.json``, ``summary_metrics.json`` and, per
+trial ``k`` (0-based), ``trial_<k>/{eval_records.jsonl, eval_metrics.json, done}``. A trial with
+``done`` is skipped; otherwise only pairs without a final record are queried (with
+``retry_failed`` also those whose record is a critical failure; a failure of the judge alone is
+re-judged from the stored response without querying the model again). Questions on the same image
+are scheduled together so the image store serves them from one encode.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tqdm.auto import tqdm
+
+from ..trajectory import image_refs
+from .judge import AnswerJudge, Verdict
+from .metrics import compute_metrics, summarize
+from .records import RecordFileError, RecordLog, touch_atomic, write_json_atomic
+from .samples import Sample
+from .solver import Attempt
+
+log = logging.getLogger(__name__)
+
+RECORDS_FILE = "eval_records.jsonl"
+METRICS_FILE = "eval_metrics.json"
+DONE_FILE = "done"
+SUMMARY_FILE = "summary_metrics.json"
+ARGS_FILE = "args.json"
+
+
+@dataclass
+class RunConfig:
+    output_dir: str
+    eval_name: str
+    num_trials: int = 1
+    concurrency: int = 128
+    retry_failed: bool = False
+    group_trials: bool = True      # one solve(sample, n) for all pending trials of a sample
+    progress: bool = True
+
+    @property
+    def eval_dir(self) -> str:
+        return os.path.join(self.output_dir, self.eval_name)
+
+    def trial_dir(self, k: int) -> str:
+        return os.path.join(self.eval_dir, f"trial_{k}")
+
+
+def build_record(sample: Sample, trial: int, attempt: Attempt, verdict: Verdict) -> dict:
+    """One result line: the sample's fields plus ``eval_result`` (image references, never pixels)."""
+    refs = image_refs(attempt.trajectory or [])
+    rec = sample.to_record()
+    rec["trial"] = trial
+    rec["eval_result"] = {
+        "success": verdict.status in ("correct", "wrong"),
+        "status": verdict.status,
+        "fail_reason": verdict.fail_reason,
+        "fail_stage": verdict.fail_stage,
+        "response": attempt.text,
+        "finish_reason": attempt.finish_reason,
+        "extracted_answer": verdict.extracted_answer,
+        "is_correct": verdict.is_correct,
+        "has_answer": verdict.has_answer,
+        "judge_method": verdict.method,
+        "judge_outputs": verdict.judge_outputs,
+        "usage": attempt.usage,
+        "image": refs[0].to_dict() if refs else None,
+        "trajectory": attempt.trajectory,
+        "stats": attempt.stats,
+    }
+    return rec
+
+
+def _attempt_from_record(rec: dict) -> Attempt:
+    er = rec["eval_result"]
+    return Attempt(er.get("response"), er.get("finish_reason"), trajectory=er.get("trajectory"),
+                   usage=er.get("usage"), stats=er.get("stats") or {})
+
+
+def _image_order(samples: list[Sample]) -> list[Sample]:
+    """Samples grouped by image (first appearance order), so one encode serves them all."""
+    groups: dict[str, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.image_path, []).append(s)
+    return [s for g in groups.values() for s in g]
+
+
+def _is_done(cfg: RunConfig, k: int) -> bool:
+    d = cfg.trial_dir(k)
+    if not os.path.exists(os.path.join(d, DONE_FILE)):
+        return False
+    if cfg.retry_failed:
+        try:
+            with open(os.path.join(d, METRICS_FILE)) as f:
+                stats = json.load(f)["overall_stats"]
+            if stats.get("failed", 0):
+                return False
+        except (OSError, ValueError, KeyError):
+            return False
+    return True
+
+
+class _Progress:
+    def __init__(self, total: int, initial_records: list[dict], enabled: bool):
+        self.correct = sum(r["eval_result"]["status"] == "correct" for r in initial_records)
+        self.failed = sum(r["eval_result"]["status"] == "failed" for r in initial_records)
+        self.done = len(initial_records)
+        self.bar = tqdm(total=total, initial=self.done, desc="eval", disable=not enabled, dynamic_ncols=True)
+        self._show()
+
+    def _show(self):
+        self.bar.set_postfix(acc=f"{self.correct / self.done:.3f}" if self.done else "-", fail=self.failed,
+                             refresh=False)
+
+    def add(self, rec: dict):
+        st = rec["eval_result"]["status"]
+        self.correct += st == "correct"
+        self.failed += st == "failed"
+        self.done += 1
+        self._show()
+        self.bar.update(1)
+
+    def close(self):
+        self.bar.close()
+
+
+async def run_evaluation(samples: list[Sample], solver, judge: AnswerJudge, cfg: RunConfig,
+                         args_record: dict | None = None) -> dict:
+    """Evaluate, write every output file, and return the summary metrics."""
+    os.makedirs(cfg.eval_dir, exist_ok=True)
+    if args_record is not None:
+        write_json_atomic(os.path.join(cfg.eval_dir, ARGS_FILE), args_record)
+    keys = [s.key for s in samples]
+    known = set(keys)
+    open_trials = [k for k in range(cfg.num_trials) if not _is_done(cfg, k)]
+    logs: dict[int, RecordLog] = {}
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
+    try:
+        for k in open_trials:
+            os.makedirs(cfg.trial_dir(k), exist_ok=True)
+            done_path = os.path.join(cfg.trial_dir(k), DONE_FILE)
+            if os.path.exists(done_path):  # reopened by --retry_failed
+                os.remove(done_path)
+            logs[k] = RecordLog.open(os.path.join(cfg.trial_dir(k), RECORDS_FILE))
+            stray = [key for key in logs[k].records if key not in known]
+            if stray:
+                raise RecordFileError(
+                    f"{logs[k].path}: holds records for {len(stray)} sample(s) not in the annotation file "
+                    f"(e.g. sample_key {stray[0]!r}); use another --eval_name for different data")
+
+        def pending(k: int, s: Sample) -> str | None:
+            """None (final), "query" or "judge" (re-judge a stored response)."""
+            rec = logs[k].records.get(s.key)
+            if rec is None:
+                return "query"
+            er = rec["eval_result"]
+            if cfg.retry_failed and er["status"] == "failed":
+                return "judge" if er.get("fail_stage") == "judge" else "query"
+            return None
+
+        work: list[tuple[Sample, list[int], str]] = []
+        initial = []
+        for s in _image_order(samples):
+            query = []
+            for k in open_trials:
+                p = pending(k, s)
+                if p is None:
+                    initial.append(logs[k].records[s.key])
+                elif p == "judge":
+                    work.append((s, [k], "judge"))
+                else:
+                    query.append(k)
+            if query:
+                if cfg.group_trials:
+                    work.append((s, query, "query"))
+                else:
+                    work.extend((s, [k], "query") for k in query)
+
+        progress = _Progress(len(samples) * len(open_trials), initial, cfg.progress)
+        sem = asyncio.Semaphore(max(1, cfg.concurrency))
+        loop = asyncio.get_running_loop()
+
+        async def finish(s: Sample, k: int, attempt: Attempt):
+            verdict = await judge.check(s, attempt)
+            rec = build_record(s, k, attempt, verdict)
+            await loop.run_in_executor(writer, logs[k].append, rec)
+            progress.add(rec)
+
+        async def run_item(s: Sample, trials: list[int], kind: str):
+            async with sem:
+                if kind == "judge":
+                    attempts = [_attempt_from_record(logs[trials[0]].records[s.key])]
+                else:
+                    try:
+                        attempts = list(await solver.solve(s, len(trials)))
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as e:  # a solver must not raise; never lose the pair if it does
+                        log.exception("solver raised on sample %s", s.key)
+                        attempts = [Attempt(None, None, error=judge.redact(f"solver raised {type(e).__name__}: {e}"))]
+                    if len(attempts) != len(trials):
+                        bad = f"solver returned {len(attempts)} attempts for {len(trials)} trials"
+                        attempts = (attempts + [Attempt(None, None, error=bad)] * len(trials))[:len(trials)]
+                await asyncio.gather(*(finish(s, k, a) for k, a in zip(trials, attempts)))
+
+        try:
+            await asyncio.gather(*(run_item(*w) for w in work))
+        finally:
+            progress.close()
+
+        for k in open_trials:
+            lg = logs[k]
+            missing = [key for key in keys if key not in lg.records]
+            if missing:  # cannot happen unless a task was cancelled; never write metrics then
+                raise RuntimeError(f"{lg.path}: {len(missing)} sample(s) without a record")
+            lg.compact(keys)
+            metrics = compute_metrics([lg.records[key] for key in keys])
+            write_json_atomic(os.path.join(cfg.trial_dir(k), METRICS_FILE), metrics)
+            touch_atomic(os.path.join(cfg.trial_dir(k), DONE_FILE))
+    finally:
+        for lg in logs.values():
+            lg.close()
+        writer.shutdown(wait=True)
+
+    trial_metrics = []
+    for k in range(cfg.num_trials):
+        with open(os.path.join(cfg.trial_dir(k), METRICS_FILE)) as f:
+            trial_metrics.append(json.load(f))
+    summary = summarize(trial_metrics)
+    write_json_atomic(os.path.join(cfg.eval_dir, SUMMARY_FILE), summary)
+    return summary

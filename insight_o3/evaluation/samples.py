@@ -1,0 +1,150 @@
+"""Benchmark annotations: one JSON object per line, validated before any API call.
+
+Accepted layouts (all real files in ``shared/benchmarks/`` and O3-Bench's ``metadata.jsonl``):
+the image under ``image`` or ``file_name`` (relative to ``img_dir``), ``category`` or ``subset``,
+optional ``options`` (text kept as is; lists/dicts formatted), ``question_id`` int or str, and any
+other fields (``target_layouts``, ``layout_infos``, ``explanation`` …) kept in ``extra``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..parsing import format_options, option_letters
+
+IMAGE_FIELDS = ("image", "file_name")
+CATEGORY_FIELDS = ("category", "subset")
+_KNOWN = {"question_id", "question", "options", "answer", *IMAGE_FIELDS, *CATEGORY_FIELDS}
+#: How many missing images are listed in the error message.
+MAX_REPORTED = 5
+
+
+class AnnotationError(ValueError):
+    """Unusable annotation input; the message names the file, the line and the field."""
+
+
+@dataclass
+class Sample:
+    index: int                       # 0-based position among the samples of the file
+    question_id: int | str | None
+    image: str                       # as written in the file
+    image_path: str                  # resolved under img_dir
+    question: str
+    options: str | None              # the text block shown to the model
+    answer: str
+    category: str = "unknown"
+    extra: dict = field(default_factory=dict)
+    key: str = ""                    # unique within the file: question_id if unique, else "#<index>"
+    line: int = 0                    # 1-based line in the annotation file
+    image_field: str = "image"       # which field named the image ("image" or "file_name")
+
+    @property
+    def letters(self) -> str:
+        """Option letters for multiple-choice questions ("" for open questions)."""
+        return option_letters(self.options) if self.options else ""
+
+    @property
+    def is_mcq(self) -> bool:
+        return bool(self.letters)
+
+    def prompt(self) -> str:
+        """The user text: the question, then the options block when there is one."""
+        return f"{self.question}\n{self.options}" if self.options else self.question
+
+    def to_record(self) -> dict:
+        """The sample as stored in result records (annotation fields plus where it came from)."""
+        return {"index": self.index, "sample_key": self.key, "question_id": self.question_id,
+                "image": self.image, "image_path": self.image_path, "question": self.question,
+                "options": self.options, "answer": self.answer, "category": self.category, **self.extra}
+
+
+def _text_field(obj: dict, name: str, where: str) -> str:
+    v = obj.get(name)
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)) or str(v).strip() == "":
+        got = "missing" if name not in obj else f"empty or not text ({type(v).__name__})"
+        raise AnnotationError(f"{where}: field '{name}' is {got}")
+    return str(v)
+
+
+def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> Sample:
+    question = _text_field(obj, "question", where)
+    answer = _text_field(obj, "answer", where)
+    image_field = next((f for f in IMAGE_FIELDS if f in obj), None)
+    image = obj.get(image_field) if image_field else None
+    if not isinstance(image, str) or not image.strip():
+        raise AnnotationError(f"{where}: field 'image' (or 'file_name') is "
+                              f"{'missing' if image_field is None else 'empty or not a string'}")
+    options = obj.get("options")
+    if options is not None and not isinstance(options, (str, list, dict)):
+        raise AnnotationError(f"{where}: field 'options' must be text, a list or an object, "
+                              f"not {type(options).__name__}")
+    qid = obj.get("question_id")
+    if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (int, str))):
+        raise AnnotationError(f"{where}: field 'question_id' must be an integer or a string")
+    cat_field = next((f for f in CATEGORY_FIELDS if obj.get(f) not in (None, "")), None)
+    extra = {k: v for k, v in obj.items() if k not in _KNOWN}
+    # keep the secondary image/category field names if both were present
+    for f in (*IMAGE_FIELDS, *CATEGORY_FIELDS):
+        if f in obj and f not in (image_field, cat_field, "image", "category"):
+            extra[f] = obj[f]
+    return Sample(index=index, question_id=qid, image=image, image_path=os.path.join(img_dir, image),
+                  question=question, options=format_options(options), answer=answer.strip(),
+                  category=str(obj[cat_field]) if cat_field else "unknown", extra=extra, line=line,
+                  image_field=image_field)
+
+
+def load_samples(ann_file: str | os.PathLike, img_dir: str | os.PathLike,
+                 check_images: bool = True) -> list[Sample]:
+    """Read and validate an annotation file; raise :class:`AnnotationError` on the first problem
+    (all missing images are checked, the first few reported)."""
+    ann_file, img_dir = str(ann_file), str(img_dir)
+    if not os.path.isfile(ann_file):
+        raise AnnotationError(f"{ann_file}: annotation file not found")
+    samples: list[Sample] = []
+    with open(ann_file, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            where = f"{ann_file}:{line_no}"
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise AnnotationError(f"{where}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise AnnotationError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict):
+                raise AnnotationError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            samples.append(_parse_line(obj, where, len(samples), line_no, img_dir))
+    if not samples:
+        raise AnnotationError(f"{ann_file}: no samples (the file is empty)")
+    _assign_keys(samples)
+    if check_images:
+        _check_images(samples, ann_file, img_dir)
+    return samples
+
+
+def _assign_keys(samples: list[Sample]) -> None:
+    ids = [s.question_id for s in samples]
+    unique = None not in ids and len({str(i) for i in ids}) == len(ids)
+    for s in samples:
+        s.key = str(s.question_id) if unique else f"#{s.index}"
+
+
+def _check_images(samples: list[Sample], ann_file: str, img_dir: str) -> None:
+    if not os.path.isdir(img_dir):
+        raise AnnotationError(f"{ann_file}: image directory not found: {img_dir}")
+    checked: dict[str, bool] = {}
+    missing = []
+    for s in samples:
+        if s.image_path not in checked:
+            checked[s.image_path] = Path(s.image_path).is_file()
+        if not checked[s.image_path]:
+            missing.append(s)
+    if missing:
+        listed = "; ".join(f"line {s.line} field '{s.image_field}': {s.image_path}" for s in missing[:MAX_REPORTED])
+        more = f" (and {len(missing) - MAX_REPORTED} more)" if len(missing) > MAX_REPORTED else ""
+        raise AnnotationError(f"{ann_file}: {len(missing)} image file(s) not found under {img_dir}: {listed}{more}")

@@ -1,0 +1,105 @@
+"""The baseline solver: one chat model answers from the question and the (resized) image.
+
+One request with ``n`` choices per sample (or ``n`` requests of one choice with
+``separate_trial_requests``, for APIs that reject ``n > 1``). Retries of API errors are the SDK's;
+a server that returns fewer choices than asked is asked again for the missing ones.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..images import ImageError, ImageStore, Resize
+from ..trajectory import image_part, message, to_openai
+from .solver import Attempt
+
+log = logging.getLogger(__name__)
+#: Extra requests for choices a server left out before the attempts are recorded as failed.
+MISSING_CHOICE_ROUNDS = 2
+
+
+def _usage(resp) -> dict | None:
+    u = getattr(resp, "usage", None)
+    if u is None:
+        return None
+    try:
+        return u.model_dump(exclude_none=True)
+    except AttributeError:
+        return dict(u)
+
+
+class SingleModelSolver:
+    def __init__(self, client, model: str, images: ImageStore, resize: Resize,
+                 system_prompt: str | None = None, completion_kwargs: dict | None = None,
+                 image_url_extra: dict | None = None, separate_trial_requests: bool = False,
+                 redact=lambda s: s):
+        self.client = client
+        self.model = model
+        self.images = images
+        self.resize = resize
+        self.system_prompt = system_prompt
+        self.completion_kwargs = dict(completion_kwargs or {})
+        if "n" in self.completion_kwargs:
+            raise ValueError("'n' is set by --num_trials, not in the chat completion kwargs")
+        self.image_url_extra = image_url_extra
+        self.separate = separate_trial_requests
+        self.redact = redact
+
+    async def solve(self, sample, n: int) -> list[Attempt]:
+        try:
+            enc = await self.images.aget(sample.image_path, self.resize)
+        except ImageError as e:
+            return [Attempt(None, None, error=f"image error: {e}") for _ in range(n)]
+        msgs = []
+        if self.system_prompt:
+            msgs.append(message("system", self.system_prompt))
+        msgs.append(message("user", sample.prompt(), image_part(enc.ref)))
+        api_msgs = to_openai(msgs, lambda ref: enc, self.image_url_extra)
+        if self.separate:
+            batches = await asyncio.gather(*(self._choices(api_msgs, 1) for _ in range(n)))
+            got = [a for b in batches for a in b]
+        else:
+            got = await self._choices(api_msgs, n)
+        attempts = []
+        for text, finish, usage in got:
+            if isinstance(text, Exception):
+                attempts.append(Attempt(None, None, error=self._reason(text), trajectory=msgs))
+                continue
+            traj = msgs + [message("assistant", text)]
+            attempts.append(Attempt(text, finish, trajectory=traj, usage=usage))
+        return attempts
+
+    async def _choices(self, api_msgs: list[dict], n: int) -> list[tuple]:
+        """``n`` (text, finish_reason, usage) triples; an exception in place of text for lost ones."""
+        out: list[tuple] = []
+        last_error: Exception | None = None
+        for _ in range(1 + MISSING_CHOICE_ROUNDS):
+            want = n - len(out)
+            if want <= 0:
+                break
+            kwargs = dict(self.completion_kwargs)
+            if want > 1:
+                kwargs["n"] = want
+            try:
+                resp = await self.client.chat.completions.create(model=self.model, messages=api_msgs, **kwargs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the SDK already retried what is retryable
+                last_error = e
+                break
+            usage = _usage(resp)
+            choices = list(getattr(resp, "choices", None) or [])[:want]
+            for c in choices:
+                out.append(((c.message.content if c.message else None) or "", c.finish_reason, usage))
+            if len(choices) < want:
+                last_error = RuntimeError(f"server returned {len(choices)} of {want} requested choices")
+                log.debug("%s", last_error)
+        while len(out) < n:
+            out.append((last_error or RuntimeError("no choices"), None, None))
+        return out
+
+    def _reason(self, e: Exception) -> str:
+        return self.redact(f"{type(e).__name__}: {e}")
+
+    async def aclose(self) -> None:
+        """Nothing to release: the client belongs to whoever built this solver."""

@@ -1,0 +1,182 @@
+"""Evaluate a model (or InSight-o3: vReasoner + vSearcher) on a benchmark.
+
+    python -m insight_o3.scripts.evaluate --eval_name "$MODEL/o3_bench" --model "$MODEL" \\
+        --api_base_url "$API_BASE_URL" --api_key "$API_KEY" --judge_model gpt-5-nano \\
+        --ann_file data/O3-Bench/test/metadata.jsonl --img_dir data/O3-Bench/test [--num_trials 3]
+
+Results go to ``<output_dir>/<eval_name>/`` (see :mod:`insight_o3.evaluation.runner`); rerunning
+the same command resumes. API keys come from flags or env vars and are never written anywhere.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+
+from .. import prompts
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
+from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..images import ImageStore, Resize
+from ..evaluation.benchmarks import BENCHMARKS, get_benchmark
+from ..evaluation.judge import AnswerJudge
+from ..evaluation.records import RecordFileError
+from ..evaluation.runner import RunConfig, run_evaluation
+from ..evaluation.samples import AnnotationError, load_samples
+from ..evaluation.single_model import SingleModelSolver
+
+log = logging.getLogger("insight_o3.evaluate")
+SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
+
+
+def _json_object(name: str):
+    def parse(text: str) -> dict:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise argparse.ArgumentTypeError(f"{name} is not valid JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"{name} must be a JSON object")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.evaluate", description=__doc__.split("\n")[0])
+    g = p.add_argument_group("data")
+    g.add_argument("--benchmark", choices=sorted(BENCHMARKS),
+                   help="use this benchmark's default --ann_file/--img_dir (see data/README.md)")
+    g.add_argument("--ann_file", help="annotation JSONL file")
+    g.add_argument("--img_dir", help="directory the annotation's image paths are relative to")
+    g = p.add_argument_group("model")
+    g.add_argument("--eval_name", help="results go to <output_dir>/<eval_name> (default: <model>/<benchmark>)")
+    g.add_argument("--model", required=True)
+    g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
+    g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
+    g.add_argument("--img_max_pixels", type=int, default=3500 * 3500, help="resize budget; 0 = no limit")
+    g.add_argument("--sys_prompt", choices=("model_default", "think"), default="model_default")
+    g.add_argument("--chat_completion_kwargs", type=_json_object("--chat_completion_kwargs"),
+                   default={"max_completion_tokens": 16384})
+    g.add_argument("--image_url_extra_settings", type=_json_object("--image_url_extra_settings"),
+                   default={"detail": "high"})
+    g.add_argument("--client_timeout", type=float, default=None, help="seconds per request (SDK default 600)")
+    g.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES, help="the openai SDK's retries")
+    g = p.add_argument_group("judge")
+    g.add_argument("--judge_model", default="gpt-5-nano")
+    g.add_argument("--judge_api_base_url", help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL")
+    g.add_argument("--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY")
+    g.add_argument("--max_answer_length", type=int, default=1000,
+                   help="longer answers are left-cropped before they reach the judge")
+    g = p.add_argument_group("run")
+    g.add_argument("--output_dir", default="./outputs/eval")
+    g.add_argument("--num_trials", type=int, default=1)
+    g.add_argument("--concurrency", type=int, default=128)
+    g.add_argument("--separate_trial_requests", action="store_true",
+                   help="one request per trial instead of n=num_trials (for APIs that reject n>1)")
+    g.add_argument("--retry_failed", action="store_true",
+                   help="query again the pairs whose record is a critical (API) failure")
+    g.add_argument("--no_progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("InSight-o3 (vReasoner = --model, vSearcher below)")
+    g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
+    g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
+    g.add_argument("--vsearcher_api_key", help="default: $VSEARCHER_API_KEY")
+    g.add_argument("--vsearcher_max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
+    g.add_argument("--vsearcher_prompt", choices=("trained", "simple"), default="trained")
+    g.add_argument("--max_vsearch_calls", type=int, default=6)
+    g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = build_parser()
+    a = p.parse_args(argv)
+    if "n" in a.chat_completion_kwargs:
+        p.error("--chat_completion_kwargs must not set 'n' (use --num_trials)")
+    if a.benchmark:
+        b = get_benchmark(a.benchmark)
+        a.ann_file = a.ann_file or b.ann_file
+        a.img_dir = a.img_dir or b.img_dir
+    if not a.ann_file or not a.img_dir:
+        p.error("give --ann_file and --img_dir, or --benchmark NAME")
+    if not a.eval_name:
+        if not a.benchmark:
+            p.error("--eval_name is required unless --benchmark is given")
+        a.eval_name = f"{a.model}/{a.benchmark}"
+    for name in ("num_trials", "concurrency"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    if a.img_max_pixels < 0 or a.max_answer_length < 0 or a.max_retries < 0:
+        p.error("--img_max_pixels, --max_answer_length and --max_retries must not be negative")
+    # resolve keys/URLs from env now; keys stay in memory only
+    a.api_key = resolve(a.api_key, ENV_KEYS["main"][0])
+    a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
+    a.judge_api_key = resolve(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
+    a.vsearcher_api_key = resolve(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0])
+    a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
+    return a
+
+
+def args_record(a: argparse.Namespace) -> dict:
+    """What args.json holds: every setting except the keys."""
+    return {k: v for k, v in vars(a).items() if k not in SECRET_ARGS}
+
+
+async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
+    images = ImageStore()
+    main_client = make_client(a.api_key, a.api_base_url, a.client_timeout, a.max_retries,
+                              max_connections=max(a.concurrency * 2, 16))
+    judge_client = make_client(a.judge_api_key, a.judge_api_base_url, a.client_timeout, a.max_retries,
+                               max_connections=max(a.concurrency * 2, 16))
+    solver = None
+    try:
+        if a.vsearcher_model:
+            from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
+            solver = InSightO3Solver.from_args(a, images=images, redactor=redactor)
+        else:
+            solver = SingleModelSolver(
+                main_client, a.model, images, Resize(max_pixels=a.img_max_pixels or None),
+                system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
+                completion_kwargs=a.chat_completion_kwargs, image_url_extra=a.image_url_extra_settings,
+                separate_trial_requests=a.separate_trial_requests, redact=redactor)
+        judge = AnswerJudge(judge_client, a.judge_model, a.max_answer_length, redact=redactor)
+        cfg = RunConfig(output_dir=a.output_dir, eval_name=a.eval_name, num_trials=a.num_trials,
+                        concurrency=a.concurrency, retry_failed=a.retry_failed,
+                        group_trials=not a.separate_trial_requests, progress=not a.no_progress)
+        summary = await run_evaluation(samples, solver, judge, cfg, args_record(a))
+        log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
+        return summary
+    finally:
+        if solver is not None:
+            await solver.aclose()
+        await main_client.close()
+        await judge_client.close()
+        images.close()
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    a = parse_args(argv)
+    redactor = Redactor(a.api_key, a.judge_api_key, a.vsearcher_api_key)
+    try:
+        samples = load_samples(a.ann_file, a.img_dir)
+    except AnnotationError as e:
+        print(f"error: {redactor(str(e))}", file=sys.stderr)
+        return 2
+    log.info("%d samples from %s; results in %s/%s", len(samples), a.ann_file, a.output_dir, a.eval_name)
+    try:
+        summary = asyncio.run(_run(a, samples, redactor))
+    except RecordFileError as e:
+        print(f"error: {redactor(str(e))}", file=sys.stderr)
+        return 2
+    acc = summary.get("overall_accuracy", {})
+    print(f"{a.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "
+          f"over {summary['num_trials']} trial(s); critical failures "
+          f"{summary.get('critical_failure_ratio', {}).get('mean', 0):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
