@@ -20,13 +20,15 @@ Choices the paper leaves open, fixed here:
   ``(x1, y1, x2, y2)``. The model answers in the coordinates of the resized image it saw; the caller
   maps its answer back with :class:`insight_o3.geometry.Frame` before scoring (the same code path as
   the inference vSearcher).
-* **r_format** (binary) is 1 iff the trajectory ended with a parsed final answer and *every*
-  assistant turn was well-formed: it contains ``<think>...</think>`` and exactly one action outside
-  the think block, i.e. exactly one ``<tool_call>`` *or* exactly one ``<answer>`` (not both, not
-  several); a tool call must name ``image_zoom_in_tool`` with a valid ``bbox_2d`` for the image; the
-  final ``<answer>`` must be a valid box for the image or the "not found" box ``[0, 0, 0, 0]``.
-  :func:`searcher_format_ok` computes it from the assistant turn texts, reusing
-  :mod:`insight_o3.parsing` (the parser the inference vSearcher uses).
+* **r_format** (binary) is 1 iff the episode ended with a parsed final answer (a valid box or the
+  "not found" box ``[0, 0, 0, 0]``) and *every* assistant turn was well-formed: ``<think>...</think>``
+  first, then one action the protocol accepts (a ``image_zoom_in_tool`` call with a valid
+  ``bbox_2d`` within the call limit, or the ``<answer>``), and no turn cut by the length limit. It
+  is *not* recomputed here: the vSearcher protocol state machine decides it while running the
+  episode (``insight_o3.agents.searcher_session.SearcherSession.format_ok``, the same code at
+  inference and in training), and the reward takes the resulting boolean. :func:`reward_from_locate`
+  reads it from a ``LocateResult``-like object (duck-typed, so this module does not depend on the
+  agents package).
 * **A "not found" answer** ``[0, 0, 0, 0]`` or a missing answer has IoU 0.
 
 This module is pure Python (no torch) on purpose: the reward is part of the protocol, not of the
@@ -38,13 +40,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from insight_o3.geometry import Box, is_null_box, iou, validate_box
-from insight_o3.parsing import _ANSWER_TAG, _THINK_TAG, _TOOL_CALL, parse_searcher_turn
+from insight_o3.geometry import Box, is_null_box, iou
 
 __all__ = [
     "RewardWeights", "RewardBreakdown", "DEFAULT_WEIGHTS",
-    "iou_reward", "pseudo_iou_reward", "best_iou", "searcher_format_ok",
-    "out_of_loop_reward", "in_loop_reward",
+    "iou_reward", "pseudo_iou_reward", "best_iou",
+    "out_of_loop_reward", "in_loop_reward", "reward_from_locate",
 ]
 
 
@@ -139,47 +140,6 @@ def best_iou(pred_box: Sequence[float] | None, gt_boxes: Iterable[Sequence[float
     return scores[k], k
 
 
-# ----------------------------------------------------------------------------- format
-def _turn_error(text: str, image_size: tuple[int, int], last: bool) -> str | None:
-    if not _THINK_TAG.search(text):
-        return "no <think>...</think>"
-    visible = _THINK_TAG.sub("", text)
-    n_calls, n_answers = len(_TOOL_CALL.findall(visible)), len(_ANSWER_TAG.findall(visible))
-    if n_calls + n_answers != 1:
-        return f"{n_calls} tool call(s) and {n_answers} answer(s); exactly one action is required"
-    turn = parse_searcher_turn(text)
-    if turn.action == "invalid":
-        return turn.error
-    if turn.action == "tool_call":
-        if last:
-            return "the trajectory ended with a tool call instead of an <answer>"
-        _, why = validate_box(turn.bbox, image_size)
-        return f"tool call bbox: {why}" if why else None
-    # answer
-    if not last:
-        return "an <answer> before the last turn"
-    if is_null_box(turn.bbox):
-        return None
-    _, why = validate_box(turn.bbox, image_size)
-    return f"answer bbox: {why}" if why else None
-
-
-def searcher_format_ok(assistant_turns: Sequence[str], image_size: tuple[int, int]) -> tuple[bool, str | None]:
-    """``r_format`` from a vSearcher trajectory's assistant turns (decoded text, in order).
-
-    ``image_size`` is the ``(w, h)`` of the image as the model saw it (its boxes are in those
-    coordinates). Returns ``(ok, reason)``; ``reason`` names the first offending turn.
-    """
-    if not assistant_turns:
-        return False, "no assistant turn"
-    last = len(assistant_turns) - 1
-    for i, text in enumerate(assistant_turns):
-        why = _turn_error(text or "", image_size, i == last)
-        if why:
-            return False, f"turn {i}: {why}"
-    return True, None
-
-
 # ----------------------------------------------------------------------------- Eq. (1)
 def _check_n_tool(n_tool: int) -> int:
     if isinstance(n_tool, bool) or not isinstance(n_tool, int) or n_tool < 0:
@@ -191,7 +151,7 @@ def out_of_loop_reward(*, n_tool: int, format_ok: bool, pred_box: Sequence[float
                        gt_boxes: Iterable[Sequence[float]], weights: RewardWeights = DEFAULT_WEIGHTS,
                        format_error: str | None = None) -> RewardBreakdown:
     """Eq. (1) with the IoU reward. ``pred_box``: the final answer in original-image pixels, or None
-    when no answer parsed. ``format_ok``: from :func:`searcher_format_ok`."""
+    when no answer parsed. ``format_ok``: the protocol's r_format verdict (see the module docstring)."""
     n_tool = _check_n_tool(n_tool)
     value, k = best_iou(pred_box, gt_boxes)
     r_fmt = 1.0 if format_ok else 0.0
@@ -215,3 +175,21 @@ def in_loop_reward(*, n_tool: int, format_ok: bool, helpful: bool | None, correc
     return RewardBreakdown(score=score, n_tool=n_tool, tool_gate=gate, r_format=r_fmt, r_iou=r_iou,
                            iou=None, matched_gt=None, in_loop=True,
                            format_error=None if format_ok else (format_error or "format check failed"))
+
+
+def reward_from_locate(result, *, gt_boxes: Iterable[Sequence[float]] | None = None,
+                       helpful: bool | None = None, correct: bool | None = None, in_loop: bool = False,
+                       weights: RewardWeights = DEFAULT_WEIGHTS) -> RewardBreakdown:
+    """Score a finished vSearcher episode given as a ``LocateResult``-like object.
+
+    Reads ``n_tool_calls``, ``format_ok``, ``box_original`` (original pixels, None unless found) and
+    ``error``. Out-of-loop (``in_loop=False``) needs ``gt_boxes``; in-loop takes s (``helpful``) and
+    c (``correct``).
+    """
+    common = dict(n_tool=int(result.n_tool_calls), format_ok=bool(result.format_ok), weights=weights,
+                  format_error=getattr(result, "error", None))
+    if in_loop:
+        return in_loop_reward(helpful=helpful, correct=correct, **common)
+    if gt_boxes is None:
+        raise ValueError("out-of-loop reward needs gt_boxes (extra_info.bboxes)")
+    return out_of_loop_reward(pred_box=result.box_original, gt_boxes=gt_boxes, **common)

@@ -4,12 +4,9 @@ from __future__ import annotations
 import pytest
 
 from insight_o3.rewards import (RewardWeights, best_iou, in_loop_reward, iou_reward, out_of_loop_reward,
-                                pseudo_iou_reward, searcher_format_ok)
+                                pseudo_iou_reward, reward_from_locate)
 
 GT = [(0, 0, 100, 100)]
-THINK = "<think>look</think>"
-CALL = THINK + '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 50, 50]}}</tool_call>'
-ANSWER = THINK + "<answer>[0, 0, 100, 100]</answer>"
 
 
 def test_no_tool_call_gives_zero_even_for_perfect_box():
@@ -78,21 +75,16 @@ def test_custom_weights_and_validation():
         best_iou((0, 0, 1, 1), [(10, 10, 5, 5)])
 
 
-def test_format_check_on_turn_texts():
-    size = (200, 200)
-    assert searcher_format_ok([CALL, ANSWER], size) == (True, None)
-    assert searcher_format_ok([CALL, THINK + "<answer>[0, 0, 0, 0]</answer>"], size)[0]
-    ok, why = searcher_format_ok([CALL.replace(THINK, ""), ANSWER], size)
-    assert not ok and why.startswith("turn 0") and "think" in why
-    ok, why = searcher_format_ok([CALL + "<answer>[1,1,2,2]</answer>", ANSWER], size)
-    assert not ok and "exactly one action" in why
-    ok, why = searcher_format_ok([CALL, CALL], size)
-    assert not ok and "ended with a tool call" in why
-    ok, why = searcher_format_ok([CALL, THINK + "<answer>[50, 50, 10, 10]</answer>"], size)
-    assert not ok and "answer bbox" in why
-    ok, why = searcher_format_ok([CALL.replace("[0, 0, 50, 50]", "[500, 500, 600, 600]"), ANSWER], size)
-    assert not ok and "tool call bbox" in why
-    assert searcher_format_ok([], size) == (False, "no assistant turn")
+def test_reward_from_locate_result_like_object():
+    from types import SimpleNamespace
+    found = SimpleNamespace(n_tool_calls=1, format_ok=True, box_original=(0, 0, 100, 100), error=None)
+    assert reward_from_locate(found, gt_boxes=GT).score == pytest.approx(1.0)
+    invalid = SimpleNamespace(n_tool_calls=2, format_ok=False, box_original=None, error="turn 1: no <think>")
+    b = reward_from_locate(invalid, gt_boxes=GT)
+    assert b.score == 0.0 and b.format_error == "turn 1: no <think>"
+    assert reward_from_locate(found, in_loop=True, helpful=True, correct=False).score == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="gt_boxes"):
+        reward_from_locate(found)
 
 
 def test_recipe_reward_function_adapter():

@@ -6,10 +6,10 @@ with the dataset row's ``extra_info`` *updated with the agent loop's* ``AgentLoo
 running the protocol, under these keys (the contract with ``recipe.vsearch.agent_loops``):
 
 =================  =============================================================================
-``n_tool``         int, number of crop-tool calls the policy made
-``format_ok``      bool, :func:`insight_o3.rewards.searcher_format_ok` over the assistant turns
-``format_error``   str | None, its reason
-``pred_box``       [x1, y1, x2, y2] in original-image pixels, or None (no parsable answer)
+``n_tool``         int, ``LocateResult.n_tool_calls``
+``format_ok``      bool, ``LocateResult.format_ok`` of the vSearcher session (the protocol's r_format)
+``format_error``   str | None, ``LocateResult.error`` (why the episode went wrong)
+``pred_box``       ``LocateResult.box_original``: [x1, y1, x2, y2] original pixels, None unless found
 ``is_in_loop``     bool, True for a vSearcher call issued by the API vReasoner
 ``feedback_helpful``  bool | None, s (in-loop only)
 ``answer_correct``    bool | None, c (in-loop only)
