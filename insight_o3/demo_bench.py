@@ -412,7 +412,7 @@ def _q_column_category(rng, scene: MapScene, f_correct: bool) -> Question | None
             f"column {col} is {ans.name} in {ans.cell()} [layout {ans.layout_id}]"
             + (", which is not listed, so F." if answer == "F" else "."))
     return Question("map_column_category",
-                    f"Which place in grid column {col} is marked with the legend's icon for '{ans.category}'?",
+                    f"Which place in grid column {col} is marked with the icon that the legend assigns to '{ans.category}'?",
                     options, answer, expl, [scene.legend_layout_id, ans.layout_id])
 
 
