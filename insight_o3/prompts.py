@@ -229,3 +229,22 @@ def fill(template: str, **values: str) -> str:
             raise KeyError(f"placeholder {{{name}}} not in prompt")
     pattern = re.compile("|".join(re.escape("{" + n + "}") for n in values))
     return pattern.sub(lambda m: str(values[m.group(0)[1:-1]]), template)
+
+
+# --- C.2: region descriptions for the out-of-loop RL data (red box drawn on the image) ---
+REGION_DESCRIPTION_SYSTEM_PROMPT = (
+    'You are a visual assistant. Your goal is to help the user to locate the region indicated by the red bounding box in an image.\n'
+    'When the user asks you to describe the region, you must follow the following rules:\n'
+    '- Keep it super simple and short as if you cant see clearly what is in the region.\n'
+    '- Dont mention any details, specific content, or small text in the region.\n'
+    '- Use concise, visually grounded targets (e.g., a chart, an object, a text block, a distinct area).\n'
+    '- Optionally include approximate location (e.g., top-left of the image, bottom-right of the big chart, center column).\n'
+    '- Optionally include the title of the region (e.g., the table about XXX, the section titled XXX).\n'
+    '- Avoid non-visual or ordinal references (e.g., "the third largest bar", "the second rows number").\n'
+    '- Dont mention the red bounding box.\n'
+    'Output format: region_description={...}'
+)
+
+REGION_DESCRIPTION_USER_PROMPT = (
+    'Describe the region in the red bounding box.'
+)
