@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ..parsing import format_options, option_letters
 IMAGE_FIELDS = ("image", "file_name")
 CATEGORY_FIELDS = ("category", "subset")
 _KNOWN = {"question_id", "question", "options", "answer", *IMAGE_FIELDS, *CATEGORY_FIELDS}
+_INLINE_OPTION = re.compile(r"(?:^|\s)\(?([A-Z])[.)]\s*\S")
 #: How many missing images are listed in the error message.
 MAX_REPORTED = 5
 
@@ -39,11 +41,21 @@ class Sample:
     key: str = ""                    # unique within the file: question_id if unique, else "#<index>"
     line: int = 0                    # 1-based line in the annotation file
     image_field: str = "image"       # which field named the image ("image" or "file_name")
+    category_field: str | None = None  # which field named the category ("category" or "subset")
 
     @property
     def letters(self) -> str:
         """Option letters for multiple-choice questions ("" for open questions)."""
-        return option_letters(self.options) if self.options else ""
+        if not self.options:
+            return ""
+        by_line = option_letters(self.options)
+        # options written on one line ("A. x B. y C. z", seen in TreeBench): consecutive A, B, C...
+        inline = ""
+        for letter in dict.fromkeys(_INLINE_OPTION.findall(self.options)):
+            if letter != chr(ord("A") + len(inline)):
+                break
+            inline += letter
+        return inline if len(inline) > len(by_line) else by_line
 
     @property
     def is_mcq(self) -> bool:
@@ -55,9 +67,13 @@ class Sample:
 
     def to_record(self) -> dict:
         """The sample as stored in result records (annotation fields plus where it came from)."""
-        return {"index": self.index, "sample_key": self.key, "question_id": self.question_id,
-                "image": self.image, "image_path": self.image_path, "question": self.question,
-                "options": self.options, "answer": self.answer, "category": self.category, **self.extra}
+        rec = {"index": self.index, "sample_key": self.key, "question_id": self.question_id,
+               self.image_field: self.image, "image_path": self.image_path, "question": self.question,
+               "options": self.options, "answer": self.answer}
+        if self.category_field:
+            rec[self.category_field] = self.category
+        rec["category"] = self.category
+        return {**rec, **self.extra}
 
 
 def _text_field(obj: dict, name: str, where: str) -> str:
@@ -92,7 +108,7 @@ def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> S
     return Sample(index=index, question_id=qid, image=image, image_path=os.path.join(img_dir, image),
                   question=question, options=format_options(options), answer=answer.strip(),
                   category=str(obj[cat_field]) if cat_field else "unknown", extra=extra, line=line,
-                  image_field=image_field)
+                  image_field=image_field, category_field=cat_field)
 
 
 def load_samples(ann_file: str | os.PathLike, img_dir: str | os.PathLike,

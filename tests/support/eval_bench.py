@@ -1,0 +1,124 @@
+"""A tiny O3-Bench-layout benchmark with scripted model and judge answers whose metrics are known.
+
+Each question carries a marker ``[qN]``; the model script answers by marker (the same text for
+every choice/trial), the judge script replies by marker and prompt kind. Per trial the expected
+outcome is: correct q0 q2 q5 q6, wrong q1 q4 q7, incomplete q3.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+from PIL import Image
+
+from tests.support.openai_server import Call, Reply, chat, error, last_user_text, malformed
+
+OPTIONS = "A. one\nB. two\nC. three\nD. four\nE. five\nF. No right choice"
+# marker: (image, subset, options?, answer, model reply, finish_reason)
+QUESTIONS = {
+    "q0": ("img0.png", "chart", True, "C", "Looking closely... <answer>C</answer>", "stop"),
+    "q1": ("img0.png", "chart", True, "B", "So the result is \\boxed{(D)}.", "stop"),
+    "q2": ("img1.png", "map", True, "A", "The first option seems right since the road bends north.", "stop"),
+    "q3": ("img1.png", "map", True, "E", "Let me count the stations one by one: 1, 2, 3, 4", "length"),
+    "q4": ("img2.png", "map", True, "F", "I cannot tell from this image.", "stop"),
+    "q5": ("img2.png", "map", False, "White.", "<answer>white</answer>", "stop"),
+    "q6": ("img2.png", "chart", False, "42 km", "The distance is about forty-two kilometres.", "stop"),
+    "q7": ("img0.png", "chart", False, "red", "<answer>blue</answer>", "stop"),
+}
+JUDGE = {  # marker: reply to the extraction prompt, reply to the correctness prompt
+    "q2": ("A", None),
+    "q4": ("none", None),
+    "q6": ("forty-two kilometres", "<correct>"),
+    "q7": ("blue", "<wrong>"),
+}
+EXPECTED_STATS = {"correct": 4, "wrong": 3, "incomplete": 1, "invalid": 0, "failed": 0, "total": 8}
+EXPECTED_CATEGORY_ACC = {"chart": 2 / 4, "map": 2 / 4}
+_MARK = re.compile(r"\[(q\d+)\]")
+
+
+def make_bench(root: Path, n_images: int = 3) -> tuple[Path, Path]:
+    """Write images and ``metadata.jsonl``; returns (ann_file, img_dir)."""
+    img_dir = root / "test"
+    (img_dir / "images").mkdir(parents=True, exist_ok=True)
+    for i in range(n_images):
+        im = Image.new("RGB", (96 + 8 * i, 64), (40 * i, 120, 200 - 30 * i))
+        im.save(img_dir / "images" / f"img{i}.png")
+    ann = img_dir / "metadata.jsonl"
+    with open(ann, "w") as f:
+        for qid, (img, subset, mcq, answer, _, _) in QUESTIONS.items():
+            row = {"question_id": qid, "file_name": f"images/{img}", "subset": subset,
+                   "question": f"[{qid}] What does the figure show?", "answer": answer,
+                   "explanation": "by construction", "target_layouts": [1],
+                   "layout_infos": {"1": {"layout_id": 1, "bbox": [1, 2, 30, 40]}},
+                   "img_width": 96, "img_height": 64}
+            if mcq:
+                row["options"] = OPTIONS
+            f.write(json.dumps(row) + "\n")
+    return ann, img_dir
+
+
+def marker(text: str) -> str:
+    m = _MARK.search(text)
+    return m.group(1) if m else ""
+
+
+def model_reply(req: dict, n: int | None = None) -> Reply:
+    q = marker(last_user_text(req))
+    _, _, _, _, text, finish = QUESTIONS[q]
+    n = n or int(req.get("n") or 1)
+    return chat([text] * n, finish_reason=finish)
+
+
+def model_script(delay: float = 0.0):
+    def script(req: dict, call: Call) -> Reply:
+        r = model_reply(req)
+        r.delay = delay
+        return r
+    return script
+
+
+def judge_script():
+    def script(req: dict, call: Call) -> Reply:
+        prompt = last_user_text(req)
+        q = marker(prompt)
+        extraction, verdict = JUDGE.get(q, ("none", "<wrong>"))
+        return chat(verdict if "GT Answer:" in prompt else extraction)
+    return script
+
+
+def faulty_model_script(server_ref: dict):
+    """First request per question fails in a question-specific way; later requests answer."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def script(req: dict, call: Call) -> Reply:
+        q = marker(last_user_text(req))
+        with lock:
+            k = seen[q] = seen.get(q, 0) + 1
+        if k == 1:
+            if q == "q0":
+                return error(429, "slow down", retry_after=0.1)
+            if q == "q1":
+                return error(500, "internal")
+            if q == "q2":
+                return error(503, "overloaded", retry_after=0.1)
+            if q == "q3":
+                r = model_reply(req)
+                r.delay = 2.5  # longer than --client_timeout
+                return r
+            if q == "q4":
+                return malformed()  # not retried by the SDK: recorded, fixed by --retry_failed
+            if q == "q5":
+                return model_reply(req, n=1)  # fewer choices than n
+            if q == "q6":
+                hdrs = {k.lower(): v for k, v in server_ref["srv"].headers[call.index].items()}
+                auth = hdrs.get("authorization", "")
+                return error(400, f"Incorrect API key provided: {auth.split()[-1]}")  # echoes the key
+        return model_reply(req)
+    return script
+
+
+def slow_model_script():
+    return model_script(delay=0.25)
