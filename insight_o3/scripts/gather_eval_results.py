@@ -1,0 +1,198 @@
+"""Gather evaluation summaries into a settings × datasets table.
+
+    python -m insight_o3.scripts.gather_eval_results --settings gpt-5-mini qwen3-vl-8b \\
+        --datasets o3_bench vstar [--output_dir ./outputs/eval] [--csv t.csv] [--markdown t.md]
+
+Reads ``<output_dir>/<setting>/<dataset>/summary_metrics.json`` (written by
+``insight_o3.scripts.evaluate`` with ``--eval_name <setting>/<dataset>``). Cells are
+``mean±std @trials`` of the accuracy in percent. With a single dataset the table has one column
+per category instead. Missing results are shown as ``—`` with a note; runs whose success or
+completion rate is below 100% get a warning, since their accuracy counts lost or truncated queries
+as wrong.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+
+import pandas as pd
+
+SUMMARY_FILE = "summary_metrics.json"
+MISSING = "—"
+
+
+class SummaryError(ValueError):
+    """A summary file that exists but cannot be used; the message names the file and field."""
+
+
+@dataclass
+class Stat:
+    mean: float
+    std: float
+
+    def cell(self, trials: int | None) -> str:
+        suffix = f" @{trials}" if trials is not None else ""
+        return f"{100 * self.mean:.1f}±{100 * self.std:.1f}{suffix}"
+
+
+@dataclass
+class Summary:
+    path: str
+    num_trials: int | None
+    accuracy: Stat
+    success_rate: Stat | None
+    completion_rate: Stat | None
+    critical_failure_ratio: Stat | None
+    categories: dict[str, Stat]
+
+
+def _stat(value, path: str, field: str) -> Stat:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):   # a single-trial number
+        return Stat(float(value), 0.0)
+    if not isinstance(value, dict) or "mean" not in value:
+        raise SummaryError(f"{path}: field '{field}' must be a number or an object with 'mean' and 'std'")
+    try:
+        mean, std = float(value["mean"]), float(value.get("std", 0.0))
+    except (TypeError, ValueError):
+        raise SummaryError(f"{path}: field '{field}' has a non-numeric mean/std") from None
+    if math.isnan(mean):
+        raise SummaryError(f"{path}: field '{field}' mean is NaN")
+    return Stat(mean, std)
+
+
+def load_summary(path: str) -> Summary:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise SummaryError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise SummaryError(f"{path}: not valid UTF-8 ({e.reason})") from None
+    if not isinstance(data, dict):
+        raise SummaryError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if "overall_accuracy" not in data:
+        raise SummaryError(f"{path}: field 'overall_accuracy' is missing")
+    trials = data.get("num_trials")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)):
+        raise SummaryError(f"{path}: field 'num_trials' must be an integer")
+    opt = {k: _stat(data[k], path, k) if k in data else None
+           for k in ("overall_success_rate", "overall_completion_rate", "critical_failure_ratio")}
+    cats = data.get("category_accuracy") or {}
+    if not isinstance(cats, dict):
+        raise SummaryError(f"{path}: field 'category_accuracy' must be an object")
+    return Summary(path, trials, _stat(data["overall_accuracy"], path, "overall_accuracy"),
+                   opt["overall_success_rate"], opt["overall_completion_rate"], opt["critical_failure_ratio"],
+                   {str(k): _stat(v, path, f"category_accuracy.{k}") for k, v in cats.items()})
+
+
+def summary_path(output_dir: str, setting: str, dataset: str) -> str:
+    return os.path.join(output_dir, setting, dataset, SUMMARY_FILE)
+
+
+def warnings_for(name: str, s: Summary) -> list[str]:
+    out = []
+    for label, stat in (("success rate", s.success_rate), ("completion rate", s.completion_rate)):
+        if stat is not None and stat.mean < 1.0 - 1e-9:
+            out.append(f"warning: {name}: {label} {100 * stat.mean:.1f}% < 100%")
+    if s.critical_failure_ratio is not None and s.critical_failure_ratio.mean > 0:
+        out.append(f"warning: {name}: {100 * s.critical_failure_ratio.mean:.1f}% of queries lost to API errors "
+                   "(rerun evaluate with --retry_failed)")
+    return out
+
+
+def gather(output_dir: str, settings: list[str], datasets: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """The table and the notes/warnings to print under it. Raises SummaryError for corrupt files."""
+    summaries: dict[tuple[str, str], Summary] = {}
+    notes: list[str] = []
+    for st in settings:
+        for ds in datasets:
+            path = summary_path(output_dir, st, ds)
+            if os.path.isfile(path):
+                summaries[(st, ds)] = load_summary(path)
+                notes += warnings_for(f"{st}/{ds}", summaries[(st, ds)])
+            else:
+                notes.append(f"note: {st}/{ds}: no results ({path} not found), shown as {MISSING}")
+    if len(datasets) == 1:
+        table = _category_table(summaries, settings, datasets[0])
+    else:
+        table = _dataset_table(summaries, settings, datasets)
+    return table, notes
+
+
+def _dataset_table(summaries, settings, datasets) -> pd.DataFrame:
+    rows = {}
+    for st in settings:
+        row = {}
+        for ds in datasets:
+            s = summaries.get((st, ds))
+            row[ds] = s.accuracy.cell(s.num_trials) if s else MISSING
+        found = [summaries[(st, ds)].accuracy.mean for ds in datasets if (st, ds) in summaries]
+        row["average"] = f"{100 * sum(found) / len(found):.1f}" if len(found) == len(datasets) else MISSING
+        rows[st] = row
+    return pd.DataFrame.from_dict(rows, orient="index", columns=[*datasets, "average"]).rename_axis("setting")
+
+
+def _category_table(summaries, settings, dataset) -> pd.DataFrame:
+    cats = list(dict.fromkeys(c for (st, _), s in summaries.items() for c in s.categories))
+    rows = {}
+    for st in settings:
+        s = summaries.get((st, dataset))
+        row = {"overall": s.accuracy.cell(s.num_trials) if s else MISSING}
+        for c in cats:
+            row[c] = s.categories[c].cell(None) if s and c in s.categories else MISSING
+        rows[st] = row
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["overall", *cats]).rename_axis("setting")
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (no dependency on ``tabulate``)."""
+    header = [df.index.name or "", *map(str, df.columns)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + [":---:"] * len(df.columns)) + "|"]
+    for idx, row in df.iterrows():
+        cells = [str(idx), *(str(v).replace("|", "\\|") for v in row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.gather_eval_results",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--settings", nargs="+", required=True, help="eval_name prefixes, e.g. model names")
+    p.add_argument("--datasets", nargs="+", required=True, help="benchmark names, e.g. o3_bench vstar")
+    p.add_argument("--output_dir", default="./outputs/eval")
+    p.add_argument("--csv", help="also write the table as CSV here")
+    p.add_argument("--markdown", help="also write the table as Markdown here")
+    return p
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        table, notes = gather(a.output_dir, a.settings, a.datasets)
+    except (SummaryError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with pd.option_context("display.max_columns", None, "display.width", 200):
+        print(table.to_string())
+    for n in notes:
+        print(n)
+    if a.csv:
+        _write_atomic(a.csv, table.to_csv())
+    if a.markdown:
+        _write_atomic(a.markdown, to_markdown(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
