@@ -127,7 +127,7 @@ def validate_box(values, size: tuple[int, int]) -> tuple[Box | None, str | None]
         return None, "bbox is inverted or empty (need x1 < x2 and y1 < y2)"
     cx1, cy1, cx2, cy2 = clamp_box((x1, y1, x2, y2), size)
     if cx2 - cx1 < 1 or cy2 - cy1 < 1:
-        return None, "bbox lies outside the image"
+        return None, "bbox has less than 1 px of area inside the image (outside it, or degenerate)"
     return (cx1, cy1, cx2, cy2), None
 
 
