@@ -1,0 +1,48 @@
+"""Write a self-contained HTML report of an evaluation run.
+
+    python -m insight_o3.scripts.report outputs/eval/<eval_name> [--compare outputs/eval/<other>] \
+        --out report.html [--max_samples 50] [--thumb_px 512] [--trial K] [--img_dir DIR]
+
+The file embeds everything (charts as SVG, images as JPEG thumbnails) and opens in any browser
+without a server or network access.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..images import ImageError
+from ..viz.report import write_report
+from ..viz.run_view import RunError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("eval_dir", help="outputs/eval/<eval_name> (with trial_<k>/) or one trial_<k> directory")
+    p.add_argument("--compare", default=None, help="another eval directory, shown side by side")
+    p.add_argument("--out", default="report.html", help="output HTML file (default: report.html)")
+    p.add_argument("--max_samples", type=int, default=50, help="samples rendered in the browsable list (0: all)")
+    p.add_argument("--thumb_px", type=int, default=512, help="longer side of embedded crop thumbnails")
+    p.add_argument("--trial", type=int, default=None, help="trial browsed per sample (default: the first)")
+    p.add_argument("--img_dir", default=None, help="where to find source images if they moved since the run")
+    args = p.parse_args(argv)
+    if args.thumb_px < 32:
+        p.error("--thumb_px must be at least 32")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        out = write_report(args.eval_dir, args.out, compare_dir=args.compare, max_samples=args.max_samples,
+                           thumb_px=args.thumb_px, trial=args.trial, img_dir=args.img_dir)
+    except (RunError, ImageError) as e:
+        print(f"report: error: {e}", file=sys.stderr)
+        return 2
+    size = out.stat().st_size
+    print(f"wrote {out} ({size / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

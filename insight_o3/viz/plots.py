@@ -1,0 +1,33 @@
+"""Figures without pyplot's global state (no backend switching, nothing to close), and their
+inline encodings for HTML pages."""
+from __future__ import annotations
+
+import base64
+import io
+
+from matplotlib.figure import Figure
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6, 3.5)):
+    """``(fig, axes)`` like ``plt.subplots`` but detached from pyplot; notebooks ``display(fig)``."""
+    fig = Figure(figsize=figsize)
+    axes = fig.subplots(nrows, ncols)
+    return fig, axes
+
+
+def figure_svg(fig: Figure) -> str:
+    """The figure as an inline ``<svg>`` element whose texts stay text (searchable, selectable)."""
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight")
+    svg = buf.getvalue()
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
+def figure_png_data_url(fig: Figure, dpi: int = 100) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")

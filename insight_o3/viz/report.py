@@ -1,0 +1,291 @@
+"""A single self-contained HTML report of an evaluation run (optionally compared with another).
+
+Everything is inline: CSS, a few lines of JS for the filter buttons, charts as SVG, images as
+downscaled JPEG ``data:`` URLs. The page fetches nothing, so it opens from disk without a server or
+network. Sizes stay reasonable because every picture is a thumbnail (``thumb_px``) redrawn from the
+source image, and ``max_samples`` bounds the per-sample section.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .draw import ImageResolver
+from .plots import figure_svg, new_figure
+from .run_view import (STATUSES, EvalRun, SampleResult, accuracy_by_category, compare_html, conversation_html,
+                       failure_table, load_run, results_frame)
+
+_SECRET_HINTS = ("key", "token", "secret", "password")
+
+_PAGE_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0 auto;max-width:1280px;padding:16px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}
+table.data{border-collapse:collapse;font-size:13px;margin:6px 0}
+table.data th,table.data td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+table.data th:first-child,table.data td:first-child{text-align:left}
+.table-wrap{overflow-x:auto}
+#failure-table td{text-align:left}
+.charts{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
+.charts svg{max-width:100%;height:auto}
+.filters button{margin:2px;padding:3px 10px;border:1px solid #888;background:#fff;border-radius:12px;cursor:pointer}
+.filters button.active{background:#1e6ee6;color:#fff;border-color:#1e6ee6}
+.sample{border:1px solid #ddd;border-radius:6px;margin:8px 0;padding:4px 8px}
+.sample>summary{cursor:pointer;padding:4px 0}
+.muted{color:#777;font-size:12px}
+"""
+
+_FILTER_JS = """
+(function(){
+  var state={status:'all',category:'all'};
+  function apply(){
+    var shown=0;
+    document.querySelectorAll('.sample').forEach(function(el){
+      var ok=(state.status==='all'||el.dataset.statusGroup===state.status||el.dataset.status===state.status)
+        &&(state.category==='all'||el.dataset.category===state.category);
+      el.style.display=ok?'':'none'; if(ok) shown++;
+    });
+    var c=document.getElementById('shown-count'); if(c) c.textContent=shown;
+  }
+  document.querySelectorAll('.filters button').forEach(function(b){
+    b.addEventListener('click',function(){
+      var kind=b.dataset.kind; state[kind]=b.dataset.value;
+      document.querySelectorAll('.filters button[data-kind="'+kind+'"]').forEach(function(o){o.classList.toggle('active',o===b);});
+      apply();
+    });
+  });
+  apply();
+})();
+"""
+
+
+def _df_html(df: pd.DataFrame, table_id: str, index: bool = True) -> str:
+    return "<div class='table-wrap'>" + df.to_html(classes="data", table_id=table_id, index=index, border=0, na_rep="", float_format=lambda v: f"{v:.2f}") + "</div>"
+
+
+def _status_group(status: str) -> str:
+    return "wrong" if status in ("wrong", "incomplete", "invalid") else status
+
+
+def _accuracy_chart(runs: list[EvalRun]) -> str:
+    tables = [accuracy_by_category(r) for r in runs]
+    cats = list(dict.fromkeys(c for t in tables for c in t.index))
+    fig, ax = new_figure(1, 1, (max(5.0, 1.1 * len(cats) * len(runs) + 2), 3.4))
+    width = 0.8 / len(runs)
+    x = np.arange(len(cats))
+    for i, (run, t) in enumerate(zip(runs, tables)):
+        means = [t.loc[c, "mean"] if c in t.index else 0.0 for c in cats]
+        stds = [t.loc[c, "std"] if c in t.index else 0.0 for c in cats]
+        bars = ax.bar(x + (i - (len(runs) - 1) / 2) * width, means, width, yerr=stds if len(run.trials) > 1 else None,
+                      capsize=3, label=run.name)
+        for b, m in zip(bars, means):
+            ax.text(b.get_x() + b.get_width() / 2, m + 1, f"{m:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, cats)
+    ax.set_ylim(0, 110)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Accuracy per category (mean over trials" + (", std error bars)" if any(len(r.trials) > 1 for r in runs) else ")"))
+    if len(runs) > 1:
+        ax.legend(fontsize=8)
+    return figure_svg(fig)
+
+
+def _trial_chart(runs: list[EvalRun]) -> str:
+    fig, ax = new_figure(1, 1, (max(4.0, 0.9 * sum(len(r.trials) for r in runs) + 2), 3.4))
+    labels, values, colors = [], [], []
+    for i, run in enumerate(runs):
+        for t in run.trials:
+            labels.append(f"{'AB'[i] if len(runs) > 1 else ''}{' ' if len(runs) > 1 else ''}trial {t.index}")
+            values.append(100.0 * sum(r.is_correct for r in t.results) / max(1, len(t.results)))
+            colors.append(f"C{i}")
+    bars = ax.bar(range(len(values)), values, color=colors)
+    for b, v in zip(bars, values):
+        ax.text(b.get_x() + b.get_width() / 2, v + 1, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(values)), labels, rotation=0, fontsize=8)
+    ax.set_ylim(0, 110)
+    ax.set_ylabel("overall accuracy (%)")
+    ax.set_title("Accuracy per trial")
+    return figure_svg(fig)
+
+
+def _calls_chart(runs: list[EvalRun]) -> str | None:
+    per_run = [[r.n_search_calls for t in run.trials for r in t.results if r.status != "failed"] for run in runs]
+    if not any(any(v) for v in per_run):
+        return None
+    hi = max(max(v) for v in per_run if v)
+    fig, ax = new_figure(1, 1, (5.5, 3.4))
+    bins = np.arange(0, hi + 2) - 0.5
+    ax.hist([v for v in per_run], bins=bins, label=[r.name for r in runs], rwidth=0.85)
+    ax.set_xticks(range(0, hi + 1))
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("vSearcher calls per (sample, trial)")
+    ax.set_ylabel("count")
+    means = ", ".join(f"{np.mean(v):.2f}" for v in per_run if v)
+    ax.set_title(f"vSearcher calls (mean {means})")
+    if len(runs) > 1:
+        ax.legend(fontsize=8)
+    return figure_svg(fig)
+
+
+def _metrics_table(run: EvalRun) -> pd.DataFrame:
+    keys = ["overall_accuracy", "overall_success_rate", "overall_completion_rate", "critical_failure_ratio",
+            "has_answer", "mean_search_calls", "search_not_found_ratio"]
+    rows = {}
+    for t in run.trials:
+        m = t.metrics
+        row = {k: m[k] for k in keys if isinstance(m.get(k), (int, float))}
+        row["records"] = len(t.results)
+        row["done"] = "yes" if t.done else "no"
+        rows[f"trial_{t.index}"] = row
+    short = {"overall_accuracy": "accuracy", "overall_success_rate": "success", "overall_completion_rate": "completion",
+             "critical_failure_ratio": "critical failures", "mean_search_calls": "mean vSearcher calls",
+             "search_not_found_ratio": "not-found ratio"}
+    return pd.DataFrame.from_dict(rows, orient="index").rename(columns=short)
+
+
+def _args_html(run: EvalRun) -> str:
+    items = []
+    for k in ("eval_name", "model", "vsearcher_model", "benchmark", "ann_file", "img_dir", "num_trials",
+              "img_max_pixels", "sys_prompt", "vsearcher_max_pixels", "max_vsearch_calls"):
+        v = run.args.get(k)
+        if v is not None and not any(h in k.lower() for h in _SECRET_HINTS):
+            items.append(f"<b>{html.escape(k)}</b>: {html.escape(str(v))}")
+    return " &middot; ".join(items)
+
+
+def _sample_block(key: str, trials_status: list[str], shown: SampleResult, other: SampleResult | None,
+                  resolver: ImageResolver, thumb_px: int, labels: tuple[str, str] | None, is_open: bool = False) -> str:
+    e = html.escape
+    badges = " ".join(f"<span class='status status-{e(s)}'>{e(s)}</span>" for s in trials_status)
+    q = shown.question if len(shown.question) < 140 else shown.question[:137] + "..."
+    if labels is not None:
+        body = compare_html(shown, other, resolver, max(192, thumb_px * 3 // 4), labels)
+        if other is not None:
+            badges += f" &nbsp;vs&nbsp; <span class='status status-{e(other.status)}'>{e(other.status)}</span>"
+    else:
+        body = conversation_html(shown, resolver, thumb_px)
+    return (f"<details class='sample'{' open' if is_open else ''} data-key='{e(key, quote=True)}' data-status='{e(shown.status)}' "
+            f"data-status-group='{_status_group(shown.status)}' data-category='{e(shown.category, quote=True)}'>"
+            f"<summary><b>{e(key)}</b> &middot; {e(shown.category)} &middot; {badges} &middot; "
+            f"{shown.n_search_calls} call(s) &middot; <span class='muted'>{e(q)}</span></summary>{body}</details>")
+
+
+def build_report(eval_dir: str | os.PathLike, compare_dir: str | os.PathLike | None = None,
+                 max_samples: int | None = 50, thumb_px: int = 512, trial: int | None = None,
+                 img_dir: str | os.PathLike | None = None) -> str:
+    """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
+    ``img_dir`` adds a place to look for source images moved since the run."""
+    from .run_view import VIEW_CSS
+
+    run = load_run(eval_dir)
+    other = load_run(compare_dir) if compare_dir is not None else None
+    runs = [run] + ([other] if other else [])
+    if other is not None and other.name == run.name:
+        other.name = f"{other.name} ({other.path})"
+    resolver = ImageResolver()
+    for r in runs:
+        for root in r.image_roots():
+            resolver.add_root(root)
+    if img_dir:
+        resolver.roots.insert(0, Path(img_dir))
+
+    e = html.escape
+    parts = [f"<h1>Evaluation report: {e(run.name)}" + (f" vs {e(other.name)}" if other else "") + "</h1>",
+             f"<p class='muted'>{e(str(run.path))} &middot; {len(run.trials)} trial(s) &middot; "
+             f"{len(run.trials[0].results)} samples &middot; generated {_dt.datetime.now():%Y-%m-%d %H:%M}</p>"]
+    for r in runs:
+        if _args_html(r):
+            parts.append(f"<p>{_args_html(r)}</p>")
+
+    parts.append("<h2 id='accuracy'>Accuracy per category and trial (%)</h2>")
+    for i, r in enumerate(runs):
+        if len(runs) > 1:
+            parts.append(f"<h3>{e(r.name)}</h3>")
+        parts.append(_df_html(accuracy_by_category(r), "category-table" if i == 0 else f"category-table-{i}"))
+    charts = [_accuracy_chart(runs), _trial_chart(runs)]
+    calls = _calls_chart(runs)
+    if calls:
+        charts.append(calls)
+    parts.append("<div class='charts'>" + "".join(f"<div class='chart'>{c}</div>" for c in charts) + "</div>")
+
+    parts.append("<h2 id='metrics'>Run metrics per trial</h2>")
+    for i, r in enumerate(runs):
+        if len(runs) > 1:
+            parts.append(f"<h3>{e(r.name)}</h3>")
+        parts.append(_df_html(_metrics_table(r), "metrics-table" if i == 0 else f"metrics-table-{i}"))
+
+    parts.append("<h2 id='failures'>Failure reasons (all trials)</h2>")
+    for i, r in enumerate(runs):
+        ft = failure_table(r)
+        if len(runs) > 1:
+            parts.append(f"<h3>{e(r.name)}</h3>")
+        parts.append(_df_html(ft, "failure-table" if i == 0 else f"failure-table-{i}", index=False)
+                     if len(ft) else "<p>No failures: every answer was correct.</p>")
+
+    if other is not None:
+        parts.append(_compare_summary(run, other, trial))
+
+    shown_trial = run.trial(trial)
+    other_trial = other.trial(trial if trial in [t.index for t in other.trials] else None) if other else None
+    by_trial = [t.by_key() for t in run.trials]
+    results = shown_trial.results
+    limit = len(results) if not max_samples or max_samples <= 0 else min(max_samples, len(results))
+    counts = Counter(_status_group(r.status) for r in results[:limit])
+    cats = sorted({r.category for r in results[:limit]})
+    buttons = ["<button data-kind='status' data-value='all' class='active'>all</button>"]
+    buttons += [f"<button data-kind='status' data-value='{s}'>{s} ({counts[s]})</button>"
+                for s in ("correct", "wrong", "failed") if counts.get(s)]
+    cbuttons = ["<button data-kind='category' data-value='all' class='active'>all categories</button>"]
+    cbuttons += [f"<button data-kind='category' data-value='{e(c, quote=True)}'>{e(c)}</button>" for c in cats]
+    parts.append(f"<h2 id='samples'>Samples (trial {shown_trial.index}; showing <span id='shown-count'>{limit}</span> "
+                 f"of {len(results)}{'' if limit == len(results) else f', first {limit} rendered'})</h2>")
+    parts.append(f"<div class='filters'>Status: {''.join(buttons)}</div><div class='filters'>Category: {''.join(cbuttons)}</div>")
+    parts.append("<p class='muted'>Badges: status in each trial. Click a sample to see its conversation; every crop "
+                 "the vReasoner saw is redrawn from the source image at the recorded region.</p>")
+    labels = (run.name, other.name) if other else None
+    other_by_key = other_trial.by_key() if other_trial else {}
+    blocks = []
+    first_open = next((r.key for r in results[:limit] if r.n_search_calls), results[0].key if results else None)
+    for r in results[:limit]:
+        statuses = [bt[r.key].status for bt in by_trial if r.key in bt]
+        blocks.append(_sample_block(r.key, statuses, r, other_by_key.get(r.key), resolver, thumb_px, labels,
+                                    is_open=r.key == first_open))
+    parts.append("<div id='sample-list'>" + "\n".join(blocks) + "</div>")
+
+    title = f"InSight-o3 report: {run.name}"
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{e(title)}</title>"
+            f"<style>{_PAGE_CSS}{VIEW_CSS}</style></head><body>{''.join(parts)}"
+            f"<script>{_FILTER_JS}</script></body></html>")
+
+
+def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> str:
+    from .run_view import compare_frame
+
+    ta = a.trial(trial)
+    tb = b.trial(trial if trial in [t.index for t in b.trials] else None)
+    df = compare_frame(ta, tb)
+    counts = df["change"].value_counts()
+    txt = (f"<p>Trial {ta.index} vs trial {tb.index}: {int(counts.get('fixed', 0))} sample(s) correct only in "
+           f"<b>{html.escape(b.name)}</b>, {int(counts.get('broken', 0))} correct only in <b>{html.escape(a.name)}</b>.</p>")
+    changed = df[df["change"] != "same"]
+    table = _df_html(changed, "compare-table", index=False) if len(changed) else ""
+    return f"<h2 id='compare'>Comparison</h2>{txt}{table}"
+
+
+def write_report(eval_dir: str | os.PathLike, out: str | os.PathLike, **kw) -> Path:
+    """Build the report and write it to ``out`` (parent directories created)."""
+    page = build_report(eval_dir, **kw)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+__all__ = ["build_report", "write_report", "results_frame", "STATUSES"]

@@ -1,0 +1,549 @@
+"""Browse an evaluation run: ``outputs/eval/<eval_name>/trial_<k>/eval_records.jsonl``.
+
+Each record is the sample's fields plus ``eval_result`` (``status``, ``extracted_answer``, the
+response text, ``finish_reason``, ``trajectory``, ``stats``, ``fail_reason`` …). Trajectories hold
+messages whose image parts are :class:`~insight_o3.images.ImageRef` dicts; InSight-o3 runs add a
+``search`` entry to each vReasoner message that called the vSearcher (description, returned box in
+original pixels, the vSearcher's own sub-trajectory). Every crop shown here is cut again from the
+source image at the referenced region, so nothing depends on pixels stored in records.
+
+Readers are tolerant of missing optional keys (older runs, single-model runs without trajectory).
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+from PIL import Image
+
+from .. import prompts
+from ..images import ImageError, ImageRef
+from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
+
+#: Statuses written by the evaluation judge; "wrong", "incomplete" and "invalid" are all not correct.
+STATUSES = ("correct", "wrong", "incomplete", "invalid", "failed")
+_TRIAL_DIR = re.compile(r"^trial_(\d+)$")
+
+
+class RunError(ValueError):
+    """An evaluation directory that cannot be read; the message names the path."""
+
+
+@dataclass
+class SampleResult:
+    """One (sample, trial) record, flattened for browsing; ``record`` keeps the raw JSON."""
+
+    key: str
+    trial: int
+    category: str
+    question: str
+    options: str | None
+    answer: str
+    image_path: str
+    status: str
+    extracted_answer: str | None
+    text: str | None
+    finish_reason: str | None
+    fail_reason: str | None
+    trajectory: list[dict] | None
+    stats: dict
+    record: dict = field(repr=False, default_factory=dict)
+
+    @property
+    def n_search_calls(self) -> int:
+        if "n_search_calls" in self.stats:
+            return int(self.stats["n_search_calls"] or 0)
+        return sum(1 for m in self.trajectory or [] if isinstance(m.get("search"), dict))
+
+    @property
+    def n_search_not_found(self) -> int:
+        if "n_search_not_found" in self.stats:
+            return int(self.stats["n_search_not_found"] or 0)
+        return sum(1 for c in search_calls(self) if not c.get("found", True))
+
+    @property
+    def is_correct(self) -> bool:
+        return self.status == "correct"
+
+
+@dataclass
+class Trial:
+    path: Path
+    index: int
+    results: list[SampleResult]
+    metrics: dict
+    done: bool
+
+    def by_key(self) -> dict[str, SampleResult]:
+        return {r.key: r for r in self.results}
+
+
+@dataclass
+class EvalRun:
+    """An evaluation (``<eval_name>`` dir) with its trials, ``args.json`` and ``summary_metrics.json``."""
+
+    path: Path
+    name: str
+    trials: list[Trial]
+    args: dict
+    summary: dict
+
+    def trial(self, k: int | None = None) -> Trial:
+        if k is None:
+            return self.trials[0]
+        for t in self.trials:
+            if t.index == k:
+                return t
+        raise RunError(f"{self.path}: no trial_{k} (have: {[t.index for t in self.trials]})")
+
+    def image_roots(self) -> list[str]:
+        """Where the run's relative image paths may live (its img_dir, the ann_file's dir, cwd)."""
+        roots = [os.getcwd()]
+        for k in ("img_dir", "ann_file"):
+            v = self.args.get(k)
+            if isinstance(v, str) and v:
+                roots.append(v if k == "img_dir" else str(Path(v).parent))
+        return roots
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except json.JSONDecodeError as e:
+        raise RunError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(obj, dict):
+        raise RunError(f"{path}: expected a JSON object")
+    return obj
+
+
+def _status(er: dict) -> str:
+    s = er.get("status")
+    if s in STATUSES:
+        return s
+    if er.get("success") is False or er.get("error"):
+        return "failed"
+    if er.get("is_correct"):
+        return "correct"
+    if er.get("finish_reason") not in (None, "stop"):
+        return "incomplete"
+    return "wrong"
+
+
+def _result(rec: dict, trial: int, where: str) -> SampleResult:
+    er = rec.get("eval_result")
+    if not isinstance(er, dict):
+        raise RunError(f"{where}: record has no 'eval_result' object")
+    key = rec.get("sample_key", rec.get("question_id", rec.get("index")))
+    if key is None:
+        raise RunError(f"{where}: record has no 'sample_key' (nor question_id/index)")
+    image = rec.get("image_path") or rec.get("image") or rec.get("file_name") or ""
+    traj = er.get("trajectory")
+    return SampleResult(
+        key=str(key), trial=trial, category=str(rec.get("category", rec.get("subset", "unknown"))),
+        question=str(rec.get("question", "")), options=rec.get("options") if isinstance(rec.get("options"), str) else None,
+        answer=str(rec.get("answer", "")), image_path=str(image), status=_status(er),
+        extracted_answer=er.get("extracted_answer"), text=er.get("text", er.get("response")),
+        finish_reason=er.get("finish_reason"), fail_reason=er.get("fail_reason", er.get("error")),
+        trajectory=traj if isinstance(traj, list) else None, stats=er.get("stats") or {}, record=rec)
+
+
+def load_trial(trial_dir: str | os.PathLike, index: int | None = None) -> Trial:
+    """Read ``trial_dir/eval_records.jsonl`` (a torn last line, left by a killed run, is skipped)."""
+    trial_dir = Path(trial_dir)
+    path = trial_dir / "eval_records.jsonl"
+    if not path.is_file():
+        raise RunError(f"{trial_dir}: no eval_records.jsonl (not a trial directory of an evaluation run)")
+    if index is None:
+        m = _TRIAL_DIR.match(trial_dir.name)
+        index = int(m.group(1)) if m else 0
+    lines = path.read_text(encoding="utf-8").split("\n")
+    results: dict[str, SampleResult] = {}
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines):  # torn last line of an interrupted run
+                break
+            raise RunError(f"{path}:{i}: malformed JSON ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise RunError(f"{path}:{i}: expected a JSON object")
+        r = _result(rec, index, f"{path}:{i}")
+        results[r.key] = r  # the last record of a key wins (retried failures are appended)
+    metrics_path = trial_dir / "eval_metrics.json"
+    metrics = _read_json(metrics_path) if metrics_path.is_file() else {}
+    return Trial(trial_dir, index, list(results.values()), metrics, (trial_dir / "done").exists())
+
+
+def _trial_dirs(path: Path) -> list[Path]:
+    return sorted((p for p in path.iterdir() if p.is_dir() and _TRIAL_DIR.match(p.name)
+                   and (p / "eval_records.jsonl").is_file()),
+                  key=lambda p: int(_TRIAL_DIR.match(p.name).group(1)))
+
+
+def load_run(path: str | os.PathLike) -> EvalRun:
+    """An eval directory (``<eval_name>`` with ``trial_<k>/``) or a single trial directory."""
+    path = Path(path)
+    if not path.exists():
+        raise RunError(f"{path}: evaluation directory not found")
+    if not path.is_dir():
+        raise RunError(f"{path}: not a directory")
+    if (path / "eval_records.jsonl").is_file():
+        trials, root = [load_trial(path)], path.parent
+    else:
+        dirs = _trial_dirs(path)
+        if not dirs:
+            raise RunError(f"{path}: no trial_<k>/eval_records.jsonl found (is this an outputs/eval/<eval_name> "
+                           f"directory of a run that has started?)")
+        trials, root = [load_trial(d) for d in dirs], path
+    if not any(t.results for t in trials):
+        raise RunError(f"{path}: the evaluation has no records yet")
+    args = _read_json(root / "args.json") if (root / "args.json").is_file() else {}
+    summary = _read_json(root / "summary_metrics.json") if (root / "summary_metrics.json").is_file() else {}
+    name = str(args.get("eval_name") or root.name)
+    return EvalRun(root, name, trials, args, summary)
+
+
+# ---------------------------------------------------------------------------- tables and filters
+def results_frame(trial: Trial) -> pd.DataFrame:
+    """One row per sample of a trial: key, category, status, answer, extracted, search calls."""
+    return pd.DataFrame([{"key": r.key, "category": r.category, "status": r.status, "answer": r.answer,
+                          "extracted_answer": r.extracted_answer, "n_search_calls": r.n_search_calls,
+                          "n_search_not_found": r.n_search_not_found, "finish_reason": r.finish_reason,
+                          "fail_reason": r.fail_reason} for r in trial.results],
+                        columns=["key", "category", "status", "answer", "extracted_answer", "n_search_calls",
+                                 "n_search_not_found", "finish_reason", "fail_reason"])
+
+
+def filter_results(results: Iterable[SampleResult], status: str | Iterable[str] | None = None,
+                   category: str | Iterable[str] | None = None) -> list[SampleResult]:
+    """Keep results whose status/category match. ``status="wrong"`` also matches ``incomplete`` and
+    ``invalid`` (every judged-or-truncated non-correct answer); use ``"wrong_only"`` for exact."""
+    def norm(v):
+        return None if v is None else ({v} if isinstance(v, str) else set(v))
+
+    st, cat = norm(status), norm(category)
+    if st is not None:
+        unknown = st - set(STATUSES) - {"wrong_only"}
+        if unknown:
+            raise ValueError(f"unknown status filter {sorted(unknown)}; use one of {STATUSES}")
+        if "wrong" in st:
+            st |= {"incomplete", "invalid"}
+        if "wrong_only" in st:
+            st |= {"wrong"}
+    return [r for r in results if (st is None or r.status in st) and (cat is None or r.category in cat)]
+
+
+def accuracy_by_category(run: EvalRun) -> pd.DataFrame:
+    """Accuracy (%) per category (rows, plus "overall") and trial (columns), with mean and std."""
+    rows: dict[str, dict] = {}
+    for t in run.trials:
+        for cat, group in _group(t.results).items():
+            rows.setdefault(cat, {})[f"trial_{t.index}"] = 100.0 * sum(r.is_correct for r in group) / len(group)
+        if t.results:
+            rows.setdefault("overall", {})[f"trial_{t.index}"] = 100.0 * sum(r.is_correct for r in t.results) / len(t.results)
+    df = pd.DataFrame.from_dict(rows, orient="index")
+    df = df[[f"trial_{t.index}" for t in run.trials if f"trial_{t.index}" in df.columns]]
+    order = sorted(i for i in df.index if i != "overall") + (["overall"] if "overall" in df.index else [])
+    df = df.loc[order]
+    df["mean"] = df.mean(axis=1)
+    df["std"] = df[[c for c in df.columns if c.startswith("trial_")]].std(axis=1, ddof=0)
+    n = Counter(r.category for r in run.trials[0].results)
+    df.insert(0, "n", [n.get(i, sum(n.values())) if i != "overall" else sum(n.values()) for i in df.index])
+    return df.round(2)
+
+
+def _group(results: list[SampleResult]) -> dict[str, list[SampleResult]]:
+    out: dict[str, list[SampleResult]] = {}
+    for r in results:
+        out.setdefault(r.category, []).append(r)
+    return out
+
+
+def failure_table(run: EvalRun) -> pd.DataFrame:
+    """Non-correct outcomes by status and reason (failed queries, truncations, judge problems)."""
+    c: Counter = Counter()
+    for t in run.trials:
+        for r in t.results:
+            if r.status == "correct":
+                continue
+            if r.status == "wrong":
+                reason = "wrong answer" if r.extracted_answer not in (None, "") else "no answer extracted"
+            elif r.status == "incomplete":
+                reason = f"truncated (finish_reason={r.finish_reason})"
+            else:
+                reason = (r.fail_reason or "unknown").splitlines()[0][:160]
+            c[(r.status, reason)] += 1
+    df = pd.DataFrame([{"status": s, "reason": reason, "count": n} for (s, reason), n in c.most_common()],
+                      columns=["status", "reason", "count"])
+    return df
+
+
+# ---------------------------------------------------------------------------- conversations
+@dataclass
+class Turn:
+    """One message of a conversation, text expanded and images as references."""
+
+    index: int
+    role: str
+    text: str
+    images: list[ImageRef]
+    search: dict | None = None
+
+
+def _part_text(p: dict) -> str:
+    if "text" in p:
+        return str(p["text"])
+    name = p.get("prompt")
+    if isinstance(name, str):
+        v = getattr(prompts, name, None)
+        if not isinstance(v, str):
+            return f"[prompt {name}]"
+        fill = p.get("fill")
+        if isinstance(fill, dict) and fill:
+            try:
+                return prompts.fill(v, **{k: str(x) for k, x in fill.items()})
+            except KeyError:
+                return v + "\n" + json.dumps(fill)
+        return v
+    return ""
+
+
+def turns(messages: list[dict]) -> list[Turn]:
+    """Messages (compact records or full) as :class:`Turn` s."""
+    out = []
+    for i, m in enumerate(messages):
+        c = m.get("content")
+        texts, refs = [], []
+        if isinstance(c, str):
+            texts.append(c)
+        elif isinstance(c, list):
+            for p in c:
+                if not isinstance(p, dict):
+                    continue
+                if p.get("type") == "image" and isinstance(p.get("image"), dict):
+                    try:
+                        refs.append(ImageRef.from_dict(p["image"]))
+                    except (KeyError, TypeError):
+                        texts.append("[unreadable image reference]")
+                else:
+                    texts.append(_part_text(p))
+        search = m.get("search") if isinstance(m.get("search"), dict) else None
+        out.append(Turn(i, str(m.get("role", "?")), "".join(texts), refs, search))
+    return out
+
+
+def conversation(result: SampleResult) -> list[Turn]:
+    """The vReasoner conversation of a result; without a recorded trajectory, the question (with
+    the whole image) and the final response."""
+    if result.trajectory:
+        return turns(result.trajectory)
+    q = result.question + (f"\n{result.options}" if result.options else "")
+    out = [Turn(0, "user", q, [])]
+    if result.text is not None:
+        out.append(Turn(1, "assistant", result.text, []))
+    return out
+
+
+def search_calls(result: SampleResult) -> list[dict]:
+    """The vSearcher calls of a result: ``description``, ``status``, ``box`` (original px or None),
+    ``found``, ``trajectory`` (the vSearcher's own messages, may be empty)."""
+    out = []
+    for m in result.trajectory or []:
+        s = m.get("search")
+        if not isinstance(s, dict):
+            continue
+        box = s.get("box_original", s.get("box"))
+        box = tuple(float(v) for v in box) if isinstance(box, (list, tuple)) and len(box) == 4 else None
+        found = s.get("found", box is not None and s.get("status") not in ("not_found", "failed"))
+        out.append({"description": s.get("description", ""), "status": s.get("status"), "box": box,
+                    "found": bool(found), "trajectory": s.get("trajectory") or [], "error": s.get("error")})
+    return out
+
+
+def crop_refs(result: SampleResult, resolver: ImageResolver | None = None) -> list[ImageRef]:
+    """Image references of the conversation that are crops (not the whole source image)."""
+    refs = [ref for t in conversation(result) for ref in t.images]
+    if not refs:
+        return []
+    full = _full_region(result, refs, resolver)
+    return [r for r in refs if full is None or tuple(round(v) for v in r.region) != full]
+
+
+def _full_region(result: SampleResult, refs: list[ImageRef], resolver: ImageResolver | None):
+    w = h = None
+    try:
+        if resolver is not None:
+            w, h = resolver.open(result.image_path).size
+    except ImageError:
+        pass
+    if w is None:  # the first image of a conversation is the whole image
+        return tuple(round(v) for v in refs[0].region)
+    return (0, 0, w, h)
+
+
+def draw_result(result: SampleResult, resolver: ImageResolver | None = None, max_px: int = 1024,
+                show_targets: bool = True) -> Image.Image:
+    """The source image with every crop the vReasoner saw (numbered in order) and, for O3-Bench-like
+    records, the annotated target layouts (red)."""
+    resolver = resolver or ImageResolver()
+    try:
+        img = resolver.open(result.image_path)
+    except ImageError as e:
+        return placeholder(str(e))
+    boxes = []
+    if show_targets:
+        boxes += [DrawBox(b, f"target {lid}", TARGET_COLOR, dashed=True) for lid, b in _target_boxes(result.record)]
+    for k, ref in enumerate(crop_refs(result, resolver), start=1):
+        boxes.append(DrawBox(tuple(ref.region), f"crop {k}", CROP_COLORS[(k - 1) % len(CROP_COLORS)]))
+    return draw_boxes(img, boxes, max_px)
+
+
+def _target_boxes(record: dict) -> list[tuple[str, tuple]]:
+    infos = record.get("layout_infos")
+    targets = {str(t) for t in record.get("target_layouts") or [] if not isinstance(t, dict)}
+    if not isinstance(infos, dict) or not targets:
+        return []
+    out = []
+    for k, info in infos.items():
+        if not isinstance(info, dict):
+            continue
+        lid = str(info.get("layout_id", k))
+        b = info.get("bbox")
+        if (lid in targets or str(k) in targets) and isinstance(b, (list, tuple)) and len(b) == 4:
+            out.append((lid, tuple(float(v) for v in b)))
+    return out
+
+
+# ---------------------------------------------------------------------------- HTML
+def _img_tag(img: Image.Image, alt: str, cls: str = "") -> str:
+    return f"<img class='{cls}' src='{image_data_url(img)}' alt='{html.escape(alt, quote=True)}'/>"
+
+
+def _crop_html(ref: ImageRef, resolver: ImageResolver, thumb_px: int, caption: str) -> str:
+    try:
+        img = resolver.crop(ref, thumb_px)
+    except ImageError as e:
+        img = placeholder(str(e))
+    box = ", ".join(f"{v:.0f}" for v in ref.region)
+    cap = f"{caption} [{box}] sent at {ref.size[0]}x{ref.size[1]}"
+    return (f"<figure class='crop' data-region='{box}'>{_img_tag(img, cap, 'crop-img')}"
+            f"<figcaption>{html.escape(cap)}</figcaption></figure>")
+
+
+def _turn_html(t: Turn, resolver: ImageResolver, thumb_px: int, full: tuple | None, crop_no: list[int],
+               collapse_system: bool = True) -> str:
+    e = html.escape
+    body = [f"<pre class='msg-text'>{e(t.text)}</pre>"] if t.text else []
+    for ref in t.images:
+        if full is not None and tuple(round(v) for v in ref.region) == full:
+            body.append(f"<div class='note'>[whole image, sent at {ref.size[0]}x{ref.size[1]}; see the overview]</div>")
+        else:
+            crop_no[0] += 1
+            body.append(_crop_html(ref, resolver, thumb_px, f"crop {crop_no[0]}"))
+    if t.search is not None:
+        s = t.search
+        box = s.get("box_original", s.get("box"))
+        status = s.get("status", "")
+        line = f"vSearcher call: \u201c{s.get('description', '')}\u201d \u2192 {status or ''} {box if box else '(no box)'}"
+        sub = s.get("trajectory") or []
+        inner = ""
+        if sub:
+            inner = "".join(_turn_html(st, resolver, max(128, thumb_px // 2), None, [0])
+                            for st in turns(sub))
+            inner = f"<details class='sub'><summary>vSearcher trajectory ({len(sub)} messages)</summary>{inner}</details>"
+        body.append(f"<div class='search'>{e(line)}{inner}</div>")
+    content = "".join(body)
+    if collapse_system and t.role == "system":
+        content = f"<details><summary>system prompt</summary>{content}</details>"
+    return f"<div class='turn role-{e(t.role)}'><div class='role'>{e(t.role)}</div><div class='body'>{content}</div></div>"
+
+
+def conversation_html(result: SampleResult, resolver: ImageResolver | None = None, thumb_px: int = 512,
+                      overview_px: int | None = None) -> str:
+    """A sample's header, the overview image (crops drawn) and the conversation turn by turn with
+    every crop redrawn from the source image."""
+    resolver = resolver or ImageResolver()
+    e = html.escape
+    conv = conversation(result)
+    refs = [r for t in conv for r in t.images]
+    full = _full_region(result, refs, resolver) if refs else None
+    overview = draw_result(result, resolver, overview_px or max(thumb_px, 512))
+    calls = search_calls(result)
+    head = (f"<div class='sample-head'><span class='status status-{e(result.status)}'>{e(result.status)}</span> "
+            f"<b>{e(result.key)}</b> &middot; {e(result.category)} &middot; trial {result.trial} &middot; "
+            f"answer <b>{e(result.answer)}</b> &middot; extracted <b>{e(str(result.extracted_answer))}</b> &middot; "
+            f"{result.n_search_calls} vSearcher call(s)</div>")
+    parts = [head, f"<div class='question'><b>Q.</b> {e(result.question)}"
+                   + (f"<pre>{e(result.options)}</pre>" if result.options else "") + "</div>"]
+    if result.fail_reason:
+        parts.append(f"<div class='fail'>failure: {e(str(result.fail_reason))}</div>")
+    parts.append(f"<figure class='overview'>{_img_tag(overview, 'overview ' + result.key, 'overview-img')}"
+                 f"<figcaption>{e(os.path.basename(result.image_path))}: crops the vReasoner saw "
+                 f"(numbered){'; red dashed: target layouts' if _target_boxes(result.record) else ''}"
+                 f"</figcaption></figure>")
+    if calls and not result.trajectory:
+        parts.append(f"<div class='note'>{len(calls)} vSearcher calls</div>")
+    crop_no = [0]
+    parts.append("<div class='conversation'>" + "".join(_turn_html(t, resolver, thumb_px, full, crop_no)
+                                                       for t in conv) + "</div>")
+    return f"<div class='sample-view'>{''.join(parts)}</div>"
+
+
+def compare_frame(a: Trial, b: Trial) -> pd.DataFrame:
+    """Samples of two trials (e.g. two runs) side by side, with ``change`` (fixed/broken/same)."""
+    ra, rb = a.by_key(), b.by_key()
+    rows = []
+    for key in list(ra) + [k for k in rb if k not in ra]:
+        x, y = ra.get(key), rb.get(key)
+        sa, sb = (x.status if x else None), (y.status if y else None)
+        change = ("fixed" if sb == "correct" and sa != "correct" else
+                  "broken" if sa == "correct" and sb != "correct" else "same")
+        rows.append({"key": key, "category": (x or y).category, "answer": (x or y).answer,
+                     "status_a": sa, "status_b": sb, "extracted_a": x.extracted_answer if x else None,
+                     "extracted_b": y.extracted_answer if y else None,
+                     "calls_a": x.n_search_calls if x else None, "calls_b": y.n_search_calls if y else None,
+                     "change": change})
+    return pd.DataFrame(rows)
+
+
+def compare_html(a: SampleResult | None, b: SampleResult | None, resolver: ImageResolver | None = None,
+                 thumb_px: int = 384, labels: tuple[str, str] = ("A", "B")) -> str:
+    """The same sample in two runs, side by side."""
+    resolver = resolver or ImageResolver()
+    cols = []
+    for r, label in ((a, labels[0]), (b, labels[1])):
+        inner = conversation_html(r, resolver, thumb_px) if r is not None else "<div class='note'>(not in this run)</div>"
+        cols.append(f"<div class='compare-col'><h4>{html.escape(label)}</h4>{inner}</div>")
+    return f"<div class='compare' style='display:grid;grid-template-columns:1fr 1fr;gap:12px'>{''.join(cols)}</div>"
+
+
+#: CSS shared by the notebooks' HTML output and the report.
+VIEW_CSS = """
+.sample-view{font-family:system-ui,sans-serif;font-size:14px}
+.sample-head{margin:4px 0}
+.status{padding:1px 6px;border-radius:4px;color:#fff;font-size:12px}
+.status-correct{background:#2a9d55}.status-wrong{background:#d64545}.status-incomplete{background:#c98a00}
+.status-invalid{background:#8a5ad6}.status-failed{background:#555}
+.question pre,.msg-text{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:6px;margin:4px 0;max-height:360px;overflow:auto}
+.turn{display:flex;gap:8px;border-top:1px solid #ddd;padding:6px 0}
+.turn .role{min-width:72px;font-weight:bold;color:#555}
+.turn .body{flex:1;min-width:0}
+.role-assistant .role{color:#1f5fbf}
+.crop{display:inline-block;margin:4px;vertical-align:top}
+.crop img{max-width:100%;border:2px solid #1e6ee6}
+.overview img{max-width:100%}
+figcaption{font-size:12px;color:#555}
+.search{background:#eef4ff;padding:4px 6px;margin:4px 0;border-left:3px solid #1e6ee6}
+.fail{color:#a00}
+.note{color:#777;font-style:italic}
+"""
