@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Start `vllm serve` in the background, wait until it is healthy, and stop it later.
+#
+#   scripts/vllm_serve_bg.sh start [--model M] [--port P] [--host H] [--max-model-len N]
+#                                  [--tensor-parallel-size N] [--limit-mm-per-prompt JSON]
+#                                  [--served-model-name NAME] [--timeout S] [-- extra vllm args]
+#   scripts/vllm_serve_bg.sh stop   [--port P]
+#   scripts/vllm_serve_bg.sh status [--port P]
+#
+# Files: $RUN_DIR/vllm_<port>.log (server output) and $RUN_DIR/vllm_<port>.pid.
+# Defaults come from the environment (flags win):
+#   MODEL (Qwen/Qwen3-VL-8B-Instruct)  PORT (8000)  HOST (127.0.0.1: loopback only; set 0.0.0.0 to expose)
+#   MAX_MODEL_LEN (40960)  TP_SIZE (1)  LIMIT_MM_PER_PROMPT ({"image":1})  SERVED_MODEL_NAME (= MODEL)
+#   HEALTH_TIMEOUT (1800 s)  RUN_DIR (./outputs/vllm)  VLLM_BIN (vllm)
+# Auth: export VLLM_API_KEY and vLLM requires it as the bearer token (it reads the variable itself;
+# the key is never put on the command line, in the pid file or in the log by this script).
+set -euo pipefail
+
+CMD="${1:-}"
+[ $# -gt 0 ] && shift
+MODEL="${MODEL:-Qwen/Qwen3-VL-8B-Instruct}"
+PORT="${PORT:-8000}"
+HOST="${HOST:-127.0.0.1}"
+MAX_MODEL_LEN="${MAX_MODEL_LEN:-40960}"
+TP_SIZE="${TP_SIZE:-1}"
+DEFAULT_MM='{"image":1}'
+LIMIT_MM_PER_PROMPT="${LIMIT_MM_PER_PROMPT:-$DEFAULT_MM}"
+SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-}"
+HEALTH_TIMEOUT="${HEALTH_TIMEOUT:-1800}"
+RUN_DIR="${RUN_DIR:-./outputs/vllm}"
+VLLM_BIN="${VLLM_BIN:-vllm}"
+EXTRA=()
+
+die() { echo "vllm_serve_bg: $*" >&2; exit 1; }
+need() { [ $# -ge 2 ] || die "$1 needs a value"; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) need "$@"; MODEL="$2"; shift 2 ;;
+    --port) need "$@"; PORT="$2"; shift 2 ;;
+    --host) need "$@"; HOST="$2"; shift 2 ;;
+    --max-model-len) need "$@"; MAX_MODEL_LEN="$2"; shift 2 ;;
+    --tensor-parallel-size) need "$@"; TP_SIZE="$2"; shift 2 ;;
+    --limit-mm-per-prompt) need "$@"; LIMIT_MM_PER_PROMPT="$2"; shift 2 ;;
+    --served-model-name) need "$@"; SERVED_MODEL_NAME="$2"; shift 2 ;;
+    --timeout) need "$@"; HEALTH_TIMEOUT="$2"; shift 2 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    *) die "unknown argument: $1 (use -- before extra vllm arguments)" ;;
+  esac
+done
+case "$PORT" in ''|*[!0-9]*) die "--port must be a number, got '$PORT'" ;; esac
+case "$HEALTH_TIMEOUT" in ''|*[!0-9]*) die "--timeout must be whole seconds, got '$HEALTH_TIMEOUT'" ;; esac
+
+PID_FILE="$RUN_DIR/vllm_${PORT}.pid"
+LOG_FILE="$RUN_DIR/vllm_${PORT}.log"
+# /health is reached over loopback even when the server listens on all interfaces
+CHECK_HOST="$HOST"; [ "$HOST" = "0.0.0.0" ] && CHECK_HOST=127.0.0.1
+
+alive() { [ -f "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
+
+healthy() {
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS -o /dev/null --max-time 5 "http://$CHECK_HOST:$PORT/health"
+  else
+    python3 - "http://$CHECK_HOST:$PORT/health" <<'PY' >/dev/null 2>&1
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=5).read()
+PY
+  fi
+}
+
+start() {
+  if alive; then die "already running on port $PORT (pid $(cat "$PID_FILE")); run: $0 stop --port $PORT"; fi
+  command -v "$VLLM_BIN" >/dev/null 2>&1 || die "'$VLLM_BIN' not found (install vLLM or set VLLM_BIN)"
+  mkdir -p "$RUN_DIR"
+  local args=(serve "$MODEL" --host "$HOST" --port "$PORT" --max-model-len "$MAX_MODEL_LEN"
+              --tensor-parallel-size "$TP_SIZE" --limit-mm-per-prompt "$LIMIT_MM_PER_PROMPT")
+  [ -n "$SERVED_MODEL_NAME" ] && args+=(--served-model-name "$SERVED_MODEL_NAME")
+  args+=("${EXTRA[@]}")
+  echo "vllm_serve_bg: starting $VLLM_BIN serve $MODEL on $HOST:$PORT (log: $LOG_FILE)"
+  # setsid: the server gets its own process group so `stop` can end it and its workers together
+  setsid "$VLLM_BIN" "${args[@]}" >"$LOG_FILE" 2>&1 < /dev/null &
+  echo $! >"$PID_FILE"
+  local waited=0
+  until healthy; do
+    if ! alive; then
+      echo "vllm_serve_bg: server exited before becoming healthy; last log lines:" >&2
+      tail -n 30 "$LOG_FILE" >&2 || true
+      rm -f "$PID_FILE"
+      exit 1
+    fi
+    if [ "$waited" -ge "$HEALTH_TIMEOUT" ]; then
+      echo "vllm_serve_bg: not healthy after ${HEALTH_TIMEOUT}s; stopping it (log: $LOG_FILE)" >&2
+      stop_server
+      exit 1
+    fi
+    sleep 2; waited=$((waited + 2))
+  done
+  echo "vllm_serve_bg: healthy at http://$CHECK_HOST:$PORT/v1 (pid $(cat "$PID_FILE"), ${waited}s)"
+}
+
+stop_server() {
+  [ -f "$PID_FILE" ] || { echo "vllm_serve_bg: no pid file for port $PORT; nothing to stop"; return 0; }
+  local pid; pid="$(cat "$PID_FILE")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
+    echo "vllm_serve_bg: stopped pid $pid (port $PORT)"
+  else
+    echo "vllm_serve_bg: pid $pid (port $PORT) was not running"
+  fi
+  rm -f "$PID_FILE"
+}
+
+case "$CMD" in
+  start) start ;;
+  stop) stop_server ;;
+  status)
+    if alive && healthy; then echo "running and healthy (pid $(cat "$PID_FILE"), port $PORT)"
+    elif alive; then echo "running, not healthy yet (pid $(cat "$PID_FILE"), port $PORT)"; exit 3
+    else echo "not running (port $PORT)"; exit 3; fi ;;
+  -h|--help|help) sed -n 2,19p "$0" ;;
+  *) die "usage: $0 start|stop|status [options]  (see --help)" ;;
+esac

@@ -1,0 +1,125 @@
+"""The shell helpers: syntax, the sweep's paper settings (dry run), and the vLLM background helper
+driven against a stand-in `vllm` executable that serves /health on the requested port."""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = [ROOT / "scripts" / "vllm_serve_bg.sh",
+           ROOT / "insight_o3" / "scripts" / "examples" / "evaluate_qwen3_vl.sh",
+           ROOT / "insight_o3" / "scripts" / "examples" / "sweep_baselines.sh"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_bash_syntax(script):
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
+    env.update(extra)
+    return env
+
+
+def test_sweep_uses_paper_settings():
+    r = subprocess.run(["bash", str(SCRIPTS[2])], capture_output=True, text=True, cwd=ROOT,
+                       env=clean_env(DRY_RUN="1", MODELS="gpt-5-mini Qwen3-VL-8B"))
+    assert r.returncode == 0, r.stderr
+    cmds = [l for l in r.stdout.splitlines() if "insight_o3.scripts.evaluate" in l]
+    assert len(cmds) == 12
+    for c in cmds:
+        model, bench = c.split("--eval_name ")[1].split()[0].split("/")
+        assert f"--img_max_pixels {1280 * 1280 if model.startswith('gpt') else 3500 * 3500}" in c
+        assert f"--sys_prompt {'model_default' if bench == 'o3_bench' else 'think'}" in c
+        assert f"--num_trials {1 if bench == 'mme_realworld_lite' else 3}" in c
+        assert "api_key" not in c
+    benches = {c.split("--benchmark ")[1].split()[0] for c in cmds}
+    assert benches == {"o3_bench", "vstar", "hr_bench_4k", "treebench", "visual_probe_hard", "mme_realworld_lite"}
+    assert "gather_eval_results" in r.stdout.splitlines()[-1]
+
+
+def test_sweep_needs_a_key():
+    r = subprocess.run(["bash", str(SCRIPTS[2])], capture_output=True, text=True, cwd=ROOT, env=clean_env())
+    assert r.returncode == 2 and "OPENAI_API_KEY" in r.stderr
+
+
+FAKE_VLLM = textwrap.dedent(f"""\
+    #!{sys.executable}
+    # stand-in for `vllm serve MODEL --port P ...`: answers GET /health after a short start-up
+    import http.server, os, sys, time
+    args = sys.argv[1:]
+    print("argv:", " ".join(args), flush=True)
+    if os.environ.get("FAKE_VLLM_CRASH"):
+        print("fatal: out of memory", flush=True)
+        sys.exit(1)
+    port = int(args[args.index("--port") + 1])
+    time.sleep(1)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fake_vllm(tmp_path):
+    exe = tmp_path / "fake_vllm"
+    exe.write_text(FAKE_VLLM)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return exe
+
+
+def serve(cmd, exe, run_dir, port, **env):
+    return subprocess.run(["bash", str(SCRIPTS[0]), cmd, "--port", str(port), "--model", "tiny/model",
+                           "--timeout", "30"], capture_output=True, text=True, timeout=60,
+                          env=clean_env(VLLM_BIN=str(exe), RUN_DIR=str(run_dir), **env))
+
+
+def test_vllm_helper_start_status_stop(fake_vllm, tmp_path):
+    port, run_dir = free_port(), tmp_path / "run"
+    secret = "sk-test-secret-0123456789"
+    r = serve("start", fake_vllm, run_dir, port, VLLM_API_KEY=secret)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "healthy" in r.stdout
+        pid = int((run_dir / f"vllm_{port}.pid").read_text())
+        os.kill(pid, 0)
+        log = (run_dir / f"vllm_{port}.log").read_text()
+        assert "serve tiny/model --host 127.0.0.1" in log and "--limit-mm-per-prompt" in log
+        assert secret not in log + r.stdout + r.stderr
+        assert serve("status", fake_vllm, run_dir, port).returncode == 0
+        again = serve("start", fake_vllm, run_dir, port)
+        assert again.returncode == 1 and "already running" in again.stderr
+    finally:
+        stop = serve("stop", fake_vllm, run_dir, port)
+    assert stop.returncode == 0 and "stopped" in stop.stdout
+    assert not (run_dir / f"vllm_{port}.pid").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert serve("status", fake_vllm, run_dir, port).returncode == 3
+
+
+def test_vllm_helper_reports_early_exit(fake_vllm, tmp_path):
+    port, run_dir = free_port(), tmp_path / "run"
+    r = serve("start", fake_vllm, run_dir, port, FAKE_VLLM_CRASH="1")
+    assert r.returncode == 1
+    assert "exited before becoming healthy" in r.stderr and "out of memory" in r.stderr
+    assert not (run_dir / f"vllm_{port}.pid").exists()
