@@ -206,3 +206,17 @@ def test_bad_flags_rejected(bench, tmp_path, flag, value, capsys):
         evaluate.main(_argv(*bench, tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", flag, value))
     assert e.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+def test_corrupt_image_is_a_per_sample_error(bench, tmp_path, openai_server):
+    ann, img_dir = bench
+    (img_dir / "images/img2.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    main_srv = openai_server(eb.model_script())
+    judge_srv = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(ann, img_dir, out, main_srv.base_url, judge_srv.base_url)) == 0
+    recs = {r["sample_key"]: r["eval_result"] for r in _records(out, 0)}
+    bad = {q for q, r in recs.items() if r["status"] == "failed"}
+    assert bad == {"q4", "q5", "q6"}  # the questions on img2.png
+    assert "cannot decode image" in recs["q5"]["fail_reason"] and "img2.png" in recs["q5"]["fail_reason"]
+    assert main_srv.count == 5

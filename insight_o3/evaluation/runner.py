@@ -203,10 +203,11 @@ async def run_evaluation(samples: list[Sample], solver, judge: AnswerJudge, cfg:
                         raise
                     except Exception as e:  # a solver must not raise; never lose the pair if it does
                         log.exception("solver raised on sample %s", s.key)
-                        attempts = [Attempt(None, None, error=judge.redact(f"solver raised {type(e).__name__}: {e}"))]
+                        reason = judge.redact(f"solver raised {type(e).__name__}: {e}")
+                        attempts = [Attempt(None, None, error=reason) for _ in trials]
                     if len(attempts) != len(trials):
                         bad = f"solver returned {len(attempts)} attempts for {len(trials)} trials"
-                        attempts = (attempts + [Attempt(None, None, error=bad)] * len(trials))[:len(trials)]
+                        attempts = [Attempt(None, None, error=bad) for _ in trials]
                 await asyncio.gather(*(finish(s, k, a) for k, a in zip(trials, attempts)))
 
         try:
