@@ -1,0 +1,92 @@
+"""Typed view of ``config/agent_<vReasoner model>.yaml``: the API vReasoner, vSearcher budgets, judge.
+
+The file is chosen by ``API_MODEL_FOR_AGENT`` (``_base.sh`` passes its path as
+``vsearch.agent_config_path``); the agent loops call :func:`load_agent_config` once per worker.
+Unknown or missing keys and wrong types are errors that name the file and the field. API keys and
+endpoints are not part of it: the OpenAI SDK reads ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from insight_o3.geometry import VSEARCHER_EVAL_MAX_PIXELS, VSEARCHER_TRAIN_MAX_PIXELS
+
+
+@dataclass(frozen=True)
+class VReasonerConfig:
+    model: str
+    max_pixels: int                  # image budget sent to the API (1280x1280 GPT, 3500x3500 otherwise)
+    max_search_calls: int = 6
+    max_completion_tokens: int = 16384
+    max_concurrency: int = 64
+    max_retries: int = 3
+    timeout_s: float = 600
+
+
+@dataclass(frozen=True)
+class VSearcherBudget:
+    max_tool_calls: int = 6
+    max_pixels_train: int = VSEARCHER_TRAIN_MAX_PIXELS
+    max_pixels_eval: int = VSEARCHER_EVAL_MAX_PIXELS
+
+    def max_pixels(self, stage: str) -> int:
+        if stage not in ("train", "eval"):
+            raise ValueError(f"vsearch.stage must be 'train' or 'eval', got {stage!r}")
+        return self.max_pixels_train if stage == "train" else self.max_pixels_eval
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    max_concurrency: int = 64
+    max_retries: int = 3
+    timeout_s: float = 300
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    vreasoner: VReasonerConfig
+    vsearcher: VSearcherBudget = field(default_factory=VSearcherBudget)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+
+
+def _build(cls, data, where: str):
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{where}.{name}: required")
+            continue
+        value, typ = data[name], f.type if isinstance(f.type, str) else f.type.__name__
+        nested = {"VReasonerConfig": VReasonerConfig, "VSearcherBudget": VSearcherBudget, "JudgeConfig": JudgeConfig}
+        if typ in nested:
+            kwargs[name] = _build(nested[typ], value, f"{where}.{name}")
+            continue
+        ok = {"str": isinstance(value, str) and value != "",
+              "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
+              "float": isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0}[typ]
+        if not ok:
+            raise ValueError(f"{where}.{name}: expected a positive {typ}" + (" (non-empty)" if typ == "str" else "")
+                             + f", got {value!r}")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def load_agent_config(path: str | Path) -> AgentConfig:
+    """Read and validate an agent config file (errors name the file and the field)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"agent config {path} not found (is API_MODEL_FOR_AGENT right? "
+                                f"expected recipe/vsearch/config/agent_<model>.yaml)")
+    with path.open() as f:
+        data = yaml.safe_load(f)
+    return _build(AgentConfig, data, str(path))
