@@ -1,0 +1,184 @@
+"""O3-Bench-scale benchmark of the evaluate CLI against local scripted OpenAI-compatible servers.
+
+    .venv/bin/python scripts/bench_eval.py                       # 204 images 4600x3967, 345 Qs, 3 trials
+    .venv/bin/python scripts/bench_eval.py --num_images 20 --num_questions 34 --latency 0.2   # quick
+
+Generates (once, cached in ``--work_dir``) a demo benchmark with ``make_demo_bench``, then runs the
+real ``python -m insight_o3.scripts.evaluate`` in a subprocess with ``--separate_trial_requests``
+against (1) a zero-latency server and (2) one that delays every reply by ``--latency`` seconds.
+The server answers each question right or wrong by a fixed rule (a hash of the question decides, so
+its true accuracy is known exactly) in the ``<answer>X</answer>`` form the rule-based checker reads.
+
+Reported per run: wall time, images decoded/encoded (the CLI's log line) and distinct image payloads
+seen by the server (hash of each data URL), requests, requests lost (critical failures in the
+records), accuracy vs the server's true accuracy, bytes written under the output dir, peak RSS of
+the evaluate process (``os.wait4`` rusage), and whether the API key appears anywhere on disk.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.support.openai_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text  # noqa: E402
+
+API_KEY = "sk-bench-" + "7f3a9c1e5b2d4680"   # fake key, used to check nothing writes it to disk
+LETTERS = "ABCDEF"
+
+
+def is_right(question: str, accuracy: float) -> bool:
+    h = int.from_bytes(hashlib.sha256(question.encode()).digest()[:8], "big")
+    return h / 2**64 < accuracy
+
+
+class AnswerScript:
+    """Server-side script: right/wrong by question hash; counts requests and distinct images."""
+
+    def __init__(self, metadata: Path, accuracy: float, latency: float):
+        self.answers: dict[str, str] = {}
+        for line in metadata.read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            self.answers[r["question"]] = r["answer"]
+        self.accuracy, self.latency = accuracy, latency
+        self.lock = threading.Lock()
+        self.image_hashes: set[str] = set()
+        self.image_requests = 0
+        self.judge_requests = 0
+        self.unknown = 0
+
+    def true_accuracy(self) -> float:
+        return sum(is_right(q, self.accuracy) for q in self.answers) / len(self.answers)
+
+    def __call__(self, req: dict, call: Call) -> Reply:
+        urls = [p["image_url"]["url"] for m in req.get("messages", []) if isinstance(m.get("content"), list)
+                for p in m["content"] if isinstance(p, dict) and p.get("type") == "image_url"]
+        digests = [hashlib.blake2b(u.encode(), digest_size=16).hexdigest() for u in urls]
+        with self.lock:
+            self.image_hashes.update(digests)
+            self.image_requests += bool(urls)
+        text = last_user_text(req)
+        question = text.split("\n", 1)[0]
+        truth = self.answers.get(question) or next((a for q, a in self.answers.items() if q in text), None)
+        if truth is None:   # not one of ours: a judge call (should not happen: answers are rule-parsable)
+            with self.lock:
+                self.judge_requests += 1
+                self.unknown += 1
+            reply = chat("F")
+        else:
+            letter = truth if is_right(question, self.accuracy) else LETTERS[(LETTERS.index(truth) + 1) % 6]
+            reply = chat([f"The evidence points to option {letter}.\n<answer>{letter}</answer>"] * call.n)
+        reply.delay = self.latency
+        return reply
+
+
+def ensure_bench(a) -> Path:
+    bench = Path(a.work_dir) / f"bench_{a.num_images}x{a.num_questions}_{a.size}"
+    cmd = [sys.executable, "-m", "insight_o3.scripts.make_demo_bench", "--out", str(bench), "--num_images",
+           str(a.num_images), "--num_questions", str(a.num_questions), "--size", a.size, "--seed", "0",
+           "--workers", str(a.gen_workers)]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    print(f"[bench] benchmark ready in {time.perf_counter() - t0:.1f}s: {bench}", flush=True)
+    return bench
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def key_on_disk(path: Path) -> bool:
+    needle = API_KEY.encode()
+    return any(needle in f.read_bytes() for f in path.rglob("*") if f.is_file())
+
+
+def run_once(a, bench: Path, label: str, latency: float) -> dict:
+    script = AnswerScript(bench / "metadata.jsonl", a.accuracy, latency)
+    out_dir = Path(a.work_dir) / "runs" / label
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    with ScriptedOpenAIServer(script, keep_bodies=False) as srv:
+        cmd = [sys.executable, "-m", "insight_o3.scripts.evaluate", "--eval_name", "bench", "--model", "scripted",
+               "--api_base_url", srv.base_url, "--judge_model", "judge", "--judge_api_base_url", srv.base_url,
+               "--ann_file", str(bench / "metadata.jsonl"), "--img_dir", str(bench), "--num_trials",
+               str(a.num_trials), "--separate_trial_requests", "--output_dir", str(out_dir), "--no_progress",
+               "--concurrency", str(a.concurrency)]
+        env = {**os.environ, "OPENAI_API_KEY": API_KEY, "JUDGE_API_KEY": API_KEY}
+        log_path = out_dir.parent / f"{label}.log"
+        t0 = time.perf_counter()
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        n_requests = srv.count
+    log_text = log_path.read_text()
+    if proc.returncode != 0:
+        raise SystemExit(f"[bench] evaluate exited with {proc.returncode}; see {log_path}:\n{log_text[-3000:]}")
+    m = re.search(r"images decoded (\d+), encoded (\d+), cache hits (\d+)", log_text)
+    run_dir = out_dir / "bench"
+    summary = json.loads((run_dir / "summary_metrics.json").read_text())
+    lost = total = 0
+    for k in range(a.num_trials):
+        stats = json.loads((run_dir / f"trial_{k}" / "eval_metrics.json").read_text())["overall_stats"]
+        lost += stats.get("failed", 0)
+        total += stats["total"]
+    return {
+        "run": label, "latency_s": latency, "wall_s": round(wall, 1),
+        "images_decoded": int(m.group(1)) if m else None, "images_encoded": int(m.group(2)) if m else None,
+        "distinct_image_payloads_at_server": len(script.image_hashes),
+        "requests": n_requests, "judge_requests": script.judge_requests,
+        "queries": total, "requests_lost": lost,
+        "accuracy": round(summary["overall_accuracy"]["mean"], 4),
+        "true_accuracy": round(script.true_accuracy(), 4),
+        "bytes_written": dir_bytes(out_dir), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "api_key_on_disk": key_on_disk(out_dir),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work_dir", default=str(ROOT / "outputs" / "bench_eval"))
+    ap.add_argument("--num_images", type=int, default=204)
+    ap.add_argument("--num_questions", type=int, default=345)
+    ap.add_argument("--num_trials", type=int, default=3)
+    ap.add_argument("--size", default="4600x3967")
+    ap.add_argument("--accuracy", type=float, default=0.6, help="share of questions the server answers right")
+    ap.add_argument("--latency", type=float, default=1.0, help="reply delay (s) of the second server; <0 skips it")
+    ap.add_argument("--skip_zero", action="store_true", help="skip the zero-latency run")
+    ap.add_argument("--concurrency", type=int, default=128)
+    ap.add_argument("--gen_workers", type=int, default=1, help="processes drawing the benchmark images")
+    a = ap.parse_args(argv)
+    bench = ensure_bench(a)
+    results = []
+    runs = ([] if a.skip_zero else [("zero_latency", 0.0)]) + ([("latency", a.latency)] if a.latency >= 0 else [])
+    for label, lat in runs:
+        print(f"[bench] running evaluate against the {label} server ({lat}s per reply)...", flush=True)
+        res = run_once(a, bench, label, lat)
+        results.append(res)
+        print(json.dumps(res, indent=1), flush=True)
+    out = Path(a.work_dir) / "results.json"
+    out.write_text(json.dumps({"num_images": a.num_images, "num_questions": a.num_questions,
+                               "num_trials": a.num_trials, "size": a.size, "cpus": os.cpu_count(),
+                               "runs": results}, indent=1))
+    print(f"\n{'run':<14}{'wall s':>8}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}{'true':>8}"
+          f"{'MB written':>12}{'RSS MB':>8}")
+    for r in results:
+        print(f"{r['run']:<14}{r['wall_s']:>8}{str(r['images_encoded']):>9}"
+              f"{r['distinct_image_payloads_at_server']:>9}{r['requests_lost']:>6}{r['accuracy']:>8}"
+              f"{r['true_accuracy']:>8}{r['bytes_written'] / 1e6:>12.2f}{r['peak_rss_mb']:>8}")
+    print(f"(results in {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
