@@ -220,3 +220,29 @@ def test_corrupt_image_is_a_per_sample_error(bench, tmp_path, openai_server):
     assert bad == {"q4", "q5", "q6"}  # the questions on img2.png
     assert "cannot decode image" in recs["q5"]["fail_reason"] and "img2.png" in recs["q5"]["fail_reason"]
     assert main_srv.count == 5
+
+
+def test_insight_o3_mode_uses_the_agents_solver(bench, tmp_path, openai_server):
+    """--vsearcher_model builds InSightO3Solver through the hook; search stats reach the metrics."""
+    from tests.support.openai_server import chat
+
+    def reasoner(req, call):
+        searched = any(m["role"] == "assistant" for m in req["messages"])
+        return chat("\\boxed{C}" if searched else "<tool_call>region_description={the legend}</tool_call>")
+
+    r = openai_server(reasoner)
+    s = openai_server(lambda req, call: chat("<answer>[1, 1, 20, 20]</answer>"))
+    j = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    ann, img_dir = bench
+    assert evaluate.main(["--eval_name", "m/o3_bench", "--model", "r", "--api_base_url", r.base_url,
+                          "--api_key", MAIN_KEY, "--judge_api_base_url", j.base_url, "--vsearcher_model", "vs",
+                          "--vsearcher_api_base_url", s.base_url, "--ann_file", str(ann), "--img_dir",
+                          str(img_dir), "--output_dir", str(out), "--no_progress", "--num_trials", "2"]) == 0
+    assert s.count > 0
+    for k in range(2):
+        m = _metrics(out, k)
+        assert m["overall_stats"]["total"] == 8 and m["overall_stats"]["failed"] == 0
+        assert m["mean_search_calls"] > 0
+        assert len(_records(out, k)) == 8
+    _no_secrets(out)
