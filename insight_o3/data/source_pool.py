@@ -1,0 +1,284 @@
+"""The collage source pool (the table ``D`` of Algorithm 1) and converters that build it.
+
+A source pool is a JSONL or Parquet table, one QA item per row:
+
+=========  =========================================================================================
+id         unique string id of the item
+image      image path; relative paths are resolved against ``image_root`` (default: the directory
+           of the table file)
+width      image width in pixels (must match the file; checked when ``check_images=True``)
+height     image height in pixels
+bbox       target box ``[x1, y1, x2, y2]`` in image pixels (the evidence region of the QA)
+question   question text
+answer     ground-truth answer text (for multiple choice: the correct option's letter or text)
+options    list of option strings, or null / missing for open questions
+source     dataset name, e.g. ``viscot/textvqa`` or ``vstar``
+=========  =========================================================================================
+
+C.1 keeps items with ``area(bbox) / area(image) < 0.04`` (:func:`filter_small_targets`). The
+converters read the public annotation formats:
+
+* Visual CoT metadata JSONL (one file per subset, ``metadata/<subset>_cot_train.jsonl``): fields
+  ``question``, ``answer``, ``image`` (relative path), ``bboxs`` (list of ``[x1, y1, x2, y2]``;
+  several boxes are enclosed in one), ``width``, ``height``, ``dataset``, ``question_id``.
+* V*-style JSON/JSONL (the V* benchmark annotation form, also used for its training data):
+  ``image``, ``question``, ``bbox`` (list of ``[x, y, w, h]`` boxes, one per target object, enclosed
+  in one), ``options`` (the first option is the correct one) or ``answer``, optional ``width`` /
+  ``height`` (read from the image header otherwise). Options are shuffled deterministically per
+  item and ``answer`` becomes the correct option's letter.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..images import ImageError
+
+#: C.1 source filter: keep items whose bbox covers less than this fraction of the image.
+MAX_BBOX_RATIO = 0.04
+#: Visual CoT subsets of C.1: Chart/OCR-centric (kept as they are) and natural-image (need the MLLM check).
+VISCOT_TEXT_SUBSETS = ("dude", "cub", "textvqa", "docvqa", "infographicsvqa", "sroie", "vsr", "textcap")
+VISCOT_NATURAL_SUBSETS = ("flickr30k", "gqa", "openimages", "v7w")
+POOL_COLUMNS = ("id", "image", "width", "height", "bbox", "question", "answer", "options", "source")
+
+
+class PoolError(ValueError):
+    """Unusable source-pool input; the message names the file, the row/line and the field."""
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    id: str
+    image: str                  # resolved path
+    width: int
+    height: int
+    bbox: tuple[float, float, float, float]
+    question: str
+    answer: str
+    options: tuple[str, ...] | None
+    source: str
+
+    @property
+    def bbox_ratio(self) -> float:
+        x1, y1, x2, y2 = self.bbox
+        return (x2 - x1) * (y2 - y1) / (self.width * self.height)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["bbox"] = list(self.bbox)
+        d["options"] = list(self.options) if self.options is not None else None
+        return d
+
+
+def _field(row: dict, name: str, where: str):
+    if name not in row or row[name] is None:
+        raise PoolError(f"{where}: missing field '{name}'")
+    return row[name]
+
+
+def parse_item(row: dict, where: str, image_root: str) -> SourceItem:
+    """Validate one pool row (``where`` is ``file:line`` for error messages)."""
+    try:
+        width, height = int(_field(row, "width", where)), int(_field(row, "height", where))
+    except (TypeError, ValueError):
+        raise PoolError(f"{where}: field 'width'/'height' must be integers") from None
+    if width <= 0 or height <= 0:
+        raise PoolError(f"{where}: field 'width'/'height' must be positive, got {width}x{height}")
+    bbox = _field(row, "bbox", where)
+    if isinstance(bbox, np.ndarray):
+        bbox = bbox.tolist()
+    if not isinstance(bbox, (list, tuple)) or len(bbox) != 4:
+        raise PoolError(f"{where}: field 'bbox' must be [x1, y1, x2, y2], got {bbox!r}")
+    try:
+        x1, y1, x2, y2 = (float(v) for v in bbox)
+    except (TypeError, ValueError):
+        raise PoolError(f"{where}: field 'bbox' has a non-numeric coordinate: {bbox!r}") from None
+    if not all(math.isfinite(v) for v in (x1, y1, x2, y2)) or x2 <= x1 or y2 <= y1:
+        raise PoolError(f"{where}: field 'bbox' is empty or inverted: {bbox!r}")
+    if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
+        raise PoolError(f"{where}: field 'bbox' {bbox!r} lies outside the {width}x{height} image")
+    options = row.get("options")
+    if isinstance(options, np.ndarray):
+        options = options.tolist()
+    if options is not None:
+        if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
+            raise PoolError(f"{where}: field 'options' must be a list of strings or null")
+        options = tuple(options) or None
+    image = str(_field(row, "image", where))
+    path = image if os.path.isabs(image) else os.path.join(image_root, image)
+    for name in ("question", "answer"):
+        if not isinstance(_field(row, name, where), (str, int, float)):
+            raise PoolError(f"{where}: field '{name}' must be text")
+    return SourceItem(id=str(_field(row, "id", where)), image=path, width=width, height=height,
+                      bbox=(x1, y1, x2, y2), question=str(row["question"]), answer=str(row["answer"]),
+                      options=options, source=str(row.get("source") or "unknown"))
+
+
+def _iter_rows(path: str):
+    if path.endswith(".parquet"):
+        import pandas as pd
+        df = pd.read_parquet(path)
+        for i, row in enumerate(df.to_dict(orient="records")):
+            yield f"{path}:row {i}", row
+        return
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise PoolError(f"{path}:{lineno}: malformed JSON line ({e})") from None
+            if not isinstance(row, dict):
+                raise PoolError(f"{path}:{lineno}: expected a JSON object")
+            yield f"{path}:{lineno}", row
+
+
+def load_pool(path: str | os.PathLike, image_root: str | os.PathLike | None = None,
+              check_images: bool = True) -> list[SourceItem]:
+    """Read and validate a pool table. ``check_images`` verifies that each file exists and that its
+    header size matches ``width``/``height`` (a mismatch would silently misplace the target box)."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise PoolError(f"source pool not found: {path}")
+    root = str(image_root) if image_root is not None else os.path.dirname(os.path.abspath(path))
+    items, seen = [], {}
+    for where, row in _iter_rows(path):
+        item = parse_item(row, where, root)
+        if item.id in seen:
+            raise PoolError(f"{where}: duplicate id {item.id!r} (first at {seen[item.id]})")
+        seen[item.id] = where
+        if check_images:
+            _check_image(item, where)
+        items.append(item)
+    if not items:
+        raise PoolError(f"{path}: the source pool is empty")
+    return items
+
+
+def _check_image(item: SourceItem, where: str) -> None:
+    from PIL import Image
+    if not os.path.isfile(item.image):
+        raise PoolError(f"{where}: image file not found: {item.image}")
+    try:
+        with Image.open(item.image) as im:
+            size = im.size
+    except (OSError, SyntaxError, ValueError) as e:
+        raise PoolError(f"{where}: cannot read image {item.image}: {e}") from None
+    if size != (item.width, item.height):
+        raise PoolError(f"{where}: image {item.image} is {size[0]}x{size[1]}, the row says "
+                        f"{item.width}x{item.height}")
+
+
+def filter_small_targets(items: list[SourceItem], max_ratio: float = MAX_BBOX_RATIO) -> list[SourceItem]:
+    """C.1: keep items with ``area(bbox) / area(image) < max_ratio``."""
+    return [it for it in items if it.bbox_ratio < max_ratio]
+
+
+def write_pool(items: list[SourceItem], path: str, image_root: str | None = None) -> None:
+    """Write a JSONL pool atomically; image paths are made relative to ``image_root`` when given."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for it in items:
+            d = it.to_dict()
+            if image_root is not None:
+                d["image"] = os.path.relpath(it.image, image_root)
+            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- converters
+def _enclose(boxes: list[list[float]]) -> tuple[float, float, float, float]:
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
+
+
+def _read_json_records(path: str):
+    """A JSON array file or a JSONL file, yielding ``(where, record)``."""
+    with open(path, encoding="utf-8") as f:
+        head = f.read(1)
+        while head and head.isspace():
+            head = f.read(1)
+    if head == "[":
+        with open(path, encoding="utf-8") as f:
+            try:
+                data = json.load(f)
+            except json.JSONDecodeError as e:
+                raise PoolError(f"{path}: malformed JSON ({e})") from None
+        for i, rec in enumerate(data):
+            yield f"{path}:[{i}]", rec
+    else:
+        yield from _iter_rows(path)
+
+
+def _image_size(path: str, where: str) -> tuple[int, int]:
+    from PIL import Image
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except FileNotFoundError:
+        raise PoolError(f"{where}: image file not found: {path}") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"{where}: cannot read image {path}: {e}") from None
+
+
+def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
+    """Visual CoT metadata JSONL → pool items (``source = viscot/<dataset>``)."""
+    items = []
+    for where, rec in _read_json_records(path):
+        boxes = _field(rec, "bboxs", where)
+        if not boxes or not all(isinstance(b, (list, tuple)) and len(b) == 4 for b in boxes):
+            raise PoolError(f"{where}: field 'bboxs' must be a non-empty list of [x1, y1, x2, y2]")
+        image = str(_field(rec, "image", where))
+        full = image if os.path.isabs(image) else os.path.join(image_root, image)
+        if "width" in rec and "height" in rec:
+            w, h = int(rec["width"]), int(rec["height"])
+        else:
+            w, h = _image_size(full, where)
+        dataset = str(rec.get("dataset") or Path(path).name.split("_cot")[0])
+        qid = rec.get("question_id", where.rsplit(":", 1)[-1])
+        row = {"id": f"viscot/{dataset}/{qid}", "image": full, "width": w, "height": h,
+               "bbox": list(_enclose(boxes)), "question": _field(rec, "question", where),
+               "answer": _field(rec, "answer", where), "options": None, "source": f"viscot/{dataset}"}
+        items.append(parse_item(row, where, image_root))
+    return items
+
+
+def convert_vstar(path: str, image_root: str) -> list[SourceItem]:
+    """V*-style annotations (``bbox`` as ``[x, y, w, h]`` boxes, first option correct) → pool items."""
+    items = []
+    for where, rec in _read_json_records(path):
+        boxes = _field(rec, "bbox", where)
+        if boxes and isinstance(boxes[0], (int, float)):
+            boxes = [boxes]
+        if not boxes or not all(isinstance(b, (list, tuple)) and len(b) == 4 for b in boxes):
+            raise PoolError(f"{where}: field 'bbox' must be [x, y, w, h] or a list of them")
+        xyxy = [[b[0], b[1], b[0] + b[2], b[1] + b[3]] for b in boxes]
+        image = str(_field(rec, "image", where))
+        full = image if os.path.isabs(image) else os.path.join(image_root, image)
+        if "width" in rec and "height" in rec:
+            w, h = int(rec["width"]), int(rec["height"])
+        else:
+            w, h = _image_size(full, where)
+        options = rec.get("options")
+        if options:
+            # V* lists the correct option first; shuffle deterministically (per item id) so that the
+            # answer is not always "A", and record the correct letter.
+            order = np.random.default_rng(zlib.crc32(str(rec.get("question_id", image)).encode())).permutation(len(options))
+            options = [options[i] for i in order]
+            answer = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[int(np.flatnonzero(order == 0)[0])]
+        else:
+            answer = _field(rec, "answer", where)
+        qid = rec.get("question_id", rec.get("id", Path(image).stem))
+        row = {"id": f"vstar/{qid}", "image": full, "width": w, "height": h, "bbox": list(_enclose(xyxy)),
+               "question": _field(rec, "question", where), "answer": answer, "options": options or None,
+               "source": "vstar"}
+        items.append(parse_item(row, where, image_root))
+    return items
