@@ -241,4 +241,5 @@ def test_records_of_a_345_question_run_stay_under_10_mb(openai_server, img, stor
     record = json.dumps({"key": "q1", "attempts": [{"text": res.text, "finish_reason": res.finish_reason,
                                                     "trajectory": res.trajectory, "stats": res.stats}]})
     assert "base64" not in record
+    print(f"record size of a 6-call episode: {len(record)} bytes; x345 = {len(record) * 345 / 2**20:.2f} MiB")
     assert len(record) * 345 < 10 * 2**20, f"{len(record)} bytes per record"
