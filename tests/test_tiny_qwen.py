@@ -93,7 +93,7 @@ def test_cli_wrapper(tmp_path):
 
 
 def test_package_import_is_torch_free():
-    code = ("import sys, insight_o3.testing, insight_o3.testing.tiny_qwen; "
+    code = ("import sys, insight_o3.testing, insight_o3.testing.tiny_qwen, insight_o3.testing.vllm_server; "
             "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; "
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
