@@ -7,6 +7,7 @@ import math
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -15,6 +16,7 @@ from insight_o3 import demo_bench as db
 from insight_o3.evaluation.samples import load_samples
 from insight_o3.scripts import make_demo_bench
 
+ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--num_images", "4", "--questions_per_image", "3", "--min_side", "420", "--max_side", "520"]
 
 
@@ -173,3 +175,34 @@ def test_cli_rejects_bad_arguments(tmp_path):
                         "--num_images", "3", "--num_questions", "2", "--min_side", "200"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "--num_questions" in r.stderr
+
+
+def test_prepare_benchmarks_with_demo_o3_bench_and_tsv_images(tmp_path, bench):
+    """data/prepare_benchmarks.py: the demo set placed as O3-Bench is ready; V* annotation copied,
+    NOT READY until its images are unpacked from a (hand-made) TSV release, then ready."""
+    import base64
+    import io
+    import shutil
+
+    import pandas as pd
+
+    demo, _ = bench
+    root = tmp_path / "repo"
+    shutil.copytree(demo, root / "data" / "O3-Bench" / "test")
+    prep = [sys.executable, "data/prepare_benchmarks.py", "--root", str(root), "--benchmarks", "o3_bench", "vstar"]
+    r = subprocess.run(prep, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1, r.stderr
+    assert "o3_bench: ready: 12 samples, 4 images, 2 categories" in r.stdout
+    assert "vstar: NOT READY" in r.stdout and "image directory not found" in r.stdout
+    ann = root / "data" / "VStar" / "vstar_bench.jsonl"
+    ids = [json.loads(l)["question_id"] for l in ann.read_text().splitlines()]
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(buf, format="JPEG")
+    b64 = base64.b64encode(buf.getvalue()).decode()
+    tsv = tmp_path / "vstar.tsv"
+    pd.DataFrame({"index": ids, "question": "q", "image": b64}).to_csv(tsv, sep="\t", index=False)
+    r = subprocess.run(prep + ["--extract", f"vstar={tsv}"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "vstar: extracted 191 image(s)" in r.stdout and "vstar: ready: 191 samples" in r.stdout
+    assert (root / "data" / "VStar" / "images" / "direct_attributes" / "sa_4690.jpg").is_file()
