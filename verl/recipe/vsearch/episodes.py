@@ -1,0 +1,160 @@
+"""From in-loop episodes to training samples: the answer to verl's one-output-per-row rule.
+
+verl 0.7 gives an agent loop one dataset row and takes back exactly one ``AgentLoopOutput``; the
+trainer then ``union``s the rollout batch with the (repeated) input batch row by row. An in-loop
+episode, however, yields one policy sample per vSearcher call: 0..6 of them. The recipe solves it
+in three places, each small:
+
+1. **Agent loop** (:class:`recipe.vsearch.agent_loops.VReasonerAgentLoop`) returns the episode's
+   first sample as its output and the others in ``extra_fields[EXTRA_SAMPLES_KEY]``; an episode
+   without calls returns a fully masked *placeholder* that only carries the episode statistics.
+2. **Worker** (:class:`VSearchAgentLoopWorker`, installed by :class:`VSearchAgentLoopManager`,
+   selected with ``+actor_rollout_ref.rollout.agent.agent_loop_manager_class=
+   recipe.vsearch.episodes.VSearchAgentLoopManager``) pops the extra samples and runs verl's own
+   per-sample post-processing (padding, multimodal inputs, mrope position ids, reward loop) on
+   *each* of them, so every sample is a normal verl row. It also copies the row identity
+   (``uid``, ``data_source``, ``reward_model``, ``extra_info``) onto every sample and gives in-loop
+   samples the uid ``inloop-<episode uid>-<k>`` that ``vsearch_hybrid_grpo`` recognises.
+3. **Trainer** (:mod:`recipe.vsearch.trainer`) no longer unions with the input batch (the rollout
+   rows are self-contained) and calls :func:`finalize_batch`: episode metrics are read, placeholders
+   dropped, and the batch is padded to a multiple of the data-parallel size by **duplicating rows
+   with an all-zero response mask** (uid ``pad-<i>``). Duplicates are chosen over dropping because
+   every real sample is kept; a fully masked row contributes nothing: zero advantage, excluded from
+   the in-loop statistics by the estimator and from verl's ``seq-mean-*`` loss denominators.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from verl import DataProto
+from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorkerBase
+
+from .hybrid_advantage import inloop_uid
+
+EXTRA_SAMPLES_KEY = "vsearch_extra_samples"
+ROLE_KEY = "vsearch_role"
+ROLE_OUTLOOP, ROLE_INLOOP, ROLE_PLACEHOLDER, ROLE_PADDING = "outloop", "inloop", "placeholder", "padding"
+#: row identity copied from the input row onto every sample of its episode
+ROW_KEYS = ("uid", "data_source", "reward_model", "extra_info", "index", "agent_name")
+EPISODE_FIELDS = ("episode_id", "episode_n_calls", "episode_has_answer", "episode_correct",
+                  "episode_critical_failure", "episode_status", "episode_n_feedback")
+
+
+def episode_fields(episode_id: str, *, n_calls: int, has_answer: bool, correct: bool, critical_failure: bool,
+                   status: str, n_feedback: int) -> dict:
+    """Episode-level statistics, repeated on each of the episode's samples (and its placeholder)."""
+    return dict(zip(EPISODE_FIELDS, (episode_id, int(n_calls), bool(has_answer), bool(correct),
+                                     bool(critical_failure), str(status), int(n_feedback))))
+
+
+class VSearchAgentLoopWorker(AgentLoopWorkerBase):
+    """``AgentLoopWorker`` that turns one agent-loop output into 1..k verl rows (see module doc)."""
+
+    async def _agent_loop_postprocess(self, output, **kwargs) -> list:
+        extras = output.extra_fields.pop(EXTRA_SAMPLES_KEY, None) or []
+        rows = []
+        for sample in [output, *extras]:
+            for key in ROW_KEYS:
+                if key in kwargs:
+                    sample.extra_fields.setdefault(key, kwargs[key])
+            if sample.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER):
+                sample.extra_fields["uid"] = inloop_uid(str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
+                                                        int(sample.extra_fields.get("call_index", 0)))
+            rows.append(await super()._agent_loop_postprocess(sample, **kwargs))
+        return rows
+
+    def _postprocess(self, inputs: list) -> DataProto:
+        flat = [row for item in inputs for row in (item if isinstance(item, list) else [item])]
+        return super()._postprocess(flat)
+
+
+class VSearchAgentLoopManager(AgentLoopManager):
+    """``AgentLoopManager`` whose workers expand episodes (``agent_loop_workers_class`` is verl's
+    documented hook for recipes)."""
+
+    def __init__(self, *args, **kwargs):
+        self.agent_loop_workers_class = ray.remote(VSearchAgentLoopWorker)
+        super().__init__(*args, **kwargs)
+
+
+def _col(batch: DataProto, key: str, default: Any = None) -> np.ndarray:
+    if key in batch.non_tensor_batch:
+        return batch.non_tensor_batch[key]
+    return np.array([default] * len(batch), dtype=object)
+
+
+def episode_metrics(batch: DataProto) -> dict[str, float]:
+    """Per-step in-loop statistics, one value per episode (first row of each ``episode_id``).
+
+    ``vsearch/accuracy_reward``: judged-correct episodes over episodes not cut by API failures;
+    ``vsearch/critical_failure_ratio``: episodes cut by API failures over all episodes;
+    ``vsearch/has_answer``: episodes ending with a boxed answer; ``vsearch/calls_per_qa``: vSearcher
+    calls per episode; ``vsearch/feedback_rate``: calls the vReasoner rated (helpful/unhelpful) over
+    calls; ``vsearch/pseudo_iou_rate``: in-loop samples with r̂_IoU = 1[s = c = 1].
+    """
+    roles = _col(batch, ROLE_KEY, ROLE_OUTLOOP)
+    ep_ids = _col(batch, "episode_id")
+    seen: dict[str, int] = {}
+    for i, (role, ep) in enumerate(zip(roles, ep_ids)):
+        if role in (ROLE_INLOOP, ROLE_PLACEHOLDER) and ep is not None and ep not in seen:
+            seen[ep] = i
+    m: dict[str, float] = {}
+    if seen:
+        rows = list(seen.values())
+        crit = np.array([bool(_col(batch, "episode_critical_failure")[i]) for i in rows])
+        ok = ~crit
+        correct = np.array([bool(_col(batch, "episode_correct")[i]) for i in rows])
+        m["vsearch/critical_failure_ratio"] = float(crit.mean())
+        m["vsearch/accuracy_reward"] = float(correct[ok].mean()) if ok.any() else 0.0
+        m["vsearch/has_answer"] = float(np.mean([bool(_col(batch, "episode_has_answer")[i]) for i in rows]))
+        calls = np.array([int(_col(batch, "episode_n_calls")[i]) for i in rows])
+        m["vsearch/calls_per_qa"] = float(calls.mean())
+        fb = np.array([int(_col(batch, "episode_n_feedback")[i]) for i in rows])
+        m["vsearch/feedback_rate"] = float(fb.sum() / calls.sum()) if calls.sum() else 0.0
+    inloop = np.array([r == ROLE_INLOOP for r in roles])
+    if inloop.any():
+        helpful = _col(batch, "feedback_helpful")
+        correct_s = _col(batch, "answer_correct")
+        pseudo = [bool(helpful[i]) and bool(correct_s[i]) for i in np.flatnonzero(inloop)]
+        m["vsearch/pseudo_iou_rate"] = float(np.mean(pseudo))
+        m["vsearch/inloop_samples"] = float(inloop.sum())
+    outloop = np.array([r == ROLE_OUTLOOP for r in roles])
+    if outloop.any():
+        m["vsearch/outloop_samples"] = float(outloop.sum())
+        for key in ("iou", "r_iou"):
+            if key in batch.non_tensor_batch:
+                vals = np.array([float(v) for v in batch.non_tensor_batch[key][outloop]])
+                vals = vals[vals >= 0] if key == "iou" else vals
+                m[f"vsearch/outloop_mean_{key}"] = float(vals.mean()) if len(vals) else 0.0
+    return m
+
+
+def finalize_batch(batch: DataProto, dp_size: int) -> tuple[DataProto, dict[str, float]]:
+    """Drop placeholders and pad to a multiple of ``dp_size`` with zero-mask duplicates.
+
+    Returns the training batch and the step's episode metrics (computed before dropping)."""
+    metrics = episode_metrics(batch)
+    roles = _col(batch, ROLE_KEY, ROLE_OUTLOOP)
+    keep = np.flatnonzero(roles != ROLE_PLACEHOLDER)
+    donors = keep if len(keep) else np.arange(len(batch))
+    n = len(keep)
+    target = max(dp_size, -(-n // dp_size) * dp_size)
+    n_pad = target - n
+    pad_idx = donors[np.arange(n_pad) % len(donors)]
+    out = batch.select_idxs(np.concatenate([keep, pad_idx]).astype(np.int64))
+    if n_pad:
+        out.batch["response_mask"][n:] = 0
+        if "uid" not in out.non_tensor_batch:
+            out.non_tensor_batch["uid"] = np.array([None] * len(out), dtype=object)
+        uids = out.non_tensor_batch["uid"].copy()
+        roles_out = _col(out, ROLE_KEY, ROLE_OUTLOOP).copy()
+        for j in range(n, target):
+            uids[j], roles_out[j] = f"pad-{j}", ROLE_PADDING
+        out.non_tensor_batch["uid"], out.non_tensor_batch[ROLE_KEY] = uids, roles_out
+    metrics["vsearch/padding_rows"] = float(n_pad)
+    metrics["vsearch/masked_rows"] = float((out.batch["response_mask"].sum(-1) == 0).sum().item())
+    assert torch.is_tensor(out.batch["response_mask"])
+    return out, metrics

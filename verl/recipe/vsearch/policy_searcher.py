@@ -1,0 +1,161 @@
+"""The vSearcher protocol driven by the *policy* through verl's rollout server, token by token.
+
+Every protocol decision (prompts, parsing, box validation, cropping, tool-call limit) is made by
+:class:`insight_o3.agents.SearcherSession`, the same state machine the inference vSearcher uses.
+This module only replaces the "generate" step: it renders the session's messages with the
+model's chat template (through verl's ``AgentLoopBase.apply_chat_template``, so image pads are
+expanded by the processor exactly as verl's own loops do), asks ``server_manager.generate`` for
+token ids, decodes them for the session, and keeps the token-level record verl trains on:
+
+* ``prompt_ids``: system prompt + first user turn (image + "Locate ...") + ``<|im_start|>assistant``;
+* ``response_ids``: every assistant turn (``response_mask`` 1) interleaved with every tool response
+  (``response_mask`` 0): the ``\\n`` that closes the assistant turn in the chat template, then the
+  user turn ``<tool_response>`` + crop + ``</tool_response>`` + reminder, then the next
+  ``<|im_start|>assistant\\n`` header. Only tokens the policy sampled carry mask 1.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from uuid import uuid4
+
+from PIL import Image
+
+from insight_o3.agents import LocateResult, SearcherSession
+from insight_o3.images import ImageStore
+
+
+@dataclass
+class SearcherRollout:
+    """One finished policy vSearcher episode at token level, plus the protocol's verdict."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float] | None
+    images: list[Image.Image]
+    result: LocateResult
+    assistant_texts: list[str]
+    frame_size: tuple[int, int]
+    format_ok: bool
+    format_error: str | None
+    truncated: bool = False
+    generate_s: float = 0.0
+    tool_s: float = 0.0
+    num_turns: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def reward_fields(self) -> dict:
+        """The keys ``recipe.vsearch.reward_fn.compute_score`` reads (see its docstring)."""
+        box = self.result.box_original
+        return {
+            "n_tool": int(self.result.n_tool_calls),
+            "format_ok": bool(self.format_ok),
+            "format_error": self.format_error,
+            "pred_box": [float(v) for v in box] if box is not None else None,
+            "search_status": self.result.status,
+            "search_truncated": bool(self.truncated),
+        }
+
+
+def template_messages(messages: list[dict]) -> list[dict]:
+    """Session messages as the HF chat template wants them: image references become bare
+    ``{"type": "image"}`` parts (the pixels travel separately, in order)."""
+    out = []
+    for m in messages:
+        content = m["content"]
+        if isinstance(content, list):
+            content = [{"type": "image"} if p.get("type") == "image" else {"type": "text", "text": p["text"]}
+                       for p in content]
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+class PolicySearcher:
+    """Runs :class:`SearcherSession` episodes with the policy behind an agent loop's server manager.
+
+    ``agent_loop`` is a verl ``AgentLoopBase`` (it provides ``server_manager``, ``tokenizer`` and
+    ``apply_chat_template``). ``response_length`` is the rollout's response budget: generation
+    stops once it is used up (the episode is then ``failed``/truncated and earns no reward).
+    """
+
+    def __init__(self, agent_loop, images: ImageStore, max_pixels: int, max_tool_calls: int,
+                 response_length: int):
+        self.loop = agent_loop
+        self.images, self.max_pixels, self.max_tool_calls = images, max_pixels, max_tool_calls
+        self.response_length = response_length
+        tok = agent_loop.tokenizer
+        self.im_end = tok.convert_tokens_to_ids("<|im_end|>")
+        eos = {self.im_end, tok.eos_token_id, tok.pad_token_id}
+        self.stop_ids = {i for i in eos if isinstance(i, int) and i >= 0}
+        self.newline_ids = tok.encode("\n", add_special_tokens=False)
+
+    def session(self, image_path: str, description: str) -> SearcherSession:
+        return SearcherSession(image_path, description, self.images, self.max_pixels, "trained", self.max_tool_calls)
+
+    async def run(self, image_path: str, description: str, sampling_params: dict,
+                  request_id: str | None = None) -> SearcherRollout:
+        request_id = request_id or uuid4().hex
+        s = self.session(image_path, description)
+        pics = [s.pil(ref) for ref in s.image_refs]
+        prompt_ids = await self.loop.apply_chat_template(template_messages(s.messages), images=pics)
+        resp: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] | None = []
+        texts: list[str] = []
+        t_gen = t_tool = 0.0
+        truncated = False
+        while not s.done:
+            if len(resp) >= self.response_length:
+                truncated = True
+                s.fail(f"response budget of {self.response_length} tokens used up")
+                break
+            t0 = time.perf_counter()
+            out = await self.loop.server_manager.generate(request_id, prompt_ids=prompt_ids + resp,
+                                                          sampling_params=sampling_params, image_data=list(pics))
+            t_gen += time.perf_counter() - t0
+            ids = list(out.token_ids)
+            resp += ids
+            mask += [1] * len(ids)
+            if logprobs is not None and out.log_probs is not None and len(out.log_probs) == len(ids):
+                logprobs += list(out.log_probs)
+            else:
+                logprobs = None
+            text = self.loop.tokenizer.decode(ids, skip_special_tokens=True)
+            texts.append(text)
+            if getattr(out, "stop_reason", None) == "aborted":
+                s.fail("generation aborted by the rollout server")
+                break
+            finish = "stop" if ids and ids[-1] in self.stop_ids else "length"
+            n_before = len(s.messages)
+            st = s.step(text, finish)
+            if st.done:
+                break
+            # the tool response the session appended after the assistant turn
+            t0 = time.perf_counter()
+            crop = s.pil(st.crop)
+            tool_ids = await self.loop.apply_chat_template(template_messages(s.messages[n_before + 1:]),
+                                                           images=[crop], remove_system_prompt=True)
+            if ids and ids[-1] == self.im_end:
+                tool_ids = self.newline_ids + tool_ids
+            if len(resp) + len(tool_ids) > self.response_length:
+                # never cut through a crop's image tokens: pixels and pads must stay paired
+                truncated = True
+                s.fail(f"tool response does not fit the {self.response_length}-token response budget")
+                break
+            pics.append(crop)
+            resp += tool_ids
+            mask += [0] * len(tool_ids)
+            if logprobs is not None:
+                logprobs += [0.0] * len(tool_ids)
+            t_tool += time.perf_counter() - t0
+        if len(resp) > self.response_length:
+            truncated = True
+            resp, mask = resp[:self.response_length], mask[:self.response_length]
+            logprobs = logprobs[:self.response_length] if logprobs is not None else None
+        result = s.result()
+        # r_format is the session's verdict (the same code the inference vSearcher reports)
+        fmt_err = None if result.format_ok else (result.error or "format check failed")
+        return SearcherRollout(prompt_ids, resp, mask, logprobs or None, pics, result, texts, tuple(s.frame.size),
+                               bool(result.format_ok), fmt_err, truncated, t_gen, t_tool,
+                               num_turns=len(s.messages) - 1)
