@@ -179,3 +179,38 @@ def test_vllm_prompt_tokens_match_client_smart_resize(vllm_server, bench):
     assert counts[BUDGET] - text_only == tokens[BUDGET] + 2
     assert counts[SMALL_BUDGET] - text_only == tokens[SMALL_BUDGET] + 2
     assert counts[BUDGET] - counts[SMALL_BUDGET] == tokens[BUDGET] - tokens[SMALL_BUDGET]
+
+
+def test_vllm_prompt_tokens_of_a_zoom_in_turn(vllm_server, bench):
+    """After a tool call the conversation holds the whole image and a crop (cut from the original,
+    resized on the client to the same budget); vLLM counts exactly both grids' tokens."""
+    from openai import AsyncOpenAI
+
+    from insight_o3.agents.searcher_session import SearcherSession
+    from insight_o3.images import ImageStore
+
+    meta = [json.loads(x) for x in (bench / "metadata.jsonl").read_text().splitlines()]
+    path = str(bench / meta[-1]["file_name"])
+    images = ImageStore()
+    s = SearcherSession(path, "the legend box", images, BUDGET)
+    w, h = s.frame.size
+    call = ('<think>zoom</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": '
+            f'{{"bbox_2d": [{w // 3}, {h // 4}, {w - 5}, {h // 2}], "label": "legend"}}}}</tool_call>')
+    step = s.step(call, "stop")
+    assert not step.done and step.crop is not None, step
+    crop = step.crop
+    # the crop is the original-image region of the box, at its own smart_resize size
+    cw, ch = int(round(crop.region[2] - crop.region[0])), int(round(crop.region[3] - crop.region[1]))
+    nh, nw = smart_resize(ch, cw, max_pixels=BUDGET)
+    assert tuple(crop.size) == (nw, nh)
+
+    client = AsyncOpenAI(base_url=vllm_server.base_url, api_key="EMPTY", max_retries=0)
+    both, _ = _prompt_tokens(client, s, images)
+    for m in s.messages:
+        if isinstance(m["content"], list):
+            m["content"] = [p for p in m["content"] if p.get("type") != "image"]
+    client = AsyncOpenAI(base_url=vllm_server.base_url, api_key="EMPTY", max_retries=0)
+    text_only, _ = _prompt_tokens(client, s, images)
+    expected = (w // 28) * (h // 28) + (crop.size[0] // 28) * (crop.size[1] // 28)
+    print(f"\nzoom-in turn: frame {(w, h)} crop {tuple(crop.size)} prompt_tokens {both} text-only {text_only}")
+    assert both - text_only == expected + 2 * 2
