@@ -157,16 +157,16 @@ def test_pool_errors_name_file_line_and_field(tmp_path):
         load_pool(p)
 
 
-def _run_cli(pool_file: Path, out: Path, workers: int, n: int = 6) -> subprocess.CompletedProcess:
+def _run_cli(pool_file: Path, out: Path, workers: int, n: int = 5) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "insight_o3.scripts.generate_collages", "--source_pool", str(pool_file),
            "--out_dir", str(out), "--num_collages", str(n), "--seed", "7", "--num_workers", str(workers),
-           "--chunk_size", "2", "--image_format", "png", "--no_progress", *CFG_FLAGS]
+           "--chunk_size", "2", "--image_format", "jpg", "--no_progress", *CFG_FLAGS]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 def _digest(out: Path) -> tuple[str, dict]:
     rows = (out / "collages.jsonl").read_text()
-    imgs = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / "images").glob("*.png"))}
+    imgs = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / "images").glob("*.jpg"))}
     return rows, imgs
 
 
@@ -177,7 +177,7 @@ def test_cli_same_seed_same_output_any_workers_and_resume(pool_file, tmp_path):
     assert r2.returncode == 0, r2.stderr
     assert _digest(tmp_path / "w1") == _digest(tmp_path / "w2")
     rows = [json.loads(line) for line in (tmp_path / "w1" / "collages.jsonl").read_text().splitlines()]
-    assert [r["index"] for r in rows] == list(range(6))
+    assert [r["index"] for r in rows] == list(range(5))
     for r in rows:
         assert f"#{r['target_tile_id']}" in r["question"]
         assert r["source_ids"][0] == r["target_source_id"]
@@ -187,7 +187,7 @@ def test_cli_same_seed_same_output_any_workers_and_resume(pool_file, tmp_path):
     out = tmp_path / "w1"
     lines = (out / "collages.jsonl").read_text().splitlines(keepends=True)
     (out / "collages.jsonl").write_text("".join(lines[:3]) + lines[3][:20])
-    os.remove(out / "images" / "collage-00000005.png")
+    os.remove(out / "images" / "collage-00000004.jpg")
     r3 = _run_cli(pool_file, out, 2)
     assert r3.returncode == 0, r3.stderr
     assert _digest(out) == _digest(tmp_path / "w2")
