@@ -15,7 +15,9 @@ and the slow ``Qwen2VLImageProcessor`` (transformers 4.57, no torchvision), and 
 Determinism: the byte-level BPE tokenizer is trained on ``assets/tiny_tokenizer_corpus.txt``, a
 corpus the repository ships (not on anything of the running interpreter), and weights come from
 ``torch.manual_seed(seed)`` on CPU, so ``tokenizer.json`` and ``model.safetensors`` have the same
-sha256 on every machine with the same torch/tokenizers/transformers versions.
+sha256 on every machine with the same torch/tokenizers/transformers versions. The corpus (~320 KB)
+was generated once from the project's prompts and sources plus templated English sentences and
+VQA/tool-call snippets; editing it changes every tokenizer hash, so only do it deliberately.
 
 torch, transformers and tokenizers are imported inside functions: importing this module (and
 ``insight_o3.testing``) stays torch-free.
