@@ -1,0 +1,239 @@
+"""Pack benchmark, collage and region-localization jsonl files into verl parquet files.
+
+Example usages (from the project's ``verl/`` directory, with ``PYTHONPATH`` holding the project root
+and ``verl/``, as in the README):
+
+  # out-of-loop training data: region descriptions with ground-truth boxes -> agent_name=vsearcher
+  python recipe/vsearch/create_parquet_dataset.py region \\
+      --ann_file ../data/InfoVQA_RegionLocalization/train.jsonl --img_dir ../data/InfoVQA_RegionLocalization \\
+      --data_source info_vqa_region_localization --out ../data/parquet/info_vqa_region_localization.parquet
+
+  # in-loop training data: QA on collages -> agent_name=vreasoner
+  python recipe/vsearch/create_parquet_dataset.py collage \\
+      --ann_file ../data/VisCoT_VStar_Collage/train.jsonl --img_dir ../data/VisCoT_VStar_Collage \\
+      --data_source visual_cot_vstar_collage --out ../data/parquet/visual_cot_vstar_collage.parquet
+
+  # evaluation data: a benchmark in the evaluation loader's format -> agent_name=vreasoner
+  python recipe/vsearch/create_parquet_dataset.py benchmark \\
+      --ann_file ../data/VStar/vstar_bench.jsonl --img_dir ../data/VStar/images \\
+      --data_source vstar --out ../data/parquet/vstar.parquet
+
+Columns (exactly those of the original README): ``data_source``, ``prompt`` (a user message with
+``<image>`` and the task text), ``images`` (``[{'image': 'file:///abs/path'}]``), ``reward_model``
+(``{'ground_truth': ..., 'style': 'rule'}``; for region rows the box as JSON text), ``extra_info``
+and ``agent_name`` (``vsearcher`` | ``vreasoner``). ``extra_info`` has the same fields in every file
+(so verl can concatenate files of different kinds): ``index, question_id, question, options,
+answer, description, category, bboxes (list of (x1, y1, x2, y2) or null), width, height, source``.
+
+Input validation stops at the first bad row with ``<file>:<line>: field '<name>' ...``. Input formats:
+
+* ``benchmark`` / ``collage``: the evaluation loader's format (``insight_o3.evaluation.samples``):
+  ``image`` (or ``file_name``), ``question``, ``options`` (optional), ``answer``, ``category``;
+  collages may add ``target_bbox`` (one box or a list of boxes, original pixels), kept as ``bboxes``.
+* ``region``: ``image``, ``width``, ``height``, ``description``, ``bbox`` [x1, y1, x2, y2] (or
+  ``bboxes``: a list of them), optional ``source``; boxes must lie inside the image.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+KINDS = ("region", "collage", "benchmark")
+AGENT_FOR_KIND = {"region": "vsearcher", "collage": "vreasoner", "benchmark": "vreasoner"}
+
+EXTRA_INFO_TYPE = pa.struct([
+    ("index", pa.int64()), ("question_id", pa.string()), ("question", pa.string()), ("options", pa.string()),
+    ("answer", pa.string()), ("description", pa.string()), ("category", pa.string()),
+    ("bboxes", pa.list_(pa.list_(pa.float64()))), ("width", pa.int64()), ("height", pa.int64()),
+    ("source", pa.string()),
+])
+SCHEMA = pa.schema([
+    ("data_source", pa.string()),
+    ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+    ("images", pa.list_(pa.struct([("image", pa.string())]))),
+    ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
+    ("extra_info", EXTRA_INFO_TYPE),
+    ("agent_name", pa.string()),
+])
+
+
+class InputError(ValueError):
+    """Bad input; the message names the file, the line and the field."""
+
+
+def _image_size(path: str, where: str) -> tuple[int, int]:
+    from PIL import Image
+    if not os.path.isfile(path):
+        raise InputError(f"{where}: field 'image': file not found: {path}")
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except OSError as e:
+        raise InputError(f"{where}: field 'image': cannot read {path}: {e}") from None
+
+
+def _box(value, where: str, field: str, size: tuple[int, int] | None) -> list[float]:
+    if not isinstance(value, (list, tuple)) or len(value) != 4:
+        raise InputError(f"{where}: field '{field}' must be [x1, y1, x2, y2], got {value!r}")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in value):
+        raise InputError(f"{where}: field '{field}' must hold 4 finite numbers, got {value!r}")
+    x1, y1, x2, y2 = (float(v) for v in value)
+    if x2 <= x1 or y2 <= y1:
+        raise InputError(f"{where}: field '{field}' {value!r} is inverted or empty (need x1 < x2 and y1 < y2)")
+    if size is not None:
+        w, h = size
+        if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
+            raise InputError(f"{where}: field '{field}' {value!r} lies outside the {w}x{h} image")
+    return [x1, y1, x2, y2]
+
+
+def _boxes(value, where: str, field: str, size) -> list[list[float]]:
+    """One box or a list of boxes -> list of boxes."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(b, (list, tuple)) for b in value):
+        return [_box(b, where, f"{field}[{i}]", size) for i, b in enumerate(value)]
+    return [_box(value, where, field, size)]
+
+
+def _read_jsonl(path: str):
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: annotation file not found")
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            where = f"{path}:{line_no}"
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{where}: not valid UTF-8 ({e.reason})") from None
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict):
+                raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            yield where, obj
+
+
+def _extra(**kw) -> dict:
+    base = {name: None for name in EXTRA_INFO_TYPE.names}
+    base.update(kw)
+    return base
+
+
+def _row(data_source: str, agent: str, image_path: str, text: str, ground_truth: str, extra: dict) -> dict:
+    return {"data_source": data_source, "prompt": [{"role": "user", "content": f"<image>\n{text}"}],
+            "images": [{"image": "file://" + os.path.abspath(image_path)}],
+            "reward_model": {"ground_truth": ground_truth, "style": "rule"}, "extra_info": extra,
+            "agent_name": agent}
+
+
+def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
+    rows = []
+    for where, obj in _read_jsonl(ann_file):
+        image = obj.get("image")
+        if not isinstance(image, str) or not image.strip():
+            raise InputError(f"{where}: field 'image' is {'missing' if 'image' not in obj else 'not a file name'}")
+        desc = obj.get("description")
+        if not isinstance(desc, str) or not desc.strip():
+            raise InputError(f"{where}: field 'description' is {'missing' if 'description' not in obj else 'empty'}")
+        size = None
+        for f in ("width", "height"):
+            v = obj.get(f)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise InputError(f"{where}: field '{f}' must be a positive integer, got {v!r}")
+        size = (obj["width"], obj["height"])
+        path = os.path.join(img_dir, image)
+        if check_images:
+            real = _image_size(path, where)
+            if real != size:
+                raise InputError(f"{where}: fields 'width'/'height' say {size[0]}x{size[1]} but {path} is "
+                                 f"{real[0]}x{real[1]}")
+        if "bbox" in obj:
+            boxes = [_box(obj["bbox"], where, "bbox", size)]
+        elif "bboxes" in obj:
+            boxes = _boxes(obj["bboxes"], where, "bboxes", size)
+        else:
+            raise InputError(f"{where}: field 'bbox' is missing")
+        source = obj.get("source")
+        extra = _extra(index=len(rows), question_id=str(obj.get("id", len(rows))), description=desc.strip(),
+                       bboxes=boxes, width=size[0], height=size[1],
+                       source=None if source is None else str(source))
+        rows.append(_row(data_source, "vsearcher", path, desc.strip(), json.dumps(boxes[0]), extra))
+    if not rows:
+        raise InputError(f"{ann_file}: no rows (the file is empty)")
+    return rows
+
+
+def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_images: bool = True) -> list[dict]:
+    """Benchmark / collage rows through the evaluation loader (one validator for both uses)."""
+    from insight_o3.evaluation.samples import AnnotationError, load_samples
+    try:
+        samples = load_samples(ann_file, img_dir, check_images=check_images)
+    except AnnotationError as e:
+        raise InputError(str(e)) from None
+    rows = []
+    for s in samples:
+        where = f"{ann_file}:{s.line}"
+        boxes = None
+        if "target_bbox" in s.extra and s.extra["target_bbox"] is not None:
+            size = _image_size(s.image_path, where) if check_images else None
+            boxes = _boxes(s.extra["target_bbox"], where, "target_bbox", size)
+        extra = _extra(index=s.index, question_id=str(s.question_id) if s.question_id is not None else s.key,
+                       question=s.question, options=s.options, answer=s.answer, category=s.category,
+                       bboxes=boxes, source=str(s.extra["source"]) if s.extra.get("source") is not None else None)
+        rows.append(_row(data_source, AGENT_FOR_KIND[kind], s.image_path, s.prompt(), s.answer, extra))
+    return rows
+
+
+def build_rows(kind: str, ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
+    if kind not in KINDS:
+        raise InputError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not data_source or not data_source.replace("_", "").replace("-", "").isalnum():
+        raise InputError(f"--data_source must be a non-empty name of letters, digits, '_' or '-' (it becomes "
+                         f"the key of +data.batch_sampler.weights.<data_source>), got {data_source!r}")
+    if kind == "region":
+        return region_rows(ann_file, img_dir, data_source, check_images)
+    return qa_rows(ann_file, img_dir, data_source, kind, check_images)
+
+
+def write_parquet(rows: list[dict], out: str | os.PathLike) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    pq.write_table(table, out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("kind", choices=KINDS)
+    p.add_argument("--ann_file", required=True, help="input jsonl")
+    p.add_argument("--img_dir", required=True, help="directory the jsonl's image paths are relative to")
+    p.add_argument("--data_source", required=True, help="data_source column value (sampler weight key)")
+    p.add_argument("--out", required=True, help="output .parquet file")
+    p.add_argument("--max_samples", type=int, default=-1, help="keep only the first N rows")
+    p.add_argument("--no_check_images", action="store_true", help="skip opening images (sizes unchecked)")
+    a = p.parse_args(argv)
+    try:
+        rows = build_rows(a.kind, a.ann_file, a.img_dir, a.data_source, check_images=not a.no_check_images)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if a.max_samples > 0:
+        rows = rows[: a.max_samples]
+    out = write_parquet(rows, a.out)
+    print(f"wrote {len(rows)} rows ({a.kind}, agent_name={AGENT_FOR_KIND[a.kind]}) to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""verl dataset for the vsearch recipe: builds each row's prompt from :mod:`insight_o3.prompts`.
+
+The parquet rows (``create_parquet_dataset.py``) carry the task, not the prompt wording:
+``extra_info.description`` for ``agent_name=vsearcher`` rows and ``extra_info.question`` (+
+``options``) for ``agent_name=vreasoner`` rows. :class:`VSearchDataset` renders them with the paper's
+prompts at load time, so the wording lives in one place (``insight_o3.prompts``) for evaluation and
+training and old parquet files never carry stale prompt text:
+
+* ``vsearcher``: system = F.2 vSearcher prompt, user = [image, "Locate {description}. ..."]; the
+  policy answers it directly (out-of-loop RL).
+* ``vreasoner``: system = F.1 *training* vReasoner prompt (asks for ``<tool_feedback>``), user =
+  [question + options, image]; this conversation goes to the API vReasoner and the policy only sees
+  the vSearcher calls it issues (in-loop RL).
+
+It also adds ``image_path`` (absolute, for the protocol sessions of the agent loops) and
+``tools_kwargs`` for the crop tool, and overrides :meth:`process_vision_info` with a PIL-only version
+of ``qwen_vl_utils.process_vision_info`` for images (same ``smart_resize`` rule, from
+``insight_o3.geometry``), so it runs on machines without torchvision.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from PIL import Image
+from verl.utils.dataset.rl_dataset import RLHFDataset
+
+from insight_o3.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS, smart_resize
+from insight_o3.images import open_image
+from insight_o3.prompts import VREASONER_TRAIN_SYSTEM_PROMPT, VSEARCHER_FIRST_USER_PROMPT, VSEARCHER_SYSTEM_PROMPT, fill
+
+AGENT_NAMES = ("vsearcher", "vreasoner")
+CROP_TOOL = "image_zoom_in_tool"
+
+
+def image_path_from_uri(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+def _row_error(row: dict, index: int, msg: str) -> ValueError:
+    return ValueError(f"vsearch dataset row {index} (data_source={row.get('data_source')!r}): {msg}")
+
+
+def build_messages(row: dict, index: int = -1) -> tuple[list[dict], str]:
+    """``(raw_prompt, image_uri)`` for one parquet row (see module doc)."""
+    agent = row.get("agent_name")
+    if agent not in AGENT_NAMES:
+        raise _row_error(row, index, f"agent_name must be one of {AGENT_NAMES}, got {agent!r}")
+    images = row.get("images")
+    if images is None or len(images) != 1 or not isinstance(images[0], dict) or not images[0].get("image"):
+        raise _row_error(row, index, "images must be [{'image': 'file:///abs/path'}] (single-image rows only)")
+    uri = str(images[0]["image"])
+    info = row.get("extra_info") or {}
+    image_part = {"type": "image", "image": uri}
+    if agent == "vsearcher":
+        desc = info.get("description")
+        if not isinstance(desc, str) or not desc.strip():
+            raise _row_error(row, index, "extra_info.description is missing (vsearcher rows)")
+        text = fill(VSEARCHER_FIRST_USER_PROMPT, target=desc.strip())
+        return [{"role": "system", "content": VSEARCHER_SYSTEM_PROMPT},
+                {"role": "user", "content": [image_part, {"type": "text", "text": text}]}], uri
+    question = info.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise _row_error(row, index, "extra_info.question is missing (vreasoner rows)")
+    options = info.get("options")
+    text = f"{question}\n{options}" if options else question
+    return [{"role": "system", "content": VREASONER_TRAIN_SYSTEM_PROMPT},
+            {"role": "user", "content": [{"type": "text", "text": text}, image_part]}], uri
+
+
+class VSearchDataset(RLHFDataset):
+    """RLHFDataset whose ``raw_prompt`` is rendered from the insight_o3 prompts (CPU-safe)."""
+
+    def __getitem__(self, item):
+        row: dict = self.dataframe[item]
+        messages, uri = build_messages(row, item)
+        row.pop(self.image_key, None)
+        row.pop(self.video_key, None)
+        row["raw_prompt"] = messages
+        row["image_path"] = image_path_from_uri(uri)
+        # verl's DataProto needs at least one tensor per batch (same placeholder as RLHFDataset)
+        import torch
+        row["dummy_tensor"] = torch.tensor([0], dtype=torch.uint8)
+        info = row.get("extra_info") or {}
+        row["extra_info"] = info
+        row["index"] = info.get("index", item)
+        row["tools_kwargs"] = {CROP_TOOL: {"create_kwargs": {"image": uri}}}
+        row["interaction_kwargs"] = {}
+        return row
+
+    @classmethod
+    async def process_vision_info(cls, messages: list[dict], image_patch_size: int = 14,
+                                  config: Any = None) -> tuple[list[Image.Image], list]:
+        """Images of ``messages`` resized as Qwen2.5-VL's processor expects (``smart_resize`` with
+        factor ``2 * image_patch_size``; ``min_pixels``/``max_pixels`` per image part as in
+        qwen_vl_utils, default max 16384 tokens). Videos are not part of this protocol."""
+        images: list[Image.Image] = []
+        factor = 2 * int(image_patch_size)
+        for m in messages:
+            content = m.get("content")
+            if not isinstance(content, list):
+                continue
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                kind = part.get("type")
+                if kind == "video" or "video" in part:
+                    raise ValueError("the vsearch recipe supports image inputs only (got a video part)")
+                if kind != "image" and "image" not in part:
+                    continue
+                src = part.get("image")
+                img = src if isinstance(src, Image.Image) else open_image(image_path_from_uri(str(src)))
+                img = img.convert("RGB")
+                h, w = smart_resize(img.height, img.width, factor=factor,
+                                    min_pixels=int(part.get("min_pixels", QWEN_MIN_PIXELS)),
+                                    max_pixels=int(part.get("max_pixels", VSEARCHER_EVAL_MAX_PIXELS)))
+                images.append(img.resize((w, h), Image.BICUBIC) if (w, h) != img.size else img)
+        return images, []
