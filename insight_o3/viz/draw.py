@@ -135,8 +135,14 @@ def draw_boxes(img: Image.Image, boxes: list[DrawBox], max_px: int | None = None
         else:
             d.rectangle(rect, outline=b.color, width=lw)
         if b.label:
-            above = rect[1] - fsize - 2 * lw
-            tx, ty = rect[0] + lw, above if above >= 0 else rect[1] + lw
+            above, below = rect[1] - fsize - 2 * lw, rect[3] + lw
+            # dashed (reference) boxes label below, solid ones above, so a crop that is exactly a
+            # target layout keeps both captions readable
+            if b.dashed:
+                ty = below if below + fsize < out.height else max(0, above)
+            else:
+                ty = above if above >= 0 else rect[1] + lw
+            tx = rect[0] + lw
             bbox = d.textbbox((tx, ty), b.label, font=font)
             d.rectangle([bbox[0] - 2, bbox[1] - 2, bbox[2] + 2, bbox[3] + 2], fill=b.color)
             d.text((tx, ty), b.label, fill=(255, 255, 255), font=font)
