@@ -82,6 +82,7 @@ def _write_jsonl_atomic(path: str, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     ap = argparse.ArgumentParser(prog="python -m insight_o3.scripts.build_region_localization",
                                  description="C.2 region-localization data: layout rules + region descriptions.")
     ap.add_argument("--layouts", required=True, help="dir of PaddleOCR layout *.json, a .json or a .jsonl")

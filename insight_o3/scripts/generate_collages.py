@@ -264,7 +264,7 @@ def _pool_main(argv: list[str]) -> None:
     ap.add_argument("--max_bbox_ratio", type=float, default=0.04)
     a = ap.parse_args(argv)
     conv = convert_viscot if a.format == "viscot" else convert_vstar
-    items = [it for path in a.input for it in conv(path, a.image_root)]
+    items = [it for path in a.input for it in conv(path, os.path.abspath(a.image_root))]  # absolute paths
     kept = filter_small_targets(items, a.max_bbox_ratio)
     write_pool(kept, a.out)
     print(json.dumps({"read": len(items), "kept": len(kept), "out": a.out}))
@@ -272,6 +272,7 @@ def _pool_main(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "pool":
         return _pool_main(argv[1:])
