@@ -32,7 +32,7 @@ def test_bench_layouts_table_plots_and_drawing(demo_eval_run):
     for fig in (bv.plot_category_counts(table), bv.plot_layout_counts(table), bv.plot_resolution(table)):
         assert fig.axes and fig.axes[0].has_data()
     # the first target box is drawn in red at its place on the full-size image
-    img = bv.draw_sample(s, max_px=None or 10_000)
+    img = bv.draw_sample(s, max_px=10_000)
     assert img.size == (row["img_width"], row["img_height"])
     x1, y1, x2, y2 = row["layout_infos"][str(row["target_layouts"][0])]["bbox"]
     edge = np.asarray(img)[int(y1) + 8: int(y2) - 8, int(x1)].astype(int)  # left edge, below the label
