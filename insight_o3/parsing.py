@@ -64,6 +64,7 @@ def mcq_letter(span: str, letters: str) -> str | None:
 
 
 _OPTION_LINE = re.compile(r"^\s*\(?([A-Z])\s*[.)\]:]", re.MULTILINE)
+_INLINE_OPTION = re.compile(r"(?:^|\s)\(?([A-Z])[.)]\s*\S")
 
 
 def option_letters(options: str | list | dict | None) -> str:
@@ -75,7 +76,15 @@ def option_letters(options: str | list | dict | None) -> str:
     if isinstance(options, (list, tuple)):
         found = [m.group(1) for o in options if (m := _OPTION_LINE.match(str(o)))]
         return "".join(found) if len(found) == len(options) else "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:len(options)]
-    return "".join(dict.fromkeys(_OPTION_LINE.findall(str(options))))
+    text = str(options)
+    by_line = "".join(dict.fromkeys(_OPTION_LINE.findall(text)))
+    # options written on one line ("A. x  B. y  C. z", seen in TreeBench): take the run A, B, C, ...
+    inline = ""
+    for letter in dict.fromkeys(_INLINE_OPTION.findall(text)):
+        if letter != chr(ord("A") + len(inline)):
+            break
+        inline += letter
+    return inline if len(inline) > len(by_line) else by_line
 
 
 def format_options(options: str | list | dict | None) -> str | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from ..parsing import format_options, option_letters
 IMAGE_FIELDS = ("image", "file_name")
 CATEGORY_FIELDS = ("category", "subset")
 _KNOWN = {"question_id", "question", "options", "answer", *IMAGE_FIELDS, *CATEGORY_FIELDS}
-_INLINE_OPTION = re.compile(r"(?:^|\s)\(?([A-Z])[.)]\s*\S")
 #: How many missing images are listed in the error message.
 MAX_REPORTED = 5
 
@@ -48,14 +46,7 @@ class Sample:
         """Option letters for multiple-choice questions ("" for open questions)."""
         if not self.options:
             return ""
-        by_line = option_letters(self.options)
-        # options written on one line ("A. x B. y C. z", seen in TreeBench): consecutive A, B, C...
-        inline = ""
-        for letter in dict.fromkeys(_INLINE_OPTION.findall(self.options)):
-            if letter != chr(ord("A") + len(inline)):
-                break
-            inline += letter
-        return inline if len(inline) > len(by_line) else by_line
+        return option_letters(self.options)
 
     @property
     def is_mcq(self) -> bool:
