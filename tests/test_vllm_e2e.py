@@ -128,6 +128,10 @@ def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_pa
                 w, h = im.size
             nh, nw = smart_resize(h, w, max_pixels=BUDGET)
             assert tuple(ref["size"]) == (nw, nh), (ref, (w, h))
+            # the server's own token count for the first turn is recorded and covers the image tokens
+            usage = s["turn_usage"]
+            assert len(usage) == s["n_turns"] and all(u and u["prompt_tokens"] > 0 for u in usage)
+            assert usage[0]["prompt_tokens"] > (nh // 28) * (nw // 28) + 2
         assert er["stats"]["n_search_not_found"] == sum(s["status"] != "found" for s in searches)
 
     # every vSearcher turn in the records is one (successful) request the vLLM server answered

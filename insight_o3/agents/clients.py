@@ -80,7 +80,7 @@ class VSearcher:
             except _API_ERRORS as e:
                 s.fail(_describe(e, self.redact))
                 break
-            s.step(c.text, c.finish_reason)
+            s.step(c.text, c.finish_reason, c.usage)
         return s.result()
 
 

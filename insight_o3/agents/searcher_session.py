@@ -52,6 +52,7 @@ class SearcherTurnRecord:
     bbox_raw: list | None = None     # the model's values, model-frame pixels
     box_original: Box | None = None
     error: str | None = None
+    usage: dict | None = None        # token usage the server reported for this turn, if any
 
 
 @dataclass
@@ -77,6 +78,7 @@ class LocateResult:
     n_turns: int = 0
     error: str | None = None
     description: str = ""
+    turn_usage: list[dict | None] = field(default_factory=list)  # per assistant turn, as the server reported
 
     @property
     def found(self) -> bool:
@@ -87,7 +89,7 @@ class LocateResult:
         rnd = (lambda b: [round(v, 2) for v in b] if b is not None else None)
         return {"description": self.description, "status": self.status, "box_original": rnd(self.box_original),
                 "box_model": rnd(self.box_model), "n_tool_calls": self.n_tool_calls, "n_turns": self.n_turns,
-                "format_ok": self.format_ok, "error": self.error,
+                "format_ok": self.format_ok, "error": self.error, "turn_usage": self.turn_usage,
                 "trajectory": compact_messages(self.trajectory)}
 
 
@@ -150,13 +152,14 @@ class SearcherSession:
             self.turns[-1].error = self.turns[-1].error or error
         return SearcherStep(True, action, error=error)
 
-    def step(self, assistant_text: str, finish_reason: str | None = None) -> SearcherStep:
+    def step(self, assistant_text: str, finish_reason: str | None = None, usage: dict | None = None) -> SearcherStep:
         """Consume one assistant reply; append the tool response (a crop) or finish."""
         if self.done:
             raise RuntimeError("vSearcher session is already finished")
         text = assistant_text or ""
         turn = parse_searcher_turn(text, simple_prompt=self.prompt == "simple")
-        rec = SearcherTurnRecord(text, turn.action, turn.has_think, finish_reason, turn.bbox, error=turn.error)
+        rec = SearcherTurnRecord(text, turn.action, turn.has_think, finish_reason, turn.bbox, error=turn.error,
+                                 usage={k: v for k, v in (usage or {}).items() if isinstance(v, (int, float))} or None)
         self.turns.append(rec)
         self.messages.append(message("assistant", text))
         if turn.action == "tool_call":
@@ -199,7 +202,8 @@ class SearcherSession:
         if not self.done:
             raise RuntimeError("vSearcher session is not finished")
         return LocateResult(self.status, self.box_original, self.box_model, self.n_tool_calls, self.format_ok,
-                            list(self.messages), len(self.turns), self.error, self.description)
+                            list(self.messages), len(self.turns), self.error, self.description,
+                            [t.usage for t in self.turns])
 
 
 def failed_locate(description: str, reason: str) -> LocateResult:
