@@ -6,7 +6,7 @@
 Generates (once, cached in ``--work_dir``) a demo benchmark with ``make_demo_bench``, then runs the
 real ``python -m insight_o3.scripts.evaluate`` in a subprocess with ``--separate_trial_requests``
 against (1) a zero-latency server and (2) one that delays every reply by ``--latency`` seconds.
-The server answers each question right or wrong by a fixed rule (a hash of the question decides, so
+The server answers each question right or wrong by a fixed rule (a hash of the question + options text decides, so
 its true accuracy is known exactly) in the ``<answer>X</answer>`` form the rule-based checker reads.
 
 Reported per run: wall time, images decoded/encoded (the CLI's log line) and distinct image payloads
@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from insight_o3.evaluation.samples import load_samples  # noqa: E402
 from tests.support.openai_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text  # noqa: E402
 
 API_KEY = "sk-bench-" + "7f3a9c1e5b2d4680"   # fake key, used to check nothing writes it to disk
@@ -45,19 +46,26 @@ class AnswerScript:
     """Server-side script: right/wrong by question hash; counts requests and distinct images."""
 
     def __init__(self, metadata: Path, accuracy: float, latency: float):
+        # keyed by the exact user text the CLI sends (question + options block): question texts
+        # alone repeat across images (e.g. counting questions), question + options do not here
+        samples = load_samples(metadata, metadata.parent, check_images=False)
+        self.records = [(s.prompt(), s.answer) for s in samples]
         self.answers: dict[str, str] = {}
-        for line in metadata.read_text(encoding="utf-8").splitlines():
-            r = json.loads(line)
-            self.answers[r["question"]] = r["answer"]
+        for prompt, answer in self.records:
+            self.answers.setdefault(prompt, answer)
         self.accuracy, self.latency = accuracy, latency
         self.lock = threading.Lock()
         self.image_hashes: set[str] = set()
         self.image_requests = 0
         self.judge_requests = 0
-        self.unknown = 0
+
+    def reply_letter(self, prompt: str, truth: str) -> str:
+        return truth if is_right(prompt, self.accuracy) else LETTERS[(LETTERS.index(truth) + 1) % 6]
 
     def true_accuracy(self) -> float:
-        return sum(is_right(q, self.accuracy) for q in self.answers) / len(self.answers)
+        """Share of samples the server's policy answers right (what a lossless run must report)."""
+        right = sum(self.reply_letter(p, self.answers[p]) == a for p, a in self.records)
+        return right / len(self.records)
 
     def __call__(self, req: dict, call: Call) -> Reply:
         urls = [p["image_url"]["url"] for m in req.get("messages", []) if isinstance(m.get("content"), list)
@@ -66,16 +74,14 @@ class AnswerScript:
         with self.lock:
             self.image_hashes.update(digests)
             self.image_requests += bool(urls)
-        text = last_user_text(req)
-        question = text.split("\n", 1)[0]
-        truth = self.answers.get(question) or next((a for q, a in self.answers.items() if q in text), None)
-        if truth is None:   # not one of ours: a judge call (should not happen: answers are rule-parsable)
+        text = last_user_text(req).strip()
+        prompt = text if text in self.answers else next((p for p in self.answers if p in text), None)
+        if prompt is None:   # not a benchmark question: a judge call (not expected: answers are rule-parsable)
             with self.lock:
                 self.judge_requests += 1
-                self.unknown += 1
             reply = chat("F")
         else:
-            letter = truth if is_right(question, self.accuracy) else LETTERS[(LETTERS.index(truth) + 1) % 6]
+            letter = self.reply_letter(prompt, self.answers[prompt])
             reply = chat([f"The evidence points to option {letter}.\n<answer>{letter}</answer>"] * call.n)
         reply.delay = self.latency
         return reply
