@@ -542,13 +542,25 @@ def _draw_plot(d, p: Panel, scene: ChartScene, fs: int) -> None:
                 _text(d, (int(bx + bw * 0.46), int(top) - 2), str(v), vfs, anchor="md")
     else:
         vfs = int(fs * 0.62)
+        r = max(2, fs // 5)
+        labels: dict[int, list[tuple[int, int, str]]] = {}
         for s, vals in p.series.items():
             pts = [(int(ax0 + (j + 0.5) * gw), int(ay1 - v * scale)) for j, v in enumerate(vals)]
             d.line(pts, fill=scene.series_colors[s], width=max(1, fs // 7))
-            r = max(2, fs // 5)
-            for (x, yv), v in zip(pts, vals):
+            for j, ((x, yv), v) in enumerate(zip(pts, vals)):
                 d.ellipse((x - r, yv - r, x + r, yv + r), fill=scene.series_colors[s])
-                _text(d, (x, yv - r - 1), str(v), vfs, fill=scene.series_colors[s], anchor="md")
+                labels.setdefault(j, []).append((yv, v, s))
+        # value labels: top to bottom per year, pushed down so that close values never overlap
+        lh = int(vfs * 1.15)
+        for j, items in labels.items():
+            x = int(ax0 + (j + 0.5) * gw)
+            prev_bottom = -10**9
+            for yv, v, s in sorted(items):
+                bottom = max(yv - r - 1, prev_bottom + lh)
+                d.text((x + (r + 2 if bottom > yv - r - 1 else 0), bottom), str(v), font=_font(vfs),
+                       fill=scene.series_colors[s], anchor="ld" if bottom > yv - r - 1 else "md",
+                       stroke_width=max(1, vfs // 10), stroke_fill=(255, 255, 255))
+                prev_bottom = bottom
 
 
 def _draw_table(d, p: Panel, years: list[int], fs: int) -> None:
