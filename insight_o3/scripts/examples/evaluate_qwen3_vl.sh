@@ -34,6 +34,9 @@ if [ "${DRY_RUN:-0}" != 1 ] && [ -z "${JUDGE_API_KEY:-}" ] && [ -z "${OPENAI_API
   echo "evaluate_qwen3_vl: export JUDGE_API_KEY (the key for $JUDGE_MODEL) first" >&2
   exit 2
 fi
+# OPENAI_API_KEY is replaced below by the vLLM server's key, so a judge key given only as
+# OPENAI_API_KEY is handed to the judge explicitly (through the environment, never printed).
+if [ -z "${JUDGE_API_KEY:-}" ] && [ -n "${OPENAI_API_KEY:-}" ]; then export JUDGE_API_KEY="$OPENAI_API_KEY"; fi
 
 run bash scripts/vllm_serve_bg.sh start --model "$MODEL" --port "$PORT" --tensor-parallel-size "$TP_SIZE" \
   --max-model-len 40960 --limit-mm-per-prompt '{"image":1}'
