@@ -68,6 +68,7 @@ def test_train_sh_composes_and_validates(tmp_path):
                                                     "visual_cot_vstar_collage": 0.5}
     assert ro.name == "vllm" and ro.mode == "async" and ro.multi_turn.enable
     assert ro.agent.agent_loop_config_path == str(CONFIG_DIR / "agent_loops.yaml")
+    assert ro.agent.agent_loop_manager_class == "recipe.vsearch.episodes.VSearchAgentLoopManager"
     assert cfg.trainer.default_local_dir == str(tmp_path / "work/ckpts/proj/exp")
     assert cfg.trainer.resume_mode == "auto"
     assert cfg.vsearch.agent_config_path == str(CONFIG_DIR / "agent_gpt-5-mini.yaml")

@@ -54,6 +54,7 @@ ARGS=(
     "actor_rollout_ref.model.path=$MODEL_PATH"
     "data.val_files=$VAL_FILES"
     "actor_rollout_ref.rollout.agent.agent_loop_config_path=$RECIPE_DIR/config/agent_loops.yaml"
+    "actor_rollout_ref.rollout.agent.agent_loop_manager_class=recipe.vsearch.episodes.VSearchAgentLoopManager"
     "vsearch.agent_config_path=$AGENT_CONFIG"
     "vsearch.judge_model=$JUDGE_MODEL"
     "trainer.project_name=$PROJECT_NAME"

@@ -36,8 +36,8 @@ from insight_o3.evaluation.solver import Attempt
 from insight_o3.geometry import VSEARCHER_TRAIN_MAX_PIXELS
 from insight_o3.images import ImageStore
 
-from .episodes import (EPISODE_FIELDS, EXTRA_SAMPLES_KEY, ROLE_INLOOP, ROLE_KEY, ROLE_OUTLOOP, ROLE_PLACEHOLDER,
-                       episode_fields)
+from .episodes import (EPISODE_FIELDS, EPISODE_ID_KEY, EXTRA_SAMPLES_KEY, ROLE_INLOOP, ROLE_KEY, ROLE_OUTLOOP,
+                       ROLE_PLACEHOLDER, episode_fields)
 from .policy_searcher import PolicySearcher, SearcherRollout
 
 # ----------------------------------------------------------------------------- row fields
@@ -289,7 +289,7 @@ class VReasonerAgentLoop(AgentLoopBase):
         image_path = row_image_path(kwargs)
         sample = self._sample(kwargs, image_path)
         ep = await self.episode(sample, sampling_params)
-        episode_id = str(kwargs.get("uid") or uuid4().hex)
+        episode_id = str(kwargs.get(EPISODE_ID_KEY) or kwargs.get("uid") or uuid4().hex)
         common = episode_fields(episode_id, n_calls=len(ep.rollouts), has_answer=ep.has_answer, correct=ep.correct,
                                 critical_failure=ep.critical_failure, status=ep.status,
                                 n_feedback=sum(f in ("helpful", "unhelpful") for f in ep.feedback))

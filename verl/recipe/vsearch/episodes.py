@@ -41,6 +41,12 @@ ROLE_OUTLOOP, ROLE_INLOOP, ROLE_PLACEHOLDER, ROLE_PADDING = "outloop", "inloop",
 ROW_KEYS = ("uid", "data_source", "reward_model", "extra_info", "index", "agent_name")
 EPISODE_FIELDS = ("episode_id", "episode_n_calls", "episode_has_answer", "episode_correct",
                   "episode_critical_failure", "episode_status", "episode_n_feedback")
+#: input column naming the episode of each rollout row (``<uid>-<j>``, set by the trainer: the n repeats of
+#: one QA item share the uid but are distinct episodes); the in-loop loop falls back to the uid
+EPISODE_ID_KEY = "vsearch_episode_id"
+#: sample fields only some agent loops emit; every worker fills them (None) so that verl's
+#: ``DataProto.concat`` of the workers' outputs sees the same columns from each worker
+OPTIONAL_SAMPLE_KEYS = ("bboxes", "call_index", "feedback", *EPISODE_FIELDS)
 
 
 def episode_fields(episode_id: str, *, n_calls: int, has_answer: bool, correct: bool, critical_failure: bool,
@@ -68,6 +74,9 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
 
     def _postprocess(self, inputs: list) -> DataProto:
         flat = [row for item in inputs for row in (item if isinstance(item, list) else [item])]
+        for row in flat:
+            for key in OPTIONAL_SAMPLE_KEYS:
+                row.extra_fields.setdefault(key, None)
         return super()._postprocess(flat)
 
 
@@ -126,7 +135,7 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
         m["vsearch/outloop_samples"] = float(outloop.sum())
         for key in ("iou", "r_iou"):
             if key in batch.non_tensor_batch:
-                vals = np.array([float(v) for v in batch.non_tensor_batch[key][outloop]])
+                vals = np.array([float(v) for v in batch.non_tensor_batch[key][outloop] if v is not None])
                 vals = vals[vals >= 0] if key == "iou" else vals
                 m[f"vsearch/outloop_mean_{key}"] = float(vals.mean()) if len(vals) else 0.0
     return m

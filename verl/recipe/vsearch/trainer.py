@@ -1,0 +1,274 @@
+"""The recipe's ``RayPPOTrainer``: one PPO/GRPO step over a rollout batch of *variable* size.
+
+Why a trainer subclass at all. verl 0.7's ``RayPPOTrainer.fit`` repeats the input batch ``n`` times
+and ``union``s it row by row with the rollout output. With the recipe's agent-loop manager
+(:class:`recipe.vsearch.episodes.VSearchAgentLoopManager`) an in-loop episode becomes 0..6 rows,
+so the rollout has more or fewer rows than ``batch × n`` and that ``union`` cannot hold. The join
+sits in the middle of ``fit`` (no hook before or after it), so :meth:`fit` is re-composed here from
+verl's own pieces; only the join changes:
+
+* the rollout rows are **self-contained** (the worker copies ``uid``, ``data_source``,
+  ``reward_model``, ``extra_info`` onto every sample), so nothing is joined back;
+* :func:`~recipe.vsearch.episodes.finalize_batch` reads the episode metrics, drops placeholders and
+  pads to a multiple of the actor's data-parallel size with zero-mask rows;
+* everything else is verl's: ``_balance_batch`` (``trainer.balance_batch``), reward extraction
+  (``_compute_or_extract_reward``: the reward loop's ``rm_scores``), ``_compute_old_log_prob``,
+  ``_compute_ref_log_prob``, ``compute_advantage`` (``vsearch_hybrid_grpo``), ``apply_kl_penalty``,
+  ``_update_actor``, ``_save_checkpoint`` / ``_load_checkpoint``, ``Tracking`` and the
+  ``compute_{data,timing,throughout}_metrics`` helpers.
+
+Validation (:meth:`_validate`) is episode-level and needs no expansion back to input rows: it runs
+the same rollout (``validate=True``: ``val_kwargs`` sampling), drops the rows generated for the
+divisibility padding, and reports the recipe's episode metrics (``accuracy_reward``,
+``critical_failure_ratio``, ``has_answer``, ``calls_per_qa``, ...) overall and per data source, as
+``val-core/...`` (accuracy) and ``val-aux/...``. With ``val_kwargs.n = k`` every item runs k
+episodes and the numbers are means over them (mean@k).
+
+Each rollout row of the repeated batch gets its own :data:`EPISODE_ID_KEY` (``<uid>-<j>``): the n
+repeats of a QA item share the dataset uid (needed for the out-of-loop GRPO groups) but are distinct
+episodes, and in-loop sample uids / episode metrics are keyed by the episode id.
+
+Not supported by this loop (rejected up front, not silently ignored): a critic (GAE), REMAX,
+``reward_model.launch_reward_fn_async``, rollout-correction bypass mode, synchronous (non agent-loop)
+rollouts. verl's profiler / ESI-expiry hooks are not wired.
+"""
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+from verl import DataProto
+from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, apply_kl_penalty, compute_advantage
+from verl.utils.metric import reduce_metrics
+from verl.utils.debug import marked_timer
+from verl.utils.tracking import Tracking
+
+from . import hybrid_advantage  # noqa: F401  (registers vsearch_hybrid_grpo in this process)
+from .episodes import EPISODE_ID_KEY, episode_metrics, finalize_batch
+
+#: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
+VAL_PAD_PREFIX = "vsearch-valpad-"
+#: non-tensor columns the validation metrics read
+_VAL_COLUMNS = ("uid", "data_source", "vsearch_role", "episode_id", "episode_n_calls", "episode_has_answer",
+                "episode_correct", "episode_critical_failure", "episode_n_feedback", "feedback_helpful",
+                "answer_correct", "iou", "r_iou")
+
+
+def with_episode_ids(gen_batch: DataProto) -> DataProto:
+    """Give every row of the (already repeated) generation batch a distinct episode id ``<uid>-<j>``."""
+    uids = gen_batch.non_tensor_batch["uid"]
+    seen: dict = defaultdict(int)
+    ids = []
+    for u in uids:
+        ids.append(f"{u}-{seen[u]}")
+        seen[u] += 1
+    gen_batch.non_tensor_batch[EPISODE_ID_KEY] = np.array(ids, dtype=object)
+    return gen_batch
+
+
+class VSearchRayPPOTrainer(RayPPOTrainer):
+    """``RayPPOTrainer`` whose step accepts a rollout batch of any size (see the module doc)."""
+
+    def _check_supported(self) -> None:
+        cfg = self.config
+        problems = []
+        if self.use_critic:
+            problems.append("a critic (use GRPO-style estimators, e.g. vsearch_hybrid_grpo)")
+        if cfg.algorithm.adv_estimator == AdvantageEstimator.REMAX:
+            problems.append("algorithm.adv_estimator=remax")
+        if cfg.reward_model.get("launch_reward_fn_async", False):
+            problems.append("reward_model.launch_reward_fn_async=True")
+        corr = cfg.algorithm.get("rollout_correction", None)
+        if corr and corr.get("bypass_mode", False):
+            problems.append("algorithm.rollout_correction.bypass_mode=True")
+        if not getattr(self, "async_rollout_mode", False):
+            problems.append("synchronous rollouts (set actor_rollout_ref.rollout.mode=async)")
+        if problems:
+            raise ValueError("the vsearch trainer does not support: " + "; ".join(problems))
+
+    # ------------------------------------------------------------------ rollout
+    def _generate(self, batch: DataProto, n: int, meta: dict, timing_raw: dict) -> DataProto:
+        """Rollout of ``batch`` repeated ``n`` times through the agent-loop manager (expanded rows)."""
+        gen = self._get_gen_batch(batch).repeat(repeat_times=n, interleave=True)
+        gen = with_episode_ids(gen)
+        gen.meta_info.update(meta)
+        out = self.async_rollout_manager.generate_sequences(gen)
+        timing_raw.update(out.meta_info.pop("timing", {}))
+        return out
+
+    # ------------------------------------------------------------------ one training step
+    def _train_step(self, batch_dict: dict, metrics: dict, timing_raw: dict) -> tuple[DataProto, dict]:
+        """Rollout, expand, balance, score, log-probs, advantages, actor update. Returns the training
+        batch and ``reward_extra_infos``."""
+        cfg = self.config
+        rollout_cfg = cfg.actor_rollout_ref.rollout
+        batch = DataProto.from_single_dict(batch_dict)
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+
+        with marked_timer("gen", timing_raw, color="red"):
+            out = self._generate(batch, rollout_cfg.n, {"global_steps": self.global_steps}, timing_raw)
+        dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
+        batch, vsearch_metrics = finalize_batch(out, dp_size)
+        metrics.update(vsearch_metrics)
+        batch.meta_info["temperature"] = rollout_cfg.temperature
+        if cfg.trainer.balance_batch:
+            self._balance_batch(batch, metrics=metrics)
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+
+        with marked_timer("reward", timing_raw, color="yellow"):
+            reward_tensor, reward_extra = self._compute_or_extract_reward(batch, reward_fn=self.reward_fn)
+
+        with marked_timer("old_log_prob", timing_raw, color="blue"):
+            old_log_prob, mfu = self._compute_old_log_prob(batch)
+            actor_cfg = cfg.actor_rollout_ref.actor
+            entropy = agg_loss(loss_mat=old_log_prob.batch.pop("entropys"), loss_mask=batch.batch["response_mask"],
+                               loss_agg_mode=actor_cfg.loss_agg_mode, loss_scale_factor=actor_cfg.loss_scale_factor)
+            metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": mfu})
+            batch = batch.union(old_log_prob)
+        if self.use_reference_policy:
+            with marked_timer("ref", timing_raw, color="olive"):
+                batch = batch.union(self._compute_ref_log_prob(batch))
+
+        with marked_timer("adv", timing_raw, color="brown"):
+            batch.batch["token_level_scores"] = reward_tensor
+            batch.non_tensor_batch.update({k: np.array(v) for k, v in (reward_extra or {}).items()})
+            if cfg.algorithm.use_kl_in_reward:
+                batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
+                                                     kl_penalty=cfg.algorithm.kl_penalty)
+                metrics.update(kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            batch = compute_advantage(batch, adv_estimator=cfg.algorithm.adv_estimator, gamma=cfg.algorithm.gamma,
+                                      lam=cfg.algorithm.lam, num_repeat=rollout_cfg.n,
+                                      norm_adv_by_std_in_grpo=cfg.algorithm.get("norm_adv_by_std_in_grpo", True),
+                                      config=cfg.algorithm)
+
+        if cfg.trainer.critic_warmup <= self.global_steps:
+            with marked_timer("update_actor", timing_raw, color="red"):
+                actor_output = self._update_actor(batch)
+            metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+        return batch, reward_extra
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self):
+        """verl's training loop (resume, validation, checkpoints, logging) around :meth:`_train_step`."""
+        self._check_supported()
+        cfg = self.config
+        logger = Tracking(project_name=cfg.trainer.project_name, experiment_name=cfg.trainer.experiment_name,
+                          default_backend=cfg.trainer.logger, config=OmegaConf.to_container(cfg, resolve=True))
+        self.global_steps = 0
+        self._load_checkpoint()
+        if cfg.trainer.get("val_before_train", True):
+            val_metrics = self._validate()
+            logger.log(data=val_metrics, step=self.global_steps)
+            if cfg.trainer.get("val_only", False):
+                return
+        first_epoch = self.global_steps // len(self.train_dataloader)
+        progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
+        self.global_steps += 1
+        for epoch in range(first_epoch, cfg.trainer.total_epochs):
+            for batch_dict in self.train_dataloader:
+                metrics, timing_raw = {}, {}
+                is_last = self.global_steps >= self.total_training_steps
+                with marked_timer("step", timing_raw):
+                    batch, reward_extra = self._train_step(batch_dict, metrics, timing_raw)
+                    if cfg.trainer.get("rollout_data_dir", None):
+                        self._log_rollout_data(batch, reward_extra, timing_raw, cfg.trainer.rollout_data_dir)
+                if cfg.trainer.test_freq > 0 and (is_last or self.global_steps % cfg.trainer.test_freq == 0):
+                    with marked_timer("testing", timing_raw, color="green"):
+                        metrics.update(self._validate())
+                if cfg.trainer.save_freq > 0 and (is_last or self.global_steps % cfg.trainer.save_freq == 0):
+                    with marked_timer("save_checkpoint", timing_raw, color="green"):
+                        self._save_checkpoint()
+                metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
+                metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+                metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
+                metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
+                                                          n_gpus=self.resource_pool_manager.get_n_gpus()))
+                logger.log(data=metrics, step=self.global_steps)
+                progress.update(1)
+                if is_last:
+                    progress.close()
+                    return
+                self.global_steps += 1
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> dict[str, float]:
+        """Episode-level evaluation over the val set (see the module doc); no row-wise join needed."""
+        rollout_cfg = self.config.actor_rollout_ref.rollout
+        n_workers = int(rollout_cfg.agent.num_workers)
+        meta = {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
+                "recompute_log_prob": False, "do_sample": rollout_cfg.val_kwargs.do_sample, "validate": True,
+                "global_steps": getattr(self, "global_steps", 0)}
+        columns: dict[str, list] = defaultdict(list)
+        for test_data in self.val_dataloader:
+            batch = DataProto.from_single_dict(test_data)
+            n_real = len(batch)
+            n_pad = (-(n_real * rollout_cfg.val_kwargs.n)) % n_workers
+            if n_pad:  # agent workers take equal chunks: pad with copies whose rows are dropped afterwards
+                batch = DataProto.concat([batch, batch.select_idxs(np.arange(n_pad) % n_real)])
+            uids = [str(uuid.uuid4()) for _ in range(n_real)] + [f"{VAL_PAD_PREFIX}{i}" for i in range(n_pad)]
+            batch.non_tensor_batch["uid"] = np.array(uids, dtype=object)
+            # repeat n per item, but the padding rows once each
+            reps = np.array([rollout_cfg.val_kwargs.n] * n_real + [1] * n_pad)
+            out = self._generate_val(batch, reps, meta)
+            keep = np.array([not _is_val_pad(u, e) for u, e in zip(out.non_tensor_batch["uid"],
+                                                                    _column(out, "episode_id"))])
+            for key in _VAL_COLUMNS:
+                columns[key].extend(_column(out, key)[keep].tolist())
+        view = DataProto(batch=None, non_tensor_batch={k: _object_array(v) for k, v in columns.items()},
+                         meta_info={})
+        return validation_metrics(view)
+
+    def _generate_val(self, batch: DataProto, reps: np.ndarray, meta: dict) -> DataProto:
+        gen = self._get_gen_batch(batch)
+        gen = gen.select_idxs(np.repeat(np.arange(len(gen)), reps))
+        gen = with_episode_ids(gen)
+        gen.meta_info.update(meta)
+        out = self.async_rollout_manager.generate_sequences(gen)
+        out.meta_info.pop("timing", None)
+        return out
+
+
+def _object_array(values: list) -> np.ndarray:
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr
+
+
+def _column(batch: DataProto, key: str) -> np.ndarray:
+    if key in batch.non_tensor_batch:
+        return np.asarray(batch.non_tensor_batch[key], dtype=object)
+    return _object_array([None] * len(batch))
+
+
+def _is_val_pad(uid, episode_id) -> bool:
+    return any(isinstance(v, str) and (v.startswith(VAL_PAD_PREFIX) or v.startswith("inloop-" + VAL_PAD_PREFIX))
+               for v in (uid, episode_id))
+
+
+def validation_metrics(view: DataProto) -> dict[str, float]:
+    """``episode_metrics`` over the whole val set and per data source, named like verl's val metrics:
+    ``val-core/vsearch/accuracy_reward`` (+ ``val-core/<data_source>/vsearch/accuracy_reward``) and
+    ``val-aux/...`` for the rest."""
+    out: dict[str, float] = {}
+
+    def add(prefix_source: str, sub: DataProto) -> None:
+        for key, value in episode_metrics(sub).items():
+            name = key.split("/", 1)[1]
+            section = "val-core" if name == "accuracy_reward" else "val-aux"
+            out[f"{section}/{prefix_source}vsearch/{name}"] = value
+
+    add("", view)
+    sources = _column(view, "data_source")
+    for source in sorted({str(s) for s in sources if s is not None}):
+        idx = np.flatnonzero(np.array([str(s) == source for s in sources]))
+        add(f"{source}/", DataProto(batch=None, non_tensor_batch={k: v[idx] for k, v in view.non_tensor_batch.items()},
+                                    meta_info={}))
+    return out
