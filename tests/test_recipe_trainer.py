@@ -187,11 +187,13 @@ def _config(tmp_path):
 def trainer(tmp_path, monkeypatch):
     cfg = _config(tmp_path)
     assert cfg.algorithm.adv_estimator == "vsearch_hybrid_grpo"
-    assert cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class == "recipe.vsearch.episodes.VSearchAgentLoopManager"
+    manager = cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class
+    assert manager == "recipe.vsearch.episodes.VSearchAgentLoopManager"
     train_ds, val_ds = RowsDataset(TRAIN_ROWS, "train"), RowsDataset(VAL_ROWS, "val")
     t = VSearchRayPPOTrainer(
         config=cfg, tokenizer=SimpleNamespace(eos_token_id=2, pad_token_id=0),
-        role_worker_mapping={Role.ActorRolloutRef: object}, resource_pool_manager=SimpleNamespace(get_n_gpus=lambda: DP),
+        role_worker_mapping={Role.ActorRolloutRef: object},
+        resource_pool_manager=SimpleNamespace(get_n_gpus=lambda: DP),
         reward_fn=None, val_reward_fn=None, train_dataset=train_ds, val_dataset=val_ds, collate_fn=collate_fn,
         train_sampler=SequentialSampler(train_ds))
     actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
