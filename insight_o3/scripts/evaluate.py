@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--retry_failed", action="store_true",
                    help="query again the pairs whose record is a critical (API) failure")
     g.add_argument("--no_progress", action="store_true", help="no progress bar")
+    g.add_argument("--image_cache_mb", type=int, default=128,
+                   help="memory for encoded images shared by questions/trials (samples run grouped by image, "
+                        "so a small cache still encodes each image once)")
     g = p.add_argument_group("InSight-o3 (vReasoner = --model, vSearcher below)")
     g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
     g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
@@ -106,8 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("num_trials", "concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1")
-    if a.img_max_pixels < 0 or a.max_answer_length < 0 or a.max_retries < 0:
-        p.error("--img_max_pixels, --max_answer_length and --max_retries must not be negative")
+    if a.img_max_pixels < 0 or a.max_answer_length < 0 or a.max_retries < 0 or a.image_cache_mb < 0:
+        p.error("--img_max_pixels, --max_answer_length, --max_retries and --image_cache_mb must not be negative")
     # resolve keys/URLs from env now; keys stay in memory only
     a.api_key = resolve(a.api_key, ENV_KEYS["main"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
@@ -124,7 +127,8 @@ def args_record(a: argparse.Namespace) -> dict:
 
 
 async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
-    images = ImageStore()
+    # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
+    images = ImageStore(max_cached_bytes=a.image_cache_mb * 2**20, originals_cached=2 if a.vsearcher_model else 0)
     main_client = make_client(a.api_key, a.api_base_url, a.client_timeout, a.max_retries,
                               max_connections=max(a.concurrency * 2, 16))
     judge_client = make_client(a.judge_api_key, a.judge_api_base_url, a.client_timeout, a.max_retries,
