@@ -93,7 +93,7 @@ def test_resume_retries_only_failed_and_drops_torn_line(openai_server, data):
     ('{"image": "one.png", "description": "x", "bbox": [1, 2, "3", 4]}', "field 'bbox'"),
     ('{"image": "one.png", "bbox": [1, 2, 3, 4]}', "'description' / 'region_description' / 'target'"),
     ('{"image": "nope.png", "description": "x", "bbox": [1, 2, 3, 4]}', "image file not found"),
-    ('{"image": "one.png", "description": "x", "bbox": [1, 2, 3, 4]', "not valid JSON"),
+    ('{"image": "one.png", "description": "x", "bbox": [1, 2, 3, 4]', "malformed JSON"),
 ])
 def test_bad_annotations_name_file_line_field(data, capsys, row, msg):
     ann, img_dir, out = data

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ..images import ImageError
+from ..jsonl import iter_jsonl
 
 #: C.1 source filter: keep items whose bbox covers less than this fraction of the image.
 MAX_BBOX_RATIO = 0.04
@@ -127,17 +128,8 @@ def _iter_rows(path: str):
         for i, row in enumerate(df.to_dict(orient="records")):
             yield f"{path}:row {i}", row
         return
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PoolError(f"{path}:{lineno}: malformed JSON line ({e})") from None
-            if not isinstance(row, dict):
-                raise PoolError(f"{path}:{lineno}: expected a JSON object")
-            yield f"{path}:{lineno}", row
+    for where, _, row in iter_jsonl(path, PoolError, what="source pool file"):
+        yield where, row
 
 
 def load_pool(path: str | os.PathLike, image_root: str | os.PathLike | None = None,

@@ -7,11 +7,11 @@ other fields (``target_layouts``, ``layout_infos``, ``explanation`` …) kept in
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..jsonl import iter_jsonl
 from ..parsing import format_options, option_letters
 
 IMAGE_FIELDS = ("image", "file_name")
@@ -107,25 +107,9 @@ def load_samples(ann_file: str | os.PathLike, img_dir: str | os.PathLike,
     """Read and validate an annotation file; raise :class:`AnnotationError` on the first problem
     (all missing images are checked, the first few reported)."""
     ann_file, img_dir = str(ann_file), str(img_dir)
-    if not os.path.isfile(ann_file):
-        raise AnnotationError(f"{ann_file}: annotation file not found")
     samples: list[Sample] = []
-    with open(ann_file, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            where = f"{ann_file}:{line_no}"
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise AnnotationError(f"{where}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise AnnotationError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise AnnotationError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            samples.append(_parse_line(obj, where, len(samples), line_no, img_dir))
+    for where, line_no, obj in iter_jsonl(ann_file, AnnotationError):
+        samples.append(_parse_line(obj, where, len(samples), line_no, img_dir))
     if not samples:
         raise AnnotationError(f"{ann_file}: no samples (the file is empty)")
     _assign_keys(samples)

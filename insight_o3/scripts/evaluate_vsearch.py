@@ -27,6 +27,7 @@ from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
 from ..evaluation.records import RecordFileError, RecordLog, write_json_atomic
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, iou
 from ..images import ImageStore
+from ..jsonl import iter_jsonl
 
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")
@@ -57,37 +58,25 @@ def _field(row: dict, names: tuple[str, ...], where: str) -> str:
 
 def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
     """Read and validate the annotation file (clear errors naming file, line and field)."""
-    if not os.path.isfile(ann_file):
-        raise AnnotationError(f"annotation file not found: {ann_file}")
     out, keys = [], set()
-    with open(ann_file, encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            where = f"{ann_file}:{lineno}"
-            try:
-                row = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise AnnotationError(f"{where}: not valid JSON ({e})") from None
-            if not isinstance(row, dict):
-                raise AnnotationError(f"{where}: a line must be a JSON object")
-            image = _field(row, IMAGE_FIELDS, where)
-            desc = _field(row, DESCRIPTION_FIELDS, where)
-            b = row.get("bbox")
-            if (not isinstance(b, (list, tuple)) or len(b) != 4
-                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in b)):
-                raise AnnotationError(f"{where}: field 'bbox' must be [x1, y1, x2, y2] (4 finite numbers), got {b!r}")
-            if not (b[0] < b[2] and b[1] < b[3]):
-                raise AnnotationError(f"{where}: field 'bbox' {b!r} needs x1 < x2 and y1 < y2")
-            path = os.path.join(img_dir, image)
-            if not os.path.isfile(path):
-                raise AnnotationError(f"{where}: field {'image' if 'image' in row else 'file_name'!r}: "
-                                      f"image file not found: {path}")
-            key = str(row["id"]) if row.get("id") is not None else f"#{lineno}"
-            if key in keys:
-                raise AnnotationError(f"{where}: field 'id': duplicate id {key!r}")
-            keys.add(key)
-            out.append(RegionSample(key, lineno, image, path, desc, tuple(float(v) for v in b)))
+    for where, lineno, row in iter_jsonl(ann_file, AnnotationError):
+        image = _field(row, IMAGE_FIELDS, where)
+        desc = _field(row, DESCRIPTION_FIELDS, where)
+        b = row.get("bbox")
+        if (not isinstance(b, (list, tuple)) or len(b) != 4
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in b)):
+            raise AnnotationError(f"{where}: field 'bbox' must be [x1, y1, x2, y2] (4 finite numbers), got {b!r}")
+        if not (b[0] < b[2] and b[1] < b[3]):
+            raise AnnotationError(f"{where}: field 'bbox' {b!r} needs x1 < x2 and y1 < y2")
+        path = os.path.join(img_dir, image)
+        if not os.path.isfile(path):
+            raise AnnotationError(f"{where}: field {'image' if 'image' in row else 'file_name'!r}: "
+                                  f"image file not found: {path}")
+        key = str(row["id"]) if row.get("id") is not None else f"#{lineno}"
+        if key in keys:
+            raise AnnotationError(f"{where}: field 'id': duplicate id {key!r}")
+        keys.add(key)
+        out.append(RegionSample(key, lineno, image, path, desc, tuple(float(v) for v in b)))
     if not out:
         raise AnnotationError(f"{ann_file}: no annotations")
     return out

@@ -45,6 +45,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from insight_o3.jsonl import iter_jsonl
+
 KINDS = ("region", "collage", "benchmark")
 AGENT_FOR_KIND = {"region": "vsearcher", "collage": "vreasoner", "benchmark": "vreasoner"}
 
@@ -102,24 +104,7 @@ def _boxes(value, where: str, field: str, size) -> list[list[float]]:
 
 
 def _read_jsonl(path: str):
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: annotation file not found")
-    with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            where = f"{path}:{line_no}"
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{where}: not valid UTF-8 ({e.reason})") from None
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            yield where, obj
+    return ((where, obj) for where, _, obj in iter_jsonl(path, InputError))
 
 
 def _extra(**kw) -> dict:
