@@ -86,8 +86,11 @@ class VSearcher:
 
 @dataclass
 class AnswerResult:
-    """A finished InSight-o3 episode. ``error`` is set (``text`` None) when the vReasoner could not
-    be reached after retries; ``trajectory`` is compact (see :mod:`insight_o3.agents.records`)."""
+    """A finished InSight-o3 episode. ``error`` is set (``text`` None) only when the episode was lost
+    (the vReasoner could not be reached after retries, or the image could not be read). An episode that
+    ended on a protocol problem (format retries exhausted, a tool call past the limit) keeps its last
+    text for judging and says why in ``protocol_error``. ``trajectory`` is compact (see
+    :mod:`insight_o3.agents.records`)."""
 
     text: str | None
     finish_reason: str | None
@@ -100,11 +103,13 @@ class AnswerResult:
     feedback: list[str | None]
     error: str | None = None
     usage: dict = field(default_factory=dict)
+    protocol_error: str | None = None
 
     @property
     def stats(self) -> dict:
         return {"n_search_calls": self.n_search_calls, "n_search_not_found": self.n_search_not_found,
-                "n_format_retries": self.n_format_retries, "feedback": self.feedback, "status": self.status}
+                "n_format_retries": self.n_format_retries, "feedback": self.feedback, "status": self.status,
+                "protocol_error": self.protocol_error}
 
 
 class InSightO3:
@@ -151,4 +156,5 @@ class InSightO3:
         failed = s.status == "failed"
         return AnswerResult(None if failed else s.final_text, None if failed else finish, s.status, s.answer,
                             compact_messages(s.messages), s.n_search_calls, s.n_search_not_found,
-                            s.n_format_retries, s.feedback, s.error, usage)
+                            s.n_format_retries, s.feedback, s.error if failed else None, usage,
+                            protocol_error=None if failed else s.error)

@@ -278,8 +278,9 @@ class VReasonerAgentLoop(AgentLoopBase):
         res = await agent.answer(sample.image_path, sample.prompt())
         if res.status == "failed":
             return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error)
-        if res.status != "answered":
-            return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, False, res.status, res.error)
+        if res.status != "answered":  # format retries exhausted / tool call past the limit: c = 0, not a failure
+            return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, False, res.status,
+                                  res.protocol_error)
         judge = AnswerJudge(judge_client, s.judge_model, redact=self.redact, completion_kwargs=s.judge_completion_kwargs)
         verdict = await judge.check(sample, Attempt(res.text, res.finish_reason))
         return EpisodeOutcome(searcher.rollouts, list(res.feedback), True, verdict.is_correct,

@@ -1,0 +1,206 @@
+"""InSight-o3 mode of ``evaluate`` (vReasoner + vSearcher) under the same fault-injection and
+SIGKILL/resume tests as single-model mode (tests/test_eval_cli.py), on the same scripted benchmark.
+
+Every episode: the vReasoner asks for one region, the vSearcher answers a box, the vReasoner then
+gives the benchmark's scripted final answer, so the expected metrics are those of the single-model
+benchmark (tests/support/eval_bench.py) and every episode makes exactly one search call.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from insight_o3.scripts import evaluate
+from tests.support import eval_bench as eb
+from tests.support.openai_server import Call, Reply, chat, error, malformed, request_text
+from tests.test_eval_cli import JUDGE_KEY, MAIN_KEY, REPO, _no_secrets, _wait_lines
+
+SEARCH_KEY = "sk-vsearch-SECRET-7777wxyz"
+EVAL = "m/o3_bench"
+
+
+def _is_first_turn(req: dict) -> bool:
+    return not any(m["role"] == "assistant" for m in req["messages"])
+
+
+def reasoner_script(delay: float = 0.0, faults: bool = False, server_ref: dict | None = None):
+    """Turn 1: one region description; turn 2: the benchmark's scripted answer for the question.
+    With ``faults``, the first request of each question fails as in the single-model test."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def script(req: dict, call: Call) -> Reply:
+        q = eb.marker(request_text(req))
+        first = _is_first_turn(req)
+        if faults and first:
+            with lock:
+                k = seen[q] = seen.get(q, 0) + 1
+            if k == 1:
+                if q == "q0":
+                    return error(429, "slow down", retry_after=0.1)
+                if q == "q1":
+                    return error(500, "internal")
+                if q == "q2":
+                    return error(503, "overloaded", retry_after=0.1)
+                if q == "q3":
+                    return Reply(body=chat("<tool_call>region_description={x}</tool_call>").body, delay=2.5)
+                if q == "q4":
+                    return malformed()  # not retried by the SDK: a failed pair, fixed by --retry_failed
+                if q == "q6":
+                    hdrs = {h.lower(): v for h, v in server_ref["srv"].headers[call.index].items()}
+                    return error(400, f"Incorrect API key provided: {hdrs['authorization'].split()[-1]}")
+        if first:
+            reply = chat(f"<think>need a closer look</think><tool_call>region_description={{the legend of [{q}]}}"
+                         "</tool_call>")
+        else:
+            _, _, _, _, text, finish = eb.QUESTIONS[q]
+            reply = chat(text, finish_reason=finish)
+        reply.delay = delay
+        return reply
+    return script
+
+
+def searcher_script(faults: bool = False):
+    """Answers a box; with ``faults``, q5's first request gets a 503 (recovered by the SDK) and every
+    request for q7 a 500 (the search fails; the vReasoner is told nothing was found)."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def script(req: dict, call: Call) -> Reply:
+        q = eb.marker(request_text(req))
+        with lock:
+            k = seen[q] = seen.get(q, 0) + 1
+        if faults and q == "q5" and k == 1:
+            return error(503, "warming up", retry_after=0.1)
+        if faults and q == "q7":
+            return error(500, "searcher down")
+        return chat("<think>the legend is at the top left</think> <answer>[2, 2, 40, 30]</answer>")
+    return script
+
+
+def _argv(out: Path, ann, img_dir, reasoner_url: str, searcher_url: str, judge_url: str, *extra) -> list[str]:
+    return ["--eval_name", EVAL, "--model", "scripted-reasoner", "--api_base_url", reasoner_url,
+            "--api_key", MAIN_KEY, "--judge_model", "scripted-judge", "--judge_api_base_url", judge_url,
+            "--judge_api_key", JUDGE_KEY, "--vsearcher_model", "scripted-searcher",
+            "--vsearcher_api_base_url", searcher_url, "--vsearcher_api_key", SEARCH_KEY,
+            "--ann_file", str(ann), "--img_dir", str(img_dir), "--output_dir", str(out),
+            "--no_progress", "--max_retries", "3", *extra]
+
+
+def _records(out: Path, k: int) -> list[dict]:
+    return [json.loads(x) for x in (out / EVAL / f"trial_{k}" / "eval_records.jsonl").read_text().splitlines()]
+
+
+def _metrics(out: Path, k: int) -> dict:
+    return json.loads((out / EVAL / f"trial_{k}" / "eval_metrics.json").read_text())
+
+
+def _assert_expected(out: Path, trials: int, searches_found: float = 1.0):
+    for k in range(trials):
+        m = _metrics(out, k)
+        assert m["overall_stats"] == eb.EXPECTED_STATS
+        assert m["overall_accuracy"] == pytest.approx(0.5)
+        assert m["critical_failure_ratio"] == 0
+        assert m["has_answer"] == pytest.approx(6 / 8)
+        assert m["category_accuracy"] == pytest.approx(eb.EXPECTED_CATEGORY_ACC)
+        recs = _records(out, k)
+        assert [r["sample_key"] for r in recs] == list(eb.QUESTIONS)  # exactly one record per pair
+        assert all(r["eval_result"]["stats"]["n_search_calls"] == 1 for r in recs)
+        assert m["mean_search_calls"] == pytest.approx(1.0)
+        assert (out / EVAL / f"trial_{k}" / "done").exists()
+
+
+def _no_keys(out: Path):
+    _no_secrets(out)
+    for p in out.rglob("*"):
+        if p.is_file():
+            assert SEARCH_KEY.encode() not in p.read_bytes(), p
+
+
+@pytest.fixture
+def bench(tmp_path):
+    return eb.make_bench(tmp_path / "bench")
+
+
+def test_insight_o3_fault_injection_nothing_lost(bench, tmp_path, openai_server):
+    ref = {}
+    reasoner = ref["srv"] = openai_server(reasoner_script(faults=True, server_ref=ref))
+    searcher = openai_server(searcher_script(faults=True))
+    judge = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    argv = _argv(out, *bench, reasoner.base_url, searcher.base_url, judge.base_url,
+                 "--num_trials", "2", "--client_timeout", "1")
+    assert evaluate.main(argv) == 0
+
+    failed = []
+    for k in range(2):
+        recs = {r["sample_key"]: r["eval_result"] for r in _records(out, k)}
+        assert len(recs) == 8
+        failed += [(q, r["fail_reason"]) for q, r in recs.items() if r["status"] == "failed"]
+        # q7's vSearcher is down: the search failed, the vReasoner was told, the episode still ended
+        q7 = recs["q7"]
+        assert q7["status"] == "wrong" and q7["stats"]["n_search_not_found"] == 1
+    # the malformed body and the non-retryable 400 each cost exactly one episode; the rest recovered
+    assert sorted(q for q, _ in failed) == ["q4", "q6"]
+    reason = dict(failed)
+    assert "***" in reason["q6"] and MAIN_KEY not in reason["q6"]
+    assert sum(_metrics(out, k)["critical_failure_ratio"] for k in range(2)) == pytest.approx(2 / 8)
+    _no_keys(out)
+
+    first_turns = sum(_is_first_turn(r) for r in reasoner.requests)
+    assert evaluate.main(argv + ["--retry_failed"]) == 0
+    assert sum(_is_first_turn(r) for r in reasoner.requests) - first_turns == 2  # only the 2 failed episodes
+    # q7's searches fail every time, so its episodes report a not-found search; everything else matches
+    for k in range(2):
+        m = _metrics(out, k)
+        assert m["overall_stats"] == eb.EXPECTED_STATS and m["critical_failure_ratio"] == 0
+        recs = {r["sample_key"]: r["eval_result"] for r in _records(out, k)}
+        assert list(recs) == list(eb.QUESTIONS)
+        # q0's final turn has no \boxed{}: the format retries run out, which is a protocol outcome that is
+        # judged (its <answer> is right), never a critical failure
+        assert recs["q0"]["stats"]["status"] == "format_failed" and recs["q0"]["stats"]["n_format_retries"] == 2
+        assert recs["q0"]["stats"]["protocol_error"] and recs["q0"]["status"] == "correct"
+    _no_keys(out)
+
+
+def test_insight_o3_sigkill_then_resume(bench, tmp_path, openai_server):
+    slow = openai_server(reasoner_script(delay=0.25))
+    searcher = openai_server(searcher_script())
+    judge = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    argv = _argv(out, *bench, slow.base_url, searcher.base_url, judge.base_url, "--num_trials", "2",
+                 "--concurrency", "2")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    proc = subprocess.Popen([sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_lines(out / EVAL / "trial_0" / "eval_records.jsonl", 2, timeout=90)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with open(out / EVAL / "trial_1" / "eval_records.jsonl", "ab") as f:
+        f.write(b'{"sample_key": "q7", "eval_result": {"sta')  # a torn half-written line
+    done = sum(len(_records_lines(out, k)) for k in range(2))
+    assert 0 < done < 16 and not (out / EVAL / "trial_0" / "done").exists()
+
+    fast = openai_server(reasoner_script())
+    argv_fast = _argv(out, *bench, fast.base_url, searcher.base_url, judge.base_url, "--num_trials", "2")
+    assert evaluate.main(argv_fast) == 0
+    assert sum(_is_first_turn(r) for r in fast.requests) == 16 - done  # only unfinished pairs re-run
+    _assert_expected(out, 2)
+    summary = json.loads((out / EVAL / "summary_metrics.json").read_text())
+    assert summary["overall_accuracy"] == {"mean": 0.5, "std": 0.0}
+    _no_keys(out)
+
+
+def _records_lines(out: Path, k: int) -> list[str]:
+    """Complete record lines (a torn last line without its newline is not a record)."""
+    data = (out / EVAL / f"trial_{k}" / "eval_records.jsonl").read_text()
+    return [x for x in data.split("\n")[:-1] if x.strip()]
