@@ -191,8 +191,12 @@ def test_insight_o3_sigkill_then_resume(bench, tmp_path, openai_server):
     assert 0 < done < 16 and not (out / EVAL / "trial_0" / "done").exists()
 
     fast = openai_server(reasoner_script())
-    argv_fast = _argv(out, *bench, fast.base_url, searcher.base_url, judge.base_url, "--num_trials", "2")
+    argv_fast = _argv(out, *bench, fast.base_url, searcher.base_url, judge.base_url, "--num_trials", "2",
+                      "--vsearcher_chat_completion_kwargs", '{"max_tokens": 77}')
+    n_search_before = searcher.count
     assert evaluate.main(argv_fast) == 0
+    resumed = searcher.requests[n_search_before:]
+    assert resumed and all(r["max_tokens"] == 77 and r["temperature"] == 0 for r in resumed)
     assert sum(_is_first_turn(r) for r in fast.requests) == 16 - done  # only unfinished pairs re-run
     _assert_expected(out, 2)
     summary = json.loads((out / EVAL / "summary_metrics.json").read_text())

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vsearcher_max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
     g.add_argument("--vsearcher_prompt", choices=("trained", "simple"), default="trained")
     g.add_argument("--max_vsearch_calls", type=int, default=6)
+    g.add_argument("--vsearcher_chat_completion_kwargs", type=_json_object("--vsearcher_chat_completion_kwargs"),
+                   default={}, help='extra kwargs of every vSearcher request (temperature defaults to 0, the '
+                                    'paper\'s evaluation setting), e.g. \'{"max_tokens": 4096}\'')
     g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
     return p
 
@@ -96,6 +99,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must not set 'n' (use --num_trials)")
+    if "n" in a.vsearcher_chat_completion_kwargs:
+        p.error("--vsearcher_chat_completion_kwargs must not set 'n' (one vSearcher episode per search)")
     if a.benchmark:
         b = get_benchmark(a.benchmark)
         a.ann_file = a.ann_file or b.ann_file
