@@ -67,6 +67,7 @@ def test_train_sh_composes_and_validates(tmp_path):
     assert dict(cfg.data.batch_sampler.weights) == {"info_vqa_region_localization": 0.5,
                                                     "visual_cot_vstar_collage": 0.5}
     assert ro.name == "vllm" and ro.mode == "async" and ro.multi_turn.enable
+    assert ro.limit_images == 7  # the whole image + up to 6 crops in one vSearcher trajectory
     assert ro.agent.agent_loop_config_path == str(CONFIG_DIR / "agent_loops.yaml")
     assert ro.agent.agent_loop_manager_class == "recipe.vsearch.episodes.VSearchAgentLoopManager"
     assert cfg.trainer.default_local_dir == str(tmp_path / "work/ckpts/proj/exp")
