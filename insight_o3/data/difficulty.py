@@ -3,14 +3,23 @@
 
     python -m insight_o3.scripts.generate_collages filter --out_dir data/collages --model gpt-5-mini
 
-Reads ``<out_dir>/collages.jsonl``; one record per collage is appended to ``difficulty.jsonl``
-(``attempts``: the extracted answers, ``solved``) as it finishes, so a rerun only asks the rest;
-``collages_hard.jsonl`` (the unsolved rows, same schema as ``collages.jsonl``) is rewritten at the end.
-Collages whose requests failed are recorded with ``error`` and retried on the next run.
+The request and the answer check are the evaluation's own: each collage row becomes an
+``evaluation`` :class:`~insight_o3.evaluation.samples.Sample`, the attempts come from
+:class:`~insight_o3.evaluation.single_model.SingleModelSolver` (one request with ``n=--attempts``,
+or one request per attempt with ``--separate_attempt_requests``; think system prompt) and every
+attempt is checked by :class:`~insight_o3.evaluation.judge.AnswerJudge` (rules first, then the judge
+model ``--judge_model``, default ``gpt-5-nano`` on the same endpoint unless ``--judge_base_url`` /
+``--judge_api_key`` or ``$JUDGE_API_BASE_URL`` / ``$JUDGE_API_KEY`` say otherwise).
 
-Correctness: multiple choice compares option letters; open answers compare normalised text
-(exact match, or the ground truth contained in the answer as a whole word/phrase). With
-``--judge_model`` an OpenAI-compatible judge decides open answers with the paper's judge prompt.
+Reads ``<out_dir>/collages.jsonl``; one record per collage is appended durably to
+``difficulty.jsonl`` as it finishes: ``sample_key``, ``solved`` and ``attempts`` (per attempt the
+judge's ``status``, ``extracted_answer``, ``response``, ``finish_reason``, ``judge_method``,
+``fail_reason``, ``fail_stage``). A collage none of whose attempts is correct but some of whose
+attempts were lost to API errors is recorded with ``error`` instead of ``solved``; the next run
+retries only such collages (and those without a record), asking the vReasoner again only for the
+lost attempts and re-judging stored responses whose judging failed. ``collages_hard.jsonl`` (the
+rows with ``solved: false``, same schema as ``collages.jsonl``) is rewritten at the end; the exit
+status is 1 while some collages are still errors.
 """
 from __future__ import annotations
 
@@ -18,109 +27,131 @@ import argparse
 import asyncio
 import json
 import os
-import re
+import sys
 
 from tqdm import tqdm
 
-from ..api import ENV_KEYS, Redactor, make_client, resolve
+from .. import prompts
+from ..api import Redactor, make_client, resolve
+from ..evaluation.judge import AnswerJudge, Verdict
 from ..evaluation.records import RecordLog
+from ..evaluation.samples import Sample
+from ..evaluation.single_model import SingleModelSolver
+from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize
-from ..parsing import extract_answer_span, format_options, mcq_letter, option_letters
-from ..prompts import JUDGE_PROMPT, THINK_SYSTEM_PROMPT, fill
+from ..jsonl import iter_jsonl
+from ..parsing import format_options
+
+RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
+_REQUIRED = ("sample_key", "image", "question", "answer")
 
 
-def _norm(s: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"[^0-9a-z. ]", " ", s.lower())).strip().rstrip(".")
+def collage_sample(row: dict, out_dir: str) -> Sample:
+    """The evaluation sample of one ``collages.jsonl`` row (image paths are relative to ``out_dir``)."""
+    return Sample(index=int(row.get("index") or 0), question_id=row["sample_key"], image=row["image"],
+                  image_path=os.path.join(out_dir, row["image"]), question=row["question"],
+                  options=format_options(row.get("options")), answer=str(row["answer"]).strip(),
+                  category=str(row.get("source") or "unknown"), key=str(row["sample_key"]))
 
 
-def open_answer_matches(pred: str | None, gt: str) -> bool:
-    if not pred:
-        return False
-    p, g = _norm(pred), _norm(gt)
-    return bool(g) and (p == g or re.search(rf"(^| ){re.escape(g)}( |$)", p) is not None)
+def _attempt_record(att: Attempt, v: Verdict) -> dict:
+    return {"status": v.status, "extracted_answer": v.extracted_answer, "response": att.text,
+            "finish_reason": att.finish_reason, "judge_method": v.method, "fail_reason": v.fail_reason,
+            "fail_stage": v.fail_stage}
 
 
-def user_text(row: dict) -> str:
-    opts = format_options(row.get("options"))
-    text = row["question"]
-    if opts:
-        text += "\nOptions:\n" + opts + "\nAnswer with the option letter."
-    return text + "\nPut your final answer in \\boxed{}."
+async def check_collage(sample: Sample, solver: SingleModelSolver, judge: AnswerJudge, attempts: int,
+                        previous: list[dict] | None = None) -> dict:
+    """pass@``attempts`` for one collage. ``previous``: the attempts of an earlier ``error`` record;
+    judged ones are kept, judge failures re-judged, and only lost ones asked again."""
+    kept, rejudge = [], []
+    for p in (previous or [])[:attempts]:
+        if p.get("status") != "failed":
+            kept.append(p)
+        elif p.get("fail_stage") == "judge" and p.get("response") is not None:
+            rejudge.append(Attempt(p["response"], p.get("finish_reason")))
+    n_new = attempts - len(kept) - len(rejudge)
+    new = list(await solver.solve(sample, n_new)) if n_new > 0 else []
+    todo = rejudge + new
+    verdicts = await asyncio.gather(*(judge.check(sample, a) for a in todo))
+    recs = kept + [_attempt_record(a, v) for a, v in zip(todo, verdicts)]
+    solved = any(r["status"] == "correct" for r in recs)   # any success removes the collage
+    failed = [r for r in recs if r["status"] == "failed"]
+    if failed and not solved:
+        return {"sample_key": sample.key, "error": failed[0]["fail_reason"], "attempts": recs}
+    return {"sample_key": sample.key, "solved": solved, "attempts": recs}
 
 
-async def _judge(client, model: str, row: dict, pred: str) -> bool:
-    prompt = fill(JUDGE_PROMPT, question=row["question"], gt_answer=row["answer"], model_answer=pred)
-    resp = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}])
-    return "<correct>" in (resp.choices[0].message.content or "")
+def _load_rows(path: str) -> list[dict]:
+    rows, keys = [], set()
+    for where, _, row in iter_jsonl(path, SystemExit, what="collages file"):
+        missing = [f for f in _REQUIRED if row.get(f) in (None, "")]
+        if missing:
+            raise SystemExit(f"{where}: field {missing[0]!r} is missing or empty")
+        if row["sample_key"] in keys:
+            raise SystemExit(f"{where}: field 'sample_key': duplicate {row['sample_key']!r}")
+        keys.add(row["sample_key"])
+        rows.append(row)
+    return rows
 
 
-async def check_row(row: dict, out_dir: str, client, judge, a, store: ImageStore) -> dict:
-    enc = await store.aget(os.path.join(out_dir, row["image"]), Resize(max_pixels=a.max_pixels or None))
-    msgs = [{"role": "system", "content": THINK_SYSTEM_PROMPT},
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": enc.data_url, "detail": "high"}},
-                                         {"type": "text", "text": user_text(row)}]}]
-    letters = option_letters(row.get("options")) if row.get("options") else ""
-    answers, solved = [], False
-    for _ in range(a.attempts):
-        resp = await client.chat.completions.create(model=a.model, messages=msgs)
-        text = (resp.choices[0].message.content or "") if resp.choices else ""
-        span = extract_answer_span(text)
-        if letters:
-            pred = mcq_letter(span, letters)
-            ok = pred is not None and pred == str(row["answer"]).strip().upper()[:1]
-        else:
-            pred = span
-            ok = open_answer_matches(pred, row["answer"])
-            if not ok and judge is not None and pred:
-                ok = await _judge(judge, a.judge_model, row, pred)
-        answers.append(pred)
-        if ok:
-            solved = True
-            break   # any success removes the item
-    return {"sample_key": row["sample_key"], "answers": answers, "solved": solved}
-
-
-def main(argv: list[str]) -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m insight_o3.scripts.generate_collages filter")
     ap.add_argument("--out_dir", required=True, help="a generate_collages output directory")
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model", required=True, help="the vReasoner")
     ap.add_argument("--attempts", type=int, default=3, help="pass@k (paper: 3)")
-    ap.add_argument("--api_key", default=None)
-    ap.add_argument("--base_url", default=None)
-    ap.add_argument("--judge_model", default=None, help="judge open answers with this model (default: text match)")
+    ap.add_argument("--api_key", default=None, help="default: $OPENAI_API_KEY")
+    ap.add_argument("--base_url", default=None, help="default: $OPENAI_BASE_URL")
+    ap.add_argument("--judge_model", default="gpt-5-nano", help="decides answers the rules cannot")
+    ap.add_argument("--judge_api_key", default=None, help="default: $JUDGE_API_KEY, then the vReasoner's key")
+    ap.add_argument("--judge_base_url", default=None,
+                    help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL, then the vReasoner's endpoint")
+    ap.add_argument("--separate_attempt_requests", action="store_true",
+                    help="one request per attempt instead of n=--attempts (for APIs that reject n>1)")
     ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--max_retries", type=int, default=5)
-    ap.add_argument("--max_pixels", type=int, default=1280 * 1280)
+    ap.add_argument("--max_retries", type=int, default=5, help="the openai SDK's retries")
+    ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
     ap.add_argument("--no_progress", action="store_true")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = build_parser()
     a = ap.parse_args(argv)
-    rows_path = os.path.join(a.out_dir, "collages.jsonl")
-    if not os.path.isfile(rows_path):
-        raise SystemExit(f"not found: {rows_path}")
-    rows = []
-    with open(rows_path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"{rows_path}:{i}: malformed JSON line ({e})")
-    keys, urls = ENV_KEYS["main"]
-    key, base = resolve(a.api_key, keys), resolve(a.base_url, urls)
-    redact = Redactor(key)
-    rec_log = RecordLog.open(os.path.join(a.out_dir, "difficulty.jsonl"))
+    if a.attempts < 1 or a.concurrency < 1 or a.max_retries < 0 or a.max_pixels < 0:
+        ap.error("--attempts and --concurrency must be >= 1, --max_retries and --max_pixels >= 0")
+    rows = _load_rows(os.path.join(a.out_dir, ROWS_FILE))
+    key, base = resolve(a.api_key, ("OPENAI_API_KEY",)), resolve(a.base_url, ("OPENAI_BASE_URL",))
+    judge_key = resolve(a.judge_api_key, ("JUDGE_API_KEY",), key)
+    judge_base = resolve(a.judge_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base)
+    redact = Redactor(key, judge_key)
+    rec_log = RecordLog.open(os.path.join(a.out_dir, RECORDS_FILE))
     todo = [r for r in rows if "solved" not in rec_log.records.get(r["sample_key"], {})]
 
     async def run():
-        client = make_client(key, base, max_retries=a.max_retries, max_connections=a.concurrency)
-        store = ImageStore()
+        conns = max(a.concurrency * (a.attempts if a.separate_attempt_requests else 1), 16)
+        client = make_client(key, base, max_retries=a.max_retries, max_connections=conns)
+        judge_client = make_client(judge_key, judge_base, max_retries=a.max_retries, max_connections=conns)
+        store = ImageStore(originals_cached=0)
+        solver = SingleModelSolver(client, a.model, store, Resize(max_pixels=a.max_pixels or None),
+                                   system_prompt=prompts.THINK_SYSTEM_PROMPT, image_url_extra={"detail": "high"},
+                                   separate_trial_requests=a.separate_attempt_requests, redact=redact)
+        judge = AnswerJudge(judge_client, a.judge_model, redact=redact)
         sem = asyncio.Semaphore(a.concurrency)
-        bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc="pass@k", disable=a.no_progress)
+        bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"pass@{a.attempts}",
+                   disable=a.no_progress)
 
         async def one(row):
             async with sem:
+                sample = collage_sample(row, a.out_dir)
+                previous = rec_log.records.get(sample.key, {}).get("attempts")
                 try:
-                    rec = await check_row(row, a.out_dir, client, client if a.judge_model else None, a, store)
-                except Exception as e:
-                    rec = {"sample_key": row["sample_key"], "error": redact(f"{type(e).__name__}: {e}")[:2000]}
+                    rec = await check_collage(sample, solver, judge, a.attempts, previous)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # never lose the collage: recorded as an error, retried next run
+                    rec = {"sample_key": sample.key, "error": redact(f"{type(e).__name__}: {e}")[:2000],
+                           "attempts": previous or []}
                 await asyncio.to_thread(rec_log.append, rec)
                 bar.update(1)
         try:
@@ -129,6 +160,7 @@ def main(argv: list[str]) -> None:
             bar.close()
             store.close()
             await client.close()
+            await judge_client.close()
 
     try:
         asyncio.run(run())
@@ -136,12 +168,16 @@ def main(argv: list[str]) -> None:
     finally:
         rec_log.close()
     hard = [r for r in rows if rec_log.records.get(r["sample_key"], {}).get("solved") is False]
-    errors = sum(1 for r in rows if "error" in rec_log.records.get(r["sample_key"], {}))
-    tmp = os.path.join(a.out_dir, f"collages_hard.jsonl.tmp.{os.getpid()}")
+    errors = sum(1 for r in rows if "solved" not in rec_log.records.get(r["sample_key"], {}))
+    tmp = os.path.join(a.out_dir, f"{HARD_FILE}.tmp.{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as f:
         for r in hard:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(a.out_dir, "collages_hard.jsonl"))
+    os.replace(tmp, os.path.join(a.out_dir, HARD_FILE))
     print(json.dumps({"collages": len(rows), "hard": len(hard), "errors": errors}))
+    if errors:
+        print(f"warning: {errors} collage(s) lost to API errors; run again to retry them", file=sys.stderr)
+        return 1
+    return 0
