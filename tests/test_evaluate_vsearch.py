@@ -3,6 +3,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -14,6 +20,7 @@ from tests.support.openai_server import chat, error, request_text
 W, H = 420, 300
 BUDGET = 100 * 28 * 28
 KEY = "sk-vsearch-secret-987654321"
+REPO = Path(__file__).resolve().parents[1]
 GT = {"a": [40, 30, 200, 150], "b": [10, 10, 100, 100], "c": [300, 200, 400, 290]}
 
 
@@ -102,3 +109,70 @@ def test_bad_annotations_name_file_line_field(data, capsys, row, msg):
     assert run(ann, img_dir, out, "http://127.0.0.1:9/v1") == 2
     err = capsys.readouterr().err
     assert f"{ann}:4" in err and msg in err
+
+
+def _slow(base, state):
+    def reply(req, call):
+        r = base(req, call)
+        r.delay = state["delay"]
+        return r
+    return reply
+
+
+def _desc_keys(reqs: list[dict]) -> list[str]:
+    """The sample of each request (its description names it: "the <kind> region <i>")."""
+    return [re.search(r"the [abc] region (\d+)", request_text(r)).group(1) for r in reqs]
+
+
+def _read_records(path) -> dict:
+    recs = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:   # a torn last line
+                continue
+            recs[rec["sample_key"]] = rec
+    return recs
+
+
+def test_sigkill_then_resume_queries_only_unfinished(openai_server, tmp_path):
+    img_dir = tmp_path / "images"
+    img_dir.mkdir()
+    Image.new("RGB", (W, H), (200, 40, 40)).save(img_dir / "one.png")
+    ann = tmp_path / "regions.jsonl"
+    kinds = "abcabcab"
+    ann.write_text("".join(json.dumps({"id": f"s{i}", "image": "one.png", "description": f"the {k} region {i}",
+                                       "bbox": GT[k]}) + "\n" for i, k in enumerate(kinds)))
+    ref_out, out = tmp_path / "uninterrupted", tmp_path / "out"
+    assert run(str(ann), str(img_dir), ref_out, openai_server(script()).base_url) == 0
+
+    state = {"delay": 0.3}
+    srv = openai_server(_slow(script(), state))
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
+    cmd = [sys.executable, "-m", "insight_o3.scripts.evaluate_vsearch", "--ann_file", str(ann), "--img_dir",
+           str(img_dir), "--model", "vs", "--api_base_url", srv.base_url, "--api_key", KEY, "--max_pixels",
+           str(BUDGET), "--output_dir", str(out), "--max_retries", "0", "--concurrency", "1"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.time() + 30
+        while time.time() < end and len(_read_records(out / "records.jsonl")) < 2:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    done = {r["sample_key"] for r in _read_records(out / "records.jsonl").values()}
+    assert 2 <= len(done) < len(kinds), done
+    assert not (out / "metrics.json").exists()
+
+    state["delay"] = 0.0
+    first = srv.count
+    assert run(str(ann), str(img_dir), out, srv.base_url, "--concurrency", "3") == 0
+    again = _desc_keys(srv.requests[first:])
+    unfinished = sorted(str(i) for i in range(len(kinds)) if f"s{i}" not in done)
+    assert sorted(set(again)) == unfinished   # only the unfinished samples were queried
+    assert len(again) == sum(2 if kinds[int(i)] == "a" else 1 for i in unfinished)   # once each ("a" zooms once)
+    lines = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["sample_key"] for r in lines] == [f"s{i}" for i in range(len(kinds))]   # one record per sample
+    assert json.loads((out / "metrics.json").read_text()) == json.loads((ref_out / "metrics.json").read_text())
