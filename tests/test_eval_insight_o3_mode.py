@@ -19,7 +19,7 @@ import pytest
 
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
-from tests.support.openai_server import Call, Reply, chat, error, malformed, request_text
+from tests.support.openai_server import Call, Reply, chat, error, request_text
 from tests.test_eval_cli import JUDGE_KEY, MAIN_KEY, REPO, _no_secrets, _wait_lines
 
 SEARCH_KEY = "sk-vsearch-SECRET-7777wxyz"
@@ -43,19 +43,11 @@ def reasoner_script(delay: float = 0.0, faults: bool = False, server_ref: dict |
             with lock:
                 k = seen[q] = seen.get(q, 0) + 1
             if k == 1:
-                if q == "q0":
-                    return error(429, "slow down", retry_after=0.1)
-                if q == "q1":
-                    return error(500, "internal")
-                if q == "q2":
-                    return error(503, "overloaded", retry_after=0.1)
-                if q == "q3":
+                if q == "q3":  # slower than --client_timeout
                     return Reply(body=chat("<tool_call>region_description={x}</tool_call>").body, delay=2.5)
-                if q == "q4":
-                    return malformed()  # not retried by the SDK: a failed pair, fixed by --retry_failed
-                if q == "q6":
-                    hdrs = {h.lower(): v for h, v in server_ref["srv"].headers[call.index].items()}
-                    return error(400, f"Incorrect API key provided: {hdrs['authorization'].split()[-1]}")
+                fault = eb.first_request_fault(q, call, server_ref)
+                if fault is not None:
+                    return fault
         if first:
             reply = chat(f"<think>need a closer look</think><tool_call>region_description={{the legend of [{q}]}}"
                          "</tool_call>")

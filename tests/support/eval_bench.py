@@ -88,6 +88,24 @@ def judge_script():
     return script
 
 
+def first_request_fault(q: str, call: Call, server_ref: dict) -> Reply | None:
+    """The fault the first request for question ``q`` gets (None: answer normally). q3 (a reply slower
+    than --client_timeout) and q5 (fewer choices than n) depend on the script, so they are not here."""
+    if q == "q0":
+        return error(429, "slow down", retry_after=0.1)
+    if q == "q1":
+        return error(500, "internal")
+    if q == "q2":
+        return error(503, "overloaded", retry_after=0.1)
+    if q == "q4":
+        return malformed()  # not retried by the SDK: recorded, fixed by --retry_failed
+    if q == "q6":
+        hdrs = {k.lower(): v for k, v in server_ref["srv"].headers[call.index].items()}
+        auth = hdrs.get("authorization", "")
+        return error(400, f"Incorrect API key provided: {auth.split()[-1]}")  # echoes the key
+    return None
+
+
 def faulty_model_script(server_ref: dict):
     """First request per question fails in a question-specific way; later requests answer."""
     seen: dict[str, int] = {}
@@ -98,24 +116,15 @@ def faulty_model_script(server_ref: dict):
         with lock:
             k = seen[q] = seen.get(q, 0) + 1
         if k == 1:
-            if q == "q0":
-                return error(429, "slow down", retry_after=0.1)
-            if q == "q1":
-                return error(500, "internal")
-            if q == "q2":
-                return error(503, "overloaded", retry_after=0.1)
             if q == "q3":
                 r = model_reply(req)
                 r.delay = 2.5  # longer than --client_timeout
                 return r
-            if q == "q4":
-                return malformed()  # not retried by the SDK: recorded, fixed by --retry_failed
             if q == "q5":
                 return model_reply(req, n=1)  # fewer choices than n
-            if q == "q6":
-                hdrs = {k.lower(): v for k, v in server_ref["srv"].headers[call.index].items()}
-                auth = hdrs.get("authorization", "")
-                return error(400, f"Incorrect API key provided: {auth.split()[-1]}")  # echoes the key
+            fault = first_request_fault(q, call, server_ref)
+            if fault is not None:
+                return fault
         return model_reply(req)
     return script
 
