@@ -18,7 +18,6 @@ Everything is derived from ``random.Random`` seeded per image, so output is iden
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -27,6 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
+
+from .atomic_io import atomic_writer, write_jsonl_atomic
 
 NO_RIGHT_CHOICE = "No right choice"
 LETTERS = "ABCDE"
@@ -711,20 +712,14 @@ def write_image(item: DemoItem, out_dir: Path, compress_level: int = 3) -> bool:
         except OSError:
             pass  # unreadable leftover: redraw it
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    render(item).save(tmp, format="PNG", compress_level=compress_level)
-    os.replace(tmp, path)
+    with atomic_writer(path, "wb") as f:
+        render(item).save(f, format="PNG", compress_level=compress_level)
     return True
 
 
 def write_metadata(items: list[DemoItem], out_dir: Path) -> Path:
     path = out_dir / "metadata.jsonl"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for item in items:
-            for rec in records(item):
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    write_jsonl_atomic(path, (rec for item in items for rec in records(item)))
     return path
 
 

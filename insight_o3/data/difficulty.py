@@ -31,6 +31,7 @@ import sys
 
 from tqdm import tqdm
 
+from ..atomic_io import write_jsonl_atomic
 from .. import prompts
 from ..api import Redactor, make_client, resolve
 from ..evaluation.judge import AnswerJudge, Verdict
@@ -169,13 +170,7 @@ def main(argv: list[str]) -> int:
         rec_log.close()
     hard = [r for r in rows if rec_log.records.get(r["sample_key"], {}).get("solved") is False]
     errors = sum(1 for r in rows if "solved" not in rec_log.records.get(r["sample_key"], {}))
-    tmp = os.path.join(a.out_dir, f"{HARD_FILE}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in hard:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(a.out_dir, HARD_FILE))
+    write_jsonl_atomic(os.path.join(a.out_dir, HARD_FILE), hard)
     print(json.dumps({"collages": len(rows), "hard": len(hard), "errors": errors}))
     if errors:
         print(f"warning: {errors} collage(s) lost to API errors; run again to retry them", file=sys.stderr)

@@ -5,7 +5,7 @@
 any moment (SIGKILL included) leaves at most one torn last line, which :meth:`RecordLog.open`
 truncates away. Records are keyed by ``sample_key``; the last record of a key wins (re-tried
 failures are appended), and :meth:`RecordLog.compact` rewrites the file atomically with one line
-per key. Whole-file JSON outputs go through :func:`write_json_atomic` (tmp + fsync + ``os.replace``).
+per key. Whole-file outputs go through :mod:`insight_o3.atomic_io`.
 """
 from __future__ import annotations
 
@@ -14,35 +14,13 @@ import logging
 import os
 import threading
 
+from ..atomic_io import atomic_writer, write_json_atomic
+
 log = logging.getLogger(__name__)
 
 
 class RecordFileError(ValueError):
     """A results file that is corrupt beyond a torn last line (names file and line)."""
-
-
-def write_json_atomic(path: str, obj, indent: int | None = 2) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=indent, ensure_ascii=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path) or ".")
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def touch_atomic(path: str) -> None:
@@ -117,15 +95,10 @@ class RecordLog:
     def compact(self, order: list[str]) -> None:
         """Rewrite the file atomically with exactly one line per key, in ``order``."""
         with self._lock:
-            tmp = f"{self.path}.tmp.{os.getpid()}"
-            with open(tmp, "wb") as f:
+            with atomic_writer(self.path, "wb") as f:
                 for key in order:
                     if key in self.records:
                         f.write((json.dumps(self.records[key], ensure_ascii=False) + "\n").encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            _fsync_dir(os.path.dirname(self.path) or ".")
             if self._fd is not None:
                 os.close(self._fd)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

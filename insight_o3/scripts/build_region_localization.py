@@ -26,6 +26,7 @@ import sys
 
 from tqdm import tqdm
 
+from ..atomic_io import write_jsonl_atomic
 from ..api import ENV_KEYS, Redactor, make_client, resolve
 from ..data.describe import BoxTask, DescribeConfig, describe_all
 from ..data.layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
@@ -70,16 +71,6 @@ def collect_boxes(layouts: str, image_dir: str | None, rules: LayoutRules, sourc
     return tasks
 
 
-def _write_jsonl_atomic(path: str, rows: list[dict]) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -114,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {e}")
     if a.limit is not None:
         tasks = tasks[:a.limit]
-    _write_jsonl_atomic(os.path.join(a.out_dir, "boxes.jsonl"),
+    write_jsonl_atomic(os.path.join(a.out_dir, "boxes.jsonl"),
                         [{"sample_key": t.sample_key, "image": t.image, "width": t.width, "height": t.height,
                           "bbox": list(t.bbox), "label": t.label, "merged_from": list(t.merged_from)} for t in tasks])
     log.info("%d layout boxes kept", len(tasks))
@@ -147,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(RegionRow(sample_key=t.sample_key, image=t.image, width=t.width, height=t.height,
                                   description=rec["description"], bbox=list(t.bbox), label=t.label, source=t.source,
                                   merged_from=list(t.merged_from)).to_dict())
-    _write_jsonl_atomic(os.path.join(a.out_dir, "regions.jsonl"), rows)
+    write_jsonl_atomic(os.path.join(a.out_dir, "regions.jsonl"), rows)
     failed = len(tasks) - len(rows)
     print(json.dumps({**counts, "rows": len(rows), "failed_total": failed}))
     if failed:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..atomic_io import write_text_atomic
+
 SUMMARY_FILE = "summary_metrics.json"
 MISSING = "—"
 
@@ -158,13 +160,6 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.gather_eval_results",
                                 description=__doc__.split("\n")[0])
@@ -188,9 +183,9 @@ def main(argv=None) -> int:
     for n in notes:
         print(n)
     if a.csv:
-        _write_atomic(a.csv, table.to_csv())
+        write_text_atomic(a.csv, table.to_csv())
     if a.markdown:
-        _write_atomic(a.markdown, to_markdown(table))
+        write_text_atomic(a.markdown, to_markdown(table))
     return 0
 
 

@@ -34,6 +34,7 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
+from ..atomic_io import atomic_writer
 from ..data.collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from ..data.schema import CollageRow, TileRow
 from ..data.source_pool import SourceItem, filter_small_targets, load_pool
@@ -119,15 +120,11 @@ def _row(job: Job, index: int, plan, pool: PoolArrays) -> dict:
 
 
 def _save_image(im, path: str, fmt: str, quality: int) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
+    with atomic_writer(path, "wb") as f:
         if fmt == "png":
             im.save(f, format="PNG")
         else:
             im.save(f, format="JPEG", quality=quality)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def run_chunk(job: Job, chunk: int, done: frozenset[int]) -> list[tuple[str, dict]]:

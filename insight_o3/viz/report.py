@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..atomic_io import write_text_atomic
 from .draw import ImageResolver
 from .plots import figure_svg, new_figure
 from .run_view import (STATUSES, EvalRun, SampleResult, accuracy_by_category, compare_html, conversation_html,
@@ -282,9 +283,7 @@ def write_report(eval_dir: str | os.PathLike, out: str | os.PathLike, **kw) -> P
     page = build_report(eval_dir, **kw)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
+    write_text_atomic(out, page)
     return out
 
 
