@@ -107,10 +107,12 @@ def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIX
         raise ImageError(f"cannot decode image {path}: {e}") from None
 
 
-def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int = 90) -> str:
+def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int = 90, optimize: bool = False) -> str:
+    """A ``data:`` URL of ``img`` (JPEG or PNG)."""
     buf = io.BytesIO()
     if fmt.upper() == "JPEG":
-        img.save(buf, format="JPEG", quality=quality)
+        (img if img.mode == "RGB" else img.convert("RGB")).save(buf, format="JPEG", quality=quality,
+                                                                 optimize=optimize)
         mime = "image/jpeg"
     else:
         img.save(buf, format="PNG")

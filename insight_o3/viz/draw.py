@@ -7,8 +7,6 @@ questions and every crop of a conversation.
 """
 from __future__ import annotations
 
-import base64
-import io
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ from typing import Iterable, Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 
-from ..images import ImageError, ImageRef, open_image
+from ..images import ImageError, ImageRef, encode_pil, open_image
 
 Box = Sequence[float]
 
@@ -164,9 +162,7 @@ def _dashed_rect(d: ImageDraw.ImageDraw, rect: list[float], color, width: int, d
 
 def image_data_url(img: Image.Image, quality: int = 80) -> str:
     """A JPEG ``data:`` URL (what the report embeds; nothing is fetched when it opens)."""
-    buf = io.BytesIO()
-    (img if img.mode == "RGB" else img.convert("RGB")).save(buf, format="JPEG", quality=quality, optimize=True)
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return encode_pil(img, "JPEG", quality, optimize=True)
 
 
 def placeholder(text: str, size: tuple[int, int] = (320, 80)) -> Image.Image:
