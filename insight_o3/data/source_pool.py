@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic_io import write_jsonl_atomic
 from ..images import ImageError
 from ..jsonl import iter_jsonl
 
@@ -175,16 +176,12 @@ def filter_small_targets(items: list[SourceItem], max_ratio: float = MAX_BBOX_RA
 
 def write_pool(items: list[SourceItem], path: str, image_root: str | None = None) -> None:
     """Write a JSONL pool atomically; image paths are made relative to ``image_root`` when given."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for it in items:
-            d = it.to_dict()
-            if image_root is not None:
-                d["image"] = os.path.relpath(it.image, image_root)
-            f.write(json.dumps(d, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    def row(it: SourceItem) -> dict:
+        d = it.to_dict()
+        if image_root is not None:
+            d["image"] = os.path.relpath(it.image, image_root)
+        return d
+    write_jsonl_atomic(path, (row(it) for it in items))
 
 
 # ----------------------------------------------------------------------------- converters
@@ -210,15 +207,21 @@ def _read_json_records(path: str):
         yield from _iter_rows(path)
 
 
-def _image_size(path: str, where: str) -> tuple[int, int]:
+def _image_and_size(rec: dict, where: str, image_root: str) -> tuple[str, int, int]:
+    """The record's image path (under ``image_root`` unless absolute) and its size: the record's
+    ``width``/``height`` when given, else read from the file header."""
+    image = str(_field(rec, "image", where))
+    full = image if os.path.isabs(image) else os.path.join(image_root, image)
+    if "width" in rec and "height" in rec:
+        return full, int(rec["width"]), int(rec["height"])
     from PIL import Image
     try:
-        with Image.open(path) as im:
-            return im.size
+        with Image.open(full) as im:
+            return (full, *im.size)
     except FileNotFoundError:
-        raise PoolError(f"{where}: image file not found: {path}") from None
+        raise PoolError(f"{where}: image file not found: {full}") from None
     except (OSError, SyntaxError, ValueError) as e:
-        raise ImageError(f"{where}: cannot read image {path}: {e}") from None
+        raise ImageError(f"{where}: cannot read image {full}: {e}") from None
 
 
 def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
@@ -228,12 +231,7 @@ def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
         boxes = _field(rec, "bboxs", where)
         if not boxes or not all(isinstance(b, (list, tuple)) and len(b) == 4 for b in boxes):
             raise PoolError(f"{where}: field 'bboxs' must be a non-empty list of [x1, y1, x2, y2]")
-        image = str(_field(rec, "image", where))
-        full = image if os.path.isabs(image) else os.path.join(image_root, image)
-        if "width" in rec and "height" in rec:
-            w, h = int(rec["width"]), int(rec["height"])
-        else:
-            w, h = _image_size(full, where)
+        full, w, h = _image_and_size(rec, where, image_root)
         dataset = str(rec.get("dataset") or Path(path).name.split("_cot")[0])
         qid = rec.get("question_id", where.rsplit(":", 1)[-1])
         row = {"id": f"viscot/{dataset}/{qid}", "image": full, "width": w, "height": h,
@@ -253,12 +251,8 @@ def convert_vstar(path: str, image_root: str) -> list[SourceItem]:
         if not boxes or not all(isinstance(b, (list, tuple)) and len(b) == 4 for b in boxes):
             raise PoolError(f"{where}: field 'bbox' must be [x, y, w, h] or a list of them")
         xyxy = [[b[0], b[1], b[0] + b[2], b[1] + b[3]] for b in boxes]
-        image = str(_field(rec, "image", where))
-        full = image if os.path.isabs(image) else os.path.join(image_root, image)
-        if "width" in rec and "height" in rec:
-            w, h = int(rec["width"]), int(rec["height"])
-        else:
-            w, h = _image_size(full, where)
+        full, w, h = _image_and_size(rec, where, image_root)
+        image = str(rec["image"])  # as written in the annotation: seeds the option shuffle, names the item
         options = rec.get("options")
         if options:
             # V* lists the correct option first; shuffle deterministically (per item id) so that the
