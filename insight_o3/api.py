@@ -12,6 +12,7 @@ model name fails every request alike), and so does a run whose requests mostly f
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 
@@ -41,6 +42,12 @@ def resolve(flag_value: str | None, env_names: tuple[str, ...], default: str | N
         if os.environ.get(name):
             return os.environ[name]
     return default
+
+
+def quiet_http_logs() -> None:
+    """No INFO line per HTTP request from the SDK's HTTP package (``httpx`` or ``httpx2``)."""
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _limits(max_connections: int):

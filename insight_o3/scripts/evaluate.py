@@ -21,7 +21,7 @@ import os
 import sys
 
 from .. import prompts
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore, Resize, usable_cpus
 from ..evaluation.benchmarks import BENCHMARKS, get_benchmark
@@ -192,7 +192,7 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    quiet_http_logs()
     a = parse_args(argv)
     redactor = Redactor(a.api_key, a.judge_api_key, a.vsearcher_api_key)
     try:
