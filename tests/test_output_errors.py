@@ -45,6 +45,7 @@ def _inject(monkeypatch, name: str, fake, suffix: str) -> None:
 
 
 # ----------------------------------------------------------------------------- injected errors
+@pytest.mark.smoke
 def test_partial_write_then_enospc_is_truncated_back(tmp_path, monkeypatch):
     path = tmp_path / "r.jsonl"
     lg = RecordLog.open(str(path))
@@ -117,6 +118,7 @@ def test_atomic_writer_error_keeps_the_old_file(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]   # no temporary file left
 
 
+@pytest.mark.smoke
 def test_evaluate_stops_with_one_line_on_injected_enospc_and_resumes(tmp_path, openai_server, capsys, monkeypatch):
     bench = eb.make_bench(tmp_path / "bench")
     model = openai_server(eb.model_script())
