@@ -1,22 +1,37 @@
 """OpenAI-compatible clients: one place that builds them, resolves keys and keeps keys secret.
 
 Retries and backoff are the ``openai`` SDK's own (it honours ``Retry-After`` and retries 408/409/
-429/5xx and connection errors); we only configure them.
+429/5xx and connection errors); we only configure them. The HTTP client is the SDK's own factory
+(``openai.DefaultAsyncHttpxClient``: ``httpx`` under openai 1.x/2.x, ``httpx2`` under 3.x), so
+this module imports no HTTP package itself.
+
+A client built with a :class:`~insight_o3.run_guard.RunGuard` reports the outcome of every request
+(after the SDK's retries) to it: the first 401/403/404 from the endpoint stops the run (a wrong key or
+model name fails every request alike), and so does a run whose requests mostly fail.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import re
 
-import httpx
+import openai
 from openai import AsyncOpenAI
 
 DEFAULT_MAX_RETRIES = 5
+DEFAULT_TIMEOUT = 600.0
 #: Env vars consulted when a flag is not given, per role, in order.
 ENV_KEYS = {
     "main": (("OPENAI_API_KEY",), ("OPENAI_BASE_URL",)),
     "judge": (("JUDGE_API_KEY", "OPENAI_API_KEY"), ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
     "vsearcher": (("VSEARCHER_API_KEY",), ("VSEARCHER_API_BASE_URL", "VSEARCHER_BASE_URL")),
+}
+#: Responses that no retry or later request can fix: the run stops at the first one.
+FATAL_STATUSES = {
+    401: "unauthorized: wrong or missing API key",
+    403: "forbidden: the key may not use this model or endpoint",
+    404: "not found: wrong model name or base URL",
 }
 
 
@@ -29,17 +44,75 @@ def resolve(flag_value: str | None, env_names: tuple[str, ...], default: str | N
     return default
 
 
+def quiet_http_logs() -> None:
+    """No INFO line per HTTP request from the SDK's HTTP package (``httpx`` or ``httpx2``)."""
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _limits(max_connections: int):
+    """The connection limits object of whichever HTTP package this SDK version uses."""
+    return type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=max_connections,
+                                                 max_keepalive_connections=max_connections)
+
+
 def make_client(api_key: str | None, base_url: str | None, timeout: float | None = None,
-                max_retries: int = DEFAULT_MAX_RETRIES, max_connections: int = 256) -> AsyncOpenAI:
-    """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers."""
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    return AsyncOpenAI(
-        api_key=api_key or "EMPTY",
-        base_url=base_url,
-        timeout=timeout if timeout is not None else 600.0,
-        max_retries=max_retries,
-        http_client=httpx.AsyncClient(limits=limits, timeout=timeout if timeout is not None else 600.0),
-    )
+                max_retries: int = DEFAULT_MAX_RETRIES, max_connections: int = 256, *,
+                role: str = "model", guard=None) -> AsyncOpenAI:
+    """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
+
+    ``role`` names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
+    :class:`~insight_o3.run_guard.RunGuard`) every request's outcome is reported to it.
+    """
+    timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
+    http_client = openai.DefaultAsyncHttpxClient(limits=_limits(max_connections), timeout=timeout)
+    kwargs = dict(api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=max_retries,
+                  http_client=http_client)
+    if guard is None:
+        return AsyncOpenAI(**kwargs)
+    return GuardedAsyncOpenAI(role=role, guard=guard, **kwargs)
+
+
+class GuardedAsyncOpenAI(AsyncOpenAI):
+    """``AsyncOpenAI`` whose requests report to a run guard. Every API call of the SDK's resources
+    (``chat.completions.create`` …) goes through :meth:`post`, after the SDK's own retries."""
+
+    def __init__(self, *, role: str, guard, **kwargs):
+        super().__init__(**kwargs)
+        self.role, self.guard = role, guard
+
+    async def post(self, path, *args, **kwargs):
+        self.guard.check()  # a stopping run sends nothing more
+        try:
+            result = await super().post(path, *args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except openai.APIStatusError as e:
+            if e.status_code in FATAL_STATUSES:
+                self.guard.fatal(self.role, _url(e, self, path), e.status_code,
+                                 f"{FATAL_STATUSES[e.status_code]}; the server said: {_server_message(e)}")
+            else:
+                self.guard.request_done(self.role, f"{type(e).__name__}: {_server_message(e)}")
+            raise
+        except Exception as e:
+            self.guard.request_done(self.role, f"{type(e).__name__}: {e}")
+            raise
+        self.guard.request_done(self.role, None)
+        return result
+
+
+def _url(e: openai.APIError, client: AsyncOpenAI, path: str) -> str:
+    try:
+        return str(e.request.url)
+    except Exception:  # noqa: BLE001 - an error without its request: rebuild the URL
+        return f"{str(client.base_url).rstrip('/')}/{str(path).lstrip('/')}"
+
+
+def _server_message(e: openai.APIError, limit: int = 300) -> str:
+    body = getattr(e, "body", None)
+    msg = body.get("message") if isinstance(body, dict) else None
+    text = " ".join(str(msg or getattr(e, "message", None) or e).split())
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class Redactor:

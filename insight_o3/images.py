@@ -4,17 +4,27 @@ The original harness re-encoded the image for every question and trial inside th
 (see shared notes); here an :class:`ImageStore` encodes each distinct view once, off the event
 loop, de-duplicates concurrent requests for the same view, and keeps encoded payloads in a
 byte-bounded LRU cache. Records never hold pixels: they hold an :class:`ImageRef`.
+
+Where the work runs: :meth:`ImageStore.aget` de-duplicates in the event loop (a request for a
+view already being rendered waits for that render without occupying a worker) and renders in
+``workers`` *processes* when ``processes=True`` (what the command-line tools use: decoding,
+resampling and encoding then use every core instead of contending for the GIL), else in a thread
+pool. A worker process is an in-process ``ImageStore`` of its own (same code path, its own small
+cache of decoded originals), so the pixels are the same either way. Memory stays bounded: at most
+``workers`` renders run at once, results go to the byte-bounded cache.
 """
 from __future__ import annotations
 
 import asyncio
 import base64
 import io
+import multiprocessing
 import os
 import threading
 import warnings
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -96,7 +106,8 @@ def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIX
                         raise ImageError(f"image too large to decode safely ({im.width}x{im.height} px "
                                          f"> {max_pixels} px): {path}")
                     im.load()
-                    return im.convert("RGB") if im.mode != "RGB" else im.copy()
+                    # leaving the block closes only the file: the loaded pixels need no copy
+                    return im.convert("RGB") if im.mode != "RGB" else im
             finally:
                 Image.MAX_IMAGE_PIXELS = old
     except ImageError:
@@ -120,23 +131,35 @@ def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int = 90, optimize:
     return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 class ImageStore:
     """Thread-safe cache of encoded views, shared by every question and trial of a run.
 
-    ``get(path, resize, region=None)`` returns an :class:`EncodedImage`; ``aget`` does the work in
-    a thread pool so the asyncio loop stays free for I/O. ``stats`` counts decodes and encodes.
+    ``get(path, resize, region=None)`` returns an :class:`EncodedImage`, rendered in the calling
+    thread; ``aget`` is the asyncio form: it de-duplicates concurrent requests for one view in the
+    event loop and renders in ``workers`` processes (``processes=True``) or threads, so the loop stays
+    free for I/O. ``stats`` counts decodes, encodes, cache hits and evictions.
     """
 
     def __init__(self, max_cached_bytes: int = 256 * 2**20, workers: int | None = None,
                  max_decode_pixels: int = DEFAULT_MAX_DECODE_PIXELS, fmt: str = "JPEG", quality: int = 90,
-                 originals_cached: int = 2):
+                 originals_cached: int = 2, processes: bool = False):
         self.max_cached_bytes = max_cached_bytes
         self.max_decode_pixels = max_decode_pixels
         self.fmt, self.quality = fmt, quality
-        self._pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2, thread_name_prefix="img")
+        self.workers = max(1, workers or usable_cpus())
+        self.processes = processes
+        self._executor: Executor | None = None   # created on the first aget
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple, EncodedImage] = OrderedDict()
-        self._inflight: dict[tuple, Future] = {}
+        self._renders: dict[tuple, asyncio.Future] = {}   # (loop, key) -> the render every waiter shares
         self._bytes = 0
         self._originals: OrderedDict[str, Image.Image] = OrderedDict()
         self._originals_cached = originals_cached
@@ -198,47 +221,130 @@ class ImageStore:
             self.stats["encoded"] += 1
         return EncodedImage(ref, url, self.size(path))
 
-    def get(self, path: str | Path, resize: Resize = Resize(), region: Box | None = None) -> EncodedImage:
-        path = str(path)
-        key = (path, resize, None if region is None else tuple(pixel_box(region)))
+    @staticmethod
+    def _key(path: str, resize: Resize, region: Box | None) -> tuple:
+        return (path, resize, None if region is None else tuple(pixel_box(region)))
+
+    def _cached(self, key: tuple) -> EncodedImage | None:
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 self.stats["cache_hits"] += 1
-                return hit
-            fut = self._inflight.get(key)
-            owner = fut is None
-            if owner:
-                fut = Future()
-                self._inflight[key] = fut
-        if not owner:
-            return fut.result()
-        try:
-            enc = self._render(path, resize, region)
-        except BaseException as e:
-            with self._lock:
-                self._inflight.pop(key, None)
-            fut.set_exception(e)
-            raise
+            return hit
+
+    def _store(self, key: tuple, enc: EncodedImage) -> None:
         with self._lock:
-            self._inflight.pop(key, None)
+            if key in self._cache:
+                return
             self._cache[key] = enc
             self._bytes += enc.nbytes
             while self._bytes > self.max_cached_bytes and len(self._cache) > 1:
                 _, old = self._cache.popitem(last=False)
                 self._bytes -= old.nbytes
                 self.stats["evicted"] += 1
-        fut.set_result(enc)
+
+    def get(self, path: str | Path, resize: Resize = Resize(), region: Box | None = None) -> EncodedImage:
+        """The encoded view, from the cache or rendered in the calling thread."""
+        path = str(path)
+        key = self._key(path, resize, region)
+        hit = self._cached(key)
+        if hit is not None:
+            return hit
+        enc = self._render(path, resize, region)
+        self._store(key, enc)
         return enc
 
     async def aget(self, path: str | Path, resize: Resize = Resize(), region: Box | None = None) -> EncodedImage:
+        """The encoded view; each distinct view is rendered once however many tasks ask for it."""
+        path = str(path)
+        key = self._key(path, resize, region)
+        hit = self._cached(key)
+        if hit is not None:
+            return hit
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.get, str(path), resize, region)
+        slot = (id(loop), key)
+        render = self._renders.get(slot)
+        if render is None:   # the first asker starts the render; later ones share it
+            render = self._renders[slot] = loop.create_task(self._render_async(key, path, resize, region))
+            render.add_done_callback(lambda _t: self._renders.pop(slot, None))
+        else:
+            with self._lock:
+                self.stats["cache_hits"] += 1
+        # shield: a cancelled asker does not cancel the render the others wait for
+        return await asyncio.shield(render)
+
+    async def _render_async(self, key: tuple, path: str, resize: Resize, region: Box | None) -> EncodedImage:
+        loop = asyncio.get_running_loop()
+        if not self.processes:
+            enc = await loop.run_in_executor(self._pool(), self._render, path, resize, region)
+            self._store(key, enc)
+            return enc
+        for attempt in range(2):
+            pool = self._pool()
+            try:
+                enc, decoded = await asyncio.wrap_future(pool.submit(_render_in_worker, path, resize, region))
+                break
+            except BrokenProcessPool:
+                # a worker died (killed for memory, or a decoder crashed): new pool, one more try
+                self._replace_pool(pool)
+                if attempt:
+                    raise ImageError(f"the image worker process died twice while rendering {path} "
+                                     f"(out of memory, or the decoder crashed on this file)") from None
+        with self._lock:
+            self.stats["encoded"] += 1
+            self.stats["decoded"] += decoded
+            self._sizes.setdefault(path, enc.original_size)
+        self._store(key, enc)
+        return enc
+
+    def _pool(self) -> Executor:
+        with self._lock:
+            if self._executor is None:
+                if self.processes:
+                    self._executor = ProcessPoolExecutor(
+                        max_workers=self.workers, mp_context=_worker_context(), initializer=_init_worker,
+                        initargs=(self.max_decode_pixels, self.fmt, self.quality, self._originals_cached))
+                else:
+                    self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="img")
+            return self._executor
+
+    def _replace_pool(self, broken: Executor) -> None:
+        with self._lock:
+            if self._executor is broken:
+                self._executor = None
+        broken.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
+            executor, self._executor = self._executor, None
             self._cache.clear()
             self._originals.clear()
             self._bytes = 0
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+# ---------------------------------------------------------------------- worker processes
+_WORKER_STORE: ImageStore | None = None
+
+
+def _worker_context():
+    """``forkserver`` where there is one: workers start small and without the parent's threads."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def _init_worker(max_decode_pixels: int, fmt: str, quality: int, originals_cached: int) -> None:
+    global _WORKER_STORE
+    _WORKER_STORE = ImageStore(max_cached_bytes=0, workers=1, max_decode_pixels=max_decode_pixels, fmt=fmt,
+                               quality=quality, originals_cached=originals_cached)
+
+
+def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int]:
+    """One render in a worker process; returns the view and how many decodes it took (0 or 1)."""
+    store = _WORKER_STORE
+    assert store is not None, "image worker not initialised"
+    before = store.stats["decoded"]
+    enc = store._render(path, resize, region)
+    return enc, store.stats["decoded"] - before

@@ -12,7 +12,15 @@ its true accuracy is known exactly) in the ``<answer>X</answer>`` form the rule-
 Reported per run: wall time, images decoded/encoded (the CLI's log line) and distinct image payloads
 seen by the server (hash of each data URL), requests, requests lost (critical failures in the
 records), accuracy vs the server's true accuracy, bytes written under the output dir, peak RSS of
-the evaluate process (``os.wait4`` rusage), and whether the API key appears anywhere on disk.
+the evaluate process (``os.wait4`` rusage: the largest single process of its tree) and of its whole
+process tree (image worker processes included: the sum of their RSS, sampled every 50 ms), the load
+average around the run, and whether the API key appears anywhere on disk.
+
+The **encode-once floor** is measured in the same sitting, before the runs: decode + resize + encode
+(+ base64) of every distinct image of the benchmark once, one after the other on one core, through
+the same ``ImageStore`` code the CLI uses. Each run's ``wall / floor`` says how close the whole
+evaluation (HTTP, JSON, records, the scripted server itself) gets to that single-core image work; on 2
+cores the goal is <= 0.6.
 """
 from __future__ import annotations
 
@@ -31,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from insight_o3.evaluation.samples import load_samples  # noqa: E402
+from insight_o3.images import ImageStore, Resize  # noqa: E402
 from tests.support.openai_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text  # noqa: E402
 
 API_KEY = "sk-bench-" + "7f3a9c1e5b2d4680"   # fake key, used to check nothing writes it to disk
@@ -107,6 +116,75 @@ def key_on_disk(path: Path) -> bool:
     return any(needle in f.read_bytes() for f in path.rglob("*") if f.is_file())
 
 
+def encode_floor(a, bench: Path) -> dict:
+    """Seconds to decode + resize + encode every distinct image once, sequentially on one core
+    (the evaluate CLI's single-model view: ``--img_max_pixels``, the store's format and quality)."""
+    paths = sorted({s.image_path for s in load_samples(bench / "metadata.jsonl", bench)})
+    store = ImageStore(originals_cached=0, processes=False, workers=1)
+    resize = Resize(max_pixels=a.img_max_pixels or None)
+    try:
+        cpu = min(os.sched_getaffinity(0))
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})        # one core, whatever the interpreter would do otherwise
+    except (AttributeError, OSError):
+        before = None
+    try:
+        t0 = time.perf_counter()
+        payload = sum(store.get(p, resize).nbytes for p in paths)
+        floor = time.perf_counter() - t0
+    finally:
+        if before is not None:
+            os.sched_setaffinity(0, before)
+        store.close()
+    return {"images": len(paths), "floor_s": round(floor, 1), "payload_mb": round(payload / 1e6, 1)}
+
+
+class TreeRSS(threading.Thread):
+    """Peak of the summed RSS of a process and all its descendants, sampled from /proc."""
+
+    def __init__(self, pid: int, every: float = 0.05):
+        super().__init__(daemon=True)
+        self.pid, self.every, self.peak_kb, self.max_procs = pid, every, 0, 0
+        self._halt = threading.Event()
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        out = []
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+        return out
+
+    @staticmethod
+    def _rss_kb(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def run(self):
+        while not self._halt.is_set():
+            tree, todo = [], [self.pid]
+            while todo:
+                p = todo.pop()
+                tree.append(p)
+                todo += self._children(p)
+            self.peak_kb = max(self.peak_kb, sum(self._rss_kb(p) for p in tree))
+            self.max_procs = max(self.max_procs, len(tree))
+            self._halt.wait(self.every)
+
+    def stop(self):
+        self._halt.set()
+        self.join()
+
+
 def run_once(a, bench: Path, label: str, latency: float) -> dict:
     script = AnswerScript(bench / "metadata.jsonl", a.accuracy, latency)
     out_dir = Path(a.work_dir) / "runs" / label
@@ -117,14 +195,21 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
                "--api_base_url", srv.base_url, "--judge_model", "judge", "--judge_api_base_url", srv.base_url,
                "--ann_file", str(bench / "metadata.jsonl"), "--img_dir", str(bench), "--num_trials",
                str(a.num_trials), "--separate_trial_requests", "--output_dir", str(out_dir), "--no_progress",
-               "--concurrency", str(a.concurrency)]
+               "--concurrency", str(a.concurrency), "--img_max_pixels", str(a.img_max_pixels)]
+        if a.image_workers is not None:
+            cmd += ["--image_workers", str(a.image_workers)]
         env = {**os.environ, "OPENAI_API_KEY": API_KEY, "JUDGE_API_KEY": API_KEY}
         log_path = out_dir.parent / f"{label}.log"
+        load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            sampler = TreeRSS(proc.pid)
+            sampler.start()
             _, status, usage = os.wait4(proc.pid, 0)
+            sampler.stop()
         wall = time.perf_counter() - t0
+        load_after = os.getloadavg()[0]
         proc.returncode = os.waitstatus_to_exitcode(status)
         n_requests = srv.count
     log_text = log_path.read_text()
@@ -147,6 +232,9 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
         "accuracy": round(summary["overall_accuracy"]["mean"], 4),
         "true_accuracy": round(script.true_accuracy(), 4),
         "bytes_written": dir_bytes(out_dir), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "peak_tree_rss_mb": round(sampler.peak_kb / 1024, 1), "processes": sampler.max_procs,
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+        "load_before": round(load_before, 2), "load_after": round(load_after, 2),
         "api_key_on_disk": key_on_disk(out_dir),
     }
 
@@ -163,26 +251,42 @@ def main(argv=None) -> int:
     ap.add_argument("--skip_zero", action="store_true", help="skip the zero-latency run")
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--gen_workers", type=int, default=1, help="processes drawing the benchmark images")
+    ap.add_argument("--img_max_pixels", type=int, default=3500 * 3500, help="the CLI's resize budget")
+    ap.add_argument("--image_workers", type=int, default=None,
+                    help="passed to the CLI (default: its own, one process per usable CPU; 0 = threads)")
+    ap.add_argument("--skip_floor", action="store_true", help="do not measure the single-core encode-once floor")
     a = ap.parse_args(argv)
     bench = ensure_bench(a)
+    floor = None
+    if not a.skip_floor:
+        print(f"[bench] measuring the single-core encode-once floor (load {os.getloadavg()[0]:.2f})...", flush=True)
+        floor = encode_floor(a, bench)
+        print(f"[bench] floor: {json.dumps(floor)}", flush=True)
     results = []
     runs = ([] if a.skip_zero else [("zero_latency", 0.0)]) + ([("latency", a.latency)] if a.latency >= 0 else [])
     for label, lat in runs:
         print(f"[bench] running evaluate against the {label} server ({lat}s per reply)...", flush=True)
         res = run_once(a, bench, label, lat)
+        if floor is not None:
+            res["floor_s"] = floor["floor_s"]
+            res["wall_over_floor"] = round(res["wall_s"] / floor["floor_s"], 2)
         results.append(res)
         print(json.dumps(res, indent=1), flush=True)
     out = Path(a.work_dir) / "results.json"
     out.write_text(json.dumps({"num_images": a.num_images, "num_questions": a.num_questions,
                                "num_trials": a.num_trials, "size": a.size, "cpus": os.cpu_count(),
+                               "usable_cpus": len(os.sched_getaffinity(0)), "floor": floor,
                                "runs": results}, indent=1))
-    print(f"\n{'run':<14}{'wall s':>8}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}{'true':>8}"
-          f"{'MB written':>12}{'RSS MB':>8}")
+    if floor is not None:
+        print(f"\nsingle-core encode-once floor: {floor['floor_s']} s for {floor['images']} images")
+    print(f"\n{'run':<14}{'wall s':>8}{'wall/floor':>11}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}"
+          f"{'true':>8}{'MB written':>12}{'RSS MB':>8}{'tree RSS MB':>13}{'load':>12}")
     for r in results:
-        print(f"{r['run']:<14}{r['wall_s']:>8}{str(r['images_encoded']):>9}"
+        print(f"{r['run']:<14}{r['wall_s']:>8}{str(r.get('wall_over_floor', '-')):>11}{str(r['images_encoded']):>9}"
               f"{r['distinct_image_payloads_at_server']:>9}{r['requests_lost']:>6}{r['accuracy']:>8}"
-              f"{r['true_accuracy']:>8}{r['bytes_written'] / 1e6:>12.2f}{r['peak_rss_mb']:>8}")
-    print(f"(results in {out})")
+              f"{r['true_accuracy']:>8}{r['bytes_written'] / 1e6:>12.2f}{r['peak_rss_mb']:>8}"
+              f"{r['peak_tree_rss_mb']:>13}{r['load_before']:>6}/{r['load_after']:<5}")
+    print(f"(results in {out}; load = 1-minute load average before/after the run)")
     return 0
 
 

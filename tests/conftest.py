@@ -22,14 +22,18 @@ def require(condition: bool, what: str) -> None:
         return
     if FULL:
         pytest.fail(f"required for the full test run but missing: {what} (run bash scripts/setup.sh)")
-    pytest.skip(f"missing: {what} (run bash scripts/setup.sh for the full stack)")
+    pytest.skip(f"missing: {what} (run bash scripts/setup.sh for the full stack)", allow_module_level=True)
 
 
 def require_module(name: str):
     try:
-        return importlib.import_module(name)
+        mod = importlib.import_module(name)
     except ImportError as e:
         require(False, f"python module {name} ({e})")
+    # the repo's verl/ directory (on pytest's pythonpath for the recipe) imports as an empty
+    # namespace package where the verl distribution is not installed
+    require(getattr(mod, "__file__", None) is not None, f"python module {name} (only a namespace package)")
+    return mod
 
 
 def require_executable(name: str) -> str:

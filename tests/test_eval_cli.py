@@ -63,6 +63,7 @@ def bench(tmp_path):
     return eb.make_bench(tmp_path / "bench")
 
 
+@pytest.mark.smoke
 def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys):
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())

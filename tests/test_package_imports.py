@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 CODE = """
 import importlib, pkgutil, sys
 import insight_o3
@@ -13,6 +15,7 @@ print(len(names), ",".join(heavy))
 """
 
 
+@pytest.mark.smoke
 def test_every_library_module_imports_without_the_training_stack():
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True).stdout.split()
     assert int(out[0]) >= 40  # every module of the package was imported

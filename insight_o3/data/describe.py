@@ -20,6 +20,7 @@ from ..evaluation.records import RecordLog
 from ..geometry import fit_max_pixels
 from ..images import encode_pil, open_image
 from ..prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
+from ..run_guard import RunGuard, gather_or_stop
 
 _KEY = re.compile(r"region_description\s*=\s*")
 
@@ -94,8 +95,10 @@ class DescribeConfig:
 
 
 async def describe_all(tasks: list[BoxTask], client, cfg: DescribeConfig, log: RecordLog,
-                       redact: Redactor = Redactor(), progress: bool = True) -> dict:
-    """Describe every task not yet finished in ``log``; returns counts."""
+                       redact: Redactor = Redactor(), progress: bool = True, guard: RunGuard | None = None) -> dict:
+    """Describe every task not yet finished in ``log``; returns counts. With ``guard`` (the one the
+    client reports to) a fatal response or too many failures stop the run: nothing more is recorded
+    and the guard's error is raised."""
     def finished(t: BoxTask) -> bool:
         rec = log.records.get(t.sample_key)
         return rec is not None and (rec.get("status") == "ok" or not cfg.retry_failed)
@@ -129,12 +132,14 @@ async def describe_all(tasks: list[BoxTask], client, cfg: DescribeConfig, log: R
                 raise
             except Exception as e:  # recorded, retried on the next run
                 rec.update(status="failed", error=redact(f"{type(e).__name__}: {e}")[:2000])
+            if guard is not None and guard.tripped:
+                return  # stopping: this record may carry the failure that stopped the run
             await asyncio.to_thread(log.append, rec)
             counts[rec["status"]] += 1
             bar.update(1)
 
     try:
-        await asyncio.gather(*(one(t) for t in todo))
+        await gather_or_stop((one(t) for t in todo), guard)
     finally:
         bar.close()
     return counts

@@ -20,6 +20,11 @@ retries only such collages (and those without a record), asking the vReasoner ag
 lost attempts and re-judging stored responses whose judging failed. ``collages_hard.jsonl`` (the
 rows with ``solved: false``, same schema as ``collages.jsonl``) is rewritten at the end; the exit
 status is 1 while some collages are still errors.
+
+The filter holds ``--out_dir``'s lock (shared with ``generate_collages``: status 5 if another run holds
+it); a 401/403/404 from the vReasoner or judge endpoint, or more than ``--max_failure_ratio`` failed
+requests, stop it (status 4); an unwritable output stops it (status 3). Each prints one line and keeps
+every finished collage.
 """
 from __future__ import annotations
 
@@ -39,9 +44,11 @@ from ..evaluation.records import RecordLog
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt
-from ..images import ImageStore, Resize
+from ..images import ImageStore, Resize, usable_cpus
 from ..jsonl import iter_jsonl
 from ..parsing import format_options
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, STOP_ERRORS, RunGuard, gather_or_stop, report_stop
+from ..run_lock import run_lock
 
 RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
 _REQUIRED = ("sample_key", "image", "question", "answer")
@@ -112,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max_retries", type=int, default=5, help="the openai SDK's retries")
     ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
+    ap.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
+                    help="stop when more than this share of the requests failed (judged from the 20th on)")
+    ap.add_argument("--image_workers", type=int, default=None,
+                    help="image decode/encode processes (default: the usable CPUs; 0 = threads)")
     ap.add_argument("--no_progress", action="store_true")
     return ap
 
@@ -121,19 +132,33 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     if a.attempts < 1 or a.concurrency < 1 or a.max_retries < 0 or a.max_pixels < 0:
         ap.error("--attempts and --concurrency must be >= 1, --max_retries and --max_pixels >= 0")
+    if not 0 < a.max_failure_ratio <= 1 or (a.image_workers is not None and a.image_workers < 0):
+        ap.error("--max_failure_ratio must be in (0, 1] and --image_workers >= 0")
     rows = _load_rows(os.path.join(a.out_dir, ROWS_FILE))
     key, base = resolve(a.api_key, ("OPENAI_API_KEY",)), resolve(a.base_url, ("OPENAI_BASE_URL",))
     judge_key = resolve(a.judge_api_key, ("JUDGE_API_KEY",), key)
     judge_base = resolve(a.judge_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base)
     redact = Redactor(key, judge_key)
+    try:
+        with run_lock(a.out_dir, "generate_collages filter"):
+            return _filter_locked(a, rows, key, base, judge_key, judge_base, redact)
+    except STOP_ERRORS as e:
+        return report_stop(e, redact, os.path.join(a.out_dir, RECORDS_FILE))
+
+
+def _filter_locked(a: argparse.Namespace, rows: list[dict], key, base, judge_key, judge_base, redact) -> int:
     rec_log = RecordLog.open(os.path.join(a.out_dir, RECORDS_FILE))
     todo = [r for r in rows if "solved" not in rec_log.records.get(r["sample_key"], {})]
 
     async def run():
         conns = max(a.concurrency * (a.attempts if a.separate_attempt_requests else 1), 16)
-        client = make_client(key, base, max_retries=a.max_retries, max_connections=conns)
-        judge_client = make_client(judge_key, judge_base, max_retries=a.max_retries, max_connections=conns)
-        store = ImageStore(originals_cached=0)
+        guard = RunGuard(a.max_failure_ratio, redact=redact)
+        client = make_client(key, base, max_retries=a.max_retries, max_connections=conns, role="vReasoner",
+                             guard=guard)
+        judge_client = make_client(judge_key, judge_base, max_retries=a.max_retries, max_connections=conns,
+                                   role="judge", guard=guard)
+        workers = usable_cpus() if a.image_workers is None else a.image_workers
+        store = ImageStore(originals_cached=0, workers=max(1, workers), processes=workers > 0)
         solver = SingleModelSolver(client, a.model, store, Resize(max_pixels=a.max_pixels or None),
                                    system_prompt=prompts.THINK_SYSTEM_PROMPT, image_url_extra={"detail": "high"},
                                    separate_trial_requests=a.separate_attempt_requests, redact=redact)
@@ -153,10 +178,12 @@ def main(argv: list[str]) -> int:
                 except Exception as e:  # never lose the collage: recorded as an error, retried next run
                     rec = {"sample_key": sample.key, "error": redact(f"{type(e).__name__}: {e}")[:2000],
                            "attempts": previous or []}
+                if guard.tripped:
+                    return  # stopping: this record may carry the failure that stopped the run
                 await asyncio.to_thread(rec_log.append, rec)
                 bar.update(1)
         try:
-            await asyncio.gather(*(one(r) for r in todo))
+            await gather_or_stop((one(r) for r in todo), guard)
         finally:
             bar.close()
             store.close()

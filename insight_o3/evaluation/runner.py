@@ -6,6 +6,12 @@ trial ``k`` (0-based), ``trial_<k>/{eval_records.jsonl, eval_metrics.json, done}
 ``retry_failed`` also those whose record is a critical failure; a failure of the judge alone is
 re-judged from the stored response without querying the model again). Questions on the same image
 are scheduled together so the image store serves them from one encode.
+
+The whole run holds the eval directory's lock (:mod:`insight_o3.run_lock`), so a second run on the
+same directory is refused at once. With a :class:`~insight_o3.run_guard.RunGuard` (the one its
+clients report to), a fatal API response or too many failed requests stop the run: the work in
+flight is cancelled and not recorded, everything recorded before stays. An output file that cannot
+be written stops it the same way, with :class:`~insight_o3.atomic_io.OutputError`.
 """
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
+from ..atomic_io import OutputError
+from ..run_guard import RunGuard, gather_or_stop
+from ..run_lock import run_lock
 from ..trajectory import image_refs
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
@@ -131,9 +140,15 @@ class _Progress:
 
 
 async def run_evaluation(samples: list[Sample], solver, judge: AnswerJudge, cfg: RunConfig,
-                         args_record: dict | None = None) -> dict:
-    """Evaluate, write every output file, and return the summary metrics."""
-    os.makedirs(cfg.eval_dir, exist_ok=True)
+                         args_record: dict | None = None, guard: RunGuard | None = None) -> dict:
+    """Evaluate, write every output file, and return the summary metrics (under the eval
+    directory's lock: raises :class:`~insight_o3.run_lock.RunLockedError` if another run holds it)."""
+    with run_lock(cfg.eval_dir, "evaluate"):
+        return await _run_locked(samples, solver, judge, cfg, args_record, guard)
+
+
+async def _run_locked(samples: list[Sample], solver, judge: AnswerJudge, cfg: RunConfig,
+                      args_record: dict | None, guard: RunGuard | None) -> dict:
     if args_record is not None:
         write_json_atomic(os.path.join(cfg.eval_dir, ARGS_FILE), args_record)
     keys = [s.key for s in samples]
@@ -143,10 +158,13 @@ async def run_evaluation(samples: list[Sample], solver, judge: AnswerJudge, cfg:
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
     try:
         for k in open_trials:
-            os.makedirs(cfg.trial_dir(k), exist_ok=True)
             done_path = os.path.join(cfg.trial_dir(k), DONE_FILE)
-            if os.path.exists(done_path):  # reopened by --retry_failed
-                os.remove(done_path)
+            try:
+                os.makedirs(cfg.trial_dir(k), exist_ok=True)
+                if os.path.exists(done_path):  # reopened by --retry_failed
+                    os.remove(done_path)
+            except OSError as e:
+                raise OutputError.from_os_error(e.filename or cfg.trial_dir(k), e, "prepare") from None
             logs[k] = RecordLog.open(os.path.join(cfg.trial_dir(k), RECORDS_FILE))
             stray = [key for key in logs[k].records if key not in known]
             if stray:
@@ -188,6 +206,8 @@ async def run_evaluation(samples: list[Sample], solver, judge: AnswerJudge, cfg:
 
         async def finish(s: Sample, k: int, attempt: Attempt):
             verdict = await judge.check(s, attempt)
+            if guard is not None and guard.tripped:
+                return  # stopping: what is in flight may carry the failure that stopped the run
             rec = build_record(s, k, attempt, verdict)
             await loop.run_in_executor(writer, logs[k].append, rec)
             progress.add(rec)
@@ -211,7 +231,7 @@ async def run_evaluation(samples: list[Sample], solver, judge: AnswerJudge, cfg:
                 await asyncio.gather(*(finish(s, k, a) for k, a in zip(trials, attempts)))
 
         try:
-            await asyncio.gather(*(run_item(*w) for w in work))
+            await gather_or_stop((run_item(*w) for w in work), guard)
         finally:
             progress.close()
 

@@ -13,6 +13,10 @@ Writes, under ``--out_dir``:
 ``--layouts`` is a directory of PaddleOCR ``*.json`` results, one ``.json`` or a ``.jsonl`` with one
 result per line (see :mod:`insight_o3.data.layout`). API key and base URL: ``--api_key`` /
 ``--base_url`` or ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
+
+The run holds ``--out_dir``'s lock (a second run exits with status 5); a 401/403/404 from the endpoint
+or more than ``--max_failure_ratio`` failed requests stop it (status 4), an unwritable output stops it
+(status 3); each prints one line and keeps every finished description.
 """
 from __future__ import annotations
 
@@ -27,12 +31,14 @@ import sys
 from tqdm import tqdm
 
 from ..atomic_io import write_jsonl_atomic
-from ..api import ENV_KEYS, Redactor, make_client, resolve
+from ..api import ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
 from ..data.describe import BoxTask, DescribeConfig, describe_all
 from ..data.layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
 from ..data.schema import RegionRow
 from ..evaluation.records import RecordLog
 from ..images import ImageError, ImageStore
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, STOP_ERRORS, RunGuard, report_stop
+from ..run_lock import run_lock
 
 log = logging.getLogger("build_region_localization")
 
@@ -71,9 +77,9 @@ def collect_boxes(layouts: str, image_dir: str | None, rules: LayoutRules, sourc
     return tasks
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    quiet_http_logs()
     ap = argparse.ArgumentParser(prog="python -m insight_o3.scripts.build_region_localization",
                                  description="C.2 region-localization data: layout rules + region descriptions.")
     ap.add_argument("--layouts", required=True, help="dir of PaddleOCR layout *.json, a .json or a .jsonl")
@@ -90,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max_tokens", type=int, default=None)
     ap.add_argument("--temperature", type=float, default=None)
     ap.add_argument("--no_retry_failed", action="store_true", help="keep failures of earlier runs as they are")
+    ap.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
+                    help="stop when more than this share of the requests failed (judged from the 20th on)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N boxes")
     ap.add_argument("--layout_only", action="store_true", help="write boxes.jsonl and stop")
     ap.add_argument("--no_progress", action="store_true")
@@ -97,8 +105,18 @@ def main(argv: list[str] | None = None) -> None:
     for f in dataclasses.fields(LayoutRules):
         g.add_argument(f"--{f.name}", type=float, default=f.default, help=f"default: {f.default}")
     a = ap.parse_args(argv)
+    if not 0 < a.max_failure_ratio <= 1:
+        ap.error("--max_failure_ratio must be in (0, 1]")
+    redact = Redactor(resolve(a.api_key, ENV_KEYS["main"][0]))
+    try:
+        with run_lock(a.out_dir, "build_region_localization"):
+            return _main_locked(a)
+    except STOP_ERRORS as e:
+        return report_stop(e, redact, os.path.join(a.out_dir, "descriptions.jsonl"))
+
+
+def _main_locked(a: argparse.Namespace) -> int:
     rules = LayoutRules(**{f.name: getattr(a, f.name) for f in dataclasses.fields(LayoutRules)})
-    os.makedirs(a.out_dir, exist_ok=True)
     try:
         tasks = collect_boxes(a.layouts, a.image_dir, rules, a.source, progress=not a.no_progress)
     except LayoutError as e:
@@ -110,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
                           "bbox": list(t.bbox), "label": t.label, "merged_from": list(t.merged_from)} for t in tasks])
     log.info("%d layout boxes kept", len(tasks))
     if a.layout_only:
-        return
+        return 0
     main_keys, main_urls = ENV_KEYS["main"]
     key, base = resolve(a.api_key, main_keys), resolve(a.base_url, main_urls)
     redact = Redactor(key)
@@ -119,9 +137,11 @@ def main(argv: list[str] | None = None) -> None:
                          max_tokens=a.max_tokens, temperature=a.temperature, retry_failed=not a.no_retry_failed)
 
     async def run():
-        client = make_client(key, base, timeout=a.timeout, max_retries=a.max_retries, max_connections=a.concurrency)
+        guard = RunGuard(a.max_failure_ratio, redact=redact)
+        client = make_client(key, base, timeout=a.timeout, max_retries=a.max_retries, max_connections=a.concurrency,
+                             role="describer", guard=guard)
         try:
-            return await describe_all(tasks, client, cfg, rec_log, redact, progress=not a.no_progress)
+            return await describe_all(tasks, client, cfg, rec_log, redact, progress=not a.no_progress, guard=guard)
         finally:
             await client.close()
 
@@ -143,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({**counts, "rows": len(rows), "failed_total": failed}))
     if failed:
         log.warning("%d boxes have no description yet (see descriptions.jsonl); rerun to retry them", failed)
+    return 0
 
 
 if __name__ == "__main__":

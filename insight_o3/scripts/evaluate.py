@@ -6,6 +6,10 @@
 
 Results go to ``<output_dir>/<eval_name>/`` (see :mod:`insight_o3.evaluation.runner`); rerunning
 the same command resumes. API keys come from flags or env vars and are never written anywhere.
+
+Exit status: 0 done; 2 bad input; 3 an output file could not be written; 4 stopped by the API (a
+401/403/404 from the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the
+requests failed); 5 another run holds ``<output_dir>/<eval_name>``. Every stop prints one line.
 """
 from __future__ import annotations
 
@@ -13,18 +17,21 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 
 from .. import prompts
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
-from ..images import ImageStore, Resize
+from ..images import ImageStore, Resize, usable_cpus
 from ..evaluation.benchmarks import BENCHMARKS, get_benchmark
 from ..evaluation.judge import AnswerJudge
 from ..evaluation.records import RecordFileError
 from ..evaluation.runner import RunConfig, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples
 from ..evaluation.single_model import SingleModelSolver
+from ..run_guard import (DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard,
+                         report_stop)
 
 log = logging.getLogger("insight_o3.evaluate")
 SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
@@ -80,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--image_cache_mb", type=int, default=128,
                    help="memory for encoded images shared by questions/trials (samples run grouped by image, "
                         "so a small cache still encodes each image once)")
+    g.add_argument("--image_workers", type=int, default=None,
+                   help="processes that decode/resize/encode images (default: the usable CPUs; "
+                        "0 = threads of the main process)")
+    g.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
+                   help=f"stop when more than this share of the run's API requests failed after retries, "
+                        f"judged from the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 "
+                        f"stops the run at once regardless")
     g = p.add_argument_group("InSight-o3 (vReasoner = --model, vSearcher below)")
     g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
     g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
@@ -116,6 +130,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--{name} must be at least 1")
     if a.img_max_pixels < 0 or a.max_answer_length < 0 or a.max_retries < 0 or a.image_cache_mb < 0:
         p.error("--img_max_pixels, --max_answer_length, --max_retries and --image_cache_mb must not be negative")
+    if a.image_workers is not None and a.image_workers < 0:
+        p.error("--image_workers must not be negative")
+    if not 0 < a.max_failure_ratio <= 1:
+        p.error("--max_failure_ratio must be in (0, 1]")
     # resolve keys/URLs from env now; keys stay in memory only
     a.api_key = resolve(a.api_key, ENV_KEYS["main"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
@@ -131,18 +149,26 @@ def args_record(a: argparse.Namespace) -> dict:
     return {k: v for k, v in vars(a).items() if k not in SECRET_ARGS}
 
 
+def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
+    """The run's image store: ``--image_workers`` processes (default: one per usable CPU)."""
+    workers = usable_cpus() if a.image_workers is None else a.image_workers
+    return ImageStore(max_cached_bytes=a.image_cache_mb * 2**20, originals_cached=originals_cached,
+                      workers=max(1, workers), processes=workers > 0)
+
+
 async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
+    guard = RunGuard(a.max_failure_ratio, redact=redactor)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
-    images = ImageStore(max_cached_bytes=a.image_cache_mb * 2**20, originals_cached=2 if a.vsearcher_model else 0)
+    images = image_store(a, originals_cached=2 if a.vsearcher_model else 0)
     main_client = make_client(a.api_key, a.api_base_url, a.client_timeout, a.max_retries,
-                              max_connections=max(a.concurrency * 2, 16))
+                              max_connections=max(a.concurrency * 2, 16), role="model", guard=guard)
     judge_client = make_client(a.judge_api_key, a.judge_api_base_url, a.client_timeout, a.max_retries,
-                               max_connections=max(a.concurrency * 2, 16))
+                               max_connections=max(a.concurrency * 2, 16), role="judge", guard=guard)
     solver = None
     try:
         if a.vsearcher_model:
             from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
-            solver = InSightO3Solver.from_args(a, images=images, redactor=redactor)
+            solver = InSightO3Solver.from_args(a, images=images, redactor=redactor, guard=guard)
         else:
             solver = SingleModelSolver(
                 main_client, a.model, images, Resize(max_pixels=a.img_max_pixels or None),
@@ -153,7 +179,7 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
         cfg = RunConfig(output_dir=a.output_dir, eval_name=a.eval_name, num_trials=a.num_trials,
                         concurrency=a.concurrency, retry_failed=a.retry_failed,
                         group_trials=not a.separate_trial_requests, progress=not a.no_progress)
-        summary = await run_evaluation(samples, solver, judge, cfg, args_record(a))
+        summary = await run_evaluation(samples, solver, judge, cfg, args_record(a), guard=guard)
         log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
         return summary
     finally:
@@ -166,20 +192,22 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    quiet_http_logs()
     a = parse_args(argv)
     redactor = Redactor(a.api_key, a.judge_api_key, a.vsearcher_api_key)
     try:
         samples = load_samples(a.ann_file, a.img_dir)
     except AnnotationError as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     log.info("%d samples from %s; results in %s/%s", len(samples), a.ann_file, a.output_dir, a.eval_name)
     try:
         summary = asyncio.run(_run(a, samples, redactor))
     except RecordFileError as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except STOP_ERRORS as e:
+        return report_stop(e, redactor, os.path.join(a.output_dir, a.eval_name))
     acc = summary.get("overall_accuracy", {})
     print(f"{a.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "
           f"over {summary['num_trials']} trial(s); critical failures "

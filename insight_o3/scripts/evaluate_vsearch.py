@@ -9,6 +9,10 @@ the ground-truth ``bbox`` ``[x1, y1, x2, y2]`` in original-image pixels; an opti
 Results go to ``<output_dir>/records.jsonl`` (one line per sample, appended durably as each
 finishes; a rerun resumes and re-tries samples lost to API failures) and ``metrics.json``: mean
 IoU, accuracy at IoU >= 0.5, format-valid rate, mean tool calls and not-found rate.
+
+The run holds ``<output_dir>``'s lock (a second run on it exits with status 5); a 401/403/404 from the
+vSearcher endpoint or more than ``--max_failure_ratio`` failed requests stop it (status 4), an
+unwritable output stops it (status 3), each with one line; finished samples are kept.
 """
 from __future__ import annotations
 
@@ -23,11 +27,14 @@ from dataclasses import dataclass
 
 from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
 from ..evaluation.records import RecordFileError, RecordLog, write_json_atomic
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, iou
-from ..images import ImageStore
+from ..images import ImageStore, usable_cpus
 from ..jsonl import iter_jsonl
+from ..run_guard import (DEFAULT_MAX_FAILURE_RATIO, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, gather_or_stop,
+                         report_stop)
+from ..run_lock import run_lock
 
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")
@@ -105,13 +112,20 @@ def metrics(records: list[dict]) -> dict:
 
 
 async def run(a: argparse.Namespace, samples: list[RegionSample], redactor: Redactor) -> dict:
-    os.makedirs(a.output_dir, exist_ok=True)
+    """The whole run under ``a.output_dir``'s lock."""
+    with run_lock(a.output_dir, "evaluate_vsearch"):
+        return await _run_locked(a, samples, redactor)
+
+
+async def _run_locked(a: argparse.Namespace, samples: list[RegionSample], redactor: Redactor) -> dict:
     write_json_atomic(os.path.join(a.output_dir, "args.json"),
                       {k: v for k, v in vars(a).items() if k != "api_key"})
     records = RecordLog.open(os.path.join(a.output_dir, "records.jsonl"))
-    images = ImageStore()
+    workers = usable_cpus() if getattr(a, "image_workers", None) is None else a.image_workers
+    images = ImageStore(workers=max(1, workers), processes=workers > 0)
+    guard = RunGuard(getattr(a, "max_failure_ratio", DEFAULT_MAX_FAILURE_RATIO), redact=redactor)
     client = make_client(a.api_key, a.api_base_url, a.client_timeout, a.max_retries,
-                         max_connections=max(2 * a.concurrency, 16))
+                         max_connections=max(2 * a.concurrency, 16), role="vSearcher", guard=guard)
     searcher = VSearcher(client, a.model, images, a.max_pixels, a.prompt, a.max_tool_calls,
                          completion_kwargs=a.chat_completion_kwargs, redactor=redactor)
     todo = [s for s in samples if records.records.get(s.key, {}).get("status", "failed") == "failed"]
@@ -121,10 +135,12 @@ async def run(a: argparse.Namespace, samples: list[RegionSample], redactor: Reda
     async def one(s: RegionSample) -> None:
         async with sem:
             r = await searcher.locate(s.image_path, s.description)
+            if guard.tripped:
+                return  # stopping: this result may carry the failure that stopped the run
             await asyncio.to_thread(records.append, score(s, r))
 
     try:
-        await asyncio.gather(*(one(s) for s in todo))
+        await gather_or_stop((one(s) for s in todo), guard)
         records.compact([s.key for s in samples])
         m = metrics([records.records[s.key] for s in samples if s.key in records.records])
         write_json_atomic(os.path.join(a.output_dir, "metrics.json"), m)
@@ -151,18 +167,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--client_timeout", type=float, default=None)
     p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
+    p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
+                   help="stop when more than this share of the requests failed (judged from the 20th on)")
+    p.add_argument("--image_workers", type=int, default=None,
+                   help="image decode/encode processes (default: the usable CPUs; 0 = threads)")
     return p
 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    quiet_http_logs()
     p = build_parser()
     a = p.parse_args(argv)
     if not isinstance(a.chat_completion_kwargs, dict) or "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must be a JSON object without 'n'")
     if a.concurrency < 1 or a.max_tool_calls < 1 or a.max_pixels < 4 * 28 * 28:
         p.error("--concurrency >= 1, --max_tool_calls >= 1 and --max_pixels >= 3136 are required")
+    if not 0 < a.max_failure_ratio <= 1 or (a.image_workers is not None and a.image_workers < 0):
+        p.error("--max_failure_ratio must be in (0, 1] and --image_workers >= 0")
     a.api_key = resolve(a.api_key, ENV_KEYS["vsearcher"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["vsearcher"][1])
     a.output_dir = a.output_dir or os.path.join("results", "vsearch", a.model.replace("/", "__"))
@@ -172,7 +194,9 @@ def main(argv=None) -> int:
         m = asyncio.run(run(a, samples, redactor))
     except (AnnotationError, RecordFileError) as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except STOP_ERRORS as e:
+        return report_stop(e, redactor, os.path.join(a.output_dir, "records.jsonl"))
     print(json.dumps(m, indent=2))
     if m["n_failed"]:
         print(f"warning: {m['n_failed']} sample(s) lost to API failures; run again to retry them", file=sys.stderr)

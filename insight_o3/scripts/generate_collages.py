@@ -20,6 +20,10 @@ target is ``i``-th in a seeded permutation of the pool (a new permutation per pa
 So the output depends on the seed, the pool and the chunk size, never on the worker count or on
 where a previous run stopped. Rows are appended (fsync'ed, one complete line) as chunks finish and
 the file is rewritten in index order at the end.
+
+Generate and filter hold ``--out_dir``'s lock for the whole run: a second run on the same directory
+(either command) exits at once with status 5; an unwritable output ends the run with status 3. Each
+prints one line; finished collages are kept and a rerun resumes.
 """
 from __future__ import annotations
 
@@ -34,11 +38,14 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from ..atomic_io import atomic_writer
+from ..api import quiet_http_logs
+from ..atomic_io import OutputError, atomic_writer
 from ..data.collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from ..data.schema import CollageRow, TileRow
 from ..data.source_pool import SourceItem, filter_small_targets, load_pool
 from ..evaluation.records import RecordLog, write_json_atomic
+from ..run_guard import STOP_ERRORS, report_stop
+from ..run_lock import run_lock
 
 log = logging.getLogger("generate_collages")
 DEFAULT_QUESTION_TEMPLATE = "Look at image #{tile_id} in the collage. {question}"
@@ -163,7 +170,17 @@ def _chunk_task(args):
 
 
 def generate(job: Job, items: list[SourceItem], num_workers: int, progress: bool = True) -> dict:
-    os.makedirs(os.path.join(job.out_dir, "images"), exist_ok=True)
+    """Generate every collage not yet in ``job.out_dir`` (under the directory's lock)."""
+    with run_lock(job.out_dir, "generate_collages"):
+        return _generate_locked(job, items, num_workers, progress)
+
+
+def _generate_locked(job: Job, items: list[SourceItem], num_workers: int, progress: bool) -> dict:
+    images_dir = os.path.join(job.out_dir, "images")
+    try:
+        os.makedirs(images_dir, exist_ok=True)
+    except OSError as e:
+        raise OutputError.from_os_error(images_dir, e, "create") from None
     cfg_path = os.path.join(job.out_dir, CONFIG_FILE)
     meta = {"seed": job.seed, "chunk_size": job.chunk_size, "target_retries": job.target_retries,
             "question_template": job.question_template, "image_format": job.image_format,
@@ -214,7 +231,7 @@ def generate(job: Job, items: list[SourceItem], num_workers: int, progress: bool
 
 
 # ----------------------------------------------------------------------------- CLI
-def _generate_main(argv: list[str]) -> None:
+def _generate_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m insight_o3.scripts.generate_collages",
                                  description="Target-and-fill collage synthesis (Algorithm 1 of the paper).")
     ap.add_argument("--source_pool", required=True, help="pool table (.jsonl or .parquet), see insight_o3/data/source_pool.py")
@@ -246,11 +263,15 @@ def _generate_main(argv: list[str]) -> None:
     job = Job(out_dir=a.out_dir, seed=a.seed, num_collages=a.num_collages, chunk_size=a.chunk_size,
               target_retries=a.target_retries, question_template=a.question_template,
               image_format=a.image_format, jpeg_quality=a.jpeg_quality, cfg=cfg)
-    stats = generate(job, kept, a.num_workers, progress=not a.no_progress)
+    try:
+        stats = generate(job, kept, a.num_workers, progress=not a.no_progress)
+    except STOP_ERRORS as e:
+        return report_stop(e, results=os.path.join(a.out_dir, ROWS_FILE))
     print(json.dumps(stats))
+    return 0
 
 
-def _pool_main(argv: list[str]) -> None:
+def _pool_main(argv: list[str]) -> int:
     from ..data.source_pool import convert_viscot, convert_vstar, write_pool
     ap = argparse.ArgumentParser(prog="python -m insight_o3.scripts.generate_collages pool",
                                  description="Build a source pool from Visual CoT / V* annotations.")
@@ -265,14 +286,18 @@ def _pool_main(argv: list[str]) -> None:
     kept = filter_small_targets(items, a.max_bbox_ratio)
     write_pool(kept, a.out)
     print(json.dumps({"read": len(items), "kept": len(kept), "out": a.out}))
+    return 0
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    quiet_http_logs()
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "pool":
-        return _pool_main(argv[1:])
+        try:
+            return _pool_main(argv[1:])
+        except OutputError as e:
+            return report_stop(e)
     if argv and argv[0] == "filter":
         from ..data.difficulty import main as filter_main
         return filter_main(argv[1:])
@@ -280,4 +305,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

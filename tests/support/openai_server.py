@@ -34,6 +34,7 @@ class Call:
     path: str
     model: str | None
     n: int
+    headers: dict = field(default_factory=dict)   # request headers, lower-case names
 
 
 def chat(texts: str | list[str], finish_reason: str | list[str] = "stop", model: str = "scripted",
@@ -53,6 +54,18 @@ def error(status: int, message: str = "scripted error", retry_after: float | Non
     headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
     return Reply(status=status, body={"error": {"message": message, "type": "scripted", "code": status}},
                  headers=headers)
+
+
+def refuse(status: int, echo_key: bool = True):
+    """Status-code mode: a script answering every request with ``status`` (401, 403, 404, 500 …), in
+    the OpenAI error format; with ``echo_key`` the message quotes the request's bearer token, as
+    real servers' "Incorrect API key provided: sk-…" replies do (so tests can check redaction)."""
+    def script(request: dict, call: Call) -> Reply:
+        token = call.headers.get("authorization", "").split()[-1:] or [""]
+        what = {401: "Incorrect API key provided", 403: "Permission denied for key",
+                404: f"The model `{request.get('model')}` does not exist"}.get(status, "scripted failure")
+        return error(status, f"{what}: {token[0]}" if echo_key and status in (401, 403) else what)
+    return script
 
 
 def malformed() -> Reply:
@@ -139,7 +152,8 @@ class ScriptedOpenAIServer:
                     if outer.keep_bodies:
                         outer.requests.append(req)
                         outer.headers.append(dict(self.headers))
-                call = Call(index=idx, path=self.path, model=req.get("model"), n=int(req.get("n") or 1))
+                call = Call(index=idx, path=self.path, model=req.get("model"), n=int(req.get("n") or 1),
+                            headers={k.lower(): v for k, v in self.headers.items()})
                 try:
                     reply = outer.script(req, call)
                 except Exception as e:  # a broken script is a 500, visible in the test

@@ -1,0 +1,170 @@
+"""Why a long run stops early, and how the stop reads.
+
+A :class:`RunGuard` is shared by every API client of one run (see :func:`insight_o3.api.make_client`).
+It is *tripped* by
+
+* the first 401/403/404 from any endpoint (:class:`FatalAPIError`): a wrong key, model name or base
+  URL fails every request alike, so recording them one by one as failed samples only wastes the run;
+* a run whose requests mostly fail (:class:`FailureRatioError`): more than ``max_failure_ratio`` of at
+  least ``min_requests`` requests of this run lost after the SDK's retries.
+
+Once tripped, clients send nothing more, :func:`gather_or_stop` cancels the work in flight and raises
+the error, and the runners record nothing more (what is in flight may carry the failure that stopped
+the run; a rerun asks for it again). :func:`report_stop` turns every way a run can stop on purpose
+(these two, an unwritable output, another run holding the directory) into one line and an exit code.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Iterable
+
+from .atomic_io import OutputError
+from .run_lock import RunLockedError
+
+DEFAULT_MAX_FAILURE_RATIO = 0.5
+#: The failure ratio is only judged once this many requests of the run have finished.
+DEFAULT_MIN_REQUESTS = 20
+
+#: Exit codes of the command-line tools (1 stays "finished, but some samples failed").
+EXIT_BAD_INPUT = 2
+EXIT_OUTPUT_ERROR = 3
+EXIT_API_STOP = 4
+EXIT_LOCKED = 5
+
+
+class RunStopped(Exception):
+    """Base of the errors that stop a run on purpose; ``str()`` is one line."""
+
+
+class FatalAPIError(RunStopped):
+    def __init__(self, role: str, url: str, status: int, detail: str):
+        super().__init__(role, url, status, detail)
+        self.role, self.url, self.status, self.detail = role, url, status, detail
+
+    def __str__(self) -> str:
+        return (f"the {self.role} endpoint answered HTTP {self.status} for POST {self.url} ({self.detail}); "
+                f"stopped after the first such response — check the key, the model name and the base URL")
+
+
+class FailureRatioError(RunStopped):
+    def __init__(self, failed: int, total: int, max_ratio: float, last: str):
+        super().__init__(failed, total, max_ratio, last)
+        self.failed, self.total, self.max_ratio, self.last = failed, total, max_ratio, last
+
+    def __str__(self) -> str:
+        return (f"{self.failed} of the {self.total} API requests of this run failed after retries "
+                f"(more than --max_failure_ratio {self.max_ratio:g}); last failure: {self.last}")
+
+
+class RunGuard:
+    """Counts request outcomes of one run and trips on the first fatal response or too many failures.
+
+    Not thread-safe by design: clients report from the event loop that runs the requests."""
+
+    def __init__(self, max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO,
+                 min_requests: int = DEFAULT_MIN_REQUESTS, redact=lambda s: s):
+        if not 0 < max_failure_ratio <= 1:
+            raise ValueError("max_failure_ratio must be in (0, 1]")
+        self.max_failure_ratio, self.min_requests, self.redact = max_failure_ratio, max(1, min_requests), redact
+        self.ok = 0
+        self.failed = 0
+        self.error: RunStopped | None = None
+        self._event: asyncio.Event | None = None
+
+    @property
+    def total(self) -> int:
+        return self.ok + self.failed
+
+    @property
+    def tripped(self) -> bool:
+        return self.error is not None
+
+    def check(self) -> None:
+        """Raise the stop error if the run is stopping."""
+        if self.error is not None:
+            raise self.error
+
+    def trip(self, error: RunStopped) -> None:
+        if self.error is None:
+            self.error = error
+            if self._event is not None:
+                self._event.set()
+
+    def fatal(self, role: str, url: str, status: int, detail: str) -> None:
+        self.failed += 1
+        self.trip(FatalAPIError(role, self.redact(url), status, self.redact(detail)))
+
+    def request_done(self, role: str, failure: str | None) -> None:
+        """One request finished (``failure`` None) or was lost after the SDK's retries."""
+        if failure is None:
+            self.ok += 1
+            return
+        self.failed += 1
+        if self.total >= self.min_requests and self.failed > self.max_failure_ratio * self.total:
+            self.trip(FailureRatioError(self.failed, self.total, self.max_failure_ratio,
+                                        self.redact(f"{role}: {failure}")[:500]))
+
+    async def wait(self) -> RunStopped:
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self.error is not None:
+                self._event.set()
+        await self._event.wait()
+        assert self.error is not None
+        return self.error
+
+
+async def gather_or_stop(aws: Iterable[Awaitable], guard: RunGuard | None = None) -> list:
+    """``asyncio.gather`` that stops early: the first exception of any awaitable, or a trip of
+    ``guard``, cancels all the others (waiting for them to unwind) and is raised."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    if not tasks:
+        return []
+    everything = asyncio.gather(*tasks)
+    stop = asyncio.ensure_future(guard.wait()) if guard is not None else None
+    try:
+        await asyncio.wait([everything] + ([stop] if stop is not None else []),
+                           return_when=asyncio.FIRST_COMPLETED)
+        if everything.done():
+            return everything.result()   # raises the first exception of any task
+        raise guard.error  # type: ignore[union-attr]
+    finally:
+        if stop is not None:
+            stop.cancel()
+        pending = [t for t in tasks if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        if not everything.done():
+            everything.cancel()
+        if everything.done() and not everything.cancelled():
+            everything.exception()  # retrieved: no "exception was never retrieved" noise
+
+
+STOP_ERRORS = (RunStopped, OutputError, RunLockedError)
+
+
+def report_stop(e: BaseException, redact=lambda s: s, results: str | None = None) -> int:
+    """Print the one-line message of a deliberate stop to stderr and return its exit code.
+
+    ``results`` names where finished work lives (the eval directory, the records file)."""
+    where = f" in {results}" if results else ""
+    if isinstance(e, RunLockedError):
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_LOCKED
+    if isinstance(e, OutputError):
+        if e.lost_dir:
+            msg = (f"error: {e} — {e.advice}; what was written there is gone. Recreate it (or choose "
+                   f"another output directory) and rerun the command")
+        else:
+            msg = (f"error: {e} — {e.advice}. Samples finished before this are safe{where}; rerun the same "
+                   f"command to resume")
+        print(redact(msg), file=sys.stderr)
+        return EXIT_OUTPUT_ERROR
+    if isinstance(e, RunStopped):
+        print(redact(f"error: {e}. Samples finished before this are safe{where}; rerun the same command "
+                     f"to resume"), file=sys.stderr)
+        return EXIT_API_STOP
+    raise TypeError(f"not a stop error: {e!r}")

@@ -1,0 +1,108 @@
+"""Where image work runs: every distinct view is rendered once, askers of a view being rendered wait
+without occupying a worker (so distinct images render in parallel), and worker processes produce
+exactly the bytes of an in-process render."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from insight_o3.images import ImageError, ImageStore, Resize
+
+
+@pytest.fixture
+def images(tmp_path):
+    paths = []
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        p = tmp_path / f"im{i}.png"
+        Image.fromarray(rng.integers(0, 256, (120 + 10 * i, 160, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+    return paths
+
+
+def test_a_waiting_duplicate_does_not_hold_a_worker(images, monkeypatch):
+    """Two workers, asks [A, A, B]: B must start while A renders. (Before, the second A blocked the
+    second worker waiting for the first, so B waited for A: one image at a time on any core count.)"""
+    store = ImageStore(workers=2, processes=False)
+    running, peak, lock = set(), [0], threading.Lock()
+    both_running = threading.Event()
+    real = ImageStore._render
+
+    def render(self, path, resize, region):
+        with lock:
+            running.add(path)
+            peak[0] = max(peak[0], len(running))
+            if len(running) == 2:
+                both_running.set()
+        try:
+            assert both_running.wait(10), "the two distinct images never rendered at the same time"
+            return real(self, path, resize, region)
+        finally:
+            with lock:
+                running.discard(path)
+
+    monkeypatch.setattr(ImageStore, "_render", render)
+    a, b = images[0], images[1]
+
+    async def go():
+        return await asyncio.gather(store.aget(a), store.aget(a), store.aget(b))
+    ra1, ra2, rb = asyncio.run(go())
+    store.close()
+    assert ra1 is ra2 and rb.ref.path == b
+    assert peak[0] == 2
+    assert store.stats["encoded"] == 2 and store.stats["decoded"] == 2
+
+
+@pytest.mark.smoke
+def test_process_workers_render_the_same_bytes_once_each(images):
+    resize = Resize(max_pixels=9000)
+    local = ImageStore(processes=False, workers=1)
+    expected = [local.get(p, resize) for p in images] + [local.get(images[0], resize, (10, 10, 90, 70))]
+    local.close()
+    store = ImageStore(processes=True, workers=2, originals_cached=1)
+
+    async def go():
+        asks = [store.aget(p, resize) for p in images for _ in range(4)]
+        asks.append(store.aget(images[0], resize, (10, 10, 90, 70)))
+        return await asyncio.gather(*asks)
+    got = asyncio.run(go())
+    try:
+        assert [g.data_url for g in got[::4]] == [e.data_url for e in expected]
+        assert all(got[i].data_url == got[i - i % 4].data_url for i in range(12))
+        assert got[12].data_url == expected[3].data_url and got[12].ref == expected[3].ref
+        assert [g.ref for g in got[:12:4]] == [e.ref for e in expected[:3]]
+        assert store.stats["encoded"] == 4          # 3 whole images + 1 crop, whatever the askers
+        assert 3 <= store.stats["decoded"] <= 4     # the crop may land on the worker holding the original
+    finally:
+        store.close()
+
+
+def test_worker_errors_are_image_errors(tmp_path):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    store = ImageStore(processes=True, workers=1)
+    try:
+        with pytest.raises(ImageError, match="cannot decode image .*bad.png"):
+            asyncio.run(store.aget(str(bad)))
+        with pytest.raises(ImageError, match="image file not found"):
+            asyncio.run(store.aget(str(tmp_path / "missing.png")))
+    finally:
+        store.close()
+
+
+def test_a_cancelled_asker_does_not_cancel_the_shared_render(images):
+    store = ImageStore(processes=False, workers=1)
+
+    async def go():
+        first = asyncio.ensure_future(store.aget(images[2]))
+        second = asyncio.ensure_future(store.aget(images[2]))
+        await asyncio.sleep(0)
+        first.cancel()
+        return await second
+    enc = asyncio.run(go())
+    store.close()
+    assert enc.ref.path == images[2] and store.stats["encoded"] == 1
