@@ -79,6 +79,16 @@ def last_user_text(request: dict) -> str:
     return ""
 
 
+def user_message_text(request: dict, which: int = -1) -> str:
+    """The exact text of the ``which``-th user message (default: the last): its text parts
+    concatenated as a chat template renders them, image parts left out."""
+    users = [m for m in request.get("messages", []) if m.get("role") == "user"]
+    c = users[which].get("content") if users else ""
+    if isinstance(c, str):
+        return c
+    return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
+
+
 class ScriptedOpenAIServer:
     """``with ScriptedOpenAIServer(script) as srv: srv.base_url`` (…/v1). ``srv.requests`` keeps
     every request body (``keep_bodies=False`` keeps only counts), ``srv.headers`` their headers."""
