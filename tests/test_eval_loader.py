@@ -24,7 +24,7 @@ def test_loads_every_shared_benchmark_unchanged(shared_dir):
         assert len(samples) == len(raw) == REAL.get(f.name, len(raw))
         assert len({s.key for s in samples}) == len(samples)
         for s, r in zip(samples, raw):
-            assert s.question == r["question"] and s.answer == str(r["answer"]).strip()
+            assert s.question == r["question"] and s.answer == str(r["answer"])  # unstripped, as the original
             assert s.image == r.get("image", r.get("file_name"))
             assert s.category == r.get("category", r.get("subset", "unknown"))
             assert s.question_id == r.get("question_id")
