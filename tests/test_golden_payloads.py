@@ -97,3 +97,14 @@ def test_a_changed_payload_is_reported_by_request_and_field():
 def test_goldens_hold_no_pixels(name):
     text = (G.GOLDEN_DIR / name).read_text()
     assert "base64" not in text and "data:image" not in text
+
+
+def test_fidelity_doc_covers_every_prompt_and_is_linked():
+    root = G.GOLDEN_DIR.parents[1]
+    doc = (root / "docs" / "fidelity.md").read_text(encoding="utf-8")
+    golden = json.loads((G.GOLDEN_DIR / "prompts.json").read_text(encoding="utf-8"))
+    missing = [name for name in golden if f"`{name}`" not in doc and f"prompts.{name}`" not in doc]
+    assert not missing, f"docs/fidelity.md does not name: {missing}"
+    headings = [line for line in doc.splitlines() if line.startswith("## ")]
+    assert headings[-1] == "## Training"
+    assert "docs/fidelity.md" in (root / "README.md").read_text(encoding="utf-8")
