@@ -5,8 +5,9 @@
     python data/prepare_benchmarks.py --extract hr_bench_4k=/path/hr_bench_4k.tsv   # images from a TSV/parquet
 
 For every benchmark of ``insight_o3.evaluation.benchmarks`` it copies the annotation file from
-``--source_dir`` (the real files of ``shared/benchmarks/``; O3-Bench's ``metadata.jsonl`` comes with
-its download instead) to the registered ``--ann_file`` path, optionally extracts images from a
+``--source_dir`` (the real files of ``shared/benchmarks/``, the same as the original release's
+``data/*/*.jsonl``; O3-Bench's ``metadata.jsonl`` comes with its download instead) to the registered
+``--ann_file`` path of the original release's layout (or next to the images of an older renamed layout), optionally extracts images from a
 table release (rows matched on ``question_id``/``index``; the ``image`` column holds base64 text,
 raw bytes or a ``{"bytes": ...}`` struct; files are named as the annotation's image field), then
 validates the whole set with the evaluation loader — the same check ``evaluate`` runs before any
@@ -25,16 +26,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from insight_o3.evaluation.benchmarks import BENCHMARKS  # noqa: E402
+from insight_o3.evaluation.benchmarks import BENCHMARKS, Layout  # noqa: E402
 from insight_o3.evaluation.samples import AnnotationError, load_samples  # noqa: E402
 
 DEFAULT_SOURCE = ROOT.parent / "shared" / "benchmarks"
 
 
-def place_annotation(name: str, source_dir: Path, root: Path) -> str:
+def layout_for(name: str, root: Path) -> Layout:
+    """Where the benchmark goes under ``root``: the original release's layout, unless only the image dir
+    of an older renamed layout (an alias) is there, in which case the annotation goes next to it."""
     b = BENCHMARKS[name]
-    dest = root / b.ann_file
-    src = source_dir / Path(b.ann_file).name
+    default, aliases = b.layouts[0], b.aliases
+    if (root / default.img_dir).is_dir() or (root / default.ann_file).is_file():
+        return default
+    return next((lay for lay in aliases if (root / lay.img_dir).is_dir()), default)
+
+
+def place_annotation(name: str, source_dir: Path, root: Path) -> str:
+    lay = layout_for(name, root)
+    dest = root / lay.ann_file
+    src = source_dir / Path(lay.ann_file).name
     if name == "o3_bench":
         return "from the O3-Bench download" if dest.is_file() else "missing (download O3-Bench, see data/README.md)"
     if not src.is_file():
@@ -69,8 +80,8 @@ def _image_bytes(value) -> bytes:
 
 def extract_images(name: str, table: Path, root: Path) -> int:
     """Write the images of a table release under the file names the annotation file uses."""
-    b = BENCHMARKS[name]
-    ann = root / b.ann_file
+    lay = layout_for(name, root)
+    ann = root / lay.ann_file
     if not ann.is_file():
         raise SystemExit(f"{name}: place {ann} first (it names the image files)")
     by_id: dict[str, str] = {}
@@ -79,7 +90,7 @@ def extract_images(name: str, table: Path, root: Path) -> int:
             if line.strip():
                 rec = json.loads(line)
                 by_id[str(rec.get("question_id"))] = rec.get("image") or rec["file_name"]
-    img_dir = root / b.img_dir
+    img_dir = root / lay.img_dir
     written = 0
     for i, row in enumerate(_rows(table), 1):
         key = str(row.get("question_id", row.get("index", "")))
@@ -101,9 +112,9 @@ def extract_images(name: str, table: Path, root: Path) -> int:
 
 
 def check(name: str, root: Path) -> tuple[bool, str]:
-    b = BENCHMARKS[name]
+    lay = layout_for(name, root)
     try:
-        samples = load_samples(root / b.ann_file, root / b.img_dir)
+        samples = load_samples(root / lay.ann_file, root / lay.img_dir)
     except AnnotationError as e:
         return False, str(e)
     images = len({s.image_path for s in samples})

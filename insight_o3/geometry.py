@@ -21,6 +21,19 @@ VSEARCHER_EVAL_MAX_PIXELS = 16384 * 28 * 28
 VSEARCHER_TRAIN_MAX_PIXELS = 4096 * 28 * 28
 
 
+#: Image budgets of API models (paper Sec. 5 / original README): OpenAI's GPT models get roughly
+#: 1280x1280 px (the API's own limit), every other model 3500x3500 px.
+GPT_IMAGE_MAX_PIXELS = 1280 * 1280
+DEFAULT_IMAGE_MAX_PIXELS = 3500 * 3500
+
+
+def api_image_max_pixels(model: str) -> int:
+    """The paper's image budget for an API model: 1280x1280 px when "gpt" occurs anywhere in its name
+    (case-insensitive, so router names such as ``openai/gpt-5-mini`` count — the original sweep
+    tests ``*"gpt"*``), otherwise 3500x3500 px."""
+    return GPT_IMAGE_MAX_PIXELS if "gpt" in (model or "").lower() else DEFAULT_IMAGE_MAX_PIXELS
+
+
 def _round_by(x: float, f: int) -> int:
     return round(x / f) * f
 
@@ -60,18 +73,34 @@ def smart_resize(height: int, width: int, factor: int = QWEN_IMAGE_FACTOR,
 
 
 def fit_max_pixels(size: tuple[int, int], max_pixels: int | None) -> tuple[int, int]:
-    """Downscale ``(w, h)`` keeping the aspect ratio so that ``w*h <= max_pixels`` (None/0: no limit)."""
+    """Downscale ``(w, h)`` keeping the aspect ratio so that it fits ``max_pixels`` (None/0: no limit).
+
+    The original's rule (``maybe_resize_image`` of the released evaluation, ``_scale_image_to_area``
+    of the fork): ``ratio = (max_pixels / (w * h)) ** 0.5`` and each side *floored*, at least 1 px.
+    """
     w, h = size
     if not max_pixels or w * h <= max_pixels:
         return w, h
-    scale = math.sqrt(max_pixels / (w * h))
-    nw, nh = max(1, int(w * scale)), max(1, int(h * scale))
-    while nw * nh > max_pixels:  # int() rounding can leave us a hair over
-        if nw >= nh:
-            nw -= 1
-        else:
-            nh -= 1
-    return nw, nh
+    ratio = (max_pixels / (w * h)) ** 0.5
+    return max(1, math.floor(w * ratio)), max(1, math.floor(h * ratio))
+
+
+def upscale_small(size: tuple[int, int], min_side: int = 0, min_area: int = 0) -> list[tuple[int, int]]:
+    """The sizes a small vReasoner crop is successively enlarged to (the fork's crop rule):
+    first so that its short side is ``min_side``, then so that its area is ``min_area`` (each step
+    truncates to int, at least 1 px). Returns the intermediate sizes, possibly none."""
+    cw, ch = size
+    steps: list[tuple[int, int]] = []
+    short = min(cw, ch)
+    if min_side and 0 < short < min_side:
+        s = min_side / float(short)
+        cw, ch = max(1, int(cw * s)), max(1, int(ch * s))
+        steps.append((cw, ch))
+    if min_area and cw * ch < min_area:
+        s = (min_area / float(cw * ch)) ** 0.5
+        cw, ch = max(1, int(cw * s)), max(1, int(ch * s))
+        steps.append((cw, ch))
+    return steps
 
 
 @dataclass(frozen=True)

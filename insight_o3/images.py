@@ -30,7 +30,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .geometry import Box, fit_max_pixels, pixel_box, smart_resize
+from .geometry import Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
 
 #: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
 DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
@@ -73,21 +73,45 @@ class EncodedImage:
 
 @dataclass(frozen=True)
 class Resize:
-    """How a view is sized: ``max_pixels`` keeps the aspect ratio under a pixel budget (None: as is);
-    ``qwen=True`` snaps to Qwen2.5-VL's ``smart_resize`` grid for that budget so a vLLM server does
-    not resize the image again (and box coordinates map back exactly)."""
+    """How a view is sized and encoded.
+
+    ``max_pixels`` keeps the aspect ratio under a pixel budget (None: as is), with the original's
+    rounding (:func:`~insight_o3.geometry.fit_max_pixels`: floor) and LANCZOS resampling.
+    ``qwen=True`` snaps to Qwen2.5-VL's ``smart_resize`` grid for that budget instead (BICUBIC, the
+    default of ``qwen_vl_utils.fetch_image``), so a vLLM server does not resize the image again and
+    box coordinates map back exactly. ``crop_min_side``/``crop_min_area``: crops (views with a region)
+    that are smaller are first enlarged, in those two steps, before the budget applies (the fork's
+    vReasoner crops: 56 px, 112x112). ``jpeg_quality`` None is PIL's default (75), as the original.
+    """
 
     max_pixels: int | None = None
     qwen: bool = False
     min_pixels: int = 4 * 28 * 28
+    crop_min_side: int = 0
+    crop_min_area: int = 0
+    jpeg_quality: int | None = None
 
-    def target(self, size: tuple[int, int]) -> tuple[int, int]:
+    @property
+    def resample(self) -> Image.Resampling:
+        return Image.Resampling.BICUBIC if self.qwen else Image.Resampling.LANCZOS
+
+    def steps(self, size: tuple[int, int], crop: bool = False) -> list[tuple[int, int]]:
+        """The successive sizes a view of ``size`` is resized to (empty: shown as is)."""
         w, h = size
         if self.qwen:
             nh, nw = smart_resize(h, w, min_pixels=self.min_pixels,
                                   max_pixels=self.max_pixels or 16384 * 28 * 28)
-            return nw, nh
-        return fit_max_pixels(size, self.max_pixels)
+            return [(nw, nh)] if (nw, nh) != (w, h) else []
+        out = upscale_small(size, self.crop_min_side, self.crop_min_area) if crop else []
+        last = out[-1] if out else size
+        fit = fit_max_pixels(last, self.max_pixels)
+        if fit != last:
+            out.append(fit)
+        return out
+
+    def target(self, size: tuple[int, int], crop: bool = False) -> tuple[int, int]:
+        steps = self.steps(size, crop)
+        return steps[-1] if steps else tuple(size)
 
 
 def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIXELS) -> Image.Image:
@@ -118,12 +142,12 @@ def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIX
         raise ImageError(f"cannot decode image {path}: {e}") from None
 
 
-def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int = 90, optimize: bool = False) -> str:
-    """A ``data:`` URL of ``img`` (JPEG or PNG)."""
+def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int | None = None, optimize: bool = False) -> str:
+    """A ``data:`` URL of ``img`` (JPEG or PNG). ``quality`` None: PIL's default (the original's)."""
     buf = io.BytesIO()
     if fmt.upper() == "JPEG":
-        (img if img.mode == "RGB" else img.convert("RGB")).save(buf, format="JPEG", quality=quality,
-                                                                 optimize=optimize)
+        kw = {"quality": quality} if quality is not None else {}
+        (img if img.mode == "RGB" else img.convert("RGB")).save(buf, format="JPEG", optimize=optimize, **kw)
         mime = "image/jpeg"
     else:
         img.save(buf, format="PNG")
@@ -149,7 +173,7 @@ class ImageStore:
     """
 
     def __init__(self, max_cached_bytes: int = 256 * 2**20, workers: int | None = None,
-                 max_decode_pixels: int = DEFAULT_MAX_DECODE_PIXELS, fmt: str = "JPEG", quality: int = 90,
+                 max_decode_pixels: int = DEFAULT_MAX_DECODE_PIXELS, fmt: str = "JPEG", quality: int | None = None,
                  originals_cached: int = 2, processes: bool = False):
         self.max_cached_bytes = max_cached_bytes
         self.max_decode_pixels = max_decode_pixels
@@ -209,14 +233,13 @@ class ImageStore:
             px = pixel_box(region)
             px = (max(0, px[0]), max(0, px[1]), min(W, px[2]), min(H, px[3]))
             view, reg = im.crop(px), tuple(float(v) for v in px)
-        target = resize.target(view.size)
-        if target != view.size:
-            view = view.resize(target, Image.Resampling.BICUBIC)
-        return view, ImageRef(path, reg, target)
+        for step in resize.steps(view.size, crop=region is not None):
+            view = view.resize(step, resize.resample)
+        return view, ImageRef(path, reg, tuple(view.size))
 
     def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
         view, ref = self.view(path, resize, region)
-        url = encode_pil(view, self.fmt, self.quality)
+        url = encode_pil(view, self.fmt, resize.jpeg_quality if resize.jpeg_quality is not None else self.quality)
         with self._lock:
             self.stats["encoded"] += 1
         return EncodedImage(ref, url, self.size(path))

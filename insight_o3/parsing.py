@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import dataclass
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _THINK_TAG = re.compile(r"<think>.*?</think>", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _FEEDBACK = re.compile(r"<tool_feedback>\s*(.*?)\s*</tool_feedback>", re.DOTALL | re.IGNORECASE)
@@ -18,26 +18,52 @@ _BOX_LIST = re.compile(rf"\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s
 
 
 # ----------------------------------------------------------------------------- final answers
-def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}``, with nested braces handled; None if absent/unclosed."""
-    result = None
-    for m in re.finditer(r"\\boxed\s*\{", text):
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every closed ``\\boxed{...}``, nested braces handled, in order."""
+    out = []
+    for m in re.finditer(r"\\boxed\{", text):
         depth, i = 1, m.end()
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:
-            result = text[m.end():i - 1].strip()
-    return result
+            out.append(text[m.end():i - 1].strip())
+    return out
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}``, with nested braces handled; None if absent/unclosed."""
+    found = _boxed_contents(text)
+    return found[-1] if found else None
+
+
+def first_boxed(text: str) -> str | None:
+    """Content of the first ``\\boxed{...}`` (nested braces handled); None if absent/unclosed."""
+    found = _boxed_contents(text)
+    return found[0] if found else None
 
 
 def extract_answer_span(text: str) -> str:
-    """The rule-based answer span: last ``<answer>`` content, then the last ``\\boxed{}`` inside it
-    (or inside the whole text). Falls back to the stripped text itself."""
+    """The evaluation's rule-based answer span (the released ``evaluate.py``): the content of the last
+    ``<answer>...</answer>`` (stripped) or else the whole text as it is; then the content of the last
+    ``\\boxed{}`` inside that (stripped), if any. The original's ``\\boxed\\{(.*?)\\}`` cut nested
+    braces short (``\\boxed{\\text{A}}`` gave ``\\text{A``); here they are balanced."""
     tags = _ANSWER_TAG.findall(text)
-    span = tags[-1].strip() if tags else text.strip()
+    span = tags[-1].strip() if tags else text
     boxed = extract_boxed(span)
     return boxed if boxed is not None else span
+
+
+def extract_verify_span(text: str) -> str | None:
+    """The span the fork's in-loop answer check judges (``compute_score_single_vreasoner``): the first
+    ``\\boxed{}`` content, else the first ``<answer>...</answer>`` content, stripped; None when there
+    is neither (or it is empty). Nested braces are balanced (the fork cut at the first ``}``)."""
+    span = first_boxed(text)
+    if span is None and "<answer>" in text:
+        rest = text.split("<answer>", 1)[1]
+        if "</answer>" in rest:
+            span = rest.split("</answer>", 1)[0].strip()
+    return span or None
 
 
 def has_explicit_answer(text: str) -> bool:
@@ -110,57 +136,69 @@ class ReasonerTurn:
     """What one vReasoner message asks for.
 
     ``action`` is ``"search"`` (``description`` set), ``"answer"`` (``answer`` = boxed content) or
-    ``"invalid"`` (neither, or — in training mode — no parsable ``<tool_feedback>``).
+    ``"invalid"`` (neither, or — in training mode — no valid ``<tool_feedback>``).
     """
 
     action: str
     description: str | None = None
     answer: str | None = None
-    feedback: str | None = None  # helpful | unhelpful | NA | None (absent/unparsable)
+    feedback: str | None = None  # the valid <tool_feedback> value, None if absent or invalid
     error: str | None = None
 
 
-def _parse_feedback(text: str) -> str | None:
-    found = _FEEDBACK.findall(text)
-    if not found:
+def _between(text: str, start: str, end: str) -> str | None:
+    """Text after the first ``start`` up to the next ``end`` (None unless both occur), the fork's
+    plain ``split`` parsing."""
+    if start not in text or end not in text:
         return None
-    value = found[-1].strip()
-    for v in FEEDBACK_VALUES:
-        if value.lower() == v.lower():
-            return v
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def parse_region_description(text: str) -> str | None:
+    """The fork's rule: inside the first ``<tool_call>...</tool_call>``, after ``region_description=``,
+    the text between the first ``{`` and the last ``}`` (stripped; may be empty). None otherwise."""
+    segment = _between(text, "<tool_call>", "</tool_call>")
+    if segment is None or "region_description=" not in segment:
+        return None
+    part = segment.split("region_description=", 1)[1]
+    if "{" in part and "}" in part:
+        return part.split("{", 1)[1].rsplit("}", 1)[0].strip()
     return None
 
 
-def _region_description(call_body: str) -> str | None:
-    m = re.search(r"region_description\s*=\s*(.*)", call_body, re.DOTALL)
-    if not m:
-        return None
-    desc = m.group(1).strip()
-    if desc.startswith("{") and desc.endswith("}"):
-        desc = desc[1:-1].strip()
-    desc = desc.strip("\"'").strip()
-    return desc or None
+def parse_tool_feedback(text: str, first_round: bool) -> str | None:
+    """The first ``<tool_feedback>`` value if it is valid for the round: ``NA`` before any search
+    result, ``helpful``/``unhelpful`` after one (exact, as the fork checks); else None."""
+    value = _between(text, "<tool_feedback>", "</tool_feedback>")
+    value = value.strip() if value is not None else None
+    if first_round:
+        return value if value == "NA" else None
+    return value if value in ("helpful", "unhelpful") else None
 
 
-def parse_reasoner_turn(text: str, require_feedback: bool = False) -> ReasonerTurn:
-    """Parse a vReasoner message (F.1). A tool call wins over an answer in the same message (the
-    prompt forbids mixing; the call is the action the model took first)."""
+def parse_reasoner_turn(text: str, require_feedback: bool = False, first_round: bool = True) -> ReasonerTurn:
+    """Parse a vReasoner message the way the released fork does (``vsearch_gpt_async.py``): the whole
+    text is searched (``<think>`` included); a tool call is a ``region_description={...}`` in the first
+    ``<tool_call>`` block and wins over an answer in the same message; an answer is any
+    ``\\boxed{``. With ``require_feedback`` (training) a turn is valid only with a
+    ``<tool_feedback>`` valid for the round (``first_round``: no search result yet)."""
     text = text or ""
-    feedback = _parse_feedback(text)
-    # only look for actions outside <think> so reasoning that quotes the format is not mistaken for one
-    visible = _THINK_TAG.sub("", text)
-    calls = _TOOL_CALL.findall(visible)
-    desc = _region_description(calls[0]) if calls else None
+    desc = parse_region_description(text)
+    has_box = "\\boxed{" in text
+    feedback = parse_tool_feedback(text, first_round)
+    if desc is None and not has_box:
+        why = ("tool call without region_description={...}" if "<tool_call>" in text
+               else "neither a tool call nor a boxed answer")
+        return ReasonerTurn("invalid", feedback=feedback, error=why)
     if require_feedback and feedback is None:
-        return ReasonerTurn("invalid", feedback=None, error="missing or malformed <tool_feedback>")
-    if desc:
+        return ReasonerTurn("invalid", feedback=None,
+                            error="missing or invalid <tool_feedback> (NA in the first turn, helpful/unhelpful after)")
+    if desc is not None:
         return ReasonerTurn("search", description=desc, feedback=feedback)
-    boxed = extract_boxed(visible)
-    if boxed is not None:
-        return ReasonerTurn("answer", answer=boxed, feedback=feedback)
-    if calls:
-        return ReasonerTurn("invalid", feedback=feedback, error="tool call without region_description=...")
-    return ReasonerTurn("invalid", feedback=feedback, error="neither a tool call nor a boxed answer")
+    answer = first_boxed(text)
+    if answer is None:  # "\\boxed{" without a closing brace: the fork takes the rest of the text
+        answer = text.split("\\boxed{", 1)[1].split("}", 1)[0].strip()
+    return ReasonerTurn("answer", answer=answer, feedback=feedback)
 
 
 # ----------------------------------------------------------------------------- vSearcher

@@ -45,22 +45,28 @@ def message_text(m: dict) -> str:
 
 def to_openai(messages: list[dict], encode: Callable[[ImageRef], EncodedImage],
               image_url_extra: dict | None = None) -> list[dict]:
-    """Chat messages for the API; ``encode`` maps an ImageRef to its (cached) encoded view."""
+    """Chat messages for the API; ``encode`` maps an ImageRef to its (cached) encoded view.
+
+    The original's shapes: user content is always a list of parts in the stored order (its
+    ``query_api`` builds ``[image_url, text]`` even for text-only turns), adjacent text parts are sent
+    as one (chat templates concatenate them anyway); system and assistant messages with text only are
+    plain strings."""
     out = []
     for m in messages:
         c = m.get("content")
         if isinstance(c, str):
-            out.append({"role": m["role"], "content": c})
+            out.append({"role": m["role"], "content": c if m["role"] != "user" else [text_part(c)]})
             continue
-        parts = []
+        parts: list[dict] = []
         for p in c:
             if p.get("type") == "image":
                 enc = encode(ImageRef.from_dict(p["image"]))
                 parts.append({"type": "image_url", "image_url": {"url": enc.data_url, **(image_url_extra or {})}})
+            elif parts and parts[-1]["type"] == "text":
+                parts[-1] = text_part(parts[-1]["text"] + p["text"])
             else:
-                parts.append({"type": "text", "text": p["text"]})
-        # plain string content for text-only messages: accepted by every server/chat template
-        if all(p["type"] == "text" for p in parts):
+                parts.append(text_part(p["text"]))
+        if m["role"] != "user" and all(p["type"] == "text" for p in parts):
             out.append({"role": m["role"], "content": "".join(p["text"] for p in parts)})
         else:
             out.append({"role": m["role"], "content": parts})

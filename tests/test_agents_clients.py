@@ -19,7 +19,7 @@ from insight_o3.agents.solver import InSightO3Solver
 from insight_o3.api import Redactor, make_client
 from insight_o3.geometry import Frame, pixel_box, smart_resize
 from insight_o3.images import ImageStore
-from tests.support.openai_server import chat, error, last_user_text
+from tests.support.openai_server import chat, error, last_user_text, user_message_text
 
 W, H = 420, 300
 BUDGET = 100 * 28 * 28          # < W*H: the vSearcher sees a real smart_resize of the image
@@ -101,13 +101,19 @@ def test_search_crop_answer_pixels_and_sizes(openai_server, img, store):
     assert images_in(ss.requests[1])[0].size == (cw, ch)
     assert "<tool_response>" in last_user_text(ss.requests[1]).strip()
     assert last_user_text(ss.requests[1]).strip().endswith(prompts.VSEARCHER_TOOL_RESPONSE_PROMPT)
-    # the vReasoner got exactly the original-image region of the returned box
+    # the vReasoner got the original-image region of the returned box (the fork's round()), enlarged
+    # as the fork does for small crops: here the area is under 112x112, so it grows to that area
     sent = images_in(rs.requests[1])[0]
     original = Image.open(img).convert("RGB")
-    expect = pixel_box((model_box[0] * W / mw, model_box[1] * H / mh, model_box[2] * W / mw, model_box[3] * H / mh))
-    assert sent.size == (expect[2] - expect[0], expect[3] - expect[1])
-    assert np.array_equal(np.asarray(sent), np.asarray(original.crop(expect)))
-    assert last_user_text(rs.requests[1]).strip() == prompts.VREASONER_INFER_CONTINUE_PROMPT
+    expect = tuple(round(v * t / s) for v, t, s in zip(model_box, (W, H, W, H), (mw, mh, mw, mh)))
+    cw, ch = expect[2] - expect[0], expect[3] - expect[1]
+    assert min(cw, ch) >= 56 and cw * ch < 112 * 112
+    k = (112 * 112 / (cw * ch)) ** 0.5
+    up = (int(cw * k), int(ch * k))
+    assert sent.size == up
+    assert np.array_equal(np.asarray(sent), np.asarray(original.crop(expect).resize(up, Image.LANCZOS)))
+    assert user_message_text(rs.requests[1]) == prompts.VREASONER_INFER_CONTINUE_PROMPT
+    assert rs.requests[1]["messages"][-1]["content"][0]["type"] == "image_url"  # crop before the text
     assert images_in(rs.requests[0], 1)[0].size == (W, H)
     # records: compact, no pixels, the searcher sub-trajectory on the calling message
     dumped = json.dumps(res.trajectory)
@@ -126,7 +132,7 @@ def test_not_found_path(openai_server, img, store):
                            searcher_script([answer([0, 0, 0, 0])]), store)
     res = asyncio.run(system.answer(img, "Q"))
     assert res.answer == "B" and res.n_search_calls == 1 and res.n_search_not_found == 1
-    assert last_user_text(rs.requests[1]).strip() == prompts.VREASONER_INFER_NOT_FOUND_PROMPT
+    assert user_message_text(rs.requests[1]) == prompts.VREASONER_INFER_NOT_FOUND_PROMPT
     assert images_in(rs.requests[1]) == []
 
 
@@ -135,7 +141,7 @@ def test_limit_path_six_calls(openai_server, img, store):
                            searcher_script([answer([10, 10, 60, 60])]), store)
     res = asyncio.run(system.answer(img, "Q"))
     assert res.answer == "B" and res.n_search_calls == 6 and rs.count == 7 and ss.count == 6
-    texts = [last_user_text(r).strip() for r in rs.requests[1:]]
+    texts = [user_message_text(r) for r in rs.requests[1:]]
     assert texts[:5] == [prompts.VREASONER_INFER_CONTINUE_PROMPT] * 5
     assert texts[5] == prompts.VREASONER_INFER_LIMIT_PROMPT
 
@@ -145,7 +151,7 @@ def test_vsearcher_tool_call_limit(openai_server, img, store):
                            searcher_script([tool([0, 0, 50 + k, 50]) for k in range(6)] + [answer([1, 1, 40, 40])]),
                            store)
     res = asyncio.run(system.answer(img, "Q"))
-    assert ss.count == 7 and last_user_text(ss.requests[6]).strip().endswith(prompts.VSEARCHER_LIMIT_PROMPT)
+    assert ss.count == 7 and user_message_text(ss.requests[6]).endswith("</tool_response>\n" + prompts.VSEARCHER_LIMIT_PROMPT)
     assert [m for m in res.trajectory if "search" in m][0]["search"]["n_tool_calls"] == 6
     assert res.n_search_not_found == 0
 
@@ -158,7 +164,7 @@ def test_format_retry_path_train_mode_feedback(openai_server, img, store):
     system, rs, ss = build(openai_server, reasoner_script(turns), searcher_script([answer([10, 10, 60, 60])]),
                            store, mode="train")
     res = asyncio.run(system.answer(img, "Q"))
-    assert last_user_text(rs.requests[1]).strip() == prompts.VREASONER_TRAIN_FORMAT_RETRY_PROMPT
+    assert user_message_text(rs.requests[1]) == prompts.VREASONER_TRAIN_FORMAT_RETRY_PROMPT
     assert res.n_format_retries == 1 and res.answer == "C" and res.feedback == ["unhelpful", "helpful"]
     assert prompts.VREASONER_TRAIN_SYSTEM_PROMPT == rs.requests[0]["messages"][0]["content"]
 
@@ -171,12 +177,13 @@ def test_format_retry_path_train_mode_feedback(openai_server, img, store):
     '<tool_call>{"name": "crop", "arguments": {"bbox_2d": [1, 2, 30, 40]}}</tool_call>',
     answer([1, 2, 3]),
 ])
-def test_malformed_vsearcher_output_reads_as_not_found(openai_server, img, store, bad):
+def test_malformed_vsearcher_output_ends_the_episode_without_answer(openai_server, img, store, bad):
+    """The fork stops the vReasoner when the vSearcher's answer is not a valid box (``final_bbox`` None)."""
     system, rs, ss = build(openai_server, reasoner_script([SEARCH, FINAL]), searcher_script([bad]), store)
     res = asyncio.run(system.answer(img, "Q"))
-    assert res.answer == "B" and res.n_search_not_found == 1
+    assert res.status == "search_invalid" and res.answer is None and not res.has_answer and res.error is None
+    assert res.protocol_error and rs.count == 1
     assert [m for m in res.trajectory if "search" in m][0]["search"]["status"] == "invalid"
-    assert last_user_text(rs.requests[1]).strip() == prompts.VREASONER_INFER_NOT_FOUND_PROMPT
 
 
 def test_api_failures_are_results_with_redacted_reasons(openai_server, img, store):
@@ -185,7 +192,8 @@ def test_api_failures_are_results_with_redacted_reasons(openai_server, img, stor
     res = asyncio.run(system.answer(img, "Q"))
     search = [m for m in res.trajectory if "search" in m][0]["search"]
     assert search["status"] == "failed" and SECRET not in search["error"] and "***" in search["error"]
-    assert res.answer == "B"
+    # a vSearcher lost to the API loses the episode (a critical failure, re-run by --retry_failed)
+    assert res.status == "failed" and res.text is None and SECRET not in res.error and rs.count == 1
     system, rs, ss = build(openai_server, lambda req, call: error(503, f"bad {SECRET}"),
                            searcher_script([answer([0, 0, 0, 0])]), store)
     res = asyncio.run(system.answer(img, "Q"))
@@ -197,9 +205,7 @@ def test_api_failures_are_results_with_redacted_reasons(openai_server, img, stor
 class _Sample:
     image_path: str
     question: str
-
-    def prompt(self):
-        return self.question + "\nA. x\nB. y"
+    options: str = "A. x\nB. y"
 
 
 def test_solver_from_args_runs_n_episodes(openai_server, img, store):
@@ -222,8 +228,8 @@ def test_solver_from_args_runs_n_episodes(openai_server, img, store):
     assert len(attempts) == 3 and all(a.text == FINAL and a.error is None for a in attempts)
     assert all(a.stats["n_search_calls"] == 1 and a.stats["n_search_not_found"] == 0 for a in attempts)
     assert rs.count == 6 and ss.count == 3 and rs.requests[0]["max_tokens"] == 64
-    assert ss.requests[0]["temperature"] == 0.0
-    assert "Which?\nA. x\nB. y" in last_user_text(rs.requests[0]).strip()
+    assert ss.requests[0]["temperature"] == 0.0 and ss.requests[0]["max_tokens"] == 1024
+    assert user_message_text(rs.requests[0]) == "Which?\nA. x\nB. y"
 
 
 def test_records_of_a_345_question_run_stay_under_10_mb(openai_server, img, store):

@@ -143,6 +143,19 @@ def test_searcher_format_ok_needs_think_and_no_truncation(img, store):
         s.step(ans([1, 1, 50, 50]))
 
 
+def _not_found(store, img):
+    s = SearcherSession(img, "x", store, BUDGET)
+    s.step(ans([0, 0, 0, 0]))
+    return s.result()
+
+
+def test_reasoner_vsearcher_failure_loses_the_episode(img, store):
+    r = ReasonerSession(img, "Q", store, None)
+    r.step("<tool_call>region_description={a}</tool_call>")
+    r.provide_search_result(failed_locate("a", "boom"))
+    assert r.status == "failed" and "boom" in r.error and not r.has_answer
+
+
 def _found(store, img, box):
     s = SearcherSession(img, "x", store, BUDGET)
     s.step(ans(list(s.frame.from_original(box))))
@@ -152,12 +165,13 @@ def _found(store, img, box):
 def test_reasoner_search_answer_and_feedback_train_mode(img, store):
     r = ReasonerSession(img, "What color?", store, None, mode="train")
     assert message_text(r.messages[0]) == prompts.VREASONER_TRAIN_SYSTEM_PROMPT
-    assert r.messages[1]["content"][0]["text"] == "What color?" and r.messages[1]["content"][1]["type"] == "image"
+    assert r.messages[1]["content"][1]["text"] == "What color?" and r.messages[1]["content"][0]["type"] == "image"
     st = r.step("<think>a</think><tool_feedback>NA</tool_feedback><tool_call>region_description={the car}</tool_call>")
     assert st.action == "search" and st.description == "the car"
     crop = r.provide_search_result(_found(store, img, (100, 100, 300, 200)))
     assert tuple(crop.region) == (100.0, 100.0, 300.0, 200.0) and tuple(crop.size) == (200, 100)
-    assert r.messages[-1]["content"][0]["text"] == prompts.VREASONER_TRAIN_CONTINUE_PROMPT
+    assert r.messages[-1]["content"][0]["type"] == "image"
+    assert message_text(r.messages[-1]) == prompts.VREASONER_TRAIN_CONTINUE_PROMPT
     # missing feedback in train mode -> format retry
     st = r.step("<think>b</think>\\boxed{red}")
     assert st.action == "retry" and message_text(r.messages[-1]) == prompts.VREASONER_TRAIN_FORMAT_RETRY_PROMPT
@@ -168,18 +182,19 @@ def test_reasoner_search_answer_and_feedback_train_mode(img, store):
 def test_reasoner_not_found_limit_and_stop(img, store):
     r = ReasonerSession(img, "Q", store, None, mode="infer", max_search_calls=2)
     r.step("<tool_call>region_description={a}</tool_call>")
-    r.provide_search_result(failed_locate("a", "boom"))
+    r.provide_search_result(_not_found(store, img))
     assert message_text(r.messages[-1]) == prompts.VREASONER_INFER_NOT_FOUND_PROMPT
     r.step("<tool_call>region_description={b}</tool_call>")
     r.provide_search_result(_found(store, img, (0, 0, 50, 50)))
-    assert r.messages[-1]["content"][0]["text"] == prompts.VREASONER_INFER_LIMIT_PROMPT
+    assert r.messages[-1]["content"][0]["type"] == "image"
+    assert message_text(r.messages[-1]) == prompts.VREASONER_INFER_LIMIT_PROMPT
     st = r.step("<tool_call>region_description={c}</tool_call>")
     assert st.action == "stop" and r.status == "search_after_limit" and r.n_search_calls == 2
     assert r.n_search_not_found == 1
 
 
 def test_reasoner_format_retries_are_bounded(img, store):
-    r = ReasonerSession(img, "Q", store, None, max_format_retries=2)
+    r = ReasonerSession(img, "Q", store, None, max_format_retries=2)  # 3 replies per round
     assert r.step("hmm").action == "retry"
     assert message_text(r.messages[-1]) == prompts.VREASONER_INFER_FORMAT_RETRY_PROMPT
     assert r.step("hmm").action == "retry"

@@ -88,7 +88,7 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
     system, user = row["raw_prompt"]
     assert system["role"] == "system" and "image_zoom_in_tool" in system["content"]
     assert user["content"][0] == {"type": "image", "image": f"file://{img_dir / 'r0.png'}"}
-    assert user["content"][1]["text"].startswith("Locate the red area 0.")
+    assert user["content"][1]["text"].startswith("\nLocate the red area 0.\n")  # the fork: <image>\nLocate ...
     assert row["agent_name"] == "vsearcher" and row["image_path"] == str(img_dir / "r0.png")
     assert row["tools_kwargs"]["image_zoom_in_tool"]["create_kwargs"]["image"].startswith("file://")
     qa = ds[6]

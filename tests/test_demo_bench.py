@@ -193,8 +193,8 @@ def test_prepare_benchmarks_with_demo_o3_bench_and_tsv_images(tmp_path, bench):
     r = subprocess.run(prep, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1, r.stderr
     assert "o3_bench: ready: 12 samples, 4 images, 2 categories" in r.stdout
-    assert "vstar: NOT READY" in r.stdout and "image directory not found" in r.stdout
-    ann = root / "data" / "VStar" / "vstar_bench.jsonl"
+    assert "vstar: NOT READY" in r.stdout and "191 image file(s) not found" in r.stdout
+    ann = root / "data" / "vstar_bench" / "vstar_bench.jsonl"   # the original release's layout
     ids = [json.loads(l)["question_id"] for l in ann.read_text().splitlines()]
     buf = io.BytesIO()
     Image.new("RGB", (8, 8), (200, 10, 10)).save(buf, format="JPEG")
@@ -205,4 +205,14 @@ def test_prepare_benchmarks_with_demo_o3_bench_and_tsv_images(tmp_path, bench):
                        cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "vstar: extracted 191 image(s)" in r.stdout and "vstar: ready: 191 samples" in r.stdout
-    assert (root / "data" / "VStar" / "images" / "direct_attributes" / "sa_4690.jpg").is_file()
+    assert (root / "data" / "vstar_bench" / "direct_attributes" / "sa_4690.jpg").is_file()
+
+
+def test_prepare_benchmarks_keeps_an_older_renamed_layout(tmp_path):
+    """Images already in the renamed folders of an earlier version: the annotation goes next to them."""
+    root = tmp_path / "repo"
+    (root / "data" / "VStar" / "images").mkdir(parents=True)
+    prep = [sys.executable, "data/prepare_benchmarks.py", "--root", str(root), "--benchmarks", "vstar"]
+    r = subprocess.run(prep, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and (root / "data" / "VStar" / "vstar_bench.jsonl").is_file()
+    assert not (root / "data" / "vstar_bench").exists() and "image file(s) not found under" in r.stdout

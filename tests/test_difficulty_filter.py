@@ -15,7 +15,6 @@ from PIL import Image
 
 from insight_o3.data import difficulty
 from insight_o3.data.schema import CollageRow, TileRow
-from insight_o3.parsing import extract_answer_span
 from tests.support.openai_server import chat, error, last_user_text, request_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,8 +25,8 @@ TAG = re.compile(r"\[(c\d+)\]")
 ITEMS = {
     "c0": (None, "red", ["blue", "blue", "blue"]),                  # 0 of 3 (judge model says <wrong>)
     "c1": (None, "red", ["blue", "a crimson red", "blue"]),         # 1 of 3 (judge model says <correct>)
-    "c2": (["cat", "dog", "bird"], "B", ["B", "B", "B"]),           # 3 of 3 (rule)
-    "c3": (["cat", "dog", "bird"], "C", ["A", "A", "(B)"]),         # 0 of 3 (rule)
+    "c2": (["cat", "dog", "bird"], "B", ["B", "B", "B"]),           # 3 of 3 (rule: the span is the letter)
+    "c3": (["cat", "dog", "bird"], "C", ["A", "A", "(B)"]),         # 0 of 3 (judge extracts the letters)
     "c4": (None, "7", ["8", "8", "8"]),                             # vReasoner API error on the first run
     "c5": (None, "blue", ["navy", "navy", "navy"]),                 # judge API error on the first run
 }
@@ -69,8 +68,10 @@ def script(state: dict, items: dict = ITEMS):
             r.delay = state.get("delay", 0.0)
             return r
         prompt = last_user_text(req)
-        if prompt.startswith("Below are a question"):            # open-answer extraction
-            return chat(extract_answer_span(prompt.split("Model Response:", 1)[1]))
+        if prompt.startswith("You are given a question and a model-generated response"):  # open-answer extraction
+            return chat(prompt.split("Model Response: ", 1)[1].split("\n\n### Output", 1)[0])
+        if prompt.startswith("You are given a multiple-choice question"):              # option-letter extraction
+            return chat(prompt.split("Model Answer: ", 1)[1].split("  \n", 1)[0].strip("() "))
         if "GT Answer:" in prompt:                                # the paper's judge prompt
             if state.get("fail_judge") == key:
                 return error(400, "scripted judge failure")
@@ -155,7 +156,7 @@ def test_separate_attempt_requests_same_verdicts(openai_server, tmp_path):
     srv = openai_server(script({}))
     assert difficulty.main(argv(out, srv.base_url, "--separate_attempt_requests")) == 0
     vr = [r for r in srv.requests if r["model"] == "vr"]
-    assert len(vr) == 9 and all(r.get("n") is None for r in vr)
+    assert len(vr) == 9 and all(r.get("n") == 1 for r in vr)  # n always sent, as the original
     assert hard_keys(out) == ["c0", "c3"]
     assert sorted(a["status"] for a in records(out)["c1"]["attempts"]) == ["correct", "wrong", "wrong"]
 

@@ -77,11 +77,11 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     req = main_srv.requests[0]
     assert req["n"] == 2 and req["max_completion_tokens"] == 16384 and req["model"] == "scripted-vlm"
     assert req["messages"][0]["role"] == "system"
-    user = req["messages"][1]["content"]
-    assert user[0]["type"] == "text" and "F. No right choice" in user[0]["text"]
-    assert user[1]["image_url"]["detail"] == "high"
-    # judge: q2 and q4 extraction, q6 and q7 extraction + verdict, per trial
-    assert judge_srv.count == 2 * 6
+    user = req["messages"][1]["content"]  # image first, as the released evaluate.py
+    assert user[1]["type"] == "text" and "F. No right choice" in user[1]["text"]
+    assert user[0]["image_url"]["detail"] == "high"
+    # judge, per trial: only q0's span equals its ground truth; q1 q2 q4 extraction, q5 q6 q7 extraction + verdict
+    assert judge_srv.count == 2 * 9
     assert all(r["model"] == "scripted-judge" for r in judge_srv.requests)
     rec = _records(out, 0)[0]
     assert rec["eval_result"]["image"] == {"path": str(bench[1] / "images/img0.png"), "region": [0, 0, 96, 64],
@@ -96,7 +96,7 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     _no_secrets(out)
     # rerun: all trials done -> no request at all, same summary
     assert evaluate.main(argv) == 0
-    assert main_srv.count == 8 and judge_srv.count == 12
+    assert main_srv.count == 8 and judge_srv.count == 18
     assert json.loads((out / "m/o3_bench/summary_metrics.json").read_text()) == summary
 
 
@@ -133,7 +133,7 @@ def test_separate_trial_requests(bench, tmp_path, openai_server):
                  "--separate_trial_requests", "--img_max_pixels", "1000")
     assert evaluate.main(argv) == 0
     _assert_expected(out, 3)
-    assert main_srv.count == 24 and all("n" not in r for r in main_srv.requests)
+    assert main_srv.count == 24 and all(r["n"] == 1 for r in main_srv.requests)  # the original always sends n
     size = _records(out, 0)[0]["eval_result"]["image"]["size"]
     assert size[0] * size[1] <= 1000
 

@@ -2,8 +2,10 @@
 SIGKILL/resume tests as single-model mode (tests/test_eval_cli.py), on the same scripted benchmark.
 
 Every episode: the vReasoner asks for one region, the vSearcher answers a box, the vReasoner then
-gives the benchmark's scripted final answer, so the expected metrics are those of the single-model
-benchmark (tests/support/eval_bench.py) and every episode makes exactly one search call.
+gives a boxed final answer (:data:`FINAL`), judged by the fork's in-loop check (the default judge flow
+in this mode), so every episode makes exactly one search call and the expected metrics are known:
+correct q0 q2 q5 q6, wrong q1 q4 q7, and q3 — whose replies are truncated and never box an answer —
+runs out of format retries and has no answer (``invalid``, never judged).
 """
 from __future__ import annotations
 
@@ -24,6 +26,17 @@ from tests.test_eval_cli import JUDGE_KEY, MAIN_KEY, REPO, _no_secrets, _wait_li
 
 SEARCH_KEY = "sk-vsearch-SECRET-7777wxyz"
 EVAL = "m/o3_bench"
+FINAL = {  # marker: the vReasoner's final turn (the judge script decides q1 q2 q4-q7, see eval_bench.JUDGE)
+    "q0": ("<think>seen</think>Answer: \\boxed{C}", "stop"),
+    "q1": ("So the result is \\boxed{(D)}.", "stop"),
+    "q2": ("The road bends north: \\boxed{the first one}", "stop"),
+    "q3": ("Let me count the stations one by one: 1, 2, 3, 4", "length"),
+    "q4": ("\\boxed{cannot tell}", "stop"),
+    "q5": ("\\boxed{white}", "stop"),
+    "q6": ("The distance is \\boxed{forty-two kilometres}.", "stop"),
+    "q7": ("\\boxed{blue}", "stop"),
+}
+EXPECTED_STATS = {"correct": 4, "wrong": 3, "incomplete": 0, "invalid": 1, "failed": 0, "total": 8}
 
 
 def _is_first_turn(req: dict) -> bool:
@@ -52,18 +65,19 @@ def reasoner_script(delay: float = 0.0, faults: bool = False, server_ref: dict |
             reply = chat(f"<think>need a closer look</think><tool_call>region_description={{the legend of [{q}]}}"
                          "</tool_call>")
         else:
-            _, _, _, _, text, finish = eb.QUESTIONS[q]
+            text, finish = FINAL[q]
             reply = chat(text, finish_reason=finish)
         reply.delay = delay
         return reply
     return script
 
 
-def searcher_script(faults: bool = False):
-    """Answers a box; with ``faults``, q5's first request gets a 503 (recovered by the SDK) and every
-    request for q7 a 500 (the search fails; the vReasoner is told nothing was found)."""
+def searcher_script(faults: bool = False, down: set | None = None):
+    """Answers a box; with ``faults``, q5's first request gets a 503 (recovered by the SDK); every
+    request for a marker in ``down`` gets a 500 (the search is lost, and so is the episode)."""
     seen: dict[str, int] = {}
     lock = threading.Lock()
+    down = down if down is not None else set()
 
     def script(req: dict, call: Call) -> Reply:
         q = eb.marker(request_text(req))
@@ -71,7 +85,7 @@ def searcher_script(faults: bool = False):
             k = seen[q] = seen.get(q, 0) + 1
         if faults and q == "q5" and k == 1:
             return error(503, "warming up", retry_after=0.1)
-        if faults and q == "q7":
+        if q in down:
             return error(500, "searcher down")
         return chat("<think>the legend is at the top left</think> <answer>[2, 2, 40, 30]</answer>")
     return script
@@ -97,10 +111,10 @@ def _metrics(out: Path, k: int) -> dict:
 def _assert_expected(out: Path, trials: int, searches_found: float = 1.0):
     for k in range(trials):
         m = _metrics(out, k)
-        assert m["overall_stats"] == eb.EXPECTED_STATS
+        assert m["overall_stats"] == EXPECTED_STATS
         assert m["overall_accuracy"] == pytest.approx(0.5)
         assert m["critical_failure_ratio"] == 0
-        assert m["has_answer"] == pytest.approx(6 / 8)
+        assert m["has_answer"] == pytest.approx(7 / 8)
         assert m["category_accuracy"] == pytest.approx(eb.EXPECTED_CATEGORY_ACC)
         recs = _records(out, k)
         assert [r["sample_key"] for r in recs] == list(eb.QUESTIONS)  # exactly one record per pair
@@ -124,7 +138,8 @@ def bench(tmp_path):
 def test_insight_o3_fault_injection_nothing_lost(bench, tmp_path, openai_server):
     ref = {}
     reasoner = ref["srv"] = openai_server(reasoner_script(faults=True, server_ref=ref))
-    searcher = openai_server(searcher_script(faults=True))
+    down = {"q7"}
+    searcher = openai_server(searcher_script(faults=True, down=down))
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
     argv = _argv(out, *bench, reasoner.base_url, searcher.base_url, judge.base_url,
@@ -136,29 +151,28 @@ def test_insight_o3_fault_injection_nothing_lost(bench, tmp_path, openai_server)
         recs = {r["sample_key"]: r["eval_result"] for r in _records(out, k)}
         assert len(recs) == 8
         failed += [(q, r["fail_reason"]) for q, r in recs.items() if r["status"] == "failed"]
-        # q7's vSearcher is down: the search failed, the vReasoner was told, the episode still ended
-        q7 = recs["q7"]
-        assert q7["status"] == "wrong" and q7["stats"]["n_search_not_found"] == 1
-    # the malformed body and the non-retryable 400 each cost exactly one episode; the rest recovered
-    assert sorted(q for q, _ in failed) == ["q4", "q6"]
+    # the malformed body and the non-retryable 400 each cost exactly one episode, and so does the
+    # vSearcher that stays down for q7 (its episode cannot go on); the rest recovered
+    assert sorted(q for q, _ in failed) == ["q4", "q6", "q7", "q7"]
     reason = dict(failed)
-    assert "***" in reason["q6"] and MAIN_KEY not in reason["q6"]
-    assert sum(_metrics(out, k)["critical_failure_ratio"] for k in range(2)) == pytest.approx(2 / 8)
+    assert "***" in reason["q6"] and MAIN_KEY not in reason["q6"] and "vSearcher" in reason["q7"]
+    assert sum(_metrics(out, k)["critical_failure_ratio"] for k in range(2)) == pytest.approx(4 / 8)
     _no_keys(out)
 
+    down.clear()  # the vSearcher is back
     first_turns = sum(_is_first_turn(r) for r in reasoner.requests)
     assert evaluate.main(argv + ["--retry_failed"]) == 0
-    assert sum(_is_first_turn(r) for r in reasoner.requests) - first_turns == 2  # only the 2 failed episodes
-    # q7's searches fail every time, so its episodes report a not-found search; everything else matches
+    assert sum(_is_first_turn(r) for r in reasoner.requests) - first_turns == 4  # only the 4 failed episodes
     for k in range(2):
         m = _metrics(out, k)
-        assert m["overall_stats"] == eb.EXPECTED_STATS and m["critical_failure_ratio"] == 0
+        assert m["overall_stats"] == EXPECTED_STATS and m["critical_failure_ratio"] == 0
         recs = {r["sample_key"]: r["eval_result"] for r in _records(out, k)}
         assert list(recs) == list(eb.QUESTIONS)
-        # q0's final turn has no \boxed{}: the format retries run out, which is a protocol outcome that is
-        # judged (its <answer> is right), never a critical failure
-        assert recs["q0"]["stats"]["status"] == "format_failed" and recs["q0"]["stats"]["n_format_retries"] == 2
-        assert recs["q0"]["stats"]["protocol_error"] and recs["q0"]["status"] == "correct"
+        # q3 never boxes an answer: after 5 replies in its round (the fork's validation setting) the
+        # episode has no answer; it is not judged and is not a critical failure
+        q3 = recs["q3"]
+        assert q3["stats"]["status"] == "format_failed" and q3["stats"]["n_format_retries"] == 4
+        assert q3["status"] == "invalid" and not q3["has_answer"] and q3["judge_outputs"] == []
     _no_keys(out)
 
 

@@ -24,7 +24,7 @@ def test_loads_every_shared_benchmark_unchanged(shared_dir):
         assert len(samples) == len(raw) == REAL.get(f.name, len(raw))
         assert len({s.key for s in samples}) == len(samples)
         for s, r in zip(samples, raw):
-            assert s.question == r["question"] and s.answer == str(r["answer"]).strip()
+            assert s.question == r["question"] and s.answer == str(r["answer"])  # unstripped, as the original
             assert s.image == r.get("image", r.get("file_name"))
             assert s.category == r.get("category", r.get("subset", "unknown"))
             assert s.question_id == r.get("question_id")
@@ -121,7 +121,10 @@ def test_benchmark_registry():
         get_benchmark("nope")
     a = evaluate.parse_args(["--benchmark", "vstar", "--model", "gpt-x"])
     assert a.eval_name == "gpt-x/vstar" and a.ann_file == BENCHMARKS["vstar"].ann_file
-    assert a.img_max_pixels == 3500 * 3500 and a.judge_model == "gpt-5-nano" and a.concurrency == 128
+    # the paper's budget: 1280x1280 for GPT models (by name), 3500x3500 otherwise; 0 = no limit
+    assert a.img_max_pixels == 1280 * 1280 and a.judge_model == "gpt-5-nano" and a.concurrency == 128
+    assert evaluate.parse_args(["--benchmark", "vstar", "--model", "gemini-2.5-flash"]).img_max_pixels == 3500 * 3500
+    assert evaluate.parse_args(["--benchmark", "vstar", "--model", "x", "--img_max_pixels", "0"]).img_max_pixels == 0
     assert a.chat_completion_kwargs == {"max_completion_tokens": 16384}
     assert a.image_url_extra_settings == {"detail": "high"} and a.output_dir == "./outputs/eval"
     assert a.max_answer_length == 1000 and a.num_trials == 1 and a.reasoner_prompt == "infer"

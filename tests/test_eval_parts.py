@@ -7,7 +7,7 @@ import json
 import pytest
 
 from insight_o3.api import make_client
-from insight_o3.evaluation.judge import CROP_MARK, AnswerJudge, crop_for_judge, normalize
+from insight_o3.evaluation.judge import CROP_MARK, AnswerJudge, crop_for_judge, verification_says_correct
 from insight_o3.evaluation.metrics import compute_metrics, summarize
 from insight_o3.evaluation.records import RecordFileError, RecordLog
 from insight_o3.evaluation.runner import RunConfig, run_evaluation
@@ -51,12 +51,15 @@ def test_record_log_corrupt_middle_line_names_file_and_line(tmp_path):
 
 
 # ----------------------------------------------------------------------------- judge
-def test_crop_and_normalize():
+def test_crop_and_verification_reading():
     assert crop_for_judge("abc", 10) == "abc"
     assert crop_for_judge("x" * 50 + "tail", 4) == CROP_MARK + "tail"
     assert crop_for_judge("long", 0) == "long"
-    assert normalize(" White. ") == normalize("white") == "white"
-    assert normalize("\\text{42 km}") == "42 km"
+    # the original's `"correct" in reply.lower()` took "incorrect" for correct (documented bug fix)
+    assert verification_says_correct("<correct>") and verification_says_correct("Correct")
+    assert not verification_says_correct("incorrect") and not verification_says_correct("<wrong>")
+    assert not verification_says_correct("The answer is not correct.")
+    assert not verification_says_correct("<correct> or <wrong>") and not verification_says_correct("")
 
 
 @pytest.fixture
@@ -70,22 +73,31 @@ def _judge_with(script, openai_server, max_len=1000):
     return srv, AnswerJudge(make_client("k", srv.base_url, timeout=5, max_retries=0), "j", max_len)
 
 
-@pytest.mark.parametrize("text,status,letter", [
-    ("<answer>C</answer>", "correct", "C"), ("(C)", "correct", "C"), ("C.", "correct", "C"),
-    ("Answer: C", "correct", "C"), ("\\boxed{\\text{B}}", "wrong", "B"),
-    ("<answer>\\boxed{C}</answer>", "correct", "C")])
-def test_mcq_rules_need_no_judge(samples, openai_server, text, status, letter):
+@pytest.mark.parametrize("text,letter", [
+    ("<answer>C</answer>", "C"), ("<answer> C </answer>", "C"), ("<answer>\\boxed{C}</answer>", "C"),
+    ("so \\boxed{ C }", "C"), ("C", "C")])
+def test_only_an_exact_span_skips_the_judge(samples, openai_server, text, letter):
     srv, judge = _judge_with(lambda r, c: error(500), openai_server)
     v = asyncio.run(judge.check(samples["q0"], Attempt(text, "stop")))
-    assert (v.status, v.extracted_answer, v.method, v.has_answer) == (status, letter, "rule", True)
+    assert (v.status, v.extracted_answer, v.method, v.has_answer) == ("correct", letter, "rule", True)
     assert srv.count == 0
+
+
+@pytest.mark.parametrize("text,span", [("(C)", "(C)"), ("Answer: C", "Answer: C"), ("C\n", "C\n"),
+                                       ("\\boxed{\\text{C}}", "\\text{C}")])
+def test_other_spans_go_to_the_extraction_judge(samples, openai_server, text, span):
+    """As the released evaluate.py: no letter-matching rules of our own, the judge decides."""
+    srv, judge = _judge_with(lambda r, c: chat("C"), openai_server)
+    v = asyncio.run(judge.check(samples["q0"], Attempt(text, "stop")))
+    assert (v.status, v.extracted_answer, v.method) == ("correct", "C", "judge") and srv.count == 1
+    assert srv.requests[0]["messages"][0]["content"][0]["text"].count(f"Model Answer: {span}  \n") == 1
 
 
 def test_judge_failures_and_cropping(samples, openai_server):
     seen = []
 
     def script(req, call):
-        seen.append(req["messages"][0]["content"])
+        seen.append(req["messages"][0]["content"][0]["text"])
         return chat("maybe" if call.index == 0 else "<correct> or <wrong>")
     _, judge = _judge_with(script, openai_server, max_len=20)
     long = "blah " * 100 + "I pick the second one"
@@ -96,9 +108,9 @@ def test_judge_failures_and_cropping(samples, openai_server):
                 await judge.check(samples["q7"], Attempt("x", "length")),
                 await judge.check(samples["q7"], Attempt(None, None, error="boom"))]
     mcq, open_qa, truncated, lost = asyncio.run(go())
-    assert mcq.status == "invalid" and mcq.judge_outputs == ["maybe"]
+    assert mcq.status == "wrong" and mcq.judge_outputs == ["maybe"]  # not the GT letter
     assert CROP_MARK + long[-20:] in seen[0] and "blah blah blah blah blah" not in seen[0]
-    assert open_qa.status == "invalid"  # extraction "<correct> or <wrong>" then an ambiguous verdict
+    assert open_qa.status == "wrong"  # extraction "<correct> or <wrong>" then an ambiguous verdict
     # truncated responses are never judged; solver errors stay critical failures
     assert truncated.status == "incomplete" and lost.status == "failed"
     assert len(seen) == 3
@@ -158,7 +170,7 @@ def test_each_image_encoded_once_across_questions_and_trials(tmp_path, openai_se
     assert summary["overall_accuracy"]["mean"] == 0.5
     assert main_srv.count == 24  # 8 questions x 3 trials on 3 images
     assert store.stats["encoded"] == 3 and store.stats["decoded"] == 3
-    urls = {r["messages"][-1]["content"][1]["image_url"]["url"] for r in main_srv.requests}
+    urls = {r["messages"][-1]["content"][0]["image_url"]["url"] for r in main_srv.requests}  # image first
     assert len(urls) == 3
 
 

@@ -65,3 +65,19 @@ def test_notebooks_hold_no_logic():
         assert "def " not in code and "class " not in code, name
         assert "insight_o3.viz" in code and "ipywidgets" not in code, name
         assert "os.environ.get(" in nb.cells[1].source, name  # parameters first, env-overridable
+
+
+def test_visualize_output_notebook_reads_an_original_run(demo_eval_run, tmp_path, monkeypatch):
+    """A run directory written by the original release's harness, compared with a run of ours."""
+    from tests.support.original_run import ORIGINAL_KEY, write_original_run
+
+    n = len(demo_eval_run.samples)
+    old = write_original_run(tmp_path / "old", "old/demo_bench", demo_eval_run.ann_file, demo_eval_run.bench_dir,
+                             [["correct"] * (n - 1) + ["wrong"]])
+    key = demo_eval_run.samples[0]["question_id"]
+    nb = _execute("visualize_output.ipynb", {"INSIGHT_O3_EVAL_DIR": str(old),
+                                             "INSIGHT_O3_COMPARE_DIR": str(demo_eval_run.eval_dir),
+                                             "INSIGHT_O3_SAMPLE_KEY": key, "INSIGHT_O3_THUMB_PX": "192"},
+                  monkeypatch)
+    pages = "".join(_outputs(nb, "text/html"))
+    assert f"<b>{key}</b>" in pages and pages.count("compare-col") == 2 and ORIGINAL_KEY not in pages

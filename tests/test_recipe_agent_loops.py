@@ -9,7 +9,7 @@ import types
 import pytest
 
 from tests.conftest import require_module
-from tests.support.openai_server import chat, error
+from tests.support.openai_server import chat, error, request_text
 
 require_module("verl")
 
@@ -164,7 +164,7 @@ def reasoner_script(fail_at: int | None = None, n_search: int = 2):
     turn that answers 500 (no SDK retries in the test)."""
     def script(req, call):
         if req["model"] == JUDGE:
-            text = req["messages"][0]["content"]
+            text = request_text(req)  # judge requests are [text part] user messages, as the original's
             return chat("<correct>" if "GT Answer" in text else "42")
         turn = sum(m["role"] == "assistant" for m in req["messages"])
         if fail_at is not None and turn == fail_at:
@@ -219,7 +219,7 @@ def test_vreasoner_episode_with_k_searches_yields_k_samples(policy, image_path, 
     assert all(s.extra_fields["episode_has_answer"] and not s.extra_fields["critical_failure"] for s in samples)
     # the judge model was asked (extraction, then the F.3 prompt); the vReasoner used the training prompt
     judge_reqs = [r for r in srv.requests if r["model"] == JUDGE]
-    assert len(judge_reqs) == 2 and "GT Answer: forty-two" in judge_reqs[1]["messages"][0]["content"]
+    assert len(judge_reqs) == 2 and "GT Answer: forty-two" in request_text(judge_reqs[1])
     assert "<tool_feedback>" in srv.requests[0]["messages"][0]["content"]
     # the vReasoner saw the policy's crop after the first call
     assert any(p.get("type") == "image_url" for p in srv.requests[1]["messages"][-1]["content"])

@@ -32,13 +32,14 @@ def clean_env(**extra) -> dict:
 
 def test_sweep_uses_paper_settings():
     r = subprocess.run(["bash", str(SCRIPTS[2])], capture_output=True, text=True, cwd=ROOT,
-                       env=clean_env(DRY_RUN="1", MODELS="gpt-5-mini Qwen3-VL-8B"))
+                       env=clean_env(DRY_RUN="1", MODELS="gpt-5-mini Qwen3-VL-8B openai/GPT-4o"))
     assert r.returncode == 0, r.stderr
     cmds = [l for l in r.stdout.splitlines() if "insight_o3.scripts.evaluate" in l]
-    assert len(cmds) == 12
+    assert len(cmds) == 18
     for c in cmds:
-        model, bench = c.split("--eval_name ")[1].split()[0].split("/")
-        assert f"--img_max_pixels {1280 * 1280 if model.startswith('gpt') else 3500 * 3500}" in c
+        model, bench = c.split("--eval_name ")[1].split()[0].rsplit("/", 1)
+        # "gpt" anywhere in the name (router names too), as the original sweep and api_image_max_pixels
+        assert f"--img_max_pixels {1280 * 1280 if 'gpt' in model.lower() else 3500 * 3500}" in c
         assert f"--sys_prompt {'model_default' if bench == 'o3_bench' else 'think'}" in c
         assert f"--num_trials {1 if bench == 'mme_realworld_lite' else 3}" in c
         assert "api_key" not in c

@@ -53,16 +53,22 @@ def _add_usage(total: dict, usage: dict | None) -> None:
             total[k] = total.get(k, 0) + v
 
 
+#: The fork's vSearcher sampling at validation: greedy, at most 1024 new tokens per turn
+#: (``VSearcherLoop.MAX_TOKENS_PER_TURN``).
+VSEARCHER_COMPLETION_KWARGS = {"temperature": 0.0, "max_tokens": 1024}
+
+
 class VSearcher:
     """The visual search agent behind an OpenAI-compatible endpoint (e.g. vLLM serving
-    InSight-o3-vS). Sampling defaults to temperature 0 (the paper's evaluation setting)."""
+    InSight-o3-vS). Sampling defaults to the fork's validation setting
+    (:data:`VSEARCHER_COMPLETION_KWARGS`); ``completion_kwargs`` are merged over it."""
 
     def __init__(self, client, model: str, images: ImageStore, max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS,
                  prompt: str = "trained", max_tool_calls: int = 6, completion_kwargs: dict | None = None,
                  redactor: Redactor | None = None):
         self.client, self.model, self.images = client, model, images
         self.max_pixels, self.prompt, self.max_tool_calls = max_pixels, prompt, max_tool_calls
-        self.completion_kwargs = {"temperature": 0.0, **(completion_kwargs or {})}
+        self.completion_kwargs = {**VSEARCHER_COMPLETION_KWARGS, **(completion_kwargs or {})}
         self.redact = redactor or Redactor()
 
     def session(self, image_path: str, description: str) -> SearcherSession:
@@ -84,13 +90,19 @@ class VSearcher:
         return s.result()
 
 
+#: Per-turn request settings of the fork's vReasoner (agent YAML ``max_completion_tokens: 2048``,
+#: ``reasoning_effort: null``; ``temperature`` defaults to 1.0 in ``get_gpt_visual_search_request``).
+VREASONER_COMPLETION_KWARGS = {"max_completion_tokens": 2048, "temperature": 1.0, "reasoning_effort": None}
+
+
 @dataclass
 class AnswerResult:
     """A finished InSight-o3 episode. ``error`` is set (``text`` None) only when the episode was lost
-    (the vReasoner could not be reached after retries, or the image could not be read). An episode that
-    ended on a protocol problem (format retries exhausted, a tool call past the limit) keeps its last
-    text for judging and says why in ``protocol_error``. ``trajectory`` is compact (see
-    :mod:`insight_o3.agents.records`)."""
+    (the vReasoner or vSearcher could not be reached after retries, or the image could not be read).
+    Only ``status == "answered"`` has an answer: an episode that ended on a protocol problem (format
+    retries exhausted, a tool call past the limit, a vSearcher answer without a valid box) keeps its
+    last text for the record and says why in ``protocol_error``; it is scored as no answer, not
+    judged. ``trajectory`` is compact (see :mod:`insight_o3.agents.records`)."""
 
     text: str | None
     finish_reason: str | None
@@ -106,6 +118,10 @@ class AnswerResult:
     protocol_error: str | None = None
 
     @property
+    def has_answer(self) -> bool:
+        return self.status == "answered"
+
+    @property
     def stats(self) -> dict:
         return {"n_search_calls": self.n_search_calls, "n_search_not_found": self.n_search_not_found,
                 "n_format_retries": self.n_format_retries, "feedback": self.feedback, "status": self.status,
@@ -113,16 +129,20 @@ class AnswerResult:
 
 
 class InSightO3:
-    """vReasoner (any OpenAI-compatible chat model) + :class:`VSearcher`."""
+    """vReasoner (any OpenAI-compatible chat model) + :class:`VSearcher`.
+
+    ``completion_kwargs``: the vReasoner's request settings per turn; None or empty gives the fork's
+    (:data:`VREASONER_COMPLETION_KWARGS`), anything else replaces them. ``max_format_retries``: per
+    round (None: the fork's, 4 for ``infer``, 2 for ``train``)."""
 
     def __init__(self, client, model: str, searcher: VSearcher, images: ImageStore, max_pixels: int | None = None,
                  mode: str = "infer", max_search_calls: int = 6, system_prompt: str | None = None,
                  completion_kwargs: dict | None = None, image_url_extra: dict | None = None,
-                 max_format_retries: int = 2, redactor: Redactor | None = None):
+                 max_format_retries: int | None = None, redactor: Redactor | None = None):
         self.client, self.model, self.searcher, self.images = client, model, searcher, images
         self.max_pixels, self.mode, self.max_search_calls = max_pixels, mode, max_search_calls
         self.system_prompt, self.max_format_retries = system_prompt, max_format_retries
-        self.completion_kwargs = dict(completion_kwargs or {})
+        self.completion_kwargs = dict(completion_kwargs or VREASONER_COMPLETION_KWARGS)
         if "n" in self.completion_kwargs:
             raise ValueError("'n' cannot be set for InSight-o3 episodes: each trial is its own episode")
         self.image_url_extra = image_url_extra

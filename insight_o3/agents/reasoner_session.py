@@ -1,23 +1,33 @@
-"""The vReasoner protocol (paper F.1) as a sans-IO state machine.
+"""The vReasoner protocol (paper F.1) as a sans-IO state machine, following the released fork.
 
 A driver sends :attr:`ReasonerSession.messages`, feeds each reply to :meth:`ReasonerSession.step`
 and, on a ``search`` action, runs a vSearcher episode and hands its :class:`LocateResult` to
-:meth:`ReasonerSession.provide_search_result`. ``mode="infer"`` uses the inference prompts,
-``mode="train"`` the training prompts, which require ``<tool_feedback>`` in every turn.
+:meth:`ReasonerSession.provide_search_result`. ``mode="infer"`` is the fork's validation setting
+(tool feedback off), ``mode="train"`` its training setting (the system prompt asks for
+``<tool_feedback>`` and a turn without a valid one is a format error).
 
-Protocol decisions:
+Protocol decisions, all from the fork the release pins (``verl/utils/vsearch_gpt_async.py`` and
+``verl/experimental/agent_loop/insight_o3_agent_loop.py`` at 926d137; see docs/fidelity.md):
 
-* the first user turn is the question text followed by the image (``{question}<image>``);
-* a found box is cropped from the **original** image and resized only if over the vReasoner's
-  pixel budget; the crop comes after the continuation text (limit text after the last call);
-* not found / invalid / failed vSearcher episodes all give the "could not locate" text;
-* a turn with neither a tool call nor ``\\boxed{}`` (train mode: or no valid ``<tool_feedback>``)
-  gets the format-retry text, at most ``max_format_retries`` times, then the episode stops;
-* a tool call after the limit is not run: the episode stops with that text as the final message;
-* feedback: in train mode the feedback of the turns that follow call *k*'s result rates call *k*
-  (the last parsable value wins); ``feedback[k]`` is None when it was never given.
+* every user turn puts its image *before* its text: ``[image, question]`` first, ``[crop, hint]``
+  after a found region;
+* a found box (vSearcher model-frame pixels) is mapped to original pixels with ``round`` and cut
+  from the **original** image; a crop with a short side under 56 px is enlarged to 56 px, then one
+  under 112x112 px of area to that area, then the vReasoner's pixel budget applies (LANCZOS);
+  a box with no area inside the image counts as not found;
+* "not found" (``[0, 0, 0, 0]``) gives the could-not-locate text without an image;
+* once ``max_search_calls`` assistant turns contain ``<tool_call>``, the next user turn is the
+  last-round text (with the crop of the last search if it found one) instead;
+* a turn with neither ``region_description={...}`` in a tool call nor ``\\boxed{`` (train mode: or
+  without a valid ``<tool_feedback>``) gets the format-retry text — or, in the last round, the
+  last-round text and crop again — up to ``max_round_attempts`` replies per round (fork: 5 at
+  validation, 3 in training); when they run out the episode ends with no answer
+  (``format_failed``);
+* a tool call past the limit ends the episode with no answer (``search_after_limit``), and so does
+  a vSearcher episode without a valid box (``search_invalid``: the fork stops the vReasoner when
+  the vSearcher's answer does not parse).
 
-An episode therefore has at most ``max_search_calls + max_format_retries + 1`` assistant turns.
+Only ``answered`` episodes have an answer to judge.
 """
 from __future__ import annotations
 
@@ -27,30 +37,49 @@ from PIL import Image
 
 from ..images import ImageRef, ImageStore, Resize
 from ..parsing import parse_reasoner_turn
-from ..prompts import (VREASONER_INFER_CONTINUE_PROMPT, VREASONER_INFER_FORMAT_RETRY_PROMPT,
-                       VREASONER_INFER_LIMIT_PROMPT, VREASONER_INFER_NOT_FOUND_PROMPT,
-                       VREASONER_INFER_SYSTEM_PROMPT, VREASONER_TRAIN_CONTINUE_PROMPT,
-                       VREASONER_TRAIN_FORMAT_RETRY_PROMPT, VREASONER_TRAIN_LIMIT_PROMPT,
-                       VREASONER_TRAIN_NOT_FOUND_PROMPT, VREASONER_TRAIN_SYSTEM_PROMPT)
+from ..prompts import (VREASONER_CONTINUE_PROMPT, VREASONER_FORMAT_RETRY_PROMPT, VREASONER_INFER_SYSTEM_PROMPT,
+                       VREASONER_LIMIT_PROMPT, VREASONER_NOT_FOUND_PROMPT, VREASONER_TRAIN_SYSTEM_PROMPT)
 from ..trajectory import image_part, image_refs, message
 from .searcher_session import LocateResult
 from .views import pil_view, plan_view
 
 REASONER_MODES = ("infer", "train")
-_PROMPTS = {
-    "infer": dict(system=VREASONER_INFER_SYSTEM_PROMPT, cont=VREASONER_INFER_CONTINUE_PROMPT,
-                  limit=VREASONER_INFER_LIMIT_PROMPT, not_found=VREASONER_INFER_NOT_FOUND_PROMPT,
-                  retry=VREASONER_INFER_FORMAT_RETRY_PROMPT),
-    "train": dict(system=VREASONER_TRAIN_SYSTEM_PROMPT, cont=VREASONER_TRAIN_CONTINUE_PROMPT,
-                  limit=VREASONER_TRAIN_LIMIT_PROMPT, not_found=VREASONER_TRAIN_NOT_FOUND_PROMPT,
-                  retry=VREASONER_TRAIN_FORMAT_RETRY_PROMPT),
-}
+_SYSTEM = {"infer": VREASONER_INFER_SYSTEM_PROMPT, "train": VREASONER_TRAIN_SYSTEM_PROMPT}
+#: Replies per round the fork accepts before giving up (``max_round_retries_val`` / ``max_round_retries``).
+ROUND_ATTEMPTS = {"infer": 5, "train": 3}
+#: The fork's crop enlargement for the vReasoner (``crop_min_side``, ``crop_min_area``).
+CROP_MIN_SIDE = 56
+CROP_MIN_AREA = 112 * 112
+#: Statuses of a finished episode; only ``answered`` has an answer.
+STATUSES = ("answered", "format_failed", "search_after_limit", "search_invalid", "failed")
+
+
+def vreasoner_resize(max_pixels: int | None) -> Resize:
+    """How the vReasoner's images are sized: the budget for the image and crops, crops enlarged first."""
+    return Resize(max_pixels or None, crop_min_side=CROP_MIN_SIDE, crop_min_area=CROP_MIN_AREA)
+
+
+def crop_region(result: LocateResult, size: tuple[int, int]) -> tuple[int, int, int, int] | None:
+    """The crop box (original pixels, ints) for a found vSearcher box, or None when it has no area
+    inside the image (the fork's ``resize_bbox`` rounding and ``_crop_prepare_data_url`` clamping)."""
+    W, H = size
+    if result.box_model is not None and result.model_size is not None:
+        mw, mh = result.model_size
+        x1, y1, x2, y2 = (round(v * t / s) for v, t, s in zip(result.box_model, (W, H, W, H), (mw, mh, mw, mh)))
+    elif result.box_original is not None:
+        x1, y1, x2, y2 = (round(v) for v in result.box_original)
+    else:
+        return None
+    x1, y1, x2, y2 = max(0, x1), max(0, y1), min(W, x2), min(H, y2)
+    if x2 <= x1 or y2 <= y1:
+        return None
+    return x1, y1, x2, y2
 
 
 @dataclass
 class ReasonerStep:
     """What the driver does next: ``search`` (run the vSearcher on ``description``), ``retry``
-    (send ``messages`` again: a format-retry turn was appended), ``answer`` or ``stop`` (done)."""
+    (send ``messages`` again: a retry turn was appended), ``answer`` or ``stop`` (done)."""
 
     action: str
     description: str | None = None
@@ -74,34 +103,43 @@ class SearchCall:
 
 
 class ReasonerSession:
-    """One vReasoner episode on one image and question."""
+    """One vReasoner episode on one image and question.
+
+    ``max_format_retries``: retries per round after the first reply (default: the fork's, 4 for
+    ``infer`` and 2 for ``train``, i.e. 5 and 3 replies per round)."""
 
     def __init__(self, image_path: str, question_text: str, images: ImageStore, max_pixels: int | None = None,
                  mode: str = "infer", max_search_calls: int = 6, system_prompt: str | None = None,
-                 max_format_retries: int = 2):
+                 max_format_retries: int | None = None):
         if mode not in REASONER_MODES:
             raise ValueError(f"vReasoner mode must be one of {REASONER_MODES}, got {mode!r}")
         self.image_path, self.question_text, self.images, self.mode = str(image_path), question_text, images, mode
-        self.max_search_calls, self.max_format_retries = max_search_calls, max_format_retries
-        self.prompts = _PROMPTS[mode]
-        self.resize = Resize(max_pixels)
+        self.max_search_calls = max_search_calls
+        self.max_round_attempts = (ROUND_ATTEMPTS[mode] if max_format_retries is None
+                                   else max(1, int(max_format_retries) + 1))
+        self.resize = vreasoner_resize(max_pixels)
         first = plan_view(images, self.image_path, self.resize)
-        system = system_prompt if system_prompt is not None else self.prompts["system"]
+        system = system_prompt if system_prompt is not None else _SYSTEM[mode]
         self.messages: list[dict] = ([message("system", system)] if system else []) + \
-            [message("user", question_text, image_part(first))]
+            [message("user", image_part(first), question_text)]
         self.calls: list[SearchCall] = []
         self.n_format_retries = 0
         self.n_turns = 0
         self.pending: SearchCall | None = None
         self.final_text: str | None = None
         self.answer: str | None = None
-        self.status: str | None = None    # answered | format_failed | search_after_limit | failed
+        self.status: str | None = None    # one of STATUSES
         self.error: str | None = None
+        self._new_round(None)
 
     # ------------------------------------------------------------------ state
     @property
     def done(self) -> bool:
         return self.status is not None
+
+    @property
+    def has_answer(self) -> bool:
+        return self.status == "answered"
 
     @property
     def n_search_calls(self) -> int:
@@ -122,6 +160,17 @@ class ReasonerSession:
     def pil(self, ref: ImageRef) -> Image.Image:
         return pil_view(self.images, self.resize, ref)
 
+    def _tool_call_turns(self) -> int:
+        """Assistant turns whose text contains ``<tool_call>`` (how the fork counts calls for the limit)."""
+        return sum(m["role"] == "assistant" and "<tool_call>" in _text(m) for m in self.messages)
+
+    def _new_round(self, crop: ImageRef | None) -> None:
+        prior = self._tool_call_turns()
+        self._first_round = prior == 0
+        self._last_round = prior >= self.max_search_calls
+        self._round_crop = crop
+        self._attempts = 0
+
     # ------------------------------------------------------------------ protocol
     def step(self, assistant_text: str) -> ReasonerStep:
         """Consume one vReasoner reply and say what happens next."""
@@ -129,11 +178,12 @@ class ReasonerSession:
             raise RuntimeError("vReasoner session is finished or waiting for a search result")
         text = assistant_text or ""
         self.n_turns += 1
-        turn = parse_reasoner_turn(text, require_feedback=self.mode == "train")
-        if self.calls and turn.feedback is not None:
-            self.calls[-1].feedback = turn.feedback
+        self._attempts += 1
+        turn = parse_reasoner_turn(text, require_feedback=self.mode == "train", first_round=self._first_round)
         msg = message("assistant", text)
         self.messages.append(msg)
+        if turn.action != "invalid" and self.calls and turn.feedback is not None:
+            self.calls[-1].feedback = turn.feedback
         if turn.action == "search":
             if self.n_search_calls >= self.max_search_calls:
                 return self._finish("search_after_limit", text, "stop", error="tool call after the search limit")
@@ -143,34 +193,64 @@ class ReasonerSession:
         if turn.action == "answer":
             self.answer = turn.answer
             return self._finish("answered", text, "answer", answer=turn.answer, feedback=turn.feedback)
-        if self.n_format_retries >= self.max_format_retries:
-            return self._finish("format_failed", text, "stop", error=turn.error)
+        if self._attempts >= self.max_round_attempts:
+            return self._finish("format_failed", text, "stop",
+                                error=f"format retries exhausted ({self._attempts} replies in a round): {turn.error}")
         self.n_format_retries += 1
-        self.messages.append(message("user", self.prompts["retry"]))
+        if self._last_round:
+            self._last_round_turn()
+        else:
+            self.messages.append(message("user", VREASONER_FORMAT_RETRY_PROMPT))
         return ReasonerStep("retry", feedback=turn.feedback, error=turn.error)
 
     def _finish(self, status: str, text: str, action: str, **kw) -> ReasonerStep:
         self.status, self.final_text, self.error = status, text, kw.get("error")
         return ReasonerStep(action, **kw)
 
+    def _last_round_turn(self) -> None:
+        crop = self._round_crop
+        parts = ([image_part(crop)] if crop is not None else []) + [VREASONER_LIMIT_PROMPT]
+        self.messages.append(message("user", *parts))
+
     def provide_search_result(self, result: LocateResult) -> ImageRef | None:
         """Record the vSearcher's result for the pending call and append the next user turn;
-        returns the crop shown (None when nothing was found)."""
+        returns the crop shown (None when nothing was shown). A result without a usable box ends the
+        episode (``search_invalid``; ``failed`` when the vSearcher could not be reached)."""
         if self.pending is None:
             raise RuntimeError("no search call is pending")
         call, self.pending = self.pending, None
         call.result = result
         self.calls.append(call)
         self.messages[-1]["search"] = result.to_record()
+        if result.status == "failed":
+            self.fail(f"vSearcher failed: {result.error}")
+            return None
+        if result.status not in ("found", "not_found"):
+            self.status = "search_invalid"
+            self.final_text = _text(self.messages[-1])
+            self.error = f"the vSearcher returned no valid box: {result.error}"
+            return None
         if result.found:
-            call.crop = plan_view(self.images, self.image_path, self.resize, result.box_original)
-            last = self.n_search_calls >= self.max_search_calls
-            self.messages.append(message("user", self.prompts["limit" if last else "cont"], image_part(call.crop)))
+            box = crop_region(result, self.images.size(self.image_path))
+            if box is not None:
+                call.crop = plan_view(self.images, self.image_path, self.resize, box)
+        self._new_round(call.crop)
+        if self._last_round:
+            self._last_round_turn()
+        elif call.crop is not None:
+            self.messages.append(message("user", image_part(call.crop), VREASONER_CONTINUE_PROMPT))
         else:
-            self.messages.append(message("user", self.prompts["not_found"]))
+            self.messages.append(message("user", VREASONER_NOT_FOUND_PROMPT))
         return call.crop
 
     def fail(self, reason: str) -> None:
-        """The driver could not get a vReasoner reply (API error after retries)."""
+        """The driver could not get a reply (API error after retries, vSearcher unreachable)."""
         if not self.done:
             self.status, self.error, self.pending = "failed", reason, None
+
+
+def _text(m: dict) -> str:
+    c = m.get("content")
+    if isinstance(c, str):
+        return c
+    return "".join(p.get("text", "") for p in c or [] if p.get("type") == "text")

@@ -11,12 +11,18 @@ call and the final ``<answer>`` box are absolute pixels **of that first image's 
 the frame; crops are always cut from the original image and resized to the smart_resize size of
 the same budget.
 
+Messages (the fork's agent loop and chat template, 926d137): system prompt; ``[image, "\nLocate
+<description>.\n<instructions>"]``; each tool response ``["<tool_response>", crop,
+"</tool_response>\n" + reminder]`` (the limit text after the last allowed crop). The simple prompt
+for an untrained model puts its text before the image (paper F.2).
+
 Protocol decisions (bad model output is expected and never raises):
 
 * out-of-range boxes are clamped to the image; tiny/thin crops are grown to >= 28 px per side;
 * a turn that is not a well-formed tool call or answer (malformed JSON, unknown tool, missing,
   inverted, empty, NaN or fully outside boxes), or a tool call after the limit, ends the episode
-  with status ``invalid``: the paper's prompts have no error-feedback turn, so we do not invent one;
+  with status ``invalid`` (the fork's zoom-in tool answers an unusable box with an error text and
+  lets the model go on; that turn is not reproduced — see docs/fidelity.md);
 * ``[0, 0, 0, 0]`` is ``not_found``; a valid answer box is ``found``;
 * after ``max_tool_calls`` crops the tool response carries the limit text, so an episode has at
   most ``max_tool_calls + 1`` assistant turns;
@@ -32,12 +38,14 @@ from ..geometry import Box, Frame, is_null_box, validate_box
 from ..images import ImageRef, ImageStore, Resize
 from ..parsing import parse_searcher_turn
 from ..prompts import (VSEARCHER_FIRST_USER_PROMPT, VSEARCHER_LIMIT_PROMPT, VSEARCHER_SIMPLE_SYSTEM_PROMPT,
-                       VSEARCHER_SIMPLE_USER_PROMPT, VSEARCHER_SYSTEM_PROMPT, VSEARCHER_TOOL_RESPONSE_PROMPT, fill)
+                       VSEARCHER_SIMPLE_USER_PROMPT, VSEARCHER_SYSTEM_PROMPT, VSEARCHER_TOOL_RESPONSE_CLOSE,
+                       VSEARCHER_TOOL_RESPONSE_PROMPT, fill)
 from ..trajectory import image_part, message
 from .records import compact_messages
 from .views import crop_box, pil_view, plan_view
 
 SEARCHER_PROMPTS = ("trained", "simple")
+SEARCHER_JPEG_QUALITY = 90
 STATUSES = ("found", "not_found", "invalid", "failed")
 
 
@@ -79,6 +87,7 @@ class LocateResult:
     error: str | None = None
     description: str = ""
     turn_usage: list[dict | None] = field(default_factory=list)  # per assistant turn, as the server reported
+    model_size: tuple[int, int] | None = None  # (w, h) of the model frame ``box_model`` refers to
 
     @property
     def found(self) -> bool:
@@ -90,6 +99,7 @@ class LocateResult:
         return {"description": self.description, "status": self.status, "box_original": rnd(self.box_original),
                 "box_model": rnd(self.box_model), "n_tool_calls": self.n_tool_calls, "n_turns": self.n_turns,
                 "format_ok": self.format_ok, "error": self.error, "turn_usage": self.turn_usage,
+                "model_size": list(self.model_size) if self.model_size else None,
                 "trajectory": compact_messages(self.trajectory)}
 
 
@@ -102,7 +112,8 @@ class SearcherSession:
             raise ValueError(f"vSearcher prompt must be one of {SEARCHER_PROMPTS}, got {prompt!r}")
         self.image_path, self.description = str(image_path), description
         self.images, self.prompt, self.max_tool_calls = images, prompt, max_tool_calls
-        self.resize = Resize(max_pixels, qwen=True)
+        #: JPEG at quality 90 over HTTP (the fork hands the resized pixels to vLLM in process)
+        self.resize = Resize(max_pixels, qwen=True, jpeg_quality=SEARCHER_JPEG_QUALITY)
         self.original_size = images.size(self.image_path)
         first = plan_view(images, self.image_path, self.resize)
         #: the model frame all vSearcher coordinates refer to (whole image at smart_resize size)
@@ -179,7 +190,9 @@ class SearcherSession:
             rec.box_original = tuple(ref.region)
             self.n_tool_calls += 1
             reminder = VSEARCHER_LIMIT_PROMPT if self.n_tool_calls >= self.max_tool_calls else VSEARCHER_TOOL_RESPONSE_PROMPT
-            self.messages.append(message("user", "<tool_response>", image_part(ref), "</tool_response>\n", reminder))
+            # the recipe's chat template: "<tool_response>" + crop + "</tool_response>\n" + reminder
+            self.messages.append(message("user", "<tool_response>", image_part(ref), VSEARCHER_TOOL_RESPONSE_CLOSE,
+                                         reminder))
             return SearcherStep(False, "tool_call", crop=ref)
         if turn.action == "answer":
             if is_null_box(turn.bbox):
@@ -203,7 +216,7 @@ class SearcherSession:
             raise RuntimeError("vSearcher session is not finished")
         return LocateResult(self.status, self.box_original, self.box_model, self.n_tool_calls, self.format_ok,
                             list(self.messages), len(self.turns), self.error, self.description,
-                            [t.usage for t in self.turns])
+                            [t.usage for t in self.turns], self.frame.size)
 
 
 def failed_locate(description: str, reason: str) -> LocateResult:

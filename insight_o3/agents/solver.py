@@ -6,6 +6,7 @@ import asyncio
 import json
 
 from ..api import Redactor, make_client
+from ..evaluation.judge import insight_o3_question
 from ..evaluation.solver import Attempt
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore
@@ -39,7 +40,7 @@ class InSightO3Solver:
         self._clients = clients
 
     async def solve(self, sample, n: int) -> list[Attempt]:
-        question = sample.prompt() if callable(getattr(sample, "prompt", None)) else sample.question
+        question = insight_o3_question(sample)
         results = await asyncio.gather(*(self.system.answer(sample.image_path, question) for _ in range(n)))
         return [to_attempt(r) for r in results]
 

@@ -25,7 +25,8 @@ def plan_view(images: ImageStore, path: str, resize: Resize, region: Box | None 
     px = (max(0, px[0]), max(0, px[1]), min(w, px[2]), min(h, px[3]))
     if px[2] <= px[0] or px[3] <= px[1]:
         raise ValueError(f"crop box {region} has no area inside the {w}x{h} image")
-    return ImageRef(path, tuple(float(v) for v in px), resize.target((px[2] - px[0], px[3] - px[1])))
+    whole = px == (0, 0, w, h)  # the store serves a whole-image "crop" as the image itself
+    return ImageRef(path, tuple(float(v) for v in px), resize.target((px[2] - px[0], px[3] - px[1]), crop=not whole))
 
 
 def region_of(ref: ImageRef, images: ImageStore) -> Box | None:

@@ -1,25 +1,36 @@
 """The benchmarks of the paper and where their data lives by default (``--benchmark NAME``).
 
-Layout under the repository's ``data/`` directory (``data/README.md`` documents how to get each
-one; paths in the annotation files are relative to the image directory):
+The default layout is the original release's (its ``data/README.md`` and
+``insight_o3/scripts/examples/sweep_baselines.sh``), so data arranged by its instructions is found
+as it is. Paths in the annotation files are relative to the image directory; relative paths resolve
+against the current directory (run from the repository root, as the README does):
 
-=====================  ==============================================  ================================
-name                   annotation file (``--ann_file``)                image dir (``--img_dir``)
-=====================  ==============================================  ================================
-o3_bench               data/O3-Bench/test/metadata.jsonl               data/O3-Bench/test
-vstar                  data/VStar/vstar_bench.jsonl                    data/VStar/images
-hr_bench_4k            data/HR-Bench/hrbench_4k.jsonl                  data/HR-Bench/images
-treebench              data/TreeBench/treebench.jsonl                  data/TreeBench/images
-visual_probe_hard      data/VisualProbe/visual_probe_hard.jsonl        data/VisualProbe/images
-mme_realworld_lite     data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl  data/MME-RealWorld-Lite/images
-=====================  ==============================================  ================================
+=====================  ====================================================  ===============================
+name                   annotation file (``--ann_file``)                      image dir (``--img_dir``)
+=====================  ====================================================  ===============================
+o3_bench               data/O3-Bench/test/metadata.jsonl                     data/O3-Bench/test
+vstar                  data/vstar_bench/vstar_bench.jsonl                    data/vstar_bench
+hr_bench_4k            data/HR-Bench/hrbench_4k.jsonl                        data/HR-Bench/images_4k
+treebench              data/TreeBench/treebench.jsonl                        data/TreeBench/images
+visual_probe_hard      data/VisualProbe_Hard/visual_probe_hard.jsonl         data
+mme_realworld_lite     data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl      data/MME-RealWorld-Lite/imgs
+=====================  ====================================================  ===============================
 
-The annotation file names are those of the real files in ``shared/benchmarks/``; relative paths
-resolve against the current directory (run from the repository root, as the README does).
+(VisualProbe's annotation names its images ``VisualProbe_Hard/data/<file>``, hence ``data`` as the
+image dir.) An earlier version of this project used renamed folders (``data/VStar/images``,
+``data/HR-Bench/images``, ``data/VisualProbe/...``, ``data/MME-RealWorld-Lite/images``); that layout
+is still found, as an alias, when the original one is absent (:func:`resolve_layout`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Layout:
+    ann_file: str
+    img_dir: str
 
 
 @dataclass(frozen=True)
@@ -28,22 +39,34 @@ class Benchmark:
     ann_file: str
     img_dir: str
     description: str
+    hub: str = ""                                   # where the images come from
+    aliases: tuple[Layout, ...] = field(default=())  # older layouts, tried when the default is absent
+
+    @property
+    def layouts(self) -> tuple[Layout, ...]:
+        return (Layout(self.ann_file, self.img_dir), *self.aliases)
 
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("o3_bench", "data/O3-Bench/test/metadata.jsonl", "data/O3-Bench/test",
-              "O3-Bench (this paper): composite charts and digital maps, 345 six-option MCQs on 204 images"),
-    Benchmark("vstar", "data/VStar/vstar_bench.jsonl", "data/VStar/images",
-              "V*-Bench: 191 MCQs (direct_attributes, relative_position)"),
-    Benchmark("hr_bench_4k", "data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images",
-              "HR-Bench 4K: MCQs on 4K images (single / cross instance)"),
+              "O3-Bench (this paper): composite charts and digital maps, 345 six-option MCQs on 204 images",
+              hub="m-Just/O3-Bench"),
+    Benchmark("vstar", "data/vstar_bench/vstar_bench.jsonl", "data/vstar_bench",
+              "V*-Bench: 191 MCQs (direct_attributes, relative_position)", hub="craigwu/vstar_bench",
+              aliases=(Layout("data/VStar/vstar_bench.jsonl", "data/VStar/images"),)),
+    Benchmark("hr_bench_4k", "data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images_4k",
+              "HR-Bench 4K: MCQs on 4K images (single / cross instance)", hub="DreamMr/HR-Bench",
+              aliases=(Layout("data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images"),)),
     Benchmark("treebench", "data/TreeBench/treebench.jsonl", "data/TreeBench/images",
-              "TreeBench: 405 MCQs on perception and reasoning"),
-    Benchmark("visual_probe_hard", "data/VisualProbe/visual_probe_hard.jsonl", "data/VisualProbe/images",
-              "VisualProbe (hard split): 106 open-ended questions"),
+              "TreeBench: 405 MCQs on perception and reasoning", hub="HaochenWang/TreeBench"),
+    Benchmark("visual_probe_hard", "data/VisualProbe_Hard/visual_probe_hard.jsonl", "data",
+              "VisualProbe (hard split): 106 open-ended questions", hub="Mini-o3/VisualProbe",
+              aliases=(Layout("data/VisualProbe/visual_probe_hard.jsonl", "data/VisualProbe/images"),)),
     Benchmark("mme_realworld_lite", "data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl",
-              "data/MME-RealWorld-Lite/images",
-              "MME-RealWorld Lite: 50 MCQs per task type over real-world scenarios"),
+              "data/MME-RealWorld-Lite/imgs",
+              "MME-RealWorld Lite: 50 MCQs per task type over real-world scenarios",
+              hub="yifanzhang114/MME-RealWorld-Lite",
+              aliases=(Layout("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/images"),)),
 ]}
 
 
@@ -52,3 +75,16 @@ def get_benchmark(name: str) -> Benchmark:
         return BENCHMARKS[name]
     except KeyError:
         raise ValueError(f"unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}") from None
+
+
+def resolve_layout(name: str, root: str | os.PathLike = ".") -> Layout:
+    """The benchmark's default (original) layout, or the first alias whose annotation file and image
+    dir both exist under ``root`` while the default's do not. Paths stay relative as registered."""
+    b = get_benchmark(name)
+
+    def present(lay: Layout) -> bool:
+        return os.path.isfile(os.path.join(root, lay.ann_file)) and os.path.isdir(os.path.join(root, lay.img_dir))
+
+    if present(b.layouts[0]):
+        return b.layouts[0]
+    return next((lay for lay in b.aliases if present(lay)), b.layouts[0])

@@ -1,24 +1,48 @@
-"""Answer checking: rule-based first, then a judge model (paper F.3 and our extraction prompts).
+"""Answer checking, as the original release does it: a rule first, then a judge model.
+
+Two flows (``AnswerJudge(flow=...)``), each the original's:
+
+* ``"extract"`` — the released ``insight_o3/scripts/evaluate.py`` (single-model evaluation):
+  truncated responses (``finish_reason != "stop"``) are not judged; the answer span is the last
+  ``<answer>`` content, then the last ``\\boxed{}`` in it (:func:`~insight_o3.parsing.extract_answer_span`);
+  a span equal to the ground truth is correct; otherwise the judge extracts the answer from the span
+  (left-cropped to ``max_answer_length``) with ``MCQ_EXTRACTION_PROMPT`` (correct iff the letter
+  equals the ground truth) or ``OPEN_QA_EXTRACTION_PROMPT``, and an extracted open answer is verified
+  with ``JUDGE_PROMPT``. Every judge request is ``[{"role": "user", "content": [text]}]`` with
+  ``max_completion_tokens=2048``.
+* ``"verify"`` — the fork's in-loop check (``compute_score_single_vreasoner`` +
+  ``compute_accuracy_reward``), used for training rewards and by the fork's InSight-o3 validation:
+  see :func:`in_loop_check`.
+
+Deviation (bug fix, changes scores only where the original is wrong): the original takes any reply
+containing "correct" as correct, so "incorrect" counted as correct; :func:`verification_says_correct`
+reads ``<correct>``/``<wrong>`` and words, not substrings.
 
 Every attempt gets a :class:`Verdict` whose ``status`` is one of
 
 * ``correct`` / ``wrong`` — judged (by rule or by the judge model);
 * ``incomplete`` — the response was truncated (``finish_reason != "stop"``) and is never judged;
-* ``invalid`` — the judge replied with something that is neither a verdict nor an extraction;
+* ``invalid`` — there is no answer to judge: an InSight-o3 episode that ended without one (format
+  retries exhausted, a tool call past the limit, no valid vSearcher box), never sent to the judge;
 * ``failed`` — a *critical failure*: the query (or its judging) was lost to API errors.
 """
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import asdict, dataclass, field
 
 from .. import prompts
-from ..parsing import extract_answer_span, mcq_letter
+from ..parsing import extract_answer_span, extract_verify_span, mcq_letter
 from .solver import Attempt
 
 STATUSES = ("correct", "wrong", "incomplete", "invalid", "failed")
+FLOWS = ("extract", "verify")
 CROP_MARK = "[cropped] ... "
+#: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
+#: fork's reward function ``max_tokens=2048``.
+JUDGE_COMPLETION_KWARGS = {"extract": {"max_completion_tokens": 2048}, "verify": {"max_tokens": 2048}}
+#: InSight-o3 episode statuses that carry no answer (see ``insight_o3.agents.reasoner_session``).
+NO_ANSWER_STATUSES = ("format_failed", "search_after_limit", "search_invalid")
 
 
 @dataclass
@@ -44,105 +68,143 @@ class JudgeError(Exception):
 
 
 def crop_for_judge(text: str, max_len: int) -> str:
-    """Keep the tail (where final answers are) of long responses: ``"[cropped] ... " + tail``."""
+    """Keep the tail (where final answers are) of long answers: ``"[cropped] ... " + tail``."""
     if max_len and len(text) > max_len:
         return CROP_MARK + text[-max_len:]
     return text
 
 
-_PUNCT = string.punctuation + "，。！？：；“”‘’"
-
-
-def normalize(text: str) -> str:
-    """Case-, space- and punctuation-insensitive form for exact-match checks ("White." == "white")."""
-    t = re.sub(r"\\text\{([^{}]*)\}", r"\1", text)
-    t = t.strip().strip("*`$").lower()
-    t = re.sub(r"\s+", " ", t)
-    return t.strip(_PUNCT + " ")
-
-
-def _is_none(reply: str) -> bool:
-    return normalize(reply) in ("none", "no answer", "n/a")
-
-
 def gt_letter(sample) -> str | None:
+    """The option letter a multiple-choice sample's ground truth names (None for open questions)."""
     letters = sample.letters
     if not letters:
         return None
     return mcq_letter(sample.answer, letters)
 
 
+_NEGATED = re.compile(r"\b(?:incorrect|not\s+correct|wrong)\b")
+_CORRECT = re.compile(r"\bcorrect\b")
+
+
+def verification_says_correct(reply: str) -> bool:
+    """Read a ``JUDGE_PROMPT`` reply: exactly one of the tags ``<correct>``/``<wrong>`` decides; without
+    a tag, the word "correct" counts only when no "incorrect"/"not correct"/"wrong" is present.
+    (The original's ``"correct" in reply.lower()`` also accepted "incorrect".)"""
+    low = (reply or "").lower()
+    ok, bad = "<correct>" in low, "<wrong>" in low
+    if ok != bad:
+        return ok
+    if ok and bad:  # an echo of the template, not a verdict
+        return False
+    return bool(_CORRECT.search(low)) and not _NEGATED.search(low)
+
+
+def _names_an_answer(extracted: str) -> bool:
+    """For the ``has_answer`` statistic only (never for correctness): the judge extracted something
+    other than an empty reply or a "none"-like one."""
+    return extracted.strip().strip(".").lower() not in ("", "none", "no answer", "n/a", "null")
+
+
+def user_message(text: str) -> list[dict]:
+    """The messages of a judge request as the original's ``query_api`` builds them."""
+    return [{"role": "user", "content": [{"type": "text", "text": text}]}]
+
+
+async def ask_judge(client, model: str, prompt: str, completion_kwargs: dict) -> str:
+    """One judge request; the reply text ("" when the server sent no content)."""
+    resp = await client.chat.completions.create(model=model, messages=user_message(prompt), **completion_kwargs)
+    if not getattr(resp, "choices", None):
+        raise JudgeError("judge returned no choices")
+    return resp.choices[0].message.content or ""
+
+
+async def in_loop_check(client, model: str, question: str, response_text: str, ground_truth: str,
+                        completion_kwargs: dict | None = None) -> Verdict:
+    """The fork's in-loop answer check (training reward ``c`` and InSight-o3 validation accuracy).
+
+    The span is the first ``\\boxed{}`` content of ``response_text``, else its first ``<answer>``
+    content (:func:`~insight_o3.parsing.extract_verify_span`); no span is not correct (the fork sent
+    "None" to the judge). A span equal to ``ground_truth`` is correct without a judge call; otherwise
+    ``QA_VERIFY_PROMPT`` goes to the judge (``max_tokens=2048``) and ``<correct>`` in the reply
+    decides. ``question`` is what the vReasoner was asked (question and options). API errors raise.
+    """
+    span = extract_verify_span(response_text or "")
+    if span is None:
+        return Verdict("wrong", None, False, "rule", fail_reason="no \\boxed{} or <answer> span")
+    if span == ground_truth:
+        return Verdict("correct", span, True, "rule")
+    kwargs = JUDGE_COMPLETION_KWARGS["verify"] if completion_kwargs is None else completion_kwargs
+    prompt = prompts.format_judge_prompt(prompts.QA_VERIFY_PROMPT, question=question, gt_answer=ground_truth,
+                                         model_answer=span)
+    reply = await ask_judge(client, model, prompt, kwargs)
+    return Verdict("correct" if "<correct>" in reply else "wrong", span, True, "judge", [reply])
+
+
 class AnswerJudge:
     """Checks attempts against a sample's ground truth. ``client`` is an ``AsyncOpenAI`` for the
-    judge model (only called when the rules cannot decide)."""
+    judge model (only called when the rule cannot decide). ``flow``: ``"extract"`` (single-model
+    evaluation) or ``"verify"`` (the fork's in-loop check; InSight-o3 evaluation)."""
 
     def __init__(self, client, model: str, max_answer_length: int = 1000, redact=lambda s: s,
-                 completion_kwargs: dict | None = None):
+                 completion_kwargs: dict | None = None, flow: str = "extract"):
+        if flow not in FLOWS:
+            raise ValueError(f"judge flow must be one of {FLOWS}, got {flow!r}")
         self.client = client
         self.model = model
         self.max_answer_length = max_answer_length
         self.redact = redact
-        self.completion_kwargs = completion_kwargs or {}
+        self.flow = flow
+        self.completion_kwargs = dict(completion_kwargs or JUDGE_COMPLETION_KWARGS[flow])
 
     async def _ask(self, prompt: str) -> str:
-        resp = await self.client.chat.completions.create(
-            model=self.model, messages=[{"role": "user", "content": prompt}], **self.completion_kwargs)
-        if not getattr(resp, "choices", None):
-            raise JudgeError("judge returned no choices")
-        return (resp.choices[0].message.content or "").strip()
+        return await ask_judge(self.client, self.model, prompt, self.completion_kwargs)
 
     async def check(self, sample, attempt: Attempt) -> Verdict:
         if attempt.error is not None:
             return Verdict("failed", fail_reason=attempt.error, fail_stage="solver")
-        if attempt.finish_reason != "stop":
+        episode = (attempt.stats or {}).get("status")
+        if episode in NO_ANSWER_STATUSES:
+            reason = (attempt.stats or {}).get("protocol_error") or episode
+            return Verdict("invalid", None, False, None, fail_reason=f"no answer: {reason}")
+        if self.flow == "extract" and attempt.finish_reason != "stop":
             return Verdict("incomplete", fail_reason=f"finish_reason={attempt.finish_reason}")
         text = attempt.text or ""
         outputs: list[str] = []
         try:
-            letter = gt_letter(sample)
-            if letter is not None:
-                return await self._check_mcq(sample, text, letter, outputs)
-            return await self._check_open(sample, text, outputs)
+            if self.flow == "verify":
+                return await in_loop_check(self.client, self.model, insight_o3_question(sample), text,
+                                           sample.answer, self.completion_kwargs)
+            return await self._extract(sample, text, outputs)
         except Exception as e:  # API errors after the SDK's retries, malformed judge replies
             reason = self.redact(f"judge error: {type(e).__name__}: {e}")
             return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
 
-    async def _check_mcq(self, sample, text: str, gt: str, outputs: list[str]) -> Verdict:
-        letters = sample.letters
-        found = mcq_letter(extract_answer_span(text), letters)
-        if found is not None:
-            return Verdict("correct" if found == gt else "wrong", found, True, "rule")
-        reply = await self._ask(prompts.fill(prompts.MCQ_EXTRACTION_PROMPT, question=sample.question,
-                                             options=sample.options or "",
-                                             model_answer=crop_for_judge(text, self.max_answer_length)))
-        outputs.append(reply)
-        if _is_none(reply):
-            return Verdict("wrong", None, False, "judge", outputs)
-        found = mcq_letter(reply, letters) or mcq_letter(extract_answer_span(reply), letters)
-        if found is None:
-            return Verdict("invalid", None, False, "judge", outputs,
-                           fail_reason="judge reply is not an option letter")
-        return Verdict("correct" if found == gt else "wrong", found, True, "judge", outputs)
-
-    async def _check_open(self, sample, text: str, outputs: list[str]) -> Verdict:
+    async def _extract(self, sample, text: str, outputs: list[str]) -> Verdict:
+        gt = sample.answer
         span = extract_answer_span(text)
-        gt = normalize(sample.answer)
-        if span and normalize(span) == gt:
+        if span == gt:
             return Verdict("correct", span, True, "rule")
-        extracted = await self._ask(prompts.fill(prompts.OPEN_QA_EXTRACTION_PROMPT, question=sample.question,
-                                                 model_answer=crop_for_judge(text, self.max_answer_length)))
+        answer = crop_for_judge(span, self.max_answer_length)
+        if sample.options:
+            reply = await self._ask(prompts.format_judge_prompt(
+                prompts.MCQ_EXTRACTION_PROMPT, question=sample.question, options=sample.options, model_answer=answer))
+            outputs.append(reply)
+            letter = reply.strip()
+            return Verdict("correct" if letter == gt else "wrong", letter, _names_an_answer(letter), "judge", outputs)
+        extracted = await self._ask(prompts.format_judge_prompt(
+            prompts.OPEN_QA_EXTRACTION_PROMPT, question=sample.question, model_response=answer))
         outputs.append(extracted)
-        if not extracted or _is_none(extracted):
-            return Verdict("wrong", None, False, "judge", outputs)
-        if normalize(extracted) == gt:
-            return Verdict("correct", extracted, True, "judge", outputs)
-        reply = await self._ask(prompts.fill(prompts.JUDGE_PROMPT, question=sample.question,
-                                             gt_answer=sample.answer,
-                                             model_answer=crop_for_judge(extracted, self.max_answer_length)))
+        reply = await self._ask(prompts.format_judge_prompt(
+            prompts.JUDGE_PROMPT, question=sample.question, gt_answer=gt, model_answer=extracted))
         outputs.append(reply)
-        low = reply.lower()
-        ok, bad = "<correct>" in low, "<wrong>" in low
-        if ok == bad:
-            return Verdict("invalid", extracted, True, "judge", outputs,
-                           fail_reason="judge reply is neither <correct> nor <wrong>")
-        return Verdict("correct" if ok else "wrong", extracted, True, "judge", outputs)
+        ok = verification_says_correct(reply)
+        return Verdict("correct" if ok else "wrong", extracted, _names_an_answer(extracted), "judge", outputs)
+
+
+def insight_o3_question(sample) -> str:
+    """The question text the fork gives the vReasoner (and its judge): the question, then the options;
+    literal ``\\n`` sequences in a multiple-choice text become newlines (``get_question`` of the fork's
+    ``create_parquet_dataset.py``)."""
+    if not sample.options:
+        return sample.question
+    return f"{sample.question}\n{sample.options}".replace("\\n", "\n")

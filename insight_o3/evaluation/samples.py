@@ -97,7 +97,7 @@ def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> S
         if f in obj and f not in (image_field, cat_field, "image", "category"):
             extra[f] = obj[f]
     return Sample(index=index, question_id=qid, image=image, image_path=os.path.join(img_dir, image),
-                  question=question, options=format_options(options), answer=answer.strip(),
+                  question=question, options=format_options(options), answer=answer,  # as written: the original matches and judges it unstripped
                   category=str(obj[cat_field]) if cat_field else "unknown", extra=extra, line=line,
                   image_field=image_field, category_field=cat_field)
 

@@ -1,6 +1,8 @@
 """The baseline solver: one chat model answers from the question and the (resized) image.
 
-One request with ``n`` choices per sample (or ``n`` requests of one choice with
+The request is the released ``evaluate.py``'s: an optional system message, then one user message
+``[image_url, text]`` (image first; text = question, then ``\n`` and the options), with ``n`` always
+set. One request with ``n`` choices per sample (or ``n`` requests with ``n=1`` under
 ``separate_trial_requests``, for APIs that reject ``n > 1``). Retries of API errors are the SDK's;
 a server that returns fewer choices than asked is asked again for the missing ones.
 """
@@ -53,7 +55,7 @@ class SingleModelSolver:
         msgs = []
         if self.system_prompt:
             msgs.append(message("system", self.system_prompt))
-        msgs.append(message("user", sample.prompt(), image_part(enc.ref)))
+        msgs.append(message("user", image_part(enc.ref), sample.prompt()))  # image first, as the original
         api_msgs = to_openai(msgs, lambda ref: enc, self.image_url_extra)
         if self.separate:
             batches = await asyncio.gather(*(self._choices(api_msgs, 1) for _ in range(n)))
@@ -77,9 +79,7 @@ class SingleModelSolver:
             want = n - len(out)
             if want <= 0:
                 break
-            kwargs = dict(self.completion_kwargs)
-            if want > 1:
-                kwargs["n"] = want
+            kwargs = {"n": want, **self.completion_kwargs}  # the original always sends n
             try:
                 resp = await self.client.chat.completions.create(model=self.model, messages=api_msgs, **kwargs)
             except asyncio.CancelledError:

@@ -22,10 +22,11 @@ import sys
 
 from .. import prompts
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..agents.clients import VREASONER_COMPLETION_KWARGS
+from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..images import ImageStore, Resize, usable_cpus
-from ..evaluation.benchmarks import BENCHMARKS, get_benchmark
-from ..evaluation.judge import AnswerJudge
+from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
+from ..evaluation.judge import FLOWS, AnswerJudge
 from ..evaluation.records import RecordFileError
 from ..evaluation.runner import RunConfig, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples
@@ -61,10 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", required=True)
     g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
     g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
-    g.add_argument("--img_max_pixels", type=int, default=3500 * 3500, help="resize budget; 0 = no limit")
+    g.add_argument("--img_max_pixels", type=int, default=None,
+                   help="resize budget in pixels; 0 = no limit (default: the paper's, 1280*1280 when the model "
+                        "name contains 'gpt', else 3500*3500)")
     g.add_argument("--sys_prompt", choices=("model_default", "think"), default="model_default")
-    g.add_argument("--chat_completion_kwargs", type=_json_object("--chat_completion_kwargs"),
-                   default={"max_completion_tokens": 16384})
+    g.add_argument("--chat_completion_kwargs", type=_json_object("--chat_completion_kwargs"), default=None,
+                   help='request settings (default: \'{"max_completion_tokens": 16384}\'; in InSight-o3 mode per '
+                        'vReasoner turn \'{"max_completion_tokens": 2048, "temperature": 1.0, '
+                        '"reasoning_effort": null}\', the fork\'s)')
     g.add_argument("--image_url_extra_settings", type=_json_object("--image_url_extra_settings"),
                    default={"detail": "high"})
     g.add_argument("--client_timeout", type=float, default=None, help="seconds per request (SDK default 600)")
@@ -75,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY")
     g.add_argument("--max_answer_length", type=int, default=1000,
                    help="longer answers are left-cropped before they reach the judge")
+    g.add_argument("--judge_flow", choices=FLOWS, default=None,
+                   help="extract: the released evaluate.py (extraction prompt, then verification); verify: the "
+                        "fork's in-loop check (boxed span, then qa_verify). Default: extract for a single model, "
+                        "verify in InSight-o3 mode (as the paper's numbers were produced)")
     g = p.add_argument_group("run")
     g.add_argument("--output_dir", default="./outputs/eval")
     g.add_argument("--num_trials", type=int, default=1)
@@ -111,14 +120,21 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
+    if a.chat_completion_kwargs is None:
+        a.chat_completion_kwargs = (dict(VREASONER_COMPLETION_KWARGS) if a.vsearcher_model
+                                    else {"max_completion_tokens": 16384})
+    if a.img_max_pixels is None:
+        a.img_max_pixels = api_image_max_pixels(a.model)
+    if a.judge_flow is None:
+        a.judge_flow = "verify" if a.vsearcher_model else "extract"
     if "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must not set 'n' (use --num_trials)")
     if "n" in a.vsearcher_chat_completion_kwargs:
         p.error("--vsearcher_chat_completion_kwargs must not set 'n' (one vSearcher episode per search)")
     if a.benchmark:
-        b = get_benchmark(a.benchmark)
-        a.ann_file = a.ann_file or b.ann_file
-        a.img_dir = a.img_dir or b.img_dir
+        lay = resolve_layout(a.benchmark)
+        a.ann_file = a.ann_file or lay.ann_file
+        a.img_dir = a.img_dir or lay.img_dir
     if not a.ann_file or not a.img_dir:
         p.error("give --ann_file and --img_dir, or --benchmark NAME")
     if not a.eval_name:
@@ -175,7 +191,7 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
                 system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
                 completion_kwargs=a.chat_completion_kwargs, image_url_extra=a.image_url_extra_settings,
                 separate_trial_requests=a.separate_trial_requests, redact=redactor)
-        judge = AnswerJudge(judge_client, a.judge_model, a.max_answer_length, redact=redactor)
+        judge = AnswerJudge(judge_client, a.judge_model, a.max_answer_length, redact=redactor, flow=a.judge_flow)
         cfg = RunConfig(output_dir=a.output_dir, eval_name=a.eval_name, num_trials=a.num_trials,
                         concurrency=a.concurrency, retry_failed=a.retry_failed,
                         group_trials=not a.separate_trial_requests, progress=not a.no_progress)

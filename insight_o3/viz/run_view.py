@@ -7,7 +7,8 @@ messages whose image parts are :class:`~insight_o3.images.ImageRef` dicts; InSig
 original pixels, the vSearcher's own sub-trajectory). Every crop shown here is cut again from the
 source image at the referenced region, so nothing depends on pixels stored in records.
 
-Readers are tolerant of missing optional keys (older runs, single-model runs without trajectory).
+Readers are tolerant of missing optional keys (older runs, single-model runs without trajectory), and
+read the run directories of the original release's harness too (:mod:`.original_run`).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pandas as pd
 from PIL import Image
@@ -26,6 +27,7 @@ from PIL import Image
 from .. import prompts
 from ..images import ImageError, ImageRef
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
+from .original_run import convert_record, is_original_record, original_keys
 
 #: Statuses written by the evaluation judge; "wrong", "incomplete" and "invalid" are all not correct.
 STATUSES = ("correct", "wrong", "incomplete", "invalid", "failed")
@@ -155,8 +157,11 @@ def _result(rec: dict, trial: int, where: str) -> SampleResult:
         trajectory=traj if isinstance(traj, list) else None, stats=er.get("stats") or {}, record=rec)
 
 
-def load_trial(trial_dir: str | os.PathLike, index: int | None = None) -> Trial:
-    """Read ``trial_dir/eval_records.jsonl`` (a torn last line, left by a killed run, is skipped)."""
+def load_trial(trial_dir: str | os.PathLike, index: int | None = None,
+               size_of: Callable[[str], tuple[int, int] | None] | None = None) -> Trial:
+    """Read ``trial_dir/eval_records.jsonl`` (a torn last line, left by a killed run, is skipped).
+    Records written by the original release's harness are converted (:mod:`.original_run`);
+    ``size_of(path)`` gives a source image's size for their image references."""
     trial_dir = Path(trial_dir)
     path = trial_dir / "eval_records.jsonl"
     if not path.is_file():
@@ -165,7 +170,7 @@ def load_trial(trial_dir: str | os.PathLike, index: int | None = None) -> Trial:
         m = _TRIAL_DIR.match(trial_dir.name)
         index = int(m.group(1)) if m else 0
     lines = path.read_text(encoding="utf-8").split("\n")
-    results: dict[str, SampleResult] = {}
+    parsed: list[tuple[int, dict]] = []
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -177,6 +182,14 @@ def load_trial(trial_dir: str | os.PathLike, index: int | None = None) -> Trial:
             raise RunError(f"{path}:{i}: malformed JSON ({e.msg})") from None
         if not isinstance(rec, dict):
             raise RunError(f"{path}:{i}: expected a JSON object")
+        parsed.append((i, rec))
+    originals = [rec for _, rec in parsed if is_original_record(rec)]
+    if originals:
+        keys = iter(original_keys(originals))
+        parsed = [(i, convert_record(rec, next(keys), size_of) if is_original_record(rec) else rec)
+                  for i, rec in parsed]
+    results: dict[str, SampleResult] = {}
+    for i, rec in parsed:
         r = _result(rec, index, f"{path}:{i}")
         results[r.key] = r  # the last record of a key wins (retried failures are appended)
     metrics_path = trial_dir / "eval_metrics.json"
@@ -190,24 +203,51 @@ def _trial_dirs(path: Path) -> list[Path]:
                   key=lambda p: int(_TRIAL_DIR.match(p.name).group(1)))
 
 
+def _public_args(args: dict) -> dict:
+    """``args.json`` without secrets (the original harness wrote its API keys there)."""
+    return {k: v for k, v in args.items() if not any(h in k.lower() for h in ("key", "token", "secret", "password"))}
+
+
+def _image_sizes(roots: list[str]) -> Callable[[str], tuple[int, int] | None]:
+    resolver = ImageResolver(roots)
+    cache: dict[str, tuple[int, int] | None] = {}
+
+    def size_of(image: str) -> tuple[int, int] | None:
+        if image not in cache:
+            found = resolver.resolve(image)
+            try:
+                with Image.open(found) as im:
+                    cache[image] = im.size
+            except (TypeError, OSError, ValueError):
+                cache[image] = None
+        return cache[image]
+    return size_of
+
+
 def load_run(path: str | os.PathLike) -> EvalRun:
-    """An eval directory (``<eval_name>`` with ``trial_<k>/``) or a single trial directory."""
+    """An eval directory (``<eval_name>`` with ``trial_<k>/``) or a single trial directory, written by
+    this project or by the original release's harness."""
     path = Path(path)
     if not path.exists():
         raise RunError(f"{path}: evaluation directory not found")
     if not path.is_dir():
         raise RunError(f"{path}: not a directory")
-    if (path / "eval_records.jsonl").is_file():
-        trials, root = [load_trial(path)], path.parent
+    single = (path / "eval_records.jsonl").is_file()
+    root = path.parent if single else path
+    args = _public_args(_read_json(root / "args.json")) if (root / "args.json").is_file() else {}
+    roots = [os.getcwd()] + [str(args[k]) if k == "img_dir" else str(Path(args[k]).parent)
+                             for k in ("img_dir", "ann_file") if isinstance(args.get(k), str) and args.get(k)]
+    size_of = _image_sizes(roots)
+    if single:
+        trials = [load_trial(path, size_of=size_of)]
     else:
         dirs = _trial_dirs(path)
         if not dirs:
             raise RunError(f"{path}: no trial_<k>/eval_records.jsonl found (is this an outputs/eval/<eval_name> "
                            f"directory of a run that has started?)")
-        trials, root = [load_trial(d) for d in dirs], path
+        trials = [load_trial(d, size_of=size_of) for d in dirs]
     if not any(t.results for t in trials):
         raise RunError(f"{path}: the evaluation has no records yet")
-    args = _read_json(root / "args.json") if (root / "args.json").is_file() else {}
     summary = _read_json(root / "summary_metrics.json") if (root / "summary_metrics.json").is_file() else {}
     name = str(args.get("eval_name") or root.name)
     return EvalRun(root, name, trials, args, summary)

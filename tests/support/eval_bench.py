@@ -28,8 +28,10 @@ QUESTIONS = {
     "q7": ("img0.png", "chart", False, "red", "<answer>blue</answer>", "stop"),
 }
 JUDGE = {  # marker: reply to the extraction prompt, reply to the correctness prompt
-    "q2": ("A", None),
+    "q1": ("D", None),
+    "q2": ("A", "<correct>"),   # the verdict is asked only by the in-loop check (InSight-o3 mode)
     "q4": ("none", None),
+    "q5": ("white", "<correct>"),
     "q6": ("forty-two kilometres", "<correct>"),
     "q7": ("blue", "<wrong>"),
 }
@@ -84,7 +86,7 @@ def judge_script():
         prompt = last_user_text(req)
         q = marker(prompt)
         extraction, verdict = JUDGE.get(q, ("none", "<wrong>"))
-        return chat(verdict if "GT Answer:" in prompt else extraction)
+        return chat((verdict or "<wrong>") if "GT Answer:" in prompt else extraction)
     return script
 
 

@@ -6,7 +6,8 @@ Faults (status codes, ``Retry-After``, delays, malformed bodies, fewer choices t
 ordinary replies, so fault-injection tests need no patching.
 
 Run standalone (for CLI tests in a subprocess): ``python -m tests.support.openai_server --port P
---script module:function``.
+--script module:function [--record requests.jsonl]`` (``--record`` keeps every request body, e.g. to
+record the requests of another program such as the original release's harness).
 """
 from __future__ import annotations
 
@@ -92,14 +93,25 @@ def last_user_text(request: dict) -> str:
     return ""
 
 
+def user_message_text(request: dict, which: int = -1) -> str:
+    """The exact text of the ``which``-th user message (default: the last): its text parts
+    concatenated as a chat template renders them, image parts left out."""
+    users = [m for m in request.get("messages", []) if m.get("role") == "user"]
+    c = users[which].get("content") if users else ""
+    if isinstance(c, str):
+        return c
+    return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
+
+
 class ScriptedOpenAIServer:
     """``with ScriptedOpenAIServer(script) as srv: srv.base_url`` (…/v1). ``srv.requests`` keeps
     every request body (``keep_bodies=False`` keeps only counts), ``srv.headers`` their headers."""
 
     def __init__(self, script: Callable[[dict, Call], Reply], host: str = "127.0.0.1", port: int = 0,
-                 keep_bodies: bool = True):
+                 keep_bodies: bool = True, record: str | None = None):
         self.script = script
         self.keep_bodies = keep_bodies
+        self.record = record  # also append every request body, one JSON line each, to this file
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self._count = 0
@@ -152,6 +164,9 @@ class ScriptedOpenAIServer:
                     if outer.keep_bodies:
                         outer.requests.append(req)
                         outer.headers.append(dict(self.headers))
+                    if outer.record:
+                        with open(outer.record, "a", encoding="utf-8") as f:
+                            f.write(json.dumps(req) + "\n")
                 call = Call(index=idx, path=self.path, model=req.get("model"), n=int(req.get("n") or 1),
                             headers={k.lower(): v for k, v in self.headers.items()})
                 try:
@@ -192,10 +207,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--script", required=True, help="module:function returning a script callable")
+    ap.add_argument("--record", help="append every request body as a JSON line to this file")
     a = ap.parse_args()
     mod, fn = a.script.split(":")
     script = getattr(importlib.import_module(mod), fn)()
-    srv = ScriptedOpenAIServer(script, port=a.port, keep_bodies=False)
+    srv = ScriptedOpenAIServer(script, port=a.port, keep_bodies=False, record=a.record)
     print(f"ready {srv.base_url}", flush=True)
     srv._server.serve_forever()
 

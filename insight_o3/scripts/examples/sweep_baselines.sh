@@ -5,8 +5,9 @@
 #   export JUDGE_API_KEY=... [JUDGE_API_BASE_URL=...]
 #   MODELS="gpt-5-mini gemini-2.5-flash" bash insight_o3/scripts/examples/sweep_baselines.sh
 #
-# Paper settings (Sec. 5, App. B.6): GPT models (name starts with gpt- / o1 / o3 / o4) get images of at
-# most 1280x1280 px, every other model 3500x3500 px; detail "high"; max_completion_tokens 16384;
+# Paper settings (Sec. 5, App. B.6): GPT models (any name containing "gpt", case-insensitive, so router
+# names such as openai/gpt-5-mini count -- the original sweep's *"gpt"* test) get images of at most
+# 1280x1280 px, every other model 3500x3500 px (insight_o3.geometry.api_image_max_pixels); detail "high"; max_completion_tokens 16384;
 # `--sys_prompt think` on all benchmarks except O3-Bench (model default there); 3 trials, except
 # MME-RealWorld-Lite (1 trial). Data layout: data/README.md.
 # Environment knobs: MODELS, BENCHMARKS (the six), JUDGE_MODEL (gpt-5-nano), OUTPUT_DIR (./outputs/eval),
@@ -34,8 +35,8 @@ fi
 
 failed=()
 for model in $MODELS; do
-  case "$model" in
-    gpt-*|o1*|o3*|o4*) max_pixels=$((1280 * 1280)) ;;
+  case "${model,,}" in
+    *gpt*) max_pixels=$((1280 * 1280)) ;;
     *) max_pixels=$((3500 * 3500)) ;;
   esac
   for bench in $BENCHMARKS; do
