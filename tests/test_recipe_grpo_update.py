@@ -86,7 +86,7 @@ def _rollout_batch(policy, image_path) -> DataProto:
         server = ScriptedServerManager(tok, script)
 
         async def go():
-            return await _make(VSearcherAgentLoop, policy, server, max_pixels=MAX_PIXELS).run({}, **row)
+            return await _make(VSearcherAgentLoop, policy, server).run({}, **row)
         rows.append(_expand(policy, asyncio.run(go()), row))
     batch = DataProto.concat(rows)
     # outcome reward on the last response token (what verl's reward loop writes as rm_scores)
