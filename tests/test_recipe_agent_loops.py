@@ -92,10 +92,11 @@ def image_path(tmp_path):
     return str(p)
 
 
-def _config(stage: str = "train", agent_yaml=AGENT_YAML, prompt_length: int = 1536):
+def _config(stage: str = "train", agent_yaml=AGENT_YAML, prompt_length: int = 1280,
+            response_length: int = RESPONSE_LENGTH):
     """The parts of a composed recipe config the loops read (see recipe.vsearch.settings)."""
     return OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"prompt_length": prompt_length, "response_length": RESPONSE_LENGTH},
+        "actor_rollout_ref": {"rollout": {"prompt_length": prompt_length, "response_length": response_length},
                               "actor": {"ppo_epochs": 1}, "model": {}},
         "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
         "custom_reward_function": {"reward_kwargs": dict(REWARD)},
@@ -212,11 +213,11 @@ def _run_inloop(policy, image_path, srv, monkeypatch, config=None, validate: boo
     return server, loop, out
 
 
-def _expand(policy, out, row) -> "DataProto":  # noqa: F821
+def _expand(policy, out, row, config=None) -> "DataProto":  # noqa: F821
     """verl's worker post-processing (padding, mm inputs, position ids) through the recipe's worker."""
     tok, proc = policy
     w = object.__new__(VSearchAgentLoopWorker)
-    w.config, w.tokenizer, w.processor = _config(), tok, proc
+    w.config, w.tokenizer, w.processor = config if config is not None else _config(), tok, proc
     w.reward_router_address, w.use_reward_loop = None, None
     rows = asyncio.run(w._agent_loop_postprocess(out, **row))
     return w._postprocess([rows])
