@@ -315,3 +315,47 @@ def test_val_sh_builds_its_train_sampler(val_dry, train_dry):
     sampler = create_rl_sampler(cfg.data, _Rows(["info_vqa_region_localization", "visual_cot_vstar_collage"] * 24))
     assert type(sampler).__name__ == "WeightedSourceSampler" and sampler.counts == {
         "info_vqa_region_localization": 12, "visual_cot_vstar_collage": 12}
+
+
+_MAIN_WITH_STUBBED_RUN_PPO = """
+import runpy, sys
+import verl.trainer.main_ppo as main_ppo
+def run_ppo(config, task_runner_class):
+    print("RUN_PPO", task_runner_class.__ray_metadata__.class_name, flush=True)
+main_ppo.run_ppo = run_ppo
+sys.argv = ["recipe.vsearch.main", *sys.argv[1:]]
+runpy.run_module("recipe.vsearch.main", run_name="__main__")
+"""
+
+
+def test_main_checks_and_prints_settings_once_before_ray(tmp_path):
+    """``python -m recipe.vsearch.main``: settings validated and printed once, then verl's ``run_ppo`` (stubbed:
+    no Ray here) with the recipe's TaskRunner; a bad setting exits 2 before anything starts."""
+    overrides = [f"vsearch.agent_config_path={CONFIG_DIR / 'agent_gpt-5-nano.yaml'}", "hydra.output_subdir=null",
+                 f"hydra.run.dir={tmp_path}", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    env = {**os.environ, "PYTHONPATH": f"{VERL_DIR}{os.pathsep}{REPO}"}
+
+    def run(*extra):
+        return subprocess.run([sys.executable, "-c", _MAIN_WITH_STUBBED_RUN_PPO, *overrides, *extra], cwd=VERL_DIR,
+                              env=env, capture_output=True, text=True, timeout=180)
+    r = run()
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("[vsearch] effective settings (stage=train)") == 1 and "gpt-5-nano" in r.stdout
+    assert r.stdout.index("effective settings") < r.stdout.index("RUN_PPO")
+    assert "RUN_PPO VSearchTaskRunner" in r.stdout
+    r = run("vsearch.reward.variant=eq1")
+    assert r.returncode == 2 and "vsearch.reward.variant must be one of" in r.stderr and "RUN_PPO" not in r.stdout
+
+
+def test_task_runner_registers_the_on_policy_worker():
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.ray_trainer import Role
+
+    from recipe.vsearch.main import VSearchTaskRunner
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="qwen_2_5_vl_7b_async")
+    runner = VSearchTaskRunner()
+    cls, _ = runner.add_actor_rollout_worker(cfg)
+    assert cls.__name__ == "OnPolicyAsyncActorRolloutRefWorker"
+    remote = runner.role_worker_mapping[Role.ActorRollout]          # ray.remote(cls): what verl's trainer starts
+    assert cls in remote.__ray_metadata__.modified_class.__mro__
