@@ -308,10 +308,10 @@ class _Rows:
 def test_val_sh_builds_its_train_sampler(val_dry, train_dry):
     """verl builds the train sampler even for val_only: val.sh must not need sampler weights."""
     from verl.trainer.main_ppo import create_rl_sampler
-    cfg, _ = _effective(val_dry[1])
+    cfg = OmegaConf.create(val_dry[1].stdout)
     sampler = create_rl_sampler(cfg.data, _Rows(["vstar"] * 5))
     assert len(list(iter(sampler))) == 5
-    cfg, _ = _effective(train_dry[1])       # train.sh keeps the weighted 1:1 sampler
+    cfg = OmegaConf.create(train_dry[1].stdout)       # train.sh keeps the weighted 1:1 sampler
     sampler = create_rl_sampler(cfg.data, _Rows(["info_vqa_region_localization", "visual_cot_vstar_collage"] * 24))
     assert type(sampler).__name__ == "WeightedSourceSampler" and sampler.counts == {
         "info_vqa_region_localization": 12, "visual_cot_vstar_collage": 12}
