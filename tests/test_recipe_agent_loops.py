@@ -324,6 +324,7 @@ def test_training_rollout_uses_training_prompts_and_yaml_caps(policy, image_path
     assert {r["model"] for r in srv.requests} == {REASONER, JUDGE}
     assert loop.policy.max_pixels == MAX_PIXELS and loop.policy.max_tool_calls == 6
     assert loop.policy.response_length == RESPONSE_LENGTH
+    assert "sk-test-secret" not in repr(loop.endpoints) + repr(loop.settings) + loop.settings.describe()
 
 
 def test_validation_rollout_uses_inference_prompts(policy, image_path, openai_server, monkeypatch):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
 
@@ -149,9 +149,9 @@ class ApiEndpoints:
     never printed): ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``; the judge may use ``JUDGE_API_KEY`` /
     ``JUDGE_API_BASE_URL``."""
 
-    api_key: str | None
+    api_key: str | None = field(repr=False)
     base_url: str | None
-    judge_api_key: str | None
+    judge_api_key: str | None = field(repr=False)
     judge_base_url: str | None
 
     @classmethod
@@ -171,9 +171,9 @@ class _Completions:
 
 
 class BoundedClient:
-    """An ``AsyncOpenAI`` whose ``chat.completions.create`` waits on a shared semaphore: every
-    vReasoner and judge call of a worker process shares ``max_concurrency`` slots. Retries and
-    backoff are the SDK's (``max_retries``)."""
+    """An ``AsyncOpenAI`` whose ``chat.completions.create`` waits on a shared semaphore: all vReasoner
+    calls of a worker process share the agent YAML's ``vreasoner.max_concurrency`` slots, all judge
+    calls ``judge.max_concurrency``. Retries and backoff are the SDK's (``max_retries``)."""
 
     def __init__(self, client, sem: asyncio.Semaphore):
         self.client = client
