@@ -344,7 +344,8 @@ def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypa
     from recipe.vsearch.settings import SettingsError
     cfg_dir = REPO / "verl" / "recipe" / "vsearch" / "config"
     server = ScriptedServerManager(policy[0], searcher_script)
-    assert _make(VSearcherAgentLoop, policy, server, _config(stage="eval")).searcher.max_pixels == 2 * MAX_PIXELS
+    eval_loop = _make(VSearcherAgentLoop, policy, server, _config(stage="eval", prompt_length=1536))
+    assert eval_loop.searcher.max_pixels == 2 * MAX_PIXELS
     # the released agent configs: 3500x3500 for Gemini, 1280x1280 for GPT; 16K-token vSearcher images at eval
     for model, px in [("gemini-2.5-flash", 3500 * 3500), ("gpt-5-mini", 1280 * 1280)]:
         cfg = _config(stage="eval", agent_yaml=cfg_dir / f"agent_{model}.yaml", prompt_length=17408)
