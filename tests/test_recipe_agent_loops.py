@@ -217,7 +217,9 @@ def _expand(policy, out, row, config=None) -> "DataProto":  # noqa: F821
     """verl's worker post-processing (padding, mm inputs, position ids) through the recipe's worker."""
     tok, proc = policy
     w = object.__new__(VSearchAgentLoopWorker)
-    w.config, w.tokenizer, w.processor = config if config is not None else _config(), tok, proc
+    # the worker pads prompts to rollout.prompt_length; these prompts are < 1024 tokens (the loops' start-up
+    # check asks for the recipe's conservative image tokens + 1024, hence 1280 in _config)
+    w.config, w.tokenizer, w.processor = config if config is not None else _config(prompt_length=1024), tok, proc
     w.reward_router_address, w.use_reward_loop = None, None
     rows = asyncio.run(w._agent_loop_postprocess(out, **row))
     return w._postprocess([rows])

@@ -57,7 +57,8 @@ def _validate(cfg) -> None:
 def train_dry(tmp_path_factory):
     """One ``DRY_RUN=1 train.sh`` for the module (each composition takes ~10 s on 2 cores)."""
     tmp = tmp_path_factory.mktemp("train_dry")
-    return tmp, _dry_run("train.sh", tmp)
+    (tmp / "tmpdir").mkdir()
+    return tmp, _dry_run("train.sh", tmp, TMPDIR=str(tmp / "tmpdir"))
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +74,7 @@ def test_train_sh_composes_and_validates(train_dry):
     assert r.returncode == 0, r.stderr[-3000:]
     assert SECRET not in r.stdout + r.stderr
     assert not (tmp_path / "work").exists(), "a dry run must not create the checkpoint dir"
+    assert not list((tmp_path / "tmpdir").iterdir()), "the composed config's temporary file is removed"
     cfg = OmegaConf.create(r.stdout)
     a, ro = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     assert cfg.data.train_batch_size == 24 and ro.n == 8 and ro.temperature == 1.0

@@ -71,13 +71,15 @@ vsearch_run() {
     # vsearch_run <overrides...>: run the recipe entry point, or under DRY_RUN print its composed config
     # (stdout) and the validated effective settings (stderr, recipe.vsearch.settings; fails on a bad value).
     if [[ "$VSEARCH_DRY_RUN" == "1" ]]; then
-        local composed
+        local composed rc=0
         composed="$(mktemp "${TMPDIR:-/tmp}/vsearch_cfg.XXXXXX.yaml")"
-        trap 'rm -f "$composed"' RETURN
-        "${PYTHON:-python3}" -m recipe.vsearch.main --cfg job "$@" "${VSEARCH_USER_ARGS[@]}" > "$composed"
-        cat "$composed"
-        "${PYTHON:-python3}" -m recipe.vsearch.settings "$composed" >&2
-        return
+        "${PYTHON:-python3}" -m recipe.vsearch.main --cfg job "$@" "${VSEARCH_USER_ARGS[@]}" > "$composed" || rc=$?
+        if [[ $rc -eq 0 ]]; then
+            cat "$composed"
+            "${PYTHON:-python3}" -m recipe.vsearch.settings "$composed" >&2 || rc=$?
+        fi
+        rm -f "$composed"
+        return $rc
     fi
     mkdir -p "$CKPT_DIR"
     echo "[vsearch] $EXP_NAME: checkpoints and logs under $CKPT_DIR" >&2
