@@ -31,6 +31,25 @@ Choices the paper leaves open, fixed here:
   agents package).
 * **A "not found" answer** ``[0, 0, 0, 0]`` or a missing answer has IoU 0.
 
+Two **variants** (:data:`REWARD_VARIANTS`, chosen by :class:`RewardRules`):
+
+* ``paper``: Eq. (1) literally, as above (:func:`out_of_loop_reward`, :func:`in_loop_reward`).
+* ``original``: the rules of the authors' training code (their verl fork,
+  ``verl/utils/reward_score/vsearch_batch.py`` and ``verl/utils/vsearch.py``; see
+  ``docs/fidelity.md`` § Training for the evidence), which the released vSearcher was trained with
+  (:func:`original_out_of_loop_reward`, :func:`original_in_loop_reward`):
+
+  1. a failed format check gives 0 (the whole score, not only the format term);
+  2. the tool gate ``1[n_tool > 0]`` is also 0 when two consecutive views of the episode overlap
+     with IoU > ``max_consecutive_iou`` (0.6), the views being the whole image followed by every
+     crop, in the model frame: a first crop of (almost) the whole image or a crop that repeats the
+     previous one earns nothing;
+  3. a box scores IoU with a ground-truth box only when it covers more than ``min_gt_coverage``
+     (95 %) of it; the whole image is always a candidate next to the predicted box, and with several
+     ground-truth boxes the *worst* covered one counts (``min_k max_b``): the answer must contain
+     every ground-truth region;
+  4. ``r_IoU = (clip(IoU, α, 1) - α) / (1 - α)`` (the same function as the paper's).
+
 This module is pure Python (no torch) on purpose: the reward is part of the protocol, not of the
 trainer.
 """
@@ -43,10 +62,14 @@ from typing import Iterable, Sequence
 from insight_o3.geometry import Box, is_null_box, iou
 
 __all__ = [
-    "RewardWeights", "RewardBreakdown", "DEFAULT_WEIGHTS",
-    "iou_reward", "pseudo_iou_reward", "best_iou",
-    "out_of_loop_reward", "in_loop_reward", "reward_from_locate",
+    "RewardWeights", "RewardBreakdown", "DEFAULT_WEIGHTS", "REWARD_VARIANTS", "RewardRules", "DEFAULT_RULES",
+    "iou_reward", "pseudo_iou_reward", "best_iou", "covered_iou", "repeated_view",
+    "out_of_loop_reward", "in_loop_reward", "original_out_of_loop_reward", "original_in_loop_reward",
+    "trajectory_reward", "reward_from_locate",
 ]
+
+#: ``original``: the authors' training code (the default of the recipe); ``paper``: Eq. (1) literally.
+REWARD_VARIANTS = ("original", "paper")
 
 
 @dataclass(frozen=True)
@@ -70,11 +93,34 @@ DEFAULT_WEIGHTS = RewardWeights()
 
 
 @dataclass(frozen=True)
+class RewardRules:
+    """Which reward is computed: the variant, the weights of Eq. (1), and the two thresholds of the
+    ``original`` rules (ignored by ``paper``)."""
+
+    variant: str = "original"
+    weights: RewardWeights = DEFAULT_WEIGHTS
+    max_consecutive_iou: float = 0.6     # original: views overlapping more than this void the tool gate
+    min_gt_coverage: float = 0.95        # original: a box must cover more than this share of a GT box
+
+    def __post_init__(self) -> None:
+        if self.variant not in REWARD_VARIANTS:
+            raise ValueError(f"reward variant must be one of {REWARD_VARIANTS}, got {self.variant!r}")
+        for name in ("max_consecutive_iou", "min_gt_coverage"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+                raise ValueError(f"reward rule {name} must be a number in [0, 1], got {v!r}")
+
+
+DEFAULT_RULES = RewardRules()
+
+
+@dataclass(frozen=True)
 class RewardBreakdown:
     """Every term of Eq. (1) for one vSearcher trajectory.
 
     ``iou`` is the raw IoU against the best-matching ground truth (out-of-loop; None in-loop) and
-    ``matched_gt`` that box's index in ``extra_info.bboxes``. ``in_loop`` says whether ``r_iou`` is
+    ``matched_gt`` that box's index in ``extra_info.bboxes`` (``paper``; under ``original`` ``iou``
+    is :func:`covered_iou` and ``matched_gt`` the worst-covered box). ``in_loop`` says whether ``r_iou`` is
     the pseudo reward 1[s=c=1]. ``format_error`` says why ``r_format`` is 0 (None when it is 1).
     """
 
@@ -87,6 +133,8 @@ class RewardBreakdown:
     matched_gt: int | None
     in_loop: bool
     format_error: str | None = None
+    variant: str = "paper"
+    repeated_view: bool | None = None    # original only: the tool gate was voided by a repeated view
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -126,12 +174,7 @@ def best_iou(pred_box: Sequence[float] | None, gt_boxes: Iterable[Sequence[float
     A missing prediction or the "not found" box scores ``(0.0, None)``. Ground-truth boxes must be
     valid ``(x1, y1, x2, y2)`` with positive area; there must be at least one.
     """
-    gts = [_as_box(b, f"ground-truth bbox #{i}") for i, b in enumerate(gt_boxes)]
-    if not gts:
-        raise ValueError("out-of-loop reward needs at least one ground-truth bbox (extra_info.bboxes is empty)")
-    for i, (x1, y1, x2, y2) in enumerate(gts):
-        if x2 <= x1 or y2 <= y1:
-            raise ValueError(f"ground-truth bbox #{i} {gts[i]} is inverted or empty (need x1 < x2, y1 < y2)")
+    gts = _gt_boxes(gt_boxes)
     if pred_box is None or is_null_box(list(pred_box)):
         return 0.0, None
     pred = _as_box(pred_box, "predicted bbox")
@@ -175,6 +218,127 @@ def in_loop_reward(*, n_tool: int, format_ok: bool, helpful: bool | None, correc
     return RewardBreakdown(score=score, n_tool=n_tool, tool_gate=gate, r_format=r_fmt, r_iou=r_iou,
                            iou=None, matched_gt=None, in_loop=True,
                            format_error=None if format_ok else (format_error or "format check failed"))
+
+
+# ----------------------------------------------------------------------------- original rules
+def _gt_boxes(gt_boxes: Iterable[Sequence[float]]) -> list[Box]:
+    gts = [_as_box(b, f"ground-truth bbox #{i}") for i, b in enumerate(gt_boxes)]
+    if not gts:
+        raise ValueError("out-of-loop reward needs at least one ground-truth bbox (extra_info.bboxes is empty)")
+    for i, (x1, y1, x2, y2) in enumerate(gts):
+        if x2 <= x1 or y2 <= y1:
+            raise ValueError(f"ground-truth bbox #{i} {gts[i]} is inverted or empty (need x1 < x2, y1 < y2)")
+    return gts
+
+
+def _size(value, what: str) -> tuple[float, float]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise ValueError(f"{what} must be (width, height), got {value!r}")
+    w, h = (float(v) for v in value)
+    if not (math.isfinite(w) and math.isfinite(h) and w > 0 and h > 0):
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return w, h
+
+
+def _intersection(a: Box, b: Box) -> float:
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
+def covered_iou(pred_box: Sequence[float] | None, gt_boxes: Iterable[Sequence[float]],
+                image_size: Sequence[float], min_coverage: float = DEFAULT_RULES.min_gt_coverage
+                ) -> tuple[float, int | None]:
+    """The ``original`` IoU of a final answer: ``min_k max_b IoU(b, gt_k)`` over the candidates
+    ``b`` = the whole image and the predicted box, where a candidate scores only if it covers more
+    than ``min_coverage`` of ``gt_k``. Returns the value and the index of the worst-covered GT box.
+    A missing prediction or the "not found" box scores ``(0.0, None)`` (the original skips it)."""
+    gts = _gt_boxes(gt_boxes)
+    w, h = _size(image_size, "image size")
+    if pred_box is None or is_null_box(list(pred_box)):
+        return 0.0, None
+    candidates = [(0.0, 0.0, w, h), _as_box(pred_box, "predicted bbox")]
+    per_gt = []
+    for g in gts:
+        area = (g[2] - g[0]) * (g[3] - g[1])
+        per_gt.append(max((iou(c, g) if _intersection(c, g) / area > min_coverage else 0.0) for c in candidates))
+    k = min(range(len(gts)), key=per_gt.__getitem__)
+    return per_gt[k], k
+
+
+def repeated_view(crop_boxes: Iterable[Sequence[float]], frame_size: Sequence[float],
+                  max_iou: float = DEFAULT_RULES.max_consecutive_iou) -> bool:
+    """``original``: do two consecutive views overlap with IoU > ``max_iou``? The views are the
+    whole image ``(0, 0, W, H)`` then every crop, all in the model frame (the model's own
+    ``bbox_2d`` values)."""
+    w, h = _size(frame_size, "model frame size")
+    views = [(0.0, 0.0, w, h)] + [_as_box(b, f"crop box #{i}") for i, b in enumerate(crop_boxes)]
+    return any(iou(a, b) > max_iou for a, b in zip(views, views[1:]))
+
+
+def _original_gate(n_tool: int, format_ok: bool, crop_boxes, frame_size, rules: RewardRules) -> tuple[float, bool]:
+    repeated = bool(n_tool > 0 and repeated_view(crop_boxes, frame_size, rules.max_consecutive_iou))
+    return (1.0 if (format_ok and n_tool > 0 and not repeated) else 0.0), repeated
+
+
+def original_out_of_loop_reward(*, n_tool: int, format_ok: bool, pred_box: Sequence[float] | None,
+                                gt_boxes: Iterable[Sequence[float]], image_size: Sequence[float],
+                                crop_boxes: Iterable[Sequence[float]], frame_size: Sequence[float],
+                                rules: RewardRules = DEFAULT_RULES, format_error: str | None = None) -> RewardBreakdown:
+    """The ``original`` out-of-loop reward (module docstring, rules 1–4). ``pred_box`` and
+    ``gt_boxes`` are original-image pixels (``image_size`` = (W, H) of the original image);
+    ``crop_boxes`` are the model's crop boxes in the model frame of size ``frame_size``."""
+    n_tool = _check_n_tool(n_tool)
+    value, k = covered_iou(pred_box, gt_boxes, image_size, rules.min_gt_coverage)
+    r_iou = iou_reward(value, rules.weights.alpha)
+    gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
+    r_fmt = 1.0 if format_ok else 0.0
+    score = gate * (rules.weights.format * r_fmt + rules.weights.iou * r_iou)
+    return RewardBreakdown(score=score, n_tool=n_tool, tool_gate=gate, r_format=r_fmt, r_iou=r_iou, iou=value,
+                           matched_gt=k, in_loop=False,
+                           format_error=None if format_ok else (format_error or "format check failed"),
+                           variant="original", repeated_view=repeated)
+
+
+def original_in_loop_reward(*, n_tool: int, format_ok: bool, helpful: bool | None, correct: bool | None,
+                            crop_boxes: Iterable[Sequence[float]], frame_size: Sequence[float],
+                            rules: RewardRules = DEFAULT_RULES, format_error: str | None = None) -> RewardBreakdown:
+    """The ``original`` in-loop reward: rules 1–2 with the pseudo IoU ``1[s = c = 1]``."""
+    n_tool = _check_n_tool(n_tool)
+    gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
+    r_fmt = 1.0 if format_ok else 0.0
+    r_iou = pseudo_iou_reward(helpful, correct)
+    score = gate * (rules.weights.format * r_fmt + rules.weights.iou * r_iou)
+    return RewardBreakdown(score=score, n_tool=n_tool, tool_gate=gate, r_format=r_fmt, r_iou=r_iou, iou=None,
+                           matched_gt=None, in_loop=True,
+                           format_error=None if format_ok else (format_error or "format check failed"),
+                           variant="original", repeated_view=repeated)
+
+
+def trajectory_reward(rules: RewardRules, *, in_loop: bool, n_tool: int, format_ok: bool,
+                      format_error: str | None = None, pred_box: Sequence[float] | None = None,
+                      gt_boxes: Iterable[Sequence[float]] | None = None, image_size: Sequence[float] | None = None,
+                      crop_boxes: Iterable[Sequence[float]] = (), frame_size: Sequence[float] | None = None,
+                      helpful: bool | None = None, correct: bool | None = None) -> RewardBreakdown:
+    """The reward of one vSearcher trajectory under ``rules.variant`` (the one entry point the
+    training recipe calls). ``original`` needs ``frame_size`` and ``crop_boxes`` when there was a
+    crop (and, out-of-loop, ``image_size``); missing ones are a ``ValueError`` naming them."""
+    if rules.variant == "paper":
+        common = dict(n_tool=n_tool, format_ok=format_ok, weights=rules.weights, format_error=format_error)
+        if in_loop:
+            return in_loop_reward(helpful=helpful, correct=correct, **common)
+        if gt_boxes is None:
+            raise ValueError("out-of-loop reward needs gt_boxes (extra_info.bboxes)")
+        return out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, **common)
+    missing = [] if n_tool == 0 else [name for name, v in (("frame_size", frame_size), ("crop_boxes", crop_boxes))
+                                      if v is None]
+    if not in_loop:
+        missing += [name for name, v in (("gt_boxes", gt_boxes), ("image_size", image_size)) if v is None]
+    if missing:
+        raise ValueError(f"the 'original' reward needs {missing}")
+    common = dict(n_tool=n_tool, format_ok=format_ok, crop_boxes=crop_boxes, frame_size=frame_size, rules=rules,
+                  format_error=format_error)
+    if in_loop:
+        return original_in_loop_reward(helpful=helpful, correct=correct, **common)
+    return original_out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, image_size=image_size, **common)
 
 
 def reward_from_locate(result, *, gt_boxes: Iterable[Sequence[float]] | None = None,

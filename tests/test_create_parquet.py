@@ -194,3 +194,143 @@ def test_bad_qa_input_and_cli_exit_code(data, capsys):
     assert "error:" in capsys.readouterr().err and not (tmp_path / "x.parquet").exists()
     with pytest.raises(InputError, match="--data_source must be"):
         build_rows("benchmark", str(collage), str(img_dir), "bad name!")
+
+
+# ----------------------------------------------------------------------------- released Hub datasets
+def _png(color, size=(120, 80), fmt="PNG") -> bytes:
+    import io
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def _hub_copy(root, columns: dict, features: dict, n_shards: int = 2, layout: str = "data/train-{i:05d}-of-{n:05d}"):
+    """A local copy of a Hub dataset repo as ``datasets`` writes it: Parquet shards of the train split whose
+    ``image`` column is the ``Image`` feature (packed bytes), plus a dataset card."""
+    datasets = require_module("datasets")
+    ds = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+    for i in range(n_shards):
+        path = root / (layout.format(i=i, n=n_shards) + ".parquet")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ds.shard(n_shards, i, contiguous=True).to_parquet(str(path))
+    (root / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
+                                    "  - split: train\n    path: data/train-*\n---\n")
+    return root
+
+
+def _infovqa(root, bbox1=(10, 10, 60, 40), qid2="im7_1"):
+    datasets = require_module("datasets")
+    imgs = {"im3": _png((200, 0, 0)), "im7": _png((0, 0, 200), (90, 60), "JPEG")}
+    qids = ["im3_0", "im3_1", "im7_0", qid2, "im3_2"]
+    cols = {"image": [{"bytes": imgs[q.split("_")[0]], "path": None} for q in qids], "question_id": qids,
+            "region_description": [f"the region {q}" for q in qids],
+            "bbox": [[0, 0, 50, 50], list(bbox1), [5, 5, 80, 50], [1, 2, 30, 40], [70, 30, 110, 70]]}
+    feats = {"image": datasets.Image(), "question_id": datasets.Value("string"),
+             "region_description": datasets.Value("string"), "bbox": datasets.Sequence(datasets.Value("int64"))}
+    return _hub_copy(root, cols, feats), imgs
+
+
+def _collage(root, target=(100, 100, 130, 120), layout="data/train-{i:05d}-of-{n:05d}"):
+    datasets = require_module("datasets")
+    n = 4
+    cols = {"image": [{"bytes": _png((i * 50, 90, 90), (400, 300), "JPEG"), "path": None} for i in range(n)],
+            "question": [f"In tile #{i}, what is written on the sign?" for i in range(n)],
+            "answer": [f"word{i}" for i in range(n)],
+            "qa_pairs": [json.dumps([{"q": "x", "a": "y"}])] * n, "n_layouts": [5] * n,
+            "layout_types": [["core", "fill"]] * n, "core_layout_coord": [[0, 0, 200, 150]] * n,
+            "core_target_bbox": [list(target)] + [[10, 10, 40, 40]] * (n - 1)}
+    feats = {"image": datasets.Image(), "question": datasets.Value("string"), "answer": datasets.Value("string"),
+             "qa_pairs": datasets.Value("string"), "n_layouts": datasets.Value("int32"),
+             "layout_types": datasets.Sequence(datasets.Value("string")),
+             "core_layout_coord": datasets.Sequence(datasets.Value("int32")),
+             "core_target_bbox": datasets.Sequence(datasets.Value("float32"))}
+    return _hub_copy(root, cols, feats, layout=layout)
+
+
+def test_released_datasets_pack_in_their_published_layout(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.main_ppo import create_rl_dataset, create_rl_sampler
+
+    from recipe.vsearch.dataset import VSearchDataset
+
+    info_root, imgs = _infovqa(tmp_path / "InfoVQA_RegionLocalization")
+    coll_root = _collage(tmp_path / "VisCoT_VStar_Collage")
+    a, b = tmp_path / "info.parquet", tmp_path / "coll.parquet"
+    assert main(["infovqa_region_localization", "--data_root", str(info_root), "--out", str(a)]) == 0
+    assert main(["viscot_vstar_collage", "--data_root", str(coll_root), "--out", str(b)]) == 0
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    assert ta.column_names == COLUMNS and ta.schema == tb.schema
+    ra, rb = ta.to_pylist(), tb.to_pylist()
+    assert len(ra) == 5 and len(rb) == 4
+    # default data sources: the names train.sh weighs 1:1
+    assert {r["data_source"] for r in ra} == {"info_vqa_region_localization"}
+    assert {r["data_source"] for r in rb} == {"visual_cot_vstar_collage"}
+    # one image file per InfographicVQA image, the packed bytes as they are (no re-encode), across shards
+    img_dir = info_root / "train" / "images"
+    assert sorted(p.name for p in img_dir.iterdir()) == ["im3.png", "im7.jpg"]
+    assert (img_dir / "im3.png").read_bytes() == imgs["im3"] and (img_dir / "im7.jpg").read_bytes() == imgs["im7"]
+    r1 = ra[1]
+    assert r1["agent_name"] == "vsearcher" and r1["images"] == [{"image": f"file://{img_dir / 'im3.png'}"}]
+    assert r1["extra_info"]["description"] == "the region im3_1" and r1["extra_info"]["question_id"] == "im3_1"
+    assert r1["extra_info"]["bboxes"] == [[10.0, 10.0, 60.0, 40.0]] and r1["reward_model"]["ground_truth"] == \
+        "[10.0, 10.0, 60.0, 40.0]"
+    assert (r1["extra_info"]["width"], r1["extra_info"]["height"]) == (120, 80)
+    assert ra[4]["extra_info"]["index"] == 4 and ra[4]["images"] == ra[0]["images"]
+    c0 = rb[0]
+    assert c0["agent_name"] == "vreasoner" and c0["reward_model"] == {"ground_truth": "word0", "style": "rule"}
+    assert c0["extra_info"]["question"] == "In tile #0, what is written on the sign?"
+    assert c0["extra_info"]["bboxes"] == [[100.0, 100.0, 130.0, 120.0]]
+    assert c0["images"] == [{"image": f"file://{coll_root / 'train' / 'images' / '0.jpg'}"}]
+    # both files load through verl's dataset (recipe class) and the weighted sampler of train.sh
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=[
+            f"data.train_files=[{a},{b}]", "data.train_batch_size=4", f"+data.cache_dir={tmp_path / 'cache'}",
+            "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
+            "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5"])
+    ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
+    assert isinstance(ds, VSearchDataset) and len(ds) == 9
+    assert ds[0]["raw_prompt"][1]["content"][1]["text"].startswith("Locate the region im3_0.")
+    assert ds[5]["raw_prompt"][1]["content"][0]["text"] == "In tile #0, what is written on the sign?"
+    assert create_rl_sampler(cfg.data, ds).counts == {"info_vqa_region_localization": 2, "visual_cot_vstar_collage": 2}
+
+
+def test_released_pack_resumes_and_finds_other_shard_layouts(tmp_path):
+    coll_root = _collage(tmp_path / "c", layout="train/part-{i}")          # <split>/*.parquet
+    out = tmp_path / "c.parquet"
+    assert main(["viscot_vstar_collage", "--data_root", str(coll_root), "--out", str(out),
+                 "--image_dir", str(tmp_path / "imgs"), "--data_source", "my_collage"]) == 0
+    first = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "imgs").iterdir()}
+    assert sorted(first) == ["0.jpg", "1.jpg", "2.jpg", "3.jpg"]
+    (tmp_path / "imgs" / "2.jpg").write_bytes(b"torn")                  # an interrupted earlier run
+    assert main(["viscot_vstar_collage", "--data_root", str(coll_root), "--out", str(out),
+                 "--image_dir", str(tmp_path / "imgs"), "--data_source", "my_collage"]) == 0
+    again = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "imgs").iterdir()}
+    assert {k: v for k, v in again.items() if k != "2.jpg"} == {k: v for k, v in first.items() if k != "2.jpg"}
+    Image.open(tmp_path / "imgs" / "2.jpg").verify()                     # rewritten whole
+    assert {r["data_source"] for r in pq.read_table(out).to_pylist()} == {"my_collage"}
+
+
+@pytest.mark.parametrize("kind,make,message", [
+    ("infovqa_region_localization", lambda r: _infovqa(r, bbox1=(10, 10, 130, 40))[0],
+     r"train-00000-of-00002.parquet:row 1: field 'bbox' .* outside the 120x80"),
+    ("infovqa_region_localization", lambda r: _infovqa(r, qid2="im7")[0],
+     r"train-00001-of-00002.parquet:row 0: field 'question_id' must be"),
+    ("viscot_vstar_collage", lambda r: _collage(r, target=(100, 100, 90, 120)),
+     r"train-00000-of-00002.parquet:row 0: field 'core_target_bbox' .* inverted"),
+])
+def test_bad_released_rows_name_shard_row_field(tmp_path, kind, make, message):
+    root = make(tmp_path / "d")
+    assert main([kind, "--data_root", str(root), "--out", str(tmp_path / "x.parquet")]) == 2
+    from recipe.vsearch.create_parquet_dataset import released_rows
+    with pytest.raises(InputError, match=message):
+        released_rows(kind, str(root), "x")
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_released_layout_errors(tmp_path):
+    from recipe.vsearch.create_parquet_dataset import released_rows
+    with pytest.raises(InputError, match="no Parquet shards of split 'train'"):
+        released_rows("viscot_vstar_collage", str(tmp_path), "x")
+    root = _infovqa(tmp_path / "info")[0]
+    with pytest.raises(InputError, match=r"field 'question' is missing .* is this VisCoT_VStar_Collage"):
+        released_rows("viscot_vstar_collage", str(root), "x")

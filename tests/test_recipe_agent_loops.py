@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from tests.conftest import require_module
+from tests.conftest import REPO, require_module
 from tests.support.openai_server import chat, error, request_text
 
 require_module("verl")
@@ -23,12 +23,15 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from recipe.vsearch import agent_loops  # noqa: E402
 from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop  # noqa: E402
-from recipe.vsearch.episodes import (EXTRA_SAMPLES_KEY, ROLE_KEY, VSearchAgentLoopWorker,  # noqa: E402
-                                     finalize_batch)
+from recipe.vsearch.episodes import (EXTRA_SAMPLES_KEY, ROLE_KEY, VALIDATE_KEY,  # noqa: E402
+                                     VSearchAgentLoopWorker, finalize_batch)
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
 
-MAX_PIXELS = 160 * 28 * 28          # small vSearcher budget: few image tokens on CPU
+MAX_PIXELS = 160 * 28 * 28          # small vSearcher budget: few image tokens on CPU (tests/support/agent_tiny.yaml)
 RESPONSE_LENGTH = 2048
+AGENT_YAML = REPO / "tests" / "support" / "agent_tiny.yaml"
+REWARD = {"variant": "original", "format_weight": 0.2, "iou_weight": 0.8, "alpha": 0.25,
+          "max_consecutive_iou": 0.6, "min_gt_coverage": 0.95}
 TOOL = '<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [%d, %d, %d, %d]}}</tool_call>'
 ANSWER = "<think>found it</think> <answer>[%d, %d, %d, %d]</answer>"
 
@@ -89,19 +92,25 @@ def image_path(tmp_path):
     return str(p)
 
 
-def _config():
+def _config(stage: str = "train", agent_yaml=AGENT_YAML, prompt_length: int = 1280,
+            response_length: int = RESPONSE_LENGTH):
+    """The parts of a composed recipe config the loops read (see recipe.vsearch.settings)."""
     return OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"prompt_length": 1024, "response_length": RESPONSE_LENGTH},
-                              "model": {}},
+        "actor_rollout_ref": {"rollout": {"prompt_length": prompt_length, "response_length": response_length},
+                              "actor": {"ppo_epochs": 1}, "model": {}},
         "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
+        "custom_reward_function": {"reward_kwargs": dict(REWARD)},
+        "vsearch": {"agent_config_path": str(agent_yaml), "stage": stage, "judge_model": "judge-m",
+                    "reward": dict(REWARD)},
+        "trainer": {"use_legacy_worker_impl": "auto"},
         "data": {},
     })
 
 
-def _make(cls, policy, server, **kw):
+def _make(cls, policy, server, config=None):
     tok, proc = policy
-    return cls(DictConfigWrap(_config()), server, tok, proc, dataset_cls=RLHFDataset,
-               dataset_config=OmegaConf.create({}), **kw)
+    return cls(DictConfigWrap(config if config is not None else _config()), server, tok, proc,
+               dataset_cls=RLHFDataset, dataset_config=OmegaConf.create({}))
 
 
 def _spans(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -122,7 +131,8 @@ def test_vsearcher_loop_masks_tool_response_and_attaches_crops(policy, image_pat
            "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}}
 
     async def go():
-        loop = _make(VSearcherAgentLoop, policy, server, max_pixels=MAX_PIXELS)
+        loop = _make(VSearcherAgentLoop, policy, server)
+        assert loop.searcher.max_pixels == MAX_PIXELS          # the agent YAML's train budget
         return await loop.run({"temperature": 1.0}, **row)
     out = asyncio.run(go())
 
@@ -150,12 +160,18 @@ def test_vsearcher_loop_masks_tool_response_and_attaches_crops(policy, image_pat
     assert f["n_tool"] == 1 and f["format_ok"] is True and f["is_in_loop"] is False
     assert f["bboxes"] == [[50, 40, 300, 200]] and f[ROLE_KEY] == "outloop"
     assert f["pred_box"] is not None and len(f["pred_box"]) == 4
+    # what the 'original' reward reads: the model's crop box in the model frame, the frame, the image
+    assert f["crop_boxes"] == [[40.0, 30.0, 200.0, 150.0]] and f["image_size"] == [640, 480]
+    assert len(f["frame_size"]) == 2 and f["frame_size"][0] * f["frame_size"][1] <= MAX_PIXELS
     # the reward as verl's reward loop computes it (extra_info updated with the extra fields)
-    score = compute_score(row["data_source"], "", "", {**row["extra_info"], **f})
-    assert 0.2 <= score["score"] <= 1.0 and score["iou"] > 0
+    paper = compute_score(row["data_source"], "", "", {**row["extra_info"], **f}, **{**REWARD, "variant": "paper"})
+    assert 0.2 < paper["score"] < 1.0 and paper["iou"] > 0.25
+    # the scripted answer does not cover 95 % of the ground truth: 'original' scores only the format part
+    score = compute_score(row["data_source"], "", "", {**row["extra_info"], **f}, **REWARD)
+    assert score["variant"] == "original" and score["score"] == pytest.approx(0.2) and score["repeated_view"] == 0
 
 
-REASONER, JUDGE = "reasoner-m", "judge-m"
+REASONER, JUDGE = "reasoner-m", "judge-m"            # tests/support/agent_tiny.yaml, vsearch.judge_model
 
 
 def reasoner_script(fail_at: int | None = None, n_search: int = 2):
@@ -177,32 +193,33 @@ def reasoner_script(fail_at: int | None = None, n_search: int = 2):
     return script
 
 
-def _inloop_row(image_path):
+def _inloop_row(image_path, validate: bool = False):
     return {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
                                                       {"type": "text", "text": "How many bars?"}]}],
             "extra_info": {"question": "How many bars?"}, "uid": "ep1", "data_source": "collage",
-            "reward_model": {"ground_truth": "forty-two", "style": "rule"}}
+            "reward_model": {"ground_truth": "forty-two", "style": "rule"}, VALIDATE_KEY: validate}
 
 
-def _run_inloop(policy, image_path, srv, monkeypatch):
+def _run_inloop(policy, image_path, srv, monkeypatch, config=None, validate: bool = False):
     agent_loops._API.clear()
     monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     server = ScriptedServerManager(policy[0], searcher_script)
 
     async def go():
-        loop = _make(VReasonerAgentLoop, policy, server, reasoner_model=REASONER, judge_model=JUDGE,
-                     api_max_retries=0, max_concurrency=2, searcher_max_pixels=MAX_PIXELS)
-        return loop, await loop.run({"temperature": 1.0}, **_inloop_row(image_path))
+        loop = _make(VReasonerAgentLoop, policy, server, config)
+        return loop, await loop.run({"temperature": 1.0}, **_inloop_row(image_path, validate))
     loop, out = asyncio.run(go())
     return server, loop, out
 
 
-def _expand(policy, out, row) -> "DataProto":  # noqa: F821
+def _expand(policy, out, row, config=None) -> "DataProto":  # noqa: F821
     """verl's worker post-processing (padding, mm inputs, position ids) through the recipe's worker."""
     tok, proc = policy
     w = object.__new__(VSearchAgentLoopWorker)
-    w.config, w.tokenizer, w.processor = _config(), tok, proc
+    # the worker pads prompts to rollout.prompt_length; these prompts are < 1024 tokens (the loops' start-up
+    # check asks for the recipe's conservative image tokens + 1024, hence 1280 in _config)
+    w.config, w.tokenizer, w.processor = config if config is not None else _config(prompt_length=1024), tok, proc
     w.reward_router_address, w.use_reward_loop = None, None
     rows = asyncio.run(w._agent_loop_postprocess(out, **row))
     return w._postprocess([rows])
@@ -227,7 +244,7 @@ def test_vreasoner_episode_with_k_searches_yields_k_samples(policy, image_path, 
     for s in samples:
         assert [v for v, _, _ in _spans(s.response_mask)] == [1, 0, 1]
         assert len(s.multi_modal_data["images"]) == 2
-    rewards = [compute_score("collage", "", "", s.extra_fields)["score"] for s in samples]
+    rewards = [compute_score("collage", "", "", s.extra_fields, **REWARD)["score"] for s in samples]
     assert rewards == pytest.approx([1.0, 0.2])                   # r̂_IoU = 1[s=c=1], plus the format part
 
     batch = _expand(policy, out, _inloop_row(image_path))
@@ -267,3 +284,79 @@ def test_vreasoner_episode_without_search_is_a_dropped_placeholder(policy, image
     assert len(final) == 2 and set(final.non_tensor_batch[ROLE_KEY]) == {"padding"}
     assert re.fullmatch(r"pad-\d", final.non_tensor_batch["uid"][0])
     assert np.all(final.batch["response_mask"].numpy() == 0)
+
+
+# ----------------------------------------------------------------------------- settings the loops really use
+def infer_script(n_search: int = 1):
+    """vReasoner on the inference prompt (no <tool_feedback>), then \\boxed{42}; the judge as above."""
+    def script(req, call):
+        if req["model"] == JUDGE:
+            text = req["messages"][0]["content"]
+            return chat("<correct>" if "GT Answer" in text else "42")
+        turn = sum(m["role"] == "assistant" for m in req["messages"])
+        if turn < n_search:
+            return chat(f"<think>t{turn}</think><tool_call>region_description={{the band {turn}}}</tool_call>")
+        return chat("<think>done</think>Answer: \\boxed{42}")
+    return script
+
+
+def _reasoner_requests(srv):
+    return [r for r in srv.requests if r["model"] == REASONER]
+
+
+def _reasoner(loop, validate: bool):
+    """The InSightO3 vReasoner the loop builds for an episode (its API clients need a running event loop)."""
+    async def go():
+        return loop.reasoner(None, validate)
+    return asyncio.run(go())
+
+
+def test_training_rollout_uses_training_prompts_and_yaml_caps(policy, image_path, openai_server, monkeypatch):
+    from insight_o3.prompts import VREASONER_TRAIN_SYSTEM_PROMPT
+    srv = openai_server(reasoner_script())
+    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
+    reqs = _reasoner_requests(srv)
+    assert reqs[0]["messages"][0]["content"] == VREASONER_TRAIN_SYSTEM_PROMPT
+    # the agent YAML's per-request token cap and image detail reach every vReasoner request
+    assert all(r.get("max_completion_tokens") == 512 for r in reqs)
+    details = [p["image_url"].get("detail") for r in reqs for m in r["messages"] if isinstance(m["content"], list)
+               for p in m["content"] if p.get("type") == "image_url"]
+    assert details and set(details) == {"high"}
+    # the judge is vsearch.judge_model
+    assert {r["model"] for r in srv.requests} == {REASONER, JUDGE}
+    assert loop.policy.max_pixels == MAX_PIXELS and loop.policy.max_tool_calls == 6
+    assert loop.policy.response_length == RESPONSE_LENGTH
+    assert "sk-test-secret" not in repr(loop.endpoints) + repr(loop.settings) + loop.settings.describe()
+
+
+def test_validation_rollout_uses_inference_prompts(policy, image_path, openai_server, monkeypatch):
+    from insight_o3.prompts import VREASONER_INFER_SYSTEM_PROMPT
+    srv = openai_server(infer_script())
+    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch, validate=True)
+    reqs = _reasoner_requests(srv)
+    assert reqs[0]["messages"][0]["content"] == VREASONER_INFER_SYSTEM_PROMPT
+    assert "<tool_feedback>" not in reqs[0]["messages"][0]["content"]
+    assert out.extra_fields["episode_has_answer"] and out.extra_fields["answer_correct"] is True
+    assert out.extra_fields["feedback"] is None                       # no rating at validation: s is absent
+    assert _reasoner(loop, validate=True).max_format_retries == 4       # max_format_retries_eval
+    assert _reasoner(loop, validate=False).max_format_retries == 2
+
+
+def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypatch):
+    from recipe.vsearch.settings import SettingsError
+    cfg_dir = REPO / "verl" / "recipe" / "vsearch" / "config"
+    server = ScriptedServerManager(policy[0], searcher_script)
+    eval_loop = _make(VSearcherAgentLoop, policy, server, _config(stage="eval", prompt_length=1536))
+    assert eval_loop.searcher.max_pixels == 2 * MAX_PIXELS
+    # the released agent configs: 3500x3500 for Gemini, 1280x1280 for GPT; 16K-token vSearcher images at eval
+    for model, px in [("gemini-2.5-flash", 3500 * 3500), ("gpt-5-mini", 1280 * 1280)]:
+        cfg = _config(stage="eval", agent_yaml=cfg_dir / f"agent_{model}.yaml", prompt_length=17408)
+        loop = _make(VReasonerAgentLoop, policy, server, cfg)
+        r = _reasoner(loop, validate=True)
+        assert (r.model, r.max_pixels, r.mode) == (model, px, "infer")
+        assert r.completion_kwargs == {"max_completion_tokens": 16384} and r.image_url_extra == {"detail": "high"}
+        assert loop.policy.max_pixels == 16384 * 28 * 28
+    # a 16K-token image does not fit an 8K prompt: an error at start-up naming the key, not a crash mid-run
+    with pytest.raises(SettingsError, match="data.max_prompt_length"):
+        _make(VSearcherAgentLoop, policy, server,
+              _config(stage="eval", agent_yaml=cfg_dir / "agent_gpt-5-mini.yaml", prompt_length=8192))

@@ -53,11 +53,28 @@ def _validate(cfg) -> None:
     validate_config(cfg, use_reference_policy=True, use_critic=need_critic(cfg))
 
 
-def test_train_sh_composes_and_validates(tmp_path):
-    r = _dry_run("train.sh", tmp_path)
+@pytest.fixture(scope="module")
+def train_dry(tmp_path_factory):
+    """One ``DRY_RUN=1 train.sh`` for the module (each composition takes ~10 s on 2 cores)."""
+    tmp = tmp_path_factory.mktemp("train_dry")
+    (tmp / "tmpdir").mkdir()
+    return tmp, _dry_run("train.sh", tmp, TMPDIR=str(tmp / "tmpdir"))
+
+
+@pytest.fixture(scope="module")
+def val_dry(tmp_path_factory):
+    """One ``val.sh --cfg job`` (Gemini vReasoner, 3 trials, resume from step 40) for the module."""
+    tmp = tmp_path_factory.mktemp("val_dry")
+    return tmp, _dry_run("val.sh", tmp, "--cfg", "job", DRY_RUN="0", NUM_VAL_TRIALS="3", RESUME_FROM_STEP="40",
+                         API_MODEL_FOR_AGENT="gemini-2.5-flash")
+
+
+def test_train_sh_composes_and_validates(train_dry):
+    tmp_path, r = train_dry
     assert r.returncode == 0, r.stderr[-3000:]
     assert SECRET not in r.stdout + r.stderr
     assert not (tmp_path / "work").exists(), "a dry run must not create the checkpoint dir"
+    assert not list((tmp_path / "tmpdir").iterdir()), "the composed config's temporary file is removed"
     cfg = OmegaConf.create(r.stdout)
     a, ro = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     assert cfg.data.train_batch_size == 24 and ro.n == 8 and ro.temperature == 1.0
@@ -77,9 +94,8 @@ def test_train_sh_composes_and_validates(tmp_path):
     _validate(cfg)
 
 
-def test_val_sh_composes_and_validates(tmp_path):
-    r = _dry_run("val.sh", tmp_path, "--cfg", "job", DRY_RUN="0", NUM_VAL_TRIALS="3", RESUME_FROM_STEP="40",
-                 API_MODEL_FOR_AGENT="gemini-2.5-flash")
+def test_val_sh_composes_and_validates(val_dry):
+    tmp_path, r = val_dry
     assert r.returncode == 0, r.stderr[-3000:]
     assert SECRET not in r.stdout + r.stderr
     cfg = OmegaConf.create(r.stdout)
@@ -141,3 +157,207 @@ def test_missing_env_is_a_clear_error(tmp_path):
     assert r.returncode == 2 and "OPENAI_API_KEY is not set" in r.stderr and SECRET not in r.stderr
     r = _dry_run("train.sh", tmp_path, RESUME_FROM_STEP="latest")
     assert r.returncode == 2 and "RESUME_FROM_STEP must be a step number" in r.stderr
+
+
+# ----------------------------------------------------------------------------- effective values (DRY_RUN)
+def _effective(r):
+    """(composed config, RunSettings) of a DRY_RUN; the settings table is on stderr."""
+    from recipe.vsearch.settings import RunSettings
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = OmegaConf.create(r.stdout)
+    return cfg, RunSettings.from_config(cfg)
+
+
+def _loops(cfg, tiny_qwen_dir):
+    """The two agent loops exactly as verl's AgentLoopWorker builds them from the composed config."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils import hf_tokenizer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop
+    tok = hf_tokenizer(str(tiny_qwen_dir))
+    kw = dict(trainer_config=DictConfigWrap(cfg), server_manager=None, tokenizer=tok, processor=None,
+              dataset_cls=RLHFDataset, dataset_config=cfg.data)
+    return VSearcherAgentLoop(**kw), VReasonerAgentLoop(**kw)
+
+
+def _reasoner(loop, validate):
+    import asyncio
+
+    async def go():
+        return loop.reasoner(None, validate)
+    return asyncio.run(go())
+
+
+def _updates_per_step(cfg, rows: int, dp: int = 8, on_policy: bool = True) -> int:
+    """Optimizer steps verl's dp_actor.update_policy takes on one rank for a step of ``rows`` rows
+    (ppo_mini_batch_size normalised as verl's FSDP worker does; the recipe's worker then sets it)."""
+    from types import SimpleNamespace
+
+    import torch
+    from verl import DataProto
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from recipe.vsearch.on_policy import set_whole_batch
+    actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    actor_cfg.ppo_mini_batch_size = actor_cfg.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n // dp
+    share = DataProto.from_dict(tensors={"x": torch.zeros(rows // dp, 1)})
+    if on_policy:
+        set_whole_batch(SimpleNamespace(config=actor_cfg), share)
+    return len(share.split(actor_cfg.ppo_mini_batch_size)) * actor_cfg.ppo_epochs
+
+
+def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, tiny_qwen_dir):
+    from insight_o3.prompts import VREASONER_INFER_SYSTEM_PROMPT, VREASONER_TRAIN_SYSTEM_PROMPT
+    r = train_dry[1]
+    cfg, s = _effective(r)
+    assert "[vsearch] effective settings (stage=train)" in r.stderr and SECRET not in r.stderr
+    # D.1: ≈3.2M-pixel vSearcher images, 9K-token trajectories, ≤ 6 crops / ≤ 6 vSearcher calls
+    assert s.vsearcher_max_pixels == 4096 * 28 * 28 and s.vsearcher_response_length == 9216
+    assert s.vsearcher_max_tool_calls == 6 and s.agent.vreasoner.max_search_calls == 6
+    # vReasoner: GPT-5-mini at 1280x1280, token cap, training prompts (feedback) for training rollouts only
+    vr = s.agent.vreasoner
+    assert (vr.model, vr.max_pixels, vr.max_completion_tokens) == ("gpt-5-mini", 1280 * 1280, 16384)
+    assert s.reasoner_mode(validate=False) == "train" and s.reasoner_mode(validate=True) == "infer"
+    assert s.judge_model == "gpt-5-nano"
+    assert (s.reward.variant, s.reward.format_weight, s.reward.iou_weight, s.reward.alpha) == ("original", 0.2, 0.8, 0.25)
+    assert dict(cfg.custom_reward_function.reward_kwargs) == dict(cfg.vsearch.reward)   # what the reward fn gets
+    # fully on-policy: one optimizer step per step for any number of expanded rows (24 x 8 = 192 rows at
+    # most out-of-loop; up to 12 x 8 x 6 + 96 = 672 with in-loop expansion); verl's split alone took 4
+    assert s.ppo_epochs == 1
+    assert [_updates_per_step(cfg, n) for n in (192, 400, 672)] == [1, 1, 1]
+    assert _updates_per_step(cfg, 672, on_policy=False) == 4
+    # the loops built from this config use exactly these values
+    searcher, reasoner = _loops(cfg, tiny_qwen_dir)
+    assert (searcher.searcher.max_pixels, searcher.searcher.max_tool_calls,
+            searcher.searcher.response_length) == (4096 * 28 * 28, 6, 9216)
+    assert reasoner.policy.max_pixels == 4096 * 28 * 28
+    train, val = _reasoner(reasoner, False), _reasoner(reasoner, True)
+    assert (train.model, train.max_pixels, train.max_search_calls) == ("gpt-5-mini", 1280 * 1280, 6)
+    assert train.completion_kwargs == {"max_completion_tokens": 16384} and train.image_url_extra == {"detail": "high"}
+    assert (train.max_format_retries, val.max_format_retries) == (2, 4)
+    assert _system_prompt(train, tmp_path) == VREASONER_TRAIN_SYSTEM_PROMPT
+    assert _system_prompt(val, tmp_path) == VREASONER_INFER_SYSTEM_PROMPT
+
+
+def _system_prompt(reasoner, tmp_path) -> str:
+    """The system prompt of the first vReasoner request of an episode of ``reasoner``."""
+    from PIL import Image
+    p = tmp_path / "i.png"
+    Image.new("RGB", (64, 48)).save(p)
+    content = reasoner.session(str(p), "q").messages[0]["content"]
+    return content if isinstance(content, str) else "".join(c.get("text", "") for c in content)
+
+
+def test_val_sh_effective_settings_as_the_loops_see_them(val_dry, tiny_qwen_dir):
+    r = val_dry[1]
+    cfg, s = _effective(r)
+    assert "[vsearch] effective settings (stage=eval)" in r.stderr
+    # D.1 evaluation: ≈12.8M-pixel vSearcher images, 32K-token trajectories, temperature 0, mean@3
+    assert s.vsearcher_max_pixels == 16384 * 28 * 28 and s.vsearcher_response_length == 32768
+    assert s.vsearcher_prompt_length >= 16384 + 1024
+    vk = cfg.actor_rollout_ref.rollout.val_kwargs
+    assert vk.temperature == 0 and vk.do_sample is False and vk.n == 3
+    # Gemini gets the 3500x3500 budget; inference prompts for every rollout
+    assert (s.agent.vreasoner.model, s.agent.vreasoner.max_pixels) == ("gemini-2.5-flash", 3500 * 3500)
+    assert s.reasoner_mode(False) == s.reasoner_mode(True) == "infer"
+    searcher, reasoner = _loops(cfg, tiny_qwen_dir)
+    assert (searcher.searcher.max_pixels, searcher.searcher.response_length) == (16384 * 28 * 28, 32768)
+    v = _reasoner(reasoner, True)
+    assert (v.model, v.max_pixels, v.mode, v.max_format_retries) == ("gemini-2.5-flash", 3500 * 3500, "infer", 4)
+
+
+def test_bad_settings_fail_the_dry_run_with_the_key(tmp_path):
+    r = _dry_run("train.sh", tmp_path, "actor_rollout_ref.actor.ppo_epochs=2")
+    assert r.returncode == 2 and "actor_rollout_ref.actor.ppo_epochs must be 1" in r.stderr
+
+
+def test_settings_validation_names_the_key(train_dry, tmp_path):
+    from recipe.vsearch.settings import RunSettings, SettingsError
+    base = OmegaConf.to_container(OmegaConf.create(train_dry[1].stdout))
+
+    def fails(match, **edits):
+        cfg = OmegaConf.create(base)
+        for key, value in edits.items():
+            OmegaConf.update(cfg, key.replace("__", "."), value, force_add=True)
+        with pytest.raises(SettingsError, match=match):
+            RunSettings.from_config(cfg)
+    fails(r"vsearch: unknown key\(s\) \['agent_cfg'\]", vsearch__agent_cfg="x")
+    fails("vsearch.agent_config_path: required", vsearch__agent_config_path=None)
+    fails("vsearch.stage must be one of", vsearch__stage="test")
+    fails(r"vsearch.reward: unknown key\(s\) \['alpah'\]", vsearch__reward__alpah=0.3)
+    fails("vsearch.reward: alpha must be in", vsearch__reward__alpha=1.5)
+    fails("custom_reward_function.reward_kwargs must equal vsearch.reward",
+          custom_reward_function__reward_kwargs={"variant": "paper"})
+    fails("use_legacy_worker_impl", trainer__use_legacy_worker_impl="disable")
+    fails("actor_rollout_ref.actor.ppo_epochs must be 1", actor_rollout_ref__actor__ppo_epochs=2)
+    fails("vsearch.reward.variant must be one of", vsearch__reward__variant="eq1")
+    fails(r"data.max_prompt_length .* is 4096", data__max_prompt_length=4096)
+    bad = tmp_path / "agent_bad.yaml"
+    bad.write_text("vreasoner:\n  model: m\n  max_pixels: 100\n  max_tokens: 5\n")
+    fails(r"agent_bad.yaml.vreasoner: unknown key\(s\) \['max_tokens'\]", vsearch__agent_config_path=str(bad))
+
+
+class _Rows:
+    def __init__(self, sources):
+        import pandas as pd
+        self.dataframe = pd.DataFrame({"data_source": sources})
+
+    def __len__(self):
+        return len(self.dataframe["data_source"])
+
+
+def test_val_sh_builds_its_train_sampler(val_dry, train_dry):
+    """verl builds the train sampler even for val_only: val.sh must not need sampler weights."""
+    from verl.trainer.main_ppo import create_rl_sampler
+    cfg = OmegaConf.create(val_dry[1].stdout)
+    sampler = create_rl_sampler(cfg.data, _Rows(["vstar"] * 5))
+    assert len(list(iter(sampler))) == 5
+    cfg = OmegaConf.create(train_dry[1].stdout)       # train.sh keeps the weighted 1:1 sampler
+    sampler = create_rl_sampler(cfg.data, _Rows(["info_vqa_region_localization", "visual_cot_vstar_collage"] * 24))
+    assert type(sampler).__name__ == "WeightedSourceSampler" and sampler.counts == {
+        "info_vqa_region_localization": 12, "visual_cot_vstar_collage": 12}
+
+
+_MAIN_WITH_STUBBED_RUN_PPO = """
+import runpy, sys
+import verl.trainer.main_ppo as main_ppo
+def run_ppo(config, task_runner_class):
+    print("RUN_PPO", task_runner_class.__ray_metadata__.class_name, flush=True)
+main_ppo.run_ppo = run_ppo
+sys.argv = ["recipe.vsearch.main", *sys.argv[1:]]
+runpy.run_module("recipe.vsearch.main", run_name="__main__")
+"""
+
+
+def test_main_checks_and_prints_settings_once_before_ray(tmp_path):
+    """``python -m recipe.vsearch.main``: settings validated and printed once, then verl's ``run_ppo`` (stubbed:
+    no Ray here) with the recipe's TaskRunner; a bad setting exits 2 before anything starts."""
+    overrides = [f"vsearch.agent_config_path={CONFIG_DIR / 'agent_gpt-5-nano.yaml'}", "hydra.output_subdir=null",
+                 f"hydra.run.dir={tmp_path}", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    env = {**os.environ, "PYTHONPATH": f"{VERL_DIR}{os.pathsep}{REPO}"}
+
+    def run(*extra):
+        return subprocess.run([sys.executable, "-c", _MAIN_WITH_STUBBED_RUN_PPO, *overrides, *extra], cwd=VERL_DIR,
+                              env=env, capture_output=True, text=True, timeout=180)
+    r = run()
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("[vsearch] effective settings (stage=train)") == 1 and "gpt-5-nano" in r.stdout
+    assert r.stdout.index("effective settings") < r.stdout.index("RUN_PPO")
+    assert "RUN_PPO VSearchTaskRunner" in r.stdout
+    r = run("vsearch.reward.variant=eq1")
+    assert r.returncode == 2 and "vsearch.reward.variant must be one of" in r.stderr and "RUN_PPO" not in r.stdout
+
+
+def test_task_runner_registers_the_on_policy_worker():
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.ray_trainer import Role
+
+    from recipe.vsearch.main import VSearchTaskRunner
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="qwen_2_5_vl_7b_async")
+    runner = VSearchTaskRunner()
+    cls, _ = runner.add_actor_rollout_worker(cfg)
+    assert cls.__name__ == "OnPolicyAsyncActorRolloutRefWorker"
+    remote = runner.role_worker_mapping[Role.ActorRollout]          # ray.remote(cls): what verl's trainer starts
+    assert cls in remote.__ray_metadata__.modified_class.__mro__

@@ -65,8 +65,9 @@ def _actor_config():
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
 
-def _rollout_batch(policy, image_path) -> DataProto:
-    """Two rollouts of one out-of-loop prompt (a GRPO group), different answers, through the recipe."""
+def _rollout_batch(policy, image_path, config=None) -> DataProto:
+    """Two rollouts of one out-of-loop prompt (a GRPO group), different answers, through the recipe
+    (``config``: the loop/worker config, default ``tests.test_recipe_agent_loops._config()``)."""
     tok, proc = policy
     answers = iter([(60, 40, 180, 140), (10, 10, 60, 50)])
     state = {}
@@ -86,8 +87,8 @@ def _rollout_batch(policy, image_path) -> DataProto:
         server = ScriptedServerManager(tok, script)
 
         async def go():
-            return await _make(VSearcherAgentLoop, policy, server, max_pixels=MAX_PIXELS).run({}, **row)
-        rows.append(_expand(policy, asyncio.run(go()), row))
+            return await _make(VSearcherAgentLoop, policy, server, config).run({}, **row)
+        rows.append(_expand(policy, asyncio.run(go()), row, config))
     batch = DataProto.concat(rows)
     # outcome reward on the last response token (what verl's reward loop writes as rm_scores)
     mask = batch.batch["response_mask"]

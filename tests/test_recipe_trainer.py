@@ -75,7 +75,8 @@ class RowsDataset(torch.utils.data.Dataset):
 
 
 def _sample(fields: dict, n_resp: int, masked: bool) -> dict:
-    score = compute_score(fields.get("data_source"), "", "", fields)
+    # Eq. (1) literally: these fake rows carry no crop boxes (the 'original' rules are tested in test_rewards)
+    score = compute_score(fields.get("data_source"), "", "", fields, variant="paper")
     return dict(fields, _score=score, _n_resp=n_resp, _masked=masked)
 
 

@@ -62,7 +62,8 @@ def collage_sample(row: dict, out_dir: str) -> Sample:
                   category=str(row.get("source") or "unknown"), key=str(row["sample_key"]))
 
 
-def _attempt_record(att: Attempt, v: Verdict) -> dict:
+def attempt_record(att: Attempt, v: Verdict) -> dict:
+    """One judged attempt as stored in the filter's records (also used by :mod:`.reliability`)."""
     return {"status": v.status, "extracted_answer": v.extracted_answer, "response": att.text,
             "finish_reason": att.finish_reason, "judge_method": v.method, "fail_reason": v.fail_reason,
             "fail_stage": v.fail_stage}
@@ -82,7 +83,7 @@ async def check_collage(sample: Sample, solver: SingleModelSolver, judge: Answer
     new = list(await solver.solve(sample, n_new)) if n_new > 0 else []
     todo = rejudge + new
     verdicts = await asyncio.gather(*(judge.check(sample, a) for a in todo))
-    recs = kept + [_attempt_record(a, v) for a, v in zip(todo, verdicts)]
+    recs = kept + [attempt_record(a, v) for a, v in zip(todo, verdicts)]
     solved = any(r["status"] == "correct" for r in recs)   # any success removes the collage
     failed = [r for r in recs if r["status"] == "failed"]
     if failed and not solved:

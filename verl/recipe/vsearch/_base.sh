@@ -3,8 +3,9 @@
 # the environment documented in the project README:
 #   VERL_PROJ_DIR MODEL_PATH WORK_DIR PROJECT_NAME EXP_NAME API_MODEL_FOR_AGENT JUDGE_MODEL
 #   OPENAI_BASE_URL OPENAI_API_KEY TRAIN_FILES VAL_FILES [RESUME_FROM_STEP] [NUM_VAL_TRIALS]
-# Optional: NNODES (1), N_GPUS_PER_NODE (8), PYTHON (python3), DRY_RUN=1 (print the composed config
-# and exit, no Ray; the same as passing --cfg job). Extra arguments are passed to Hydra as overrides.
+# Optional: NNODES (1), N_GPUS_PER_NODE (8), PYTHON (python3), DRY_RUN=1 (print the composed config on
+# stdout and the effective settings the agent loops / reward / actor update will use on stderr, then exit;
+# no Ray; the same as passing --cfg job). Extra arguments are passed to Hydra as overrides.
 # Secrets are only checked for presence and are never printed: the OpenAI SDK reads them from the env.
 set -euo pipefail
 
@@ -67,12 +68,20 @@ ARGS=(
 )
 
 vsearch_run() {
-    # vsearch_run <overrides...>: run the recipe entry point (or print its config under DRY_RUN).
-    local cfg=()
-    [[ "$VSEARCH_DRY_RUN" == "1" ]] && cfg=(--cfg job)
-    if [[ "$VSEARCH_DRY_RUN" != "1" ]]; then
-        mkdir -p "$CKPT_DIR"
-        echo "[vsearch] $EXP_NAME: checkpoints and logs under $CKPT_DIR" >&2
+    # vsearch_run <overrides...>: run the recipe entry point, or under DRY_RUN print its composed config
+    # (stdout) and the validated effective settings (stderr, recipe.vsearch.settings; fails on a bad value).
+    if [[ "$VSEARCH_DRY_RUN" == "1" ]]; then
+        local composed rc=0
+        composed="$(mktemp "${TMPDIR:-/tmp}/vsearch_cfg.XXXXXX.yaml")"
+        "${PYTHON:-python3}" -m recipe.vsearch.main --cfg job "$@" "${VSEARCH_USER_ARGS[@]}" > "$composed" || rc=$?
+        if [[ $rc -eq 0 ]]; then
+            cat "$composed"
+            "${PYTHON:-python3}" -m recipe.vsearch.settings "$composed" >&2 || rc=$?
+        fi
+        rm -f "$composed"
+        return $rc
     fi
-    "${PYTHON:-python3}" -m recipe.vsearch.main "${cfg[@]}" "$@" "${VSEARCH_USER_ARGS[@]}"
+    mkdir -p "$CKPT_DIR"
+    echo "[vsearch] $EXP_NAME: checkpoints and logs under $CKPT_DIR" >&2
+    "${PYTHON:-python3}" -m recipe.vsearch.main "$@" "${VSEARCH_USER_ARGS[@]}"
 }

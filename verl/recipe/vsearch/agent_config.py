@@ -1,9 +1,10 @@
-"""Typed view of ``config/agent_<vReasoner model>.yaml``: the API vReasoner, vSearcher budgets, judge.
+"""Typed view of ``config/agent_<vReasoner model>.yaml``: the API vReasoner, vSearcher budgets, judge API.
 
 The file is chosen by ``API_MODEL_FOR_AGENT`` (``_base.sh`` passes its path as
-``vsearch.agent_config_path``); the agent loops call :func:`load_agent_config` once per worker.
-Unknown or missing keys and wrong types are errors that name the file and the field. API keys and
-endpoints are not part of it: the OpenAI SDK reads ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
+``vsearch.agent_config_path``); :class:`recipe.vsearch.settings.RunSettings` reads it once per
+process and combines it with the Hydra keys. Unknown or missing keys and wrong types are errors that
+name the file and the field. API keys and endpoints are not part of it: the OpenAI SDK reads
+``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
 """
 from __future__ import annotations
 
@@ -15,16 +16,29 @@ import yaml
 
 from insight_o3.geometry import VSEARCHER_EVAL_MAX_PIXELS, VSEARCHER_TRAIN_MAX_PIXELS
 
+STAGES = ("train", "eval")
+
+
+def _min(value: float):
+    """Field metadata: the smallest allowed value (default: positive)."""
+    return {"min": value}
+
 
 @dataclass(frozen=True)
 class VReasonerConfig:
     model: str
     max_pixels: int                  # image budget sent to the API (1280x1280 GPT, 3500x3500 otherwise)
     max_search_calls: int = 6
-    max_completion_tokens: int = 16384
+    max_completion_tokens: int = 16384   # per vReasoner request (max_completion_tokens of the API)
+    image_detail: str = "high"           # image_url "detail" of every image sent to the vReasoner
+    max_format_retries_train: int = field(default=2, metadata=_min(0))
+    max_format_retries_eval: int = field(default=4, metadata=_min(0))
     max_concurrency: int = 64
-    max_retries: int = 3
+    max_retries: int = field(default=3, metadata=_min(0))
     timeout_s: float = 600
+
+    def max_format_retries(self, stage: str) -> int:
+        return self.max_format_retries_train if _stage(stage) == "train" else self.max_format_retries_eval
 
 
 @dataclass(frozen=True)
@@ -34,15 +48,13 @@ class VSearcherBudget:
     max_pixels_eval: int = VSEARCHER_EVAL_MAX_PIXELS
 
     def max_pixels(self, stage: str) -> int:
-        if stage not in ("train", "eval"):
-            raise ValueError(f"vsearch.stage must be 'train' or 'eval', got {stage!r}")
-        return self.max_pixels_train if stage == "train" else self.max_pixels_eval
+        return self.max_pixels_train if _stage(stage) == "train" else self.max_pixels_eval
 
 
 @dataclass(frozen=True)
 class JudgeConfig:
     max_concurrency: int = 64
-    max_retries: int = 3
+    max_retries: int = field(default=3, metadata=_min(0))
     timeout_s: float = 300
 
 
@@ -51,6 +63,15 @@ class AgentConfig:
     vreasoner: VReasonerConfig
     vsearcher: VSearcherBudget = field(default_factory=VSearcherBudget)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+
+
+def _stage(stage: str) -> str:
+    if stage not in STAGES:
+        raise ValueError(f"vsearch.stage must be one of {STAGES}, got {stage!r}")
+    return stage
+
+
+_NESTED = {"VReasonerConfig": VReasonerConfig, "VSearcherBudget": VSearcherBudget, "JudgeConfig": JudgeConfig}
 
 
 def _build(cls, data, where: str):
@@ -67,16 +88,17 @@ def _build(cls, data, where: str):
                 raise ValueError(f"{where}.{name}: required")
             continue
         value, typ = data[name], f.type if isinstance(f.type, str) else f.type.__name__
-        nested = {"VReasonerConfig": VReasonerConfig, "VSearcherBudget": VSearcherBudget, "JudgeConfig": JudgeConfig}
-        if typ in nested:
-            kwargs[name] = _build(nested[typ], value, f"{where}.{name}")
+        if typ in _NESTED:
+            kwargs[name] = _build(_NESTED[typ], value, f"{where}.{name}")
             continue
+        low = f.metadata.get("min")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
         ok = {"str": isinstance(value, str) and value != "",
-              "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
-              "float": isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0}[typ]
+              "int": number and isinstance(value, int) and (value >= low if low is not None else value > 0),
+              "float": number and (value >= low if low is not None else value > 0)}[typ]
         if not ok:
-            raise ValueError(f"{where}.{name}: expected a positive {typ}" + (" (non-empty)" if typ == "str" else "")
-                             + f", got {value!r}")
+            what = "a non-empty str" if typ == "str" else (f"a {typ} >= {low}" if low is not None else f"a positive {typ}")
+            raise ValueError(f"{where}.{name}: expected {what}, got {value!r}")
         kwargs[name] = value
     return cls(**kwargs)
 

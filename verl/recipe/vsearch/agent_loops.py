@@ -11,6 +11,11 @@
   An episode yields 0..max_search_calls samples; see :mod:`recipe.vsearch.episodes` for how they
   leave verl's one-output-per-row agent loop API.
 
+Settings: both loops read :func:`recipe.vsearch.settings.run_settings` (the typed, validated view of
+``vsearch.*`` + the agent YAML, built once per process). Whether a rollout is a validation rollout
+comes from the :data:`VALIDATE_KEY` column the recipe's trainer adds to every generation batch: it
+selects the vReasoner's inference prompts (and its validation format-retry budget).
+
 Row fields read (from the parquet written by ``create_parquet_dataset.py``): the image comes from
 ``extra_info.image_path`` or else the first image part of ``raw_prompt``; the description / question
 from ``extra_info.description`` / ``extra_info.question`` (+ ``extra_info.options``) or else the
@@ -19,26 +24,24 @@ text of ``raw_prompt``; the QA ground truth from ``reward_model.ground_truth``.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
 
-import yaml
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from insight_o3.agents.clients import InSightO3
+from insight_o3.agents.clients import AnswerResult, InSightO3
 from insight_o3.api import ENV_KEYS, Redactor, make_client, resolve
 from insight_o3.evaluation.judge import AnswerJudge
 from insight_o3.evaluation.samples import Sample
 from insight_o3.evaluation.solver import Attempt
-from insight_o3.geometry import VSEARCHER_TRAIN_MAX_PIXELS
 from insight_o3.images import ImageStore
 
 from .episodes import (EPISODE_FIELDS, EPISODE_ID_KEY, EXTRA_SAMPLES_KEY, ROLE_INLOOP, ROLE_KEY, ROLE_OUTLOOP,
-                       ROLE_PLACEHOLDER, episode_fields)
+                       ROLE_PLACEHOLDER, VALIDATE_KEY, episode_fields)
 from .policy_searcher import PolicySearcher, SearcherRollout
+from .settings import RunSettings, run_settings
 
 # ----------------------------------------------------------------------------- row fields
 
@@ -97,8 +100,15 @@ def shared_images() -> ImageStore:
         return _IMAGES
 
 
-def _response_length(config) -> int:
-    return int(config.actor_rollout_ref.rollout.response_length)
+def is_validation(row: dict) -> bool:
+    """Whether this rollout belongs to a validation pass (column set by the recipe's trainer)."""
+    return bool(row.get(VALIDATE_KEY, False))
+
+
+def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
+    """The policy vSearcher with the run's budgets (the same for out-of-loop rows and in-loop calls)."""
+    return PolicySearcher(loop, shared_images(), s.vsearcher_max_pixels, s.vsearcher_max_tool_calls,
+                          s.vsearcher_response_length)
 
 
 def _metrics(rollouts: list[SearcherRollout]) -> AgentLoopMetrics:
@@ -119,10 +129,10 @@ def rollout_output(r: SearcherRollout, extra: dict, mask_out: bool = False) -> A
 class VSearcherAgentLoop(AgentLoopBase):
     """Out-of-loop vSearcher rollout of the policy on a (image, region description, boxes) row."""
 
-    def __init__(self, *args, max_pixels: int = VSEARCHER_TRAIN_MAX_PIXELS, max_tool_calls: int = 6, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.searcher = PolicySearcher(self, shared_images(), int(max_pixels), int(max_tool_calls),
-                                       _response_length(self.config))
+        self.settings = run_settings(self.config)
+        self.searcher = policy_searcher(self, self.settings)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {}
@@ -133,53 +143,22 @@ class VSearcherAgentLoop(AgentLoopBase):
 
 
 # ----------------------------------------------------------------------------- in-loop
-@dataclass
-class VReasonerSettings:
-    """The API side of an in-loop episode. Values come from the agent loop's YAML keys, then
-    ``agent_config_path`` (the recipe's ``config/agent_<model>.yaml``), then the environment
-    (``API_MODEL_FOR_AGENT``, ``JUDGE_MODEL``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``; the judge may
-    use ``JUDGE_API_KEY`` / ``JUDGE_BASE_URL``)."""
+@dataclass(frozen=True)
+class ApiEndpoints:
+    """Where the vReasoner and the judge are served, from the environment only (never from the config,
+    never printed): ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``; the judge may use ``JUDGE_API_KEY`` /
+    ``JUDGE_API_BASE_URL``."""
 
-    reasoner_model: str | None = None
-    judge_model: str | None = None
-    base_url: str | None = None
-    api_key: str | None = None
-    judge_base_url: str | None = None
-    judge_api_key: str | None = None
-    reasoner_max_pixels: int | None = 1280 * 1280
-    max_search_calls: int = 6
-    max_format_retries: int = 2
-    max_concurrency: int = 64
-    api_timeout: float = 600.0
-    api_max_retries: int = 5
-    completion_kwargs: dict = field(default_factory=dict)
-    judge_completion_kwargs: dict = field(default_factory=dict)
-    image_url_extra: dict | None = None
-    searcher_max_pixels: int = VSEARCHER_TRAIN_MAX_PIXELS
-    max_tool_calls: int = 6
+    api_key: str | None = field(repr=False)
+    base_url: str | None
+    judge_api_key: str | None = field(repr=False)
+    judge_base_url: str | None
 
     @classmethod
-    def load(cls, agent_config_path: str | None = None, **overrides) -> "VReasonerSettings":
-        values: dict = {}
-        if agent_config_path:
-            with open(agent_config_path) as fh:
-                values.update(yaml.safe_load(fh) or {})
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown vReasoner settings {unknown}; known: {sorted(known)}")
-        s = cls(**{k: (dict(v) if isinstance(v, dict) or hasattr(v, "items") else v) for k, v in values.items()})
-        s.reasoner_model = resolve(s.reasoner_model, ("API_MODEL_FOR_AGENT",))
-        s.judge_model = resolve(s.judge_model, ("JUDGE_MODEL",))
+    def from_env(cls) -> "ApiEndpoints":
         key_env, url_env = ENV_KEYS["main"]
-        s.api_key, s.base_url = resolve(s.api_key, key_env), resolve(s.base_url, url_env)
         jkey_env, jurl_env = ENV_KEYS["judge"]
-        s.judge_api_key, s.judge_base_url = resolve(s.judge_api_key, jkey_env), resolve(s.judge_base_url, jurl_env)
-        if not s.reasoner_model or not s.judge_model:
-            raise ValueError("the in-loop agent needs a vReasoner and a judge model: set API_MODEL_FOR_AGENT and "
-                             "JUDGE_MODEL (or reasoner_model/judge_model in the agent config)")
-        return s
+        return cls(resolve(None, key_env), resolve(None, url_env), resolve(None, jkey_env), resolve(None, jurl_env))
 
 
 class _Completions:
@@ -192,9 +171,9 @@ class _Completions:
 
 
 class BoundedClient:
-    """An ``AsyncOpenAI`` whose ``chat.completions.create`` waits on a shared semaphore: every
-    vReasoner and judge call of a worker process shares ``max_concurrency`` slots. Retries and
-    backoff are the SDK's (``max_retries``)."""
+    """An ``AsyncOpenAI`` whose ``chat.completions.create`` waits on a shared semaphore: all vReasoner
+    calls of a worker process share the agent YAML's ``vreasoner.max_concurrency`` slots, all judge
+    calls ``judge.max_concurrency``. Retries and backoff are the SDK's (``max_retries``)."""
 
     def __init__(self, client, sem: asyncio.Semaphore):
         self.client = client
@@ -205,17 +184,18 @@ class BoundedClient:
 _API: dict[tuple, tuple[BoundedClient, BoundedClient]] = {}
 
 
-def api_clients(s: VReasonerSettings) -> tuple[BoundedClient, BoundedClient]:
-    """(vReasoner, judge) clients shared by all episodes of this process and event loop."""
+def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[BoundedClient, BoundedClient]:
+    """(vReasoner, judge) clients shared by all episodes of this process and event loop, with the
+    agent YAML's concurrency (one semaphore each), SDK retries and timeouts."""
+    vr, jd = s.agent.vreasoner, s.agent.judge
     loop = asyncio.get_running_loop()
-    key = (id(loop), s.base_url, s.api_key, s.judge_base_url, s.judge_api_key, s.max_concurrency,
-           s.api_timeout, s.api_max_retries)
+    key = (id(loop), ep, vr.max_concurrency, vr.timeout_s, vr.max_retries, jd.max_concurrency, jd.timeout_s,
+           jd.max_retries)
     if key not in _API:
-        sem = asyncio.Semaphore(int(s.max_concurrency))
-        main = make_client(s.api_key, s.base_url, s.api_timeout, s.api_max_retries)
-        judge = (main if (s.judge_base_url, s.judge_api_key) == (s.base_url, s.api_key)
-                 else make_client(s.judge_api_key, s.judge_base_url, s.api_timeout, s.api_max_retries))
-        _API[key] = (BoundedClient(main, sem), BoundedClient(judge, sem))
+        main = make_client(ep.api_key, ep.base_url, vr.timeout_s, vr.max_retries)
+        judge = make_client(ep.judge_api_key, ep.judge_base_url, jd.timeout_s, jd.max_retries)
+        _API[key] = (BoundedClient(main, asyncio.Semaphore(int(vr.max_concurrency))),
+                     BoundedClient(judge, asyncio.Semaphore(int(jd.max_concurrency))))
     return _API[key]
 
 
@@ -230,6 +210,17 @@ class _RecordingPolicySearcher:
         r = await self.policy.run(image_path, description, self.sampling_params)
         self.rollouts.append(r)
         return r.result
+
+
+@dataclass(frozen=True)
+class AnswerCheck:
+    """c of r̂_IoU = 1[s = c = 1] for one episode. ``failed``: the check itself was lost (API error):
+    the episode counts as a critical failure, not as a wrong answer."""
+
+    correct: bool
+    failed: bool
+    status: str
+    reason: str | None = None
 
 
 @dataclass
@@ -249,14 +240,12 @@ class EpisodeOutcome:
 class VReasonerAgentLoop(AgentLoopBase):
     """In-loop episode: API vReasoner + policy vSearcher; one sample per vSearcher call."""
 
-    def __init__(self, *args, agent_config_path: str | None = None, **kwargs):
-        own = {f.name for f in fields(VReasonerSettings)}
-        settings = {k: kwargs.pop(k) for k in list(kwargs) if k in own}
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.settings = VReasonerSettings.load(agent_config_path, **settings)
-        self.policy = PolicySearcher(self, shared_images(), int(self.settings.searcher_max_pixels),
-                                     int(self.settings.max_tool_calls), _response_length(self.config))
-        self.redact = Redactor(self.settings.api_key, self.settings.judge_api_key)
+        self.settings = run_settings(self.config)
+        self.endpoints = ApiEndpoints.from_env()
+        self.policy = policy_searcher(self, self.settings)
+        self.redact = Redactor(self.endpoints.api_key, self.endpoints.judge_api_key)
 
     def _sample(self, row: dict, image_path: str) -> Sample:
         info = row.get("extra_info") or {}
@@ -267,29 +256,44 @@ class VReasonerAgentLoop(AgentLoopBase):
                       image_path=image_path, question=row_text(row, "question"), options=info.get("options") or None,
                       answer=str(gt))
 
-    async def episode(self, sample: Sample, sampling_params: dict) -> EpisodeOutcome:
-        s = self.settings
-        reasoner_client, judge_client = api_clients(s)
+    def reasoner(self, searcher, validate: bool) -> InSightO3:
+        """The API vReasoner of one episode, configured from the run's settings."""
+        s, vr = self.settings, self.settings.agent.vreasoner
+        reasoner_client, _ = api_clients(s, self.endpoints)
+        return InSightO3(reasoner_client, vr.model, searcher, shared_images(), vr.max_pixels,
+                         mode=s.reasoner_mode(validate), max_search_calls=vr.max_search_calls,
+                         completion_kwargs=s.reasoner_completion_kwargs(),
+                         image_url_extra=s.reasoner_image_url_extra(),
+                         max_format_retries=s.reasoner_format_retries(validate), redactor=self.redact)
+
+    async def check_answer(self, sample: Sample, res: AnswerResult) -> AnswerCheck:
+        """c: whether the episode's final answer is correct. The ONE place the in-loop answer is judged.
+
+        The fork's in-loop check (``AnswerJudge`` flow ``"verify"`` ->
+        :func:`~insight_o3.evaluation.judge.in_loop_check`): the first ``\\boxed{}`` / ``<answer>`` span
+        (none -> c = 0), equal to the ground truth -> correct, otherwise ``QA_VERIFY_PROMPT`` to
+        ``vsearch.judge_model`` (``max_tokens=2048``). The same check scores InSight-o3 at evaluation."""
+        _, judge_client = api_clients(self.settings, self.endpoints)
+        judge = AnswerJudge(judge_client, self.settings.judge_model, redact=self.redact, flow="verify")
+        verdict = await judge.check(sample, Attempt(res.text, res.finish_reason))
+        return AnswerCheck(verdict.is_correct, verdict.status == "failed", verdict.status, verdict.fail_reason)
+
+    async def episode(self, sample: Sample, sampling_params: dict, validate: bool = False) -> EpisodeOutcome:
         searcher = _RecordingPolicySearcher(self.policy, sampling_params)
-        agent = InSightO3(reasoner_client, s.reasoner_model, searcher, shared_images(), s.reasoner_max_pixels,
-                          mode="train", max_search_calls=s.max_search_calls,
-                          completion_kwargs=s.completion_kwargs, image_url_extra=s.image_url_extra,
-                          max_format_retries=s.max_format_retries, redactor=self.redact)
-        res = await agent.answer(sample.image_path, sample.prompt())
+        res = await self.reasoner(searcher, validate).answer(sample.image_path, sample.prompt())
         if res.status == "failed":
             return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error)
         if res.status != "answered":  # format retries exhausted / tool call past the limit: c = 0, not a failure
             return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, False, res.status,
                                   res.protocol_error)
-        judge = AnswerJudge(judge_client, s.judge_model, redact=self.redact, completion_kwargs=s.judge_completion_kwargs)
-        verdict = await judge.check(sample, Attempt(res.text, res.finish_reason))
-        return EpisodeOutcome(searcher.rollouts, list(res.feedback), True, verdict.is_correct,
-                              verdict.status == "failed", res.status, verdict.fail_reason, verdict.status)
+        c = await self.check_answer(sample, res)
+        return EpisodeOutcome(searcher.rollouts, list(res.feedback), True, c.correct, c.failed, res.status, c.reason,
+                              c.status)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         image_path = row_image_path(kwargs)
         sample = self._sample(kwargs, image_path)
-        ep = await self.episode(sample, sampling_params)
+        ep = await self.episode(sample, sampling_params, validate=is_validation(kwargs))
         episode_id = str(kwargs.get(EPISODE_ID_KEY) or kwargs.get("uid") or uuid4().hex)
         common = episode_fields(episode_id, n_calls=len(ep.rollouts), has_answer=ep.has_answer, correct=ep.correct,
                                 critical_failure=ep.critical_failure, status=ep.status,
@@ -320,4 +324,4 @@ class VReasonerAgentLoop(AgentLoopBase):
                                num_turns=1, metrics=AgentLoopMetrics(), extra_fields=extra)
 
 
-__all__ = ["VSearcherAgentLoop", "VReasonerAgentLoop", "VReasonerSettings", "EPISODE_FIELDS"]
+__all__ = ["VSearcherAgentLoop", "VReasonerAgentLoop", "ApiEndpoints", "AnswerCheck", "EPISODE_FIELDS"]

@@ -1,16 +1,26 @@
-"""Pack benchmark, collage and region-localization jsonl files into verl parquet files.
+"""Pack the released training datasets, and benchmark / collage / region-localization jsonl files,
+into verl parquet files.
 
 Example usages (from the project's ``verl/`` directory, with ``PYTHONPATH`` holding the project root
 and ``verl/``, as in the README):
 
-  # out-of-loop training data: region descriptions with ground-truth boxes -> agent_name=vsearcher
+  # the released training data (local copies of the Hub datasets, e.g. the data/ submodules)
+  python recipe/vsearch/create_parquet_dataset.py infovqa_region_localization \\
+      --data_root ../data/InfoVQA_RegionLocalization --out ../data/InfoVQA_RegionLocalization/train-vsearcher.parquet
+  python recipe/vsearch/create_parquet_dataset.py viscot_vstar_collage \\
+      --data_root ../data/VisCoT_VStar_Collage --out ../data/VisCoT_VStar_Collage/train.parquet
+
+  (images are extracted once to ``<data_root>/<split>/images`` or ``--image_dir``; data sources
+  default to the names train.sh weighs: info_vqa_region_localization, visual_cot_vstar_collage)
+
+  # data rebuilt with this project's pipelines (jsonl): out-of-loop region descriptions -> agent_name=vsearcher
   python recipe/vsearch/create_parquet_dataset.py region \\
-      --ann_file ../data/InfoVQA_RegionLocalization/train.jsonl --img_dir ../data/InfoVQA_RegionLocalization \\
+      --ann_file ../out/region_localization/regions.jsonl --img_dir ../data/infographicsvqa/images \\
       --data_source info_vqa_region_localization --out ../data/parquet/info_vqa_region_localization.parquet
 
-  # in-loop training data: QA on collages -> agent_name=vreasoner
+  # ... in-loop QA on collages (generate_collages, after the difficulty filter) -> agent_name=vreasoner
   python recipe/vsearch/create_parquet_dataset.py collage \\
-      --ann_file ../data/VisCoT_VStar_Collage/train.jsonl --img_dir ../data/VisCoT_VStar_Collage \\
+      --ann_file ../out/collages/collages_hard.jsonl --img_dir ../out/collages \\
       --data_source visual_cot_vstar_collage --out ../data/parquet/visual_cot_vstar_collage.parquet
 
   # evaluation data: a benchmark in the evaluation loader's format -> agent_name=vreasoner
@@ -27,6 +37,9 @@ answer, description, category, bboxes (list of (x1, y1, x2, y2) or null), width,
 
 Input validation stops at the first bad row with ``<file>:<line>: field '<name>' ...``. Input formats:
 
+* ``viscot_vstar_collage`` / ``infovqa_region_localization``: the released Hub datasets (packed
+  images), read by :mod:`recipe.vsearch.released_data`; collage rows keep ``core_target_bbox`` as
+  ``bboxes`` (the other layout fields are not used by training and are not packed).
 * ``benchmark`` / ``collage``: the evaluation loader's format (``insight_o3.evaluation.samples``):
   ``image`` (or ``file_name``), ``question``, ``options`` (optional), ``answer``, ``category``;
   collages may add ``target_bbox`` (one box or a list of boxes, original pixels), kept as ``bboxes``.
@@ -45,10 +58,21 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from insight_o3.atomic_io import atomic_writer
 from insight_o3.jsonl import iter_jsonl
 
-KINDS = ("region", "collage", "benchmark")
-AGENT_FOR_KIND = {"region": "vsearcher", "collage": "vreasoner", "benchmark": "vreasoner"}
+try:  # run as a script (python recipe/vsearch/create_parquet_dataset.py) or imported as recipe.vsearch.*
+    from recipe.vsearch.released_data import InputError, box_field, iter_hub_rows, text_field
+except ImportError:  # pragma: no cover - the script's own directory is on sys.path
+    from released_data import InputError, box_field, iter_hub_rows, text_field
+
+RELEASED = ("viscot_vstar_collage", "infovqa_region_localization")
+KINDS = ("region", "collage", "benchmark", *RELEASED)
+AGENT_FOR_KIND = {"region": "vsearcher", "collage": "vreasoner", "benchmark": "vreasoner",
+                  "viscot_vstar_collage": "vreasoner", "infovqa_region_localization": "vsearcher"}
+#: data_source of the released datasets: the names train.sh weighs (+data.batch_sampler.weights.<name>)
+DEFAULT_SOURCE = {"viscot_vstar_collage": "visual_cot_vstar_collage",
+                  "infovqa_region_localization": "info_vqa_region_localization"}
 
 EXTRA_INFO_TYPE = pa.struct([
     ("index", pa.int64()), ("question_id", pa.string()), ("question", pa.string()), ("options", pa.string()),
@@ -64,10 +88,6 @@ SCHEMA = pa.schema([
     ("extra_info", EXTRA_INFO_TYPE),
     ("agent_name", pa.string()),
 ])
-
-
-class InputError(ValueError):
-    """Bad input; the message names the file, the line and the field."""
 
 
 def _image_size(path: str, where: str) -> tuple[int, int]:
@@ -178,22 +198,54 @@ def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_imag
     return rows
 
 
-def build_rows(kind: str, ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
-    if kind not in KINDS:
-        raise InputError(f"kind must be one of {KINDS}, got {kind!r}")
+def released_rows(kind: str, data_root: str, data_source: str, image_dir: str | None = None,
+                  split: str = "train") -> list[dict]:
+    """Rows of a released Hub dataset (``kind`` in :data:`RELEASED`); images go to ``image_dir``
+    (default ``<data_root>/<split>/images``, where the authors' packer put them)."""
+    image_dir = image_dir or os.path.join(data_root, split, "images")
+    rows = []
+    for r in iter_hub_rows(kind, data_root, image_dir, split):
+        w, h = r.size
+        if kind == "infovqa_region_localization":
+            desc = text_field(r.fields, "region_description", r.where)
+            box = box_field(r.fields["bbox"], r.where, "bbox", r.size)
+            extra = _extra(index=r.index, question_id=str(r.fields["question_id"]), description=desc, bboxes=[box],
+                           width=w, height=h, source="InfoVQA_RegionLocalization")
+            rows.append(_row(data_source, "vsearcher", r.image_path, desc, json.dumps(box), extra))
+            continue
+        question = text_field(r.fields, "question", r.where)
+        answer = text_field(r.fields, "answer", r.where)
+        target = r.fields.get("core_target_bbox")
+        boxes = [box_field(target, r.where, "core_target_bbox", r.size)] if target is not None else None
+        extra = _extra(index=r.index, question_id=str(r.index), question=question, answer=answer, category="collage",
+                       bboxes=boxes, width=w, height=h, source="VisCoT_VStar_Collage")
+        rows.append(_row(data_source, "vreasoner", r.image_path, question, answer, extra))
+    return rows
+
+
+def _check_source(data_source: str) -> None:
     if not data_source or not data_source.replace("_", "").replace("-", "").isalnum():
         raise InputError(f"--data_source must be a non-empty name of letters, digits, '_' or '-' (it becomes "
                          f"the key of +data.batch_sampler.weights.<data_source>), got {data_source!r}")
+
+
+def build_rows(kind: str, ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
+    """Rows of a jsonl input (``region`` / ``collage`` / ``benchmark``)."""
+    if kind not in KINDS or kind in RELEASED:
+        raise InputError(f"kind must be one of {[k for k in KINDS if k not in RELEASED]}, got {kind!r}")
+    _check_source(data_source)
     if kind == "region":
         return region_rows(ann_file, img_dir, data_source, check_images)
     return qa_rows(ann_file, img_dir, data_source, kind, check_images)
 
 
 def write_parquet(rows: list[dict], out: str | os.PathLike) -> Path:
+    """Write the rows atomically (a crash leaves the old file or none, never half a file)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    pq.write_table(table, out)
+    with atomic_writer(out, "wb") as f:
+        pq.write_table(table, f)
     return out
 
 
@@ -201,15 +253,29 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=KINDS)
-    p.add_argument("--ann_file", required=True, help="input jsonl")
-    p.add_argument("--img_dir", required=True, help="directory the jsonl's image paths are relative to")
-    p.add_argument("--data_source", required=True, help="data_source column value (sampler weight key)")
+    p.add_argument("--data_root", help="released kinds: local copy of the Hub dataset repo")
+    p.add_argument("--split", default="train", help="released kinds: the split to pack (default train)")
+    p.add_argument("--image_dir", help="released kinds: where images are extracted (default <data_root>/<split>/images)")
+    p.add_argument("--ann_file", help="jsonl kinds: input jsonl")
+    p.add_argument("--img_dir", help="jsonl kinds: directory the jsonl's image paths are relative to")
+    p.add_argument("--data_source", help="data_source column value (sampler weight key); released kinds default "
+                                         "to the names train.sh weighs")
     p.add_argument("--out", required=True, help="output .parquet file")
     p.add_argument("--max_samples", type=int, default=-1, help="keep only the first N rows")
-    p.add_argument("--no_check_images", action="store_true", help="skip opening images (sizes unchecked)")
+    p.add_argument("--no_check_images", action="store_true", help="jsonl kinds: skip opening images (sizes unchecked)")
     a = p.parse_args(argv)
+    if a.kind in RELEASED:
+        if not a.data_root:
+            p.error(f"{a.kind} needs --data_root")
+    elif not (a.ann_file and a.img_dir and a.data_source):
+        p.error(f"{a.kind} needs --ann_file, --img_dir and --data_source")
     try:
-        rows = build_rows(a.kind, a.ann_file, a.img_dir, a.data_source, check_images=not a.no_check_images)
+        if a.kind in RELEASED:
+            source = a.data_source or DEFAULT_SOURCE[a.kind]
+            _check_source(source)
+            rows = released_rows(a.kind, a.data_root, source, a.image_dir, a.split)
+        else:
+            rows = build_rows(a.kind, a.ann_file, a.img_dir, a.data_source, check_images=not a.no_check_images)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -44,9 +44,12 @@ EPISODE_FIELDS = ("episode_id", "episode_n_calls", "episode_has_answer", "episod
 #: input column naming the episode of each rollout row (``<uid>-<j>``, set by the trainer: the n repeats of
 #: one QA item share the uid but are distinct episodes); the in-loop loop falls back to the uid
 EPISODE_ID_KEY = "vsearch_episode_id"
+#: input column telling the agent loops that a rollout belongs to a validation pass (set by the trainer on
+#: every generation batch; verl 0.7 passes only sampling parameters, not ``meta_info["validate"]``, to a loop)
+VALIDATE_KEY = "vsearch_validate"
 #: sample fields only some agent loops emit; every worker fills them (None) so that verl's
 #: ``DataProto.concat`` of the workers' outputs sees the same columns from each worker
-OPTIONAL_SAMPLE_KEYS = ("bboxes", "call_index", "feedback", *EPISODE_FIELDS)
+OPTIONAL_SAMPLE_KEYS = ("bboxes", "call_index", "feedback", "crop_boxes", "frame_size", "image_size", *EPISODE_FIELDS)
 
 
 def episode_fields(episode_id: str, *, n_calls: int, has_answer: bool, correct: bool, critical_failure: bool,

@@ -44,6 +44,8 @@ class SearcherRollout:
     tool_s: float = 0.0
     num_turns: int = 0
     errors: list[str] = field(default_factory=list)
+    crop_boxes: list[list[float]] = field(default_factory=list)   # the model's bbox_2d per executed crop
+    image_size: tuple[int, int] | None = None                     # original image (W, H)
 
     def reward_fields(self) -> dict:
         """The keys ``recipe.vsearch.reward_fn.compute_score`` reads (see its docstring)."""
@@ -55,6 +57,10 @@ class SearcherRollout:
             "pred_box": [float(v) for v in box] if box is not None else None,
             "search_status": self.result.status,
             "search_truncated": bool(self.truncated),
+            # the 'original' reward's repeated-view rule reads the crops in the model frame
+            "crop_boxes": [list(b) for b in self.crop_boxes],
+            "frame_size": [int(v) for v in self.frame_size],
+            "image_size": [int(v) for v in self.image_size] if self.image_size is not None else None,
         }
 
 
@@ -156,6 +162,8 @@ class PolicySearcher:
         result = s.result()
         # r_format is the session's verdict (the same code the inference vSearcher reports)
         fmt_err = None if result.format_ok else (result.error or "format check failed")
+        crops = [[float(v) for v in t.bbox_raw] for t in s.turns if t.action == "tool_call" and t.bbox_raw is not None]
         return SearcherRollout(prompt_ids, resp, mask, logprobs or None, pics, result, texts, tuple(s.frame.size),
                                bool(result.format_ok), fmt_err, truncated, t_gen, t_tool,
-                               num_turns=len(s.messages) - 1)
+                               num_turns=len(s.messages) - 1, crop_boxes=crops,
+                               image_size=tuple(s.original_size))

@@ -50,7 +50,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.tracking import Tracking
 
 from . import hybrid_advantage  # noqa: F401  (registers vsearch_hybrid_grpo in this process)
-from .episodes import EPISODE_ID_KEY, episode_metrics, finalize_batch
+from .episodes import EPISODE_ID_KEY, VALIDATE_KEY, episode_metrics, finalize_batch
 
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
 VAL_PAD_PREFIX = "vsearch-valpad-"
@@ -97,6 +97,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         """Rollout of ``batch`` repeated ``n`` times through the agent-loop manager (expanded rows)."""
         gen = self._get_gen_batch(batch).repeat(repeat_times=n, interleave=True)
         gen = with_episode_ids(gen)
+        gen.non_tensor_batch[VALIDATE_KEY] = np.array([False] * len(gen), dtype=object)
         gen.meta_info.update(meta)
         out = self.async_rollout_manager.generate_sequences(gen)
         timing_raw.update(out.meta_info.pop("timing", {}))
@@ -230,6 +231,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         gen = self._get_gen_batch(batch)
         gen = gen.select_idxs(np.repeat(np.arange(len(gen)), reps))
         gen = with_episode_ids(gen)
+        gen.non_tensor_batch[VALIDATE_KEY] = np.array([True] * len(gen), dtype=object)  # inference prompts
         gen.meta_info.update(meta)
         out = self.async_rollout_manager.generate_sequences(gen)
         out.meta_info.pop("timing", None)

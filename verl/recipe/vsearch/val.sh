@@ -10,9 +10,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/_base.sh"
 NUM_VAL_TRIALS="${NUM_VAL_TRIALS:-1}"
 [[ "$NUM_VAL_TRIALS" =~ ^[1-9][0-9]*$ ]] || vsearch_die "NUM_VAL_TRIALS must be a positive integer, got '$NUM_VAL_TRIALS'"
 
-# verl builds a train dataloader even with val_only; it is never iterated.
+# verl builds a train dataloader (and its sampler) even with val_only; it is never iterated. The weighted
+# sampler of train.sh needs +data.batch_sampler.weights.*, which an evaluation has no reason to set: use verl's
+# default sampler here.
 vsearch_run "${ARGS[@]}" \
     "data.train_files=${TRAIN_FILES:-$VAL_FILES}" \
+    data.sampler.class_path=null \
+    data.sampler.class_name=null \
     data.max_prompt_length=17408 \
     data.max_response_length=32768 \
     actor_rollout_ref.rollout.val_kwargs.temperature=0 \

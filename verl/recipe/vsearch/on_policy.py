@@ -1,0 +1,74 @@
+"""Fully on-policy actor updates (D.1): exactly one optimizer step per training step.
+
+verl 0.7's ``DataParallelPPOActor.update_policy`` splits each rank's share of the batch into
+mini-batches of ``actor.ppo_mini_batch_size`` (normalised per rank at start-up:
+``ppo_mini_batch_size * rollout.n / dp``) and takes one optimizer step per mini-batch. With this
+recipe the number of rows per step is not fixed: an in-loop episode becomes 0..6 rows. With
+``ppo_mini_batch_size = 24`` a step with more than 24 × 8 rows therefore made two or more optimizer
+steps, the later ones off-policy.
+
+The fix is by construction, not by a larger constant: the recipe's actor worker sets the actor's
+per-rank mini-batch to the rank's *whole* share of the balanced batch just before every update, so
+``update_policy`` sees one mini-batch (``on_policy`` in verl's own code: the ratio's denominator is
+the detached current log-prob) and steps the optimizer once, and verl's loss scaling
+(``rows in micro-batch / ppo_mini_batch_size`` with dynamic batch sizes) weights the micro-batches
+by their share of the rank's rows. ``ppo_epochs`` must be 1 (checked by
+:mod:`recipe.vsearch.settings`). The batch is padded to a multiple of the data-parallel size
+(:func:`recipe.vsearch.episodes.finalize_batch`) and balanced with equal row counts per rank, so
+every rank steps once on the same number of rows.
+
+:func:`on_policy_worker` derives that worker from verl's own (``AsyncActorRolloutRefWorker`` of
+``verl.workers.fsdp_workers``); the recipe's TaskRunner (``main.py``) registers it in place of
+verl's. Only ``update_actor`` changes; its dispatch registration is copied from verl's method.
+"""
+from __future__ import annotations
+
+from verl.single_controller.base.decorator import MAGIC_ATTR
+
+_CACHE: dict[type, type] = {}
+
+
+def set_whole_batch(actor, data) -> int:
+    """Make ``actor``'s next ``update_policy(data)`` a single mini-batch (one optimizer step).
+    Returns the mini-batch size (this rank's rows)."""
+    n = len(data)
+    if n <= 0:
+        raise ValueError("the actor update got an empty batch")
+    cfg = actor.config
+    if not cfg.use_dynamic_bsz and n % cfg.ppo_micro_batch_size_per_gpu:
+        raise ValueError(f"{n} rows per rank are not a multiple of actor.ppo_micro_batch_size_per_gpu="
+                         f"{cfg.ppo_micro_batch_size_per_gpu} (use actor.use_dynamic_bsz=True, the recipe's default)")
+    cfg.ppo_mini_batch_size = n
+    return n
+
+
+def on_policy_worker(worker_cls: type) -> type:
+    """A subclass of verl's actor/rollout worker whose ``update_actor`` trains on the whole batch."""
+    if worker_cls in _CACHE:
+        return _CACHE[worker_cls]
+    base_update = worker_cls.update_actor
+    if not hasattr(base_update, MAGIC_ATTR):
+        raise TypeError(f"{worker_cls.__name__}.update_actor is not a registered worker method")
+
+    def update_actor(self, data):
+        set_whole_batch(self.actor, data)
+        return base_update(self, data)
+
+    update_actor.__doc__ = "verl's update_actor with the mini-batch set to this rank's whole batch (one step)."
+    setattr(update_actor, MAGIC_ATTR, dict(getattr(base_update, MAGIC_ATTR)))
+    cls = type(f"OnPolicy{worker_cls.__name__}", (worker_cls,), {"update_actor": update_actor, "__module__": __name__})
+    _CACHE[worker_cls] = cls
+    return cls
+
+
+def install(role_worker_mapping: dict, actor_rollout_cls: type) -> type:
+    """Replace verl's actor/rollout worker in a TaskRunner's ``role_worker_mapping`` (in place) by its
+    on-policy subclass; returns the subclass (verl also builds the reference worker from it)."""
+    import ray
+    from verl.trainer.ppo.ray_trainer import Role
+
+    cls = on_policy_worker(actor_rollout_cls)
+    for role in (Role.ActorRollout, Role.ActorRolloutRef):
+        if role in role_worker_mapping:
+            role_worker_mapping[role] = ray.remote(cls)
+    return cls

@@ -1,0 +1,277 @@
+"""Every setting the recipe's own code reads at run time, as one typed, validated object.
+
+:meth:`RunSettings.from_config` builds it from the composed Hydra config: the ``vsearch`` section
+(``agent_config_path``, ``stage``, ``judge_model``, ``reward``), the agent YAML it points to
+(``config/agent_<model>.yaml``, :mod:`recipe.vsearch.agent_config`) and the verl keys the loops
+depend on (``actor_rollout_ref.rollout.{prompt,response}_length``, the actor's ``ppo_epochs``,
+``trainer.use_legacy_worker_impl``, ``custom_reward_function.reward_kwargs``). Unknown or missing
+keys and bad values are errors naming the key (and the file for the agent YAML).
+
+Who reads it:
+
+* the driver (``main.py``): validates it before Ray starts and prints :meth:`RunSettings.describe`
+  once; ``DRY_RUN=1`` / ``--cfg job`` prints the same table (``python -m recipe.vsearch.settings``);
+* both agent loops (:func:`run_settings`, built once per process): vSearcher pixel budget, crop
+  limit and token budget; vReasoner model, image budget, prompts, call limit, token cap, format
+  retries; judge model; API concurrency / retries / timeouts;
+* the reward function, through ``custom_reward_function.reward_kwargs`` (= ``vsearch.reward``);
+* the actor update (:mod:`recipe.vsearch.on_policy`): one optimizer step per training step.
+
+Stage and rollout phase. ``vsearch.stage`` (``train`` in train.sh, ``eval`` in val.sh) picks the
+vSearcher's pixel budget (D.1: ≈3.2M / ≈12.8M). The vReasoner's prompts follow the *rollout*: the
+training prompts (with ``<tool_feedback>``) for training rollouts, the inference prompts for every
+validation rollout, as the original (its agent loop passes ``enable_tool_feedback=False`` when
+validating). The vSearcher's token budget is the run's ``rollout.response_length`` (9216 in train.sh,
+32768 in val.sh): verl 0.7 pads every row of a run to one response length.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from insight_o3.rewards import REWARD_VARIANTS, RewardRules, RewardWeights
+
+from .agent_config import STAGES, AgentConfig, load_agent_config
+
+#: keys of the ``vsearch`` config section
+VSEARCH_KEYS = ("agent_config_path", "stage", "judge_model", "reward")
+#: text tokens of a vSearcher prompt besides the image (system prompt + task); the original sized
+#: ``data.max_prompt_length`` as image tokens + 1024
+PROMPT_TEXT_TOKENS = 1024
+#: pixels per image token of Qwen2.5-VL (14 px patches merged 2x2)
+PIXELS_PER_TOKEN = 28 * 28
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work; the message names the config key (and file)."""
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """``vsearch.reward``: the reward variant and its numbers (also passed to the reward function as
+    ``custom_reward_function.reward_kwargs``)."""
+
+    variant: str
+    format_weight: float
+    iou_weight: float
+    alpha: float
+    max_consecutive_iou: float
+    min_gt_coverage: float
+
+    def rules(self) -> RewardRules:
+        return RewardRules(variant=self.variant,
+                           weights=RewardWeights(format=self.format_weight, iou=self.iou_weight, alpha=self.alpha),
+                           max_consecutive_iou=self.max_consecutive_iou, min_gt_coverage=self.min_gt_coverage)
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str = "vsearch.reward") -> "RewardSettings":
+        data = _plain(data)
+        if not isinstance(data, dict):
+            raise SettingsError(f"{where}: expected a mapping, got {data!r}")
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise SettingsError(f"{where}: unknown key(s) {unknown}; allowed: {names}")
+        missing = [n for n in names if data.get(n) is None]
+        if missing:
+            raise SettingsError(f"{where}.{missing[0]}: required")
+        if data["variant"] not in REWARD_VARIANTS:
+            raise SettingsError(f"{where}.variant must be one of {REWARD_VARIANTS}, got {data['variant']!r}")
+        for n in names[1:]:
+            v = data[n]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SettingsError(f"{where}.{n}: expected a number, got {v!r}")
+        s = cls(**{n: (data[n] if n == "variant" else float(data[n])) for n in names})
+        try:
+            s.rules()
+        except ValueError as e:
+            raise SettingsError(f"{where}: {e}") from None
+        return s
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The effective settings of one run (see the module doc for who reads which)."""
+
+    stage: str
+    agent_config_path: str
+    agent: AgentConfig
+    judge_model: str
+    vsearcher_response_length: int       # token budget of one vSearcher trajectory (tool responses included)
+    vsearcher_prompt_length: int         # rollout.prompt_length: the first turn (system + image + task) must fit
+    reward: RewardSettings
+    ppo_epochs: int
+
+    # ------------------------------------------------------------------ derived values the loops use
+    @property
+    def vsearcher_max_pixels(self) -> int:
+        return self.agent.vsearcher.max_pixels(self.stage)
+
+    @property
+    def vsearcher_max_tool_calls(self) -> int:
+        return self.agent.vsearcher.max_tool_calls
+
+    def reasoner_mode(self, validate: bool) -> str:
+        """``train`` (F.1 training prompts, ``<tool_feedback>``) for training rollouts of a training
+        run, ``infer`` (F.1 inference prompts) for validation rollouts and at ``stage=eval``."""
+        return "train" if (self.stage == "train" and not validate) else "infer"
+
+    def reasoner_format_retries(self, validate: bool) -> int:
+        return self.agent.vreasoner.max_format_retries("train" if self.reasoner_mode(validate) == "train" else "eval")
+
+    def reasoner_completion_kwargs(self) -> dict:
+        return {"max_completion_tokens": int(self.agent.vreasoner.max_completion_tokens)}
+
+    def reasoner_image_url_extra(self) -> dict:
+        return {"detail": self.agent.vreasoner.image_detail}
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_config(cls, config) -> "RunSettings":
+        """Build and validate from the composed config (an OmegaConf ``DictConfig`` or a dict)."""
+        vs = _plain(_get(config, "vsearch"))
+        if not isinstance(vs, dict):
+            raise SettingsError("config has no 'vsearch' section (the recipe's settings; see config/qwen_2_5_vl_7b_async.yaml)")
+        unknown = sorted(set(vs) - set(VSEARCH_KEYS))
+        if unknown:
+            raise SettingsError(f"vsearch: unknown key(s) {unknown}; allowed: {list(VSEARCH_KEYS)}")
+        path = vs.get("agent_config_path")
+        if not path:
+            raise SettingsError("vsearch.agent_config_path: required (train.sh/val.sh set it from API_MODEL_FOR_AGENT)")
+        stage = vs.get("stage")
+        if stage not in STAGES:
+            raise SettingsError(f"vsearch.stage must be one of {STAGES}, got {stage!r}")
+        judge = vs.get("judge_model")
+        if not isinstance(judge, str) or not judge.strip():
+            raise SettingsError(f"vsearch.judge_model: required (JUDGE_MODEL), got {judge!r}")
+        try:
+            agent = load_agent_config(path)
+        except (OSError, ValueError) as e:
+            raise SettingsError(str(e)) from None
+        reward = RewardSettings.from_mapping(vs.get("reward"))
+        kwargs = _plain(_get(config, "custom_reward_function.reward_kwargs"))
+        if kwargs != asdict(reward):
+            raise SettingsError("custom_reward_function.reward_kwargs must equal vsearch.reward (the recipe YAML sets "
+                                f"it to ${{vsearch.reward}}; change vsearch.reward.* instead), got {kwargs!r}")
+        response_length = _int(config, "actor_rollout_ref.rollout.response_length")
+        prompt_length = _int(config, "actor_rollout_ref.rollout.prompt_length")
+        ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs")
+        s = cls(stage, str(path), agent, judge.strip(), response_length, prompt_length, reward, ppo_epochs)
+        s._check(config)
+        return s
+
+    def _check(self, config) -> None:
+        need = self.vsearcher_max_pixels // PIXELS_PER_TOKEN + PROMPT_TEXT_TOKENS
+        if need > self.vsearcher_prompt_length:
+            raise SettingsError(
+                f"data.max_prompt_length (actor_rollout_ref.rollout.prompt_length) is {self.vsearcher_prompt_length}, but "
+                f"the vSearcher's first turn at stage={self.stage} needs up to {need} tokens "
+                f"({self.vsearcher_max_pixels} px = {self.vsearcher_max_pixels // PIXELS_PER_TOKEN} image tokens + "
+                f"{PROMPT_TEXT_TOKENS}); raise it or lower vsearcher.max_pixels_{self.stage} in {self.agent_config_path}")
+        if self.ppo_epochs != 1:
+            raise SettingsError(f"actor_rollout_ref.actor.ppo_epochs must be 1: the recipe trains fully on-policy "
+                                f"(one optimizer step per training step, D.1), got {self.ppo_epochs}")
+        impl = _get(config, "trainer.use_legacy_worker_impl", "auto")
+        if impl not in ("auto", "enable"):
+            raise SettingsError(f"trainer.use_legacy_worker_impl={impl!r} is not supported: the on-policy update "
+                                "(recipe.vsearch.on_policy) wraps verl's FSDP ActorRolloutRefWorker; use 'auto'")
+
+    # ------------------------------------------------------------------ reporting
+    def effective(self) -> dict[str, Any]:
+        """Flat ``{name: value}`` of what the loops, the reward and the update will use."""
+        vr, js = self.agent.vreasoner, self.agent.judge
+        return {
+            "stage": self.stage,
+            "agent_config": self.agent_config_path,
+            "vsearcher.max_pixels": self.vsearcher_max_pixels,
+            "vsearcher.max_tool_calls": self.vsearcher_max_tool_calls,
+            "vsearcher.max_response_tokens": self.vsearcher_response_length,
+            "vsearcher.max_prompt_tokens": self.vsearcher_prompt_length,
+            "vreasoner.model": vr.model,
+            "vreasoner.max_pixels": vr.max_pixels,
+            "vreasoner.image_detail": vr.image_detail,
+            "vreasoner.prompts.training_rollouts": self.reasoner_mode(validate=False),
+            "vreasoner.prompts.validation_rollouts": self.reasoner_mode(validate=True),
+            "vreasoner.max_search_calls": vr.max_search_calls,
+            "vreasoner.max_completion_tokens": vr.max_completion_tokens,
+            "vreasoner.max_format_retries.training_rollouts": self.reasoner_format_retries(False),
+            "vreasoner.max_format_retries.validation_rollouts": self.reasoner_format_retries(True),
+            "vreasoner.api": f"concurrency {vr.max_concurrency}, retries {vr.max_retries}, timeout {vr.timeout_s}s",
+            "judge.model": self.judge_model,
+            "judge.api": f"concurrency {js.max_concurrency}, retries {js.max_retries}, timeout {js.timeout_s}s",
+            "reward": ", ".join(f"{k}={v}" for k, v in asdict(self.reward).items()),
+            "actor.update": f"one optimizer step per training step over the whole batch (ppo_epochs={self.ppo_epochs}; "
+                            "ppo_mini_batch_size is not used)",
+        }
+
+    def describe(self) -> str:
+        rows = self.effective()
+        width = max(map(len, rows))
+        return "\n".join([f"[vsearch] effective settings (stage={self.stage}):"]
+                         + [f"  {k.ljust(width)}  {v}" for k, v in rows.items()])
+
+
+# ----------------------------------------------------------------------------- per-process cache
+_CACHE: dict[tuple, RunSettings] = {}
+
+
+def run_settings(config) -> RunSettings:
+    """:meth:`RunSettings.from_config`, built once per process and config (verl instantiates an agent
+    loop per sample; the agent YAML is read once)."""
+    key = (repr(_plain(_get(config, "vsearch"))), _get(config, "actor_rollout_ref.rollout.response_length"),
+           _get(config, "actor_rollout_ref.rollout.prompt_length"))
+    if key not in _CACHE:
+        _CACHE[key] = RunSettings.from_config(config)
+    return _CACHE[key]
+
+
+# ----------------------------------------------------------------------------- config access
+def _get(config, dotted: str, default: Any = None) -> Any:
+    node = config
+    for part in dotted.split("."):
+        if node is None:
+            return default
+        try:
+            node = node.get(part, None) if hasattr(node, "get") else getattr(node, part, None)
+        except Exception as e:  # an interpolation that cannot resolve
+            raise SettingsError(f"{dotted}: {e}") from None
+    return default if node is None else node
+
+
+def _int(config, dotted: str) -> int:
+    v = _get(config, dotted)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise SettingsError(f"{dotted}: expected a positive int, got {v!r}")
+    return v
+
+
+def _plain(node: Any) -> Any:
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+        if isinstance(node, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(node, resolve=True)
+    except ImportError:
+        pass
+    return node
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m recipe.vsearch.settings <composed config .yaml>``: validate and print the effective
+    settings (what ``DRY_RUN=1`` shows after the composed config)."""
+    from omegaconf import OmegaConf
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m recipe.vsearch.settings <composed config yaml>", file=sys.stderr)
+        return 2
+    try:
+        print(RunSettings.from_config(OmegaConf.load(argv[0])).describe())
+    except SettingsError as e:
+        print(f"[vsearch] error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
