@@ -22,6 +22,7 @@ verl's default ``logprobs_mode=processed_logprobs``. Prompts carry the expanded 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from typing import Any, Optional
 
@@ -57,6 +58,15 @@ def to_module_keys(model: torch.nn.Module, names: list[str]) -> list[str]:
                 break
         out.append(name)
     return out
+
+
+def weights_digest(named_tensors: list[tuple[str, torch.Tensor]]) -> str:
+    """sha256 (first 16 hex digits) of the names and bytes of a list of tensors, in name order."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(named_tensors, key=lambda x: x[0]):
+        h.update(name.encode())
+        h.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 class HFCPUServer:
@@ -108,6 +118,10 @@ class HFCPUServer:
             if missing:
                 raise KeyError(f"hf_cpu rollout: the actor sent no weights for {missing[:5]}")
             self.weight_syncs += 1
+            # one line per sync, forwarded by Ray to the driver's log: the digest shows which weights the
+            # rollout uses (it changes after each actor update and survives checkpoint + resume)
+            print(f"[hf_cpu] replica {self.replica_rank}: weight sync {self.weight_syncs}, "
+                  f"{len(named_tensors)} tensors, sha256 {weights_digest(named_tensors)}", flush=True)
             return self.weight_syncs
 
     async def wake_up(self):
