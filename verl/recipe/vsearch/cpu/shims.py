@@ -27,7 +27,9 @@ import sys
 _INSTALLED = False
 
 
-def _patch_processor() -> None:
+def patch_processor(set_attr=setattr) -> None:
+    """``AutoProcessor.from_pretrained`` falls back to the image-only processor when the video half
+    cannot be built for lack of torchvision (``set_attr``: ``setattr`` or pytest's ``monkeypatch.setattr``)."""
     from transformers import AutoConfig, AutoProcessor
 
     original = AutoProcessor.from_pretrained.__func__
@@ -44,10 +46,11 @@ def _patch_processor() -> None:
             from .processor import image_only_processor
             return image_only_processor(str(name_or_path))
 
-    AutoProcessor.from_pretrained = classmethod(from_pretrained)
+    set_attr(AutoProcessor, "from_pretrained", classmethod(from_pretrained))
 
 
-def _patch_device_module() -> None:
+def patch_device_module() -> None:
+    """The ``torch.cuda`` functions verl calls through ``get_torch_device()``, on ``torch.cpu``."""
     import torch
 
     dev = torch.cpu
@@ -69,7 +72,8 @@ def _patch_device_module() -> None:
             setattr(dev, name, fn)
 
 
-def _patch_process_group() -> None:
+def patch_process_group(set_attr=setattr) -> None:
+    """``init_process_group`` with an NCCL backend (string) uses gloo instead."""
     import torch.distributed as dist
 
     original = dist.init_process_group
@@ -80,10 +84,11 @@ def _patch_process_group() -> None:
             backend = "gloo"
         return original(*args, backend=backend, **kwargs)
 
-    dist.init_process_group = init_process_group
+    set_attr(dist, "init_process_group", init_process_group)
 
 
-def _patch_fsdp2_offload(fsdp_workers) -> None:
+def patch_fsdp2_offload(fsdp_workers, set_attr=setattr) -> None:
+    """verl's FSDP workers build ``CPUOffloadPolicy`` with ``pin_memory=False``."""
     original = fsdp_workers.CPUOffloadPolicy
     if original is None:
         return
@@ -91,7 +96,7 @@ def _patch_fsdp2_offload(fsdp_workers) -> None:
     def cpu_offload_policy(*args, pin_memory: bool = True, **kwargs):
         return original(*args, pin_memory=False, **kwargs)
 
-    fsdp_workers.CPUOffloadPolicy = cpu_offload_policy
+    set_attr(fsdp_workers, "CPUOffloadPolicy", cpu_offload_policy)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -133,9 +138,9 @@ def install() -> bool:
     if _INSTALLED:
         return True
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _patch_device_module()
-    _patch_process_group()
-    _patch_processor()
-    after_import("verl.workers.fsdp_workers", _patch_fsdp2_offload)
+    patch_device_module()
+    patch_process_group()
+    patch_processor()
+    after_import("verl.workers.fsdp_workers", patch_fsdp2_offload)
     _INSTALLED = True
     return True
