@@ -186,7 +186,8 @@ class HFCPUServer:
         token_ids = out.sequences[0, len(prompt_ids):].tolist()
         log_probs = None
         if want_logprobs:
-            log_probs = [float(torch.log_softmax(score[0].float(), -1)[tok]) for score, tok in zip(out.scores, token_ids)]
+            log_probs = [float(torch.log_softmax(score[0].float(), -1)[tok])
+                         for score, tok in zip(out.scores, token_ids)]
         return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed")
 
 
@@ -200,7 +201,8 @@ class HFCPUReplica(RolloutReplica):
     async def launch_servers(self):
         if self.rollout_mode != RolloutMode.HYBRID:
             self.get_ray_class_with_init_args()
-        assert len(self.workers) == self.world_size, f"{len(self.workers)} workers for a rollout world of {self.world_size}"
+        assert len(self.workers) == self.world_size, \
+            f"{len(self.workers)} workers for a rollout world of {self.world_size}"
         node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
         server = ray.remote(HFCPUServer).options(
             name=server_name(self.replica_rank), num_cpus=0,
