@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import types
 
 import pytest
 
@@ -23,6 +22,9 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from recipe.vsearch import agent_loops  # noqa: E402
 from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop  # noqa: E402
+# Qwen2.5-VL's processor without its video half: transformers' video processor needs torchvision, which the
+# CPU environment must not have (verl's hf_processor returns None here); on GPU verl loads the full one
+from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
 from recipe.vsearch.episodes import (EXTRA_SAMPLES_KEY, ROLE_KEY, VALIDATE_KEY,  # noqa: E402
                                      VSearchAgentLoopWorker, finalize_batch)
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
@@ -57,23 +59,6 @@ class ScriptedServerManager:
 def searcher_script(n_images: int, prompt: str) -> str:
     """One crop, then an answer (boxes in the model frame of the first image)."""
     return TOOL % (40, 30, 200, 150) if n_images == 1 else ANSWER % (60, 40, 180, 140)
-
-
-def image_only_processor(model_dir, tok):
-    """Qwen2.5-VL processor without its video half: transformers' video processor needs torchvision,
-    which the CPU environment must not have (verl's ``hf_processor`` returns None here). The image
-    path is the real ``Qwen2_5_VLProcessor.__call__`` / chat template; on GPU verl loads the full one."""
-    from transformers import AutoConfig, Qwen2_5_VLProcessor, Qwen2VLImageProcessor
-    from transformers.models.qwen2_5_vl import Qwen2_5_VLModel
-    p = Qwen2_5_VLProcessor.__new__(Qwen2_5_VLProcessor)
-    p.image_processor, p.tokenizer, p.video_processor = Qwen2VLImageProcessor.from_pretrained(model_dir), tok, None
-    p.chat_template = tok.chat_template
-    p.image_token, p.video_token = "<|image_pad|>", "<|video_pad|>"
-    p.image_token_id, p.video_token_id = (tok.convert_tokens_to_ids(t) for t in (p.image_token, p.video_token))
-    # what verl's hf_processor adds: the model config and mrope's get_rope_index bound to the processor
-    p.config = AutoConfig.from_pretrained(model_dir)
-    p.get_rope_index = types.MethodType(Qwen2_5_VLModel.get_rope_index, p)
-    return p
 
 
 @pytest.fixture(scope="module")

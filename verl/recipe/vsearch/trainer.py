@@ -167,7 +167,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         self._load_checkpoint()
         if cfg.trainer.get("val_before_train", True):
             val_metrics = self._validate()
-            logger.log(data=val_metrics, step=self.global_steps)
+            logger.log(data=plain_metrics(val_metrics), step=self.global_steps)
             if cfg.trainer.get("val_only", False):
                 return
         first_epoch = self.global_steps // len(self.train_dataloader)
@@ -192,7 +192,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                 metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
                 metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
                                                           n_gpus=self.resource_pool_manager.get_n_gpus()))
-                logger.log(data=metrics, step=self.global_steps)
+                logger.log(data=plain_metrics(metrics), step=self.global_steps)
                 progress.update(1)
                 if is_last:
                     progress.close()
@@ -236,6 +236,20 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         out = self.async_rollout_manager.generate_sequences(gen)
         out.meta_info.pop("timing", None)
         return out
+
+
+def plain_metrics(metrics: dict) -> dict:
+    """Metric values as Python numbers. verl's helpers return some as 0-d tensors (``_balance_batch``'s
+    ``global_seqlen/*``) or numpy scalars (``num_turns/*``); the console logger silently skips
+    those and the ``file`` logger (``json.dumps``) crashes on them."""
+    out = {}
+    for key, value in metrics.items():
+        if torch.is_tensor(value) and value.numel() == 1:
+            value = value.item()
+        elif isinstance(value, np.generic):
+            value = value.item()
+        out[key] = value
+    return out
 
 
 def _object_array(values: list) -> np.ndarray:
