@@ -20,17 +20,18 @@ import sys
 from collections.abc import Awaitable, Iterable
 
 from .atomic_io import OutputError
+from .cli import ExitCode
 from .run_lock import RunLockedError
 
 DEFAULT_MAX_FAILURE_RATIO = 0.5
 #: The failure ratio is only judged once this many requests of the run have finished.
 DEFAULT_MIN_REQUESTS = 20
 
-#: Exit codes of the command-line tools (1 stays "finished, but some samples failed").
-EXIT_BAD_INPUT = 2
-EXIT_OUTPUT_ERROR = 3
-EXIT_API_STOP = 4
-EXIT_LOCKED = 5
+#: Exit codes of the command-line tools; the one table is :class:`insight_o3.cli.ExitCode`.
+EXIT_BAD_INPUT = ExitCode.BAD_INPUT
+EXIT_OUTPUT_ERROR = ExitCode.OUTPUT_ERROR
+EXIT_API_STOP = ExitCode.STOPPED
+EXIT_LOCKED = ExitCode.LOCKED
 
 
 class RunStopped(Exception):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from insight_o3.data import difficulty
+from insight_o3.scripts import filter_difficulty as difficulty
 from insight_o3.data.schema import CollageRow, TileRow
 from tests.support.openai_server import chat, error, last_user_text, request_text
 

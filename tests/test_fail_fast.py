@@ -201,7 +201,7 @@ def test_evaluate_vsearch_stops_on_401(tmp_path, openai_server, capsys):
 
 
 def test_difficulty_filter_stops_on_401(tmp_path, openai_server, capsys):
-    from insight_o3.data import difficulty
+    from insight_o3.scripts import filter_difficulty as difficulty
     from tests.test_difficulty_filter import ITEMS, KEY, make_collages
     out = tmp_path / "collages"
     make_collages(out, ITEMS)

@@ -40,13 +40,14 @@ from ..parsing import parse_reasoner_turn
 from ..prompts import (VREASONER_CONTINUE_PROMPT, VREASONER_FORMAT_RETRY_PROMPT, VREASONER_INFER_SYSTEM_PROMPT,
                        VREASONER_LIMIT_PROMPT, VREASONER_NOT_FOUND_PROMPT, VREASONER_TRAIN_SYSTEM_PROMPT)
 from ..trajectory import image_part, image_refs, message
+from ..protocol import LIMITS
 from .searcher_session import LocateResult
 from .views import pil_view, plan_view
 
 REASONER_MODES = ("infer", "train")
 _SYSTEM = {"infer": VREASONER_INFER_SYSTEM_PROMPT, "train": VREASONER_TRAIN_SYSTEM_PROMPT}
 #: Replies per round the fork accepts before giving up (``max_round_retries_val`` / ``max_round_retries``).
-ROUND_ATTEMPTS = {"infer": 5, "train": 3}
+ROUND_ATTEMPTS = {"infer": LIMITS.max_format_retries_eval + 1, "train": LIMITS.max_format_retries_train + 1}
 #: The fork's crop enlargement for the vReasoner (``crop_min_side``, ``crop_min_area``).
 CROP_MIN_SIDE = 56
 CROP_MIN_AREA = 112 * 112
@@ -109,7 +110,7 @@ class ReasonerSession:
     ``infer`` and 2 for ``train``, i.e. 5 and 3 replies per round)."""
 
     def __init__(self, image_path: str, question_text: str, images: ImageStore, max_pixels: int | None = None,
-                 mode: str = "infer", max_search_calls: int = 6, system_prompt: str | None = None,
+                 mode: str = "infer", max_search_calls: int = LIMITS.max_search_calls, system_prompt: str | None = None,
                  max_format_retries: int | None = None):
         if mode not in REASONER_MODES:
             raise ValueError(f"vReasoner mode must be one of {REASONER_MODES}, got {mode!r}")

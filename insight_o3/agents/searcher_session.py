@@ -40,6 +40,7 @@ from ..parsing import parse_searcher_turn
 from ..prompts import (VSEARCHER_FIRST_USER_PROMPT, VSEARCHER_LIMIT_PROMPT, VSEARCHER_SIMPLE_SYSTEM_PROMPT,
                        VSEARCHER_SIMPLE_USER_PROMPT, VSEARCHER_SYSTEM_PROMPT, VSEARCHER_TOOL_RESPONSE_CLOSE,
                        VSEARCHER_TOOL_RESPONSE_PROMPT, fill)
+from ..protocol import LIMITS
 from ..trajectory import image_part, message
 from .records import compact_messages
 from .views import crop_box, pil_view, plan_view
@@ -107,7 +108,7 @@ class SearcherSession:
     """One vSearcher episode: ``messages`` to send, ``step(text)`` per reply, ``result()`` at the end."""
 
     def __init__(self, image_path: str, description: str, images: ImageStore, max_pixels: int,
-                 prompt: str = "trained", max_tool_calls: int = 6):
+                 prompt: str = "trained", max_tool_calls: int = LIMITS.max_tool_calls):
         if prompt not in SEARCHER_PROMPTS:
             raise ValueError(f"vSearcher prompt must be one of {SEARCHER_PROMPTS}, got {prompt!r}")
         self.image_path, self.description = str(image_path), description

@@ -10,6 +10,7 @@ from ..evaluation.judge import insight_o3_question
 from ..evaluation.solver import Attempt
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore
+from ..protocol import LIMITS
 from .clients import AnswerResult, InSightO3, VSearcher
 
 
@@ -60,12 +61,12 @@ class InSightO3Solver:
         searcher = VSearcher(s_client, args.vsearcher_model, images,
                              max_pixels=getattr(args, "vsearcher_max_pixels", None) or VSEARCHER_EVAL_MAX_PIXELS,
                              prompt=getattr(args, "vsearcher_prompt", None) or "trained",
-                             max_tool_calls=6, redactor=redactor,
+                             max_tool_calls=LIMITS.max_tool_calls, redactor=redactor,
                              completion_kwargs=_as_dict(getattr(args, "vsearcher_chat_completion_kwargs", None),
                                                         "vsearcher_chat_completion_kwargs"))
         system = InSightO3(r_client, args.model, searcher, images, max_pixels=getattr(args, "img_max_pixels", None),
                            mode=getattr(args, "reasoner_prompt", None) or "infer",
-                           max_search_calls=getattr(args, "max_vsearch_calls", None) or 6,
+                           max_search_calls=getattr(args, "max_vsearch_calls", None) or LIMITS.max_search_calls,
                            completion_kwargs=_as_dict(getattr(args, "chat_completion_kwargs", None),
                                                       "chat_completion_kwargs"),
                            image_url_extra=_as_dict(getattr(args, "image_url_extra_settings", None),

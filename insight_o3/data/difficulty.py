@@ -1,14 +1,17 @@
 """Collage difficulty filter (C.1): a vReasoner answers each collage question *without* vSearcher
 ``--attempts`` times (pass@3 in the paper); any correct attempt removes the collage.
 
-    python -m insight_o3.scripts.generate_collages filter --out_dir data/collages --model gpt-5-mini
+    python -m insight_o3.scripts.filter_difficulty --output_dir data/collages --model gpt-5-mini
+
+(the same as ``python -m insight_o3.scripts.generate_collages filter ...``; the command-line flags are
+in :mod:`insight_o3.scripts.filter_difficulty`, the engine is :func:`run_filter`.)
 
 The request and the answer check are the evaluation's own: each collage row becomes an
 ``evaluation`` :class:`~insight_o3.evaluation.samples.Sample`, the attempts come from
 :class:`~insight_o3.evaluation.single_model.SingleModelSolver` (one request with ``n=--attempts``,
 or one request per attempt with ``--separate_attempt_requests``; think system prompt) and every
 attempt is checked by :class:`~insight_o3.evaluation.judge.AnswerJudge` (rules first, then the judge
-model ``--judge_model``, default ``gpt-5-nano`` on the same endpoint unless ``--judge_base_url`` /
+model ``--judge_model``, default ``gpt-5-nano`` on the same endpoint unless ``--judge_api_base_url`` /
 ``--judge_api_key`` or ``$JUDGE_API_BASE_URL`` / ``$JUDGE_API_KEY`` say otherwise).
 
 Reads ``<out_dir>/collages.jsonl``; one record per collage is appended durably to
@@ -21,18 +24,16 @@ lost attempts and re-judging stored responses whose judging failed. ``collages_h
 rows with ``solved: false``, same schema as ``collages.jsonl``) is rewritten at the end; the exit
 status is 1 while some collages are still errors.
 
-The filter holds ``--out_dir``'s lock (shared with ``generate_collages``: status 5 if another run holds
+The filter holds ``--output_dir``'s lock (shared with ``generate_collages``: status 5 if another run holds
 it); a 401/403/404 from the vReasoner or judge endpoint, or more than ``--max_failure_ratio`` failed
 requests, stop it (status 4); an unwritable output stops it (status 3). Each prints one line and keeps
 every finished collage.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
-import sys
+from dataclasses import dataclass
 
 from tqdm import tqdm
 
@@ -47,11 +48,16 @@ from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize, usable_cpus
 from ..jsonl import iter_jsonl
 from ..parsing import format_options
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, STOP_ERRORS, RunGuard, gather_or_stop, report_stop
+from ..protocol import LIMITS
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, gather_or_stop
 from ..run_lock import run_lock
 
 RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
 _REQUIRED = ("sample_key", "image", "question", "answer")
+
+
+class CollagesFileError(ValueError):
+    """A bad ``collages.jsonl`` line; the message names the file, the line and the field."""
 
 
 def collage_sample(row: dict, out_dir: str) -> Sample:
@@ -91,89 +97,77 @@ async def check_collage(sample: Sample, solver: SingleModelSolver, judge: Answer
     return {"sample_key": sample.key, "solved": solved, "attempts": recs}
 
 
-def _load_rows(path: str) -> list[dict]:
+def load_rows(path: str) -> list[dict]:
+    """The rows of a ``collages.jsonl`` (:class:`CollagesFileError` naming file, line and field)."""
     rows, keys = [], set()
-    for where, _, row in iter_jsonl(path, SystemExit, what="collages file"):
+    for where, _, row in iter_jsonl(path, CollagesFileError, what="collages file"):
         missing = [f for f in _REQUIRED if row.get(f) in (None, "")]
         if missing:
-            raise SystemExit(f"{where}: field {missing[0]!r} is missing or empty")
+            raise CollagesFileError(f"{where}: field {missing[0]!r} is missing or empty")
         if row["sample_key"] in keys:
-            raise SystemExit(f"{where}: field 'sample_key': duplicate {row['sample_key']!r}")
+            raise CollagesFileError(f"{where}: field 'sample_key': duplicate {row['sample_key']!r}")
         keys.add(row["sample_key"])
         rows.append(row)
     return rows
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m insight_o3.scripts.generate_collages filter")
-    ap.add_argument("--out_dir", required=True, help="a generate_collages output directory")
-    ap.add_argument("--model", required=True, help="the vReasoner")
-    ap.add_argument("--attempts", type=int, default=3, help="pass@k (paper: 3)")
-    ap.add_argument("--api_key", default=None, help="default: $OPENAI_API_KEY")
-    ap.add_argument("--base_url", default=None, help="default: $OPENAI_BASE_URL")
-    ap.add_argument("--judge_model", default="gpt-5-nano", help="decides answers the rules cannot")
-    ap.add_argument("--judge_api_key", default=None, help="default: $JUDGE_API_KEY, then the vReasoner's key")
-    ap.add_argument("--judge_base_url", default=None,
-                    help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL, then the vReasoner's endpoint")
-    ap.add_argument("--separate_attempt_requests", action="store_true",
-                    help="one request per attempt instead of n=--attempts (for APIs that reject n>1)")
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--max_retries", type=int, default=5, help="the openai SDK's retries")
-    ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
-    ap.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
-                    help="stop when more than this share of the requests failed (judged from the 20th on)")
-    ap.add_argument("--image_workers", type=int, default=None,
-                    help="image decode/encode processes (default: the usable CPUs; 0 = threads)")
-    ap.add_argument("--no_progress", action="store_true")
-    return ap
+@dataclass(frozen=True, kw_only=True)
+class FilterSettings:
+    """One difficulty-filter run (keys are resolved by the caller and never written anywhere)."""
+    out_dir: str
+    model: str
+    api_key: str | None = None
+    api_base_url: str | None = None
+    judge_model: str = "gpt-5-nano"
+    judge_api_key: str | None = None
+    judge_api_base_url: str | None = None
+    attempts: int = LIMITS.difficulty_attempts
+    separate_attempt_requests: bool = False
+    concurrency: int = 16
+    max_retries: int = 5
+    client_timeout: float | None = None
+    max_pixels: int = 1280 * 1280
+    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
+    image_workers: int | None = None
+    progress: bool = True
 
 
-def main(argv: list[str]) -> int:
-    ap = build_parser()
-    a = ap.parse_args(argv)
-    if a.attempts < 1 or a.concurrency < 1 or a.max_retries < 0 or a.max_pixels < 0:
-        ap.error("--attempts and --concurrency must be >= 1, --max_retries and --max_pixels >= 0")
-    if not 0 < a.max_failure_ratio <= 1 or (a.image_workers is not None and a.image_workers < 0):
-        ap.error("--max_failure_ratio must be in (0, 1] and --image_workers >= 0")
-    rows = _load_rows(os.path.join(a.out_dir, ROWS_FILE))
-    key, base = resolve(a.api_key, ("OPENAI_API_KEY",)), resolve(a.base_url, ("OPENAI_BASE_URL",))
-    judge_key = resolve(a.judge_api_key, ("JUDGE_API_KEY",), key)
-    judge_base = resolve(a.judge_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base)
-    redact = Redactor(key, judge_key)
-    try:
-        with run_lock(a.out_dir, "generate_collages filter"):
-            return _filter_locked(a, rows, key, base, judge_key, judge_base, redact)
-    except STOP_ERRORS as e:
-        return report_stop(e, redact, os.path.join(a.out_dir, RECORDS_FILE))
+def run_filter(f: FilterSettings, *, redact=lambda s: s) -> dict:
+    """Filter ``<out_dir>/collages.jsonl`` under the directory's lock; returns the counts
+    ``{"collages", "hard", "errors"}`` (``errors``: collages still lost to API errors). Raises
+    :class:`CollagesFileError` for a bad collages file and the stop errors of :mod:`insight_o3.run_guard`."""
+    rows = load_rows(os.path.join(f.out_dir, ROWS_FILE))
+    with run_lock(f.out_dir, "generate_collages filter"):
+        return _filter_locked(f, rows, redact)
 
 
-def _filter_locked(a: argparse.Namespace, rows: list[dict], key, base, judge_key, judge_base, redact) -> int:
-    rec_log = RecordLog.open(os.path.join(a.out_dir, RECORDS_FILE))
+def _filter_locked(f: FilterSettings, rows: list[dict], redact) -> dict:
+    rec_log = RecordLog.open(os.path.join(f.out_dir, RECORDS_FILE))
     todo = [r for r in rows if "solved" not in rec_log.records.get(r["sample_key"], {})]
 
     async def run():
-        conns = max(a.concurrency * (a.attempts if a.separate_attempt_requests else 1), 16)
-        guard = RunGuard(a.max_failure_ratio, redact=redact)
-        client = make_client(key, base, max_retries=a.max_retries, max_connections=conns, role="vReasoner",
-                             guard=guard)
-        judge_client = make_client(judge_key, judge_base, max_retries=a.max_retries, max_connections=conns,
-                                   role="judge", guard=guard)
-        workers = usable_cpus() if a.image_workers is None else a.image_workers
+        conns = max(f.concurrency * (f.attempts if f.separate_attempt_requests else 1), 16)
+        guard = RunGuard(f.max_failure_ratio, redact=redact)
+        client = make_client(f.api_key, f.api_base_url, timeout=f.client_timeout, max_retries=f.max_retries,
+                             max_connections=conns, role="vReasoner", guard=guard)
+        judge_client = make_client(f.judge_api_key, f.judge_api_base_url, timeout=f.client_timeout,
+                                   max_retries=f.max_retries, max_connections=conns, role="judge", guard=guard)
+        workers = usable_cpus() if f.image_workers is None else f.image_workers
         store = ImageStore(originals_cached=0, workers=max(1, workers), processes=workers > 0)
-        solver = SingleModelSolver(client, a.model, store, Resize(max_pixels=a.max_pixels or None),
+        solver = SingleModelSolver(client, f.model, store, Resize(max_pixels=f.max_pixels or None),
                                    system_prompt=prompts.THINK_SYSTEM_PROMPT, image_url_extra={"detail": "high"},
-                                   separate_trial_requests=a.separate_attempt_requests, redact=redact)
-        judge = AnswerJudge(judge_client, a.judge_model, redact=redact)
-        sem = asyncio.Semaphore(a.concurrency)
-        bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"pass@{a.attempts}",
-                   disable=a.no_progress)
+                                   separate_trial_requests=f.separate_attempt_requests, redact=redact)
+        judge = AnswerJudge(judge_client, f.judge_model, redact=redact)
+        sem = asyncio.Semaphore(f.concurrency)
+        bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"pass@{f.attempts}",
+                   disable=not f.progress)
 
         async def one(row):
             async with sem:
-                sample = collage_sample(row, a.out_dir)
+                sample = collage_sample(row, f.out_dir)
                 previous = rec_log.records.get(sample.key, {}).get("attempts")
                 try:
-                    rec = await check_collage(sample, solver, judge, a.attempts, previous)
+                    rec = await check_collage(sample, solver, judge, f.attempts, previous)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # never lose the collage: recorded as an error, retried next run
@@ -198,9 +192,5 @@ def _filter_locked(a: argparse.Namespace, rows: list[dict], key, base, judge_key
         rec_log.close()
     hard = [r for r in rows if rec_log.records.get(r["sample_key"], {}).get("solved") is False]
     errors = sum(1 for r in rows if "solved" not in rec_log.records.get(r["sample_key"], {}))
-    write_jsonl_atomic(os.path.join(a.out_dir, HARD_FILE), hard)
-    print(json.dumps({"collages": len(rows), "hard": len(hard), "errors": errors}))
-    if errors:
-        print(f"warning: {errors} collage(s) lost to API errors; run again to retry them", file=sys.stderr)
-        return 1
-    return 0
+    write_jsonl_atomic(os.path.join(f.out_dir, HARD_FILE), hard)
+    return {"collages": len(rows), "hard": len(hard), "errors": errors}

@@ -31,6 +31,7 @@ from ..evaluation.records import RecordFileError
 from ..evaluation.runner import RunConfig, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples
 from ..evaluation.single_model import SingleModelSolver
+from ..protocol import LIMITS
 from ..run_guard import (DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard,
                          report_stop)
 
@@ -109,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vsearcher_api_key", help="default: $VSEARCHER_API_KEY")
     g.add_argument("--vsearcher_max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
     g.add_argument("--vsearcher_prompt", choices=("trained", "simple"), default="trained")
-    g.add_argument("--max_vsearch_calls", type=int, default=6)
+    g.add_argument("--max_vsearch_calls", type=int, default=LIMITS.max_search_calls)
     g.add_argument("--vsearcher_chat_completion_kwargs", type=_json_object("--vsearcher_chat_completion_kwargs"),
                    default={}, help='extra kwargs of every vSearcher request (temperature defaults to 0, the '
                                     'paper\'s evaluation setting), e.g. \'{"max_tokens": 4096}\'')

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from insight_o3.geometry import VSEARCHER_EVAL_MAX_PIXELS, VSEARCHER_TRAIN_MAX_PIXELS
+from insight_o3.protocol import LIMITS
 
 STAGES = ("train", "eval")
 
@@ -28,11 +29,11 @@ def _min(value: float):
 class VReasonerConfig:
     model: str
     max_pixels: int                  # image budget sent to the API (1280x1280 GPT, 3500x3500 otherwise)
-    max_search_calls: int = 6
+    max_search_calls: int = LIMITS.max_search_calls
     max_completion_tokens: int = 16384   # per vReasoner request (max_completion_tokens of the API)
     image_detail: str = "high"           # image_url "detail" of every image sent to the vReasoner
-    max_format_retries_train: int = field(default=2, metadata=_min(0))
-    max_format_retries_eval: int = field(default=4, metadata=_min(0))
+    max_format_retries_train: int = field(default=LIMITS.max_format_retries_train, metadata=_min(0))
+    max_format_retries_eval: int = field(default=LIMITS.max_format_retries_eval, metadata=_min(0))
     max_concurrency: int = 64
     max_retries: int = field(default=3, metadata=_min(0))
     timeout_s: float = 600
@@ -43,7 +44,7 @@ class VReasonerConfig:
 
 @dataclass(frozen=True)
 class VSearcherBudget:
-    max_tool_calls: int = 6
+    max_tool_calls: int = LIMITS.max_tool_calls
     max_pixels_train: int = VSEARCHER_TRAIN_MAX_PIXELS
     max_pixels_eval: int = VSEARCHER_EVAL_MAX_PIXELS
 

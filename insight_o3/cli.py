@@ -1,0 +1,150 @@
+"""What every command-line tool shares: exit codes, logging, the common flags and ``run_main``.
+
+Exit codes (the same for every ``insight_o3.scripts.*`` command and ``insight-o3-*`` console script):
+
+====  ==============  =================================================================================
+code  name            meaning
+====  ==============  =================================================================================
+0     OK              everything asked for is done
+1     INCOMPLETE      the run finished but some items failed (lost to API errors); rerun to retry them
+2     BAD_INPUT       bad usage or bad input (flags, annotation/pool/layout files, settings mismatch)
+3     OUTPUT_ERROR    an output file or directory could not be written
+4     STOPPED         stopped early on purpose: a 401/403/404, too many failed requests
+5     LOCKED          another run holds the output directory
+====  ==============  =================================================================================
+
+Flags shared by several commands have one spelling everywhere (``--output_dir``, ``--api_base_url``,
+``--api_key``, ``--concurrency``, ``--max_retries``, ``--client_timeout``, ``--max_failure_ratio``,
+``--image_workers``, ``--no_progress``); older spellings that the docs once used (``--out_dir``,
+``--base_url``, ``--timeout`` ...) keep working as hidden aliases.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from enum import IntEnum
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INCOMPLETE = 1
+    BAD_INPUT = 2
+    OUTPUT_ERROR = 3
+    STOPPED = 4
+    LOCKED = 5
+
+
+class BadInput(ValueError):
+    """Bad input found after parsing (a file, a field, settings that do not match); exit code 2.
+    The message names the file, line and field where there is one."""
+
+
+#: Option strings still accepted but left out of ``--help`` (old spellings kept for compatibility).
+HIDDEN_ALIASES = frozenset({"--out_dir", "--out", "--base_url", "--judge_base_url", "--timeout"})
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option under its current name only (hidden aliases stay usable)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        shown = [s for s in action.option_strings if s not in HIDDEN_ALIASES]
+        if action.option_strings and shown and len(shown) < len(action.option_strings):
+            action = _copy_with_options(action, shown)
+        return super()._format_action_invocation(action)
+
+
+def _copy_with_options(action: argparse.Action, option_strings: list[str]) -> argparse.Action:
+    import copy
+    a = copy.copy(action)
+    a.option_strings = option_strings
+    return a
+
+
+def new_parser(prog: str, description: str | None = None, **kwargs) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` with the shared help formatter."""
+    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """The one logging set-up of every command: timestamped lines on stderr, no line per HTTP request."""
+    from .api import quiet_http_logs
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    quiet_http_logs()
+
+
+# ----------------------------------------------------------------------------- shared flags
+def add_output_dir(p, *, dest: str = "output_dir", required: bool = False, default: str | None = None,
+                   help: str = "where results go", aliases: tuple[str, ...] = ("--out_dir",)) -> None:
+    p.add_argument("--output_dir", *aliases, dest=dest, required=required, default=default, help=help)
+
+
+def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = False) -> None:
+    """``--{prefix}api_base_url`` / ``--{prefix}api_key`` with the env vars of ``api.ENV_KEYS[env]`` in the help.
+    ``aliases``: also accept the older ``--{prefix}base_url``."""
+    from .api import ENV_KEYS
+    keys, urls = ENV_KEYS[env]
+    url_opts = [f"--{prefix}api_base_url"] + ([f"--{prefix}base_url"] if aliases else [])
+    p.add_argument(*url_opts, dest=f"{prefix}api_base_url", default=None,
+                   help="default: " + ", then ".join(f"${n}" for n in urls))
+    p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
+
+
+def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
+    """``--max_retries`` (the openai SDK's retries) and ``--client_timeout`` (seconds per request)."""
+    p.add_argument("--max_retries", type=int, default=max_retries,
+                   help=f"the openai SDK's retries per request (default: {max_retries})")
+    opts = ["--client_timeout"] + (["--timeout"] if aliases else [])
+    p.add_argument(*opts, dest="client_timeout", type=float, default=client_timeout,
+                   help=f"seconds per request (default: {client_timeout if client_timeout else 'the SDK default, 600'})")
+
+
+def add_run_flags(p, *, concurrency: int, failure_ratio: bool = True, image_workers: bool = True,
+                  progress: bool = True) -> None:
+    """``--concurrency``, ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
+    from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS
+    p.add_argument("--concurrency", type=int, default=concurrency, help=f"requests in flight (default: {concurrency})")
+    if failure_ratio:
+        p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
+                       help=f"stop when more than this share of the requests failed after retries, judged from "
+                            f"the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 stops at once")
+    if image_workers:
+        p.add_argument("--image_workers", type=int, default=None,
+                       help="image decode/resize/encode processes (default: the usable CPUs; 0 = threads)")
+    if progress:
+        p.add_argument("--no_progress", action="store_true", help="no progress bar")
+
+
+def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """The range checks of the shared flags that ``a`` has (``p.error`` -> exit code 2)."""
+    if getattr(a, "concurrency", 1) < 1:
+        p.error("--concurrency must be at least 1")
+    if getattr(a, "max_retries", 0) < 0:
+        p.error("--max_retries must not be negative")
+    if getattr(a, "client_timeout", None) is not None and a.client_timeout <= 0:
+        p.error("--client_timeout must be positive")
+    if not 0 < getattr(a, "max_failure_ratio", 1) <= 1:
+        p.error("--max_failure_ratio must be in (0, 1]")
+    if getattr(a, "image_workers", None) is not None and a.image_workers < 0:
+        p.error("--image_workers must not be negative")
+
+
+# ----------------------------------------------------------------------------- the run
+def run_main(body: Callable[[], int], *, bad_input: tuple[type[BaseException], ...] = (),
+             redact: Callable[[str], str] = lambda s: s, results: str | None = None) -> int:
+    """Run a command's body and map how it ends to an :class:`ExitCode`, with one line on stderr.
+
+    ``bad_input``: exception types (besides :class:`BadInput`) that mean bad input (2); the
+    deliberate stops of :mod:`insight_o3.run_guard` map to 3/4/5; ``results`` names where finished
+    work lives (for their message)."""
+    from .run_guard import STOP_ERRORS, report_stop
+    try:
+        return int(body())
+    except (BadInput, *bad_input) as e:
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except STOP_ERRORS as e:
+        return report_stop(e, redact, results)
