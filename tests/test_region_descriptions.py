@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from insight_o3.cli import ExitCode
 from insight_o3.data.describe import parse_description
 from insight_o3.prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
 from tests.support.openai_server import chat, error
@@ -89,7 +90,8 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
 
     srv2 = openai_server(fast)
     r = subprocess.run(_cmd(img_dir, lay_dir, out, srv2.base_url), cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    # exit 1 = incomplete work (one box lost to the scripted 400; was 0 before the shared exit-code contract)
+    assert r.returncode == ExitCode.INCOMPLETE, r.stderr
     assert "sk-test-secret-123" not in r.stderr + r.stdout + log.read_text()
     # exactly the unfinished boxes were asked again
     assert len(fast_calls) == 9 - len(done_before)
@@ -120,5 +122,5 @@ def test_missing_image_is_a_clear_error(tmp_path):
     os.remove(img_dir / "info1.png")
     r = subprocess.run(_cmd(img_dir, lay_dir, tmp_path / "o", "http://127.0.0.1:9/v1"), cwd=REPO,
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    assert "info1.json" in r.stderr and "image file not found" in r.stderr
+    assert r.returncode == ExitCode.BAD_INPUT
+    assert "info1.json" in r.stderr and "image file not found" in r.stderr and "Traceback" not in r.stderr

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from PIL import Image
 
-from insight_o3.data.reliability import CHECKED_SOURCES, main, parse_checker
+from insight_o3.data.reliability import CHECKED_SOURCES, parse_checker
 from insight_o3.parsing import extract_answer_span
 from insight_o3.scripts import check_reliability
+from insight_o3.scripts.check_reliability import main
 from tests.support.openai_server import chat, error, last_user_text, request_text
 
 KEY, QWEN_KEY = "sk-reliability-SECRET-24681357", "sk-qwen-SECRET-97531"

@@ -2,7 +2,7 @@
 every checker MLLM answers it correctly (the paper: Qwen2.5-VL-7B and GPT-5-nano, "under a
 deterministic prompt"; any other outcome, including ambiguous or poorly aligned items, discards it).
 
-    python -m insight_o3.scripts.check_reliability --source_pool pool.jsonl --out_dir out/reliability \\
+    python -m insight_o3.scripts.check_reliability --source_pool pool.jsonl --output_dir out/reliability \\
         --checker "Qwen/Qwen2.5-VL-7B-Instruct,http://localhost:8000/v1,VLLM_API_KEY" --checker gpt-5-nano \\
         --judge_model gpt-5-nano
 
@@ -23,28 +23,28 @@ and is checked by :class:`~insight_o3.evaluation.judge.AnswerJudge` (rules first
 ``--judge_model``).
 
 Resumable like the difficulty filter: one record per checked item is appended durably to
-``<out_dir>/reliability.jsonl`` as it finishes: ``sample_key`` (the pool id), ``reliable`` and
+``<output_dir>/reliability.jsonl`` as it finishes: ``sample_key`` (the pool id), ``reliable`` and
 ``checks`` (per checker model the judge's ``status``, ``extracted_answer``, ``response``,
 ``finish_reason``, ``judge_method``, ``fail_reason``, ``fail_stage``). An item whose check was cut by
 an API error before any checker answered wrongly is recorded with ``error``; the next run retries
 only such items (and those without a record), keeping the checkers' judged answers, re-judging
 stored responses whose judging failed and asking again only the lost ones. At the end
-``<out_dir>/pool_reliable.jsonl`` (source-pool format: the unchecked items plus the reliable ones, in
+``<output_dir>/pool_reliable.jsonl`` (source-pool format: the unchecked items plus the reliable ones, in
 pool order) is rewritten atomically; the exit status is 1 while some items are still errors.
+
+The command line is :mod:`insight_o3.scripts.check_reliability`; the engine is :func:`run_check`.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
 from .. import prompts
-from ..api import Redactor, make_client, resolve
+from ..api import make_client
+from ..atomic_io import OutputError
 from ..evaluation.judge import AnswerJudge
 from ..evaluation.records import RecordLog
 from ..evaluation.samples import Sample
@@ -112,70 +112,56 @@ def parse_checker(spec: str) -> tuple[str, str | None, str]:
     return parts[0], base, key_env
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m insight_o3.scripts.check_reliability",
-                                 description="C.1 MLLM reliability check of a collage source pool.")
-    ap.add_argument("--source_pool", required=True, help="pool table (.jsonl or .parquet), see data/source_pool.py")
-    ap.add_argument("--image_root", default=None, help="image paths are relative to this (default: the pool's dir)")
-    ap.add_argument("--out_dir", required=True)
-    ap.add_argument("--checker", action="append", required=True, metavar="MODEL[,BASE_URL[,API_KEY_ENV]]",
-                    help="a checker MLLM (repeat; the paper uses Qwen2.5-VL-7B and GPT-5-nano)")
-    ap.add_argument("--judge_model", default="gpt-5-nano", help="decides answers the rules cannot")
-    ap.add_argument("--judge_base_url", default=None, help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL / "
-                                                            "$OPENAI_BASE_URL")
-    ap.add_argument("--judge_api_key_env", default=None, help="default: JUDGE_API_KEY, then OPENAI_API_KEY")
-    ap.add_argument("--all_sources", action="store_true", help="check every item, not only the natural-image stream")
-    ap.add_argument("--chat_completion_kwargs", type=json.loads, default={},
-                    help="JSON object passed to every checker request (e.g. {\"temperature\": 0})")
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--max_retries", type=int, default=5, help="the openai SDK's retries")
-    ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
-    ap.add_argument("--skip_image_check", action="store_true", help="do not open every image when loading the pool")
-    ap.add_argument("--no_progress", action="store_true")
-    return ap
+@dataclass(frozen=True, kw_only=True)
+class CheckerEndpoint:
+    """One checker MLLM: its model name, endpoint and key (the key is kept in memory only)."""
+    model: str
+    api_base_url: str | None = None
+    api_key: str | None = None
 
 
-def main(argv: list[str]) -> int:
-    ap = build_parser()
-    a = ap.parse_args(argv)
-    if a.concurrency < 1 or a.max_retries < 0 or a.max_pixels < 0:
-        ap.error("--concurrency must be >= 1, --max_retries and --max_pixels >= 0")
-    if not isinstance(a.chat_completion_kwargs, dict):
-        ap.error("--chat_completion_kwargs must be a JSON object")
+@dataclass(frozen=True, kw_only=True)
+class ReliabilitySettings:
+    out_dir: str
+    checkers: tuple[CheckerEndpoint, ...]
+    judge_model: str = "gpt-5-nano"
+    judge_api_key: str | None = None
+    judge_api_base_url: str | None = None
+    all_sources: bool = False
+    chat_completion_kwargs: dict = field(default_factory=dict)
+    concurrency: int = 16
+    max_retries: int = 5
+    client_timeout: float | None = None
+    max_pixels: int = 1280 * 1280
+    progress: bool = True
+
+
+def run_check(a: ReliabilitySettings, items: list[SourceItem], *, redact=lambda s: s) -> dict:
+    """Check ``items`` (resuming from ``<out_dir>/reliability.jsonl``) and write ``pool_reliable.jsonl``;
+    returns ``{"items", "checked", "kept", "errors"}`` (``errors``: items still lost to API errors)."""
     try:
-        specs = [parse_checker(s) for s in a.checker]
-    except ValueError as e:
-        ap.error(str(e))
-    if len({m for m, _, _ in specs}) != len(specs):
-        ap.error("--checker models must be distinct")
-    try:
-        items = load_pool(a.source_pool, a.image_root, check_images=not a.skip_image_check)
-    except PoolError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    os.makedirs(a.out_dir, exist_ok=True)
-    keys = [resolve(None, (env,)) for _, _, env in specs]
-    judge_key = resolve(None, (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY"))
-    judge_base = resolve(a.judge_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL"))
-    redact = Redactor(*keys, judge_key)
+        os.makedirs(a.out_dir, exist_ok=True)
+    except OSError as e:
+        raise OutputError.from_os_error(a.out_dir, e, "create") from None
     rec_log = RecordLog.open(os.path.join(a.out_dir, RECORDS_FILE))
     checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]
     todo = [(i, it) for i, it in checked if "reliable" not in rec_log.records.get(it.id, {})]
 
     async def run():
-        clients = [make_client(k, resolve(base, ("OPENAI_BASE_URL",)), max_retries=a.max_retries,
-                               max_connections=max(a.concurrency, 16)) for (_, base, _), k in zip(specs, keys)]
-        judge_client = make_client(judge_key, judge_base, max_retries=a.max_retries,
-                                   max_connections=max(a.concurrency, 16))
+        clients = [make_client(c.api_key, c.api_base_url, timeout=a.client_timeout, max_retries=a.max_retries,
+                               max_connections=max(a.concurrency, 16)) for c in a.checkers]
+        judge_client = make_client(a.judge_api_key, a.judge_api_base_url, timeout=a.client_timeout,
+                                   max_retries=a.max_retries, max_connections=max(a.concurrency, 16))
         store = ImageStore(originals_cached=0)
         resize = Resize(max_pixels=a.max_pixels or None)
-        checkers = [Checker(m, SingleModelSolver(cl, m, store, resize, system_prompt=prompts.THINK_SYSTEM_PROMPT,
-                                                 completion_kwargs=a.chat_completion_kwargs,
-                                                 image_url_extra={"detail": "high"}, redact=redact))
-                    for (m, _, _), cl in zip(specs, clients)]
+        checkers = [Checker(c.model, SingleModelSolver(cl, c.model, store, resize,
+                                                       system_prompt=prompts.THINK_SYSTEM_PROMPT,
+                                                       completion_kwargs=a.chat_completion_kwargs,
+                                                       image_url_extra={"detail": "high"}, redact=redact))
+                    for c, cl in zip(a.checkers, clients)]
         judge = AnswerJudge(judge_client, a.judge_model, redact=redact)
         sem = asyncio.Semaphore(a.concurrency)
-        bar = tqdm(total=len(checked), initial=len(checked) - len(todo), desc="reliability", disable=a.no_progress)
+        bar = tqdm(total=len(checked), initial=len(checked) - len(todo), desc="reliability", disable=not a.progress)
 
         async def one(i: int, item: SourceItem):
             async with sem:
@@ -206,8 +192,4 @@ def main(argv: list[str]) -> int:
     kept = [it for it in items if it.id not in checked_ids or rec_log.records.get(it.id, {}).get("reliable") is True]
     errors = sum(1 for _, it in checked if "reliable" not in rec_log.records.get(it.id, {}))
     write_pool(kept, os.path.join(a.out_dir, KEPT_FILE))
-    print(json.dumps({"items": len(items), "checked": len(checked), "kept": len(kept), "errors": errors}))
-    if errors:
-        print(f"warning: {errors} item(s) lost to API errors; run again to retry them", file=sys.stderr)
-        return 1
-    return 0
+    return {"items": len(items), "checked": len(checked), "kept": len(kept), "errors": errors}

@@ -1,9 +1,9 @@
 """Region-localization data (Appendix C.2): layout filtering/merging, then region descriptions.
 
     python -m insight_o3.scripts.build_region_localization --layouts layouts/ --image_dir infographicvqa/ \\
-        --out_dir out/region_localization --model gpt-5-nano --concurrency 32
+        --output_dir out/region_localization --model gpt-5-nano --concurrency 32
 
-Writes, under ``--out_dir``:
+Writes, under ``--output_dir``:
 
 * ``boxes.jsonl``: the layout boxes kept by the C.2 rules (rewritten atomically each run; cheap);
 * ``descriptions.jsonl``: one record per box as it finishes (``status`` ok/failed; the resume log);
@@ -12,11 +12,12 @@ Writes, under ``--out_dir``:
 
 ``--layouts`` is a directory of PaddleOCR ``*.json`` results, one ``.json`` or a ``.jsonl`` with one
 result per line (see :mod:`insight_o3.data.layout`). API key and base URL: ``--api_key`` /
-``--base_url`` or ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
+``--api_base_url`` or ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
 
-The run holds ``--out_dir``'s lock (a second run exits with status 5); a 401/403/404 from the endpoint
-or more than ``--max_failure_ratio`` failed requests stop it (status 4), an unwritable output stops it
-(status 3); each prints one line and keeps every finished description.
+Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some boxes have no description yet (lost to
+API errors; rerun to retry them); 2 bad input (a layout file, a missing image); 3 an output could not be
+written; 4 stopped by the API (a 401/403/404 or more than ``--max_failure_ratio`` failed requests); 5
+another run holds ``--output_dir``. Each stop prints one line and keeps every finished description.
 """
 from __future__ import annotations
 
@@ -31,13 +32,15 @@ import sys
 from tqdm import tqdm
 
 from ..atomic_io import write_jsonl_atomic
-from ..api import ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
+from ..api import ENV_KEYS, Redactor, make_client, resolve
+from ..cli import (ExitCode, add_api_flags, add_client_flags, add_output_dir, add_run_flags, check_run_flags,
+                   new_parser, run_main, setup_logging)
 from ..data.describe import BoxTask, DescribeConfig, describe_all
 from ..data.layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
 from ..data.schema import RegionRow
 from ..evaluation.records import RecordLog
 from ..images import ImageError, ImageStore
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, STOP_ERRORS, RunGuard, report_stop
+from ..run_guard import RunGuard
 from ..run_lock import run_lock
 
 log = logging.getLogger("build_region_localization")
@@ -77,50 +80,47 @@ def collect_boxes(layouts: str, image_dir: str | None, rules: LayoutRules, sourc
     return tasks
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    quiet_http_logs()
-    ap = argparse.ArgumentParser(prog="python -m insight_o3.scripts.build_region_localization",
-                                 description="C.2 region-localization data: layout rules + region descriptions.")
+def build_parser() -> argparse.ArgumentParser:
+    ap = new_parser("python -m insight_o3.scripts.build_region_localization",
+                    "C.2 region-localization data: layout rules + region descriptions.")
     ap.add_argument("--layouts", required=True, help="dir of PaddleOCR layout *.json, a .json or a .jsonl")
     ap.add_argument("--image_dir", default=None, help="where the images named by input_path are")
-    ap.add_argument("--out_dir", required=True)
+    add_output_dir(ap, dest="out_dir", required=True, help="boxes.jsonl, descriptions.jsonl, regions.jsonl go here")
     ap.add_argument("--source", default="infographicvqa")
     ap.add_argument("--model", default="gpt-5-nano")
-    ap.add_argument("--api_key", default=None)
-    ap.add_argument("--base_url", default=None)
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--max_retries", type=int, default=5, help="openai SDK retries per request")
-    ap.add_argument("--timeout", type=float, default=300.0)
+    add_api_flags(ap, env="main", aliases=True)
+    add_client_flags(ap, max_retries=5, client_timeout=300.0, aliases=True)
     ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="image sent downscaled under this (0: as is)")
     ap.add_argument("--max_tokens", type=int, default=None)
     ap.add_argument("--temperature", type=float, default=None)
     ap.add_argument("--no_retry_failed", action="store_true", help="keep failures of earlier runs as they are")
-    ap.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
-                    help="stop when more than this share of the requests failed (judged from the 20th on)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N boxes")
     ap.add_argument("--layout_only", action="store_true", help="write boxes.jsonl and stop")
-    ap.add_argument("--no_progress", action="store_true")
+    add_run_flags(ap, concurrency=16, image_workers=False)
     g = ap.add_argument_group("C.2 layout rules")
     for f in dataclasses.fields(LayoutRules):
         g.add_argument(f"--{f.name}", type=float, default=f.default, help=f"default: {f.default}")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    ap = build_parser()
     a = ap.parse_args(argv)
-    if not 0 < a.max_failure_ratio <= 1:
-        ap.error("--max_failure_ratio must be in (0, 1]")
+    check_run_flags(ap, a)
     redact = Redactor(resolve(a.api_key, ENV_KEYS["main"][0]))
-    try:
+
+    def body() -> int:
         with run_lock(a.out_dir, "build_region_localization"):
             return _main_locked(a)
-    except STOP_ERRORS as e:
-        return report_stop(e, redact, os.path.join(a.out_dir, "descriptions.jsonl"))
+
+    return run_main(body, bad_input=(LayoutError,), redact=redact,
+                    results=os.path.join(a.out_dir, "descriptions.jsonl"))
 
 
 def _main_locked(a: argparse.Namespace) -> int:
     rules = LayoutRules(**{f.name: getattr(a, f.name) for f in dataclasses.fields(LayoutRules)})
-    try:
-        tasks = collect_boxes(a.layouts, a.image_dir, rules, a.source, progress=not a.no_progress)
-    except LayoutError as e:
-        raise SystemExit(f"error: {e}")
+    tasks = collect_boxes(a.layouts, a.image_dir, rules, a.source, progress=not a.no_progress)
     if a.limit is not None:
         tasks = tasks[:a.limit]
     write_jsonl_atomic(os.path.join(a.out_dir, "boxes.jsonl"),
@@ -128,9 +128,9 @@ def _main_locked(a: argparse.Namespace) -> int:
                           "bbox": list(t.bbox), "label": t.label, "merged_from": list(t.merged_from)} for t in tasks])
     log.info("%d layout boxes kept", len(tasks))
     if a.layout_only:
-        return 0
+        return ExitCode.OK
     main_keys, main_urls = ENV_KEYS["main"]
-    key, base = resolve(a.api_key, main_keys), resolve(a.base_url, main_urls)
+    key, base = resolve(a.api_key, main_keys), resolve(a.api_base_url, main_urls)
     redact = Redactor(key)
     rec_log = RecordLog.open(os.path.join(a.out_dir, "descriptions.jsonl"))
     cfg = DescribeConfig(model=a.model, concurrency=a.concurrency, max_pixels=a.max_pixels or None,
@@ -138,7 +138,7 @@ def _main_locked(a: argparse.Namespace) -> int:
 
     async def run():
         guard = RunGuard(a.max_failure_ratio, redact=redact)
-        client = make_client(key, base, timeout=a.timeout, max_retries=a.max_retries, max_connections=a.concurrency,
+        client = make_client(key, base, timeout=a.client_timeout, max_retries=a.max_retries, max_connections=a.concurrency,
                              role="describer", guard=guard)
         try:
             return await describe_all(tasks, client, cfg, rec_log, redact, progress=not a.no_progress, guard=guard)
@@ -163,7 +163,8 @@ def _main_locked(a: argparse.Namespace) -> int:
     print(json.dumps({**counts, "rows": len(rows), "failed_total": failed}))
     if failed:
         log.warning("%d boxes have no description yet (see descriptions.jsonl); rerun to retry them", failed)
-    return 0
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

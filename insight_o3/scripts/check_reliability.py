@@ -1,20 +1,83 @@
 """C.1 MLLM reliability check of a collage source pool (see :mod:`insight_o3.data.reliability`).
 
-    python -m insight_o3.scripts.check_reliability --source_pool pool.jsonl --out_dir out/reliability \\
+    python -m insight_o3.scripts.check_reliability --source_pool pool.jsonl --output_dir out/reliability \\
         --checker "Qwen/Qwen2.5-VL-7B-Instruct,http://localhost:8000/v1,VLLM_API_KEY" --checker gpt-5-nano
+
+Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some items are still lost to API errors
+(rerun to retry them); 2 bad input (flags, the pool); 3 an output could not be written.
 """
 from __future__ import annotations
 
-import logging
+import json
+import os
 import sys
 
-from ..data.reliability import main as reliability_main
+from ..api import Redactor, resolve
+from ..cli import ExitCode, add_client_flags, add_output_dir, add_run_flags, check_run_flags, new_parser, run_main, \
+    setup_logging
+from ..data.reliability import RECORDS_FILE, CheckerEndpoint, ReliabilitySettings, parse_checker, run_check
+from ..data.source_pool import PoolError, load_pool
+
+PROG = "python -m insight_o3.scripts.check_reliability"
+
+
+def build_parser():
+    ap = new_parser(PROG, "C.1 MLLM reliability check of a collage source pool.")
+    ap.add_argument("--source_pool", required=True, help="pool table (.jsonl or .parquet), see data/source_pool.py")
+    ap.add_argument("--image_root", default=None, help="image paths are relative to this (default: the pool's dir)")
+    add_output_dir(ap, dest="out_dir", required=True, help="reliability.jsonl and pool_reliable.jsonl go here")
+    ap.add_argument("--checker", action="append", required=True, metavar="MODEL[,BASE_URL[,API_KEY_ENV]]",
+                    help="a checker MLLM (repeat; the paper uses Qwen2.5-VL-7B and GPT-5-nano)")
+    ap.add_argument("--judge_model", default="gpt-5-nano", help="decides answers the rules cannot")
+    ap.add_argument("--judge_api_base_url", "--judge_base_url", dest="judge_api_base_url", default=None,
+                    help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL / $OPENAI_BASE_URL")
+    ap.add_argument("--judge_api_key_env", default=None, help="default: JUDGE_API_KEY, then OPENAI_API_KEY")
+    ap.add_argument("--all_sources", action="store_true", help="check every item, not only the natural-image stream")
+    ap.add_argument("--chat_completion_kwargs", type=json.loads, default={},
+                    help="JSON object passed to every checker request (e.g. {\"temperature\": 0})")
+    add_client_flags(ap, max_retries=5)
+    ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
+    ap.add_argument("--skip_image_check", action="store_true", help="do not open every image when loading the pool")
+    add_run_flags(ap, concurrency=16, failure_ratio=False, image_workers=False)
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    return reliability_main(sys.argv[1:] if argv is None else argv)
+    setup_logging()
+    ap = build_parser()
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    check_run_flags(ap, a)
+    if a.max_pixels < 0:
+        ap.error("--max_pixels must not be negative")
+    if not isinstance(a.chat_completion_kwargs, dict):
+        ap.error("--chat_completion_kwargs must be a JSON object")
+    try:
+        specs = [parse_checker(s) for s in a.checker]
+    except ValueError as e:
+        ap.error(str(e))
+    if len({m for m, _, _ in specs}) != len(specs):
+        ap.error("--checker models must be distinct")
+    checkers = tuple(CheckerEndpoint(model=m, api_base_url=resolve(base, ("OPENAI_BASE_URL",)),
+                                     api_key=resolve(None, (env,))) for m, base, env in specs)
+    judge_key = resolve(None, (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY"))
+    settings = ReliabilitySettings(
+        out_dir=a.out_dir, checkers=checkers, judge_model=a.judge_model, judge_api_key=judge_key,
+        judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
+        all_sources=a.all_sources, chat_completion_kwargs=a.chat_completion_kwargs, concurrency=a.concurrency,
+        max_retries=a.max_retries, client_timeout=a.client_timeout, max_pixels=a.max_pixels,
+        progress=not a.no_progress)
+    redact = Redactor(*(c.api_key for c in checkers), judge_key)
+
+    def body() -> int:
+        items = load_pool(a.source_pool, a.image_root, check_images=not a.skip_image_check)
+        counts = run_check(settings, items, redact=redact)
+        print(json.dumps(counts))
+        if counts["errors"]:
+            print(f"warning: {counts['errors']} item(s) lost to API errors; run again to retry them", file=sys.stderr)
+            return ExitCode.INCOMPLETE
+        return ExitCode.OK
+
+    return run_main(body, bad_input=(PoolError,), redact=redact, results=os.path.join(a.out_dir, RECORDS_FILE))
 
 
 if __name__ == "__main__":

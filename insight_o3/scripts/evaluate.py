@@ -21,7 +21,8 @@ import os
 import sys
 
 from .. import prompts
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
+from ..cli import ExitCode, setup_logging
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..images import ImageStore, Resize, usable_cpus
@@ -208,8 +209,7 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
 
 
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    quiet_http_logs()
+    setup_logging()
     a = parse_args(argv)
     redactor = Redactor(a.api_key, a.judge_api_key, a.vsearcher_api_key)
     try:
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     print(f"{a.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "
           f"over {summary['num_trials']} trial(s); critical failures "
           f"{summary.get('critical_failure_ratio', {}).get('mean', 0):.4f}")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

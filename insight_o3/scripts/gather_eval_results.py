@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..atomic_io import write_text_atomic
+from ..cli import ExitCode
 
 SUMMARY_FILE = "summary_metrics.json"
 MISSING = "—"
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
         table, notes = gather(a.output_dir, a.settings, a.datasets)
     except (SummaryError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     with pd.option_context("display.max_columns", None, "display.width", 200):
         print(table.to_string())
     for n in notes:
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
         write_text_atomic(a.csv, table.to_csv())
     if a.markdown:
         write_text_atomic(a.markdown, to_markdown(table))
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -1,21 +1,26 @@
 """Generate a demo O3-Bench-like benchmark (charts + maps, six-option MCQs known by construction).
 
-    python -m insight_o3.scripts.make_demo_bench --out data/demo_bench --num_images 20
+    python -m insight_o3.scripts.make_demo_bench --output_dir data/demo_bench --num_images 20
 
 Writes ``OUT/images/{chart,map}/*.png`` and ``OUT/metadata.jsonl`` (O3-Bench layout; use
 ``--ann_file OUT/metadata.jsonl --img_dir OUT`` with the evaluate CLI). Images already present
 with the right size are kept, so an interrupted run resumes; the metadata file is written
-atomically at the end and is identical for the same arguments.
+atomically at the end and is identical for the same arguments. Exit status: 0 done, 2 bad arguments
+(:class:`insight_o3.cli.ExitCode`).
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from insight_o3.cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
 from insight_o3.demo_bench import build_item, plan, write_image, write_metadata
+
+log = logging.getLogger("make_demo_bench")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -29,8 +34,9 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="output directory")
+    ap = new_parser("python -m insight_o3.scripts.make_demo_bench", __doc__)
+    add_output_dir(ap, dest="out", required=True, help="output directory (images/ and metadata.jsonl)",
+                   aliases=("--out",))
     ap.add_argument("--num_images", type=int, default=20)
     ap.add_argument("--questions_per_image", type=int, default=2)
     ap.add_argument("--num_questions", type=int, default=None,
@@ -53,23 +59,35 @@ def _draw(job: tuple[dict, str, int]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    setup_logging()
+    ap = build_parser()
+    a = ap.parse_args(argv)
     if a.num_images < 1:
-        sys.exit("--num_images must be >= 1")
+        ap.error("--num_images must be >= 1")
     if a.size is None and a.min_side < 64:
-        sys.exit("--min_side must be >= 64")
+        ap.error("--min_side must be >= 64")
     if not 0.0 <= a.chart_fraction <= 1.0 or not 0.0 <= a.f_rate <= 1.0:
-        sys.exit("--chart_fraction and --f_rate must be within [0, 1]")
+        ap.error("--chart_fraction and --f_rate must be within [0, 1]")
+    if a.workers < 1:
+        ap.error("--workers must be >= 1")
     max_side = a.max_side or int(a.min_side * 1.6)
     if max_side < a.min_side:
-        sys.exit("--max_side must be >= --min_side")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+        ap.error("--max_side must be >= --min_side")
     try:
         layout = plan(a.num_images, seed=a.seed, chart_fraction=a.chart_fraction,
                       questions_per_image=a.questions_per_image, num_questions=a.num_questions)
     except ValueError as e:
-        sys.exit(str(e))
+        ap.error(str(e))
+    return run_main(lambda: _make(a, layout, max_side))
+
+
+def _make(a: argparse.Namespace, layout, max_side: int) -> int:
+    out = Path(a.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from insight_o3.atomic_io import OutputError
+        raise OutputError.from_os_error(str(out), e, "create") from None
     kws = [dict(seed=a.seed, index=i, subset=s, n_questions=k, size=a.size, min_side=a.min_side,
                 max_side=max_side, f_rate=a.f_rate) for i, s, k in layout]
     t0 = time.perf_counter()
@@ -87,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     n_q = sum(len(it.questions) for it in items)
     print(f"{len(items)} images ({drawn} drawn, {len(items) - drawn} already present), {n_q} questions "
           f"-> {meta} in {dt:.1f}s ({dt / max(drawn, 1):.2f}s per drawn image)")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -4,12 +4,15 @@
         --out report.html [--max_samples 50] [--thumb_px 512] [--trial K] [--img_dir DIR]
 
 The file embeds everything (charts as SVG, images as JPEG thumbnails) and opens in any browser
-without a server or network access.
+without a server or network access. Exit status: 0 written, 2 bad input (no run there, a
+broken run, an unreadable image) (:class:`insight_o3.cli.ExitCode`).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+
+from ..cli import ExitCode, new_parser, run_main, setup_logging
 
 from ..images import ImageError
 from ..viz.report import write_report
@@ -17,7 +20,7 @@ from ..viz.run_view import RunError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.report", description=__doc__.split("\n\n")[0])
+    p = new_parser("python -m insight_o3.scripts.report", __doc__.split("\n\n")[0])
     p.add_argument("eval_dir", help="outputs/eval/<eval_name> (with trial_<k>/) or one trial_<k> directory")
     p.add_argument("--compare", default=None, help="another eval directory, shown side by side")
     p.add_argument("--out", default="report.html", help="output HTML file (default: report.html)")
@@ -32,16 +35,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     args = parse_args(argv)
-    try:
+
+    def body() -> int:
         out = write_report(args.eval_dir, args.out, compare_dir=args.compare, max_samples=args.max_samples,
                            thumb_px=args.thumb_px, trial=args.trial, img_dir=args.img_dir)
-    except (RunError, ImageError) as e:
-        print(f"report: error: {e}", file=sys.stderr)
-        return 2
-    size = out.stat().st_size
-    print(f"wrote {out} ({size / 1e6:.2f} MB)")
-    return 0
+        size = out.stat().st_size
+        print(f"wrote {out} ({size / 1e6:.2f} MB)")
+        return ExitCode.OK
+
+    return run_main(body, bad_input=(RunError, ImageError))
 
 
 if __name__ == "__main__":
