@@ -207,3 +207,48 @@ def test_python_m_and_old_invocation_agree(tmp_path):
         assert r.returncode == 2, r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in r.stderr
     assert rs[0].stderr.strip().splitlines()[-1] == rs[1].stderr.strip().splitlines()[-1]
+
+
+AGENT_YAMLS = [p for p in sorted((REPO / "verl" / "recipe" / "vsearch" / "config").glob("*.yaml"))
+               if "\nvreasoner:" in p.read_text()] + [REPO / "tests" / "support" / "agent_tiny.yaml"]
+
+
+@pytest.mark.parametrize("path", AGENT_YAMLS, ids=lambda p: p.name)
+def test_shipped_agent_configs_state_the_protocol_limits(path):
+    """The recipe's agent YAMLs write the limits out for readers; they must agree with :data:`LIMITS`."""
+    assert len(AGENT_YAMLS) >= 4
+    import yaml
+    cfg = yaml.safe_load(path.read_text())
+    vr, vs = cfg["vreasoner"], cfg["vsearcher"]
+    assert (vr["max_search_calls"], vr["max_format_retries_train"], vr["max_format_retries_eval"],
+            vs["max_tool_calls"]) == (LIMITS.max_search_calls, LIMITS.max_format_retries_train,
+                                      LIMITS.max_format_retries_eval, LIMITS.max_tool_calls)
+
+
+def _documented_commands():
+    """``(file, command, subcommand, flags)`` of every ``python -m insight_o3.scripts.X ...`` in the READMEs and
+    module docstrings (continuation lines joined)."""
+    import re
+    sources = [REPO / "README.md", REPO / "data" / "README.md",
+               *sorted((REPO / "insight_o3" / "scripts").glob("*.py")), REPO / "insight_o3" / "data" / "difficulty.py",
+               REPO / "insight_o3" / "data" / "reliability.py"]
+    out = []
+    for path in sources:
+        text = re.sub(r"\s*\\+\n\s*", " ", path.read_text())   # join "\"-continued lines
+        for m in re.finditer(r"python -m insight_o3\.scripts\.(\w+)((?: +(?!#)[^\n`]*)?)", text):
+            name, rest = m.group(1), m.group(2).split("#")[0]
+            sub = rest.split()[0] if rest.split() and rest.split()[0] in ("pool", "filter") else "generate"
+            out.append((path.relative_to(REPO).as_posix(), name, sub, sorted(set(re.findall(r"(--\w+)", rest)))))
+    return out
+
+
+def test_every_documented_flag_is_accepted():
+    """The commands written out in the READMEs and docstrings use flags their command knows."""
+    docs = _documented_commands()
+    assert len(docs) >= 15 and {d[1] for d in docs} >= {"evaluate", "generate_collages", "filter_difficulty",
+                                                         "build_region_localization", "check_reliability"}
+    for where, name, sub, flags in docs:
+        mod = importlib.import_module(f"insight_o3.scripts.{name}")
+        p = mod.build_parser(sub) if name == "generate_collages" else mod.build_parser()
+        known = {s for a in p._actions for s in a.option_strings}
+        assert not set(flags) - known, (where, name, sub, set(flags) - known)

@@ -65,7 +65,13 @@ def config_from_args(a: argparse.Namespace) -> CollageConfig:
 
 
 # ----------------------------------------------------------------------------- CLI
-def _generate_main(argv: list[str]) -> int:
+def build_parser(command: str = "generate") -> argparse.ArgumentParser:
+    """The parser of ``generate`` (the default), ``pool`` or ``filter``."""
+    if command == "pool":
+        return _pool_parser()
+    if command == "filter":
+        from .filter_difficulty import build_parser as filter_parser
+        return filter_parser("python -m insight_o3.scripts.generate_collages filter")
     ap = new_parser("python -m insight_o3.scripts.generate_collages",
                     "Target-and-fill collage synthesis (Algorithm 1 of the paper).")
     ap.add_argument("--source_pool", required=True, help="pool table (.jsonl or .parquet), see insight_o3/data/source_pool.py")
@@ -85,6 +91,11 @@ def _generate_main(argv: list[str]) -> int:
     ap.add_argument("--skip_image_check", action="store_true", help="do not open every pool image header")
     ap.add_argument("--no_progress", action="store_true", help="no progress bar")
     add_config_flags(ap)
+    return ap
+
+
+def _generate_main(argv: list[str]) -> int:
+    ap = build_parser()
     a = ap.parse_args(argv)
     try:
         cfg = config_from_args(a)
@@ -111,8 +122,7 @@ def _generate_main(argv: list[str]) -> int:
     return run_main(body, bad_input=(PoolError, JobSettingsError), results=os.path.join(a.out_dir, ROWS_FILE))
 
 
-def _pool_main(argv: list[str]) -> int:
-    from ..data.source_pool import convert_viscot, convert_vstar, write_pool
+def _pool_parser() -> argparse.ArgumentParser:
     ap = new_parser("python -m insight_o3.scripts.generate_collages pool",
                     "Build a source pool from Visual CoT / V* annotations.")
     ap.add_argument("--format", choices=("viscot", "vstar"), required=True)
@@ -120,7 +130,12 @@ def _pool_main(argv: list[str]) -> int:
     ap.add_argument("--image_root", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--max_bbox_ratio", type=float, default=0.04)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def _pool_main(argv: list[str]) -> int:
+    from ..data.source_pool import convert_viscot, convert_vstar, write_pool
+    a = _pool_parser().parse_args(argv)
     conv = convert_viscot if a.format == "viscot" else convert_vstar
 
     def body() -> int:

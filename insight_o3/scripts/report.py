@@ -19,7 +19,7 @@ from ..viz.report import write_report
 from ..viz.run_view import RunError
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.report", __doc__.split("\n\n")[0])
     p.add_argument("eval_dir", help="outputs/eval/<eval_name> (with trial_<k>/) or one trial_<k> directory")
     p.add_argument("--compare", default=None, help="another eval directory, shown side by side")
@@ -28,6 +28,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--thumb_px", type=int, default=512, help="longer side of embedded crop thumbnails")
     p.add_argument("--trial", type=int, default=None, help="trial browsed per sample (default: the first)")
     p.add_argument("--img_dir", default=None, help="where to find source images if they moved since the run")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.thumb_px < 32:
         p.error("--thumb_px must be at least 32")
