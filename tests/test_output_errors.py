@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.atomic_io import OutputError, write_json_atomic
-from insight_o3.evaluation.records import RecordLog
+from insight_o3.storage.atomic import OutputError, write_json_atomic
+from insight_o3.storage.record_log import RecordLog
 from insight_o3.run_guard import EXIT_OUTPUT_ERROR
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb

@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw
 from tqdm import tqdm
 
 from ..api import Redactor
-from ..evaluation.records import RecordLog
+from ..storage.record_log import RecordLog
 from ..geometry import fit_max_pixels
 from ..images import encode_pil, open_image
 from ..prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT

@@ -36,16 +36,16 @@ import sys
 
 from tqdm import tqdm
 
-from ..atomic_io import write_jsonl_atomic
+from ..storage.atomic import write_jsonl_atomic
 from .. import prompts
 from ..api import Redactor, make_client, resolve
 from ..evaluation.judge import AnswerJudge, Verdict
-from ..evaluation.records import RecordLog
+from ..storage.record_log import RecordLog
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize, usable_cpus
-from ..jsonl import iter_jsonl
+from ..storage.jsonl import iter_jsonl
 from ..parsing import format_options
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, STOP_ERRORS, RunGuard, gather_or_stop, report_stop
 from ..run_lock import run_lock

@@ -46,7 +46,7 @@ from tqdm import tqdm
 from .. import prompts
 from ..api import Redactor, make_client, resolve
 from ..evaluation.judge import AnswerJudge
-from ..evaluation.records import RecordLog
+from ..storage.record_log import RecordLog
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt

@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic_io import write_jsonl_atomic
+from ..storage.atomic import write_jsonl_atomic
 from ..images import ImageError
-from ..jsonl import iter_jsonl
+from ..storage.jsonl import iter_jsonl
 
 #: C.1 source filter: keep items whose bbox covers less than this fraction of the image.
 MAX_BBOX_RATIO = 0.04

@@ -18,7 +18,7 @@ Deviation (bug fix, changes scores only where the original is wrong): the origin
 containing "correct" as correct, so "incorrect" counted as correct; :func:`verification_says_correct`
 reads ``<correct>``/``<wrong>`` and words, not substrings.
 
-Every attempt gets a :class:`Verdict` whose ``status`` is one of
+Every attempt gets a :class:`Verdict` whose ``status`` is one of (:data:`.schema.STATUSES`)
 
 * ``correct`` / ``wrong`` — judged (by rule or by the judge model);
 * ``incomplete`` — the response was truncated (``finish_reason != "stop"``) and is never judged;
@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, field
 
 from .. import prompts
 from ..parsing import extract_answer_span, extract_verify_span, mcq_letter
+from .schema import Status
 from .solver import Attempt
 
-STATUSES = ("correct", "wrong", "incomplete", "invalid", "failed")
 FLOWS = ("extract", "verify")
 CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
@@ -47,7 +47,7 @@ NO_ANSWER_STATUSES = ("format_failed", "search_after_limit", "search_invalid")
 
 @dataclass
 class Verdict:
-    status: str
+    status: Status                       # one of schema.STATUSES
     extracted_answer: str | None = None
     has_answer: bool = False
     method: str | None = None            # "rule" | "judge"

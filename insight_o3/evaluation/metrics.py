@@ -20,15 +20,15 @@ from collections import defaultdict
 
 import numpy as np
 
-from .judge import STATUSES
+from .schema import STATUSES, EvalRecord, EvalResult, as_record
 
 RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
 
 
-def _rates(results: list[dict]) -> tuple[dict, dict]:
+def _rates(results: list[EvalResult]) -> tuple[dict, dict]:
     counts = {s: 0 for s in STATUSES}
     for r in results:
-        counts[r["status"]] += 1
+        counts[r.status] += 1
     total = len(results)
     counts["total"] = total
     c, w, inc = counts["correct"], counts["wrong"], counts["incomplete"]
@@ -38,14 +38,15 @@ def _rates(results: list[dict]) -> tuple[dict, dict]:
         "success_rate": judged / total if total else 0.0,
         "completion_rate": judged / (judged + inc) if judged + inc else 0.0,
         "critical_failure_ratio": counts["failed"] / total if total else 0.0,
-        "has_answer": sum(bool(r.get("has_answer")) for r in results) / total if total else 0.0,
+        "has_answer": sum(r.has_answer for r in results) / total if total else 0.0,
     }
     return rates, counts
 
 
-def compute_metrics(records: list[dict]) -> dict:
-    """Metrics of one trial from its records (each with ``category`` and ``eval_result``)."""
-    results = [r["eval_result"] for r in records]
+def compute_metrics(records: list[EvalRecord | dict]) -> dict:
+    """Metrics of one trial from its records (dicts are validated as :class:`EvalRecord`)."""
+    recs = [as_record(r, f"record {i}") for i, r in enumerate(records)]
+    results = [r.eval_result for r in recs]
     rates, counts = _rates(results)
     out: dict = {
         "overall_accuracy": rates["accuracy"],
@@ -55,14 +56,14 @@ def compute_metrics(records: list[dict]) -> dict:
         "has_answer": rates["has_answer"],
         "overall_stats": counts,
     }
-    by_cat: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_cat[str(r.get("category", "unknown"))].append(r["eval_result"])
+    by_cat: dict[str, list[EvalResult]] = defaultdict(list)
+    for r in recs:
+        by_cat[r.category].append(r.eval_result)
     cats = {name: _rates(res) for name, res in sorted(by_cat.items())}
     for rate in RATES:
         out[f"category_{rate}"] = {name: v[0][rate] for name, v in cats.items()}
     out["category_stats"] = {name: v[1] for name, v in cats.items()}
-    stats = [r.get("stats") or {} for r in results if r["status"] != "failed"]
+    stats = [r.stats for r in results if r.status != "failed"]
     if any("n_search_calls" in s for s in stats):
         calls = [s.get("n_search_calls", 0) for s in stats]
         not_found = sum(s.get("n_search_not_found", 0) for s in stats)

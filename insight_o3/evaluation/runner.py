@@ -11,7 +11,7 @@ The whole run holds the eval directory's lock (:mod:`insight_o3.run_lock`), so a
 same directory is refused at once. With a :class:`~insight_o3.run_guard.RunGuard` (the one its
 clients report to), a fatal API response or too many failed requests stop the run: the work in
 flight is cancelled and not recorded, everything recorded before stays. An output file that cannot
-be written stops it the same way, with :class:`~insight_o3.atomic_io.OutputError`.
+be written stops it the same way, with :class:`~insight_o3.storage.atomic.OutputError`.
 """
 from __future__ import annotations
 
@@ -24,14 +24,16 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from ..atomic_io import OutputError
+from ..storage.atomic import OutputError
 from ..run_guard import RunGuard, gather_or_stop
 from ..run_lock import run_lock
 from ..trajectory import image_refs
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
-from .records import RecordFileError, RecordLog, touch_atomic, write_json_atomic
+from ..storage.record_log import RecordFileError, RecordLog, touch_atomic
+from ..storage.atomic import write_json_atomic
 from .samples import Sample
+from .schema import EvalRecord, EvalResult
 from .solver import Attempt
 
 log = logging.getLogger(__name__)
@@ -61,35 +63,25 @@ class RunConfig:
         return os.path.join(self.eval_dir, f"trial_{k}")
 
 
-def build_record(sample: Sample, trial: int, attempt: Attempt, verdict: Verdict) -> dict:
+def build_record(sample: Sample, trial: int, attempt: Attempt, verdict: Verdict) -> EvalRecord:
     """One result line: the sample's fields plus ``eval_result`` (image references, never pixels)."""
     refs = image_refs(attempt.trajectory or [])
-    rec = sample.to_record()
-    rec["trial"] = trial
-    rec["eval_result"] = {
-        "success": verdict.status in ("correct", "wrong"),
-        "status": verdict.status,
-        "fail_reason": verdict.fail_reason,
-        "fail_stage": verdict.fail_stage,
-        "response": attempt.text,
-        "finish_reason": attempt.finish_reason,
-        "extracted_answer": verdict.extracted_answer,
-        "is_correct": verdict.is_correct,
-        "has_answer": verdict.has_answer,
-        "judge_method": verdict.method,
-        "judge_outputs": verdict.judge_outputs,
-        "usage": attempt.usage,
-        "image": refs[0].to_dict() if refs else None,
-        "trajectory": attempt.trajectory,
-        "stats": attempt.stats,
-    }
+    result = EvalResult(
+        status=verdict.status,  # type: ignore[arg-type]  # a Verdict's status is one of STATUSES
+        success=verdict.status in ("correct", "wrong"), fail_reason=verdict.fail_reason,
+        fail_stage=verdict.fail_stage,  # type: ignore[arg-type]
+        response=attempt.text, finish_reason=attempt.finish_reason, extracted_answer=verdict.extracted_answer,
+        is_correct=verdict.is_correct, has_answer=verdict.has_answer, judge_method=verdict.method,
+        judge_outputs=verdict.judge_outputs, usage=attempt.usage, image=refs[0].to_dict() if refs else None,
+        trajectory=attempt.trajectory, stats=attempt.stats)
+    rec = EvalRecord.from_dict({**sample.to_record(), "trial": trial, "eval_result": {"status": result.status}})
+    rec.eval_result = result
     return rec
 
 
-def _attempt_from_record(rec: dict) -> Attempt:
-    er = rec["eval_result"]
-    return Attempt(er.get("response"), er.get("finish_reason"), trajectory=er.get("trajectory"),
-                   usage=er.get("usage"), stats=er.get("stats") or {})
+def _attempt_from_record(rec: EvalRecord) -> Attempt:
+    er = rec.eval_result
+    return Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=er.usage, stats=er.stats or {})
 
 
 def _image_order(samples: list[Sample]) -> list[Sample]:
@@ -116,9 +108,9 @@ def _is_done(cfg: RunConfig, k: int) -> bool:
 
 
 class _Progress:
-    def __init__(self, total: int, initial_records: list[dict], enabled: bool):
-        self.correct = sum(r["eval_result"]["status"] == "correct" for r in initial_records)
-        self.failed = sum(r["eval_result"]["status"] == "failed" for r in initial_records)
+    def __init__(self, total: int, initial_records: list[EvalRecord], enabled: bool):
+        self.correct = sum(r.status == "correct" for r in initial_records)
+        self.failed = sum(r.status == "failed" for r in initial_records)
         self.done = len(initial_records)
         self.bar = tqdm(total=total, initial=self.done, desc="eval", disable=not enabled, dynamic_ncols=True)
         self._show()
@@ -127,8 +119,8 @@ class _Progress:
         self.bar.set_postfix(acc=f"{self.correct / self.done:.3f}" if self.done else "-", fail=self.failed,
                              refresh=False)
 
-    def add(self, rec: dict):
-        st = rec["eval_result"]["status"]
+    def add(self, rec: EvalRecord):
+        st = rec.status
         self.correct += st == "correct"
         self.failed += st == "failed"
         self.done += 1
@@ -165,7 +157,7 @@ async def _run_locked(samples: list[Sample], solver, judge: AnswerJudge, cfg: Ru
                     os.remove(done_path)
             except OSError as e:
                 raise OutputError.from_os_error(e.filename or cfg.trial_dir(k), e, "prepare") from None
-            logs[k] = RecordLog.open(os.path.join(cfg.trial_dir(k), RECORDS_FILE))
+            logs[k] = RecordLog.open(os.path.join(cfg.trial_dir(k), RECORDS_FILE), parse=EvalRecord.from_dict)
             stray = [key for key in logs[k].records if key not in known]
             if stray:
                 raise RecordFileError(
@@ -177,9 +169,9 @@ async def _run_locked(samples: list[Sample], solver, judge: AnswerJudge, cfg: Ru
             rec = logs[k].records.get(s.key)
             if rec is None:
                 return "query"
-            er = rec["eval_result"]
-            if cfg.retry_failed and er["status"] == "failed":
-                return "judge" if er.get("fail_stage") == "judge" else "query"
+            er = rec.eval_result
+            if cfg.retry_failed and er.status == "failed":
+                return "judge" if er.fail_stage == "judge" else "query"
             return None
 
         work: list[tuple[Sample, list[int], str]] = []

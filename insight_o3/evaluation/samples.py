@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..jsonl import iter_jsonl
+from ..storage.jsonl import iter_jsonl
 from ..parsing import format_options, option_letters
 
 IMAGE_FIELDS = ("image", "file_name")

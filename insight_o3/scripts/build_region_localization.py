@@ -30,12 +30,12 @@ import sys
 
 from tqdm import tqdm
 
-from ..atomic_io import write_jsonl_atomic
+from ..storage.atomic import write_jsonl_atomic
 from ..api import ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
 from ..data.describe import BoxTask, DescribeConfig, describe_all
 from ..data.layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
 from ..data.schema import RegionRow
-from ..evaluation.records import RecordLog
+from ..storage.record_log import RecordLog
 from ..images import ImageError, ImageStore
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, STOP_ERRORS, RunGuard, report_stop
 from ..run_lock import run_lock

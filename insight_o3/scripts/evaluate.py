@@ -27,7 +27,7 @@ from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..images import ImageStore, Resize, usable_cpus
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge
-from ..evaluation.records import RecordFileError
+from ..storage.record_log import RecordFileError
 from ..evaluation.runner import RunConfig, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples
 from ..evaluation.single_model import SingleModelSolver

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
-from ..evaluation.records import RecordFileError, RecordLog, write_json_atomic
+from ..storage import RecordFileError, RecordLog, write_json_atomic
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, iou
 from ..images import ImageStore, usable_cpus
-from ..jsonl import iter_jsonl
+from ..storage.jsonl import iter_jsonl
 from ..run_guard import (DEFAULT_MAX_FAILURE_RATIO, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, gather_or_stop,
                          report_stop)
 from ..run_lock import run_lock

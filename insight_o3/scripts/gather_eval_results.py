@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..atomic_io import write_text_atomic
+from ..storage.atomic import write_text_atomic
 
 SUMMARY_FILE = "summary_metrics.json"
 MISSING = "—"

@@ -39,11 +39,11 @@ import numpy as np
 from tqdm import tqdm
 
 from ..api import quiet_http_logs
-from ..atomic_io import OutputError, atomic_writer
+from ..storage.atomic import OutputError, atomic_writer
 from ..data.collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from ..data.schema import CollageRow, TileRow
 from ..data.source_pool import SourceItem, filter_small_targets, load_pool
-from ..evaluation.records import RecordLog, write_json_atomic
+from ..storage import RecordLog, write_json_atomic
 from ..run_guard import STOP_ERRORS, report_stop
 from ..run_lock import run_lock
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..atomic_io import write_text_atomic
+from ..storage.atomic import write_text_atomic
 from .draw import ImageResolver
 from .plots import figure_svg, new_figure
 from .run_view import (STATUSES, EvalRun, SampleResult, accuracy_by_category, compare_html, conversation_html,

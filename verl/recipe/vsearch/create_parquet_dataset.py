@@ -58,8 +58,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from insight_o3.atomic_io import atomic_writer
-from insight_o3.jsonl import iter_jsonl
+from insight_o3.storage.atomic import atomic_writer
+from insight_o3.storage.jsonl import iter_jsonl
 
 try:  # run as a script (python recipe/vsearch/create_parquet_dataset.py) or imported as recipe.vsearch.*
     from recipe.vsearch.released_data import InputError, box_field, iter_hub_rows, text_field

@@ -33,7 +33,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from PIL import Image
 
-from insight_o3.atomic_io import atomic_writer
+from insight_o3.storage.atomic import atomic_writer
 
 
 class InputError(ValueError):
