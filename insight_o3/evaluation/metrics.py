@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .schema import STATUSES, EvalRecord, EvalResult, as_record
+from .schema import STATUSES, EvalRecord, EvalResult, RecordError
 
 RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
 
@@ -43,10 +43,19 @@ def _rates(results: list[EvalResult]) -> tuple[dict, dict]:
     return rates, counts
 
 
+def _parts(r: EvalRecord | dict, where: str) -> tuple[str, EvalResult]:
+    """``(category, eval_result)`` of a record; a dict needs only those two fields."""
+    if isinstance(r, EvalRecord):
+        return r.category, r.eval_result
+    if not isinstance(r, dict):
+        raise RecordError(f"{where}: expected a record object, got {type(r).__name__}")
+    return str(r.get("category", "unknown")), EvalResult.from_dict(r.get("eval_result"), where)
+
+
 def compute_metrics(records: list[EvalRecord | dict]) -> dict:
     """Metrics of one trial from its records (dicts are validated as :class:`EvalRecord`)."""
-    recs = [as_record(r, f"record {i}") for i, r in enumerate(records)]
-    results = [r.eval_result for r in recs]
+    parts = [_parts(r, f"record {i}") for i, r in enumerate(records)]
+    results = [er for _, er in parts]
     rates, counts = _rates(results)
     out: dict = {
         "overall_accuracy": rates["accuracy"],
@@ -57,8 +66,8 @@ def compute_metrics(records: list[EvalRecord | dict]) -> dict:
         "overall_stats": counts,
     }
     by_cat: dict[str, list[EvalResult]] = defaultdict(list)
-    for r in recs:
-        by_cat[r.category].append(r.eval_result)
+    for cat, er in parts:
+        by_cat[cat].append(er)
     cats = {name: _rates(res) for name, res in sorted(by_cat.items())}
     for rate in RATES:
         out[f"category_{rate}"] = {name: v[0][rate] for name, v in cats.items()}

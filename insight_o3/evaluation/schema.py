@@ -121,8 +121,8 @@ class EvalResult:
     @classmethod
     def from_dict(cls, er: Any, where: str) -> "EvalResult":
         if not isinstance(er, dict):
-            raise _fail(where, "eval_result", "is missing" if er is None else
-                        f"must be an object, got {type(er).__name__}")
+            got = "missing" if er is None else f"a {type(er).__name__}"
+            raise RecordError(f"{where}: record has no 'eval_result' object (field 'eval_result' is {got})")
         p = "eval_result."
         status = er.get("status")
         if status is None:
@@ -220,8 +220,8 @@ class EvalRecord:
             raise RecordError(f"{where}: expected a JSON object, got {type(rec).__name__}")
         key = rec.get("sample_key", rec.get("question_id", rec.get("index")))
         if key is None or isinstance(key, (bool, dict, list)):
-            raise _fail(where, "sample_key", "is missing (nor question_id/index)" if key is None
-                        else f"must be text or an integer, got {type(key).__name__}")
+            raise (RecordError(f"{where}: record has no 'sample_key' (nor question_id/index)") if key is None
+                   else _fail(where, "sample_key", f"must be text or an integer, got {type(key).__name__}"))
         er = EvalResult.from_dict(rec.get("eval_result"), where)
         index = _opt(rec, "index", int, where)
         qid = rec.get("question_id")
