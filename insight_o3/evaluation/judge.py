@@ -32,7 +32,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from .. import prompts
-from ..parsing import extract_answer_span, extract_verify_span, mcq_letter
+from ..parsing import extract_answer_span, extract_verify_span, mcq_letter, question_text
 from .schema import Status
 from .solver import Attempt
 
@@ -205,6 +205,4 @@ def insight_o3_question(sample) -> str:
     """The question text the fork gives the vReasoner (and its judge): the question, then the options;
     literal ``\\n`` sequences in a multiple-choice text become newlines (``get_question`` of the fork's
     ``create_parquet_dataset.py``)."""
-    if not sample.options:
-        return sample.question
-    return f"{sample.question}\n{sample.options}".replace("\\n", "\n")
+    return question_text(sample.question, sample.options, unescape_newlines=True)

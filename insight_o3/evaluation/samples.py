@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..storage.jsonl import iter_jsonl
-from ..parsing import format_options, option_letters
+from ..parsing import format_options, option_letters, question_text
 
 IMAGE_FIELDS = ("image", "file_name")
 CATEGORY_FIELDS = ("category", "subset")
@@ -54,7 +54,7 @@ class Sample:
 
     def prompt(self) -> str:
         """The user text: the question, then the options block when there is one."""
-        return f"{self.question}\n{self.options}" if self.options else self.question
+        return question_text(self.question, self.options)
 
     def to_record(self) -> dict:
         """The sample as stored in result records (annotation fields plus where it came from)."""

@@ -31,6 +31,7 @@ from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_ht
 from ..storage import RecordFileError, RecordLog, write_json_atomic
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, iou
 from ..images import ImageStore, usable_cpus
+from ..evaluation.samples import AnnotationError
 from ..storage.jsonl import iter_jsonl
 from ..run_guard import (DEFAULT_MAX_FAILURE_RATIO, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, gather_or_stop,
                          report_stop)
@@ -39,10 +40,6 @@ from ..run_lock import run_lock
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")
 IMAGE_FIELDS = ("image", "file_name")
-
-
-class AnnotationError(ValueError):
-    """A bad annotation line; the message names the file, the line and the field."""
 
 
 @dataclass(frozen=True)

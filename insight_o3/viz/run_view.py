@@ -27,6 +27,7 @@ from PIL import Image
 from .. import prompts
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..images import ImageError, ImageRef
+from ..parsing import question_text
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .original_run import convert_record, is_original_record, original_keys
 
@@ -368,7 +369,7 @@ def conversation(result: SampleResult) -> list[Turn]:
     the whole image) and the final response."""
     if result.trajectory:
         return turns(result.trajectory)
-    q = result.question + (f"\n{result.options}" if result.options else "")
+    q = question_text(result.question, result.options)
     out = [Turn(0, "user", q, [])]
     if result.text is not None:
         out.append(Turn(1, "assistant", result.text, []))
