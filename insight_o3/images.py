@@ -40,6 +40,19 @@ class ImageError(Exception):
     """An image that cannot be used (missing, corrupt, too large); the message names the file."""
 
 
+def image_size(path: str | os.PathLike) -> tuple[int, int]:
+    """An image file's ``(w, h)`` from its header, without decoding the pixels. Raises
+    :class:`ImageError` (``image file not found: …`` / ``cannot decode image …``)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ImageError(f"image file not found: {path}")
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"cannot decode image {path}: {e}") from None
+
+
 @dataclass(frozen=True)
 class ImageRef:
     """What a model was shown, without the pixels: the source file, the region of it (original
@@ -210,13 +223,7 @@ class ImageStore:
         """Original ``(w, h)`` without decoding the pixels (header only)."""
         if path in self._sizes:
             return self._sizes[path]
-        if not os.path.isfile(path):
-            raise ImageError(f"image file not found: {path}")
-        try:
-            with Image.open(path) as im:
-                size = im.size
-        except (OSError, SyntaxError, ValueError) as e:
-            raise ImageError(f"cannot decode image {path}: {e}") from None
+        size = image_size(path)
         self._sizes[path] = size
         return size
 

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
 from ..storage import RecordFileError, RecordLog, write_json_atomic
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, iou
+from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..images import ImageStore, usable_cpus
 from ..evaluation.samples import AnnotationError
 from ..storage.jsonl import iter_jsonl
@@ -66,12 +65,7 @@ def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
     for where, lineno, row in iter_jsonl(ann_file, AnnotationError):
         image = _field(row, IMAGE_FIELDS, where)
         desc = _field(row, DESCRIPTION_FIELDS, where)
-        b = row.get("bbox")
-        if (not isinstance(b, (list, tuple)) or len(b) != 4
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in b)):
-            raise AnnotationError(f"{where}: field 'bbox' must be [x1, y1, x2, y2] (4 finite numbers), got {b!r}")
-        if not (b[0] < b[2] and b[1] < b[3]):
-            raise AnnotationError(f"{where}: field 'bbox' {b!r} needs x1 < x2 and y1 < y2")
+        bbox = check_box(row.get("bbox"), where, "bbox", error=AnnotationError)
         path = os.path.join(img_dir, image)
         if not os.path.isfile(path):
             raise AnnotationError(f"{where}: field {'image' if 'image' in row else 'file_name'!r}: "
@@ -80,7 +74,7 @@ def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
         if key in keys:
             raise AnnotationError(f"{where}: field 'id': duplicate id {key!r}")
         keys.add(key)
-        out.append(RegionSample(key, lineno, image, path, desc, tuple(float(v) for v in b)))
+        out.append(RegionSample(key, lineno, image, path, desc, bbox))
     if not out:
         raise AnnotationError(f"{ann_file}: no annotations")
     return out

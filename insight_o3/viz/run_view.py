@@ -26,7 +26,7 @@ from PIL import Image
 
 from .. import prompts
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
-from ..images import ImageError, ImageRef
+from ..images import ImageError, ImageRef, image_size
 from ..parsing import question_text
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .original_run import convert_record, is_original_record, original_keys
@@ -198,9 +198,8 @@ def _image_sizes(roots: list[str]) -> Callable[[str], tuple[int, int] | None]:
         if image not in cache:
             found = resolver.resolve(image)
             try:
-                with Image.open(found) as im:
-                    cache[image] = im.size
-            except (TypeError, OSError, ValueError):
+                cache[image] = image_size(found)
+            except (TypeError, ImageError):
                 cache[image] = None
         return cache[image]
     return size_of
