@@ -56,3 +56,12 @@ def test_question_text_is_the_one_question_options_formatter():
     assert insight_o3_question(s) == question_text(s.question, s.options, unescape_newlines=True) == "Which\nnow?\nA. x\nB. y"
     open_q = Sample(index=0, question_id=1, image="a.png", image_path="a.png", question="Why\\n?", options=None, answer="x")
     assert open_q.prompt() == insight_o3_question(open_q) == "Why\\n?"
+
+
+def test_rewards_use_the_same_box_validator():
+    from insight_o3.rewards import best_iou
+    assert best_iou(np.array([5.0, 5.0, 1.0, 1.0], dtype=np.float32), [(0, 0, 2, 2)])[0] == 0.0  # inverted pred: IoU 0
+    with pytest.raises(ValueError, match=r"^predicted bbox must hold 4 finite numbers"):
+        best_iou((0, 0, 1, "x"), [(0, 0, 2, 2)])
+    with pytest.raises(ValueError, match=r"^ground-truth bbox #1 must be \[x1, y1, x2, y2\]"):
+        best_iou((0, 0, 1, 1), [(0, 0, 2, 2), (1, 2)])
