@@ -7,8 +7,10 @@ messages whose image parts are :class:`~insight_o3.images.ImageRef` dicts; InSig
 original pixels, the vSearcher's own sub-trajectory). Every crop shown here is cut again from the
 source image at the referenced region, so nothing depends on pixels stored in records.
 
-Readers are tolerant of missing optional keys (older runs, single-model runs without trajectory), and
-read the run directories of the original release's harness too (:mod:`.original_run`).
+Records are read through :class:`~insight_o3.evaluation.schema.EvalRecord` (tolerant of missing
+optional keys: older runs, single-model runs without trajectory; a malformed record is a
+:class:`RunError` naming file, line and field), and the run directories of the original release's
+harness are read too (:mod:`.original_run`).
 """
 from __future__ import annotations
 
