@@ -94,7 +94,7 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
             else:
                 self.guard.request_done(self.role, f"{type(e).__name__}: {_server_message(e)}")
             raise
-        except Exception as e:
+        except openai.APIError as e:  # connection errors, timeouts, malformed responses
             self.guard.request_done(self.role, f"{type(e).__name__}: {e}")
             raise
         self.guard.request_done(self.role, None)

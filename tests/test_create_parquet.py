@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_module, require_recipe
 
-require_module("verl")
+require_recipe()
 
 import pyarrow.parquet as pq  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_recipe
 from tests.support.openai_server import chat, error, request_text
 
-require_module("verl")
+require_recipe()
 
 import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402

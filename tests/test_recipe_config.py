@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_recipe
 
-require_module("verl")
+require_recipe()
 
 from omegaconf import OmegaConf  # noqa: E402
 

@@ -14,9 +14,9 @@ import re
 
 import pytest
 
-from tests.conftest import require_module
+from tests.conftest import require_module, require_recipe
 
-require_module("verl")
+require_recipe()
 require_module("ray")
 
 from tests.support.recipe_cpu_run import SECRET, run_all  # noqa: E402

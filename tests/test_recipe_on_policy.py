@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import require_module
+from tests.conftest import require_recipe
 
-require_module("verl")
+require_recipe()
 
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_recipe
 
-require_module("verl")
+require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -32,6 +32,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from .. import prompts
+from ..errors import EXPECTED_ERRORS
 from ..parsing import extract_answer_span, extract_verify_span, mcq_letter
 from .solver import Attempt
 
@@ -63,7 +64,7 @@ class Verdict:
         return asdict(self)
 
 
-class JudgeError(Exception):
+class JudgeError(ValueError):
     pass
 
 
@@ -115,7 +116,10 @@ async def ask_judge(client, model: str, prompt: str, completion_kwargs: dict) ->
     resp = await client.chat.completions.create(model=model, messages=user_message(prompt), **completion_kwargs)
     if not getattr(resp, "choices", None):
         raise JudgeError("judge returned no choices")
-    return resp.choices[0].message.content or ""
+    message = resp.choices[0].message
+    if message is None:
+        raise JudgeError("judge returned a choice without a message")
+    return message.content or ""
 
 
 async def in_loop_check(client, model: str, question: str, response_text: str, ground_truth: str,
@@ -175,7 +179,7 @@ class AnswerJudge:
                 return await in_loop_check(self.client, self.model, insight_o3_question(sample), text,
                                            sample.answer, self.completion_kwargs)
             return await self._extract(sample, text, outputs)
-        except Exception as e:  # API errors after the SDK's retries, malformed judge replies
+        except EXPECTED_ERRORS as e:  # API errors after the SDK's retries, malformed judge replies
             reason = self.redact(f"judge error: {type(e).__name__}: {e}")
             return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
 
