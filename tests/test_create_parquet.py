@@ -15,6 +15,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from recipe.vsearch.create_parquet_dataset import InputError, build_rows, main  # noqa: E402
+from insight_o3.prompts import VSEARCHER_FIRST_USER_PROMPT, fill  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
 COLUMNS = ["data_source", "prompt", "images", "reward_model", "extra_info", "agent_name"]
@@ -289,7 +290,7 @@ def test_released_datasets_pack_in_their_published_layout(tmp_path):
             "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5"])
     ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
     assert isinstance(ds, VSearchDataset) and len(ds) == 9
-    assert ds[0]["raw_prompt"][1]["content"][1]["text"].startswith("Locate the region im3_0.")
+    assert ds[0]["raw_prompt"][1]["content"][1]["text"] == fill(VSEARCHER_FIRST_USER_PROMPT, target="the region im3_0")
     assert ds[5]["raw_prompt"][1]["content"][0]["text"] == "In tile #0, what is written on the sign?"
     assert create_rl_sampler(cfg.data, ds).counts == {"info_vqa_region_localization": 2, "visual_cot_vstar_collage": 2}
 

@@ -161,7 +161,7 @@ REASONER, JUDGE = "reasoner-m", "judge-m"            # tests/support/agent_tiny.
 
 def reasoner_script(fail_at: int | None = None, n_search: int = 2):
     """vReasoner: n_search calls (feedback helpful on the first, unhelpful after), then \\boxed{42};
-    the judge: extraction says "42", the F.3 judge says <correct>. ``fail_at``: the vReasoner's
+    the judge: <correct> to the in-loop verify prompt ("42" to anything else). ``fail_at``: the vReasoner's
     turn that answers 500 (no SDK retries in the test)."""
     def script(req, call):
         if req["model"] == JUDGE:
@@ -219,9 +219,11 @@ def test_vreasoner_episode_with_k_searches_yields_k_samples(policy, image_path, 
     assert [s.extra_fields["feedback"] for s in samples] == ["helpful", "unhelpful"]
     assert all(s.extra_fields["answer_correct"] is True for s in samples)
     assert all(s.extra_fields["episode_has_answer"] and not s.extra_fields["critical_failure"] for s in samples)
-    # the judge model was asked (extraction, then the F.3 prompt); the vReasoner used the training prompt
+    # the judge model was asked once, the fork's in-loop check (QA_VERIFY_PROMPT on the boxed span, max_tokens
+    # 2048); the vReasoner used the training prompt
     judge_reqs = [r for r in srv.requests if r["model"] == JUDGE]
-    assert len(judge_reqs) == 2 and "GT Answer: forty-two" in request_text(judge_reqs[1])
+    assert len(judge_reqs) == 1 and judge_reqs[0]["max_tokens"] == 2048
+    assert "GT Answer: forty-two" in request_text(judge_reqs[0]) and "Model Answer: 42" in request_text(judge_reqs[0])
     assert "<tool_feedback>" in srv.requests[0]["messages"][0]["content"]
     # the vReasoner saw the policy's crop after the first call
     assert any(p.get("type") == "image_url" for p in srv.requests[1]["messages"][-1]["content"])
@@ -276,8 +278,7 @@ def infer_script(n_search: int = 1):
     """vReasoner on the inference prompt (no <tool_feedback>), then \\boxed{42}; the judge as above."""
     def script(req, call):
         if req["model"] == JUDGE:
-            text = req["messages"][0]["content"]
-            return chat("<correct>" if "GT Answer" in text else "42")
+            return chat("<correct>" if "GT Answer" in request_text(req) else "42")
         turn = sum(m["role"] == "assistant" for m in req["messages"])
         if turn < n_search:
             return chat(f"<think>t{turn}</think><tool_call>region_description={{the band {turn}}}</tool_call>")
