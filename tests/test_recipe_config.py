@@ -108,7 +108,6 @@ def test_val_sh_composes_and_validates(val_dry):
 
 
 def test_agent_configs_load():
-    sys.path.insert(0, str(VERL_DIR))
     from recipe.vsearch.agent_config import load_agent_config
 
     for model, px in [("gpt-5-mini", 1280 * 1280), ("gpt-5-nano", 1280 * 1280), ("gemini-2.5-flash", 3500 * 3500)]:
@@ -123,7 +122,6 @@ def test_agent_configs_load():
 
 
 def test_bad_agent_config_names_file_and_field(tmp_path):
-    sys.path.insert(0, str(VERL_DIR))
     from recipe.vsearch.agent_config import load_agent_config
 
     p = tmp_path / "agent_x.yaml"
