@@ -53,8 +53,8 @@ WORKER = REPO / "tests" / "support" / "vllm_replay_worker.py"
 MAX_PIXELS = 125440
 TOOL = '<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [%d, %d, %d, %d]}}</tool_call>'
 ANSWER = "<think>found it</think> <answer>[%d, %d, %d, %d]</answer>"
-# boxes in the model frame (420x280 for the 900x640 image): a tall crop, then a small one that
-# smart_resize rounds up rather than down
+# boxes in the model frame (420x280 for the 900x640 image): a tall crop larger than the budget, then a
+# small one that smart_resize only snaps to the 28-px grid
 SCRIPT = {1: TOOL % (20, 20, 150, 260), 2: TOOL % (300, 150, 340, 190), 3: ANSWER % (300, 150, 340, 190)}
 
 
@@ -173,10 +173,10 @@ def test_recipe_side_counts_image_tokens_by_smart_resize(episode):
         for (w, h) in side["sizes"]:
             assert (h, w) == smart_resize(h, w, max_pixels=MAX_PIXELS)     # vLLM must not resize again
         assert [n for _, n in side["runs"]] == side["expected"] == side["processor"]
-    # the crops differ in size from the frame and from each other (three distinct grids)
-    assert len(set(sides[-1]["sizes"])) == 3
-    # the small crop is rounded up by smart_resize
-    assert sides[-1]["expected"][2] > 0
+    # three distinct grids: the frame, the tall crop (a ~279x549-px region, scaled down to the budget) and
+    # the small crop (a ~86x91-px region, under the budget: only snapped to the 28-px grid)
+    assert sides[-1]["sizes"] == [(420, 280), (252, 476), (84, 84)]
+    assert sides[-1]["expected"] == [150, 153, 9]
 
 
 @pytest.fixture(scope="module")
