@@ -217,8 +217,8 @@ def replay(episode, tiny_qwen_dir, vllm_venv_python):
     wall = time.monotonic() - t0
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-6000:])
     res = json.loads((root / "vllm.json").read_text())
-    print(f"\nvLLM replay: {wall:.1f} s wall (LLM start-up {res['startup_s']} s); per request "
-          f"{[x.get('latency_s') for x in res['results']]} s")
+    print(f"\nvLLM replay: {wall:.1f} s wall (LLM start-up {res['startup_s']} s, peak RSS {res['max_rss_mib']} MiB); "
+          f"per request {[x.get('latency_s') for x in res['results']]} s")
     return {x["name"]: x for x in res["results"]}
 
 

@@ -18,6 +18,7 @@ Only vllm, pillow and the standard library are imported: this runs in the vLLM v
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 from pathlib import Path
@@ -73,7 +74,9 @@ def main(episode_dir: str) -> int:
             "finish_reason": out.outputs[0].finish_reason,
             "latency_s": round(time.monotonic() - t1, 3),
         })
-    (root / "vllm.json").write_text(json.dumps({"startup_s": round(startup_s, 1), "results": results}))
+    rss_mib = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) // 1024
+    (root / "vllm.json").write_text(json.dumps({"startup_s": round(startup_s, 1), "max_rss_mib": rss_mib,
+                                                "results": results}))
     return 0
 
 
