@@ -10,9 +10,11 @@ Per trial (``eval_metrics.json``), with ``total`` = all samples:
 * ``overall_stats`` = the counts (correct, wrong, incomplete, invalid, failed, total)
 * ``category_<name>`` = the same per ``category``/``subset``
 * InSight-o3 runs (attempt stats present): ``mean_search_calls``, ``search_not_found_ratio``
+* ``usage`` (tokens per role), ``tokens_total`` and, with prices, ``cost_usd`` of the trial's records
 
 The summary (``summary_metrics.json``) mirrors that structure with every number replaced by
-``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials``.
+``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials`` (the runner adds
+``run_totals``: tokens and cost summed over trials).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from collections import defaultdict
 import numpy as np
 
 from .judge import STATUSES
+from .usage import merge, total_tokens
 
 RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
 
@@ -68,6 +71,12 @@ def compute_metrics(records: list[dict]) -> dict:
         not_found = sum(s.get("n_search_not_found", 0) for s in stats)
         out["mean_search_calls"] = float(np.mean(calls)) if calls else 0.0
         out["search_not_found_ratio"] = not_found / sum(calls) if sum(calls) else 0.0
+    usages = [r.get("usage") for r in records]
+    out["usage"] = merge(usages)
+    out["tokens_total"] = sum(total_tokens(u) for u in usages)
+    costs = [r.get("cost_usd") for r in records if r.get("cost_usd") is not None]
+    if costs:
+        out["cost_usd"] = float(sum(costs))
     return out
 
 
