@@ -261,15 +261,19 @@ async def _run_locked(samples: list[Sample], solver, judge: AnswerJudge, cfg: Ru
         spent = _spent_before(cfg, open_trials, logs)
         budget: list[BudgetExceeded] = []
 
-        def charge(rec: dict):
-            spent["tokens"] += total_tokens(rec.get("usage"))
-            spent["cost"] += rec.get("cost_usd") or 0.0
+        def charge(rec: dict | None):
+            if rec is not None:
+                spent["tokens"] += total_tokens(rec.get("usage"))
+                spent["cost"] += rec.get("cost_usd") or 0.0
             if budget:
                 return
             if cfg.max_cost is not None and spent["cost"] >= cfg.max_cost:
                 budget.append(BudgetExceeded("cost", spent["cost"], cfg.max_cost))
             elif cfg.max_tokens_total is not None and spent["tokens"] >= cfg.max_tokens_total:
                 budget.append(BudgetExceeded("tokens", spent["tokens"], cfg.max_tokens_total))
+
+        if work:
+            charge(None)  # spent by earlier runs
 
         async def finish(s: Sample, k: int, attempt: Attempt, solve_usage: dict):
             meter = UsageMeter()

@@ -167,4 +167,8 @@ class CostModel:
             return None
         if not os.path.isfile(path):
             raise PriceError(f"{path}: price file not found")
-        return cls(load_prices(path), models)
+        try:
+            return cls(load_prices(path), models)
+        except PriceError as e:
+            msg = str(e)
+            raise PriceError(msg if msg.startswith(path) else f"{path}: {msg}") from None
