@@ -179,3 +179,51 @@ def test_run_card(bench, tmp_path, openai_server):
     assert card["settings"]["chat_completion_kwargs"] == {"seed": 7, "max_completion_tokens": 99}
     assert card["subset"] is None and card["num_samples"] == 8
     assert MAIN_KEY not in (out / "m/o3_bench/run_card.json").read_text()
+
+
+def _run(bench, out, main_url, judge_url, eval_name, *extra):
+    argv = _argv(*bench, out, main_url, judge_url, *extra)
+    argv[argv.index("--eval_name") + 1] = eval_name
+    assert evaluate.main(argv) == 0
+
+
+def test_gather_shows_tokens_cost_and_refuses_mixed_settings(bench, tmp_path, openai_server, prices, capsys):
+    from insight_o3.scripts import gather_eval_results as g
+    main_srv = openai_server(eb.model_script())
+    judge_srv = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    _run(bench, out, main_srv.base_url, judge_srv.base_url, "a/o3_bench", "--price_file", str(prices))
+    _run(bench, out, main_srv.base_url, judge_srv.base_url, "b/o3_bench", "--price_file", str(prices))
+    capsys.readouterr()
+    assert g.main(["--settings", "a", "b", "--datasets", "o3_bench", "--output_dir", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "tokens" in table and "cost_usd" in table and "255" in table  # 8 model + 9 judge requests of 15 tokens
+    df, notes = g.gather(str(out), ["a", "b"], ["o3_bench"])
+    assert df.loc["a", "tokens"] == str(json.loads((out / "a/o3_bench/summary_metrics.json").read_text())
+                                        ["run_totals"]["tokens_total"])
+    assert float(df.loc["a", "cost_usd"]) == pytest.approx((80 * 2.0 + 40 * 10.0 + 90 * 0.5 + 45 * 1.0) / 1e6, abs=1e-4)
+    assert not any("mixed" in n or "subset" in n for n in notes)
+    # a third run with another judge flow and image budget: refused, naming what differs
+    _run(bench, out, main_srv.base_url, judge_srv.base_url, "c/o3_bench", "--judge_flow", "verify")
+    _run(bench, out, main_srv.base_url, judge_srv.base_url, "a/vstar", "--img_max_pixels", "1024")
+    capsys.readouterr()
+    rc = g.main(["--settings", "a", "c", "--datasets", "o3_bench", "--output_dir", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "column o3_bench: judge.flow: a=\"extract\", c=\"verify\"" in err
+    assert "--allow_mixed_settings" in err
+    rc = g.main(["--settings", "a", "--datasets", "o3_bench", "vstar", "--output_dir", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "row a: image_budget" in err and "row a: settings.img_max_pixels" not in err
+    rc = g.main(["--settings", "a", "c", "--datasets", "o3_bench", "--output_dir", str(out),
+                 "--allow_mixed_settings"])
+    assert rc == 0 and "warning: mixed settings: column o3_bench: judge.flow" in capsys.readouterr().out
+
+
+def test_gather_warns_about_subset_runs(bench, tmp_path, openai_server):
+    from insight_o3.scripts import gather_eval_results as g
+    main_srv = openai_server(eb.model_script())
+    out = tmp_path / "out"
+    _run(bench, out, main_srv.base_url, main_srv.base_url, "a/o3_bench", "--limit", "2")
+    ds = next((out / "a").iterdir()).name
+    _, notes = g.gather(str(out), ["a"], [ds])
+    assert any("a subset run (2 samples" in n for n in notes)
