@@ -301,8 +301,9 @@ async def _run_locked(samples: list[Sample], solver, judge: AnswerJudge, cfg: Ru
                     shares = [{r: c for r, c in (old.get("usage") or {}).items() if r != "judge"}]
                 else:
                     try:
-                        if getattr(solver, "solves_by_trial", False):  # e.g. rejudge's stored attempts
+                        if getattr(solver, "solves_by_trial", False):  # rejudge's stored attempts
                             attempts = list(await solver.solve_trials(s, trials))
+                            shares = solver.usage_shares(s, trials)
                         else:
                             attempts = list(await solver.solve(s, len(trials)))
                     except asyncio.CancelledError:
@@ -314,7 +315,7 @@ async def _run_locked(samples: list[Sample], solver, judge: AnswerJudge, cfg: Ru
                     if len(attempts) != len(trials):
                         bad = f"solver returned {len(attempts)} attempts for {len(trials)} trials"
                         attempts = [Attempt(None, None, error=bad) for _ in trials]
-                if shares is None:
+                if shares is None or len(shares) != len(trials):
                     shares = meter.split(len(trials))
                 await asyncio.gather(*(finish(s, k, a, u) for k, a, u in zip(trials, attempts, shares)))
 
