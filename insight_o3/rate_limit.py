@@ -3,9 +3,11 @@
 An :class:`AdaptiveLimiter` sits under the ``openai`` SDK, in the HTTP client's ``send`` (see
 :func:`limited_http_client`), so every HTTP attempt — the SDK's retries included — waits for a slot:
 
-* **concurrency**: at most ``limit`` requests in flight; ``limit`` starts at ``--concurrency``, is
-  halved by a 429 (once per storm: a 429 for a request sent before the last cut does not cut again)
-  and grows back by one after ``limit`` successes in a row (additive increase, multiplicative decrease);
+* **concurrency**: at most ``limit`` requests in flight; ``limit`` starts at ``--concurrency``. A
+  lone 429 takes it down by one (the probe that found the edge); a storm — more 429s for requests
+  sent before that first one — halves it, once per round (the next round starts with a 429 for a
+  request sent after the last cut). It grows back by one after ``limit`` successes in a row, at most once per ``recover_interval``
+  seconds (additive increase, multiplicative decrease);
 * **Retry-After**: a 429's ``Retry-After``/``retry-after-ms`` pauses every new send of the endpoint
   until then (the SDK itself waits the same time before retrying that request);
 * **rpm**: sends are spaced ``60/rpm`` seconds apart;
@@ -41,7 +43,7 @@ class AdaptiveLimiter:
     """Shared by the clients of one endpoint (``api.make_client(limiter=...)``); one event loop."""
 
     def __init__(self, concurrency: int, rpm: float | None = None, tpm: float | None = None,
-                 min_concurrency: int = 1):
+                 min_concurrency: int = 1, recover_interval: float = 1.0):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.max_concurrency = concurrency
@@ -50,12 +52,15 @@ class AdaptiveLimiter:
         self.rpm, self.tpm = rpm, tpm
         self.in_flight = 0
         self.throttled = 0          # 429 responses seen
-        self.cuts = 0               # times the limit was halved
+        self.cuts = 0               # storms: times the limit was halved
         self.lowest_limit = concurrency
         self._interval = 60.0 / rpm if rpm else 0.0
         self._next_send = 0.0
         self._paused_until = 0.0
         self._last_cut = -1.0
+        self._last_change = -1.0
+        self._round_base, self._round_hits, self._round_halved = concurrency, 0, False
+        self.recover_interval = recover_interval
         self._successes = 0
         self._tokens = float(tpm) if tpm else 0.0
         self._tokens_at = time.monotonic()
@@ -111,18 +116,26 @@ class AdaptiveLimiter:
         if status == 429:
             self.throttled += 1
             self._successes = 0
-            if sent_at >= self._last_cut:  # the first 429 of this storm: halve once
-                self.limit = max(self.min_concurrency, self.limit // 2)
-                self.lowest_limit = min(self.lowest_limit, self.limit)
-                self.cuts += 1
-                self._last_cut = now
+            if sent_at >= self._last_cut:  # the first 429 of a new round: back off the probe by one
+                self._round_base, self._round_hits, self._round_halved = self.limit, 1, False
+                self.limit = max(self.min_concurrency, self.limit - 1)
+                self._last_cut = self._last_change = now
+            else:  # more 429s of requests sent before that: a storm, halve once per round
+                self._round_hits += 1
+                if not self._round_halved:
+                    self.limit = max(self.min_concurrency, self._round_base // 2)
+                    self._round_halved = True
+                    self.cuts += 1
+            self.lowest_limit = min(self.lowest_limit, self.limit)
             if retry_after:
                 self._paused_until = max(self._paused_until, now + retry_after)
         elif status is not None and status < 400:
             self._successes += 1
-            if self._successes >= self.limit and self.limit < self.max_concurrency:
+            if (self._successes >= self.limit and self.limit < self.max_concurrency
+                    and now - self._last_change >= self.recover_interval):
                 self.limit += 1
                 self._successes = 0
+                self._last_change = now
         if self._cond is not None:
             asyncio.ensure_future(self._notify())
 
