@@ -69,7 +69,7 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
     argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2",
-                 "--sys_prompt", "think", "--no_judge_cache")  # one judge request per attempt, as the original
+                 "--sys_prompt", "think")
     assert evaluate.main(argv) == 0
     _assert_expected(out, 2)
     # one request per sample with n=2; image sent once-encoded, options in the prompt, system prompt set

@@ -82,7 +82,8 @@ def test_usage_and_cost_per_record_trial_and_run(bench, tmp_path, openai_server,
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--price_file", str(prices))
+    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--price_file", str(prices),
+                 "--judge_cache")
     assert evaluate.main(argv) == 0
     eval_dir = out / "m/o3_bench"
     recs = _records(eval_dir, 0) + _records(eval_dir, 1)
@@ -152,10 +153,13 @@ def test_budget_stops_cleanly_and_resumes(bench, tmp_path, openai_server, prices
 
 
 def test_judge_cache_asks_identical_prompts_once(bench, tmp_path, openai_server):
+    """Opt-in in evaluate (the default asks once per attempt, as the released harness: see
+    test_eval_cli / test_golden_payloads)."""
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    assert evaluate.main(_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "3")) == 0
+    assert evaluate.main(_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "3",
+                               "--judge_cache")) == 0
     assert judge_srv.count == 9  # 9 distinct prompts; without the cache 3 * 9
     for k in range(3):
         m = json.loads((out / f"m/o3_bench/trial_{k}/eval_metrics.json").read_text())
@@ -173,7 +177,7 @@ def test_run_card(bench, tmp_path, openai_server):
     assert card["version"] and card["package"] == "insight_o3" and "git_commit" in card
     assert card["benchmark_sha256"] == hashlib.sha256(Path(bench[0]).read_bytes()).hexdigest()
     assert card["image_budget"] == {"model": 4096}
-    assert card["judge"] == {"model": "scripted-judge", "flow": "extract", "max_answer_length": 1000, "cache": True}
+    assert card["judge"] == {"model": "scripted-judge", "flow": "extract", "max_answer_length": 1000, "cache": False}
     assert card["seeds"] == {"model": 7}
     assert card["prompts_sha256"]["JUDGE_PROMPT"] == hashlib.sha256(prompts.JUDGE_PROMPT.encode()).hexdigest()[:16]
     assert card["settings"]["chat_completion_kwargs"] == {"seed": 7, "max_completion_tokens": 99}

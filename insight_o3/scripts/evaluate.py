@@ -98,9 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extract: the released evaluate.py (extraction prompt, then verification); verify: the "
                         "fork's in-loop check (boxed span, then qa_verify). Default: extract for a single model, "
                         "verify in InSight-o3 mode (as the paper's numbers were produced)")
-    g.add_argument("--no_judge_cache", action="store_true",
-                   help="ask the judge once per attempt even when the prompt repeats (default: identical "
-                        "judge prompts within a run are asked once)")
+    g.add_argument("--judge_cache", action="store_true",
+                   help="ask identical judge prompts (same judge model, prompt and settings) once per run, e.g. "
+                        "a response repeated across trials (default off: one judge request per attempt, as the "
+                        "released harness; rejudge caches by default)")
     g = p.add_argument_group("run")
     g.add_argument("--output_dir", default="./outputs/eval")
     g.add_argument("--num_trials", type=int, default=1)
@@ -218,7 +219,7 @@ def run_card(a: argparse.Namespace, num_samples: int) -> dict:
     return build_run_card(
         args_record(a), ann_file=a.ann_file, subset=a.subset, num_samples=num_samples, image_budget=image_budget,
         judge={"model": a.judge_model, "flow": a.judge_flow, "max_answer_length": a.max_answer_length,
-               "cache": not a.no_judge_cache},
+               "cache": a.judge_cache},
         seeds=seeds)
 
 
@@ -265,7 +266,7 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
                 completion_kwargs=a.chat_completion_kwargs, image_url_extra=a.image_url_extra_settings,
                 separate_trial_requests=a.separate_trial_requests, redact=redactor)
         judge = AnswerJudge(judge_client, a.judge_model, a.max_answer_length, redact=redactor, flow=a.judge_flow,
-                            cache=None if a.no_judge_cache else JudgeCache())
+                            cache=JudgeCache() if a.judge_cache else None)
         cfg = RunConfig(output_dir=a.output_dir, eval_name=a.eval_name, num_trials=a.num_trials,
                         concurrency=a.concurrency, retry_failed=a.retry_failed,
                         group_trials=not a.separate_trial_requests, progress=not a.no_progress,

@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the new eval dir is <output_dir>/<eval_name>, <output_dir> defaulting to the source "
                         "run's (default: <eval_dir>@rejudge-<judge_model>)")
     p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--no_judge_cache", action="store_true")
+    p.add_argument("--no_judge_cache", action="store_true",
+                   help="one judge request per attempt (default: identical judge prompts are asked once)")
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
     p.add_argument("--price_file", help="as evaluate's: adds cost_usd (stored model usage priced too)")
     p.add_argument("--max_cost", type=float, default=None)
