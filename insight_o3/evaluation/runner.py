@@ -12,6 +12,14 @@ same directory is refused at once. With a :class:`~insight_o3.run_guard.RunGuard
 clients report to), a fatal API response or too many failed requests stop the run: the work in
 flight is cancelled and not recorded, everything recorded before stays. An output file that cannot
 be written stops it the same way, with :class:`~insight_o3.atomic_io.OutputError`.
+
+Each record carries the token ``usage`` per role of its attempt and its judging (every client reports
+to the usage meter of the asyncio task that sent the request: one per solve, split over its trials,
+and one per judging; see :mod:`insight_o3.evaluation.usage`) and ``cost_usd``. With a budget
+(``max_cost``/``max_tokens_total``, counted over everything recorded in the eval dir) reached, no new
+item is started, the ones in flight are recorded, and :class:`BudgetExceeded` is raised; a rerun with
+a higher budget resumes. A solver with ``solves_by_trial`` (rejudge's stored attempts) is asked per
+trial index (``solve_trials``) and gives the stored usage (``usage_shares``).
 """
 from __future__ import annotations
 
