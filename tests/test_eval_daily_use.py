@@ -221,6 +221,11 @@ def test_gather_shows_tokens_cost_and_refuses_mixed_settings(bench, tmp_path, op
     rc = g.main(["--settings", "a", "c", "--datasets", "o3_bench", "--output_dir", str(out),
                  "--allow_mixed_settings"])
     assert rc == 0 and "warning: mixed settings: column o3_bench: judge.flow" in capsys.readouterr().out
+    df, notes = g.gather(str(out), ["a"], ["o3_bench", "vstar"], allow_mixed_settings=True)
+    tokens = [json.loads((out / f"a/{ds}/summary_metrics.json").read_text())["run_totals"]["tokens_total"]
+              for ds in ("o3_bench", "vstar")]
+    assert df.loc["a", "tokens"] == str(sum(tokens))  # the row's runs together
+    assert df.loc["a", "cost_usd"] == f"{float(df.loc['a', 'cost_usd']):.4f}"  # vstar has no price: o3_bench's
 
 
 def test_gather_warns_about_subset_runs(bench, tmp_path, openai_server):

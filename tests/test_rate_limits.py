@@ -15,6 +15,7 @@ from tests.support.openai_server import Call, Reply, chat
 from tests.support.rate_limited_server import RateLimitedScript
 
 N = 60
+LATENCY = 0.2  # per request of the storm server: long enough that the client's own overhead is a small part
 
 
 def make_bench(root: Path, n: int = N) -> tuple[Path, Path]:
@@ -77,18 +78,18 @@ def test_retry_after_without_rpm_loses_nothing(tmp_path, openai_server):
 
 
 def _storm_server(openai_server):
-    limited = RateLimitedScript(answer_script, max_in_flight=4, latency=0.1, retry_after=0.05)
+    limited = RateLimitedScript(answer_script, max_in_flight=4, latency=LATENCY, retry_after=0.05)
     return limited, openai_server(limited)
 
 
 def test_adaptive_concurrency_halves_on_429_storm(tmp_path, openai_server):
     """A server that serves 4 requests at a time; the client starts at 32. The ideal is a client that
     knows the limit (a fixed concurrency of 4, never a 429), measured here on the same machine (its
-    per-request overhead is part of any client's wall time), or 60/4 x 0.1 s if that is longer."""
+    per-request overhead is part of any client's wall time), or 60/4 x LATENCY if that is longer."""
     known, srv = _storm_server(openai_server)
     _nothing_lost(_run(tmp_path / "known", srv, "--concurrency", "4", "--no_adaptive_concurrency"), known)
     assert known.throttled == 0
-    ideal = max(known.wall, N / 4 * 0.1)
+    ideal = max(known.wall, N / 4 * LATENCY)
     limited, srv = _storm_server(openai_server)
     _nothing_lost(_run(tmp_path / "adaptive", srv, "--concurrency", "32"), limited)
     assert limited.wall <= 1.5 * ideal, (limited.wall, ideal)
