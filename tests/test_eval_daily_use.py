@@ -134,7 +134,8 @@ def test_budget_stops_cleanly_and_resumes(bench, tmp_path, openai_server, prices
                  "--price_file", str(prices))
     assert evaluate.main(base + budget) == 4
     err = capsys.readouterr().err
-    assert "budget reached" in err and budget[0] in err and "resume" in err
+    assert "budget reached" in err and budget[0] in err and "rerun with a higher" in err
+    assert "rerun the same command" not in err  # the same budget would stop again
     eval_dir = out / "m/o3_bench"
     first = _records(eval_dir)
     assert 0 < len(first) < 8

@@ -28,12 +28,12 @@ from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_ht
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.records import RecordFileError, RecordLog
 from ..evaluation.run_card import load_run_card
-from ..evaluation.runner import ARGS_FILE, DONE_FILE, RECORDS_FILE, RunConfig, run_evaluation
+from ..evaluation.runner import ARGS_FILE, DONE_FILE, RECORDS_FILE, BudgetExceeded, RunConfig, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.solver import Attempt
 from ..evaluation.usage import CostModel, PriceError
 from ..rate_limit import AdaptiveLimiter
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, report_stop
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, EXIT_API_STOP, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, report_stop
 
 log = logging.getLogger("insight_o3.rejudge")
 #: Record fields that are not annotation fields (the rest is the sample as loaded).
@@ -214,6 +214,9 @@ def main(argv=None) -> int:
     except RecordFileError as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BudgetExceeded as e:  # not "rerun the same command": the same budget stops again
+        print(f"error: {e}. Samples finished before this are safe in {cfg.eval_dir}", file=sys.stderr)
+        return EXIT_API_STOP
     except STOP_ERRORS as e:
         return report_stop(e, redactor, cfg.eval_dir)
     acc = summary.get("overall_accuracy", {})
