@@ -77,6 +77,24 @@ def test_retry_after_without_rpm_loses_nothing(tmp_path, openai_server):
     assert limited.wall <= 1.5 * ideal, (limited.wall, ideal)
 
 
+def test_judge_rpm_keeps_the_judge_under_its_limit(tmp_path, openai_server):
+    """Every answer needs the judge (the model names the option's text, the judge extracts the letter)."""
+    rate = 20.0
+    model = openai_server(lambda req, call: chat(["<answer>yes</answer>"] * int(req.get("n") or 1)))
+    limited = RateLimitedScript(lambda req, call: chat("A"), rate=rate, window=1.0)
+    judge = openai_server(limited)
+    ann, img_dir = make_bench(tmp_path / "bench")
+    out = tmp_path / "out"
+    argv = ["--eval_name", "m/rl", "--model", "m", "--api_base_url", model.base_url, "--judge_model", "j",
+            "--judge_api_base_url", judge.base_url, "--ann_file", str(ann), "--img_dir", str(img_dir),
+            "--output_dir", str(out), "--no_progress", "--image_workers", "0", "--concurrency", "64",
+            "--judge_rpm", str(rate * 60)]
+    assert evaluate.main(argv) == 0
+    m = json.loads((out / "m/rl/trial_0/eval_metrics.json").read_text())
+    assert m["overall_stats"]["correct"] == N and len(limited.accepted) == N
+    assert limited.wall <= 1.5 * N / rate and limited.throttled <= 3
+
+
 def _storm_server(openai_server):
     limited = RateLimitedScript(answer_script, max_in_flight=4, latency=LATENCY, retry_after=0.05)
     return limited, openai_server(limited)

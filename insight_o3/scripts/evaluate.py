@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "429 storm, grown back by one after that many successes in a row")
     g.add_argument("--rpm", type=float, default=None, help="requests per minute to the model endpoint")
     g.add_argument("--tpm", type=float, default=None, help="tokens per minute to the model endpoint")
+    g.add_argument("--judge_rpm", type=float, default=None, help="requests per minute to the judge endpoint")
+    g.add_argument("--judge_tpm", type=float, default=None, help="tokens per minute to the judge endpoint")
     g.add_argument("--no_adaptive_concurrency", action="store_true",
                    help="a fixed concurrency (429s are left to the SDK's retries alone)")
     g.add_argument("--price_file", help="YAML/JSON of US$ per million tokens per model: "
@@ -188,7 +190,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--limit must be at least 1")
     if a.max_cost is not None and not a.price_file:
         p.error("--max_cost needs --price_file")
-    for name in ("rpm", "tpm", "max_cost", "max_tokens_total"):
+    for name in ("rpm", "tpm", "judge_rpm", "judge_tpm", "max_cost", "max_tokens_total"):
         if getattr(a, name) is not None and getattr(a, name) <= 0:
             p.error(f"--{name} must be positive")
     a.subset = subset_spec(a.limit, a.sample_ids, a.categories)
@@ -246,7 +248,9 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
     images = image_store(a, originals_cached=2 if a.vsearcher_model else 0)
     adaptive = not a.no_adaptive_concurrency
     model_limiter = AdaptiveLimiter(a.concurrency, a.rpm, a.tpm) if adaptive or a.rpm or a.tpm else None
-    judge_limiter = AdaptiveLimiter(a.concurrency) if adaptive else None
+    judge_limiter = (AdaptiveLimiter(a.concurrency, a.judge_rpm, a.judge_tpm)
+                     if adaptive or a.judge_rpm or a.judge_tpm else None)
+    vsearcher_limiter = AdaptiveLimiter(a.concurrency) if adaptive and a.vsearcher_model else None
     main_client = make_client(a.api_key, a.api_base_url, a.client_timeout, a.max_retries,
                               max_connections=max(a.concurrency * 2, 16), role="model", guard=guard,
                               limiter=model_limiter)
@@ -258,7 +262,7 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
         if a.vsearcher_model:
             from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
             solver = InSightO3Solver.from_args(a, images=images, redactor=redactor, guard=guard,
-                                               limiter=model_limiter)
+                                               limiter=model_limiter, vsearcher_limiter=vsearcher_limiter)
         else:
             solver = SingleModelSolver(
                 main_client, a.model, images, Resize(max_pixels=a.img_max_pixels or None),
