@@ -345,3 +345,58 @@ def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypa
     with pytest.raises(SettingsError, match="data.max_prompt_length"):
         _make(VSearcherAgentLoop, policy, server,
               _config(stage="eval", agent_yaml=cfg_dir / "agent_gpt-5-mini.yaml", prompt_length=8192))
+
+
+class BudgetServerManager(ScriptedServerManager):
+    """Honours ``max_tokens`` as verl's vLLM server does (pops it; at most that many tokens, no stop token
+    when cut)."""
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
+        asked = sampling_params.pop("max_tokens", None)
+        out = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=dict(sampling_params),
+                                     image_data=image_data, video_data=video_data)
+        self.calls[-1]["max_tokens"] = asked
+        if asked is not None and len(out.token_ids) > asked:
+            ids = out.token_ids[:asked]
+            self.replies[-1] = ids
+            return TokenOutput(token_ids=ids, log_probs=out.log_probs[:asked], stop_reason="completed")
+        return out
+
+
+def test_over_long_turn_is_cut_by_the_request_max_tokens(policy, image_path):
+    """An over-long second turn (rambling, then a valid answer past the budget) is cut by the request's
+    max_tokens = the unused response budget; the verdict is that of the kept tokens (no answer), not of
+    the uncut text."""
+    tok, _ = policy
+    ramble = "<think>" + "look again " * 400 + "</think> "
+
+    def script(n_images, prompt):
+        return TOOL % (40, 30, 200, 150) if n_images == 1 else ramble + ANSWER % (60, 40, 180, 140)
+
+    budget = 600
+    server = BudgetServerManager(tok, script)
+    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
+                                                      {"type": "text", "text": "the striped band"}]}],
+           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}}
+    params = {"temperature": 1.0}
+
+    async def go():
+        loop = _make(VSearcherAgentLoop, policy, server, _config(response_length=budget))
+        return await loop.run(params, **row)
+    out = asyncio.run(go())
+
+    assert params == {"temperature": 1.0}                   # the caller's dict is not changed
+    first, second = server.calls
+    assert first["max_tokens"] == budget                   # the whole budget for the first turn
+    n_first = len(server.replies[0])
+    spans = _spans(out.response_mask)
+    n_tool = spans[1][2] - spans[1][1]
+    assert second["max_tokens"] == budget - n_first - n_tool  # only what is left for the second
+    assert len(server.replies[1]) == second["max_tokens"]   # the server cut it, not the loop
+    assert len(out.response_ids) == budget
+    assert out.response_ids[spans[2][1]:] == server.replies[1]
+    f = out.extra_fields
+    # the kept tokens contain no answer: no box, the format check fails, the episode is marked truncated
+    assert f["pred_box"] is None and f["format_ok"] is False and f["search_truncated"] is True
+    assert compute_score(row["data_source"], "", "", {**row["extra_info"], **f}, **REWARD)["score"] == 0.0

@@ -64,6 +64,18 @@ class SearcherRollout:
         }
 
 
+def budgeted(sampling_params: dict, remaining: int) -> dict:
+    """A copy of ``sampling_params`` whose ``max_tokens`` is at most ``remaining`` (the unused part of the
+    trajectory's response budget). verl's rollout servers read ``max_tokens`` (vLLM: ``SamplingParams``;
+    without it a turn may run to the whole context) and pop it from the dict they get, hence the copy.
+    A turn is therefore cut *by the request*, and the protocol judges exactly the tokens that are kept."""
+    sp = dict(sampling_params)
+    sp.pop("max_new_tokens", None)
+    asked = sp.get("max_tokens")
+    sp["max_tokens"] = int(remaining) if asked is None else min(int(asked), int(remaining))
+    return sp
+
+
 def template_messages(messages: list[dict]) -> list[dict]:
     """Session messages as the HF chat template wants them: image references become bare
     ``{"type": "image"}`` parts (the pixels travel separately, in order)."""
@@ -81,8 +93,10 @@ class PolicySearcher:
     """Runs :class:`SearcherSession` episodes with the policy behind an agent loop's server manager.
 
     ``agent_loop`` is a verl ``AgentLoopBase`` (it provides ``server_manager``, ``tokenizer`` and
-    ``apply_chat_template``). ``response_length`` is the rollout's response budget: generation
-    stops once it is used up (the episode is then ``failed``/truncated and earns no reward).
+    ``apply_chat_template``). ``response_length`` is the rollout's response budget: every generate
+    request asks for at most the budget still unused (``max_tokens``), so a turn that would overrun it
+    is cut by the server and judged as cut (``finish_reason="length"``); a tool response that does not
+    fit ends the episode (``failed``/truncated, no reward).
     """
 
     def __init__(self, agent_loop, images: ImageStore, max_pixels: int, max_tool_calls: int,
@@ -117,8 +131,9 @@ class PolicySearcher:
                 s.fail(f"response budget of {self.response_length} tokens used up")
                 break
             t0 = time.perf_counter()
-            out = await self.loop.server_manager.generate(request_id, prompt_ids=prompt_ids + resp,
-                                                          sampling_params=sampling_params, image_data=list(pics))
+            out = await self.loop.server_manager.generate(
+                request_id, prompt_ids=prompt_ids + resp,
+                sampling_params=budgeted(sampling_params, self.response_length - len(resp)), image_data=list(pics))
             t_gen += time.perf_counter() - t0
             ids = list(out.token_ids)
             resp += ids
@@ -133,6 +148,8 @@ class PolicySearcher:
                 s.fail("generation aborted by the rollout server")
                 break
             finish = "stop" if ids and ids[-1] in self.stop_ids else "length"
+            if finish == "length" and len(resp) >= self.response_length:
+                truncated = True  # cut by the request's max_tokens at the end of the budget
             n_before = len(s.messages)
             st = s.step(text, finish)
             if st.done:
@@ -155,7 +172,7 @@ class PolicySearcher:
             if logprobs is not None:
                 logprobs += [0.0] * len(tool_ids)
             t_tool += time.perf_counter() - t0
-        if len(resp) > self.response_length:
+        if len(resp) > self.response_length:  # a server that ignored max_tokens: never train past the budget
             truncated = True
             resp, mask = resp[:self.response_length], mask[:self.response_length]
             logprobs = logprobs[:self.response_length] if logprobs is not None else None
