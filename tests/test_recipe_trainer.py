@@ -287,3 +287,17 @@ def test_unsupported_settings_are_rejected(trainer):
     trainer.use_critic = True
     with pytest.raises(ValueError, match="critic"):
         trainer.fit()
+
+
+def test_api_failures_above_the_limit_abort_before_the_update(trainer):
+    """The step has 1 API-failed in-loop episode of 4 (25 %): above vsearch.max_api_failure_ratio=0.2 the run
+    stops with a message naming the setting, before anything is trained."""
+    from recipe.vsearch.trainer import ApiFailureAbort
+
+    trainer.config.vsearch.max_api_failure_ratio = 0.2
+    with pytest.raises(ApiFailureAbort, match=r"step 1: 25% of the in-loop episodes failed .*max_api_failure_ratio=0.2"):
+        trainer.fit()
+    assert trainer.actor_rollout_wg.updates == []
+    trainer.config.vsearch.max_api_failure_ratio = 0.25          # at the limit: trains
+    trainer.fit()
+    assert len(trainer.actor_rollout_wg.updates) == 1

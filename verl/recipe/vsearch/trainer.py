@@ -51,6 +51,7 @@ from verl.utils.tracking import Tracking
 
 from . import hybrid_advantage  # noqa: F401  (registers vsearch_hybrid_grpo in this process)
 from .episodes import EPISODE_ID_KEY, VALIDATE_KEY, episode_metrics, finalize_batch
+from .on_policy import EQ2_META_KEY
 
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
 VAL_PAD_PREFIX = "vsearch-valpad-"
@@ -117,6 +118,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
         batch, vsearch_metrics = finalize_batch(out, dp_size)
         metrics.update(vsearch_metrics)
+        check_api_failures(vsearch_metrics, float(cfg.vsearch.get("max_api_failure_ratio", 0.5)), self.global_steps)
         batch.meta_info["temperature"] = rollout_cfg.temperature
         if cfg.trainer.balance_batch:
             self._balance_batch(batch, metrics=metrics)
@@ -128,9 +130,12 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         with marked_timer("old_log_prob", timing_raw, color="blue"):
             old_log_prob, mfu = self._compute_old_log_prob(batch)
             actor_cfg = cfg.actor_rollout_ref.actor
-            entropy = agg_loss(loss_mat=old_log_prob.batch.pop("entropys"), loss_mask=batch.batch["response_mask"],
-                               loss_agg_mode=actor_cfg.loss_agg_mode, loss_scale_factor=actor_cfg.loss_scale_factor)
-            metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": mfu})
+            entropys = old_log_prob.batch.pop("entropys")
+            metrics["perf/mfu/actor_infer"] = mfu
+            if bool((batch.batch["response_mask"].sum(-1) > 0).any()):  # Eq. 2's mean; no 0/0 on an empty step
+                entropy = agg_loss(loss_mat=entropys, loss_mask=batch.batch["response_mask"],
+                                   loss_agg_mode="seq-mean-token-mean")
+                metrics["actor/entropy"] = entropy.detach().item()
             batch = batch.union(old_log_prob)
         if self.use_reference_policy:
             with marked_timer("ref", timing_raw, color="olive"):
@@ -152,6 +157,9 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
 
         if cfg.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw, color="red"):
+                # Eq. 2's sample count over the whole batch, for every rank (recipe.vsearch.on_policy.apply_eq2)
+                batch.meta_info[EQ2_META_KEY] = {"valid_rows": int((batch.batch["response_mask"].sum(-1) > 0).sum()),
+                                                 "dp_size": dp_size}
                 actor_output = self._update_actor(batch)
             metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         return batch, reward_extra
@@ -236,6 +244,23 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         out = self.async_rollout_manager.generate_sequences(gen)
         out.meta_info.pop("timing", None)
         return out
+
+
+class ApiFailureAbort(RuntimeError):
+    """Too many in-loop episodes of a training step were cut by vReasoner / judge API failures."""
+
+
+def check_api_failures(step_metrics: dict, max_ratio: float, step: int) -> None:
+    """Abort (before the update) when the step's ``vsearch/critical_failure_ratio`` exceeds
+    ``vsearch.max_api_failure_ratio``. Failed episodes are masked out of the loss, so without this check
+    a dead API key or endpoint would quietly turn the run into out-of-loop-only training."""
+    ratio = step_metrics.get("vsearch/critical_failure_ratio")
+    if ratio is not None and ratio > max_ratio:
+        raise ApiFailureAbort(
+            f"[vsearch] step {step}: {ratio:.0%} of the in-loop episodes failed on the vReasoner/judge API "
+            f"(vsearch.max_api_failure_ratio={max_ratio}); stopping before the update. Check OPENAI_API_KEY / "
+            "OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health, then resume from the last "
+            "checkpoint (trainer.resume_mode=auto).")
 
 
 def plain_metrics(metrics: dict) -> dict:
