@@ -383,3 +383,22 @@ def test_task_runner_registers_the_on_policy_worker():
     assert cls.__name__ == "OnPolicyAsyncActorRolloutRefWorker"
     remote = runner.role_worker_mapping[Role.ActorRollout]          # ray.remote(cls): what verl's trainer starts
     assert cls in remote.__ray_metadata__.modified_class.__mro__
+
+
+def test_gpu_pins_match_verls_vllm_line_and_the_readme():
+    """The train extra's vLLM is the newest verl 0.7.0 allows (its images' 0.12 line), with vLLM 0.12's torch,
+    and the recipe README states the same pins."""
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    train = {Requirement(d).name: Requirement(d) for d in pyproject["project"]["optional-dependencies"]["train"]}
+    pin = {name: str(next(iter(r.specifier)).version) for name, r in train.items() if str(r.specifier).startswith("==")}
+    assert pin["verl"] == importlib.metadata.version("verl") == "0.7.0"
+    verl_vllm = [Requirement(r) for r in importlib.metadata.requires("verl") if r.startswith("vllm")]
+    assert verl_vllm and all(r.specifier.contains(pin["vllm"]) for r in verl_vllm)
+    assert pin["vllm"] == "0.12.0" and pin["torch"] == "2.9.0"       # vllm 0.12.0 requires torch==2.9.0
+    readme = (RECIPE / "README.md").read_text()
+    assert "`vllm==0.12.0`, `torch==2.9.0`" in readme and f"`transformers=={pin['transformers']}`" in readme
