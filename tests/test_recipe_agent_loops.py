@@ -400,3 +400,53 @@ def test_over_long_turn_is_cut_by_the_request_max_tokens(policy, image_path):
     # the kept tokens contain no answer: no box, the format check fails, the episode is marked truncated
     assert f["pred_box"] is None and f["format_ok"] is False and f["search_truncated"] is True
     assert compute_score(row["data_source"], "", "", {**row["extra_info"], **f}, **REWARD)["score"] == 0.0
+
+
+class SlowProcessor:
+    """The policy's processor, but each image-processing call blocks for ``delay`` seconds (a 3.2 MP image)."""
+
+    def __init__(self, inner, delay: float):
+        self._inner, self._delay = inner, delay
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __call__(self, *args, **kwargs):
+        import time
+        time.sleep(self._delay)
+        return self._inner(*args, **kwargs)
+
+
+def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
+    """Other episodes of the worker keep running while one episode's images are processed: a heartbeat on
+    the same event loop never waits for a (blocking) processor call."""
+    tok, proc = policy
+    delay = 0.4
+    server = ScriptedServerManager(tok, searcher_script)
+    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
+                                                      {"type": "text", "text": "the striped band"}]}],
+           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}}
+
+    async def go():
+        loop = _make(VSearcherAgentLoop, (tok, SlowProcessor(proc, delay)), server)
+        gaps, done = [], asyncio.Event()
+
+        async def heartbeat():
+            t = asyncio.get_running_loop().time()
+            while not done.is_set():
+                await asyncio.sleep(0.01)
+                now = asyncio.get_running_loop().time()
+                gaps.append(now - t)
+                t = now
+
+        async def episode():
+            try:
+                return await loop.run({"temperature": 1.0}, **row)
+            finally:
+                done.set()
+        out, _ = await asyncio.gather(episode(), heartbeat())
+        return out, gaps
+    out, gaps = asyncio.run(go())
+    assert out.extra_fields["n_tool"] == 1 and len(server.calls) == 2   # 2 processor calls of `delay` each
+    assert max(gaps) < delay / 2, f"the event loop was blocked for {max(gaps):.2f} s"

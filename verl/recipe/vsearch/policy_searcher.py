@@ -8,6 +8,10 @@ expanded by the processor exactly as verl's own loops do), asks ``server_manager
 token ids, decodes them for the session, and keeps the token-level record verl trains on:
 
 * ``prompt_ids``: system prompt + first user turn (image + "Locate ...") + ``<|im_start|>assistant``;
+Image decoding / cropping and the processor (chat template + image processor) run in worker threads
+(``asyncio.to_thread``), never on the agent-loop event loop that all episodes of a worker share; verl's
+own ``AgentLoopBase.apply_chat_template`` runs the image processor on the event loop itself.
+
 * ``response_ids``: every assistant turn (``response_mask`` 1) interleaved with every tool response
   (``response_mask`` 0): the ``\\n`` that closes the assistant turn in the chat template, then the
   user turn ``<tool_response>`` + crop + ``</tool_response>`` + reminder, then the next
@@ -15,6 +19,7 @@ token ids, decodes them for the session, and keeps the token-level record verl t
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from uuid import uuid4
@@ -113,12 +118,32 @@ class PolicySearcher:
     def session(self, image_path: str, description: str) -> SearcherSession:
         return SearcherSession(image_path, description, self.images, self.max_pixels, "trained", self.max_tool_calls)
 
+    def template_ids(self, messages: list[dict], images: list[Image.Image], remove_system_prompt: bool = False
+                     ) -> list[int]:
+        """Token ids of ``messages`` with the image pads expanded for ``images`` (blocking: call it in a thread).
+        The same steps as verl 0.7's ``AgentLoopBase.apply_chat_template`` with a processor: the processor's
+        chat template (generation prompt, the dataset's ``apply_chat_template_kwargs``), the processor on the
+        text and images, and the system prompt cut off for a continuation turn."""
+        loop = self.loop
+        processor = loop.processor
+        if processor is None:
+            ids = loop.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                     **loop.apply_chat_template_kwargs)
+        else:
+            text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                 **loop.apply_chat_template_kwargs)
+            ids = processor(text=[text], images=images or None, return_tensors="pt")["input_ids"][0].tolist()
+        return list(ids[len(loop.system_prompt):]) if remove_system_prompt else list(ids)
+
     async def run(self, image_path: str, description: str, sampling_params: dict,
                   request_id: str | None = None) -> SearcherRollout:
         request_id = request_id or uuid4().hex
-        s = self.session(image_path, description)
-        pics = [s.pil(ref) for ref in s.image_refs]
-        prompt_ids = await self.loop.apply_chat_template(template_messages(s.messages), images=pics)
+
+        def start():
+            sess = self.session(image_path, description)
+            first = [sess.pil(ref) for ref in sess.image_refs]
+            return sess, first, self.template_ids(template_messages(sess.messages), first)
+        s, pics, prompt_ids = await asyncio.to_thread(start)
         resp: list[int] = []
         mask: list[int] = []
         logprobs: list[float] | None = []
@@ -156,9 +181,11 @@ class PolicySearcher:
                 break
             # the tool response the session appended after the assistant turn
             t0 = time.perf_counter()
-            crop = s.pil(st.crop)
-            tool_ids = await self.loop.apply_chat_template(template_messages(s.messages[n_before + 1:]),
-                                                           images=[crop], remove_system_prompt=True)
+
+            def tool_turn(ref=st.crop, new=template_messages(s.messages[n_before + 1:])):
+                crop_image = s.pil(ref)
+                return crop_image, self.template_ids(new, [crop_image], remove_system_prompt=True)
+            crop, tool_ids = await asyncio.to_thread(tool_turn)
             if ids and ids[-1] == self.im_end:
                 tool_ids = self.newline_ids + tool_ids
             if len(resp) + len(tool_ids) > self.response_length:
