@@ -50,7 +50,8 @@ from verl.utils.debug import marked_timer
 from verl.utils.tracking import Tracking
 
 from . import hybrid_advantage  # noqa: F401  (registers vsearch_hybrid_grpo in this process)
-from .episodes import EPISODE_ID_KEY, VALIDATE_KEY, episode_metrics, finalize_batch
+from .episodes import (EPISODE_ID_KEY, ROLE_KEY, ROLE_PADDING, VALIDATE_KEY, episode_metrics,
+                       finalize_batch)
 from .on_policy import EQ2_META_KEY
 
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
@@ -196,7 +197,9 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                     with marked_timer("save_checkpoint", timing_raw, color="green"):
                         self._save_checkpoint()
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
-                metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+                # verl's critic/score, critic/rewards, response_length... over the real rows only: the DP padding
+                # rows are duplicates whose scores would bias them
+                metrics.update(compute_data_metrics(batch=without_padding(batch), use_critic=False))
                 metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
                 metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
                                                           n_gpus=self.resource_pool_manager.get_n_gpus()))
@@ -207,6 +210,26 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                     return
                 self.global_steps += 1
 
+    # ------------------------------------------------------------------ generations on disk
+    def _dump_generations(self, inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path):
+        """verl's JSONL dump (``<dump_path>/<step>.jsonl``: input, output, gts, score, step, extra columns),
+        written atomically and with numpy / torch values as plain JSON (verl's ``json.dumps`` crashes on the
+        ``np.int64`` / ``np.bool_`` values of the reward columns)."""
+        import json
+        import os
+
+        os.makedirs(dump_path, exist_ok=True)
+        n = len(inputs)
+        columns = {"input": inputs, "output": outputs, "gts": gts, "score": scores, "step": [self.global_steps] * n}
+        columns.update({k: v for k, v in (reward_extra_infos_dict or {}).items() if len(v) == n})
+        path = os.path.join(dump_path, f"{self.global_steps}.jsonl")
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps({k: jsonable(v[i]) for k, v in columns.items()}, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+        print(f"Dumped generations to {path}")
+
     # ------------------------------------------------------------------ validation
     def _validate(self) -> dict[str, float]:
         """Episode-level evaluation over the val set (see the module doc); no row-wise join needed."""
@@ -216,6 +239,8 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                 "recompute_log_prob": False, "do_sample": rollout_cfg.val_kwargs.do_sample, "validate": True,
                 "global_steps": getattr(self, "global_steps", 0)}
         columns: dict[str, list] = defaultdict(list)
+        dump_dir = self.config.trainer.get("validation_data_dir", None)
+        texts: dict[str, list] = defaultdict(list)
         for test_data in self.val_dataloader:
             batch = DataProto.from_single_dict(test_data)
             n_real = len(batch)
@@ -231,6 +256,17 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                                                                     _column(out, "episode_id"))])
             for key in _VAL_COLUMNS:
                 columns[key].extend(_column(out, key)[keep].tolist())
+            if dump_dir:
+                kept = out.select_idxs(np.flatnonzero(keep))
+                texts["input"] += self.tokenizer.batch_decode(kept.batch["prompts"], skip_special_tokens=True)
+                texts["output"] += self.tokenizer.batch_decode(kept.batch["responses"], skip_special_tokens=True)
+                rm = kept.batch["rm_scores"].sum(-1).tolist() if "rm_scores" in kept.batch.keys() else [None] * len(kept)
+                texts["score"] += rm
+                texts["gts"] += [(r or {}).get("ground_truth") if isinstance(r, dict) else None
+                                 for r in _column(kept, "reward_model")]
+        if dump_dir:  # trainer.validation_data_dir: one JSONL per validation pass, named by the step
+            self._dump_generations(texts["input"], texts["output"], texts["gts"], texts["score"],
+                                   {k: v for k, v in columns.items()}, dump_dir)
         view = DataProto(batch=None, non_tensor_batch={k: _object_array(v) for k, v in columns.items()},
                          meta_info={})
         return validation_metrics(view)
@@ -261,6 +297,30 @@ def check_api_failures(step_metrics: dict, max_ratio: float, step: int) -> None:
             f"(vsearch.max_api_failure_ratio={max_ratio}); stopping before the update. Check OPENAI_API_KEY / "
             "OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health, then resume from the last "
             "checkpoint (trainer.resume_mode=auto).")
+
+
+def without_padding(batch: DataProto) -> DataProto:
+    """``batch`` without the zero-mask rows :func:`~recipe.vsearch.episodes.finalize_batch` added for DP."""
+    roles = _column(batch, ROLE_KEY)
+    keep = np.flatnonzero(np.array([r != ROLE_PADDING for r in roles], dtype=bool))
+    return batch if len(keep) == len(batch) else batch.select_idxs(keep)
+
+
+def jsonable(value):
+    """A JSON-serialisable version of one dumped value (numpy scalars/arrays, tensors, nested containers)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return [jsonable(v) for v in value.tolist()]
+    if torch.is_tensor(value):
+        return jsonable(value.detach().cpu().numpy())
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
 
 
 def plain_metrics(metrics: dict) -> dict:
