@@ -42,6 +42,10 @@ from tests.support.openai_server import ScriptedOpenAIServer, chat, request_text
 REPO = Path(__file__).resolve().parents[2]
 VERL_DIR = REPO / "verl"
 REASONER, JUDGE = "gpt-5-mini", "judge-cpu"
+#: the CPU run's agent config (RunSettings): the tiny model's small vSearcher pixel budget fits its 1024-token prompts
+AGENT_YAML = REPO / "tests" / "support" / "agent_tiny.yaml"
+REWARD = {"variant": "original", "format_weight": 0.2, "iou_weight": 0.8, "alpha": 0.25,
+          "max_consecutive_iou": 0.6, "min_gt_coverage": 0.95}
 SECRET = "sk-cpu-run-not-a-real-key-0123456789"
 N_GPUS = 2
 REGION_SOURCE, COLLAGE_SOURCE = "info_vqa_region_localization", "visual_cot_vstar_collage"
@@ -138,9 +142,13 @@ def warm_start_policy(src: Path, dst: Path, images: list[Path], descriptions: li
             return TokenOutput(token_ids=ids, log_probs=[0.0] * len(ids), stop_reason="completed")
 
     cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1024, "response_length": 512},
-                                                  "model": {}},
+                                                  "actor": {"ppo_epochs": 1}, "model": {}},
                             "reward_model": {"enable": False, "enable_resource_pool": False,
-                                             "use_reward_loop": False}, "data": {}})
+                                             "use_reward_loop": False}, "data": {},
+                            "custom_reward_function": {"reward_kwargs": dict(REWARD)},
+                            "vsearch": {"agent_config_path": str(AGENT_YAML), "stage": "train", "judge_model": JUDGE,
+                                        "reward": dict(REWARD)},
+                            "trainer": {"use_legacy_worker_impl": "auto"}})
 
     async def trajectories():
         loop = VSearcherAgentLoop(DictConfigWrap(cfg), Scripted(), tok, proc, dataset_cls=RLHFDataset,
@@ -299,6 +307,7 @@ def run_train(work: Path, inputs: dict, base_url: str, name: str, overrides: lis
         "data.max_prompt_length=1024", "data.max_response_length=512",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        f"vsearch.agent_config_path={AGENT_YAML}",
         "trainer.logger=[console,file]",
         f"hydra.run.dir={work / 'hydra' / name}",     # not outputs/<date> under verl/
     ]
