@@ -450,3 +450,49 @@ def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
     out, gaps = asyncio.run(go())
     assert out.extra_fields["n_tool"] == 1 and len(server.calls) == 2   # 2 processor calls of `delay` each
     assert max(gaps) < delay / 2, f"the event loop was blocked for {max(gaps):.2f} s"
+
+
+def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path):
+    """The worker's post-processing runs the image processor in a thread, and its multimodal inputs are
+    exactly verl's (same pixel values and grids as verl's own ``_compute_multi_modal_inputs``)."""
+    import torch
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorkerBase
+
+    tok, proc = policy
+    server = ScriptedServerManager(tok, searcher_script)
+    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
+                                                      {"type": "text", "text": "the striped band"}]}],
+           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}, "uid": "u1"}
+
+    async def rollout():
+        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+    out = asyncio.run(rollout())
+    w = object.__new__(VSearchAgentLoopWorker)
+    w.config, w.tokenizer, w.processor = _config(prompt_length=1024), tok, SlowProcessor(proc, 0.4)
+    w.reward_router_address, w.use_reward_loop = None, None
+    want = AgentLoopWorkerBase._compute_multi_modal_inputs(w, out, torch.tensor([out.prompt_ids + out.response_ids]))
+
+    async def go():
+        gaps, done = [], asyncio.Event()
+
+        async def heartbeat():
+            t = asyncio.get_running_loop().time()
+            while not done.is_set():
+                await asyncio.sleep(0.01)
+                now = asyncio.get_running_loop().time()
+                gaps.append(now - t)
+                t = now
+
+        async def post():
+            try:
+                return await w._agent_loop_postprocess(out, **row)
+            finally:
+                done.set()
+        rows, _ = await asyncio.gather(post(), heartbeat())
+        return rows, gaps
+    rows, gaps = asyncio.run(go())
+    assert gaps and max(gaps) < 0.2, f"the event loop was blocked for {max(gaps or [0]):.2f} s"
+    got = rows[0].multi_modal_inputs
+    assert torch.equal(got["pixel_values"], want["pixel_values"]) and torch.equal(got["image_grid_thw"], want["image_grid_thw"])
+    assert not w._mm_ready

@@ -141,7 +141,7 @@ def warm_start_policy(src: Path, dst: Path, images: list[Path], descriptions: li
             ids = tok.encode(text, add_special_tokens=False) + [im_end]
             return TokenOutput(token_ids=ids, log_probs=[0.0] * len(ids), stop_reason="completed")
 
-    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1024, "response_length": 512},
+    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1280, "response_length": 512},
                                                   "actor": {"ppo_epochs": 1}, "model": {}},
                             "reward_model": {"enable": False, "enable_resource_pool": False,
                                              "use_reward_loop": False}, "data": {},
@@ -304,7 +304,7 @@ def run_train(work: Path, inputs: dict, base_url: str, name: str, overrides: lis
         env.pop(key, None)
     small = [
         "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "data.max_prompt_length=1024", "data.max_response_length=512",
+        "data.max_prompt_length=1280", "data.max_response_length=512",   # RunSettings: 160 image tokens + 1024
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"vsearch.agent_config_path={AGENT_YAML}",
