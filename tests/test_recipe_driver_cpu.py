@@ -123,3 +123,33 @@ def test_no_secret_in_logs_and_bounded_memory(cpu_run):
         assert SECRET not in run["log"]
         # measured ~4.5 GB summed PSS on a 2-core machine (README); a wide bound, not a benchmark
         assert 0 < run["peak_pss_gb"] < 15
+
+
+def test_hf_export_of_the_last_checkpoint_loads(cpu_run, tmp_path):
+    """``recipe/vsearch/export_hf.sh`` (verl's model merger) turns global_step_3's FSDP shards of both ranks
+    into a Hugging Face directory that transformers loads, with every parameter of the tiny model."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from tests.conftest import REPO
+
+    ckpt = Path(cpu_run["ckpt_dir"])
+    target = tmp_path / "hf"
+    r = subprocess.run(["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_3"), str(target)],
+                       cwd=REPO / "verl", env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert list(target.glob("*.safetensors")) and (target / "config.json").is_file()
+    merged = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(target), torch_dtype=torch.float32)
+    assert sum(p.numel() for p in merged.parameters()) > 0
+    assert all(torch.isfinite(p).all() for p in merged.parameters())
+    # the validation generations of both runs (trainer.validation_data_dir, set by _base.sh)
+    assert (ckpt / "val_generations" / "2.jsonl").is_file() and (ckpt / "val_generations" / "3.jsonl").is_file()
+    bad = subprocess.run(["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_9"),
+                          str(tmp_path / "x")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no actor checkpoint" in bad.stderr
