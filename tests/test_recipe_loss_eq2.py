@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_recipe
 
-require_module("verl")
+require_recipe()
 
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_module, require_recipe
 
-require_module("verl")
+require_recipe()
 require_module("ray")
 
 from hydra import compose, initialize_config_dir  # noqa: E402
