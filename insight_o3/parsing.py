@@ -66,10 +66,6 @@ def extract_verify_span(text: str) -> str | None:
     return span or None
 
 
-def has_explicit_answer(text: str) -> bool:
-    return bool(_ANSWER_TAG.search(text)) or extract_boxed(text) is not None
-
-
 _MCQ_FORMS = [
     re.compile(r"^\(?([A-Z])\)?[.:)]?$"),                                  # C  (C)  C.  C)  C:
     re.compile(r"^(?:the\s+)?(?:final\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:：]?\s*\(?([A-Z])\)?[.)]?$", re.I),

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from insight_o3.geometry import Box, check_box, is_null_box, iou
 
@@ -311,7 +311,7 @@ def trajectory_reward(rules: RewardRules, *, in_loop: bool, n_tool: int, format_
     training recipe calls). ``original`` needs ``frame_size`` and ``crop_boxes`` when there was a
     crop (and, out-of-loop, ``image_size``); missing ones are a ``ValueError`` naming them."""
     if rules.variant == "paper":
-        common = dict(n_tool=n_tool, format_ok=format_ok, weights=rules.weights, format_error=format_error)
+        common: dict[str, Any] = dict(n_tool=n_tool, format_ok=format_ok, weights=rules.weights, format_error=format_error)
         if in_loop:
             return in_loop_reward(helpful=helpful, correct=correct, **common)
         if gt_boxes is None:
@@ -323,11 +323,12 @@ def trajectory_reward(rules: RewardRules, *, in_loop: bool, n_tool: int, format_
         missing += [name for name, v in (("gt_boxes", gt_boxes), ("image_size", image_size)) if v is None]
     if missing:
         raise ValueError(f"the 'original' reward needs {missing}")
-    common = dict(n_tool=n_tool, format_ok=format_ok, crop_boxes=crop_boxes, frame_size=frame_size, rules=rules,
-                  format_error=format_error)
+    orig: dict[str, Any] = dict(n_tool=n_tool, format_ok=format_ok, crop_boxes=crop_boxes, frame_size=frame_size,
+                                rules=rules, format_error=format_error)
     if in_loop:
-        return original_in_loop_reward(helpful=helpful, correct=correct, **common)
-    return original_out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, image_size=image_size, **common)
+        return original_in_loop_reward(helpful=helpful, correct=correct, **orig)
+    assert gt_boxes is not None and image_size is not None  # checked above
+    return original_out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, image_size=image_size, **orig)
 
 
 def reward_from_locate(result, *, gt_boxes: Iterable[Sequence[float]] | None = None,
@@ -339,7 +340,7 @@ def reward_from_locate(result, *, gt_boxes: Iterable[Sequence[float]] | None = N
     ``error``. Out-of-loop (``in_loop=False``) needs ``gt_boxes``; in-loop takes s (``helpful``) and
     c (``correct``).
     """
-    common = dict(n_tool=int(result.n_tool_calls), format_ok=bool(result.format_ok), weights=weights,
+    common: dict[str, Any] = dict(n_tool=int(result.n_tool_calls), format_ok=bool(result.format_ok), weights=weights,
                   format_error=getattr(result, "error", None))
     if in_loop:
         return in_loop_reward(helpful=helpful, correct=correct, **common)

@@ -6,15 +6,17 @@ import json
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_module, require_recipe
 
-require_module("verl")
+require_recipe()
 
 import pyarrow.parquet as pq  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from recipe.vsearch.agent_loops import row_image_path  # noqa: E402
 from recipe.vsearch.create_parquet_dataset import InputError, build_rows, main  # noqa: E402
+from insight_o3.prompts import VSEARCHER_FIRST_USER_PROMPT, fill  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
 COLUMNS = ["data_source", "prompt", "images", "reward_model", "extra_info", "agent_name"]
@@ -89,8 +91,8 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
     assert system["role"] == "system" and "image_zoom_in_tool" in system["content"]
     assert user["content"][0] == {"type": "image", "image": f"file://{img_dir / 'r0.png'}"}
     assert user["content"][1]["text"].startswith("\nLocate the red area 0.\n")  # the fork: <image>\nLocate ...
-    assert row["agent_name"] == "vsearcher" and row["image_path"] == str(img_dir / "r0.png")
-    assert row["tools_kwargs"]["image_zoom_in_tool"]["create_kwargs"]["image"].startswith("file://")
+    # the agent loops' image path for the row: absolute, from the prompt's image part
+    assert row["agent_name"] == "vsearcher" and row_image_path(row) == str(img_dir / "r0.png")
     qa = ds[6]
     assert qa["agent_name"] == "vreasoner" and "<tool_feedback>" in qa["raw_prompt"][0]["content"]
     assert qa["raw_prompt"][1]["content"][0]["text"] == "What colour is patch 0?\nA. red\nB. blue"
@@ -289,7 +291,7 @@ def test_released_datasets_pack_in_their_published_layout(tmp_path):
             "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5"])
     ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
     assert isinstance(ds, VSearchDataset) and len(ds) == 9
-    assert ds[0]["raw_prompt"][1]["content"][1]["text"].startswith("Locate the region im3_0.")
+    assert ds[0]["raw_prompt"][1]["content"][1]["text"] == fill(VSEARCHER_FIRST_USER_PROMPT, target="the region im3_0")
     assert ds[5]["raw_prompt"][1]["content"][0]["text"] == "In tile #0, what is written on the sign?"
     assert create_rl_sampler(cfg.data, ds).counts == {"info_vqa_region_localization": 2, "visual_cot_vstar_collage": 2}
 

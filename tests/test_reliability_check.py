@@ -50,8 +50,10 @@ def script(state: dict):
             answer = ITEMS[key][3 if req["model"] == "qwen" else 4]
             return chat(f"<think>looking</think><answer>{answer}</answer>")
         prompt = last_user_text(req)
-        if prompt.startswith("Below are a question"):              # open-answer extraction
-            return chat(extract_answer_span(prompt.split("Model Response:", 1)[1]))
+        if prompt.startswith("You are given a question and a model-generated response."):  # open-answer extraction
+            return chat(extract_answer_span(prompt.split("Model Response:", 1)[1].split("### Output", 1)[0]))
+        if prompt.startswith("You are given a multiple-choice question"):    # MCQ letter extraction
+            return chat(prompt.split("Model Answer:", 1)[1].split("### Output", 1)[0].strip())
         if "GT Answer:" in prompt:                                  # the paper's judge prompt
             if state.get("fail_judge") == key:
                 return error(400, "scripted judge failure")
@@ -84,7 +86,8 @@ def test_two_checkers_must_both_answer_right_and_errors_resume(tmp_path, openai_
     assert recs["viscot/gqa/i2"]["reliable"] is False and recs["viscot/gqa/i2"]["checks"]["nano"]["status"] == "wrong"
     i3 = recs["vstar/i3"]
     assert i3["reliable"] is False and list(i3["checks"]) == ["qwen"]        # stopped at the first wrong checker
-    assert i3["checks"]["qwen"]["judge_method"] == "rule"
+    # the original's extract flow: an answer other than the GT letter goes to the MCQ extraction judge
+    assert i3["checks"]["qwen"]["judge_method"] == "judge" and i3["checks"]["qwen"]["extracted_answer"] == "B"
     assert "error" in recs["viscot/v7w/i4"] and recs["viscot/v7w/i4"]["checks"]["qwen"]["fail_stage"] == "solver"
     i5 = recs["viscot/flickr30k/i5"]
     assert "error" in i5 and i5["checks"]["qwen"]["status"] == "correct" and i5["checks"]["nano"]["fail_stage"] == "judge"

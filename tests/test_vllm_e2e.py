@@ -113,7 +113,11 @@ def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_pa
         er = rec["eval_result"]
         assert er.get("error") is None, er.get("error")
         searches = _searches(rec)
-        assert len(searches) == 2 and er["stats"]["n_search_calls"] == 2
+        assert er["stats"]["n_search_calls"] == len(searches)
+        if len(searches) == 1:  # the fork stops the vReasoner when the vSearcher's answer does not parse
+            assert searches[0]["status"] == "invalid" and er["stats"]["status"] == "search_invalid", er["stats"]
+        else:
+            assert len(searches) == 2 and searches[0]["status"] != "invalid"
         for s in searches:
             # whatever the random model said, the protocol produced a status, never a crash
             assert s["status"] in ("found", "not_found", "invalid"), s

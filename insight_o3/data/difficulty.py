@@ -39,6 +39,7 @@ from tqdm import tqdm
 from ..storage.atomic import write_jsonl_atomic
 from .. import prompts
 from ..api import Redactor, make_client, resolve
+from ..errors import EXPECTED_ERRORS
 from ..evaluation.judge import AnswerJudge, Verdict
 from ..storage.record_log import RecordLog
 from ..evaluation.samples import Sample
@@ -47,7 +48,7 @@ from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize, usable_cpus
 from ..storage.jsonl import iter_jsonl
 from ..parsing import format_options
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, STOP_ERRORS, RunGuard, gather_or_stop, report_stop
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, STOP_ERRORS, RunGuard, RunStopped, gather_or_stop, report_stop
 from ..run_lock import run_lock
 
 RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
@@ -176,7 +177,7 @@ def _filter_locked(a: argparse.Namespace, rows: list[dict], key, base, judge_key
                     rec = await check_collage(sample, solver, judge, a.attempts, previous)
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # never lose the collage: recorded as an error, retried next run
+                except (*EXPECTED_ERRORS, RunStopped) as e:  # recorded as an error, retried next run
                     rec = {"sample_key": sample.key, "error": redact(f"{type(e).__name__}: {e}")[:2000],
                            "attempts": previous or []}
                 if guard.tripped:

@@ -45,6 +45,7 @@ from tqdm import tqdm
 
 from .. import prompts
 from ..api import Redactor, make_client, resolve
+from ..errors import EXPECTED_ERRORS
 from ..evaluation.judge import AnswerJudge
 from ..storage.record_log import RecordLog
 from ..evaluation.samples import Sample
@@ -52,6 +53,7 @@ from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize
 from ..parsing import format_options
+from ..run_guard import RunStopped
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, PoolError, SourceItem, load_pool, write_pool
 
@@ -184,7 +186,7 @@ def main(argv: list[str]) -> int:
                     rec = await check_item(item_sample(item, i), checkers, judge, previous)
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # never lose the item: recorded as an error, retried next run
+                except (*EXPECTED_ERRORS, RunStopped) as e:  # recorded as an error, retried next run
                     rec = {"sample_key": item.id, "error": redact(f"{type(e).__name__}: {e}")[:2000],
                            "checks": previous or {}}
                 await asyncio.to_thread(rec_log.append, rec)

@@ -9,10 +9,13 @@ Per trial (``eval_metrics.json``), with ``total`` = all samples:
 * ``has_answer`` = fraction of samples with an extracted answer
 * ``overall_stats`` = the counts (correct, wrong, incomplete, invalid, failed, total)
 * ``category_<name>`` = the same per ``category``/``subset``
-* InSight-o3 runs (attempt stats present): ``mean_search_calls``, ``search_not_found_ratio``
+* InSight-o3 runs (attempt stats present): ``mean_search_calls``, ``search_not_found_ratio`` and the
+  tool-use health numbers of :func:`tool_use_health`
+* ``usage`` (tokens per role), ``tokens_total`` and, with prices, ``cost_usd`` of the trial's records
 
 The summary (``summary_metrics.json``) mirrors that structure with every number replaced by
-``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials``.
+``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials`` (the runner adds
+``run_totals``: tokens and cost summed over trials).
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..trajectory import image_refs
 from .schema import STATUSES, EvalRecord, EvalResult, RecordError
+from .usage import merge, total_tokens
 
 RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
 
@@ -78,6 +83,54 @@ def compute_metrics(records: list[EvalRecord | dict]) -> dict:
         not_found = sum(s.get("n_search_not_found", 0) for s in stats)
         out["mean_search_calls"] = float(np.mean(calls)) if calls else 0.0
         out["search_not_found_ratio"] = not_found / sum(calls) if sum(calls) else 0.0
+        out.update(tool_use_health([r.to_dict() for r in results if r.status != "failed"]))
+    usages = [r.usage_dict() if isinstance(r, EvalRecord) else r.get("usage") for r in records]
+    out["usage"] = merge(usages)
+    out["tokens_total"] = sum(total_tokens(u) for u in usages)
+    costs = [c for c in (r.cost_usd if isinstance(r, EvalRecord) else r.get("cost_usd") for r in records)
+             if c is not None]
+    if costs:
+        out["cost_usd"] = float(sum(costs))
+    return out
+
+
+def _crop_area_ratios(result: dict) -> list[float]:
+    """Area of every crop the vReasoner was shown, relative to the full image (its first image)."""
+    refs = image_refs(result.get("trajectory") or [])
+    if len(refs) < 2:
+        return []
+    x1, y1, x2, y2 = refs[0].region
+    full = max((x2 - x1) * (y2 - y1), 1e-9)
+    out = []
+    for r in refs[1:]:
+        if r.path == refs[0].path:
+            a1, b1, a2, b2 = r.region
+            out.append(max(0.0, (a2 - a1) * (b2 - b1)) / full)
+    return out
+
+
+def tool_use_health(results: list[dict]) -> dict:
+    """InSight-o3 runs: how the vReasoner used the vSearcher, so a collapse to no tool use shows at once.
+
+    ``search_calls_hist`` (episodes per number of calls), ``zero_search_ratio`` (episodes without a
+    call), ``format_failure_ratio`` (episodes ended by exhausted format retries),
+    ``format_retry_ratio`` (episodes with at least one format retry) and ``crop_area`` (mean, median,
+    p10, p90 of the crops' area relative to the image; absent without crops)."""
+    stats = [r.get("stats") or {} for r in results]
+    n = len(stats)
+    if not n:
+        return {}
+    calls = [int(s.get("n_search_calls", 0)) for s in stats]
+    hist = {str(k): calls.count(k) for k in range(max(calls) + 1)}
+    out = {"search_calls_hist": hist,
+           "zero_search_ratio": calls.count(0) / n,
+           "format_failure_ratio": sum(s.get("status") == "format_failed" for s in stats) / n,
+           "format_retry_ratio": sum(bool(s.get("n_format_retries")) for s in stats) / n}
+    areas = [a for r in results for a in _crop_area_ratios(r)]
+    if areas:
+        arr = np.asarray(areas)
+        out["crop_area"] = {"mean": float(arr.mean()), "median": float(np.median(arr)),
+                            "p10": float(np.percentile(arr, 10)), "p90": float(np.percentile(arr, 90))}
     return out
 
 

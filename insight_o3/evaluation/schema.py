@@ -192,6 +192,10 @@ class EvalRecord:
         """The image as the annotation named it (``image`` or ``file_name``), else its resolved path."""
         return str(self.fields.get("image") or self.fields.get("file_name") or self.image_path or "")
 
+    def usage_dict(self) -> dict[str, dict]:
+        """``usage`` as plain counts per role (the form :mod:`insight_o3.evaluation.usage` adds up)."""
+        return {role: u.to_dict() for role, u in self.usage.items()}
+
     def to_dict(self) -> dict:
         """The JSON object written to ``eval_records.jsonl`` (the layout every version has written)."""
         f = self.fields

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from insight_o3.demo_bench import build_item, plan, write_image, write_metadata
+from insight_o3.testing.demo_bench import build_item, plan, write_image, write_metadata
 
 
 def parse_size(text: str) -> tuple[int, int]:

@@ -104,6 +104,20 @@ def build_inputs(work: Path, n_train: int = 3) -> dict:
             "val": [files["bench_val"], files["region_val"]]}
 
 
+def agent_config(work: Path) -> Path:
+    """The agent YAML of the CPU run (``AGENT_CONFIG``): ``config/agent_gpt-5-mini.yaml`` with vSearcher pixel
+    budgets the run's 1280-token prompts hold: 160 / 320 image tokens instead of 4096 / 16384 (the settings
+    check reserves 1024 prompt tokens for text)."""
+    import yaml
+
+    cfg = yaml.safe_load((VERL_DIR / "recipe" / "vsearch" / "config" / f"agent_{REASONER}.yaml").read_text())
+    cfg["vsearcher"].update(max_pixels_train=160 * 28 * 28, max_pixels_eval=320 * 28 * 28)
+    out = work / "agent_cpu.yaml"
+    work.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return out
+
+
 def warm_start_policy(src: Path, dst: Path, images: list[Path], descriptions: list[str], *, steps: int = 240,
                       lr: float = 1e-2, warmup: int = 20, seed: int = 0) -> Path:
     """A copy of the tiny model fine-tuned to speak the vSearcher protocol (a crop call, then an answer,
@@ -137,10 +151,19 @@ def warm_start_policy(src: Path, dst: Path, images: list[Path], descriptions: li
             ids = tok.encode(text, add_special_tokens=False) + [im_end]
             return TokenOutput(token_ids=ids, log_probs=[0.0] * len(ids), stop_reason="completed")
 
-    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1024, "response_length": 512},
-                                                  "model": {}},
+    # the parts of the composed config the loops read (recipe.vsearch.settings), as train.sh sets them
+    agent_cfg = agent_config(dst.parent)
+    reward = OmegaConf.to_container(OmegaConf.load(VERL_DIR / "recipe" / "vsearch" / "config"
+                                                   / "qwen_2_5_vl_7b_async.yaml").vsearch.reward)
+    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1280, "response_length": 512},
+                                                  "actor": {"ppo_epochs": 1}, "model": {}},
                             "reward_model": {"enable": False, "enable_resource_pool": False,
-                                             "use_reward_loop": False}, "data": {}})
+                                             "use_reward_loop": False},
+                            "vsearch": {"agent_config_path": str(agent_cfg),
+                                        "stage": "train", "judge_model": JUDGE,
+                                        "reward": reward},
+                            "custom_reward_function": {"reward_kwargs": reward},
+                            "trainer": {"use_legacy_worker_impl": "auto"}, "data": {}})
 
     async def trajectories():
         loop = VSearcherAgentLoop(DictConfigWrap(cfg), Scripted(), tok, proc, dataset_cls=RLHFDataset,
@@ -176,8 +199,8 @@ def warm_start_policy(src: Path, dst: Path, images: list[Path], descriptions: li
 
 
 def vreasoner_script():
-    """The API side: the vReasoner asks for one region, rates the crop helpful and answers. The judge's
-    extraction returns the boxed text; its verdict alternates wrong/correct over the training questions
+    """The API side: the vReasoner asks for one region, rates the crop helpful and answers. The judge
+    (the in-loop verify flow: the boxed span against the ground truth) alternates wrong/correct over the training questions
     (so the two in-loop episodes of a step differ in c, hence in reward) and is correct for the
     validation question (sign number > 2)."""
     verdicts = itertools.count()
@@ -285,6 +308,7 @@ def run_train(work: Path, inputs: dict, base_url: str, name: str, overrides: lis
     env.update(
         VERL_PROJ_DIR=str(VERL_DIR), MODEL_PATH=str(inputs["model"]), WORK_DIR=str(work / "work"),
         PROJECT_NAME="cpu", EXP_NAME="driver", API_MODEL_FOR_AGENT=REASONER, JUDGE_MODEL=JUDGE,
+        AGENT_CONFIG=str(agent_config(work)),
         OPENAI_BASE_URL=base_url, OPENAI_API_KEY=SECRET,
         TRAIN_FILES="[" + ",".join(map(str, inputs["train"])) + "]",
         VAL_FILES="[" + ",".join(map(str, inputs["val"])) + "]",
@@ -296,7 +320,7 @@ def run_train(work: Path, inputs: dict, base_url: str, name: str, overrides: lis
         env.pop(key, None)
     small = [
         "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "data.max_prompt_length=1024", "data.max_response_length=512",
+        "data.max_prompt_length=1280", "data.max_response_length=512",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "trainer.logger=[console,file]",

@@ -3,7 +3,8 @@
 # the environment documented in the project README:
 #   VERL_PROJ_DIR MODEL_PATH WORK_DIR PROJECT_NAME EXP_NAME API_MODEL_FOR_AGENT JUDGE_MODEL
 #   OPENAI_BASE_URL OPENAI_API_KEY TRAIN_FILES VAL_FILES [RESUME_FROM_STEP] [NUM_VAL_TRIALS]
-# Optional: NNODES (1), N_GPUS_PER_NODE (8), PYTHON (python3), DRY_RUN=1 (print the composed config on
+# Optional: AGENT_CONFIG (an agent YAML of your own; default config/agent_${API_MODEL_FOR_AGENT}.yaml),
+# NNODES (1), N_GPUS_PER_NODE (8), PYTHON (python3), DRY_RUN=1 (print the composed config on
 # stdout and the effective settings the agent loops / reward / actor update will use on stderr, then exit;
 # no Ray; the same as passing --cfg job). Extra arguments are passed to Hydra as overrides.
 # Secrets are only checked for presence and are never printed: the OpenAI SDK reads them from the env.
@@ -31,7 +32,10 @@ if [[ "$VSEARCH_DRY_RUN" != "1" ]]; then
 fi
 
 RECIPE_DIR="$VERL_PROJ_DIR/recipe/vsearch"
-AGENT_CONFIG="$RECIPE_DIR/config/agent_${API_MODEL_FOR_AGENT}.yaml"
+if [[ -n "${AGENT_CONFIG:-}" ]]; then
+    [[ -f "$AGENT_CONFIG" ]] || vsearch_die "AGENT_CONFIG=$AGENT_CONFIG does not exist"
+fi
+AGENT_CONFIG="${AGENT_CONFIG:-$RECIPE_DIR/config/agent_${API_MODEL_FOR_AGENT}.yaml}"
 [[ -f "$AGENT_CONFIG" ]] || vsearch_die "no agent config for API_MODEL_FOR_AGENT=$API_MODEL_FOR_AGENT: $AGENT_CONFIG \
 (available: $(cd "$RECIPE_DIR/config" && ls agent_*.yaml | grep -v agent_loops | sed 's/^agent_//; s/\.yaml$//' | tr '\n' ' '))"
 CKPT_DIR="$WORK_DIR/ckpts/$PROJECT_NAME/$EXP_NAME"
