@@ -19,6 +19,8 @@ import re
 import openai
 from openai import AsyncOpenAI
 
+from .evaluation.usage import record_response
+
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_TIMEOUT = 600.0
 #: Env vars consulted when a flag is not given, per role, in order.
@@ -58,46 +60,61 @@ def _limits(max_connections: int):
 
 def make_client(api_key: str | None, base_url: str | None, timeout: float | None = None,
                 max_retries: int = DEFAULT_MAX_RETRIES, max_connections: int = 256, *,
-                role: str = "model", guard=None) -> AsyncOpenAI:
+                role: str = "model", guard=None, limiter=None) -> AsyncOpenAI:
     """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
 
     ``role`` names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
-    :class:`~insight_o3.run_guard.RunGuard`) every request's outcome is reported to it.
+    :class:`~insight_o3.run_guard.RunGuard`) every request's outcome is reported to it; with
+    ``limiter`` (a :class:`~insight_o3.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
+    included, waits for a slot of it and reports 429s to it.
     """
     timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
-    http_client = openai.DefaultAsyncHttpxClient(limits=_limits(max_connections), timeout=timeout)
+    if limiter is None:
+        http_client = openai.DefaultAsyncHttpxClient(limits=_limits(max_connections), timeout=timeout)
+    else:
+        from .rate_limit import limited_http_client  # only runs with a limiter need it
+        http_client = limited_http_client(limiter, limits=_limits(max_connections), timeout=timeout)
     kwargs = dict(api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=max_retries,
                   http_client=http_client)
-    if guard is None:
-        return AsyncOpenAI(**kwargs)
-    return GuardedAsyncOpenAI(role=role, guard=guard, **kwargs)
+    return GuardedAsyncOpenAI(role=role, guard=guard, limiter=limiter, **kwargs)
 
 
 class GuardedAsyncOpenAI(AsyncOpenAI):
-    """``AsyncOpenAI`` whose requests report to a run guard. Every API call of the SDK's resources
-    (``chat.completions.create`` …) goes through :meth:`post`, after the SDK's own retries."""
+    """``AsyncOpenAI`` whose requests report to a run guard (when given) and whose responses' token
+    usage goes to the current usage meter (:mod:`insight_o3.evaluation.usage`) and, with a
+    :class:`~insight_o3.rate_limit.AdaptiveLimiter`, to its tokens-per-minute budget. Every API call of
+    the SDK's resources (``chat.completions.create`` …) goes through :meth:`post`, after the SDK's own
+    retries."""
 
-    def __init__(self, *, role: str, guard, **kwargs):
+    def __init__(self, *, role: str, guard=None, limiter=None, **kwargs):
         super().__init__(**kwargs)
-        self.role, self.guard = role, guard
+        self.role, self.guard, self.limiter = role, guard, limiter
 
     async def post(self, path, *args, **kwargs):
-        self.guard.check()  # a stopping run sends nothing more
+        if self.guard is not None:
+            self.guard.check()  # a stopping run sends nothing more
         try:
             result = await super().post(path, *args, **kwargs)
         except asyncio.CancelledError:
             raise
         except openai.APIStatusError as e:
+            if self.guard is None:
+                raise
             if e.status_code in FATAL_STATUSES:
                 self.guard.fatal(self.role, _url(e, self, path), e.status_code,
                                  f"{FATAL_STATUSES[e.status_code]}; the server said: {_server_message(e)}")
             else:
                 self.guard.request_done(self.role, f"{type(e).__name__}: {_server_message(e)}")
             raise
-        except Exception as e:
-            self.guard.request_done(self.role, f"{type(e).__name__}: {e}")
+        except openai.APIError as e:  # connection errors, timeouts, malformed responses
+            if self.guard is not None:
+                self.guard.request_done(self.role, f"{type(e).__name__}: {e}")
             raise
-        self.guard.request_done(self.role, None)
+        if self.guard is not None:
+            self.guard.request_done(self.role, None)
+        record_response(self.role, result)
+        if self.limiter is not None:
+            self.limiter.used_tokens(result)
         return result
 
 

@@ -8,6 +8,7 @@ through :class:`Frame` to reach original-image pixels.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 Box = tuple[float, float, float, float]
@@ -158,6 +159,30 @@ def validate_box(values, size: tuple[int, int]) -> tuple[Box | None, str | None]
     if cx2 - cx1 < 1 or cy2 - cy1 < 1:
         return None, "bbox has less than 1 px of area inside the image (outside it, or degenerate)"
     return (cx1, cy1, cx2, cy2), None
+
+
+def check_box(value, where: str, field: str | None = None, size: tuple[int, int] | None = None,
+              error: type[Exception] = ValueError, ordered: bool = True) -> Box:
+    """A given box ``[x1, y1, x2, y2]`` (annotations, ground truth, reward inputs): a list, tuple or
+    array of 4 finite numbers, with ``ordered`` also ``x1 < x2`` and ``y1 < y2``, inside a ``size``
+    image when given; else ``error`` naming ``where`` and the field (``"<where>: field '<field>' …"``,
+    or ``"<where> …"`` without a field). Model-produced boxes go through :func:`validate_box` instead
+    (clamped, rejected with a reason, never raised)."""
+    label = f"{where}: field '{field}'" if field else where
+    if hasattr(value, "tolist") and not isinstance(value, (list, tuple, str, bytes)):
+        value = value.tolist()  # numpy arrays from parquet round trips
+    if not isinstance(value, (list, tuple)) or len(value) != 4:
+        raise error(f"{label} must be [x1, y1, x2, y2], got {value!r}")
+    if any(isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) for v in value):
+        raise error(f"{label} must hold 4 finite numbers, got {value!r}")
+    x1, y1, x2, y2 = (float(v) for v in value)
+    if ordered and (x2 <= x1 or y2 <= y1):
+        raise error(f"{label} {list(value)!r} is inverted or empty (need x1 < x2 and y1 < y2)")
+    if size is not None:
+        w, h = size
+        if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
+            raise error(f"{label} {list(value)!r} lies outside the {w}x{h} image")
+    return (x1, y1, x2, y2)
 
 
 def is_null_box(values) -> bool:

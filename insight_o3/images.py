@@ -21,7 +21,6 @@ import io
 import multiprocessing
 import os
 import threading
-import warnings
 from collections import OrderedDict
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -38,6 +37,19 @@ DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
 
 class ImageError(Exception):
     """An image that cannot be used (missing, corrupt, too large); the message names the file."""
+
+
+def image_size(path: str | os.PathLike) -> tuple[int, int]:
+    """An image file's ``(w, h)`` from its header, without decoding the pixels. Raises
+    :class:`ImageError` (``image file not found: …`` / ``cannot decode image …``)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ImageError(f"image file not found: {path}")
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"cannot decode image {path}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -114,29 +126,37 @@ class Resize:
         return steps[-1] if steps else tuple(size)
 
 
+def _raise_pillow_limit(pixels: int) -> None:
+    """Let Pillow's own decompression-bomb check (in ``Image.open``) pass images up to ``pixels``;
+    :func:`open_image` enforces its limit itself. Called once at import and in each image worker
+    process's initializer — never per call, since ``Image.MAX_IMAGE_PIXELS`` is process-wide and
+    :func:`open_image` runs on many threads at once."""
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < pixels:
+        Image.MAX_IMAGE_PIXELS = pixels
+
+
+_raise_pillow_limit(DEFAULT_MAX_DECODE_PIXELS)
+
+
 def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIXELS) -> Image.Image:
-    """Decode an image file to RGB, with a clear :class:`ImageError` for every way it can fail."""
+    """Decode an image file to RGB, with a clear :class:`ImageError` for every way it can fail.
+
+    The pixel limit is checked from the header before any pixel is decoded; no process-wide Pillow
+    setting or warning filter is touched, so this is safe from any thread."""
     path = str(path)
     if not os.path.isfile(path):
         raise ImageError(f"image file not found: {path}")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            old = Image.MAX_IMAGE_PIXELS
-            Image.MAX_IMAGE_PIXELS = max_pixels
-            try:
-                with Image.open(path) as im:
-                    if im.width * im.height > max_pixels:
-                        raise ImageError(f"image too large to decode safely ({im.width}x{im.height} px "
-                                         f"> {max_pixels} px): {path}")
-                    im.load()
-                    # leaving the block closes only the file: the loaded pixels need no copy
-                    return im.convert("RGB") if im.mode != "RGB" else im
-            finally:
-                Image.MAX_IMAGE_PIXELS = old
+        with Image.open(path) as im:
+            if im.width * im.height > max_pixels:
+                raise ImageError(f"image too large to decode safely ({im.width}x{im.height} px "
+                                 f"> {max_pixels} px): {path}")
+            im.load()
+            # leaving the block closes only the file: the loaded pixels need no copy
+            return im.convert("RGB") if im.mode != "RGB" else im
     except ImageError:
         raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+    except Image.DecompressionBombError as e:
         raise ImageError(f"image too large to decode safely (decompression bomb): {path}: {e}") from None
     except (OSError, SyntaxError, ValueError) as e:
         raise ImageError(f"cannot decode image {path}: {e}") from None
@@ -210,13 +230,7 @@ class ImageStore:
         """Original ``(w, h)`` without decoding the pixels (header only)."""
         if path in self._sizes:
             return self._sizes[path]
-        if not os.path.isfile(path):
-            raise ImageError(f"image file not found: {path}")
-        try:
-            with Image.open(path) as im:
-                size = im.size
-        except (OSError, SyntaxError, ValueError) as e:
-            raise ImageError(f"cannot decode image {path}: {e}") from None
+        size = image_size(path)
         self._sizes[path] = size
         return size
 
@@ -360,6 +374,7 @@ def _worker_context():
 
 def _init_worker(max_decode_pixels: int, fmt: str, quality: int, originals_cached: int) -> None:
     global _WORKER_STORE
+    _raise_pillow_limit(max_decode_pixels)
     _WORKER_STORE = ImageStore(max_cached_bytes=0, workers=1, max_decode_pixels=max_decode_pixels, fmt=fmt,
                                quality=quality, originals_cached=originals_cached)
 

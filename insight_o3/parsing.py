@@ -66,10 +66,6 @@ def extract_verify_span(text: str) -> str | None:
     return span or None
 
 
-def has_explicit_answer(text: str) -> bool:
-    return bool(_ANSWER_TAG.search(text)) or extract_boxed(text) is not None
-
-
 _MCQ_FORMS = [
     re.compile(r"^\(?([A-Z])\)?[.:)]?$"),                                  # C  (C)  C.  C)  C:
     re.compile(r"^(?:the\s+)?(?:final\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:：]?\s*\(?([A-Z])\)?[.)]?$", re.I),
@@ -125,6 +121,16 @@ def format_options(options: str | list | dict | None) -> str | None:
             return "\n".join(str(o) for o in options)
         return "\n".join(f"{letter}. {o}" for letter, o in zip(letters, options))
     return str(options)
+
+
+def question_text(question: str, options: str | None, unescape_newlines: bool = False) -> str:
+    """The user text of a question: the question, then a newline and the options block when there is
+    one. ``unescape_newlines`` turns literal ``\\n`` sequences of a multiple-choice text into newlines,
+    as the fork's ``get_question`` does for the vReasoner (see ``insight_o3_question``)."""
+    if not options:
+        return question
+    text = f"{question}\n{options}"
+    return text.replace("\\n", "\n") if unescape_newlines else text
 
 
 # ----------------------------------------------------------------------------- vReasoner

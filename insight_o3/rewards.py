@@ -57,9 +57,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-from insight_o3.geometry import Box, is_null_box, iou
+from insight_o3.geometry import Box, check_box, is_null_box, iou
 
 __all__ = [
     "RewardWeights", "RewardBreakdown", "DEFAULT_WEIGHTS", "REWARD_VARIANTS", "RewardRules", "DEFAULT_RULES",
@@ -156,16 +156,8 @@ def pseudo_iou_reward(helpful: bool | None, correct: bool | None) -> float:
 
 
 def _as_box(values, what: str) -> Box:
-    # any 4-sequence: parquet round trips turn lists into numpy arrays
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != 4:
-        raise ValueError(f"{what} must be 4 numbers (x1, y1, x2, y2), got {values!r}")
-    try:
-        box = tuple(float(v) for v in values)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} has a non-numeric coordinate: {values!r}") from None
-    if not all(math.isfinite(v) for v in box):
-        raise ValueError(f"{what} has a non-finite coordinate: {values!r}")
-    return box  # type: ignore[return-value]
+    """4 finite numbers, any order (a predicted box may be inverted: it then scores 0)."""
+    return check_box(values, what, ordered=False)
 
 
 def best_iou(pred_box: Sequence[float] | None, gt_boxes: Iterable[Sequence[float]]) -> tuple[float, int | None]:
@@ -222,12 +214,9 @@ def in_loop_reward(*, n_tool: int, format_ok: bool, helpful: bool | None, correc
 
 # ----------------------------------------------------------------------------- original rules
 def _gt_boxes(gt_boxes: Iterable[Sequence[float]]) -> list[Box]:
-    gts = [_as_box(b, f"ground-truth bbox #{i}") for i, b in enumerate(gt_boxes)]
+    gts = [check_box(b, f"ground-truth bbox #{i}") for i, b in enumerate(gt_boxes)]
     if not gts:
         raise ValueError("out-of-loop reward needs at least one ground-truth bbox (extra_info.bboxes is empty)")
-    for i, (x1, y1, x2, y2) in enumerate(gts):
-        if x2 <= x1 or y2 <= y1:
-            raise ValueError(f"ground-truth bbox #{i} {gts[i]} is inverted or empty (need x1 < x2, y1 < y2)")
     return gts
 
 
@@ -322,7 +311,7 @@ def trajectory_reward(rules: RewardRules, *, in_loop: bool, n_tool: int, format_
     training recipe calls). ``original`` needs ``frame_size`` and ``crop_boxes`` when there was a
     crop (and, out-of-loop, ``image_size``); missing ones are a ``ValueError`` naming them."""
     if rules.variant == "paper":
-        common = dict(n_tool=n_tool, format_ok=format_ok, weights=rules.weights, format_error=format_error)
+        common: dict[str, Any] = dict(n_tool=n_tool, format_ok=format_ok, weights=rules.weights, format_error=format_error)
         if in_loop:
             return in_loop_reward(helpful=helpful, correct=correct, **common)
         if gt_boxes is None:
@@ -334,11 +323,12 @@ def trajectory_reward(rules: RewardRules, *, in_loop: bool, n_tool: int, format_
         missing += [name for name, v in (("gt_boxes", gt_boxes), ("image_size", image_size)) if v is None]
     if missing:
         raise ValueError(f"the 'original' reward needs {missing}")
-    common = dict(n_tool=n_tool, format_ok=format_ok, crop_boxes=crop_boxes, frame_size=frame_size, rules=rules,
-                  format_error=format_error)
+    orig: dict[str, Any] = dict(n_tool=n_tool, format_ok=format_ok, crop_boxes=crop_boxes, frame_size=frame_size,
+                                rules=rules, format_error=format_error)
     if in_loop:
-        return original_in_loop_reward(helpful=helpful, correct=correct, **common)
-    return original_out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, image_size=image_size, **common)
+        return original_in_loop_reward(helpful=helpful, correct=correct, **orig)
+    assert gt_boxes is not None and image_size is not None  # checked above
+    return original_out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, image_size=image_size, **orig)
 
 
 def reward_from_locate(result, *, gt_boxes: Iterable[Sequence[float]] | None = None,
@@ -350,7 +340,7 @@ def reward_from_locate(result, *, gt_boxes: Iterable[Sequence[float]] | None = N
     ``error``. Out-of-loop (``in_loop=False``) needs ``gt_boxes``; in-loop takes s (``helpful``) and
     c (``correct``).
     """
-    common = dict(n_tool=int(result.n_tool_calls), format_ok=bool(result.format_ok), weights=weights,
+    common: dict[str, Any] = dict(n_tool=int(result.n_tool_calls), format_ok=bool(result.format_ok), weights=weights,
                   format_error=getattr(result, "error", None))
     if in_loop:
         return in_loop_reward(helpful=helpful, correct=correct, **common)

@@ -19,8 +19,8 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Iterable
 
-from .atomic_io import OutputError
 from .cli import ExitCode
+from .storage.atomic import OutputError
 from .run_lock import RunLockedError
 
 DEFAULT_MAX_FAILURE_RATIO = 0.5

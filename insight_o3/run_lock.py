@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .atomic_io import OutputError
+from .storage.atomic import OutputError
 
 LOCK_FILE = ".insight_o3.lock"
 
@@ -98,7 +98,7 @@ class RunLock:
 def acquire(directory: str | os.PathLike, command: str) -> RunLock:
     """Lock ``directory`` (created if missing) for this process, or raise :class:`RunLockedError`
     at once if another process holds it. Unusable directories raise
-    :class:`~insight_o3.atomic_io.OutputError`."""
+    :class:`~insight_o3.storage.atomic.OutputError`."""
     directory = os.fspath(directory)
     path = os.path.join(directory, LOCK_FILE)
     try:

@@ -36,11 +36,11 @@ import threading
 import time
 from pathlib import Path
 
+from insight_o3.evaluation.samples import load_samples
+from insight_o3.images import ImageStore, Resize
+from insight_o3.testing.openai_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from insight_o3.evaluation.samples import load_samples  # noqa: E402
-from insight_o3.images import ImageStore, Resize  # noqa: E402
-from tests.support.openai_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text  # noqa: E402
 
 API_KEY = "sk-bench-" + "7f3a9c1e5b2d4680"   # fake key, used to check nothing writes it to disk
 LETTERS = "ABCDEF"

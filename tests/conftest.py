@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,24 @@ def require_module(name: str):
         mod = importlib.import_module(name)
     except ImportError as e:
         require(False, f"python module {name} ({e})")
-    # the repo's verl/ directory (on pytest's pythonpath for the recipe) imports as an empty
+    # the repo's own verl/ folder (the repo root is on pytest's pythonpath) imports as an empty
     # namespace package where the verl distribution is not installed
     require(getattr(mod, "__file__", None) is not None, f"python module {name} (only a namespace package)")
     return mod
+
+
+def require_recipe():
+    """Skip unless the verl distribution is installed; then make ``recipe.vsearch`` importable by
+    putting the repo's ``verl/`` folder on ``sys.path`` (as ``cd verl && bash recipe/vsearch/train.sh``
+    does), only now, so the folder can never pass for verl itself. Returns the verl module."""
+    verl = require_module("verl")
+    add_recipe_path()
+    return verl
+
+
+def add_recipe_path() -> None:
+    if str(REPO / "verl") not in sys.path:
+        sys.path.insert(0, str(REPO / "verl"))
 
 
 def require_executable(name: str) -> str:

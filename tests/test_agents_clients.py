@@ -201,6 +201,26 @@ def test_api_failures_are_results_with_redacted_reasons(openai_server, img, stor
     assert SECRET not in json.dumps(res.trajectory)
 
 
+def test_programming_errors_raise_instead_of_failed_results(openai_server, img, store):
+    """Only API, image and value errors become ``failed`` results; a bug (here a TypeError: a
+    completion keyword the SDK does not take) propagates out of the driver."""
+    system, rs, ss = build(openai_server, reasoner_script([SEARCH, FINAL]), searcher_script([answer([1, 1, 9, 9])]),
+                           store, completion_kwargs={"no_such_sdk_kwarg": 1})
+    with pytest.raises(TypeError, match="no_such_sdk_kwarg"):
+        asyncio.run(system.answer(img, "Q"))
+    assert rs.count == 0
+    searcher = VSearcher(make_client(SECRET, ss.base_url, timeout=10, max_retries=0), "vs", store,
+                         max_pixels=BUDGET, completion_kwargs={"no_such_sdk_kwarg": 1})
+    with pytest.raises(TypeError, match="no_such_sdk_kwarg"):
+        asyncio.run(searcher.locate(img, "the top-left block"))
+    # an unreadable image is an expected error: a failed result naming the file, not an exception
+    bad = img.replace(".png", "-corrupt.png") if img.endswith(".png") else img + "-corrupt.png"
+    with open(bad, "wb") as f:
+        f.write(b"not an image")
+    res = asyncio.run(searcher.locate(bad, "the top-left block"))
+    assert res.status == "failed" and "corrupt" in res.error
+
+
 @dataclass
 class _Sample:
     image_path: str

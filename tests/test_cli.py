@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from insight_o3 import run_guard
-from insight_o3.atomic_io import OutputError
+from insight_o3.storage.atomic import OutputError
 from insight_o3.cli import BadInput, ExitCode, run_main
 from insight_o3.protocol import LIMITS
 from insight_o3.run_guard import FailureRatioError

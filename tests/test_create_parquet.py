@@ -6,14 +6,15 @@ import json
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_module, require_recipe
 
-require_module("verl")
+require_recipe()
 
 import pyarrow.parquet as pq  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from recipe.vsearch.agent_loops import row_image_path  # noqa: E402
 from recipe.vsearch.create_parquet_dataset import InputError, build_rows, main  # noqa: E402
 from insight_o3.prompts import VSEARCHER_FIRST_USER_PROMPT, fill  # noqa: E402
 
@@ -90,8 +91,8 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
     assert system["role"] == "system" and "image_zoom_in_tool" in system["content"]
     assert user["content"][0] == {"type": "image", "image": f"file://{img_dir / 'r0.png'}"}
     assert user["content"][1]["text"].startswith("\nLocate the red area 0.\n")  # the fork: <image>\nLocate ...
-    assert row["agent_name"] == "vsearcher" and row["image_path"] == str(img_dir / "r0.png")
-    assert row["tools_kwargs"]["image_zoom_in_tool"]["create_kwargs"]["image"].startswith("file://")
+    # the agent loops' image path for the row: absolute, from the prompt's image part
+    assert row["agent_name"] == "vsearcher" and row_image_path(row) == str(img_dir / "r0.png")
     qa = ds[6]
     assert qa["agent_name"] == "vreasoner" and "<tool_feedback>" in qa["raw_prompt"][0]["content"]
     assert qa["raw_prompt"][1]["content"][0]["text"] == "What colour is patch 0?\nA. red\nB. blue"

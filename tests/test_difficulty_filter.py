@@ -64,9 +64,7 @@ def script(state: dict, items: dict = ITEMS):
                 k = state.setdefault("asked", {}).get(key, 0)
                 state["asked"][key] = k + 1
                 texts = [texts[k % len(texts)]]
-            r = chat(texts[:call.n])
-            r.delay = state.get("delay", 0.0)
-            return r
+            return chat(texts[:call.n])
         prompt = last_user_text(req)
         if prompt.startswith("You are given a question and a model-generated response"):  # open-answer extraction
             return chat(prompt.split("Model Response: ", 1)[1].split("\n\n### Output", 1)[0])
@@ -167,16 +165,18 @@ def test_sigkill_mid_run_resumes_only_unfinished(openai_server, tmp_path):
              for i in range(8)}
     out = tmp_path / "collages"
     make_collages(out, items)
-    state = {"delay": 0.4}
-    srv = openai_server(script(state, items))
+    # the vReasoner endpoint answers two collages, then holds; the judge has its own endpoint
+    srv = openai_server(script({}, items), block_after=2)
+    judge = openai_server(script({}, items))
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
     proc = subprocess.Popen([sys.executable, "-m", "insight_o3.scripts.generate_collages", "filter",
-                             *argv(out, srv.base_url, "--concurrency", "1")],
+                             *argv(out, srv.base_url, "--judge_base_url", judge.base_url, "--concurrency", "1")],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        srv.wait_blocked(1, timeout=30)
         end = time.time() + 30
         while time.time() < end and len(records(out)) < 2:
-            time.sleep(0.05)
+            time.sleep(0.02)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -186,7 +186,7 @@ def test_sigkill_mid_run_resumes_only_unfinished(openai_server, tmp_path):
     with open(out / "difficulty.jsonl", "ab") as f:   # the worst case too: a torn half-written line
         f.write(b'{"sample_key": "c7", "solv')
 
-    state["delay"] = 0.0
+    srv.release()
     first = srv.count
     assert difficulty.main(argv(out, srv.base_url)) == 0
     again = reasoner_keys(srv.requests[first:])

@@ -138,6 +138,17 @@ def test_separate_trial_requests(bench, tmp_path, openai_server):
     assert size[0] * size[1] <= 1000
 
 
+def _wait_total_lines(paths: list[Path], n: int, timeout: float) -> int:
+    """Wait until the files together hold ``n`` complete lines (the records a held run has finished)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        lines = sum(p.read_bytes().count(b"\n") for p in paths if p.exists())
+        if lines >= n:
+            return lines
+        time.sleep(0.02)
+    raise AssertionError(f"{paths} never reached {n} lines")
+
+
 def _wait_lines(path: Path, n: int, timeout: float) -> int:
     end = time.time() + timeout
     while time.time() < end:
@@ -150,7 +161,8 @@ def _wait_lines(path: Path, n: int, timeout: float) -> int:
 
 
 def test_sigkill_then_resume(bench, tmp_path, openai_server):
-    slow = openai_server(eb.slow_model_script())
+    # the model server answers 2 requests and holds the rest: the client is killed at a known point
+    slow = openai_server(eb.model_script(), block_after=2)
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
     argv = _argv(*bench, out, slow.base_url, judge_srv.base_url, "--num_trials", "2",
@@ -159,7 +171,8 @@ def test_sigkill_then_resume(bench, tmp_path, openai_server):
     proc = subprocess.Popen([sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_lines(out / "m/o3_bench/trial_0/eval_records.jsonl", 2, timeout=60)
+        slow.wait_blocked(2)   # both concurrency slots wait on the server: no more replies will come
+        _wait_total_lines([out / f"m/o3_bench/trial_{k}/eval_records.jsonl" for k in range(2)], 2, timeout=60)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -168,7 +181,7 @@ def test_sigkill_then_resume(bench, tmp_path, openai_server):
         f.write(b'{"sample_key": "q7", "eval_result": {"sta')
     before = sum(len((out / f"m/o3_bench/trial_{k}/eval_records.jsonl").read_text().splitlines()) - k
                  for k in range(2))  # trial_1 holds one torn line
-    assert 0 < before < 16
+    assert 0 < before < 16 and before == 2   # exactly the two answered pairs were kept
     assert not (out / "m/o3_bench/trial_0/done").exists()
     fast = openai_server(eb.model_script())
     argv_fast = _argv(*bench, out, fast.base_url, judge_srv.base_url, "--num_trials", "2",

@@ -22,7 +22,7 @@ import pytest
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, error, request_text
-from tests.test_eval_cli import JUDGE_KEY, MAIN_KEY, REPO, _no_secrets, _wait_lines
+from tests.test_eval_cli import JUDGE_KEY, MAIN_KEY, REPO, _no_secrets, _wait_total_lines
 
 SEARCH_KEY = "sk-vsearch-SECRET-7777wxyz"
 EVAL = "m/o3_bench"
@@ -177,7 +177,9 @@ def test_insight_o3_fault_injection_nothing_lost(bench, tmp_path, openai_server)
 
 
 def test_insight_o3_sigkill_then_resume(bench, tmp_path, openai_server):
-    slow = openai_server(reasoner_script(delay=0.25))
+    # the vReasoner answers 8 turns and holds the rest: the first two questions finish (concurrency 2,
+    # both trials of a question run together, two turns each), then the run is stuck until killed
+    slow = openai_server(reasoner_script(), block_after=8)
     searcher = openai_server(searcher_script())
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
@@ -187,7 +189,8 @@ def test_insight_o3_sigkill_then_resume(bench, tmp_path, openai_server):
     proc = subprocess.Popen([sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_lines(out / EVAL / "trial_0" / "eval_records.jsonl", 2, timeout=90)
+        slow.wait_blocked(2, timeout=90)
+        _wait_total_lines([out / EVAL / f"trial_{k}" / "eval_records.jsonl" for k in range(2)], 1, timeout=90)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -111,14 +111,6 @@ def test_bad_annotations_name_file_line_field(data, capsys, row, msg):
     assert f"{ann}:4" in err and msg in err
 
 
-def _slow(base, state):
-    def reply(req, call):
-        r = base(req, call)
-        r.delay = state["delay"]
-        return r
-    return reply
-
-
 def _desc_keys(reqs: list[dict]) -> list[str]:
     """The sample of each request (its description names it: "the <kind> region <i>")."""
     return [re.search(r"the [abc] region (\d+)", request_text(r)).group(1) for r in reqs]
@@ -147,8 +139,8 @@ def test_sigkill_then_resume_queries_only_unfinished(openai_server, tmp_path):
     ref_out, out = tmp_path / "uninterrupted", tmp_path / "out"
     assert run(str(ann), str(img_dir), ref_out, openai_server(script()).base_url) == 0
 
-    state = {"delay": 0.3}
-    srv = openai_server(_slow(script(), state))
+    # answers s0 (two turns: "a" zooms once) and s1, then holds s2's request until released
+    srv = openai_server(script(), block_after=3)
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
     cmd = [sys.executable, "-m", "insight_o3.scripts.evaluate_vsearch", "--ann_file", str(ann), "--img_dir",
            str(img_dir), "--model", "vs", "--api_base_url", srv.base_url, "--api_key", KEY, "--max_pixels",
@@ -156,9 +148,10 @@ def test_sigkill_then_resume_queries_only_unfinished(openai_server, tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        srv.wait_blocked(1, timeout=30)
         end = time.time() + 30
         while time.time() < end and len(_read_records(out / "records.jsonl")) < 2:
-            time.sleep(0.05)
+            time.sleep(0.02)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -166,7 +159,7 @@ def test_sigkill_then_resume_queries_only_unfinished(openai_server, tmp_path):
     assert 2 <= len(done) < len(kinds), done
     assert not (out / "metrics.json").exists()
 
-    state["delay"] = 0.0
+    srv.release()
     first = srv.count
     assert run(str(ann), str(img_dir), out, srv.base_url, "--concurrency", "3") == 0
     again = _desc_keys(srv.requests[first:])

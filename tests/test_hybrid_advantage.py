@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import require_module
+from tests.conftest import require_recipe
 
-require_module("verl")
+require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -106,3 +106,47 @@ def test_a_cancelled_asker_does_not_cancel_the_shared_render(images):
     enc = asyncio.run(go())
     store.close()
     assert enc.ref.path == images[2] and store.stats["encoded"] == 1
+
+
+def test_open_image_enforces_its_limit_without_process_wide_state(images, monkeypatch, tmp_path):
+    """``open_image`` runs on many threads at once: it must not change Pillow's process-wide
+    ``MAX_IMAGE_PIXELS`` or the warning filters while decoding (it used to, per call), and still
+    reject an image over its pixel limit, and a corrupt file, with an ImageError naming the file."""
+    import warnings
+
+    from insight_o3 import images as images_mod
+
+    seen = []
+    real_open = Image.open
+
+    def spy(*a, **kw):
+        seen.append((Image.MAX_IMAGE_PIXELS, list(warnings.filters)))
+        return real_open(*a, **kw)
+
+    monkeypatch.setattr(Image, "open", spy)
+    outside = (Image.MAX_IMAGE_PIXELS, list(warnings.filters))
+    assert images_mod.open_image(images[0]).size == (160, 120)
+    with pytest.raises(ImageError, match=r"too large to decode safely \(160x120 px > 5000 px\): .*im0.png"):
+        images_mod.open_image(images[0], max_pixels=5000)
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(ImageError, match="cannot decode image .*bad.png"):
+        images_mod.open_image(bad)
+    assert seen == [outside] * 3
+    # set once at import, so Pillow's own check never rejects what the default limit accepts
+    assert Image.MAX_IMAGE_PIXELS is None or Image.MAX_IMAGE_PIXELS >= images_mod.DEFAULT_MAX_DECODE_PIXELS
+
+
+def test_pillow_limit_is_only_ever_raised(monkeypatch):
+    from insight_o3 import images as images_mod
+    from insight_o3.images import _init_worker, _raise_pillow_limit
+
+    monkeypatch.setattr(images_mod, "_WORKER_STORE", None)   # restored after the test
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    _raise_pillow_limit(500)
+    assert Image.MAX_IMAGE_PIXELS == 1000
+    _init_worker(4000, "JPEG", 90, 0)   # a worker process's initializer applies its store's limit
+    assert Image.MAX_IMAGE_PIXELS == 4000
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)   # Pillow's check switched off stays off
+    _raise_pillow_limit(500)
+    assert Image.MAX_IMAGE_PIXELS is None

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.atomic_io import OutputError, write_json_atomic
-from insight_o3.evaluation.records import RecordLog
+from insight_o3.storage.atomic import OutputError, write_json_atomic
+from insight_o3.storage.record_log import RecordLog
 from insight_o3.run_guard import EXIT_OUTPUT_ERROR
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
@@ -217,7 +217,7 @@ def test_read_only_output_is_one_line(small_tmpfs, tmp_path, openai_server):
 
 def test_removed_output_directory_is_one_line(tmp_path, openai_server):
     bench = eb.make_bench(tmp_path / "bench")
-    model = openai_server(eb.model_script(delay=0.3))
+    model = openai_server(eb.model_script(), block_after=1)   # holds the run after its first record
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
     argv = _argv(*bench, out, model.base_url, judge.base_url, "--concurrency", "1")
@@ -226,7 +226,9 @@ def test_removed_output_directory_is_one_line(tmp_path, openai_server):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_lines(out / "m/o3_bench/trial_0/eval_records.jsonl", 1, timeout=60)
+        model.wait_blocked(1)
         shutil.rmtree(out)
+        model.release()   # the run goes on and finds its directory gone
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_recipe
 from tests.support.openai_server import chat, error, request_text
 
-require_module("verl")
+require_recipe()
 
 import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
@@ -346,3 +346,154 @@ def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypa
     with pytest.raises(SettingsError, match="data.max_prompt_length"):
         _make(VSearcherAgentLoop, policy, server,
               _config(stage="eval", agent_yaml=cfg_dir / "agent_gpt-5-mini.yaml", prompt_length=8192))
+
+
+class BudgetServerManager(ScriptedServerManager):
+    """Honours ``max_tokens`` as verl's vLLM server does (pops it; at most that many tokens, no stop token
+    when cut)."""
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
+        asked = sampling_params.pop("max_tokens", None)
+        out = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=dict(sampling_params),
+                                     image_data=image_data, video_data=video_data)
+        self.calls[-1]["max_tokens"] = asked
+        if asked is not None and len(out.token_ids) > asked:
+            ids = out.token_ids[:asked]
+            self.replies[-1] = ids
+            return TokenOutput(token_ids=ids, log_probs=out.log_probs[:asked], stop_reason="completed")
+        return out
+
+
+def test_over_long_turn_is_cut_by_the_request_max_tokens(policy, image_path):
+    """An over-long second turn (rambling, then a valid answer past the budget) is cut by the request's
+    max_tokens = the unused response budget; the verdict is that of the kept tokens (no answer), not of
+    the uncut text."""
+    tok, _ = policy
+    ramble = "<think>" + "look again " * 400 + "</think> "
+
+    def script(n_images, prompt):
+        return TOOL % (40, 30, 200, 150) if n_images == 1 else ramble + ANSWER % (60, 40, 180, 140)
+
+    budget = 600
+    server = BudgetServerManager(tok, script)
+    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
+                                                      {"type": "text", "text": "the striped band"}]}],
+           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}}
+    params = {"temperature": 1.0}
+
+    async def go():
+        loop = _make(VSearcherAgentLoop, policy, server, _config(response_length=budget))
+        return await loop.run(params, **row)
+    out = asyncio.run(go())
+
+    assert params == {"temperature": 1.0}                   # the caller's dict is not changed
+    first, second = server.calls
+    assert first["max_tokens"] == budget                   # the whole budget for the first turn
+    n_first = len(server.replies[0])
+    spans = _spans(out.response_mask)
+    n_tool = spans[1][2] - spans[1][1]
+    assert second["max_tokens"] == budget - n_first - n_tool  # only what is left for the second
+    assert len(server.replies[1]) == second["max_tokens"]   # the server cut it, not the loop
+    assert len(out.response_ids) == budget
+    assert out.response_ids[spans[2][1]:] == server.replies[1]
+    f = out.extra_fields
+    # the kept tokens contain no answer: no box, the format check fails, the episode is marked truncated
+    assert f["pred_box"] is None and f["format_ok"] is False and f["search_truncated"] is True
+    assert compute_score(row["data_source"], "", "", {**row["extra_info"], **f}, **REWARD)["score"] == 0.0
+
+
+class SlowProcessor:
+    """The policy's processor, but each image-processing call blocks for ``delay`` seconds (a 3.2 MP image)."""
+
+    def __init__(self, inner, delay: float):
+        self._inner, self._delay = inner, delay
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __call__(self, *args, **kwargs):
+        import time
+        time.sleep(self._delay)
+        return self._inner(*args, **kwargs)
+
+
+def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
+    """Other episodes of the worker keep running while one episode's images are processed: a heartbeat on
+    the same event loop never waits for a (blocking) processor call."""
+    tok, proc = policy
+    delay = 0.4
+    server = ScriptedServerManager(tok, searcher_script)
+    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
+                                                      {"type": "text", "text": "the striped band"}]}],
+           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}}
+
+    async def go():
+        loop = _make(VSearcherAgentLoop, (tok, SlowProcessor(proc, delay)), server)
+        gaps, done = [], asyncio.Event()
+
+        async def heartbeat():
+            t = asyncio.get_running_loop().time()
+            while not done.is_set():
+                await asyncio.sleep(0.01)
+                now = asyncio.get_running_loop().time()
+                gaps.append(now - t)
+                t = now
+
+        async def episode():
+            try:
+                return await loop.run({"temperature": 1.0}, **row)
+            finally:
+                done.set()
+        out, _ = await asyncio.gather(episode(), heartbeat())
+        return out, gaps
+    out, gaps = asyncio.run(go())
+    assert out.extra_fields["n_tool"] == 1 and len(server.calls) == 2   # 2 processor calls of `delay` each
+    assert max(gaps) < delay / 2, f"the event loop was blocked for {max(gaps):.2f} s"
+
+
+def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path):
+    """The worker's post-processing runs the image processor in a thread, and its multimodal inputs are
+    exactly verl's (same pixel values and grids as verl's own ``_compute_multi_modal_inputs``)."""
+    import torch
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorkerBase
+
+    tok, proc = policy
+    server = ScriptedServerManager(tok, searcher_script)
+    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
+                                                      {"type": "text", "text": "the striped band"}]}],
+           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}, "uid": "u1"}
+
+    async def rollout():
+        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+    out = asyncio.run(rollout())
+    w = object.__new__(VSearchAgentLoopWorker)
+    w.config, w.tokenizer, w.processor = _config(prompt_length=1024), tok, SlowProcessor(proc, 0.4)
+    w.reward_router_address, w.use_reward_loop = None, None
+    want = AgentLoopWorkerBase._compute_multi_modal_inputs(w, out, torch.tensor([out.prompt_ids + out.response_ids]))
+
+    async def go():
+        gaps, done = [], asyncio.Event()
+
+        async def heartbeat():
+            t = asyncio.get_running_loop().time()
+            while not done.is_set():
+                await asyncio.sleep(0.01)
+                now = asyncio.get_running_loop().time()
+                gaps.append(now - t)
+                t = now
+
+        async def post():
+            try:
+                return await w._agent_loop_postprocess(out, **row)
+            finally:
+                done.set()
+        rows, _ = await asyncio.gather(post(), heartbeat())
+        return rows, gaps
+    rows, gaps = asyncio.run(go())
+    assert gaps and max(gaps) < 0.2, f"the event loop was blocked for {max(gaps or [0]):.2f} s"
+    got = rows[0].multi_modal_inputs
+    assert torch.equal(got["pixel_values"], want["pixel_values"]) and torch.equal(got["image_grid_thw"], want["image_grid_thw"])
+    assert not w._mm_ready

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_recipe
 
-require_module("verl")
+require_recipe()
 
 from omegaconf import OmegaConf  # noqa: E402
 
@@ -91,6 +91,12 @@ def test_train_sh_composes_and_validates(train_dry):
     assert cfg.trainer.resume_mode == "auto"
     assert cfg.vsearch.agent_config_path == str(CONFIG_DIR / "agent_gpt-5-mini.yaml")
     assert cfg.data.custom_cls.name == "VSearchDataset" and cfg.custom_reward_function.name == "compute_score"
+    # operations: bounded checkpoints, validation generations written, API-failure abort, Eq. 2 loss settings
+    assert cfg.trainer.max_actor_ckpt_to_keep == 3
+    assert cfg.trainer.validation_data_dir == str(tmp_path / "work/ckpts/proj/exp/val_generations")
+    assert cfg.vsearch.max_api_failure_ratio == 0.5
+    assert a.loss_agg_mode == "seq-mean-token-sum-norm" and a.use_dynamic_bsz is False
+    assert ro.calculate_log_probs is False
     _validate(cfg)
 
 
@@ -108,7 +114,6 @@ def test_val_sh_composes_and_validates(val_dry):
 
 
 def test_agent_configs_load():
-    sys.path.insert(0, str(VERL_DIR))
     from recipe.vsearch.agent_config import load_agent_config
 
     for model, px in [("gpt-5-mini", 1280 * 1280), ("gpt-5-nano", 1280 * 1280), ("gemini-2.5-flash", 3500 * 3500)]:
@@ -123,7 +128,6 @@ def test_agent_configs_load():
 
 
 def test_bad_agent_config_names_file_and_field(tmp_path):
-    sys.path.insert(0, str(VERL_DIR))
     from recipe.vsearch.agent_config import load_agent_config
 
     p = tmp_path / "agent_x.yaml"
@@ -293,6 +297,20 @@ def test_settings_validation_names_the_key(train_dry, tmp_path):
     fails("actor_rollout_ref.actor.ppo_epochs must be 1", actor_rollout_ref__actor__ppo_epochs=2)
     fails("vsearch.reward.variant must be one of", vsearch__reward__variant="eq1")
     fails(r"data.max_prompt_length .* is 4096", data__max_prompt_length=4096)
+    # the Eq. 2 loss (recipe.vsearch.on_policy.apply_eq2) needs these two
+    fails("actor_rollout_ref.actor.loss_agg_mode must be seq-mean-token-sum-norm",
+          actor_rollout_ref__actor__loss_agg_mode="token-mean")
+    fails("actor_rollout_ref.actor.use_dynamic_bsz must be False", actor_rollout_ref__actor__use_dynamic_bsz=True)
+    # options the recipe cannot honour are rejected up front, naming the key
+    fails(r"actor_rollout_ref.rollout.calculate_log_probs=True is not supported",
+          actor_rollout_ref__rollout__calculate_log_probs=True)
+    fails(r"algorithm.rollout_correction.rollout_is='token' is not supported",
+          algorithm__rollout_correction__rollout_is="token")
+    fails(r"algorithm.rollout_correction.rollout_rs='seq_mean_k1' is not supported",
+          algorithm__rollout_correction__rollout_rs="seq_mean_k1")
+    fails(r"algorithm.rollout_correction.bypass_mode=True is not supported",
+          algorithm__rollout_correction__bypass_mode=True)
+    fails(r"vsearch.max_api_failure_ratio: expected a number in \[0, 1\]", vsearch__max_api_failure_ratio=1.5)
     bad = tmp_path / "agent_bad.yaml"
     bad.write_text("vreasoner:\n  model: m\n  max_pixels: 100\n  max_tokens: 5\n")
     fails(r"agent_bad.yaml.vreasoner: unknown key\(s\) \['max_tokens'\]", vsearch__agent_config_path=str(bad))
@@ -321,7 +339,9 @@ def test_val_sh_builds_its_train_sampler(val_dry, train_dry):
 
 _MAIN_WITH_STUBBED_RUN_PPO = """
 import runpy, sys
+import ray
 import verl.trainer.main_ppo as main_ppo
+ray.is_initialized = lambda: True  # no Ray here: recipe.vsearch.main.init_ray is tested in test_recipe_runtime_env
 def run_ppo(config, task_runner_class):
     print("RUN_PPO", task_runner_class.__ray_metadata__.class_name, flush=True)
 main_ppo.run_ppo = run_ppo
@@ -361,3 +381,22 @@ def test_task_runner_registers_the_on_policy_worker():
     assert cls.__name__ == "OnPolicyAsyncActorRolloutRefWorker"
     remote = runner.role_worker_mapping[Role.ActorRollout]          # ray.remote(cls): what verl's trainer starts
     assert cls in remote.__ray_metadata__.modified_class.__mro__
+
+
+def test_gpu_pins_match_verls_vllm_line_and_the_readme():
+    """The train extra's vLLM is the newest verl 0.7.0 allows (its images' 0.12 line), with vLLM 0.12's torch,
+    and the recipe README states the same pins."""
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    train = {Requirement(d).name: Requirement(d) for d in pyproject["project"]["optional-dependencies"]["train"]}
+    pin = {name: str(next(iter(r.specifier)).version) for name, r in train.items() if str(r.specifier).startswith("==")}
+    assert pin["verl"] == importlib.metadata.version("verl") == "0.7.0"
+    verl_vllm = [Requirement(r) for r in importlib.metadata.requires("verl") if r.startswith("vllm")]
+    assert verl_vllm and all(r.specifier.contains(pin["vllm"]) for r in verl_vllm)
+    assert pin["vllm"] == "0.12.0" and pin["torch"] == "2.9.0"       # vllm 0.12.0 requires torch==2.9.0
+    readme = (RECIPE / "README.md").read_text()
+    assert "`vllm==0.12.0`, `torch==2.9.0`" in readme and f"`transformers=={pin['transformers']}`" in readme

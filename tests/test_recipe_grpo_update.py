@@ -14,9 +14,9 @@ import socket
 
 import pytest
 
-from tests.conftest import require_module
+from tests.conftest import require_recipe
 
-require_module("verl")
+require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -30,7 +30,6 @@ from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
-from recipe.vsearch.freeze import freeze_vision  # noqa: E402
 from recipe.vsearch.hybrid_advantage import ESTIMATOR_NAME  # noqa: E402
 from tests.test_recipe_agent_loops import (ANSWER, MAX_PIXELS, TOOL, ScriptedServerManager, _expand,  # noqa: E402,F401
                                            _make, image_only_processor, image_path)
@@ -120,12 +119,17 @@ def test_grpo_update_masks_tool_tokens_freezes_vision_and_lowers_loss(tiny_qwen_
     from transformers import Qwen2_5_VLForConditionalGeneration
     from verl.utils import hf_tokenizer
     from verl.workers.actor.dp_actor import DataParallelPPOActor
+    from verl.workers.fsdp_workers import get_vl_model_vision_tower
 
     tok = hf_tokenizer(str(tiny_qwen_dir))
     policy = (tok, image_only_processor(str(tiny_qwen_dir), tok))
     torch.manual_seed(0)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen_dir), torch_dtype=torch.float32)
-    frozen = freeze_vision(model)
+    # what verl's FSDP worker does for actor.freeze_vision_tower=True (the recipe config sets it): the
+    # projector (visual.merger) sits inside the tower, so this one switch freezes both (D.1)
+    tower = get_vl_model_vision_tower(model)
+    tower.requires_grad_(False)
+    frozen = {n for n, p in model.named_parameters() if any(p is q for q in tower.parameters())}
     assert any(".merger." in n for n in frozen) and any(".blocks." in n for n in frozen)
     assert all(not p.requires_grad for n, p in model.named_parameters() if n in frozen)
     frozen_before = {n: p.detach().clone() for n, p in model.named_parameters() if n in frozen}

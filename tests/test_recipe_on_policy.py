@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import require_module
+from tests.conftest import require_recipe
 
-require_module("verl")
+require_recipe()
 
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
@@ -64,7 +65,8 @@ def test_one_optimizer_step_per_training_step(tiny_qwen_dir, image_path, gloo, m
     policy = (tok, image_only_processor(str(tiny_qwen_dir), tok))
     torch.manual_seed(0)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen_dir), torch_dtype=torch.float32)
-    cfg = _actor_config()
+    # the recipe's loss aggregation (Eq. 2 weights, recipe.vsearch.on_policy.apply_eq2; tests/test_recipe_loss_eq2.py)
+    cfg = dataclasses.replace(_actor_config(), loss_agg_mode="seq-mean-token-sum-norm")
     cfg.ppo_mini_batch_size = cfg.ppo_micro_batch_size_per_gpu = 1   # per rank, as verl's worker normalises it
     assert cfg.ppo_epochs == 1
     batch = _rollout_batch(policy, image_path, _config(response_length=256))   # 2 rows: 2 mini-batches for verl

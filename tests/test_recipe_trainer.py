@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.conftest import REPO, require_recipe
 
-require_module("verl")
+require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -287,3 +287,50 @@ def test_unsupported_settings_are_rejected(trainer):
     trainer.use_critic = True
     with pytest.raises(ValueError, match="critic"):
         trainer.fit()
+
+
+def test_api_failures_above_the_limit_abort_before_the_update(trainer):
+    """The step has 1 API-failed in-loop episode of 4 (25 %): above vsearch.max_api_failure_ratio=0.2 the run
+    stops with a message naming the setting, before anything is trained."""
+    from recipe.vsearch.trainer import ApiFailureAbort
+
+    trainer.config.vsearch.max_api_failure_ratio = 0.2
+    with pytest.raises(ApiFailureAbort, match=r"step 1: 25% of the in-loop episodes failed .*max_api_failure_ratio=0.2"):
+        trainer.fit()
+    assert trainer.actor_rollout_wg.updates == []
+    trainer.config.vsearch.max_api_failure_ratio = 0.25          # at the limit: trains
+    trainer.fit()
+    assert len(trainer.actor_rollout_wg.updates) == 1
+
+
+def test_generations_dumps_and_scores_without_padding(trainer, tmp_path):
+    """trainer.rollout_data_dir and trainer.validation_data_dir are written (JSONL, numpy values as JSON);
+    verl's critic/score/* are over the real rows, not the DP padding duplicates."""
+    import json
+
+    import numpy as np
+
+    trainer.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0,
+                                        batch_decode=lambda ids, skip_special_tokens=True: [f"t{len(x)}" for x in ids])
+    trainer.config.trainer.rollout_data_dir = str(tmp_path / "rollouts")
+    trainer.config.trainer.validation_data_dir = str(tmp_path / "val_generations")
+    trainer.fit()
+    rows = [json.loads(line) for line in (tmp_path / "rollouts" / "1.jsonl").read_text().splitlines()]
+    batch, _ = trainer.actor_rollout_wg.updates[0]
+    assert len(rows) == len(batch) and all(r["step"] == 1 for r in rows)
+    val = [json.loads(line) for line in (tmp_path / "val_generations" / "1.jsonl").read_text().splitlines()]
+    assert val and {"input", "output", "score", "uid", "episode_correct"} <= set(val[0])
+    # np.int64 / np.bool_ columns (verl's own json.dumps raises on them)
+    trainer._dump_generations(["a", "b"], ["x", "y"], [None, "g"], [1.0, 0.0],
+                              {"n_tool": np.array([1, 2]), "ok": np.array([True, False]),
+                               "box": np.array([np.array([1.0, 2.0]), None], dtype=object)}, str(tmp_path / "d"))
+    d = [json.loads(line) for line in (tmp_path / "d" / "1.jsonl").read_text().splitlines()]
+    assert d[0]["n_tool"] == 1 and d[1]["ok"] is False and d[0]["box"] == [1.0, 2.0]
+    assert not list((tmp_path / "d").glob("*.tmp"))
+    # critic/score/*: over the non-padding rows
+    step = dict(next(m for s, m in trainer.logged if "critic/score/mean" in m))
+    real = np.array([r != "padding" for r in batch.non_tensor_batch["vsearch_role"]])
+    scores = batch.batch["token_level_scores"].sum(-1).numpy()
+    assert (~real).sum() == 1
+    assert step["critic/score/mean"] == pytest.approx(float(scores[real].mean()))
+    assert step["critic/score/max"] == pytest.approx(float(scores[real].max()))

@@ -60,19 +60,18 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
         assert req["messages"][0]["content"] == REGION_DESCRIPTION_SYSTEM_PROMPT
         assert req["messages"][1]["content"][1]["text"] == REGION_DESCRIPTION_USER_PROMPT
         seen.append(_box_of(req))
-        r = chat(f"region_description={{region number {call.index}}}")
-        r.delay = 0.4
-        return r
+        return chat(f"region_description={{region number {call.index}}}")
 
-    srv = openai_server(slow)
+    srv = openai_server(slow, block_after=3)   # three boxes described, then every request held
     proc = subprocess.Popen(_cmd(img_dir, lay_dir, out, srv.base_url), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     log = out / "descriptions.jsonl"
+    srv.wait_blocked(1, timeout=30)
     deadline = time.time() + 30
     while time.time() < deadline:
         if log.exists() and len(log.read_text().splitlines()) >= 3:
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = [json.loads(x) for x in log.read_text().splitlines() if x.endswith("}")]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import add_recipe_path
+
 from insight_o3.rewards import (RewardRules, RewardWeights, best_iou, covered_iou, in_loop_reward, iou_reward,
                                 original_in_loop_reward, original_out_of_loop_reward, out_of_loop_reward,
                                 pseudo_iou_reward, repeated_view, reward_from_locate, trajectory_reward)
@@ -89,9 +91,7 @@ def test_reward_from_locate_result_like_object():
 
 
 def test_recipe_reward_function_adapter():
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "verl"))
+    add_recipe_path()   # the reward adapter needs no verl
     from recipe.vsearch.reward_fn import compute_score
     # variant="paper": Eq. (1) literally (the adapter's default is "original", tested below)
     out = compute_score("info_vqa_region_localization", "", None,
@@ -203,9 +203,7 @@ def test_trajectory_reward_dispatch_and_rules_validation():
 
 
 def test_recipe_reward_function_original_variant():
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "verl"))
+    add_recipe_path()   # the reward adapter needs no verl
     from recipe.vsearch.reward_fn import compute_score
     info = {"bboxes": [[100, 100, 200, 200]], "n_tool": 2, "format_ok": True, "pred_box": [100, 100, 200, 196],
             "crop_boxes": [list(A), list(A_HALF)], "frame_size": list(FRAME), "image_size": list(IMAGE)}

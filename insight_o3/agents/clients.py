@@ -1,24 +1,22 @@
 """OpenAI-compatible drivers of the sessions: :class:`VSearcher` (``locate``) and
 :class:`InSightO3` (``answer``). All protocol decisions live in the sessions; this module only
 sends messages (images encoded once through the :class:`ImageStore` cache) and turns API failures
-(after the SDK's own retries) into ``failed`` results with a redacted reason — never an exception.
+(after the SDK's own retries), unusable images and malformed replies into ``failed`` results with a
+redacted reason (:data:`insight_o3.errors.EXPECTED_ERRORS`); a programming error raises.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..api import Redactor
+from ..errors import EXPECTED_ERRORS
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
-from ..images import ImageError, ImageStore
+from ..images import ImageStore
 from ..trajectory import image_refs, to_openai
 from .reasoner_session import ReasonerSession
 from .records import compact_messages
 from .searcher_session import LocateResult, SearcherSession, failed_locate
 from .views import encode_refs
-
-#: What a driver turns into a ``failed`` result: API errors after the SDK's retries, malformed
-#: responses, unreadable images. (``asyncio.CancelledError`` is not an ``Exception`` and passes.)
-_API_ERRORS = (Exception,)
 
 
 @dataclass
@@ -78,12 +76,12 @@ class VSearcher:
         """Run one vSearcher episode; box in original pixels when ``status == "found"``."""
         try:
             s = self.session(image_path, description)
-        except (ImageError, ValueError) as e:
+        except EXPECTED_ERRORS as e:
             return failed_locate(description, _describe(e, self.redact))
         while not s.done:
             try:
                 c = await complete(self.client, self.model, s, self.images, self.completion_kwargs)
-            except _API_ERRORS as e:
+            except EXPECTED_ERRORS as e:
                 s.fail(_describe(e, self.redact))
                 break
             s.step(c.text, c.finish_reason, c.usage)
@@ -158,14 +156,14 @@ class InSightO3:
         finish = None
         try:
             s = self.session(image_path, question)
-        except (ImageError, ValueError) as e:
+        except EXPECTED_ERRORS as e:
             msg = _describe(e, self.redact)
             return AnswerResult(None, None, "failed", None, [], 0, 0, 0, [], msg, usage)
         while not s.done:
             try:
                 c = await complete(self.client, self.model, s, self.images, self.completion_kwargs,
                                    self.image_url_extra)
-            except _API_ERRORS as e:
+            except EXPECTED_ERRORS as e:
                 s.fail(_describe(e, self.redact))
                 break
             finish = c.finish_reason

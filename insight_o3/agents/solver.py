@@ -50,14 +50,16 @@ class InSightO3Solver:
             await c.close()
 
     @classmethod
-    def from_args(cls, args, images: ImageStore, redactor: Redactor | None = None, guard=None) -> "InSightO3Solver":
+    def from_args(cls, args, images: ImageStore, redactor: Redactor | None = None, guard=None,
+                  limiter=None, vsearcher_limiter=None) -> "InSightO3Solver":
         """Build from the ``evaluate`` arguments (keys already resolved). ``--sys_prompt`` does not
         apply: the vReasoner's system prompt is the protocol's (``--reasoner_prompt infer|train``)."""
         redactor = redactor or Redactor(args.api_key, args.vsearcher_api_key)
         timeout, retries = getattr(args, "client_timeout", None), getattr(args, "max_retries", None)
         kw = {"timeout": timeout, "guard": guard} | ({"max_retries": retries} if retries is not None else {})
-        r_client = make_client(args.api_key, args.api_base_url, role="vReasoner", **kw)
-        s_client = make_client(args.vsearcher_api_key, args.vsearcher_api_base_url, role="vSearcher", **kw)
+        r_client = make_client(args.api_key, args.api_base_url, role="vReasoner", limiter=limiter, **kw)
+        s_client = make_client(args.vsearcher_api_key, args.vsearcher_api_base_url, role="vSearcher",
+                               limiter=vsearcher_limiter, **kw)
         searcher = VSearcher(s_client, args.vsearcher_model, images,
                              max_pixels=getattr(args, "vsearcher_max_pixels", None) or VSEARCHER_EVAL_MAX_PIXELS,
                              prompt=getattr(args, "vsearcher_prompt", None) or "trained",

@@ -17,8 +17,8 @@ import os
 import numpy as np
 from tqdm import tqdm
 
-from ..atomic_io import OutputError, atomic_writer
-from ..evaluation.records import RecordLog, write_json_atomic
+from ..storage.atomic import OutputError, atomic_writer
+from ..storage import RecordLog, write_json_atomic
 from ..run_lock import run_lock
 from .collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow

@@ -16,7 +16,8 @@ from PIL import Image, ImageDraw
 from tqdm import tqdm
 
 from ..api import Redactor
-from ..evaluation.records import RecordLog
+from ..errors import EXPECTED_ERRORS
+from ..storage.record_log import RecordLog
 from ..geometry import fit_max_pixels
 from ..images import encode_pil, open_image
 from ..prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
@@ -130,7 +131,7 @@ async def describe_all(tasks: list[BoxTask], client, cfg: DescribeConfig, log: R
                     rec.update(status="ok", description=desc)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # recorded, retried on the next run
+            except EXPECTED_ERRORS as e:  # recorded, retried on the next run
                 rec.update(status="failed", error=redact(f"{type(e).__name__}: {e}")[:2000])
             if guard is not None and guard.tripped:
                 return  # stopping: this record may carry the failure that stopped the run

@@ -37,19 +37,20 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from ..atomic_io import write_jsonl_atomic
+from ..storage.atomic import write_jsonl_atomic
 from .. import prompts
 from ..api import Redactor, make_client, resolve
+from ..errors import EXPECTED_ERRORS
 from ..evaluation.judge import AnswerJudge, Verdict
-from ..evaluation.records import RecordLog
+from ..storage.record_log import RecordLog
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize, usable_cpus
-from ..jsonl import iter_jsonl
+from ..storage.jsonl import iter_jsonl
 from ..parsing import format_options
 from ..protocol import LIMITS
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, gather_or_stop
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
 from ..run_lock import run_lock
 
 RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
@@ -170,7 +171,7 @@ def _filter_locked(f: FilterSettings, rows: list[dict], redact) -> dict:
                     rec = await check_collage(sample, solver, judge, f.attempts, previous)
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # never lose the collage: recorded as an error, retried next run
+                except (*EXPECTED_ERRORS, RunStopped) as e:  # recorded as an error, retried next run
                     rec = {"sample_key": sample.key, "error": redact(f"{type(e).__name__}: {e}")[:2000],
                            "attempts": previous or []}
                 if guard.tripped:

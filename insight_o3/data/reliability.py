@@ -44,14 +44,16 @@ from tqdm import tqdm
 
 from .. import prompts
 from ..api import make_client
-from ..atomic_io import OutputError
+from ..errors import EXPECTED_ERRORS
+from ..storage.atomic import OutputError
 from ..evaluation.judge import AnswerJudge
-from ..evaluation.records import RecordLog
+from ..storage.record_log import RecordLog
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize
 from ..parsing import format_options
+from ..run_guard import RunStopped
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, PoolError, SourceItem, load_pool, write_pool
 
@@ -170,7 +172,7 @@ def run_check(a: ReliabilitySettings, items: list[SourceItem], *, redact=lambda 
                     rec = await check_item(item_sample(item, i), checkers, judge, previous)
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # never lose the item: recorded as an error, retried next run
+                except (*EXPECTED_ERRORS, RunStopped) as e:  # recorded as an error, retried next run
                     rec = {"sample_key": item.id, "error": redact(f"{type(e).__name__}: {e}")[:2000],
                            "checks": previous or {}}
                 await asyncio.to_thread(rec_log.append, rec)

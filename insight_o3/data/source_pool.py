@@ -30,7 +30,6 @@ converters read the public annotation formats:
 from __future__ import annotations
 
 import json
-import math
 import os
 import zlib
 from dataclasses import asdict, dataclass
@@ -38,9 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic_io import write_jsonl_atomic
-from ..images import ImageError
-from ..jsonl import iter_jsonl
+from ..storage.atomic import write_jsonl_atomic
+from ..geometry import check_box
+from ..images import ImageError, image_size
+from ..storage.jsonl import iter_jsonl
 
 #: C.1 source filter: keep items whose bbox covers less than this fraction of the image.
 MAX_BBOX_RATIO = 0.04
@@ -92,19 +92,7 @@ def parse_item(row: dict, where: str, image_root: str) -> SourceItem:
         raise PoolError(f"{where}: field 'width'/'height' must be integers") from None
     if width <= 0 or height <= 0:
         raise PoolError(f"{where}: field 'width'/'height' must be positive, got {width}x{height}")
-    bbox = _field(row, "bbox", where)
-    if isinstance(bbox, np.ndarray):
-        bbox = bbox.tolist()
-    if not isinstance(bbox, (list, tuple)) or len(bbox) != 4:
-        raise PoolError(f"{where}: field 'bbox' must be [x1, y1, x2, y2], got {bbox!r}")
-    try:
-        x1, y1, x2, y2 = (float(v) for v in bbox)
-    except (TypeError, ValueError):
-        raise PoolError(f"{where}: field 'bbox' has a non-numeric coordinate: {bbox!r}") from None
-    if not all(math.isfinite(v) for v in (x1, y1, x2, y2)) or x2 <= x1 or y2 <= y1:
-        raise PoolError(f"{where}: field 'bbox' is empty or inverted: {bbox!r}")
-    if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
-        raise PoolError(f"{where}: field 'bbox' {bbox!r} lies outside the {width}x{height} image")
+    x1, y1, x2, y2 = check_box(_field(row, "bbox", where), where, "bbox", (width, height), error=PoolError)
     options = row.get("options")
     if isinstance(options, np.ndarray):
         options = options.tolist()
@@ -156,14 +144,10 @@ def load_pool(path: str | os.PathLike, image_root: str | os.PathLike | None = No
 
 
 def _check_image(item: SourceItem, where: str) -> None:
-    from PIL import Image
-    if not os.path.isfile(item.image):
-        raise PoolError(f"{where}: image file not found: {item.image}")
     try:
-        with Image.open(item.image) as im:
-            size = im.size
-    except (OSError, SyntaxError, ValueError) as e:
-        raise PoolError(f"{where}: cannot read image {item.image}: {e}") from None
+        size = image_size(item.image)
+    except ImageError as e:
+        raise PoolError(f"{where}: {e}") from None
     if size != (item.width, item.height):
         raise PoolError(f"{where}: image {item.image} is {size[0]}x{size[1]}, the row says "
                         f"{item.width}x{item.height}")
@@ -214,14 +198,12 @@ def _image_and_size(rec: dict, where: str, image_root: str) -> tuple[str, int, i
     full = image if os.path.isabs(image) else os.path.join(image_root, image)
     if "width" in rec and "height" in rec:
         return full, int(rec["width"]), int(rec["height"])
-    from PIL import Image
+    if not os.path.isfile(full):
+        raise PoolError(f"{where}: image file not found: {full}")
     try:
-        with Image.open(full) as im:
-            return (full, *im.size)
-    except FileNotFoundError:
-        raise PoolError(f"{where}: image file not found: {full}") from None
-    except (OSError, SyntaxError, ValueError) as e:
-        raise ImageError(f"{where}: cannot read image {full}: {e}") from None
+        return (full, *image_size(full))
+    except ImageError as e:
+        raise ImageError(f"{where}: {e}") from None
 
 
 def convert_viscot(path: str, image_root: str) -> list[SourceItem]:

@@ -18,7 +18,7 @@ Deviation (bug fix, changes scores only where the original is wrong): the origin
 containing "correct" as correct, so "incorrect" counted as correct; :func:`verification_says_correct`
 reads ``<correct>``/``<wrong>`` and words, not substrings.
 
-Every attempt gets a :class:`Verdict` whose ``status`` is one of
+Every attempt gets a :class:`Verdict` whose ``status`` is one of (:data:`.schema.STATUSES`)
 
 * ``correct`` / ``wrong`` — judged (by rule or by the judge model);
 * ``incomplete`` — the response was truncated (``finish_reason != "stop"``) and is never judged;
@@ -28,14 +28,17 @@ Every attempt gets a :class:`Verdict` whose ``status`` is one of
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from dataclasses import asdict, dataclass, field
 
 from .. import prompts
-from ..parsing import extract_answer_span, extract_verify_span, mcq_letter
+from ..errors import EXPECTED_ERRORS
+from ..parsing import extract_answer_span, extract_verify_span, mcq_letter, question_text
+from .schema import Status
 from .solver import Attempt
 
-STATUSES = ("correct", "wrong", "incomplete", "invalid", "failed")
 FLOWS = ("extract", "verify")
 CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
@@ -47,7 +50,7 @@ NO_ANSWER_STATUSES = ("format_failed", "search_after_limit", "search_invalid")
 
 @dataclass
 class Verdict:
-    status: str
+    status: Status                       # one of schema.STATUSES
     extracted_answer: str | None = None
     has_answer: bool = False
     method: str | None = None            # "rule" | "judge"
@@ -63,7 +66,7 @@ class Verdict:
         return asdict(self)
 
 
-class JudgeError(Exception):
+class JudgeError(ValueError):
     pass
 
 
@@ -115,11 +118,42 @@ async def ask_judge(client, model: str, prompt: str, completion_kwargs: dict) ->
     resp = await client.chat.completions.create(model=model, messages=user_message(prompt), **completion_kwargs)
     if not getattr(resp, "choices", None):
         raise JudgeError("judge returned no choices")
-    return resp.choices[0].message.content or ""
+    message = resp.choices[0].message
+    if message is None:
+        raise JudgeError("judge returned a choice without a message")
+    return message.content or ""
+
+
+class JudgeCache:
+    """Judge replies by (judge model, prompt, request settings) within one run: the same prompt (a
+    response repeated across trials, a re-judge of identical answers) is asked once; concurrent askers
+    share the one request. Failed requests are not kept, so a later ask tries again."""
+
+    def __init__(self):
+        self._replies: dict[tuple, asyncio.Future] = {}
+        self.hits = 0
+        self.misses = 0
+
+    async def ask(self, client, model: str, prompt: str, completion_kwargs: dict) -> str:
+        key = (model, prompt, json.dumps(completion_kwargs, sort_keys=True, default=str))
+        fut = self._replies.get(key)
+        if fut is None:
+            self.misses += 1
+            fut = self._replies[key] = asyncio.ensure_future(ask_judge(client, model, prompt, completion_kwargs))
+        else:
+            self.hits += 1
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if self._replies.get(key) is fut:
+                del self._replies[key]
+            raise
 
 
 async def in_loop_check(client, model: str, question: str, response_text: str, ground_truth: str,
-                        completion_kwargs: dict | None = None) -> Verdict:
+                        completion_kwargs: dict | None = None, ask=None) -> Verdict:
     """The fork's in-loop answer check (training reward ``c`` and InSight-o3 validation accuracy).
 
     The span is the first ``\\boxed{}`` content of ``response_text``, else its first ``<answer>``
@@ -127,6 +161,7 @@ async def in_loop_check(client, model: str, question: str, response_text: str, g
     "None" to the judge). A span equal to ``ground_truth`` is correct without a judge call; otherwise
     ``QA_VERIFY_PROMPT`` goes to the judge (``max_tokens=2048``) and ``<correct>`` in the reply
     decides. ``question`` is what the vReasoner was asked (question and options). API errors raise.
+    ``ask`` replaces :func:`ask_judge` (same signature), e.g. a :class:`JudgeCache`'s ``ask``.
     """
     span = extract_verify_span(response_text or "")
     if span is None:
@@ -136,17 +171,18 @@ async def in_loop_check(client, model: str, question: str, response_text: str, g
     kwargs = JUDGE_COMPLETION_KWARGS["verify"] if completion_kwargs is None else completion_kwargs
     prompt = prompts.format_judge_prompt(prompts.QA_VERIFY_PROMPT, question=question, gt_answer=ground_truth,
                                          model_answer=span)
-    reply = await ask_judge(client, model, prompt, kwargs)
+    reply = await (ask or ask_judge)(client, model, prompt, kwargs)
     return Verdict("correct" if "<correct>" in reply else "wrong", span, True, "judge", [reply])
 
 
 class AnswerJudge:
     """Checks attempts against a sample's ground truth. ``client`` is an ``AsyncOpenAI`` for the
     judge model (only called when the rule cannot decide). ``flow``: ``"extract"`` (single-model
-    evaluation) or ``"verify"`` (the fork's in-loop check; InSight-o3 evaluation)."""
+    evaluation) or ``"verify"`` (the fork's in-loop check; InSight-o3 evaluation). With ``cache`` (a
+    :class:`JudgeCache`) identical judge prompts are asked once."""
 
     def __init__(self, client, model: str, max_answer_length: int = 1000, redact=lambda s: s,
-                 completion_kwargs: dict | None = None, flow: str = "extract"):
+                 completion_kwargs: dict | None = None, flow: str = "extract", cache: JudgeCache | None = None):
         if flow not in FLOWS:
             raise ValueError(f"judge flow must be one of {FLOWS}, got {flow!r}")
         self.client = client
@@ -155,9 +191,11 @@ class AnswerJudge:
         self.redact = redact
         self.flow = flow
         self.completion_kwargs = dict(completion_kwargs or JUDGE_COMPLETION_KWARGS[flow])
+        self.cache = cache
+        self._ask_fn = cache.ask if cache is not None else ask_judge
 
     async def _ask(self, prompt: str) -> str:
-        return await ask_judge(self.client, self.model, prompt, self.completion_kwargs)
+        return await self._ask_fn(self.client, self.model, prompt, self.completion_kwargs)
 
     async def check(self, sample, attempt: Attempt) -> Verdict:
         if attempt.error is not None:
@@ -173,9 +211,9 @@ class AnswerJudge:
         try:
             if self.flow == "verify":
                 return await in_loop_check(self.client, self.model, insight_o3_question(sample), text,
-                                           sample.answer, self.completion_kwargs)
+                                           sample.answer, self.completion_kwargs, ask=self._ask_fn)
             return await self._extract(sample, text, outputs)
-        except Exception as e:  # API errors after the SDK's retries, malformed judge replies
+        except EXPECTED_ERRORS as e:  # API errors after the SDK's retries, malformed judge replies
             reason = self.redact(f"judge error: {type(e).__name__}: {e}")
             return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
 
@@ -205,6 +243,4 @@ def insight_o3_question(sample) -> str:
     """The question text the fork gives the vReasoner (and its judge): the question, then the options;
     literal ``\\n`` sequences in a multiple-choice text become newlines (``get_question`` of the fork's
     ``create_parquet_dataset.py``)."""
-    if not sample.options:
-        return sample.question
-    return f"{sample.question}\n{sample.options}".replace("\\n", "\n")
+    return question_text(sample.question, sample.options, unescape_newlines=True)

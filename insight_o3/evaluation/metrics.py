@@ -9,10 +9,13 @@ Per trial (``eval_metrics.json``), with ``total`` = all samples:
 * ``has_answer`` = fraction of samples with an extracted answer
 * ``overall_stats`` = the counts (correct, wrong, incomplete, invalid, failed, total)
 * ``category_<name>`` = the same per ``category``/``subset``
-* InSight-o3 runs (attempt stats present): ``mean_search_calls``, ``search_not_found_ratio``
+* InSight-o3 runs (attempt stats present): ``mean_search_calls``, ``search_not_found_ratio`` and the
+  tool-use health numbers of :func:`tool_use_health`
+* ``usage`` (tokens per role), ``tokens_total`` and, with prices, ``cost_usd`` of the trial's records
 
 The summary (``summary_metrics.json``) mirrors that structure with every number replaced by
-``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials``.
+``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials`` (the runner adds
+``run_totals``: tokens and cost summed over trials).
 """
 from __future__ import annotations
 
@@ -20,15 +23,17 @@ from collections import defaultdict
 
 import numpy as np
 
-from .judge import STATUSES
+from ..trajectory import image_refs
+from .schema import STATUSES, EvalRecord, EvalResult, RecordError
+from .usage import merge, total_tokens
 
 RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
 
 
-def _rates(results: list[dict]) -> tuple[dict, dict]:
+def _rates(results: list[EvalResult]) -> tuple[dict, dict]:
     counts = {s: 0 for s in STATUSES}
     for r in results:
-        counts[r["status"]] += 1
+        counts[r.status] += 1
     total = len(results)
     counts["total"] = total
     c, w, inc = counts["correct"], counts["wrong"], counts["incomplete"]
@@ -38,14 +43,24 @@ def _rates(results: list[dict]) -> tuple[dict, dict]:
         "success_rate": judged / total if total else 0.0,
         "completion_rate": judged / (judged + inc) if judged + inc else 0.0,
         "critical_failure_ratio": counts["failed"] / total if total else 0.0,
-        "has_answer": sum(bool(r.get("has_answer")) for r in results) / total if total else 0.0,
+        "has_answer": sum(r.has_answer for r in results) / total if total else 0.0,
     }
     return rates, counts
 
 
-def compute_metrics(records: list[dict]) -> dict:
-    """Metrics of one trial from its records (each with ``category`` and ``eval_result``)."""
-    results = [r["eval_result"] for r in records]
+def _parts(r: EvalRecord | dict, where: str) -> tuple[str, EvalResult]:
+    """``(category, eval_result)`` of a record; a dict needs only those two fields."""
+    if isinstance(r, EvalRecord):
+        return r.category, r.eval_result
+    if not isinstance(r, dict):
+        raise RecordError(f"{where}: expected a record object, got {type(r).__name__}")
+    return str(r.get("category", "unknown")), EvalResult.from_dict(r.get("eval_result"), where)
+
+
+def compute_metrics(records: list[EvalRecord | dict]) -> dict:
+    """Metrics of one trial from its records (dicts are validated as :class:`EvalRecord`)."""
+    parts = [_parts(r, f"record {i}") for i, r in enumerate(records)]
+    results = [er for _, er in parts]
     rates, counts = _rates(results)
     out: dict = {
         "overall_accuracy": rates["accuracy"],
@@ -55,19 +70,67 @@ def compute_metrics(records: list[dict]) -> dict:
         "has_answer": rates["has_answer"],
         "overall_stats": counts,
     }
-    by_cat: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_cat[str(r.get("category", "unknown"))].append(r["eval_result"])
+    by_cat: dict[str, list[EvalResult]] = defaultdict(list)
+    for cat, er in parts:
+        by_cat[cat].append(er)
     cats = {name: _rates(res) for name, res in sorted(by_cat.items())}
     for rate in RATES:
         out[f"category_{rate}"] = {name: v[0][rate] for name, v in cats.items()}
     out["category_stats"] = {name: v[1] for name, v in cats.items()}
-    stats = [r.get("stats") or {} for r in results if r["status"] != "failed"]
+    stats = [r.stats for r in results if r.status != "failed"]
     if any("n_search_calls" in s for s in stats):
         calls = [s.get("n_search_calls", 0) for s in stats]
         not_found = sum(s.get("n_search_not_found", 0) for s in stats)
         out["mean_search_calls"] = float(np.mean(calls)) if calls else 0.0
         out["search_not_found_ratio"] = not_found / sum(calls) if sum(calls) else 0.0
+        out.update(tool_use_health([r.to_dict() for r in results if r.status != "failed"]))
+    usages = [r.usage_dict() if isinstance(r, EvalRecord) else r.get("usage") for r in records]
+    out["usage"] = merge(usages)
+    out["tokens_total"] = sum(total_tokens(u) for u in usages)
+    costs = [c for c in (r.cost_usd if isinstance(r, EvalRecord) else r.get("cost_usd") for r in records)
+             if c is not None]
+    if costs:
+        out["cost_usd"] = float(sum(costs))
+    return out
+
+
+def _crop_area_ratios(result: dict) -> list[float]:
+    """Area of every crop the vReasoner was shown, relative to the full image (its first image)."""
+    refs = image_refs(result.get("trajectory") or [])
+    if len(refs) < 2:
+        return []
+    x1, y1, x2, y2 = refs[0].region
+    full = max((x2 - x1) * (y2 - y1), 1e-9)
+    out = []
+    for r in refs[1:]:
+        if r.path == refs[0].path:
+            a1, b1, a2, b2 = r.region
+            out.append(max(0.0, (a2 - a1) * (b2 - b1)) / full)
+    return out
+
+
+def tool_use_health(results: list[dict]) -> dict:
+    """InSight-o3 runs: how the vReasoner used the vSearcher, so a collapse to no tool use shows at once.
+
+    ``search_calls_hist`` (episodes per number of calls), ``zero_search_ratio`` (episodes without a
+    call), ``format_failure_ratio`` (episodes ended by exhausted format retries),
+    ``format_retry_ratio`` (episodes with at least one format retry) and ``crop_area`` (mean, median,
+    p10, p90 of the crops' area relative to the image; absent without crops)."""
+    stats = [r.get("stats") or {} for r in results]
+    n = len(stats)
+    if not n:
+        return {}
+    calls = [int(s.get("n_search_calls", 0)) for s in stats]
+    hist = {str(k): calls.count(k) for k in range(max(calls) + 1)}
+    out = {"search_calls_hist": hist,
+           "zero_search_ratio": calls.count(0) / n,
+           "format_failure_ratio": sum(s.get("status") == "format_failed" for s in stats) / n,
+           "format_retry_ratio": sum(bool(s.get("n_format_retries")) for s in stats) / n}
+    areas = [a for r in results for a in _crop_area_ratios(r)]
+    if areas:
+        arr = np.asarray(areas)
+        out["crop_area"] = {"mean": float(arr.mean()), "median": float(np.median(arr)),
+                            "p10": float(np.percentile(arr, 10)), "p90": float(np.percentile(arr, 90))}
     return out
 
 

@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..jsonl import iter_jsonl
-from ..parsing import format_options, option_letters
+from ..storage.jsonl import iter_jsonl
+from ..parsing import format_options, option_letters, question_text
 
 IMAGE_FIELDS = ("image", "file_name")
 CATEGORY_FIELDS = ("category", "subset")
@@ -54,7 +54,7 @@ class Sample:
 
     def prompt(self) -> str:
         """The user text: the question, then the options block when there is one."""
-        return f"{self.question}\n{self.options}" if self.options else self.question
+        return question_text(self.question, self.options)
 
     def to_record(self) -> dict:
         """The sample as stored in result records (annotation fields plus where it came from)."""
@@ -139,3 +139,47 @@ def _check_images(samples: list[Sample], ann_file: str, img_dir: str) -> None:
         listed = "; ".join(f"line {s.line} field '{s.image_field}': {s.image_path}" for s in missing[:MAX_REPORTED])
         more = f" (and {len(missing) - MAX_REPORTED} more)" if len(missing) > MAX_REPORTED else ""
         raise AnnotationError(f"{ann_file}: {len(missing)} image file(s) not found under {img_dir}: {listed}{more}")
+
+
+def subset_spec(limit: int | None = None, sample_ids: list[str] | None = None,
+                categories: list[str] | None = None) -> dict | None:
+    """The subset a run asked for (None: the whole file), as stored in ``run_card.json``."""
+    if limit is None and not sample_ids and not categories:
+        return None
+    return {"limit": limit, "sample_ids": list(sample_ids) if sample_ids else None,
+            "categories": list(categories) if categories else None}
+
+
+def select_subset(samples: list[Sample], spec: dict | None, ann_file: str = "") -> list[Sample]:
+    """The samples of ``spec`` (see :func:`subset_spec`), in file order: those of ``categories``, then of
+    ``sample_ids`` (a sample key or question_id), then the first ``limit``. Unknown ids or categories
+    are an :class:`AnnotationError` naming them."""
+    if not spec:
+        return samples
+    out = samples
+    if spec.get("categories"):
+        known = {s.category for s in samples}
+        unknown = [c for c in spec["categories"] if c not in known]
+        if unknown:
+            raise AnnotationError(f"{ann_file}: --categories {', '.join(unknown)} not in the file "
+                                  f"(it has: {', '.join(sorted(known))})")
+        want = set(spec["categories"])
+        out = [s for s in out if s.category in want]
+    if spec.get("sample_ids"):
+        by_id: dict[str, Sample] = {}
+        for s in samples:
+            by_id.setdefault(s.key, s)
+            if s.question_id is not None:
+                by_id.setdefault(str(s.question_id), s)
+        unknown = [i for i in spec["sample_ids"] if i not in by_id]
+        if unknown:
+            shown = ", ".join(unknown[:MAX_REPORTED]) + (" …" if len(unknown) > MAX_REPORTED else "")
+            raise AnnotationError(f"{ann_file}: --sample_ids {shown} not in the file (ids are question_id values, "
+                                  f"or #<0-based line index> when question_ids are missing or repeated)")
+        want_keys = {by_id[i].key for i in spec["sample_ids"]}
+        out = [s for s in out if s.key in want_keys]
+    if spec.get("limit") is not None:
+        out = out[:spec["limit"]]
+    if not out:
+        raise AnnotationError(f"{ann_file}: the subset {spec} selects no sample")
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ..errors import EXPECTED_ERRORS
 from ..images import ImageError, ImageStore, Resize
 from ..trajectory import image_part, message, to_openai
 from .solver import Attempt
@@ -84,7 +85,7 @@ class SingleModelSolver:
                 resp = await self.client.chat.completions.create(model=self.model, messages=api_msgs, **kwargs)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # the SDK already retried what is retryable
+            except EXPECTED_ERRORS as e:  # the SDK already retried what is retryable
                 last_error = e
                 break
             usage = _usage(resp)

@@ -12,29 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 from dataclasses import asdict, dataclass, field
 
 from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
 from ..api import DEFAULT_MAX_RETRIES, Redactor, make_client
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, iou
+from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..images import ImageStore, usable_cpus
-from ..jsonl import iter_jsonl
+from ..storage.jsonl import iter_jsonl
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, gather_or_stop
 from ..run_lock import run_lock
-from ..atomic_io import write_json_atomic
-from .records import RecordLog
+from ..storage import RecordLog, write_json_atomic
+from .samples import AnnotationError
 
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")
 IMAGE_FIELDS = ("image", "file_name")
-
-
-class AnnotationError(ValueError):
-    """A bad annotation line; the message names the file, the line and the field."""
 
 
 @dataclass(frozen=True)
@@ -61,12 +56,7 @@ def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
     for where, lineno, row in iter_jsonl(ann_file, AnnotationError):
         image = _field(row, IMAGE_FIELDS, where)
         desc = _field(row, DESCRIPTION_FIELDS, where)
-        b = row.get("bbox")
-        if (not isinstance(b, (list, tuple)) or len(b) != 4
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in b)):
-            raise AnnotationError(f"{where}: field 'bbox' must be [x1, y1, x2, y2] (4 finite numbers), got {b!r}")
-        if not (b[0] < b[2] and b[1] < b[3]):
-            raise AnnotationError(f"{where}: field 'bbox' {b!r} needs x1 < x2 and y1 < y2")
+        bbox = check_box(row.get("bbox"), where, "bbox", error=AnnotationError)
         path = os.path.join(img_dir, image)
         if not os.path.isfile(path):
             raise AnnotationError(f"{where}: field {'image' if 'image' in row else 'file_name'!r}: "
@@ -75,7 +65,7 @@ def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
         if key in keys:
             raise AnnotationError(f"{where}: field 'id': duplicate id {key!r}")
         keys.add(key)
-        out.append(RegionSample(key, lineno, image, path, desc, tuple(float(v) for v in b)))
+        out.append(RegionSample(key, lineno, image, path, desc, bbox))
     if not out:
         raise AnnotationError(f"{ann_file}: no annotations")
     return out

@@ -7,9 +7,15 @@
 Results go to ``<output_dir>/<eval_name>/`` (see :mod:`insight_o3.evaluation.runner`); rerunning
 the same command resumes. API keys come from flags or env vars and are never written anywhere.
 
-Exit status: 0 done; 2 bad input; 3 an output file could not be written; 4 stopped by the API (a
-401/403/404 from the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the
-requests failed); 5 another run holds ``<output_dir>/<eval_name>``. Every stop prints one line.
+Subsets (``--limit``, ``--sample_ids``, ``--categories``) write to ``<eval_name>@subset-<hash>`` so
+they are never mistaken for a full run. Every run writes ``run_card.json`` (see
+:mod:`insight_o3.evaluation.run_card`); records carry token ``usage`` per role and, with
+``--price_file``, ``cost_usd``.
+
+Exit status: 0 done; 2 bad input; 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
+the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the requests failed)
+or by a budget (``--max_cost``/``--max_tokens_total``; rerun with a higher budget to resume);
+5 another run holds ``<output_dir>/<eval_name>``. Every stop prints one line.
 """
 from __future__ import annotations
 
@@ -27,14 +33,17 @@ from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..images import ImageStore, Resize, usable_cpus
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
-from ..evaluation.judge import FLOWS, AnswerJudge
-from ..evaluation.records import RecordFileError
-from ..evaluation.runner import RunConfig, run_evaluation
-from ..evaluation.samples import AnnotationError, load_samples
+from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
+from ..storage.record_log import RecordFileError
+from ..evaluation.run_card import build_run_card
+from ..evaluation.runner import BudgetExceeded, RunConfig, run_evaluation
+from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
+from ..evaluation.usage import CostModel, PriceError
+from ..rate_limit import AdaptiveLimiter
 from ..evaluation.single_model import SingleModelSolver
 from ..protocol import LIMITS
-from ..run_guard import (DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard,
-                         report_stop)
+from ..run_guard import (DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, EXIT_API_STOP, EXIT_BAD_INPUT,
+                         STOP_ERRORS, RunGuard, report_stop)
 
 log = logging.getLogger("insight_o3.evaluate")
 SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
@@ -59,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use this benchmark's default --ann_file/--img_dir (see data/README.md)")
     g.add_argument("--ann_file", help="annotation JSONL file")
     g.add_argument("--img_dir", help="directory the annotation's image paths are relative to")
+    g.add_argument("--limit", type=int, default=None, help="only the first N samples (after the filters below)")
+    g.add_argument("--sample_ids", nargs="+", default=None,
+                   help="only these samples (question_id values; commas or spaces separate them)")
+    g.add_argument("--categories", nargs="+", default=None,
+                   help="only these categories (the 'category'/'subset' field; commas or spaces separate them)")
     g = p.add_argument_group("model")
     g.add_argument("--eval_name", help="results go to <output_dir>/<eval_name> (default: <model>/<benchmark>)")
     g.add_argument("--model", required=True)
@@ -86,10 +100,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extract: the released evaluate.py (extraction prompt, then verification); verify: the "
                         "fork's in-loop check (boxed span, then qa_verify). Default: extract for a single model, "
                         "verify in InSight-o3 mode (as the paper's numbers were produced)")
+    g.add_argument("--judge_cache", action="store_true",
+                   help="ask identical judge prompts (same judge model, prompt and settings) once per run, e.g. "
+                        "a response repeated across trials (default off: one judge request per attempt, as the "
+                        "released harness; rejudge caches by default)")
     g = p.add_argument_group("run")
     g.add_argument("--output_dir", default="./outputs/eval")
     g.add_argument("--num_trials", type=int, default=1)
-    g.add_argument("--concurrency", type=int, default=128)
+    g.add_argument("--concurrency", type=int, default=128,
+                   help="samples in flight, and the starting request concurrency per endpoint: halved on a "
+                        "429 storm, grown back by one after that many successes in a row")
+    g.add_argument("--rpm", type=float, default=None, help="requests per minute to the model endpoint")
+    g.add_argument("--tpm", type=float, default=None, help="tokens per minute to the model endpoint")
+    g.add_argument("--judge_rpm", type=float, default=None, help="requests per minute to the judge endpoint")
+    g.add_argument("--judge_tpm", type=float, default=None, help="tokens per minute to the judge endpoint")
+    g.add_argument("--no_adaptive_concurrency", action="store_true",
+                   help="a fixed concurrency (429s are left to the SDK's retries alone)")
+    g.add_argument("--price_file", help="YAML/JSON of US$ per million tokens per model: "
+                                        "'MODEL: {input: X, output: Y}'; adds cost_usd to records and metrics")
+    g.add_argument("--max_cost", type=float, default=None,
+                   help="stop starting samples once the eval dir's recorded cost reaches this many US$ "
+                        "(needs --price_file; exit 4; rerun with a higher budget to resume)")
+    g.add_argument("--max_tokens_total", type=int, default=None,
+                   help="the same for prompt + completion tokens of all roles")
     g.add_argument("--separate_trial_requests", action="store_true",
                    help="one request per trial instead of n=num_trials (for APIs that reject n>1)")
     g.add_argument("--retry_failed", action="store_true",
@@ -152,6 +185,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--image_workers must not be negative")
     if not 0 < a.max_failure_ratio <= 1:
         p.error("--max_failure_ratio must be in (0, 1]")
+    for name in ("sample_ids", "categories"):
+        if getattr(a, name):
+            setattr(a, name, [x for v in getattr(a, name) for x in v.split(",") if x.strip()])
+    if a.limit is not None and a.limit < 1:
+        p.error("--limit must be at least 1")
+    if a.max_cost is not None and not a.price_file:
+        p.error("--max_cost needs --price_file")
+    for name in ("rpm", "tpm", "judge_rpm", "judge_tpm", "max_cost", "max_tokens_total"):
+        if getattr(a, name) is not None and getattr(a, name) <= 0:
+            p.error(f"--{name} must be positive")
+    a.subset = subset_spec(a.limit, a.sample_ids, a.categories)
+    if a.subset:  # never mistaken for a full run: its own directory
+        a.eval_name = f"{a.eval_name}@subset-{subset_hash(a.subset)}"
     # resolve keys/URLs from env now; keys stay in memory only
     a.api_key = resolve(a.api_key, ENV_KEYS["main"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
@@ -160,6 +206,30 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.vsearcher_api_key = resolve(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0])
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
     return a
+
+
+def subset_hash(spec: dict) -> str:
+    import hashlib
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def run_card(a: argparse.Namespace, num_samples: int) -> dict:
+    """The run's ``run_card.json`` (every effective setting, never a key)."""
+    image_budget = {"model": a.img_max_pixels or None}
+    if a.vsearcher_model:
+        image_budget["vsearcher"] = a.vsearcher_max_pixels
+    seeds = {k: v.get("seed") for k, v in (("model", a.chat_completion_kwargs),
+                                           ("vsearcher", a.vsearcher_chat_completion_kwargs)) if "seed" in v}
+    return build_run_card(
+        args_record(a), ann_file=a.ann_file, subset=a.subset, num_samples=num_samples, image_budget=image_budget,
+        judge={"model": a.judge_model, "flow": a.judge_flow, "max_answer_length": a.max_answer_length,
+               "cache": a.judge_cache},
+        seeds=seeds)
+
+
+def cost_model(a: argparse.Namespace) -> CostModel | None:
+    return CostModel.from_file(a.price_file, {"model": a.model, "judge": a.judge_model,
+                                              "vsearcher": a.vsearcher_model})
 
 
 def args_record(a: argparse.Namespace) -> dict:
@@ -174,32 +244,47 @@ def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
                       workers=max(1, workers), processes=workers > 0)
 
 
-async def _run(a: argparse.Namespace, samples, redactor: Redactor) -> dict:
+async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostModel | None = None) -> dict:
     guard = RunGuard(a.max_failure_ratio, redact=redactor)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
     images = image_store(a, originals_cached=2 if a.vsearcher_model else 0)
+    adaptive = not a.no_adaptive_concurrency
+    model_limiter = AdaptiveLimiter(a.concurrency, a.rpm, a.tpm) if adaptive or a.rpm or a.tpm else None
+    judge_limiter = (AdaptiveLimiter(a.concurrency, a.judge_rpm, a.judge_tpm)
+                     if adaptive or a.judge_rpm or a.judge_tpm else None)
+    vsearcher_limiter = AdaptiveLimiter(a.concurrency) if adaptive and a.vsearcher_model else None
     main_client = make_client(a.api_key, a.api_base_url, a.client_timeout, a.max_retries,
-                              max_connections=max(a.concurrency * 2, 16), role="model", guard=guard)
+                              max_connections=max(a.concurrency * 2, 16), role="model", guard=guard,
+                              limiter=model_limiter)
     judge_client = make_client(a.judge_api_key, a.judge_api_base_url, a.client_timeout, a.max_retries,
-                               max_connections=max(a.concurrency * 2, 16), role="judge", guard=guard)
+                               max_connections=max(a.concurrency * 2, 16), role="judge", guard=guard,
+                               limiter=judge_limiter)
     solver = None
     try:
         if a.vsearcher_model:
             from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
-            solver = InSightO3Solver.from_args(a, images=images, redactor=redactor, guard=guard)
+            solver = InSightO3Solver.from_args(a, images=images, redactor=redactor, guard=guard,
+                                               limiter=model_limiter, vsearcher_limiter=vsearcher_limiter)
         else:
             solver = SingleModelSolver(
                 main_client, a.model, images, Resize(max_pixels=a.img_max_pixels or None),
                 system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
                 completion_kwargs=a.chat_completion_kwargs, image_url_extra=a.image_url_extra_settings,
                 separate_trial_requests=a.separate_trial_requests, redact=redactor)
-        judge = AnswerJudge(judge_client, a.judge_model, a.max_answer_length, redact=redactor, flow=a.judge_flow)
+        judge = AnswerJudge(judge_client, a.judge_model, a.max_answer_length, redact=redactor, flow=a.judge_flow,
+                            cache=JudgeCache() if a.judge_cache else None)
         cfg = RunConfig(output_dir=a.output_dir, eval_name=a.eval_name, num_trials=a.num_trials,
                         concurrency=a.concurrency, retry_failed=a.retry_failed,
-                        group_trials=not a.separate_trial_requests, progress=not a.no_progress)
-        summary = await run_evaluation(samples, solver, judge, cfg, args_record(a), guard=guard)
-        log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
-        return summary
+                        group_trials=not a.separate_trial_requests, progress=not a.no_progress,
+                        cost_model=costs, max_cost=a.max_cost, max_tokens_total=a.max_tokens_total)
+        try:
+            return await run_evaluation(samples, solver, judge, cfg, args_record(a), guard=guard,
+                                        run_card=run_card(a, len(samples)))
+        finally:
+            log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
+            if model_limiter is not None and model_limiter.throttled:
+                log.info("model endpoint: %(throttled)d 429 responses, concurrency cut %(cuts)d times "
+                         "(lowest %(lowest_limit)d, now %(limit)d)", model_limiter.stats())
     finally:
         if solver is not None:
             await solver.aclose()
@@ -213,23 +298,37 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     redactor = Redactor(a.api_key, a.judge_api_key, a.vsearcher_api_key)
     try:
-        samples = load_samples(a.ann_file, a.img_dir)
-    except AnnotationError as e:
+        samples = select_subset(load_samples(a.ann_file, a.img_dir), a.subset, a.ann_file)
+        costs = cost_model(a)
+    except (AnnotationError, PriceError) as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    log.info("%d samples from %s; results in %s/%s", len(samples), a.ann_file, a.output_dir, a.eval_name)
+    log.info("%d samples from %s%s; results in %s/%s", len(samples), a.ann_file,
+             " (subset)" if a.subset else "", a.output_dir, a.eval_name)
     try:
-        summary = asyncio.run(_run(a, samples, redactor))
+        summary = asyncio.run(_run(a, samples, redactor, costs))
     except RecordFileError as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BudgetExceeded as e:  # not "rerun the same command": the same budget stops again
+        print(f"error: {e}. Samples finished before this are safe in {os.path.join(a.output_dir, a.eval_name)}", file=sys.stderr)
+        return EXIT_API_STOP
     except STOP_ERRORS as e:
         return report_stop(e, redactor, os.path.join(a.output_dir, a.eval_name))
     acc = summary.get("overall_accuracy", {})
     print(f"{a.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "
           f"over {summary['num_trials']} trial(s); critical failures "
           f"{summary.get('critical_failure_ratio', {}).get('mean', 0):.4f}")
+    totals = summary.get("run_totals") or {}
+    cost = totals.get("cost_usd")
+    print(f"tokens {totals.get('tokens_total', 0)}" + (f", cost ${cost:.4f}" if cost is not None else ""))
+    failed = round(summary.get("overall_stats", {}).get("failed", {}).get("mean", 0) * summary["num_trials"])
+    if failed:
+        print(f"{failed} sample-trial(s) were lost to API errors (status 'failed', counted as critical failures); "
+              f"rerun with --retry_failed to retry only those", file=sys.stderr)
+        return ExitCode.INCOMPLETE
     return ExitCode.OK
+
 
 
 if __name__ == "__main__":

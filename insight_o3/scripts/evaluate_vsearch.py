@@ -27,7 +27,7 @@ import sys
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, resolve
 from ..cli import (ExitCode, add_api_flags, add_client_flags, add_output_dir, add_run_flags, check_run_flags,
                    new_parser, run_main, setup_logging)
-from ..evaluation.records import RecordFileError
+from ..storage.record_log import RecordFileError
 from ..evaluation.vsearch_eval import (AnnotationError, RegionSample, VSearchEvalSettings, load_regions, metrics,
                                        run, score)
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS

@@ -8,7 +8,13 @@ Reads ``<output_dir>/<setting>/<dataset>/summary_metrics.json`` (written by
 ``mean±std @trials`` of the accuracy in percent. With a single dataset the table has one column
 per category instead. Missing results are shown as ``—`` with a note; runs whose success or
 completion rate is below 100% get a warning, since their accuracy counts lost or truncated queries
-as wrong.
+as wrong. Runs that recorded token usage add ``tokens`` (and, with prices, ``cost_usd``) columns:
+the totals over all trials (and datasets of the row).
+
+Every run's ``run_card.json`` is compared: runs in one column (one dataset) must agree on the
+benchmark file, subset, judge and prompts, runs in one row (one setting) on the model-side settings
+(image budget, request settings, prompts …). Otherwise the command refuses (exit 2), naming what
+differs, unless ``--allow_mixed_settings`` (then it warns). Subset runs always get a warning.
 """
 from __future__ import annotations
 
@@ -21,8 +27,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..atomic_io import write_text_atomic
 from ..cli import ExitCode
+from ..evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences, load_run_card
+from ..storage.atomic import write_text_atomic
 
 SUMMARY_FILE = "summary_metrics.json"
 MISSING = "—"
@@ -30,6 +37,10 @@ MISSING = "—"
 
 class SummaryError(ValueError):
     """A summary file that exists but cannot be used; the message names the file and field."""
+
+
+class MixedSettingsError(ValueError):
+    """Runs that would share a row or column were made with different settings."""
 
 
 @dataclass
@@ -51,6 +62,8 @@ class Summary:
     completion_rate: Stat | None
     critical_failure_ratio: Stat | None
     categories: dict[str, Stat]
+    tokens_total: int | None = None
+    cost_usd: float | None = None
 
 
 def _stat(value, path: str, field: str) -> Stat:
@@ -87,9 +100,18 @@ def load_summary(path: str) -> Summary:
     cats = data.get("category_accuracy") or {}
     if not isinstance(cats, dict):
         raise SummaryError(f"{path}: field 'category_accuracy' must be an object")
+    totals = data.get("run_totals") or {}
+    if not isinstance(totals, dict):
+        raise SummaryError(f"{path}: field 'run_totals' must be an object")
+    tokens, cost = totals.get("tokens_total"), totals.get("cost_usd")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
+        raise SummaryError(f"{path}: field 'run_totals.tokens_total' must be an integer")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))):
+        raise SummaryError(f"{path}: field 'run_totals.cost_usd' must be a number or null")
     return Summary(path, trials, _stat(data["overall_accuracy"], path, "overall_accuracy"),
                    opt["overall_success_rate"], opt["overall_completion_rate"], opt["critical_failure_ratio"],
-                   {str(k): _stat(v, path, f"category_accuracy.{k}") for k, v in cats.items()})
+                   {str(k): _stat(v, path, f"category_accuracy.{k}") for k, v in cats.items()},
+                   tokens, None if cost is None else float(cost))
 
 
 def summary_path(output_dir: str, setting: str, dataset: str) -> str:
@@ -107,9 +129,24 @@ def warnings_for(name: str, s: Summary) -> list[str]:
     return out
 
 
-def gather(output_dir: str, settings: list[str], datasets: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    """The table and the notes/warnings to print under it. Raises SummaryError for corrupt files."""
+def settings_conflicts(cards: dict[tuple[str, str], dict]) -> list[str]:
+    """What differs between runs sharing a column (a dataset) or a row (a setting)."""
+    out = []
+    for ds in dict.fromkeys(d for _, d in cards):
+        col = {st: c for (st, d), c in cards.items() if d == ds}
+        out += [f"column {ds}: {line}" for line in differences(col, SHARED_KEYS)]
+    for st in dict.fromkeys(s for s, _ in cards):
+        row = {ds: c for (s, ds), c in cards.items() if s == st}
+        out += [f"row {st}: {line}" for line in differences(row, ROW_KEYS)]
+    return out
+
+
+def gather(output_dir: str, settings: list[str], datasets: list[str],
+           allow_mixed_settings: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """The table and the notes/warnings to print under it. Raises SummaryError for corrupt files and
+    MixedSettingsError (naming what differs) for runs whose run cards disagree, unless allowed."""
     summaries: dict[tuple[str, str], Summary] = {}
+    cards: dict[tuple[str, str], dict] = {}
     notes: list[str] = []
     for st in settings:
         for ds in datasets:
@@ -117,13 +154,43 @@ def gather(output_dir: str, settings: list[str], datasets: list[str]) -> tuple[p
             if os.path.isfile(path):
                 summaries[(st, ds)] = load_summary(path)
                 notes += warnings_for(f"{st}/{ds}", summaries[(st, ds)])
+                card = load_run_card(os.path.dirname(path))
+                if card is not None:
+                    cards[(st, ds)] = card
+                    if card.get("subset"):
+                        notes.append(f"warning: {st}/{ds}: a subset run ({card.get('num_samples')} samples, "
+                                     f"{json.dumps(card['subset'], sort_keys=True)}), not the full benchmark")
             else:
                 notes.append(f"note: {st}/{ds}: no results ({path} not found), shown as {MISSING}")
+    conflicts = settings_conflicts(cards)
+    if conflicts and not allow_mixed_settings:
+        raise MixedSettingsError("runs with different settings would share a row or column:\n  "
+                                 + "\n  ".join(conflicts)
+                                 + "\n(rerun them alike, or pass --allow_mixed_settings to show them anyway)")
+    notes += [f"warning: mixed settings: {c}" for c in conflicts]
     if len(datasets) == 1:
         table = _category_table(summaries, settings, datasets[0])
     else:
         table = _dataset_table(summaries, settings, datasets)
+    _add_usage_columns(table, summaries, settings, datasets)
     return table, notes
+
+
+def _add_usage_columns(table: pd.DataFrame, summaries, settings, datasets) -> None:
+    """``tokens`` / ``cost_usd`` columns (totals of the row's runs) when any run recorded them."""
+    if not any(s.tokens_total is not None for s in summaries.values()):
+        return
+    has_cost = any(s.cost_usd is not None for s in summaries.values())
+    tokens, costs = [], []
+    for st in settings:
+        found = [summaries[(st, ds)] for ds in datasets if (st, ds) in summaries]
+        tk = [s.tokens_total for s in found if s.tokens_total is not None]
+        cs = [s.cost_usd for s in found if s.cost_usd is not None]
+        tokens.append(str(sum(tk)) if tk else MISSING)
+        costs.append(f"{sum(cs):.4f}" if cs else MISSING)
+    table["tokens"] = tokens
+    if has_cost:
+        table["cost_usd"] = costs
 
 
 def _dataset_table(summaries, settings, datasets) -> pd.DataFrame:
@@ -169,14 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_dir", default="./outputs/eval")
     p.add_argument("--csv", help="also write the table as CSV here")
     p.add_argument("--markdown", help="also write the table as Markdown here")
+    p.add_argument("--allow_mixed_settings", action="store_true",
+                   help="show runs whose run_card.json settings differ in one row/column (with a warning)")
     return p
 
 
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
-        table, notes = gather(a.output_dir, a.settings, a.datasets)
-    except (SummaryError, OSError) as e:
+        table, notes = gather(a.output_dir, a.settings, a.datasets, a.allow_mixed_settings)
+    except (SummaryError, MixedSettingsError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     with pd.option_context("display.max_columns", None, "display.width", 200):

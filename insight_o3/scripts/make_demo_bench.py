@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from insight_o3.cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
-from insight_o3.demo_bench import build_item, plan, write_image, write_metadata
+from insight_o3.testing.demo_bench import build_item, plan, write_image, write_metadata
 
 log = logging.getLogger("make_demo_bench")
 
@@ -86,7 +86,7 @@ def _make(a: argparse.Namespace, layout, max_side: int) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        from insight_o3.atomic_io import OutputError
+        from insight_o3.storage.atomic import OutputError
         raise OutputError.from_os_error(str(out), e, "create") from None
     kws = [dict(seed=a.seed, index=i, subset=s, n_questions=k, size=a.size, min_side=a.min_side,
                 max_side=max_side, f_rate=a.f_rate) for i, s, k in layout]

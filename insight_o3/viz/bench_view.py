@@ -17,7 +17,7 @@ import pandas as pd
 from PIL import Image
 
 from ..evaluation.samples import Sample, load_samples
-from ..images import ImageError
+from ..images import ImageError, image_size
 from .draw import LAYOUT_COLOR, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .plots import new_figure
 
@@ -74,9 +74,8 @@ def _image_size(sample: Sample) -> tuple[int, int] | None:
     if isinstance(w, (int, float)) and isinstance(h, (int, float)) and w > 0 and h > 0:
         return int(w), int(h)
     try:
-        with Image.open(sample.image_path) as im:
-            return im.size
-    except (OSError, ValueError):
+        return image_size(sample.image_path)
+    except ImageError:
         return None
 
 

@@ -24,6 +24,8 @@ from typing import Callable
 
 from PIL import Image, UnidentifiedImageError
 
+from ..evaluation.schema import EvalRecord, EvalResult, Status
+
 #: Fields of an original ``eval_result`` that mark the format.
 ORIGINAL_KEYS = ("inference_result",)
 _JUDGE_FAILURES = ("answer_extraction_failed", "judge_failed")
@@ -45,7 +47,7 @@ def data_url_size(url: str) -> tuple[int, int] | None:
         return None
 
 
-def _status(er: dict) -> tuple[str, str | None]:
+def _status(er: dict) -> tuple[Status, str | None]:
     inf = er.get("inference_result") or {}
     if er.get("success"):
         return ("correct" if er.get("is_correct") else "wrong"), None
@@ -89,8 +91,10 @@ def _messages(conversations, image: str, whole: tuple[int, int] | None) -> list[
     return out
 
 
-def convert_record(rec: dict, key: str, size_of: Callable[[str], tuple[int, int] | None] | None = None) -> dict:
-    """One original record as a record of this project (see the module doc). ``size_of(path)`` gives
+def convert_record(rec: dict, key: str, size_of: Callable[[str], tuple[int, int] | None] | None = None,
+                   where: str = "<original record>") -> dict:
+    """One original record as a record of this project (see the module doc), built through
+    :class:`~insight_o3.evaluation.schema.EvalRecord` (errors name ``where``). ``size_of(path)`` gives
     the source image's ``(w, h)`` when it can be read (for the whole-image region of references)."""
     er = rec["eval_result"]
     inf = er.get("inference_result") or {}
@@ -101,18 +105,17 @@ def convert_record(rec: dict, key: str, size_of: Callable[[str], tuple[int, int]
     out["sample_key"] = key
     out["index"] = er.get("sample_index")
     out["category"] = rec.get("category", rec.get("subset", "unknown"))
-    out["eval_result"] = {
-        "success": status in ("correct", "wrong"), "status": status, "fail_reason": reason,
-        "fail_stage": "judge" if (er.get("fail_reason") in _JUDGE_FAILURES) else None,
-        "response": inf.get("last_message_content") if inf.get("success") else None,
-        "finish_reason": inf.get("finish_reason") or None, "extracted_answer": er.get("extracted_answer"),
-        "is_correct": bool(er.get("is_correct")) and status == "correct",
-        "has_answer": er.get("extracted_answer") not in (None, ""),
-        "judge_method": None, "judge_outputs": [], "usage": None,
-        "trajectory": _messages(inf.get("conversations"), image, whole), "stats": {},
-        "source_format": "original",
-    }
-    return out
+    result = EvalResult(
+        status=status, success=status in ("correct", "wrong"), fail_reason=reason,
+        fail_stage="judge" if (er.get("fail_reason") in _JUDGE_FAILURES) else None,
+        response=inf.get("last_message_content") if inf.get("success") else None,
+        finish_reason=inf.get("finish_reason") or None, extracted_answer=er.get("extracted_answer"),
+        is_correct=bool(er.get("is_correct")) and status == "correct",
+        has_answer=er.get("extracted_answer") not in (None, ""),
+        trajectory=_messages(inf.get("conversations"), image, whole), extra={"source_format": "original"})
+    record = EvalRecord.from_dict({**out, "eval_result": {"status": status}}, where)
+    record.eval_result = result
+    return record.to_dict()
 
 
 def original_keys(records: list[dict]) -> list[str]:

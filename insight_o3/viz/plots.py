@@ -2,7 +2,6 @@
 inline encodings for HTML pages."""
 from __future__ import annotations
 
-import base64
 import io
 
 from matplotlib.figure import Figure
@@ -25,9 +24,3 @@ def figure_svg(fig: Figure) -> str:
     svg = buf.getvalue()
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
-
-
-def figure_png_data_url(fig: Figure, dpi: int = 100) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..atomic_io import write_text_atomic
+from ..storage.atomic import write_text_atomic
 from .draw import ImageResolver
 from .plots import figure_svg, new_figure
 from .run_view import (STATUSES, EvalRun, SampleResult, accuracy_by_category, compare_html, conversation_html,
@@ -148,6 +148,87 @@ def _metrics_table(run: EvalRun) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").rename(columns=short)
 
 
+def _usage_table(run: EvalRun) -> pd.DataFrame | None:
+    """Tokens per role (and cost) per trial, from the trials' metrics; None for runs without usage."""
+    rows = {}
+    for t in run.trials:
+        usage = t.metrics.get("usage")
+        if not isinstance(usage, dict) or not usage:
+            continue
+        row: dict = {}
+        for role, c in usage.items():
+            if isinstance(c, dict):
+                row[f"{role} prompt"] = c.get("prompt_tokens", 0)
+                row[f"{role} completion"] = c.get("completion_tokens", 0)
+                if c.get("reasoning_tokens"):
+                    row[f"{role} reasoning"] = c["reasoning_tokens"]
+                row[f"{role} requests"] = c.get("requests", 0)
+        row["tokens total"] = t.metrics.get("tokens_total", 0)
+        if t.metrics.get("cost_usd") is not None:
+            row["cost (US$)"] = f"{float(t.metrics['cost_usd']):.6f}"
+        rows[f"trial_{t.index}"] = row
+    return pd.DataFrame.from_dict(rows, orient="index") if rows else None
+
+
+#: A run whose share of episodes without a vSearcher call is at least this is flagged.
+ZERO_TOOL_USE_ALERT = 0.9
+
+
+def _tool_health(run: EvalRun) -> tuple[pd.DataFrame | None, list[str]]:
+    """Tool-use health per trial (InSight-o3 runs) and alert lines."""
+    rows, alerts = {}, []
+    for t in run.trials:
+        m = t.metrics
+        if "mean_search_calls" not in m:
+            continue
+        row = {"mean vSearcher calls": m.get("mean_search_calls"),
+               "no-call episodes": m.get("zero_search_ratio"),
+               "not-found ratio": m.get("search_not_found_ratio"),
+               "format failures": m.get("format_failure_ratio"),
+               "format retries": m.get("format_retry_ratio")}
+        crop = m.get("crop_area") or {}
+        if crop:
+            row["crop area mean"], row["crop area median"] = crop.get("mean"), crop.get("median")
+        hist = m.get("search_calls_hist") or {}
+        row["calls: episodes"] = ", ".join(f"{k}: {v}" for k, v in hist.items())
+        rows[f"trial_{t.index}"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                                    if v is not None}
+        zero = m.get("zero_search_ratio")
+        if isinstance(zero, (int, float)) and zero >= ZERO_TOOL_USE_ALERT:
+            alerts.append(f"trial_{t.index}: {100 * zero:.0f}% of episodes made no vSearcher call "
+                          "(tool use has collapsed)")
+    return (pd.DataFrame.from_dict(rows, orient="index") if rows else None), alerts
+
+
+def _run_card_html(run: EvalRun) -> str | None:
+    import json
+
+    path = Path(run.path) / "run_card.json"
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(card, dict):
+        return None
+    e = html.escape
+    judge = card.get("judge") or {}
+    sha = card.get("benchmark_sha256") or ""
+    fields = [("version", card.get("version")), ("git commit", card.get("git_commit")),
+              ("model", card.get("model")), ("benchmark", card.get("benchmark_file")),
+              ("benchmark sha256", sha[:16] + ("…" if sha else "")),
+              ("samples", card.get("num_samples")), ("subset", json.dumps(card.get("subset")) if card.get("subset")
+                                                      else "none (full benchmark)"),
+              ("image budget", json.dumps(card.get("image_budget"))),
+              ("judge", f"{judge.get('model')} ({judge.get('flow')} flow, cache {'on' if judge.get('cache') else 'off'})"),
+              ("seeds", json.dumps(card.get("seeds")) if card.get("seeds") else "none"),
+              ("prompts", f"{len(card.get('prompts_sha256') or {})} hashed"),
+              ("re-judged from", card.get("rejudged_from"))]
+    rows = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in fields if v is not None)
+    full = e(json.dumps(card, indent=1, sort_keys=True))
+    return (f"<table class='data' id='run-card'>{rows}</table>"
+            f"<details><summary>run_card.json</summary><pre>{full}</pre></details>")
+
+
 def _args_html(run: EvalRun) -> str:
     items = []
     for k in ("eval_name", "model", "vsearcher_model", "benchmark", "ann_file", "img_dir", "num_trials",
@@ -218,6 +299,41 @@ def build_report(eval_dir: str | os.PathLike, compare_dir: str | os.PathLike | N
         if len(runs) > 1:
             parts.append(f"<h3>{e(r.name)}</h3>")
         parts.append(_df_html(_metrics_table(r), "metrics-table" if i == 0 else f"metrics-table-{i}"))
+
+    usage_tables = [(r, _usage_table(r)) for r in runs]
+    if any(t is not None for _, t in usage_tables):
+        parts.append("<h2 id='usage'>Tokens and cost per trial</h2>")
+        for i, (r, t) in enumerate(usage_tables):
+            if len(runs) > 1:
+                parts.append(f"<h3>{e(r.name)}</h3>")
+            totals = r.summary.get("run_totals") or {}
+            if t is not None:
+                parts.append(_df_html(t, "usage-table" if i == 0 else f"usage-table-{i}"))
+            if totals:
+                cost = totals.get("cost_usd")
+                parts.append(f"<p>All trials: {totals.get('tokens_total', 0)} tokens"
+                             + (f", US${cost:.4f}" if isinstance(cost, (int, float)) else ", no price file") + "</p>")
+
+    health = [(r, *_tool_health(r)) for r in runs]
+    if any(t is not None for _, t, _ in health):
+        parts.append("<h2 id='tool-use'>Tool-use health (vSearcher)</h2>")
+        for i, (r, t, alerts) in enumerate(health):
+            if t is None:
+                continue
+            if len(runs) > 1:
+                parts.append(f"<h3>{e(r.name)}</h3>")
+            for a in alerts:
+                parts.append(f"<p class='alert' style='color:#b00020;font-weight:bold'>&#9888; {e(a)}</p>")
+            parts.append(_df_html(t, "tool-use-table" if i == 0 else f"tool-use-table-{i}"))
+
+    cards = [(r, _run_card_html(r)) for r in runs]
+    if any(c for _, c in cards):
+        parts.append("<h2 id='run-card-h'>Run card (reproducibility)</h2>")
+        for r, c in cards:
+            if c:
+                if len(runs) > 1:
+                    parts.append(f"<h3>{e(r.name)}</h3>")
+                parts.append(c)
 
     parts.append("<h2 id='failures'>Failure reasons (all trials)</h2>")
     for i, r in enumerate(runs):

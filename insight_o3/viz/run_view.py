@@ -7,8 +7,10 @@ messages whose image parts are :class:`~insight_o3.images.ImageRef` dicts; InSig
 original pixels, the vSearcher's own sub-trajectory). Every crop shown here is cut again from the
 source image at the referenced region, so nothing depends on pixels stored in records.
 
-Readers are tolerant of missing optional keys (older runs, single-model runs without trajectory), and
-read the run directories of the original release's harness too (:mod:`.original_run`).
+Records are read through :class:`~insight_o3.evaluation.schema.EvalRecord` (tolerant of missing
+optional keys: older runs, single-model runs without trajectory; a malformed record is a
+:class:`RunError` naming file, line and field), and the run directories of the original release's
+harness are read too (:mod:`.original_run`).
 """
 from __future__ import annotations
 
@@ -25,12 +27,12 @@ import pandas as pd
 from PIL import Image
 
 from .. import prompts
-from ..images import ImageError, ImageRef
+from ..evaluation.schema import STATUSES, EvalRecord, RecordError
+from ..images import ImageError, ImageRef, image_size
+from ..parsing import question_text
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .original_run import convert_record, is_original_record, original_keys
 
-#: Statuses written by the evaluation judge; "wrong", "incomplete" and "invalid" are all not correct.
-STATUSES = ("correct", "wrong", "incomplete", "invalid", "failed")
 _TRIAL_DIR = re.compile(r"^trial_(\d+)$")
 
 
@@ -126,35 +128,17 @@ def _read_json(path: Path) -> dict:
     return obj
 
 
-def _status(er: dict) -> str:
-    s = er.get("status")
-    if s in STATUSES:
-        return s
-    if er.get("success") is False or er.get("error"):
-        return "failed"
-    if er.get("is_correct"):
-        return "correct"
-    if er.get("finish_reason") not in (None, "stop"):
-        return "incomplete"
-    return "wrong"
-
-
 def _result(rec: dict, trial: int, where: str) -> SampleResult:
-    er = rec.get("eval_result")
-    if not isinstance(er, dict):
-        raise RunError(f"{where}: record has no 'eval_result' object")
-    key = rec.get("sample_key", rec.get("question_id", rec.get("index")))
-    if key is None:
-        raise RunError(f"{where}: record has no 'sample_key' (nor question_id/index)")
-    image = rec.get("image_path") or rec.get("image") or rec.get("file_name") or ""
-    traj = er.get("trajectory")
+    try:
+        r = EvalRecord.from_dict(rec, where)
+    except RecordError as e:
+        raise RunError(str(e)) from None
+    er = r.eval_result
     return SampleResult(
-        key=str(key), trial=trial, category=str(rec.get("category", rec.get("subset", "unknown"))),
-        question=str(rec.get("question", "")), options=rec.get("options") if isinstance(rec.get("options"), str) else None,
-        answer=str(rec.get("answer", "")), image_path=str(image), status=_status(er),
-        extracted_answer=er.get("extracted_answer"), text=er.get("text", er.get("response")),
-        finish_reason=er.get("finish_reason"), fail_reason=er.get("fail_reason", er.get("error")),
-        trajectory=traj if isinstance(traj, list) else None, stats=er.get("stats") or {}, record=rec)
+        key=r.sample_key, trial=trial, category=r.category, question=r.question, options=r.options,
+        answer=r.answer, image_path=r.image_path, status=er.status, extracted_answer=er.extracted_answer,
+        text=er.response, finish_reason=er.finish_reason, fail_reason=er.fail_reason, trajectory=er.trajectory,
+        stats=er.stats, record=rec)
 
 
 def load_trial(trial_dir: str | os.PathLike, index: int | None = None,
@@ -186,7 +170,7 @@ def load_trial(trial_dir: str | os.PathLike, index: int | None = None,
     originals = [rec for _, rec in parsed if is_original_record(rec)]
     if originals:
         keys = iter(original_keys(originals))
-        parsed = [(i, convert_record(rec, next(keys), size_of) if is_original_record(rec) else rec)
+        parsed = [(i, convert_record(rec, next(keys), size_of, f"{path}:{i}") if is_original_record(rec) else rec)
                   for i, rec in parsed]
     results: dict[str, SampleResult] = {}
     for i, rec in parsed:
@@ -216,9 +200,8 @@ def _image_sizes(roots: list[str]) -> Callable[[str], tuple[int, int] | None]:
         if image not in cache:
             found = resolver.resolve(image)
             try:
-                with Image.open(found) as im:
-                    cache[image] = im.size
-            except (TypeError, OSError, ValueError):
+                cache[image] = image_size(found)
+            except (TypeError, ImageError):
                 cache[image] = None
         return cache[image]
     return size_of
@@ -387,7 +370,7 @@ def conversation(result: SampleResult) -> list[Turn]:
     the whole image) and the final response."""
     if result.trajectory:
         return turns(result.trajectory)
-    q = result.question + (f"\n{result.options}" if result.options else "")
+    q = question_text(result.question, result.options)
     out = [Turn(0, "user", q, [])]
     if result.text is not None:
         out.append(Turn(1, "assistant", result.text, []))

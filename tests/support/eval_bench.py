@@ -73,11 +73,9 @@ def model_reply(req: dict, n: int | None = None) -> Reply:
     return chat([text] * n, finish_reason=finish)
 
 
-def model_script(delay: float = 0.0):
+def model_script():
     def script(req: dict, call: Call) -> Reply:
-        r = model_reply(req)
-        r.delay = delay
-        return r
+        return model_reply(req)
     return script
 
 
@@ -130,6 +128,3 @@ def faulty_model_script(server_ref: dict):
         return model_reply(req)
     return script
 
-
-def slow_model_script():
-    return model_script(delay=0.25)

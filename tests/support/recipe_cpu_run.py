@@ -106,7 +106,8 @@ def build_inputs(work: Path, n_train: int = 3) -> dict:
 
 def agent_config(work: Path) -> Path:
     """The agent YAML of the CPU run (``AGENT_CONFIG``): ``config/agent_gpt-5-mini.yaml`` with vSearcher pixel
-    budgets the tiny model's 1024-token prompts hold (160 / 320 image tokens instead of 4096 / 16384)."""
+    budgets the run's 1280-token prompts hold: 160 / 320 image tokens instead of 4096 / 16384 (the settings
+    check reserves 1024 prompt tokens for text)."""
     import yaml
 
     cfg = yaml.safe_load((VERL_DIR / "recipe" / "vsearch" / "config" / f"agent_{REASONER}.yaml").read_text())
@@ -154,7 +155,7 @@ def warm_start_policy(src: Path, dst: Path, images: list[Path], descriptions: li
     agent_cfg = agent_config(dst.parent)
     reward = OmegaConf.to_container(OmegaConf.load(VERL_DIR / "recipe" / "vsearch" / "config"
                                                    / "qwen_2_5_vl_7b_async.yaml").vsearch.reward)
-    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1024, "response_length": 512},
+    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1280, "response_length": 512},
                                                   "actor": {"ppo_epochs": 1}, "model": {}},
                             "reward_model": {"enable": False, "enable_resource_pool": False,
                                              "use_reward_loop": False},
@@ -319,7 +320,7 @@ def run_train(work: Path, inputs: dict, base_url: str, name: str, overrides: lis
         env.pop(key, None)
     small = [
         "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "data.max_prompt_length=1024", "data.max_response_length=512",
+        "data.max_prompt_length=1280", "data.max_response_length=512",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "trainer.logger=[console,file]",

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -58,8 +57,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from insight_o3.atomic_io import atomic_writer
-from insight_o3.jsonl import iter_jsonl
+from insight_o3.geometry import check_box
+from insight_o3.images import ImageError, image_size
+from insight_o3.storage.atomic import atomic_writer
+from insight_o3.storage.jsonl import iter_jsonl
 
 try:  # run as a script (python recipe/vsearch/create_parquet_dataset.py) or imported as recipe.vsearch.*
     from recipe.vsearch.released_data import InputError, box_field, iter_hub_rows, text_field
@@ -91,29 +92,16 @@ SCHEMA = pa.schema([
 
 
 def _image_size(path: str, where: str) -> tuple[int, int]:
-    from PIL import Image
     if not os.path.isfile(path):
         raise InputError(f"{where}: field 'image': file not found: {path}")
     try:
-        with Image.open(path) as im:
-            return im.size
-    except OSError as e:
-        raise InputError(f"{where}: field 'image': cannot read {path}: {e}") from None
+        return image_size(path)
+    except ImageError as e:
+        raise InputError(f"{where}: field 'image': {e}") from None
 
 
 def _box(value, where: str, field: str, size: tuple[int, int] | None) -> list[float]:
-    if not isinstance(value, (list, tuple)) or len(value) != 4:
-        raise InputError(f"{where}: field '{field}' must be [x1, y1, x2, y2], got {value!r}")
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in value):
-        raise InputError(f"{where}: field '{field}' must hold 4 finite numbers, got {value!r}")
-    x1, y1, x2, y2 = (float(v) for v in value)
-    if x2 <= x1 or y2 <= y1:
-        raise InputError(f"{where}: field '{field}' {value!r} is inverted or empty (need x1 < x2 and y1 < y2)")
-    if size is not None:
-        w, h = size
-        if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
-            raise InputError(f"{where}: field '{field}' {value!r} lies outside the {w}x{h} image")
-    return [x1, y1, x2, y2]
+    return list(check_box(value, where, field, size, error=InputError))
 
 
 def _boxes(value, where: str, field: str, size) -> list[list[float]]:

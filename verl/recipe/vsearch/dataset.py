@@ -12,8 +12,8 @@ training and old parquet files never carry stale prompt text:
   [question + options, image]; this conversation goes to the API vReasoner and the policy only sees
   the vSearcher calls it issues (in-loop RL).
 
-It also adds ``image_path`` (absolute, for the protocol sessions of the agent loops) and
-``tools_kwargs`` for the crop tool, and overrides :meth:`process_vision_info` with a PIL-only version
+The agent loops find the image in the prompt's image part (``agent_loops.row_image_path``). The
+dataset overrides :meth:`process_vision_info` with a PIL-only version
 of ``qwen_vl_utils.process_vision_info`` for images (same ``smart_resize`` rule, from
 ``insight_o3.geometry``), so it runs on machines without torchvision.
 """
@@ -26,10 +26,10 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from insight_o3.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS, smart_resize
 from insight_o3.images import open_image
+from insight_o3.parsing import question_text
 from insight_o3.prompts import VREASONER_TRAIN_SYSTEM_PROMPT, VSEARCHER_FIRST_USER_PROMPT, VSEARCHER_SYSTEM_PROMPT, fill
 
 AGENT_NAMES = ("vsearcher", "vreasoner")
-CROP_TOOL = "image_zoom_in_tool"
 
 
 def image_path_from_uri(uri: str) -> str:
@@ -62,7 +62,7 @@ def build_messages(row: dict, index: int = -1) -> tuple[list[dict], str]:
     if not isinstance(question, str) or not question.strip():
         raise _row_error(row, index, "extra_info.question is missing (vreasoner rows)")
     options = info.get("options")
-    text = f"{question}\n{options}" if options else question
+    text = question_text(question, options)
     return [{"role": "system", "content": VREASONER_TRAIN_SYSTEM_PROMPT},
             {"role": "user", "content": [{"type": "text", "text": text}, image_part]}], uri
 
@@ -72,19 +72,16 @@ class VSearchDataset(RLHFDataset):
 
     def __getitem__(self, item):
         row: dict = self.dataframe[item]
-        messages, uri = build_messages(row, item)
+        messages, _ = build_messages(row, item)
         row.pop(self.image_key, None)
         row.pop(self.video_key, None)
         row["raw_prompt"] = messages
-        row["image_path"] = image_path_from_uri(uri)
         # verl's DataProto needs at least one tensor per batch (same placeholder as RLHFDataset)
         import torch
         row["dummy_tensor"] = torch.tensor([0], dtype=torch.uint8)
         info = row.get("extra_info") or {}
         row["extra_info"] = info
         row["index"] = info.get("index", item)
-        row["tools_kwargs"] = {CROP_TOOL: {"create_kwargs": {"image": uri}}}
-        row["interaction_kwargs"] = {}
         return row
 
     @classmethod

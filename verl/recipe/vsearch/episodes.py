@@ -24,6 +24,7 @@ in three places, each small:
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import numpy as np
@@ -72,8 +73,25 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
             if sample.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER):
                 sample.extra_fields["uid"] = inloop_uid(str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
                                                         int(sample.extra_fields.get("call_index", 0)))
+            if self.processor is not None and (sample.multi_modal_data or {}).get("images"):
+                # the image processor (pixel values of every image of the row) in a thread, not on the event loop
+                # that every agent loop of this worker shares; verl's post-processing then takes the result
+                ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
+                self._mm_inputs_ready()[id(sample)] = await asyncio.to_thread(
+                    AgentLoopWorkerBase._compute_multi_modal_inputs, self, sample, ids)
             rows.append(await super()._agent_loop_postprocess(sample, **kwargs))
         return rows
+
+    def _mm_inputs_ready(self) -> dict:
+        if not hasattr(self, "_mm_ready"):
+            self._mm_ready = {}
+        return self._mm_ready
+
+    def _compute_multi_modal_inputs(self, output, input_ids) -> dict:
+        """verl's multimodal inputs of ``output``, computed off the event loop by :meth:`_agent_loop_postprocess`
+        (verl decodes the padded ids without special tokens: the same text as prompt + response ids)."""
+        ready = self._mm_inputs_ready().pop(id(output), None)
+        return ready if ready is not None else super()._compute_multi_modal_inputs(output, input_ids)
 
     def _postprocess(self, inputs: list) -> DataProto:
         flat = [row for item in inputs for row in (item if isinstance(item, list) else [item])]

@@ -9,17 +9,31 @@ the TaskRunner builds :class:`recipe.vsearch.trainer.VSearchRayPPOTrainer` inste
 ``verl.trainer.main_ppo.RayPPOTrainer``; it is rebound in the TaskRunner's own process only), and
 (4) the actor/rollout worker is verl's with a fully on-policy ``update_actor``
 (:mod:`recipe.vsearch.on_policy`). Before Ray starts, the run's settings
-(:class:`recipe.vsearch.settings.RunSettings`) are validated and their effective values printed once.
+(:class:`recipe.vsearch.settings.RunSettings`) are validated and their effective values printed once, and
+(5) Ray is started with the API keys / endpoints / model names of the driver's environment in the job's
+runtime env (:func:`init_ray`), so every worker on every node has them, without them entering the config.
 ``--cfg job`` prints the composed config and exits without starting Ray.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
 from verl.trainer.main_ppo import TaskRunner, run_ppo
 
+from insight_o3.api import ENV_KEYS
 from recipe.vsearch.settings import RunSettings, SettingsError
+
+#: driver environment variables every Ray worker needs (the agent loops' API endpoints and keys, read by
+#: ``recipe.vsearch.agent_loops.ApiEndpoints.from_env``; the scripts' model-name variables). Workers on other
+#: nodes, or of a Ray cluster started before the driver, do not inherit the driver's environment: they get
+#: these through the job's runtime env, set here and never written into the (printed, logged) config.
+FORWARDED_ENV = tuple(dict.fromkeys(
+    [name for kind in ("main", "judge") for group in ENV_KEYS[kind] for name in group]
+    + ["API_MODEL_FOR_AGENT", "JUDGE_MODEL"]))
+#: of those, the ones whose values are never printed
+SECRET_ENV = tuple(n for n in FORWARDED_ENV if n.endswith("_KEY"))
 
 #: Modules whose import has a side effect the TaskRunner process needs (registrations).
 RECIPE_REGISTRATIONS = ("recipe.vsearch.hybrid_advantage", "recipe.vsearch.trainer")
@@ -65,6 +79,41 @@ def check_settings(config) -> RunSettings:
     return settings
 
 
+def ray_init_kwargs(config, environ=None) -> tuple[dict, dict]:
+    """``ray.init`` kwargs as verl's ``run_ppo`` builds them (its default runtime env merged with
+    ``ray_kwargs.ray_init``), plus :data:`FORWARDED_ENV` from ``environ`` (default ``os.environ``) in
+    ``runtime_env.env_vars``; values given explicitly in the config win. Returns ``(kwargs, printable)``:
+    the second has the secret values replaced by ``***``. ``config`` is not modified."""
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    environ = os.environ if environ is None else environ
+    init = OmegaConf.to_container(config.ray_kwargs.get("ray_init", {}), resolve=True) or {}
+    runtime_env = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(), init.get("runtime_env") or {}))
+    env_vars = dict(runtime_env.get("env_vars") or {})
+    if config.transfer_queue.enable:
+        env_vars["TRANSFER_QUEUE_ENABLE"] = "1"
+    for name in FORWARDED_ENV:
+        if environ.get(name) and name not in env_vars:
+            env_vars[name] = environ[name]
+    runtime_env["env_vars"] = env_vars
+    kwargs = {**init, "runtime_env": runtime_env}
+    shown_env = {k: ("***" if k in SECRET_ENV else v) for k, v in env_vars.items()}
+    return kwargs, {**init, "runtime_env": {**runtime_env, "env_vars": shown_env}}
+
+
+def init_ray(config) -> None:
+    """Start (or join) Ray with the API environment forwarded to every worker (see :data:`FORWARDED_ENV`);
+    verl's ``run_ppo`` then finds Ray initialised and uses it."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs, shown = ray_init_kwargs(config)
+    print(f"[vsearch] ray init kwargs: {shown}", flush=True)
+    ray.init(**kwargs)
+
+
 @hydra.main(config_path="config", config_name="qwen_2_5_vl_7b_async", version_base=None)
 def main(config) -> None:
     import ray
@@ -75,6 +124,7 @@ def main(config) -> None:
         print(f"[vsearch] error: {e}", file=sys.stderr)
         sys.exit(2)
     import_recipe_modules()
+    init_ray(config)
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(VSearchTaskRunner))
 
 

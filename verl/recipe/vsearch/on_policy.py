@@ -20,12 +20,62 @@ every rank steps once on the same number of rows.
 :func:`on_policy_worker` derives that worker from verl's own (``AsyncActorRolloutRefWorker`` of
 ``verl.workers.fsdp_workers``); the recipe's TaskRunner (``main.py``) registers it in place of
 verl's. Only ``update_actor`` changes; its dispatch registration is copied from verl's method.
+It also weights the loss as the paper's Eq. 2 (:func:`eq2_weights`).
 """
 from __future__ import annotations
 
 from verl.single_controller.base.decorator import MAGIC_ATTR
 
+# the loss aggregation the Eq. 2 weights are made for (checked at start-up by RunSettings)
+from .settings import EQ2_LOSS_AGG_MODE
+
 _CACHE: dict[type, type] = {}
+#: ``meta_info`` key of the update batch: ``{"valid_rows": int, "dp_size": int}`` over the whole batch
+#: (set by the recipe's trainer; every rank receives the same meta_info)
+EQ2_META_KEY = "vsearch_eq2"
+
+
+def eq2_weights(data, grad_accum: int, valid_rows: int, dp_size: int, scale: float):
+    """Response-mask weights that make verl 0.7's actor loss equal the paper's Eq. 2.
+
+    Eq. 2 is a mean over the batch's samples of each sample's token mean:
+    ``L = 1/V * sum_i 1/|o_i| * sum_t l_it`` over the ``V`` samples with at least one trained token
+    (padding rows and rows of API-failed episodes have an all-zero mask and are not samples).
+
+    verl 0.7 cannot express this with ``seq-mean-token-mean``: each micro-batch is averaged over *its own*
+    non-masked rows and then scaled by its row count (dynamic batches) or ``1/grad_accum``, so a micro-batch
+    holding one real row and one pad row weights that real row double, and an all-masked micro-batch is
+    0/0 = NaN. With ``loss_agg_mode=seq-mean-token-sum-norm`` and fixed micro-batches, every row's
+    contribution is ``sum_t l_it * mask_it / scale * 1/grad_accum`` (linear, no per-micro-batch denominator),
+    and FSDP averages the ranks' gradients (``1/dp``). A mask weight of
+    ``scale * grad_accum * dp / (V * |o_i|)`` on the trained tokens of row ``i`` (0 elsewhere) therefore gives
+    exactly Eq. 2, for the policy loss and the KL loss alike; masked rows contribute exact zeros.
+    Returns a float tensor shaped like ``response_mask``.
+    """
+    import torch
+
+    mask = data.batch["response_mask"]
+    lengths = mask.sum(-1, keepdim=True).to(torch.float32)
+    if valid_rows <= 0:
+        return torch.zeros_like(mask, dtype=torch.float32)
+    per_row = float(scale) * grad_accum * dp_size / valid_rows / lengths.clamp(min=1.0)
+    return mask.to(torch.float32) * per_row
+
+
+def apply_eq2(actor, data) -> None:
+    """Replace ``data``'s response mask by :func:`eq2_weights` for ``actor``'s next ``update_policy``.
+    Needs ``use_dynamic_bsz=False`` and ``loss_agg_mode=seq-mean-token-sum-norm`` (see the function above)."""
+    cfg = actor.config
+    if cfg.loss_agg_mode != EQ2_LOSS_AGG_MODE or cfg.use_dynamic_bsz:
+        raise ValueError(f"the Eq. 2 loss needs actor.loss_agg_mode={EQ2_LOSS_AGG_MODE} and actor.use_dynamic_bsz="
+                         f"False, got {cfg.loss_agg_mode} / {cfg.use_dynamic_bsz}")
+    mask = data.batch["response_mask"]
+    meta = data.meta_info.get(EQ2_META_KEY) or {}
+    valid = int(meta.get("valid_rows", int((mask.sum(-1) > 0).sum())))
+    dp = int(meta.get("dp_size", 1))
+    grad_accum = len(data) // cfg.ppo_micro_batch_size_per_gpu
+    scale = cfg.loss_scale_factor if cfg.loss_scale_factor is not None else mask.shape[-1]
+    data.batch["response_mask"] = eq2_weights(data, grad_accum, valid, dp, scale)
 
 
 def set_whole_batch(actor, data) -> int:
@@ -52,9 +102,11 @@ def on_policy_worker(worker_cls: type) -> type:
 
     def update_actor(self, data):
         set_whole_batch(self.actor, data)
+        apply_eq2(self.actor, data)
         return base_update(self, data)
 
-    update_actor.__doc__ = "verl's update_actor with the mini-batch set to this rank's whole batch (one step)."
+    update_actor.__doc__ = ("verl's update_actor with the mini-batch set to this rank's whole batch (one step) "
+                            "and the loss weighted as Eq. 2.")
     setattr(update_actor, MAGIC_ATTR, dict(getattr(base_update, MAGIC_ATTR)))
     cls = type(f"OnPolicy{worker_cls.__name__}", (worker_cls,), {"update_actor": update_actor, "__module__": __name__})
     _CACHE[worker_cls] = cls

@@ -8,6 +8,10 @@ expanded by the processor exactly as verl's own loops do), asks ``server_manager
 token ids, decodes them for the session, and keeps the token-level record verl trains on:
 
 * ``prompt_ids``: system prompt + first user turn (image + "Locate ...") + ``<|im_start|>assistant``;
+Image decoding / cropping and the processor (chat template + image processor) run in worker threads
+(``asyncio.to_thread``), never on the agent-loop event loop that all episodes of a worker share; verl's
+own ``AgentLoopBase.apply_chat_template`` runs the image processor on the event loop itself.
+
 * ``response_ids``: every assistant turn (``response_mask`` 1) interleaved with every tool response
   (``response_mask`` 0): the ``\\n`` that closes the assistant turn in the chat template, then the
   user turn ``<tool_response>`` + crop + ``</tool_response>`` + reminder, then the next
@@ -15,6 +19,7 @@ token ids, decodes them for the session, and keeps the token-level record verl t
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from uuid import uuid4
@@ -64,6 +69,18 @@ class SearcherRollout:
         }
 
 
+def budgeted(sampling_params: dict, remaining: int) -> dict:
+    """A copy of ``sampling_params`` whose ``max_tokens`` is at most ``remaining`` (the unused part of the
+    trajectory's response budget). verl's rollout servers read ``max_tokens`` (vLLM: ``SamplingParams``;
+    without it a turn may run to the whole context) and pop it from the dict they get, hence the copy.
+    A turn is therefore cut *by the request*, and the protocol judges exactly the tokens that are kept."""
+    sp = dict(sampling_params)
+    sp.pop("max_new_tokens", None)
+    asked = sp.get("max_tokens")
+    sp["max_tokens"] = int(remaining) if asked is None else min(int(asked), int(remaining))
+    return sp
+
+
 def template_messages(messages: list[dict]) -> list[dict]:
     """Session messages as the HF chat template wants them: image references become bare
     ``{"type": "image"}`` parts (the pixels travel separately, in order)."""
@@ -81,8 +98,10 @@ class PolicySearcher:
     """Runs :class:`SearcherSession` episodes with the policy behind an agent loop's server manager.
 
     ``agent_loop`` is a verl ``AgentLoopBase`` (it provides ``server_manager``, ``tokenizer`` and
-    ``apply_chat_template``). ``response_length`` is the rollout's response budget: generation
-    stops once it is used up (the episode is then ``failed``/truncated and earns no reward).
+    ``apply_chat_template``). ``response_length`` is the rollout's response budget: every generate
+    request asks for at most the budget still unused (``max_tokens``), so a turn that would overrun it
+    is cut by the server and judged as cut (``finish_reason="length"``); a tool response that does not
+    fit ends the episode (``failed``/truncated, no reward).
     """
 
     def __init__(self, agent_loop, images: ImageStore, max_pixels: int, max_tool_calls: int,
@@ -99,12 +118,32 @@ class PolicySearcher:
     def session(self, image_path: str, description: str) -> SearcherSession:
         return SearcherSession(image_path, description, self.images, self.max_pixels, "trained", self.max_tool_calls)
 
+    def template_ids(self, messages: list[dict], images: list[Image.Image], remove_system_prompt: bool = False
+                     ) -> list[int]:
+        """Token ids of ``messages`` with the image pads expanded for ``images`` (blocking: call it in a thread).
+        The same steps as verl 0.7's ``AgentLoopBase.apply_chat_template`` with a processor: the processor's
+        chat template (generation prompt, the dataset's ``apply_chat_template_kwargs``), the processor on the
+        text and images, and the system prompt cut off for a continuation turn."""
+        loop = self.loop
+        processor = loop.processor
+        if processor is None:
+            ids = loop.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                     **loop.apply_chat_template_kwargs)
+        else:
+            text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                 **loop.apply_chat_template_kwargs)
+            ids = processor(text=[text], images=images or None, return_tensors="pt")["input_ids"][0].tolist()
+        return list(ids[len(loop.system_prompt):]) if remove_system_prompt else list(ids)
+
     async def run(self, image_path: str, description: str, sampling_params: dict,
                   request_id: str | None = None) -> SearcherRollout:
         request_id = request_id or uuid4().hex
-        s = self.session(image_path, description)
-        pics = [s.pil(ref) for ref in s.image_refs]
-        prompt_ids = await self.loop.apply_chat_template(template_messages(s.messages), images=pics)
+
+        def start():
+            sess = self.session(image_path, description)
+            first = [sess.pil(ref) for ref in sess.image_refs]
+            return sess, first, self.template_ids(template_messages(sess.messages), first)
+        s, pics, prompt_ids = await asyncio.to_thread(start)
         resp: list[int] = []
         mask: list[int] = []
         logprobs: list[float] | None = []
@@ -117,8 +156,9 @@ class PolicySearcher:
                 s.fail(f"response budget of {self.response_length} tokens used up")
                 break
             t0 = time.perf_counter()
-            out = await self.loop.server_manager.generate(request_id, prompt_ids=prompt_ids + resp,
-                                                          sampling_params=sampling_params, image_data=list(pics))
+            out = await self.loop.server_manager.generate(
+                request_id, prompt_ids=prompt_ids + resp,
+                sampling_params=budgeted(sampling_params, self.response_length - len(resp)), image_data=list(pics))
             t_gen += time.perf_counter() - t0
             ids = list(out.token_ids)
             resp += ids
@@ -133,15 +173,19 @@ class PolicySearcher:
                 s.fail("generation aborted by the rollout server")
                 break
             finish = "stop" if ids and ids[-1] in self.stop_ids else "length"
+            if finish == "length" and len(resp) >= self.response_length:
+                truncated = True  # cut by the request's max_tokens at the end of the budget
             n_before = len(s.messages)
             st = s.step(text, finish)
             if st.done:
                 break
             # the tool response the session appended after the assistant turn
             t0 = time.perf_counter()
-            crop = s.pil(st.crop)
-            tool_ids = await self.loop.apply_chat_template(template_messages(s.messages[n_before + 1:]),
-                                                           images=[crop], remove_system_prompt=True)
+
+            def tool_turn(ref=st.crop, new=template_messages(s.messages[n_before + 1:])):
+                crop_image = s.pil(ref)
+                return crop_image, self.template_ids(new, [crop_image], remove_system_prompt=True)
+            crop, tool_ids = await asyncio.to_thread(tool_turn)
             if ids and ids[-1] == self.im_end:
                 tool_ids = self.newline_ids + tool_ids
             if len(resp) + len(tool_ids) > self.response_length:
@@ -155,7 +199,7 @@ class PolicySearcher:
             if logprobs is not None:
                 logprobs += [0.0] * len(tool_ids)
             t_tool += time.perf_counter() - t0
-        if len(resp) > self.response_length:
+        if len(resp) > self.response_length:  # a server that ignored max_tokens: never train past the budget
             truncated = True
             resp, mask = resp[:self.response_length], mask[:self.response_length]
             logprobs = logprobs[:self.response_length] if logprobs is not None else None

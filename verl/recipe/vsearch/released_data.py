@@ -23,7 +23,6 @@ Bad rows raise :class:`InputError` naming the shard, the row and the field.
 from __future__ import annotations
 
 import io
-import math
 import os
 import re
 from collections.abc import Iterator
@@ -33,7 +32,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from PIL import Image
 
-from insight_o3.atomic_io import atomic_writer
+from insight_o3.geometry import check_box
+from insight_o3.storage.atomic import atomic_writer
 
 
 class InputError(ValueError):
@@ -154,17 +154,7 @@ def iter_hub_rows(kind: str, data_root: str | os.PathLike, image_dir: str | os.P
 
 def box_field(value, where: str, field: str, size: tuple[int, int]) -> list[float]:
     """``[x1, y1, x2, y2]`` inside a ``size`` image, else an error naming the field."""
-    if not isinstance(value, (list, tuple)) or len(value) != 4:
-        raise InputError(f"{where}: field '{field}' must be [x1, y1, x2, y2], got {value!r}")
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in value):
-        raise InputError(f"{where}: field '{field}' must hold 4 finite numbers, got {value!r}")
-    x1, y1, x2, y2 = (float(v) for v in value)
-    if x2 <= x1 or y2 <= y1:
-        raise InputError(f"{where}: field '{field}' {list(value)!r} is inverted or empty (need x1 < x2 and y1 < y2)")
-    w, h = size
-    if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
-        raise InputError(f"{where}: field '{field}' {list(value)!r} lies outside the {w}x{h} image")
-    return [x1, y1, x2, y2]
+    return list(check_box(value, where, field, size, error=InputError))
 
 
 def text_field(rec: dict, name: str, where: str) -> str:

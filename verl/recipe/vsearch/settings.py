@@ -34,13 +34,37 @@ from insight_o3.rewards import REWARD_VARIANTS, RewardRules, RewardWeights
 
 from .agent_config import STAGES, AgentConfig, load_agent_config
 
+#: recipe.vsearch.on_policy.EQ2_LOSS_AGG_MODE (not imported: on_policy imports verl)
+EQ2_LOSS_AGG_MODE = "seq-mean-token-sum-norm"
+
 #: keys of the ``vsearch`` config section
-VSEARCH_KEYS = ("agent_config_path", "stage", "judge_model", "reward")
+VSEARCH_KEYS = ("agent_config_path", "stage", "judge_model", "reward", "max_api_failure_ratio")
 #: text tokens of a vSearcher prompt besides the image (system prompt + task); the original sized
 #: ``data.max_prompt_length`` as image tokens + 1024
 PROMPT_TEXT_TOKENS = 1024
 #: pixels per image token of Qwen2.5-VL (14 px patches merged 2x2)
 PIXELS_PER_TOKEN = 28 * 28
+
+
+#: options the recipe cannot honour, rejected at start-up (key -> predicate on its value) ...
+UNSUPPORTED = {
+    "actor_rollout_ref.rollout.calculate_log_probs": lambda v: v is True,
+    "algorithm.rollout_correction.rollout_is": lambda v: True,
+    "algorithm.rollout_correction.rollout_rs": lambda v: True,
+    "algorithm.rollout_correction.rollout_token_veto_threshold": lambda v: True,
+    "algorithm.rollout_correction.bypass_mode": lambda v: v is True,
+}
+#: ... and why
+_DECOUPLED = ("decoupled rollout correction needs the rollout's log-probs for every trained token, but the in-loop "
+              "rows are rebuilt from several vSearcher requests and the updates are fully on-policy (D.1); leave it unset")
+UNSUPPORTED_WHY = {
+    "actor_rollout_ref.rollout.calculate_log_probs": "not every training row carries rollout log-probs (in-loop "
+    "placeholders, DP padding, tool-response tokens) and the update is fully on-policy (D.1); leave it False",
+    "algorithm.rollout_correction.rollout_is": _DECOUPLED,
+    "algorithm.rollout_correction.rollout_rs": _DECOUPLED,
+    "algorithm.rollout_correction.rollout_token_veto_threshold": _DECOUPLED,
+    "algorithm.rollout_correction.bypass_mode": _DECOUPLED,
+}
 
 
 class SettingsError(ValueError):
@@ -102,6 +126,7 @@ class RunSettings:
     vsearcher_prompt_length: int         # rollout.prompt_length: the first turn (system + image + task) must fit
     reward: RewardSettings
     ppo_epochs: int
+    max_api_failure_ratio: float = 0.5   # a training step whose in-loop episodes fail (API) more often aborts
 
     # ------------------------------------------------------------------ derived values the loops use
     @property
@@ -157,7 +182,11 @@ class RunSettings:
         response_length = _int(config, "actor_rollout_ref.rollout.response_length")
         prompt_length = _int(config, "actor_rollout_ref.rollout.prompt_length")
         ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs")
-        s = cls(stage, str(path), agent, judge.strip(), response_length, prompt_length, reward, ppo_epochs)
+        ratio = vs.get("max_api_failure_ratio", 0.5)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
+            raise SettingsError(f"vsearch.max_api_failure_ratio: expected a number in [0, 1], got {ratio!r}")
+        s = cls(stage, str(path), agent, judge.strip(), response_length, prompt_length, reward, ppo_epochs,
+                float(ratio))
         s._check(config)
         return s
 
@@ -172,6 +201,18 @@ class RunSettings:
         if self.ppo_epochs != 1:
             raise SettingsError(f"actor_rollout_ref.actor.ppo_epochs must be 1: the recipe trains fully on-policy "
                                 f"(one optimizer step per training step, D.1), got {self.ppo_epochs}")
+        # Eq. 2 (recipe.vsearch.on_policy.apply_eq2): a linear per-row aggregation over fixed micro-batches
+        mode = _get(config, "actor_rollout_ref.actor.loss_agg_mode")  # absent only in the loops' partial configs
+        if mode is not None and mode != EQ2_LOSS_AGG_MODE:
+            raise SettingsError(f"actor_rollout_ref.actor.loss_agg_mode must be {EQ2_LOSS_AGG_MODE}: the recipe weights "
+                                f"it per sample to give the paper's Eq. 2 (per-sample mean of token means), got {mode!r}")
+        if _get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False) is True:
+            raise SettingsError("actor_rollout_ref.actor.use_dynamic_bsz must be False: verl 0.7 rescales each dynamic "
+                                "micro-batch by its row count, which breaks the Eq. 2 weights")
+        for key, bad in UNSUPPORTED.items():
+            value = _get(config, key)
+            if value is not None and value is not False and bad(value):
+                raise SettingsError(f"{key}={value!r} is not supported by the vsearch recipe: {UNSUPPORTED_WHY[key]}")
         impl = _get(config, "trainer.use_legacy_worker_impl", "auto")
         if impl not in ("auto", "enable"):
             raise SettingsError(f"trainer.use_legacy_worker_impl={impl!r} is not supported: the on-policy update "
@@ -200,6 +241,7 @@ class RunSettings:
             "vreasoner.api": f"concurrency {vr.max_concurrency}, retries {vr.max_retries}, timeout {vr.timeout_s}s",
             "judge.model": self.judge_model,
             "judge.api": f"concurrency {js.max_concurrency}, retries {js.max_retries}, timeout {js.timeout_s}s",
+            "abort.max_api_failure_ratio": self.max_api_failure_ratio,
             "reward": ", ".join(f"{k}={v}" for k, v in asdict(self.reward).items()),
             "actor.update": f"one optimizer step per training step over the whole batch (ppo_epochs={self.ppo_epochs}; "
                             "ppo_mini_batch_size is not used)",

@@ -50,7 +50,9 @@ from verl.utils.debug import marked_timer
 from verl.utils.tracking import Tracking
 
 from . import hybrid_advantage  # noqa: F401  (registers vsearch_hybrid_grpo in this process)
-from .episodes import EPISODE_ID_KEY, VALIDATE_KEY, episode_metrics, finalize_batch
+from .episodes import (EPISODE_ID_KEY, ROLE_KEY, ROLE_PADDING, VALIDATE_KEY, episode_metrics,
+                       finalize_batch)
+from .on_policy import EQ2_META_KEY
 
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
 VAL_PAD_PREFIX = "vsearch-valpad-"
@@ -117,6 +119,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
         batch, vsearch_metrics = finalize_batch(out, dp_size)
         metrics.update(vsearch_metrics)
+        check_api_failures(vsearch_metrics, float(cfg.vsearch.get("max_api_failure_ratio", 0.5)), self.global_steps)
         batch.meta_info["temperature"] = rollout_cfg.temperature
         if cfg.trainer.balance_batch:
             self._balance_batch(batch, metrics=metrics)
@@ -128,9 +131,12 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         with marked_timer("old_log_prob", timing_raw, color="blue"):
             old_log_prob, mfu = self._compute_old_log_prob(batch)
             actor_cfg = cfg.actor_rollout_ref.actor
-            entropy = agg_loss(loss_mat=old_log_prob.batch.pop("entropys"), loss_mask=batch.batch["response_mask"],
-                               loss_agg_mode=actor_cfg.loss_agg_mode, loss_scale_factor=actor_cfg.loss_scale_factor)
-            metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": mfu})
+            entropys = old_log_prob.batch.pop("entropys")
+            metrics["perf/mfu/actor_infer"] = mfu
+            if bool((batch.batch["response_mask"].sum(-1) > 0).any()):  # Eq. 2's mean; no 0/0 on an empty step
+                entropy = agg_loss(loss_mat=entropys, loss_mask=batch.batch["response_mask"],
+                                   loss_agg_mode="seq-mean-token-mean")
+                metrics["actor/entropy"] = entropy.detach().item()
             batch = batch.union(old_log_prob)
         if self.use_reference_policy:
             with marked_timer("ref", timing_raw, color="olive"):
@@ -152,6 +158,9 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
 
         if cfg.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw, color="red"):
+                # Eq. 2's sample count over the whole batch, for every rank (recipe.vsearch.on_policy.apply_eq2)
+                batch.meta_info[EQ2_META_KEY] = {"valid_rows": int((batch.batch["response_mask"].sum(-1) > 0).sum()),
+                                                 "dp_size": dp_size}
                 actor_output = self._update_actor(batch)
             metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         return batch, reward_extra
@@ -188,7 +197,9 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                     with marked_timer("save_checkpoint", timing_raw, color="green"):
                         self._save_checkpoint()
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
-                metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+                # verl's critic/score, critic/rewards, response_length... over the real rows only: the DP padding
+                # rows are duplicates whose scores would bias them
+                metrics.update(compute_data_metrics(batch=without_padding(batch), use_critic=False))
                 metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
                 metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
                                                           n_gpus=self.resource_pool_manager.get_n_gpus()))
@@ -199,6 +210,26 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                     return
                 self.global_steps += 1
 
+    # ------------------------------------------------------------------ generations on disk
+    def _dump_generations(self, inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path):
+        """verl's JSONL dump (``<dump_path>/<step>.jsonl``: input, output, gts, score, step, extra columns),
+        written atomically and with numpy / torch values as plain JSON (verl's ``json.dumps`` crashes on the
+        ``np.int64`` / ``np.bool_`` values of the reward columns)."""
+        import json
+        import os
+
+        os.makedirs(dump_path, exist_ok=True)
+        n = len(inputs)
+        columns = {"input": inputs, "output": outputs, "gts": gts, "score": scores, "step": [self.global_steps] * n}
+        columns.update({k: v for k, v in (reward_extra_infos_dict or {}).items() if len(v) == n})
+        path = os.path.join(dump_path, f"{self.global_steps}.jsonl")
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps({k: jsonable(v[i]) for k, v in columns.items()}, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+        print(f"Dumped generations to {path}")
+
     # ------------------------------------------------------------------ validation
     def _validate(self) -> dict[str, float]:
         """Episode-level evaluation over the val set (see the module doc); no row-wise join needed."""
@@ -208,6 +239,8 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                 "recompute_log_prob": False, "do_sample": rollout_cfg.val_kwargs.do_sample, "validate": True,
                 "global_steps": getattr(self, "global_steps", 0)}
         columns: dict[str, list] = defaultdict(list)
+        dump_dir = self.config.trainer.get("validation_data_dir", None)
+        texts: dict[str, list] = defaultdict(list)
         for test_data in self.val_dataloader:
             batch = DataProto.from_single_dict(test_data)
             n_real = len(batch)
@@ -223,6 +256,17 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                                                                     _column(out, "episode_id"))])
             for key in _VAL_COLUMNS:
                 columns[key].extend(_column(out, key)[keep].tolist())
+            if dump_dir:
+                kept = out.select_idxs(np.flatnonzero(keep))
+                texts["input"] += self.tokenizer.batch_decode(kept.batch["prompts"], skip_special_tokens=True)
+                texts["output"] += self.tokenizer.batch_decode(kept.batch["responses"], skip_special_tokens=True)
+                rm = kept.batch["rm_scores"].sum(-1).tolist() if "rm_scores" in kept.batch.keys() else [None] * len(kept)
+                texts["score"] += rm
+                texts["gts"] += [(r or {}).get("ground_truth") if isinstance(r, dict) else None
+                                 for r in _column(kept, "reward_model")]
+        if dump_dir:  # trainer.validation_data_dir: one JSONL per validation pass, named by the step
+            self._dump_generations(texts["input"], texts["output"], texts["gts"], texts["score"],
+                                   {k: v for k, v in columns.items()}, dump_dir)
         view = DataProto(batch=None, non_tensor_batch={k: _object_array(v) for k, v in columns.items()},
                          meta_info={})
         return validation_metrics(view)
@@ -236,6 +280,47 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         out = self.async_rollout_manager.generate_sequences(gen)
         out.meta_info.pop("timing", None)
         return out
+
+
+class ApiFailureAbort(RuntimeError):
+    """Too many in-loop episodes of a training step were cut by vReasoner / judge API failures."""
+
+
+def check_api_failures(step_metrics: dict, max_ratio: float, step: int) -> None:
+    """Abort (before the update) when the step's ``vsearch/critical_failure_ratio`` exceeds
+    ``vsearch.max_api_failure_ratio``. Failed episodes are masked out of the loss, so without this check
+    a dead API key or endpoint would quietly turn the run into out-of-loop-only training."""
+    ratio = step_metrics.get("vsearch/critical_failure_ratio")
+    if ratio is not None and ratio > max_ratio:
+        raise ApiFailureAbort(
+            f"[vsearch] step {step}: {ratio:.0%} of the in-loop episodes failed on the vReasoner/judge API "
+            f"(vsearch.max_api_failure_ratio={max_ratio}); stopping before the update. Check OPENAI_API_KEY / "
+            "OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health, then resume from the last "
+            "checkpoint (trainer.resume_mode=auto).")
+
+
+def without_padding(batch: DataProto) -> DataProto:
+    """``batch`` without the zero-mask rows :func:`~recipe.vsearch.episodes.finalize_batch` added for DP."""
+    roles = _column(batch, ROLE_KEY)
+    keep = np.flatnonzero(np.array([r != ROLE_PADDING for r in roles], dtype=bool))
+    return batch if len(keep) == len(batch) else batch.select_idxs(keep)
+
+
+def jsonable(value):
+    """A JSON-serialisable version of one dumped value (numpy scalars/arrays, tensors, nested containers)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return [jsonable(v) for v in value.tolist()]
+    if torch.is_tensor(value):
+        return jsonable(value.detach().cpu().numpy())
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
 
 
 def plain_metrics(metrics: dict) -> dict:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from .atomic_io import atomic_writer, write_jsonl_atomic
+from ..storage.atomic import atomic_writer, write_jsonl_atomic
 
 NO_RIGHT_CHOICE = "No right choice"
 LETTERS = "ABCDE"

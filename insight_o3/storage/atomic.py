@@ -1,7 +1,7 @@
 """Whole-file writes that a crash cannot leave half-done: write a temporary file beside the
 target, fsync it, ``os.replace`` it over the target, fsync the directory. Every output file of the
 project that is (re)written as a whole goes through here; append-only result logs are
-:class:`insight_o3.evaluation.records.RecordLog`.
+:class:`insight_o3.storage.record_log.RecordLog`.
 
 A write that the system refuses (disk full, permissions, read-only file system, the directory
 removed under the run) raises :class:`OutputError`, whose message is one line naming the file, the

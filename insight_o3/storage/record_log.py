@@ -5,10 +5,12 @@
 any moment (SIGKILL included) leaves at most one torn last line, which :meth:`RecordLog.open`
 truncates away. Records are keyed by ``sample_key``; the last record of a key wins (re-tried
 failures are appended), and :meth:`RecordLog.compact` rewrites the file atomically with one line
-per key. Whole-file outputs go through :mod:`insight_o3.atomic_io`.
+per key. A log may be typed: ``RecordLog.open(path, parse=EvalRecord.from_dict)`` validates each
+line with ``parse(obj, "<file>:<line>")`` and keeps the parsed objects; records with a ``to_dict``
+method are written as its result. Whole-file outputs go through :mod:`insight_o3.storage.atomic`.
 
 A write the system refuses (disk full, permissions, read-only file system) raises
-:class:`~insight_o3.atomic_io.OutputError` and leaves the file exactly as it was before the call: a
+:class:`~insight_o3.storage.atomic.OutputError` and leaves the file exactly as it was before the call: a
 line written in part is truncated away, so the next record can never be glued to half of this one
 into a complete but corrupt line. A file deleted under a running log (its directory removed) is
 detected on the next append instead of writing on into a file nobody can see.
@@ -19,8 +21,9 @@ import json
 import logging
 import os
 import threading
+from typing import Any, Callable
 
-from ..atomic_io import OutputError, atomic_writer, write_json_atomic
+from .atomic import OutputError, atomic_writer, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +36,33 @@ def touch_atomic(path: str) -> None:
     write_json_atomic(path, {"done": True})
 
 
+def _key(record) -> str:
+    return str(record["sample_key"] if isinstance(record, dict) else record.sample_key)
+
+
+def _line(record) -> bytes:
+    obj = record.to_dict() if hasattr(record, "to_dict") else record
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 class RecordLog:
     """The records of one trial; ``records`` maps ``sample_key`` to the latest record."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, parse: Callable[[dict, str], Any] | None = None):
         self.path = path
-        self.records: dict[str, dict] = {}
+        self.parse = parse
+        self.records: dict[str, Any] = {}
         self.n_lines = 0
         self._fd: int | None = None
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: str) -> "RecordLog":
-        """Load existing records (dropping a torn last line) and open the file for appending."""
-        self = cls(path)
+    def open(cls, path: str, parse: Callable[[dict, str], Any] | None = None) -> "RecordLog":
+        """Load existing records (dropping a torn last line) and open the file for appending.
+
+        ``parse(obj, where)``, if given, turns each loaded line into the record kept in ``records``
+        (and raises, naming ``where`` = ``"<file>:<line>"``, for one that does not fit)."""
+        self = cls(path, parse)
         if os.path.exists(path):
             self._load()
         self._fd = self._open_append(os.O_CREAT)
@@ -74,7 +90,7 @@ class RecordLog:
                 rec = json.loads(raw)
                 if not isinstance(rec, dict) or "sample_key" not in rec:
                     raise ValueError("not a record object")
-                parsed.append(rec)
+                parsed.append((i, rec))
             except ValueError as e:
                 if i == len(complete) and not tail:
                     # an unparsable last line: torn by a crash, drop it like a line without "\n"
@@ -92,8 +108,10 @@ class RecordLog:
                     os.fsync(f.fileno())
             except OSError as e:
                 raise OutputError.from_os_error(self.path, e, "truncate the torn last line of") from None
-        for rec in parsed:
-            self.records[str(rec["sample_key"])] = rec
+        for i, rec in parsed:
+            if self.parse is not None:  # a complete line that does not fit the schema is an error, never "torn"
+                rec = self.parse(rec, f"{self.path}:{i}")
+            self.records[_key(rec)] = rec
         self.n_lines = len(parsed)
 
     def append(self, record: dict) -> None:
@@ -101,7 +119,7 @@ class RecordLog:
 
         Raises :class:`OutputError` if the line cannot be written and fsync'ed; the file is then
         truncated back to where it was, and ``records`` is unchanged."""
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        line = _line(record)
         with self._lock:
             if self._fd is None:
                 raise RuntimeError(f"{self.path} is closed")
@@ -122,7 +140,7 @@ class RecordLog:
             except OSError as e:
                 self._truncate_back(fd, start)
                 raise OutputError.from_os_error(self.path, e, "append to") from None
-            self.records[str(record["sample_key"])] = record
+            self.records[_key(record)] = record
             self.n_lines += 1
 
     def _truncate_back(self, fd: int, size: int) -> None:
@@ -139,7 +157,7 @@ class RecordLog:
             with atomic_writer(self.path, "wb") as f:
                 for key in order:
                     if key in self.records:
-                        f.write((json.dumps(self.records[key], ensure_ascii=False) + "\n").encode("utf-8"))
+                        f.write(_line(self.records[key]))
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None

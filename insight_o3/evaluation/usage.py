@@ -1,0 +1,174 @@
+"""Token usage per role (model, judge, vSearcher) and its cost, per record, trial and run.
+
+Every API client reports the ``usage`` of each response it parses to the :class:`UsageMeter` of the
+current asyncio context (:func:`metering`); the runner opens one meter per solve and one per judging,
+so a record's ``usage`` is what its attempt and its verdict cost:
+``{"model": {"prompt_tokens", "completion_tokens", "reasoning_tokens", "requests"}, "judge": …}``
+(only roles that were called). A request that answers several trials at once (``n`` choices, or an
+InSight-o3 solve of several trials) is split evenly over them (integer parts; the remainder goes to
+the first trial), so sums over records equal what the endpoints reported.
+
+Prices (``--price_file``, YAML or JSON) are US dollars per million tokens per model name::
+
+    gpt-5-mini: {input: 0.25, output: 2.0}
+    gpt-5-nano: {input: 0.05, output: 0.4}
+
+Completion tokens (which include reasoning tokens, as the OpenAI API counts them) are billed at the
+``output`` price. A record's ``cost_usd`` is None when there is no price file; a model missing from
+the price file is an error before any request is sent.
+"""
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+from dataclasses import dataclass
+
+FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests")
+#: Client role names (as in messages) -> the role key of a record's usage.
+ROLE_KEYS = {"model": "model", "vReasoner": "model", "judge": "judge", "vSearcher": "vsearcher",
+             "vsearcher": "vsearcher"}
+
+_METER: contextvars.ContextVar["UsageMeter | None"] = contextvars.ContextVar("insight_o3_usage_meter",
+                                                                               default=None)
+
+
+def _get(obj, name: str):
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def usage_counts(usage) -> dict:
+    """The four counters of one response's ``usage`` (an SDK object or a dict)."""
+    details = _get(usage, "completion_tokens_details")
+    return {"prompt_tokens": int(_get(usage, "prompt_tokens") or 0),
+            "completion_tokens": int(_get(usage, "completion_tokens") or 0),
+            "reasoning_tokens": int(_get(details, "reasoning_tokens") or 0),
+            "requests": 1}
+
+
+class UsageMeter:
+    """Sums of the counters per role key."""
+
+    def __init__(self):
+        self.by_role: dict[str, dict[str, int]] = {}
+
+    def add(self, role: str, counts: dict) -> None:
+        key = ROLE_KEYS.get(role, role)
+        acc = self.by_role.setdefault(key, dict.fromkeys(FIELDS, 0))
+        for f in FIELDS:
+            acc[f] += int(counts.get(f, 0))
+
+    def to_dict(self) -> dict:
+        return {r: dict(c) for r, c in self.by_role.items()}
+
+    def split(self, n: int) -> list[dict]:
+        """``n`` usage dicts whose sums are this meter's (even integer shares, remainder to the first)."""
+        out = [{} for _ in range(n)]
+        for role, counts in self.by_role.items():
+            for i in range(n):
+                out[i][role] = {f: counts[f] // n + (counts[f] % n if i == 0 else 0) for f in FIELDS}
+        return out
+
+
+def metering(meter: UsageMeter) -> contextvars.Token:
+    """Make ``meter`` the current context's meter (tasks created from here on inherit it)."""
+    return _METER.set(meter)
+
+
+def record_response(role: str, response) -> None:
+    """Called by the API clients for every parsed response."""
+    meter = _METER.get()
+    usage = _get(response, "usage")
+    if meter is not None and usage is not None:
+        meter.add(role, usage_counts(usage))
+
+
+def merge(usages: list[dict | None]) -> dict:
+    """Sum record usage dicts role by role."""
+    meter = UsageMeter()
+    for u in usages:
+        for role, counts in (u or {}).items():
+            meter.add(role, counts)
+    return meter.to_dict()
+
+
+def total_tokens(usage: dict | None) -> int:
+    return sum(c.get("prompt_tokens", 0) + c.get("completion_tokens", 0) for c in (usage or {}).values())
+
+
+class PriceError(ValueError):
+    """An unusable price file; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Price:
+    input: float
+    output: float
+
+
+def load_prices(path: str) -> dict[str, Price]:
+    """``{model: Price}`` from a YAML or JSON file (per million tokens, US dollars)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise PriceError(f"{path}: cannot read the price file ({e.strerror or e})") from None
+    try:
+        if path.endswith(".json"):
+            data = json.loads(text)
+        else:
+            import yaml  # declared dependency (pyyaml)
+            data = yaml.safe_load(text)
+    except Exception as e:  # noqa: BLE001 - any parse error is a bad file
+        raise PriceError(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} ({e})") from None
+    if not isinstance(data, dict):
+        raise PriceError(f"{path}: expected a mapping of model name -> {{input, output}} prices per million tokens")
+    prices = {}
+    for model, p in data.items():
+        if not isinstance(p, dict):
+            raise PriceError(f"{path}: model '{model}': expected {{input: <$/M tokens>, output: <$/M tokens>}}")
+        vals = {}
+        for f in ("input", "output"):
+            v = p.get(f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise PriceError(f"{path}: model '{model}': field '{f}' must be a non-negative number, got {v!r}")
+            vals[f] = float(v)
+        prices[str(model)] = Price(**vals)
+    return prices
+
+
+class CostModel:
+    """The cost of a record's usage given the model name per role key."""
+
+    def __init__(self, prices: dict[str, Price], models: dict[str, str]):
+        self.prices = prices
+        self.models = {k: m for k, m in models.items() if m}
+        missing = [f"{role}={m}" for role, m in self.models.items() if m not in prices]
+        if missing:
+            raise PriceError(f"no price for {', '.join(missing)} in the price file "
+                             f"(it lists: {', '.join(sorted(prices)) or 'nothing'})")
+
+    def cost(self, usage: dict | None) -> float:
+        total = 0.0
+        for role, c in (usage or {}).items():
+            p = self.prices.get(self.models.get(role, ""))
+            if p is None:
+                continue
+            total += (c.get("prompt_tokens", 0) * p.input + c.get("completion_tokens", 0) * p.output) / 1e6
+        return total
+
+    @classmethod
+    def from_file(cls, path: str | None, models: dict[str, str]) -> "CostModel | None":
+        if not path:
+            return None
+        if not os.path.isfile(path):
+            raise PriceError(f"{path}: price file not found")
+        try:
+            return cls(load_prices(path), models)
+        except PriceError as e:
+            msg = str(e)
+            raise PriceError(msg if msg.startswith(path) else f"{path}: {msg}") from None

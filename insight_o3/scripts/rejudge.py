@@ -1,0 +1,236 @@
+"""Re-judge a finished evaluation with another judge: verdicts from the stored responses, no model calls.
+
+    python -m insight_o3.scripts.rejudge outputs/eval/gpt-5-mini/o3_bench --judge_model gpt-5-mini \\
+        [--judge_api_base_url URL] [--judge_api_key KEY] [--judge_flow extract|verify] [--eval_name NAME]
+
+Reads every ``trial_<k>/eval_records.jsonl`` of the source eval dir (all its trials must be done) and
+writes a new eval dir — by default ``<source>@rejudge-<judge model>`` next to it, or
+``<output_dir>/<eval_name>`` — with the same layout (records, metrics, summary, ``run_card.json``),
+so the two are directly comparable in ``gather_eval_results``. The answer checking is the evaluation's
+own (:class:`~insight_o3.evaluation.judge.AnswerJudge`, same flows and prompts); identical judge
+prompts are asked once. Stored model/vSearcher token usage is carried over; the judge's is new.
+Rerunning resumes; records whose judging failed are retried with ``--retry_failed``.
+
+Exit status as ``evaluate``: 0 done; 2 bad input (no such eval dir, unfinished source trials, bad
+price file); 3 output not writable; 4 stopped by the judge API or a budget; 5 the output dir is locked.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import sys
+
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
+from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
+from ..evaluation.schema import EvalRecord
+from ..storage.record_log import RecordFileError, RecordLog
+from ..evaluation.run_card import load_run_card
+from ..evaluation.runner import ARGS_FILE, DONE_FILE, RECORDS_FILE, BudgetExceeded, RunConfig, run_evaluation
+from ..evaluation.samples import Sample
+from ..evaluation.solver import Attempt
+from ..evaluation.usage import CostModel, PriceError
+from ..rate_limit import AdaptiveLimiter
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, EXIT_API_STOP, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, report_stop
+
+log = logging.getLogger("insight_o3.rejudge")
+#: Record fields that are not annotation fields (the rest is the sample as loaded).
+_RESULT_FIELDS = {"trial", "usage", "cost_usd", "eval_result", "index", "sample_key", "image_path", "category",
+                  "question_id", "question", "options", "answer", "image", "file_name", "subset"}
+
+
+class SourceError(ValueError):
+    """An eval dir that cannot be re-judged; the message names the file."""
+
+
+def sample_from_record(rec: dict) -> Sample:
+    """The :class:`Sample` a record was made from (its ``to_record`` inverted)."""
+    image_field = "file_name" if "file_name" in rec and "image" not in rec else "image"
+    category_field = "subset" if "subset" in rec else ("category" if rec.get("category") not in (None, "unknown")
+                                                       else None)
+    return Sample(index=rec.get("index", 0), question_id=rec.get("question_id"), image=rec.get(image_field) or "",
+                  image_path=rec.get("image_path") or "", question=rec["question"], options=rec.get("options"),
+                  answer=rec["answer"], category=str(rec.get("category", "unknown")),
+                  extra={k: v for k, v in rec.items() if k not in _RESULT_FIELDS}, key=rec["sample_key"],
+                  image_field=image_field, category_field=category_field)
+
+
+class StoredAttempts:
+    """A solver that answers from a finished run's records: the attempt of (sample, trial) as stored."""
+
+    solves_by_trial = True
+
+    def __init__(self, records: dict[int, dict[str, dict]]):
+        self.records = records
+
+    async def solve_trials(self, sample: Sample, trials: list[int]) -> list[Attempt]:
+        out = []
+        for k in trials:
+            er = self.records[k][sample.key]["eval_result"]
+            if er.get("status") == "failed" and er.get("fail_stage") != "judge":
+                out.append(Attempt(None, None, error=f"stored attempt failed: {er.get('fail_reason')}"))
+            else:
+                out.append(Attempt(er.get("response"), er.get("finish_reason"), trajectory=er.get("trajectory"),
+                                   usage=None, stats=er.get("stats") or {}))
+        return out
+
+    def usage_shares(self, sample: Sample, trials: list[int]) -> list[dict]:
+        """The stored model/vSearcher usage of each trial (the judge's is measured anew)."""
+        return [{r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != "judge"}
+                for k in trials]
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _checked(obj: dict, where: str) -> dict:
+    """A stored record, validated against the schema (errors name the file, line and field)."""
+    EvalRecord.from_dict(obj, where)
+    return obj
+
+
+def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]], dict]:
+    """Samples (file order), records per trial and the source's settings (run card, else args)."""
+    if not os.path.isdir(eval_dir):
+        raise SourceError(f"{eval_dir}: no such eval directory")
+    trials = sorted(int(m.group(1)) for d in os.listdir(eval_dir) if (m := re.fullmatch(r"trial_(\d+)", d)))
+    if not trials or trials != list(range(len(trials))):
+        raise SourceError(f"{eval_dir}: no trial_0 .. trial_<k> directories (is this an eval dir?)")
+    records: dict[int, dict[str, dict]] = {}
+    for k in trials:
+        tdir = os.path.join(eval_dir, f"trial_{k}")
+        if not os.path.exists(os.path.join(tdir, DONE_FILE)):
+            raise SourceError(f"{tdir}: trial not finished (no '{DONE_FILE}'); finish the evaluation first")
+        lg = RecordLog.open(os.path.join(tdir, RECORDS_FILE), parse=_checked)
+        lg.close()
+        records[k] = lg.records
+    first = sorted(records[0].values(), key=lambda r: r.get("index", 0))
+    keys = [r["sample_key"] for r in first]
+    for k in trials[1:]:
+        if set(records[k]) != set(keys):
+            raise SourceError(f"{eval_dir}/trial_{k}: holds other samples than trial_0")
+    card = load_run_card(eval_dir)
+    if card is None:
+        try:
+            with open(os.path.join(eval_dir, ARGS_FILE)) as f:
+                card = {"settings": json.load(f)}
+        except (OSError, ValueError):
+            card = {"settings": {}}
+    return [sample_from_record(r) for r in first], records, card
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.rejudge", description=__doc__.split("\n")[0])
+    p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
+    p.add_argument("--judge_model", required=True)
+    p.add_argument("--judge_api_base_url", help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL")
+    p.add_argument("--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY")
+    p.add_argument("--judge_flow", choices=FLOWS, default=None, help="default: the source run's")
+    p.add_argument("--max_answer_length", type=int, default=None, help="default: the source run's (1000)")
+    p.add_argument("--output_dir", default=None, help="with --eval_name: where the new eval dir goes")
+    p.add_argument("--eval_name", default=None,
+                   help="the new eval dir is <output_dir>/<eval_name>, <output_dir> defaulting to the source "
+                        "run's (default: <eval_dir>@rejudge-<judge_model>)")
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--no_judge_cache", action="store_true",
+                   help="one judge request per attempt (default: identical judge prompts are asked once)")
+    p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
+    p.add_argument("--price_file", help="as evaluate's: adds cost_usd (stored model usage priced too)")
+    p.add_argument("--max_cost", type=float, default=None)
+    p.add_argument("--max_tokens_total", type=int, default=None)
+    p.add_argument("--client_timeout", type=float, default=None)
+    p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
+    p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
+    p.add_argument("--no_progress", action="store_true")
+    return p
+
+
+def _source_output_dir(src: str, src_eval_name: str | None) -> str:
+    """The ``--output_dir`` the source run used: its path less its ``eval_name`` (else its parent)."""
+    path = os.path.normpath(src)
+    name = os.path.normpath(src_eval_name) if src_eval_name else ""
+    if name and (path == name or path.endswith(os.sep + name)):
+        return path[: len(path) - len(name)].rstrip(os.sep) or "."
+    return os.path.dirname(path) or "."
+
+
+def _target(a, src: str, src_eval_name: str | None = None) -> tuple[str, str]:
+    if a.eval_name:
+        return a.output_dir or _source_output_dir(src, src_eval_name), a.eval_name
+    name = f"{os.path.basename(os.path.normpath(src))}@rejudge-{re.sub(r'[^A-Za-z0-9._-]+', '_', a.judge_model)}"
+    return a.output_dir or os.path.dirname(os.path.normpath(src)) or ".", name
+
+
+async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) -> dict:
+    guard = RunGuard(a.max_failure_ratio, redact=redactor)
+    client = make_client(a.judge_api_key, a.judge_api_base_url, a.client_timeout, a.max_retries,
+                         max_connections=max(a.concurrency * 2, 16), role="judge", guard=guard,
+                         limiter=AdaptiveLimiter(a.concurrency))
+    try:
+        judge = AnswerJudge(client, a.judge_model, a.max_answer_length, redact=redactor, flow=a.judge_flow,
+                            cache=None if a.no_judge_cache else JudgeCache())
+        new_card = dict(card)
+        new_card["judge"] = {"model": a.judge_model, "flow": a.judge_flow, "max_answer_length": a.max_answer_length,
+                             "cache": not a.no_judge_cache}
+        new_card["rejudged_from"] = os.path.abspath(a.eval_dir)
+        settings = {k: v for k, v in vars(a).items() if k != "judge_api_key"}
+        return await run_evaluation(samples, StoredAttempts(records), judge, cfg, settings, guard=guard,
+                                    run_card=new_card)
+    finally:
+        await client.close()
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_http_logs()
+    a = build_parser().parse_args(argv)
+    a.judge_api_key = resolve(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
+    redactor = Redactor(a.judge_api_key)
+    try:
+        samples, records, card = load_source(a.eval_dir)
+    except (SourceError, RecordFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    src_settings = card.get("settings") or {}
+    src_judge = card.get("judge") or {}
+    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
+    if a.max_answer_length is None:
+        a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
+    try:
+        costs = CostModel.from_file(a.price_file, {"model": src_settings.get("model"), "judge": a.judge_model,
+                                                   "vsearcher": src_settings.get("vsearcher_model")})
+    except PriceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    output_dir, eval_name = _target(a, a.eval_dir, src_settings.get("eval_name"))
+    if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
+        print("error: the re-judged run must go to a new eval dir (choose another --eval_name)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    cfg = RunConfig(output_dir=output_dir, eval_name=eval_name, num_trials=len(records),
+                    concurrency=a.concurrency, retry_failed=a.retry_failed, group_trials=True,
+                    progress=not a.no_progress, cost_model=costs, max_cost=a.max_cost,
+                    max_tokens_total=a.max_tokens_total)
+    log.info("re-judging %d samples x %d trial(s) of %s with %s (%s flow) into %s", len(samples), len(records),
+             a.eval_dir, a.judge_model, a.judge_flow, cfg.eval_dir)
+    try:
+        summary = asyncio.run(_run(a, samples, records, card, cfg, redactor))
+    except RecordFileError as e:
+        print(f"error: {redactor(str(e))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BudgetExceeded as e:  # not "rerun the same command": the same budget stops again
+        print(f"error: {e}. Samples finished before this are safe in {cfg.eval_dir}", file=sys.stderr)
+        return EXIT_API_STOP
+    except STOP_ERRORS as e:
+        return report_stop(e, redactor, cfg.eval_dir)
+    acc = summary.get("overall_accuracy", {})
+    print(f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
+          f"{summary['num_trials']} trial(s) (judge {a.judge_model})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The actor loss is the paper's Eq. 2 (per-sample mean of token means) under verl 0.7's micro-batch scaling.
+
+verl's own ``DataParallelPPOActor.update_policy`` runs through the recipe's on-policy worker
+(:func:`recipe.vsearch.on_policy.on_policy_worker`) with the actor settings of the recipe YAML; only the
+model's forward is replaced by ``log_prob = base + theta * x`` (one scalar parameter), so the gradient
+verl produces can be compared with the gradient of Eq. 2 written out by hand. The hand batch has rows of
+different lengths, an all-masked row (an API-failed in-loop sample) and zero-mask padding rows; it is
+split over two "ranks" with different numbers of real rows, whose gradients are averaged as FSDP does.
+"""
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import REPO, require_recipe
+
+require_recipe()
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.trainer.ppo.core_algos import kl_penalty  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+
+from recipe.vsearch.on_policy import EQ2_META_KEY, eq2_weights, on_policy_worker  # noqa: E402
+from tests.test_recipe_grpo_update import gloo  # noqa: E402,F401
+
+CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
+R = 6              # response length
+KL_COEF = 0.01
+
+# per rank: (number of trained tokens per row; 0 = all-masked row), advantages per row
+RANKS = [
+    ([3, 0, 0], [1.0, -2.0, 0.5]),        # one real row, an API-failed row, a padding row
+    ([5, 2, 0], [-0.5, 2.0, 1.0]),        # two real rows, a padding row
+]
+
+
+def _actor_config():
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=["actor_rollout_ref.model.path=tiny",
+                                                                      f"actor_rollout_ref.actor.kl_loss_coef={KL_COEF}"])
+    OmegaConf.resolve(cfg)
+    return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+
+
+def _rank_batch(lengths, advs, seed) -> DataProto:
+    g = torch.Generator().manual_seed(seed)
+    n = len(lengths)
+    mask = torch.zeros(n, R, dtype=torch.int64)
+    for i, k in enumerate(lengths):
+        mask[i, :k] = 1
+    base = -torch.rand(n, R, generator=g) - 0.1
+    return DataProto.from_dict(tensors={
+        "responses": torch.ones(n, R, dtype=torch.int64), "input_ids": torch.ones(n, R + 2, dtype=torch.int64),
+        "attention_mask": torch.ones(n, R + 2, dtype=torch.int64),
+        "position_ids": torch.arange(R + 2).repeat(n, 1), "response_mask": mask,
+        "old_log_probs": base.clone(), "advantages": torch.tensor(advs).unsqueeze(-1) * mask,
+        "ref_log_prob": base - 0.3 * torch.rand(n, R, generator=g)},
+        meta_info={"temperature": 1.0, "global_token_num": [R + 2] * n})
+
+
+def _x(old_log_probs: torch.Tensor) -> torch.Tensor:
+    """d log_prob / d theta per token (from a column update_policy keeps)."""
+    return torch.sin(37.0 * old_log_probs)
+
+
+class Theta(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.theta = torch.nn.Parameter(torch.zeros(()))
+
+
+def _actor(cfg, module):
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    actor = DataParallelPPOActor(cfg, module, torch.optim.SGD(module.parameters(), lr=0.0))
+
+    def forward(micro_batch, temperature, calculate_entropy=False):
+        # the policy's log-probs: a differentiable function of theta (stands in for the model forward)
+        return None, micro_batch["old_log_probs"] + module.theta * _x(micro_batch["old_log_probs"])
+    actor._forward_micro_batch = forward
+    grads = []
+    real_step = actor._optimizer_step
+
+    def step():
+        grads.append(module.theta.grad.detach().clone())
+        return real_step()
+    actor._optimizer_step = step
+    return actor, grads
+
+
+def _worker(cls, actor):
+    w = object.__new__(cls)
+    w._is_actor, w._is_offload_param, w._is_offload_optimizer = True, False, False
+    w.ulysses_sharding_manager = contextlib.nullcontext()
+    w.actor, w._world_size = actor, 1
+    w.flops_counter = SimpleNamespace(estimate_flops=lambda tokens, seconds: (0.0, 1.0))
+    w.config = OmegaConf.create({"actor": {"ppo_epochs": 1}})
+    w.actor_lr_scheduler = SimpleNamespace(get_last_lr=lambda: [1e-6], step=lambda: None)
+    return w
+
+
+def eq2_by_hand(batches: list[DataProto]) -> torch.Tensor:
+    """d/dtheta of Eq. 2 at theta = 0: mean over the samples with trained tokens of each one's token mean
+    of (clipped-ratio policy loss + beta * low-var KL)."""
+    theta = torch.zeros((), requires_grad=True)
+    per_sample = []
+    for b in batches:
+        t = b.batch
+        for i in range(len(b)):
+            m = t["response_mask"][i].bool()
+            if not m.any():
+                continue
+            lp = t["old_log_probs"][i] + theta * _x(t["old_log_probs"][i])
+            ratio = torch.exp(lp - lp.detach())          # on-policy: the old log-prob is the current one
+            pg = -t["advantages"][i] * ratio
+            kl = kl_penalty(lp, t["ref_log_prob"][i], kl_penalty="low_var_kl")
+            per_sample.append((pg + KL_COEF * kl)[m].mean())
+    torch.stack(per_sample).mean().backward()
+    return theta.grad
+
+
+def test_actor_loss_is_eq2_with_padding_and_masked_rows(gloo, monkeypatch):  # noqa: F811
+    from verl.workers import fsdp_workers
+
+    monkeypatch.setattr(fsdp_workers, "get_torch_device",
+                        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0))
+    cfg = _actor_config()
+    assert cfg.use_kl_loss and cfg.kl_loss_type == "low_var_kl" and cfg.entropy_coeff == 0
+    batches = [_rank_batch(lengths, advs, seed) for seed, (lengths, advs) in enumerate(RANKS)]
+    valid = sum(int((b.batch["response_mask"].sum(-1) > 0).sum()) for b in batches)
+    assert valid == 3
+    worker_cls = on_policy_worker(fsdp_workers.AsyncActorRolloutRefWorker)
+    rank_grads, metrics = [], []
+    for b in batches:
+        b.meta_info[EQ2_META_KEY] = {"valid_rows": valid, "dp_size": len(RANKS)}   # set by the recipe's trainer
+        actor, grads = _actor(_actor_config(), Theta())
+        out = _worker(worker_cls, actor).update_actor(b)
+        assert len(grads) == 1, "one optimizer step"
+        rank_grads.append(grads[0])
+        metrics.append(out.meta_info["metrics"])
+    got = torch.stack(rank_grads).mean()      # FSDP averages the ranks' gradients
+    want = eq2_by_hand(batches)
+    assert torch.isfinite(got) and got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
+    for m in metrics:
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+            vals = m[key] if isinstance(m[key], list) else [m[key]]
+            assert all(v == v for v in vals), f"{key} is NaN"
+
+
+def test_verl_seq_mean_token_mean_is_not_eq2_here(gloo, monkeypatch):  # noqa: F811
+    """Why the recipe does not use verl's seq-mean-token-mean: on the same batch (dynamic micro-batches, as
+    before) a padding-only micro-batch makes the loss NaN, or real rows sharing a micro-batch with padding
+    are over-weighted."""
+    from verl.workers import fsdp_workers
+
+    monkeypatch.setattr(fsdp_workers, "get_torch_device",
+                        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0))
+    batches = [_rank_batch(lengths, advs, seed) for seed, (lengths, advs) in enumerate(RANKS)]
+    want = eq2_by_hand(batches)
+    grads_all = []
+    for b in batches:
+        cfg = _actor_config()
+        object.__setattr__(cfg, "loss_agg_mode", "seq-mean-token-mean")
+        object.__setattr__(cfg, "use_dynamic_bsz", False)
+        cfg.ppo_mini_batch_size = cfg.ppo_micro_batch_size_per_gpu = len(b)   # one micro-batch per rank
+        actor, grads = _actor(cfg, Theta())
+        actor.update_policy(b)
+        grads_all.append(grads[0])
+    got = torch.stack(grads_all).mean()
+    assert not torch.isfinite(got) or got.item() != pytest.approx(want.item(), rel=1e-3)
+
+
+def test_eq2_weights_zero_rows_and_empty_batch():
+    mask = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
+    data = DataProto.from_dict(tensors={"response_mask": mask})
+    w = eq2_weights(data, grad_accum=3, valid_rows=4, dp_size=2, scale=4)
+    assert torch.equal(w[1], torch.zeros(4))
+    assert w[0, 0].item() == pytest.approx(4 * 3 * 2 / 4 / 2) and w[0, 2] == 0
+    assert w[2, 0].item() == pytest.approx(4 * 3 * 2 / 4 / 4)
+    assert not eq2_weights(data, 3, 0, 2, 4).any()
