@@ -107,7 +107,7 @@ def test_fault_injection_nothing_lost(bench, tmp_path, openai_server):
     out = tmp_path / "out"
     argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2",
                  "--client_timeout", "1")
-    assert evaluate.main(argv) == 0
+    assert evaluate.main(argv) == 1   # INCOMPLETE: some sample-trials failed
     for k in range(2):
         recs = {r["sample_key"]: r["eval_result"] for r in _records(out, k)}
         assert len(recs) == 8
@@ -228,7 +228,7 @@ def test_corrupt_image_is_a_per_sample_error(bench, tmp_path, openai_server):
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    assert evaluate.main(_argv(ann, img_dir, out, main_srv.base_url, judge_srv.base_url)) == 0
+    assert evaluate.main(_argv(ann, img_dir, out, main_srv.base_url, judge_srv.base_url)) == 1   # INCOMPLETE: some sample-trials failed
     recs = {r["sample_key"]: r["eval_result"] for r in _records(out, 0)}
     bad = {q for q, r in recs.items() if r["status"] == "failed"}
     assert bad == {"q4", "q5", "q6"}  # the questions on img2.png

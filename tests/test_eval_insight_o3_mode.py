@@ -144,7 +144,7 @@ def test_insight_o3_fault_injection_nothing_lost(bench, tmp_path, openai_server)
     out = tmp_path / "out"
     argv = _argv(out, *bench, reasoner.base_url, searcher.base_url, judge.base_url,
                  "--num_trials", "2", "--client_timeout", "1")
-    assert evaluate.main(argv) == 0
+    assert evaluate.main(argv) == 1   # INCOMPLETE: some sample-trials failed
 
     failed = []
     for k in range(2):

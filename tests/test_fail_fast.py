@@ -119,7 +119,7 @@ def test_failure_ratio_stops_a_run_whose_requests_mostly_fail(bench, tmp_path, o
     # --max_failure_ratio 1 never stops: the run records every failure and ends normally
     out2 = tmp_path / "out2"
     argv = [str(out2) if x == str(out) else x for x in base] + ["--max_failure_ratio", "1"]
-    assert evaluate.main(argv) == 0
+    assert evaluate.main(argv) == 1   # INCOMPLETE: some sample-trials failed
     assert len(_records(out2)) == 24
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from insight_o3.scripts import evaluate, rejudge
 from tests.support import eval_bench as eb
-from tests.support.openai_server import Call, Reply, chat, last_user_text
+from tests.support.openai_server import Call, Reply, chat, error, last_user_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -115,3 +115,31 @@ def test_rejudge_cli_help():
     r = subprocess.run([sys.executable, "-m", "insight_o3.scripts.rejudge", "--help"], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--judge_model" in r.stdout
+
+
+def test_judge_failures_exit_1_and_retry_failed_finishes(finished, openai_server, capsys):
+    """A judging lost to an API error is a ``failed`` record: exit 1 (INCOMPLETE); ``--retry_failed``
+    with the judge back asks only for those and exits 0."""
+    out, _, _ = finished
+    src = out / "m/o3_bench"
+    healthy = lenient_judge()
+
+    def flaky(req: dict, call: Call) -> Reply:
+        if eb.marker(last_user_text(req)) == "q2":
+            return error(400, "judge refuses this one")
+        return healthy(req, call)
+
+    judge_b = openai_server(flaky)
+    argv = [str(src), "--judge_model", "judge-b", "--judge_api_base_url", judge_b.base_url, "--no_progress",
+            "--max_retries", "0", "--eval_name", "m/o3_bench_b"]
+    assert rejudge.main(argv) == 1
+    assert "could not be judged" in capsys.readouterr().err
+    failed = {k for t in range(2) for k, r in _records(out / "m/o3_bench_b", t).items()
+              if r["eval_result"]["status"] == "failed"}
+    assert failed == {"q2"}
+    judge_c = openai_server(healthy)
+    argv[argv.index(judge_b.base_url)] = judge_c.base_url
+    assert rejudge.main(argv + ["--retry_failed"]) == 0
+    assert 0 < judge_c.count <= 2          # only q2's judgings are asked again (one per trial at most)
+    assert not [k for t in range(2) for k, r in _records(out / "m/o3_bench_b", t).items()
+                if r["eval_result"]["status"] == "failed"]

@@ -123,6 +123,12 @@ def run_totals(trial_metrics: list[dict]) -> dict:
     return out
 
 
+def failed_count(summary: dict) -> int:
+    """Sample-trials with status ``failed`` over all trials of a summary (exit code 1 of evaluate/rejudge)."""
+    mean = summary.get("overall_stats", {}).get("failed", {}).get("mean", 0)
+    return round(mean * summary.get("num_trials", 0))
+
+
 def _spent_before(cfg: RunConfig, open_trials: list[int], logs: dict) -> dict:
     """Tokens and cost already recorded in the eval dir (finished trials and open trials' records)."""
     spent = {"tokens": 0, "cost": 0.0}

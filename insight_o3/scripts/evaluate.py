@@ -36,7 +36,7 @@ from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..storage.record_log import RecordFileError
 from ..evaluation.run_card import build_run_card
-from ..evaluation.runner import BudgetExceeded, RunConfig, run_evaluation
+from ..evaluation.runner import BudgetExceeded, RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
 from ..evaluation.usage import CostModel, PriceError
 from ..rate_limit import AdaptiveLimiter
@@ -322,10 +322,11 @@ def main(argv=None) -> int:
     totals = summary.get("run_totals") or {}
     cost = totals.get("cost_usd")
     print(f"tokens {totals.get('tokens_total', 0)}" + (f", cost ${cost:.4f}" if cost is not None else ""))
-    failed = round(summary.get("overall_stats", {}).get("failed", {}).get("mean", 0) * summary["num_trials"])
+    failed = failed_count(summary)
     if failed:
-        print(f"{failed} sample-trial(s) were lost to API errors (status 'failed', counted as critical failures); "
-              f"rerun with --retry_failed to retry only those", file=sys.stderr)
+        print(f"{failed} sample-trial(s) failed (status 'failed': API errors or unusable images, see their "
+              f"fail_reason; counted as critical failures); rerun with --retry_failed to retry only those",
+              file=sys.stderr)
         return ExitCode.INCOMPLETE
     return ExitCode.OK
 

@@ -24,12 +24,14 @@ import os
 import re
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, quiet_http_logs, resolve
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
+from ..cli import ExitCode, new_parser, setup_logging
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.schema import EvalRecord
 from ..storage.record_log import RecordFileError, RecordLog
 from ..evaluation.run_card import load_run_card
-from ..evaluation.runner import ARGS_FILE, DONE_FILE, RECORDS_FILE, BudgetExceeded, RunConfig, run_evaluation
+from ..evaluation.runner import (ARGS_FILE, DONE_FILE, RECORDS_FILE, BudgetExceeded, RunConfig, failed_count,
+                                 run_evaluation)
 from ..evaluation.samples import Sample
 from ..evaluation.solver import Attempt
 from ..evaluation.usage import CostModel, PriceError
@@ -123,7 +125,7 @@ def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.rejudge", description=__doc__.split("\n")[0])
+    p = new_parser("python -m insight_o3.scripts.rejudge", __doc__.split("\n")[0])
     p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
     p.add_argument("--judge_model", required=True)
     p.add_argument("--judge_api_base_url", help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL")
@@ -184,8 +186,7 @@ async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) ->
 
 
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    quiet_http_logs()
+    setup_logging()
     a = build_parser().parse_args(argv)
     a.judge_api_key = resolve(a.judge_api_key, ENV_KEYS["judge"][0])
     a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
@@ -229,7 +230,12 @@ def main(argv=None) -> int:
     acc = summary.get("overall_accuracy", {})
     print(f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
           f"{summary['num_trials']} trial(s) (judge {a.judge_model})")
-    return 0
+    failed = failed_count(summary)
+    if failed:
+        print(f"{failed} sample-trial(s) could not be judged (status 'failed'); rerun with --retry_failed",
+              file=sys.stderr)
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
