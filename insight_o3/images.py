@@ -68,7 +68,7 @@ class ImageRef:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ImageRef":
+    def from_dict(cls, d: dict) -> ImageRef:
         return cls(d["path"], tuple(d["region"]), tuple(d["size"]))
 
 

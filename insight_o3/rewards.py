@@ -56,10 +56,11 @@ trainer.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from insight_o3.geometry import Box, check_box, is_null_box, iou
+from insight_o3.geometry import Box, check_box, iou, is_null_box
 
 __all__ = [
     "RewardWeights", "RewardBreakdown", "DEFAULT_WEIGHTS", "REWARD_VARIANTS", "RewardRules", "DEFAULT_RULES",

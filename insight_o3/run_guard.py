@@ -20,8 +20,8 @@ import sys
 from collections.abc import Awaitable, Iterable
 
 from .cli import ExitCode
-from .storage.atomic import OutputError
 from .run_lock import RunLockedError
+from .storage.atomic import OutputError
 
 DEFAULT_MAX_FAILURE_RATIO = 0.5
 #: The failure ratio is only judged once this many requests of the run have finished.

@@ -8,7 +8,7 @@ Extra keys on a message (e.g. ``"search"``) are kept in records and dropped for 
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .images import EncodedImage, ImageRef
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from insight_o3 import run_guard
-from insight_o3.storage.atomic import OutputError
 from insight_o3.cli import BadInput, ExitCode, run_main
 from insight_o3.protocol import LIMITS
 from insight_o3.run_guard import FailureRatioError
 from insight_o3.run_lock import RunLockedError
+from insight_o3.storage.atomic import OutputError
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = sorted(p.stem for p in (REPO / "insight_o3" / "scripts").glob("*.py") if not p.stem.startswith("_"))
@@ -109,8 +109,13 @@ def test_old_flag_spellings_still_work_but_are_hidden():
 
 def test_shared_concepts_have_one_flag_name():
     """Every command that talks to an API spells the shared flags the way ``evaluate`` does."""
-    from insight_o3.scripts import (build_region_localization, check_reliability, evaluate, evaluate_vsearch,
-                                    filter_difficulty)
+    from insight_o3.scripts import (
+        build_region_localization,
+        check_reliability,
+        evaluate,
+        evaluate_vsearch,
+        filter_difficulty,
+    )
     api_commands = {"evaluate": evaluate.build_parser(), "evaluate_vsearch": evaluate_vsearch.build_parser(),
                     "filter_difficulty": filter_difficulty.build_parser(),
                     "build_region_localization": build_region_localization.build_parser(),
@@ -133,7 +138,7 @@ def test_protocol_limits_are_the_defaults_everywhere():
     assert evaluate.build_parser().get_default("max_vsearch_calls") == LIMITS.max_search_calls
     assert evaluate_vsearch.build_parser().get_default("max_tool_calls") == LIMITS.max_tool_calls
     assert filter_difficulty.build_parser().get_default("attempts") == LIMITS.difficulty_attempts
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):   # dataclasses.FrozenInstanceError
         LIMITS.max_tool_calls = 7   # frozen
 
 

@@ -12,8 +12,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from insight_o3.data.collage import (CollageConfig, CollageInfeasible, PoolArrays, panelize, plan_collage,
-                                     render_collage, scale_interval)
+from insight_o3.data.collage import (
+    CollageConfig,
+    CollageInfeasible,
+    PoolArrays,
+    panelize,
+    plan_collage,
+    render_collage,
+    scale_interval,
+)
 from insight_o3.data.source_pool import PoolError, filter_small_targets, load_pool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +129,7 @@ def test_panelize_respects_guards():
     panels, residual = panelize((0, 0, 1024, 96), np.random.default_rng(1), cfg)
     assert not residual
     assert sum(w * h for _, _, w, h in panels) == 1024 * 96
-    for x, y, w, h in panels:
+    for x, _y, w, h in panels:
         assert 0.5 <= w / h <= 2.0 and w * h <= 50_000 and x % 32 == 0 and w % 32 == 0
     panels, residual = panelize((0, 0, 1024, 32), np.random.default_rng(1), cfg)
     assert residual == [(0, 0, 1024, 32)] and not panels

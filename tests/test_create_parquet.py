@@ -14,9 +14,9 @@ import pyarrow.parquet as pq  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from insight_o3.prompts import VSEARCHER_FIRST_USER_PROMPT, fill  # noqa: E402
 from recipe.vsearch.agent_loops import row_image_path  # noqa: E402
 from recipe.vsearch.create_parquet_dataset import InputError, build_rows, main  # noqa: E402
-from insight_o3.prompts import VSEARCHER_FIRST_USER_PROMPT, fill  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
 COLUMNS = ["data_source", "prompt", "images", "reward_model", "extra_info", "agent_name"]
@@ -109,7 +109,7 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
         return StatefulDataLoader(ds, batch_size=4, sampler=s, collate_fn=collate_fn, drop_last=True, num_workers=0)
 
     dl = loader()
-    reference, sources = [], []
+    reference = []
     for _epoch in range(2):
         for batch in dl:
             assert sorted(batch["data_source"]) == ["info_vqa_region_localization"] * 2 + ["visual_cot_vstar_collage"] * 2

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from insight_o3.scripts import filter_difficulty as difficulty
 from insight_o3.data.schema import CollageRow, TileRow
+from insight_o3.scripts import filter_difficulty as difficulty
 from tests.support.openai_server import chat, error, last_user_text, request_text
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,6 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import openai
 import pytest
 
 from insight_o3.api import make_client
@@ -14,7 +15,7 @@ from insight_o3.run_guard import EXIT_API_STOP, FailureRatioError, FatalAPIError
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
 from tests.support.openai_server import refuse
-from tests.test_eval_cli import JUDGE_KEY, MAIN_KEY, _argv, _assert_expected, _no_secrets
+from tests.test_eval_cli import MAIN_KEY, _argv, _assert_expected, _no_secrets
 from tests.test_eval_insight_o3_mode import SEARCH_KEY, reasoner_script
 from tests.test_eval_insight_o3_mode import _argv as io3_argv
 
@@ -167,7 +168,7 @@ def test_a_client_reports_fatal_status_and_sends_nothing_after(openai_server):
         g = RunGuard()
         c = make_client("sk-whatever-1234", srv.base_url, timeout=5, max_retries=3, role="vSearcher", guard=g)
         try:
-            with pytest.raises(Exception):
+            with pytest.raises(openai.NotFoundError):
                 await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
             assert isinstance(g.error, FatalAPIError) and g.error.status == 404
             with pytest.raises(FatalAPIError):   # refused locally: no second request
@@ -180,9 +181,10 @@ def test_a_client_reports_fatal_status_and_sends_nothing_after(openai_server):
 
 # ----------------------------------------------------------------------------- the other commands
 def test_evaluate_vsearch_stops_on_401(tmp_path, openai_server, capsys):
-    from tests.test_evaluate_vsearch import KEY
-    from insight_o3.scripts import evaluate_vsearch as ev
     from PIL import Image
+
+    from insight_o3.scripts import evaluate_vsearch as ev
+    from tests.test_evaluate_vsearch import KEY
     img_dir = tmp_path / "images"
     img_dir.mkdir()
     Image.new("RGB", (64, 48)).save(img_dir / "one.png")
@@ -217,7 +219,7 @@ def test_difficulty_filter_stops_on_401(tmp_path, openai_server, capsys):
 
 def test_region_descriptions_stop_on_404(tmp_path, openai_server):
     import subprocess
-    import sys
+
     from tests.test_region_descriptions import REPO, _cmd, _make_inputs
     img_dir, lay_dir = _make_inputs(tmp_path)
     srv = openai_server(refuse(404))

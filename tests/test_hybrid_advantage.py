@@ -10,13 +10,12 @@ require_recipe()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from verl import DataProto  # noqa: E402
 from verl.trainer.config import AlgoConfig  # noqa: E402
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
-from recipe.vsearch.hybrid_advantage import (ESTIMATOR_NAME, compute_vsearch_hybrid_advantage,  # noqa: E402
-                                             inloop_uid)
+from recipe.vsearch.hybrid_advantage import ESTIMATOR_NAME, compute_vsearch_hybrid_advantage, inloop_uid  # noqa: E402
+from verl import DataProto  # noqa: E402
 
 # rows 0-1: out-of-loop group g0; 2-3: group g1; 4-6: in-loop samples of two episodes;
 # 7: in-loop sample of an episode cut by an API failure (response fully masked)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.storage.atomic import OutputError, write_json_atomic
-from insight_o3.storage.record_log import RecordLog
 from insight_o3.run_guard import EXIT_OUTPUT_ERROR
 from insight_o3.scripts import evaluate
+from insight_o3.storage.atomic import OutputError, write_json_atomic
+from insight_o3.storage.record_log import RecordLog
 from tests.support import eval_bench as eb
 from tests.test_eval_cli import REPO, _argv, _assert_expected, _wait_lines
 
@@ -186,7 +186,7 @@ def test_full_disk_then_resume_exact_on_a_real_tmpfs(small_tmpfs, tmp_path, open
     assert r.returncode == EXIT_OUTPUT_ERROR, r.stderr
     assert "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: cannot ") and str(out) in last and "No space left on device [ENOSPC]" in last
+    assert last.startswith("error: cannot ") and str(out) in last and "No space left on device [ENOSPC]" in last
     assert "rerun the same command to resume" in last
     recs = 0
     for p in (out / "m/o3_bench").glob("trial_*/eval_records.jsonl"):

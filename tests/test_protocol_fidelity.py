@@ -10,6 +10,7 @@ import math
 import os
 
 import numpy as np
+import openai
 import pytest
 from PIL import Image
 
@@ -244,7 +245,7 @@ def test_in_loop_check_is_a_public_function(openai_server):
     assert seven.status == "wrong" and red.status == "correct" and srv.count == 2
     bad = openai_server(lambda r, c: error(400, "no"))
     bad_client = make_client("k", bad.base_url, timeout=5, max_retries=0)
-    with pytest.raises(Exception):
+    with pytest.raises(openai.BadRequestError):
         asyncio.run(in_loop_check(bad_client, "j", "Q", "\\boxed{x}", "y"))
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from PIL import Image
 
 from insight_o3.rate_limit import AdaptiveLimiter

@@ -22,11 +22,11 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from recipe.vsearch import agent_loops  # noqa: E402
 from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop  # noqa: E402
+
 # Qwen2.5-VL's processor without its video half: transformers' video processor needs torchvision, which the
 # CPU environment must not have (verl's hf_processor returns None here); on GPU verl loads the full one
 from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
-from recipe.vsearch.episodes import (EXTRA_SAMPLES_KEY, ROLE_KEY, VALIDATE_KEY,  # noqa: E402
-                                     VSearchAgentLoopWorker, finalize_batch)
+from recipe.vsearch.episodes import EXTRA_SAMPLES_KEY, ROLE_KEY, VALIDATE_KEY, VSearchAgentLoopWorker, finalize_batch  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
 
 MAX_PIXELS = 160 * 28 * 28          # small vSearcher budget: few image tokens on CPU (tests/support/agent_tiny.yaml)
@@ -198,7 +198,7 @@ def _run_inloop(policy, image_path, srv, monkeypatch, config=None, validate: boo
     return server, loop, out
 
 
-def _expand(policy, out, row, config=None) -> "DataProto":  # noqa: F821
+def _expand(policy, out, row, config=None) -> DataProto:  # noqa: F821
     """verl's worker post-processing (padding, mm inputs, position ids) through the recipe's worker."""
     tok, proc = policy
     w = object.__new__(VSearchAgentLoopWorker)

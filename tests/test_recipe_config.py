@@ -199,10 +199,10 @@ def _updates_per_step(cfg, rows: int, dp: int = 8, on_policy: bool = True) -> in
     from types import SimpleNamespace
 
     import torch
-    from verl import DataProto
     from verl.utils.config import omega_conf_to_dataclass
 
     from recipe.vsearch.on_policy import set_whole_batch
+    from verl import DataProto
     actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     actor_cfg.ppo_mini_batch_size = actor_cfg.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n // dp
     share = DataProto.from_dict(tensors={"x": torch.zeros(rows // dp, 1)})
@@ -387,8 +387,8 @@ def test_gpu_pins_match_verls_vllm_line_and_the_readme():
     """The train extra's vLLM is the newest verl 0.7.0 allows (its images' 0.12 line), with vLLM 0.12's torch,
     and the recipe README states the same pins."""
     import importlib.metadata
-    import tomllib
 
+    import tomllib
     from packaging.requirements import Requirement
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())

@@ -23,16 +23,24 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-import verl  # noqa: E402
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
-from verl import DataProto  # noqa: E402
 
+import verl  # noqa: E402
 from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
 from recipe.vsearch.hybrid_advantage import ESTIMATOR_NAME  # noqa: E402
-from tests.test_recipe_agent_loops import (ANSWER, MAX_PIXELS, TOOL, ScriptedServerManager, _expand,  # noqa: E402,F401
-                                           _make, image_only_processor, image_path)
+from tests.test_recipe_agent_loops import (  # noqa: E402,F401
+    ANSWER,
+    MAX_PIXELS,
+    TOOL,
+    ScriptedServerManager,
+    _expand,
+    _make,
+    image_only_processor,
+    image_path,  # noqa: F401  (a pytest fixture, used by name)
+)
+from verl import DataProto  # noqa: E402
 
 
 def _free_port() -> int:
@@ -64,7 +72,7 @@ def _actor_config():
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
 
-def _rollout_batch(policy, image_path, config=None) -> DataProto:
+def _rollout_batch(policy, image_path, config=None) -> DataProto:  # noqa: F811
     """Two rollouts of one out-of-loop prompt (a GRPO group), different answers, through the recipe
     (``config``: the loop/worker config, default ``tests.test_recipe_agent_loops._config()``)."""
     tok, proc = policy
@@ -85,7 +93,7 @@ def _rollout_batch(policy, image_path, config=None) -> DataProto:
     for _ in range(2):
         server = ScriptedServerManager(tok, script)
 
-        async def go():
+        async def go(server=server):
             return await _make(VSearcherAgentLoop, policy, server, config).run({}, **row)
         rows.append(_expand(policy, asyncio.run(go()), row, config))
     batch = DataProto.concat(rows)
@@ -115,7 +123,7 @@ def _loss(actor, batch, cfg, keep_grad: bool = False):
     return pg + cfg.kl_loss_coef * kl, log_prob
 
 
-def test_grpo_update_masks_tool_tokens_freezes_vision_and_lowers_loss(tiny_qwen_dir, image_path, gloo):
+def test_grpo_update_masks_tool_tokens_freezes_vision_and_lowers_loss(tiny_qwen_dir, image_path, gloo):  # noqa: F811
     from transformers import Qwen2_5_VLForConditionalGeneration
     from verl.utils import hf_tokenizer
     from verl.workers.actor.dp_actor import DataParallelPPOActor

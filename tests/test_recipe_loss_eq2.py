@@ -21,12 +21,12 @@ require_recipe()
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.core_algos import kl_penalty  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 from recipe.vsearch.on_policy import EQ2_META_KEY, eq2_weights, on_policy_worker  # noqa: E402
 from tests.test_recipe_grpo_update import gloo  # noqa: E402,F401
+from verl import DataProto  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
 R = 6              # response length

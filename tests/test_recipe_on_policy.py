@@ -22,12 +22,11 @@ require_recipe()
 
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from verl import DataProto  # noqa: E402
 from verl.single_controller.base.decorator import MAGIC_ATTR  # noqa: E402
 
 from recipe.vsearch.on_policy import install, on_policy_worker, set_whole_batch  # noqa: E402
-from tests.test_recipe_grpo_update import _actor_config, _rollout_batch, gloo  # noqa: E402,F401
 from tests.test_recipe_agent_loops import _config, image_only_processor, image_path  # noqa: E402,F401
+from tests.test_recipe_grpo_update import _actor_config, _rollout_batch, gloo  # noqa: E402,F401
 
 
 def _worker(cls, actor):

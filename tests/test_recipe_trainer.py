@@ -24,19 +24,26 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from torch.utils.data import SequentialSampler  # noqa: E402
-from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.core_algos import get_policy_loss_fn  # noqa: E402
 from verl.trainer.ppo.utils import Role  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 from verl.utils.dataset.rl_dataset import collate_fn  # noqa: E402
 from verl.utils.tracking import Tracking  # noqa: E402
 
-from recipe.vsearch.episodes import (EPISODE_ID_KEY, ROLE_INLOOP, ROLE_KEY, ROLE_OUTLOOP,  # noqa: E402
-                                     ROLE_PADDING, ROLE_PLACEHOLDER, episode_fields)
+from recipe.vsearch.episodes import (  # noqa: E402
+    EPISODE_ID_KEY,
+    ROLE_INLOOP,
+    ROLE_KEY,
+    ROLE_OUTLOOP,
+    ROLE_PADDING,
+    ROLE_PLACEHOLDER,
+    episode_fields,
+)
 from recipe.vsearch.hybrid_advantage import inloop_uid  # noqa: E402
 from recipe.vsearch.main import install_trainer  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
 from recipe.vsearch.trainer import VSearchRayPPOTrainer  # noqa: E402
+from verl import DataProto  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
 P, R = 4, 6                  # prompt / response length of the fake rollout rows

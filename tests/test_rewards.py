@@ -3,11 +3,22 @@ from __future__ import annotations
 
 import pytest
 
+from insight_o3.rewards import (
+    RewardRules,
+    RewardWeights,
+    best_iou,
+    covered_iou,
+    in_loop_reward,
+    iou_reward,
+    original_in_loop_reward,
+    original_out_of_loop_reward,
+    out_of_loop_reward,
+    pseudo_iou_reward,
+    repeated_view,
+    reward_from_locate,
+    trajectory_reward,
+)
 from tests.conftest import add_recipe_path
-
-from insight_o3.rewards import (RewardRules, RewardWeights, best_iou, covered_iou, in_loop_reward, iou_reward,
-                                original_in_loop_reward, original_out_of_loop_reward, out_of_loop_reward,
-                                pseudo_iou_reward, repeated_view, reward_from_locate, trajectory_reward)
 
 GT = [(0, 0, 100, 100)]
 

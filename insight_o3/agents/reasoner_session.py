@@ -37,10 +37,16 @@ from PIL import Image
 
 from ..images import ImageRef, ImageStore, Resize
 from ..parsing import parse_reasoner_turn
-from ..prompts import (VREASONER_CONTINUE_PROMPT, VREASONER_FORMAT_RETRY_PROMPT, VREASONER_INFER_SYSTEM_PROMPT,
-                       VREASONER_LIMIT_PROMPT, VREASONER_NOT_FOUND_PROMPT, VREASONER_TRAIN_SYSTEM_PROMPT)
-from ..trajectory import image_part, image_refs, message
+from ..prompts import (
+    VREASONER_CONTINUE_PROMPT,
+    VREASONER_FORMAT_RETRY_PROMPT,
+    VREASONER_INFER_SYSTEM_PROMPT,
+    VREASONER_LIMIT_PROMPT,
+    VREASONER_NOT_FOUND_PROMPT,
+    VREASONER_TRAIN_SYSTEM_PROMPT,
+)
 from ..protocol import LIMITS
+from ..trajectory import image_part, image_refs, message
 from .searcher_session import LocateResult
 from .views import pil_view, plan_view
 

@@ -37,9 +37,16 @@ from PIL import Image
 from ..geometry import Box, Frame, is_null_box, validate_box
 from ..images import ImageRef, ImageStore, Resize
 from ..parsing import parse_searcher_turn
-from ..prompts import (VSEARCHER_FIRST_USER_PROMPT, VSEARCHER_LIMIT_PROMPT, VSEARCHER_SIMPLE_SYSTEM_PROMPT,
-                       VSEARCHER_SIMPLE_USER_PROMPT, VSEARCHER_SYSTEM_PROMPT, VSEARCHER_TOOL_RESPONSE_CLOSE,
-                       VSEARCHER_TOOL_RESPONSE_PROMPT, fill)
+from ..prompts import (
+    VSEARCHER_FIRST_USER_PROMPT,
+    VSEARCHER_LIMIT_PROMPT,
+    VSEARCHER_SIMPLE_SYSTEM_PROMPT,
+    VSEARCHER_SIMPLE_USER_PROMPT,
+    VSEARCHER_SYSTEM_PROMPT,
+    VSEARCHER_TOOL_RESPONSE_CLOSE,
+    VSEARCHER_TOOL_RESPONSE_PROMPT,
+    fill,
+)
 from ..protocol import LIMITS
 from ..trajectory import image_part, message
 from .records import compact_messages
@@ -96,7 +103,9 @@ class LocateResult:
 
     def to_record(self) -> dict:
         """JSON-ready, compact (prompt texts by name, images by reference)."""
-        rnd = (lambda b: [round(v, 2) for v in b] if b is not None else None)
+        def rnd(b):
+            return [round(v, 2) for v in b] if b is not None else None
+
         return {"description": self.description, "status": self.status, "box_original": rnd(self.box_original),
                 "box_model": rnd(self.box_model), "n_tool_calls": self.n_tool_calls, "n_turns": self.n_turns,
                 "format_ok": self.format_ok, "error": self.error, "turn_usage": self.turn_usage,

@@ -51,7 +51,7 @@ class InSightO3Solver:
 
     @classmethod
     def from_args(cls, args, images: ImageStore, redactor: Redactor | None = None, guard=None,
-                  limiter=None, vsearcher_limiter=None) -> "InSightO3Solver":
+                  limiter=None, vsearcher_limiter=None) -> InSightO3Solver:
         """Build from the ``evaluate`` arguments (keys already resolved). ``--sys_prompt`` does not
         apply: the vReasoner's system prompt is the protocol's (``--reasoner_prompt infer|train``)."""
         redactor = redactor or Redactor(args.api_key, args.vsearcher_api_key)

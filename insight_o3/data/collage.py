@@ -112,7 +112,7 @@ class PoolArrays:
     path_id: np.ndarray          # items sharing an image file share a path id
 
     @classmethod
-    def build(cls, items: list[SourceItem]) -> "PoolArrays":
+    def build(cls, items: list[SourceItem]) -> PoolArrays:
         w = np.array([it.width for it in items], dtype=np.float64)
         h = np.array([it.height for it in items], dtype=np.float64)
         ids: dict[str, int] = {}

@@ -17,9 +17,9 @@ import os
 import numpy as np
 from tqdm import tqdm
 
-from ..storage.atomic import OutputError, atomic_writer
-from ..storage import RecordLog, write_json_atomic
 from ..run_lock import run_lock
+from ..storage import RecordLog, write_json_atomic
+from ..storage.atomic import OutputError, atomic_writer
 from .collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow
 from .source_pool import SourceItem

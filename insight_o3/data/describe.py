@@ -17,11 +17,11 @@ from tqdm import tqdm
 
 from ..api import Redactor
 from ..errors import EXPECTED_ERRORS
-from ..storage.record_log import RecordLog
 from ..geometry import fit_max_pixels
 from ..images import encode_pil, open_image
 from ..prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
 from ..run_guard import RunGuard, gather_or_stop
+from ..storage.record_log import RecordLog
 
 _KEY = re.compile(r"region_description\s*=\s*")
 

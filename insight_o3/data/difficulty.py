@@ -37,21 +37,21 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from ..storage.atomic import write_jsonl_atomic
 from .. import prompts
-from ..api import Redactor, make_client, resolve
+from ..api import make_client
 from ..errors import EXPECTED_ERRORS
 from ..evaluation.judge import AnswerJudge, Verdict
-from ..storage.record_log import RecordLog
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize, usable_cpus
-from ..storage.jsonl import iter_jsonl
 from ..parsing import format_options
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
 from ..run_lock import run_lock
+from ..storage.atomic import write_jsonl_atomic
+from ..storage.jsonl import iter_jsonl
+from ..storage.record_log import RecordLog
 
 RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
 _REQUIRED = ("sample_key", "image", "question", "answer")

@@ -179,8 +179,8 @@ def greedy_merge(boxes: list[LayoutBox], image_area: float, rules: LayoutRules) 
     areas = [{b.label: b.area} for b in cur]
     while len(cur) > 1:
         B = np.array([b.box for b in cur])
-        x1 = np.minimum.outer(B[:, 0], B[:, 0]); y1 = np.minimum.outer(B[:, 1], B[:, 1])
-        x2 = np.maximum.outer(B[:, 2], B[:, 2]); y2 = np.maximum.outer(B[:, 3], B[:, 3])
+        x1, y1 = np.minimum.outer(B[:, 0], B[:, 0]), np.minimum.outer(B[:, 1], B[:, 1])
+        x2, y2 = np.maximum.outer(B[:, 2], B[:, 2]), np.maximum.outer(B[:, 3], B[:, 3])
         enc_w, enc_h = x2 - x1, y2 - y1
         enc = enc_w * enc_h
         a = (B[:, 2] - B[:, 0]) * (B[:, 3] - B[:, 1])

@@ -45,17 +45,17 @@ from tqdm import tqdm
 from .. import prompts
 from ..api import make_client
 from ..errors import EXPECTED_ERRORS
-from ..storage.atomic import OutputError
 from ..evaluation.judge import AnswerJudge
-from ..storage.record_log import RecordLog
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize
 from ..parsing import format_options
 from ..run_guard import RunStopped
+from ..storage.atomic import OutputError
+from ..storage.record_log import RecordLog
 from .difficulty import attempt_record
-from .source_pool import VISCOT_NATURAL_SUBSETS, PoolError, SourceItem, load_pool, write_pool
+from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
 
 RECORDS_FILE, KEPT_FILE = "reliability.jsonl", "pool_reliable.jsonl"
 #: C.1's low-reliability stream: the natural-image Visual CoT subsets and V*

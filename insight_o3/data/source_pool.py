@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..storage.atomic import write_jsonl_atomic
 from ..geometry import check_box
 from ..images import ImageError, image_size
+from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 
 #: C.1 source filter: keep items whose bbox covers less than this fraction of the image.

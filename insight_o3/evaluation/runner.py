@@ -32,14 +32,13 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from ..storage.atomic import OutputError
 from ..run_guard import RunGuard, RunStopped, gather_or_stop
 from ..run_lock import run_lock
+from ..storage.atomic import OutputError, write_json_atomic
+from ..storage.record_log import RecordFileError, RecordLog, touch_atomic
 from ..trajectory import image_refs
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
-from ..storage.record_log import RecordFileError, RecordLog, touch_atomic
-from ..storage.atomic import write_json_atomic
 from .samples import Sample
 from .schema import EvalRecord, EvalResult
 from .solver import Attempt

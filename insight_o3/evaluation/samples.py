@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..storage.jsonl import iter_jsonl
 from ..parsing import format_options, option_letters, question_text
+from ..storage.jsonl import iter_jsonl
 
 IMAGE_FIELDS = ("image", "file_name")
 CATEGORY_FIELDS = ("category", "subset")

@@ -69,7 +69,7 @@ class TokenUsage:
                 "reasoning_tokens": self.reasoning_tokens, "requests": self.requests}
 
     @classmethod
-    def from_dict(cls, obj: Any, where: str, name: str) -> "TokenUsage":
+    def from_dict(cls, obj: Any, where: str, name: str) -> TokenUsage:
         if not isinstance(obj, dict):
             raise _fail(where, name, f"must be an object, got {type(obj).__name__}")
         vals = {}
@@ -119,7 +119,7 @@ class EvalResult:
         return out
 
     @classmethod
-    def from_dict(cls, er: Any, where: str) -> "EvalResult":
+    def from_dict(cls, er: Any, where: str) -> EvalResult:
         if not isinstance(er, dict):
             got = "missing" if er is None else f"a {type(er).__name__}"
             raise RecordError(f"{where}: record has no 'eval_result' object (field 'eval_result' is {got})")
@@ -216,7 +216,7 @@ class EvalRecord:
         return out
 
     @classmethod
-    def from_dict(cls, rec: Any, where: str = "<record>") -> "EvalRecord":
+    def from_dict(cls, rec: Any, where: str = "<record>") -> EvalRecord:
         """Validate and read one record; ``where`` (``"<file>:<line>"``) prefixes every error."""
         if isinstance(rec, EvalRecord):
             return rec

@@ -33,7 +33,7 @@ class Attempt:
 
 
 class Solver(Protocol):
-    async def solve(self, sample: "object", n: int) -> list[Attempt]:
+    async def solve(self, sample: object, n: int) -> list[Attempt]:
         """Return exactly ``n`` attempts (trials) for ``sample`` (an ``evaluation`` Sample).
 
         Must not raise for API/model problems: those become attempts with ``error`` set.

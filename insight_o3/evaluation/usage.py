@@ -29,7 +29,7 @@ FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests")
 ROLE_KEYS = {"model": "model", "vReasoner": "model", "judge": "judge", "vSearcher": "vsearcher",
              "vsearcher": "vsearcher"}
 
-_METER: contextvars.ContextVar["UsageMeter | None"] = contextvars.ContextVar("insight_o3_usage_meter",
+_METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_usage_meter",
                                                                                default=None)
 
 
@@ -162,7 +162,7 @@ class CostModel:
         return total
 
     @classmethod
-    def from_file(cls, path: str | None, models: dict[str, str]) -> "CostModel | None":
+    def from_file(cls, path: str | None, models: dict[str, str]) -> CostModel | None:
         if not path:
             return None
         if not os.path.isfile(path):

@@ -20,11 +20,11 @@ from ..agents.searcher_session import LocateResult
 from ..api import DEFAULT_MAX_RETRIES, Redactor, make_client
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..images import ImageStore, usable_cpus
-from ..storage.jsonl import iter_jsonl
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, gather_or_stop
 from ..run_lock import run_lock
 from ..storage import RecordLog, write_json_atomic
+from ..storage.jsonl import iter_jsonl
 from .samples import AnnotationError
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,10 @@ def metrics(records: list[dict]) -> dict:
     """Scores over samples that ran (API failures are counted, not scored)."""
     ok = [r for r in records if r["status"] != "failed"]
     n = len(ok)
-    mean = (lambda xs: sum(xs) / n if n else 0.0)
+
+    def mean(xs: list) -> float:
+        return sum(xs) / n if n else 0.0
+
     return {"n_samples": len(records), "n_scored": n, "n_failed": len(records) - n,
             "mean_iou": mean([r["iou"] for r in ok]), "acc_iou_0.5": mean([float(r["iou"] >= 0.5) for r in ok]),
             "format_valid_rate": mean([float(r["format_ok"]) for r in ok]),

@@ -31,17 +31,26 @@ import sys
 
 from tqdm import tqdm
 
-from ..storage.atomic import write_jsonl_atomic
 from ..api import ENV_KEYS, Redactor, make_client, resolve
-from ..cli import (ExitCode, add_api_flags, add_client_flags, add_output_dir, add_run_flags, check_run_flags,
-                   new_parser, run_main, setup_logging)
+from ..cli import (
+    ExitCode,
+    add_api_flags,
+    add_client_flags,
+    add_output_dir,
+    add_run_flags,
+    check_run_flags,
+    new_parser,
+    run_main,
+    setup_logging,
+)
 from ..data.describe import BoxTask, DescribeConfig, describe_all
 from ..data.layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
 from ..data.schema import RegionRow
-from ..storage.record_log import RecordLog
 from ..images import ImageError, ImageStore
 from ..run_guard import RunGuard
 from ..run_lock import run_lock
+from ..storage.atomic import write_jsonl_atomic
+from ..storage.record_log import RecordLog
 
 log = logging.getLogger("build_region_localization")
 

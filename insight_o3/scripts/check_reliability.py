@@ -13,8 +13,16 @@ import os
 import sys
 
 from ..api import Redactor, resolve
-from ..cli import ExitCode, add_client_flags, add_output_dir, add_run_flags, check_run_flags, new_parser, run_main, \
-    setup_logging
+from ..cli import (
+    ExitCode,
+    add_client_flags,
+    add_output_dir,
+    add_run_flags,
+    check_run_flags,
+    new_parser,
+    run_main,
+    setup_logging,
+)
 from ..data.reliability import RECORDS_FILE, CheckerEndpoint, ReliabilitySettings, parse_checker, run_check
 from ..data.source_pool import PoolError, load_pool
 

@@ -27,23 +27,30 @@ import os
 import sys
 
 from .. import prompts
+from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
 from ..cli import ExitCode, setup_logging
-from ..agents.clients import VREASONER_COMPLETION_KWARGS
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
-from ..images import ImageStore, Resize, usable_cpus
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
-from ..storage.record_log import RecordFileError
 from ..evaluation.run_card import build_run_card
 from ..evaluation.runner import BudgetExceeded, RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
-from ..evaluation.usage import CostModel, PriceError
-from ..rate_limit import AdaptiveLimiter
 from ..evaluation.single_model import SingleModelSolver
+from ..evaluation.usage import CostModel, PriceError
+from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
+from ..images import ImageStore, Resize, usable_cpus
 from ..protocol import LIMITS
-from ..run_guard import (DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, EXIT_API_STOP, EXIT_BAD_INPUT,
-                         STOP_ERRORS, RunGuard, report_stop)
+from ..rate_limit import AdaptiveLimiter
+from ..run_guard import (
+    DEFAULT_MAX_FAILURE_RATIO,
+    DEFAULT_MIN_REQUESTS,
+    EXIT_API_STOP,
+    EXIT_BAD_INPUT,
+    STOP_ERRORS,
+    RunGuard,
+    report_stop,
+)
+from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.evaluate")
 SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")

@@ -25,13 +25,29 @@ import os
 import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, resolve
-from ..cli import (ExitCode, add_api_flags, add_client_flags, add_output_dir, add_run_flags, check_run_flags,
-                   new_parser, run_main, setup_logging)
-from ..storage.record_log import RecordFileError
-from ..evaluation.vsearch_eval import (AnnotationError, RegionSample, VSearchEvalSettings, load_regions, metrics,
-                                       run, score)
+from ..cli import (
+    ExitCode,
+    add_api_flags,
+    add_client_flags,
+    add_output_dir,
+    add_run_flags,
+    check_run_flags,
+    new_parser,
+    run_main,
+    setup_logging,
+)
+from ..evaluation.vsearch_eval import (
+    AnnotationError,
+    RegionSample,
+    VSearchEvalSettings,
+    load_regions,
+    metrics,
+    run,
+    score,
+)
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol import LIMITS
+from ..storage.record_log import RecordFileError
 
 __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regions", "metrics", "score"]
 

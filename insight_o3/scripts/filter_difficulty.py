@@ -17,8 +17,17 @@ import os
 import sys
 
 from ..api import ENV_KEYS, Redactor, resolve
-from ..cli import (ExitCode, add_api_flags, add_client_flags, add_output_dir, add_run_flags, check_run_flags,
-                   new_parser, run_main, setup_logging)
+from ..cli import (
+    ExitCode,
+    add_api_flags,
+    add_client_flags,
+    add_output_dir,
+    add_run_flags,
+    check_run_flags,
+    new_parser,
+    run_main,
+    setup_logging,
+)
 from ..data.difficulty import RECORDS_FILE, CollagesFileError, FilterSettings, run_filter
 from ..protocol import LIMITS
 

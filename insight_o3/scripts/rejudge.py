@@ -27,16 +27,23 @@ import sys
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
 from ..cli import ExitCode, new_parser, setup_logging
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
-from ..evaluation.schema import EvalRecord
-from ..storage.record_log import RecordFileError, RecordLog
 from ..evaluation.run_card import load_run_card
-from ..evaluation.runner import (ARGS_FILE, DONE_FILE, RECORDS_FILE, BudgetExceeded, RunConfig, failed_count,
-                                 run_evaluation)
+from ..evaluation.runner import (
+    ARGS_FILE,
+    DONE_FILE,
+    RECORDS_FILE,
+    BudgetExceeded,
+    RunConfig,
+    failed_count,
+    run_evaluation,
+)
 from ..evaluation.samples import Sample
+from ..evaluation.schema import EvalRecord
 from ..evaluation.solver import Attempt
 from ..evaluation.usage import CostModel, PriceError
 from ..rate_limit import AdaptiveLimiter
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, EXIT_API_STOP, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, report_stop
+from ..storage.record_log import RecordFileError, RecordLog
 
 log = logging.getLogger("insight_o3.rejudge")
 #: Record fields that are not annotation fields (the rest is the sample as loaded).

@@ -13,7 +13,6 @@ import argparse
 import sys
 
 from ..cli import ExitCode, new_parser, run_main, setup_logging
-
 from ..images import ImageError
 from ..viz.report import write_report
 from ..viz.run_view import RunError

@@ -15,7 +15,6 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-
 #: What to do about the usual causes of a refused write.
 _ADVICE = {
     _errno.ENOSPC: "free some disk space",
@@ -39,7 +38,7 @@ class OutputError(Exception):
         self.path, self.reason, self.errno, self.action, self.lost_dir = path, reason, errno, action, lost_dir
 
     @classmethod
-    def from_os_error(cls, path: str, e: OSError, action: str = "write") -> "OutputError":
+    def from_os_error(cls, path: str, e: OSError, action: str = "write") -> OutputError:
         name = _errno.errorcode.get(e.errno or 0)
         reason = f"{e.strerror or e}" + (f" [{name}]" if name else "")
         return cls(path, reason, e.errno, action, lost_dir=e.errno in (_errno.ENOENT, _errno.ESTALE))

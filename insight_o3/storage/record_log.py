@@ -21,7 +21,8 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .atomic import OutputError, atomic_writer, write_json_atomic
 
@@ -57,7 +58,7 @@ class RecordLog:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: str, parse: Callable[[dict, str], Any] | None = None) -> "RecordLog":
+    def open(cls, path: str, parse: Callable[[dict, str], Any] | None = None) -> RecordLog:
         """Load existing records (dropping a torn last line) and open the file for appending.
 
         ``parse(obj, where)``, if given, turns each loaded line into the record kept in ``records``

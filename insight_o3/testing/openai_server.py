@@ -24,9 +24,9 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 
 @dataclass
@@ -234,7 +234,7 @@ class ScriptedOpenAIServer:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> "ScriptedOpenAIServer":
+    def start(self) -> ScriptedOpenAIServer:
         self._thread.start()
         return self
 

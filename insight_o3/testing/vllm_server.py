@@ -89,7 +89,7 @@ class VLLMServer:
         except OSError:
             return ""
 
-    def start(self, timeout: float = 240.0) -> "VLLMServer":
+    def start(self, timeout: float = 240.0) -> VLLMServer:
         """Launch and wait for ``/health`` (polling); raises :class:`VLLMServerError` on exit or timeout."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
@@ -144,7 +144,7 @@ class VLLMServer:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "VLLMServer":
+    def __enter__(self) -> VLLMServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -6,10 +6,24 @@ Only numpy/pandas/matplotlib/PIL are needed (no IPython, no ipywidgets).
 """
 from .bench_view import BenchLayout, bench_table, draw_sample, layouts, load_bench, sample_html
 from .draw import ImageResolver, image_data_url, thumbnail
-from .run_view import (EvalRun, RunError, SampleResult, Trial, Turn, compare_frame, compare_html,
-                       conversation, conversation_html, draw_result, filter_results, load_run, load_trial,
-                       pick_result, style_html)
 from .report import build_report, write_report
+from .run_view import (
+                       EvalRun,
+                       RunError,
+                       SampleResult,
+                       Trial,
+                       Turn,
+                       compare_frame,
+                       compare_html,
+                       conversation,
+                       conversation_html,
+                       draw_result,
+                       filter_results,
+                       load_run,
+                       load_trial,
+                       pick_result,
+                       style_html,
+)
 
 __all__ = [
     "BenchLayout", "bench_table", "draw_sample", "layouts", "load_bench", "sample_html",

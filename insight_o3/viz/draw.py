@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from typing import Callable
+from collections.abc import Callable
 
 from PIL import Image, UnidentifiedImageError
 

@@ -19,8 +19,17 @@ import pandas as pd
 from ..storage.atomic import write_text_atomic
 from .draw import ImageResolver
 from .plots import figure_svg, new_figure
-from .run_view import (STATUSES, EvalRun, SampleResult, accuracy_by_category, compare_html, conversation_html,
-                       failure_table, load_run, results_frame)
+from .run_view import (
+    STATUSES,
+    EvalRun,
+    SampleResult,
+    accuracy_by_category,
+    compare_html,
+    conversation_html,
+    failure_table,
+    load_run,
+    results_frame,
+)
 
 _SECRET_HINTS = ("key", "token", "secret", "password")
 

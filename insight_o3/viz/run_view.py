@@ -19,9 +19,9 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import pandas as pd
 from PIL import Image

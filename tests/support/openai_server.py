@@ -2,7 +2,16 @@
 ``scripts/bench_eval.py`` need not import from ``tests/``); this module re-exports it for the tests and
 keeps ``python -m tests.support.openai_server`` working."""
 from insight_o3.testing.openai_server import (  # noqa: F401
-    Call, Reply, ScriptedOpenAIServer, chat, error, last_user_text, main, malformed, refuse, request_text,
+    Call,
+    Reply,
+    ScriptedOpenAIServer,
+    chat,
+    error,
+    last_user_text,
+    main,
+    malformed,
+    refuse,
+    request_text,
     user_message_text,
 )
 

@@ -38,8 +38,17 @@ from insight_o3.evaluation.samples import Sample
 from insight_o3.evaluation.solver import Attempt
 from insight_o3.images import ImageStore
 
-from .episodes import (EPISODE_FIELDS, EPISODE_ID_KEY, EXTRA_SAMPLES_KEY, ROLE_INLOOP, ROLE_KEY, ROLE_OUTLOOP,
-                       ROLE_PLACEHOLDER, VALIDATE_KEY, episode_fields)
+from .episodes import (
+    EPISODE_FIELDS,
+    EPISODE_ID_KEY,
+    EXTRA_SAMPLES_KEY,
+    ROLE_INLOOP,
+    ROLE_KEY,
+    ROLE_OUTLOOP,
+    ROLE_PLACEHOLDER,
+    VALIDATE_KEY,
+    episode_fields,
+)
 from .policy_searcher import PolicySearcher, SearcherRollout
 from .settings import RunSettings, run_settings
 
@@ -155,7 +164,7 @@ class ApiEndpoints:
     judge_base_url: str | None
 
     @classmethod
-    def from_env(cls) -> "ApiEndpoints":
+    def from_env(cls) -> ApiEndpoints:
         key_env, url_env = ENV_KEYS["main"]
         jkey_env, jurl_env = ENV_KEYS["judge"]
         return cls(resolve(None, key_env), resolve(None, url_env), resolve(None, jkey_env), resolve(None, jurl_env))

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorkerBase
+
+from verl import DataProto
 
 from .hybrid_advantage import inloop_uid
 

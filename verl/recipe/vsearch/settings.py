@@ -89,7 +89,7 @@ class RewardSettings:
                            max_consecutive_iou=self.max_consecutive_iou, min_gt_coverage=self.min_gt_coverage)
 
     @classmethod
-    def from_mapping(cls, data: Any, where: str = "vsearch.reward") -> "RewardSettings":
+    def from_mapping(cls, data: Any, where: str = "vsearch.reward") -> RewardSettings:
         data = _plain(data)
         if not isinstance(data, dict):
             raise SettingsError(f"{where}: expected a mapping, got {data!r}")
@@ -153,7 +153,7 @@ class RunSettings:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_config(cls, config) -> "RunSettings":
+    def from_config(cls, config) -> RunSettings:
         """Build and validate from the composed config (an OmegaConf ``DictConfig`` or a dict)."""
         vs = _plain(_get(config, "vsearch"))
         if not isinstance(vs, dict):

@@ -41,17 +41,17 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
-from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, apply_kl_penalty, compute_advantage
-from verl.utils.metric import reduce_metrics
 from verl.utils.debug import marked_timer
+from verl.utils.metric import reduce_metrics
 from verl.utils.tracking import Tracking
 
+from verl import DataProto
+
 from . import hybrid_advantage  # noqa: F401  (registers vsearch_hybrid_grpo in this process)
-from .episodes import (EPISODE_ID_KEY, ROLE_KEY, ROLE_PADDING, VALIDATE_KEY, episode_metrics,
-                       finalize_batch)
+from .episodes import EPISODE_ID_KEY, ROLE_KEY, ROLE_PADDING, VALIDATE_KEY, episode_metrics, finalize_batch
 from .on_policy import EQ2_META_KEY
 
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
@@ -130,7 +130,6 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
 
         with marked_timer("old_log_prob", timing_raw, color="blue"):
             old_log_prob, mfu = self._compute_old_log_prob(batch)
-            actor_cfg = cfg.actor_rollout_ref.actor
             entropys = old_log_prob.batch.pop("entropys")
             metrics["perf/mfu/actor_infer"] = mfu
             if bool((batch.batch["response_mask"].sum(-1) > 0).any()):  # Eq. 2's mean; no 0/0 on an empty step

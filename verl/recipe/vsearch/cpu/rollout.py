@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from typing import Any, Optional
+from typing import Any
 
 import ray
 import torch
@@ -90,8 +90,7 @@ class HFCPUServer:
         self.eos_token_ids = sorted({int(i) for i in [*eos, self.tokenizer.eos_token_id] if i is not None})
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.eos_token_ids[0])
-        self.max_model_len = int(self.config.max_model_len or getattr(
-            getattr(self.model.config, "text_config", self.model.config), "max_position_embeddings"))
+        self.max_model_len = int(self.config.max_model_len or getattr(self.model.config, "text_config", self.model.config).max_position_embeddings)
         self._lock = asyncio.Lock()
         self.weight_syncs = 0
         torch.manual_seed(1000 + replica_rank)
@@ -137,7 +136,7 @@ class HFCPUServer:
 
     # ------------------------------------------------------------------ generation
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
-                       image_data: Optional[list[Any]] = None, video_data: Optional[list[Any]] = None) -> TokenOutput:
+                       image_data: list[Any] | None = None, video_data: list[Any] | None = None) -> TokenOutput:
         if video_data:
             raise ValueError("hf_cpu rollout: video inputs are not supported")
         async with self._lock:  # one generation at a time per server (the process has one core's worth)
@@ -155,7 +154,7 @@ class HFCPUServer:
             wanted = self.config.response_length + self.config.prompt_length - n_prompt
         return max(0, min(wanted, possible))
 
-    def _generate(self, prompt_ids: list[int], sp: dict, images: Optional[list]) -> TokenOutput:
+    def _generate(self, prompt_ids: list[int], sp: dict, images: list | None) -> TokenOutput:
         want_logprobs = bool(sp.pop("logprobs", False))
         max_tokens = self._max_tokens(len(prompt_ids), sp)
         if max_tokens == 0:
