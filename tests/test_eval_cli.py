@@ -74,9 +74,10 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     _assert_expected(out, 2)
     # one request per sample with n=2; image sent once-encoded, options in the prompt, system prompt set
     assert main_srv.count == 8
-    req = main_srv.requests[0]
-    assert req["n"] == 2 and req["max_completion_tokens"] == 16384 and req["model"] == "scripted-vlm"
-    assert req["messages"][0]["role"] == "system"
+    # requests arrive in any order: q0's (a multiple-choice question) is found by its marker
+    req = next(r for r in main_srv.requests if "[q0]" in r["messages"][1]["content"][1]["text"])
+    assert all(r["n"] == 2 and r["max_completion_tokens"] == 16384 and r["model"] == "scripted-vlm"
+               and r["messages"][0]["role"] == "system" for r in main_srv.requests)
     user = req["messages"][1]["content"]  # image first, as the released evaluate.py
     assert user[1]["type"] == "text" and "F. No right choice" in user[1]["text"]
     assert user[0]["image_url"]["detail"] == "high"
