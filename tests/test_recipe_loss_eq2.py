@@ -10,6 +10,7 @@ split over two "ranks" with different numbers of real rows, whose gradients are 
 from __future__ import annotations
 
 import contextlib
+import pickle
 from types import SimpleNamespace
 
 import pytest
@@ -61,6 +62,14 @@ def _rank_batch(lengths, advs, seed) -> DataProto:
         "old_log_probs": base.clone(), "advantages": torch.tensor(advs).unsqueeze(-1) * mask,
         "ref_log_prob": base - 0.3 * torch.rand(n, R, generator=g)},
         meta_info={"temperature": 1.0, "global_token_num": [R + 2] * n})
+
+
+def _as_from_ray(data: DataProto) -> DataProto:
+    """``data`` as a worker receives it from Ray: pickled by verl's ``DataProto.__getstate__``, which
+    consolidates the TensorDict (every tensor a view of one buffer)."""
+    out = pickle.loads(pickle.dumps(data))
+    assert out.batch.is_consolidated()
+    return out
 
 
 def _x(old_log_probs: torch.Tensor) -> torch.Tensor:
@@ -139,7 +148,7 @@ def test_actor_loss_is_eq2_with_padding_and_masked_rows(gloo, monkeypatch):  # n
     for b in batches:
         b.meta_info[EQ2_META_KEY] = {"valid_rows": valid, "dp_size": len(RANKS)}   # set by the recipe's trainer
         actor, grads = _actor(_actor_config(), Theta())
-        out = _worker(worker_cls, actor).update_actor(b)
+        out = _worker(worker_cls, actor).update_actor(_as_from_ray(b))      # the rank's share, through Ray
         assert len(grads) == 1, "one optimizer step"
         rank_grads.append(grads[0])
         metrics.append(out.meta_info["metrics"])
@@ -183,3 +192,24 @@ def test_eq2_weights_zero_rows_and_empty_batch():
     assert w[0, 0].item() == pytest.approx(4 * 3 * 2 / 4 / 2) and w[0, 2] == 0
     assert w[2, 0].item() == pytest.approx(4 * 3 * 2 / 4 / 4)
     assert not eq2_weights(data, 3, 0, 2, 4).any()
+
+
+def test_eq2_weights_reach_the_actor_of_a_batch_delivered_by_ray():
+    """The weights ``apply_eq2`` sets are the ones verl's ``update_actor`` trains with (it moves the batch with
+    ``data.to``), also for a batch that came through Ray (a consolidated TensorDict, whose buffer a plain key
+    assignment leaves stale: the weights came back as the int mask's bytes, ~1e-45, and every gradient was 0)."""
+    from recipe.vsearch.on_policy import apply_eq2
+
+    cfg = _actor_config()
+    b = _rank_batch([3, 5, 0], [1.0, -1.0, 0.5], seed=3)
+    b.meta_info[EQ2_META_KEY] = {"valid_rows": 2, "dp_size": 2}
+    mask = b.batch["response_mask"].clone()
+    want = eq2_weights(b, len(b) // cfg.ppo_micro_batch_size_per_gpu, 2, 2, R)
+    data = _as_from_ray(b)
+    apply_eq2(SimpleNamespace(config=cfg), data)
+    moved = data.to("cpu").select(batch_keys=["response_mask", "advantages"])
+    assert torch.equal(moved.batch["response_mask"], want)
+    assert moved.batch["response_mask"][0, 0].item() == pytest.approx(R * 3 * 2 / 2 / 3)
+    for i, micro in enumerate(moved.split(1)):                      # update_policy's micro-batches
+        assert torch.equal(micro.to("cpu").batch["response_mask"][0], want[i])
+    assert torch.equal(data.batch["advantages"], b.batch["advantages"]) and torch.equal(mask, b.batch["response_mask"])

@@ -75,7 +75,14 @@ def apply_eq2(actor, data) -> None:
     dp = int(meta.get("dp_size", 1))
     grad_accum = len(data) // cfg.ppo_micro_batch_size_per_gpu
     scale = cfg.loss_scale_factor if cfg.loss_scale_factor is not None else mask.shape[-1]
-    data.batch["response_mask"] = eq2_weights(data, grad_accum, valid, dp, scale)
+    weights = eq2_weights(data, grad_accum, valid, dp, scale)
+    # The batch a worker gets from Ray is a *consolidated* TensorDict (verl's DataProto.__getstate__: every
+    # tensor a view of one buffer). With tensordict 0.10 setting a key does not update that buffer, and
+    # verl's update_actor (data.to("cpu")) rebuilds every tensor from it: the weights would come back as the
+    # old int64 mask's bytes read as float32 (~1e-45), a zero loss and a zero gradient. A shallow copy (no
+    # tensor is copied) is an ordinary TensorDict, so the new weights are the ones the actor trains with.
+    data.batch = data.batch.copy()
+    data.batch["response_mask"] = weights
 
 
 def set_whole_batch(actor, data) -> int:
