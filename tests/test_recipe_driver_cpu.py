@@ -91,8 +91,11 @@ def test_each_step_runs_both_loops_and_verls_update(cpu_run):
         assert m["vsearch/accuracy_reward"] in (0.0, 0.5, 1.0)
         assert m["vsearch/accuracy_reward"] <= m["vsearch/has_answer"]
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean",
-                    "critic/advantages/mean", "global_seqlen/mean", "timing_s/update_actor", "timing_s/gen"):
+                    "critic/advantages/mean", "global_seqlen/mean", "timing_s/update_actor", "timing_s/gen",
+                    "vsearch/mm_inputs_mb"):
             assert isinstance(m[key], (int, float)), key
+        # the driver's image inputs of the step: every row carries its image(s) (160-token budget, fp32)
+        assert 0 < m["vsearch/mm_inputs_row_max_mb"] <= m["vsearch/mm_inputs_mb"]
         assert m["actor/lr"] == pytest.approx(1e-6)
     # the warm-started policy makes valid calls: some samples are rewarded
     assert max(steps[s]["critic/score/max"] for s in (1, 2, 3)) > 0

@@ -341,3 +341,19 @@ def test_generations_dumps_and_scores_without_padding(trainer, tmp_path):
     assert (~real).sum() == 1
     assert step["critic/score/mean"] == pytest.approx(float(scores[real].mean()))
     assert step["critic/score/max"] == pytest.approx(float(scores[real].max()))
+
+
+def test_multimodal_footprint_counts_each_tensor_once():
+    from recipe.vsearch.trainer import multimodal_footprint
+
+    pv = torch.zeros(64, 1176)                                 # 16 image tokens, fp32
+    grid = torch.tensor([[1, 8, 8]])
+    row = {"pixel_values": pv, "image_grid_thw": grid}
+    other = {"pixel_values": torch.zeros(16, 1176), "image_grid_thw": torch.tensor([[1, 4, 4]])}
+    cols = np.empty(4, dtype=object)
+    cols[:] = [row, other, row, None]                        # row 2: a DP padding duplicate of row 0
+    batch = DataProto.from_dict(tensors={"x": torch.zeros(4, 1)}, non_tensors={"multi_modal_inputs": cols})
+    m = multimodal_footprint(batch)
+    want = (pv.nbytes + grid.nbytes + other["pixel_values"].nbytes + other["image_grid_thw"].nbytes) / 2**20
+    assert m["vsearch/mm_inputs_mb"] == pytest.approx(want)
+    assert m["vsearch/mm_inputs_row_max_mb"] == pytest.approx((pv.nbytes + grid.nbytes) / 2**20)

@@ -119,6 +119,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
         batch, vsearch_metrics = finalize_batch(out, dp_size)
         metrics.update(vsearch_metrics)
+        metrics.update(multimodal_footprint(batch))
         check_api_failures(vsearch_metrics, float(cfg.vsearch.get("max_api_failure_ratio", 0.5)), self.global_steps)
         batch.meta_info["temperature"] = rollout_cfg.temperature
         if cfg.trainer.balance_batch:
@@ -296,6 +297,28 @@ def check_api_failures(step_metrics: dict, max_ratio: float, step: int) -> None:
             f"(vsearch.max_api_failure_ratio={max_ratio}); stopping before the update. Check OPENAI_API_KEY / "
             "OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health, then resume from the last "
             "checkpoint (trainer.resume_mode=auto).")
+
+
+def multimodal_footprint(batch: DataProto) -> dict[str, float]:
+    """Host memory the step's image inputs take in the driver: the bytes of every distinct tensor in the rows'
+    ``multi_modal_inputs`` (``pixel_values``: 1176 fp32 values per patch, 4 patches per image token), in MB,
+    and the largest row's share. Rows that share one dict or tensor (the DP padding duplicates) count once.
+    Logged each step as ``vsearch/mm_inputs_mb`` and ``vsearch/mm_inputs_row_max_mb``."""
+    seen: set[int] = set()
+    total, row_max = 0, 0
+    for inputs in _column(batch, "multi_modal_inputs"):
+        if not isinstance(inputs, dict):
+            continue
+        row = 0
+        for value in inputs.values():
+            if torch.is_tensor(value):
+                nbytes = value.numel() * value.element_size()
+                row += nbytes
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    total += nbytes
+        row_max = max(row_max, row)
+    return {"vsearch/mm_inputs_mb": total / 2**20, "vsearch/mm_inputs_row_max_mb": row_max / 2**20}
 
 
 def without_padding(batch: DataProto) -> DataProto:
