@@ -85,10 +85,11 @@ class AnswerScript:
             self.image_requests += bool(urls)
         text = last_user_text(req).strip()
         prompt = text if text in self.answers else next((p for p in self.answers if p in text), None)
-        if prompt is None:   # not a benchmark question: a judge call (not expected: answers are rule-parsable)
+        if prompt is None:   # a judge call: the released flow asks the judge to extract the option letter
             with self.lock:
                 self.judge_requests += 1
-            reply = chat("F")
+            found = re.findall(r"<answer>([A-F])</answer>", text)
+            reply = chat(found[-1] if found else "Z")   # the letter the model answered (as a faithful judge would)
         else:
             letter = self.reply_letter(prompt, self.answers[prompt])
             reply = chat([f"The evidence points to option {letter}.\n<answer>{letter}</answer>"] * call.n)
