@@ -72,3 +72,15 @@ def test_every_template_is_declared_as_package_data():
     for path in templates:
         rel = path.relative_to(ROOT / "insight_o3").as_posix()
         assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
+
+
+def test_benchmark_sample_card_escapes_its_text():
+    from insight_o3.evaluation.samples import Sample
+    from insight_o3.viz import bench_view as bv
+
+    s = Sample(index=0, question_id=7, image="a.png", image_path="/nonexistent/a.png", question="Q " + EVIL,
+               options="A. " + EVIL, answer="A", category=EVIL, extra={"explanation": "E " + EVIL}, key="7", line=1,
+               image_field="image", category_field="subset")
+    card = bv.sample_html(s, 64)
+    assert "Q " + ESCAPED in card and "A. " + ESCAPED in card and "E " + ESCAPED in card
+    assert f"data-category='{ESCAPED}'" in card and "<script" not in card
