@@ -7,7 +7,6 @@ Figure 5 (resolution distribution).
 """
 from __future__ import annotations
 
-import html
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from ..evaluation.samples import Sample, load_samples
 from ..images import ImageError, image_size
 from .draw import LAYOUT_COLOR, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .plots import new_figure
+from .templating import render
 
 
 @dataclass
@@ -176,20 +176,7 @@ def draw_sample(sample: Sample, max_px: int = 1024, show_all_layouts: bool = Tru
 
 def sample_html(sample: Sample, thumb_px: int = 768, resolver: ImageResolver | None = None) -> str:
     """An HTML card: image with layouts, question, options, answer, explanation (inline image)."""
-    e = html.escape
     img = draw_sample(sample, thumb_px, resolver=resolver)
-    expl = sample.extra.get("explanation")
-    targets = [f"{x.layout_id} ({x.label})" for x in layouts(sample) if x.is_target]
-    parts = [f"<div class='bench-sample' data-key='{e(sample.key)}' data-category='{e(sample.category)}'>",
-             f"<h3>{e(sample.key)} &middot; {e(sample.category)} &middot; {e(sample.image)}</h3>",
-             f"<img src='{image_data_url(img)}' style='max-width:100%' alt='{e(sample.image)}'/>",
-             f"<p><b>Question.</b> {e(sample.question)}</p>"]
-    if sample.options:
-        parts.append(f"<pre>{e(sample.options)}</pre>")
-    parts.append(f"<p><b>Answer.</b> {e(sample.answer)}</p>")
-    if targets:
-        parts.append(f"<p><b>Target layouts.</b> {e(', '.join(targets))}</p>")
-    if expl:
-        parts.append(f"<p><b>Explanation.</b></p><pre style='white-space:pre-wrap'>{e(str(expl))}</pre>")
-    parts.append("</div>")
-    return "\n".join(parts)
+    return render("bench_sample.html.j2", s=sample, src=image_data_url(img),
+                  targets=[f"{x.layout_id} ({x.label})" for x in layouts(sample) if x.is_target],
+                  explanation=str(sample.extra.get("explanation") or ""))

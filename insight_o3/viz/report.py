@@ -8,74 +8,40 @@ source image, and ``max_samples`` bounds the per-sample section.
 from __future__ import annotations
 
 import datetime as _dt
-import html
+import json
 import os
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 
 from ..storage.atomic import write_text_atomic
 from .draw import ImageResolver
 from .plots import figure_svg, new_figure
 from .run_view import (
     STATUSES,
+    VIEW_CSS,
     EvalRun,
     SampleResult,
     accuracy_by_category,
+    compare_frame,
     compare_html,
     conversation_html,
     failure_table,
     load_run,
     results_frame,
 )
+from .templating import render
 
 _SECRET_HINTS = ("key", "token", "secret", "password")
 
-_PAGE_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0 auto;max-width:1280px;padding:16px;color:#222}
-h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}
-table.data{border-collapse:collapse;font-size:13px;margin:6px 0}
-table.data th,table.data td{border:1px solid #ccc;padding:3px 8px;text-align:right}
-table.data th:first-child,table.data td:first-child{text-align:left}
-.table-wrap{overflow-x:auto}
-#failure-table td{text-align:left}
-.charts{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
-.charts svg{max-width:100%;height:auto}
-.filters button{margin:2px;padding:3px 10px;border:1px solid #888;background:#fff;border-radius:12px;cursor:pointer}
-.filters button.active{background:#1e6ee6;color:#fff;border-color:#1e6ee6}
-.sample{border:1px solid #ddd;border-radius:6px;margin:8px 0;padding:4px 8px}
-.sample>summary{cursor:pointer;padding:4px 0}
-.muted{color:#777;font-size:12px}
-"""
-
-_FILTER_JS = """
-(function(){
-  var state={status:'all',category:'all'};
-  function apply(){
-    var shown=0;
-    document.querySelectorAll('.sample').forEach(function(el){
-      var ok=(state.status==='all'||el.dataset.statusGroup===state.status||el.dataset.status===state.status)
-        &&(state.category==='all'||el.dataset.category===state.category);
-      el.style.display=ok?'':'none'; if(ok) shown++;
-    });
-    var c=document.getElementById('shown-count'); if(c) c.textContent=shown;
-  }
-  document.querySelectorAll('.filters button').forEach(function(b){
-    b.addEventListener('click',function(){
-      var kind=b.dataset.kind; state[kind]=b.dataset.value;
-      document.querySelectorAll('.filters button[data-kind="'+kind+'"]').forEach(function(o){o.classList.toggle('active',o===b);});
-      apply();
-    });
-  });
-  apply();
-})();
-"""
-
-
-def _df_html(df: pd.DataFrame, table_id: str, index: bool = True) -> str:
-    return "<div class='table-wrap'>" + df.to_html(classes="data", table_id=table_id, index=index, border=0, na_rep="", float_format=lambda v: f"{v:.2f}") + "</div>"
+def _df_html(df: pd.DataFrame, table_id: str, index: bool = True) -> Markup:
+    """A pandas table (pandas escapes the cells) as safe markup for the templates."""
+    table = df.to_html(classes="data", table_id=table_id, index=index, border=0, na_rep="",
+                       float_format=lambda v: f"{v:.2f}")
+    return Markup("<div class='table-wrap'>") + Markup(table) + Markup("</div>")
 
 
 def _status_group(status: str) -> str:
@@ -209,9 +175,8 @@ def _tool_health(run: EvalRun) -> tuple[pd.DataFrame | None, list[str]]:
     return (pd.DataFrame.from_dict(rows, orient="index") if rows else None), alerts
 
 
-def _run_card_html(run: EvalRun) -> str | None:
-    import json
-
+def _run_card(run: EvalRun) -> dict | None:
+    """The run card's main fields (label, text) and its full JSON, or None without a readable card."""
     path = Path(run.path) / "run_card.json"
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
@@ -219,7 +184,6 @@ def _run_card_html(run: EvalRun) -> str | None:
         return None
     if not isinstance(card, dict):
         return None
-    e = html.escape
     judge = card.get("judge") or {}
     sha = card.get("benchmark_sha256") or ""
     fields = [("version", card.get("version")), ("git commit", card.get("git_commit")),
@@ -232,37 +196,32 @@ def _run_card_html(run: EvalRun) -> str | None:
               ("seeds", json.dumps(card.get("seeds")) if card.get("seeds") else "none"),
               ("prompts", f"{len(card.get('prompts_sha256') or {})} hashed"),
               ("re-judged from", card.get("rejudged_from"))]
-    rows = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in fields if v is not None)
-    full = e(json.dumps(card, indent=1, sort_keys=True))
-    return (f"<table class='data' id='run-card'>{rows}</table>"
-            f"<details><summary>run_card.json</summary><pre>{full}</pre></details>")
+    return {"name": run.name, "rows": [(k, str(v)) for k, v in fields if v is not None],
+            "json": json.dumps(card, indent=1, sort_keys=True)}
 
 
-def _args_html(run: EvalRun) -> str:
+def _args_items(run: EvalRun) -> list[tuple[str, str]]:
     items = []
     for k in ("eval_name", "model", "vsearcher_model", "benchmark", "ann_file", "img_dir", "num_trials",
               "img_max_pixels", "sys_prompt", "vsearcher_max_pixels", "max_vsearch_calls"):
         v = run.args.get(k)
         if v is not None and not any(h in k.lower() for h in _SECRET_HINTS):
-            items.append(f"<b>{html.escape(k)}</b>: {html.escape(str(v))}")
-    return " &middot; ".join(items)
+            items.append((k, str(v)))
+    return items
 
 
-def _sample_block(key: str, trials_status: list[str], shown: SampleResult, other: SampleResult | None,
-                  resolver: ImageResolver, thumb_px: int, labels: tuple[str, str] | None, is_open: bool = False) -> str:
-    e = html.escape
-    badges = " ".join(f"<span class='status status-{e(s)}'>{e(s)}</span>" for s in trials_status)
-    q = shown.question if len(shown.question) < 140 else shown.question[:137] + "..."
+def _sample_view(key: str, trials_status: list[str], shown: SampleResult, other: SampleResult | None,
+                 resolver: ImageResolver, thumb_px: int, labels: tuple[str, str] | None, is_open: bool = False) -> dict:
+    """One sample's ``<details>`` block: summary fields and the (pre-rendered) conversation view."""
     if labels is not None:
         body = compare_html(shown, other, resolver, max(192, thumb_px * 3 // 4), labels)
-        if other is not None:
-            badges += f" &nbsp;vs&nbsp; <span class='status status-{e(other.status)}'>{e(other.status)}</span>"
     else:
         body = conversation_html(shown, resolver, thumb_px)
-    return (f"<details class='sample'{' open' if is_open else ''} data-key='{e(key, quote=True)}' data-status='{e(shown.status)}' "
-            f"data-status-group='{_status_group(shown.status)}' data-category='{e(shown.category, quote=True)}'>"
-            f"<summary><b>{e(key)}</b> &middot; {e(shown.category)} &middot; {badges} &middot; "
-            f"{shown.n_search_calls} call(s) &middot; <span class='muted'>{e(q)}</span></summary>{body}</details>")
+    return {"key": key, "status": shown.status, "status_group": _status_group(shown.status),
+            "category": shown.category, "trial_statuses": trials_status, "is_open": is_open,
+            "other_status": other.status if labels is not None and other is not None else None,
+            "n_calls": shown.n_search_calls, "body": Markup(body),
+            "question": shown.question if len(shown.question) < 140 else shown.question[:137] + "..."}
 
 
 def build_report(eval_dir: str | os.PathLike, compare_dir: str | os.PathLike | None = None,
@@ -270,8 +229,6 @@ def build_report(eval_dir: str | os.PathLike, compare_dir: str | os.PathLike | N
                  img_dir: str | os.PathLike | None = None) -> str:
     """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
     ``img_dir`` adds a place to look for source images moved since the run."""
-    from .run_view import VIEW_CSS
-
     run = load_run(eval_dir)
     other = load_run(compare_dir) if compare_dir is not None else None
     runs = [run] + ([other] if other else [])
@@ -284,123 +241,67 @@ def build_report(eval_dir: str | os.PathLike, compare_dir: str | os.PathLike | N
     if img_dir:
         resolver.roots.insert(0, Path(img_dir))
 
-    e = html.escape
-    parts = [f"<h1>Evaluation report: {e(run.name)}" + (f" vs {e(other.name)}" if other else "") + "</h1>",
-             f"<p class='muted'>{e(str(run.path))} &middot; {len(run.trials)} trial(s) &middot; "
-             f"{len(run.trials[0].results)} samples &middot; generated {_dt.datetime.now():%Y-%m-%d %H:%M}</p>"]
-    for r in runs:
-        if _args_html(r):
-            parts.append(f"<p>{_args_html(r)}</p>")
+    def table_id(base: str, i: int) -> str:
+        return base if i == 0 else f"{base}-{i}"
 
-    parts.append("<h2 id='accuracy'>Accuracy per category and trial (%)</h2>")
-    for i, r in enumerate(runs):
-        if len(runs) > 1:
-            parts.append(f"<h3>{e(r.name)}</h3>")
-        parts.append(_df_html(accuracy_by_category(r), "category-table" if i == 0 else f"category-table-{i}"))
-    charts = [_accuracy_chart(runs), _trial_chart(runs)]
-    calls = _calls_chart(runs)
-    if calls:
-        charts.append(calls)
-    parts.append("<div class='charts'>" + "".join(f"<div class='chart'>{c}</div>" for c in charts) + "</div>")
+    charts = [_accuracy_chart(runs), _trial_chart(runs), _calls_chart(runs)]
+    usage = [{"name": r.name, "table": None if t is None else _df_html(t, table_id("usage-table", i)),
+              "totals": _totals_line(r)} for i, (r, t) in enumerate((r, _usage_table(r)) for r in runs)]
+    health = [{"name": r.name, "alerts": alerts, "table": _df_html(t, table_id("tool-use-table", i))}
+              for i, (r, (t, alerts)) in enumerate((r, _tool_health(r)) for r in runs) if t is not None]
+    failures = [(r.name, _df_html(ft, table_id("failure-table", i), index=False) if len(ft) else None)
+                for i, (r, ft) in enumerate((r, failure_table(r)) for r in runs)]
+    return render("report.html.j2", title=f"InSight-o3 report: {run.name}", css=Markup(VIEW_CSS),
+                  run=run, other=other, multi=other is not None, n_trials=len(run.trials),
+                  n_samples=len(run.trials[0].results), generated=f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
+                  args=[items for items in map(_args_items, runs) if items],
+                  accuracy=[(r.name, _df_html(accuracy_by_category(r), table_id("category-table", i)))
+                            for i, r in enumerate(runs)],
+                  charts=[Markup(c) for c in charts if c],
+                  metrics=[(r.name, _df_html(_metrics_table(r), table_id("metrics-table", i)))
+                           for i, r in enumerate(runs)],
+                  usage=usage if any(u["table"] is not None for u in usage) else [],
+                  health=health, cards=[c for c in map(_run_card, runs) if c], failures=failures,
+                  compare=_compare_summary(run, other, trial) if other is not None else None,
+                  samples=_samples_section(run, other, trial, max_samples, resolver, thumb_px))
 
-    parts.append("<h2 id='metrics'>Run metrics per trial</h2>")
-    for i, r in enumerate(runs):
-        if len(runs) > 1:
-            parts.append(f"<h3>{e(r.name)}</h3>")
-        parts.append(_df_html(_metrics_table(r), "metrics-table" if i == 0 else f"metrics-table-{i}"))
 
-    usage_tables = [(r, _usage_table(r)) for r in runs]
-    if any(t is not None for _, t in usage_tables):
-        parts.append("<h2 id='usage'>Tokens and cost per trial</h2>")
-        for i, (r, t) in enumerate(usage_tables):
-            if len(runs) > 1:
-                parts.append(f"<h3>{e(r.name)}</h3>")
-            totals = r.summary.get("run_totals") or {}
-            if t is not None:
-                parts.append(_df_html(t, "usage-table" if i == 0 else f"usage-table-{i}"))
-            if totals:
-                cost = totals.get("cost_usd")
-                parts.append(f"<p>All trials: {totals.get('tokens_total', 0)} tokens"
-                             + (f", US${cost:.4f}" if isinstance(cost, (int, float)) else ", no price file") + "</p>")
+def _totals_line(run: EvalRun) -> str | None:
+    totals = run.summary.get("run_totals") or {}
+    if not totals:
+        return None
+    cost = totals.get("cost_usd")
+    return (f"All trials: {totals.get('tokens_total', 0)} tokens"
+            + (f", US${cost:.4f}" if isinstance(cost, (int, float)) else ", no price file"))
 
-    health = [(r, *_tool_health(r)) for r in runs]
-    if any(t is not None for _, t, _ in health):
-        parts.append("<h2 id='tool-use'>Tool-use health (vSearcher)</h2>")
-        for i, (r, t, alerts) in enumerate(health):
-            if t is None:
-                continue
-            if len(runs) > 1:
-                parts.append(f"<h3>{e(r.name)}</h3>")
-            for a in alerts:
-                parts.append(f"<p class='alert' style='color:#b00020;font-weight:bold'>&#9888; {e(a)}</p>")
-            parts.append(_df_html(t, "tool-use-table" if i == 0 else f"tool-use-table-{i}"))
 
-    cards = [(r, _run_card_html(r)) for r in runs]
-    if any(c for _, c in cards):
-        parts.append("<h2 id='run-card-h'>Run card (reproducibility)</h2>")
-        for r, c in cards:
-            if c:
-                if len(runs) > 1:
-                    parts.append(f"<h3>{e(r.name)}</h3>")
-                parts.append(c)
-
-    parts.append("<h2 id='failures'>Failure reasons (all trials)</h2>")
-    for i, r in enumerate(runs):
-        ft = failure_table(r)
-        if len(runs) > 1:
-            parts.append(f"<h3>{e(r.name)}</h3>")
-        parts.append(_df_html(ft, "failure-table" if i == 0 else f"failure-table-{i}", index=False)
-                     if len(ft) else "<p>No failures: every answer was correct.</p>")
-
-    if other is not None:
-        parts.append(_compare_summary(run, other, trial))
-
+def _samples_section(run: EvalRun, other: EvalRun | None, trial: int | None, max_samples: int | None,
+                     resolver: ImageResolver, thumb_px: int) -> dict:
     shown_trial = run.trial(trial)
     other_trial = other.trial(trial if trial in [t.index for t in other.trials] else None) if other else None
     by_trial = [t.by_key() for t in run.trials]
     results = shown_trial.results
     limit = len(results) if not max_samples or max_samples <= 0 else min(max_samples, len(results))
     counts = Counter(_status_group(r.status) for r in results[:limit])
-    cats = sorted({r.category for r in results[:limit]})
-    buttons = ["<button data-kind='status' data-value='all' class='active'>all</button>"]
-    buttons += [f"<button data-kind='status' data-value='{s}'>{s} ({counts[s]})</button>"
-                for s in ("correct", "wrong", "failed") if counts.get(s)]
-    cbuttons = ["<button data-kind='category' data-value='all' class='active'>all categories</button>"]
-    cbuttons += [f"<button data-kind='category' data-value='{e(c, quote=True)}'>{e(c)}</button>" for c in cats]
-    parts.append(f"<h2 id='samples'>Samples (trial {shown_trial.index}; showing <span id='shown-count'>{limit}</span> "
-                 f"of {len(results)}{'' if limit == len(results) else f', first {limit} rendered'})</h2>")
-    parts.append(f"<div class='filters'>Status: {''.join(buttons)}</div><div class='filters'>Category: {''.join(cbuttons)}</div>")
-    parts.append("<p class='muted'>Badges: status in each trial. Click a sample to see its conversation; every crop "
-                 "the vReasoner saw is redrawn from the source image at the recorded region.</p>")
     labels = (run.name, other.name) if other else None
     other_by_key = other_trial.by_key() if other_trial else {}
-    blocks = []
     first_open = next((r.key for r in results[:limit] if r.n_search_calls), results[0].key if results else None)
-    for r in results[:limit]:
-        statuses = [bt[r.key].status for bt in by_trial if r.key in bt]
-        blocks.append(_sample_block(r.key, statuses, r, other_by_key.get(r.key), resolver, thumb_px, labels,
-                                    is_open=r.key == first_open))
-    parts.append("<div id='sample-list'>" + "\n".join(blocks) + "</div>")
-
-    title = f"InSight-o3 report: {run.name}"
-    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{e(title)}</title>"
-            f"<style>{_PAGE_CSS}{VIEW_CSS}</style></head><body>{''.join(parts)}"
-            f"<script>{_FILTER_JS}</script></body></html>")
+    blocks = [_sample_view(r.key, [bt[r.key].status for bt in by_trial if r.key in bt], r, other_by_key.get(r.key),
+                           resolver, thumb_px, labels, is_open=r.key == first_open) for r in results[:limit]]
+    return {"trial": shown_trial.index, "limit": limit, "total": len(results), "blocks": blocks,
+            "status_counts": [(s, counts[s]) for s in ("correct", "wrong", "failed") if counts.get(s)],
+            "categories": sorted({r.category for r in results[:limit]})}
 
 
-def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> str:
-    from .run_view import compare_frame
-
+def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> dict:
     ta = a.trial(trial)
     tb = b.trial(trial if trial in [t.index for t in b.trials] else None)
     df = compare_frame(ta, tb)
     counts = df["change"].value_counts()
-    txt = (f"<p>Trial {ta.index} vs trial {tb.index}: {int(counts.get('fixed', 0))} sample(s) correct only in "
-           f"<b>{html.escape(b.name)}</b>, {int(counts.get('broken', 0))} correct only in <b>{html.escape(a.name)}</b>.</p>")
     changed = df[df["change"] != "same"]
-    table = _df_html(changed, "compare-table", index=False) if len(changed) else ""
-    return f"<h2 id='compare'>Comparison</h2>{txt}{table}"
+    return {"trial_a": ta.index, "trial_b": tb.index, "name_a": a.name, "name_b": b.name,
+            "fixed": int(counts.get("fixed", 0)), "broken": int(counts.get("broken", 0)),
+            "table": _df_html(changed, "compare-table", index=False) if len(changed) else None}
 
 
 def write_report(eval_dir: str | os.PathLike, out: str | os.PathLike, **kw) -> Path:

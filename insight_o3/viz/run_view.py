@@ -14,7 +14,6 @@ harness are read too (:mod:`.original_run`).
 """
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -32,6 +31,7 @@ from ..images import ImageError, ImageRef, image_size
 from ..parsing import question_text
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .original_run import convert_record, is_original_record, original_keys
+from .templating import render
 
 _TRIAL_DIR = re.compile(r"^trial_(\d+)$")
 
@@ -448,49 +448,69 @@ def _target_boxes(record: dict) -> list[tuple[str, tuple]]:
 
 
 # ---------------------------------------------------------------------------- HTML
-def _img_tag(img: Image.Image, alt: str, cls: str = "") -> str:
-    return f"<img class='{cls}' src='{image_data_url(img)}' alt='{html.escape(alt, quote=True)}'/>"
+# Views (plain dataclasses) are prepared here; the markup is in templates/conversation.html.j2.
+@dataclass
+class CropView:
+    cls: str
+    region: str
+    src: str
+    caption: str
+    whole: bool = False
 
 
-def _crop_html(ref: ImageRef, resolver: ImageResolver, thumb_px: int, caption: str, cls: str = "crop") -> str:
+@dataclass
+class WholeImageView:
+    size: str
+    whole: bool = True
+
+
+@dataclass
+class SearchView:
+    line: str
+    n_messages: int
+    turns: list[TurnView]
+
+
+@dataclass
+class TurnView:
+    role: str
+    text: str
+    items: list[CropView | WholeImageView]
+    search: SearchView | None
+    collapse: bool
+
+
+def _crop_view(ref: ImageRef, resolver: ImageResolver, thumb_px: int, caption: str, cls: str = "crop") -> CropView:
     try:
         img = resolver.crop(ref, thumb_px)
     except ImageError as e:
         img = placeholder(str(e))
     box = ", ".join(f"{v:.0f}" for v in ref.region)
-    cap = f"{caption} [{box}] sent at {ref.size[0]}x{ref.size[1]}"
-    return (f"<figure class='{cls}' data-region='{box}'>{_img_tag(img, cap, 'crop-img')}"
-            f"<figcaption>{html.escape(cap)}</figcaption></figure>")
+    return CropView(cls, box, image_data_url(img), f"{caption} [{box}] sent at {ref.size[0]}x{ref.size[1]}")
 
 
-def _turn_html(t: Turn, resolver: ImageResolver, thumb_px: int, full: tuple | None, crop_no: list[int],
-               collapse_system: bool = True, crop_label: str = "crop") -> str:
-    e = html.escape
-    body = [f"<pre class='msg-text'>{e(t.text)}</pre>"] if t.text else []
+def _turn_view(t: Turn, resolver: ImageResolver, thumb_px: int, full: tuple | None, crop_no: list[int],
+               collapse_system: bool = True, crop_label: str = "crop") -> TurnView:
+    items: list[CropView | WholeImageView] = []
     for ref in t.images:
         if full is not None and tuple(round(v) for v in ref.region) == full:
-            body.append(f"<div class='note'>[whole image, sent at {ref.size[0]}x{ref.size[1]}; see the overview]</div>")
+            items.append(WholeImageView(f"{ref.size[0]}x{ref.size[1]}"))
         else:
             crop_no[0] += 1
-            body.append(_crop_html(ref, resolver, thumb_px, f"{crop_label} {crop_no[0]}",
-                                   "crop" if crop_label == "crop" else "crop zoom"))
+            items.append(_crop_view(ref, resolver, thumb_px, f"{crop_label} {crop_no[0]}",
+                                    "crop" if crop_label == "crop" else "crop zoom"))
+    search = None
     if t.search is not None:
         s = t.search
         box = s.get("box_original", s.get("box"))
         status = s.get("status", "")
         line = f"vSearcher call: \u201c{s.get('description', '')}\u201d \u2192 {status or ''} {box if box else '(no box)'}"
         sub = s.get("trajectory") or []
-        inner = ""
-        if sub:
-            zoom_no = [0]
-            inner = "".join(_turn_html(st, resolver, max(128, thumb_px // 2), full, zoom_no, crop_label="vSearcher zoom")
-                            for st in turns(sub))
-            inner = f"<details class='sub'><summary>vSearcher trajectory ({len(sub)} messages)</summary>{inner}</details>"
-        body.append(f"<div class='search'>{e(line)}{inner}</div>")
-    content = "".join(body)
-    if collapse_system and t.role == "system":
-        content = f"<details><summary>system prompt</summary>{content}</details>"
-    return f"<div class='turn role-{e(t.role)}'><div class='role'>{e(t.role)}</div><div class='body'>{content}</div></div>"
+        zoom_no = [0]
+        sub_views = [_turn_view(st, resolver, max(128, thumb_px // 2), full, zoom_no, crop_label="vSearcher zoom")
+                     for st in turns(sub)]
+        search = SearchView(line, len(sub), sub_views)
+    return TurnView(t.role, t.text, items, search, collapse_system and t.role == "system")
 
 
 def conversation_html(result: SampleResult, resolver: ImageResolver | None = None, thumb_px: int = 512,
@@ -498,30 +518,16 @@ def conversation_html(result: SampleResult, resolver: ImageResolver | None = Non
     """A sample's header, the overview image (crops drawn) and the conversation turn by turn with
     every crop redrawn from the source image."""
     resolver = resolver or ImageResolver()
-    e = html.escape
     conv = conversation(result)
     refs = [r for t in conv for r in t.images]
     full = _full_region(result, refs, resolver) if refs else None
     overview = draw_result(result, resolver, overview_px or max(thumb_px, 512))
     calls = search_calls(result)
-    head = (f"<div class='sample-head'><span class='status status-{e(result.status)}'>{e(result.status)}</span> "
-            f"<b>{e(result.key)}</b> &middot; {e(result.category)} &middot; trial {result.trial} &middot; "
-            f"answer <b>{e(result.answer)}</b> &middot; extracted <b>{e(str(result.extracted_answer))}</b> &middot; "
-            f"{result.n_search_calls} vSearcher call(s)</div>")
-    parts = [head, f"<div class='question'><b>Q.</b> {e(result.question)}"
-                   + (f"<pre>{e(result.options)}</pre>" if result.options else "") + "</div>"]
-    if result.fail_reason:
-        parts.append(f"<div class='fail'>failure: {e(str(result.fail_reason))}</div>")
-    parts.append(f"<figure class='overview'>{_img_tag(overview, 'overview ' + result.key, 'overview-img')}"
-                 f"<figcaption>{e(os.path.basename(result.image_path))}: crops the vReasoner saw "
-                 f"(numbered){'; red dashed: target layouts' if _target_boxes(result.record) else ''}"
-                 f"</figcaption></figure>")
-    if calls and not result.trajectory:
-        parts.append(f"<div class='note'>{len(calls)} vSearcher calls</div>")
     crop_no = [0]
-    parts.append("<div class='conversation'>" + "".join(_turn_html(t, resolver, thumb_px, full, crop_no)
-                                                       for t in conv) + "</div>")
-    return f"<div class='sample-view'>{''.join(parts)}</div>"
+    return render("conversation.html.j2", r=result, overview_src=image_data_url(overview),
+                  image_name=os.path.basename(result.image_path), has_targets=bool(_target_boxes(result.record)),
+                  n_calls_note=len(calls) if calls and not result.trajectory else 0,
+                  turns=[_turn_view(t, resolver, thumb_px, full, crop_no) for t in conv])
 
 
 def compare_frame(a: Trial, b: Trial) -> pd.DataFrame:
@@ -545,11 +551,9 @@ def compare_html(a: SampleResult | None, b: SampleResult | None, resolver: Image
                  thumb_px: int = 384, labels: tuple[str, str] = ("A", "B")) -> str:
     """The same sample in two runs, side by side."""
     resolver = resolver or ImageResolver()
-    cols = []
-    for r, label in ((a, labels[0]), (b, labels[1])):
-        inner = conversation_html(r, resolver, thumb_px) if r is not None else "<div class='note'>(not in this run)</div>"
-        cols.append(f"<div class='compare-col'><h4>{html.escape(label)}</h4>{inner}</div>")
-    return f"<div class='compare' style='display:grid;grid-template-columns:1fr 1fr;gap:12px'>{''.join(cols)}</div>"
+    columns = [(label, conversation_html(r, resolver, thumb_px) if r is not None else None)
+               for r, label in ((a, labels[0]), (b, labels[1]))]
+    return render("compare.html.j2", columns=columns)
 
 
 #: CSS shared by the notebooks' HTML output and the report.
