@@ -141,9 +141,10 @@ def run_main(body: Callable[[], int], *, bad_input: tuple[type[BaseException], .
     deliberate stops of :mod:`insight_o3.run_guard` map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
     from .run_guard import STOP_ERRORS, report_stop
+    bad: tuple[type[BaseException], ...] = (BadInput, *bad_input)
     try:
         return int(body())
-    except (BadInput, *bad_input) as e:
+    except bad as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

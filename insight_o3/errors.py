@@ -16,7 +16,7 @@ from .images import ImageError
 
 #: ``openai.APITimeoutError`` and ``APIConnectionError`` are ``APIError`` subclasses; the builtin
 #: ``TimeoutError`` (= ``asyncio.TimeoutError``) covers an ``asyncio.wait_for`` around a request.
-API_ERRORS: tuple[type[BaseException], ...] = (openai.APIError, TimeoutError)
-IMAGE_ERRORS: tuple[type[BaseException], ...] = (ImageError, OSError, Image.DecompressionBombError)
+API_ERRORS: tuple[type[Exception], ...] = (openai.APIError, TimeoutError)
+IMAGE_ERRORS: tuple[type[Exception], ...] = (ImageError, OSError, Image.DecompressionBombError)
 #: What a driver turns into a ``failed`` result.
-EXPECTED_ERRORS: tuple[type[BaseException], ...] = API_ERRORS + IMAGE_ERRORS + (ValueError,)
+EXPECTED_ERRORS: tuple[type[Exception], ...] = API_ERRORS + IMAGE_ERRORS + (ValueError,)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import io
 import multiprocessing
 import os
@@ -123,7 +124,7 @@ class Resize:
 
     def target(self, size: tuple[int, int], crop: bool = False) -> tuple[int, int]:
         steps = self.steps(size, crop)
-        return steps[-1] if steps else tuple(size)
+        return steps[-1] if steps else (size[0], size[1])
 
 
 def _raise_pillow_limit(pixels: int) -> None:
@@ -246,10 +247,10 @@ class ImageStore:
         else:
             px = pixel_box(region)
             px = (max(0, px[0]), max(0, px[1]), min(W, px[2]), min(H, px[3]))
-            view, reg = im.crop(px), tuple(float(v) for v in px)
+            view, reg = im.crop(px), (float(px[0]), float(px[1]), float(px[2]), float(px[3]))
         for step in resize.steps(view.size, crop=region is not None):
             view = view.resize(step, resize.resample)
-        return view, ImageRef(path, reg, tuple(view.size))
+        return view, ImageRef(path, reg, view.size)
 
     def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
         view, ref = self.view(path, resize, region)
@@ -340,8 +341,9 @@ class ImageStore:
             if self._executor is None:
                 if self.processes:
                     self._executor = ProcessPoolExecutor(
-                        max_workers=self.workers, mp_context=_worker_context(), initializer=_init_worker,
-                        initargs=(self.max_decode_pixels, self.fmt, self.quality, self._originals_cached))
+                        max_workers=self.workers, mp_context=_worker_context(),
+                        initializer=functools.partial(_init_worker, self.max_decode_pixels, self.fmt, self.quality,
+                                                      self._originals_cached))
                 else:
                     self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="img")
             return self._executor
@@ -372,7 +374,7 @@ def _worker_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def _init_worker(max_decode_pixels: int, fmt: str, quality: int, originals_cached: int) -> None:
+def _init_worker(max_decode_pixels: int, fmt: str, quality: int | None, originals_cached: int) -> None:
     global _WORKER_STORE
     _raise_pillow_limit(max_decode_pixels)
     _WORKER_STORE = ImageStore(max_cached_bytes=0, workers=1, max_decode_pixels=max_decode_pixels, fmt=fmt,

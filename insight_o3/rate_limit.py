@@ -140,8 +140,11 @@ class AdaptiveLimiter:
             asyncio.ensure_future(self._notify())
 
     async def _notify(self) -> None:
-        async with self._cond:
-            self._cond.notify_all()
+        cond = self._cond
+        if cond is None:
+            return
+        async with cond:
+            cond.notify_all()
 
     def stats(self) -> dict:
         return {"limit": self.limit, "lowest_limit": self.lowest_limit, "max_concurrency": self.max_concurrency,

@@ -129,7 +129,8 @@ async def gather_or_stop(aws: Iterable[Awaitable], guard: RunGuard | None = None
                            return_when=asyncio.FIRST_COMPLETED)
         if everything.done():
             return everything.result()   # raises the first exception of any task
-        raise guard.error  # type: ignore[union-attr]
+        assert guard is not None and guard.error is not None  # only the guard's stop ends the wait early
+        raise guard.error
     finally:
         if stop is not None:
             stop.cancel()

@@ -29,7 +29,7 @@ def message(role: str, *parts: dict | str, **extra) -> dict:
 
 
 def image_refs(messages: list[dict]) -> list[ImageRef]:
-    out = []
+    out: list[ImageRef] = []
     for m in messages:
         if isinstance(m.get("content"), list):
             out.extend(ImageRef.from_dict(p["image"]) for p in m["content"] if p.get("type") == "image")
@@ -58,7 +58,7 @@ def to_openai(messages: list[dict], encode: Callable[[ImageRef], EncodedImage],
             out.append({"role": m["role"], "content": c if m["role"] != "user" else [text_part(c)]})
             continue
         parts: list[dict] = []
-        for p in c:
+        for p in c or []:
             if p.get("type") == "image":
                 enc = encode(ImageRef.from_dict(p["image"]))
                 parts.append({"type": "image_url", "image_url": {"url": enc.data_url, **(image_url_extra or {})}})

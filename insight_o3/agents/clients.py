@@ -170,7 +170,9 @@ class InSightO3:
             _add_usage(usage, c.usage)
             st = s.step(c.text)
             if st.action == "search":
+                assert st.description is not None  # a search step always names its region
                 s.provide_search_result(await self.searcher.locate(s.image_path, st.description))
+        assert s.status is not None  # the loop ends when the session is done
         failed = s.status == "failed"
         return AnswerResult(None if failed else s.final_text, None if failed else finish, s.status, s.answer,
                             compact_messages(s.messages), s.n_search_calls, s.n_search_not_found,

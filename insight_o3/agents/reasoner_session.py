@@ -194,6 +194,7 @@ class ReasonerSession:
         if turn.action == "search":
             if self.n_search_calls >= self.max_search_calls:
                 return self._finish("search_after_limit", text, "stop", error="tool call after the search limit")
+            assert turn.description is not None  # the parser gives every search turn its description
             self.pending = SearchCall(turn.description)
             msg["search"] = {"description": turn.description}
             return ReasonerStep("search", description=turn.description, feedback=turn.feedback)

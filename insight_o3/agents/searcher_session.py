@@ -197,7 +197,7 @@ class SearcherSession:
             except ValueError as e:
                 rec.action = "invalid"
                 return self._end("invalid", "invalid", f"tool call: {e}")
-            rec.box_original = tuple(ref.region)
+            rec.box_original = ref.region
             self.n_tool_calls += 1
             reminder = VSEARCHER_LIMIT_PROMPT if self.n_tool_calls >= self.max_tool_calls else VSEARCHER_TOOL_RESPONSE_PROMPT
             # the recipe's chat template: "<tool_response>" + crop + "</tool_response>\n" + reminder
@@ -222,7 +222,7 @@ class SearcherSession:
             self.status, self.error = "failed", reason
 
     def result(self) -> LocateResult:
-        if not self.done:
+        if not self.done or self.status is None:
             raise RuntimeError("vSearcher session is not finished")
         return LocateResult(self.status, self.box_original, self.box_model, self.n_tool_calls, self.format_ok,
                             list(self.messages), len(self.turns), self.error, self.description,

@@ -26,13 +26,15 @@ def plan_view(images: ImageStore, path: str, resize: Resize, region: Box | None 
     if px[2] <= px[0] or px[3] <= px[1]:
         raise ValueError(f"crop box {region} has no area inside the {w}x{h} image")
     whole = px == (0, 0, w, h)  # the store serves a whole-image "crop" as the image itself
-    return ImageRef(path, tuple(float(v) for v in px), resize.target((px[2] - px[0], px[3] - px[1]), crop=not whole))
+    box = (float(px[0]), float(px[1]), float(px[2]), float(px[3]))
+    return ImageRef(path, box, resize.target((px[2] - px[0], px[3] - px[1]), crop=not whole))
 
 
 def region_of(ref: ImageRef, images: ImageStore) -> Box | None:
     """The ``region`` argument for the store: None for the whole image (shares its cache entry)."""
     w, h = images.size(ref.path)
-    return None if tuple(ref.region) == (0.0, 0.0, float(w), float(h)) else tuple(ref.region)
+    x1, y1, x2, y2 = ref.region
+    return None if (x1, y1, x2, y2) == (0.0, 0.0, float(w), float(h)) else (x1, y1, x2, y2)
 
 
 def crop_box(box: Box, size: tuple[int, int]) -> Box:

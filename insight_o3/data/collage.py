@@ -401,7 +401,7 @@ def plan_collage(pool: PoolArrays, target_index: int, cfg: CollageConfig, rng: n
         order = sorted(panels, key=lambda p: (-p[2] * p[3], p[1], p[0]))            # step 6: largest first
         fills: list[Tile] = []
         local_usage = usage.copy()
-        unfilled = []
+        unfilled: list = []
         for tau in (cfg.fill_aspect_jitter, cfg.fill_aspect_jitter * cfg.extra_pass_jitter_mult):
             unfilled = []                                                            # step 7: one extra pass
             for panel in order:

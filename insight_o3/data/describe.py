@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image, ImageDraw
 from tqdm import tqdm
@@ -111,12 +112,12 @@ async def describe_all(tasks: list[BoxTask], client, cfg: DescribeConfig, log: R
 
     async def one(t: BoxTask) -> None:
         async with sem:
-            rec = {"sample_key": t.sample_key, "image": t.image, "width": t.width, "height": t.height,
+            rec: dict[str, Any] = {"sample_key": t.sample_key, "image": t.image, "width": t.width, "height": t.height,
                    "bbox": [round(v, 2) for v in t.bbox], "label": t.label, "source": t.source,
                    "merged_from": list(t.merged_from)}
             try:
                 url = await asyncio.to_thread(draw_red_box, t.image, t.bbox, cfg.max_pixels)
-                kw = {}
+                kw: dict[str, Any] = {}
                 if cfg.max_tokens:
                     kw["max_completion_tokens"] = cfg.max_tokens
                 if cfg.temperature is not None:

@@ -53,6 +53,9 @@ from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 from ..storage.record_log import RecordLog
 
+#: errors an item is recorded with (and retried on the next run) instead of stopping the run
+RECORDED_ERRORS: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, RunStopped)
+
 RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
 _REQUIRED = ("sample_key", "image", "question", "answer")
 
@@ -171,7 +174,7 @@ def _filter_locked(f: FilterSettings, rows: list[dict], redact) -> dict:
                     rec = await check_collage(sample, solver, judge, f.attempts, previous)
                 except asyncio.CancelledError:
                     raise
-                except (*EXPECTED_ERRORS, RunStopped) as e:  # recorded as an error, retried next run
+                except RECORDED_ERRORS as e:  # recorded as an error, retried next run
                     rec = {"sample_key": sample.key, "error": redact(f"{type(e).__name__}: {e}")[:2000],
                            "attempts": previous or []}
                 if guard.tripped:

@@ -57,6 +57,9 @@ from ..storage.record_log import RecordLog
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
 
+#: errors an item is recorded with (and retried on the next run) instead of stopping the run
+RECORDED_ERRORS: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, RunStopped)
+
 RECORDS_FILE, KEPT_FILE = "reliability.jsonl", "pool_reliable.jsonl"
 #: C.1's low-reliability stream: the natural-image Visual CoT subsets and V*
 CHECKED_SOURCES = tuple(f"viscot/{s}" for s in VISCOT_NATURAL_SUBSETS) + ("vstar",)
@@ -172,7 +175,7 @@ def run_check(a: ReliabilitySettings, items: list[SourceItem], *, redact=lambda 
                     rec = await check_item(item_sample(item, i), checkers, judge, previous)
                 except asyncio.CancelledError:
                     raise
-                except (*EXPECTED_ERRORS, RunStopped) as e:  # recorded as an error, retried next run
+                except RECORDED_ERRORS as e:  # recorded as an error, retried next run
                     rec = {"sample_key": item.id, "error": redact(f"{type(e).__name__}: {e}")[:2000],
                            "checks": previous or {}}
                 await asyncio.to_thread(rec_log.append, rec)

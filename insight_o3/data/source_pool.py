@@ -129,7 +129,8 @@ def load_pool(path: str | os.PathLike, image_root: str | os.PathLike | None = No
     if not os.path.isfile(path):
         raise PoolError(f"source pool not found: {path}")
     root = str(image_root) if image_root is not None else os.path.dirname(os.path.abspath(path))
-    items, seen = [], {}
+    items: list[SourceItem] = []
+    seen: dict[str, str] = {}
     for where, row in _iter_rows(path):
         item = parse_item(row, where, root)
         if item.id in seen:

@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import subprocess
+from typing import Any
 
 from .. import __version__, prompts
 
@@ -87,7 +88,7 @@ def load_run_card(eval_dir: str) -> dict | None:
 
 
 def _get(card: dict, dotted: str):
-    v = card
+    v: Any = card
     for part in dotted.split("."):
         if not isinstance(v, dict):
             return None

@@ -95,7 +95,7 @@ def build_record(sample: Sample, trial: int, attempt: Attempt, verdict: Verdict,
     :mod:`insight_o3.evaluation.usage`) plus ``eval_result`` (image references, never pixels)."""
     refs = image_refs(attempt.trajectory or [])
     result = EvalResult(
-        status=verdict.status,  # type: ignore[arg-type]  # a Verdict's status is one of STATUSES
+        status=verdict.status,
         success=verdict.status in ("correct", "wrong"), fail_reason=verdict.fail_reason,
         fail_stage=verdict.fail_stage,  # type: ignore[arg-type]
         response=attempt.text, finish_reason=attempt.finish_reason, extracted_answer=verdict.extracted_answer,

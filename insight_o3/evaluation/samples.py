@@ -80,7 +80,7 @@ def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> S
     answer = _text_field(obj, "answer", where)
     image_field = next((f for f in IMAGE_FIELDS if f in obj), None)
     image = obj.get(image_field) if image_field else None
-    if not isinstance(image, str) or not image.strip():
+    if image_field is None or not isinstance(image, str) or not image.strip():
         raise AnnotationError(f"{where}: field 'image' (or 'file_name') is "
                               f"{'missing' if image_field is None else 'empty or not a string'}")
     options = obj.get("options")

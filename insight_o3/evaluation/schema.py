@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from ..storage.record_log import RecordFileError
 
@@ -143,7 +143,8 @@ class EvalResult:
             extracted = str(extracted)  # older runs stored a number extracted from open answers
         fail_reason = er.get("fail_reason", er.get("error"))
         return cls(
-            status=status, success=bool(er.get("success", status in ("correct", "wrong"))),
+            status=cast(Status, status),  # checked against STATUSES above
+            success=bool(er.get("success", status in ("correct", "wrong"))),
             fail_reason=None if fail_reason is None else str(fail_reason), fail_stage=stage, response=text,
             finish_reason=_opt(er, "finish_reason", str, where, p), extracted_answer=extracted,
             is_correct=bool(er.get("is_correct", status == "correct")), has_answer=bool(er.get("has_answer")),

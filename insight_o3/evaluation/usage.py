@@ -67,7 +67,7 @@ class UsageMeter:
 
     def split(self, n: int) -> list[dict]:
         """``n`` usage dicts whose sums are this meter's (even integer shares, remainder to the first)."""
-        out = [{} for _ in range(n)]
+        out: list[dict] = [{} for _ in range(n)]
         for role, counts in self.by_role.items():
             for i in range(n):
                 out[i][role] = {f: counts[f] // n + (counts[f] % n if i == 0 else 0) for f in FIELDS}
@@ -131,12 +131,12 @@ def load_prices(path: str) -> dict[str, Price]:
     for model, p in data.items():
         if not isinstance(p, dict):
             raise PriceError(f"{path}: model '{model}': expected {{input: <$/M tokens>, output: <$/M tokens>}}")
-        vals = {}
-        for f in ("input", "output"):
-            v = p.get(f)
+        vals: dict[str, float] = {}
+        for name in ("input", "output"):
+            v = p.get(name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise PriceError(f"{path}: model '{model}': field '{f}' must be a non-negative number, got {v!r}")
-            vals[f] = float(v)
+                raise PriceError(f"{path}: model '{model}': field '{name}' must be a non-negative number, got {v!r}")
+            vals[name] = float(v)
         prices[str(model)] = Price(**vals)
     return prices
 
@@ -144,7 +144,7 @@ def load_prices(path: str) -> dict[str, Price]:
 class CostModel:
     """The cost of a record's usage given the model name per role key."""
 
-    def __init__(self, prices: dict[str, Price], models: dict[str, str]):
+    def __init__(self, prices: dict[str, Price], models: dict[str, str | None]):
         self.prices = prices
         self.models = {k: m for k, m in models.items() if m}
         missing = [f"{role}={m}" for role, m in self.models.items() if m not in prices]
@@ -162,7 +162,7 @@ class CostModel:
         return total
 
     @classmethod
-    def from_file(cls, path: str | None, models: dict[str, str]) -> CostModel | None:
+    def from_file(cls, path: str | None, models: dict[str, str | None]) -> CostModel | None:
         if not path:
             return None
         if not os.path.isfile(path):

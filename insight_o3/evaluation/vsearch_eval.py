@@ -76,7 +76,7 @@ def score(sample: RegionSample, r: LocateResult) -> dict:
     rec = r.to_record()
     return {"sample_key": sample.key, "line": sample.line, "image": sample.image, "description": sample.description,
             "gt_bbox": list(sample.bbox), "pred_bbox": rec["box_original"], "status": r.status,
-            "iou": iou(r.box_original, sample.bbox) if r.found else 0.0, "n_tool_calls": r.n_tool_calls,
+            "iou": iou(r.box_original, sample.bbox) if r.found and r.box_original is not None else 0.0, "n_tool_calls": r.n_tool_calls,
             "n_turns": r.n_turns, "format_ok": r.format_ok, "error": r.error, "trajectory": rec["trajectory"]}
 
 

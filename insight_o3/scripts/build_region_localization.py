@@ -83,7 +83,9 @@ def collect_boxes(layouts: str, image_dir: str | None, rules: LayoutRules, sourc
             raise LayoutError(f"{where}: a second layout result for image {stem}")
         seen.add(stem)
         for k, b in enumerate(process_layout(doc, size, rules)):
-            tasks.append(BoxTask(f"{stem}#{k}", path, size[0], size[1], tuple(round(v, 2) for v in b.box), b.label,
+            x1, y1, x2, y2 = b.box
+            box = (round(x1, 2), round(y1, 2), round(x2, 2), round(y2, 2))
+            tasks.append(BoxTask(f"{stem}#{k}", path, size[0], size[1], box, b.label,
                                  tuple(b.members), source))
     store.close()
     return tasks

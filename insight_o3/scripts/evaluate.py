@@ -266,7 +266,7 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
     judge_client = make_client(a.judge_api_key, a.judge_api_base_url, a.client_timeout, a.max_retries,
                                max_connections=max(a.concurrency * 2, 16), role="judge", guard=guard,
                                limiter=judge_limiter)
-    solver = None
+    solver: InSightO3Solver | SingleModelSolver | None = None
     try:
         if a.vsearcher_model:
             from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it

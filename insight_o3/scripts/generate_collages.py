@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import sys
+from typing import Any
 
 from ..cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
 from ..data.collage import CollageConfig
@@ -55,7 +56,7 @@ def add_config_flags(ap: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(a: argparse.Namespace) -> CollageConfig:
-    kw = {}
+    kw: dict[str, Any] = {}
     for f in dataclasses.fields(CollageConfig):
         v = getattr(a, f.name)
         kw[f.name] = tuple(v) if isinstance(f.default, tuple) else v

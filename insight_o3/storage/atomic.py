@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 #: What to do about the usual causes of a refused write.
 _ADVICE = {
@@ -68,14 +69,14 @@ def fsync_dir(path: str) -> None:
 
 
 @contextmanager
-def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator:
+def atomic_writer(path: str | os.PathLike, mode: Literal["w", "wb"] = "w") -> Iterator:
     """``with atomic_writer(p, "wb") as f: ...`` — ``p`` holds either its old content or all of the
     new one; on an exception the temporary file is removed and ``p`` is untouched."""
     path = os.fspath(path)
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
     in_body = False
     try:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             in_body = True
             yield f
             in_body = False

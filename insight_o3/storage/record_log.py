@@ -115,8 +115,9 @@ class RecordLog:
             self.records[_key(rec)] = rec
         self.n_lines = len(parsed)
 
-    def append(self, record: dict) -> None:
-        """Durably append one record (thread-safe; call from a worker thread to keep loops free).
+    def append(self, record: Any) -> None:
+        """Durably append one record — a dict, or an object with ``sample_key`` and ``to_dict()`` (an
+        :class:`~insight_o3.evaluation.schema.EvalRecord`) — thread-safe; call it from a worker thread.
 
         Raises :class:`OutputError` if the line cannot be written and fsync'ed; the file is then
         truncated back to where it was, and ``records`` is unchanged."""

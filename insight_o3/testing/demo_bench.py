@@ -188,12 +188,12 @@ def numeric_distractors(rng: random.Random, correct: int, near: list[int], sprea
 # ----------------------------------------------------------------------------------- charts
 def _grid_shape(n: int, width: int, height: int) -> tuple[int, int]:
     """Rows × cols for n panels that keeps panels roughly square."""
-    best = None
+    best: tuple[float, int, int] = (math.inf, 1, n)
     for cols in range(1, n + 1):
         rows = math.ceil(n / cols)
         aspect = (width / cols) / (height / rows)
         score = abs(math.log(aspect / 1.15)) + 0.05 * (rows * cols - n)
-        if best is None or score < best[0]:
+        if score < best[0]:
             best = (score, rows, cols)
     return best[1], best[2]
 
@@ -419,8 +419,8 @@ def _q_column_category(rng, scene: MapScene, f_correct: bool) -> Question | None
 
 def _q_locate_cell(rng, scene: MapScene, f_correct: bool) -> Question | None:
     p = rng.choice(scene.places)
-    near = [(p.col + dc, p.row + dr) for dc in (-1, 0, 1) for dr in (-1, 0, 1) if (dc, dr) != (0, 0)]
-    near = [cell_name(c, r) for c, r in near if 0 <= c < scene.cols and 0 <= r < scene.rows]
+    around = [(p.col + dc, p.row + dr) for dc in (-1, 0, 1) for dr in (-1, 0, 1) if (dc, dr) != (0, 0)]
+    near = [cell_name(c, r) for c, r in around if 0 <= c < scene.cols and 0 <= r < scene.rows]
     far = [cell_name(c, r) for c in range(scene.cols) for r in range(scene.rows)]
     rng.shuffle(near)
     rng.shuffle(far)
@@ -475,7 +475,7 @@ def _q_count_in_row(rng, scene: MapScene, f_correct: bool) -> Question | None:
 
 # ----------------------------------------------------------------------------------- rendering
 @lru_cache(maxsize=64)
-def _font(size: int) -> ImageFont.ImageFont:
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     import matplotlib  # only for the bundled DejaVu font file
     path = os.path.join(matplotlib.get_data_path(), "fonts", "ttf", "DejaVuSans.ttf")
     size = max(6, int(size))
@@ -508,6 +508,8 @@ def render_chart(scene: ChartScene) -> Image.Image:
 
 
 def _draw_legend(d, p: Panel, colors, fs: int) -> None:
+    if p.legend_bbox is None:   # plots always get one (build_chart_scene); tables do not
+        return
     lx0, ly0, lx1, ly1 = p.legend_bbox
     d.rectangle(p.legend_bbox, fill=(250, 250, 250), outline=(120, 120, 120), width=1)
     for i, s in enumerate(p.series):
@@ -669,17 +671,18 @@ def build_item(seed: int, index: int, *, subset: str, n_questions: int, size: tu
                min_side: int, max_side: int, f_rate: float) -> DemoItem:
     rng = image_rng(seed, index)
     w, h = size if size else image_size(rng, min_side, max_side)
+    scene: ChartScene | MapScene
     if subset == "chart":
-        scene = build_chart_scene(rng, w, h)
-        qs = chart_questions(rng, scene, n_questions, f_rate)
+        scene = chart = build_chart_scene(rng, w, h)
+        qs = chart_questions(rng, chart, n_questions, f_rate)
     else:
-        scene = build_map_scene(rng, w, h)
-        qs = map_questions(rng, scene, n_questions, f_rate)
+        scene = map_scene = build_map_scene(rng, w, h)
+        qs = map_questions(rng, map_scene, n_questions, f_rate)
     return DemoItem(index, subset, f"images/{subset}/{subset}_{index:04d}.png", scene, qs)
 
 
 def render(item: DemoItem) -> Image.Image:
-    return render_chart(item.scene) if item.subset == "chart" else render_map(item.scene)
+    return render_chart(item.scene) if isinstance(item.scene, ChartScene) else render_map(item.scene)
 
 
 def records(item: DemoItem) -> list[dict]:

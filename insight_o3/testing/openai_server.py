@@ -223,7 +223,9 @@ class ScriptedOpenAIServer:
                 ready = {key.fileobj for key, _ in sel.select()}
                 if self._wake_r in ready:
                     return
-                self._server._handle_request_noblock()  # accept + hand over to a handler thread
+                # accept + hand over to a handler thread (socketserver's own step of serve_forever; private,
+                # hence not in the stubs)
+                self._server._handle_request_noblock()  # type: ignore[attr-defined]
 
     @property
     def count(self) -> int:
@@ -232,7 +234,7 @@ class ScriptedOpenAIServer:
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}/v1"
 
     def start(self) -> ScriptedOpenAIServer:
         self._thread.start()

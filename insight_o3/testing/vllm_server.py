@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import BinaryIO
 
 
 class VLLMServerError(RuntimeError):
@@ -76,7 +77,7 @@ class VLLMServer:
             "--enforce-eager", "--disable-log-stats", *(extra_args or []),
         ]
         self.proc: subprocess.Popen | None = None
-        self._log = None
+        self._log: BinaryIO | None = None
         self.startup_s: float | None = None
 
     @property

@@ -108,7 +108,7 @@ def thumbnail(img: Image.Image, max_px: int) -> Image.Image:
     return img.resize((max(1, round(w * s)), max(1, round(h * s))), Image.Resampling.LANCZOS)
 
 
-def _font(size: int) -> ImageFont.ImageFont:
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     try:
         return ImageFont.load_default(size=size)
     except TypeError:  # Pillow < 10.1

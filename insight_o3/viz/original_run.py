@@ -70,7 +70,7 @@ def _messages(conversations, image: str, whole: tuple[int, int] | None) -> list[
         if not isinstance(m, dict):
             continue
         c = m.get("content")
-        parts = []
+        parts: list[dict] = []
         if isinstance(c, str):
             parts.append({"type": "text", "text": c})
         elif isinstance(c, list):
@@ -80,7 +80,7 @@ def _messages(conversations, image: str, whole: tuple[int, int] | None) -> list[
                 if p.get("type") == "image_url":
                     iu = p.get("image_url")
                     url = iu.get("url") if isinstance(iu, dict) else iu
-                    sent = data_url_size(url)
+                    sent = data_url_size(url) if isinstance(url, str) else None
                     size = sent or whole or (0, 0)
                     w, h = whole or size
                     parts.append({"type": "image", "image": {"path": image, "region": [0, 0, w, h],

@@ -184,7 +184,12 @@ def load_trial(trial_dir: str | os.PathLike, index: int | None = None,
 def _trial_dirs(path: Path) -> list[Path]:
     return sorted((p for p in path.iterdir() if p.is_dir() and _TRIAL_DIR.match(p.name)
                    and (p / "eval_records.jsonl").is_file()),
-                  key=lambda p: int(_TRIAL_DIR.match(p.name).group(1)))
+                  key=_trial_number)
+
+
+def _trial_number(p: Path) -> int:
+    m = _TRIAL_DIR.match(p.name)
+    return int(m.group(1)) if m else -1
 
 
 def _public_args(args: dict) -> dict:
@@ -200,8 +205,8 @@ def _image_sizes(roots: list[str]) -> Callable[[str], tuple[int, int] | None]:
         if image not in cache:
             found = resolver.resolve(image)
             try:
-                cache[image] = image_size(found)
-            except (TypeError, ImageError):
+                cache[image] = image_size(found) if found is not None else None
+            except ImageError:
                 cache[image] = None
         return cache[image]
     return size_of
@@ -427,7 +432,7 @@ def draw_result(result: SampleResult, resolver: ImageResolver | None = None, max
     if show_targets:
         boxes += [DrawBox(b, f"target {lid}", TARGET_COLOR, dashed=True) for lid, b in _target_boxes(result.record)]
     for k, ref in enumerate(crop_refs(result, resolver), start=1):
-        boxes.append(DrawBox(tuple(ref.region), f"crop {k}", CROP_COLORS[(k - 1) % len(CROP_COLORS)]))
+        boxes.append(DrawBox(ref.region, f"crop {k}", CROP_COLORS[(k - 1) % len(CROP_COLORS)]))
     return draw_boxes(img, boxes, max_px)
 
 
@@ -539,7 +544,9 @@ def compare_frame(a: Trial, b: Trial) -> pd.DataFrame:
         sa, sb = (x.status if x else None), (y.status if y else None)
         change = ("fixed" if sb == "correct" and sa != "correct" else
                   "broken" if sa == "correct" and sb != "correct" else "same")
-        rows.append({"key": key, "category": (x or y).category, "answer": (x or y).answer,
+        either = x or y
+        assert either is not None  # the key comes from one of the two runs
+        rows.append({"key": key, "category": either.category, "answer": either.answer,
                      "status_a": sa, "status_b": sb, "extracted_a": x.extracted_answer if x else None,
                      "extracted_b": y.extracted_answer if y else None,
                      "calls_a": x.n_search_calls if x else None, "calls_b": y.n_search_calls if y else None,
