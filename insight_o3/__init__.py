@@ -2,4 +2,5 @@
 
 Importing this package needs none of torch, verl or vllm.
 """
+
 __version__ = "0.1.0"

@@ -9,6 +9,7 @@ A client built with a :class:`~insight_o3.run_guard.RunGuard` reports the outcom
 (after the SDK's retries) to it: the first 401/403/404 from the endpoint stops the run (a wrong key or
 model name fails every request alike), and so does a run whose requests mostly fail.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -54,13 +55,22 @@ def quiet_http_logs() -> None:
 
 def _limits(max_connections: int):
     """The connection limits object of whichever HTTP package this SDK version uses."""
-    return type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=max_connections,
-                                                 max_keepalive_connections=max_connections)
+    return type(openai.DEFAULT_CONNECTION_LIMITS)(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
 
 
-def make_client(api_key: str | None, base_url: str | None, timeout: float | None = None,
-                max_retries: int = DEFAULT_MAX_RETRIES, max_connections: int = 256, *,
-                role: str = "model", guard=None, limiter=None) -> AsyncOpenAI:
+def make_client(
+    api_key: str | None,
+    base_url: str | None,
+    timeout: float | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    max_connections: int = 256,
+    *,
+    role: str = "model",
+    guard=None,
+    limiter=None,
+) -> AsyncOpenAI:
     """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
 
     ``role`` names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
@@ -73,9 +83,11 @@ def make_client(api_key: str | None, base_url: str | None, timeout: float | None
         http_client = openai.DefaultAsyncHttpxClient(limits=_limits(max_connections), timeout=timeout)
     else:
         from .rate_limit import limited_http_client  # only runs with a limiter need it
+
         http_client = limited_http_client(limiter, limits=_limits(max_connections), timeout=timeout)
-    kwargs = dict(api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=max_retries,
-                  http_client=http_client)
+    kwargs = dict(
+        api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=max_retries, http_client=http_client
+    )
     return GuardedAsyncOpenAI(role=role, guard=guard, limiter=limiter, **kwargs)
 
 
@@ -101,8 +113,12 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
             if self.guard is None:
                 raise
             if e.status_code in FATAL_STATUSES:
-                self.guard.fatal(self.role, _url(e, self, path), e.status_code,
-                                 f"{FATAL_STATUSES[e.status_code]}; the server said: {_server_message(e)}")
+                self.guard.fatal(
+                    self.role,
+                    _url(e, self, path),
+                    e.status_code,
+                    f"{FATAL_STATUSES[e.status_code]}; the server said: {_server_message(e)}",
+                )
             else:
                 self.guard.request_done(self.role, f"{type(e).__name__}: {_server_message(e)}")
             raise

@@ -18,6 +18,7 @@ Flags shared by several commands have one spelling everywhere (``--output_dir``,
 ``--image_workers``, ``--no_progress``); older spellings that the docs once used (``--out_dir``,
 ``--base_url``, ``--timeout`` ...) keep working as hidden aliases.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,6 +60,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def _copy_with_options(action: argparse.Action, option_strings: list[str]) -> argparse.Action:
     import copy
+
     a = copy.copy(action)
     a.option_strings = option_strings
     return a
@@ -72,13 +74,21 @@ def new_parser(prog: str, description: str | None = None, **kwargs) -> argparse.
 def setup_logging(level: int = logging.INFO) -> None:
     """The one logging set-up of every command: timestamped lines on stderr, no line per HTTP request."""
     from .api import quiet_http_logs
+
     logging.basicConfig(level=level, format=LOG_FORMAT)
     quiet_http_logs()
 
 
 # ----------------------------------------------------------------------------- shared flags
-def add_output_dir(p, *, dest: str = "output_dir", required: bool = False, default: str | None = None,
-                   help: str = "where results go", aliases: tuple[str, ...] = ("--out_dir",)) -> None:
+def add_output_dir(
+    p,
+    *,
+    dest: str = "output_dir",
+    required: bool = False,
+    default: str | None = None,
+    help: str = "where results go",
+    aliases: tuple[str, ...] = ("--out_dir",),
+) -> None:
     p.add_argument("--output_dir", *aliases, dest=dest, required=required, default=default, help=help)
 
 
@@ -86,34 +96,55 @@ def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = Fal
     """``--{prefix}api_base_url`` / ``--{prefix}api_key`` with the env vars of ``api.ENV_KEYS[env]`` in the help.
     ``aliases``: also accept the older ``--{prefix}base_url``."""
     from .api import ENV_KEYS
+
     keys, urls = ENV_KEYS[env]
     url_opts = [f"--{prefix}api_base_url"] + ([f"--{prefix}base_url"] if aliases else [])
-    p.add_argument(*url_opts, dest=f"{prefix}api_base_url", default=None,
-                   help="default: " + ", then ".join(f"${n}" for n in urls))
+    p.add_argument(
+        *url_opts, dest=f"{prefix}api_base_url", default=None, help="default: " + ", then ".join(f"${n}" for n in urls)
+    )
     p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
 
 
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
     """``--max_retries`` (the openai SDK's retries) and ``--client_timeout`` (seconds per request)."""
-    p.add_argument("--max_retries", type=int, default=max_retries,
-                   help=f"the openai SDK's retries per request (default: {max_retries})")
+    p.add_argument(
+        "--max_retries",
+        type=int,
+        default=max_retries,
+        help=f"the openai SDK's retries per request (default: {max_retries})",
+    )
     opts = ["--client_timeout"] + (["--timeout"] if aliases else [])
-    p.add_argument(*opts, dest="client_timeout", type=float, default=client_timeout,
-                   help=f"seconds per request (default: {client_timeout if client_timeout else 'the SDK default, 600'})")
+    p.add_argument(
+        *opts,
+        dest="client_timeout",
+        type=float,
+        default=client_timeout,
+        help=f"seconds per request (default: {client_timeout if client_timeout else 'the SDK default, 600'})",
+    )
 
 
-def add_run_flags(p, *, concurrency: int, failure_ratio: bool = True, image_workers: bool = True,
-                  progress: bool = True) -> None:
+def add_run_flags(
+    p, *, concurrency: int, failure_ratio: bool = True, image_workers: bool = True, progress: bool = True
+) -> None:
     """``--concurrency``, ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
     from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS
+
     p.add_argument("--concurrency", type=int, default=concurrency, help=f"requests in flight (default: {concurrency})")
     if failure_ratio:
-        p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
-                       help=f"stop when more than this share of the requests failed after retries, judged from "
-                            f"the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 stops at once")
+        p.add_argument(
+            "--max_failure_ratio",
+            type=float,
+            default=DEFAULT_MAX_FAILURE_RATIO,
+            help=f"stop when more than this share of the requests failed after retries, judged from "
+            f"the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 stops at once",
+        )
     if image_workers:
-        p.add_argument("--image_workers", type=int, default=None,
-                       help="image decode/resize/encode processes (default: the usable CPUs; 0 = threads)")
+        p.add_argument(
+            "--image_workers",
+            type=int,
+            default=None,
+            help="image decode/resize/encode processes (default: the usable CPUs; 0 = threads)",
+        )
     if progress:
         p.add_argument("--no_progress", action="store_true", help="no progress bar")
 
@@ -133,14 +164,20 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- the run
-def run_main(body: Callable[[], int], *, bad_input: tuple[type[BaseException], ...] = (),
-             redact: Callable[[str], str] = lambda s: s, results: str | None = None) -> int:
+def run_main(
+    body: Callable[[], int],
+    *,
+    bad_input: tuple[type[BaseException], ...] = (),
+    redact: Callable[[str], str] = lambda s: s,
+    results: str | None = None,
+) -> int:
     """Run a command's body and map how it ends to an :class:`ExitCode`, with one line on stderr.
 
     ``bad_input``: exception types (besides :class:`BadInput`) that mean bad input (2); the
     deliberate stops of :mod:`insight_o3.run_guard` map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
     from .run_guard import STOP_ERRORS, report_stop
+
     bad: tuple[type[BaseException], ...] = (BadInput, *bad_input)
     try:
         return int(body())

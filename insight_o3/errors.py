@@ -7,6 +7,7 @@ value (``ValueError``, which includes ``json.JSONDecodeError``) become ``failed`
 reason. Anything else — ``TypeError``, ``AttributeError``, ``KeyError`` … — is a programming error
 and propagates, so a bug is a traceback rather than a run of quietly failed records.
 """
+
 from __future__ import annotations
 
 import openai

@@ -5,6 +5,7 @@ Conventions: sizes are ``(width, height)``; boxes are ``(x1, y1, x2, y2)`` in pi
 coordinates of the image *as the model sees it* (after its ``smart_resize``), so every box goes
 through :class:`Frame` to reach original-image pixels.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,13 @@ def _ceil_by(x: float, f: int) -> int:
     return math.ceil(x / f) * f
 
 
-def smart_resize(height: int, width: int, factor: int = QWEN_IMAGE_FACTOR,
-                 min_pixels: int = QWEN_MIN_PIXELS, max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS) -> tuple[int, int]:
+def smart_resize(
+    height: int,
+    width: int,
+    factor: int = QWEN_IMAGE_FACTOR,
+    min_pixels: int = QWEN_MIN_PIXELS,
+    max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS,
+) -> tuple[int, int]:
     """Qwen2.5-VL's resize rule (the one ``qwen_vl_utils.smart_resize`` implements).
 
     Returns ``(height, width)``: both multiples of ``factor``, the pixel count within
@@ -58,8 +64,10 @@ def smart_resize(height: int, width: int, factor: int = QWEN_IMAGE_FACTOR,
     if height <= 0 or width <= 0:
         raise ValueError(f"image size must be positive, got height={height}, width={width}")
     if max(height, width) / min(height, width) > QWEN_MAX_RATIO:
-        raise ValueError(f"absolute aspect ratio must be smaller than {QWEN_MAX_RATIO}, "
-                         f"got {max(height, width) / min(height, width)}")
+        raise ValueError(
+            f"absolute aspect ratio must be smaller than {QWEN_MAX_RATIO}, "
+            f"got {max(height, width) / min(height, width)}"
+        )
     h_bar = max(factor, _round_by(height, factor))
     w_bar = max(factor, _round_by(width, factor))
     if h_bar * w_bar > max_pixels:
@@ -161,8 +169,14 @@ def validate_box(values, size: tuple[int, int]) -> tuple[Box | None, str | None]
     return (cx1, cy1, cx2, cy2), None
 
 
-def check_box(value, where: str, field: str | None = None, size: tuple[int, int] | None = None,
-              error: type[Exception] = ValueError, ordered: bool = True) -> Box:
+def check_box(
+    value,
+    where: str,
+    field: str | None = None,
+    size: tuple[int, int] | None = None,
+    error: type[Exception] = ValueError,
+    ordered: bool = True,
+) -> Box:
     """A given box ``[x1, y1, x2, y2]`` (annotations, ground truth, reward inputs): a list, tuple or
     array of 4 finite numbers, with ``ordered`` also ``x1 < x2`` and ``y1 < y2``, inside a ``size``
     image when given; else ``error`` naming ``where`` and the field (``"<where>: field '<field>' …"``,
@@ -198,6 +212,7 @@ def expand_to_min_size(box: Box, size: tuple[int, int], min_side: float = QWEN_I
     staying inside the image (a crop smaller than one Qwen patch cannot be shown to the model)."""
     w, h = size
     x1, y1, x2, y2 = box
+
     def grow(a: float, b: float, limit: int) -> tuple[float, float]:
         need = min(min_side, limit)
         if b - a >= need:
@@ -209,6 +224,7 @@ def expand_to_min_size(box: Box, size: tuple[int, int], min_side: float = QWEN_I
         if b > limit:
             a, b = limit - need, float(limit)
         return a, b
+
     x1, x2 = grow(x1, x2, w)
     y1, y2 = grow(y1, y2, h)
     return (x1, y1, x2, y2)

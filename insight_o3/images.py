@@ -13,6 +13,7 @@ pool. A worker process is an in-process ``ImageStore`` of its own (same code pat
 cache of decoded originals), so the pixels are the same either way. Memory stays bounded: at most
 ``workers`` renders run at once, results go to the byte-bounded cache.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -112,8 +113,7 @@ class Resize:
         """The successive sizes a view of ``size`` is resized to (empty: shown as is)."""
         w, h = size
         if self.qwen:
-            nh, nw = smart_resize(h, w, min_pixels=self.min_pixels,
-                                  max_pixels=self.max_pixels or 16384 * 28 * 28)
+            nh, nw = smart_resize(h, w, min_pixels=self.min_pixels, max_pixels=self.max_pixels or 16384 * 28 * 28)
             return [(nw, nh)] if (nw, nh) != (w, h) else []
         out = upscale_small(size, self.crop_min_side, self.crop_min_area) if crop else []
         last = out[-1] if out else size
@@ -150,8 +150,9 @@ def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIX
     try:
         with Image.open(path) as im:
             if im.width * im.height > max_pixels:
-                raise ImageError(f"image too large to decode safely ({im.width}x{im.height} px "
-                                 f"> {max_pixels} px): {path}")
+                raise ImageError(
+                    f"image too large to decode safely ({im.width}x{im.height} px > {max_pixels} px): {path}"
+                )
             im.load()
             # leaving the block closes only the file: the loaded pixels need no copy
             return im.convert("RGB") if im.mode != "RGB" else im
@@ -193,18 +194,25 @@ class ImageStore:
     free for I/O. ``stats`` counts decodes, encodes, cache hits and evictions.
     """
 
-    def __init__(self, max_cached_bytes: int = 256 * 2**20, workers: int | None = None,
-                 max_decode_pixels: int = DEFAULT_MAX_DECODE_PIXELS, fmt: str = "JPEG", quality: int | None = None,
-                 originals_cached: int = 2, processes: bool = False):
+    def __init__(
+        self,
+        max_cached_bytes: int = 256 * 2**20,
+        workers: int | None = None,
+        max_decode_pixels: int = DEFAULT_MAX_DECODE_PIXELS,
+        fmt: str = "JPEG",
+        quality: int | None = None,
+        originals_cached: int = 2,
+        processes: bool = False,
+    ):
         self.max_cached_bytes = max_cached_bytes
         self.max_decode_pixels = max_decode_pixels
         self.fmt, self.quality = fmt, quality
         self.workers = max(1, workers or usable_cpus())
         self.processes = processes
-        self._executor: Executor | None = None   # created on the first aget
+        self._executor: Executor | None = None  # created on the first aget
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple, EncodedImage] = OrderedDict()
-        self._renders: dict[tuple, asyncio.Future] = {}   # (loop, key) -> the render every waiter shares
+        self._renders: dict[tuple, asyncio.Future] = {}  # (loop, key) -> the render every waiter shares
         self._bytes = 0
         self._originals: OrderedDict[str, Image.Image] = OrderedDict()
         self._originals_cached = originals_cached
@@ -236,7 +244,9 @@ class ImageStore:
         return size
 
     # ------------------------------------------------------------------ views
-    def view(self, path: str | Path, resize: Resize = Resize(), region: Box | None = None) -> tuple[Image.Image, ImageRef]:
+    def view(
+        self, path: str | Path, resize: Resize = Resize(), region: Box | None = None
+    ) -> tuple[Image.Image, ImageRef]:
         """The PIL view a model is shown (crop of the original, then resized) and its reference;
         not cached (training hands these pixels to the rollout engine)."""
         path = str(path)
@@ -303,7 +313,7 @@ class ImageStore:
         loop = asyncio.get_running_loop()
         slot = (id(loop), key)
         render = self._renders.get(slot)
-        if render is None:   # the first asker starts the render; later ones share it
+        if render is None:  # the first asker starts the render; later ones share it
             render = self._renders[slot] = loop.create_task(self._render_async(key, path, resize, region))
             render.add_done_callback(lambda _t: self._renders.pop(slot, None))
         else:
@@ -327,8 +337,10 @@ class ImageStore:
                 # a worker died (killed for memory, or a decoder crashed): new pool, one more try
                 self._replace_pool(pool)
                 if attempt:
-                    raise ImageError(f"the image worker process died twice while rendering {path} "
-                                     f"(out of memory, or the decoder crashed on this file)") from None
+                    raise ImageError(
+                        f"the image worker process died twice while rendering {path} "
+                        f"(out of memory, or the decoder crashed on this file)"
+                    ) from None
         with self._lock:
             self.stats["encoded"] += 1
             self.stats["decoded"] += decoded
@@ -341,9 +353,12 @@ class ImageStore:
             if self._executor is None:
                 if self.processes:
                     self._executor = ProcessPoolExecutor(
-                        max_workers=self.workers, mp_context=_worker_context(),
-                        initializer=functools.partial(_init_worker, self.max_decode_pixels, self.fmt, self.quality,
-                                                      self._originals_cached))
+                        max_workers=self.workers,
+                        mp_context=_worker_context(),
+                        initializer=functools.partial(
+                            _init_worker, self.max_decode_pixels, self.fmt, self.quality, self._originals_cached
+                        ),
+                    )
                 else:
                     self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="img")
             return self._executor
@@ -377,8 +392,14 @@ def _worker_context():
 def _init_worker(max_decode_pixels: int, fmt: str, quality: int | None, originals_cached: int) -> None:
     global _WORKER_STORE
     _raise_pillow_limit(max_decode_pixels)
-    _WORKER_STORE = ImageStore(max_cached_bytes=0, workers=1, max_decode_pixels=max_decode_pixels, fmt=fmt,
-                               quality=quality, originals_cached=originals_cached)
+    _WORKER_STORE = ImageStore(
+        max_cached_bytes=0,
+        workers=1,
+        max_decode_pixels=max_decode_pixels,
+        fmt=fmt,
+        quality=quality,
+        originals_cached=originals_cached,
+    )
 
 
 def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int]:

@@ -3,6 +3,7 @@
 Model output is untrusted text. Every function here returns a result describing what was found
 (or why nothing usable was), and never raises on malformed input.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ def _boxed_contents(text: str) -> list[str]:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:
-            out.append(text[m.end():i - 1].strip())
+            out.append(text[m.end() : i - 1].strip())
     return out
 
 
@@ -67,10 +68,10 @@ def extract_verify_span(text: str) -> str | None:
 
 
 _MCQ_FORMS = [
-    re.compile(r"^\(?([A-Z])\)?[.:)]?$"),                                  # C  (C)  C.  C)  C:
+    re.compile(r"^\(?([A-Z])\)?[.:)]?$"),  # C  (C)  C.  C)  C:
     re.compile(r"^(?:the\s+)?(?:final\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:：]?\s*\(?([A-Z])\)?[.)]?$", re.I),
-    re.compile(r"^\(?([A-Z])[.)]\s+\S.*$", re.DOTALL),                      # C. text of the option / (C) text
-    re.compile(r"^\\text\{\s*([A-Z])\s*\}$"),                                # \text{C}
+    re.compile(r"^\(?([A-Z])[.)]\s+\S.*$", re.DOTALL),  # C. text of the option / (C) text
+    re.compile(r"^\\text\{\s*([A-Z])\s*\}$"),  # \text{C}
 ]
 
 
@@ -97,7 +98,7 @@ def option_letters(options: str | list | dict | None) -> str:
         return "".join(sorted(str(k).strip().upper()[:1] for k in options))
     if isinstance(options, (list, tuple)):
         found = [m.group(1) for o in options if (m := _OPTION_LINE.match(str(o)))]
-        return "".join(found) if len(found) == len(options) else "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:len(options)]
+        return "".join(found) if len(found) == len(options) else "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: len(options)]
     text = str(options)
     by_line = "".join(dict.fromkeys(_OPTION_LINE.findall(text)))
     # options written on one line ("A. x  B. y  C. z", seen in TreeBench): take the run A, B, C, ...
@@ -193,12 +194,18 @@ def parse_reasoner_turn(text: str, require_feedback: bool = False, first_round: 
     has_box = "\\boxed{" in text
     feedback = parse_tool_feedback(text, first_round)
     if desc is None and not has_box:
-        why = ("tool call without region_description={...}" if "<tool_call>" in text
-               else "neither a tool call nor a boxed answer")
+        why = (
+            "tool call without region_description={...}"
+            if "<tool_call>" in text
+            else "neither a tool call nor a boxed answer"
+        )
         return ReasonerTurn("invalid", feedback=feedback, error=why)
     if require_feedback and feedback is None:
-        return ReasonerTurn("invalid", feedback=None,
-                            error="missing or invalid <tool_feedback> (NA in the first turn, helpful/unhelpful after)")
+        return ReasonerTurn(
+            "invalid",
+            feedback=None,
+            error="missing or invalid <tool_feedback> (NA in the first turn, helpful/unhelpful after)",
+        )
     if desc is not None:
         return ReasonerTurn("search", description=desc, feedback=feedback)
     answer = first_boxed(text)
@@ -267,8 +274,12 @@ def parse_searcher_turn(text: str, simple_prompt: bool = False) -> SearcherTurn:
         if bbox is None:
             return SearcherTurn("invalid", has_think=has_think, error="tool call has no bbox_2d")
         label = args.get("label")
-        return SearcherTurn("tool_call", bbox=bbox if isinstance(bbox, list) else [bbox],
-                            label=str(label) if label is not None else None, has_think=has_think)
+        return SearcherTurn(
+            "tool_call",
+            bbox=bbox if isinstance(bbox, list) else [bbox],
+            label=str(label) if label is not None else None,
+            has_think=has_think,
+        )
     if answers:
         body = answers[-1].strip()
         try:

@@ -21,13 +21,12 @@ Filling: the judge prompts are ``str.format`` templates (as in the original: ``{
 open-QA prompt renders as ``{...}``), use :func:`format_judge_prompt`; the vSearcher user prompts are
 filled with :func:`fill`, which replaces only the named placeholders (other braces are literal).
 """
+
 import re
 
 # ---------------------------------------------------------------------------- single-model evaluation
 #: ``--sys_prompt think`` (released ``SIMPLE_SYSTEM_PROMPT_THINKING``).
-THINK_SYSTEM_PROMPT = (
-    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The assistant first thinks about the reasoning process in the mind and then provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>."
-)
+THINK_SYSTEM_PROMPT = "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The assistant first thinks about the reasoning process in the mind and then provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>."
 
 # ---------------------------------------------------------------------------- vReasoner (paper F.1)
 #: The vReasoner system prompt exactly as released in ``insight_o3/prompts.py``; the fork's
@@ -244,9 +243,7 @@ VSEARCHER_FIRST_USER_PROMPT = (
 )
 
 #: Tool response turn: ``<tool_response>``, the crop, then ``</tool_response>\n`` + this text.
-VSEARCHER_TOOL_RESPONSE_PROMPT = (
-    "Think first, call **image_zoom_in_tool** if needed, then answer with the bbox coordinates in [x1, y1, x2, y2] format (or [0, 0, 0, 0] if you can't locate it). Format strictly as:  <think>...</think>  <tool_call>...</tool_call> (if tools needed)  <answer>[x1, y1, x2, y2]</answer> (otherwise)"
-)
+VSEARCHER_TOOL_RESPONSE_PROMPT = "Think first, call **image_zoom_in_tool** if needed, then answer with the bbox coordinates in [x1, y1, x2, y2] format (or [0, 0, 0, 0] if you can't locate it). Format strictly as:  <think>...</think>  <tool_call>...</tool_call> (if tools needed)  <answer>[x1, y1, x2, y2]</answer> (otherwise)"
 
 #: Tool response after the last allowed crop (the chat template's limit branch; note the final space).
 VSEARCHER_LIMIT_PROMPT = (
@@ -258,9 +255,7 @@ VSEARCHER_LIMIT_PROMPT = (
 VSEARCHER_TOOL_RESPONSE_CLOSE = "</tool_response>\n"
 
 #: Simple prompt for an untrained Qwen2.5-VL vSearcher (paper F.2 only; text before the image).
-VSEARCHER_SIMPLE_SYSTEM_PROMPT = (
-    "You are a helpful assistant."
-)
+VSEARCHER_SIMPLE_SYSTEM_PROMPT = "You are a helpful assistant."
 
 VSEARCHER_SIMPLE_USER_PROMPT = (
     "Given an image and a region description, locate the region that best matches the description and output its bounding box coordinates as [x_min, y_min, x_max, y_max].\n"
@@ -375,6 +370,4 @@ REGION_DESCRIPTION_SYSTEM_PROMPT = (
     "Output format: region_description={...}"
 )
 
-REGION_DESCRIPTION_USER_PROMPT = (
-    "Describe the region in the red bounding box."
-)
+REGION_DESCRIPTION_USER_PROMPT = "Describe the region in the red bounding box."

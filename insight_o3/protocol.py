@@ -4,6 +4,7 @@ Every CLI default, agent default and the recipe's config default reads these; ch
 override it per run with the flag / config key) rather than writing the number again. Each field says
 where the number comes from (paper section or the authors' released code).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

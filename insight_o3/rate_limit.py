@@ -16,6 +16,7 @@ An :class:`AdaptiveLimiter` sits under the ``openai`` SDK, in the HTTP client's 
 
 The SDK keeps doing the retrying (with its own backoff); this only decides when attempts go out.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,8 +43,14 @@ def retry_after_seconds(headers) -> float | None:
 class AdaptiveLimiter:
     """Shared by the clients of one endpoint (``api.make_client(limiter=...)``); one event loop."""
 
-    def __init__(self, concurrency: int, rpm: float | None = None, tpm: float | None = None,
-                 min_concurrency: int = 1, recover_interval: float = 1.0):
+    def __init__(
+        self,
+        concurrency: int,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        min_concurrency: int = 1,
+        recover_interval: float = 1.0,
+    ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.max_concurrency = concurrency
@@ -51,8 +58,8 @@ class AdaptiveLimiter:
         self.limit = concurrency
         self.rpm, self.tpm = rpm, tpm
         self.in_flight = 0
-        self.throttled = 0          # 429 responses seen
-        self.cuts = 0               # storms: times the limit was halved
+        self.throttled = 0  # 429 responses seen
+        self.cuts = 0  # storms: times the limit was halved
         self.lowest_limit = concurrency
         self._interval = 60.0 / rpm if rpm else 0.0
         self._next_send = 0.0
@@ -131,8 +138,11 @@ class AdaptiveLimiter:
                 self._paused_until = max(self._paused_until, now + retry_after)
         elif status is not None and status < 400:
             self._successes += 1
-            if (self._successes >= self.limit and self.limit < self.max_concurrency
-                    and now - self._last_change >= self.recover_interval):
+            if (
+                self._successes >= self.limit
+                and self.limit < self.max_concurrency
+                and now - self._last_change >= self.recover_interval
+            ):
                 self.limit += 1
                 self._successes = 0
                 self._last_change = now
@@ -147,8 +157,15 @@ class AdaptiveLimiter:
             cond.notify_all()
 
     def stats(self) -> dict:
-        return {"limit": self.limit, "lowest_limit": self.lowest_limit, "max_concurrency": self.max_concurrency,
-                "throttled": self.throttled, "cuts": self.cuts, "rpm": self.rpm, "tpm": self.tpm}
+        return {
+            "limit": self.limit,
+            "lowest_limit": self.lowest_limit,
+            "max_concurrency": self.max_concurrency,
+            "throttled": self.throttled,
+            "cuts": self.cuts,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+        }
 
 
 def limited_http_client(limiter: AdaptiveLimiter, **kwargs):

@@ -53,6 +53,7 @@ Two **variants** (:data:`REWARD_VARIANTS`, chosen by :class:`RewardRules`):
 This module is pure Python (no torch) on purpose: the reward is part of the protocol, not of the
 trainer.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,10 +64,23 @@ from typing import Any
 from insight_o3.geometry import Box, check_box, iou, is_null_box
 
 __all__ = [
-    "RewardWeights", "RewardBreakdown", "DEFAULT_WEIGHTS", "REWARD_VARIANTS", "RewardRules", "DEFAULT_RULES",
-    "iou_reward", "pseudo_iou_reward", "best_iou", "covered_iou", "repeated_view",
-    "out_of_loop_reward", "in_loop_reward", "original_out_of_loop_reward", "original_in_loop_reward",
-    "trajectory_reward", "reward_from_locate",
+    "RewardWeights",
+    "RewardBreakdown",
+    "DEFAULT_WEIGHTS",
+    "REWARD_VARIANTS",
+    "RewardRules",
+    "DEFAULT_RULES",
+    "iou_reward",
+    "pseudo_iou_reward",
+    "best_iou",
+    "covered_iou",
+    "repeated_view",
+    "out_of_loop_reward",
+    "in_loop_reward",
+    "original_out_of_loop_reward",
+    "original_in_loop_reward",
+    "trajectory_reward",
+    "reward_from_locate",
 ]
 
 #: ``original``: the authors' training code (the default of the recipe); ``paper``: Eq. (1) literally.
@@ -100,8 +114,8 @@ class RewardRules:
 
     variant: str = "original"
     weights: RewardWeights = DEFAULT_WEIGHTS
-    max_consecutive_iou: float = 0.6     # original: views overlapping more than this void the tool gate
-    min_gt_coverage: float = 0.95        # original: a box must cover more than this share of a GT box
+    max_consecutive_iou: float = 0.6  # original: views overlapping more than this void the tool gate
+    min_gt_coverage: float = 0.95  # original: a box must cover more than this share of a GT box
 
     def __post_init__(self) -> None:
         if self.variant not in REWARD_VARIANTS:
@@ -135,7 +149,7 @@ class RewardBreakdown:
     in_loop: bool
     format_error: str | None = None
     variant: str = "paper"
-    repeated_view: bool | None = None    # original only: the tool gate was voided by a repeated view
+    repeated_view: bool | None = None  # original only: the tool gate was voided by a repeated view
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -183,9 +197,15 @@ def _check_n_tool(n_tool: int) -> int:
     return n_tool
 
 
-def out_of_loop_reward(*, n_tool: int, format_ok: bool, pred_box: Sequence[float] | None,
-                       gt_boxes: Iterable[Sequence[float]], weights: RewardWeights = DEFAULT_WEIGHTS,
-                       format_error: str | None = None) -> RewardBreakdown:
+def out_of_loop_reward(
+    *,
+    n_tool: int,
+    format_ok: bool,
+    pred_box: Sequence[float] | None,
+    gt_boxes: Iterable[Sequence[float]],
+    weights: RewardWeights = DEFAULT_WEIGHTS,
+    format_error: str | None = None,
+) -> RewardBreakdown:
     """Eq. (1) with the IoU reward. ``pred_box``: the final answer in original-image pixels, or None
     when no answer parsed. ``format_ok``: the protocol's r_format verdict (see the module docstring)."""
     n_tool = _check_n_tool(n_tool)
@@ -194,13 +214,28 @@ def out_of_loop_reward(*, n_tool: int, format_ok: bool, pred_box: Sequence[float
     r_iou = iou_reward(value, weights.alpha)
     gate = 1.0 if n_tool > 0 else 0.0
     score = gate * (weights.format * r_fmt + weights.iou * r_iou)
-    return RewardBreakdown(score=score, n_tool=n_tool, tool_gate=gate, r_format=r_fmt, r_iou=r_iou,
-                           iou=value, matched_gt=k, in_loop=False,
-                           format_error=None if format_ok else (format_error or "format check failed"))
+    return RewardBreakdown(
+        score=score,
+        n_tool=n_tool,
+        tool_gate=gate,
+        r_format=r_fmt,
+        r_iou=r_iou,
+        iou=value,
+        matched_gt=k,
+        in_loop=False,
+        format_error=None if format_ok else (format_error or "format check failed"),
+    )
 
 
-def in_loop_reward(*, n_tool: int, format_ok: bool, helpful: bool | None, correct: bool | None,
-                   weights: RewardWeights = DEFAULT_WEIGHTS, format_error: str | None = None) -> RewardBreakdown:
+def in_loop_reward(
+    *,
+    n_tool: int,
+    format_ok: bool,
+    helpful: bool | None,
+    correct: bool | None,
+    weights: RewardWeights = DEFAULT_WEIGHTS,
+    format_error: str | None = None,
+) -> RewardBreakdown:
     """Eq. (1) with the pseudo IoU reward ``1[s = c = 1]``: ``helpful`` is s (the vReasoner's
     feedback on this search), ``correct`` is c (the judge's verdict on the episode's answer)."""
     n_tool = _check_n_tool(n_tool)
@@ -208,9 +243,17 @@ def in_loop_reward(*, n_tool: int, format_ok: bool, helpful: bool | None, correc
     r_iou = pseudo_iou_reward(helpful, correct)
     gate = 1.0 if n_tool > 0 else 0.0
     score = gate * (weights.format * r_fmt + weights.iou * r_iou)
-    return RewardBreakdown(score=score, n_tool=n_tool, tool_gate=gate, r_format=r_fmt, r_iou=r_iou,
-                           iou=None, matched_gt=None, in_loop=True,
-                           format_error=None if format_ok else (format_error or "format check failed"))
+    return RewardBreakdown(
+        score=score,
+        n_tool=n_tool,
+        tool_gate=gate,
+        r_format=r_fmt,
+        r_iou=r_iou,
+        iou=None,
+        matched_gt=None,
+        in_loop=True,
+        format_error=None if format_ok else (format_error or "format check failed"),
+    )
 
 
 # ----------------------------------------------------------------------------- original rules
@@ -234,9 +277,12 @@ def _intersection(a: Box, b: Box) -> float:
     return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
 
 
-def covered_iou(pred_box: Sequence[float] | None, gt_boxes: Iterable[Sequence[float]],
-                image_size: Sequence[float], min_coverage: float = DEFAULT_RULES.min_gt_coverage
-                ) -> tuple[float, int | None]:
+def covered_iou(
+    pred_box: Sequence[float] | None,
+    gt_boxes: Iterable[Sequence[float]],
+    image_size: Sequence[float],
+    min_coverage: float = DEFAULT_RULES.min_gt_coverage,
+) -> tuple[float, int | None]:
     """The ``original`` IoU of a final answer: ``min_k max_b IoU(b, gt_k)`` over the candidates
     ``b`` = the whole image and the predicted box, where a candidate scores only if it covers more
     than ``min_coverage`` of ``gt_k``. Returns the value and the index of the worst-covered GT box.
@@ -254,8 +300,11 @@ def covered_iou(pred_box: Sequence[float] | None, gt_boxes: Iterable[Sequence[fl
     return per_gt[k], k
 
 
-def repeated_view(crop_boxes: Iterable[Sequence[float]], frame_size: Sequence[float],
-                  max_iou: float = DEFAULT_RULES.max_consecutive_iou) -> bool:
+def repeated_view(
+    crop_boxes: Iterable[Sequence[float]],
+    frame_size: Sequence[float],
+    max_iou: float = DEFAULT_RULES.max_consecutive_iou,
+) -> bool:
     """``original``: do two consecutive views overlap with IoU > ``max_iou``? The views are the
     whole image ``(0, 0, W, H)`` then every crop, all in the model frame (the model's own
     ``bbox_2d`` values)."""
@@ -269,10 +318,18 @@ def _original_gate(n_tool: int, format_ok: bool, crop_boxes, frame_size, rules: 
     return (1.0 if (format_ok and n_tool > 0 and not repeated) else 0.0), repeated
 
 
-def original_out_of_loop_reward(*, n_tool: int, format_ok: bool, pred_box: Sequence[float] | None,
-                                gt_boxes: Iterable[Sequence[float]], image_size: Sequence[float],
-                                crop_boxes: Iterable[Sequence[float]], frame_size: Sequence[float],
-                                rules: RewardRules = DEFAULT_RULES, format_error: str | None = None) -> RewardBreakdown:
+def original_out_of_loop_reward(
+    *,
+    n_tool: int,
+    format_ok: bool,
+    pred_box: Sequence[float] | None,
+    gt_boxes: Iterable[Sequence[float]],
+    image_size: Sequence[float],
+    crop_boxes: Iterable[Sequence[float]],
+    frame_size: Sequence[float],
+    rules: RewardRules = DEFAULT_RULES,
+    format_error: str | None = None,
+) -> RewardBreakdown:
     """The ``original`` out-of-loop reward (module docstring, rules 1–4). ``pred_box`` and
     ``gt_boxes`` are original-image pixels (``image_size`` = (W, H) of the original image);
     ``crop_boxes`` are the model's crop boxes in the model frame of size ``frame_size``."""
@@ -282,67 +339,124 @@ def original_out_of_loop_reward(*, n_tool: int, format_ok: bool, pred_box: Seque
     gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
     r_fmt = 1.0 if format_ok else 0.0
     score = gate * (rules.weights.format * r_fmt + rules.weights.iou * r_iou)
-    return RewardBreakdown(score=score, n_tool=n_tool, tool_gate=gate, r_format=r_fmt, r_iou=r_iou, iou=value,
-                           matched_gt=k, in_loop=False,
-                           format_error=None if format_ok else (format_error or "format check failed"),
-                           variant="original", repeated_view=repeated)
+    return RewardBreakdown(
+        score=score,
+        n_tool=n_tool,
+        tool_gate=gate,
+        r_format=r_fmt,
+        r_iou=r_iou,
+        iou=value,
+        matched_gt=k,
+        in_loop=False,
+        format_error=None if format_ok else (format_error or "format check failed"),
+        variant="original",
+        repeated_view=repeated,
+    )
 
 
-def original_in_loop_reward(*, n_tool: int, format_ok: bool, helpful: bool | None, correct: bool | None,
-                            crop_boxes: Iterable[Sequence[float]], frame_size: Sequence[float],
-                            rules: RewardRules = DEFAULT_RULES, format_error: str | None = None) -> RewardBreakdown:
+def original_in_loop_reward(
+    *,
+    n_tool: int,
+    format_ok: bool,
+    helpful: bool | None,
+    correct: bool | None,
+    crop_boxes: Iterable[Sequence[float]],
+    frame_size: Sequence[float],
+    rules: RewardRules = DEFAULT_RULES,
+    format_error: str | None = None,
+) -> RewardBreakdown:
     """The ``original`` in-loop reward: rules 1–2 with the pseudo IoU ``1[s = c = 1]``."""
     n_tool = _check_n_tool(n_tool)
     gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
     r_fmt = 1.0 if format_ok else 0.0
     r_iou = pseudo_iou_reward(helpful, correct)
     score = gate * (rules.weights.format * r_fmt + rules.weights.iou * r_iou)
-    return RewardBreakdown(score=score, n_tool=n_tool, tool_gate=gate, r_format=r_fmt, r_iou=r_iou, iou=None,
-                           matched_gt=None, in_loop=True,
-                           format_error=None if format_ok else (format_error or "format check failed"),
-                           variant="original", repeated_view=repeated)
+    return RewardBreakdown(
+        score=score,
+        n_tool=n_tool,
+        tool_gate=gate,
+        r_format=r_fmt,
+        r_iou=r_iou,
+        iou=None,
+        matched_gt=None,
+        in_loop=True,
+        format_error=None if format_ok else (format_error or "format check failed"),
+        variant="original",
+        repeated_view=repeated,
+    )
 
 
-def trajectory_reward(rules: RewardRules, *, in_loop: bool, n_tool: int, format_ok: bool,
-                      format_error: str | None = None, pred_box: Sequence[float] | None = None,
-                      gt_boxes: Iterable[Sequence[float]] | None = None, image_size: Sequence[float] | None = None,
-                      crop_boxes: Iterable[Sequence[float]] = (), frame_size: Sequence[float] | None = None,
-                      helpful: bool | None = None, correct: bool | None = None) -> RewardBreakdown:
+def trajectory_reward(
+    rules: RewardRules,
+    *,
+    in_loop: bool,
+    n_tool: int,
+    format_ok: bool,
+    format_error: str | None = None,
+    pred_box: Sequence[float] | None = None,
+    gt_boxes: Iterable[Sequence[float]] | None = None,
+    image_size: Sequence[float] | None = None,
+    crop_boxes: Iterable[Sequence[float]] = (),
+    frame_size: Sequence[float] | None = None,
+    helpful: bool | None = None,
+    correct: bool | None = None,
+) -> RewardBreakdown:
     """The reward of one vSearcher trajectory under ``rules.variant`` (the one entry point the
     training recipe calls). ``original`` needs ``frame_size`` and ``crop_boxes`` when there was a
     crop (and, out-of-loop, ``image_size``); missing ones are a ``ValueError`` naming them."""
     if rules.variant == "paper":
-        common: dict[str, Any] = dict(n_tool=n_tool, format_ok=format_ok, weights=rules.weights, format_error=format_error)
+        common: dict[str, Any] = dict(
+            n_tool=n_tool, format_ok=format_ok, weights=rules.weights, format_error=format_error
+        )
         if in_loop:
             return in_loop_reward(helpful=helpful, correct=correct, **common)
         if gt_boxes is None:
             raise ValueError("out-of-loop reward needs gt_boxes (extra_info.bboxes)")
         return out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, **common)
-    missing = [] if n_tool == 0 else [name for name, v in (("frame_size", frame_size), ("crop_boxes", crop_boxes))
-                                      if v is None]
+    missing = (
+        []
+        if n_tool == 0
+        else [name for name, v in (("frame_size", frame_size), ("crop_boxes", crop_boxes)) if v is None]
+    )
     if not in_loop:
         missing += [name for name, v in (("gt_boxes", gt_boxes), ("image_size", image_size)) if v is None]
     if missing:
         raise ValueError(f"the 'original' reward needs {missing}")
-    orig: dict[str, Any] = dict(n_tool=n_tool, format_ok=format_ok, crop_boxes=crop_boxes, frame_size=frame_size,
-                                rules=rules, format_error=format_error)
+    orig: dict[str, Any] = dict(
+        n_tool=n_tool,
+        format_ok=format_ok,
+        crop_boxes=crop_boxes,
+        frame_size=frame_size,
+        rules=rules,
+        format_error=format_error,
+    )
     if in_loop:
         return original_in_loop_reward(helpful=helpful, correct=correct, **orig)
     assert gt_boxes is not None and image_size is not None  # checked above
     return original_out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, image_size=image_size, **orig)
 
 
-def reward_from_locate(result, *, gt_boxes: Iterable[Sequence[float]] | None = None,
-                       helpful: bool | None = None, correct: bool | None = None, in_loop: bool = False,
-                       weights: RewardWeights = DEFAULT_WEIGHTS) -> RewardBreakdown:
+def reward_from_locate(
+    result,
+    *,
+    gt_boxes: Iterable[Sequence[float]] | None = None,
+    helpful: bool | None = None,
+    correct: bool | None = None,
+    in_loop: bool = False,
+    weights: RewardWeights = DEFAULT_WEIGHTS,
+) -> RewardBreakdown:
     """Score a finished vSearcher episode given as a ``LocateResult``-like object.
 
     Reads ``n_tool_calls``, ``format_ok``, ``box_original`` (original pixels, None unless found) and
     ``error``. Out-of-loop (``in_loop=False``) needs ``gt_boxes``; in-loop takes s (``helpful``) and
     c (``correct``).
     """
-    common: dict[str, Any] = dict(n_tool=int(result.n_tool_calls), format_ok=bool(result.format_ok), weights=weights,
-                  format_error=getattr(result, "error", None))
+    common: dict[str, Any] = dict(
+        n_tool=int(result.n_tool_calls),
+        format_ok=bool(result.format_ok),
+        weights=weights,
+        format_error=getattr(result, "error", None),
+    )
     if in_loop:
         return in_loop_reward(helpful=helpful, correct=correct, **common)
     if gt_boxes is None:

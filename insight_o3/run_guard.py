@@ -13,6 +13,7 @@ the error, and the runners record nothing more (what is in flight may carry the 
 the run; a rerun asks for it again). :func:`report_stop` turns every way a run can stop on purpose
 (these two, an unwritable output, another run holding the directory) into one line and an exit code.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,8 +45,10 @@ class FatalAPIError(RunStopped):
         self.role, self.url, self.status, self.detail = role, url, status, detail
 
     def __str__(self) -> str:
-        return (f"the {self.role} endpoint answered HTTP {self.status} for POST {self.url} ({self.detail}); "
-                f"stopped after the first such response — check the key, the model name and the base URL")
+        return (
+            f"the {self.role} endpoint answered HTTP {self.status} for POST {self.url} ({self.detail}); "
+            f"stopped after the first such response — check the key, the model name and the base URL"
+        )
 
 
 class FailureRatioError(RunStopped):
@@ -54,8 +57,10 @@ class FailureRatioError(RunStopped):
         self.failed, self.total, self.max_ratio, self.last = failed, total, max_ratio, last
 
     def __str__(self) -> str:
-        return (f"{self.failed} of the {self.total} API requests of this run failed after retries "
-                f"(more than --max_failure_ratio {self.max_ratio:g}); last failure: {self.last}")
+        return (
+            f"{self.failed} of the {self.total} API requests of this run failed after retries "
+            f"(more than --max_failure_ratio {self.max_ratio:g}); last failure: {self.last}"
+        )
 
 
 class RunGuard:
@@ -63,8 +68,12 @@ class RunGuard:
 
     Not thread-safe by design: clients report from the event loop that runs the requests."""
 
-    def __init__(self, max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO,
-                 min_requests: int = DEFAULT_MIN_REQUESTS, redact=lambda s: s):
+    def __init__(
+        self,
+        max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO,
+        min_requests: int = DEFAULT_MIN_REQUESTS,
+        redact=lambda s: s,
+    ):
         if not 0 < max_failure_ratio <= 1:
             raise ValueError("max_failure_ratio must be in (0, 1]")
         self.max_failure_ratio, self.min_requests, self.redact = max_failure_ratio, max(1, min_requests), redact
@@ -103,8 +112,11 @@ class RunGuard:
             return
         self.failed += 1
         if self.total >= self.min_requests and self.failed > self.max_failure_ratio * self.total:
-            self.trip(FailureRatioError(self.failed, self.total, self.max_failure_ratio,
-                                        self.redact(f"{role}: {failure}")[:500]))
+            self.trip(
+                FailureRatioError(
+                    self.failed, self.total, self.max_failure_ratio, self.redact(f"{role}: {failure}")[:500]
+                )
+            )
 
     async def wait(self) -> RunStopped:
         if self._event is None:
@@ -125,10 +137,9 @@ async def gather_or_stop(aws: Iterable[Awaitable], guard: RunGuard | None = None
     everything = asyncio.gather(*tasks)
     stop = asyncio.ensure_future(guard.wait()) if guard is not None else None
     try:
-        await asyncio.wait([everything] + ([stop] if stop is not None else []),
-                           return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([everything] + ([stop] if stop is not None else []), return_when=asyncio.FIRST_COMPLETED)
         if everything.done():
-            return everything.result()   # raises the first exception of any task
+            return everything.result()  # raises the first exception of any task
         assert guard is not None and guard.error is not None  # only the guard's stop ends the wait early
         raise guard.error
     finally:
@@ -158,15 +169,21 @@ def report_stop(e: BaseException, redact=lambda s: s, results: str | None = None
         return EXIT_LOCKED
     if isinstance(e, OutputError):
         if e.lost_dir:
-            msg = (f"error: {e} — {e.advice}; what was written there is gone. Recreate it (or choose "
-                   f"another output directory) and rerun the command")
+            msg = (
+                f"error: {e} — {e.advice}; what was written there is gone. Recreate it (or choose "
+                f"another output directory) and rerun the command"
+            )
         else:
-            msg = (f"error: {e} — {e.advice}. Samples finished before this are safe{where}; rerun the same "
-                   f"command to resume")
+            msg = (
+                f"error: {e} — {e.advice}. Samples finished before this are safe{where}; rerun the same "
+                f"command to resume"
+            )
         print(redact(msg), file=sys.stderr)
         return EXIT_OUTPUT_ERROR
     if isinstance(e, RunStopped):
-        print(redact(f"error: {e}. Samples finished before this are safe{where}; rerun the same command "
-                     f"to resume"), file=sys.stderr)
+        print(
+            redact(f"error: {e}. Samples finished before this are safe{where}; rerun the same command to resume"),
+            file=sys.stderr,
+        )
         return EXIT_API_STOP
     raise TypeError(f"not a stop error: {e!r}")

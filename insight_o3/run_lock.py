@@ -13,6 +13,7 @@ that a refused run can say who holds the directory. Children forked by the holde
 close their copy of the descriptor, so the lock goes away with the holder even if a child lingers.
 On network file systems ``flock`` is only as good as the server's lock support.
 """
+
 from __future__ import annotations
 
 import errno
@@ -52,9 +53,11 @@ class RunLockedError(RuntimeError):
         self.directory, self.holder = directory, holder
 
     def __str__(self) -> str:
-        return (f"{self.directory} is in use by another run ({self.holder}); two runs on one output "
-                f"directory would query every sample twice and interleave their writes. Wait for it to "
-                f"finish (or stop it), or use another output directory")
+        return (
+            f"{self.directory} is in use by another run ({self.holder}); two runs on one output "
+            f"directory would query every sample twice and interleave their writes. Wait for it to "
+            f"finish (or stop it), or use another output directory"
+        )
 
 
 def _holder(fd: int) -> str:
@@ -89,10 +92,10 @@ class RunLock:
             return
         _HELD.discard(fd)
         try:
-            os.ftruncate(fd, 0)   # no holder any more; the (empty) file may stay
+            os.ftruncate(fd, 0)  # no holder any more; the (empty) file may stay
         except OSError:
             pass
-        os.close(fd)              # closing the last descriptor releases the flock
+        os.close(fd)  # closing the last descriptor releases the flock
 
 
 def acquire(directory: str | os.PathLike, command: str) -> RunLock:
@@ -115,8 +118,12 @@ def acquire(directory: str | os.PathLike, command: str) -> RunLock:
             raise RunLockedError(directory, holder) from None
         raise OutputError.from_os_error(path, e, "lock") from None
     _HELD.add(fd)
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode("utf-8"), 0)

@@ -6,6 +6,7 @@ OpenAI ``image_url`` parts by encoding each reference through an :class:`ImageSt
 the same records drive API calls, are written to result files, and let notebooks redraw crops.
 Extra keys on a message (e.g. ``"search"``) are kept in records and dropped for the API.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -43,8 +44,9 @@ def message_text(m: dict) -> str:
     return "".join(p.get("text", "") for p in c or [] if p.get("type") == "text")
 
 
-def to_openai(messages: list[dict], encode: Callable[[ImageRef], EncodedImage],
-              image_url_extra: dict | None = None) -> list[dict]:
+def to_openai(
+    messages: list[dict], encode: Callable[[ImageRef], EncodedImage], image_url_extra: dict | None = None
+) -> list[dict]:
     """Chat messages for the API; ``encode`` maps an ImageRef to its (cached) encoded view.
 
     The original's shapes: user content is always a list of parts in the stored order (its

@@ -22,6 +22,7 @@ the same ``ImageStore`` code the CLI uses. Each run's ``wall / floor`` says how 
 evaluation (HTTP, JSON, records, the scripted server itself) gets to that single-core image work; on 2
 cores the goal is <= 0.6.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,7 @@ from insight_o3.testing.openai_server import Call, Reply, ScriptedOpenAIServer, 
 
 ROOT = Path(__file__).resolve().parents[1]
 
-API_KEY = "sk-bench-" + "7f3a9c1e5b2d4680"   # fake key, used to check nothing writes it to disk
+API_KEY = "sk-bench-" + "7f3a9c1e5b2d4680"  # fake key, used to check nothing writes it to disk
 LETTERS = "ABCDEF"
 
 
@@ -77,19 +78,24 @@ class AnswerScript:
         return right / len(self.records)
 
     def __call__(self, req: dict, call: Call) -> Reply:
-        urls = [p["image_url"]["url"] for m in req.get("messages", []) if isinstance(m.get("content"), list)
-                for p in m["content"] if isinstance(p, dict) and p.get("type") == "image_url"]
+        urls = [
+            p["image_url"]["url"]
+            for m in req.get("messages", [])
+            if isinstance(m.get("content"), list)
+            for p in m["content"]
+            if isinstance(p, dict) and p.get("type") == "image_url"
+        ]
         digests = [hashlib.blake2b(u.encode(), digest_size=16).hexdigest() for u in urls]
         with self.lock:
             self.image_hashes.update(digests)
             self.image_requests += bool(urls)
         text = last_user_text(req).strip()
         prompt = text if text in self.answers else next((p for p in self.answers if p in text), None)
-        if prompt is None:   # a judge call: the released flow asks the judge to extract the option letter
+        if prompt is None:  # a judge call: the released flow asks the judge to extract the option letter
             with self.lock:
                 self.judge_requests += 1
             found = re.findall(r"<answer>([A-F])</answer>", text)
-            reply = chat(found[-1] if found else "Z")   # the letter the model answered (as a faithful judge would)
+            reply = chat(found[-1] if found else "Z")  # the letter the model answered (as a faithful judge would)
         else:
             letter = self.reply_letter(prompt, self.answers[prompt])
             reply = chat([f"The evidence points to option {letter}.\n<answer>{letter}</answer>"] * call.n)
@@ -99,9 +105,23 @@ class AnswerScript:
 
 def ensure_bench(a) -> Path:
     bench = Path(a.work_dir) / f"bench_{a.num_images}x{a.num_questions}_{a.size}"
-    cmd = [sys.executable, "-m", "insight_o3.scripts.make_demo_bench", "--out", str(bench), "--num_images",
-           str(a.num_images), "--num_questions", str(a.num_questions), "--size", a.size, "--seed", "0",
-           "--workers", str(a.gen_workers)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "insight_o3.scripts.make_demo_bench",
+        "--out",
+        str(bench),
+        "--num_images",
+        str(a.num_images),
+        "--num_questions",
+        str(a.num_questions),
+        "--size",
+        a.size,
+        "--seed",
+        "0",
+        "--workers",
+        str(a.gen_workers),
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
     print(f"[bench] benchmark ready in {time.perf_counter() - t0:.1f}s: {bench}", flush=True)
@@ -126,7 +146,7 @@ def encode_floor(a, bench: Path) -> dict:
     try:
         cpu = min(os.sched_getaffinity(0))
         before = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {cpu})        # one core, whatever the interpreter would do otherwise
+        os.sched_setaffinity(0, {cpu})  # one core, whatever the interpreter would do otherwise
     except (AttributeError, OSError):
         before = None
     try:
@@ -192,11 +212,35 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     with ScriptedOpenAIServer(script, keep_bodies=False) as srv:
-        cmd = [sys.executable, "-m", "insight_o3.scripts.evaluate", "--eval_name", "bench", "--model", "scripted",
-               "--api_base_url", srv.base_url, "--judge_model", "judge", "--judge_api_base_url", srv.base_url,
-               "--ann_file", str(bench / "metadata.jsonl"), "--img_dir", str(bench), "--num_trials",
-               str(a.num_trials), "--separate_trial_requests", "--output_dir", str(out_dir), "--no_progress",
-               "--concurrency", str(a.concurrency), "--img_max_pixels", str(a.img_max_pixels)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "insight_o3.scripts.evaluate",
+            "--eval_name",
+            "bench",
+            "--model",
+            "scripted",
+            "--api_base_url",
+            srv.base_url,
+            "--judge_model",
+            "judge",
+            "--judge_api_base_url",
+            srv.base_url,
+            "--ann_file",
+            str(bench / "metadata.jsonl"),
+            "--img_dir",
+            str(bench),
+            "--num_trials",
+            str(a.num_trials),
+            "--separate_trial_requests",
+            "--output_dir",
+            str(out_dir),
+            "--no_progress",
+            "--concurrency",
+            str(a.concurrency),
+            "--img_max_pixels",
+            str(a.img_max_pixels),
+        ]
         if a.image_workers is not None:
             cmd += ["--image_workers", str(a.image_workers)]
         env = {**os.environ, "OPENAI_API_KEY": API_KEY, "JUDGE_API_KEY": API_KEY}
@@ -225,17 +269,25 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
         lost += stats.get("failed", 0)
         total += stats["total"]
     return {
-        "run": label, "latency_s": latency, "wall_s": round(wall, 1),
-        "images_decoded": int(m.group(1)) if m else None, "images_encoded": int(m.group(2)) if m else None,
+        "run": label,
+        "latency_s": latency,
+        "wall_s": round(wall, 1),
+        "images_decoded": int(m.group(1)) if m else None,
+        "images_encoded": int(m.group(2)) if m else None,
         "distinct_image_payloads_at_server": len(script.image_hashes),
-        "requests": n_requests, "judge_requests": script.judge_requests,
-        "queries": total, "requests_lost": lost,
+        "requests": n_requests,
+        "judge_requests": script.judge_requests,
+        "queries": total,
+        "requests_lost": lost,
         "accuracy": round(summary["overall_accuracy"]["mean"], 4),
         "true_accuracy": round(script.true_accuracy(), 4),
-        "bytes_written": dir_bytes(out_dir), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-        "peak_tree_rss_mb": round(sampler.peak_kb / 1024, 1), "processes": sampler.max_procs,
+        "bytes_written": dir_bytes(out_dir),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "peak_tree_rss_mb": round(sampler.peak_kb / 1024, 1),
+        "processes": sampler.max_procs,
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-        "load_before": round(load_before, 2), "load_after": round(load_after, 2),
+        "load_before": round(load_before, 2),
+        "load_after": round(load_after, 2),
         "api_key_on_disk": key_on_disk(out_dir),
     }
 
@@ -253,8 +305,12 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--gen_workers", type=int, default=1, help="processes drawing the benchmark images")
     ap.add_argument("--img_max_pixels", type=int, default=3500 * 3500, help="the CLI's resize budget")
-    ap.add_argument("--image_workers", type=int, default=None,
-                    help="passed to the CLI (default: its own, one process per usable CPU; 0 = threads)")
+    ap.add_argument(
+        "--image_workers",
+        type=int,
+        default=None,
+        help="passed to the CLI (default: its own, one process per usable CPU; 0 = threads)",
+    )
     ap.add_argument("--skip_floor", action="store_true", help="do not measure the single-core encode-once floor")
     a = ap.parse_args(argv)
     bench = ensure_bench(a)
@@ -274,19 +330,34 @@ def main(argv=None) -> int:
         results.append(res)
         print(json.dumps(res, indent=1), flush=True)
     out = Path(a.work_dir) / "results.json"
-    out.write_text(json.dumps({"num_images": a.num_images, "num_questions": a.num_questions,
-                               "num_trials": a.num_trials, "size": a.size, "cpus": os.cpu_count(),
-                               "usable_cpus": len(os.sched_getaffinity(0)), "floor": floor,
-                               "runs": results}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "num_images": a.num_images,
+                "num_questions": a.num_questions,
+                "num_trials": a.num_trials,
+                "size": a.size,
+                "cpus": os.cpu_count(),
+                "usable_cpus": len(os.sched_getaffinity(0)),
+                "floor": floor,
+                "runs": results,
+            },
+            indent=1,
+        )
+    )
     if floor is not None:
         print(f"\nsingle-core encode-once floor: {floor['floor_s']} s for {floor['images']} images")
-    print(f"\n{'run':<14}{'wall s':>8}{'wall/floor':>11}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}"
-          f"{'true':>8}{'MB written':>12}{'RSS MB':>8}{'tree RSS MB':>13}{'load':>12}")
+    print(
+        f"\n{'run':<14}{'wall s':>8}{'wall/floor':>11}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}"
+        f"{'true':>8}{'MB written':>12}{'RSS MB':>8}{'tree RSS MB':>13}{'load':>12}"
+    )
     for r in results:
-        print(f"{r['run']:<14}{r['wall_s']:>8}{str(r.get('wall_over_floor', '-')):>11}{str(r['images_encoded']):>9}"
-              f"{r['distinct_image_payloads_at_server']:>9}{r['requests_lost']:>6}{r['accuracy']:>8}"
-              f"{r['true_accuracy']:>8}{r['bytes_written'] / 1e6:>12.2f}{r['peak_rss_mb']:>8}"
-              f"{r['peak_tree_rss_mb']:>13}{r['load_before']:>6}/{r['load_after']:<5}")
+        print(
+            f"{r['run']:<14}{r['wall_s']:>8}{str(r.get('wall_over_floor', '-')):>11}{str(r['images_encoded']):>9}"
+            f"{r['distinct_image_payloads_at_server']:>9}{r['requests_lost']:>6}{r['accuracy']:>8}"
+            f"{r['true_accuracy']:>8}{r['bytes_written'] / 1e6:>12.2f}{r['peak_rss_mb']:>8}"
+            f"{r['peak_tree_rss_mb']:>13}{r['load_before']:>6}/{r['load_after']:<5}"
+        )
     print(f"(results in {out}; load = 1-minute load average before/after the run)")
     return 0
 

@@ -5,6 +5,7 @@
 
 Prints a JSON summary (path, parameter count, tokenizer size, special token ids).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
-                    help="image processor max_pixels written to preprocessor_config.json")
+    ap.add_argument(
+        "--max-pixels",
+        type=int,
+        default=DEFAULT_MAX_PIXELS,
+        help="image processor max_pixels written to preprocessor_config.json",
+    )
     args = ap.parse_args(argv)
     path = build_tiny_qwen(args.out_dir, seed=args.seed, max_pixels=args.max_pixels)
 
@@ -35,8 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         params = sum(_prod(f.get_slice(k).get_shape()) for k in f.keys())
     tok = AutoTokenizer.from_pretrained(path)
-    print(json.dumps({"path": str(path), "params": params, "len_tokenizer": len(tok),
-                      "special_ids": {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}}, indent=1))
+    print(
+        json.dumps(
+            {
+                "path": str(path),
+                "params": params,
+                "len_tokenizer": len(tok),
+                "special_ids": {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS},
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

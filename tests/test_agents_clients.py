@@ -1,4 +1,5 @@
 """InSight-o3 end to end against two real scripted OpenAI-compatible servers (vReasoner, vSearcher)."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ from insight_o3.images import ImageStore
 from tests.support.openai_server import chat, error, last_user_text, user_message_text
 
 W, H = 420, 300
-BUDGET = 100 * 28 * 28          # < W*H: the vSearcher sees a real smart_resize of the image
+BUDGET = 100 * 28 * 28  # < W*H: the vSearcher sees a real smart_resize of the image
 SECRET = "sk-test-secret-0123456789"
 
 
@@ -73,10 +74,21 @@ def reasoner_script(turns):
 
 def build(openai_server, r_script, s_script, store, retries=0, **kw):
     rs, ss = openai_server(r_script), openai_server(s_script)
-    searcher = VSearcher(make_client(SECRET, ss.base_url, timeout=10, max_retries=retries), "vs", store,
-                         max_pixels=BUDGET, redactor=Redactor(SECRET))
-    system = InSightO3(make_client(SECRET, rs.base_url, timeout=10, max_retries=retries), "vr", searcher, store,
-                       redactor=Redactor(SECRET), **kw)
+    searcher = VSearcher(
+        make_client(SECRET, ss.base_url, timeout=10, max_retries=retries),
+        "vs",
+        store,
+        max_pixels=BUDGET,
+        redactor=Redactor(SECRET),
+    )
+    system = InSightO3(
+        make_client(SECRET, rs.base_url, timeout=10, max_retries=retries),
+        "vr",
+        searcher,
+        store,
+        redactor=Redactor(SECRET),
+        **kw,
+    )
     return system, rs, ss
 
 
@@ -87,8 +99,12 @@ FINAL = "<think>seen</think>Answer: \\boxed{B}"
 def test_search_crop_answer_pixels_and_sizes(openai_server, img, store):
     mh, mw = smart_resize(H, W, max_pixels=BUDGET)
     model_box = [13, 27, 101, 88]
-    system, rs, ss = build(openai_server, reasoner_script([SEARCH, FINAL]),
-                           searcher_script([tool([5, 5, 150, 120]), answer(model_box)]), store)
+    system, rs, ss = build(
+        openai_server,
+        reasoner_script([SEARCH, FINAL]),
+        searcher_script([tool([5, 5, 150, 120]), answer(model_box)]),
+        store,
+    )
     res = asyncio.run(system.answer(img, "Which letter?"))
     assert res.error is None and res.status == "answered" and res.answer == "B" and res.text == FINAL
     assert res.n_search_calls == 1 and res.n_search_not_found == 0 and res.finish_reason == "stop"
@@ -128,8 +144,9 @@ def test_search_crop_answer_pixels_and_sizes(openai_server, img, store):
 
 
 def test_not_found_path(openai_server, img, store):
-    system, rs, ss = build(openai_server, reasoner_script([SEARCH, FINAL]),
-                           searcher_script([answer([0, 0, 0, 0])]), store)
+    system, rs, ss = build(
+        openai_server, reasoner_script([SEARCH, FINAL]), searcher_script([answer([0, 0, 0, 0])]), store
+    )
     res = asyncio.run(system.answer(img, "Q"))
     assert res.answer == "B" and res.n_search_calls == 1 and res.n_search_not_found == 1
     assert user_message_text(rs.requests[1]) == prompts.VREASONER_INFER_NOT_FOUND_PROMPT
@@ -137,8 +154,9 @@ def test_not_found_path(openai_server, img, store):
 
 
 def test_limit_path_six_calls(openai_server, img, store):
-    system, rs, ss = build(openai_server, reasoner_script([SEARCH] * 6 + [FINAL]),
-                           searcher_script([answer([10, 10, 60, 60])]), store)
+    system, rs, ss = build(
+        openai_server, reasoner_script([SEARCH] * 6 + [FINAL]), searcher_script([answer([10, 10, 60, 60])]), store
+    )
     res = asyncio.run(system.answer(img, "Q"))
     assert res.answer == "B" and res.n_search_calls == 6 and rs.count == 7 and ss.count == 6
     texts = [user_message_text(r) for r in rs.requests[1:]]
@@ -147,36 +165,47 @@ def test_limit_path_six_calls(openai_server, img, store):
 
 
 def test_vsearcher_tool_call_limit(openai_server, img, store):
-    system, rs, ss = build(openai_server, reasoner_script([SEARCH, FINAL]),
-                           searcher_script([tool([0, 0, 50 + k, 50]) for k in range(6)] + [answer([1, 1, 40, 40])]),
-                           store)
+    system, rs, ss = build(
+        openai_server,
+        reasoner_script([SEARCH, FINAL]),
+        searcher_script([tool([0, 0, 50 + k, 50]) for k in range(6)] + [answer([1, 1, 40, 40])]),
+        store,
+    )
     res = asyncio.run(system.answer(img, "Q"))
-    assert ss.count == 7 and user_message_text(ss.requests[6]).endswith("</tool_response>\n" + prompts.VSEARCHER_LIMIT_PROMPT)
+    assert ss.count == 7 and user_message_text(ss.requests[6]).endswith(
+        "</tool_response>\n" + prompts.VSEARCHER_LIMIT_PROMPT
+    )
     assert [m for m in res.trajectory if "search" in m][0]["search"]["n_tool_calls"] == 6
     assert res.n_search_not_found == 0
 
 
 def test_format_retry_path_train_mode_feedback(openai_server, img, store):
-    turns = ["<think>hm</think>no action here",
-             "<think>a</think><tool_feedback>NA</tool_feedback>" + SEARCH.split("</think>")[1],
-             "<think>b</think><tool_feedback>unhelpful</tool_feedback>" + SEARCH.split("</think>")[1],
-             "<think>c</think><tool_feedback>helpful</tool_feedback>Answer: \\boxed{C}"]
-    system, rs, ss = build(openai_server, reasoner_script(turns), searcher_script([answer([10, 10, 60, 60])]),
-                           store, mode="train")
+    turns = [
+        "<think>hm</think>no action here",
+        "<think>a</think><tool_feedback>NA</tool_feedback>" + SEARCH.split("</think>")[1],
+        "<think>b</think><tool_feedback>unhelpful</tool_feedback>" + SEARCH.split("</think>")[1],
+        "<think>c</think><tool_feedback>helpful</tool_feedback>Answer: \\boxed{C}",
+    ]
+    system, rs, ss = build(
+        openai_server, reasoner_script(turns), searcher_script([answer([10, 10, 60, 60])]), store, mode="train"
+    )
     res = asyncio.run(system.answer(img, "Q"))
     assert user_message_text(rs.requests[1]) == prompts.VREASONER_TRAIN_FORMAT_RETRY_PROMPT
     assert res.n_format_retries == 1 and res.answer == "C" and res.feedback == ["unhelpful", "helpful"]
     assert prompts.VREASONER_TRAIN_SYSTEM_PROMPT == rs.requests[0]["messages"][0]["content"]
 
 
-@pytest.mark.parametrize("bad", [
-    "<think>x</think><tool_call>{\"name\": \"image_zoom_in_tool\", \"arguments\": {\"bbox_2d\": [1, 2,</tool_call>",
-    tool([float("nan"), 1, 5, 9]).replace("NaN", "NaN"),
-    tool([200, 200, 20, 20]),
-    tool([3, 3, 3, 3]),
-    '<tool_call>{"name": "crop", "arguments": {"bbox_2d": [1, 2, 30, 40]}}</tool_call>',
-    answer([1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "<think>x</think><tool_call>{\"name\": \"image_zoom_in_tool\", \"arguments\": {\"bbox_2d\": [1, 2,</tool_call>",
+        tool([float("nan"), 1, 5, 9]).replace("NaN", "NaN"),
+        tool([200, 200, 20, 20]),
+        tool([3, 3, 3, 3]),
+        '<tool_call>{"name": "crop", "arguments": {"bbox_2d": [1, 2, 30, 40]}}</tool_call>',
+        answer([1, 2, 3]),
+    ],
+)
 def test_malformed_vsearcher_output_ends_the_episode_without_answer(openai_server, img, store, bad):
     """The fork stops the vReasoner when the vSearcher's answer is not a valid box (``final_bbox`` None)."""
     system, rs, ss = build(openai_server, reasoner_script([SEARCH, FINAL]), searcher_script([bad]), store)
@@ -187,15 +216,20 @@ def test_malformed_vsearcher_output_ends_the_episode_without_answer(openai_serve
 
 
 def test_api_failures_are_results_with_redacted_reasons(openai_server, img, store):
-    system, rs, ss = build(openai_server, reasoner_script([SEARCH, FINAL]),
-                           lambda req, call: error(500, f"vsearcher down, key {SECRET}"), store)
+    system, rs, ss = build(
+        openai_server,
+        reasoner_script([SEARCH, FINAL]),
+        lambda req, call: error(500, f"vsearcher down, key {SECRET}"),
+        store,
+    )
     res = asyncio.run(system.answer(img, "Q"))
     search = [m for m in res.trajectory if "search" in m][0]["search"]
     assert search["status"] == "failed" and SECRET not in search["error"] and "***" in search["error"]
     # a vSearcher lost to the API loses the episode (a critical failure, re-run by --retry_failed)
     assert res.status == "failed" and res.text is None and SECRET not in res.error and rs.count == 1
-    system, rs, ss = build(openai_server, lambda req, call: error(503, f"bad {SECRET}"),
-                           searcher_script([answer([0, 0, 0, 0])]), store)
+    system, rs, ss = build(
+        openai_server, lambda req, call: error(503, f"bad {SECRET}"), searcher_script([answer([0, 0, 0, 0])]), store
+    )
     res = asyncio.run(system.answer(img, "Q"))
     assert res.text is None and res.status == "failed" and res.error and SECRET not in res.error
     assert SECRET not in json.dumps(res.trajectory)
@@ -204,13 +238,23 @@ def test_api_failures_are_results_with_redacted_reasons(openai_server, img, stor
 def test_programming_errors_raise_instead_of_failed_results(openai_server, img, store):
     """Only API, image and value errors become ``failed`` results; a bug (here a TypeError: a
     completion keyword the SDK does not take) propagates out of the driver."""
-    system, rs, ss = build(openai_server, reasoner_script([SEARCH, FINAL]), searcher_script([answer([1, 1, 9, 9])]),
-                           store, completion_kwargs={"no_such_sdk_kwarg": 1})
+    system, rs, ss = build(
+        openai_server,
+        reasoner_script([SEARCH, FINAL]),
+        searcher_script([answer([1, 1, 9, 9])]),
+        store,
+        completion_kwargs={"no_such_sdk_kwarg": 1},
+    )
     with pytest.raises(TypeError, match="no_such_sdk_kwarg"):
         asyncio.run(system.answer(img, "Q"))
     assert rs.count == 0
-    searcher = VSearcher(make_client(SECRET, ss.base_url, timeout=10, max_retries=0), "vs", store,
-                         max_pixels=BUDGET, completion_kwargs={"no_such_sdk_kwarg": 1})
+    searcher = VSearcher(
+        make_client(SECRET, ss.base_url, timeout=10, max_retries=0),
+        "vs",
+        store,
+        max_pixels=BUDGET,
+        completion_kwargs={"no_such_sdk_kwarg": 1},
+    )
     with pytest.raises(TypeError, match="no_such_sdk_kwarg"):
         asyncio.run(searcher.locate(img, "the top-left block"))
     # an unreadable image is an expected error: a failed result naming the file, not an exception
@@ -230,12 +274,24 @@ class _Sample:
 
 def test_solver_from_args_runs_n_episodes(openai_server, img, store):
     rs, ss = openai_server(reasoner_script([SEARCH, FINAL])), openai_server(searcher_script([answer([1, 1, 30, 30])]))
-    args = argparse.Namespace(model="vr", api_base_url=rs.base_url, api_key=SECRET, img_max_pixels=None,
-                              sys_prompt=None, chat_completion_kwargs={"max_tokens": 64},
-                              image_url_extra_settings=None, client_timeout=10, max_retries=0,
-                              vsearcher_model="vs", vsearcher_api_base_url=ss.base_url, vsearcher_api_key=None,
-                              vsearcher_max_pixels=BUDGET, vsearcher_prompt="trained", max_vsearch_calls=6,
-                              reasoner_prompt="infer")
+    args = argparse.Namespace(
+        model="vr",
+        api_base_url=rs.base_url,
+        api_key=SECRET,
+        img_max_pixels=None,
+        sys_prompt=None,
+        chat_completion_kwargs={"max_tokens": 64},
+        image_url_extra_settings=None,
+        client_timeout=10,
+        max_retries=0,
+        vsearcher_model="vs",
+        vsearcher_api_base_url=ss.base_url,
+        vsearcher_api_key=None,
+        vsearcher_max_pixels=BUDGET,
+        vsearcher_prompt="trained",
+        max_vsearch_calls=6,
+        reasoner_prompt="infer",
+    )
 
     async def go():
         solver = InSightO3Solver.from_args(args, images=store, redactor=Redactor(SECRET))
@@ -257,15 +313,24 @@ def test_records_of_a_345_question_run_stay_under_10_mb(openai_server, img, stor
     chars, one zoom-in per vSearcher episode as InSight-o3-vS does) must fit 345 times in 10 MB."""
     r_think = "<think>" + "I compare the legend with the bars and need the exact label text here. " * 11 + "</think>"
     s_think = "<think>" + "The legend sits at the top right; zoom in to verify it. " * 5 + "</think>"
-    r_turns = [r_think + "<tool_call>region_description={the legend box in the top-right corner of the chart}"
-               "</tool_call>"] * 6 + [r_think + "Answer: \\boxed{B}"]
-    s_turns = [s_think + tool([10, 10, 120, 90])[len("<think>zoom</think>"):],
-               s_think + "<answer>[12, 14, 118, 88]</answer>"]
+    r_turns = [
+        r_think + "<tool_call>region_description={the legend box in the top-right corner of the chart}</tool_call>"
+    ] * 6 + [r_think + "Answer: \\boxed{B}"]
+    s_turns = [
+        s_think + tool([10, 10, 120, 90])[len("<think>zoom</think>") :],
+        s_think + "<answer>[12, 14, 118, 88]</answer>",
+    ]
     system, rs, ss = build(openai_server, reasoner_script(r_turns), searcher_script(s_turns), store)
     res = asyncio.run(system.answer(img, "Which city has the largest share in 2019? " * 3 + "\nA. a\nB. b\nC. c"))
     assert res.n_search_calls == 6 and ss.count == 12
-    record = json.dumps({"key": "q1", "attempts": [{"text": res.text, "finish_reason": res.finish_reason,
-                                                    "trajectory": res.trajectory, "stats": res.stats}]})
+    record = json.dumps(
+        {
+            "key": "q1",
+            "attempts": [
+                {"text": res.text, "finish_reason": res.finish_reason, "trajectory": res.trajectory, "stats": res.stats}
+            ],
+        }
+    )
     assert "base64" not in record
     print(f"record size of a 6-call episode: {len(record)} bytes; x345 = {len(record) * 345 / 2**20:.2f} MiB")
     assert len(record) * 345 < 10 * 2**20, f"{len(record)} bytes per record"

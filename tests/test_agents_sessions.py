@@ -1,4 +1,5 @@
 """The sans-IO protocol sessions, driven directly (no server): every decision of F.1/F.2."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ def store():
 
 
 def call(b, name="image_zoom_in_tool"):
-    return f'<think>look</think> <tool_call>{{"name": "{name}", "arguments": {{"bbox_2d": {json.dumps(b)}}}}}</tool_call>'
+    return (
+        f'<think>look</think> <tool_call>{{"name": "{name}", "arguments": {{"bbox_2d": {json.dumps(b)}}}}}</tool_call>'
+    )
 
 
 def ans(b):
@@ -62,8 +65,12 @@ def test_searcher_tool_call_crop_and_answer(img, store):
     assert tuple(st.crop.size) == (cw, ch)
     resp = s.messages[-1]
     assert resp["role"] == "user"
-    assert [p.get("text") for p in resp["content"]] == ["<tool_response>", None, "</tool_response>\n",
-                                                        prompts.VSEARCHER_TOOL_RESPONSE_PROMPT]
+    assert [p.get("text") for p in resp["content"]] == [
+        "<tool_response>",
+        None,
+        "</tool_response>\n",
+        prompts.VSEARCHER_TOOL_RESPONSE_PROMPT,
+    ]
     assert s.pil(st.crop).size == (cw, ch)
     st = s.step(ans([10, 20, 200, 150]))
     r = s.result()
@@ -77,27 +84,32 @@ def test_searcher_limit_text_then_tool_call_is_invalid(img, store):
         st = s.step(call([0, 0, 100 + i, 100]))
         assert st.action == "tool_call"
     assert s.messages[-1]["content"][-1]["text"] == prompts.VSEARCHER_LIMIT_PROMPT
-    assert all(m["content"][-1]["text"] == prompts.VSEARCHER_TOOL_RESPONSE_PROMPT
-               for m in s.messages[3:-1:2])
+    assert all(m["content"][-1]["text"] == prompts.VSEARCHER_TOOL_RESPONSE_PROMPT for m in s.messages[3:-1:2])
     st = s.step(call([0, 0, 50, 50]))
     r = s.result()
     assert st.done and r.status == "invalid" and "limit" in r.error and not r.format_ok and r.n_tool_calls == 6
     assert r.n_turns == 7
 
 
-@pytest.mark.parametrize("reply,why", [
-    ("<think>a</think><tool_call>{not json</tool_call>", "JSON"),
-    (call([1, 2, 3, 4], name="other_tool"), "unknown tool"),
-    (call([300, 300, 10, 10]), "inverted"),
-    (call([10, 10, 10, 90]), "inverted"),
-    (call([10, 10, 10.5, 90]), "degenerate"),
-    ('<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [NaN, 1, 5, 9]}}</tool_call>', "non-finite"),
-    (call([1, 2, 3]), "4 numbers"),
-    (call(["a", 2, 3, 4]), "non-numeric"),
-    (call([5000, 5000, 6000, 6000]), "outside"),
-    ("I think it is somewhere", "neither"),
-    (ans([40, 40, 20, 60]), "inverted"),
-])
+@pytest.mark.parametrize(
+    "reply,why",
+    [
+        ("<think>a</think><tool_call>{not json</tool_call>", "JSON"),
+        (call([1, 2, 3, 4], name="other_tool"), "unknown tool"),
+        (call([300, 300, 10, 10]), "inverted"),
+        (call([10, 10, 10, 90]), "inverted"),
+        (call([10, 10, 10.5, 90]), "degenerate"),
+        (
+            '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [NaN, 1, 5, 9]}}</tool_call>',
+            "non-finite",
+        ),
+        (call([1, 2, 3]), "4 numbers"),
+        (call(["a", 2, 3, 4]), "non-numeric"),
+        (call([5000, 5000, 6000, 6000]), "outside"),
+        ("I think it is somewhere", "neither"),
+        (ans([40, 40, 20, 60]), "inverted"),
+    ],
+)
 def test_searcher_bad_turns_end_invalid(img, store, reply, why):
     s = SearcherSession(img, "x", store, BUDGET)
     st = s.step(reply)
@@ -111,7 +123,11 @@ def test_searcher_out_of_range_box_is_clamped_and_tiny_box_grown(img, store):
     assert tuple(st.crop.region) == (0.0, 0.0, float(W), float(H))
     st = s.step(call([100, 100, 103, 300]))  # 3 px wide in the model frame
     x1, y1, x2, y2 = st.crop.region
-    assert x2 - x1 >= 28 and y2 - y1 >= 28 and (x1 + x2) / 2 == pytest.approx(s.frame.to_original((101.5, 0, 0, 0))[0], abs=1)
+    assert (
+        x2 - x1 >= 28
+        and y2 - y1 >= 28
+        and (x1 + x2) / 2 == pytest.approx(s.frame.to_original((101.5, 0, 0, 0))[0], abs=1)
+    )
     s.step(ans([-5, -5, 5000, 5000]))
     r = s.result()
     assert r.status == "found" and r.box_original == (0.0, 0.0, W, H)

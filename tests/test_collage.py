@@ -1,4 +1,5 @@
 """Collage synthesis (Algorithm 1): constraints on every collage, exact target mapping, determinism."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,10 +26,22 @@ from insight_o3.data.source_pool import PoolError, filter_small_targets, load_po
 
 REPO = Path(__file__).resolve().parents[1]
 # Smaller canvases than the defaults keep the test fast; the constraints are the same.
-CFG = CollageConfig(canvas_area=(1.5e6, 3.0e6), min_short_edge=160, max_panel_area=4.0e5,
-                    min_panel_side=96, bbox_cap=2e-3)
-CFG_FLAGS = ["--canvas_area", "1.5e6", "3.0e6", "--min_short_edge", "160", "--max_panel_area", "4e5",
-             "--min_panel_side", "96", "--bbox_cap", "2e-3"]
+CFG = CollageConfig(
+    canvas_area=(1.5e6, 3.0e6), min_short_edge=160, max_panel_area=4.0e5, min_panel_side=96, bbox_cap=2e-3
+)
+CFG_FLAGS = [
+    "--canvas_area",
+    "1.5e6",
+    "3.0e6",
+    "--min_short_edge",
+    "160",
+    "--max_panel_area",
+    "4e5",
+    "--min_panel_side",
+    "96",
+    "--bbox_cap",
+    "2e-3",
+]
 
 
 def _smooth_image(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
@@ -50,9 +63,19 @@ def pool_file(tmp_path_factory) -> Path:
         Image.fromarray(_smooth_image(rng, w, h)).save(d / f"src{i}.png")
         bw, bh = int(rng.integers(20, 60)), int(rng.integers(20, 60))
         x, y = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
-        rows.append({"id": f"s{i}", "image": f"src{i}.png", "width": w, "height": h, "bbox": [x, y, x + bw, y + bh],
-                     "question": f"What is in region {i}?", "answer": f"thing {i}",
-                     "options": ["A. one", "B. two"] if i % 2 else None, "source": "synthetic"})
+        rows.append(
+            {
+                "id": f"s{i}",
+                "image": f"src{i}.png",
+                "width": w,
+                "height": h,
+                "bbox": [x, y, x + bw, y + bh],
+                "question": f"What is in region {i}?",
+                "answer": f"thing {i}",
+                "options": ["A. one", "B. two"] if i % 2 else None,
+                "source": "synthetic",
+            }
+        )
     # one item whose target is too large for C.1 (filtered out)
     rows.append({**rows[0], "id": "big", "bbox": [0, 0, rows[0]["width"], rows[0]["height"]]})
     path = d / "pool.jsonl"
@@ -138,7 +161,7 @@ def test_panelize_respects_guards():
 def test_scale_interval_constraints():
     cfg = CollageConfig(min_short_edge=200, bbox_cap=2e-4, target_scale=(0.1, 4.0))
     lo, hi = scale_interval(s_star=250_000, rho_src=0.01, r_star=1.0, canvas_area=1e7, cfg=cfg)
-    assert lo == pytest.approx(200 ** 2 / 250_000)
+    assert lo == pytest.approx(200**2 / 250_000)
     assert hi == pytest.approx(2e-4 * 1e7 / (0.01 * 250_000))
     assert scale_interval(250_000, 0.039, 1.0, 2e6, cfg) is None
 
@@ -146,7 +169,15 @@ def test_scale_interval_constraints():
 def test_pool_errors_name_file_line_and_field(tmp_path):
     p = tmp_path / "pool.jsonl"
     Image.new("RGB", (100, 80)).save(tmp_path / "a.png")
-    good = {"id": "a", "image": "a.png", "width": 100, "height": 80, "bbox": [1, 1, 5, 5], "question": "q", "answer": "x"}
+    good = {
+        "id": "a",
+        "image": "a.png",
+        "width": 100,
+        "height": 80,
+        "bbox": [1, 1, 5, 5],
+        "question": "q",
+        "answer": "x",
+    }
     p.write_text(json.dumps(good) + "\n{broken\n")
     with pytest.raises(PoolError, match=r"pool.jsonl:2: malformed JSON"):
         load_pool(p)
@@ -165,9 +196,27 @@ def test_pool_errors_name_file_line_and_field(tmp_path):
 
 
 def _run_cli(pool_file: Path, out: Path, workers: int, n: int = 5) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "insight_o3.scripts.generate_collages", "--source_pool", str(pool_file),
-           "--out_dir", str(out), "--num_collages", str(n), "--seed", "7", "--num_workers", str(workers),
-           "--chunk_size", "2", "--image_format", "jpg", "--no_progress", *CFG_FLAGS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "insight_o3.scripts.generate_collages",
+        "--source_pool",
+        str(pool_file),
+        "--out_dir",
+        str(out),
+        "--num_collages",
+        str(n),
+        "--seed",
+        "7",
+        "--num_workers",
+        str(workers),
+        "--chunk_size",
+        "2",
+        "--image_format",
+        "jpg",
+        "--no_progress",
+        *CFG_FLAGS,
+    ]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

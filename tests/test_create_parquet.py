@@ -1,4 +1,5 @@
 """create_parquet_dataset.py -> parquet -> verl's dataset machinery (recipe dataset class) -> 1:1 batches."""
+
 from __future__ import annotations
 
 import asyncio
@@ -34,19 +35,65 @@ def data(tmp_path):
     for i in range(3):
         Image.new("RGB", (200, 100), (i * 40, 0, 0)).save(img_dir / f"r{i}.png")
     Image.new("RGB", (300, 300), "white").save(img_dir / "c0.jpg")
-    region = [{"image": f"r{i % 3}.png", "width": 200, "height": 100, "description": f"the red area {i}",
-               "bbox": [10, 10, 60 + i, 50], "source": "infovqa"} for i in range(6)]
-    collage = [{"image": "c0.jpg", "question": f"What colour is patch {i}?", "options": ["red", "blue"],
-                "answer": "A", "category": "collage", "target_bbox": [0, 0, 150, 150]} for i in range(4)]
+    region = [
+        {
+            "image": f"r{i % 3}.png",
+            "width": 200,
+            "height": 100,
+            "description": f"the red area {i}",
+            "bbox": [10, 10, 60 + i, 50],
+            "source": "infovqa",
+        }
+        for i in range(6)
+    ]
+    collage = [
+        {
+            "image": "c0.jpg",
+            "question": f"What colour is patch {i}?",
+            "options": ["red", "blue"],
+            "answer": "A",
+            "category": "collage",
+            "target_bbox": [0, 0, 150, 150],
+        }
+        for i in range(4)
+    ]
     return tmp_path, img_dir, _jsonl(tmp_path / "region.jsonl", region), _jsonl(tmp_path / "collage.jsonl", collage)
 
 
 def _pack(tmp_path, img_dir, region, collage):
     a, b = tmp_path / "out" / "region.parquet", tmp_path / "out" / "collage.parquet"
-    assert main(["region", "--ann_file", str(region), "--img_dir", str(img_dir),
-                 "--data_source", "info_vqa_region_localization", "--out", str(a)]) == 0
-    assert main(["collage", "--ann_file", str(collage), "--img_dir", str(img_dir),
-                 "--data_source", "visual_cot_vstar_collage", "--out", str(b)]) == 0
+    assert (
+        main(
+            [
+                "region",
+                "--ann_file",
+                str(region),
+                "--img_dir",
+                str(img_dir),
+                "--data_source",
+                "info_vqa_region_localization",
+                "--out",
+                str(a),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "collage",
+                "--ann_file",
+                str(collage),
+                "--img_dir",
+                str(img_dir),
+                "--data_source",
+                "visual_cot_vstar_collage",
+                "--out",
+                str(b),
+            ]
+        )
+        == 0
+    )
     return a, b
 
 
@@ -61,9 +108,13 @@ def test_parquet_columns_and_values(data):
     assert r0["agent_name"] == "vsearcher" and c0["agent_name"] == "vreasoner"
     assert r0["reward_model"] == {"ground_truth": "[10.0, 10.0, 60.0, 50.0]", "style": "rule"}
     assert c0["reward_model"] == {"ground_truth": "A", "style": "rule"}
-    assert r0["extra_info"]["bboxes"] == [[10.0, 10.0, 60.0, 50.0]] and r0["extra_info"]["description"] == "the red area 0"
+    assert (
+        r0["extra_info"]["bboxes"] == [[10.0, 10.0, 60.0, 50.0]] and r0["extra_info"]["description"] == "the red area 0"
+    )
     assert c0["extra_info"]["bboxes"] == [[0.0, 0.0, 150.0, 150.0]]
-    assert c0["extra_info"]["question"] == "What colour is patch 0?" and c0["extra_info"]["options"] == "A. red\nB. blue"
+    assert (
+        c0["extra_info"]["question"] == "What colour is patch 0?" and c0["extra_info"]["options"] == "A. red\nB. blue"
+    )
     assert r0["prompt"] == [{"role": "user", "content": "<image>\nthe red area 0"}]
 
 
@@ -79,10 +130,16 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
     tmp_path, img_dir, region, collage = data
     a, b = _pack(tmp_path, img_dir, region, collage)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=[
-            f"data.train_files=[{a},{b}]", "data.train_batch_size=4", f"+data.cache_dir={tmp_path / 'cache'}",
-            "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
-            "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5"])
+        cfg = compose(
+            config_name="qwen_2_5_vl_7b_async",
+            overrides=[
+                f"data.train_files=[{a},{b}]",
+                "data.train_batch_size=4",
+                f"+data.cache_dir={tmp_path / 'cache'}",
+                "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
+                "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
+            ],
+        )
     ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
     assert isinstance(ds, VSearchDataset) and len(ds) == 10
 
@@ -101,7 +158,9 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
 
     sampler = create_rl_sampler(cfg.data, ds)
     assert isinstance(sampler, WeightedSourceSampler) and sampler.counts == {
-        "info_vqa_region_localization": 2, "visual_cot_vstar_collage": 2}
+        "info_vqa_region_localization": 2,
+        "visual_cot_vstar_collage": 2,
+    }
     assert len(sampler) == 8  # 2 batches per epoch (collage: 4 rows / 2 per batch)
 
     def loader():
@@ -112,7 +171,9 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
     reference = []
     for _epoch in range(2):
         for batch in dl:
-            assert sorted(batch["data_source"]) == ["info_vqa_region_localization"] * 2 + ["visual_cot_vstar_collage"] * 2
+            assert (
+                sorted(batch["data_source"]) == ["info_vqa_region_localization"] * 2 + ["visual_cot_vstar_collage"] * 2
+            )
             reference.append([(s, int(i)) for s, i in zip(batch["data_source"], batch["index"])])
     assert len(reference) == 4
     assert reference[:2] != reference[2:]  # a new permutation each epoch
@@ -165,15 +226,18 @@ def test_sampler_errors(data):
         s.load_state_dict({**s.state_dict(), "seed": 2})
 
 
-@pytest.mark.parametrize("patch,message", [
-    ({"description": ""}, "region.jsonl:2: field 'description' is empty"),
-    ({"bbox": [10, 10, 500, 50]}, "region.jsonl:2: field 'bbox' .* outside the 200x100 image"),
-    ({"bbox": [60, 10, 10, 50]}, "region.jsonl:2: field 'bbox' .* inverted"),
-    ({"bbox": [1, 2, "x", 4]}, "region.jsonl:2: field 'bbox' must hold 4 finite numbers"),
-    ({"width": 210}, "region.jsonl:2: fields 'width'/'height' say 210x100 but .* is 200x100"),
-    ({"image": "nope.png"}, "region.jsonl:2: field 'image': file not found"),
-    ({"bbox": None, "_drop": "bbox"}, "region.jsonl:2: field 'bbox' is missing"),
-])
+@pytest.mark.parametrize(
+    "patch,message",
+    [
+        ({"description": ""}, "region.jsonl:2: field 'description' is empty"),
+        ({"bbox": [10, 10, 500, 50]}, "region.jsonl:2: field 'bbox' .* outside the 200x100 image"),
+        ({"bbox": [60, 10, 10, 50]}, "region.jsonl:2: field 'bbox' .* inverted"),
+        ({"bbox": [1, 2, "x", 4]}, "region.jsonl:2: field 'bbox' must hold 4 finite numbers"),
+        ({"width": 210}, "region.jsonl:2: fields 'width'/'height' say 210x100 but .* is 200x100"),
+        ({"image": "nope.png"}, "region.jsonl:2: field 'image': file not found"),
+        ({"bbox": None, "_drop": "bbox"}, "region.jsonl:2: field 'bbox' is missing"),
+    ],
+)
 def test_bad_region_input_names_file_line_field(data, patch, message):
     tmp_path, img_dir, region, _ = data
     lines = [json.loads(x) for x in region.read_text().splitlines()]
@@ -191,8 +255,22 @@ def test_bad_qa_input_and_cli_exit_code(data, capsys):
     collage.write_text(collage.read_text() + '{"image": "c0.jpg", "question": "q"}\n{not json\n')
     with pytest.raises(InputError, match=r"collage.jsonl:5: field 'answer' is missing"):
         build_rows("collage", str(collage), str(img_dir), "visual_cot_vstar_collage")
-    assert main(["benchmark", "--ann_file", str(collage), "--img_dir", str(img_dir), "--data_source", "vstar",
-                 "--out", str(tmp_path / "x.parquet")]) == 2
+    assert (
+        main(
+            [
+                "benchmark",
+                "--ann_file",
+                str(collage),
+                "--img_dir",
+                str(img_dir),
+                "--data_source",
+                "vstar",
+                "--out",
+                str(tmp_path / "x.parquet"),
+            ]
+        )
+        == 2
+    )
     assert "error:" in capsys.readouterr().err and not (tmp_path / "x.parquet").exists()
     with pytest.raises(InputError, match="--data_source must be"):
         build_rows("benchmark", str(collage), str(img_dir), "bad name!")
@@ -201,6 +279,7 @@ def test_bad_qa_input_and_cli_exit_code(data, capsys):
 # ----------------------------------------------------------------------------- released Hub datasets
 def _png(color, size=(120, 80), fmt="PNG") -> bytes:
     import io
+
     buf = io.BytesIO()
     Image.new("RGB", size, color).save(buf, format=fmt)
     return buf.getvalue()
@@ -215,8 +294,9 @@ def _hub_copy(root, columns: dict, features: dict, n_shards: int = 2, layout: st
         path = root / (layout.format(i=i, n=n_shards) + ".parquet")
         path.parent.mkdir(parents=True, exist_ok=True)
         ds.shard(n_shards, i, contiguous=True).to_parquet(str(path))
-    (root / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
-                                    "  - split: train\n    path: data/train-*\n---\n")
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*\n---\n"
+    )
     return root
 
 
@@ -224,28 +304,44 @@ def _infovqa(root, bbox1=(10, 10, 60, 40), qid2="im7_1"):
     datasets = require_module("datasets")
     imgs = {"im3": _png((200, 0, 0)), "im7": _png((0, 0, 200), (90, 60), "JPEG")}
     qids = ["im3_0", "im3_1", "im7_0", qid2, "im3_2"]
-    cols = {"image": [{"bytes": imgs[q.split("_")[0]], "path": None} for q in qids], "question_id": qids,
-            "region_description": [f"the region {q}" for q in qids],
-            "bbox": [[0, 0, 50, 50], list(bbox1), [5, 5, 80, 50], [1, 2, 30, 40], [70, 30, 110, 70]]}
-    feats = {"image": datasets.Image(), "question_id": datasets.Value("string"),
-             "region_description": datasets.Value("string"), "bbox": datasets.Sequence(datasets.Value("int64"))}
+    cols = {
+        "image": [{"bytes": imgs[q.split("_")[0]], "path": None} for q in qids],
+        "question_id": qids,
+        "region_description": [f"the region {q}" for q in qids],
+        "bbox": [[0, 0, 50, 50], list(bbox1), [5, 5, 80, 50], [1, 2, 30, 40], [70, 30, 110, 70]],
+    }
+    feats = {
+        "image": datasets.Image(),
+        "question_id": datasets.Value("string"),
+        "region_description": datasets.Value("string"),
+        "bbox": datasets.Sequence(datasets.Value("int64")),
+    }
     return _hub_copy(root, cols, feats), imgs
 
 
 def _collage(root, target=(100, 100, 130, 120), layout="data/train-{i:05d}-of-{n:05d}"):
     datasets = require_module("datasets")
     n = 4
-    cols = {"image": [{"bytes": _png((i * 50, 90, 90), (400, 300), "JPEG"), "path": None} for i in range(n)],
-            "question": [f"In tile #{i}, what is written on the sign?" for i in range(n)],
-            "answer": [f"word{i}" for i in range(n)],
-            "qa_pairs": [json.dumps([{"q": "x", "a": "y"}])] * n, "n_layouts": [5] * n,
-            "layout_types": [["core", "fill"]] * n, "core_layout_coord": [[0, 0, 200, 150]] * n,
-            "core_target_bbox": [list(target)] + [[10, 10, 40, 40]] * (n - 1)}
-    feats = {"image": datasets.Image(), "question": datasets.Value("string"), "answer": datasets.Value("string"),
-             "qa_pairs": datasets.Value("string"), "n_layouts": datasets.Value("int32"),
-             "layout_types": datasets.Sequence(datasets.Value("string")),
-             "core_layout_coord": datasets.Sequence(datasets.Value("int32")),
-             "core_target_bbox": datasets.Sequence(datasets.Value("float32"))}
+    cols = {
+        "image": [{"bytes": _png((i * 50, 90, 90), (400, 300), "JPEG"), "path": None} for i in range(n)],
+        "question": [f"In tile #{i}, what is written on the sign?" for i in range(n)],
+        "answer": [f"word{i}" for i in range(n)],
+        "qa_pairs": [json.dumps([{"q": "x", "a": "y"}])] * n,
+        "n_layouts": [5] * n,
+        "layout_types": [["core", "fill"]] * n,
+        "core_layout_coord": [[0, 0, 200, 150]] * n,
+        "core_target_bbox": [list(target)] + [[10, 10, 40, 40]] * (n - 1),
+    }
+    feats = {
+        "image": datasets.Image(),
+        "question": datasets.Value("string"),
+        "answer": datasets.Value("string"),
+        "qa_pairs": datasets.Value("string"),
+        "n_layouts": datasets.Value("int32"),
+        "layout_types": datasets.Sequence(datasets.Value("string")),
+        "core_layout_coord": datasets.Sequence(datasets.Value("int32")),
+        "core_target_bbox": datasets.Sequence(datasets.Value("float32")),
+    }
     return _hub_copy(root, cols, feats, layout=layout)
 
 
@@ -274,8 +370,10 @@ def test_released_datasets_pack_in_their_published_layout(tmp_path):
     r1 = ra[1]
     assert r1["agent_name"] == "vsearcher" and r1["images"] == [{"image": f"file://{img_dir / 'im3.png'}"}]
     assert r1["extra_info"]["description"] == "the region im3_1" and r1["extra_info"]["question_id"] == "im3_1"
-    assert r1["extra_info"]["bboxes"] == [[10.0, 10.0, 60.0, 40.0]] and r1["reward_model"]["ground_truth"] == \
-        "[10.0, 10.0, 60.0, 40.0]"
+    assert (
+        r1["extra_info"]["bboxes"] == [[10.0, 10.0, 60.0, 40.0]]
+        and r1["reward_model"]["ground_truth"] == "[10.0, 10.0, 60.0, 40.0]"
+    )
     assert (r1["extra_info"]["width"], r1["extra_info"]["height"]) == (120, 80)
     assert ra[4]["extra_info"]["index"] == 4 and ra[4]["images"] == ra[0]["images"]
     c0 = rb[0]
@@ -285,10 +383,16 @@ def test_released_datasets_pack_in_their_published_layout(tmp_path):
     assert c0["images"] == [{"image": f"file://{coll_root / 'train' / 'images' / '0.jpg'}"}]
     # both files load through verl's dataset (recipe class) and the weighted sampler of train.sh
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=[
-            f"data.train_files=[{a},{b}]", "data.train_batch_size=4", f"+data.cache_dir={tmp_path / 'cache'}",
-            "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
-            "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5"])
+        cfg = compose(
+            config_name="qwen_2_5_vl_7b_async",
+            overrides=[
+                f"data.train_files=[{a},{b}]",
+                "data.train_batch_size=4",
+                f"+data.cache_dir={tmp_path / 'cache'}",
+                "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
+                "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
+            ],
+        )
     ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
     assert isinstance(ds, VSearchDataset) and len(ds) == 9
     assert ds[0]["raw_prompt"][1]["content"][1]["text"] == fill(VSEARCHER_FIRST_USER_PROMPT, target="the region im3_0")
@@ -297,33 +401,74 @@ def test_released_datasets_pack_in_their_published_layout(tmp_path):
 
 
 def test_released_pack_resumes_and_finds_other_shard_layouts(tmp_path):
-    coll_root = _collage(tmp_path / "c", layout="train/part-{i}")          # <split>/*.parquet
+    coll_root = _collage(tmp_path / "c", layout="train/part-{i}")  # <split>/*.parquet
     out = tmp_path / "c.parquet"
-    assert main(["viscot_vstar_collage", "--data_root", str(coll_root), "--out", str(out),
-                 "--image_dir", str(tmp_path / "imgs"), "--data_source", "my_collage"]) == 0
+    assert (
+        main(
+            [
+                "viscot_vstar_collage",
+                "--data_root",
+                str(coll_root),
+                "--out",
+                str(out),
+                "--image_dir",
+                str(tmp_path / "imgs"),
+                "--data_source",
+                "my_collage",
+            ]
+        )
+        == 0
+    )
     first = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "imgs").iterdir()}
     assert sorted(first) == ["0.jpg", "1.jpg", "2.jpg", "3.jpg"]
-    (tmp_path / "imgs" / "2.jpg").write_bytes(b"torn")                  # an interrupted earlier run
-    assert main(["viscot_vstar_collage", "--data_root", str(coll_root), "--out", str(out),
-                 "--image_dir", str(tmp_path / "imgs"), "--data_source", "my_collage"]) == 0
+    (tmp_path / "imgs" / "2.jpg").write_bytes(b"torn")  # an interrupted earlier run
+    assert (
+        main(
+            [
+                "viscot_vstar_collage",
+                "--data_root",
+                str(coll_root),
+                "--out",
+                str(out),
+                "--image_dir",
+                str(tmp_path / "imgs"),
+                "--data_source",
+                "my_collage",
+            ]
+        )
+        == 0
+    )
     again = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "imgs").iterdir()}
     assert {k: v for k, v in again.items() if k != "2.jpg"} == {k: v for k, v in first.items() if k != "2.jpg"}
-    Image.open(tmp_path / "imgs" / "2.jpg").verify()                     # rewritten whole
+    Image.open(tmp_path / "imgs" / "2.jpg").verify()  # rewritten whole
     assert {r["data_source"] for r in pq.read_table(out).to_pylist()} == {"my_collage"}
 
 
-@pytest.mark.parametrize("kind,make,message", [
-    ("infovqa_region_localization", lambda r: _infovqa(r, bbox1=(10, 10, 130, 40))[0],
-     r"train-00000-of-00002.parquet:row 1: field 'bbox' .* outside the 120x80"),
-    ("infovqa_region_localization", lambda r: _infovqa(r, qid2="im7")[0],
-     r"train-00001-of-00002.parquet:row 0: field 'question_id' must be"),
-    ("viscot_vstar_collage", lambda r: _collage(r, target=(100, 100, 90, 120)),
-     r"train-00000-of-00002.parquet:row 0: field 'core_target_bbox' .* inverted"),
-])
+@pytest.mark.parametrize(
+    "kind,make,message",
+    [
+        (
+            "infovqa_region_localization",
+            lambda r: _infovqa(r, bbox1=(10, 10, 130, 40))[0],
+            r"train-00000-of-00002.parquet:row 1: field 'bbox' .* outside the 120x80",
+        ),
+        (
+            "infovqa_region_localization",
+            lambda r: _infovqa(r, qid2="im7")[0],
+            r"train-00001-of-00002.parquet:row 0: field 'question_id' must be",
+        ),
+        (
+            "viscot_vstar_collage",
+            lambda r: _collage(r, target=(100, 100, 90, 120)),
+            r"train-00000-of-00002.parquet:row 0: field 'core_target_bbox' .* inverted",
+        ),
+    ],
+)
 def test_bad_released_rows_name_shard_row_field(tmp_path, kind, make, message):
     root = make(tmp_path / "d")
     assert main([kind, "--data_root", str(root), "--out", str(tmp_path / "x.parquet")]) == 2
     from recipe.vsearch.create_parquet_dataset import released_rows
+
     with pytest.raises(InputError, match=message):
         released_rows(kind, str(root), "x")
     assert not (tmp_path / "x.parquet").exists()
@@ -331,6 +476,7 @@ def test_bad_released_rows_name_shard_row_field(tmp_path, kind, make, message):
 
 def test_released_layout_errors(tmp_path):
     from recipe.vsearch.create_parquet_dataset import released_rows
+
     with pytest.raises(InputError, match="no Parquet shards of split 'train'"):
         released_rows("viscot_vstar_collage", str(tmp_path), "x")
     root = _infovqa(tmp_path / "info")[0]

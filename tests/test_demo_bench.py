@@ -1,5 +1,6 @@
 """The demo benchmark generator: O3-Bench layout, answers consistent with the drawn data model,
 evidence boxes inside the image, determinism, resume, and loading with the evaluation loader."""
+
 from __future__ import annotations
 
 import json
@@ -71,7 +72,7 @@ def test_deterministic_and_resumes(tmp_path, bench):
     img = out / recs[0]["file_name"]
     before = img.stat().st_mtime_ns
     img2 = out / recs[-1]["file_name"]
-    img2.unlink()                                   # as if killed before this image was drawn
+    img2.unlink()  # as if killed before this image was drawn
     assert make_demo_bench.main(["--out", str(out), "--seed", "7", *SMALL]) == 0
     assert img.stat().st_mtime_ns == before and img2.exists()
     other = tmp_path / "other_seed"
@@ -123,7 +124,7 @@ def test_map_answers_recomputed_from_data_model(seed):
     rng = random.Random(seed)
     scene = db.build_map_scene(rng, 1000, 850)
     cw, ch = scene.cell_size()
-    for p in scene.places:   # the drawn position really lies in the cell the model says
+    for p in scene.places:  # the drawn position really lies in the cell the model says
         assert int((p.x - scene.map_box[0]) // cw) == p.col and int((p.y - scene.map_box[1]) // ch) == p.row
     for maker in (db._q_column_category, db._q_locate_cell, db._q_nearest, db._q_count_in_row):
         for f_correct in (False, True):
@@ -153,8 +154,9 @@ def test_map_answers_recomputed_from_data_model(seed):
 def test_f_answers_and_answer_positions_vary():
     recs = []
     for i in range(40):
-        item = db.build_item(3, i, subset="chart" if i % 2 else "map", n_questions=3, size=(500, 450),
-                             min_side=0, max_side=0, f_rate=0.2)
+        item = db.build_item(
+            3, i, subset="chart" if i % 2 else "map", n_questions=3, size=(500, 450), min_side=0, max_side=0, f_rate=0.2
+        )
         recs += db.records(item)
     letters = {r["answer"] for r in recs}
     assert letters == set("ABCDEF")
@@ -168,12 +170,29 @@ def test_num_questions_spreads_over_images():
 
 
 def test_cli_rejects_bad_arguments(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "insight_o3.scripts.make_demo_bench", "--out", str(tmp_path),
-                        "--size", "12by7"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "insight_o3.scripts.make_demo_bench", "--out", str(tmp_path), "--size", "12by7"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and "--size must look like" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "insight_o3.scripts.make_demo_bench", "--out", str(tmp_path),
-                        "--num_images", "3", "--num_questions", "2", "--min_side", "200"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "insight_o3.scripts.make_demo_bench",
+            "--out",
+            str(tmp_path),
+            "--num_images",
+            "3",
+            "--num_questions",
+            "2",
+            "--min_side",
+            "200",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and "--num_questions" in r.stderr
 
 
@@ -194,15 +213,14 @@ def test_prepare_benchmarks_with_demo_o3_bench_and_tsv_images(tmp_path, bench):
     assert r.returncode == 1, r.stderr
     assert "o3_bench: ready: 12 samples, 4 images, 2 categories" in r.stdout
     assert "vstar: NOT READY" in r.stdout and "191 image file(s) not found" in r.stdout
-    ann = root / "data" / "vstar_bench" / "vstar_bench.jsonl"   # the original release's layout
+    ann = root / "data" / "vstar_bench" / "vstar_bench.jsonl"  # the original release's layout
     ids = [json.loads(l)["question_id"] for l in ann.read_text().splitlines()]
     buf = io.BytesIO()
     Image.new("RGB", (8, 8), (200, 10, 10)).save(buf, format="JPEG")
     b64 = base64.b64encode(buf.getvalue()).decode()
     tsv = tmp_path / "vstar.tsv"
     pd.DataFrame({"index": ids, "question": "q", "image": b64}).to_csv(tsv, sep="\t", index=False)
-    r = subprocess.run(prep + ["--extract", f"vstar={tsv}"], capture_output=True, text=True,
-                       cwd=ROOT)
+    r = subprocess.run(prep + ["--extract", f"vstar={tsv}"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "vstar: extracted 191 image(s)" in r.stdout and "vstar: ready: 191 samples" in r.stdout
     assert (root / "data" / "vstar_bench" / "direct_attributes" / "sa_4690.jpg").is_file()

@@ -1,6 +1,7 @@
 """Installs that keep working: every third-party package the library imports is declared with a major
 bound, the CPU test environments are locked (no CUDA build anywhere), the locks cover the claimed
 openai majors, and the installed environment matches its lock."""
+
 from __future__ import annotations
 
 import ast
@@ -57,8 +58,10 @@ def test_every_import_is_declared_with_a_major_bound():
     undeclared = {n for n in imported if DIST_OF.get(n, n).lower() not in deps}
     assert not undeclared, f"insight_o3 imports undeclared packages: {sorted(undeclared)}"
     assert "httpx" not in imported and "httpx2" not in imported  # the SDK's own client factory is used
-    for group, reqs in [("runtime", PYPROJECT["project"]["dependencies"]),
-                        *PYPROJECT["project"]["optional-dependencies"].items()]:
+    for group, reqs in [
+        ("runtime", PYPROJECT["project"]["dependencies"]),
+        *PYPROJECT["project"]["optional-dependencies"].items(),
+    ]:
         for r in reqs:
             assert "==" in r or "<" in r, f"{group}: {r!r} has no upper bound"
 
@@ -80,7 +83,7 @@ def test_locks_pin_the_cpu_stack_and_the_claimed_openai_majors():
     assert any(_name(d) == "openai" and "<4" in d for d in PYPROJECT["project"]["dependencies"])
     assert cpu["openai"].split(".")[0] == "2" and light["openai"].split(".")[0] == "3"
     train = {_name(d): d for d in PYPROJECT["project"]["optional-dependencies"]["train"]}
-    assert train["openai"] == f"openai=={cpu['openai']}"   # the CPU tests run the training stack's openai
+    assert train["openai"] == f"openai=={cpu['openai']}"  # the CPU tests run the training stack's openai
 
 
 @pytest.mark.smoke

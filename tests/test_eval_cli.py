@@ -1,4 +1,5 @@
 """End-to-end tests of ``python -m insight_o3.scripts.evaluate`` against real local HTTP servers."""
+
 from __future__ import annotations
 
 import json
@@ -20,10 +21,32 @@ JUDGE_KEY = "sk-judge-SECRET-9191efgh"
 
 
 def _argv(ann, img_dir, out, main_url, judge_url, *extra):
-    return ["--eval_name", "m/o3_bench", "--model", "scripted-vlm", "--api_base_url", main_url,
-            "--api_key", MAIN_KEY, "--judge_model", "scripted-judge", "--judge_api_base_url", judge_url,
-            "--judge_api_key", JUDGE_KEY, "--ann_file", str(ann), "--img_dir", str(img_dir),
-            "--output_dir", str(out), "--no_progress", "--max_retries", "3", *extra]
+    return [
+        "--eval_name",
+        "m/o3_bench",
+        "--model",
+        "scripted-vlm",
+        "--api_base_url",
+        main_url,
+        "--api_key",
+        MAIN_KEY,
+        "--judge_model",
+        "scripted-judge",
+        "--judge_api_base_url",
+        judge_url,
+        "--judge_api_key",
+        JUDGE_KEY,
+        "--ann_file",
+        str(ann),
+        "--img_dir",
+        str(img_dir),
+        "--output_dir",
+        str(out),
+        "--no_progress",
+        "--max_retries",
+        "3",
+        *extra,
+    ]
 
 
 def _records(out: Path, trial: int) -> list[dict]:
@@ -68,16 +91,20 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2",
-                 "--sys_prompt", "think")
+    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--sys_prompt", "think")
     assert evaluate.main(argv) == 0
     _assert_expected(out, 2)
     # one request per sample with n=2; image sent once-encoded, options in the prompt, system prompt set
     assert main_srv.count == 8
     # requests arrive in any order: q0's (a multiple-choice question) is found by its marker
     req = next(r for r in main_srv.requests if "[q0]" in r["messages"][1]["content"][1]["text"])
-    assert all(r["n"] == 2 and r["max_completion_tokens"] == 16384 and r["model"] == "scripted-vlm"
-               and r["messages"][0]["role"] == "system" for r in main_srv.requests)
+    assert all(
+        r["n"] == 2
+        and r["max_completion_tokens"] == 16384
+        and r["model"] == "scripted-vlm"
+        and r["messages"][0]["role"] == "system"
+        for r in main_srv.requests
+    )
     user = req["messages"][1]["content"]  # image first, as the released evaluate.py
     assert user[1]["type"] == "text" and "F. No right choice" in user[1]["text"]
     assert user[0]["image_url"]["detail"] == "high"
@@ -85,8 +112,11 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     assert judge_srv.count == 2 * 9
     assert all(r["model"] == "scripted-judge" for r in judge_srv.requests)
     rec = _records(out, 0)[0]
-    assert rec["eval_result"]["image"] == {"path": str(bench[1] / "images/img0.png"), "region": [0, 0, 96, 64],
-                                           "size": [96, 64]}
+    assert rec["eval_result"]["image"] == {
+        "path": str(bench[1] / "images/img0.png"),
+        "region": [0, 0, 96, 64],
+        "size": [96, 64],
+    }
     assert rec["subset"] == "chart" and rec["target_layouts"] == [1] and rec["category"] == "chart"
     summary = json.loads((out / "m/o3_bench/summary_metrics.json").read_text())
     assert summary["num_trials"] == 2
@@ -106,9 +136,8 @@ def test_fault_injection_nothing_lost(bench, tmp_path, openai_server):
     main_srv = ref["srv"] = openai_server(eb.faulty_model_script(ref))
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2",
-                 "--client_timeout", "1")
-    assert evaluate.main(argv) == 1   # INCOMPLETE: some sample-trials failed
+    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--client_timeout", "1")
+    assert evaluate.main(argv) == 1  # INCOMPLETE: some sample-trials failed
     for k in range(2):
         recs = {r["sample_key"]: r["eval_result"] for r in _records(out, k)}
         assert len(recs) == 8
@@ -130,8 +159,17 @@ def test_separate_trial_requests(bench, tmp_path, openai_server):
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "3",
-                 "--separate_trial_requests", "--img_max_pixels", "1000")
+    argv = _argv(
+        *bench,
+        out,
+        main_srv.base_url,
+        judge_srv.base_url,
+        "--num_trials",
+        "3",
+        "--separate_trial_requests",
+        "--img_max_pixels",
+        "1000",
+    )
     assert evaluate.main(argv) == 0
     _assert_expected(out, 3)
     assert main_srv.count == 24 and all(r["n"] == 1 for r in main_srv.requests)  # the original always sends n
@@ -166,13 +204,27 @@ def test_sigkill_then_resume(bench, tmp_path, openai_server):
     slow = openai_server(eb.model_script(), block_after=2)
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, slow.base_url, judge_srv.base_url, "--num_trials", "2",
-                 "--separate_trial_requests", "--concurrency", "2")
+    argv = _argv(
+        *bench,
+        out,
+        slow.base_url,
+        judge_srv.base_url,
+        "--num_trials",
+        "2",
+        "--separate_trial_requests",
+        "--concurrency",
+        "2",
+    )
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.Popen([sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        slow.wait_blocked(2)   # both concurrency slots wait on the server: no more replies will come
+        slow.wait_blocked(2)  # both concurrency slots wait on the server: no more replies will come
         _wait_total_lines([out / f"m/o3_bench/trial_{k}/eval_records.jsonl" for k in range(2)], 2, timeout=60)
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -180,13 +232,13 @@ def test_sigkill_then_resume(bench, tmp_path, openai_server):
     # simulate the worst case as well: a torn half-written line at the end of a records file
     with open(out / "m/o3_bench/trial_1/eval_records.jsonl", "ab") as f:
         f.write(b'{"sample_key": "q7", "eval_result": {"sta')
-    before = sum(len((out / f"m/o3_bench/trial_{k}/eval_records.jsonl").read_text().splitlines()) - k
-                 for k in range(2))  # trial_1 holds one torn line
-    assert 0 < before < 16 and before == 2   # exactly the two answered pairs were kept
+    before = sum(
+        len((out / f"m/o3_bench/trial_{k}/eval_records.jsonl").read_text().splitlines()) - k for k in range(2)
+    )  # trial_1 holds one torn line
+    assert 0 < before < 16 and before == 2  # exactly the two answered pairs were kept
     assert not (out / "m/o3_bench/trial_0/done").exists()
     fast = openai_server(eb.model_script())
-    argv_fast = _argv(*bench, out, fast.base_url, judge_srv.base_url, "--num_trials", "2",
-                      "--separate_trial_requests")
+    argv_fast = _argv(*bench, out, fast.base_url, judge_srv.base_url, "--num_trials", "2", "--separate_trial_requests")
     assert evaluate.main(argv_fast) == 0
     assert fast.count == 16 - before  # only the unfinished pairs were queried
     _assert_expected(out, 2)  # exactly one record per (sample, trial), metrics of an uninterrupted run
@@ -203,8 +255,24 @@ def test_keys_from_env_and_default_eval_name(bench, tmp_path, openai_server, mon
     monkeypatch.setenv("JUDGE_API_BASE_URL", judge_srv.base_url)
     out = tmp_path / "out"
     ann, img_dir = bench
-    assert evaluate.main(["--benchmark", "o3_bench", "--model", "vlm", "--ann_file", str(ann),
-                          "--img_dir", str(img_dir), "--output_dir", str(out), "--no_progress"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--benchmark",
+                "o3_bench",
+                "--model",
+                "vlm",
+                "--ann_file",
+                str(ann),
+                "--img_dir",
+                str(img_dir),
+                "--output_dir",
+                str(out),
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     assert (out / "vlm/o3_bench/trial_0/done").exists()
     hdrs = {k.lower(): v for k, v in main_srv.headers[0].items()}
     assert hdrs["authorization"] == f"Bearer {MAIN_KEY}"
@@ -213,9 +281,14 @@ def test_keys_from_env_and_default_eval_name(bench, tmp_path, openai_server, mon
     _no_secrets(out)
 
 
-@pytest.mark.parametrize("flag,value", [("--chat_completion_kwargs", '{"n": 2}'),
-                                        ("--chat_completion_kwargs", "[1]"),
-                                        ("--image_url_extra_settings", "{bad")])
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--chat_completion_kwargs", '{"n": 2}'),
+        ("--chat_completion_kwargs", "[1]"),
+        ("--image_url_extra_settings", "{bad"),
+    ],
+)
 def test_bad_flags_rejected(bench, tmp_path, flag, value, capsys):
     with pytest.raises(SystemExit) as e:
         evaluate.main(_argv(*bench, tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", flag, value))
@@ -229,7 +302,9 @@ def test_corrupt_image_is_a_per_sample_error(bench, tmp_path, openai_server):
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    assert evaluate.main(_argv(ann, img_dir, out, main_srv.base_url, judge_srv.base_url)) == 1   # INCOMPLETE: some sample-trials failed
+    assert (
+        evaluate.main(_argv(ann, img_dir, out, main_srv.base_url, judge_srv.base_url)) == 1
+    )  # INCOMPLETE: some sample-trials failed
     recs = {r["sample_key"]: r["eval_result"] for r in _records(out, 0)}
     bad = {q for q, r in recs.items() if r["status"] == "failed"}
     assert bad == {"q4", "q5", "q6"}  # the questions on img2.png
@@ -250,10 +325,36 @@ def test_insight_o3_mode_uses_the_agents_solver(bench, tmp_path, openai_server):
     j = openai_server(eb.judge_script())
     out = tmp_path / "out"
     ann, img_dir = bench
-    assert evaluate.main(["--eval_name", "m/o3_bench", "--model", "r", "--api_base_url", r.base_url,
-                          "--api_key", MAIN_KEY, "--judge_api_base_url", j.base_url, "--vsearcher_model", "vs",
-                          "--vsearcher_api_base_url", s.base_url, "--ann_file", str(ann), "--img_dir",
-                          str(img_dir), "--output_dir", str(out), "--no_progress", "--num_trials", "2"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--eval_name",
+                "m/o3_bench",
+                "--model",
+                "r",
+                "--api_base_url",
+                r.base_url,
+                "--api_key",
+                MAIN_KEY,
+                "--judge_api_base_url",
+                j.base_url,
+                "--vsearcher_model",
+                "vs",
+                "--vsearcher_api_base_url",
+                s.base_url,
+                "--ann_file",
+                str(ann),
+                "--img_dir",
+                str(img_dir),
+                "--output_dir",
+                str(out),
+                "--no_progress",
+                "--num_trials",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert s.count > 0
     for k in range(2):
         m = _metrics(out, k)

@@ -1,5 +1,6 @@
 """Daily-use features of ``insight_o3.scripts.evaluate``: subsets, token usage and cost, budgets with
 resume, the judge cache and ``run_card.json`` — against real local HTTP servers."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,10 +17,30 @@ MAIN_KEY = "sk-main-SECRET-4242abcd"
 
 
 def _argv(ann, img_dir, out, main_url, judge_url, *extra):
-    return ["--eval_name", "m/o3_bench", "--model", "scripted-vlm", "--api_base_url", main_url,
-            "--api_key", MAIN_KEY, "--judge_model", "scripted-judge", "--judge_api_base_url", judge_url,
-            "--ann_file", str(ann), "--img_dir", str(img_dir),
-            "--output_dir", str(out), "--no_progress", "--max_retries", "3", *extra]
+    return [
+        "--eval_name",
+        "m/o3_bench",
+        "--model",
+        "scripted-vlm",
+        "--api_base_url",
+        main_url,
+        "--api_key",
+        MAIN_KEY,
+        "--judge_model",
+        "scripted-judge",
+        "--judge_api_base_url",
+        judge_url,
+        "--ann_file",
+        str(ann),
+        "--img_dir",
+        str(img_dir),
+        "--output_dir",
+        str(out),
+        "--no_progress",
+        "--max_retries",
+        "3",
+        *extra,
+    ]
 
 
 def _records(eval_dir: Path, trial: int = 0) -> list[dict]:
@@ -45,12 +66,15 @@ def prices(tmp_path):
     return p
 
 
-@pytest.mark.parametrize("extra, keys", [
-    (["--limit", "3"], ["q0", "q1", "q2"]),
-    (["--categories", "map"], ["q2", "q3", "q4", "q5"]),
-    (["--sample_ids", "q6,q1", "q7"], ["q1", "q6", "q7"]),
-    (["--categories", "chart", "--limit", "2"], ["q0", "q1"]),
-])
+@pytest.mark.parametrize(
+    "extra, keys",
+    [
+        (["--limit", "3"], ["q0", "q1", "q2"]),
+        (["--categories", "map"], ["q2", "q3", "q4", "q5"]),
+        (["--sample_ids", "q6,q1", "q7"], ["q1", "q6", "q7"]),
+        (["--categories", "chart", "--limit", "2"], ["q0", "q1"]),
+    ],
+)
 def test_subset_runs_only_those_and_is_marked(bench, tmp_path, openai_server, extra, keys):
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
@@ -82,8 +106,17 @@ def test_usage_and_cost_per_record_trial_and_run(bench, tmp_path, openai_server,
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--price_file", str(prices),
-                 "--judge_cache")
+    argv = _argv(
+        *bench,
+        out,
+        main_srv.base_url,
+        judge_srv.base_url,
+        "--num_trials",
+        "2",
+        "--price_file",
+        str(prices),
+        "--judge_cache",
+    )
     assert evaluate.main(argv) == 0
     eval_dir = out / "m/o3_bench"
     recs = _records(eval_dir, 0) + _records(eval_dir, 1)
@@ -98,11 +131,16 @@ def test_usage_and_cost_per_record_trial_and_run(bench, tmp_path, openai_server,
     assert "judge" not in next(r for r in recs if r["sample_key"] == "q0")["usage"]  # decided by rule
     for r in recs:
         u = r["usage"]
-        want = sum((u[role]["prompt_tokens"] * p_in + u[role]["completion_tokens"] * p_out) / 1e6
-                   for role, (p_in, p_out) in (("model", (2.0, 10.0)), ("judge", (0.5, 1.0))) if role in u)
+        want = sum(
+            (u[role]["prompt_tokens"] * p_in + u[role]["completion_tokens"] * p_out) / 1e6
+            for role, (p_in, p_out) in (("model", (2.0, 10.0)), ("judge", (0.5, 1.0)))
+            if role in u
+        )
         assert r["cost_usd"] == pytest.approx(want)
     m0 = json.loads((eval_dir / "trial_0/eval_metrics.json").read_text())
-    assert m0["usage"]["model"]["prompt_tokens"] == sum(r["usage"]["model"]["prompt_tokens"] for r in _records(eval_dir, 0))
+    assert m0["usage"]["model"]["prompt_tokens"] == sum(
+        r["usage"]["model"]["prompt_tokens"] for r in _records(eval_dir, 0)
+    )
     summary = json.loads((eval_dir / "summary_metrics.json").read_text())
     totals = summary["run_totals"]
     assert totals["tokens_total"] == 8 * 15 + 9 * 15
@@ -130,8 +168,7 @@ def test_budget_stops_cleanly_and_resumes(bench, tmp_path, openai_server, prices
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    base = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--concurrency", "1",
-                 "--price_file", str(prices))
+    base = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--concurrency", "1", "--price_file", str(prices))
     assert evaluate.main(base + budget) == 4
     err = capsys.readouterr().err
     assert "budget reached" in err and budget[0] in err and "rerun with a higher" in err
@@ -159,8 +196,10 @@ def test_judge_cache_asks_identical_prompts_once(bench, tmp_path, openai_server)
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    assert evaluate.main(_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "3",
-                               "--judge_cache")) == 0
+    assert (
+        evaluate.main(_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "3", "--judge_cache"))
+        == 0
+    )
     assert judge_srv.count == 9  # 9 distinct prompts; without the cache 3 * 9
     for k in range(3):
         m = json.loads((out / f"m/o3_bench/trial_{k}/eval_metrics.json").read_text())
@@ -172,8 +211,21 @@ def test_judge_cache_asks_identical_prompts_once(bench, tmp_path, openai_server)
 def test_run_card(bench, tmp_path, openai_server):
     main_srv = openai_server(eb.model_script())
     out = tmp_path / "out"
-    assert evaluate.main(_argv(*bench, out, main_srv.base_url, main_srv.base_url, "--img_max_pixels", "4096",
-                               "--chat_completion_kwargs", '{"seed": 7, "max_completion_tokens": 99}')) == 0
+    assert (
+        evaluate.main(
+            _argv(
+                *bench,
+                out,
+                main_srv.base_url,
+                main_srv.base_url,
+                "--img_max_pixels",
+                "4096",
+                "--chat_completion_kwargs",
+                '{"seed": 7, "max_completion_tokens": 99}',
+            )
+        )
+        == 0
+    )
     card = json.loads((out / "m/o3_bench/run_card.json").read_text())
     assert card["version"] and card["package"] == "insight_o3" and "git_commit" in card
     assert card["benchmark_sha256"] == hashlib.sha256(Path(bench[0]).read_bytes()).hexdigest()
@@ -194,6 +246,7 @@ def _run(bench, out, main_url, judge_url, eval_name, *extra):
 
 def test_gather_shows_tokens_cost_and_refuses_mixed_settings(bench, tmp_path, openai_server, prices, capsys):
     from insight_o3.scripts import gather_eval_results as g
+
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
@@ -204,8 +257,9 @@ def test_gather_shows_tokens_cost_and_refuses_mixed_settings(bench, tmp_path, op
     table = capsys.readouterr().out
     assert "tokens" in table and "cost_usd" in table and "255" in table  # 8 model + 9 judge requests of 15 tokens
     df, notes = g.gather(str(out), ["a", "b"], ["o3_bench"])
-    assert df.loc["a", "tokens"] == str(json.loads((out / "a/o3_bench/summary_metrics.json").read_text())
-                                        ["run_totals"]["tokens_total"])
+    assert df.loc["a", "tokens"] == str(
+        json.loads((out / "a/o3_bench/summary_metrics.json").read_text())["run_totals"]["tokens_total"]
+    )
     assert float(df.loc["a", "cost_usd"]) == pytest.approx((80 * 2.0 + 40 * 10.0 + 90 * 0.5 + 45 * 1.0) / 1e6, abs=1e-4)
     assert not any("mixed" in n or "subset" in n for n in notes)
     # a third run with another judge flow and image budget: refused, naming what differs
@@ -219,18 +273,20 @@ def test_gather_shows_tokens_cost_and_refuses_mixed_settings(bench, tmp_path, op
     rc = g.main(["--settings", "a", "--datasets", "o3_bench", "vstar", "--output_dir", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "row a: image_budget" in err and "row a: settings.img_max_pixels" not in err
-    rc = g.main(["--settings", "a", "c", "--datasets", "o3_bench", "--output_dir", str(out),
-                 "--allow_mixed_settings"])
+    rc = g.main(["--settings", "a", "c", "--datasets", "o3_bench", "--output_dir", str(out), "--allow_mixed_settings"])
     assert rc == 0 and "warning: mixed settings: column o3_bench: judge.flow" in capsys.readouterr().out
     df, notes = g.gather(str(out), ["a"], ["o3_bench", "vstar"], allow_mixed_settings=True)
-    tokens = [json.loads((out / f"a/{ds}/summary_metrics.json").read_text())["run_totals"]["tokens_total"]
-              for ds in ("o3_bench", "vstar")]
+    tokens = [
+        json.loads((out / f"a/{ds}/summary_metrics.json").read_text())["run_totals"]["tokens_total"]
+        for ds in ("o3_bench", "vstar")
+    ]
     assert df.loc["a", "tokens"] == str(sum(tokens))  # the row's runs together
     assert df.loc["a", "cost_usd"] == f"{float(df.loc['a', 'cost_usd']):.4f}"  # vstar has no price: o3_bench's
 
 
 def test_gather_warns_about_subset_runs(bench, tmp_path, openai_server):
     from insight_o3.scripts import gather_eval_results as g
+
     main_srv = openai_server(eb.model_script())
     out = tmp_path / "out"
     _run(bench, out, main_srv.base_url, main_srv.base_url, "a/o3_bench", "--limit", "2")

@@ -7,6 +7,7 @@ in this mode), so every episode makes exactly one search call and the expected m
 correct q0 q2 q5 q6, wrong q1 q4 q7, and q3 — whose replies are truncated and never box an answer —
 runs out of format retries and has no answer (``invalid``, never judged).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,13 +63,15 @@ def reasoner_script(delay: float = 0.0, faults: bool = False, server_ref: dict |
                 if fault is not None:
                     return fault
         if first:
-            reply = chat(f"<think>need a closer look</think><tool_call>region_description={{the legend of [{q}]}}"
-                         "</tool_call>")
+            reply = chat(
+                f"<think>need a closer look</think><tool_call>region_description={{the legend of [{q}]}}</tool_call>"
+            )
         else:
             text, finish = FINAL[q]
             reply = chat(text, finish_reason=finish)
         reply.delay = delay
         return reply
+
     return script
 
 
@@ -88,16 +91,43 @@ def searcher_script(faults: bool = False, down: set | None = None):
         if q in down:
             return error(500, "searcher down")
         return chat("<think>the legend is at the top left</think> <answer>[2, 2, 40, 30]</answer>")
+
     return script
 
 
 def _argv(out: Path, ann, img_dir, reasoner_url: str, searcher_url: str, judge_url: str, *extra) -> list[str]:
-    return ["--eval_name", EVAL, "--model", "scripted-reasoner", "--api_base_url", reasoner_url,
-            "--api_key", MAIN_KEY, "--judge_model", "scripted-judge", "--judge_api_base_url", judge_url,
-            "--judge_api_key", JUDGE_KEY, "--vsearcher_model", "scripted-searcher",
-            "--vsearcher_api_base_url", searcher_url, "--vsearcher_api_key", SEARCH_KEY,
-            "--ann_file", str(ann), "--img_dir", str(img_dir), "--output_dir", str(out),
-            "--no_progress", "--max_retries", "3", *extra]
+    return [
+        "--eval_name",
+        EVAL,
+        "--model",
+        "scripted-reasoner",
+        "--api_base_url",
+        reasoner_url,
+        "--api_key",
+        MAIN_KEY,
+        "--judge_model",
+        "scripted-judge",
+        "--judge_api_base_url",
+        judge_url,
+        "--judge_api_key",
+        JUDGE_KEY,
+        "--vsearcher_model",
+        "scripted-searcher",
+        "--vsearcher_api_base_url",
+        searcher_url,
+        "--vsearcher_api_key",
+        SEARCH_KEY,
+        "--ann_file",
+        str(ann),
+        "--img_dir",
+        str(img_dir),
+        "--output_dir",
+        str(out),
+        "--no_progress",
+        "--max_retries",
+        "3",
+        *extra,
+    ]
 
 
 def _records(out: Path, k: int) -> list[dict]:
@@ -142,9 +172,10 @@ def test_insight_o3_fault_injection_nothing_lost(bench, tmp_path, openai_server)
     searcher = openai_server(searcher_script(faults=True, down=down))
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(out, *bench, reasoner.base_url, searcher.base_url, judge.base_url,
-                 "--num_trials", "2", "--client_timeout", "1")
-    assert evaluate.main(argv) == 1   # INCOMPLETE: some sample-trials failed
+    argv = _argv(
+        out, *bench, reasoner.base_url, searcher.base_url, judge.base_url, "--num_trials", "2", "--client_timeout", "1"
+    )
+    assert evaluate.main(argv) == 1  # INCOMPLETE: some sample-trials failed
 
     failed = []
     for k in range(2):
@@ -183,11 +214,17 @@ def test_insight_o3_sigkill_then_resume(bench, tmp_path, openai_server):
     searcher = openai_server(searcher_script())
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(out, *bench, slow.base_url, searcher.base_url, judge.base_url, "--num_trials", "2",
-                 "--concurrency", "2")
+    argv = _argv(
+        out, *bench, slow.base_url, searcher.base_url, judge.base_url, "--num_trials", "2", "--concurrency", "2"
+    )
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.Popen([sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         slow.wait_blocked(2, timeout=90)
         _wait_total_lines([out / EVAL / f"trial_{k}" / "eval_records.jsonl" for k in range(2)], 1, timeout=90)
@@ -200,8 +237,17 @@ def test_insight_o3_sigkill_then_resume(bench, tmp_path, openai_server):
     assert 0 < done < 16 and not (out / EVAL / "trial_0" / "done").exists()
 
     fast = openai_server(reasoner_script())
-    argv_fast = _argv(out, *bench, fast.base_url, searcher.base_url, judge.base_url, "--num_trials", "2",
-                      "--vsearcher_chat_completion_kwargs", '{"max_tokens": 77}')
+    argv_fast = _argv(
+        out,
+        *bench,
+        fast.base_url,
+        searcher.base_url,
+        judge.base_url,
+        "--num_trials",
+        "2",
+        "--vsearcher_chat_completion_kwargs",
+        '{"max_tokens": 77}',
+    )
     n_search_before = searcher.count
     assert evaluate.main(argv_fast) == 0
     resumed = searcher.requests[n_search_before:]

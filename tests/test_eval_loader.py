@@ -1,4 +1,5 @@
 """Annotation loading: every real benchmark file, and every bad input with file/line/field."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,13 @@ from insight_o3.evaluation.samples import AnnotationError, load_samples
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
 
-REAL = {"vstar_bench.jsonl": 191, "treebench.jsonl": 405, "hrbench_4k.jsonl": 800,
-        "MME_RealWorld_Lite.jsonl": 1919, "visual_probe_hard.jsonl": 106}
+REAL = {
+    "vstar_bench.jsonl": 191,
+    "treebench.jsonl": 405,
+    "hrbench_4k.jsonl": 800,
+    "MME_RealWorld_Lite.jsonl": 1919,
+    "visual_probe_hard.jsonl": 106,
+}
 
 
 def test_loads_every_shared_benchmark_unchanged(shared_dir):
@@ -32,8 +38,16 @@ def test_loads_every_shared_benchmark_unchanged(shared_dir):
                 assert s.options == r["options"] and s.prompt() == r["question"] + "\n" + r["options"]
             else:
                 assert s.prompt() == r["question"]
-            for k in set(r) - {"question_id", "image", "file_name", "question", "options", "answer",
-                               "category", "subset"}:
+            for k in set(r) - {
+                "question_id",
+                "image",
+                "file_name",
+                "question",
+                "options",
+                "answer",
+                "category",
+                "subset",
+            }:
                 assert s.extra[k] == r[k]
             if s.is_mcq:  # every MCQ's ground truth is one of its option letters
                 assert gt_letter(s) in s.letters
@@ -53,9 +67,15 @@ def test_o3_bench_layout(tmp_path):
 
 def test_list_and_inline_options(tmp_path):
     (tmp_path / "a.png").write_bytes(b"")
-    rows = [{"image": "a.png", "question": "q", "answer": "B", "options": ["x", "y"]},
-            {"image": "a.png", "question": "q", "answer": "C",
-             "options": "A. Its mouth is open. B. It is missing. C. It is closed. D. Chewing."}]
+    rows = [
+        {"image": "a.png", "question": "q", "answer": "B", "options": ["x", "y"]},
+        {
+            "image": "a.png",
+            "question": "q",
+            "answer": "C",
+            "options": "A. Its mouth is open. B. It is missing. C. It is closed. D. Chewing.",
+        },
+    ]
     ann = tmp_path / "ann.jsonl"
     ann.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     a, b = load_samples(ann, tmp_path)
@@ -66,21 +86,30 @@ def test_list_and_inline_options(tmp_path):
 GOOD = {"question_id": 1, "image": "a.png", "question": "What?", "answer": "A", "options": "A. x\nB. y"}
 
 
-@pytest.mark.parametrize("lines,needle", [
-    (None, "annotation file not found"),
-    ([json.dumps(GOOD), "{not json"], ":2: malformed JSON"),
-    ([json.dumps(GOOD), "[1, 2]"], ":2: expected a JSON object"),
-    ([json.dumps({k: v for k, v in GOOD.items() if k != "question"})], ":1: field 'question' is missing"),
-    ([json.dumps({**GOOD, "answer": ""})], ":1: field 'answer' is empty"),
-    ([json.dumps({**GOOD, "answer": None})], ":1: field 'answer' is empty or not text"),
-    ([json.dumps({k: v for k, v in GOOD.items() if k != "image"})], ":1: field 'image' (or 'file_name') is missing"),
-    ([json.dumps(GOOD), json.dumps({**GOOD, "question_id": 2, "image": "gone.png"})],
-     "1 image file(s) not found under"),
-    ([json.dumps({**GOOD, "options": 3})], ":1: field 'options' must be"),
-    ([], "no samples"),
-])
+@pytest.mark.parametrize(
+    "lines,needle",
+    [
+        (None, "annotation file not found"),
+        ([json.dumps(GOOD), "{not json"], ":2: malformed JSON"),
+        ([json.dumps(GOOD), "[1, 2]"], ":2: expected a JSON object"),
+        ([json.dumps({k: v for k, v in GOOD.items() if k != "question"})], ":1: field 'question' is missing"),
+        ([json.dumps({**GOOD, "answer": ""})], ":1: field 'answer' is empty"),
+        ([json.dumps({**GOOD, "answer": None})], ":1: field 'answer' is empty or not text"),
+        (
+            [json.dumps({k: v for k, v in GOOD.items() if k != "image"})],
+            ":1: field 'image' (or 'file_name') is missing",
+        ),
+        (
+            [json.dumps(GOOD), json.dumps({**GOOD, "question_id": 2, "image": "gone.png"})],
+            "1 image file(s) not found under",
+        ),
+        ([json.dumps({**GOOD, "options": 3})], ":1: field 'options' must be"),
+        ([], "no samples"),
+    ],
+)
 def test_bad_input_fails_fast_with_file_line_field(tmp_path, openai_server, capsys, lines, needle):
     from PIL import Image
+
     Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
     ann = tmp_path / "ann.jsonl"
     if lines is not None:
@@ -93,9 +122,25 @@ def test_bad_input_fails_fast_with_file_line_field(tmp_path, openai_server, caps
         assert "line 2 field 'image'" in msg and "gone.png" in msg
     # the CLI reports it cleanly (no traceback) before any API call
     srv = openai_server(eb.model_script())
-    rc = evaluate.main(["--eval_name", "x", "--model", "m", "--api_base_url", srv.base_url, "--api_key",
-                        "sk-loader-SECRET-1", "--ann_file", str(ann), "--img_dir", str(tmp_path),
-                        "--output_dir", str(tmp_path / "out"), "--no_progress"])
+    rc = evaluate.main(
+        [
+            "--eval_name",
+            "x",
+            "--model",
+            "m",
+            "--api_base_url",
+            srv.base_url,
+            "--api_key",
+            "sk-loader-SECRET-1",
+            "--ann_file",
+            str(ann),
+            "--img_dir",
+            str(tmp_path),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--no_progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and needle in err and "Traceback" not in err
     assert srv.count == 0 and not (tmp_path / "out").exists()
@@ -104,8 +149,15 @@ def test_bad_input_fails_fast_with_file_line_field(tmp_path, openai_server, caps
 def test_missing_images_all_checked_first_few_reported(tmp_path):
     tmp_path.joinpath("imgs").mkdir()
     ann = tmp_path / "ann.jsonl"
-    ann.write_text("".join(json.dumps({**GOOD, "question_id": i, "file_name": f"m{i}.png", "image": None})
-                           .replace('"image": null, ', "") + "\n" for i in range(8)))
+    ann.write_text(
+        "".join(
+            json.dumps({**GOOD, "question_id": i, "file_name": f"m{i}.png", "image": None}).replace(
+                '"image": null, ', ""
+            )
+            + "\n"
+            for i in range(8)
+        )
+    )
     with pytest.raises(AnnotationError) as e:
         load_samples(ann, tmp_path / "imgs")
     msg = str(e.value)
@@ -113,8 +165,14 @@ def test_missing_images_all_checked_first_few_reported(tmp_path):
 
 
 def test_benchmark_registry():
-    assert set(BENCHMARKS) == {"o3_bench", "vstar", "hr_bench_4k", "treebench", "visual_probe_hard",
-                               "mme_realworld_lite"}
+    assert set(BENCHMARKS) == {
+        "o3_bench",
+        "vstar",
+        "hr_bench_4k",
+        "treebench",
+        "visual_probe_hard",
+        "mme_realworld_lite",
+    }
     assert get_benchmark("o3_bench").ann_file == "data/O3-Bench/test/metadata.jsonl"
     assert get_benchmark("o3_bench").img_dir == "data/O3-Bench/test"
     with pytest.raises(ValueError, match="unknown benchmark"):

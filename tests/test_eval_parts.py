@@ -1,4 +1,5 @@
 """Evaluation building blocks: record log, judge, metrics, image reuse, solver hook."""
+
 from __future__ import annotations
 
 import asyncio
@@ -35,7 +36,10 @@ def test_record_log_drops_torn_tail_and_keeps_last_per_key(tmp_path):
     lg.compact(["a", "b", "c"])
     lg.close()
     assert [json.loads(x) for x in p.read_text().splitlines()] == [
-        {"sample_key": "a", "v": 2}, {"sample_key": "b", "v": 1}, {"sample_key": "c", "v": 3}]
+        {"sample_key": "a", "v": 2},
+        {"sample_key": "b", "v": 1},
+        {"sample_key": "c", "v": 3},
+    ]
     # a complete but unparsable last line is also a torn write
     with open(p, "ab") as f:
         f.write(b'{"sample_key": "d"\n')
@@ -73,9 +77,16 @@ def _judge_with(script, openai_server, max_len=1000):
     return srv, AnswerJudge(make_client("k", srv.base_url, timeout=5, max_retries=0), "j", max_len)
 
 
-@pytest.mark.parametrize("text,letter", [
-    ("<answer>C</answer>", "C"), ("<answer> C </answer>", "C"), ("<answer>\\boxed{C}</answer>", "C"),
-    ("so \\boxed{ C }", "C"), ("C", "C")])
+@pytest.mark.parametrize(
+    "text,letter",
+    [
+        ("<answer>C</answer>", "C"),
+        ("<answer> C </answer>", "C"),
+        ("<answer>\\boxed{C}</answer>", "C"),
+        ("so \\boxed{ C }", "C"),
+        ("C", "C"),
+    ],
+)
 def test_only_an_exact_span_skips_the_judge(samples, openai_server, text, letter):
     srv, judge = _judge_with(lambda r, c: error(500), openai_server)
     v = asyncio.run(judge.check(samples["q0"], Attempt(text, "stop")))
@@ -83,8 +94,9 @@ def test_only_an_exact_span_skips_the_judge(samples, openai_server, text, letter
     assert srv.count == 0
 
 
-@pytest.mark.parametrize("text,span", [("(C)", "(C)"), ("Answer: C", "Answer: C"), ("C\n", "C\n"),
-                                       ("\\boxed{\\text{C}}", "\\text{C}")])
+@pytest.mark.parametrize(
+    "text,span", [("(C)", "(C)"), ("Answer: C", "Answer: C"), ("C\n", "C\n"), ("\\boxed{\\text{C}}", "\\text{C}")]
+)
 def test_other_spans_go_to_the_extraction_judge(samples, openai_server, text, span):
     """As the released evaluate.py: no letter-matching rules of our own, the judge decides."""
     srv, judge = _judge_with(lambda r, c: chat("C"), openai_server)
@@ -99,14 +111,18 @@ def test_judge_failures_and_cropping(samples, openai_server):
     def script(req, call):
         seen.append(req["messages"][0]["content"][0]["text"])
         return chat("maybe" if call.index == 0 else "<correct> or <wrong>")
+
     _, judge = _judge_with(script, openai_server, max_len=20)
     long = "blah " * 100 + "I pick the second one"
 
     async def go():  # one event loop for the client's connections
-        return [await judge.check(samples["q0"], Attempt(long, "stop")),
-                await judge.check(samples["q7"], Attempt("long words here", "stop")),
-                await judge.check(samples["q7"], Attempt("x", "length")),
-                await judge.check(samples["q7"], Attempt(None, None, error="boom"))]
+        return [
+            await judge.check(samples["q0"], Attempt(long, "stop")),
+            await judge.check(samples["q7"], Attempt("long words here", "stop")),
+            await judge.check(samples["q7"], Attempt("x", "length")),
+            await judge.check(samples["q7"], Attempt(None, None, error="boom")),
+        ]
+
     mcq, open_qa, truncated, lost = asyncio.run(go())
     assert mcq.status == "wrong" and mcq.judge_outputs == ["maybe"]  # not the GT letter
     assert CROP_MARK + long[-20:] in seen[0] and "blah blah blah blah blah" not in seen[0]
@@ -128,8 +144,14 @@ def _rec(cat, status, has=True, stats=None):
 
 
 def test_metrics_definitions_and_summary():
-    recs = [_rec("a", "correct"), _rec("a", "wrong"), _rec("a", "incomplete", False),
-            _rec("b", "failed", False), _rec("b", "invalid", False), _rec("b", "correct")]
+    recs = [
+        _rec("a", "correct"),
+        _rec("a", "wrong"),
+        _rec("a", "incomplete", False),
+        _rec("b", "failed", False),
+        _rec("b", "invalid", False),
+        _rec("b", "correct"),
+    ]
     m = compute_metrics(recs)
     assert m["overall_stats"] == {"correct": 2, "wrong": 1, "incomplete": 1, "invalid": 1, "failed": 1, "total": 6}
     assert m["overall_accuracy"] == pytest.approx(2 / 6)
@@ -139,8 +161,12 @@ def test_metrics_definitions_and_summary():
     assert m["has_answer"] == pytest.approx(3 / 6)
     assert m["category_accuracy"] == {"a": pytest.approx(1 / 3), "b": pytest.approx(1 / 3)}
     assert m["category_completion_rate"]["b"] == 1.0 and "mean_search_calls" not in m
-    m2 = compute_metrics([_rec("a", "correct", stats={"n_search_calls": 3, "n_search_not_found": 1}),
-                          _rec("a", "wrong", stats={"n_search_calls": 1, "n_search_not_found": 0})])
+    m2 = compute_metrics(
+        [
+            _rec("a", "correct", stats={"n_search_calls": 3, "n_search_not_found": 1}),
+            _rec("a", "wrong", stats={"n_search_calls": 1, "n_search_not_found": 0}),
+        ]
+    )
     assert m2["mean_search_calls"] == 2.0 and m2["search_not_found_ratio"] == 0.25
     s = summarize([m2, {**m2, "overall_accuracy": 0.0}])
     assert s["num_trials"] == 2 and s["overall_accuracy"] == {"mean": 0.25, "std": 0.25}
@@ -157,8 +183,7 @@ def test_each_image_encoded_once_across_questions_and_trials(tmp_path, openai_se
         client = make_client("k", main_srv.base_url, timeout=10)
         jclient = make_client("k", judge_srv.base_url, timeout=10)
         solver = SingleModelSolver(client, "m", store, Resize(max_pixels=3000), separate_trial_requests=True)
-        cfg = RunConfig(str(tmp_path / "out"), "e", num_trials=3, concurrency=16, group_trials=False,
-                        progress=False)
+        cfg = RunConfig(str(tmp_path / "out"), "e", num_trials=3, concurrency=16, group_trials=False, progress=False)
         try:
             return await run_evaluation(list(samples.values()), solver, AnswerJudge(jclient, "j"), cfg)
         finally:
@@ -182,8 +207,14 @@ class _StatsSolver:
             raise RuntimeError("bug in solver")
         if sample.key == "q2":
             return [Attempt("<answer>A</answer>", "stop")]  # one attempt for n trials
-        return [Attempt(eb.QUESTIONS[sample.key][4], eb.QUESTIONS[sample.key][5],
-                        stats={"n_search_calls": 2, "n_search_not_found": 1}) for _ in range(n)]
+        return [
+            Attempt(
+                eb.QUESTIONS[sample.key][4],
+                eb.QUESTIONS[sample.key][5],
+                stats={"n_search_calls": 2, "n_search_not_found": 1},
+            )
+            for _ in range(n)
+        ]
 
     async def aclose(self):
         pass
@@ -205,7 +236,9 @@ def test_solver_hook_stats_and_contract_violations_recorded(tmp_path, openai_ser
         m = json.loads((tmp_path / f"out/e/trial_{k}/eval_metrics.json").read_text())
         assert m["overall_stats"]["failed"] == 2 and m["overall_stats"]["total"] == 8
         assert m["mean_search_calls"] == 2.0 and m["search_not_found_ratio"] == 0.5
-        recs = {json.loads(x)["sample_key"]: json.loads(x)
-                for x in (tmp_path / f"out/e/trial_{k}/eval_records.jsonl").read_text().splitlines()}
+        recs = {
+            json.loads(x)["sample_key"]: json.loads(x)
+            for x in (tmp_path / f"out/e/trial_{k}/eval_records.jsonl").read_text().splitlines()
+        }
         assert "bug in solver" in recs["q1"]["eval_result"]["fail_reason"]
         assert "1 attempts for 2 trials" in recs["q2"]["eval_result"]["fail_reason"]

@@ -1,4 +1,5 @@
 """Tool-use health in InSight-o3 mode (metrics and report) and per-role usage of the three endpoints."""
+
 from __future__ import annotations
 
 import json
@@ -14,10 +15,12 @@ from tests.test_eval_insight_o3_mode import EVAL, EXPECTED_STATS, FINAL, _argv, 
 
 def never_searching_reasoner():
     """A vReasoner that has collapsed to answering without ever calling the vSearcher."""
+
     def script(req: dict, call: Call) -> Reply:
         q = eb.marker("\n".join(str(m.get("content")) for m in req["messages"] if m["role"] == "user"))
         text, finish = FINAL[q]
         return chat(text, finish_reason=finish)
+
     return script
 
 
@@ -27,8 +30,11 @@ def bench(tmp_path):
 
 
 def test_tool_use_health_metrics_usage_and_report(bench, tmp_path, openai_server):
-    r_srv, s_srv, j_srv = (openai_server(reasoner_script()), openai_server(searcher_script()),
-                           openai_server(eb.judge_script()))
+    r_srv, s_srv, j_srv = (
+        openai_server(reasoner_script()),
+        openai_server(searcher_script()),
+        openai_server(eb.judge_script()),
+    )
     out = tmp_path / "out"
     assert evaluate.main(_argv(out, *bench, r_srv.base_url, s_srv.base_url, j_srv.base_url)) == 0
     m = json.loads((out / EVAL / "trial_0/eval_metrics.json").read_text())
@@ -49,8 +55,11 @@ def test_tool_use_health_metrics_usage_and_report(bench, tmp_path, openai_server
 
 
 def test_collapse_to_zero_tool_use_is_flagged(bench, tmp_path, openai_server):
-    r_srv, s_srv, j_srv = (openai_server(never_searching_reasoner()), openai_server(searcher_script()),
-                           openai_server(eb.judge_script()))
+    r_srv, s_srv, j_srv = (
+        openai_server(never_searching_reasoner()),
+        openai_server(searcher_script()),
+        openai_server(eb.judge_script()),
+    )
     out = tmp_path / "out"
     assert evaluate.main(_argv(out, *bench, r_srv.base_url, s_srv.base_url, j_srv.base_url)) == 0
     m = json.loads((out / EVAL / "trial_0/eval_metrics.json").read_text())

@@ -1,4 +1,5 @@
 """The standalone vSearcher evaluation CLI against a real scripted server."""
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,11 @@ def data(tmp_path):
     img_dir.mkdir()
     Image.new("RGB", (W, H), (200, 40, 40)).save(img_dir / "one.png")
     ann = tmp_path / "regions.jsonl"
-    rows = [{"id": "a", "image": "one.png", "description": "the a region", "bbox": GT["a"]},
-            {"file_name": "one.png", "region_description": "the b region", "bbox": GT["b"]},
-            {"image": "one.png", "target": "the c region", "bbox": GT["c"]}]
+    rows = [
+        {"id": "a", "image": "one.png", "description": "the a region", "bbox": GT["a"]},
+        {"file_name": "one.png", "region_description": "the b region", "bbox": GT["b"]},
+        {"image": "one.png", "target": "the c region", "bbox": GT["c"]},
+    ]
     ann.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(ann), str(img_dir), tmp_path / "out"
 
@@ -44,21 +47,44 @@ def script(fail_b=False):
     def reply(req, call):
         text = request_text(req)
         turn = sum(m["role"] == "assistant" for m in req["messages"])
-        if "the a region" in text:   # zoom once, then the exact box in the model frame
+        if "the a region" in text:  # zoom once, then the exact box in the model frame
             if turn == 0:
-                return chat('<think>z</think><tool_call>{"name": "image_zoom_in_tool", '
-                            '"arguments": {"bbox_2d": [20, 20, 160, 120]}}</tool_call>')
+                return chat(
+                    '<think>z</think><tool_call>{"name": "image_zoom_in_tool", '
+                    '"arguments": {"bbox_2d": [20, 20, 160, 120]}}</tool_call>'
+                )
             return chat(f"<think>ok</think><answer>{json.dumps(list(frame.from_original(GT['a'])))}</answer>")
         if "the b region" in text:
             return error(500, "down") if fail_b else chat("<think>no</think><answer>[0, 0, 0, 0]</answer>")
-        return chat("<answer>[1, 2</answer>")   # malformed
+        return chat("<answer>[1, 2</answer>")  # malformed
+
     return reply
 
 
 def run(ann, img_dir, out, url, *extra):
-    return ev.main(["--ann_file", ann, "--img_dir", img_dir, "--model", "vs", "--api_base_url", url,
-                    "--api_key", KEY, "--max_pixels", str(BUDGET), "--output_dir", str(out),
-                    "--max_retries", "0", "--concurrency", "2", *extra])
+    return ev.main(
+        [
+            "--ann_file",
+            ann,
+            "--img_dir",
+            img_dir,
+            "--model",
+            "vs",
+            "--api_base_url",
+            url,
+            "--api_key",
+            KEY,
+            "--max_pixels",
+            str(BUDGET),
+            "--output_dir",
+            str(out),
+            "--max_retries",
+            "0",
+            "--concurrency",
+            "2",
+            *extra,
+        ]
+    )
 
 
 def test_metrics_records_and_no_secrets(openai_server, data):
@@ -85,7 +111,7 @@ def test_resume_retries_only_failed_and_drops_torn_line(openai_server, data):
     recs = {json.loads(l)["sample_key"]: json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()}
     assert recs["#2"]["status"] == "failed" and "500" in recs["#2"]["error"]
     with open(out / "records.jsonl", "a") as f:
-        f.write('{"sample_key": "#3", "status": "fou')   # a torn line, as after SIGKILL
+        f.write('{"sample_key": "#3", "status": "fou')  # a torn line, as after SIGKILL
     srv = openai_server(script())
     assert run(ann, img_dir, out, srv.base_url) == 0
     assert srv.count == 1 and "the b region" in request_text(srv.requests[0])
@@ -94,14 +120,17 @@ def test_resume_retries_only_failed_and_drops_torn_line(openai_server, data):
     assert len((out / "records.jsonl").read_text().splitlines()) == 3
 
 
-@pytest.mark.parametrize("row,msg", [
-    ('{"image": "one.png", "description": "x"}', "field 'bbox'"),
-    ('{"image": "one.png", "description": "x", "bbox": [5, 5, 1, 9]}', "x1 < x2"),
-    ('{"image": "one.png", "description": "x", "bbox": [1, 2, "3", 4]}', "field 'bbox'"),
-    ('{"image": "one.png", "bbox": [1, 2, 3, 4]}', "'description' / 'region_description' / 'target'"),
-    ('{"image": "nope.png", "description": "x", "bbox": [1, 2, 3, 4]}', "image file not found"),
-    ('{"image": "one.png", "description": "x", "bbox": [1, 2, 3, 4]', "malformed JSON"),
-])
+@pytest.mark.parametrize(
+    "row,msg",
+    [
+        ('{"image": "one.png", "description": "x"}', "field 'bbox'"),
+        ('{"image": "one.png", "description": "x", "bbox": [5, 5, 1, 9]}', "x1 < x2"),
+        ('{"image": "one.png", "description": "x", "bbox": [1, 2, "3", 4]}', "field 'bbox'"),
+        ('{"image": "one.png", "bbox": [1, 2, 3, 4]}', "'description' / 'region_description' / 'target'"),
+        ('{"image": "nope.png", "description": "x", "bbox": [1, 2, 3, 4]}', "image file not found"),
+        ('{"image": "one.png", "description": "x", "bbox": [1, 2, 3, 4]', "malformed JSON"),
+    ],
+)
 def test_bad_annotations_name_file_line_field(data, capsys, row, msg):
     ann, img_dir, out = data
     with open(ann, "a") as f:
@@ -122,7 +151,7 @@ def _read_records(path) -> dict:
         for line in path.read_text().splitlines():
             try:
                 rec = json.loads(line)
-            except ValueError:   # a torn last line
+            except ValueError:  # a torn last line
                 continue
             recs[rec["sample_key"]] = rec
     return recs
@@ -134,19 +163,42 @@ def test_sigkill_then_resume_queries_only_unfinished(openai_server, tmp_path):
     Image.new("RGB", (W, H), (200, 40, 40)).save(img_dir / "one.png")
     ann = tmp_path / "regions.jsonl"
     kinds = "abcabcab"
-    ann.write_text("".join(json.dumps({"id": f"s{i}", "image": "one.png", "description": f"the {k} region {i}",
-                                       "bbox": GT[k]}) + "\n" for i, k in enumerate(kinds)))
+    ann.write_text(
+        "".join(
+            json.dumps({"id": f"s{i}", "image": "one.png", "description": f"the {k} region {i}", "bbox": GT[k]}) + "\n"
+            for i, k in enumerate(kinds)
+        )
+    )
     ref_out, out = tmp_path / "uninterrupted", tmp_path / "out"
     assert run(str(ann), str(img_dir), ref_out, openai_server(script()).base_url) == 0
 
     # answers s0 (two turns: "a" zooms once) and s1, then holds s2's request until released
     srv = openai_server(script(), block_after=3)
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
-    cmd = [sys.executable, "-m", "insight_o3.scripts.evaluate_vsearch", "--ann_file", str(ann), "--img_dir",
-           str(img_dir), "--model", "vs", "--api_base_url", srv.base_url, "--api_key", KEY, "--max_pixels",
-           str(BUDGET), "--output_dir", str(out), "--max_retries", "0", "--concurrency", "1"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "insight_o3.scripts.evaluate_vsearch",
+        "--ann_file",
+        str(ann),
+        "--img_dir",
+        str(img_dir),
+        "--model",
+        "vs",
+        "--api_base_url",
+        srv.base_url,
+        "--api_key",
+        KEY,
+        "--max_pixels",
+        str(BUDGET),
+        "--output_dir",
+        str(out),
+        "--max_retries",
+        "0",
+        "--concurrency",
+        "1",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         srv.wait_blocked(1, timeout=30)
         end = time.time() + 30
@@ -164,8 +216,8 @@ def test_sigkill_then_resume_queries_only_unfinished(openai_server, tmp_path):
     assert run(str(ann), str(img_dir), out, srv.base_url, "--concurrency", "3") == 0
     again = _desc_keys(srv.requests[first:])
     unfinished = sorted(str(i) for i in range(len(kinds)) if f"s{i}" not in done)
-    assert sorted(set(again)) == unfinished   # only the unfinished samples were queried
-    assert len(again) == sum(2 if kinds[int(i)] == "a" else 1 for i in unfinished)   # once each ("a" zooms once)
+    assert sorted(set(again)) == unfinished  # only the unfinished samples were queried
+    assert len(again) == sum(2 if kinds[int(i)] == "a" else 1 for i in unfinished)  # once each ("a" zooms once)
     lines = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()]
-    assert [r["sample_key"] for r in lines] == [f"s{i}" for i in range(len(kinds))]   # one record per sample
+    assert [r["sample_key"] for r in lines] == [f"s{i}" for i in range(len(kinds))]  # one record per sample
     assert json.loads((out / "metrics.json").read_text()) == json.loads((ref_out / "metrics.json").read_text())

@@ -1,6 +1,7 @@
 """Fail fast: a 401/403/404 from the model, judge or vSearcher endpoint stops a run after the first such
 response, with one line naming the role, URL and status (key redacted); a run whose requests mostly
 fail stops at ``--max_failure_ratio``. Real local servers in status-code mode, no patching."""
+
 from __future__ import annotations
 
 import asyncio
@@ -49,13 +50,12 @@ def test_401_from_the_model_stops_at_the_first_response(bench, tmp_path, openai_
     out = tmp_path / "out"
     argv = _argv(*bench, out, model.base_url, judge.base_url, "--num_trials", "3", "--concurrency", "2")
     assert evaluate.main(argv) == EXIT_API_STOP
-    assert model.count <= 2   # the requests already in flight, nothing after the first 401
+    assert model.count <= 2  # the requests already in flight, nothing after the first 401
     line = _stop_line(capsys)
-    assert line.startswith("error: the model endpoint answered HTTP 401 for POST "
-                           f"{model.base_url}/chat/completions")
+    assert line.startswith(f"error: the model endpoint answered HTTP 401 for POST {model.base_url}/chat/completions")
     assert "Incorrect API key provided: ***" in line and MAIN_KEY not in line
     assert "rerun the same command to resume" in line
-    assert _records(out) == []   # no sample was recorded as failed
+    assert _records(out) == []  # no sample was recorded as failed
     assert not list((out / EVAL).glob("trial_*/done"))
     _no_secrets(out)
     # a rerun with a working endpoint resumes: every sample asked exactly once
@@ -83,7 +83,7 @@ def test_404_from_the_judge_stops_the_run(bench, tmp_path, openai_server, capsys
     n_model = model.count
     fixed = openai_server(eb.judge_script())
     assert evaluate.main(_argv(*bench, out, model.base_url, fixed.base_url)) == 0
-    assert model.count == n_model + 8 - len(recs)   # only the unrecorded samples asked again
+    assert model.count == n_model + 8 - len(recs)  # only the unrecorded samples asked again
     _assert_expected(out, 1)
 
 
@@ -106,11 +106,20 @@ def test_failure_ratio_stops_a_run_whose_requests_mostly_fail(bench, tmp_path, o
     model = openai_server(refuse(500))
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    base = _argv(*bench, out, model.base_url, judge.base_url, "--num_trials", "3", "--separate_trial_requests",
-                 "--concurrency", "2")
+    base = _argv(
+        *bench,
+        out,
+        model.base_url,
+        judge.base_url,
+        "--num_trials",
+        "3",
+        "--separate_trial_requests",
+        "--concurrency",
+        "2",
+    )
     base[base.index("--max_retries") + 1] = "0"
-    assert evaluate.main(base) == EXIT_API_STOP      # default: 0.5 after 20 requests
-    assert 20 <= model.count <= 21                    # 24 needed; stopped at the 20th failure
+    assert evaluate.main(base) == EXIT_API_STOP  # default: 0.5 after 20 requests
+    assert 20 <= model.count <= 21  # 24 needed; stopped at the 20th failure
     line = _stop_line(capsys)
     assert "20 of the 20 API requests of this run failed" in line and "--max_failure_ratio 0.5" in line
     assert "model: InternalServerError" in line
@@ -120,7 +129,7 @@ def test_failure_ratio_stops_a_run_whose_requests_mostly_fail(bench, tmp_path, o
     # --max_failure_ratio 1 never stops: the run records every failure and ends normally
     out2 = tmp_path / "out2"
     argv = [str(out2) if x == str(out) else x for x in base] + ["--max_failure_ratio", "1"]
-    assert evaluate.main(argv) == 1   # INCOMPLETE: some sample-trials failed
+    assert evaluate.main(argv) == 1  # INCOMPLETE: some sample-trials failed
     assert len(_records(out2)) == 24
 
 
@@ -128,15 +137,15 @@ def test_run_guard_ratio_is_judged_only_after_min_requests():
     g = RunGuard(0.5, min_requests=4)
     for _ in range(3):
         g.request_done("model", "boom")
-    assert not g.tripped                # 3 of 3 failed, but fewer than 4 requests so far
+    assert not g.tripped  # 3 of 3 failed, but fewer than 4 requests so far
     g.request_done("model", None)
-    assert not g.tripped                # 3 of 4 > 0.5: judged now ...
+    assert not g.tripped  # 3 of 4 > 0.5: judged now ...
     g.request_done("model", "boom")
     assert isinstance(g.error, FailureRatioError) and (g.error.failed, g.error.total) == (4, 5)
     g2 = RunGuard(0.5, min_requests=2)
     g2.request_done("judge", "x")
     g2.request_done("judge", None)
-    assert not g2.tripped               # exactly half is not "more than" half
+    assert not g2.tripped  # exactly half is not "more than" half
 
 
 def test_gather_or_stop_cancels_the_rest_on_a_trip():
@@ -158,6 +167,7 @@ def test_gather_or_stop_cancels_the_rest_on_a_trip():
         with pytest.raises(FatalAPIError, match="judge endpoint answered HTTP 401"):
             await gather_or_stop([slow(0), slow(1), tripper()], g)
         return cancelled
+
     assert sorted(asyncio.run(go())) == [0, 1]
 
 
@@ -171,12 +181,13 @@ def test_a_client_reports_fatal_status_and_sends_nothing_after(openai_server):
             with pytest.raises(openai.NotFoundError):
                 await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
             assert isinstance(g.error, FatalAPIError) and g.error.status == 404
-            with pytest.raises(FatalAPIError):   # refused locally: no second request
+            with pytest.raises(FatalAPIError):  # refused locally: no second request
                 await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         finally:
             await c.close()
+
     asyncio.run(go())
-    assert srv.count == 1   # 404 is not retried by the SDK, and nothing followed it
+    assert srv.count == 1  # 404 is not retried by the SDK, and nothing followed it
 
 
 # ----------------------------------------------------------------------------- the other commands
@@ -185,16 +196,39 @@ def test_evaluate_vsearch_stops_on_401(tmp_path, openai_server, capsys):
 
     from insight_o3.scripts import evaluate_vsearch as ev
     from tests.test_evaluate_vsearch import KEY
+
     img_dir = tmp_path / "images"
     img_dir.mkdir()
     Image.new("RGB", (64, 48)).save(img_dir / "one.png")
     ann = tmp_path / "regions.jsonl"
-    ann.write_text("".join(json.dumps({"id": f"r{i}", "image": "one.png", "description": f"region {i}",
-                                       "bbox": [1, 1, 20, 20]}) + "\n" for i in range(6)))
+    ann.write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "image": "one.png", "description": f"region {i}", "bbox": [1, 1, 20, 20]}) + "\n"
+            for i in range(6)
+        )
+    )
     srv = openai_server(refuse(401))
     out = tmp_path / "out"
-    rc = ev.main(["--ann_file", str(ann), "--img_dir", str(img_dir), "--model", "vs", "--api_base_url", srv.base_url,
-                  "--api_key", KEY, "--output_dir", str(out), "--concurrency", "1", "--max_retries", "2"])
+    rc = ev.main(
+        [
+            "--ann_file",
+            str(ann),
+            "--img_dir",
+            str(img_dir),
+            "--model",
+            "vs",
+            "--api_base_url",
+            srv.base_url,
+            "--api_key",
+            KEY,
+            "--output_dir",
+            str(out),
+            "--concurrency",
+            "1",
+            "--max_retries",
+            "2",
+        ]
+    )
     assert rc == EXIT_API_STOP and srv.count == 1
     line = _stop_line(capsys)
     assert f"the vSearcher endpoint answered HTTP 401 for POST {srv.base_url}/chat/completions" in line
@@ -205,11 +239,25 @@ def test_evaluate_vsearch_stops_on_401(tmp_path, openai_server, capsys):
 def test_difficulty_filter_stops_on_401(tmp_path, openai_server, capsys):
     from insight_o3.scripts import filter_difficulty as difficulty
     from tests.test_difficulty_filter import ITEMS, KEY, make_collages
+
     out = tmp_path / "collages"
     make_collages(out, ITEMS)
     srv = openai_server(refuse(401))
-    rc = difficulty.main(["--out_dir", str(out), "--model", "vr", "--base_url", srv.base_url, "--api_key", KEY,
-                          "--concurrency", "1", "--no_progress"])
+    rc = difficulty.main(
+        [
+            "--out_dir",
+            str(out),
+            "--model",
+            "vr",
+            "--base_url",
+            srv.base_url,
+            "--api_key",
+            KEY,
+            "--concurrency",
+            "1",
+            "--no_progress",
+        ]
+    )
     assert rc == EXIT_API_STOP and srv.count == 1
     line = _stop_line(capsys)
     assert f"the vReasoner endpoint answered HTTP 401 for POST {srv.base_url}/chat/completions" in line
@@ -221,11 +269,13 @@ def test_region_descriptions_stop_on_404(tmp_path, openai_server):
     import subprocess
 
     from tests.test_region_descriptions import REPO, _cmd, _make_inputs
+
     img_dir, lay_dir = _make_inputs(tmp_path)
     srv = openai_server(refuse(404))
     out = tmp_path / "out"
-    r = subprocess.run(_cmd(img_dir, lay_dir, out, srv.base_url, concurrency=1), cwd=REPO, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        _cmd(img_dir, lay_dir, out, srv.base_url, concurrency=1), cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == EXIT_API_STOP, r.stderr
     assert srv.count == 1
     last = r.stderr.strip().splitlines()[-1]

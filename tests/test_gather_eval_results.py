@@ -1,4 +1,5 @@
 """gather_eval_results over hand-written summary_metrics.json files (the evaluate CLI's format)."""
+
 from __future__ import annotations
 
 import json
@@ -14,13 +15,18 @@ def ms(mean, std=0.0):
     return {"mean": mean, "std": std}
 
 
-def write_summary(root, setting, dataset, acc, std=0.0, trials=3, success=1.0, completion=1.0, failed=0.0,
-                  cats=None):
+def write_summary(root, setting, dataset, acc, std=0.0, trials=3, success=1.0, completion=1.0, failed=0.0, cats=None):
     d = root / setting / dataset
     d.mkdir(parents=True)
-    data = {"num_trials": trials, "overall_accuracy": ms(acc, std), "overall_success_rate": ms(success),
-            "overall_completion_rate": ms(completion), "critical_failure_ratio": ms(failed),
-            "has_answer": ms(1.0), "overall_stats": {"correct": ms(10), "total": ms(20)}}
+    data = {
+        "num_trials": trials,
+        "overall_accuracy": ms(acc, std),
+        "overall_success_rate": ms(success),
+        "overall_completion_rate": ms(completion),
+        "critical_failure_ratio": ms(failed),
+        "has_answer": ms(1.0),
+        "overall_stats": {"correct": ms(10), "total": ms(20)},
+    }
     if cats:
         data["category_accuracy"] = {k: ms(*v) for k, v in cats.items()}
     (d / "summary_metrics.json").write_text(json.dumps(data))
@@ -31,12 +37,26 @@ def test_settings_by_datasets_table_with_missing_and_warnings(tmp_path, capsys):
     write_summary(tmp_path, "gpt-5-mini", "vstar", 0.738, 0.0, success=0.98, failed=0.02)
     write_summary(tmp_path, "Qwen/Qwen3-VL-8B", "o3_bench", 0.436, 0.02, trials=1, completion=0.95)
     csv, md = tmp_path / "t.csv", tmp_path / "t.md"
-    rc = g.main(["--settings", "gpt-5-mini", "Qwen/Qwen3-VL-8B", "--datasets", "o3_bench", "vstar",
-                 "--output_dir", str(tmp_path), "--csv", str(csv), "--markdown", str(md)])
+    rc = g.main(
+        [
+            "--settings",
+            "gpt-5-mini",
+            "Qwen/Qwen3-VL-8B",
+            "--datasets",
+            "o3_bench",
+            "vstar",
+            "--output_dir",
+            str(tmp_path),
+            "--csv",
+            str(csv),
+            "--markdown",
+            str(md),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "39.0±1.2 @3" in out and "73.8±0.0 @3" in out and "43.6±2.0 @1" in out
-    assert "56.4" in out                       # average of 39.0 and 73.8
+    assert "56.4" in out  # average of 39.0 and 73.8
     assert "note: Qwen/Qwen3-VL-8B/vstar: no results" in out
     assert "warning: gpt-5-mini/vstar: success rate 98.0% < 100%" in out
     assert "warning: gpt-5-mini/vstar: 2.0% of queries lost to API errors" in out
@@ -64,8 +84,21 @@ def test_corrupt_or_invalid_summary_is_a_clear_error(tmp_path):
     d.mkdir(parents=True)
     f = d / "summary_metrics.json"
     f.write_text('{"overall_accuracy": {"mean": 0.5,')
-    r = subprocess.run([sys.executable, "-m", "insight_o3.scripts.gather_eval_results", "--settings", "a",
-                        "--datasets", "vstar", "--output_dir", str(tmp_path)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "insight_o3.scripts.gather_eval_results",
+            "--settings",
+            "a",
+            "--datasets",
+            "vstar",
+            "--output_dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert str(f) in r.stderr and "not valid JSON" in r.stderr and "line 1" in r.stderr
     f.write_text('{"num_trials": 3}')

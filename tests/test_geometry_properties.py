@@ -1,5 +1,6 @@
 """Property tests: coordinates survive original -> model frame -> original, and model-produced
 boxes never crash the protocol."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ from insight_o3.agents.views import MAX_CROP_RATIO, crop_box
 from insight_o3.geometry import QWEN_IMAGE_FACTOR, Frame, pixel_box, smart_resize, validate_box
 from insight_o3.images import ImageStore, Resize
 
-budgets = st.sampled_from([256 * 28 * 28, 1024 * 28 * 28, 4096 * 28 * 28, 16384 * 28 * 28]) | \
-    st.integers(4 * 28 * 28, 20000 * 28 * 28)
+budgets = st.sampled_from([256 * 28 * 28, 1024 * 28 * 28, 4096 * 28 * 28, 16384 * 28 * 28]) | st.integers(
+    4 * 28 * 28, 20000 * 28 * 28
+)
 
 
 @st.composite
@@ -76,13 +78,15 @@ def test_crop_box_is_always_showable(data, size):
 anything = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
-    max_leaves=10)
+    max_leaves=10,
+)
 
 
 @settings(max_examples=500, deadline=None)
-@given(values=anything | st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(), min_size=4,
-                                  max_size=4),
-       size=st.tuples(st.integers(1, 10000), st.integers(1, 10000)))
+@given(
+    values=anything | st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(), min_size=4, max_size=4),
+    size=st.tuples(st.integers(1, 10000), st.integers(1, 10000)),
+)
 def test_validate_box_never_raises(values, size):
     box, why = validate_box(values, size)
     assert (box is None) != (why is None)
@@ -102,11 +106,15 @@ def small_image(tmp_path_factory):
 
 tool_bodies = st.one_of(
     st.text(max_size=60),
-    st.builds(lambda b, n: json.dumps({"name": n, "arguments": {"bbox_2d": b}}),
-              anything, st.sampled_from(["image_zoom_in_tool", "zoom", ""])),
-    st.builds(lambda b: json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": b}}),
-              st.lists(st.floats(-1e6, 1e6) | st.just(float("nan")) | st.integers(-10**6, 10**6),
-                       min_size=4, max_size=4)),
+    st.builds(
+        lambda b, n: json.dumps({"name": n, "arguments": {"bbox_2d": b}}),
+        anything,
+        st.sampled_from(["image_zoom_in_tool", "zoom", ""]),
+    ),
+    st.builds(
+        lambda b: json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": b}}),
+        st.lists(st.floats(-1e6, 1e6) | st.just(float("nan")) | st.integers(-(10**6), 10**6), min_size=4, max_size=4),
+    ),
 )
 
 
@@ -118,8 +126,11 @@ def test_searcher_session_never_raises_on_model_output(small_image, turns):
     for kind, body in turns:
         if s.done:
             break
-        text = {"tool": f"<think>t</think><tool_call>{body}</tool_call>",
-                "answer": f"<think>t</think><answer>{body}</answer>", "raw": body}[kind]
+        text = {
+            "tool": f"<think>t</think><tool_call>{body}</tool_call>",
+            "answer": f"<think>t</think><answer>{body}</answer>",
+            "raw": body,
+        }[kind]
         st_ = s.step(text)
         if st_.crop is not None:
             x1, y1, x2, y2 = st_.crop.region

@@ -2,6 +2,7 @@
 episode and each judge path equal what the original release sends (tests/golden/README.md says how
 the goldens were recorded from the original code). A difference fails with its request and field named.
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,13 +17,16 @@ from tests.support import golden as G
 
 def _first_difference(a: str, b: str) -> str:
     i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return f"first difference at char {i}: golden {a[max(0, i - 30):i + 30]!r} vs ours {b[max(0, i - 30):i + 30]!r}"
+    return f"first difference at char {i}: golden {a[max(0, i - 30) : i + 30]!r} vs ours {b[max(0, i - 30) : i + 30]!r}"
 
 
 def test_every_prompt_equals_the_original_string():
     golden = json.loads((G.GOLDEN_DIR / "prompts.json").read_text(encoding="utf-8"))
-    bad = [f"{name} ({g['source']}): {_first_difference(g['text'], getattr(prompts, name))}"
-           for name, g in golden.items() if getattr(prompts, name) != g["text"]]
+    bad = [
+        f"{name} ({g['source']}): {_first_difference(g['text'], getattr(prompts, name))}"
+        for name, g in golden.items()
+        if getattr(prompts, name) != g["text"]
+    ]
     assert not bad, "prompts differ from the original:\n" + "\n".join(bad)
     # the released evaluation code's vReasoner prompt is the fork's text without its outer newlines
     assert prompts.VREASONER_INFER_SYSTEM_PROMPT.strip() == prompts.INSIGHT_O3_VREASONER_SYSTEM_PROMPT
@@ -52,11 +56,36 @@ def test_baseline_and_extract_judge_requests_equal_the_originals(tmp_path, opena
     files, img_dir = G.make_bench(tmp_path)
     srv = openai_server(G.combined_script())
     for kind in ("mcq", "open"):
-        _run(["--eval_name", f"golden_{kind}", "--ann_file", str(files[kind]), "--img_dir", str(img_dir),
-              "--model", "golden-vlm", "--api_base_url", srv.base_url, "--api_key", "k-main",
-              "--judge_model", "golden-judge", "--judge_api_base_url", srv.base_url, "--judge_api_key", "k-judge",
-              "--num_trials", "2", "--sys_prompt", "think", "--img_max_pixels", "1638400",
-              "--output_dir", str(tmp_path / "out")])
+        _run(
+            [
+                "--eval_name",
+                f"golden_{kind}",
+                "--ann_file",
+                str(files[kind]),
+                "--img_dir",
+                str(img_dir),
+                "--model",
+                "golden-vlm",
+                "--api_base_url",
+                srv.base_url,
+                "--api_key",
+                "k-main",
+                "--judge_model",
+                "golden-judge",
+                "--judge_api_base_url",
+                srv.base_url,
+                "--judge_api_key",
+                "k-judge",
+                "--num_trials",
+                "2",
+                "--sys_prompt",
+                "think",
+                "--img_max_pixels",
+                "1638400",
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
     _check("baseline_requests.json", srv.requests)
 
 
@@ -66,15 +95,46 @@ def test_insight_o3_episode_and_verify_judge_requests_equal_the_originals(tmp_pa
     a last-round retry with the crop again; the fork's in-loop judge request (qa_verify, max_tokens)."""
     files, img_dir = G.make_bench(tmp_path)
     srv = openai_server(G.combined_script())
-    _run(["--eval_name", "golden_insight_o3", "--ann_file", str(files["episodes"]), "--img_dir", str(img_dir),
-          "--model", "golden-reasoner", "--api_base_url", srv.base_url, "--api_key", "k-main",
-          "--vsearcher_model", "golden-searcher", "--vsearcher_api_base_url", srv.base_url,
-          "--vsearcher_api_key", "k-vs", "--judge_model", "golden-judge", "--judge_api_base_url", srv.base_url,
-          "--judge_api_key", "k-judge", "--max_vsearch_calls", "2", "--img_max_pixels", "1638400",
-          "--output_dir", str(tmp_path / "out")])
+    _run(
+        [
+            "--eval_name",
+            "golden_insight_o3",
+            "--ann_file",
+            str(files["episodes"]),
+            "--img_dir",
+            str(img_dir),
+            "--model",
+            "golden-reasoner",
+            "--api_base_url",
+            srv.base_url,
+            "--api_key",
+            "k-main",
+            "--vsearcher_model",
+            "golden-searcher",
+            "--vsearcher_api_base_url",
+            srv.base_url,
+            "--vsearcher_api_key",
+            "k-vs",
+            "--judge_model",
+            "golden-judge",
+            "--judge_api_base_url",
+            srv.base_url,
+            "--judge_api_key",
+            "k-judge",
+            "--max_vsearch_calls",
+            "2",
+            "--img_max_pixels",
+            "1638400",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ]
+    )
     _check("insight_o3_requests.json", srv.requests)
-    recs = [json.loads(x) for x in (tmp_path / "out/golden_insight_o3/trial_0/eval_records.jsonl").read_text().split("\n")
-            if x.strip()]
+    recs = [
+        json.loads(x)
+        for x in (tmp_path / "out/golden_insight_o3/trial_0/eval_records.jsonl").read_text().split("\n")
+        if x.strip()
+    ]
     assert [r["eval_result"]["status"] for r in recs] == ["correct", "correct"]  # e0 by the judge, e1 by rule
 
 

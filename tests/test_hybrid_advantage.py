@@ -1,4 +1,5 @@
 """vsearch_hybrid_grpo through verl's own compute_advantage on a real DataProto (hand-computed numbers)."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,8 +22,7 @@ from verl import DataProto  # noqa: E402
 # 7: in-loop sample of an episode cut by an API failure (response fully masked)
 SCORES = [1.0, 0.2, 0.5, 0.5, 1.0, 0.2, 0.0, 0.9]
 LENGTHS = [4, 2, 3, 4, 1, 4, 3, 0]
-UIDS = ["g0", "g0", "g1", "g1", inloop_uid("epA", 0), inloop_uid("epA", 1), inloop_uid("epB", 0),
-        inloop_uid("epC", 0)]
+UIDS = ["g0", "g0", "g1", "g1", inloop_uid("epA", 0), inloop_uid("epA", 1), inloop_uid("epB", 0), inloop_uid("epC", 0)]
 T = 5
 
 
@@ -32,16 +32,18 @@ def _batch() -> DataProto:
     for i, (s, n) in enumerate(zip(SCORES, LENGTHS)):
         mask[i, :n] = 1
         tlr[i, max(n - 1, 0)] = s  # outcome reward on the last response token
-    return DataProto.from_dict(tensors={"token_level_rewards": tlr, "response_mask": mask},
-                               non_tensors={"uid": np.array(UIDS, dtype=object)})
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": tlr, "response_mask": mask}, non_tensors={"uid": np.array(UIDS, dtype=object)}
+    )
 
 
 def _run(scope: str | None) -> tuple[torch.Tensor, torch.Tensor]:
     algo = {"adv_estimator": ESTIMATOR_NAME, "norm_adv_by_std_in_grpo": True}
     if scope is not None:
         algo["inloop_norm_scope"] = scope
-    data = compute_advantage(_batch(), adv_estimator=ESTIMATOR_NAME, config=OmegaConf.create(algo),
-                             norm_adv_by_std_in_grpo=True)
+    data = compute_advantage(
+        _batch(), adv_estimator=ESTIMATOR_NAME, config=OmegaConf.create(algo), norm_adv_by_std_in_grpo=True
+    )
     return data.batch["advantages"], data.batch["response_mask"]
 
 
@@ -70,9 +72,13 @@ def test_registered_and_flags_override_uid():
     assert get_adv_estimator_fn(ESTIMATOR_NAME) is compute_vsearch_hybrid_advantage
     b = _batch()
     # all rows flagged out-of-loop: identical to verl's GRPO on the same uids
-    adv, _ = compute_vsearch_hybrid_advantage(b.batch["token_level_rewards"], b.batch["response_mask"],
-                                              index=b.non_tensor_batch["uid"], config=AlgoConfig(),
-                                              is_in_loop=np.zeros(8, dtype=bool))
+    adv, _ = compute_vsearch_hybrid_advantage(
+        b.batch["token_level_rewards"],
+        b.batch["response_mask"],
+        index=b.non_tensor_batch["uid"],
+        config=AlgoConfig(),
+        is_in_loop=np.zeros(8, dtype=bool),
+    )
     ref = compute_advantage(_batch(), adv_estimator="grpo", norm_adv_by_std_in_grpo=True).batch["advantages"]
     assert torch.allclose(adv, ref)
 

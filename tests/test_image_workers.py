@@ -1,6 +1,7 @@
 """Where image work runs: every distinct view is rendered once, askers of a view being rendered wait
 without occupying a worker (so distinct images render in parallel), and worker processes produce
 exactly the bytes of an in-process render."""
+
 from __future__ import annotations
 
 import asyncio
@@ -50,6 +51,7 @@ def test_a_waiting_duplicate_does_not_hold_a_worker(images, monkeypatch):
 
     async def go():
         return await asyncio.gather(store.aget(a), store.aget(a), store.aget(b))
+
     ra1, ra2, rb = asyncio.run(go())
     store.close()
     assert ra1 is ra2 and rb.ref.path == b
@@ -69,14 +71,15 @@ def test_process_workers_render_the_same_bytes_once_each(images):
         asks = [store.aget(p, resize) for p in images for _ in range(4)]
         asks.append(store.aget(images[0], resize, (10, 10, 90, 70)))
         return await asyncio.gather(*asks)
+
     got = asyncio.run(go())
     try:
         assert [g.data_url for g in got[::4]] == [e.data_url for e in expected]
         assert all(got[i].data_url == got[i - i % 4].data_url for i in range(12))
         assert got[12].data_url == expected[3].data_url and got[12].ref == expected[3].ref
         assert [g.ref for g in got[:12:4]] == [e.ref for e in expected[:3]]
-        assert store.stats["encoded"] == 4          # 3 whole images + 1 crop, whatever the askers
-        assert 3 <= store.stats["decoded"] <= 4     # the crop may land on the worker holding the original
+        assert store.stats["encoded"] == 4  # 3 whole images + 1 crop, whatever the askers
+        assert 3 <= store.stats["decoded"] <= 4  # the crop may land on the worker holding the original
     finally:
         store.close()
 
@@ -103,6 +106,7 @@ def test_a_cancelled_asker_does_not_cancel_the_shared_render(images):
         await asyncio.sleep(0)
         first.cancel()
         return await second
+
     enc = asyncio.run(go())
     store.close()
     assert enc.ref.path == images[2] and store.stats["encoded"] == 1
@@ -141,12 +145,12 @@ def test_pillow_limit_is_only_ever_raised(monkeypatch):
     from insight_o3 import images as images_mod
     from insight_o3.images import _init_worker, _raise_pillow_limit
 
-    monkeypatch.setattr(images_mod, "_WORKER_STORE", None)   # restored after the test
+    monkeypatch.setattr(images_mod, "_WORKER_STORE", None)  # restored after the test
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     _raise_pillow_limit(500)
     assert Image.MAX_IMAGE_PIXELS == 1000
-    _init_worker(4000, "JPEG", 90, 0)   # a worker process's initializer applies its store's limit
+    _init_worker(4000, "JPEG", 90, 0)  # a worker process's initializer applies its store's limit
     assert Image.MAX_IMAGE_PIXELS == 4000
-    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)   # Pillow's check switched off stays off
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # Pillow's check switched off stays off
     _raise_pillow_limit(500)
     assert Image.MAX_IMAGE_PIXELS is None

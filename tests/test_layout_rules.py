@@ -1,16 +1,20 @@
 """C.2 layout rules on hand-made detections: one case per rule."""
+
 from __future__ import annotations
 
 import pytest
 
 from insight_o3.data.layout import LayoutError, LayoutRules, merge_effort, parse_layout, process_layout
 
-SIZE = (1000, 1000)   # image area 1e6: 1/4 = 250_000, 0.001 = 1_000
+SIZE = (1000, 1000)  # image area 1e6: 1/4 = 250_000, 0.001 = 1_000
 
 
 def run(boxes, rules=LayoutRules()):
-    doc = parse_layout({"input_path": "x.png", "boxes": [
-        {"label": lab, "score": 0.9, "coordinate": list(c)} for lab, c in boxes]}, "t.json", SIZE)
+    doc = parse_layout(
+        {"input_path": "x.png", "boxes": [{"label": lab, "score": 0.9, "coordinate": list(c)} for lab, c in boxes]},
+        "t.json",
+        SIZE,
+    )
     return [(b.label, tuple(round(v) for v in b.box), b.merged) for b in process_layout(doc, SIZE, rules)]
 
 
@@ -19,14 +23,15 @@ CHART = ("chart", (100, 100, 400, 400))
 
 def test_keep_only_listed_classes():
     assert run([("header", (100, 100, 400, 400)), ("footer", (100, 500, 400, 800)), CHART]) == [
-        ("chart", (100, 100, 400, 400), False)]
+        ("chart", (100, 100, 400, 400), False)
+    ]
 
 
 def test_drop_too_large_boxes_with_chart_exception():
-    big = (0, 0, 600, 600)   # 0.36 of the image
+    big = (0, 0, 600, 600)  # 0.36 of the image
     assert run([("table", big)]) == []
     assert run([("chart", big)]) == [("chart", big, False)]
-    assert run([("chart", (0, 0, 950, 950))]) == []          # 0.9025 > 0.8
+    assert run([("chart", (0, 0, 950, 950))]) == []  # 0.9025 > 0.8
 
 
 def test_merge_text_with_title_least_effort_first():
@@ -84,13 +89,13 @@ def test_drop_unmerged_titles_and_texts():
 
 
 def test_drop_tiny_boxes():
-    assert run([("chart", (0, 0, 30, 30))]) == []            # 900 / 1e6 < 0.001
+    assert run([("chart", (0, 0, 30, 30))]) == []  # 900 / 1e6 < 0.001
     assert run([("chart", (0, 0, 40, 40))]) == [("chart", (0, 0, 40, 40), False)]
 
 
 def test_drop_extreme_aspect():
-    assert run([("table", (0, 0, 600, 100))]) == []           # 6:1
-    assert run([("table", (0, 0, 100, 600))]) == []           # 1:6
+    assert run([("table", (0, 0, 600, 100))]) == []  # 6:1
+    assert run([("table", (0, 0, 100, 600))]) == []  # 1:6
     assert run([("table", (0, 0, 500, 100))]) == [("table", (0, 0, 500, 100), False)]
 
 
@@ -102,6 +107,9 @@ def test_bad_input_is_named():
     with pytest.raises(LayoutError, match="missing field 'input_path'"):
         parse_layout({"boxes": []}, "t.json", SIZE)
     # PaddleOCR's {"res": {...}} wrapper
-    doc = parse_layout({"res": {"input_path": "x", "boxes": [{"label": "chart", "score": 0.5,
-                                                              "coordinate": [1, 2, 3, 4]}]}}, "t.json", SIZE)
+    doc = parse_layout(
+        {"res": {"input_path": "x", "boxes": [{"label": "chart", "score": 0.5, "coordinate": [1, 2, 3, 4]}]}},
+        "t.json",
+        SIZE,
+    )
     assert doc.boxes[0].box == (1, 2, 3, 4)

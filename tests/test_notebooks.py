@@ -1,5 +1,6 @@
 """Both notebooks execute top to bottom (nbclient, the venv's ``python3`` kernel) on a real
 InSight-o3 run made by the scripted local servers and on the demo benchmark; any cell error fails."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,22 +15,30 @@ def _execute(name: str, env: dict[str, str], monkeypatch) -> nbformat.NotebookNo
     for k, v in env.items():
         monkeypatch.setenv(k, v)  # the kernel inherits the environment; the first cell reads it
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False,
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", allow_errors=False, resources={"metadata": {"path": str(NOTEBOOKS)}}
+    ).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     return nb
 
 
 def _outputs(nb, mime: str) -> list[str]:
-    return [o["data"][mime] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-            if o.output_type in ("display_data", "execute_result") and mime in o.get("data", {})]
+    return [
+        o["data"][mime]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.output_type in ("display_data", "execute_result") and mime in o.get("data", {})
+    ]
 
 
 def test_visualize_o3_bench_notebook(demo_eval_run, monkeypatch):
-    nb = _execute("visualize_o3_bench.ipynb", {"INSIGHT_O3_BENCH_ANN": str(demo_eval_run.ann_file),
-                                               "INSIGHT_O3_N_BROWSE": "2", "INSIGHT_O3_MAX_PX": "384"},
-                  monkeypatch)
+    nb = _execute(
+        "visualize_o3_bench.ipynb",
+        {"INSIGHT_O3_BENCH_ANN": str(demo_eval_run.ann_file), "INSIGHT_O3_N_BROWSE": "2", "INSIGHT_O3_MAX_PX": "384"},
+        monkeypatch,
+    )
     assert len(_outputs(nb, "image/png")) >= 3  # the three statistics figures
     pages = "".join(_outputs(nb, "text/html"))
     first = demo_eval_run.samples[0]
@@ -38,9 +47,15 @@ def test_visualize_o3_bench_notebook(demo_eval_run, monkeypatch):
 
 def test_visualize_output_notebook(demo_eval_run, monkeypatch):
     key = next(k for k, v in demo_eval_run.plan.items() if v == "search_right")
-    nb = _execute("visualize_output.ipynb", {"INSIGHT_O3_EVAL_DIR": str(demo_eval_run.eval_dir),
-                                             "INSIGHT_O3_STATUS": "correct", "INSIGHT_O3_THUMB_PX": "256"},
-                  monkeypatch)
+    nb = _execute(
+        "visualize_output.ipynb",
+        {
+            "INSIGHT_O3_EVAL_DIR": str(demo_eval_run.eval_dir),
+            "INSIGHT_O3_STATUS": "correct",
+            "INSIGHT_O3_THUMB_PX": "256",
+        },
+        monkeypatch,
+    )
     pages = "".join(_outputs(nb, "text/html"))
     assert f"<b>{key}</b>" in pages  # the first correct sample that searched
     assert "class='crop'" in pages and "vSearcher call" in pages and "compare-col" in pages
@@ -49,10 +64,16 @@ def test_visualize_output_notebook(demo_eval_run, monkeypatch):
 
 def test_visualize_output_notebook_compare_runs(demo_eval_run, monkeypatch):
     key = next(k for k, v in demo_eval_run.plan.items() if v == "search_twice_wrong")
-    nb = _execute("visualize_output.ipynb", {"INSIGHT_O3_EVAL_DIR": str(demo_eval_run.eval_dir / "trial_0"),
-                                             "INSIGHT_O3_COMPARE_DIR": str(demo_eval_run.eval_dir),
-                                             "INSIGHT_O3_SAMPLE_KEY": key, "INSIGHT_O3_THUMB_PX": "192"},
-                  monkeypatch)
+    nb = _execute(
+        "visualize_output.ipynb",
+        {
+            "INSIGHT_O3_EVAL_DIR": str(demo_eval_run.eval_dir / "trial_0"),
+            "INSIGHT_O3_COMPARE_DIR": str(demo_eval_run.eval_dir),
+            "INSIGHT_O3_SAMPLE_KEY": key,
+            "INSIGHT_O3_THUMB_PX": "192",
+        },
+        monkeypatch,
+    )
     pages = "".join(_outputs(nb, "text/html"))
     assert f"<b>{key}</b>" in pages and pages.count("compare-col") == 2
 
@@ -72,12 +93,23 @@ def test_visualize_output_notebook_reads_an_original_run(demo_eval_run, tmp_path
     from tests.support.original_run import ORIGINAL_KEY, write_original_run
 
     n = len(demo_eval_run.samples)
-    old = write_original_run(tmp_path / "old", "old/demo_bench", demo_eval_run.ann_file, demo_eval_run.bench_dir,
-                             [["correct"] * (n - 1) + ["wrong"]])
+    old = write_original_run(
+        tmp_path / "old",
+        "old/demo_bench",
+        demo_eval_run.ann_file,
+        demo_eval_run.bench_dir,
+        [["correct"] * (n - 1) + ["wrong"]],
+    )
     key = demo_eval_run.samples[0]["question_id"]
-    nb = _execute("visualize_output.ipynb", {"INSIGHT_O3_EVAL_DIR": str(old),
-                                             "INSIGHT_O3_COMPARE_DIR": str(demo_eval_run.eval_dir),
-                                             "INSIGHT_O3_SAMPLE_KEY": key, "INSIGHT_O3_THUMB_PX": "192"},
-                  monkeypatch)
+    nb = _execute(
+        "visualize_output.ipynb",
+        {
+            "INSIGHT_O3_EVAL_DIR": str(old),
+            "INSIGHT_O3_COMPARE_DIR": str(demo_eval_run.eval_dir),
+            "INSIGHT_O3_SAMPLE_KEY": key,
+            "INSIGHT_O3_THUMB_PX": "192",
+        },
+        monkeypatch,
+    )
     pages = "".join(_outputs(nb, "text/html"))
     assert f"<b>{key}</b>" in pages and pages.count("compare-col") == 2 and ORIGINAL_KEY not in pages

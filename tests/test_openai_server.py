@@ -1,5 +1,6 @@
 """The scripted server's own behaviour: ``block_after`` holds requests until ``release`` (the
 synchronisation point of the kill-and-resume tests) and ``stop`` ends the accept loop at once."""
+
 from __future__ import annotations
 
 import socket
@@ -25,14 +26,14 @@ def test_block_after_holds_until_release():
         for t in held:
             t.start()
         srv.wait_blocked(2, timeout=10)
-        assert srv.count == 4 and got == []          # both received, neither answered
+        assert srv.count == 4 and got == []  # both received, neither answered
         with pytest.raises(TimeoutError, match="only 2 of 3"):
             srv.wait_blocked(3, timeout=0.1)
         srv.release()
         for t in held:
             t.join(timeout=10)
         assert sorted(got) == ["reply 2", "reply 3"]
-        assert ask().choices[0].message.content == "reply 4"   # released for good
+        assert ask().choices[0].message.content == "reply 4"  # released for good
 
 
 def test_stop_ends_serving_and_releases_held_requests():
@@ -43,7 +44,7 @@ def test_stop_ends_serving_and_releases_held_requests():
     def held():
         try:
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-        except openai.APIError as e:   # answered or cut off: either way it does not hang
+        except openai.APIError as e:  # answered or cut off: either way it does not hang
             errors.append(e)
 
     t = threading.Thread(target=held)

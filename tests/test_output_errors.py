@@ -2,6 +2,7 @@
 clear line — what failed, which file, that finished samples are safe, that a rerun resumes — and never
 leave a corrupt complete line. Injected errors (always) and a real small tmpfs (where mounting is
 permitted, as root on CI)."""
+
 from __future__ import annotations
 
 import errno
@@ -41,6 +42,7 @@ def _inject(monkeypatch, name: str, fake, suffix: str) -> None:
 
     def call(fd, *args):
         return fake(real, fd, *args) if _is_records_fd(fd, suffix) else real(fd, *args)
+
     monkeypatch.setattr(os, name, call)
 
 
@@ -55,9 +57,9 @@ def test_partial_write_then_enospc_is_truncated_back(tmp_path, monkeypatch):
 
     def half_then_full(real_write, fd, data):
         calls["n"] += 1
-        if calls["n"] == 1:            # the kernel takes half of the line ...
+        if calls["n"] == 1:  # the kernel takes half of the line ...
             return real_write(fd, bytes(data[: len(data) // 2]))
-        raise OSError(errno.ENOSPC, "No space left on device")   # ... then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")  # ... then the disk is full
 
     _inject(monkeypatch, "write", half_then_full, "r.jsonl")
     with pytest.raises(OutputError) as e:
@@ -65,11 +67,11 @@ def test_partial_write_then_enospc_is_truncated_back(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert str(e.value) == f"cannot append to {path}: No space left on device [ENOSPC]"
     assert e.value.advice == "free some disk space" and not e.value.lost_dir
-    assert path.read_bytes() == before          # the half line is gone
+    assert path.read_bytes() == before  # the half line is gone
     assert "b" not in lg.records
-    lg.append(_rec("c"))                        # space freed: the next line starts clean
+    lg.append(_rec("c"))  # space freed: the next line starts clean
     lg.close()
-    again = RecordLog.open(str(path))           # every line complete and parseable
+    again = RecordLog.open(str(path))  # every line complete and parseable
     assert list(again.records) == ["a", "c"] and again.n_lines == 2
     again.close()
 
@@ -96,7 +98,7 @@ def test_deleted_records_file_is_detected(tmp_path):
     d.mkdir()
     lg = RecordLog.open(str(d / "r.jsonl"))
     lg.append(_rec("a"))
-    shutil.rmtree(d)                            # the output directory vanishes under the run
+    shutil.rmtree(d)  # the output directory vanishes under the run
     with pytest.raises(OutputError) as e:
         lg.append(_rec("b"))
     assert e.value.lost_dir and "was deleted" in str(e.value)
@@ -115,7 +117,7 @@ def test_atomic_writer_error_keeps_the_old_file(tmp_path, monkeypatch):
         write_json_atomic(target, {"new": True})
     monkeypatch.undo()
     assert json.loads(target.read_text()) == {"old": True}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]   # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # no temporary file left
 
 
 @pytest.mark.smoke
@@ -124,13 +126,22 @@ def test_evaluate_stops_with_one_line_on_injected_enospc_and_resumes(tmp_path, o
     model = openai_server(eb.model_script())
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, model.base_url, judge.base_url, "--num_trials", "2", "--separate_trial_requests",
-                 "--concurrency", "1")
+    argv = _argv(
+        *bench,
+        out,
+        model.base_url,
+        judge.base_url,
+        "--num_trials",
+        "2",
+        "--separate_trial_requests",
+        "--concurrency",
+        "1",
+    )
     n = {"lines": 0}
 
     def full_after_five(real_write, fd, data):
         n["lines"] += 1
-        if n["lines"] == 6:       # 7 bytes of the sixth line fit, then the disk is full
+        if n["lines"] == 6:  # 7 bytes of the sixth line fit, then the disk is full
             return real_write(fd, bytes(data[:7]))
         if n["lines"] > 6:
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -143,13 +154,17 @@ def test_evaluate_stops_with_one_line_on_injected_enospc_and_resumes(tmp_path, o
     assert "Traceback" not in "\n".join(err)
     line = err[-1]
     assert line.startswith(f"error: cannot append to {out / 'm/o3_bench/trial_'}")
-    assert ("No space left on device [ENOSPC] — free some disk space. Samples finished before this are safe in "
-            f"{out / 'm/o3_bench'}; rerun the same command to resume") in line
-    lines = [x for k in range(2) for x in (out / f"m/o3_bench/trial_{k}/eval_records.jsonl").read_bytes().splitlines(True)]
+    assert (
+        "No space left on device [ENOSPC] — free some disk space. Samples finished before this are safe in "
+        f"{out / 'm/o3_bench'}; rerun the same command to resume"
+    ) in line
+    lines = [
+        x for k in range(2) for x in (out / f"m/o3_bench/trial_{k}/eval_records.jsonl").read_bytes().splitlines(True)
+    ]
     assert len(lines) == 5 and all(x.endswith(b"\n") and json.loads(x) for x in lines)
     n_before = model.count
-    assert evaluate.main(argv) == 0             # the disk has space again: resume
-    assert model.count - n_before == 16 - 5     # only the unrecorded pairs
+    assert evaluate.main(argv) == 0  # the disk has space again: resume
+    assert model.count - n_before == 16 - 5  # only the unrecorded pairs
     _assert_expected(out, 2)
 
 
@@ -171,8 +186,14 @@ def _remount(mnt: Path, opts: str) -> None:
 
 def _run(argv, timeout=120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    return subprocess.run([sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_full_disk_then_resume_exact_on_a_real_tmpfs(small_tmpfs, tmp_path, openai_server):
@@ -180,8 +201,17 @@ def test_full_disk_then_resume_exact_on_a_real_tmpfs(small_tmpfs, tmp_path, open
     model = openai_server(eb.model_script())
     judge = openai_server(eb.judge_script())
     out = small_tmpfs / "out"
-    argv = _argv(*bench, out, model.base_url, judge.base_url, "--num_trials", "3", "--separate_trial_requests",
-                 "--concurrency", "1")
+    argv = _argv(
+        *bench,
+        out,
+        model.base_url,
+        judge.base_url,
+        "--num_trials",
+        "3",
+        "--separate_trial_requests",
+        "--concurrency",
+        "1",
+    )
     r = _run(argv)
     assert r.returncode == EXIT_OUTPUT_ERROR, r.stderr
     assert "Traceback" not in r.stderr
@@ -191,11 +221,11 @@ def test_full_disk_then_resume_exact_on_a_real_tmpfs(small_tmpfs, tmp_path, open
     recs = 0
     for p in (out / "m/o3_bench").glob("trial_*/eval_records.jsonl"):
         data = p.read_bytes()
-        assert not data or data.endswith(b"\n")                       # no torn or glued line
+        assert not data or data.endswith(b"\n")  # no torn or glued line
         recs += sum(1 for x in data.splitlines() if json.loads(x))
     assert recs < 24
     n_before = model.count
-    _remount(small_tmpfs, "size=4m")           # space freed
+    _remount(small_tmpfs, "size=4m")  # space freed
     r = _run(argv)
     assert r.returncode == 0, r.stderr
     assert model.count - n_before == 24 - recs  # only what was not recorded is asked again
@@ -217,47 +247,82 @@ def test_read_only_output_is_one_line(small_tmpfs, tmp_path, openai_server):
 
 def test_removed_output_directory_is_one_line(tmp_path, openai_server):
     bench = eb.make_bench(tmp_path / "bench")
-    model = openai_server(eb.model_script(), block_after=1)   # holds the run after its first record
+    model = openai_server(eb.model_script(), block_after=1)  # holds the run after its first record
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
     argv = _argv(*bench, out, model.base_url, judge.base_url, "--concurrency", "1")
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.Popen([sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_lines(out / "m/o3_bench/trial_0/eval_records.jsonl", 1, timeout=60)
         model.wait_blocked(1)
         shutil.rmtree(out)
-        model.release()   # the run goes on and finds its directory gone
+        model.release()  # the run goes on and finds its directory gone
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == EXIT_OUTPUT_ERROR, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"error: cannot append to {out / 'm/o3_bench/trial_0/eval_records.jsonl'}: "
-                           "the file was deleted while the run was writing it")
+    assert last.startswith(
+        f"error: cannot append to {out / 'm/o3_bench/trial_0/eval_records.jsonl'}: "
+        "the file was deleted while the run was writing it"
+    )
     assert "the output directory was removed while the run was using it; what was written there is gone" in last
     assert "Traceback" not in err
-    assert not out.exists()   # the run did not silently recreate part of it
+    assert not out.exists()  # the run did not silently recreate part of it
 
 
 def test_collage_worker_output_error_is_one_line(small_tmpfs, tmp_path):
     from tests.test_collage import CFG_FLAGS, pool_file  # noqa: F401
+
     rows = []
     src = tmp_path / "src"
     src.mkdir()
     from PIL import Image
+
     for i in range(12):
         Image.effect_noise((300, 300), 60).convert("RGB").save(src / f"s{i}.png")
-        rows.append({"id": f"s{i}", "image": f"s{i}.png", "width": 300, "height": 300, "bbox": [10, 10, 40, 40],
-                     "question": f"q{i}", "answer": "a"})
+        rows.append(
+            {
+                "id": f"s{i}",
+                "image": f"s{i}.png",
+                "width": 300,
+                "height": 300,
+                "bbox": [10, 10, 40, 40],
+                "question": f"q{i}",
+                "answer": "a",
+            }
+        )
     pool = src / "pool.jsonl"
     pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = small_tmpfs / "collages"
-    cmd = [sys.executable, "-m", "insight_o3.scripts.generate_collages", "--source_pool", str(pool),
-           "--out_dir", str(out), "--num_collages", "12", "--num_workers", "2", "--chunk_size", "2",
-           "--image_format", "png", "--no_progress", *CFG_FLAGS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "insight_o3.scripts.generate_collages",
+        "--source_pool",
+        str(pool),
+        "--out_dir",
+        str(out),
+        "--num_collages",
+        "12",
+        "--num_workers",
+        "2",
+        "--chunk_size",
+        "2",
+        "--image_format",
+        "png",
+        "--no_progress",
+        *CFG_FLAGS,
+    ]
     t0 = time.time()
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == EXIT_OUTPUT_ERROR, r.stderr[-2000:]

@@ -1,4 +1,5 @@
 """The library must import without the training stack (DEVELOPERS.md: no torch, verl or vllm)."""
+
 import subprocess
 import sys
 

@@ -1,6 +1,7 @@
 """Each protocol rule taken from the original release (docs/fidelity.md), checked on its own:
 answer extraction, the vReasoner's turn parsing and rounds, the judge flows, image sizing and
 encoding, the GPT image budget, the benchmark layout."""
+
 from __future__ import annotations
 
 import asyncio
@@ -50,17 +51,17 @@ def store():
 # ----------------------------------------------------------------------------- answer spans
 def test_evaluation_span_is_the_released_rule():
     assert extract_answer_span("<answer> C </answer>") == "C"
-    assert extract_answer_span("<answer>a</answer> then <answer>b</answer>") == "b"       # the last tag
-    assert extract_answer_span("so \\boxed{1} or \\boxed{ 2 }") == "2"                     # the last box
-    assert extract_answer_span("<answer>x \\boxed{B} y</answer> \\boxed{C}") == "B"        # box inside the tag
-    assert extract_answer_span("A\n") == "A\n"                                             # no tag: text as is
-    assert extract_answer_span("<ANSWER>C</ANSWER>") == "<ANSWER>C</ANSWER>"               # tags are case-sensitive
-    assert extract_answer_span("\\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"                  # deviation: balanced
+    assert extract_answer_span("<answer>a</answer> then <answer>b</answer>") == "b"  # the last tag
+    assert extract_answer_span("so \\boxed{1} or \\boxed{ 2 }") == "2"  # the last box
+    assert extract_answer_span("<answer>x \\boxed{B} y</answer> \\boxed{C}") == "B"  # box inside the tag
+    assert extract_answer_span("A\n") == "A\n"  # no tag: text as is
+    assert extract_answer_span("<ANSWER>C</ANSWER>") == "<ANSWER>C</ANSWER>"  # tags are case-sensitive
+    assert extract_answer_span("\\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"  # deviation: balanced
 
 
 def test_in_loop_span_is_the_forks_rule():
-    assert extract_verify_span("\\boxed{1} and later \\boxed{2}") == "1"                   # the first box
-    assert extract_verify_span("<answer> B </answer> <answer>C</answer>") == "B"           # else the first tag
+    assert extract_verify_span("\\boxed{1} and later \\boxed{2}") == "1"  # the first box
+    assert extract_verify_span("<answer> B </answer> <answer>C</answer>") == "B"  # else the first tag
     assert extract_verify_span("\\boxed{A} <answer>B</answer>") == "A"
     assert extract_verify_span("no span") is None and extract_verify_span("\\boxed{ }") is None
 
@@ -68,9 +69,9 @@ def test_in_loop_span_is_the_forks_rule():
 # ----------------------------------------------------------------------------- vReasoner turns
 def test_reasoner_turn_parsing_follows_the_fork():
     t = parse_reasoner_turn("<think>maybe <tool_call>region_description={the sky}</tool_call></think>")
-    assert t.action == "search" and t.description == "the sky"            # <think> is not skipped
+    assert t.action == "search" and t.description == "the sky"  # <think> is not skipped
     t = parse_reasoner_turn("<tool_call>region_description={a}</tool_call> \\boxed{B}")
-    assert t.action == "search"                                            # a call wins over an answer
+    assert t.action == "search"  # a call wins over an answer
     assert parse_reasoner_turn("<tool_call> region_description=the sky </tool_call>").action == "invalid"  # no braces
     assert parse_reasoner_turn("<tool_call>region_description={}</tool_call>").description == ""
     assert parse_reasoner_turn("Answer: \\boxed{\\text{B}}").answer == "\\text{B}"
@@ -80,8 +81,10 @@ def test_reasoner_turn_parsing_follows_the_fork():
     assert parse_reasoner_turn(na, require_feedback=True, first_round=False).action == "invalid"
     ok = "<tool_feedback> helpful </tool_feedback>\\boxed{A}"
     assert parse_reasoner_turn(ok, require_feedback=True, first_round=False).feedback == "helpful"
-    assert parse_reasoner_turn(ok.replace("helpful", "Helpful"), require_feedback=True,
-                               first_round=False).action == "invalid"
+    assert (
+        parse_reasoner_turn(ok.replace("helpful", "Helpful"), require_feedback=True, first_round=False).action
+        == "invalid"
+    )
 
 
 def _result(status, box_model=None, model_size=(1400, 1000)) -> LocateResult:
@@ -90,11 +93,11 @@ def _result(status, box_model=None, model_size=(1400, 1000)) -> LocateResult:
 
 def test_reasoner_rounds_retries_and_last_round(img, store):
     r = ReasonerSession(img, "Q", store, None, max_search_calls=2)
-    assert r.max_round_attempts == 5                                       # the fork's validation setting
+    assert r.max_round_attempts == 5  # the fork's validation setting
     for _ in range(4):
         assert r.step("thinking").action == "retry"
     assert message_text(r.messages[-1]) == prompts.VREASONER_FORMAT_RETRY_PROMPT
-    assert r.step("<tool_call>region_description={a}</tool_call>").action == "search"   # 5th reply of round 1
+    assert r.step("<tool_call>region_description={a}</tool_call>").action == "search"  # 5th reply of round 1
     crop = r.provide_search_result(_result("found", (200, 200, 600, 500)))
     assert crop is not None and r.messages[-1]["content"][0]["type"] == "image"
     for _ in range(4):  # a new round: five replies again
@@ -105,7 +108,7 @@ def test_reasoner_rounds_retries_and_last_round(img, store):
     assert message_text(r.messages[-1]) == prompts.VREASONER_LIMIT_PROMPT
     assert not any(p["type"] == "image" for p in r.messages[-1]["content"])
     r.step("still thinking")
-    assert message_text(r.messages[-1]) == prompts.VREASONER_LIMIT_PROMPT                # retries repeat it
+    assert message_text(r.messages[-1]) == prompts.VREASONER_LIMIT_PROMPT  # retries repeat it
     st = r.step("<tool_call>region_description={c}</tool_call>")
     assert st.action == "stop" and r.status == "search_after_limit" and not r.has_answer
     assert ReasonerSession(img, "Q", store, None, mode="train").max_round_attempts == 3
@@ -116,7 +119,7 @@ def test_last_round_retry_sends_the_crop_again(img, store):
     r.step("<tool_call>region_description={a}</tool_call>")
     crop = r.provide_search_result(_result("found", (10, 10, 700, 600)))
     assert crop is not None and r.messages[-1]["content"][0]["image"]["region"] == list(crop.region)
-    assert message_text(r.messages[-1]) == prompts.VREASONER_LIMIT_PROMPT   # the only search was the last
+    assert message_text(r.messages[-1]) == prompts.VREASONER_LIMIT_PROMPT  # the only search was the last
     r.step("no format")
     last = r.messages[-1]["content"]
     assert last[0]["type"] == "image" and last[0]["image"]["region"] == list(crop.region)
@@ -126,7 +129,7 @@ def test_last_round_retry_sends_the_crop_again(img, store):
 def test_tool_call_turns_count_towards_the_limit_as_in_the_fork(img, store):
     """The fork counts assistant turns containing "<tool_call>", parsable or not."""
     r = ReasonerSession(img, "Q", store, None, max_search_calls=2)
-    r.step("<tool_call>oops</tool_call>")                                   # no region_description: a retry
+    r.step("<tool_call>oops</tool_call>")  # no region_description: a retry
     r.step("<tool_call>region_description={a}</tool_call>")
     r.provide_search_result(_result("not_found"))
     assert r.n_search_calls == 1 and message_text(r.messages[-1]) == prompts.VREASONER_LIMIT_PROMPT
@@ -154,8 +157,8 @@ def test_crop_box_rounding_and_clamping():
 
 
 def test_small_crops_are_enlarged_like_the_fork():
-    assert upscale_small((30, 221), 56, 112 * 112) == [(56, 412)]           # short side to 56
-    assert upscale_small((60, 70), 56, 112 * 112) == [(103, 120)]           # area to 112x112 (int)
+    assert upscale_small((30, 221), 56, 112 * 112) == [(56, 412)]  # short side to 56
+    assert upscale_small((60, 70), 56, 112 * 112) == [(103, 120)]  # area to 112x112 (int)
     assert upscale_small((20, 50), 56, 112 * 112) == [(56, 140), (70, 177)]  # both steps, in order
     assert upscale_small((200, 100), 56, 112 * 112) == []
     r = Resize(1280 * 1280, crop_min_side=56, crop_min_area=112 * 112)
@@ -170,7 +173,7 @@ def test_whole_image_budget_is_the_originals_floor():
         if w * h <= budget:
             assert fit_max_pixels((w, h), budget) == (w, h)
             continue
-        ratio = (budget / (w * h)) ** 0.5                                    # maybe_resize_image
+        ratio = (budget / (w * h)) ** 0.5  # maybe_resize_image
         assert fit_max_pixels((w, h), budget) == (max(1, math.floor(w * ratio)), max(1, math.floor(h * ratio)))
 
 
@@ -217,17 +220,34 @@ def test_in_loop_check_requests_and_rules(openai_server):
     srv, judge = _judge(openai_server, "<correct> it matches")
 
     async def go():
-        return [await judge.check(_sample(), Attempt("so \\boxed{B}", "length")),    # exact: no call, no finish check
-                await judge.check(_sample(), Attempt("nothing boxed", "stop")),      # no span: wrong, no call
-                await judge.check(_sample(), Attempt("\\boxed{B. two}", "stop"))]    # judged
+        return [
+            await judge.check(_sample(), Attempt("so \\boxed{B}", "length")),  # exact: no call, no finish check
+            await judge.check(_sample(), Attempt("nothing boxed", "stop")),  # no span: wrong, no call
+            await judge.check(_sample(), Attempt("\\boxed{B. two}", "stop")),
+        ]  # judged
+
     exact, none, judged = asyncio.run(go())
     assert (exact.status, exact.method) == ("correct", "rule") and (none.status, none.has_answer) == ("wrong", False)
     assert (judged.status, judged.extracted_answer, judged.method) == ("correct", "B. two", "judge")
     assert srv.count == 1
     req = srv.requests[0]
     assert req["max_tokens"] == 2048 and "max_completion_tokens" not in req and req["model"] == "judge-m"
-    assert req["messages"] == [{"role": "user", "content": [{"type": "text", "text": prompts.format_judge_prompt(
-        prompts.QA_VERIFY_PROMPT, question="[q] Which?\nA. one\nB. two", gt_answer="B", model_answer="B. two")}]}]
+    assert req["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": prompts.format_judge_prompt(
+                        prompts.QA_VERIFY_PROMPT,
+                        question="[q] Which?\nA. one\nB. two",
+                        gt_answer="B",
+                        model_answer="B. two",
+                    ),
+                }
+            ],
+        }
+    ]
 
 
 def test_in_loop_check_is_a_public_function(openai_server):
@@ -237,10 +257,13 @@ def test_in_loop_check_is_a_public_function(openai_server):
 
     async def go():
         try:
-            return [await in_loop_check(client, "j", "How many?", "<answer>seven</answer>", "7"),
-                    await in_loop_check(client, "j", "Color?", "\\boxed{red}", "Red")]
+            return [
+                await in_loop_check(client, "j", "How many?", "<answer>seven</answer>", "7"),
+                await in_loop_check(client, "j", "Color?", "\\boxed{red}", "Red"),
+            ]
         finally:
             await client.close()
+
     seven, red = asyncio.run(go())
     assert seven.status == "wrong" and red.status == "correct" and srv.count == 2
     bad = openai_server(lambda r, c: error(400, "no"))
@@ -250,15 +273,23 @@ def test_in_loop_check_is_a_public_function(openai_server):
 
 
 def test_insight_o3_question_text():
-    s = _sample(options="A. one\\nB. two")          # a literal backslash-n, as some converted files hold
+    s = _sample(options="A. one\\nB. two")  # a literal backslash-n, as some converted files hold
     assert insight_o3_question(s) == "[q] Which?\nA. one\nB. two"
     assert insight_o3_question(_sample(options=None)) == "[q] Which?"
 
 
 # ----------------------------------------------------------------------------- budgets and layout
-@pytest.mark.parametrize("model,budget", [("gpt-5-mini", 1280 * 1280), ("openai/gpt-5-mini", 1280 * 1280),
-                                          ("GPT-4o", 1280 * 1280), ("azure/gpt-4.1-mini", 1280 * 1280),
-                                          ("gemini-2.5-flash", 3500 * 3500), ("Qwen/Qwen3-VL-8B-Instruct", 3500 * 3500)])
+@pytest.mark.parametrize(
+    "model,budget",
+    [
+        ("gpt-5-mini", 1280 * 1280),
+        ("openai/gpt-5-mini", 1280 * 1280),
+        ("GPT-4o", 1280 * 1280),
+        ("azure/gpt-4.1-mini", 1280 * 1280),
+        ("gemini-2.5-flash", 3500 * 3500),
+        ("Qwen/Qwen3-VL-8B-Instruct", 3500 * 3500),
+    ],
+)
 def test_image_budget_by_model_name(model, budget):
     assert api_image_max_pixels(model) == budget
     assert evaluate.parse_args(["--benchmark", "vstar", "--model", model]).img_max_pixels == budget
@@ -271,21 +302,23 @@ def test_original_layout_is_the_default_and_the_renamed_one_an_alias(tmp_path, m
         "hr_bench_4k": ("data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images_4k"),
         "treebench": ("data/TreeBench/treebench.jsonl", "data/TreeBench/images"),
         "visual_probe_hard": ("data/VisualProbe_Hard/visual_probe_hard.jsonl", "data"),
-        "mme_realworld_lite": ("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/imgs")}
+        "mme_realworld_lite": ("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/imgs"),
+    }
     assert BENCHMARKS["visual_probe_hard"].hub == "Mini-o3/VisualProbe"
     monkeypatch.chdir(tmp_path)
     os.makedirs("data/VStar/images")
     open("data/VStar/vstar_bench.jsonl", "w").close()
     a = evaluate.parse_args(["--benchmark", "vstar", "--model", "m"])
-    assert (a.ann_file, a.img_dir) == ("data/VStar/vstar_bench.jsonl", "data/VStar/images")   # the alias
+    assert (a.ann_file, a.img_dir) == ("data/VStar/vstar_bench.jsonl", "data/VStar/images")  # the alias
     os.makedirs("data/vstar_bench")
     open("data/vstar_bench/vstar_bench.jsonl", "w").close()
-    assert resolve_layout("vstar") == BENCHMARKS["vstar"].layouts[0]                          # the original wins
+    assert resolve_layout("vstar") == BENCHMARKS["vstar"].layouts[0]  # the original wins
 
 
 def test_searcher_messages_use_the_forks_layout(img, store):
     s = SearcherSession(img, "the red car", store, 200 * 28 * 28)
     user = s.messages[1]["content"]
-    assert user[0]["type"] == "image" and user[1]["text"].startswith("\nLocate the red car.\nThink first, call "
-                                                                     "**image_zoom_in_tool** if needed")
+    assert user[0]["type"] == "image" and user[1]["text"].startswith(
+        "\nLocate the red car.\nThink first, call **image_zoom_in_tool** if needed"
+    )
     assert s.resize.jpeg_quality == 90 and s.resize.qwen

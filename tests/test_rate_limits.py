@@ -1,6 +1,7 @@
 """Adaptive concurrency, Retry-After and --rpm against a local server that enforces a rate limit
 (``tests/support/rate_limited_server.py``): nothing is lost and the wall time stays within 1.5x of
 the ideal for the limit. Timings are taken between the server's first and last served request."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,19 @@ def make_bench(root: Path, n: int = N) -> tuple[Path, Path]:
     ann = img_dir / "metadata.jsonl"
     with open(ann, "w") as f:
         for q in range(n):
-            f.write(json.dumps({"question_id": f"r{q}", "image": f"img{q % 3}.png", "question": f"[r{q}] Which?",
-                                "options": "A. yes\nB. no", "answer": "A", "category": "c"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "question_id": f"r{q}",
+                        "image": f"img{q % 3}.png",
+                        "question": f"[r{q}] Which?",
+                        "options": "A. yes\nB. no",
+                        "answer": "A",
+                        "category": "c",
+                    }
+                )
+                + "\n"
+            )
     return ann, img_dir
 
 
@@ -39,9 +51,28 @@ def answer_script(req: dict, call: Call) -> Reply:
 def _run(tmp_path, srv, *extra) -> dict:
     ann, img_dir = make_bench(tmp_path / "bench")
     out = tmp_path / "out"
-    argv = ["--eval_name", "m/rl", "--model", "scripted-vlm", "--api_base_url", srv.base_url,
-            "--judge_model", "j", "--judge_api_base_url", srv.base_url, "--ann_file", str(ann),
-            "--img_dir", str(img_dir), "--output_dir", str(out), "--no_progress", "--image_workers", "0", *extra]
+    argv = [
+        "--eval_name",
+        "m/rl",
+        "--model",
+        "scripted-vlm",
+        "--api_base_url",
+        srv.base_url,
+        "--judge_model",
+        "j",
+        "--judge_api_base_url",
+        srv.base_url,
+        "--ann_file",
+        str(ann),
+        "--img_dir",
+        str(img_dir),
+        "--output_dir",
+        str(out),
+        "--no_progress",
+        "--image_workers",
+        "0",
+        *extra,
+    ]
     assert evaluate.main(argv) == 0
     m = json.loads((out / "m/rl/trial_0/eval_metrics.json").read_text())
     recs = (out / "m/rl/trial_0/eval_records.jsonl").read_text().splitlines()
@@ -84,10 +115,31 @@ def test_judge_rpm_keeps_the_judge_under_its_limit(tmp_path, openai_server):
     judge = openai_server(limited)
     ann, img_dir = make_bench(tmp_path / "bench")
     out = tmp_path / "out"
-    argv = ["--eval_name", "m/rl", "--model", "m", "--api_base_url", model.base_url, "--judge_model", "j",
-            "--judge_api_base_url", judge.base_url, "--ann_file", str(ann), "--img_dir", str(img_dir),
-            "--output_dir", str(out), "--no_progress", "--image_workers", "0", "--concurrency", "64",
-            "--judge_rpm", str(rate * 60)]
+    argv = [
+        "--eval_name",
+        "m/rl",
+        "--model",
+        "m",
+        "--api_base_url",
+        model.base_url,
+        "--judge_model",
+        "j",
+        "--judge_api_base_url",
+        judge.base_url,
+        "--ann_file",
+        str(ann),
+        "--img_dir",
+        str(img_dir),
+        "--output_dir",
+        str(out),
+        "--no_progress",
+        "--image_workers",
+        "0",
+        "--concurrency",
+        "64",
+        "--judge_rpm",
+        str(rate * 60),
+    ]
     assert evaluate.main(argv) == 0
     m = json.loads((out / "m/rl/trial_0/eval_metrics.json").read_text())
     assert m["overall_stats"]["correct"] == N and len(limited.accepted) == N
@@ -123,19 +175,19 @@ def test_limiter_aimd_and_retry_after_pause():
         lim = AdaptiveLimiter(8, recover_interval=0.0)
         sent = [await lim.acquire() for _ in range(8)]
         assert lim.in_flight == 8
-        lim.release(sent[0], 429)            # a lone 429: one less
+        lim.release(sent[0], 429)  # a lone 429: one less
         assert lim.limit == 7 and lim.cuts == 0
-        for t in sent[1:4]:                  # more 429s of the same round: a storm, halved once
+        for t in sent[1:4]:  # more 429s of the same round: a storm, halved once
             lim.release(t, 429, retry_after=0.2)
         assert lim.limit == 4 and lim.cuts == 1 and lim.throttled == 4
         for t in sent[4:]:
             lim.release(t, 200)
-        assert lim.limit == 5                 # 4 successes at limit 4: +1
+        assert lim.limit == 5  # 4 successes at limit 4: +1
         t0 = time.monotonic()
-        await lim.acquire()                   # paused by Retry-After
+        await lim.acquire()  # paused by Retry-After
         assert time.monotonic() - t0 >= 0.1
         later = await lim.acquire()
-        lim.release(later, 429)               # sent after the last cut: a new round, one less
+        lim.release(later, 429)  # sent after the last cut: a new round, one less
         assert lim.limit == 4 and lim.cuts == 1
 
     asyncio.run(go())
@@ -147,12 +199,12 @@ def test_tpm_bucket_waits_for_tokens():
     from types import SimpleNamespace
 
     async def go():
-        lim = AdaptiveLimiter(4, tpm=600)      # 10 tokens per second
+        lim = AdaptiveLimiter(4, tpm=600)  # 10 tokens per second
         t = await lim.acquire()
         lim.release(t, 200)
         lim.used_tokens(SimpleNamespace(usage=SimpleNamespace(prompt_tokens=600, completion_tokens=3)))
         t0 = time.monotonic()
-        await lim.acquire()                    # 3 tokens over budget: ~0.3 s
+        await lim.acquire()  # 3 tokens over budget: ~0.3 s
         assert 0.2 <= time.monotonic() - t0 < 2.0
 
     asyncio.run(go())

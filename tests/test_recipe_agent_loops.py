@@ -1,5 +1,6 @@
 """The recipe's agent loops on CPU: a scripted stand-in for verl's server manager (token ids from the
 tiny Qwen2.5-VL tokenizer) and a local OpenAI-compatible vReasoner/judge (ScriptedOpenAIServer)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,11 +30,17 @@ from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
 from recipe.vsearch.episodes import EXTRA_SAMPLES_KEY, ROLE_KEY, VALIDATE_KEY, VSearchAgentLoopWorker, finalize_batch  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
 
-MAX_PIXELS = 160 * 28 * 28          # small vSearcher budget: few image tokens on CPU (tests/support/agent_tiny.yaml)
+MAX_PIXELS = 160 * 28 * 28  # small vSearcher budget: few image tokens on CPU (tests/support/agent_tiny.yaml)
 RESPONSE_LENGTH = 2048
 AGENT_YAML = REPO / "tests" / "support" / "agent_tiny.yaml"
-REWARD = {"variant": "original", "format_weight": 0.2, "iou_weight": 0.8, "alpha": 0.25,
-          "max_consecutive_iou": 0.6, "min_gt_coverage": 0.95}
+REWARD = {
+    "variant": "original",
+    "format_weight": 0.2,
+    "iou_weight": 0.8,
+    "alpha": 0.25,
+    "max_consecutive_iou": 0.6,
+    "min_gt_coverage": 0.95,
+}
 TOOL = '<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [%d, %d, %d, %d]}}</tool_call>'
 ANSWER = "<think>found it</think> <answer>[%d, %d, %d, %d]</answer>"
 
@@ -49,9 +56,17 @@ class ScriptedServerManager:
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
         text = self.script(len(image_data or []), self.tokenizer.decode(prompt_ids))
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        self.calls.append({"request_id": request_id, "n_prompt": len(prompt_ids), "n_images": len(image_data or []),
-                           "sampling_params": sampling_params})
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [
+            self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ]
+        self.calls.append(
+            {
+                "request_id": request_id,
+                "n_prompt": len(prompt_ids),
+                "n_images": len(image_data or []),
+                "sampling_params": sampling_params,
+            }
+        )
         self.replies.append(ids)
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
 
@@ -77,25 +92,41 @@ def image_path(tmp_path):
     return str(p)
 
 
-def _config(stage: str = "train", agent_yaml=AGENT_YAML, prompt_length: int = 1280,
-            response_length: int = RESPONSE_LENGTH):
+def _config(
+    stage: str = "train", agent_yaml=AGENT_YAML, prompt_length: int = 1280, response_length: int = RESPONSE_LENGTH
+):
     """The parts of a composed recipe config the loops read (see recipe.vsearch.settings)."""
-    return OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"prompt_length": prompt_length, "response_length": response_length},
-                              "actor": {"ppo_epochs": 1}, "model": {}},
-        "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
-        "custom_reward_function": {"reward_kwargs": dict(REWARD)},
-        "vsearch": {"agent_config_path": str(agent_yaml), "stage": stage, "judge_model": "judge-m",
-                    "reward": dict(REWARD)},
-        "trainer": {"use_legacy_worker_impl": "auto"},
-        "data": {},
-    })
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {"prompt_length": prompt_length, "response_length": response_length},
+                "actor": {"ppo_epochs": 1},
+                "model": {},
+            },
+            "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
+            "custom_reward_function": {"reward_kwargs": dict(REWARD)},
+            "vsearch": {
+                "agent_config_path": str(agent_yaml),
+                "stage": stage,
+                "judge_model": "judge-m",
+                "reward": dict(REWARD),
+            },
+            "trainer": {"use_legacy_worker_impl": "auto"},
+            "data": {},
+        }
+    )
 
 
 def _make(cls, policy, server, config=None):
     tok, proc = policy
-    return cls(DictConfigWrap(config if config is not None else _config()), server, tok, proc,
-               dataset_cls=RLHFDataset, dataset_config=OmegaConf.create({}))
+    return cls(
+        DictConfigWrap(config if config is not None else _config()),
+        server,
+        tok,
+        proc,
+        dataset_cls=RLHFDataset,
+        dataset_config=OmegaConf.create({}),
+    )
 
 
 def _spans(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -110,15 +141,26 @@ def _spans(mask: list[int]) -> list[tuple[int, int, int]]:
 def test_vsearcher_loop_masks_tool_response_and_attaches_crops(policy, image_path):
     tok, proc = policy
     server = ScriptedServerManager(tok, searcher_script)
-    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
-                                                      {"type": "text", "text": "the striped band"}]}],
-           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
-           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}}
+    row = {
+        "raw_prompt": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": {"image": f"file://{image_path}"}},
+                    {"type": "text", "text": "the striped band"},
+                ],
+            }
+        ],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+    }
 
     async def go():
         loop = _make(VSearcherAgentLoop, policy, server)
-        assert loop.searcher.max_pixels == MAX_PIXELS          # the agent YAML's train budget
+        assert loop.searcher.max_pixels == MAX_PIXELS  # the agent YAML's train budget
         return await loop.run({"temperature": 1.0}, **row)
+
     out = asyncio.run(go())
 
     gen1, gen2 = server.replies
@@ -126,14 +168,14 @@ def test_vsearcher_loop_masks_tool_response_and_attaches_crops(policy, image_pat
     # response = generated turn 1 (1) | tool response (0) | generated turn 2 (1)
     spans = _spans(out.response_mask)
     assert [s[0] for s in spans] == [1, 0, 1]
-    assert out.response_ids[spans[0][1]:spans[0][2]] == gen1
-    assert out.response_ids[spans[2][1]:spans[2][2]] == gen2
-    tool_text = tok.decode(out.response_ids[spans[1][1]:spans[1][2]])
+    assert out.response_ids[spans[0][1] : spans[0][2]] == gen1
+    assert out.response_ids[spans[2][1] : spans[2][2]] == gen2
+    tool_text = tok.decode(out.response_ids[spans[1][1] : spans[1][2]])
     assert tool_text.startswith("\n<|im_start|>user\n<tool_response>") and "</tool_response>" in tool_text
     assert tool_text.endswith("<|im_start|>assistant\n")
     # the crop's image tokens sit in the masked span, and their number matches the crop's pixels
     crop = out.multi_modal_data["images"][1]
-    n_pad = out.response_ids[spans[1][1]:spans[1][2]].count(tok.convert_tokens_to_ids("<|image_pad|>"))
+    n_pad = out.response_ids[spans[1][1] : spans[1][2]].count(tok.convert_tokens_to_ids("<|image_pad|>"))
     grid = proc.image_processor(images=[crop], return_tensors="pt")["image_grid_thw"][0]
     assert n_pad == int(grid.prod()) // 4 > 0
     assert len(out.multi_modal_data["images"]) == 2
@@ -156,13 +198,14 @@ def test_vsearcher_loop_masks_tool_response_and_attaches_crops(policy, image_pat
     assert score["variant"] == "original" and score["score"] == pytest.approx(0.2) and score["repeated_view"] == 0
 
 
-REASONER, JUDGE = "reasoner-m", "judge-m"            # tests/support/agent_tiny.yaml, vsearch.judge_model
+REASONER, JUDGE = "reasoner-m", "judge-m"  # tests/support/agent_tiny.yaml, vsearch.judge_model
 
 
 def reasoner_script(fail_at: int | None = None, n_search: int = 2):
     """vReasoner: n_search calls (feedback helpful on the first, unhelpful after), then \\boxed{42};
     the judge: <correct> to the in-loop verify prompt ("42" to anything else). ``fail_at``: the vReasoner's
     turn that answers 500 (no SDK retries in the test)."""
+
     def script(req, call):
         if req["model"] == JUDGE:
             text = request_text(req)  # judge requests are [text part] user messages, as the original's
@@ -172,17 +215,32 @@ def reasoner_script(fail_at: int | None = None, n_search: int = 2):
             return error(500, "boom")
         fb = "NA" if turn == 0 else ("helpful" if turn == 1 else "unhelpful")
         if turn < n_search:
-            return chat(f"<think>t{turn}</think><tool_feedback>{fb}</tool_feedback>"
-                        f"<tool_call>region_description={{the band {turn}}}</tool_call>")
+            return chat(
+                f"<think>t{turn}</think><tool_feedback>{fb}</tool_feedback>"
+                f"<tool_call>region_description={{the band {turn}}}</tool_call>"
+            )
         return chat(f"<think>done</think><tool_feedback>{fb}</tool_feedback>Answer: \\boxed{{42}}")
+
     return script
 
 
 def _inloop_row(image_path, validate: bool = False):
-    return {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
-                                                      {"type": "text", "text": "How many bars?"}]}],
-            "extra_info": {"question": "How many bars?"}, "uid": "ep1", "data_source": "collage",
-            "reward_model": {"ground_truth": "forty-two", "style": "rule"}, VALIDATE_KEY: validate}
+    return {
+        "raw_prompt": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": {"image": f"file://{image_path}"}},
+                    {"type": "text", "text": "How many bars?"},
+                ],
+            }
+        ],
+        "extra_info": {"question": "How many bars?"},
+        "uid": "ep1",
+        "data_source": "collage",
+        "reward_model": {"ground_truth": "forty-two", "style": "rule"},
+        VALIDATE_KEY: validate,
+    }
 
 
 def _run_inloop(policy, image_path, srv, monkeypatch, config=None, validate: bool = False):
@@ -194,6 +252,7 @@ def _run_inloop(policy, image_path, srv, monkeypatch, config=None, validate: boo
     async def go():
         loop = _make(VReasonerAgentLoop, policy, server, config)
         return loop, await loop.run({"temperature": 1.0}, **_inloop_row(image_path, validate))
+
     loop, out = asyncio.run(go())
     return server, loop, out
 
@@ -215,7 +274,7 @@ def test_vreasoner_episode_with_k_searches_yields_k_samples(policy, image_path, 
     server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
     extras = out.extra_fields[EXTRA_SAMPLES_KEY]
     samples = [out, *extras]
-    assert len(samples) == 2 and len(server.calls) == 4          # 2 vSearcher episodes x 2 turns
+    assert len(samples) == 2 and len(server.calls) == 4  # 2 vSearcher episodes x 2 turns
     assert [s.extra_fields["feedback"] for s in samples] == ["helpful", "unhelpful"]
     assert all(s.extra_fields["answer_correct"] is True for s in samples)
     assert all(s.extra_fields["episode_has_answer"] and not s.extra_fields["critical_failure"] for s in samples)
@@ -232,7 +291,7 @@ def test_vreasoner_episode_with_k_searches_yields_k_samples(policy, image_path, 
         assert [v for v, _, _ in _spans(s.response_mask)] == [1, 0, 1]
         assert len(s.multi_modal_data["images"]) == 2
     rewards = [compute_score("collage", "", "", s.extra_fields, **REWARD)["score"] for s in samples]
-    assert rewards == pytest.approx([1.0, 0.2])                   # r̂_IoU = 1[s=c=1], plus the format part
+    assert rewards == pytest.approx([1.0, 0.2])  # r̂_IoU = 1[s=c=1], plus the format part
 
     batch = _expand(policy, out, _inloop_row(image_path))
     assert len(batch) == 2
@@ -253,7 +312,7 @@ def test_vreasoner_api_failure_masks_samples(policy, image_path, openai_server, 
     assert out.extra_fields[EXTRA_SAMPLES_KEY] == []
     f = out.extra_fields
     assert f["critical_failure"] is True and f["episode_critical_failure"] is True and f["n_tool"] == 1
-    assert sum(out.response_mask) == 0 and len(out.response_ids) > 0          # excluded, not punished
+    assert sum(out.response_mask) == 0 and len(out.response_ids) > 0  # excluded, not punished
     assert "sk-test-secret" not in repr(f)
     batch = _expand(policy, out, _inloop_row(image_path))
     final, metrics = finalize_batch(batch, dp_size=2)
@@ -276,6 +335,7 @@ def test_vreasoner_episode_without_search_is_a_dropped_placeholder(policy, image
 # ----------------------------------------------------------------------------- settings the loops really use
 def infer_script(n_search: int = 1):
     """vReasoner on the inference prompt (no <tool_feedback>), then \\boxed{42}; the judge as above."""
+
     def script(req, call):
         if req["model"] == JUDGE:
             return chat("<correct>" if "GT Answer" in request_text(req) else "42")
@@ -283,6 +343,7 @@ def infer_script(n_search: int = 1):
         if turn < n_search:
             return chat(f"<think>t{turn}</think><tool_call>region_description={{the band {turn}}}</tool_call>")
         return chat("<think>done</think>Answer: \\boxed{42}")
+
     return script
 
 
@@ -292,21 +353,30 @@ def _reasoner_requests(srv):
 
 def _reasoner(loop, validate: bool):
     """The InSightO3 vReasoner the loop builds for an episode (its API clients need a running event loop)."""
+
     async def go():
         return loop.reasoner(None, validate)
+
     return asyncio.run(go())
 
 
 def test_training_rollout_uses_training_prompts_and_yaml_caps(policy, image_path, openai_server, monkeypatch):
     from insight_o3.prompts import VREASONER_TRAIN_SYSTEM_PROMPT
+
     srv = openai_server(reasoner_script())
     server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
     reqs = _reasoner_requests(srv)
     assert reqs[0]["messages"][0]["content"] == VREASONER_TRAIN_SYSTEM_PROMPT
     # the agent YAML's per-request token cap and image detail reach every vReasoner request
     assert all(r.get("max_completion_tokens") == 512 for r in reqs)
-    details = [p["image_url"].get("detail") for r in reqs for m in r["messages"] if isinstance(m["content"], list)
-               for p in m["content"] if p.get("type") == "image_url"]
+    details = [
+        p["image_url"].get("detail")
+        for r in reqs
+        for m in r["messages"]
+        if isinstance(m["content"], list)
+        for p in m["content"]
+        if p.get("type") == "image_url"
+    ]
     assert details and set(details) == {"high"}
     # the judge is vsearch.judge_model
     assert {r["model"] for r in srv.requests} == {REASONER, JUDGE}
@@ -317,19 +387,21 @@ def test_training_rollout_uses_training_prompts_and_yaml_caps(policy, image_path
 
 def test_validation_rollout_uses_inference_prompts(policy, image_path, openai_server, monkeypatch):
     from insight_o3.prompts import VREASONER_INFER_SYSTEM_PROMPT
+
     srv = openai_server(infer_script())
     server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch, validate=True)
     reqs = _reasoner_requests(srv)
     assert reqs[0]["messages"][0]["content"] == VREASONER_INFER_SYSTEM_PROMPT
     assert "<tool_feedback>" not in reqs[0]["messages"][0]["content"]
     assert out.extra_fields["episode_has_answer"] and out.extra_fields["answer_correct"] is True
-    assert out.extra_fields["feedback"] is None                       # no rating at validation: s is absent
-    assert _reasoner(loop, validate=True).max_format_retries == 4       # max_format_retries_eval
+    assert out.extra_fields["feedback"] is None  # no rating at validation: s is absent
+    assert _reasoner(loop, validate=True).max_format_retries == 4  # max_format_retries_eval
     assert _reasoner(loop, validate=False).max_format_retries == 2
 
 
 def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypatch):
     from recipe.vsearch.settings import SettingsError
+
     cfg_dir = REPO / "verl" / "recipe" / "vsearch" / "config"
     server = ScriptedServerManager(policy[0], searcher_script)
     eval_loop = _make(VSearcherAgentLoop, policy, server, _config(stage="eval", prompt_length=1536))
@@ -344,8 +416,12 @@ def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypa
         assert loop.policy.max_pixels == 16384 * 28 * 28
     # a 16K-token image does not fit an 8K prompt: an error at start-up naming the key, not a crash mid-run
     with pytest.raises(SettingsError, match="data.max_prompt_length"):
-        _make(VSearcherAgentLoop, policy, server,
-              _config(stage="eval", agent_yaml=cfg_dir / "agent_gpt-5-mini.yaml", prompt_length=8192))
+        _make(
+            VSearcherAgentLoop,
+            policy,
+            server,
+            _config(stage="eval", agent_yaml=cfg_dir / "agent_gpt-5-mini.yaml", prompt_length=8192),
+        )
 
 
 class BudgetServerManager(ScriptedServerManager):
@@ -354,8 +430,13 @@ class BudgetServerManager(ScriptedServerManager):
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
         asked = sampling_params.pop("max_tokens", None)
-        out = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=dict(sampling_params),
-                                     image_data=image_data, video_data=video_data)
+        out = await super().generate(
+            request_id,
+            prompt_ids=prompt_ids,
+            sampling_params=dict(sampling_params),
+            image_data=image_data,
+            video_data=video_data,
+        )
         self.calls[-1]["max_tokens"] = asked
         if asked is not None and len(out.token_ids) > asked:
             ids = out.token_ids[:asked]
@@ -376,27 +457,38 @@ def test_over_long_turn_is_cut_by_the_request_max_tokens(policy, image_path):
 
     budget = 600
     server = BudgetServerManager(tok, script)
-    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
-                                                      {"type": "text", "text": "the striped band"}]}],
-           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
-           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}}
+    row = {
+        "raw_prompt": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": {"image": f"file://{image_path}"}},
+                    {"type": "text", "text": "the striped band"},
+                ],
+            }
+        ],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+    }
     params = {"temperature": 1.0}
 
     async def go():
         loop = _make(VSearcherAgentLoop, policy, server, _config(response_length=budget))
         return await loop.run(params, **row)
+
     out = asyncio.run(go())
 
-    assert params == {"temperature": 1.0}                   # the caller's dict is not changed
+    assert params == {"temperature": 1.0}  # the caller's dict is not changed
     first, second = server.calls
-    assert first["max_tokens"] == budget                   # the whole budget for the first turn
+    assert first["max_tokens"] == budget  # the whole budget for the first turn
     n_first = len(server.replies[0])
     spans = _spans(out.response_mask)
     n_tool = spans[1][2] - spans[1][1]
     assert second["max_tokens"] == budget - n_first - n_tool  # only what is left for the second
-    assert len(server.replies[1]) == second["max_tokens"]   # the server cut it, not the loop
+    assert len(server.replies[1]) == second["max_tokens"]  # the server cut it, not the loop
     assert len(out.response_ids) == budget
-    assert out.response_ids[spans[2][1]:] == server.replies[1]
+    assert out.response_ids[spans[2][1] :] == server.replies[1]
     f = out.extra_fields
     # the kept tokens contain no answer: no box, the format check fails, the episode is marked truncated
     assert f["pred_box"] is None and f["format_ok"] is False and f["search_truncated"] is True
@@ -414,6 +506,7 @@ class SlowProcessor:
 
     def __call__(self, *args, **kwargs):
         import time
+
         time.sleep(self._delay)
         return self._inner(*args, **kwargs)
 
@@ -424,10 +517,20 @@ def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
     tok, proc = policy
     delay = 0.4
     server = ScriptedServerManager(tok, searcher_script)
-    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
-                                                      {"type": "text", "text": "the striped band"}]}],
-           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
-           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}}
+    row = {
+        "raw_prompt": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": {"image": f"file://{image_path}"}},
+                    {"type": "text", "text": "the striped band"},
+                ],
+            }
+        ],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+    }
 
     async def go():
         loop = _make(VSearcherAgentLoop, (tok, SlowProcessor(proc, delay)), server)
@@ -446,10 +549,12 @@ def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
                 return await loop.run({"temperature": 1.0}, **row)
             finally:
                 done.set()
+
         out, _ = await asyncio.gather(episode(), heartbeat())
         return out, gaps
+
     out, gaps = asyncio.run(go())
-    assert out.extra_fields["n_tool"] == 1 and len(server.calls) == 2   # 2 processor calls of `delay` each
+    assert out.extra_fields["n_tool"] == 1 and len(server.calls) == 2  # 2 processor calls of `delay` each
     assert max(gaps) < delay / 2, f"the event loop was blocked for {max(gaps):.2f} s"
 
 
@@ -461,13 +566,25 @@ def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path
 
     tok, proc = policy
     server = ScriptedServerManager(tok, searcher_script)
-    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
-                                                      {"type": "text", "text": "the striped band"}]}],
-           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
-           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}, "uid": "u1"}
+    row = {
+        "raw_prompt": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": {"image": f"file://{image_path}"}},
+                    {"type": "text", "text": "the striped band"},
+                ],
+            }
+        ],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+        "uid": "u1",
+    }
 
     async def rollout():
         return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+
     out = asyncio.run(rollout())
     w = object.__new__(VSearchAgentLoopWorker)
     w.config, w.tokenizer, w.processor = _config(prompt_length=1024), tok, SlowProcessor(proc, 0.4)
@@ -490,10 +607,14 @@ def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path
                 return await w._agent_loop_postprocess(out, **row)
             finally:
                 done.set()
+
         rows, _ = await asyncio.gather(post(), heartbeat())
         return rows, gaps
+
     rows, gaps = asyncio.run(go())
     assert gaps and max(gaps) < 0.2, f"the event loop was blocked for {max(gaps or [0]):.2f} s"
     got = rows[0].multi_modal_inputs
-    assert torch.equal(got["pixel_values"], want["pixel_values"]) and torch.equal(got["image_grid_thw"], want["image_grid_thw"])
+    assert torch.equal(got["pixel_values"], want["pixel_values"]) and torch.equal(
+        got["image_grid_thw"], want["image_grid_thw"]
+    )
     assert not w._mm_ready

@@ -1,4 +1,5 @@
 """train.sh / val.sh override sets compose and validate with verl's own config machinery (no Ray)."""
+
 from __future__ import annotations
 
 import os
@@ -21,19 +22,35 @@ SECRET = "sk-test-must-not-appear-0123456789"
 
 def _env(tmp_path, **extra) -> dict:
     env = dict(os.environ)
-    env.update(VERL_PROJ_DIR=str(VERL_DIR), MODEL_PATH="Qwen/Qwen2.5-VL-7B-Instruct", WORK_DIR=str(tmp_path / "work"),
-               PROJECT_NAME="proj", EXP_NAME="exp", API_MODEL_FOR_AGENT="gpt-5-mini", JUDGE_MODEL="gpt-5-nano",
-               OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY=SECRET,
-               TRAIN_FILES="[/d/a.parquet,/d/b.parquet]", VAL_FILES="/d/v.parquet", PYTHON=sys.executable,
-               DRY_RUN="1")
+    env.update(
+        VERL_PROJ_DIR=str(VERL_DIR),
+        MODEL_PATH="Qwen/Qwen2.5-VL-7B-Instruct",
+        WORK_DIR=str(tmp_path / "work"),
+        PROJECT_NAME="proj",
+        EXP_NAME="exp",
+        API_MODEL_FOR_AGENT="gpt-5-mini",
+        JUDGE_MODEL="gpt-5-nano",
+        OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+        OPENAI_API_KEY=SECRET,
+        TRAIN_FILES="[/d/a.parquet,/d/b.parquet]",
+        VAL_FILES="/d/v.parquet",
+        PYTHON=sys.executable,
+        DRY_RUN="1",
+    )
     env.pop("RESUME_FROM_STEP", None)
     env.update(extra)
     return env
 
 
 def _dry_run(script: str, tmp_path, *args: str, **extra):
-    return subprocess.run(["bash", str(RECIPE / script), *args], cwd=REPO, env=_env(tmp_path, **extra),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", str(RECIPE / script), *args],
+        cwd=REPO,
+        env=_env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _validate(cfg) -> None:
@@ -65,8 +82,16 @@ def train_dry(tmp_path_factory):
 def val_dry(tmp_path_factory):
     """One ``val.sh --cfg job`` (Gemini vReasoner, 3 trials, resume from step 40) for the module."""
     tmp = tmp_path_factory.mktemp("val_dry")
-    return tmp, _dry_run("val.sh", tmp, "--cfg", "job", DRY_RUN="0", NUM_VAL_TRIALS="3", RESUME_FROM_STEP="40",
-                         API_MODEL_FOR_AGENT="gemini-2.5-flash")
+    return tmp, _dry_run(
+        "val.sh",
+        tmp,
+        "--cfg",
+        "job",
+        DRY_RUN="0",
+        NUM_VAL_TRIALS="3",
+        RESUME_FROM_STEP="40",
+        API_MODEL_FOR_AGENT="gemini-2.5-flash",
+    )
 
 
 def test_train_sh_composes_and_validates(train_dry):
@@ -81,8 +106,10 @@ def test_train_sh_composes_and_validates(train_dry):
     assert a.optim.lr == pytest.approx(1e-6) and a.use_kl_loss and a.kl_loss_coef == pytest.approx(0.01)
     assert a.freeze_vision_tower and cfg.data.max_response_length == 9216
     assert cfg.trainer.total_training_steps == 150 and cfg.algorithm.adv_estimator == "vsearch_hybrid_grpo"
-    assert dict(cfg.data.batch_sampler.weights) == {"info_vqa_region_localization": 0.5,
-                                                    "visual_cot_vstar_collage": 0.5}
+    assert dict(cfg.data.batch_sampler.weights) == {
+        "info_vqa_region_localization": 0.5,
+        "visual_cot_vstar_collage": 0.5,
+    }
     assert ro.name == "vllm" and ro.mode == "async" and ro.multi_turn.enable
     assert ro.limit_images == 7  # the whole image + up to 6 crops in one vSearcher trajectory
     assert ro.agent.agent_loop_config_path == str(CONFIG_DIR / "agent_loops.yaml")
@@ -124,7 +151,8 @@ def test_agent_configs_load():
     loops = OmegaConf.load(CONFIG_DIR / "agent_loops.yaml")
     assert {e.name: e._target_ for e in loops} == {
         "vsearcher": "recipe.vsearch.agent_loops.VSearcherAgentLoop",
-        "vreasoner": "recipe.vsearch.agent_loops.VReasonerAgentLoop"}
+        "vreasoner": "recipe.vsearch.agent_loops.VReasonerAgentLoop",
+    }
 
 
 def test_bad_agent_config_names_file_and_field(tmp_path):
@@ -146,8 +174,11 @@ def test_typo_in_an_override_fails():
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=["algorithm.inloop_norm_scope=batch"])
         assert cfg.algorithm.inloop_norm_scope == "batch"
-        for typo in ["actor_rollout_ref.rollout.multi_turn.enabled=True", "algorithm.inloop_norm_scop=batch",
-                     "vsearch.agent_cfg=x"]:
+        for typo in [
+            "actor_rollout_ref.rollout.multi_turn.enabled=True",
+            "algorithm.inloop_norm_scop=batch",
+            "vsearch.agent_cfg=x",
+        ]:
             with pytest.raises(ConfigCompositionException, match="not in struct|Could not override"):
                 compose(config_name="qwen_2_5_vl_7b_async", overrides=[typo])
 
@@ -167,6 +198,7 @@ def test_missing_env_is_a_clear_error(tmp_path):
 def _effective(r):
     """(composed config, RunSettings) of a DRY_RUN; the settings table is on stderr."""
     from recipe.vsearch.settings import RunSettings
+
     assert r.returncode == 0, r.stderr[-3000:]
     cfg = OmegaConf.create(r.stdout)
     return cfg, RunSettings.from_config(cfg)
@@ -179,9 +211,16 @@ def _loops(cfg, tiny_qwen_dir):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop
+
     tok = hf_tokenizer(str(tiny_qwen_dir))
-    kw = dict(trainer_config=DictConfigWrap(cfg), server_manager=None, tokenizer=tok, processor=None,
-              dataset_cls=RLHFDataset, dataset_config=cfg.data)
+    kw = dict(
+        trainer_config=DictConfigWrap(cfg),
+        server_manager=None,
+        tokenizer=tok,
+        processor=None,
+        dataset_cls=RLHFDataset,
+        dataset_config=cfg.data,
+    )
     return VSearcherAgentLoop(**kw), VReasonerAgentLoop(**kw)
 
 
@@ -190,6 +229,7 @@ def _reasoner(loop, validate):
 
     async def go():
         return loop.reasoner(None, validate)
+
     return asyncio.run(go())
 
 
@@ -203,6 +243,7 @@ def _updates_per_step(cfg, rows: int, dp: int = 8, on_policy: bool = True) -> in
 
     from recipe.vsearch.on_policy import set_whole_batch
     from verl import DataProto
+
     actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     actor_cfg.ppo_mini_batch_size = actor_cfg.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n // dp
     share = DataProto.from_dict(tensors={"x": torch.zeros(rows // dp, 1)})
@@ -213,6 +254,7 @@ def _updates_per_step(cfg, rows: int, dp: int = 8, on_policy: bool = True) -> in
 
 def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, tiny_qwen_dir):
     from insight_o3.prompts import VREASONER_INFER_SYSTEM_PROMPT, VREASONER_TRAIN_SYSTEM_PROMPT
+
     r = train_dry[1]
     cfg, s = _effective(r)
     assert "[vsearch] effective settings (stage=train)" in r.stderr and SECRET not in r.stderr
@@ -224,8 +266,13 @@ def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, 
     assert (vr.model, vr.max_pixels, vr.max_completion_tokens) == ("gpt-5-mini", 1280 * 1280, 16384)
     assert s.reasoner_mode(validate=False) == "train" and s.reasoner_mode(validate=True) == "infer"
     assert s.judge_model == "gpt-5-nano"
-    assert (s.reward.variant, s.reward.format_weight, s.reward.iou_weight, s.reward.alpha) == ("original", 0.2, 0.8, 0.25)
-    assert dict(cfg.custom_reward_function.reward_kwargs) == dict(cfg.vsearch.reward)   # what the reward fn gets
+    assert (s.reward.variant, s.reward.format_weight, s.reward.iou_weight, s.reward.alpha) == (
+        "original",
+        0.2,
+        0.8,
+        0.25,
+    )
+    assert dict(cfg.custom_reward_function.reward_kwargs) == dict(cfg.vsearch.reward)  # what the reward fn gets
     # fully on-policy: one optimizer step per step for any number of expanded rows (24 x 8 = 192 rows at
     # most out-of-loop; up to 12 x 8 x 6 + 96 = 672 with in-loop expansion); verl's split alone took 4
     assert s.ppo_epochs == 1
@@ -233,8 +280,11 @@ def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, 
     assert _updates_per_step(cfg, 672, on_policy=False) == 4
     # the loops built from this config use exactly these values
     searcher, reasoner = _loops(cfg, tiny_qwen_dir)
-    assert (searcher.searcher.max_pixels, searcher.searcher.max_tool_calls,
-            searcher.searcher.response_length) == (4096 * 28 * 28, 6, 9216)
+    assert (searcher.searcher.max_pixels, searcher.searcher.max_tool_calls, searcher.searcher.response_length) == (
+        4096 * 28 * 28,
+        6,
+        9216,
+    )
     assert reasoner.policy.max_pixels == 4096 * 28 * 28
     train, val = _reasoner(reasoner, False), _reasoner(reasoner, True)
     assert (train.model, train.max_pixels, train.max_search_calls) == ("gpt-5-mini", 1280 * 1280, 6)
@@ -247,6 +297,7 @@ def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, 
 def _system_prompt(reasoner, tmp_path) -> str:
     """The system prompt of the first vReasoner request of an episode of ``reasoner``."""
     from PIL import Image
+
     p = tmp_path / "i.png"
     Image.new("RGB", (64, 48)).save(p)
     content = reasoner.session(str(p), "q").messages[0]["content"]
@@ -278,6 +329,7 @@ def test_bad_settings_fail_the_dry_run_with_the_key(tmp_path):
 
 def test_settings_validation_names_the_key(train_dry, tmp_path):
     from recipe.vsearch.settings import RunSettings, SettingsError
+
     base = OmegaConf.to_container(OmegaConf.create(train_dry[1].stdout))
 
     def fails(match, **edits):
@@ -286,30 +338,43 @@ def test_settings_validation_names_the_key(train_dry, tmp_path):
             OmegaConf.update(cfg, key.replace("__", "."), value, force_add=True)
         with pytest.raises(SettingsError, match=match):
             RunSettings.from_config(cfg)
+
     fails(r"vsearch: unknown key\(s\) \['agent_cfg'\]", vsearch__agent_cfg="x")
     fails("vsearch.agent_config_path: required", vsearch__agent_config_path=None)
     fails("vsearch.stage must be one of", vsearch__stage="test")
     fails(r"vsearch.reward: unknown key\(s\) \['alpah'\]", vsearch__reward__alpah=0.3)
     fails("vsearch.reward: alpha must be in", vsearch__reward__alpha=1.5)
-    fails("custom_reward_function.reward_kwargs must equal vsearch.reward",
-          custom_reward_function__reward_kwargs={"variant": "paper"})
+    fails(
+        "custom_reward_function.reward_kwargs must equal vsearch.reward",
+        custom_reward_function__reward_kwargs={"variant": "paper"},
+    )
     fails("use_legacy_worker_impl", trainer__use_legacy_worker_impl="disable")
     fails("actor_rollout_ref.actor.ppo_epochs must be 1", actor_rollout_ref__actor__ppo_epochs=2)
     fails("vsearch.reward.variant must be one of", vsearch__reward__variant="eq1")
     fails(r"data.max_prompt_length .* is 4096", data__max_prompt_length=4096)
     # the Eq. 2 loss (recipe.vsearch.on_policy.apply_eq2) needs these two
-    fails("actor_rollout_ref.actor.loss_agg_mode must be seq-mean-token-sum-norm",
-          actor_rollout_ref__actor__loss_agg_mode="token-mean")
+    fails(
+        "actor_rollout_ref.actor.loss_agg_mode must be seq-mean-token-sum-norm",
+        actor_rollout_ref__actor__loss_agg_mode="token-mean",
+    )
     fails("actor_rollout_ref.actor.use_dynamic_bsz must be False", actor_rollout_ref__actor__use_dynamic_bsz=True)
     # options the recipe cannot honour are rejected up front, naming the key
-    fails(r"actor_rollout_ref.rollout.calculate_log_probs=True is not supported",
-          actor_rollout_ref__rollout__calculate_log_probs=True)
-    fails(r"algorithm.rollout_correction.rollout_is='token' is not supported",
-          algorithm__rollout_correction__rollout_is="token")
-    fails(r"algorithm.rollout_correction.rollout_rs='seq_mean_k1' is not supported",
-          algorithm__rollout_correction__rollout_rs="seq_mean_k1")
-    fails(r"algorithm.rollout_correction.bypass_mode=True is not supported",
-          algorithm__rollout_correction__bypass_mode=True)
+    fails(
+        r"actor_rollout_ref.rollout.calculate_log_probs=True is not supported",
+        actor_rollout_ref__rollout__calculate_log_probs=True,
+    )
+    fails(
+        r"algorithm.rollout_correction.rollout_is='token' is not supported",
+        algorithm__rollout_correction__rollout_is="token",
+    )
+    fails(
+        r"algorithm.rollout_correction.rollout_rs='seq_mean_k1' is not supported",
+        algorithm__rollout_correction__rollout_rs="seq_mean_k1",
+    )
+    fails(
+        r"algorithm.rollout_correction.bypass_mode=True is not supported",
+        algorithm__rollout_correction__bypass_mode=True,
+    )
     fails(r"vsearch.max_api_failure_ratio: expected a number in \[0, 1\]", vsearch__max_api_failure_ratio=1.5)
     bad = tmp_path / "agent_bad.yaml"
     bad.write_text("vreasoner:\n  model: m\n  max_pixels: 100\n  max_tokens: 5\n")
@@ -319,6 +384,7 @@ def test_settings_validation_names_the_key(train_dry, tmp_path):
 class _Rows:
     def __init__(self, sources):
         import pandas as pd
+
         self.dataframe = pd.DataFrame({"data_source": sources})
 
     def __len__(self):
@@ -328,13 +394,16 @@ class _Rows:
 def test_val_sh_builds_its_train_sampler(val_dry, train_dry):
     """verl builds the train sampler even for val_only: val.sh must not need sampler weights."""
     from verl.trainer.main_ppo import create_rl_sampler
+
     cfg = OmegaConf.create(val_dry[1].stdout)
     sampler = create_rl_sampler(cfg.data, _Rows(["vstar"] * 5))
     assert len(list(iter(sampler))) == 5
-    cfg = OmegaConf.create(train_dry[1].stdout)       # train.sh keeps the weighted 1:1 sampler
+    cfg = OmegaConf.create(train_dry[1].stdout)  # train.sh keeps the weighted 1:1 sampler
     sampler = create_rl_sampler(cfg.data, _Rows(["info_vqa_region_localization", "visual_cot_vstar_collage"] * 24))
     assert type(sampler).__name__ == "WeightedSourceSampler" and sampler.counts == {
-        "info_vqa_region_localization": 12, "visual_cot_vstar_collage": 12}
+        "info_vqa_region_localization": 12,
+        "visual_cot_vstar_collage": 12,
+    }
 
 
 _MAIN_WITH_STUBBED_RUN_PPO = """
@@ -353,13 +422,25 @@ runpy.run_module("recipe.vsearch.main", run_name="__main__")
 def test_main_checks_and_prints_settings_once_before_ray(tmp_path):
     """``python -m recipe.vsearch.main``: settings validated and printed once, then verl's ``run_ppo`` (stubbed:
     no Ray here) with the recipe's TaskRunner; a bad setting exits 2 before anything starts."""
-    overrides = [f"vsearch.agent_config_path={CONFIG_DIR / 'agent_gpt-5-nano.yaml'}", "hydra.output_subdir=null",
-                 f"hydra.run.dir={tmp_path}", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    overrides = [
+        f"vsearch.agent_config_path={CONFIG_DIR / 'agent_gpt-5-nano.yaml'}",
+        "hydra.output_subdir=null",
+        f"hydra.run.dir={tmp_path}",
+        "hydra/job_logging=disabled",
+        "hydra/hydra_logging=disabled",
+    ]
     env = {**os.environ, "PYTHONPATH": f"{VERL_DIR}{os.pathsep}{REPO}"}
 
     def run(*extra):
-        return subprocess.run([sys.executable, "-c", _MAIN_WITH_STUBBED_RUN_PPO, *overrides, *extra], cwd=VERL_DIR,
-                              env=env, capture_output=True, text=True, timeout=180)
+        return subprocess.run(
+            [sys.executable, "-c", _MAIN_WITH_STUBBED_RUN_PPO, *overrides, *extra],
+            cwd=VERL_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
     r = run()
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("[vsearch] effective settings (stage=train)") == 1 and "gpt-5-nano" in r.stdout
@@ -374,12 +455,13 @@ def test_task_runner_registers_the_on_policy_worker():
     from verl.trainer.ppo.ray_trainer import Role
 
     from recipe.vsearch.main import VSearchTaskRunner
+
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="qwen_2_5_vl_7b_async")
     runner = VSearchTaskRunner()
     cls, _ = runner.add_actor_rollout_worker(cfg)
     assert cls.__name__ == "OnPolicyAsyncActorRolloutRefWorker"
-    remote = runner.role_worker_mapping[Role.ActorRollout]          # ray.remote(cls): what verl's trainer starts
+    remote = runner.role_worker_mapping[Role.ActorRollout]  # ray.remote(cls): what verl's trainer starts
     assert cls in remote.__ray_metadata__.modified_class.__mro__
 
 
@@ -397,6 +479,6 @@ def test_gpu_pins_match_verls_vllm_line_and_the_readme():
     assert pin["verl"] == importlib.metadata.version("verl") == "0.7.0"
     verl_vllm = [Requirement(r) for r in importlib.metadata.requires("verl") if r.startswith("vllm")]
     assert verl_vllm and all(r.specifier.contains(pin["vllm"]) for r in verl_vllm)
-    assert pin["vllm"] == "0.12.0" and pin["torch"] == "2.9.0"       # vllm 0.12.0 requires torch==2.9.0
+    assert pin["vllm"] == "0.12.0" and pin["torch"] == "2.9.0"  # vllm 0.12.0 requires torch==2.9.0
     readme = (RECIPE / "README.md").read_text()
     assert "`vllm==0.12.0`, `torch==2.9.0`" in readme and f"`transformers=={pin['transformers']}`" in readme

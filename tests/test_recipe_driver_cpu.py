@@ -8,6 +8,7 @@ Run 1 trains 2 steps, validates and saves ``global_step_2``; run 2 resumes from 
 validates and saves ``global_step_3``. Standalone: ``PYTHONPATH=.:verl .venv/bin/python -m
 tests.support.recipe_cpu_run --work /tmp/vsearch-cpu``.
 """
+
 from __future__ import annotations
 
 import re
@@ -56,8 +57,11 @@ def test_two_steps_checkpoint_then_resume_at_step_3_and_validate(cpu_run):
     ckpt = Path(cpu_run["ckpt_dir"])
     run1, run2 = _steps(cpu_run["run1"]), _steps(cpu_run["run2"])
     assert sorted(run1) == [1, 2] and sorted(run2) == [3]
-    assert [run1[1]["training/global_step"], run1[2]["training/global_step"], run2[3]["training/global_step"]] \
-        == [1, 2, 3]
+    assert [run1[1]["training/global_step"], run1[2]["training/global_step"], run2[3]["training/global_step"]] == [
+        1,
+        2,
+        3,
+    ]
     # verl's FSDP checkpoint of both ranks, the dataloader state and the HF config/tokenizer/processor
     for step in (2, 3):
         actor = ckpt / f"global_step_{step}" / "actor"
@@ -90,9 +94,18 @@ def test_each_step_runs_both_loops_and_verls_update(cpu_run):
         # parse: search_invalid, no answer); the judge alternates over the answered ones
         assert m["vsearch/accuracy_reward"] in (0.0, 0.5, 1.0)
         assert m["vsearch/accuracy_reward"] <= m["vsearch/has_answer"]
-        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean",
-                    "critic/advantages/mean", "global_seqlen/mean", "timing_s/update_actor", "timing_s/gen",
-                    "vsearch/mm_inputs_mb"):
+        for key in (
+            "actor/pg_loss",
+            "actor/kl_loss",
+            "actor/grad_norm",
+            "actor/entropy",
+            "critic/score/mean",
+            "critic/advantages/mean",
+            "global_seqlen/mean",
+            "timing_s/update_actor",
+            "timing_s/gen",
+            "vsearch/mm_inputs_mb",
+        ):
             assert isinstance(m[key], (int, float)), key
         # the driver's image inputs of the step: every row carries its image(s) (160-token budget, fp32)
         assert 0 < m["vsearch/mm_inputs_row_max_mb"] <= m["vsearch/mm_inputs_mb"]
@@ -104,7 +117,7 @@ def test_each_step_runs_both_loops_and_verls_update(cpu_run):
 
 def test_rollout_weights_follow_the_actor_across_the_resume(cpu_run):
     first, second = _syncs(cpu_run["run1"]["log"]), _syncs(cpu_run["run2"]["log"])
-    assert sorted(first) == sorted(second) == [0, 1]          # one hf_cpu replica per FSDP rank
+    assert sorted(first) == sorted(second) == [0, 1]  # one hf_cpu replica per FSDP rank
     # run 1: rollouts of steps 1 and 2, then validation; run 2: rollout of step 3, then validation
     assert [len(first[r]) for r in (0, 1)] == [3, 3] and [len(second[r]) for r in (0, 1)] == [2, 2]
     # both replicas always receive the same weights (each FSDP rank gathers the full tensors)
@@ -112,7 +125,7 @@ def test_rollout_weights_follow_the_actor_across_the_resume(cpu_run):
     # run 2 starts from the checkpoint: exactly the weights run 1 validated with (after step 2)
     assert second[0][0] == first[0][-1]
     # after an update with a gradient, the rollout samples with the new weights
-    digests = first[0] + second[0][1:]                        # before steps 1, 2, 3 and after step 3
+    digests = first[0] + second[0][1:]  # before steps 1, 2, 3 and after step 3
     steps = {**_steps(cpu_run["run1"]), **_steps(cpu_run["run2"])}
     for k in (1, 2, 3):
         if steps[k]["actor/grad_norm"] > 0:
@@ -143,9 +156,14 @@ def test_hf_export_of_the_last_checkpoint_loads(cpu_run, tmp_path):
 
     ckpt = Path(cpu_run["ckpt_dir"])
     target = tmp_path / "hf"
-    r = subprocess.run(["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_3"), str(target)],
-                       cwd=REPO / "verl", env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        ["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_3"), str(target)],
+        cwd=REPO / "verl",
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert list(target.glob("*.safetensors")) and (target / "config.json").is_file()
     merged = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(target), torch_dtype=torch.float32)
@@ -153,6 +171,9 @@ def test_hf_export_of_the_last_checkpoint_loads(cpu_run, tmp_path):
     assert all(torch.isfinite(p).all() for p in merged.parameters())
     # the validation generations of both runs (trainer.validation_data_dir, set by _base.sh)
     assert (ckpt / "val_generations" / "2.jsonl").is_file() and (ckpt / "val_generations" / "3.jsonl").is_file()
-    bad = subprocess.run(["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_9"),
-                          str(tmp_path / "x")], capture_output=True, text=True)
+    bad = subprocess.run(
+        ["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_9"), str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "no actor checkpoint" in bad.stderr

@@ -5,6 +5,7 @@ advantages by ``vsearch_hybrid_grpo`` through verl's ``compute_advantage``, and 
 ``DataParallelPPOActor.update_policy`` (policy loss from core_algos + low-var KL loss, β 0.01) on a
 single-process gloo group. No FSDP / flash-attention / vLLM: those parts need GPUs.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,14 +61,24 @@ def gloo():
 def _actor_config():
     cfgdir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=cfgdir, version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=[
-            "actor_rollout_ref.model.path=tiny", "actor_rollout_ref.rollout.n=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-            "actor_rollout_ref.actor.use_dynamic_bsz=False", "actor_rollout_ref.actor.ppo_epochs=1",
-            "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.01",
-            "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.entropy_coeff=0",
-            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", "actor_rollout_ref.actor.freeze_vision_tower=True",
-            "actor_rollout_ref.actor.use_remove_padding=False"])
+        cfg = compose(
+            config_name="ppo_trainer",
+            overrides=[
+                "actor_rollout_ref.model.path=tiny",
+                "actor_rollout_ref.rollout.n=2",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                "actor_rollout_ref.actor.use_dynamic_bsz=False",
+                "actor_rollout_ref.actor.ppo_epochs=1",
+                "actor_rollout_ref.actor.use_kl_loss=True",
+                "actor_rollout_ref.actor.kl_loss_coef=0.01",
+                "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+                "actor_rollout_ref.actor.entropy_coeff=0",
+                "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+                "actor_rollout_ref.actor.freeze_vision_tower=True",
+                "actor_rollout_ref.actor.use_remove_padding=False",
+            ],
+        )
     OmegaConf.resolve(cfg)
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
@@ -86,26 +97,39 @@ def _rollout_batch(policy, image_path, config=None) -> DataProto:  # noqa: F811
         return ANSWER % state["ans"]
 
     rows = []
-    row = {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}},
-                                                      {"type": "text", "text": "the striped band"}]}],
-           "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
-           "data_source": "region_loc", "reward_model": {"ground_truth": "", "style": "rule"}, "uid": "g0"}
+    row = {
+        "raw_prompt": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": {"image": f"file://{image_path}"}},
+                    {"type": "text", "text": "the striped band"},
+                ],
+            }
+        ],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+        "uid": "g0",
+    }
     for _ in range(2):
         server = ScriptedServerManager(tok, script)
 
         async def go(server=server):
             return await _make(VSearcherAgentLoop, policy, server, config).run({}, **row)
+
         rows.append(_expand(policy, asyncio.run(go()), row, config))
     batch = DataProto.concat(rows)
     # outcome reward on the last response token (what verl's reward loop writes as rm_scores)
     mask = batch.batch["response_mask"]
-    valid = batch.batch["attention_mask"][:, -mask.shape[1]:].sum(-1) - 1
+    valid = batch.batch["attention_mask"][:, -mask.shape[1] :].sum(-1) - 1
     tlr = torch.zeros_like(mask, dtype=torch.float32)
     tlr[torch.arange(len(batch)), valid] = torch.tensor([1.0, 0.2])
     batch.batch["token_level_rewards"] = tlr
     batch.non_tensor_batch["uid"] = np.array(["g0", "g0"], dtype=object)
-    return compute_advantage(batch, adv_estimator=ESTIMATOR_NAME, config=OmegaConf.create({}),
-                             norm_adv_by_std_in_grpo=True)
+    return compute_advantage(
+        batch, adv_estimator=ESTIMATOR_NAME, config=OmegaConf.create({}), norm_adv_by_std_in_grpo=True
+    )
 
 
 def _loss(actor, batch, cfg, keep_grad: bool = False):
@@ -116,9 +140,14 @@ def _loss(actor, batch, cfg, keep_grad: bool = False):
     if keep_grad:
         log_prob.retain_grad()
     mask = batch.batch["response_mask"]
-    pg, _ = get_policy_loss_fn("vanilla")(old_log_prob=batch.batch["old_log_probs"], log_prob=log_prob,
-                                          advantages=batch.batch["advantages"], response_mask=mask,
-                                          loss_agg_mode=cfg.loss_agg_mode, config=cfg)
+    pg, _ = get_policy_loss_fn("vanilla")(
+        old_log_prob=batch.batch["old_log_probs"],
+        log_prob=log_prob,
+        advantages=batch.batch["advantages"],
+        response_mask=mask,
+        loss_agg_mode=cfg.loss_agg_mode,
+        config=cfg,
+    )
     kl = agg_loss(kl_penalty(log_prob, batch.batch["ref_log_prob"], cfg.kl_loss_type), mask, cfg.loss_agg_mode)
     return pg + cfg.kl_loss_coef * kl, log_prob
 

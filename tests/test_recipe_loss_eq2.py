@@ -7,6 +7,7 @@ verl produces can be compared with the gradient of Eq. 2 written out by hand. Th
 different lengths, an all-masked row (an API-failed in-loop sample) and zero-mask padding rows; it is
 split over two "ranks" with different numbers of real rows, whose gradients are averaged as FSDP does.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,20 +31,22 @@ from tests.test_recipe_grpo_update import gloo  # noqa: E402,F401
 from verl import DataProto  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
-R = 6              # response length
+R = 6  # response length
 KL_COEF = 0.01
 
 # per rank: (number of trained tokens per row; 0 = all-masked row), advantages per row
 RANKS = [
-    ([3, 0, 0], [1.0, -2.0, 0.5]),        # one real row, an API-failed row, a padding row
-    ([5, 2, 0], [-0.5, 2.0, 1.0]),        # two real rows, a padding row
+    ([3, 0, 0], [1.0, -2.0, 0.5]),  # one real row, an API-failed row, a padding row
+    ([5, 2, 0], [-0.5, 2.0, 1.0]),  # two real rows, a padding row
 ]
 
 
 def _actor_config():
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=["actor_rollout_ref.model.path=tiny",
-                                                                      f"actor_rollout_ref.actor.kl_loss_coef={KL_COEF}"])
+        cfg = compose(
+            config_name="qwen_2_5_vl_7b_async",
+            overrides=["actor_rollout_ref.model.path=tiny", f"actor_rollout_ref.actor.kl_loss_coef={KL_COEF}"],
+        )
     OmegaConf.resolve(cfg)
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
@@ -55,13 +58,19 @@ def _rank_batch(lengths, advs, seed) -> DataProto:
     for i, k in enumerate(lengths):
         mask[i, :k] = 1
     base = -torch.rand(n, R, generator=g) - 0.1
-    return DataProto.from_dict(tensors={
-        "responses": torch.ones(n, R, dtype=torch.int64), "input_ids": torch.ones(n, R + 2, dtype=torch.int64),
-        "attention_mask": torch.ones(n, R + 2, dtype=torch.int64),
-        "position_ids": torch.arange(R + 2).repeat(n, 1), "response_mask": mask,
-        "old_log_probs": base.clone(), "advantages": torch.tensor(advs).unsqueeze(-1) * mask,
-        "ref_log_prob": base - 0.3 * torch.rand(n, R, generator=g)},
-        meta_info={"temperature": 1.0, "global_token_num": [R + 2] * n})
+    return DataProto.from_dict(
+        tensors={
+            "responses": torch.ones(n, R, dtype=torch.int64),
+            "input_ids": torch.ones(n, R + 2, dtype=torch.int64),
+            "attention_mask": torch.ones(n, R + 2, dtype=torch.int64),
+            "position_ids": torch.arange(R + 2).repeat(n, 1),
+            "response_mask": mask,
+            "old_log_probs": base.clone(),
+            "advantages": torch.tensor(advs).unsqueeze(-1) * mask,
+            "ref_log_prob": base - 0.3 * torch.rand(n, R, generator=g),
+        },
+        meta_info={"temperature": 1.0, "global_token_num": [R + 2] * n},
+    )
 
 
 def _as_from_ray(data: DataProto) -> DataProto:
@@ -91,6 +100,7 @@ def _actor(cfg, module):
     def forward(micro_batch, temperature, calculate_entropy=False):
         # the policy's log-probs: a differentiable function of theta (stands in for the model forward)
         return None, micro_batch["old_log_probs"] + module.theta * _x(micro_batch["old_log_probs"])
+
     actor._forward_micro_batch = forward
     grads = []
     real_step = actor._optimizer_step
@@ -98,6 +108,7 @@ def _actor(cfg, module):
     def step():
         grads.append(module.theta.grad.detach().clone())
         return real_step()
+
     actor._optimizer_step = step
     return actor, grads
 
@@ -125,7 +136,7 @@ def eq2_by_hand(batches: list[DataProto]) -> torch.Tensor:
             if not m.any():
                 continue
             lp = t["old_log_probs"][i] + theta * _x(t["old_log_probs"][i])
-            ratio = torch.exp(lp - lp.detach())          # on-policy: the old log-prob is the current one
+            ratio = torch.exp(lp - lp.detach())  # on-policy: the old log-prob is the current one
             pg = -t["advantages"][i] * ratio
             kl = kl_penalty(lp, t["ref_log_prob"][i], kl_penalty="low_var_kl")
             per_sample.append((pg + KL_COEF * kl)[m].mean())
@@ -136,8 +147,11 @@ def eq2_by_hand(batches: list[DataProto]) -> torch.Tensor:
 def test_actor_loss_is_eq2_with_padding_and_masked_rows(gloo, monkeypatch):  # noqa: F811
     from verl.workers import fsdp_workers
 
-    monkeypatch.setattr(fsdp_workers, "get_torch_device",
-                        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0))
+    monkeypatch.setattr(
+        fsdp_workers,
+        "get_torch_device",
+        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0),
+    )
     cfg = _actor_config()
     assert cfg.use_kl_loss and cfg.kl_loss_type == "low_var_kl" and cfg.entropy_coeff == 0
     batches = [_rank_batch(lengths, advs, seed) for seed, (lengths, advs) in enumerate(RANKS)]
@@ -146,13 +160,13 @@ def test_actor_loss_is_eq2_with_padding_and_masked_rows(gloo, monkeypatch):  # n
     worker_cls = on_policy_worker(fsdp_workers.AsyncActorRolloutRefWorker)
     rank_grads, metrics = [], []
     for b in batches:
-        b.meta_info[EQ2_META_KEY] = {"valid_rows": valid, "dp_size": len(RANKS)}   # set by the recipe's trainer
+        b.meta_info[EQ2_META_KEY] = {"valid_rows": valid, "dp_size": len(RANKS)}  # set by the recipe's trainer
         actor, grads = _actor(_actor_config(), Theta())
-        out = _worker(worker_cls, actor).update_actor(_as_from_ray(b))      # the rank's share, through Ray
+        out = _worker(worker_cls, actor).update_actor(_as_from_ray(b))  # the rank's share, through Ray
         assert len(grads) == 1, "one optimizer step"
         rank_grads.append(grads[0])
         metrics.append(out.meta_info["metrics"])
-    got = torch.stack(rank_grads).mean()      # FSDP averages the ranks' gradients
+    got = torch.stack(rank_grads).mean()  # FSDP averages the ranks' gradients
     want = eq2_by_hand(batches)
     assert torch.isfinite(got) and got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
     for m in metrics:
@@ -167,8 +181,11 @@ def test_verl_seq_mean_token_mean_is_not_eq2_here(gloo, monkeypatch):  # noqa: F
     are over-weighted."""
     from verl.workers import fsdp_workers
 
-    monkeypatch.setattr(fsdp_workers, "get_torch_device",
-                        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0))
+    monkeypatch.setattr(
+        fsdp_workers,
+        "get_torch_device",
+        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0),
+    )
     batches = [_rank_batch(lengths, advs, seed) for seed, (lengths, advs) in enumerate(RANKS)]
     want = eq2_by_hand(batches)
     grads_all = []
@@ -176,7 +193,7 @@ def test_verl_seq_mean_token_mean_is_not_eq2_here(gloo, monkeypatch):  # noqa: F
         cfg = _actor_config()
         object.__setattr__(cfg, "loss_agg_mode", "seq-mean-token-mean")
         object.__setattr__(cfg, "use_dynamic_bsz", False)
-        cfg.ppo_mini_batch_size = cfg.ppo_micro_batch_size_per_gpu = len(b)   # one micro-batch per rank
+        cfg.ppo_mini_batch_size = cfg.ppo_micro_batch_size_per_gpu = len(b)  # one micro-batch per rank
         actor, grads = _actor(cfg, Theta())
         actor.update_policy(b)
         grads_all.append(grads[0])
@@ -210,6 +227,6 @@ def test_eq2_weights_reach_the_actor_of_a_batch_delivered_by_ray():
     moved = data.to("cpu").select(batch_keys=["response_mask", "advantages"])
     assert torch.equal(moved.batch["response_mask"], want)
     assert moved.batch["response_mask"][0, 0].item() == pytest.approx(R * 3 * 2 / 2 / 3)
-    for i, micro in enumerate(moved.split(1)):                      # update_policy's micro-batches
+    for i, micro in enumerate(moved.split(1)):  # update_policy's micro-batches
         assert torch.equal(micro.to("cpu").batch["response_mask"][0], want[i])
     assert torch.equal(data.batch["advantages"], b.batch["advantages"]) and torch.equal(mask, b.batch["response_mask"])

@@ -7,6 +7,7 @@ uses the detached current log-prob as the old one: ``actor/ppo_kl`` is 0). The w
 verl's FSDP ``AsyncActorRolloutRefWorker`` created without its ``__init__`` (no FSDP / devices on
 CPU): the attributes ``update_actor`` reads are set to the tiny model's actor.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,6 +48,7 @@ def _count_steps(actor) -> list:
     def counted():
         steps.append(1)
         return real()
+
     actor._optimizer_step = counted
     return steps
 
@@ -58,17 +60,20 @@ def test_one_optimizer_step_per_training_step(tiny_qwen_dir, image_path, gloo, m
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     # update_actor reports device memory; there is no accelerator here
-    monkeypatch.setattr(fsdp_workers, "get_torch_device",
-                        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0))
+    monkeypatch.setattr(
+        fsdp_workers,
+        "get_torch_device",
+        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0),
+    )
     tok = hf_tokenizer(str(tiny_qwen_dir))
     policy = (tok, image_only_processor(str(tiny_qwen_dir), tok))
     torch.manual_seed(0)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen_dir), torch_dtype=torch.float32)
     # the recipe's loss aggregation (Eq. 2 weights, recipe.vsearch.on_policy.apply_eq2; tests/test_recipe_loss_eq2.py)
     cfg = dataclasses.replace(_actor_config(), loss_agg_mode="seq-mean-token-sum-norm")
-    cfg.ppo_mini_batch_size = cfg.ppo_micro_batch_size_per_gpu = 1   # per rank, as verl's worker normalises it
+    cfg.ppo_mini_batch_size = cfg.ppo_micro_batch_size_per_gpu = 1  # per rank, as verl's worker normalises it
     assert cfg.ppo_epochs == 1
-    batch = _rollout_batch(policy, image_path, _config(response_length=256))   # 2 rows: 2 mini-batches for verl
+    batch = _rollout_batch(policy, image_path, _config(response_length=256))  # 2 rows: 2 mini-batches for verl
     batch.meta_info.update(temperature=1.0, micro_batch_size=2, use_dynamic_bsz=False, max_token_len=4096)
     with torch.no_grad():
         old, _ = DataParallelPPOActor(cfg, model).compute_log_prob(batch, calculate_entropy=False)
@@ -85,7 +90,7 @@ def test_one_optimizer_step_per_training_step(tiny_qwen_dir, image_path, gloo, m
 
     base_cls = fsdp_workers.AsyncActorRolloutRefWorker
     n_verl, m_verl, _ = run(base_cls)
-    assert n_verl == 2 and any(v != 0 for v in m_verl["actor/ppo_kl"])   # verl: the 2nd mini-batch is off-policy
+    assert n_verl == 2 and any(v != 0 for v in m_verl["actor/ppo_kl"])  # verl: the 2nd mini-batch is off-policy
     n_ours, m_ours, actor = run(on_policy_worker(base_cls))
     assert n_ours == 1, "one optimizer step per training step"
     assert m_ours["actor/ppo_kl"] == [0.0] * len(m_ours["actor/ppo_kl"])  # ratio of the current policy to itself

@@ -9,6 +9,7 @@ way verl's dispatch does and takes the gradient of verl's vanilla policy loss) a
 manager, which returns rows in the format of ``VSearchAgentLoopWorker`` (expanded in-loop episodes:
 3, 0, 1 calls and one API failure; out-of-loop groups of n), rewards by the recipe's ``compute_score``.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -46,18 +47,22 @@ from recipe.vsearch.trainer import VSearchRayPPOTrainer  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
-P, R = 4, 6                  # prompt / response length of the fake rollout rows
-DP = 3                       # actor data-parallel size of the fake worker group
-N = 2                        # rollouts per prompt
+P, R = 4, 6  # prompt / response length of the fake rollout rows
+DP = 3  # actor data-parallel size of the fake worker group
+N = 2  # rollouts per prompt
 GT = [10.0, 10.0, 50.0, 50.0]
 
 # scripted episodes, per dataset row, per repeat j: ("out", pred_box) or ("in", feedback list, correct, failed)
 TRAIN_ROWS = [
     {"agent_name": "vsearcher", "script": [("out", GT), ("out", [60.0, 60.0, 90.0, 90.0])]},
-    {"agent_name": "vreasoner", "script": [("in", ["helpful", "unhelpful", "helpful"], True, False),
-                                           ("in", [], False, False)]},
-    {"agent_name": "vreasoner", "script": [("in", ["helpful"], False, False),
-                                           ("in", ["helpful", "helpful"], False, True)]},
+    {
+        "agent_name": "vreasoner",
+        "script": [("in", ["helpful", "unhelpful", "helpful"], True, False), ("in", [], False, False)],
+    },
+    {
+        "agent_name": "vreasoner",
+        "script": [("in", ["helpful"], False, False), ("in", ["helpful", "helpful"], False, True)],
+    },
 ]
 VAL_ROWS = [
     {"agent_name": "vreasoner", "script": [("in", ["helpful"], True, False)]},
@@ -75,10 +80,14 @@ class RowsDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         r = self.rows[i]
-        return {"dummy_tensor": torch.tensor([0], dtype=torch.uint8), "raw_prompt": [{"role": "user", "content": "q"}],
-                "agent_name": r["agent_name"], "data_source": f"{self.source}_{r['agent_name']}",
-                "reward_model": {"ground_truth": "a", "style": "rule"},
-                "extra_info": {"row": i, "split": self.source, "bboxes": [GT]}}
+        return {
+            "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
+            "raw_prompt": [{"role": "user", "content": "q"}],
+            "agent_name": r["agent_name"],
+            "data_source": f"{self.source}_{r['agent_name']}",
+            "reward_model": {"ground_truth": "a", "style": "rule"},
+            "extra_info": {"row": i, "split": self.source, "bboxes": [GT]},
+        }
 
 
 def _sample(fields: dict, n_resp: int, masked: bool) -> dict:
@@ -106,41 +115,103 @@ class FakeAgentLoopManager:
             ep_id = nt[EPISODE_ID_KEY][i]
             base = {"n_tool": 1, "format_ok": True, "format_error": None}
             if script[0] == "out":
-                samples.append(_sample(dict(row, **base, pred_box=script[1], bboxes=[GT], is_in_loop=False,
-                                            feedback_helpful=None, answer_correct=None, **{ROLE_KEY: ROLE_OUTLOOP}),
-                                       n_resp=3, masked=False))
+                samples.append(
+                    _sample(
+                        dict(
+                            row,
+                            **base,
+                            pred_box=script[1],
+                            bboxes=[GT],
+                            is_in_loop=False,
+                            feedback_helpful=None,
+                            answer_correct=None,
+                            **{ROLE_KEY: ROLE_OUTLOOP},
+                        ),
+                        n_resp=3,
+                        masked=False,
+                    )
+                )
                 continue
             _, feedback, correct, failed = script
-            ep = episode_fields(ep_id, n_calls=len(feedback), has_answer=not failed, correct=correct,
-                                critical_failure=failed, status="failed" if failed else "answered",
-                                n_feedback=len(feedback))
+            ep = episode_fields(
+                ep_id,
+                n_calls=len(feedback),
+                has_answer=not failed,
+                correct=correct,
+                critical_failure=failed,
+                status="failed" if failed else "answered",
+                n_feedback=len(feedback),
+            )
             for k, fb in enumerate(feedback):
-                samples.append(_sample(dict(row, **base, **ep, uid=inloop_uid(ep_id, k), pred_box=None,
-                                            is_in_loop=True, feedback_helpful=fb == "helpful", answer_correct=correct,
-                                            call_index=k, **{ROLE_KEY: ROLE_INLOOP}), n_resp=2 + k, masked=failed))
+                samples.append(
+                    _sample(
+                        dict(
+                            row,
+                            **base,
+                            **ep,
+                            uid=inloop_uid(ep_id, k),
+                            pred_box=None,
+                            is_in_loop=True,
+                            feedback_helpful=fb == "helpful",
+                            answer_correct=correct,
+                            call_index=k,
+                            **{ROLE_KEY: ROLE_INLOOP},
+                        ),
+                        n_resp=2 + k,
+                        masked=failed,
+                    )
+                )
             if not feedback:
-                samples.append(_sample(dict(row, **dict(base, n_tool=0), **ep, uid=inloop_uid(ep_id, -1), pred_box=None,
-                                            is_in_loop=True, feedback_helpful=None, answer_correct=correct,
-                                            call_index=-1, **{ROLE_KEY: ROLE_PLACEHOLDER}), n_resp=1, masked=True))
+                samples.append(
+                    _sample(
+                        dict(
+                            row,
+                            **dict(base, n_tool=0),
+                            **ep,
+                            uid=inloop_uid(ep_id, -1),
+                            pred_box=None,
+                            is_in_loop=True,
+                            feedback_helpful=None,
+                            answer_correct=correct,
+                            call_index=-1,
+                            **{ROLE_KEY: ROLE_PLACEHOLDER},
+                        ),
+                        n_resp=1,
+                        masked=True,
+                    )
+                )
         b = len(samples)
         resp_len = torch.tensor([s["_n_resp"] for s in samples])
-        attn = torch.cat([torch.ones(b, P, dtype=torch.long),
-                          (torch.arange(R)[None] < resp_len[:, None]).long()], dim=1)
+        attn = torch.cat(
+            [torch.ones(b, P, dtype=torch.long), (torch.arange(R)[None] < resp_len[:, None]).long()], dim=1
+        )
         response_mask = attn[:, P:].clone()
         response_mask[torch.tensor([s["_masked"] for s in samples])] = 0
         rm = torch.zeros(b, R)
         rm[torch.arange(b), resp_len - 1] = torch.tensor([s["_score"]["score"] for s in samples], dtype=torch.float)
         ids = torch.randint(1, 100, (b, P + R)) * attn
-        tensors = {"prompts": ids[:, :P], "responses": ids[:, P:], "input_ids": ids, "attention_mask": attn,
-                   "position_ids": torch.cumsum(attn, -1) - 1, "response_mask": response_mask, "rm_scores": rm}
+        tensors = {
+            "prompts": ids[:, :P],
+            "responses": ids[:, P:],
+            "input_ids": ids,
+            "attention_mask": attn,
+            "position_ids": torch.cumsum(attn, -1) - 1,
+            "response_mask": response_mask,
+            "rm_scores": rm,
+        }
         extra_keys = ["iou", "r_iou", "in_loop"]
-        non_tensor = {k: np.array([s.get(k) for s in samples], dtype=object)
-                      for k in {k for s in samples for k in s if not k.startswith("_")}}
+        non_tensor = {
+            k: np.array([s.get(k) for s in samples], dtype=object)
+            for k in {k for s in samples for k in s if not k.startswith("_")}
+        }
         for k in extra_keys:
             non_tensor[k] = np.array([s["_score"][k] for s in samples])
         non_tensor["__num_turns__"] = np.array([2] * b, dtype=np.int32)
-        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensor,
-                                   meta_info={"reward_extra_keys": extra_keys, "timing": {"agent_loop/x": 0.0}})
+        return DataProto.from_dict(
+            tensors=tensors,
+            non_tensors=non_tensor,
+            meta_info={"reward_extra_keys": extra_keys, "timing": {"agent_loop/x": 0.0}},
+        )
 
 
 class FakeWorkerGroup:
@@ -155,8 +226,9 @@ class FakeWorkerGroup:
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
         data.chunk(DP)
-        return DataProto.from_dict(tensors={"old_log_probs": -torch.ones(len(data), R),
-                                            "entropys": torch.ones(len(data), R)})
+        return DataProto.from_dict(
+            tensors={"old_log_probs": -torch.ones(len(data), R), "entropys": torch.ones(len(data), R)}
+        )
 
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         data.chunk(DP)
@@ -168,9 +240,14 @@ class FakeWorkerGroup:
         for shard in data.chunk(DP):
             theta = torch.zeros(len(shard), R, requires_grad=True)
             log_prob = shard.batch["old_log_probs"] + theta
-            loss, _ = loss_fn(old_log_prob=shard.batch["old_log_probs"], log_prob=log_prob,
-                              advantages=shard.batch["advantages"], response_mask=shard.batch["response_mask"],
-                              loss_agg_mode=self.actor_cfg.loss_agg_mode, config=self.actor_cfg)
+            loss, _ = loss_fn(
+                old_log_prob=shard.batch["old_log_probs"],
+                log_prob=log_prob,
+                advantages=shard.batch["advantages"],
+                response_mask=shard.batch["response_mask"],
+                loss_agg_mode=self.actor_cfg.loss_agg_mode,
+                config=self.actor_cfg,
+            )
             loss.backward()
             grads.append(theta.grad)
             losses.append(loss.item())
@@ -180,13 +257,25 @@ class FakeWorkerGroup:
 
 def _config(tmp_path):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=[
-            "actor_rollout_ref.model.path=tiny", f"data.train_batch_size={len(TRAIN_ROWS)}",
-            f"actor_rollout_ref.rollout.n={N}", "actor_rollout_ref.rollout.agent.num_workers=2",
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={len(TRAIN_ROWS)}", "trainer.logger=[console]",
-            "trainer.save_freq=-1", "trainer.test_freq=1", "trainer.total_training_steps=1",
-            "trainer.resume_mode=disable", "trainer.val_before_train=False", "trainer.balance_batch=True",
-            f"trainer.default_local_dir={tmp_path}/ckpt", f"data.max_response_length={R}"])
+        cfg = compose(
+            config_name="qwen_2_5_vl_7b_async",
+            overrides=[
+                "actor_rollout_ref.model.path=tiny",
+                f"data.train_batch_size={len(TRAIN_ROWS)}",
+                f"actor_rollout_ref.rollout.n={N}",
+                "actor_rollout_ref.rollout.agent.num_workers=2",
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={len(TRAIN_ROWS)}",
+                "trainer.logger=[console]",
+                "trainer.save_freq=-1",
+                "trainer.test_freq=1",
+                "trainer.total_training_steps=1",
+                "trainer.resume_mode=disable",
+                "trainer.val_before_train=False",
+                "trainer.balance_batch=True",
+                f"trainer.default_local_dir={tmp_path}/ckpt",
+                f"data.max_response_length={R}",
+            ],
+        )
     OmegaConf.resolve(cfg)
     return cfg
 
@@ -199,19 +288,28 @@ def trainer(tmp_path, monkeypatch):
     assert manager == "recipe.vsearch.episodes.VSearchAgentLoopManager"
     train_ds, val_ds = RowsDataset(TRAIN_ROWS, "train"), RowsDataset(VAL_ROWS, "val")
     t = VSearchRayPPOTrainer(
-        config=cfg, tokenizer=SimpleNamespace(eos_token_id=2, pad_token_id=0),
+        config=cfg,
+        tokenizer=SimpleNamespace(eos_token_id=2, pad_token_id=0),
         role_worker_mapping={Role.ActorRolloutRef: object},
         resource_pool_manager=SimpleNamespace(get_n_gpus=lambda: DP),
-        reward_fn=None, val_reward_fn=None, train_dataset=train_ds, val_dataset=val_ds, collate_fn=collate_fn,
-        train_sampler=SequentialSampler(train_ds))
+        reward_fn=None,
+        val_reward_fn=None,
+        train_dataset=train_ds,
+        val_dataset=val_ds,
+        collate_fn=collate_fn,
+        train_sampler=SequentialSampler(train_ds),
+    )
     actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     t.actor_rollout_wg = t.ref_policy_wg = FakeWorkerGroup(actor_cfg)
     t.async_rollout_mode = True
     t.async_rollout_manager = FakeAgentLoopManager(cfg, {"train": TRAIN_ROWS, "val": VAL_ROWS})
     logged = []
     real_log = Tracking.log
-    monkeypatch.setattr(Tracking, "log", lambda self, data, step, **kw: (logged.append((step, dict(data))),
-                                                                          real_log(self, data, step, **kw)))
+    monkeypatch.setattr(
+        Tracking,
+        "log",
+        lambda self, data, step, **kw: (logged.append((step, dict(data))), real_log(self, data, step, **kw)),
+    )
     t.logged = logged
     return t
 
@@ -235,7 +333,7 @@ def test_one_training_step_with_expanded_episodes(trainer):
     score = batch.batch["token_level_rewards"].sum(-1)
     valid = mask.sum(-1) > 0
     masked_rows = np.flatnonzero(~valid.numpy())
-    assert len(masked_rows) == 3           # 2 samples of the API-failed episode + the padding row
+    assert len(masked_rows) == 3  # 2 samples of the API-failed episode + the padding row
     assert (adv[~valid] == 0).all() and (adv[mask == 0] == 0).all()
     # out-of-loop: GRPO within the uid group (perfect box 1.0 vs. format-only 0.2)
     out = np.flatnonzero(np.array([r == ROLE_OUTLOOP for r in roles]))
@@ -257,14 +355,22 @@ def test_one_training_step_with_expanded_episodes(trainer):
 
     step, metrics = trainer.logged[-1]
     assert step == 1
-    assert metrics["vsearch/accuracy_reward"] == pytest.approx(1 / 3)     # 1 correct of 3 episodes not cut
+    assert metrics["vsearch/accuracy_reward"] == pytest.approx(1 / 3)  # 1 correct of 3 episodes not cut
     assert metrics["vsearch/critical_failure_ratio"] == pytest.approx(1 / 4)
     assert metrics["vsearch/calls_per_qa"] == pytest.approx(6 / 4)
     assert metrics["vsearch/has_answer"] == pytest.approx(3 / 4)
-    assert metrics["vsearch/outloop_mean_iou"] == pytest.approx(0.5)       # IoU 1 and 0
+    assert metrics["vsearch/outloop_mean_iou"] == pytest.approx(0.5)  # IoU 1 and 0
     assert metrics["vsearch/padding_rows"] == 1 and metrics["vsearch/masked_rows"] == 3
-    for key in ("actor/pg_loss", "actor/entropy", "timing_s/step", "timing_s/gen", "response_length/mean",
-                "critic/advantages/mean", "global_seqlen/mean", "training/global_step"):
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "timing_s/step",
+        "timing_s/gen",
+        "response_length/mean",
+        "critic/advantages/mean",
+        "global_seqlen/mean",
+        "training/global_step",
+    ):
         assert key in metrics, key
     # validation ran at the last step (test_freq=1) and is in the same metrics
     assert metrics["val-core/vsearch/accuracy_reward"] == pytest.approx(0.5)
@@ -274,7 +380,7 @@ def test_validation_is_episode_level_and_drops_padding(trainer):
     metrics = trainer._validate()
     gen = trainer.async_rollout_manager.calls[-1]
     assert gen.meta_info["validate"] is True
-    assert len(gen) == 4                                   # 3 items + 1 row to make 2 equal worker chunks
+    assert len(gen) == 4  # 3 items + 1 row to make 2 equal worker chunks
     # the padding copy of the first (correct) item would make the accuracy 2/3
     assert metrics["val-core/vsearch/accuracy_reward"] == pytest.approx(0.5)
     assert metrics["val-core/val_vreasoner/vsearch/accuracy_reward"] == pytest.approx(0.5)
@@ -302,10 +408,12 @@ def test_api_failures_above_the_limit_abort_before_the_update(trainer):
     from recipe.vsearch.trainer import ApiFailureAbort
 
     trainer.config.vsearch.max_api_failure_ratio = 0.2
-    with pytest.raises(ApiFailureAbort, match=r"step 1: 25% of the in-loop episodes failed .*max_api_failure_ratio=0.2"):
+    with pytest.raises(
+        ApiFailureAbort, match=r"step 1: 25% of the in-loop episodes failed .*max_api_failure_ratio=0.2"
+    ):
         trainer.fit()
     assert trainer.actor_rollout_wg.updates == []
-    trainer.config.vsearch.max_api_failure_ratio = 0.25          # at the limit: trains
+    trainer.config.vsearch.max_api_failure_ratio = 0.25  # at the limit: trains
     trainer.fit()
     assert len(trainer.actor_rollout_wg.updates) == 1
 
@@ -317,8 +425,9 @@ def test_generations_dumps_and_scores_without_padding(trainer, tmp_path):
 
     import numpy as np
 
-    trainer.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0,
-                                        batch_decode=lambda ids, skip_special_tokens=True: [f"t{len(x)}" for x in ids])
+    trainer.tokenizer = SimpleNamespace(
+        eos_token_id=2, pad_token_id=0, batch_decode=lambda ids, skip_special_tokens=True: [f"t{len(x)}" for x in ids]
+    )
     trainer.config.trainer.rollout_data_dir = str(tmp_path / "rollouts")
     trainer.config.trainer.validation_data_dir = str(tmp_path / "val_generations")
     trainer.fit()
@@ -328,9 +437,18 @@ def test_generations_dumps_and_scores_without_padding(trainer, tmp_path):
     val = [json.loads(line) for line in (tmp_path / "val_generations" / "1.jsonl").read_text().splitlines()]
     assert val and {"input", "output", "score", "uid", "episode_correct"} <= set(val[0])
     # np.int64 / np.bool_ columns (verl's own json.dumps raises on them)
-    trainer._dump_generations(["a", "b"], ["x", "y"], [None, "g"], [1.0, 0.0],
-                              {"n_tool": np.array([1, 2]), "ok": np.array([True, False]),
-                               "box": np.array([np.array([1.0, 2.0]), None], dtype=object)}, str(tmp_path / "d"))
+    trainer._dump_generations(
+        ["a", "b"],
+        ["x", "y"],
+        [None, "g"],
+        [1.0, 0.0],
+        {
+            "n_tool": np.array([1, 2]),
+            "ok": np.array([True, False]),
+            "box": np.array([np.array([1.0, 2.0]), None], dtype=object),
+        },
+        str(tmp_path / "d"),
+    )
     d = [json.loads(line) for line in (tmp_path / "d" / "1.jsonl").read_text().splitlines()]
     assert d[0]["n_tool"] == 1 and d[1]["ok"] is False and d[0]["box"] == [1.0, 2.0]
     assert not list((tmp_path / "d").glob("*.tmp"))
@@ -346,12 +464,12 @@ def test_generations_dumps_and_scores_without_padding(trainer, tmp_path):
 def test_multimodal_footprint_counts_each_tensor_once():
     from recipe.vsearch.trainer import multimodal_footprint
 
-    pv = torch.zeros(64, 1176)                                 # 16 image tokens, fp32
+    pv = torch.zeros(64, 1176)  # 16 image tokens, fp32
     grid = torch.tensor([[1, 8, 8]])
     row = {"pixel_values": pv, "image_grid_thw": grid}
     other = {"pixel_values": torch.zeros(16, 1176), "image_grid_thw": torch.tensor([[1, 4, 4]])}
     cols = np.empty(4, dtype=object)
-    cols[:] = [row, other, row, None]                        # row 2: a DP padding duplicate of row 0
+    cols[:] = [row, other, row, None]  # row 2: a DP padding duplicate of row 0
     batch = DataProto.from_dict(tensors={"x": torch.zeros(4, 1)}, non_tensors={"multi_modal_inputs": cols})
     m = multimodal_footprint(batch)
     want = (pv.nbytes + grid.nbytes + other["pixel_values"].nbytes + other["image_grid_thw"].nbytes) / 2**20

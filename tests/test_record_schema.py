@@ -1,5 +1,6 @@
 """The typed evaluation record (insight_o3.evaluation.schema): one schema written and read by the
 same code, backward compatible on disk, with errors naming file, line and field."""
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,56 @@ from insight_o3.storage import RecordFileError, RecordLog
 from insight_o3.viz import run_view as rv
 
 #: The layout every version of the runner has written (key order included).
-RECORD_KEYS = ["index", "sample_key", "question_id", "image", "image_path", "question", "options", "answer",
-               "subset", "category", "layout_infos", "trial", "eval_result"]
-RESULT_KEYS = ["success", "status", "fail_reason", "fail_stage", "response", "finish_reason", "extracted_answer",
-               "is_correct", "has_answer", "judge_method", "judge_outputs", "usage", "image", "trajectory", "stats"]
+RECORD_KEYS = [
+    "index",
+    "sample_key",
+    "question_id",
+    "image",
+    "image_path",
+    "question",
+    "options",
+    "answer",
+    "subset",
+    "category",
+    "layout_infos",
+    "trial",
+    "eval_result",
+]
+RESULT_KEYS = [
+    "success",
+    "status",
+    "fail_reason",
+    "fail_stage",
+    "response",
+    "finish_reason",
+    "extracted_answer",
+    "is_correct",
+    "has_answer",
+    "judge_method",
+    "judge_outputs",
+    "usage",
+    "image",
+    "trajectory",
+    "stats",
+]
 
 
 def _sample() -> Sample:
-    return Sample(index=0, question_id=7, image="a.png", image_path="/imgs/a.png", question="Q?",
-                  options="A. x\nB. y", answer="A", category="charts", extra={"layout_infos": {"1": {}}}, key="7",
-                  line=1, image_field="image", category_field="subset")
+    return Sample(
+        index=0,
+        question_id=7,
+        image="a.png",
+        image_path="/imgs/a.png",
+        question="Q?",
+        options="A. x\nB. y",
+        answer="A",
+        category="charts",
+        extra={"layout_infos": {"1": {}}},
+        key="7",
+        line=1,
+        image_field="image",
+        category_field="subset",
+    )
 
 
 def _built() -> EvalRecord:
@@ -46,8 +87,14 @@ def test_build_record_is_typed_and_keeps_the_on_disk_layout():
 def test_usage_and_cost_are_optional_typed_fields():
     rec = _built()
     assert rec.usage == {} and rec.cost_usd is None and "usage" not in rec.to_dict()
-    d = {**rec.to_dict(), "usage": {"model": {"prompt_tokens": 10, "completion_tokens": 5, "reasoning_tokens": 2,
-                                              "requests": 1}, "judge": {"prompt_tokens": 4}}, "cost_usd": 0.25}
+    d = {
+        **rec.to_dict(),
+        "usage": {
+            "model": {"prompt_tokens": 10, "completion_tokens": 5, "reasoning_tokens": 2, "requests": 1},
+            "judge": {"prompt_tokens": 4},
+        },
+        "cost_usd": 0.25,
+    }
     back = EvalRecord.from_dict(d, "f:1")
     assert back.usage["model"] == TokenUsage(10, 5, 2, 1) and back.usage["judge"] == TokenUsage(4, 0, 0, 0)
     assert back.cost_usd == 0.25 and back.to_dict()["usage"]["judge"]["requests"] == 0
@@ -57,14 +104,17 @@ def test_usage_and_cost_are_optional_typed_fields():
         EvalRecord.from_dict({**d, "cost_usd": "cheap"}, "f:4")
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda d: d["eval_result"].update(status="great"), "eval_result.status"),
-    (lambda d: d["eval_result"].update(fail_stage="elsewhere"), "eval_result.fail_stage"),
-    (lambda d: d["eval_result"].update(trajectory="text"), "eval_result.trajectory"),
-    (lambda d: d["eval_result"].update(stats=[1]), "eval_result.stats"),
-    (lambda d: d.update(trial="first"), "trial"),
-    (lambda d: d.update(question_id=[1]), "question_id"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda d: d["eval_result"].update(status="great"), "eval_result.status"),
+        (lambda d: d["eval_result"].update(fail_stage="elsewhere"), "eval_result.fail_stage"),
+        (lambda d: d["eval_result"].update(trajectory="text"), "eval_result.trajectory"),
+        (lambda d: d["eval_result"].update(stats=[1]), "eval_result.stats"),
+        (lambda d: d.update(trial="first"), "trial"),
+        (lambda d: d.update(question_id=[1]), "question_id"),
+    ],
+)
 def test_malformed_records_name_file_line_and_field(tmp_path, change, field):
     good = _built().to_dict()
     bad = json.loads(json.dumps(good))
@@ -72,15 +122,15 @@ def test_malformed_records_name_file_line_and_field(tmp_path, change, field):
     path = tmp_path / "eval_records.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     pattern = rf"eval_records.jsonl:2: field '{field}'"
-    with pytest.raises(RecordError, match=pattern) as e:   # the runner's resume reads through the schema
+    with pytest.raises(RecordError, match=pattern) as e:  # the runner's resume reads through the schema
         RecordLog.open(str(path), parse=EvalRecord.from_dict)
-    assert isinstance(e.value, RecordFileError)             # `evaluate` reports it and exits 2
-    assert path.read_text().count("\n") == 2                # a complete bad line is never dropped as "torn"
+    assert isinstance(e.value, RecordFileError)  # `evaluate` reports it and exits 2
+    assert path.read_text().count("\n") == 2  # a complete bad line is never dropped as "torn"
     (tmp_path / "trial_0").mkdir()
     path.rename(tmp_path / "trial_0" / "eval_records.jsonl")
-    with pytest.raises(rv.RunError, match=pattern):          # so does the viewer
+    with pytest.raises(rv.RunError, match=pattern):  # so does the viewer
         rv.load_trial(tmp_path / "trial_0")
-    if field.startswith("eval_result"):                    # metrics validate the fields they read
+    if field.startswith("eval_result"):  # metrics validate the fields they read
         with pytest.raises(RecordError, match=rf"record 0: field '{field}'"):
             compute_metrics([bad])
 
@@ -100,12 +150,18 @@ def test_typed_log_round_trips_records(tmp_path):
 
 def test_old_records_of_this_project_still_load():
     # first versions: no status, sample_key, fail_stage, judge fields or trial
-    old = {"question_id": 3, "question": "q", "answer": "B", "image": "x.png",
-           "eval_result": {"success": False, "error": "HTTP 503"}}
+    old = {
+        "question_id": 3,
+        "question": "q",
+        "answer": "B",
+        "image": "x.png",
+        "eval_result": {"success": False, "error": "HTTP 503"},
+    }
     r = EvalRecord.from_dict(old, "old:1")
     assert (r.sample_key, r.status, r.eval_result.fail_reason, r.trial) == ("3", "failed", "HTTP 503", None)
     assert r.image_path == "x.png" and r.category == "unknown"
-    judged = EvalRecord.from_dict({"sample_key": "k", "eval_result": {"success": True, "is_correct": True,
-                                                                      "text": "A"}}, "old:2")
+    judged = EvalRecord.from_dict(
+        {"sample_key": "k", "eval_result": {"success": True, "is_correct": True, "text": "A"}}, "old:2"
+    )
     assert judged.status == "correct" and judged.eval_result.response == "A"
     assert set(STATUSES) == {"correct", "wrong", "incomplete", "invalid", "failed"}

@@ -1,4 +1,5 @@
 """Region descriptions against a real local OpenAI-compatible server; kill (SIGKILL) and resume."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from insight_o3.prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPT
 from tests.support.openai_server import chat, error
 
 REPO = Path(__file__).resolve().parents[1]
-N_IMAGES = 3   # 3 charts per image -> 9 boxes
+N_IMAGES = 3  # 3 charts per image -> 9 boxes
 
 
 def _make_inputs(tmp: Path) -> tuple[Path, Path]:
@@ -26,18 +27,40 @@ def _make_inputs(tmp: Path) -> tuple[Path, Path]:
     lay_dir.mkdir()
     for i in range(N_IMAGES):
         Image.new("RGB", (600, 800), (240, 240, 240)).save(img_dir / f"info{i}.png")
-        boxes = [{"cls_id": 0, "label": "chart", "score": 0.9, "coordinate": [50, 50 + 250 * k, 400, 250 + 250 * k]}
-                 for k in range(3)]
+        boxes = [
+            {"cls_id": 0, "label": "chart", "score": 0.9, "coordinate": [50, 50 + 250 * k, 400, 250 + 250 * k]}
+            for k in range(3)
+        ]
         boxes.append({"cls_id": 1, "label": "header", "score": 0.9, "coordinate": [0, 0, 600, 40]})
-        (lay_dir / f"info{i}.json").write_text(json.dumps({"input_path": f"/elsewhere/info{i}.png", "page_index": None,
-                                                           "boxes": boxes}))
+        (lay_dir / f"info{i}.json").write_text(
+            json.dumps({"input_path": f"/elsewhere/info{i}.png", "page_index": None, "boxes": boxes})
+        )
     return img_dir, lay_dir
 
 
 def _cmd(img_dir, lay_dir, out, base_url, concurrency=2):
-    return [sys.executable, "-m", "insight_o3.scripts.build_region_localization", "--layouts", str(lay_dir),
-            "--image_dir", str(img_dir), "--out_dir", str(out), "--model", "scripted", "--base_url", base_url,
-            "--api_key", "sk-test-secret-123", "--concurrency", str(concurrency), "--no_progress", "--max_retries", "0"]
+    return [
+        sys.executable,
+        "-m",
+        "insight_o3.scripts.build_region_localization",
+        "--layouts",
+        str(lay_dir),
+        "--image_dir",
+        str(img_dir),
+        "--out_dir",
+        str(out),
+        "--model",
+        "scripted",
+        "--base_url",
+        base_url,
+        "--api_key",
+        "sk-test-secret-123",
+        "--concurrency",
+        str(concurrency),
+        "--no_progress",
+        "--max_retries",
+        "0",
+    ]
 
 
 def _box_of(request) -> str:
@@ -47,7 +70,9 @@ def _box_of(request) -> str:
 
 
 def test_parse_description():
-    assert parse_description("ok.\nregion_description={the bar chart at the top-left}") == "the bar chart at the top-left"
+    assert (
+        parse_description("ok.\nregion_description={the bar chart at the top-left}") == "the bar chart at the top-left"
+    )
     assert parse_description("no format") is None
 
 
@@ -62,9 +87,10 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
         seen.append(_box_of(req))
         return chat(f"region_description={{region number {call.index}}}")
 
-    srv = openai_server(slow, block_after=3)   # three boxes described, then every request held
-    proc = subprocess.Popen(_cmd(img_dir, lay_dir, out, srv.base_url), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    srv = openai_server(slow, block_after=3)  # three boxes described, then every request held
+    proc = subprocess.Popen(
+        _cmd(img_dir, lay_dir, out, srv.base_url), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     log = out / "descriptions.jsonl"
     srv.wait_blocked(1, timeout=30)
     deadline = time.time() + 30
@@ -102,7 +128,7 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
     assert len(rows) == 8
     r = subprocess.run(_cmd(img_dir, lay_dir, out, srv2.base_url), cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert len(fast_calls) == 9 - len(done_before) + 1     # only the failed box re-queried
+    assert len(fast_calls) == 9 - len(done_before) + 1  # only the failed box re-queried
     rows = [json.loads(x) for x in (out / "regions.jsonl").read_text().splitlines()]
     assert len(rows) == 9
     assert {x["sample_key"] for x in rows} == {f"info{i}#{k}" for i in range(N_IMAGES) for k in range(3)}
@@ -119,7 +145,12 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
 def test_missing_image_is_a_clear_error(tmp_path):
     img_dir, lay_dir = _make_inputs(tmp_path)
     os.remove(img_dir / "info1.png")
-    r = subprocess.run(_cmd(img_dir, lay_dir, tmp_path / "o", "http://127.0.0.1:9/v1"), cwd=REPO,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        _cmd(img_dir, lay_dir, tmp_path / "o", "http://127.0.0.1:9/v1"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == ExitCode.BAD_INPUT
     assert "info1.json" in r.stderr and "image file not found" in r.stderr and "Traceback" not in r.stderr

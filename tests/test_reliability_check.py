@@ -1,6 +1,7 @@
 """The C.1 MLLM reliability check (``check_reliability``) against a real scripted server: two checker
 MLLMs must both answer right, with the evaluation's solver and judge; error records retried on the
 next run (only the lost answers asked again); secrets never written."""
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,11 @@ TAG = re.compile(r"\[(i\d)\]")
 
 # item -> (source, options, answer, qwen's answer, nano's answer)
 ITEMS = {
-    "i0": ("viscot/textvqa", None, "stop", "go", "go"),            # OCR subset: kept without a check
-    "i1": ("viscot/gqa", None, "red", "red", "red"),                # both right (rule) -> kept
-    "i2": ("viscot/gqa", None, "blue", "blue", "green"),            # nano wrong (judge model) -> dropped
-    "i3": ("vstar", ["a cat", "a dog"], "A", "B", "A"),            # qwen wrong (rule) -> dropped, nano not asked
-    "i4": ("viscot/v7w", None, "two", "2 of them", "two"),          # qwen API error on the first run
+    "i0": ("viscot/textvqa", None, "stop", "go", "go"),  # OCR subset: kept without a check
+    "i1": ("viscot/gqa", None, "red", "red", "red"),  # both right (rule) -> kept
+    "i2": ("viscot/gqa", None, "blue", "blue", "green"),  # nano wrong (judge model) -> dropped
+    "i3": ("vstar", ["a cat", "a dog"], "A", "B", "A"),  # qwen wrong (rule) -> dropped, nano not asked
+    "i4": ("viscot/v7w", None, "two", "2 of them", "two"),  # qwen API error on the first run
     "i5": ("viscot/flickr30k", None, "dog", "dog", "a brown dog"),  # judge API error on nano's answer, first run
 }
 
@@ -33,9 +34,19 @@ def make_pool(tmp_path: Path) -> Path:
     rows = []
     for i, (key, (source, options, answer, _, _)) in enumerate(ITEMS.items()):
         Image.new("RGB", (64, 48), (30 * i, 90, 160)).save(tmp_path / f"{key}.png")
-        rows.append({"id": f"{source}/{key}", "image": f"{key}.png", "width": 64, "height": 48,
-                     "bbox": [1, 1, 5, 5], "question": f"[{key}] What is shown?", "answer": answer,
-                     "options": options, "source": source})
+        rows.append(
+            {
+                "id": f"{source}/{key}",
+                "image": f"{key}.png",
+                "width": 64,
+                "height": 48,
+                "bbox": [1, 1, 5, 5],
+                "question": f"[{key}] What is shown?",
+                "answer": answer,
+                "options": options,
+                "source": source,
+            }
+        )
     pool = tmp_path / "pool.jsonl"
     pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return pool
@@ -53,9 +64,9 @@ def script(state: dict):
         prompt = last_user_text(req)
         if prompt.startswith("You are given a question and a model-generated response."):  # open-answer extraction
             return chat(extract_answer_span(prompt.split("Model Response:", 1)[1].split("### Output", 1)[0]))
-        if prompt.startswith("You are given a multiple-choice question"):    # MCQ letter extraction
+        if prompt.startswith("You are given a multiple-choice question"):  # MCQ letter extraction
             return chat(prompt.split("Model Answer:", 1)[1].split("### Output", 1)[0].strip())
-        if "GT Answer:" in prompt:                                  # the paper's judge prompt
+        if "GT Answer:" in prompt:  # the paper's judge prompt
             if state.get("fail_judge") == key:
                 return error(400, "scripted judge failure")
             gt = prompt.split("GT Answer:", 1)[1].split("\n", 1)[0].strip()
@@ -63,6 +74,7 @@ def script(state: dict):
             ok = gt in model_answer or (gt == "two" and "2" in model_answer)
             return chat("<correct>" if ok else "<wrong>")
         return error(400, f"unexpected judge prompt: {prompt[:80]}")
+
     return reply
 
 
@@ -70,28 +82,45 @@ def _run(pool, out, srv, monkeypatch) -> int:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("QWEN_KEY", QWEN_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
-    return main(["--source_pool", str(pool), "--out_dir", str(out), "--checker", f"qwen,{srv.base_url},QWEN_KEY",
-                 "--checker", "nano", "--judge_model", "judge", "--max_retries", "0", "--no_progress"])
+    return main(
+        [
+            "--source_pool",
+            str(pool),
+            "--out_dir",
+            str(out),
+            "--checker",
+            f"qwen,{srv.base_url},QWEN_KEY",
+            "--checker",
+            "nano",
+            "--judge_model",
+            "judge",
+            "--max_retries",
+            "0",
+            "--no_progress",
+        ]
+    )
 
 
 def test_two_checkers_must_both_answer_right_and_errors_resume(tmp_path, openai_server, monkeypatch, capsys):
     pool, out = make_pool(tmp_path), tmp_path / "out"
     state = {"fail_checker": ("qwen", "i4"), "fail_judge": "i5"}
     srv = openai_server(script(state))
-    assert _run(pool, out, srv, monkeypatch) == 1                     # two items lost to API errors
+    assert _run(pool, out, srv, monkeypatch) == 1  # two items lost to API errors
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary == {"items": 6, "checked": 5, "kept": 2, "errors": 2}
     recs = {r["sample_key"]: r for r in map(json.loads, (out / "reliability.jsonl").read_text().splitlines())}
-    assert "viscot/textvqa/i0" not in recs                              # the OCR stream is not checked
+    assert "viscot/textvqa/i0" not in recs  # the OCR stream is not checked
     assert recs["viscot/gqa/i1"]["reliable"] is True
     assert recs["viscot/gqa/i2"]["reliable"] is False and recs["viscot/gqa/i2"]["checks"]["nano"]["status"] == "wrong"
     i3 = recs["vstar/i3"]
-    assert i3["reliable"] is False and list(i3["checks"]) == ["qwen"]        # stopped at the first wrong checker
+    assert i3["reliable"] is False and list(i3["checks"]) == ["qwen"]  # stopped at the first wrong checker
     # the original's extract flow: an answer other than the GT letter goes to the MCQ extraction judge
     assert i3["checks"]["qwen"]["judge_method"] == "judge" and i3["checks"]["qwen"]["extracted_answer"] == "B"
     assert "error" in recs["viscot/v7w/i4"] and recs["viscot/v7w/i4"]["checks"]["qwen"]["fail_stage"] == "solver"
     i5 = recs["viscot/flickr30k/i5"]
-    assert "error" in i5 and i5["checks"]["qwen"]["status"] == "correct" and i5["checks"]["nano"]["fail_stage"] == "judge"
+    assert (
+        "error" in i5 and i5["checks"]["qwen"]["status"] == "correct" and i5["checks"]["nano"]["fail_stage"] == "judge"
+    )
     kept = [json.loads(x)["id"] for x in (out / "pool_reliable.jsonl").read_text().splitlines()]
     assert kept == ["viscot/textvqa/i0", "viscot/gqa/i1"]
     assert ("nano", "i3") not in state["asked"]
@@ -104,7 +133,7 @@ def test_two_checkers_must_both_answer_right_and_errors_resume(tmp_path, openai_
     kept = [json.loads(x)["id"] for x in (out / "pool_reliable.jsonl").read_text().splitlines()]
     assert kept == ["viscot/textvqa/i0", "viscot/gqa/i1", "viscot/v7w/i4", "viscot/flickr30k/i5"]
     lines = (out / "reliability.jsonl").read_text().splitlines()
-    assert len(lines) == 5                                              # compacted: one record per checked item
+    assert len(lines) == 5  # compacted: one record per checked item
     # a third run asks nothing
     state.clear()
     assert _run(pool, out, srv, monkeypatch) == 0 and "asked" not in state
@@ -122,6 +151,10 @@ def test_checker_spec_and_cli(tmp_path, capsys):
     assert parse_checker("q,http://h/v1,K") == ("q", "http://h/v1", "K")
     assert "viscot/gqa" in CHECKED_SOURCES and "viscot/textvqa" not in CHECKED_SOURCES
     (tmp_path / "bad.jsonl").write_text('{"id": "a"}\n')
-    assert check_reliability.main(["--source_pool", str(tmp_path / "bad.jsonl"), "--out_dir", str(tmp_path / "o"),
-                                   "--checker", "m"]) == 2
+    assert (
+        check_reliability.main(
+            ["--source_pool", str(tmp_path / "bad.jsonl"), "--out_dir", str(tmp_path / "o"), "--checker", "m"]
+        )
+        == 2
+    )
     assert "bad.jsonl:1" in capsys.readouterr().err

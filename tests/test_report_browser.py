@@ -1,6 +1,7 @@
 """The HTML report rendered by headless Chromium from a file:// URL (no server, no network):
 the DOM after scripts ran has the per-category table and samples with decoded crop images, the
 filter buttons work, and a screenshot shows a rendered page."""
+
 from __future__ import annotations
 
 import re
@@ -14,11 +15,22 @@ from PIL import Image
 from insight_o3.viz.report import write_report
 from tests.conftest import require_executable
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-quic", "--disable-extensions",
-         "--no-default-browser-check", "--mute-audio",
-         # any network access would fail: the page must not need it
-         "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--disable-extensions",
+    "--no-default-browser-check",
+    "--mute-audio",
+    # any network access would fail: the page must not need it
+    "--proxy-server=127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+]
 
 # Appended to a copy of the report: record how each image decoded and exercise the filter buttons.
 PROBE = """<script>
@@ -33,8 +45,9 @@ window.addEventListener('load', function(){
 
 
 def _chromium(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                          text=True, timeout=90)
+    return subprocess.run(
+        [chromium, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=90
+    )
 
 
 class _Collect(HTMLParser):
@@ -104,8 +117,14 @@ def test_report_renders_in_headless_chromium(demo_eval_run, tmp_path):
     assert dom.body.get("data-after-failed-filter") == "failed"
 
     shot = tmp_path / "shot.png"
-    res = _chromium(chromium, tmp_path / "profile2", "--window-size=1200,2400", "--hide-scrollbars",
-                    f"--screenshot={shot}", report.as_uri())
+    res = _chromium(
+        chromium,
+        tmp_path / "profile2",
+        "--window-size=1200,2400",
+        "--hide-scrollbars",
+        f"--screenshot={shot}",
+        report.as_uri(),
+    )
     assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
     px = np.asarray(Image.open(shot).convert("RGB"))
     assert px.shape[:2] == (2400, 1200)

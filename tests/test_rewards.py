@@ -1,4 +1,5 @@
 """Eq. (1) of the paper on hand-computed cases (insight_o3.rewards, torch-free)."""
+
 from __future__ import annotations
 
 import pytest
@@ -63,8 +64,9 @@ def test_not_found_answer_is_format_only():
     assert b.score == pytest.approx(0.2) and b.iou == 0.0
 
 
-@pytest.mark.parametrize("s,c,expected", [(True, True, 1.0), (True, False, 0.2), (False, True, 0.2),
-                                          (False, False, 0.2), (None, True, 0.2)])
+@pytest.mark.parametrize(
+    "s,c,expected", [(True, True, 1.0), (True, False, 0.2), (False, True, 0.2), (False, False, 0.2), (None, True, 0.2)]
+)
 def test_in_loop_pseudo_reward(s, c, expected):
     b = in_loop_reward(n_tool=1, format_ok=True, helpful=s, correct=c)
     assert b.score == pytest.approx(expected) and b.in_loop and b.iou is None
@@ -91,6 +93,7 @@ def test_custom_weights_and_validation():
 
 def test_reward_from_locate_result_like_object():
     from types import SimpleNamespace
+
     found = SimpleNamespace(n_tool_calls=1, format_ok=True, box_original=(0, 0, 100, 100), error=None)
     assert reward_from_locate(found, gt_boxes=GT).score == pytest.approx(1.0)
     invalid = SimpleNamespace(n_tool_calls=2, format_ok=False, box_original=None, error="turn 1: no <think>")
@@ -102,16 +105,25 @@ def test_reward_from_locate_result_like_object():
 
 
 def test_recipe_reward_function_adapter():
-    add_recipe_path()   # the reward adapter needs no verl
+    add_recipe_path()  # the reward adapter needs no verl
     from recipe.vsearch.reward_fn import compute_score
+
     # variant="paper": Eq. (1) literally (the adapter's default is "original", tested below)
-    out = compute_score("info_vqa_region_localization", "", None,
-                        {"bboxes": [[0, 0, 100, 100]], "n_tool": 1, "format_ok": True, "pred_box": [0, 0, 100, 50]},
-                        variant="paper")
+    out = compute_score(
+        "info_vqa_region_localization",
+        "",
+        None,
+        {"bboxes": [[0, 0, 100, 100]], "n_tool": 1, "format_ok": True, "pred_box": [0, 0, 100, 50]},
+        variant="paper",
+    )
     assert out["score"] == pytest.approx(0.2 + 0.8 / 3) and out["iou"] == pytest.approx(0.5)
-    out = compute_score("visual_cot_vstar_collage", "", "C",
-                        {"n_tool": 2, "format_ok": True, "is_in_loop": True, "feedback_helpful": True,
-                         "answer_correct": False}, variant="paper")
+    out = compute_score(
+        "visual_cot_vstar_collage",
+        "",
+        "C",
+        {"n_tool": 2, "format_ok": True, "is_in_loop": True, "feedback_helpful": True, "answer_correct": False},
+        variant="paper",
+    )
     assert out["score"] == pytest.approx(0.2) and out["iou"] == -1.0
     with pytest.raises(KeyError, match="n_tool"):
         compute_score("x", "", None, {"bboxes": [[0, 0, 1, 1]]})
@@ -120,24 +132,31 @@ def test_recipe_reward_function_adapter():
 
 
 # ----------------------------------------------------------------------------- variant "original"
-FRAME = (1000, 800)          # model frame of the crop boxes
-IMAGE = (1000, 1000)         # original image
+FRAME = (1000, 800)  # model frame of the crop boxes
+IMAGE = (1000, 1000)  # original image
 G = [(100, 100, 200, 200)]
 A, A_NEAR, A_HALF = (100, 100, 300, 300), (110, 110, 310, 310), (100, 100, 300, 200)
 
 
 def _orig(pred, gts=G, crops=(A,), fmt=True, n_tool=None, rules=RewardRules()):
     n = len(crops) if n_tool is None else n_tool
-    return original_out_of_loop_reward(n_tool=n, format_ok=fmt, pred_box=pred, gt_boxes=gts, image_size=IMAGE,
-                                       crop_boxes=crops, frame_size=FRAME, rules=rules)
+    return original_out_of_loop_reward(
+        n_tool=n,
+        format_ok=fmt,
+        pred_box=pred,
+        gt_boxes=gts,
+        image_size=IMAGE,
+        crop_boxes=crops,
+        frame_size=FRAME,
+        rules=rules,
+    )
 
 
 def test_original_failed_format_gives_zero_where_the_paper_keeps_the_iou_part():
     assert _orig((100, 100, 200, 200), fmt=False).score == 0.0
     paper = out_of_loop_reward(n_tool=1, format_ok=False, pred_box=(100, 100, 200, 200), gt_boxes=G)
     assert paper.score == pytest.approx(0.8)
-    b = original_in_loop_reward(n_tool=1, format_ok=False, helpful=True, correct=True, crop_boxes=[A],
-                                frame_size=FRAME)
+    b = original_in_loop_reward(n_tool=1, format_ok=False, helpful=True, correct=True, crop_boxes=[A], frame_size=FRAME)
     assert b.score == 0.0 and b.tool_gate == 0.0 and b.r_iou == 1.0
     assert in_loop_reward(n_tool=1, format_ok=False, helpful=True, correct=True).score == pytest.approx(0.8)
 
@@ -155,8 +174,9 @@ def test_original_repeated_view_voids_the_tool_gate():
     assert repeated_view([A, A_HALF, A], FRAME, max_iou=0.4)
     # the paper has no such rule
     assert out_of_loop_reward(n_tool=2, format_ok=True, pred_box=(100, 100, 200, 200), gt_boxes=G).score == 1.0
-    b = original_in_loop_reward(n_tool=2, format_ok=True, helpful=True, correct=True, crop_boxes=[A, A_NEAR],
-                                frame_size=FRAME)
+    b = original_in_loop_reward(
+        n_tool=2, format_ok=True, helpful=True, correct=True, crop_boxes=[A, A_NEAR], frame_size=FRAME
+    )
     assert b.score == 0.0 and b.repeated_view
 
 
@@ -177,7 +197,7 @@ def test_original_counts_iou_only_for_boxes_covering_95_percent_of_the_gt():
 
 def test_original_needs_every_gt_box_covered():
     gts = [(100, 100, 200, 200), (600, 600, 700, 700)]
-    b = _orig((100, 100, 200, 200), gts=gts)       # the second box is only "covered" by the whole image
+    b = _orig((100, 100, 200, 200), gts=gts)  # the second box is only "covered" by the whole image
     assert b.iou == pytest.approx(0.01) and b.matched_gt == 1 and b.score == pytest.approx(0.2)
     assert best_iou((100, 100, 200, 200), gts) == (pytest.approx(1.0), 0)  # paper: best match
     assert covered_iou((100, 100, 700, 700), gts, IMAGE) == (pytest.approx(10000 / 360000), 0)
@@ -186,7 +206,7 @@ def test_original_needs_every_gt_box_covered():
 def test_original_whole_image_candidate_scores_large_gt_boxes():
     # gt covers 90 % of a 200x100 image: a 50 % box does not count, the whole image does (IoU 0.9)
     assert covered_iou((0, 0, 200, 50), [(0, 0, 200, 90)], (200, 100)) == (pytest.approx(0.9), 0)
-    assert covered_iou(None, [(0, 0, 200, 90)], (200, 100)) == (0.0, None)        # no answer: skipped
+    assert covered_iou(None, [(0, 0, 200, 90)], (200, 100)) == (0.0, None)  # no answer: skipped
     assert covered_iou([0, 0, 0, 0], [(0, 0, 200, 90)], (200, 100)) == (0.0, None)  # "not found"
 
 
@@ -199,8 +219,16 @@ def test_original_not_found_and_no_tool_and_in_loop():
 
 
 def test_trajectory_reward_dispatch_and_rules_validation():
-    common = dict(in_loop=False, n_tool=1, format_ok=False, pred_box=(100, 100, 200, 200), gt_boxes=G,
-                  image_size=IMAGE, crop_boxes=[A], frame_size=FRAME)
+    common = dict(
+        in_loop=False,
+        n_tool=1,
+        format_ok=False,
+        pred_box=(100, 100, 200, 200),
+        gt_boxes=G,
+        image_size=IMAGE,
+        crop_boxes=[A],
+        frame_size=FRAME,
+    )
     assert trajectory_reward(RewardRules("paper"), **common).score == pytest.approx(0.8)
     assert trajectory_reward(RewardRules("original"), **common).score == 0.0
     with pytest.raises(ValueError, match=r"needs \['frame_size', 'image_size'\]"):
@@ -214,11 +242,19 @@ def test_trajectory_reward_dispatch_and_rules_validation():
 
 
 def test_recipe_reward_function_original_variant():
-    add_recipe_path()   # the reward adapter needs no verl
+    add_recipe_path()  # the reward adapter needs no verl
     from recipe.vsearch.reward_fn import compute_score
-    info = {"bboxes": [[100, 100, 200, 200]], "n_tool": 2, "format_ok": True, "pred_box": [100, 100, 200, 196],
-            "crop_boxes": [list(A), list(A_HALF)], "frame_size": list(FRAME), "image_size": list(IMAGE)}
-    out = compute_score("info_vqa_region_localization", "", None, info)          # default: original
+
+    info = {
+        "bboxes": [[100, 100, 200, 200]],
+        "n_tool": 2,
+        "format_ok": True,
+        "pred_box": [100, 100, 200, 196],
+        "crop_boxes": [list(A), list(A_HALF)],
+        "frame_size": list(FRAME),
+        "image_size": list(IMAGE),
+    }
+    out = compute_score("info_vqa_region_localization", "", None, info)  # default: original
     assert out["variant"] == "original" and out["score"] == pytest.approx(0.2 + 0.8 * 0.71 / 0.75)
     out = compute_score("info_vqa_region_localization", "", None, {**info, "crop_boxes": [list(A), list(A_NEAR)]})
     assert out["score"] == 0.0 and out["repeated_view"] == 1.0
@@ -226,8 +262,15 @@ def test_recipe_reward_function_original_variant():
     assert out["score"] == 0.0
     with pytest.raises(KeyError, match="frame_size"):
         compute_score("x", "", None, {k: v for k, v in info.items() if k != "frame_size"})
-    inloop = {"n_tool": 1, "format_ok": True, "is_in_loop": True, "feedback_helpful": True, "answer_correct": True,
-              "crop_boxes": [list(A)], "frame_size": list(FRAME)}
+    inloop = {
+        "n_tool": 1,
+        "format_ok": True,
+        "is_in_loop": True,
+        "feedback_helpful": True,
+        "answer_correct": True,
+        "crop_boxes": [list(A)],
+        "frame_size": list(FRAME),
+    }
     assert compute_score("c", "", "C", inloop)["score"] == pytest.approx(1.0)
     # placeholder rows (no vSearcher call) carry no frame: score 0, no error
     assert compute_score("c", "", "C", {"n_tool": 0, "format_ok": False, "is_in_loop": True})["score"] == 0.0

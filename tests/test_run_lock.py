@@ -1,6 +1,7 @@
 """One run per output directory: two real concurrent runs of a resumable command on one directory ->
 the second exits at once naming the directory and the holder's pid, the first finishes with exact
 records; a lock left by a killed run (or held on by a child it forked) never blocks."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ time.sleep(60)
 
 
 def _holder(directory: Path, fork_child: bool = False) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(directory), *(["fork"] if fork_child else [])],
-                         cwd=REPO, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(directory), *(["fork"] if fork_child else [])],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert p.stdout.readline().strip() == "locked"
     return p
 
@@ -58,7 +64,7 @@ def _wait_for(cond, timeout: float, what: str) -> None:
 @pytest.mark.smoke
 def test_two_concurrent_evaluate_runs_one_refuses_records_exact(tmp_path, openai_server):
     bench = eb.make_bench(tmp_path / "bench")
-    gate = threading.Event()   # the model answers only once the second run has come and gone
+    gate = threading.Event()  # the model answers only once the second run has come and gone
 
     def gated(req, call):
         gate.wait(60)
@@ -85,9 +91,9 @@ def test_two_concurrent_evaluate_runs_one_refuses_records_exact(tmp_path, openai
     last = second.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {out / 'm/o3_bench'} is in use by another run (evaluate, pid {first.pid}")
     assert "Traceback" not in second.stderr
-    assert refused_in < 15 and slow.count - n_at_start <= 8   # it asked nothing: all requests are the first's
+    assert refused_in < 15 and slow.count - n_at_start <= 8  # it asked nothing: all requests are the first's
     assert first.returncode == 0, err1
-    assert slow.count == 8    # 8 samples, n=3: exactly what one run needs, nothing twice
+    assert slow.count == 8  # 8 samples, n=3: exactly what one run needs, nothing twice
     _assert_expected(out, 3)  # exactly one record per (sample, trial)
 
 
@@ -97,7 +103,7 @@ def test_lock_of_a_killed_run_does_not_block(tmp_path):
     with pytest.raises(RunLockedError) as e:
         acquire(d, "second")
     assert str(d) in str(e.value) and f"pid {holder.pid}" in str(e.value) and "test-holder" in str(e.value)
-    _kill_group(holder)                      # SIGKILL: no cleanup ran, the lock file stays
+    _kill_group(holder)  # SIGKILL: no cleanup ran, the lock file stays
     assert (d / LOCK_FILE).exists()
     with run_lock(d, "after the kill") as lock:
         assert lock.held
@@ -120,7 +126,7 @@ def test_the_same_process_cannot_take_a_held_lock_twice(tmp_path):
     with run_lock(tmp_path, "one"):
         with pytest.raises(RunLockedError, match=f"pid {os.getpid()}"):
             acquire(tmp_path, "two")
-    with run_lock(tmp_path, "three"):   # released on exit
+    with run_lock(tmp_path, "three"):  # released on exit
         pass
 
 
@@ -130,24 +136,71 @@ def test_every_resumable_command_refuses_a_held_directory(tmp_path):
     at once (status 5, one line) while another process holds their output directory."""
     out = tmp_path / "out"
     holder = _holder(out)
-    missing = str(tmp_path / "nothing-here")   # inputs are not even read before the lock
+    missing = str(tmp_path / "nothing-here")  # inputs are not even read before the lock
     pool = tmp_path / "pool.jsonl"
-    pool.write_text(json.dumps({"id": "a", "image": "a.png", "width": 100, "height": 100, "bbox": [1, 1, 2, 2],
-                                "question": "q", "answer": "a"}) + "\n")
-    (out / "collages.jsonl").write_text(json.dumps({"sample_key": "k", "image": "i.png", "question": "q",
-                                                    "answer": "a"}) + "\n")
+    pool.write_text(
+        json.dumps(
+            {
+                "id": "a",
+                "image": "a.png",
+                "width": 100,
+                "height": 100,
+                "bbox": [1, 1, 2, 2],
+                "question": "q",
+                "answer": "a",
+            }
+        )
+        + "\n"
+    )
+    (out / "collages.jsonl").write_text(
+        json.dumps({"sample_key": "k", "image": "i.png", "question": "q", "answer": "a"}) + "\n"
+    )
     (tmp_path / "ann.jsonl").write_text(json.dumps({"image": "x.png", "description": "d", "bbox": [0, 0, 1, 1]}) + "\n")
     (tmp_path / "x.png").write_bytes(b"")
     cmds = {
-        "evaluate_vsearch": ["insight_o3.scripts.evaluate_vsearch", "--ann_file", str(tmp_path / "ann.jsonl"),
-                             "--img_dir", str(tmp_path), "--model", "m", "--api_base_url", "http://127.0.0.1:9/v1",
-                             "--output_dir", str(out)],
-        "generate_collages": ["insight_o3.scripts.generate_collages", "--source_pool", str(pool), "--out_dir", str(out),
-                              "--num_collages", "2", "--skip_image_check", "--no_progress"],
-        "generate_collages filter": ["insight_o3.scripts.generate_collages", "filter", "--out_dir", str(out),
-                                     "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--no_progress"],
-        "build_region_localization": ["insight_o3.scripts.build_region_localization", "--layouts", missing,
-                                      "--out_dir", str(out), "--no_progress"],
+        "evaluate_vsearch": [
+            "insight_o3.scripts.evaluate_vsearch",
+            "--ann_file",
+            str(tmp_path / "ann.jsonl"),
+            "--img_dir",
+            str(tmp_path),
+            "--model",
+            "m",
+            "--api_base_url",
+            "http://127.0.0.1:9/v1",
+            "--output_dir",
+            str(out),
+        ],
+        "generate_collages": [
+            "insight_o3.scripts.generate_collages",
+            "--source_pool",
+            str(pool),
+            "--out_dir",
+            str(out),
+            "--num_collages",
+            "2",
+            "--skip_image_check",
+            "--no_progress",
+        ],
+        "generate_collages filter": [
+            "insight_o3.scripts.generate_collages",
+            "filter",
+            "--out_dir",
+            str(out),
+            "--model",
+            "m",
+            "--base_url",
+            "http://127.0.0.1:9/v1",
+            "--no_progress",
+        ],
+        "build_region_localization": [
+            "insight_o3.scripts.build_region_localization",
+            "--layouts",
+            missing,
+            "--out_dir",
+            str(out),
+            "--no_progress",
+        ],
     }
     try:
         for name, cmd in cmds.items():

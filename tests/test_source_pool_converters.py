@@ -1,4 +1,5 @@
 """Visual CoT and V* annotation converters of the collage source pool (paper C.1)."""
+
 import json
 
 import pytest
@@ -9,9 +10,21 @@ from insight_o3.data.source_pool import PoolError, convert_viscot, convert_vstar
 
 def test_viscot_rows_keep_size_fields_and_enclose_all_boxes(tmp_path):
     ann = tmp_path / "docvqa_cot_train.jsonl"
-    ann.write_text(json.dumps({"question_id": 7, "image": "docvqa/a.png", "width": 800, "height": 600,
-                               "bboxs": [[10, 20, 30, 40], [25, 5, 60, 35]], "question": "What is the title?",
-                               "answer": "Budget", "dataset": "docvqa"}) + "\n")
+    ann.write_text(
+        json.dumps(
+            {
+                "question_id": 7,
+                "image": "docvqa/a.png",
+                "width": 800,
+                "height": 600,
+                "bboxs": [[10, 20, 30, 40], [25, 5, 60, 35]],
+                "question": "What is the title?",
+                "answer": "Budget",
+                "dataset": "docvqa",
+            }
+        )
+        + "\n"
+    )
     (item,) = convert_viscot(str(ann), str(tmp_path / "img"))  # width/height given: no file is read
     assert item.id == "viscot/docvqa/7" and item.source == "viscot/docvqa"
     assert item.image == str(tmp_path / "img" / "docvqa" / "a.png")
@@ -21,8 +34,12 @@ def test_viscot_rows_keep_size_fields_and_enclose_all_boxes(tmp_path):
 
 def test_vstar_reads_the_image_size_and_shuffles_options_deterministically(tmp_path):
     Image.new("RGB", (320, 200)).save(tmp_path / "sa_1.jpg")
-    rec = {"image": "sa_1.jpg", "bbox": [10, 20, 30, 40], "question": "What color is the cup?",
-           "options": ["red", "blue", "green", "white"]}
+    rec = {
+        "image": "sa_1.jpg",
+        "bbox": [10, 20, 30, 40],
+        "question": "What color is the cup?",
+        "options": ["red", "blue", "green", "white"],
+    }
     ann = tmp_path / "vstar.jsonl"
     ann.write_text(json.dumps(rec) + "\n")
     (item,) = convert_vstar(str(ann), str(tmp_path))

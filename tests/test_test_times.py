@@ -1,4 +1,5 @@
 """scripts/test_times.py: per-module wall time from a pytest JUnit XML, slowest first."""
+
 from __future__ import annotations
 
 import runpy
@@ -34,7 +35,7 @@ def test_modules_sorted_by_time(tmp_path, monkeypatch, capsys):
     assert [r[0] for r in rows] == ["tests/test_slow.py", "tests/test_fast.py", "tests/test_recipe_x.py"]
     assert rows[0][1:] == ["7.00", "90.3%", "2", "0", "1"]
     assert rows[1][1:] == ["0.75", "9.7%", "2", "1", "0"]
-    assert rows[2][3:] == ["1", "1", "0"]      # a module skipped at collection still shows
+    assert rows[2][3:] == ["1", "1", "0"]  # a module skipped at collection still shows
     assert lines[-2].split()[-1] == "7.75" and lines[-1].split()[-1] == "9.50"
 
 

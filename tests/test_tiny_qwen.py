@@ -1,5 +1,6 @@
 """The tiny random-weight Qwen2.5-VL the test-suite builds: reproducible bytes, loads and runs with
 transformers (no torchvision), and has the config vLLM needs."""
+
 from __future__ import annotations
 
 import hashlib
@@ -70,8 +71,13 @@ def test_loads_and_generates_with_transformers(tiny_qwen_dir):
     assert n_image_tokens == (448 // 28) * (280 // 28)
     enc = tok(text.replace("<|image_pad|>", "<|image_pad|>" * n_image_tokens), return_tensors="pt")
     with torch.no_grad():
-        out = model.generate(**enc, pixel_values=pix["pixel_values"], image_grid_thw=pix["image_grid_thw"],
-                             max_new_tokens=8, do_sample=False)
+        out = model.generate(
+            **enc,
+            pixel_values=pix["pixel_values"],
+            image_grid_thw=pix["image_grid_thw"],
+            max_new_tokens=8,
+            do_sample=False,
+        )
     assert out.shape[1] > enc["input_ids"].shape[1]
 
     # the vSearcher's tool-call markers are single, non-special tokens (kept when decoding)
@@ -83,9 +89,14 @@ def test_loads_and_generates_with_transformers(tiny_qwen_dir):
 def test_cli_wrapper(tmp_path):
     require_module("torch")
     out = tmp_path / "cli"
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "make_tiny_qwen2_5_vl.py"), str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=REPO,
-                       env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    r = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_tiny_qwen2_5_vl.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     info = json.loads(r.stdout)
     assert info["path"] == str(out) and (out / "model.safetensors").is_file()
@@ -93,9 +104,11 @@ def test_cli_wrapper(tmp_path):
 
 
 def test_package_import_is_torch_free():
-    code = ("import sys, insight_o3.testing, insight_o3.testing.tiny_qwen, insight_o3.testing.vllm_server; "
-            "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, insight_o3.testing, insight_o3.testing.tiny_qwen, insight_o3.testing.vllm_server; "
+        "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stderr
 
@@ -106,7 +119,10 @@ def test_special_token_ids_match_config(tiny_qwen_dir, name):
 
     tok = AutoTokenizer.from_pretrained(tiny_qwen_dir)
     cfg = json.loads((tiny_qwen_dir / "config.json").read_text())
-    key = {"<|image_pad|>": "image_token_id", "<|im_end|>": "eos_token_id",
-           "<|vision_start|>": "vision_start_token_id"}[name]
+    key = {
+        "<|image_pad|>": "image_token_id",
+        "<|im_end|>": "eos_token_id",
+        "<|vision_start|>": "vision_start_token_id",
+    }[name]
     value = cfg.get(key, cfg.get("text_config", {}).get(key))
     assert tok.convert_tokens_to_ids(name) == value

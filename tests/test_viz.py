@@ -1,4 +1,5 @@
 """insight_o3.viz on a real InSight-o3 run (scripted servers, demo benchmark) and on bad input."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def test_bench_layouts_table_plots_and_drawing(demo_eval_run):
     img = bv.draw_sample(s, max_px=10_000)
     assert img.size == (row["img_width"], row["img_height"])
     x1, y1, x2, y2 = row["layout_infos"][str(row["target_layouts"][0])]["bbox"]
-    edge = np.asarray(img)[int(y1) + 8: int(y2) - 8, int(x1)].astype(int)  # left edge, below the label
+    edge = np.asarray(img)[int(y1) + 8 : int(y2) - 8, int(x1)].astype(int)  # left edge, below the label
     assert ((edge[:, 0] > 200) & (edge[:, 1] < 80) & (edge[:, 2] < 80)).mean() > 0.9
     page = bv.sample_html(s, 256)
     assert s.question.replace("'", "&#x27;") in page and "data:image/jpeg;base64," in page
@@ -45,12 +46,18 @@ def test_bench_layouts_table_plots_and_drawing(demo_eval_run):
 def test_load_run_statuses_filters_and_accuracy(demo_eval_run):
     run = rv.load_run(demo_eval_run.eval_dir)
     assert [t.index for t in run.trials] == [0, 1] and run.args["model"] == "scripted-reasoner"
-    expected = {"search_right": "correct", "search_twice_wrong": "wrong", "direct_right": "correct",
-                "api_error": "failed"}
+    expected = {
+        "search_right": "correct",
+        "search_twice_wrong": "wrong",
+        "direct_right": "correct",
+        "api_error": "failed",
+    }
     for t in run.trials:
         assert {r.key: r.status for r in t.results} == {k: expected[v] for k, v in demo_eval_run.plan.items()}
         calls = {r.key: r.n_search_calls for r in t.results}
-        assert calls == {k: {"search_right": 1, "search_twice_wrong": 2}.get(v, 0) for k, v in demo_eval_run.plan.items()}
+        assert calls == {
+            k: {"search_right": 1, "search_twice_wrong": 2}.get(v, 0) for k, v in demo_eval_run.plan.items()
+        }
     trial = run.trial(0)
     assert {r.status for r in rv.filter_results(trial.results, "wrong")} == {"wrong"}
     assert len(rv.filter_results(trial.results, ["correct", "failed"])) == 3
@@ -121,15 +128,18 @@ def test_report_content_and_self_contained(demo_eval_run, tmp_path):
     assert "url(http" not in page and "<link" not in page and "@import" not in page
     assert "sk-test" not in page
     # compare mode + max_samples
-    page2 = build_report(demo_eval_run.eval_dir, compare_dir=demo_eval_run.eval_dir / "trial_1", max_samples=2,
-                         thumb_px=128)
+    page2 = build_report(
+        demo_eval_run.eval_dir, compare_dir=demo_eval_run.eval_dir / "trial_1", max_samples=2, thumb_px=128
+    )
     assert page2.count("<details class='sample'") == 2 and "compare-col" in page2 and "id='compare'" in page2
 
 
 def test_report_cli_writes_file_and_clear_errors(demo_eval_run, tmp_path, capsys):
     out = tmp_path / "r" / "report.html"
-    assert report_cli.main([str(demo_eval_run.eval_dir), "--out", str(out), "--thumb_px", "128",
-                            "--max_samples", "1"]) == 0
+    assert (
+        report_cli.main([str(demo_eval_run.eval_dir), "--out", str(out), "--thumb_px", "128", "--max_samples", "1"])
+        == 0
+    )
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert report_cli.main([str(tmp_path / "nope"), "--out", str(tmp_path / "x.html")]) == 2
     assert "nope: evaluation directory not found" in capsys.readouterr().err
@@ -159,9 +169,18 @@ def test_trial_reader_tolerates_torn_line_and_names_bad_lines(demo_eval_run, tmp
     with pytest.raises(rv.RunError, match=r"eval_records.jsonl:1: record has no 'eval_result'"):
         rv.load_trial(dst)
     # old-style record without status/trajectory still reads
-    (dst / "eval_records.jsonl").write_text(json.dumps(
-        {"question_id": 7, "question": "q?", "answer": "A", "image": "a.png",
-         "eval_result": {"success": True, "is_correct": False, "response": "B", "finish_reason": "length"}}) + "\n")
+    (dst / "eval_records.jsonl").write_text(
+        json.dumps(
+            {
+                "question_id": 7,
+                "question": "q?",
+                "answer": "A",
+                "image": "a.png",
+                "eval_result": {"success": True, "is_correct": False, "response": "B", "finish_reason": "length"},
+            }
+        )
+        + "\n"
+    )
     r = rv.load_trial(dst).results[0]
     assert (r.key, r.status, r.n_search_calls) == ("7", "incomplete", 0)
     assert [t.role for t in rv.conversation(r)] == ["user", "assistant"]

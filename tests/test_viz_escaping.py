@@ -1,5 +1,6 @@
 """HTML views are rendered through autoescaping Jinja2 templates (insight_o3.viz.templating): text
 from records, args and run cards cannot inject markup, and the templates ship with the package."""
+
 from __future__ import annotations
 
 import ast
@@ -24,11 +25,26 @@ def _write_run(root: Path) -> Path:
     trial.mkdir(parents=True)
     base = {"question_id": "q1", "image": "missing.png", "options": None, "answer": "A", "subset": EVIL}
     records = [
-        {**base, "sample_key": "k1", "question": "Q1 " + EVIL,
-         "eval_result": {"success": True, "status": "wrong", "response": "R1 " + EVIL, "finish_reason": "stop",
-                         "extracted_answer": "B", "is_correct": False}},
-        {**base, "question_id": "q2", "sample_key": "k2", "question": "Q2 " + EVIL,
-         "eval_result": {"success": False, "status": "failed", "fail_reason": "F2 " + EVIL}},
+        {
+            **base,
+            "sample_key": "k1",
+            "question": "Q1 " + EVIL,
+            "eval_result": {
+                "success": True,
+                "status": "wrong",
+                "response": "R1 " + EVIL,
+                "finish_reason": "stop",
+                "extracted_answer": "B",
+                "is_correct": False,
+            },
+        },
+        {
+            **base,
+            "question_id": "q2",
+            "sample_key": "k2",
+            "question": "Q2 " + EVIL,
+            "eval_result": {"success": False, "status": "failed", "fail_reason": "F2 " + EVIL},
+        },
     ]
     (trial / "eval_records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (run / "args.json").write_text(json.dumps({"eval_name": "evil", "model": "M " + EVIL}))
@@ -55,11 +71,14 @@ def test_untrusted_text_is_escaped_in_the_conversation_view_and_the_report(tmp_p
 
 
 def test_templates_are_found_from_another_working_directory(tmp_path):
-    code = ("import insight_o3.viz.templating as t, insight_o3.viz.run_view as rv; print(t.__file__); "
-            "print(rv.compare_html(None, None, labels=('<a>', 'b')))")
+    code = (
+        "import insight_o3.viz.templating as t, insight_o3.viz.run_view as rv; print(t.__file__); "
+        "print(rv.compare_html(None, None, labels=('<a>', 'b')))"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert out.startswith(str(ROOT / "insight_o3" / "viz")) and "<h4>&lt;a&gt;</h4>" in out
     assert out.count("(not in this run)") == 2
 
@@ -78,9 +97,21 @@ def test_benchmark_sample_card_escapes_its_text():
     from insight_o3.evaluation.samples import Sample
     from insight_o3.viz import bench_view as bv
 
-    s = Sample(index=0, question_id=7, image="a.png", image_path="/nonexistent/a.png", question="Q " + EVIL,
-               options="A. " + EVIL, answer="A", category=EVIL, extra={"explanation": "E " + EVIL}, key="7", line=1,
-               image_field="image", category_field="subset")
+    s = Sample(
+        index=0,
+        question_id=7,
+        image="a.png",
+        image_path="/nonexistent/a.png",
+        question="Q " + EVIL,
+        options="A. " + EVIL,
+        answer="A",
+        category=EVIL,
+        extra={"explanation": "E " + EVIL},
+        key="7",
+        line=1,
+        image_field="image",
+        category_field="subset",
+    )
     card = bv.sample_html(s, 64)
     assert "Q " + ESCAPED in card and "A. " + ESCAPED in card and "E " + ESCAPED in card
     assert f"data-category='{ESCAPED}'" in card and "<script" not in card

@@ -10,6 +10,7 @@ show that the server kept the client's ``smart_resize`` size (no second resize).
 The server is capped at 64 new tokens per request (``--override-generation-config``) so random
 generation stays fast; its start-up (~35 s on 2 cores) dominates the runtime.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,7 +30,7 @@ from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_u
 
 pytestmark = pytest.mark.slow
 
-BUDGET = 256 * 28 * 28        # 200704 px: at most 256 image tokens per view
+BUDGET = 256 * 28 * 28  # 200704 px: at most 256 image tokens per view
 SMALL_BUDGET = 64 * 28 * 28
 MAX_NEW_TOKENS = 64
 
@@ -56,9 +57,14 @@ def vllm_server(vllm_venv_python, tiny_qwen_dir, tmp_path_factory):
     from insight_o3.testing.vllm_server import VLLMServer
 
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    srv = VLLMServer(vllm_venv_python, tiny_qwen_dir, served_model_name="tiny", max_model_len=8192,
-                     log_path=log,
-                     extra_args=["--override-generation-config", json.dumps({"max_new_tokens": MAX_NEW_TOKENS})])
+    srv = VLLMServer(
+        vllm_venv_python,
+        tiny_qwen_dir,
+        served_model_name="tiny",
+        max_model_len=8192,
+        log_path=log,
+        extra_args=["--override-generation-config", json.dumps({"max_new_tokens": MAX_NEW_TOKENS})],
+    )
     srv.start(timeout=240)
     print(f"\nvLLM server healthy after {srv.startup_s:.1f} s")
     try:
@@ -70,9 +76,27 @@ def vllm_server(vllm_venv_python, tiny_qwen_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    r = subprocess.run([sys.executable, "-m", "insight_o3.scripts.make_demo_bench", "--out", str(out),
-                        "--num_images", "2", "--questions_per_image", "1", "--min_side", "700", "--max_side", "1100"],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "insight_o3.scripts.make_demo_bench",
+            "--out",
+            str(out),
+            "--num_images",
+            "2",
+            "--questions_per_image",
+            "1",
+            "--min_side",
+            "700",
+            "--max_side",
+            "1100",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return out
 
@@ -89,14 +113,46 @@ def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_pa
     posts_before = _chat_posts(vllm_server.log_tail(10**8))
     with ScriptedOpenAIServer(_script) as scripted:
         out = tmp_path / "out"
-        argv = [sys.executable, "-m", "insight_o3.scripts.evaluate",
-                "--ann_file", str(bench / "metadata.jsonl"), "--img_dir", str(bench),
-                "--model", "scripted-vr", "--api_base_url", scripted.base_url, "--api_key", "sk-vr",
-                "--judge_model", "scripted-judge", "--judge_api_base_url", scripted.base_url, "--judge_api_key", "sk-j",
-                "--vsearcher_model", "tiny", "--vsearcher_api_base_url", vllm_server.base_url,
-                "--vsearcher_api_key", "EMPTY", "--vsearcher_max_pixels", str(BUDGET),
-                "--eval_name", "e2e", "--output_dir", str(out), "--no_progress", "--concurrency", "2",
-                "--max_retries", "0", "--client_timeout", "120"]
+        argv = [
+            sys.executable,
+            "-m",
+            "insight_o3.scripts.evaluate",
+            "--ann_file",
+            str(bench / "metadata.jsonl"),
+            "--img_dir",
+            str(bench),
+            "--model",
+            "scripted-vr",
+            "--api_base_url",
+            scripted.base_url,
+            "--api_key",
+            "sk-vr",
+            "--judge_model",
+            "scripted-judge",
+            "--judge_api_base_url",
+            scripted.base_url,
+            "--judge_api_key",
+            "sk-j",
+            "--vsearcher_model",
+            "tiny",
+            "--vsearcher_api_base_url",
+            vllm_server.base_url,
+            "--vsearcher_api_key",
+            "EMPTY",
+            "--vsearcher_max_pixels",
+            str(BUDGET),
+            "--eval_name",
+            "e2e",
+            "--output_dir",
+            str(out),
+            "--no_progress",
+            "--concurrency",
+            "2",
+            "--max_retries",
+            "0",
+            "--client_timeout",
+            "120",
+        ]
         t0 = time.monotonic()
         r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=240)
         print(f"evaluate run: {time.monotonic() - t0:.1f} s")
@@ -124,8 +180,9 @@ def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_pa
             assert s["n_turns"] >= 1
             n_searcher_turns += s["n_turns"]
             # the vSearcher saw the whole image at its smart_resize size
-            first = next(p for m in s["trajectory"] if m["role"] == "user"
-                         for p in m["content"] if p.get("type") == "image")
+            first = next(
+                p for m in s["trajectory"] if m["role"] == "user" for p in m["content"] if p.get("type") == "image"
+            )
             ref = first["image"] if "image" in first else first
             path = ref["path"]
             with Image.open(path) as im:
@@ -181,8 +238,10 @@ def test_vllm_prompt_tokens_match_client_smart_resize(vllm_server, bench):
     text_only, _ = _prompt_tokens(client, s, images)
 
     tokens = {b: (sz[0] // 28) * (sz[1] // 28) for b, sz in sizes.items()}
-    print(f"\nsizes {sizes} image tokens {tokens} prompt_tokens {counts} text-only {text_only} "
-          f"latency {[round(x * 1000) for x in latencies]} ms")
+    print(
+        f"\nsizes {sizes} image tokens {tokens} prompt_tokens {counts} text-only {text_only} "
+        f"latency {[round(x * 1000) for x in latencies]} ms"
+    )
     assert tokens[BUDGET] != tokens[SMALL_BUDGET]
     assert counts[BUDGET] - text_only == tokens[BUDGET] + 2
     assert counts[SMALL_BUDGET] - text_only == tokens[SMALL_BUDGET] + 2
@@ -202,8 +261,10 @@ def test_vllm_prompt_tokens_of_a_zoom_in_turn(vllm_server, bench):
     images = ImageStore()
     s = SearcherSession(path, "the legend box", images, BUDGET)
     w, h = s.frame.size
-    call = ('<think>zoom</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": '
-            f'{{"bbox_2d": [{w // 3}, {h // 4}, {w - 5}, {h // 2}], "label": "legend"}}}}</tool_call>')
+    call = (
+        '<think>zoom</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": '
+        f'{{"bbox_2d": [{w // 3}, {h // 4}, {w - 5}, {h // 2}], "label": "legend"}}}}</tool_call>'
+    )
     step = s.step(call, "stop")
     assert not step.done and step.crop is not None, step
     crop = step.crop

@@ -19,6 +19,7 @@ venv then replays each request through ``vllm.LLM.generate`` as a token prompt w
 Controls show the check can fail: a crop sent at a size other than the one the recipe counted (vLLM
 resizes it itself and the counts part), and a request with an image missing (vLLM refuses it).
 """
+
 from __future__ import annotations
 
 import ast
@@ -48,7 +49,7 @@ from insight_o3.geometry import smart_resize  # noqa: E402
 from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
 from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
 
-AGENT_YAML = REPO / "tests" / "support" / "agent_tiny.yaml"   # vSearcher train budget 125440 px (160 tokens)
+AGENT_YAML = REPO / "tests" / "support" / "agent_tiny.yaml"  # vSearcher train budget 125440 px (160 tokens)
 WORKER = REPO / "tests" / "support" / "vllm_replay_worker.py"
 MAX_PIXELS = 125440
 TOOL = '<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [%d, %d, %d, %d]}}</tool_call>'
@@ -87,22 +88,37 @@ def verl_dedup_image_tokens():
     return ns[fn.name]
 
 
-REWARD = {"variant": "original", "format_weight": 0.2, "iou_weight": 0.8, "alpha": 0.25,
-          "max_consecutive_iou": 0.6, "min_gt_coverage": 0.95}
+REWARD = {
+    "variant": "original",
+    "format_weight": 0.2,
+    "iou_weight": 0.8,
+    "alpha": 0.25,
+    "max_consecutive_iou": 0.6,
+    "min_gt_coverage": 0.95,
+}
 
 
 def _config():
     """The parts of a composed recipe config the agent loop reads (see recipe.vsearch.settings)."""
-    return OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"prompt_length": 1280, "response_length": 2048},
-                              "actor": {"ppo_epochs": 1}, "model": {}},
-        "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
-        "custom_reward_function": {"reward_kwargs": dict(REWARD)},
-        "vsearch": {"agent_config_path": str(AGENT_YAML), "stage": "train", "judge_model": "judge-m",
-                    "reward": dict(REWARD)},
-        "trainer": {"use_legacy_worker_impl": "auto"},
-        "data": {},
-    })
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {"prompt_length": 1280, "response_length": 2048},
+                "actor": {"ppo_epochs": 1},
+                "model": {},
+            },
+            "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
+            "custom_reward_function": {"reward_kwargs": dict(REWARD)},
+            "vsearch": {
+                "agent_config_path": str(AGENT_YAML),
+                "stage": "train",
+                "judge_model": "judge-m",
+                "reward": dict(REWARD),
+            },
+            "trainer": {"use_legacy_worker_impl": "auto"},
+            "data": {},
+        }
+    )
 
 
 def image_pad_runs(ids: list[int], pad: int) -> list[tuple[int, int]]:
@@ -132,20 +148,27 @@ def episode(tiny_qwen_dir, tmp_path_factory):
     img.save(root / "source.png")
 
     server = RecordingServerManager(tok)
-    row = {"extra_info": {"image_path": str(root / "source.png"), "description": "the striped band",
-                          "bboxes": [[100, 100, 700, 450]]}}
+    row = {
+        "extra_info": {
+            "image_path": str(root / "source.png"),
+            "description": "the striped band",
+            "bboxes": [[100, 100, 700, 450]],
+        }
+    }
 
-    async def go():   # verl's agent loop binds the running event loop when it is built
-        loop = VSearcherAgentLoop(DictConfigWrap(_config()), server, tok, proc, dataset_cls=RLHFDataset,
-                                  dataset_config=OmegaConf.create({}))
+    async def go():  # verl's agent loop binds the running event loop when it is built
+        loop = VSearcherAgentLoop(
+            DictConfigWrap(_config()), server, tok, proc, dataset_cls=RLHFDataset, dataset_config=OmegaConf.create({})
+        )
         assert loop.searcher.max_pixels == MAX_PIXELS
         return await loop.run({"temperature": 1.0}, **row)
+
     out = asyncio.run(go())
     assert out.extra_fields["search_status"] == "found" and out.extra_fields["n_tool"] == 2, out.extra_fields
     assert [len(imgs) for _, imgs in server.requests] == [1, 2, 3]
     # the trained sequence is the last request's prompt + the last generated turn
     last_ids, last_imgs = server.requests[-1]
-    assert (out.prompt_ids + out.response_ids)[:len(last_ids)] == last_ids
+    assert (out.prompt_ids + out.response_ids)[: len(last_ids)] == last_ids
     assert [im.size for im in out.multi_modal_data["images"]] == [im.size for im in last_imgs]
     return {"root": root, "tok": tok, "proc": proc, "requests": server.requests, "source": img}
 
@@ -157,9 +180,15 @@ def _recipe_side(ep) -> list[dict]:
     for ids, images in ep["requests"]:
         runs = image_pad_runs(ids, pad)
         grid = proc.image_processor(images=images, return_tensors="pt")["image_grid_thw"]
-        sides.append({"ids": ids, "runs": runs, "sizes": [im.size for im in images],
-                      "expected": [(h // 28) * (w // 28) for (w, h) in (im.size for im in images)],
-                      "processor": [int(g.prod()) // 4 for g in grid]})
+        sides.append(
+            {
+                "ids": ids,
+                "runs": runs,
+                "sizes": [im.size for im in images],
+                "expected": [(h // 28) * (w // 28) for (w, h) in (im.size for im in images)],
+                "processor": [int(g.prod()) // 4 for g in grid],
+            }
+        )
     return sides
 
 
@@ -170,8 +199,8 @@ def test_recipe_side_counts_image_tokens_by_smart_resize(episode):
     w0, h0 = episode["source"].size
     assert sides[0]["sizes"][0] == smart_resize(h0, w0, max_pixels=MAX_PIXELS)[::-1]
     for side in sides:
-        for (w, h) in side["sizes"]:
-            assert (h, w) == smart_resize(h, w, max_pixels=MAX_PIXELS)     # vLLM must not resize again
+        for w, h in side["sizes"]:
+            assert (h, w) == smart_resize(h, w, max_pixels=MAX_PIXELS)  # vLLM must not resize again
         assert [n for _, n in side["runs"]] == side["expected"] == side["processor"]
     # three distinct grids: the frame, the tall crop (a ~279x549-px region, scaled down to the budget) and
     # the small crop (a ~86x91-px region, under the budget: only snapped to the 28-px grid)
@@ -203,22 +232,34 @@ def replay(episode, tiny_qwen_dir, vllm_venv_python):
     w0, h0 = episode["requests"][-1][1][2].size
     odd = episode["requests"][-1][1][2].resize((w0 * 2 + 13, h0 * 2 + 9))
     odd.save(root / "odd.png")
-    requests.append({"name": "wrong_size", "prompt_ids": last["prompt_ids"], "images": last["images"][:2] + ["odd.png"]})
+    requests.append(
+        {"name": "wrong_size", "prompt_ids": last["prompt_ids"], "images": last["images"][:2] + ["odd.png"]}
+    )
     # control 2: an image missing for a placeholder
     requests.append({"name": "missing_image", "prompt_ids": last["prompt_ids"], "images": last["images"][:2]})
     # control 3: the recipe's ids without verl's dedup (pads already expanded)
     requests.append({"name": "no_dedup", "prompt_ids": episode["requests"][-1][0], "images": last["images"]})
-    (root / "episode.json").write_text(json.dumps({
-        "model": str(tiny_qwen_dir), "max_model_len": 4096, "max_images": 3, "max_tokens": 4,
-        "requests": requests}))
+    (root / "episode.json").write_text(
+        json.dumps(
+            {"model": str(tiny_qwen_dir), "max_model_len": 4096, "max_images": 3, "max_tokens": 4, "requests": requests}
+        )
+    )
     t0 = time.monotonic()
-    r = subprocess.run([str(vllm_venv_python), str(WORKER), str(root)], capture_output=True, text=True,
-                       cwd=root, env=server_env(), timeout=420)
+    r = subprocess.run(
+        [str(vllm_venv_python), str(WORKER), str(root)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=server_env(),
+        timeout=420,
+    )
     wall = time.monotonic() - t0
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-6000:])
     res = json.loads((root / "vllm.json").read_text())
-    print(f"\nvLLM replay: {wall:.1f} s wall (LLM start-up {res['startup_s']} s, peak RSS {res['max_rss_mib']} MiB); "
-          f"per request {[x.get('latency_s') for x in res['results']]} s")
+    print(
+        f"\nvLLM replay: {wall:.1f} s wall (LLM start-up {res['startup_s']} s, peak RSS {res['max_rss_mib']} MiB); "
+        f"per request {[x.get('latency_s') for x in res['results']]} s"
+    )
     return {x["name"]: x for x in res["results"]}
 
 
@@ -244,7 +285,7 @@ def mismatches(got: dict, side: dict, tok) -> list[str]:
         out.append("placeholder embeds only part of its range")
     ids = got["prompt_token_ids"]
     for o, n, _ in got["placeholders"]:
-        if tok.decode(ids[o - 1:o]) != "<|vision_start|>" or tok.decode(ids[o + n:o + n + 1]) != "<|vision_end|>":
+        if tok.decode(ids[o - 1 : o]) != "<|vision_start|>" or tok.decode(ids[o + n : o + n + 1]) != "<|vision_end|>":
             out.append(f"placeholder at {o} (+{n}) is not framed by <|vision_start|> ... <|vision_end|>")
     return out
 

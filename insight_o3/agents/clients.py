@@ -4,6 +4,7 @@ sends messages (images encoded once through the :class:`ImageStore` cache) and t
 (after the SDK's own retries), unusable images and malformed replies into ``failed`` results with a
 redacted reason (:data:`insight_o3.errors.EXPECTED_ERRORS`); a programming error raises.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,8 +27,9 @@ class Completion:
     usage: dict | None
 
 
-async def complete(client, model: str, session, images: ImageStore, kwargs: dict,
-                   image_url_extra: dict | None = None) -> Completion:
+async def complete(
+    client, model: str, session, images: ImageStore, kwargs: dict, image_url_extra: dict | None = None
+) -> Completion:
     """One chat completion for a session's current messages."""
     encoded = await encode_refs(images, session.resize, image_refs(session.messages))
     msgs = to_openai(session.messages, encoded.__getitem__, image_url_extra)
@@ -61,9 +63,17 @@ class VSearcher:
     InSight-o3-vS). Sampling defaults to the fork's validation setting
     (:data:`VSEARCHER_COMPLETION_KWARGS`); ``completion_kwargs`` are merged over it."""
 
-    def __init__(self, client, model: str, images: ImageStore, max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS,
-                 prompt: str = "trained", max_tool_calls: int = 6, completion_kwargs: dict | None = None,
-                 redactor: Redactor | None = None):
+    def __init__(
+        self,
+        client,
+        model: str,
+        images: ImageStore,
+        max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS,
+        prompt: str = "trained",
+        max_tool_calls: int = 6,
+        completion_kwargs: dict | None = None,
+        redactor: Redactor | None = None,
+    ):
         self.client, self.model, self.images = client, model, images
         self.max_pixels, self.prompt, self.max_tool_calls = max_pixels, prompt, max_tool_calls
         self.completion_kwargs = {**VSEARCHER_COMPLETION_KWARGS, **(completion_kwargs or {})}
@@ -121,9 +131,14 @@ class AnswerResult:
 
     @property
     def stats(self) -> dict:
-        return {"n_search_calls": self.n_search_calls, "n_search_not_found": self.n_search_not_found,
-                "n_format_retries": self.n_format_retries, "feedback": self.feedback, "status": self.status,
-                "protocol_error": self.protocol_error}
+        return {
+            "n_search_calls": self.n_search_calls,
+            "n_search_not_found": self.n_search_not_found,
+            "n_format_retries": self.n_format_retries,
+            "feedback": self.feedback,
+            "status": self.status,
+            "protocol_error": self.protocol_error,
+        }
 
 
 class InSightO3:
@@ -133,10 +148,21 @@ class InSightO3:
     (:data:`VREASONER_COMPLETION_KWARGS`), anything else replaces them. ``max_format_retries``: per
     round (None: the fork's, 4 for ``infer``, 2 for ``train``)."""
 
-    def __init__(self, client, model: str, searcher: VSearcher, images: ImageStore, max_pixels: int | None = None,
-                 mode: str = "infer", max_search_calls: int = 6, system_prompt: str | None = None,
-                 completion_kwargs: dict | None = None, image_url_extra: dict | None = None,
-                 max_format_retries: int | None = None, redactor: Redactor | None = None):
+    def __init__(
+        self,
+        client,
+        model: str,
+        searcher: VSearcher,
+        images: ImageStore,
+        max_pixels: int | None = None,
+        mode: str = "infer",
+        max_search_calls: int = 6,
+        system_prompt: str | None = None,
+        completion_kwargs: dict | None = None,
+        image_url_extra: dict | None = None,
+        max_format_retries: int | None = None,
+        redactor: Redactor | None = None,
+    ):
         self.client, self.model, self.searcher, self.images = client, model, searcher, images
         self.max_pixels, self.mode, self.max_search_calls = max_pixels, mode, max_search_calls
         self.system_prompt, self.max_format_retries = system_prompt, max_format_retries
@@ -147,8 +173,16 @@ class InSightO3:
         self.redact = redactor or Redactor()
 
     def session(self, image_path: str, question: str) -> ReasonerSession:
-        return ReasonerSession(image_path, question, self.images, self.max_pixels, self.mode, self.max_search_calls,
-                               self.system_prompt, self.max_format_retries)
+        return ReasonerSession(
+            image_path,
+            question,
+            self.images,
+            self.max_pixels,
+            self.mode,
+            self.max_search_calls,
+            self.system_prompt,
+            self.max_format_retries,
+        )
 
     async def answer(self, image_path: str, question: str) -> AnswerResult:
         """Run one episode: vReasoner turns, vSearcher calls, crops, until an answer or a stop."""
@@ -161,8 +195,9 @@ class InSightO3:
             return AnswerResult(None, None, "failed", None, [], 0, 0, 0, [], msg, usage)
         while not s.done:
             try:
-                c = await complete(self.client, self.model, s, self.images, self.completion_kwargs,
-                                   self.image_url_extra)
+                c = await complete(
+                    self.client, self.model, s, self.images, self.completion_kwargs, self.image_url_extra
+                )
             except EXPECTED_ERRORS as e:
                 s.fail(_describe(e, self.redact))
                 break
@@ -174,7 +209,17 @@ class InSightO3:
                 s.provide_search_result(await self.searcher.locate(s.image_path, st.description))
         assert s.status is not None  # the loop ends when the session is done
         failed = s.status == "failed"
-        return AnswerResult(None if failed else s.final_text, None if failed else finish, s.status, s.answer,
-                            compact_messages(s.messages), s.n_search_calls, s.n_search_not_found,
-                            s.n_format_retries, s.feedback, s.error if failed else None, usage,
-                            protocol_error=None if failed else s.error)
+        return AnswerResult(
+            None if failed else s.final_text,
+            None if failed else finish,
+            s.status,
+            s.answer,
+            compact_messages(s.messages),
+            s.n_search_calls,
+            s.n_search_not_found,
+            s.n_format_retries,
+            s.feedback,
+            s.error if failed else None,
+            usage,
+            protocol_error=None if failed else s.error,
+        )

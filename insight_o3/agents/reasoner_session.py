@@ -29,6 +29,7 @@ Protocol decisions, all from the fork the release pins (``verl/utils/vsearch_gpt
 
 Only ``answered`` episodes have an answer to judge.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -115,27 +116,37 @@ class ReasonerSession:
     ``max_format_retries``: retries per round after the first reply (default: the fork's, 4 for
     ``infer`` and 2 for ``train``, i.e. 5 and 3 replies per round)."""
 
-    def __init__(self, image_path: str, question_text: str, images: ImageStore, max_pixels: int | None = None,
-                 mode: str = "infer", max_search_calls: int = LIMITS.max_search_calls, system_prompt: str | None = None,
-                 max_format_retries: int | None = None):
+    def __init__(
+        self,
+        image_path: str,
+        question_text: str,
+        images: ImageStore,
+        max_pixels: int | None = None,
+        mode: str = "infer",
+        max_search_calls: int = LIMITS.max_search_calls,
+        system_prompt: str | None = None,
+        max_format_retries: int | None = None,
+    ):
         if mode not in REASONER_MODES:
             raise ValueError(f"vReasoner mode must be one of {REASONER_MODES}, got {mode!r}")
         self.image_path, self.question_text, self.images, self.mode = str(image_path), question_text, images, mode
         self.max_search_calls = max_search_calls
-        self.max_round_attempts = (ROUND_ATTEMPTS[mode] if max_format_retries is None
-                                   else max(1, int(max_format_retries) + 1))
+        self.max_round_attempts = (
+            ROUND_ATTEMPTS[mode] if max_format_retries is None else max(1, int(max_format_retries) + 1)
+        )
         self.resize = vreasoner_resize(max_pixels)
         first = plan_view(images, self.image_path, self.resize)
         system = system_prompt if system_prompt is not None else _SYSTEM[mode]
-        self.messages: list[dict] = ([message("system", system)] if system else []) + \
-            [message("user", image_part(first), question_text)]
+        self.messages: list[dict] = ([message("system", system)] if system else []) + [
+            message("user", image_part(first), question_text)
+        ]
         self.calls: list[SearchCall] = []
         self.n_format_retries = 0
         self.n_turns = 0
         self.pending: SearchCall | None = None
         self.final_text: str | None = None
         self.answer: str | None = None
-        self.status: str | None = None    # one of STATUSES
+        self.status: str | None = None  # one of STATUSES
         self.error: str | None = None
         self._new_round(None)
 
@@ -202,8 +213,12 @@ class ReasonerSession:
             self.answer = turn.answer
             return self._finish("answered", text, "answer", answer=turn.answer, feedback=turn.feedback)
         if self._attempts >= self.max_round_attempts:
-            return self._finish("format_failed", text, "stop",
-                                error=f"format retries exhausted ({self._attempts} replies in a round): {turn.error}")
+            return self._finish(
+                "format_failed",
+                text,
+                "stop",
+                error=f"format retries exhausted ({self._attempts} replies in a round): {turn.error}",
+            )
         self.n_format_retries += 1
         if self._last_round:
             self._last_round_turn()

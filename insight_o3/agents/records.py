@@ -5,6 +5,7 @@ times; records replace a text part that equals one of the protocol prompts with
 ``{"type": "text", "prompt": NAME}`` (plus ``"fill": {...}`` for the filled vSearcher user
 prompts). :func:`expand_messages` restores the full text.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,8 +15,10 @@ from .. import prompts
 _NAMES = [n for n in dir(prompts) if n.isupper() and n.endswith("PROMPT") and isinstance(getattr(prompts, n), str)]
 _BY_TEXT = {getattr(prompts, n): n for n in _NAMES}
 #: prompts stored with their placeholder values
-_FILLED = {n: re.compile(re.escape(getattr(prompts, n)).replace(re.escape("{target}"), "(?P<target>.*)"), re.DOTALL)
-           for n in ("VSEARCHER_FIRST_USER_PROMPT", "VSEARCHER_SIMPLE_USER_PROMPT")}
+_FILLED = {
+    n: re.compile(re.escape(getattr(prompts, n)).replace(re.escape("{target}"), "(?P<target>.*)"), re.DOTALL)
+    for n in ("VSEARCHER_FIRST_USER_PROMPT", "VSEARCHER_SIMPLE_USER_PROMPT")
+}
 
 
 def _compact_part(p: dict) -> dict:

@@ -28,6 +28,7 @@ Protocol decisions (bad model output is expected and never raises):
   most ``max_tool_calls + 1`` assistant turns;
 * ``failed`` is set by the driver (:meth:`fail`) when the episode cannot run (API error, bad image).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -62,13 +63,13 @@ class SearcherTurnRecord:
     """One assistant turn as the protocol read it (``box_original`` set for crops and answers)."""
 
     text: str
-    action: str                      # tool_call | answer | invalid
+    action: str  # tool_call | answer | invalid
     has_think: bool
     finish_reason: str | None = None
-    bbox_raw: list | None = None     # the model's values, model-frame pixels
+    bbox_raw: list | None = None  # the model's values, model-frame pixels
     box_original: Box | None = None
     error: str | None = None
-    usage: dict | None = None        # token usage the server reported for this turn, if any
+    usage: dict | None = None  # token usage the server reported for this turn, if any
 
 
 @dataclass
@@ -76,7 +77,7 @@ class SearcherStep:
     """The outcome of one turn: ``done`` or, for a crop, the new image to show (``crop``)."""
 
     done: bool
-    action: str                      # tool_call | answer | invalid
+    action: str  # tool_call | answer | invalid
     crop: ImageRef | None = None
     error: str | None = None
 
@@ -103,21 +104,37 @@ class LocateResult:
 
     def to_record(self) -> dict:
         """JSON-ready, compact (prompt texts by name, images by reference)."""
+
         def rnd(b):
             return [round(v, 2) for v in b] if b is not None else None
 
-        return {"description": self.description, "status": self.status, "box_original": rnd(self.box_original),
-                "box_model": rnd(self.box_model), "n_tool_calls": self.n_tool_calls, "n_turns": self.n_turns,
-                "format_ok": self.format_ok, "error": self.error, "turn_usage": self.turn_usage,
-                "model_size": list(self.model_size) if self.model_size else None,
-                "trajectory": compact_messages(self.trajectory)}
+        return {
+            "description": self.description,
+            "status": self.status,
+            "box_original": rnd(self.box_original),
+            "box_model": rnd(self.box_model),
+            "n_tool_calls": self.n_tool_calls,
+            "n_turns": self.n_turns,
+            "format_ok": self.format_ok,
+            "error": self.error,
+            "turn_usage": self.turn_usage,
+            "model_size": list(self.model_size) if self.model_size else None,
+            "trajectory": compact_messages(self.trajectory),
+        }
 
 
 class SearcherSession:
     """One vSearcher episode: ``messages`` to send, ``step(text)`` per reply, ``result()`` at the end."""
 
-    def __init__(self, image_path: str, description: str, images: ImageStore, max_pixels: int,
-                 prompt: str = "trained", max_tool_calls: int = LIMITS.max_tool_calls):
+    def __init__(
+        self,
+        image_path: str,
+        description: str,
+        images: ImageStore,
+        max_pixels: int,
+        prompt: str = "trained",
+        max_tool_calls: int = LIMITS.max_tool_calls,
+    ):
         if prompt not in SEARCHER_PROMPTS:
             raise ValueError(f"vSearcher prompt must be one of {SEARCHER_PROMPTS}, got {prompt!r}")
         self.image_path, self.description = str(image_path), description
@@ -129,11 +146,15 @@ class SearcherSession:
         #: the model frame all vSearcher coordinates refer to (whole image at smart_resize size)
         self.frame = Frame(first.region, first.size)
         if prompt == "simple":
-            self.messages = [message("system", VSEARCHER_SIMPLE_SYSTEM_PROMPT),
-                             message("user", fill(VSEARCHER_SIMPLE_USER_PROMPT, target=description), image_part(first))]
+            self.messages = [
+                message("system", VSEARCHER_SIMPLE_SYSTEM_PROMPT),
+                message("user", fill(VSEARCHER_SIMPLE_USER_PROMPT, target=description), image_part(first)),
+            ]
         else:
-            self.messages = [message("system", VSEARCHER_SYSTEM_PROMPT),
-                             message("user", image_part(first), fill(VSEARCHER_FIRST_USER_PROMPT, target=description))]
+            self.messages = [
+                message("system", VSEARCHER_SYSTEM_PROMPT),
+                message("user", image_part(first), fill(VSEARCHER_FIRST_USER_PROMPT, target=description)),
+            ]
         self.turns: list[SearcherTurnRecord] = []
         self.n_tool_calls = 0
         self.status: str | None = None
@@ -150,6 +171,7 @@ class SearcherSession:
     def image_refs(self) -> list[ImageRef]:
         """Every image of the conversation, in order (first image, then crops)."""
         from ..trajectory import image_refs
+
         return image_refs(self.messages)
 
     def pil(self, ref: ImageRef) -> Image.Image:
@@ -163,8 +185,10 @@ class SearcherSession:
         if self.status not in ("found", "not_found"):
             return False
         need_think = self.prompt == "trained"
-        return all(t.action != "invalid" and t.finish_reason != "length" and (t.has_think or not need_think)
-                   for t in self.turns)
+        return all(
+            t.action != "invalid" and t.finish_reason != "length" and (t.has_think or not need_think)
+            for t in self.turns
+        )
 
     # ------------------------------------------------------------------ protocol
     def _end(self, status: str, action: str, error: str | None = None) -> SearcherStep:
@@ -179,8 +203,15 @@ class SearcherSession:
             raise RuntimeError("vSearcher session is already finished")
         text = assistant_text or ""
         turn = parse_searcher_turn(text, simple_prompt=self.prompt == "simple")
-        rec = SearcherTurnRecord(text, turn.action, turn.has_think, finish_reason, turn.bbox, error=turn.error,
-                                 usage={k: v for k, v in (usage or {}).items() if isinstance(v, (int, float))} or None)
+        rec = SearcherTurnRecord(
+            text,
+            turn.action,
+            turn.has_think,
+            finish_reason,
+            turn.bbox,
+            error=turn.error,
+            usage={k: v for k, v in (usage or {}).items() if isinstance(v, (int, float))} or None,
+        )
         self.turns.append(rec)
         self.messages.append(message("assistant", text))
         if turn.action == "tool_call":
@@ -199,10 +230,13 @@ class SearcherSession:
                 return self._end("invalid", "invalid", f"tool call: {e}")
             rec.box_original = ref.region
             self.n_tool_calls += 1
-            reminder = VSEARCHER_LIMIT_PROMPT if self.n_tool_calls >= self.max_tool_calls else VSEARCHER_TOOL_RESPONSE_PROMPT
+            reminder = (
+                VSEARCHER_LIMIT_PROMPT if self.n_tool_calls >= self.max_tool_calls else VSEARCHER_TOOL_RESPONSE_PROMPT
+            )
             # the recipe's chat template: "<tool_response>" + crop + "</tool_response>\n" + reminder
-            self.messages.append(message("user", "<tool_response>", image_part(ref), VSEARCHER_TOOL_RESPONSE_CLOSE,
-                                         reminder))
+            self.messages.append(
+                message("user", "<tool_response>", image_part(ref), VSEARCHER_TOOL_RESPONSE_CLOSE, reminder)
+            )
             return SearcherStep(False, "tool_call", crop=ref)
         if turn.action == "answer":
             if is_null_box(turn.bbox):
@@ -224,9 +258,19 @@ class SearcherSession:
     def result(self) -> LocateResult:
         if not self.done or self.status is None:
             raise RuntimeError("vSearcher session is not finished")
-        return LocateResult(self.status, self.box_original, self.box_model, self.n_tool_calls, self.format_ok,
-                            list(self.messages), len(self.turns), self.error, self.description,
-                            [t.usage for t in self.turns], self.frame.size)
+        return LocateResult(
+            self.status,
+            self.box_original,
+            self.box_model,
+            self.n_tool_calls,
+            self.format_ok,
+            list(self.messages),
+            len(self.turns),
+            self.error,
+            self.description,
+            [t.usage for t in self.turns],
+            self.frame.size,
+        )
 
 
 def failed_locate(description: str, reason: str) -> LocateResult:

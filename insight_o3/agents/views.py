@@ -4,6 +4,7 @@ box rule, and the encoded/PIL views behind a reference.
 Sessions only plan :class:`~insight_o3.images.ImageRef` s; the pixels are produced on demand by the
 :class:`~insight_o3.images.ImageStore` (encoded once and cached for API calls, or as PIL for verl).
 """
+
 from __future__ import annotations
 
 from PIL import Image

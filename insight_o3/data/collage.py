@@ -35,6 +35,7 @@ plan into pixels. Steps, as in Algorithm 1:
 The target tile is the *whole* target image resized to ``(w*, h*)`` (the light aspect jitter is a
 slight anisotropic stretch), so its bbox maps exactly onto the canvas.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,31 +53,32 @@ from .source_pool import SourceItem
 class CollageConfig:
     """Every parameter of Algorithm 1 (names follow the paper; areas in pixels)."""
 
-    grid: int = 32                                   # G: canvas, tiles and panels snap to multiples of G
-    min_short_edge: int = 224                        # M: target tile short edge after jitter
-    canvas_area: tuple[float, float] = (6.0e6, 1.6e7)    # [A_min, A_max]
-    canvas_aspect: tuple[float, float] = (0.5, 2.0)      # [a_min, a_max] (W/H)
-    target_scale: tuple[float, float] = (0.1, 4.0)       # [lambda_min, lambda_max] (area scale of S*)
-    target_aspect_jitter: float = 0.1                # tau_tgt (log-aspect jitter of the target)
-    fill_aspect_jitter: float = 0.25                 # tau_fill (log-aspect band around the panel)
-    fill_scale: tuple[float, float] = (0.1, 4.0)     # [lambda_fill_min, lambda_fill_max] (area scale)
-    panel_aspect: tuple[float, float] = (0.5, 2.0)   # [AR_min, AR_max]
-    min_panel_side: int = 128                        # minimal panel size (rounded up to G)
-    max_panel_area: float = 1.0e6                    # panels larger than this are split further
-    max_effective_area: float = 1.0e6                # S_eff: max effective source area
-    bbox_cap: float = 2e-4                           # rho_cap: area(bbox on canvas) / area(canvas)
-    placement_retries: int = 8                       # R: shrink steps when the target does not fit
-    shrink_factor: float = 0.9                       # linear shrink per placement retry
-    max_attempts: int = 20                           # T: rejection-loop attempts
-    canvas_enlarge: float = 1.5                      # area factor of the single enlarge-canvas fallback
-    extra_pass_jitter_mult: float = 2.0              # aspect band widening of the extra fill pass
-    usage_power: float = 1.0                         # fill weight (1 + uses)^-usage_power
-    split_range: tuple[float, float] = (0.3, 0.7)    # where panel cuts fall (fraction of the side)
+    grid: int = 32  # G: canvas, tiles and panels snap to multiples of G
+    min_short_edge: int = 224  # M: target tile short edge after jitter
+    canvas_area: tuple[float, float] = (6.0e6, 1.6e7)  # [A_min, A_max]
+    canvas_aspect: tuple[float, float] = (0.5, 2.0)  # [a_min, a_max] (W/H)
+    target_scale: tuple[float, float] = (0.1, 4.0)  # [lambda_min, lambda_max] (area scale of S*)
+    target_aspect_jitter: float = 0.1  # tau_tgt (log-aspect jitter of the target)
+    fill_aspect_jitter: float = 0.25  # tau_fill (log-aspect band around the panel)
+    fill_scale: tuple[float, float] = (0.1, 4.0)  # [lambda_fill_min, lambda_fill_max] (area scale)
+    panel_aspect: tuple[float, float] = (0.5, 2.0)  # [AR_min, AR_max]
+    min_panel_side: int = 128  # minimal panel size (rounded up to G)
+    max_panel_area: float = 1.0e6  # panels larger than this are split further
+    max_effective_area: float = 1.0e6  # S_eff: max effective source area
+    bbox_cap: float = 2e-4  # rho_cap: area(bbox on canvas) / area(canvas)
+    placement_retries: int = 8  # R: shrink steps when the target does not fit
+    shrink_factor: float = 0.9  # linear shrink per placement retry
+    max_attempts: int = 20  # T: rejection-loop attempts
+    canvas_enlarge: float = 1.5  # area factor of the single enlarge-canvas fallback
+    extra_pass_jitter_mult: float = 2.0  # aspect band widening of the extra fill pass
+    usage_power: float = 1.0  # fill weight (1 + uses)^-usage_power
+    split_range: tuple[float, float] = (0.3, 0.7)  # where panel cuts fall (fraction of the side)
 
     def validate(self) -> None:
         def rng(name, lo, hi, positive=True):
             if not (lo <= hi) or (positive and lo <= 0):
                 raise ValueError(f"{name} must be an increasing positive range, got [{lo}, {hi}]")
+
         if self.grid < 1:
             raise ValueError("grid must be >= 1")
         rng("canvas_area", *self.canvas_area)
@@ -109,7 +111,7 @@ class PoolArrays:
     width: np.ndarray
     height: np.ndarray
     log_aspect: np.ndarray
-    path_id: np.ndarray          # items sharing an image file share a path id
+    path_id: np.ndarray  # items sharing an image file share a path id
 
     @classmethod
     def build(cls, items: list[SourceItem]) -> PoolArrays:
@@ -126,16 +128,18 @@ class PoolArrays:
 @dataclass(frozen=True)
 class Tile:
     pool_index: int
-    box: tuple[int, int, int, int]             # on the canvas
-    crop: tuple[int, int, int, int]            # in the source image
+    box: tuple[int, int, int, int]  # on the canvas
+    crop: tuple[int, int, int, int]  # in the source image
     is_target: bool
     tile_id: int = 0
     label_box: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @property
     def scale(self) -> tuple[float, float]:
-        return ((self.box[2] - self.box[0]) / (self.crop[2] - self.crop[0]),
-                (self.box[3] - self.box[1]) / (self.crop[3] - self.crop[1]))
+        return (
+            (self.box[2] - self.box[0]) / (self.crop[2] - self.crop[0]),
+            (self.box[3] - self.box[1]) / (self.crop[3] - self.crop[1]),
+        )
 
 
 @dataclass
@@ -183,25 +187,30 @@ def sample_canvas(rng: np.random.Generator, cfg: CollageConfig) -> tuple[int, in
     return canvas_size(area, aspect, cfg.grid)
 
 
-def scale_interval(s_star: float, rho_src: float, r_star: float, canvas_area: float,
-                   cfg: CollageConfig) -> tuple[float, float] | None:
+def scale_interval(
+    s_star: float, rho_src: float, r_star: float, canvas_area: float, cfg: CollageConfig
+) -> tuple[float, float] | None:
     """Step 2: ``I_lambda`` or None when empty."""
     lo, hi = cfg.target_scale
     hi = min(hi, canvas_area / s_star, cfg.bbox_cap * canvas_area / (rho_src * s_star))
-    lo = max(lo, cfg.min_short_edge ** 2 / (s_star * min(r_star, 1 / r_star)))
+    lo = max(lo, cfg.min_short_edge**2 / (s_star * min(r_star, 1 / r_star)))
     return (lo, hi) if lo <= hi else None
 
 
 def target_ok(w: int, h: int, s_star: float, rho_src: float, W: int, H: int, cfg: CollageConfig) -> bool:
     """All step-2 constraints for a concrete (snapped) tile size on a concrete canvas."""
     lam = w * h / s_star
-    return (min(w, h) >= cfg.min_short_edge and w * h <= W * H
-            and rho_src * w * h <= cfg.bbox_cap * W * H
-            and cfg.target_scale[0] <= lam <= cfg.target_scale[1])
+    return (
+        min(w, h) >= cfg.min_short_edge
+        and w * h <= W * H
+        and rho_src * w * h <= cfg.bbox_cap * W * H
+        and cfg.target_scale[0] <= lam <= cfg.target_scale[1]
+    )
 
 
-def snap_target(w: float, h: float, s_star: float, rho_src: float, W: int, H: int,
-                cfg: CollageConfig) -> tuple[int, int] | None:
+def snap_target(
+    w: float, h: float, s_star: float, rho_src: float, W: int, H: int, cfg: CollageConfig
+) -> tuple[int, int] | None:
     """Step 3's grid snap: the feasible floor/ceil combination closest in area to ``w*h``."""
     g = cfg.grid
     best = None
@@ -215,7 +224,7 @@ def snap_target(w: float, h: float, s_star: float, rho_src: float, W: int, H: in
 
 
 # ----------------------------------------------------------------------------- steps 4-5
-Rect = tuple[int, int, int, int]   # x, y, w, h
+Rect = tuple[int, int, int, int]  # x, y, w, h
 
 
 def _positions(lo: int, span: int, size: int, g: int, gap: int) -> list[int]:
@@ -228,8 +237,9 @@ def _positions(lo: int, span: int, size: int, g: int, gap: int) -> list[int]:
     return out
 
 
-def place_best_fit(free: list[Rect], w: int, h: int, rng: np.random.Generator,
-                   cfg: CollageConfig) -> tuple[int, Rect] | None:
+def place_best_fit(
+    free: list[Rect], w: int, h: int, rng: np.random.Generator, cfg: CollageConfig
+) -> tuple[int, Rect] | None:
     """Step 4: the free rectangle with least leftover area that fits, at a random valid position."""
     best = None
     for i, (fx, fy, fw, fh) in enumerate(free):
@@ -249,12 +259,20 @@ def split_around(free_rect: Rect, placed: Rect, rng: np.random.Generator) -> lis
     """Guillotine split of a free rectangle around a placed one (random orientation)."""
     fx, fy, fw, fh = free_rect
     x, y, w, h = placed
-    if rng.random() < 0.5:   # horizontal bands first
-        parts = [(fx, fy, fw, y - fy), (fx, y + h, fw, fy + fh - y - h),
-                 (fx, y, x - fx, h), (x + w, y, fx + fw - x - w, h)]
-    else:                    # vertical bands first
-        parts = [(fx, fy, x - fx, fh), (x + w, fy, fx + fw - x - w, fh),
-                 (x, fy, w, y - fy), (x, y + h, w, fy + fh - y - h)]
+    if rng.random() < 0.5:  # horizontal bands first
+        parts = [
+            (fx, fy, fw, y - fy),
+            (fx, y + h, fw, fy + fh - y - h),
+            (fx, y, x - fx, h),
+            (x + w, y, fx + fw - x - w, h),
+        ]
+    else:  # vertical bands first
+        parts = [
+            (fx, fy, x - fx, fh),
+            (x + w, fy, fx + fw - x - w, fh),
+            (x, fy, w, y - fy),
+            (x, y + h, w, fy + fh - y - h),
+        ]
     return [p for p in parts if p[2] > 0 and p[3] > 0]
 
 
@@ -279,7 +297,7 @@ def panelize(rect: Rect, rng: np.random.Generator, cfg: CollageConfig) -> tuple[
     hi = min(length - side, math.floor(cfg.split_range[1] * length / g) * g)
     if lo > hi:
         lo, hi = side, (length - side) // g * g
-    if lo > hi:   # too small to split
+    if lo > hi:  # too small to split
         return ([rect], []) if ok_aspect else ([], [rect])
     cut = int(rng.integers(lo // g, hi // g + 1)) * g if lo % g == 0 else lo
     a, b = ((x, y, cut, h), (x + cut, y, w - cut, h)) if along_x else ((x, y, w, cut), (x, y + cut, w, h - cut))
@@ -290,7 +308,7 @@ def panelize(rect: Rect, rng: np.random.Generator, cfg: CollageConfig) -> tuple[
 
 # ----------------------------------------------------------------------------- step 6
 def _center_crop(sw: float, sh: float, ar: float) -> tuple[int, int, int, int]:
-    if sw / sh > ar:   # too wide: crop width
+    if sw / sh > ar:  # too wide: crop width
         cw, ch = max(1, round(sh * ar)), int(sh)
     else:
         cw, ch = int(sw), max(1, round(sw / ar))
@@ -298,8 +316,9 @@ def _center_crop(sw: float, sh: float, ar: float) -> tuple[int, int, int, int]:
     return cx, cy, cx + cw, cy + ch
 
 
-def fill_candidates(pool: PoolArrays, panel: Rect, tau: float, cfg: CollageConfig,
-                    excluded_paths: np.ndarray) -> np.ndarray:
+def fill_candidates(
+    pool: PoolArrays, panel: Rect, tau: float, cfg: CollageConfig, excluded_paths: np.ndarray
+) -> np.ndarray:
     """Indices of pool items that can fill ``panel`` (aspect band, bounded scaling, not excluded)."""
     _, _, pw, ph = panel
     log_ar = math.log(pw / ph)
@@ -332,7 +351,9 @@ def label_geometry(tile_id: int, box: tuple[int, int, int, int]) -> tuple[int, i
     return size, int(r - l) + 2 * pad, int(b - t) + 2 * pad
 
 
-def label_box_for(tile: Tile, tile_id: int, avoid: tuple[float, float, float, float] | None) -> tuple[int, int, int, int] | None:
+def label_box_for(
+    tile: Tile, tile_id: int, avoid: tuple[float, float, float, float] | None
+) -> tuple[int, int, int, int] | None:
     """Top-left corner by default; for the target, the first corner clear of the bbox (None: none)."""
     _, lw, lh = label_geometry(tile_id, tile.box)
     x1, y1, x2, y2 = tile.box
@@ -346,8 +367,9 @@ def label_box_for(tile: Tile, tile_id: int, avoid: tuple[float, float, float, fl
 
 
 # ----------------------------------------------------------------------------- Algorithm 1
-def plan_collage(pool: PoolArrays, target_index: int, cfg: CollageConfig, rng: np.random.Generator,
-                 usage: np.ndarray) -> CollagePlan:
+def plan_collage(
+    pool: PoolArrays, target_index: int, cfg: CollageConfig, rng: np.random.Generator, usage: np.ndarray
+) -> CollagePlan:
     """Algorithm 1 for one target. ``usage`` (uses per pool item) is read for the fill weights and
     updated only when a collage is returned. Raises :class:`CollageInfeasible` after ``T`` attempts."""
     t = pool.items[target_index]
@@ -357,29 +379,29 @@ def plan_collage(pool: PoolArrays, target_index: int, cfg: CollageConfig, rng: n
     r_src = t.width / t.height
     rej = _Rejection()
     for attempt in range(1, cfg.max_attempts + 1):
-        W, H = sample_canvas(rng, cfg)                                               # step 1
+        W, H = sample_canvas(rng, cfg)  # step 1
         r_star = r_src * math.exp(rng.uniform(-cfg.target_aspect_jitter, cfg.target_aspect_jitter))
         placed = None
-        for enlarge in (False, True):                                                # single enlarge fallback
+        for enlarge in (False, True):  # single enlarge fallback
             if enlarge:
                 a = W / H
                 W, H = canvas_size(W * H * cfg.canvas_enlarge, a, cfg.grid)
-            interval = scale_interval(s_star, rho_src, r_star, W * H, cfg)          # step 2
+            interval = scale_interval(s_star, rho_src, r_star, W * H, cfg)  # step 2
             if interval is None:
                 rej.add("empty scale interval")
                 continue
-            lam = 0.5 * (interval[0] + interval[1])                                  # step 3
+            lam = 0.5 * (interval[0] + interval[1])  # step 3
             w = math.sqrt(lam * s_star * r_star)
             h = math.sqrt(lam * s_star / r_star)
             free: list[Rect] = [(0, 0, W, H)]
-            for _ in range(cfg.placement_retries + 1):                              # step 4
+            for _ in range(cfg.placement_retries + 1):  # step 4
                 size = snap_target(w, h, s_star, rho_src, W, H, cfg)
                 if size is not None:
                     fit = place_best_fit(free, size[0], size[1], rng, cfg)
                     if fit is not None:
                         placed = fit
                         break
-                w, h = w * cfg.shrink_factor, h * cfg.shrink_factor   # lambda = w*h/S* shrinks with it
+                w, h = w * cfg.shrink_factor, h * cfg.shrink_factor  # lambda = w*h/S* shrinks with it
             if placed is not None:
                 break
             rej.add("target does not fit")
@@ -388,7 +410,7 @@ def plan_collage(pool: PoolArrays, target_index: int, cfg: CollageConfig, rng: n
         free_index, (x, y, tw, th) = placed
         free_rect = free.pop(free_index)
         free += split_around(free_rect, (x, y, tw, th), rng)
-        panels, residual = [], []                                                    # step 5
+        panels, residual = [], []  # step 5
         for r in free:
             p, res = panelize(r, rng, cfg)
             panels += p
@@ -398,12 +420,12 @@ def plan_collage(pool: PoolArrays, target_index: int, cfg: CollageConfig, rng: n
             continue
         excluded = np.zeros(int(pool.path_id.max()) + 1, dtype=bool)
         excluded[pool.path_id[target_index]] = True
-        order = sorted(panels, key=lambda p: (-p[2] * p[3], p[1], p[0]))            # step 6: largest first
+        order = sorted(panels, key=lambda p: (-p[2] * p[3], p[1], p[0]))  # step 6: largest first
         fills: list[Tile] = []
         local_usage = usage.copy()
         unfilled: list = []
         for tau in (cfg.fill_aspect_jitter, cfg.fill_aspect_jitter * cfg.extra_pass_jitter_mult):
-            unfilled = []                                                            # step 7: one extra pass
+            unfilled = []  # step 7: one extra pass
             for panel in order:
                 cands = fill_candidates(pool, panel, tau, cfg, excluded)
                 if len(cands) == 0:
@@ -443,8 +465,13 @@ def plan_collage(pool: PoolArrays, target_index: int, cfg: CollageConfig, rng: n
 
 
 # ----------------------------------------------------------------------------- rendering
-def render_collage(plan: CollagePlan, pool: PoolArrays, resample: Image.Resampling = Image.Resampling.BICUBIC,
-                   label_fg=(255, 255, 255), label_bg=(0, 0, 0)) -> Image.Image:
+def render_collage(
+    plan: CollagePlan,
+    pool: PoolArrays,
+    resample: Image.Resampling = Image.Resampling.BICUBIC,
+    label_fg=(255, 255, 255),
+    label_bg=(0, 0, 0),
+) -> Image.Image:
     """Paste every tile (crop, resize) and draw its ID label."""
     canvas = Image.new("RGB", (plan.width, plan.height), (127, 127, 127))
     for tile in plan.tiles:

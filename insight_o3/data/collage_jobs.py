@@ -7,6 +7,7 @@ depends on the seed, the pool and the chunk size, never on the worker count or o
 stopped. Rows are appended (fsync'ed, one complete line) as chunks finish and the file is rewritten in
 index order at the end. :func:`generate` holds the output directory's lock for the whole run.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,18 +68,39 @@ def _target_order(seed: int, n: int, index: int) -> int:
 
 def _row(job: Job, index: int, plan, pool: PoolArrays) -> dict:
     t = pool.items[plan.target.pool_index]
-    tiles = [TileRow(id=tl.tile_id, source_id=pool.items[tl.pool_index].id, image=pool.items[tl.pool_index].image,
-                     box_on_canvas=list(tl.box), crop_box_in_source=list(tl.crop),
-                     scale=[round(s, 8) for s in tl.scale], label_box=list(tl.label_box), is_target=tl.is_target)
-             for tl in plan.tiles]
+    tiles = [
+        TileRow(
+            id=tl.tile_id,
+            source_id=pool.items[tl.pool_index].id,
+            image=pool.items[tl.pool_index].image,
+            box_on_canvas=list(tl.box),
+            crop_box_in_source=list(tl.crop),
+            scale=[round(s, 8) for s in tl.scale],
+            label_box=list(tl.label_box),
+            is_target=tl.is_target,
+        )
+        for tl in plan.tiles
+    ]
     tid = plan.target.tile_id
     row = CollageRow(
-        sample_key=job.key(index), index=index, image=job.image_name(index), width=plan.width, height=plan.height,
+        sample_key=job.key(index),
+        index=index,
+        image=job.image_name(index),
+        width=plan.width,
+        height=plan.height,
         question=job.question_template.replace("{tile_id}", str(tid)).replace("{question}", t.question),
-        source_question=t.question, options=list(t.options) if t.options else None, answer=t.answer,
-        target_bbox=[round(v, 3) for v in plan.target_bbox], target_tile_id=tid, tiles=tiles,
-        source_ids=[tl.source_id for tl in tiles], target_source_id=t.id, source=t.source, seed=job.seed,
-        attempts=plan.attempts)
+        source_question=t.question,
+        options=list(t.options) if t.options else None,
+        answer=t.answer,
+        target_bbox=[round(v, 3) for v in plan.target_bbox],
+        target_tile_id=tid,
+        tiles=tiles,
+        source_ids=[tl.source_id for tl in tiles],
+        target_source_id=t.id,
+        source=t.source,
+        seed=job.seed,
+        attempts=plan.attempts,
+    )
     return row.to_dict()
 
 
@@ -138,16 +160,25 @@ def _generate_locked(job: Job, items: list[SourceItem], num_workers: int, progre
     except OSError as e:
         raise OutputError.from_os_error(images_dir, e, "create") from None
     cfg_path = os.path.join(job.out_dir, CONFIG_FILE)
-    meta = {"seed": job.seed, "chunk_size": job.chunk_size, "target_retries": job.target_retries,
-            "question_template": job.question_template, "image_format": job.image_format,
-            "jpeg_quality": job.jpeg_quality, "pool_size": len(items), "config": dataclasses.asdict(job.cfg)}
+    meta = {
+        "seed": job.seed,
+        "chunk_size": job.chunk_size,
+        "target_retries": job.target_retries,
+        "question_template": job.question_template,
+        "image_format": job.image_format,
+        "jpeg_quality": job.jpeg_quality,
+        "pool_size": len(items),
+        "config": dataclasses.asdict(job.cfg),
+    }
     meta = json.loads(json.dumps(meta))
     if os.path.exists(cfg_path):
         with open(cfg_path, encoding="utf-8") as f:
             old = json.load(f)
         if old != meta:
-            raise JobSettingsError(f"{cfg_path}: this output directory was generated with different settings; "
-                                   f"use a new --output_dir (resuming would mix two generators)")
+            raise JobSettingsError(
+                f"{cfg_path}: this output directory was generated with different settings; "
+                f"use a new --output_dir (resuming would mix two generators)"
+            )
     else:
         write_json_atomic(cfg_path, meta)
     rows = RecordLog.open(os.path.join(job.out_dir, ROWS_FILE))
@@ -159,8 +190,9 @@ def _generate_locked(job: Job, items: list[SourceItem], num_workers: int, progre
         idx = set(range(c * job.chunk_size, min((c + 1) * job.chunk_size, job.num_collages)))
         if not idx <= done:
             tasks.append((job, c, frozenset(idx & done)))
-    bar = tqdm(total=job.num_collages, initial=len(done & set(range(job.num_collages))), desc="collages",
-               disable=not progress)
+    bar = tqdm(
+        total=job.num_collages, initial=len(done & set(range(job.num_collages))), desc="collages", disable=not progress
+    )
 
     def consume(results):
         for kind, rec in results:

@@ -6,6 +6,7 @@ success or failure, is one fsync'ed line of the records file (keyed by ``sample_
 run resumes with only the unfinished boxes; failures are retried on the next run unless
 ``retry_failed=False``. Retries of transient HTTP errors are the ``openai`` SDK's own.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,7 +37,7 @@ def parse_description(text: str | None) -> str | None:
     matches = list(_KEY.finditer(text))
     if not matches:
         return None
-    rest = text[matches[-1].end():]
+    rest = text[matches[-1].end() :]
     if rest.startswith("{"):
         depth = 0
         for k, ch in enumerate(rest):
@@ -81,8 +82,13 @@ def draw_red_box(path: str, bbox, max_pixels: int | None) -> str:
 def build_messages(data_url: str) -> list[dict]:
     return [
         {"role": "system", "content": REGION_DESCRIPTION_SYSTEM_PROMPT},
-        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url, "detail": "high"}},
-                                     {"type": "text", "text": REGION_DESCRIPTION_USER_PROMPT}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": data_url, "detail": "high"}},
+                {"type": "text", "text": REGION_DESCRIPTION_USER_PROMPT},
+            ],
+        },
     ]
 
 
@@ -96,11 +102,19 @@ class DescribeConfig:
     retry_failed: bool = True
 
 
-async def describe_all(tasks: list[BoxTask], client, cfg: DescribeConfig, log: RecordLog,
-                       redact: Redactor = Redactor(), progress: bool = True, guard: RunGuard | None = None) -> dict:
+async def describe_all(
+    tasks: list[BoxTask],
+    client,
+    cfg: DescribeConfig,
+    log: RecordLog,
+    redact: Redactor = Redactor(),
+    progress: bool = True,
+    guard: RunGuard | None = None,
+) -> dict:
     """Describe every task not yet finished in ``log``; returns counts. With ``guard`` (the one the
     client reports to) a fatal response or too many failures stop the run: nothing more is recorded
     and the guard's error is raised."""
+
     def finished(t: BoxTask) -> bool:
         rec = log.records.get(t.sample_key)
         return rec is not None and (rec.get("status") == "ok" or not cfg.retry_failed)
@@ -112,9 +126,16 @@ async def describe_all(tasks: list[BoxTask], client, cfg: DescribeConfig, log: R
 
     async def one(t: BoxTask) -> None:
         async with sem:
-            rec: dict[str, Any] = {"sample_key": t.sample_key, "image": t.image, "width": t.width, "height": t.height,
-                   "bbox": [round(v, 2) for v in t.bbox], "label": t.label, "source": t.source,
-                   "merged_from": list(t.merged_from)}
+            rec: dict[str, Any] = {
+                "sample_key": t.sample_key,
+                "image": t.image,
+                "width": t.width,
+                "height": t.height,
+                "bbox": [round(v, 2) for v in t.bbox],
+                "label": t.label,
+                "source": t.source,
+                "merged_from": list(t.merged_from),
+            }
             try:
                 url = await asyncio.to_thread(draw_red_box, t.image, t.bbox, cfg.max_pixels)
                 kw: dict[str, Any] = {}
@@ -126,8 +147,9 @@ async def describe_all(tasks: list[BoxTask], client, cfg: DescribeConfig, log: R
                 text = resp.choices[0].message.content if resp.choices else None
                 desc = parse_description(text)
                 if desc is None:
-                    rec.update(status="failed", error="no region_description={...} in the reply",
-                               raw=(text or "")[:2000])
+                    rec.update(
+                        status="failed", error="no region_description={...} in the reply", raw=(text or "")[:2000]
+                    )
                 else:
                     rec.update(status="ok", description=desc)
             except asyncio.CancelledError:

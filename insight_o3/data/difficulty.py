@@ -29,6 +29,7 @@ it); a 401/403/404 from the vReasoner or judge endpoint, or more than ``--max_fa
 requests, stop it (status 4); an unwritable output stops it (status 3). Each prints one line and keeps
 every finished collage.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -66,21 +67,35 @@ class CollagesFileError(ValueError):
 
 def collage_sample(row: dict, out_dir: str) -> Sample:
     """The evaluation sample of one ``collages.jsonl`` row (image paths are relative to ``out_dir``)."""
-    return Sample(index=int(row.get("index") or 0), question_id=row["sample_key"], image=row["image"],
-                  image_path=os.path.join(out_dir, row["image"]), question=row["question"],
-                  options=format_options(row.get("options")), answer=str(row["answer"]).strip(),
-                  category=str(row.get("source") or "unknown"), key=str(row["sample_key"]))
+    return Sample(
+        index=int(row.get("index") or 0),
+        question_id=row["sample_key"],
+        image=row["image"],
+        image_path=os.path.join(out_dir, row["image"]),
+        question=row["question"],
+        options=format_options(row.get("options")),
+        answer=str(row["answer"]).strip(),
+        category=str(row.get("source") or "unknown"),
+        key=str(row["sample_key"]),
+    )
 
 
 def attempt_record(att: Attempt, v: Verdict) -> dict:
     """One judged attempt as stored in the filter's records (also used by :mod:`.reliability`)."""
-    return {"status": v.status, "extracted_answer": v.extracted_answer, "response": att.text,
-            "finish_reason": att.finish_reason, "judge_method": v.method, "fail_reason": v.fail_reason,
-            "fail_stage": v.fail_stage}
+    return {
+        "status": v.status,
+        "extracted_answer": v.extracted_answer,
+        "response": att.text,
+        "finish_reason": att.finish_reason,
+        "judge_method": v.method,
+        "fail_reason": v.fail_reason,
+        "fail_stage": v.fail_stage,
+    }
 
 
-async def check_collage(sample: Sample, solver: SingleModelSolver, judge: AnswerJudge, attempts: int,
-                        previous: list[dict] | None = None) -> dict:
+async def check_collage(
+    sample: Sample, solver: SingleModelSolver, judge: AnswerJudge, attempts: int, previous: list[dict] | None = None
+) -> dict:
     """pass@``attempts`` for one collage. ``previous``: the attempts of an earlier ``error`` record;
     judged ones are kept, judge failures re-judged, and only lost ones asked again."""
     kept, rejudge = [], []
@@ -94,7 +109,7 @@ async def check_collage(sample: Sample, solver: SingleModelSolver, judge: Answer
     todo = rejudge + new
     verdicts = await asyncio.gather(*(judge.check(sample, a) for a in todo))
     recs = kept + [attempt_record(a, v) for a, v in zip(todo, verdicts)]
-    solved = any(r["status"] == "correct" for r in recs)   # any success removes the collage
+    solved = any(r["status"] == "correct" for r in recs)  # any success removes the collage
     failed = [r for r in recs if r["status"] == "failed"]
     if failed and not solved:
         return {"sample_key": sample.key, "error": failed[0]["fail_reason"], "attempts": recs}
@@ -118,6 +133,7 @@ def load_rows(path: str) -> list[dict]:
 @dataclass(frozen=True, kw_only=True)
 class FilterSettings:
     """One difficulty-filter run (keys are resolved by the caller and never written anywhere)."""
+
     out_dir: str
     model: str
     api_key: str | None = None
@@ -152,19 +168,39 @@ def _filter_locked(f: FilterSettings, rows: list[dict], redact) -> dict:
     async def run():
         conns = max(f.concurrency * (f.attempts if f.separate_attempt_requests else 1), 16)
         guard = RunGuard(f.max_failure_ratio, redact=redact)
-        client = make_client(f.api_key, f.api_base_url, timeout=f.client_timeout, max_retries=f.max_retries,
-                             max_connections=conns, role="vReasoner", guard=guard)
-        judge_client = make_client(f.judge_api_key, f.judge_api_base_url, timeout=f.client_timeout,
-                                   max_retries=f.max_retries, max_connections=conns, role="judge", guard=guard)
+        client = make_client(
+            f.api_key,
+            f.api_base_url,
+            timeout=f.client_timeout,
+            max_retries=f.max_retries,
+            max_connections=conns,
+            role="vReasoner",
+            guard=guard,
+        )
+        judge_client = make_client(
+            f.judge_api_key,
+            f.judge_api_base_url,
+            timeout=f.client_timeout,
+            max_retries=f.max_retries,
+            max_connections=conns,
+            role="judge",
+            guard=guard,
+        )
         workers = usable_cpus() if f.image_workers is None else f.image_workers
         store = ImageStore(originals_cached=0, workers=max(1, workers), processes=workers > 0)
-        solver = SingleModelSolver(client, f.model, store, Resize(max_pixels=f.max_pixels or None),
-                                   system_prompt=prompts.THINK_SYSTEM_PROMPT, image_url_extra={"detail": "high"},
-                                   separate_trial_requests=f.separate_attempt_requests, redact=redact)
+        solver = SingleModelSolver(
+            client,
+            f.model,
+            store,
+            Resize(max_pixels=f.max_pixels or None),
+            system_prompt=prompts.THINK_SYSTEM_PROMPT,
+            image_url_extra={"detail": "high"},
+            separate_trial_requests=f.separate_attempt_requests,
+            redact=redact,
+        )
         judge = AnswerJudge(judge_client, f.judge_model, redact=redact)
         sem = asyncio.Semaphore(f.concurrency)
-        bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"pass@{f.attempts}",
-                   disable=not f.progress)
+        bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"pass@{f.attempts}", disable=not f.progress)
 
         async def one(row):
             async with sem:
@@ -175,12 +211,16 @@ def _filter_locked(f: FilterSettings, rows: list[dict], redact) -> dict:
                 except asyncio.CancelledError:
                     raise
                 except RECORDED_ERRORS as e:  # recorded as an error, retried next run
-                    rec = {"sample_key": sample.key, "error": redact(f"{type(e).__name__}: {e}")[:2000],
-                           "attempts": previous or []}
+                    rec = {
+                        "sample_key": sample.key,
+                        "error": redact(f"{type(e).__name__}: {e}")[:2000],
+                        "attempts": previous or [],
+                    }
                 if guard.tripped:
                     return  # stopping: this record may carry the failure that stopped the run
                 await asyncio.to_thread(rec_log.append, rec)
                 bar.update(1)
+
         try:
             await gather_or_stop((one(r) for r in todo), guard)
         finally:

@@ -26,6 +26,7 @@ Rules, in order (:func:`process_layout`):
 
 "Containing"/"enclosing" means at least ``contain_ratio`` (0.9) of the inner box's area lies inside.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,7 +58,7 @@ class LayoutRules:
     max_aspect: float = 5.0
     min_area_ratio: float = 0.001
     contain_ratio: float = 0.9
-    min_score: float = 0.0          # not in the paper (detector threshold 0.01 already applies); 0 = keep all
+    min_score: float = 0.0  # not in the paper (detector threshold 0.01 already applies); 0 = keep all
 
 
 @dataclass
@@ -65,7 +66,7 @@ class LayoutBox:
     label: str
     box: tuple[float, float, float, float]
     score: float = 1.0
-    members: list[str] = field(default_factory=list)   # labels of merged detections (empty: unmerged)
+    members: list[str] = field(default_factory=list)  # labels of merged detections (empty: unmerged)
 
     @property
     def merged(self) -> bool:
@@ -188,20 +189,25 @@ def greedy_merge(boxes: list[LayoutBox], image_area: float, rules: LayoutRules) 
         is_title = np.array([b.label in TITLE_LABELS for b in cur])
         thr = np.where(is_title[:, None] | is_title[None, :], rules.title_merge_threshold, rules.merge_threshold)
         ar = enc_w / enc_h
-        ok = ((effort <= thr) & (enc <= rules.merge_max_area_ratio * image_area)
-              & (ar >= 1 / rules.max_aspect) & (ar <= rules.max_aspect))
+        ok = (
+            (effort <= thr)
+            & (enc <= rules.merge_max_area_ratio * image_area)
+            & (ar >= 1 / rules.max_aspect)
+            & (ar <= rules.max_aspect)
+        )
         np.fill_diagonal(ok, False)
         ok = np.triu(ok)
         if not ok.any():
             break
         cand = np.where(ok, effort, np.inf)
-        i, j = np.unravel_index(int(np.argmin(cand)), cand.shape)   # least effort first (ties: lowest index)
+        i, j = np.unravel_index(int(np.argmin(cand)), cand.shape)  # least effort first (ties: lowest index)
         merged_areas = dict(areas[i])
         for k, v in areas[j].items():
             merged_areas[k] = merged_areas.get(k, 0.0) + v
         label = max(merged_areas.items(), key=lambda kv: (kv[1], kv[0]))[0]
-        new = LayoutBox(label, _enclose(cur[i].box, cur[j].box), max(cur[i].score, cur[j].score),
-                        cur[i].members + cur[j].members)
+        new = LayoutBox(
+            label, _enclose(cur[i].box, cur[j].box), max(cur[i].score, cur[j].score), cur[i].members + cur[j].members
+        )
         cur = [b for k, b in enumerate(cur) if k not in (i, j)] + [new]
         areas = [m for k, m in enumerate(areas) if k not in (i, j)] + [merged_areas]
     return fixed + cur
@@ -211,26 +217,29 @@ def process_layout(doc: LayoutDoc, image_size: tuple[int, int], rules: LayoutRul
     """All C.2 rules; returns the final search targets in a deterministic order (top-to-bottom)."""
     W, H = image_size
     img_area = float(W * H)
-    boxes = [b for b in doc.boxes if b.label in KEEP_LABELS and b.score >= rules.min_score]           # 1
-    boxes = [b for b in boxes                                                                           # 2
-             if b.area <= (rules.chart_max_area_ratio if b.label == "chart" else rules.max_area_ratio) * img_area]
+    boxes = [b for b in doc.boxes if b.label in KEEP_LABELS and b.score >= rules.min_score]  # 1
+    boxes = [
+        b
+        for b in boxes  # 2
+        if b.area <= (rules.chart_max_area_ratio if b.label == "chart" else rules.max_area_ratio) * img_area
+    ]
     texts = [b.box for b in boxes if b.label == "text" or b.label in TITLE_LABELS]
-    boxes = greedy_merge(boxes, img_area, rules)                                                        # 3
+    boxes = greedy_merge(boxes, img_area, rules)  # 3
     out = []
     ct = [b for b in boxes if b.label in NEVER_MERGE]
-    for b in boxes:                                                                                      # 4
+    for b in boxes:  # 4
         if b.label in NEVER_MERGE and any(o is not b and _contains(b.box, o.box, rules.contain_ratio) for o in ct):
-            continue                                                                                     # (1)
+            continue  # (1)
         if b.label == "image" and not b.merged and not any(_contains(b.box, t, rules.contain_ratio) for t in texts):
-            continue                                                                                     # (2)
+            continue  # (2)
         if b.label in TITLE_LABELS and not b.merged:
-            continue                                                                                     # (3)
+            continue  # (3)
         if b.label == "text" and not b.merged:
-            continue                                                                                     # (4)
+            continue  # (4)
         if b.area / img_area < rules.min_area_ratio:
-            continue                                                                                     # (5)
+            continue  # (5)
         if not _aspect_ok(b.box, rules.max_aspect):
-            continue                                                                                     # (6)
+            continue  # (6)
         out.append(b)
     out.sort(key=lambda b: (b.box[1], b.box[0], b.box[2], b.box[3]))
     return out

@@ -34,6 +34,7 @@ pool order) is rewritten atomically; the exit status is 1 while some items are s
 
 The command line is :mod:`insight_o3.scripts.check_reliability`; the engine is :func:`run_check`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -72,8 +73,17 @@ def needs_check(item: SourceItem) -> bool:
 def item_sample(item: SourceItem, index: int) -> Sample:
     """The evaluation sample of one pool item (options as the evaluation formats them)."""
     options = format_options(list(item.options)) if item.options else None
-    return Sample(index=index, question_id=item.id, image=item.image, image_path=item.image, question=item.question,
-                  options=options, answer=str(item.answer).strip(), category=item.source, key=item.id)
+    return Sample(
+        index=index,
+        question_id=item.id,
+        image=item.image,
+        image_path=item.image,
+        question=item.question,
+        options=options,
+        answer=str(item.answer).strip(),
+        category=item.source,
+        key=item.id,
+    )
 
 
 @dataclass
@@ -84,8 +94,7 @@ class Checker:
     solver: SingleModelSolver
 
 
-async def check_item(sample: Sample, checkers: list[Checker], judge: AnswerJudge,
-                     previous: dict | None = None) -> dict:
+async def check_item(sample: Sample, checkers: list[Checker], judge: AnswerJudge, previous: dict | None = None) -> dict:
     """Ask the checkers in order until one does not answer correctly. ``previous``: the ``checks``
     of an earlier ``error`` record (judged ones kept, judge failures re-judged, lost ones re-asked)."""
     checks: dict[str, dict] = {}
@@ -120,6 +129,7 @@ def parse_checker(spec: str) -> tuple[str, str | None, str]:
 @dataclass(frozen=True, kw_only=True)
 class CheckerEndpoint:
     """One checker MLLM: its model name, endpoint and key (the key is kept in memory only)."""
+
     model: str
     api_base_url: str | None = None
     api_key: str | None = None
@@ -153,17 +163,41 @@ def run_check(a: ReliabilitySettings, items: list[SourceItem], *, redact=lambda 
     todo = [(i, it) for i, it in checked if "reliable" not in rec_log.records.get(it.id, {})]
 
     async def run():
-        clients = [make_client(c.api_key, c.api_base_url, timeout=a.client_timeout, max_retries=a.max_retries,
-                               max_connections=max(a.concurrency, 16)) for c in a.checkers]
-        judge_client = make_client(a.judge_api_key, a.judge_api_base_url, timeout=a.client_timeout,
-                                   max_retries=a.max_retries, max_connections=max(a.concurrency, 16))
+        clients = [
+            make_client(
+                c.api_key,
+                c.api_base_url,
+                timeout=a.client_timeout,
+                max_retries=a.max_retries,
+                max_connections=max(a.concurrency, 16),
+            )
+            for c in a.checkers
+        ]
+        judge_client = make_client(
+            a.judge_api_key,
+            a.judge_api_base_url,
+            timeout=a.client_timeout,
+            max_retries=a.max_retries,
+            max_connections=max(a.concurrency, 16),
+        )
         store = ImageStore(originals_cached=0)
         resize = Resize(max_pixels=a.max_pixels or None)
-        checkers = [Checker(c.model, SingleModelSolver(cl, c.model, store, resize,
-                                                       system_prompt=prompts.THINK_SYSTEM_PROMPT,
-                                                       completion_kwargs=a.chat_completion_kwargs,
-                                                       image_url_extra={"detail": "high"}, redact=redact))
-                    for c, cl in zip(a.checkers, clients)]
+        checkers = [
+            Checker(
+                c.model,
+                SingleModelSolver(
+                    cl,
+                    c.model,
+                    store,
+                    resize,
+                    system_prompt=prompts.THINK_SYSTEM_PROMPT,
+                    completion_kwargs=a.chat_completion_kwargs,
+                    image_url_extra={"detail": "high"},
+                    redact=redact,
+                ),
+            )
+            for c, cl in zip(a.checkers, clients)
+        ]
         judge = AnswerJudge(judge_client, a.judge_model, redact=redact)
         sem = asyncio.Semaphore(a.concurrency)
         bar = tqdm(total=len(checked), initial=len(checked) - len(todo), desc="reliability", disable=not a.progress)
@@ -176,10 +210,14 @@ def run_check(a: ReliabilitySettings, items: list[SourceItem], *, redact=lambda 
                 except asyncio.CancelledError:
                     raise
                 except RECORDED_ERRORS as e:  # recorded as an error, retried next run
-                    rec = {"sample_key": item.id, "error": redact(f"{type(e).__name__}: {e}")[:2000],
-                           "checks": previous or {}}
+                    rec = {
+                        "sample_key": item.id,
+                        "error": redact(f"{type(e).__name__}: {e}")[:2000],
+                        "checks": previous or {},
+                    }
                 await asyncio.to_thread(rec_log.append, rec)
                 bar.update(1)
+
         try:
             await asyncio.gather(*(one(i, it) for i, it in todo))
         finally:

@@ -43,6 +43,7 @@ Canvas box of a source point ``(u, v)``: ``(x1 + (u - cx1) * sx, y1 + (v - cy1) 
 ``label`` (layout class after merging), ``source`` (``--source``, default ``infographicvqa``),
 ``merged_from`` (layout classes of the detections merged into this box).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

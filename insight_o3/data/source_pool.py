@@ -27,6 +27,7 @@ converters read the public annotation formats:
   ``height`` (read from the image header otherwise). Options are shuffled deterministically per
   item and ``answer`` becomes the correct option's letter.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,7 +58,7 @@ class PoolError(ValueError):
 @dataclass(frozen=True)
 class SourceItem:
     id: str
-    image: str                  # resolved path
+    image: str  # resolved path
     width: int
     height: int
     bbox: tuple[float, float, float, float]
@@ -105,14 +106,23 @@ def parse_item(row: dict, where: str, image_root: str) -> SourceItem:
     for name in ("question", "answer"):
         if not isinstance(_field(row, name, where), (str, int, float)):
             raise PoolError(f"{where}: field '{name}' must be text")
-    return SourceItem(id=str(_field(row, "id", where)), image=path, width=width, height=height,
-                      bbox=(x1, y1, x2, y2), question=str(row["question"]), answer=str(row["answer"]),
-                      options=options, source=str(row.get("source") or "unknown"))
+    return SourceItem(
+        id=str(_field(row, "id", where)),
+        image=path,
+        width=width,
+        height=height,
+        bbox=(x1, y1, x2, y2),
+        question=str(row["question"]),
+        answer=str(row["answer"]),
+        options=options,
+        source=str(row.get("source") or "unknown"),
+    )
 
 
 def _iter_rows(path: str):
     if path.endswith(".parquet"):
         import pandas as pd
+
         df = pd.read_parquet(path)
         for i, row in enumerate(df.to_dict(orient="records")):
             yield f"{path}:row {i}", row
@@ -121,8 +131,9 @@ def _iter_rows(path: str):
         yield where, row
 
 
-def load_pool(path: str | os.PathLike, image_root: str | os.PathLike | None = None,
-              check_images: bool = True) -> list[SourceItem]:
+def load_pool(
+    path: str | os.PathLike, image_root: str | os.PathLike | None = None, check_images: bool = True
+) -> list[SourceItem]:
     """Read and validate a pool table. ``check_images`` verifies that each file exists and that its
     header size matches ``width``/``height`` (a mismatch would silently misplace the target box)."""
     path = str(path)
@@ -150,8 +161,7 @@ def _check_image(item: SourceItem, where: str) -> None:
     except ImageError as e:
         raise PoolError(f"{where}: {e}") from None
     if size != (item.width, item.height):
-        raise PoolError(f"{where}: image {item.image} is {size[0]}x{size[1]}, the row says "
-                        f"{item.width}x{item.height}")
+        raise PoolError(f"{where}: image {item.image} is {size[0]}x{size[1]}, the row says {item.width}x{item.height}")
 
 
 def filter_small_targets(items: list[SourceItem], max_ratio: float = MAX_BBOX_RATIO) -> list[SourceItem]:
@@ -161,11 +171,13 @@ def filter_small_targets(items: list[SourceItem], max_ratio: float = MAX_BBOX_RA
 
 def write_pool(items: list[SourceItem], path: str, image_root: str | None = None) -> None:
     """Write a JSONL pool atomically; image paths are made relative to ``image_root`` when given."""
+
     def row(it: SourceItem) -> dict:
         d = it.to_dict()
         if image_root is not None:
             d["image"] = os.path.relpath(it.image, image_root)
         return d
+
     write_jsonl_atomic(path, (row(it) for it in items))
 
 
@@ -217,9 +229,17 @@ def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
         full, w, h = _image_and_size(rec, where, image_root)
         dataset = str(rec.get("dataset") or Path(path).name.split("_cot")[0])
         qid = rec.get("question_id", where.rsplit(":", 1)[-1])
-        row = {"id": f"viscot/{dataset}/{qid}", "image": full, "width": w, "height": h,
-               "bbox": list(_enclose(boxes)), "question": _field(rec, "question", where),
-               "answer": _field(rec, "answer", where), "options": None, "source": f"viscot/{dataset}"}
+        row = {
+            "id": f"viscot/{dataset}/{qid}",
+            "image": full,
+            "width": w,
+            "height": h,
+            "bbox": list(_enclose(boxes)),
+            "question": _field(rec, "question", where),
+            "answer": _field(rec, "answer", where),
+            "options": None,
+            "source": f"viscot/{dataset}",
+        }
         items.append(parse_item(row, where, image_root))
     return items
 
@@ -240,14 +260,24 @@ def convert_vstar(path: str, image_root: str) -> list[SourceItem]:
         if options:
             # V* lists the correct option first; shuffle deterministically (per item id) so that the
             # answer is not always "A", and record the correct letter.
-            order = np.random.default_rng(zlib.crc32(str(rec.get("question_id", image)).encode())).permutation(len(options))
+            order = np.random.default_rng(zlib.crc32(str(rec.get("question_id", image)).encode())).permutation(
+                len(options)
+            )
             options = [options[i] for i in order]
             answer = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[int(np.flatnonzero(order == 0)[0])]
         else:
             answer = _field(rec, "answer", where)
         qid = rec.get("question_id", rec.get("id", Path(image).stem))
-        row = {"id": f"vstar/{qid}", "image": full, "width": w, "height": h, "bbox": list(_enclose(xyxy)),
-               "question": _field(rec, "question", where), "answer": answer, "options": options or None,
-               "source": "vstar"}
+        row = {
+            "id": f"vstar/{qid}",
+            "image": full,
+            "width": w,
+            "height": h,
+            "bbox": list(_enclose(xyxy)),
+            "question": _field(rec, "question", where),
+            "answer": answer,
+            "options": options or None,
+            "source": "vstar",
+        }
         items.append(parse_item(row, where, image_root))
     return items

@@ -21,6 +21,7 @@ image dir.) An earlier version of this project used renamed folders (``data/VSta
 ``data/HR-Bench/images``, ``data/VisualProbe/...``, ``data/MME-RealWorld-Lite/images``); that layout
 is still found, as an alias, when the original one is absent (:func:`resolve_layout`).
 """
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,7 @@ class Benchmark:
     ann_file: str
     img_dir: str
     description: str
-    hub: str = ""                                   # where the images come from
+    hub: str = ""  # where the images come from
     aliases: tuple[Layout, ...] = field(default=())  # older layouts, tried when the default is absent
 
     @property
@@ -47,27 +48,57 @@ class Benchmark:
         return (Layout(self.ann_file, self.img_dir), *self.aliases)
 
 
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
-    Benchmark("o3_bench", "data/O3-Bench/test/metadata.jsonl", "data/O3-Bench/test",
-              "O3-Bench (this paper): composite charts and digital maps, 345 six-option MCQs on 204 images",
-              hub="m-Just/O3-Bench"),
-    Benchmark("vstar", "data/vstar_bench/vstar_bench.jsonl", "data/vstar_bench",
-              "V*-Bench: 191 MCQs (direct_attributes, relative_position)", hub="craigwu/vstar_bench",
-              aliases=(Layout("data/VStar/vstar_bench.jsonl", "data/VStar/images"),)),
-    Benchmark("hr_bench_4k", "data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images_4k",
-              "HR-Bench 4K: MCQs on 4K images (single / cross instance)", hub="DreamMr/HR-Bench",
-              aliases=(Layout("data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images"),)),
-    Benchmark("treebench", "data/TreeBench/treebench.jsonl", "data/TreeBench/images",
-              "TreeBench: 405 MCQs on perception and reasoning", hub="HaochenWang/TreeBench"),
-    Benchmark("visual_probe_hard", "data/VisualProbe_Hard/visual_probe_hard.jsonl", "data",
-              "VisualProbe (hard split): 106 open-ended questions", hub="Mini-o3/VisualProbe",
-              aliases=(Layout("data/VisualProbe/visual_probe_hard.jsonl", "data/VisualProbe/images"),)),
-    Benchmark("mme_realworld_lite", "data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl",
-              "data/MME-RealWorld-Lite/imgs",
-              "MME-RealWorld Lite: 50 MCQs per task type over real-world scenarios",
-              hub="yifanzhang114/MME-RealWorld-Lite",
-              aliases=(Layout("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/images"),)),
-]}
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in [
+        Benchmark(
+            "o3_bench",
+            "data/O3-Bench/test/metadata.jsonl",
+            "data/O3-Bench/test",
+            "O3-Bench (this paper): composite charts and digital maps, 345 six-option MCQs on 204 images",
+            hub="m-Just/O3-Bench",
+        ),
+        Benchmark(
+            "vstar",
+            "data/vstar_bench/vstar_bench.jsonl",
+            "data/vstar_bench",
+            "V*-Bench: 191 MCQs (direct_attributes, relative_position)",
+            hub="craigwu/vstar_bench",
+            aliases=(Layout("data/VStar/vstar_bench.jsonl", "data/VStar/images"),),
+        ),
+        Benchmark(
+            "hr_bench_4k",
+            "data/HR-Bench/hrbench_4k.jsonl",
+            "data/HR-Bench/images_4k",
+            "HR-Bench 4K: MCQs on 4K images (single / cross instance)",
+            hub="DreamMr/HR-Bench",
+            aliases=(Layout("data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images"),),
+        ),
+        Benchmark(
+            "treebench",
+            "data/TreeBench/treebench.jsonl",
+            "data/TreeBench/images",
+            "TreeBench: 405 MCQs on perception and reasoning",
+            hub="HaochenWang/TreeBench",
+        ),
+        Benchmark(
+            "visual_probe_hard",
+            "data/VisualProbe_Hard/visual_probe_hard.jsonl",
+            "data",
+            "VisualProbe (hard split): 106 open-ended questions",
+            hub="Mini-o3/VisualProbe",
+            aliases=(Layout("data/VisualProbe/visual_probe_hard.jsonl", "data/VisualProbe/images"),),
+        ),
+        Benchmark(
+            "mme_realworld_lite",
+            "data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl",
+            "data/MME-RealWorld-Lite/imgs",
+            "MME-RealWorld Lite: 50 MCQs per task type over real-world scenarios",
+            hub="yifanzhang114/MME-RealWorld-Lite",
+            aliases=(Layout("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/images"),),
+        ),
+    ]
+}
 
 
 def get_benchmark(name: str) -> Benchmark:

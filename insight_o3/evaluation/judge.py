@@ -26,6 +26,7 @@ Every attempt gets a :class:`Verdict` whose ``status`` is one of (:data:`.schema
   retries exhausted, a tool call past the limit, no valid vSearcher box), never sent to the judge;
 * ``failed`` — a *critical failure*: the query (or its judging) was lost to API errors.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,13 +51,13 @@ NO_ANSWER_STATUSES = ("format_failed", "search_after_limit", "search_invalid")
 
 @dataclass
 class Verdict:
-    status: Status                       # one of schema.STATUSES
+    status: Status  # one of schema.STATUSES
     extracted_answer: str | None = None
     has_answer: bool = False
-    method: str | None = None            # "rule" | "judge"
+    method: str | None = None  # "rule" | "judge"
     judge_outputs: list[str] = field(default_factory=list)
     fail_reason: str | None = None
-    fail_stage: str | None = None        # "solver" | "judge"
+    fail_stage: str | None = None  # "solver" | "judge"
 
     @property
     def is_correct(self) -> bool:
@@ -152,8 +153,15 @@ class JudgeCache:
             raise
 
 
-async def in_loop_check(client, model: str, question: str, response_text: str, ground_truth: str,
-                        completion_kwargs: dict | None = None, ask=None) -> Verdict:
+async def in_loop_check(
+    client,
+    model: str,
+    question: str,
+    response_text: str,
+    ground_truth: str,
+    completion_kwargs: dict | None = None,
+    ask=None,
+) -> Verdict:
     """The fork's in-loop answer check (training reward ``c`` and InSight-o3 validation accuracy).
 
     The span is the first ``\\boxed{}`` content of ``response_text``, else its first ``<answer>``
@@ -169,8 +177,9 @@ async def in_loop_check(client, model: str, question: str, response_text: str, g
     if span == ground_truth:
         return Verdict("correct", span, True, "rule")
     kwargs = JUDGE_COMPLETION_KWARGS["verify"] if completion_kwargs is None else completion_kwargs
-    prompt = prompts.format_judge_prompt(prompts.QA_VERIFY_PROMPT, question=question, gt_answer=ground_truth,
-                                         model_answer=span)
+    prompt = prompts.format_judge_prompt(
+        prompts.QA_VERIFY_PROMPT, question=question, gt_answer=ground_truth, model_answer=span
+    )
     reply = await (ask or ask_judge)(client, model, prompt, kwargs)
     return Verdict("correct" if "<correct>" in reply else "wrong", span, True, "judge", [reply])
 
@@ -181,8 +190,16 @@ class AnswerJudge:
     evaluation) or ``"verify"`` (the fork's in-loop check; InSight-o3 evaluation). With ``cache`` (a
     :class:`JudgeCache`) identical judge prompts are asked once."""
 
-    def __init__(self, client, model: str, max_answer_length: int = 1000, redact=lambda s: s,
-                 completion_kwargs: dict | None = None, flow: str = "extract", cache: JudgeCache | None = None):
+    def __init__(
+        self,
+        client,
+        model: str,
+        max_answer_length: int = 1000,
+        redact=lambda s: s,
+        completion_kwargs: dict | None = None,
+        flow: str = "extract",
+        cache: JudgeCache | None = None,
+    ):
         if flow not in FLOWS:
             raise ValueError(f"judge flow must be one of {FLOWS}, got {flow!r}")
         self.client = client
@@ -210,8 +227,15 @@ class AnswerJudge:
         outputs: list[str] = []
         try:
             if self.flow == "verify":
-                return await in_loop_check(self.client, self.model, insight_o3_question(sample), text,
-                                           sample.answer, self.completion_kwargs, ask=self._ask_fn)
+                return await in_loop_check(
+                    self.client,
+                    self.model,
+                    insight_o3_question(sample),
+                    text,
+                    sample.answer,
+                    self.completion_kwargs,
+                    ask=self._ask_fn,
+                )
             return await self._extract(sample, text, outputs)
         except EXPECTED_ERRORS as e:  # API errors after the SDK's retries, malformed judge replies
             reason = self.redact(f"judge error: {type(e).__name__}: {e}")
@@ -224,16 +248,25 @@ class AnswerJudge:
             return Verdict("correct", span, True, "rule")
         answer = crop_for_judge(span, self.max_answer_length)
         if sample.options:
-            reply = await self._ask(prompts.format_judge_prompt(
-                prompts.MCQ_EXTRACTION_PROMPT, question=sample.question, options=sample.options, model_answer=answer))
+            reply = await self._ask(
+                prompts.format_judge_prompt(
+                    prompts.MCQ_EXTRACTION_PROMPT, question=sample.question, options=sample.options, model_answer=answer
+                )
+            )
             outputs.append(reply)
             letter = reply.strip()
             return Verdict("correct" if letter == gt else "wrong", letter, _names_an_answer(letter), "judge", outputs)
-        extracted = await self._ask(prompts.format_judge_prompt(
-            prompts.OPEN_QA_EXTRACTION_PROMPT, question=sample.question, model_response=answer))
+        extracted = await self._ask(
+            prompts.format_judge_prompt(
+                prompts.OPEN_QA_EXTRACTION_PROMPT, question=sample.question, model_response=answer
+            )
+        )
         outputs.append(extracted)
-        reply = await self._ask(prompts.format_judge_prompt(
-            prompts.JUDGE_PROMPT, question=sample.question, gt_answer=gt, model_answer=extracted))
+        reply = await self._ask(
+            prompts.format_judge_prompt(
+                prompts.JUDGE_PROMPT, question=sample.question, gt_answer=gt, model_answer=extracted
+            )
+        )
         outputs.append(reply)
         ok = verification_says_correct(reply)
         return Verdict("correct" if ok else "wrong", extracted, _names_an_answer(extracted), "judge", outputs)

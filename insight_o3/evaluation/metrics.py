@@ -17,6 +17,7 @@ The summary (``summary_metrics.json``) mirrors that structure with every number 
 ``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials`` (the runner adds
 ``run_totals``: tokens and cost summed over trials).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -87,8 +88,9 @@ def compute_metrics(records: list[EvalRecord | dict]) -> dict:
     usages = [r.usage_dict() if isinstance(r, EvalRecord) else r.get("usage") for r in records]
     out["usage"] = merge(usages)
     out["tokens_total"] = sum(total_tokens(u) for u in usages)
-    costs = [c for c in (r.cost_usd if isinstance(r, EvalRecord) else r.get("cost_usd") for r in records)
-             if c is not None]
+    costs = [
+        c for c in (r.cost_usd if isinstance(r, EvalRecord) else r.get("cost_usd") for r in records) if c is not None
+    ]
     if costs:
         out["cost_usd"] = float(sum(costs))
     return out
@@ -122,15 +124,21 @@ def tool_use_health(results: list[dict]) -> dict:
         return {}
     calls = [int(s.get("n_search_calls", 0)) for s in stats]
     hist = {str(k): calls.count(k) for k in range(max(calls) + 1)}
-    out = {"search_calls_hist": hist,
-           "zero_search_ratio": calls.count(0) / n,
-           "format_failure_ratio": sum(s.get("status") == "format_failed" for s in stats) / n,
-           "format_retry_ratio": sum(bool(s.get("n_format_retries")) for s in stats) / n}
+    out = {
+        "search_calls_hist": hist,
+        "zero_search_ratio": calls.count(0) / n,
+        "format_failure_ratio": sum(s.get("status") == "format_failed" for s in stats) / n,
+        "format_retry_ratio": sum(bool(s.get("n_format_retries")) for s in stats) / n,
+    }
     areas = [a for r in results for a in _crop_area_ratios(r)]
     if areas:
         arr = np.asarray(areas)
-        out["crop_area"] = {"mean": float(arr.mean()), "median": float(np.median(arr)),
-                            "p10": float(np.percentile(arr, 10)), "p90": float(np.percentile(arr, 90))}
+        out["crop_area"] = {
+            "mean": float(arr.mean()),
+            "median": float(np.median(arr)),
+            "p10": float(np.percentile(arr, 10)),
+            "p90": float(np.percentile(arr, 90)),
+        }
     return out
 
 

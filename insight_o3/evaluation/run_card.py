@@ -5,6 +5,7 @@ image budget per model, the sha256 of every prompt constant, the judge, seeds, t
 sha256 and the subset. :func:`differences` names the settings two cards disagree on;
 ``gather_eval_results`` uses it to refuse mixing runs that are not comparable.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,13 +19,31 @@ from .. import __version__, prompts
 
 RUN_CARD_FILE = "run_card.json"
 #: Settings that must agree for runs to share a column (one benchmark, several models).
-SHARED_KEYS = ("benchmark_sha256", "subset", "judge.model", "judge.flow", "judge.max_answer_length",
-               "judge.cache", "prompts_sha256")
+SHARED_KEYS = (
+    "benchmark_sha256",
+    "subset",
+    "judge.model",
+    "judge.flow",
+    "judge.max_answer_length",
+    "judge.cache",
+    "prompts_sha256",
+)
 #: Settings that must agree for runs to share a row (one setting, several benchmarks).
-ROW_KEYS = ("model", "image_budget", "settings.sys_prompt", "settings.chat_completion_kwargs",
-            "settings.image_url_extra_settings", "settings.vsearcher_model", "settings.vsearcher_prompt",
-            "settings.max_vsearch_calls", "settings.reasoner_prompt", "settings.vsearcher_chat_completion_kwargs",
-            "judge.model", "judge.flow", "prompts_sha256")
+ROW_KEYS = (
+    "model",
+    "image_budget",
+    "settings.sys_prompt",
+    "settings.chat_completion_kwargs",
+    "settings.image_url_extra_settings",
+    "settings.vsearcher_model",
+    "settings.vsearcher_prompt",
+    "settings.max_vsearch_calls",
+    "settings.reasoner_prompt",
+    "settings.vsearcher_chat_completion_kwargs",
+    "judge.model",
+    "judge.flow",
+    "prompts_sha256",
+)
 
 
 def sha256_file(path: str, chunk: int = 1 << 20) -> str | None:
@@ -40,9 +59,11 @@ def sha256_file(path: str, chunk: int = 1 << 20) -> str | None:
 
 def prompt_hashes() -> dict[str, str]:
     """sha256 of every prompt constant of :mod:`insight_o3.prompts` (first 16 hex digits)."""
-    return {name: hashlib.sha256(value.encode("utf-8")).hexdigest()[:16]
-            for name, value in sorted(vars(prompts).items())
-            if name.isupper() and "PROMPT" in name and isinstance(value, str)}
+    return {
+        name: hashlib.sha256(value.encode("utf-8")).hexdigest()[:16]
+        for name, value in sorted(vars(prompts).items())
+        if name.isupper() and "PROMPT" in name and isinstance(value, str)
+    }
 
 
 def git_commit() -> str | None:
@@ -50,8 +71,12 @@ def git_commit() -> str | None:
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -59,16 +84,33 @@ def git_commit() -> str | None:
     return out.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
-def build_run_card(settings: dict, *, ann_file: str, subset: dict | None, num_samples: int, image_budget: dict,
-                   judge: dict, seeds: dict, extra: dict | None = None) -> dict:
+def build_run_card(
+    settings: dict,
+    *,
+    ann_file: str,
+    subset: dict | None,
+    num_samples: int,
+    image_budget: dict,
+    judge: dict,
+    seeds: dict,
+    extra: dict | None = None,
+) -> dict:
     import openai
+
     card = {
-        "package": "insight_o3", "version": __version__, "git_commit": git_commit(),
-        "python": platform.python_version(), "openai": openai.__version__,
+        "package": "insight_o3",
+        "version": __version__,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "openai": openai.__version__,
         "model": settings.get("model"),
-        "benchmark_file": os.path.abspath(ann_file), "benchmark_sha256": sha256_file(ann_file),
-        "subset": subset, "num_samples": num_samples,
-        "image_budget": image_budget, "judge": judge, "seeds": seeds,
+        "benchmark_file": os.path.abspath(ann_file),
+        "benchmark_sha256": sha256_file(ann_file),
+        "subset": subset,
+        "num_samples": num_samples,
+        "image_budget": image_budget,
+        "judge": judge,
+        "seeds": seeds,
         "prompts_sha256": prompt_hashes(),
         "settings": settings,
     }
@@ -104,7 +146,9 @@ def differences(cards: dict[str, dict], keys=SHARED_KEYS) -> list[str]:
         if len(set(values.values())) > 1:
             if key == "prompts_sha256":  # name the prompts, not two walls of hashes
                 names = sorted({p for c in cards.values() for p in (_get(c, key) or {})})
-                changed = [p for p in names if len({json.dumps((_get(c, key) or {}).get(p)) for c in cards.values()}) > 1]
+                changed = [
+                    p for p in names if len({json.dumps((_get(c, key) or {}).get(p)) for c in cards.values()}) > 1
+                ]
                 out.append(f"{key}: differs for {', '.join(changed)}")
             else:
                 shown = ", ".join(f"{n}={v}" for n, v in values.items())

@@ -21,6 +21,7 @@ item is started, the ones in flight are recorded, and :class:`BudgetExceeded` is
 a higher budget resumes. A solver with ``solves_by_trial`` (rejudge's stored attempts) is asked per
 trial index (``solve_trials``) and gives the stored usage (``usage_shares``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,10 +62,10 @@ class RunConfig:
     num_trials: int = 1
     concurrency: int = 128
     retry_failed: bool = False
-    group_trials: bool = True      # one solve(sample, n) for all pending trials of a sample
+    group_trials: bool = True  # one solve(sample, n) for all pending trials of a sample
     progress: bool = True
-    cost_model: CostModel | None = None   # adds cost_usd to records and metrics
-    max_cost: float | None = None         # budgets over the whole eval dir (all trials, earlier runs too)
+    cost_model: CostModel | None = None  # adds cost_usd to records and metrics
+    max_cost: float | None = None  # budgets over the whole eval dir (all trials, earlier runs too)
     max_tokens_total: int | None = None
 
     @property
@@ -85,25 +86,49 @@ class BudgetExceeded(RunStopped):
     def __str__(self) -> str:
         flag = "--max_cost" if self.what == "cost" else "--max_tokens_total"
         used = f"${self.used:.4f}" if self.what == "cost" else f"{int(self.used)} tokens"
-        return (f"budget reached: {used} used, {flag} {self.limit:g}; stopped starting new samples "
-                f"(rerun with a higher {flag} to resume)")
+        return (
+            f"budget reached: {used} used, {flag} {self.limit:g}; stopped starting new samples "
+            f"(rerun with a higher {flag} to resume)"
+        )
 
 
-def build_record(sample: Sample, trial: int, attempt: Attempt, verdict: Verdict, usage: dict | None = None,
-                 cost_usd: float | None = None) -> EvalRecord:
+def build_record(
+    sample: Sample,
+    trial: int,
+    attempt: Attempt,
+    verdict: Verdict,
+    usage: dict | None = None,
+    cost_usd: float | None = None,
+) -> EvalRecord:
     """One result line: the sample's fields, ``usage`` per role and ``cost_usd`` (see
     :mod:`insight_o3.evaluation.usage`) plus ``eval_result`` (image references, never pixels)."""
     refs = image_refs(attempt.trajectory or [])
     result = EvalResult(
         status=verdict.status,
-        success=verdict.status in ("correct", "wrong"), fail_reason=verdict.fail_reason,
+        success=verdict.status in ("correct", "wrong"),
+        fail_reason=verdict.fail_reason,
         fail_stage=verdict.fail_stage,  # type: ignore[arg-type]
-        response=attempt.text, finish_reason=attempt.finish_reason, extracted_answer=verdict.extracted_answer,
-        is_correct=verdict.is_correct, has_answer=verdict.has_answer, judge_method=verdict.method,
-        judge_outputs=verdict.judge_outputs, usage=attempt.usage, image=refs[0].to_dict() if refs else None,
-        trajectory=attempt.trajectory, stats=attempt.stats)
-    rec = EvalRecord.from_dict({**sample.to_record(), "trial": trial, "eval_result": {"status": result.status},
-                                "usage": usage or {}, "cost_usd": cost_usd})
+        response=attempt.text,
+        finish_reason=attempt.finish_reason,
+        extracted_answer=verdict.extracted_answer,
+        is_correct=verdict.is_correct,
+        has_answer=verdict.has_answer,
+        judge_method=verdict.method,
+        judge_outputs=verdict.judge_outputs,
+        usage=attempt.usage,
+        image=refs[0].to_dict() if refs else None,
+        trajectory=attempt.trajectory,
+        stats=attempt.stats,
+    )
+    rec = EvalRecord.from_dict(
+        {
+            **sample.to_record(),
+            "trial": trial,
+            "eval_result": {"status": result.status},
+            "usage": usage or {},
+            "cost_usd": cost_usd,
+        }
+    )
     rec.eval_result = result
     return rec
 
@@ -115,8 +140,10 @@ def _attempt_from_record(rec: EvalRecord) -> Attempt:
 
 def run_totals(trial_metrics: list[dict]) -> dict:
     """Tokens and cost of all trials together (the summary's other numbers are per-trial means)."""
-    out = {"usage": merge([m.get("usage") for m in trial_metrics]),
-           "tokens_total": sum(m.get("tokens_total", 0) for m in trial_metrics)}
+    out = {
+        "usage": merge([m.get("usage") for m in trial_metrics]),
+        "tokens_total": sum(m.get("tokens_total", 0) for m in trial_metrics),
+    }
     costs = [m["cost_usd"] for m in trial_metrics if m.get("cost_usd") is not None]
     out["cost_usd"] = sum(costs) if costs else None
     return out
@@ -179,8 +206,9 @@ class _Progress:
         self._show()
 
     def _show(self):
-        self.bar.set_postfix(acc=f"{self.correct / self.done:.3f}" if self.done else "-", fail=self.failed,
-                             refresh=False)
+        self.bar.set_postfix(
+            acc=f"{self.correct / self.done:.3f}" if self.done else "-", fail=self.failed, refresh=False
+        )
 
     def add(self, rec: EvalRecord):
         st = rec.status
@@ -194,9 +222,15 @@ class _Progress:
         self.bar.close()
 
 
-async def run_evaluation(samples: list[Sample], solver, judge: AnswerJudge, cfg: RunConfig,
-                         args_record: dict | None = None, guard: RunGuard | None = None,
-                         run_card: dict | None = None) -> dict:
+async def run_evaluation(
+    samples: list[Sample],
+    solver,
+    judge: AnswerJudge,
+    cfg: RunConfig,
+    args_record: dict | None = None,
+    guard: RunGuard | None = None,
+    run_card: dict | None = None,
+) -> dict:
     """Evaluate, write every output file, and return the summary metrics (under the eval
     directory's lock: raises :class:`~insight_o3.run_lock.RunLockedError` if another run holds it).
     Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded)."""
@@ -204,8 +238,15 @@ async def run_evaluation(samples: list[Sample], solver, judge: AnswerJudge, cfg:
         return await _run_locked(samples, solver, judge, cfg, args_record, guard, run_card)
 
 
-async def _run_locked(samples: list[Sample], solver, judge: AnswerJudge, cfg: RunConfig,
-                      args_record: dict | None, guard: RunGuard | None, run_card: dict | None = None) -> dict:
+async def _run_locked(
+    samples: list[Sample],
+    solver,
+    judge: AnswerJudge,
+    cfg: RunConfig,
+    args_record: dict | None,
+    guard: RunGuard | None,
+    run_card: dict | None = None,
+) -> dict:
     if args_record is not None:
         write_json_atomic(os.path.join(cfg.eval_dir, ARGS_FILE), args_record)
     if run_card is not None:
@@ -229,7 +270,8 @@ async def _run_locked(samples: list[Sample], solver, judge: AnswerJudge, cfg: Ru
             if stray:
                 raise RecordFileError(
                     f"{logs[k].path}: holds records for {len(stray)} sample(s) not in the annotation file "
-                    f"(e.g. sample_key {stray[0]!r}); use another --eval_name for different data")
+                    f"(e.g. sample_key {stray[0]!r}); use another --eval_name for different data"
+                )
 
         def pending(k: int, s: Sample) -> str | None:
             """None (final), "query" or "judge" (re-judge a stored response)."""

@@ -5,6 +5,7 @@ the image under ``image`` or ``file_name`` (relative to ``img_dir``), ``category
 optional ``options`` (text kept as is; lists/dicts formatted), ``question_id`` int or str, and any
 other fields (``target_layouts``, ``layout_infos``, ``explanation`` …) kept in ``extra``.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,18 +28,18 @@ class AnnotationError(ValueError):
 
 @dataclass
 class Sample:
-    index: int                       # 0-based position among the samples of the file
+    index: int  # 0-based position among the samples of the file
     question_id: int | str | None
-    image: str                       # as written in the file
-    image_path: str                  # resolved under img_dir
+    image: str  # as written in the file
+    image_path: str  # resolved under img_dir
     question: str
-    options: str | None              # the text block shown to the model
+    options: str | None  # the text block shown to the model
     answer: str
     category: str = "unknown"
     extra: dict = field(default_factory=dict)
-    key: str = ""                    # unique within the file: question_id if unique, else "#<index>"
-    line: int = 0                    # 1-based line in the annotation file
-    image_field: str = "image"       # which field named the image ("image" or "file_name")
+    key: str = ""  # unique within the file: question_id if unique, else "#<index>"
+    line: int = 0  # 1-based line in the annotation file
+    image_field: str = "image"  # which field named the image ("image" or "file_name")
     category_field: str | None = None  # which field named the category ("category" or "subset")
 
     @property
@@ -58,9 +59,16 @@ class Sample:
 
     def to_record(self) -> dict:
         """The sample as stored in result records (annotation fields plus where it came from)."""
-        rec = {"index": self.index, "sample_key": self.key, "question_id": self.question_id,
-               self.image_field: self.image, "image_path": self.image_path, "question": self.question,
-               "options": self.options, "answer": self.answer}
+        rec = {
+            "index": self.index,
+            "sample_key": self.key,
+            "question_id": self.question_id,
+            self.image_field: self.image,
+            "image_path": self.image_path,
+            "question": self.question,
+            "options": self.options,
+            "answer": self.answer,
+        }
         if self.category_field:
             rec[self.category_field] = self.category
         rec["category"] = self.category
@@ -81,12 +89,15 @@ def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> S
     image_field = next((f for f in IMAGE_FIELDS if f in obj), None)
     image = obj.get(image_field) if image_field else None
     if image_field is None or not isinstance(image, str) or not image.strip():
-        raise AnnotationError(f"{where}: field 'image' (or 'file_name') is "
-                              f"{'missing' if image_field is None else 'empty or not a string'}")
+        raise AnnotationError(
+            f"{where}: field 'image' (or 'file_name') is "
+            f"{'missing' if image_field is None else 'empty or not a string'}"
+        )
     options = obj.get("options")
     if options is not None and not isinstance(options, (str, list, dict)):
-        raise AnnotationError(f"{where}: field 'options' must be text, a list or an object, "
-                              f"not {type(options).__name__}")
+        raise AnnotationError(
+            f"{where}: field 'options' must be text, a list or an object, not {type(options).__name__}"
+        )
     qid = obj.get("question_id")
     if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (int, str))):
         raise AnnotationError(f"{where}: field 'question_id' must be an integer or a string")
@@ -96,14 +107,23 @@ def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> S
     for f in (*IMAGE_FIELDS, *CATEGORY_FIELDS):
         if f in obj and f not in (image_field, cat_field, "image", "category"):
             extra[f] = obj[f]
-    return Sample(index=index, question_id=qid, image=image, image_path=os.path.join(img_dir, image),
-                  question=question, options=format_options(options), answer=answer,  # as written: the original matches and judges it unstripped
-                  category=str(obj[cat_field]) if cat_field else "unknown", extra=extra, line=line,
-                  image_field=image_field, category_field=cat_field)
+    return Sample(
+        index=index,
+        question_id=qid,
+        image=image,
+        image_path=os.path.join(img_dir, image),
+        question=question,
+        options=format_options(options),
+        answer=answer,  # as written: the original matches and judges it unstripped
+        category=str(obj[cat_field]) if cat_field else "unknown",
+        extra=extra,
+        line=line,
+        image_field=image_field,
+        category_field=cat_field,
+    )
 
 
-def load_samples(ann_file: str | os.PathLike, img_dir: str | os.PathLike,
-                 check_images: bool = True) -> list[Sample]:
+def load_samples(ann_file: str | os.PathLike, img_dir: str | os.PathLike, check_images: bool = True) -> list[Sample]:
     """Read and validate an annotation file; raise :class:`AnnotationError` on the first problem
     (all missing images are checked, the first few reported)."""
     ann_file, img_dir = str(ann_file), str(img_dir)
@@ -141,13 +161,17 @@ def _check_images(samples: list[Sample], ann_file: str, img_dir: str) -> None:
         raise AnnotationError(f"{ann_file}: {len(missing)} image file(s) not found under {img_dir}: {listed}{more}")
 
 
-def subset_spec(limit: int | None = None, sample_ids: list[str] | None = None,
-                categories: list[str] | None = None) -> dict | None:
+def subset_spec(
+    limit: int | None = None, sample_ids: list[str] | None = None, categories: list[str] | None = None
+) -> dict | None:
     """The subset a run asked for (None: the whole file), as stored in ``run_card.json``."""
     if limit is None and not sample_ids and not categories:
         return None
-    return {"limit": limit, "sample_ids": list(sample_ids) if sample_ids else None,
-            "categories": list(categories) if categories else None}
+    return {
+        "limit": limit,
+        "sample_ids": list(sample_ids) if sample_ids else None,
+        "categories": list(categories) if categories else None,
+    }
 
 
 def select_subset(samples: list[Sample], spec: dict | None, ann_file: str = "") -> list[Sample]:
@@ -161,8 +185,9 @@ def select_subset(samples: list[Sample], spec: dict | None, ann_file: str = "") 
         known = {s.category for s in samples}
         unknown = [c for c in spec["categories"] if c not in known]
         if unknown:
-            raise AnnotationError(f"{ann_file}: --categories {', '.join(unknown)} not in the file "
-                                  f"(it has: {', '.join(sorted(known))})")
+            raise AnnotationError(
+                f"{ann_file}: --categories {', '.join(unknown)} not in the file (it has: {', '.join(sorted(known))})"
+            )
         want = set(spec["categories"])
         out = [s for s in out if s.category in want]
     if spec.get("sample_ids"):
@@ -174,12 +199,14 @@ def select_subset(samples: list[Sample], spec: dict | None, ann_file: str = "") 
         unknown = [i for i in spec["sample_ids"] if i not in by_id]
         if unknown:
             shown = ", ".join(unknown[:MAX_REPORTED]) + (" …" if len(unknown) > MAX_REPORTED else "")
-            raise AnnotationError(f"{ann_file}: --sample_ids {shown} not in the file (ids are question_id values, "
-                                  f"or #<0-based line index> when question_ids are missing or repeated)")
+            raise AnnotationError(
+                f"{ann_file}: --sample_ids {shown} not in the file (ids are question_id values, "
+                f"or #<0-based line index> when question_ids are missing or repeated)"
+            )
         want_keys = {by_id[i].key for i in spec["sample_ids"]}
         out = [s for s in out if s.key in want_keys]
     if spec.get("limit") is not None:
-        out = out[:spec["limit"]]
+        out = out[: spec["limit"]]
     if not out:
         raise AnnotationError(f"{ann_file}: the subset {spec} selects no sample")
     return out

@@ -14,6 +14,7 @@ load too: missing optional fields take their defaults, a missing ``status`` is i
 ``question_id`` or ``index`` only gets that as its ``sample_key``. Fields this schema does not
 know are kept (``fields``/``extra``) and written back unchanged.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,20 @@ FAIL_STAGES: tuple[str, ...] = get_args(FailStage)
 USAGE_ROLES = ("model", "judge", "vsearcher")
 
 #: Top-level keys with a typed field of their own (the rest of a record goes to ``EvalRecord.fields``).
-_TYPED = ("index", "sample_key", "question_id", "image_path", "question", "options", "answer", "category",
-          "trial", "eval_result", "usage", "cost_usd")
+_TYPED = (
+    "index",
+    "sample_key",
+    "question_id",
+    "image_path",
+    "question",
+    "options",
+    "answer",
+    "category",
+    "trial",
+    "eval_result",
+    "usage",
+    "cost_usd",
+)
 
 
 class RecordError(RecordFileError):
@@ -65,8 +78,12 @@ class TokenUsage:
     requests: int = 0
 
     def to_dict(self) -> dict:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "reasoning_tokens": self.reasoning_tokens, "requests": self.requests}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "requests": self.requests,
+        }
 
     @classmethod
     def from_dict(cls, obj: Any, where: str, name: str) -> TokenUsage:
@@ -88,33 +105,58 @@ class EvalResult:
     """``eval_result`` of a record: the judge's verdict on one attempt, with what produced it."""
 
     status: Status
-    success: bool = False                 # judged at all (correct or wrong)
+    success: bool = False  # judged at all (correct or wrong)
     fail_reason: str | None = None
-    fail_stage: FailStage | None = None   # a failure of the solver's queries or of the judge alone
+    fail_stage: FailStage | None = None  # a failure of the solver's queries or of the judge alone
     response: str | None = None
     finish_reason: str | None = None
     extracted_answer: str | None = None
     is_correct: bool = False
     has_answer: bool = False
-    judge_method: str | None = None       # "rule" | "judge"
+    judge_method: str | None = None  # "rule" | "judge"
     judge_outputs: list = field(default_factory=list)
-    usage: dict | None = None             # the model API's usage object of the attempt, as returned
-    image: dict | None = None             # the first image reference of the trajectory
+    usage: dict | None = None  # the model API's usage object of the attempt, as returned
+    image: dict | None = None  # the first image reference of the trajectory
     trajectory: list | None = None
     stats: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # fields this schema does not know (kept as written)
 
-    _KNOWN = ("success", "status", "fail_reason", "fail_stage", "response", "finish_reason",
-              "extracted_answer", "is_correct", "has_answer", "judge_method", "judge_outputs", "usage",
-              "image", "trajectory", "stats")
+    _KNOWN = (
+        "success",
+        "status",
+        "fail_reason",
+        "fail_stage",
+        "response",
+        "finish_reason",
+        "extracted_answer",
+        "is_correct",
+        "has_answer",
+        "judge_method",
+        "judge_outputs",
+        "usage",
+        "image",
+        "trajectory",
+        "stats",
+    )
 
     def to_dict(self) -> dict:
-        out = {"success": self.success, "status": self.status, "fail_reason": self.fail_reason,
-               "fail_stage": self.fail_stage, "response": self.response, "finish_reason": self.finish_reason,
-               "extracted_answer": self.extracted_answer, "is_correct": self.is_correct,
-               "has_answer": self.has_answer, "judge_method": self.judge_method,
-               "judge_outputs": self.judge_outputs, "usage": self.usage, "image": self.image,
-               "trajectory": self.trajectory, "stats": self.stats}
+        out = {
+            "success": self.success,
+            "status": self.status,
+            "fail_reason": self.fail_reason,
+            "fail_stage": self.fail_stage,
+            "response": self.response,
+            "finish_reason": self.finish_reason,
+            "extracted_answer": self.extracted_answer,
+            "is_correct": self.is_correct,
+            "has_answer": self.has_answer,
+            "judge_method": self.judge_method,
+            "judge_outputs": self.judge_outputs,
+            "usage": self.usage,
+            "image": self.image,
+            "trajectory": self.trajectory,
+            "stats": self.stats,
+        }
         out.update(self.extra)
         return out
 
@@ -145,13 +187,21 @@ class EvalResult:
         return cls(
             status=cast(Status, status),  # checked against STATUSES above
             success=bool(er.get("success", status in ("correct", "wrong"))),
-            fail_reason=None if fail_reason is None else str(fail_reason), fail_stage=stage, response=text,
-            finish_reason=_opt(er, "finish_reason", str, where, p), extracted_answer=extracted,
-            is_correct=bool(er.get("is_correct", status == "correct")), has_answer=bool(er.get("has_answer")),
-            judge_method=_opt(er, "judge_method", str, where, p), judge_outputs=outputs,
-            usage=_opt(er, "usage", dict, where, p), image=_opt(er, "image", dict, where, p),
-            trajectory=traj, stats=stats,
-            extra={k: v for k, v in er.items() if k not in cls._KNOWN and k not in ("text", "error")})
+            fail_reason=None if fail_reason is None else str(fail_reason),
+            fail_stage=stage,
+            response=text,
+            finish_reason=_opt(er, "finish_reason", str, where, p),
+            extracted_answer=extracted,
+            is_correct=bool(er.get("is_correct", status == "correct")),
+            has_answer=bool(er.get("has_answer")),
+            judge_method=_opt(er, "judge_method", str, where, p),
+            judge_outputs=outputs,
+            usage=_opt(er, "usage", dict, where, p),
+            image=_opt(er, "image", dict, where, p),
+            trajectory=traj,
+            stats=stats,
+            extra={k: v for k, v in er.items() if k not in cls._KNOWN and k not in ("text", "error")},
+        )
 
 
 def _legacy_status(er: dict) -> str:
@@ -202,8 +252,14 @@ class EvalRecord:
         f = self.fields
         out: dict = {"index": self.index, "sample_key": self.sample_key, "question_id": self.question_id}
         out.update({k: f[k] for k in ("image", "file_name") if k in f})
-        out.update({"image_path": self.image_path, "question": self.question,
-                    "options": self.options if self.options is not None else f.get("options"), "answer": self.answer})
+        out.update(
+            {
+                "image_path": self.image_path,
+                "question": self.question,
+                "options": self.options if self.options is not None else f.get("options"),
+                "answer": self.answer,
+            }
+        )
         if "subset" in f:
             out["subset"] = f["subset"]
         out["category"] = self.category
@@ -225,8 +281,11 @@ class EvalRecord:
             raise RecordError(f"{where}: expected a JSON object, got {type(rec).__name__}")
         key = rec.get("sample_key", rec.get("question_id", rec.get("index")))
         if key is None or isinstance(key, (bool, dict, list)):
-            raise (RecordError(f"{where}: record has no 'sample_key' (nor question_id/index)") if key is None
-                   else _fail(where, "sample_key", f"must be text or an integer, got {type(key).__name__}"))
+            raise (
+                RecordError(f"{where}: record has no 'sample_key' (nor question_id/index)")
+                if key is None
+                else _fail(where, "sample_key", f"must be text or an integer, got {type(key).__name__}")
+            )
         er = EvalResult.from_dict(rec.get("eval_result"), where)
         index = _opt(rec, "index", int, where)
         qid = rec.get("question_id")
@@ -241,12 +300,24 @@ class EvalRecord:
             raise _fail(where, "cost_usd", f"must be a number or null, got {cost!r:.60}")
         image_path = rec.get("image_path") or rec.get("image") or rec.get("file_name") or ""
         return cls(
-            sample_key=str(key), eval_result=er, index=index, question_id=qid,
-            question=str(rec.get("question", "")), options=options if isinstance(options, str) else None,
-            answer=str(rec.get("answer", "")), category=str(rec.get("category", rec.get("subset", "unknown"))),
-            image_path=str(image_path), trial=trial, usage=usage, cost_usd=None if cost is None else float(cost),
-            fields={k: v for k, v in rec.items()
-                    if k not in _TYPED or (k == "options" and options is not None and not isinstance(options, str))})
+            sample_key=str(key),
+            eval_result=er,
+            index=index,
+            question_id=qid,
+            question=str(rec.get("question", "")),
+            options=options if isinstance(options, str) else None,
+            answer=str(rec.get("answer", "")),
+            category=str(rec.get("category", rec.get("subset", "unknown"))),
+            image_path=str(image_path),
+            trial=trial,
+            usage=usage,
+            cost_usd=None if cost is None else float(cost),
+            fields={
+                k: v
+                for k, v in rec.items()
+                if k not in _TYPED or (k == "options" and options is not None and not isinstance(options, str))
+            },
+        )
 
 
 def as_record(rec: EvalRecord | dict, where: str = "<record>") -> EvalRecord:

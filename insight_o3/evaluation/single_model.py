@@ -6,6 +6,7 @@ set. One request with ``n`` choices per sample (or ``n`` requests with ``n=1`` u
 ``separate_trial_requests``, for APIs that reject ``n > 1``). Retries of API errors are the SDK's;
 a server that returns fewer choices than asked is asked again for the missing ones.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,10 +33,18 @@ def _usage(resp) -> dict | None:
 
 
 class SingleModelSolver:
-    def __init__(self, client, model: str, images: ImageStore, resize: Resize,
-                 system_prompt: str | None = None, completion_kwargs: dict | None = None,
-                 image_url_extra: dict | None = None, separate_trial_requests: bool = False,
-                 redact=lambda s: s):
+    def __init__(
+        self,
+        client,
+        model: str,
+        images: ImageStore,
+        resize: Resize,
+        system_prompt: str | None = None,
+        completion_kwargs: dict | None = None,
+        image_url_extra: dict | None = None,
+        separate_trial_requests: bool = False,
+        redact=lambda s: s,
+    ):
         self.client = client
         self.model = model
         self.images = images

@@ -4,6 +4,7 @@ The runner owns scheduling, resume, judging and metrics; a *solver* only produce
 ``SingleModelSolver`` (one chat model) and the InSight-o3 solver (vReasoner + vSearcher, in
 ``insight_o3.agents``) both implement :class:`Solver`.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -40,5 +41,4 @@ class Solver(Protocol):
         """
         ...
 
-    async def aclose(self) -> None:
-        ...
+    async def aclose(self) -> None: ...

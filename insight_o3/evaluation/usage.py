@@ -17,6 +17,7 @@ Completion tokens (which include reasoning tokens, as the OpenAI API counts them
 ``output`` price. A record's ``cost_usd`` is None when there is no price file; a model missing from
 the price file is an error before any request is sent.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -26,11 +27,15 @@ from dataclasses import dataclass
 
 FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests")
 #: Client role names (as in messages) -> the role key of a record's usage.
-ROLE_KEYS = {"model": "model", "vReasoner": "model", "judge": "judge", "vSearcher": "vsearcher",
-             "vsearcher": "vsearcher"}
+ROLE_KEYS = {
+    "model": "model",
+    "vReasoner": "model",
+    "judge": "judge",
+    "vSearcher": "vsearcher",
+    "vsearcher": "vsearcher",
+}
 
-_METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_usage_meter",
-                                                                               default=None)
+_METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_usage_meter", default=None)
 
 
 def _get(obj, name: str):
@@ -44,10 +49,12 @@ def _get(obj, name: str):
 def usage_counts(usage) -> dict:
     """The four counters of one response's ``usage`` (an SDK object or a dict)."""
     details = _get(usage, "completion_tokens_details")
-    return {"prompt_tokens": int(_get(usage, "prompt_tokens") or 0),
-            "completion_tokens": int(_get(usage, "completion_tokens") or 0),
-            "reasoning_tokens": int(_get(details, "reasoning_tokens") or 0),
-            "requests": 1}
+    return {
+        "prompt_tokens": int(_get(usage, "prompt_tokens") or 0),
+        "completion_tokens": int(_get(usage, "completion_tokens") or 0),
+        "reasoning_tokens": int(_get(details, "reasoning_tokens") or 0),
+        "requests": 1,
+    }
 
 
 class UsageMeter:
@@ -122,6 +129,7 @@ def load_prices(path: str) -> dict[str, Price]:
             data = json.loads(text)
         else:
             import yaml  # declared dependency (pyyaml)
+
             data = yaml.safe_load(text)
     except Exception as e:  # noqa: BLE001 - any parse error is a bad file
         raise PriceError(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} ({e})") from None
@@ -149,8 +157,10 @@ class CostModel:
         self.models = {k: m for k, m in models.items() if m}
         missing = [f"{role}={m}" for role, m in self.models.items() if m not in prices]
         if missing:
-            raise PriceError(f"no price for {', '.join(missing)} in the price file "
-                             f"(it lists: {', '.join(sorted(prices)) or 'nothing'})")
+            raise PriceError(
+                f"no price for {', '.join(missing)} in the price file "
+                f"(it lists: {', '.join(sorted(prices)) or 'nothing'})"
+            )
 
     def cost(self, usage: dict | None) -> float:
         total = 0.0

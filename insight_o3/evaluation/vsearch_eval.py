@@ -8,6 +8,7 @@ in original-image pixels; an optional ``id`` keys it. :func:`run` writes ``<outp
 API failures) and ``metrics.json``: mean IoU, accuracy at IoU >= 0.5, format-valid rate, mean tool calls
 and not-found rate.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -59,8 +60,9 @@ def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
         bbox = check_box(row.get("bbox"), where, "bbox", error=AnnotationError)
         path = os.path.join(img_dir, image)
         if not os.path.isfile(path):
-            raise AnnotationError(f"{where}: field {'image' if 'image' in row else 'file_name'!r}: "
-                                  f"image file not found: {path}")
+            raise AnnotationError(
+                f"{where}: field {'image' if 'image' in row else 'file_name'!r}: image file not found: {path}"
+            )
         key = str(row["id"]) if row.get("id") is not None else f"#{lineno}"
         if key in keys:
             raise AnnotationError(f"{where}: field 'id': duplicate id {key!r}")
@@ -74,10 +76,21 @@ def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
 def score(sample: RegionSample, r: LocateResult) -> dict:
     """One JSON record: prediction, IoU (0 when nothing valid was found) and the trajectory."""
     rec = r.to_record()
-    return {"sample_key": sample.key, "line": sample.line, "image": sample.image, "description": sample.description,
-            "gt_bbox": list(sample.bbox), "pred_bbox": rec["box_original"], "status": r.status,
-            "iou": iou(r.box_original, sample.bbox) if r.found and r.box_original is not None else 0.0, "n_tool_calls": r.n_tool_calls,
-            "n_turns": r.n_turns, "format_ok": r.format_ok, "error": r.error, "trajectory": rec["trajectory"]}
+    return {
+        "sample_key": sample.key,
+        "line": sample.line,
+        "image": sample.image,
+        "description": sample.description,
+        "gt_bbox": list(sample.bbox),
+        "pred_bbox": rec["box_original"],
+        "status": r.status,
+        "iou": iou(r.box_original, sample.bbox) if r.found and r.box_original is not None else 0.0,
+        "n_tool_calls": r.n_tool_calls,
+        "n_turns": r.n_turns,
+        "format_ok": r.format_ok,
+        "error": r.error,
+        "trajectory": rec["trajectory"],
+    }
 
 
 def metrics(records: list[dict]) -> dict:
@@ -88,17 +101,23 @@ def metrics(records: list[dict]) -> dict:
     def mean(xs: list) -> float:
         return sum(xs) / n if n else 0.0
 
-    return {"n_samples": len(records), "n_scored": n, "n_failed": len(records) - n,
-            "mean_iou": mean([r["iou"] for r in ok]), "acc_iou_0.5": mean([float(r["iou"] >= 0.5) for r in ok]),
-            "format_valid_rate": mean([float(r["format_ok"]) for r in ok]),
-            "mean_tool_calls": mean([r["n_tool_calls"] for r in ok]),
-            "not_found_rate": mean([float(r["status"] == "not_found") for r in ok]),
-            "invalid_rate": mean([float(r["status"] == "invalid") for r in ok])}
+    return {
+        "n_samples": len(records),
+        "n_scored": n,
+        "n_failed": len(records) - n,
+        "mean_iou": mean([r["iou"] for r in ok]),
+        "acc_iou_0.5": mean([float(r["iou"] >= 0.5) for r in ok]),
+        "format_valid_rate": mean([float(r["format_ok"]) for r in ok]),
+        "mean_tool_calls": mean([r["n_tool_calls"] for r in ok]),
+        "not_found_rate": mean([float(r["status"] == "not_found") for r in ok]),
+        "invalid_rate": mean([float(r["status"] == "invalid") for r in ok]),
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
 class VSearchEvalSettings:
     """One standalone vSearcher evaluation (``api_key`` is kept in memory only, never written)."""
+
     model: str
     output_dir: str
     api_key: str | None = None
@@ -118,25 +137,42 @@ class VSearchEvalSettings:
         return {**{k: v for k, v in asdict(self).items() if k != "api_key"}, **extra}
 
 
-async def run(s: VSearchEvalSettings, samples: list[RegionSample], *, redactor: Redactor,
-              args_record: dict | None = None) -> dict:
+async def run(
+    s: VSearchEvalSettings, samples: list[RegionSample], *, redactor: Redactor, args_record: dict | None = None
+) -> dict:
     """The whole run under ``s.output_dir``'s lock; returns :func:`metrics` (also in ``metrics.json``).
     ``args_record``: what ``args.json`` holds (default: :meth:`VSearchEvalSettings.record`)."""
     with run_lock(s.output_dir, "evaluate_vsearch"):
         return await _run_locked(s, samples, redactor, args_record if args_record is not None else s.record())
 
 
-async def _run_locked(a: VSearchEvalSettings, samples: list[RegionSample], redactor: Redactor,
-                      args_record: dict) -> dict:
+async def _run_locked(
+    a: VSearchEvalSettings, samples: list[RegionSample], redactor: Redactor, args_record: dict
+) -> dict:
     write_json_atomic(os.path.join(a.output_dir, "args.json"), args_record)
     records = RecordLog.open(os.path.join(a.output_dir, "records.jsonl"))
     workers = usable_cpus() if a.image_workers is None else a.image_workers
     images = ImageStore(workers=max(1, workers), processes=workers > 0)
     guard = RunGuard(a.max_failure_ratio, redact=redactor)
-    client = make_client(a.api_key, a.api_base_url, a.client_timeout, a.max_retries,
-                         max_connections=max(2 * a.concurrency, 16), role="vSearcher", guard=guard)
-    searcher = VSearcher(client, a.model, images, a.max_pixels, a.prompt, a.max_tool_calls,
-                         completion_kwargs=a.chat_completion_kwargs, redactor=redactor)
+    client = make_client(
+        a.api_key,
+        a.api_base_url,
+        a.client_timeout,
+        a.max_retries,
+        max_connections=max(2 * a.concurrency, 16),
+        role="vSearcher",
+        guard=guard,
+    )
+    searcher = VSearcher(
+        client,
+        a.model,
+        images,
+        a.max_pixels,
+        a.prompt,
+        a.max_tool_calls,
+        completion_kwargs=a.chat_completion_kwargs,
+        redactor=redactor,
+    )
     todo = [s for s in samples if records.records.get(s.key, {}).get("status", "failed") == "failed"]
     log.info("%d samples, %d to run (%d done)", len(samples), len(todo), len(samples) - len(todo))
     sem = asyncio.Semaphore(a.concurrency)

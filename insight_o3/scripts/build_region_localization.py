@@ -19,6 +19,7 @@ API errors; rerun to retry them); 2 bad input (a layout file, a missing image); 
 written; 4 stopped by the API (a 401/403/404 or more than ``--max_failure_ratio`` failed requests); 5
 another run holds ``--output_dir``. Each stop prints one line and keeps every finished description.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,9 @@ def resolve_image(image: str, image_dir: str | None, where: str) -> str:
     raise LayoutError(f"{where}: image file not found: {image} (looked in {image_dir or '.'})")
 
 
-def collect_boxes(layouts: str, image_dir: str | None, rules: LayoutRules, source: str,
-                  progress: bool = True) -> list[BoxTask]:
+def collect_boxes(
+    layouts: str, image_dir: str | None, rules: LayoutRules, source: str, progress: bool = True
+) -> list[BoxTask]:
     store = ImageStore(originals_cached=0)
     tasks, seen = [], set()
     for where, obj in tqdm(list(iter_layout_files(layouts)), desc="layouts", disable=not progress):
@@ -85,15 +87,16 @@ def collect_boxes(layouts: str, image_dir: str | None, rules: LayoutRules, sourc
         for k, b in enumerate(process_layout(doc, size, rules)):
             x1, y1, x2, y2 = b.box
             box = (round(x1, 2), round(y1, 2), round(x2, 2), round(y2, 2))
-            tasks.append(BoxTask(f"{stem}#{k}", path, size[0], size[1], box, b.label,
-                                 tuple(b.members), source))
+            tasks.append(BoxTask(f"{stem}#{k}", path, size[0], size[1], box, b.label, tuple(b.members), source))
     store.close()
     return tasks
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = new_parser("python -m insight_o3.scripts.build_region_localization",
-                    "C.2 region-localization data: layout rules + region descriptions.")
+    ap = new_parser(
+        "python -m insight_o3.scripts.build_region_localization",
+        "C.2 region-localization data: layout rules + region descriptions.",
+    )
     ap.add_argument("--layouts", required=True, help="dir of PaddleOCR layout *.json, a .json or a .jsonl")
     ap.add_argument("--image_dir", default=None, help="where the images named by input_path are")
     add_output_dir(ap, dest="out_dir", required=True, help="boxes.jsonl, descriptions.jsonl, regions.jsonl go here")
@@ -125,18 +128,31 @@ def main(argv: list[str] | None = None) -> int:
         with run_lock(a.out_dir, "build_region_localization"):
             return _main_locked(a)
 
-    return run_main(body, bad_input=(LayoutError,), redact=redact,
-                    results=os.path.join(a.out_dir, "descriptions.jsonl"))
+    return run_main(
+        body, bad_input=(LayoutError,), redact=redact, results=os.path.join(a.out_dir, "descriptions.jsonl")
+    )
 
 
 def _main_locked(a: argparse.Namespace) -> int:
     rules = LayoutRules(**{f.name: getattr(a, f.name) for f in dataclasses.fields(LayoutRules)})
     tasks = collect_boxes(a.layouts, a.image_dir, rules, a.source, progress=not a.no_progress)
     if a.limit is not None:
-        tasks = tasks[:a.limit]
-    write_jsonl_atomic(os.path.join(a.out_dir, "boxes.jsonl"),
-                        [{"sample_key": t.sample_key, "image": t.image, "width": t.width, "height": t.height,
-                          "bbox": list(t.bbox), "label": t.label, "merged_from": list(t.merged_from)} for t in tasks])
+        tasks = tasks[: a.limit]
+    write_jsonl_atomic(
+        os.path.join(a.out_dir, "boxes.jsonl"),
+        [
+            {
+                "sample_key": t.sample_key,
+                "image": t.image,
+                "width": t.width,
+                "height": t.height,
+                "bbox": list(t.bbox),
+                "label": t.label,
+                "merged_from": list(t.merged_from),
+            }
+            for t in tasks
+        ],
+    )
     log.info("%d layout boxes kept", len(tasks))
     if a.layout_only:
         return ExitCode.OK
@@ -144,13 +160,26 @@ def _main_locked(a: argparse.Namespace) -> int:
     key, base = resolve(a.api_key, main_keys), resolve(a.api_base_url, main_urls)
     redact = Redactor(key)
     rec_log = RecordLog.open(os.path.join(a.out_dir, "descriptions.jsonl"))
-    cfg = DescribeConfig(model=a.model, concurrency=a.concurrency, max_pixels=a.max_pixels or None,
-                         max_tokens=a.max_tokens, temperature=a.temperature, retry_failed=not a.no_retry_failed)
+    cfg = DescribeConfig(
+        model=a.model,
+        concurrency=a.concurrency,
+        max_pixels=a.max_pixels or None,
+        max_tokens=a.max_tokens,
+        temperature=a.temperature,
+        retry_failed=not a.no_retry_failed,
+    )
 
     async def run():
         guard = RunGuard(a.max_failure_ratio, redact=redact)
-        client = make_client(key, base, timeout=a.client_timeout, max_retries=a.max_retries, max_connections=a.concurrency,
-                             role="describer", guard=guard)
+        client = make_client(
+            key,
+            base,
+            timeout=a.client_timeout,
+            max_retries=a.max_retries,
+            max_connections=a.concurrency,
+            role="describer",
+            guard=guard,
+        )
         try:
             return await describe_all(tasks, client, cfg, rec_log, redact, progress=not a.no_progress, guard=guard)
         finally:
@@ -166,9 +195,19 @@ def _main_locked(a: argparse.Namespace) -> int:
     for t in tasks:
         rec = rec_log.records.get(t.sample_key)
         if rec and rec.get("status") == "ok":
-            rows.append(RegionRow(sample_key=t.sample_key, image=t.image, width=t.width, height=t.height,
-                                  description=rec["description"], bbox=list(t.bbox), label=t.label, source=t.source,
-                                  merged_from=list(t.merged_from)).to_dict())
+            rows.append(
+                RegionRow(
+                    sample_key=t.sample_key,
+                    image=t.image,
+                    width=t.width,
+                    height=t.height,
+                    description=rec["description"],
+                    bbox=list(t.bbox),
+                    label=t.label,
+                    source=t.source,
+                    merged_from=list(t.merged_from),
+                ).to_dict()
+            )
     write_jsonl_atomic(os.path.join(a.out_dir, "regions.jsonl"), rows)
     failed = len(tasks) - len(rows)
     print(json.dumps({**counts, "rows": len(rows), "failed_total": failed}))

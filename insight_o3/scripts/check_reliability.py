@@ -6,6 +6,7 @@
 Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some items are still lost to API errors
 (rerun to retry them); 2 bad input (flags, the pool); 3 an output could not be written.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,15 +35,29 @@ def build_parser():
     ap.add_argument("--source_pool", required=True, help="pool table (.jsonl or .parquet), see data/source_pool.py")
     ap.add_argument("--image_root", default=None, help="image paths are relative to this (default: the pool's dir)")
     add_output_dir(ap, dest="out_dir", required=True, help="reliability.jsonl and pool_reliable.jsonl go here")
-    ap.add_argument("--checker", action="append", required=True, metavar="MODEL[,BASE_URL[,API_KEY_ENV]]",
-                    help="a checker MLLM (repeat; the paper uses Qwen2.5-VL-7B and GPT-5-nano)")
+    ap.add_argument(
+        "--checker",
+        action="append",
+        required=True,
+        metavar="MODEL[,BASE_URL[,API_KEY_ENV]]",
+        help="a checker MLLM (repeat; the paper uses Qwen2.5-VL-7B and GPT-5-nano)",
+    )
     ap.add_argument("--judge_model", default="gpt-5-nano", help="decides answers the rules cannot")
-    ap.add_argument("--judge_api_base_url", "--judge_base_url", dest="judge_api_base_url", default=None,
-                    help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL / $OPENAI_BASE_URL")
+    ap.add_argument(
+        "--judge_api_base_url",
+        "--judge_base_url",
+        dest="judge_api_base_url",
+        default=None,
+        help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL / $OPENAI_BASE_URL",
+    )
     ap.add_argument("--judge_api_key_env", default=None, help="default: JUDGE_API_KEY, then OPENAI_API_KEY")
     ap.add_argument("--all_sources", action="store_true", help="check every item, not only the natural-image stream")
-    ap.add_argument("--chat_completion_kwargs", type=json.loads, default={},
-                    help="JSON object passed to every checker request (e.g. {\"temperature\": 0})")
+    ap.add_argument(
+        "--chat_completion_kwargs",
+        type=json.loads,
+        default={},
+        help="JSON object passed to every checker request (e.g. {\"temperature\": 0})",
+    )
     add_client_flags(ap, max_retries=5)
     ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
     ap.add_argument("--skip_image_check", action="store_true", help="do not open every image when loading the pool")
@@ -65,15 +80,25 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if len({m for m, _, _ in specs}) != len(specs):
         ap.error("--checker models must be distinct")
-    checkers = tuple(CheckerEndpoint(model=m, api_base_url=resolve(base, ("OPENAI_BASE_URL",)),
-                                     api_key=resolve(None, (env,))) for m, base, env in specs)
+    checkers = tuple(
+        CheckerEndpoint(model=m, api_base_url=resolve(base, ("OPENAI_BASE_URL",)), api_key=resolve(None, (env,)))
+        for m, base, env in specs
+    )
     judge_key = resolve(None, (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY"))
     settings = ReliabilitySettings(
-        out_dir=a.out_dir, checkers=checkers, judge_model=a.judge_model, judge_api_key=judge_key,
+        out_dir=a.out_dir,
+        checkers=checkers,
+        judge_model=a.judge_model,
+        judge_api_key=judge_key,
         judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
-        all_sources=a.all_sources, chat_completion_kwargs=a.chat_completion_kwargs, concurrency=a.concurrency,
-        max_retries=a.max_retries, client_timeout=a.client_timeout, max_pixels=a.max_pixels,
-        progress=not a.no_progress)
+        all_sources=a.all_sources,
+        chat_completion_kwargs=a.chat_completion_kwargs,
+        concurrency=a.concurrency,
+        max_retries=a.max_retries,
+        client_timeout=a.client_timeout,
+        max_pixels=a.max_pixels,
+        progress=not a.no_progress,
+    )
     redact = Redactor(*(c.api_key for c in checkers), judge_key)
 
     def body() -> int:

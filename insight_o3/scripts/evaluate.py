@@ -17,6 +17,7 @@ the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of 
 or by a budget (``--max_cost``/``--max_tokens_total``; rerun with a higher budget to resume);
 5 another run holds ``<output_dir>/<eval_name>``. Every stop prints one line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,86 +66,148 @@ def _json_object(name: str):
         if not isinstance(value, dict):
             raise argparse.ArgumentTypeError(f"{name} must be a JSON object")
         return value
+
     return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.evaluate", description=__doc__.split("\n")[0])
     g = p.add_argument_group("data")
-    g.add_argument("--benchmark", choices=sorted(BENCHMARKS),
-                   help="use this benchmark's default --ann_file/--img_dir (see data/README.md)")
+    g.add_argument(
+        "--benchmark",
+        choices=sorted(BENCHMARKS),
+        help="use this benchmark's default --ann_file/--img_dir (see data/README.md)",
+    )
     g.add_argument("--ann_file", help="annotation JSONL file")
     g.add_argument("--img_dir", help="directory the annotation's image paths are relative to")
     g.add_argument("--limit", type=int, default=None, help="only the first N samples (after the filters below)")
-    g.add_argument("--sample_ids", nargs="+", default=None,
-                   help="only these samples (question_id values; commas or spaces separate them)")
-    g.add_argument("--categories", nargs="+", default=None,
-                   help="only these categories (the 'category'/'subset' field; commas or spaces separate them)")
+    g.add_argument(
+        "--sample_ids",
+        nargs="+",
+        default=None,
+        help="only these samples (question_id values; commas or spaces separate them)",
+    )
+    g.add_argument(
+        "--categories",
+        nargs="+",
+        default=None,
+        help="only these categories (the 'category'/'subset' field; commas or spaces separate them)",
+    )
     g = p.add_argument_group("model")
     g.add_argument("--eval_name", help="results go to <output_dir>/<eval_name> (default: <model>/<benchmark>)")
     g.add_argument("--model", required=True)
     g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
     g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
-    g.add_argument("--img_max_pixels", type=int, default=None,
-                   help="resize budget in pixels; 0 = no limit (default: the paper's, 1280*1280 when the model "
-                        "name contains 'gpt', else 3500*3500)")
+    g.add_argument(
+        "--img_max_pixels",
+        type=int,
+        default=None,
+        help="resize budget in pixels; 0 = no limit (default: the paper's, 1280*1280 when the model "
+        "name contains 'gpt', else 3500*3500)",
+    )
     g.add_argument("--sys_prompt", choices=("model_default", "think"), default="model_default")
-    g.add_argument("--chat_completion_kwargs", type=_json_object("--chat_completion_kwargs"), default=None,
-                   help='request settings (default: \'{"max_completion_tokens": 16384}\'; in InSight-o3 mode per '
-                        'vReasoner turn \'{"max_completion_tokens": 2048, "temperature": 1.0, '
-                        '"reasoning_effort": null}\', the fork\'s)')
-    g.add_argument("--image_url_extra_settings", type=_json_object("--image_url_extra_settings"),
-                   default={"detail": "high"})
+    g.add_argument(
+        "--chat_completion_kwargs",
+        type=_json_object("--chat_completion_kwargs"),
+        default=None,
+        help='request settings (default: \'{"max_completion_tokens": 16384}\'; in InSight-o3 mode per '
+        'vReasoner turn \'{"max_completion_tokens": 2048, "temperature": 1.0, '
+        '"reasoning_effort": null}\', the fork\'s)',
+    )
+    g.add_argument(
+        "--image_url_extra_settings", type=_json_object("--image_url_extra_settings"), default={"detail": "high"}
+    )
     g.add_argument("--client_timeout", type=float, default=None, help="seconds per request (SDK default 600)")
     g.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES, help="the openai SDK's retries")
     g = p.add_argument_group("judge")
     g.add_argument("--judge_model", default="gpt-5-nano")
     g.add_argument("--judge_api_base_url", help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL")
     g.add_argument("--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY")
-    g.add_argument("--max_answer_length", type=int, default=1000,
-                   help="longer answers are left-cropped before they reach the judge")
-    g.add_argument("--judge_flow", choices=FLOWS, default=None,
-                   help="extract: the released evaluate.py (extraction prompt, then verification); verify: the "
-                        "fork's in-loop check (boxed span, then qa_verify). Default: extract for a single model, "
-                        "verify in InSight-o3 mode (as the paper's numbers were produced)")
-    g.add_argument("--judge_cache", action="store_true",
-                   help="ask identical judge prompts (same judge model, prompt and settings) once per run, e.g. "
-                        "a response repeated across trials (default off: one judge request per attempt, as the "
-                        "released harness; rejudge caches by default)")
+    g.add_argument(
+        "--max_answer_length",
+        type=int,
+        default=1000,
+        help="longer answers are left-cropped before they reach the judge",
+    )
+    g.add_argument(
+        "--judge_flow",
+        choices=FLOWS,
+        default=None,
+        help="extract: the released evaluate.py (extraction prompt, then verification); verify: the "
+        "fork's in-loop check (boxed span, then qa_verify). Default: extract for a single model, "
+        "verify in InSight-o3 mode (as the paper's numbers were produced)",
+    )
+    g.add_argument(
+        "--judge_cache",
+        action="store_true",
+        help="ask identical judge prompts (same judge model, prompt and settings) once per run, e.g. "
+        "a response repeated across trials (default off: one judge request per attempt, as the "
+        "released harness; rejudge caches by default)",
+    )
     g = p.add_argument_group("run")
     g.add_argument("--output_dir", default="./outputs/eval")
     g.add_argument("--num_trials", type=int, default=1)
-    g.add_argument("--concurrency", type=int, default=128,
-                   help="samples in flight, and the starting request concurrency per endpoint: halved on a "
-                        "429 storm, grown back by one after that many successes in a row")
+    g.add_argument(
+        "--concurrency",
+        type=int,
+        default=128,
+        help="samples in flight, and the starting request concurrency per endpoint: halved on a "
+        "429 storm, grown back by one after that many successes in a row",
+    )
     g.add_argument("--rpm", type=float, default=None, help="requests per minute to the model endpoint")
     g.add_argument("--tpm", type=float, default=None, help="tokens per minute to the model endpoint")
     g.add_argument("--judge_rpm", type=float, default=None, help="requests per minute to the judge endpoint")
     g.add_argument("--judge_tpm", type=float, default=None, help="tokens per minute to the judge endpoint")
-    g.add_argument("--no_adaptive_concurrency", action="store_true",
-                   help="a fixed concurrency (429s are left to the SDK's retries alone)")
-    g.add_argument("--price_file", help="YAML/JSON of US$ per million tokens per model: "
-                                        "'MODEL: {input: X, output: Y}'; adds cost_usd to records and metrics")
-    g.add_argument("--max_cost", type=float, default=None,
-                   help="stop starting samples once the eval dir's recorded cost reaches this many US$ "
-                        "(needs --price_file; exit 4; rerun with a higher budget to resume)")
-    g.add_argument("--max_tokens_total", type=int, default=None,
-                   help="the same for prompt + completion tokens of all roles")
-    g.add_argument("--separate_trial_requests", action="store_true",
-                   help="one request per trial instead of n=num_trials (for APIs that reject n>1)")
-    g.add_argument("--retry_failed", action="store_true",
-                   help="query again the pairs whose record is a critical (API) failure")
+    g.add_argument(
+        "--no_adaptive_concurrency",
+        action="store_true",
+        help="a fixed concurrency (429s are left to the SDK's retries alone)",
+    )
+    g.add_argument(
+        "--price_file",
+        help="YAML/JSON of US$ per million tokens per model: "
+        "'MODEL: {input: X, output: Y}'; adds cost_usd to records and metrics",
+    )
+    g.add_argument(
+        "--max_cost",
+        type=float,
+        default=None,
+        help="stop starting samples once the eval dir's recorded cost reaches this many US$ "
+        "(needs --price_file; exit 4; rerun with a higher budget to resume)",
+    )
+    g.add_argument(
+        "--max_tokens_total", type=int, default=None, help="the same for prompt + completion tokens of all roles"
+    )
+    g.add_argument(
+        "--separate_trial_requests",
+        action="store_true",
+        help="one request per trial instead of n=num_trials (for APIs that reject n>1)",
+    )
+    g.add_argument(
+        "--retry_failed", action="store_true", help="query again the pairs whose record is a critical (API) failure"
+    )
     g.add_argument("--no_progress", action="store_true", help="no progress bar")
-    g.add_argument("--image_cache_mb", type=int, default=128,
-                   help="memory for encoded images shared by questions/trials (samples run grouped by image, "
-                        "so a small cache still encodes each image once)")
-    g.add_argument("--image_workers", type=int, default=None,
-                   help="processes that decode/resize/encode images (default: the usable CPUs; "
-                        "0 = threads of the main process)")
-    g.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO,
-                   help=f"stop when more than this share of the run's API requests failed after retries, "
-                        f"judged from the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 "
-                        f"stops the run at once regardless")
+    g.add_argument(
+        "--image_cache_mb",
+        type=int,
+        default=128,
+        help="memory for encoded images shared by questions/trials (samples run grouped by image, "
+        "so a small cache still encodes each image once)",
+    )
+    g.add_argument(
+        "--image_workers",
+        type=int,
+        default=None,
+        help="processes that decode/resize/encode images (default: the usable CPUs; 0 = threads of the main process)",
+    )
+    g.add_argument(
+        "--max_failure_ratio",
+        type=float,
+        default=DEFAULT_MAX_FAILURE_RATIO,
+        help=f"stop when more than this share of the run's API requests failed after retries, "
+        f"judged from the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 "
+        f"stops the run at once regardless",
+    )
     g = p.add_argument_group("InSight-o3 (vReasoner = --model, vSearcher below)")
     g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
     g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
@@ -152,9 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vsearcher_max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
     g.add_argument("--vsearcher_prompt", choices=("trained", "simple"), default="trained")
     g.add_argument("--max_vsearch_calls", type=int, default=LIMITS.max_search_calls)
-    g.add_argument("--vsearcher_chat_completion_kwargs", type=_json_object("--vsearcher_chat_completion_kwargs"),
-                   default={}, help='extra kwargs of every vSearcher request (temperature defaults to 0, the '
-                                    'paper\'s evaluation setting), e.g. \'{"max_tokens": 4096}\'')
+    g.add_argument(
+        "--vsearcher_chat_completion_kwargs",
+        type=_json_object("--vsearcher_chat_completion_kwargs"),
+        default={},
+        help='extra kwargs of every vSearcher request (temperature defaults to 0, the '
+        'paper\'s evaluation setting), e.g. \'{"max_tokens": 4096}\'',
+    )
     g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
     return p
 
@@ -163,8 +230,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
     if a.chat_completion_kwargs is None:
-        a.chat_completion_kwargs = (dict(VREASONER_COMPLETION_KWARGS) if a.vsearcher_model
-                                    else {"max_completion_tokens": 16384})
+        a.chat_completion_kwargs = (
+            dict(VREASONER_COMPLETION_KWARGS) if a.vsearcher_model else {"max_completion_tokens": 16384}
+        )
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
@@ -217,6 +285,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def subset_hash(spec: dict) -> str:
     import hashlib
+
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -225,18 +294,29 @@ def run_card(a: argparse.Namespace, num_samples: int) -> dict:
     image_budget = {"model": a.img_max_pixels or None}
     if a.vsearcher_model:
         image_budget["vsearcher"] = a.vsearcher_max_pixels
-    seeds = {k: v.get("seed") for k, v in (("model", a.chat_completion_kwargs),
-                                           ("vsearcher", a.vsearcher_chat_completion_kwargs)) if "seed" in v}
+    seeds = {
+        k: v.get("seed")
+        for k, v in (("model", a.chat_completion_kwargs), ("vsearcher", a.vsearcher_chat_completion_kwargs))
+        if "seed" in v
+    }
     return build_run_card(
-        args_record(a), ann_file=a.ann_file, subset=a.subset, num_samples=num_samples, image_budget=image_budget,
-        judge={"model": a.judge_model, "flow": a.judge_flow, "max_answer_length": a.max_answer_length,
-               "cache": a.judge_cache},
-        seeds=seeds)
+        args_record(a),
+        ann_file=a.ann_file,
+        subset=a.subset,
+        num_samples=num_samples,
+        image_budget=image_budget,
+        judge={
+            "model": a.judge_model,
+            "flow": a.judge_flow,
+            "max_answer_length": a.max_answer_length,
+            "cache": a.judge_cache,
+        },
+        seeds=seeds,
+    )
 
 
 def cost_model(a: argparse.Namespace) -> CostModel | None:
-    return CostModel.from_file(a.price_file, {"model": a.model, "judge": a.judge_model,
-                                              "vsearcher": a.vsearcher_model})
+    return CostModel.from_file(a.price_file, {"model": a.model, "judge": a.judge_model, "vsearcher": a.vsearcher_model})
 
 
 def args_record(a: argparse.Namespace) -> dict:
@@ -247,8 +327,12 @@ def args_record(a: argparse.Namespace) -> dict:
 def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
     """The run's image store: ``--image_workers`` processes (default: one per usable CPU)."""
     workers = usable_cpus() if a.image_workers is None else a.image_workers
-    return ImageStore(max_cached_bytes=a.image_cache_mb * 2**20, originals_cached=originals_cached,
-                      workers=max(1, workers), processes=workers > 0)
+    return ImageStore(
+        max_cached_bytes=a.image_cache_mb * 2**20,
+        originals_cached=originals_cached,
+        workers=max(1, workers),
+        processes=workers > 0,
+    )
 
 
 async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostModel | None = None) -> dict:
@@ -257,41 +341,87 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
     images = image_store(a, originals_cached=2 if a.vsearcher_model else 0)
     adaptive = not a.no_adaptive_concurrency
     model_limiter = AdaptiveLimiter(a.concurrency, a.rpm, a.tpm) if adaptive or a.rpm or a.tpm else None
-    judge_limiter = (AdaptiveLimiter(a.concurrency, a.judge_rpm, a.judge_tpm)
-                     if adaptive or a.judge_rpm or a.judge_tpm else None)
+    judge_limiter = (
+        AdaptiveLimiter(a.concurrency, a.judge_rpm, a.judge_tpm) if adaptive or a.judge_rpm or a.judge_tpm else None
+    )
     vsearcher_limiter = AdaptiveLimiter(a.concurrency) if adaptive and a.vsearcher_model else None
-    main_client = make_client(a.api_key, a.api_base_url, a.client_timeout, a.max_retries,
-                              max_connections=max(a.concurrency * 2, 16), role="model", guard=guard,
-                              limiter=model_limiter)
-    judge_client = make_client(a.judge_api_key, a.judge_api_base_url, a.client_timeout, a.max_retries,
-                               max_connections=max(a.concurrency * 2, 16), role="judge", guard=guard,
-                               limiter=judge_limiter)
+    main_client = make_client(
+        a.api_key,
+        a.api_base_url,
+        a.client_timeout,
+        a.max_retries,
+        max_connections=max(a.concurrency * 2, 16),
+        role="model",
+        guard=guard,
+        limiter=model_limiter,
+    )
+    judge_client = make_client(
+        a.judge_api_key,
+        a.judge_api_base_url,
+        a.client_timeout,
+        a.max_retries,
+        max_connections=max(a.concurrency * 2, 16),
+        role="judge",
+        guard=guard,
+        limiter=judge_limiter,
+    )
     solver: InSightO3Solver | SingleModelSolver | None = None
     try:
         if a.vsearcher_model:
             from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
-            solver = InSightO3Solver.from_args(a, images=images, redactor=redactor, guard=guard,
-                                               limiter=model_limiter, vsearcher_limiter=vsearcher_limiter)
+
+            solver = InSightO3Solver.from_args(
+                a,
+                images=images,
+                redactor=redactor,
+                guard=guard,
+                limiter=model_limiter,
+                vsearcher_limiter=vsearcher_limiter,
+            )
         else:
             solver = SingleModelSolver(
-                main_client, a.model, images, Resize(max_pixels=a.img_max_pixels or None),
+                main_client,
+                a.model,
+                images,
+                Resize(max_pixels=a.img_max_pixels or None),
                 system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
-                completion_kwargs=a.chat_completion_kwargs, image_url_extra=a.image_url_extra_settings,
-                separate_trial_requests=a.separate_trial_requests, redact=redactor)
-        judge = AnswerJudge(judge_client, a.judge_model, a.max_answer_length, redact=redactor, flow=a.judge_flow,
-                            cache=JudgeCache() if a.judge_cache else None)
-        cfg = RunConfig(output_dir=a.output_dir, eval_name=a.eval_name, num_trials=a.num_trials,
-                        concurrency=a.concurrency, retry_failed=a.retry_failed,
-                        group_trials=not a.separate_trial_requests, progress=not a.no_progress,
-                        cost_model=costs, max_cost=a.max_cost, max_tokens_total=a.max_tokens_total)
+                completion_kwargs=a.chat_completion_kwargs,
+                image_url_extra=a.image_url_extra_settings,
+                separate_trial_requests=a.separate_trial_requests,
+                redact=redactor,
+            )
+        judge = AnswerJudge(
+            judge_client,
+            a.judge_model,
+            a.max_answer_length,
+            redact=redactor,
+            flow=a.judge_flow,
+            cache=JudgeCache() if a.judge_cache else None,
+        )
+        cfg = RunConfig(
+            output_dir=a.output_dir,
+            eval_name=a.eval_name,
+            num_trials=a.num_trials,
+            concurrency=a.concurrency,
+            retry_failed=a.retry_failed,
+            group_trials=not a.separate_trial_requests,
+            progress=not a.no_progress,
+            cost_model=costs,
+            max_cost=a.max_cost,
+            max_tokens_total=a.max_tokens_total,
+        )
         try:
-            return await run_evaluation(samples, solver, judge, cfg, args_record(a), guard=guard,
-                                        run_card=run_card(a, len(samples)))
+            return await run_evaluation(
+                samples, solver, judge, cfg, args_record(a), guard=guard, run_card=run_card(a, len(samples))
+            )
         finally:
             log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
             if model_limiter is not None and model_limiter.throttled:
-                log.info("model endpoint: %(throttled)d 429 responses, concurrency cut %(cuts)d times "
-                         "(lowest %(lowest_limit)d, now %(limit)d)", model_limiter.stats())
+                log.info(
+                    "model endpoint: %(throttled)d 429 responses, concurrency cut %(cuts)d times "
+                    "(lowest %(lowest_limit)d, now %(limit)d)",
+                    model_limiter.stats(),
+                )
     finally:
         if solver is not None:
             await solver.aclose()
@@ -310,33 +440,45 @@ def main(argv=None) -> int:
     except (AnnotationError, PriceError) as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    log.info("%d samples from %s%s; results in %s/%s", len(samples), a.ann_file,
-             " (subset)" if a.subset else "", a.output_dir, a.eval_name)
+    log.info(
+        "%d samples from %s%s; results in %s/%s",
+        len(samples),
+        a.ann_file,
+        " (subset)" if a.subset else "",
+        a.output_dir,
+        a.eval_name,
+    )
     try:
         summary = asyncio.run(_run(a, samples, redactor, costs))
     except RecordFileError as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BudgetExceeded as e:  # not "rerun the same command": the same budget stops again
-        print(f"error: {e}. Samples finished before this are safe in {os.path.join(a.output_dir, a.eval_name)}", file=sys.stderr)
+        print(
+            f"error: {e}. Samples finished before this are safe in {os.path.join(a.output_dir, a.eval_name)}",
+            file=sys.stderr,
+        )
         return EXIT_API_STOP
     except STOP_ERRORS as e:
         return report_stop(e, redactor, os.path.join(a.output_dir, a.eval_name))
     acc = summary.get("overall_accuracy", {})
-    print(f"{a.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "
-          f"over {summary['num_trials']} trial(s); critical failures "
-          f"{summary.get('critical_failure_ratio', {}).get('mean', 0):.4f}")
+    print(
+        f"{a.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "
+        f"over {summary['num_trials']} trial(s); critical failures "
+        f"{summary.get('critical_failure_ratio', {}).get('mean', 0):.4f}"
+    )
     totals = summary.get("run_totals") or {}
     cost = totals.get("cost_usd")
     print(f"tokens {totals.get('tokens_total', 0)}" + (f", cost ${cost:.4f}" if cost is not None else ""))
     failed = failed_count(summary)
     if failed:
-        print(f"{failed} sample-trial(s) failed (status 'failed': API errors or unusable images, see their "
-              f"fail_reason; counted as critical failures); rerun with --retry_failed to retry only those",
-              file=sys.stderr)
+        print(
+            f"{failed} sample-trial(s) failed (status 'failed': API errors or unusable images, see their "
+            f"fail_reason; counted as critical failures); rerun with --retry_failed to retry only those",
+            file=sys.stderr,
+        )
         return ExitCode.INCOMPLETE
     return ExitCode.OK
-
 
 
 if __name__ == "__main__":

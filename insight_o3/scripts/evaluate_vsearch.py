@@ -17,6 +17,7 @@ to retry them); 2 bad input; 3 an output could not be written; 4 stopped by the 
 the vSearcher endpoint or more than ``--max_failure_ratio`` failed requests); 5 another run holds
 ``<output_dir>``. Each stop prints one line; finished samples are kept.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,8 +62,12 @@ def build_parser():
     p.add_argument("--max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
     p.add_argument("--prompt", choices=("trained", "simple"), default="trained")
     p.add_argument("--max_tool_calls", type=int, default=LIMITS.max_tool_calls)
-    p.add_argument("--chat_completion_kwargs", type=json.loads, default={},
-                   help='JSON object, e.g. \'{"max_tokens": 4096}\' (temperature defaults to 0)')
+    p.add_argument(
+        "--chat_completion_kwargs",
+        type=json.loads,
+        default={},
+        help='JSON object, e.g. \'{"max_tokens": 4096}\' (temperature defaults to 0)',
+    )
     add_output_dir(p, help="default: results/vsearch/<model>")
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     add_run_flags(p, concurrency=16, progress=False)
@@ -83,25 +88,38 @@ def main(argv=None) -> int:
     a.output_dir = a.output_dir or os.path.join("results", "vsearch", a.model.replace("/", "__"))
     redactor = Redactor(a.api_key)
     settings = VSearchEvalSettings(
-        model=a.model, output_dir=a.output_dir, api_key=a.api_key, api_base_url=a.api_base_url,
-        max_pixels=a.max_pixels, prompt=a.prompt, max_tool_calls=a.max_tool_calls,
-        chat_completion_kwargs=a.chat_completion_kwargs, concurrency=a.concurrency,
-        client_timeout=a.client_timeout, max_retries=a.max_retries, max_failure_ratio=a.max_failure_ratio,
-        image_workers=a.image_workers)
+        model=a.model,
+        output_dir=a.output_dir,
+        api_key=a.api_key,
+        api_base_url=a.api_base_url,
+        max_pixels=a.max_pixels,
+        prompt=a.prompt,
+        max_tool_calls=a.max_tool_calls,
+        chat_completion_kwargs=a.chat_completion_kwargs,
+        concurrency=a.concurrency,
+        client_timeout=a.client_timeout,
+        max_retries=a.max_retries,
+        max_failure_ratio=a.max_failure_ratio,
+        image_workers=a.image_workers,
+    )
 
     def body() -> int:
         samples = load_regions(a.ann_file, a.img_dir)
-        m = asyncio.run(run(settings, samples, redactor=redactor,
-                            args_record={k: v for k, v in vars(a).items() if k != "api_key"}))
+        m = asyncio.run(
+            run(settings, samples, redactor=redactor, args_record={k: v for k, v in vars(a).items() if k != "api_key"})
+        )
         print(json.dumps(m, indent=2))
         if m["n_failed"]:
-            print(f"warning: {m['n_failed']} sample(s) lost to API failures; run again to retry them",
-                  file=sys.stderr)
+            print(f"warning: {m['n_failed']} sample(s) lost to API failures; run again to retry them", file=sys.stderr)
             return ExitCode.INCOMPLETE
         return ExitCode.OK
 
-    return run_main(body, bad_input=(AnnotationError, RecordFileError), redact=redactor,
-                    results=os.path.join(a.output_dir, "records.jsonl"))
+    return run_main(
+        body,
+        bad_input=(AnnotationError, RecordFileError),
+        redact=redactor,
+        results=os.path.join(a.output_dir, "records.jsonl"),
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some collages are stil
 (rerun to retry them); 2 bad input; 3 an output could not be written; 4 stopped by the API (401/403/404
 or more than ``--max_failure_ratio`` failed requests); 5 another run holds ``--output_dir``.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,15 +39,24 @@ def build_parser(prog: str = PROG):
     ap = new_parser(prog, __doc__.split("\n")[0])
     add_output_dir(ap, dest="out_dir", required=True, help="a generate_collages output directory")
     ap.add_argument("--model", required=True, help="the vReasoner")
-    ap.add_argument("--attempts", type=int, default=LIMITS.difficulty_attempts,
-                    help=f"pass@k (paper: {LIMITS.difficulty_attempts})")
+    ap.add_argument(
+        "--attempts", type=int, default=LIMITS.difficulty_attempts, help=f"pass@k (paper: {LIMITS.difficulty_attempts})"
+    )
     add_api_flags(ap, env="main", aliases=True)
     ap.add_argument("--judge_model", default="gpt-5-nano", help="decides answers the rules cannot")
-    ap.add_argument("--judge_api_base_url", "--judge_base_url", dest="judge_api_base_url", default=None,
-                    help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL, then the vReasoner's endpoint")
+    ap.add_argument(
+        "--judge_api_base_url",
+        "--judge_base_url",
+        dest="judge_api_base_url",
+        default=None,
+        help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL, then the vReasoner's endpoint",
+    )
     ap.add_argument("--judge_api_key", default=None, help="default: $JUDGE_API_KEY, then the vReasoner's key")
-    ap.add_argument("--separate_attempt_requests", action="store_true",
-                    help="one request per attempt instead of n=--attempts (for APIs that reject n>1)")
+    ap.add_argument(
+        "--separate_attempt_requests",
+        action="store_true",
+        help="one request per attempt instead of n=--attempts (for APIs that reject n>1)",
+    )
     add_client_flags(ap, max_retries=5)
     ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
     add_run_flags(ap, concurrency=16)
@@ -63,25 +73,36 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     key = resolve(a.api_key, ENV_KEYS["main"][0])
     base = resolve(a.api_base_url, ENV_KEYS["main"][1])
     settings = FilterSettings(
-        out_dir=a.out_dir, model=a.model, api_key=key, api_base_url=base, judge_model=a.judge_model,
+        out_dir=a.out_dir,
+        model=a.model,
+        api_key=key,
+        api_base_url=base,
+        judge_model=a.judge_model,
         judge_api_key=resolve(a.judge_api_key, ("JUDGE_API_KEY",), key),
         judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base),
-        attempts=a.attempts, separate_attempt_requests=a.separate_attempt_requests, concurrency=a.concurrency,
-        max_retries=a.max_retries, client_timeout=a.client_timeout, max_pixels=a.max_pixels,
-        max_failure_ratio=a.max_failure_ratio, image_workers=a.image_workers, progress=not a.no_progress)
+        attempts=a.attempts,
+        separate_attempt_requests=a.separate_attempt_requests,
+        concurrency=a.concurrency,
+        max_retries=a.max_retries,
+        client_timeout=a.client_timeout,
+        max_pixels=a.max_pixels,
+        max_failure_ratio=a.max_failure_ratio,
+        image_workers=a.image_workers,
+        progress=not a.no_progress,
+    )
     redact = Redactor(settings.api_key, settings.judge_api_key)
 
     def body() -> int:
         counts = run_filter(settings, redact=redact)
         print(json.dumps(counts))
         if counts["errors"]:
-            print(f"warning: {counts['errors']} collage(s) lost to API errors; run again to retry them",
-                  file=sys.stderr)
+            print(
+                f"warning: {counts['errors']} collage(s) lost to API errors; run again to retry them", file=sys.stderr
+            )
             return ExitCode.INCOMPLETE
         return ExitCode.OK
 
-    return run_main(body, bad_input=(CollagesFileError,), redact=redact,
-                    results=os.path.join(a.out_dir, RECORDS_FILE))
+    return run_main(body, bad_input=(CollagesFileError,), redact=redact, results=os.path.join(a.out_dir, RECORDS_FILE))
 
 
 if __name__ == "__main__":

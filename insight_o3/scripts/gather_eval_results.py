@@ -16,6 +16,7 @@ benchmark file, subset, judge and prompts, runs in one row (one setting) on the 
 (image budget, request settings, prompts …). Otherwise the command refuses (exit 2), naming what
 differs, unless ``--allow_mixed_settings`` (then it warns). Subset runs always get a warning.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,7 +68,7 @@ class Summary:
 
 
 def _stat(value, path: str, field: str) -> Stat:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):   # a single-trial number
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # a single-trial number
         return Stat(float(value), 0.0)
     if not isinstance(value, dict) or "mean" not in value:
         raise SummaryError(f"{path}: field '{field}' must be a number or an object with 'mean' and 'std'")
@@ -95,8 +96,10 @@ def load_summary(path: str) -> Summary:
     trials = data.get("num_trials")
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)):
         raise SummaryError(f"{path}: field 'num_trials' must be an integer")
-    opt = {k: _stat(data[k], path, k) if k in data else None
-           for k in ("overall_success_rate", "overall_completion_rate", "critical_failure_ratio")}
+    opt = {
+        k: _stat(data[k], path, k) if k in data else None
+        for k in ("overall_success_rate", "overall_completion_rate", "critical_failure_ratio")
+    }
     cats = data.get("category_accuracy") or {}
     if not isinstance(cats, dict):
         raise SummaryError(f"{path}: field 'category_accuracy' must be an object")
@@ -108,10 +111,17 @@ def load_summary(path: str) -> Summary:
         raise SummaryError(f"{path}: field 'run_totals.tokens_total' must be an integer")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))):
         raise SummaryError(f"{path}: field 'run_totals.cost_usd' must be a number or null")
-    return Summary(path, trials, _stat(data["overall_accuracy"], path, "overall_accuracy"),
-                   opt["overall_success_rate"], opt["overall_completion_rate"], opt["critical_failure_ratio"],
-                   {str(k): _stat(v, path, f"category_accuracy.{k}") for k, v in cats.items()},
-                   tokens, None if cost is None else float(cost))
+    return Summary(
+        path,
+        trials,
+        _stat(data["overall_accuracy"], path, "overall_accuracy"),
+        opt["overall_success_rate"],
+        opt["overall_completion_rate"],
+        opt["critical_failure_ratio"],
+        {str(k): _stat(v, path, f"category_accuracy.{k}") for k, v in cats.items()},
+        tokens,
+        None if cost is None else float(cost),
+    )
 
 
 def summary_path(output_dir: str, setting: str, dataset: str) -> str:
@@ -124,8 +134,10 @@ def warnings_for(name: str, s: Summary) -> list[str]:
         if stat is not None and stat.mean < 1.0 - 1e-9:
             out.append(f"warning: {name}: {label} {100 * stat.mean:.1f}% < 100%")
     if s.critical_failure_ratio is not None and s.critical_failure_ratio.mean > 0:
-        out.append(f"warning: {name}: {100 * s.critical_failure_ratio.mean:.1f}% of queries lost to API errors "
-                   "(rerun evaluate with --retry_failed)")
+        out.append(
+            f"warning: {name}: {100 * s.critical_failure_ratio.mean:.1f}% of queries lost to API errors "
+            "(rerun evaluate with --retry_failed)"
+        )
     return out
 
 
@@ -141,8 +153,9 @@ def settings_conflicts(cards: dict[tuple[str, str], dict]) -> list[str]:
     return out
 
 
-def gather(output_dir: str, settings: list[str], datasets: list[str],
-           allow_mixed_settings: bool = False) -> tuple[pd.DataFrame, list[str]]:
+def gather(
+    output_dir: str, settings: list[str], datasets: list[str], allow_mixed_settings: bool = False
+) -> tuple[pd.DataFrame, list[str]]:
     """The table and the notes/warnings to print under it. Raises SummaryError for corrupt files and
     MixedSettingsError (naming what differs) for runs whose run cards disagree, unless allowed."""
     summaries: dict[tuple[str, str], Summary] = {}
@@ -158,15 +171,19 @@ def gather(output_dir: str, settings: list[str], datasets: list[str],
                 if card is not None:
                     cards[(st, ds)] = card
                     if card.get("subset"):
-                        notes.append(f"warning: {st}/{ds}: a subset run ({card.get('num_samples')} samples, "
-                                     f"{json.dumps(card['subset'], sort_keys=True)}), not the full benchmark")
+                        notes.append(
+                            f"warning: {st}/{ds}: a subset run ({card.get('num_samples')} samples, "
+                            f"{json.dumps(card['subset'], sort_keys=True)}), not the full benchmark"
+                        )
             else:
                 notes.append(f"note: {st}/{ds}: no results ({path} not found), shown as {MISSING}")
     conflicts = settings_conflicts(cards)
     if conflicts and not allow_mixed_settings:
-        raise MixedSettingsError("runs with different settings would share a row or column:\n  "
-                                 + "\n  ".join(conflicts)
-                                 + "\n(rerun them alike, or pass --allow_mixed_settings to show them anyway)")
+        raise MixedSettingsError(
+            "runs with different settings would share a row or column:\n  "
+            + "\n  ".join(conflicts)
+            + "\n(rerun them alike, or pass --allow_mixed_settings to show them anyway)"
+        )
     notes += [f"warning: mixed settings: {c}" for c in conflicts]
     if len(datasets) == 1:
         table = _category_table(summaries, settings, datasets[0])
@@ -229,15 +246,19 @@ def to_markdown(df: pd.DataFrame) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.gather_eval_results",
-                                description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m insight_o3.scripts.gather_eval_results", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--settings", nargs="+", required=True, help="eval_name prefixes, e.g. model names")
     p.add_argument("--datasets", nargs="+", required=True, help="benchmark names, e.g. o3_bench vstar")
     p.add_argument("--output_dir", default="./outputs/eval")
     p.add_argument("--csv", help="also write the table as CSV here")
     p.add_argument("--markdown", help="also write the table as Markdown here")
-    p.add_argument("--allow_mixed_settings", action="store_true",
-                   help="show runs whose run_card.json settings differ in one row/column (with a warning)")
+    p.add_argument(
+        "--allow_mixed_settings",
+        action="store_true",
+        help="show runs whose run_card.json settings differ in one row/column (with a warning)",
+    )
     return p
 
 

@@ -23,6 +23,7 @@ input (pool, flags, a directory generated with other settings) exits with 2; ``f
 while some collages are lost to API errors. Each prints one line; finished collages are kept and a
 rerun resumes. Exit codes: :class:`insight_o3.cli.ExitCode`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,14 @@ def add_config_flags(ap: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(CollageConfig):
         default = f.default
         if isinstance(default, tuple):
-            g.add_argument(f"--{f.name}", type=float, nargs=2, default=list(default), metavar=("MIN", "MAX"),
-                           help=f"default: {default[0]:g} {default[1]:g}")
+            g.add_argument(
+                f"--{f.name}",
+                type=float,
+                nargs=2,
+                default=list(default),
+                metavar=("MIN", "MAX"),
+                help=f"default: {default[0]:g} {default[1]:g}",
+            )
         else:
             g.add_argument(f"--{f.name}", type=type(default), default=default, help=f"default: {default}")
 
@@ -72,20 +79,30 @@ def build_parser(command: str = "generate") -> argparse.ArgumentParser:
         return _pool_parser()
     if command == "filter":
         from .filter_difficulty import build_parser as filter_parser
+
         return filter_parser("python -m insight_o3.scripts.generate_collages filter")
-    ap = new_parser("python -m insight_o3.scripts.generate_collages",
-                    "Target-and-fill collage synthesis (Algorithm 1 of the paper).")
-    ap.add_argument("--source_pool", required=True, help="pool table (.jsonl or .parquet), see insight_o3/data/source_pool.py")
+    ap = new_parser(
+        "python -m insight_o3.scripts.generate_collages",
+        "Target-and-fill collage synthesis (Algorithm 1 of the paper).",
+    )
+    ap.add_argument(
+        "--source_pool", required=True, help="pool table (.jsonl or .parquet), see insight_o3/data/source_pool.py"
+    )
     ap.add_argument("--image_root", default=None, help="root of relative image paths (default: the pool's directory)")
     add_output_dir(ap, dest="out_dir", required=True, help="collages.jsonl, images/, failures.jsonl go here")
     ap.add_argument("--num_collages", type=int, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num_workers", type=int, default=1, help="worker processes (output does not depend on it)")
     ap.add_argument("--chunk_size", type=int, default=16, help="collages per generator chunk (part of the seed)")
-    ap.add_argument("--target_retries", type=int, default=3,
-                    help="other targets tried when a target is infeasible after T attempts")
-    ap.add_argument("--max_bbox_ratio", type=float, default=0.04,
-                    help="C.1 pool filter area(bbox)/area(image) < this (default 0.04)")
+    ap.add_argument(
+        "--target_retries", type=int, default=3, help="other targets tried when a target is infeasible after T attempts"
+    )
+    ap.add_argument(
+        "--max_bbox_ratio",
+        type=float,
+        default=0.04,
+        help="C.1 pool filter area(bbox)/area(image) < this (default 0.04)",
+    )
     ap.add_argument("--question_template", default=DEFAULT_QUESTION_TEMPLATE)
     ap.add_argument("--image_format", choices=("jpg", "png"), default="jpg")
     ap.add_argument("--jpeg_quality", type=int, default=95)
@@ -113,19 +130,28 @@ def _generate_main(argv: list[str]) -> int:
         log.info("source pool: %d items, %d with bbox ratio < %g", len(items), len(kept), a.max_bbox_ratio)
         if not kept:
             raise PoolError(f"{a.source_pool}: no item has a bbox ratio below {a.max_bbox_ratio}")
-        job = Job(out_dir=a.out_dir, seed=a.seed, num_collages=a.num_collages, chunk_size=a.chunk_size,
-                  target_retries=a.target_retries, question_template=a.question_template,
-                  image_format=a.image_format, jpeg_quality=a.jpeg_quality, cfg=cfg)
+        job = Job(
+            out_dir=a.out_dir,
+            seed=a.seed,
+            num_collages=a.num_collages,
+            chunk_size=a.chunk_size,
+            target_retries=a.target_retries,
+            question_template=a.question_template,
+            image_format=a.image_format,
+            jpeg_quality=a.jpeg_quality,
+            cfg=cfg,
+        )
         stats = generate(job, kept, num_workers=a.num_workers, progress=not a.no_progress)
         print(json.dumps(stats))
-        return ExitCode.OK   # infeasible targets (failures.jsonl) are an outcome of Algorithm 1, not errors
+        return ExitCode.OK  # infeasible targets (failures.jsonl) are an outcome of Algorithm 1, not errors
 
     return run_main(body, bad_input=(PoolError, JobSettingsError), results=os.path.join(a.out_dir, ROWS_FILE))
 
 
 def _pool_parser() -> argparse.ArgumentParser:
-    ap = new_parser("python -m insight_o3.scripts.generate_collages pool",
-                    "Build a source pool from Visual CoT / V* annotations.")
+    ap = new_parser(
+        "python -m insight_o3.scripts.generate_collages pool", "Build a source pool from Visual CoT / V* annotations."
+    )
     ap.add_argument("--format", choices=("viscot", "vstar"), required=True)
     ap.add_argument("--input", nargs="+", required=True)
     ap.add_argument("--image_root", required=True)
@@ -136,6 +162,7 @@ def _pool_parser() -> argparse.ArgumentParser:
 
 def _pool_main(argv: list[str]) -> int:
     from ..data.source_pool import convert_viscot, convert_vstar, write_pool
+
     a = _pool_parser().parse_args(argv)
     conv = convert_viscot if a.format == "viscot" else convert_vstar
 
@@ -156,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         return _pool_main(argv[1:])
     if argv and argv[0] == "filter":
         from .filter_difficulty import main as filter_main
+
         return filter_main(argv[1:], prog="python -m insight_o3.scripts.generate_collages filter")
     return _generate_main(argv)
 

@@ -8,6 +8,7 @@ with the right size are kept, so an interrupted run resumes; the metadata file i
 atomically at the end and is identical for the same arguments. Exit status: 0 done, 2 bad arguments
 (:class:`insight_o3.cli.ExitCode`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,12 +36,17 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = new_parser("python -m insight_o3.scripts.make_demo_bench", __doc__)
-    add_output_dir(ap, dest="out", required=True, help="output directory (images/ and metadata.jsonl)",
-                   aliases=("--out",))
+    add_output_dir(
+        ap, dest="out", required=True, help="output directory (images/ and metadata.jsonl)", aliases=("--out",)
+    )
     ap.add_argument("--num_images", type=int, default=20)
     ap.add_argument("--questions_per_image", type=int, default=2)
-    ap.add_argument("--num_questions", type=int, default=None,
-                    help="total questions, spread over the images (overrides --questions_per_image)")
+    ap.add_argument(
+        "--num_questions",
+        type=int,
+        default=None,
+        help="total questions, spread over the images (overrides --questions_per_image)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min_side", type=int, default=3000, help="smallest image side in px")
     ap.add_argument("--max_side", type=int, default=None, help="largest image side (default 1.6 × min_side)")
@@ -74,8 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     if max_side < a.min_side:
         ap.error("--max_side must be >= --min_side")
     try:
-        layout = plan(a.num_images, seed=a.seed, chart_fraction=a.chart_fraction,
-                      questions_per_image=a.questions_per_image, num_questions=a.num_questions)
+        layout = plan(
+            a.num_images,
+            seed=a.seed,
+            chart_fraction=a.chart_fraction,
+            questions_per_image=a.questions_per_image,
+            num_questions=a.num_questions,
+        )
     except ValueError as e:
         ap.error(str(e))
     return run_main(lambda: _make(a, layout, max_side))
@@ -87,9 +98,21 @@ def _make(a: argparse.Namespace, layout, max_side: int) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         from insight_o3.storage.atomic import OutputError
+
         raise OutputError.from_os_error(str(out), e, "create") from None
-    kws = [dict(seed=a.seed, index=i, subset=s, n_questions=k, size=a.size, min_side=a.min_side,
-                max_side=max_side, f_rate=a.f_rate) for i, s, k in layout]
+    kws = [
+        dict(
+            seed=a.seed,
+            index=i,
+            subset=s,
+            n_questions=k,
+            size=a.size,
+            min_side=a.min_side,
+            max_side=max_side,
+            f_rate=a.f_rate,
+        )
+        for i, s, k in layout
+    ]
     t0 = time.perf_counter()
     items = [build_item(**kw) for kw in kws]
     drawn = 0
@@ -103,8 +126,10 @@ def _make(a: argparse.Namespace, layout, max_side: int) -> int:
     meta = write_metadata(items, out)
     dt = time.perf_counter() - t0
     n_q = sum(len(it.questions) for it in items)
-    print(f"{len(items)} images ({drawn} drawn, {len(items) - drawn} already present), {n_q} questions "
-          f"-> {meta} in {dt:.1f}s ({dt / max(drawn, 1):.2f}s per drawn image)")
+    print(
+        f"{len(items)} images ({drawn} drawn, {len(items) - drawn} already present), {n_q} questions "
+        f"-> {meta} in {dt:.1f}s ({dt / max(drawn, 1):.2f}s per drawn image)"
+    )
     return ExitCode.OK
 
 

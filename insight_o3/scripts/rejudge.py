@@ -14,6 +14,7 @@ Rerunning resumes; records whose judging failed are retried with ``--retry_faile
 Exit status as ``evaluate``: 0 done; 2 bad input (no such eval dir, unfinished source trials, bad
 price file); 3 output not writable; 4 stopped by the judge API or a budget; 5 the output dir is locked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,23 @@ from ..storage.record_log import RecordFileError, RecordLog
 
 log = logging.getLogger("insight_o3.rejudge")
 #: Record fields that are not annotation fields (the rest is the sample as loaded).
-_RESULT_FIELDS = {"trial", "usage", "cost_usd", "eval_result", "index", "sample_key", "image_path", "category",
-                  "question_id", "question", "options", "answer", "image", "file_name", "subset"}
+_RESULT_FIELDS = {
+    "trial",
+    "usage",
+    "cost_usd",
+    "eval_result",
+    "index",
+    "sample_key",
+    "image_path",
+    "category",
+    "question_id",
+    "question",
+    "options",
+    "answer",
+    "image",
+    "file_name",
+    "subset",
+}
 
 
 class SourceError(ValueError):
@@ -58,13 +74,23 @@ class SourceError(ValueError):
 def sample_from_record(rec: dict) -> Sample:
     """The :class:`Sample` a record was made from (its ``to_record`` inverted)."""
     image_field = "file_name" if "file_name" in rec and "image" not in rec else "image"
-    category_field = "subset" if "subset" in rec else ("category" if rec.get("category") not in (None, "unknown")
-                                                       else None)
-    return Sample(index=rec.get("index", 0), question_id=rec.get("question_id"), image=rec.get(image_field) or "",
-                  image_path=rec.get("image_path") or "", question=rec["question"], options=rec.get("options"),
-                  answer=rec["answer"], category=str(rec.get("category", "unknown")),
-                  extra={k: v for k, v in rec.items() if k not in _RESULT_FIELDS}, key=rec["sample_key"],
-                  image_field=image_field, category_field=category_field)
+    category_field = (
+        "subset" if "subset" in rec else ("category" if rec.get("category") not in (None, "unknown") else None)
+    )
+    return Sample(
+        index=rec.get("index", 0),
+        question_id=rec.get("question_id"),
+        image=rec.get(image_field) or "",
+        image_path=rec.get("image_path") or "",
+        question=rec["question"],
+        options=rec.get("options"),
+        answer=rec["answer"],
+        category=str(rec.get("category", "unknown")),
+        extra={k: v for k, v in rec.items() if k not in _RESULT_FIELDS},
+        key=rec["sample_key"],
+        image_field=image_field,
+        category_field=category_field,
+    )
 
 
 class StoredAttempts:
@@ -82,14 +108,22 @@ class StoredAttempts:
             if er.get("status") == "failed" and er.get("fail_stage") != "judge":
                 out.append(Attempt(None, None, error=f"stored attempt failed: {er.get('fail_reason')}"))
             else:
-                out.append(Attempt(er.get("response"), er.get("finish_reason"), trajectory=er.get("trajectory"),
-                                   usage=None, stats=er.get("stats") or {}))
+                out.append(
+                    Attempt(
+                        er.get("response"),
+                        er.get("finish_reason"),
+                        trajectory=er.get("trajectory"),
+                        usage=None,
+                        stats=er.get("stats") or {},
+                    )
+                )
         return out
 
     def usage_shares(self, sample: Sample, trials: list[int]) -> list[dict]:
         """The stored model/vSearcher usage of each trial (the judge's is measured anew)."""
-        return [{r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != "judge"}
-                for k in trials]
+        return [
+            {r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != "judge"} for k in trials
+        ]
 
     async def aclose(self) -> None:
         pass
@@ -140,12 +174,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge_flow", choices=FLOWS, default=None, help="default: the source run's")
     p.add_argument("--max_answer_length", type=int, default=None, help="default: the source run's (1000)")
     p.add_argument("--output_dir", default=None, help="with --eval_name: where the new eval dir goes")
-    p.add_argument("--eval_name", default=None,
-                   help="the new eval dir is <output_dir>/<eval_name>, <output_dir> defaulting to the source "
-                        "run's (default: <eval_dir>@rejudge-<judge_model>)")
+    p.add_argument(
+        "--eval_name",
+        default=None,
+        help="the new eval dir is <output_dir>/<eval_name>, <output_dir> defaulting to the source "
+        "run's (default: <eval_dir>@rejudge-<judge_model>)",
+    )
     p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--no_judge_cache", action="store_true",
-                   help="one judge request per attempt (default: identical judge prompts are asked once)")
+    p.add_argument(
+        "--no_judge_cache",
+        action="store_true",
+        help="one judge request per attempt (default: identical judge prompts are asked once)",
+    )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
     p.add_argument("--price_file", help="as evaluate's: adds cost_usd (stored model usage priced too)")
     p.add_argument("--max_cost", type=float, default=None)
@@ -175,19 +215,37 @@ def _target(a, src: str, src_eval_name: str | None = None) -> tuple[str, str]:
 
 async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) -> dict:
     guard = RunGuard(a.max_failure_ratio, redact=redactor)
-    client = make_client(a.judge_api_key, a.judge_api_base_url, a.client_timeout, a.max_retries,
-                         max_connections=max(a.concurrency * 2, 16), role="judge", guard=guard,
-                         limiter=AdaptiveLimiter(a.concurrency))
+    client = make_client(
+        a.judge_api_key,
+        a.judge_api_base_url,
+        a.client_timeout,
+        a.max_retries,
+        max_connections=max(a.concurrency * 2, 16),
+        role="judge",
+        guard=guard,
+        limiter=AdaptiveLimiter(a.concurrency),
+    )
     try:
-        judge = AnswerJudge(client, a.judge_model, a.max_answer_length, redact=redactor, flow=a.judge_flow,
-                            cache=None if a.no_judge_cache else JudgeCache())
+        judge = AnswerJudge(
+            client,
+            a.judge_model,
+            a.max_answer_length,
+            redact=redactor,
+            flow=a.judge_flow,
+            cache=None if a.no_judge_cache else JudgeCache(),
+        )
         new_card = dict(card)
-        new_card["judge"] = {"model": a.judge_model, "flow": a.judge_flow, "max_answer_length": a.max_answer_length,
-                             "cache": not a.no_judge_cache}
+        new_card["judge"] = {
+            "model": a.judge_model,
+            "flow": a.judge_flow,
+            "max_answer_length": a.max_answer_length,
+            "cache": not a.no_judge_cache,
+        }
         new_card["rejudged_from"] = os.path.abspath(a.eval_dir)
         settings = {k: v for k, v in vars(a).items() if k != "judge_api_key"}
-        return await run_evaluation(samples, StoredAttempts(records), judge, cfg, settings, guard=guard,
-                                    run_card=new_card)
+        return await run_evaluation(
+            samples, StoredAttempts(records), judge, cfg, settings, guard=guard, run_card=new_card
+        )
     finally:
         await client.close()
 
@@ -209,8 +267,14 @@ def main(argv=None) -> int:
     if a.max_answer_length is None:
         a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
     try:
-        costs = CostModel.from_file(a.price_file, {"model": src_settings.get("model"), "judge": a.judge_model,
-                                                   "vsearcher": src_settings.get("vsearcher_model")})
+        costs = CostModel.from_file(
+            a.price_file,
+            {
+                "model": src_settings.get("model"),
+                "judge": a.judge_model,
+                "vsearcher": src_settings.get("vsearcher_model"),
+            },
+        )
     except PriceError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -218,12 +282,27 @@ def main(argv=None) -> int:
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
         print("error: the re-judged run must go to a new eval dir (choose another --eval_name)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    cfg = RunConfig(output_dir=output_dir, eval_name=eval_name, num_trials=len(records),
-                    concurrency=a.concurrency, retry_failed=a.retry_failed, group_trials=True,
-                    progress=not a.no_progress, cost_model=costs, max_cost=a.max_cost,
-                    max_tokens_total=a.max_tokens_total)
-    log.info("re-judging %d samples x %d trial(s) of %s with %s (%s flow) into %s", len(samples), len(records),
-             a.eval_dir, a.judge_model, a.judge_flow, cfg.eval_dir)
+    cfg = RunConfig(
+        output_dir=output_dir,
+        eval_name=eval_name,
+        num_trials=len(records),
+        concurrency=a.concurrency,
+        retry_failed=a.retry_failed,
+        group_trials=True,
+        progress=not a.no_progress,
+        cost_model=costs,
+        max_cost=a.max_cost,
+        max_tokens_total=a.max_tokens_total,
+    )
+    log.info(
+        "re-judging %d samples x %d trial(s) of %s with %s (%s flow) into %s",
+        len(samples),
+        len(records),
+        a.eval_dir,
+        a.judge_model,
+        a.judge_flow,
+        cfg.eval_dir,
+    )
     try:
         summary = asyncio.run(_run(a, samples, records, card, cfg, redactor))
     except RecordFileError as e:
@@ -235,12 +314,16 @@ def main(argv=None) -> int:
     except STOP_ERRORS as e:
         return report_stop(e, redactor, cfg.eval_dir)
     acc = summary.get("overall_accuracy", {})
-    print(f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
-          f"{summary['num_trials']} trial(s) (judge {a.judge_model})")
+    print(
+        f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
+        f"{summary['num_trials']} trial(s) (judge {a.judge_model})"
+    )
     failed = failed_count(summary)
     if failed:
-        print(f"{failed} sample-trial(s) could not be judged (status 'failed'); rerun with --retry_failed",
-              file=sys.stderr)
+        print(
+            f"{failed} sample-trial(s) could not be judged (status 'failed'); rerun with --retry_failed",
+            file=sys.stderr,
+        )
         return ExitCode.INCOMPLETE
     return ExitCode.OK
 

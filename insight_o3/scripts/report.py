@@ -7,6 +7,7 @@ The file embeds everything (charts as SVG, images as JPEG thumbnails) and opens 
 without a server or network access. Exit status: 0 written, 2 bad input (no run there, a
 broken run, an unreadable image) (:class:`insight_o3.cli.ExitCode`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def body() -> int:
-        out = write_report(args.eval_dir, args.out, compare_dir=args.compare, max_samples=args.max_samples,
-                           thumb_px=args.thumb_px, trial=args.trial, img_dir=args.img_dir)
+        out = write_report(
+            args.eval_dir,
+            args.out,
+            compare_dir=args.compare,
+            max_samples=args.max_samples,
+            thumb_px=args.thumb_px,
+            trial=args.trial,
+            img_dir=args.img_dir,
+        )
         size = out.stat().st_size
         print(f"wrote {out} ({size / 1e6:.2f} MB)")
         return ExitCode.OK

@@ -7,6 +7,7 @@ A write that the system refuses (disk full, permissions, read-only file system, 
 removed under the run) raises :class:`OutputError`, whose message is one line naming the file, the
 cause and what to do; the target keeps its old content.
 """
+
 from __future__ import annotations
 
 import errno as _errno
@@ -33,8 +34,7 @@ class OutputError(Exception):
     what to do. ``lost_dir`` is True when the file (its directory) was removed under the run, so
     the records written there are gone rather than safe. Picklable (raised in worker processes)."""
 
-    def __init__(self, path: str, reason: str, errno: int | None = None, action: str = "write",
-                 lost_dir: bool = False):
+    def __init__(self, path: str, reason: str, errno: int | None = None, action: str = "write", lost_dir: bool = False):
         super().__init__(path, reason, errno, action, lost_dir)
         self.path, self.reason, self.errno, self.action, self.lost_dir = path, reason, errno, action, lost_dir
 

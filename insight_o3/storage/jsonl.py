@@ -4,6 +4,7 @@ Every input reader of the project (benchmark annotations, localization data, col
 the training-data packer) goes through :func:`iter_jsonl`, so bad input is reported the same way
 everywhere: ``<file>:<line>: <what is wrong>``.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,9 @@ import os
 from collections.abc import Iterator
 
 
-def iter_jsonl(path: str | os.PathLike, error: type[Exception] = ValueError,
-               what: str = "annotation file") -> Iterator[tuple[str, int, dict]]:
+def iter_jsonl(
+    path: str | os.PathLike, error: type[Exception] = ValueError, what: str = "annotation file"
+) -> Iterator[tuple[str, int, dict]]:
     """Yield ``(where, line_no, obj)`` for each non-blank line (``where`` is ``"<path>:<line_no>"``).
 
     Raises ``error`` for a missing file, a line that is not UTF-8, malformed JSON, or a line that is

@@ -15,6 +15,7 @@ line written in part is truncated away, so the next record can never be glued to
 into a complete but corrupt line. A file deleted under a running log (its directory removed) is
 detected on the next append instead of writing on into a file nobody can see.
 """
+
 from __future__ import annotations
 
 import json
@@ -98,8 +99,9 @@ class RecordLog:
                     keep_bytes -= len(raw) + 1
                     tail = raw
                     break
-                raise RecordFileError(f"{self.path}:{i}: corrupt result record ({e}); "
-                                      f"move the file away to start this trial again") from None
+                raise RecordFileError(
+                    f"{self.path}:{i}: corrupt result record ({e}); move the file away to start this trial again"
+                ) from None
         if tail:
             log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted run", self.path, len(tail))
             try:

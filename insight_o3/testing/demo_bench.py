@@ -16,6 +16,7 @@ O3-Bench's ``metadata.jsonl`` layout (``file_name`` relative to the output dir, 
 Everything is derived from ``random.Random`` seeded per image, so output is identical for a seed
 (and independent of worker count or of which images were already on disk).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,46 +34,123 @@ NO_RIGHT_CHOICE = "No right choice"
 LETTERS = "ABCDE"
 
 CHART_TOPICS = [
-    "Coffee Exports", "Wind Power Output", "Solar Capacity", "Rail Freight", "Hospital Visits",
-    "Museum Attendance", "Broadband Subscribers", "Rice Harvest", "Bicycle Sales", "Water Usage",
-    "Tourist Arrivals", "Steel Production", "Library Loans", "Air Passengers", "Fish Catch",
-    "Wheat Prices", "Housing Starts", "Retail Footfall", "Patent Filings", "Cinema Tickets",
-    "Forest Cover", "Textile Orders", "Port Throughput", "EV Registrations", "Dairy Output",
-    "Cloud Revenue", "Vaccine Doses", "Bus Ridership", "Copper Mining", "Student Enrolment",
-    "Tea Auctions", "Grid Outages", "Parcel Volume", "Tax Receipts", "Game Downloads",
-    "Recycling Rate", "Crop Insurance", "Ferry Crossings", "Film Releases", "Startup Funding",
+    "Coffee Exports",
+    "Wind Power Output",
+    "Solar Capacity",
+    "Rail Freight",
+    "Hospital Visits",
+    "Museum Attendance",
+    "Broadband Subscribers",
+    "Rice Harvest",
+    "Bicycle Sales",
+    "Water Usage",
+    "Tourist Arrivals",
+    "Steel Production",
+    "Library Loans",
+    "Air Passengers",
+    "Fish Catch",
+    "Wheat Prices",
+    "Housing Starts",
+    "Retail Footfall",
+    "Patent Filings",
+    "Cinema Tickets",
+    "Forest Cover",
+    "Textile Orders",
+    "Port Throughput",
+    "EV Registrations",
+    "Dairy Output",
+    "Cloud Revenue",
+    "Vaccine Doses",
+    "Bus Ridership",
+    "Copper Mining",
+    "Student Enrolment",
+    "Tea Auctions",
+    "Grid Outages",
+    "Parcel Volume",
+    "Tax Receipts",
+    "Game Downloads",
+    "Recycling Rate",
+    "Crop Insurance",
+    "Ferry Crossings",
+    "Film Releases",
+    "Startup Funding",
 ]
 SERIES_NAMES = ["North", "South", "East", "West", "Central", "Coastal", "Highland", "Delta"]
-SERIES_COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
-                 (140, 86, 75), (227, 119, 194), (127, 127, 127)]
+SERIES_COLORS = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+]
 
 PLACE_CATEGORIES = [  # (category, icon shape, colour)
-    ("Station", "circle", (200, 30, 30)), ("Library", "square", (30, 70, 200)),
-    ("Hospital", "cross", (20, 150, 60)), ("Museum", "triangle", (150, 60, 170)),
-    ("Cafe", "diamond", (210, 120, 0)), ("School", "hexagon", (0, 140, 150)),
+    ("Station", "circle", (200, 30, 30)),
+    ("Library", "square", (30, 70, 200)),
+    ("Hospital", "cross", (20, 150, 60)),
+    ("Museum", "triangle", (150, 60, 170)),
+    ("Cafe", "diamond", (210, 120, 0)),
+    ("School", "hexagon", (0, 140, 150)),
 ]
-NAME_HEADS = ["Amber", "Birch", "Cedar", "Dover", "Elm", "Fern", "Glen", "Hazel", "Iris", "Juniper",
-              "Kestrel", "Linden", "Maple", "Nettle", "Oak", "Pine", "Quarry", "Rowan", "Sorrel",
-              "Thistle", "Umber", "Vale", "Willow", "Yarrow"]
-NAME_TAILS = ["field", "wood", "gate", "brook", "stead", "ford", "haven", "ridge", "mere", "cross",
-              "hurst", "wick"]
-STREET_NAMES = ["Market St", "Harbour Rd", "Kings Ave", "Mill Lane", "Canal St", "Bridge Rd",
-                "Station Ave", "Church Lane", "Park Rd", "River Walk", "Hill St", "Garden Ave"]
+NAME_HEADS = [
+    "Amber",
+    "Birch",
+    "Cedar",
+    "Dover",
+    "Elm",
+    "Fern",
+    "Glen",
+    "Hazel",
+    "Iris",
+    "Juniper",
+    "Kestrel",
+    "Linden",
+    "Maple",
+    "Nettle",
+    "Oak",
+    "Pine",
+    "Quarry",
+    "Rowan",
+    "Sorrel",
+    "Thistle",
+    "Umber",
+    "Vale",
+    "Willow",
+    "Yarrow",
+]
+NAME_TAILS = ["field", "wood", "gate", "brook", "stead", "ford", "haven", "ridge", "mere", "cross", "hurst", "wick"]
+STREET_NAMES = [
+    "Market St",
+    "Harbour Rd",
+    "Kings Ave",
+    "Mill Lane",
+    "Canal St",
+    "Bridge Rd",
+    "Station Ave",
+    "Church Lane",
+    "Park Rd",
+    "River Walk",
+    "Hill St",
+    "Garden Ave",
+]
 
 
 # ----------------------------------------------------------------------------------- data model
 @dataclass
 class Layout:
     layout_id: int
-    bbox: tuple[int, int, int, int]   # x1, y1, x2, y2 in image pixels
+    bbox: tuple[int, int, int, int]  # x1, y1, x2, y2 in image pixels
     label: str
 
 
 @dataclass
 class Panel:
     title: str
-    kind: str                          # bar | line | table
-    series: dict[str, list[int]]       # series name -> one value per year
+    kind: str  # bar | line | table
+    series: dict[str, list[int]]  # series name -> one value per year
     bbox: tuple[int, int, int, int]
     layout_id: int
     legend_bbox: tuple[int, int, int, int] | None = None
@@ -99,8 +177,8 @@ class Place:
     category: str
     x: int
     y: int
-    col: int        # 0-based grid column
-    row: int        # 0-based grid row
+    col: int  # 0-based grid column
+    row: int  # 0-based grid row
     layout_id: int
     bbox: tuple[int, int, int, int]
 
@@ -117,7 +195,7 @@ class MapScene:
     cols: int
     rows: int
     places: list[Place]
-    streets: list[tuple[str, str, int]]   # (name, "h"|"v", pixel coordinate)
+    streets: list[tuple[str, str, int]]  # (name, "h"|"v", pixel coordinate)
     legend_bbox: tuple[int, int, int, int]
     legend_layout_id: int
     layouts: list[Layout]
@@ -135,8 +213,8 @@ class MapScene:
 class Question:
     kind: str
     question: str
-    options: list[str]        # the five texts of A–E
-    answer: str               # letter A–F
+    options: list[str]  # the five texts of A–E
+    answer: str  # letter A–F
     explanation: str
     target_layouts: list[int]
 
@@ -207,8 +285,7 @@ def build_chart_scene(rng: random.Random, width: int, height: int) -> ChartScene
     colors = {s: SERIES_COLORS[SERIES_NAMES.index(s)] for s in series_pool}
     titles = rng.sample(CHART_TOPICS, n_panels)
     kinds = [rng.choice(["bar", "bar", "line", "table"]) for _ in range(n_panels)]
-    series_sets = [sorted(rng.sample(series_pool, rng.randint(2, 4)), key=series_pool.index)
-                   for _ in range(n_panels)]
+    series_sets = [sorted(rng.sample(series_pool, rng.randint(2, 4)), key=series_pool.index) for _ in range(n_panels)]
     n_values = sum(len(s) for s in series_sets) * len(years)
     values = rng.sample(range(10, 10 + max(1000, 2 * n_values)), n_values)  # all distinct: no ties
     it = iter(values)
@@ -278,13 +355,21 @@ def _q_max_across_panels(rng, scene: ChartScene, f_correct: bool) -> Question | 
     options, answer = make_mcq(rng, best.title, others + fillers, f_correct)
     year = scene.years[yi]
     vals = ", ".join(f"'{p.title}' {p.series[series][yi]}" for p in cands)
-    expl = (f"Sub-charts with series '{series}' report for {year}: {vals} [layouts "
-            f"{', '.join(str(p.layout_id) for p in cands)}]. The largest is '{best.title}' "
-            f"({best.series[series][yi]})" + (", which is not among A-E, so F." if answer == "F" else "."))
+    expl = (
+        f"Sub-charts with series '{series}' report for {year}: {vals} [layouts "
+        f"{', '.join(str(p.layout_id) for p in cands)}]. The largest is '{best.title}' "
+        f"({best.series[series][yi]})" + (", which is not among A-E, so F." if answer == "F" else ".")
+    )
     targets = sorted({best.layout_id} | {p.layout_id for p in cands if p.title in options})
-    return Question("chart_max_across_panels",
-                    f"Across all sub-charts that report the series '{series}', which sub-chart shows "
-                    f"the largest '{series}' value for {year}?", options, answer, expl, targets)
+    return Question(
+        "chart_max_across_panels",
+        f"Across all sub-charts that report the series '{series}', which sub-chart shows "
+        f"the largest '{series}' value for {year}?",
+        options,
+        answer,
+        expl,
+        targets,
+    )
 
 
 def _q_peak_year(rng, scene: ChartScene, f_correct: bool) -> Question | None:
@@ -295,13 +380,21 @@ def _q_peak_year(rng, scene: ChartScene, f_correct: bool) -> Question | None:
     distract = [str(y) for y in scene.years if y != peak]
     distract += [str(y) for y in (scene.years[0] - 2, scene.years[0] - 1, scene.years[-1] + 1, scene.years[-1] + 2)]
     options, answer = make_mcq(rng, str(peak), distract, f_correct)
-    expl = (f"In '{panel.title}' [layout {panel.layout_id}] the '{series}' values by year are "
-            + ", ".join(f"{y}: {v}" for y, v in zip(scene.years, vals))
-            + f"; the peak is in {peak}" + (", not listed, so F." if answer == "F" else "."))
+    expl = (
+        f"In '{panel.title}' [layout {panel.layout_id}] the '{series}' values by year are "
+        + ", ".join(f"{y}: {v}" for y, v in zip(scene.years, vals))
+        + f"; the peak is in {peak}"
+        + (", not listed, so F." if answer == "F" else ".")
+    )
     targets = [panel.layout_id] + ([panel.legend_layout_id] if panel.legend_layout_id else [])
-    return Question("chart_peak_year",
-                    f"In the sub-chart titled '{panel.title}', in which year does the series '{series}' "
-                    f"reach its highest value?", options, answer, expl, targets)
+    return Question(
+        "chart_peak_year",
+        f"In the sub-chart titled '{panel.title}', in which year does the series '{series}' reach its highest value?",
+        options,
+        answer,
+        expl,
+        targets,
+    )
 
 
 def _q_sum_two_panels(rng, scene: ChartScene, f_correct: bool) -> Question | None:
@@ -316,13 +409,19 @@ def _q_sum_two_panels(rng, scene: ChartScene, f_correct: bool) -> Question | Non
     near += [p1.series[series][yi] + p.series[series][yi] for p in cands if p not in (p1, p2)]
     options, answer = make_mcq(rng, str(total), numeric_distractors(rng, total, near, 12), f_correct)
     year = scene.years[yi]
-    expl = (f"'{p1.title}' [layout {p1.layout_id}] shows {series}={p1.series[series][yi]} in {year}; "
-            f"'{p2.title}' [layout {p2.layout_id}] shows {p2.series[series][yi]}; the sum is {total}"
-            + (", not listed, so F." if answer == "F" else "."))
-    return Question("chart_sum_two_panels",
-                    f"What is the sum of the '{series}' values for {year} in the sub-charts titled "
-                    f"'{p1.title}' and '{p2.title}'?", options, answer, expl,
-                    sorted([p1.layout_id, p2.layout_id]))
+    expl = (
+        f"'{p1.title}' [layout {p1.layout_id}] shows {series}={p1.series[series][yi]} in {year}; "
+        f"'{p2.title}' [layout {p2.layout_id}] shows {p2.series[series][yi]}; the sum is {total}"
+        + (", not listed, so F." if answer == "F" else ".")
+    )
+    return Question(
+        "chart_sum_two_panels",
+        f"What is the sum of the '{series}' values for {year} in the sub-charts titled '{p1.title}' and '{p2.title}'?",
+        options,
+        answer,
+        expl,
+        sorted([p1.layout_id, p2.layout_id]),
+    )
 
 
 def _q_top_series(rng, scene: ChartScene, f_correct: bool) -> Question | None:
@@ -332,13 +431,21 @@ def _q_top_series(rng, scene: ChartScene, f_correct: bool) -> Question | None:
     distract = [s for s in panel.series if s != best] + [s for s in SERIES_NAMES if s not in panel.series]
     options, answer = make_mcq(rng, best, distract, f_correct)
     year = scene.years[yi]
-    expl = (f"In '{panel.title}' [layout {panel.layout_id}] the {year} values are "
-            + ", ".join(f"{s}: {v[yi]}" for s, v in panel.series.items())
-            + f"; the largest is {best}" + (", not listed, so F." if answer == "F" else "."))
+    expl = (
+        f"In '{panel.title}' [layout {panel.layout_id}] the {year} values are "
+        + ", ".join(f"{s}: {v[yi]}" for s, v in panel.series.items())
+        + f"; the largest is {best}"
+        + (", not listed, so F." if answer == "F" else ".")
+    )
     targets = [panel.layout_id] + ([panel.legend_layout_id] if panel.legend_layout_id else [])
-    return Question("chart_top_series",
-                    f"In the sub-chart titled '{panel.title}', which series has the largest value in {year}?",
-                    options, answer, expl, targets)
+    return Question(
+        "chart_top_series",
+        f"In the sub-chart titled '{panel.title}', which series has the largest value in {year}?",
+        options,
+        answer,
+        expl,
+        targets,
+    )
 
 
 # ----------------------------------------------------------------------------------- maps
@@ -346,7 +453,7 @@ def build_map_scene(rng: random.Random, width: int, height: int) -> MapScene:
     fs = base_font_size(width, height)
     header_h = int(fs * 3.2)
     legend_w = int(max(width * 0.16, fs * 11))
-    label = int(fs * 1.8)   # room for grid labels around the map
+    label = int(fs * 1.8)  # room for grid labels around the map
     map_box = (label, header_h + label, width - legend_w - label, height - label)
     mw, mh = map_box[2] - map_box[0], map_box[3] - map_box[1]
     cols = max(4, min(12, round(mw / (fs * 11))))
@@ -372,8 +479,16 @@ def build_map_scene(rng: random.Random, width: int, height: int) -> MapScene:
         y = int(map_box[1] + (r + rng.uniform(0.3, 0.7)) * ch)
         name = names[i]
         tw = int(len(name) * fs * 0.62)
-        bbox = clip_box((int(x - icon - 2), int(y - max(icon, fs * 0.7) - 2), int(x + icon + fs * 0.4 + tw),
-                         int(y + max(icon, fs * 0.7) + 2)), width, height)
+        bbox = clip_box(
+            (
+                int(x - icon - 2),
+                int(y - max(icon, fs * 0.7) - 2),
+                int(x + icon + fs * 0.4 + tw),
+                int(y + max(icon, fs * 0.7) + 2),
+            ),
+            width,
+            height,
+        )
         lid = len(layouts) + 1
         layouts.append(Layout(lid, bbox, f"{cat}: {name}"))
         places.append(Place(name, cat, x, y, c, r, lid, bbox))
@@ -385,8 +500,7 @@ def build_map_scene(rng: random.Random, width: int, height: int) -> MapScene:
         else:
             streets.append((sname, "v", int(map_box[0] + rng.randint(1, cols - 1) * cw - cw * 0.1)))
     title = f"District Map: {rng.choice(NAME_HEADS)} Quarter"
-    return MapScene(width, height, title, map_box, cols, rows, places, streets, legend_bbox, 2,
-                    layouts, cats)
+    return MapScene(width, height, title, map_box, cols, rows, places, streets, legend_bbox, 2, layouts, cats)
 
 
 def map_questions(rng: random.Random, scene: MapScene, k: int, f_rate: float) -> list[Question]:
@@ -407,14 +521,22 @@ def _q_column_category(rng, scene: MapScene, f_correct: bool) -> Question | None
     same_cat = [p.name for p in scene.places if p.category == ans.category and p is not ans]
     rng.shuffle(same_col)
     rng.shuffle(same_cat)
-    options, answer = make_mcq(rng, ans.name, same_col[:3] + same_cat + [p.name for p in scene.places if p is not ans],
-                               f_correct)
-    expl = (f"The legend [layout {scene.legend_layout_id}] shows {ans.category} icons; the only one in "
-            f"column {col} is {ans.name} in {ans.cell()} [layout {ans.layout_id}]"
-            + (", which is not listed, so F." if answer == "F" else "."))
-    return Question("map_column_category",
-                    f"Which place in grid column {col} is marked with the icon that the legend assigns to '{ans.category}'?",
-                    options, answer, expl, [scene.legend_layout_id, ans.layout_id])
+    options, answer = make_mcq(
+        rng, ans.name, same_col[:3] + same_cat + [p.name for p in scene.places if p is not ans], f_correct
+    )
+    expl = (
+        f"The legend [layout {scene.legend_layout_id}] shows {ans.category} icons; the only one in "
+        f"column {col} is {ans.name} in {ans.cell()} [layout {ans.layout_id}]"
+        + (", which is not listed, so F." if answer == "F" else ".")
+    )
+    return Question(
+        "map_column_category",
+        f"Which place in grid column {col} is marked with the icon that the legend assigns to '{ans.category}'?",
+        options,
+        answer,
+        expl,
+        [scene.legend_layout_id, ans.layout_id],
+    )
 
 
 def _q_locate_cell(rng, scene: MapScene, f_correct: bool) -> Question | None:
@@ -425,11 +547,19 @@ def _q_locate_cell(rng, scene: MapScene, f_correct: bool) -> Question | None:
     rng.shuffle(near)
     rng.shuffle(far)
     options, answer = make_mcq(rng, p.cell(), near + far, f_correct)
-    expl = (f"{p.name} is drawn with the {p.category} icon (legend, layout {scene.legend_layout_id}) at "
-            f"column {p.cell()[0]}, row {p.row + 1} [layout {p.layout_id}], i.e. cell {p.cell()}"
-            + (", which is not listed, so F." if answer == "F" else "."))
-    return Question("map_locate_cell", f"In which grid cell is the {p.category.lower()} named '{p.name}' located?",
-                    options, answer, expl, [scene.legend_layout_id, p.layout_id])
+    expl = (
+        f"{p.name} is drawn with the {p.category} icon (legend, layout {scene.legend_layout_id}) at "
+        f"column {p.cell()[0]}, row {p.row + 1} [layout {p.layout_id}], i.e. cell {p.cell()}"
+        + (", which is not listed, so F." if answer == "F" else ".")
+    )
+    return Question(
+        "map_locate_cell",
+        f"In which grid cell is the {p.category.lower()} named '{p.name}' located?",
+        options,
+        answer,
+        expl,
+        [scene.legend_layout_id, p.layout_id],
+    )
 
 
 def _q_nearest(rng, scene: MapScene, f_correct: bool) -> Question | None:
@@ -437,25 +567,32 @@ def _q_nearest(rng, scene: MapScene, f_correct: bool) -> Question | None:
     cats = [c[0] for c in scene.categories if c[0] != src.category]
     rng.shuffle(cats)
     for cat in cats:
-        cands = sorted((p for p in scene.places if p.category == cat),
-                       key=lambda p: math.hypot(p.x - src.x, p.y - src.y))
+        cands = sorted(
+            (p for p in scene.places if p.category == cat), key=lambda p: math.hypot(p.x - src.x, p.y - src.y)
+        )
         if len(cands) < 2:
             continue
         d0 = math.hypot(cands[0].x - src.x, cands[0].y - src.y)
         d1 = math.hypot(cands[1].x - src.x, cands[1].y - src.y)
-        if d0 > 0.8 * d1:   # require a clear margin so the answer is unambiguous by eye
+        if d0 > 0.8 * d1:  # require a clear margin so the answer is unambiguous by eye
             continue
         ans = cands[0]
         others = [p.name for p in cands[1:]] + [p.name for p in scene.places if p.category != cat and p is not src]
-        options, answer = make_mcq(rng, ans.name, others[:4] + rng.sample(others[4:], len(others[4:])),
-                                   f_correct)
-        expl = (f"'{src.name}' is in {src.cell()} [layout {src.layout_id}]. Of the {cat} icons (legend, layout "
-                f"{scene.legend_layout_id}), the closest is {ans.name} in {ans.cell()} [layout {ans.layout_id}]; "
-                f"the next closest, {cands[1].name}, is clearly farther"
-                + (". It is not listed, so F." if answer == "F" else "."))
-        return Question("map_nearest",
-                        f"Which {cat.lower()} is closest in straight-line distance to the place named '{src.name}'?",
-                        options, answer, expl, sorted({scene.legend_layout_id, src.layout_id, ans.layout_id}))
+        options, answer = make_mcq(rng, ans.name, others[:4] + rng.sample(others[4:], len(others[4:])), f_correct)
+        expl = (
+            f"'{src.name}' is in {src.cell()} [layout {src.layout_id}]. Of the {cat} icons (legend, layout "
+            f"{scene.legend_layout_id}), the closest is {ans.name} in {ans.cell()} [layout {ans.layout_id}]; "
+            f"the next closest, {cands[1].name}, is clearly farther"
+            + (". It is not listed, so F." if answer == "F" else ".")
+        )
+        return Question(
+            "map_nearest",
+            f"Which {cat.lower()} is closest in straight-line distance to the place named '{src.name}'?",
+            options,
+            answer,
+            expl,
+            sorted({scene.legend_layout_id, src.layout_id, ans.layout_id}),
+        )
     return None
 
 
@@ -465,18 +602,26 @@ def _q_count_in_row(rng, scene: MapScene, f_correct: bool) -> Question | None:
     hits = [p for p in scene.places if p.category == cat and p.row == row]
     n = len(hits)
     options, answer = make_mcq(rng, str(n), [str(v) for v in range(0, n + 8) if v != n], f_correct)
-    expl = (f"Row {row + 1} contains {n} {cat} icon(s) (legend, layout {scene.legend_layout_id})"
-            + (": " + ", ".join(f"{p.name} in {p.cell()}" for p in hits) if hits else "")
-            + (". The count is not listed, so F." if answer == "F" else "."))
-    return Question("map_count_in_row",
-                    f"How many places marked with the '{cat}' icon lie in grid row {row + 1}?",
-                    options, answer, expl, [scene.legend_layout_id] + [p.layout_id for p in hits])
+    expl = (
+        f"Row {row + 1} contains {n} {cat} icon(s) (legend, layout {scene.legend_layout_id})"
+        + (": " + ", ".join(f"{p.name} in {p.cell()}" for p in hits) if hits else "")
+        + (". The count is not listed, so F." if answer == "F" else ".")
+    )
+    return Question(
+        "map_count_in_row",
+        f"How many places marked with the '{cat}' icon lie in grid row {row + 1}?",
+        options,
+        answer,
+        expl,
+        [scene.legend_layout_id] + [p.layout_id for p in hits],
+    )
 
 
 # ----------------------------------------------------------------------------------- rendering
 @lru_cache(maxsize=64)
 def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     import matplotlib  # only for the bundled DejaVu font file
+
     path = os.path.join(matplotlib.get_data_path(), "fonts", "ttf", "DejaVuSans.ttf")
     size = max(6, int(size))
     try:
@@ -508,7 +653,7 @@ def render_chart(scene: ChartScene) -> Image.Image:
 
 
 def _draw_legend(d, p: Panel, colors, fs: int) -> None:
-    if p.legend_bbox is None:   # plots always get one (build_chart_scene); tables do not
+    if p.legend_bbox is None:  # plots always get one (build_chart_scene); tables do not
         return
     lx0, ly0, lx1, ly1 = p.legend_bbox
     d.rectangle(p.legend_bbox, fill=(250, 250, 250), outline=(120, 120, 120), width=1)
@@ -557,12 +702,18 @@ def _draw_plot(d, p: Panel, scene: ChartScene, fs: int) -> None:
         lh = int(vfs * 1.15)
         for j, items in labels.items():
             x = int(ax0 + (j + 0.5) * gw)
-            prev_bottom = -10**9
+            prev_bottom = -(10**9)
             for yv, v, s in sorted(items):
                 bottom = max(yv - r - 1, prev_bottom + lh)
-                d.text((x + (r + 2 if bottom > yv - r - 1 else 0), bottom), str(v), font=_font(vfs),
-                       fill=scene.series_colors[s], anchor="ld" if bottom > yv - r - 1 else "md",
-                       stroke_width=max(1, vfs // 10), stroke_fill=(255, 255, 255))
+                d.text(
+                    (x + (r + 2 if bottom > yv - r - 1 else 0), bottom),
+                    str(v),
+                    font=_font(vfs),
+                    fill=scene.series_colors[s],
+                    anchor="ld" if bottom > yv - r - 1 else "md",
+                    stroke_width=max(1, vfs // 10),
+                    stroke_fill=(255, 255, 255),
+                )
                 prev_bottom = bottom
 
 
@@ -652,9 +803,10 @@ def render_map(scene: MapScene) -> Image.Image:
 @dataclass
 class DemoItem:
     """One generated image with its scene and questions (before writing)."""
+
     index: int
-    subset: str                       # chart | map
-    file_name: str                    # relative to the output dir
+    subset: str  # chart | map
+    file_name: str  # relative to the output dir
     scene: ChartScene | MapScene
     questions: list[Question]
 
@@ -667,8 +819,17 @@ def image_size(rng: random.Random, min_side: int, max_side: int) -> tuple[int, i
     return rng.randint(min_side, max_side), rng.randint(min_side, max_side)
 
 
-def build_item(seed: int, index: int, *, subset: str, n_questions: int, size: tuple[int, int] | None,
-               min_side: int, max_side: int, f_rate: float) -> DemoItem:
+def build_item(
+    seed: int,
+    index: int,
+    *,
+    subset: str,
+    n_questions: int,
+    size: tuple[int, int] | None,
+    min_side: int,
+    max_side: int,
+    f_rate: float,
+) -> DemoItem:
     rng = image_rng(seed, index)
     w, h = size if size else image_size(rng, min_side, max_side)
     scene: ChartScene | MapScene
@@ -688,20 +849,23 @@ def render(item: DemoItem) -> Image.Image:
 def records(item: DemoItem) -> list[dict]:
     s = item.scene
     infos = {str(l.layout_id): {"layout_id": l.layout_id, "bbox": list(l.bbox), "label": l.label} for l in s.layouts}
-    return [{
-        "question_id": f"{item.subset}_{item.index:04d}_q{k}",
-        "file_name": item.file_name,
-        "subset": item.subset,
-        "question": q.question,
-        "options": q.options_text(),
-        "answer": q.answer,
-        "explanation": q.explanation,
-        "target_layouts": q.target_layouts,
-        "layout_infos": infos,
-        "img_width": s.width,
-        "img_height": s.height,
-        "question_type": q.kind,
-    } for k, q in enumerate(item.questions)]
+    return [
+        {
+            "question_id": f"{item.subset}_{item.index:04d}_q{k}",
+            "file_name": item.file_name,
+            "subset": item.subset,
+            "question": q.question,
+            "options": q.options_text(),
+            "answer": q.answer,
+            "explanation": q.explanation,
+            "target_layouts": q.target_layouts,
+            "layout_infos": infos,
+            "img_width": s.width,
+            "img_height": s.height,
+            "question_type": q.kind,
+        }
+        for k, q in enumerate(item.questions)
+    ]
 
 
 def write_image(item: DemoItem, out_dir: Path, compress_level: int = 3) -> bool:
@@ -726,8 +890,9 @@ def write_metadata(items: list[DemoItem], out_dir: Path) -> Path:
     return path
 
 
-def plan(num_images: int, *, seed: int, chart_fraction: float, questions_per_image: int,
-         num_questions: int | None) -> list[tuple[int, str, int]]:
+def plan(
+    num_images: int, *, seed: int, chart_fraction: float, questions_per_image: int, num_questions: int | None
+) -> list[tuple[int, str, int]]:
     """(index, subset, number of questions) per image; deterministic for the seed."""
     rng = random.Random(f"demo-bench-plan:{seed}")
     n_chart = round(num_images * chart_fraction)

@@ -15,6 +15,7 @@ Run standalone (for CLI tests in a subprocess): ``python -m insight_o3.testing.o
 --script module:function [--record requests.jsonl]`` (``--record`` keeps every request body, e.g. to
 record the requests of another program such as the original release's harness).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,41 +40,55 @@ class Reply:
 
 @dataclass
 class Call:
-    index: int            # 0-based index of this request among all requests to this server
+    index: int  # 0-based index of this request among all requests to this server
     path: str
     model: str | None
     n: int
-    headers: dict = field(default_factory=dict)   # request headers, lower-case names
+    headers: dict = field(default_factory=dict)  # request headers, lower-case names
 
 
-def chat(texts: str | list[str], finish_reason: str | list[str] = "stop", model: str = "scripted",
-         prompt_tokens: int = 10) -> Reply:
+def chat(
+    texts: str | list[str], finish_reason: str | list[str] = "stop", model: str = "scripted", prompt_tokens: int = 10
+) -> Reply:
     """A normal chat.completions reply with one choice per text."""
     texts = [texts] if isinstance(texts, str) else list(texts)
     reasons = [finish_reason] * len(texts) if isinstance(finish_reason, str) else list(finish_reason)
-    return Reply(body={
-        "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": r}
-                    for i, (t, r) in enumerate(zip(texts, reasons))],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": prompt_tokens + 5},
-    })
+    return Reply(
+        body={
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": r}
+                for i, (t, r) in enumerate(zip(texts, reasons))
+            ],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": prompt_tokens + 5},
+        }
+    )
 
 
 def error(status: int, message: str = "scripted error", retry_after: float | None = None) -> Reply:
     headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
-    return Reply(status=status, body={"error": {"message": message, "type": "scripted", "code": status}},
-                 headers=headers)
+    return Reply(
+        status=status, body={"error": {"message": message, "type": "scripted", "code": status}}, headers=headers
+    )
 
 
 def refuse(status: int, echo_key: bool = True):
     """Status-code mode: a script answering every request with ``status`` (401, 403, 404, 500 …), in
     the OpenAI error format; with ``echo_key`` the message quotes the request's bearer token, as
     real servers' "Incorrect API key provided: sk-…" replies do (so tests can check redaction)."""
+
     def script(request: dict, call: Call) -> Reply:
         token = call.headers.get("authorization", "").split()[-1:] or [""]
-        what = {401: "Incorrect API key provided", 403: "Permission denied for key",
-                404: f"The model `{request.get('model')}` does not exist"}.get(status, "scripted failure")
+        what = {
+            401: "Incorrect API key provided",
+            403: "Permission denied for key",
+            404: f"The model `{request.get('model')}` does not exist",
+        }.get(status, "scripted failure")
         return error(status, f"{what}: {token[0]}" if echo_key and status in (401, 403) else what)
+
     return script
 
 
@@ -118,8 +133,15 @@ class ScriptedOpenAIServer:
     ``block_after=N``: requests with index >= N wait (before the script runs) until :meth:`release`;
     :meth:`wait_blocked` waits, without polling, until a given number of them are waiting."""
 
-    def __init__(self, script: Callable[[dict, Call], Reply], host: str = "127.0.0.1", port: int = 0,
-                 keep_bodies: bool = True, record: str | None = None, block_after: int | None = None):
+    def __init__(
+        self,
+        script: Callable[[dict, Call], Reply],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keep_bodies: bool = True,
+        record: str | None = None,
+        block_after: int | None = None,
+    ):
         self.script = script
         self.block_after = block_after
         self._released = threading.Event()
@@ -183,8 +205,13 @@ class ScriptedOpenAIServer:
                         with open(outer.record, "a", encoding="utf-8") as f:
                             f.write(json.dumps(req) + "\n")
                 outer._hold(idx)
-                call = Call(index=idx, path=self.path, model=req.get("model"), n=int(req.get("n") or 1),
-                            headers={k.lower(): v for k, v in self.headers.items()})
+                call = Call(
+                    index=idx,
+                    path=self.path,
+                    model=req.get("model"),
+                    n=int(req.get("n") or 1),
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                )
                 try:
                     reply = outer.script(req, call)
                 except Exception as e:  # a broken script is a 500, visible in the test

@@ -22,6 +22,7 @@ VQA/tool-call snippets; editing it changes every tokenizer hash, so only do it d
 torch, transformers and tokenizers are imported inside functions: importing this module (and
 ``insight_o3.testing``) stays torch-free.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,20 @@ BPE_VOCAB = 1000
 
 # Qwen2-VL special tokens, in Qwen's order, so their ids are consecutive after the BPE vocabulary.
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 ]
 # Added but not "special" in Qwen: they survive skip_special_tokens decoding (the vSearcher's
 # <tool_call> must reach the client).
@@ -92,21 +104,34 @@ def _train_tokenizer(corpus: Path, vocab: int):
 
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, use_regex=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        min_frequency=2,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
     text = corpus.read_text(encoding="utf-8")
     # Train on paragraphs (a fixed, ordered split) so the result does not depend on line endings.
     tok.train_from_iterator([p for p in text.split("\n\n") if p.strip()], trainer=trainer)
     tok.add_special_tokens(SPECIAL_TOKENS)
     tok.add_tokens(PLAIN_ADDED_TOKENS)
     fast = Qwen2TokenizerFast(
-        tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        unk_token=None, errors="replace", clean_up_tokenization_spaces=False, model_max_length=32768,
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        errors="replace",
+        clean_up_tokenization_spaces=False,
+        model_max_length=32768,
     )
     fast.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:]})
     fast.chat_template = CHAT_TEMPLATE
@@ -118,20 +143,44 @@ def _model_config(ids: dict[str, int], vocab_size: int):
 
     hidden = 128
     return Qwen2_5_VLConfig(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32768, max_window_layers=2,
-        rms_norm_eps=1e-6, rope_theta=1_000_000.0,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32768,
+        max_window_layers=2,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
         # head_dim 64 -> 32 rotary frequencies split over (t, h, w) like the 7B's [16, 24, 24] / 2.
         rope_scaling={"type": "mrope", "mrope_section": [16, 8, 8]},
-        tie_word_embeddings=True, use_sliding_window=False, sliding_window=32768, hidden_act="silu",
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        sliding_window=32768,
+        hidden_act="silu",
         torch_dtype="float32",
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
         vision_config=dict(
-            depth=2, hidden_size=64, intermediate_size=128, num_heads=2, in_channels=3, patch_size=14,
-            spatial_merge_size=2, temporal_patch_size=2, tokens_per_second=2, window_size=112,
-            fullatt_block_indexes=[1], out_hidden_size=hidden, hidden_act="silu",
+            depth=2,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=2,
+            in_channels=3,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            tokens_per_second=2,
+            window_size=112,
+            fullatt_block_indexes=[1],
+            out_hidden_size=hidden,
+            hidden_act="silu",
         ),
     )
 
@@ -149,8 +198,9 @@ def _write_config(out: Path) -> None:
 def _write_processor_configs(out: Path, min_pixels: int, max_pixels: int) -> None:
     from transformers import Qwen2VLImageProcessor
 
-    improc = Qwen2VLImageProcessor(min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14,
-                                   temporal_patch_size=2, merge_size=2)
+    improc = Qwen2VLImageProcessor(
+        min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, temporal_patch_size=2, merge_size=2
+    )
     improc.save_pretrained(out)
     path = out / "preprocessor_config.json"
     d = json.loads(path.read_text())
@@ -158,17 +208,38 @@ def _write_processor_configs(out: Path, min_pixels: int, max_pixels: int) -> Non
     d.pop("_processor_class", None)
     path.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n")
     # Only read where torchvision exists (vLLM venv); same budget as the image processor.
-    video = {k: d[k] for k in ("min_pixels", "max_pixels", "patch_size", "temporal_patch_size", "merge_size",
-                               "image_mean", "image_std", "do_resize", "do_rescale", "do_normalize",
-                               "do_convert_rgb", "rescale_factor")}
+    video = {
+        k: d[k]
+        for k in (
+            "min_pixels",
+            "max_pixels",
+            "patch_size",
+            "temporal_patch_size",
+            "merge_size",
+            "image_mean",
+            "image_std",
+            "do_resize",
+            "do_rescale",
+            "do_normalize",
+            "do_convert_rgb",
+            "rescale_factor",
+        )
+    }
     video.update(video_processor_type="Qwen2VLVideoProcessor", processor_class="Qwen2_5_VLProcessor")
     (out / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2, sort_keys=True) + "\n")
     (out / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2) + "\n")
 
 
-def build_tiny_qwen(out_dir: str | os.PathLike, *, seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS,
-                    min_pixels: int = DEFAULT_MIN_PIXELS, bpe_vocab: int = BPE_VOCAB,
-                    corpus: str | os.PathLike = CORPUS, overwrite: bool = True) -> Path:
+def build_tiny_qwen(
+    out_dir: str | os.PathLike,
+    *,
+    seed: int = 0,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    min_pixels: int = DEFAULT_MIN_PIXELS,
+    bpe_vocab: int = BPE_VOCAB,
+    corpus: str | os.PathLike = CORPUS,
+    overwrite: bool = True,
+) -> Path:
     """Write a tiny random-weight Qwen2.5-VL checkpoint (~3 MB, fp32) to ``out_dir`` and return it.
 
     Text model: hidden 128, 2 layers, 2 heads (head_dim 64), 1 KV head; vision tower: hidden 64,
@@ -191,8 +262,11 @@ def build_tiny_qwen(out_dir: str | os.PathLike, *, seed: int = 0, max_pixels: in
         torch.manual_seed(seed)
         model = Qwen2_5_VLForConditionalGeneration(_model_config(ids, vocab_size)).eval()
         model.generation_config = GenerationConfig(
-            bos_token_id=ids["<|endoftext|>"], eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
-            pad_token_id=ids["<|endoftext|>"], do_sample=False)
+            bos_token_id=ids["<|endoftext|>"],
+            eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+            pad_token_id=ids["<|endoftext|>"],
+            do_sample=False,
+        )
         model.save_pretrained(tmp, safe_serialization=True)
         _write_config(tmp)
         tok.save_pretrained(tmp)

@@ -13,6 +13,7 @@ on CPU (measured in the shared notes ``cpu_vllm_tiny_qwen_probe.md``):
 The server runs in its own process group so :meth:`VLLMServer.stop` can end it together with any
 worker it spawned. Its output goes to a log file whose tail is put into every error.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,12 +43,19 @@ def server_env(base: dict | None = None, kv_cache_gib: int = 1) -> dict:
     # the project venv must not leak into the vLLM venv's interpreter
     for k in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
         env.pop(k, None)
-    env.update({
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false",
-    })
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     return env
 
 
@@ -58,10 +66,21 @@ class VLLMServer:
     ``model``; ``extra_args`` are appended to the server command line.
     """
 
-    def __init__(self, python: str | os.PathLike, model: str | os.PathLike, *, served_model_name: str = "tiny",
-                 host: str = "127.0.0.1", port: int | None = None, max_model_len: int = 8192,
-                 max_num_seqs: int = 4, images_per_prompt: int = 8, kv_cache_gib: int = 1,
-                 log_path: str | os.PathLike | None = None, extra_args: list[str] | None = None):
+    def __init__(
+        self,
+        python: str | os.PathLike,
+        model: str | os.PathLike,
+        *,
+        served_model_name: str = "tiny",
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        max_model_len: int = 8192,
+        max_num_seqs: int = 4,
+        images_per_prompt: int = 8,
+        kv_cache_gib: int = 1,
+        log_path: str | os.PathLike | None = None,
+        extra_args: list[str] | None = None,
+    ):
         self.python = str(python)
         self.model = str(model)
         self.served_model_name = served_model_name
@@ -70,11 +89,27 @@ class VLLMServer:
         self.log_path = Path(log_path) if log_path else Path(self.model).parent / f"vllm-{self.port}.log"
         self.kv_cache_gib = kv_cache_gib
         self.args = [
-            "-m", "vllm.entrypoints.openai.api_server", "--model", self.model, "--host", host,
-            "--port", str(self.port), "--served-model-name", served_model_name, "--dtype", "float32",
-            "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-            "--limit-mm-per-prompt", json.dumps({"image": images_per_prompt, "video": 0}),
-            "--enforce-eager", "--disable-log-stats", *(extra_args or []),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--host",
+            host,
+            "--port",
+            str(self.port),
+            "--served-model-name",
+            served_model_name,
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            str(max_model_len),
+            "--max-num-seqs",
+            str(max_num_seqs),
+            "--limit-mm-per-prompt",
+            json.dumps({"image": images_per_prompt, "video": 0}),
+            "--enforce-eager",
+            "--disable-log-stats",
+            *(extra_args or []),
         ]
         self.proc: subprocess.Popen | None = None
         self._log: BinaryIO | None = None
@@ -95,16 +130,22 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([self.python, *self.args], stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=server_env(kv_cache_gib=self.kv_cache_gib),
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [self.python, *self.args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=server_env(kv_cache_gib=self.kv_cache_gib),
+            start_new_session=True,
+        )
         url = f"http://{self.host}:{self.port}/health"
         while True:
             if self.proc.poll() is not None:
                 code = self.proc.returncode
                 self.stop()
-                raise VLLMServerError(f"vLLM server exited with {code} during start-up; log "
-                                      f"{self.log_path}:\n{self.log_tail()}")
+                raise VLLMServerError(
+                    f"vLLM server exited with {code} during start-up; log {self.log_path}:\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
@@ -113,8 +154,9 @@ class VLLMServer:
                 pass
             if time.monotonic() - t0 > timeout:
                 self.stop()
-                raise VLLMServerError(f"vLLM server not healthy after {timeout:.0f} s; log "
-                                      f"{self.log_path}:\n{self.log_tail()}")
+                raise VLLMServerError(
+                    f"vLLM server not healthy after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.5)
         self.startup_s = time.monotonic() - t0
         return self

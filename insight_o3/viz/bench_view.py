@@ -5,6 +5,7 @@ original pixels) and ``target_layouts`` (the ids of the layouts the answer needs
 simply have none. The statistics mirror the paper's Figure 4 (layouts per sample by category) and
 Figure 5 (resolution distribution).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ class BenchLayout:
     is_target: bool
 
 
-def load_bench(ann_file: str | os.PathLike, img_dir: str | os.PathLike | None = None,
-               check_images: bool = True) -> list[Sample]:
+def load_bench(
+    ann_file: str | os.PathLike, img_dir: str | os.PathLike | None = None, check_images: bool = True
+) -> list[Sample]:
     """The samples of an annotation file (images resolved under ``img_dir``, default: the file's
     directory). Errors name the file, line and field (see :mod:`insight_o3.evaluation.samples`)."""
     ann_file = Path(ann_file)
@@ -61,8 +63,11 @@ def layouts(sample: Sample) -> list[BenchLayout]:
         if not isinstance(info, dict):
             continue
         lid = str(info.get("layout_id", key))
-        out.append(BenchLayout(lid, _bbox(info.get("bbox")), str(info.get("label", "")),
-                               lid in target_ids or str(key) in target_ids))
+        out.append(
+            BenchLayout(
+                lid, _bbox(info.get("bbox")), str(info.get("label", "")), lid in target_ids or str(key) in target_ids
+            )
+        )
     for t in raw_targets:  # targets given inline as {"bbox": ...} rather than by id
         if isinstance(t, dict) and _bbox(t.get("bbox")):
             out.append(BenchLayout(str(t.get("layout_id", "")), _bbox(t.get("bbox")), str(t.get("label", "")), True))
@@ -86,9 +91,18 @@ def bench_table(samples: list[Sample]) -> pd.DataFrame:
     for s in samples:
         size = _image_size(s)
         lay = layouts(s)
-        rows.append({"key": s.key, "category": s.category, "image": s.image,
-                     "width": size[0] if size else np.nan, "height": size[1] if size else np.nan,
-                     "n_layouts": len(lay), "n_targets": sum(x.is_target for x in lay), "answer": s.answer})
+        rows.append(
+            {
+                "key": s.key,
+                "category": s.category,
+                "image": s.image,
+                "width": size[0] if size else np.nan,
+                "height": size[1] if size else np.nan,
+                "n_layouts": len(lay),
+                "n_targets": sum(x.is_target for x in lay),
+                "answer": s.answer,
+            }
+        )
     df = pd.DataFrame(rows)
     df["megapixels"] = df["width"] * df["height"] / 1e6
     df["long_side"] = df[["width", "height"]].max(axis=1)
@@ -98,12 +112,27 @@ def bench_table(samples: list[Sample]) -> pd.DataFrame:
 def category_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per category: questions, distinct images, mean layouts/targets, mean width/height."""
     g = df.groupby("category")
-    out = pd.DataFrame({"questions": g.size(), "images": g["image"].nunique(),
-                        "mean_layouts": g["n_layouts"].mean(), "mean_targets": g["n_targets"].mean(),
-                        "mean_width": g["width"].mean(), "mean_height": g["height"].mean()})
-    total = pd.DataFrame({"questions": [len(df)], "images": [df["image"].nunique()],
-                          "mean_layouts": [df["n_layouts"].mean()], "mean_targets": [df["n_targets"].mean()],
-                          "mean_width": [df["width"].mean()], "mean_height": [df["height"].mean()]}, index=["all"])
+    out = pd.DataFrame(
+        {
+            "questions": g.size(),
+            "images": g["image"].nunique(),
+            "mean_layouts": g["n_layouts"].mean(),
+            "mean_targets": g["n_targets"].mean(),
+            "mean_width": g["width"].mean(),
+            "mean_height": g["height"].mean(),
+        }
+    )
+    total = pd.DataFrame(
+        {
+            "questions": [len(df)],
+            "images": [df["image"].nunique()],
+            "mean_layouts": [df["n_layouts"].mean()],
+            "mean_targets": [df["n_targets"].mean()],
+            "mean_width": [df["width"].mean()],
+            "mean_height": [df["height"].mean()],
+        },
+        index=["all"],
+    )
     return pd.concat([out, total]).round(2)
 
 
@@ -123,7 +152,10 @@ def plot_layout_counts(df: pd.DataFrame):
     """Figure 4-style: distribution of the number of layouts and of target layouts per sample,
     one series per category."""
     fig, axes = new_figure(1, 2, (10, 3.4))
-    for ax, col, title in ((axes[0], "n_layouts", "Layouts per sample"), (axes[1], "n_targets", "Target layouts per sample")):
+    for ax, col, title in (
+        (axes[0], "n_layouts", "Layouts per sample"),
+        (axes[1], "n_targets", "Target layouts per sample"),
+    ):
         cats = sorted(df["category"].astype(str).unique())
         hi = int(df[col].max()) if len(df) else 0
         bins = np.arange(0, hi + 2) - 0.5
@@ -156,8 +188,9 @@ def plot_resolution(df: pd.DataFrame):
     return fig
 
 
-def draw_sample(sample: Sample, max_px: int = 1024, show_all_layouts: bool = True,
-                resolver: ImageResolver | None = None) -> Image.Image:
+def draw_sample(
+    sample: Sample, max_px: int = 1024, show_all_layouts: bool = True, resolver: ImageResolver | None = None
+) -> Image.Image:
     """The sample's image with its target layouts (red) and the other layouts (grey, dashed)."""
     resolver = resolver or ImageResolver()
     try:
@@ -169,7 +202,9 @@ def draw_sample(sample: Sample, max_px: int = 1024, show_all_layouts: bool = Tru
         if lay.bbox is None or (not lay.is_target and not show_all_layouts):
             continue
         label = f"{lay.layout_id} {lay.label}".strip()
-        boxes.append(DrawBox(lay.bbox, label, TARGET_COLOR if lay.is_target else LAYOUT_COLOR, dashed=not lay.is_target))
+        boxes.append(
+            DrawBox(lay.bbox, label, TARGET_COLOR if lay.is_target else LAYOUT_COLOR, dashed=not lay.is_target)
+        )
     boxes.sort(key=lambda b: b.color == TARGET_COLOR)  # targets on top
     return draw_boxes(img, boxes, max_px)
 
@@ -177,6 +212,10 @@ def draw_sample(sample: Sample, max_px: int = 1024, show_all_layouts: bool = Tru
 def sample_html(sample: Sample, thumb_px: int = 768, resolver: ImageResolver | None = None) -> str:
     """An HTML card: image with layouts, question, options, answer, explanation (inline image)."""
     img = draw_sample(sample, thumb_px, resolver=resolver)
-    return render("bench_sample.html.j2", s=sample, src=image_data_url(img),
-                  targets=[f"{x.layout_id} ({x.label})" for x in layouts(sample) if x.is_target],
-                  explanation=str(sample.extra.get("explanation") or ""))
+    return render(
+        "bench_sample.html.j2",
+        s=sample,
+        src=image_data_url(img),
+        targets=[f"{x.layout_id} ({x.label})" for x in layouts(sample) if x.is_target],
+        explanation=str(sample.extra.get("explanation") or ""),
+    )

@@ -5,6 +5,7 @@ was started from), so :class:`ImageResolver` tries a list of roots before giving
 originals are kept in a small LRU because one O3-Bench image (~4600x4000 px) serves several
 questions and every crop of a conversation.
 """
+
 from __future__ import annotations
 
 import os
@@ -90,8 +91,9 @@ class ImageResolver:
         x1, y1 = max(0, x1), max(0, y1)
         x2, y2 = min(im.width, x2), min(im.height, y2)
         if x2 <= x1 or y2 <= y1:
-            raise ImageError(f"reference region {list(ref.region)} has no area inside {ref.path} "
-                             f"({im.width}x{im.height})")
+            raise ImageError(
+                f"reference region {list(ref.region)} has no area inside {ref.path} ({im.width}x{im.height})"
+            )
         view = im.crop((x1, y1, x2, y2))
         limit = max(ref.size) if ref.size and max(ref.size) > 0 else max(view.size)
         if max_px:
@@ -149,15 +151,18 @@ def draw_boxes(img: Image.Image, boxes: list[DrawBox], max_px: int | None = None
 
 def _dashed_rect(d: ImageDraw.ImageDraw, rect: list[float], color, width: int, dash: int = 8) -> None:
     x1, y1, x2, y2 = rect
-    for (ax, ay, bx, by) in ((x1, y1, x2, y1), (x2, y1, x2, y2), (x2, y2, x1, y2), (x1, y2, x1, y1)):
+    for ax, ay, bx, by in ((x1, y1, x2, y1), (x2, y1, x2, y2), (x2, y2, x1, y2), (x1, y2, x1, y1)):
         length = max(abs(bx - ax), abs(by - ay))
         n = max(1, int(length // (2 * dash)))
         for i in range(n + 1):
             t0, t1 = min(1.0, 2 * i * dash / max(length, 1)), min(1.0, (2 * i + 1) * dash / max(length, 1))
             if t0 >= 1.0:
                 break
-            d.line([ax + (bx - ax) * t0, ay + (by - ay) * t0, ax + (bx - ax) * t1, ay + (by - ay) * t1],
-                   fill=color, width=width)
+            d.line(
+                [ax + (bx - ax) * t0, ay + (by - ay) * t0, ax + (bx - ax) * t1, ay + (by - ay) * t1],
+                fill=color,
+                width=width,
+            )
 
 
 def image_data_url(img: Image.Image, quality: int = 80) -> str:
@@ -174,4 +179,4 @@ def placeholder(text: str, size: tuple[int, int] = (320, 80)) -> Image.Image:
 
 
 def _wrap(text: str, width: int) -> str:
-    return "\n".join(text[i:i + width] for i in range(0, len(text), width))[:400]
+    return "\n".join(text[i : i + width] for i in range(0, len(text), width))[:400]

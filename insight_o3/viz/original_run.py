@@ -15,6 +15,7 @@ messages hold the image as a base64 data URL. :func:`convert_record` maps it to 
 * ``sample_key``: the ``question_id`` when unique in the file, else ``#<sample_index>`` (the
   convention of :mod:`insight_o3.evaluation.samples`, so keys match a new run of the same file).
 """
+
 from __future__ import annotations
 
 import base64
@@ -83,16 +84,21 @@ def _messages(conversations, image: str, whole: tuple[int, int] | None) -> list[
                     sent = data_url_size(url) if isinstance(url, str) else None
                     size = sent or whole or (0, 0)
                     w, h = whole or size
-                    parts.append({"type": "image", "image": {"path": image, "region": [0, 0, w, h],
-                                                             "size": list(size)}})
+                    parts.append(
+                        {"type": "image", "image": {"path": image, "region": [0, 0, w, h], "size": list(size)}}
+                    )
                 elif p.get("type") == "text":
                     parts.append({"type": "text", "text": str(p.get("text", ""))})
         out.append({"role": str(m.get("role", "?")), "content": parts})
     return out
 
 
-def convert_record(rec: dict, key: str, size_of: Callable[[str], tuple[int, int] | None] | None = None,
-                   where: str = "<original record>") -> dict:
+def convert_record(
+    rec: dict,
+    key: str,
+    size_of: Callable[[str], tuple[int, int] | None] | None = None,
+    where: str = "<original record>",
+) -> dict:
     """One original record as a record of this project (see the module doc), built through
     :class:`~insight_o3.evaluation.schema.EvalRecord` (errors name ``where``). ``size_of(path)`` gives
     the source image's ``(w, h)`` when it can be read (for the whole-image region of references)."""
@@ -106,13 +112,18 @@ def convert_record(rec: dict, key: str, size_of: Callable[[str], tuple[int, int]
     out["index"] = er.get("sample_index")
     out["category"] = rec.get("category", rec.get("subset", "unknown"))
     result = EvalResult(
-        status=status, success=status in ("correct", "wrong"), fail_reason=reason,
+        status=status,
+        success=status in ("correct", "wrong"),
+        fail_reason=reason,
         fail_stage="judge" if (er.get("fail_reason") in _JUDGE_FAILURES) else None,
         response=inf.get("last_message_content") if inf.get("success") else None,
-        finish_reason=inf.get("finish_reason") or None, extracted_answer=er.get("extracted_answer"),
+        finish_reason=inf.get("finish_reason") or None,
+        extracted_answer=er.get("extracted_answer"),
         is_correct=bool(er.get("is_correct")) and status == "correct",
         has_answer=er.get("extracted_answer") not in (None, ""),
-        trajectory=_messages(inf.get("conversations"), image, whole), extra={"source_format": "original"})
+        trajectory=_messages(inf.get("conversations"), image, whole),
+        extra={"source_format": "original"},
+    )
     record = EvalRecord.from_dict({**out, "eval_result": {"status": status}}, where)
     record.eval_result = result
     return record.to_dict()

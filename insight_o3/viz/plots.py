@@ -1,5 +1,6 @@
 """Figures without pyplot's global state (no backend switching, nothing to close), and their
 inline encodings for HTML pages."""
+
 from __future__ import annotations
 
 import io

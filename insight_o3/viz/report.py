@@ -5,6 +5,7 @@ downscaled JPEG ``data:`` URLs. The page fetches nothing, so it opens from disk 
 network. Sizes stay reasonable because every picture is a thumbnail (``thumb_px``) redrawn from the
 source image, and ``max_samples`` bounds the per-sample section.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -37,10 +38,12 @@ from .templating import render
 
 _SECRET_HINTS = ("key", "token", "secret", "password")
 
+
 def _df_html(df: pd.DataFrame, table_id: str, index: bool = True) -> Markup:
     """A pandas table (pandas escapes the cells) as safe markup for the templates."""
-    table = df.to_html(classes="data", table_id=table_id, index=index, border=0, na_rep="",
-                       float_format=lambda v: f"{v:.2f}")
+    table = df.to_html(
+        classes="data", table_id=table_id, index=index, border=0, na_rep="", float_format=lambda v: f"{v:.2f}"
+    )
     return Markup("<div class='table-wrap'>") + Markup(table) + Markup("</div>")
 
 
@@ -57,14 +60,23 @@ def _accuracy_chart(runs: list[EvalRun]) -> str:
     for i, (run, t) in enumerate(zip(runs, tables)):
         means = [t.loc[c, "mean"] if c in t.index else 0.0 for c in cats]
         stds = [t.loc[c, "std"] if c in t.index else 0.0 for c in cats]
-        bars = ax.bar(x + (i - (len(runs) - 1) / 2) * width, means, width, yerr=stds if len(run.trials) > 1 else None,
-                      capsize=3, label=run.name)
+        bars = ax.bar(
+            x + (i - (len(runs) - 1) / 2) * width,
+            means,
+            width,
+            yerr=stds if len(run.trials) > 1 else None,
+            capsize=3,
+            label=run.name,
+        )
         for b, m in zip(bars, means):
             ax.text(b.get_x() + b.get_width() / 2, m + 1, f"{m:.1f}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, cats)
     ax.set_ylim(0, 110)
     ax.set_ylabel("accuracy (%)")
-    ax.set_title("Accuracy per category (mean over trials" + (", std error bars)" if any(len(r.trials) > 1 for r in runs) else ")"))
+    ax.set_title(
+        "Accuracy per category (mean over trials"
+        + (", std error bars)" if any(len(r.trials) > 1 for r in runs) else ")")
+    )
     if len(runs) > 1:
         ax.legend(fontsize=8)
     return figure_svg(fig)
@@ -108,8 +120,15 @@ def _calls_chart(runs: list[EvalRun]) -> str | None:
 
 
 def _metrics_table(run: EvalRun) -> pd.DataFrame:
-    keys = ["overall_accuracy", "overall_success_rate", "overall_completion_rate", "critical_failure_ratio",
-            "has_answer", "mean_search_calls", "search_not_found_ratio"]
+    keys = [
+        "overall_accuracy",
+        "overall_success_rate",
+        "overall_completion_rate",
+        "critical_failure_ratio",
+        "has_answer",
+        "mean_search_calls",
+        "search_not_found_ratio",
+    ]
     rows = {}
     for t in run.trials:
         m = t.metrics
@@ -117,9 +136,14 @@ def _metrics_table(run: EvalRun) -> pd.DataFrame:
         row["records"] = len(t.results)
         row["done"] = "yes" if t.done else "no"
         rows[f"trial_{t.index}"] = row
-    short = {"overall_accuracy": "accuracy", "overall_success_rate": "success", "overall_completion_rate": "completion",
-             "critical_failure_ratio": "critical failures", "mean_search_calls": "mean vSearcher calls",
-             "search_not_found_ratio": "not-found ratio"}
+    short = {
+        "overall_accuracy": "accuracy",
+        "overall_success_rate": "success",
+        "overall_completion_rate": "completion",
+        "critical_failure_ratio": "critical failures",
+        "mean_search_calls": "mean vSearcher calls",
+        "search_not_found_ratio": "not-found ratio",
+    }
     return pd.DataFrame.from_dict(rows, orient="index").rename(columns=short)
 
 
@@ -156,22 +180,26 @@ def _tool_health(run: EvalRun) -> tuple[pd.DataFrame | None, list[str]]:
         m = t.metrics
         if "mean_search_calls" not in m:
             continue
-        row = {"mean vSearcher calls": m.get("mean_search_calls"),
-               "no-call episodes": m.get("zero_search_ratio"),
-               "not-found ratio": m.get("search_not_found_ratio"),
-               "format failures": m.get("format_failure_ratio"),
-               "format retries": m.get("format_retry_ratio")}
+        row = {
+            "mean vSearcher calls": m.get("mean_search_calls"),
+            "no-call episodes": m.get("zero_search_ratio"),
+            "not-found ratio": m.get("search_not_found_ratio"),
+            "format failures": m.get("format_failure_ratio"),
+            "format retries": m.get("format_retry_ratio"),
+        }
         crop = m.get("crop_area") or {}
         if crop:
             row["crop area mean"], row["crop area median"] = crop.get("mean"), crop.get("median")
         hist = m.get("search_calls_hist") or {}
         row["calls: episodes"] = ", ".join(f"{k}: {v}" for k, v in hist.items())
-        rows[f"trial_{t.index}"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
-                                    if v is not None}
+        rows[f"trial_{t.index}"] = {
+            k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items() if v is not None
+        }
         zero = m.get("zero_search_ratio")
         if isinstance(zero, (int, float)) and zero >= ZERO_TOOL_USE_ALERT:
-            alerts.append(f"trial_{t.index}: {100 * zero:.0f}% of episodes made no vSearcher call "
-                          "(tool use has collapsed)")
+            alerts.append(
+                f"trial_{t.index}: {100 * zero:.0f}% of episodes made no vSearcher call (tool use has collapsed)"
+            )
     return (pd.DataFrame.from_dict(rows, orient="index") if rows else None), alerts
 
 
@@ -186,47 +214,85 @@ def _run_card(run: EvalRun) -> dict | None:
         return None
     judge = card.get("judge") or {}
     sha = card.get("benchmark_sha256") or ""
-    fields = [("version", card.get("version")), ("git commit", card.get("git_commit")),
-              ("model", card.get("model")), ("benchmark", card.get("benchmark_file")),
-              ("benchmark sha256", sha[:16] + ("…" if sha else "")),
-              ("samples", card.get("num_samples")), ("subset", json.dumps(card.get("subset")) if card.get("subset")
-                                                      else "none (full benchmark)"),
-              ("image budget", json.dumps(card.get("image_budget"))),
-              ("judge", f"{judge.get('model')} ({judge.get('flow')} flow, cache {'on' if judge.get('cache') else 'off'})"),
-              ("seeds", json.dumps(card.get("seeds")) if card.get("seeds") else "none"),
-              ("prompts", f"{len(card.get('prompts_sha256') or {})} hashed"),
-              ("re-judged from", card.get("rejudged_from"))]
-    return {"name": run.name, "rows": [(k, str(v)) for k, v in fields if v is not None],
-            "json": json.dumps(card, indent=1, sort_keys=True)}
+    fields = [
+        ("version", card.get("version")),
+        ("git commit", card.get("git_commit")),
+        ("model", card.get("model")),
+        ("benchmark", card.get("benchmark_file")),
+        ("benchmark sha256", sha[:16] + ("…" if sha else "")),
+        ("samples", card.get("num_samples")),
+        ("subset", json.dumps(card.get("subset")) if card.get("subset") else "none (full benchmark)"),
+        ("image budget", json.dumps(card.get("image_budget"))),
+        ("judge", f"{judge.get('model')} ({judge.get('flow')} flow, cache {'on' if judge.get('cache') else 'off'})"),
+        ("seeds", json.dumps(card.get("seeds")) if card.get("seeds") else "none"),
+        ("prompts", f"{len(card.get('prompts_sha256') or {})} hashed"),
+        ("re-judged from", card.get("rejudged_from")),
+    ]
+    return {
+        "name": run.name,
+        "rows": [(k, str(v)) for k, v in fields if v is not None],
+        "json": json.dumps(card, indent=1, sort_keys=True),
+    }
 
 
 def _args_items(run: EvalRun) -> list[tuple[str, str]]:
     items = []
-    for k in ("eval_name", "model", "vsearcher_model", "benchmark", "ann_file", "img_dir", "num_trials",
-              "img_max_pixels", "sys_prompt", "vsearcher_max_pixels", "max_vsearch_calls"):
+    for k in (
+        "eval_name",
+        "model",
+        "vsearcher_model",
+        "benchmark",
+        "ann_file",
+        "img_dir",
+        "num_trials",
+        "img_max_pixels",
+        "sys_prompt",
+        "vsearcher_max_pixels",
+        "max_vsearch_calls",
+    ):
         v = run.args.get(k)
         if v is not None and not any(h in k.lower() for h in _SECRET_HINTS):
             items.append((k, str(v)))
     return items
 
 
-def _sample_view(key: str, trials_status: list[str], shown: SampleResult, other: SampleResult | None,
-                 resolver: ImageResolver, thumb_px: int, labels: tuple[str, str] | None, is_open: bool = False) -> dict:
+def _sample_view(
+    key: str,
+    trials_status: list[str],
+    shown: SampleResult,
+    other: SampleResult | None,
+    resolver: ImageResolver,
+    thumb_px: int,
+    labels: tuple[str, str] | None,
+    is_open: bool = False,
+) -> dict:
     """One sample's ``<details>`` block: summary fields and the (pre-rendered) conversation view."""
     if labels is not None:
         body = compare_html(shown, other, resolver, max(192, thumb_px * 3 // 4), labels)
     else:
         body = conversation_html(shown, resolver, thumb_px)
-    return {"key": key, "status": shown.status, "status_group": _status_group(shown.status),
-            "category": shown.category, "trial_statuses": trials_status, "is_open": is_open,
-            "other_status": other.status if labels is not None and other is not None else None,
-            "n_calls": shown.n_search_calls, "body": Markup(body),
-            "question": shown.question if len(shown.question) < 140 else shown.question[:137] + "..."}
+    return {
+        "key": key,
+        "status": shown.status,
+        "status_group": _status_group(shown.status),
+        "category": shown.category,
+        "trial_statuses": trials_status,
+        "is_open": is_open,
+        "other_status": other.status if labels is not None and other is not None else None,
+        "n_calls": shown.n_search_calls,
+        "body": Markup(body),
+        "question": shown.question if len(shown.question) < 140 else shown.question[:137] + "...",
+    }
 
 
-def build_report(eval_dir: str | os.PathLike, compare_dir: str | os.PathLike | None = None,
-                 max_samples: int | None = 50, thumb_px: int = 512, trial: int | None = None,
-                 img_dir: str | os.PathLike | None = None) -> str:
+def build_report(
+    eval_dir: str | os.PathLike,
+    compare_dir: str | os.PathLike | None = None,
+    max_samples: int | None = 50,
+    thumb_px: int = 512,
+    trial: int | None = None,
+    img_dir: str | os.PathLike | None = None,
+) -> str:
     """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
     ``img_dir`` adds a place to look for source images moved since the run."""
     run = load_run(eval_dir)
@@ -245,25 +311,46 @@ def build_report(eval_dir: str | os.PathLike, compare_dir: str | os.PathLike | N
         return base if i == 0 else f"{base}-{i}"
 
     charts = [_accuracy_chart(runs), _trial_chart(runs), _calls_chart(runs)]
-    usage = [{"name": r.name, "table": None if t is None else _df_html(t, table_id("usage-table", i)),
-              "totals": _totals_line(r)} for i, (r, t) in enumerate((r, _usage_table(r)) for r in runs)]
-    health = [{"name": r.name, "alerts": alerts, "table": _df_html(t, table_id("tool-use-table", i))}
-              for i, (r, (t, alerts)) in enumerate((r, _tool_health(r)) for r in runs) if t is not None]
-    failures = [(r.name, _df_html(ft, table_id("failure-table", i), index=False) if len(ft) else None)
-                for i, (r, ft) in enumerate((r, failure_table(r)) for r in runs)]
-    return render("report.html.j2", title=f"InSight-o3 report: {run.name}", css=Markup(VIEW_CSS),
-                  run=run, other=other, multi=other is not None, n_trials=len(run.trials),
-                  n_samples=len(run.trials[0].results), generated=f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
-                  args=[items for items in map(_args_items, runs) if items],
-                  accuracy=[(r.name, _df_html(accuracy_by_category(r), table_id("category-table", i)))
-                            for i, r in enumerate(runs)],
-                  charts=[Markup(c) for c in charts if c],
-                  metrics=[(r.name, _df_html(_metrics_table(r), table_id("metrics-table", i)))
-                           for i, r in enumerate(runs)],
-                  usage=usage if any(u["table"] is not None for u in usage) else [],
-                  health=health, cards=[c for c in map(_run_card, runs) if c], failures=failures,
-                  compare=_compare_summary(run, other, trial) if other is not None else None,
-                  samples=_samples_section(run, other, trial, max_samples, resolver, thumb_px))
+    usage = [
+        {
+            "name": r.name,
+            "table": None if t is None else _df_html(t, table_id("usage-table", i)),
+            "totals": _totals_line(r),
+        }
+        for i, (r, t) in enumerate((r, _usage_table(r)) for r in runs)
+    ]
+    health = [
+        {"name": r.name, "alerts": alerts, "table": _df_html(t, table_id("tool-use-table", i))}
+        for i, (r, (t, alerts)) in enumerate((r, _tool_health(r)) for r in runs)
+        if t is not None
+    ]
+    failures = [
+        (r.name, _df_html(ft, table_id("failure-table", i), index=False) if len(ft) else None)
+        for i, (r, ft) in enumerate((r, failure_table(r)) for r in runs)
+    ]
+    return render(
+        "report.html.j2",
+        title=f"InSight-o3 report: {run.name}",
+        css=Markup(VIEW_CSS),
+        run=run,
+        other=other,
+        multi=other is not None,
+        n_trials=len(run.trials),
+        n_samples=len(run.trials[0].results),
+        generated=f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
+        args=[items for items in map(_args_items, runs) if items],
+        accuracy=[
+            (r.name, _df_html(accuracy_by_category(r), table_id("category-table", i))) for i, r in enumerate(runs)
+        ],
+        charts=[Markup(c) for c in charts if c],
+        metrics=[(r.name, _df_html(_metrics_table(r), table_id("metrics-table", i))) for i, r in enumerate(runs)],
+        usage=usage if any(u["table"] is not None for u in usage) else [],
+        health=health,
+        cards=[c for c in map(_run_card, runs) if c],
+        failures=failures,
+        compare=_compare_summary(run, other, trial) if other is not None else None,
+        samples=_samples_section(run, other, trial, max_samples, resolver, thumb_px),
+    )
 
 
 def _totals_line(run: EvalRun) -> str | None:
@@ -271,12 +358,19 @@ def _totals_line(run: EvalRun) -> str | None:
     if not totals:
         return None
     cost = totals.get("cost_usd")
-    return (f"All trials: {totals.get('tokens_total', 0)} tokens"
-            + (f", US${cost:.4f}" if isinstance(cost, (int, float)) else ", no price file"))
+    return f"All trials: {totals.get('tokens_total', 0)} tokens" + (
+        f", US${cost:.4f}" if isinstance(cost, (int, float)) else ", no price file"
+    )
 
 
-def _samples_section(run: EvalRun, other: EvalRun | None, trial: int | None, max_samples: int | None,
-                     resolver: ImageResolver, thumb_px: int) -> dict:
+def _samples_section(
+    run: EvalRun,
+    other: EvalRun | None,
+    trial: int | None,
+    max_samples: int | None,
+    resolver: ImageResolver,
+    thumb_px: int,
+) -> dict:
     shown_trial = run.trial(trial)
     other_trial = other.trial(trial if trial in [t.index for t in other.trials] else None) if other else None
     by_trial = [t.by_key() for t in run.trials]
@@ -286,11 +380,27 @@ def _samples_section(run: EvalRun, other: EvalRun | None, trial: int | None, max
     labels = (run.name, other.name) if other else None
     other_by_key = other_trial.by_key() if other_trial else {}
     first_open = next((r.key for r in results[:limit] if r.n_search_calls), results[0].key if results else None)
-    blocks = [_sample_view(r.key, [bt[r.key].status for bt in by_trial if r.key in bt], r, other_by_key.get(r.key),
-                           resolver, thumb_px, labels, is_open=r.key == first_open) for r in results[:limit]]
-    return {"trial": shown_trial.index, "limit": limit, "total": len(results), "blocks": blocks,
-            "status_counts": [(s, counts[s]) for s in ("correct", "wrong", "failed") if counts.get(s)],
-            "categories": sorted({r.category for r in results[:limit]})}
+    blocks = [
+        _sample_view(
+            r.key,
+            [bt[r.key].status for bt in by_trial if r.key in bt],
+            r,
+            other_by_key.get(r.key),
+            resolver,
+            thumb_px,
+            labels,
+            is_open=r.key == first_open,
+        )
+        for r in results[:limit]
+    ]
+    return {
+        "trial": shown_trial.index,
+        "limit": limit,
+        "total": len(results),
+        "blocks": blocks,
+        "status_counts": [(s, counts[s]) for s in ("correct", "wrong", "failed") if counts.get(s)],
+        "categories": sorted({r.category for r in results[:limit]}),
+    }
 
 
 def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> dict:
@@ -299,9 +409,15 @@ def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> dict:
     df = compare_frame(ta, tb)
     counts = df["change"].value_counts()
     changed = df[df["change"] != "same"]
-    return {"trial_a": ta.index, "trial_b": tb.index, "name_a": a.name, "name_b": b.name,
-            "fixed": int(counts.get("fixed", 0)), "broken": int(counts.get("broken", 0)),
-            "table": _df_html(changed, "compare-table", index=False) if len(changed) else None}
+    return {
+        "trial_a": ta.index,
+        "trial_b": tb.index,
+        "name_a": a.name,
+        "name_b": b.name,
+        "fixed": int(counts.get("fixed", 0)),
+        "broken": int(counts.get("broken", 0)),
+        "table": _df_html(changed, "compare-table", index=False) if len(changed) else None,
+    }
 
 
 def write_report(eval_dir: str | os.PathLike, out: str | os.PathLike, **kw) -> Path:

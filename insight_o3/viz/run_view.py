@@ -12,6 +12,7 @@ optional keys: older runs, single-model runs without trajectory; a malformed rec
 :class:`RunError` naming file, line and field), and the run directories of the original release's
 harness are read too (:mod:`.original_run`).
 """
+
 from __future__ import annotations
 
 import json
@@ -135,14 +136,29 @@ def _result(rec: dict, trial: int, where: str) -> SampleResult:
         raise RunError(str(e)) from None
     er = r.eval_result
     return SampleResult(
-        key=r.sample_key, trial=trial, category=r.category, question=r.question, options=r.options,
-        answer=r.answer, image_path=r.image_path, status=er.status, extracted_answer=er.extracted_answer,
-        text=er.response, finish_reason=er.finish_reason, fail_reason=er.fail_reason, trajectory=er.trajectory,
-        stats=er.stats, record=rec)
+        key=r.sample_key,
+        trial=trial,
+        category=r.category,
+        question=r.question,
+        options=r.options,
+        answer=r.answer,
+        image_path=r.image_path,
+        status=er.status,
+        extracted_answer=er.extracted_answer,
+        text=er.response,
+        finish_reason=er.finish_reason,
+        fail_reason=er.fail_reason,
+        trajectory=er.trajectory,
+        stats=er.stats,
+        record=rec,
+    )
 
 
-def load_trial(trial_dir: str | os.PathLike, index: int | None = None,
-               size_of: Callable[[str], tuple[int, int] | None] | None = None) -> Trial:
+def load_trial(
+    trial_dir: str | os.PathLike,
+    index: int | None = None,
+    size_of: Callable[[str], tuple[int, int] | None] | None = None,
+) -> Trial:
     """Read ``trial_dir/eval_records.jsonl`` (a torn last line, left by a killed run, is skipped).
     Records written by the original release's harness are converted (:mod:`.original_run`);
     ``size_of(path)`` gives a source image's size for their image references."""
@@ -170,8 +186,10 @@ def load_trial(trial_dir: str | os.PathLike, index: int | None = None,
     originals = [rec for _, rec in parsed if is_original_record(rec)]
     if originals:
         keys = iter(original_keys(originals))
-        parsed = [(i, convert_record(rec, next(keys), size_of, f"{path}:{i}") if is_original_record(rec) else rec)
-                  for i, rec in parsed]
+        parsed = [
+            (i, convert_record(rec, next(keys), size_of, f"{path}:{i}") if is_original_record(rec) else rec)
+            for i, rec in parsed
+        ]
     results: dict[str, SampleResult] = {}
     for i, rec in parsed:
         r = _result(rec, index, f"{path}:{i}")
@@ -182,9 +200,10 @@ def load_trial(trial_dir: str | os.PathLike, index: int | None = None,
 
 
 def _trial_dirs(path: Path) -> list[Path]:
-    return sorted((p for p in path.iterdir() if p.is_dir() and _TRIAL_DIR.match(p.name)
-                   and (p / "eval_records.jsonl").is_file()),
-                  key=_trial_number)
+    return sorted(
+        (p for p in path.iterdir() if p.is_dir() and _TRIAL_DIR.match(p.name) and (p / "eval_records.jsonl").is_file()),
+        key=_trial_number,
+    )
 
 
 def _trial_number(p: Path) -> int:
@@ -209,6 +228,7 @@ def _image_sizes(roots: list[str]) -> Callable[[str], tuple[int, int] | None]:
             except ImageError:
                 cache[image] = None
         return cache[image]
+
     return size_of
 
 
@@ -223,16 +243,21 @@ def load_run(path: str | os.PathLike) -> EvalRun:
     single = (path / "eval_records.jsonl").is_file()
     root = path.parent if single else path
     args = _public_args(_read_json(root / "args.json")) if (root / "args.json").is_file() else {}
-    roots = [os.getcwd()] + [str(args[k]) if k == "img_dir" else str(Path(args[k]).parent)
-                             for k in ("img_dir", "ann_file") if isinstance(args.get(k), str) and args.get(k)]
+    roots = [os.getcwd()] + [
+        str(args[k]) if k == "img_dir" else str(Path(args[k]).parent)
+        for k in ("img_dir", "ann_file")
+        if isinstance(args.get(k), str) and args.get(k)
+    ]
     size_of = _image_sizes(roots)
     if single:
         trials = [load_trial(path, size_of=size_of)]
     else:
         dirs = _trial_dirs(path)
         if not dirs:
-            raise RunError(f"{path}: no trial_<k>/eval_records.jsonl found (is this an outputs/eval/<eval_name> "
-                           f"directory of a run that has started?)")
+            raise RunError(
+                f"{path}: no trial_<k>/eval_records.jsonl found (is this an outputs/eval/<eval_name> "
+                f"directory of a run that has started?)"
+            )
         trials = [load_trial(d, size_of=size_of) for d in dirs]
     if not any(t.results for t in trials):
         raise RunError(f"{path}: the evaluation has no records yet")
@@ -244,18 +269,43 @@ def load_run(path: str | os.PathLike) -> EvalRun:
 # ---------------------------------------------------------------------------- tables and filters
 def results_frame(trial: Trial) -> pd.DataFrame:
     """One row per sample of a trial: key, category, status, answer, extracted, search calls."""
-    return pd.DataFrame([{"key": r.key, "category": r.category, "status": r.status, "answer": r.answer,
-                          "extracted_answer": r.extracted_answer, "n_search_calls": r.n_search_calls,
-                          "n_search_not_found": r.n_search_not_found, "finish_reason": r.finish_reason,
-                          "fail_reason": r.fail_reason} for r in trial.results],
-                        columns=["key", "category", "status", "answer", "extracted_answer", "n_search_calls",
-                                 "n_search_not_found", "finish_reason", "fail_reason"])
+    return pd.DataFrame(
+        [
+            {
+                "key": r.key,
+                "category": r.category,
+                "status": r.status,
+                "answer": r.answer,
+                "extracted_answer": r.extracted_answer,
+                "n_search_calls": r.n_search_calls,
+                "n_search_not_found": r.n_search_not_found,
+                "finish_reason": r.finish_reason,
+                "fail_reason": r.fail_reason,
+            }
+            for r in trial.results
+        ],
+        columns=[
+            "key",
+            "category",
+            "status",
+            "answer",
+            "extracted_answer",
+            "n_search_calls",
+            "n_search_not_found",
+            "finish_reason",
+            "fail_reason",
+        ],
+    )
 
 
-def filter_results(results: Iterable[SampleResult], status: str | Iterable[str] | None = None,
-                   category: str | Iterable[str] | None = None) -> list[SampleResult]:
+def filter_results(
+    results: Iterable[SampleResult],
+    status: str | Iterable[str] | None = None,
+    category: str | Iterable[str] | None = None,
+) -> list[SampleResult]:
     """Keep results whose status/category match. ``status="wrong"`` also matches ``incomplete`` and
     ``invalid`` (every judged-or-truncated non-correct answer); use ``"wrong_only"`` for exact."""
+
     def norm(v):
         return None if v is None else ({v} if isinstance(v, str) else set(v))
 
@@ -278,7 +328,9 @@ def accuracy_by_category(run: EvalRun) -> pd.DataFrame:
         for cat, group in _group(t.results).items():
             rows.setdefault(cat, {})[f"trial_{t.index}"] = 100.0 * sum(r.is_correct for r in group) / len(group)
         if t.results:
-            rows.setdefault("overall", {})[f"trial_{t.index}"] = 100.0 * sum(r.is_correct for r in t.results) / len(t.results)
+            rows.setdefault("overall", {})[f"trial_{t.index}"] = (
+                100.0 * sum(r.is_correct for r in t.results) / len(t.results)
+            )
     df = pd.DataFrame.from_dict(rows, orient="index")
     df = df[[f"trial_{t.index}" for t in run.trials if f"trial_{t.index}" in df.columns]]
     order = sorted(i for i in df.index if i != "overall") + (["overall"] if "overall" in df.index else [])
@@ -311,8 +363,10 @@ def failure_table(run: EvalRun) -> pd.DataFrame:
             else:
                 reason = (r.fail_reason or "unknown").splitlines()[0][:160]
             c[(r.status, reason)] += 1
-    df = pd.DataFrame([{"status": s, "reason": reason, "count": n} for (s, reason), n in c.most_common()],
-                      columns=["status", "reason", "count"])
+    df = pd.DataFrame(
+        [{"status": s, "reason": reason, "count": n} for (s, reason), n in c.most_common()],
+        columns=["status", "reason", "count"],
+    )
     return df
 
 
@@ -393,8 +447,16 @@ def search_calls(result: SampleResult) -> list[dict]:
         box = s.get("box_original", s.get("box"))
         box = tuple(float(v) for v in box) if isinstance(box, (list, tuple)) and len(box) == 4 else None
         found = s.get("found", box is not None and s.get("status") not in ("not_found", "failed"))
-        out.append({"description": s.get("description", ""), "status": s.get("status"), "box": box,
-                    "found": bool(found), "trajectory": s.get("trajectory") or [], "error": s.get("error")})
+        out.append(
+            {
+                "description": s.get("description", ""),
+                "status": s.get("status"),
+                "box": box,
+                "found": bool(found),
+                "trajectory": s.get("trajectory") or [],
+                "error": s.get("error"),
+            }
+        )
     return out
 
 
@@ -419,8 +481,9 @@ def _full_region(result: SampleResult, refs: list[ImageRef], resolver: ImageReso
     return (0, 0, w, h)
 
 
-def draw_result(result: SampleResult, resolver: ImageResolver | None = None, max_px: int = 1024,
-                show_targets: bool = True) -> Image.Image:
+def draw_result(
+    result: SampleResult, resolver: ImageResolver | None = None, max_px: int = 1024, show_targets: bool = True
+) -> Image.Image:
     """The source image with every crop the vReasoner saw (numbered in order) and, for O3-Bench-like
     records, the annotated target layouts (red)."""
     resolver = resolver or ImageResolver()
@@ -494,32 +557,51 @@ def _crop_view(ref: ImageRef, resolver: ImageResolver, thumb_px: int, caption: s
     return CropView(cls, box, image_data_url(img), f"{caption} [{box}] sent at {ref.size[0]}x{ref.size[1]}")
 
 
-def _turn_view(t: Turn, resolver: ImageResolver, thumb_px: int, full: tuple | None, crop_no: list[int],
-               collapse_system: bool = True, crop_label: str = "crop") -> TurnView:
+def _turn_view(
+    t: Turn,
+    resolver: ImageResolver,
+    thumb_px: int,
+    full: tuple | None,
+    crop_no: list[int],
+    collapse_system: bool = True,
+    crop_label: str = "crop",
+) -> TurnView:
     items: list[CropView | WholeImageView] = []
     for ref in t.images:
         if full is not None and tuple(round(v) for v in ref.region) == full:
             items.append(WholeImageView(f"{ref.size[0]}x{ref.size[1]}"))
         else:
             crop_no[0] += 1
-            items.append(_crop_view(ref, resolver, thumb_px, f"{crop_label} {crop_no[0]}",
-                                    "crop" if crop_label == "crop" else "crop zoom"))
+            items.append(
+                _crop_view(
+                    ref,
+                    resolver,
+                    thumb_px,
+                    f"{crop_label} {crop_no[0]}",
+                    "crop" if crop_label == "crop" else "crop zoom",
+                )
+            )
     search = None
     if t.search is not None:
         s = t.search
         box = s.get("box_original", s.get("box"))
         status = s.get("status", "")
-        line = f"vSearcher call: \u201c{s.get('description', '')}\u201d \u2192 {status or ''} {box if box else '(no box)'}"
+        line = (
+            f"vSearcher call: \u201c{s.get('description', '')}\u201d \u2192 {status or ''} {box if box else '(no box)'}"
+        )
         sub = s.get("trajectory") or []
         zoom_no = [0]
-        sub_views = [_turn_view(st, resolver, max(128, thumb_px // 2), full, zoom_no, crop_label="vSearcher zoom")
-                     for st in turns(sub)]
+        sub_views = [
+            _turn_view(st, resolver, max(128, thumb_px // 2), full, zoom_no, crop_label="vSearcher zoom")
+            for st in turns(sub)
+        ]
         search = SearchView(line, len(sub), sub_views)
     return TurnView(t.role, t.text, items, search, collapse_system and t.role == "system")
 
 
-def conversation_html(result: SampleResult, resolver: ImageResolver | None = None, thumb_px: int = 512,
-                      overview_px: int | None = None) -> str:
+def conversation_html(
+    result: SampleResult, resolver: ImageResolver | None = None, thumb_px: int = 512, overview_px: int | None = None
+) -> str:
     """A sample's header, the overview image (crops drawn) and the conversation turn by turn with
     every crop redrawn from the source image."""
     resolver = resolver or ImageResolver()
@@ -529,10 +611,15 @@ def conversation_html(result: SampleResult, resolver: ImageResolver | None = Non
     overview = draw_result(result, resolver, overview_px or max(thumb_px, 512))
     calls = search_calls(result)
     crop_no = [0]
-    return render("conversation.html.j2", r=result, overview_src=image_data_url(overview),
-                  image_name=os.path.basename(result.image_path), has_targets=bool(_target_boxes(result.record)),
-                  n_calls_note=len(calls) if calls and not result.trajectory else 0,
-                  turns=[_turn_view(t, resolver, thumb_px, full, crop_no) for t in conv])
+    return render(
+        "conversation.html.j2",
+        r=result,
+        overview_src=image_data_url(overview),
+        image_name=os.path.basename(result.image_path),
+        has_targets=bool(_target_boxes(result.record)),
+        n_calls_note=len(calls) if calls and not result.trajectory else 0,
+        turns=[_turn_view(t, resolver, thumb_px, full, crop_no) for t in conv],
+    )
 
 
 def compare_frame(a: Trial, b: Trial) -> pd.DataFrame:
@@ -542,24 +629,45 @@ def compare_frame(a: Trial, b: Trial) -> pd.DataFrame:
     for key in list(ra) + [k for k in rb if k not in ra]:
         x, y = ra.get(key), rb.get(key)
         sa, sb = (x.status if x else None), (y.status if y else None)
-        change = ("fixed" if sb == "correct" and sa != "correct" else
-                  "broken" if sa == "correct" and sb != "correct" else "same")
+        change = (
+            "fixed"
+            if sb == "correct" and sa != "correct"
+            else "broken"
+            if sa == "correct" and sb != "correct"
+            else "same"
+        )
         either = x or y
         assert either is not None  # the key comes from one of the two runs
-        rows.append({"key": key, "category": either.category, "answer": either.answer,
-                     "status_a": sa, "status_b": sb, "extracted_a": x.extracted_answer if x else None,
-                     "extracted_b": y.extracted_answer if y else None,
-                     "calls_a": x.n_search_calls if x else None, "calls_b": y.n_search_calls if y else None,
-                     "change": change})
+        rows.append(
+            {
+                "key": key,
+                "category": either.category,
+                "answer": either.answer,
+                "status_a": sa,
+                "status_b": sb,
+                "extracted_a": x.extracted_answer if x else None,
+                "extracted_b": y.extracted_answer if y else None,
+                "calls_a": x.n_search_calls if x else None,
+                "calls_b": y.n_search_calls if y else None,
+                "change": change,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def compare_html(a: SampleResult | None, b: SampleResult | None, resolver: ImageResolver | None = None,
-                 thumb_px: int = 384, labels: tuple[str, str] = ("A", "B")) -> str:
+def compare_html(
+    a: SampleResult | None,
+    b: SampleResult | None,
+    resolver: ImageResolver | None = None,
+    thumb_px: int = 384,
+    labels: tuple[str, str] = ("A", "B"),
+) -> str:
     """The same sample in two runs, side by side."""
     resolver = resolver or ImageResolver()
-    columns = [(label, conversation_html(r, resolver, thumb_px) if r is not None else None)
-               for r, label in ((a, labels[0]), (b, labels[1]))]
+    columns = [
+        (label, conversation_html(r, resolver, thumb_px) if r is not None else None)
+        for r, label in ((a, labels[0]), (b, labels[1]))
+    ]
     return render("compare.html.j2", columns=columns)
 
 

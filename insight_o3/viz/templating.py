@@ -5,6 +5,7 @@ Autoescape is on and undefined names raise. Every ``{{ value }}`` is escaped wit
 :class:`markupsafe.Markup` (pre-rendered tables, SVG charts, nested views) pass through unchanged, so
 the only way to put raw markup into a page is to wrap it in ``Markup`` in Python, explicitly.
 """
+
 from __future__ import annotations
 
 import html
@@ -23,9 +24,15 @@ def _escape(value: Any) -> Any:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("insight_o3.viz", "templates"), autoescape=True,
-                              undefined=jinja2.StrictUndefined, finalize=_escape, trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=False)
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("insight_o3.viz", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        finalize=_escape,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+    )
 
 
 def render(name: str, **context: Any) -> Markup:

@@ -7,6 +7,7 @@ pure-Python parts (transforms, which transformers and qwen-vl-utils need) import
 themselves stay unavailable. Installed through a ``.pth`` file so it also applies to server
 subprocesses; it costs nothing until something imports torchvision.
 """
+
 import sys
 
 

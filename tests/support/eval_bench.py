@@ -4,6 +4,7 @@ Each question carries a marker ``[qN]``; the model script answers by marker (the
 every choice/trial), the judge script replies by marker and prompt kind. Per trial the expected
 outcome is: correct q0 q2 q5 q6, wrong q1 q4 q7, incomplete q3.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,7 @@ QUESTIONS = {
 }
 JUDGE = {  # marker: reply to the extraction prompt, reply to the correctness prompt
     "q1": ("D", None),
-    "q2": ("A", "<correct>"),   # the verdict is asked only by the in-loop check (InSight-o3 mode)
+    "q2": ("A", "<correct>"),  # the verdict is asked only by the in-loop check (InSight-o3 mode)
     "q4": ("none", None),
     "q5": ("white", "<correct>"),
     "q6": ("forty-two kilometres", "<correct>"),
@@ -50,11 +51,18 @@ def make_bench(root: Path, n_images: int = 3) -> tuple[Path, Path]:
     ann = img_dir / "metadata.jsonl"
     with open(ann, "w") as f:
         for qid, (img, subset, mcq, answer, _, _) in QUESTIONS.items():
-            row = {"question_id": qid, "file_name": f"images/{img}", "subset": subset,
-                   "question": f"[{qid}] What does the figure show?", "answer": answer,
-                   "explanation": "by construction", "target_layouts": [1],
-                   "layout_infos": {"1": {"layout_id": 1, "bbox": [1, 2, 30, 40]}},
-                   "img_width": 96, "img_height": 64}
+            row = {
+                "question_id": qid,
+                "file_name": f"images/{img}",
+                "subset": subset,
+                "question": f"[{qid}] What does the figure show?",
+                "answer": answer,
+                "explanation": "by construction",
+                "target_layouts": [1],
+                "layout_infos": {"1": {"layout_id": 1, "bbox": [1, 2, 30, 40]}},
+                "img_width": 96,
+                "img_height": 64,
+            }
             if mcq:
                 row["options"] = OPTIONS
             f.write(json.dumps(row) + "\n")
@@ -76,6 +84,7 @@ def model_reply(req: dict, n: int | None = None) -> Reply:
 def model_script():
     def script(req: dict, call: Call) -> Reply:
         return model_reply(req)
+
     return script
 
 
@@ -85,6 +94,7 @@ def judge_script():
         q = marker(prompt)
         extraction, verdict = JUDGE.get(q, ("none", "<wrong>"))
         return chat((verdict or "<wrong>") if "GT Answer:" in prompt else extraction)
+
     return script
 
 
@@ -126,5 +136,5 @@ def faulty_model_script(server_ref: dict):
             if fault is not None:
                 return fault
         return model_reply(req)
-    return script
 
+    return script

@@ -5,6 +5,7 @@ The goldens under ``tests/golden/`` were recorded from the *original* code on th
 scripts (see ``tests/golden/README.md``); ``tests/test_golden_payloads.py`` records ours the same way
 and compares request by request, naming every difference.
 """
+
 from __future__ import annotations
 
 import base64
@@ -38,20 +39,26 @@ EPISODES = {
 }
 #: vReasoner turns per episode (turn k answers the request with k assistant messages)
 REASONER_TURNS = {
-    "e0": ["<think>need the legend</think>\n<tool_call>region_description={the legend of [e0]}</tool_call>",
-           "I should look more.",
-           "<think>and the title</think>\n<tool_call>region_description={the title of [e0]}</tool_call>",
-           "<think>enough</think>\nAnswer: \\boxed{B. two}"],
-    "e1": ["<think>a</think><tool_call>region_description={the top bar of [e1]}</tool_call>",
-           "<think>b</think><tool_call>region_description={the bottom bar of [e1]}</tool_call>",
-           "still thinking",
-           "<think>c</think>Answer: \\boxed{C}"],
+    "e0": [
+        "<think>need the legend</think>\n<tool_call>region_description={the legend of [e0]}</tool_call>",
+        "I should look more.",
+        "<think>and the title</think>\n<tool_call>region_description={the title of [e0]}</tool_call>",
+        "<think>enough</think>\nAnswer: \\boxed{B. two}",
+    ],
+    "e1": [
+        "<think>a</think><tool_call>region_description={the top bar of [e1]}</tool_call>",
+        "<think>b</think><tool_call>region_description={the bottom bar of [e1]}</tool_call>",
+        "still thinking",
+        "<think>c</think>Answer: \\boxed{C}",
+    ],
 }
 #: vSearcher turns per description (model-frame pixels of the 16384*28*28 frame)
 SEARCHER_TURNS = {
-    "the legend of [e0]": ['<think>zoom</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": '
-                           '{"bbox_2d": [100, 80, 900, 700]}}</tool_call>',
-                           "<think>it is here</think> <answer>[400, 300, 430, 520]</answer>"],
+    "the legend of [e0]": [
+        '<think>zoom</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": '
+        '{"bbox_2d": [100, 80, 900, 700]}}</tool_call>',
+        "<think>it is here</think> <answer>[400, 300, 430, 520]</answer>",
+    ],
     "the title of [e0]": ["<think>not visible</think> <answer>[0, 0, 0, 0]</answer>"],
     "the top bar of [e1]": ["<think>top</think> <answer>[1200, 50, 3000, 800]</answer>"],
     "the bottom bar of [e1]": ["<think>bottom</think> <answer>[10, 1500, 600, 2300]</answer>"],
@@ -79,15 +86,22 @@ def make_bench(root: Path) -> tuple[dict[str, Path], Path]:
         Image.fromarray(_pixels(w, h, i)).save(img_dir / name)
 
     def row(q: str, image: str, mcq: bool, answer: str) -> dict:
-        r = {"question_id": q, "file_name": image, "subset": "chart",
-             "question": f"[{q}] What does the figure show?", "answer": answer}
+        r = {
+            "question_id": q,
+            "file_name": image,
+            "subset": "chart",
+            "question": f"[{q}] What does the figure show?",
+            "answer": answer,
+        }
         if mcq:
             r["options"] = OPTIONS
         return r
 
-    files = {"mcq": [row(q, im, mcq, a) for q, (im, mcq, a, _, _) in BASELINE.items() if mcq],
-             "open": [row(q, im, mcq, a) for q, (im, mcq, a, _, _) in BASELINE.items() if not mcq],
-             "episodes": [row(q, im, mcq, a) for q, (im, mcq, a) in EPISODES.items()]}
+    files = {
+        "mcq": [row(q, im, mcq, a) for q, (im, mcq, a, _, _) in BASELINE.items() if mcq],
+        "open": [row(q, im, mcq, a) for q, (im, mcq, a, _, _) in BASELINE.items() if not mcq],
+        "episodes": [row(q, im, mcq, a) for q, (im, mcq, a) in EPISODES.items()],
+    }
     out = {}
     for name, rows in files.items():
         out[name] = img_dir / f"{name}.jsonl"
@@ -105,6 +119,7 @@ def model_script():
     def script(req: dict, call: Call) -> Reply:
         _, _, _, text, finish = BASELINE[marker(request_text(req))]
         return chat([text] * call.n, finish_reason=finish)
+
     return script
 
 
@@ -119,6 +134,7 @@ def judge_script():
         if "GT Answer:" in prompt:
             return chat(JUDGE_REPLIES["verify"])
         return error(400, "unexpected judge prompt")
+
     return script
 
 
@@ -127,6 +143,7 @@ def reasoner_script():
         q = marker(request_text(req))
         turn = sum(m["role"] == "assistant" for m in req["messages"])
         return chat(REASONER_TURNS[q][turn])
+
     return script
 
 
@@ -136,13 +153,18 @@ def searcher_script():
         desc = next(d for d in SEARCHER_TURNS if f"Locate {d}." in first)
         turn = sum(m["role"] == "assistant" for m in req["messages"])
         return chat(SEARCHER_TURNS[desc][turn])
+
     return script
 
 
 def combined_script():
     """One endpoint for everything, dispatched on the request's model name (for the CLI run)."""
-    scripts = {"golden-vlm": model_script(), "golden-judge": judge_script(), "golden-reasoner": reasoner_script(),
-               "golden-searcher": searcher_script()}
+    scripts = {
+        "golden-vlm": model_script(),
+        "golden-judge": judge_script(),
+        "golden-reasoner": reasoner_script(),
+        "golden-searcher": searcher_script(),
+    }
     return lambda req, call: scripts[req["model"]](req, call)
 
 
@@ -151,7 +173,7 @@ def reduce_image_url(url: str) -> dict:
     """An image data URL as what matters for the protocol: size, format, JPEG quantisation."""
     head, _, data = url.partition(",")
     im = Image.open(io.BytesIO(base64.b64decode(data)))
-    out = {"size": list(im.size), "mime": head[len("data:"):].split(";")[0], "mode": im.mode}
+    out = {"size": list(im.size), "mime": head[len("data:") :].split(";")[0], "mode": im.mode}
     if im.format == "JPEG":
         out["jpeg_qtable0_sum"] = int(sum(im.quantization[0]))  # pins the JPEG quality (PIL default: 75)
     return out
@@ -177,8 +199,12 @@ def reduce_request(body: dict) -> dict:
 def label(req: dict) -> str:
     """A stable name for a request: model, question marker, turn (messages so far) and prompt kind."""
     text = request_text(req)
-    kind = {"You are given a multiple-choice": "mcq-extraction", "You are given a question and": "open-extraction",
-            "You are given an image-based": "verification", "\nYou are given an image-based": "verification"}
+    kind = {
+        "You are given a multiple-choice": "mcq-extraction",
+        "You are given a question and": "open-extraction",
+        "You are given an image-based": "verification",
+        "\nYou are given an image-based": "verification",
+    }
     k = next((v for p, v in kind.items() if text.startswith(p)), "chat")
     if k == "chat":
         first = user_message_text(req, 0)
@@ -213,8 +239,10 @@ def _paths(a, b, path: str = "") -> list[str]:
     if a != b:
         if isinstance(a, str) and isinstance(b, str):
             i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            return [f"{path}: strings differ at char {i}: expected ...{a[max(0, i - 40):i + 40]!r}..., "
-                    f"got ...{b[max(0, i - 40):i + 40]!r}..."]
+            return [
+                f"{path}: strings differ at char {i}: expected ...{a[max(0, i - 40) : i + 40]!r}..., "
+                f"got ...{b[max(0, i - 40) : i + 40]!r}..."
+            ]
         return [f"{path}: expected {json.dumps(a)}, got {json.dumps(b)}"]
     return []
 

@@ -1,6 +1,7 @@
 """The scripted OpenAI-compatible server now lives in :mod:`insight_o3.testing.openai_server` (so
 ``scripts/bench_eval.py`` need not import from ``tests/``); this module re-exports it for the tests and
 keeps ``python -m tests.support.openai_server`` working."""
+
 from insight_o3.testing.openai_server import (  # noqa: F401
     Call,
     Reply,

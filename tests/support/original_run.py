@@ -8,6 +8,7 @@ done}``; a record is the annotation row plus ``eval_result`` = the original ``Ev
 image as a base64 data URL, ``extracted_answer``, ``is_correct``). The shapes were checked against a
 run of the original code (tests/golden/README.md).
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,19 +40,52 @@ def _record(row: dict, index: int, img_dir: Path, outcome: str, max_pixels: int,
     answer = row["answer"] if outcome == "correct" else "something else"
     text = f"<think>looked</think><answer>{answer}</answer>"
     image = row.get("image") or row["file_name"]
-    inf = {"success": True, "fail_reason": "", "finish_reason": "length" if outcome == "truncated" else "stop",
-           "conversations": [{"agent": model, "messages": [
-               {"role": "user", "content": [
-                   {"type": "image_url", "image_url": {"url": _data_url(img_dir / image, max_pixels), "detail": "high"}},
-                   {"type": "text", "text": user_prompt}]},
-               {"content": text, "role": "assistant"}]}],
-           "last_message_content": text}
-    er = {"sample_index": index, "success": True, "fail_reason": None, "inference_result": inf,
-          "extracted_answer": answer, "is_correct": outcome == "correct"}
+    inf = {
+        "success": True,
+        "fail_reason": "",
+        "finish_reason": "length" if outcome == "truncated" else "stop",
+        "conversations": [
+            {
+                "agent": model,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image_url",
+                                "image_url": {"url": _data_url(img_dir / image, max_pixels), "detail": "high"},
+                            },
+                            {"type": "text", "text": user_prompt},
+                        ],
+                    },
+                    {"content": text, "role": "assistant"},
+                ],
+            }
+        ],
+        "last_message_content": text,
+    }
+    er = {
+        "sample_index": index,
+        "success": True,
+        "fail_reason": None,
+        "inference_result": inf,
+        "extracted_answer": answer,
+        "is_correct": outcome == "correct",
+    }
     if outcome == "lost":
-        er.update(success=False, fail_reason="inference_failed", extracted_answer=None, is_correct=False,
-                  inference_result={"success": False, "fail_reason": "api_error", "finish_reason": "",
-                                    "conversations": [], "last_message_content": ""})
+        er.update(
+            success=False,
+            fail_reason="inference_failed",
+            extracted_answer=None,
+            is_correct=False,
+            inference_result={
+                "success": False,
+                "fail_reason": "api_error",
+                "finish_reason": "",
+                "conversations": [],
+                "last_message_content": "",
+            },
+        )
     elif outcome == "truncated":
         er.update(success=False, fail_reason="finish_reason:length", extracted_answer=None)
     elif outcome == "judge_failed":
@@ -63,8 +97,10 @@ def _stats(records: list[dict]) -> dict:
     """The original's metrics of one trial (its ``main``)."""
     cats: dict[str, dict] = {}
     for r in records:
-        c = cats.setdefault(r.get("category", r.get("subset", "unknown")),
-                            {k: 0 for k in ("correct", "wrong", "incomplete", "invalid", "total")})
+        c = cats.setdefault(
+            r.get("category", r.get("subset", "unknown")),
+            {k: 0 for k in ("correct", "wrong", "incomplete", "invalid", "total")},
+        )
         er = r["eval_result"]
         if er["success"]:
             c["correct" if er["is_correct"] else "wrong"] += 1
@@ -77,18 +113,34 @@ def _stats(records: list[dict]) -> dict:
 
     def rates(s):
         valid = s["correct"] + s["wrong"] + s["incomplete"]
-        return ((s["correct"] + s["wrong"]) / s["total"], (s["correct"] + s["wrong"]) / valid if valid else 0,
-                s["correct"] / s["total"])
+        return (
+            (s["correct"] + s["wrong"]) / s["total"],
+            (s["correct"] + s["wrong"]) / valid if valid else 0,
+            s["correct"] / s["total"],
+        )
+
     o = rates(overall)
-    return {"overall_success_rate": o[0], "overall_completion_rate": o[1], "overall_accuracy": o[2],
-            "overall_stats": overall,
-            "category_success_rate": {k: rates(v)[0] for k, v in cats.items()},
-            "category_completion_rate": {k: rates(v)[1] for k, v in cats.items()},
-            "category_accuracy": {k: rates(v)[2] for k, v in cats.items()}, "category_stats": cats}
+    return {
+        "overall_success_rate": o[0],
+        "overall_completion_rate": o[1],
+        "overall_accuracy": o[2],
+        "overall_stats": overall,
+        "category_success_rate": {k: rates(v)[0] for k, v in cats.items()},
+        "category_completion_rate": {k: rates(v)[1] for k, v in cats.items()},
+        "category_accuracy": {k: rates(v)[2] for k, v in cats.items()},
+        "category_stats": cats,
+    }
 
 
-def write_original_run(output_dir: Path, eval_name: str, ann_file: Path, img_dir: Path,
-                       outcomes: list[list[str]], model: str = "old-model", max_pixels: int = 3500 * 3500) -> Path:
+def write_original_run(
+    output_dir: Path,
+    eval_name: str,
+    ann_file: Path,
+    img_dir: Path,
+    outcomes: list[list[str]],
+    model: str = "old-model",
+    max_pixels: int = 3500 * 3500,
+) -> Path:
     """Write ``<output_dir>/<eval_name>`` in the original's format; ``outcomes[k][i]`` is sample i's
     outcome in trial k. Returns the eval directory."""
     rows = [json.loads(x) for x in Path(ann_file).read_text().splitlines() if x.strip()]
@@ -103,16 +155,26 @@ def write_original_run(output_dir: Path, eval_name: str, ann_file: Path, img_dir
         trial_metrics.append(m)
         (d / "eval_metrics.json").write_text(json.dumps(m, indent=4))
         (d / "done").touch()
-    args = {"eval_name": eval_name, "ann_file": str(ann_file), "img_dir": str(img_dir), "model": model,
-            "api_base_url": "http://x/v1", "api_key": ORIGINAL_KEY, "img_max_pixels": max_pixels,
-            "sys_prompt": "model_default", "judge_model": "gpt-5-nano", "judge_api_key": ORIGINAL_KEY,
-            "num_trials": len(outcomes)}
+    args = {
+        "eval_name": eval_name,
+        "ann_file": str(ann_file),
+        "img_dir": str(img_dir),
+        "model": model,
+        "api_base_url": "http://x/v1",
+        "api_key": ORIGINAL_KEY,
+        "img_max_pixels": max_pixels,
+        "sys_prompt": "model_default",
+        "judge_model": "gpt-5-nano",
+        "judge_api_key": ORIGINAL_KEY,
+        "num_trials": len(outcomes),
+    }
     (eval_dir / "args.json").write_text(json.dumps(args, indent=4))
 
     def ms(vals):
         n = len(vals)
         mean = sum(vals) / n
         return {"mean": mean, "std": (sum((v - mean) ** 2 for v in vals) / n) ** 0.5}
+
     summary = {"num_trials": len(outcomes)}
     for key in ("overall_success_rate", "overall_completion_rate", "overall_accuracy"):
         summary[key] = ms([m[key] for m in trial_metrics])

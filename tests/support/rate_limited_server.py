@@ -10,6 +10,7 @@
 and otherwise the wrapped script's reply. It keeps when each accepted request started and ended, so a
 test can measure the wall time of the work against the ideal for the limit.
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,12 +21,19 @@ from tests.support.openai_server import Call, Reply, error
 
 
 class RateLimitedScript:
-    def __init__(self, script, rate: float | None = None, window: float = 1.0, max_in_flight: int | None = None,
-                 latency: float = 0.0, retry_after: float | None = None):
+    def __init__(
+        self,
+        script,
+        rate: float | None = None,
+        window: float = 1.0,
+        max_in_flight: int | None = None,
+        latency: float = 0.0,
+        retry_after: float | None = None,
+    ):
         self.script = script
         self.rate, self.window, self.max_in_flight, self.latency = rate, window, max_in_flight, latency
         self.retry_after = retry_after
-        self.accepted: list[tuple[float, float]] = []   # (start, end) of every served request
+        self.accepted: list[tuple[float, float]] = []  # (start, end) of every served request
         self.throttled = 0
         self.peak_in_flight = 0
         self._recent: deque[float] = deque()
@@ -52,8 +60,11 @@ class RateLimitedScript:
             if wait is not None:
                 self.throttled += 1
         if wait is not None:
-            return error(429, "Rate limit reached, please try again later",
-                         retry_after=round(self.retry_after if self.retry_after is not None else wait, 3))
+            return error(
+                429,
+                "Rate limit reached, please try again later",
+                retry_after=round(self.retry_after if self.retry_after is not None else wait, 3),
+            )
         try:
             if self.latency:
                 time.sleep(self.latency)

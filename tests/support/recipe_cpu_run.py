@@ -22,6 +22,7 @@ TaskRunner, FSDP workers, rollout servers, agent-loop and reward workers) are sa
 
 Used by ``tests/test_recipe_driver_cpu.py``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,10 @@ SECRET = "sk-cpu-run-not-a-real-key-0123456789"
 N_GPUS = 2
 REGION_SOURCE, COLLAGE_SOURCE = "info_vqa_region_localization", "visual_cot_vstar_collage"
 #: the vSearcher turns the policy is warm-started on (boxes in the 224x168 frame of the images)
-WARM_TOOL = ('<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": '
-             '{"bbox_2d": [%d, %d, %d, %d]}}</tool_call>')
+WARM_TOOL = (
+    '<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": '
+    '{"bbox_2d": [%d, %d, %d, %d]}}</tool_call>'
+)
 WARM_ANSWER = "<think>found it</think> <answer>[%d, %d, %d, %d]</answer>"
 WARM_BOXES = [(28, 40, 84, 120), (56, 40, 112, 120), (0, 20, 100, 140)]
 
@@ -74,8 +77,12 @@ def build_inputs(work: Path, n_train: int = 3) -> dict:
         _image(img / f"c{i}.png", 10 + i)
     model = work / "tiny-qwen2.5-vl-warm"
     if not (model / "model.safetensors").exists():
-        warm_start_policy(build_tiny_qwen(work / "tiny-qwen2.5-vl"), model, sorted(img.glob("*.png")),
-                          [f"the green bar number {i}" for i in range(n_train)] + ["the sign with the text"])
+        warm_start_policy(
+            build_tiny_qwen(work / "tiny-qwen2.5-vl"),
+            model,
+            sorted(img.glob("*.png")),
+            [f"the green bar number {i}" for i in range(n_train)] + ["the sign with the text"],
+        )
 
     def jsonl(name, rows):
         p = work / name
@@ -83,12 +90,28 @@ def build_inputs(work: Path, n_train: int = 3) -> dict:
         return p
 
     # region boxes are the warm-start boxes: a policy answer can hit one exactly (IoU 1)
-    region = [{"image": f"r{i}.png", "width": 224, "height": 168, "description": f"the green bar number {i}",
-               "bbox": list(WARM_BOXES[i % len(WARM_BOXES)]), "source": "synthetic"} for i in range(n_train + 1)]
+    region = [
+        {
+            "image": f"r{i}.png",
+            "width": 224,
+            "height": 168,
+            "description": f"the green bar number {i}",
+            "bbox": list(WARM_BOXES[i % len(WARM_BOXES)]),
+            "source": "synthetic",
+        }
+        for i in range(n_train + 1)
+    ]
     # the validation question (sign 4) is judged correct (see vreasoner_script)
-    qa = [{"image": f"c{i}.png", "question": f"What is written on sign {s}?", "answer": f"sign-{s}",
-           "category": "collage", "target_bbox": [0, 40, 112, 120]}
-          for i, s in enumerate([*range(n_train), n_train + 1])]
+    qa = [
+        {
+            "image": f"c{i}.png",
+            "question": f"What is written on sign {s}?",
+            "answer": f"sign-{s}",
+            "category": "collage",
+            "target_bbox": [0, 40, 112, 120],
+        }
+        for i, s in enumerate([*range(n_train), n_train + 1])
+    ]
     files = {}
     for name, kind, rows, source in [
         ("region_train", "region", region[:n_train], REGION_SOURCE),
@@ -97,11 +120,28 @@ def build_inputs(work: Path, n_train: int = 3) -> dict:
         ("region_val", "region", region[n_train:], "cpu_region"),
     ]:
         out = work / "parquet" / f"{name}.parquet"
-        assert pack([kind, "--ann_file", str(jsonl(f"{name}.jsonl", rows)), "--img_dir", str(img),
-                     "--data_source", source, "--out", str(out)]) == 0
+        assert (
+            pack(
+                [
+                    kind,
+                    "--ann_file",
+                    str(jsonl(f"{name}.jsonl", rows)),
+                    "--img_dir",
+                    str(img),
+                    "--data_source",
+                    source,
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         files[name] = out
-    return {"model": model, "train": [files["region_train"], files["collage_train"]],
-            "val": [files["bench_val"], files["region_val"]]}
+    return {
+        "model": model,
+        "train": [files["region_train"], files["collage_train"]],
+        "val": [files["bench_val"], files["region_val"]],
+    }
 
 
 def agent_config(work: Path) -> Path:
@@ -118,8 +158,17 @@ def agent_config(work: Path) -> Path:
     return out
 
 
-def warm_start_policy(src: Path, dst: Path, images: list[Path], descriptions: list[str], *, steps: int = 240,
-                      lr: float = 1e-2, warmup: int = 20, seed: int = 0) -> Path:
+def warm_start_policy(
+    src: Path,
+    dst: Path,
+    images: list[Path],
+    descriptions: list[str],
+    *,
+    steps: int = 240,
+    lr: float = 1e-2,
+    warmup: int = 20,
+    seed: int = 0,
+) -> Path:
     """A copy of the tiny model fine-tuned to speak the vSearcher protocol (a crop call, then an answer,
     boxes from :data:`WARM_BOXES`), so that its rollouts at temperature 1 are a mix of valid and invalid
     turns (about 80% valid at temperature 1 after 240 steps): rewards, advantages and gradients of the
@@ -153,33 +202,49 @@ def warm_start_policy(src: Path, dst: Path, images: list[Path], descriptions: li
 
     # the parts of the composed config the loops read (recipe.vsearch.settings), as train.sh sets them
     agent_cfg = agent_config(dst.parent)
-    reward = OmegaConf.to_container(OmegaConf.load(VERL_DIR / "recipe" / "vsearch" / "config"
-                                                   / "qwen_2_5_vl_7b_async.yaml").vsearch.reward)
-    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1280, "response_length": 512},
-                                                  "actor": {"ppo_epochs": 1}, "model": {}},
-                            "reward_model": {"enable": False, "enable_resource_pool": False,
-                                             "use_reward_loop": False},
-                            "vsearch": {"agent_config_path": str(agent_cfg),
-                                        "stage": "train", "judge_model": JUDGE,
-                                        "reward": reward},
-                            "custom_reward_function": {"reward_kwargs": reward},
-                            "trainer": {"use_legacy_worker_impl": "auto"}, "data": {}})
+    reward = OmegaConf.to_container(
+        OmegaConf.load(VERL_DIR / "recipe" / "vsearch" / "config" / "qwen_2_5_vl_7b_async.yaml").vsearch.reward
+    )
+    cfg = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {"prompt_length": 1280, "response_length": 512},
+                "actor": {"ppo_epochs": 1},
+                "model": {},
+            },
+            "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
+            "vsearch": {"agent_config_path": str(agent_cfg), "stage": "train", "judge_model": JUDGE, "reward": reward},
+            "custom_reward_function": {"reward_kwargs": reward},
+            "trainer": {"use_legacy_worker_impl": "auto"},
+            "data": {},
+        }
+    )
 
     async def trajectories():
-        loop = VSearcherAgentLoop(DictConfigWrap(cfg), Scripted(), tok, proc, dataset_cls=RLHFDataset,
-                                  dataset_config=OmegaConf.create({}))
-        return [await loop.searcher.run(str(images[i % len(images)]), descriptions[i % len(descriptions)], {})
-                for i in range(12)]
+        loop = VSearcherAgentLoop(
+            DictConfigWrap(cfg), Scripted(), tok, proc, dataset_cls=RLHFDataset, dataset_config=OmegaConf.create({})
+        )
+        return [
+            await loop.searcher.run(str(images[i % len(images)]), descriptions[i % len(descriptions)], {})
+            for i in range(12)
+        ]
 
     batches = []
     for t in asyncio.run(trajectories()):
         ids = torch.tensor([t.prompt_ids + t.response_ids])
         labels = torch.full_like(ids, -100)
         resp, mask = torch.tensor(t.response_ids), torch.tensor(t.response_mask).bool()
-        labels[0, len(t.prompt_ids):][mask] = resp[mask]
+        labels[0, len(t.prompt_ids) :][mask] = resp[mask]
         vision = proc.image_processor(images=t.images, return_tensors="pt")
-        batches.append(dict(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels,
-                            pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"]))
+        batches.append(
+            dict(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                labels=labels,
+                pixel_values=vision["pixel_values"],
+                image_grid_thw=vision["image_grid_thw"],
+            )
+        )
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(src, dtype=torch.float32, attn_implementation="eager")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -215,10 +280,14 @@ def vreasoner_script():
             return chat("<correct>" if correct else "<wrong>")
         turn = sum(m["role"] == "assistant" for m in req["messages"])
         if turn == 0:
-            return chat("<think>I need the sign.</think><tool_feedback>NA</tool_feedback>"
-                        "<tool_call>region_description={the sign with the text}</tool_call>")
-        return chat("<think>The crop shows it.</think><tool_feedback>helpful</tool_feedback>"
-                    "Answer: \\boxed{it reads something}")
+            return chat(
+                "<think>I need the sign.</think><tool_feedback>NA</tool_feedback>"
+                "<tool_call>region_description={the sign with the text}</tool_call>"
+            )
+        return chat(
+            "<think>The crop shows it.</think><tool_feedback>helpful</tool_feedback>Answer: \\boxed{it reads something}"
+        )
+
     return script
 
 
@@ -297,8 +366,9 @@ class RunResult:
     metrics: list[dict] = field(default_factory=list)
 
 
-def run_train(work: Path, inputs: dict, base_url: str, name: str, overrides: list[str],
-              timeout: float = 1200) -> RunResult:
+def run_train(
+    work: Path, inputs: dict, base_url: str, name: str, overrides: list[str], timeout: float = 1200
+) -> RunResult:
     """One ``bash recipe/vsearch/train.sh`` with the CPU overrides (see :mod:`recipe.vsearch.cpu`)."""
     from recipe.vsearch.cpu.overrides import cpu_overrides
 
@@ -306,31 +376,47 @@ def run_train(work: Path, inputs: dict, base_url: str, name: str, overrides: lis
     log_path = work / f"{name}.log"
     env = dict(os.environ)
     env.update(
-        VERL_PROJ_DIR=str(VERL_DIR), MODEL_PATH=str(inputs["model"]), WORK_DIR=str(work / "work"),
-        PROJECT_NAME="cpu", EXP_NAME="driver", API_MODEL_FOR_AGENT=REASONER, JUDGE_MODEL=JUDGE,
+        VERL_PROJ_DIR=str(VERL_DIR),
+        MODEL_PATH=str(inputs["model"]),
+        WORK_DIR=str(work / "work"),
+        PROJECT_NAME="cpu",
+        EXP_NAME="driver",
+        API_MODEL_FOR_AGENT=REASONER,
+        JUDGE_MODEL=JUDGE,
         AGENT_CONFIG=str(agent_config(work)),
-        OPENAI_BASE_URL=base_url, OPENAI_API_KEY=SECRET,
+        OPENAI_BASE_URL=base_url,
+        OPENAI_API_KEY=SECRET,
         TRAIN_FILES="[" + ",".join(map(str, inputs["train"])) + "]",
         VAL_FILES="[" + ",".join(map(str, inputs["val"])) + "]",
-        N_GPUS_PER_NODE=str(N_GPUS), PYTHON=sys.executable, VERL_FILE_LOGGER_PATH=str(metrics_path),
-        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", RAY_DEDUP_LOGS="0",
-        VERL_LOGGING_LEVEL="WARN", PYTHONUNBUFFERED="1",
+        N_GPUS_PER_NODE=str(N_GPUS),
+        PYTHON=sys.executable,
+        VERL_FILE_LOGGER_PATH=str(metrics_path),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        RAY_DEDUP_LOGS="0",
+        VERL_LOGGING_LEVEL="WARN",
+        PYTHONUNBUFFERED="1",
     )
     for key in ("RESUME_FROM_STEP", "DRY_RUN", "RAY_ADDRESS"):
         env.pop(key, None)
     small = [
-        "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "data.max_prompt_length=1280", "data.max_response_length=512",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+        "data.train_batch_size=2",
+        "actor_rollout_ref.rollout.n=2",
+        "data.max_prompt_length=1280",
+        "data.max_response_length=512",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "trainer.logger=[console,file]",
-        f"hydra.run.dir={work / 'hydra' / name}",     # not outputs/<date> under verl/
+        f"hydra.run.dir={work / 'hydra' / name}",  # not outputs/<date> under verl/
     ]
     cmd = ["bash", str(VERL_DIR / "recipe" / "vsearch" / "train.sh"), *cpu_overrides(N_GPUS), *small, *overrides]
     t0 = time.monotonic()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=str(VERL_DIR), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=str(VERL_DIR), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         sampler = MemorySampler(proc.pid)
         sampler.start()
         try:
@@ -344,8 +430,15 @@ def run_train(work: Path, inputs: dict, base_url: str, name: str, overrides: lis
     metrics = []
     if metrics_path.exists():
         metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    return RunResult(rc, round(wall, 1), round(sampler.peak_pss_kb / 2**20, 2), round(sampler.peak_rss_kb / 2**20, 2),
-                     sampler.peak_procs, log_path.read_text(errors="replace"), metrics)
+    return RunResult(
+        rc,
+        round(wall, 1),
+        round(sampler.peak_pss_kb / 2**20, 2),
+        round(sampler.peak_rss_kb / 2**20, 2),
+        sampler.peak_procs,
+        log_path.read_text(errors="replace"),
+        metrics,
+    )
 
 
 def _kill_tree(pid: int) -> None:
@@ -370,15 +463,30 @@ def run_all(work: Path) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     inputs = build_inputs(work)
     with ScriptedOpenAIServer(vreasoner_script()) as srv:
-        first = run_train(work, inputs, srv.base_url, "run1",
-                          ["trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2"])
+        first = run_train(
+            work,
+            inputs,
+            srv.base_url,
+            "run1",
+            ["trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2"],
+        )
         second = None
         if first.rc == 0:
-            second = run_train(work, inputs, srv.base_url, "run2",
-                               ["trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=3"])
+            second = run_train(
+                work,
+                inputs,
+                srv.base_url,
+                "run2",
+                ["trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=3"],
+            )
         api_requests = srv.count
-    return {"work": str(work), "ckpt_dir": str(work / "work" / "ckpts" / "cpu" / "driver"),
-            "api_requests": api_requests, "run1": asdict(first), "run2": asdict(second) if second else None}
+    return {
+        "work": str(work),
+        "ckpt_dir": str(work / "work" / "ckpts" / "cpu" / "driver"),
+        "api_requests": api_requests,
+        "run1": asdict(first),
+        "run2": asdict(second) if second else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ InSight-o3 mode, so the records are exactly what users get. The scripts are keye
 * question 2: answers at once (right);
 * question 3: the vReasoner API refuses (400) -> a failed record.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,9 @@ _KEY = re.compile(r"\[\[(\S+?)\]\]")
 class DemoRun:
     bench_dir: Path
     ann_file: Path
-    eval_dir: Path          # outputs/eval/<EVAL_NAME>
-    samples: list[dict]     # metadata rows
-    plan: dict              # question_id -> role in the script ("search_right", ...)
+    eval_dir: Path  # outputs/eval/<EVAL_NAME>
+    samples: list[dict]  # metadata rows
+    plan: dict  # question_id -> role in the script ("search_right", ...)
 
 
 def _count_assistant(req: dict) -> int:
@@ -43,8 +44,9 @@ def _wrong_letter(answer: str) -> str:
 
 def make_demo_run(root: Path, num_trials: int = 2) -> DemoRun:
     bench = root / "bench"
-    assert make_demo_bench.main(["--out", str(bench), "--num_images", "2", "--questions_per_image", "2",
-                                 "--min_side", "1100", "--workers", "1"]) in (0, None)
+    assert make_demo_bench.main(
+        ["--out", str(bench), "--num_images", "2", "--questions_per_image", "2", "--min_side", "1100", "--workers", "1"]
+    ) in (0, None)
     ann = bench / "metadata.jsonl"
     rows = [json.loads(line) for line in ann.read_text().splitlines() if line.strip()]
     roles = ["search_right", "search_twice_wrong", "direct_right", "api_error"]
@@ -93,14 +95,41 @@ def make_demo_run(root: Path, num_trials: int = 2) -> DemoRun:
     servers = [ScriptedOpenAIServer(s).start() for s in (reasoner, searcher, judge)]
     try:
         out = root / "outputs" / "eval"
-        argv = ["--eval_name", EVAL_NAME, "--model", "scripted-reasoner", "--api_base_url", servers[0].base_url,
-                "--api_key", "sk-test", "--judge_model", "scripted-judge", "--judge_api_base_url", servers[2].base_url,
-                "--judge_api_key", "sk-test", "--vsearcher_model", "scripted-searcher",
-                "--vsearcher_api_base_url", servers[1].base_url, "--vsearcher_api_key", "sk-test",
-                "--ann_file", str(ann), "--img_dir", str(bench), "--output_dir", str(out),
-                "--num_trials", str(num_trials), "--no_progress", "--max_retries", "0"]
+        argv = [
+            "--eval_name",
+            EVAL_NAME,
+            "--model",
+            "scripted-reasoner",
+            "--api_base_url",
+            servers[0].base_url,
+            "--api_key",
+            "sk-test",
+            "--judge_model",
+            "scripted-judge",
+            "--judge_api_base_url",
+            servers[2].base_url,
+            "--judge_api_key",
+            "sk-test",
+            "--vsearcher_model",
+            "scripted-searcher",
+            "--vsearcher_api_base_url",
+            servers[1].base_url,
+            "--vsearcher_api_key",
+            "sk-test",
+            "--ann_file",
+            str(ann),
+            "--img_dir",
+            str(bench),
+            "--output_dir",
+            str(out),
+            "--num_trials",
+            str(num_trials),
+            "--no_progress",
+            "--max_retries",
+            "0",
+        ]
         rc = evaluate.main(argv)
-        assert rc == 1, f"evaluate exited with {rc}"   # INCOMPLETE: question 3 failed (API 400)
+        assert rc == 1, f"evaluate exited with {rc}"  # INCOMPLETE: question 3 failed (API 400)
     finally:
         for s in servers:
             s.stop()

@@ -15,6 +15,7 @@ that returns the engine's own request unchanged.
 
 Only vllm, pillow and the standard library are imported: this runs in the vLLM venv, not the project's.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,15 @@ def main(episode_dir: str) -> int:
     from PIL import Image
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=spec["model"], dtype="float32", max_model_len=spec["max_model_len"], enforce_eager=True,
-              max_num_seqs=1, seed=0, limit_mm_per_prompt={"image": spec["max_images"], "video": 0})
+    llm = LLM(
+        model=spec["model"],
+        dtype="float32",
+        max_model_len=spec["max_model_len"],
+        enforce_eager=True,
+        max_num_seqs=1,
+        seed=0,
+        limit_mm_per_prompt={"image": spec["max_images"], "video": 0},
+    )
     startup_s = time.monotonic() - t0
 
     seen: list = []
@@ -61,22 +69,35 @@ def main(episode_dir: str) -> int:
             results.append({"name": req["name"], "error": f"{type(e).__name__}: {e}"[:2000]})
             continue
         engine_req = seen[n_seen] if len(seen) > n_seen else None
-        placeholders = [[int(f.mm_position.offset), int(f.mm_position.length),
-                         None if f.mm_position.is_embed is None else int(f.mm_position.is_embed.sum())]
-                        for f in (engine_req.mm_features or [])] if engine_req is not None else None
-        results.append({
-            "name": req["name"], "error": None,
-            "prompt_token_ids": list(out.prompt_token_ids),
-            "engine_prompt_token_ids": list(engine_req.prompt_token_ids) if engine_req is not None else None,
-            "placeholders": placeholders,
-            "modalities": [f.modality for f in (engine_req.mm_features or [])] if engine_req is not None else None,
-            "generated": list(out.outputs[0].token_ids),
-            "finish_reason": out.outputs[0].finish_reason,
-            "latency_s": round(time.monotonic() - t1, 3),
-        })
+        placeholders = (
+            [
+                [
+                    int(f.mm_position.offset),
+                    int(f.mm_position.length),
+                    None if f.mm_position.is_embed is None else int(f.mm_position.is_embed.sum()),
+                ]
+                for f in (engine_req.mm_features or [])
+            ]
+            if engine_req is not None
+            else None
+        )
+        results.append(
+            {
+                "name": req["name"],
+                "error": None,
+                "prompt_token_ids": list(out.prompt_token_ids),
+                "engine_prompt_token_ids": list(engine_req.prompt_token_ids) if engine_req is not None else None,
+                "placeholders": placeholders,
+                "modalities": [f.modality for f in (engine_req.mm_features or [])] if engine_req is not None else None,
+                "generated": list(out.outputs[0].token_ids),
+                "finish_reason": out.outputs[0].finish_reason,
+                "latency_s": round(time.monotonic() - t1, 3),
+            }
+        )
     rss_mib = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) // 1024
-    (root / "vllm.json").write_text(json.dumps({"startup_s": round(startup_s, 1), "max_rss_mib": rss_mib,
-                                                "results": results}))
+    (root / "vllm.json").write_text(
+        json.dumps({"startup_s": round(startup_s, 1), "max_rss_mib": rss_mib, "results": results})
+    )
     return 0
 
 

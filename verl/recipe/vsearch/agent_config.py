@@ -6,6 +6,7 @@ process and combines it with the Hydra keys. Unknown or missing keys and wrong t
 name the file and the field. API keys and endpoints are not part of it: the OpenAI SDK reads
 ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,10 +29,10 @@ def _min(value: float):
 @dataclass(frozen=True)
 class VReasonerConfig:
     model: str
-    max_pixels: int                  # image budget sent to the API (1280x1280 GPT, 3500x3500 otherwise)
+    max_pixels: int  # image budget sent to the API (1280x1280 GPT, 3500x3500 otherwise)
     max_search_calls: int = LIMITS.max_search_calls
-    max_completion_tokens: int = 16384   # per vReasoner request (max_completion_tokens of the API)
-    image_detail: str = "high"           # image_url "detail" of every image sent to the vReasoner
+    max_completion_tokens: int = 16384  # per vReasoner request (max_completion_tokens of the API)
+    image_detail: str = "high"  # image_url "detail" of every image sent to the vReasoner
     max_format_retries_train: int = field(default=LIMITS.max_format_retries_train, metadata=_min(0))
     max_format_retries_eval: int = field(default=LIMITS.max_format_retries_eval, metadata=_min(0))
     max_concurrency: int = 64
@@ -94,11 +95,15 @@ def _build(cls, data, where: str):
             continue
         low = f.metadata.get("min")
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = {"str": isinstance(value, str) and value != "",
-              "int": number and isinstance(value, int) and (value >= low if low is not None else value > 0),
-              "float": number and (value >= low if low is not None else value > 0)}[typ]
+        ok = {
+            "str": isinstance(value, str) and value != "",
+            "int": number and isinstance(value, int) and (value >= low if low is not None else value > 0),
+            "float": number and (value >= low if low is not None else value > 0),
+        }[typ]
         if not ok:
-            what = "a non-empty str" if typ == "str" else (f"a {typ} >= {low}" if low is not None else f"a positive {typ}")
+            what = (
+                "a non-empty str" if typ == "str" else (f"a {typ} >= {low}" if low is not None else f"a positive {typ}")
+            )
             raise ValueError(f"{where}.{name}: expected {what}, got {value!r}")
         kwargs[name] = value
     return cls(**kwargs)
@@ -108,8 +113,10 @@ def load_agent_config(path: str | Path) -> AgentConfig:
     """Read and validate an agent config file (errors name the file and the field)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"agent config {path} not found (is API_MODEL_FOR_AGENT right? "
-                                f"expected recipe/vsearch/config/agent_<model>.yaml)")
+        raise FileNotFoundError(
+            f"agent config {path} not found (is API_MODEL_FOR_AGENT right? "
+            f"expected recipe/vsearch/config/agent_<model>.yaml)"
+        )
     with path.open() as f:
         data = yaml.safe_load(f)
     return _build(AgentConfig, data, str(path))

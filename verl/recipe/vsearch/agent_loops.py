@@ -21,6 +21,7 @@ Row fields read (from the parquet written by ``create_parquet_dataset.py``): the
 from ``extra_info.description`` / ``extra_info.question`` (+ ``extra_info.options``) or else the
 text of ``raw_prompt``; the QA ground truth from ``reward_model.ground_truth``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -59,7 +60,7 @@ def _image_path_of(value: Any) -> str | None:
     if isinstance(value, dict):
         value = value.get("image", value.get("path"))
     if isinstance(value, str) and value:
-        return value[len("file://"):] if value.startswith("file://") else value
+        return value[len("file://") :] if value.startswith("file://") else value
     return None
 
 
@@ -116,13 +117,15 @@ def is_validation(row: dict) -> bool:
 
 def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
     """The policy vSearcher with the run's budgets (the same for out-of-loop rows and in-loop calls)."""
-    return PolicySearcher(loop, shared_images(), s.vsearcher_max_pixels, s.vsearcher_max_tool_calls,
-                          s.vsearcher_response_length)
+    return PolicySearcher(
+        loop, shared_images(), s.vsearcher_max_pixels, s.vsearcher_max_tool_calls, s.vsearcher_response_length
+    )
 
 
 def _metrics(rollouts: list[SearcherRollout]) -> AgentLoopMetrics:
-    return AgentLoopMetrics(generate_sequences=sum(r.generate_s for r in rollouts),
-                            tool_calls=sum(r.tool_s for r in rollouts))
+    return AgentLoopMetrics(
+        generate_sequences=sum(r.generate_s for r in rollouts), tool_calls=sum(r.tool_s for r in rollouts)
+    )
 
 
 def rollout_output(r: SearcherRollout, extra: dict, mask_out: bool = False) -> AgentLoopOutput:
@@ -130,9 +133,15 @@ def rollout_output(r: SearcherRollout, extra: dict, mask_out: bool = False) -> A
     response mask (samples of episodes cut by API failures: excluded from the loss)."""
     mask = [0] * len(r.response_mask) if mask_out else list(r.response_mask)
     return AgentLoopOutput(
-        prompt_ids=r.prompt_ids, response_ids=r.response_ids, response_mask=mask,
-        response_logprobs=r.response_logprobs, multi_modal_data={"images": list(r.images)},
-        num_turns=r.num_turns + 1, metrics=_metrics([r]), extra_fields={**r.reward_fields(), **extra})
+        prompt_ids=r.prompt_ids,
+        response_ids=r.response_ids,
+        response_mask=mask,
+        response_logprobs=r.response_logprobs,
+        multi_modal_data={"images": list(r.images)},
+        num_turns=r.num_turns + 1,
+        metrics=_metrics([r]),
+        extra_fields={**r.reward_fields(), **extra},
+    )
 
 
 class VSearcherAgentLoop(AgentLoopBase):
@@ -146,8 +155,14 @@ class VSearcherAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {}
         r = await self.searcher.run(row_image_path(kwargs), row_text(kwargs, "description"), sampling_params)
-        extra = {"is_in_loop": False, "feedback_helpful": None, "answer_correct": None,
-                 "bboxes": info.get("bboxes"), ROLE_KEY: ROLE_OUTLOOP, "critical_failure": False}
+        extra = {
+            "is_in_loop": False,
+            "feedback_helpful": None,
+            "answer_correct": None,
+            "bboxes": info.get("bboxes"),
+            ROLE_KEY: ROLE_OUTLOOP,
+            "critical_failure": False,
+        }
         return rollout_output(r, extra)
 
 
@@ -198,13 +213,23 @@ def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[BoundedClient, Bounde
     agent YAML's concurrency (one semaphore each), SDK retries and timeouts."""
     vr, jd = s.agent.vreasoner, s.agent.judge
     loop = asyncio.get_running_loop()
-    key = (id(loop), ep, vr.max_concurrency, vr.timeout_s, vr.max_retries, jd.max_concurrency, jd.timeout_s,
-           jd.max_retries)
+    key = (
+        id(loop),
+        ep,
+        vr.max_concurrency,
+        vr.timeout_s,
+        vr.max_retries,
+        jd.max_concurrency,
+        jd.timeout_s,
+        jd.max_retries,
+    )
     if key not in _API:
         main = make_client(ep.api_key, ep.base_url, vr.timeout_s, vr.max_retries)
         judge = make_client(ep.judge_api_key, ep.judge_base_url, jd.timeout_s, jd.max_retries)
-        _API[key] = (BoundedClient(main, asyncio.Semaphore(int(vr.max_concurrency))),
-                     BoundedClient(judge, asyncio.Semaphore(int(jd.max_concurrency))))
+        _API[key] = (
+            BoundedClient(main, asyncio.Semaphore(int(vr.max_concurrency))),
+            BoundedClient(judge, asyncio.Semaphore(int(jd.max_concurrency))),
+        )
     return _API[key]
 
 
@@ -261,19 +286,33 @@ class VReasonerAgentLoop(AgentLoopBase):
         gt = (row.get("reward_model") or {}).get("ground_truth", info.get("answer"))
         if gt is None:
             raise ValueError("in-loop row has no reward_model.ground_truth")
-        return Sample(index=int(info.get("index", 0) or 0), question_id=info.get("question_id"), image=image_path,
-                      image_path=image_path, question=row_text(row, "question"), options=info.get("options") or None,
-                      answer=str(gt))
+        return Sample(
+            index=int(info.get("index", 0) or 0),
+            question_id=info.get("question_id"),
+            image=image_path,
+            image_path=image_path,
+            question=row_text(row, "question"),
+            options=info.get("options") or None,
+            answer=str(gt),
+        )
 
     def reasoner(self, searcher, validate: bool) -> InSightO3:
         """The API vReasoner of one episode, configured from the run's settings."""
         s, vr = self.settings, self.settings.agent.vreasoner
         reasoner_client, _ = api_clients(s, self.endpoints)
-        return InSightO3(reasoner_client, vr.model, searcher, shared_images(), vr.max_pixels,
-                         mode=s.reasoner_mode(validate), max_search_calls=vr.max_search_calls,
-                         completion_kwargs=s.reasoner_completion_kwargs(),
-                         image_url_extra=s.reasoner_image_url_extra(),
-                         max_format_retries=s.reasoner_format_retries(validate), redactor=self.redact)
+        return InSightO3(
+            reasoner_client,
+            vr.model,
+            searcher,
+            shared_images(),
+            vr.max_pixels,
+            mode=s.reasoner_mode(validate),
+            max_search_calls=vr.max_search_calls,
+            completion_kwargs=s.reasoner_completion_kwargs(),
+            image_url_extra=s.reasoner_image_url_extra(),
+            max_format_retries=s.reasoner_format_retries(validate),
+            redactor=self.redact,
+        )
 
     async def check_answer(self, sample: Sample, res: AnswerResult) -> AnswerCheck:
         """c: whether the episode's final answer is correct. The ONE place the in-loop answer is judged.
@@ -293,26 +332,41 @@ class VReasonerAgentLoop(AgentLoopBase):
         if res.status == "failed":
             return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error)
         if res.status != "answered":  # format retries exhausted / tool call past the limit: c = 0, not a failure
-            return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, False, res.status,
-                                  res.protocol_error)
+            return EpisodeOutcome(
+                searcher.rollouts, list(res.feedback), False, False, False, res.status, res.protocol_error
+            )
         c = await self.check_answer(sample, res)
-        return EpisodeOutcome(searcher.rollouts, list(res.feedback), True, c.correct, c.failed, res.status, c.reason,
-                              c.status)
+        return EpisodeOutcome(
+            searcher.rollouts, list(res.feedback), True, c.correct, c.failed, res.status, c.reason, c.status
+        )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         image_path = row_image_path(kwargs)
         sample = self._sample(kwargs, image_path)
         ep = await self.episode(sample, sampling_params, validate=is_validation(kwargs))
         episode_id = str(kwargs.get(EPISODE_ID_KEY) or kwargs.get("uid") or uuid4().hex)
-        common = episode_fields(episode_id, n_calls=len(ep.rollouts), has_answer=ep.has_answer, correct=ep.correct,
-                                critical_failure=ep.critical_failure, status=ep.status,
-                                n_feedback=sum(f in ("helpful", "unhelpful") for f in ep.feedback))
+        common = episode_fields(
+            episode_id,
+            n_calls=len(ep.rollouts),
+            has_answer=ep.has_answer,
+            correct=ep.correct,
+            critical_failure=ep.critical_failure,
+            status=ep.status,
+            n_feedback=sum(f in ("helpful", "unhelpful") for f in ep.feedback),
+        )
         outputs = []
         for k, r in enumerate(ep.rollouts):
             fb = ep.feedback[k] if k < len(ep.feedback) else None
-            extra = {"is_in_loop": True, "feedback_helpful": None if fb is None else fb == "helpful",
-                     "answer_correct": ep.correct, "call_index": k, "feedback": fb, ROLE_KEY: ROLE_INLOOP,
-                     "critical_failure": ep.critical_failure, **common}
+            extra = {
+                "is_in_loop": True,
+                "feedback_helpful": None if fb is None else fb == "helpful",
+                "answer_correct": ep.correct,
+                "call_index": k,
+                "feedback": fb,
+                ROLE_KEY: ROLE_INLOOP,
+                "critical_failure": ep.critical_failure,
+                **common,
+            }
             outputs.append(rollout_output(r, extra, mask_out=ep.critical_failure))
         if not outputs:
             outputs.append(await self._placeholder(sample, ep, common))
@@ -324,13 +378,32 @@ class VReasonerAgentLoop(AgentLoopBase):
         """An episode without vSearcher calls trains nothing, but verl needs one output per row:
         a fully masked text-only row carrying the episode's statistics; the worker drops it."""
         prompt_ids = await self.apply_chat_template([{"role": "user", "content": sample.prompt()}])
-        extra = {"n_tool": 0, "format_ok": False, "format_error": "no vSearcher call", "pred_box": None,
-                 "is_in_loop": True, "feedback_helpful": None, "answer_correct": ep.correct, "call_index": -1,
-                 "feedback": None, ROLE_KEY: ROLE_PLACEHOLDER, "critical_failure": ep.critical_failure,
-                 "search_status": "none", "search_truncated": False, **common}
+        extra = {
+            "n_tool": 0,
+            "format_ok": False,
+            "format_error": "no vSearcher call",
+            "pred_box": None,
+            "is_in_loop": True,
+            "feedback_helpful": None,
+            "answer_correct": ep.correct,
+            "call_index": -1,
+            "feedback": None,
+            ROLE_KEY: ROLE_PLACEHOLDER,
+            "critical_failure": ep.critical_failure,
+            "search_status": "none",
+            "search_truncated": False,
+            **common,
+        }
         eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=[eos], response_mask=[0], multi_modal_data={},
-                               num_turns=1, metrics=AgentLoopMetrics(), extra_fields=extra)
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=[eos],
+            response_mask=[0],
+            multi_modal_data={},
+            num_turns=1,
+            metrics=AgentLoopMetrics(),
+            extra_fields=extra,
+        )
 
 
 __all__ = ["VSearcherAgentLoop", "VReasonerAgentLoop", "ApiEndpoints", "AnswerCheck", "EPISODE_FIELDS"]

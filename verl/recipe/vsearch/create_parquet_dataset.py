@@ -46,6 +46,7 @@ Input validation stops at the first bad row with ``<file>:<line>: field '<name>'
 * ``region``: ``image``, ``width``, ``height``, ``description``, ``bbox`` [x1, y1, x2, y2] (or
   ``bboxes``: a list of them), optional ``source``; boxes must lie inside the image.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,26 +70,44 @@ except ImportError:  # pragma: no cover - the script's own directory is on sys.p
 
 RELEASED = ("viscot_vstar_collage", "infovqa_region_localization")
 KINDS = ("region", "collage", "benchmark", *RELEASED)
-AGENT_FOR_KIND = {"region": "vsearcher", "collage": "vreasoner", "benchmark": "vreasoner",
-                  "viscot_vstar_collage": "vreasoner", "infovqa_region_localization": "vsearcher"}
+AGENT_FOR_KIND = {
+    "region": "vsearcher",
+    "collage": "vreasoner",
+    "benchmark": "vreasoner",
+    "viscot_vstar_collage": "vreasoner",
+    "infovqa_region_localization": "vsearcher",
+}
 #: data_source of the released datasets: the names train.sh weighs (+data.batch_sampler.weights.<name>)
-DEFAULT_SOURCE = {"viscot_vstar_collage": "visual_cot_vstar_collage",
-                  "infovqa_region_localization": "info_vqa_region_localization"}
+DEFAULT_SOURCE = {
+    "viscot_vstar_collage": "visual_cot_vstar_collage",
+    "infovqa_region_localization": "info_vqa_region_localization",
+}
 
-EXTRA_INFO_TYPE = pa.struct([
-    ("index", pa.int64()), ("question_id", pa.string()), ("question", pa.string()), ("options", pa.string()),
-    ("answer", pa.string()), ("description", pa.string()), ("category", pa.string()),
-    ("bboxes", pa.list_(pa.list_(pa.float64()))), ("width", pa.int64()), ("height", pa.int64()),
-    ("source", pa.string()),
-])
-SCHEMA = pa.schema([
-    ("data_source", pa.string()),
-    ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-    ("images", pa.list_(pa.struct([("image", pa.string())]))),
-    ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
-    ("extra_info", EXTRA_INFO_TYPE),
-    ("agent_name", pa.string()),
-])
+EXTRA_INFO_TYPE = pa.struct(
+    [
+        ("index", pa.int64()),
+        ("question_id", pa.string()),
+        ("question", pa.string()),
+        ("options", pa.string()),
+        ("answer", pa.string()),
+        ("description", pa.string()),
+        ("category", pa.string()),
+        ("bboxes", pa.list_(pa.list_(pa.float64()))),
+        ("width", pa.int64()),
+        ("height", pa.int64()),
+        ("source", pa.string()),
+    ]
+)
+SCHEMA = pa.schema(
+    [
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("images", pa.list_(pa.struct([("image", pa.string())]))),
+        ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
+        ("extra_info", EXTRA_INFO_TYPE),
+        ("agent_name", pa.string()),
+    ]
+)
 
 
 def _image_size(path: str, where: str) -> tuple[int, int]:
@@ -122,10 +141,14 @@ def _extra(**kw) -> dict:
 
 
 def _row(data_source: str, agent: str, image_path: str, text: str, ground_truth: str, extra: dict) -> dict:
-    return {"data_source": data_source, "prompt": [{"role": "user", "content": f"<image>\n{text}"}],
-            "images": [{"image": "file://" + os.path.abspath(image_path)}],
-            "reward_model": {"ground_truth": ground_truth, "style": "rule"}, "extra_info": extra,
-            "agent_name": agent}
+    return {
+        "data_source": data_source,
+        "prompt": [{"role": "user", "content": f"<image>\n{text}"}],
+        "images": [{"image": "file://" + os.path.abspath(image_path)}],
+        "reward_model": {"ground_truth": ground_truth, "style": "rule"},
+        "extra_info": extra,
+        "agent_name": agent,
+    }
 
 
 def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
@@ -147,8 +170,9 @@ def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: boo
         if check_images:
             real = _image_size(path, where)
             if real != size:
-                raise InputError(f"{where}: fields 'width'/'height' say {size[0]}x{size[1]} but {path} is "
-                                 f"{real[0]}x{real[1]}")
+                raise InputError(
+                    f"{where}: fields 'width'/'height' say {size[0]}x{size[1]} but {path} is {real[0]}x{real[1]}"
+                )
         if "bbox" in obj:
             boxes = [_box(obj["bbox"], where, "bbox", size)]
         elif "bboxes" in obj:
@@ -156,9 +180,15 @@ def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: boo
         else:
             raise InputError(f"{where}: field 'bbox' is missing")
         source = obj.get("source")
-        extra = _extra(index=len(rows), question_id=str(obj.get("id", len(rows))), description=desc.strip(),
-                       bboxes=boxes, width=size[0], height=size[1],
-                       source=None if source is None else str(source))
+        extra = _extra(
+            index=len(rows),
+            question_id=str(obj.get("id", len(rows))),
+            description=desc.strip(),
+            bboxes=boxes,
+            width=size[0],
+            height=size[1],
+            source=None if source is None else str(source),
+        )
         rows.append(_row(data_source, "vsearcher", path, desc.strip(), json.dumps(boxes[0]), extra))
     if not rows:
         raise InputError(f"{ann_file}: no rows (the file is empty)")
@@ -168,6 +198,7 @@ def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: boo
 def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_images: bool = True) -> list[dict]:
     """Benchmark / collage rows through the evaluation loader (one validator for both uses)."""
     from insight_o3.evaluation.samples import AnnotationError, load_samples
+
     try:
         samples = load_samples(ann_file, img_dir, check_images=check_images)
     except AnnotationError as e:
@@ -179,15 +210,23 @@ def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_imag
         if "target_bbox" in s.extra and s.extra["target_bbox"] is not None:
             size = _image_size(s.image_path, where) if check_images else None
             boxes = _boxes(s.extra["target_bbox"], where, "target_bbox", size)
-        extra = _extra(index=s.index, question_id=str(s.question_id) if s.question_id is not None else s.key,
-                       question=s.question, options=s.options, answer=s.answer, category=s.category,
-                       bboxes=boxes, source=str(s.extra["source"]) if s.extra.get("source") is not None else None)
+        extra = _extra(
+            index=s.index,
+            question_id=str(s.question_id) if s.question_id is not None else s.key,
+            question=s.question,
+            options=s.options,
+            answer=s.answer,
+            category=s.category,
+            bboxes=boxes,
+            source=str(s.extra["source"]) if s.extra.get("source") is not None else None,
+        )
         rows.append(_row(data_source, AGENT_FOR_KIND[kind], s.image_path, s.prompt(), s.answer, extra))
     return rows
 
 
-def released_rows(kind: str, data_root: str, data_source: str, image_dir: str | None = None,
-                  split: str = "train") -> list[dict]:
+def released_rows(
+    kind: str, data_root: str, data_source: str, image_dir: str | None = None, split: str = "train"
+) -> list[dict]:
     """Rows of a released Hub dataset (``kind`` in :data:`RELEASED`); images go to ``image_dir``
     (default ``<data_root>/<split>/images``, where the authors' packer put them)."""
     image_dir = image_dir or os.path.join(data_root, split, "images")
@@ -197,24 +236,42 @@ def released_rows(kind: str, data_root: str, data_source: str, image_dir: str | 
         if kind == "infovqa_region_localization":
             desc = text_field(r.fields, "region_description", r.where)
             box = box_field(r.fields["bbox"], r.where, "bbox", r.size)
-            extra = _extra(index=r.index, question_id=str(r.fields["question_id"]), description=desc, bboxes=[box],
-                           width=w, height=h, source="InfoVQA_RegionLocalization")
+            extra = _extra(
+                index=r.index,
+                question_id=str(r.fields["question_id"]),
+                description=desc,
+                bboxes=[box],
+                width=w,
+                height=h,
+                source="InfoVQA_RegionLocalization",
+            )
             rows.append(_row(data_source, "vsearcher", r.image_path, desc, json.dumps(box), extra))
             continue
         question = text_field(r.fields, "question", r.where)
         answer = text_field(r.fields, "answer", r.where)
         target = r.fields.get("core_target_bbox")
         boxes = [box_field(target, r.where, "core_target_bbox", r.size)] if target is not None else None
-        extra = _extra(index=r.index, question_id=str(r.index), question=question, answer=answer, category="collage",
-                       bboxes=boxes, width=w, height=h, source="VisCoT_VStar_Collage")
+        extra = _extra(
+            index=r.index,
+            question_id=str(r.index),
+            question=question,
+            answer=answer,
+            category="collage",
+            bboxes=boxes,
+            width=w,
+            height=h,
+            source="VisCoT_VStar_Collage",
+        )
         rows.append(_row(data_source, "vreasoner", r.image_path, question, answer, extra))
     return rows
 
 
 def _check_source(data_source: str) -> None:
     if not data_source or not data_source.replace("_", "").replace("-", "").isalnum():
-        raise InputError(f"--data_source must be a non-empty name of letters, digits, '_' or '-' (it becomes "
-                         f"the key of +data.batch_sampler.weights.<data_source>), got {data_source!r}")
+        raise InputError(
+            f"--data_source must be a non-empty name of letters, digits, '_' or '-' (it becomes "
+            f"the key of +data.batch_sampler.weights.<data_source>), got {data_source!r}"
+        )
 
 
 def build_rows(kind: str, ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
@@ -238,16 +295,21 @@ def write_parquet(rows: list[dict], out: str | os.PathLike) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("kind", choices=KINDS)
     p.add_argument("--data_root", help="released kinds: local copy of the Hub dataset repo")
     p.add_argument("--split", default="train", help="released kinds: the split to pack (default train)")
-    p.add_argument("--image_dir", help="released kinds: where images are extracted (default <data_root>/<split>/images)")
+    p.add_argument(
+        "--image_dir", help="released kinds: where images are extracted (default <data_root>/<split>/images)"
+    )
     p.add_argument("--ann_file", help="jsonl kinds: input jsonl")
     p.add_argument("--img_dir", help="jsonl kinds: directory the jsonl's image paths are relative to")
-    p.add_argument("--data_source", help="data_source column value (sampler weight key); released kinds default "
-                                         "to the names train.sh weighs")
+    p.add_argument(
+        "--data_source",
+        help="data_source column value (sampler weight key); released kinds default to the names train.sh weighs",
+    )
     p.add_argument("--out", required=True, help="output .parquet file")
     p.add_argument("--max_samples", type=int, default=-1, help="keep only the first N rows")
     p.add_argument("--no_check_images", action="store_true", help="jsonl kinds: skip opening images (sizes unchecked)")

@@ -17,6 +17,7 @@ dataset overrides :meth:`process_vision_info` with a PIL-only version
 of ``qwen_vl_utils.process_vision_info`` for images (same ``smart_resize`` rule, from
 ``insight_o3.geometry``), so it runs on machines without torchvision.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,7 +34,7 @@ AGENT_NAMES = ("vsearcher", "vreasoner")
 
 
 def image_path_from_uri(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 def _row_error(row: dict, index: int, msg: str) -> ValueError:
@@ -56,15 +57,19 @@ def build_messages(row: dict, index: int = -1) -> tuple[list[dict], str]:
         if not isinstance(desc, str) or not desc.strip():
             raise _row_error(row, index, "extra_info.description is missing (vsearcher rows)")
         text = fill(VSEARCHER_FIRST_USER_PROMPT, target=desc.strip())
-        return [{"role": "system", "content": VSEARCHER_SYSTEM_PROMPT},
-                {"role": "user", "content": [image_part, {"type": "text", "text": text}]}], uri
+        return [
+            {"role": "system", "content": VSEARCHER_SYSTEM_PROMPT},
+            {"role": "user", "content": [image_part, {"type": "text", "text": text}]},
+        ], uri
     question = info.get("question")
     if not isinstance(question, str) or not question.strip():
         raise _row_error(row, index, "extra_info.question is missing (vreasoner rows)")
     options = info.get("options")
     text = question_text(question, options)
-    return [{"role": "system", "content": VREASONER_TRAIN_SYSTEM_PROMPT},
-            {"role": "user", "content": [{"type": "text", "text": text}, image_part]}], uri
+    return [
+        {"role": "system", "content": VREASONER_TRAIN_SYSTEM_PROMPT},
+        {"role": "user", "content": [{"type": "text", "text": text}, image_part]},
+    ], uri
 
 
 class VSearchDataset(RLHFDataset):
@@ -78,6 +83,7 @@ class VSearchDataset(RLHFDataset):
         row["raw_prompt"] = messages
         # verl's DataProto needs at least one tensor per batch (same placeholder as RLHFDataset)
         import torch
+
         row["dummy_tensor"] = torch.tensor([0], dtype=torch.uint8)
         info = row.get("extra_info") or {}
         row["extra_info"] = info
@@ -85,8 +91,9 @@ class VSearchDataset(RLHFDataset):
         return row
 
     @classmethod
-    async def process_vision_info(cls, messages: list[dict], image_patch_size: int = 14,
-                                  config: Any = None) -> tuple[list[Image.Image], list]:
+    async def process_vision_info(
+        cls, messages: list[dict], image_patch_size: int = 14, config: Any = None
+    ) -> tuple[list[Image.Image], list]:
         """Images of ``messages`` resized as Qwen2.5-VL's processor expects (``smart_resize`` with
         factor ``2 * image_patch_size``; ``min_pixels``/``max_pixels`` per image part as in
         qwen_vl_utils, default max 16384 tokens). Videos are not part of this protocol."""
@@ -107,8 +114,12 @@ class VSearchDataset(RLHFDataset):
                 src = part.get("image")
                 img = src if isinstance(src, Image.Image) else open_image(image_path_from_uri(str(src)))
                 img = img.convert("RGB")
-                h, w = smart_resize(img.height, img.width, factor=factor,
-                                    min_pixels=int(part.get("min_pixels", QWEN_MIN_PIXELS)),
-                                    max_pixels=int(part.get("max_pixels", VSEARCHER_EVAL_MAX_PIXELS)))
+                h, w = smart_resize(
+                    img.height,
+                    img.width,
+                    factor=factor,
+                    min_pixels=int(part.get("min_pixels", QWEN_MIN_PIXELS)),
+                    max_pixels=int(part.get("max_pixels", VSEARCHER_EVAL_MAX_PIXELS)),
+                )
                 images.append(img.resize((w, h), Image.BICUBIC) if (w, h) != img.size else img)
         return images, []

@@ -22,6 +22,7 @@ in three places, each small:
    every real sample is kept; a fully masked row contributes nothing: zero advantage, excluded from
    the in-loop statistics by the estimator and from verl's ``seq-mean-*`` loss denominators.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -41,8 +42,15 @@ ROLE_KEY = "vsearch_role"
 ROLE_OUTLOOP, ROLE_INLOOP, ROLE_PLACEHOLDER, ROLE_PADDING = "outloop", "inloop", "placeholder", "padding"
 #: row identity copied from the input row onto every sample of its episode
 ROW_KEYS = ("uid", "data_source", "reward_model", "extra_info", "index", "agent_name")
-EPISODE_FIELDS = ("episode_id", "episode_n_calls", "episode_has_answer", "episode_correct",
-                  "episode_critical_failure", "episode_status", "episode_n_feedback")
+EPISODE_FIELDS = (
+    "episode_id",
+    "episode_n_calls",
+    "episode_has_answer",
+    "episode_correct",
+    "episode_critical_failure",
+    "episode_status",
+    "episode_n_feedback",
+)
 #: input column naming the episode of each rollout row (``<uid>-<j>``, set by the trainer: the n repeats of
 #: one QA item share the uid but are distinct episodes); the in-loop loop falls back to the uid
 EPISODE_ID_KEY = "vsearch_episode_id"
@@ -54,11 +62,31 @@ VALIDATE_KEY = "vsearch_validate"
 OPTIONAL_SAMPLE_KEYS = ("bboxes", "call_index", "feedback", "crop_boxes", "frame_size", "image_size", *EPISODE_FIELDS)
 
 
-def episode_fields(episode_id: str, *, n_calls: int, has_answer: bool, correct: bool, critical_failure: bool,
-                   status: str, n_feedback: int) -> dict:
+def episode_fields(
+    episode_id: str,
+    *,
+    n_calls: int,
+    has_answer: bool,
+    correct: bool,
+    critical_failure: bool,
+    status: str,
+    n_feedback: int,
+) -> dict:
     """Episode-level statistics, repeated on each of the episode's samples (and its placeholder)."""
-    return dict(zip(EPISODE_FIELDS, (episode_id, int(n_calls), bool(has_answer), bool(correct),
-                                     bool(critical_failure), str(status), int(n_feedback))))
+    return dict(
+        zip(
+            EPISODE_FIELDS,
+            (
+                episode_id,
+                int(n_calls),
+                bool(has_answer),
+                bool(correct),
+                bool(critical_failure),
+                str(status),
+                int(n_feedback),
+            ),
+        )
+    )
 
 
 class VSearchAgentLoopWorker(AgentLoopWorkerBase):
@@ -72,14 +100,17 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
                 if key in kwargs:
                     sample.extra_fields.setdefault(key, kwargs[key])
             if sample.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER):
-                sample.extra_fields["uid"] = inloop_uid(str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
-                                                        int(sample.extra_fields.get("call_index", 0)))
+                sample.extra_fields["uid"] = inloop_uid(
+                    str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
+                    int(sample.extra_fields.get("call_index", 0)),
+                )
             if self.processor is not None and (sample.multi_modal_data or {}).get("images"):
                 # the image processor (pixel values of every image of the row) in a thread, not on the event loop
                 # that every agent loop of this worker shares; verl's post-processing then takes the result
                 ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
                 self._mm_inputs_ready()[id(sample)] = await asyncio.to_thread(
-                    AgentLoopWorkerBase._compute_multi_modal_inputs, self, sample, ids)
+                    AgentLoopWorkerBase._compute_multi_modal_inputs, self, sample, ids
+                )
             rows.append(await super()._agent_loop_postprocess(sample, **kwargs))
         return rows
 

@@ -21,6 +21,7 @@ padding rows added to balance the batch over data-parallel ranks) are left out o
 statistics; every masked token gets advantage 0. With fewer than two in-loop samples in the
 population, the mean is 0 and the std 1 (verl's GRPO convention for a singleton group).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -52,10 +53,15 @@ def _cfg_get(config: Any, key: str, default: Any) -> Any:
 
 
 @register_adv_est(ESTIMATOR_NAME)
-def compute_vsearch_hybrid_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                     index: np.ndarray | None = None, config: Any = None,
-                                     is_in_loop: np.ndarray | None = None, epsilon: float = 1e-6,
-                                     **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_vsearch_hybrid_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config: Any = None,
+    is_in_loop: np.ndarray | None = None,
+    epsilon: float = 1e-6,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Hybrid GRPO advantages, ``(advantages, returns)`` both of shape ``(bs, response_length)``.
 
     ``config`` is ``algorithm`` (verl's ``AlgoConfig`` or the DictConfig); read keys:
@@ -84,8 +90,12 @@ def compute_vsearch_hybrid_advantage(token_level_rewards: torch.Tensor, response
     if out_rows.size:
         sel = torch.as_tensor(out_rows)
         adv_out, _ = compute_grpo_outcome_advantage(
-            token_level_rewards=token_level_rewards[sel], response_mask=response_mask[sel],
-            index=np.asarray(index, dtype=object)[out_rows], epsilon=epsilon, norm_adv_by_std_in_grpo=by_std)
+            token_level_rewards=token_level_rewards[sel],
+            response_mask=response_mask[sel],
+            index=np.asarray(index, dtype=object)[out_rows],
+            epsilon=epsilon,
+            norm_adv_by_std_in_grpo=by_std,
+        )
         advantages[sel] = adv_out
 
     in_rows = np.flatnonzero(inloop)

@@ -14,6 +14,7 @@ the TaskRunner builds :class:`recipe.vsearch.trainer.VSearchRayPPOTrainer` inste
 runtime env (:func:`init_ray`), so every worker on every node has them, without them entering the config.
 ``--cfg job`` prints the composed config and exits without starting Ray.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,9 +30,12 @@ from recipe.vsearch.settings import RunSettings, SettingsError
 #: ``recipe.vsearch.agent_loops.ApiEndpoints.from_env``; the scripts' model-name variables). Workers on other
 #: nodes, or of a Ray cluster started before the driver, do not inherit the driver's environment: they get
 #: these through the job's runtime env, set here and never written into the (printed, logged) config.
-FORWARDED_ENV = tuple(dict.fromkeys(
-    [name for kind in ("main", "judge") for group in ENV_KEYS[kind] for name in group]
-    + ["API_MODEL_FOR_AGENT", "JUDGE_MODEL"]))
+FORWARDED_ENV = tuple(
+    dict.fromkeys(
+        [name for kind in ("main", "judge") for group in ENV_KEYS[kind] for name in group]
+        + ["API_MODEL_FOR_AGENT", "JUDGE_MODEL"]
+    )
+)
 #: of those, the ones whose values are never printed
 SECRET_ENV = tuple(n for n in FORWARDED_ENV if n.endswith("_KEY"))
 

@@ -22,6 +22,7 @@ every rank steps once on the same number of rows.
 verl's. Only ``update_actor`` changes; its dispatch registration is copied from verl's method.
 It also weights the loss as the paper's Eq. 2 (:func:`eq2_weights`).
 """
+
 from __future__ import annotations
 
 from verl.single_controller.base.decorator import MAGIC_ATTR
@@ -67,8 +68,10 @@ def apply_eq2(actor, data) -> None:
     Needs ``use_dynamic_bsz=False`` and ``loss_agg_mode=seq-mean-token-sum-norm`` (see the function above)."""
     cfg = actor.config
     if cfg.loss_agg_mode != EQ2_LOSS_AGG_MODE or cfg.use_dynamic_bsz:
-        raise ValueError(f"the Eq. 2 loss needs actor.loss_agg_mode={EQ2_LOSS_AGG_MODE} and actor.use_dynamic_bsz="
-                         f"False, got {cfg.loss_agg_mode} / {cfg.use_dynamic_bsz}")
+        raise ValueError(
+            f"the Eq. 2 loss needs actor.loss_agg_mode={EQ2_LOSS_AGG_MODE} and actor.use_dynamic_bsz="
+            f"False, got {cfg.loss_agg_mode} / {cfg.use_dynamic_bsz}"
+        )
     mask = data.batch["response_mask"]
     meta = data.meta_info.get(EQ2_META_KEY) or {}
     valid = int(meta.get("valid_rows", int((mask.sum(-1) > 0).sum())))
@@ -93,8 +96,10 @@ def set_whole_batch(actor, data) -> int:
         raise ValueError("the actor update got an empty batch")
     cfg = actor.config
     if not cfg.use_dynamic_bsz and n % cfg.ppo_micro_batch_size_per_gpu:
-        raise ValueError(f"{n} rows per rank are not a multiple of actor.ppo_micro_batch_size_per_gpu="
-                         f"{cfg.ppo_micro_batch_size_per_gpu} (use actor.use_dynamic_bsz=True, the recipe's default)")
+        raise ValueError(
+            f"{n} rows per rank are not a multiple of actor.ppo_micro_batch_size_per_gpu="
+            f"{cfg.ppo_micro_batch_size_per_gpu} (use actor.use_dynamic_bsz=True, the recipe's default)"
+        )
     cfg.ppo_mini_batch_size = n
     return n
 
@@ -112,8 +117,10 @@ def on_policy_worker(worker_cls: type) -> type:
         apply_eq2(self.actor, data)
         return base_update(self, data)
 
-    update_actor.__doc__ = ("verl's update_actor with the mini-batch set to this rank's whole batch (one step) "
-                            "and the loss weighted as Eq. 2.")
+    update_actor.__doc__ = (
+        "verl's update_actor with the mini-batch set to this rank's whole batch (one step) "
+        "and the loss weighted as Eq. 2."
+    )
     setattr(update_actor, MAGIC_ATTR, dict(getattr(base_update, MAGIC_ATTR)))
     cls = type(f"OnPolicy{worker_cls.__name__}", (worker_cls,), {"update_actor": update_actor, "__module__": __name__})
     _CACHE[worker_cls] = cls

@@ -17,6 +17,7 @@ own ``AgentLoopBase.apply_chat_template`` runs the image processor on the event 
   user turn ``<tool_response>`` + crop + ``</tool_response>`` + reminder, then the next
   ``<|im_start|>assistant\\n`` header. Only tokens the policy sampled carry mask 1.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,8 @@ class SearcherRollout:
     tool_s: float = 0.0
     num_turns: int = 0
     errors: list[str] = field(default_factory=list)
-    crop_boxes: list[list[float]] = field(default_factory=list)   # the model's bbox_2d per executed crop
-    image_size: tuple[int, int] | None = None                     # original image (W, H)
+    crop_boxes: list[list[float]] = field(default_factory=list)  # the model's bbox_2d per executed crop
+    image_size: tuple[int, int] | None = None  # original image (W, H)
 
     def reward_fields(self) -> dict:
         """The keys ``recipe.vsearch.reward_fn.compute_score`` reads (see its docstring)."""
@@ -88,8 +89,9 @@ def template_messages(messages: list[dict]) -> list[dict]:
     for m in messages:
         content = m["content"]
         if isinstance(content, list):
-            content = [{"type": "image"} if p.get("type") == "image" else {"type": "text", "text": p["text"]}
-                       for p in content]
+            content = [
+                {"type": "image"} if p.get("type") == "image" else {"type": "text", "text": p["text"]} for p in content
+            ]
         out.append({"role": m["role"], "content": content})
     return out
 
@@ -104,8 +106,7 @@ class PolicySearcher:
     fit ends the episode (``failed``/truncated, no reward).
     """
 
-    def __init__(self, agent_loop, images: ImageStore, max_pixels: int, max_tool_calls: int,
-                 response_length: int):
+    def __init__(self, agent_loop, images: ImageStore, max_pixels: int, max_tool_calls: int, response_length: int):
         self.loop = agent_loop
         self.images, self.max_pixels, self.max_tool_calls = images, max_pixels, max_tool_calls
         self.response_length = response_length
@@ -118,8 +119,9 @@ class PolicySearcher:
     def session(self, image_path: str, description: str) -> SearcherSession:
         return SearcherSession(image_path, description, self.images, self.max_pixels, "trained", self.max_tool_calls)
 
-    def template_ids(self, messages: list[dict], images: list[Image.Image], remove_system_prompt: bool = False
-                     ) -> list[int]:
+    def template_ids(
+        self, messages: list[dict], images: list[Image.Image], remove_system_prompt: bool = False
+    ) -> list[int]:
         """Token ids of ``messages`` with the image pads expanded for ``images`` (blocking: call it in a thread).
         The same steps as verl 0.7's ``AgentLoopBase.apply_chat_template`` with a processor: the processor's
         chat template (generation prompt, the dataset's ``apply_chat_template_kwargs``), the processor on the
@@ -127,22 +129,26 @@ class PolicySearcher:
         loop = self.loop
         processor = loop.processor
         if processor is None:
-            ids = loop.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                     **loop.apply_chat_template_kwargs)
+            ids = loop.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, **loop.apply_chat_template_kwargs
+            )
         else:
-            text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                                 **loop.apply_chat_template_kwargs)
+            text = processor.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **loop.apply_chat_template_kwargs
+            )
             ids = processor(text=[text], images=images or None, return_tensors="pt")["input_ids"][0].tolist()
-        return list(ids[len(loop.system_prompt):]) if remove_system_prompt else list(ids)
+        return list(ids[len(loop.system_prompt) :]) if remove_system_prompt else list(ids)
 
-    async def run(self, image_path: str, description: str, sampling_params: dict,
-                  request_id: str | None = None) -> SearcherRollout:
+    async def run(
+        self, image_path: str, description: str, sampling_params: dict, request_id: str | None = None
+    ) -> SearcherRollout:
         request_id = request_id or uuid4().hex
 
         def start():
             sess = self.session(image_path, description)
             first = [sess.pil(ref) for ref in sess.image_refs]
             return sess, first, self.template_ids(template_messages(sess.messages), first)
+
         s, pics, prompt_ids = await asyncio.to_thread(start)
         resp: list[int] = []
         mask: list[int] = []
@@ -157,8 +163,11 @@ class PolicySearcher:
                 break
             t0 = time.perf_counter()
             out = await self.loop.server_manager.generate(
-                request_id, prompt_ids=prompt_ids + resp,
-                sampling_params=budgeted(sampling_params, self.response_length - len(resp)), image_data=list(pics))
+                request_id,
+                prompt_ids=prompt_ids + resp,
+                sampling_params=budgeted(sampling_params, self.response_length - len(resp)),
+                image_data=list(pics),
+            )
             t_gen += time.perf_counter() - t0
             ids = list(out.token_ids)
             resp += ids
@@ -182,9 +191,10 @@ class PolicySearcher:
             # the tool response the session appended after the assistant turn
             t0 = time.perf_counter()
 
-            def tool_turn(ref=st.crop, new=template_messages(s.messages[n_before + 1:])):
+            def tool_turn(ref=st.crop, new=template_messages(s.messages[n_before + 1 :])):
                 crop_image = s.pil(ref)
                 return crop_image, self.template_ids(new, [crop_image], remove_system_prompt=True)
+
             crop, tool_ids = await asyncio.to_thread(tool_turn)
             if ids and ids[-1] == self.im_end:
                 tool_ids = self.newline_ids + tool_ids
@@ -201,13 +211,27 @@ class PolicySearcher:
             t_tool += time.perf_counter() - t0
         if len(resp) > self.response_length:  # a server that ignored max_tokens: never train past the budget
             truncated = True
-            resp, mask = resp[:self.response_length], mask[:self.response_length]
-            logprobs = logprobs[:self.response_length] if logprobs is not None else None
+            resp, mask = resp[: self.response_length], mask[: self.response_length]
+            logprobs = logprobs[: self.response_length] if logprobs is not None else None
         result = s.result()
         # r_format is the session's verdict (the same code the inference vSearcher reports)
         fmt_err = None if result.format_ok else (result.error or "format check failed")
         crops = [[float(v) for v in t.bbox_raw] for t in s.turns if t.action == "tool_call" and t.bbox_raw is not None]
-        return SearcherRollout(prompt_ids, resp, mask, logprobs or None, pics, result, texts, tuple(s.frame.size),
-                               bool(result.format_ok), fmt_err, truncated, t_gen, t_tool,
-                               num_turns=len(s.messages) - 1, crop_boxes=crops,
-                               image_size=tuple(s.original_size))
+        return SearcherRollout(
+            prompt_ids,
+            resp,
+            mask,
+            logprobs or None,
+            pics,
+            result,
+            texts,
+            tuple(s.frame.size),
+            bool(result.format_ok),
+            fmt_err,
+            truncated,
+            t_gen,
+            t_tool,
+            num_turns=len(s.messages) - 1,
+            crop_boxes=crops,
+            image_size=tuple(s.original_size),
+        )

@@ -20,6 +20,7 @@ split are found as the Hub lays them out: ``data/<split>-*.parquet``, ``<split>/
 packed bytes as they are (no decode/re-encode), atomically; a rerun skips files already complete.
 Bad rows raise :class:`InputError` naming the shard, the row and the field.
 """
+
 from __future__ import annotations
 
 import io
@@ -44,8 +45,8 @@ class InputError(ValueError):
 class HubRow:
     """One row of a released dataset with its image extracted to ``image_path``."""
 
-    where: str                 # "<shard>:row <i>" for error messages
-    index: int                 # position in the split (all shards, in order)
+    where: str  # "<shard>:row <i>" for error messages
+    index: int  # position in the split (all shards, in order)
     fields: dict
     image_path: str
     size: tuple[int, int]
@@ -65,15 +66,22 @@ def split_shards(data_root: str | os.PathLike, split: str = "train") -> list[Pat
     root = Path(data_root)
     if not root.is_dir():
         raise InputError(f"--data_root {root}: not a directory (a local copy of the Hub dataset repo)")
-    patterns = [f"data/{split}-*.parquet", f"data/{split}/*.parquet", f"{split}/*.parquet", f"{split}-*.parquet",
-                f"{split}.parquet", f"data/{split}.parquet"]
+    patterns = [
+        f"data/{split}-*.parquet",
+        f"data/{split}/*.parquet",
+        f"{split}/*.parquet",
+        f"{split}-*.parquet",
+        f"{split}.parquet",
+        f"data/{split}.parquet",
+    ]
     for pattern in patterns:
         found = sorted(root.glob(pattern))
         if found:
             return found
     others = sorted(str(p.relative_to(root)) for p in root.rglob("*.parquet"))[:10]
-    raise InputError(f"{root}: no Parquet shards of split '{split}' (looked for {patterns}); "
-                     f"Parquet files found: {others or 'none'}")
+    raise InputError(
+        f"{root}: no Parquet shards of split '{split}' (looked for {patterns}); Parquet files found: {others or 'none'}"
+    )
 
 
 def _image_bytes(value, where: str, root: Path) -> bytes:
@@ -110,8 +118,9 @@ def write_image(data: bytes, path: Path) -> None:
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def iter_hub_rows(kind: str, data_root: str | os.PathLike, image_dir: str | os.PathLike,
-                  split: str = "train", batch_size: int = 64) -> Iterator[HubRow]:
+def iter_hub_rows(
+    kind: str, data_root: str | os.PathLike, image_dir: str | os.PathLike, split: str = "train", batch_size: int = 64
+) -> Iterator[HubRow]:
     """Rows of a released dataset (``kind`` of :data:`REQUIRED`), images extracted to ``image_dir``."""
     if kind not in REQUIRED:
         raise InputError(f"unknown released dataset {kind!r}; known: {sorted(REQUIRED)}")
@@ -123,8 +132,10 @@ def iter_hub_rows(kind: str, data_root: str | os.PathLike, image_dir: str | os.P
         names = pf.schema_arrow.names
         missing = [c for c in REQUIRED[kind] if c not in names]
         if missing:
-            raise InputError(f"{shard}: field {missing[0]!r} is missing (columns: {names}); is this "
-                             f"{'VisCoT_VStar_Collage' if kind.startswith('viscot') else 'InfoVQA_RegionLocalization'}?")
+            raise InputError(
+                f"{shard}: field {missing[0]!r} is missing (columns: {names}); is this "
+                f"{'VisCoT_VStar_Collage' if kind.startswith('viscot') else 'InfoVQA_RegionLocalization'}?"
+            )
         columns = list(REQUIRED[kind]) + [c for c in OPTIONAL[kind] if c in names]
         row_in_shard = 0
         for batch in pf.iter_batches(batch_size=batch_size, columns=columns):

@@ -28,6 +28,7 @@ recipe YAML): ``variant`` (``original`` | ``paper``), ``format_weight``, ``iou_w
 ``max_consecutive_iou``, ``min_gt_coverage``. Start-up validation of the same values is
 ``recipe.vsearch.settings.RewardSettings``.
 """
+
 from __future__ import annotations
 
 from insight_o3.rewards import DEFAULT_RULES, DEFAULT_WEIGHTS, RewardRules, RewardWeights, trajectory_reward
@@ -38,21 +39,37 @@ REQUIRED_KEYS = ("n_tool", "format_ok")
 ORIGINAL_KEYS = ("crop_boxes", "frame_size")
 
 
-def rules_from_kwargs(variant: str = DEFAULT_RULES.variant, format_weight: float = DEFAULT_WEIGHTS.format,
-                      iou_weight: float = DEFAULT_WEIGHTS.iou, alpha: float = DEFAULT_WEIGHTS.alpha,
-                      max_consecutive_iou: float = DEFAULT_RULES.max_consecutive_iou,
-                      min_gt_coverage: float = DEFAULT_RULES.min_gt_coverage) -> RewardRules:
+def rules_from_kwargs(
+    variant: str = DEFAULT_RULES.variant,
+    format_weight: float = DEFAULT_WEIGHTS.format,
+    iou_weight: float = DEFAULT_WEIGHTS.iou,
+    alpha: float = DEFAULT_WEIGHTS.alpha,
+    max_consecutive_iou: float = DEFAULT_RULES.max_consecutive_iou,
+    min_gt_coverage: float = DEFAULT_RULES.min_gt_coverage,
+) -> RewardRules:
     """``RewardRules`` from the flat ``reward_kwargs`` of the recipe config."""
-    return RewardRules(variant=str(variant), weights=RewardWeights(format=float(format_weight),
-                                                                    iou=float(iou_weight), alpha=float(alpha)),
-                       max_consecutive_iou=float(max_consecutive_iou), min_gt_coverage=float(min_gt_coverage))
+    return RewardRules(
+        variant=str(variant),
+        weights=RewardWeights(format=float(format_weight), iou=float(iou_weight), alpha=float(alpha)),
+        max_consecutive_iou=float(max_consecutive_iou),
+        min_gt_coverage=float(min_gt_coverage),
+    )
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, *,
-                  variant: str = DEFAULT_RULES.variant, format_weight: float = DEFAULT_WEIGHTS.format,
-                  iou_weight: float = DEFAULT_WEIGHTS.iou, alpha: float = DEFAULT_WEIGHTS.alpha,
-                  max_consecutive_iou: float = DEFAULT_RULES.max_consecutive_iou,
-                  min_gt_coverage: float = DEFAULT_RULES.min_gt_coverage, **_unused) -> dict:
+def compute_score(
+    data_source,
+    solution_str,
+    ground_truth,
+    extra_info=None,
+    *,
+    variant: str = DEFAULT_RULES.variant,
+    format_weight: float = DEFAULT_WEIGHTS.format,
+    iou_weight: float = DEFAULT_WEIGHTS.iou,
+    alpha: float = DEFAULT_WEIGHTS.alpha,
+    max_consecutive_iou: float = DEFAULT_RULES.max_consecutive_iou,
+    min_gt_coverage: float = DEFAULT_RULES.min_gt_coverage,
+    **_unused,
+) -> dict:
     """Return ``{"score": r, ...every RewardBreakdown term}`` (verl logs the extra keys)."""
     rules = rules_from_kwargs(variant, format_weight, iou_weight, alpha, max_consecutive_iou, min_gt_coverage)
     info = dict(extra_info or {})
@@ -64,13 +81,24 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, *,
         need = (list(ORIGINAL_KEYS) if int(info["n_tool"]) > 0 else []) + ([] if in_loop else ["image_size"])
         missing = [k for k in need if info.get(k) is None]
     if missing:
-        raise KeyError(f"vsearch reward ({rules.variant}) for data_source={data_source!r}: extra_info lacks "
-                       f"{missing}; the vSearcher agent loop must report them in AgentLoopOutput.extra_fields")
-    b = trajectory_reward(rules, in_loop=in_loop, n_tool=int(info["n_tool"]), format_ok=bool(info["format_ok"]),
-                          format_error=info.get("format_error"), pred_box=info.get("pred_box"),
-                          gt_boxes=info.get("bboxes"), image_size=info.get("image_size"),
-                          crop_boxes=list(info.get("crop_boxes") or []), frame_size=info.get("frame_size"),
-                          helpful=info.get("feedback_helpful"), correct=info.get("answer_correct"))
+        raise KeyError(
+            f"vsearch reward ({rules.variant}) for data_source={data_source!r}: extra_info lacks "
+            f"{missing}; the vSearcher agent loop must report them in AgentLoopOutput.extra_fields"
+        )
+    b = trajectory_reward(
+        rules,
+        in_loop=in_loop,
+        n_tool=int(info["n_tool"]),
+        format_ok=bool(info["format_ok"]),
+        format_error=info.get("format_error"),
+        pred_box=info.get("pred_box"),
+        gt_boxes=info.get("bboxes"),
+        image_size=info.get("image_size"),
+        crop_boxes=list(info.get("crop_boxes") or []),
+        frame_size=info.get("frame_size"),
+        helpful=info.get("feedback_helpful"),
+        correct=info.get("answer_correct"),
+    )
     out = b.to_dict()
     # verl stacks reward_extra_info into numpy arrays for logging: keep every value numeric
     out["iou"] = -1.0 if b.iou is None else b.iou

@@ -14,6 +14,7 @@ ends when the scarcest source (relative to its per-batch count) runs out, so ``l
 uninterrupted one would have produced (the dataloader must use ``num_workers=0``, which verl
 enforces for custom samplers).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence, Sized
@@ -47,8 +48,10 @@ def dataset_sources(dataset: Sized) -> list[str]:
     """The ``data_source`` of every row (RLHFDataset keeps the parquet rows in ``dataframe``)."""
     frame = getattr(dataset, "dataframe", None)
     if frame is None or "data_source" not in getattr(frame, "column_names", getattr(frame, "columns", [])):
-        raise TypeError(f"{type(dataset).__name__} has no dataframe with a data_source column; "
-                        "WeightedSourceSampler needs verl's RLHFDataset (or a subclass)")
+        raise TypeError(
+            f"{type(dataset).__name__} has no dataframe with a data_source column; "
+            "WeightedSourceSampler needs verl's RLHFDataset (or a subclass)"
+        )
     return [str(s) for s in frame["data_source"]]
 
 
@@ -69,12 +72,16 @@ class WeightedSourceSampler(AbstractSampler):
         present = sorted(set(sources))
         missing = [k for k in self.counts if len(self.rows[k]) == 0]
         if missing:
-            raise ValueError(f"data.batch_sampler.weights names data_source(s) {missing} that the dataset does not "
-                             f"contain; its data sources are {present}")
+            raise ValueError(
+                f"data.batch_sampler.weights names data_source(s) {missing} that the dataset does not "
+                f"contain; its data sources are {present}"
+            )
         unweighted = sorted(set(present) - set(weights))
         if unweighted:
-            raise ValueError(f"dataset rows with data_source {unweighted} have no weight: add "
-                             f"+data.batch_sampler.weights.<name>=<w> (0 to skip them)")
+            raise ValueError(
+                f"dataset rows with data_source {unweighted} have no weight: add "
+                f"+data.batch_sampler.weights.<name>=<w> (0 to skip them)"
+            )
         self.n_batches = min(len(self.rows[k]) // c for k, c in self.counts.items())
         if self.n_batches == 0:
             short = {k: (len(self.rows[k]), c) for k, c in self.counts.items() if len(self.rows[k]) < c}
@@ -86,12 +93,13 @@ class WeightedSourceSampler(AbstractSampler):
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
         """The full index stream of one epoch (a pure function of seed and epoch)."""
-        perms = {k: np.random.default_rng([self.seed, epoch, j]).permutation(self.rows[k])
-                 for j, k in enumerate(self.counts)}
+        perms = {
+            k: np.random.default_rng([self.seed, epoch, j]).permutation(self.rows[k]) for j, k in enumerate(self.counts)
+        }
         mix = np.random.default_rng([self.seed, epoch, len(self.counts)])
         blocks = []
         for b in range(self.n_batches):
-            block = np.concatenate([perms[k][b * c:(b + 1) * c] for k, c in self.counts.items()])
+            block = np.concatenate([perms[k][b * c : (b + 1) * c] for k, c in self.counts.items()])
             blocks.append(mix.permutation(block))
         return np.concatenate(blocks)
 
@@ -110,8 +118,10 @@ class WeightedSourceSampler(AbstractSampler):
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("seed") != self.seed or state.get("counts") != dict(self.counts):
-            raise ValueError(f"sampler state was saved with seed={state.get('seed')} counts={state.get('counts')}, "
-                             f"but this run has seed={self.seed} counts={dict(self.counts)}")
+            raise ValueError(
+                f"sampler state was saved with seed={state.get('seed')} counts={state.get('counts')}, "
+                f"but this run has seed={self.seed} counts={dict(self.counts)}"
+            )
         self._epoch, self._offset = int(state["epoch"]), int(state["offset"])
 
 
@@ -129,6 +139,7 @@ def _to_dict(node) -> dict:
         return {}
     try:
         from omegaconf import DictConfig, OmegaConf
+
         if isinstance(node, DictConfig):
             return dict(OmegaConf.to_container(node, resolve=True))
     except ImportError:

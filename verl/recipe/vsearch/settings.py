@@ -24,6 +24,7 @@ validation rollout, as the original (its agent loop passes ``enable_tool_feedbac
 validating). The vSearcher's token budget is the run's ``rollout.response_length`` (9216 in train.sh,
 32768 in val.sh): verl 0.7 pads every row of a run to one response length.
 """
+
 from __future__ import annotations
 
 import sys
@@ -55,8 +56,10 @@ UNSUPPORTED = {
     "algorithm.rollout_correction.bypass_mode": lambda v: v is True,
 }
 #: ... and why
-_DECOUPLED = ("decoupled rollout correction needs the rollout's log-probs for every trained token, but the in-loop "
-              "rows are rebuilt from several vSearcher requests and the updates are fully on-policy (D.1); leave it unset")
+_DECOUPLED = (
+    "decoupled rollout correction needs the rollout's log-probs for every trained token, but the in-loop "
+    "rows are rebuilt from several vSearcher requests and the updates are fully on-policy (D.1); leave it unset"
+)
 UNSUPPORTED_WHY = {
     "actor_rollout_ref.rollout.calculate_log_probs": "not every training row carries rollout log-probs (in-loop "
     "placeholders, DP padding, tool-response tokens) and the update is fully on-policy (D.1); leave it False",
@@ -84,9 +87,12 @@ class RewardSettings:
     min_gt_coverage: float
 
     def rules(self) -> RewardRules:
-        return RewardRules(variant=self.variant,
-                           weights=RewardWeights(format=self.format_weight, iou=self.iou_weight, alpha=self.alpha),
-                           max_consecutive_iou=self.max_consecutive_iou, min_gt_coverage=self.min_gt_coverage)
+        return RewardRules(
+            variant=self.variant,
+            weights=RewardWeights(format=self.format_weight, iou=self.iou_weight, alpha=self.alpha),
+            max_consecutive_iou=self.max_consecutive_iou,
+            min_gt_coverage=self.min_gt_coverage,
+        )
 
     @classmethod
     def from_mapping(cls, data: Any, where: str = "vsearch.reward") -> RewardSettings:
@@ -122,11 +128,11 @@ class RunSettings:
     agent_config_path: str
     agent: AgentConfig
     judge_model: str
-    vsearcher_response_length: int       # token budget of one vSearcher trajectory (tool responses included)
-    vsearcher_prompt_length: int         # rollout.prompt_length: the first turn (system + image + task) must fit
+    vsearcher_response_length: int  # token budget of one vSearcher trajectory (tool responses included)
+    vsearcher_prompt_length: int  # rollout.prompt_length: the first turn (system + image + task) must fit
     reward: RewardSettings
     ppo_epochs: int
-    max_api_failure_ratio: float = 0.5   # a training step whose in-loop episodes fail (API) more often aborts
+    max_api_failure_ratio: float = 0.5  # a training step whose in-loop episodes fail (API) more often aborts
 
     # ------------------------------------------------------------------ derived values the loops use
     @property
@@ -157,7 +163,9 @@ class RunSettings:
         """Build and validate from the composed config (an OmegaConf ``DictConfig`` or a dict)."""
         vs = _plain(_get(config, "vsearch"))
         if not isinstance(vs, dict):
-            raise SettingsError("config has no 'vsearch' section (the recipe's settings; see config/qwen_2_5_vl_7b_async.yaml)")
+            raise SettingsError(
+                "config has no 'vsearch' section (the recipe's settings; see config/qwen_2_5_vl_7b_async.yaml)"
+            )
         unknown = sorted(set(vs) - set(VSEARCH_KEYS))
         if unknown:
             raise SettingsError(f"vsearch: unknown key(s) {unknown}; allowed: {list(VSEARCH_KEYS)}")
@@ -177,16 +185,19 @@ class RunSettings:
         reward = RewardSettings.from_mapping(vs.get("reward"))
         kwargs = _plain(_get(config, "custom_reward_function.reward_kwargs"))
         if kwargs != asdict(reward):
-            raise SettingsError("custom_reward_function.reward_kwargs must equal vsearch.reward (the recipe YAML sets "
-                                f"it to ${{vsearch.reward}}; change vsearch.reward.* instead), got {kwargs!r}")
+            raise SettingsError(
+                "custom_reward_function.reward_kwargs must equal vsearch.reward (the recipe YAML sets "
+                f"it to ${{vsearch.reward}}; change vsearch.reward.* instead), got {kwargs!r}"
+            )
         response_length = _int(config, "actor_rollout_ref.rollout.response_length")
         prompt_length = _int(config, "actor_rollout_ref.rollout.prompt_length")
         ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs")
         ratio = vs.get("max_api_failure_ratio", 0.5)
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
             raise SettingsError(f"vsearch.max_api_failure_ratio: expected a number in [0, 1], got {ratio!r}")
-        s = cls(stage, str(path), agent, judge.strip(), response_length, prompt_length, reward, ppo_epochs,
-                float(ratio))
+        s = cls(
+            stage, str(path), agent, judge.strip(), response_length, prompt_length, reward, ppo_epochs, float(ratio)
+        )
         s._check(config)
         return s
 
@@ -197,26 +208,35 @@ class RunSettings:
                 f"data.max_prompt_length (actor_rollout_ref.rollout.prompt_length) is {self.vsearcher_prompt_length}, but "
                 f"the vSearcher's first turn at stage={self.stage} needs up to {need} tokens "
                 f"({self.vsearcher_max_pixels} px = {self.vsearcher_max_pixels // PIXELS_PER_TOKEN} image tokens + "
-                f"{PROMPT_TEXT_TOKENS}); raise it or lower vsearcher.max_pixels_{self.stage} in {self.agent_config_path}")
+                f"{PROMPT_TEXT_TOKENS}); raise it or lower vsearcher.max_pixels_{self.stage} in {self.agent_config_path}"
+            )
         if self.ppo_epochs != 1:
-            raise SettingsError(f"actor_rollout_ref.actor.ppo_epochs must be 1: the recipe trains fully on-policy "
-                                f"(one optimizer step per training step, D.1), got {self.ppo_epochs}")
+            raise SettingsError(
+                f"actor_rollout_ref.actor.ppo_epochs must be 1: the recipe trains fully on-policy "
+                f"(one optimizer step per training step, D.1), got {self.ppo_epochs}"
+            )
         # Eq. 2 (recipe.vsearch.on_policy.apply_eq2): a linear per-row aggregation over fixed micro-batches
         mode = _get(config, "actor_rollout_ref.actor.loss_agg_mode")  # absent only in the loops' partial configs
         if mode is not None and mode != EQ2_LOSS_AGG_MODE:
-            raise SettingsError(f"actor_rollout_ref.actor.loss_agg_mode must be {EQ2_LOSS_AGG_MODE}: the recipe weights "
-                                f"it per sample to give the paper's Eq. 2 (per-sample mean of token means), got {mode!r}")
+            raise SettingsError(
+                f"actor_rollout_ref.actor.loss_agg_mode must be {EQ2_LOSS_AGG_MODE}: the recipe weights "
+                f"it per sample to give the paper's Eq. 2 (per-sample mean of token means), got {mode!r}"
+            )
         if _get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False) is True:
-            raise SettingsError("actor_rollout_ref.actor.use_dynamic_bsz must be False: verl 0.7 rescales each dynamic "
-                                "micro-batch by its row count, which breaks the Eq. 2 weights")
+            raise SettingsError(
+                "actor_rollout_ref.actor.use_dynamic_bsz must be False: verl 0.7 rescales each dynamic "
+                "micro-batch by its row count, which breaks the Eq. 2 weights"
+            )
         for key, bad in UNSUPPORTED.items():
             value = _get(config, key)
             if value is not None and value is not False and bad(value):
                 raise SettingsError(f"{key}={value!r} is not supported by the vsearch recipe: {UNSUPPORTED_WHY[key]}")
         impl = _get(config, "trainer.use_legacy_worker_impl", "auto")
         if impl not in ("auto", "enable"):
-            raise SettingsError(f"trainer.use_legacy_worker_impl={impl!r} is not supported: the on-policy update "
-                                "(recipe.vsearch.on_policy) wraps verl's FSDP ActorRolloutRefWorker; use 'auto'")
+            raise SettingsError(
+                f"trainer.use_legacy_worker_impl={impl!r} is not supported: the on-policy update "
+                "(recipe.vsearch.on_policy) wraps verl's FSDP ActorRolloutRefWorker; use 'auto'"
+            )
 
     # ------------------------------------------------------------------ reporting
     def effective(self) -> dict[str, Any]:
@@ -244,14 +264,16 @@ class RunSettings:
             "abort.max_api_failure_ratio": self.max_api_failure_ratio,
             "reward": ", ".join(f"{k}={v}" for k, v in asdict(self.reward).items()),
             "actor.update": f"one optimizer step per training step over the whole batch (ppo_epochs={self.ppo_epochs}; "
-                            "ppo_mini_batch_size is not used)",
+            "ppo_mini_batch_size is not used)",
         }
 
     def describe(self) -> str:
         rows = self.effective()
         width = max(map(len, rows))
-        return "\n".join([f"[vsearch] effective settings (stage={self.stage}):"]
-                         + [f"  {k.ljust(width)}  {v}" for k, v in rows.items()])
+        return "\n".join(
+            [f"[vsearch] effective settings (stage={self.stage}):"]
+            + [f"  {k.ljust(width)}  {v}" for k, v in rows.items()]
+        )
 
 
 # ----------------------------------------------------------------------------- per-process cache
@@ -261,8 +283,11 @@ _CACHE: dict[tuple, RunSettings] = {}
 def run_settings(config) -> RunSettings:
     """:meth:`RunSettings.from_config`, built once per process and config (verl instantiates an agent
     loop per sample; the agent YAML is read once)."""
-    key = (repr(_plain(_get(config, "vsearch"))), _get(config, "actor_rollout_ref.rollout.response_length"),
-           _get(config, "actor_rollout_ref.rollout.prompt_length"))
+    key = (
+        repr(_plain(_get(config, "vsearch"))),
+        _get(config, "actor_rollout_ref.rollout.response_length"),
+        _get(config, "actor_rollout_ref.rollout.prompt_length"),
+    )
     if key not in _CACHE:
         _CACHE[key] = RunSettings.from_config(config)
     return _CACHE[key]
@@ -291,6 +316,7 @@ def _int(config, dotted: str) -> int:
 def _plain(node: Any) -> Any:
     try:
         from omegaconf import DictConfig, ListConfig, OmegaConf
+
         if isinstance(node, (DictConfig, ListConfig)):
             return OmegaConf.to_container(node, resolve=True)
     except ImportError:

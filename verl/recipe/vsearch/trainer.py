@@ -32,6 +32,7 @@ Not supported by this loop (rejected up front, not silently ignored): a critic (
 ``reward_model.launch_reward_fn_async``, rollout-correction bypass mode, synchronous (non agent-loop)
 rollouts. verl's profiler / ESI-expiry hooks are not wired.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -57,9 +58,21 @@ from .on_policy import EQ2_META_KEY
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
 VAL_PAD_PREFIX = "vsearch-valpad-"
 #: non-tensor columns the validation metrics read
-_VAL_COLUMNS = ("uid", "data_source", "vsearch_role", "episode_id", "episode_n_calls", "episode_has_answer",
-                "episode_correct", "episode_critical_failure", "episode_n_feedback", "feedback_helpful",
-                "answer_correct", "iou", "r_iou")
+_VAL_COLUMNS = (
+    "uid",
+    "data_source",
+    "vsearch_role",
+    "episode_id",
+    "episode_n_calls",
+    "episode_has_answer",
+    "episode_correct",
+    "episode_critical_failure",
+    "episode_n_feedback",
+    "feedback_helpful",
+    "answer_correct",
+    "iou",
+    "r_iou",
+)
 
 
 def with_episode_ids(gen_batch: DataProto) -> DataProto:
@@ -134,8 +147,9 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
             entropys = old_log_prob.batch.pop("entropys")
             metrics["perf/mfu/actor_infer"] = mfu
             if bool((batch.batch["response_mask"].sum(-1) > 0).any()):  # Eq. 2's mean; no 0/0 on an empty step
-                entropy = agg_loss(loss_mat=entropys, loss_mask=batch.batch["response_mask"],
-                                   loss_agg_mode="seq-mean-token-mean")
+                entropy = agg_loss(
+                    loss_mat=entropys, loss_mask=batch.batch["response_mask"], loss_agg_mode="seq-mean-token-mean"
+                )
                 metrics["actor/entropy"] = entropy.detach().item()
             batch = batch.union(old_log_prob)
         if self.use_reference_policy:
@@ -146,21 +160,29 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
             batch.batch["token_level_scores"] = reward_tensor
             batch.non_tensor_batch.update({k: np.array(v) for k, v in (reward_extra or {}).items()})
             if cfg.algorithm.use_kl_in_reward:
-                batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
-                                                     kl_penalty=cfg.algorithm.kl_penalty)
+                batch, kl_metrics = apply_kl_penalty(
+                    batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=cfg.algorithm.kl_penalty
+                )
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            batch = compute_advantage(batch, adv_estimator=cfg.algorithm.adv_estimator, gamma=cfg.algorithm.gamma,
-                                      lam=cfg.algorithm.lam, num_repeat=rollout_cfg.n,
-                                      norm_adv_by_std_in_grpo=cfg.algorithm.get("norm_adv_by_std_in_grpo", True),
-                                      config=cfg.algorithm)
+            batch = compute_advantage(
+                batch,
+                adv_estimator=cfg.algorithm.adv_estimator,
+                gamma=cfg.algorithm.gamma,
+                lam=cfg.algorithm.lam,
+                num_repeat=rollout_cfg.n,
+                norm_adv_by_std_in_grpo=cfg.algorithm.get("norm_adv_by_std_in_grpo", True),
+                config=cfg.algorithm,
+            )
 
         if cfg.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw, color="red"):
                 # Eq. 2's sample count over the whole batch, for every rank (recipe.vsearch.on_policy.apply_eq2)
-                batch.meta_info[EQ2_META_KEY] = {"valid_rows": int((batch.batch["response_mask"].sum(-1) > 0).sum()),
-                                                 "dp_size": dp_size}
+                batch.meta_info[EQ2_META_KEY] = {
+                    "valid_rows": int((batch.batch["response_mask"].sum(-1) > 0).sum()),
+                    "dp_size": dp_size,
+                }
                 actor_output = self._update_actor(batch)
             metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         return batch, reward_extra
@@ -170,8 +192,12 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         """verl's training loop (resume, validation, checkpoints, logging) around :meth:`_train_step`."""
         self._check_supported()
         cfg = self.config
-        logger = Tracking(project_name=cfg.trainer.project_name, experiment_name=cfg.trainer.experiment_name,
-                          default_backend=cfg.trainer.logger, config=OmegaConf.to_container(cfg, resolve=True))
+        logger = Tracking(
+            project_name=cfg.trainer.project_name,
+            experiment_name=cfg.trainer.experiment_name,
+            default_backend=cfg.trainer.logger,
+            config=OmegaConf.to_container(cfg, resolve=True),
+        )
         self.global_steps = 0
         self._load_checkpoint()
         if cfg.trainer.get("val_before_train", True):
@@ -201,8 +227,11 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                 # rows are duplicates whose scores would bias them
                 metrics.update(compute_data_metrics(batch=without_padding(batch), use_critic=False))
                 metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
-                metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
-                                                          n_gpus=self.resource_pool_manager.get_n_gpus()))
+                metrics.update(
+                    compute_throughout_metrics(
+                        batch=batch, timing_raw=timing_raw, n_gpus=self.resource_pool_manager.get_n_gpus()
+                    )
+                )
                 logger.log(data=plain_metrics(metrics), step=self.global_steps)
                 progress.update(1)
                 if is_last:
@@ -235,9 +264,14 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         """Episode-level evaluation over the val set (see the module doc); no row-wise join needed."""
         rollout_cfg = self.config.actor_rollout_ref.rollout
         n_workers = int(rollout_cfg.agent.num_workers)
-        meta = {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
-                "recompute_log_prob": False, "do_sample": rollout_cfg.val_kwargs.do_sample, "validate": True,
-                "global_steps": getattr(self, "global_steps", 0)}
+        meta = {
+            "eos_token_id": self.tokenizer.eos_token_id,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "recompute_log_prob": False,
+            "do_sample": rollout_cfg.val_kwargs.do_sample,
+            "validate": True,
+            "global_steps": getattr(self, "global_steps", 0),
+        }
         columns: dict[str, list] = defaultdict(list)
         dump_dir = self.config.trainer.get("validation_data_dir", None)
         texts: dict[str, list] = defaultdict(list)
@@ -252,23 +286,33 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
             # repeat n per item, but the padding rows once each
             reps = np.array([rollout_cfg.val_kwargs.n] * n_real + [1] * n_pad)
             out = self._generate_val(batch, reps, meta)
-            keep = np.array([not _is_val_pad(u, e) for u, e in zip(out.non_tensor_batch["uid"],
-                                                                    _column(out, "episode_id"))])
+            keep = np.array(
+                [not _is_val_pad(u, e) for u, e in zip(out.non_tensor_batch["uid"], _column(out, "episode_id"))]
+            )
             for key in _VAL_COLUMNS:
                 columns[key].extend(_column(out, key)[keep].tolist())
             if dump_dir:
                 kept = out.select_idxs(np.flatnonzero(keep))
                 texts["input"] += self.tokenizer.batch_decode(kept.batch["prompts"], skip_special_tokens=True)
                 texts["output"] += self.tokenizer.batch_decode(kept.batch["responses"], skip_special_tokens=True)
-                rm = kept.batch["rm_scores"].sum(-1).tolist() if "rm_scores" in kept.batch.keys() else [None] * len(kept)
+                rm = (
+                    kept.batch["rm_scores"].sum(-1).tolist() if "rm_scores" in kept.batch.keys() else [None] * len(kept)
+                )
                 texts["score"] += rm
-                texts["gts"] += [(r or {}).get("ground_truth") if isinstance(r, dict) else None
-                                 for r in _column(kept, "reward_model")]
+                texts["gts"] += [
+                    (r or {}).get("ground_truth") if isinstance(r, dict) else None
+                    for r in _column(kept, "reward_model")
+                ]
         if dump_dir:  # trainer.validation_data_dir: one JSONL per validation pass, named by the step
-            self._dump_generations(texts["input"], texts["output"], texts["gts"], texts["score"],
-                                   {k: v for k, v in columns.items()}, dump_dir)
-        view = DataProto(batch=None, non_tensor_batch={k: _object_array(v) for k, v in columns.items()},
-                         meta_info={})
+            self._dump_generations(
+                texts["input"],
+                texts["output"],
+                texts["gts"],
+                texts["score"],
+                {k: v for k, v in columns.items()},
+                dump_dir,
+            )
+        view = DataProto(batch=None, non_tensor_batch={k: _object_array(v) for k, v in columns.items()}, meta_info={})
         return validation_metrics(view)
 
     def _generate_val(self, batch: DataProto, reps: np.ndarray, meta: dict) -> DataProto:
@@ -296,7 +340,8 @@ def check_api_failures(step_metrics: dict, max_ratio: float, step: int) -> None:
             f"[vsearch] step {step}: {ratio:.0%} of the in-loop episodes failed on the vReasoner/judge API "
             f"(vsearch.max_api_failure_ratio={max_ratio}); stopping before the update. Check OPENAI_API_KEY / "
             "OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health, then resume from the last "
-            "checkpoint (trainer.resume_mode=auto).")
+            "checkpoint (trainer.resume_mode=auto)."
+        )
 
 
 def multimodal_footprint(batch: DataProto) -> dict[str, float]:
@@ -372,8 +417,10 @@ def _column(batch: DataProto, key: str) -> np.ndarray:
 
 
 def _is_val_pad(uid, episode_id) -> bool:
-    return any(isinstance(v, str) and (v.startswith(VAL_PAD_PREFIX) or v.startswith("inloop-" + VAL_PAD_PREFIX))
-               for v in (uid, episode_id))
+    return any(
+        isinstance(v, str) and (v.startswith(VAL_PAD_PREFIX) or v.startswith("inloop-" + VAL_PAD_PREFIX))
+        for v in (uid, episode_id)
+    )
 
 
 def validation_metrics(view: DataProto) -> dict[str, float]:
@@ -392,6 +439,8 @@ def validation_metrics(view: DataProto) -> dict[str, float]:
     sources = _column(view, "data_source")
     for source in sorted({str(s) for s in sources if s is not None}):
         idx = np.flatnonzero(np.array([str(s) == source for s in sources]))
-        add(f"{source}/", DataProto(batch=None, non_tensor_batch={k: v[idx] for k, v in view.non_tensor_batch.items()},
-                                    meta_info={}))
+        add(
+            f"{source}/",
+            DataProto(batch=None, non_tensor_batch={k: v[idx] for k, v in view.non_tensor_batch.items()}, meta_info={}),
+        )
     return out

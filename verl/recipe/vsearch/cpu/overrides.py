@@ -4,6 +4,7 @@ verl's FSDP workers (see :mod:`recipe.vsearch.cpu`). Print them, one per line, f
     mapfile -t CPU < <(python -m recipe.vsearch.cpu.overrides --gpus 2)
     N_GPUS_PER_NODE=2 bash recipe/vsearch/train.sh "${CPU[@]}" <small-run overrides>
 """
+
 from __future__ import annotations
 
 import argparse

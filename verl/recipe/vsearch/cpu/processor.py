@@ -8,6 +8,7 @@ built, saved (verl's checkpoints save it) and reloaded without a video processor
 ``Qwen2_5_VLProcessor`` because verl's ``hf_processor`` dispatches on the class name to bind
 ``get_rope_index`` (mrope positions); ``__qualname__`` stays true, so pickling finds this class.
 """
+
 from __future__ import annotations
 
 import types
@@ -36,8 +37,9 @@ def image_only_processor(model_dir: str, tokenizer=None) -> ImageOnlyQwen2_5_VLP
     """The processor of ``model_dir`` (a Qwen2.5-VL checkpoint) with ``config`` and ``get_rope_index``
     bound as verl's ``hf_processor`` binds them."""
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(model_dir)
-    p = ImageOnlyQwen2_5_VLProcessor(Qwen2VLImageProcessor.from_pretrained(model_dir), tok,
-                                     chat_template=tok.chat_template)
+    p = ImageOnlyQwen2_5_VLProcessor(
+        Qwen2VLImageProcessor.from_pretrained(model_dir), tok, chat_template=tok.chat_template
+    )
     p.config = AutoConfig.from_pretrained(model_dir)
     p.get_rope_index = types.MethodType(Qwen2_5_VLModel.get_rope_index, p)
     return p

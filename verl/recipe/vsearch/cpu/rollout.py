@@ -19,6 +19,7 @@ greedy at temperature 0; log-probs (``logprobs=True``) are those of the processe
 verl's default ``logprobs_mode=processed_logprobs``. Prompts carry the expanded image-pad tokens
 (verl's ``apply_chat_template`` with the processor); their number must match the images' grids.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -41,8 +42,11 @@ def server_name(replica_rank: int) -> str:
 
 
 def _rollout_world_size(config) -> int:
-    return (int(config.tensor_model_parallel_size) * int(config.data_parallel_size)
-            * int(config.pipeline_model_parallel_size))
+    return (
+        int(config.tensor_model_parallel_size)
+        * int(config.data_parallel_size)
+        * int(config.pipeline_model_parallel_size)
+    )
 
 
 def to_module_keys(model: torch.nn.Module, names: list[str]) -> list[str]:
@@ -79,8 +83,11 @@ class HFCPUServer:
         self.model_config: HFModelConfig = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.rollout_mode, self.workers, self.replica_rank = rollout_mode, list(workers), replica_rank
         path = self.model_config.local_path
-        auto = AutoModelForImageTextToText if hasattr(self.model_config.hf_config, "vision_config") \
+        auto = (
+            AutoModelForImageTextToText
+            if hasattr(self.model_config.hf_config, "vision_config")
             else AutoModelForCausalLM
+        )
         # float32 on CPU (bf16 matmuls are emulated on most CPUs); eager attention (no flash-attn here)
         self.model = auto.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager").eval()
         self.processor = self.model_config.processor
@@ -90,7 +97,10 @@ class HFCPUServer:
         self.eos_token_ids = sorted({int(i) for i in [*eos, self.tokenizer.eos_token_id] if i is not None})
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.eos_token_ids[0])
-        self.max_model_len = int(self.config.max_model_len or getattr(self.model.config, "text_config", self.model.config).max_position_embeddings)
+        self.max_model_len = int(
+            self.config.max_model_len
+            or getattr(self.model.config, "text_config", self.model.config).max_position_embeddings
+        )
         self._lock = asyncio.Lock()
         self.weight_syncs = 0
         torch.manual_seed(1000 + replica_rank)
@@ -119,8 +129,11 @@ class HFCPUServer:
             self.weight_syncs += 1
             # one line per sync, forwarded by Ray to the driver's log: the digest shows which weights the
             # rollout uses (it changes after each actor update and survives checkpoint + resume)
-            print(f"[hf_cpu] replica {self.replica_rank}: weight sync {self.weight_syncs}, "
-                  f"{len(named_tensors)} tensors, sha256 {weights_digest(named_tensors)}", flush=True)
+            print(
+                f"[hf_cpu] replica {self.replica_rank}: weight sync {self.weight_syncs}, "
+                f"{len(named_tensors)} tensors, sha256 {weights_digest(named_tensors)}",
+                flush=True,
+            )
             return self.weight_syncs
 
     async def wake_up(self):
@@ -135,8 +148,14 @@ class HFCPUServer:
         return None
 
     # ------------------------------------------------------------------ generation
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
-                       image_data: list[Any] | None = None, video_data: list[Any] | None = None) -> TokenOutput:
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
+    ) -> TokenOutput:
         if video_data:
             raise ValueError("hf_cpu rollout: video inputs are not supported")
         async with self._lock:  # one generation at a time per server (the process has one core's worth)
@@ -159,34 +178,48 @@ class HFCPUServer:
         max_tokens = self._max_tokens(len(prompt_ids), sp)
         if max_tokens == 0:
             return TokenOutput(token_ids=[], log_probs=[] if want_logprobs else None, stop_reason="completed")
-        inputs = {"input_ids": torch.tensor([prompt_ids]), "attention_mask": torch.ones(1, len(prompt_ids),
-                                                                                        dtype=torch.long)}
+        inputs = {
+            "input_ids": torch.tensor([prompt_ids]),
+            "attention_mask": torch.ones(1, len(prompt_ids), dtype=torch.long),
+        }
         if images:
             vision = self.processor.image_processor(images=list(images), return_tensors="pt")
             merge = int(self.processor.image_processor.merge_size) ** 2
             expected = int(sum(int(g.prod()) // merge for g in vision["image_grid_thw"]))
             got = prompt_ids.count(int(self.processor.image_token_id))
             if got != expected:
-                raise ValueError(f"hf_cpu rollout: the prompt has {got} image-pad tokens but its {len(images)} "
-                                 f"image(s) need {expected}")
+                raise ValueError(
+                    f"hf_cpu rollout: the prompt has {got} image-pad tokens but its {len(images)} "
+                    f"image(s) need {expected}"
+                )
             inputs.update(pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"])
         temperature = float(sp.get("temperature", 1.0))
-        kwargs = dict(max_new_tokens=max_tokens, eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id,
-                      return_dict_in_generate=True, output_scores=want_logprobs,
-                      repetition_penalty=float(sp.get("repetition_penalty", 1.0)))
+        kwargs = dict(
+            max_new_tokens=max_tokens,
+            eos_token_id=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+            return_dict_in_generate=True,
+            output_scores=want_logprobs,
+            repetition_penalty=float(sp.get("repetition_penalty", 1.0)),
+        )
         if temperature > 0:
             top_k = int(sp.get("top_k", -1))
-            kwargs.update(do_sample=True, temperature=temperature, top_p=float(sp.get("top_p", 1.0)),
-                          top_k=top_k if top_k > 0 else 0)
+            kwargs.update(
+                do_sample=True,
+                temperature=temperature,
+                top_p=float(sp.get("top_p", 1.0)),
+                top_k=top_k if top_k > 0 else 0,
+            )
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with torch.no_grad():
             out = self.model.generate(**inputs, **kwargs)
-        token_ids = out.sequences[0, len(prompt_ids):].tolist()
+        token_ids = out.sequences[0, len(prompt_ids) :].tolist()
         log_probs = None
         if want_logprobs:
-            log_probs = [float(torch.log_softmax(score[0].float(), -1)[tok])
-                         for score, tok in zip(out.scores, token_ids)]
+            log_probs = [
+                float(torch.log_softmax(score[0].float(), -1)[tok]) for score, tok in zip(out.scores, token_ids)
+            ]
         return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed")
 
 
@@ -194,21 +227,35 @@ class HFCPUReplica(RolloutReplica):
     """verl rollout replica whose server is an :class:`HFCPUServer` (hybrid mode only)."""
 
     def get_ray_class_with_init_args(self):
-        raise NotImplementedError("the hf_cpu rollout runs in verl's hybrid mode only (actor and rollout share "
-                                  "the workers); colocated/standalone rollout is not supported")
+        raise NotImplementedError(
+            "the hf_cpu rollout runs in verl's hybrid mode only (actor and rollout share "
+            "the workers); colocated/standalone rollout is not supported"
+        )
 
     async def launch_servers(self):
         if self.rollout_mode != RolloutMode.HYBRID:
             self.get_ray_class_with_init_args()
-        assert len(self.workers) == self.world_size, \
+        assert len(self.workers) == self.world_size, (
             f"{len(self.workers)} workers for a rollout world of {self.world_size}"
+        )
         node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
-        server = ray.remote(HFCPUServer).options(
-            name=server_name(self.replica_rank), num_cpus=0,
-            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id,
-                                                                                              soft=False),
-        ).remote(config=self.config, model_config=self.model_config, rollout_mode=self.rollout_mode,
-                 workers=self.workers, replica_rank=self.replica_rank)
+        server = (
+            ray.remote(HFCPUServer)
+            .options(
+                name=server_name(self.replica_rank),
+                num_cpus=0,
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                    node_id=node_id, soft=False
+                ),
+            )
+            .remote(
+                config=self.config,
+                model_config=self.model_config,
+                rollout_mode=self.rollout_mode,
+                workers=self.workers,
+                replica_rank=self.replica_rank,
+            )
+        )
         await server.ready.remote()
         self.servers = [server]
         self._server_handle = server
@@ -222,8 +269,11 @@ class HFCPURollout(BaseRollout):
         super().__init__(config, model_config, device_mesh)
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self.replica_rank = rank // _rollout_world_size(self.config)
-        self.is_leader = all(device_mesh[d].get_local_rank() == 0 for d in ("infer_tp", "infer_pp")) \
-            if device_mesh is not None else True
+        self.is_leader = (
+            all(device_mesh[d].get_local_rank() == 0 for d in ("infer_tp", "infer_pp"))
+            if device_mesh is not None
+            else True
+        )
 
     async def resume(self, tags: list[str]):
         return None

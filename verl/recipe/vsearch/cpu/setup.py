@@ -1,6 +1,7 @@
 """``worker_process_setup_hook`` of CPU runs: ``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=
 recipe.vsearch.cpu.setup.setup_worker``. Ray runs :func:`setup_worker` in every worker process it starts
 (TaskRunner, FSDP workers, rollout servers, agent-loop and reward workers) before any task."""
+
 from __future__ import annotations
 
 from . import shims
@@ -12,6 +13,7 @@ ROLLOUT_NAME = "hf_cpu"
 def _register_replica(replica_module) -> None:
     def load():
         from .rollout import HFCPUReplica
+
         return HFCPUReplica
 
     replica_module.RolloutReplicaRegistry.register(ROLLOUT_NAME, load)

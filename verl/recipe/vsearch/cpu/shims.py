@@ -16,6 +16,7 @@ this module can never change a GPU run. Installed in every Ray worker process by
   then silently returns ``None`` and every image disappears from the rollouts. The fallback builds
   the real ``Qwen2_5_VLProcessor`` with its image half only (:mod:`recipe.vsearch.cpu.processor`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,6 +45,7 @@ def patch_processor(set_attr=setattr) -> None:
             if getattr(AutoConfig.from_pretrained(name_or_path), "model_type", None) != "qwen2_5_vl":
                 raise
             from .processor import image_only_processor
+
             return image_only_processor(str(name_or_path))
 
     set_attr(AutoProcessor, "from_pretrained", classmethod(from_pretrained))
@@ -61,8 +63,12 @@ def patch_device_module() -> None:
         "set_rng_state": lambda state, *a, **k: torch.set_rng_state(state),
         "manual_seed": lambda seed: torch.manual_seed(seed),
         "manual_seed_all": lambda seed: torch.manual_seed(seed),
-        "empty_cache": none, "reset_peak_memory_stats": none, "set_per_process_memory_fraction": none,
-        "memory_allocated": zero, "max_memory_allocated": zero, "memory_reserved": zero,
+        "empty_cache": none,
+        "reset_peak_memory_stats": none,
+        "set_per_process_memory_fraction": none,
+        "memory_allocated": zero,
+        "max_memory_allocated": zero,
+        "memory_reserved": zero,
         "max_memory_reserved": zero,
         "mem_get_info": lambda *a, **k: (0, 0),
         "get_device_name": lambda *a, **k: "cpu",
