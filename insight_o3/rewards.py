@@ -197,6 +197,38 @@ def _check_n_tool(n_tool: int) -> int:
     return n_tool
 
 
+def _eq1(
+    *,
+    weights: RewardWeights,
+    gate: float,
+    n_tool: int,
+    format_ok: bool,
+    format_error: str | None,
+    r_iou: float,
+    iou: float | None,
+    matched_gt: int | None,
+    in_loop: bool,
+    variant: str = "paper",
+    repeated_view: bool | None = None,
+) -> RewardBreakdown:
+    """Eq. (1), ``gate · (λ_format · r_format + λ_IoU · r_IoU)``, with every term kept; the one place the
+    four reward functions (paper/original × out-of-loop/in-loop) combine their terms."""
+    r_fmt = 1.0 if format_ok else 0.0
+    return RewardBreakdown(
+        score=gate * (weights.format * r_fmt + weights.iou * r_iou),
+        n_tool=n_tool,
+        tool_gate=gate,
+        r_format=r_fmt,
+        r_iou=r_iou,
+        iou=iou,
+        matched_gt=matched_gt,
+        in_loop=in_loop,
+        format_error=None if format_ok else (format_error or "format check failed"),
+        variant=variant,
+        repeated_view=repeated_view,
+    )
+
+
 def out_of_loop_reward(
     *,
     n_tool: int,
@@ -210,20 +242,16 @@ def out_of_loop_reward(
     when no answer parsed. ``format_ok``: the protocol's r_format verdict (see the module docstring)."""
     n_tool = _check_n_tool(n_tool)
     value, k = best_iou(pred_box, gt_boxes)
-    r_fmt = 1.0 if format_ok else 0.0
-    r_iou = iou_reward(value, weights.alpha)
-    gate = 1.0 if n_tool > 0 else 0.0
-    score = gate * (weights.format * r_fmt + weights.iou * r_iou)
-    return RewardBreakdown(
-        score=score,
+    return _eq1(
+        weights=weights,
+        gate=1.0 if n_tool > 0 else 0.0,
         n_tool=n_tool,
-        tool_gate=gate,
-        r_format=r_fmt,
-        r_iou=r_iou,
+        format_ok=format_ok,
+        format_error=format_error,
+        r_iou=iou_reward(value, weights.alpha),
         iou=value,
         matched_gt=k,
         in_loop=False,
-        format_error=None if format_ok else (format_error or "format check failed"),
     )
 
 
@@ -239,20 +267,16 @@ def in_loop_reward(
     """Eq. (1) with the pseudo IoU reward ``1[s = c = 1]``: ``helpful`` is s (the vReasoner's
     feedback on this search), ``correct`` is c (the judge's verdict on the episode's answer)."""
     n_tool = _check_n_tool(n_tool)
-    r_fmt = 1.0 if format_ok else 0.0
-    r_iou = pseudo_iou_reward(helpful, correct)
-    gate = 1.0 if n_tool > 0 else 0.0
-    score = gate * (weights.format * r_fmt + weights.iou * r_iou)
-    return RewardBreakdown(
-        score=score,
+    return _eq1(
+        weights=weights,
+        gate=1.0 if n_tool > 0 else 0.0,
         n_tool=n_tool,
-        tool_gate=gate,
-        r_format=r_fmt,
-        r_iou=r_iou,
+        format_ok=format_ok,
+        format_error=format_error,
+        r_iou=pseudo_iou_reward(helpful, correct),
         iou=None,
         matched_gt=None,
         in_loop=True,
-        format_error=None if format_ok else (format_error or "format check failed"),
     )
 
 
@@ -335,20 +359,17 @@ def original_out_of_loop_reward(
     ``crop_boxes`` are the model's crop boxes in the model frame of size ``frame_size``."""
     n_tool = _check_n_tool(n_tool)
     value, k = covered_iou(pred_box, gt_boxes, image_size, rules.min_gt_coverage)
-    r_iou = iou_reward(value, rules.weights.alpha)
     gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
-    r_fmt = 1.0 if format_ok else 0.0
-    score = gate * (rules.weights.format * r_fmt + rules.weights.iou * r_iou)
-    return RewardBreakdown(
-        score=score,
+    return _eq1(
+        weights=rules.weights,
+        gate=gate,
         n_tool=n_tool,
-        tool_gate=gate,
-        r_format=r_fmt,
-        r_iou=r_iou,
+        format_ok=format_ok,
+        format_error=format_error,
+        r_iou=iou_reward(value, rules.weights.alpha),
         iou=value,
         matched_gt=k,
         in_loop=False,
-        format_error=None if format_ok else (format_error or "format check failed"),
         variant="original",
         repeated_view=repeated,
     )
@@ -368,19 +389,16 @@ def original_in_loop_reward(
     """The ``original`` in-loop reward: rules 1–2 with the pseudo IoU ``1[s = c = 1]``."""
     n_tool = _check_n_tool(n_tool)
     gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
-    r_fmt = 1.0 if format_ok else 0.0
-    r_iou = pseudo_iou_reward(helpful, correct)
-    score = gate * (rules.weights.format * r_fmt + rules.weights.iou * r_iou)
-    return RewardBreakdown(
-        score=score,
+    return _eq1(
+        weights=rules.weights,
+        gate=gate,
         n_tool=n_tool,
-        tool_gate=gate,
-        r_format=r_fmt,
-        r_iou=r_iou,
+        format_ok=format_ok,
+        format_error=format_error,
+        r_iou=pseudo_iou_reward(helpful, correct),
         iou=None,
         matched_gt=None,
         in_loop=True,
-        format_error=None if format_ok else (format_error or "format check failed"),
         variant="original",
         repeated_view=repeated,
     )
