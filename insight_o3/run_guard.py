@@ -36,7 +36,10 @@ EXIT_LOCKED = ExitCode.LOCKED
 
 
 class RunStopped(Exception):
-    """Base of the errors that stop a run on purpose; ``str()`` is one line."""
+    """Base of the errors that stop a run on purpose; ``str()`` is one line. ``resume_hint`` ends the
+    message of :func:`report_stop` (None where the message itself says how to go on)."""
+
+    resume_hint: str | None = "rerun the same command to resume"
 
 
 class FatalAPIError(RunStopped):
@@ -181,9 +184,7 @@ def report_stop(e: BaseException, redact=lambda s: s, results: str | None = None
         print(redact(msg), file=sys.stderr)
         return EXIT_OUTPUT_ERROR
     if isinstance(e, RunStopped):
-        print(
-            redact(f"error: {e}. Samples finished before this are safe{where}; rerun the same command to resume"),
-            file=sys.stderr,
-        )
+        hint = f"; {e.resume_hint}" if e.resume_hint else ""
+        print(redact(f"error: {e}. Samples finished before this are safe{where}{hint}"), file=sys.stderr)
         return EXIT_API_STOP
     raise TypeError(f"not a stop error: {e!r}")

@@ -79,6 +79,8 @@ class RunConfig:
 class BudgetExceeded(RunStopped):
     """``--max_cost`` / ``--max_tokens_total`` reached: no new work started, work in flight recorded."""
 
+    resume_hint = None  # not "rerun the same command": the same budget stops again (``str()`` says what to do)
+
     def __init__(self, what: str, used: float, limit: float):
         super().__init__(what, used, limit)
         self.what, self.used, self.limit = what, used, limit

@@ -34,7 +34,7 @@ from ..cli import ExitCode, setup_logging
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import build_run_card
-from ..evaluation.runner import BudgetExceeded, RunConfig, failed_count, run_evaluation
+from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.usage import CostModel, PriceError
@@ -45,7 +45,6 @@ from ..rate_limit import AdaptiveLimiter
 from ..run_guard import (
     DEFAULT_MAX_FAILURE_RATIO,
     DEFAULT_MIN_REQUESTS,
-    EXIT_API_STOP,
     EXIT_BAD_INPUT,
     STOP_ERRORS,
     RunGuard,
@@ -453,12 +452,6 @@ def main(argv=None) -> int:
     except RecordFileError as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except BudgetExceeded as e:  # not "rerun the same command": the same budget stops again
-        print(
-            f"error: {e}. Samples finished before this are safe in {os.path.join(a.output_dir, a.eval_name)}",
-            file=sys.stderr,
-        )
-        return EXIT_API_STOP
     except STOP_ERRORS as e:
         return report_stop(e, redactor, os.path.join(a.output_dir, a.eval_name))
     acc = summary.get("overall_accuracy", {})

@@ -33,7 +33,6 @@ from ..evaluation.runner import (
     ARGS_FILE,
     DONE_FILE,
     RECORDS_FILE,
-    BudgetExceeded,
     RunConfig,
     failed_count,
     run_evaluation,
@@ -43,7 +42,7 @@ from ..evaluation.schema import EvalRecord
 from ..evaluation.solver import Attempt
 from ..evaluation.usage import CostModel, PriceError
 from ..rate_limit import AdaptiveLimiter
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, EXIT_API_STOP, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, report_stop
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, report_stop
 from ..storage.record_log import RecordFileError, RecordLog
 
 log = logging.getLogger("insight_o3.rejudge")
@@ -308,9 +307,6 @@ def main(argv=None) -> int:
     except RecordFileError as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except BudgetExceeded as e:  # not "rerun the same command": the same budget stops again
-        print(f"error: {e}. Samples finished before this are safe in {cfg.eval_dir}", file=sys.stderr)
-        return EXIT_API_STOP
     except STOP_ERRORS as e:
         return report_stop(e, redactor, cfg.eval_dir)
     acc = summary.get("overall_accuracy", {})
