@@ -219,6 +219,13 @@ class ImageStore:
         self._sizes: dict[str, tuple[int, int]] = {}
         self.stats = {"decoded": 0, "encoded": 0, "cache_hits": 0, "evicted": 0}
 
+    @classmethod
+    def for_image_workers(cls, image_workers: int | None, **kwargs) -> ImageStore:
+        """The store of a command's ``--image_workers`` flag: None = one process per usable CPU, N > 0 = N
+        processes, 0 = a thread (no worker processes)."""
+        workers = usable_cpus() if image_workers is None else image_workers
+        return cls(workers=max(1, workers), processes=workers > 0, **kwargs)
+
     # ------------------------------------------------------------------ originals
     def original(self, path: str) -> Image.Image:
         with self._lock:

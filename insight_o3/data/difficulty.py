@@ -45,7 +45,7 @@ from ..evaluation.judge import AnswerJudge, Verdict
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.solver import Attempt
-from ..images import ImageStore, Resize, usable_cpus
+from ..images import ImageStore, Resize
 from ..parsing import format_options
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
@@ -186,8 +186,7 @@ def _filter_locked(f: FilterSettings, rows: list[dict], redact) -> dict:
             role="judge",
             guard=guard,
         )
-        workers = usable_cpus() if f.image_workers is None else f.image_workers
-        store = ImageStore(originals_cached=0, workers=max(1, workers), processes=workers > 0)
+        store = ImageStore.for_image_workers(f.image_workers, originals_cached=0)
         solver = SingleModelSolver(
             client,
             f.model,

@@ -20,7 +20,7 @@ from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
 from ..api import DEFAULT_MAX_RETRIES, Redactor, make_client
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
-from ..images import ImageStore, usable_cpus
+from ..images import ImageStore
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, gather_or_stop
 from ..run_lock import run_lock
@@ -151,8 +151,7 @@ async def _run_locked(
 ) -> dict:
     write_json_atomic(os.path.join(a.output_dir, "args.json"), args_record)
     records = RecordLog.open(os.path.join(a.output_dir, "records.jsonl"))
-    workers = usable_cpus() if a.image_workers is None else a.image_workers
-    images = ImageStore(workers=max(1, workers), processes=workers > 0)
+    images = ImageStore.for_image_workers(a.image_workers)
     guard = RunGuard(a.max_failure_ratio, redact=redactor)
     client = make_client(
         a.api_key,

@@ -39,7 +39,7 @@ from ..evaluation.samples import AnnotationError, load_samples, select_subset, s
 from ..evaluation.single_model import SingleModelSolver
 from ..evaluation.usage import CostModel, PriceError
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
-from ..images import ImageStore, Resize, usable_cpus
+from ..images import ImageStore, Resize
 from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..run_guard import (
@@ -325,12 +325,8 @@ def args_record(a: argparse.Namespace) -> dict:
 
 def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
     """The run's image store: ``--image_workers`` processes (default: one per usable CPU)."""
-    workers = usable_cpus() if a.image_workers is None else a.image_workers
-    return ImageStore(
-        max_cached_bytes=a.image_cache_mb * 2**20,
-        originals_cached=originals_cached,
-        workers=max(1, workers),
-        processes=workers > 0,
+    return ImageStore.for_image_workers(
+        a.image_workers, max_cached_bytes=a.image_cache_mb * 2**20, originals_cached=originals_cached
     )
 
 
