@@ -50,12 +50,11 @@ def _argv(ann, img_dir, out, main_url, judge_url, *extra):
 
 
 def _records(out: Path, trial: int) -> list[dict]:
-    path = out / "m/o3_bench" / f"trial_{trial}" / "eval_records.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return eb.read_records(out / "m/o3_bench", trial)
 
 
 def _metrics(out: Path, trial: int) -> dict:
-    return json.loads((out / "m/o3_bench" / f"trial_{trial}" / "eval_metrics.json").read_text())
+    return eb.read_metrics(out / "m/o3_bench", trial)
 
 
 def _assert_expected(out: Path, trials: int):

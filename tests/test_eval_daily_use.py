@@ -44,8 +44,7 @@ def _argv(ann, img_dir, out, main_url, judge_url, *extra):
 
 
 def _records(eval_dir: Path, trial: int = 0) -> list[dict]:
-    path = eval_dir / f"trial_{trial}" / "eval_records.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return eb.read_records(eval_dir, trial)
 
 
 def _only_dir(out: Path) -> Path:

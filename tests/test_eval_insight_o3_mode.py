@@ -131,11 +131,11 @@ def _argv(out: Path, ann, img_dir, reasoner_url: str, searcher_url: str, judge_u
 
 
 def _records(out: Path, k: int) -> list[dict]:
-    return [json.loads(x) for x in (out / EVAL / f"trial_{k}" / "eval_records.jsonl").read_text().splitlines()]
+    return eb.read_records(out / EVAL, k)
 
 
 def _metrics(out: Path, k: int) -> dict:
-    return json.loads((out / EVAL / f"trial_{k}" / "eval_metrics.json").read_text())
+    return eb.read_metrics(out / EVAL, k)
 
 
 def _assert_expected(out: Path, trials: int, searches_found: float = 1.0):

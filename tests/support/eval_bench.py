@@ -138,3 +138,14 @@ def faulty_model_script(server_ref: dict):
         return model_reply(req)
 
     return script
+
+
+def read_records(eval_dir: Path, trial: int = 0) -> list[dict]:
+    """The records of ``<eval_dir>/trial_<trial>/eval_records.jsonl``, in file order."""
+    path = eval_dir / f"trial_{trial}" / "eval_records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def read_metrics(eval_dir: Path, trial: int = 0) -> dict:
+    """``<eval_dir>/trial_<trial>/eval_metrics.json``."""
+    return json.loads((eval_dir / f"trial_{trial}" / "eval_metrics.json").read_text())
