@@ -12,6 +12,9 @@ Per trial (``eval_metrics.json``), with ``total`` = all samples:
 * InSight-o3 runs (attempt stats present): ``mean_search_calls``, ``search_not_found_ratio`` and the
   tool-use health numbers of :func:`tool_use_health`
 * ``usage`` (tokens per role), ``tokens_total`` and, with prices, ``cost_usd`` of the trial's records
+* why episodes failed (:mod:`.attribution`): ``attribution`` / ``attribution_ratio`` (records per
+  bucket), ``category_attribution``, and for InSight-o3 runs the paper's D.4 ``error_split``
+  (vReasoner / vSearcher); with annotated evidence, ``evidence_coverage`` and ``crop_quality``
 
 The summary (``summary_metrics.json``) mirrors that structure with every number replaced by
 ``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials`` (the runner adds
@@ -25,6 +28,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..trajectory import image_refs
+from .attribution import attribution_metrics
 from .schema import STATUSES, EvalRecord, EvalResult, RecordError
 from .usage import merge, total_tokens
 
@@ -93,7 +97,16 @@ def compute_metrics(records: list[EvalRecord | dict]) -> dict:
     ]
     if costs:
         out["cost_usd"] = float(sum(costs))
+    out.update(attribution_metrics(_as_records(records)))
     return out
+
+
+def _as_records(records: list[EvalRecord | dict]) -> list[EvalRecord]:
+    """Records for the attribution (a dict without a key gets its position as one)."""
+    return [
+        r if isinstance(r, EvalRecord) else EvalRecord.from_dict({"sample_key": f"#{i}", **r}, f"record {i}")
+        for i, r in enumerate(records)
+    ]
 
 
 def _crop_area_ratios(result: dict) -> list[float]:

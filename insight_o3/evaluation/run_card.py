@@ -119,6 +119,12 @@ def build_run_card(
     return card
 
 
+def card_sha256(card: dict) -> str:
+    """sha256 of a run card's canonical JSON (sorted keys, no spaces): what a leaderboard entry cites."""
+    text = json.dumps(card, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def load_run_card(eval_dir: str) -> dict | None:
     path = os.path.join(eval_dir, RUN_CARD_FILE)
     try:

@@ -1,0 +1,255 @@
+"""Exports of a finished run: its trajectories as Parquet (for SFT or rejection sampling) and a
+leaderboard entry as JSON.
+
+**Trajectories** — one row per (sample, trial), typed by :data:`TRAJECTORY_SCHEMA` so
+``datasets.load_dataset("parquet", data_files=...)`` (or ``pyarrow.parquet.read_table``) loads
+it as is. The conversation is ``messages``: chat messages whose ``content`` is a list of parts
+``{"type": "text", "text": ..., "image": null}`` or ``{"type": "image", "text": null, "image": i}``,
+``i`` indexing ``images`` — image *references* (source file, region in original pixels, size sent),
+never pixels, exactly as in the records. Prompt texts that records store by name are written out.
+Each vSearcher call is a row of ``searches`` (the vReasoner turn it answered, description, status,
+boxes, the vSearcher's own ``messages``/``images``). Verdicts (``status``, ``extracted_answer``,
+``judge_outputs`` …), the failure ``attribution`` (:mod:`.attribution`), token ``usage`` per role and
+``cost_usd`` complete the row. ``question_id`` is written as text (benchmarks mix ints and strings).
+
+**Leaderboard** — :func:`leaderboard`: accuracy with its cluster-bootstrap interval overall and per
+category (:mod:`.significance`), per-trial accuracy, tokens and cost, the failure attribution and the
+sha256 of the run card, so an entry can always be traced to the exact settings that produced it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import __version__
+from ..agents.records import expand_messages
+from ..storage.atomic import atomic_writer
+from .attribution import attribute, attribution_metrics
+from .run_records import RunRecords
+from .schema import USAGE_ROLES, EvalRecord
+from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, outcomes, run_accuracy
+from .usage import merge, total_tokens
+
+LEADERBOARD_FORMAT = "insight_o3.leaderboard/1"
+
+_PART = pa.struct([("type", pa.string()), ("text", pa.string()), ("image", pa.int32())])
+_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.list_(_PART))])
+_IMAGE = pa.struct([("path", pa.string()), ("region", pa.list_(pa.float64())), ("size", pa.list_(pa.int64()))])
+_SEARCH = pa.struct(
+    [
+        ("turn", pa.int32()),
+        ("description", pa.string()),
+        ("status", pa.string()),
+        ("box_original", pa.list_(pa.float64())),
+        ("box_model", pa.list_(pa.float64())),
+        ("n_tool_calls", pa.int64()),
+        ("format_ok", pa.bool_()),
+        ("error", pa.string()),
+        ("messages", pa.list_(_MESSAGE)),
+        ("images", pa.list_(_IMAGE)),
+    ]
+)
+_COUNTS = pa.struct(
+    [
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("reasoning_tokens", pa.int64()),
+        ("requests", pa.int64()),
+    ]
+)
+#: The columns of ``trajectories.parquet``.
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        ("eval_name", pa.string()),
+        ("run_card_sha256", pa.string()),
+        ("sample_key", pa.string()),
+        ("question_id", pa.string()),
+        ("index", pa.int64()),
+        ("trial", pa.int64()),
+        ("category", pa.string()),
+        ("image", pa.string()),
+        ("image_path", pa.string()),
+        ("question", pa.string()),
+        ("options", pa.string()),
+        ("answer", pa.string()),
+        ("status", pa.string()),
+        ("is_correct", pa.bool_()),
+        ("has_answer", pa.bool_()),
+        ("response", pa.string()),
+        ("finish_reason", pa.string()),
+        ("extracted_answer", pa.string()),
+        ("judge_method", pa.string()),
+        ("judge_outputs", pa.list_(pa.string())),
+        ("fail_reason", pa.string()),
+        ("fail_stage", pa.string()),
+        ("attribution", pa.string()),
+        ("blame", pa.string()),
+        ("evidence_coverage", pa.float64()),
+        ("n_search_calls", pa.int64()),
+        ("messages", pa.list_(_MESSAGE)),
+        ("images", pa.list_(_IMAGE)),
+        ("searches", pa.list_(_SEARCH)),
+        ("usage", pa.struct([(role, _COUNTS) for role in USAGE_ROLES])),
+        ("cost_usd", pa.float64()),
+    ]
+)
+
+
+def _boxf(v: Any) -> list[float] | None:
+    return [float(x) for x in v] if isinstance(v, (list, tuple)) else None
+
+
+def conversation(messages: list[dict] | None) -> tuple[list[dict], list[dict]]:
+    """``(messages, images)`` of a recorded conversation: text parts expanded, image parts as indices
+    into ``images`` (the references in order of appearance)."""
+    msgs, images = [], []
+    for m in expand_messages(messages or []):
+        c = m.get("content")
+        parts = []
+        if isinstance(c, str):
+            parts.append({"type": "text", "text": c, "image": None})
+        for p in c if isinstance(c, list) else []:
+            if p.get("type") == "image" and isinstance(p.get("image"), dict):
+                ref = p["image"]
+                images.append(
+                    {"path": str(ref.get("path")), "region": _boxf(ref.get("region")), "size": ref.get("size")}
+                )
+                parts.append({"type": "image", "text": None, "image": len(images) - 1})
+            else:
+                parts.append({"type": "text", "text": str(p.get("text", "")), "image": None})
+        msgs.append({"role": str(m.get("role")), "content": parts})
+    return msgs, images
+
+
+def _searches(trajectory: list[dict] | None) -> list[dict]:
+    out = []
+    for i, m in enumerate(trajectory or []):
+        s = m.get("search") if isinstance(m, dict) else None
+        if not isinstance(s, dict):
+            continue
+        sub_msgs, sub_imgs = conversation(s.get("trajectory"))
+        out.append(
+            {
+                "turn": i,
+                "description": s.get("description"),
+                "status": s.get("status"),
+                "box_original": _boxf(s.get("box_original")),
+                "box_model": _boxf(s.get("box_model")),
+                "n_tool_calls": s.get("n_tool_calls"),
+                "format_ok": s.get("format_ok"),
+                "error": s.get("error"),
+                "messages": sub_msgs,
+                "images": sub_imgs,
+            }
+        )
+    return out
+
+
+def trajectory_row(rec: EvalRecord, eval_name: str = "", card_sha: str | None = None) -> dict:
+    """One Parquet row (see the module docstring) of one record."""
+    er = rec.eval_result
+    att = attribute(rec)
+    msgs, images = conversation(er.trajectory)
+    searches = _searches(er.trajectory)
+    return {
+        "eval_name": eval_name,
+        "run_card_sha256": card_sha,
+        "sample_key": rec.sample_key,
+        "question_id": None if rec.question_id is None else str(rec.question_id),
+        "index": rec.index,
+        "trial": rec.trial,
+        "category": rec.category,
+        "image": rec.image,
+        "image_path": rec.image_path,
+        "question": rec.question,
+        "options": rec.options,
+        "answer": rec.answer,
+        "status": er.status,
+        "is_correct": er.status == "correct",
+        "has_answer": er.has_answer,
+        "response": er.response,
+        "finish_reason": er.finish_reason,
+        "extracted_answer": er.extracted_answer,
+        "judge_method": er.judge_method,
+        "judge_outputs": [str(x) for x in er.judge_outputs],
+        "fail_reason": er.fail_reason,
+        "fail_stage": er.fail_stage,
+        "attribution": att.bucket,
+        "blame": att.blame,
+        "evidence_coverage": att.evidence_coverage,
+        "n_search_calls": int(er.stats.get("n_search_calls", len(searches)) or 0),
+        "messages": msgs,
+        "images": images,
+        "searches": searches,
+        "usage": {role: (rec.usage[role].to_dict() if role in rec.usage else None) for role in USAGE_ROLES},
+        "cost_usd": rec.cost_usd,
+    }
+
+
+def trajectory_rows(run: RunRecords) -> list[dict]:
+    """Every record of every trial, as rows (trial-major, in the annotation file's order)."""
+    sha = run.card_sha256
+    return [trajectory_row(r, run.name, sha) for r in run.records()]
+
+
+def write_trajectories(path: str | os.PathLike, rows: list[dict]) -> int:
+    """Write rows as one Parquet file (atomically: a reader never sees half a file); returns its size."""
+    table = pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA)
+    with atomic_writer(path, "wb") as f:
+        pq.write_table(table, f, compression="zstd")
+    return os.path.getsize(path)
+
+
+def leaderboard(
+    run: RunRecords,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> dict:
+    """The run's leaderboard entry (see the module docstring)."""
+    card = run.card or {}
+    settings = card.get("settings") or {}
+    o = outcomes(run.trials)
+    overall, cats = run_accuracy(o, n_resamples, confidence, seed)
+    recs = run.records()
+    usage = merge([r.usage_dict() for r in recs])
+    costs = [r.cost_usd for r in recs if r.cost_usd is not None]
+    episodes = len(recs)
+    att = attribution_metrics(recs)
+    return {
+        "format": LEADERBOARD_FORMAT,
+        "eval_name": run.name,
+        "model": card.get("model", settings.get("model")),
+        "vsearcher_model": settings.get("vsearcher_model"),
+        "oracle_crops": settings.get("oracle_crops"),
+        "benchmark_file": card.get("benchmark_file", settings.get("ann_file")),
+        "benchmark_sha256": card.get("benchmark_sha256"),
+        "subset": card.get("subset"),
+        "judge": card.get("judge"),
+        "run_card_sha256": run.card_sha256,
+        "num_samples": len(o.keys),
+        "num_trials": len(run.trials),
+        "accuracy": {
+            **overall.to_dict(),
+            "per_trial": [float(v) for v in o.correct.mean(axis=0)],
+            "std_over_trials": float(np.std(o.correct.mean(axis=0))),
+        },
+        "categories": {c: a.to_dict() for c, a in cats.items()},
+        "ci": {"method": "cluster bootstrap over samples, percentile", "confidence": confidence, "resamples": n_resamples},
+        "tokens": {
+            "total": sum(total_tokens(r.usage_dict()) for r in recs),
+            "per_episode": sum(total_tokens(r.usage_dict()) for r in recs) / episodes if episodes else 0.0,
+            "by_role": usage,
+        },
+        "cost_usd": (
+            {"total": float(sum(costs)), "per_episode": float(sum(costs)) / episodes} if costs else None
+        ),
+        "attribution": att["attribution_ratio"],
+        "error_split": att.get("error_split_ratio"),
+        "insight_o3_version": __version__,
+    }
