@@ -138,6 +138,80 @@ def test_insight_o3_episode_and_verify_judge_requests_equal_the_originals(tmp_pa
     assert [r["eval_result"]["status"] for r in recs] == ["correct", "correct"]  # e0 by the judge, e1 by rule
 
 
+def _oracle_run(tmp_path, srv) -> None:
+    files, img_dir = G.make_bench(tmp_path)
+    _run(
+        [
+            "--eval_name",
+            "golden_oracle",
+            "--ann_file",
+            str(files["oracle"]),
+            "--img_dir",
+            str(img_dir),
+            "--model",
+            "golden-oracle-vlm",
+            "--api_base_url",
+            srv.base_url,
+            "--api_key",
+            "k-main",
+            "--judge_model",
+            "golden-judge",
+            "--judge_api_base_url",
+            srv.base_url,
+            "--judge_api_key",
+            "k-judge",
+            "--num_trials",
+            "2",
+            "--img_max_pixels",
+            "1638400",
+            "--oracle_crops",
+            "target_layouts",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ]
+    )
+
+
+def test_oracle_target_layout_requests_are_pinned(tmp_path, openai_server):
+    """The Table 6 oracle (docs/fidelity.md, "Table 6 oracle"): the baseline request with the target-layout
+    crops as image parts after the full image and before the unchanged text. Pinned by
+    ``oracle_requests.json`` (recorded from this code: the original has no oracle), and spelled out here."""
+    srv = openai_server(G.combined_script())
+    _oracle_run(tmp_path, srv)
+    _check("oracle_requests.json", srv.requests)
+    model = {
+        G.marker(G.request_text(r)): G.reduce_request(r) for r in srv.requests if r["model"] == "golden-oracle-vlm"
+    }
+    o0 = model["o0"]
+    assert [m["role"] for m in o0["messages"]] == ["user"] and o0["n"] == 2 and o0["max_completion_tokens"] == 16384
+    parts = o0["messages"][0]["content"]
+    assert [p["type"] for p in parts] == ["image_url", "image_url", "image_url", "text"]
+    # the full image at the budget; layout 2 (30x20) enlarged to 56 px, then to 112x112 of area; layout 1
+    # (1600x1300) held to the budget; JPEG at PIL's default quality, detail "high" on every image
+    assert [p["image_url"]["url"]["size"] for p in parts[:3]] == [[1478, 1108], [137, 91], [1420, 1153]]
+    assert all(p["image_url"]["detail"] == "high" and p["image_url"]["url"]["mime"] == "image/jpeg" for p in parts[:3])
+    assert parts[3]["text"] == "[o0] What does the figure show?\n" + G.OPTIONS  # the baseline's text, nothing added
+    assert [p["type"] for p in model["o1"]["messages"][0]["content"]] == ["image_url", "image_url", "text"]
+    # the records keep the crops as references: the attribution sees the evidence as shown
+    rec = json.loads((tmp_path / "out/golden_oracle/trial_0/eval_records.jsonl").read_text().splitlines()[0])
+    regions = [p["image"]["region"] for p in rec["eval_result"]["trajectory"][0]["content"] if p["type"] == "image"]
+    assert regions == [[0, 0, 2400, 1800], [2000, 1500, 2030, 1520], [100, 80, 1700, 1380]]
+    card = json.loads((tmp_path / "out/golden_oracle/run_card.json").read_text())
+    assert card["settings"]["oracle_crops"] == "target_layouts"
+
+
+def test_oracle_refuses_samples_without_target_layouts(tmp_path, openai_server, capsys):
+    files, img_dir = G.make_bench(tmp_path)
+    srv = openai_server(G.combined_script())
+    argv = ["--ann_file", str(files["mcq"]), "--img_dir", str(img_dir), "--model", "m", "--api_base_url"]
+    argv += [srv.base_url, "--api_key", "k", "--eval_name", "x", "--output_dir", str(tmp_path / "out")]
+    assert evaluate.main([*argv, "--oracle_crops", "target_layouts", "--no_progress"]) == 2
+    assert f"{files['mcq']}:1: field 'target_layouts' is missing" in capsys.readouterr().err
+    assert srv.count == 0
+    with pytest.raises(SystemExit):
+        evaluate.parse_args([*argv, "--oracle_crops", "target_layouts", "--vsearcher_model", "v"])
+
+
 def test_a_changed_payload_is_reported_by_request_and_field():
     golden = G.load("insight_o3_requests.json")
     ours = copy.deepcopy(golden)
@@ -153,7 +227,7 @@ def test_a_changed_payload_is_reported_by_request_and_field():
     assert G.differences(golden, ours[1:])[0].endswith("expected 1 request(s), got 0")
 
 
-@pytest.mark.parametrize("name", ["baseline_requests.json", "insight_o3_requests.json"])
+@pytest.mark.parametrize("name", ["baseline_requests.json", "insight_o3_requests.json", "oracle_requests.json"])
 def test_goldens_hold_no_pixels(name):
     text = (G.GOLDEN_DIR / name).read_text()
     assert "base64" not in text and "data:image" not in text

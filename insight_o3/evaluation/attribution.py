@@ -213,9 +213,7 @@ def _counts(atts: list[Attribution]) -> dict:
     return {b: c.get(b, 0) for b in BUCKETS}
 
 
-def attribution_metrics(
-    records: Iterable[EvalRecord], coverage_threshold: float = DEFAULT_COVERAGE_THRESHOLD
-) -> dict:
+def attribution_metrics(records: Iterable[EvalRecord], coverage_threshold: float = DEFAULT_COVERAGE_THRESHOLD) -> dict:
     """The attribution numbers of one trial's records, for ``eval_metrics.json``:
 
     * ``attribution`` — records per bucket (every bucket listed), ``attribution_ratio`` — the same / total;

@@ -67,7 +67,9 @@ def has_evidence(fields: Mapping[str, Any]) -> bool:
     return any(fields.get(f) not in (None, "", []) for f in EVIDENCE_FIELDS)
 
 
-def evidence_boxes(fields: Mapping[str, Any], where: str = "<sample>", strict: bool = False) -> list[EvidenceBox] | None:
+def evidence_boxes(
+    fields: Mapping[str, Any], where: str = "<sample>", strict: bool = False
+) -> list[EvidenceBox] | None:
     """The evidence boxes of a sample (annotation fields or a record), or None when it has no
     evidence annotation. ``strict``: a target that names no layout, or a box that is not four finite
     numbers with positive area, raises :class:`EvidenceError` (else it is left out)."""

@@ -110,7 +110,7 @@ def conversation(messages: list[dict] | None) -> tuple[list[dict], list[dict]]:
     msgs, images = [], []
     for m in expand_messages(messages or []):
         c = m.get("content")
-        parts = []
+        parts: list[dict[str, Any]] = []
         if isinstance(c, str):
             parts.append({"type": "text", "text": c, "image": None})
         for p in c if isinstance(c, list) else []:
@@ -240,15 +240,17 @@ def leaderboard(
             "std_over_trials": float(np.std(o.correct.mean(axis=0))),
         },
         "categories": {c: a.to_dict() for c, a in cats.items()},
-        "ci": {"method": "cluster bootstrap over samples, percentile", "confidence": confidence, "resamples": n_resamples},
+        "ci": {
+            "method": "cluster bootstrap over samples, percentile",
+            "confidence": confidence,
+            "resamples": n_resamples,
+        },
         "tokens": {
             "total": sum(total_tokens(r.usage_dict()) for r in recs),
             "per_episode": sum(total_tokens(r.usage_dict()) for r in recs) / episodes if episodes else 0.0,
             "by_role": usage,
         },
-        "cost_usd": (
-            {"total": float(sum(costs)), "per_episode": float(sum(costs)) / episodes} if costs else None
-        ),
+        "cost_usd": ({"total": float(sum(costs)), "per_episode": float(sum(costs)) / episodes} if costs else None),
         "attribution": att["attribution_ratio"],
         "error_split": att.get("error_split_ratio"),
         "insight_o3_version": __version__,

@@ -40,6 +40,7 @@ ROW_KEYS = (
     "settings.max_vsearch_calls",
     "settings.reasoner_prompt",
     "settings.vsearcher_chat_completion_kwargs",
+    "settings.oracle_crops",
     "judge.model",
     "judge.flow",
     "prompts_sha256",

@@ -5,15 +5,21 @@ The request is the released ``evaluate.py``'s: an optional system message, then 
 set. One request with ``n`` choices per sample (or ``n`` requests with ``n=1`` under
 ``separate_trial_requests``, for APIs that reject ``n > 1``). Retries of API errors are the SDK's;
 a server that returns fewer choices than asked is asked again for the missing ones.
+
+``extra_views`` (the Table 6 oracle, :mod:`.oracle`) adds crops of the image, each its own image
+part after the full image and before the text: ``[image_url, crop_1, …, crop_k, text]``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import EXPECTED_ERRORS
-from ..images import ImageError, ImageStore, Resize
+from ..geometry import Box
+from ..images import EncodedImage, ImageError, ImageStore, Resize
 from ..trajectory import image_part, message, to_openai
 from .solver import Attempt
 
@@ -44,6 +50,8 @@ class SingleModelSolver:
         image_url_extra: dict | None = None,
         separate_trial_requests: bool = False,
         redact=lambda s: s,
+        extra_views: Callable[[Any], list[Box]] | None = None,
+        extra_resize: Resize | None = None,
     ):
         self.client = client
         self.model = model
@@ -56,17 +64,33 @@ class SingleModelSolver:
         self.image_url_extra = image_url_extra
         self.separate = separate_trial_requests
         self.redact = redact
+        self.extra_views = extra_views  # sample -> crop boxes (original pixels) shown after the image
+        self.extra_resize = extra_resize or resize
+
+    async def _views(self, sample) -> list[EncodedImage]:
+        """The full image, then the extra views (crops) of ``sample``; raises ImageError."""
+        views = [await self.images.aget(sample.image_path, self.resize)]
+        if self.extra_views is not None:
+            w, h = self.images.size(sample.image_path)
+            for box in self.extra_views(sample):
+                x1, y1, x2, y2 = max(0.0, box[0]), max(0.0, box[1]), min(float(w), box[2]), min(float(h), box[3])
+                if x2 <= x1 or y2 <= y1:
+                    raise ImageError(f"crop {list(box)} has no area inside the {w}x{h} image {sample.image_path}")
+                views.append(await self.images.aget(sample.image_path, self.extra_resize, (x1, y1, x2, y2)))
+        return views
 
     async def solve(self, sample, n: int) -> list[Attempt]:
         try:
-            enc = await self.images.aget(sample.image_path, self.resize)
+            views = await self._views(sample)
         except ImageError as e:
             return [Attempt(None, None, error=f"image error: {e}") for _ in range(n)]
         msgs = []
         if self.system_prompt:
             msgs.append(message("system", self.system_prompt))
-        msgs.append(message("user", image_part(enc.ref), sample.prompt()))  # image first, as the original
-        api_msgs = to_openai(msgs, lambda ref: enc, self.image_url_extra)
+        images = [image_part(v.ref) for v in views]
+        msgs.append(message("user", *images, sample.prompt()))  # images first, as the original
+        encoded = {v.ref: v for v in views}
+        api_msgs = to_openai(msgs, encoded.__getitem__, self.image_url_extra)
         if self.separate:
             batches = await asyncio.gather(*(self._choices(api_msgs, 1) for _ in range(n)))
             got = [a for b in batches for a in b]

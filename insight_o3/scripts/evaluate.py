@@ -33,6 +33,7 @@ from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
 from ..cli import ExitCode, setup_logging
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
+from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
 from ..evaluation.run_card import build_run_card
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
@@ -222,6 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
         'paper\'s evaluation setting), e.g. \'{"max_tokens": 4096}\'',
     )
     g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
+    g = p.add_argument_group("analysis (paper Table 6)")
+    g.add_argument(
+        "--oracle_crops",
+        choices=ORACLE_CROPS,
+        default=None,
+        help="give a single model the crops of each sample's annotated target layouts after the full image "
+        "(the '+ target layouts' rows of Table 6; default eval name <model>+target_layouts/<benchmark>)",
+    )
     return p
 
 
@@ -246,10 +255,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         a.img_dir = a.img_dir or lay.img_dir
     if not a.ann_file or not a.img_dir:
         p.error("give --ann_file and --img_dir, or --benchmark NAME")
+    if a.oracle_crops and a.vsearcher_model:
+        p.error("--oracle_crops is for a single model (Table 6); InSight-o3 mode finds its own crops")
     if not a.eval_name:
         if not a.benchmark:
             p.error("--eval_name is required unless --benchmark is given")
-        a.eval_name = f"{a.model}/{a.benchmark}"
+        a.eval_name = f"{a.model}{'+' + a.oracle_crops if a.oracle_crops else ''}/{a.benchmark}"
     for name in ("num_trials", "concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1")
@@ -333,7 +344,7 @@ def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
 async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostModel | None = None) -> dict:
     guard = RunGuard(a.max_failure_ratio, redact=redactor)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
-    images = image_store(a, originals_cached=2 if a.vsearcher_model else 0)
+    images = image_store(a, originals_cached=2 if a.vsearcher_model or a.oracle_crops else 0)
     adaptive = not a.no_adaptive_concurrency
     model_limiter = AdaptiveLimiter(a.concurrency, a.rpm, a.tpm) if adaptive or a.rpm or a.tpm else None
     judge_limiter = (
@@ -384,6 +395,8 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
                 image_url_extra=a.image_url_extra_settings,
                 separate_trial_requests=a.separate_trial_requests,
                 redact=redactor,
+                extra_views=oracle_regions if a.oracle_crops else None,
+                extra_resize=oracle_crop_resize(a.img_max_pixels or None) if a.oracle_crops else None,
             )
         judge = AnswerJudge(
             judge_client,
@@ -431,6 +444,8 @@ def main(argv=None) -> int:
     redactor = Redactor(a.api_key, a.judge_api_key, a.vsearcher_api_key)
     try:
         samples = select_subset(load_samples(a.ann_file, a.img_dir), a.subset, a.ann_file)
+        if a.oracle_crops:
+            check_oracle_samples(samples, a.ann_file)
         costs = cost_model(a)
     except (AnnotationError, PriceError) as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)

@@ -20,7 +20,7 @@ from PIL import Image
 from tests.support.openai_server import Call, Reply, chat, error, request_text, user_message_text
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
-_MARK = re.compile(r"\[([ge]\d+)\]")
+_MARK = re.compile(r"\[([geo]\d+)\]")
 
 # ----------------------------------------------------------------------------- the benchmark
 IMAGES = {"images/wide.png": (2400, 1800), "images/small.png": (300, 200)}
@@ -64,6 +64,18 @@ SEARCHER_TURNS = {
     "the bottom bar of [e1]": ["<think>bottom</think> <answer>[10, 1500, 600, 2300]</answer>"],
 }
 JUDGE_REPLIES = {"mcq": {"g1": "A"}, "open": {"g2": "seven kilometres"}, "verify": "<correct>"}
+#: Table 6 oracle questions (``--oracle_crops target_layouts``): marker -> (image, options?, answer,
+#: target layout ids, model reply). Layout 2 is tiny (enlarged to the vReasoner's crop minimum),
+#: layout 1 is larger than the budget allows for one image (resized), layout 3 is not a target.
+ORACLE_LAYOUTS = {
+    "1": {"layout_id": 1, "bbox": [100, 80, 1700, 1380], "label": "chart"},
+    "2": {"layout_id": 2, "bbox": [2000, 1500, 2030, 1520], "label": "legend"},
+    "3": {"layout_id": 3, "bbox": [0, 0, 50, 50], "label": "title"},
+}
+ORACLE = {
+    "o0": ("images/wide.png", True, "B", [2, 1], "<answer>B</answer>"),
+    "o1": ("images/small.png", False, "7 km", [3], "<answer>7 km</answer>"),
+}
 
 
 def _pixels(w: int, h: int, seed: int) -> np.ndarray:
@@ -101,6 +113,10 @@ def make_bench(root: Path) -> tuple[dict[str, Path], Path]:
         "mcq": [row(q, im, mcq, a) for q, (im, mcq, a, _, _) in BASELINE.items() if mcq],
         "open": [row(q, im, mcq, a) for q, (im, mcq, a, _, _) in BASELINE.items() if not mcq],
         "episodes": [row(q, im, mcq, a) for q, (im, mcq, a) in EPISODES.items()],
+        "oracle": [
+            {**row(q, im, mcq, a), "target_layouts": t, "layout_infos": ORACLE_LAYOUTS}
+            for q, (im, mcq, a, t, _) in ORACLE.items()
+        ],
     }
     out = {}
     for name, rows in files.items():
@@ -119,6 +135,14 @@ def model_script():
     def script(req: dict, call: Call) -> Reply:
         _, _, _, text, finish = BASELINE[marker(request_text(req))]
         return chat([text] * call.n, finish_reason=finish)
+
+    return script
+
+
+def oracle_model_script():
+    def script(req: dict, call: Call) -> Reply:
+        reply = ORACLE[marker(request_text(req))][4]
+        return chat([reply] * call.n)
 
     return script
 
@@ -161,6 +185,7 @@ def combined_script():
     """One endpoint for everything, dispatched on the request's model name (for the CLI run)."""
     scripts = {
         "golden-vlm": model_script(),
+        "golden-oracle-vlm": oracle_model_script(),
         "golden-judge": judge_script(),
         "golden-reasoner": reasoner_script(),
         "golden-searcher": searcher_script(),

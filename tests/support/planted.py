@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from insight_o3.evaluation.schema import EvalRecord
 from insight_o3.images import ImageRef
-from insight_o3.trajectory import image_part, message
+from insight_o3.trajectory import message
 
 W, H = 1000, 800
 IMAGE = "images/map.png"
