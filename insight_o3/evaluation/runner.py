@@ -15,7 +15,7 @@ be written stops it the same way, with :class:`~insight_o3.storage.atomic.Output
 
 Each record carries the token ``usage`` per role of its attempt and its judging (every client reports
 to the usage meter of the asyncio task that sent the request: one per solve, split over its trials,
-and one per judging; see :mod:`insight_o3.evaluation.usage`) and ``cost_usd``. With a budget
+and one per judging; see :mod:`insight_o3.usage`) and ``cost_usd``. With a budget
 (``max_cost``/``max_tokens_total``, counted over everything recorded in the eval dir) reached, no new
 item is started, the ones in flight are recorded, and :class:`BudgetExceeded` is raised; a rerun with
 a higher budget resumes. A solver with ``solves_by_trial`` (rejudge's stored attempts) is asked per
@@ -35,15 +35,15 @@ from tqdm.auto import tqdm
 
 from ..run_guard import RunGuard, RunStopped, gather_or_stop
 from ..run_lock import run_lock
+from ..solver import Attempt
 from ..storage.atomic import OutputError, write_json_atomic
 from ..storage.record_log import RecordFileError, RecordLog, touch_atomic
 from ..trajectory import image_refs
+from ..usage import CostModel, UsageMeter, merge, metering, total_tokens
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
 from .samples import Sample
 from .schema import EvalRecord, EvalResult
-from .solver import Attempt
-from .usage import CostModel, UsageMeter, merge, metering, total_tokens
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def build_record(
     cost_usd: float | None = None,
 ) -> EvalRecord:
     """One result line: the sample's fields, ``usage`` per role and ``cost_usd`` (see
-    :mod:`insight_o3.evaluation.usage`) plus ``eval_result`` (image references, never pixels)."""
+    :mod:`insight_o3.usage`) plus ``eval_result`` (image references, never pixels)."""
     refs = image_refs(attempt.trajectory or [])
     result = EvalResult(
         status=verdict.status,

@@ -25,8 +25,8 @@ import os
 import re
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
-from ..cli import ExitCode, new_parser, setup_logging
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve
+from ..cli import STOP_ERRORS, ExitCode, new_parser, report_stop, setup_logging
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import load_run_card
 from ..evaluation.runner import (
@@ -39,11 +39,12 @@ from ..evaluation.runner import (
 )
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
-from ..evaluation.solver import Attempt
-from ..evaluation.usage import CostModel, PriceError
 from ..rate_limit import AdaptiveLimiter
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, report_stop
+from ..redaction import Redactor
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
+from ..solver import Attempt
 from ..storage.record_log import RecordFileError, RecordLog
+from ..usage import CostModel, PriceError
 
 log = logging.getLogger("insight_o3.rejudge")
 #: Record fields that are not annotation fields (the rest is the sample as loaded).
@@ -259,7 +260,7 @@ def main(argv=None) -> int:
         samples, records, card = load_source(a.eval_dir)
     except (SourceError, RecordFileError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
     a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
@@ -276,11 +277,11 @@ def main(argv=None) -> int:
         )
     except PriceError as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     output_dir, eval_name = _target(a, a.eval_dir, src_settings.get("eval_name"))
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
         print("error: the re-judged run must go to a new eval dir (choose another --eval_name)", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     cfg = RunConfig(
         output_dir=output_dir,
         eval_name=eval_name,
@@ -306,7 +307,7 @@ def main(argv=None) -> int:
         summary = asyncio.run(_run(a, samples, records, card, cfg, redactor))
     except RecordFileError as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
         return report_stop(e, redactor, cfg.eval_dir)
     acc = summary.get("overall_accuracy", {})
