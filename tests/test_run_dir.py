@@ -8,6 +8,7 @@ import json
 import pytest
 
 from insight_o3.evaluation.run_dir import FORMAT_VERSION, NewerFormatError, RunDir, RunDirError
+from insight_o3.scripts import gather_eval_results, rejudge, report
 
 pytestmark = pytest.mark.smoke
 
@@ -72,3 +73,13 @@ def test_a_newer_format_is_a_clear_error(tmp_path):
     rd = _newer(tmp_path)
     with pytest.raises(NewerFormatError, match=rf"run_card.json: format_version {FORMAT_VERSION + 1} .* newer"):
         rd.check_format()
+
+
+def test_every_reader_refuses_a_newer_format(tmp_path, capsys):
+    rd = _newer(tmp_path)
+    assert rejudge.main([rd.path, "--judge_model", "j", "--no_progress"]) == 2
+    assert "newer insight_o3" in capsys.readouterr().err
+    assert report.main([rd.path, "--out", str(tmp_path / "r.html")]) == 2
+    assert "newer insight_o3" in capsys.readouterr().err
+    assert gather_eval_results.main(["--settings", "m", "--datasets", "o3_bench", "--output_dir", str(tmp_path)]) == 2
+    assert "newer insight_o3" in capsys.readouterr().err

@@ -58,6 +58,79 @@ def trial_index(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def read_json_object(path: str) -> dict | None:
+    """A JSON object file of a run (None when missing; :class:`RunDirError` naming it when unusable)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as e:
+        raise RunDirError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise RunDirError(f"{path}: not valid UTF-8 ({e.reason})") from None
+    except OSError as e:
+        raise RunDirError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not isinstance(obj, dict):
+        raise RunDirError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+class TrialDir:
+    """One ``trial_<k>`` directory (any directory holding an ``eval_records.jsonl`` reads the same)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self.records_path = os.path.join(self.path, RECORDS_FILE)
+        self.metrics_path = os.path.join(self.path, METRICS_FILE)
+        self.done_path = os.path.join(self.path, DONE_FILE)
+
+    @property
+    def index(self) -> int | None:
+        return trial_index(os.path.basename(os.path.normpath(self.path)))
+
+    def has_records(self) -> bool:
+        return os.path.isfile(self.records_path)
+
+    def is_done(self) -> bool:
+        return os.path.exists(self.done_path)
+
+    def metrics(self) -> dict | None:
+        return read_json_object(self.metrics_path)
+
+    def record_lines(self) -> Iterator[tuple[int, dict]]:
+        """``(line number, object)`` of every record line, read only. A torn last line (a killed run) is
+        skipped; any other malformed line is a :class:`RunDirError` naming file and line."""
+        path = self.records_path
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().split("\n")
+        except FileNotFoundError:
+            raise RunDirError(f"{self.path}: no {RECORDS_FILE}") from None
+        except UnicodeDecodeError as e:
+            raise RunDirError(f"{path}: not valid UTF-8 ({e.reason})") from None
+        for i, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                if i == len(lines):  # no newline after it: torn by an interrupted run
+                    break
+                raise RunDirError(f"{path}:{i}: malformed JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise RunDirError(f"{path}:{i}: expected a JSON object")
+            yield i, obj
+
+    def records(self, parse: Callable[[dict, str], Any] = EvalRecord.from_dict) -> dict[str, Any]:
+        """The records by ``sample_key`` (the last of a key wins), each through ``parse(obj, "<file>:<line>")``."""
+        out: dict[str, Any] = {}
+        for i, obj in self.record_lines():
+            rec = parse(obj, f"{self.records_path}:{i}")
+            out[str(rec["sample_key"] if isinstance(rec, dict) else rec.sample_key)] = rec
+        return out
+
+
 class RunDir:
     """``RunDir(path)`` or ``RunDir.at(output_dir, eval_name)``; nothing is read or written until asked."""
 
@@ -75,17 +148,14 @@ class RunDir:
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
+    def trial(self, k: int) -> TrialDir:
+        return TrialDir(os.path.join(self.path, f"trial_{k}"))
+
     def trial_dir(self, k: int) -> str:
-        return os.path.join(self.path, f"trial_{k}")
+        return self.trial(k).path
 
     def records_path(self, k: int) -> str:
-        return os.path.join(self.trial_dir(k), RECORDS_FILE)
-
-    def metrics_path(self, k: int) -> str:
-        return os.path.join(self.trial_dir(k), METRICS_FILE)
-
-    def done_path(self, k: int) -> str:
-        return os.path.join(self.trial_dir(k), DONE_FILE)
+        return self.trial(k).records_path
 
     def exists(self) -> bool:
         return os.path.isdir(self.path)
@@ -97,45 +167,32 @@ class RunDir:
         ks = [k for name in os.listdir(self.path) if (k := trial_index(name)) is not None]
         ks = [k for k in ks if os.path.isdir(self.trial_dir(k))]
         if with_records:
-            ks = [k for k in ks if os.path.isfile(self.records_path(k))]
+            ks = [k for k in ks if self.trial(k).has_records()]
         return sorted(ks)
 
     def is_done(self, k: int) -> bool:
-        return os.path.exists(self.done_path(k))
+        return self.trial(k).is_done()
 
     # ------------------------------------------------------------------------------------------ reading
-    def read_json(self, path: str) -> dict | None:
-        """A JSON object file of the directory (None when missing; :class:`RunDirError` when unusable)."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                obj = json.load(f)
-        except FileNotFoundError:
-            return None
-        except json.JSONDecodeError as e:
-            raise RunDirError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from None
-        except UnicodeDecodeError as e:
-            raise RunDirError(f"{path}: not valid UTF-8 ({e.reason})") from None
-        except OSError as e:
-            raise RunDirError(f"{path}: cannot read ({e.strerror or e})") from None
-        if not isinstance(obj, dict):
-            raise RunDirError(f"{path}: expected a JSON object")
-        return obj
-
     def args(self) -> dict | None:
-        return self.read_json(self.file(ARGS_FILE))
+        return read_json_object(self.file(ARGS_FILE))
 
     def run_card(self) -> dict | None:
         """``run_card.json``, or None when missing or unreadable (a card is informative, never required)."""
         try:
-            return self.read_json(self.file(RUN_CARD_FILE))
+            return read_json_object(self.file(RUN_CARD_FILE))
         except RunDirError:
             return None
 
     def summary(self) -> dict | None:
-        return self.read_json(self.file(SUMMARY_FILE))
+        return read_json_object(self.file(SUMMARY_FILE))
 
     def trial_metrics(self, k: int) -> dict | None:
-        return self.read_json(self.metrics_path(k))
+        return self.trial(k).metrics()
+
+    def records(self, k: int, parse: Callable[[dict, str], Any] = EvalRecord.from_dict) -> dict[str, Any]:
+        """Trial ``k``'s records by ``sample_key`` (see :meth:`TrialDir.records`)."""
+        return self.trial(k).records(parse)
 
     def format_version(self) -> int:
         """The directory's format (1 when its card does not say: written before versioning)."""
@@ -152,38 +209,6 @@ class RunDir:
             )
         return self
 
-    def record_lines(self, k: int) -> Iterator[tuple[int, dict]]:
-        """``(line number, object)`` of every record line of trial ``k``, read only. A torn last line (a
-        killed run) is skipped; any other malformed line is a :class:`RunDirError` naming file and line."""
-        path = self.records_path(k)
-        try:
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().split("\n")
-        except FileNotFoundError:
-            raise RunDirError(f"{self.trial_dir(k)}: no {RECORDS_FILE}") from None
-        except UnicodeDecodeError as e:
-            raise RunDirError(f"{path}: not valid UTF-8 ({e.reason})") from None
-        for i, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                if i == len(lines):  # no newline after it: torn by an interrupted run
-                    break
-                raise RunDirError(f"{path}:{i}: malformed JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise RunDirError(f"{path}:{i}: expected a JSON object")
-            yield i, obj
-
-    def records(self, k: int, parse: Callable[[dict, str], Any] = EvalRecord.from_dict) -> dict[str, Any]:
-        """Trial ``k``'s records by ``sample_key`` (the last of a key wins), each through ``parse(obj, where)``."""
-        out: dict[str, Any] = {}
-        for i, obj in self.record_lines(k):
-            rec = parse(obj, f"{self.records_path(k)}:{i}")
-            out[str(rec["sample_key"] if isinstance(rec, dict) else rec.sample_key)] = rec
-        return out
-
     # ------------------------------------------------------------------------------------------ writing
     def write_args(self, args: dict) -> None:
         write_json_atomic(self.file(ARGS_FILE), args)
@@ -197,18 +222,19 @@ class RunDir:
         """Trial ``k`` ready to take records: its directory made, a ``done`` of an earlier run removed
         (``--retry_failed`` reopens a trial). Its records are appended through a
         :class:`~insight_o3.storage.record_log.RecordLog` on :meth:`records_path`."""
-        d = self.trial_dir(k)
+        t = self.trial(k)
+        d = t.path
         try:
             os.makedirs(d, exist_ok=True)
-            if os.path.exists(self.done_path(k)):
-                os.remove(self.done_path(k))
+            if os.path.exists(t.done_path):
+                os.remove(t.done_path)
         except OSError as e:
             raise OutputError.from_os_error(e.filename or d, e, "prepare") from None
 
     def finish_trial(self, k: int, metrics: dict) -> None:
         """Write trial ``k``'s metrics, then its ``done`` marker (in that order: ``done`` means complete)."""
-        write_json_atomic(self.metrics_path(k), metrics)
-        touch_atomic(self.done_path(k))
+        write_json_atomic(self.trial(k).metrics_path, metrics)
+        touch_atomic(self.trial(k).done_path)
 
     def write_summary(self, summary: dict) -> None:
         write_json_atomic(self.file(SUMMARY_FILE), summary)

@@ -41,17 +41,11 @@ from ..trajectory import image_refs
 from ..usage import CostModel, UsageMeter, merge, metering, total_tokens
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
-from .run_dir import ARGS_FILE, DONE_FILE, METRICS_FILE, RECORDS_FILE, RUN_CARD_FILE, SUMMARY_FILE, RunDir
+from .run_dir import RunDir
 from .samples import Sample
 from .schema import EvalRecord, EvalResult
 
 __all__ = [
-    "ARGS_FILE",
-    "DONE_FILE",
-    "METRICS_FILE",
-    "RECORDS_FILE",
-    "RUN_CARD_FILE",
-    "SUMMARY_FILE",
     "BudgetExceeded",
     "EvalJob",
     "RunConfig",

@@ -34,6 +34,7 @@ from ..cli import STOP_ERRORS, ExitCode, report_stop, setup_logging
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import build_run_card
+from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
 from ..evaluation.single_model import SingleModelSolver
@@ -435,7 +436,7 @@ def main(argv=None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except RecordFileError as e:
+    except (RecordFileError, RunDirError) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
