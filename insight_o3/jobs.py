@@ -192,6 +192,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
 
+    def collect(self, items: list[ItemT]) -> list[ItemT]:
+        """Under the lock, after :meth:`prepare`: the items to run (those given, by default); a job that
+        reads its inputs under the lock (and writes what it derived) does it here."""
+        return items
+
     def log_files(self) -> dict[Hashable, str]:
         """The record logs: name -> path (relative to :attr:`directory` unless absolute)."""
         return {RECORDS: self.records_file}
@@ -290,6 +295,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         items = list(items)
         with run_lock(self.directory, self.command):
             self.prepare()
+            items = self.collect(items)
             try:
                 self._open_logs()
                 plan = self.plan(items)

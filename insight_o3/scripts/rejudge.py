@@ -24,7 +24,7 @@ import os
 import re
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
 from ..cli import STOP_ERRORS, ExitCode, new_parser, report_stop, setup_logging
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
@@ -32,7 +32,7 @@ from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
 from ..rate_limit import AdaptiveLimiter
-from ..redaction import Redactor
+from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
 from ..solver import Attempt
 from ..storage.record_log import RecordFileError
@@ -203,8 +203,8 @@ def _target(a, src: str, src_eval_name: str | None = None) -> tuple[str, str]:
     return a.output_dir or os.path.dirname(os.path.normpath(src)) or ".", name
 
 
-async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) -> dict:
-    guard = RunGuard(a.max_failure_ratio, redact=redactor)
+async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
+    guard = RunGuard(a.max_failure_ratio)
     client = make_client(
         a.judge_api_key,
         a.judge_api_base_url,
@@ -220,7 +220,6 @@ async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) ->
             client,
             a.judge_model,
             a.max_answer_length,
-            redact=redactor,
             flow=a.judge_flow,
             cache=None if a.no_judge_cache else JudgeCache(),
         )
@@ -243,9 +242,8 @@ async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) ->
 def main(argv=None) -> int:
     setup_logging()
     a = build_parser().parse_args(argv)
-    a.judge_api_key = resolve(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
     a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
-    redactor = Redactor(a.judge_api_key)
     try:
         samples, records, card = load_source(a.eval_dir)
     except (SourceError, RecordFileError, RunDirError) as e:
@@ -294,12 +292,12 @@ def main(argv=None) -> int:
         cfg.eval_dir,
     )
     try:
-        summary = asyncio.run(_run(a, samples, records, card, cfg, redactor))
+        summary = asyncio.run(_run(a, samples, records, card, cfg))
     except (RecordFileError, RunDirError) as e:
-        print(f"error: {redactor(str(e))}", file=sys.stderr)
+        print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
-        return report_stop(e, redactor, cfg.eval_dir)
+        return report_stop(e, results=cfg.eval_dir)
     acc = summary.get("overall_accuracy", {})
     print(
         f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
