@@ -29,11 +29,11 @@ import pyarrow.parquet as pq
 from .. import __version__
 from ..agents.records import expand_messages
 from ..storage.atomic import atomic_writer
+from ..usage import merge, total_tokens
 from .attribution import attribute, attribution_metrics
 from .run_records import RunRecords
 from .schema import USAGE_ROLES, EvalRecord
 from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, outcomes, run_accuracy
-from .usage import merge, total_tokens
 
 LEADERBOARD_FORMAT = "insight_o3.leaderboard/1"
 

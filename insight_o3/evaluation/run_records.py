@@ -1,27 +1,18 @@
 """The records of a finished evaluation run, for the analyses (compare, export, judge agreement).
 
-:func:`read_run` is the one place the analysis commands read a run directory
-(``<eval_dir>/trial_<k>/eval_records.jsonl`` and ``run_card.json``); it reads through the runner's own
-:class:`~insight_o3.storage.record_log.RecordLog` with the :class:`~.schema.EvalRecord` schema, so a
-malformed record is an error naming its file, line and field.
+:func:`read_run` reads through :class:`~.run_dir.RunDir` (the one reader of a run directory: format
+check, records through the :class:`~.schema.EvalRecord` schema, errors naming file, line and field)
+and gives the records of every trial in the annotation file's order, with the run card.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
-from ..storage.record_log import RecordFileError, RecordLog
-from .run_card import card_sha256, load_run_card
-from .runner import DONE_FILE, RECORDS_FILE
+from .run_card import card_sha256
+from .run_dir import DONE_FILE, RunDir, RunDirError
 from .schema import EvalRecord
-
-_TRIAL = re.compile(r"trial_(\d+)")
-
-
-class RunReadError(RecordFileError):
-    """An eval directory that cannot be analysed; the message names the path."""
 
 
 @dataclass
@@ -45,31 +36,30 @@ class RunRecords:
         return [r for t in self.trials for r in t]
 
 
-def _name(eval_dir: str, card: dict | None) -> str:
-    settings = (card or {}).get("settings") or {}
-    name = settings.get("eval_name")
-    return str(name) if name else os.path.basename(os.path.normpath(eval_dir))
+def run_name(path: str, card: dict | None) -> str:
+    """A run's name: its ``eval_name`` (from the card's settings), else its directory's name."""
+    name = ((card or {}).get("settings") or {}).get("eval_name")
+    return str(name) if name else os.path.basename(os.path.normpath(path))
 
 
 def read_run(eval_dir: str | os.PathLike, require_done: bool = True) -> RunRecords:
     """Read ``eval_dir`` (``<output_dir>/<eval_name>``). ``require_done``: every trial must be
-    finished (its ``done`` file), as a paired analysis of a half-written trial would be wrong."""
-    eval_dir = str(eval_dir)
-    if not os.path.isdir(eval_dir):
-        raise RunReadError(f"{eval_dir}: no such eval directory")
-    found = sorted(int(m.group(1)) for d in os.listdir(eval_dir) if (m := _TRIAL.fullmatch(d)))
-    if not found or found != list(range(len(found))):
-        raise RunReadError(f"{eval_dir}: no trial_0 .. trial_<k> directories (is this an eval dir?)")
+    finished (its ``done`` file), since a paired analysis of a half-written trial would be wrong.
+    Raises :class:`~.run_dir.RunDirError` naming the path."""
+    rd = RunDir(eval_dir)
+    if not rd.exists():
+        raise RunDirError(f"{rd.path}: no such eval directory")
+    rd.check_format()
+    ks = rd.trials(with_records=True)
+    if not ks or ks != list(range(len(ks))):
+        raise RunDirError(f"{rd.path}: no trial_0 .. trial_<k> with records (is this an eval dir?)")
     trials = []
-    for k in found:
-        tdir = os.path.join(eval_dir, f"trial_{k}")
-        if require_done and not os.path.exists(os.path.join(tdir, DONE_FILE)):
-            raise RunReadError(f"{tdir}: trial not finished (no '{DONE_FILE}'); finish or resume the evaluation first")
-        path = os.path.join(tdir, RECORDS_FILE)
-        if not os.path.isfile(path):
-            raise RunReadError(f"{tdir}: no {RECORDS_FILE}")
-        log = RecordLog.open(path, parse=EvalRecord.from_dict)
-        log.close()
-        trials.append(sorted(log.records.values(), key=lambda r: (r.index is None, r.index or 0)))
-    card = load_run_card(eval_dir)
-    return RunRecords(eval_dir, _name(eval_dir, card), trials, card)
+    for k in ks:
+        if require_done and not rd.is_done(k):
+            raise RunDirError(
+                f"{rd.trial_dir(k)}: trial not finished (no '{DONE_FILE}'); finish or resume the evaluation first"
+            )
+        recs = rd.records(k)
+        trials.append(sorted(recs.values(), key=lambda r: (r.index is None, r.index or 0)))
+    card = rd.run_card()
+    return RunRecords(rd.path, run_name(rd.path, card), trials, card)

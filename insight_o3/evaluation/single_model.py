@@ -20,8 +20,9 @@ from typing import Any
 from ..errors import EXPECTED_ERRORS
 from ..geometry import Box
 from ..images import EncodedImage, ImageError, ImageStore, Resize
+from ..redaction import failure_reason
+from ..solver import Attempt
 from ..trajectory import image_part, message, to_openai
-from .solver import Attempt
 
 log = logging.getLogger(__name__)
 #: Extra requests for choices a server left out before the attempts are recorded as failed.
@@ -49,7 +50,6 @@ class SingleModelSolver:
         completion_kwargs: dict | None = None,
         image_url_extra: dict | None = None,
         separate_trial_requests: bool = False,
-        redact=lambda s: s,
         extra_views: Callable[[Any], list[Box]] | None = None,
         extra_resize: Resize | None = None,
     ):
@@ -63,7 +63,6 @@ class SingleModelSolver:
             raise ValueError("'n' is set by --num_trials, not in the chat completion kwargs")
         self.image_url_extra = image_url_extra
         self.separate = separate_trial_requests
-        self.redact = redact
         self.extra_views = extra_views  # sample -> crop boxes (original pixels) shown after the image
         self.extra_resize = extra_resize or resize
 
@@ -99,7 +98,7 @@ class SingleModelSolver:
         attempts = []
         for text, finish, usage in got:
             if isinstance(text, Exception):
-                attempts.append(Attempt(None, None, error=self._reason(text), trajectory=msgs))
+                attempts.append(Attempt(None, None, error=failure_reason(text), trajectory=msgs))
                 continue
             traj = msgs + [message("assistant", text)]
             attempts.append(Attempt(text, finish, trajectory=traj, usage=usage))
@@ -131,9 +130,6 @@ class SingleModelSolver:
         while len(out) < n:
             out.append((last_error or RuntimeError("no choices"), None, None))
         return out
-
-    def _reason(self, e: Exception) -> str:
-        return self.redact(f"{type(e).__name__}: {e}")
 
     async def aclose(self) -> None:
         """Nothing to release: the client belongs to whoever built this solver."""
