@@ -2,6 +2,8 @@
 
     python -m insight_o3.scripts.rejudge outputs/eval/gpt-5-mini/o3_bench --judge_model gpt-5-mini \\
         [--judge_api_base_url URL] [--judge_api_key KEY] [--judge_flow extract|verify] [--eval_name NAME]
+    python -m insight_o3.scripts.rejudge outputs/eval/gpt-5-mini/o3_bench --judge_model gpt-5-mini gpt-5 \\
+        [--judge_api_base_url URL [URL]] [--judge_api_key KEY [KEY]] [--agreement_out FILE]
 
 Reads every ``trial_<k>/eval_records.jsonl`` of the source eval dir (all its trials must be done) and
 writes a new eval dir — by default ``<source>@rejudge-<judge model>`` next to it, or
@@ -10,6 +12,13 @@ so the two are directly comparable in ``gather_eval_results``. The answer checki
 own (:class:`~insight_o3.evaluation.judge.AnswerJudge`, same flows and prompts); identical judge
 prompts are asked once. Stored model/vSearcher token usage is carried over; the judge's is new.
 Rerunning resumes; records whose judging failed are retried with ``--retry_failed``.
+
+Several judges (``--judge_model A B …``, with one ``--judge_api_base_url``/``--judge_api_key`` for all or
+one per judge) each write their own eval dir. Then the verdicts of the source run's judge and of every
+new one are compared (:mod:`insight_o3.evaluation.agreement`): Cohen's κ per pair of judges, each
+judge's accuracy and the items they disagree on are printed and written to ``--agreement_out``
+(default ``<eval_dir>@judge-agreement.json`` next to the source); ``report <eval_dir> --judges <the new
+dirs>`` shows them. This happens after a single new judge too (two judges: the source's and the new one).
 
 Exit status as ``evaluate``: 0 done; 2 bad input (no such eval dir, unfinished source trials, bad
 price file); 3 output not writable; 4 stopped by the judge API or a budget; 5 the output dir is locked.
@@ -26,8 +35,10 @@ import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
 from ..cli import STOP_ERRORS, ExitCode, new_parser, report_stop, setup_logging
+from ..evaluation.agreement import agreement_lines, judge_agreement
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
+from ..evaluation.run_records import read_run
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
@@ -35,6 +46,7 @@ from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
 from ..solver import Attempt
+from ..storage.atomic import write_json_atomic
 from ..storage.record_log import RecordFileError
 from ..usage import CostModel, PriceError
 
@@ -158,9 +170,17 @@ def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]]
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.rejudge", __doc__.split("\n")[0])
     p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
-    p.add_argument("--judge_model", required=True)
-    p.add_argument("--judge_api_base_url", help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL")
-    p.add_argument("--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY")
+    p.add_argument("--judge_model", required=True, nargs="+", help="one or more judges (each its own eval dir)")
+    p.add_argument(
+        "--judge_api_base_url",
+        nargs="+",
+        help="one for every judge, or one per judge (default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL)",
+    )
+    p.add_argument(
+        "--judge_api_key",
+        nargs="+",
+        help="one for every judge, or one per judge (default: $JUDGE_API_KEY, then $OPENAI_API_KEY)",
+    )
     p.add_argument("--judge_flow", choices=FLOWS, default=None, help="default: the source run's")
     p.add_argument("--max_answer_length", type=int, default=None, help="default: the source run's (1000)")
     p.add_argument("--output_dir", default=None, help="with --eval_name: where the new eval dir goes")
@@ -184,7 +204,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
     p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
     p.add_argument("--no_progress", action="store_true")
+    g = p.add_argument_group("judge agreement")
+    g.add_argument(
+        "--agreement_out",
+        default=None,
+        help="where the agreement of the source's judge and the new ones goes (default: <eval_dir>@judge-agreement.json)",
+    )
     return p
+
+
+def _per_judge(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[argparse.Namespace]:
+    """One set of arguments per judge (its model, base URL and key; keys resolved and registered)."""
+    n = len(a.judge_model)
+    if len(set(a.judge_model)) != n:
+        p.error("--judge_model lists a judge twice")
+    if n > 1 and a.eval_name:
+        p.error("--eval_name names one eval dir; with several judges each gets <eval_dir>@rejudge-<judge>")
+    out = []
+    for i, model in enumerate(a.judge_model):
+        aj = argparse.Namespace(**vars(a))
+        aj.judge_model = model
+        for name in ("judge_api_base_url", "judge_api_key"):
+            values = getattr(a, name) or [None]
+            if len(values) not in (1, n):
+                p.error(f"--{name} takes one value for all judges or one per judge ({n})")
+            setattr(aj, name, values[i] if len(values) == n else values[0])
+        aj.judge_api_key = resolve_key(aj.judge_api_key, ENV_KEYS["judge"][0])
+        aj.judge_api_base_url = resolve(aj.judge_api_base_url, ENV_KEYS["judge"][1])
+        out.append(aj)
+    return out
+
+
+def _agreement(a: argparse.Namespace, judged_dirs: list[str]) -> None:
+    """Compare the source's verdicts with every new judge's; print them and write the JSON file."""
+    try:
+        ag = judge_agreement([read_run(d) for d in [a.eval_dir, *judged_dirs]])
+    except ValueError as e:  # a run that cannot be read or paired: the re-judging itself is done
+        log.warning("judge agreement not computed: %s", e)
+        return
+    path = a.agreement_out or os.path.normpath(a.eval_dir) + "@judge-agreement.json"
+    write_json_atomic(path, ag.to_dict())
+    for line in agreement_lines(ag):
+        print(line)
+    print(
+        f"agreement written to {path}; in the report: python -m insight_o3.scripts.report {a.eval_dir} "
+        f"--judges {' '.join(judged_dirs)}"
+    )
 
 
 def _source_output_dir(src: str, src_eval_name: str | None) -> str:
@@ -241,14 +306,27 @@ async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
 
 def main(argv=None) -> int:
     setup_logging()
-    a = build_parser().parse_args(argv)
-    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
-    a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
+    p = build_parser()
+    a = p.parse_args(argv)
+    judges = _per_judge(p, a)
     try:
-        samples, records, card = load_source(a.eval_dir)
+        source = load_source(a.eval_dir)
     except (SourceError, RecordFileError, RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    codes, dirs = [], []
+    for aj in judges:
+        rc, eval_dir = _rejudge(aj, *source)
+        codes.append(rc)
+        if rc not in (ExitCode.OK, ExitCode.INCOMPLETE):
+            return rc
+        dirs.append(eval_dir)
+    _agreement(a, dirs)
+    return max(codes)
+
+
+def _rejudge(a: argparse.Namespace, samples, records, card) -> tuple[int, str]:
+    """Re-judge the source with one judge (``a.judge_model``); its exit code and eval dir."""
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
     a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
@@ -265,11 +343,11 @@ def main(argv=None) -> int:
         )
     except PriceError as e:
         print(f"error: {e}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        return ExitCode.BAD_INPUT, ""
     output_dir, eval_name = _target(a, a.eval_dir, src_settings.get("eval_name"))
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
         print("error: the re-judged run must go to a new eval dir (choose another --eval_name)", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        return ExitCode.BAD_INPUT, ""
     cfg = RunConfig(
         output_dir=output_dir,
         eval_name=eval_name,
@@ -295,9 +373,9 @@ def main(argv=None) -> int:
         summary = asyncio.run(_run(a, samples, records, card, cfg))
     except (RecordFileError, RunDirError) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        return ExitCode.BAD_INPUT, cfg.eval_dir
     except STOP_ERRORS as e:
-        return report_stop(e, results=cfg.eval_dir)
+        return report_stop(e, results=cfg.eval_dir), cfg.eval_dir
     acc = summary.get("overall_accuracy", {})
     print(
         f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
@@ -309,8 +387,8 @@ def main(argv=None) -> int:
             f"{failed} sample-trial(s) could not be judged (status 'failed'); rerun with --retry_failed",
             file=sys.stderr,
         )
-        return ExitCode.INCOMPLETE
-    return ExitCode.OK
+        return ExitCode.INCOMPLETE, cfg.eval_dir
+    return ExitCode.OK, cfg.eval_dir
 
 
 if __name__ == "__main__":

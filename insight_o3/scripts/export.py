@@ -1,0 +1,75 @@
+"""Export a finished evaluation run: trajectories as Parquet and a leaderboard entry as JSON.
+
+    python -m insight_o3.scripts.export outputs/eval/<eval_name> [--out_dir DIR] \\
+        [--trajectories PATH] [--leaderboard PATH] [--confidence 0.95] [--n_resamples 10000] [--seed 0]
+
+``trajectories.parquet`` has one row per (sample, trial): the conversation with image references
+(never pixels), every vSearcher call, the verdict, the failure attribution, token usage and cost;
+``datasets.load_dataset("parquet", data_files=PATH)`` or ``pyarrow.parquet.read_table(PATH)`` loads it
+(columns: :data:`insight_o3.evaluation.export.TRAJECTORY_SCHEMA`). ``leaderboard.json`` holds the
+accuracy with its cluster-bootstrap interval, overall and per category, tokens, cost, the failure
+attribution and the run card's sha256. Both go to ``--out_dir`` (default ``<eval_dir>/export``).
+
+Exit status: 0 written; 2 bad input (no run there, an unfinished trial, a malformed record); 3 an
+output could not be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..cli import ExitCode, new_parser, run_main, setup_logging
+from ..evaluation.export import leaderboard, trajectory_rows, write_trajectories
+from ..evaluation.run_dir import RunDirError
+from ..evaluation.run_records import read_run
+from ..evaluation.schema import RecordError
+from ..evaluation.significance import PairingError
+from ..storage.atomic import write_json_atomic
+from .compare import add_stats_flags, check_stats_flags
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = new_parser("python -m insight_o3.scripts.export", __doc__.split("\n")[0])
+    p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
+    p.add_argument("--out_dir", default=None, help="where both files go (default: <eval_dir>/export)")
+    p.add_argument("--trajectories", default=None, help="the Parquet file (default: <out_dir>/trajectories.parquet)")
+    p.add_argument("--leaderboard", default=None, help="the JSON file (default: <out_dir>/leaderboard.json)")
+    add_stats_flags(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    p = build_parser()
+    a = p.parse_args(argv)
+    check_stats_flags(p, a)
+    out_dir = a.out_dir or os.path.join(a.eval_dir, "export")
+
+    def body() -> int:
+        run = read_run(a.eval_dir)
+        traj = a.trajectories or os.path.join(out_dir, "trajectories.parquet")
+        board = a.leaderboard or os.path.join(out_dir, "leaderboard.json")
+        rows = trajectory_rows(run)
+        for path in (traj, board):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        size = write_trajectories(traj, rows)
+        entry = leaderboard(run, a.n_resamples, a.confidence, a.seed)
+        write_json_atomic(board, entry)
+        acc = entry["accuracy"]
+        print(f"wrote {traj} ({len(rows)} rows, {size / 1e6:.2f} MB) and {board}")
+        print(
+            f"{run.name}: accuracy {100 * acc['mean']:.1f}% "
+            f"[{100 * acc['ci'][0]:.1f}, {100 * acc['ci'][1]:.1f}] ({100 * a.confidence:g}% CI, "
+            f"{entry['num_samples']} samples x {entry['num_trials']} trial(s))"
+        )
+        print(json.dumps({"run_card_sha256": entry["run_card_sha256"]}))
+        return ExitCode.OK
+
+    return run_main(body, bad_input=(RunDirError, RecordError, PairingError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
