@@ -1,0 +1,148 @@
+"""Compare two or more runs on the same benchmark: is the difference real, and where does it come from?
+
+    python -m insight_o3.scripts.compare outputs/eval/gpt-5-mini/o3_bench outputs/eval/insight-o3/o3_bench \\
+        [more runs] [--out compare.html] [--json compare.json] [--max_flips 50] [--allow_mixed_settings] \\
+        [--confidence 0.95] [--n_resamples 10000] [--seed 0]
+
+The first run is the reference; every other run is compared with it on the same samples, trial ``k``
+against trial ``k``: accuracy with cluster-bootstrap confidence intervals (resampling samples, all their
+trials together), the paired difference with its interval, McNemar's test on the samples × trials pairs,
+the same per category, and the samples whose outcome flipped — each linked to the two conversations side
+by side in the HTML page, which also plots accuracy against tokens and against cost per episode and shows
+why episodes failed (:mod:`insight_o3.evaluation.attribution`). Statistics:
+:mod:`insight_o3.evaluation.significance`.
+
+Like ``gather_eval_results`` (whose card comparison this is), runs whose ``run_card.json`` differ on the
+benchmark file, subset, judge or prompts are refused (exit 2, naming each difference) unless
+``--allow_mixed_settings``. Exit status: 0 written; 2 bad input (such runs, runs on other samples, an
+unfinished trial, a malformed record); 3 an output could not be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..cli import ExitCode, new_parser, run_main, setup_logging
+from ..evaluation.comparison import Comparison, compare_runs, unique_names
+from ..evaluation.run_dir import RunDirError
+from ..evaluation.run_records import RunRecords, read_run
+from ..evaluation.schema import RecordError
+from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, PairingError
+from ..images import ImageError
+from ..storage.atomic import OutputError, write_json_atomic
+from .gather_eval_results import MixedSettingsError, settings_conflicts
+
+
+def add_stats_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the paired statistics (shared by ``compare`` and ``export``)."""
+    g = p.add_argument_group("statistics")
+    g.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence level of the intervals")
+    g.add_argument("--n_resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples")
+    g.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the bootstrap (same seed, same intervals)")
+
+
+def check_stats_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    if not 0 < a.confidence < 1:
+        p.error("--confidence must be in (0, 1)")
+    if a.n_resamples < 100:
+        p.error("--n_resamples must be at least 100")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = new_parser("python -m insight_o3.scripts.compare", __doc__.split("\n")[0])
+    p.add_argument("eval_dirs", nargs="+", help="two or more finished eval dirs; the first is the reference")
+    p.add_argument("--out", default="compare.html", help="the HTML page (default: compare.html)")
+    p.add_argument("--json", default=None, help="also write every number as JSON here")
+    p.add_argument("--max_flips", type=int, default=50, help="flipped samples rendered side by side per pair (0: all)")
+    p.add_argument("--thumb_px", type=int, default=384, help="longer side of the embedded crop thumbnails")
+    p.add_argument("--img_dir", default=None, help="where to find source images if they moved since the runs")
+    p.add_argument(
+        "--allow_mixed_settings",
+        action="store_true",
+        help="compare runs whose run cards differ on benchmark, subset, judge or prompts (with a warning)",
+    )
+    add_stats_flags(p)
+    return p
+
+
+def check_cards(runs: list[RunRecords], allow: bool) -> list[str]:
+    """Refuse runs that are not comparable, with gather_eval_results' column rule (one benchmark, one
+    judge); returns the warnings to print (runs without a card, differences allowed)."""
+    names = unique_names(runs)
+    cards = {(n, "compared runs"): r.card for n, r in zip(names, runs) if r.card is not None}
+    notes = [
+        f"warning: {n}: no run_card.json, its benchmark and judge cannot be checked"
+        for n, r in zip(names, runs)
+        if r.card is None
+    ]
+    conflicts = settings_conflicts(cards)
+    if conflicts and not allow:
+        raise MixedSettingsError(
+            "runs on different benchmarks or judges cannot be compared:\n  "
+            + "\n  ".join(conflicts)
+            + "\n(rerun them alike, e.g. `rejudge` with the same judge, or pass --allow_mixed_settings)"
+        )
+    return notes + [f"warning: mixed settings: {c}" for c in conflicts]
+
+
+def summary_lines(c: Comparison) -> list[str]:
+    pct = 100 * c.confidence
+    out = [f"accuracy ({pct:g}% CI, cluster bootstrap over samples, {c.n_resamples} resamples):"]
+    for r in c.runs:
+        a = r.accuracy
+        out.append(
+            f"  {r.name}: {100 * a.mean:.1f}% [{100 * a.low:.1f}, {100 * a.high:.1f}]  "
+            f"({r.n_samples} samples x {r.n_trials} trial(s), {r.tokens_per_episode:.0f} tokens/episode"
+            + (f", ${r.cost_per_episode:.4f}/episode)" if r.cost_per_episode is not None else ")")
+        )
+    for p in c.pairs:
+        m = p.mcnemar
+        fixed = sum(f.change == "fixed" for f in p.flips)
+        out.append(
+            f"{p.b} vs {p.a}: {100 * p.difference:+.1f} points [{100 * p.low:+.1f}, {100 * p.high:+.1f}]; "
+            f"McNemar on {m.n} pairs: {m.b} only {p.a} right, {m.c} only {p.b} right, chi2 {m.statistic:.2f}, "
+            f"exact p {m.pvalue:.3g}; {len(p.flips)} sample(s) flipped ({fixed} fixed, {len(p.flips) - fixed} broken)"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    p = build_parser()
+    a = p.parse_args(argv)
+    check_stats_flags(p, a)
+    if len(a.eval_dirs) < 2:
+        p.error("give two or more eval dirs")
+    if a.thumb_px < 32:
+        p.error("--thumb_px must be at least 32")
+
+    def body() -> int:
+        from ..viz.compare_report import write_compare_report  # matplotlib only when writing
+
+        runs = [read_run(d) for d in a.eval_dirs]
+        notes = check_cards(runs, a.allow_mixed_settings)
+        comparison = compare_runs(runs, a.n_resamples, a.confidence, a.seed)
+        for line in summary_lines(comparison):
+            print(line)
+        for n in notes:
+            print(n, file=sys.stderr)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        except OSError as e:
+            raise OutputError.from_os_error(a.out, e, "create the directory of") from None
+        out = write_compare_report(
+            comparison, runs, a.out, max_flips=a.max_flips, thumb_px=a.thumb_px, img_dir=a.img_dir, notes=notes
+        )
+        print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+        if a.json:
+            write_json_atomic(a.json, comparison.to_dict())
+            print(f"wrote {a.json}")
+        return ExitCode.OK
+
+    return run_main(body, bad_input=(RunDirError, RecordError, PairingError, MixedSettingsError, ImageError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

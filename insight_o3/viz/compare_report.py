@@ -1,0 +1,211 @@
+"""The ``compare`` page: runs on the same benchmark side by side, with their statistics.
+
+Self-contained like the report (:mod:`.report`): CSS and a few lines of JS inline, charts as SVG,
+crops as JPEG thumbnails. Sections: accuracy with confidence intervals (overall and per category),
+the paired differences and McNemar's test against the reference run, accuracy against tokens and
+against cost per episode, why episodes failed (:mod:`insight_o3.evaluation.attribution`), and per
+pair the flipped samples — each row links to the sample's two conversations side by side
+(``#flip-<pair>-<n>``; opening the link opens the block).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from markupsafe import Markup
+
+from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
+from ..evaluation.comparison import Comparison, RunStats
+from ..evaluation.run_records import RunRecords
+from ..evaluation.significance import Accuracy, Flip, PairResult
+from ..storage.atomic import write_text_atomic
+from .draw import ImageResolver
+from .plots import figure_svg, new_figure
+from .run_view import VIEW_CSS, EvalRun, compare_html, load_run
+from .templating import render
+
+
+def _cell(a: Accuracy) -> str:
+    return f"{100 * a.mean:.1f} [{100 * a.low:.1f}, {100 * a.high:.1f}]"
+
+
+def _df_html(df: pd.DataFrame, table_id: str, index: bool = True) -> Markup:
+    table = df.to_html(classes="data", table_id=table_id, index=index, border=0, na_rep="—")
+    return Markup("<div class='table-wrap'>") + Markup(table) + Markup("</div>")
+
+
+def accuracy_table(c: Comparison) -> pd.DataFrame:
+    """Accuracy (%) with its interval: rows overall and each category, one column per run."""
+    cats = sorted({k for r in c.runs for k in r.categories})
+    rows: dict[str, dict[str, str]] = {"overall": {r.name: _cell(r.accuracy) for r in c.runs}}
+    for cat in cats:
+        rows[cat] = {r.name: _cell(r.categories[cat]) if cat in r.categories else "—" for r in c.runs}
+    df = pd.DataFrame.from_dict(rows, orient="index", columns=[r.name for r in c.runs])
+    df.insert(
+        0, "n", [c.runs[0].n_samples] + [c.runs[0].categories[k].n if k in c.runs[0].categories else 0 for k in cats]
+    )
+    return df
+
+
+def pairs_table(c: Comparison) -> pd.DataFrame:
+    rows = []
+    for p in c.pairs:
+        m = p.mcnemar
+        rows.append(
+            {
+                "run": p.b,
+                "vs": p.a,
+                "paired trials": p.trials,
+                "difference (points)": f"{100 * p.difference:+.1f} [{100 * p.low:+.1f}, {100 * p.high:+.1f}]",
+                f"only {p.a} right (b)": m.b,
+                "only run right (c)": m.c,
+                "McNemar chi2": f"{m.statistic:.2f}",
+                "exact p": f"{m.pvalue:.3g}",
+                "fixed / broken samples": f"{sum(f.change == 'fixed' for f in p.flips)} / "
+                f"{sum(f.change == 'broken' for f in p.flips)}",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def pair_categories_table(p: PairResult) -> pd.DataFrame:
+    rows = []
+    for cat, v in p.categories.items():
+        m = v["mcnemar"]
+        lo, hi = v["ci"]
+        rows.append(
+            {
+                "category": cat,
+                "n": v["n"],
+                p.a: f"{100 * v['accuracy_a']:.1f}",
+                p.b: f"{100 * v['accuracy_b']:.1f}",
+                "difference (points)": f"{100 * v['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]",
+                "b / c": f"{m['b']} / {m['c']}",
+                "exact p": f"{m['pvalue']:.3g}",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def attribution_table(c: Comparison) -> pd.DataFrame:
+    """Share of episodes per failure bucket (%), one column per run; buckets no run has are left out."""
+    used = [b for b in BUCKETS if any(r.attribution.get(b) for r in c.runs)]
+    data = {r.name: [100 * r.attribution.get(b, 0.0) for b in used] for r in c.runs}
+    return pd.DataFrame(data, index=[BUCKET_LABELS[b] for b in used]).round(1)
+
+
+def cost_chart(runs: list[RunStats], confidence: float, x: str) -> str | None:
+    """Accuracy (with its interval) against ``x`` = ``"tokens"`` or ``"cost"`` per episode."""
+    pts = [
+        (r, r.tokens_per_episode if x == "tokens" else r.cost_per_episode)
+        for r in runs
+        if (r.tokens_per_episode if x == "tokens" else r.cost_per_episode) is not None
+    ]
+    if not pts or (x == "tokens" and not any(v for _, v in pts)):
+        return None
+    fig, ax = new_figure(1, 1, (5.2, 3.6))
+    for i, (r, v) in enumerate(pts):
+        a = r.accuracy
+        y = 100 * a.mean
+        ax.errorbar(
+            [v], [y], yerr=[[y - 100 * a.low], [100 * a.high - y]], fmt="o", capsize=4, color=f"C{i}", label=r.name
+        )
+        ax.annotate(r.name, (v, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xlabel(
+        "tokens per episode (model + vSearcher)" if x == "tokens" else "cost per episode (US$, judge included)"
+    )
+    ax.set_ylabel("accuracy (%)")
+    lo = min(100 * r.accuracy.low for r, _ in pts)
+    hi = max(100 * r.accuracy.high for r, _ in pts)
+    ax.set_ylim(max(0.0, lo - 5), min(100.0, hi + 5) + 1e-9)
+    xs = np.array([v for _, v in pts], dtype=float)
+    if xs.max() > 0:
+        ax.set_xlim(0, xs.max() * 1.25)
+    ax.set_title(f"Accuracy vs {'tokens' if x == 'tokens' else 'cost'} ({100 * confidence:g}% CI)")
+    ax.grid(alpha=0.3)
+    return figure_svg(fig)
+
+
+def _first_differing_trial(f: Flip) -> int:
+    for k, (x, y) in enumerate(zip(f.statuses_a, f.statuses_b)):
+        if (x == "correct") != (y == "correct"):
+            return k
+    return 0
+
+
+def _flip_blocks(
+    pair_no: int,
+    p: PairResult,
+    views: dict[str, EvalRun],
+    resolver: ImageResolver,
+    max_flips: int,
+    thumb_px: int,
+) -> dict:
+    shown = p.flips if max_flips <= 0 else p.flips[:max_flips]
+    rows, blocks = [], []
+    for n, f in enumerate(p.flips):
+        anchor = f"flip-{pair_no}-{n}"
+        rows.append({"anchor": anchor if n < len(shown) else None, "flip": f})
+    for n, f in enumerate(shown):
+        k = _first_differing_trial(f)
+        ra = views[p.a].trial(k).by_key().get(f.key) if k in [t.index for t in views[p.a].trials] else None
+        rb = views[p.b].trial(k).by_key().get(f.key) if k in [t.index for t in views[p.b].trials] else None
+        body = compare_html(ra, rb, resolver, thumb_px, (f"{p.a} (trial {k})", f"{p.b} (trial {k})"))
+        blocks.append({"anchor": f"flip-{pair_no}-{n}", "flip": f, "trial": k, "body": Markup(body)})
+    return {"pair": p, "rows": rows, "blocks": blocks, "limited": len(shown) < len(p.flips)}
+
+
+def build_compare_report(
+    comparison: Comparison,
+    runs: list[RunRecords],
+    max_flips: int = 50,
+    thumb_px: int = 384,
+    img_dir: str | os.PathLike | None = None,
+    notes: list[str] | tuple = (),
+) -> str:
+    """The page's HTML (``runs`` in the comparison's order, for the conversations of flipped samples)."""
+    names = [r.name for r in comparison.runs]
+    views: dict[str, EvalRun] = {}
+    resolver = ImageResolver()
+    if any(p.flips for p in comparison.pairs):
+        for name, r in zip(names, runs):
+            views[name] = load_run(r.path)
+            for root in views[name].image_roots():
+                resolver.add_root(root)
+    if img_dir:
+        resolver.roots.insert(0, Path(img_dir))
+    charts = [cost_chart(comparison.runs, comparison.confidence, x) for x in ("tokens", "cost")]
+    return render(
+        "compare_runs.html.j2",
+        title="InSight-o3 comparison: " + " vs ".join(names),
+        css=Markup(VIEW_CSS),
+        names=names,
+        reference=names[0],
+        runs=comparison.runs,
+        cards=[(name, r.card or {}) for name, r in zip(names, runs)],
+        notes=list(notes),
+        confidence=f"{100 * comparison.confidence:g}",
+        n_resamples=comparison.n_resamples,
+        seed=comparison.seed,
+        generated=f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
+        accuracy=_df_html(accuracy_table(comparison), "compare-accuracy"),
+        pairs=_df_html(pairs_table(comparison), "compare-pairs", index=False) if comparison.pairs else None,
+        pair_categories=[
+            (p, _df_html(pair_categories_table(p), f"compare-categories-{i}", index=False))
+            for i, p in enumerate(comparison.pairs)
+        ],
+        charts=[Markup(c) for c in charts if c],
+        attribution=_df_html(attribution_table(comparison), "compare-attribution"),
+        flips=[_flip_blocks(i, p, views, resolver, max_flips, thumb_px) for i, p in enumerate(comparison.pairs)],
+    )
+
+
+def write_compare_report(comparison: Comparison, runs: list[RunRecords], out: str | os.PathLike, **kw) -> Path:
+    page = build_compare_report(comparison, runs, **kw)
+    out = Path(out)
+    write_text_atomic(out, page)
+    return out

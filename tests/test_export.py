@@ -1,0 +1,117 @@
+"""``python -m insight_o3.scripts.export`` on a real InSight-o3 run (scripted vReasoner, vSearcher and judge
+on local servers): the trajectories Parquet loaded back by pyarrow and by ``datasets.load_dataset`` equals
+the records (conversation text, image references, vSearcher calls, verdicts, usage), and the leaderboard
+entry agrees with the run's own metrics and card."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from insight_o3.agents.records import expand_messages
+from insight_o3.evaluation.export import TRAJECTORY_SCHEMA, trajectory_rows
+from insight_o3.evaluation.run_records import read_run
+from insight_o3.scripts import export
+from insight_o3.trajectory import message_text
+from tests.conftest import require_module
+
+
+def _raw_records(eval_dir):
+    out = []
+    for k in (0, 1):
+        lines = (eval_dir / f"trial_{k}" / "eval_records.jsonl").read_text().splitlines()
+        out += sorted((json.loads(x) for x in lines), key=lambda r: r["index"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(demo_eval_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export")
+    assert export.main([str(demo_eval_run.eval_dir), "--out_dir", str(out), "--n_resamples", "1000"]) == 0
+    return demo_eval_run, out
+
+
+def test_trajectories_load_back_equal_to_the_records(exported):
+    run, out = exported
+    table = pq.read_table(out / "trajectories.parquet")
+    assert table.schema.equals(TRAJECTORY_SCHEMA)
+    rows = table.to_pylist()
+    assert rows == trajectory_rows(read_run(run.eval_dir))
+    raw = _raw_records(run.eval_dir)
+    assert len(rows) == len(raw) == 8
+    card = json.loads((run.eval_dir / "run_card.json").read_text())
+    sha = hashlib.sha256(json.dumps(card, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    searched = 0
+    for row, rec in zip(rows, raw):
+        er = rec["eval_result"]
+        assert (row["sample_key"], row["trial"], row["run_card_sha256"]) == (rec["sample_key"], rec["trial"], sha)
+        assert (row["status"], row["response"], row["extracted_answer"]) == (
+            er["status"],
+            er["response"],
+            er["extracted_answer"],
+        )
+        assert row["judge_outputs"] == er["judge_outputs"] and row["answer"] == rec["answer"]
+        assert row["usage"]["model"] == rec.get("usage", {}).get("model") and row["cost_usd"] == rec.get("cost_usd")
+        # the conversation: every message's text as the model saw it, every image as a reference
+        traj = expand_messages(er["trajectory"] or [])
+        assert [m["role"] for m in row["messages"]] == [m["role"] for m in traj]
+        for got, want in zip(row["messages"], traj):
+            text = "".join(p["text"] for p in got["content"] if p["type"] == "text")
+            assert text == message_text(want)
+        refs = [p["image"] for m in traj for p in m["content"] if p.get("type") == "image"]
+        assert [(i["path"], i["region"], i["size"]) for i in row["images"]] == [
+            (r["path"], [float(v) for v in r["region"]], r["size"]) for r in refs
+        ]
+        calls = [m["search"] for m in er["trajectory"] or [] if "search" in m]
+        assert [(s["description"], s["status"], s["box_original"]) for s in row["searches"]] == [
+            (c["description"], c["status"], c["box_original"]) for c in calls
+        ]
+        for s, c in zip(row["searches"], calls):
+            assert len(s["messages"]) == len(c["trajectory"]) and s["images"]  # the vSearcher saw the image
+            searched += 1
+    assert searched >= 4  # the demo run's searching questions, in both trials
+    by_key = {(r["sample_key"], r["trial"]): r for r in rows}
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert failed and all(r["attribution"] == "lost" and r["blame"] is None for r in failed)
+    assert {r["attribution"] for r in rows} >= {"correct", "lost"}
+    assert all(by_key[(k, 0)]["question"] == by_key[(k, 1)]["question"] for k, _ in by_key)
+
+
+def test_trajectories_load_with_datasets(exported, tmp_path, monkeypatch):
+    datasets = require_module("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    run, out = exported
+    ds = datasets.load_dataset(
+        "parquet", data_files=str(out / "trajectories.parquet"), split="train", cache_dir=str(tmp_path / "hf")
+    )
+    assert ds.num_rows == 8
+    assert ds.to_list() == trajectory_rows(read_run(run.eval_dir))
+    first_search = next(r for r in ds if r["searches"])
+    assert first_search["searches"][0]["messages"][0]["role"] == "system"
+
+
+def test_leaderboard_agrees_with_the_run(exported):
+    run, out = exported
+    board = json.loads((out / "leaderboard.json").read_text())
+    summary = json.loads((run.eval_dir / "summary_metrics.json").read_text())
+    assert board["format"] == "insight_o3.leaderboard/1" and board["num_trials"] == 2 and board["num_samples"] == 4
+    assert board["accuracy"]["mean"] == pytest.approx(summary["overall_accuracy"]["mean"])
+    lo, hi = board["accuracy"]["ci"]
+    assert lo <= board["accuracy"]["mean"] <= hi and board["ci"]["confidence"] == 0.95
+    for cat, acc in summary["category_accuracy"].items():
+        assert board["categories"][cat]["mean"] == pytest.approx(acc["mean"])
+    assert board["tokens"]["total"] == summary["run_totals"]["tokens_total"]
+    assert board["judge"]["model"] == "scripted-judge" and board["vsearcher_model"] == "scripted-searcher"
+    assert board["run_card_sha256"] == read_run(run.eval_dir).card_sha256
+    assert sum(board["attribution"].values()) == pytest.approx(1.0) and board["error_split"] is not None
+
+
+def test_export_refuses_an_unfinished_run(tmp_path, capsys):
+    (tmp_path / "e" / "trial_0").mkdir(parents=True)
+    (tmp_path / "e" / "trial_0" / "eval_records.jsonl").write_text("")
+    assert export.main([str(tmp_path / "e"), "--out_dir", str(tmp_path / "x")]) == 2
+    assert "trial not finished" in capsys.readouterr().err
