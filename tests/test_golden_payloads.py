@@ -11,6 +11,7 @@ import json
 import pytest
 
 from insight_o3 import prompts
+from insight_o3.evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences
 from insight_o3.scripts import evaluate
 from tests.support import golden as G
 
@@ -198,6 +199,10 @@ def test_oracle_target_layout_requests_are_pinned(tmp_path, openai_server):
     assert regions == [[0, 0, 2400, 1800], [2000, 1500, 2030, 1520], [100, 80, 1700, 1380]]
     card = json.loads((tmp_path / "out/golden_oracle/run_card.json").read_text())
     assert card["settings"]["oracle_crops"] == "target_layouts"
+    # gather_eval_results: an oracle run shares a column with the baseline (Table 6), never a row
+    plain = {**card, "settings": {**card["settings"], "oracle_crops": None}}
+    assert not differences({"plain": plain, "oracle": card}, SHARED_KEYS)
+    assert any(d.startswith("settings.oracle_crops") for d in differences({"plain": plain, "oracle": card}, ROW_KEYS))
 
 
 def test_oracle_refuses_samples_without_target_layouts(tmp_path, openai_server, capsys):

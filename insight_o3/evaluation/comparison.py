@@ -40,7 +40,7 @@ class RunStats:
     categories: dict[str, Accuracy]
     tokens_per_episode: float
     cost_per_episode: float | None
-    attribution: dict = field(default_factory=dict)
+    attribution: dict = field(default_factory=dict)  # bucket -> share of episodes; "split": D.4 shares of errors
 
     def to_dict(self) -> dict:
         return {
@@ -74,6 +74,12 @@ class Comparison:
             "runs": [r.to_dict() for r in self.runs],
             "pairs": [p.to_dict() for p in self.pairs],
         }
+
+
+def _attribution(recs) -> dict:
+    """Share of episodes per bucket, plus the D.4 shares of the errors (``split``) for InSight-o3 runs."""
+    m = attribution_metrics(recs)
+    return {**m["attribution_ratio"], "split": m.get("error_split_ratio")}
 
 
 def system_tokens(usage: dict) -> int:
@@ -121,7 +127,7 @@ def compare_runs(
                 cats,
                 sum(system_tokens(x.usage_dict()) for x in recs) / len(recs) if recs else 0.0,
                 (sum(costs) / len(recs)) if costs and len(costs) == len(recs) else None,
-                attribution_metrics(recs)["attribution_ratio"],
+                _attribution(recs),
             )
         )
     pairs = [

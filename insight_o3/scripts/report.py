@@ -1,7 +1,8 @@
 """Write a self-contained HTML report of an evaluation run.
 
     python -m insight_o3.scripts.report outputs/eval/<eval_name> [--compare outputs/eval/<other>] \
-        --out report.html [--max_samples 50] [--thumb_px 512] [--trial K] [--img_dir DIR]
+        --out report.html [--max_samples 50] [--thumb_px 512] [--trial K] [--img_dir DIR] \
+        [--judges <eval_dir>@rejudge-<judge> ...]
 
 The file embeds everything (charts as SVG, images as JPEG thumbnails) and opens in any browser
 without a server or network access. Exit status: 0 written, 2 bad input (no run there, a
@@ -14,6 +15,8 @@ import argparse
 import sys
 
 from ..cli import ExitCode, new_parser, run_main, setup_logging
+from ..evaluation.schema import RecordError
+from ..evaluation.significance import PairingError
 from ..images import ImageError
 from ..viz.report import write_report
 from ..viz.run_view import RunError
@@ -28,6 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thumb_px", type=int, default=512, help="longer side of embedded crop thumbnails")
     p.add_argument("--trial", type=int, default=None, help="trial browsed per sample (default: the first)")
     p.add_argument("--img_dir", default=None, help="where to find source images if they moved since the run")
+    g = p.add_argument_group("judge agreement")
+    g.add_argument(
+        "--judges",
+        nargs="+",
+        default=None,
+        help="eval dirs re-judging this run (rejudge): show Cohen's kappa, each judge's accuracy and the disagreements",
+    )
     return p
 
 
@@ -52,12 +62,13 @@ def main(argv: list[str] | None = None) -> int:
             thumb_px=args.thumb_px,
             trial=args.trial,
             img_dir=args.img_dir,
+            judges=args.judges,
         )
         size = out.stat().st_size
         print(f"wrote {out} ({size / 1e6:.2f} MB)")
         return ExitCode.OK
 
-    return run_main(body, bad_input=(RunError, ImageError))
+    return run_main(body, bad_input=(RunError, ImageError, RecordError, PairingError))
 
 
 if __name__ == "__main__":

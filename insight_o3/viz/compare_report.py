@@ -92,10 +92,16 @@ def pair_categories_table(p: PairResult) -> pd.DataFrame:
 
 
 def attribution_table(c: Comparison) -> pd.DataFrame:
-    """Share of episodes per failure bucket (%), one column per run; buckets no run has are left out."""
+    """Share of episodes per failure bucket (%), one column per run (buckets no run has are left out),
+    then for InSight-o3 runs the D.4 split: the vReasoner's and the vSearcher's share of the errors (%)."""
     used = [b for b in BUCKETS if any(r.attribution.get(b) for r in c.runs)]
-    data = {r.name: [100 * r.attribution.get(b, 0.0) for b in used] for r in c.runs}
-    return pd.DataFrame(data, index=[BUCKET_LABELS[b] for b in used]).round(1)
+    rows = {BUCKET_LABELS[b]: [100 * r.attribution.get(b, 0.0) for r in c.runs] for b in used}
+    if any(r.attribution.get("split") for r in c.runs):
+        for part, label in (("vreasoner", "vReasoner"), ("vsearcher", "vSearcher"), ("unattributed", "unattributed")):
+            rows[f"D.4: {label}'s share of the errors"] = [
+                100 * (r.attribution.get("split") or {}).get(part, float("nan")) for r in c.runs
+            ]
+    return pd.DataFrame.from_dict(rows, orient="index", columns=[r.name for r in c.runs]).round(1)
 
 
 def cost_chart(runs: list[RunStats], confidence: float, x: str) -> str | None:

@@ -18,7 +18,11 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from ..evaluation.agreement import judge_agreement
+from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
+from ..evaluation.run_records import read_run
 from ..storage.atomic import write_text_atomic
+from .analysis_view import agreement_tables, attribution_of, attribution_tables
 from .draw import ImageResolver
 from .plots import figure_svg, new_figure
 from .run_view import (
@@ -271,9 +275,12 @@ def _sample_view(
         body = compare_html(shown, other, resolver, max(192, thumb_px * 3 // 4), labels)
     else:
         body = conversation_html(shown, resolver, thumb_px)
+    bucket = attribution_of(shown).bucket
     return {
         "key": key,
         "status": shown.status,
+        "bucket": bucket,
+        "bucket_label": BUCKET_LABELS[bucket],
         "status_group": _status_group(shown.status),
         "category": shown.category,
         "trial_statuses": trials_status,
@@ -292,9 +299,11 @@ def build_report(
     thumb_px: int = 512,
     trial: int | None = None,
     img_dir: str | os.PathLike | None = None,
+    judges: list[str | os.PathLike] | None = None,
 ) -> str:
     """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
-    ``img_dir`` adds a place to look for source images moved since the run."""
+    ``img_dir`` adds a place to look for source images moved since the run; ``judges``: re-judgings of
+    the run (``rejudge``) whose agreement with its judge is shown."""
     run = load_run(eval_dir)
     other = load_run(compare_dir) if compare_dir is not None else None
     runs = [run] + ([other] if other else [])
@@ -349,8 +358,42 @@ def build_report(
         cards=[c for c in map(_run_card, runs) if c],
         failures=failures,
         compare=_compare_summary(run, other, trial) if other is not None else None,
+        attribution=_attribution_sections(runs),
+        agreement=_agreement_section(eval_dir, judges) if judges else None,
         samples=_samples_section(run, other, trial, max_samples, resolver, thumb_px),
     )
+
+
+def _attribution_sections(runs: list[EvalRun]) -> list[dict]:
+    out = []
+    for i, r in enumerate(runs):
+        t = attribution_tables(r)
+        if t is None:
+            continue
+        sfx = "" if i == 0 else f"-{i}"
+        out.append(
+            {
+                "name": r.name,
+                "by_trial": _df_html(t["by_trial"], f"attribution-table{sfx}"),
+                "by_category": _df_html(t["by_category"], f"attribution-category-table{sfx}"),
+                "split": None if t["split"] is None else _df_html(t["split"], f"error-split-table{sfx}"),
+                "quality": None if t["quality"] is None else _df_html(t["quality"], f"crop-quality-table{sfx}"),
+            }
+        )
+    return out
+
+
+def _agreement_section(eval_dir: str | os.PathLike, judges: list[str | os.PathLike]) -> dict:
+    """Agreement of the run's judge with the judges of its re-judgings (all trials must be finished)."""
+    t = agreement_tables(judge_agreement([read_run(eval_dir), *(read_run(j) for j in judges)]))
+    return {
+        "judges": _df_html(t["judges"], "judges-table"),
+        "pairs": _df_html(t["pairs"], "kappa-table", index=False),
+        "items": t["items"],
+        "judged": t["judged"],
+        "names": t["names"],
+        "disagreements": t["disagreements"],
+    }
 
 
 def _totals_line(run: EvalRun) -> str | None:
@@ -399,6 +442,9 @@ def _samples_section(
         "total": len(results),
         "blocks": blocks,
         "status_counts": [(s, counts[s]) for s in ("correct", "wrong", "failed") if counts.get(s)],
+        "bucket_counts": [
+            (b, BUCKET_LABELS[b], n) for b in BUCKETS if (n := sum(x["bucket"] == b for x in blocks)) and b != "correct"
+        ],
         "categories": sorted({r.category for r in results[:limit]}),
     }
 
