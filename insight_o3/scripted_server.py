@@ -1,9 +1,10 @@
-"""A real OpenAI-compatible HTTP server on 127.0.0.1 whose answers a test scripts.
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 whose answers a script decides.
 
-Tests talk to it through the ``openai`` SDK exactly as to a real endpoint. The script is a
+For demos and benchmarks that need an endpoint without a key (``scripts/bench_eval.py``), and for the
+tests, which talk to it through the ``openai`` SDK exactly as to a real endpoint. The script is a
 callable ``script(request: dict, ctx: Call) -> Reply``; helpers below build common replies.
 Faults (status codes, ``Retry-After``, delays, malformed bodies, fewer choices than ``n``) are
-ordinary replies, so fault-injection tests need no patching.
+ordinary replies, so fault injection needs no patching.
 
 Serving is event-driven: the accept loop waits on the listening socket and a wake-up pipe, so
 :meth:`ScriptedOpenAIServer.stop` returns at once (``socketserver``'s ``serve_forever`` polls its
@@ -11,7 +12,7 @@ shutdown flag every 0.5 s). ``block_after=N`` answers the first N requests and h
 one until the test calls :meth:`ScriptedOpenAIServer.release` — a deterministic point at which to
 kill a client (kill-and-resume tests) instead of racing a slow server.
 
-Run standalone (for CLI tests in a subprocess): ``python -m insight_o3.testing.openai_server --port P
+Run standalone (e.g. for CLI tests in a subprocess): ``python -m insight_o3.scripted_server --port P
 --script module:function [--record requests.jsonl]`` (``--record`` keeps every request body, e.g. to
 record the requests of another program such as the original release's harness).
 """
