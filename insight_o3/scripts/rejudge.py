@@ -239,41 +239,29 @@ async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
         await client.close()
 
 
-def main(argv=None) -> int:
-    setup_logging()
-    a = build_parser().parse_args(argv)
-    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
-    a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
-    try:
-        samples, records, card = load_source(a.eval_dir)
-    except (SourceError, RecordFileError, RunDirError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
+    """Fill the judge settings ``a`` leaves open from the source run's card; the price model (or None)."""
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
     a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
     if a.max_answer_length is None:
         a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
-    try:
-        costs = CostModel.from_file(
-            a.price_file,
-            {
-                "model": src_settings.get("model"),
-                "judge": a.judge_model,
-                "vsearcher": src_settings.get("vsearcher_model"),
-            },
-        )
-    except PriceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    output_dir, eval_name = _target(a, a.eval_dir, src_settings.get("eval_name"))
+    models = {
+        "model": src_settings.get("model"),
+        "judge": a.judge_model,
+        "vsearcher": src_settings.get("vsearcher_model"),
+    }
+    return CostModel.from_file(a.price_file, models)
+
+
+def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostModel | None) -> RunConfig:
+    output_dir, eval_name = _target(a, a.eval_dir, (card.get("settings") or {}).get("eval_name"))
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
-        print("error: the re-judged run must go to a new eval dir (choose another --eval_name)", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    cfg = RunConfig(
+        raise SourceError("the re-judged run must go to a new eval dir (choose another --eval_name)")
+    return RunConfig(
         output_dir=output_dir,
         eval_name=eval_name,
-        num_trials=len(records),
+        num_trials=num_trials,
         concurrency=a.concurrency,
         retry_failed=a.retry_failed,
         group_trials=True,
@@ -282,6 +270,35 @@ def main(argv=None) -> int:
         max_cost=a.max_cost,
         max_tokens_total=a.max_tokens_total,
     )
+
+
+def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
+    acc = summary.get("overall_accuracy", {})
+    print(
+        f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
+        f"{summary['num_trials']} trial(s) (judge {a.judge_model})"
+    )
+    failed = failed_count(summary)
+    if failed:
+        print(
+            f"{failed} sample-trial(s) could not be judged (status 'failed'); rerun with --retry_failed",
+            file=sys.stderr,
+        )
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
+
+
+def main(argv=None) -> int:
+    setup_logging()
+    a = build_parser().parse_args(argv)
+    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
+    try:
+        samples, records, card = load_source(a.eval_dir)
+        cfg = _run_config(a, len(records), card, _source_settings(a, card))
+    except (SourceError, RecordFileError, RunDirError, PriceError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     log.info(
         "re-judging %d samples x %d trial(s) of %s with %s (%s flow) into %s",
         len(samples),
@@ -298,19 +315,7 @@ def main(argv=None) -> int:
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
         return report_stop(e, results=cfg.eval_dir)
-    acc = summary.get("overall_accuracy", {})
-    print(
-        f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
-        f"{summary['num_trials']} trial(s) (judge {a.judge_model})"
-    )
-    failed = failed_count(summary)
-    if failed:
-        print(
-            f"{failed} sample-trial(s) could not be judged (status 'failed'); rerun with --retry_failed",
-            file=sys.stderr,
-        )
-        return ExitCode.INCOMPLETE
-    return ExitCode.OK
+    return _report(a, cfg, summary)
 
 
 if __name__ == "__main__":
