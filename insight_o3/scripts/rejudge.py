@@ -25,7 +25,7 @@ import re
 import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, new_parser, report_stop, setup_logging
+from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, new_parser, report_stop, setup_logging
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
@@ -177,9 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one judge request per attempt (default: identical judge prompts are asked once)",
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
-    p.add_argument("--price_file", help="as evaluate's: adds cost_usd (stored model usage priced too)")
-    p.add_argument("--max_cost", type=float, default=None)
-    p.add_argument("--max_tokens_total", type=int, default=None)
+    add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
     p.add_argument("--client_timeout", type=float, default=None)
     p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
     p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
