@@ -141,6 +141,7 @@ class FilterSettings:
     max_pixels: int = 1280 * 1280
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     image_workers: int | None = None
+    max_tokens_total: int | None = None
     progress: bool = True
 
 
@@ -151,7 +152,12 @@ class FilterJob(ResumableJob[dict, dict]):
     records_file = RECORDS_FILE
 
     def __init__(self, f: FilterSettings, rows: list[dict]):
-        settings = JobSettings(concurrency=f.concurrency, progress=f.progress, max_failure_ratio=f.max_failure_ratio)
+        settings = JobSettings(
+            concurrency=f.concurrency,
+            progress=f.progress,
+            max_failure_ratio=f.max_failure_ratio,
+            max_tokens_total=f.max_tokens_total,
+        )
         super().__init__(f.out_dir, settings)
         self.f, self.rows = f, rows
         self.desc = f"pass@{f.attempts}"

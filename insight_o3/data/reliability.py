@@ -141,6 +141,7 @@ class ReliabilitySettings:
     client_timeout: float | None = None
     max_pixels: int = 1280 * 1280
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
+    max_tokens_total: int | None = None
     progress: bool = True
 
 
@@ -152,7 +153,12 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
     records_file = RECORDS_FILE
 
     def __init__(self, a: ReliabilitySettings, items: list[SourceItem]):
-        settings = JobSettings(concurrency=a.concurrency, progress=a.progress, max_failure_ratio=a.max_failure_ratio)
+        settings = JobSettings(
+            concurrency=a.concurrency,
+            progress=a.progress,
+            max_failure_ratio=a.max_failure_ratio,
+            max_tokens_total=a.max_tokens_total,
+        )
         super().__init__(a.out_dir, settings)
         self.a, self.items = a, items
         self.checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]

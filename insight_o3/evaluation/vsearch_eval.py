@@ -130,6 +130,7 @@ class VSearchEvalSettings:
     max_retries: int = DEFAULT_MAX_RETRIES
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     image_workers: int | None = None
+    max_tokens_total: int | None = None
     progress: bool = True
 
     def record(self, **extra) -> dict:
@@ -146,7 +147,12 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
     records_file = "records.jsonl"
 
     def __init__(self, s: VSearchEvalSettings, args_record: dict | None = None):
-        settings = JobSettings(concurrency=s.concurrency, progress=s.progress, max_failure_ratio=s.max_failure_ratio)
+        settings = JobSettings(
+            concurrency=s.concurrency,
+            progress=s.progress,
+            max_failure_ratio=s.max_failure_ratio,
+            max_tokens_total=s.max_tokens_total,
+        )
         super().__init__(s.output_dir, settings)
         self.s = s
         self.args_record = args_record if args_record is not None else s.record()

@@ -38,6 +38,7 @@ from ..cli import (
     add_client_flags,
     add_output_dir,
     add_run_flags,
+    add_token_budget_flag,
     check_run_flags,
     new_parser,
     run_main,
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, default=None, help="only the first N boxes")
     ap.add_argument("--layout_only", action="store_true", help="write boxes.jsonl and stop")
     add_run_flags(ap, concurrency=16, image_workers=False)
+    add_token_budget_flag(ap)
     g = ap.add_argument_group("C.2 layout rules")
     for f in dataclasses.fields(LayoutRules):
         g.add_argument(f"--{f.name}", type=float, default=f.default, help=f"default: {f.default}")
@@ -120,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         temperature=a.temperature,
         retry_failed=not a.no_retry_failed,
     )
-    settings = JobSettings(concurrency=a.concurrency, progress=not a.no_progress, max_failure_ratio=a.max_failure_ratio)
+    settings = JobSettings(
+        concurrency=a.concurrency,
+        progress=not a.no_progress,
+        max_failure_ratio=a.max_failure_ratio,
+        max_tokens_total=a.max_tokens_total,
+    )
 
     def body() -> int:
         if a.layout_only:

@@ -19,6 +19,7 @@ from ..cli import (
     add_client_flags,
     add_output_dir,
     add_run_flags,
+    add_token_budget_flag,
     check_run_flags,
     new_parser,
     run_main,
@@ -62,6 +63,7 @@ def build_parser():
     ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
     ap.add_argument("--skip_image_check", action="store_true", help="do not open every image when loading the pool")
     add_run_flags(ap, concurrency=16, image_workers=False)
+    add_token_budget_flag(ap)
     return ap
 
 
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         client_timeout=a.client_timeout,
         max_pixels=a.max_pixels,
         max_failure_ratio=a.max_failure_ratio,
+        max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
     )
 

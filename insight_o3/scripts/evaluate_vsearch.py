@@ -31,6 +31,7 @@ from ..cli import (
     add_client_flags,
     add_output_dir,
     add_run_flags,
+    add_token_budget_flag,
     check_run_flags,
     new_parser,
     run_main,
@@ -70,6 +71,7 @@ def build_parser():
     add_output_dir(p, help="default: results/vsearch/<model>")
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     add_run_flags(p, concurrency=16)
+    add_token_budget_flag(p)
     return p
 
 
@@ -99,6 +101,7 @@ def main(argv=None) -> int:
         max_retries=a.max_retries,
         max_failure_ratio=a.max_failure_ratio,
         image_workers=a.image_workers,
+        max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
     )
 

@@ -23,6 +23,7 @@ from ..cli import (
     add_client_flags,
     add_output_dir,
     add_run_flags,
+    add_token_budget_flag,
     check_run_flags,
     new_parser,
     run_main,
@@ -59,6 +60,7 @@ def build_parser(prog: str = PROG):
     add_client_flags(ap, max_retries=5)
     ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
     add_run_flags(ap, concurrency=16)
+    add_token_budget_flag(ap)
     return ap
 
 
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         max_pixels=a.max_pixels,
         max_failure_ratio=a.max_failure_ratio,
         image_workers=a.image_workers,
+        max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
     )
 

@@ -34,7 +34,7 @@ import re
 import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, new_parser, report_stop, setup_logging
+from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, new_parser, report_stop, setup_logging
 from ..evaluation.agreement import agreement_lines, judge_agreement
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
@@ -197,9 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one judge request per attempt (default: identical judge prompts are asked once)",
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
-    p.add_argument("--price_file", help="as evaluate's: adds cost_usd (stored model usage priced too)")
-    p.add_argument("--max_cost", type=float, default=None)
-    p.add_argument("--max_tokens_total", type=int, default=None)
+    add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
     p.add_argument("--client_timeout", type=float, default=None)
     p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
     p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
@@ -304,6 +302,55 @@ async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
         await client.close()
 
 
+def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
+    """Fill the judge settings ``a`` leaves open from the source run's card; the price model (or None)."""
+    src_settings = card.get("settings") or {}
+    src_judge = card.get("judge") or {}
+    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
+    if a.max_answer_length is None:
+        a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
+    models = {
+        "model": src_settings.get("model"),
+        "judge": a.judge_model,
+        "vsearcher": src_settings.get("vsearcher_model"),
+    }
+    return CostModel.from_file(a.price_file, models)
+
+
+def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostModel | None) -> RunConfig:
+    output_dir, eval_name = _target(a, a.eval_dir, (card.get("settings") or {}).get("eval_name"))
+    if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
+        raise SourceError("the re-judged run must go to a new eval dir (choose another --eval_name)")
+    return RunConfig(
+        output_dir=output_dir,
+        eval_name=eval_name,
+        num_trials=num_trials,
+        concurrency=a.concurrency,
+        retry_failed=a.retry_failed,
+        group_trials=True,
+        progress=not a.no_progress,
+        cost_model=costs,
+        max_cost=a.max_cost,
+        max_tokens_total=a.max_tokens_total,
+    )
+
+
+def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
+    acc = summary.get("overall_accuracy", {})
+    print(
+        f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
+        f"{summary['num_trials']} trial(s) (judge {a.judge_model})"
+    )
+    failed = failed_count(summary)
+    if failed:
+        print(
+            f"{failed} sample-trial(s) could not be judged (status 'failed'); rerun with --retry_failed",
+            file=sys.stderr,
+        )
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
+
+
 def main(argv=None) -> int:
     setup_logging()
     p = build_parser()
@@ -317,9 +364,9 @@ def main(argv=None) -> int:
     codes, dirs = [], []
     for aj in judges:
         rc, eval_dir = _rejudge(aj, *source)
-        codes.append(rc)
         if rc not in (ExitCode.OK, ExitCode.INCOMPLETE):
             return rc
+        codes.append(rc)
         dirs.append(eval_dir)
     _agreement(a, dirs)
     return max(codes)
@@ -327,39 +374,11 @@ def main(argv=None) -> int:
 
 def _rejudge(a: argparse.Namespace, samples, records, card) -> tuple[int, str]:
     """Re-judge the source with one judge (``a.judge_model``); its exit code and eval dir."""
-    src_settings = card.get("settings") or {}
-    src_judge = card.get("judge") or {}
-    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
-    if a.max_answer_length is None:
-        a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
     try:
-        costs = CostModel.from_file(
-            a.price_file,
-            {
-                "model": src_settings.get("model"),
-                "judge": a.judge_model,
-                "vsearcher": src_settings.get("vsearcher_model"),
-            },
-        )
-    except PriceError as e:
+        cfg = _run_config(a, len(records), card, _source_settings(a, card))
+    except (SourceError, PriceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT, ""
-    output_dir, eval_name = _target(a, a.eval_dir, src_settings.get("eval_name"))
-    if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
-        print("error: the re-judged run must go to a new eval dir (choose another --eval_name)", file=sys.stderr)
-        return ExitCode.BAD_INPUT, ""
-    cfg = RunConfig(
-        output_dir=output_dir,
-        eval_name=eval_name,
-        num_trials=len(records),
-        concurrency=a.concurrency,
-        retry_failed=a.retry_failed,
-        group_trials=True,
-        progress=not a.no_progress,
-        cost_model=costs,
-        max_cost=a.max_cost,
-        max_tokens_total=a.max_tokens_total,
-    )
     log.info(
         "re-judging %d samples x %d trial(s) of %s with %s (%s flow) into %s",
         len(samples),
@@ -376,19 +395,7 @@ def _rejudge(a: argparse.Namespace, samples, records, card) -> tuple[int, str]:
         return ExitCode.BAD_INPUT, cfg.eval_dir
     except STOP_ERRORS as e:
         return report_stop(e, results=cfg.eval_dir), cfg.eval_dir
-    acc = summary.get("overall_accuracy", {})
-    print(
-        f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
-        f"{summary['num_trials']} trial(s) (judge {a.judge_model})"
-    )
-    failed = failed_count(summary)
-    if failed:
-        print(
-            f"{failed} sample-trial(s) could not be judged (status 'failed'); rerun with --retry_failed",
-            file=sys.stderr,
-        )
-        return ExitCode.INCOMPLETE, cfg.eval_dir
-    return ExitCode.OK, cfg.eval_dir
+    return _report(a, cfg, summary), cfg.eval_dir
 
 
 if __name__ == "__main__":
