@@ -10,7 +10,7 @@ import pytest
 
 from insight_o3.evaluation.agreement import judge_agreement
 from insight_o3.evaluation.run_records import read_run
-from insight_o3.scripts import rejudge
+from insight_o3.scripts import rejudge, report
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text
 from tests.test_rejudge import _eval, lenient_judge
@@ -87,8 +87,13 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     assert q6["response"] == eb.QUESTIONS["q6"][4] and q6["answer"] == "42 km" and "[q6]" in q6["question"]
     assert f"{ja} vs {jc}: agree" in printed and "kappa" in printed and "10 disagreement(s)" in printed
 
-    # the same from the library, and a rerun resumes without asking any judge again
+    # the same from the library; the report shows it (rendered in a browser by tests/test_report_browser.py)
     assert judge_agreement([read_run(d) for d in (src, new_b, new_c)]).to_dict() == ag
+    page = tmp_path / "report.html"
+    assert report.main([str(src), "--judges", str(new_b), str(new_c), "--out", str(page), "--thumb_px", "64"]) == 0
+    html = page.read_text()
+    assert 'id="kappa-table"' in html and "Disagreements (10)" in html and html.count("<td>q6</td>") == 2
+    # a rerun resumes without asking any judge again
     asked = judge_b.count + judge_c.count
     assert (
         rejudge.main(

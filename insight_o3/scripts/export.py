@@ -27,7 +27,7 @@ from ..evaluation.run_dir import RunDirError
 from ..evaluation.run_records import read_run
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import PairingError
-from ..storage.atomic import write_json_atomic
+from ..storage.atomic import OutputError, write_json_atomic
 from .compare import add_stats_flags, check_stats_flags
 
 
@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         board = a.leaderboard or os.path.join(out_dir, "leaderboard.json")
         rows = trajectory_rows(run)
         for path in (traj, board):
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            except OSError as e:
+                raise OutputError.from_os_error(path, e, "create the directory of") from None
         size = write_trajectories(traj, rows)
         entry = leaderboard(run, a.n_resamples, a.confidence, a.seed)
         write_json_atomic(board, entry)
