@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from markupsafe import Markup
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
 from ..evaluation.comparison import Comparison, RunStats
@@ -97,8 +98,12 @@ def attribution_table(c: Comparison) -> pd.DataFrame:
     used = [b for b in BUCKETS if any(r.attribution.get(b) for r in c.runs)]
     rows = {BUCKET_LABELS[b]: [100 * r.attribution.get(b, 0.0) for r in c.runs] for b in used}
     if any(r.attribution.get("split") for r in c.runs):
-        for part, label in (("vreasoner", "vReasoner"), ("vsearcher", "vSearcher"), ("unattributed", "unattributed")):
-            rows[f"D.4: {label}'s share of the errors"] = [
+        for part, label in (
+            ("vreasoner", "vReasoner's"),
+            ("vsearcher", "vSearcher's"),
+            ("unattributed", "unattributed"),
+        ):
+            rows[f"D.4: errors that are the {label}" if part != "unattributed" else "D.4: errors unattributed"] = [
                 100 * (r.attribution.get("split") or {}).get(part, float("nan")) for r in c.runs
             ]
     return pd.DataFrame.from_dict(rows, orient="index", columns=[r.name for r in c.runs]).round(1)
@@ -131,6 +136,8 @@ def cost_chart(runs: list[RunStats], confidence: float, x: str) -> str | None:
     xs = np.array([v for _, v in pts], dtype=float)
     if xs.max() > 0:
         ax.set_xlim(0, xs.max() * 1.25)
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:.3g}"))
     ax.set_title(f"Accuracy vs {'tokens' if x == 'tokens' else 'cost'} ({100 * confidence:g}% CI)")
     ax.grid(alpha=0.3)
     return figure_svg(fig)

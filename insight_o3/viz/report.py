@@ -378,14 +378,13 @@ def _attribution_sections(runs: list[EvalRun]) -> list[dict]:
         t = attribution_tables(r)
         if t is None:
             continue
-        sfx = "" if i == 0 else f"-{i}"
         out.append(
             {
                 "name": r.name,
-                "by_trial": _df_html(t["by_trial"], f"attribution-table{sfx}"),
-                "by_category": _df_html(t["by_category"], f"attribution-category-table{sfx}"),
-                "split": None if t["split"] is None else _df_html(t["split"], f"error-split-table{sfx}"),
-                "quality": None if t["quality"] is None else _df_html(t["quality"], f"crop-quality-table{sfx}"),
+                "by_trial": _df_html(t["by_trial"], _table_id("attribution-table", i)),
+                "by_category": _df_html(t["by_category"], _table_id("attribution-category-table", i)),
+                "split": None if t["split"] is None else _df_html(t["split"], _table_id("error-split-table", i)),
+                "quality": None if t["quality"] is None else _df_html(t["quality"], _table_id("crop-quality-table", i)),
             }
         )
     return out
