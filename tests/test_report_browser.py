@@ -120,14 +120,14 @@ def test_report_renders_in_headless_chromium(demo_eval_run, tmp_path):
     res = _chromium(
         chromium,
         tmp_path / "profile2",
-        "--window-size=1200,2400",
+        "--window-size=1200,3200",  # tall enough for the sample list below the analysis sections
         "--hide-scrollbars",
         f"--screenshot={shot}",
         report.as_uri(),
     )
     assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
     px = np.asarray(Image.open(shot).convert("RGB"))
-    assert px.shape[:2] == (2400, 1200)
+    assert px.shape[:2] == (3200, 1200)
     assert len(np.unique(px.reshape(-1, 3)[::97], axis=0)) > 50  # charts, badges and images, not a blank page
     badge_green = ((px[..., 0] < 80) & (px[..., 1] > 130) & (px[..., 2] < 120)).sum()
     assert badge_green > 100  # the "correct" status badges rendered
@@ -197,7 +197,7 @@ def test_analysis_sections_render_in_headless_chromium(demo_eval_run, tmp_path, 
     # judge agreement: both judges per row, kappa per pair, question 1's two trials disagree
     judges = {r[0]: r[1:] for r in dom.tables["judges-table"][1:]}
     assert set(judges) == {"scripted-judge (verify)", "lenient-judge (verify)"}
-    assert judges["scripted-judge (verify)"][0] == "50.0" and judges["lenient-judge (verify)"][0] == "75.0"
+    assert float(judges["scripted-judge (verify)"][0]) == 50.0 and float(judges["lenient-judge (verify)"][0]) == 75.0
     kappa = dom.tables["kappa-table"]
     assert kappa[1][0] == "scripted-judge (verify) vs lenient-judge (verify)" and kappa[1][1] == "6"
     dis = dom.tables["disagreement-table"][1:]

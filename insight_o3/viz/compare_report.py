@@ -137,7 +137,7 @@ def cost_chart(runs: list[RunStats], confidence: float, x: str) -> str | None:
     if xs.max() > 0:
         ax.set_xlim(0, xs.max() * 1.25)
     ax.xaxis.set_major_locator(MaxNLocator(5))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:.3g}"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:.4g}"))
     ax.set_title(f"Accuracy vs {'tokens' if x == 'tokens' else 'cost'} ({100 * confidence:g}% CI)")
     ax.grid(alpha=0.3)
     return figure_svg(fig)
