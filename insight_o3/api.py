@@ -5,6 +5,9 @@ Retries and backoff are the ``openai`` SDK's own (it honours ``Retry-After`` and
 (``openai.DefaultAsyncHttpxClient``: ``httpx`` under openai 1.x/2.x, ``httpx2`` under 3.x), so
 this module imports no HTTP package itself.
 
+Keys are resolved by :func:`resolve_key` and handed to :func:`make_client`; both register them with
+:mod:`insight_o3.redaction`, so every message that leaves the process has them removed.
+
 A client built with a :class:`~insight_o3.run_guard.RunGuard` reports the outcome of every request
 (after the SDK's retries) to it: the first 401/403/404 from the endpoint stops the run (a wrong key or
 model name fails every request alike), and so does a run whose requests mostly fail.
@@ -15,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 
 import openai
 from openai import AsyncOpenAI
 
-from .evaluation.usage import record_response
+from .redaction import register_secret
+from .usage import record_response
 
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_TIMEOUT = 600.0
@@ -45,6 +48,13 @@ def resolve(flag_value: str | None, env_names: tuple[str, ...], default: str | N
         if os.environ.get(name):
             return os.environ[name]
     return default
+
+
+def resolve_key(flag_value: str | None, env_names: tuple[str, ...]) -> str | None:
+    """An API key from its flag or the first env var set (see :data:`ENV_KEYS`), registered as a secret."""
+    key = resolve(flag_value, env_names)
+    register_secret(key)
+    return key
 
 
 def quiet_http_logs() -> None:
@@ -78,6 +88,7 @@ def make_client(
     ``limiter`` (a :class:`~insight_o3.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
     included, waits for a slot of it and reports 429s to it.
     """
+    register_secret(api_key)
     timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
     if limiter is None:
         http_client = openai.DefaultAsyncHttpxClient(limits=_limits(max_connections), timeout=timeout)
@@ -93,7 +104,7 @@ def make_client(
 
 class GuardedAsyncOpenAI(AsyncOpenAI):
     """``AsyncOpenAI`` whose requests report to a run guard (when given) and whose responses' token
-    usage goes to the current usage meter (:mod:`insight_o3.evaluation.usage`) and, with a
+    usage goes to the current usage meter (:mod:`insight_o3.usage`) and, with a
     :class:`~insight_o3.rate_limit.AdaptiveLimiter`, to its tokens-per-minute budget. Every API call of
     the SDK's resources (``chat.completions.create`` …) goes through :meth:`post`, after the SDK's own
     retries."""
@@ -146,16 +157,3 @@ def _server_message(e: openai.APIError, limit: int = 300) -> str:
     msg = body.get("message") if isinstance(body, dict) else None
     text = " ".join(str(msg or getattr(e, "message", None) or e).split())
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-class Redactor:
-    """Removes secrets from text before it reaches a log, a record or an error message."""
-
-    def __init__(self, *secrets: str | None):
-        self._secrets = sorted({s for s in secrets if s and s != "EMPTY" and len(s) >= 4}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for s in self._secrets:
-            text = text.replace(s, "***")
-        # bearer tokens echoed back by servers
-        return re.sub(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}", r"\1***", text)

@@ -1,17 +1,7 @@
 """What every command-line tool shares: exit codes, logging, the common flags and ``run_main``.
 
-Exit codes (the same for every ``insight_o3.scripts.*`` command and ``insight-o3-*`` console script):
-
-====  ==============  =================================================================================
-code  name            meaning
-====  ==============  =================================================================================
-0     OK              everything asked for is done
-1     INCOMPLETE      the run finished but some items failed (lost to API errors); rerun to retry them
-2     BAD_INPUT       bad usage or bad input (flags, annotation/pool/layout files, settings mismatch)
-3     OUTPUT_ERROR    an output file or directory could not be written
-4     STOPPED         stopped early on purpose: a 401/403/404, too many failed requests
-5     LOCKED          another run holds the output directory
-====  ==============  =================================================================================
+Exit codes: :class:`~insight_o3.exit_codes.ExitCode` (the same for every ``insight_o3.scripts.*`` command and
+``insight-o3-*`` console script); :func:`report_stop` maps every deliberate stop to its code and one line.
 
 Flags shared by several commands have one spelling everywhere (``--output_dir``, ``--api_base_url``,
 ``--api_key``, ``--concurrency``, ``--max_retries``, ``--client_timeout``, ``--max_failure_ratio``,
@@ -25,18 +15,19 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
-from enum import IntEnum
+
+from .api import ENV_KEYS, quiet_http_logs
+from .exit_codes import ExitCode
+from .redaction import RedactingFilter, redact
+from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
+from .run_lock import RunLockedError
+from .storage.atomic import OutputError
+
+__all__ = ["ExitCode", "BadInput", "STOP_ERRORS", "report_stop", "run_main", "new_parser", "setup_logging"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    INCOMPLETE = 1
-    BAD_INPUT = 2
-    OUTPUT_ERROR = 3
-    STOPPED = 4
-    LOCKED = 5
+#: The errors that stop a run on purpose (each has its exit code in :func:`report_stop`).
+STOP_ERRORS = (RunStopped, OutputError, RunLockedError)
 
 
 class BadInput(ValueError):
@@ -72,10 +63,12 @@ def new_parser(prog: str, description: str | None = None, **kwargs) -> argparse.
 
 
 def setup_logging(level: int = logging.INFO) -> None:
-    """The one logging set-up of every command: timestamped lines on stderr, no line per HTTP request."""
-    from .api import quiet_http_logs
-
+    """The one logging set-up of every command: timestamped lines on stderr, no line per HTTP request,
+    API keys redacted from every line."""
     logging.basicConfig(level=level, format=LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     quiet_http_logs()
 
 
@@ -95,8 +88,6 @@ def add_output_dir(
 def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = False) -> None:
     """``--{prefix}api_base_url`` / ``--{prefix}api_key`` with the env vars of ``api.ENV_KEYS[env]`` in the help.
     ``aliases``: also accept the older ``--{prefix}base_url``."""
-    from .api import ENV_KEYS
-
     keys, urls = ENV_KEYS[env]
     url_opts = [f"--{prefix}api_base_url"] + ([f"--{prefix}base_url"] if aliases else [])
     p.add_argument(
@@ -127,8 +118,6 @@ def add_run_flags(
     p, *, concurrency: int, failure_ratio: bool = True, image_workers: bool = True, progress: bool = True
 ) -> None:
     """``--concurrency``, ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
-    from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS
-
     p.add_argument("--concurrency", type=int, default=concurrency, help=f"requests in flight (default: {concurrency})")
     if failure_ratio:
         p.add_argument(
@@ -164,20 +153,46 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- the run
+def report_stop(e: BaseException, redact: Callable[[str], str] = redact, results: str | None = None) -> int:
+    """Print the one-line message of a deliberate stop to stderr and return its exit code.
+
+    ``results`` names where finished work lives (the eval directory, the records file)."""
+    where = f" in {results}" if results else ""
+    if isinstance(e, RunLockedError):
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.LOCKED
+    if isinstance(e, OutputError):
+        if e.lost_dir:
+            msg = (
+                f"error: {e} — {e.advice}; what was written there is gone. Recreate it (or choose "
+                f"another output directory) and rerun the command"
+            )
+        else:
+            msg = (
+                f"error: {e} — {e.advice}. Samples finished before this are safe{where}; rerun the same "
+                f"command to resume"
+            )
+        print(redact(msg), file=sys.stderr)
+        return ExitCode.OUTPUT_ERROR
+    if isinstance(e, RunStopped):
+        hint = f"; {e.resume_hint}" if e.resume_hint else ""
+        print(redact(f"error: {e}. Samples finished before this are safe{where}{hint}"), file=sys.stderr)
+        return ExitCode.STOPPED
+    raise TypeError(f"not a stop error: {e!r}")
+
+
 def run_main(
     body: Callable[[], int],
     *,
     bad_input: tuple[type[BaseException], ...] = (),
-    redact: Callable[[str], str] = lambda s: s,
+    redact: Callable[[str], str] = redact,
     results: str | None = None,
 ) -> int:
     """Run a command's body and map how it ends to an :class:`ExitCode`, with one line on stderr.
 
     ``bad_input``: exception types (besides :class:`BadInput`) that mean bad input (2); the
-    deliberate stops of :mod:`insight_o3.run_guard` map to 3/4/5; ``results`` names where finished
+    deliberate stops (:data:`STOP_ERRORS`) map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
-    from .run_guard import STOP_ERRORS, report_stop
-
     bad: tuple[type[BaseException], ...] = (BadInput, *bad_input)
     try:
         return int(body())

@@ -17,6 +17,8 @@ Box = tuple[float, float, float, float]
 # Qwen2.5-VL vision constants: 14 px patches merged 2x2 -> one token per 28x28 pixels.
 QWEN_IMAGE_FACTOR = 28
 QWEN_MIN_PIXELS = 4 * 28 * 28
+#: ``qwen_vl_utils``' default pixel budget (16384 tokens), used when no budget is given.
+QWEN_MAX_PIXELS = 16384 * 28 * 28
 QWEN_MAX_RATIO = 200
 #: vSearcher pixel budgets of the paper (D.1): ~12.8M (16K tokens) at evaluation, ~3.2M (4K) in training.
 VSEARCHER_EVAL_MAX_PIXELS = 16384 * 28 * 28
@@ -53,7 +55,7 @@ def smart_resize(
     width: int,
     factor: int = QWEN_IMAGE_FACTOR,
     min_pixels: int = QWEN_MIN_PIXELS,
-    max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS,
+    max_pixels: int = QWEN_MAX_PIXELS,
 ) -> tuple[int, int]:
     """Qwen2.5-VL's resize rule (the one ``qwen_vl_utils.smart_resize`` implements).
 

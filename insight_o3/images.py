@@ -31,7 +31,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .geometry import Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
+from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
 
 #: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
 DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
@@ -100,7 +100,7 @@ class Resize:
 
     max_pixels: int | None = None
     qwen: bool = False
-    min_pixels: int = 4 * 28 * 28
+    min_pixels: int = QWEN_MIN_PIXELS
     crop_min_side: int = 0
     crop_min_area: int = 0
     jpeg_quality: int | None = None
@@ -113,7 +113,7 @@ class Resize:
         """The successive sizes a view of ``size`` is resized to (empty: shown as is)."""
         w, h = size
         if self.qwen:
-            nh, nw = smart_resize(h, w, min_pixels=self.min_pixels, max_pixels=self.max_pixels or 16384 * 28 * 28)
+            nh, nw = smart_resize(h, w, min_pixels=self.min_pixels, max_pixels=self.max_pixels or QWEN_MAX_PIXELS)
             return [(nw, nh)] if (nw, nh) != (w, h) else []
         out = upscale_small(size, self.crop_min_side, self.crop_min_area) if crop else []
         last = out[-1] if out else size

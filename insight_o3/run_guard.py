@@ -10,25 +10,24 @@ It is *tripped* by
 
 Once tripped, clients send nothing more, :func:`gather_or_stop` cancels the work in flight and raises
 the error, and the runners record nothing more (what is in flight may carry the failure that stopped
-the run; a rerun asks for it again). :func:`report_stop` turns every way a run can stop on purpose
-(these two, an unwritable output, another run holding the directory) into one line and an exit code.
+the run; a rerun asks for it again). :func:`insight_o3.cli.report_stop` turns every way a run can stop
+on purpose (these two, a budget, an unwritable output, another run holding the directory) into one line
+and an exit code. Messages are redacted here (:func:`insight_o3.redaction.redact`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
-from .cli import ExitCode
-from .run_lock import RunLockedError
-from .storage.atomic import OutputError
+from .exit_codes import ExitCode
+from .redaction import redact as _redact
 
 DEFAULT_MAX_FAILURE_RATIO = 0.5
 #: The failure ratio is only judged once this many requests of the run have finished.
 DEFAULT_MIN_REQUESTS = 20
 
-#: Exit codes of the command-line tools; the one table is :class:`insight_o3.cli.ExitCode`.
+#: Exit codes of the stops (aliases; the one table is :class:`insight_o3.exit_codes.ExitCode`).
 EXIT_BAD_INPUT = ExitCode.BAD_INPUT
 EXIT_OUTPUT_ERROR = ExitCode.OUTPUT_ERROR
 EXIT_API_STOP = ExitCode.STOPPED
@@ -75,7 +74,7 @@ class RunGuard:
         self,
         max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO,
         min_requests: int = DEFAULT_MIN_REQUESTS,
-        redact=lambda s: s,
+        redact: Callable[[str], str] = _redact,
     ):
         if not 0 < max_failure_ratio <= 1:
             raise ValueError("max_failure_ratio must be in (0, 1]")
@@ -157,34 +156,3 @@ async def gather_or_stop(aws: Iterable[Awaitable], guard: RunGuard | None = None
             everything.cancel()
         if everything.done() and not everything.cancelled():
             everything.exception()  # retrieved: no "exception was never retrieved" noise
-
-
-STOP_ERRORS = (RunStopped, OutputError, RunLockedError)
-
-
-def report_stop(e: BaseException, redact=lambda s: s, results: str | None = None) -> int:
-    """Print the one-line message of a deliberate stop to stderr and return its exit code.
-
-    ``results`` names where finished work lives (the eval directory, the records file)."""
-    where = f" in {results}" if results else ""
-    if isinstance(e, RunLockedError):
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_LOCKED
-    if isinstance(e, OutputError):
-        if e.lost_dir:
-            msg = (
-                f"error: {e} — {e.advice}; what was written there is gone. Recreate it (or choose "
-                f"another output directory) and rerun the command"
-            )
-        else:
-            msg = (
-                f"error: {e} — {e.advice}. Samples finished before this are safe{where}; rerun the same "
-                f"command to resume"
-            )
-        print(redact(msg), file=sys.stderr)
-        return EXIT_OUTPUT_ERROR
-    if isinstance(e, RunStopped):
-        hint = f"; {e.resume_hint}" if e.resume_hint else ""
-        print(redact(f"error: {e}. Samples finished before this are safe{where}{hint}"), file=sys.stderr)
-        return EXIT_API_STOP
-    raise TypeError(f"not a stop error: {e!r}")

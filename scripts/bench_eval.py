@@ -37,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+from insight_o3.evaluation.run_dir import RunDir
 from insight_o3.evaluation.samples import load_samples
 from insight_o3.images import ImageStore, Resize
 from insight_o3.testing.openai_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text
@@ -261,11 +262,11 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"[bench] evaluate exited with {proc.returncode}; see {log_path}:\n{log_text[-3000:]}")
     m = re.search(r"images decoded (\d+), encoded (\d+), cache hits (\d+)", log_text)
-    run_dir = out_dir / "bench"
-    summary = json.loads((run_dir / "summary_metrics.json").read_text())
+    run_dir = RunDir(out_dir / "bench")
+    summary = run_dir.summary() or {}
     lost = total = 0
     for k in range(a.num_trials):
-        stats = json.loads((run_dir / f"trial_{k}" / "eval_metrics.json").read_text())["overall_stats"]
+        stats = (run_dir.trial_metrics(k) or {})["overall_stats"]
         lost += stats.get("failed", 0)
         total += stats["total"]
     return {

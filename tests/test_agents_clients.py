@@ -17,9 +17,10 @@ from insight_o3 import prompts
 from insight_o3.agents.clients import InSightO3, VSearcher
 from insight_o3.agents.records import expand_messages
 from insight_o3.agents.solver import InSightO3Solver
-from insight_o3.api import Redactor, make_client
+from insight_o3.api import make_client
 from insight_o3.geometry import Frame, pixel_box, smart_resize
 from insight_o3.images import ImageStore
+from insight_o3.redaction import Redactor
 from tests.support.openai_server import chat, error, last_user_text, user_message_text
 
 W, H = 420, 300

@@ -13,8 +13,8 @@ from insight_o3.evaluation.metrics import compute_metrics, summarize
 from insight_o3.evaluation.runner import RunConfig, run_evaluation
 from insight_o3.evaluation.samples import load_samples
 from insight_o3.evaluation.single_model import SingleModelSolver
-from insight_o3.evaluation.solver import Attempt
 from insight_o3.images import ImageStore, Resize
+from insight_o3.solver import Attempt
 from insight_o3.storage.record_log import RecordFileError, RecordLog
 from tests.support import eval_bench as eb
 from tests.support.openai_server import chat, error

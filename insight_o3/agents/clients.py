@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..api import Redactor
 from ..errors import EXPECTED_ERRORS
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore
+from ..redaction import Redactor, redact
 from ..trajectory import image_refs, to_openai
 from .reasoner_session import ReasonerSession
 from .records import compact_messages
@@ -43,8 +43,8 @@ async def complete(
     return Completion(ch.message.content or "", ch.finish_reason, usage)
 
 
-def _describe(e: BaseException, redact: Redactor) -> str:
-    return redact(f"{type(e).__name__}: {e}")
+def _describe(e: BaseException, redact_fn=redact) -> str:
+    return redact_fn(f"{type(e).__name__}: {e}")
 
 
 def _add_usage(total: dict, usage: dict | None) -> None:
@@ -77,7 +77,7 @@ class VSearcher:
         self.client, self.model, self.images = client, model, images
         self.max_pixels, self.prompt, self.max_tool_calls = max_pixels, prompt, max_tool_calls
         self.completion_kwargs = {**VSEARCHER_COMPLETION_KWARGS, **(completion_kwargs or {})}
-        self.redact = redactor or Redactor()
+        self.redact = redactor or redact
 
     def session(self, image_path: str, description: str) -> SearcherSession:
         return SearcherSession(image_path, description, self.images, self.max_pixels, self.prompt, self.max_tool_calls)
@@ -170,7 +170,7 @@ class InSightO3:
         if "n" in self.completion_kwargs:
             raise ValueError("'n' cannot be set for InSight-o3 episodes: each trial is its own episode")
         self.image_url_extra = image_url_extra
-        self.redact = redactor or Redactor()
+        self.redact = redactor or redact
 
     def session(self, image_path: str, question: str) -> ReasonerSession:
         return ReasonerSession(

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from ..api import Redactor, make_client
+from ..api import make_client
 from ..evaluation.judge import insight_o3_question
-from ..evaluation.solver import Attempt
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore
 from ..protocol import LIMITS
+from ..solver import Attempt
 from .clients import AnswerResult, InSightO3, VSearcher
 
 
@@ -36,7 +36,7 @@ def to_attempt(r: AnswerResult) -> Attempt:
 
 
 class InSightO3Solver:
-    """:class:`~insight_o3.evaluation.solver.Solver` over an :class:`InSightO3` system."""
+    """:class:`~insight_o3.solver.Solver` over an :class:`InSightO3` system."""
 
     def __init__(self, system: InSightO3, clients: tuple = ()):
         self.system = system
@@ -56,14 +56,13 @@ class InSightO3Solver:
         cls,
         args,
         images: ImageStore,
-        redactor: Redactor | None = None,
+        redactor=None,
         guard=None,
         limiter=None,
         vsearcher_limiter=None,
     ) -> InSightO3Solver:
         """Build from the ``evaluate`` arguments (keys already resolved). ``--sys_prompt`` does not
         apply: the vReasoner's system prompt is the protocol's (``--reasoner_prompt infer|train``)."""
-        redactor = redactor or Redactor(args.api_key, args.vsearcher_api_key)
         timeout, retries = getattr(args, "client_timeout", None), getattr(args, "max_retries", None)
         kw = {"timeout": timeout, "guard": guard} | ({"max_retries": retries} if retries is not None else {})
         r_client = make_client(args.api_key, args.api_base_url, role="vReasoner", limiter=limiter, **kw)

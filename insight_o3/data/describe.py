@@ -17,11 +17,11 @@ from typing import Any
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from ..api import Redactor
 from ..errors import EXPECTED_ERRORS
 from ..geometry import fit_max_pixels
 from ..images import encode_pil, open_image
 from ..prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
+from ..redaction import Redactor
 from ..run_guard import RunGuard, gather_or_stop
 from ..storage.record_log import RecordLog
 

@@ -44,12 +44,12 @@ from ..errors import EXPECTED_ERRORS
 from ..evaluation.judge import AnswerJudge, Verdict
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
-from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize
 from ..parsing import format_options
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
 from ..run_lock import run_lock
+from ..solver import Attempt
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 from ..storage.record_log import RecordLog

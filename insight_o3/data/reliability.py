@@ -49,10 +49,10 @@ from ..errors import EXPECTED_ERRORS
 from ..evaluation.judge import AnswerJudge
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
-from ..evaluation.solver import Attempt
 from ..images import ImageStore, Resize
 from ..parsing import format_options
 from ..run_guard import RunStopped
+from ..solver import Attempt
 from ..storage.atomic import OutputError
 from ..storage.record_log import RecordLog
 from .difficulty import attempt_record

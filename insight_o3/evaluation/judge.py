@@ -32,13 +32,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from .. import prompts
 from ..errors import EXPECTED_ERRORS
 from ..parsing import extract_answer_span, extract_verify_span, mcq_letter, question_text
+from ..redaction import redact
+from ..solver import Attempt
 from .schema import Status
-from .solver import Attempt
 
 FLOWS = ("extract", "verify")
 CROP_MARK = "[cropped] ... "
@@ -195,7 +197,7 @@ class AnswerJudge:
         client,
         model: str,
         max_answer_length: int = 1000,
-        redact=lambda s: s,
+        redact: Callable[[str], str] = redact,
         completion_kwargs: dict | None = None,
         flow: str = "extract",
         cache: JudgeCache | None = None,

@@ -25,8 +25,8 @@ from collections import defaultdict
 import numpy as np
 
 from ..trajectory import image_refs
+from ..usage import merge, total_tokens
 from .schema import STATUSES, EvalRecord, EvalResult, RecordError
-from .usage import merge, total_tokens
 
 RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
 

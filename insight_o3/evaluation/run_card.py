@@ -3,7 +3,8 @@
 It holds the package version and git commit, every effective setting (keys never), the resolved
 image budget per model, the sha256 of every prompt constant, the judge, seeds, the benchmark file's
 sha256 and the subset. :func:`differences` names the settings two cards disagree on;
-``gather_eval_results`` uses it to refuse mixing runs that are not comparable.
+``gather_eval_results`` uses it to refuse mixing runs that are not comparable. The file is written and
+read by :class:`~insight_o3.evaluation.run_dir.RunDir` (which adds ``format_version``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 
 from .. import __version__, prompts
 
-RUN_CARD_FILE = "run_card.json"
 #: Settings that must agree for runs to share a column (one benchmark, several models).
 SHARED_KEYS = (
     "benchmark_sha256",
@@ -117,16 +117,6 @@ def build_run_card(
     if extra:
         card.update(extra)
     return card
-
-
-def load_run_card(eval_dir: str) -> dict | None:
-    path = os.path.join(eval_dir, RUN_CARD_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            card = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return card if isinstance(card, dict) else None
 
 
 def _get(card: dict, dotted: str):

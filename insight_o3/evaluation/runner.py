@@ -7,7 +7,9 @@ trial ``k`` (0-based), ``trial_<k>/{eval_records.jsonl, eval_metrics.json, done}
 re-judged from the stored response without querying the model again). Questions on the same image
 are scheduled together so the image store serves them from one encode.
 
-The whole run holds the eval directory's lock (:mod:`insight_o3.run_lock`), so a second run on the
+The run is a :class:`~insight_o3.jobs.ResumableJob` (:class:`EvalJob`: one record log per open trial, a
+unit of work per sample and its pending trials) over a :class:`~insight_o3.evaluation.run_dir.RunDir`; so
+the whole run holds the eval directory's lock (:mod:`insight_o3.run_lock`), and a second run on the
 same directory is refused at once. With a :class:`~insight_o3.run_guard.RunGuard` (the one its
 clients report to), a fatal API response or too many failed requests stop the run: the work in
 flight is cancelled and not recorded, everything recorded before stays. An output file that cannot
@@ -15,7 +17,7 @@ be written stops it the same way, with :class:`~insight_o3.storage.atomic.Output
 
 Each record carries the token ``usage`` per role of its attempt and its judging (every client reports
 to the usage meter of the asyncio task that sent the request: one per solve, split over its trials,
-and one per judging; see :mod:`insight_o3.evaluation.usage`) and ``cost_usd``. With a budget
+and one per judging; see :mod:`insight_o3.usage`) and ``cost_usd``. With a budget
 (``max_cost``/``max_tokens_total``, counted over everything recorded in the eval dir) reached, no new
 item is started, the ones in flight are recorded, and :class:`BudgetExceeded` is raised; a rerun with
 a higher budget resumes. A solver with ``solves_by_trial`` (rejudge's stored attempts) is asked per
@@ -25,34 +27,35 @@ trial index (``solve_trials``) and gives the stored usage (``usage_shares``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from dataclasses import dataclass
 
-from tqdm.auto import tqdm
-
-from ..run_guard import RunGuard, RunStopped, gather_or_stop
-from ..run_lock import run_lock
-from ..storage.atomic import OutputError, write_json_atomic
-from ..storage.record_log import RecordFileError, RecordLog, touch_atomic
+from ..jobs import BudgetExceeded, JobSettings, Plan, ResumableJob
+from ..redaction import redact
+from ..run_guard import RunGuard
+from ..solver import Attempt
+from ..storage.record_log import RecordFileError
 from ..trajectory import image_refs
+from ..usage import CostModel, UsageMeter, merge, metering, total_tokens
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
+from .run_dir import RunDir
 from .samples import Sample
 from .schema import EvalRecord, EvalResult
-from .solver import Attempt
-from .usage import CostModel, UsageMeter, merge, metering, total_tokens
+
+__all__ = [
+    "BudgetExceeded",
+    "EvalJob",
+    "RunConfig",
+    "build_record",
+    "failed_count",
+    "run_evaluation",
+    "run_totals",
+]
 
 log = logging.getLogger(__name__)
-
-RECORDS_FILE = "eval_records.jsonl"
-METRICS_FILE = "eval_metrics.json"
-DONE_FILE = "done"
-SUMMARY_FILE = "summary_metrics.json"
-ARGS_FILE = "args.json"
-RUN_CARD_FILE = "run_card.json"
 
 
 @dataclass
@@ -72,25 +75,19 @@ class RunConfig:
     def eval_dir(self) -> str:
         return os.path.join(self.output_dir, self.eval_name)
 
+    @property
+    def run_dir(self) -> RunDir:
+        return RunDir(self.eval_dir)
+
     def trial_dir(self, k: int) -> str:
-        return os.path.join(self.eval_dir, f"trial_{k}")
+        return self.run_dir.trial_dir(k)
 
-
-class BudgetExceeded(RunStopped):
-    """``--max_cost`` / ``--max_tokens_total`` reached: no new work started, work in flight recorded."""
-
-    resume_hint = None  # not "rerun the same command": the same budget stops again (``str()`` says what to do)
-
-    def __init__(self, what: str, used: float, limit: float):
-        super().__init__(what, used, limit)
-        self.what, self.used, self.limit = what, used, limit
-
-    def __str__(self) -> str:
-        flag = "--max_cost" if self.what == "cost" else "--max_tokens_total"
-        used = f"${self.used:.4f}" if self.what == "cost" else f"{int(self.used)} tokens"
-        return (
-            f"budget reached: {used} used, {flag} {self.limit:g}; stopped starting new samples "
-            f"(rerun with a higher {flag} to resume)"
+    def job_settings(self) -> JobSettings:
+        return JobSettings(
+            concurrency=self.concurrency,
+            progress=self.progress,
+            max_cost=self.max_cost,
+            max_tokens_total=self.max_tokens_total,
         )
 
 
@@ -103,7 +100,7 @@ def build_record(
     cost_usd: float | None = None,
 ) -> EvalRecord:
     """One result line: the sample's fields, ``usage`` per role and ``cost_usd`` (see
-    :mod:`insight_o3.evaluation.usage`) plus ``eval_result`` (image references, never pixels)."""
+    :mod:`insight_o3.usage`) plus ``eval_result`` (image references, never pixels)."""
     refs = image_refs(attempt.trajectory or [])
     result = EvalResult(
         status=verdict.status,
@@ -157,25 +154,6 @@ def failed_count(summary: dict) -> int:
     return round(mean * summary.get("num_trials", 0))
 
 
-def _spent_before(cfg: RunConfig, open_trials: list[int], logs: dict) -> dict:
-    """Tokens and cost already recorded in the eval dir (finished trials and open trials' records)."""
-    spent = {"tokens": 0, "cost": 0.0}
-    for k in range(cfg.num_trials):
-        if k in logs:
-            recs = logs[k].records.values()
-            spent["tokens"] += sum(total_tokens(r.usage_dict()) for r in recs)
-            spent["cost"] += sum(r.cost_usd or 0.0 for r in recs)
-        elif k not in open_trials:
-            try:
-                with open(os.path.join(cfg.trial_dir(k), METRICS_FILE)) as f:
-                    m = json.load(f)
-            except (OSError, ValueError):
-                continue
-            spent["tokens"] += m.get("tokens_total", 0)
-            spent["cost"] += m.get("cost_usd") or 0.0
-    return spent
-
-
 def _image_order(samples: list[Sample]) -> list[Sample]:
     """Samples grouped by image (first appearance order), so one encode serves them all."""
     groups: dict[str, list[Sample]] = {}
@@ -184,44 +162,191 @@ def _image_order(samples: list[Sample]) -> list[Sample]:
     return [s for g in groups.values() for s in g]
 
 
-def _is_done(cfg: RunConfig, k: int) -> bool:
-    d = cfg.trial_dir(k)
-    if not os.path.exists(os.path.join(d, DONE_FILE)):
-        return False
-    if cfg.retry_failed:
-        try:
-            with open(os.path.join(d, METRICS_FILE)) as f:
-                stats = json.load(f)["overall_stats"]
-            if stats.get("failed", 0):
-                return False
-        except (OSError, ValueError, KeyError):
+def _accuracy(counts: Counter, done: int) -> dict:
+    return {"acc": f"{counts['correct'] / done:.3f}" if done else "-", "fail": counts["failed"]}
+
+
+#: One unit of evaluation work: a sample, its pending trials, and "query" (ask the solver) or "judge"
+#: (re-judge the stored response of a record whose judging failed).
+Unit = tuple[Sample, list[int], str]
+
+
+class EvalJob(ResumableJob[Sample, dict]):
+    """The evaluation as a resumable job over a :class:`RunDir`: one record log per trial still open."""
+
+    command = "evaluate"
+    desc = "eval"
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        solver,
+        judge: AnswerJudge,
+        *,
+        args_record: dict | None = None,
+        run_card: dict | None = None,
+        guard: RunGuard | None = None,
+    ):
+        super().__init__(cfg.eval_dir, cfg.job_settings(), guard=guard)
+        self.cfg, self.solver, self.judge = cfg, solver, judge
+        self.args_record, self.run_card = args_record, run_card
+        self.run_dir = cfg.run_dir
+        self.open_trials: list[int] = []
+        self.keys: list[str] = []
+
+    # -- the directory
+    def _is_done(self, k: int) -> bool:
+        if not self.run_dir.is_done(k):
             return False
-    return True
+        if self.cfg.retry_failed:
+            try:
+                if (self.run_dir.trial_metrics(k) or {})["overall_stats"].get("failed", 0):
+                    return False
+            except (ValueError, KeyError, TypeError):
+                return False
+        return True
 
+    def prepare(self) -> None:
+        self.run_dir.check_format()
+        if self.args_record is not None:
+            self.run_dir.write_args(self.args_record)
+        if self.run_card is not None:
+            self.run_dir.write_run_card(self.run_card)
+        self.open_trials = [k for k in range(self.cfg.num_trials) if not self._is_done(k)]
+        for k in self.open_trials:
+            self.run_dir.reopen_trial(k)
 
-class _Progress:
-    def __init__(self, total: int, initial_records: list[EvalRecord], enabled: bool):
-        self.correct = sum(r.status == "correct" for r in initial_records)
-        self.failed = sum(r.status == "failed" for r in initial_records)
-        self.done = len(initial_records)
-        self.bar = tqdm(total=total, initial=self.done, desc="eval", disable=not enabled, dynamic_ncols=True)
-        self._show()
+    def log_files(self) -> dict:
+        return {k: self.run_dir.records_path(k) for k in self.open_trials}
 
-    def _show(self):
-        self.bar.set_postfix(
-            acc=f"{self.correct / self.done:.3f}" if self.done else "-", fail=self.failed, refresh=False
-        )
+    def parse(self, name):
+        return EvalRecord.from_dict
 
-    def add(self, rec: EvalRecord):
-        st = rec.status
-        self.correct += st == "correct"
-        self.failed += st == "failed"
-        self.done += 1
-        self._show()
-        self.bar.update(1)
+    def status(self, record: EvalRecord) -> str:
+        return record.status
 
-    def close(self):
-        self.bar.close()
+    def postfix(self, counts: Counter, done: int) -> dict:
+        return _accuracy(counts, done)
+
+    def spend(self, record: EvalRecord) -> tuple[int, float]:
+        return total_tokens(record.usage_dict()), record.cost_usd or 0.0
+
+    def spent_before(self) -> tuple[int, float]:
+        """Records of the open trials, and the metrics of the finished ones."""
+        tokens, cost = super().spent_before()
+        for k in range(self.cfg.num_trials):
+            if k in self.logs:
+                continue
+            try:
+                m = self.run_dir.trial_metrics(k) or {}
+            except ValueError:
+                continue
+            tokens += m.get("tokens_total", 0)
+            cost += m.get("cost_usd") or 0.0
+        return tokens, cost
+
+    # -- the plan
+    def _pending(self, k: int, s: Sample) -> str | None:
+        """None (final), "query" or "judge" (re-judge a stored response)."""
+        rec = self.logs[k].records.get(s.key)
+        if rec is None:
+            return "query"
+        er = rec.eval_result
+        if self.cfg.retry_failed and er.status == "failed":
+            return "judge" if er.fail_stage == "judge" else "query"
+        return None
+
+    def plan(self, items: list[Sample]) -> Plan:
+        self.keys = [s.key for s in items]
+        known = set(self.keys)
+        for k in self.open_trials:
+            stray = [key for key in self.logs[k].records if key not in known]
+            if stray:
+                raise RecordFileError(
+                    f"{self.logs[k].path}: holds records for {len(stray)} sample(s) not in the annotation file "
+                    f"(e.g. sample_key {stray[0]!r}); use another --eval_name for different data"
+                )
+        units: list[Unit] = []
+        initial: list[str | None] = []
+        for s in _image_order(items):
+            query = []
+            for k in self.open_trials:
+                p = self._pending(k, s)
+                if p is None:
+                    initial.append(self.logs[k].records[s.key].status)
+                elif p == "judge":
+                    units.append((s, [k], "judge"))
+                else:
+                    query.append(k)
+            if query:
+                if self.cfg.group_trials:
+                    units.append((s, query, "query"))
+                else:
+                    units.extend((s, [k], "query") for k in query)
+        return Plan(units, len(items) * len(self.open_trials), initial)
+
+    # -- the work
+    async def _attempts(self, s: Sample, trials: list[int], kind: str, meter: UsageMeter) -> tuple[list, list]:
+        """The attempts of one unit and the usage share of each trial."""
+        shares = None
+        if kind == "judge":
+            old = self.logs[trials[0]].records[s.key]
+            attempts = [_attempt_from_record(old)]
+            shares = [{r: c for r, c in old.usage_dict().items() if r != "judge"}]
+        else:
+            try:
+                if getattr(self.solver, "solves_by_trial", False):  # rejudge's stored attempts
+                    attempts = list(await self.solver.solve_trials(s, trials))
+                    shares = self.solver.usage_shares(s, trials)
+                else:
+                    attempts = list(await self.solver.solve(s, len(trials)))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a solver must not raise; never lose the pair if it does
+                log.exception("solver raised on sample %s", s.key)
+                reason = redact(f"solver raised {type(e).__name__}: {e}")
+                attempts = [Attempt(None, None, error=reason) for _ in trials]
+            if len(attempts) != len(trials):
+                bad = f"solver returned {len(attempts)} attempts for {len(trials)} trials"
+                attempts = [Attempt(None, None, error=bad) for _ in trials]
+        if shares is None or len(shares) != len(trials):
+            shares = meter.split(len(trials))
+        return attempts, shares
+
+    async def _judge_and_record(self, s: Sample, k: int, attempt: Attempt, solve_usage: dict) -> None:
+        meter = UsageMeter()
+        metering(meter)  # this task's own context: the judge requests of this attempt
+        verdict = await self.judge.check(s, attempt)
+        if self.guard.tripped:
+            return  # stopping: what is in flight may carry the failure that stopped the run
+        usage = merge([solve_usage, meter.to_dict()])
+        cost = self.cfg.cost_model.cost(usage) if self.cfg.cost_model is not None else None
+        await self.emit(build_record(s, k, attempt, verdict, usage, cost), log=k)
+
+    async def work(self, unit: Unit, emit) -> None:
+        s, trials, kind = unit
+        meter = UsageMeter()
+        metering(meter)  # this task's own context: the solver's requests for these trials
+        attempts, shares = await self._attempts(s, trials, kind, meter)
+        await asyncio.gather(*(self._judge_and_record(s, k, a, u) for k, a, u in zip(trials, attempts, shares)))
+
+    # -- the end
+    def finish(self) -> dict:
+        for k in self.open_trials:
+            lg = self.logs[k]
+            missing = [key for key in self.keys if key not in lg.records]
+            if missing:  # cannot happen unless a task was cancelled; never write metrics then
+                raise RuntimeError(f"{lg.path}: {len(missing)} sample(s) without a record")
+            lg.compact(self.keys)
+            self.run_dir.finish_trial(k, compute_metrics([lg.records[key] for key in self.keys]))
+        trial_metrics = [self.run_dir.trial_metrics(k) or {} for k in range(self.cfg.num_trials)]
+        summary = summarize(trial_metrics)
+        summary["run_totals"] = run_totals(trial_metrics)
+        self.run_dir.write_summary(summary)
+        return summary
+
+    def incomplete(self, summary: dict) -> int:
+        return failed_count(summary)
 
 
 async def run_evaluation(
@@ -236,163 +361,5 @@ async def run_evaluation(
     """Evaluate, write every output file, and return the summary metrics (under the eval
     directory's lock: raises :class:`~insight_o3.run_lock.RunLockedError` if another run holds it).
     Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded)."""
-    with run_lock(cfg.eval_dir, "evaluate"):
-        return await _run_locked(samples, solver, judge, cfg, args_record, guard, run_card)
-
-
-async def _run_locked(
-    samples: list[Sample],
-    solver,
-    judge: AnswerJudge,
-    cfg: RunConfig,
-    args_record: dict | None,
-    guard: RunGuard | None,
-    run_card: dict | None = None,
-) -> dict:
-    if args_record is not None:
-        write_json_atomic(os.path.join(cfg.eval_dir, ARGS_FILE), args_record)
-    if run_card is not None:
-        write_json_atomic(os.path.join(cfg.eval_dir, RUN_CARD_FILE), run_card)
-    keys = [s.key for s in samples]
-    known = set(keys)
-    open_trials = [k for k in range(cfg.num_trials) if not _is_done(cfg, k)]
-    logs: dict[int, RecordLog] = {}
-    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
-    try:
-        for k in open_trials:
-            done_path = os.path.join(cfg.trial_dir(k), DONE_FILE)
-            try:
-                os.makedirs(cfg.trial_dir(k), exist_ok=True)
-                if os.path.exists(done_path):  # reopened by --retry_failed
-                    os.remove(done_path)
-            except OSError as e:
-                raise OutputError.from_os_error(e.filename or cfg.trial_dir(k), e, "prepare") from None
-            logs[k] = RecordLog.open(os.path.join(cfg.trial_dir(k), RECORDS_FILE), parse=EvalRecord.from_dict)
-            stray = [key for key in logs[k].records if key not in known]
-            if stray:
-                raise RecordFileError(
-                    f"{logs[k].path}: holds records for {len(stray)} sample(s) not in the annotation file "
-                    f"(e.g. sample_key {stray[0]!r}); use another --eval_name for different data"
-                )
-
-        def pending(k: int, s: Sample) -> str | None:
-            """None (final), "query" or "judge" (re-judge a stored response)."""
-            rec = logs[k].records.get(s.key)
-            if rec is None:
-                return "query"
-            er = rec.eval_result
-            if cfg.retry_failed and er.status == "failed":
-                return "judge" if er.fail_stage == "judge" else "query"
-            return None
-
-        work: list[tuple[Sample, list[int], str]] = []
-        initial = []
-        for s in _image_order(samples):
-            query = []
-            for k in open_trials:
-                p = pending(k, s)
-                if p is None:
-                    initial.append(logs[k].records[s.key])
-                elif p == "judge":
-                    work.append((s, [k], "judge"))
-                else:
-                    query.append(k)
-            if query:
-                if cfg.group_trials:
-                    work.append((s, query, "query"))
-                else:
-                    work.extend((s, [k], "query") for k in query)
-
-        progress = _Progress(len(samples) * len(open_trials), initial, cfg.progress)
-        sem = asyncio.Semaphore(max(1, cfg.concurrency))
-        loop = asyncio.get_running_loop()
-        spent = _spent_before(cfg, open_trials, logs)
-        budget: list[BudgetExceeded] = []
-
-        def charge(rec: EvalRecord | None):
-            if rec is not None:
-                spent["tokens"] += total_tokens(rec.usage_dict())
-                spent["cost"] += rec.cost_usd or 0.0
-            if budget:
-                return
-            if cfg.max_cost is not None and spent["cost"] >= cfg.max_cost:
-                budget.append(BudgetExceeded("cost", spent["cost"], cfg.max_cost))
-            elif cfg.max_tokens_total is not None and spent["tokens"] >= cfg.max_tokens_total:
-                budget.append(BudgetExceeded("tokens", spent["tokens"], cfg.max_tokens_total))
-
-        if work:
-            charge(None)  # spent by earlier runs
-
-        async def finish(s: Sample, k: int, attempt: Attempt, solve_usage: dict):
-            meter = UsageMeter()
-            metering(meter)  # this task's own context: the judge requests of this attempt
-            verdict = await judge.check(s, attempt)
-            if guard is not None and guard.tripped:
-                return  # stopping: what is in flight may carry the failure that stopped the run
-            usage = merge([solve_usage, meter.to_dict()])
-            cost = cfg.cost_model.cost(usage) if cfg.cost_model is not None else None
-            rec = build_record(s, k, attempt, verdict, usage, cost)
-            await loop.run_in_executor(writer, logs[k].append, rec)
-            progress.add(rec)
-            charge(rec)
-
-        async def run_item(s: Sample, trials: list[int], kind: str):
-            async with sem:
-                if budget:
-                    return  # budget reached: start nothing new (a rerun with a higher budget resumes)
-                meter = UsageMeter()
-                metering(meter)  # this task's own context: the solver's requests for these trials
-                shares = None
-                if kind == "judge":
-                    old = logs[trials[0]].records[s.key]
-                    attempts = [_attempt_from_record(old)]
-                    shares = [{r: c for r, c in old.usage_dict().items() if r != "judge"}]
-                else:
-                    try:
-                        if getattr(solver, "solves_by_trial", False):  # rejudge's stored attempts
-                            attempts = list(await solver.solve_trials(s, trials))
-                            shares = solver.usage_shares(s, trials)
-                        else:
-                            attempts = list(await solver.solve(s, len(trials)))
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as e:  # a solver must not raise; never lose the pair if it does
-                        log.exception("solver raised on sample %s", s.key)
-                        reason = judge.redact(f"solver raised {type(e).__name__}: {e}")
-                        attempts = [Attempt(None, None, error=reason) for _ in trials]
-                    if len(attempts) != len(trials):
-                        bad = f"solver returned {len(attempts)} attempts for {len(trials)} trials"
-                        attempts = [Attempt(None, None, error=bad) for _ in trials]
-                if shares is None or len(shares) != len(trials):
-                    shares = meter.split(len(trials))
-                await asyncio.gather(*(finish(s, k, a, u) for k, a, u in zip(trials, attempts, shares)))
-
-        try:
-            await gather_or_stop((run_item(*w) for w in work), guard)
-        finally:
-            progress.close()
-        if budget:
-            raise budget[0]
-
-        for k in open_trials:
-            lg = logs[k]
-            missing = [key for key in keys if key not in lg.records]
-            if missing:  # cannot happen unless a task was cancelled; never write metrics then
-                raise RuntimeError(f"{lg.path}: {len(missing)} sample(s) without a record")
-            lg.compact(keys)
-            metrics = compute_metrics([lg.records[key] for key in keys])
-            write_json_atomic(os.path.join(cfg.trial_dir(k), METRICS_FILE), metrics)
-            touch_atomic(os.path.join(cfg.trial_dir(k), DONE_FILE))
-    finally:
-        for lg in logs.values():
-            lg.close()
-        writer.shutdown(wait=True)
-
-    trial_metrics = []
-    for k in range(cfg.num_trials):
-        with open(os.path.join(cfg.trial_dir(k), METRICS_FILE)) as f:
-            trial_metrics.append(json.load(f))
-    summary = summarize(trial_metrics)
-    summary["run_totals"] = run_totals(trial_metrics)
-    write_json_atomic(os.path.join(cfg.eval_dir, SUMMARY_FILE), summary)
-    return summary
+    job = EvalJob(cfg, solver, judge, args_record=args_record, run_card=run_card, guard=guard)
+    return (await job.arun(samples)).summary

@@ -244,7 +244,7 @@ class EvalRecord:
         return str(self.fields.get("image") or self.fields.get("file_name") or self.image_path or "")
 
     def usage_dict(self) -> dict[str, dict]:
-        """``usage`` as plain counts per role (the form :mod:`insight_o3.evaluation.usage` adds up)."""
+        """``usage`` as plain counts per role (the form :mod:`insight_o3.usage` adds up)."""
         return {role: u.to_dict() for role, u in self.usage.items()}
 
     def to_dict(self) -> dict:

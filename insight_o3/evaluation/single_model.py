@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from ..errors import EXPECTED_ERRORS
 from ..images import ImageError, ImageStore, Resize
+from ..redaction import redact
+from ..solver import Attempt
 from ..trajectory import image_part, message, to_openai
-from .solver import Attempt
 
 log = logging.getLogger(__name__)
 #: Extra requests for choices a server left out before the attempts are recorded as failed.
@@ -43,7 +45,7 @@ class SingleModelSolver:
         completion_kwargs: dict | None = None,
         image_url_extra: dict | None = None,
         separate_trial_requests: bool = False,
-        redact=lambda s: s,
+        redact: Callable[[str], str] = redact,
     ):
         self.client = client
         self.model = model

@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field
 
 from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
-from ..api import DEFAULT_MAX_RETRIES, Redactor, make_client
+from ..api import DEFAULT_MAX_RETRIES, make_client
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..images import ImageStore
 from ..protocol import LIMITS
+from ..redaction import Redactor
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, gather_or_stop
 from ..run_lock import run_lock
 from ..storage import RecordLog, write_json_atomic

@@ -32,7 +32,7 @@ import sys
 
 from tqdm import tqdm
 
-from ..api import ENV_KEYS, Redactor, make_client, resolve
+from ..api import ENV_KEYS, make_client, resolve
 from ..cli import (
     ExitCode,
     add_api_flags,
@@ -48,6 +48,7 @@ from ..data.describe import BoxTask, DescribeConfig, describe_all
 from ..data.layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
 from ..data.schema import RegionRow
 from ..images import ImageError, ImageStore
+from ..redaction import Redactor
 from ..run_guard import RunGuard
 from ..run_lock import run_lock
 from ..storage.atomic import write_jsonl_atomic

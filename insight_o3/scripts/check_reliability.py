@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from ..api import Redactor, resolve
+from ..api import resolve
 from ..cli import (
     ExitCode,
     add_client_flags,
@@ -26,6 +26,7 @@ from ..cli import (
 )
 from ..data.reliability import RECORDS_FILE, CheckerEndpoint, ReliabilitySettings, parse_checker, run_check
 from ..data.source_pool import PoolError, load_pool
+from ..redaction import Redactor
 
 PROG = "python -m insight_o3.scripts.check_reliability"
 

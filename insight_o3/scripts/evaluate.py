@@ -29,28 +29,23 @@ import sys
 
 from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
-from ..cli import ExitCode, setup_logging
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..cli import STOP_ERRORS, ExitCode, report_stop, setup_logging
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import build_run_card
+from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
 from ..evaluation.single_model import SingleModelSolver
-from ..evaluation.usage import CostModel, PriceError
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..images import ImageStore, Resize
 from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
-from ..run_guard import (
-    DEFAULT_MAX_FAILURE_RATIO,
-    DEFAULT_MIN_REQUESTS,
-    EXIT_BAD_INPUT,
-    STOP_ERRORS,
-    RunGuard,
-    report_stop,
-)
+from ..redaction import redact
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunGuard
 from ..storage.record_log import RecordFileError
+from ..usage import CostModel, PriceError
 
 log = logging.getLogger("insight_o3.evaluate")
 SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
@@ -273,11 +268,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.subset:  # never mistaken for a full run: its own directory
         a.eval_name = f"{a.eval_name}@subset-{subset_hash(a.subset)}"
     # resolve keys/URLs from env now; keys stay in memory only
-    a.api_key = resolve(a.api_key, ENV_KEYS["main"][0])
+    a.api_key = resolve_key(a.api_key, ENV_KEYS["main"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
-    a.judge_api_key = resolve(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
     a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
-    a.vsearcher_api_key = resolve(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0])
+    a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0])
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
     return a
 
@@ -330,8 +325,8 @@ def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
     )
 
 
-async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostModel | None = None) -> dict:
-    guard = RunGuard(a.max_failure_ratio, redact=redactor)
+async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -> dict:
+    guard = RunGuard(a.max_failure_ratio)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
     images = image_store(a, originals_cached=2 if a.vsearcher_model else 0)
     adaptive = not a.no_adaptive_concurrency
@@ -368,7 +363,6 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
             solver = InSightO3Solver.from_args(
                 a,
                 images=images,
-                redactor=redactor,
                 guard=guard,
                 limiter=model_limiter,
                 vsearcher_limiter=vsearcher_limiter,
@@ -383,13 +377,11 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
                 completion_kwargs=a.chat_completion_kwargs,
                 image_url_extra=a.image_url_extra_settings,
                 separate_trial_requests=a.separate_trial_requests,
-                redact=redactor,
             )
         judge = AnswerJudge(
             judge_client,
             a.judge_model,
             a.max_answer_length,
-            redact=redactor,
             flow=a.judge_flow,
             cache=JudgeCache() if a.judge_cache else None,
         )
@@ -428,13 +420,12 @@ async def _run(a: argparse.Namespace, samples, redactor: Redactor, costs: CostMo
 def main(argv=None) -> int:
     setup_logging()
     a = parse_args(argv)
-    redactor = Redactor(a.api_key, a.judge_api_key, a.vsearcher_api_key)
     try:
         samples = select_subset(load_samples(a.ann_file, a.img_dir), a.subset, a.ann_file)
         costs = cost_model(a)
     except (AnnotationError, PriceError) as e:
-        print(f"error: {redactor(str(e))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     log.info(
         "%d samples from %s%s; results in %s/%s",
         len(samples),
@@ -444,12 +435,12 @@ def main(argv=None) -> int:
         a.eval_name,
     )
     try:
-        summary = asyncio.run(_run(a, samples, redactor, costs))
-    except RecordFileError as e:
-        print(f"error: {redactor(str(e))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        summary = asyncio.run(_run(a, samples, costs))
+    except (RecordFileError, RunDirError) as e:
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
-        return report_stop(e, redactor, os.path.join(a.output_dir, a.eval_name))
+        return report_stop(e, results=os.path.join(a.output_dir, a.eval_name))
     acc = summary.get("overall_accuracy", {})
     print(
         f"{a.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, resolve
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve
 from ..cli import (
     ExitCode,
     add_api_flags,
@@ -46,8 +46,9 @@ from ..evaluation.vsearch_eval import (
     run,
     score,
 )
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol import LIMITS
+from ..redaction import Redactor
 from ..storage.record_log import RecordFileError
 
 __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regions", "metrics", "score"]
@@ -81,8 +82,8 @@ def main(argv=None) -> int:
     if not isinstance(a.chat_completion_kwargs, dict) or "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must be a JSON object without 'n'")
     check_run_flags(p, a)
-    if a.max_tool_calls < 1 or a.max_pixels < 4 * 28 * 28:
-        p.error("--max_tool_calls >= 1 and --max_pixels >= 3136 are required")
+    if a.max_tool_calls < 1 or a.max_pixels < QWEN_MIN_PIXELS:
+        p.error(f"--max_tool_calls >= 1 and --max_pixels >= {QWEN_MIN_PIXELS} are required")
     a.api_key = resolve(a.api_key, ENV_KEYS["vsearcher"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["vsearcher"][1])
     a.output_dir = a.output_dir or os.path.join("results", "vsearch", a.model.replace("/", "__"))

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from ..api import ENV_KEYS, Redactor, resolve
+from ..api import ENV_KEYS, resolve
 from ..cli import (
     ExitCode,
     add_api_flags,
@@ -31,6 +31,7 @@ from ..cli import (
 )
 from ..data.difficulty import RECORDS_FILE, CollagesFileError, FilterSettings, run_filter
 from ..protocol import LIMITS
+from ..redaction import Redactor
 
 PROG = "python -m insight_o3.scripts.filter_difficulty"
 

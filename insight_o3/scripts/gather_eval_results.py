@@ -3,7 +3,8 @@
     python -m insight_o3.scripts.gather_eval_results --settings gpt-5-mini qwen3-vl-8b \\
         --datasets o3_bench vstar [--output_dir ./outputs/eval] [--csv t.csv] [--markdown t.md]
 
-Reads ``<output_dir>/<setting>/<dataset>/summary_metrics.json`` (written by
+Reads ``<output_dir>/<setting>/<dataset>/summary_metrics.json`` through
+:class:`~insight_o3.evaluation.run_dir.RunDir` (written by
 ``insight_o3.scripts.evaluate`` with ``--eval_name <setting>/<dataset>``). Cells are
 ``mean±std @trials`` of the accuracy in percent. With a single dataset the table has one column
 per category instead. Missing results are shown as ``—`` with a note; runs whose success or
@@ -29,10 +30,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..cli import ExitCode
-from ..evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences, load_run_card
+from ..evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences
+from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, read_json_object
 from ..storage.atomic import write_text_atomic
 
-SUMMARY_FILE = "summary_metrics.json"
 MISSING = "—"
 
 
@@ -82,15 +83,10 @@ def _stat(value, path: str, field: str) -> Stat:
 
 
 def load_summary(path: str) -> Summary:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise SummaryError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    except UnicodeDecodeError as e:
-        raise SummaryError(f"{path}: not valid UTF-8 ({e.reason})") from None
-    if not isinstance(data, dict):
-        raise SummaryError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    """A run's ``summary_metrics.json`` (read through :class:`RunDir`), validated field by field."""
+    data = read_json_object(path)
+    if data is None:
+        raise SummaryError(f"{path}: not found")
     if "overall_accuracy" not in data:
         raise SummaryError(f"{path}: field 'overall_accuracy' is missing")
     trials = data.get("num_trials")
@@ -125,7 +121,7 @@ def load_summary(path: str) -> Summary:
 
 
 def summary_path(output_dir: str, setting: str, dataset: str) -> str:
-    return os.path.join(output_dir, setting, dataset, SUMMARY_FILE)
+    return RunDir.at(output_dir, os.path.join(setting, dataset)).file(SUMMARY_FILE)
 
 
 def warnings_for(name: str, s: Summary) -> list[str]:
@@ -163,11 +159,13 @@ def gather(
     notes: list[str] = []
     for st in settings:
         for ds in datasets:
-            path = summary_path(output_dir, st, ds)
+            rd = RunDir.at(output_dir, os.path.join(st, ds))
+            path = rd.file(SUMMARY_FILE)
             if os.path.isfile(path):
+                rd.check_format()
                 summaries[(st, ds)] = load_summary(path)
                 notes += warnings_for(f"{st}/{ds}", summaries[(st, ds)])
-                card = load_run_card(os.path.dirname(path))
+                card = rd.run_card()
                 if card is not None:
                     cards[(st, ds)] = card
                     if card.get("subset"):
@@ -266,7 +264,7 @@ def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
         table, notes = gather(a.output_dir, a.settings, a.datasets, a.allow_mixed_settings)
-    except (SummaryError, MixedSettingsError, OSError) as e:
+    except (SummaryError, MixedSettingsError, RunDirError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     with pd.option_context("display.max_columns", None, "display.width", 200):

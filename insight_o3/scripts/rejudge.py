@@ -19,31 +19,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import re
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, Redactor, make_client, resolve
-from ..cli import ExitCode, new_parser, setup_logging
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve
+from ..cli import STOP_ERRORS, ExitCode, new_parser, report_stop, setup_logging
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
-from ..evaluation.run_card import load_run_card
-from ..evaluation.runner import (
-    ARGS_FILE,
-    DONE_FILE,
-    RECORDS_FILE,
-    RunConfig,
-    failed_count,
-    run_evaluation,
-)
+from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
+from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
-from ..evaluation.solver import Attempt
-from ..evaluation.usage import CostModel, PriceError
 from ..rate_limit import AdaptiveLimiter
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, EXIT_BAD_INPUT, STOP_ERRORS, RunGuard, report_stop
-from ..storage.record_log import RecordFileError, RecordLog
+from ..redaction import Redactor
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
+from ..solver import Attempt
+from ..storage.record_log import RecordFileError
+from ..usage import CostModel, PriceError
 
 log = logging.getLogger("insight_o3.rejudge")
 #: Record fields that are not annotation fields (the rest is the sample as loaded).
@@ -136,30 +129,28 @@ def _checked(obj: dict, where: str) -> dict:
 
 def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]], dict]:
     """Samples (file order), records per trial and the source's settings (run card, else args)."""
-    if not os.path.isdir(eval_dir):
+    rd = RunDir(eval_dir)
+    if not rd.exists():
         raise SourceError(f"{eval_dir}: no such eval directory")
-    trials = sorted(int(m.group(1)) for d in os.listdir(eval_dir) if (m := re.fullmatch(r"trial_(\d+)", d)))
+    rd.check_format()
+    trials = rd.trials()
     if not trials or trials != list(range(len(trials))):
         raise SourceError(f"{eval_dir}: no trial_0 .. trial_<k> directories (is this an eval dir?)")
     records: dict[int, dict[str, dict]] = {}
     for k in trials:
-        tdir = os.path.join(eval_dir, f"trial_{k}")
-        if not os.path.exists(os.path.join(tdir, DONE_FILE)):
-            raise SourceError(f"{tdir}: trial not finished (no '{DONE_FILE}'); finish the evaluation first")
-        lg = RecordLog.open(os.path.join(tdir, RECORDS_FILE), parse=_checked)
-        lg.close()
-        records[k] = lg.records
+        if not rd.is_done(k):
+            raise SourceError(f"{rd.trial_dir(k)}: trial not finished (no '{DONE_FILE}'); finish the evaluation first")
+        records[k] = rd.records(k, parse=_checked)
     first = sorted(records[0].values(), key=lambda r: r.get("index", 0))
     keys = [r["sample_key"] for r in first]
     for k in trials[1:]:
         if set(records[k]) != set(keys):
             raise SourceError(f"{eval_dir}/trial_{k}: holds other samples than trial_0")
-    card = load_run_card(eval_dir)
+    card = rd.run_card()
     if card is None:
         try:
-            with open(os.path.join(eval_dir, ARGS_FILE)) as f:
-                card = {"settings": json.load(f)}
-        except (OSError, ValueError):
+            card = {"settings": rd.args() or {}}
+        except RunDirError:
             card = {"settings": {}}
     return [sample_from_record(r) for r in first], records, card
 
@@ -257,9 +248,9 @@ def main(argv=None) -> int:
     redactor = Redactor(a.judge_api_key)
     try:
         samples, records, card = load_source(a.eval_dir)
-    except (SourceError, RecordFileError) as e:
+    except (SourceError, RecordFileError, RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
     a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
@@ -276,11 +267,11 @@ def main(argv=None) -> int:
         )
     except PriceError as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     output_dir, eval_name = _target(a, a.eval_dir, src_settings.get("eval_name"))
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
         print("error: the re-judged run must go to a new eval dir (choose another --eval_name)", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     cfg = RunConfig(
         output_dir=output_dir,
         eval_name=eval_name,
@@ -304,9 +295,9 @@ def main(argv=None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, records, card, cfg, redactor))
-    except RecordFileError as e:
+    except (RecordFileError, RunDirError) as e:
         print(f"error: {redactor(str(e))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
         return report_stop(e, redactor, cfg.eval_dir)
     acc = summary.get("overall_accuracy", {})

@@ -7,17 +7,16 @@ messages whose image parts are :class:`~insight_o3.images.ImageRef` dicts; InSig
 original pixels, the vSearcher's own sub-trajectory). Every crop shown here is cut again from the
 source image at the referenced region, so nothing depends on pixels stored in records.
 
-Records are read through :class:`~insight_o3.evaluation.schema.EvalRecord` (tolerant of missing
-optional keys: older runs, single-model runs without trajectory; a malformed record is a
-:class:`RunError` naming file, line and field), and the run directories of the original release's
-harness are read too (:mod:`.original_run`).
+The directory is read through :class:`~insight_o3.evaluation.run_dir.RunDir` and records through
+:class:`~insight_o3.evaluation.schema.EvalRecord` (tolerant of missing optional keys: older runs,
+single-model runs without trajectory; a malformed record is a :class:`RunError` naming file, line and
+field), and the run directories of the original release's harness are read too (:mod:`.original_run`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import pandas as pd
 from PIL import Image
 
 from .. import prompts
+from ..evaluation.run_dir import RunDir, RunDirError, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..images import ImageError, ImageRef, image_size
 from ..parsing import question_text
@@ -34,11 +34,9 @@ from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes,
 from .original_run import convert_record, is_original_record, original_keys
 from .templating import render
 
-_TRIAL_DIR = re.compile(r"^trial_(\d+)$")
-
-
-class RunError(ValueError):
-    """An evaluation directory that cannot be read; the message names the path."""
+#: An evaluation directory that cannot be read; the message names the path (the viewer's name for
+#: :class:`~insight_o3.evaluation.run_dir.RunDirError`).
+RunError = RunDirError
 
 
 @dataclass
@@ -118,17 +116,6 @@ class EvalRun:
         return roots
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except json.JSONDecodeError as e:
-        raise RunError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(obj, dict):
-        raise RunError(f"{path}: expected a JSON object")
-    return obj
-
-
 def _result(rec: dict, trial: int, where: str) -> SampleResult:
     try:
         r = EvalRecord.from_dict(rec, where)
@@ -162,53 +149,24 @@ def load_trial(
     """Read ``trial_dir/eval_records.jsonl`` (a torn last line, left by a killed run, is skipped).
     Records written by the original release's harness are converted (:mod:`.original_run`);
     ``size_of(path)`` gives a source image's size for their image references."""
-    trial_dir = Path(trial_dir)
-    path = trial_dir / "eval_records.jsonl"
-    if not path.is_file():
+    td = TrialDir(trial_dir)
+    if not td.has_records():
         raise RunError(f"{trial_dir}: no eval_records.jsonl (not a trial directory of an evaluation run)")
     if index is None:
-        m = _TRIAL_DIR.match(trial_dir.name)
-        index = int(m.group(1)) if m else 0
-    lines = path.read_text(encoding="utf-8").split("\n")
-    parsed: list[tuple[int, dict]] = []
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(lines):  # torn last line of an interrupted run
-                break
-            raise RunError(f"{path}:{i}: malformed JSON ({e.msg})") from None
-        if not isinstance(rec, dict):
-            raise RunError(f"{path}:{i}: expected a JSON object")
-        parsed.append((i, rec))
+        index = td.index or 0
+    parsed = list(td.record_lines())
     originals = [rec for _, rec in parsed if is_original_record(rec)]
     if originals:
         keys = iter(original_keys(originals))
         parsed = [
-            (i, convert_record(rec, next(keys), size_of, f"{path}:{i}") if is_original_record(rec) else rec)
+            (i, convert_record(rec, next(keys), size_of, f"{td.records_path}:{i}") if is_original_record(rec) else rec)
             for i, rec in parsed
         ]
     results: dict[str, SampleResult] = {}
     for i, rec in parsed:
-        r = _result(rec, index, f"{path}:{i}")
+        r = _result(rec, index, f"{td.records_path}:{i}")
         results[r.key] = r  # the last record of a key wins (retried failures are appended)
-    metrics_path = trial_dir / "eval_metrics.json"
-    metrics = _read_json(metrics_path) if metrics_path.is_file() else {}
-    return Trial(trial_dir, index, list(results.values()), metrics, (trial_dir / "done").exists())
-
-
-def _trial_dirs(path: Path) -> list[Path]:
-    return sorted(
-        (p for p in path.iterdir() if p.is_dir() and _TRIAL_DIR.match(p.name) and (p / "eval_records.jsonl").is_file()),
-        key=_trial_number,
-    )
-
-
-def _trial_number(p: Path) -> int:
-    m = _TRIAL_DIR.match(p.name)
-    return int(m.group(1)) if m else -1
+    return Trial(Path(td.path), index, list(results.values()), td.metrics() or {}, td.is_done())
 
 
 def _public_args(args: dict) -> dict:
@@ -240,9 +198,10 @@ def load_run(path: str | os.PathLike) -> EvalRun:
         raise RunError(f"{path}: evaluation directory not found")
     if not path.is_dir():
         raise RunError(f"{path}: not a directory")
-    single = (path / "eval_records.jsonl").is_file()
+    single = TrialDir(path).has_records()
     root = path.parent if single else path
-    args = _public_args(_read_json(root / "args.json")) if (root / "args.json").is_file() else {}
+    rd = RunDir(root).check_format()
+    args = _public_args(rd.args() or {})
     roots = [os.getcwd()] + [
         str(args[k]) if k == "img_dir" else str(Path(args[k]).parent)
         for k in ("img_dir", "ann_file")
@@ -252,18 +211,17 @@ def load_run(path: str | os.PathLike) -> EvalRun:
     if single:
         trials = [load_trial(path, size_of=size_of)]
     else:
-        dirs = _trial_dirs(path)
-        if not dirs:
+        ks = rd.trials(with_records=True)
+        if not ks:
             raise RunError(
                 f"{path}: no trial_<k>/eval_records.jsonl found (is this an outputs/eval/<eval_name> "
                 f"directory of a run that has started?)"
             )
-        trials = [load_trial(d, size_of=size_of) for d in dirs]
+        trials = [load_trial(rd.trial_dir(k), size_of=size_of) for k in ks]
     if not any(t.results for t in trials):
         raise RunError(f"{path}: the evaluation has no records yet")
-    summary = _read_json(root / "summary_metrics.json") if (root / "summary_metrics.json").is_file() else {}
     name = str(args.get("eval_name") or root.name)
-    return EvalRun(root, name, trials, args, summary)
+    return EvalRun(root, name, trials, args, rd.summary() or {})
 
 
 # ---------------------------------------------------------------------------- tables and filters

@@ -30,14 +30,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
 
+from openai import AsyncOpenAI
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
 from insight_o3.agents.clients import AnswerResult, InSightO3
-from insight_o3.api import ENV_KEYS, Redactor, make_client, resolve
+from insight_o3.api import ENV_KEYS, make_client, resolve, resolve_key
 from insight_o3.evaluation.judge import AnswerJudge
 from insight_o3.evaluation.samples import Sample
-from insight_o3.evaluation.solver import Attempt
 from insight_o3.images import ImageStore
+from insight_o3.rate_limit import AdaptiveLimiter
+from insight_o3.solver import Attempt
 
 from .episodes import (
     EPISODE_FIELDS,
@@ -182,35 +184,19 @@ class ApiEndpoints:
     def from_env(cls) -> ApiEndpoints:
         key_env, url_env = ENV_KEYS["main"]
         jkey_env, jurl_env = ENV_KEYS["judge"]
-        return cls(resolve(None, key_env), resolve(None, url_env), resolve(None, jkey_env), resolve(None, jurl_env))
+        return cls(
+            resolve_key(None, key_env), resolve(None, url_env), resolve_key(None, jkey_env), resolve(None, jurl_env)
+        )
 
 
-class _Completions:
-    def __init__(self, inner, sem: asyncio.Semaphore):
-        self._inner, self._sem = inner, sem
-
-    async def create(self, **kw):
-        async with self._sem:
-            return await self._inner.create(**kw)
+_API: dict[tuple, tuple[AsyncOpenAI, AsyncOpenAI]] = {}
 
 
-class BoundedClient:
-    """An ``AsyncOpenAI`` whose ``chat.completions.create`` waits on a shared semaphore: all vReasoner
-    calls of a worker process share the agent YAML's ``vreasoner.max_concurrency`` slots, all judge
-    calls ``judge.max_concurrency``. Retries and backoff are the SDK's (``max_retries``)."""
-
-    def __init__(self, client, sem: asyncio.Semaphore):
-        self.client = client
-        self.chat = type("Chat", (), {})()
-        self.chat.completions = _Completions(client.chat.completions, sem)
-
-
-_API: dict[tuple, tuple[BoundedClient, BoundedClient]] = {}
-
-
-def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[BoundedClient, BoundedClient]:
-    """(vReasoner, judge) clients shared by all episodes of this process and event loop, with the
-    agent YAML's concurrency (one semaphore each), SDK retries and timeouts."""
+def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[AsyncOpenAI, AsyncOpenAI]:
+    """(vReasoner, judge) clients shared by all episodes of this process and event loop, SDK retries and
+    timeouts. Each endpoint's requests go through one :class:`~insight_o3.rate_limit.AdaptiveLimiter`
+    (the library's, as in evaluation): at most the agent YAML's ``vreasoner.max_concurrency`` /
+    ``judge.max_concurrency`` in flight, fewer while the endpoint answers 429."""
     vr, jd = s.agent.vreasoner, s.agent.judge
     loop = asyncio.get_running_loop()
     key = (
@@ -224,12 +210,18 @@ def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[BoundedClient, Bounde
         jd.max_retries,
     )
     if key not in _API:
-        main = make_client(ep.api_key, ep.base_url, vr.timeout_s, vr.max_retries)
-        judge = make_client(ep.judge_api_key, ep.judge_base_url, jd.timeout_s, jd.max_retries)
-        _API[key] = (
-            BoundedClient(main, asyncio.Semaphore(int(vr.max_concurrency))),
-            BoundedClient(judge, asyncio.Semaphore(int(jd.max_concurrency))),
+        main = make_client(
+            ep.api_key, ep.base_url, vr.timeout_s, vr.max_retries, limiter=AdaptiveLimiter(int(vr.max_concurrency))
         )
+        judge = make_client(
+            ep.judge_api_key,
+            ep.judge_base_url,
+            jd.timeout_s,
+            jd.max_retries,
+            role="judge",
+            limiter=AdaptiveLimiter(int(jd.max_concurrency)),
+        )
+        _API[key] = (main, judge)
     return _API[key]
 
 
@@ -279,7 +271,6 @@ class VReasonerAgentLoop(AgentLoopBase):
         self.settings = run_settings(self.config)
         self.endpoints = ApiEndpoints.from_env()
         self.policy = policy_searcher(self, self.settings)
-        self.redact = Redactor(self.endpoints.api_key, self.endpoints.judge_api_key)
 
     def _sample(self, row: dict, image_path: str) -> Sample:
         info = row.get("extra_info") or {}
@@ -311,7 +302,6 @@ class VReasonerAgentLoop(AgentLoopBase):
             completion_kwargs=s.reasoner_completion_kwargs(),
             image_url_extra=s.reasoner_image_url_extra(),
             max_format_retries=s.reasoner_format_retries(validate),
-            redactor=self.redact,
         )
 
     async def check_answer(self, sample: Sample, res: AnswerResult) -> AnswerCheck:
@@ -322,7 +312,7 @@ class VReasonerAgentLoop(AgentLoopBase):
         (none -> c = 0), equal to the ground truth -> correct, otherwise ``QA_VERIFY_PROMPT`` to
         ``vsearch.judge_model`` (``max_tokens=2048``). The same check scores InSight-o3 at evaluation."""
         _, judge_client = api_clients(self.settings, self.endpoints)
-        judge = AnswerJudge(judge_client, self.settings.judge_model, redact=self.redact, flow="verify")
+        judge = AnswerJudge(judge_client, self.settings.judge_model, flow="verify")
         verdict = await judge.check(sample, Attempt(res.text, res.finish_reason))
         return AnswerCheck(verdict.is_correct, verdict.status == "failed", verdict.status, verdict.fail_reason)
 

@@ -34,8 +34,6 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
-from .setup import ROLLOUT_NAME as NAME  # noqa: F401
-
 
 def server_name(replica_rank: int) -> str:
     return f"vsearch_hf_cpu_server_{replica_rank}"

@@ -1,0 +1,240 @@
+"""An evaluation run directory, read and written in one place.
+
+Layout of ``<output_dir>/<eval_name>/`` (format version :data:`FORMAT_VERSION`)::
+
+    args.json             every setting of the last run (never a key)
+    run_card.json         what the numbers depend on (evaluation.run_card), with "format_version"
+    summary_metrics.json  mean/std over trials and the run totals
+    trial_<k>/            k = 0, 1, ...
+        eval_records.jsonl  one EvalRecord per line, appended as samples finish (the last line of a key wins)
+        eval_metrics.json   the trial's metrics, once it is complete
+        done                written last: the trial is complete
+
+:class:`RunDir` is the only code that knows these names: the runner writes through it, and every reader —
+resume, ``rejudge``, the viewer and report, ``gather_eval_results``, ``scripts/bench_eval.py`` — reads
+through it. Reading never modifies the directory (a torn last line left by a killed run is skipped here;
+the writer's :class:`~insight_o3.storage.record_log.RecordLog` truncates it when the run resumes).
+
+``format_version`` is written into ``run_card.json`` (records and metrics stay as they were). A directory
+without it was written before versioning: format 1, the same layout. A directory of a newer format is
+refused with :class:`NewerFormatError` (naming the file, its version and what this code reads) instead of
+being misread or overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..storage.atomic import OutputError, write_json_atomic
+from ..storage.record_log import touch_atomic
+from .schema import EvalRecord
+
+#: The layout this code writes and the newest it reads.
+FORMAT_VERSION = 1
+RECORDS_FILE = "eval_records.jsonl"
+METRICS_FILE = "eval_metrics.json"
+DONE_FILE = "done"
+SUMMARY_FILE = "summary_metrics.json"
+ARGS_FILE = "args.json"
+RUN_CARD_FILE = "run_card.json"
+_TRIAL_DIR = re.compile(r"^trial_(\d+)$")
+
+
+class RunDirError(ValueError):
+    """A run directory (or one of its files) that cannot be read; the message names the path."""
+
+
+class NewerFormatError(RunDirError):
+    """The directory was written by a newer version of this package."""
+
+
+def trial_index(name: str) -> int | None:
+    """``k`` of a ``trial_<k>`` directory name (None for any other name)."""
+    m = _TRIAL_DIR.match(name)
+    return int(m.group(1)) if m else None
+
+
+def read_json_object(path: str) -> dict | None:
+    """A JSON object file of a run (None when missing; :class:`RunDirError` naming it when unusable)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as e:
+        raise RunDirError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise RunDirError(f"{path}: not valid UTF-8 ({e.reason})") from None
+    except OSError as e:
+        raise RunDirError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not isinstance(obj, dict):
+        raise RunDirError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+class TrialDir:
+    """One ``trial_<k>`` directory (any directory holding an ``eval_records.jsonl`` reads the same)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self.records_path = os.path.join(self.path, RECORDS_FILE)
+        self.metrics_path = os.path.join(self.path, METRICS_FILE)
+        self.done_path = os.path.join(self.path, DONE_FILE)
+
+    @property
+    def index(self) -> int | None:
+        return trial_index(os.path.basename(os.path.normpath(self.path)))
+
+    def has_records(self) -> bool:
+        return os.path.isfile(self.records_path)
+
+    def is_done(self) -> bool:
+        return os.path.exists(self.done_path)
+
+    def metrics(self) -> dict | None:
+        return read_json_object(self.metrics_path)
+
+    def record_lines(self) -> Iterator[tuple[int, dict]]:
+        """``(line number, object)`` of every record line, read only. A torn last line (a killed run) is
+        skipped; any other malformed line is a :class:`RunDirError` naming file and line."""
+        path = self.records_path
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().split("\n")
+        except FileNotFoundError:
+            raise RunDirError(f"{self.path}: no {RECORDS_FILE}") from None
+        except UnicodeDecodeError as e:
+            raise RunDirError(f"{path}: not valid UTF-8 ({e.reason})") from None
+        for i, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                if i == len(lines):  # no newline after it: torn by an interrupted run
+                    break
+                raise RunDirError(f"{path}:{i}: malformed JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise RunDirError(f"{path}:{i}: expected a JSON object")
+            yield i, obj
+
+    def records(self, parse: Callable[[dict, str], Any] = EvalRecord.from_dict) -> dict[str, Any]:
+        """The records by ``sample_key`` (the last of a key wins), each through ``parse(obj, "<file>:<line>")``."""
+        out: dict[str, Any] = {}
+        for i, obj in self.record_lines():
+            rec = parse(obj, f"{self.records_path}:{i}")
+            out[str(rec["sample_key"] if isinstance(rec, dict) else rec.sample_key)] = rec
+        return out
+
+
+class RunDir:
+    """``RunDir(path)`` or ``RunDir.at(output_dir, eval_name)``; nothing is read or written until asked."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+
+    @classmethod
+    def at(cls, output_dir: str, eval_name: str) -> RunDir:
+        return cls(os.path.join(output_dir, eval_name))
+
+    def __repr__(self) -> str:
+        return f"RunDir({self.path!r})"
+
+    # ------------------------------------------------------------------------------------------ layout
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def trial(self, k: int) -> TrialDir:
+        return TrialDir(os.path.join(self.path, f"trial_{k}"))
+
+    def trial_dir(self, k: int) -> str:
+        return self.trial(k).path
+
+    def records_path(self, k: int) -> str:
+        return self.trial(k).records_path
+
+    def exists(self) -> bool:
+        return os.path.isdir(self.path)
+
+    def trials(self, with_records: bool = False) -> list[int]:
+        """Indices of the ``trial_<k>`` directories, ascending (``with_records``: only those with records)."""
+        if not self.exists():
+            return []
+        ks = [k for name in os.listdir(self.path) if (k := trial_index(name)) is not None]
+        ks = [k for k in ks if os.path.isdir(self.trial_dir(k))]
+        if with_records:
+            ks = [k for k in ks if self.trial(k).has_records()]
+        return sorted(ks)
+
+    def is_done(self, k: int) -> bool:
+        return self.trial(k).is_done()
+
+    # ------------------------------------------------------------------------------------------ reading
+    def args(self) -> dict | None:
+        return read_json_object(self.file(ARGS_FILE))
+
+    def run_card(self) -> dict | None:
+        """``run_card.json``, or None when missing or unreadable (a card is informative, never required)."""
+        try:
+            return read_json_object(self.file(RUN_CARD_FILE))
+        except RunDirError:
+            return None
+
+    def summary(self) -> dict | None:
+        return read_json_object(self.file(SUMMARY_FILE))
+
+    def trial_metrics(self, k: int) -> dict | None:
+        return self.trial(k).metrics()
+
+    def records(self, k: int, parse: Callable[[dict, str], Any] = EvalRecord.from_dict) -> dict[str, Any]:
+        """Trial ``k``'s records by ``sample_key`` (see :meth:`TrialDir.records`)."""
+        return self.trial(k).records(parse)
+
+    def format_version(self) -> int:
+        """The directory's format (1 when its card does not say: written before versioning)."""
+        v = (self.run_card() or {}).get("format_version", 1)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 1
+
+    def check_format(self) -> RunDir:
+        """Raise :class:`NewerFormatError` for a directory this code cannot read; return self."""
+        v = self.format_version()
+        if v > FORMAT_VERSION:
+            raise NewerFormatError(
+                f"{self.file(RUN_CARD_FILE)}: format_version {v} was written by a newer insight_o3; this one "
+                f"reads up to {FORMAT_VERSION}. Upgrade insight_o3 (pip install -U insight-o3) to read or resume it"
+            )
+        return self
+
+    # ------------------------------------------------------------------------------------------ writing
+    def write_args(self, args: dict) -> None:
+        write_json_atomic(self.file(ARGS_FILE), args)
+
+    def write_run_card(self, card: dict) -> None:
+        """``run_card.json`` with this code's ``format_version`` first."""
+        rest = {k: v for k, v in card.items() if k != "format_version"}  # a card carried over from another run
+        write_json_atomic(self.file(RUN_CARD_FILE), {"format_version": FORMAT_VERSION, **rest})
+
+    def reopen_trial(self, k: int) -> None:
+        """Trial ``k`` ready to take records: its directory made, a ``done`` of an earlier run removed
+        (``--retry_failed`` reopens a trial). Its records are appended through a
+        :class:`~insight_o3.storage.record_log.RecordLog` on :meth:`records_path`."""
+        t = self.trial(k)
+        d = t.path
+        try:
+            os.makedirs(d, exist_ok=True)
+            if os.path.exists(t.done_path):
+                os.remove(t.done_path)
+        except OSError as e:
+            raise OutputError.from_os_error(e.filename or d, e, "prepare") from None
+
+    def finish_trial(self, k: int, metrics: dict) -> None:
+        """Write trial ``k``'s metrics, then its ``done`` marker (in that order: ``done`` means complete)."""
+        write_json_atomic(self.trial(k).metrics_path, metrics)
+        touch_atomic(self.trial(k).done_path)
+
+    def write_summary(self, summary: dict) -> None:
+        write_json_atomic(self.file(SUMMARY_FILE), summary)

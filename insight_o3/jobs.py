@@ -1,0 +1,370 @@
+"""One resumable run over items — the mechanism every long command shares.
+
+A :class:`ResumableJob` is the one implementation of::
+
+    lock the directory -> open the record logs (a torn last line dropped) -> plan what is left
+    -> run guard, budget, clients -> bounded concurrency -> records appended durably as items finish
+    -> compaction -> summary -> exit code
+
+A command subclasses it and fills in the hooks: what an item's key is (:meth:`~ResumableJob.key`), which
+stored record is final (:meth:`~ResumableJob.is_final`), the per-item work (:meth:`~ResumableJob.work`) and
+the summary (:meth:`~ResumableJob.finish`); optionally what to write before the logs open
+(:meth:`~ResumableJob.prepare`), the clients and stores it needs (:meth:`~ResumableJob.setup`, with
+:meth:`~ResumableJob.client` and :meth:`~ResumableJob.on_close`), what a recorded failure looks like
+(:meth:`~ResumableJob.failed`), what a record cost (:meth:`~ResumableJob.spend`) and a custom plan
+(:meth:`~ResumableJob.plan`, e.g. the evaluation's one log per trial). ``job.run(items)`` returns a
+:class:`JobResult` whose :attr:`~JobResult.exit_code` is ``INCOMPLETE`` while items are still failed.
+
+What the job guarantees, for every command alike:
+
+* one run per directory (:mod:`insight_o3.run_lock`: a second run exits with status 5);
+* every finished item is one fsync'ed line before the next starts being counted
+  (:class:`~insight_o3.storage.record_log.RecordLog`, one writer thread), so a crash loses nothing finished;
+* a 401/403/404 or too many failed requests (:class:`~insight_o3.run_guard.RunGuard`, shared by the clients
+  made with :meth:`~ResumableJob.client`) stops the run: work in flight is cancelled and not recorded;
+* a budget (``max_cost`` / ``max_tokens_total``, counted over what is recorded, earlier runs included where
+  records carry their usage) stops starting new items; those in flight are recorded; then
+  :class:`BudgetExceeded` is raised;
+* at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
+* a failure of one item (:data:`insight_o3.errors.EXPECTED_ERRORS`) becomes that item's record when
+  :meth:`~ResumableJob.failed` says how (retried by the next run), never a lost run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from tqdm.auto import tqdm
+
+from .api import make_client
+from .errors import EXPECTED_ERRORS
+from .exit_codes import ExitCode
+from .redaction import failure_reason
+from .run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
+from .run_lock import run_lock
+from .storage.record_log import RecordLog
+
+log = logging.getLogger(__name__)
+
+ItemT = TypeVar("ItemT")
+SummaryT = TypeVar("SummaryT")
+#: The default record log of a job with one.
+RECORDS = "records"
+#: What an item's failure may be recorded with (a tripped guard's error included: that record is dropped).
+RECORDED_ERRORS: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, RunStopped)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSettings:
+    """The run-level knobs every job command shares (``cli.add_run_flags`` and friends)."""
+
+    concurrency: int = 16
+    progress: bool = True
+    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
+    max_cost: float | None = None
+    max_tokens_total: int | None = None
+
+
+class BudgetExceeded(RunStopped):
+    """``--max_cost`` / ``--max_tokens_total`` reached: no new work started, work in flight recorded."""
+
+    resume_hint = None  # not "rerun the same command": the same budget stops again (``str()`` says what to do)
+
+    def __init__(self, what: str, used: float, limit: float):
+        super().__init__(what, used, limit)
+        self.what, self.used, self.limit = what, used, limit
+
+    def __str__(self) -> str:
+        flag = "--max_cost" if self.what == "cost" else "--max_tokens_total"
+        used = f"${self.used:.4f}" if self.what == "cost" else f"{int(self.used)} tokens"
+        return (
+            f"budget reached: {used} used, {flag} {self.limit:g}; stopped starting new samples "
+            f"(rerun with a higher {flag} to resume)"
+        )
+
+
+class Budget:
+    """Tokens and dollars spent against the limits (None: no limit); trips once, on the first limit reached."""
+
+    def __init__(self, max_cost: float | None = None, max_tokens_total: int | None = None):
+        self.max_cost, self.max_tokens_total = max_cost, max_tokens_total
+        self.tokens, self.cost = 0, 0.0
+        self.exceeded: BudgetExceeded | None = None
+
+    def charge(self, tokens: int = 0, cost: float = 0.0) -> None:
+        self.tokens += tokens
+        self.cost += cost
+        if self.exceeded is not None:
+            return
+        if self.max_cost is not None and self.cost >= self.max_cost:
+            self.exceeded = BudgetExceeded("cost", self.cost, self.max_cost)
+        elif self.max_tokens_total is not None and self.tokens >= self.max_tokens_total:
+            self.exceeded = BudgetExceeded("tokens", self.tokens, self.max_tokens_total)
+
+
+class Progress:
+    """A progress bar over records, with counts per status (``postfix`` turns them into the bar's postfix)."""
+
+    def __init__(
+        self,
+        desc: str,
+        total: int,
+        initial: Iterable[str | None] = (),
+        enabled: bool = True,
+        postfix: Callable[[Counter, int], dict] | None = None,
+    ):
+        self.counts: Counter = Counter(initial)  # statuses of every record, earlier runs included
+        self.new: Counter = Counter()  # statuses of the records of this run
+        self.done = sum(self.counts.values())
+        self.postfix = postfix
+        self.bar = tqdm(total=total, initial=self.done, desc=desc, disable=not enabled, dynamic_ncols=True)
+        self._show()
+
+    def _show(self) -> None:
+        if self.postfix is not None:
+            self.bar.set_postfix(**self.postfix(self.counts, self.done), refresh=False)
+
+    def add(self, status: str | None) -> None:
+        self.counts[status] += 1
+        self.new[status] += 1
+        self.done += 1
+        self._show()
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@dataclass
+class Plan(Generic[ItemT]):
+    """What a run does: the ``units`` of work left, the records the bar counts in all (``total``) and the
+    statuses of those already final (``initial``)."""
+
+    units: list
+    total: int
+    initial: list[str | None] = field(default_factory=list)
+
+
+@dataclass
+class JobResult(Generic[SummaryT]):
+    """How a run ended: its summary and how many items are still not done (failed or lost)."""
+
+    summary: SummaryT
+    incomplete: int = 0
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.INCOMPLETE if self.incomplete else ExitCode.OK
+
+
+Emit = Callable[..., Awaitable[bool]]
+
+
+class ResumableJob(Generic[ItemT, SummaryT]):
+    """Base of every resumable command; see the module docstring for the flow and the hooks."""
+
+    #: Names the run in the lock file (``RunLockedError`` shows it) and in logs.
+    command: str = "job"
+    #: The progress bar's label.
+    desc: str = "items"
+    #: The file of the default record log, under :attr:`directory`.
+    records_file: str = "records.jsonl"
+
+    def __init__(self, directory: str, settings: JobSettings | None = None, *, guard: RunGuard | None = None):
+        self.directory = os.fspath(directory)
+        self.settings = settings or JobSettings()
+        self.guard = guard if guard is not None else RunGuard(self.settings.max_failure_ratio)
+        self.budget = Budget(self.settings.max_cost, self.settings.max_tokens_total)
+        self.logs: dict[Hashable, RecordLog] = {}
+        self.progress: Progress | None = None
+        self._closers: list[Callable[[], Any]] = []
+        self._writer: ThreadPoolExecutor | None = None
+
+    # ------------------------------------------------------------------------------------------- hooks
+    def prepare(self) -> None:
+        """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
+
+    def log_files(self) -> dict[Hashable, str]:
+        """The record logs: name -> path (relative to :attr:`directory` unless absolute)."""
+        return {RECORDS: self.records_file}
+
+    def parse(self, name: Hashable) -> Callable[[dict, str], Any] | None:
+        """How a stored line of log ``name`` becomes a record (None: the dict as is)."""
+        return None
+
+    def key(self, item: ItemT) -> str:
+        """The ``sample_key`` of an item's record in the default log."""
+        raise NotImplementedError
+
+    def is_final(self, record: Any) -> bool:
+        """Whether a stored record is done for good (otherwise the item runs again)."""
+        return True
+
+    def status(self, record: Any) -> str | None:
+        """The status the progress bar counts a record under (its ``status`` field by default)."""
+        return record.get("status") if isinstance(record, dict) else getattr(record, "status", None)
+
+    def postfix(self, counts: Counter, done: int) -> dict:
+        """The progress bar's postfix from the status counts (none by default)."""
+        return {}
+
+    def plan(self, items: list[ItemT]) -> Plan:
+        """What is left: by default the items whose default-log record is missing or not final."""
+        records = self.logs[RECORDS].records
+        final = [records[k] for k in map(self.key, items) if k in records and self.is_final(records[k])]
+        units = [it for it in items if not (self.key(it) in records and self.is_final(records[self.key(it)]))]
+        return Plan(units, len(items), [self.status(r) for r in final])
+
+    async def setup(self) -> None:
+        """Make the clients/stores the work needs (:meth:`client`, :meth:`on_close`); runs inside the loop."""
+
+    async def work(self, unit: Any, emit: Emit) -> Any:
+        """Do one unit; return its record, a list of ``(log name, record)`` pairs, or None after calling
+        ``await emit(record, log=name)`` itself (records are then written as they come)."""
+        raise NotImplementedError
+
+    def failed(self, unit: Any, reason: str) -> Any:
+        """The record of a unit whose work raised one of :data:`RECORDED_ERRORS` (``reason`` redacted);
+        None: the error propagates (a programming error always does)."""
+        return None
+
+    def spend(self, record: Any) -> tuple[int, float]:
+        """(tokens, dollars) a record cost, charged to the budget (nothing by default)."""
+        return 0, 0.0
+
+    def spent_before(self) -> tuple[int, float]:
+        """What earlier runs spent: by default :meth:`spend` over every loaded record."""
+        spent = [self.spend(r) for lg in self.logs.values() for r in lg.records.values()]
+        return sum(t for t, _ in spent), sum(c for _, c in spent)
+
+    def finish(self) -> SummaryT:
+        """After all work: compact the logs (:meth:`compact`) and return the summary."""
+        raise NotImplementedError
+
+    def incomplete(self, summary: SummaryT) -> int:
+        """How many items are not done yet (exit code 1 when any)."""
+        return 0
+
+    # ----------------------------------------------------------------------------------- for the hooks
+    @property
+    def records(self) -> dict[str, Any]:
+        """The default log's records by key."""
+        return self.logs[RECORDS].records
+
+    def previous(self, item: ItemT) -> Any:
+        """The stored record of ``item`` in the default log, or None."""
+        return self.records.get(self.key(item))
+
+    def path(self, name: str) -> str:
+        return name if os.path.isabs(name) else os.path.join(self.directory, name)
+
+    def compact(self, order: list[str], name: Hashable = RECORDS) -> None:
+        """Rewrite log ``name`` with one line per key, in ``order`` (keys not in it are dropped)."""
+        self.logs[name].compact(order)
+
+    def client(self, api_key: str | None, base_url: str | None, **kwargs):
+        """An API client reporting to this run's guard (see :func:`insight_o3.api.make_client`), closed at the end."""
+        c = make_client(api_key, base_url, guard=self.guard, **kwargs)
+        self.on_close(c.close)
+        return c
+
+    def on_close(self, close: Callable[[], Any]) -> None:
+        """Call ``close`` (a function or a coroutine function) when the work is over."""
+        self._closers.append(close)
+
+    # ---------------------------------------------------------------------------------------- the run
+    def run(self, items: Iterable[ItemT]) -> JobResult[SummaryT]:
+        """:meth:`arun` in a new event loop (for synchronous commands)."""
+        return asyncio.run(self.arun(items))
+
+    async def arun(self, items: Iterable[ItemT]) -> JobResult[SummaryT]:
+        """The whole run under the directory's lock (:class:`~insight_o3.run_lock.RunLockedError` if held)."""
+        items = list(items)
+        with run_lock(self.directory, self.command):
+            self.prepare()
+            try:
+                self._open_logs()
+                plan = self.plan(items)
+                if plan.units:
+                    self.budget.charge(*self.spent_before())
+                await self._execute(plan)
+                if self.budget.exceeded is not None:
+                    raise self.budget.exceeded
+                summary = self.finish()
+            finally:
+                self._close_logs()
+        return JobResult(summary, self.incomplete(summary))
+
+    def _open_logs(self) -> None:
+        for name, file in self.log_files().items():
+            self.logs[name] = RecordLog.open(self.path(file), parse=self.parse(name))
+
+    def _close_logs(self) -> None:
+        for lg in self.logs.values():
+            lg.close()
+
+    async def _execute(self, plan: Plan) -> None:
+        self.progress = Progress(self.desc, plan.total, plan.initial, self.settings.progress, self.postfix)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
+        sem = asyncio.Semaphore(max(1, self.settings.concurrency))
+
+        async def one(unit) -> None:
+            async with sem:
+                if self.budget.exceeded is not None:
+                    return  # budget reached: start nothing new (a rerun with a higher budget resumes)
+                try:
+                    out = await self.work(unit, self.emit)
+                except asyncio.CancelledError:
+                    raise
+                except RECORDED_ERRORS as e:
+                    out = self.failed(unit, failure_reason(e, 2000))
+                    if out is None:
+                        raise
+                for name, record in _pairs(out):
+                    await self.emit(record, log=name)
+
+        try:
+            await self.setup()
+            await gather_or_stop((one(u) for u in plan.units), self.guard)
+        finally:
+            self.progress.close()
+            await self._close_resources()
+            self._writer.shutdown(wait=True)
+
+    async def emit(self, record: Any, log: Hashable = RECORDS) -> bool:
+        """Append ``record`` to log ``log`` durably (in the writer thread), count it and charge its cost.
+        Returns False, writing nothing, once the run is stopping (the record may carry the failure that
+        stopped it)."""
+        if self.guard.tripped:
+            return False
+        assert self._writer is not None and self.progress is not None
+        await asyncio.get_running_loop().run_in_executor(self._writer, self.logs[log].append, record)
+        self.progress.add(self.status(record))
+        self.budget.charge(*self.spend(record))
+        return True
+
+    async def _close_resources(self) -> None:
+        for close in reversed(self._closers):
+            try:
+                res = close()
+                if inspect.isawaitable(res):
+                    await res
+            except Exception:  # noqa: BLE001 - closing must not hide how the run ended
+                log.warning("closing %r failed", close, exc_info=True)
+        self._closers.clear()
+
+
+def _pairs(out: Any) -> list[tuple[Hashable, Any]]:
+    if out is None:
+        return []
+    if isinstance(out, list):
+        return out
+    return [(RECORDS, out)]

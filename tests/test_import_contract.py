@@ -1,0 +1,76 @@
+"""The import contract of scripts/lint.sh (``[tool.importlinter]`` in pyproject.toml, docs/architecture.md):
+kept by the tree, and broken — so lint fails — by an upward import or a cycle planted in a copy of it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = [
+    pytest.mark.smoke,
+    pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter not installed (dev extra)"),
+]
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'verl'}"}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _copy(tmp_path: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "config", "*.md", "*.sh", "*.txt", "*.j2")
+    shutil.copytree(ROOT / "insight_o3", tmp_path / "insight_o3", ignore=ignore)
+    shutil.copytree(ROOT / "verl" / "recipe", tmp_path / "verl" / "recipe", ignore=ignore)
+    return tmp_path
+
+
+def _plant(root: Path, module: str, line: str) -> None:
+    path = root / (module.replace(".", "/") + ".py")
+    path.write_text(path.read_text() + f"\n{line}\n")
+
+
+def test_the_tree_keeps_the_contract():
+    r = _lint(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path):
+    root = _copy(tmp_path)
+    _plant(root, "insight_o3.geometry", "from insight_o3.evaluation import metrics  # noqa")
+    r = _lint(root)
+    assert r.returncode != 0
+    assert "insight_o3 layers: each imports only those below it BROKEN" in r.stdout
+    assert "insight_o3.geometry -> insight_o3.evaluation.metrics" in r.stdout
+
+
+def test_a_cycle_between_siblings_breaks_the_contract(tmp_path):
+    root = _copy(tmp_path)  # api and run_guard share a layer (":"), so only the cycle check catches this
+    _plant(root, "insight_o3.api", "from insight_o3 import run_guard  # noqa")
+    _plant(root, "insight_o3.run_guard", "from insight_o3 import api  # noqa")
+    r = _lint(root)
+    assert r.returncode != 0
+    assert "no import cycles between sibling modules or packages BROKEN" in r.stdout
+
+
+def test_the_library_may_not_import_the_training_stack(tmp_path):
+    root = _copy(tmp_path)
+    _plant(root, "insight_o3.rewards", "import torch  # noqa")
+    r = _lint(root)
+    assert r.returncode != 0
+    assert "insight_o3 is not allowed to import torch" in r.stdout

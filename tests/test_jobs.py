@@ -1,0 +1,140 @@
+"""insight_o3.jobs.ResumableJob: the one lock -> record log -> plan -> bounded work -> compaction -> summary
+mechanism of every resumable command, exercised with a small job of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from insight_o3.exit_codes import ExitCode
+from insight_o3.jobs import BudgetExceeded, JobSettings, ResumableJob
+from insight_o3.run_guard import FailureRatioError
+from insight_o3.run_lock import RunLockedError, acquire
+
+pytestmark = pytest.mark.smoke
+
+
+class SquareJob(ResumableJob[int, dict]):
+    """Squares numbers; ``fail`` ones raise an expected error (recorded), ``boom`` a programming error."""
+
+    command = "square"
+    desc = "squares"
+
+    def __init__(self, directory, settings=None, fail=(), boom=(), tokens=0):
+        super().__init__(str(directory), settings or JobSettings(progress=False, concurrency=2))
+        self.fail, self.boom, self.tokens = set(fail), set(boom), tokens
+        self.calls: list[int] = []
+        self.in_flight = self.max_in_flight = 0
+        self.closed = False
+
+    def key(self, n: int) -> str:
+        return str(n)
+
+    def is_final(self, record: dict) -> bool:
+        return record["status"] == "ok"
+
+    async def setup(self) -> None:
+        self.on_close(self._close)
+
+    async def _close(self) -> None:
+        self.closed = True
+
+    async def work(self, n: int, emit):
+        self.calls.append(n)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        if n in self.boom:
+            raise KeyError(n)
+        if n in self.fail:
+            raise ValueError(f"cannot square {n}")
+        return {"sample_key": str(n), "status": "ok", "value": n * n, "tokens": self.tokens}
+
+    def failed(self, n: int, reason: str) -> dict:
+        return {"sample_key": str(n), "status": "failed", "error": reason}
+
+    def spend(self, record: dict) -> tuple[int, float]:
+        return record.get("tokens", 0), 0.0
+
+    def finish(self) -> dict:
+        self.compact([str(n) for n in self.items])
+        return {"ok": sum(r["status"] == "ok" for r in self.records.values()), "n": len(self.items)}
+
+    def incomplete(self, summary: dict) -> int:
+        return summary["n"] - summary["ok"]
+
+    def plan(self, items):
+        self.items = items
+        return super().plan(items)
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_runs_items_with_bounded_concurrency_and_compacts(tmp_path):
+    job = SquareJob(tmp_path)
+    result = job.run([3, 1, 2, 4])
+    assert result.summary == {"ok": 4, "n": 4} and result.exit_code == ExitCode.OK
+    assert [r["sample_key"] for r in _lines(tmp_path / "records.jsonl")] == ["3", "1", "2", "4"]
+    assert job.max_in_flight == 2 and job.closed
+
+
+def test_a_failed_item_is_recorded_and_retried_by_the_next_run(tmp_path):
+    first = SquareJob(tmp_path, fail={2}).run([1, 2, 3])
+    assert first.incomplete == 1 and first.exit_code == ExitCode.INCOMPLETE
+    rec = {r["sample_key"]: r for r in _lines(tmp_path / "records.jsonl")}
+    assert rec["2"] == {"sample_key": "2", "status": "failed", "error": "ValueError: cannot square 2"}
+    again = SquareJob(tmp_path)
+    assert again.run([1, 2, 3]).exit_code == ExitCode.OK
+    assert again.calls == [2]  # only what was not final
+
+
+def test_a_programming_error_propagates(tmp_path):
+    with pytest.raises(KeyError):
+        SquareJob(tmp_path, boom={2}).run([1, 2, 3])
+
+
+def test_resume_drops_a_torn_last_line(tmp_path):
+    (tmp_path / "records.jsonl").write_text('{"sample_key": "1", "status": "ok", "value": 1}\n{"sample_key": "2", "st')
+    job = SquareJob(tmp_path)
+    assert job.run([1, 2]).summary == {"ok": 2, "n": 2}
+    assert job.calls == [2]
+
+
+def test_one_run_per_directory(tmp_path):
+    lock = acquire(tmp_path, "another")
+    try:
+        with pytest.raises(RunLockedError, match="another"):
+            SquareJob(tmp_path).run([1])
+    finally:
+        lock.release()
+
+
+def test_a_budget_stops_new_items_and_keeps_finished_ones(tmp_path):
+    settings = JobSettings(progress=False, concurrency=1, max_tokens_total=25)
+    job = SquareJob(tmp_path, settings, tokens=10)
+    with pytest.raises(BudgetExceeded, match="--max_tokens_total 25"):
+        job.run([1, 2, 3, 4, 5])
+    assert len(_lines(tmp_path / "records.jsonl")) == 3  # the third reached it; nothing started after
+    again = SquareJob(tmp_path, settings, tokens=10)  # earlier runs count: stops before starting anything
+    with pytest.raises(BudgetExceeded):
+        again.run([1, 2, 3, 4, 5])
+    assert again.calls == []
+
+
+def test_a_tripped_guard_stops_the_run_and_records_nothing_more(tmp_path):
+    class Tripping(SquareJob):
+        async def work(self, n, emit):
+            if n == 2:
+                self.guard.trip(FailureRatioError(9, 10, 0.5, "boom"))
+                await asyncio.sleep(10)
+            return await super().work(n, emit)
+
+    job = Tripping(tmp_path, JobSettings(progress=False, concurrency=4))
+    with pytest.raises(FailureRatioError):
+        job.run([1, 2, 3, 4])
+    assert job.closed
