@@ -15,10 +15,11 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from ...images import Resize
-from ...trajectory import image_part, message
+from ...images import ImageStore, Resize
+from ...trajectory import image_part, message, to_openai
 from .prompts import EXTRACTION_PROMPT
 from .records import SourceImage
+from .steps import Endpoint, StepJob
 
 SECTIONS = ("identification", "caption", "ocr")
 _TITLES = {"image identification": "identification", "detailed caption": "caption", "extracted ocr": "ocr"}
@@ -129,3 +130,102 @@ def build_messages(ref, role: str = "system") -> list[dict]:
     if role == "user":
         return [message("user", image_part(ref), EXTRACTION_PROMPT)]
     raise ValueError(f"prompt role must be 'system' or 'user', got {role!r}")
+
+
+# ----------------------------------------------------------------------------- the step
+class ExtractJob(StepJob[ExtractTask]):
+    """E.1 on every task (:func:`tasks_for`); one record per task, ``status`` ok (with the three sections) or
+    failed (with the reason and, for a malformed reply, the last reply)."""
+
+    step = "extract"
+    desc = "E.1 extractions"
+
+    def __init__(self, workspace, settings, endpoint: Endpoint, *, max_pixels: int | None, prompt_role: str, **kw):
+        super().__init__(workspace, settings, **kw)
+        self.endpoint, self.prompt_role = endpoint, prompt_role
+        self.resize = extraction_resize(max_pixels)
+
+    def key(self, t: ExtractTask) -> str:
+        return t.sample_key
+
+    async def setup(self) -> None:
+        self.api = self.endpoint_client(self.endpoint, "extractor", self.limiter())
+        # tasks come image by image: each worker keeps the last two originals decoded while their crops are cut
+        self.images = ImageStore.for_image_workers(self.s.image_workers, originals_cached=2)
+        self.on_close(self.images.close)
+
+    def _base(self, t: ExtractTask) -> dict:
+        return {"sample_key": t.sample_key, "image_key": t.image_key, "layout_id": t.layout_id}
+
+    async def work(self, t: ExtractTask, emit) -> dict:
+        meter = self.meter()
+        enc = await self.images.aget(t.image, self.resize, region=t.bbox)
+        messages = to_openai(build_messages(enc.ref, self.prompt_role), lambda _ref: enc)
+        reason, reply = "", ""
+        for attempt in range(1, self.s.parse_retries + 2):
+            resp = await self.api.chat.completions.create(
+                model=self.endpoint.model, messages=messages, **self.s.chat_completion_kwargs
+            )
+            choice = resp.choices[0] if getattr(resp, "choices", None) else None
+            reply = (choice.message.content if choice is not None and choice.message else None) or ""
+            if choice is None:
+                reason = "the server returned no choices"
+            elif choice.finish_reason == "length":
+                reason = "the reply was cut off at the token limit"
+            else:
+                try:
+                    ex = parse_extraction(reply)
+                except ExtractionFormatError as e:
+                    reason = str(e)
+                else:
+                    usage = meter.to_dict()
+                    return {
+                        **self._base(t),
+                        "status": "ok",
+                        **ex.to_dict(),
+                        "attempts": attempt,
+                        "image": enc.ref.to_dict(),
+                        "usage": usage,
+                        "cost_usd": self.priced(usage),
+                    }
+        usage = meter.to_dict()
+        return {
+            **self._base(t),
+            "status": "failed",
+            "error": f"no usable reply after {self.s.parse_retries + 1} attempt(s): {reason}",
+            "reply": reply[:4000],
+            "attempts": self.s.parse_retries + 1,
+            "image": enc.ref.to_dict(),
+            "usage": usage,
+            "cost_usd": self.priced(usage),
+        }
+
+    def failed(self, t: ExtractTask, reason: str) -> dict:
+        return {**self._base(t), "status": "failed", "error": reason}
+
+    def summary(self) -> dict:
+        out = super().summary()
+        by_image: dict[str, bool] = {}
+        for k in self.order:
+            rec = self.records.get(k)
+            image_key = k.rsplit("#", 1)[0]
+            ok = rec is not None and rec.get("status") == "ok"
+            by_image[image_key] = by_image.get(image_key, True) and ok
+        out["images"] = len(by_image)
+        out["images_complete"] = sum(by_image.values())
+        return out
+
+
+def extractions_by_image(records: dict[str, dict]) -> dict[str, dict]:
+    """``{image_key: {"full": Extraction, "layouts": {layout_id: Extraction}}}`` from the ok records of the step."""
+    out: dict[str, dict] = {}
+    for rec in records.values():
+        if rec.get("status") != "ok":
+            continue
+        slot = out.setdefault(str(rec.get("image_key")), {"full": None, "layouts": {}})
+        ex = Extraction.from_dict(rec)
+        if rec.get("layout_id") is None:
+            slot["full"] = ex
+        else:
+            slot["layouts"][int(rec["layout_id"])] = ex
+    return out

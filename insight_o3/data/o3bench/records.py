@@ -26,7 +26,9 @@ def _need(obj: dict, name: str, kind: type | tuple[type, ...], where: str) -> An
 
 def _kind_name(kind) -> str:
     names = [k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,))]
-    return " or ".join({"str": "a string", "int": "an integer", "float": "a number", "list": "a list"}.get(n, n) for n in names)
+    return " or ".join(
+        {"str": "a string", "int": "an integer", "float": "a number", "list": "a list"}.get(n, n) for n in names
+    )
 
 
 def _box(v, where: str, name: str = "bbox") -> tuple[float, float, float, float]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from .records import Layout, SourceImage
 
 log = logging.getLogger(__name__)
 
+_WHITESPACE = re.compile(r"\s+")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 #: The detector of the paper and its PaddleOCR model name.
 DETECTOR_MODEL = "PP-DocLayout_plus-L"
@@ -53,22 +55,21 @@ def unwrap_result(obj: object, where: str) -> dict:
     result's ``layout_det_res`` (whose ``input_path`` may be null: the pipeline's own is used then)."""
     if not isinstance(obj, dict):
         raise LayoutError(f"{where}: expected a JSON object (a layout detector result)")
-    if isinstance(obj.get("res"), dict):
-        obj = obj["res"]
-    inner = obj.get("layout_det_res")
+    result: dict = obj["res"] if isinstance(obj.get("res"), dict) else obj
+    inner = result.get("layout_det_res")
     if isinstance(inner, dict):
         inner = dict(inner)
         if not inner.get("input_path"):
-            inner["input_path"] = obj.get("input_path")
+            inner["input_path"] = result.get("input_path")
         if "page_index" not in inner:
-            inner["page_index"] = obj.get("page_index")
-        obj = inner
-    if not isinstance(obj.get("boxes"), list):
+            inner["page_index"] = result.get("page_index")
+        result = inner
+    if not isinstance(result.get("boxes"), list):
         raise LayoutError(
             f"{where}: no 'boxes' list: not a PaddleX/PaddleOCR layout detection result "
             f"(expected {{'input_path', 'page_index', 'boxes': [{{'cls_id', 'label', 'score', 'coordinate'}}]}})"
         )
-    return obj
+    return result
 
 
 def _axis_aligned(result: dict, where: str) -> dict:
@@ -141,9 +142,9 @@ def collect(spec: SourceSpec, min_score: float = 0.0) -> tuple[list[SourceImage]
             reason = f"{len(layouts)} layouts < {spec.min_layouts} (--min_layouts)"
             skipped.append({"subset": spec.subset, "image": str(path.resolve()), "reason": reason})
             continue
-        kept.append(
-            SourceImage(f"{spec.subset}/{path.stem}", spec.subset, str(path.resolve()), size[0], size[1], layouts, where)
-        )
+        stem = _WHITESPACE.sub("_", path.stem)  # item ids are words of the decisions file
+        key = f"{spec.subset}/{stem}"
+        kept.append(SourceImage(key, spec.subset, str(path.resolve()), size[0], size[1], layouts, where))
     for name, (where, _) in sorted(results.items()):
         if name not in used:
             log.warning("%s: no image %s in %s; result not used", where, name, spec.image_dir)
@@ -174,7 +175,7 @@ def run_detector(
     Needs the ``layout`` extra (``pip install "insight-o3[layout]"``: paddleocr 3.x and paddlepaddle). The model's
     weights are downloaded by PaddleOCR from its own hosting on first use; this path is not tested offline."""
     try:
-        from paddleocr import LayoutDetection  # type: ignore[import-not-found]
+        from paddleocr import LayoutDetection
     except ImportError as e:
         raise LayoutError(
             f"--detect needs PaddleOCR ({e}); install the 'layout' extra (pip install 'insight-o3[layout]'), or run "

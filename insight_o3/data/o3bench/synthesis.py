@@ -16,12 +16,15 @@ The reply is parsed as the JSON array the prompt asks for (:func:`parse_items`);
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from dataclasses import dataclass
 
-from .extraction import Extraction
+from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
+from .steps import Endpoint, StepJob, read_log
 
 LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
 _FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
@@ -82,3 +85,99 @@ def parse_items(text: str | None) -> list:
                 raise SynthesisFormatError("the JSON array is empty")
             return value
     raise SynthesisFormatError("no JSON array of items in the reply")
+
+
+# ----------------------------------------------------------------------------- the step
+@dataclass(frozen=True)
+class SynthTask:
+    source: SourceImage
+    prompt: str
+
+
+class SynthesizeJob(StepJob[SourceImage]):
+    """E.2 on every image whose extractions are all done; one record per image: ``status`` ok with ``items`` (the
+    parsed array, as the model wrote it) and the reply, or failed with the reason and the last reply."""
+
+    step = "synthesize"
+    desc = "E.2 syntheses"
+
+    def __init__(self, workspace, settings, endpoint: Endpoint, *, layout_text_mode: str = "both", **kw):
+        super().__init__(workspace, settings, **kw)
+        self.endpoint, self.mode = endpoint, layout_text_mode
+        self.waiting: list[str] = []
+
+    def key(self, unit) -> str:
+        return unit.source.key if isinstance(unit, SynthTask) else unit.key
+
+    def plan(self, sources: list[SourceImage]):
+        """Images whose full image and every layout have an ok extraction (read under the workspace lock)."""
+        ex = extractions_by_image(read_log(self.ws.records("extract")))
+        ready: list = []
+        self.waiting = []
+        for s in sources:
+            slot = ex.get(s.key)
+            if slot is None or slot["full"] is None or not s.layout_ids <= set(slot["layouts"]):
+                self.waiting.append(s.key)
+                continue
+            ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], self.mode)))
+        return super().plan(ready)
+
+    async def setup(self) -> None:
+        self.api = self.endpoint_client(self.endpoint, "synthesizer", self.limiter())
+
+    async def work(self, unit: SynthTask, emit) -> dict:
+        meter = self.meter()
+        messages = [{"role": "user", "content": unit.prompt}]
+        base = {
+            "sample_key": unit.source.key,
+            "subset": unit.source.subset,
+            "prompt_sha256": hashlib.sha256(unit.prompt.encode("utf-8")).hexdigest(),
+        }
+        reason, reply = "", ""
+        for attempt in range(1, self.s.parse_retries + 2):
+            resp = await self.api.chat.completions.create(
+                model=self.endpoint.model, messages=messages, **self.s.chat_completion_kwargs
+            )
+            choice = resp.choices[0] if getattr(resp, "choices", None) else None
+            reply = (choice.message.content if choice is not None and choice.message else None) or ""
+            if choice is None:
+                reason = "the server returned no choices"
+            elif choice.finish_reason == "length":
+                reason = "the reply was cut off at the token limit"
+            else:
+                try:
+                    items = parse_items(reply)
+                except SynthesisFormatError as e:
+                    reason = str(e)
+                else:
+                    usage = meter.to_dict()
+                    return {
+                        **base,
+                        "status": "ok",
+                        "items": items,
+                        "reply": reply,
+                        "attempts": attempt,
+                        "usage": usage,
+                        "cost_usd": self.priced(usage),
+                    }
+        usage = meter.to_dict()
+        return {
+            **base,
+            "status": "failed",
+            "error": f"no JSON array after {self.s.parse_retries + 1} attempt(s): {reason}",
+            "reply": reply[:8000],
+            "attempts": self.s.parse_retries + 1,
+            "usage": usage,
+            "cost_usd": self.priced(usage),
+        }
+
+    def failed(self, unit: SynthTask, reason: str) -> dict:
+        return {"sample_key": unit.source.key, "subset": unit.source.subset, "status": "failed", "error": reason}
+
+    def summary(self) -> dict:
+        out = super().summary()
+        out["images_waiting_for_extraction"] = len(self.waiting)
+        out["synthesized_items"] = sum(
+            len(self.records[k].get("items") or []) for k in self.order if self.records.get(k, {}).get("status") == "ok"
+        )
+        return out

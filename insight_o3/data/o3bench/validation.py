@@ -24,11 +24,16 @@ accepted items, per image and overall) is reported against the paper's limit (E.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .records import BenchItem, SourceImage
+from ...run_lock import run_lock
+from ...storage.atomic import write_json_atomic, write_jsonl_atomic
+from .records import BenchItem, SourceImage, read_sources
+from .steps import read_log
+from .workspace import Workspace
 
 NO_RIGHT_CHOICE = "F. No right choice"
 LETTERS = "ABCDEF"
@@ -144,9 +149,7 @@ def f_share(items: list[BenchItem]) -> dict:
         c["items"] += 1
         c["f"] += it.answer == "F"
     total, f = len(items), sum(it.answer == "F" for it in items)
-    per_image = {
-        k: {"items": c["items"], "f": c["f"], "share": round(c["f"] / c["items"], 4)} for k, c in per.items()
-    }
+    per_image = {k: {"items": c["items"], "f": c["f"], "share": round(c["f"] / c["items"], 4)} for k, c in per.items()}
     over = sorted(k for k, v in per_image.items() if v["share"] > F_SHARE_LIMIT)
     return {
         "limit": F_SHARE_LIMIT,
@@ -155,3 +158,57 @@ def f_share(items: list[BenchItem]) -> dict:
         "images_over_limit": over,
         "per_image": per_image,
     }
+
+
+# ----------------------------------------------------------------------------- the step
+def validate_workspace(ws: Workspace) -> dict:
+    """Check every item of every ok synthesis record, under the workspace lock; rewrite ``candidates.jsonl``,
+    ``rejected.jsonl`` and ``report.json`` (the step is deterministic and cheap: it is redone as a whole)."""
+    with run_lock(ws.root, "build_o3_bench validate"):
+        sources = read_sources(ws.require(ws.sources, "sources"))
+        synth = read_log(ws.require(ws.records("synthesize"), "synthesize"))
+        accepted: list[BenchItem] = []
+        rejected: list[dict] = []
+        failed, missing = [], []
+        for key, src in sources.items():
+            rec = synth.get(key)
+            if rec is None:
+                missing.append(key)
+                continue
+            if rec.get("status") != "ok":
+                failed.append(key)
+                continue
+            for k, raw in enumerate(rec.get("items") or []):
+                v = check_item(raw, src, f"{key}#q{k}")
+                if v.item is not None:
+                    accepted.append(v.item)
+                else:
+                    rejected.append(
+                        {
+                            "item_id": f"{key}#q{k}",
+                            "image_key": key,
+                            "reason": v.reason,
+                            "detail": v.detail,
+                            "item": raw,
+                        }
+                    )
+        counts = Counter(r["reason"] for r in rejected)
+        report = {
+            "images": len(sources),
+            "images_synthesized": len(sources) - len(failed) - len(missing),
+            "images_synthesis_failed": failed,
+            "images_not_synthesized": missing,
+            "items": len(accepted) + len(rejected),
+            "accepted": len(accepted),
+            "rejected": len(rejected),
+            "rejected_by_reason": {r: counts.get(r, 0) for r in REASONS},
+            "target_layouts_per_item": round(sum(len(i.target_layouts) for i in accepted) / len(accepted), 3)
+            if accepted
+            else None,
+            "f_share": f_share(accepted),
+        }
+        os.makedirs(ws.step("validate"), exist_ok=True)
+        write_jsonl_atomic(ws.candidates, [i.to_dict() for i in accepted])
+        write_jsonl_atomic(ws.rejected, rejected)
+        write_json_atomic(ws.validation_report, report)
+        return report

@@ -32,6 +32,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .records import BuildFileError
+
 STEPS = ("sources", "extract", "synthesize", "validate", "filter", "review", "release")
 
 
@@ -97,7 +99,7 @@ class Workspace:
         return self.step("release")
 
     def require(self, path: Path, made_by: str) -> Path:
-        """``path`` if it exists; else :class:`FileNotFoundError` saying which step writes it."""
+        """``path`` if it exists; else :class:`~.records.BuildFileError` saying which step writes it."""
         if not path.exists():
-            raise FileNotFoundError(f"{path} not found: run the '{made_by}' step first")
+            raise BuildFileError(f"{path} not found: run the '{made_by}' step first")
         return path
