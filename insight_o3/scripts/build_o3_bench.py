@@ -91,7 +91,13 @@ def _step_flags(p: argparse.ArgumentParser, *, concurrency: int, parse_retries: 
     g.add_argument("--price_file", default=None, help="YAML/JSON, US$ per million tokens per model: adds cost_usd")
     g.add_argument("--max_cost", type=float, default=None, help="stop starting items at this many US$ (exit 4)")
     g.add_argument("--max_tokens_total", type=int, default=None, help="stop starting items at this many tokens")
-    g.add_argument("--limit", type=int, default=None, help="only the first N items (a dry look; rerun without it)")
+    g.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="only the first N items (extract, synthesize: images; filter: candidates) for a dry look; a later run "
+        "without it goes on from there",
+    )
     g.add_argument("--no_retry_failed", action="store_true", help="keep failed records of earlier runs as they are")
     g.add_argument(
         "--chat_completion_kwargs",
@@ -270,13 +276,10 @@ def run_sources(a: argparse.Namespace) -> int:
 def run_extract(a: argparse.Namespace) -> int:
     ws = Workspace.at(a.output_dir)
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
-    if a.limit is not None:  # --limit counts images here: their full image and every layout
-        sources = sources[: a.limit]
     ep = _main_endpoint(a, a.model)
-    settings = StepSettings(**{**_settings(a).__dict__, "limit": None})
     job = ExtractJob(
         ws,
-        settings,
+        _settings(a),
         ep,
         max_pixels=a.max_pixels or None,
         prompt_role=a.extract_prompt_role,

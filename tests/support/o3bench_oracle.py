@@ -140,21 +140,32 @@ class Oracle:
     def __init__(self, demo_records: dict[str, list[dict]], demo_dir: Path, max_pixels: int | None = None):
         self.records = demo_records
         self.state: dict = {}
-        self.views: dict[str, tuple[str, int | None]] = {}  # sha1 of the data URL -> (image key, layout id)
+        # sha1 of the data URL -> (image key, layout id); identical crops (two charts' legends with the same series)
+        # are one view: the first of them answers for all, as a real model would answer alike
+        self.views: dict[str, tuple[str, int | None]] = {}
+        self.alias: dict[str, str] = {}  # sample key -> the sample key of the view that answers for it
         store = ImageStore(workers=1)
         resize = extraction_resize(max_pixels)
         for key, recs in demo_records.items():
             path = str((demo_dir / recs[0]["file_name"]).resolve())
-            self.views[self._sha(store.get(path, resize).data_url)] = (key, None)
+            self._view(store.get(path, resize).data_url, key, None)
             for info in recs[0]["layout_infos"].values():
                 enc = store.get(path, resize, region=tuple(float(v) for v in info["bbox"]))
-                self.views[self._sha(enc.data_url)] = (key, info["layout_id"])
+                self._view(enc.data_url, key, info["layout_id"])
         store.close()
         self.truth = {r["question"]: r["answer"] for recs in demo_records.values() for r in recs}
 
     @staticmethod
     def _sha(url: str) -> str:
         return hashlib.sha1(url.encode("ascii")).hexdigest()
+
+    @staticmethod
+    def sample_key(key: str, layout_id: int | None) -> str:
+        return f"{key}#{'full' if layout_id is None else f'L{layout_id}'}"
+
+    def _view(self, url: str, key: str, layout_id: int | None) -> None:
+        view = self.views.setdefault(self._sha(url), (key, layout_id))
+        self.alias[self.sample_key(key, layout_id)] = self.sample_key(*view)
 
     # ---------------------------------------------------------------------------------------------- E.1
     def extraction_reply(self, key: str, layout_id: int | None) -> str:
@@ -179,7 +190,7 @@ class Oracle:
         view = self.views.get(self._sha(urls[0]))
         if view is None:
             return error(400, "unknown image: not a view of the demo bench as the pipeline sends it")
-        sample_key = f"{view[0]}#{'full' if view[1] is None else f'L{view[1]}'}"
+        sample_key = self.sample_key(*view)
         self.state.setdefault("e1_seen", []).append(sample_key)
         tokens = len(text) // 4 + _image_tokens(urls[0])
         once = self.state.setdefault("e1_malformed_once", set())

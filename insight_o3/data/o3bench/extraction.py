@@ -148,6 +148,13 @@ class ExtractJob(StepJob[ExtractTask]):
     def key(self, t: ExtractTask) -> str:
         return t.sample_key
 
+    def limited(self, tasks: list[ExtractTask]) -> list[ExtractTask]:
+        """``--limit N`` counts images: their full image and every layout."""
+        if self.s.limit is None:
+            return tasks
+        keep = set(list(dict.fromkeys(t.image_key for t in tasks))[: self.s.limit])
+        return [t for t in tasks if t.image_key in keep]
+
     async def setup(self) -> None:
         self.api = self.endpoint_client(self.endpoint, "extractor", self.limiter())
         # tasks come image by image: each worker keeps the last two originals decoded while their crops are cut

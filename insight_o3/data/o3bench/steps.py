@@ -124,9 +124,12 @@ class StepJob(ResumableJob[ItemT, dict]):
     def is_final(self, record: Any) -> bool:
         return record.get("status") in self.final_statuses or not self.s.retry_failed
 
+    def limited(self, items: list) -> list:
+        """The items of a ``--limit`` run (the first N)."""
+        return items if self.s.limit is None else items[: self.s.limit]
+
     def plan(self, items: list[ItemT]):
-        if self.s.limit is not None:
-            items = items[: self.s.limit]
+        items = self.limited(items)
         self.order = [self.key(it) for it in items]
         return super().plan(items)
 
