@@ -9,7 +9,6 @@ import json
 import pytest
 from PIL import Image
 
-from insight_o3.data.layout import LayoutError
 from insight_o3.data.o3bench import review, sources, synthesis
 from insight_o3.data.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
 from insight_o3.data.o3bench.records import BenchItem, Layout, SourceImage
