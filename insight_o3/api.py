@@ -50,9 +50,9 @@ def resolve(flag_value: str | None, env_names: tuple[str, ...], default: str | N
     return default
 
 
-def resolve_key(flag_value: str | None, env_names: tuple[str, ...]) -> str | None:
+def resolve_key(flag_value: str | None, env_names: tuple[str, ...], default: str | None = None) -> str | None:
     """An API key from its flag or the first env var set (see :data:`ENV_KEYS`), registered as a secret."""
-    key = resolve(flag_value, env_names)
+    key = resolve(flag_value, env_names, default)
     register_secret(key)
     return key
 

@@ -138,6 +138,36 @@ def add_run_flags(
         p.add_argument("--no_progress", action="store_true", help="no progress bar")
 
 
+def add_budget_flags(p, *, what: str = "items") -> None:
+    """``--price_file``, ``--max_cost`` and ``--max_tokens_total`` (see :class:`insight_o3.jobs.Budget`)."""
+    p.add_argument(
+        "--price_file",
+        help="YAML/JSON of US$ per million tokens per model: "
+        "'MODEL: {input: X, output: Y}'; adds cost_usd to records and metrics",
+    )
+    p.add_argument(
+        "--max_cost",
+        type=float,
+        default=None,
+        help=f"stop starting {what} once the eval dir's recorded cost reaches this many US$ "
+        "(needs --price_file; exit 4; rerun with a higher budget to resume)",
+    )
+    p.add_argument(
+        "--max_tokens_total", type=int, default=None, help="the same for prompt + completion tokens of all roles"
+    )
+
+
+def add_token_budget_flag(p) -> None:
+    """``--max_tokens_total`` of the data tools, whose records carry no usage: it counts this run's requests."""
+    p.add_argument(
+        "--max_tokens_total",
+        type=int,
+        default=None,
+        help="stop starting new items once this run's requests used this many prompt + completion tokens "
+        "(exit 4; finished items are kept; rerun to go on)",
+    )
+
+
 def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """The range checks of the shared flags that ``a`` has (``p.error`` -> exit code 2)."""
     if getattr(a, "concurrency", 1) < 1:
@@ -150,6 +180,8 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--max_failure_ratio must be in (0, 1]")
     if getattr(a, "image_workers", None) is not None and a.image_workers < 0:
         p.error("--image_workers must not be negative")
+    if getattr(a, "max_tokens_total", None) is not None and a.max_tokens_total < 1:
+        p.error("--max_tokens_total must be positive")
 
 
 # ----------------------------------------------------------------------------- the run

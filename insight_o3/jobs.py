@@ -22,9 +22,10 @@ What the job guarantees, for every command alike:
   (:class:`~insight_o3.storage.record_log.RecordLog`, one writer thread), so a crash loses nothing finished;
 * a 401/403/404 or too many failed requests (:class:`~insight_o3.run_guard.RunGuard`, shared by the clients
   made with :meth:`~ResumableJob.client`) stops the run: work in flight is cancelled and not recorded;
-* a budget (``max_cost`` / ``max_tokens_total``, counted over what is recorded, earlier runs included where
-  records carry their usage) stops starting new items; those in flight are recorded; then
-  :class:`BudgetExceeded` is raised;
+* a budget (``max_cost`` / ``max_tokens_total``) stops starting new items; those in flight are recorded;
+  then :class:`BudgetExceeded` is raised. It counts what :meth:`~ResumableJob.spend` says each record cost
+  (earlier runs included: the evaluation's records carry their usage) plus the tokens of every request
+  made while a unit's work ran (this run only: records of the data tools carry no usage);
 * at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
 * a failure of one item (:data:`insight_o3.errors.EXPECTED_ERRORS`) becomes that item's record when
   :meth:`~ResumableJob.failed` says how (retried by the next run), never a lost run.
@@ -51,6 +52,7 @@ from .redaction import failure_reason
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
 from .run_lock import run_lock
 from .storage.record_log import RecordLog
+from .usage import UsageMeter, metering, total_tokens
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +194,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
 
+    def collect(self, items: list[ItemT]) -> list[ItemT]:
+        """Under the lock, after :meth:`prepare`: the items to run (those given, by default); a job that
+        reads its inputs under the lock (and writes what it derived) does it here."""
+        return items
+
     def log_files(self) -> dict[Hashable, str]:
         """The record logs: name -> path (relative to :attr:`directory` unless absolute)."""
         return {RECORDS: self.records_file}
@@ -290,6 +297,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         items = list(items)
         with run_lock(self.directory, self.command):
             self.prepare()
+            items = self.collect(items)
             try:
                 self._open_logs()
                 plan = self.plan(items)
@@ -320,6 +328,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             async with sem:
                 if self.budget.exceeded is not None:
                     return  # budget reached: start nothing new (a rerun with a higher budget resumes)
+                meter = UsageMeter()
+                metering(meter)  # this unit's requests (work that meters its own, as EvalJob, replaces it)
                 try:
                     out = await self.work(unit, self.emit)
                 except asyncio.CancelledError:
@@ -330,6 +340,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                         raise
                 for name, record in _pairs(out):
                     await self.emit(record, log=name)
+                self.budget.charge(total_tokens(meter.to_dict()))
 
         try:
             await self.setup()

@@ -18,10 +18,10 @@ and an exit code. Messages are redacted here (:func:`insight_o3.redaction.redact
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Iterable
 
 from .exit_codes import ExitCode
-from .redaction import redact as _redact
+from .redaction import redact
 
 DEFAULT_MAX_FAILURE_RATIO = 0.5
 #: The failure ratio is only judged once this many requests of the run have finished.
@@ -74,11 +74,10 @@ class RunGuard:
         self,
         max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO,
         min_requests: int = DEFAULT_MIN_REQUESTS,
-        redact: Callable[[str], str] = _redact,
     ):
         if not 0 < max_failure_ratio <= 1:
             raise ValueError("max_failure_ratio must be in (0, 1]")
-        self.max_failure_ratio, self.min_requests, self.redact = max_failure_ratio, max(1, min_requests), redact
+        self.max_failure_ratio, self.min_requests = max_failure_ratio, max(1, min_requests)
         self.ok = 0
         self.failed = 0
         self.error: RunStopped | None = None
@@ -105,7 +104,7 @@ class RunGuard:
 
     def fatal(self, role: str, url: str, status: int, detail: str) -> None:
         self.failed += 1
-        self.trip(FatalAPIError(role, self.redact(url), status, self.redact(detail)))
+        self.trip(FatalAPIError(role, redact(url), status, redact(detail)))
 
     def request_done(self, role: str, failure: str | None) -> None:
         """One request finished (``failure`` None) or was lost after the SDK's retries."""
@@ -115,9 +114,7 @@ class RunGuard:
         self.failed += 1
         if self.total >= self.min_requests and self.failed > self.max_failure_ratio * self.total:
             self.trip(
-                FailureRatioError(
-                    self.failed, self.total, self.max_failure_ratio, self.redact(f"{role}: {failure}")[:500]
-                )
+                FailureRatioError(self.failed, self.total, self.max_failure_ratio, redact(f"{role}: {failure}")[:500])
             )
 
     async def wait(self) -> RunStopped:

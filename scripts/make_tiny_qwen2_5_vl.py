@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build the tiny random-weight Qwen2.5-VL test checkpoint (see insight_o3/testing/tiny_qwen.py).
+"""Build the tiny random-weight Qwen2.5-VL test checkpoint (see tests/support/tiny_qwen.py).
 
     python scripts/make_tiny_qwen2_5_vl.py OUT_DIR [--seed 0] [--max-pixels 1003520]
 
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from insight_o3.testing.tiny_qwen import DEFAULT_MAX_PIXELS, SPECIAL_TOKENS, build_tiny_qwen  # noqa: E402
+from tests.support.tiny_qwen import DEFAULT_MAX_PIXELS, SPECIAL_TOKENS, build_tiny_qwen  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

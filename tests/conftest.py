@@ -81,12 +81,12 @@ def shared_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_qwen_dir(tmp_path_factory) -> Path:
-    """A tiny random-weight Qwen2.5-VL checkpoint (insight_o3.testing.tiny_qwen), built once per session."""
+    """A tiny random-weight Qwen2.5-VL checkpoint (tests.support.tiny_qwen), built once per session."""
     require_module("torch")
     require_module("transformers")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from insight_o3.testing.tiny_qwen import build_tiny_qwen
+    from tests.support.tiny_qwen import build_tiny_qwen
 
     return build_tiny_qwen(tmp_path_factory.mktemp("tiny_qwen") / "tiny-qwen2.5-vl")
 

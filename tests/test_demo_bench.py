@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from insight_o3.data import demo_bench as db
 from insight_o3.evaluation.samples import load_samples
 from insight_o3.scripts import make_demo_bench
-from insight_o3.testing import demo_bench as db
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--num_images", "4", "--questions_per_image", "3", "--min_side", "420", "--max_side", "520"]

@@ -138,3 +138,18 @@ def test_a_tripped_guard_stops_the_run_and_records_nothing_more(tmp_path):
     with pytest.raises(FailureRatioError):
         job.run([1, 2, 3, 4])
     assert job.closed
+
+
+def test_the_requests_of_a_unit_count_against_the_budget(tmp_path):
+    """Records of the data tools carry no usage: their budget counts what the clients report while a unit runs."""
+    from insight_o3.usage import record_response
+
+    class Metered(SquareJob):
+        async def work(self, n, emit):
+            record_response("model", {"usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+            return await super().work(n, emit)
+
+    job = Metered(tmp_path, JobSettings(progress=False, concurrency=1, max_tokens_total=25))
+    with pytest.raises(BudgetExceeded, match="30 tokens used"):
+        job.run([1, 2, 3, 4, 5])
+    assert job.calls == [1, 2, 3]

@@ -18,7 +18,7 @@ def _sha(path) -> str:
 
 
 def test_build_is_byte_reproducible(tiny_qwen_dir, tmp_path):
-    from insight_o3.testing.tiny_qwen import build_tiny_qwen
+    from tests.support.tiny_qwen import build_tiny_qwen
 
     again = build_tiny_qwen(tmp_path / "again")
     files = sorted(p.name for p in tiny_qwen_dir.iterdir())
@@ -32,11 +32,11 @@ def test_build_is_byte_reproducible(tiny_qwen_dir, tmp_path):
 
 
 def test_build_does_not_depend_on_the_interpreter_stdlib():
-    """The corpus is shipped with the package, so nothing of the running Python feeds the tokenizer."""
-    from insight_o3.testing import tiny_qwen
+    """The corpus is shipped with the repository, so nothing of the running Python feeds the tokenizer."""
+    from tests.support import tiny_qwen
 
     assert tiny_qwen.CORPUS.is_file() and tiny_qwen.CORPUS.stat().st_size > 200_000
-    assert str(tiny_qwen.CORPUS).startswith(str(REPO / "insight_o3"))
+    assert str(tiny_qwen.CORPUS).startswith(str(REPO / "tests" / "support"))
 
 
 def test_config_has_top_level_architecture_and_budget(tiny_qwen_dir):
@@ -105,7 +105,7 @@ def test_cli_wrapper(tmp_path):
 
 def test_package_import_is_torch_free():
     code = (
-        "import sys, insight_o3.testing, insight_o3.testing.tiny_qwen, insight_o3.testing.vllm_server; "
+        "import sys, insight_o3, tests.support.tiny_qwen, tests.support.vllm_server; "
         "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; "
         "assert not bad, bad"
     )

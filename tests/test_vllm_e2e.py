@@ -54,7 +54,7 @@ def _script(req: dict, call: Call):
 
 @pytest.fixture(scope="module")
 def vllm_server(vllm_venv_python, tiny_qwen_dir, tmp_path_factory):
-    from insight_o3.testing.vllm_server import VLLMServer
+    from tests.support.vllm_server import VLLMServer
 
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     srv = VLLMServer(

@@ -211,7 +211,7 @@ def test_recipe_side_counts_image_tokens_by_smart_resize(episode):
 @pytest.fixture(scope="module")
 def replay(episode, tiny_qwen_dir, vllm_venv_python):
     """Save the requests (after verl's image-token dedup) and replay them with vllm.LLM."""
-    from insight_o3.testing.vllm_server import server_env
+    from tests.support.vllm_server import server_env
 
     root, proc = episode["root"], episode["proc"]
     dedup = verl_dedup_image_tokens()

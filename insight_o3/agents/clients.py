@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..errors import EXPECTED_ERRORS
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore
-from ..redaction import Redactor, redact
+from ..redaction import Redactor, failure_reason
 from ..trajectory import image_refs, to_openai
 from .reasoner_session import ReasonerSession
 from .records import compact_messages
@@ -43,8 +43,8 @@ async def complete(
     return Completion(ch.message.content or "", ch.finish_reason, usage)
 
 
-def _describe(e: BaseException, redact_fn=redact) -> str:
-    return redact_fn(f"{type(e).__name__}: {e}")
+def _describe(e: BaseException) -> str:
+    return failure_reason(e)
 
 
 def _add_usage(total: dict, usage: dict | None) -> None:
@@ -61,7 +61,9 @@ VSEARCHER_COMPLETION_KWARGS = {"temperature": 0.0, "max_tokens": 1024}
 class VSearcher:
     """The visual search agent behind an OpenAI-compatible endpoint (e.g. vLLM serving
     InSight-o3-vS). Sampling defaults to the fork's validation setting
-    (:data:`VSEARCHER_COMPLETION_KWARGS`); ``completion_kwargs`` are merged over it."""
+    (:data:`VSEARCHER_COMPLETION_KWARGS`); ``completion_kwargs`` are merged over it. Failure reasons are
+    redacted process-wide (:mod:`insight_o3.redaction`); a ``redactor`` passed in has registered its keys
+    when it was made, so nothing more is done with it."""
 
     def __init__(
         self,
@@ -77,7 +79,6 @@ class VSearcher:
         self.client, self.model, self.images = client, model, images
         self.max_pixels, self.prompt, self.max_tool_calls = max_pixels, prompt, max_tool_calls
         self.completion_kwargs = {**VSEARCHER_COMPLETION_KWARGS, **(completion_kwargs or {})}
-        self.redact = redactor or redact
 
     def session(self, image_path: str, description: str) -> SearcherSession:
         return SearcherSession(image_path, description, self.images, self.max_pixels, self.prompt, self.max_tool_calls)
@@ -87,12 +88,12 @@ class VSearcher:
         try:
             s = self.session(image_path, description)
         except EXPECTED_ERRORS as e:
-            return failed_locate(description, _describe(e, self.redact))
+            return failed_locate(description, _describe(e))
         while not s.done:
             try:
                 c = await complete(self.client, self.model, s, self.images, self.completion_kwargs)
             except EXPECTED_ERRORS as e:
-                s.fail(_describe(e, self.redact))
+                s.fail(_describe(e))
                 break
             s.step(c.text, c.finish_reason, c.usage)
         return s.result()
@@ -146,7 +147,7 @@ class InSightO3:
 
     ``completion_kwargs``: the vReasoner's request settings per turn; None or empty gives the fork's
     (:data:`VREASONER_COMPLETION_KWARGS`), anything else replaces them. ``max_format_retries``: per
-    round (None: the fork's, 4 for ``infer``, 2 for ``train``)."""
+    round (None: the fork's, 4 for ``infer``, 2 for ``train``). ``redactor``: as for :class:`VSearcher`."""
 
     def __init__(
         self,
@@ -170,7 +171,6 @@ class InSightO3:
         if "n" in self.completion_kwargs:
             raise ValueError("'n' cannot be set for InSight-o3 episodes: each trial is its own episode")
         self.image_url_extra = image_url_extra
-        self.redact = redactor or redact
 
     def session(self, image_path: str, question: str) -> ReasonerSession:
         return ReasonerSession(
@@ -191,7 +191,7 @@ class InSightO3:
         try:
             s = self.session(image_path, question)
         except EXPECTED_ERRORS as e:
-            msg = _describe(e, self.redact)
+            msg = _describe(e)
             return AnswerResult(None, None, "failed", None, [], 0, 0, 0, [], msg, usage)
         while not s.done:
             try:
@@ -199,7 +199,7 @@ class InSightO3:
                     self.client, self.model, s, self.images, self.completion_kwargs, self.image_url_extra
                 )
             except EXPECTED_ERRORS as e:
-                s.fail(_describe(e, self.redact))
+                s.fail(_describe(e))
                 break
             finish = c.finish_reason
             _add_usage(usage, c.usage)

@@ -62,7 +62,8 @@ class InSightO3Solver:
         vsearcher_limiter=None,
     ) -> InSightO3Solver:
         """Build from the ``evaluate`` arguments (keys already resolved). ``--sys_prompt`` does not
-        apply: the vReasoner's system prompt is the protocol's (``--reasoner_prompt infer|train``)."""
+        apply: the vReasoner's system prompt is the protocol's (``--reasoner_prompt infer|train``).
+        ``redactor``: nothing to do (the clients register their keys; see :mod:`insight_o3.redaction`)."""
         timeout, retries = getattr(args, "client_timeout", None), getattr(args, "max_retries", None)
         kw = {"timeout": timeout, "guard": guard} | ({"max_retries": retries} if retries is not None else {})
         r_client = make_client(args.api_key, args.api_base_url, role="vReasoner", limiter=limiter, **kw)
@@ -76,7 +77,6 @@ class InSightO3Solver:
             max_pixels=getattr(args, "vsearcher_max_pixels", None) or VSEARCHER_EVAL_MAX_PIXELS,
             prompt=getattr(args, "vsearcher_prompt", None) or "trained",
             max_tool_calls=LIMITS.max_tool_calls,
-            redactor=redactor,
             completion_kwargs=_as_dict(
                 getattr(args, "vsearcher_chat_completion_kwargs", None), "vsearcher_chat_completion_kwargs"
             ),
@@ -92,6 +92,5 @@ class InSightO3Solver:
             completion_kwargs=_as_dict(getattr(args, "chat_completion_kwargs", None), "chat_completion_kwargs"),
             image_url_extra=_as_dict(getattr(args, "image_url_extra_settings", None), "image_url_extra_settings")
             or None,
-            redactor=redactor,
         )
         return cls(system, (r_client, s_client))

@@ -367,95 +367,118 @@ def label_box_for(
 
 
 # ----------------------------------------------------------------------------- Algorithm 1
+def _place_target(t, cfg: CollageConfig, rng: np.random.Generator, rej: _Rejection):
+    """Steps 1-4: a canvas and the target's rectangle on it (the canvas enlarged once if needed).
+    Returns ``(W, H, free rects, (free index, (x, y, w, h)))`` or None."""
+    src_area = t.width * t.height
+    s_star = src_area * min(1.0, math.sqrt(cfg.max_effective_area / src_area)) ** 2
+    rho_src, r_src = t.bbox_ratio, t.width / t.height
+    W, H = sample_canvas(rng, cfg)  # step 1
+    r_star = r_src * math.exp(rng.uniform(-cfg.target_aspect_jitter, cfg.target_aspect_jitter))
+    for enlarge in (False, True):  # single enlarge fallback
+        if enlarge:
+            a = W / H
+            W, H = canvas_size(W * H * cfg.canvas_enlarge, a, cfg.grid)
+        interval = scale_interval(s_star, rho_src, r_star, W * H, cfg)  # step 2
+        if interval is None:
+            rej.add("empty scale interval")
+            continue
+        lam = 0.5 * (interval[0] + interval[1])  # step 3
+        w = math.sqrt(lam * s_star * r_star)
+        h = math.sqrt(lam * s_star / r_star)
+        free: list[Rect] = [(0, 0, W, H)]
+        for _ in range(cfg.placement_retries + 1):  # step 4
+            size = snap_target(w, h, s_star, rho_src, W, H, cfg)
+            if size is not None:
+                fit = place_best_fit(free, size[0], size[1], rng, cfg)
+                if fit is not None:
+                    return W, H, free, fit
+            w, h = w * cfg.shrink_factor, h * cfg.shrink_factor  # lambda = w*h/S* shrinks with it
+        rej.add("target does not fit")
+    return None
+
+
+def _panels(free: list[Rect], placed, rng: np.random.Generator, cfg: CollageConfig) -> list | None:
+    """Step 5: the free space around the target cut into panels (None when some of it cannot be)."""
+    free_index, rect = placed
+    free_rect = free.pop(free_index)
+    free += split_around(free_rect, rect, rng)
+    panels, residual = [], []
+    for r in free:
+        p, res = panelize(r, rng, cfg)
+        panels += p
+        residual += res
+    return None if residual else panels
+
+
+def _fill(pool: PoolArrays, target_index: int, panels: list, usage: np.ndarray, rng, cfg: CollageConfig):
+    """Steps 6-7: a source image per panel, largest panel first, one extra pass with a looser aspect
+    tolerance. Returns ``(fills, usage after them)`` or None when panels stay unfilled."""
+    excluded = np.zeros(int(pool.path_id.max()) + 1, dtype=bool)
+    excluded[pool.path_id[target_index]] = True
+    order = sorted(panels, key=lambda p: (-p[2] * p[3], p[1], p[0]))  # step 6: largest first
+    fills: list[Tile] = []
+    local_usage = usage.copy()
+    unfilled: list = []
+    for tau in (cfg.fill_aspect_jitter, cfg.fill_aspect_jitter * cfg.extra_pass_jitter_mult):
+        unfilled = []  # step 7: one extra pass
+        for panel in order:
+            cands = fill_candidates(pool, panel, tau, cfg, excluded)
+            if len(cands) == 0:
+                unfilled.append(panel)
+                continue
+            k = pick_fill(cands, local_usage, rng, cfg)
+            px, py, pw, ph = panel
+            it = pool.items[k]
+            fills.append(Tile(k, (px, py, px + pw, py + ph), _center_crop(it.width, it.height, pw / ph), False))
+            excluded[pool.path_id[k]] = True
+            local_usage[k] += 1
+        order = unfilled
+        if not unfilled:
+            break
+    return None if unfilled else (fills, local_usage)
+
+
+def _labelled(tiles: list[Tile], bbox, rng: np.random.Generator) -> list[Tile] | None:
+    """Step 8: shuffled IDs 1..n and a label box per tile (None when the target's label has no room)."""
+    ids = rng.permutation(len(tiles)) + 1
+    labelled = []
+    for tile, tid in zip(tiles, ids):
+        lb = label_box_for(tile, int(tid), bbox if tile.is_target else None)
+        if lb is None:
+            return None
+        labelled.append(Tile(tile.pool_index, tile.box, tile.crop, tile.is_target, int(tid), lb))
+    return labelled
+
+
 def plan_collage(
     pool: PoolArrays, target_index: int, cfg: CollageConfig, rng: np.random.Generator, usage: np.ndarray
 ) -> CollagePlan:
     """Algorithm 1 for one target. ``usage`` (uses per pool item) is read for the fill weights and
     updated only when a collage is returned. Raises :class:`CollageInfeasible` after ``T`` attempts."""
     t = pool.items[target_index]
-    src_area = t.width * t.height
-    s_star = src_area * min(1.0, math.sqrt(cfg.max_effective_area / src_area)) ** 2
-    rho_src = t.bbox_ratio
-    r_src = t.width / t.height
     rej = _Rejection()
     for attempt in range(1, cfg.max_attempts + 1):
-        W, H = sample_canvas(rng, cfg)  # step 1
-        r_star = r_src * math.exp(rng.uniform(-cfg.target_aspect_jitter, cfg.target_aspect_jitter))
-        placed = None
-        for enlarge in (False, True):  # single enlarge fallback
-            if enlarge:
-                a = W / H
-                W, H = canvas_size(W * H * cfg.canvas_enlarge, a, cfg.grid)
-            interval = scale_interval(s_star, rho_src, r_star, W * H, cfg)  # step 2
-            if interval is None:
-                rej.add("empty scale interval")
-                continue
-            lam = 0.5 * (interval[0] + interval[1])  # step 3
-            w = math.sqrt(lam * s_star * r_star)
-            h = math.sqrt(lam * s_star / r_star)
-            free: list[Rect] = [(0, 0, W, H)]
-            for _ in range(cfg.placement_retries + 1):  # step 4
-                size = snap_target(w, h, s_star, rho_src, W, H, cfg)
-                if size is not None:
-                    fit = place_best_fit(free, size[0], size[1], rng, cfg)
-                    if fit is not None:
-                        placed = fit
-                        break
-                w, h = w * cfg.shrink_factor, h * cfg.shrink_factor  # lambda = w*h/S* shrinks with it
-            if placed is not None:
-                break
-            rej.add("target does not fit")
-        if placed is None:
+        canvas = _place_target(t, cfg, rng, rej)
+        if canvas is None:
             continue
-        free_index, (x, y, tw, th) = placed
-        free_rect = free.pop(free_index)
-        free += split_around(free_rect, (x, y, tw, th), rng)
-        panels, residual = [], []  # step 5
-        for r in free:
-            p, res = panelize(r, rng, cfg)
-            panels += p
-            residual += res
-        if residual:
+        W, H, free, placed = canvas
+        panels = _panels(free, placed, rng, cfg)
+        if panels is None:
             rej.add("free space cannot be panelized")
             continue
-        excluded = np.zeros(int(pool.path_id.max()) + 1, dtype=bool)
-        excluded[pool.path_id[target_index]] = True
-        order = sorted(panels, key=lambda p: (-p[2] * p[3], p[1], p[0]))  # step 6: largest first
-        fills: list[Tile] = []
-        local_usage = usage.copy()
-        unfilled: list = []
-        for tau in (cfg.fill_aspect_jitter, cfg.fill_aspect_jitter * cfg.extra_pass_jitter_mult):
-            unfilled = []  # step 7: one extra pass
-            for panel in order:
-                cands = fill_candidates(pool, panel, tau, cfg, excluded)
-                if len(cands) == 0:
-                    unfilled.append(panel)
-                    continue
-                k = pick_fill(cands, local_usage, rng, cfg)
-                px, py, pw, ph = panel
-                it = pool.items[k]
-                fills.append(Tile(k, (px, py, px + pw, py + ph), _center_crop(it.width, it.height, pw / ph), False))
-                excluded[pool.path_id[k]] = True
-                local_usage[k] += 1
-            order = unfilled
-            if not unfilled:
-                break
-        if unfilled:
+        filled = _fill(pool, target_index, panels, usage, rng, cfg)
+        if filled is None:
             rej.add("panels left unfilled")
             continue
+        fills, local_usage = filled
+        x, y, tw, th = placed[1]
         target_tile = Tile(target_index, (x, y, x + tw, y + th), (0, 0, t.width, t.height), True)  # step 8
         sx, sy = target_tile.scale
         bx1, by1, bx2, by2 = t.bbox
         bbox = (x + bx1 * sx, y + by1 * sy, x + bx2 * sx, y + by2 * sy)
-        tiles = [target_tile] + fills
-        ids = rng.permutation(len(tiles)) + 1
-        labelled = []
-        for tile, tid in zip(tiles, ids):
-            lb = label_box_for(tile, int(tid), bbox if tile.is_target else None)
-            if lb is None:
-                break
-            labelled.append(Tile(tile.pool_index, tile.box, tile.crop, tile.is_target, int(tid), lb))
-        if len(labelled) != len(tiles):
+        labelled = _labelled([target_tile] + fills, bbox, rng)
+        if labelled is None:
             rej.add("no room for the target's ID label")
             continue
         usage[:] = local_usage

@@ -5,21 +5,23 @@ Collages are produced in chunks of ``chunk_size`` indices; chunk ``c`` uses its 
 ``i``-th in a seeded permutation of the pool (a new permutation per pass over the pool). So the output
 depends on the seed, the pool and the chunk size, never on the worker count or on where a previous run
 stopped. Rows are appended (fsync'ed, one complete line) as chunks finish and the file is rewritten in
-index order at the end. :func:`generate` holds the output directory's lock for the whole run.
+index order at the end. :func:`generate` runs :class:`CollageJob` (a :class:`~insight_o3.jobs.ResumableJob`),
+so it holds the output directory's lock for the whole run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import multiprocessing as mp
 import os
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
-from tqdm import tqdm
 
-from ..run_lock import run_lock
-from ..storage import RecordLog, write_json_atomic
+from ..jobs import JobSettings, Plan, ResumableJob
+from ..storage import write_json_atomic
 from ..storage.atomic import OutputError, atomic_writer
 from .collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow
@@ -34,7 +36,9 @@ class JobSettingsError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Job:
+class CollageSpec:
+    """What a collage run generates (picklable: sent to the worker processes with each chunk)."""
+
     out_dir: str
     seed: int
     num_collages: int
@@ -66,7 +70,7 @@ def _target_order(seed: int, n: int, index: int) -> int:
     return int(perm[pos])
 
 
-def _row(job: Job, index: int, plan, pool: PoolArrays) -> dict:
+def _row(job: CollageSpec, index: int, plan, pool: PoolArrays) -> dict:
     t = pool.items[plan.target.pool_index]
     tiles = [
         TileRow(
@@ -112,7 +116,7 @@ def _save_image(im, path: str, fmt: str, quality: int) -> None:
             im.save(f, format="JPEG", quality=quality)
 
 
-def run_chunk(job: Job, chunk: int, done: frozenset[int] = frozenset()) -> list[tuple[str, dict]]:
+def run_chunk(job: CollageSpec, chunk: int, done: frozenset[int] = frozenset()) -> list[tuple[str, dict]]:
     """Plan every collage of a chunk (so RNG and usage state match a fresh run), render and save
     those not yet done. Returns ``[("row"|"failure", record), ...]``."""
     pool = _POOL
@@ -147,28 +151,71 @@ def _chunk_task(args):
     return run_chunk(job, chunk, done)
 
 
-def generate(job: Job, items: list[SourceItem], *, num_workers: int = 1, progress: bool = True) -> dict:
-    """Generate every collage not yet in ``job.out_dir`` (under the directory's lock)."""
-    with run_lock(job.out_dir, "generate_collages"):
-        return _generate_locked(job, items, num_workers, progress)
+class CollageJob(ResumableJob[int, dict]):
+    """Collage generation as a resumable job: the units are chunks, run in ``num_workers`` forked processes
+    (in this process's worker thread when 1); every collage is a record in ``collages.jsonl`` or, when no
+    target was feasible, ``failures.jsonl``."""
+
+    command = "generate_collages"
+    desc = "collages"
+
+    def __init__(self, spec: CollageSpec, items: list[SourceItem], num_workers: int = 1, progress: bool = True):
+        super().__init__(spec.out_dir, JobSettings(concurrency=max(1, num_workers), progress=progress))
+        self.spec, self.items, self.num_workers = spec, items, num_workers
+
+    def prepare(self) -> None:
+        images_dir = os.path.join(self.spec.out_dir, "images")
+        try:
+            os.makedirs(images_dir, exist_ok=True)
+        except OSError as e:
+            raise OutputError.from_os_error(images_dir, e, "create") from None
+        _check_settings(self.spec, len(self.items))
+
+    def log_files(self) -> dict:
+        return {"row": ROWS_FILE, "failure": FAILURES_FILE}
+
+    def plan(self, chunks: list[int]) -> Plan:
+        spec = self.spec
+        done = {int(r["index"]) for lg in self.logs.values() for r in lg.records.values()}
+        units = []
+        for c in chunks:
+            idx = set(range(c * spec.chunk_size, min((c + 1) * spec.chunk_size, spec.num_collages)))
+            if not idx <= done:
+                units.append((c, frozenset(idx & done)))
+        return Plan(units, spec.num_collages, [None] * len(done & set(range(spec.num_collages))))
+
+    async def setup(self) -> None:
+        if self.num_workers <= 1:
+            _init_worker(self.items)
+            self.pool: Executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collages")
+        else:
+            ctx = mp.get_context("fork")
+            self.pool = ProcessPoolExecutor(self.num_workers, ctx, initializer=_init_worker, initargs=(self.items,))
+        self.on_close(lambda: self.pool.shutdown(wait=True, cancel_futures=True))
+
+    async def work(self, unit: tuple[int, frozenset[int]], emit) -> list:
+        c, done = unit
+        return await asyncio.get_running_loop().run_in_executor(self.pool, _chunk_task, (self.spec, c, done))
+
+    def finish(self) -> dict:
+        order = [self.spec.key(i) for i in range(self.spec.num_collages)]
+        self.compact(order, "row")
+        self.compact(order, "failure")
+        return {"collages": len(self.logs["row"].records), "failures": len(self.logs["failure"].records)}
 
 
-def _generate_locked(job: Job, items: list[SourceItem], num_workers: int, progress: bool) -> dict:
-    images_dir = os.path.join(job.out_dir, "images")
-    try:
-        os.makedirs(images_dir, exist_ok=True)
-    except OSError as e:
-        raise OutputError.from_os_error(images_dir, e, "create") from None
-    cfg_path = os.path.join(job.out_dir, CONFIG_FILE)
+def _check_settings(spec: CollageSpec, pool_size: int) -> None:
+    """``run_config.json``: written by the first run; a later run with other settings is refused."""
+    cfg_path = os.path.join(spec.out_dir, CONFIG_FILE)
     meta = {
-        "seed": job.seed,
-        "chunk_size": job.chunk_size,
-        "target_retries": job.target_retries,
-        "question_template": job.question_template,
-        "image_format": job.image_format,
-        "jpeg_quality": job.jpeg_quality,
-        "pool_size": len(items),
-        "config": dataclasses.asdict(job.cfg),
+        "seed": spec.seed,
+        "chunk_size": spec.chunk_size,
+        "target_retries": spec.target_retries,
+        "question_template": spec.question_template,
+        "image_format": spec.image_format,
+        "jpeg_quality": spec.jpeg_quality,
+        "pool_size": pool_size,
+        "config": dataclasses.asdict(spec.cfg),
     }
     meta = json.loads(json.dumps(meta))
     if os.path.exists(cfg_path):
@@ -181,38 +228,9 @@ def _generate_locked(job: Job, items: list[SourceItem], num_workers: int, progre
             )
     else:
         write_json_atomic(cfg_path, meta)
-    rows = RecordLog.open(os.path.join(job.out_dir, ROWS_FILE))
-    fails = RecordLog.open(os.path.join(job.out_dir, FAILURES_FILE))
-    done = {int(r["index"]) for r in rows.records.values()} | {int(r["index"]) for r in fails.records.values()}
-    n_chunks = -(-job.num_collages // job.chunk_size)
-    tasks = []
-    for c in range(n_chunks):
-        idx = set(range(c * job.chunk_size, min((c + 1) * job.chunk_size, job.num_collages)))
-        if not idx <= done:
-            tasks.append((job, c, frozenset(idx & done)))
-    bar = tqdm(
-        total=job.num_collages, initial=len(done & set(range(job.num_collages))), desc="collages", disable=not progress
-    )
 
-    def consume(results):
-        for kind, rec in results:
-            (rows if kind == "row" else fails).append(rec)
-            bar.update(1)
 
-    try:
-        if num_workers <= 1:
-            _init_worker(items)
-            for t in tasks:
-                consume(_chunk_task(t))
-        else:
-            with mp.get_context("fork").Pool(num_workers, initializer=_init_worker, initargs=(items,)) as p:
-                for res in p.imap_unordered(_chunk_task, tasks):
-                    consume(res)
-        order = [job.key(i) for i in range(job.num_collages)]
-        rows.compact(order)
-        fails.compact(order)
-    finally:
-        bar.close()
-        rows.close()
-        fails.close()
-    return {"collages": len(rows.records), "failures": len(fails.records)}
+def generate(spec: CollageSpec, items: list[SourceItem], *, num_workers: int = 1, progress: bool = True) -> dict:
+    """Generate every collage not yet in ``spec.out_dir`` (under the directory's lock)."""
+    n_chunks = -(-spec.num_collages // spec.chunk_size)
+    return CollageJob(spec, items, num_workers, progress).run(range(n_chunks)).summary

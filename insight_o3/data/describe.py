@@ -1,10 +1,10 @@
 """Region descriptions for layout boxes (Appendix C.2): red box on the image, the C.2 prompt, parse
 ``region_description={...}``.
 
-Requests run concurrently (``asyncio`` with a semaphore of ``concurrency``); every finished box,
-success or failure, is one fsync'ed line of the records file (keyed by ``sample_key``), so a killed
-run resumes with only the unfinished boxes; failures are retried on the next run unless
-``retry_failed=False``. Retries of transient HTTP errors are the ``openai`` SDK's own.
+:func:`describe_box` makes one box's record; the resumable run over all boxes (concurrency, resume,
+failures retried on the next run unless ``retry_failed=False``) is
+:class:`insight_o3.data.region_localization.RegionLocalizationJob`. Retries of transient HTTP errors are
+the ``openai`` SDK's own.
 """
 
 from __future__ import annotations
@@ -15,15 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image, ImageDraw
-from tqdm import tqdm
 
 from ..errors import EXPECTED_ERRORS
 from ..geometry import fit_max_pixels
 from ..images import encode_pil, open_image
 from ..prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
-from ..redaction import Redactor
-from ..run_guard import RunGuard, gather_or_stop
-from ..storage.record_log import RecordLog
+from ..redaction import failure_reason
 
 _KEY = re.compile(r"region_description\s*=\s*")
 
@@ -102,68 +99,40 @@ class DescribeConfig:
     retry_failed: bool = True
 
 
-async def describe_all(
-    tasks: list[BoxTask],
-    client,
-    cfg: DescribeConfig,
-    log: RecordLog,
-    redact: Redactor = Redactor(),
-    progress: bool = True,
-    guard: RunGuard | None = None,
-) -> dict:
-    """Describe every task not yet finished in ``log``; returns counts. With ``guard`` (the one the
-    client reports to) a fatal response or too many failures stop the run: nothing more is recorded
-    and the guard's error is raised."""
+def task_record(t: BoxTask) -> dict[str, Any]:
+    """The fields of a box every description record starts with."""
+    return {
+        "sample_key": t.sample_key,
+        "image": t.image,
+        "width": t.width,
+        "height": t.height,
+        "bbox": [round(v, 2) for v in t.bbox],
+        "label": t.label,
+        "source": t.source,
+        "merged_from": list(t.merged_from),
+    }
 
-    def finished(t: BoxTask) -> bool:
-        rec = log.records.get(t.sample_key)
-        return rec is not None and (rec.get("status") == "ok" or not cfg.retry_failed)
 
-    todo = [t for t in tasks if not finished(t)]
-    sem = asyncio.Semaphore(cfg.concurrency)
-    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc="descriptions", disable=not progress)
-    counts = {"ok": 0, "failed": 0, "skipped": len(tasks) - len(todo)}
-
-    async def one(t: BoxTask) -> None:
-        async with sem:
-            rec: dict[str, Any] = {
-                "sample_key": t.sample_key,
-                "image": t.image,
-                "width": t.width,
-                "height": t.height,
-                "bbox": [round(v, 2) for v in t.bbox],
-                "label": t.label,
-                "source": t.source,
-                "merged_from": list(t.merged_from),
-            }
-            try:
-                url = await asyncio.to_thread(draw_red_box, t.image, t.bbox, cfg.max_pixels)
-                kw: dict[str, Any] = {}
-                if cfg.max_tokens:
-                    kw["max_completion_tokens"] = cfg.max_tokens
-                if cfg.temperature is not None:
-                    kw["temperature"] = cfg.temperature
-                resp = await client.chat.completions.create(model=cfg.model, messages=build_messages(url), **kw)
-                text = resp.choices[0].message.content if resp.choices else None
-                desc = parse_description(text)
-                if desc is None:
-                    rec.update(
-                        status="failed", error="no region_description={...} in the reply", raw=(text or "")[:2000]
-                    )
-                else:
-                    rec.update(status="ok", description=desc)
-            except asyncio.CancelledError:
-                raise
-            except EXPECTED_ERRORS as e:  # recorded, retried on the next run
-                rec.update(status="failed", error=redact(f"{type(e).__name__}: {e}")[:2000])
-            if guard is not None and guard.tripped:
-                return  # stopping: this record may carry the failure that stopped the run
-            await asyncio.to_thread(log.append, rec)
-            counts[rec["status"]] += 1
-            bar.update(1)
-
+async def describe_box(client, t: BoxTask, cfg: DescribeConfig) -> dict[str, Any]:
+    """One box's record: ``status`` ``ok`` with its ``description``, or ``failed`` with the ``error`` (an
+    API failure after the SDK's retries, an unusable image, a reply without ``region_description={...}``)."""
+    rec = task_record(t)
     try:
-        await gather_or_stop((one(t) for t in todo), guard)
-    finally:
-        bar.close()
-    return counts
+        url = await asyncio.to_thread(draw_red_box, t.image, t.bbox, cfg.max_pixels)
+        kw: dict[str, Any] = {}
+        if cfg.max_tokens:
+            kw["max_completion_tokens"] = cfg.max_tokens
+        if cfg.temperature is not None:
+            kw["temperature"] = cfg.temperature
+        resp = await client.chat.completions.create(model=cfg.model, messages=build_messages(url), **kw)
+        text = resp.choices[0].message.content if resp.choices else None
+        desc = parse_description(text)
+        if desc is None:
+            rec.update(status="failed", error="no region_description={...} in the reply", raw=(text or "")[:2000])
+        else:
+            rec.update(status="ok", description=desc)
+    except asyncio.CancelledError:
+        raise
+    except EXPECTED_ERRORS as e:  # recorded, retried on the next run
+        rec.update(status="failed", error=failure_reason(e, 2000))
+    return rec

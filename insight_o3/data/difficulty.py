@@ -36,26 +36,18 @@ import asyncio
 import os
 from dataclasses import dataclass
 
-from tqdm import tqdm
-
 from .. import prompts
-from ..api import make_client
-from ..errors import EXPECTED_ERRORS
 from ..evaluation.judge import AnswerJudge, Verdict
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..images import ImageStore, Resize
+from ..jobs import JobResult, JobSettings, ResumableJob
 from ..parsing import format_options
 from ..protocol import LIMITS
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
-from ..run_lock import run_lock
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
 from ..solver import Attempt
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
-from ..storage.record_log import RecordLog
-
-#: errors an item is recorded with (and retried on the next run) instead of stopping the run
-RECORDED_ERRORS: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, RunStopped)
 
 RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
 _REQUIRED = ("sample_key", "image", "question", "answer")
@@ -149,45 +141,42 @@ class FilterSettings:
     max_pixels: int = 1280 * 1280
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     image_workers: int | None = None
+    max_tokens_total: int | None = None
     progress: bool = True
 
 
-def run_filter(f: FilterSettings, *, redact=lambda s: s) -> dict:
-    """Filter ``<out_dir>/collages.jsonl`` under the directory's lock; returns the counts
-    ``{"collages", "hard", "errors"}`` (``errors``: collages still lost to API errors). Raises
-    :class:`CollagesFileError` for a bad collages file and the stop errors of :mod:`insight_o3.run_guard`."""
-    rows = load_rows(os.path.join(f.out_dir, ROWS_FILE))
-    with run_lock(f.out_dir, "generate_collages filter"):
-        return _filter_locked(f, rows, redact)
+class FilterJob(ResumableJob[dict, dict]):
+    """The difficulty filter as a resumable job over the rows of ``collages.jsonl``."""
 
+    command = "generate_collages filter"
+    records_file = RECORDS_FILE
 
-def _filter_locked(f: FilterSettings, rows: list[dict], redact) -> dict:
-    rec_log = RecordLog.open(os.path.join(f.out_dir, RECORDS_FILE))
-    todo = [r for r in rows if "solved" not in rec_log.records.get(r["sample_key"], {})]
+    def __init__(self, f: FilterSettings, rows: list[dict]):
+        settings = JobSettings(
+            concurrency=f.concurrency,
+            progress=f.progress,
+            max_failure_ratio=f.max_failure_ratio,
+            max_tokens_total=f.max_tokens_total,
+        )
+        super().__init__(f.out_dir, settings)
+        self.f, self.rows = f, rows
+        self.desc = f"pass@{f.attempts}"
 
-    async def run():
+    def key(self, row: dict) -> str:
+        return row["sample_key"]
+
+    def is_final(self, record: dict) -> bool:
+        return "solved" in record
+
+    async def setup(self) -> None:
+        f = self.f
         conns = max(f.concurrency * (f.attempts if f.separate_attempt_requests else 1), 16)
-        guard = RunGuard(f.max_failure_ratio, redact=redact)
-        client = make_client(
-            f.api_key,
-            f.api_base_url,
-            timeout=f.client_timeout,
-            max_retries=f.max_retries,
-            max_connections=conns,
-            role="vReasoner",
-            guard=guard,
-        )
-        judge_client = make_client(
-            f.judge_api_key,
-            f.judge_api_base_url,
-            timeout=f.client_timeout,
-            max_retries=f.max_retries,
-            max_connections=conns,
-            role="judge",
-            guard=guard,
-        )
+        kw = dict(timeout=f.client_timeout, max_retries=f.max_retries, max_connections=conns)
+        client = self.client(f.api_key, f.api_base_url, role="vReasoner", **kw)
+        judge_client = self.client(f.judge_api_key, f.judge_api_base_url, role="judge", **kw)
         store = ImageStore.for_image_workers(f.image_workers, originals_cached=0)
-        solver = SingleModelSolver(
+        self.on_close(store.close)
+        self.solver = SingleModelSolver(
             client,
             f.model,
             store,
@@ -195,45 +184,34 @@ def _filter_locked(f: FilterSettings, rows: list[dict], redact) -> dict:
             system_prompt=prompts.THINK_SYSTEM_PROMPT,
             image_url_extra={"detail": "high"},
             separate_trial_requests=f.separate_attempt_requests,
-            redact=redact,
         )
-        judge = AnswerJudge(judge_client, f.judge_model, redact=redact)
-        sem = asyncio.Semaphore(f.concurrency)
-        bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"pass@{f.attempts}", disable=not f.progress)
+        self.judge = AnswerJudge(judge_client, f.judge_model)
 
-        async def one(row):
-            async with sem:
-                sample = collage_sample(row, f.out_dir)
-                previous = rec_log.records.get(sample.key, {}).get("attempts")
-                try:
-                    rec = await check_collage(sample, solver, judge, f.attempts, previous)
-                except asyncio.CancelledError:
-                    raise
-                except RECORDED_ERRORS as e:  # recorded as an error, retried next run
-                    rec = {
-                        "sample_key": sample.key,
-                        "error": redact(f"{type(e).__name__}: {e}")[:2000],
-                        "attempts": previous or [],
-                    }
-                if guard.tripped:
-                    return  # stopping: this record may carry the failure that stopped the run
-                await asyncio.to_thread(rec_log.append, rec)
-                bar.update(1)
+    async def work(self, row: dict, emit) -> dict:
+        sample = collage_sample(row, self.f.out_dir)
+        return await check_collage(sample, self.solver, self.judge, self.f.attempts, self._previous_attempts(row))
 
-        try:
-            await gather_or_stop((one(r) for r in todo), guard)
-        finally:
-            bar.close()
-            store.close()
-            await client.close()
-            await judge_client.close()
+    def _previous_attempts(self, row: dict) -> list[dict] | None:
+        return (self.previous(row) or {}).get("attempts")
 
-    try:
-        asyncio.run(run())
-        rec_log.compact([r["sample_key"] for r in rows])
-    finally:
-        rec_log.close()
-    hard = [r for r in rows if rec_log.records.get(r["sample_key"], {}).get("solved") is False]
-    errors = sum(1 for r in rows if "solved" not in rec_log.records.get(r["sample_key"], {}))
-    write_jsonl_atomic(os.path.join(f.out_dir, HARD_FILE), hard)
-    return {"collages": len(rows), "hard": len(hard), "errors": errors}
+    def failed(self, row: dict, reason: str) -> dict:  # recorded as an error, retried next run
+        return {"sample_key": row["sample_key"], "error": reason, "attempts": self._previous_attempts(row) or []}
+
+    def finish(self) -> dict:
+        rows = self.rows
+        self.compact([r["sample_key"] for r in rows])
+        hard = [r for r in rows if self.records.get(r["sample_key"], {}).get("solved") is False]
+        errors = sum(1 for r in rows if "solved" not in self.records.get(r["sample_key"], {}))
+        write_jsonl_atomic(os.path.join(self.f.out_dir, HARD_FILE), hard)
+        return {"collages": len(rows), "hard": len(hard), "errors": errors}
+
+    def incomplete(self, summary: dict) -> int:
+        return summary["errors"]
+
+
+def run_filter(f: FilterSettings) -> JobResult[dict]:
+    """Filter ``<out_dir>/collages.jsonl`` under the directory's lock; the summary counts
+    ``{"collages", "hard", "errors"}`` (``errors``: collages still lost to API errors). Raises
+    :class:`CollagesFileError` for a bad collages file and the stop errors of :mod:`insight_o3.run_guard`."""
+    rows = load_rows(os.path.join(f.out_dir, ROWS_FILE))
+    return FilterJob(f, rows).run(rows)

@@ -22,7 +22,8 @@ The request and the answer check are the evaluation's, as in the difficulty filt
 and is checked by :class:`~insight_o3.evaluation.judge.AnswerJudge` (rules first, then
 ``--judge_model``).
 
-Resumable like the difficulty filter: one record per checked item is appended durably to
+Resumable like the difficulty filter (a :class:`~insight_o3.jobs.ResumableJob`: the output directory's
+lock, a 401/403/404 or more than ``--max_failure_ratio`` failed requests stop it): one record per checked item is appended durably to
 ``<output_dir>/reliability.jsonl`` as it finishes: ``sample_key`` (the pool id), ``reliable`` and
 ``checks`` (per checker model the judge's ``status``, ``extracted_answer``, ``response``,
 ``finish_reason``, ``judge_method``, ``fail_reason``, ``fail_stage``). An item whose check was cut by
@@ -37,29 +38,20 @@ The command line is :mod:`insight_o3.scripts.check_reliability`; the engine is :
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass, field
 
-from tqdm import tqdm
-
 from .. import prompts
-from ..api import make_client
-from ..errors import EXPECTED_ERRORS
 from ..evaluation.judge import AnswerJudge
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..images import ImageStore, Resize
+from ..jobs import JobResult, JobSettings, ResumableJob
 from ..parsing import format_options
-from ..run_guard import RunStopped
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
 from ..solver import Attempt
-from ..storage.atomic import OutputError
-from ..storage.record_log import RecordLog
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
-
-#: errors an item is recorded with (and retried on the next run) instead of stopping the run
-RECORDED_ERRORS: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, RunStopped)
 
 RECORDS_FILE, KEPT_FILE = "reliability.jsonl", "pool_reliable.jsonl"
 #: C.1's low-reliability stream: the natural-image Visual CoT subsets and V*
@@ -148,91 +140,84 @@ class ReliabilitySettings:
     max_retries: int = 5
     client_timeout: float | None = None
     max_pixels: int = 1280 * 1280
+    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
+    max_tokens_total: int | None = None
     progress: bool = True
 
 
-def run_check(a: ReliabilitySettings, items: list[SourceItem], *, redact=lambda s: s) -> dict:
-    """Check ``items`` (resuming from ``<out_dir>/reliability.jsonl``) and write ``pool_reliable.jsonl``;
-    returns ``{"items", "checked", "kept", "errors"}`` (``errors``: items still lost to API errors)."""
-    try:
-        os.makedirs(a.out_dir, exist_ok=True)
-    except OSError as e:
-        raise OutputError.from_os_error(a.out_dir, e, "create") from None
-    rec_log = RecordLog.open(os.path.join(a.out_dir, RECORDS_FILE))
-    checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]
-    todo = [(i, it) for i, it in checked if "reliable" not in rec_log.records.get(it.id, {})]
+class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
+    """The reliability check as a resumable job over the checked items of a pool (``(pool index, item)``)."""
 
-    async def run():
-        clients = [
-            make_client(
-                c.api_key,
-                c.api_base_url,
-                timeout=a.client_timeout,
-                max_retries=a.max_retries,
-                max_connections=max(a.concurrency, 16),
-            )
-            for c in a.checkers
-        ]
-        judge_client = make_client(
-            a.judge_api_key,
-            a.judge_api_base_url,
-            timeout=a.client_timeout,
-            max_retries=a.max_retries,
-            max_connections=max(a.concurrency, 16),
+    command = "check_reliability"
+    desc = "reliability"
+    records_file = RECORDS_FILE
+
+    def __init__(self, a: ReliabilitySettings, items: list[SourceItem]):
+        settings = JobSettings(
+            concurrency=a.concurrency,
+            progress=a.progress,
+            max_failure_ratio=a.max_failure_ratio,
+            max_tokens_total=a.max_tokens_total,
         )
+        super().__init__(a.out_dir, settings)
+        self.a, self.items = a, items
+        self.checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]
+
+    def key(self, unit: tuple[int, SourceItem]) -> str:
+        return unit[1].id
+
+    def is_final(self, record: dict) -> bool:
+        return "reliable" in record
+
+    async def setup(self) -> None:
+        a = self.a
+        kw = dict(timeout=a.client_timeout, max_retries=a.max_retries, max_connections=max(a.concurrency, 16))
         store = ImageStore(originals_cached=0)
+        self.on_close(store.close)
         resize = Resize(max_pixels=a.max_pixels or None)
-        checkers = [
+        self.checkers = [
             Checker(
                 c.model,
                 SingleModelSolver(
-                    cl,
+                    self.client(c.api_key, c.api_base_url, role=f"checker {c.model}", **kw),
                     c.model,
                     store,
                     resize,
                     system_prompt=prompts.THINK_SYSTEM_PROMPT,
                     completion_kwargs=a.chat_completion_kwargs,
                     image_url_extra={"detail": "high"},
-                    redact=redact,
                 ),
             )
-            for c, cl in zip(a.checkers, clients)
+            for c in a.checkers
         ]
-        judge = AnswerJudge(judge_client, a.judge_model, redact=redact)
-        sem = asyncio.Semaphore(a.concurrency)
-        bar = tqdm(total=len(checked), initial=len(checked) - len(todo), desc="reliability", disable=not a.progress)
+        self.judge = AnswerJudge(self.client(a.judge_api_key, a.judge_api_base_url, role="judge", **kw), a.judge_model)
 
-        async def one(i: int, item: SourceItem):
-            async with sem:
-                previous = rec_log.records.get(item.id, {}).get("checks")
-                try:
-                    rec = await check_item(item_sample(item, i), checkers, judge, previous)
-                except asyncio.CancelledError:
-                    raise
-                except RECORDED_ERRORS as e:  # recorded as an error, retried next run
-                    rec = {
-                        "sample_key": item.id,
-                        "error": redact(f"{type(e).__name__}: {e}")[:2000],
-                        "checks": previous or {},
-                    }
-                await asyncio.to_thread(rec_log.append, rec)
-                bar.update(1)
+    def _previous_checks(self, unit: tuple[int, SourceItem]) -> dict | None:
+        return (self.previous(unit) or {}).get("checks")
 
-        try:
-            await asyncio.gather(*(one(i, it) for i, it in todo))
-        finally:
-            bar.close()
-            store.close()
-            for cl in (*clients, judge_client):
-                await cl.close()
+    async def work(self, unit: tuple[int, SourceItem], emit) -> dict:
+        i, item = unit
+        return await check_item(item_sample(item, i), self.checkers, self.judge, self._previous_checks(unit))
 
-    try:
-        asyncio.run(run())
-        rec_log.compact([it.id for _, it in checked])
-    finally:
-        rec_log.close()
-    checked_ids = {it.id for _, it in checked}
-    kept = [it for it in items if it.id not in checked_ids or rec_log.records.get(it.id, {}).get("reliable") is True]
-    errors = sum(1 for _, it in checked if "reliable" not in rec_log.records.get(it.id, {}))
-    write_pool(kept, os.path.join(a.out_dir, KEPT_FILE))
-    return {"items": len(items), "checked": len(checked), "kept": len(kept), "errors": errors}
+    def failed(self, unit: tuple[int, SourceItem], reason: str) -> dict:  # recorded as an error, retried next run
+        return {"sample_key": unit[1].id, "error": reason, "checks": self._previous_checks(unit) or {}}
+
+    def finish(self) -> dict:
+        self.compact([it.id for _, it in self.checked])
+        checked_ids = {it.id for _, it in self.checked}
+        recs = self.records
+        kept = [it for it in self.items if it.id not in checked_ids or recs.get(it.id, {}).get("reliable") is True]
+        errors = sum(1 for _, it in self.checked if "reliable" not in recs.get(it.id, {}))
+        write_pool(kept, os.path.join(self.a.out_dir, KEPT_FILE))
+        return {"items": len(self.items), "checked": len(self.checked), "kept": len(kept), "errors": errors}
+
+    def incomplete(self, summary: dict) -> int:
+        return summary["errors"]
+
+
+def run_check(a: ReliabilitySettings, items: list[SourceItem]) -> JobResult[dict]:
+    """Check ``items`` (resuming from ``<out_dir>/reliability.jsonl``, under the directory's lock) and write
+    ``pool_reliable.jsonl``; the summary is ``{"items", "checked", "kept", "errors"}`` (``errors``: items
+    still lost to API errors)."""
+    job = ReliabilityJob(a, items)
+    return job.run(job.checked)

@@ -32,13 +32,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from .. import prompts
 from ..errors import EXPECTED_ERRORS
 from ..parsing import extract_answer_span, extract_verify_span, mcq_letter, question_text
-from ..redaction import redact
+from ..redaction import failure_reason
 from ..solver import Attempt
 from .schema import Status
 
@@ -197,7 +196,6 @@ class AnswerJudge:
         client,
         model: str,
         max_answer_length: int = 1000,
-        redact: Callable[[str], str] = redact,
         completion_kwargs: dict | None = None,
         flow: str = "extract",
         cache: JudgeCache | None = None,
@@ -207,7 +205,6 @@ class AnswerJudge:
         self.client = client
         self.model = model
         self.max_answer_length = max_answer_length
-        self.redact = redact
         self.flow = flow
         self.completion_kwargs = dict(completion_kwargs or JUDGE_COMPLETION_KWARGS[flow])
         self.cache = cache
@@ -240,7 +237,7 @@ class AnswerJudge:
                 )
             return await self._extract(sample, text, outputs)
         except EXPECTED_ERRORS as e:  # API errors after the SDK's retries, malformed judge replies
-            reason = self.redact(f"judge error: {type(e).__name__}: {e}")
+            reason = f"judge error: {failure_reason(e)}"
             return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
 
     async def _extract(self, sample, text: str, outputs: list[str]) -> Verdict:

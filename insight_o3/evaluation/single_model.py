@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from ..errors import EXPECTED_ERRORS
 from ..images import ImageError, ImageStore, Resize
-from ..redaction import redact
+from ..redaction import failure_reason
 from ..solver import Attempt
 from ..trajectory import image_part, message, to_openai
 
@@ -48,7 +47,6 @@ class SingleModelSolver:
         completion_kwargs: dict | None = None,
         image_url_extra: dict | None = None,
         separate_trial_requests: bool = False,
-        redact: Callable[[str], str] = redact,
     ):
         self.client = client
         self.model = model
@@ -60,7 +58,6 @@ class SingleModelSolver:
             raise ValueError("'n' is set by --num_trials, not in the chat completion kwargs")
         self.image_url_extra = image_url_extra
         self.separate = separate_trial_requests
-        self.redact = redact
 
     async def solve(self, sample, n: int) -> list[Attempt]:
         try:
@@ -80,7 +77,7 @@ class SingleModelSolver:
         attempts = []
         for text, finish, usage in got:
             if isinstance(text, Exception):
-                attempts.append(Attempt(None, None, error=self._reason(text), trajectory=msgs))
+                attempts.append(Attempt(None, None, error=failure_reason(text), trajectory=msgs))
                 continue
             traj = msgs + [message("assistant", text)]
             attempts.append(Attempt(text, finish, trajectory=traj, usage=usage))
@@ -112,9 +109,6 @@ class SingleModelSolver:
         while len(out) < n:
             out.append((last_error or RuntimeError("no choices"), None, None))
         return out
-
-    def _reason(self, e: Exception) -> str:
-        return self.redact(f"{type(e).__name__}: {e}")
 
     async def aclose(self) -> None:
         """Nothing to release: the client belongs to whoever built this solver."""

@@ -11,21 +11,19 @@ and not-found rate.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from dataclasses import asdict, dataclass, field
 
 from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
-from ..api import DEFAULT_MAX_RETRIES, make_client
+from ..api import DEFAULT_MAX_RETRIES
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..images import ImageStore
+from ..jobs import JobResult, JobSettings, Plan, ResumableJob
 from ..protocol import LIMITS
-from ..redaction import Redactor
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, gather_or_stop
-from ..run_lock import run_lock
-from ..storage import RecordLog, write_json_atomic
+from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
+from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
 from .samples import AnnotationError
 
@@ -132,65 +130,85 @@ class VSearchEvalSettings:
     max_retries: int = DEFAULT_MAX_RETRIES
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     image_workers: int | None = None
+    max_tokens_total: int | None = None
+    progress: bool = True
 
     def record(self, **extra) -> dict:
         """What ``args.json`` holds: every setting except the key."""
         return {**{k: v for k, v in asdict(self).items() if k != "api_key"}, **extra}
 
 
-async def run(
-    s: VSearchEvalSettings, samples: list[RegionSample], *, redactor: Redactor, args_record: dict | None = None
-) -> dict:
-    """The whole run under ``s.output_dir``'s lock; returns :func:`metrics` (also in ``metrics.json``).
-    ``args_record``: what ``args.json`` holds (default: :meth:`VSearchEvalSettings.record`)."""
-    with run_lock(s.output_dir, "evaluate_vsearch"):
-        return await _run_locked(s, samples, redactor, args_record if args_record is not None else s.record())
+class VSearchEvalJob(ResumableJob[RegionSample, dict]):
+    """The standalone vSearcher evaluation as a resumable job: one record per sample in ``records.jsonl``
+    (a sample lost to API failures is retried by the next run), ``metrics.json`` at the end."""
 
+    command = "evaluate_vsearch"
+    desc = "vsearch"
+    records_file = "records.jsonl"
 
-async def _run_locked(
-    a: VSearchEvalSettings, samples: list[RegionSample], redactor: Redactor, args_record: dict
-) -> dict:
-    write_json_atomic(os.path.join(a.output_dir, "args.json"), args_record)
-    records = RecordLog.open(os.path.join(a.output_dir, "records.jsonl"))
-    images = ImageStore.for_image_workers(a.image_workers)
-    guard = RunGuard(a.max_failure_ratio, redact=redactor)
-    client = make_client(
-        a.api_key,
-        a.api_base_url,
-        a.client_timeout,
-        a.max_retries,
-        max_connections=max(2 * a.concurrency, 16),
-        role="vSearcher",
-        guard=guard,
-    )
-    searcher = VSearcher(
-        client,
-        a.model,
-        images,
-        a.max_pixels,
-        a.prompt,
-        a.max_tool_calls,
-        completion_kwargs=a.chat_completion_kwargs,
-        redactor=redactor,
-    )
-    todo = [s for s in samples if records.records.get(s.key, {}).get("status", "failed") == "failed"]
-    log.info("%d samples, %d to run (%d done)", len(samples), len(todo), len(samples) - len(todo))
-    sem = asyncio.Semaphore(a.concurrency)
+    def __init__(self, s: VSearchEvalSettings, args_record: dict | None = None):
+        settings = JobSettings(
+            concurrency=s.concurrency,
+            progress=s.progress,
+            max_failure_ratio=s.max_failure_ratio,
+            max_tokens_total=s.max_tokens_total,
+        )
+        super().__init__(s.output_dir, settings)
+        self.s = s
+        self.args_record = args_record if args_record is not None else s.record()
+        self.keys: list[str] = []
 
-    async def one(s: RegionSample) -> None:
-        async with sem:
-            r = await searcher.locate(s.image_path, s.description)
-            if guard.tripped:
-                return  # stopping: this result may carry the failure that stopped the run
-            await asyncio.to_thread(records.append, score(s, r))
+    def prepare(self) -> None:
+        write_json_atomic(self.path("args.json"), self.args_record)
 
-    try:
-        await gather_or_stop((one(s) for s in todo), guard)
-        records.compact([s.key for s in samples])
-        m = metrics([records.records[s.key] for s in samples if s.key in records.records])
-        write_json_atomic(os.path.join(a.output_dir, "metrics.json"), m)
+    def key(self, sample: RegionSample) -> str:
+        return sample.key
+
+    def is_final(self, record: dict) -> bool:
+        return record.get("status", "failed") != "failed"
+
+    def plan(self, items: list[RegionSample]) -> Plan:
+        self.keys = [x.key for x in items]
+        plan = super().plan(items)
+        log.info("%d samples, %d to run (%d done)", len(items), len(plan.units), len(items) - len(plan.units))
+        return plan
+
+    async def setup(self) -> None:
+        s = self.s
+        images = ImageStore.for_image_workers(s.image_workers)
+        self.on_close(images.close)
+        client = self.client(
+            s.api_key,
+            s.api_base_url,
+            timeout=s.client_timeout,
+            max_retries=s.max_retries,
+            max_connections=max(2 * s.concurrency, 16),
+            role="vSearcher",
+        )
+        self.searcher = VSearcher(
+            client,
+            s.model,
+            images,
+            s.max_pixels,
+            s.prompt,
+            s.max_tool_calls,
+            completion_kwargs=s.chat_completion_kwargs,
+        )
+
+    async def work(self, sample: RegionSample, emit) -> dict:
+        return score(sample, await self.searcher.locate(sample.image_path, sample.description))
+
+    def finish(self) -> dict:
+        self.compact(self.keys)
+        m = metrics([self.records[k] for k in self.keys if k in self.records])
+        write_json_atomic(self.path("metrics.json"), m)
         return m
-    finally:
-        records.close()
-        await client.close()
-        images.close()
+
+    def incomplete(self, summary: dict) -> int:
+        return summary["n_failed"]
+
+
+async def run(s: VSearchEvalSettings, samples: list[RegionSample], *, args_record: dict | None = None) -> JobResult:
+    """The whole run under ``s.output_dir``'s lock; the result's summary is :func:`metrics` (also in
+    ``metrics.json``). ``args_record``: what ``args.json`` holds (default: :meth:`VSearchEvalSettings.record`)."""
+    return await VSearchEvalJob(s, args_record).arun(samples)

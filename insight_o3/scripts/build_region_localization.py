@@ -14,6 +14,8 @@ Writes, under ``--output_dir``:
 result per line (see :mod:`insight_o3.data.layout`). API key and base URL: ``--api_key`` /
 ``--api_base_url`` or ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
 
+The engine is :class:`insight_o3.data.region_localization.RegionLocalizationJob`.
+
 Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some boxes have no description yet (lost to
 API errors; rerun to retry them); 2 bad input (a layout file, a missing image); 3 an output could not be
 written; 4 stopped by the API (a 401/403/404 or more than ``--max_failure_ratio`` failed requests); 5
@@ -23,74 +25,40 @@ another run holds ``--output_dir``. Each stop prints one line and keeps every fi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import logging
 import os
 import sys
 
-from tqdm import tqdm
-
-from ..api import ENV_KEYS, make_client, resolve
+from ..api import ENV_KEYS, resolve, resolve_key
 from ..cli import (
     ExitCode,
     add_api_flags,
     add_client_flags,
     add_output_dir,
     add_run_flags,
+    add_token_budget_flag,
     check_run_flags,
     new_parser,
     run_main,
     setup_logging,
 )
-from ..data.describe import BoxTask, DescribeConfig, describe_all
-from ..data.layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
-from ..data.schema import RegionRow
-from ..images import ImageError, ImageStore
-from ..redaction import Redactor
-from ..run_guard import RunGuard
+from ..data.describe import DescribeConfig
+from ..data.layout import LayoutError, LayoutRules
+from ..data.region_localization import (
+    BOXES_FILE,
+    DESCRIPTIONS_FILE,
+    DescriberEndpoint,
+    LayoutInput,
+    RegionLocalizationJob,
+    collect_boxes,
+    write_boxes,
+)
+from ..jobs import JobSettings
 from ..run_lock import run_lock
-from ..storage.atomic import write_jsonl_atomic
-from ..storage.record_log import RecordLog
 
 log = logging.getLogger("build_region_localization")
-
-
-def resolve_image(image: str, image_dir: str | None, where: str) -> str:
-    candidates = [image] if os.path.isabs(image) else []
-    if image_dir:
-        candidates += [os.path.join(image_dir, image), os.path.join(image_dir, os.path.basename(image))]
-    candidates.append(image)
-    for c in candidates:
-        if os.path.isfile(c):
-            return c
-    raise LayoutError(f"{where}: image file not found: {image} (looked in {image_dir or '.'})")
-
-
-def collect_boxes(
-    layouts: str, image_dir: str | None, rules: LayoutRules, source: str, progress: bool = True
-) -> list[BoxTask]:
-    store = ImageStore(originals_cached=0)
-    tasks, seen = [], set()
-    for where, obj in tqdm(list(iter_layout_files(layouts)), desc="layouts", disable=not progress):
-        doc = parse_layout(obj, where)
-        path = resolve_image(doc.image, image_dir, where)
-        try:
-            size = store.size(path)
-        except ImageError as e:
-            raise LayoutError(f"{where}: {e}") from None
-        doc = parse_layout(obj, where, size)
-        stem = os.path.splitext(os.path.basename(path))[0]
-        if stem in seen:
-            raise LayoutError(f"{where}: a second layout result for image {stem}")
-        seen.add(stem)
-        for k, b in enumerate(process_layout(doc, size, rules)):
-            x1, y1, x2, y2 = b.box
-            box = (round(x1, 2), round(y1, 2), round(x2, 2), round(y2, 2))
-            tasks.append(BoxTask(f"{stem}#{k}", path, size[0], size[1], box, b.label, tuple(b.members), source))
-    store.close()
-    return tasks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,10 +80,20 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, default=None, help="only the first N boxes")
     ap.add_argument("--layout_only", action="store_true", help="write boxes.jsonl and stop")
     add_run_flags(ap, concurrency=16, image_workers=False)
+    add_token_budget_flag(ap)
     g = ap.add_argument_group("C.2 layout rules")
     for f in dataclasses.fields(LayoutRules):
         g.add_argument(f"--{f.name}", type=float, default=f.default, help=f"default: {f.default}")
     return ap
+
+
+def _layout_only(a: argparse.Namespace, inputs: LayoutInput) -> int:
+    with run_lock(a.out_dir, "build_region_localization"):
+        tasks = collect_boxes(inputs.layouts, inputs.image_dir, inputs.rules, inputs.source, not a.no_progress)
+        tasks = tasks[: inputs.limit] if inputs.limit is not None else tasks
+        write_boxes(os.path.join(a.out_dir, BOXES_FILE), tasks)
+        log.info("%d layout boxes kept", len(tasks))
+    return ExitCode.OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,44 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     check_run_flags(ap, a)
-    redact = Redactor(resolve(a.api_key, ENV_KEYS["main"][0]))
-
-    def body() -> int:
-        with run_lock(a.out_dir, "build_region_localization"):
-            return _main_locked(a)
-
-    return run_main(
-        body, bad_input=(LayoutError,), redact=redact, results=os.path.join(a.out_dir, "descriptions.jsonl")
+    inputs = LayoutInput(
+        layouts=a.layouts,
+        image_dir=a.image_dir,
+        rules=LayoutRules(**{f.name: getattr(a, f.name) for f in dataclasses.fields(LayoutRules)}),
+        source=a.source,
+        limit=a.limit,
     )
-
-
-def _main_locked(a: argparse.Namespace) -> int:
-    rules = LayoutRules(**{f.name: getattr(a, f.name) for f in dataclasses.fields(LayoutRules)})
-    tasks = collect_boxes(a.layouts, a.image_dir, rules, a.source, progress=not a.no_progress)
-    if a.limit is not None:
-        tasks = tasks[: a.limit]
-    write_jsonl_atomic(
-        os.path.join(a.out_dir, "boxes.jsonl"),
-        [
-            {
-                "sample_key": t.sample_key,
-                "image": t.image,
-                "width": t.width,
-                "height": t.height,
-                "bbox": list(t.bbox),
-                "label": t.label,
-                "merged_from": list(t.merged_from),
-            }
-            for t in tasks
-        ],
+    endpoint = DescriberEndpoint(
+        api_key=resolve_key(a.api_key, ENV_KEYS["main"][0]),
+        api_base_url=resolve(a.api_base_url, ENV_KEYS["main"][1]),
+        client_timeout=a.client_timeout,
+        max_retries=a.max_retries,
     )
-    log.info("%d layout boxes kept", len(tasks))
-    if a.layout_only:
-        return ExitCode.OK
-    main_keys, main_urls = ENV_KEYS["main"]
-    key, base = resolve(a.api_key, main_keys), resolve(a.api_base_url, main_urls)
-    redact = Redactor(key)
-    rec_log = RecordLog.open(os.path.join(a.out_dir, "descriptions.jsonl"))
     cfg = DescribeConfig(
         model=a.model,
         concurrency=a.concurrency,
@@ -169,53 +122,25 @@ def _main_locked(a: argparse.Namespace) -> int:
         temperature=a.temperature,
         retry_failed=not a.no_retry_failed,
     )
+    settings = JobSettings(
+        concurrency=a.concurrency,
+        progress=not a.no_progress,
+        max_failure_ratio=a.max_failure_ratio,
+        max_tokens_total=a.max_tokens_total,
+    )
 
-    async def run():
-        guard = RunGuard(a.max_failure_ratio, redact=redact)
-        client = make_client(
-            key,
-            base,
-            timeout=a.client_timeout,
-            max_retries=a.max_retries,
-            max_connections=a.concurrency,
-            role="describer",
-            guard=guard,
-        )
-        try:
-            return await describe_all(tasks, client, cfg, rec_log, redact, progress=not a.no_progress, guard=guard)
-        finally:
-            await client.close()
-
-    try:
-        counts = asyncio.run(run())
-        order = [t.sample_key for t in tasks]
-        rec_log.compact(order + [k for k in rec_log.records if k not in set(order)])
-    finally:
-        rec_log.close()
-    rows = []
-    for t in tasks:
-        rec = rec_log.records.get(t.sample_key)
-        if rec and rec.get("status") == "ok":
-            rows.append(
-                RegionRow(
-                    sample_key=t.sample_key,
-                    image=t.image,
-                    width=t.width,
-                    height=t.height,
-                    description=rec["description"],
-                    bbox=list(t.bbox),
-                    label=t.label,
-                    source=t.source,
-                    merged_from=list(t.merged_from),
-                ).to_dict()
+    def body() -> int:
+        if a.layout_only:
+            return _layout_only(a, inputs)
+        result = RegionLocalizationJob(a.out_dir, inputs, cfg, endpoint, settings).run([])
+        print(json.dumps(result.summary))
+        if result.incomplete:
+            log.warning(
+                "%d boxes have no description yet (see descriptions.jsonl); rerun to retry them", result.incomplete
             )
-    write_jsonl_atomic(os.path.join(a.out_dir, "regions.jsonl"), rows)
-    failed = len(tasks) - len(rows)
-    print(json.dumps({**counts, "rows": len(rows), "failed_total": failed}))
-    if failed:
-        log.warning("%d boxes have no description yet (see descriptions.jsonl); rerun to retry them", failed)
-        return ExitCode.INCOMPLETE
-    return ExitCode.OK
+        return result.exit_code
+
+    return run_main(body, bad_input=(LayoutError,), results=os.path.join(a.out_dir, DESCRIPTIONS_FILE))
 
 
 if __name__ == "__main__":

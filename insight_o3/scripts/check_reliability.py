@@ -4,7 +4,8 @@
         --checker "Qwen/Qwen2.5-VL-7B-Instruct,http://localhost:8000/v1,VLLM_API_KEY" --checker gpt-5-nano
 
 Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some items are still lost to API errors
-(rerun to retry them); 2 bad input (flags, the pool); 3 an output could not be written.
+(rerun to retry them); 2 bad input (flags, the pool); 3 an output could not be written; 4 stopped by the
+API (a 401/403/404 or more than ``--max_failure_ratio`` failed requests); 5 another run holds ``--output_dir``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import json
 import os
 import sys
 
-from ..api import resolve
+from ..api import resolve, resolve_key
 from ..cli import (
-    ExitCode,
     add_client_flags,
     add_output_dir,
     add_run_flags,
+    add_token_budget_flag,
     check_run_flags,
     new_parser,
     run_main,
@@ -26,7 +27,6 @@ from ..cli import (
 )
 from ..data.reliability import RECORDS_FILE, CheckerEndpoint, ReliabilitySettings, parse_checker, run_check
 from ..data.source_pool import PoolError, load_pool
-from ..redaction import Redactor
 
 PROG = "python -m insight_o3.scripts.check_reliability"
 
@@ -62,7 +62,8 @@ def build_parser():
     add_client_flags(ap, max_retries=5)
     ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
     ap.add_argument("--skip_image_check", action="store_true", help="do not open every image when loading the pool")
-    add_run_flags(ap, concurrency=16, failure_ratio=False, image_workers=False)
+    add_run_flags(ap, concurrency=16, image_workers=False)
+    add_token_budget_flag(ap)
     return ap
 
 
@@ -82,10 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     if len({m for m, _, _ in specs}) != len(specs):
         ap.error("--checker models must be distinct")
     checkers = tuple(
-        CheckerEndpoint(model=m, api_base_url=resolve(base, ("OPENAI_BASE_URL",)), api_key=resolve(None, (env,)))
+        CheckerEndpoint(model=m, api_base_url=resolve(base, ("OPENAI_BASE_URL",)), api_key=resolve_key(None, (env,)))
         for m, base, env in specs
     )
-    judge_key = resolve(None, (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY"))
+    judge_key = resolve_key(
+        None, (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY")
+    )
     settings = ReliabilitySettings(
         out_dir=a.out_dir,
         checkers=checkers,
@@ -98,20 +101,20 @@ def main(argv: list[str] | None = None) -> int:
         max_retries=a.max_retries,
         client_timeout=a.client_timeout,
         max_pixels=a.max_pixels,
+        max_failure_ratio=a.max_failure_ratio,
+        max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
     )
-    redact = Redactor(*(c.api_key for c in checkers), judge_key)
 
     def body() -> int:
         items = load_pool(a.source_pool, a.image_root, check_images=not a.skip_image_check)
-        counts = run_check(settings, items, redact=redact)
-        print(json.dumps(counts))
-        if counts["errors"]:
-            print(f"warning: {counts['errors']} item(s) lost to API errors; run again to retry them", file=sys.stderr)
-            return ExitCode.INCOMPLETE
-        return ExitCode.OK
+        result = run_check(settings, items)
+        print(json.dumps(result.summary))
+        if result.incomplete:
+            print(f"warning: {result.incomplete} item(s) lost to API errors; run again to retry them", file=sys.stderr)
+        return result.exit_code
 
-    return run_main(body, bad_input=(PoolError,), redact=redact, results=os.path.join(a.out_dir, RECORDS_FILE))
+    return run_main(body, bad_input=(PoolError,), results=os.path.join(a.out_dir, RECORDS_FILE))
 
 
 if __name__ == "__main__":

@@ -26,11 +26,12 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 
 from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, report_stop, setup_logging
+from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, report_stop, setup_logging
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import build_run_card
@@ -44,6 +45,7 @@ from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunGuard
+from ..solver import Solver
 from ..storage.record_log import RecordFileError
 from ..usage import CostModel, PriceError
 
@@ -64,8 +66,7 @@ def _json_object(name: str):
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.evaluate", description=__doc__.split("\n")[0])
+def _data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
     g.add_argument(
         "--benchmark",
@@ -87,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="only these categories (the 'category'/'subset' field; commas or spaces separate them)",
     )
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--eval_name", help="results go to <output_dir>/<eval_name> (default: <model>/<benchmark>)")
     g.add_argument("--model", required=True)
@@ -113,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--client_timeout", type=float, default=None, help="seconds per request (SDK default 600)")
     g.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES, help="the openai SDK's retries")
+
+
+def _judge_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("judge")
     g.add_argument("--judge_model", default="gpt-5-nano")
     g.add_argument("--judge_api_base_url", help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL")
@@ -138,9 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         "a response repeated across trials (default off: one judge request per attempt, as the "
         "released harness; rejudge caches by default)",
     )
-    g = p.add_argument_group("run")
-    g.add_argument("--output_dir", default="./outputs/eval")
-    g.add_argument("--num_trials", type=int, default=1)
+
+
+def _rate_flags(g) -> None:
     g.add_argument(
         "--concurrency",
         type=int,
@@ -157,21 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a fixed concurrency (429s are left to the SDK's retries alone)",
     )
-    g.add_argument(
-        "--price_file",
-        help="YAML/JSON of US$ per million tokens per model: "
-        "'MODEL: {input: X, output: Y}'; adds cost_usd to records and metrics",
-    )
-    g.add_argument(
-        "--max_cost",
-        type=float,
-        default=None,
-        help="stop starting samples once the eval dir's recorded cost reaches this many US$ "
-        "(needs --price_file; exit 4; rerun with a higher budget to resume)",
-    )
-    g.add_argument(
-        "--max_tokens_total", type=int, default=None, help="the same for prompt + completion tokens of all roles"
-    )
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("run")
+    g.add_argument("--output_dir", default="./outputs/eval")
+    g.add_argument("--num_trials", type=int, default=1)
+    _rate_flags(g)
+    add_budget_flags(g, what="samples")
     g.add_argument(
         "--separate_trial_requests",
         action="store_true",
@@ -202,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"judged from the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 "
         f"stops the run at once regardless",
     )
+
+
+def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("InSight-o3 (vReasoner = --model, vSearcher below)")
     g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
     g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
@@ -217,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
         'paper\'s evaluation setting), e.g. \'{"max_tokens": 4096}\'',
     )
     g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.evaluate", description=__doc__.split("\n")[0])
+    for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags):
+        flags(p)
     return p
 
 
@@ -325,59 +334,93 @@ def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
     )
 
 
+@dataclass(frozen=True)
+class Limiters:
+    """One :class:`AdaptiveLimiter` per endpoint (None: requests go straight to the SDK)."""
+
+    model: AdaptiveLimiter | None
+    judge: AdaptiveLimiter | None
+    vsearcher: AdaptiveLimiter | None
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace) -> Limiters:
+        adaptive = not a.no_adaptive_concurrency
+        return cls(
+            AdaptiveLimiter(a.concurrency, a.rpm, a.tpm) if adaptive or a.rpm or a.tpm else None,
+            AdaptiveLimiter(a.concurrency, a.judge_rpm, a.judge_tpm)
+            if adaptive or a.judge_rpm or a.judge_tpm
+            else None,
+            AdaptiveLimiter(a.concurrency) if adaptive and a.vsearcher_model else None,
+        )
+
+
+def _solver(a: argparse.Namespace, client, images: ImageStore, guard: RunGuard, limiters: Limiters) -> Solver:
+    """The single-model solver, or in InSight-o3 mode (``--vsearcher_model``) the vReasoner + vSearcher."""
+    if a.vsearcher_model:
+        from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
+
+        return InSightO3Solver.from_args(
+            a, images=images, guard=guard, limiter=limiters.model, vsearcher_limiter=limiters.vsearcher
+        )
+    return SingleModelSolver(
+        client,
+        a.model,
+        images,
+        Resize(max_pixels=a.img_max_pixels or None),
+        system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
+        completion_kwargs=a.chat_completion_kwargs,
+        image_url_extra=a.image_url_extra_settings,
+        separate_trial_requests=a.separate_trial_requests,
+    )
+
+
+def run_config(a: argparse.Namespace, costs: CostModel | None) -> RunConfig:
+    return RunConfig(
+        output_dir=a.output_dir,
+        eval_name=a.eval_name,
+        num_trials=a.num_trials,
+        concurrency=a.concurrency,
+        retry_failed=a.retry_failed,
+        group_trials=not a.separate_trial_requests,
+        progress=not a.no_progress,
+        cost_model=costs,
+        max_cost=a.max_cost,
+        max_tokens_total=a.max_tokens_total,
+    )
+
+
+def _log_stats(images: ImageStore, limiters: Limiters) -> None:
+    log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
+    if limiters.model is not None and limiters.model.throttled:
+        log.info(
+            "model endpoint: %(throttled)d 429 responses, concurrency cut %(cuts)d times "
+            "(lowest %(lowest_limit)d, now %(limit)d)",
+            limiters.model.stats(),
+        )
+
+
 async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -> dict:
     guard = RunGuard(a.max_failure_ratio)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
     images = image_store(a, originals_cached=2 if a.vsearcher_model else 0)
-    adaptive = not a.no_adaptive_concurrency
-    model_limiter = AdaptiveLimiter(a.concurrency, a.rpm, a.tpm) if adaptive or a.rpm or a.tpm else None
-    judge_limiter = (
-        AdaptiveLimiter(a.concurrency, a.judge_rpm, a.judge_tpm) if adaptive or a.judge_rpm or a.judge_tpm else None
-    )
-    vsearcher_limiter = AdaptiveLimiter(a.concurrency) if adaptive and a.vsearcher_model else None
+    limiters = Limiters.from_args(a)
+    conns = max(a.concurrency * 2, 16)
+    kw = dict(max_connections=conns, guard=guard)
     main_client = make_client(
-        a.api_key,
-        a.api_base_url,
-        a.client_timeout,
-        a.max_retries,
-        max_connections=max(a.concurrency * 2, 16),
-        role="model",
-        guard=guard,
-        limiter=model_limiter,
+        a.api_key, a.api_base_url, a.client_timeout, a.max_retries, role="model", limiter=limiters.model, **kw
     )
     judge_client = make_client(
         a.judge_api_key,
         a.judge_api_base_url,
         a.client_timeout,
         a.max_retries,
-        max_connections=max(a.concurrency * 2, 16),
         role="judge",
-        guard=guard,
-        limiter=judge_limiter,
+        limiter=limiters.judge,
+        **kw,
     )
-    solver: InSightO3Solver | SingleModelSolver | None = None
+    solver: Solver | None = None
     try:
-        if a.vsearcher_model:
-            from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
-
-            solver = InSightO3Solver.from_args(
-                a,
-                images=images,
-                guard=guard,
-                limiter=model_limiter,
-                vsearcher_limiter=vsearcher_limiter,
-            )
-        else:
-            solver = SingleModelSolver(
-                main_client,
-                a.model,
-                images,
-                Resize(max_pixels=a.img_max_pixels or None),
-                system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
-                completion_kwargs=a.chat_completion_kwargs,
-                image_url_extra=a.image_url_extra_settings,
-                separate_trial_requests=a.separate_trial_requests,
-            )
+        solver = _solver(a, main_client, images, guard, limiters)
         judge = AnswerJudge(
             judge_client,
             a.judge_model,
@@ -385,30 +428,18 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
             flow=a.judge_flow,
             cache=JudgeCache() if a.judge_cache else None,
         )
-        cfg = RunConfig(
-            output_dir=a.output_dir,
-            eval_name=a.eval_name,
-            num_trials=a.num_trials,
-            concurrency=a.concurrency,
-            retry_failed=a.retry_failed,
-            group_trials=not a.separate_trial_requests,
-            progress=not a.no_progress,
-            cost_model=costs,
-            max_cost=a.max_cost,
-            max_tokens_total=a.max_tokens_total,
-        )
         try:
             return await run_evaluation(
-                samples, solver, judge, cfg, args_record(a), guard=guard, run_card=run_card(a, len(samples))
+                samples,
+                solver,
+                judge,
+                run_config(a, costs),
+                args_record(a),
+                guard=guard,
+                run_card=run_card(a, len(samples)),
             )
         finally:
-            log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
-            if model_limiter is not None and model_limiter.throttled:
-                log.info(
-                    "model endpoint: %(throttled)d 429 responses, concurrency cut %(cuts)d times "
-                    "(lowest %(lowest_limit)d, now %(limit)d)",
-                    model_limiter.stats(),
-                )
+            _log_stats(images, limiters)
     finally:
         if solver is not None:
             await solver.aclose()

@@ -25,13 +25,13 @@ import json
 import os
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
 from ..cli import (
-    ExitCode,
     add_api_flags,
     add_client_flags,
     add_output_dir,
     add_run_flags,
+    add_token_budget_flag,
     check_run_flags,
     new_parser,
     run_main,
@@ -48,7 +48,6 @@ from ..evaluation.vsearch_eval import (
 )
 from ..geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol import LIMITS
-from ..redaction import Redactor
 from ..storage.record_log import RecordFileError
 
 __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regions", "metrics", "score"]
@@ -71,7 +70,8 @@ def build_parser():
     )
     add_output_dir(p, help="default: results/vsearch/<model>")
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
-    add_run_flags(p, concurrency=16, progress=False)
+    add_run_flags(p, concurrency=16)
+    add_token_budget_flag(p)
     return p
 
 
@@ -84,10 +84,9 @@ def main(argv=None) -> int:
     check_run_flags(p, a)
     if a.max_tool_calls < 1 or a.max_pixels < QWEN_MIN_PIXELS:
         p.error(f"--max_tool_calls >= 1 and --max_pixels >= {QWEN_MIN_PIXELS} are required")
-    a.api_key = resolve(a.api_key, ENV_KEYS["vsearcher"][0])
+    a.api_key = resolve_key(a.api_key, ENV_KEYS["vsearcher"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["vsearcher"][1])
     a.output_dir = a.output_dir or os.path.join("results", "vsearch", a.model.replace("/", "__"))
-    redactor = Redactor(a.api_key)
     settings = VSearchEvalSettings(
         model=a.model,
         output_dir=a.output_dir,
@@ -102,23 +101,23 @@ def main(argv=None) -> int:
         max_retries=a.max_retries,
         max_failure_ratio=a.max_failure_ratio,
         image_workers=a.image_workers,
+        max_tokens_total=a.max_tokens_total,
+        progress=not a.no_progress,
     )
 
     def body() -> int:
         samples = load_regions(a.ann_file, a.img_dir)
-        m = asyncio.run(
-            run(settings, samples, redactor=redactor, args_record={k: v for k, v in vars(a).items() if k != "api_key"})
-        )
-        print(json.dumps(m, indent=2))
-        if m["n_failed"]:
-            print(f"warning: {m['n_failed']} sample(s) lost to API failures; run again to retry them", file=sys.stderr)
-            return ExitCode.INCOMPLETE
-        return ExitCode.OK
+        result = asyncio.run(run(settings, samples, args_record={k: v for k, v in vars(a).items() if k != "api_key"}))
+        print(json.dumps(result.summary, indent=2))
+        if result.incomplete:
+            print(
+                f"warning: {result.incomplete} sample(s) lost to API failures; run again to retry them", file=sys.stderr
+            )
+        return result.exit_code
 
     return run_main(
         body,
         bad_input=(AnnotationError, RecordFileError),
-        redact=redactor,
         results=os.path.join(a.output_dir, "records.jsonl"),
     )
 

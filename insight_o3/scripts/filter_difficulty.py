@@ -17,13 +17,13 @@ import json
 import os
 import sys
 
-from ..api import ENV_KEYS, resolve
+from ..api import ENV_KEYS, resolve, resolve_key
 from ..cli import (
-    ExitCode,
     add_api_flags,
     add_client_flags,
     add_output_dir,
     add_run_flags,
+    add_token_budget_flag,
     check_run_flags,
     new_parser,
     run_main,
@@ -31,7 +31,6 @@ from ..cli import (
 )
 from ..data.difficulty import RECORDS_FILE, CollagesFileError, FilterSettings, run_filter
 from ..protocol import LIMITS
-from ..redaction import Redactor
 
 PROG = "python -m insight_o3.scripts.filter_difficulty"
 
@@ -61,6 +60,7 @@ def build_parser(prog: str = PROG):
     add_client_flags(ap, max_retries=5)
     ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
     add_run_flags(ap, concurrency=16)
+    add_token_budget_flag(ap)
     return ap
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     check_run_flags(ap, a)
     if a.attempts < 1 or a.max_pixels < 0:
         ap.error("--attempts must be >= 1 and --max_pixels >= 0")
-    key = resolve(a.api_key, ENV_KEYS["main"][0])
+    key = resolve_key(a.api_key, ENV_KEYS["main"][0])
     base = resolve(a.api_base_url, ENV_KEYS["main"][1])
     settings = FilterSettings(
         out_dir=a.out_dir,
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         api_key=key,
         api_base_url=base,
         judge_model=a.judge_model,
-        judge_api_key=resolve(a.judge_api_key, ("JUDGE_API_KEY",), key),
+        judge_api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), key),
         judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base),
         attempts=a.attempts,
         separate_attempt_requests=a.separate_attempt_requests,
@@ -89,21 +89,20 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         max_pixels=a.max_pixels,
         max_failure_ratio=a.max_failure_ratio,
         image_workers=a.image_workers,
+        max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
     )
-    redact = Redactor(settings.api_key, settings.judge_api_key)
 
     def body() -> int:
-        counts = run_filter(settings, redact=redact)
-        print(json.dumps(counts))
-        if counts["errors"]:
+        result = run_filter(settings)
+        print(json.dumps(result.summary))
+        if result.incomplete:
             print(
-                f"warning: {counts['errors']} collage(s) lost to API errors; run again to retry them", file=sys.stderr
+                f"warning: {result.incomplete} collage(s) lost to API errors; run again to retry them", file=sys.stderr
             )
-            return ExitCode.INCOMPLETE
-        return ExitCode.OK
+        return result.exit_code
 
-    return run_main(body, bad_input=(CollagesFileError,), redact=redact, results=os.path.join(a.out_dir, RECORDS_FILE))
+    return run_main(body, bad_input=(CollagesFileError,), results=os.path.join(a.out_dir, RECORDS_FILE))
 
 
 if __name__ == "__main__":

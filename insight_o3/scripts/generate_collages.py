@@ -36,7 +36,7 @@ from typing import Any
 
 from ..cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
 from ..data.collage import CollageConfig
-from ..data.collage_jobs import DEFAULT_QUESTION_TEMPLATE, ROWS_FILE, Job, JobSettingsError, generate
+from ..data.collage_jobs import DEFAULT_QUESTION_TEMPLATE, ROWS_FILE, CollageSpec, JobSettingsError, generate
 from ..data.source_pool import PoolError, filter_small_targets, load_pool
 
 log = logging.getLogger("generate_collages")
@@ -130,7 +130,7 @@ def _generate_main(argv: list[str]) -> int:
         log.info("source pool: %d items, %d with bbox ratio < %g", len(items), len(kept), a.max_bbox_ratio)
         if not kept:
             raise PoolError(f"{a.source_pool}: no item has a bbox ratio below {a.max_bbox_ratio}")
-        job = Job(
+        job = CollageSpec(
             out_dir=a.out_dir,
             seed=a.seed,
             num_collages=a.num_collages,

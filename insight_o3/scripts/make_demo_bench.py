@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from insight_o3.cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
-from insight_o3.testing.demo_bench import build_item, plan, write_image, write_metadata
+from insight_o3.data.demo_bench import build_item, plan, write_image, write_metadata
 
 log = logging.getLogger("make_demo_bench")
 

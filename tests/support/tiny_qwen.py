@@ -5,7 +5,7 @@ the vLLM-CPU end-to-end test serves it as the vSearcher, and the verl tests trai
 
 Public API (kept stable for other test modules)::
 
-    from insight_o3.testing.tiny_qwen import build_tiny_qwen
+    from tests.support.tiny_qwen import build_tiny_qwen
     path = build_tiny_qwen(out_dir)           # -> Path to a HF checkpoint directory
 
 The directory loads with ``Qwen2_5_VLForConditionalGeneration.from_pretrained``, ``AutoTokenizer``
@@ -19,8 +19,8 @@ sha256 on every machine with the same torch/tokenizers/transformers versions. Th
 was generated once from the project's prompts and sources plus templated English sentences and
 VQA/tool-call snippets; editing it changes every tokenizer hash, so only do it deliberately.
 
-torch, transformers and tokenizers are imported inside functions: importing this module (and
-``insight_o3.testing``) stays torch-free.
+torch, transformers and tokenizers are imported inside functions: importing this module stays
+torch-free. Test infrastructure: it lives in ``tests/support`` (the package never imports it).
 """
 
 from __future__ import annotations
