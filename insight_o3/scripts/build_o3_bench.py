@@ -33,6 +33,7 @@ from ..api import ENV_KEYS, resolve, resolve_key
 from ..cli import (
     ExitCode,
     add_api_flags,
+    add_budget_flags,
     add_client_flags,
     add_output_dir,
     add_run_flags,
@@ -88,9 +89,7 @@ def _step_flags(p: argparse.ArgumentParser, *, concurrency: int, parse_retries: 
     g.add_argument(
         "--no_adaptive_concurrency", action="store_true", help="leave 429s to the SDK's retries (no adaptive limit)"
     )
-    g.add_argument("--price_file", default=None, help="YAML/JSON, US$ per million tokens per model: adds cost_usd")
-    g.add_argument("--max_cost", type=float, default=None, help="stop starting items at this many US$ (exit 4)")
-    g.add_argument("--max_tokens_total", type=int, default=None, help="stop starting items at this many tokens")
+    add_budget_flags(g, what="items")  # counted over the step's records, earlier runs included
     g.add_argument(
         "--limit",
         type=int,
