@@ -15,7 +15,7 @@ synthesize    E.2 question synthesis from the global OCR/caption and the layouts
 validate      deterministic checks, one reason per rejected item; target layouts from the citations; F share
               (:mod:`.validation`)
 filter        difficulty filter: items every model (or the rule's number of models) solves are dropped, with
-              the evaluation's request and answer checking (:mod:`.difficulty`)
+              the evaluation's request and answer checking (:mod:`.filtering`)
 review        self-contained HTML review page per batch + a plain decisions file; applying it re-validates
               edits (:mod:`.review`, page in :mod:`insight_o3.viz.review_page`)
 release       options A-E shuffled with a fixed seed (F last), ``metadata.jsonl`` + images in O3-Bench's own
