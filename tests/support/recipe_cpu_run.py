@@ -292,6 +292,11 @@ def vreasoner_script():
 
 
 # ----------------------------------------------------------------------------- running train.sh
+def train_venv_python() -> Path:
+    """The CPU training venv's interpreter (``scripts/setup.sh``: ``TRAIN_VENV``, default ``.venvs/train-cpu``)."""
+    return Path(os.environ.get("TRAIN_VENV", REPO / ".venvs" / "train-cpu")) / "bin" / "python"
+
+
 def _descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -367,10 +372,21 @@ class RunResult:
 
 
 def run_train(
-    work: Path, inputs: dict, base_url: str, name: str, overrides: list[str], timeout: float = 1200
+    work: Path,
+    inputs: dict,
+    base_url: str,
+    name: str,
+    overrides: list[str],
+    timeout: float = 1200,
+    *,
+    python: str | None = None,
+    rollout: str = "vllm",
 ) -> RunResult:
-    """One ``bash recipe/vsearch/train.sh`` with the CPU overrides (see :mod:`recipe.vsearch.cpu`)."""
-    from recipe.vsearch.cpu.overrides import cpu_overrides
+    """One ``bash recipe/vsearch/train.sh`` with the CPU overrides (see :mod:`recipe.vsearch.cpu`), run by
+    ``python`` (the CPU training venv's interpreter for ``rollout="vllm"``; default: this one). The rollout
+    observers of :mod:`recipe.vsearch.rollout_checks` write to ``<work>/<name>.checks``."""
+    from recipe.vsearch.cpu.overrides import VLLM_CPU_ENV, cpu_overrides
+    from recipe.vsearch.rollout_checks import ENV_DIR
 
     metrics_path = work / f"{name}.metrics.jsonl"
     log_path = work / f"{name}.log"
@@ -389,7 +405,7 @@ def run_train(
         TRAIN_FILES="[" + ",".join(map(str, inputs["train"])) + "]",
         VAL_FILES="[" + ",".join(map(str, inputs["val"])) + "]",
         N_GPUS_PER_NODE=str(N_GPUS),
-        PYTHON=sys.executable,
+        PYTHON=python or sys.executable,
         VERL_FILE_LOGGER_PATH=str(metrics_path),
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
@@ -397,6 +413,8 @@ def run_train(
         RAY_DEDUP_LOGS="0",
         VERL_LOGGING_LEVEL="WARN",
         PYTHONUNBUFFERED="1",
+        **VLLM_CPU_ENV,
+        **{ENV_DIR: str(work / f"{name}.checks")},
     )
     for key in ("RESUME_FROM_STEP", "DRY_RUN", "RAY_ADDRESS"):
         env.pop(key, None)
@@ -411,7 +429,13 @@ def run_train(
         "trainer.logger=[console,file]",
         f"hydra.run.dir={work / 'hydra' / name}",  # not outputs/<date> under verl/
     ]
-    cmd = ["bash", str(VERL_DIR / "recipe" / "vsearch" / "train.sh"), *cpu_overrides(N_GPUS), *small, *overrides]
+    cmd = [
+        "bash",
+        str(VERL_DIR / "recipe" / "vsearch" / "train.sh"),
+        *cpu_overrides(N_GPUS, rollout=rollout),
+        *small,
+        *overrides,
+    ]
     t0 = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -457,7 +481,7 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def run_all(work: Path) -> dict:
+def run_all(work: Path, *, python: str | None = None, rollout: str = "vllm") -> dict:
     """Both runs (2 steps + checkpoint; resume -> step 3 + validation). Returns the summary."""
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -469,6 +493,8 @@ def run_all(work: Path) -> dict:
             srv.base_url,
             "run1",
             ["trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2"],
+            python=python,
+            rollout=rollout,
         )
         second = None
         if first.rc == 0:
@@ -478,6 +504,8 @@ def run_all(work: Path) -> dict:
                 srv.base_url,
                 "run2",
                 ["trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=3"],
+                python=python,
+                rollout=rollout,
             )
         api_requests = srv.count
     return {
@@ -492,8 +520,11 @@ def run_all(work: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="CPU end-to-end run of recipe.vsearch.main (train.sh)")
     ap.add_argument("--work", required=True, help="empty working directory (checkpoints, logs, data)")
+    ap.add_argument("--python", help="interpreter of train.sh (default: the CPU training venv's for vllm)")
+    ap.add_argument("--rollout", default="vllm", choices=["vllm", "hf_cpu"])
     args = ap.parse_args(argv)
-    summary = run_all(Path(args.work).resolve())
+    python = args.python or (str(train_venv_python()) if args.rollout == "vllm" else None)
+    summary = run_all(Path(args.work).resolve(), python=python, rollout=args.rollout)
     for run in ("run1", "run2"):
         if summary[run]:
             summary[run]["log"] = f"{args.work}/{run}.log"

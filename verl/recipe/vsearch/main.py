@@ -122,9 +122,12 @@ def init_ray(config) -> None:
 def main(config) -> None:
     import ray
 
+    from recipe.vsearch.offline import OfflineStartupError, check_harmony_vocab
+
     try:
         check_settings(config)
-    except SettingsError as e:
+        print(f"[vsearch] {check_harmony_vocab(str(config.actor_rollout_ref.rollout.name))}", flush=True)
+    except (SettingsError, OfflineStartupError) as e:
         print(f"[vsearch] error: {e}", file=sys.stderr)
         sys.exit(2)
     import_recipe_modules()

@@ -34,3 +34,6 @@ def register_rollout() -> None:
 def setup_worker() -> None:
     shims.install()
     register_rollout()
+    from .. import rollout_checks
+
+    rollout_checks.install()  # only with VSEARCH_ROLLOUT_CHECKS_DIR set (tests)
