@@ -40,10 +40,9 @@ def main() -> int:
 
     if current_platform.device_type != "cpu":
         problems.append(f"vLLM platform {current_platform.device_type!r}, expected 'cpu'")
+    import qwen_vl_utils  # noqa: F401
     import torchvision  # noqa: F401  (transformers' Qwen2.5-VL video processor and qwen-vl-utils need it)
     from transformers import Qwen2_5_VLProcessor  # noqa: F401
-
-    import qwen_vl_utils  # noqa: F401
 
     ctx = mp.get_context("spawn")
     for where in ("this process", "a spawned process"):

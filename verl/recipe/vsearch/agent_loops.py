@@ -25,6 +25,7 @@ text of ``raw_prompt``; the QA ground truth from ``reward_model.ground_truth``.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,7 +119,12 @@ def is_validation(row: dict) -> bool:
 def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
     """The policy vSearcher with the run's budgets (the same for out-of-loop rows and in-loop calls)."""
     return PolicySearcher(
-        loop, shared_images(), s.vsearcher_max_pixels, s.vsearcher_max_tool_calls, s.vsearcher_response_length
+        loop,
+        shared_images(),
+        s.vsearcher_max_pixels,
+        s.vsearcher_max_tool_calls,
+        s.vsearcher_response_length,
+        s.vsearcher_prompt_length,
     )
 
 
@@ -144,7 +150,64 @@ def rollout_output(r: SearcherRollout, extra: dict, mask_out: bool = False) -> A
     )
 
 
-class VSearcherAgentLoop(AgentLoopBase):
+class FailSafeAgentLoop(AgentLoopBase):
+    """The one place where an episode that raises becomes a *failed episode* instead of killing the step.
+
+    verl's agent-loop worker gathers every row's loop with ``asyncio.gather``: one exception (a first prompt
+    longer than ``rollout.prompt_length``, an image that cannot be read, a model output the processor rejects,
+    a rollout server error) would fail the whole training step. :meth:`run` turns it into a fully masked,
+    text-only placeholder carrying the episode fields with ``critical_failure=True`` and status ``error``:
+    like an in-loop episode lost to an API failure, it trains nothing (the placeholder is dropped by
+    ``episodes.finalize_batch``), counts in ``vsearch/critical_failure_ratio`` (so
+    ``vsearch.max_api_failure_ratio`` also stops a run whose episodes keep raising) and, in
+    ``vsearch/episode_error_ratio``, as an exception. The error is printed once per episode (keys redacted)."""
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        try:
+            return await self.run_episode(sampling_params, **kwargs)
+        except Exception as e:  # one bad episode must not cost the step; counted, not hidden
+            return self.failed_episode(kwargs, e)
+
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        raise NotImplementedError
+
+    def failed_episode(self, row: dict, error: BaseException) -> AgentLoopOutput:
+        episode_id = str(row.get(EPISODE_ID_KEY) or row.get("uid") or uuid4().hex)
+        ep = ApiEndpoints.from_env()
+        message = Redactor(ep.api_key, ep.judge_api_key)(f"{type(error).__name__}: {error}")[:500]
+        print(f"[vsearch] episode {episode_id} ({type(self).__name__}) failed: {message}", file=sys.stderr, flush=True)
+        common = episode_fields(
+            episode_id, n_calls=0, has_answer=False, correct=False, critical_failure=True, status="error", n_feedback=0
+        )
+        extra = {
+            "n_tool": 0,
+            "format_ok": False,
+            "format_error": f"episode failed: {message}",
+            "pred_box": None,
+            "is_in_loop": isinstance(self, VReasonerAgentLoop),
+            "feedback_helpful": None,
+            "answer_correct": False,
+            "call_index": -1,
+            "feedback": None,
+            ROLE_KEY: ROLE_PLACEHOLDER,
+            "critical_failure": True,
+            "search_status": "error",
+            "search_truncated": False,
+            **common,
+        }
+        eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        return AgentLoopOutput(
+            prompt_ids=[eos],
+            response_ids=[eos],
+            response_mask=[0],
+            multi_modal_data={},
+            num_turns=1,
+            metrics=AgentLoopMetrics(),
+            extra_fields=extra,
+        )
+
+
+class VSearcherAgentLoop(FailSafeAgentLoop):
     """Out-of-loop vSearcher rollout of the policy on a (image, region description, boxes) row."""
 
     def __init__(self, *args, **kwargs):
@@ -152,7 +215,7 @@ class VSearcherAgentLoop(AgentLoopBase):
         self.settings = run_settings(self.config)
         self.searcher = policy_searcher(self, self.settings)
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {}
         r = await self.searcher.run(row_image_path(kwargs), row_text(kwargs, "description"), sampling_params)
         extra = {
@@ -271,7 +334,7 @@ class EpisodeOutcome:
     judge_status: str | None = None
 
 
-class VReasonerAgentLoop(AgentLoopBase):
+class VReasonerAgentLoop(FailSafeAgentLoop):
     """In-loop episode: API vReasoner + policy vSearcher; one sample per vSearcher call."""
 
     def __init__(self, *args, **kwargs):
@@ -340,7 +403,7 @@ class VReasonerAgentLoop(AgentLoopBase):
             searcher.rollouts, list(res.feedback), True, c.correct, c.failed, res.status, c.reason, c.status
         )
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         image_path = row_image_path(kwargs)
         sample = self._sample(kwargs, image_path)
         ep = await self.episode(sample, sampling_params, validate=is_validation(kwargs))
@@ -406,4 +469,11 @@ class VReasonerAgentLoop(AgentLoopBase):
         )
 
 
-__all__ = ["VSearcherAgentLoop", "VReasonerAgentLoop", "ApiEndpoints", "AnswerCheck", "EPISODE_FIELDS"]
+__all__ = [
+    "FailSafeAgentLoop",
+    "VSearcherAgentLoop",
+    "VReasonerAgentLoop",
+    "ApiEndpoints",
+    "AnswerCheck",
+    "EPISODE_FIELDS",
+]

@@ -89,6 +89,23 @@ def episode_fields(
     )
 
 
+def image_grid_thw(processor, images) -> torch.Tensor:
+    """``image_grid_thw`` as Qwen2.5-VL's image processor returns it for ``images``, without computing pixel
+    values: ``(1, h / patch, w / patch)`` of each image's ``smart_resize`` under the processor's pixel limits."""
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+    ip = processor.image_processor
+    patch, merge = int(ip.patch_size), int(ip.merge_size)
+    size = getattr(ip, "size", None) or {}
+    min_pixels = size.get("shortest_edge", getattr(ip, "min_pixels", None))
+    max_pixels = size.get("longest_edge", getattr(ip, "max_pixels", None))
+    rows = []
+    for img in images:
+        h, w = smart_resize(img.height, img.width, factor=patch * merge, min_pixels=min_pixels, max_pixels=max_pixels)
+        rows.append([1, h // patch, w // patch])
+    return torch.tensor(rows, dtype=torch.long)
+
+
 class VSearchAgentLoopWorker(AgentLoopWorkerBase):
     """``AgentLoopWorker`` that turns one agent-loop output into 1..k verl rows (see module doc)."""
 
@@ -104,7 +121,12 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
                     str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
                     int(sample.extra_fields.get("call_index", 0)),
                 )
-            if self.processor is not None and (sample.multi_modal_data or {}).get("images"):
+            images = (sample.multi_modal_data or {}).get("images")
+            if self.processor is not None and images and kwargs.get(VALIDATE_KEY):
+                # a validation row is never trained on: no pixel values (fp32, ~18 KB per image token, ~308 MB for
+                # one image at val.sh's 12.8M-pixel budget), only the grids verl's mrope position ids need
+                self._mm_inputs_ready()[id(sample)] = {"image_grid_thw": image_grid_thw(self.processor, images)}
+            elif self.processor is not None and images:
                 # the image processor (pixel values of every image of the row) in a thread, not on the event loop
                 # that every agent loop of this worker shares; verl's post-processing then takes the result
                 ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
@@ -152,7 +174,8 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
     """Per-step in-loop statistics, one value per episode (first row of each ``episode_id``).
 
     ``vsearch/accuracy_reward``: judged-correct episodes over episodes not cut by API failures;
-    ``vsearch/critical_failure_ratio``: episodes cut by API failures over all episodes;
+    ``vsearch/critical_failure_ratio``: episodes cut by API failures, or ended by an exception (any loop,
+    ``agent_loops.FailSafeAgentLoop``), over all episodes; ``vsearch/episode_error_ratio``: the exceptions alone;
     ``vsearch/has_answer``: episodes ending with a boxed answer; ``vsearch/calls_per_qa``: vSearcher
     calls per episode; ``vsearch/feedback_rate``: calls the vReasoner rated (helpful/unhelpful) over
     calls; ``vsearch/pseudo_iou_rate``: in-loop samples with r̂_IoU = 1[s = c = 1].
@@ -170,6 +193,9 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
         ok = ~crit
         correct = np.array([bool(_col(batch, "episode_correct")[i]) for i in rows])
         m["vsearch/critical_failure_ratio"] = float(crit.mean())
+        # the share of those that ended in an exception (agent_loops.FailSafeAgentLoop), not an API failure
+        status = np.array([str(_col(batch, "episode_status")[i]) for i in rows])
+        m["vsearch/episode_error_ratio"] = float((status == "error").mean())
         m["vsearch/accuracy_reward"] = float(correct[ok].mean()) if ok.any() else 0.0
         m["vsearch/has_answer"] = float(np.mean([bool(_col(batch, "episode_has_answer")[i]) for i in rows]))
         calls = np.array([int(_col(batch, "episode_n_calls")[i]) for i in rows])

@@ -114,7 +114,6 @@ def expected_vllm_params(model, named_tensors) -> dict[str, Any]:
 
 def compare_weights(model, named_tensors, dtype: str) -> dict[str, Any]:
     """Every parameter of vLLM's ``model`` against the actor's tensors (see :func:`expected_vllm_params`)."""
-    import torch
 
     params = dict(model.named_parameters())
     expected = expected_vllm_params(model, named_tensors)
@@ -219,21 +218,21 @@ def _patch_rollout(module) -> None:
 
 
 def _patch_server(module) -> None:
-    base = module.vLLMHttpServerBase
-    if getattr(base, "_vsearch_checks", False):
+    """Observe ``vLLMHttpServer.generate`` without touching the class: Ray copies an actor class's methods
+    when verl decorates it (at the module's import) and ships them by value, so a later patch of the class
+    never reaches the actor. What the copy looks up at call time is the module-level helper that de-duplicates
+    the image pads (it receives the recipe's ``prompt_ids`` first thing) and vLLM's ``AsyncLLM.generate``."""
+    if getattr(module, "_vsearch_checks", False):
         return
-    generate = base.generate
+    dedup = module._qwen2_5_vl_dedup_image_tokens
 
-    @functools.wraps(generate)
-    async def generate_(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None):
-        token = _PROMPT.set({"ids": list(prompt_ids), "images": len(image_data or []), "replica": self.replica_rank})
-        try:
-            return await generate(self, prompt_ids, sampling_params, request_id, image_data, video_data)
-        finally:
-            _PROMPT.reset(token)
+    @functools.wraps(dedup)  # same module and qualname: cloudpickle keeps shipping it by reference
+    def dedup_(prompt_ids, processor):
+        _PROMPT.set(list(prompt_ids))  # the calling generate()'s task context
+        return dedup(prompt_ids, processor)
 
-    base.generate = generate_
-    base._vsearch_checks = True
+    module._qwen2_5_vl_dedup_image_tokens = dedup_
+    module._vsearch_checks = True
 
     from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -242,6 +241,8 @@ def _patch_server(module) -> None:
     @functools.wraps(engine_generate)
     def engine_generate_(self, *args, **kwargs):
         inner = engine_generate(self, *args, **kwargs)
+        prompt = kwargs.get("prompt", args[0] if args else None)
+        images = ((prompt or {}).get("multi_modal_data") or {}).get("image") if isinstance(prompt, dict) else None
 
         async def observed():
             last = None
@@ -253,12 +254,11 @@ def _patch_server(module) -> None:
                 ran = list(last.prompt_token_ids or [])
                 record(
                     "prompt",
-                    replica=sent["replica"],
                     request_id=str(last.request_id),
-                    recipe_len=len(sent["ids"]),
+                    recipe_len=len(sent),
                     vllm_len=len(ran),
-                    equal=ran == sent["ids"],
-                    images=sent["images"],
+                    equal=ran == sent,
+                    images=len(images or []),
                     generated=len(last.outputs[0].token_ids) if last.outputs else 0,
                 )
 
@@ -323,7 +323,9 @@ def verify(records: dict[str, list[dict]], steps: dict[int, dict], *, gpu: bool)
         problems.append("no generate request recorded")
     wrong = [p for p in prompts if not p["equal"] or p["vllm_len"] != p["recipe_len"]]
     if wrong:
-        problems.append(f"{len(wrong)}/{len(prompts)} requests: vLLM ran another prompt than the recipe sent: {wrong[:3]}")
+        problems.append(
+            f"{len(wrong)}/{len(prompts)} requests: vLLM ran another prompt than the recipe sent: {wrong[:3]}"
+        )
     for step, m in sorted(steps.items()):
         g = m.get("actor/grad_norm")
         if g is not None and not (math.isfinite(g) and g > 0):

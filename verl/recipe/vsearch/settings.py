@@ -242,6 +242,14 @@ class RunSettings:
                     f"{ACTOR_STRATEGY!r} (the recipe YAML sets it; the CPU driver test runs it)"
                 )
         self._check_limit_images(config)
+        data = _get(config, "data")
+        if data is not None and "val_batch_size" in data:  # absent only in the loops' partial configs
+            vb = data.get("val_batch_size")
+            if isinstance(vb, bool) or not isinstance(vb, int) or vb <= 0:
+                raise SettingsError(
+                    f"data.val_batch_size must be a positive int, got {vb!r}: unset, verl validates the whole "
+                    "validation set as one batch (every episode at once, all rows in the driver's memory)"
+                )
         impl = _get(config, "trainer.use_legacy_worker_impl", "auto")
         if impl not in ("auto", "enable"):
             raise SettingsError(
