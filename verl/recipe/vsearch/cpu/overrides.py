@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 
-from .setup import ROLLOUT_NAME
-
 SETUP_HOOK = "recipe.vsearch.cpu.setup.setup_worker"
 
 
@@ -20,14 +18,10 @@ SETUP_HOOK = "recipe.vsearch.cpu.setup.setup_worker"
 VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
-def rollout_overrides(rollout: str) -> list[str]:
-    """``vllm``: verl's own vLLM rollout (the recipe's default, ``rollout.name=vllm``, ``mode=async``) with
-    what vLLM's CPU platform needs: no CUDA graphs, no sleep mode (CUDA/ROCm only; verl's default is on),
-    small batches. ``hf_cpu``: the HuggingFace-``generate`` replica of :mod:`recipe.vsearch.cpu.rollout`."""
-    if rollout == ROLLOUT_NAME:
-        return [f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"]
-    if rollout != "vllm":
-        raise ValueError(f"unknown CPU rollout {rollout!r} (vllm or {ROLLOUT_NAME})")
+def rollout_overrides() -> list[str]:
+    """verl's own vLLM rollout (the recipe's default, ``rollout.name=vllm``, ``mode=async``; vllm-cpu in the CPU
+    training venv) with what vLLM's CPU platform needs: no CUDA graphs, no sleep mode (CUDA/ROCm only; verl's
+    default is on), small batches."""
     return [
         "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.rollout.mode=async",
@@ -39,7 +33,7 @@ def rollout_overrides(rollout: str) -> list[str]:
     ]
 
 
-def cpu_overrides(n_gpus: int, *, rollout: str = "vllm", num_cpus: int = 16, object_store_mb: int = 512) -> list[str]:
+def cpu_overrides(n_gpus: int, *, num_cpus: int = 16, object_store_mb: int = 512) -> list[str]:
     """``n_gpus`` logical GPUs = FSDP ranks (``trainer.n_gpus_per_node`` must match). ``num_cpus`` is
     logical too: verl's placement bundles ask for 3 CPUs per rank. The actor strategy is the recipe
     YAML's (FSDP2), as on GPUs."""
@@ -51,7 +45,7 @@ def cpu_overrides(n_gpus: int, *, rollout: str = "vllm", num_cpus: int = 16, obj
         f"+ray_kwargs.ray_init.object_store_memory={object_store_mb * 1024 * 1024}",
         "+ray_kwargs.ray_init.include_dashboard=False",
         f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={SETUP_HOOK}",
-        *rollout_overrides(rollout),
+        *rollout_overrides(),
         # eager attention: no flash-attn, no remove-padding kernels on CPU
         "+actor_rollout_ref.model.override_config.attn_implementation=eager",
         "actor_rollout_ref.model.use_remove_padding=False",
@@ -62,9 +56,8 @@ def cpu_overrides(n_gpus: int, *, rollout: str = "vllm", num_cpus: int = 16, obj
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=2, help="logical GPUs = FSDP ranks (= N_GPUS_PER_NODE)")
-    ap.add_argument("--rollout", default="vllm", choices=["vllm", ROLLOUT_NAME])
     args = ap.parse_args(argv)
-    print("\n".join(cpu_overrides(args.gpus, rollout=args.rollout)))
+    print("\n".join(cpu_overrides(args.gpus)))
     return 0
 
 
