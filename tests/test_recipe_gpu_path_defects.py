@@ -180,6 +180,29 @@ def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy
         check_api_failures(metrics, 0.5, step=1)
 
 
+def test_a_model_that_emits_image_pads_fails_its_episode_not_the_step(policy, image_path):  # noqa: F811
+    """The policy's answer turn carries ``<|vision_start|><|image_pad|><|vision_end|>`` of its own: the episode runs,
+    but its row cannot be post-processed (mrope positions for one more image than it has). The worker turns the
+    episode into the failed placeholder instead of raising out of verl's gather."""
+    from recipe.vsearch.agent_loops import VSearcherAgentLoop
+    from recipe.vsearch.episodes import ROLE_KEY, finalize_batch
+
+    pads = "<|vision_start|><|image_pad|><|vision_end|>"
+    server = ScriptedServerManager(policy[0], lambda n, prompt: searcher_script(n, prompt) + (pads if n > 1 else ""))
+    row = {**_inloop_row(image_path), "extra_info": {"description": "the band", "bboxes": [[0, 0, 10, 10]]}}
+
+    async def go():
+        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+
+    out = asyncio.run(go())
+    assert policy[0].convert_tokens_to_ids("<|image_pad|>") in out.response_ids[-8:]
+    batch = _expand(policy, out, row)
+    assert len(batch) == 1 and batch.non_tensor_batch[ROLE_KEY][0] == "placeholder"
+    assert batch.non_tensor_batch["episode_status"][0] == "error" and batch.batch["response_mask"].sum() == 0
+    _, metrics = finalize_batch(batch, dp_size=1)
+    assert metrics["vsearch/critical_failure_ratio"] == 1.0
+
+
 def test_first_prompts_are_checked_when_the_data_is_loaded(tmp_path, tiny_qwen_dir):
     from hydra import compose, initialize_config_dir
     from PIL import Image

@@ -172,39 +172,47 @@ class FailSafeAgentLoop(AgentLoopBase):
         raise NotImplementedError
 
     def failed_episode(self, row: dict, error: BaseException) -> AgentLoopOutput:
-        episode_id = str(row.get(EPISODE_ID_KEY) or row.get("uid") or uuid4().hex)
-        ep = ApiEndpoints.from_env()
-        message = Redactor(ep.api_key, ep.judge_api_key)(f"{type(error).__name__}: {error}")[:500]
-        print(f"[vsearch] episode {episode_id} ({type(self).__name__}) failed: {message}", file=sys.stderr, flush=True)
-        common = episode_fields(
-            episode_id, n_calls=0, has_answer=False, correct=False, critical_failure=True, status="error", n_feedback=0
+        return failed_episode_output(
+            self.tokenizer, row, error, isinstance(self, VReasonerAgentLoop), type(self).__name__
         )
-        extra = {
-            "n_tool": 0,
-            "format_ok": False,
-            "format_error": f"episode failed: {message}",
-            "pred_box": None,
-            "is_in_loop": isinstance(self, VReasonerAgentLoop),
-            "feedback_helpful": None,
-            "answer_correct": False,
-            "call_index": -1,
-            "feedback": None,
-            ROLE_KEY: ROLE_PLACEHOLDER,
-            "critical_failure": True,
-            "search_status": "error",
-            "search_truncated": False,
-            **common,
-        }
-        eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        return AgentLoopOutput(
-            prompt_ids=[eos],
-            response_ids=[eos],
-            response_mask=[0],
-            multi_modal_data={},
-            num_turns=1,
-            metrics=AgentLoopMetrics(),
-            extra_fields=extra,
-        )
+
+
+def failed_episode_output(tokenizer, row: dict, error: BaseException, in_loop: bool, where: str) -> AgentLoopOutput:
+    """The failed-episode placeholder of :class:`FailSafeAgentLoop` (also used by the worker when an episode's
+    rows cannot be post-processed, ``episodes.VSearchAgentLoopWorker``)."""
+    episode_id = str(row.get(EPISODE_ID_KEY) or row.get("uid") or uuid4().hex)
+    ep = ApiEndpoints.from_env()
+    message = Redactor(ep.api_key, ep.judge_api_key)(f"{type(error).__name__}: {error}")[:500]
+    print(f"[vsearch] episode {episode_id} ({where}) failed: {message}", file=sys.stderr, flush=True)
+    common = episode_fields(
+        episode_id, n_calls=0, has_answer=False, correct=False, critical_failure=True, status="error", n_feedback=0
+    )
+    extra = {
+        "n_tool": 0,
+        "format_ok": False,
+        "format_error": f"episode failed: {message}",
+        "pred_box": None,
+        "is_in_loop": in_loop,
+        "feedback_helpful": None,
+        "answer_correct": False,
+        "call_index": -1,
+        "feedback": None,
+        ROLE_KEY: ROLE_PLACEHOLDER,
+        "critical_failure": True,
+        "search_status": "error",
+        "search_truncated": False,
+        **common,
+    }
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return AgentLoopOutput(
+        prompt_ids=[eos],
+        response_ids=[eos],
+        response_mask=[0],
+        multi_modal_data={},
+        num_turns=1,
+        metrics=AgentLoopMetrics(),
+        extra_fields=extra,
+    )
 
 
 class VSearcherAgentLoop(FailSafeAgentLoop):

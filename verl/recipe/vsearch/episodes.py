@@ -111,30 +111,40 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
 
     async def _agent_loop_postprocess(self, output, **kwargs) -> list:
         extras = output.extra_fields.pop(EXTRA_SAMPLES_KEY, None) or []
-        rows = []
-        for sample in [output, *extras]:
-            for key in ROW_KEYS:
-                if key in kwargs:
-                    sample.extra_fields.setdefault(key, kwargs[key])
-            if sample.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER):
-                sample.extra_fields["uid"] = inloop_uid(
-                    str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
-                    int(sample.extra_fields.get("call_index", 0)),
-                )
-            images = (sample.multi_modal_data or {}).get("images")
-            if self.processor is not None and images and kwargs.get(VALIDATE_KEY):
-                # a validation row is never trained on: no pixel values (fp32, ~18 KB per image token, ~308 MB for
-                # one image at val.sh's 12.8M-pixel budget), only the grids verl's mrope position ids need
-                self._mm_inputs_ready()[id(sample)] = {"image_grid_thw": image_grid_thw(self.processor, images)}
-            elif self.processor is not None and images:
-                # the image processor (pixel values of every image of the row) in a thread, not on the event loop
-                # that every agent loop of this worker shares; verl's post-processing then takes the result
-                ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
-                self._mm_inputs_ready()[id(sample)] = await asyncio.to_thread(
-                    AgentLoopWorkerBase._compute_multi_modal_inputs, self, sample, ids
-                )
-            rows.append(await super()._agent_loop_postprocess(sample, **kwargs))
-        return rows
+        try:
+            return [await self._postprocess_sample(sample, **kwargs) for sample in [output, *extras]]
+        except Exception as e:
+            # e.g. a model that emitted image pads of its own: the processor cannot pair pads and images. One
+            # episode's rows fail, not the step: the episode becomes the failed placeholder of
+            # agent_loops.FailSafeAgentLoop (masked, counted with the API failures)
+            from .agent_loops import failed_episode_output
+
+            in_loop = output.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER)
+            failed = failed_episode_output(self.tokenizer, kwargs, e, in_loop, "post-processing")
+            return [await self._postprocess_sample(failed, **kwargs)]
+
+    async def _postprocess_sample(self, sample, **kwargs):
+        for key in ROW_KEYS:
+            if key in kwargs:
+                sample.extra_fields.setdefault(key, kwargs[key])
+        if sample.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER):
+            sample.extra_fields["uid"] = inloop_uid(
+                str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
+                int(sample.extra_fields.get("call_index", 0)),
+            )
+        images = (sample.multi_modal_data or {}).get("images")
+        if self.processor is not None and images and kwargs.get(VALIDATE_KEY):
+            # a validation row is never trained on: no pixel values (fp32, ~18 KB per image token, ~308 MB for
+            # one image at val.sh's 12.8M-pixel budget), only the grids verl's mrope position ids need
+            self._mm_inputs_ready()[id(sample)] = {"image_grid_thw": image_grid_thw(self.processor, images)}
+        elif self.processor is not None and images:
+            # the image processor (pixel values of every image of the row) in a thread, not on the event loop
+            # that every agent loop of this worker shares; verl's post-processing then takes the result
+            ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
+            self._mm_inputs_ready()[id(sample)] = await asyncio.to_thread(
+                AgentLoopWorkerBase._compute_multi_modal_inputs, self, sample, ids
+            )
+        return await super()._agent_loop_postprocess(sample, **kwargs)
 
     def _mm_inputs_ready(self) -> dict:
         if not hasattr(self, "_mm_ready"):
