@@ -88,14 +88,18 @@ def test_each_step_runs_both_loops_and_a_real_update(vllm_run):
     steps = {**vllm_run["run1"]["steps"], **vllm_run["run2"]["steps"]}
     for step in (1, 2, 3):
         m = steps[step]
-        assert m["vsearch/outloop_samples"] == 2.0 and m["vsearch/inloop_samples"] == 2.0
+        # 2 prompts x n=3: one out-of-loop group of 3 and three in-loop episodes (one vSearcher call each)
+        assert m["vsearch/outloop_samples"] == 3.0 and m["vsearch/inloop_samples"] == 3.0
         assert m["vsearch/critical_failure_ratio"] == 0.0 and m["vsearch/episode_error_ratio"] == 0.0
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/score/mean", "timing_s/gen"):
             assert isinstance(m[key], (int, float)), key
-        # a real gradient every step: finite and non-zero
-        assert math.isfinite(m["actor/grad_norm"]) and m["actor/grad_norm"] > 0, (step, m["actor/grad_norm"])
+        # a real gradient: finite every step, non-zero in every step with a learning signal (rewards not all equal;
+        # without one the KL term is exactly 0 too: lr 1e-6 keeps the actor within fp32 rounding of the reference)
+        signal = m["critic/advantages/max"] != 0 or m["critic/advantages/min"] != 0
+        assert math.isfinite(m["actor/grad_norm"]) and (m["actor/grad_norm"] > 0 or not signal), (step, m)
         assert 0 < m["vsearch/mm_inputs_row_max_mb"] <= m["vsearch/mm_inputs_mb"]
     assert max(steps[s]["critic/score/max"] for s in (1, 2, 3)) > 0
+    assert any(steps[s]["actor/grad_norm"] > 0 for s in (1, 2, 3))
     assert vllm_run["api_requests"] > 0
 
 
@@ -115,7 +119,11 @@ def test_vllm_holds_the_actors_weights_after_every_update(vllm_run):
     assert digests(first[0]) == digests(first[1]) and digests(second[0]) == digests(second[1])
     assert digests(second[0])[0] == digests(first[0])[-1]  # resumed from the checkpoint of step 2
     chain = digests(first[0]) + digests(second[0])[1:]  # before steps 1, 2, 3 and after 3
-    assert len(set(chain)) == 4  # every update (grad_norm > 0 each step) changed what vLLM samples with
+    # from the first step with a gradient on, every update (Adam's momentum included) changes what vLLM samples with
+    steps = {**vllm_run["run1"]["steps"], **vllm_run["run2"]["steps"]}
+    first_update = min(k for k in (1, 2, 3) if steps[k]["actor/grad_norm"] > 0)
+    for k in range(first_update, 4):
+        assert chain[k] != chain[k - 1], f"the update of step {k} did not reach vLLM"
 
 
 def test_the_frozen_vision_tower_and_merger_are_bit_identical(vllm_run, tmp_path):
@@ -151,13 +159,12 @@ def test_rollout_checks_verdict_and_no_secret_and_bounded_memory(vllm_run):
         assert 0 < run["peak_pss_gb"] < 16
 
 
-def test_hf_export_of_the_last_checkpoint_loads_with_the_vision_tower_unchanged(vllm_run, tmp_path):
+def test_hf_export_of_the_last_checkpoint_loads_with_the_vision_tower_unchanged(vllm_run, tmp_path, train_venv_python):
     """``recipe/vsearch/export_hf.sh`` (verl's model merger) turns global_step_3's FSDP shards of both ranks into a
     Hugging Face directory that transformers loads; its vision tower is the warm-started one, bit for bit, and
     the language model moved."""
     import os
     import subprocess
-    import sys
 
     import torch
     from safetensors.torch import load_file
@@ -168,7 +175,8 @@ def test_hf_export_of_the_last_checkpoint_loads_with_the_vision_tower_unchanged(
     r = subprocess.run(
         ["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_3"), str(target)],
         cwd=REPO / "verl",
-        env={**os.environ, "PYTHON": sys.executable},
+        # the training venv that wrote the shards (torch 2.9.1 pickles its DeviceMesh in a form torch 2.13 cannot read)
+        env={**os.environ, "PYTHON": str(train_venv_python)},
         capture_output=True,
         text=True,
         timeout=600,

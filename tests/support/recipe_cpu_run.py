@@ -436,7 +436,9 @@ def run_train(
         env.pop(key, None)
     small = [
         "data.train_batch_size=2",
-        "actor_rollout_ref.rollout.n=2",
+        # 3 rollouts per prompt: a step whose rewards are all equal has no gradient (see rollout_checks.verify);
+        # with 3 out-of-loop and 3 in-loop samples per step that is rare
+        "actor_rollout_ref.rollout.n=3",
         "data.max_prompt_length=1280",
         "data.max_response_length=512",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",

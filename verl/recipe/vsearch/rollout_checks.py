@@ -298,8 +298,8 @@ def step_metrics(metrics_jsonl: str | Path) -> dict[int, dict]:
 def verify(records: dict[str, list[dict]], steps: dict[int, dict], *, gpu: bool) -> list[str]:
     """Problems (empty: all checks hold): every sync's vLLM weights equal the actor's within vLLM's dtype
     rounding, for every parameter; the vision tower is bit-identical across syncs (frozen) while the rest
-    changes after an update; every generate ran exactly the recipe's prompt; grad_norm finite and > 0 every
-    step; on GPU, sleep frees device memory."""
+    changes after an update; every generate ran exactly the recipe's prompt; grad_norm finite every step and
+    > 0 in every step with a learning signal (and in one step at least); on GPU, sleep frees device memory."""
     problems = []
     syncs = records.get("weights", [])
     if not syncs:
@@ -326,10 +326,18 @@ def verify(records: dict[str, list[dict]], steps: dict[int, dict], *, gpu: bool)
         problems.append(
             f"{len(wrong)}/{len(prompts)} requests: vLLM ran another prompt than the recipe sent: {wrong[:3]}"
         )
+    # grad_norm: finite every step, and non-zero whenever the step has a learning signal (some advantage is not
+    # 0). A step whose rewards are all equal has none: with lr 1e-6 the actor stays within fp32 rounding of the
+    # reference policy, so the low-var KL term and its gradient are exactly 0 too.
     for step, m in sorted(steps.items()):
         g = m.get("actor/grad_norm")
-        if g is not None and not (math.isfinite(g) and g > 0):
-            problems.append(f"step {step}: actor/grad_norm = {g}")
+        if g is None:
+            continue
+        signal = m.get("critic/advantages/max", 1.0) != 0 or m.get("critic/advantages/min", -1.0) != 0
+        if not math.isfinite(g) or (signal and g <= 0):
+            problems.append(f"step {step}: actor/grad_norm = {g} (advantages not all zero: {signal})")
+    if steps and not any((m.get("actor/grad_norm") or 0) > 0 for m in steps.values()):
+        problems.append("no step had a non-zero gradient")
     if gpu:
         releases = [r for r in records.get("sleep", []) if r["event"] == "release"]
         if not releases:
