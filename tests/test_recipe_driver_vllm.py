@@ -183,13 +183,20 @@ def test_hf_export_of_the_last_checkpoint_loads_with_the_vision_tower_unchanged(
     )
     assert r.returncode == 0, r.stderr[-3000:]
     merged = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(target), torch_dtype=torch.float32)
-    warm = Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        str(Path(vllm_run["work"]) / "tiny-qwen2.5-vl-warm"), torch_dtype=torch.float32
-    )
-    new, old = merged.state_dict(), warm.state_dict()
-    visual = [k for k in old if ".visual." in f".{k}"]
-    assert visual and all(torch.equal(new[k], old[k]) for k in visual)
-    assert any(not torch.equal(new[k], old[k]) for k in old if k not in visual)
+    assert sum(p.numel() for p in merged.parameters()) > 0
     assert all(torch.isfinite(p).all() for p in merged.parameters())
-    assert load_file(str(next(target.glob("*.safetensors"))))  # a real safetensors file
+    # verl's merger writes the weights in bf16: the frozen vision tower + merger are the warm-started fp32 weights
+    # rounded to bf16, bit for bit; the language model moved
+    exported = {}
+    for f in target.glob("*.safetensors"):  # names as the checkpoint format has them (visual.*, model.layers.*)
+        for k, v in load_file(str(f)).items():
+            k = k.replace("model.language_model.", "model.", 1) if k.startswith("model.language_model.") else k
+            exported[k[len("model.") :] if k.startswith("model.visual.") else k] = v
+    warm = load_file(str(Path(vllm_run["work"]) / "tiny-qwen2.5-vl-warm" / "model.safetensors"))
+    visual = [k for k in warm if k.startswith("visual.")]
+    assert visual and any(k.startswith("visual.merger.") for k in visual)
+    assert set(visual) <= set(exported), sorted(set(visual) - set(exported))[:3]
+    assert all(torch.equal(exported[k], warm[k].to(exported[k].dtype)) for k in visual)
+    others = [k for k in warm if not k.startswith("visual.") and k in exported]
+    assert others and any(not torch.equal(exported[k], warm[k].to(exported[k].dtype)) for k in others)
     assert (ckpt / "val_generations" / "2.jsonl").is_file() and (ckpt / "val_generations" / "3.jsonl").is_file()
