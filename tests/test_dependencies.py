@@ -22,7 +22,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: import name -> distribution name, where they differ
 DIST_OF = {"PIL": "pillow", "yaml": "pyyaml", "hydra": "hydra-core"}
 #: imported by the library only inside optional helpers that say what to install
-OPTIONAL = {"torch", "transformers", "tokenizers", "qwen_vl_utils", "vllm", "verl"}
+OPTIONAL = {"torch", "transformers", "tokenizers", "qwen_vl_utils", "vllm", "verl", "paddleocr"}
 
 
 def _name(req: str) -> str:

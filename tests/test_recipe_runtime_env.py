@@ -1,5 +1,11 @@
-"""API keys, endpoints and model names reach every Ray worker through the job's runtime env
-(``recipe.vsearch.main.init_ray``), not through the config that verl prints and logs."""
+"""What reaches the Ray workers of a run and what Ray records (``recipe.vsearch.main.init_ray``).
+
+* Non-secret settings (endpoints, model names, PYTHONPATH, NCCL_* / HF_* / TIKTOKEN_* / VLLM_* ...) go into the
+  job's runtime env, so workers on every node get the driver's values; never into the config verl prints.
+* API keys never go through Ray: Ray records a job's runtime env in its job table (``ray list jobs``, the
+  dashboard). Workers inherit them from the environment their node's Ray was started in; a node whose workers
+  lack them fails at start-up with its address.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ require_module("ray")
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from recipe.vsearch.main import FORWARDED_ENV, ray_init_kwargs  # noqa: E402
+from recipe.vsearch.main import FORWARDED_ENV, SECRET_ENV, forwarded_env, ray_init_kwargs  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
 KEY, JUDGE_KEY = "sk-runtime-env-secret-1234", "sk-judge-secret-5678"
@@ -25,6 +31,14 @@ ENV = {
     "JUDGE_API_KEY": JUDGE_KEY,
     "API_MODEL_FOR_AGENT": "gpt-5-mini",
     "JUDGE_MODEL": "gpt-5-nano",
+    "PYTHONPATH": "/proj/verl:/proj",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TIKTOKEN_RS_CACHE_DIR": "/shared/tiktoken",
+    "VLLM_ATTENTION_BACKEND": "FLASH_ATTN",
+    "HF_TOKEN": "hf_secret_token",
+    "CUDA_VISIBLE_DEVICES": "0,1",
     "UNRELATED": "x",
 }
 
@@ -34,64 +48,73 @@ def _config(*overrides):
         return compose(config_name="qwen_2_5_vl_7b_async", overrides=["actor_rollout_ref.model.path=tiny", *overrides])
 
 
-def test_forwarded_env_goes_into_runtime_env_not_into_the_config():
-    cfg = _config(
-        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH=/p",
-        "+ray_kwargs.ray_init.runtime_env.env_vars.JUDGE_MODEL=from-config",
-    )
+def test_settings_are_forwarded_and_secrets_are_not():
+    cfg = _config("+ray_kwargs.ray_init.runtime_env.env_vars.JUDGE_MODEL=from-config")
     before = OmegaConf.to_yaml(cfg)
-    kwargs, shown = ray_init_kwargs(cfg, ENV)
+    kwargs = ray_init_kwargs(cfg, ENV)
     env_vars = kwargs["runtime_env"]["env_vars"]
-    assert env_vars["OPENAI_API_KEY"] == KEY and env_vars["JUDGE_API_KEY"] == JUDGE_KEY
-    assert env_vars["OPENAI_BASE_URL"] == ENV["OPENAI_BASE_URL"] and env_vars["API_MODEL_FOR_AGENT"] == "gpt-5-mini"
+    for name in (
+        "OPENAI_BASE_URL",
+        "API_MODEL_FOR_AGENT",
+        "PYTHONPATH",
+        "NCCL_SOCKET_IFNAME",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "TIKTOKEN_RS_CACHE_DIR",
+        "VLLM_ATTENTION_BACKEND",
+    ):
+        assert env_vars[name] == ENV[name], name
     assert env_vars["JUDGE_MODEL"] == "from-config"  # an explicit config value wins
-    assert env_vars["PYTHONPATH"] == "/p" and "UNRELATED" not in env_vars
+    for name in ("OPENAI_API_KEY", "JUDGE_API_KEY", "HF_TOKEN", "CUDA_VISIBLE_DEVICES", "UNRELATED"):
+        assert name not in env_vars, name
+    assert KEY not in repr(kwargs) and JUDGE_KEY not in repr(kwargs) and "hf_secret_token" not in repr(kwargs)
     assert env_vars["TOKENIZERS_PARALLELISM"] == "true"  # verl's default runtime env is kept
-    assert kwargs["num_cpus"] is None or isinstance(kwargs["num_cpus"], int)
-    # what is printed has no secret; the config (printed by verl's TaskRunner, logged by Tracking) is unchanged
-    assert (
-        KEY not in repr(shown)
-        and JUDGE_KEY not in repr(shown)
-        and shown["runtime_env"]["env_vars"]["OPENAI_API_KEY"] == "***"
-    )
     assert OmegaConf.to_yaml(cfg) == before and KEY not in before
-    assert set(FORWARDED_ENV) >= {"OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_API_KEY", "JUDGE_API_BASE_URL"}
+    assert set(SECRET_ENV) >= {"OPENAI_API_KEY", "JUDGE_API_KEY"} and not set(SECRET_ENV) & set(FORWARDED_ENV)
+    assert forwarded_env({"OPENAI_API_KEY": KEY}) == {}
 
 
-def test_a_ray_worker_without_the_drivers_env_gets_the_keys(monkeypatch):
-    """A real local Ray whose processes do NOT inherit the key from the driver's environment (as on another
-    node or a pre-started cluster): the worker sees it only through the runtime env."""
+def test_a_secret_put_in_the_runtime_env_by_config_is_refused():
+    cfg = _config(f"+ray_kwargs.ray_init.runtime_env.env_vars.OPENAI_API_KEY={KEY}")
+    with pytest.raises(ValueError, match="job table"):
+        ray_init_kwargs(cfg, {})
+
+
+def test_keys_reach_the_workers_but_not_rays_job_table(monkeypatch, capsys):
+    """A real local Ray started by ``init_ray``: a worker reads the keys (inherited from the driver's
+    environment, as every worker of a node inherits its raylet's), and nothing Ray records about the job
+    (GCS job table: runtime env, entrypoint, config) contains them, while it does hold the forwarded settings."""
     import ray
 
+    from recipe.vsearch import main as recipe_main
     from recipe.vsearch.agent_loops import ApiEndpoints
 
-    for name in FORWARDED_ENV:
-        monkeypatch.delenv(name, raising=False)
-    kwargs, _ = ray_init_kwargs(
-        _config(
-            "ray_kwargs.ray_init.num_cpus=1",
-            "+ray_kwargs.ray_init.include_dashboard=False",
-            "+ray_kwargs.ray_init.address=local",
-            f"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH={REPO / 'verl'}:{REPO}",
-        ),
-        ENV,
+    for name, value in ENV.items():
+        if name not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES"):
+            monkeypatch.setenv(name, value)
+    cfg = _config(
+        "ray_kwargs.ray_init.num_cpus=1",
+        "+ray_kwargs.ray_init.include_dashboard=False",
+        "+ray_kwargs.ray_init.address=local",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH={REPO / 'verl'}:{REPO}",
     )
-    assert "OPENAI_API_KEY" not in os.environ
-    ray.init(**kwargs)
+    recipe_main.init_ray(cfg)  # includes check_worker_secrets on every node
     try:
+        assert KEY not in capsys.readouterr().out  # the printed ray init kwargs
 
         @ray.remote(num_cpus=0)
         def endpoints():
             ep = ApiEndpoints.from_env()
-            return ep.api_key, ep.base_url, ep.judge_api_key, os.environ.get("JUDGE_MODEL")
+            return ep.api_key, ep.base_url, ep.judge_api_key, os.environ.get("TIKTOKEN_RS_CACHE_DIR")
 
-        assert ray.get(endpoints.remote(), timeout=120) == (KEY, ENV["OPENAI_BASE_URL"], JUDGE_KEY, "gpt-5-nano")
+        assert ray.get(endpoints.remote(), timeout=120) == (KEY, ENV["OPENAI_BASE_URL"], JUDGE_KEY, "/shared/tiktoken")
+        recorded = " ".join(
+            str(info) for info in ray._private.worker.global_worker.gcs_client.get_all_job_info().values()
+        )
+        assert "TIKTOKEN_RS_CACHE_DIR" in recorded and ENV["OPENAI_BASE_URL"] in recorded  # the right record
+        assert KEY not in recorded and JUDGE_KEY not in recorded and "hf_secret_token" not in recorded
+        # a node whose workers lack a key the driver has: a clear error naming the node, at start-up
+        with pytest.raises(SystemExit, match="do not see the API key"):
+            recipe_main.check_worker_secrets(["VSEARCH_TEST_KEY_NOT_ON_NODES"])
     finally:
         ray.shutdown()
-
-
-@pytest.mark.parametrize("missing", ["OPENAI_API_KEY"])
-def test_without_the_env_nothing_is_invented(missing):
-    env = {k: v for k, v in ENV.items() if k != missing}
-    kwargs, _ = ray_init_kwargs(_config(), env)
-    assert missing not in kwargs["runtime_env"]["env_vars"]

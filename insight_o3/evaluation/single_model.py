@@ -27,6 +27,9 @@ from ..trajectory import image_part, message, to_openai
 log = logging.getLogger(__name__)
 #: Extra requests for choices a server left out before the attempts are recorded as failed.
 MISSING_CHOICE_ROUNDS = 2
+#: The single-model evaluation's request settings (the released ``evaluate.py``: 16K completion tokens); the
+#: O3-Bench difficulty filter asks with the same.
+DEFAULT_COMPLETION_KWARGS = {"max_completion_tokens": 16384}
 
 
 def _usage(resp) -> dict | None:

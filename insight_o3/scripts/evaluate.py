@@ -39,7 +39,7 @@ from ..evaluation.run_card import build_run_card
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
-from ..evaluation.single_model import SingleModelSolver
+from ..evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..images import ImageStore, Resize
 from ..protocol import LIMITS
@@ -246,7 +246,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.chat_completion_kwargs is None:
         a.chat_completion_kwargs = (
-            dict(VREASONER_COMPLETION_KWARGS) if a.vsearcher_model else {"max_completion_tokens": 16384}
+            dict(VREASONER_COMPLETION_KWARGS) if a.vsearcher_model else dict(DEFAULT_COMPLETION_KWARGS)
         )
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)

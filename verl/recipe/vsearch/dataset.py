@@ -72,8 +72,63 @@ def build_messages(row: dict, index: int = -1) -> tuple[list[dict], str]:
     ], uri
 
 
+def vsearcher_prompt_text_tokens(tokenizer, description: str) -> int:
+    """Tokens of the vSearcher's first prompt (F.2 system prompt + the task) without the image's pad tokens:
+    the chat template with one image part, minus its single ``<|image_pad|>``."""
+    messages = [
+        {"role": "system", "content": VSEARCHER_SYSTEM_PROMPT},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image"},
+                {"type": "text", "text": fill(VSEARCHER_FIRST_USER_PROMPT, target=description)},
+            ],
+        },
+    ]
+    return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)) - 1
+
+
 class VSearchDataset(RLHFDataset):
     """RLHFDataset whose ``raw_prompt`` is rendered from the insight_o3 prompts (CPU-safe)."""
+
+    def maybe_filter_out_long_prompts(self, dataframe=None):
+        """The first vSearcher prompt of every out-of-loop row must fit ``data.max_prompt_length``: verl pads
+        prompts to it and never truncates, so one longer prompt would fail a whole training step. The start-up
+        check (``settings.RunSettings``) reserves ``PROMPT_TEXT_TOKENS`` of the prompt for text next to the
+        largest image; here each row's text is held to that reservation, when the data is loaded. A row over it
+        is an error naming the row, or is dropped (and counted) with ``data.filter_overlong_prompts=True``, as
+        verl does. In-loop rows carry a question for the API vReasoner; their vSearcher prompts are built from
+        its descriptions at run time and checked there (``policy_searcher.PromptTooLong``: a failed episode)."""
+        from .settings import PROMPT_TEXT_TOKENS
+
+        dataframe = self.dataframe if dataframe is None else dataframe
+        if self.tokenizer is None:  # nothing to count with (verl always passes the policy's tokenizer)
+            return dataframe
+        cols = dataframe.select_columns(
+            [c for c in ("agent_name", "extra_info", "data_source") if c in dataframe.column_names]
+        )
+        too_long = []
+        for i, row in enumerate(cols):
+            if row.get("agent_name") != "vsearcher":
+                continue
+            desc = (row.get("extra_info") or {}).get("description")
+            if not isinstance(desc, str):
+                continue  # build_messages reports the missing field when the row is read
+            n = vsearcher_prompt_text_tokens(self.tokenizer, desc.strip())
+            if n > PROMPT_TEXT_TOKENS:
+                too_long.append((i, n, row.get("data_source")))
+        if not too_long:
+            return dataframe
+        what = ", ".join(f"row {i} (data_source={ds!r}): {n} tokens" for i, n, ds in too_long[:5])
+        if not self.filter_overlong_prompts:
+            raise ValueError(
+                f"vsearch dataset: {len(too_long)} vSearcher prompt(s) have more than the {PROMPT_TEXT_TOKENS} text "
+                f"tokens the first prompt reserves next to the image: {what}. Shorten their extra_info.description, "
+                "or set data.filter_overlong_prompts=True to drop them"
+            )
+        drop = {i for i, _, _ in too_long}
+        print(f"[vsearch] dropped {len(drop)} row(s) whose vSearcher prompt is too long: {what}", flush=True)
+        return dataframe.select([i for i in range(len(dataframe)) if i not in drop])
 
     def __getitem__(self, item):
         row: dict = self.dataframe[item]

@@ -26,13 +26,22 @@ in three places, each small:
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
+from uuid import uuid4
 
 import numpy as np
 import ray
 import torch
-from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorkerBase
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopManager,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    AgentLoopWorkerBase,
+)
 
+from insight_o3.api import ENV_KEYS, resolve_key
+from insight_o3.redaction import failure_reason
 from verl import DataProto
 
 from .hybrid_advantage import inloop_uid
@@ -89,30 +98,99 @@ def episode_fields(
     )
 
 
+def failed_episode_output(tokenizer, row: dict, error: BaseException, in_loop: bool, where: str) -> AgentLoopOutput:
+    """The failed-episode placeholder of ``agent_loops.FailSafeAgentLoop`` (also used by the worker when an episode's
+    rows cannot be post-processed, :class:`VSearchAgentLoopWorker`)."""
+    episode_id = str(row.get(EPISODE_ID_KEY) or row.get("uid") or uuid4().hex)
+    for role in ("main", "judge"):  # registers this process's keys, so that the message below never shows them
+        resolve_key(None, ENV_KEYS[role][0])
+    message = failure_reason(error, 500)
+    print(f"[vsearch] episode {episode_id} ({where}) failed: {message}", file=sys.stderr, flush=True)
+    common = episode_fields(
+        episode_id, n_calls=0, has_answer=False, correct=False, critical_failure=True, status="error", n_feedback=0
+    )
+    extra = {
+        "n_tool": 0,
+        "format_ok": False,
+        "format_error": f"episode failed: {message}",
+        "pred_box": None,
+        "is_in_loop": in_loop,
+        "feedback_helpful": None,
+        "answer_correct": False,
+        "call_index": -1,
+        "feedback": None,
+        ROLE_KEY: ROLE_PLACEHOLDER,
+        "critical_failure": True,
+        "search_status": "error",
+        "search_truncated": False,
+        **common,
+    }
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return AgentLoopOutput(
+        prompt_ids=[eos],
+        response_ids=[eos],
+        response_mask=[0],
+        multi_modal_data={},
+        num_turns=1,
+        metrics=AgentLoopMetrics(),
+        extra_fields=extra,
+    )
+
+
+def image_grid_thw(processor, images) -> torch.Tensor:
+    """``image_grid_thw`` as Qwen2.5-VL's image processor returns it for ``images``, without computing pixel
+    values: ``(1, h / patch, w / patch)`` of each image's ``smart_resize`` under the processor's pixel limits."""
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+    ip = processor.image_processor
+    patch, merge = int(ip.patch_size), int(ip.merge_size)
+    size = getattr(ip, "size", None) or {}
+    min_pixels = size.get("shortest_edge", getattr(ip, "min_pixels", None))
+    max_pixels = size.get("longest_edge", getattr(ip, "max_pixels", None))
+    rows = []
+    for img in images:
+        h, w = smart_resize(img.height, img.width, factor=patch * merge, min_pixels=min_pixels, max_pixels=max_pixels)
+        rows.append([1, h // patch, w // patch])
+    return torch.tensor(rows, dtype=torch.long)
+
+
 class VSearchAgentLoopWorker(AgentLoopWorkerBase):
     """``AgentLoopWorker`` that turns one agent-loop output into 1..k verl rows (see module doc)."""
 
     async def _agent_loop_postprocess(self, output, **kwargs) -> list:
         extras = output.extra_fields.pop(EXTRA_SAMPLES_KEY, None) or []
-        rows = []
-        for sample in [output, *extras]:
-            for key in ROW_KEYS:
-                if key in kwargs:
-                    sample.extra_fields.setdefault(key, kwargs[key])
-            if sample.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER):
-                sample.extra_fields["uid"] = inloop_uid(
-                    str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
-                    int(sample.extra_fields.get("call_index", 0)),
-                )
-            if self.processor is not None and (sample.multi_modal_data or {}).get("images"):
-                # the image processor (pixel values of every image of the row) in a thread, not on the event loop
-                # that every agent loop of this worker shares; verl's post-processing then takes the result
-                ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
-                self._mm_inputs_ready()[id(sample)] = await asyncio.to_thread(
-                    AgentLoopWorkerBase._compute_multi_modal_inputs, self, sample, ids
-                )
-            rows.append(await super()._agent_loop_postprocess(sample, **kwargs))
-        return rows
+        try:
+            return [await self._postprocess_sample(sample, **kwargs) for sample in [output, *extras]]
+        except Exception as e:
+            # e.g. a model that emitted image pads of its own: the processor cannot pair pads and images. One
+            # episode's rows fail, not the step: the episode becomes the failed placeholder of
+            # agent_loops.FailSafeAgentLoop (masked, counted with the API failures)
+            in_loop = output.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER)
+            failed = failed_episode_output(self.tokenizer, kwargs, e, in_loop, "post-processing")
+            return [await self._postprocess_sample(failed, **kwargs)]
+
+    async def _postprocess_sample(self, sample, **kwargs):
+        for key in ROW_KEYS:
+            if key in kwargs:
+                sample.extra_fields.setdefault(key, kwargs[key])
+        if sample.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER):
+            sample.extra_fields["uid"] = inloop_uid(
+                str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
+                int(sample.extra_fields.get("call_index", 0)),
+            )
+        images = (sample.multi_modal_data or {}).get("images")
+        if self.processor is not None and images and kwargs.get(VALIDATE_KEY):
+            # a validation row is never trained on: no pixel values (fp32, ~18 KB per image token, ~308 MB for
+            # one image at val.sh's 12.8M-pixel budget), only the grids verl's mrope position ids need
+            self._mm_inputs_ready()[id(sample)] = {"image_grid_thw": image_grid_thw(self.processor, images)}
+        elif self.processor is not None and images:
+            # the image processor (pixel values of every image of the row) in a thread, not on the event loop
+            # that every agent loop of this worker shares; verl's post-processing then takes the result
+            ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
+            self._mm_inputs_ready()[id(sample)] = await asyncio.to_thread(
+                AgentLoopWorkerBase._compute_multi_modal_inputs, self, sample, ids
+            )
+        return await super()._agent_loop_postprocess(sample, **kwargs)
 
     def _mm_inputs_ready(self) -> dict:
         if not hasattr(self, "_mm_ready"):
@@ -152,7 +230,8 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
     """Per-step in-loop statistics, one value per episode (first row of each ``episode_id``).
 
     ``vsearch/accuracy_reward``: judged-correct episodes over episodes not cut by API failures;
-    ``vsearch/critical_failure_ratio``: episodes cut by API failures over all episodes;
+    ``vsearch/critical_failure_ratio``: episodes cut by API failures, or ended by an exception (any loop,
+    ``agent_loops.FailSafeAgentLoop``), over all episodes; ``vsearch/episode_error_ratio``: the exceptions alone;
     ``vsearch/has_answer``: episodes ending with a boxed answer; ``vsearch/calls_per_qa``: vSearcher
     calls per episode; ``vsearch/feedback_rate``: calls the vReasoner rated (helpful/unhelpful) over
     calls; ``vsearch/pseudo_iou_rate``: in-loop samples with r̂_IoU = 1[s = c = 1].
@@ -170,6 +249,9 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
         ok = ~crit
         correct = np.array([bool(_col(batch, "episode_correct")[i]) for i in rows])
         m["vsearch/critical_failure_ratio"] = float(crit.mean())
+        # the share of those that ended in an exception (agent_loops.FailSafeAgentLoop), not an API failure
+        status = np.array([str(_col(batch, "episode_status")[i]) for i in rows])
+        m["vsearch/episode_error_ratio"] = float((status == "error").mean())
         m["vsearch/accuracy_reward"] = float(correct[ok].mean()) if ok.any() else 0.0
         m["vsearch/has_answer"] = float(np.mean([bool(_col(batch, "episode_has_answer")[i]) for i in rows]))
         calls = np.array([int(_col(batch, "episode_n_calls")[i]) for i in rows])

@@ -10,8 +10,10 @@ the TaskRunner builds :class:`recipe.vsearch.trainer.VSearchRayPPOTrainer` inste
 (4) the actor/rollout worker is verl's with a fully on-policy ``update_actor``
 (:mod:`recipe.vsearch.on_policy`). Before Ray starts, the run's settings
 (:class:`recipe.vsearch.settings.RunSettings`) are validated and their effective values printed once, and
-(5) Ray is started with the API keys / endpoints / model names of the driver's environment in the job's
-runtime env (:func:`init_ray`), so every worker on every node has them, without them entering the config.
+(5) Ray is started with the driver's non-secret settings (endpoints, model names, PYTHONPATH, NCCL_* / HF_* /
+TIKTOKEN_* / VLLM_* ...) in the job's runtime env (:func:`init_ray`), so every worker on every node has them;
+API keys never go through Ray (it records runtime envs in its job table): workers inherit them from the
+environment their node's Ray was started in, which :func:`check_worker_secrets` verifies on every node.
 ``--cfg job`` prints the composed config and exits without starting Ray.
 """
 
@@ -26,18 +28,39 @@ from verl.trainer.main_ppo import TaskRunner, run_ppo
 from insight_o3.api import ENV_KEYS
 from recipe.vsearch.settings import RunSettings, SettingsError
 
-#: driver environment variables every Ray worker needs (the agent loops' API endpoints and keys, read by
-#: ``recipe.vsearch.agent_loops.ApiEndpoints.from_env``; the scripts' model-name variables). Workers on other
-#: nodes, or of a Ray cluster started before the driver, do not inherit the driver's environment: they get
-#: these through the job's runtime env, set here and never written into the (printed, logged) config.
-FORWARDED_ENV = tuple(
+#: API environment of the agent loops (``recipe.vsearch.agent_loops.ApiEndpoints.from_env``) and the scripts'
+#: model-name variables
+API_ENV = tuple(
     dict.fromkeys(
         [name for kind in ("main", "judge") for group in ENV_KEYS[kind] for name in group]
         + ["API_MODEL_FOR_AGENT", "JUDGE_MODEL"]
     )
 )
-#: of those, the ones whose values are never printed
-SECRET_ENV = tuple(n for n in FORWARDED_ENV if n.endswith("_KEY"))
+#: of those, the secrets. They are NEVER put in Ray's runtime env: Ray records a job's runtime env in its job
+#: table, which ``ray list jobs`` and the dashboard show. Workers get them from the environment of the process
+#: that started their node's raylet: the driver itself for a Ray it starts (single node), or ``ray start`` on
+#: each node of a multi-node cluster (export them there); :func:`check_worker_secrets` verifies every node.
+SECRET_ENV = tuple(n for n in API_ENV if n.endswith("_KEY"))
+#: the non-secret variables copied from the driver into the job's runtime env, so that workers on other nodes
+#: (and of a Ray cluster started before the driver) see the driver's values
+FORWARDED_ENV = tuple(n for n in API_ENV if n not in SECRET_ENV) + ("PYTHONPATH", "TOKENIZERS_PARALLELISM")
+#: ... and every variable with one of these prefixes: NCCL tuning, the Hugging Face hub / cache and offline
+#: switches, the harmony vocab location (``recipe.vsearch.offline``), vLLM's settings
+FORWARDED_ENV_PREFIXES = ("NCCL_", "HF_", "TRANSFORMERS_", "TIKTOKEN_", "VLLM_")
+#: never forwarded even if a prefix matches: per-node / per-process values
+NOT_FORWARDED = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def forwarded_env(environ) -> dict[str, str]:
+    """The driver variables that go into the job's runtime env (see :data:`FORWARDED_ENV`)."""
+    out = {}
+    for name, value in environ.items():
+        if not value or name in NOT_FORWARDED or name in SECRET_ENV or name.endswith("_KEY"):
+            continue
+        if name in FORWARDED_ENV or name.startswith(FORWARDED_ENV_PREFIXES):
+            out[name] = value
+    return out
+
 
 #: Modules whose import has a side effect the TaskRunner process needs (registrations).
 RECIPE_REGISTRATIONS = ("recipe.vsearch.hybrid_advantage", "recipe.vsearch.trainer")
@@ -83,11 +106,11 @@ def check_settings(config) -> RunSettings:
     return settings
 
 
-def ray_init_kwargs(config, environ=None) -> tuple[dict, dict]:
+def ray_init_kwargs(config, environ=None) -> dict:
     """``ray.init`` kwargs as verl's ``run_ppo`` builds them (its default runtime env merged with
-    ``ray_kwargs.ray_init``), plus :data:`FORWARDED_ENV` from ``environ`` (default ``os.environ``) in
-    ``runtime_env.env_vars``; values given explicitly in the config win. Returns ``(kwargs, printable)``:
-    the second has the secret values replaced by ``***``. ``config`` is not modified."""
+    ``ray_kwargs.ray_init``), plus :func:`forwarded_env` of ``environ`` (default ``os.environ``) in
+    ``runtime_env.env_vars``; values given explicitly in the config win. No secret goes in (:data:`SECRET_ENV`),
+    so the kwargs can be printed. ``config`` is not modified."""
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
@@ -97,34 +120,77 @@ def ray_init_kwargs(config, environ=None) -> tuple[dict, dict]:
     env_vars = dict(runtime_env.get("env_vars") or {})
     if config.transfer_queue.enable:
         env_vars["TRANSFER_QUEUE_ENABLE"] = "1"
-    for name in FORWARDED_ENV:
-        if environ.get(name) and name not in env_vars:
-            env_vars[name] = environ[name]
+    for name, value in forwarded_env(environ).items():
+        env_vars.setdefault(name, value)
+    secret = sorted(n for n in env_vars if n in SECRET_ENV or n.endswith("_KEY"))
+    if secret:
+        raise ValueError(
+            f"ray_kwargs.ray_init.runtime_env.env_vars sets {secret}: Ray would record the secret in its job table "
+            "(ray list jobs, the dashboard). Export it in the environment of train.sh (single node) or of "
+            "`ray start` on every node instead."
+        )
     runtime_env["env_vars"] = env_vars
-    kwargs = {**init, "runtime_env": runtime_env}
-    shown_env = {k: ("***" if k in SECRET_ENV else v) for k, v in env_vars.items()}
-    return kwargs, {**init, "runtime_env": {**runtime_env, "env_vars": shown_env}}
+    return {**init, "runtime_env": runtime_env}
 
 
 def init_ray(config) -> None:
-    """Start (or join) Ray with the API environment forwarded to every worker (see :data:`FORWARDED_ENV`);
-    verl's ``run_ppo`` then finds Ray initialised and uses it."""
+    """Start (or join) Ray with :func:`ray_init_kwargs`; verl's ``run_ppo`` then finds Ray initialised and uses
+    it. Then check that the workers of every node see the API keys the driver has (:func:`check_worker_secrets`)."""
     import ray
 
     if ray.is_initialized():
         return
-    kwargs, shown = ray_init_kwargs(config)
-    print(f"[vsearch] ray init kwargs: {shown}", flush=True)
+    kwargs = ray_init_kwargs(config)
+    print(f"[vsearch] ray init kwargs: {kwargs}", flush=True)
     ray.init(**kwargs)
+    check_worker_secrets([n for n in SECRET_ENV if os.environ.get(n)])
+
+
+def check_worker_secrets(names: list[str], timeout: float = 300) -> None:
+    """Every alive node's workers see each variable in ``names`` (set, non-empty; values are never read back).
+    A node whose raylet was started without them (``ray start`` in a shell without the keys) fails here with
+    the node's address, instead of as API failures in the middle of training."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not names:
+        return
+
+    @ray.remote(num_cpus=0)
+    def present(keys):
+        return [k for k in keys if os.environ.get(k)]
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    refs = [
+        present.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(names)
+        for n in nodes
+    ]
+    missing = []
+    for node, seen in zip(nodes, ray.get(refs, timeout=timeout)):
+        lacking = sorted(set(names) - set(seen))
+        if lacking:
+            missing.append(f"{node.get('NodeManagerAddress')}: {lacking}")
+    if missing:
+        raise SystemExit(
+            "[vsearch] error: Ray workers on these nodes do not see the API key(s): "
+            + "; ".join(missing)
+            + ". Keys are not sent through Ray (its job table would show them): export them in the shell that runs "
+            "`ray start` on each node, then restart Ray there (see recipe/vsearch/README.md, Multi-node)."
+        )
 
 
 @hydra.main(config_path="config", config_name="qwen_2_5_vl_7b_async", version_base=None)
 def main(config) -> None:
     import ray
 
+    from recipe.vsearch.offline import OfflineStartupError, check_harmony_vocab
+    from recipe.vsearch.resume import check_resume
+
     try:
         check_settings(config)
-    except SettingsError as e:
+        print(f"[vsearch] {check_resume(config)}", flush=True)
+        print(f"[vsearch] {check_harmony_vocab(str(config.actor_rollout_ref.rollout.name))}", flush=True)
+    except (SettingsError, OfflineStartupError) as e:
         print(f"[vsearch] error: {e}", file=sys.stderr)
         sys.exit(2)
     import_recipe_modules()

@@ -70,6 +70,11 @@ class SearcherRollout:
         }
 
 
+class PromptTooLong(ValueError):
+    """A vSearcher prompt longer than the rollout's prompt length (the episode fails; see
+    ``agent_loops.FailSafeAgentLoop``)."""
+
+
 def budgeted(sampling_params: dict, remaining: int) -> dict:
     """A copy of ``sampling_params`` whose ``max_tokens`` is at most ``remaining`` (the unused part of the
     trajectory's response budget). verl's rollout servers read ``max_tokens`` (vLLM: ``SamplingParams``;
@@ -106,8 +111,17 @@ class PolicySearcher:
     fit ends the episode (``failed``/truncated, no reward).
     """
 
-    def __init__(self, agent_loop, images: ImageStore, max_pixels: int, max_tool_calls: int, response_length: int):
+    def __init__(
+        self,
+        agent_loop,
+        images: ImageStore,
+        max_pixels: int,
+        max_tool_calls: int,
+        response_length: int,
+        prompt_length: int | None = None,
+    ):
         self.loop = agent_loop
+        self.prompt_length = prompt_length
         self.images, self.max_pixels, self.max_tool_calls = images, max_pixels, max_tool_calls
         self.response_length = response_length
         tok = agent_loop.tokenizer
@@ -150,6 +164,12 @@ class PolicySearcher:
             return sess, first, self.template_ids(template_messages(sess.messages), first)
 
         s, pics, prompt_ids = await asyncio.to_thread(start)
+        if self.prompt_length is not None and len(prompt_ids) > self.prompt_length:
+            # verl pads every prompt to rollout.prompt_length and does not truncate: a longer one breaks the batch
+            raise PromptTooLong(
+                f"the vSearcher's first prompt has {len(prompt_ids)} tokens, more than rollout.prompt_length="
+                f"{self.prompt_length} (data.max_prompt_length); description: {description[:200]!r}"
+            )
         resp: list[int] = []
         mask: list[int] = []
         logprobs: list[float] | None = []

@@ -45,6 +45,9 @@ VSEARCH_KEYS = ("agent_config_path", "stage", "judge_model", "reward", "max_api_
 PROMPT_TEXT_TOKENS = 1024
 #: pixels per image token of Qwen2.5-VL (14 px patches merged 2x2)
 PIXELS_PER_TOKEN = 28 * 28
+#: the one FSDP strategy of the actor and the reference policy: what the CPU driver test runs (FSDP2 on gloo:
+#: frozen vision tower, reference offload, weight sync to vLLM, checkpoints); verl's default would be FSDP1
+ACTOR_STRATEGY = "fsdp2"
 
 
 #: options the recipe cannot honour, rejected at start-up (key -> predicate on its value) ...
@@ -231,11 +234,41 @@ class RunSettings:
             value = _get(config, key)
             if value is not None and value is not False and bad(value):
                 raise SettingsError(f"{key}={value!r} is not supported by the vsearch recipe: {UNSUPPORTED_WHY[key]}")
+        for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy"):
+            strategy = _get(config, key)  # absent only in the loops' partial configs
+            if strategy is not None and strategy != ACTOR_STRATEGY:
+                raise SettingsError(
+                    f"{key}={strategy!r} is not supported: the recipe runs and tests one strategy, "
+                    f"{ACTOR_STRATEGY!r} (the recipe YAML sets it; the CPU driver test runs it)"
+                )
+        self._check_limit_images(config)
+        data = _get(config, "data")
+        if data is not None and "val_batch_size" in data:  # absent only in the loops' partial configs
+            vb = data.get("val_batch_size")
+            if isinstance(vb, bool) or not isinstance(vb, int) or vb <= 0:
+                raise SettingsError(
+                    f"data.val_batch_size must be a positive int, got {vb!r}: unset, verl validates the whole "
+                    "validation set as one batch (every episode at once, all rows in the driver's memory)"
+                )
         impl = _get(config, "trainer.use_legacy_worker_impl", "auto")
         if impl not in ("auto", "enable"):
             raise SettingsError(
                 f"trainer.use_legacy_worker_impl={impl!r} is not supported: the on-policy update "
                 "(recipe.vsearch.on_policy) wraps verl's FSDP ActorRolloutRefWorker; use 'auto'"
+            )
+
+    def _check_limit_images(self, config) -> None:
+        """vLLM rejects a request with more images than ``limit_images`` (``limit_mm_per_prompt``) and verl's
+        server then fails the whole step: a vSearcher trajectory sends the whole image + one crop per tool call."""
+        if _get(config, "actor_rollout_ref.rollout.name") != "vllm":
+            return
+        need = self.vsearcher_max_tool_calls + 1
+        limit = _get(config, "actor_rollout_ref.rollout.limit_images")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < need:
+            raise SettingsError(
+                f"actor_rollout_ref.rollout.limit_images is {limit!r}, but a vSearcher trajectory sends up to {need} "
+                f"images to vLLM (the whole image + vsearcher.max_tool_calls={self.vsearcher_max_tool_calls} crops in "
+                f"{self.agent_config_path}); set it to at least {need}"
             )
 
     # ------------------------------------------------------------------ reporting

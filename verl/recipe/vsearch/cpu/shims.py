@@ -20,10 +20,9 @@ this module can never change a GPU run. Installed in every Ray worker process by
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import os
-import sys
+
+from ..import_hooks import after_import
 
 _INSTALLED = False
 
@@ -103,35 +102,6 @@ def patch_fsdp2_offload(fsdp_workers, set_attr=setattr) -> None:
         return original(*args, pin_memory=False, **kwargs)
 
     set_attr(fsdp_workers, "CPUOffloadPolicy", cpu_offload_policy)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Run ``fn(module)`` right after ``name`` is imported (so that processes which never import it,
-    e.g. the agent-loop workers, do not pay for importing it)."""
-
-    def __init__(self, name: str, fn):
-        self.name, self.fn = name, fn
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        exec_module, fn = spec.loader.exec_module, self.fn
-
-        def exec_and_patch(module):
-            exec_module(module)
-            fn(module)
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
-def after_import(name: str, fn) -> None:
-    if name in sys.modules:
-        fn(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, fn))
 
 
 def install() -> bool:

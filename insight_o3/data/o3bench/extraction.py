@@ -1,0 +1,238 @@
+"""Step ``extract``: E.1 information extraction on every layout crop and on the full image (B.2 step 2).
+
+Each request is ``[system: EXTRACTION_PROMPT, user: [image]]`` (``--extract_prompt_role user`` sends
+``[user: [image, EXTRACTION_PROMPT]]`` instead, for servers whose chat template drops system messages). The crop is
+cut from the original image at the layout's box; crops and full images are resized to Qwen2.5-VL's ``smart_resize``
+grid under ``--max_pixels`` (what vLLM would do to it anyway), so the server sees exactly the pixels recorded.
+
+A reply is parsed into its three sections (:func:`parse_extraction`); a reply without them, or cut off by the token
+limit, is asked again (``--parse_retries``) and then recorded as failed with the last reply and the reason. Failed
+records are retried by the next run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from ...images import ImageStore, Resize
+from ...trajectory import image_part, message, to_openai
+from .prompts import EXTRACTION_PROMPT
+from .records import SourceImage
+from .steps import Endpoint, StepJob
+
+SECTIONS = ("identification", "caption", "ocr")
+_TITLES = {"image identification": "identification", "detailed caption": "caption", "extracted ocr": "ocr"}
+# a heading line: optional '#'s, optional bold, the title, optional "(if any)", optional colon / bold
+_HEADING = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?[ \t]*(image identification|detailed caption|extracted ocr)"
+    r"(?:[ \t]*\(if any\))?[ \t]*:?[ \t]*(?:\*\*|__)?[ \t]*:?[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n(.*)\n\s*```\s*$", re.DOTALL)
+FULL_IMAGE = "full"
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """The three sections of an E.1 reply, stripped. ``ocr`` is as the model wrote it ("None" when no text)."""
+
+    identification: str
+    caption: str
+    ocr: str
+
+    @property
+    def has_text(self) -> bool:
+        return self.ocr.strip().strip('"').strip().lower() not in ("", "none")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Extraction:
+        return cls(str(d.get("identification", "")), str(d.get("caption", "")), str(d.get("ocr", "")))
+
+
+class ExtractionFormatError(ValueError):
+    """A reply without the three sections of E.1's output format (the message says what is missing)."""
+
+
+def parse_extraction(text: str | None) -> Extraction:
+    """Split an E.1 reply into its three sections, in order: ``## Image Identification``, ``## Detailed Caption``,
+    ``## Extracted OCR (if any)``. Headings may carry other ``#`` levels, bold or a colon; a reply wrapped in one code
+    fence is unwrapped. Raises :class:`ExtractionFormatError` when a section is missing, out of order or (for the
+    first two) empty; an empty OCR section reads as ``None``."""
+    text = (text or "").strip()
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1)
+    found: dict[str, re.Match] = {}
+    for m in _HEADING.finditer(text):
+        name = _TITLES[m.group(1).lower()]
+        if name in found:
+            continue
+        found[name] = m
+        if name == "ocr":
+            break  # everything after is OCR text, which may contain a line that looks like a heading
+    missing = [n for n in SECTIONS if n not in found]
+    if missing:
+        titles = {v: k.title() for k, v in _TITLES.items()}
+        raise ExtractionFormatError("missing section(s): " + ", ".join(f"'## {titles[n]}'" for n in missing))
+    starts = [found[n].start() for n in SECTIONS]
+    if starts != sorted(starts):
+        raise ExtractionFormatError("sections out of order (expected identification, caption, OCR)")
+    bodies = []
+    for i, name in enumerate(SECTIONS):
+        end = found[SECTIONS[i + 1]].start() if i + 1 < len(SECTIONS) else len(text)
+        bodies.append(text[found[name].end() : end].strip())
+    ident, caption, ocr = bodies
+    if not ident:
+        raise ExtractionFormatError("empty section '## Image Identification'")
+    if not caption:
+        raise ExtractionFormatError("empty section '## Detailed Caption'")
+    return Extraction(ident, caption, ocr or "None")
+
+
+@dataclass(frozen=True)
+class ExtractTask:
+    """One E.1 request: the full image (``layout_id`` None) or one layout crop."""
+
+    image_key: str
+    image: str
+    layout_id: int | None
+    bbox: tuple[float, float, float, float] | None
+
+    @property
+    def sample_key(self) -> str:
+        return f"{self.image_key}#{FULL_IMAGE if self.layout_id is None else f'L{self.layout_id}'}"
+
+
+def tasks_for(sources: list[SourceImage]) -> list[ExtractTask]:
+    """Every request of the step, image by image (full image first, then its layouts in id order), so one decode
+    of an original serves all its crops."""
+    out = []
+    for s in sources:
+        out.append(ExtractTask(s.key, s.image, None, None))
+        out.extend(ExtractTask(s.key, s.image, lay.layout_id, lay.bbox) for lay in s.layouts)
+    return out
+
+
+def extraction_resize(max_pixels: int | None) -> Resize:
+    """The view sent to the VLM: Qwen2.5-VL's ``smart_resize`` grid under ``max_pixels`` (None: the grid's default
+    budget, 16384 * 28 * 28)."""
+    return Resize(max_pixels=max_pixels, qwen=True)
+
+
+def build_messages(ref, role: str = "system") -> list[dict]:
+    """The E.1 request with an image reference (``trajectory`` messages; encoded by ``to_openai``)."""
+    if role == "system":
+        return [message("system", EXTRACTION_PROMPT), message("user", image_part(ref))]
+    if role == "user":
+        return [message("user", image_part(ref), EXTRACTION_PROMPT)]
+    raise ValueError(f"prompt role must be 'system' or 'user', got {role!r}")
+
+
+# ----------------------------------------------------------------------------- the step
+class ExtractJob(StepJob[ExtractTask]):
+    """E.1 on every task (:func:`tasks_for`); one record per task, ``status`` ok (with the three sections) or
+    failed (with the reason and, for a malformed reply, the last reply)."""
+
+    step = "extract"
+    desc = "E.1 extractions"
+
+    def __init__(self, workspace, settings, endpoint: Endpoint, *, max_pixels: int | None, prompt_role: str, **kw):
+        super().__init__(workspace, settings, **kw)
+        self.endpoint, self.prompt_role = endpoint, prompt_role
+        self.resize = extraction_resize(max_pixels)
+
+    def key(self, t: ExtractTask) -> str:
+        return t.sample_key
+
+    def limited(self, tasks: list[ExtractTask]) -> list[ExtractTask]:
+        """``--limit N`` counts images: their full image and every layout."""
+        if self.s.limit is None:
+            return tasks
+        keep = set(list(dict.fromkeys(t.image_key for t in tasks))[: self.s.limit])
+        return [t for t in tasks if t.image_key in keep]
+
+    async def setup(self) -> None:
+        self.api = self.endpoint_client(self.endpoint, "extractor", self.limiter())
+        # tasks come image by image: each worker keeps the last two originals decoded while their crops are cut
+        self.images = ImageStore.for_image_workers(self.s.image_workers, originals_cached=2)
+        self.on_close(self.images.close)
+
+    def _base(self, t: ExtractTask) -> dict:
+        return {"sample_key": t.sample_key, "image_key": t.image_key, "layout_id": t.layout_id}
+
+    async def work(self, t: ExtractTask, emit) -> dict:
+        meter = self.meter()
+        enc = await self.images.aget(t.image, self.resize, region=t.bbox)
+        messages = to_openai(build_messages(enc.ref, self.prompt_role), lambda _ref: enc)
+        reason, reply = "", ""
+        for attempt in range(1, self.s.parse_retries + 2):
+            resp = await self.api.chat.completions.create(
+                model=self.endpoint.model, messages=messages, **self.s.chat_completion_kwargs
+            )
+            choice = resp.choices[0] if getattr(resp, "choices", None) else None
+            reply = (choice.message.content if choice is not None and choice.message else None) or ""
+            if choice is None:
+                reason = "the server returned no choices"
+            elif choice.finish_reason == "length":
+                reason = "the reply was cut off at the token limit"
+            else:
+                try:
+                    ex = parse_extraction(reply)
+                except ExtractionFormatError as e:
+                    reason = str(e)
+                else:
+                    usage = meter.to_dict()
+                    return {
+                        **self._base(t),
+                        "status": "ok",
+                        **ex.to_dict(),
+                        "attempts": attempt,
+                        "image": enc.ref.to_dict(),
+                        "usage": usage,
+                        "cost_usd": self.priced(usage),
+                    }
+        usage = meter.to_dict()
+        return {
+            **self._base(t),
+            "status": "failed",
+            "error": f"no usable reply after {self.s.parse_retries + 1} attempt(s): {reason}",
+            "reply": reply[:4000],
+            "attempts": self.s.parse_retries + 1,
+            "image": enc.ref.to_dict(),
+            "usage": usage,
+            "cost_usd": self.priced(usage),
+        }
+
+    def failed(self, t: ExtractTask, reason: str) -> dict:
+        return {**self._base(t), "status": "failed", "error": reason}
+
+    def summary(self) -> dict:
+        out = super().summary()
+        by_image: dict[str, bool] = {}
+        for k in self.order:
+            rec = self.records.get(k)
+            image_key = k.rsplit("#", 1)[0]
+            ok = rec is not None and rec.get("status") == "ok"
+            by_image[image_key] = by_image.get(image_key, True) and ok
+        out["images"] = len(by_image)
+        out["images_complete"] = sum(by_image.values())
+        return out
+
+
+def extractions_by_image(records: dict[str, dict]) -> dict[str, dict]:
+    """``{image_key: {"full": Extraction, "layouts": {layout_id: Extraction}}}`` from the ok records of the step."""
+    out: dict[str, dict] = {}
+    for rec in records.values():
+        if rec.get("status") != "ok":
+            continue
+        slot = out.setdefault(str(rec.get("image_key")), {"full": None, "layouts": {}})
+        ex = Extraction.from_dict(rec)
+        if rec.get("layout_id") is None:
+            slot["full"] = ex
+        else:
+            slot["layouts"][int(rec["layout_id"])] = ex
+    return out

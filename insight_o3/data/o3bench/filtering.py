@@ -1,0 +1,175 @@
+"""Step ``filter``: the difficulty filter of §3.2 ("we discard any items solved by all three models").
+
+Every candidate is answered by each ``--solver`` model (the paper: GPT-5-mini, Gemini-2.5-Flash, Doubao-Seed-1.6)
+exactly as ``evaluate`` asks an O3-Bench question: :class:`~insight_o3.evaluation.single_model.SingleModelSolver`
+with the model's default system prompt (no system message, E.3), the paper's image budget for the model
+(:func:`~insight_o3.geometry.api_image_max_pixels`), ``detail: high`` and 16K completion tokens; every answer is
+checked by the evaluation's :class:`~insight_o3.evaluation.judge.AnswerJudge` (the rule, then the judge model's
+letter extraction). A model solves an item when one of its ``--attempts`` answers is correct (pass@k, through the
+collage filter's :func:`~insight_o3.data.difficulty.check_collage`).
+
+An item is dropped when at least ``threshold`` models solve it: ``--drop_when all`` (the paper; threshold = the
+number of models), ``any`` (1) or a number. An item one of whose models lost an attempt to the API is recorded
+``failed`` and asked again by the next run (only the lost attempts; answers already judged are kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from ...evaluation.judge import AnswerJudge
+from ...evaluation.samples import Sample
+from ...evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
+from ...geometry import api_image_max_pixels
+from ...images import ImageStore, Resize
+from ...storage.atomic import write_jsonl_atomic
+from ..difficulty import check_collage
+from .records import BenchItem, SourceImage
+from .steps import Endpoint, StepJob
+
+DROP_RULES = ("all", "any")
+
+
+def drop_threshold(rule: str, n_models: int) -> int:
+    """How many solving models drop an item: ``all`` -> every model, ``any`` -> 1, ``N`` -> N (1..n_models)."""
+    if rule == "all":
+        return n_models
+    if rule == "any":
+        return 1
+    try:
+        n = int(rule)
+    except ValueError:
+        raise ValueError(f"--drop_when must be 'all', 'any' or a number of models, got {rule!r}") from None
+    if not 1 <= n <= n_models:
+        raise ValueError(f"--drop_when {n}: must be between 1 and the number of --solver models ({n_models})")
+    return n
+
+
+def item_sample(item: BenchItem, source: SourceImage) -> Sample:
+    """The evaluation sample of a candidate (what ``evaluate`` would load from the released metadata)."""
+    return Sample(
+        index=0,
+        question_id=item.item_id,
+        image=source.image,
+        image_path=source.image,
+        question=item.question,
+        options=item.options,
+        answer=item.answer,
+        category=item.subset,
+        key=item.item_id,
+    )
+
+
+class FilterJob(StepJob[BenchItem]):
+    """One record per candidate: per model ``{"solved", "attempts"}`` (or ``{"error", "attempts"}``), the number of
+    models that solved it and whether it is dropped."""
+
+    step = "filter"
+    desc = "difficulty filter"
+
+    def __init__(
+        self,
+        workspace,
+        settings,
+        solvers: list[Endpoint],
+        judge: Endpoint,
+        sources: dict[str, SourceImage],
+        *,
+        attempts: int = 1,
+        drop_when: str = "all",
+        separate_attempt_requests: bool = False,
+        **kw,
+    ):
+        super().__init__(workspace, settings, **kw)
+        if len({e.model for e in solvers}) != len(solvers):
+            raise ValueError("--solver models must be distinct")
+        self.solvers, self.judge_ep, self.sources = solvers, judge, sources
+        self.attempts, self.drop_when = attempts, drop_when
+        self.threshold = drop_threshold(drop_when, len(solvers))
+        self.separate = separate_attempt_requests
+        self.candidates: list[BenchItem] = []
+
+    def key(self, item: BenchItem) -> str:
+        return item.item_id
+
+    def plan(self, items: list[BenchItem]):
+        self.candidates = list(items)
+        return super().plan(items)
+
+    async def setup(self) -> None:
+        images = ImageStore.for_image_workers(self.s.image_workers, originals_cached=0)
+        self.on_close(images.close)
+        kwargs = {**DEFAULT_COMPLETION_KWARGS, **self.s.chat_completion_kwargs}
+        self.models: dict[str, SingleModelSolver] = {}
+        for ep in self.solvers:
+            client = self.endpoint_client(ep, ep.model, self.limiter())
+            self.models[ep.model] = SingleModelSolver(
+                client,
+                ep.model,
+                images,
+                Resize(max_pixels=api_image_max_pixels(ep.model)),
+                system_prompt=None,
+                completion_kwargs=kwargs,
+                image_url_extra={"detail": "high"},
+                separate_trial_requests=self.separate,
+            )
+        judge_client = self.endpoint_client(self.judge_ep, "judge", self.limiter())
+        self.judge = AnswerJudge(judge_client, self.judge_ep.model)
+
+    async def _model(self, name: str, sample: Sample, prev: dict | None) -> dict:
+        if prev is not None and "solved" in prev:
+            return prev  # judged in an earlier run
+        rec = await check_collage(sample, self.models[name], self.judge, self.attempts, (prev or {}).get("attempts"))
+        rec.pop("sample_key", None)
+        return rec
+
+    async def work(self, item: BenchItem, emit) -> dict:
+        meter = self.meter()
+        sample = item_sample(item, self.sources[item.image_key])
+        prev = (self.previous(item) or {}).get("models") or {}
+        names = [ep.model for ep in self.solvers]
+        results = await asyncio.gather(*(self._model(n, sample, prev.get(n)) for n in names))
+        models = dict(zip(names, results))
+        errors = {n: r["error"] for n, r in models.items() if "solved" not in r}
+        solved = sum(bool(r.get("solved")) for r in models.values())
+        usage = meter.to_dict()
+        rec = {
+            "sample_key": item.item_id,
+            "status": "failed" if errors else "ok",
+            "models": models,
+            "n_solved": solved,
+            "dropped": None if errors else solved >= self.threshold,
+            "usage": usage,
+            "cost_usd": self.priced(usage),
+        }
+        if errors:
+            rec["error"] = "; ".join(f"{n}: {e}" for n, e in errors.items())[:2000]
+        return rec
+
+    def failed(self, item: BenchItem, reason: str) -> dict:
+        prev = self.previous(item) or {}
+        return {"sample_key": item.item_id, "status": "failed", "models": prev.get("models") or {}, "error": reason}
+
+    def summary(self) -> dict:
+        out = super().summary()
+        recs = [self.records[it.item_id] for it in self.candidates if it.item_id in self.records]
+        done = [r for r in recs if r.get("status") == "ok"]
+        by_count = Counter(r["n_solved"] for r in done)
+        per_model = Counter(n for r in done for n, m in r["models"].items() if m.get("solved"))
+        kept = [it for it in self.candidates if self.records.get(it.item_id, {}).get("dropped") is False]
+        dropped = [it for it in self.candidates if self.records.get(it.item_id, {}).get("dropped") is True]
+        write_jsonl_atomic(self.ws.kept, [it.to_dict() for it in kept])
+        write_jsonl_atomic(self.ws.dropped, [it.to_dict() for it in dropped])
+        out.update(
+            candidates=len(self.candidates),
+            kept=len(kept),
+            dropped=len(dropped),
+            pending=len(self.candidates) - len(kept) - len(dropped),
+            drop_when=self.drop_when,
+            threshold=self.threshold,
+            models=[ep.model for ep in self.solvers],
+            solved_by_n_models={str(k): by_count.get(k, 0) for k in range(len(self.solvers) + 1)},
+            solved_per_model={ep.model: per_model.get(ep.model, 0) for ep in self.solvers},
+        )
+        return out

@@ -1,0 +1,241 @@
+"""The O3-Bench construction prompts of Appendix E (protocol constants).
+
+* :data:`EXTRACTION_PROMPT` (E.1): information extraction, the same prompt for every layout crop and for the full
+  image (Qwen2.5-VL-32B in the paper). It is sent as the system message; the user message is the image alone
+  (see ``docs/fidelity.md``, "O3-Bench construction").
+* :data:`CHART_SYNTHESIS_PROMPT` / :data:`MAP_SYNTHESIS_PROMPT` (E.2): question synthesis by a text-only model
+  (GPT-5 in the paper), chosen by image type. They are ``str.format`` templates (``{GLOBAL_OCR}``,
+  ``{GLOBAL_CAPTION}``, ``{LAYOUTS}``; the JSON example's braces are doubled, as the paper prints them), filled
+  by :func:`synthesis_prompt`; the model receives the filled text as one user message, never the image.
+
+No code of the authors builds O3-Bench, so the text is the paper's (arXiv 2512.18745, Appendix E.1/E.2) with only
+its rendering damage repaired: backticks rendered as left quotes (and opening backticks the rendering dropped),
+apostrophes it dropped, and a straight double quote it turned into two backticks. Every repair is listed in
+``docs/fidelity.md``; ``tests/test_o3bench_prompts.py`` rebuilds each constant from the paper's text and the
+repair list and pins its sha256. What the rendering lost for good (blank lines, the character between "mutually
+exclusive" and "no meta-options") is not guessed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+#: E.1, information extraction (system message; the image is the user message).
+EXTRACTION_PROMPT = (
+    "### System\n"
+    "You are acting as a **precise visual information extractor**.\n"
+    "Given ONE image, you must (1) identify the image type, (2) write a **comprehensive, strictly factual** caption, and (3) extract **complete OCR text** when present (with special handling for tables).\n"
+    "Follow the rules **exactly** and return the output in the three sections shown under **Output Format**.\n"
+    "---\n"
+    "### Global Principles\n"
+    "1) **No hallucinations.** Describe only what is visible. If something is unclear, write `[illegible]` or `[partially obscured: ...]`.\n"
+    "2) **Be exhaustive.** Do not omit small text, legends, tick labels, footnotes, watermarks, axis titles, subtitles, panel labels (e.g., `(a)`, `(b)`), or figure notes.\n"
+    "3) **Preserve fidelity.** Copy punctuation, capitalization, diacritics, signs (`+`, `-`), units, and spacing **exactly**. Do not normalize numbers or rewrite text.\n"
+    "4) **Reading order.** When listing text outside of tables, use **top-to-bottom, left-to-right** order.\n"
+    "5) **Language.** OCR text must remain in the **original language(s)**. The caption should be in English unless the visible UI/page language is clearly not English; in that case, keep captions in that language. Do **not** translate OCR unless the image itself contains a translation.\n"
+    "6) **No extra sections.** Output **only** the three required sections and nothing else.\n"
+    "---\n"
+    "### Image Type Identification (Section 1)\n"
+    "- Classify the image using one or more of the following types (multiple allowed if appropriate):\n"
+    "`chart`, `table`, `document/text page`, `diagram/flowchart`, `map`, `UI/screenshot`, `form`, `invoice/receipt`, `poster/flyer`, `scientific figure (multi-panel)`, `natural scene`, `legend`, `infographic`, `other (specify)`.\n"
+    "---\n"
+    "### Detailed Caption (Section 2)\n"
+    "Write a **dense, structured** caption that covers all critical elements. Use clear, objective language and organize logically (left->right, top->bottom; or foreground->background). Include the relevant sub-guidelines:\n"
+    "**A. Charts / Plots / Scientific Figures**\n"
+    "- State the figure title (if present), chart type(s), axes titles, **units**, tick labels, gridlines, data series, markers/line styles, **legend and color/shape mappings**, annotations, error bars, trend lines, and notable extrema/patterns (peaks, troughs, monotonic trends, outliers).\n"
+    "- If multi-panel: identify panel labels `(a)`, `(b)`, ... and summarize each panel in order.\n"
+    "- Mention any insets, callouts, footnotes, or sources.\n"
+    "**B. Tables / Forms / Receipts / Documents**\n"
+    "- Summarize what the table/document contains (topics/fields), approximate dimensions (e.g., `~12 rows x 6 columns`), header rows, merged cells, checkboxes, stamps, signatures, page numbers, and footers/footnotes.\n"
+    "- Call out key sections (headings, lists, paragraphs), logos, and seals.\n"
+    "**C. Maps**\n"
+    "- Report title, compass/north arrow, scale/scale bar, coordinate grid or lat/long, boundaries, regions, routes/lines with **color-to-meaning mapping** (from legend), symbols/icons (e.g., hospitals, stations), labels for places/roads, insets, and any zoning/heat color ramp.\n"
+    "- Include legend content (categories and their visual encodings).\n"
+    "**D. UI / Screenshots**\n"
+    "- App/site name, window title, menus/toolbars, visible controls (buttons, toggles, checkboxes, dropdowns, search fields), selected/disabled states, scroll position, timestamps, status bars, notifications, dialogs, visible file paths, and version strings.\n"
+    "**E. Natural / Real-World Scenes**\n"
+    "- Enumerate salient objects, text on signs/labels, relative positions (e.g., \"a red sign above the doorway\"), counts for repeated items, conditions (day/night, indoor/outdoor), and visible brands/logos.\n"
+    "> Do **not** invent interpretations or causal explanations. Keep to what is visually supported.\n"
+    "---\n"
+    "### OCR Extraction (Section 3)\n"
+    "Extract **all visible text**. Follow these rules:\n"
+    "**General OCR Rules**\n"
+    "- Use **natural reading order** (top->bottom, left->right).\n"
+    "- Preserve original line breaks and spacing.\n"
+    "- If text is repeated (e.g., in a watermark), list it once and note `(repeats)` if necessary.\n"
+    "- If a character/word is uncertain, write it as `[illegible]` or `[?]` without guessing.\n"
+    "**Tables (very important)**\n"
+    "- When an area is a table, extract it immediately using **Markdown table syntax**.\n"
+    "- Preserve the **exact** row/column structure and header rows; if a cell has line breaks, use `<br>` or `\\n`.\n"
+    "- For merged cells, repeat the visible text in each affected cell and note `(merged)` once after the table.\n"
+    "- If multiple tables exist, label them sequentially as `Table 1`, `Table 2`, ... in the order they appear.\n"
+    "**Documents / Text Pages / Forms**\n"
+    "- Extract headings, paragraphs, lists, captions, footnotes, headers/footers exactly as shown. Maintain indentation and list markers.\n"
+    "**Charts / Maps / Diagrams / UI / Natural Scenes**\n"
+    "- Extract **all textual elements** present: titles, subtitles, axis labels, tick labels, legend entries, series labels, annotations, callouts, map labels (places/roads/lines), UI labels (menu items, buttons, tooltips), signs, badges, and watermarks.\n"
+    "If **no text** is present, write `None`.\n"
+    "---\n"
+    "### Output Format (return EXACTLY this Markdown structure; no code fences)\n"
+    "## Image Identification\n"
+    "<one or more types from the allowed list; add brief justification if mixed>\n"
+    "## Detailed Caption\n"
+    "<dense, strictly factual caption covering all visible elements per rules above>\n"
+    "## Extracted OCR (if any)\n"
+    "<EITHER: full Markdown tables + remaining text in reading order; OR: all non-table text in reading order; write \"None\" if no text>"
+)
+
+
+#: E.2, question synthesis for chart images (a ``str.format`` template).
+CHART_SYNTHESIS_PROMPT = (
+    "You are an expert assessment-item author who designs rigorous **multi-hop visual-reasoning** questions to benchmark \"think-with-images\" abilities on **dense diagrams, charts, tables, and schematics**. The goal is to generate items so challenging that today's strongest MLLMs score **<= 50%** without external tools.\n"
+    "You will receive:\n"
+    "### INPUTS\n"
+    "1. **GLOBAL_OCR** - OCR or caption text describing the entire image/page.\n"
+    "{GLOBAL_OCR}\n"
+    "2. **GLOBAL_CAPTION** - caption text describing the entire image/page.\n"
+    "{GLOBAL_CAPTION}\n"
+    "3. **LAYOUTS** - a list of cropped regions. Each layout contains:\n"
+    "- layout_id - unique numeric ID (for your internal reference only).\n"
+    "- caption_or_ocr - OCR or descriptive caption of the cropped region.\n"
+    "{LAYOUTS}\n"
+    "> **Important constraint:**\n"
+    "> In the **question** and **options**, you must use only natural labels/text present in the GLOBAL_OCR or GLOBAL_CAPTION or `caption_or_ocr`.\n"
+    "> **Never** mention `layout_id`, `region`, `crop`, `panel`, `box`, or any similar tokens. Layouts are **reference-only** to help you construct questions; they may be cited in the **explanation** but not in the question or options.\n"
+    "---\n"
+    "## TASK\n"
+    "Create **3-5 independent multiple-choice questions** that each requires **>=2 distinct visual hops** across layouts or global text. These must be **multi-step items directly**, not derived from single-step seeds. All facts must be grounded in the provided OCR/captions only.\n"
+    "---\n"
+    "## QUESTION-DESIGN RULES\n"
+    "1. **Multi-hop inference (required)**\n"
+    "Each question must integrate information from at least **two different layouts** or from global + local text. Valid patterns include:\n"
+    "- Cross-table lookup & join (match category in Layout A to code/key in Layout B, then filter by condition).\n"
+    "- Table <-> chart alignment (map series/labels from one layout to another).\n"
+    "- Diagram <-> table mapping (use schematic labels to query corresponding rows/values).\n"
+    "- Temporal alignment (identify when a threshold is crossed in one chart, then fetch related info from another).\n"
+    "- Proportions/ratios/ranks (compute shares from one region and compare with targets in another).\n"
+    "- Exceptions/constraints (apply footnote conditions from one layout before interpreting values elsewhere).\n"
+    "2. **Analytical realism**\n"
+    "Situate each question in a plausible scenario (finance, science, education, operations, product metrics, etc.) while remaining strictly grounded in the provided OCR/captions.\n"
+    "3. **Difficulty control**\n"
+    "Questions should require careful scanning, cross-referencing, and light calculations (differences, ratios, ranking). Avoid items that can be answered at a glance.\n"
+    "4. **Units, scales, rounding**\n"
+    "Always follow the units/scales given in the OCR. If rounding is necessary, state the rounding rule in the **explanation**.\n"
+    "5. **Ambiguity guardrails**\n"
+    "Ensure exactly **one correct choice** among A-E, unless F (\"No right choice\") is correct. Adjust conditions to avoid ties.\n"
+    "6. **Label fidelity**\n"
+    "Copy text exactly as provided (case, spelling, diacritics). Never use external/world knowledge.\n"
+    "---\n"
+    "## ANSWER-OPTION RULES\n"
+    "1. Provide **exactly six** options, one per line, labeled `A.` ... `F.`\n"
+    "2. `F.` must always be exactly `No right choice`.\n"
+    "3. Place the correct answer randomly among `A.`-`E.`; <=10% of items may have F as the correct answer.\n"
+    "4. Distractors must be plausible and drawn from actual text/numbers in the OCR/captions.\n"
+    "5. Make options mutually exclusive no meta-options like \"All of the above\".\n"
+    "---\n"
+    "## EXPLANATION RULES\n"
+    "- Provide a **step-by-step chain**: `Step 1: ...`, `Step 2: ...`, etc.\n"
+    "- Explicitly cite which layouts were used as `[layout X]`.\n"
+    "- Show all computations (e.g., \"(132 - 95) / 95 = 0.389 = 38.9% [layout 4]\").\n"
+    "---\n"
+    "## OUTPUT FORMAT\n"
+    "Return **only** the following JSON array - no extra text, no markdown outside the code block, no commentary:\n"
+    "```json\n"
+    "[\n"
+    "{{\n"
+    "\"question\": \"...\",\n"
+    "\"options\": \"A. ...\\nB. ...\\nC. ...\\nD. ...\\nE. ...\\nF. No right choice\",\n"
+    "\"answer\": \"C\",\n"
+    "\"explanation\": \"Step 1: ... [layout 2]\\nStep 2: ... [layout 5]\\nStep 3: ...\"\n"
+    "}},\n"
+    "...\n"
+    "]\n"
+    "```"
+)
+
+
+#: E.2, question synthesis for map images (a ``str.format`` template).
+MAP_SYNTHESIS_PROMPT = (
+    "You are an expert evaluation-item author who designs rigorous **multi-hop visual-reasoning** questions to benchmark \"think-with-images\" abilities on **maps** (bus/metro networks, terminals, malls, festivals, parks, etc.). Items should be challenging enough that today's strongest MLLMs achieve **<= 50%** accuracy.\n"
+    "You will receive:\n"
+    "### INPUTS\n"
+    "1. **GLOBAL_OCR** - OCR or caption text describing the entire map.\n"
+    "{GLOBAL_OCR}\n"
+    "2. **GLOBAL_CAPTION** - caption text describing the entire map.\n"
+    "{GLOBAL_CAPTION}\n"
+    "3. **LAYOUTS** - a list of cropped map regions. Each layout contains:\n"
+    "- layout_id - unique numeric ID (for your internal reference only).\n"
+    "- caption_or_ocr - OCR or descriptive caption of the cropped region.\n"
+    "{LAYOUTS}\n"
+    "> **Hard requirement:** In the **question** and **options**, you must use only natural labels/text found in GLOBAL_OCR or GLOBAL_CAPTION or `caption_or_ocr`.\n"
+    "> Do **not** mention `layout_id`, `region`, `crop`, `box`, `panel`, or similar. Layouts are **reference-only** for your reasoning; you may cite them in the **explanation**, but never in the question or options.\n"
+    "---\n"
+    "## TASK\n"
+    "Generate **3-5 independent multiple-choice questions**.\n"
+    "Each question must require **>=2 distinct reasoning hops** that combine information across different layouts or between global and local OCR. All facts must be image-grounded.\n"
+    "---\n"
+    "## 1) QUESTION-DESIGN RULES\n"
+    "1. **Multi-hop reasoning (mandatory).** Examples of valid hops:\n"
+    "- Legend <-> line color <-> stop/zone.\n"
+    "- Grid index <-> label <-> adjacency.\n"
+    "- Level/floor marker <-> facility <-> inset.\n"
+    "- Route <-> timetable <-> destination.\n"
+    "- Symbol <-> restriction <-> path feasibility.\n"
+    "- Distance/scale <-> number of segments <-> travel time.\n"
+    "2. **Image/OCR grounded only.** Do not use external/world knowledge.\n"
+    "3. **Diversity.** Vary question styles (routing, conditional reachability, transfer logic, adjacency/containment, count/compare, scale-based).\n"
+    "4. **Difficulty target.** Avoid \"at-a-glance\" items. Require cross-checking, counting, or lightweight calculation.\n"
+    "5. **Label fidelity.** Copy map labels exactly (case, spelling, diacritics).\n"
+    "6. **Uniqueness.** Ensure exactly **one correct answer** among A-E, unless F (\"No right choice\") is deliberately correct.\n"
+    "7. **Units & scale.** If computing length/time/segments, use the map's own scales, symbols, or counts.\n"
+    "---\n"
+    "## 2) ANSWER-OPTION RULES\n"
+    "1. Provide **exactly six** options labeled `A.` ... `F.`.\n"
+    "2. `F.` must always be `No right choice`.\n"
+    "3. Normally, the correct answer is among A-E; only rarely (<10%) should F be correct.\n"
+    "4. Distractors must be plausible, drawn from real map text/numbers, and mutually exclusive.\n"
+    "5. No meta-options (\"All of the above\").\n"
+    "---\n"
+    "## 3) EXPLANATION RULES\n"
+    "- Provide a **step-by-step reasoning chain**.\n"
+    "- Explicitly cite layouts used as `[layout X]`.\n"
+    "- Make hops and computations explicit (e.g., \"Count 5 stops along Red Line [layout 3] and compare to 4 stops in Zone B [layout 5]\").\n"
+    "---\n"
+    "## 4) OUTPUT FORMAT\n"
+    "Return **only** the following JSON array-no extra commentary or markdown:\n"
+    "```json\n"
+    "[\n"
+    "{{\n"
+    "\"question\": \"...\",\n"
+    "\"options\": \"A. ...\\nB. ...\\nC. ...\\nD. ...\\nE. ...\\nF. No right choice\",\n"
+    "\"answer\": \"B\",\n"
+    "\"explanation\": \"Step 1: ... [layout 1]\\nStep 2: ... [layout 4]\\nStep 3: ...\"\n"
+    "}},\n"
+    "...\n"
+    "]\n"
+    "```"
+)
+
+
+#: The synthesis prompt of each image type (``subset``).
+SYNTHESIS_PROMPTS = {"chart": CHART_SYNTHESIS_PROMPT, "map": MAP_SYNTHESIS_PROMPT}
+SUBSETS = tuple(SYNTHESIS_PROMPTS)
+
+
+def synthesis_prompt(subset: str, global_ocr: str, global_caption: str, layouts: str) -> str:
+    """The E.2 prompt of ``subset`` ("chart" or "map") with its three inputs filled in. ``str.format`` does not
+    look inside the substituted values, so braces in OCR text reach the model unchanged."""
+    try:
+        template = SYNTHESIS_PROMPTS[subset]
+    except KeyError:
+        raise ValueError(f"no synthesis prompt for image type {subset!r} (known: {', '.join(SUBSETS)})") from None
+    return template.format(GLOBAL_OCR=global_ocr, GLOBAL_CAPTION=global_caption, LAYOUTS=layouts)
+
+
+def prompt_hashes() -> dict[str, str]:
+    """sha256 (full hex digest) of each construction prompt, for the run card."""
+    named = {
+        "EXTRACTION_PROMPT": EXTRACTION_PROMPT,
+        "CHART_SYNTHESIS_PROMPT": CHART_SYNTHESIS_PROMPT,
+        "MAP_SYNTHESIS_PROMPT": MAP_SYNTHESIS_PROMPT,
+    }
+    return {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in named.items()}

