@@ -261,6 +261,8 @@ def _config(tmp_path):
             config_name="qwen_2_5_vl_7b_async",
             overrides=[
                 "actor_rollout_ref.model.path=tiny",
+                # the trainer reads its settings through RunSettings, which needs a complete run config
+                f"vsearch.agent_config_path={CONFIG_DIR / 'agent_gpt-5-mini.yaml'}",
                 f"data.train_batch_size={len(TRAIN_ROWS)}",
                 f"actor_rollout_ref.rollout.n={N}",
                 "actor_rollout_ref.rollout.agent.num_workers=2",

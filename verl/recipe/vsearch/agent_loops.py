@@ -41,19 +41,18 @@ from insight_o3.images import ImageStore
 from insight_o3.rate_limit import AdaptiveLimiter
 from insight_o3.solver import Attempt
 
-from .episodes import (
-    EPISODE_FIELDS,
+from .episodes import failed_episode_output
+from .policy_searcher import PolicySearcher, SearcherRollout
+from .rollout_fields import (
     EPISODE_ID_KEY,
-    EXTRA_SAMPLES_KEY,
     ROLE_INLOOP,
-    ROLE_KEY,
     ROLE_OUTLOOP,
     ROLE_PLACEHOLDER,
     VALIDATE_KEY,
-    episode_fields,
-    failed_episode_output,
+    EpisodeStats,
+    SampleFields,
+    attach_extra_samples,
 )
-from .policy_searcher import PolicySearcher, SearcherRollout
 from .settings import RunSettings, run_settings
 
 # ----------------------------------------------------------------------------- row fields
@@ -136,8 +135,8 @@ def _metrics(rollouts: list[SearcherRollout]) -> AgentLoopMetrics:
     )
 
 
-def rollout_output(r: SearcherRollout, extra: dict, mask_out: bool = False) -> AgentLoopOutput:
-    """An ``AgentLoopOutput`` for one policy vSearcher episode. ``mask_out`` zeroes the whole
+def rollout_output(r: SearcherRollout, fields: SampleFields, mask_out: bool = False) -> AgentLoopOutput:
+    """An ``AgentLoopOutput`` for one policy vSearcher episode reporting ``fields``. ``mask_out`` zeroes the whole
     response mask (samples of episodes cut by API failures: excluded from the loss)."""
     mask = [0] * len(r.response_mask) if mask_out else list(r.response_mask)
     return AgentLoopOutput(
@@ -148,7 +147,7 @@ def rollout_output(r: SearcherRollout, extra: dict, mask_out: bool = False) -> A
         multi_modal_data={"images": list(r.images)},
         num_turns=r.num_turns + 1,
         metrics=_metrics([r]),
-        extra_fields={**r.reward_fields(), **extra},
+        extra_fields=fields.to_extra_fields(),
     )
 
 
@@ -190,15 +189,7 @@ class VSearcherAgentLoop(FailSafeAgentLoop):
     async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {}
         r = await self.searcher.run(row_image_path(kwargs), row_text(kwargs, "description"), sampling_params)
-        extra = {
-            "is_in_loop": False,
-            "feedback_helpful": None,
-            "answer_correct": None,
-            "bboxes": info.get("bboxes"),
-            ROLE_KEY: ROLE_OUTLOOP,
-            "critical_failure": False,
-        }
-        return rollout_output(r, extra)
+        return rollout_output(r, r.sample_fields(bboxes=info.get("bboxes"), role=ROLE_OUTLOOP))
 
 
 # ----------------------------------------------------------------------------- in-loop
@@ -368,7 +359,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         sample = self._sample(kwargs, image_path)
         ep = await self.episode(sample, sampling_params, validate=is_validation(kwargs))
         episode_id = str(kwargs.get(EPISODE_ID_KEY) or kwargs.get("uid") or uuid4().hex)
-        common = episode_fields(
+        stats = EpisodeStats.of(
             episode_id,
             n_calls=len(ep.rollouts),
             has_answer=ep.has_answer,
@@ -380,43 +371,35 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         outputs = []
         for k, r in enumerate(ep.rollouts):
             fb = ep.feedback[k] if k < len(ep.feedback) else None
-            extra = {
-                "is_in_loop": True,
-                "feedback_helpful": None if fb is None else fb == "helpful",
-                "answer_correct": ep.correct,
-                "call_index": k,
-                "feedback": fb,
-                ROLE_KEY: ROLE_INLOOP,
-                "critical_failure": ep.critical_failure,
-                **common,
-            }
-            outputs.append(rollout_output(r, extra, mask_out=ep.critical_failure))
+            fields = r.sample_fields(
+                is_in_loop=True,
+                feedback_helpful=None if fb is None else fb == "helpful",
+                answer_correct=ep.correct,
+                call_index=k,
+                feedback=fb,
+                role=ROLE_INLOOP,
+                critical_failure=ep.critical_failure,
+                episode=stats,
+            )
+            outputs.append(rollout_output(r, fields, mask_out=ep.critical_failure))
         if not outputs:
-            outputs.append(await self._placeholder(sample, ep, common))
-        first = outputs[0]
-        first.extra_fields[EXTRA_SAMPLES_KEY] = outputs[1:]
-        return first
+            outputs.append(await self._placeholder(sample, ep, stats))
+        return attach_extra_samples(outputs[0], outputs[1:])
 
-    async def _placeholder(self, sample: Sample, ep: EpisodeOutcome, common: dict) -> AgentLoopOutput:
+    async def _placeholder(self, sample: Sample, ep: EpisodeOutcome, stats: EpisodeStats) -> AgentLoopOutput:
         """An episode without vSearcher calls trains nothing, but verl needs one output per row:
         a fully masked text-only row carrying the episode's statistics; the worker drops it."""
         prompt_ids = await self.apply_chat_template([{"role": "user", "content": sample.prompt()}])
-        extra = {
-            "n_tool": 0,
-            "format_ok": False,
-            "format_error": "no vSearcher call",
-            "pred_box": None,
-            "is_in_loop": True,
-            "feedback_helpful": None,
-            "answer_correct": ep.correct,
-            "call_index": -1,
-            "feedback": None,
-            ROLE_KEY: ROLE_PLACEHOLDER,
-            "critical_failure": ep.critical_failure,
-            "search_status": "none",
-            "search_truncated": False,
-            **common,
-        }
+        fields = SampleFields(
+            format_error="no vSearcher call",
+            search_status="none",
+            is_in_loop=True,
+            answer_correct=ep.correct,
+            call_index=-1,
+            role=ROLE_PLACEHOLDER,
+            critical_failure=ep.critical_failure,
+            episode=stats,
+        )
         eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
@@ -425,7 +408,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
             multi_modal_data={},
             num_turns=1,
             metrics=AgentLoopMetrics(),
-            extra_fields=extra,
+            extra_fields=fields.to_extra_fields(),
         )
 
 
@@ -435,5 +418,4 @@ __all__ = [
     "VReasonerAgentLoop",
     "ApiEndpoints",
     "AnswerCheck",
-    "EPISODE_FIELDS",
 ]

@@ -44,58 +44,43 @@ from insight_o3.api import ENV_KEYS, resolve_key
 from insight_o3.redaction import failure_reason
 from verl import DataProto
 
-from .hybrid_advantage import inloop_uid
-
-EXTRA_SAMPLES_KEY = "vsearch_extra_samples"
-ROLE_KEY = "vsearch_role"
-ROLE_OUTLOOP, ROLE_INLOOP, ROLE_PLACEHOLDER, ROLE_PADDING = "outloop", "inloop", "placeholder", "padding"
-#: row identity copied from the input row onto every sample of its episode
-ROW_KEYS = ("uid", "data_source", "reward_model", "extra_info", "index", "agent_name")
-EPISODE_FIELDS = (
-    "episode_id",
-    "episode_n_calls",
-    "episode_has_answer",
-    "episode_correct",
-    "episode_critical_failure",
-    "episode_status",
-    "episode_n_feedback",
+from .rollout_fields import (
+    EPISODE_ID_KEY,
+    EXTRA_SAMPLES_KEY,
+    METRIC_KEYS,
+    ROLE_INLOOP,
+    ROLE_KEY,
+    ROLE_OUTLOOP,
+    ROLE_PADDING,
+    ROLE_PLACEHOLDER,
+    VALIDATE_KEY,
+    EpisodeStats,
+    SampleFields,
+    episode_fields,
+    fill_optional,
+    pop_extra_samples,
+    role_of,
+    with_row_identity,
 )
-#: input column naming the episode of each rollout row (``<uid>-<j>``, set by the trainer: the n repeats of
-#: one QA item share the uid but are distinct episodes); the in-loop loop falls back to the uid
-EPISODE_ID_KEY = "vsearch_episode_id"
-#: input column telling the agent loops that a rollout belongs to a validation pass (set by the trainer on
-#: every generation batch; verl 0.7 passes only sampling parameters, not ``meta_info["validate"]``, to a loop)
-VALIDATE_KEY = "vsearch_validate"
-#: sample fields only some agent loops emit; every worker fills them (None) so that verl's
-#: ``DataProto.concat`` of the workers' outputs sees the same columns from each worker
-OPTIONAL_SAMPLE_KEYS = ("bboxes", "call_index", "feedback", "crop_boxes", "frame_size", "image_size", *EPISODE_FIELDS)
 
-
-def episode_fields(
-    episode_id: str,
-    *,
-    n_calls: int,
-    has_answer: bool,
-    correct: bool,
-    critical_failure: bool,
-    status: str,
-    n_feedback: int,
-) -> dict:
-    """Episode-level statistics, repeated on each of the episode's samples (and its placeholder)."""
-    return dict(
-        zip(
-            EPISODE_FIELDS,
-            (
-                episode_id,
-                int(n_calls),
-                bool(has_answer),
-                bool(correct),
-                bool(critical_failure),
-                str(status),
-                int(n_feedback),
-            ),
-        )
-    )
+#: the contract's names, where the recipe's callers and tests have always imported them (``rollout_fields`` owns them)
+__all__ = [
+    "EPISODE_ID_KEY",
+    "EXTRA_SAMPLES_KEY",
+    "ROLE_INLOOP",
+    "ROLE_KEY",
+    "ROLE_OUTLOOP",
+    "ROLE_PADDING",
+    "ROLE_PLACEHOLDER",
+    "VALIDATE_KEY",
+    "VSearchAgentLoopManager",
+    "VSearchAgentLoopWorker",
+    "episode_fields",
+    "episode_metrics",
+    "failed_episode_output",
+    "finalize_batch",
+    "image_grid_thw",
+]
 
 
 def failed_episode_output(tokenizer, row: dict, error: BaseException, in_loop: bool, where: str) -> AgentLoopOutput:
@@ -106,25 +91,19 @@ def failed_episode_output(tokenizer, row: dict, error: BaseException, in_loop: b
         resolve_key(None, ENV_KEYS[role][0])
     message = failure_reason(error, 500)
     print(f"[vsearch] episode {episode_id} ({where}) failed: {message}", file=sys.stderr, flush=True)
-    common = episode_fields(
+    stats = EpisodeStats.of(
         episode_id, n_calls=0, has_answer=False, correct=False, critical_failure=True, status="error", n_feedback=0
     )
-    extra = {
-        "n_tool": 0,
-        "format_ok": False,
-        "format_error": f"episode failed: {message}",
-        "pred_box": None,
-        "is_in_loop": in_loop,
-        "feedback_helpful": None,
-        "answer_correct": False,
-        "call_index": -1,
-        "feedback": None,
-        ROLE_KEY: ROLE_PLACEHOLDER,
-        "critical_failure": True,
-        "search_status": "error",
-        "search_truncated": False,
-        **common,
-    }
+    fields = SampleFields(
+        format_error=f"episode failed: {message}",
+        search_status="error",
+        is_in_loop=in_loop,
+        answer_correct=False,
+        call_index=-1,
+        role=ROLE_PLACEHOLDER,
+        critical_failure=True,
+        episode=stats,
+    )
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     return AgentLoopOutput(
         prompt_ids=[eos],
@@ -133,7 +112,7 @@ def failed_episode_output(tokenizer, row: dict, error: BaseException, in_loop: b
         multi_modal_data={},
         num_turns=1,
         metrics=AgentLoopMetrics(),
-        extra_fields=extra,
+        extra_fields=fields.to_extra_fields(),
     )
 
 
@@ -158,26 +137,19 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
     """``AgentLoopWorker`` that turns one agent-loop output into 1..k verl rows (see module doc)."""
 
     async def _agent_loop_postprocess(self, output, **kwargs) -> list:
-        extras = output.extra_fields.pop(EXTRA_SAMPLES_KEY, None) or []
+        extras = pop_extra_samples(output)
         try:
             return [await self._postprocess_sample(sample, **kwargs) for sample in [output, *extras]]
         except Exception as e:
             # e.g. a model that emitted image pads of its own: the processor cannot pair pads and images. One
             # episode's rows fail, not the step: the episode becomes the failed placeholder of
             # agent_loops.FailSafeAgentLoop (masked, counted with the API failures)
-            in_loop = output.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER)
+            in_loop = role_of(output.extra_fields) in (ROLE_INLOOP, ROLE_PLACEHOLDER)
             failed = failed_episode_output(self.tokenizer, kwargs, e, in_loop, "post-processing")
             return [await self._postprocess_sample(failed, **kwargs)]
 
     async def _postprocess_sample(self, sample, **kwargs):
-        for key in ROW_KEYS:
-            if key in kwargs:
-                sample.extra_fields.setdefault(key, kwargs[key])
-        if sample.extra_fields.get(ROLE_KEY) in (ROLE_INLOOP, ROLE_PLACEHOLDER):
-            sample.extra_fields["uid"] = inloop_uid(
-                str(sample.extra_fields.get("episode_id", kwargs.get("uid"))),
-                int(sample.extra_fields.get("call_index", 0)),
-            )
+        with_row_identity(sample.extra_fields, kwargs)
         images = (sample.multi_modal_data or {}).get("images")
         if self.processor is not None and images and kwargs.get(VALIDATE_KEY):
             # a validation row is never trained on: no pixel values (fp32, ~18 KB per image token, ~308 MB for
@@ -206,8 +178,7 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
     def _postprocess(self, inputs: list) -> DataProto:
         flat = [row for item in inputs for row in (item if isinstance(item, list) else [item])]
         for row in flat:
-            for key in OPTIONAL_SAMPLE_KEYS:
-                row.extra_fields.setdefault(key, None)
+            fill_optional(row.extra_fields)
         return super()._postprocess(flat)
 
 
@@ -236,39 +207,36 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
     calls per episode; ``vsearch/feedback_rate``: calls the vReasoner rated (helpful/unhelpful) over
     calls; ``vsearch/pseudo_iou_rate``: in-loop samples with r̂_IoU = 1[s = c = 1].
     """
-    roles = _col(batch, ROLE_KEY, ROLE_OUTLOOP)
-    ep_ids = _col(batch, "episode_id")
-    seen: dict[str, int] = {}
-    for i, (role, ep) in enumerate(zip(roles, ep_ids)):
-        if role in (ROLE_INLOOP, ROLE_PLACEHOLDER) and ep is not None and ep not in seen:
-            seen[ep] = i
+    rows = SampleFields.from_batch({k: v for k, v in batch.non_tensor_batch.items() if k in METRIC_KEYS}, len(batch))
+    episodes: dict[str, EpisodeStats] = {}
+    for f in rows:
+        if f.role in (ROLE_INLOOP, ROLE_PLACEHOLDER) and f.episode is not None:
+            episodes.setdefault(f.episode.id, f.episode)
     m: dict[str, float] = {}
-    if seen:
-        rows = list(seen.values())
-        crit = np.array([bool(_col(batch, "episode_critical_failure")[i]) for i in rows])
+    if episodes:
+        eps = list(episodes.values())
+        crit = np.array([e.critical_failure for e in eps])
         ok = ~crit
-        correct = np.array([bool(_col(batch, "episode_correct")[i]) for i in rows])
+        correct = np.array([e.correct for e in eps])
         m["vsearch/critical_failure_ratio"] = float(crit.mean())
         # the share of those that ended in an exception (agent_loops.FailSafeAgentLoop), not an API failure
-        status = np.array([str(_col(batch, "episode_status")[i]) for i in rows])
-        m["vsearch/episode_error_ratio"] = float((status == "error").mean())
+        m["vsearch/episode_error_ratio"] = float(np.mean([e.status == "error" for e in eps]))
         m["vsearch/accuracy_reward"] = float(correct[ok].mean()) if ok.any() else 0.0
-        m["vsearch/has_answer"] = float(np.mean([bool(_col(batch, "episode_has_answer")[i]) for i in rows]))
-        calls = np.array([int(_col(batch, "episode_n_calls")[i]) for i in rows])
+        m["vsearch/has_answer"] = float(np.mean([e.has_answer for e in eps]))
+        calls = np.array([e.n_calls for e in eps])
         m["vsearch/calls_per_qa"] = float(calls.mean())
-        fb = np.array([int(_col(batch, "episode_n_feedback")[i]) for i in rows])
+        fb = np.array([e.n_feedback for e in eps])
         m["vsearch/feedback_rate"] = float(fb.sum() / calls.sum()) if calls.sum() else 0.0
-    inloop = np.array([r == ROLE_INLOOP for r in roles])
-    if inloop.any():
-        helpful = _col(batch, "feedback_helpful")
-        correct_s = _col(batch, "answer_correct")
-        pseudo = [bool(helpful[i]) and bool(correct_s[i]) for i in np.flatnonzero(inloop)]
-        m["vsearch/pseudo_iou_rate"] = float(np.mean(pseudo))
-        m["vsearch/inloop_samples"] = float(inloop.sum())
-    outloop = np.array([r == ROLE_OUTLOOP for r in roles])
+    inloop = [f for f in rows if f.role == ROLE_INLOOP]
+    if inloop:
+        m["vsearch/pseudo_iou_rate"] = float(
+            np.mean([bool(f.feedback_helpful) and bool(f.answer_correct) for f in inloop])
+        )
+        m["vsearch/inloop_samples"] = float(len(inloop))
+    outloop = np.array([f.role == ROLE_OUTLOOP for f in rows], dtype=bool)
     if outloop.any():
         m["vsearch/outloop_samples"] = float(outloop.sum())
-        for key in ("iou", "r_iou"):
+        for key in ("iou", "r_iou"):  # the reward's own outputs (reward_fn.compute_score), not sample fields
             if key in batch.non_tensor_batch:
                 vals = np.array([float(v) for v in batch.non_tensor_batch[key][outloop] if v is not None])
                 vals = vals[vals >= 0] if key == "iou" else vals

@@ -12,8 +12,8 @@
 How a sample is recognised as in-loop. verl 0.7's ``compute_advantage`` passes a custom estimator
 only ``token_level_rewards``, ``response_mask``, ``config`` and ``index`` (= the ``uid`` column), so
 the marker travels in the uid: **an in-loop sample's uid starts with** :data:`INLOOP_UID_PREFIX`
-(``"inloop-"``; e.g. ``inloop-<episode uid>-<call k>``). The recipe's trainer assigns these uids
-when it expands episodes into samples. A caller that has the flags at hand (tests, a custom
+(``"inloop-"``; e.g. ``inloop-<episode uid>-<call k>``, :func:`recipe.vsearch.rollout_fields.inloop_uid`). The
+recipe's agent-loop worker assigns these uids when it expands episodes into samples. A caller that has the flags at hand (tests, a custom
 ``fit``) may instead pass ``is_in_loop=`` (bool array), which takes precedence.
 
 Samples whose ``response_mask`` is all zero (in-loop samples of episodes cut by API failures, and
@@ -30,19 +30,13 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
+from .rollout_fields import INLOOP_UID_PREFIX, inloop_uid, is_inloop_uid
+
+__all__ = ["ESTIMATOR_NAME", "INLOOP_UID_PREFIX", "compute_vsearch_hybrid_advantage", "inloop_uid", "is_inloop_uid"]
+
 ESTIMATOR_NAME = "vsearch_hybrid_grpo"
-INLOOP_UID_PREFIX = "inloop-"
 INLOOP_NORM_SCOPES = ("inloop", "batch")
 DEFAULT_INLOOP_NORM_SCOPE = "inloop"
-
-
-def inloop_uid(episode_uid: str, call_index: int) -> str:
-    """The uid the trainer gives the ``call_index``-th vSearcher sample of an in-loop episode."""
-    return f"{INLOOP_UID_PREFIX}{episode_uid}-{call_index}"
-
-
-def is_inloop_uid(uid: Any) -> bool:
-    return isinstance(uid, str) and uid.startswith(INLOOP_UID_PREFIX)
 
 
 def _cfg_get(config: Any, key: str, default: Any) -> Any:

@@ -30,6 +30,8 @@ from PIL import Image
 from insight_o3.agents import LocateResult, SearcherSession
 from insight_o3.images import ImageStore
 
+from .rollout_fields import SampleFields
+
 
 @dataclass
 class SearcherRollout:
@@ -53,21 +55,23 @@ class SearcherRollout:
     crop_boxes: list[list[float]] = field(default_factory=list)  # the model's bbox_2d per executed crop
     image_size: tuple[int, int] | None = None  # original image (W, H)
 
-    def reward_fields(self) -> dict:
-        """The keys ``recipe.vsearch.reward_fn.compute_score`` reads (see its docstring)."""
+    def sample_fields(self, **context) -> SampleFields:
+        """This trajectory's :class:`~recipe.vsearch.rollout_fields.SampleFields` (the reward's inputs), plus the
+        agent loop's ``context`` (role, in-loop statistics, ground truth)."""
         box = self.result.box_original
-        return {
-            "n_tool": int(self.result.n_tool_calls),
-            "format_ok": bool(self.format_ok),
-            "format_error": self.format_error,
-            "pred_box": [float(v) for v in box] if box is not None else None,
-            "search_status": self.result.status,
-            "search_truncated": bool(self.truncated),
+        return SampleFields(
+            n_tool=int(self.result.n_tool_calls),
+            format_ok=bool(self.format_ok),
+            format_error=self.format_error,
+            pred_box=[float(v) for v in box] if box is not None else None,
+            search_status=self.result.status,
+            search_truncated=bool(self.truncated),
             # the 'original' reward's repeated-view rule reads the crops in the model frame
-            "crop_boxes": [list(b) for b in self.crop_boxes],
-            "frame_size": [int(v) for v in self.frame_size],
-            "image_size": [int(v) for v in self.image_size] if self.image_size is not None else None,
-        }
+            crop_boxes=[list(b) for b in self.crop_boxes],
+            frame_size=[int(v) for v in self.frame_size],
+            image_size=[int(v) for v in self.image_size] if self.image_size is not None else None,
+            **context,
+        )
 
 
 class PromptTooLong(ValueError):

@@ -15,7 +15,8 @@ Who reads it:
   limit and token budget; vReasoner model, image budget, prompts, call limit, token cap, format
   retries; judge model; API concurrency / retries / timeouts;
 * the reward function, through ``custom_reward_function.reward_kwargs`` (= ``vsearch.reward``);
-* the actor update (:mod:`recipe.vsearch.on_policy`): one optimizer step per training step.
+* the actor update (:mod:`recipe.vsearch.on_policy`): one optimizer step per training step;
+* the trainer (:mod:`recipe.vsearch.trainer`, :func:`run_settings` each step): the API-failure abort ratio.
 
 Stage and rollout phase. ``vsearch.stage`` (``train`` in train.sh, ``eval`` in val.sh) picks the
 vSearcher's pixel budget (D.1: ≈3.2M / ≈12.8M). The vReasoner's prompts follow the *rollout*: the
@@ -38,6 +39,9 @@ from .agent_config import STAGES, AgentConfig, load_agent_config
 #: recipe.vsearch.on_policy.EQ2_LOSS_AGG_MODE (not imported: on_policy imports verl)
 EQ2_LOSS_AGG_MODE = "seq-mean-token-sum-norm"
 
+#: ``vsearch.max_api_failure_ratio`` when the config leaves it out (the one default; the trainer reads the value
+#: through :class:`RunSettings`)
+DEFAULT_MAX_API_FAILURE_RATIO = 0.5
 #: keys of the ``vsearch`` config section
 VSEARCH_KEYS = ("agent_config_path", "stage", "judge_model", "reward", "max_api_failure_ratio")
 #: text tokens of a vSearcher prompt besides the image (system prompt + task); the original sized
@@ -135,7 +139,7 @@ class RunSettings:
     vsearcher_prompt_length: int  # rollout.prompt_length: the first turn (system + image + task) must fit
     reward: RewardSettings
     ppo_epochs: int
-    max_api_failure_ratio: float = 0.5  # a training step whose in-loop episodes fail (API) more often aborts
+    max_api_failure_ratio: float  # a training step whose in-loop episodes fail (API) more often aborts
 
     # ------------------------------------------------------------------ derived values the loops use
     @property
@@ -195,7 +199,7 @@ class RunSettings:
         response_length = _int(config, "actor_rollout_ref.rollout.response_length")
         prompt_length = _int(config, "actor_rollout_ref.rollout.prompt_length")
         ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs")
-        ratio = vs.get("max_api_failure_ratio", 0.5)
+        ratio = vs.get("max_api_failure_ratio", DEFAULT_MAX_API_FAILURE_RATIO)
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
             raise SettingsError(f"vsearch.max_api_failure_ratio: expected a number in [0, 1], got {ratio!r}")
         s = cls(

@@ -52,27 +52,15 @@ from verl.utils.tracking import Tracking
 from verl import DataProto
 
 from . import hybrid_advantage  # noqa: F401  (registers vsearch_hybrid_grpo in this process)
-from .episodes import EPISODE_ID_KEY, ROLE_KEY, ROLE_PADDING, VALIDATE_KEY, episode_metrics, finalize_batch
+from .episodes import episode_metrics, finalize_batch
 from .on_policy import EQ2_META_KEY
+from .rollout_fields import EPISODE_ID_KEY, INLOOP_UID_PREFIX, METRIC_KEYS, ROLE_PADDING, VALIDATE_KEY, SampleFields
+from .settings import run_settings
 
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
 VAL_PAD_PREFIX = "vsearch-valpad-"
-#: non-tensor columns the validation metrics read
-_VAL_COLUMNS = (
-    "uid",
-    "data_source",
-    "vsearch_role",
-    "episode_id",
-    "episode_n_calls",
-    "episode_has_answer",
-    "episode_correct",
-    "episode_critical_failure",
-    "episode_n_feedback",
-    "feedback_helpful",
-    "answer_correct",
-    "iou",
-    "r_iou",
-)
+#: non-tensor columns the validation metrics read (and the validation dump carries)
+_VAL_COLUMNS = ("uid", "data_source", *METRIC_KEYS, "iou", "r_iou")
 
 
 def with_episode_ids(gen_batch: DataProto) -> DataProto:
@@ -133,7 +121,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         batch, vsearch_metrics = finalize_batch(out, dp_size)
         metrics.update(vsearch_metrics)
         metrics.update(multimodal_footprint(batch))
-        check_api_failures(vsearch_metrics, float(cfg.vsearch.get("max_api_failure_ratio", 0.5)), self.global_steps)
+        check_api_failures(vsearch_metrics, run_settings(cfg).max_api_failure_ratio, self.global_steps)
         batch.meta_info["temperature"] = rollout_cfg.temperature
         if cfg.trainer.balance_batch:
             self._balance_batch(batch, metrics=metrics)
@@ -287,7 +275,12 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
             reps = np.array([rollout_cfg.val_kwargs.n] * n_real + [1] * n_pad)
             out = self._generate_val(batch, reps, meta)
             keep = np.array(
-                [not _is_val_pad(u, e) for u, e in zip(out.non_tensor_batch["uid"], _column(out, "episode_id"))]
+                [
+                    not _is_val_pad(u, f.episode.id if f.episode else None)
+                    for u, f in zip(
+                        out.non_tensor_batch["uid"], SampleFields.from_batch(out.non_tensor_batch, len(out))
+                    )
+                ]
             )
             for key in _VAL_COLUMNS:
                 columns[key].extend(_column(out, key)[keep].tolist())
@@ -368,8 +361,8 @@ def multimodal_footprint(batch: DataProto) -> dict[str, float]:
 
 def without_padding(batch: DataProto) -> DataProto:
     """``batch`` without the zero-mask rows :func:`~recipe.vsearch.episodes.finalize_batch` added for DP."""
-    roles = _column(batch, ROLE_KEY)
-    keep = np.flatnonzero(np.array([r != ROLE_PADDING for r in roles], dtype=bool))
+    rows = SampleFields.from_batch(batch.non_tensor_batch, len(batch))
+    keep = np.flatnonzero(np.array([f.role != ROLE_PADDING for f in rows], dtype=bool))
     return batch if len(keep) == len(batch) else batch.select_idxs(keep)
 
 
@@ -418,7 +411,7 @@ def _column(batch: DataProto, key: str) -> np.ndarray:
 
 def _is_val_pad(uid, episode_id) -> bool:
     return any(
-        isinstance(v, str) and (v.startswith(VAL_PAD_PREFIX) or v.startswith("inloop-" + VAL_PAD_PREFIX))
+        isinstance(v, str) and (v.startswith(VAL_PAD_PREFIX) or v.startswith(INLOOP_UID_PREFIX + VAL_PAD_PREFIX))
         for v in (uid, episode_id)
     )
 
