@@ -13,6 +13,7 @@ from tests.conftest import add_recipe_path
 add_recipe_path()
 
 from recipe.vsearch.rollout_fields import (  # noqa: E402
+    ALL_KEYS,
     OPTIONAL_KEYS,
     ROLE_INLOOP,
     ROLE_OUTLOOP,
@@ -85,7 +86,7 @@ def test_each_kind_of_sample_carries_the_keys_the_loops_always_wrote():
         row = sample.to_extra_fields()
         fill_optional(row)
         assert set(row) == every
-    assert set(OPTIONAL_KEYS) == every - CORE - SAMPLE
+    assert set(OPTIONAL_KEYS) == every - CORE - SAMPLE and set(ALL_KEYS) == every
 
 
 @pytest.mark.parametrize("sample", [OUTLOOP, INLOOP, PLACEHOLDER], ids=["outloop", "inloop", "placeholder"])

@@ -207,7 +207,7 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
     calls per episode; ``vsearch/feedback_rate``: calls the vReasoner rated (helpful/unhelpful) over
     calls; ``vsearch/pseudo_iou_rate``: in-loop samples with r̂_IoU = 1[s = c = 1].
     """
-    rows = SampleFields.from_batch({k: v for k, v in batch.non_tensor_batch.items() if k in METRIC_KEYS}, len(batch))
+    rows = SampleFields.from_batch(batch.non_tensor_batch, len(batch), METRIC_KEYS)
     episodes: dict[str, EpisodeStats] = {}
     for f in rows:
         if f.role in (ROLE_INLOOP, ROLE_PLACEHOLDER) and f.episode is not None:

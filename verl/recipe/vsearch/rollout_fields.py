@@ -24,7 +24,7 @@ sample for ``vsearch_hybrid_grpo`` (:func:`inloop_uid`). Pure Python: the reward
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -46,6 +46,7 @@ ROW_KEYS = ("uid", "data_source", "reward_model", "extra_info", "index", "agent_
 INLOOP_UID_PREFIX = "inloop-"
 
 _EPISODE_PREFIX = "episode_"
+_KINDS = {"str": str, "int": int, "bool": bool}  # EpisodeStats' field types (annotations are strings here)
 _CORE = ("n_tool", "format_ok", "format_error", "pred_box", "search_status", "search_truncated")
 _TRAJECTORY = ("crop_boxes", "frame_size", "image_size")
 _SAMPLE = ("is_in_loop", "feedback_helpful", "answer_correct")
@@ -110,15 +111,7 @@ class EpisodeStats:
         """None when the sample belongs to no in-loop episode (no ``episode_id``)."""
         if info.get(EPISODE_KEYS[0]) is None:
             return None
-        return cls(
-            _convert(info, "episode_id", str),
-            _convert(info, "episode_n_calls", int),
-            _convert(info, "episode_has_answer", bool),
-            _convert(info, "episode_correct", bool),
-            _convert(info, "episode_critical_failure", bool),
-            _convert(info, "episode_status", str),
-            _convert(info, "episode_n_feedback", int),
-        )
+        return cls(**{f.name: _convert(info, _EPISODE_PREFIX + f.name, _KINDS[str(f.type)]) for f in fields(cls)})
 
 
 #: the ``episode_*`` keys, in :class:`EpisodeStats` order
@@ -207,16 +200,14 @@ class SampleFields:
         return cls._read(info)
 
     @classmethod
-    def from_batch(cls, non_tensor_batch: Mapping[str, Any], n: int) -> list[SampleFields]:
-        """The fields of each of a batch's ``n`` rows, from its ``non_tensor_batch`` columns. The rows were checked
-        by the reward (:meth:`from_extra_info`); an absent column or a None value reads as the default (a view
-        may carry only the columns it needs; a row without a role is ``outloop``)."""
-        names = [
-            k
-            for k in (*_CORE, *_TRAJECTORY, *_SAMPLE, "bboxes", *_IN_EPISODE, "critical_failure")
-            if k in non_tensor_batch
-        ]
-        names += [k for k in (ROLE_KEY, *EPISODE_KEYS) if k in non_tensor_batch]
+    def from_batch(
+        cls, non_tensor_batch: Mapping[str, Any], n: int, keys: Iterable[str] | None = None
+    ) -> list[SampleFields]:
+        """The fields of each of a batch's ``n`` rows, from its ``non_tensor_batch`` columns (only ``keys``, e.g.
+        :data:`METRIC_KEYS`, when given). The rows were checked by the reward (:meth:`from_extra_info`); an absent
+        column or a None value reads as the default (a row without a role is ``outloop``)."""
+        wanted = ALL_KEYS if keys is None else tuple(keys)
+        names = [k for k in wanted if k in non_tensor_batch]
         return [cls._read({k: non_tensor_batch[k][i] for k in names}) for i in range(n)]
 
     @classmethod
@@ -249,6 +240,8 @@ def episode_fields(episode_id: str, **stats: Any) -> dict[str, Any]:
     return EpisodeStats.of(episode_id, **stats).to_extra_fields()
 
 
+#: every key of the contract (``extra_fields`` / ``extra_info`` / batch columns)
+ALL_KEYS = (*_CORE, *_TRAJECTORY, *_SAMPLE, "bboxes", *_IN_EPISODE, ROLE_KEY, "critical_failure", *EPISODE_KEYS)
 #: keys only some samples carry (the worker sets the others' to None)
 OPTIONAL_KEYS = ("bboxes", *_IN_EPISODE, *_TRAJECTORY, *EPISODE_KEYS)
 #: the columns the step and validation metrics read (``episodes.episode_metrics``; the trainer's validation view)

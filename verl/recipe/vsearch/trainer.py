@@ -278,7 +278,8 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                 [
                     not _is_val_pad(u, f.episode.id if f.episode else None)
                     for u, f in zip(
-                        out.non_tensor_batch["uid"], SampleFields.from_batch(out.non_tensor_batch, len(out))
+                        out.non_tensor_batch["uid"],
+                        SampleFields.from_batch(out.non_tensor_batch, len(out), METRIC_KEYS),
                     )
                 ]
             )
@@ -361,7 +362,7 @@ def multimodal_footprint(batch: DataProto) -> dict[str, float]:
 
 def without_padding(batch: DataProto) -> DataProto:
     """``batch`` without the zero-mask rows :func:`~recipe.vsearch.episodes.finalize_batch` added for DP."""
-    rows = SampleFields.from_batch(batch.non_tensor_batch, len(batch))
+    rows = SampleFields.from_batch(batch.non_tensor_batch, len(batch), METRIC_KEYS)
     keep = np.flatnonzero(np.array([f.role != ROLE_PADDING for f in rows], dtype=bool))
     return batch if len(keep) == len(batch) else batch.select_idxs(keep)
 
