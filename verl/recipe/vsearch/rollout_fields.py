@@ -188,7 +188,7 @@ class SampleFields:
                 f"out-of-loop vsearch sample (data_source={data_source!r}) has no extra_info.bboxes"
             )
         if variant == "original" and not missing:
-            need = (list(_TRAJECTORY[:2]) if _convert(info, "n_tool", int) > 0 else []) + (
+            need = (["crop_boxes", "frame_size"] if _convert(info, "n_tool", int) > 0 else []) + (
                 [] if in_loop else ["image_size"]
             )
             missing = [k for k in need if info.get(k) is None]
