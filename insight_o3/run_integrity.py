@@ -164,6 +164,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "no_progress": O,
     "progress": O,
     "skip_image_check": O,
+    "allow_outside_img_dir": O,  # lets image names point outside --img_dir; which images they are is the data's
     # --- paths (what the inputs hold is fixed through derived sha256 values)
     "output_dir": O,
     "out_dir": O,
