@@ -29,12 +29,8 @@ from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
 from ..run_integrity import Invocation, sha256_file
 from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
-<<<<<<< HEAD
 from .run_card import git_commit
-from .samples import AnnotationError
-=======
 from .samples import IMAGE_FIELDS, AnnotationError
->>>>>>> main
 
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")
