@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from .api import ENV_KEYS, quiet_http_logs
 from .exit_codes import ExitCode
+from .paths import ALLOW_OUTSIDE_FLAG
 from .redaction import RedactingFilter, redact
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
 from .run_lock import RunLockedError
@@ -94,6 +95,16 @@ def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = Fal
         *url_opts, dest=f"{prefix}api_base_url", default=None, help="default: " + ", then ".join(f"${n}" for n in urls)
     )
     p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
+
+
+def add_allow_outside_flag(p) -> None:
+    """``--allow_outside_img_dir``: image names of the input file may leave ``--img_dir`` (see :mod:`insight_o3.paths`)."""
+    p.add_argument(
+        ALLOW_OUTSIDE_FLAG,
+        action="store_true",
+        help="let the annotation file name images outside --img_dir (absolute paths, '..', symlinks out); "
+        "off by default, so a file from elsewhere cannot make the run read and send any image you can read",
+    )
 
 
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:

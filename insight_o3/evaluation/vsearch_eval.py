@@ -21,15 +21,15 @@ from ..api import DEFAULT_MAX_RETRIES
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..images import ImageStore
 from ..jobs import JobResult, JobSettings, Plan, ResumableJob
+from ..paths import OutsideImageDir, outside_message, resolve_image_path
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
 from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
-from .samples import AnnotationError
+from .samples import IMAGE_FIELDS, AnnotationError
 
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")
-IMAGE_FIELDS = ("image", "file_name")
 
 
 @dataclass(frozen=True)
@@ -50,18 +50,21 @@ def _field(row: dict, names: tuple[str, ...], where: str) -> str:
     raise AnnotationError(f"{where}: missing or empty field {' / '.join(repr(n) for n in names)}")
 
 
-def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
-    """Read and validate the annotation file (clear errors naming file, line and field)."""
+def load_regions(ann_file: str, img_dir: str, allow_outside: bool = False) -> list[RegionSample]:
+    """Read and validate the annotation file (clear errors naming file, line and field). Image names must
+    stay inside ``img_dir`` (:func:`insight_o3.paths.resolve_image_path`) unless ``allow_outside``."""
     out, keys = [], set()
     for where, lineno, row in iter_jsonl(ann_file, AnnotationError):
         image = _field(row, IMAGE_FIELDS, where)
         desc = _field(row, DESCRIPTION_FIELDS, where)
         bbox = check_box(row.get("bbox"), where, "bbox", error=AnnotationError)
-        path = os.path.join(img_dir, image)
+        image_field = next(n for n in IMAGE_FIELDS if row.get(n) == image)
+        try:
+            path = resolve_image_path(img_dir, image, allow_outside=allow_outside)
+        except OutsideImageDir as e:
+            raise AnnotationError(outside_message(where, image_field, e)) from None
         if not os.path.isfile(path):
-            raise AnnotationError(
-                f"{where}: field {'image' if 'image' in row else 'file_name'!r}: image file not found: {path}"
-            )
+            raise AnnotationError(f"{where}: field {image_field!r}: image file not found: {path}")
         key = str(row["id"]) if row.get("id") is not None else f"#{lineno}"
         if key in keys:
             raise AnnotationError(f"{where}: field 'id': duplicate id {key!r}")

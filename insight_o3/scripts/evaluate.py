@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, report_stop, setup_logging
+from ..cli import STOP_ERRORS, ExitCode, add_allow_outside_flag, add_budget_flags, report_stop, setup_logging
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
@@ -75,7 +75,8 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         help="use this benchmark's default --ann_file/--img_dir (see data/README.md)",
     )
     g.add_argument("--ann_file", help="annotation JSONL file")
-    g.add_argument("--img_dir", help="directory the annotation's image paths are relative to")
+    g.add_argument("--img_dir", help="directory the annotation's image paths are relative to (and stay inside)")
+    add_allow_outside_flag(g)
     g.add_argument("--limit", type=int, default=None, help="only the first N samples (after the filters below)")
     g.add_argument(
         "--sample_ids",
@@ -468,7 +469,9 @@ def main(argv=None) -> int:
     setup_logging()
     a = parse_args(argv)
     try:
-        samples = select_subset(load_samples(a.ann_file, a.img_dir), a.subset, a.ann_file)
+        samples = select_subset(
+            load_samples(a.ann_file, a.img_dir, allow_outside=a.allow_outside_img_dir), a.subset, a.ann_file
+        )
         if a.oracle_crops:
             check_oracle_samples(samples, a.ann_file)
         costs = cost_model(a)
