@@ -36,7 +36,7 @@ from typing import Any
 
 from ..cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
 from ..data.collage import CollageConfig
-from ..data.collage_jobs import DEFAULT_QUESTION_TEMPLATE, ROWS_FILE, CollageSpec, JobSettingsError, generate
+from ..data.collage_jobs import DEFAULT_QUESTION_TEMPLATE, ROWS_FILE, CollageSpec, generate
 from ..data.source_pool import PoolError, filter_small_targets, load_pool
 
 log = logging.getLogger("generate_collages")
@@ -145,7 +145,7 @@ def _generate_main(argv: list[str]) -> int:
         print(json.dumps(stats))
         return ExitCode.OK  # infeasible targets (failures.jsonl) are an outcome of Algorithm 1, not errors
 
-    return run_main(body, bad_input=(PoolError, JobSettingsError), results=os.path.join(a.out_dir, ROWS_FILE))
+    return run_main(body, bad_input=(PoolError,), results=os.path.join(a.out_dir, ROWS_FILE))
 
 
 def _pool_parser() -> argparse.ArgumentParser:
