@@ -207,9 +207,19 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
         checked_ids = {it.id for _, it in self.checked}
         recs = self.records
         kept = [it for it in self.items if it.id not in checked_ids or recs.get(it.id, {}).get("reliable") is True]
-        errors = sum(1 for _, it in self.checked if "reliable" not in recs.get(it.id, {}))
+        verdicts = [recs.get(it.id, {}).get("reliable") for _, it in self.checked]
         write_pool(kept, os.path.join(self.a.out_dir, KEPT_FILE))
-        return {"items": len(self.items), "checked": len(self.checked), "kept": len(kept), "errors": errors}
+        passed, discarded = verdicts.count(True), verdicts.count(False)
+        return {
+            "items": len(self.items),
+            "to_check": len(self.checked),
+            "checked": passed + discarded,
+            "passed": passed,
+            "discarded": discarded,
+            "errors": len(verdicts) - passed - discarded,
+            "kept_unchecked": len(self.items) - len(self.checked),
+            "kept": len(kept),
+        }
 
     def incomplete(self, summary: dict) -> int:
         return summary["errors"]
@@ -217,7 +227,9 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
 
 def run_check(a: ReliabilitySettings, items: list[SourceItem]) -> JobResult[dict]:
     """Check ``items`` (resuming from ``<out_dir>/reliability.jsonl``, under the directory's lock) and write
-    ``pool_reliable.jsonl``; the summary is ``{"items", "checked", "kept", "errors"}`` (``errors``: items
-    still lost to API errors)."""
+    ``pool_reliable.jsonl``. The summary: ``items`` (the pool), ``to_check`` (the low-reliability stream, or all
+    with ``all_sources``), ``checked`` = ``passed`` (every checker right) + ``discarded``, ``errors`` (still lost
+    to API errors: not checked, not kept), ``kept_unchecked`` (the stream kept as it is) and ``kept``
+    (= ``kept_unchecked`` + ``passed``)."""
     job = ReliabilityJob(a, items)
     return job.run(job.checked)

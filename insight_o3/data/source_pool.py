@@ -26,6 +26,11 @@ converters read the public annotation formats:
   in one), ``options`` (the first option is the correct one) or ``answer``, optional ``width`` /
   ``height`` (read from the image header otherwise). Options are shuffled deterministically per
   item and ``answer`` becomes the correct option's letter.
+
+Item ids are ``viscot/<dataset>/<question_id>`` and ``vstar/<question_id>`` (V*: the ``id`` field, else the
+image's file stem, when there is no ``question_id``). An id met again — several questions about one image
+without ``question_id`` — gets ``#2``, ``#3`` … in file order (across the files of one pool with a shared
+:class:`UniqueIds`), so a converted pool always loads.
 """
 
 from __future__ import annotations
@@ -219,9 +224,28 @@ def _image_and_size(rec: dict, where: str, image_root: str) -> tuple[str, int, i
         raise ImageError(f"{where}: {e}") from None
 
 
-def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
+class UniqueIds:
+    """Ids in the order met; a repeated id gets ``#<k>`` (its k-th occurrence, 2 on), deterministically."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, base: str) -> str:
+        k = self.seen[base] = self.seen.get(base, 0) + 1
+        if k == 1:
+            return base
+        name = f"{base}#{k}"
+        while name in self.seen:  # "#k" written in the input itself
+            k += 1
+            name = f"{base}#{k}"
+        self.seen[name] = 1
+        return name
+
+
+def convert_viscot(path: str, image_root: str, ids: UniqueIds | None = None) -> list[SourceItem]:
     """Visual CoT metadata JSONL → pool items (``source = viscot/<dataset>``)."""
     items = []
+    unique = ids or UniqueIds()
     for where, rec in _read_json_records(path):
         boxes = _field(rec, "bboxs", where)
         if not boxes or not all(isinstance(b, (list, tuple)) and len(b) == 4 for b in boxes):
@@ -230,7 +254,7 @@ def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
         dataset = str(rec.get("dataset") or Path(path).name.split("_cot")[0])
         qid = rec.get("question_id", where.rsplit(":", 1)[-1])
         row = {
-            "id": f"viscot/{dataset}/{qid}",
+            "id": unique(f"viscot/{dataset}/{qid}"),
             "image": full,
             "width": w,
             "height": h,
@@ -244,9 +268,10 @@ def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
     return items
 
 
-def convert_vstar(path: str, image_root: str) -> list[SourceItem]:
+def convert_vstar(path: str, image_root: str, ids: UniqueIds | None = None) -> list[SourceItem]:
     """V*-style annotations (``bbox`` as ``[x, y, w, h]`` boxes, first option correct) → pool items."""
     items = []
+    unique = ids or UniqueIds()
     for where, rec in _read_json_records(path):
         boxes = _field(rec, "bbox", where)
         if boxes and isinstance(boxes[0], (int, float)):
@@ -269,7 +294,7 @@ def convert_vstar(path: str, image_root: str) -> list[SourceItem]:
             answer = _field(rec, "answer", where)
         qid = rec.get("question_id", rec.get("id", Path(image).stem))
         row = {
-            "id": f"vstar/{qid}",
+            "id": unique(f"vstar/{qid}"),
             "image": full,
             "width": w,
             "height": h,

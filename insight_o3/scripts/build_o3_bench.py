@@ -352,7 +352,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     judge = Endpoint(
         model=a.judge_model,
         api_base_url=resolve(a.judge_api_base_url, jurls) or solvers[0].api_base_url,
-        api_key=resolve_key(a.judge_api_key, jkeys) or solvers[0].api_key,
+        api_key=resolve_key(a.judge_api_key, jkeys, flag="--judge_api_key") or solvers[0].api_key,
     )
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")

@@ -12,7 +12,12 @@ they are never mistaken for a full run. Every run writes ``run_card.json`` (see
 :mod:`insight_o3.evaluation.run_card`); records carry token ``usage`` per role and, with
 ``--price_file``, ``cost_usd``.
 
-Exit status: 0 done; 2 bad input; 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
+A rerun into the same ``<eval_name>`` resumes only with the settings its first run fixed: a setting that can
+change a result (model, judge, prompts, image budget, benchmark file, subset, ...) that differs is refused with
+status 2, naming each one (see :mod:`insight_o3.run_integrity`); concurrency, rate limits, budgets and other
+operational settings may change and are recorded in ``run_card.json``'s ``history``.
+
+Exit status: 0 done; 2 bad input (or changed settings); 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
 the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the requests failed)
 or by a budget (``--max_cost``/``--max_tokens_total``; rerun with a higher budget to resume);
 5 another run holds ``<output_dir>/<eval_name>``. Every stop prints one line.
@@ -35,7 +40,7 @@ from ..cli import STOP_ERRORS, ExitCode, add_allow_outside_flag, add_budget_flag
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
-from ..evaluation.run_card import build_run_card
+from ..evaluation.run_card import build_run_card, card_invocation
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
@@ -46,6 +51,7 @@ from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunGuard
+from ..run_integrity import SettingsChanged
 from ..solver import Solver
 from ..storage.record_log import RecordFileError
 from ..usage import CostModel, PriceError
@@ -294,9 +300,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     # resolve keys/URLs from env now; keys stay in memory only
     a.api_key = resolve_key(a.api_key, ENV_KEYS["main"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
-    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0], flag="--judge_api_key")
     a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
-    a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0])
+    a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
     return a
 
@@ -445,6 +451,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
             flow=a.judge_flow,
             cache=JudgeCache() if a.judge_cache else None,
         )
+        card = run_card(a, len(samples))
         try:
             return await run_evaluation(
                 samples,
@@ -453,7 +460,8 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
                 run_config(a, costs),
                 args_record(a),
                 guard=guard,
-                run_card=run_card(a, len(samples)),
+                run_card=card,
+                invocation=card_invocation("evaluate", args_record(a), card),
             )
         finally:
             _log_stats(images, limiters)
@@ -488,7 +496,7 @@ def main(argv=None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError) as e:
+    except (RecordFileError, RunDirError, SettingsChanged) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         api_key=key,
         api_base_url=base,
         judge_model=a.judge_model,
-        judge_api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), key),
+        judge_api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), key, flag="--judge_api_key"),
         judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base),
         attempts=a.attempts,
         separate_attempt_requests=a.separate_attempt_requests,

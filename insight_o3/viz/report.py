@@ -296,10 +296,12 @@ def build_report(
     trial: int | None = None,
     img_dir: str | os.PathLike | None = None,
     judges: list[str | os.PathLike] | None = None,
+    note: str | None = None,
 ) -> str:
     """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
     ``img_dir`` adds a place to look for source images moved since the run; ``judges``: re-judgings of
-    the run (``rejudge``) whose agreement with its judge is shown."""
+    the run (``rejudge``) whose agreement with its judge is shown; ``note``: a line shown under the title
+    (the keyless demo says there that its endpoints are scripted)."""
     run = load_run(eval_dir)
     other = load_run(compare_dir) if compare_dir is not None else None
     runs = [run] + ([other] if other else [])
@@ -309,6 +311,7 @@ def build_report(
     return render(
         "report.html.j2",
         title=f"InSight-o3 report: {run.name}",
+        note=note,
         css=Markup(VIEW_CSS),
         run=run,
         other=other,
