@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"characters of each reply text shown; a longer one shows its beginning and end around a marker "
         f"(default: {DEFAULT_MAX_TEXT_CHARS}; 0: no limit)",
     )
+    p.add_argument("--note", default=None, help="a line shown under the report's title")
     g = p.add_argument_group("judge agreement")
     g.add_argument(
         "--judges",
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             img_dir=args.img_dir,
             judges=args.judges,
             max_text_chars=args.max_text_chars or None,
+            note=args.note,
         )
         size = out.stat().st_size
         print(f"wrote {out} ({size / 1e6:.2f} MB)")

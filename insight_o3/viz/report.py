@@ -302,11 +302,13 @@ def build_report(
     img_dir: str | os.PathLike | None = None,
     judges: list[str | os.PathLike] | None = None,
     max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
+    note: str | None = None,
 ) -> str:
     """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
     ``img_dir`` adds a place to look for source images moved since the run; ``judges``: re-judgings of
     the run (``rejudge``) whose agreement with its judge is shown; ``max_text_chars``: each server text shown
-    keeps its beginning and end around a marker (:func:`insight_o3.caps.cut_middle`)."""
+    keeps its beginning and end around a marker (:func:`insight_o3.caps.cut_middle`); ``note``: a line shown
+    under the title (the keyless demo says there that its endpoints are scripted)."""
     run = load_run(eval_dir)
     other = load_run(compare_dir) if compare_dir is not None else None
     runs = [run] + ([other] if other else [])
@@ -316,6 +318,7 @@ def build_report(
     return render(
         "report.html.j2",
         title=f"InSight-o3 report: {run.name}",
+        note=note,
         css=Markup(VIEW_CSS),
         run=run,
         other=other,
