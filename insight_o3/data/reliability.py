@@ -49,6 +49,7 @@ from ..images import ImageStore, Resize
 from ..jobs import JobResult, JobSettings, ResumableJob
 from ..parsing import format_options
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
+from ..run_integrity import Invocation
 from ..solver import Attempt
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
@@ -152,14 +153,14 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
     desc = "reliability"
     records_file = RECORDS_FILE
 
-    def __init__(self, a: ReliabilitySettings, items: list[SourceItem]):
+    def __init__(self, a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None = None):
         settings = JobSettings(
             concurrency=a.concurrency,
             progress=a.progress,
             max_failure_ratio=a.max_failure_ratio,
             max_tokens_total=a.max_tokens_total,
         )
-        super().__init__(a.out_dir, settings)
+        super().__init__(a.out_dir, settings, invocation=invocation)
         self.a, self.items = a, items
         self.checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]
 
@@ -225,11 +226,11 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
         return summary["errors"]
 
 
-def run_check(a: ReliabilitySettings, items: list[SourceItem]) -> JobResult[dict]:
+def run_check(a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None = None) -> JobResult[dict]:
     """Check ``items`` (resuming from ``<out_dir>/reliability.jsonl``, under the directory's lock) and write
     ``pool_reliable.jsonl``. The summary: ``items`` (the pool), ``to_check`` (the low-reliability stream, or all
     with ``all_sources``), ``checked`` = ``passed`` (every checker right) + ``discarded``, ``errors`` (still lost
     to API errors: not checked, not kept), ``kept_unchecked`` (the stream kept as it is) and ``kept``
     (= ``kept_unchecked`` + ``passed``)."""
-    job = ReliabilityJob(a, items)
+    job = ReliabilityJob(a, items, invocation)
     return job.run(job.checked)

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..geometry import check_box
 from ..images import ImageError, image_size
+from ..run_integrity import sha256_json
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 
@@ -82,6 +83,11 @@ class SourceItem:
         d["bbox"] = list(self.bbox)
         d["options"] = list(self.options) if self.options is not None else None
         return d
+
+
+def pool_sha256(items: list[SourceItem]) -> str:
+    """sha256 of what a pool's items hold (image file names, not where they are), fixed by a run's first run."""
+    return sha256_json([{**it.to_dict(), "image": os.path.basename(it.image)} for it in items])
 
 
 def _field(row: dict, name: str, where: str):

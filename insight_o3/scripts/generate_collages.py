@@ -41,7 +41,6 @@ from ..data.collage_jobs import (
     FAILURES_FILE,
     ROWS_FILE,
     CollageSpec,
-    JobSettingsError,
     generate,
 )
 from ..data.source_pool import PoolError, filter_small_targets, load_pool
@@ -179,7 +178,7 @@ def _generate_main(argv: list[str]) -> int:
         # some infeasible targets (failures.jsonl) are an outcome of Algorithm 1, not errors
         return ExitCode.OK
 
-    return run_main(body, bad_input=(PoolError, JobSettingsError), results=os.path.join(a.out_dir, ROWS_FILE))
+    return run_main(body, bad_input=(PoolError,), results=os.path.join(a.out_dir, ROWS_FILE))
 
 
 def _no_collage_hint(a: argparse.Namespace, pool_size: int) -> str:
