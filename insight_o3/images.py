@@ -139,8 +139,30 @@ def _raise_pillow_limit(pixels: int) -> None:
 _raise_pillow_limit(DEFAULT_MAX_DECODE_PIXELS)
 
 
-def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIXELS) -> Image.Image:
-    """Decode an image file to RGB, with a clear :class:`ImageError` for every way it can fail.
+#: How a decoded image becomes RGB. ``drop``: PIL's ``convert("RGB")`` (an alpha channel is dropped), what the
+#: released single-model harness does (``Image.open(...).convert("RGB")``). ``white``: ``qwen_vl_utils``'
+#: ``to_rgb``, an RGBA image composited on white (every other mode converted as ``drop``), what the authors'
+#: verl fork does to every InSight-o3 image, the vReasoner's and the vSearcher's, in training and validation
+#: (``verl/utils/vsearch.py:197`` ``fetch_image_wo_resize``; ``fetch_image`` for the policy's input).
+ALPHA_MODES = ("drop", "white")
+
+
+def to_rgb(im: Image.Image, alpha: str = "drop") -> Image.Image:
+    """``im`` as RGB under ``alpha`` (:data:`ALPHA_MODES`); an RGB image is returned as it is."""
+    if alpha not in ALPHA_MODES:
+        raise ValueError(f"alpha must be one of {ALPHA_MODES}, got {alpha!r}")
+    if alpha == "white" and im.mode == "RGBA":
+        white = Image.new("RGB", im.size, (255, 255, 255))
+        white.paste(im, mask=im.split()[3])  # qwen_vl_utils.vision_process.to_rgb, line for line
+        return white
+    return im.convert("RGB") if im.mode != "RGB" else im
+
+
+def open_image(
+    path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIXELS, alpha: str = "drop"
+) -> Image.Image:
+    """Decode an image file to RGB (``alpha``: see :data:`ALPHA_MODES`), with a clear :class:`ImageError` for
+    every way it can fail.
 
     The pixel limit is checked from the header before any pixel is decoded; no process-wide Pillow
     setting or warning filter is touched, so this is safe from any thread."""
@@ -155,7 +177,7 @@ def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIX
                 )
             im.load()
             # leaving the block closes only the file: the loaded pixels need no copy
-            return im.convert("RGB") if im.mode != "RGB" else im
+            return to_rgb(im, alpha)
     except ImageError:
         raise
     except Image.DecompressionBombError as e:
@@ -203,7 +225,11 @@ class ImageStore:
         quality: int | None = None,
         originals_cached: int = 2,
         processes: bool = False,
+        alpha: str = "drop",
     ):
+        if alpha not in ALPHA_MODES:
+            raise ValueError(f"alpha must be one of {ALPHA_MODES}, got {alpha!r}")
+        self.alpha = alpha  # how originals become RGB (ALPHA_MODES): "white" on the InSight-o3 path
         self.max_cached_bytes = max_cached_bytes
         self.max_decode_pixels = max_decode_pixels
         self.fmt, self.quality = fmt, quality
@@ -233,7 +259,7 @@ class ImageStore:
             if im is not None:
                 self._originals.move_to_end(path)
                 return im
-        im = open_image(path, self.max_decode_pixels)
+        im = open_image(path, self.max_decode_pixels, self.alpha)
         with self._lock:
             self.stats["decoded"] += 1
             self._sizes[path] = im.size
@@ -363,7 +389,12 @@ class ImageStore:
                         max_workers=self.workers,
                         mp_context=_worker_context(),
                         initializer=functools.partial(
-                            _init_worker, self.max_decode_pixels, self.fmt, self.quality, self._originals_cached
+                            _init_worker,
+                            self.max_decode_pixels,
+                            self.fmt,
+                            self.quality,
+                            self._originals_cached,
+                            self.alpha,
                         ),
                     )
                 else:
@@ -396,7 +427,9 @@ def _worker_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def _init_worker(max_decode_pixels: int, fmt: str, quality: int | None, originals_cached: int) -> None:
+def _init_worker(
+    max_decode_pixels: int, fmt: str, quality: int | None, originals_cached: int, alpha: str = "drop"
+) -> None:
     global _WORKER_STORE
     _raise_pillow_limit(max_decode_pixels)
     _WORKER_STORE = ImageStore(
@@ -406,6 +439,7 @@ def _init_worker(max_decode_pixels: int, fmt: str, quality: int | None, original
         fmt=fmt,
         quality=quality,
         originals_cached=originals_cached,
+        alpha=alpha,
     )
 
 

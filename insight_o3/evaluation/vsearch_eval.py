@@ -175,7 +175,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
 
     async def setup(self) -> None:
         s = self.s
-        images = ImageStore.for_image_workers(s.image_workers)
+        images = ImageStore.for_image_workers(s.image_workers, alpha="white")  # the fork's to_rgb
         self.on_close(images.close)
         client = self.client(
             s.api_key,

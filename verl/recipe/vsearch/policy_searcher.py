@@ -29,6 +29,7 @@ from PIL import Image
 
 from insight_o3.agents import LocateResult, SearcherSession
 from insight_o3.images import ImageStore
+from insight_o3.protocol import LIMITS
 
 from .rollout_fields import SampleFields
 
@@ -79,15 +80,18 @@ class PromptTooLong(ValueError):
     ``agent_loops.FailSafeAgentLoop``)."""
 
 
-def budgeted(sampling_params: dict, remaining: int) -> dict:
-    """A copy of ``sampling_params`` whose ``max_tokens`` is at most ``remaining`` (the unused part of the
-    trajectory's response budget). verl's rollout servers read ``max_tokens`` (vLLM: ``SamplingParams``;
-    without it a turn may run to the whole context) and pop it from the dict they get, hence the copy.
-    A turn is therefore cut *by the request*, and the protocol judges exactly the tokens that are kept."""
+def budgeted(sampling_params: dict, remaining: int, per_turn: int = LIMITS.vsearcher_max_tokens_per_turn) -> dict:
+    """A copy of ``sampling_params`` whose ``max_tokens`` is the turn's cap, at most ``remaining`` (the unused
+    part of the trajectory's response budget). The cap is the sampling parameters' own ``max_tokens`` when
+    they set one, else ``per_turn`` (1024: the fork's ``VSearcherLoop.MAX_TOKENS_PER_TURN``, set when
+    ``max_tokens`` is absent). verl's rollout servers read ``max_tokens`` (vLLM: ``SamplingParams``; without
+    it a turn may run to the whole context) and pop it from the dict they get, hence the copy. A turn is
+    therefore cut *by the request*, and the protocol judges exactly the tokens that are kept."""
     sp = dict(sampling_params)
     sp.pop("max_new_tokens", None)
     asked = sp.get("max_tokens")
-    sp["max_tokens"] = int(remaining) if asked is None else min(int(asked), int(remaining))
+    cap = int(per_turn) if asked is None else int(asked)
+    sp["max_tokens"] = min(cap, int(remaining))
     return sp
 
 
