@@ -18,8 +18,10 @@ from collections.abc import Callable
 
 from .api import ENV_KEYS, quiet_http_logs
 from .exit_codes import ExitCode
+from .paths import ALLOW_OUTSIDE_FLAG
 from .redaction import RedactingFilter, redact
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
+from .run_integrity import CardError, SettingsChanged
 from .run_lock import RunLockedError
 from .storage.atomic import OutputError
 
@@ -94,6 +96,16 @@ def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = Fal
         *url_opts, dest=f"{prefix}api_base_url", default=None, help="default: " + ", then ".join(f"${n}" for n in urls)
     )
     p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
+
+
+def add_allow_outside_flag(p) -> None:
+    """``--allow_outside_img_dir``: image names of the input file may leave ``--img_dir`` (see :mod:`insight_o3.paths`)."""
+    p.add_argument(
+        ALLOW_OUTSIDE_FLAG,
+        action="store_true",
+        help="let the annotation file name images outside --img_dir (absolute paths, '..', symlinks out); "
+        "off by default, so a file from elsewhere cannot make the run read and send any image you can read",
+    )
 
 
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
@@ -222,10 +234,11 @@ def run_main(
 ) -> int:
     """Run a command's body and map how it ends to an :class:`ExitCode`, with one line on stderr.
 
-    ``bad_input``: exception types (besides :class:`BadInput`) that mean bad input (2); the
+    ``bad_input``: exception types (besides :class:`BadInput` and a run's changed settings,
+    :class:`~insight_o3.run_integrity.SettingsChanged`, or unreadable card) that mean bad input (2); the
     deliberate stops (:data:`STOP_ERRORS`) map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
-    bad: tuple[type[BaseException], ...] = (BadInput, *bad_input)
+    bad: tuple[type[BaseException], ...] = (BadInput, SettingsChanged, CardError, *bad_input)
     try:
         return int(body())
     except bad as e:

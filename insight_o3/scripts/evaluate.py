@@ -12,7 +12,12 @@ they are never mistaken for a full run. Every run writes ``run_card.json`` (see
 :mod:`insight_o3.evaluation.run_card`); records carry token ``usage`` per role and, with
 ``--price_file``, ``cost_usd``.
 
-Exit status: 0 done; 2 bad input; 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
+A rerun into the same ``<eval_name>`` resumes only with the settings its first run fixed: a setting that can
+change a result (model, judge, prompts, image budget, benchmark file, subset, ...) that differs is refused with
+status 2, naming each one (see :mod:`insight_o3.run_integrity`); concurrency, rate limits, budgets and other
+operational settings may change and are recorded in ``run_card.json``'s ``history``.
+
+Exit status: 0 done; 2 bad input (or changed settings); 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
 the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the requests failed)
 or by a budget (``--max_cost``/``--max_tokens_total``; rerun with a higher budget to resume);
 5 another run holds ``<output_dir>/<eval_name>``. Every stop prints one line.
@@ -31,11 +36,11 @@ from dataclasses import dataclass
 from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, report_stop, setup_logging
+from ..cli import STOP_ERRORS, ExitCode, add_allow_outside_flag, add_budget_flags, report_stop, setup_logging
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
-from ..evaluation.run_card import build_run_card
+from ..evaluation.run_card import build_run_card, card_invocation
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
@@ -46,6 +51,7 @@ from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunGuard
+from ..run_integrity import SettingsChanged
 from ..solver import Solver
 from ..storage.record_log import RecordFileError
 from ..usage import CostModel, PriceError
@@ -75,7 +81,8 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         help="use this benchmark's default --ann_file/--img_dir (see data/README.md)",
     )
     g.add_argument("--ann_file", help="annotation JSONL file")
-    g.add_argument("--img_dir", help="directory the annotation's image paths are relative to")
+    g.add_argument("--img_dir", help="directory the annotation's image paths are relative to (and stay inside)")
+    add_allow_outside_flag(g)
     g.add_argument("--limit", type=int, default=None, help="only the first N samples (after the filters below)")
     g.add_argument(
         "--sample_ids",
@@ -449,6 +456,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
             flow=a.judge_flow,
             cache=JudgeCache() if a.judge_cache else None,
         )
+        card = run_card(a, len(samples))
         try:
             return await run_evaluation(
                 samples,
@@ -457,7 +465,8 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
                 run_config(a, costs),
                 args_record(a),
                 guard=guard,
-                run_card=run_card(a, len(samples)),
+                run_card=card,
+                invocation=card_invocation("evaluate", args_record(a), card),
             )
         finally:
             _log_stats(images, limiters)
@@ -473,7 +482,9 @@ def main(argv=None) -> int:
     setup_logging()
     a = parse_args(argv)
     try:
-        samples = select_subset(load_samples(a.ann_file, a.img_dir), a.subset, a.ann_file)
+        samples = select_subset(
+            load_samples(a.ann_file, a.img_dir, allow_outside=a.allow_outside_img_dir), a.subset, a.ann_file
+        )
         if a.oracle_crops:
             check_oracle_samples(samples, a.ann_file)
         costs = cost_model(a)
@@ -490,7 +501,7 @@ def main(argv=None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError) as e:
+    except (RecordFileError, RunDirError, SettingsChanged) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

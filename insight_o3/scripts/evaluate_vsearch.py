@@ -27,6 +27,7 @@ import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
 from ..cli import (
+    add_allow_outside_flag,
     add_api_flags,
     add_client_flags,
     add_output_dir,
@@ -56,7 +57,8 @@ __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regi
 def build_parser():
     p = new_parser("python -m insight_o3.scripts.evaluate_vsearch", __doc__.split("\n\n")[0])
     p.add_argument("--ann_file", required=True)
-    p.add_argument("--img_dir", required=True)
+    p.add_argument("--img_dir", required=True, help="directory the annotation's image paths are relative to")
+    add_allow_outside_flag(p)
     p.add_argument("--model", required=True, help="the vSearcher model name on the server")
     add_api_flags(p, env="vsearcher")
     p.add_argument("--max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
@@ -103,10 +105,11 @@ def main(argv=None) -> int:
         image_workers=a.image_workers,
         max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
+        ann_file=a.ann_file,
     )
 
     def body() -> int:
-        samples = load_regions(a.ann_file, a.img_dir)
+        samples = load_regions(a.ann_file, a.img_dir, allow_outside=a.allow_outside_img_dir)
         result = asyncio.run(run(settings, samples, args_record={k: v for k, v in vars(a).items() if k != "api_key"}))
         print(json.dumps(result.summary, indent=2))
         if result.incomplete:
