@@ -104,6 +104,9 @@ class Resize:
     crop_min_side: int = 0
     crop_min_area: int = 0
     jpeg_quality: int | None = None
+    #: the exact ``(w, h)`` a view is shown at, whatever its region (a vSearcher crop: the zoom-in tool's
+    #: ``smart_resize`` of the crop in the tool's image, :func:`insight_o3.searcher_rules.run_tool_call`)
+    size: tuple[int, int] | None = None
 
     @property
     def resample(self) -> Image.Resampling:
@@ -112,6 +115,8 @@ class Resize:
     def steps(self, size: tuple[int, int], crop: bool = False) -> list[tuple[int, int]]:
         """The successive sizes a view of ``size`` is resized to (empty: shown as is)."""
         w, h = size
+        if self.size is not None:
+            return [tuple(self.size)] if tuple(self.size) != (w, h) else []  # type: ignore[list-item]
         if self.qwen:
             nh, nw = smart_resize(h, w, min_pixels=self.min_pixels, max_pixels=self.max_pixels or QWEN_MAX_PIXELS)
             return [(nw, nh)] if (nw, nh) != (w, h) else []
