@@ -21,7 +21,7 @@ from .exit_codes import ExitCode
 from .paths import ALLOW_OUTSIDE_FLAG
 from .redaction import RedactingFilter, redact
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
-from .run_integrity import CardError, SettingsChanged
+from .run_integrity import CardError, Invocation, SettingsChanged, git_commit
 from .run_lock import RunLockedError
 from .storage.atomic import OutputError
 
@@ -194,6 +194,15 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--image_workers must not be negative")
     if getattr(a, "max_tokens_total", None) is not None and a.max_tokens_total < 1:
         p.error("--max_tokens_total must be positive")
+
+
+def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived) -> Invocation:
+    """The :class:`~insight_o3.run_integrity.Invocation` of a command line: every flag of ``a`` (less ``skip``,
+    e.g. a subcommand's name), ``derived`` values and the code's version and commit as provenance."""
+    from . import __version__
+
+    settings = {k: v for k, v in vars(a).items() if k not in skip}
+    return Invocation(command, settings, derived, {"version": __version__, "git_commit": git_commit()})
 
 
 # ----------------------------------------------------------------------------- the run

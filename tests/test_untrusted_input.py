@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from insight_o3.scripts import evaluate
+from insight_o3.scripts import evaluate, report
 from insight_o3.scripts import evaluate_vsearch as ev
 from tests.support import eval_bench as eb
+from tests.support.openai_server import Reply, error, last_user_text
 
 MAIN_KEY = "sk-main-SECRET-4242abcd"
 
@@ -126,3 +127,65 @@ def test_evaluate_vsearch_refuses_a_symlink_out(tmp_path, openai_server, capsys)
     assert ev.main([*argv, "--output_dir", str(tmp_path / "out"), "--no_progress"]) == 2
     err = capsys.readouterr().err
     assert f"{ann}:1: field 'image'" in err and "symlink" in err and srv.count == 0
+
+
+# ------------------------------------------------------------------------------------ finding 9: 200 + error body
+def test_a_200_reply_with_an_error_body_is_recorded_with_the_servers_message(bench, tmp_path, openai_server):
+    def script(req, call):
+        if eb.marker(last_user_text(req)) == "q0":
+            return Reply(status=200, body={"error": {"message": "model overloaded,  try again later", "code": 503}})
+        return eb.model_reply(req)
+
+    main_srv, judge_srv = openai_server(script), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(*bench, out, main_srv.base_url, judge_srv.base_url)) == 1  # one sample failed
+    rec = {r["sample_key"]: r["eval_result"] for r in eb.read_records(out / "m/o3_bench", 0)}["q0"]
+    assert rec["status"] == "failed"
+    assert rec["fail_reason"] == "ErrorReply: the server replied 200 with an error: model overloaded, try again later"
+
+
+# ------------------------------------------------------------------------------------ item 6: URL credentials
+URL_PASSWORD = "pw-SECRET-7d1e"
+QUERY_KEY = "qk-SECRET-55aa"
+
+
+def _url_with_secrets(base_url: str) -> str:
+    """``http://user:<password>@127.0.0.1:<port>/v1?api-key=<key>`` for a scripted server's base URL."""
+    return base_url.replace("http://", f"http://user:{URL_PASSWORD}@") + f"?api-key={QUERY_KEY}"
+
+
+def _echo_401(req, call):
+    """A server that refuses with the request's Authorization header and path in its message."""
+    return error(401, f"Incorrect credentials {call.headers.get('authorization', '')} for {call.path}")
+
+
+def _assert_no_url_secrets(text: str, where: str) -> None:
+    b64 = base64.b64encode(f"user:{URL_PASSWORD}".encode()).decode()
+    for secret in (URL_PASSWORD, QUERY_KEY, b64, MAIN_KEY):
+        assert secret not in text, f"{secret} in {where}"
+
+
+def test_url_credentials_never_reach_a_file_or_stderr(bench, tmp_path, openai_server, capsys, caplog):
+    main_srv, judge_srv = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    url, judge_url = _url_with_secrets(main_srv.base_url), _url_with_secrets(judge_srv.base_url)
+    assert evaluate.main(_argv(*bench, out, url, judge_url, "--api_key", MAIN_KEY)) == 0
+    err = capsys.readouterr().err + caplog.text
+    assert "--api_key on the command line is visible to other users" in err  # the ps warning
+    run = out / "m/o3_bench"
+    args = json.loads((run / "args.json").read_text())
+    assert args["api_base_url"] == main_srv.base_url.replace("http://", "http://***@") + "?api-key=***"
+    page = tmp_path / "report.html"
+    assert report.main([str(run), "--out", str(page)]) == 0
+    err += capsys.readouterr().err + caplog.text
+    for p in [*run.rglob("*"), page]:
+        if p.is_file():
+            _assert_no_url_secrets(p.read_text(errors="replace"), str(p))
+    _assert_no_url_secrets(err, "stderr and the log")
+    # the 401 stop line: URL and the server's echo of the credentials (the base64 of user:password) masked
+    refusing = openai_server(_echo_401)
+    argv = _argv(*bench, tmp_path / "out2", _url_with_secrets(refusing.base_url), judge_url)
+    assert evaluate.main(argv) == 4
+    err = capsys.readouterr().err
+    assert "401" in err and "***" in err
+    _assert_no_url_secrets(err + caplog.text, "the 401 stop line")

@@ -189,19 +189,15 @@ class EvalJob(ResumableJob[Sample, dict]):
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
     ):
-        super().__init__(cfg.eval_dir, cfg.job_settings(), guard=guard)
+        super().__init__(cfg.eval_dir, cfg.job_settings(), guard=guard, invocation=invocation)
         self.cfg, self.solver, self.judge = cfg, solver, judge
         self.args_record, self.run_card = args_record, run_card
-        self._invocation = invocation
         self.run_dir = cfg.run_dir
         self.open_trials: list[int] = []
         self.keys: list[str] = []
 
     # -- the directory
     change_hint = "use another --eval_name to run with other settings"
-
-    def invocation(self) -> Invocation | None:
-        return self._invocation
 
     def first_card(self) -> dict:
         return dict(self.run_card or {})

@@ -26,10 +26,9 @@ from ..jobs import JobResult, JobSettings, Plan, ResumableJob
 from ..paths import OutsideImageDir, outside_message, resolve_image_path
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
-from ..run_integrity import Invocation, sha256_file
+from ..run_integrity import Invocation, git_commit, sha256_file
 from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
-from .run_card import git_commit
 from .samples import IMAGE_FIELDS, AnnotationError
 
 log = logging.getLogger(__name__)

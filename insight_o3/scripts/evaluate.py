@@ -300,9 +300,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     # resolve keys/URLs from env now; keys stay in memory only
     a.api_key = resolve_key(a.api_key, ENV_KEYS["main"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
-    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0], flag="--judge_api_key")
     a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
-    a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0])
+    a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
     return a
 

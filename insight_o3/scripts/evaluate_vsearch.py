@@ -55,7 +55,9 @@ __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regi
 
 
 def build_parser():
-    p = new_parser("python -m insight_o3.scripts.evaluate_vsearch", __doc__.split("\n\n")[0])
+    parts = __doc__.split("\n\n")
+    # --help shows the input format and the exit codes (the docstring's 3rd and 5th paragraphs)
+    p = new_parser("python -m insight_o3.scripts.evaluate_vsearch", parts[0], epilog="\n\n".join(parts[2:5:2]))
     p.add_argument("--ann_file", required=True)
     p.add_argument("--img_dir", required=True, help="directory the annotation's image paths are relative to")
     add_allow_outside_flag(p)

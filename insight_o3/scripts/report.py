@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thumb_px", type=int, default=512, help="longer side of embedded crop thumbnails")
     p.add_argument("--trial", type=int, default=None, help="trial browsed per sample (default: the first)")
     p.add_argument("--img_dir", default=None, help="where to find source images if they moved since the run")
+    p.add_argument("--note", default=None, help="a line shown under the report's title")
     g = p.add_argument_group("judge agreement")
     g.add_argument(
         "--judges",
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             trial=args.trial,
             img_dir=args.img_dir,
             judges=args.judges,
+            note=args.note,
         )
         size = out.stat().st_size
         print(f"wrote {out} ({size / 1e6:.2f} MB)")

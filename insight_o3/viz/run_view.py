@@ -60,6 +60,11 @@ class SampleResult:
     record: dict = field(repr=False, default_factory=dict)
 
     @property
+    def is_episode(self) -> bool:
+        """An InSight-o3 episode (it reports vSearcher calls); a single-model attempt has none to show."""
+        return "n_search_calls" in self.stats or any(isinstance(m.get("search"), dict) for m in self.trajectory or [])
+
+    @property
     def n_search_calls(self) -> int:
         if "n_search_calls" in self.stats:
             return int(self.stats["n_search_calls"] or 0)
