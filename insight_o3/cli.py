@@ -17,9 +17,13 @@ import sys
 from collections.abc import Callable
 
 from .api import ENV_KEYS, quiet_http_logs
+from .caps import DEFAULT_MAX_REPLY_CHARS
 from .exit_codes import ExitCode
+from .images import DEFAULT_MAX_DECODE_VALUES
+from .paths import ALLOW_OUTSIDE_FLAG
 from .redaction import RedactingFilter, redact
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
+from .run_integrity import CardError, Invocation, SettingsChanged, git_commit
 from .run_lock import RunLockedError
 from .storage.atomic import OutputError
 
@@ -94,6 +98,37 @@ def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = Fal
         *url_opts, dest=f"{prefix}api_base_url", default=None, help="default: " + ", then ".join(f"${n}" for n in urls)
     )
     p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
+
+
+def add_allow_outside_flag(p) -> None:
+    """``--allow_outside_img_dir``: image names of the input file may leave ``--img_dir`` (see :mod:`insight_o3.paths`)."""
+    p.add_argument(
+        ALLOW_OUTSIDE_FLAG,
+        action="store_true",
+        help="let the annotation file name images outside --img_dir (absolute paths, '..', symlinks out); "
+        "off by default, so a file from elsewhere cannot make the run read and send any image you can read",
+    )
+
+
+def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
+    """``--max_reply_chars`` (characters of each reply text a record keeps) and ``--max_decode_values`` (pixels x
+    channels one image may take to decode); see :mod:`insight_o3.caps` and :func:`insight_o3.images.open_image`."""
+    if reply:
+        p.add_argument(
+            "--max_reply_chars",
+            type=int,
+            default=DEFAULT_MAX_REPLY_CHARS,
+            help=f"characters of each reply text a record keeps; a longer one keeps its beginning and end around a "
+            f"marker (default: {DEFAULT_MAX_REPLY_CHARS}, more than a 16K-token reply; replies are judged whole)",
+        )
+    if decode:
+        p.add_argument(
+            "--max_decode_values",
+            type=int,
+            default=DEFAULT_MAX_DECODE_VALUES,
+            help=f"refuse (as a failed sample) an image whose decoding takes more than this many pixels x channels "
+            f"(an RGB copy counts 3 more per pixel); default {DEFAULT_MAX_DECODE_VALUES}, about 0.8 GB",
+        )
 
 
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
@@ -182,6 +217,18 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--image_workers must not be negative")
     if getattr(a, "max_tokens_total", None) is not None and a.max_tokens_total < 1:
         p.error("--max_tokens_total must be positive")
+    for name in ("max_reply_chars", "max_decode_values"):
+        if getattr(a, name, 1) < 1:
+            p.error(f"--{name} must be positive")
+
+
+def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived) -> Invocation:
+    """The :class:`~insight_o3.run_integrity.Invocation` of a command line: every flag of ``a`` (less ``skip``,
+    e.g. a subcommand's name), ``derived`` values and the code's version and commit as provenance."""
+    from . import __version__
+
+    settings = {k: v for k, v in vars(a).items() if k not in skip}
+    return Invocation(command, settings, derived, {"version": __version__, "git_commit": git_commit()})
 
 
 # ----------------------------------------------------------------------------- the run
@@ -222,10 +269,11 @@ def run_main(
 ) -> int:
     """Run a command's body and map how it ends to an :class:`ExitCode`, with one line on stderr.
 
-    ``bad_input``: exception types (besides :class:`BadInput`) that mean bad input (2); the
+    ``bad_input``: exception types (besides :class:`BadInput` and a run's changed settings,
+    :class:`~insight_o3.run_integrity.SettingsChanged`, or unreadable card) that mean bad input (2); the
     deliberate stops (:data:`STOP_ERRORS`) map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
-    bad: tuple[type[BaseException], ...] = (BadInput, *bad_input)
+    bad: tuple[type[BaseException], ...] = (BadInput, SettingsChanged, CardError, *bad_input)
     try:
         return int(body())
     except bad as e:

@@ -58,8 +58,11 @@ def extract_answer_span(text: str) -> str:
 def extract_verify_span(text: str) -> str | None:
     """The span the fork's in-loop answer check judges (``compute_score_single_vreasoner``): the first
     ``\\boxed{}`` content, else the first ``<answer>...</answer>`` content, stripped; None when there
-    is neither (or it is empty). Nested braces are balanced (the fork cut at the first ``}``)."""
+    is neither (or it is empty). Nested braces are balanced (the fork cut at the first ``}``); a ``\\boxed{``
+    that is never closed is cut as the fork cuts it (at the first ``}``, else the end of the text)."""
     span = first_boxed(text)
+    if span is None and "\\boxed{" in text:
+        span = text.split("\\boxed{", 1)[1].split("}", 1)[0].strip()
     if span is None and "<answer>" in text:
         rest = text.split("<answer>", 1)[1]
         if "</answer>" in rest:
@@ -122,16 +125,6 @@ def format_options(options: str | list | dict | None) -> str | None:
             return "\n".join(str(o) for o in options)
         return "\n".join(f"{letter}. {o}" for letter, o in zip(letters, options))
     return str(options)
-
-
-def question_text(question: str, options: str | None, unescape_newlines: bool = False) -> str:
-    """The user text of a question: the question, then a newline and the options block when there is
-    one. ``unescape_newlines`` turns literal ``\\n`` sequences of a multiple-choice text into newlines,
-    as the fork's ``get_question`` does for the vReasoner (see ``insight_o3_question``)."""
-    if not options:
-        return question
-    text = f"{question}\n{options}"
-    return text.replace("\\n", "\n") if unescape_newlines else text
 
 
 # ----------------------------------------------------------------------------- vReasoner

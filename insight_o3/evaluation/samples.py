@@ -12,7 +12,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..parsing import format_options, option_letters, question_text
+from ..parsing import format_options, option_letters
+from ..paths import OutsideImageDir, outside_message, resolve_image_path
+from ..questions import question_text
 from ..storage.jsonl import iter_jsonl
 
 IMAGE_FIELDS = ("image", "file_name")
@@ -83,7 +85,7 @@ def _text_field(obj: dict, name: str, where: str) -> str:
     return str(v)
 
 
-def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> Sample:
+def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str, allow_outside: bool = False) -> Sample:
     question = _text_field(obj, "question", where)
     answer = _text_field(obj, "answer", where)
     image_field = next((f for f in IMAGE_FIELDS if f in obj), None)
@@ -93,6 +95,10 @@ def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> S
             f"{where}: field 'image' (or 'file_name') is "
             f"{'missing' if image_field is None else 'empty or not a string'}"
         )
+    try:
+        image_path = resolve_image_path(img_dir, image, allow_outside=allow_outside)
+    except OutsideImageDir as e:
+        raise AnnotationError(outside_message(where, image_field, e)) from None
     options = obj.get("options")
     if options is not None and not isinstance(options, (str, list, dict)):
         raise AnnotationError(
@@ -111,7 +117,7 @@ def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> S
         index=index,
         question_id=qid,
         image=image,
-        image_path=os.path.join(img_dir, image),
+        image_path=image_path,
         question=question,
         options=format_options(options),
         answer=answer,  # as written: the original matches and judges it unstripped
@@ -123,13 +129,16 @@ def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str) -> S
     )
 
 
-def load_samples(ann_file: str | os.PathLike, img_dir: str | os.PathLike, check_images: bool = True) -> list[Sample]:
+def load_samples(
+    ann_file: str | os.PathLike, img_dir: str | os.PathLike, check_images: bool = True, allow_outside: bool = False
+) -> list[Sample]:
     """Read and validate an annotation file; raise :class:`AnnotationError` on the first problem
-    (all missing images are checked, the first few reported)."""
+    (all missing images are checked, the first few reported). Image names must stay inside ``img_dir``
+    (:func:`insight_o3.paths.resolve_image_path`) unless ``allow_outside``."""
     ann_file, img_dir = str(ann_file), str(img_dir)
     samples: list[Sample] = []
     for where, line_no, obj in iter_jsonl(ann_file, AnnotationError):
-        samples.append(_parse_line(obj, where, len(samples), line_no, img_dir))
+        samples.append(_parse_line(obj, where, len(samples), line_no, img_dir, allow_outside))
     if not samples:
         raise AnnotationError(f"{ann_file}: no samples (the file is empty)")
     _assign_keys(samples)

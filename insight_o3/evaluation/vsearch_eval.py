@@ -6,7 +6,8 @@ with the image (``image`` or ``file_name``, relative to the image directory), th
 in original-image pixels; an optional ``id`` keys it. :func:`run` writes ``<output_dir>/records.jsonl``
 (one line per sample, appended durably as each finishes; a rerun resumes and re-tries samples lost to
 API failures) and ``metrics.json``: mean IoU, accuracy at IoU >= 0.5, format-valid rate, mean tool calls
-and not-found rate.
+and not-found rate. ``run_card.json`` holds the settings the directory's first run fixed (a rerun with another
+model, prompt, image budget, ... or annotation file is refused, :mod:`insight_o3.run_integrity`) and the history.
 """
 
 from __future__ import annotations
@@ -15,21 +16,24 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 
+from .. import __version__
 from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
 from ..api import DEFAULT_MAX_RETRIES
+from ..caps import DEFAULT_MAX_REPLY_CHARS, cut_messages
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
-from ..images import ImageStore
+from ..images import DEFAULT_MAX_DECODE_VALUES, ImageStore
 from ..jobs import JobResult, JobSettings, Plan, ResumableJob
+from ..paths import OutsideImageDir, outside_message, resolve_image_path
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
+from ..run_integrity import Invocation, git_commit, sha256_file
 from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
-from .samples import AnnotationError
+from .samples import IMAGE_FIELDS, AnnotationError
 
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")
-IMAGE_FIELDS = ("image", "file_name")
 
 
 @dataclass(frozen=True)
@@ -50,18 +54,21 @@ def _field(row: dict, names: tuple[str, ...], where: str) -> str:
     raise AnnotationError(f"{where}: missing or empty field {' / '.join(repr(n) for n in names)}")
 
 
-def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
-    """Read and validate the annotation file (clear errors naming file, line and field)."""
+def load_regions(ann_file: str, img_dir: str, allow_outside: bool = False) -> list[RegionSample]:
+    """Read and validate the annotation file (clear errors naming file, line and field). Image names must
+    stay inside ``img_dir`` (:func:`insight_o3.paths.resolve_image_path`) unless ``allow_outside``."""
     out, keys = [], set()
     for where, lineno, row in iter_jsonl(ann_file, AnnotationError):
         image = _field(row, IMAGE_FIELDS, where)
         desc = _field(row, DESCRIPTION_FIELDS, where)
         bbox = check_box(row.get("bbox"), where, "bbox", error=AnnotationError)
-        path = os.path.join(img_dir, image)
+        image_field = next(n for n in IMAGE_FIELDS if row.get(n) == image)
+        try:
+            path = resolve_image_path(img_dir, image, allow_outside=allow_outside)
+        except OutsideImageDir as e:
+            raise AnnotationError(outside_message(where, image_field, e)) from None
         if not os.path.isfile(path):
-            raise AnnotationError(
-                f"{where}: field {'image' if 'image' in row else 'file_name'!r}: image file not found: {path}"
-            )
+            raise AnnotationError(f"{where}: field {image_field!r}: image file not found: {path}")
         key = str(row["id"]) if row.get("id") is not None else f"#{lineno}"
         if key in keys:
             raise AnnotationError(f"{where}: field 'id': duplicate id {key!r}")
@@ -72,8 +79,9 @@ def load_regions(ann_file: str, img_dir: str) -> list[RegionSample]:
     return out
 
 
-def score(sample: RegionSample, r: LocateResult) -> dict:
-    """One JSON record: prediction, IoU (0 when nothing valid was found) and the trajectory."""
+def score(sample: RegionSample, r: LocateResult, max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS) -> dict:
+    """One JSON record: prediction, IoU (0 when nothing valid was found) and the trajectory (each reply text cut
+    to ``max_reply_chars``, :func:`insight_o3.caps.cut_messages`)."""
     rec = r.to_record()
     return {
         "sample_key": sample.key,
@@ -88,7 +96,7 @@ def score(sample: RegionSample, r: LocateResult) -> dict:
         "n_turns": r.n_turns,
         "format_ok": r.format_ok,
         "error": r.error,
-        "trajectory": rec["trajectory"],
+        "trajectory": cut_messages(rec["trajectory"], max_reply_chars),
     }
 
 
@@ -131,7 +139,10 @@ class VSearchEvalSettings:
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     image_workers: int | None = None
     max_tokens_total: int | None = None
+    max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
+    max_decode_values: int = DEFAULT_MAX_DECODE_VALUES
     progress: bool = True
+    ann_file: str | None = None  # its sha256 is fixed by the output directory's first run
 
     def record(self, **extra) -> dict:
         """What ``args.json`` holds: every setting except the key."""
@@ -158,6 +169,24 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
         self.args_record = args_record if args_record is not None else s.record()
         self.keys: list[str] = []
 
+    card_file = "run_card.json"
+
+    def invocation(self) -> Invocation:
+        return Invocation(
+            self.command,
+            self.args_record,
+            derived={"annotation_sha256": sha256_file(self.s.ann_file) if self.s.ann_file else None},
+            provenance={"version": __version__, "git_commit": git_commit()},
+        )
+
+    def first_card(self) -> dict:
+        return {
+            "package": "insight_o3",
+            "version": __version__,
+            "git_commit": git_commit(),
+            "settings": self.args_record,
+        }
+
     def prepare(self) -> None:
         write_json_atomic(self.path("args.json"), self.args_record)
 
@@ -175,7 +204,11 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
 
     async def setup(self) -> None:
         s = self.s
-        images = ImageStore.for_image_workers(s.image_workers)
+        images = ImageStore.for_image_workers(
+            s.image_workers,
+            max_decode_values=s.max_decode_values,
+            alpha="white",  # RGBA on white: the fork's to_rgb
+        )
         self.on_close(images.close)
         client = self.client(
             s.api_key,
@@ -196,7 +229,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
         )
 
     async def work(self, sample: RegionSample, emit) -> dict:
-        return score(sample, await self.searcher.locate(sample.image_path, sample.description))
+        return score(sample, await self.searcher.locate(sample.image_path, sample.description), self.s.max_reply_chars)
 
     def finish(self) -> dict:
         self.compact(self.keys)

@@ -12,7 +12,12 @@ they are never mistaken for a full run. Every run writes ``run_card.json`` (see
 :mod:`insight_o3.evaluation.run_card`); records carry token ``usage`` per role and, with
 ``--price_file``, ``cost_usd``.
 
-Exit status: 0 done; 2 bad input; 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
+A rerun into the same ``<eval_name>`` resumes only with the settings its first run fixed: a setting that can
+change a result (model, judge, prompts, image budget, benchmark file, subset, ...) that differs is refused with
+status 2, naming each one (see :mod:`insight_o3.run_integrity`); concurrency, rate limits, budgets and other
+operational settings may change and are recorded in ``run_card.json``'s ``history``.
+
+Exit status: 0 done; 2 bad input (or changed settings); 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
 the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the requests failed)
 or by a budget (``--max_cost``/``--max_tokens_total``; rerun with a higher budget to resume);
 5 another run holds ``<output_dir>/<eval_name>``. Every stop prints one line.
@@ -31,11 +36,20 @@ from dataclasses import dataclass
 from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, report_stop, setup_logging
+from ..cli import (
+    STOP_ERRORS,
+    ExitCode,
+    add_allow_outside_flag,
+    add_budget_flags,
+    add_cap_flags,
+    check_run_flags,
+    report_stop,
+    setup_logging,
+)
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
-from ..evaluation.run_card import build_run_card
+from ..evaluation.run_card import build_run_card, card_invocation
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
@@ -46,6 +60,7 @@ from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunGuard
+from ..run_integrity import SettingsChanged
 from ..solver import Solver
 from ..storage.record_log import RecordFileError
 from ..usage import CostModel, PriceError
@@ -75,7 +90,8 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         help="use this benchmark's default --ann_file/--img_dir (see data/README.md)",
     )
     g.add_argument("--ann_file", help="annotation JSONL file")
-    g.add_argument("--img_dir", help="directory the annotation's image paths are relative to")
+    g.add_argument("--img_dir", help="directory the annotation's image paths are relative to (and stay inside)")
+    add_allow_outside_flag(g)
     g.add_argument("--limit", type=int, default=None, help="only the first N samples (after the filters below)")
     g.add_argument(
         "--sample_ids",
@@ -173,6 +189,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num_trials", type=int, default=1)
     _rate_flags(g)
     add_budget_flags(g, what="samples")
+    add_cap_flags(g)
     g.add_argument(
         "--separate_trial_requests",
         action="store_true",
@@ -287,15 +304,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("rpm", "tpm", "judge_rpm", "judge_tpm", "max_cost", "max_tokens_total"):
         if getattr(a, name) is not None and getattr(a, name) <= 0:
             p.error(f"--{name} must be positive")
+    check_run_flags(p, a)  # --max_reply_chars, --max_decode_values (the rest is checked above)
     a.subset = subset_spec(a.limit, a.sample_ids, a.categories)
     if a.subset:  # never mistaken for a full run: its own directory
         a.eval_name = f"{a.eval_name}@subset-{subset_hash(a.subset)}"
     # resolve keys/URLs from env now; keys stay in memory only
     a.api_key = resolve_key(a.api_key, ENV_KEYS["main"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
-    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0])
+    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0], flag="--judge_api_key")
     a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
-    a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0])
+    a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
     return a
 
@@ -342,9 +360,15 @@ def args_record(a: argparse.Namespace) -> dict:
 
 
 def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
-    """The run's image store: ``--image_workers`` processes (default: one per usable CPU)."""
+    """The run's image store: ``--image_workers`` processes (default: one per usable CPU). InSight-o3 mode
+    composites RGBA images on white as the fork does (``images.ALPHA_MODES``); single-model runs drop the
+    alpha channel as the released harness does."""
     return ImageStore.for_image_workers(
-        a.image_workers, max_cached_bytes=a.image_cache_mb * 2**20, originals_cached=originals_cached
+        a.image_workers,
+        max_cached_bytes=a.image_cache_mb * 2**20,
+        originals_cached=originals_cached,
+        max_decode_values=a.max_decode_values,
+        alpha="white" if a.vsearcher_model else "drop",
     )
 
 
@@ -402,6 +426,7 @@ def run_config(a: argparse.Namespace, costs: CostModel | None) -> RunConfig:
         cost_model=costs,
         max_cost=a.max_cost,
         max_tokens_total=a.max_tokens_total,
+        max_reply_chars=a.max_reply_chars,
     )
 
 
@@ -444,6 +469,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
             flow=a.judge_flow,
             cache=JudgeCache() if a.judge_cache else None,
         )
+        card = run_card(a, len(samples))
         try:
             return await run_evaluation(
                 samples,
@@ -452,7 +478,8 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
                 run_config(a, costs),
                 args_record(a),
                 guard=guard,
-                run_card=run_card(a, len(samples)),
+                run_card=card,
+                invocation=card_invocation("evaluate", args_record(a), card),
             )
         finally:
             _log_stats(images, limiters)
@@ -468,7 +495,9 @@ def main(argv=None) -> int:
     setup_logging()
     a = parse_args(argv)
     try:
-        samples = select_subset(load_samples(a.ann_file, a.img_dir), a.subset, a.ann_file)
+        samples = select_subset(
+            load_samples(a.ann_file, a.img_dir, allow_outside=a.allow_outside_img_dir), a.subset, a.ann_file
+        )
         if a.oracle_crops:
             check_oracle_samples(samples, a.ann_file)
         costs = cost_model(a)
@@ -485,7 +514,7 @@ def main(argv=None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError) as e:
+    except (RecordFileError, RunDirError, SettingsChanged) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

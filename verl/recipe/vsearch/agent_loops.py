@@ -38,6 +38,7 @@ from insight_o3.api import ENV_KEYS, make_client, resolve, resolve_key
 from insight_o3.evaluation.judge import AnswerJudge
 from insight_o3.evaluation.samples import Sample
 from insight_o3.images import ImageStore
+from insight_o3.questions import insight_o3_question
 from insight_o3.rate_limit import AdaptiveLimiter
 from insight_o3.solver import Attempt
 
@@ -108,7 +109,7 @@ def shared_images() -> ImageStore:
     global _IMAGES
     with _IMAGES_LOCK:
         if _IMAGES is None:
-            _IMAGES = ImageStore()
+            _IMAGES = ImageStore(alpha="white")  # RGBA on white, as the fork's to_rgb
         return _IMAGES
 
 
@@ -356,7 +357,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         with status :data:`~recipe.vsearch.episodes.JUDGE_LOST_STATUS` whose rows the trainer replaces."""
         searcher = _RecordingPolicySearcher(self.policy, sampling_params)
         proto = self.settings.protocol
-        res = await self.reasoner(searcher, validate).answer(sample.image_path, sample.prompt())
+        res = await self.reasoner(searcher, validate).answer(sample.image_path, insight_o3_question(sample))
         if res.status == "failed" or (res.status == "format_failed" and proto.format_exhaustion_is_failure):
             return EpisodeOutcome(
                 searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error or res.protocol_error
@@ -410,7 +411,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
     async def _placeholder(self, sample: Sample, ep: EpisodeOutcome, stats: EpisodeStats) -> AgentLoopOutput:
         """An episode without vSearcher calls trains nothing, but verl needs one output per row:
         a fully masked text-only row carrying the episode's statistics; the worker drops it."""
-        prompt_ids = await self.apply_chat_template([{"role": "user", "content": sample.prompt()}])
+        prompt_ids = await self.apply_chat_template([{"role": "user", "content": insight_o3_question(sample)}])
         fields = SampleFields(
             format_error="no vSearcher call",
             search_status="none",
