@@ -120,8 +120,8 @@ def test_subagent_estimator_changes_only_in_loop_advantages():
     tlr = torch.zeros(len(scores), 3)
     tlr[:, -1] = torch.tensor(scores)
 
-    def run(kind, ddof=0, gate=None):
-        cfg = {"subagent_advantage_estimator": kind, "inloop_std_ddof": ddof}
+    def run(kind, norm="original", gate=None):
+        cfg = {"subagent_advantage_estimator": kind, "inloop_norm": norm}
         adv, _ = compute_vsearch_hybrid_advantage(
             tlr,
             mask,
@@ -136,7 +136,7 @@ def test_subagent_estimator_changes_only_in_loop_advantages():
     gn = run("global_norm")
     s = torch.tensor(scores[4:])
     assert gn[4:].tolist() == pytest.approx(((s - s.mean()) / (s.std(correction=0) + 1e-6)).tolist(), abs=1e-5)
-    gn1 = run("global_norm", ddof=1)  # paper: unbiased std
+    gn1 = run("global_norm", norm="paper")  # paper: unbiased std
     assert gn1[4:].tolist() == pytest.approx(((s - s.mean()) / (s.std() + 1e-6)).tolist(), abs=1e-5)
     raw = run("no_global_norm")
     assert torch.equal(raw[:4], gn[:4]) and raw[4:].tolist() == pytest.approx(scores[4:])

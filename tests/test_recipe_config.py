@@ -72,7 +72,7 @@ def _validate(cfg) -> None:
         "broadcast",
         "broadcast_tool_only",
     )
-    assert algo.pop("inloop_std_ddof") in (0, 1)
+    assert algo.pop("inloop_norm") in ("original", "paper")
     assert isinstance(omega_conf_to_dataclass(algo, AlgoConfig), AlgoConfig)
     validate_config(cfg, use_reference_policy=True, use_critic=need_critic(cfg))
 
@@ -130,7 +130,7 @@ def test_train_sh_composes_and_validates(train_dry):
     assert cfg.trainer.validation_data_dir == str(tmp_path / "work/ckpts/proj/exp/val_generations")
     # vsearch.variant=original (the default): the fork's loss, abort threshold and in-loop std
     assert cfg.vsearch.variant == "original" and cfg.vsearch.reward.variant == "original"
-    assert cfg.vsearch.max_api_failure_ratio == 0.2 and cfg.algorithm.inloop_std_ddof == 0
+    assert cfg.vsearch.max_api_failure_ratio == 0.2 and cfg.algorithm.inloop_norm == "original"
     assert a.loss_agg_mode == "token-mean" and a.use_dynamic_bsz is True
     assert a.ppo_max_token_len_per_gpu == cfg.data.max_prompt_length + cfg.data.max_response_length
     assert ro.calculate_log_probs is False
@@ -149,7 +149,7 @@ def test_paper_variant_switches_the_whole_protocol(tmp_path):
     a = cfg.actor_rollout_ref.actor
     assert cfg.vsearch.reward.variant == "paper" and cfg.custom_reward_function.reward_kwargs.variant == "paper"
     assert a.loss_agg_mode == "seq-mean-token-sum-norm" and a.use_dynamic_bsz is False
-    assert cfg.vsearch.max_api_failure_ratio == 0.5 and cfg.algorithm.inloop_std_ddof == 1
+    assert cfg.vsearch.max_api_failure_ratio == 0.5 and cfg.algorithm.inloop_norm == "paper"
     s = RunSettings.from_config(cfg)
     assert s.protocol == PROTOCOLS["paper"] and "variant" in r.stderr and "mask_failed_episodes=True" in r.stderr
     _validate(cfg)
@@ -316,7 +316,7 @@ def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, 
     assert reasoner.policy.max_pixels == 4096 * 28 * 28
     train, val = _reasoner(reasoner, False), _reasoner(reasoner, True)
     assert (train.model, train.max_pixels, train.max_search_calls) == ("gpt-5-mini", 1280 * 1280, 6)
-    assert train.completion_kwargs == {"max_completion_tokens": 16384} and train.image_url_extra == {"detail": "high"}
+    assert train.completion_kwargs == {"max_completion_tokens": 2048} and train.image_url_extra == {"detail": "high"}
     assert (train.max_format_retries, val.max_format_retries) == (2, 4)
     assert _system_prompt(train, tmp_path) == VREASONER_TRAIN_SYSTEM_PROMPT
     assert _system_prompt(val, tmp_path) == VREASONER_INFER_SYSTEM_PROMPT

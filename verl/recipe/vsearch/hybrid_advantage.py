@@ -18,8 +18,11 @@ recipe's agent-loop worker assigns these uids when it expands episodes into samp
 
 ``algorithm.subagent_advantage_estimator`` (the fork's key and names; Table 3's "w/o GN"):
 
-* ``global_norm`` (default): ``(r - mean) / (std + eps)`` over the population above; the std's ``ddof`` is
-  ``algorithm.inloop_std_ddof`` (``original``: 0, the fork's ``np.std``; ``paper``: 1, torch's unbiased std);
+* ``global_norm`` (default): ``(r - mean) / (std + eps)`` over the population above, computed as
+  ``algorithm.inloop_norm`` says: ``original`` (the fork: ``np.std``, population std; the division by the std is
+  kept when ``norm_adv_by_std_in_grpo`` is off; a population of one call gets 0) or ``paper`` (torch's unbiased
+  std, ``norm_adv_by_std_in_grpo`` respected, fewer than two samples: mean 0, std 1);
+* ``None`` (the fork's ``null``): every in-loop call is a GRPO group of its own (advantage = score);
 * ``no_global_norm``: the raw reward ``r`` (the fork's ``adv_new[idx] = reward``);
 * ``broadcast`` / ``broadcast_tool_only``: the advantage of the sample's *episode*: GRPO of the episodes' answer
   correctness c within the ``n`` episodes of one QA item (the fork's vReasoner rows, grouped by uid), times the
@@ -48,9 +51,9 @@ ESTIMATOR_NAME = "vsearch_hybrid_grpo"
 INLOOP_NORM_SCOPES = ("inloop", "batch")
 DEFAULT_INLOOP_NORM_SCOPE = "inloop"
 #: ``algorithm.subagent_advantage_estimator`` (the fork's names)
-SUBAGENT_ESTIMATORS = ("global_norm", "no_global_norm", "broadcast", "broadcast_tool_only")
-#: ``algorithm.inloop_std_ddof`` when absent: the default variant's (``original``: ``np.std``)
-DEFAULT_INLOOP_STD_DDOF = 0
+SUBAGENT_ESTIMATORS = ("global_norm", "no_global_norm", "broadcast", "broadcast_tool_only", None)
+#: ``algorithm.inloop_norm``: how ``global_norm`` computes (``vsearch.variant``; absent: the default variant's)
+INLOOP_NORMS = ("original", "paper")
 
 
 def episode_advantages(
@@ -98,7 +101,7 @@ def compute_vsearch_hybrid_advantage(
 
     ``config`` is ``algorithm`` (verl's ``AlgoConfig`` or the DictConfig); read keys:
     ``norm_adv_by_std_in_grpo`` (default True), ``inloop_norm_scope`` (default ``inloop``),
-    ``subagent_advantage_estimator`` (default ``global_norm``) and ``inloop_std_ddof`` (default 0).
+    ``subagent_advantage_estimator`` (default ``global_norm``) and ``inloop_norm`` (default ``original``).
     ``episode_ids`` (per row), ``episode_correct`` and ``tool_gate`` (per row) are needed by ``broadcast*`` only.
     """
     bs = token_level_rewards.shape[0]
@@ -115,9 +118,9 @@ def compute_vsearch_hybrid_advantage(
         raise ValueError(
             f"algorithm.subagent_advantage_estimator must be one of {SUBAGENT_ESTIMATORS}, got {subagent!r}"
         )
-    ddof = int(_cfg_get(config, "inloop_std_ddof", DEFAULT_INLOOP_STD_DDOF))
-    if ddof not in (0, 1):
-        raise ValueError(f"algorithm.inloop_std_ddof must be 0 or 1, got {ddof!r}")
+    norm = _cfg_get(config, "inloop_norm", INLOOP_NORMS[0])
+    if norm not in INLOOP_NORMS:
+        raise ValueError(f"algorithm.inloop_norm must be one of {INLOOP_NORMS}, got {norm!r}")
 
     if is_in_loop is None:
         inloop = np.array([is_inloop_uid(u) for u in index], dtype=bool)
@@ -145,20 +148,25 @@ def compute_vsearch_hybrid_advantage(
         with torch.no_grad():
             scores = token_level_rewards.sum(dim=-1)
             sel = torch.as_tensor(in_rows)
-            if subagent.startswith("broadcast"):
+            if subagent is not None and subagent.startswith("broadcast"):
                 normed = _broadcast(in_rows, episode_ids, episode_correct, tool_gate, subagent, by_std, epsilon)
             elif subagent == "no_global_norm":
                 normed = scores[sel]
+            elif subagent is None:  # verl's GRPO singleton: mean 0, std 1
+                normed = scores[sel] / (1.0 + epsilon) if by_std else scores[sel]
             else:
                 valid = (response_mask.sum(dim=-1) > 0).cpu().numpy()
                 population = np.flatnonzero(valid & (inloop if scope == "inloop" else np.ones(bs, dtype=bool)))
-                if population.size >= 2:
-                    pop = scores[torch.as_tensor(population)]
-                    mean, std = pop.mean(), pop.std(correction=ddof)
+                pop = scores[torch.as_tensor(population)] if population.size else None
+                if norm == "original" and pop is not None:  # the fork: np.mean / np.std, always divided
+                    normed = (scores[sel] - pop.mean()) / (pop.std(correction=0) + epsilon)
                 else:
-                    mean, std = torch.tensor(0.0), torch.tensor(1.0)
-                centred = scores[sel] - mean
-                normed = centred / (std + epsilon) if by_std else centred
+                    if pop is not None and population.size >= 2:
+                        mean, std = pop.mean(), pop.std()
+                    else:
+                        mean, std = torch.tensor(0.0), torch.tensor(1.0)
+                    centred = scores[sel] - mean
+                    normed = centred / (std + epsilon) if by_std else centred
             advantages[sel] = normed.unsqueeze(-1).to(advantages.dtype) * response_mask[sel]
     advantages = advantages * response_mask
     return advantages, advantages

@@ -82,8 +82,9 @@ class Protocol:
     #: rows added to reach a multiple of the data-parallel size: copies of the batch's first rows, trained like
     #: them (fork: ``pad_dataproto_to_divisor``) or copies with an all-zero response mask (no sample, no token)
     pad_rows_trained: bool
-    #: ``ddof`` of the in-loop samples' global std (fork: ``np.std``, population; paper: torch's unbiased std)
-    inloop_std_ddof: int
+    #: how ``global_norm`` normalises in-loop advantages (``algorithm.inloop_norm``, recipe.vsearch.hybrid_advantage):
+    #: the fork's ``np.std`` always divided (``original``) or torch's unbiased std under ``norm_adv_by_std_in_grpo``
+    inloop_norm: str
 
 
 PROTOCOLS = {
@@ -98,7 +99,7 @@ PROTOCOLS = {
         judge_retry_interval_s=30.0,
         max_judge_failure_ratio=0.01,
         pad_rows_trained=True,
-        inloop_std_ddof=0,
+        inloop_norm="original",
     ),
     "paper": Protocol(
         variant="paper",
@@ -111,7 +112,7 @@ PROTOCOLS = {
         judge_retry_interval_s=0.0,
         max_judge_failure_ratio=None,
         pad_rows_trained=False,
-        inloop_std_ddof=1,
+        inloop_norm="paper",
     ),
 }
 #: the field names the YAML may read through ``${vsearch_protocol:<field>}``
