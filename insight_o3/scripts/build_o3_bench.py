@@ -38,6 +38,7 @@ from ..cli import (
     add_output_dir,
     add_run_flags,
     check_run_flags,
+    entry_point,
     new_parser,
     run_main,
     setup_logging,
@@ -428,6 +429,7 @@ def run_release(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()

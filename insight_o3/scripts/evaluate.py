@@ -30,8 +30,17 @@ from dataclasses import dataclass
 
 from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_allow_outside_flag, add_budget_flags, report_stop, setup_logging
+from ..api import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, ENV_KEYS, make_client, resolve, resolve_key
+from ..cli import (
+    CLIENT_TIMEOUT_HELP,
+    STOP_ERRORS,
+    ExitCode,
+    add_allow_outside_flag,
+    add_budget_flags,
+    entry_point,
+    report_stop,
+    setup_logging,
+)
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
@@ -117,7 +126,9 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--image_url_extra_settings", type=_json_object("--image_url_extra_settings"), default={"detail": "high"}
     )
-    g.add_argument("--client_timeout", type=float, default=None, help="seconds per request (SDK default 600)")
+    g.add_argument(
+        "--client_timeout", type=float, default=None, help=f"{CLIENT_TIMEOUT_HELP} (default: {DEFAULT_TIMEOUT:g})"
+    )
     g.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES, help="the openai SDK's retries")
 
 
@@ -465,6 +476,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
         images.close()
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     a = parse_args(argv)

@@ -33,8 +33,17 @@ import os
 import re
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, new_parser, report_stop, setup_logging
+from ..api import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, ENV_KEYS, make_client, resolve, resolve_key
+from ..cli import (
+    CLIENT_TIMEOUT_HELP,
+    STOP_ERRORS,
+    ExitCode,
+    add_budget_flags,
+    entry_point,
+    new_parser,
+    report_stop,
+    setup_logging,
+)
 from ..evaluation.agreement import agreement_lines, judge_agreement
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
@@ -198,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
     add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
-    p.add_argument("--client_timeout", type=float, default=None)
+    p.add_argument(
+        "--client_timeout", type=float, default=None, help=f"{CLIENT_TIMEOUT_HELP} (default: {DEFAULT_TIMEOUT:g})"
+    )
     p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
     p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
     p.add_argument("--no_progress", action="store_true")
@@ -351,6 +362,7 @@ def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     p = build_parser()
