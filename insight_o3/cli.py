@@ -30,6 +30,7 @@ from .exit_codes import ExitCode
 from .paths import ALLOW_OUTSIDE_FLAG
 from .redaction import RedactingFilter, redact
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
+from .run_integrity import CardError, SettingsChanged
 from .run_lock import RunLockedError
 from .storage.atomic import OutputError
 
@@ -258,10 +259,11 @@ def run_main(
 ) -> int:
     """Run a command's body and map how it ends to an :class:`ExitCode`, with one line on stderr.
 
-    ``bad_input``: exception types (besides :class:`BadInput`) that mean bad input (2); the
+    ``bad_input``: exception types (besides :class:`BadInput` and a run's changed settings,
+    :class:`~insight_o3.run_integrity.SettingsChanged`, or unreadable card) that mean bad input (2); the
     deliberate stops (:data:`STOP_ERRORS`) map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
-    bad: tuple[type[BaseException], ...] = (BadInput, *bad_input)
+    bad: tuple[type[BaseException], ...] = (BadInput, SettingsChanged, CardError, *bad_input)
     try:
         return int(body())
     except bad as e:

@@ -18,6 +18,10 @@ the summary (:meth:`~ResumableJob.finish`); optionally what to write before the 
 What the job guarantees, for every command alike:
 
 * one run per directory (:mod:`insight_o3.run_lock`: a second run exits with status 5);
+* a directory's settings are fixed by its first run (:mod:`insight_o3.run_integrity`): a job whose
+  :meth:`~ResumableJob.invocation` says what it runs with is refused (status 2, nothing written) when a
+  result-changing setting differs from the first run's; otherwise the run is appended to the card's history
+  (:attr:`~ResumableJob.card_file`) before anything else is written;
 * every finished item is one fsync'ed line before the next starts being counted
   (:class:`~insight_o3.storage.record_log.RecordLog`, one writer thread), so a crash loses nothing finished;
 * a 401/403/404 or too many failed requests (:class:`~insight_o3.run_guard.RunGuard`, shared by the clients
@@ -50,7 +54,9 @@ from .errors import EXPECTED_ERRORS
 from .exit_codes import ExitCode
 from .redaction import failure_reason
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
+from .run_integrity import Invocation, read_card, settle
 from .run_lock import run_lock
+from .storage.atomic import write_json_atomic
 from .storage.record_log import RecordLog
 from .usage import UsageMeter, metering, total_tokens
 
@@ -179,6 +185,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     desc: str = "items"
     #: The file of the default record log, under :attr:`directory`.
     records_file: str = "records.jsonl"
+    #: The card holding the settings fixed by the directory's first run and the history of its runs
+    #: (None: ``<records_file without .jsonl>_card.json``).
+    card_file: str | None = None
+    #: What the refusal of changed settings advises.
+    change_hint: str = "use another --output_dir to run with other settings"
 
     def __init__(self, directory: str, settings: JobSettings | None = None, *, guard: RunGuard | None = None):
         self.directory = os.fspath(directory)
@@ -191,6 +202,24 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self._writer: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------------------------------- hooks
+    def invocation(self) -> Invocation | None:
+        """This run's command and settings (:mod:`insight_o3.run_integrity`); None: nothing is fixed or recorded."""
+        return None
+
+    def first_card(self) -> dict:
+        """What the card of the directory's first run holds besides the fixed settings and the history."""
+        return {}
+
+    def card_path(self) -> str:
+        return self.path(self.card_file or os.path.splitext(self.records_file)[0] + "_card.json")
+
+    def read_card(self) -> dict | None:
+        """The stored card (None: the directory's first run)."""
+        return read_card(self.card_path())
+
+    def write_card(self, card: dict) -> None:
+        write_json_atomic(self.card_path(), card)
+
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
 
@@ -296,6 +325,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """The whole run under the directory's lock (:class:`~insight_o3.run_lock.RunLockedError` if held)."""
         items = list(items)
         with run_lock(self.directory, self.command):
+            self.settle_settings()
             self.prepare()
             items = self.collect(items)
             try:
@@ -310,6 +340,14 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             finally:
                 self._close_logs()
         return JobResult(summary, self.incomplete(summary))
+
+    def settle_settings(self) -> None:
+        """Refuse a run whose result-changing settings differ from the directory's first run's (nothing written:
+        :class:`~insight_o3.run_integrity.SettingsChanged`); else record this run in the card's history."""
+        inv = self.invocation()
+        if inv is not None:
+            stored = self.read_card()
+            self.write_card(settle(stored, self.first_card(), inv, where=self.card_path(), hint=self.change_hint))
 
     def _open_logs(self) -> None:
         for name, file in self.log_files().items():

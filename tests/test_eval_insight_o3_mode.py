@@ -214,8 +214,18 @@ def test_insight_o3_sigkill_then_resume(bench, tmp_path, openai_server):
     searcher = openai_server(searcher_script())
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
+    kwargs = ["--vsearcher_chat_completion_kwargs", '{"max_tokens": 77}']  # fixed by the first run
     argv = _argv(
-        out, *bench, slow.base_url, searcher.base_url, judge.base_url, "--num_trials", "2", "--concurrency", "2"
+        out,
+        *bench,
+        slow.base_url,
+        searcher.base_url,
+        judge.base_url,
+        "--num_trials",
+        "2",
+        "--concurrency",
+        "2",
+        *kwargs,
     )
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     proc = subprocess.Popen(
@@ -245,8 +255,7 @@ def test_insight_o3_sigkill_then_resume(bench, tmp_path, openai_server):
         judge.base_url,
         "--num_trials",
         "2",
-        "--vsearcher_chat_completion_kwargs",
-        '{"max_tokens": 77}',
+        *kwargs,
     )
     n_search_before = searcher.count
     assert evaluate.main(argv_fast) == 0

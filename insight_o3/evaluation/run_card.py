@@ -17,6 +17,10 @@ import subprocess
 from typing import Any
 
 from .. import __version__, prompts
+from ..run_integrity import FIXED_KEY, Invocation, sha256_file
+
+#: Values of a run card derived from the inputs that can change a result (fixed by the directory's first run).
+DERIVED_KEYS = ("benchmark_sha256", "prompts_sha256")
 
 #: Settings that must agree for runs to share a column (one benchmark, several models).
 SHARED_KEYS = (
@@ -45,17 +49,6 @@ ROW_KEYS = (
     "judge.flow",
     "prompts_sha256",
 )
-
-
-def sha256_file(path: str, chunk: int = 1 << 20) -> str | None:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(chunk):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()
 
 
 def prompt_hashes() -> dict[str, str]:
@@ -118,6 +111,23 @@ def build_run_card(
     if extra:
         card.update(extra)
     return card
+
+
+def card_invocation(command: str, settings: dict, card: dict, **derived) -> Invocation:
+    """The invocation of an evaluate/rejudge run whose card is ``card``: its settings, the card's
+    :data:`DERIVED_KEYS` (plus ``derived``), and its version and commit as provenance."""
+    return Invocation(
+        command,
+        settings,
+        derived={**{k: card.get(k) for k in DERIVED_KEYS}, **derived},
+        provenance={"version": card.get("version"), "git_commit": card.get("git_commit")},
+    )
+
+
+def fixed_settings(card: dict) -> dict:
+    """The settings a run's first invocation fixed (a card written before they were recorded: its settings)."""
+    fixed = card.get(FIXED_KEY)
+    return fixed if isinstance(fixed, dict) else {"settings": card.get("settings"), "judge": card.get("judge")}
 
 
 def card_sha256(card: dict) -> str:

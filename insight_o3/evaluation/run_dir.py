@@ -184,6 +184,11 @@ class RunDir:
         except RunDirError:
             return None
 
+    def stored_run_card(self) -> dict | None:
+        """``run_card.json`` for a writer that must not overwrite it unread: None only when missing
+        (:class:`RunDirError` naming it when unusable)."""
+        return read_json_object(self.file(RUN_CARD_FILE))
+
     def summary(self) -> dict | None:
         return read_json_object(self.file(SUMMARY_FILE))
 

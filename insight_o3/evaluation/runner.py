@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from ..jobs import BudgetExceeded, JobSettings, Plan, ResumableJob
 from ..redaction import redact
 from ..run_guard import RunGuard
+from ..run_integrity import Invocation
 from ..solver import Attempt
 from ..storage.record_log import RecordFileError
 from ..trajectory import image_refs
 from ..usage import CostModel, UsageMeter, merge, metering, total_tokens
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
-from .run_dir import RunDir
+from .run_dir import RUN_CARD_FILE, RunDir
 from .samples import Sample
 from .schema import EvalRecord, EvalResult
 
@@ -186,15 +187,35 @@ class EvalJob(ResumableJob[Sample, dict]):
         args_record: dict | None = None,
         run_card: dict | None = None,
         guard: RunGuard | None = None,
+        invocation: Invocation | None = None,
     ):
         super().__init__(cfg.eval_dir, cfg.job_settings(), guard=guard)
         self.cfg, self.solver, self.judge = cfg, solver, judge
         self.args_record, self.run_card = args_record, run_card
+        self._invocation = invocation
         self.run_dir = cfg.run_dir
         self.open_trials: list[int] = []
         self.keys: list[str] = []
 
     # -- the directory
+    change_hint = "use another --eval_name to run with other settings"
+
+    def invocation(self) -> Invocation | None:
+        return self._invocation
+
+    def first_card(self) -> dict:
+        return dict(self.run_card or {})
+
+    def card_path(self) -> str:
+        return self.run_dir.file(RUN_CARD_FILE)
+
+    def read_card(self) -> dict | None:
+        self.run_dir.check_format()
+        return self.run_dir.stored_run_card()
+
+    def write_card(self, card: dict) -> None:
+        self.run_dir.write_run_card(card)
+
     def _is_done(self, k: int) -> bool:
         if not self.run_dir.is_done(k):
             return False
@@ -210,8 +231,6 @@ class EvalJob(ResumableJob[Sample, dict]):
         self.run_dir.check_format()
         if self.args_record is not None:
             self.run_dir.write_args(self.args_record)
-        if self.run_card is not None:
-            self.run_dir.write_run_card(self.run_card)
         self.open_trials = [k for k in range(self.cfg.num_trials) if not self._is_done(k)]
         for k in self.open_trials:
             self.run_dir.reopen_trial(k)
@@ -357,9 +376,12 @@ async def run_evaluation(
     args_record: dict | None = None,
     guard: RunGuard | None = None,
     run_card: dict | None = None,
+    invocation: Invocation | None = None,
 ) -> dict:
     """Evaluate, write every output file, and return the summary metrics (under the eval
     directory's lock: raises :class:`~insight_o3.run_lock.RunLockedError` if another run holds it).
-    Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded)."""
-    job = EvalJob(cfg, solver, judge, args_record=args_record, run_card=run_card, guard=guard)
+    Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and
+    :class:`~insight_o3.run_integrity.SettingsChanged` (nothing written) when ``invocation`` differs from the
+    directory's first run on a setting that can change a result."""
+    job = EvalJob(cfg, solver, judge, args_record=args_record, run_card=run_card, guard=guard, invocation=invocation)
     return (await job.arun(samples)).summary

@@ -6,7 +6,8 @@ with the image (``image`` or ``file_name``, relative to the image directory), th
 in original-image pixels; an optional ``id`` keys it. :func:`run` writes ``<output_dir>/records.jsonl``
 (one line per sample, appended durably as each finishes; a rerun resumes and re-tries samples lost to
 API failures) and ``metrics.json``: mean IoU, accuracy at IoU >= 0.5, format-valid rate, mean tool calls
-and not-found rate.
+and not-found rate. ``run_card.json`` holds the settings the directory's first run fixed (a rerun with another
+model, prompt, image budget, ... or annotation file is refused, :mod:`insight_o3.run_integrity`) and the history.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 
+from .. import __version__
 from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
 from ..api import DEFAULT_MAX_RETRIES
@@ -24,8 +26,10 @@ from ..jobs import JobResult, JobSettings, Plan, ResumableJob
 from ..paths import OutsideImageDir, outside_message, resolve_image_path
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
+from ..run_integrity import Invocation, sha256_file
 from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
+from .run_card import git_commit
 from .samples import IMAGE_FIELDS, AnnotationError
 
 log = logging.getLogger(__name__)
@@ -135,6 +139,7 @@ class VSearchEvalSettings:
     image_workers: int | None = None
     max_tokens_total: int | None = None
     progress: bool = True
+    ann_file: str | None = None  # its sha256 is fixed by the output directory's first run
 
     def record(self, **extra) -> dict:
         """What ``args.json`` holds: every setting except the key."""
@@ -160,6 +165,24 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
         self.s = s
         self.args_record = args_record if args_record is not None else s.record()
         self.keys: list[str] = []
+
+    card_file = "run_card.json"
+
+    def invocation(self) -> Invocation:
+        return Invocation(
+            self.command,
+            self.args_record,
+            derived={"annotation_sha256": sha256_file(self.s.ann_file) if self.s.ann_file else None},
+            provenance={"version": __version__, "git_commit": git_commit()},
+        )
+
+    def first_card(self) -> dict:
+        return {
+            "package": "insight_o3",
+            "version": __version__,
+            "git_commit": git_commit(),
+            "settings": self.args_record,
+        }
 
     def prepare(self) -> None:
         write_json_atomic(self.path("args.json"), self.args_record)

@@ -12,7 +12,12 @@ they are never mistaken for a full run. Every run writes ``run_card.json`` (see
 :mod:`insight_o3.evaluation.run_card`); records carry token ``usage`` per role and, with
 ``--price_file``, ``cost_usd``.
 
-Exit status: 0 done; 2 bad input; 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
+A rerun into the same ``<eval_name>`` resumes only with the settings its first run fixed: a setting that can
+change a result (model, judge, prompts, image budget, benchmark file, subset, ...) that differs is refused with
+status 2, naming each one (see :mod:`insight_o3.run_integrity`); concurrency, rate limits, budgets and other
+operational settings may change and are recorded in ``run_card.json``'s ``history``.
+
+Exit status: 0 done; 2 bad input (or changed settings); 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
 the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the requests failed)
 or by a budget (``--max_cost``/``--max_tokens_total``; rerun with a higher budget to resume);
 5 another run holds ``<output_dir>/<eval_name>``. Every stop prints one line.
@@ -44,7 +49,7 @@ from ..cli import (
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
-from ..evaluation.run_card import build_run_card
+from ..evaluation.run_card import build_run_card, card_invocation
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
@@ -55,6 +60,7 @@ from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunGuard
+from ..run_integrity import SettingsChanged
 from ..solver import Solver
 from ..storage.record_log import RecordFileError
 from ..usage import CostModel, PriceError
@@ -456,6 +462,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
             flow=a.judge_flow,
             cache=JudgeCache() if a.judge_cache else None,
         )
+        card = run_card(a, len(samples))
         try:
             return await run_evaluation(
                 samples,
@@ -464,7 +471,8 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
                 run_config(a, costs),
                 args_record(a),
                 guard=guard,
-                run_card=run_card(a, len(samples)),
+                run_card=card,
+                invocation=card_invocation("evaluate", args_record(a), card),
             )
         finally:
             _log_stats(images, limiters)
@@ -500,7 +508,7 @@ def main(argv=None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError) as e:
+    except (RecordFileError, RunDirError, SettingsChanged) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

@@ -107,6 +107,7 @@ def main(argv=None) -> int:
         image_workers=a.image_workers,
         max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
+        ann_file=a.ann_file,
     )
 
     def body() -> int:

@@ -20,8 +20,11 @@ judge's accuracy and the items they disagree on are printed and written to ``--a
 (default ``<eval_dir>@judge-agreement.json`` next to the source); ``report <eval_dir> --judges <the new
 dirs>`` shows them. This happens after a single new judge too (two judges: the source's and the new one).
 
+A rerun into an existing re-judged dir must use the settings its first run fixed (judge, flow, answer length,
+cache, source run): otherwise it is refused with status 2, naming each difference (as ``evaluate``).
+
 Exit status as ``evaluate``: 0 done; 2 bad input (no such eval dir, unfinished source trials, bad
-price file); 3 output not writable; 4 stopped by the judge API or a budget; 5 the output dir is locked.
+price file, changed settings); 3 output not writable; 4 stopped by the judge API or a budget; 5 the output dir is locked.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from ..cli import (
 )
 from ..evaluation.agreement import agreement_lines, judge_agreement
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
+from ..evaluation.run_card import card_invocation, fixed_settings
 from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
 from ..evaluation.run_records import read_run
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
@@ -54,6 +58,7 @@ from ..evaluation.schema import EvalRecord
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
+from ..run_integrity import SettingsChanged
 from ..solver import Attempt
 from ..storage.atomic import write_json_atomic
 from ..storage.record_log import RecordFileError
@@ -306,8 +311,10 @@ async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
         }
         new_card["rejudged_from"] = os.path.abspath(a.eval_dir)
         settings = {k: v for k, v in vars(a).items() if k != "judge_api_key"}
+        # the source's own fixed settings are this run's too: another source into the same dir is refused
+        inv = card_invocation("rejudge", settings, new_card, source=fixed_settings(card))
         return await run_evaluation(
-            samples, StoredAttempts(records), judge, cfg, settings, guard=guard, run_card=new_card
+            samples, StoredAttempts(records), judge, cfg, settings, guard=guard, run_card=new_card, invocation=inv
         )
     finally:
         await client.close()
@@ -402,7 +409,7 @@ def _rejudge(a: argparse.Namespace, samples, records, card) -> tuple[int, str]:
     )
     try:
         summary = asyncio.run(_run(a, samples, records, card, cfg))
-    except (RecordFileError, RunDirError) as e:
+    except (RecordFileError, RunDirError, SettingsChanged) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT, cfg.eval_dir
     except STOP_ERRORS as e:

@@ -1,0 +1,328 @@
+"""Run integrity: a directory's settings are fixed by its first run.
+
+Every command that writes a run directory (a :class:`~insight_o3.jobs.ResumableJob`) describes each
+invocation as an :class:`Invocation`: its command, every setting (the parsed flags, keys left out) and the
+values derived from its inputs that can change a result (the benchmark file's sha256, the prompts' sha256,
+...). :data:`SETTING_KINDS` classifies every setting of every such command:
+
+* ``RESULT`` — can change a result (model, judge, prompts, image budget, sampling settings, seeds, ...):
+  fixed by the directory's first run. A later run (resume, rerun, rejudge into it) that differs on one is
+  refused with :class:`SettingsChanged` (exit status 2), naming each differing key with both values, and
+  nothing is written;
+* ``OPERATIONAL`` — cannot change a result (concurrency, rate limits, budgets, retries, timeouts, workers,
+  progress, and paths: the directory, the inputs' locations, the endpoints' URLs — what the inputs *hold*
+  is fixed through derived values such as ``benchmark_sha256``): may change between runs; each run's values
+  are appended to the card's ``history``;
+* ``SECRET`` — API keys: never written, never compared.
+
+:func:`settle` is the one check: it takes the stored card (None for a first run), the card a first run
+would write and the invocation, and returns the card to write — the new one with ``fixed_settings`` and a
+one-entry ``history``, or the stored one with this invocation appended to its ``history`` — or raises
+:class:`SettingsChanged`. A card written before this check (no ``fixed_settings``) is not compared: a
+warning says so, and its history grows.
+
+A setting missing from :data:`SETTING_KINDS` is a programming error (:class:`UnclassifiedSetting`);
+``tests/test_run_integrity.py`` walks every flag of every command that writes a run directory.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+FIXED_KEY = "fixed_settings"
+HISTORY_KEY = "history"
+
+
+class Kind(enum.Enum):
+    RESULT = "result"
+    OPERATIONAL = "operational"
+    SECRET = "secret"
+
+
+R, O, S = Kind.RESULT, Kind.OPERATIONAL, Kind.SECRET
+
+#: Every setting of every command that writes a run directory, by its name (the flag's ``dest``; one name
+#: means one thing in every command). Add a new flag here with its kind.
+SETTING_KINDS: dict[str, Kind] = {
+    # --- keys: never written, never compared
+    "api_key": S,
+    "judge_api_key": S,
+    "vsearcher_api_key": S,
+    # --- models and endpoints (the URL is where a model is served, not what it is)
+    "model": R,
+    "judge_model": R,
+    "vsearcher_model": R,
+    "solver": R,  # build_o3_bench filter's solver model
+    "checker": O,  # check_reliability's "model,url,ENV" specs: the models are fixed through checker_models
+    "checker_models": R,
+    "api_base_url": O,
+    "judge_api_base_url": O,
+    "vsearcher_api_base_url": O,
+    "judge_api_key_env": O,  # the name of a variable holding a key
+    "skip_endpoint_check": O,
+    # --- what is asked and how it is judged
+    "sys_prompt": R,
+    "chat_completion_kwargs": R,
+    "image_url_extra_settings": R,
+    "img_max_pixels": R,
+    "max_pixels": R,
+    "judge_flow": R,
+    "max_answer_length": R,
+    "judge_cache": R,
+    "no_judge_cache": R,
+    "vsearcher_max_pixels": R,
+    "vsearcher_prompt": R,
+    "max_vsearch_calls": R,
+    "vsearcher_chat_completion_kwargs": R,
+    "reasoner_prompt": R,
+    "oracle_crops": R,
+    "prompt": R,
+    "max_tool_calls": R,
+    "attempts": R,
+    "drop_when": R,
+    "extract_prompt_role": R,
+    "layout_text": R,
+    "all_sources": R,
+    "max_tokens": R,
+    "temperature": R,
+    "source": R,
+    "subset": R,  # evaluate's --limit/--sample_ids/--categories, resolved (its directory name carries its hash)
+    # --- collage generation and layout rules (generate_collages, build_region_localization)
+    "seed": R,
+    "chunk_size": R,  # the generator's random stream is per chunk
+    "target_retries": R,
+    "max_bbox_ratio": R,
+    "question_template": R,
+    "image_format": R,
+    "jpeg_quality": R,
+    "grid": R,
+    "min_short_edge": R,
+    "canvas_area": R,
+    "canvas_aspect": R,
+    "target_scale": R,
+    "target_aspect_jitter": R,
+    "fill_aspect_jitter": R,
+    "fill_scale": R,
+    "panel_aspect": R,
+    "min_panel_side": R,
+    "max_panel_area": R,
+    "max_effective_area": R,
+    "bbox_cap": R,
+    "placement_retries": R,
+    "shrink_factor": R,
+    "max_attempts": R,
+    "canvas_enlarge": R,
+    "extra_pass_jitter_mult": R,
+    "usage_power": R,
+    "split_range": R,
+    "max_area_ratio": R,
+    "chart_max_area_ratio": R,
+    "merge_threshold": R,
+    "title_merge_threshold": R,
+    "merge_max_area_ratio": R,
+    "max_aspect": R,
+    "min_area_ratio": R,
+    "contain_ratio": R,
+    "min_score": R,
+    # --- how much is done, and in what order (not how an item is made)
+    "num_trials": O,  # more trials add trial_<k> directories; each trial's settings are the same
+    "num_collages": O,
+    "limit": O,  # build_o3_bench / build_region_localization: the first N items (evaluate: see "subset")
+    "sample_ids": O,  # evaluate: resolved into "subset"
+    "categories": O,  # evaluate: resolved into "subset"
+    "retry_failed": O,
+    "no_retry_failed": O,
+    "layout_only": O,
+    "separate_trial_requests": O,  # n=k in one request or k requests: the same question, batched differently
+    "separate_attempt_requests": O,
+    # --- how fast, how robust, how much money
+    "concurrency": O,
+    "rpm": O,
+    "tpm": O,
+    "judge_rpm": O,
+    "judge_tpm": O,
+    "no_adaptive_concurrency": O,
+    "max_retries": O,
+    "parse_retries": O,
+    "client_timeout": O,
+    "max_failure_ratio": O,
+    "price_file": O,
+    "max_cost": O,
+    "max_tokens_total": O,
+    "image_workers": O,
+    "image_cache_mb": O,
+    "num_workers": O,
+    "no_progress": O,
+    "progress": O,
+    "skip_image_check": O,
+    "allow_outside_img_dir": O,  # lets image names point outside --img_dir; which images they are is the data's
+    # --- paths (what the inputs hold is fixed through derived sha256 values)
+    "output_dir": O,
+    "out_dir": O,
+    "eval_name": O,
+    "eval_dir": O,
+    "benchmark": O,
+    "ann_file": O,
+    "img_dir": O,
+    "image_dir": O,
+    "image_root": O,
+    "source_pool": O,
+    "layouts": O,
+    "agreement_out": O,
+}
+
+
+class CardError(ValueError):
+    """A stored card that cannot be read (exit status 2); the message names the file."""
+
+
+class UnclassifiedSetting(KeyError):
+    """A setting not in :data:`SETTING_KINDS` (a new flag nobody classified)."""
+
+
+class SettingsChanged(ValueError):
+    """A run into a directory whose first run fixed other settings (exit status 2); nothing was written."""
+
+    def __init__(self, where: str, differences: list[str], hint: str):
+        self.where, self.differences = where, differences
+        lines = "\n  ".join(differences)
+        super().__init__(
+            f"{where}: this directory's settings were fixed by its first run; this run differs on "
+            f"{len(differences)} setting(s) that can change a result (nothing was written):\n  {lines}\n"
+            f"{hint}; settings that cannot change a result (concurrency, rate limits, budgets, retries, "
+            f"workers, progress, paths) may change"
+        )
+
+
+def kind_of(name: str) -> Kind:
+    try:
+        return SETTING_KINDS[name]
+    except KeyError:
+        raise UnclassifiedSetting(
+            f"setting {name!r} is not classified in insight_o3.run_integrity.SETTING_KINDS "
+            f"(result-changing or operational?)"
+        ) from None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON reads it back (tuples become lists, keys strings), so stored and new compare equal."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def sha256_file(path: str, chunk: int = 1 << 20) -> str | None:
+    """The file's sha256 (None when it cannot be read)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def read_card(path: str) -> dict | None:
+    """A stored card (None when there is none; :class:`CardError` naming the file when it cannot be used)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            card = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CardError(f"{path}: cannot read the run's settings card ({e})") from None
+    if not isinstance(card, dict):
+        raise CardError(f"{path}: expected a JSON object")
+    return card
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One run of a command: ``settings`` (every flag by name; secrets are dropped), ``derived`` (result-changing
+    values computed from the inputs, compared as they are) and ``provenance`` (the code that ran: recorded in the
+    history, never compared)."""
+
+    command: str
+    settings: Mapping[str, Any]
+    derived: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.settings:
+            kind_of(name)  # UnclassifiedSetting for a flag nobody classified
+
+    def _of(self, kind: Kind) -> dict:
+        return {k: v for k, v in self.settings.items() if SETTING_KINDS[k] is kind}
+
+    def fixed(self) -> dict:
+        """What the directory's first run fixes: the command, every result-changing setting, the derived values."""
+        return _plain({"command": self.command, **self._of(Kind.RESULT), **self.derived})
+
+    def operational(self) -> dict:
+        return _plain(self._of(Kind.OPERATIONAL))
+
+    def history_entry(self) -> dict:
+        return {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": self.command,
+            **_plain(dict(self.provenance)),
+            "settings": self.operational(),
+        }
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+_MISSING = object()
+
+
+def differences(first: Any, now: Any, prefix: str = "") -> list[str]:
+    """One line per leaf on which two fixed-settings objects differ: ``key: first run X, this run Y``."""
+    if isinstance(first, dict) and isinstance(now, dict):
+        out = []
+        for k in sorted(set(first) | set(now), key=str):
+            out += differences(first.get(k, _MISSING), now.get(k, _MISSING), f"{prefix}{k}.")
+        return out
+    if first == now:
+        return []
+    shown = [("(not set)" if v is _MISSING else _show(v)) for v in (first, now)]
+    return [f"{prefix.rstrip('.')}: first run {shown[0]}, this run {shown[1]}"]
+
+
+def settle(
+    stored: dict | None,
+    card: Mapping[str, Any],
+    invocation: Invocation,
+    *,
+    where: str,
+    hint: str = "use another output directory to run with other settings",
+) -> dict:
+    """The card to write for this invocation: ``card`` with ``fixed_settings`` and a one-entry ``history`` when
+    nothing is stored; else the stored card with this invocation appended to its ``history``. Raises
+    :class:`SettingsChanged` (naming ``where`` and each differing key) when the stored fixed settings differ."""
+    entry = invocation.history_entry()
+    if stored is None:
+        return {**card, FIXED_KEY: invocation.fixed(), HISTORY_KEY: [entry]}
+    history = list(stored.get(HISTORY_KEY) or [])
+    first = stored.get(FIXED_KEY)
+    if not isinstance(first, dict):
+        log.warning(
+            "%s was written before settings were fixed per directory: this run's settings are not compared with "
+            "its first run's",
+            where,
+        )
+    else:
+        diffs = differences(first, invocation.fixed())
+        if diffs:
+            raise SettingsChanged(where, diffs, hint)
+    return {**stored, HISTORY_KEY: [*history, entry]}

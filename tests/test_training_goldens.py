@@ -1,0 +1,291 @@
+"""The training protocol against goldens recorded by running the authors' verl fork (926d137).
+
+``tests/golden/training/*.json`` hold generated cases and the fork's outputs (how they were recorded:
+``tests/golden/README.md``; the recorder is ``tests/golden/record_training_goldens.py``). Each test feeds the
+same inputs to this project's code, the way the recipe does, and compares:
+
+* ``resize_bbox.json``: a box of the model frame mapped to original pixels (the fork's ``resize_bbox``);
+* ``zoom_tool.json``: the zoom-in tool on one ``bbox_2d`` (crop or error text, crop region and the size shown);
+* ``episodes.json``: whole vSearcher episodes through :class:`SearcherSession` (the format verdict, the crops)
+  and ``recipe.vsearch.reward_fn.compute_score`` (every reward term), out-of-loop and in-loop, for each fork
+  ``reward_type`` and ``pseudo_iou_reward_type``;
+* ``vreasoner.json``: the answer span of a vReasoner's final message that the judge sees;
+* ``advantages.json``: ``vsearch_hybrid_grpo`` against the fork's ``compute_advantage`` (GRPO groups and each
+  ``subagent_advantage_estimator``).
+
+A case that does not match yet is ``xfail(strict=True)`` with the rule it breaks (:data:`DIFFERENCES`): it turns
+into a failure the moment the rule is fixed, and its entry is then removed. Entries marked ``deliberate`` are
+differences kept on purpose, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from insight_o3.agents import SearcherSession
+from insight_o3.geometry import Frame
+from insight_o3.images import ImageStore
+from insight_o3.parsing import extract_verify_span
+from tests.conftest import add_recipe_path
+
+add_recipe_path()
+
+from recipe.vsearch.policy_searcher import SearcherRollout  # noqa: E402
+from recipe.vsearch.reward_fn import compute_score  # noqa: E402
+from recipe.vsearch.rollout_fields import ROLE_INLOOP, ROLE_OUTLOOP, EpisodeStats  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "golden" / "training"
+TOL = 1e-6
+
+
+@cache
+def golden(name: str) -> dict:
+    return json.loads((GOLDEN / name).read_text())
+
+
+def cases(name: str) -> list[dict]:
+    return golden(name)["cases"]
+
+
+# ----------------------------------------------------------------------------- known differences
+#: rule -> {"reason", "ids", optional "deliberate"}: the cases that do not match yet, by the fork rule they show
+#: (tests/golden/training/differences.json; an id leaves its list when its rule is fixed: strict xfail says when)
+DIFFERENCES: dict[str, dict] = json.loads((GOLDEN / "differences.json").read_text())
+
+
+def params(items: list[tuple[str, Any]]) -> list:
+    out = []
+    for pid, case in items:
+        hit = [(rule, d) for rule, d in DIFFERENCES.items() if pid in d["ids"]]
+        reason = "; ".join(("deliberate: " if d.get("deliberate") else "") + d["reason"] for _rule, d in hit)
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if hit else []
+        out.append(pytest.param(case, id=pid, marks=marks))
+    return out
+
+
+def test_differences_name_existing_cases():
+    """Every id listed as a known difference is a case of the goldens (a stale id would mark nothing)."""
+    ids = {c["id"] for name in ("resize_bbox.json", "zoom_tool.json", "vreasoner.json") for c in cases(name)}
+    ids |= {p.id for p in EPISODE_PARAMS} | {p.id for p in ADVANTAGE_PARAMS}
+    stale = {rule: sorted(set(d["ids"]) - ids) for rule, d in DIFFERENCES.items() if set(d["ids"]) - ids}
+    assert not stale
+
+
+def close(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    return math.isclose(float(a), float(b), rel_tol=TOL, abs_tol=TOL)
+
+
+# ----------------------------------------------------------------------------- images (headers only are read)
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> tuple[ImageStore, Path]:
+    return ImageStore(workers=1), tmp_path_factory.mktemp("golden_images")
+
+
+def image_of(store: tuple[ImageStore, Path], wh: list[int]) -> str:
+    path = store[1] / f"{wh[0]}x{wh[1]}.png"
+    if not path.exists():
+        Image.new("1", tuple(wh)).save(path)  # 1-bit: cheap to write; the session reads the size from the header
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- box rounding
+def project_resize(box: list[int], source_wh: list[int], target_wh: list[int]) -> list[float]:
+    """A model-frame box in original pixels, as the vSearcher maps its answer (``SearcherSession``)."""
+    w, h = target_wh
+    return list(Frame((0.0, 0.0, float(w), float(h)), (source_wh[0], source_wh[1])).to_original(tuple(box)))
+
+
+@pytest.mark.parametrize("case", params([(c["id"], c) for c in cases("resize_bbox.json")]))
+def test_resize_bbox(case):
+    got = project_resize(case["box"], case["image_processed_wh"], case["image_ori_wh"])
+    if case["fork"]["error"] is not None:
+        pytest.fail(f"the fork rejects the mapped box ({case['fork']['error']}); here {got}")
+    assert got == case["fork"]["box"]
+
+
+# ----------------------------------------------------------------------------- zoom-in tool
+@pytest.mark.parametrize("case", params([(c["id"], c) for c in cases("zoom_tool.json")]))
+def test_zoom_tool(case, store):
+    sess = SearcherSession(
+        image_of(store, case["image_ori_wh"]), "target", store[0], case["max_pixels"], "trained", max_tool_calls=6
+    )
+    assert list(sess.frame.size) == case["image_processed_wh"]
+    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": case["bbox_2d"]}}
+    step = sess.step(f"<think>zoom</think>\n<tool_call>\n{json.dumps(call)}\n</tool_call>", "stop")
+    fork = case["fork"]
+    assert (step.crop is not None) == fork["success"], (step, fork["text"])
+    if not fork["success"]:
+        assert not step.done, "the fork answers an unusable box with an error text and the episode goes on"
+        assert fork["text"] in json.dumps(sess.messages[-1])
+        return
+    assert list(step.crop.size) == fork["shown_wh"]
+    if fork["tool_image_wh"] == case["image_ori_wh"]:  # same pixel frame: PIL crops at the rounded box
+        assert list(step.crop.region) == [round(v) for v in fork["box_in_tool_image"]]
+
+
+# ----------------------------------------------------------------------------- episodes and rewards
+REWARD_CONFIGS_OUT = [("conditioned_on_tool_reward", "caller_feedback"), ("basic_weighted_addition", "caller_feedback")]
+REWARD_CONFIGS_IN = [
+    (rt, pt)
+    for rt in ("conditioned_on_tool_reward", "basic_weighted_addition")
+    for pt in ("caller_feedback", "caller_feedback_no_outcome", "outcome_no_caller_feedback")
+]
+
+
+def project_episode(case: dict, store) -> SearcherRollout:
+    """The episode as ``PolicySearcher.run`` plays it: the session consumes each turn until it is done; a session
+    still open after the last turn ran out of its budget (``fail``)."""
+    frame = case["frame"]
+    sess = SearcherSession(
+        image_of(store, frame["image_ori_wh"]), "target", store[0], frame["max_pixels"], "trained", max_tool_calls=6
+    )
+    assert list(sess.frame.size) == frame["image_processed_wh"]
+    for turn in case["turns"]:
+        if sess.done:
+            break
+        sess.step(turn["text"], turn["finish"])
+    if not sess.done:
+        sess.fail("response budget used up")
+    result = sess.result()
+    crops = [[float(v) for v in t.bbox_raw] for t in sess.turns if t.action == "tool_call" and t.bbox_raw is not None]
+    return SearcherRollout(
+        [],
+        [],
+        [],
+        None,
+        [],
+        result,
+        [t["text"] for t in case["turns"]],
+        tuple(sess.frame.size),
+        bool(result.format_ok),
+        None if result.format_ok else (result.error or "format check failed"),
+        crop_boxes=crops,
+        image_size=tuple(sess.original_size),
+    )
+
+
+def project_reward(case: dict, store, reward_type: str, pseudo: str) -> dict:
+    rollout = project_episode(case, store)
+    if case["role"] == "outloop":
+        fields = rollout.sample_fields(bboxes=case["gt"], role=ROLE_OUTLOOP)
+    else:
+        fb = case["caller_feedback"]
+        correct = case["root_accuracy"] == 1.0
+        stats = EpisodeStats.of(
+            "golden", n_calls=1, has_answer=True, correct=correct, critical_failure=False, status="answer", n_feedback=1
+        )
+        fields = rollout.sample_fields(
+            is_in_loop=True,
+            feedback_helpful=None if fb is None else fb == "helpful",
+            answer_correct=correct,
+            call_index=0,
+            feedback=fb,
+            role=ROLE_INLOOP,
+            critical_failure=False,
+            episode=stats,
+        )
+    kwargs: dict[str, Any] = {"variant": "original"}
+    if reward_type != "conditioned_on_tool_reward":
+        kwargs["reward_type"] = reward_type
+    if pseudo != "caller_feedback":
+        kwargs["pseudo_iou_reward_type"] = pseudo
+    return compute_score("vsearch_golden", "", "", fields.to_extra_fields(), **kwargs)
+
+
+EPISODE_PARAMS = params(
+    [
+        (
+            f"{c['id']}-{rt}-{pt}" if c["role"] == "inloop" else f"{c['id']}-{rt}",
+            {"case": c, "reward_type": rt, "pseudo": pt},
+        )
+        for c in cases("episodes.json")
+        for rt, pt in (REWARD_CONFIGS_OUT if c["role"] == "outloop" else REWARD_CONFIGS_IN)
+    ]
+)
+
+
+@pytest.mark.parametrize("item", EPISODE_PARAMS)
+def test_episode_reward(item, store):
+    case, rt, pt = item["case"], item["reward_type"], item["pseudo"]
+    fork = case["fork"][f"{rt}|{pt}"]
+    got = project_reward(case, store, rt, pt)
+    assert got["r_format"] == fork["format_reward"], ("format verdict", got["format_error"])
+    assert got["tool_gate"] == fork["tool_reward"], "tool reward"
+    assert close(got["r_iou"], fork["iou_reward"]), "iou reward"
+    if case["role"] == "outloop" and fork["format_reward"] and fork["extracted_answer"] not in (None, [0, 0, 0, 0]):
+        assert close(got["iou"], fork["final_iou"]), "IoU of the answer"
+    assert close(got["score"], fork["score"]), "score"
+
+
+# ----------------------------------------------------------------------------- vReasoner answer span
+@pytest.mark.parametrize("case", params([(c["id"], c) for c in cases("vreasoner.json")]))
+def test_vreasoner_answer_span(case):
+    span = extract_verify_span(case["text"])
+    fork = case["fork_root"]
+    assert span == fork["extracted_answer"] or (span is None and fork["extracted_answer"] in (None, ""))
+    assert float(bool(span)) == fork["format_reward"]
+
+
+# ----------------------------------------------------------------------------- advantages
+SUBAGENT_ESTIMATORS = ("None", "broadcast", "broadcast_tool_only", "global_norm", "no_global_norm")
+
+
+@pytest.fixture(scope="module")
+def hybrid():
+    from tests.conftest import require_recipe
+
+    require_recipe()
+    import torch
+
+    from recipe.vsearch.hybrid_advantage import compute_vsearch_hybrid_advantage, inloop_uid
+
+    return torch, compute_vsearch_hybrid_advantage, inloop_uid
+
+
+def project_advantages(case: dict, estimator: str, by_std: bool, hybrid) -> dict[int, list[float]]:
+    """The rows this project trains (out-of-loop vSearcher rows in their uid groups, in-loop vSearcher calls) through
+    ``vsearch_hybrid_grpo``; vReasoner rows (an API model here) are not in the batch. Returns row index -> advantages."""
+    torch, estimate, inloop_uid = hybrid
+    rows = [(i, r) for i, r in enumerate(case["rows"]) if r["agent_name"] == "vsearcher"]
+    T = case["T"]
+    mask, rewards, uids = torch.zeros(len(rows), T), torch.zeros(len(rows), T), []
+    for j, (i, r) in enumerate(rows):
+        mask[j, : r["length"]] = 1
+        rewards[j, r["length"] - 1] = r["score"]
+        uids.append(r["uid"] if r["job_id"] == r["root_job_id"] else inloop_uid(r["root_job_id"], i))
+    config: dict[str, Any] = {"norm_adv_by_std_in_grpo": by_std}
+    if estimator != "global_norm":
+        config["subagent_advantage_estimator"] = None if estimator == "None" else estimator
+    adv, _ = estimate(rewards, mask, index=uids, config=config)
+    return {i: adv[j].tolist() for j, (i, _r) in enumerate(rows)}
+
+
+ADVANTAGE_PARAMS = params(
+    [
+        (f"{c['id']}-{est}-{'std' if by_std else 'nostd'}", {"case": c, "estimator": est, "by_std": by_std})
+        for c in cases("advantages.json")
+        for est in SUBAGENT_ESTIMATORS
+        for by_std in (True, False)
+    ]
+)
+
+
+@pytest.mark.parametrize("item", ADVANTAGE_PARAMS)
+def test_advantages(item, hybrid):
+    case = item["case"]
+    fork = case["fork"][f"{item['estimator']}|{item['by_std']}"]
+    got = project_advantages(case, item["estimator"], item["by_std"], hybrid)
+    for i, adv in got.items():
+        n = case["rows"][i]["length"]
+        assert close(adv[:n], fork[i][:n]), (i, case["rows"][i], adv[:n], fork[i][:n])
