@@ -83,6 +83,17 @@ def test_a_lone_surrogate_and_bad_usage_are_stored_flagged_and_the_run_resumes(b
     assert all("unreported_requests" not in r["usage"]["model"] for k, r in recs.items() if k not in ("q0", "q2"))
     summary = json.loads((out / EVAL / "summary_metrics.json").read_text())
     assert summary["run_totals"]["usage"]["model"]["unreported_requests"] == 2
+    # the run card's entry of this run counts them per endpoint
+    endpoints = json.loads((out / EVAL / "run_card.json").read_text())["history"][-1]["endpoints"]
+    assert endpoints["model"] == {
+        "url": model.base_url + "/",
+        "ok": 8,
+        "failed": 0,
+        "escaped_replies": 1,
+        "invalid_usage": 1,
+        "missing_usage": 2,
+    }
+    assert endpoints["judge"]["escaped_replies"] == endpoints["judge"]["missing_usage"] == 0
     # the same command again: every record loads, nothing is asked again
     sent = model.count
     assert evaluate.main(argv) == 0
