@@ -360,8 +360,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                 return
             history[-1]["endpoints"] = ledger
             self.write_card(card)
-        except Exception:  # noqa: BLE001 - called while the run ends: must not hide how it ended
-            log.warning("could not add the endpoints' counts to %s", self.card_path(), exc_info=True)
+        except Exception as e:  # noqa: BLE001 - called while the run ends: must not hide how it ended
+            log.warning("could not add this run's counts per endpoint to %s: %s", self.card_path(), e)
         for role, c in ledger.items():
             if c["escaped_replies"] or c["missing_usage"]:
                 log.warning(
