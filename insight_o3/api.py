@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import logging
 import os
 
 import openai
 from openai import AsyncOpenAI
 
-from .redaction import register_secret
+from .redaction import register_secret, register_url
 from .untrusted import ReplyCheck, check_reply
 from .usage import record_response
 
@@ -63,8 +64,19 @@ def resolve(flag_value: str | None, env_names: tuple[str, ...], default: str | N
     return default
 
 
-def resolve_key(flag_value: str | None, env_names: tuple[str, ...], default: str | None = None) -> str | None:
-    """An API key from its flag or the first env var set (see :data:`ENV_KEYS`), registered as a secret."""
+def resolve_key(
+    flag_value: str | None, env_names: tuple[str, ...], default: str | None = None, flag: str = "--api_key"
+) -> str | None:
+    """An API key from its flag or the first env var set (see :data:`ENV_KEYS`), registered as a secret. A key
+    given as a flag gets a warning: the command line is visible to every user of the machine (``ps``,
+    ``/proc/<pid>/cmdline``) and stays in the shell's history; an env var is not."""
+    if flag_value and flag_value != "EMPTY":
+        log.warning(
+            "%s on the command line is visible to other users of this machine (ps) and in your shell history; "
+            "set %s instead",
+            flag,
+            f"${env_names[0]}" if env_names else "it in the environment",
+        )
     key = resolve(flag_value, env_names, default)
     register_secret(key)
     return key
@@ -128,6 +140,7 @@ def make_client(
     included, waits for a slot of it (outside the deadline) and reports 429s to it.
     """
     register_secret(api_key)
+    register_url(base_url)
     timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
     http_kwargs = dict(limits=_limits(max_connections), timeout=timeout, deadline=timeout)
     if limiter is None:
@@ -177,7 +190,12 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
             if self.guard is not None:
                 self.guard.request_done(self.role, f"{type(e).__name__}: {e}", self._base())
             raise
-        self._checked(check_reply(result))
+        self._checked(check_reply(result))  # first: the error text below may hold what it escapes
+        error = error_in_reply(result)
+        if error is not None:
+            if self.guard is not None:
+                self.guard.request_done(self.role, f"{ErrorReply.__name__}: {error}", self._base())
+            raise ErrorReply(error)
         if self.guard is not None:
             self.guard.request_done(self.role, None, self._base())
         record_response(self.role, result)
@@ -209,6 +227,26 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
                 self.role,
                 what,
             )
+
+
+class ErrorReply(ValueError):
+    """A reply with status 200 whose body is an error object instead of a result (some proxies and
+    servers answer so when the model fails); the message is the server's (a ``ValueError``, so it is one of
+    :data:`insight_o3.errors.EXPECTED_ERRORS`: the attempt is recorded as failed with it)."""
+
+
+def error_in_reply(result, limit: int = 300) -> str | None:
+    """``"the server replied 200 with an error: <its message>"`` when ``result`` (a parsed response) has
+    no ``choices`` but an ``error`` object; None for any other result."""
+    if getattr(result, "choices", None):
+        return None
+    extra = getattr(result, "model_extra", None)
+    error = extra.get("error") if isinstance(extra, dict) else None
+    if error is None:
+        return None
+    msg = error.get("message") if isinstance(error, dict) else None
+    text = " ".join(str(msg if msg is not None else json.dumps(error, default=str)).split())
+    return "the server replied 200 with an error: " + (text if len(text) <= limit else text[:limit] + "…")
 
 
 def _url(e: openai.APIError, client: AsyncOpenAI, path: str) -> str:

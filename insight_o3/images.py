@@ -48,6 +48,10 @@ from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pix
 
 #: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
 DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
+#: Most values (pixels x channels, see :func:`decode_values`) one image may take to decode (``--max_decode_values``):
+#: about 0.8 GB of memory at most. A 16384x16384 RGBA PNG (1.9e9 values) is refused from its header instead of
+#: peaking at 2 GB; an RGB image up to 14142x14142 (O3-Bench's average is 4602x3967), RGBA up to 9258x9258 pass.
+DEFAULT_MAX_DECODE_VALUES = 600_000_000
 
 
 class ImageError(Exception):
@@ -152,11 +156,23 @@ def _raise_pillow_limit(pixels: int) -> None:
 _raise_pillow_limit(DEFAULT_MAX_DECODE_PIXELS)
 
 
-def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIXELS) -> Image.Image:
+def decode_values(mode: str, size: tuple[int, int]) -> int:
+    """The values an image of ``mode`` and ``size`` takes to decode to RGB: pixels x the file's channels, plus
+    pixels x 3 for the RGB copy a non-RGB image is converted to (both are in memory at once)."""
+    w, h = size
+    channels = Image.getmodebands(mode) + (3 if mode != "RGB" else 0)
+    return w * h * channels
+
+
+def open_image(
+    path: str | os.PathLike,
+    max_pixels: int = DEFAULT_MAX_DECODE_PIXELS,
+    max_values: int = DEFAULT_MAX_DECODE_VALUES,
+) -> Image.Image:
     """Decode an image file to RGB, with a clear :class:`ImageError` for every way it can fail.
 
-    The pixel limit is checked from the header before any pixel is decoded; no process-wide Pillow
-    setting or warning filter is touched, so this is safe from any thread."""
+    Both limits (pixels; values, see :func:`decode_values`) are checked from the header before any pixel is
+    decoded; no process-wide Pillow setting or warning filter is touched, so this is safe from any thread."""
     path = str(path)
     if not os.path.isfile(path):
         raise ImageError(f"image file not found: {path}")
@@ -165,6 +181,12 @@ def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIX
             if im.width * im.height > max_pixels:
                 raise ImageError(
                     f"image too large to decode safely ({im.width}x{im.height} px > {max_pixels} px): {path}"
+                )
+            values = decode_values(im.mode, im.size)
+            if values > max_values:
+                raise ImageError(
+                    f"image too large to decode safely ({im.width}x{im.height} px, mode {im.mode}: {values} values "
+                    f"> --max_decode_values {max_values}): {path}"
                 )
             im.load()
             # leaving the block closes only the file: the loaded pixels need no copy
@@ -212,6 +234,7 @@ class ImageStore:
         max_cached_bytes: int = 256 * 2**20,
         workers: int | None = None,
         max_decode_pixels: int = DEFAULT_MAX_DECODE_PIXELS,
+        max_decode_values: int = DEFAULT_MAX_DECODE_VALUES,
         fmt: str = "JPEG",
         quality: int | None = None,
         originals_cached: int = 2,
@@ -219,6 +242,7 @@ class ImageStore:
     ):
         self.max_cached_bytes = max_cached_bytes
         self.max_decode_pixels = max_decode_pixels
+        self.max_decode_values = max_decode_values
         self.fmt, self.quality = fmt, quality
         self.workers = max(1, workers or usable_cpus())
         self.processes = processes
@@ -246,7 +270,7 @@ class ImageStore:
             if im is not None:
                 self._originals.move_to_end(path)
                 return im
-        im = open_image(path, self.max_decode_pixels)
+        im = open_image(path, self.max_decode_pixels, self.max_decode_values)
         with self._lock:
             self.stats["decoded"] += 1
             self._sizes[path] = im.size
@@ -378,6 +402,7 @@ class ImageStore:
                         initializer=functools.partial(
                             _init_worker,
                             self.max_decode_pixels,
+                            self.max_decode_values,
                             self.fmt,
                             self.quality,
                             self._originals_cached,
@@ -456,7 +481,12 @@ def _stdio_on_devnull():
 
 
 def _init_worker(
-    max_decode_pixels: int, fmt: str, quality: int | None, originals_cached: int, owner_pid: int | None = None
+    max_decode_pixels: int,
+    max_decode_values: int,
+    fmt: str,
+    quality: int | None,
+    originals_cached: int,
+    owner_pid: int | None = None,
 ) -> None:
     global _WORKER_STORE
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the owner stops the pool
@@ -467,6 +497,7 @@ def _init_worker(
         max_cached_bytes=0,
         workers=1,
         max_decode_pixels=max_decode_pixels,
+        max_decode_values=max_decode_values,
         fmt=fmt,
         quality=quality,
         originals_cached=originals_cached,

@@ -193,8 +193,16 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     #: What the refusal of changed settings advises.
     change_hint: str = "use another --output_dir to run with other settings"
 
-    def __init__(self, directory: str, settings: JobSettings | None = None, *, guard: RunGuard | None = None):
+    def __init__(
+        self,
+        directory: str,
+        settings: JobSettings | None = None,
+        *,
+        guard: RunGuard | None = None,
+        invocation: Invocation | None = None,
+    ):
         self.directory = os.fspath(directory)
+        self._invocation = invocation
         self.settings = settings or JobSettings()
         self.guard = guard if guard is not None else RunGuard(self.settings.max_failure_ratio)
         self.budget = Budget(self.settings.max_cost, self.settings.max_tokens_total)
@@ -205,8 +213,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
 
     # ------------------------------------------------------------------------------------------- hooks
     def invocation(self) -> Invocation | None:
-        """This run's command and settings (:mod:`insight_o3.run_integrity`); None: nothing is fixed or recorded."""
-        return None
+        """This run's command and settings (:mod:`insight_o3.run_integrity`; by default the one given to the
+        constructor); None: nothing is fixed or recorded."""
+        return self._invocation
 
     def first_card(self) -> dict:
         """What the card of the directory's first run holds besides the fixed settings and the history."""
@@ -220,7 +229,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         return read_card(self.card_path())
 
     def write_card(self, card: dict) -> None:
-        write_json_atomic(self.card_path(), card)
+        path = self.card_path()
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # a card in a subdirectory (build_o3_bench's steps)
+        write_json_atomic(path, card)
 
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""

@@ -31,6 +31,8 @@ import enum
 import hashlib
 import json
 import logging
+import os
+import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,7 +65,6 @@ SETTING_KINDS: dict[str, Kind] = {
     "vsearcher_model": R,
     "solver": R,  # build_o3_bench filter's solver model
     "checker": O,  # check_reliability's "model,url,ENV" specs: the models are fixed through checker_models
-    "checker_models": R,
     "api_base_url": O,
     "judge_api_base_url": O,
     "vsearcher_api_base_url": O,
@@ -164,7 +165,11 @@ SETTING_KINDS: dict[str, Kind] = {
     "no_progress": O,
     "progress": O,
     "skip_image_check": O,
-    "allow_outside_img_dir": O,  # lets image names point outside --img_dir; which images they are is the data's
+    "allow_outside_img_dir": O,
+    # caps on untrusted sizes (issue 22): a reply is judged whole before its record keeps --max_reply_chars of it;
+    # an image over --max_decode_values is a failed sample (as a timeout), recovered by --retry_failed
+    "max_reply_chars": O,
+    "max_decode_values": O,  # lets image names point outside --img_dir; which images they are is the data's
     # --- paths (what the inputs hold is fixed through derived sha256 values)
     "output_dir": O,
     "out_dir": O,
@@ -242,6 +247,41 @@ def read_card(path: str) -> dict | None:
     if not isinstance(card, dict):
         raise CardError(f"{path}: expected a JSON object")
     return card
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout the package runs from (None for an installed wheel)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+
+
+def sha256_path(path: str) -> str | None:
+    """A file's sha256, or of a directory the sha256 of every file's name and sha256 (None when unreadable)."""
+    if not os.path.isdir(path):
+        return sha256_file(path)
+    files = {
+        os.path.relpath(os.path.join(root, name), path): sha256_file(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+    }
+    return sha256_json(files)
+
+
+def sha256_json(value: Any) -> str:
+    """sha256 of a value's canonical JSON (sorted keys): what a list of input items held."""
+    return hashlib.sha256(json.dumps(_plain(value), sort_keys=True).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 #   2. install it into a fresh venv (dependencies from constraints/light.txt);
 #   3. from a directory outside the repository, run every insight-o3-* console script with --help
 #      (the list comes from the wheel's own entry points) and make a small demo benchmark with
-#      insight-o3-make-demo-bench, then check its metadata file.
+#      insight-o3-make-demo-bench, then check its metadata file; run the keyless demo (insight-o3-demo) and
+#      check that its report holds every sample; check that the README's example scripts are installed.
 #
 #   bash scripts/check_wheel.sh          # uses $PYTHON (default python3) for the fresh venv
 # Environment: PYTHON, WORK (scratch directory, default: a new mktemp -d, removed at the end).
@@ -54,5 +55,21 @@ assert len(rows) == 4, rows
 for r in rows:
     assert (pathlib.Path("demo") / r["file_name"]).is_file(), r
 print(f"[wheel] insight-o3-make-demo-bench ok: {len(rows)} questions")
+EOF
+"$WORK/venv/bin/insight-o3-demo" --output_dir keyless --num_images 2 > "$WORK/demo.txt" 2>&1 \
+  || { cat "$WORK/demo.txt" >&2; echo "insight-o3-demo failed" >&2; exit 1; }
+"$PY" - <<'EOF'
+import json, pathlib
+from importlib.resources import files
+rows = [json.loads(l) for l in pathlib.Path("keyless/bench/metadata.jsonl").read_text().splitlines()]
+page = pathlib.Path("keyless/report.html").read_text()
+missing = [r["question_id"] for r in rows if r["question_id"] not in page]
+assert rows and not missing, missing
+from importlib.metadata import distribution
+lic = [f for f in distribution("insight-o3").files if f.name == "LICENSE"]
+assert lic and "Apache License" in lic[0].read_text(), "the wheel lacks the LICENSE file"
+examples = files("insight_o3") / "scripts" / "examples"
+assert any(p.name.endswith(".sh") for p in examples.iterdir()), "the example scripts are not installed"
+print(f"[wheel] insight-o3-demo ok: {len(rows)} samples in its report; example scripts and LICENSE installed")
 EOF
 log "ok: $(echo $SCRIPTS | wc -w) console scripts, the demo benchmark, from $(basename "$WHEEL")"

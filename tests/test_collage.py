@@ -247,3 +247,18 @@ def test_cli_same_seed_same_output_any_workers_and_resume(pool_file, tmp_path):
     r3 = _run_cli(pool_file, out, 2)
     assert r3.returncode == 0, r3.stderr
     assert _digest(out) == _digest(tmp_path / "w2")
+
+
+def test_a_pool_too_small_for_any_collage_is_an_error_with_a_hint(pool_file, tmp_path, capsys):
+    """Issue 21 finding 7: a tiny pool gave {"collages": 0, "failures": N} with exit 0 and no hint."""
+    from insight_o3.scripts import generate_collages
+
+    small = pool_file.parent / "small.jsonl"
+    small.write_text("".join(pool_file.read_text().splitlines(keepends=True)[:3]))
+    out = tmp_path / "out"
+    argv = ["--source_pool", str(small), "--output_dir", str(out), "--num_collages", "2", "--no_progress"]
+    assert generate_collages.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no collage could be built from 3 pool item(s)" in err and "failures.jsonl" in err
+    assert "larger pool" in err and "--canvas_area" in err
+    assert len((out / "failures.jsonl").read_text().splitlines()) == 2  # the failures are kept for a look

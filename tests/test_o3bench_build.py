@@ -319,6 +319,12 @@ def test_limit_then_the_rest_and_a_budget_stop(tmp_path, demo, oracle, openai_se
     priced = [r["cost_usd"] for r in recs.values() if r.get("cost_usd") is not None]
     assert card["totals"]["cost_usd"] == pytest.approx(sum(priced), abs=1e-5)
     assert [r["limit"] for r in card["runs"]] == [1, None]  # a run stopped by the budget writes no card
+    # --limit, budgets and concurrency are operational (three invocations in the history); the prompt role is not
+    assert [h["settings"]["limit"] for h in card["history"]] == [1, None, None]
+    before = (ws / "extract" / "step_card.json").read_bytes()
+    assert run(*step_argv("extract", ws, srv.base_url, "--extract_prompt_role", "user")) == 2
+    assert 'extract_prompt_role: first run "system", this run "user"' in capsys.readouterr().err
+    assert (ws / "extract" / "step_card.json").read_bytes() == before
 
 
 def test_one_step_at_a_time_per_workspace_and_a_refused_key(tmp_path, demo, openai_server, capsys):

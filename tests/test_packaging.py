@@ -28,10 +28,9 @@ def test_every_package_data_file_is_declared():
         for p in pkg.rglob("*")
         if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
     ]
-    # examples/*.sh are documentation read in the repository, not used by the installed package
-    missing = [
-        f for f in data if not f.startswith("scripts/examples/") and not any(fnmatch.fnmatch(f, p) for p in patterns)
-    ]
+    # the README's example scripts (scripts/examples/*.sh) ship too: a user of the wheel can copy them
+    assert any(f.startswith("scripts/examples/") for f in data)
+    missing = [f for f in data if not any(fnmatch.fnmatch(f, p) for p in patterns)]
     assert not missing, f"files the package uses but the wheel would lack: {missing}"
 
 
@@ -52,3 +51,13 @@ def test_ci_installs_the_wheel_and_runs_every_console_script_outside_the_repo():
     assert 'ep.group == "console_scripts"' in check  # the list comes from the wheel, never goes stale
     assert "insight-o3-make-demo-bench" in check
     assert "insight-o3-make-demo-bench" in PYPROJECT["project"]["scripts"]
+    assert "insight-o3-demo" in check and PYPROJECT["project"]["scripts"]["insight-o3-demo"].startswith(
+        "insight_o3.scripts.demo:"
+    )
+
+
+def test_the_license_file_is_the_one_the_metadata_names():
+    text = (ROOT / "LICENSE").read_text()
+    assert PYPROJECT["project"]["license"] == {"text": "Apache-2.0"}
+    assert text.lstrip().startswith("Apache License") and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text  # the whole text, not a stub

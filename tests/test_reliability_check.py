@@ -107,7 +107,17 @@ def test_two_checkers_must_both_answer_right_and_errors_resume(tmp_path, openai_
     srv = openai_server(script(state))
     assert _run(pool, out, srv, monkeypatch) == 1  # two items lost to API errors
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary == {"items": 6, "checked": 5, "kept": 2, "errors": 2}
+    # honest counts: 5 to check, 3 of them checked (1 passed, 2 discarded), 2 lost; the OCR item kept unchecked
+    assert summary == {
+        "items": 6,
+        "to_check": 5,
+        "checked": 3,
+        "passed": 1,
+        "discarded": 2,
+        "errors": 2,
+        "kept_unchecked": 1,
+        "kept": 2,
+    }
     recs = {r["sample_key"]: r for r in map(json.loads, (out / "reliability.jsonl").read_text().splitlines())}
     assert "viscot/textvqa/i0" not in recs  # the OCR stream is not checked
     assert recs["viscot/gqa/i1"]["reliable"] is True

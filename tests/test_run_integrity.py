@@ -273,3 +273,107 @@ def test_rejudge_with_verify_flow_into_an_extract_flow_dir_is_refused(bench, tmp
     # the same judge settings with another concurrency: accepted
     assert rejudge.main([*common, "--eval_name", "again", "--judge_flow", "extract", "--concurrency", "3"]) == 0
     assert len(json.loads((target / "run_card.json").read_text())[HISTORY_KEY]) == 2
+
+
+# ------------------------------------------------------------------------------- the other run-dir commands
+def _fixed_then_operational(run, out: Path, card: str, changed: list[str], operational: list[str], capsys):
+    """A first run, a rerun with ``changed`` (a result setting: refused, nothing written) and one with
+    ``operational`` (accepted, in the history)."""
+    assert run() in (0, 1)
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert run(*changed) == 2
+    assert f"{changed[0].lstrip('-')}: first run" in capsys.readouterr().err
+    assert _snapshot(out) == before
+    assert run(*operational) in (0, 1)
+    stored = json.loads((out / card).read_text())
+    assert len(stored[HISTORY_KEY]) == 2 and stored[FIXED_KEY]["command"]
+    return stored
+
+
+def test_evaluate_vsearch_fixes_its_settings(openai_server, tmp_path, capsys):
+    from PIL import Image
+
+    from tests.test_evaluate_vsearch import GT, H, W, run, script
+
+    img_dir = tmp_path / "images"
+    img_dir.mkdir()
+    Image.new("RGB", (W, H), (200, 40, 40)).save(img_dir / "one.png")
+    ann = tmp_path / "regions.jsonl"
+    ann.write_text(json.dumps({"id": "a", "image": "one.png", "description": "the a region", "bbox": GT["a"]}) + "\n")
+    out = tmp_path / "out"
+    srv = openai_server(script())
+    card = _fixed_then_operational(
+        lambda *x: run(str(ann), str(img_dir), out, srv.base_url, "--no_progress", *x),
+        out,
+        "run_card.json",
+        ["--prompt", "simple"],
+        ["--concurrency", "1"],
+        capsys,
+    )
+    assert card[FIXED_KEY]["annotation_sha256"] and card[FIXED_KEY]["prompt"] == "trained"
+
+
+def test_difficulty_filter_fixes_its_settings(openai_server, tmp_path, capsys):
+    from insight_o3.scripts import filter_difficulty
+    from tests.test_difficulty_filter import ITEMS, argv, make_collages, script
+
+    out = tmp_path / "collages"
+    make_collages(out, ITEMS)
+    srv = openai_server(script({}))
+    card = _fixed_then_operational(
+        lambda *x: filter_difficulty.main(argv(out, srv.base_url, *x)),
+        out,
+        "difficulty_card.json",
+        ["--attempts", "2"],
+        ["--concurrency", "2", "--max_retries", "1"],
+        capsys,
+    )
+    assert card[FIXED_KEY]["judge_model"] == "judge" and "api_key" not in json.dumps(card)
+
+
+def test_reliability_check_fixes_its_settings(openai_server, tmp_path, capsys, monkeypatch):
+    from insight_o3.scripts import check_reliability
+    from tests.test_reliability_check import KEY, QWEN_KEY, make_pool, script
+
+    pool, out = make_pool(tmp_path), tmp_path / "rel"
+    srv = openai_server(script({}))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("QWEN_KEY", QWEN_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+    base = ["--source_pool", str(pool), "--out_dir", str(out), "--checker", f"qwen,{srv.base_url},QWEN_KEY"]
+    base += ["--checker", "nano", "--judge_model", "judge", "--max_retries", "0", "--no_progress"]
+    card = _fixed_then_operational(
+        lambda *x: check_reliability.main([*base, *x]),
+        out,
+        "reliability_card.json",
+        ["--judge_model", "j2"],
+        ["--concurrency", "2"],
+        capsys,
+    )
+    assert card[FIXED_KEY]["checker_models"] == ["qwen", "nano"] and card[FIXED_KEY]["pool_sha256"]
+    assert KEY not in json.dumps(card) and QWEN_KEY not in json.dumps(card)
+
+
+def test_region_localization_fixes_its_settings(openai_server, tmp_path, capsys):
+    from insight_o3.scripts import build_region_localization
+    from tests.support.openai_server import chat
+    from tests.test_region_descriptions import _cmd, _make_inputs
+
+    img_dir, lay_dir = _make_inputs(tmp_path)
+    out = tmp_path / "out"
+    srv = openai_server(lambda req, call: chat(f"region_description={{region {call.index}}}"))
+    argv = _cmd(img_dir, lay_dir, out, srv.base_url)[3:]  # less "python -m module"
+    card = _fixed_then_operational(
+        lambda *x: build_region_localization.main([*argv, *x]),
+        out,
+        "descriptions_card.json",
+        ["--model", "another"],
+        ["--concurrency", "1"],
+        capsys,
+    )
+    assert card[FIXED_KEY]["model"] == "scripted" and card[FIXED_KEY]["max_area_ratio"] == 0.25
+    # the layouts' content is fixed too (a directory of detector JSON files)
+    (lay_dir / "info0.json").write_text((lay_dir / "info0.json").read_text().replace("0.9", "0.8"))
+    assert build_region_localization.main(argv) == 2
+    assert "layouts_sha256: first run" in capsys.readouterr().err

@@ -55,3 +55,44 @@ def test_missing_image_names_the_line(tmp_path):
     ann.write_text(json.dumps({"image": "gone.jpg", "bbox": [1, 2, 3, 4], "question": "q", "answer": "a"}) + "\n")
     with pytest.raises(PoolError, match=r"vstar.jsonl:1: image file not found: .*gone.jpg"):
         convert_vstar(str(ann), str(tmp_path))
+
+
+def test_vstar_several_questions_on_one_image_get_distinct_ids_and_the_pool_loads(tmp_path):
+    """Issue 21 finding 7: without question_id the id was the image's stem, so a second question about the
+    same image repeated it and the next step (load_pool) refused the pool."""
+    from insight_o3.data.source_pool import load_pool, write_pool
+
+    Image.new("RGB", (400, 300)).save(tmp_path / "sa_1.jpg")
+    Image.new("RGB", (400, 300)).save(tmp_path / "sa_2.jpg")
+    recs = [{"image": "sa_1.jpg", "bbox": [1, 2, 10, 10], "question": f"q{i}", "answer": "a"} for i in range(3)] + [
+        {"image": "sa_2.jpg", "bbox": [1, 2, 10, 10], "question": "q", "answer": "a"}
+    ]
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    b.write_text(json.dumps(recs[0]) + "\n")  # the same image in another input file
+    from insight_o3.scripts import generate_collages
+
+    out = tmp_path / "pool.jsonl"
+    rc = generate_collages.main(
+        ["pool", "--format", "vstar", "--input", str(a), str(b), "--image_root", str(tmp_path), "--out", str(out)]
+    )
+    assert rc == 0
+    items = load_pool(str(out), check_images=True)  # loads: no duplicate id
+    assert [it.id for it in items] == ["vstar/sa_1", "vstar/sa_1#2", "vstar/sa_1#3", "vstar/sa_2", "vstar/sa_1#4"]
+    assert [it.question for it in items[:3]] == ["q0", "q1", "q2"]
+    # deterministic: the same ids on a second conversion
+    write_pool(convert_vstar(str(a), str(tmp_path)), str(tmp_path / "again.jsonl"))
+    assert [it.id for it in load_pool(str(tmp_path / "again.jsonl"))] == [it.id for it in items[:4]]
+
+
+def test_pool_help_documents_the_input_formats(capsys):
+    from insight_o3.scripts import generate_collages
+
+    with pytest.raises(SystemExit):
+        generate_collages.main(["pool", "--help"])
+    text = capsys.readouterr().out
+    assert "viscot" in text and "bboxs" in text and "[x, y, w, h]" in text and "question_id" in text
+    with pytest.raises(SystemExit):
+        generate_collages.main(["--help"])
+    text = capsys.readouterr().out
+    assert "pool " in text and "filter " in text  # the subcommands are named in the main --help

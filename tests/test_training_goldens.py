@@ -26,11 +26,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from insight_o3.agents import SearcherSession
-from insight_o3.geometry import Frame
 from insight_o3.images import ImageStore
 from insight_o3.parsing import extract_verify_span
 from tests.conftest import add_recipe_path
@@ -100,18 +100,24 @@ def image_of(store: tuple[ImageStore, Path], wh: list[int]) -> str:
 
 
 # ----------------------------------------------------------------------------- box rounding
-def project_resize(box: list[int], source_wh: list[int], target_wh: list[int]) -> list[float]:
-    """A model-frame box in original pixels, as the vSearcher maps its answer (``SearcherSession``)."""
-    w, h = target_wh
-    return list(Frame((0.0, 0.0, float(w), float(h)), (source_wh[0], source_wh[1])).to_original(tuple(box)))
+def project_answer_box(case: dict, store) -> tuple[list[float] | None, str | None]:
+    """A model-frame answer box in original pixels, as the vSearcher maps it (``SearcherSession``): the box, or
+    None and the session's error."""
+    sess = SearcherSession(
+        image_of(store, case["image_ori_wh"]), "target", store[0], case["max_pixels"], "trained", max_tool_calls=6
+    )
+    assert list(sess.frame.size) == case["image_processed_wh"]
+    sess.step(f"<think>found</think>\n<answer>{json.dumps(case['box'])}</answer>", "stop")
+    result = sess.result()
+    return (list(result.box_original), None) if result.box_original is not None else (None, result.error)
 
 
 @pytest.mark.parametrize("case", params([(c["id"], c) for c in cases("resize_bbox.json")]))
-def test_resize_bbox(case):
-    got = project_resize(case["box"], case["image_processed_wh"], case["image_ori_wh"])
+def test_resize_bbox(case, store):
+    got, error = project_answer_box(case, store)
     if case["fork"]["error"] is not None:
-        pytest.fail(f"the fork rejects the mapped box ({case['fork']['error']}); here {got}")
-    assert got == case["fork"]["box"]
+        pytest.fail(f"the fork's resize_bbox raises ({case['fork']['error']}); here {got or error}")
+    assert got == case["fork"]["box"], error
 
 
 # ----------------------------------------------------------------------------- zoom-in tool
@@ -130,8 +136,13 @@ def test_zoom_tool(case, store):
         assert fork["text"] in json.dumps(sess.messages[-1])
         return
     assert list(step.crop.size) == fork["shown_wh"]
-    if fork["tool_image_wh"] == case["image_ori_wh"]:  # same pixel frame: PIL crops at the rounded box
-        assert list(step.crop.region) == [round(v) for v in fork["box_in_tool_image"]]
+    crop = [round(v) for v in fork["box_in_tool_image"]]  # PIL crops at the rounded box
+    if fork["tool_image_wh"] == case["image_ori_wh"]:
+        assert list(step.crop.region) == crop
+    else:  # the fork's tool holds qwen's fetch_image copy of the original (sides rounded to multiples of 28)
+        (w, h), (fw, fh) = case["image_ori_wh"], fork["tool_image_wh"]
+        scaled = [v * (w / fw, h / fh)[i % 2] for i, v in enumerate(crop)]
+        assert all(abs(a - b) <= 2.0 for a, b in zip(step.crop.region, scaled)), (step.crop.region, scaled)
 
 
 # ----------------------------------------------------------------------------- episodes and rewards
@@ -175,8 +186,13 @@ def project_episode(case: dict, store) -> SearcherRollout:
     )
 
 
+_ROLLOUTS: dict[str, SearcherRollout] = {}  # one session per episode, shared by its reward configurations
+
+
 def project_reward(case: dict, store, reward_type: str, pseudo: str) -> dict:
-    rollout = project_episode(case, store)
+    if case["id"] not in _ROLLOUTS:
+        _ROLLOUTS[case["id"]] = project_episode(case, store)
+    rollout = _ROLLOUTS[case["id"]]
     if case["role"] == "outloop":
         fields = rollout.sample_fields(bboxes=case["gt"], role=ROLE_OUTLOOP)
     else:
@@ -255,7 +271,8 @@ def hybrid():
 
 def project_advantages(case: dict, estimator: str, by_std: bool, hybrid) -> dict[int, list[float]]:
     """The rows this project trains (out-of-loop vSearcher rows in their uid groups, in-loop vSearcher calls) through
-    ``vsearch_hybrid_grpo``; vReasoner rows (an API model here) are not in the batch. Returns row index -> advantages."""
+    ``vsearch_hybrid_grpo``; vReasoner rows (an API model here) are not in the batch: what ``broadcast`` needs of them
+    goes in as each episode's QA group and judged correctness. Returns row index -> advantages."""
     torch, estimate, inloop_uid = hybrid
     rows = [(i, r) for i, r in enumerate(case["rows"]) if r["agent_name"] == "vsearcher"]
     T = case["T"]
@@ -264,10 +281,19 @@ def project_advantages(case: dict, estimator: str, by_std: bool, hybrid) -> dict
         mask[j, : r["length"]] = 1
         rewards[j, r["length"] - 1] = r["score"]
         uids.append(r["uid"] if r["job_id"] == r["root_job_id"] else inloop_uid(r["root_job_id"], i))
+    episodes = {r["job_id"]: (r["uid"], r["score"] == 1.0) for r in case["rows"] if r["agent_name"] == "vreasoner"}
     config: dict[str, Any] = {"norm_adv_by_std_in_grpo": by_std}
     if estimator != "global_norm":
         config["subagent_advantage_estimator"] = None if estimator == "None" else estimator
-    adv, _ = estimate(rewards, mask, index=uids, config=config)
+    adv, _ = estimate(
+        rewards,
+        mask,
+        index=uids,
+        config=config,
+        episode_ids=np.array([r["root_job_id"] for _i, r in rows], dtype=object),
+        episode_correct=episodes,
+        tool_gate=np.array([r["tool_reward"] for _i, r in rows], dtype=float),
+    )
     return {i: adv[j].tolist() for j, (i, _r) in enumerate(rows)}
 
 
@@ -286,6 +312,13 @@ def test_advantages(item, hybrid):
     case = item["case"]
     fork = case["fork"][f"{item['estimator']}|{item['by_std']}"]
     got = project_advantages(case, item["estimator"], item["by_std"], hybrid)
+    by_job = {r["job_id"]: r for r in case["rows"]}
     for i, adv in got.items():
-        n = case["rows"][i]["length"]
-        assert close(adv[:n], fork[i][:n]), (i, case["rows"][i], adv[:n], fork[i][:n])
+        row = case["rows"][i]
+        n = row["length"]
+        if item["estimator"].startswith("broadcast") and row["job_id"] != row["root_job_id"]:
+            # deliberate: the fork copies its vReasoner row token by token (adv_new[idx] = advantages[root_idx]), so
+            # a call's tokens past the vReasoner's response length get 0; here the vReasoner is an API model with no
+            # token row, and every token of the call gets the episode's advantage
+            n = min(n, by_job[row["root_job_id"]]["length"])
+        assert close(adv[:n], fork[i][:n]), (i, row, adv[:n], fork[i][:n])

@@ -6,33 +6,31 @@ Collages are produced in chunks of ``chunk_size`` indices; chunk ``c`` uses its 
 depends on the seed, the pool and the chunk size, never on the worker count or on where a previous run
 stopped. Rows are appended (fsync'ed, one complete line) as chunks finish and the file is rewritten in
 index order at the end. :func:`generate` runs :class:`CollageJob` (a :class:`~insight_o3.jobs.ResumableJob`),
-so it holds the output directory's lock for the whole run.
+so it holds the output directory's lock for the whole run. ``run_config.json`` holds the settings the
+directory's first run fixed (seed, chunk size, every generator setting, the pool's sha256) and the history of
+runs; a run with others is refused (:mod:`insight_o3.run_integrity`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import multiprocessing as mp
 import os
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 
+from .. import __version__
 from ..jobs import JobSettings, Plan, ResumableJob
-from ..storage import write_json_atomic
+from ..run_integrity import Invocation, git_commit
 from ..storage.atomic import OutputError, atomic_writer
 from .collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow
-from .source_pool import SourceItem
+from .source_pool import SourceItem, pool_sha256
 
 DEFAULT_QUESTION_TEMPLATE = "Look at image #{tile_id} in the collage. {question}"
 ROWS_FILE, FAILURES_FILE, CONFIG_FILE = "collages.jsonl", "failures.jsonl", "run_config.json"
-
-
-class JobSettingsError(ValueError):
-    """The output directory was generated with other settings (resuming would mix two generators)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -169,7 +167,25 @@ class CollageJob(ResumableJob[int, dict]):
             os.makedirs(images_dir, exist_ok=True)
         except OSError as e:
             raise OutputError.from_os_error(images_dir, e, "create") from None
-        _check_settings(self.spec, len(self.items))
+
+    card_file = CONFIG_FILE
+    change_hint = "use a new --output_dir to generate with other settings (resuming would mix two generators)"
+
+    def invocation(self) -> Invocation:
+        """What the directory's first run fixes: the generator's settings and the pool's content."""
+        s = self.spec
+        settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "cfg"}
+        return Invocation(
+            self.command,
+            {
+                **settings,
+                **dataclasses.asdict(s.cfg),
+                "num_workers": self.num_workers,
+                "progress": self.settings.progress,
+            },
+            derived={"pool_sha256": pool_sha256(self.items)},
+            provenance={"version": __version__, "git_commit": git_commit()},
+        )
 
     def log_files(self) -> dict:
         return {"row": ROWS_FILE, "failure": FAILURES_FILE}
@@ -202,32 +218,6 @@ class CollageJob(ResumableJob[int, dict]):
         self.compact(order, "row")
         self.compact(order, "failure")
         return {"collages": len(self.logs["row"].records), "failures": len(self.logs["failure"].records)}
-
-
-def _check_settings(spec: CollageSpec, pool_size: int) -> None:
-    """``run_config.json``: written by the first run; a later run with other settings is refused."""
-    cfg_path = os.path.join(spec.out_dir, CONFIG_FILE)
-    meta = {
-        "seed": spec.seed,
-        "chunk_size": spec.chunk_size,
-        "target_retries": spec.target_retries,
-        "question_template": spec.question_template,
-        "image_format": spec.image_format,
-        "jpeg_quality": spec.jpeg_quality,
-        "pool_size": pool_size,
-        "config": dataclasses.asdict(spec.cfg),
-    }
-    meta = json.loads(json.dumps(meta))
-    if os.path.exists(cfg_path):
-        with open(cfg_path, encoding="utf-8") as f:
-            old = json.load(f)
-        if old != meta:
-            raise JobSettingsError(
-                f"{cfg_path}: this output directory was generated with different settings; "
-                f"use a new --output_dir (resuming would mix two generators)"
-            )
-    else:
-        write_json_atomic(cfg_path, meta)
 
 
 def generate(spec: CollageSpec, items: list[SourceItem], *, num_workers: int = 1, progress: bool = True) -> dict:

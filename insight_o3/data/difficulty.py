@@ -45,6 +45,7 @@ from ..jobs import JobResult, JobSettings, ResumableJob
 from ..parsing import format_options
 from ..protocol import LIMITS
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
+from ..run_integrity import Invocation
 from ..solver import Attempt
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
@@ -151,14 +152,14 @@ class FilterJob(ResumableJob[dict, dict]):
     command = "generate_collages filter"
     records_file = RECORDS_FILE
 
-    def __init__(self, f: FilterSettings, rows: list[dict]):
+    def __init__(self, f: FilterSettings, rows: list[dict], invocation: Invocation | None = None):
         settings = JobSettings(
             concurrency=f.concurrency,
             progress=f.progress,
             max_failure_ratio=f.max_failure_ratio,
             max_tokens_total=f.max_tokens_total,
         )
-        super().__init__(f.out_dir, settings)
+        super().__init__(f.out_dir, settings, invocation=invocation)
         self.f, self.rows = f, rows
         self.desc = f"pass@{f.attempts}"
 
@@ -209,9 +210,11 @@ class FilterJob(ResumableJob[dict, dict]):
         return summary["errors"]
 
 
-def run_filter(f: FilterSettings) -> JobResult[dict]:
+def run_filter(f: FilterSettings, invocation: Invocation | None = None) -> JobResult[dict]:
     """Filter ``<out_dir>/collages.jsonl`` under the directory's lock; the summary counts
     ``{"collages", "hard", "errors"}`` (``errors``: collages still lost to API errors). Raises
-    :class:`CollagesFileError` for a bad collages file and the stop errors of :mod:`insight_o3.run_guard`."""
+    :class:`CollagesFileError` for a bad collages file and the stop errors of :mod:`insight_o3.run_guard`;
+    with ``invocation``, :class:`~insight_o3.run_integrity.SettingsChanged` when the directory's first filter
+    run had other result-changing settings (``difficulty_card.json``)."""
     rows = load_rows(os.path.join(f.out_dir, ROWS_FILE))
-    return FilterJob(f, rows).run(rows)
+    return FilterJob(f, rows, invocation).run(rows)

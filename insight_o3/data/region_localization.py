@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from ..images import ImageError, ImageStore
 from ..jobs import JobSettings, Plan, ResumableJob
+from ..run_integrity import Invocation
 from ..storage.atomic import write_jsonl_atomic
 from .describe import BoxTask, DescribeConfig, describe_box
 from .layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
@@ -105,9 +106,15 @@ class RegionLocalizationJob(ResumableJob[BoxTask, dict]):
     records_file = DESCRIPTIONS_FILE
 
     def __init__(
-        self, out_dir: str, inputs: LayoutInput, cfg: DescribeConfig, endpoint: DescriberEndpoint, settings: JobSettings
+        self,
+        out_dir: str,
+        inputs: LayoutInput,
+        cfg: DescribeConfig,
+        endpoint: DescriberEndpoint,
+        settings: JobSettings,
+        invocation: Invocation | None = None,
     ):
-        super().__init__(out_dir, settings)
+        super().__init__(out_dir, settings, invocation=invocation)
         self.inputs, self.cfg, self.endpoint = inputs, cfg, endpoint
         self.tasks: list[BoxTask] = []
         self.skipped = 0

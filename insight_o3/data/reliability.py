@@ -49,6 +49,7 @@ from ..images import ImageStore, Resize
 from ..jobs import JobResult, JobSettings, ResumableJob
 from ..parsing import format_options
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
+from ..run_integrity import Invocation
 from ..solver import Attempt
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
@@ -152,14 +153,14 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
     desc = "reliability"
     records_file = RECORDS_FILE
 
-    def __init__(self, a: ReliabilitySettings, items: list[SourceItem]):
+    def __init__(self, a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None = None):
         settings = JobSettings(
             concurrency=a.concurrency,
             progress=a.progress,
             max_failure_ratio=a.max_failure_ratio,
             max_tokens_total=a.max_tokens_total,
         )
-        super().__init__(a.out_dir, settings)
+        super().__init__(a.out_dir, settings, invocation=invocation)
         self.a, self.items = a, items
         self.checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]
 
@@ -207,17 +208,29 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
         checked_ids = {it.id for _, it in self.checked}
         recs = self.records
         kept = [it for it in self.items if it.id not in checked_ids or recs.get(it.id, {}).get("reliable") is True]
-        errors = sum(1 for _, it in self.checked if "reliable" not in recs.get(it.id, {}))
+        verdicts = [recs.get(it.id, {}).get("reliable") for _, it in self.checked]
         write_pool(kept, os.path.join(self.a.out_dir, KEPT_FILE))
-        return {"items": len(self.items), "checked": len(self.checked), "kept": len(kept), "errors": errors}
+        passed, discarded = verdicts.count(True), verdicts.count(False)
+        return {
+            "items": len(self.items),
+            "to_check": len(self.checked),
+            "checked": passed + discarded,
+            "passed": passed,
+            "discarded": discarded,
+            "errors": len(verdicts) - passed - discarded,
+            "kept_unchecked": len(self.items) - len(self.checked),
+            "kept": len(kept),
+        }
 
     def incomplete(self, summary: dict) -> int:
         return summary["errors"]
 
 
-def run_check(a: ReliabilitySettings, items: list[SourceItem]) -> JobResult[dict]:
+def run_check(a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None = None) -> JobResult[dict]:
     """Check ``items`` (resuming from ``<out_dir>/reliability.jsonl``, under the directory's lock) and write
-    ``pool_reliable.jsonl``; the summary is ``{"items", "checked", "kept", "errors"}`` (``errors``: items
-    still lost to API errors)."""
-    job = ReliabilityJob(a, items)
+    ``pool_reliable.jsonl``. The summary: ``items`` (the pool), ``to_check`` (the low-reliability stream, or all
+    with ``all_sources``), ``checked`` = ``passed`` (every checker right) + ``discarded``, ``errors`` (still lost
+    to API errors: not checked, not kept), ``kept_unchecked`` (the stream kept as it is) and ``kept``
+    (= ``kept_unchecked`` + ``passed``)."""
+    job = ReliabilityJob(a, items, invocation)
     return job.run(job.checked)

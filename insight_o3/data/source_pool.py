@@ -26,6 +26,11 @@ converters read the public annotation formats:
   in one), ``options`` (the first option is the correct one) or ``answer``, optional ``width`` /
   ``height`` (read from the image header otherwise). Options are shuffled deterministically per
   item and ``answer`` becomes the correct option's letter.
+
+Item ids are ``viscot/<dataset>/<question_id>`` and ``vstar/<question_id>`` (V*: the ``id`` field, else the
+image's file stem, when there is no ``question_id``). An id met again — several questions about one image
+without ``question_id`` — gets ``#2``, ``#3`` … in file order (across the files of one pool with a shared
+:class:`UniqueIds`), so a converted pool always loads.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import numpy as np
 
 from ..geometry import check_box
 from ..images import ImageError, image_size
+from ..run_integrity import sha256_json
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 
@@ -77,6 +83,11 @@ class SourceItem:
         d["bbox"] = list(self.bbox)
         d["options"] = list(self.options) if self.options is not None else None
         return d
+
+
+def pool_sha256(items: list[SourceItem]) -> str:
+    """sha256 of what a pool's items hold (image file names, not where they are), fixed by a run's first run."""
+    return sha256_json([{**it.to_dict(), "image": os.path.basename(it.image)} for it in items])
 
 
 def _field(row: dict, name: str, where: str):
@@ -219,9 +230,28 @@ def _image_and_size(rec: dict, where: str, image_root: str) -> tuple[str, int, i
         raise ImageError(f"{where}: {e}") from None
 
 
-def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
+class UniqueIds:
+    """Ids in the order met; a repeated id gets ``#<k>`` (its k-th occurrence, 2 on), deterministically."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, base: str) -> str:
+        k = self.seen[base] = self.seen.get(base, 0) + 1
+        if k == 1:
+            return base
+        name = f"{base}#{k}"
+        while name in self.seen:  # "#k" written in the input itself
+            k += 1
+            name = f"{base}#{k}"
+        self.seen[name] = 1
+        return name
+
+
+def convert_viscot(path: str, image_root: str, ids: UniqueIds | None = None) -> list[SourceItem]:
     """Visual CoT metadata JSONL → pool items (``source = viscot/<dataset>``)."""
     items = []
+    unique = ids or UniqueIds()
     for where, rec in _read_json_records(path):
         boxes = _field(rec, "bboxs", where)
         if not boxes or not all(isinstance(b, (list, tuple)) and len(b) == 4 for b in boxes):
@@ -230,7 +260,7 @@ def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
         dataset = str(rec.get("dataset") or Path(path).name.split("_cot")[0])
         qid = rec.get("question_id", where.rsplit(":", 1)[-1])
         row = {
-            "id": f"viscot/{dataset}/{qid}",
+            "id": unique(f"viscot/{dataset}/{qid}"),
             "image": full,
             "width": w,
             "height": h,
@@ -244,9 +274,10 @@ def convert_viscot(path: str, image_root: str) -> list[SourceItem]:
     return items
 
 
-def convert_vstar(path: str, image_root: str) -> list[SourceItem]:
+def convert_vstar(path: str, image_root: str, ids: UniqueIds | None = None) -> list[SourceItem]:
     """V*-style annotations (``bbox`` as ``[x, y, w, h]`` boxes, first option correct) → pool items."""
     items = []
+    unique = ids or UniqueIds()
     for where, rec in _read_json_records(path):
         boxes = _field(rec, "bbox", where)
         if boxes and isinstance(boxes[0], (int, float)):
@@ -269,7 +300,7 @@ def convert_vstar(path: str, image_root: str) -> list[SourceItem]:
             answer = _field(rec, "answer", where)
         qid = rec.get("question_id", rec.get("id", Path(image).stem))
         row = {
-            "id": f"vstar/{qid}",
+            "id": unique(f"vstar/{qid}"),
             "image": full,
             "width": w,
             "height": h,

@@ -13,11 +13,10 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 from typing import Any
 
 from .. import __version__, prompts
-from ..run_integrity import FIXED_KEY, Invocation, sha256_file
+from ..run_integrity import FIXED_KEY, Invocation, git_commit, sha256_file
 
 #: Values of a run card derived from the inputs that can change a result (fixed by the directory's first run).
 DERIVED_KEYS = ("benchmark_sha256", "prompts_sha256")
@@ -58,24 +57,6 @@ def prompt_hashes() -> dict[str, str]:
         for name, value in sorted(vars(prompts).items())
         if name.isupper() and "PROMPT" in name and isinstance(value, str)
     }
-
-
-def git_commit() -> str | None:
-    """The commit of the checkout the package runs from (None for an installed wheel)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(
-            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 def build_run_card(

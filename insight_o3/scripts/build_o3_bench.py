@@ -39,6 +39,7 @@ from ..cli import (
     add_run_flags,
     check_run_flags,
     entry_point,
+    invocation_of,
     new_parser,
     run_main,
     setup_logging,
@@ -275,6 +276,7 @@ def run_sources(a: argparse.Namespace) -> int:
 
 def run_extract(a: argparse.Namespace) -> int:
     ws = Workspace.at(a.output_dir)
+    prompts_sha = {"EXTRACTION_PROMPT": prompt_hashes()["EXTRACTION_PROMPT"]}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
     ep = _main_endpoint(a, a.model)
     job = ExtractJob(
@@ -284,9 +286,10 @@ def run_extract(a: argparse.Namespace) -> int:
         max_pixels=a.max_pixels or None,
         prompt_role=a.extract_prompt_role,
         cost_model=_costs(a, {"extractor": a.model}),
+        invocation=invocation_of("build_o3_bench extract", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
             "model": ep.public(),
-            "prompts_sha256": {"EXTRACTION_PROMPT": prompt_hashes()["EXTRACTION_PROMPT"]},
+            "prompts_sha256": prompts_sha,
             "prompt_role": a.extract_prompt_role,
             "max_pixels": a.max_pixels,
         },
@@ -298,6 +301,7 @@ def run_extract(a: argparse.Namespace) -> int:
 
 def run_synthesize(a: argparse.Namespace) -> int:
     ws = Workspace.at(a.output_dir)
+    prompts_sha = {k: v for k, v in prompt_hashes().items() if "SYNTHESIS" in k}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
     ws.require(ws.records("extract"), "extract")
     ep = _main_endpoint(a, a.model)
@@ -307,9 +311,10 @@ def run_synthesize(a: argparse.Namespace) -> int:
         ep,
         layout_text_mode=a.layout_text,
         cost_model=_costs(a, {"synthesizer": a.model}),
+        invocation=invocation_of("build_o3_bench synthesize", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
             "model": ep.public(),
-            "prompts_sha256": {k: v for k, v in prompt_hashes().items() if "SYNTHESIS" in k},
+            "prompts_sha256": prompts_sha,
             "layout_text": a.layout_text,
         },
     )
@@ -353,7 +358,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     judge = Endpoint(
         model=a.judge_model,
         api_base_url=resolve(a.judge_api_base_url, jurls) or solvers[0].api_base_url,
-        api_key=resolve_key(a.judge_api_key, jkeys) or solvers[0].api_key,
+        api_key=resolve_key(a.judge_api_key, jkeys, flag="--judge_api_key") or solvers[0].api_key,
     )
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
@@ -368,6 +373,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         drop_when=a.drop_when,
         separate_attempt_requests=a.separate_attempt_requests,
         cost_model=costs,
+        invocation=invocation_of("build_o3_bench filter", a, skip=("step",)),
         card={
             "models": [e.public() for e in solvers],
             "judge": judge.public(),

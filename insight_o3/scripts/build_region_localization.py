@@ -41,6 +41,7 @@ from ..cli import (
     add_token_budget_flag,
     check_run_flags,
     entry_point,
+    invocation_of,
     new_parser,
     run_main,
     setup_logging,
@@ -57,6 +58,7 @@ from ..data.region_localization import (
     write_boxes,
 )
 from ..jobs import JobSettings
+from ..run_integrity import sha256_path
 from ..run_lock import run_lock
 
 log = logging.getLogger("build_region_localization")
@@ -134,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         if a.layout_only:
             return _layout_only(a, inputs)
-        result = RegionLocalizationJob(a.out_dir, inputs, cfg, endpoint, settings).run([])
+        inv = invocation_of(RegionLocalizationJob.command, a, layouts_sha256=sha256_path(a.layouts))
+        result = RegionLocalizationJob(a.out_dir, inputs, cfg, endpoint, settings, inv).run([])
         print(json.dumps(result.summary))
         if result.incomplete:
             log.warning(

@@ -22,12 +22,20 @@ from ..cli import (
     add_token_budget_flag,
     check_run_flags,
     entry_point,
+    invocation_of,
     new_parser,
     run_main,
     setup_logging,
 )
-from ..data.reliability import RECORDS_FILE, CheckerEndpoint, ReliabilitySettings, parse_checker, run_check
-from ..data.source_pool import PoolError, load_pool
+from ..data.reliability import (
+    RECORDS_FILE,
+    CheckerEndpoint,
+    ReliabilityJob,
+    ReliabilitySettings,
+    parse_checker,
+    run_check,
+)
+from ..data.source_pool import PoolError, load_pool, pool_sha256
 
 PROG = "python -m insight_o3.scripts.check_reliability"
 
@@ -110,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         items = load_pool(a.source_pool, a.image_root, check_images=not a.skip_image_check)
-        result = run_check(settings, items)
+        models = [c.model for c in checkers]
+        inv = invocation_of(ReliabilityJob.command, a, checker_models=models, pool_sha256=pool_sha256(items))
+        result = run_check(settings, items, inv)
         print(json.dumps(result.summary))
         if result.incomplete:
             print(f"warning: {result.incomplete} item(s) lost to API errors; run again to retry them", file=sys.stderr)

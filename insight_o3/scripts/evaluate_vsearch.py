@@ -29,6 +29,7 @@ from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
 from ..cli import (
     add_allow_outside_flag,
     add_api_flags,
+    add_cap_flags,
     add_client_flags,
     add_output_dir,
     add_run_flags,
@@ -56,7 +57,9 @@ __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regi
 
 
 def build_parser():
-    p = new_parser("python -m insight_o3.scripts.evaluate_vsearch", __doc__.split("\n\n")[0])
+    parts = __doc__.split("\n\n")
+    # --help shows the input format and the exit codes (the docstring's 3rd and 5th paragraphs)
+    p = new_parser("python -m insight_o3.scripts.evaluate_vsearch", parts[0], epilog="\n\n".join(parts[2:5:2]))
     p.add_argument("--ann_file", required=True)
     p.add_argument("--img_dir", required=True, help="directory the annotation's image paths are relative to")
     add_allow_outside_flag(p)
@@ -75,6 +78,7 @@ def build_parser():
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     add_run_flags(p, concurrency=16)
     add_token_budget_flag(p)
+    add_cap_flags(p)
     return p
 
 
@@ -106,6 +110,8 @@ def main(argv=None) -> int:
         max_failure_ratio=a.max_failure_ratio,
         image_workers=a.image_workers,
         max_tokens_total=a.max_tokens_total,
+        max_reply_chars=a.max_reply_chars,
+        max_decode_values=a.max_decode_values,
         progress=not a.no_progress,
         ann_file=a.ann_file,
     )

@@ -26,11 +26,12 @@ from ..cli import (
     add_token_budget_flag,
     check_run_flags,
     entry_point,
+    invocation_of,
     new_parser,
     run_main,
     setup_logging,
 )
-from ..data.difficulty import RECORDS_FILE, CollagesFileError, FilterSettings, run_filter
+from ..data.difficulty import RECORDS_FILE, CollagesFileError, FilterJob, FilterSettings, run_filter
 from ..protocol import LIMITS
 
 PROG = "python -m insight_o3.scripts.filter_difficulty"
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         api_key=key,
         api_base_url=base,
         judge_model=a.judge_model,
-        judge_api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), key),
+        judge_api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), key, flag="--judge_api_key"),
         judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base),
         attempts=a.attempts,
         separate_attempt_requests=a.separate_attempt_requests,
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     )
 
     def body() -> int:
-        result = run_filter(settings)
+        result = run_filter(settings, invocation_of(FilterJob.command, a))
         print(json.dumps(result.summary))
         if result.incomplete:
             print(

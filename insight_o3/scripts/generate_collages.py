@@ -36,8 +36,15 @@ from typing import Any
 
 from ..cli import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
 from ..data.collage import CollageConfig
-from ..data.collage_jobs import DEFAULT_QUESTION_TEMPLATE, ROWS_FILE, CollageSpec, JobSettingsError, generate
+from ..data.collage_jobs import (
+    DEFAULT_QUESTION_TEMPLATE,
+    FAILURES_FILE,
+    ROWS_FILE,
+    CollageSpec,
+    generate,
+)
 from ..data.source_pool import PoolError, filter_small_targets, load_pool
+from ..storage.jsonl import iter_jsonl
 
 log = logging.getLogger("generate_collages")
 __all__ = ["main", "add_config_flags", "config_from_args", "DEFAULT_QUESTION_TEMPLATE"]
@@ -73,6 +80,28 @@ def config_from_args(a: argparse.Namespace) -> CollageConfig:
 
 
 # ----------------------------------------------------------------------------- CLI
+SUBCOMMANDS_HELP = """\
+Subcommands (each with its own --help):
+  pool    build the source pool from Visual CoT / V* annotations:
+          python -m insight_o3.scripts.generate_collages pool --format viscot|vstar --input FILE ... \\
+              --image_root DIR --out pool.jsonl
+  filter  the difficulty filter (pass@k with a vReasoner; the same as insight-o3-filter-difficulty):
+          python -m insight_o3.scripts.generate_collages filter --output_dir OUT --model M --attempts 3"""
+
+#: The input formats ``pool`` reads (the module docstring of insight_o3.data.source_pool has the pool table itself).
+POOL_FORMATS_HELP = """\
+Input formats (--format):
+  viscot  Visual CoT metadata JSONL (metadata/<subset>_cot_train.jsonl), one QA per line: question, answer,
+          image (relative to --image_root), bboxs (list of [x1, y1, x2, y2]; several are enclosed in one),
+          width, height, dataset, question_id.
+  vstar   V*-style JSON array or JSONL: image, question, bbox ([x, y, w, h] or a list of them, enclosed in
+          one), options (the first is the correct one; shuffled per item, answer = its letter) or answer,
+          optional width/height (else read from the image), optional question_id (else id, else the image's
+          file stem; several questions on one image get #2, #3 ...).
+Output: a pool JSONL (id, image (absolute), width, height, bbox, question, answer, options, source) with the
+C.1 filter area(bbox)/area(image) < --max_bbox_ratio applied; the input of generate_collages --source_pool."""
+
+
 def build_parser(command: str = "generate") -> argparse.ArgumentParser:
     """The parser of ``generate`` (the default), ``pool`` or ``filter``."""
     if command == "pool":
@@ -84,6 +113,7 @@ def build_parser(command: str = "generate") -> argparse.ArgumentParser:
     ap = new_parser(
         "python -m insight_o3.scripts.generate_collages",
         "Target-and-fill collage synthesis (Algorithm 1 of the paper).",
+        epilog=SUBCOMMANDS_HELP,
     )
     ap.add_argument(
         "--source_pool", required=True, help="pool table (.jsonl or .parquet), see insight_o3/data/source_pool.py"
@@ -143,14 +173,36 @@ def _generate_main(argv: list[str]) -> int:
         )
         stats = generate(job, kept, num_workers=a.num_workers, progress=not a.no_progress)
         print(json.dumps(stats))
-        return ExitCode.OK  # infeasible targets (failures.jsonl) are an outcome of Algorithm 1, not errors
+        if stats["collages"] == 0 and stats["failures"] > 0:
+            raise PoolError(_no_collage_hint(a, len(kept)))
+        # some infeasible targets (failures.jsonl) are an outcome of Algorithm 1, not errors
+        return ExitCode.OK
 
-    return run_main(body, bad_input=(PoolError, JobSettingsError), results=os.path.join(a.out_dir, ROWS_FILE))
+    return run_main(body, bad_input=(PoolError,), results=os.path.join(a.out_dir, ROWS_FILE))
+
+
+def _no_collage_hint(a: argparse.Namespace, pool_size: int) -> str:
+    """Why every target was infeasible, from failures.jsonl, and what to change."""
+    reasons: dict[str, int] = {}
+    for _, _, row in iter_jsonl(os.path.join(a.out_dir, FAILURES_FILE)):
+        for per_target in (row.get("reasons") or {}).values():  # {target id: {reason: attempts}}
+            for why, n in per_target.items():
+                reasons[why] = reasons.get(why, 0) + int(n)
+    top = ", ".join(f"{why} x{n}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:4])
+    return (
+        f"no collage could be built from {pool_size} pool item(s): every target was infeasible "
+        f"({os.path.join(a.out_dir, FAILURES_FILE)}; rejections: {top or 'none recorded'}). Algorithm 1 fills a "
+        f"canvas of {a.canvas_area[0]:g}-{a.canvas_area[1]:g} px with other pool items around the target: use a "
+        "larger pool (hundreds of items or more; the paper's has tens of thousands), or a smaller canvas "
+        "(--canvas_area MIN MAX) / a larger --bbox_cap"
+    )
 
 
 def _pool_parser() -> argparse.ArgumentParser:
     ap = new_parser(
-        "python -m insight_o3.scripts.generate_collages pool", "Build a source pool from Visual CoT / V* annotations."
+        "python -m insight_o3.scripts.generate_collages pool",
+        "Build a source pool from Visual CoT / V* annotations.",
+        epilog=POOL_FORMATS_HELP,
     )
     ap.add_argument("--format", choices=("viscot", "vstar"), required=True)
     ap.add_argument("--input", nargs="+", required=True)
@@ -161,13 +213,14 @@ def _pool_parser() -> argparse.ArgumentParser:
 
 
 def _pool_main(argv: list[str]) -> int:
-    from ..data.source_pool import convert_viscot, convert_vstar, write_pool
+    from ..data.source_pool import UniqueIds, convert_viscot, convert_vstar, write_pool
 
     a = _pool_parser().parse_args(argv)
     conv = convert_viscot if a.format == "viscot" else convert_vstar
 
     def body() -> int:
-        items = [it for path in a.input for it in conv(path, os.path.abspath(a.image_root))]  # absolute paths
+        ids = UniqueIds()  # one id space for all input files
+        items = [it for path in a.input for it in conv(path, os.path.abspath(a.image_root), ids)]  # absolute paths
         kept = filter_small_targets(items, a.max_bbox_ratio)
         write_pool(kept, a.out)
         print(json.dumps({"read": len(items), "kept": len(kept), "out": a.out}))

@@ -243,7 +243,7 @@ def _per_judge(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[argpar
             if len(values) not in (1, n):
                 p.error(f"--{name} takes one value for all judges or one per judge ({n})")
             setattr(aj, name, values[i] if len(values) == n else values[0])
-        aj.judge_api_key = resolve_key(aj.judge_api_key, ENV_KEYS["judge"][0])
+        aj.judge_api_key = resolve_key(aj.judge_api_key, ENV_KEYS["judge"][0], flag="--judge_api_key")
         aj.judge_api_base_url = resolve(aj.judge_api_base_url, ENV_KEYS["judge"][1])
         out.append(aj)
     return out

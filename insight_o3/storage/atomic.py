@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+from ..redaction import redact, redact_json
+
 #: What to do about the usual causes of a refused write.
 _ADVICE = {
     _errno.ENOSPC: "free some disk space",
@@ -107,13 +109,15 @@ def _remove_quietly(path: str) -> None:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """``text`` (a page, a table) written atomically, redacted (:func:`insight_o3.redaction.redact`)."""
     with atomic_writer(path) as f:
-        f.write(text)
+        f.write(redact(text))
 
 
 def write_json_atomic(path: str | os.PathLike, obj, indent: int | None = 2) -> None:
+    """``obj`` as JSON written atomically; every string redacted (no key or URL credential in a settings file)."""
     with atomic_writer(path) as f:
-        json.dump(obj, f, indent=indent, ensure_ascii=False)
+        json.dump(redact_json(obj), f, indent=indent, ensure_ascii=False)
         f.write("\n")
 
 

@@ -512,6 +512,20 @@ class ToolRunner:
             self._fetched[wh] = fetch_image({"image": Image.new("RGB", wh)})
         return self._fetched[wh]
 
+    def call(self, frame: dict, arguments: Any) -> dict:
+        """``execute`` with the call's arguments as the loop passes them (exceptions propagate to the caller)."""
+        img = self.fetched(tuple(frame["image_ori_wh"]))
+        tool = self.fork.tool_cls()
+        tool._instance_dict = {
+            "i": {
+                "image": img,
+                "resized_image_size": tuple(frame["image_processed_wh"]),
+                "max_pixels": frame["max_pixels"],
+            }
+        }
+        resp, _reward, info = asyncio.run(tool.execute("i", arguments))
+        return {"success": bool(info["success"]), "text": resp.text}
+
     def run(self, frame: dict, bbox_2d: Any, label: str = "") -> dict:
         img = self.fetched(tuple(frame["image_ori_wh"]))
         tool = self.fork.tool_cls()
@@ -566,22 +580,34 @@ def tool_call_of(text: str) -> dict | None:
     return None
 
 
-def episode_tool_outcomes(tools: ToolRunner, frame: dict, turns: list[dict]) -> list[str | None]:
-    """Per non-final turn: None for a crop shown, the tool's error text otherwise."""
+def tool_message(tools: ToolRunner, frame: dict, call: dict) -> str | None:
+    """The tool message after a parsed call, as the fork's ``ToolAgentLoop._call_tool`` makes it: None for a crop
+    shown, else the text (the tool's own error text, or ``Error when executing tool: <exception>`` for an unknown
+    tool or arguments the tool cannot read)."""
+    try:
+        if call["name"] != "image_zoom_in_tool":
+            raise KeyError(call["name"])  # self.tools[tool_name]
+        r = tools.call(frame, call["arguments"])
+    except Exception as e:  # noqa: BLE001 - as _call_tool does
+        return f"Error when executing tool: {e}"
+    return None if r["success"] else r["text"]
+
+
+def fork_episode(tools: ToolRunner, frame: dict, turns: list[dict]) -> tuple[list[dict], list[str | None]]:
+    """The turns the fork's loop plays and, per turn but the last, its tool message. The loop stops after a turn
+    in which verl's hermes parser finds no tool call, and after the 7th assistant turn (``max_assistant_turns``) or
+    the 6th tool message (``max_user_turns``); a turn cut by the budget ends the episode."""
+    played: list[dict] = []
     outcomes: list[str | None] = []
-    for turn in turns[:-1]:
+    for turn in turns:
+        played.append(turn)
         call = tool_call_of(turn["text"])
-        args = call.get("arguments") if call else None
-        if not call or call.get("name") != "image_zoom_in_tool" or not isinstance(args, dict):
-            outcomes.append("Error: tool not found or arguments not an object.")
-            continue
-        bbox = args.get("bbox_2d")
-        if not bbox or not isinstance(bbox, list) or len(bbox) != 4:
-            outcomes.append("Error: bbox_2d parameter is missing or not a list of 4 numbers.")
-            continue
-        r = tools.run(frame, bbox, args.get("label", ""))
-        outcomes.append(None if r["success"] else r["text"])
-    return outcomes
+        if call is None or turn["finish"] != "stop" or len(played) >= MAX_TOOL_CALLS + 1:
+            break
+        if len(played) == len(turns):  # the case ends on a tool call: the response budget ran out after it
+            break
+        outcomes.append(tool_message(tools, frame, call))
+    return played, outcomes
 
 
 def score_batch(fork: Fork, rows: list[dict], reward_type: str, pseudo: str) -> list[dict]:
@@ -627,29 +653,22 @@ def record_resize(fork: Fork, rng: random.Random) -> list[dict]:
         except ValueError as e:
             got, err = None, str(e)
         cases.append({"id": f"resize-{i:03d}", **frame, "box": box, "fork": {"box": got, "error": err}})
-    # half-way values: Python's round() goes to the even integer
-    for j, (box, src, dst) in enumerate(
-        [
-            ([1, 3, 5, 7], (2, 2), (1, 1)),
-            ([5, 5, 15, 25], (10, 10), (5, 5)),
-            ([3, 1, 9, 3], (4, 2), (2, 1)),
-            ([2, 2, 3, 3], (4, 4), (2, 2)),
-        ]
-    ):
+    # half-way values (v * W / w = n + 1/2 exactly): Python's round() goes to the even integer
+    j = 0
+    while j < 8:
+        frame = frame_of(rng)
+        (w, h), (pw, ph) = frame["image_ori_wh"], frame["image_processed_wh"]
+        xs = [v for v in range(pw) if (2 * v * w) % (2 * pw) == pw]
+        ys = [v for v in range(ph) if (2 * v * h) % (2 * ph) == ph]
+        if len(xs) < 2 or len(ys) < 2:
+            continue
+        box = [xs[0], ys[0], xs[-1], ys[-1]]
         try:
-            got, err = list(fork.vsearch.resize_bbox(tuple(box), src, dst)), None
+            got, err = list(fork.vsearch.resize_bbox(tuple(box), (pw, ph), (w, h))), None
         except ValueError as e:
             got, err = None, str(e)
-        cases.append(
-            {
-                "id": f"resize-half-{j}",
-                "image_ori_wh": list(dst),
-                "image_processed_wh": list(src),
-                "max_pixels": None,
-                "box": box,
-                "fork": {"box": got, "error": err},
-            }
-        )
+        cases.append({"id": f"resize-half-{j}", **frame, "box": box, "fork": {"box": got, "error": err}})
+        j += 1
     return cases
 
 
@@ -735,7 +754,7 @@ def record_rewards(fork: Fork, tools: ToolRunner, rng: random.Random) -> tuple[l
 
     rows: list[dict] = []
     for ep in episodes:
-        ep["tool_outcomes"] = episode_tool_outcomes(tools, ep["frame"], ep["turns"])
+        ep["turns"], ep["tool_outcomes"] = fork_episode(tools, ep["frame"], ep["turns"])
         ep["solution_str"] = fork_solution_str(ep["turns"], ep["tool_outcomes"])
 
     # a row per episode: two in three out-of-loop, the others sub-agent calls of vReasoner episodes

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from ...jobs import JobSettings, ResumableJob
 from ...rate_limit import AdaptiveLimiter
 from ...run_guard import DEFAULT_MAX_FAILURE_RATIO
+from ...run_integrity import FIXED_KEY, HISTORY_KEY, Invocation
 from ...storage.atomic import write_json_atomic
 from ...usage import CostModel, UsageMeter, merge, metering, total_tokens
 from .workspace import Workspace
@@ -105,12 +106,14 @@ class StepJob(ResumableJob[ItemT, dict]):
         settings: StepSettings,
         cost_model: CostModel | None = None,
         card: dict | None = None,
+        invocation: Invocation | None = None,
     ):
-        super().__init__(str(workspace.root), settings.job_settings())
+        super().__init__(str(workspace.root), settings.job_settings(), invocation=invocation)
         self.ws, self.s, self.cost_model = workspace, settings, cost_model
         self.card = dict(card or {})
         self.command = f"build_o3_bench {self.step}"
         self.records_file = os.path.join(self.step, "records.jsonl")
+        self.card_file = os.path.join(self.step, "step_card.json")
         self.order: list[str] = []
         self._started = 0.0
         self._new: Counter = Counter()
@@ -161,7 +164,7 @@ class StepJob(ResumableJob[ItemT, dict]):
         order = self.order + [k for k in self.records if k not in set(self.order)]
         self.compact(order)
         summary = self.summary()
-        self.write_card(summary)
+        self.write_step_card(summary)
         return summary
 
     def incomplete(self, summary: dict) -> int:
@@ -210,15 +213,12 @@ class StepJob(ResumableJob[ItemT, dict]):
     def priced(self, usage: dict) -> float | None:
         return self.cost_model.cost(usage) if self.cost_model is not None else None
 
-    def write_card(self, summary: dict) -> None:
-        """``<step>/step_card.json``: what this step ran with and what all its records cost; one entry per run."""
+    def write_step_card(self, summary: dict) -> None:
+        """``<step>/step_card.json``: what this step ran with and what all its records cost; one entry per run
+        (the settings fixed by the step's first run and the history of invocations are kept)."""
         path = self.ws.step_card(self.step)
-        runs: list = []
-        try:
-            with open(path, encoding="utf-8") as f:
-                runs = list(json.load(f).get("runs") or [])
-        except (OSError, ValueError, AttributeError):
-            runs = []
+        old = read_step_card(self.ws, self.step) or {}
+        runs = list(old.get("runs") or [])
         recs = [r for r in self.records.values() if isinstance(r, dict)]
         usage = merge([all_usage(r) for r in recs])
         costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
@@ -244,6 +244,7 @@ class StepJob(ResumableJob[ItemT, dict]):
                 "cost_usd": round(sum(costs), 6) if costs else None,
             },
             "runs": runs,
+            **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if k in old},
         }
         write_json_atomic(path, card)
 
