@@ -138,6 +138,7 @@ class VSearchEvalSettings:
     image_workers: int | None = None
     max_tokens_total: int | None = None
     progress: bool = True
+    check_endpoints: bool = True
     ann_file: str | None = None  # its sha256 is fixed by the output directory's first run
 
     def record(self, **extra) -> dict:
@@ -159,6 +160,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
             progress=s.progress,
             max_failure_ratio=s.max_failure_ratio,
             max_tokens_total=s.max_tokens_total,
+            check_endpoints=s.check_endpoints,
         )
         super().__init__(s.output_dir, settings)
         self.s = s

@@ -108,6 +108,7 @@ def main(argv=None) -> int:
         max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
         ann_file=a.ann_file,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
     def body() -> int:
