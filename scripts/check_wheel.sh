@@ -65,8 +65,11 @@ rows = [json.loads(l) for l in pathlib.Path("keyless/bench/metadata.jsonl").read
 page = pathlib.Path("keyless/report.html").read_text()
 missing = [r["question_id"] for r in rows if r["question_id"] not in page]
 assert rows and not missing, missing
+from importlib.metadata import distribution
+lic = [f for f in distribution("insight-o3").files if f.name == "LICENSE"]
+assert lic and "Apache License" in lic[0].read_text(), "the wheel lacks the LICENSE file"
 examples = files("insight_o3") / "scripts" / "examples"
 assert any(p.name.endswith(".sh") for p in examples.iterdir()), "the example scripts are not installed"
-print(f"[wheel] insight-o3-demo ok: {len(rows)} samples in its report; example scripts installed")
+print(f"[wheel] insight-o3-demo ok: {len(rows)} samples in its report; example scripts and LICENSE installed")
 EOF
 log "ok: $(echo $SCRIPTS | wc -w) console scripts, the demo benchmark, from $(basename "$WHEEL")"

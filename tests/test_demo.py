@@ -126,3 +126,39 @@ def test_bad_arguments_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         demo.main(["--accuracy", "1.5"])
     assert e.value.code == 2
+
+
+# ----------------------------------------------------------------------------- the report on the demo's runs
+def test_single_model_report_shows_no_vsearcher_settings_calls_or_zero_requests(demo_run):
+    """Issue 21 finding 9: a single-model report showed the vSearcher flags' defaults, "0 call(s)" on every
+    sample, and "model requests 0" on trial 1 (the n=2 request's count sits on trial 0)."""
+    from insight_o3.viz.report import build_report
+
+    out, _ = demo_run
+    page = build_report(out / "eval" / "scripted-demo" / "single-model", max_samples=0)
+    head = page.split("<h2 id='accuracy'>")[0]  # the settings lines under the title
+    assert "vsearcher_max_pixels" not in head and "max_vsearch_calls" not in head
+    assert "call(s)" not in page
+    assert "vSearcher calls per" not in page  # no calls histogram for a single model
+    usage = page.split("<h2 id='usage'>")[1].split("<h2")[0]
+    assert usage.count("8 shared by 2 trials") == 2  # 8 questions, one n=2 request each, on both trials
+    # the InSight-o3 run's report still counts its calls
+    both = (out / "report.html").read_text()
+    assert "1 call(s)" in both and "vsearcher_max_pixels" in both.split("<h2 id='accuracy'>")[0]
+
+
+def test_legend_below_never_covers_a_bar():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from insight_o3.viz.plots import legend_below, new_figure
+
+    fig, ax = new_figure(1, 1, (5.5, 3.4))
+    FigureCanvasAgg(fig)
+    ax.hist([[0, 0, 0, 1], [1, 1, 1, 1]], bins=[-0.5, 0.5, 1.5], label=["a long run name", "another run"])
+    legend_below(ax, 2)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    legend = ax.get_legend().get_window_extent(renderer)
+    bars = [p.get_window_extent(renderer) for p in ax.patches]
+    assert bars and not any(legend.overlaps(b) for b in bars)
+    assert legend.y1 <= ax.get_window_extent(renderer).y0  # under the axes

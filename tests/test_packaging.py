@@ -54,3 +54,10 @@ def test_ci_installs_the_wheel_and_runs_every_console_script_outside_the_repo():
     assert "insight-o3-demo" in check and PYPROJECT["project"]["scripts"]["insight-o3-demo"].startswith(
         "insight_o3.scripts.demo:"
     )
+
+
+def test_the_license_file_is_the_one_the_metadata_names():
+    text = (ROOT / "LICENSE").read_text()
+    assert PYPROJECT["project"]["license"] == {"text": "Apache-2.0"}
+    assert text.lstrip().startswith("Apache License") and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text  # the whole text, not a stub

@@ -25,3 +25,9 @@ def figure_svg(fig: Figure) -> str:
     svg = buf.getvalue()
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
+
+
+def legend_below(ax, ncol: int) -> None:
+    """The legend under the axes, outside the plotting area, so it can never cover a bar (the figure is
+    saved with ``bbox_inches="tight"``, which keeps it)."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=max(1, ncol), frameon=False)

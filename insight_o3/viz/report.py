@@ -18,13 +18,14 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from ..caps import DEFAULT_MAX_TEXT_CHARS
 from ..evaluation.agreement import judge_agreement
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
 from ..evaluation.run_records import read_run
 from ..storage.atomic import write_text_atomic
 from .analysis_view import agreement_tables, attribution_of, attribution_tables
 from .draw import ImageResolver
-from .plots import figure_svg, new_figure
+from .plots import figure_svg, legend_below, new_figure
 from .run_view import (
     STATUSES,
     VIEW_CSS,
@@ -82,7 +83,7 @@ def _accuracy_chart(runs: list[EvalRun]) -> str:
         + (", std error bars)" if any(len(r.trials) > 1 for r in runs) else ")")
     )
     if len(runs) > 1:
-        ax.legend(fontsize=8)
+        legend_below(ax, len(runs))
     return figure_svg(fig)
 
 
@@ -105,6 +106,8 @@ def _trial_chart(runs: list[EvalRun]) -> str:
 
 
 def _calls_chart(runs: list[EvalRun]) -> str | None:
+    # only InSight-o3 runs: a single model makes no vSearcher calls, its bar at 0 would say nothing
+    runs = [run for run in runs if any(r.is_episode for t in run.trials for r in t.results)]
     per_run = [[r.n_search_calls for t in run.trials for r in t.results if r.status != "failed"] for run in runs]
     if not any(any(v) for v in per_run):
         return None
@@ -119,7 +122,7 @@ def _calls_chart(runs: list[EvalRun]) -> str | None:
     means = ", ".join(f"{np.mean(v):.2f}" for v in per_run if v)
     ax.set_title(f"vSearcher calls (mean {means})")
     if len(runs) > 1:
-        ax.legend(fontsize=8)
+        legend_below(ax, len(runs))
     return figure_svg(fig)
 
 
@@ -151,9 +154,27 @@ def _metrics_table(run: EvalRun) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").rename(columns=short)
 
 
+def _shared_requests(run: EvalRun) -> dict[str, str]:
+    """Roles whose requests answered several trials at once (``n`` choices): the records split a request's
+    count in integer parts with the remainder on the first trial, so the other trials would show 0 requests
+    for tokens they did use. For those roles the table says how many requests all trials shared instead."""
+    per_role: dict[str, list[dict]] = {}
+    for t in run.trials:
+        for role, c in (t.metrics.get("usage") or {}).items():
+            if isinstance(c, dict):
+                per_role.setdefault(role, []).append(c)
+    out = {}
+    for role, counts in per_role.items():
+        if len(counts) > 1 and any(not c.get("requests") and c.get("prompt_tokens") for c in counts):
+            total = sum(int(c.get("requests") or 0) for c in counts)
+            out[role] = f"{total} shared by {len(counts)} trials"
+    return out
+
+
 def _usage_table(run: EvalRun) -> pd.DataFrame | None:
     """Tokens per role (and cost) per trial, from the trials' metrics; None for runs without usage."""
     rows = {}
+    shared = _shared_requests(run)
     for t in run.trials:
         usage = t.metrics.get("usage")
         if not isinstance(usage, dict) or not usage:
@@ -165,7 +186,7 @@ def _usage_table(run: EvalRun) -> pd.DataFrame | None:
                 row[f"{role} completion"] = c.get("completion_tokens", 0)
                 if c.get("reasoning_tokens"):
                     row[f"{role} reasoning"] = c["reasoning_tokens"]
-                row[f"{role} requests"] = c.get("requests", 0)
+                row[f"{role} requests"] = shared.get(role, c.get("requests", 0))
         row["tokens total"] = t.metrics.get("tokens_total", 0)
         if t.metrics.get("cost_usd") is not None:
             row["cost (US$)"] = f"{float(t.metrics['cost_usd']):.6f}"
@@ -235,6 +256,10 @@ def _run_card(run: EvalRun) -> dict | None:
     }
 
 
+#: args.json keys that only mean something in InSight-o3 mode (``--vsearcher_model`` given).
+_VSEARCH_ARGS = ("vsearcher_max_pixels", "max_vsearch_calls")
+
+
 def _args_items(run: EvalRun) -> list[tuple[str, str]]:
     items = []
     for k in (
@@ -251,6 +276,8 @@ def _args_items(run: EvalRun) -> list[tuple[str, str]]:
         "max_vsearch_calls",
     ):
         v = run.args.get(k)
+        if not run.args.get("vsearcher_model") and k in _VSEARCH_ARGS:
+            continue  # a single-model run: the vSearcher flags' defaults were not used
         if v is not None and not any(h in k.lower() for h in _SECRET_HINTS):
             items.append((k, str(v)))
     return items
@@ -265,8 +292,12 @@ def _sample_view(
     thumb_px: int,
     labels: tuple[str, str] | None,
     is_open: bool = False,
+    max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
 ) -> dict:
-    """One sample's ``<details>`` block: summary fields and the (pre-rendered) conversation view."""
+    """One sample's ``<details>`` block: summary fields and the (pre-rendered) conversation view, each server
+    text cut to ``max_text_chars`` (:meth:`SampleResult.capped`)."""
+    shown = shown.capped(max_text_chars)
+    other = other.capped(max_text_chars) if other is not None else None
     if labels is not None:
         body = compare_html(shown, other, resolver, max(192, thumb_px * 3 // 4), labels)
     else:
@@ -282,7 +313,7 @@ def _sample_view(
         "trial_statuses": trials_status,
         "is_open": is_open,
         "other_status": other.status if labels is not None and other is not None else None,
-        "n_calls": shown.n_search_calls,
+        "n_calls": shown.n_search_calls if shown.is_episode or (other is not None and other.is_episode) else None,
         "body": Markup(body),
         "question": shown.question if len(shown.question) < 140 else shown.question[:137] + "...",
     }
@@ -296,12 +327,14 @@ def build_report(
     trial: int | None = None,
     img_dir: str | os.PathLike | None = None,
     judges: list[str | os.PathLike] | None = None,
+    max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
     note: str | None = None,
 ) -> str:
     """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
     ``img_dir`` adds a place to look for source images moved since the run; ``judges``: re-judgings of
-    the run (``rejudge``) whose agreement with its judge is shown; ``note``: a line shown under the title
-    (the keyless demo says there that its endpoints are scripted)."""
+    the run (``rejudge``) whose agreement with its judge is shown; ``max_text_chars``: each server text shown
+    keeps its beginning and end around a marker (:func:`insight_o3.caps.cut_middle`); ``note``: a line shown
+    under the title (the keyless demo says there that its endpoints are scripted)."""
     run = load_run(eval_dir)
     other = load_run(compare_dir) if compare_dir is not None else None
     runs = [run] + ([other] if other else [])
@@ -324,7 +357,7 @@ def build_report(
         cards=[c for c in map(_run_card, runs) if c],
         compare=_compare_summary(run, other, trial) if other is not None else None,
         agreement=_agreement_section(eval_dir, judges) if judges else None,
-        samples=_samples_section(run, other, trial, max_samples, _resolver(runs, img_dir), thumb_px),
+        samples=_samples_section(run, other, trial, max_samples, _resolver(runs, img_dir), thumb_px, max_text_chars),
         **_tables(runs),
     )
 
@@ -423,6 +456,7 @@ def _samples_section(
     max_samples: int | None,
     resolver: ImageResolver,
     thumb_px: int,
+    max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
 ) -> dict:
     shown_trial = run.trial(trial)
     other_trial = other.trial(trial if trial in [t.index for t in other.trials] else None) if other else None
@@ -443,6 +477,7 @@ def _samples_section(
             thumb_px,
             labels,
             is_open=r.key == first_open,
+            max_text_chars=max_text_chars,
         )
         for r in results[:limit]
     ]

@@ -19,13 +19,14 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 from PIL import Image
 
 from .. import prompts
+from ..caps import cut_messages, cut_middle
 from ..evaluation.run_dir import RunDir, RunDirError, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..images import ImageError, ImageRef, image_size
@@ -60,6 +61,11 @@ class SampleResult:
     record: dict = field(repr=False, default_factory=dict)
 
     @property
+    def is_episode(self) -> bool:
+        """An InSight-o3 episode (it reports vSearcher calls); a single-model attempt has none to show."""
+        return "n_search_calls" in self.stats or any(isinstance(m.get("search"), dict) for m in self.trajectory or [])
+
+    @property
     def n_search_calls(self) -> int:
         if "n_search_calls" in self.stats:
             return int(self.stats["n_search_calls"] or 0)
@@ -74,6 +80,24 @@ class SampleResult:
     @property
     def is_correct(self) -> bool:
         return self.status == "correct"
+
+    def capped(self, limit: int | None) -> SampleResult:
+        """This result with every server text (reply, assistant turns, extracted answer, failure reason) cut to
+        ``limit`` characters (:func:`insight_o3.caps.cut_middle`, marked ``report --max_text_chars``)."""
+        if limit is None:
+            return self
+        flag = "--max_text_chars"
+
+        def cut(text: str | None) -> str | None:
+            return None if text is None else cut_middle(text, limit, flag)
+
+        return replace(
+            self,
+            text=cut(self.text),
+            extracted_answer=cut(self.extracted_answer),
+            fail_reason=cut(self.fail_reason),
+            trajectory=cut_messages(self.trajectory, limit, flag),
+        )
 
 
 @dataclass
