@@ -17,7 +17,9 @@ import sys
 from collections.abc import Callable
 
 from .api import ENV_KEYS, quiet_http_logs
+from .caps import DEFAULT_MAX_REPLY_CHARS
 from .exit_codes import ExitCode
+from .images import DEFAULT_MAX_DECODE_VALUES
 from .paths import ALLOW_OUTSIDE_FLAG
 from .redaction import RedactingFilter, redact
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
@@ -108,6 +110,27 @@ def add_allow_outside_flag(p) -> None:
     )
 
 
+def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
+    """``--max_reply_chars`` (characters of each reply text a record keeps) and ``--max_decode_values`` (pixels x
+    channels one image may take to decode); see :mod:`insight_o3.caps` and :func:`insight_o3.images.open_image`."""
+    if reply:
+        p.add_argument(
+            "--max_reply_chars",
+            type=int,
+            default=DEFAULT_MAX_REPLY_CHARS,
+            help=f"characters of each reply text a record keeps; a longer one keeps its beginning and end around a "
+            f"marker (default: {DEFAULT_MAX_REPLY_CHARS}, more than a 16K-token reply; replies are judged whole)",
+        )
+    if decode:
+        p.add_argument(
+            "--max_decode_values",
+            type=int,
+            default=DEFAULT_MAX_DECODE_VALUES,
+            help=f"refuse (as a failed sample) an image whose decoding takes more than this many pixels x channels "
+            f"(an RGB copy counts 3 more per pixel); default {DEFAULT_MAX_DECODE_VALUES}, about 0.8 GB",
+        )
+
+
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
     """``--max_retries`` (the openai SDK's retries) and ``--client_timeout`` (seconds per request)."""
     p.add_argument(
@@ -194,6 +217,9 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--image_workers must not be negative")
     if getattr(a, "max_tokens_total", None) is not None and a.max_tokens_total < 1:
         p.error("--max_tokens_total must be positive")
+    for name in ("max_reply_chars", "max_decode_values"):
+        if getattr(a, name, 1) < 1:
+            p.error(f"--{name} must be positive")
 
 
 def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived) -> Invocation:

@@ -35,6 +35,10 @@ from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pix
 
 #: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
 DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
+#: Most values (pixels x channels, see :func:`decode_values`) one image may take to decode (``--max_decode_values``):
+#: about 0.8 GB of memory at most. A 16384x16384 RGBA PNG (1.9e9 values) is refused from its header instead of
+#: peaking at 2 GB; an RGB image up to 14142x14142 (O3-Bench's average is 4602x3967), RGBA up to 9258x9258 pass.
+DEFAULT_MAX_DECODE_VALUES = 600_000_000
 
 
 class ImageError(Exception):
@@ -139,11 +143,23 @@ def _raise_pillow_limit(pixels: int) -> None:
 _raise_pillow_limit(DEFAULT_MAX_DECODE_PIXELS)
 
 
-def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIXELS) -> Image.Image:
+def decode_values(mode: str, size: tuple[int, int]) -> int:
+    """The values an image of ``mode`` and ``size`` takes to decode to RGB: pixels x the file's channels, plus
+    pixels x 3 for the RGB copy a non-RGB image is converted to (both are in memory at once)."""
+    w, h = size
+    channels = Image.getmodebands(mode) + (3 if mode != "RGB" else 0)
+    return w * h * channels
+
+
+def open_image(
+    path: str | os.PathLike,
+    max_pixels: int = DEFAULT_MAX_DECODE_PIXELS,
+    max_values: int = DEFAULT_MAX_DECODE_VALUES,
+) -> Image.Image:
     """Decode an image file to RGB, with a clear :class:`ImageError` for every way it can fail.
 
-    The pixel limit is checked from the header before any pixel is decoded; no process-wide Pillow
-    setting or warning filter is touched, so this is safe from any thread."""
+    Both limits (pixels; values, see :func:`decode_values`) are checked from the header before any pixel is
+    decoded; no process-wide Pillow setting or warning filter is touched, so this is safe from any thread."""
     path = str(path)
     if not os.path.isfile(path):
         raise ImageError(f"image file not found: {path}")
@@ -152,6 +168,12 @@ def open_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_DECODE_PIX
             if im.width * im.height > max_pixels:
                 raise ImageError(
                     f"image too large to decode safely ({im.width}x{im.height} px > {max_pixels} px): {path}"
+                )
+            values = decode_values(im.mode, im.size)
+            if values > max_values:
+                raise ImageError(
+                    f"image too large to decode safely ({im.width}x{im.height} px, mode {im.mode}: {values} values "
+                    f"> --max_decode_values {max_values}): {path}"
                 )
             im.load()
             # leaving the block closes only the file: the loaded pixels need no copy
@@ -199,6 +221,7 @@ class ImageStore:
         max_cached_bytes: int = 256 * 2**20,
         workers: int | None = None,
         max_decode_pixels: int = DEFAULT_MAX_DECODE_PIXELS,
+        max_decode_values: int = DEFAULT_MAX_DECODE_VALUES,
         fmt: str = "JPEG",
         quality: int | None = None,
         originals_cached: int = 2,
@@ -206,6 +229,7 @@ class ImageStore:
     ):
         self.max_cached_bytes = max_cached_bytes
         self.max_decode_pixels = max_decode_pixels
+        self.max_decode_values = max_decode_values
         self.fmt, self.quality = fmt, quality
         self.workers = max(1, workers or usable_cpus())
         self.processes = processes
@@ -233,7 +257,7 @@ class ImageStore:
             if im is not None:
                 self._originals.move_to_end(path)
                 return im
-        im = open_image(path, self.max_decode_pixels)
+        im = open_image(path, self.max_decode_pixels, self.max_decode_values)
         with self._lock:
             self.stats["decoded"] += 1
             self._sizes[path] = im.size
@@ -363,7 +387,12 @@ class ImageStore:
                         max_workers=self.workers,
                         mp_context=_worker_context(),
                         initializer=functools.partial(
-                            _init_worker, self.max_decode_pixels, self.fmt, self.quality, self._originals_cached
+                            _init_worker,
+                            self.max_decode_pixels,
+                            self.max_decode_values,
+                            self.fmt,
+                            self.quality,
+                            self._originals_cached,
                         ),
                     )
                 else:
@@ -396,13 +425,16 @@ def _worker_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def _init_worker(max_decode_pixels: int, fmt: str, quality: int | None, originals_cached: int) -> None:
+def _init_worker(
+    max_decode_pixels: int, max_decode_values: int, fmt: str, quality: int | None, originals_cached: int
+) -> None:
     global _WORKER_STORE
     _raise_pillow_limit(max_decode_pixels)
     _WORKER_STORE = ImageStore(
         max_cached_bytes=0,
         workers=1,
         max_decode_pixels=max_decode_pixels,
+        max_decode_values=max_decode_values,
         fmt=fmt,
         quality=quality,
         originals_cached=originals_cached,

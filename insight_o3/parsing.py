@@ -58,8 +58,11 @@ def extract_answer_span(text: str) -> str:
 def extract_verify_span(text: str) -> str | None:
     """The span the fork's in-loop answer check judges (``compute_score_single_vreasoner``): the first
     ``\\boxed{}`` content, else the first ``<answer>...</answer>`` content, stripped; None when there
-    is neither (or it is empty). Nested braces are balanced (the fork cut at the first ``}``)."""
+    is neither (or it is empty). Nested braces are balanced (the fork cut at the first ``}``); a ``\\boxed{``
+    that is never closed is cut as the fork cuts it (at the first ``}``, else the end of the text)."""
     span = first_boxed(text)
+    if span is None and "\\boxed{" in text:
+        span = text.split("\\boxed{", 1)[1].split("}", 1)[0].strip()
     if span is None and "<answer>" in text:
         rest = text.split("<answer>", 1)[1]
         if "</answer>" in rest:

@@ -165,7 +165,11 @@ SETTING_KINDS: dict[str, Kind] = {
     "no_progress": O,
     "progress": O,
     "skip_image_check": O,
-    "allow_outside_img_dir": O,  # lets image names point outside --img_dir; which images they are is the data's
+    "allow_outside_img_dir": O,
+    # caps on untrusted sizes (issue 22): a reply is judged whole before its record keeps --max_reply_chars of it;
+    # an image over --max_decode_values is a failed sample (as a timeout), recovered by --retry_failed
+    "max_reply_chars": O,
+    "max_decode_values": O,  # lets image names point outside --img_dir; which images they are is the data's
     # --- paths (what the inputs hold is fixed through derived sha256 values)
     "output_dir": O,
     "out_dir": O,

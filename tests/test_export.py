@@ -14,6 +14,7 @@ import pytest
 from insight_o3.agents.records import expand_messages
 from insight_o3.evaluation.export import TRAJECTORY_SCHEMA, trajectory_rows
 from insight_o3.evaluation.run_records import read_run
+from insight_o3.evaluation.schema import EvalRecord
 from insight_o3.scripts import export
 from insight_o3.trajectory import message_text
 from tests.conftest import require_module
@@ -55,8 +56,9 @@ def test_trajectories_load_back_equal_to_the_records(exported):
         )
         assert row["judge_outputs"] == er["judge_outputs"] and row["answer"] == rec["answer"]
         assert row["usage"]["model"] == rec.get("usage", {}).get("model") and row["cost_usd"] == rec.get("cost_usd")
-        # the conversation: every message's text as the model saw it, every image as a reference
-        traj = expand_messages(er["trajectory"] or [])
+        # the conversation: every message's text as the model saw it, every image as a reference (read through
+        # EvalRecord: on disk the trajectory refers to the response instead of repeating it)
+        traj = expand_messages(EvalRecord.from_dict(rec).eval_result.trajectory or [])
         assert [m["role"] for m in row["messages"]] == [m["role"] for m in traj]
         for got, want in zip(row["messages"], traj):
             text = "".join(p["text"] for p in got["content"] if p["type"] == "text")

@@ -149,7 +149,7 @@ def test_pillow_limit_is_only_ever_raised(monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     _raise_pillow_limit(500)
     assert Image.MAX_IMAGE_PIXELS == 1000
-    _init_worker(4000, "JPEG", 90, 0)  # a worker process's initializer applies its store's limit
+    _init_worker(4000, 10**9, "JPEG", 90, 0)  # a worker process's initializer applies its store's limit
     assert Image.MAX_IMAGE_PIXELS == 4000
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # Pillow's check switched off stays off
     _raise_pillow_limit(500)

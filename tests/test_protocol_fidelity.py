@@ -64,6 +64,7 @@ def test_in_loop_span_is_the_forks_rule():
     assert extract_verify_span("<answer> B </answer> <answer>C</answer>") == "B"  # else the first tag
     assert extract_verify_span("\\boxed{A} <answer>B</answer>") == "A"
     assert extract_verify_span("no span") is None and extract_verify_span("\\boxed{ }") is None
+    assert extract_verify_span("\\boxed{ B <answer>A</answer>") == "B <answer>A</answer>"  # unclosed: the rest
 
 
 # ----------------------------------------------------------------------------- vReasoner turns

@@ -12,15 +12,22 @@ import base64
 import io
 import json
 import os
+import struct
+import subprocess
+import sys
+import zlib
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
+from insight_o3.evaluation.run_dir import FORMAT_VERSION
+from insight_o3.evaluation.schema import RESPONSE_REF, EvalRecord
 from insight_o3.scripts import evaluate, report
 from insight_o3.scripts import evaluate_vsearch as ev
+from insight_o3.trajectory import message, message_text
 from tests.support import eval_bench as eb
-from tests.support.openai_server import Reply, error, last_user_text
+from tests.support.openai_server import Reply, chat, error, last_user_text
 
 MAIN_KEY = "sk-main-SECRET-4242abcd"
 
@@ -189,3 +196,90 @@ def test_url_credentials_never_reach_a_file_or_stderr(bench, tmp_path, openai_se
     err = capsys.readouterr().err
     assert "401" in err and "***" in err
     _assert_no_url_secrets(err + caplog.text, "the 401 stop line")
+
+
+# ------------------------------------------------------------------------------------ item 7: caps
+BIG_REPLY = "I look at the chart. " * 2500 + "So the answer is <answer>C</answer>"  # 52.5K chars, q0's answer C
+
+
+def _big_q0(req, call):
+    if eb.marker(last_user_text(req)) == "q0":
+        return chat([BIG_REPLY] * int(req.get("n") or 1))
+    return eb.model_reply(req)
+
+
+def test_a_long_reply_is_stored_once_and_cut_with_a_marker(bench, tmp_path, openai_server):
+    main_srv, judge_srv = openai_server(_big_q0), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--max_reply_chars", "2000")
+    assert evaluate.main(argv) == 0
+    run = out / "m/o3_bench"
+    raw = {r["sample_key"]: r for r in eb.read_records(run, 0)}["q0"]
+    er = raw["eval_result"]
+    assert er["status"] == "correct"  # judged on the whole reply (the rule: <answer>C</answer> in its tail)
+    cut = len(BIG_REPLY) - 2000
+    assert er["response"].startswith("I look at the chart.") and er["response"].endswith("<answer>C</answer>")
+    assert f"[… {cut} characters cut here (--max_reply_chars 2000) …]" in er["response"]
+    assert len(er["response"]) < 2100
+    # on disk the reply is not repeated in the trajectory; read back, the trajectory is whole again
+    assert er["trajectory"][-1] == {"role": "assistant", "content": [RESPONSE_REF]}
+    line = (run / "trial_0" / "eval_records.jsonl").read_text().splitlines()[0]
+    assert line.count("characters cut here") == 1
+    rec = EvalRecord.from_dict(raw)
+    assert message_text(rec.eval_result.trajectory[-1]) == er["response"]
+    assert rec.to_dict()["eval_result"]["trajectory"] == er["trajectory"]
+    assert json.loads((run / "run_card.json").read_text())["format_version"] == FORMAT_VERSION == 2
+    # the report shows each text cut to --max_text_chars
+    page = tmp_path / "report.html"
+    assert report.main([str(run), "--out", str(page), "--max_text_chars", "500"]) == 0
+    html = page.read_text()
+    assert "characters cut here (--max_text_chars 500)" in html and er["response"][:1000] not in html
+
+
+def test_records_of_format_1_read_as_before(tmp_path):
+    traj = [{"role": "user", "content": [{"type": "text", "text": "q"}]}, message("assistant", "the reply")]
+    old = {"sample_key": "a", "eval_result": {"status": "wrong", "response": "the reply", "trajectory": traj}}
+    assert EvalRecord.from_dict(old).eval_result.trajectory == traj
+
+
+def test_an_image_over_max_decode_values_is_refused_from_its_header(tmp_path):
+    """A 16384x16384 RGBA PNG (4.7 MB, 1.9e9 values to decode) is refused before any pixel is decoded: the
+    decoding process stays small (it peaked at 2.07 GB before the cap)."""
+    png = tmp_path / "huge.png"
+    _write_blank_png(png, 16384, 16384)
+    code = (
+        "import resource, sys\n"
+        "from insight_o3.images import ImageError, open_image\n"
+        "try:\n    open_image(sys.argv[1]); print('decoded')\n"
+        "except ImageError as e:\n    print(e)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    res = subprocess.run([sys.executable, "-c", code, str(png)], capture_output=True, text=True, env=env, timeout=120)
+    message, peak_mb = res.stdout.strip().splitlines()
+    assert "16384x16384 px, mode RGBA: 1879048192 values > --max_decode_values 600000000" in message, res.stderr
+    assert int(peak_mb) < 300
+
+
+def test_max_decode_values_is_a_flag_of_evaluate(bench, tmp_path, openai_server):
+    main_srv, judge_srv = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--max_decode_values", "100")) == 1
+    recs = eb.read_records(out / "m/o3_bench", 0)
+    assert main_srv.count == 0 and all("> --max_decode_values 100" in r["eval_result"]["fail_reason"] for r in recs)
+
+
+def _write_blank_png(path: Path, w: int, h: int) -> None:
+    """A valid all-zero RGBA PNG of ``w`` x ``h`` written without holding its pixels (zlib level 1)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0)))
+        z = zlib.compressobj(1)
+        rows = 256
+        block = (b"\x00" + bytes(w * 4)) * rows
+        for _ in range(0, h, rows):
+            f.write(chunk(b"IDAT", z.compress(block)))
+        f.write(chunk(b"IDAT", z.flush()) + chunk(b"IEND", b""))

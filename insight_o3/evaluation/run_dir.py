@@ -15,8 +15,11 @@ resume, ``rejudge``, the viewer and report, ``gather_eval_results``, ``scripts/b
 through it. Reading never modifies the directory (a torn last line left by a killed run is skipped here;
 the writer's :class:`~insight_o3.storage.record_log.RecordLog` truncates it when the run resumes).
 
-``format_version`` is written into ``run_card.json`` (records and metrics stay as they were). A directory
-without it was written before versioning: format 1, the same layout. A directory of a newer format is
+``format_version`` is written into ``run_card.json``. A directory without it was written before versioning:
+format 1, the same layout. Format 2 (issue 22) stores each reply once: the trajectory's copy of ``response`` is
+a reference (:data:`~insight_o3.evaluation.schema.RESPONSE_REF`) that :class:`~.schema.EvalResult` resolves, so
+this code reads both; a directory resumed by this code gets format-2 records appended to format-1 ones, which
+read the same. A directory of a newer format is
 refused with :class:`NewerFormatError` (naming the file, its version and what this code reads) instead of
 being misread or overwritten.
 """
@@ -33,8 +36,9 @@ from ..storage.atomic import OutputError, write_json_atomic
 from ..storage.record_log import touch_atomic
 from .schema import EvalRecord
 
-#: The layout this code writes and the newest it reads.
-FORMAT_VERSION = 1
+#: The layout this code writes and the newest it reads. 2: a record's reply is stored once (``response``; the
+#: trajectory's last assistant message refers to it, see :mod:`.schema`), and cut to ``--max_reply_chars``.
+FORMAT_VERSION = 2
 RECORDS_FILE = "eval_records.jsonl"
 METRICS_FILE = "eval_metrics.json"
 DONE_FILE = "done"

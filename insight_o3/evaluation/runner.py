@@ -32,6 +32,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
+from ..caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
 from ..jobs import BudgetExceeded, JobSettings, Plan, ResumableJob
 from ..redaction import redact
 from ..run_guard import RunGuard
@@ -71,6 +72,7 @@ class RunConfig:
     cost_model: CostModel | None = None  # adds cost_usd to records and metrics
     max_cost: float | None = None  # budgets over the whole eval dir (all trials, earlier runs too)
     max_tokens_total: int | None = None
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS  # per reply text stored (see insight_o3.caps)
 
     @property
     def eval_dir(self) -> str:
@@ -99,25 +101,31 @@ def build_record(
     verdict: Verdict,
     usage: dict | None = None,
     cost_usd: float | None = None,
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
 ) -> EvalRecord:
     """One result line: the sample's fields, ``usage`` per role and ``cost_usd`` (see
-    :mod:`insight_o3.usage`) plus ``eval_result`` (image references, never pixels)."""
+    :mod:`insight_o3.usage`) plus ``eval_result`` (image references, never pixels). Every reply text (the
+    response, the trajectory's assistant turns, the judge's replies) is cut to ``max_reply_chars``
+    (:func:`insight_o3.caps.cut_middle`); the trajectory's copy of the response is written as a reference."""
     refs = image_refs(attempt.trajectory or [])
+    response = None if attempt.text is None else cut_middle(attempt.text, max_reply_chars)
     result = EvalResult(
         status=verdict.status,
         success=verdict.status in ("correct", "wrong"),
         fail_reason=verdict.fail_reason,
         fail_stage=verdict.fail_stage,  # type: ignore[arg-type]
-        response=attempt.text,
+        response=response,
         finish_reason=attempt.finish_reason,
-        extracted_answer=verdict.extracted_answer,
+        extracted_answer=None
+        if verdict.extracted_answer is None
+        else cut_middle(verdict.extracted_answer, max_reply_chars),
         is_correct=verdict.is_correct,
         has_answer=verdict.has_answer,
         judge_method=verdict.method,
-        judge_outputs=verdict.judge_outputs,
+        judge_outputs=[cut_middle(o, max_reply_chars) if isinstance(o, str) else o for o in verdict.judge_outputs],
         usage=attempt.usage,
         image=refs[0].to_dict() if refs else None,
-        trajectory=attempt.trajectory,
+        trajectory=cut_messages(attempt.trajectory, max_reply_chars),
         stats=attempt.stats,
     )
     rec = EvalRecord.from_dict(
@@ -336,7 +344,7 @@ class EvalJob(ResumableJob[Sample, dict]):
             return  # stopping: what is in flight may carry the failure that stopped the run
         usage = merge([solve_usage, meter.to_dict()])
         cost = self.cfg.cost_model.cost(usage) if self.cfg.cost_model is not None else None
-        await self.emit(build_record(s, k, attempt, verdict, usage, cost), log=k)
+        await self.emit(build_record(s, k, attempt, verdict, usage, cost, self.cfg.max_reply_chars), log=k)
 
     async def work(self, unit: Unit, emit) -> None:
         s, trials, kind = unit

@@ -13,6 +13,11 @@ load too: missing optional fields take their defaults, a missing ``status`` is i
 ``success``/``is_correct``/``finish_reason`` as the first versions wrote them, and a record keyed by
 ``question_id`` or ``index`` only gets that as its ``sample_key``. Fields this schema does not
 know are kept (``fields``/``extra``) and written back unchanged.
+
+The reply is stored once (run directory format 2): on disk, the last assistant message of ``trajectory`` whose
+text is ``response`` holds :data:`RESPONSE_REF` (``{"type": "text", "ref": "response"}``) instead of a second copy;
+:meth:`EvalResult.from_dict` puts the text back and :meth:`EvalResult.to_dict` takes it out again, so in memory a
+trajectory is always whole. Records of format 1 (the text twice) read as before.
 """
 
 from __future__ import annotations
@@ -46,6 +51,47 @@ _TYPED = (
     "usage",
     "cost_usd",
 )
+
+
+#: On disk, the text part that stands for ``eval_result.response`` (the reply is not stored twice).
+RESPONSE_REF = {"type": "text", "ref": "response"}
+
+
+def _message_text(m: dict) -> str | None:
+    """The text of a message made of text parts only (None when it has another part or a compact prompt)."""
+    c = m.get("content")
+    if isinstance(c, str):
+        return c
+    if not isinstance(c, list) or not all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in c):
+        return None
+    return "".join(p["text"] for p in c)
+
+
+def _without_response(trajectory: list | None, response: str | None) -> list | None:
+    """``trajectory`` as stored: its last assistant message, when its text is ``response``, as :data:`RESPONSE_REF`."""
+    if not trajectory or response is None:
+        return trajectory
+    for i in range(len(trajectory) - 1, -1, -1):
+        m = trajectory[i]
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            if _message_text(m) != response:
+                return trajectory
+            return [*trajectory[:i], {**m, "content": [dict(RESPONSE_REF)]}, *trajectory[i + 1 :]]
+    return trajectory
+
+
+def _with_response(trajectory: list | None, response: str | None) -> list | None:
+    """``trajectory`` as read: every :data:`RESPONSE_REF` part replaced by the text of ``response``."""
+    if not trajectory:
+        return trajectory
+    whole = {"type": "text", "text": response or ""}
+    out = []
+    for m in trajectory:
+        c = m.get("content") if isinstance(m, dict) else None
+        if isinstance(c, list) and any(p == RESPONSE_REF for p in c):
+            m = {**m, "content": [dict(whole) if p == RESPONSE_REF else p for p in c]}
+        out.append(m)
+    return out
 
 
 class RecordError(RecordFileError):
@@ -154,7 +200,7 @@ class EvalResult:
             "judge_outputs": self.judge_outputs,
             "usage": self.usage,
             "image": self.image,
-            "trajectory": self.trajectory,
+            "trajectory": _without_response(self.trajectory, self.response),
             "stats": self.stats,
         }
         out.update(self.extra)
@@ -198,7 +244,7 @@ class EvalResult:
             judge_outputs=outputs,
             usage=_opt(er, "usage", dict, where, p),
             image=_opt(er, "image", dict, where, p),
-            trajectory=traj,
+            trajectory=_with_response(traj, text),
             stats=stats,
             extra={k: v for k, v in er.items() if k not in cls._KNOWN and k not in ("text", "error")},
         )

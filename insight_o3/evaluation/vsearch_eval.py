@@ -20,8 +20,9 @@ from .. import __version__
 from ..agents.clients import VSearcher
 from ..agents.searcher_session import LocateResult
 from ..api import DEFAULT_MAX_RETRIES
+from ..caps import DEFAULT_MAX_REPLY_CHARS, cut_messages
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
-from ..images import ImageStore
+from ..images import DEFAULT_MAX_DECODE_VALUES, ImageStore
 from ..jobs import JobResult, JobSettings, Plan, ResumableJob
 from ..paths import OutsideImageDir, outside_message, resolve_image_path
 from ..protocol import LIMITS
@@ -78,8 +79,9 @@ def load_regions(ann_file: str, img_dir: str, allow_outside: bool = False) -> li
     return out
 
 
-def score(sample: RegionSample, r: LocateResult) -> dict:
-    """One JSON record: prediction, IoU (0 when nothing valid was found) and the trajectory."""
+def score(sample: RegionSample, r: LocateResult, max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS) -> dict:
+    """One JSON record: prediction, IoU (0 when nothing valid was found) and the trajectory (each reply text cut
+    to ``max_reply_chars``, :func:`insight_o3.caps.cut_messages`)."""
     rec = r.to_record()
     return {
         "sample_key": sample.key,
@@ -94,7 +96,7 @@ def score(sample: RegionSample, r: LocateResult) -> dict:
         "n_turns": r.n_turns,
         "format_ok": r.format_ok,
         "error": r.error,
-        "trajectory": rec["trajectory"],
+        "trajectory": cut_messages(rec["trajectory"], max_reply_chars),
     }
 
 
@@ -137,6 +139,8 @@ class VSearchEvalSettings:
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     image_workers: int | None = None
     max_tokens_total: int | None = None
+    max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
+    max_decode_values: int = DEFAULT_MAX_DECODE_VALUES
     progress: bool = True
     ann_file: str | None = None  # its sha256 is fixed by the output directory's first run
 
@@ -200,7 +204,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
 
     async def setup(self) -> None:
         s = self.s
-        images = ImageStore.for_image_workers(s.image_workers)
+        images = ImageStore.for_image_workers(s.image_workers, max_decode_values=s.max_decode_values)
         self.on_close(images.close)
         client = self.client(
             s.api_key,
@@ -221,7 +225,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
         )
 
     async def work(self, sample: RegionSample, emit) -> dict:
-        return score(sample, await self.searcher.locate(sample.image_path, sample.description))
+        return score(sample, await self.searcher.locate(sample.image_path, sample.description), self.s.max_reply_chars)
 
     def finish(self) -> dict:
         self.compact(self.keys)

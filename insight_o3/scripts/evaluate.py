@@ -36,7 +36,16 @@ from dataclasses import dataclass
 from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_allow_outside_flag, add_budget_flags, report_stop, setup_logging
+from ..cli import (
+    STOP_ERRORS,
+    ExitCode,
+    add_allow_outside_flag,
+    add_budget_flags,
+    add_cap_flags,
+    check_run_flags,
+    report_stop,
+    setup_logging,
+)
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
@@ -180,6 +189,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num_trials", type=int, default=1)
     _rate_flags(g)
     add_budget_flags(g, what="samples")
+    add_cap_flags(g)
     g.add_argument(
         "--separate_trial_requests",
         action="store_true",
@@ -294,6 +304,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("rpm", "tpm", "judge_rpm", "judge_tpm", "max_cost", "max_tokens_total"):
         if getattr(a, name) is not None and getattr(a, name) <= 0:
             p.error(f"--{name} must be positive")
+    check_run_flags(p, a)  # --max_reply_chars, --max_decode_values (the rest is checked above)
     a.subset = subset_spec(a.limit, a.sample_ids, a.categories)
     if a.subset:  # never mistaken for a full run: its own directory
         a.eval_name = f"{a.eval_name}@subset-{subset_hash(a.subset)}"
@@ -351,7 +362,10 @@ def args_record(a: argparse.Namespace) -> dict:
 def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
     """The run's image store: ``--image_workers`` processes (default: one per usable CPU)."""
     return ImageStore.for_image_workers(
-        a.image_workers, max_cached_bytes=a.image_cache_mb * 2**20, originals_cached=originals_cached
+        a.image_workers,
+        max_cached_bytes=a.image_cache_mb * 2**20,
+        originals_cached=originals_cached,
+        max_decode_values=a.max_decode_values,
     )
 
 
@@ -409,6 +423,7 @@ def run_config(a: argparse.Namespace, costs: CostModel | None) -> RunConfig:
         cost_model=costs,
         max_cost=a.max_cost,
         max_tokens_total=a.max_tokens_total,
+        max_reply_chars=a.max_reply_chars,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..caps import DEFAULT_MAX_TEXT_CHARS
 from ..cli import ExitCode, new_parser, run_main, setup_logging
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import PairingError
@@ -31,6 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thumb_px", type=int, default=512, help="longer side of embedded crop thumbnails")
     p.add_argument("--trial", type=int, default=None, help="trial browsed per sample (default: the first)")
     p.add_argument("--img_dir", default=None, help="where to find source images if they moved since the run")
+    p.add_argument(
+        "--max_text_chars",
+        type=int,
+        default=DEFAULT_MAX_TEXT_CHARS,
+        help=f"characters of each reply text shown; a longer one shows its beginning and end around a marker "
+        f"(default: {DEFAULT_MAX_TEXT_CHARS}; 0: no limit)",
+    )
     p.add_argument("--note", default=None, help="a line shown under the report's title")
     g = p.add_argument_group("judge agreement")
     g.add_argument(
@@ -47,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.thumb_px < 32:
         p.error("--thumb_px must be at least 32")
+    if args.max_text_chars < 0:
+        p.error("--max_text_chars must not be negative")
     return args
 
 
@@ -64,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             trial=args.trial,
             img_dir=args.img_dir,
             judges=args.judges,
+            max_text_chars=args.max_text_chars or None,
             note=args.note,
         )
         size = out.stat().st_size

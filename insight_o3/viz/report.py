@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from ..caps import DEFAULT_MAX_TEXT_CHARS
 from ..evaluation.agreement import judge_agreement
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
 from ..evaluation.run_records import read_run
@@ -291,8 +292,12 @@ def _sample_view(
     thumb_px: int,
     labels: tuple[str, str] | None,
     is_open: bool = False,
+    max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
 ) -> dict:
-    """One sample's ``<details>`` block: summary fields and the (pre-rendered) conversation view."""
+    """One sample's ``<details>`` block: summary fields and the (pre-rendered) conversation view, each server
+    text cut to ``max_text_chars`` (:meth:`SampleResult.capped`)."""
+    shown = shown.capped(max_text_chars)
+    other = other.capped(max_text_chars) if other is not None else None
     if labels is not None:
         body = compare_html(shown, other, resolver, max(192, thumb_px * 3 // 4), labels)
     else:
@@ -322,12 +327,14 @@ def build_report(
     trial: int | None = None,
     img_dir: str | os.PathLike | None = None,
     judges: list[str | os.PathLike] | None = None,
+    max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
     note: str | None = None,
 ) -> str:
     """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
     ``img_dir`` adds a place to look for source images moved since the run; ``judges``: re-judgings of
-    the run (``rejudge``) whose agreement with its judge is shown; ``note``: a line shown under the title
-    (the keyless demo says there that its endpoints are scripted)."""
+    the run (``rejudge``) whose agreement with its judge is shown; ``max_text_chars``: each server text shown
+    keeps its beginning and end around a marker (:func:`insight_o3.caps.cut_middle`); ``note``: a line shown
+    under the title (the keyless demo says there that its endpoints are scripted)."""
     run = load_run(eval_dir)
     other = load_run(compare_dir) if compare_dir is not None else None
     runs = [run] + ([other] if other else [])
@@ -350,7 +357,7 @@ def build_report(
         cards=[c for c in map(_run_card, runs) if c],
         compare=_compare_summary(run, other, trial) if other is not None else None,
         agreement=_agreement_section(eval_dir, judges) if judges else None,
-        samples=_samples_section(run, other, trial, max_samples, _resolver(runs, img_dir), thumb_px),
+        samples=_samples_section(run, other, trial, max_samples, _resolver(runs, img_dir), thumb_px, max_text_chars),
         **_tables(runs),
     )
 
@@ -449,6 +456,7 @@ def _samples_section(
     max_samples: int | None,
     resolver: ImageResolver,
     thumb_px: int,
+    max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
 ) -> dict:
     shown_trial = run.trial(trial)
     other_trial = other.trial(trial if trial in [t.index for t in other.trials] else None) if other else None
@@ -469,6 +477,7 @@ def _samples_section(
             thumb_px,
             labels,
             is_open=r.key == first_open,
+            max_text_chars=max_text_chars,
         )
         for r in results[:limit]
     ]

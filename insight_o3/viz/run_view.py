@@ -19,13 +19,14 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 from PIL import Image
 
 from .. import prompts
+from ..caps import cut_messages, cut_middle
 from ..evaluation.run_dir import RunDir, RunDirError, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..images import ImageError, ImageRef, image_size
@@ -79,6 +80,24 @@ class SampleResult:
     @property
     def is_correct(self) -> bool:
         return self.status == "correct"
+
+    def capped(self, limit: int | None) -> SampleResult:
+        """This result with every server text (reply, assistant turns, extracted answer, failure reason) cut to
+        ``limit`` characters (:func:`insight_o3.caps.cut_middle`, marked ``report --max_text_chars``)."""
+        if limit is None:
+            return self
+        flag = "--max_text_chars"
+
+        def cut(text: str | None) -> str | None:
+            return None if text is None else cut_middle(text, limit, flag)
+
+        return replace(
+            self,
+            text=cut(self.text),
+            extracted_answer=cut(self.extracted_answer),
+            fail_reason=cut(self.fail_reason),
+            trajectory=cut_messages(self.trajectory, limit, flag),
+        )
 
 
 @dataclass
