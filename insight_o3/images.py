@@ -108,6 +108,9 @@ class Resize:
     crop_min_side: int = 0
     crop_min_area: int = 0
     jpeg_quality: int | None = None
+    #: the exact ``(w, h)`` a view is shown at, whatever its region (a vSearcher crop: the zoom-in tool's
+    #: ``smart_resize`` of the crop in the tool's image, :func:`insight_o3.searcher_rules.run_tool_call`)
+    size: tuple[int, int] | None = None
 
     @property
     def resample(self) -> Image.Resampling:
@@ -116,6 +119,8 @@ class Resize:
     def steps(self, size: tuple[int, int], crop: bool = False) -> list[tuple[int, int]]:
         """The successive sizes a view of ``size`` is resized to (empty: shown as is)."""
         w, h = size
+        if self.size is not None:
+            return [tuple(self.size)] if tuple(self.size) != (w, h) else []  # type: ignore[list-item]
         if self.qwen:
             nh, nw = smart_resize(h, w, min_pixels=self.min_pixels, max_pixels=self.max_pixels or QWEN_MAX_PIXELS)
             return [(nw, nh)] if (nw, nh) != (w, h) else []
@@ -143,6 +148,25 @@ def _raise_pillow_limit(pixels: int) -> None:
 _raise_pillow_limit(DEFAULT_MAX_DECODE_PIXELS)
 
 
+#: How a decoded image becomes RGB. ``drop``: PIL's ``convert("RGB")`` (an alpha channel is dropped), what the
+#: released single-model harness does (``Image.open(...).convert("RGB")``). ``white``: ``qwen_vl_utils``'
+#: ``to_rgb``, an RGBA image composited on white (every other mode converted as ``drop``), what the authors'
+#: verl fork does to every InSight-o3 image, the vReasoner's and the vSearcher's, in training and validation
+#: (``verl/utils/vsearch.py:197`` ``fetch_image_wo_resize``; ``fetch_image`` for the policy's input).
+ALPHA_MODES = ("drop", "white")
+
+
+def to_rgb(im: Image.Image, alpha: str = "drop") -> Image.Image:
+    """``im`` as RGB under ``alpha`` (:data:`ALPHA_MODES`); an RGB image is returned as it is."""
+    if alpha not in ALPHA_MODES:
+        raise ValueError(f"alpha must be one of {ALPHA_MODES}, got {alpha!r}")
+    if alpha == "white" and im.mode == "RGBA":
+        white = Image.new("RGB", im.size, (255, 255, 255))
+        white.paste(im, mask=im.split()[3])  # qwen_vl_utils.vision_process.to_rgb, line for line
+        return white
+    return im.convert("RGB") if im.mode != "RGB" else im
+
+
 def decode_values(mode: str, size: tuple[int, int]) -> int:
     """The values an image of ``mode`` and ``size`` takes to decode to RGB: pixels x the file's channels, plus
     pixels x 3 for the RGB copy a non-RGB image is converted to (both are in memory at once)."""
@@ -155,8 +179,10 @@ def open_image(
     path: str | os.PathLike,
     max_pixels: int = DEFAULT_MAX_DECODE_PIXELS,
     max_values: int = DEFAULT_MAX_DECODE_VALUES,
+    alpha: str = "drop",
 ) -> Image.Image:
-    """Decode an image file to RGB, with a clear :class:`ImageError` for every way it can fail.
+    """Decode an image file to RGB (``alpha``: see :data:`ALPHA_MODES`), with a clear :class:`ImageError` for
+    every way it can fail.
 
     Both limits (pixels; values, see :func:`decode_values`) are checked from the header before any pixel is
     decoded; no process-wide Pillow setting or warning filter is touched, so this is safe from any thread."""
@@ -177,7 +203,7 @@ def open_image(
                 )
             im.load()
             # leaving the block closes only the file: the loaded pixels need no copy
-            return im.convert("RGB") if im.mode != "RGB" else im
+            return to_rgb(im, alpha)
     except ImageError:
         raise
     except Image.DecompressionBombError as e:
@@ -226,7 +252,11 @@ class ImageStore:
         quality: int | None = None,
         originals_cached: int = 2,
         processes: bool = False,
+        alpha: str = "drop",
     ):
+        if alpha not in ALPHA_MODES:
+            raise ValueError(f"alpha must be one of {ALPHA_MODES}, got {alpha!r}")
+        self.alpha = alpha  # how originals become RGB (ALPHA_MODES): "white" on the InSight-o3 path
         self.max_cached_bytes = max_cached_bytes
         self.max_decode_pixels = max_decode_pixels
         self.max_decode_values = max_decode_values
@@ -257,7 +287,7 @@ class ImageStore:
             if im is not None:
                 self._originals.move_to_end(path)
                 return im
-        im = open_image(path, self.max_decode_pixels, self.max_decode_values)
+        im = open_image(path, self.max_decode_pixels, self.max_decode_values, self.alpha)
         with self._lock:
             self.stats["decoded"] += 1
             self._sizes[path] = im.size
@@ -393,6 +423,7 @@ class ImageStore:
                             self.fmt,
                             self.quality,
                             self._originals_cached,
+                            self.alpha,
                         ),
                     )
                 else:
@@ -426,7 +457,12 @@ def _worker_context():
 
 
 def _init_worker(
-    max_decode_pixels: int, max_decode_values: int, fmt: str, quality: int | None, originals_cached: int
+    max_decode_pixels: int,
+    max_decode_values: int,
+    fmt: str,
+    quality: int | None,
+    originals_cached: int,
+    alpha: str = "drop",
 ) -> None:
     global _WORKER_STORE
     _raise_pillow_limit(max_decode_pixels)
@@ -438,6 +474,7 @@ def _init_worker(
         fmt=fmt,
         quality=quality,
         originals_cached=originals_cached,
+        alpha=alpha,
     )
 
 

@@ -127,16 +127,6 @@ def format_options(options: str | list | dict | None) -> str | None:
     return str(options)
 
 
-def question_text(question: str, options: str | None, unescape_newlines: bool = False) -> str:
-    """The user text of a question: the question, then a newline and the options block when there is
-    one. ``unescape_newlines`` turns literal ``\\n`` sequences of a multiple-choice text into newlines,
-    as the fork's ``get_question`` does for the vReasoner (see ``insight_o3_question``)."""
-    if not options:
-        return question
-    text = f"{question}\n{options}"
-    return text.replace("\\n", "\n") if unescape_newlines else text
-
-
 # ----------------------------------------------------------------------------- vReasoner
 FEEDBACK_VALUES = ("helpful", "unhelpful", "NA")
 

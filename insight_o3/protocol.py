@@ -23,6 +23,10 @@ class ProtocolLimits:
     max_format_retries_train: int = 2
     #: The same during evaluation (the fork's ``max_round_retries_val``: 5 replies per round).
     max_format_retries_eval: int = 4
+    #: New tokens of one vSearcher turn, inside the trajectory's response budget (the fork's
+    #: ``VSearcherLoop.MAX_TOKENS_PER_TURN``, ``verl/experimental/agent_loop/insight_o3_agent_loop.py:54``,
+    #: applied when the sampling parameters set no ``max_tokens``; training and validation).
+    vsearcher_max_tokens_per_turn: int = 1024
     #: pass@k of the C.1 difficulty filter (Appendix C.1: "pass@3").
     difficulty_attempts: int = 3
 

@@ -358,7 +358,10 @@ def original_out_of_loop_reward(
     ``gt_boxes`` are original-image pixels (``image_size`` = (W, H) of the original image);
     ``crop_boxes`` are the model's crop boxes in the model frame of size ``frame_size``."""
     n_tool = _check_n_tool(n_tool)
-    value, k = covered_iou(pred_box, gt_boxes, image_size, rules.min_gt_coverage)
+    # the fork extracts the answer only from a well-formed episode (compute_format_reward returns before it):
+    # a failed format check leaves r_IoU at 0 (vsearch_batch.py:546-548)
+    gts = _gt_boxes(gt_boxes)
+    value, k = covered_iou(pred_box, gts, image_size, rules.min_gt_coverage) if format_ok else (0.0, None)
     gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
     return _eq1(
         weights=rules.weights,

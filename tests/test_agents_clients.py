@@ -18,7 +18,7 @@ from insight_o3.agents.clients import InSightO3, VSearcher
 from insight_o3.agents.records import expand_messages
 from insight_o3.agents.solver import InSightO3Solver
 from insight_o3.api import make_client
-from insight_o3.geometry import Frame, pixel_box, smart_resize
+from insight_o3.geometry import smart_resize
 from insight_o3.images import ImageStore
 from insight_o3.redaction import Redactor
 from tests.support.openai_server import chat, error, last_user_text, user_message_text
@@ -112,9 +112,11 @@ def test_search_crop_answer_pixels_and_sizes(openai_server, img, store):
     # the vSearcher saw the image at exactly the smart_resize size, and the crop at its own
     first = images_in(ss.requests[0], 1)[0]
     assert first.size == (mw, mh)
-    frame = Frame((0, 0, W, H), (mw, mh))
-    crop_box = pixel_box(frame.to_original((5, 5, 150, 120)))
-    ch, cw = smart_resize(crop_box[3] - crop_box[1], crop_box[2] - crop_box[0], max_pixels=BUDGET)
+    # the zoom-in tool's crop (the fork's image_zoom_in_tool): the box in the tool's image (the original
+    # smart_resize-d with qwen's defaults), PIL-rounded, shown smart_resize-d with min_pixels 28*28
+    th, tw = smart_resize(H, W)
+    tb = [round(v * t / m) for v, t, m in zip((5, 5, 150, 120), (tw, th, tw, th), (mw, mh, mw, mh))]
+    ch, cw = smart_resize(tb[3] - tb[1], tb[2] - tb[0], min_pixels=28 * 28, max_pixels=BUDGET)
     assert images_in(ss.requests[1])[0].size == (cw, ch)
     assert "<tool_response>" in last_user_text(ss.requests[1]).strip()
     assert last_user_text(ss.requests[1]).strip().endswith(prompts.VSEARCHER_TOOL_RESPONSE_PROMPT)
@@ -137,7 +139,7 @@ def test_search_crop_answer_pixels_and_sizes(openai_server, img, store):
     assert "base64" not in dumped and "data:image" not in dumped
     search = [m for m in res.trajectory if "search" in m][0]["search"]
     assert search["status"] == "found" and search["n_tool_calls"] == 1 and search["format_ok"]
-    assert search["box_original"] == pytest.approx(list(frame.to_original(tuple(model_box))), abs=0.01)
+    assert search["box_original"] == list(expect)  # resize_bbox: whole pixels
     full = expand_messages(res.trajectory)
     assert full[0]["content"][0]["text"] == prompts.VREASONER_INFER_SYSTEM_PROMPT
     # each view encoded once for the whole run

@@ -21,11 +21,12 @@ from insight_o3.agents.reasoner_session import crop_region
 from insight_o3.agents.searcher_session import LocateResult
 from insight_o3.api import make_client
 from insight_o3.evaluation.benchmarks import BENCHMARKS, resolve_layout
-from insight_o3.evaluation.judge import AnswerJudge, in_loop_check, insight_o3_question
+from insight_o3.evaluation.judge import AnswerJudge, in_loop_check
 from insight_o3.evaluation.samples import Sample
 from insight_o3.geometry import api_image_max_pixels, fit_max_pixels, upscale_small
 from insight_o3.images import ImageStore, Resize, encode_pil
 from insight_o3.parsing import extract_answer_span, extract_verify_span, parse_reasoner_turn
+from insight_o3.questions import insight_o3_question
 from insight_o3.scripts import evaluate
 from insight_o3.solver import Attempt
 from insight_o3.trajectory import message_text

@@ -412,7 +412,7 @@ def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypa
         loop = _make(VReasonerAgentLoop, policy, server, cfg)
         r = _reasoner(loop, validate=True)
         assert (r.model, r.max_pixels, r.mode) == (model, px, "infer")
-        assert r.completion_kwargs == {"max_completion_tokens": 16384} and r.image_url_extra == {"detail": "high"}
+        assert r.completion_kwargs == {"max_completion_tokens": 2048} and r.image_url_extra == {"detail": "high"}
         assert loop.policy.max_pixels == 16384 * 28 * 28
     # a 16K-token image does not fit an 8K prompt: an error at start-up naming the key, not a crash mid-run
     with pytest.raises(SettingsError, match="data.max_prompt_length"):
@@ -618,3 +618,94 @@ def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path
         got["image_grid_thw"], want["image_grid_thw"]
     )
     assert not w._mm_ready
+
+
+def test_vsearcher_turns_are_capped_at_1024_new_tokens_inside_the_budget(policy, image_path):
+    """The fork's VSearcherLoop.MAX_TOKENS_PER_TURN: each turn asks for at most 1024 new tokens (when the
+    sampling parameters set no max_tokens), and never more than the unused response budget."""
+    tok, _ = policy
+    server = BudgetServerManager(tok, searcher_script)
+    row = {
+        "raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}}]}],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+    }
+
+    async def go(budget, params):
+        loop = _make(VSearcherAgentLoop, policy, server, _config(response_length=budget))
+        return await loop.run(params, **row)
+
+    asyncio.run(go(4096, {"temperature": 1.0}))
+    assert [c["max_tokens"] for c in server.calls] == [1024, 1024]
+    server.calls.clear()
+    server.replies.clear()
+    asyncio.run(go(1100, {"temperature": 1.0}))  # the second turn gets what is left of 1100
+    first, second = server.calls
+    assert first["max_tokens"] == 1024 and second["max_tokens"] < 1100 - len(server.replies[0])
+    server.calls.clear()
+    server.replies.clear()
+    asyncio.run(go(4096, {"temperature": 1.0, "max_tokens": 300}))  # the caller's own cap wins, as in the fork
+    assert [c["max_tokens"] for c in server.calls] == [300, 300]
+
+
+def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
+    policy, tmp_path, openai_server, monkeypatch
+):
+    """One question formatter (insight_o3.questions): a multiple-choice question whose options hold a literal
+    backslash-n reaches the vReasoner as the same bytes from the evaluation solver (annotation loader ->
+    InSightO3Solver) and from a validation rollout of the recipe (parquet writer -> dataset -> agent loop):
+    the fork's get_question turns the literal \\n into a newline in both."""
+    import json as _json
+
+    from insight_o3.agents.clients import InSightO3
+    from insight_o3.agents.solver import InSightO3Solver
+    from insight_o3.api import make_client
+    from insight_o3.evaluation.samples import load_samples
+    from insight_o3.images import ImageStore
+    from recipe.vsearch.create_parquet_dataset import qa_rows
+    from recipe.vsearch.dataset import build_messages
+
+    img = Image.new("RGBA", (320, 240), (200, 30, 30, 255))
+    img.paste((0, 0, 0, 0), (0, 0, 100, 100))  # a transparent corner: composited on white on both sides
+    img.save(tmp_path / "q.png")
+    ann = tmp_path / "bench.jsonl"
+    rec = {"image": "q.png", "question": "Which side\\nis red?", "options": "A. left\\nB. right", "answer": "A"}
+    ann.write_text(_json.dumps(rec) + "\n")
+    assert "\\n" in ann.read_text()  # the annotation holds a literal backslash-n
+
+    srv = openai_server(infer_script(n_search=0))  # answers at once: the first request is the whole episode
+    # evaluation: the annotation loader and the InSight-o3 solver
+    (sample,) = load_samples(str(ann), str(tmp_path))
+    client = make_client("sk-test", srv.base_url, max_retries=0)
+    system = InSightO3(
+        client,
+        REASONER,
+        None,
+        ImageStore(alpha="white"),
+        1638400,
+        mode="infer",
+        completion_kwargs={"max_completion_tokens": 512},
+        image_url_extra={"detail": "high"},
+    )
+    asyncio.run(InSightO3Solver(system, (client,)).solve(sample, 1))
+    eval_req = _reasoner_requests(srv)[0]
+    # training (validation rollout): the parquet writer's row, the recipe dataset's messages, the agent loop
+    (row,) = qa_rows(str(ann), str(tmp_path), "bench", "benchmark")
+    messages, _ = build_messages(row)
+    assert messages[1]["content"][0]["text"] == "Which side\nis red?\nA. left\nB. right"
+    kwargs = {**row, "raw_prompt": messages, VALIDATE_KEY: True, "uid": "q"}
+    agent_loops._API.clear()
+    monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+    async def go():
+        loop = _make(VReasonerAgentLoop, policy, ScriptedServerManager(policy[0], searcher_script))
+        return await loop.run({"temperature": 1.0}, **kwargs)
+
+    asyncio.run(go())
+    train_req = _reasoner_requests(srv)[-1]
+    assert train_req is not eval_req and len(_reasoner_requests(srv)) == 2
+    assert _json.dumps(train_req, sort_keys=True) == _json.dumps(eval_req, sort_keys=True)
+    user = eval_req["messages"][1]["content"]
+    assert user[-1] == {"type": "text", "text": "Which side\nis red?\nA. left\nB. right"}

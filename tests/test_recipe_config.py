@@ -263,7 +263,7 @@ def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, 
     assert s.vsearcher_max_tool_calls == 6 and s.agent.vreasoner.max_search_calls == 6
     # vReasoner: GPT-5-mini at 1280x1280, token cap, training prompts (feedback) for training rollouts only
     vr = s.agent.vreasoner
-    assert (vr.model, vr.max_pixels, vr.max_completion_tokens) == ("gpt-5-mini", 1280 * 1280, 16384)
+    assert (vr.model, vr.max_pixels, vr.max_completion_tokens) == ("gpt-5-mini", 1280 * 1280, 2048)
     assert s.reasoner_mode(validate=False) == "train" and s.reasoner_mode(validate=True) == "infer"
     assert s.judge_model == "gpt-5-nano"
     assert (s.reward.variant, s.reward.format_weight, s.reward.iou_weight, s.reward.alpha) == (

@@ -1,5 +1,5 @@
 """One validator per concept, shared by its users: input boxes (geometry.check_box), image sizes
-(images.image_size), question+options text (parsing.question_text), annotation errors and statuses."""
+(images.image_size), question+options text (questions.question_text), annotation errors and statuses."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from insight_o3.data.source_pool import PoolError, load_pool
 from insight_o3.evaluation.samples import AnnotationError, Sample
 from insight_o3.geometry import check_box
 from insight_o3.images import ImageError, ImageStore, image_size
-from insight_o3.parsing import question_text
+from insight_o3.questions import question_text
 from insight_o3.scripts import evaluate_vsearch
 
 
@@ -56,7 +56,7 @@ def test_image_size_reads_headers_with_one_error_style(tmp_path):
 
 
 def test_question_text_is_the_one_question_options_formatter():
-    from insight_o3.evaluation.judge import insight_o3_question
+    from insight_o3.questions import insight_o3_question
 
     s = Sample(
         index=0,

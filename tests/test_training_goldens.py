@@ -116,7 +116,10 @@ def project_answer_box(case: dict, store) -> tuple[list[float] | None, str | Non
 def test_resize_bbox(case, store):
     got, error = project_answer_box(case, store)
     if case["fork"]["error"] is not None:
-        pytest.fail(f"the fork's resize_bbox raises ({case['fork']['error']}); here {got or error}")
+        # rounding collapsed a side: the fork's validate_bbox raises (the training step stops); here the box is
+        # empty once clamped and scores IoU 0 (docs/fidelity.md, "answer/crop boxes")
+        assert got is None or not (got[0] < got[2] and got[1] < got[3]), got
+        return
     assert got == case["fork"]["box"], error
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..errors import EXPECTED_ERRORS
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore
+from ..protocol import LIMITS
 from ..redaction import Redactor, failure_reason
 from ..trajectory import image_refs, to_openai
 from .reasoner_session import ReasonerSession
@@ -55,7 +56,7 @@ def _add_usage(total: dict, usage: dict | None) -> None:
 
 #: The fork's vSearcher sampling at validation: greedy, at most 1024 new tokens per turn
 #: (``VSearcherLoop.MAX_TOKENS_PER_TURN``).
-VSEARCHER_COMPLETION_KWARGS = {"temperature": 0.0, "max_tokens": 1024}
+VSEARCHER_COMPLETION_KWARGS = {"temperature": 0.0, "max_tokens": LIMITS.vsearcher_max_tokens_per_turn}
 
 
 class VSearcher:

@@ -47,6 +47,7 @@ from ..prompts import (
     VREASONER_TRAIN_SYSTEM_PROMPT,
 )
 from ..protocol import LIMITS
+from ..searcher_rules import resize_bbox
 from ..trajectory import image_part, image_refs, message
 from .searcher_session import LocateResult
 from .views import pil_view, plan_view
@@ -73,7 +74,7 @@ def crop_region(result: LocateResult, size: tuple[int, int]) -> tuple[int, int, 
     W, H = size
     if result.box_model is not None and result.model_size is not None:
         mw, mh = result.model_size
-        x1, y1, x2, y2 = (round(v * t / s) for v, t, s in zip(result.box_model, (W, H, W, H), (mw, mh, mw, mh)))
+        x1, y1, x2, y2 = resize_bbox(result.box_model, (mw, mh), (W, H))  # the fork's round(v * W / w)
     elif result.box_original is not None:
         x1, y1, x2, y2 = (round(v) for v in result.box_original)
     else:

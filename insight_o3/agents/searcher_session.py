@@ -16,17 +16,26 @@ Messages (the fork's agent loop and chat template, 926d137): system prompt; ``[i
 "</tool_response>\n" + reminder]`` (the limit text after the last allowed crop). The simple prompt
 for an untrained model puts its text before the image (paper F.2).
 
-Protocol decisions (bad model output is expected and never raises):
+Protocol decisions (bad model output is expected and never raises) are the authors' verl fork's (926d137),
+implemented in :mod:`insight_o3.searcher_rules` (the trained prompt; the paper defines none of them):
 
-* out-of-range boxes are clamped to the image; tiny/thin crops are grown to >= 28 px per side;
-* a turn that is not a well-formed tool call or answer (malformed JSON, unknown tool, missing,
-  inverted, empty, NaN or fully outside boxes), or a tool call after the limit, ends the episode
-  with status ``invalid`` (the fork's zoom-in tool answers an unusable box with an error text and
-  lets the model go on; that turn is not reproduced — see docs/fidelity.md);
-* ``[0, 0, 0, 0]`` is ``not_found``; a valid answer box is ``found``;
-* after ``max_tool_calls`` crops the tool response carries the limit text, so an episode has at
-  most ``max_tool_calls + 1`` assistant turns;
+* a turn ends the episode unless it holds a ``<tool_call>`` whose JSON has ``name`` and ``arguments`` (verl's
+  hermes parser; only the first call runs); after ``max_tool_calls`` tool responses the next turn is the last;
+* the zoom-in tool maps ``bbox_2d`` to its own image (the original ``smart_resize``-d to 16384·28² at most),
+  clamps it, grows a side under 28 px keeping the aspect ratio, and shows the crop ``smart_resize``-d to the
+  budget (``min_pixels`` 28·28); a box it cannot use (inverted, empty, aspect over 100, unknown tool, missing
+  ``bbox_2d``) gets the tool's error text as the tool response, and the model goes on;
+* the episode's box is the last turn's ``<answer>`` parsed as ``[x1, y1, x2, y2]`` of integers (``[0, 0, 0, 0]``
+  is ``not_found``; none is ``invalid``), mapped to original pixels with ``round(v * W / w)`` and clamped;
+* r_format (:attr:`SearcherSession.format_ok`) is ``compute_format_reward`` on the turns: only whitespace
+  outside the tags, ``<think>`` then one ``<tool_call>`` (no ``<answer>``) or, last, one ``<answer>`` (no
+  ``<tool_call>``), integer tool boxes with some area in the frame, the answer a box or ``[0, 0, 0, 0]``
+  (:attr:`SearcherSession.format_ok_inloop`: any answer text, the fork's sub-agent reward);
+* the limit text replaces the reminder once ``max_tool_calls`` crops were shown;
 * ``failed`` is set by the driver (:meth:`fail`) when the episode cannot run (API error, bad image).
+
+The simple prompt (an untrained model, paper F.2) keeps a lenient reading: the last ``[x1, y1, x2, y2]`` of a
+reply is its answer, boxes are clamped, a bad turn ends the episode ``invalid``.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
+from .. import searcher_rules as rules
 from ..geometry import Box, Frame, is_null_box, validate_box
 from ..images import ImageRef, ImageStore, Resize
 from ..parsing import parse_searcher_turn
@@ -74,10 +84,11 @@ class SearcherTurnRecord:
 
 @dataclass
 class SearcherStep:
-    """The outcome of one turn: ``done`` or, for a crop, the new image to show (``crop``)."""
+    """The outcome of one turn: ``done`` or the tool response appended: a crop (``crop``, the new image to
+    show) or, for a box the tool could not use, only the tool's error text (``crop`` None)."""
 
     done: bool
-    action: str  # tool_call | answer | invalid
+    action: str  # tool_call | tool_error | answer | invalid
     crop: ImageRef | None = None
     error: str | None = None
 
@@ -97,6 +108,13 @@ class LocateResult:
     description: str = ""
     turn_usage: list[dict | None] = field(default_factory=list)  # per assistant turn, as the server reported
     model_size: tuple[int, int] | None = None  # (w, h) of the model frame ``box_model`` refers to
+    #: r_format of an in-loop call (the fork's sub-agent reward takes any <answer> text), and its reason
+    format_ok_inloop: bool = False
+    format_error: str | None = None
+    format_error_inloop: str | None = None
+    #: the tool boxes r_format accepted (model frame, in order) and the reward's n_valid_tool_calls
+    tool_boxes: list[list[int]] = field(default_factory=list)
+    n_valid_tool_calls: int = 0
 
     @property
     def found(self) -> bool:
@@ -119,6 +137,8 @@ class LocateResult:
             "error": self.error,
             "turn_usage": self.turn_usage,
             "model_size": list(self.model_size) if self.model_size else None,
+            "format_error": self.format_error,
+            "n_valid_tool_calls": self.n_valid_tool_calls,
             "trajectory": compact_messages(self.trajectory),
         }
 
@@ -155,7 +175,12 @@ class SearcherSession:
                 message("system", VSEARCHER_SYSTEM_PROMPT),
                 message("user", image_part(first), fill(VSEARCHER_FIRST_USER_PROMPT, target=description)),
             ]
+        #: the image the zoom-in tool crops (qwen_vl_utils.fetch_image of the original with its defaults)
+        self.tool_size = rules.tool_frame_size(self.original_size)
         self.turns: list[SearcherTurnRecord] = []
+        #: the tool response of each tool call, in order: "" for a crop, the error text otherwise
+        self.tool_texts: list[str] = []
+        self._reminders: list[str] = []
         self.n_tool_calls = 0
         self.status: str | None = None
         self.error: str | None = None
@@ -178,16 +203,37 @@ class SearcherSession:
         """Pixels of one image of the conversation, exactly as sized in its reference."""
         return pil_view(self.images, self.resize, ref)
 
+    def solution_text(self) -> str:
+        """The episode's response as the fork decodes it for the reward (special tokens skipped): each turn,
+        ``\n`` after a turn that ended on its stop token, then each tool response
+        ``user\n<tool_response>…</tool_response>\n<reminder>\nassistant\n``."""
+        parts: list[str] = []
+        for i, t in enumerate(self.turns):
+            parts.append(t.text)
+            if t.finish_reason != "length":
+                parts.append("\n")
+            if i < len(self.tool_texts):
+                parts.append(
+                    f"user\n<tool_response>{self.tool_texts[i]}</tool_response>\n{self._reminders[i]}\nassistant\n"
+                )
+        return "".join(parts)
+
+    def verdict(self, inloop: bool = False) -> rules.FormatVerdict:
+        """r_format of the episode so far (:func:`insight_o3.searcher_rules.format_verdict`); ``inloop``: the
+        sub-agent reward, which takes any answer text."""
+        responses = rules.split_responses(self.solution_text())
+        return rules.format_verdict(responses, self.frame.size, answer_must_parse=not inloop)
+
     @property
     def format_ok(self) -> bool:
-        """r_format: every turn well-formed (``<think>`` first with the trained prompt), not
-        truncated, and the episode ended with a valid answer (found or not found)."""
-        if self.status not in ("found", "not_found"):
+        """r_format (out-of-loop): with the trained prompt the fork's ``compute_format_reward`` (module
+        docstring); with the simple prompt every turn parsed, none cut, and a valid answer."""
+        if self.status not in ("found", "not_found", "invalid"):
             return False
-        need_think = self.prompt == "trained"
-        return all(
-            t.action != "invalid" and t.finish_reason != "length" and (t.has_think or not need_think)
-            for t in self.turns
+        if self.prompt == "trained":
+            return self.verdict().ok
+        return self.status != "invalid" and all(
+            t.action != "invalid" and t.finish_reason != "length" for t in self.turns
         )
 
     # ------------------------------------------------------------------ protocol
@@ -214,6 +260,8 @@ class SearcherSession:
         )
         self.turns.append(rec)
         self.messages.append(message("assistant", text))
+        if self.prompt == "trained":
+            return self._fork_step(rec, text)
         if turn.action == "tool_call":
             if self.n_tool_calls >= self.max_tool_calls:
                 rec.action = "invalid"
@@ -250,6 +298,63 @@ class SearcherSession:
             return self._end("found", "answer")
         return self._end("invalid", "invalid", turn.error)
 
+    def _fork_step(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
+        """One turn under the fork's agent loop (``ToolAgentLoop`` + ``VSearcherLoop``) and zoom-in tool."""
+        calls = rules.hermes_tool_calls(text)
+        if len(self.tool_texts) >= self.max_tool_calls or not calls:
+            return self._fork_end(rec, text)
+        call = calls[0]
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        bbox = args.get("bbox_2d")
+        rec.action, rec.bbox_raw = "tool_call", bbox if isinstance(bbox, list) else None
+        zoom = rules.run_tool_call(call, self.tool_size, self.frame.size, self.resize.max_pixels or 0)
+        ref = None
+        if zoom.ok:
+            assert zoom.box is not None and zoom.shown_wh is not None
+            sx, sy = self.original_size[0] / self.tool_size[0], self.original_size[1] / self.tool_size[1]
+            x0, y0, x1, y1 = zoom.box
+            region = (x0 * sx, y0 * sy, x1 * sx, y1 * sy)  # the tool's crop, in original pixels
+            shown = Resize(self.resize.max_pixels, qwen=True, jpeg_quality=self.resize.jpeg_quality, size=zoom.shown_wh)
+            ref = plan_view(self.images, self.image_path, shown, region)
+            rec.box_original = ref.region
+            self.n_tool_calls += 1
+        else:
+            rec.error = zoom.error
+        reminder = (
+            VSEARCHER_LIMIT_PROMPT if self.n_tool_calls >= self.max_tool_calls else VSEARCHER_TOOL_RESPONSE_PROMPT
+        )
+        self.tool_texts.append("" if ref is not None else str(zoom.error))
+        self._reminders.append(reminder)
+        if ref is not None:
+            # the recipe's chat template: "<tool_response>" + crop + "</tool_response>\n" + reminder
+            self.messages.append(
+                message("user", "<tool_response>", image_part(ref), VSEARCHER_TOOL_RESPONSE_CLOSE, reminder)
+            )
+            return SearcherStep(False, "tool_call", crop=ref)
+        # a text tool message: "<tool_response>" + the tool's error text + "</tool_response>\n" + reminder
+        self.messages.append(
+            message("user", "<tool_response>" + str(zoom.error) + VSEARCHER_TOOL_RESPONSE_CLOSE + reminder)
+        )
+        return SearcherStep(False, "tool_error", error=zoom.error)
+
+    def _fork_end(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
+        """The episode is over: its box is the last turn's ``<answer>`` (``VSearcherLoop.run``)."""
+        box = rules.final_answer_box(text)
+        verdict = self.verdict()
+        if box is None:
+            rec.action = "invalid"
+            why = verdict.error or "the last turn has no [x1, y1, x2, y2] answer"
+            return self._end("invalid", "invalid", why)
+        rec.action, rec.bbox_raw = "answer", list(box)
+        if box == rules.NULL_BOX:
+            return self._end("not_found", "answer")
+        fb = tuple(float(v) for v in box)
+        self.box_model = (fb[0], fb[1], fb[2], fb[3])
+        o = rules.to_original_box(box, self.frame.size, self.original_size)
+        self.box_original = (float(o[0]), float(o[1]), float(o[2]), float(o[3]))
+        rec.box_original = self.box_original
+        return self._end("found", "answer")
+
     def fail(self, reason: str) -> None:
         """The driver could not continue (API error after retries, bad image): status ``failed``."""
         if not self.done:
@@ -258,18 +363,34 @@ class SearcherSession:
     def result(self) -> LocateResult:
         if not self.done or self.status is None:
             raise RuntimeError("vSearcher session is not finished")
+        ok, why, ok_in, why_in = self.format_ok, None, False, None
+        boxes: list[list[int]] = []
+        n_valid = self.n_tool_calls
+        if self.prompt == "trained" and self.status != "failed":
+            v, v_in = self.verdict(), self.verdict(inloop=True)
+            ok, why, ok_in, why_in = v.ok, v.error, v_in.ok, v_in.error
+            boxes = [list(b) for b in v.boxes]
+            n_valid = rules.n_valid_tool_calls(v, self.solution_text())
+        elif self.prompt == "simple":
+            ok_in, why_in = ok, None if ok else self.error
+            why = None if ok else self.error
         return LocateResult(
             self.status,
             self.box_original,
             self.box_model,
             self.n_tool_calls,
-            self.format_ok,
+            ok,
             list(self.messages),
             len(self.turns),
             self.error,
             self.description,
             [t.usage for t in self.turns],
             self.frame.size,
+            format_ok_inloop=ok_in,
+            format_error=why if not ok else None,
+            format_error_inloop=why_in if not ok_in else None,
+            tool_boxes=boxes,
+            n_valid_tool_calls=n_valid,
         )
 
 

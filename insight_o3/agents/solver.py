@@ -7,10 +7,10 @@ import asyncio
 import json
 
 from ..api import make_client
-from ..evaluation.judge import insight_o3_question
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore
 from ..protocol import LIMITS
+from ..questions import insight_o3_question
 from ..solver import Attempt
 from .clients import AnswerResult, InSightO3, VSearcher
 

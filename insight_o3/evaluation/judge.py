@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 
 from .. import prompts
 from ..errors import EXPECTED_ERRORS
-from ..parsing import extract_answer_span, extract_verify_span, mcq_letter, question_text
+from ..parsing import extract_answer_span, extract_verify_span, mcq_letter
+from ..questions import insight_o3_question
 from ..redaction import failure_reason
 from ..solver import Attempt
 from .schema import Status
@@ -269,10 +270,3 @@ class AnswerJudge:
         outputs.append(reply)
         ok = verification_says_correct(reply)
         return Verdict("correct" if ok else "wrong", extracted, _names_an_answer(extracted), "judge", outputs)
-
-
-def insight_o3_question(sample) -> str:
-    """The question text the fork gives the vReasoner (and its judge): the question, then the options;
-    literal ``\\n`` sequences in a multiple-choice text become newlines (``get_question`` of the fork's
-    ``create_parquet_dataset.py``)."""
-    return question_text(sample.question, sample.options, unescape_newlines=True)

@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..parsing import format_options, option_letters, question_text
+from ..parsing import format_options, option_letters
 from ..paths import OutsideImageDir, outside_message, resolve_image_path
+from ..questions import question_text
 from ..storage.jsonl import iter_jsonl
 
 IMAGE_FIELDS = ("image", "file_name")

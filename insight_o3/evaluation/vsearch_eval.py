@@ -204,7 +204,11 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
 
     async def setup(self) -> None:
         s = self.s
-        images = ImageStore.for_image_workers(s.image_workers, max_decode_values=s.max_decode_values)
+        images = ImageStore.for_image_workers(
+            s.image_workers,
+            max_decode_values=s.max_decode_values,
+            alpha="white",  # RGBA on white: the fork's to_rgb
+        )
         self.on_close(images.close)
         client = self.client(
             s.api_key,

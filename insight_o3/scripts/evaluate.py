@@ -360,12 +360,15 @@ def args_record(a: argparse.Namespace) -> dict:
 
 
 def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
-    """The run's image store: ``--image_workers`` processes (default: one per usable CPU)."""
+    """The run's image store: ``--image_workers`` processes (default: one per usable CPU). InSight-o3 mode
+    composites RGBA images on white as the fork does (``images.ALPHA_MODES``); single-model runs drop the
+    alpha channel as the released harness does."""
     return ImageStore.for_image_workers(
         a.image_workers,
         max_cached_bytes=a.image_cache_mb * 2**20,
         originals_cached=originals_cached,
         max_decode_values=a.max_decode_values,
+        alpha="white" if a.vsearcher_model else "drop",
     )
 
 

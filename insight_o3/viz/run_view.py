@@ -30,7 +30,7 @@ from ..caps import cut_messages, cut_middle
 from ..evaluation.run_dir import RunDir, RunDirError, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..images import ImageError, ImageRef, image_size
-from ..parsing import question_text
+from ..questions import question_text
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .original_run import convert_record, is_original_record, original_keys
 from .templating import render

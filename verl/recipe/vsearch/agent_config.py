@@ -31,7 +31,7 @@ class VReasonerConfig:
     model: str
     max_pixels: int  # image budget sent to the API (1280x1280 GPT, 3500x3500 otherwise)
     max_search_calls: int = LIMITS.max_search_calls
-    max_completion_tokens: int = 16384  # per vReasoner request (max_completion_tokens of the API)
+    max_completion_tokens: int = 2048  # per vReasoner request (the fork's agent YAMLs at 926d137)
     image_detail: str = "high"  # image_url "detail" of every image sent to the vReasoner
     max_format_retries_train: int = field(default=LIMITS.max_format_retries_train, metadata=_min(0))
     max_format_retries_eval: int = field(default=LIMITS.max_format_retries_eval, metadata=_min(0))

@@ -38,6 +38,7 @@ from insight_o3.api import ENV_KEYS, make_client, resolve, resolve_key
 from insight_o3.evaluation.judge import AnswerJudge
 from insight_o3.evaluation.samples import Sample
 from insight_o3.images import ImageStore
+from insight_o3.questions import insight_o3_question
 from insight_o3.rate_limit import AdaptiveLimiter
 from insight_o3.solver import Attempt
 
@@ -108,7 +109,7 @@ def shared_images() -> ImageStore:
     global _IMAGES
     with _IMAGES_LOCK:
         if _IMAGES is None:
-            _IMAGES = ImageStore()
+            _IMAGES = ImageStore(alpha="white")  # RGBA on white, as the fork's to_rgb
         return _IMAGES
 
 
@@ -342,7 +343,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
 
     async def episode(self, sample: Sample, sampling_params: dict, validate: bool = False) -> EpisodeOutcome:
         searcher = _RecordingPolicySearcher(self.policy, sampling_params)
-        res = await self.reasoner(searcher, validate).answer(sample.image_path, sample.prompt())
+        res = await self.reasoner(searcher, validate).answer(sample.image_path, insight_o3_question(sample))
         if res.status == "failed":
             return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error)
         if res.status != "answered":  # format retries exhausted / tool call past the limit: c = 0, not a failure
@@ -389,7 +390,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
     async def _placeholder(self, sample: Sample, ep: EpisodeOutcome, stats: EpisodeStats) -> AgentLoopOutput:
         """An episode without vSearcher calls trains nothing, but verl needs one output per row:
         a fully masked text-only row carrying the episode's statistics; the worker drops it."""
-        prompt_ids = await self.apply_chat_template([{"role": "user", "content": sample.prompt()}])
+        prompt_ids = await self.apply_chat_template([{"role": "user", "content": insight_o3_question(sample)}])
         fields = SampleFields(
             format_error="no vSearcher call",
             search_status="none",

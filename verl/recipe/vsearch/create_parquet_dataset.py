@@ -60,6 +60,7 @@ import pyarrow.parquet as pq
 
 from insight_o3.geometry import check_box
 from insight_o3.images import ImageError, image_size
+from insight_o3.questions import insight_o3_question
 from insight_o3.storage.atomic import atomic_writer
 from insight_o3.storage.jsonl import iter_jsonl
 
@@ -220,7 +221,7 @@ def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_imag
             bboxes=boxes,
             source=str(s.extra["source"]) if s.extra.get("source") is not None else None,
         )
-        rows.append(_row(data_source, AGENT_FOR_KIND[kind], s.image_path, s.prompt(), s.answer, extra))
+        rows.append(_row(data_source, AGENT_FOR_KIND[kind], s.image_path, insight_o3_question(s), s.answer, extra))
     return rows
 
 

@@ -27,8 +27,8 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from insight_o3.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS, smart_resize
 from insight_o3.images import open_image
-from insight_o3.parsing import question_text
 from insight_o3.prompts import VREASONER_TRAIN_SYSTEM_PROMPT, VSEARCHER_FIRST_USER_PROMPT, VSEARCHER_SYSTEM_PROMPT, fill
+from insight_o3.questions import vreasoner_question
 
 AGENT_NAMES = ("vsearcher", "vreasoner")
 
@@ -65,7 +65,7 @@ def build_messages(row: dict, index: int = -1) -> tuple[list[dict], str]:
     if not isinstance(question, str) or not question.strip():
         raise _row_error(row, index, "extra_info.question is missing (vreasoner rows)")
     options = info.get("options")
-    text = question_text(question, options)
+    text = vreasoner_question(question, options)
     return [
         {"role": "system", "content": VREASONER_TRAIN_SYSTEM_PROMPT},
         {"role": "user", "content": [{"type": "text", "text": text}, image_part]},

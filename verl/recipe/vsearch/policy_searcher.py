@@ -29,6 +29,7 @@ from PIL import Image
 
 from insight_o3.agents import LocateResult, SearcherSession
 from insight_o3.images import ImageStore
+from insight_o3.protocol import LIMITS
 
 from .rollout_fields import SampleFields
 
@@ -59,10 +60,15 @@ class SearcherRollout:
         """This trajectory's :class:`~recipe.vsearch.rollout_fields.SampleFields` (the reward's inputs), plus the
         agent loop's ``context`` (role, in-loop statistics, ground truth)."""
         box = self.result.box_original
+        # r_format as the fork's reward reads it: an in-loop call (a sub-agent) passes with any <answer> text
+        inloop = bool(context.get("is_in_loop"))
+        format_ok = self.result.format_ok_inloop if inloop else self.format_ok
+        format_error = (self.result.format_error_inloop or self.format_error) if inloop else self.format_error
         return SampleFields(
-            n_tool=int(self.result.n_tool_calls),
-            format_ok=bool(self.format_ok),
-            format_error=self.format_error,
+            # the reward's n_valid_tool_calls: tool calls r_format accepted that got a tool response
+            n_tool=int(self.result.n_valid_tool_calls),
+            format_ok=bool(format_ok),
+            format_error=None if format_ok else (format_error or "format check failed"),
             pred_box=[float(v) for v in box] if box is not None else None,
             search_status=self.result.status,
             search_truncated=bool(self.truncated),
@@ -79,15 +85,18 @@ class PromptTooLong(ValueError):
     ``agent_loops.FailSafeAgentLoop``)."""
 
 
-def budgeted(sampling_params: dict, remaining: int) -> dict:
-    """A copy of ``sampling_params`` whose ``max_tokens`` is at most ``remaining`` (the unused part of the
-    trajectory's response budget). verl's rollout servers read ``max_tokens`` (vLLM: ``SamplingParams``;
-    without it a turn may run to the whole context) and pop it from the dict they get, hence the copy.
-    A turn is therefore cut *by the request*, and the protocol judges exactly the tokens that are kept."""
+def budgeted(sampling_params: dict, remaining: int, per_turn: int = LIMITS.vsearcher_max_tokens_per_turn) -> dict:
+    """A copy of ``sampling_params`` whose ``max_tokens`` is the turn's cap, at most ``remaining`` (the unused
+    part of the trajectory's response budget). The cap is the sampling parameters' own ``max_tokens`` when
+    they set one, else ``per_turn`` (1024: the fork's ``VSearcherLoop.MAX_TOKENS_PER_TURN``, set when
+    ``max_tokens`` is absent). verl's rollout servers read ``max_tokens`` (vLLM: ``SamplingParams``; without
+    it a turn may run to the whole context) and pop it from the dict they get, hence the copy. A turn is
+    therefore cut *by the request*, and the protocol judges exactly the tokens that are kept."""
     sp = dict(sampling_params)
     sp.pop("max_new_tokens", None)
     asked = sp.get("max_tokens")
-    sp["max_tokens"] = int(remaining) if asked is None else min(int(asked), int(remaining))
+    cap = int(per_turn) if asked is None else int(asked)
+    sp["max_tokens"] = min(cap, int(remaining))
     return sp
 
 
@@ -216,6 +225,8 @@ class PolicySearcher:
             t0 = time.perf_counter()
 
             def tool_turn(ref=st.crop, new=template_messages(s.messages[n_before + 1 :])):
+                if ref is None:  # the tool's error text: a text-only tool response
+                    return None, self.template_ids(new, [], remove_system_prompt=True)
                 crop_image = s.pil(ref)
                 return crop_image, self.template_ids(new, [crop_image], remove_system_prompt=True)
 
@@ -227,7 +238,8 @@ class PolicySearcher:
                 truncated = True
                 s.fail(f"tool response does not fit the {self.response_length}-token response budget")
                 break
-            pics.append(crop)
+            if crop is not None:
+                pics.append(crop)
             resp += tool_ids
             mask += [0] * len(tool_ids)
             if logprobs is not None:
@@ -239,8 +251,9 @@ class PolicySearcher:
             logprobs = logprobs[: self.response_length] if logprobs is not None else None
         result = s.result()
         # r_format is the session's verdict (the same code the inference vSearcher reports)
-        fmt_err = None if result.format_ok else (result.error or "format check failed")
-        crops = [[float(v) for v in t.bbox_raw] for t in s.turns if t.action == "tool_call" and t.bbox_raw is not None]
+        fmt_err = None if result.format_ok else (result.format_error or result.error or "format check failed")
+        # the tool boxes r_format accepted, model frame (the fork's reward reads these for its repeated-view rule)
+        crops = [[float(v) for v in b] for b in result.tool_boxes]
         return SearcherRollout(
             prompt_ids,
             resp,
