@@ -41,6 +41,7 @@ from ..cli import (
     add_run_flags,
     add_separate_requests_flag,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -442,6 +443,7 @@ def run_release(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()

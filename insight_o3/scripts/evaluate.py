@@ -50,6 +50,7 @@ from ..cli import (
     add_separate_requests_flag,
     add_vsearcher_flags,
     check_run_flags,
+    entry_point,
     new_parser,
     report_stop,
     setup_logging,
@@ -514,6 +515,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
         images.close()
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     a = parse_args(argv)

@@ -37,6 +37,7 @@ from ..cli import (
     add_token_budget_flag,
     add_vsearcher_flags,
     check_run_flags,
+    entry_point,
     new_parser,
     run_main,
     setup_logging,
@@ -82,6 +83,7 @@ def build_parser():
     return p
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     p = build_parser()

@@ -43,6 +43,7 @@ from ..cli import (
     add_budget_flags,
     add_client_flags,
     add_judge_flags,
+    entry_point,
     new_parser,
     report_stop,
     setup_logging,
@@ -372,6 +373,7 @@ def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     p = build_parser()
