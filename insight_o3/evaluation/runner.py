@@ -245,7 +245,8 @@ class EvalJob(ResumableJob[Sample, dict]):
             self.run_dir.reopen_trial(k)
 
     def log_files(self) -> dict:
-        return {k: self.run_dir.records_path(k) for k in self.open_trials}
+        # relative to the eval dir (a relative --output_dir would otherwise be joined twice)
+        return {k: os.path.relpath(self.run_dir.records_path(k), self.directory) for k in self.open_trials}
 
     def parse(self, name):
         return EvalRecord.from_dict
