@@ -21,6 +21,7 @@ from .caps import DEFAULT_MAX_REPLY_CHARS
 from .exit_codes import ExitCode
 from .images import DEFAULT_MAX_DECODE_VALUES
 from .paths import ALLOW_OUTSIDE_FLAG
+from .preflight import EndpointError
 from .redaction import RedactingFilter, redact
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
 from .run_integrity import CardError, Invocation, SettingsChanged, git_commit
@@ -132,12 +133,19 @@ def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
 
 
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
-    """``--max_retries`` (the openai SDK's retries) and ``--client_timeout`` (seconds per request)."""
+    """``--max_retries`` (the openai SDK's retries), ``--client_timeout`` (seconds per request) and
+    ``--skip_endpoint_check`` (:mod:`insight_o3.preflight`)."""
     p.add_argument(
         "--max_retries",
         type=int,
         default=max_retries,
         help=f"the openai SDK's retries per request (default: {max_retries})",
+    )
+    p.add_argument(
+        "--skip_endpoint_check",
+        action="store_true",
+        help="do not ask every endpoint (models list) before the first item (an unreachable one or a refused key "
+        "otherwise stops the run at once, status 4)",
     )
     opts = ["--client_timeout"] + (["--timeout"] if aliases else [])
     p.add_argument(
@@ -253,6 +261,9 @@ def report_stop(e: BaseException, redact: Callable[[str], str] = redact, results
             )
         print(redact(msg), file=sys.stderr)
         return ExitCode.OUTPUT_ERROR
+    if isinstance(e, EndpointError):  # nothing ran yet
+        print(redact(f"error: {e} (--skip_endpoint_check skips this check)"), file=sys.stderr)
+        return ExitCode.STOPPED
     if isinstance(e, RunStopped):
         hint = f"; {e.resume_hint}" if e.resume_hint else ""
         print(redact(f"error: {e}. Samples finished before this are safe{where}{hint}"), file=sys.stderr)

@@ -24,6 +24,9 @@ What the job guarantees, for every command alike:
   (:attr:`~ResumableJob.card_file`) before anything else is written;
 * every finished item is one fsync'ed line before the next starts being counted
   (:class:`~insight_o3.storage.record_log.RecordLog`, one writer thread), so a crash loses nothing finished;
+* every endpoint (the clients made with :meth:`~ResumableJob.client`, and those given) is checked before the
+  first item (:mod:`insight_o3.preflight`: unreachable, key refused or a named key variable unset -> status 4),
+  unless ``check_endpoints`` is off (``--skip_endpoint_check``) or nothing is left to do;
 * a 401/403/404 or too many failed requests (:class:`~insight_o3.run_guard.RunGuard`, shared by the clients
   made with :meth:`~ResumableJob.client`) stops the run: work in flight is cancelled and not recorded;
 * a budget (``max_cost`` / ``max_tokens_total``) stops starting new items; those in flight are recorded;
@@ -52,6 +55,7 @@ from tqdm.auto import tqdm
 from .api import make_client
 from .errors import EXPECTED_ERRORS
 from .exit_codes import ExitCode
+from .preflight import Endpoint, check_endpoints
 from .redaction import failure_reason
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
 from .run_integrity import Invocation, read_card, settle
@@ -79,6 +83,7 @@ class JobSettings:
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     max_cost: float | None = None
     max_tokens_total: int | None = None
+    check_endpoints: bool = True  # every client's endpoint asked once before the first item (insight_o3.preflight)
 
 
 class BudgetExceeded(RunStopped):
@@ -198,9 +203,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         *,
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
+        endpoints: Iterable[Endpoint] = (),
     ):
         self.directory = os.fspath(directory)
         self._invocation = invocation
+        self.endpoints: list[Endpoint] = list(endpoints)  # + one per client made with :meth:`client`
         self.settings = settings or JobSettings()
         self.guard = guard if guard is not None else RunGuard(self.settings.max_failure_ratio)
         self.budget = Budget(self.settings.max_cost, self.settings.max_tokens_total)
@@ -317,8 +324,10 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Rewrite log ``name`` with one line per key, in ``order`` (keys not in it are dropped)."""
         self.logs[name].compact(order)
 
-    def client(self, api_key: str | None, base_url: str | None, **kwargs):
-        """An API client reporting to this run's guard (see :func:`insight_o3.api.make_client`), closed at the end."""
+    def client(self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs):
+        """An API client reporting to this run's guard (see :func:`insight_o3.api.make_client`), closed at the end;
+        its endpoint is checked before the first item (``key_env``: the variable its key was to be read from)."""
+        self.endpoints.append(Endpoint(kwargs.get("role", "model"), base_url, api_key, key_env))
         c = make_client(api_key, base_url, guard=self.guard, **kwargs)
         self.on_close(c.close)
         return c
@@ -393,6 +402,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
 
         try:
             await self.setup()
+            if plan.units and self.settings.check_endpoints:
+                await asyncio.to_thread(check_endpoints, self.endpoints)
             await gather_or_stop((one(u) for u in plan.units), self.guard)
         finally:
             self.progress.close()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import prompts
 from ..evaluation.judge import AnswerJudge
@@ -126,6 +127,7 @@ class CheckerEndpoint:
     model: str
     api_base_url: str | None = None
     api_key: str | None = None
+    key_env: str | None = None  # the variable named for its key (it must be set)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +146,7 @@ class ReliabilitySettings:
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     max_tokens_total: int | None = None
     progress: bool = True
+    check_endpoints: bool = True
 
 
 class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
@@ -159,6 +162,7 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
             progress=a.progress,
             max_failure_ratio=a.max_failure_ratio,
             max_tokens_total=a.max_tokens_total,
+            check_endpoints=a.check_endpoints,
         )
         super().__init__(a.out_dir, settings, invocation=invocation)
         self.a, self.items = a, items
@@ -172,7 +176,9 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
 
     async def setup(self) -> None:
         a = self.a
-        kw = dict(timeout=a.client_timeout, max_retries=a.max_retries, max_connections=max(a.concurrency, 16))
+        kw: dict[str, Any] = dict(
+            timeout=a.client_timeout, max_retries=a.max_retries, max_connections=max(a.concurrency, 16)
+        )
         store = ImageStore(originals_cached=0)
         self.on_close(store.close)
         resize = Resize(max_pixels=a.max_pixels or None)
@@ -180,7 +186,7 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
             Checker(
                 c.model,
                 SingleModelSolver(
-                    self.client(c.api_key, c.api_base_url, role=f"checker {c.model}", **kw),
+                    self.client(c.api_key, c.api_base_url, key_env=c.key_env, role=f"checker {c.model}", **kw),
                     c.model,
                     store,
                     resize,

@@ -223,6 +223,7 @@ def _settings(a: argparse.Namespace) -> StepSettings:
         progress=not a.no_progress,
         image_workers=getattr(a, "image_workers", None),
         chat_completion_kwargs=dict(a.chat_completion_kwargs),
+        check_endpoints=not a.skip_endpoint_check,
     )
 
 

@@ -110,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         source=a.source,
         limit=a.limit,
     )
+    if not a.layout_only and resolve(a.api_base_url, ENV_KEYS["main"][1]) is None:
+        ap.error(
+            "the describer has no default endpoint: give --api_base_url (or $OPENAI_BASE_URL), e.g. "
+            "https://api.openai.com/v1 for the paper's GPT model, and --model"
+        )
     endpoint = DescriberEndpoint(
         api_key=resolve_key(a.api_key, ENV_KEYS["main"][0]),
         api_base_url=resolve(a.api_base_url, ENV_KEYS["main"][1]),
@@ -129,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=not a.no_progress,
         max_failure_ratio=a.max_failure_ratio,
         max_tokens_total=a.max_tokens_total,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
     def body() -> int:

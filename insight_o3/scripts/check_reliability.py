@@ -91,7 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     if len({m for m, _, _ in specs}) != len(specs):
         ap.error("--checker models must be distinct")
     checkers = tuple(
-        CheckerEndpoint(model=m, api_base_url=resolve(base, ("OPENAI_BASE_URL",)), api_key=resolve_key(None, (env,)))
+        CheckerEndpoint(
+            model=m,
+            api_base_url=resolve(base, ("OPENAI_BASE_URL",)),
+            api_key=resolve_key(None, (env,)),
+            key_env=env,
+        )
         for m, base, env in specs
     )
     judge_key = resolve_key(
@@ -111,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         max_pixels=a.max_pixels,
         max_failure_ratio=a.max_failure_ratio,
         max_tokens_total=a.max_tokens_total,
+        check_endpoints=not a.skip_endpoint_check,
         progress=not a.no_progress,
     )
 

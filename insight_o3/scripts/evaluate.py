@@ -42,6 +42,7 @@ from ..cli import (
     add_allow_outside_flag,
     add_budget_flags,
     add_cap_flags,
+    add_client_flags,
     check_run_flags,
     report_stop,
     setup_logging,
@@ -56,6 +57,7 @@ from ..evaluation.samples import AnnotationError, load_samples, select_subset, s
 from ..evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..images import ImageStore, Resize
+from ..preflight import Endpoint
 from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
@@ -132,15 +134,19 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--image_url_extra_settings", type=_json_object("--image_url_extra_settings"), default={"detail": "high"}
     )
-    g.add_argument("--client_timeout", type=float, default=None, help="seconds per request (SDK default 600)")
-    g.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES, help="the openai SDK's retries")
+    add_client_flags(g, max_retries=DEFAULT_MAX_RETRIES)
 
 
 def _judge_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("judge")
     g.add_argument("--judge_model", default="gpt-5-nano")
-    g.add_argument("--judge_api_base_url", help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL")
-    g.add_argument("--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY")
+    g.add_argument(
+        "--judge_api_base_url",
+        help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL, then the model's endpoint (--api_base_url)",
+    )
+    g.add_argument(
+        "--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY, then the model's key on its endpoint"
+    )
     g.add_argument(
         "--max_answer_length",
         type=int,
@@ -313,6 +319,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
     a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0], flag="--judge_api_key")
     a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
+    if a.judge_api_base_url is None and a.api_base_url:  # as `filter`: never the SDK's default address
+        a.judge_api_base_url = a.api_base_url
+        a.judge_api_key = a.judge_api_key or a.api_key
+        log.info(
+            "judge: no --judge_api_base_url nor $JUDGE_API_BASE_URL; %s is asked on the model's endpoint %s",
+            a.judge_model,
+            redact(a.api_base_url),
+        )
     a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
     return a
@@ -427,8 +441,17 @@ def run_config(a: argparse.Namespace, costs: CostModel | None) -> RunConfig:
         cost_model=costs,
         max_cost=a.max_cost,
         max_tokens_total=a.max_tokens_total,
+        check_endpoints=not a.skip_endpoint_check,
         max_reply_chars=a.max_reply_chars,
     )
+
+
+def endpoints(a: argparse.Namespace) -> list[Endpoint]:
+    """The endpoints the run calls (each checked before the first sample unless ``--skip_endpoint_check``)."""
+    eps = [Endpoint("model", a.api_base_url, a.api_key), Endpoint("judge", a.judge_api_base_url, a.judge_api_key)]
+    if a.vsearcher_model:
+        eps.append(Endpoint("vSearcher", a.vsearcher_api_base_url, a.vsearcher_api_key))
+    return eps
 
 
 def _log_stats(images: ImageStore, limiters: Limiters) -> None:
@@ -481,6 +504,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
                 guard=guard,
                 run_card=card,
                 invocation=card_invocation("evaluate", args_record(a), card),
+                endpoints=endpoints(a),
             )
         finally:
             _log_stats(images, limiters)

@@ -112,6 +112,7 @@ def main(argv=None) -> int:
         max_decode_values=a.max_decode_values,
         progress=not a.no_progress,
         ann_file=a.ann_file,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
     def body() -> int:

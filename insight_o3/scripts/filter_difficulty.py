@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         image_workers=a.image_workers,
         max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
     def body() -> int:

@@ -37,7 +37,7 @@ import re
 import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, new_parser, report_stop, setup_logging
+from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, add_client_flags, new_parser, report_stop, setup_logging
 from ..evaluation.agreement import agreement_lines, judge_agreement
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import card_invocation, fixed_settings
@@ -46,6 +46,7 @@ from ..evaluation.run_records import read_run
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
+from ..preflight import Endpoint
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
 from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
@@ -203,8 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
     add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
-    p.add_argument("--client_timeout", type=float, default=None)
-    p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
+    add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
     p.add_argument("--no_progress", action="store_true")
     g = p.add_argument_group("judge agreement")
@@ -303,7 +303,15 @@ async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
         # the source's own fixed settings are this run's too: another source into the same dir is refused
         inv = card_invocation("rejudge", settings, new_card, source=fixed_settings(card))
         return await run_evaluation(
-            samples, StoredAttempts(records), judge, cfg, settings, guard=guard, run_card=new_card, invocation=inv
+            samples,
+            StoredAttempts(records),
+            judge,
+            cfg,
+            settings,
+            guard=guard,
+            run_card=new_card,
+            invocation=inv,
+            endpoints=[Endpoint("judge", a.judge_api_base_url, a.judge_api_key)],
         )
     finally:
         await client.close()
@@ -339,6 +347,7 @@ def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostM
         cost_model=costs,
         max_cost=a.max_cost,
         max_tokens_total=a.max_tokens_total,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
 
