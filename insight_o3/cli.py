@@ -3,6 +3,10 @@
 Exit codes: :class:`~insight_o3.exit_codes.ExitCode` (the same for every ``insight_o3.scripts.*`` command and
 ``insight-o3-*`` console script); :func:`report_stop` maps every deliberate stop to its code and one line.
 
+Every command's ``main`` is wrapped in :func:`entry_point`: Ctrl-C (SIGINT) and SIGTERM stop it the same way —
+work in flight is cancelled, finished records stay as written, worker processes end with it — and it ends
+with one line on stderr and status 4 (``STOPPED``), never a traceback.
+
 Flags shared by several commands have one spelling everywhere (``--output_dir``, ``--api_base_url``,
 ``--api_key``, ``--concurrency``, ``--max_retries``, ``--client_timeout``, ``--max_failure_ratio``,
 ``--image_workers``, ``--no_progress``); older spellings that the docs once used (``--out_dir``,
@@ -12,11 +16,16 @@ Flags shared by several commands have one spelling everywhere (``--output_dir``,
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import logging
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
-from .api import ENV_KEYS, quiet_http_logs
+from .api import DEFAULT_TIMEOUT, ENV_KEYS, quiet_http_logs
 from .caps import DEFAULT_MAX_REPLY_CHARS
 from .exit_codes import ExitCode
 from .images import DEFAULT_MAX_DECODE_VALUES
@@ -28,7 +37,16 @@ from .run_integrity import CardError, Invocation, SettingsChanged, git_commit
 from .run_lock import RunLockedError
 from .storage.atomic import OutputError
 
-__all__ = ["ExitCode", "BadInput", "STOP_ERRORS", "report_stop", "run_main", "new_parser", "setup_logging"]
+__all__ = [
+    "ExitCode",
+    "BadInput",
+    "STOP_ERRORS",
+    "entry_point",
+    "report_stop",
+    "run_main",
+    "new_parser",
+    "setup_logging",
+]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: The errors that stop a run on purpose (each has its exit code in :func:`report_stop`).
@@ -132,8 +150,15 @@ def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
         )
 
 
+#: What ``--client_timeout`` means (see :class:`insight_o3.api.DeadlineHttpClient`).
+CLIENT_TIMEOUT_HELP = (
+    "total deadline in seconds of each HTTP attempt, from connecting to the last byte of the reply (a slow or "
+    "trickling server cannot hold a request longer); each of the SDK's --max_retries retries gets a fresh one"
+)
+
+
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
-    """``--max_retries`` (the openai SDK's retries), ``--client_timeout`` (seconds per request) and
+    """``--max_retries`` (the openai SDK's retries), ``--client_timeout`` (:data:`CLIENT_TIMEOUT_HELP`) and
     ``--skip_endpoint_check`` (:mod:`insight_o3.preflight`)."""
     p.add_argument(
         "--max_retries",
@@ -153,7 +178,7 @@ def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None
         dest="client_timeout",
         type=float,
         default=client_timeout,
-        help=f"seconds per request (default: {client_timeout if client_timeout else 'the SDK default, 600'})",
+        help=f"{CLIENT_TIMEOUT_HELP} (default: {client_timeout if client_timeout else DEFAULT_TIMEOUT:g})",
     )
 
 
@@ -292,3 +317,55 @@ def run_main(
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
         return report_stop(e, redact, results)
+
+
+# ----------------------------------------------------------------------------- signals
+MainT = TypeVar("MainT", bound=Callable[..., int])
+#: Set on the function :func:`entry_point` returns (tests check that every command has it).
+ENTRY_POINT_ATTR = "__insight_o3_entry_point__"
+
+
+def entry_point(main: MainT) -> MainT:
+    """The wrapper of every command's ``main``: SIGINT and SIGTERM end it with one line and status 4.
+
+    SIGTERM is handled as Ctrl-C is: it goes to the current SIGINT handler (inside ``asyncio.run`` that
+    cancels the main task, so ``finally`` blocks close clients, image workers and record logs, and records
+    already written stay; elsewhere it raises ``KeyboardInterrupt``). The ``KeyboardInterrupt`` that ends
+    either is turned into ``stopped by SIG…; … rerun the same command to resume`` and
+    :attr:`ExitCode.STOPPED`. A second signal while stopping stops at once, the same way."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs) -> int:
+        received: list[str] = []
+        with _sigterm_as_interrupt(received):
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                name = received[0] if received else "SIGINT"
+                print(f"stopped by {name}; what finished is kept — rerun the same command to resume", file=sys.stderr)
+                return ExitCode.STOPPED
+
+    setattr(wrapper, ENTRY_POINT_ATTR, True)
+    return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt(received: list[str]) -> Iterator[None]:
+    """While inside: SIGTERM is passed to the SIGINT handler (only the main thread can set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        received.append("SIGTERM")
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):  # Python's default (raises KeyboardInterrupt) or asyncio.run's (cancels)
+            handler(signal.SIGINT, frame)
+        else:  # SIGINT ignored (a background job of a non-interactive shell): stop anyway
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

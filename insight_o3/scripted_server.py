@@ -3,8 +3,8 @@
 For demos and benchmarks that need an endpoint without a key (``scripts/bench_eval.py``), and for the
 tests, which talk to it through the ``openai`` SDK exactly as to a real endpoint. The script is a
 callable ``script(request: dict, ctx: Call) -> Reply``; helpers below build common replies.
-Faults (status codes, ``Retry-After``, delays, malformed bodies, fewer choices than ``n``) are
-ordinary replies, so fault injection needs no patching.
+Faults (status codes, ``Retry-After``, delays, a body trickled byte by byte, malformed bodies, fewer
+choices than ``n``) are ordinary replies, so fault injection needs no patching.
 
 Serving is event-driven: the accept loop waits on the listening socket and a wake-up pipe, so
 :meth:`ScriptedOpenAIServer.stop` returns at once (``socketserver``'s ``serve_forever`` polls its
@@ -37,6 +37,7 @@ class Reply:
     body: dict | str | bytes | None = None
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
+    trickle: float = 0.0  # > 0: send the body one byte at a time, this many seconds apart
 
 
 @dataclass
@@ -152,7 +153,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(k, v)
             self.send_header("content-length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if reply.trickle > 0:
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(reply.trickle)
+            else:
+                self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # client gave up (timeout test)
 

@@ -38,6 +38,7 @@ from ..cli import (
     add_output_dir,
     add_run_flags,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -435,6 +436,7 @@ def run_release(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()

@@ -40,6 +40,7 @@ from ..cli import (
     add_run_flags,
     add_token_budget_flag,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -98,6 +99,7 @@ def _layout_only(a: argparse.Namespace, inputs: LayoutInput) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()

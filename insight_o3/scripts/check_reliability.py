@@ -21,6 +21,7 @@ from ..cli import (
     add_run_flags,
     add_token_budget_flag,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -75,6 +76,7 @@ def build_parser():
     return ap
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()

@@ -44,6 +44,7 @@ from ..cli import (
     add_cap_flags,
     add_client_flags,
     check_run_flags,
+    entry_point,
     report_stop,
     setup_logging,
 )
@@ -516,6 +517,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
         images.close()
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     a = parse_args(argv)

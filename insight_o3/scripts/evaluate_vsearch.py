@@ -35,6 +35,7 @@ from ..cli import (
     add_run_flags,
     add_token_budget_flag,
     check_run_flags,
+    entry_point,
     new_parser,
     run_main,
     setup_logging,
@@ -81,6 +82,7 @@ def build_parser():
     return p
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     p = build_parser()

@@ -25,6 +25,7 @@ from ..cli import (
     add_run_flags,
     add_token_budget_flag,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -65,6 +66,7 @@ def build_parser(prog: str = PROG):
     return ap
 
 
+@entry_point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     setup_logging()
     ap = build_parser(prog)

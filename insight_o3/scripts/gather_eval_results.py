@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..cli import ExitCode
+from ..cli import ExitCode, entry_point
 from ..evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences
 from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, read_json_object
 from ..storage.atomic import write_text_atomic
@@ -260,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@entry_point
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:

@@ -34,7 +34,7 @@ import os
 import sys
 from typing import Any
 
-from ..cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
+from ..cli import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
 from ..data.collage import CollageConfig
 from ..data.collage_jobs import (
     DEFAULT_QUESTION_TEMPLATE,
@@ -229,6 +229,7 @@ def _pool_main(argv: list[str]) -> int:
     return run_main(body, bad_input=(PoolError,))
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     argv = sys.argv[1:] if argv is None else argv

@@ -37,7 +37,16 @@ import re
 import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, add_client_flags, new_parser, report_stop, setup_logging
+from ..cli import (
+    STOP_ERRORS,
+    ExitCode,
+    add_budget_flags,
+    add_client_flags,
+    entry_point,
+    new_parser,
+    report_stop,
+    setup_logging,
+)
 from ..evaluation.agreement import agreement_lines, judge_agreement
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import card_invocation, fixed_settings
@@ -367,6 +376,7 @@ def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     p = build_parser()
