@@ -307,11 +307,11 @@ def test_evaluate_vsearch_fixes_its_settings(openai_server, tmp_path, capsys):
         lambda *x: run(str(ann), str(img_dir), out, srv.base_url, "--no_progress", *x),
         out,
         "run_card.json",
-        ["--prompt", "simple"],
+        ["--vsearcher_prompt", "simple"],
         ["--concurrency", "1"],
         capsys,
     )
-    assert card[FIXED_KEY]["annotation_sha256"] and card[FIXED_KEY]["prompt"] == "trained"
+    assert card[FIXED_KEY]["annotation_sha256"] and card[FIXED_KEY]["vsearcher_prompt"] == "trained"
 
 
 def test_difficulty_filter_fixes_its_settings(openai_server, tmp_path, capsys):

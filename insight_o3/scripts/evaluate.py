@@ -37,14 +37,21 @@ from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
 from ..cli import (
+    OUTPUT_ROOT,
     STOP_ERRORS,
     ExitCode,
     add_allow_outside_flag,
     add_budget_flags,
     add_cap_flags,
     add_client_flags,
+    add_image_budget_flag,
+    add_judge_flags,
+    add_output_dir,
+    add_separate_requests_flag,
+    add_vsearcher_flags,
     check_run_flags,
     entry_point,
+    new_parser,
     report_stop,
     setup_logging,
 )
@@ -116,9 +123,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", required=True)
     g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
     g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
-    g.add_argument(
-        "--img_max_pixels",
-        type=int,
+    add_image_budget_flag(
+        g,
         default=None,
         help="resize budget in pixels; 0 = no limit (default: the paper's, 1280*1280 when the model "
         "name contains 'gpt', else 3500*3500)",
@@ -140,13 +146,11 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
 
 def _judge_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("judge")
-    g.add_argument("--judge_model", default="gpt-5-nano")
-    g.add_argument(
-        "--judge_api_base_url",
-        help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL, then the model's endpoint (--api_base_url)",
-    )
-    g.add_argument(
-        "--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY, then the model's key on its endpoint"
+    add_judge_flags(
+        g,
+        model_help="the judge model (default: gpt-5-nano, the paper's)",
+        url_help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL, then the model's endpoint (--api_base_url)",
+        key_help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY, then the model's key on its endpoint",
     )
     g.add_argument(
         "--max_answer_length",
@@ -192,16 +196,12 @@ def _rate_flags(g) -> None:
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run")
-    g.add_argument("--output_dir", default="./outputs/eval")
+    add_output_dir(g, default=os.path.join(OUTPUT_ROOT, "eval"), help="results go to <output_dir>/<eval_name>")
     g.add_argument("--num_trials", type=int, default=1)
     _rate_flags(g)
     add_budget_flags(g, what="samples")
     add_cap_flags(g)
-    g.add_argument(
-        "--separate_trial_requests",
-        action="store_true",
-        help="one request per trial instead of n=num_trials (for APIs that reject n>1)",
-    )
+    add_separate_requests_flag(g)
     g.add_argument(
         "--retry_failed", action="store_true", help="query again the pairs whose record is a critical (API) failure"
     )
@@ -234,8 +234,7 @@ def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
     g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
     g.add_argument("--vsearcher_api_key", help="default: $VSEARCHER_API_KEY")
-    g.add_argument("--vsearcher_max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
-    g.add_argument("--vsearcher_prompt", choices=("trained", "simple"), default="trained")
+    add_vsearcher_flags(g, default_max_pixels=VSEARCHER_EVAL_MAX_PIXELS)
     g.add_argument("--max_vsearch_calls", type=int, default=LIMITS.max_search_calls)
     g.add_argument(
         "--vsearcher_chat_completion_kwargs",
@@ -259,7 +258,7 @@ def _analysis_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.evaluate", description=__doc__.split("\n")[0])
+    p = new_parser("python -m insight_o3.scripts.evaluate", __doc__.split("\n")[0])
     for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags):
         flags(p)
     return p

@@ -42,6 +42,7 @@ from ..cli import (
     ExitCode,
     add_budget_flags,
     add_client_flags,
+    add_judge_flags,
     entry_point,
     new_parser,
     report_stop,
@@ -185,16 +186,12 @@ def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]]
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.rejudge", __doc__.split("\n")[0])
     p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
-    p.add_argument("--judge_model", required=True, nargs="+", help="one or more judges (each its own eval dir)")
-    p.add_argument(
-        "--judge_api_base_url",
-        nargs="+",
-        help="one for every judge, or one per judge (default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL)",
-    )
-    p.add_argument(
-        "--judge_api_key",
-        nargs="+",
-        help="one for every judge, or one per judge (default: $JUDGE_API_KEY, then $OPENAI_API_KEY)",
+    add_judge_flags(
+        p,
+        many=True,
+        model_help="one or more judges (each its own eval dir)",
+        url_help="one for every judge, or one per judge (default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL)",
+        key_help="one for every judge, or one per judge (default: $JUDGE_API_KEY, then $OPENAI_API_KEY)",
     )
     p.add_argument("--judge_flow", choices=FLOWS, default=None, help="default: the source run's")
     p.add_argument("--max_answer_length", type=int, default=None, help="default: the source run's (1000)")
