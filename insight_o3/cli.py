@@ -243,10 +243,19 @@ def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None
 
 
 def add_run_flags(
-    p, *, concurrency: int, failure_ratio: bool = True, image_workers: bool = True, progress: bool = True
+    p,
+    *,
+    concurrency: int | None,
+    failure_ratio: bool = True,
+    image_workers: bool = True,
+    progress: bool = True,
+    concurrency_help: str = "requests in flight",
 ) -> None:
-    """``--concurrency``, ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
-    p.add_argument("--concurrency", type=int, default=concurrency, help=f"requests in flight (default: {concurrency})")
+    """``--concurrency`` (None: not added), ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
+    if concurrency is not None:
+        p.add_argument(
+            "--concurrency", type=int, default=concurrency, help=f"{concurrency_help} (default: {concurrency})"
+        )
     if failure_ratio:
         p.add_argument(
             "--max_failure_ratio",

@@ -121,3 +121,18 @@ def test_the_original_readme_command_still_parses():
     a = evaluate.build_parser().parse_args([*argv, "--num_trials", "3"])
     assert (a.model, a.judge_model, a.judge_api_base_url, a.num_trials) == ("m", "j", "http://y/v1", 3)
     assert a.output_dir == os.path.join("outputs", "eval")  # "saved under outputs/eval/<eval_name>"
+
+
+def test_run_flags_come_from_one_definition():
+    """The same help text everywhere: each command adds them through cli.add_run_flags / add_client_flags."""
+
+    def helps(p: argparse.ArgumentParser) -> dict[str, str | None]:
+        return {s: a.help for a in p._actions for s in a.option_strings}
+
+    shared = ("--max_failure_ratio", "--no_progress", "--skip_endpoint_check", "--client_timeout")
+    seen: dict[str, set] = {f: set() for f in shared}
+    for command in ("evaluate", "rejudge", "evaluate_vsearch", "filter_difficulty", "check_reliability"):
+        h = helps(PARSERS[command]())
+        for f in shared:
+            seen[f].add(h[f])
+    assert all(len(v) == 1 for v in seen.values()), seen

@@ -47,6 +47,7 @@ from ..cli import (
     add_image_budget_flag,
     add_judge_flags,
     add_output_dir,
+    add_run_flags,
     add_separate_requests_flag,
     add_vsearcher_flags,
     check_run_flags,
@@ -69,7 +70,7 @@ from ..preflight import Endpoint
 from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunGuard
+from ..run_guard import RunGuard
 from ..run_integrity import SettingsChanged
 from ..solver import Solver
 from ..storage.record_log import RecordFileError
@@ -176,11 +177,13 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _rate_flags(g) -> None:
-    g.add_argument(
-        "--concurrency",
-        type=int,
-        default=128,
-        help="samples in flight, and the starting request concurrency per endpoint: halved on a "
+    add_run_flags(
+        g,
+        concurrency=128,
+        failure_ratio=False,
+        image_workers=False,
+        progress=False,
+        concurrency_help="samples in flight, and the starting request concurrency per endpoint: halved on a "
         "429 storm, grown back by one after that many successes in a row",
     )
     g.add_argument("--rpm", type=float, default=None, help="requests per minute to the model endpoint")
@@ -205,7 +208,6 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--retry_failed", action="store_true", help="query again the pairs whose record is a critical (API) failure"
     )
-    g.add_argument("--no_progress", action="store_true", help="no progress bar")
     g.add_argument(
         "--image_cache_mb",
         type=int,
@@ -213,20 +215,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         help="memory for encoded images shared by questions/trials (samples run grouped by image, "
         "so a small cache still encodes each image once)",
     )
-    g.add_argument(
-        "--image_workers",
-        type=int,
-        default=None,
-        help="processes that decode/resize/encode images (default: the usable CPUs; 0 = threads of the main process)",
-    )
-    g.add_argument(
-        "--max_failure_ratio",
-        type=float,
-        default=DEFAULT_MAX_FAILURE_RATIO,
-        help=f"stop when more than this share of the run's API requests failed after retries, "
-        f"judged from the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 "
-        f"stops the run at once regardless",
-    )
+    add_run_flags(g, concurrency=None)  # --max_failure_ratio, --image_workers, --no_progress
 
 
 def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
