@@ -358,8 +358,9 @@ def cost_model(a: argparse.Namespace) -> CostModel | None:
 
 
 def args_record(a: argparse.Namespace) -> dict:
-    """What args.json holds: every setting except the keys."""
-    return {k: v for k, v in vars(a).items() if k not in SECRET_ARGS}
+    """What args.json holds: every setting except the keys, and the directory the command ran in (relative
+    --ann_file/--img_dir and the records' image paths are relative to it; the viewers join them)."""
+    return {**{k: v for k, v in vars(a).items() if k not in SECRET_ARGS}, "working_dir": os.getcwd()}
 
 
 def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
