@@ -59,7 +59,20 @@ class BadInput(ValueError):
 
 
 #: Option strings still accepted but left out of ``--help`` (old spellings kept for compatibility).
-HIDDEN_ALIASES = frozenset({"--out_dir", "--out", "--base_url", "--judge_base_url", "--timeout"})
+HIDDEN_ALIASES = frozenset(
+    {
+        "--out_dir",
+        "--out",
+        "--base_url",
+        "--judge_base_url",
+        "--timeout",
+        "--max_pixels",  # -> --img_max_pixels (evaluate_vsearch: --vsearcher_max_pixels)
+        "--prompt",  # evaluate_vsearch -> --vsearcher_prompt
+        "--separate_attempt_requests",  # -> --separate_trial_requests
+    }
+)
+#: The one default root of every command's outputs (``<OUTPUT_ROOT>/eval``, ``<OUTPUT_ROOT>/vsearch/<model>``, ...).
+OUTPUT_ROOT = "outputs"
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -106,6 +119,53 @@ def add_output_dir(
     aliases: tuple[str, ...] = ("--out_dir",),
 ) -> None:
     p.add_argument("--output_dir", *aliases, dest=dest, required=required, default=default, help=help)
+
+
+def add_image_budget_flag(p, *, default: int | None, help: str) -> None:
+    """``--img_max_pixels`` (the released evaluate's name; ``--max_pixels`` is a hidden alias): the pixel budget of
+    the whole images a model is sent."""
+    p.add_argument("--img_max_pixels", "--max_pixels", dest="img_max_pixels", type=int, default=default, help=help)
+
+
+def add_separate_requests_flag(p, *, what: str = "trial", count_flag: str = "--num_trials") -> None:
+    """``--separate_trial_requests`` (the released evaluate's name; ``--separate_attempt_requests`` is a hidden alias)."""
+    p.add_argument(
+        "--separate_trial_requests",
+        "--separate_attempt_requests",
+        dest="separate_trial_requests",
+        action="store_true",
+        help=f"one request per {what} instead of n={count_flag} (for APIs that reject n>1)",
+    )
+
+
+def add_vsearcher_flags(p, *, default_max_pixels: int, aliases: bool = False) -> None:
+    """``--vsearcher_max_pixels`` and ``--vsearcher_prompt`` (``aliases``: also the hidden ``--max_pixels`` /
+    ``--prompt`` that ``evaluate_vsearch`` once used)."""
+    p.add_argument(
+        "--vsearcher_max_pixels",
+        *(["--max_pixels"] if aliases else []),
+        dest="vsearcher_max_pixels",
+        type=int,
+        default=default_max_pixels,
+        help=f"the vSearcher's image budget on Qwen2.5-VL's grid (default {default_max_pixels})",
+    )
+    p.add_argument(
+        "--vsearcher_prompt",
+        *(["--prompt"] if aliases else []),
+        dest="vsearcher_prompt",
+        choices=("trained", "simple"),
+        default="trained",
+        help="trained: the RL-trained vSearcher's prompt; simple: a plain localisation prompt",
+    )
+
+
+def add_judge_flags(p, *, model_help: str = "", url_help: str, key_help: str, many: bool = False) -> None:
+    """``--judge_model``, ``--judge_api_base_url`` (hidden alias ``--judge_base_url``) and ``--judge_api_key``: the
+    same spelling in every command that asks a judge (``many``: one or more values each, as ``rejudge``)."""
+    nargs = {"nargs": "+"} if many else {}
+    p.add_argument("--judge_model", required=many, default=None if many else "gpt-5-nano", help=model_help, **nargs)
+    p.add_argument("--judge_api_base_url", "--judge_base_url", dest="judge_api_base_url", help=url_help, **nargs)
+    p.add_argument("--judge_api_key", help=key_help, **nargs)
 
 
 def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = False) -> None:
@@ -183,10 +243,19 @@ def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None
 
 
 def add_run_flags(
-    p, *, concurrency: int, failure_ratio: bool = True, image_workers: bool = True, progress: bool = True
+    p,
+    *,
+    concurrency: int | None,
+    failure_ratio: bool = True,
+    image_workers: bool = True,
+    progress: bool = True,
+    concurrency_help: str = "requests in flight",
 ) -> None:
-    """``--concurrency``, ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
-    p.add_argument("--concurrency", type=int, default=concurrency, help=f"requests in flight (default: {concurrency})")
+    """``--concurrency`` (None: not added), ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
+    if concurrency is not None:
+        p.add_argument(
+            "--concurrency", type=int, default=concurrency, help=f"{concurrency_help} (default: {concurrency})"
+        )
     if failure_ratio:
         p.add_argument(
             "--max_failure_ratio",

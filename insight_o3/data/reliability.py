@@ -136,6 +136,7 @@ class ReliabilitySettings:
     checkers: tuple[CheckerEndpoint, ...]
     judge_model: str = "gpt-5-nano"
     judge_api_key: str | None = None
+    judge_api_key_env: str | None = None  # a variable named for the judge's key (it must be set)
     judge_api_base_url: str | None = None
     all_sources: bool = False
     chat_completion_kwargs: dict = field(default_factory=dict)
@@ -147,6 +148,7 @@ class ReliabilitySettings:
     max_tokens_total: int | None = None
     progress: bool = True
     check_endpoints: bool = True
+    image_workers: int | None = None  # processes that decode/resize/encode (None: the usable CPUs; 0: threads)
 
 
 class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
@@ -179,7 +181,7 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
         kw: dict[str, Any] = dict(
             timeout=a.client_timeout, max_retries=a.max_retries, max_connections=max(a.concurrency, 16)
         )
-        store = ImageStore(originals_cached=0)
+        store = ImageStore.for_image_workers(a.image_workers, originals_cached=0)
         self.on_close(store.close)
         resize = Resize(max_pixels=a.max_pixels or None)
         self.checkers = [
@@ -197,7 +199,10 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
             )
             for c in a.checkers
         ]
-        self.judge = AnswerJudge(self.client(a.judge_api_key, a.judge_api_base_url, role="judge", **kw), a.judge_model)
+        self.judge = AnswerJudge(
+            self.client(a.judge_api_key, a.judge_api_base_url, key_env=a.judge_api_key_env, role="judge", **kw),
+            a.judge_model,
+        )
 
     def _previous_checks(self, unit: tuple[int, SourceItem]) -> dict | None:
         return (self.previous(unit) or {}).get("checks")

@@ -245,7 +245,9 @@ class EvalJob(ResumableJob[Sample, dict]):
             self.run_dir.reopen_trial(k)
 
     def log_files(self) -> dict:
-        return {k: self.run_dir.records_path(k) for k in self.open_trials}
+        # absolute: ResumableJob joins relative names to the run directory, and records_path already holds it
+        # (a relative --output_dir, e.g. the default ./outputs/eval, gave <dir>/<dir>/trial_0/...)
+        return {k: os.path.abspath(self.run_dir.records_path(k)) for k in self.open_trials}
 
     def parse(self, name):
         return EvalRecord.from_dict

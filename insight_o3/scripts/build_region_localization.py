@@ -36,6 +36,7 @@ from ..cli import (
     ExitCode,
     add_api_flags,
     add_client_flags,
+    add_image_budget_flag,
     add_output_dir,
     add_run_flags,
     add_token_budget_flag,
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="gpt-5-nano")
     add_api_flags(ap, env="main", aliases=True)
     add_client_flags(ap, max_retries=5, client_timeout=300.0, aliases=True)
-    ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="image sent downscaled under this (0: as is)")
+    add_image_budget_flag(ap, default=1280 * 1280, help="image sent downscaled under this (0: as is)")
     ap.add_argument("--max_tokens", type=int, default=None)
     ap.add_argument("--temperature", type=float, default=None)
     ap.add_argument("--no_retry_failed", action="store_true", help="keep failures of earlier runs as they are")
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = DescribeConfig(
         model=a.model,
         concurrency=a.concurrency,
-        max_pixels=a.max_pixels or None,
+        max_pixels=a.img_max_pixels or None,
         max_tokens=a.max_tokens,
         temperature=a.temperature,
         retry_failed=not a.no_retry_failed,

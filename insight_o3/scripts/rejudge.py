@@ -42,6 +42,8 @@ from ..cli import (
     ExitCode,
     add_budget_flags,
     add_client_flags,
+    add_judge_flags,
+    add_run_flags,
     entry_point,
     new_parser,
     report_stop,
@@ -58,7 +60,7 @@ from ..evaluation.schema import EvalRecord
 from ..preflight import Endpoint
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
+from ..run_guard import RunGuard
 from ..run_integrity import SettingsChanged
 from ..solver import Attempt
 from ..storage.atomic import write_json_atomic
@@ -185,16 +187,12 @@ def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]]
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.rejudge", __doc__.split("\n")[0])
     p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
-    p.add_argument("--judge_model", required=True, nargs="+", help="one or more judges (each its own eval dir)")
-    p.add_argument(
-        "--judge_api_base_url",
-        nargs="+",
-        help="one for every judge, or one per judge (default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL)",
-    )
-    p.add_argument(
-        "--judge_api_key",
-        nargs="+",
-        help="one for every judge, or one per judge (default: $JUDGE_API_KEY, then $OPENAI_API_KEY)",
+    add_judge_flags(
+        p,
+        many=True,
+        model_help="one or more judges (each its own eval dir)",
+        url_help="one for every judge, or one per judge (default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL)",
+        key_help="one for every judge, or one per judge (default: $JUDGE_API_KEY, then $OPENAI_API_KEY)",
     )
     p.add_argument("--judge_flow", choices=FLOWS, default=None, help="default: the source run's")
     p.add_argument("--max_answer_length", type=int, default=None, help="default: the source run's (1000)")
@@ -205,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the new eval dir is <output_dir>/<eval_name>, <output_dir> defaulting to the source "
         "run's (default: <eval_dir>@rejudge-<judge_model>)",
     )
-    p.add_argument("--concurrency", type=int, default=64)
+    add_run_flags(p, concurrency=64, image_workers=False, concurrency_help="judge requests in flight")
     p.add_argument(
         "--no_judge_cache",
         action="store_true",
@@ -214,8 +212,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
     add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
-    p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
-    p.add_argument("--no_progress", action="store_true")
     g = p.add_argument_group("judge agreement")
     g.add_argument(
         "--agreement_out",
