@@ -10,12 +10,22 @@ Keys are resolved by :func:`resolve_key` and handed to :func:`make_client`; both
 
 A client built with a :class:`~insight_o3.run_guard.RunGuard` reports the outcome of every request
 (after the SDK's retries) to it: the first 401/403/404 from the endpoint stops the run (a wrong key or
-model name fails every request alike), and so does a run whose requests mostly fail.
+model name fails every request alike), and so does an endpoint whose requests mostly fail.
+
+Every reply is untrusted: before anything else reads it, :func:`insight_o3.untrusted.check_reply` escapes
+text that cannot be stored as UTF-8 and drops usage that is not non-negative integers; what it found is
+counted per endpoint by the guard and logged (once per endpoint and kind).
+
+The timeout (``--client_timeout``) is a **total deadline per HTTP attempt**: connecting, sending and
+receiving the whole reply must finish within it (:class:`DeadlineHttpClient`), so a server that trickles a
+byte every few seconds cannot hold a request past it — the SDK's own timeout only bounds each read. An
+attempt past its deadline is a timeout to the SDK, which retries it (``--max_retries``) with a fresh deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -24,9 +34,11 @@ import openai
 from openai import AsyncOpenAI
 
 from .redaction import register_secret, register_url
+from .untrusted import ReplyCheck, check_reply
 from .usage import record_response
 
 log = logging.getLogger(__name__)
+
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_TIMEOUT = 600.0
 #: Env vars consulted when a flag is not given, per role, in order.
@@ -83,6 +95,31 @@ def _limits(max_connections: int):
     )
 
 
+class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
+    """The SDK's default async HTTP client with a total ``deadline`` (seconds) per ``send``: connecting,
+    the request and the whole reply body (the SDK reads non-streamed bodies inside ``send``). Past it,
+    the SDK sees its HTTP package's ``ReadTimeout`` and retries as for any timeout."""
+
+    def __init__(self, *, deadline: float, **kwargs):
+        super().__init__(**kwargs)
+        self.deadline = deadline
+
+    async def send(self, request, **kw):
+        try:
+            async with asyncio.timeout(self.deadline):
+                return await super().send(request, **kw)
+        except TimeoutError:
+            raise _http_package().ReadTimeout(
+                f"no complete reply within the {self.deadline:g} s deadline of this attempt (--client_timeout)",
+                request=request,
+            ) from None
+
+
+def _http_package():
+    """``httpx`` (openai 1.x/2.x) or ``httpx2`` (3.x): the package of the SDK's timeout type."""
+    return importlib.import_module(type(openai.DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0])
+
+
 def make_client(
     api_key: str | None,
     base_url: str | None,
@@ -96,20 +133,22 @@ def make_client(
 ) -> AsyncOpenAI:
     """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
 
-    ``role`` names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
+    ``timeout``: the total deadline of each HTTP attempt in seconds (see the module docstring). ``role``
+    names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
     :class:`~insight_o3.run_guard.RunGuard`) every request's outcome is reported to it; with
     ``limiter`` (a :class:`~insight_o3.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
-    included, waits for a slot of it and reports 429s to it.
+    included, waits for a slot of it (outside the deadline) and reports 429s to it.
     """
     register_secret(api_key)
     register_url(base_url)
     timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
+    http_kwargs = dict(limits=_limits(max_connections), timeout=timeout, deadline=timeout)
     if limiter is None:
-        http_client = openai.DefaultAsyncHttpxClient(limits=_limits(max_connections), timeout=timeout)
+        http_client = DeadlineHttpClient(**http_kwargs)
     else:
         from .rate_limit import limited_http_client  # only runs with a limiter need it
 
-        http_client = limited_http_client(limiter, limits=_limits(max_connections), timeout=timeout)
+        http_client = limited_http_client(limiter, base=DeadlineHttpClient, **http_kwargs)
     kwargs = dict(
         api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=max_retries, http_client=http_client
     )
@@ -145,23 +184,49 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
                     f"{FATAL_STATUSES[e.status_code]}; the server said: {_server_message(e)}",
                 )
             else:
-                self.guard.request_done(self.role, f"{type(e).__name__}: {_server_message(e)}")
+                self.guard.request_done(self.role, f"{type(e).__name__}: {_server_message(e)}", self._base())
             raise
         except openai.APIError as e:  # connection errors, timeouts, malformed responses
             if self.guard is not None:
-                self.guard.request_done(self.role, f"{type(e).__name__}: {e}")
+                self.guard.request_done(self.role, f"{type(e).__name__}: {e}", self._base())
             raise
+        self._checked(check_reply(result))  # first: the error text below may hold what it escapes
         error = error_in_reply(result)
         if error is not None:
             if self.guard is not None:
-                self.guard.request_done(self.role, f"{ErrorReply.__name__}: {error}")
+                self.guard.request_done(self.role, f"{ErrorReply.__name__}: {error}", self._base())
             raise ErrorReply(error)
         if self.guard is not None:
-            self.guard.request_done(self.role, None)
+            self.guard.request_done(self.role, None, self._base())
         record_response(self.role, result)
         if self.limiter is not None:
             self.limiter.used_tokens(result)
         return result
+
+    def _base(self) -> str:
+        return str(self.base_url)
+
+    def _checked(self, check: ReplyCheck) -> None:
+        """Count (with a guard) and log what :func:`~insight_o3.untrusted.check_reply` found in a reply:
+        each kind once per endpoint when counted, else every time."""
+        if check == ReplyCheck():
+            return
+        seen = self.guard.reply_checked(self.role, check) if self.guard is not None else None
+        if check.escaped and (seen is None or seen.escaped_replies == 1):
+            log.warning(
+                "the %s endpoint sent text that cannot be stored as UTF-8 (lone surrogates); %d string(s) of the "
+                "reply were escaped (\\udXXX) — the run card counts such replies",
+                self.role,
+                check.escaped,
+            )
+        if check.usage != "ok" and (seen is None or seen.missing_usage == 1):
+            what = "usage that is not non-negative integers (dropped)" if check.usage == "invalid" else "no usage"
+            log.warning(
+                "the %s endpoint sent a reply with %s: counted in the records' unreported_requests, and token "
+                "totals, costs and --max_tokens_total are lower bounds from here on",
+                self.role,
+                what,
+            )
 
 
 class ErrorReply(ValueError):

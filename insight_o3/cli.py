@@ -3,6 +3,10 @@
 Exit codes: :class:`~insight_o3.exit_codes.ExitCode` (the same for every ``insight_o3.scripts.*`` command and
 ``insight-o3-*`` console script); :func:`report_stop` maps every deliberate stop to its code and one line.
 
+Every command's ``main`` is wrapped in :func:`entry_point`: Ctrl-C (SIGINT) and SIGTERM stop it the same way —
+work in flight is cancelled, finished records stay as written, worker processes end with it — and it ends
+with one line on stderr and status 4 (``STOPPED``), never a traceback.
+
 Flags shared by several commands have one spelling everywhere (``--output_dir``, ``--api_base_url``,
 ``--api_key``, ``--concurrency``, ``--max_retries``, ``--client_timeout``, ``--max_failure_ratio``,
 ``--image_workers``, ``--no_progress``); older spellings that the docs once used (``--out_dir``,
@@ -12,22 +16,37 @@ Flags shared by several commands have one spelling everywhere (``--output_dir``,
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import logging
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
-from .api import ENV_KEYS, quiet_http_logs
+from .api import DEFAULT_TIMEOUT, ENV_KEYS, quiet_http_logs
 from .caps import DEFAULT_MAX_REPLY_CHARS
 from .exit_codes import ExitCode
 from .images import DEFAULT_MAX_DECODE_VALUES
 from .paths import ALLOW_OUTSIDE_FLAG
+from .preflight import EndpointError
 from .redaction import RedactingFilter, redact
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
 from .run_integrity import CardError, Invocation, SettingsChanged, git_commit
 from .run_lock import RunLockedError
 from .storage.atomic import OutputError
 
-__all__ = ["ExitCode", "BadInput", "STOP_ERRORS", "report_stop", "run_main", "new_parser", "setup_logging"]
+__all__ = [
+    "ExitCode",
+    "BadInput",
+    "STOP_ERRORS",
+    "entry_point",
+    "report_stop",
+    "run_main",
+    "new_parser",
+    "setup_logging",
+]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: The errors that stop a run on purpose (each has its exit code in :func:`report_stop`).
@@ -40,7 +59,20 @@ class BadInput(ValueError):
 
 
 #: Option strings still accepted but left out of ``--help`` (old spellings kept for compatibility).
-HIDDEN_ALIASES = frozenset({"--out_dir", "--out", "--base_url", "--judge_base_url", "--timeout"})
+HIDDEN_ALIASES = frozenset(
+    {
+        "--out_dir",
+        "--out",
+        "--base_url",
+        "--judge_base_url",
+        "--timeout",
+        "--max_pixels",  # -> --img_max_pixels (evaluate_vsearch: --vsearcher_max_pixels)
+        "--prompt",  # evaluate_vsearch -> --vsearcher_prompt
+        "--separate_attempt_requests",  # -> --separate_trial_requests
+    }
+)
+#: The one default root of every command's outputs (``<OUTPUT_ROOT>/eval``, ``<OUTPUT_ROOT>/vsearch/<model>``, ...).
+OUTPUT_ROOT = "outputs"
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -89,6 +121,53 @@ def add_output_dir(
     p.add_argument("--output_dir", *aliases, dest=dest, required=required, default=default, help=help)
 
 
+def add_image_budget_flag(p, *, default: int | None, help: str) -> None:
+    """``--img_max_pixels`` (the released evaluate's name; ``--max_pixels`` is a hidden alias): the pixel budget of
+    the whole images a model is sent."""
+    p.add_argument("--img_max_pixels", "--max_pixels", dest="img_max_pixels", type=int, default=default, help=help)
+
+
+def add_separate_requests_flag(p, *, what: str = "trial", count_flag: str = "--num_trials") -> None:
+    """``--separate_trial_requests`` (the released evaluate's name; ``--separate_attempt_requests`` is a hidden alias)."""
+    p.add_argument(
+        "--separate_trial_requests",
+        "--separate_attempt_requests",
+        dest="separate_trial_requests",
+        action="store_true",
+        help=f"one request per {what} instead of n={count_flag} (for APIs that reject n>1)",
+    )
+
+
+def add_vsearcher_flags(p, *, default_max_pixels: int, aliases: bool = False) -> None:
+    """``--vsearcher_max_pixels`` and ``--vsearcher_prompt`` (``aliases``: also the hidden ``--max_pixels`` /
+    ``--prompt`` that ``evaluate_vsearch`` once used)."""
+    p.add_argument(
+        "--vsearcher_max_pixels",
+        *(["--max_pixels"] if aliases else []),
+        dest="vsearcher_max_pixels",
+        type=int,
+        default=default_max_pixels,
+        help=f"the vSearcher's image budget on Qwen2.5-VL's grid (default {default_max_pixels})",
+    )
+    p.add_argument(
+        "--vsearcher_prompt",
+        *(["--prompt"] if aliases else []),
+        dest="vsearcher_prompt",
+        choices=("trained", "simple"),
+        default="trained",
+        help="trained: the RL-trained vSearcher's prompt; simple: a plain localisation prompt",
+    )
+
+
+def add_judge_flags(p, *, model_help: str = "", url_help: str, key_help: str, many: bool = False) -> None:
+    """``--judge_model``, ``--judge_api_base_url`` (hidden alias ``--judge_base_url``) and ``--judge_api_key``: the
+    same spelling in every command that asks a judge (``many``: one or more values each, as ``rejudge``)."""
+    nargs = {"nargs": "+"} if many else {}
+    p.add_argument("--judge_model", required=many, default=None if many else "gpt-5-nano", help=model_help, **nargs)
+    p.add_argument("--judge_api_base_url", "--judge_base_url", dest="judge_api_base_url", help=url_help, **nargs)
+    p.add_argument("--judge_api_key", help=key_help, **nargs)
+
+
 def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = False) -> None:
     """``--{prefix}api_base_url`` / ``--{prefix}api_key`` with the env vars of ``api.ENV_KEYS[env]`` in the help.
     ``aliases``: also accept the older ``--{prefix}base_url``."""
@@ -131,13 +210,27 @@ def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
         )
 
 
+#: What ``--client_timeout`` means (see :class:`insight_o3.api.DeadlineHttpClient`).
+CLIENT_TIMEOUT_HELP = (
+    "total deadline in seconds of each HTTP attempt, from connecting to the last byte of the reply (a slow or "
+    "trickling server cannot hold a request longer); each of the SDK's --max_retries retries gets a fresh one"
+)
+
+
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
-    """``--max_retries`` (the openai SDK's retries) and ``--client_timeout`` (seconds per request)."""
+    """``--max_retries`` (the openai SDK's retries), ``--client_timeout`` (:data:`CLIENT_TIMEOUT_HELP`) and
+    ``--skip_endpoint_check`` (:mod:`insight_o3.preflight`)."""
     p.add_argument(
         "--max_retries",
         type=int,
         default=max_retries,
         help=f"the openai SDK's retries per request (default: {max_retries})",
+    )
+    p.add_argument(
+        "--skip_endpoint_check",
+        action="store_true",
+        help="do not ask every endpoint (models list) before the first item (an unreachable one or a refused key "
+        "otherwise stops the run at once, status 4)",
     )
     opts = ["--client_timeout"] + (["--timeout"] if aliases else [])
     p.add_argument(
@@ -145,15 +238,24 @@ def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None
         dest="client_timeout",
         type=float,
         default=client_timeout,
-        help=f"seconds per request (default: {client_timeout if client_timeout else 'the SDK default, 600'})",
+        help=f"{CLIENT_TIMEOUT_HELP} (default: {client_timeout if client_timeout else DEFAULT_TIMEOUT:g})",
     )
 
 
 def add_run_flags(
-    p, *, concurrency: int, failure_ratio: bool = True, image_workers: bool = True, progress: bool = True
+    p,
+    *,
+    concurrency: int | None,
+    failure_ratio: bool = True,
+    image_workers: bool = True,
+    progress: bool = True,
+    concurrency_help: str = "requests in flight",
 ) -> None:
-    """``--concurrency``, ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
-    p.add_argument("--concurrency", type=int, default=concurrency, help=f"requests in flight (default: {concurrency})")
+    """``--concurrency`` (None: not added), ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
+    if concurrency is not None:
+        p.add_argument(
+            "--concurrency", type=int, default=concurrency, help=f"{concurrency_help} (default: {concurrency})"
+        )
     if failure_ratio:
         p.add_argument(
             "--max_failure_ratio",
@@ -253,6 +355,9 @@ def report_stop(e: BaseException, redact: Callable[[str], str] = redact, results
             )
         print(redact(msg), file=sys.stderr)
         return ExitCode.OUTPUT_ERROR
+    if isinstance(e, EndpointError):  # nothing ran yet
+        print(redact(f"error: {e} (--skip_endpoint_check skips this check)"), file=sys.stderr)
+        return ExitCode.STOPPED
     if isinstance(e, RunStopped):
         hint = f"; {e.resume_hint}" if e.resume_hint else ""
         print(redact(f"error: {e}. Samples finished before this are safe{where}{hint}"), file=sys.stderr)
@@ -281,3 +386,55 @@ def run_main(
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
         return report_stop(e, redact, results)
+
+
+# ----------------------------------------------------------------------------- signals
+MainT = TypeVar("MainT", bound=Callable[..., int])
+#: Set on the function :func:`entry_point` returns (tests check that every command has it).
+ENTRY_POINT_ATTR = "__insight_o3_entry_point__"
+
+
+def entry_point(main: MainT) -> MainT:
+    """The wrapper of every command's ``main``: SIGINT and SIGTERM end it with one line and status 4.
+
+    SIGTERM is handled as Ctrl-C is: it goes to the current SIGINT handler (inside ``asyncio.run`` that
+    cancels the main task, so ``finally`` blocks close clients, image workers and record logs, and records
+    already written stay; elsewhere it raises ``KeyboardInterrupt``). The ``KeyboardInterrupt`` that ends
+    either is turned into ``stopped by SIG…; … rerun the same command to resume`` and
+    :attr:`ExitCode.STOPPED`. A second signal while stopping stops at once, the same way."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs) -> int:
+        received: list[str] = []
+        with _sigterm_as_interrupt(received):
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                name = received[0] if received else "SIGINT"
+                print(f"stopped by {name}; what finished is kept — rerun the same command to resume", file=sys.stderr)
+                return ExitCode.STOPPED
+
+    setattr(wrapper, ENTRY_POINT_ATTR, True)
+    return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt(received: list[str]) -> Iterator[None]:
+    """While inside: SIGTERM is passed to the SIGINT handler (only the main thread can set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        received.append("SIGTERM")
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):  # Python's default (raises KeyboardInterrupt) or asyncio.run's (cancels)
+            handler(signal.SIGINT, frame)
+        else:  # SIGINT ignored (a background job of a non-interactive shell): stop anyway
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

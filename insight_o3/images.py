@@ -12,17 +12,30 @@ resampling and encoding then use every core instead of contending for the GIL), 
 pool. A worker process is an in-process ``ImageStore`` of its own (same code path, its own small
 cache of decoded originals), so the pixels are the same either way. Memory stays bounded: at most
 ``workers`` renders run at once, results go to the byte-bounded cache.
+
+Worker processes never outlive the run, however it ends (:func:`_init_worker`): each watches the
+process that made the pool (a pidfd, else its parent) and exits the moment it is gone — SIGKILL
+included — and ignores SIGINT, which a terminal's Ctrl-C sends to the whole process group: the
+parent stops them when it unwinds. The ``forkserver`` they are forked from and multiprocessing's
+resource tracker are started with stdin, stdout and stderr on ``/dev/null``
+(:func:`_start_helpers_detached`), so no process of the pool holds the caller's pipes:
+``evaluate … | tee log`` ends when ``evaluate`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import io
 import multiprocessing
 import os
+import select
+import signal
+import sys
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -424,6 +437,7 @@ class ImageStore:
                             self.quality,
                             self._originals_cached,
                             self.alpha,
+                            os.getpid(),
                         ),
                     )
                 else:
@@ -450,10 +464,51 @@ class ImageStore:
 _WORKER_STORE: ImageStore | None = None
 
 
+_HELPERS_LOCK = threading.Lock()
+
+
 def _worker_context():
-    """``forkserver`` where there is one: workers start small and without the parent's threads."""
+    """``forkserver`` where there is one: workers start small and without the parent's threads. Its server
+    process and the resource tracker are started detached from the caller's stdio (once per process)."""
     methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if ctx.get_start_method() == "forkserver":
+        _start_helpers_detached()
+    return ctx
+
+
+def _start_helpers_detached() -> None:
+    """Start multiprocessing's forkserver and resource tracker (if not running) with fds 0-2 on /dev/null:
+    they and every worker forked from the server then hold none of the caller's pipes."""
+    from multiprocessing import forkserver, resource_tracker
+
+    with _HELPERS_LOCK, _stdio_on_devnull():
+        resource_tracker.ensure_running()
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _stdio_on_devnull():
+    """Point fds 0, 1 and 2 at /dev/null while inside (for the processes started there), then restore them.
+    Only the instant of two ``fork_exec`` calls: output another thread writes then is lost."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    null = os.open(os.devnull, os.O_RDWR)
+    saved: list[tuple[int, int]] = []
+    try:
+        for fd in (0, 1, 2):
+            try:
+                saved.append((fd, os.dup(fd)))
+            except OSError:  # closed in this process: nothing to keep from the children
+                continue
+            os.dup2(null, fd)
+        yield
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(null)
 
 
 def _init_worker(
@@ -463,8 +518,12 @@ def _init_worker(
     quality: int | None,
     originals_cached: int,
     alpha: str = "drop",
+    owner_pid: int | None = None,
 ) -> None:
     global _WORKER_STORE
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the owner stops the pool
+    if owner_pid is not None:
+        _exit_with(owner_pid)
     _raise_pillow_limit(max_decode_pixels)
     _WORKER_STORE = ImageStore(
         max_cached_bytes=0,
@@ -476,6 +535,38 @@ def _init_worker(
         originals_cached=originals_cached,
         alpha=alpha,
     )
+
+
+def _exit_with(owner_pid: int) -> None:
+    """End this process as soon as process ``owner_pid`` is gone (a daemon thread waits on its pidfd;
+    without pidfds it checks every second whether the owner or this process's parent changed)."""
+    try:
+        pidfd = os.pidfd_open(owner_pid)
+    except ProcessLookupError:
+        os._exit(0)  # the owner is gone already
+    except (AttributeError, OSError):  # not Linux >= 5.3
+        pidfd = None
+    threading.Thread(target=_wait_for_exit, args=(owner_pid, pidfd), name="owner-watch", daemon=True).start()
+
+
+def _wait_for_exit(owner_pid: int, pidfd: int | None) -> None:
+    if pidfd is not None:
+        select.select([pidfd], [], [])  # readable once the owner has exited
+    else:
+        parent = os.getppid()
+        while os.getppid() == parent and _alive(owner_pid):
+            time.sleep(1.0)
+    os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user (pid reused): treat as alive
+        pass
+    return True
 
 
 def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int]:

@@ -24,6 +24,9 @@ What the job guarantees, for every command alike:
   (:attr:`~ResumableJob.card_file`) before anything else is written;
 * every finished item is one fsync'ed line before the next starts being counted
   (:class:`~insight_o3.storage.record_log.RecordLog`, one writer thread), so a crash loses nothing finished;
+* every endpoint (the clients made with :meth:`~ResumableJob.client`, and those given) is checked before the
+  first item (:mod:`insight_o3.preflight`: unreachable, key refused or a named key variable unset -> status 4),
+  unless ``check_endpoints`` is off (``--skip_endpoint_check``) or nothing is left to do;
 * a 401/403/404 or too many failed requests (:class:`~insight_o3.run_guard.RunGuard`, shared by the clients
   made with :meth:`~ResumableJob.client`) stops the run: work in flight is cancelled and not recorded;
 * a budget (``max_cost`` / ``max_tokens_total``) stops starting new items; those in flight are recorded;
@@ -31,6 +34,8 @@ What the job guarantees, for every command alike:
   (earlier runs included: the evaluation's records carry their usage) plus the tokens of every request
   made while a unit's work ran (this run only: records of the data tools carry no usage);
 * at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
+* however a run ends, its requests per endpoint (ok, failed, replies escaped or without valid usage) are added
+  to its history entry in the card (:meth:`~ResumableJob.record_endpoints`);
 * a failure of one item (:data:`insight_o3.errors.EXPECTED_ERRORS`) becomes that item's record when
   :meth:`~ResumableJob.failed` says how (retried by the next run), never a lost run.
 """
@@ -52,9 +57,10 @@ from tqdm.auto import tqdm
 from .api import make_client
 from .errors import EXPECTED_ERRORS
 from .exit_codes import ExitCode
+from .preflight import Endpoint, check_endpoints
 from .redaction import failure_reason
 from .run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
-from .run_integrity import Invocation, read_card, settle
+from .run_integrity import HISTORY_KEY, Invocation, read_card, settle
 from .run_lock import run_lock
 from .storage.atomic import write_json_atomic
 from .storage.record_log import RecordLog
@@ -79,6 +85,7 @@ class JobSettings:
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     max_cost: float | None = None
     max_tokens_total: int | None = None
+    check_endpoints: bool = True  # every client's endpoint asked once before the first item (insight_o3.preflight)
 
 
 class BudgetExceeded(RunStopped):
@@ -198,9 +205,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         *,
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
+        endpoints: Iterable[Endpoint] = (),
     ):
         self.directory = os.fspath(directory)
         self._invocation = invocation
+        self.endpoints: list[Endpoint] = list(endpoints)  # + one per client made with :meth:`client`
         self.settings = settings or JobSettings()
         self.guard = guard if guard is not None else RunGuard(self.settings.max_failure_ratio)
         self.budget = Budget(self.settings.max_cost, self.settings.max_tokens_total)
@@ -317,8 +326,10 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Rewrite log ``name`` with one line per key, in ``order`` (keys not in it are dropped)."""
         self.logs[name].compact(order)
 
-    def client(self, api_key: str | None, base_url: str | None, **kwargs):
-        """An API client reporting to this run's guard (see :func:`insight_o3.api.make_client`), closed at the end."""
+    def client(self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs):
+        """An API client reporting to this run's guard (see :func:`insight_o3.api.make_client`), closed at the end;
+        its endpoint is checked before the first item (``key_env``: the variable its key was to be read from)."""
+        self.endpoints.append(Endpoint(kwargs.get("role", "model"), base_url, api_key, key_env))
         c = make_client(api_key, base_url, guard=self.guard, **kwargs)
         self.on_close(c.close)
         return c
@@ -336,7 +347,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """The whole run under the directory's lock (:class:`~insight_o3.run_lock.RunLockedError` if held)."""
         items = list(items)
         with run_lock(self.directory, self.command):
-            self.settle_settings()
+            settled = self.settle_settings()
             self.prepare()
             items = self.collect(items)
             try:
@@ -350,15 +361,48 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                 summary = self.finish()
             finally:
                 self._close_logs()
+                if settled:
+                    self.record_endpoints()
         return JobResult(summary, self.incomplete(summary))
 
-    def settle_settings(self) -> None:
+    def record_endpoints(self) -> None:
+        """However the run ends: this run's requests per endpoint — URL, ok, failed, and the replies
+        :mod:`insight_o3.untrusted` had to escape or whose usage was invalid or missing
+        (:meth:`~insight_o3.run_guard.RunGuard.ledger`) — go into its entry of the card's history, and a
+        warning names the endpoints whose replies needed either."""
+        ledger = self.guard.ledger()
+        if not ledger:
+            return
+        try:
+            card = self.read_card()
+            history = card.get(HISTORY_KEY) if card else None
+            if not card or not isinstance(history, list) or not history or not isinstance(history[-1], dict):
+                return
+            history[-1]["endpoints"] = ledger
+            self.write_card(card)
+        except Exception as e:  # noqa: BLE001 - called while the run ends: must not hide how it ended
+            log.warning("could not add this run's counts per endpoint to %s: %s", self.card_path(), e)
+        for role, c in ledger.items():
+            if c["escaped_replies"] or c["missing_usage"]:
+                log.warning(
+                    "%s endpoint: %d repl(ies) with text escaped, %d without valid usage (%d invalid); counted in %s",
+                    role,
+                    c["escaped_replies"],
+                    c["missing_usage"],
+                    c["invalid_usage"],
+                    self.card_path(),
+                )
+
+    def settle_settings(self) -> bool:
         """Refuse a run whose result-changing settings differ from the directory's first run's (nothing written:
-        :class:`~insight_o3.run_integrity.SettingsChanged`); else record this run in the card's history."""
+        :class:`~insight_o3.run_integrity.SettingsChanged`); else record this run in the card's history.
+        Returns whether a card was written."""
         inv = self.invocation()
-        if inv is not None:
-            stored = self.read_card()
-            self.write_card(settle(stored, self.first_card(), inv, where=self.card_path(), hint=self.change_hint))
+        if inv is None:
+            return False
+        stored = self.read_card()
+        self.write_card(settle(stored, self.first_card(), inv, where=self.card_path(), hint=self.change_hint))
+        return True
 
     def _open_logs(self) -> None:
         for name, file in self.log_files().items():
@@ -393,6 +437,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
 
         try:
             await self.setup()
+            if plan.units and self.settings.check_endpoints:
+                await asyncio.to_thread(check_endpoints, self.endpoints)
             await gather_or_stop((one(u) for u in plan.units), self.guard)
         finally:
             self.progress.close()

@@ -168,10 +168,11 @@ class AdaptiveLimiter:
         }
 
 
-def limited_http_client(limiter: AdaptiveLimiter, **kwargs):
-    """The SDK's default async HTTP client whose every ``send`` goes through ``limiter``."""
+def limited_http_client(limiter: AdaptiveLimiter, base: type | None = None, **kwargs):
+    """An async HTTP client (``base``: a subclass of the SDK's default one, default that one itself) whose
+    every ``send`` first waits for a slot of ``limiter``."""
 
-    class LimitedHttpClient(openai.DefaultAsyncHttpxClient):
+    class LimitedHttpClient(base or openai.DefaultAsyncHttpxClient):  # type: ignore[misc]
         async def send(self, request, **kw):
             sent_at = await limiter.acquire()
             status, retry_after = None, None

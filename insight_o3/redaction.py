@@ -29,7 +29,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 _SECRETS: list[str] = []  # longest first, so a key containing another is removed whole
 _LOCK = threading.Lock()
-_BEARER = re.compile(r"(?i)((?:bearer|basic)\s+)[A-Za-z0-9._\-+/=]{8,}")
+_BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}")
+#: ``Basic <base64 of user:password>`` (masked only when the word after "Basic" decodes to ``x:y``).
+_BASIC = re.compile(r"(?i)(basic\s+)([A-Za-z0-9+/]{6,}={0,2})")
 MASK = "***"
 #: ``scheme://userinfo@`` (userinfo: anything up to the ``@`` before the host, no slash or space).
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@?#\"'<>]+@")
@@ -70,11 +72,22 @@ def redact(text: str) -> str:
     for s in list(_SECRETS):
         text = text.replace(s, MASK)
     text = _BEARER.sub(r"\1" + MASK, text)
+    text = _BASIC.sub(_mask_basic, text)
     if "://" in text:
         text = _USERINFO.sub(r"\1" + MASK + "@", text)
     if "=" in text:
         text = _KEY_PARAM.sub(r"\1" + MASK, text)
     return text
+
+
+def _mask_basic(m: re.Match) -> str:
+    """``Basic ***`` when the word after "Basic" is the base64 of ``user:password``; else the text unchanged
+    ("basic understanding" stays)."""
+    try:
+        decoded = base64.b64decode(m.group(2) + "=" * (-len(m.group(2)) % 4), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return m.group(0)
+    return m.group(1) + MASK if ":" in decoded else m.group(0)
 
 
 def redact_json(value: Any) -> Any:

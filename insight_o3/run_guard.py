@@ -5,8 +5,14 @@ It is *tripped* by
 
 * the first 401/403/404 from any endpoint (:class:`FatalAPIError`): a wrong key, model name or base
   URL fails every request alike, so recording them one by one as failed samples only wastes the run;
-* a run whose requests mostly fail (:class:`FailureRatioError`): more than ``max_failure_ratio`` of at
-  least ``min_requests`` requests of this run lost after the SDK's retries.
+* an endpoint whose requests mostly fail (:class:`FailureRatioError`): more than ``max_failure_ratio`` of
+  at least ``min_requests`` requests of this run *to one endpoint* (model, judge, vSearcher: counted per
+  client role) lost after the SDK's retries. Counting per endpoint matters: a dead judge among a healthy
+  model's successes would otherwise never reach the ratio, and every sample would fail one by one.
+
+The guard is also the run's ledger per endpoint (:class:`EndpointCounts`): requests that succeeded and
+failed, and what :mod:`insight_o3.untrusted` found in the replies (text escaped, usage invalid or missing),
+which a job writes into its run card (:meth:`RunGuard.ledger`).
 
 Once tripped, clients send nothing more, :func:`gather_or_stop` cancels the work in flight and raises
 the error, and the runners record nothing more (what is in flight may carry the failure that stopped
@@ -19,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable
+from dataclasses import asdict, dataclass
 
 from .exit_codes import ExitCode
 from .redaction import redact
+from .untrusted import ReplyCheck
 
 DEFAULT_MAX_FAILURE_RATIO = 0.5
 #: The failure ratio is only judged once this many requests of the run have finished.
@@ -54,19 +62,43 @@ class FatalAPIError(RunStopped):
 
 
 class FailureRatioError(RunStopped):
-    def __init__(self, failed: int, total: int, max_ratio: float, last: str):
-        super().__init__(failed, total, max_ratio, last)
+    """Too many of one endpoint's requests failed; names the endpoint (``role`` and ``url``)."""
+
+    def __init__(self, role: str, url: str | None, failed: int, total: int, max_ratio: float, last: str):
+        super().__init__(role, url, failed, total, max_ratio, last)
+        self.role, self.url = role, url
         self.failed, self.total, self.max_ratio, self.last = failed, total, max_ratio, last
 
     def __str__(self) -> str:
+        at = f" at {self.url}" if self.url else ""
         return (
-            f"{self.failed} of the {self.total} API requests of this run failed after retries "
-            f"(more than --max_failure_ratio {self.max_ratio:g}); last failure: {self.last}"
+            f"the {self.role} endpoint{at} failed {self.failed} of its {self.total} requests of this run after "
+            f"retries (more than --max_failure_ratio {self.max_ratio:g}); last failure: {self.last}"
         )
 
 
+@dataclass
+class EndpointCounts:
+    """One endpoint's requests in this run (after the SDK's retries) and what its replies needed."""
+
+    url: str | None = None
+    ok: int = 0
+    failed: int = 0
+    escaped_replies: int = 0  # replies whose text had code points UTF-8 cannot hold (escaped)
+    invalid_usage: int = 0  # replies whose usage was not non-negative integers (dropped: counted as missing)
+    missing_usage: int = 0  # replies without usage (invalid ones included): token counts are lower bounds
+
+    @property
+    def total(self) -> int:
+        return self.ok + self.failed
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 class RunGuard:
-    """Counts request outcomes of one run and trips on the first fatal response or too many failures.
+    """Counts request outcomes of one run per endpoint and trips on the first fatal response or on one
+    endpoint's too many failures.
 
     Not thread-safe by design: clients report from the event loop that runs the requests."""
 
@@ -78,10 +110,26 @@ class RunGuard:
         if not 0 < max_failure_ratio <= 1:
             raise ValueError("max_failure_ratio must be in (0, 1]")
         self.max_failure_ratio, self.min_requests = max_failure_ratio, max(1, min_requests)
-        self.ok = 0
-        self.failed = 0
+        self.endpoints: dict[str, EndpointCounts] = {}
         self.error: RunStopped | None = None
         self._event: asyncio.Event | None = None
+
+    def endpoint(self, role: str, url: str | None = None) -> EndpointCounts:
+        """The counts of the endpoint ``role`` (created on first use; ``url`` kept, redacted)."""
+        ep = self.endpoints.get(role)
+        if ep is None:
+            ep = self.endpoints[role] = EndpointCounts()
+        if url and ep.url is None:
+            ep.url = redact(url)
+        return ep
+
+    @property
+    def ok(self) -> int:
+        return sum(e.ok for e in self.endpoints.values())
+
+    @property
+    def failed(self) -> int:
+        return sum(e.failed for e in self.endpoints.values())
 
     @property
     def total(self) -> int:
@@ -103,19 +151,32 @@ class RunGuard:
                 self._event.set()
 
     def fatal(self, role: str, url: str, status: int, detail: str) -> None:
-        self.failed += 1
+        self.endpoint(role).failed += 1
         self.trip(FatalAPIError(role, redact(url), status, redact(detail)))
 
-    def request_done(self, role: str, failure: str | None) -> None:
-        """One request finished (``failure`` None) or was lost after the SDK's retries."""
+    def request_done(self, role: str, failure: str | None, url: str | None = None) -> None:
+        """One request to endpoint ``role`` (at ``url``) finished (``failure`` None) or was lost after the
+        SDK's retries."""
+        ep = self.endpoint(role, url)
         if failure is None:
-            self.ok += 1
+            ep.ok += 1
             return
-        self.failed += 1
-        if self.total >= self.min_requests and self.failed > self.max_failure_ratio * self.total:
-            self.trip(
-                FailureRatioError(self.failed, self.total, self.max_failure_ratio, redact(f"{role}: {failure}")[:500])
-            )
+        ep.failed += 1
+        if ep.total >= self.min_requests and ep.failed > self.max_failure_ratio * ep.total:
+            last = redact(failure)[:500]
+            self.trip(FailureRatioError(role, ep.url, ep.failed, ep.total, self.max_failure_ratio, last))
+
+    def reply_checked(self, role: str, check: ReplyCheck) -> EndpointCounts:
+        """Count what :func:`insight_o3.untrusted.check_reply` did to one reply of endpoint ``role``."""
+        ep = self.endpoint(role)
+        ep.escaped_replies += int(check.escaped > 0)
+        ep.invalid_usage += int(check.usage == "invalid")
+        ep.missing_usage += int(check.usage != "ok")
+        return ep
+
+    def ledger(self) -> dict[str, dict]:
+        """Per endpoint role: its URL, requests ok/failed and reply problems (for the run card)."""
+        return {role: ep.to_dict() for role, ep in self.endpoints.items()}
 
     async def wait(self) -> RunStopped:
         if self._event is None:

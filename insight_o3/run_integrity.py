@@ -183,6 +183,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "source_pool": O,
     "layouts": O,
     "agreement_out": O,
+    "working_dir": O,  # where the command ran: relative paths above are relative to it (evaluate's args.json)
 }
 
 

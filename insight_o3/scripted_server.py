@@ -3,8 +3,8 @@
 For demos and benchmarks that need an endpoint without a key (``scripts/bench_eval.py``), and for the
 tests, which talk to it through the ``openai`` SDK exactly as to a real endpoint. The script is a
 callable ``script(request: dict, ctx: Call) -> Reply``; helpers below build common replies.
-Faults (status codes, ``Retry-After``, delays, malformed bodies, fewer choices than ``n``) are
-ordinary replies, so fault injection needs no patching.
+Faults (status codes, ``Retry-After``, delays, a body trickled byte by byte, malformed bodies, fewer
+choices than ``n``) are ordinary replies, so fault injection needs no patching.
 
 Serving is event-driven: the accept loop waits on the listening socket and a wake-up pipe, so
 :meth:`ScriptedOpenAIServer.stop` returns at once (``socketserver``'s ``serve_forever`` polls its
@@ -24,6 +24,7 @@ import importlib
 import json
 import selectors
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ class Reply:
     body: dict | str | bytes | None = None
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
+    trickle: float = 0.0  # > 0: send the body one byte at a time, this many seconds apart
 
 
 @dataclass
@@ -127,6 +129,16 @@ def user_message_text(request: dict, which: int = -1) -> str:
     return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
 
 
+class _Server(ThreadingHTTPServer):
+    """A client that goes away mid-exchange (a cancelled request, a stopped run) is normal for this server:
+    no traceback on stderr for it; any other error of a handler is printed as ``socketserver`` does."""
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     """One HTTP exchange of a :class:`ScriptedOpenAIServer` (reached as ``self.server.scripted``)."""
 
@@ -152,7 +164,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(k, v)
             self.send_header("content-length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if reply.trickle > 0:
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(reply.trickle)
+            else:
+                self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # client gave up (timeout test)
 
@@ -208,7 +226,7 @@ class ScriptedOpenAIServer:
         self.headers: list[dict] = []
         self._count = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), _Handler)
+        self._server = _Server((host, port), _Handler)
         self._server.daemon_threads = True
         self._server.scripted = self  # type: ignore[attr-defined]  # the handler's way back to this server
         self._wake_r, self._wake_w = socket.socketpair()

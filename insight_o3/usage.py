@@ -4,7 +4,10 @@ Every API client reports the ``usage`` of each response it parses to the :class:
 current asyncio context (:func:`metering`); the runner opens one meter per solve and one per judging,
 so a record's ``usage`` is what its attempt and its verdict cost:
 ``{"model": {"prompt_tokens", "completion_tokens", "reasoning_tokens", "requests"}, "judge": …}``
-(only roles that were called). A request that answers several trials at once (``n`` choices, or an
+(only roles that were called). A reply without valid usage (none, or counters that are not non-negative
+integers: :mod:`insight_o3.untrusted` drops those) still counts as a request and also in
+``unreported_requests`` (written only when not 0): token counts — and the budgets and costs made from
+them — are then lower bounds, flagged rather than estimated. A request that answers several trials at once (``n`` choices, or an
 InSight-o3 solve of several trials) is split evenly over them (integer parts; the remainder goes to
 the first trial), so sums over records equal what the endpoints reported.
 
@@ -25,7 +28,9 @@ import json
 import os
 from dataclasses import dataclass
 
-FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests")
+FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests", "unreported_requests")
+#: Counters written only when not 0 (records of servers that report usage look as they always did).
+OPTIONAL_FIELDS = ("unreported_requests",)
 #: Client role names (as in messages) -> the role key of a record's usage.
 ROLE_KEYS = {
     "model": "model",
@@ -70,15 +75,19 @@ class UsageMeter:
             acc[f] += int(counts.get(f, 0))
 
     def to_dict(self) -> dict:
-        return {r: dict(c) for r, c in self.by_role.items()}
+        return {r: _written(c) for r, c in self.by_role.items()}
 
     def split(self, n: int) -> list[dict]:
         """``n`` usage dicts whose sums are this meter's (even integer shares, remainder to the first)."""
         out: list[dict] = [{} for _ in range(n)]
         for role, counts in self.by_role.items():
             for i in range(n):
-                out[i][role] = {f: counts[f] // n + (counts[f] % n if i == 0 else 0) for f in FIELDS}
+                out[i][role] = _written({f: counts[f] // n + (counts[f] % n if i == 0 else 0) for f in FIELDS})
         return out
+
+
+def _written(counts: dict) -> dict:
+    return {f: v for f, v in counts.items() if v or f not in OPTIONAL_FIELDS}
 
 
 def metering(meter: UsageMeter) -> contextvars.Token:
@@ -87,11 +96,18 @@ def metering(meter: UsageMeter) -> contextvars.Token:
 
 
 def record_response(role: str, response) -> None:
-    """Called by the API clients for every parsed response."""
+    """Called by the API clients for every parsed response (after :func:`insight_o3.untrusted.check_reply`,
+    which leaves ``usage`` None where it was not valid)."""
     meter = _METER.get()
+    if meter is None:
+        return
     usage = _get(response, "usage")
-    if meter is not None and usage is not None:
-        meter.add(role, usage_counts(usage))
+    meter.add(role, usage_counts(usage) if usage is not None else {"requests": 1, "unreported_requests": 1})
+
+
+def unreported(usage: dict | None) -> int:
+    """Requests of a usage dict (per role) whose replies carried no valid usage."""
+    return sum(c.get("unreported_requests", 0) for c in (usage or {}).values())
 
 
 def merge(usages: list[dict | None]) -> dict:

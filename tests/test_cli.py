@@ -96,7 +96,7 @@ def test_run_main_maps_each_way_a_command_ends(tmp_path, capsys):
     assert run_main(_raise(BadInput("f.jsonl:3: field 'x' sk-SECRET"))) == 2
     assert capsys.readouterr().err == "error: f.jsonl:3: field 'x' sk-SECRET\n"
     assert run_main(_raise(KeyError("k")), bad_input=(KeyError,), redact=lambda s: s.replace("k", "*")) == 2
-    assert run_main(_raise(FailureRatioError(9, 10, 0.5, "boom")), results="out/records.jsonl") == 4
+    assert run_main(_raise(FailureRatioError("model", None, 9, 10, 0.5, "boom")), results="out/records.jsonl") == 4
     assert "Samples finished before this are safe in out/records.jsonl" in capsys.readouterr().err
     assert run_main(_raise(OutputError.from_os_error(str(tmp_path / "x"), OSError(28, "No space"), "write"))) == 3
     assert run_main(_raise(RunLockedError(str(tmp_path), None))) == 5

@@ -10,6 +10,7 @@ resumes without a request to the model.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -30,16 +31,20 @@ def _records(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("demo") / "outputs" / "demo"
+    # run as a user does: from a working directory, with the relative default --output_dir (a relative output
+    # directory once doubled the run's path: <dir>/<dir>/trial_0/eval_records.jsonl)
+    work = tmp_path_factory.mktemp("demo")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
-        [sys.executable, "-m", "insight_o3.scripts.demo", "--output_dir", str(out), "--num_images", "4"],
+        [sys.executable, "-m", "insight_o3.scripts.demo", "--num_images", "4"],
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=ROOT,
+        cwd=work,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc.stdout
+    return work / "outputs" / "demo", proc.stdout
 
 
 def test_demo_finishes_says_it_is_scripted_and_names_the_report(demo_run):

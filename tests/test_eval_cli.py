@@ -361,3 +361,14 @@ def test_insight_o3_mode_uses_the_agents_solver(bench, tmp_path, openai_server):
         assert m["mean_search_calls"] > 0
         assert len(_records(out, k)) == 8
     _no_secrets(out)
+
+
+def test_a_relative_output_dir_from_the_working_directory(bench, tmp_path, openai_server, monkeypatch):
+    """evaluate's default --output_dir (outputs/eval) is relative: the records land under it, not under a doubled
+    outputs/eval/<name>/outputs/eval/<name>."""
+    main_srv, judge_srv = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    monkeypatch.chdir(tmp_path)
+    argv = _argv(*bench, Path("outputs/eval"), main_srv.base_url, judge_srv.base_url)
+    assert evaluate.main(argv) == 0
+    assert len(eb.read_records(tmp_path / "outputs/eval/m/o3_bench", 0)) == 8
+    assert not (tmp_path / "outputs/eval/m/o3_bench/outputs").exists()

@@ -121,8 +121,8 @@ def test_failure_ratio_stops_a_run_whose_requests_mostly_fail(bench, tmp_path, o
     assert evaluate.main(base) == EXIT_API_STOP  # default: 0.5 after 20 requests
     assert 20 <= model.count <= 21  # 24 needed; stopped at the 20th failure
     line = _stop_line(capsys)
-    assert "20 of the 20 API requests of this run failed" in line and "--max_failure_ratio 0.5" in line
-    assert "model: InternalServerError" in line
+    assert f"the model endpoint at {model.base_url}/ failed 20 of its 20 requests of this run" in line
+    assert "--max_failure_ratio 0.5" in line and "last failure: InternalServerError" in line
     # the failures before the stop are ordinary failed records (retried with --retry_failed)
     recs = _records(out)
     assert 0 < len(recs) < 24 and all(r["eval_result"]["status"] == "failed" for r in recs)

@@ -130,7 +130,7 @@ def test_a_tripped_guard_stops_the_run_and_records_nothing_more(tmp_path):
     class Tripping(SquareJob):
         async def work(self, n, emit):
             if n == 2:
-                self.guard.trip(FailureRatioError(9, 10, 0.5, "boom"))
+                self.guard.trip(FailureRatioError("model", None, 9, 10, 0.5, "boom"))
                 await asyncio.sleep(10)
             return await super().work(n, emit)
 

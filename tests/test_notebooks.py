@@ -3,6 +3,7 @@ InSight-o3 run made by the scripted local servers and on the demo benchmark; any
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -113,3 +114,71 @@ def test_visualize_output_notebook_reads_an_original_run(demo_eval_run, tmp_path
     )
     pages = "".join(_outputs(nb, "text/html"))
     assert f"<b>{key}</b>" in pages and pages.count("compare-col") == 2 and ORIGINAL_KEY not in pages
+
+
+def test_notebooks_and_report_find_images_of_a_run_made_from_the_repo_root_with_a_relative_img_dir(
+    monkeypatch, tmp_path
+):
+    """Issue 21 finding 4: a run evaluated from the repository root with a relative --img_dir keeps relative image
+    paths; the notebooks run in notebooks/, so the images were looked up there. The run now records the directory
+    it ran in (args.json and the run card's history: ``working_dir``) and the viewers join the two. Here the keyless
+    demo runs from the repository root with a relative --output_dir (so evaluate gets --img_dir outputs/.../bench),
+    then both notebooks run with their default relative paths, and the report is written from elsewhere."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from insight_o3.scripts import report
+
+    repo = NOTEBOOKS.parent
+    rel = Path("outputs") / f"test-notebook-paths-{os.getpid()}"
+    try:
+        demo = subprocess.run(
+            [sys.executable, "-m", "insight_o3.scripts.demo", "--output_dir", str(rel), "--num_images", "2"]
+            + ["--num_trials", "1"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert demo.returncode == 0, demo.stderr[-3000:]
+        run = rel / "eval" / "scripted-demo" / "insight-o3"
+        args = json.loads((repo / run / "args.json").read_text())
+        assert args["img_dir"] == str(rel / "bench") and args["working_dir"] == str(repo)  # relative, and where
+        card = json.loads((repo / run / "run_card.json").read_text())
+        assert card["history"][-1]["settings"]["working_dir"] == str(repo)
+        record = json.loads((repo / run / "trial_0" / "eval_records.jsonl").read_text().splitlines()[0])
+        assert not os.path.isabs(record["image_path"])  # as --img_dir made it
+
+        nb = _execute(
+            "visualize_output.ipynb", {"INSIGHT_O3_EVAL_DIR": str(run), "INSIGHT_O3_THUMB_PX": "192"}, monkeypatch
+        )
+        pages = "".join(_outputs(nb, "text/html"))
+        assert "class='crop'" in pages and "data:image/jpeg;base64," in pages  # crops cut from the source image
+        assert _outputs(nb, "image/png")  # the overview, drawn from the source image
+        nb = _execute(
+            "visualize_o3_bench.ipynb",
+            {"INSIGHT_O3_BENCH_ANN": str(rel / "bench" / "metadata.jsonl"), "INSIGHT_O3_N_BROWSE": "1"},
+            monkeypatch,
+        )
+        assert "data:image/jpeg;base64," in "".join(_outputs(nb, "text/html"))
+
+        # what the notebook (cwd notebooks/) and the report (cwd elsewhere) resolve images with; a missing image
+        # would only be a placeholder picture in their output, so the resolution itself is checked
+        from insight_o3.viz import run_view
+        from insight_o3.viz.draw import ImageResolver
+
+        for cwd in (NOTEBOOKS, tmp_path):
+            monkeypatch.chdir(cwd)
+            loaded = run_view.load_run(repo / run)
+            resolver = ImageResolver(loaded.image_roots())
+            paths = {r.image_path for t in loaded.trials for r in t.results}
+            assert paths and all(resolver.resolve(p) for p in paths), (cwd, loaded.image_roots())
+
+        monkeypatch.chdir(tmp_path)  # the report from another directory
+        assert report.main([str(repo / run), "--out", "r.html", "--max_samples", "0", "--thumb_px", "64"]) == 0
+        page = (tmp_path / "r.html").read_text()
+        assert "source image not found" not in page and "data:image/jpeg;base64," in page
+    finally:
+        shutil.rmtree(repo / rel, ignore_errors=True)

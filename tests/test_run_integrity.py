@@ -307,11 +307,11 @@ def test_evaluate_vsearch_fixes_its_settings(openai_server, tmp_path, capsys):
         lambda *x: run(str(ann), str(img_dir), out, srv.base_url, "--no_progress", *x),
         out,
         "run_card.json",
-        ["--prompt", "simple"],
+        ["--vsearcher_prompt", "simple"],
         ["--concurrency", "1"],
         capsys,
     )
-    assert card[FIXED_KEY]["annotation_sha256"] and card[FIXED_KEY]["prompt"] == "trained"
+    assert card[FIXED_KEY]["annotation_sha256"] and card[FIXED_KEY]["vsearcher_prompt"] == "trained"
 
 
 def test_difficulty_filter_fixes_its_settings(openai_server, tmp_path, capsys):
@@ -377,3 +377,16 @@ def test_region_localization_fixes_its_settings(openai_server, tmp_path, capsys)
     (lay_dir / "info0.json").write_text((lay_dir / "info0.json").read_text().replace("0.9", "0.8"))
     assert build_region_localization.main(argv) == 2
     assert "layouts_sha256: first run" in capsys.readouterr().err
+
+
+def test_rejudging_another_source_into_the_same_dir_is_refused(bench, tmp_path, servers, capsys):
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, servers)) == 0
+    argv = _argv(bench, out, servers, "--sys_prompt", "think")
+    argv[argv.index("m/o3_bench")] = "m2/o3_bench"
+    assert evaluate.main(argv) == 0
+    judge = ["--judge_model", "scripted-judge", "--judge_api_base_url", servers[1].base_url, "--no_progress"]
+    assert rejudge.main([str(out / "m/o3_bench"), *judge, "--eval_name", "rj"]) == 0
+    capsys.readouterr()
+    assert rejudge.main([str(out / "m2/o3_bench"), *judge, "--eval_name", "rj", "--output_dir", str(out)]) == 2
+    assert 'source.sys_prompt: first run "model_default", this run "think"' in capsys.readouterr().err

@@ -283,3 +283,37 @@ def _write_blank_png(path: Path, w: int, h: int) -> None:
         for _ in range(0, h, rows):
             f.write(chunk(b"IDAT", z.compress(block)))
         f.write(chunk(b"IDAT", z.flush()) + chunk(b"IEND", b""))
+
+
+def test_evaluate_vsearch_cuts_the_vsearchers_replies(tmp_path, openai_server):
+    img_dir = tmp_path / "images"
+    img_dir.mkdir()
+    Image.new("RGB", (120, 90)).save(img_dir / "one.png")
+    ann = tmp_path / "regions.jsonl"
+    ann.write_text(json.dumps({"id": "a", "image": "one.png", "description": "x", "bbox": [1, 1, 9, 9]}) + "\n")
+    srv = openai_server(lambda req, call: chat("<think>" + "hmm " * 20000 + "</think><answer>[0, 0, 0, 0]</answer>"))
+    out = tmp_path / "out"
+    argv = ["--ann_file", str(ann), "--img_dir", str(img_dir), "--model", "m", "--api_base_url", srv.base_url]
+    assert ev.main([*argv, "--output_dir", str(out), "--no_progress", "--max_reply_chars", "1000"]) == 0
+    rec = json.loads((out / "records.jsonl").read_text())
+    assert rec["status"] == "not_found"  # parsed from the whole reply
+    reply = message_text([m for m in rec["trajectory"] if m["role"] == "assistant"][-1])
+    assert "characters cut here (--max_reply_chars 1000)" in reply and reply.endswith("<answer>[0, 0, 0, 0]</answer>")
+    assert len(reply) < 1100
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("http://u:pw@h:1/v1?x=1&api-key=K1&y=2", "http://***@h:1/v1?x=1&api-key=***&y=2"),
+        ("https://h/v1?access_token=T&sig=S", "https://h/v1?access_token=***&sig=***"),
+        ("<a href='https://h/?a=1&amp;token=T'>", "<a href='https://h/?a=1&amp;token=***'>"),
+        ("Basic " + base64.b64encode(b"user:pw").decode(), "Basic ***"),
+        ("a basic understanding of bearer bonds", "a basic understanding of bearer bonds"),
+        ("https://github.com/m-Just/InSight-o3@21acec8", "https://github.com/m-Just/InSight-o3@21acec8"),
+    ],
+)
+def test_redact_masks_url_credentials_and_nothing_else(text, want):
+    from insight_o3.redaction import redact
+
+    assert redact(text) == want

@@ -49,6 +49,16 @@ def _letter_in(text: str) -> str | None:
     return found[-1] if found else None
 
 
+def searcher_box(row: dict, max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS) -> list[int]:
+    """A benchmark row's first target layout box in the coordinates of the image a vSearcher gets (the
+    ``smart_resize`` grid for ``max_pixels``): what a perfect vSearcher answers."""
+    info = row["layout_infos"][str(row["target_layouts"][0])]
+    w, h = row["img_width"], row["img_height"]
+    nh, nw = smart_resize(h, w, max_pixels=max_pixels)
+    x1, y1, x2, y2 = info["bbox"]
+    return [round(x1 * nw / w), round(y1 * nh / h), round(x2 * nw / w), round(y2 * nh / h)]
+
+
 @dataclass
 class DemoScripts:
     """The demo's three scripts over the rows of a demo benchmark (``metadata.jsonl`` rows)."""
@@ -95,13 +105,8 @@ class DemoScripts:
             return f"I compared every candidate against the figure.\n<answer>{letter}</answer>"
         return f"After comparing the candidates, I'd go with option {letter}."
 
-    def target_box(self, row: dict, max_pixels: int | None = None) -> list[int]:
-        """The first target layout's box in the coordinates of the image the vSearcher gets."""
-        info = row["layout_infos"][str(row["target_layouts"][0])]
-        w, h = row["img_width"], row["img_height"]
-        nh, nw = smart_resize(h, w, max_pixels=max_pixels or self.searcher_max_pixels)
-        x1, y1, x2, y2 = info["bbox"]
-        return [round(x1 * nw / w), round(y1 * nh / h), round(x2 * nw / w), round(y2 * nh / h)]
+    def target_box(self, row: dict) -> list[int]:
+        return searcher_box(row, self.searcher_max_pixels)
 
     # ------------------------------------------------------------------ scripts
     def model(self, req: dict, call: Call) -> Reply:

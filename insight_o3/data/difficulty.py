@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .. import prompts
 from ..evaluation.judge import AnswerJudge, Verdict
@@ -144,6 +145,7 @@ class FilterSettings:
     image_workers: int | None = None
     max_tokens_total: int | None = None
     progress: bool = True
+    check_endpoints: bool = True
 
 
 class FilterJob(ResumableJob[dict, dict]):
@@ -158,6 +160,7 @@ class FilterJob(ResumableJob[dict, dict]):
             progress=f.progress,
             max_failure_ratio=f.max_failure_ratio,
             max_tokens_total=f.max_tokens_total,
+            check_endpoints=f.check_endpoints,
         )
         super().__init__(f.out_dir, settings, invocation=invocation)
         self.f, self.rows = f, rows
@@ -172,7 +175,7 @@ class FilterJob(ResumableJob[dict, dict]):
     async def setup(self) -> None:
         f = self.f
         conns = max(f.concurrency * (f.attempts if f.separate_attempt_requests else 1), 16)
-        kw = dict(timeout=f.client_timeout, max_retries=f.max_retries, max_connections=conns)
+        kw: dict[str, Any] = dict(timeout=f.client_timeout, max_retries=f.max_retries, max_connections=conns)
         client = self.client(f.api_key, f.api_base_url, role="vReasoner", **kw)
         judge_client = self.client(f.judge_api_key, f.judge_api_base_url, role="judge", **kw)
         store = ImageStore.for_image_workers(f.image_workers, originals_cached=0)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import prompts
 from ..evaluation.judge import AnswerJudge
@@ -126,6 +127,7 @@ class CheckerEndpoint:
     model: str
     api_base_url: str | None = None
     api_key: str | None = None
+    key_env: str | None = None  # the variable named for its key (it must be set)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +136,7 @@ class ReliabilitySettings:
     checkers: tuple[CheckerEndpoint, ...]
     judge_model: str = "gpt-5-nano"
     judge_api_key: str | None = None
+    judge_api_key_env: str | None = None  # a variable named for the judge's key (it must be set)
     judge_api_base_url: str | None = None
     all_sources: bool = False
     chat_completion_kwargs: dict = field(default_factory=dict)
@@ -144,6 +147,8 @@ class ReliabilitySettings:
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     max_tokens_total: int | None = None
     progress: bool = True
+    check_endpoints: bool = True
+    image_workers: int | None = None  # processes that decode/resize/encode (None: the usable CPUs; 0: threads)
 
 
 class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
@@ -159,6 +164,7 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
             progress=a.progress,
             max_failure_ratio=a.max_failure_ratio,
             max_tokens_total=a.max_tokens_total,
+            check_endpoints=a.check_endpoints,
         )
         super().__init__(a.out_dir, settings, invocation=invocation)
         self.a, self.items = a, items
@@ -172,15 +178,17 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
 
     async def setup(self) -> None:
         a = self.a
-        kw = dict(timeout=a.client_timeout, max_retries=a.max_retries, max_connections=max(a.concurrency, 16))
-        store = ImageStore(originals_cached=0)
+        kw: dict[str, Any] = dict(
+            timeout=a.client_timeout, max_retries=a.max_retries, max_connections=max(a.concurrency, 16)
+        )
+        store = ImageStore.for_image_workers(a.image_workers, originals_cached=0)
         self.on_close(store.close)
         resize = Resize(max_pixels=a.max_pixels or None)
         self.checkers = [
             Checker(
                 c.model,
                 SingleModelSolver(
-                    self.client(c.api_key, c.api_base_url, role=f"checker {c.model}", **kw),
+                    self.client(c.api_key, c.api_base_url, key_env=c.key_env, role=f"checker {c.model}", **kw),
                     c.model,
                     store,
                     resize,
@@ -191,7 +199,10 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
             )
             for c in a.checkers
         ]
-        self.judge = AnswerJudge(self.client(a.judge_api_key, a.judge_api_base_url, role="judge", **kw), a.judge_model)
+        self.judge = AnswerJudge(
+            self.client(a.judge_api_key, a.judge_api_base_url, key_env=a.judge_api_key_env, role="judge", **kw),
+            a.judge_model,
+        )
 
     def _previous_checks(self, unit: tuple[int, SourceItem]) -> dict | None:
         return (self.previous(unit) or {}).get("checks")

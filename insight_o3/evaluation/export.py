@@ -32,7 +32,7 @@ from ..storage.atomic import atomic_writer
 from ..usage import merge, total_tokens
 from .attribution import attribute, attribution_metrics
 from .run_records import RunRecords
-from .schema import USAGE_ROLES, EvalRecord
+from .schema import USAGE_ROLES, EvalRecord, TokenUsage
 from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, outcomes, run_accuracy
 
 LEADERBOARD_FORMAT = "insight_o3.leaderboard/1"
@@ -60,6 +60,7 @@ _COUNTS = pa.struct(
         ("completion_tokens", pa.int64()),
         ("reasoning_tokens", pa.int64()),
         ("requests", pa.int64()),
+        ("unreported_requests", pa.int64()),  # replies without valid usage: the token counts are lower bounds
     ]
 )
 #: The columns of ``trajectories.parquet``.
@@ -186,9 +187,14 @@ def trajectory_row(rec: EvalRecord, eval_name: str = "", card_sha: str | None = 
         "messages": msgs,
         "images": images,
         "searches": searches,
-        "usage": {role: (rec.usage[role].to_dict() if role in rec.usage else None) for role in USAGE_ROLES},
+        "usage": {role: (_counts(rec.usage[role]) if role in rec.usage else None) for role in USAGE_ROLES},
         "cost_usd": rec.cost_usd,
     }
+
+
+def _counts(u: TokenUsage) -> dict:
+    """A role's usage with every column of ``_COUNTS`` (``to_dict`` leaves out a zero ``unreported_requests``)."""
+    return {**u.to_dict(), "unreported_requests": u.unreported_requests}
 
 
 def trajectory_rows(run: RunRecords) -> list[dict]:

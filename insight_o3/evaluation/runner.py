@@ -30,10 +30,12 @@ import asyncio
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
 from ..jobs import BudgetExceeded, JobSettings, Plan, ResumableJob
+from ..preflight import Endpoint
 from ..redaction import redact
 from ..run_guard import RunGuard
 from ..run_integrity import Invocation
@@ -72,6 +74,7 @@ class RunConfig:
     cost_model: CostModel | None = None  # adds cost_usd to records and metrics
     max_cost: float | None = None  # budgets over the whole eval dir (all trials, earlier runs too)
     max_tokens_total: int | None = None
+    check_endpoints: bool = True  # ask every endpoint before the first sample (insight_o3.preflight)
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS  # per reply text stored (see insight_o3.caps)
 
     @property
@@ -91,6 +94,7 @@ class RunConfig:
             progress=self.progress,
             max_cost=self.max_cost,
             max_tokens_total=self.max_tokens_total,
+            check_endpoints=self.check_endpoints,
         )
 
 
@@ -196,8 +200,9 @@ class EvalJob(ResumableJob[Sample, dict]):
         run_card: dict | None = None,
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
+        endpoints: Iterable[Endpoint] = (),
     ):
-        super().__init__(cfg.eval_dir, cfg.job_settings(), guard=guard, invocation=invocation)
+        super().__init__(cfg.eval_dir, cfg.job_settings(), guard=guard, invocation=invocation, endpoints=endpoints)
         self.cfg, self.solver, self.judge = cfg, solver, judge
         self.args_record, self.run_card = args_record, run_card
         self.run_dir = cfg.run_dir
@@ -240,7 +245,9 @@ class EvalJob(ResumableJob[Sample, dict]):
             self.run_dir.reopen_trial(k)
 
     def log_files(self) -> dict:
-        return {k: self.run_dir.records_path(k) for k in self.open_trials}
+        # absolute: ResumableJob joins relative names to the run directory, and records_path already holds it
+        # (a relative --output_dir, e.g. the default ./outputs/eval, gave <dir>/<dir>/trial_0/...)
+        return {k: os.path.abspath(self.run_dir.records_path(k)) for k in self.open_trials}
 
     def parse(self, name):
         return EvalRecord.from_dict
@@ -381,11 +388,21 @@ async def run_evaluation(
     guard: RunGuard | None = None,
     run_card: dict | None = None,
     invocation: Invocation | None = None,
+    endpoints: Iterable[Endpoint] = (),
 ) -> dict:
     """Evaluate, write every output file, and return the summary metrics (under the eval
     directory's lock: raises :class:`~insight_o3.run_lock.RunLockedError` if another run holds it).
     Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and
     :class:`~insight_o3.run_integrity.SettingsChanged` (nothing written) when ``invocation`` differs from the
     directory's first run on a setting that can change a result."""
-    job = EvalJob(cfg, solver, judge, args_record=args_record, run_card=run_card, guard=guard, invocation=invocation)
+    job = EvalJob(
+        cfg,
+        solver,
+        judge,
+        args_record=args_record,
+        run_card=run_card,
+        guard=guard,
+        invocation=invocation,
+        endpoints=endpoints,
+    )
     return (await job.arun(samples)).summary

@@ -116,27 +116,33 @@ def _tuple(types) -> tuple:
 
 @dataclass
 class TokenUsage:
-    """Tokens and requests one role (``model``, ``judge``, ``vsearcher``) spent on one record."""
+    """Tokens and requests one role (``model``, ``judge``, ``vsearcher``) spent on one record;
+    ``unreported_requests`` of them had no valid usage in their reply (the token counts are lower bounds;
+    written only when not 0, see :mod:`insight_o3.usage`)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     requests: int = 0
+    unreported_requests: int = 0
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "requests": self.requests,
         }
+        if self.unreported_requests:
+            out["unreported_requests"] = self.unreported_requests
+        return out
 
     @classmethod
     def from_dict(cls, obj: Any, where: str, name: str) -> TokenUsage:
         if not isinstance(obj, dict):
             raise _fail(where, name, f"must be an object, got {type(obj).__name__}")
         vals = {}
-        for f in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests"):
+        for f in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests", "unreported_requests"):
             v = obj.get(f, 0)
             if v is None:
                 v = 0

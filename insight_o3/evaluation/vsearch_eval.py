@@ -142,6 +142,7 @@ class VSearchEvalSettings:
     max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
     max_decode_values: int = DEFAULT_MAX_DECODE_VALUES
     progress: bool = True
+    check_endpoints: bool = True
     ann_file: str | None = None  # its sha256 is fixed by the output directory's first run
 
     def record(self, **extra) -> dict:
@@ -163,6 +164,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
             progress=s.progress,
             max_failure_ratio=s.max_failure_ratio,
             max_tokens_total=s.max_tokens_total,
+            check_endpoints=s.check_endpoints,
         )
         super().__init__(s.output_dir, settings)
         self.s = s

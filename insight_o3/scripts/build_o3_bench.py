@@ -35,9 +35,13 @@ from ..cli import (
     add_api_flags,
     add_budget_flags,
     add_client_flags,
+    add_image_budget_flag,
+    add_judge_flags,
     add_output_dir,
     add_run_flags,
+    add_separate_requests_flag,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -143,9 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     _workspace(p)
     p.add_argument("--model", required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
     add_api_flags(p, env="main")
-    p.add_argument(
-        "--max_pixels",
-        type=int,
+    add_image_budget_flag(
+        p,
         default=VSEARCHER_EVAL_MAX_PIXELS,
         help="images and crops are sent on Qwen2.5-VL's smart_resize grid under this budget (default 16384*28*28)",
     )
@@ -178,9 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_api_flags(p, env="main")
     p.add_argument("--drop_when", default="all", help="drop items solved by 'all' models (paper), 'any', or N models")
     p.add_argument("--attempts", type=int, default=1, help="answers per model; a model solves an item with any")
-    p.add_argument("--separate_attempt_requests", action="store_true", help="one request per attempt (no n>1)")
-    p.add_argument("--judge_model", default="gpt-5-nano")
-    add_api_flags(p, env="judge", prefix="judge_")
+    add_separate_requests_flag(p, what="attempt", count_flag="--attempts")
+    keys, urls = ENV_KEYS["judge"]
+    add_judge_flags(
+        p,
+        model_help="default: gpt-5-nano",
+        url_help="default: " + ", then ".join(f"${n}" for n in urls) + ", then the first solver's endpoint",
+        key_help="default: " + ", then ".join(f"${n}" for n in keys) + ", then the first solver's key",
+    )
     _step_flags(p, concurrency=16, parse_retries=False, images=True)
 
     p = sub.add_parser("review", help="review pages and decisions")
@@ -223,6 +231,7 @@ def _settings(a: argparse.Namespace) -> StepSettings:
         progress=not a.no_progress,
         image_workers=getattr(a, "image_workers", None),
         chat_completion_kwargs=dict(a.chat_completion_kwargs),
+        check_endpoints=not a.skip_endpoint_check,
     )
 
 
@@ -282,7 +291,7 @@ def run_extract(a: argparse.Namespace) -> int:
         ws,
         _settings(a),
         ep,
-        max_pixels=a.max_pixels or None,
+        max_pixels=a.img_max_pixels or None,
         prompt_role=a.extract_prompt_role,
         cost_model=_costs(a, {"extractor": a.model}),
         invocation=invocation_of("build_o3_bench extract", a, skip=("step",), prompts_sha256=prompts_sha),
@@ -290,7 +299,7 @@ def run_extract(a: argparse.Namespace) -> int:
             "model": ep.public(),
             "prompts_sha256": prompts_sha,
             "prompt_role": a.extract_prompt_role,
-            "max_pixels": a.max_pixels,
+            "max_pixels": a.img_max_pixels,
         },
     )
     result = job.run(tasks_for(sources))
@@ -370,7 +379,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         sources,
         attempts=a.attempts,
         drop_when=a.drop_when,
-        separate_attempt_requests=a.separate_attempt_requests,
+        separate_attempt_requests=a.separate_trial_requests,
         cost_model=costs,
         invocation=invocation_of("build_o3_bench filter", a, skip=("step",)),
         card={
@@ -434,6 +443,7 @@ def run_release(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()

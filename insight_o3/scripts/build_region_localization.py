@@ -36,10 +36,12 @@ from ..cli import (
     ExitCode,
     add_api_flags,
     add_client_flags,
+    add_image_budget_flag,
     add_output_dir,
     add_run_flags,
     add_token_budget_flag,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -75,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="gpt-5-nano")
     add_api_flags(ap, env="main", aliases=True)
     add_client_flags(ap, max_retries=5, client_timeout=300.0, aliases=True)
-    ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="image sent downscaled under this (0: as is)")
+    add_image_budget_flag(ap, default=1280 * 1280, help="image sent downscaled under this (0: as is)")
     ap.add_argument("--max_tokens", type=int, default=None)
     ap.add_argument("--temperature", type=float, default=None)
     ap.add_argument("--no_retry_failed", action="store_true", help="keep failures of earlier runs as they are")
@@ -98,6 +100,7 @@ def _layout_only(a: argparse.Namespace, inputs: LayoutInput) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()
@@ -110,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         source=a.source,
         limit=a.limit,
     )
+    if not a.layout_only and resolve(a.api_base_url, ENV_KEYS["main"][1]) is None:
+        ap.error(
+            "the describer has no default endpoint: give --api_base_url (or $OPENAI_BASE_URL), e.g. "
+            "https://api.openai.com/v1 for the paper's GPT model, and --model"
+        )
     endpoint = DescriberEndpoint(
         api_key=resolve_key(a.api_key, ENV_KEYS["main"][0]),
         api_base_url=resolve(a.api_base_url, ENV_KEYS["main"][1]),
@@ -119,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = DescribeConfig(
         model=a.model,
         concurrency=a.concurrency,
-        max_pixels=a.max_pixels or None,
+        max_pixels=a.img_max_pixels or None,
         max_tokens=a.max_tokens,
         temperature=a.temperature,
         retry_failed=not a.no_retry_failed,
@@ -129,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=not a.no_progress,
         max_failure_ratio=a.max_failure_ratio,
         max_tokens_total=a.max_tokens_total,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
     def body() -> int:

@@ -10,6 +10,7 @@ API (a 401/403/404 or more than ``--max_failure_ratio`` failed requests); 5 anot
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -17,10 +18,13 @@ import sys
 from ..api import resolve, resolve_key
 from ..cli import (
     add_client_flags,
+    add_image_budget_flag,
+    add_judge_flags,
     add_output_dir,
     add_run_flags,
     add_token_budget_flag,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -51,15 +55,14 @@ def build_parser():
         metavar="MODEL[,BASE_URL[,API_KEY_ENV]]",
         help="a checker MLLM (repeat; the paper uses Qwen2.5-VL-7B and GPT-5-nano)",
     )
-    ap.add_argument("--judge_model", default="gpt-5-nano", help="decides answers the rules cannot")
-    ap.add_argument(
-        "--judge_api_base_url",
-        "--judge_base_url",
-        dest="judge_api_base_url",
-        default=None,
-        help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL / $OPENAI_BASE_URL",
+    add_judge_flags(
+        ap,
+        model_help="decides answers the rules cannot (default: gpt-5-nano)",
+        url_help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL / $OPENAI_BASE_URL",
+        key_help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY",
     )
-    ap.add_argument("--judge_api_key_env", default=None, help="default: JUDGE_API_KEY, then OPENAI_API_KEY")
+    # the older spelling: the NAME of a variable holding the judge's key (kept working, not shown)
+    ap.add_argument("--judge_api_key_env", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--all_sources", action="store_true", help="check every item, not only the natural-image stream")
     ap.add_argument(
         "--chat_completion_kwargs",
@@ -68,20 +71,21 @@ def build_parser():
         help="JSON object passed to every checker request (e.g. {\"temperature\": 0})",
     )
     add_client_flags(ap, max_retries=5)
-    ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
+    add_image_budget_flag(ap, default=1280 * 1280, help="resize budget; 0 = no limit")
     ap.add_argument("--skip_image_check", action="store_true", help="do not open every image when loading the pool")
-    add_run_flags(ap, concurrency=16, image_workers=False)
+    add_run_flags(ap, concurrency=16)
     add_token_budget_flag(ap)
     return ap
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
     check_run_flags(ap, a)
-    if a.max_pixels < 0:
-        ap.error("--max_pixels must not be negative")
+    if a.img_max_pixels < 0:
+        ap.error("--img_max_pixels must not be negative")
     if not isinstance(a.chat_completion_kwargs, dict):
         ap.error("--chat_completion_kwargs must be a JSON object")
     try:
@@ -91,26 +95,36 @@ def main(argv: list[str] | None = None) -> int:
     if len({m for m, _, _ in specs}) != len(specs):
         ap.error("--checker models must be distinct")
     checkers = tuple(
-        CheckerEndpoint(model=m, api_base_url=resolve(base, ("OPENAI_BASE_URL",)), api_key=resolve_key(None, (env,)))
+        CheckerEndpoint(
+            model=m,
+            api_base_url=resolve(base, ("OPENAI_BASE_URL",)),
+            api_key=resolve_key(None, (env,)),
+            key_env=env,
+        )
         for m, base, env in specs
     )
     judge_key = resolve_key(
-        None, (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY")
+        a.judge_api_key,
+        (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY"),
+        flag="--judge_api_key",
     )
     settings = ReliabilitySettings(
         out_dir=a.out_dir,
         checkers=checkers,
         judge_model=a.judge_model,
         judge_api_key=judge_key,
+        judge_api_key_env=None if a.judge_api_key else a.judge_api_key_env,
         judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
         all_sources=a.all_sources,
         chat_completion_kwargs=a.chat_completion_kwargs,
         concurrency=a.concurrency,
         max_retries=a.max_retries,
         client_timeout=a.client_timeout,
-        max_pixels=a.max_pixels,
+        max_pixels=a.img_max_pixels,
+        image_workers=a.image_workers,
         max_failure_ratio=a.max_failure_ratio,
         max_tokens_total=a.max_tokens_total,
+        check_endpoints=not a.skip_endpoint_check,
         progress=not a.no_progress,
     )
 

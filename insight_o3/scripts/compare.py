@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 
-from ..cli import ExitCode, new_parser, run_main, setup_logging
+from ..cli import ExitCode, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.comparison import Comparison, compare_runs, unique_names
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.run_records import RunRecords, read_run
@@ -108,6 +108,7 @@ def summary_lines(c: Comparison) -> list[str]:
     return out
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()

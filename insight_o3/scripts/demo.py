@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import ExitCode, add_output_dir, new_parser, setup_logging
+from ..cli import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
 from ..data.demo_endpoints import DemoScripts
 from ..scripted_server import ScriptedOpenAIServer
 from . import evaluate, make_demo_bench, report
@@ -177,6 +177,7 @@ def run_demo(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     return run_demo(parse_args(argv))

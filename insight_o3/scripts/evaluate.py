@@ -37,12 +37,22 @@ from .. import prompts
 from ..agents.clients import VREASONER_COMPLETION_KWARGS
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
 from ..cli import (
+    OUTPUT_ROOT,
     STOP_ERRORS,
     ExitCode,
     add_allow_outside_flag,
     add_budget_flags,
     add_cap_flags,
+    add_client_flags,
+    add_image_budget_flag,
+    add_judge_flags,
+    add_output_dir,
+    add_run_flags,
+    add_separate_requests_flag,
+    add_vsearcher_flags,
     check_run_flags,
+    entry_point,
+    new_parser,
     report_stop,
     setup_logging,
 )
@@ -56,10 +66,11 @@ from ..evaluation.samples import AnnotationError, load_samples, select_subset, s
 from ..evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..images import ImageStore, Resize
+from ..preflight import Endpoint
 from ..protocol import LIMITS
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunGuard
+from ..run_guard import RunGuard
 from ..run_integrity import SettingsChanged
 from ..solver import Solver
 from ..storage.record_log import RecordFileError
@@ -113,9 +124,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", required=True)
     g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
     g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
-    g.add_argument(
-        "--img_max_pixels",
-        type=int,
+    add_image_budget_flag(
+        g,
         default=None,
         help="resize budget in pixels; 0 = no limit (default: the paper's, 1280*1280 when the model "
         "name contains 'gpt', else 3500*3500)",
@@ -132,15 +142,17 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--image_url_extra_settings", type=_json_object("--image_url_extra_settings"), default={"detail": "high"}
     )
-    g.add_argument("--client_timeout", type=float, default=None, help="seconds per request (SDK default 600)")
-    g.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES, help="the openai SDK's retries")
+    add_client_flags(g, max_retries=DEFAULT_MAX_RETRIES)
 
 
 def _judge_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("judge")
-    g.add_argument("--judge_model", default="gpt-5-nano")
-    g.add_argument("--judge_api_base_url", help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL")
-    g.add_argument("--judge_api_key", help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY")
+    add_judge_flags(
+        g,
+        model_help="the judge model (default: gpt-5-nano, the paper's)",
+        url_help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL, then the model's endpoint (--api_base_url)",
+        key_help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY, then the model's key on its endpoint",
+    )
     g.add_argument(
         "--max_answer_length",
         type=int,
@@ -165,11 +177,13 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _rate_flags(g) -> None:
-    g.add_argument(
-        "--concurrency",
-        type=int,
-        default=128,
-        help="samples in flight, and the starting request concurrency per endpoint: halved on a "
+    add_run_flags(
+        g,
+        concurrency=128,
+        failure_ratio=False,
+        image_workers=False,
+        progress=False,
+        concurrency_help="samples in flight, and the starting request concurrency per endpoint: halved on a "
         "429 storm, grown back by one after that many successes in a row",
     )
     g.add_argument("--rpm", type=float, default=None, help="requests per minute to the model endpoint")
@@ -185,20 +199,15 @@ def _rate_flags(g) -> None:
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run")
-    g.add_argument("--output_dir", default="./outputs/eval")
+    add_output_dir(g, default=os.path.join(OUTPUT_ROOT, "eval"), help="results go to <output_dir>/<eval_name>")
     g.add_argument("--num_trials", type=int, default=1)
     _rate_flags(g)
     add_budget_flags(g, what="samples")
     add_cap_flags(g)
-    g.add_argument(
-        "--separate_trial_requests",
-        action="store_true",
-        help="one request per trial instead of n=num_trials (for APIs that reject n>1)",
-    )
+    add_separate_requests_flag(g)
     g.add_argument(
         "--retry_failed", action="store_true", help="query again the pairs whose record is a critical (API) failure"
     )
-    g.add_argument("--no_progress", action="store_true", help="no progress bar")
     g.add_argument(
         "--image_cache_mb",
         type=int,
@@ -206,20 +215,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         help="memory for encoded images shared by questions/trials (samples run grouped by image, "
         "so a small cache still encodes each image once)",
     )
-    g.add_argument(
-        "--image_workers",
-        type=int,
-        default=None,
-        help="processes that decode/resize/encode images (default: the usable CPUs; 0 = threads of the main process)",
-    )
-    g.add_argument(
-        "--max_failure_ratio",
-        type=float,
-        default=DEFAULT_MAX_FAILURE_RATIO,
-        help=f"stop when more than this share of the run's API requests failed after retries, "
-        f"judged from the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 "
-        f"stops the run at once regardless",
-    )
+    add_run_flags(g, concurrency=None)  # --max_failure_ratio, --image_workers, --no_progress
 
 
 def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
@@ -227,8 +223,7 @@ def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
     g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
     g.add_argument("--vsearcher_api_key", help="default: $VSEARCHER_API_KEY")
-    g.add_argument("--vsearcher_max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
-    g.add_argument("--vsearcher_prompt", choices=("trained", "simple"), default="trained")
+    add_vsearcher_flags(g, default_max_pixels=VSEARCHER_EVAL_MAX_PIXELS)
     g.add_argument("--max_vsearch_calls", type=int, default=LIMITS.max_search_calls)
     g.add_argument(
         "--vsearcher_chat_completion_kwargs",
@@ -252,7 +247,7 @@ def _analysis_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m insight_o3.scripts.evaluate", description=__doc__.split("\n")[0])
+    p = new_parser("python -m insight_o3.scripts.evaluate", __doc__.split("\n")[0])
     for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags):
         flags(p)
     return p
@@ -313,6 +308,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
     a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0], flag="--judge_api_key")
     a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
+    if a.judge_api_base_url is None and a.api_base_url:  # as `filter`: never the SDK's default address
+        a.judge_api_base_url = a.api_base_url
+        a.judge_api_key = a.judge_api_key or a.api_key
+        log.info(
+            "judge: no --judge_api_base_url nor $JUDGE_API_BASE_URL; %s is asked on the model's endpoint %s",
+            a.judge_model,
+            redact(a.api_base_url),
+        )
     a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
     return a
@@ -355,8 +358,9 @@ def cost_model(a: argparse.Namespace) -> CostModel | None:
 
 
 def args_record(a: argparse.Namespace) -> dict:
-    """What args.json holds: every setting except the keys."""
-    return {k: v for k, v in vars(a).items() if k not in SECRET_ARGS}
+    """What args.json holds: every setting except the keys, and the directory the command ran in (relative
+    --ann_file/--img_dir and the records' image paths are relative to it; the viewers join them)."""
+    return {**{k: v for k, v in vars(a).items() if k not in SECRET_ARGS}, "working_dir": os.getcwd()}
 
 
 def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
@@ -426,8 +430,17 @@ def run_config(a: argparse.Namespace, costs: CostModel | None) -> RunConfig:
         cost_model=costs,
         max_cost=a.max_cost,
         max_tokens_total=a.max_tokens_total,
+        check_endpoints=not a.skip_endpoint_check,
         max_reply_chars=a.max_reply_chars,
     )
+
+
+def endpoints(a: argparse.Namespace) -> list[Endpoint]:
+    """The endpoints the run calls (each checked before the first sample unless ``--skip_endpoint_check``)."""
+    eps = [Endpoint("model", a.api_base_url, a.api_key), Endpoint("judge", a.judge_api_base_url, a.judge_api_key)]
+    if a.vsearcher_model:
+        eps.append(Endpoint("vSearcher", a.vsearcher_api_base_url, a.vsearcher_api_key))
+    return eps
 
 
 def _log_stats(images: ImageStore, limiters: Limiters) -> None:
@@ -480,6 +493,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
                 guard=guard,
                 run_card=card,
                 invocation=card_invocation("evaluate", args_record(a), card),
+                endpoints=endpoints(a),
             )
         finally:
             _log_stats(images, limiters)
@@ -491,6 +505,7 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
         images.close()
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     a = parse_args(argv)

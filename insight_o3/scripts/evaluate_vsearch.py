@@ -27,6 +27,7 @@ import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
 from ..cli import (
+    OUTPUT_ROOT,
     add_allow_outside_flag,
     add_api_flags,
     add_cap_flags,
@@ -34,7 +35,9 @@ from ..cli import (
     add_output_dir,
     add_run_flags,
     add_token_budget_flag,
+    add_vsearcher_flags,
     check_run_flags,
+    entry_point,
     new_parser,
     run_main,
     setup_logging,
@@ -64,8 +67,7 @@ def build_parser():
     add_allow_outside_flag(p)
     p.add_argument("--model", required=True, help="the vSearcher model name on the server")
     add_api_flags(p, env="vsearcher")
-    p.add_argument("--max_pixels", type=int, default=VSEARCHER_EVAL_MAX_PIXELS)
-    p.add_argument("--prompt", choices=("trained", "simple"), default="trained")
+    add_vsearcher_flags(p, default_max_pixels=VSEARCHER_EVAL_MAX_PIXELS, aliases=True)
     p.add_argument("--max_tool_calls", type=int, default=LIMITS.max_tool_calls)
     p.add_argument(
         "--chat_completion_kwargs",
@@ -73,7 +75,7 @@ def build_parser():
         default={},
         help='JSON object, e.g. \'{"max_tokens": 4096}\' (temperature defaults to 0)',
     )
-    add_output_dir(p, help="default: results/vsearch/<model>")
+    add_output_dir(p, help=f"default: {OUTPUT_ROOT}/vsearch/<model>")
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     add_run_flags(p, concurrency=16)
     add_token_budget_flag(p)
@@ -81,6 +83,7 @@ def build_parser():
     return p
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     p = build_parser()
@@ -88,18 +91,18 @@ def main(argv=None) -> int:
     if not isinstance(a.chat_completion_kwargs, dict) or "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must be a JSON object without 'n'")
     check_run_flags(p, a)
-    if a.max_tool_calls < 1 or a.max_pixels < QWEN_MIN_PIXELS:
-        p.error(f"--max_tool_calls >= 1 and --max_pixels >= {QWEN_MIN_PIXELS} are required")
+    if a.max_tool_calls < 1 or a.vsearcher_max_pixels < QWEN_MIN_PIXELS:
+        p.error(f"--max_tool_calls >= 1 and --vsearcher_max_pixels >= {QWEN_MIN_PIXELS} are required")
     a.api_key = resolve_key(a.api_key, ENV_KEYS["vsearcher"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["vsearcher"][1])
-    a.output_dir = a.output_dir or os.path.join("results", "vsearch", a.model.replace("/", "__"))
+    a.output_dir = a.output_dir or os.path.join(OUTPUT_ROOT, "vsearch", a.model.replace("/", "__"))
     settings = VSearchEvalSettings(
         model=a.model,
         output_dir=a.output_dir,
         api_key=a.api_key,
         api_base_url=a.api_base_url,
-        max_pixels=a.max_pixels,
-        prompt=a.prompt,
+        max_pixels=a.vsearcher_max_pixels,
+        prompt=a.vsearcher_prompt,
         max_tool_calls=a.max_tool_calls,
         chat_completion_kwargs=a.chat_completion_kwargs,
         concurrency=a.concurrency,
@@ -112,6 +115,7 @@ def main(argv=None) -> int:
         max_decode_values=a.max_decode_values,
         progress=not a.no_progress,
         ann_file=a.ann_file,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
     def body() -> int:

@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-from ..cli import ExitCode, new_parser, run_main, setup_logging
+from ..cli import ExitCode, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.export import leaderboard, trajectory_rows, write_trajectories
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.run_records import read_run
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()

@@ -21,10 +21,14 @@ from ..api import ENV_KEYS, resolve, resolve_key
 from ..cli import (
     add_api_flags,
     add_client_flags,
+    add_image_budget_flag,
+    add_judge_flags,
     add_output_dir,
     add_run_flags,
+    add_separate_requests_flag,
     add_token_budget_flag,
     check_run_flags,
+    entry_point,
     invocation_of,
     new_parser,
     run_main,
@@ -44,34 +48,28 @@ def build_parser(prog: str = PROG):
         "--attempts", type=int, default=LIMITS.difficulty_attempts, help=f"pass@k (paper: {LIMITS.difficulty_attempts})"
     )
     add_api_flags(ap, env="main", aliases=True)
-    ap.add_argument("--judge_model", default="gpt-5-nano", help="decides answers the rules cannot")
-    ap.add_argument(
-        "--judge_api_base_url",
-        "--judge_base_url",
-        dest="judge_api_base_url",
-        default=None,
-        help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL, then the vReasoner's endpoint",
+    add_judge_flags(
+        ap,
+        model_help="decides answers the rules cannot (default: gpt-5-nano)",
+        url_help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL, then the vReasoner's endpoint",
+        key_help="default: $JUDGE_API_KEY, then the vReasoner's key",
     )
-    ap.add_argument("--judge_api_key", default=None, help="default: $JUDGE_API_KEY, then the vReasoner's key")
-    ap.add_argument(
-        "--separate_attempt_requests",
-        action="store_true",
-        help="one request per attempt instead of n=--attempts (for APIs that reject n>1)",
-    )
+    add_separate_requests_flag(ap, what="attempt", count_flag="--attempts")
     add_client_flags(ap, max_retries=5)
-    ap.add_argument("--max_pixels", type=int, default=1280 * 1280, help="resize budget; 0 = no limit")
+    add_image_budget_flag(ap, default=1280 * 1280, help="resize budget; 0 = no limit")
     add_run_flags(ap, concurrency=16)
     add_token_budget_flag(ap)
     return ap
 
 
+@entry_point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     setup_logging()
     ap = build_parser(prog)
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
     check_run_flags(ap, a)
-    if a.attempts < 1 or a.max_pixels < 0:
-        ap.error("--attempts must be >= 1 and --max_pixels >= 0")
+    if a.attempts < 1 or a.img_max_pixels < 0:
+        ap.error("--attempts must be >= 1 and --img_max_pixels >= 0")
     key = resolve_key(a.api_key, ENV_KEYS["main"][0])
     base = resolve(a.api_base_url, ENV_KEYS["main"][1])
     settings = FilterSettings(
@@ -83,15 +81,16 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         judge_api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), key, flag="--judge_api_key"),
         judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base),
         attempts=a.attempts,
-        separate_attempt_requests=a.separate_attempt_requests,
+        separate_attempt_requests=a.separate_trial_requests,
         concurrency=a.concurrency,
         max_retries=a.max_retries,
         client_timeout=a.client_timeout,
-        max_pixels=a.max_pixels,
+        max_pixels=a.img_max_pixels,
         max_failure_ratio=a.max_failure_ratio,
         image_workers=a.image_workers,
         max_tokens_total=a.max_tokens_total,
         progress=not a.no_progress,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
     def body() -> int:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..cli import ExitCode
+from ..cli import OUTPUT_ROOT, ExitCode, entry_point
 from ..evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences
 from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, read_json_object
 from ..storage.atomic import write_text_atomic
@@ -249,7 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--settings", nargs="+", required=True, help="eval_name prefixes, e.g. model names")
     p.add_argument("--datasets", nargs="+", required=True, help="benchmark names, e.g. o3_bench vstar")
-    p.add_argument("--output_dir", default="./outputs/eval")
+    p.add_argument(
+        "--output_dir",
+        default=os.path.join(OUTPUT_ROOT, "eval"),
+        help="where evaluate wrote the runs: <output_dir>/<setting>/<dataset> (default: %(default)s, evaluate's)",
+    )
     p.add_argument("--csv", help="also write the table as CSV here")
     p.add_argument("--markdown", help="also write the table as Markdown here")
     p.add_argument(
@@ -260,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@entry_point
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:

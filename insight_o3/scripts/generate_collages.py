@@ -34,7 +34,7 @@ import os
 import sys
 from typing import Any
 
-from ..cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
+from ..cli import ExitCode, add_output_dir, add_run_flags, entry_point, new_parser, run_main, setup_logging
 from ..data.collage import CollageConfig
 from ..data.collage_jobs import (
     DEFAULT_QUESTION_TEMPLATE,
@@ -137,7 +137,7 @@ def build_parser(command: str = "generate") -> argparse.ArgumentParser:
     ap.add_argument("--image_format", choices=("jpg", "png"), default="jpg")
     ap.add_argument("--jpeg_quality", type=int, default=95)
     ap.add_argument("--skip_image_check", action="store_true", help="do not open every pool image header")
-    ap.add_argument("--no_progress", action="store_true", help="no progress bar")
+    add_run_flags(ap, concurrency=None, failure_ratio=False, image_workers=False)  # --no_progress
     add_config_flags(ap)
     return ap
 
@@ -229,6 +229,7 @@ def _pool_main(argv: list[str]) -> int:
     return run_main(body, bad_input=(PoolError,))
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     argv = sys.argv[1:] if argv is None else argv

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from insight_o3.cli import ExitCode, add_output_dir, new_parser, run_main, setup_logging
+from insight_o3.cli import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
 from insight_o3.data.demo_bench import build_item, plan, write_image, write_metadata
 
 log = logging.getLogger("make_demo_bench")
@@ -64,6 +64,7 @@ def _draw(job: tuple[dict, str, int]) -> bool:
     return write_image(build_item(**item_kwargs), Path(out), compress_level=level)
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()

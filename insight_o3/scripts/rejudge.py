@@ -37,7 +37,18 @@ import re
 import sys
 
 from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..cli import STOP_ERRORS, ExitCode, add_budget_flags, new_parser, report_stop, setup_logging
+from ..cli import (
+    STOP_ERRORS,
+    ExitCode,
+    add_budget_flags,
+    add_client_flags,
+    add_judge_flags,
+    add_run_flags,
+    entry_point,
+    new_parser,
+    report_stop,
+    setup_logging,
+)
 from ..evaluation.agreement import agreement_lines, judge_agreement
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import card_invocation, fixed_settings
@@ -46,9 +57,10 @@ from ..evaluation.run_records import read_run
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
+from ..preflight import Endpoint
 from ..rate_limit import AdaptiveLimiter
 from ..redaction import redact
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard
+from ..run_guard import RunGuard
 from ..run_integrity import SettingsChanged
 from ..solver import Attempt
 from ..storage.atomic import write_json_atomic
@@ -175,16 +187,12 @@ def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]]
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.rejudge", __doc__.split("\n")[0])
     p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
-    p.add_argument("--judge_model", required=True, nargs="+", help="one or more judges (each its own eval dir)")
-    p.add_argument(
-        "--judge_api_base_url",
-        nargs="+",
-        help="one for every judge, or one per judge (default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL)",
-    )
-    p.add_argument(
-        "--judge_api_key",
-        nargs="+",
-        help="one for every judge, or one per judge (default: $JUDGE_API_KEY, then $OPENAI_API_KEY)",
+    add_judge_flags(
+        p,
+        many=True,
+        model_help="one or more judges (each its own eval dir)",
+        url_help="one for every judge, or one per judge (default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL)",
+        key_help="one for every judge, or one per judge (default: $JUDGE_API_KEY, then $OPENAI_API_KEY)",
     )
     p.add_argument("--judge_flow", choices=FLOWS, default=None, help="default: the source run's")
     p.add_argument("--max_answer_length", type=int, default=None, help="default: the source run's (1000)")
@@ -195,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the new eval dir is <output_dir>/<eval_name>, <output_dir> defaulting to the source "
         "run's (default: <eval_dir>@rejudge-<judge_model>)",
     )
-    p.add_argument("--concurrency", type=int, default=64)
+    add_run_flags(p, concurrency=64, image_workers=False, concurrency_help="judge requests in flight")
     p.add_argument(
         "--no_judge_cache",
         action="store_true",
@@ -203,10 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
     add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
-    p.add_argument("--client_timeout", type=float, default=None)
-    p.add_argument("--max_retries", type=int, default=DEFAULT_MAX_RETRIES)
-    p.add_argument("--max_failure_ratio", type=float, default=DEFAULT_MAX_FAILURE_RATIO)
-    p.add_argument("--no_progress", action="store_true")
+    add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     g = p.add_argument_group("judge agreement")
     g.add_argument(
         "--agreement_out",
@@ -303,7 +308,15 @@ async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
         # the source's own fixed settings are this run's too: another source into the same dir is refused
         inv = card_invocation("rejudge", settings, new_card, source=fixed_settings(card))
         return await run_evaluation(
-            samples, StoredAttempts(records), judge, cfg, settings, guard=guard, run_card=new_card, invocation=inv
+            samples,
+            StoredAttempts(records),
+            judge,
+            cfg,
+            settings,
+            guard=guard,
+            run_card=new_card,
+            invocation=inv,
+            endpoints=[Endpoint("judge", a.judge_api_base_url, a.judge_api_key)],
         )
     finally:
         await client.close()
@@ -339,6 +352,7 @@ def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostM
         cost_model=costs,
         max_cost=a.max_cost,
         max_tokens_total=a.max_tokens_total,
+        check_endpoints=not a.skip_endpoint_check,
     )
 
 
@@ -358,6 +372,7 @@ def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
     return ExitCode.OK
 
 
+@entry_point
 def main(argv=None) -> int:
     setup_logging()
     p = build_parser()

@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from ..caps import DEFAULT_MAX_TEXT_CHARS
-from ..cli import ExitCode, new_parser, run_main, setup_logging
+from ..cli import ExitCode, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import PairingError
 from ..images import ImageError
@@ -60,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     args = parse_args(argv)

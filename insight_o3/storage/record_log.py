@@ -9,6 +9,11 @@ per key. A log may be typed: ``RecordLog.open(path, parse=EvalRecord.from_dict)`
 line with ``parse(obj, "<file>:<line>")`` and keeps the parsed objects; records with a ``to_dict``
 method are written as its result. Whole-file outputs go through :mod:`insight_o3.storage.atomic`.
 
+A record is never unwritable for its text: one holding code points UTF-8 cannot encode (lone surrogates
+from a server; :mod:`insight_o3.untrusted` escapes them where replies enter, this is the backstop) is
+written with them escaped (``\ud800``) and ``"escaped_text": true`` added to its line, with a warning,
+so one bad record costs neither the run nor the next one.
+
 A write the system refuses (disk full, permissions, read-only file system) raises
 :class:`~insight_o3.storage.atomic.OutputError` and leaves the file exactly as it was before the call: a
 line written in part is truncated away, so the next record can never be glued to half of this one
@@ -25,6 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..untrusted import escape_strings
 from .atomic import OutputError, atomic_writer, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -42,9 +48,21 @@ def _key(record) -> str:
     return str(record["sample_key"] if isinstance(record, dict) else record.sample_key)
 
 
+#: Added to a record line whose text had to be escaped when it was written.
+ESCAPED_MARK = "escaped_text"
+
+
 def _line(record) -> bytes:
     obj = record.to_dict() if hasattr(record, "to_dict") else record
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        clean, n = escape_strings(json.loads(text))  # a copy: the caller's record is left as it is
+        if isinstance(clean, dict):
+            clean[ESCAPED_MARK] = True
+        log.warning("record %s: %d string(s) with code points UTF-8 cannot hold were escaped", _key(record), n)
+        return (json.dumps(clean, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 class RecordLog:

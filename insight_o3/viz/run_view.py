@@ -133,13 +133,34 @@ class EvalRun:
         raise RunError(f"{self.path}: no trial_{k} (have: {[t.index for t in self.trials]})")
 
     def image_roots(self) -> list[str]:
-        """Where the run's relative image paths may live (its img_dir, the ann_file's dir, cwd)."""
-        roots = [os.getcwd()]
+        """Where the run's image paths may live (see :func:`image_roots`)."""
+        return image_roots(self.args, self.card)
+
+
+def image_roots(args: dict, card: dict | None = None) -> list[str]:
+    """Where a run's image paths may live, from any working directory: each invocation's ``img_dir`` (and the
+    annotation file's folder), joined with the directory it ran in (``working_dir``, recorded in ``args.json``
+    and in every ``history`` entry of ``run_card.json``) when relative, that directory itself (records keep
+    image paths as ``--img_dir`` made them, relative to it), and last the current directory (runs of the
+    original release record neither)."""
+    history = (card or {}).get("history")
+    entries = (
+        [args] + [h.get("settings") or {} for h in history if isinstance(h, dict)]
+        if isinstance(history, list)
+        else [args]
+    )
+    roots: list[str] = []
+    for e in entries:
+        wd = e.get("working_dir") if isinstance(e.get("working_dir"), str) else None
         for k in ("img_dir", "ann_file"):
-            v = self.args.get(k)
+            v = e.get(k)
             if isinstance(v, str) and v:
-                roots.append(v if k == "img_dir" else str(Path(v).parent))
-        return roots
+                base = v if k == "img_dir" else str(Path(v).parent)
+                roots.append(os.path.join(wd, base) if wd and not os.path.isabs(base) else base)
+        if wd:
+            roots.append(wd)
+    roots.append(os.getcwd())
+    return list(dict.fromkeys(roots))
 
 
 def _result(rec: dict, trial: int, where: str) -> SampleResult:
@@ -228,12 +249,8 @@ def load_run(path: str | os.PathLike) -> EvalRun:
     root = path.parent if single else path
     rd = RunDir(root).check_format()
     args = _public_args(rd.args() or {})
-    roots = [os.getcwd()] + [
-        str(args[k]) if k == "img_dir" else str(Path(args[k]).parent)
-        for k in ("img_dir", "ann_file")
-        if isinstance(args.get(k), str) and args.get(k)
-    ]
-    size_of = _image_sizes(roots)
+    card = rd.run_card()
+    size_of = _image_sizes(image_roots(args, card))
     if single:
         trials = [load_trial(path, size_of=size_of)]
     else:
@@ -247,7 +264,7 @@ def load_run(path: str | os.PathLike) -> EvalRun:
     if not any(t.results for t in trials):
         raise RunError(f"{path}: the evaluation has no records yet")
     name = str(args.get("eval_name") or root.name)
-    return EvalRun(root, name, trials, args, rd.summary() or {}, rd.run_card())
+    return EvalRun(root, name, trials, args, rd.summary() or {}, card)
 
 
 # ---------------------------------------------------------------------------- tables and filters

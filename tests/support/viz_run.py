@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from insight_o3.geometry import VSEARCHER_EVAL_MAX_PIXELS, smart_resize
+from insight_o3.data.demo_endpoints import searcher_box
 from insight_o3.scripts import evaluate, make_demo_bench
 from tests.support.openai_server import ScriptedOpenAIServer, chat, error, request_text
 
@@ -99,14 +99,6 @@ def make_demo_run(
     episodes: dict[str, int] = {}
     lock = threading.Lock()
 
-    def target_box_model(qid: str) -> list[int]:
-        r = by_id[qid]
-        info = r["layout_infos"][str(r["target_layouts"][0])]
-        w, h = r["img_width"], r["img_height"]
-        nh, nw = smart_resize(h, w, max_pixels=VSEARCHER_EVAL_MAX_PIXELS)
-        x1, y1, x2, y2 = info["bbox"]
-        return [round(x1 * nw / w), round(y1 * nh / h), round(x2 * nw / w), round(y2 * nh / h)]
-
     def episode_of(req: dict, qid: str, turn: int) -> int:
         if turn == 0:
             with lock:
@@ -159,7 +151,7 @@ def make_demo_run(
             )
         if turn == "1" or role == "not_found_wrong":
             return chat("<think>I cannot find it.</think><answer>[0, 0, 0, 0]</answer>", prompt_tokens=prompt_tokens)
-        box = target_box_model(qid)
+        box = searcher_box(by_id[qid])
         return chat(
             f"<think>The region is near the top.</think><answer>{json.dumps(box)}</answer>", prompt_tokens=prompt_tokens
         )

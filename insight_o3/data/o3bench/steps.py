@@ -60,6 +60,7 @@ class StepSettings:
     progress: bool = True
     image_workers: int | None = None
     chat_completion_kwargs: dict = field(default_factory=dict)
+    check_endpoints: bool = True
 
     def job_settings(self) -> JobSettings:
         return JobSettings(
@@ -68,6 +69,7 @@ class StepSettings:
             max_failure_ratio=self.max_failure_ratio,
             max_cost=self.max_cost,
             max_tokens_total=self.max_tokens_total,
+            check_endpoints=self.check_endpoints,
         )
 
     def public(self) -> dict:

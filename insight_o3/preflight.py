@@ -1,0 +1,111 @@
+"""Endpoints checked up front: before the first item, every endpoint a run will call is asked once.
+
+Each :class:`Endpoint` (role, base URL, key, and the variable the key was to come from, if one was named) is
+checked by :func:`check_endpoints` with one ``GET <base_url>/models`` — the OpenAI models list, which vLLM,
+SGLang and the OpenAI API all serve and which costs no tokens (asked through the openai SDK, without retries). It stops the run with :class:`EndpointError`
+(exit status 4, one line naming the role and the redacted URL) when
+
+* a key variable the command was told to read (``check_reliability --checker "m,URL,ENV"``,
+  ``--judge_api_key_env``) is not set;
+* no base URL is configured and there is no key either (the SDK would call api.openai.com anonymously);
+* the endpoint cannot be reached (connection refused, DNS, TLS, no answer within the timeout);
+* it answers 401 or 403 (the key is refused).
+
+Any other answer (200, or a 404/405 from a server without a models list, or a 5xx) counts as reachable:
+the run's own guard (:mod:`insight_o3.run_guard`) judges the real requests. Identical endpoints are asked
+once. ``--skip_endpoint_check`` skips the check. :class:`~insight_o3.jobs.ResumableJob` runs it after its
+clients are made and before the first item starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import openai
+
+from .redaction import redact, register_url
+from .run_guard import RunStopped
+
+log = logging.getLogger(__name__)
+
+#: Where the openai SDK sends requests when no base URL is configured.
+SDK_DEFAULT_URL = "https://api.openai.com/v1"
+#: Seconds each endpoint has to answer the check.
+CHECK_TIMEOUT = 10.0
+
+
+class EndpointError(RunStopped):
+    """An endpoint that cannot serve the run (exit status 4); ``str()`` is one line naming role and URL."""
+
+    resume_hint = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One endpoint a run calls: ``role`` ("model", "judge", "vSearcher", ...), its base URL (None: the SDK's
+    default), its key and ``key_env``, the variable the key was to be read from when the command named one."""
+
+    role: str
+    base_url: str | None
+    api_key: str | None = field(default=None, repr=False)
+    key_env: str | None = None
+
+    @property
+    def url(self) -> str:
+        return self.base_url or SDK_DEFAULT_URL
+
+    def shown(self) -> str:
+        where = redact(self.url) + (" (the SDK default: no base URL configured)" if not self.base_url else "")
+        return f"{self.role} endpoint {where}"
+
+
+def _reason(e: openai.APIConnectionError) -> str:
+    if isinstance(e, openai.APITimeoutError):
+        return "no answer in time"
+    cause = e.__cause__ or e
+    text = str(cause) or type(cause).__name__
+    for known in ("Connection refused", "Name or service not known", "nodename nor servname", "certificate"):
+        if known.lower() in text.lower():
+            return known.lower()
+    return redact(text)[:200]
+
+
+def check_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
+    """Check one endpoint (see the module docstring); the HTTP status of its models list."""
+    register_url(ep.base_url)
+    if ep.key_env and not os.environ.get(ep.key_env):
+        raise EndpointError(f"{ep.shown()}: its key variable ${ep.key_env} is not set")
+    if not ep.base_url and not ep.api_key:
+        raise EndpointError(f"{ep.shown()}: no key either; give the base URL (or its environment variable)")
+    client = openai.OpenAI(api_key=ep.api_key or "EMPTY", base_url=ep.url, max_retries=0, timeout=timeout)
+    try:
+        client.models.list()
+        return 200
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+        raise EndpointError(
+            f"{ep.shown()} refused the key (HTTP {e.status_code}); check the key for this role"
+        ) from None
+    except openai.APIStatusError as e:  # answered: reachable (a server without a models list, a 5xx)
+        return e.status_code
+    except openai.APIConnectionError as e:
+        raise EndpointError(
+            f"{ep.shown()} is unreachable ({_reason(e)}); check the URL or that the server is up"
+        ) from None
+    finally:
+        client.close()
+
+
+def check_endpoints(endpoints: Iterable[Endpoint], timeout: float = CHECK_TIMEOUT) -> None:
+    """Check every endpoint once (the same URL and key are asked once); raises :class:`EndpointError`."""
+    seen: set[tuple[str, str | None]] = set()
+    for ep in endpoints:
+        if ep.key_env and not os.environ.get(ep.key_env):
+            check_endpoint(ep, timeout)  # raises: named variable unset
+        if (ep.url, ep.api_key) in seen:
+            continue
+        seen.add((ep.url, ep.api_key))
+        status = check_endpoint(ep, timeout)
+        log.info("%s reachable (models list: HTTP %d)", redact(ep.shown()), status)
