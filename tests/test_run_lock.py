@@ -199,6 +199,10 @@ def test_every_resumable_command_refuses_a_held_directory(tmp_path):
             missing,
             "--out_dir",
             str(out),
+            "--model",
+            "m",
+            "--api_base_url",
+            "http://127.0.0.1:9/v1",
             "--no_progress",
         ],
     }
