@@ -24,6 +24,7 @@ import importlib
 import json
 import selectors
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -128,6 +129,16 @@ def user_message_text(request: dict, which: int = -1) -> str:
     return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
 
 
+class _Server(ThreadingHTTPServer):
+    """A client that goes away mid-exchange (a cancelled request, a stopped run) is normal for this server:
+    no traceback on stderr for it; any other error of a handler is printed as ``socketserver`` does."""
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     """One HTTP exchange of a :class:`ScriptedOpenAIServer` (reached as ``self.server.scripted``)."""
 
@@ -215,7 +226,7 @@ class ScriptedOpenAIServer:
         self.headers: list[dict] = []
         self._count = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), _Handler)
+        self._server = _Server((host, port), _Handler)
         self._server.daemon_threads = True
         self._server.scripted = self  # type: ignore[attr-defined]  # the handler's way back to this server
         self._wake_r, self._wake_w = socket.socketpair()
