@@ -709,3 +709,35 @@ def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
     assert _json.dumps(train_req, sort_keys=True) == _json.dumps(eval_req, sort_keys=True)
     user = eval_req["messages"][1]["content"]
     assert user[-1] == {"type": "text", "text": "Which side\nis red?\nA. left\nB. right"}
+
+
+def test_tool_error_is_a_text_tool_response_and_the_episode_goes_on(policy, image_path):
+    """The fork's zoom-in tool answers an unusable box with its error text: a masked text-only tool turn (no image),
+    then the policy's next turn; r_format fails (the tool box is inverted), the answer still counts as found."""
+    tok, _ = policy
+
+    def script(n_images, prompt):
+        if "<tool_response>Error" in prompt:
+            return ANSWER % (60, 40, 180, 140)
+        return TOOL % (200, 150, 40, 30)  # inverted
+
+    server = ScriptedServerManager(tok, script)
+    row = {
+        "raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}}]}],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+    }
+
+    async def go():
+        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+
+    out = asyncio.run(go())
+    spans = _spans(out.response_mask)
+    assert [s[0] for s in spans] == [1, 0, 1] and len(out.multi_modal_data["images"]) == 1
+    tool_text = tok.decode(out.response_ids[spans[1][1] : spans[1][2]])
+    assert "<tool_response>Error: The specified bounding box [200, 150, 40, 30] is invalid" in tool_text
+    assert server.calls[1]["n_images"] == 1
+    f = out.extra_fields
+    assert f["search_status"] == "found" and f["format_ok"] is False and f["n_tool"] == 0
+    assert compute_score(row["data_source"], "", "", {**row["extra_info"], **f}, **REWARD)["score"] == 0.0
