@@ -50,6 +50,20 @@ Two **variants** (:data:`REWARD_VARIANTS`, chosen by :class:`RewardRules`):
      every ground-truth region;
   4. ``r_IoU = (clip(IoU, α, 1) - α) / (1 - α)`` (the same function as the paper's).
 
+Two **ablation switches** of Table 3 ("w/o tool cond.", "w/o feedback", "w/o outcome"), named as in the fork's
+``custom_reward_function.reward_kwargs`` (:class:`RewardRules`, both variants):
+
+* ``reward_type``: ``conditioned_on_tool_reward`` (default, Eq. 1: the tool gate multiplies the rest) or
+  ``basic_weighted_addition`` (the fork's ``Score``: ``λ_format r_format + λ_tool r_tool + λ_IoU r_IoU``, the tool
+  gate as an added term of weight ``λ_tool`` = 1.0);
+* ``pseudo_iou_reward_type`` (in-loop): ``caller_feedback`` (default, ``1[s = c = 1]``),
+  ``outcome_no_caller_feedback`` (w/o feedback: ``1[c = 1]``) or ``caller_feedback_no_outcome`` (w/o outcome:
+  ``1[s = 1]``).
+
+Under ``original`` an in-loop sample keeps its pseudo IoU when its format check fails (the fork sets it after
+scoring, whatever the format) while an out-of-loop sample then has ``r_IoU = 0`` (the fork extracts no answer
+from a badly formatted episode); with the default ``reward_type`` both are multiplied by a zero gate anyway.
+
 This module is pure Python (no torch) on purpose: the reward is part of the protocol, not of the
 trainer.
 """
@@ -68,6 +82,8 @@ __all__ = [
     "RewardBreakdown",
     "DEFAULT_WEIGHTS",
     "REWARD_VARIANTS",
+    "REWARD_TYPES",
+    "PSEUDO_IOU_TYPES",
     "RewardRules",
     "DEFAULT_RULES",
     "iou_reward",
@@ -85,6 +101,10 @@ __all__ = [
 
 #: ``original``: the authors' training code (the default of the recipe); ``paper``: Eq. (1) literally.
 REWARD_VARIANTS = ("original", "paper")
+#: ``reward_type`` (the fork's ``SCORE_CLASS_MAP`` keys): Eq. (1)'s gate, or the gate as an added term (w/o tool cond.)
+REWARD_TYPES = ("conditioned_on_tool_reward", "basic_weighted_addition")
+#: ``pseudo_iou_reward_type`` (the fork's names): 1[s=c=1], 1[c=1] (w/o feedback), 1[s=1] (w/o outcome)
+PSEUDO_IOU_TYPES = ("caller_feedback", "outcome_no_caller_feedback", "caller_feedback_no_outcome")
 
 
 @dataclass(frozen=True)
@@ -94,11 +114,12 @@ class RewardWeights:
     format: float = 0.2
     iou: float = 0.8
     alpha: float = 0.25
+    tool: float = 1.0  # λ_tool, used only by reward_type basic_weighted_addition (the fork's reward_weights.tool)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha < 1.0:
             raise ValueError(f"alpha must be in [0, 1), got {self.alpha}")
-        for name in ("format", "iou"):
+        for name in ("format", "iou", "tool"):
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise ValueError(f"reward weight {name} must be a finite non-negative number, got {v}")
@@ -109,17 +130,25 @@ DEFAULT_WEIGHTS = RewardWeights()
 
 @dataclass(frozen=True)
 class RewardRules:
-    """Which reward is computed: the variant, the weights of Eq. (1), and the two thresholds of the
-    ``original`` rules (ignored by ``paper``)."""
+    """Which reward is computed: the variant, the weights of Eq. (1), the two thresholds of the
+    ``original`` rules (ignored by ``paper``) and the two ablation switches (module docstring)."""
 
     variant: str = "original"
     weights: RewardWeights = DEFAULT_WEIGHTS
     max_consecutive_iou: float = 0.6  # original: views overlapping more than this void the tool gate
     min_gt_coverage: float = 0.95  # original: a box must cover more than this share of a GT box
+    reward_type: str = REWARD_TYPES[0]
+    pseudo_iou_reward_type: str = PSEUDO_IOU_TYPES[0]
 
     def __post_init__(self) -> None:
         if self.variant not in REWARD_VARIANTS:
             raise ValueError(f"reward variant must be one of {REWARD_VARIANTS}, got {self.variant!r}")
+        if self.reward_type not in REWARD_TYPES:
+            raise ValueError(f"reward_type must be one of {REWARD_TYPES}, got {self.reward_type!r}")
+        if self.pseudo_iou_reward_type not in PSEUDO_IOU_TYPES:
+            raise ValueError(
+                f"pseudo_iou_reward_type must be one of {PSEUDO_IOU_TYPES}, got {self.pseudo_iou_reward_type!r}"
+            )
         for name in ("max_consecutive_iou", "min_gt_coverage"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
@@ -165,9 +194,17 @@ def iou_reward(value: float, alpha: float = DEFAULT_WEIGHTS.alpha) -> float:
     return max(0.0, min(value, 1.0) - alpha) / (1.0 - alpha)
 
 
-def pseudo_iou_reward(helpful: bool | None, correct: bool | None) -> float:
-    """``r̂_IoU = 1[s = c = 1]``; an absent rating or judgement (None) counts as 0."""
-    return 1.0 if (helpful is True and correct is True) else 0.0
+def pseudo_iou_reward(helpful: bool | None, correct: bool | None, kind: str = PSEUDO_IOU_TYPES[0]) -> float:
+    """``r̂_IoU = 1[s = c = 1]`` (``kind`` ``caller_feedback``), ``1[c = 1]`` (``outcome_no_caller_feedback``) or
+    ``1[s = 1]`` (``caller_feedback_no_outcome``); an absent rating or judgement (None) counts as 0."""
+    s, c = helpful is True, correct is True
+    if kind == "caller_feedback":
+        return 1.0 if (s and c) else 0.0
+    if kind == "outcome_no_caller_feedback":
+        return 1.0 if c else 0.0
+    if kind == "caller_feedback_no_outcome":
+        return 1.0 if s else 0.0
+    raise ValueError(f"pseudo_iou_reward_type must be one of {PSEUDO_IOU_TYPES}, got {kind!r}")
 
 
 def _as_box(values, what: str) -> Box:
@@ -210,12 +247,20 @@ def _eq1(
     in_loop: bool,
     variant: str = "paper",
     repeated_view: bool | None = None,
+    reward_type: str = REWARD_TYPES[0],
 ) -> RewardBreakdown:
     """Eq. (1), ``gate · (λ_format · r_format + λ_IoU · r_IoU)``, with every term kept; the one place the
-    four reward functions (paper/original × out-of-loop/in-loop) combine their terms."""
+    four reward functions (paper/original × out-of-loop/in-loop) combine their terms. ``reward_type``
+    ``basic_weighted_addition`` adds the gate instead: ``λ_format · r_format + λ_tool · gate + λ_IoU · r_IoU``."""
     r_fmt = 1.0 if format_ok else 0.0
+    if reward_type == "basic_weighted_addition":
+        score = weights.format * r_fmt + weights.tool * gate + weights.iou * r_iou
+    elif reward_type == "conditioned_on_tool_reward":
+        score = gate * (weights.format * r_fmt + weights.iou * r_iou)
+    else:
+        raise ValueError(f"reward_type must be one of {REWARD_TYPES}, got {reward_type!r}")
     return RewardBreakdown(
-        score=gate * (weights.format * r_fmt + weights.iou * r_iou),
+        score=score,
         n_tool=n_tool,
         tool_gate=gate,
         r_format=r_fmt,
@@ -237,12 +282,14 @@ def out_of_loop_reward(
     gt_boxes: Iterable[Sequence[float]],
     weights: RewardWeights = DEFAULT_WEIGHTS,
     format_error: str | None = None,
+    reward_type: str = REWARD_TYPES[0],
 ) -> RewardBreakdown:
     """Eq. (1) with the IoU reward. ``pred_box``: the final answer in original-image pixels, or None
     when no answer parsed. ``format_ok``: the protocol's r_format verdict (see the module docstring)."""
     n_tool = _check_n_tool(n_tool)
     value, k = best_iou(pred_box, gt_boxes)
     return _eq1(
+        reward_type=reward_type,
         weights=weights,
         gate=1.0 if n_tool > 0 else 0.0,
         n_tool=n_tool,
@@ -263,17 +310,20 @@ def in_loop_reward(
     correct: bool | None,
     weights: RewardWeights = DEFAULT_WEIGHTS,
     format_error: str | None = None,
+    reward_type: str = REWARD_TYPES[0],
+    pseudo_iou_reward_type: str = PSEUDO_IOU_TYPES[0],
 ) -> RewardBreakdown:
     """Eq. (1) with the pseudo IoU reward ``1[s = c = 1]``: ``helpful`` is s (the vReasoner's
     feedback on this search), ``correct`` is c (the judge's verdict on the episode's answer)."""
     n_tool = _check_n_tool(n_tool)
     return _eq1(
+        reward_type=reward_type,
         weights=weights,
         gate=1.0 if n_tool > 0 else 0.0,
         n_tool=n_tool,
         format_ok=format_ok,
         format_error=format_error,
-        r_iou=pseudo_iou_reward(helpful, correct),
+        r_iou=pseudo_iou_reward(helpful, correct, pseudo_iou_reward_type),
         iou=None,
         matched_gt=None,
         in_loop=True,
@@ -364,12 +414,14 @@ def original_out_of_loop_reward(
     value, k = covered_iou(pred_box, gts, image_size, rules.min_gt_coverage) if format_ok else (0.0, None)
     gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
     return _eq1(
+        reward_type=rules.reward_type,
         weights=rules.weights,
         gate=gate,
         n_tool=n_tool,
         format_ok=format_ok,
         format_error=format_error,
-        r_iou=iou_reward(value, rules.weights.alpha),
+        # the fork extracts no answer from a badly formatted episode: its IoU reward is 0
+        r_iou=iou_reward(value, rules.weights.alpha) if format_ok else 0.0,
         iou=value,
         matched_gt=k,
         in_loop=False,
@@ -393,12 +445,13 @@ def original_in_loop_reward(
     n_tool = _check_n_tool(n_tool)
     gate, repeated = _original_gate(n_tool, format_ok, list(crop_boxes), frame_size, rules)
     return _eq1(
+        reward_type=rules.reward_type,
         weights=rules.weights,
         gate=gate,
         n_tool=n_tool,
         format_ok=format_ok,
         format_error=format_error,
-        r_iou=pseudo_iou_reward(helpful, correct),
+        r_iou=pseudo_iou_reward(helpful, correct, rules.pseudo_iou_reward_type),
         iou=None,
         matched_gt=None,
         in_loop=True,
@@ -427,10 +480,16 @@ def trajectory_reward(
     crop (and, out-of-loop, ``image_size``); missing ones are a ``ValueError`` naming them."""
     if rules.variant == "paper":
         common: dict[str, Any] = dict(
-            n_tool=n_tool, format_ok=format_ok, weights=rules.weights, format_error=format_error
+            n_tool=n_tool,
+            format_ok=format_ok,
+            weights=rules.weights,
+            format_error=format_error,
+            reward_type=rules.reward_type,
         )
         if in_loop:
-            return in_loop_reward(helpful=helpful, correct=correct, **common)
+            return in_loop_reward(
+                helpful=helpful, correct=correct, pseudo_iou_reward_type=rules.pseudo_iou_reward_type, **common
+            )
         if gt_boxes is None:
             raise ValueError("out-of-loop reward needs gt_boxes (extra_info.bboxes)")
         return out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, **common)

@@ -44,6 +44,7 @@ def demo_run(tmp_path_factory) -> tuple[Path, str]:
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "WARNING" not in proc.stderr  # nothing for a new user to worry about (no key on the command line)
     return work / "outputs" / "demo", proc.stdout
 
 

@@ -53,7 +53,8 @@ def script(fail_b=False):
                     '<think>z</think><tool_call>{"name": "image_zoom_in_tool", '
                     '"arguments": {"bbox_2d": [20, 20, 160, 120]}}</tool_call>'
                 )
-            return chat(f"<think>ok</think><answer>{json.dumps(list(frame.from_original(GT['a'])))}</answer>")
+            box = [round(v) for v in frame.from_original(GT["a"])]  # whole model-frame pixels, as the fork asks
+            return chat(f"<think>ok</think><answer>{json.dumps(box)}</answer>")
         if "the b region" in text:
             return error(500, "down") if fail_b else chat("<think>no</think><answer>[0, 0, 0, 0]</answer>")
         return chat("<answer>[1, 2</answer>")  # malformed
@@ -93,12 +94,12 @@ def test_metrics_records_and_no_secrets(openai_server, data):
     assert run(ann, img_dir, out, srv.base_url) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["n_samples"] == 3 and m["n_failed"] == 0
-    assert m["mean_iou"] == pytest.approx(1 / 3, abs=1e-6) and m["acc_iou_0.5"] == pytest.approx(1 / 3)
+    assert m["mean_iou"] == pytest.approx(1 / 3, abs=0.01) and m["acc_iou_0.5"] == pytest.approx(1 / 3)
     assert m["not_found_rate"] == pytest.approx(1 / 3) and m["invalid_rate"] == pytest.approx(1 / 3)
     assert m["format_valid_rate"] == pytest.approx(2 / 3) and m["mean_tool_calls"] == pytest.approx(1 / 3)
     recs = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()]
     assert [r["sample_key"] for r in recs] == ["a", "#2", "#3"]
-    assert recs[0]["pred_bbox"] == pytest.approx(GT["a"], abs=0.01) and recs[0]["n_tool_calls"] == 1
+    assert recs[0]["pred_bbox"] == pytest.approx(GT["a"], abs=1) and recs[0]["n_tool_calls"] == 1  # whole pixels
     assert srv.requests[0]["temperature"] == 0.0
     for f in os.listdir(out):
         body = (out / f).read_text()

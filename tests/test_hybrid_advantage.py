@@ -37,10 +37,12 @@ def _batch() -> DataProto:
     )
 
 
-def _run(scope: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _run(scope: str | None, norm: str | None = "paper") -> tuple[torch.Tensor, torch.Tensor]:
     algo = {"adv_estimator": ESTIMATOR_NAME, "norm_adv_by_std_in_grpo": True}
     if scope is not None:
         algo["inloop_norm_scope"] = scope
+    if norm is not None:
+        algo["inloop_norm"] = norm
     data = compute_advantage(
         _batch(), adv_estimator=ESTIMATOR_NAME, config=OmegaConf.create(algo), norm_adv_by_std_in_grpo=True
     )
@@ -51,14 +53,28 @@ def _run(scope: str | None) -> tuple[torch.Tensor, torch.Tensor]:
 # g0: mean 0.6, std sqrt(0.32) = 0.565685 -> +-0.707107; g1: identical scores -> 0
 # in-loop scope: {1.0, 0.2, 0.0} mean 0.4, std sqrt(0.28) = 0.529150 -> 1.133893, -0.377964, -0.755929
 # batch scope: rows 0-6 mean 3.4/7 = 0.485714, std sqrt(0.928571/6) = 0.393398 -> 1.307290, -0.726273, -1.234679
+# original (inloop_norm original, the fork's np.std, also the default): in-loop std sqrt(0.56/3) = 0.432049 ->
+# 1.388727, -0.462909, -0.925818; batch std 0.364216 -> 1.412032, -0.784462, -1.333586
 OUT = [0.707107, -0.707107, 0.0, 0.0]
 INLOOP = [1.133893, -0.377964, -0.755929]
 BATCH = [1.307290, -0.726273, -1.234679]
+INLOOP_POP = [1.388727, -0.462909, -0.925818]
+BATCH_POP = [1.412032, -0.784462, -1.333586]
 
 
-@pytest.mark.parametrize("scope,expected_in", [(None, INLOOP), ("inloop", INLOOP), ("batch", BATCH)])
-def test_hybrid_advantage_hand_numbers(scope, expected_in):
-    adv, mask = _run(scope)
+@pytest.mark.parametrize(
+    "scope,norm,expected_in",
+    [
+        (None, "paper", INLOOP),
+        ("inloop", "paper", INLOOP),
+        ("batch", "paper", BATCH),
+        ("inloop", "original", INLOOP_POP),
+        ("batch", "original", BATCH_POP),
+        (None, None, INLOOP_POP),
+    ],
+)
+def test_hybrid_advantage_hand_numbers(scope, norm, expected_in):
+    adv, mask = _run(scope, norm)
     per_sample = [adv[i, 0].item() for i in range(7)]
     assert per_sample == pytest.approx(OUT + expected_in, abs=1e-4)
     # constant over each sample's response tokens, exactly 0 on masked tokens (row 7 entirely)

@@ -14,6 +14,7 @@ from tests.support.openai_server import chat, error, request_text
 require_recipe()
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
@@ -29,6 +30,7 @@ from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop  #
 from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
 from recipe.vsearch.episodes import EXTRA_SAMPLES_KEY, ROLE_KEY, VALIDATE_KEY, VSearchAgentLoopWorker, finalize_batch  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
+from recipe.vsearch.settings import PROTOCOLS  # noqa: E402
 
 MAX_PIXELS = 160 * 28 * 28  # small vSearcher budget: few image tokens on CPU (tests/support/agent_tiny.yaml)
 RESPONSE_LENGTH = 2048
@@ -93,7 +95,11 @@ def image_path(tmp_path):
 
 
 def _config(
-    stage: str = "train", agent_yaml=AGENT_YAML, prompt_length: int = 1280, response_length: int = RESPONSE_LENGTH
+    stage: str = "train",
+    agent_yaml=AGENT_YAML,
+    prompt_length: int = 1280,
+    response_length: int = RESPONSE_LENGTH,
+    variant: str = "original",
 ):
     """The parts of a composed recipe config the loops read (see recipe.vsearch.settings)."""
     return OmegaConf.create(
@@ -104,12 +110,13 @@ def _config(
                 "model": {},
             },
             "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
-            "custom_reward_function": {"reward_kwargs": dict(REWARD)},
+            "custom_reward_function": {"reward_kwargs": {**REWARD, "variant": variant}},
             "vsearch": {
+                "variant": variant,
                 "agent_config_path": str(agent_yaml),
                 "stage": stage,
                 "judge_model": "judge-m",
-                "reward": dict(REWARD),
+                "reward": {**REWARD, "variant": variant},
             },
             "trainer": {"use_legacy_worker_impl": "auto"},
             "data": {},
@@ -298,26 +305,36 @@ def test_vreasoner_episode_with_k_searches_yields_k_samples(policy, image_path, 
     assert list(batch.non_tensor_batch["uid"]) == ["inloop-ep1-0", "inloop-ep1-1"]
     assert batch.batch["response_mask"].sum() == sum(sum(s.response_mask) for s in samples)
     assert len(batch.non_tensor_batch["multi_modal_inputs"][1]["image_grid_thw"]) == 2
-    final, metrics = finalize_batch(batch, dp_size=4)
+    final, metrics = finalize_batch(batch, dp_size=4, protocol=PROTOCOLS["paper"])
     assert len(final) == 4 and list(final.non_tensor_batch["uid"][2:]) == ["pad-2", "pad-3"]
     assert (final.batch["response_mask"][2:] == 0).all() and (final.batch["response_mask"][:2].sum(-1) > 0).all()
+    # original: the padding rows are trained copies of the first rows, in their groups (the fork's
+    # pad_dataproto_to_divisor)
+    orig, _ = finalize_batch(batch, dp_size=4, protocol=PROTOCOLS["original"])
+    assert list(orig.non_tensor_batch["uid"]) == ["inloop-ep1-0", "inloop-ep1-1"] * 2
+    assert list(orig.non_tensor_batch[ROLE_KEY][2:]) == ["padding", "padding"]
+    assert torch.equal(orig.batch["response_mask"][2:], orig.batch["response_mask"][:2])
     assert metrics["vsearch/accuracy_reward"] == 1.0 and metrics["vsearch/calls_per_qa"] == 2.0
     assert metrics["vsearch/pseudo_iou_rate"] == 0.5 and metrics["vsearch/feedback_rate"] == 1.0
     assert metrics["vsearch/critical_failure_ratio"] == 0.0
 
 
-def test_vreasoner_api_failure_masks_samples(policy, image_path, openai_server, monkeypatch):
+@pytest.mark.parametrize("variant", ["paper", "original"])
+def test_vreasoner_api_failure_masks_samples(policy, image_path, openai_server, monkeypatch, variant):
+    """An episode cut by a vReasoner API failure: its samples are masked out of the loss under ``paper`` and
+    trained on (with c = 0) under ``original``, as the fork did; either way it counts as a critical failure."""
     srv = openai_server(reasoner_script(fail_at=1))
-    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
+    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch, _config(variant=variant))
     assert out.extra_fields[EXTRA_SAMPLES_KEY] == []
     f = out.extra_fields
     assert f["critical_failure"] is True and f["episode_critical_failure"] is True and f["n_tool"] == 1
-    assert sum(out.response_mask) == 0 and len(out.response_ids) > 0  # excluded, not punished
+    assert f["answer_correct"] is False and len(out.response_ids) > 0
+    assert (sum(out.response_mask) == 0) is (variant == "paper")  # paper: excluded, not punished
     assert "sk-test-secret" not in repr(f)
     batch = _expand(policy, out, _inloop_row(image_path))
-    final, metrics = finalize_batch(batch, dp_size=2)
+    final, metrics = finalize_batch(batch, dp_size=2, protocol=PROTOCOLS[variant])
     assert metrics["vsearch/critical_failure_ratio"] == 1.0
-    assert final.batch["response_mask"].sum() == 0
+    assert bool(final.batch["response_mask"].sum() == 0) is (variant == "paper")
 
 
 def test_vreasoner_episode_without_search_is_a_dropped_placeholder(policy, image_path, openai_server, monkeypatch):
@@ -325,7 +342,7 @@ def test_vreasoner_episode_without_search_is_a_dropped_placeholder(policy, image
     server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
     assert not server.calls and out.extra_fields[ROLE_KEY] == "placeholder" and sum(out.response_mask) == 0
     batch = _expand(policy, out, _inloop_row(image_path))
-    final, metrics = finalize_batch(batch, dp_size=2)
+    final, metrics = finalize_batch(batch, dp_size=2, protocol=PROTOCOLS["paper"])
     assert metrics["vsearch/calls_per_qa"] == 0.0 and metrics["vsearch/has_answer"] == 1.0
     assert len(final) == 2 and set(final.non_tensor_batch[ROLE_KEY]) == {"padding"}
     assert re.fullmatch(r"pad-\d", final.non_tensor_batch["uid"][0])
@@ -709,3 +726,35 @@ def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
     assert _json.dumps(train_req, sort_keys=True) == _json.dumps(eval_req, sort_keys=True)
     user = eval_req["messages"][1]["content"]
     assert user[-1] == {"type": "text", "text": "Which side\nis red?\nA. left\nB. right"}
+
+
+def test_tool_error_is_a_text_tool_response_and_the_episode_goes_on(policy, image_path):
+    """The fork's zoom-in tool answers an unusable box with its error text: a masked text-only tool turn (no image),
+    then the policy's next turn; r_format fails (the tool box is inverted), the answer still counts as found."""
+    tok, _ = policy
+
+    def script(n_images, prompt):
+        if "<tool_response>Error" in prompt:
+            return ANSWER % (60, 40, 180, 140)
+        return TOOL % (200, 150, 40, 30)  # inverted
+
+    server = ScriptedServerManager(tok, script)
+    row = {
+        "raw_prompt": [{"role": "user", "content": [{"type": "image", "image": {"image": f"file://{image_path}"}}]}],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+    }
+
+    async def go():
+        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+
+    out = asyncio.run(go())
+    spans = _spans(out.response_mask)
+    assert [s[0] for s in spans] == [1, 0, 1] and len(out.multi_modal_data["images"]) == 1
+    tool_text = tok.decode(out.response_ids[spans[1][1] : spans[1][2]])
+    assert "<tool_response>Error: The specified bounding box [200, 150, 40, 30] is invalid" in tool_text
+    assert server.calls[1]["n_images"] == 1
+    f = out.extra_fields
+    assert f["search_status"] == "found" and f["format_ok"] is False and f["n_tool"] == 0
+    assert compute_score(row["data_source"], "", "", {**row["extra_info"], **f}, **REWARD)["score"] == 0.0

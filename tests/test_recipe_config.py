@@ -66,6 +66,13 @@ def _validate(cfg) -> None:
     # RayPPOTrainer passes); verl never converts `algorithm` to AlgoConfig at run time, so check the rest.
     algo = OmegaConf.to_container(cfg.algorithm)
     assert algo.pop("inloop_norm_scope") in ("inloop", "batch")
+    assert algo.pop("subagent_advantage_estimator") in (
+        "global_norm",
+        "no_global_norm",
+        "broadcast",
+        "broadcast_tool_only",
+    )
+    assert algo.pop("inloop_norm") in ("original", "paper")
     assert isinstance(omega_conf_to_dataclass(algo, AlgoConfig), AlgoConfig)
     validate_config(cfg, use_reference_policy=True, use_critic=need_critic(cfg))
 
@@ -121,9 +128,30 @@ def test_train_sh_composes_and_validates(train_dry):
     # operations: bounded checkpoints, validation generations written, API-failure abort, Eq. 2 loss settings
     assert cfg.trainer.max_actor_ckpt_to_keep == 3
     assert cfg.trainer.validation_data_dir == str(tmp_path / "work/ckpts/proj/exp/val_generations")
-    assert cfg.vsearch.max_api_failure_ratio == 0.5
-    assert a.loss_agg_mode == "seq-mean-token-sum-norm" and a.use_dynamic_bsz is False
+    # vsearch.variant=original (the default): the fork's loss, abort threshold and in-loop std
+    assert cfg.vsearch.variant == "original" and cfg.vsearch.reward.variant == "original"
+    assert cfg.vsearch.max_api_failure_ratio == 0.2 and cfg.algorithm.inloop_norm == "original"
+    assert a.loss_agg_mode == "token-mean" and a.use_dynamic_bsz is True
+    assert a.ppo_max_token_len_per_gpu == cfg.data.max_prompt_length + cfg.data.max_response_length
     assert ro.calculate_log_probs is False
+    _validate(cfg)
+
+
+def test_paper_variant_switches_the_whole_protocol(tmp_path):
+    """``vsearch.variant=paper`` on train.sh's command line switches the reward rules, the loss and the failure
+    handling together (one switch), and validates."""
+    from recipe.vsearch.settings import PROTOCOLS, RunSettings
+
+    (tmp_path / "tmpdir").mkdir()
+    r = _dry_run("train.sh", tmp_path, "vsearch.variant=paper", TMPDIR=str(tmp_path / "tmpdir"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = OmegaConf.create(r.stdout)
+    a = cfg.actor_rollout_ref.actor
+    assert cfg.vsearch.reward.variant == "paper" and cfg.custom_reward_function.reward_kwargs.variant == "paper"
+    assert a.loss_agg_mode == "seq-mean-token-sum-norm" and a.use_dynamic_bsz is False
+    assert cfg.vsearch.max_api_failure_ratio == 0.5 and cfg.algorithm.inloop_norm == "paper"
+    s = RunSettings.from_config(cfg)
+    assert s.protocol == PROTOCOLS["paper"] and "variant" in r.stderr and "mask_failed_episodes=True" in r.stderr
     _validate(cfg)
 
 
@@ -288,7 +316,7 @@ def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, 
     assert reasoner.policy.max_pixels == 4096 * 28 * 28
     train, val = _reasoner(reasoner, False), _reasoner(reasoner, True)
     assert (train.model, train.max_pixels, train.max_search_calls) == ("gpt-5-mini", 1280 * 1280, 6)
-    assert train.completion_kwargs == {"max_completion_tokens": 16384} and train.image_url_extra == {"detail": "high"}
+    assert train.completion_kwargs == {"max_completion_tokens": 2048} and train.image_url_extra == {"detail": "high"}
     assert (train.max_format_retries, val.max_format_retries) == (2, 4)
     assert _system_prompt(train, tmp_path) == VREASONER_TRAIN_SYSTEM_PROMPT
     assert _system_prompt(val, tmp_path) == VREASONER_INFER_SYSTEM_PROMPT
@@ -351,13 +379,45 @@ def test_settings_validation_names_the_key(train_dry, tmp_path):
     fails("use_legacy_worker_impl", trainer__use_legacy_worker_impl="disable")
     fails("actor_rollout_ref.actor.ppo_epochs must be 1", actor_rollout_ref__actor__ppo_epochs=2)
     fails("vsearch.reward.variant must be one of", vsearch__reward__variant="eq1")
-    fails(r"data.max_prompt_length .* is 4096", data__max_prompt_length=4096)
+    # the printed config is resolved (DRY_RUN: --resolve): the rollout length no longer follows data.*
+    fails(
+        r"data.max_prompt_length .* is 4096",
+        data__max_prompt_length=4096,
+        actor_rollout_ref__rollout__prompt_length=4096,
+    )
+    # one switch: the loss of each variant is fixed by vsearch.variant, an override that contradicts it is refused
+    fails("vsearch.variant must be one of", vsearch__variant="fork")
+    fails(
+        "vsearch.reward.variant is 'paper' but vsearch.variant is 'original'",
+        vsearch__reward__variant="paper",
+        custom_reward_function__reward_kwargs={**base["vsearch"]["reward"], "variant": "paper"},
+    )
+    fails(
+        "actor_rollout_ref.actor.loss_agg_mode must be token-mean under vsearch.variant=original",
+        actor_rollout_ref__actor__loss_agg_mode="seq-mean-token-sum-norm",
+    )
+    fails(
+        "actor_rollout_ref.actor.use_dynamic_bsz must be True under vsearch.variant=original",
+        actor_rollout_ref__actor__use_dynamic_bsz=False,
+    )
+    fails(
+        r"ppo_max_token_len_per_gpu is 14336, but a padded row has 17408",
+        actor_rollout_ref__actor__ppo_max_token_len_per_gpu=14336,
+    )
+    paper = {"vsearch__variant": "paper", "vsearch__reward__variant": "paper"}
+    paper["custom_reward_function__reward_kwargs"] = {**base["vsearch"]["reward"], "variant": "paper"}
     # the Eq. 2 loss (recipe.vsearch.on_policy.apply_eq2) needs these two
     fails(
-        "actor_rollout_ref.actor.loss_agg_mode must be seq-mean-token-sum-norm",
+        "actor_rollout_ref.actor.loss_agg_mode must be seq-mean-token-sum-norm under vsearch.variant=paper",
         actor_rollout_ref__actor__loss_agg_mode="token-mean",
+        **paper,
     )
-    fails("actor_rollout_ref.actor.use_dynamic_bsz must be False", actor_rollout_ref__actor__use_dynamic_bsz=True)
+    fails(
+        "actor_rollout_ref.actor.use_dynamic_bsz must be False under vsearch.variant=paper",
+        actor_rollout_ref__actor__use_dynamic_bsz=True,
+        actor_rollout_ref__actor__loss_agg_mode="seq-mean-token-sum-norm",
+        **paper,
+    )
     # options the recipe cannot honour are rejected up front, naming the key
     fails(
         r"actor_rollout_ref.rollout.calculate_log_probs=True is not supported",

@@ -128,8 +128,12 @@ def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy
     """An out-of-loop row whose image is missing, and an in-loop episode whose vSearcher prompt is longer than
     rollout.prompt_length: each becomes one failed placeholder (no exception reaches verl's gather), dropped from
     training and counted in critical_failure_ratio, which drives the max_api_failure_ratio abort."""
+    from types import SimpleNamespace
+
     from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop
     from recipe.vsearch.episodes import ROLE_KEY, finalize_batch
+    from recipe.vsearch.reward_fn import compute_score
+    from recipe.vsearch.settings import PROTOCOLS
     from recipe.vsearch.trainer import ApiFailureAbort, check_api_failures
     from verl import DataProto
 
@@ -176,8 +180,19 @@ def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy
     final, metrics = finalize_batch(batch, dp_size=2)
     assert metrics["vsearch/critical_failure_ratio"] == 1.0 and metrics["vsearch/episode_error_ratio"] == 1.0
     assert (final.batch["response_mask"] == 0).all() and set(final.non_tensor_batch[ROLE_KEY]) == {"padding"}
-    with pytest.raises(ApiFailureAbort):
-        check_api_failures(metrics, 0.5, step=1)
+    # the reward loop scores every row before the trainer drops placeholders: a failed out-of-loop episode has
+    # no image_size, which the original reward reads for a trajectory; a placeholder scores 0 under both variants
+    for variant in ("original", "paper"):
+        for i in range(len(batch)):
+            info = {k: v[i] for k, v in batch.non_tensor_batch.items()}
+            assert compute_score(info["data_source"], "", "", info, variant=variant)["score"] == 0.0
+    for variant in ("original", "paper"):
+        with pytest.raises(ApiFailureAbort):
+            check_api_failures(
+                metrics,
+                SimpleNamespace(max_api_failure_ratio=0.5, variant=variant, protocol=PROTOCOLS[variant]),
+                step=1,
+            )
 
 
 def test_a_model_that_emits_image_pads_fails_its_episode_not_the_step(policy, image_path):  # noqa: F811

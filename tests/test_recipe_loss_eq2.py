@@ -1,4 +1,5 @@
-"""The actor loss is the paper's Eq. 2 (per-sample mean of token means) under verl 0.7's micro-batch scaling.
+"""The actor loss of each ``vsearch.variant`` under verl 0.7's micro-batch scaling: the paper's Eq. 2 (per-sample
+mean of token means, ``paper``) and the fork's verl ``token-mean`` over dynamic micro-batches (``original``).
 
 verl's own ``DataParallelPPOActor.update_policy`` runs through the recipe's on-policy worker
 (:func:`recipe.vsearch.on_policy.on_policy_worker`) with the actor settings of the recipe YAML; only the
@@ -41,11 +42,16 @@ RANKS = [
 ]
 
 
-def _actor_config():
+def _actor_config(variant: str = "paper", *extra: str):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(
             config_name="qwen_2_5_vl_7b_async",
-            overrides=["actor_rollout_ref.model.path=tiny", f"actor_rollout_ref.actor.kl_loss_coef={KL_COEF}"],
+            overrides=[
+                "actor_rollout_ref.model.path=tiny",
+                f"actor_rollout_ref.actor.kl_loss_coef={KL_COEF}",
+                f"vsearch.variant={variant}",
+                *extra,
+            ],
         )
     OmegaConf.resolve(cfg)
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
@@ -160,7 +166,7 @@ def test_actor_loss_is_eq2_with_padding_and_masked_rows(gloo, monkeypatch):  # n
     worker_cls = on_policy_worker(fsdp_workers.AsyncActorRolloutRefWorker)
     rank_grads, metrics = [], []
     for b in batches:
-        b.meta_info[EQ2_META_KEY] = {"valid_rows": valid, "dp_size": len(RANKS)}  # set by the recipe's trainer
+        b.meta_info[EQ2_META_KEY] = {"variant": "paper", "valid_rows": valid, "dp_size": len(RANKS)}  # the trainer's
         actor, grads = _actor(_actor_config(), Theta())
         out = _worker(worker_cls, actor).update_actor(_as_from_ray(b))  # the rank's share, through Ray
         assert len(grads) == 1, "one optimizer step"
@@ -230,3 +236,67 @@ def test_eq2_weights_reach_the_actor_of_a_batch_delivered_by_ray():
     for i, micro in enumerate(moved.split(1)):  # update_policy's micro-batches
         assert torch.equal(micro.to("cpu").batch["response_mask"][0], want[i])
     assert torch.equal(data.batch["advantages"], b.batch["advantages"]) and torch.equal(mask, b.batch["response_mask"])
+
+
+def token_mean_by_hand(batches: list[DataProto], partitions: list[list[list[int]]]) -> torch.Tensor:
+    """d/dtheta at theta = 0 of the fork's loss: per rank, the sum over its micro-batches ``m`` of
+    ``|m| / N * (token mean over m of (policy loss + beta * low-var KL))``; FSDP averages the ranks."""
+    theta = torch.zeros((), requires_grad=True)
+    per_rank = []
+    for b, parts in zip(batches, partitions):
+        t, total = b.batch, 0.0
+        for idx in parts:
+            m = t["response_mask"][idx].bool()
+            lp = t["old_log_probs"][idx] + theta * _x(t["old_log_probs"][idx])
+            ratio = torch.exp(lp - lp.detach())
+            pg = -t["advantages"][idx] * ratio
+            kl = kl_penalty(lp, t["ref_log_prob"][idx], kl_penalty="low_var_kl")
+            total = total + (pg + KL_COEF * kl)[m].mean() * len(idx) / len(b)
+        per_rank.append(total)
+    torch.stack(per_rank).mean().backward()
+    return theta.grad
+
+
+@pytest.mark.parametrize("max_tokens", [10_000, 2 * (R + 2)])
+def test_original_loss_is_verls_token_mean_over_dynamic_micro_batches(gloo, monkeypatch, max_tokens):  # noqa: F811
+    """``vsearch.variant=original``: the worker leaves verl's loss alone (no Eq. 2 weights) and verl trains with the
+    fork's ``token-mean`` + dynamic batch size: each micro-batch's token mean scaled by its share of the rank's rows,
+    with one micro-batch per rank and with several (``ppo_max_token_len_per_gpu`` two rows long)."""
+    from verl.utils.seqlen_balancing import prepare_dynamic_batch
+    from verl.workers import fsdp_workers
+
+    monkeypatch.setattr(
+        fsdp_workers,
+        "get_torch_device",
+        lambda: SimpleNamespace(max_memory_allocated=lambda: 0, max_memory_reserved=lambda: 0),
+    )
+    extra = f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={max_tokens}"
+    cfg = _actor_config("original", extra)
+    assert cfg.loss_agg_mode == "token-mean" and cfg.use_dynamic_bsz is True
+    ranks = [([3, 4, 6], [1.0, -2.0, 0.5]), ([5, 2, 1], [-0.5, 2.0, 1.0])]  # every row trained (no masked rows)
+    batches = [_rank_batch(lengths, advs, seed) for seed, (lengths, advs) in enumerate(ranks)]
+    worker_cls = on_policy_worker(fsdp_workers.AsyncActorRolloutRefWorker)
+    rank_grads, partitions = [], []
+    for b in batches:
+        _, parts = prepare_dynamic_batch(b, max_token_len=max_tokens)  # the partition update_policy will use
+        partitions.append(parts)
+        b.meta_info[EQ2_META_KEY] = {"variant": "original", "valid_rows": 6, "dp_size": len(ranks)}
+        actor, grads = _actor(_actor_config("original", extra), Theta())
+        data = _as_from_ray(b)
+        _worker(worker_cls, actor).update_actor(data)
+        assert len(grads) == 1, "one optimizer step"
+        assert torch.equal(data.batch["response_mask"], b.batch["response_mask"]), "no Eq. 2 weights"
+        rank_grads.append(grads[0])
+    assert max(len(p) for p in partitions) == (1 if max_tokens > 100 else 2)
+    got, want = torch.stack(rank_grads).mean(), token_mean_by_hand(batches, partitions)
+    assert torch.isfinite(got) and got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
+    assert got.item() != pytest.approx(eq2_by_hand(batches).item(), rel=1e-3)  # a different loss than paper's
+
+
+def test_the_worker_refuses_a_loss_of_the_other_variant():
+    from recipe.vsearch.on_policy import apply_loss
+
+    b = _rank_batch([3, 5], [1.0, -1.0], seed=4)
+    b.meta_info[EQ2_META_KEY] = {"variant": "paper", "valid_rows": 2, "dp_size": 1}
+    with pytest.raises(ValueError, match="does not belong to vsearch.variant=paper"):
+        apply_loss(SimpleNamespace(config=_actor_config("original")), b)

@@ -255,12 +255,13 @@ class FakeWorkerGroup:
         return DataProto(meta_info={"metrics": {"actor/pg_loss": losses}})
 
 
-def _config(tmp_path):
+def _config(tmp_path, variant: str = "paper"):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(
             config_name="qwen_2_5_vl_7b_async",
             overrides=[
                 "actor_rollout_ref.model.path=tiny",
+                f"vsearch.variant={variant}",
                 # the trainer reads its settings through RunSettings, which needs a complete run config
                 f"vsearch.agent_config_path={CONFIG_DIR / 'agent_gpt-5-mini.yaml'}",
                 f"data.train_batch_size={len(TRAIN_ROWS)}",

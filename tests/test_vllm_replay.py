@@ -202,10 +202,10 @@ def test_recipe_side_counts_image_tokens_by_smart_resize(episode):
         for w, h in side["sizes"]:
             assert (h, w) == smart_resize(h, w, max_pixels=MAX_PIXELS)  # vLLM must not resize again
         assert [n for _, n in side["runs"]] == side["expected"] == side["processor"]
-    # three distinct grids: the frame, the tall crop (a ~279x549-px region, scaled down to the budget) and
-    # the small crop (a ~86x91-px region, under the budget: only snapped to the 28-px grid)
-    assert sides[-1]["sizes"] == [(420, 280), (252, 476), (84, 84)]
-    assert sides[-1]["expected"] == [150, 153, 9]
+    # three distinct grids: the frame, the tall crop (the zoom-in tool's crop of its own image, scaled down to the
+    # budget: searcher_rules.run_tool_call) and the small crop (under the budget: only snapped to the 28-px grid)
+    assert sides[-1]["sizes"] == [(420, 280), (224, 476), (84, 84)]
+    assert sides[-1]["expected"] == [150, 136, 9]
 
 
 @pytest.fixture(scope="module")

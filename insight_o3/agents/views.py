@@ -7,6 +7,8 @@ Sessions only plan :class:`~insight_o3.images.ImageRef` s; the pixels are produc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PIL import Image
 
 from ..geometry import QWEN_IMAGE_FACTOR, QWEN_MAX_RATIO, Box, expand_to_min_size, pixel_box
@@ -48,17 +50,30 @@ def crop_box(box: Box, size: tuple[int, int]) -> Box:
     return b
 
 
+def resize_for(images: ImageStore, resize: Resize, ref: ImageRef) -> Resize:
+    """The resize that renders ``ref`` at its planned size: ``resize`` itself, or, for a view planned at a size
+    of its own (a vSearcher crop is shown at the zoom-in tool's size, ``searcher_rules.run_tool_call``), the
+    same resize fixed to that size."""
+    region = region_of(ref, images)
+    if region is None:
+        return resize
+    px = pixel_box(region)
+    if resize.target((px[2] - px[0], px[3] - px[1]), crop=True) == tuple(ref.size):
+        return resize
+    return replace(resize, size=(int(ref.size[0]), int(ref.size[1])))
+
+
 async def encode_refs(images: ImageStore, resize: Resize, refs: list[ImageRef]) -> dict[ImageRef, EncodedImage]:
     """Encode (through the cache, off the event loop) every distinct reference of a conversation."""
     out: dict[ImageRef, EncodedImage] = {}
     for ref in dict.fromkeys(refs):
-        out[ref] = await images.aget(ref.path, resize, region_of(ref, images))
+        out[ref] = await images.aget(ref.path, resize_for(images, resize, ref), region_of(ref, images))
     return out
 
 
 def pil_view(images: ImageStore, resize: Resize, ref: ImageRef) -> Image.Image:
     """The PIL pixels behind ``ref`` (what training hands to the rollout engine)."""
-    view, got = images.view(ref.path, resize, region_of(ref, images))
+    view, got = images.view(ref.path, resize_for(images, resize, ref), region_of(ref, images))
     if tuple(got.size) != tuple(ref.size):
         raise ValueError(f"planned view size {ref.size} != rendered {got.size} for {ref.path}")
     return view

@@ -40,8 +40,9 @@ BANNER_REAL_SEARCHER = (
     "answers; the vSearcher is the endpoint given; accuracies measure nothing"
 )
 EVAL_NAMES = {"single-model": "scripted-demo/single-model", "insight-o3": "scripted-demo/insight-o3"}
-#: A placeholder for the key flags: the scripted endpoints accept any key.
-NO_KEY = "no-key-needed"
+#: The key flags' placeholder ("EMPTY", as for vLLM: no warning about keys on the command line): the scripted
+#: endpoints accept any key, and a real key from the environment is never sent.
+NO_KEY = "EMPTY"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -77,7 +77,7 @@ vsearch_run() {
     if [[ "$VSEARCH_DRY_RUN" == "1" ]]; then
         local composed rc=0
         composed="$(mktemp "${TMPDIR:-/tmp}/vsearch_cfg.XXXXXX.yaml")"
-        "${PYTHON:-python3}" -m recipe.vsearch.main --cfg job "$@" "${VSEARCH_USER_ARGS[@]}" > "$composed" || rc=$?
+        "${PYTHON:-python3}" -m recipe.vsearch.main --cfg job --resolve "$@" "${VSEARCH_USER_ARGS[@]}" > "$composed" || rc=$?
         if [[ $rc -eq 0 ]]; then
             cat "$composed"
             "${PYTHON:-python3}" -m recipe.vsearch.settings "$composed" >&2 || rc=$?

@@ -42,7 +42,7 @@ from insight_o3.questions import insight_o3_question
 from insight_o3.rate_limit import AdaptiveLimiter
 from insight_o3.solver import Attempt
 
-from .episodes import failed_episode_output
+from .episodes import JUDGE_LOST_STATUS, failed_episode_output
 from .policy_searcher import PolicySearcher, SearcherRollout
 from .rollout_fields import (
     EPISODE_ID_KEY,
@@ -335,22 +335,42 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         The fork's in-loop check (``AnswerJudge`` flow ``"verify"`` ->
         :func:`~insight_o3.evaluation.judge.in_loop_check`): the first ``\\boxed{}`` / ``<answer>`` span
         (none -> c = 0), equal to the ground truth -> correct, otherwise ``QA_VERIFY_PROMPT`` to
-        ``vsearch.judge_model`` (``max_tokens=2048``). The same check scores InSight-o3 at evaluation."""
+        ``vsearch.judge_model`` (``max_tokens=2048``). The same check scores InSight-o3 at evaluation.
+        A lost check is asked again, up to the variant's ``judge_rounds`` with ``judge_retry_interval_s`` between
+        (``original``: the fork's reward worker retries its failed rows 10 times, 30 s apart)."""
         _, judge_client = api_clients(self.settings, self.endpoints)
         judge = AnswerJudge(judge_client, self.settings.judge_model, flow="verify")
-        verdict = await judge.check(sample, Attempt(res.text, res.finish_reason))
+        proto = self.settings.protocol
+        for round_ in range(proto.judge_rounds):
+            if round_:
+                await asyncio.sleep(proto.judge_retry_interval_s)
+            verdict = await judge.check(sample, Attempt(res.text, res.finish_reason))
+            if verdict.status != "failed":
+                break
         return AnswerCheck(verdict.is_correct, verdict.status == "failed", verdict.status, verdict.fail_reason)
 
     async def episode(self, sample: Sample, sampling_params: dict, validate: bool = False) -> EpisodeOutcome:
+        """Run one episode. What a failure means follows ``vsearch.variant`` (:class:`~recipe.vsearch.settings.Protocol`):
+        a lost vReasoner call is a critical failure; so is an exhausted format-retry budget under ``original``
+        (the fork's ``request.success`` is False then), while under ``paper`` that episode simply has no answer
+        (c = 0). A lost answer check is a critical failure under ``paper`` and, under ``original``, an episode
+        with status :data:`~recipe.vsearch.episodes.JUDGE_LOST_STATUS` whose rows the trainer replaces."""
         searcher = _RecordingPolicySearcher(self.policy, sampling_params)
+        proto = self.settings.protocol
         res = await self.reasoner(searcher, validate).answer(sample.image_path, insight_o3_question(sample))
-        if res.status == "failed":
-            return EpisodeOutcome(searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error)
-        if res.status != "answered":  # format retries exhausted / tool call past the limit: c = 0, not a failure
+        if res.status == "failed" or (res.status == "format_failed" and proto.format_exhaustion_is_failure):
+            return EpisodeOutcome(
+                searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error or res.protocol_error
+            )
+        if res.status != "answered":  # format retries exhausted (paper) / tool call past the limit: c = 0
             return EpisodeOutcome(
                 searcher.rollouts, list(res.feedback), False, False, False, res.status, res.protocol_error
             )
         c = await self.check_answer(sample, res)
+        if c.failed and proto.max_judge_failure_ratio is not None:
+            return EpisodeOutcome(
+                searcher.rollouts, list(res.feedback), True, False, False, JUDGE_LOST_STATUS, c.reason, c.status
+            )
         return EpisodeOutcome(
             searcher.rollouts, list(res.feedback), True, c.correct, c.failed, res.status, c.reason, c.status
         )
@@ -382,7 +402,8 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
                 critical_failure=ep.critical_failure,
                 episode=stats,
             )
-            outputs.append(rollout_output(r, fields, mask_out=ep.critical_failure))
+            mask_out = ep.critical_failure and self.settings.protocol.mask_failed_episodes
+            outputs.append(rollout_output(r, fields, mask_out=mask_out))
         if not outputs:
             outputs.append(await self._placeholder(sample, ep, stats))
         return attach_extra_samples(outputs[0], outputs[1:])

@@ -62,6 +62,7 @@ from .rollout_fields import (
     role_of,
     with_row_identity,
 )
+from .settings import PROTOCOLS, Protocol
 
 #: the contract's names, where the recipe's callers and tests have always imported them (``rollout_fields`` owns them)
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "failed_episode_output",
     "finalize_batch",
     "image_grid_thw",
+    "JUDGE_LOST_STATUS",
 ]
 
 
@@ -244,13 +246,41 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
     return m
 
 
-def finalize_batch(batch: DataProto, dp_size: int) -> tuple[DataProto, dict[str, float]]:
-    """Drop placeholders and pad to a multiple of ``dp_size`` with zero-mask duplicates.
+#: the status an in-loop episode gets under ``original`` when its answer check was still lost after every judge
+#: round (the fork's ``compute_score_success`` False): its rows are dropped and replaced by copies of kept rows
+JUDGE_LOST_STATUS = "judge_lost"
 
-    Returns the training batch and the step's episode metrics (computed before dropping)."""
+
+def finalize_batch(
+    batch: DataProto, dp_size: int, protocol: Protocol = PROTOCOLS["original"]
+) -> tuple[DataProto, dict[str, float]]:
+    """The training batch of a step: placeholders dropped, padded to a multiple of ``dp_size``.
+
+    ``protocol`` (the run's ``vsearch.variant``) decides the rest, each as the fork did under ``original``:
+
+    * rows of episodes whose answer check was lost after every judge round (:data:`JUDGE_LOST_STATUS`,
+      ``original`` only) are dropped and replaced by copies of kept rows drawn with ``RandomState(42)``, as the
+      fork's trainer replaces rows whose ``compute_score_success`` is False (copies trained like their source);
+    * padding rows (role ``padding``, metrics leave them out) are copies of the first kept rows, trained like
+      them (``original``, verl's ``pad_dataproto_to_divisor`` in the fork) or with an all-zero response mask
+      (``paper``: no sample, no token; uid ``pad-<i>``).
+
+    Returns the batch and the step's episode metrics (computed before dropping), with ``vsearch/padding_rows``,
+    ``vsearch/masked_rows``, ``vsearch/judge_lost_rows`` and ``vsearch/judge_lost_ratio`` (lost checks over every
+    row the fork scored: the policy rows plus one vReasoner row per in-loop episode)."""
     metrics = episode_metrics(batch)
-    roles = _col(batch, ROLE_KEY, ROLE_OUTLOOP)
-    keep = np.flatnonzero(roles != ROLE_PLACEHOLDER)
+    rows = SampleFields.from_batch(batch.non_tensor_batch, len(batch), METRIC_KEYS)
+    roles = np.array([f.role for f in rows], dtype=object)
+    lost = np.array([f.episode is not None and f.episode.status == JUDGE_LOST_STATUS for f in rows], dtype=bool)
+    n_episodes = len({f.episode.id for f in rows if f.episode is not None})
+    keep = np.flatnonzero((roles != ROLE_PLACEHOLDER) & ~lost)
+    n_lost_rows = int(((roles != ROLE_PLACEHOLDER) & lost).sum())
+    n_lost_checks = len({f.episode.id for f, x in zip(rows, lost) if x and f.episode is not None})
+    scored = int((roles != ROLE_PLACEHOLDER).sum()) + n_episodes
+    metrics["vsearch/judge_lost_rows"] = float(n_lost_rows)
+    metrics["vsearch/judge_lost_ratio"] = n_lost_checks / scored if scored else 0.0
+    if n_lost_rows and len(keep):  # the fork: rng = RandomState(42); rng.choice(idxs_to_keep, num_to_pad)
+        keep = np.concatenate([keep, np.random.RandomState(42).choice(keep, size=n_lost_rows, replace=True)])
     donors = keep if len(keep) else np.arange(len(batch))
     n = len(keep)
     target = max(dp_size, -(-n // dp_size) * dp_size)
@@ -258,13 +288,16 @@ def finalize_batch(batch: DataProto, dp_size: int) -> tuple[DataProto, dict[str,
     pad_idx = donors[np.arange(n_pad) % len(donors)]
     out = batch.select_idxs(np.concatenate([keep, pad_idx]).astype(np.int64))
     if n_pad:
-        out.batch["response_mask"][n:] = 0
+        if not protocol.pad_rows_trained or not len(keep):
+            out.batch["response_mask"][n:] = 0
         if "uid" not in out.non_tensor_batch:
             out.non_tensor_batch["uid"] = np.array([None] * len(out), dtype=object)
         uids = out.non_tensor_batch["uid"].copy()
         roles_out = _col(out, ROLE_KEY, ROLE_OUTLOOP).copy()
         for j in range(n, target):
-            uids[j], roles_out[j] = f"pad-{j}", ROLE_PADDING
+            roles_out[j] = ROLE_PADDING
+            if not protocol.pad_rows_trained:  # a trained copy keeps its uid: it joins its group, as in the fork
+                uids[j] = f"pad-{j}"
         out.non_tensor_batch["uid"], out.non_tensor_batch[ROLE_KEY] = uids, roles_out
     metrics["vsearch/padding_rows"] = float(n_pad)
     metrics["vsearch/masked_rows"] = float((out.batch["response_mask"].sum(-1) == 0).sum().item())

@@ -182,12 +182,14 @@ def check_worker_secrets(names: list[str], timeout: float = 300) -> None:
 @hydra.main(config_path="config", config_name="qwen_2_5_vl_7b_async", version_base=None)
 def main(config) -> None:
     import ray
+    from omegaconf import OmegaConf
 
     from recipe.vsearch.offline import OfflineStartupError, check_harmony_vocab
     from recipe.vsearch.resume import check_resume
 
     try:
         check_settings(config)
+        OmegaConf.resolve(config)  # the variant's values (${vsearch_protocol:...}) fixed once, in the driver
         print(f"[vsearch] {check_resume(config)}", flush=True)
         print(f"[vsearch] {check_harmony_vocab(str(config.actor_rollout_ref.rollout.name))}", flush=True)
     except (SettingsError, OfflineStartupError) as e:

@@ -20,20 +20,24 @@ every rank steps once on the same number of rows.
 :func:`on_policy_worker` derives that worker from verl's own (``AsyncActorRolloutRefWorker`` of
 ``verl.workers.fsdp_workers``); the recipe's TaskRunner (``main.py``) registers it in place of
 verl's. Only ``update_actor`` changes; its dispatch registration is copied from verl's method.
-It also weights the loss as the paper's Eq. 2 (:func:`eq2_weights`).
+The loss aggregation follows ``vsearch.variant`` (:func:`apply_loss`): under ``original`` verl's own
+``token-mean`` over dynamic micro-batches, untouched (the fork's loss: each micro-batch's token mean scaled by its
+share of the rank's rows); under ``paper`` the paper's Eq. 2 (:func:`eq2_weights`).
 """
 
 from __future__ import annotations
 
 from verl.single_controller.base.decorator import MAGIC_ATTR
 
-# the loss aggregation the Eq. 2 weights are made for (checked at start-up by RunSettings)
-from .settings import EQ2_LOSS_AGG_MODE
+# the loss aggregation the Eq. 2 weights are made for, and each variant's (checked at start-up by RunSettings)
+from .settings import EQ2_LOSS_AGG_MODE, PROTOCOLS
 
 _CACHE: dict[type, type] = {}
-#: ``meta_info`` key of the update batch: ``{"valid_rows": int, "dp_size": int}`` over the whole batch
-#: (set by the recipe's trainer; every rank receives the same meta_info)
+#: ``meta_info`` key of the update batch: ``{"variant": str, "valid_rows": int, "dp_size": int}`` over the whole
+#: batch (set by the recipe's trainer; every rank receives the same meta_info)
 EQ2_META_KEY = "vsearch_eq2"
+#: the variant each loss aggregation belongs to
+_VARIANT_OF_MODE = {p.loss_agg_mode: name for name, p in PROTOCOLS.items()}
 
 
 def eq2_weights(data, grad_accum: int, valid_rows: int, dp_size: int, scale: float):
@@ -88,6 +92,27 @@ def apply_eq2(actor, data) -> None:
     data.batch["response_mask"] = weights
 
 
+def apply_loss(actor, data) -> str:
+    """Prepare ``data`` for the loss of the run's variant; returns the variant. ``original``: nothing to do
+    (verl's ``token-mean`` with dynamic micro-batches is the fork's loss); ``paper``: :func:`apply_eq2`. The
+    actor's ``loss_agg_mode`` must be the variant's (the trainer's ``meta_info`` names the variant)."""
+    cfg = actor.config
+    variant = _VARIANT_OF_MODE.get(cfg.loss_agg_mode)
+    wanted = (data.meta_info.get(EQ2_META_KEY) or {}).get("variant", variant)
+    if variant is None or wanted != variant:
+        raise ValueError(
+            f"actor.loss_agg_mode={cfg.loss_agg_mode} does not belong to vsearch.variant={wanted} "
+            f"(recipe.vsearch.settings.PROTOCOLS: {_VARIANT_OF_MODE})"
+        )
+    if variant == "paper":
+        apply_eq2(actor, data)
+    elif cfg.use_dynamic_bsz is not PROTOCOLS[variant].use_dynamic_bsz:
+        raise ValueError(
+            f"vsearch.variant={variant} trains with actor.use_dynamic_bsz={PROTOCOLS[variant].use_dynamic_bsz}"
+        )
+    return variant
+
+
 def set_whole_batch(actor, data) -> int:
     """Make ``actor``'s next ``update_policy(data)`` a single mini-batch (one optimizer step).
     Returns the mini-batch size (this rank's rows)."""
@@ -114,12 +139,12 @@ def on_policy_worker(worker_cls: type) -> type:
 
     def update_actor(self, data):
         set_whole_batch(self.actor, data)
-        apply_eq2(self.actor, data)
+        apply_loss(self.actor, data)
         return base_update(self, data)
 
     update_actor.__doc__ = (
         "verl's update_actor with the mini-batch set to this rank's whole batch (one step) "
-        "and the loss weighted as Eq. 2."
+        "and the loss of the run's variant (apply_loss)."
     )
     setattr(update_actor, MAGIC_ATTR, dict(getattr(base_update, MAGIC_ATTR)))
     cls = type(f"OnPolicy{worker_cls.__name__}", (worker_cls,), {"update_actor": update_actor, "__module__": __name__})

@@ -10,15 +10,23 @@ boxes.
 
 ``reward_kwargs`` (``custom_reward_function.reward_kwargs``, filled from ``vsearch.reward`` by the
 recipe YAML): ``variant`` (``original`` | ``paper``), ``format_weight``, ``iou_weight``, ``alpha``,
-``max_consecutive_iou``, ``min_gt_coverage``. Start-up validation of the same values is
+``max_consecutive_iou``, ``min_gt_coverage``, ``tool_weight`` and the ablation switches ``reward_type``,
+``pseudo_iou_reward_type``. Start-up validation of the same values is
 ``recipe.vsearch.settings.RewardSettings``.
 """
 
 from __future__ import annotations
 
-from insight_o3.rewards import DEFAULT_RULES, DEFAULT_WEIGHTS, RewardRules, RewardWeights, trajectory_reward
+from insight_o3.rewards import (
+    DEFAULT_RULES,
+    DEFAULT_WEIGHTS,
+    RewardBreakdown,
+    RewardRules,
+    RewardWeights,
+    trajectory_reward,
+)
 
-from .rollout_fields import SampleFields
+from .rollout_fields import ROLE_KEY, ROLE_PLACEHOLDER, SampleFields
 
 
 def rules_from_kwargs(
@@ -28,13 +36,20 @@ def rules_from_kwargs(
     alpha: float = DEFAULT_WEIGHTS.alpha,
     max_consecutive_iou: float = DEFAULT_RULES.max_consecutive_iou,
     min_gt_coverage: float = DEFAULT_RULES.min_gt_coverage,
+    tool_weight: float = DEFAULT_WEIGHTS.tool,
+    reward_type: str = DEFAULT_RULES.reward_type,
+    pseudo_iou_reward_type: str = DEFAULT_RULES.pseudo_iou_reward_type,
 ) -> RewardRules:
     """``RewardRules`` from the flat ``reward_kwargs`` of the recipe config."""
     return RewardRules(
         variant=str(variant),
-        weights=RewardWeights(format=float(format_weight), iou=float(iou_weight), alpha=float(alpha)),
+        weights=RewardWeights(
+            format=float(format_weight), iou=float(iou_weight), alpha=float(alpha), tool=float(tool_weight)
+        ),
         max_consecutive_iou=float(max_consecutive_iou),
         min_gt_coverage=float(min_gt_coverage),
+        reward_type=str(reward_type),
+        pseudo_iou_reward_type=str(pseudo_iou_reward_type),
     )
 
 
@@ -50,11 +65,29 @@ def compute_score(
     alpha: float = DEFAULT_WEIGHTS.alpha,
     max_consecutive_iou: float = DEFAULT_RULES.max_consecutive_iou,
     min_gt_coverage: float = DEFAULT_RULES.min_gt_coverage,
+    tool_weight: float = DEFAULT_WEIGHTS.tool,
+    reward_type: str = DEFAULT_RULES.reward_type,
+    pseudo_iou_reward_type: str = DEFAULT_RULES.pseudo_iou_reward_type,
     **_unused,
 ) -> dict:
     """Return ``{"score": r, ...every RewardBreakdown term}`` (verl logs the extra keys)."""
-    rules = rules_from_kwargs(variant, format_weight, iou_weight, alpha, max_consecutive_iou, min_gt_coverage)
-    f = SampleFields.from_extra_info(extra_info or {}, variant=rules.variant, data_source=data_source)
+    rules = rules_from_kwargs(
+        variant,
+        format_weight,
+        iou_weight,
+        alpha,
+        max_consecutive_iou,
+        min_gt_coverage,
+        tool_weight,
+        reward_type,
+        pseudo_iou_reward_type,
+    )
+    info = extra_info or {}
+    if info.get(ROLE_KEY) == ROLE_PLACEHOLDER:
+        # no trajectory (an in-loop episode without vSearcher calls, or an episode that raised): nothing to score
+        # and nothing to read (a failed out-of-loop episode has no image_size); the trainer drops the row
+        return _numeric(placeholder_breakdown(rules, info))
+    f = SampleFields.from_extra_info(info, variant=rules.variant, data_source=data_source)
     b = trajectory_reward(
         rules,
         in_loop=f.is_in_loop,
@@ -69,6 +102,26 @@ def compute_score(
         helpful=f.feedback_helpful,
         correct=f.answer_correct,
     )
+    return _numeric(b)
+
+
+def placeholder_breakdown(rules: RewardRules, info) -> RewardBreakdown:
+    """The all-zero reward of a placeholder row (``vsearch_role=placeholder``)."""
+    return RewardBreakdown(
+        score=0.0,
+        n_tool=0,
+        tool_gate=0.0,
+        r_format=0.0,
+        r_iou=0.0,
+        iou=None,
+        matched_gt=None,
+        in_loop=bool(info.get("is_in_loop")),
+        format_error=str(info.get("format_error") or "placeholder: no vSearcher trajectory"),
+        variant=rules.variant,
+    )
+
+
+def _numeric(b: RewardBreakdown) -> dict:
     out = b.to_dict()
     # verl stacks reward_extra_info into numpy arrays for logging: keep every value numeric
     out["iou"] = -1.0 if b.iou is None else b.iou

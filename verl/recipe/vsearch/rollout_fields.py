@@ -60,6 +60,16 @@ class SampleFieldsError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+def episode_id(uid: str, repeat: int) -> str:
+    """The id of the ``repeat``-th episode of the QA item ``uid`` (the trainer's :data:`EPISODE_ID_KEY`)."""
+    return f"{uid}-{repeat}"
+
+
+def episode_item(episode: str) -> str:
+    """The QA item uid of an :func:`episode_id` (the group of the item's ``n`` episodes)."""
+    return str(episode).rsplit("-", 1)[0]
+
+
 def inloop_uid(episode_uid: str, call_index: int) -> str:
     """The uid of the ``call_index``-th vSearcher sample of an in-loop episode."""
     return f"{INLOOP_UID_PREFIX}{episode_uid}-{call_index}"

@@ -1,7 +1,7 @@
 """Every setting the recipe's own code reads at run time, as one typed, validated object.
 
 :meth:`RunSettings.from_config` builds it from the composed Hydra config: the ``vsearch`` section
-(``agent_config_path``, ``stage``, ``judge_model``, ``reward``), the agent YAML it points to
+(``variant``, ``agent_config_path``, ``stage``, ``judge_model``, ``reward``, ``max_api_failure_ratio``), the agent YAML it points to
 (``config/agent_<model>.yaml``, :mod:`recipe.vsearch.agent_config`) and the verl keys the loops
 depend on (``actor_rollout_ref.rollout.{prompt,response}_length``, the actor's ``ppo_epochs``,
 ``trainer.use_legacy_worker_impl``, ``custom_reward_function.reward_kwargs``). Unknown or missing
@@ -18,6 +18,12 @@ Who reads it:
 * the actor update (:mod:`recipe.vsearch.on_policy`): one optimizer step per training step;
 * the trainer (:mod:`recipe.vsearch.trainer`, :func:`run_settings` each step): the API-failure abort ratio.
 
+The training protocol. ``vsearch.variant`` (``original``, the default: the authors' verl fork at 926d137, which
+the released vSearcher was trained with; ``paper``: the paper's text) is the one switch: it selects the reward's
+rules (``vsearch.reward.variant`` follows it), the loss aggregation, what an API failure does to an episode's
+samples, the abort thresholds, judge retries and how the batch is padded (:class:`Protocol`, :data:`PROTOCOLS`).
+The recipe YAML reads the verl keys it decides through the ``${vsearch_protocol:<field>}`` resolver.
+
 Stage and rollout phase. ``vsearch.stage`` (``train`` in train.sh, ``eval`` in val.sh) picks the
 vSearcher's pixel budget (D.1: ≈3.2M / ≈12.8M). The vReasoner's prompts follow the *rollout*: the
 training prompts (with ``<tool_feedback>``) for training rollouts, the inference prompts for every
@@ -29,21 +35,116 @@ validating). The vSearcher's token budget is the run's ``rollout.response_length
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, ClassVar
 
-from insight_o3.rewards import REWARD_VARIANTS, RewardRules, RewardWeights
+from insight_o3.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
 
 from .agent_config import STAGES, AgentConfig, load_agent_config
 
 #: recipe.vsearch.on_policy.EQ2_LOSS_AGG_MODE (not imported: on_policy imports verl)
 EQ2_LOSS_AGG_MODE = "seq-mean-token-sum-norm"
+#: the values of ``vsearch.variant``, the one switch of the training protocol
+VARIANTS = REWARD_VARIANTS
 
-#: ``vsearch.max_api_failure_ratio`` when the config leaves it out (the one default; the trainer reads the value
-#: through :class:`RunSettings`)
-DEFAULT_MAX_API_FAILURE_RATIO = 0.5
+
+@dataclass(frozen=True)
+class Protocol:
+    """What ``vsearch.variant`` decides besides the reward's own rules (:class:`insight_o3.rewards.RewardRules`).
+
+    ``original``: the authors' verl fork at 926d137 (``recipe/vsearch/config/qwen_2_5_vl_7b_async.yaml``,
+    ``_base.sh``, ``verl/trainer/ppo/ray_trainer.py``, ``verl/utils/reward_score/vsearch_batch.py``;
+    line references in ``docs/fidelity.md``). ``paper``: the paper's text (Eq. 2, D.1) where it says something, the
+    recipe's own safer rule where it does not. The YAML reads the verl keys from here
+    (``${vsearch_protocol:<field>}``) and :meth:`RunSettings._check` refuses an override that contradicts them."""
+
+    variant: str
+    #: ``actor.loss_agg_mode``: verl's per-micro-batch ``token-mean`` (fork, verl's default) or the linear
+    #: ``seq-mean-token-sum-norm`` the recipe weights per sample into Eq. 2 (``recipe.vsearch.on_policy.apply_eq2``)
+    loss_agg_mode: str
+    #: ``actor.use_dynamic_bsz`` (fork: True, micro-batches of at most ``ppo_max_token_len_per_gpu`` tokens)
+    use_dynamic_bsz: bool
+    #: samples of an in-loop episode cut by an API failure: trained on (fork) or masked out of the loss
+    mask_failed_episodes: bool
+    #: a vReasoner that exhausts its format retries is a critical failure (fork: ``request.success`` False) or
+    #: an episode without an answer (c = 0)
+    format_exhaustion_is_failure: bool
+    #: default of ``vsearch.max_api_failure_ratio`` (fork: ``agent.max_critical_failure_ratio`` 0.2)
+    max_api_failure_ratio: float
+    #: rounds of judge calls for one answer check, and the pause between rounds (fork ``RewardComputer``:
+    #: ``max_retries`` 10, ``retry_interval`` 30 s); with 1 round a failed check is a critical failure
+    judge_rounds: int
+    judge_retry_interval_s: float
+    #: the step aborts when more rows than this share lost their answer check after every round (fork:
+    #: ``min_success_rate`` 0.99 over every row the batch scores); the rest are dropped and replaced by
+    #: copies of kept rows (fork: ``compute_score_success`` False). None: a lost check is a critical failure
+    max_judge_failure_ratio: float | None
+    #: rows added to reach a multiple of the data-parallel size: copies of the batch's first rows, trained like
+    #: them (fork: ``pad_dataproto_to_divisor``) or copies with an all-zero response mask (no sample, no token)
+    pad_rows_trained: bool
+    #: how ``global_norm`` normalises in-loop advantages (``algorithm.inloop_norm``, recipe.vsearch.hybrid_advantage):
+    #: the fork's ``np.std`` always divided (``original``) or torch's unbiased std under ``norm_adv_by_std_in_grpo``
+    inloop_norm: str
+
+
+PROTOCOLS = {
+    "original": Protocol(
+        variant="original",
+        loss_agg_mode="token-mean",
+        use_dynamic_bsz=True,
+        mask_failed_episodes=False,
+        format_exhaustion_is_failure=True,
+        max_api_failure_ratio=0.2,
+        judge_rounds=10,
+        judge_retry_interval_s=30.0,
+        max_judge_failure_ratio=0.01,
+        pad_rows_trained=True,
+        inloop_norm="original",
+    ),
+    "paper": Protocol(
+        variant="paper",
+        loss_agg_mode=EQ2_LOSS_AGG_MODE,
+        use_dynamic_bsz=False,
+        mask_failed_episodes=True,
+        format_exhaustion_is_failure=False,
+        max_api_failure_ratio=0.5,
+        judge_rounds=1,
+        judge_retry_interval_s=0.0,
+        max_judge_failure_ratio=None,
+        pad_rows_trained=False,
+        inloop_norm="paper",
+    ),
+}
+#: the field names the YAML may read through ``${vsearch_protocol:<field>}``
+PROTOCOL_FIELDS = tuple(f.name for f in fields(Protocol) if f.name != "variant")
+
+
+def protocol(variant: str) -> Protocol:
+    if variant not in PROTOCOLS:
+        raise SettingsError(f"vsearch.variant must be one of {VARIANTS}, got {variant!r}")
+    return PROTOCOLS[variant]
+
+
+def _protocol_resolver(name: str, *, _root_) -> Any:
+    """``${vsearch_protocol:<field>}``: the field of :data:`PROTOCOLS` for the config's ``vsearch.variant``."""
+    if name not in PROTOCOL_FIELDS:
+        raise SettingsError(f"vsearch_protocol: unknown field {name!r}; known: {list(PROTOCOL_FIELDS)}")
+    return getattr(protocol(_root_.vsearch.variant), name)
+
+
+def register_resolvers() -> None:
+    """Register ``vsearch_protocol`` with OmegaConf (idempotent). Done on import of this module, which every
+    process that resolves the recipe's config imports first (main.py, the TaskRunner, the tests)."""
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:  # the library venv without the training stack: nothing to resolve
+        return
+    if not OmegaConf.has_resolver("vsearch_protocol"):
+        OmegaConf.register_new_resolver("vsearch_protocol", _protocol_resolver)
+
+
 #: keys of the ``vsearch`` config section
-VSEARCH_KEYS = ("agent_config_path", "stage", "judge_model", "reward", "max_api_failure_ratio")
+VSEARCH_KEYS = ("variant", "agent_config_path", "stage", "judge_model", "reward", "max_api_failure_ratio")
 #: text tokens of a vSearcher prompt besides the image (system prompt + task); the original sized
 #: ``data.max_prompt_length`` as image tokens + 1024
 PROMPT_TEXT_TOKENS = 1024
@@ -83,8 +184,9 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class RewardSettings:
-    """``vsearch.reward``: the reward variant and its numbers (also passed to the reward function as
-    ``custom_reward_function.reward_kwargs``)."""
+    """``vsearch.reward``: the reward variant (= ``vsearch.variant``), its numbers and the two ablation switches
+    named as in the fork (``reward_type``, ``pseudo_iou_reward_type``); also passed to the reward function as
+    ``custom_reward_function.reward_kwargs``."""
 
     variant: str
     format_weight: float
@@ -92,13 +194,27 @@ class RewardSettings:
     alpha: float
     max_consecutive_iou: float
     min_gt_coverage: float
+    tool_weight: float = 1.0
+    reward_type: str = REWARD_TYPES[0]
+    pseudo_iou_reward_type: str = PSEUDO_IOU_TYPES[0]
+
+    #: the fields that hold a name, not a number
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "variant": REWARD_VARIANTS,
+        "reward_type": REWARD_TYPES,
+        "pseudo_iou_reward_type": PSEUDO_IOU_TYPES,
+    }
 
     def rules(self) -> RewardRules:
         return RewardRules(
             variant=self.variant,
-            weights=RewardWeights(format=self.format_weight, iou=self.iou_weight, alpha=self.alpha),
+            weights=RewardWeights(
+                format=self.format_weight, iou=self.iou_weight, alpha=self.alpha, tool=self.tool_weight
+            ),
             max_consecutive_iou=self.max_consecutive_iou,
             min_gt_coverage=self.min_gt_coverage,
+            reward_type=self.reward_type,
+            pseudo_iou_reward_type=self.pseudo_iou_reward_type,
         )
 
     @classmethod
@@ -110,16 +226,18 @@ class RewardSettings:
         unknown = sorted(set(data) - set(names))
         if unknown:
             raise SettingsError(f"{where}: unknown key(s) {unknown}; allowed: {names}")
-        missing = [n for n in names if data.get(n) is None]
+        missing = [f.name for f in fields(cls) if f.default is MISSING and data.get(f.name) is None]
         if missing:
             raise SettingsError(f"{where}.{missing[0]}: required")
-        if data["variant"] not in REWARD_VARIANTS:
-            raise SettingsError(f"{where}.variant must be one of {REWARD_VARIANTS}, got {data['variant']!r}")
-        for n in names[1:]:
+        data = {f.name: data[f.name] if data.get(f.name) is not None else f.default for f in fields(cls)}
+        for n, allowed in cls.CHOICES.items():
+            if data[n] not in allowed:
+                raise SettingsError(f"{where}.{n} must be one of {allowed}, got {data[n]!r}")
+        for n in names:
             v = data[n]
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+            if n not in cls.CHOICES and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise SettingsError(f"{where}.{n}: expected a number, got {v!r}")
-        s = cls(**{n: (data[n] if n == "variant" else float(data[n])) for n in names})
+        s = cls(**{n: (data[n] if n in cls.CHOICES else float(data[n])) for n in names})
         try:
             s.rules()
         except ValueError as e:
@@ -140,6 +258,11 @@ class RunSettings:
     reward: RewardSettings
     ppo_epochs: int
     max_api_failure_ratio: float  # a training step whose in-loop episodes fail (API) more often aborts
+    protocol: Protocol = PROTOCOLS["original"]  # vsearch.variant: the rest of the training protocol
+
+    @property
+    def variant(self) -> str:
+        return self.protocol.variant
 
     # ------------------------------------------------------------------ derived values the loops use
     @property
@@ -189,9 +312,16 @@ class RunSettings:
             agent = load_agent_config(path)
         except (OSError, ValueError) as e:
             raise SettingsError(str(e)) from None
+        variant = vs.get("variant", "original")  # absent only in the loops' partial configs
+        proto = protocol(variant)
         reward = RewardSettings.from_mapping(vs.get("reward"))
+        if reward.variant != variant:
+            raise SettingsError(
+                f"vsearch.reward.variant is {reward.variant!r} but vsearch.variant is {variant!r}: the recipe YAML sets "
+                "it to ${vsearch.variant}, the one switch of the training protocol; set vsearch.variant instead"
+            )
         kwargs = _plain(_get(config, "custom_reward_function.reward_kwargs"))
-        if kwargs != asdict(reward):
+        if kwargs != _plain(vs.get("reward")):
             raise SettingsError(
                 "custom_reward_function.reward_kwargs must equal vsearch.reward (the recipe YAML sets "
                 f"it to ${{vsearch.reward}}; change vsearch.reward.* instead), got {kwargs!r}"
@@ -199,11 +329,20 @@ class RunSettings:
         response_length = _int(config, "actor_rollout_ref.rollout.response_length")
         prompt_length = _int(config, "actor_rollout_ref.rollout.prompt_length")
         ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs")
-        ratio = vs.get("max_api_failure_ratio", DEFAULT_MAX_API_FAILURE_RATIO)
+        ratio = vs.get("max_api_failure_ratio", proto.max_api_failure_ratio)
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
             raise SettingsError(f"vsearch.max_api_failure_ratio: expected a number in [0, 1], got {ratio!r}")
         s = cls(
-            stage, str(path), agent, judge.strip(), response_length, prompt_length, reward, ppo_epochs, float(ratio)
+            stage,
+            str(path),
+            agent,
+            judge.strip(),
+            response_length,
+            prompt_length,
+            reward,
+            ppo_epochs,
+            float(ratio),
+            proto,
         )
         s._check(config)
         return s
@@ -222,18 +361,30 @@ class RunSettings:
                 f"actor_rollout_ref.actor.ppo_epochs must be 1: the recipe trains fully on-policy "
                 f"(one optimizer step per training step, D.1), got {self.ppo_epochs}"
             )
-        # Eq. 2 (recipe.vsearch.on_policy.apply_eq2): a linear per-row aggregation over fixed micro-batches
-        mode = _get(config, "actor_rollout_ref.actor.loss_agg_mode")  # absent only in the loops' partial configs
-        if mode is not None and mode != EQ2_LOSS_AGG_MODE:
-            raise SettingsError(
-                f"actor_rollout_ref.actor.loss_agg_mode must be {EQ2_LOSS_AGG_MODE}: the recipe weights "
-                f"it per sample to give the paper's Eq. 2 (per-sample mean of token means), got {mode!r}"
-            )
-        if _get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False) is True:
-            raise SettingsError(
-                "actor_rollout_ref.actor.use_dynamic_bsz must be False: verl 0.7 rescales each dynamic "
-                "micro-batch by its row count, which breaks the Eq. 2 weights"
-            )
+        # the loss of the variant: verl's token-mean over dynamic micro-batches (original), or Eq. 2
+        # (recipe.vsearch.on_policy.apply_eq2: a linear per-row aggregation over fixed micro-batches)
+        proto = self.protocol
+        why = (
+            "verl's per-micro-batch token mean over dynamic micro-batches, as the fork trained"
+            if proto.variant == "original"
+            else "the recipe weights it per sample to give the paper's Eq. 2 (per-sample mean of token means); "
+            "verl 0.7 rescales each dynamic micro-batch by its row count, which breaks the weights"
+        )
+        for key, want in (("loss_agg_mode", proto.loss_agg_mode), ("use_dynamic_bsz", proto.use_dynamic_bsz)):
+            value = _get(config, f"actor_rollout_ref.actor.{key}")  # absent only in the loops' partial configs
+            if value is not None and value != want:
+                raise SettingsError(
+                    f"actor_rollout_ref.actor.{key} must be {want} under vsearch.variant={proto.variant} ({why}), "
+                    f"got {value!r}; switch the whole protocol with vsearch.variant instead"
+                )
+        if proto.use_dynamic_bsz:
+            cap = _get(config, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+            row = self.vsearcher_prompt_length + self.vsearcher_response_length
+            if cap is not None and cap < row:
+                raise SettingsError(
+                    f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu is {cap}, but a padded row has {row} tokens "
+                    "(rollout.prompt_length + response_length): verl's dynamic batches need at least one row"
+                )
         for key, bad in UNSUPPORTED.items():
             value = _get(config, key)
             if value is not None and value is not False and bad(value):
@@ -280,6 +431,7 @@ class RunSettings:
         """Flat ``{name: value}`` of what the loops, the reward and the update will use."""
         vr, js = self.agent.vreasoner, self.agent.judge
         return {
+            "variant": self.variant,
             "stage": self.stage,
             "agent_config": self.agent_config_path,
             "vsearcher.max_pixels": self.vsearcher_max_pixels,
@@ -299,6 +451,7 @@ class RunSettings:
             "judge.model": self.judge_model,
             "judge.api": f"concurrency {js.max_concurrency}, retries {js.max_retries}, timeout {js.timeout_s}s",
             "abort.max_api_failure_ratio": self.max_api_failure_ratio,
+            "protocol": ", ".join(f"{k}={v}" for k, v in asdict(self.protocol).items() if k != "variant"),
             "reward": ", ".join(f"{k}={v}" for k, v in asdict(self.reward).items()),
             "actor.update": f"one optimizer step per training step over the whole batch (ppo_epochs={self.ppo_epochs}; "
             "ppo_mini_batch_size is not used)",
@@ -322,6 +475,8 @@ def run_settings(config) -> RunSettings:
     loop per sample; the agent YAML is read once)."""
     key = (
         repr(_plain(_get(config, "vsearch"))),
+        _get(config, "actor_rollout_ref.actor.loss_agg_mode"),
+        _get(config, "actor_rollout_ref.actor.use_dynamic_bsz"),
         _get(config, "actor_rollout_ref.rollout.response_length"),
         _get(config, "actor_rollout_ref.rollout.prompt_length"),
     )
@@ -377,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
+
+register_resolvers()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -51,10 +51,20 @@ from verl.utils.tracking import Tracking
 
 from verl import DataProto
 
-from . import hybrid_advantage  # noqa: F401  (registers vsearch_hybrid_grpo in this process)
+from . import hybrid_advantage  # also registers vsearch_hybrid_grpo in this process
 from .episodes import episode_metrics, finalize_batch
 from .on_policy import EQ2_META_KEY
-from .rollout_fields import EPISODE_ID_KEY, INLOOP_UID_PREFIX, METRIC_KEYS, ROLE_PADDING, VALIDATE_KEY, SampleFields
+from .rollout_fields import (
+    EPISODE_ID_KEY,
+    EPISODE_KEYS,
+    INLOOP_UID_PREFIX,
+    METRIC_KEYS,
+    ROLE_PADDING,
+    VALIDATE_KEY,
+    SampleFields,
+    episode_id,
+    episode_item,
+)
 from .settings import run_settings
 
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
@@ -69,7 +79,7 @@ def with_episode_ids(gen_batch: DataProto) -> DataProto:
     seen: dict = defaultdict(int)
     ids = []
     for u in uids:
-        ids.append(f"{u}-{seen[u]}")
+        ids.append(episode_id(u, seen[u]))
         seen[u] += 1
     gen_batch.non_tensor_batch[EPISODE_ID_KEY] = np.array(ids, dtype=object)
     return gen_batch
@@ -118,10 +128,12 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         with marked_timer("gen", timing_raw, color="red"):
             out = self._generate(batch, rollout_cfg.n, {"global_steps": self.global_steps}, timing_raw)
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
-        batch, vsearch_metrics = finalize_batch(out, dp_size)
+        settings = run_settings(cfg)
+        outcomes = episode_outcomes(out)  # every in-loop episode, also those finalize_batch drops
+        batch, vsearch_metrics = finalize_batch(out, dp_size, settings.protocol)
         metrics.update(vsearch_metrics)
         metrics.update(multimodal_footprint(batch))
-        check_api_failures(vsearch_metrics, run_settings(cfg).max_api_failure_ratio, self.global_steps)
+        check_api_failures(vsearch_metrics, settings, self.global_steps)
         batch.meta_info["temperature"] = rollout_cfg.temperature
         if cfg.trainer.balance_batch:
             self._balance_batch(batch, metrics=metrics)
@@ -154,20 +166,24 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            batch = compute_advantage(
-                batch,
-                adv_estimator=cfg.algorithm.adv_estimator,
-                gamma=cfg.algorithm.gamma,
-                lam=cfg.algorithm.lam,
-                num_repeat=rollout_cfg.n,
-                norm_adv_by_std_in_grpo=cfg.algorithm.get("norm_adv_by_std_in_grpo", True),
-                config=cfg.algorithm,
-            )
+            if cfg.algorithm.adv_estimator == hybrid_advantage.ESTIMATOR_NAME:
+                hybrid_advantages(batch, cfg.algorithm, outcomes)
+            else:
+                batch = compute_advantage(
+                    batch,
+                    adv_estimator=cfg.algorithm.adv_estimator,
+                    gamma=cfg.algorithm.gamma,
+                    lam=cfg.algorithm.lam,
+                    num_repeat=rollout_cfg.n,
+                    norm_adv_by_std_in_grpo=cfg.algorithm.get("norm_adv_by_std_in_grpo", True),
+                    config=cfg.algorithm,
+                )
 
         if cfg.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw, color="red"):
                 # Eq. 2's sample count over the whole batch, for every rank (recipe.vsearch.on_policy.apply_eq2)
                 batch.meta_info[EQ2_META_KEY] = {
+                    "variant": settings.variant,
                     "valid_rows": int((batch.batch["response_mask"].sum(-1) > 0).sum()),
                     "dp_size": dp_size,
                 }
@@ -320,21 +336,60 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         return out
 
 
+def episode_outcomes(out: DataProto) -> dict[str, tuple[str, bool]]:
+    """``{episode id: (QA item uid, c)}`` of every in-loop episode of a rollout (placeholders included: the fork's
+    vReasoner rows exist for every episode), for ``subagent_advantage_estimator=broadcast*``."""
+    rows = SampleFields.from_batch(out.non_tensor_batch, len(out), (*METRIC_KEYS, "is_in_loop"))
+    return {
+        f.episode.id: (episode_item(f.episode.id), f.episode.correct)
+        for f in rows
+        if f.episode is not None and f.is_in_loop
+    }
+
+
+def hybrid_advantages(batch: DataProto, algorithm, outcomes: dict[str, tuple[str, bool]]) -> None:
+    """``vsearch_hybrid_grpo`` on ``batch`` (in place), as verl's ``compute_advantage`` calls it, plus what the
+    fork's ``broadcast*`` subagent estimators read: each row's episode, the episodes' outcomes, the tool gates."""
+    nt = batch.non_tensor_batch
+    gate = nt.get("tool_gate")
+    adv, ret = hybrid_advantage.compute_vsearch_hybrid_advantage(
+        token_level_rewards=batch.batch["token_level_rewards"],
+        response_mask=batch.batch["response_mask"],
+        index=nt["uid"],
+        config=algorithm,
+        episode_ids=nt.get(EPISODE_KEYS[0]),
+        episode_correct=outcomes,
+        tool_gate=None if gate is None else np.array([float(g) for g in gate]),
+    )
+    batch.batch["advantages"], batch.batch["returns"] = adv, ret
+
+
 class ApiFailureAbort(RuntimeError):
     """Too many in-loop episodes of a training step were cut by vReasoner / judge API failures."""
 
 
-def check_api_failures(step_metrics: dict, max_ratio: float, step: int) -> None:
+def check_api_failures(step_metrics: dict, settings, step: int) -> None:
     """Abort (before the update) when the step's ``vsearch/critical_failure_ratio`` exceeds
-    ``vsearch.max_api_failure_ratio``. Failed episodes are masked out of the loss, so without this check
-    a dead API key or endpoint would quietly turn the run into out-of-loop-only training."""
+    ``vsearch.max_api_failure_ratio`` (the fork's ``max_critical_failure_ratio`` check right after generation), or,
+    under ``original``, when ``vsearch/judge_lost_ratio`` exceeds the protocol's ``max_judge_failure_ratio`` (the
+    fork's reward worker raises when fewer than 99 % of the rows were scored after every round). Under ``paper``
+    failed episodes are masked out of the loss, so without this check a dead API key or endpoint would quietly
+    turn the run into out-of-loop-only training; under ``original`` they are trained on with c = 0."""
     ratio = step_metrics.get("vsearch/critical_failure_ratio")
+    max_ratio = settings.max_api_failure_ratio
     if ratio is not None and ratio > max_ratio:
         raise ApiFailureAbort(
-            f"[vsearch] step {step}: {ratio:.0%} of the in-loop episodes failed on the vReasoner/judge API "
-            f"(vsearch.max_api_failure_ratio={max_ratio}); stopping before the update. Check OPENAI_API_KEY / "
-            "OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health, then resume from the last "
-            "checkpoint (trainer.resume_mode=auto)."
+            f"[vsearch] step {step}: {ratio:.0%} of the in-loop episodes failed on the vReasoner API "
+            f"(vsearch.max_api_failure_ratio={max_ratio}, vsearch.variant={settings.variant}); stopping before the "
+            "update. Check OPENAI_API_KEY / OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health, "
+            "then resume from the last checkpoint (trainer.resume_mode=auto)."
+        )
+    lost, max_lost = step_metrics.get("vsearch/judge_lost_ratio"), settings.protocol.max_judge_failure_ratio
+    if lost is not None and max_lost is not None and lost > max_lost:
+        raise ApiFailureAbort(
+            f"[vsearch] step {step}: the judge could not check {lost:.1%} of the scored rows after "
+            f"{settings.protocol.judge_rounds} rounds (more than {max_lost:.0%}, vsearch.variant={settings.variant}); "
+            "stopping before the update. Check JUDGE_* / OPENAI_* and the judge model's health, then resume."
         )
 
 
