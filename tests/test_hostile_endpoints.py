@@ -256,6 +256,8 @@ def _stop_and_check(how: str, bench, tmp_path, openai_server) -> tuple[int, str]
         _wait_for_workers(pgid, 2)
         if how == "SIGINT":  # a terminal's Ctrl-C: the whole foreground group
             os.killpg(pgid, signal.SIGINT)
+        elif how == "SIGTERM to the group":  # kill -TERM -PGID, a container stopping: workers get it too
+            os.killpg(pgid, signal.SIGTERM)
         else:  # kill / timeout: the command only
             os.kill(ev.pid, getattr(signal, how))
         t0 = time.monotonic()
@@ -285,12 +287,12 @@ def _stop_and_check(how: str, bench, tmp_path, openai_server) -> tuple[int, str]
     return rc, err
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGTERM to the group"])
 def test_sigterm_and_ctrl_c_stop_with_one_line_and_leave_nothing(how, bench, tmp_path, openai_server):
     rc, err = _stop_and_check(how, bench, tmp_path, openai_server)
     assert rc == cli.ExitCode.STOPPED
     last = err.strip().splitlines()[-1]
-    assert last == f"stopped by {how}; what finished is kept — rerun the same command to resume", err
+    assert last == f"stopped by {how.split()[0]}; what finished is kept — rerun the same command to resume", err
 
 
 def test_sigkill_of_the_command_leaves_no_worker_holding_the_pipe(bench, tmp_path, openai_server):
