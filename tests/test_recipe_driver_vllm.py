@@ -5,7 +5,8 @@ vLLM ``AsyncLLM`` + EngineCore -> vLLM's CPU worker inside each FSDP worker, the
 the recipe's multimodal token prompts, and actor -> vLLM weight sync after every update. Nothing is
 substituted but the device (CPU overrides: ``recipe.vsearch.cpu.overrides``); the run starts offline.
 
-Run 1 trains 2 steps, validates and saves ``global_step_2``; run 2 resumes from it, trains step 3, validates
+Under each ``vsearch.variant`` (``original``: verl's token-mean over dynamic micro-batches, trained padding rows;
+``paper``: the Eq. 2 weights over fixed micro-batches), run 1 trains 2 steps, validates and saves ``global_step_2``; run 2 resumes from it, trains step 3, validates
 and saves ``global_step_3``. Observers (``recipe.vsearch.rollout_checks``) record every weight sync and every
 ``generate``. Standalone: ``PYTHONPATH=.:verl .venv/bin/python -m tests.support.recipe_cpu_run --work DIR``.
 """
@@ -28,10 +29,11 @@ from tests.support.recipe_cpu_run import SECRET, run_all  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.timeout(2400)]
 
 
-@pytest.fixture(scope="module")
-def vllm_run(tmp_path_factory, train_venv_python):
-    work = tmp_path_factory.mktemp("driver_vllm")
-    summary = run_all(work, python=str(train_venv_python))
+@pytest.fixture(scope="module", params=["original", "paper"])
+def vllm_run(request, tmp_path_factory, train_venv_python):
+    """Both runs under each ``vsearch.variant`` (the fork's protocol, the default, and the paper's)."""
+    work = tmp_path_factory.mktemp(f"driver_vllm_{request.param}")
+    summary = run_all(work, python=str(train_venv_python), variant=request.param)
     for name in ("run1", "run2"):
         run = summary[name]
         assert run is not None and run["rc"] == 0, f"{name} failed:\n{(run or summary['run1'])['log'][-6000:]}"
@@ -200,3 +202,17 @@ def test_hf_export_of_the_last_checkpoint_loads_with_the_vision_tower_unchanged(
     others = [k for k in warm if not k.startswith("visual.") and k in exported]
     assert others and any(not torch.equal(exported[k], warm[k].to(exported[k].dtype)) for k in others)
     assert (ckpt / "val_generations" / "2.jsonl").is_file() and (ckpt / "val_generations" / "3.jsonl").is_file()
+
+
+def test_the_run_trained_under_its_variant(vllm_run):
+    """The driver printed (and so validated) the run's protocol: the switch reached every part of the config."""
+    import re
+
+    from recipe.vsearch.settings import PROTOCOLS
+
+    variant = vllm_run["variant"]
+    for name in ("run1", "run2"):
+        log = vllm_run[name]["log"]
+        assert re.search(rf"^\s*variant\s+{variant}\s*$", log, re.M), name
+        assert f"loss_agg_mode={PROTOCOLS[variant].loss_agg_mode}" in log
+        assert f"variant={variant}" in log  # the reward's settings line

@@ -218,9 +218,8 @@ def warm_start_policy(
 
     # the parts of the composed config the loops read (recipe.vsearch.settings), as train.sh sets them
     agent_cfg = agent_config(dst.parent)
-    reward = OmegaConf.to_container(
-        OmegaConf.load(VERL_DIR / "recipe" / "vsearch" / "config" / "qwen_2_5_vl_7b_async.yaml").vsearch.reward
-    )
+    recipe_yaml = OmegaConf.load(VERL_DIR / "recipe" / "vsearch" / "config" / "qwen_2_5_vl_7b_async.yaml")
+    reward = {**OmegaConf.to_container(recipe_yaml.vsearch.reward), "variant": recipe_yaml.vsearch.variant}
     cfg = OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -503,8 +502,9 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def run_all(work: Path, *, python: str | None = None, device: str = "cpu") -> dict:
-    """Both runs (2 steps + checkpoint; resume -> step 3 + validation). Returns the summary."""
+def run_all(work: Path, *, python: str | None = None, device: str = "cpu", variant: str = "original") -> dict:
+    """Both runs (2 steps + checkpoint; resume -> step 3 + validation) under ``vsearch.variant=variant``. Returns
+    the summary."""
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     inputs = build_inputs(work)
@@ -514,7 +514,12 @@ def run_all(work: Path, *, python: str | None = None, device: str = "cpu") -> di
             inputs,
             srv.base_url,
             "run1",
-            ["trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2"],
+            [
+                "trainer.total_training_steps=2",
+                "trainer.save_freq=2",
+                "trainer.test_freq=2",
+                f"vsearch.variant={variant}",
+            ],
             python=python,
             device=device,
         )
@@ -525,7 +530,12 @@ def run_all(work: Path, *, python: str | None = None, device: str = "cpu") -> di
                 inputs,
                 srv.base_url,
                 "run2",
-                ["trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=3"],
+                [
+                    "trainer.total_training_steps=3",
+                    "trainer.save_freq=3",
+                    "trainer.test_freq=3",
+                    f"vsearch.variant={variant}",
+                ],
                 python=python,
                 device=device,
             )
@@ -534,6 +544,7 @@ def run_all(work: Path, *, python: str | None = None, device: str = "cpu") -> di
         "work": str(work),
         "ckpt_dir": str(work / "work" / "ckpts" / "cpu" / "driver"),
         "api_requests": api_requests,
+        "variant": variant,
         "run1": asdict(first),
         "run2": asdict(second) if second else None,
     }
@@ -550,9 +561,10 @@ def main(argv: list[str] | None = None) -> int:
         help="cpu: 2 logical GPUs on the CPU (the driver test); cuda: one real GPU (recipe/vsearch/smoke_gpu.sh), "
         "then the rollout checks' verdict, sleep releasing GPU memory included",
     )
+    ap.add_argument("--variant", default="original", choices=["original", "paper"], help="vsearch.variant")
     args = ap.parse_args(argv)
     work = Path(args.work).resolve()
-    summary = run_all(work, python=args.python or str(train_venv_python()), device=args.device)
+    summary = run_all(work, python=args.python or str(train_venv_python()), device=args.device, variant=args.variant)
     for run in ("run1", "run2"):
         if summary[run]:
             summary[run]["log"] = f"{args.work}/{run}.log"
