@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -184,6 +185,6 @@ def test_benchmark_registry():
     assert evaluate.parse_args(["--benchmark", "vstar", "--model", "gemini-2.5-flash"]).img_max_pixels == 3500 * 3500
     assert evaluate.parse_args(["--benchmark", "vstar", "--model", "x", "--img_max_pixels", "0"]).img_max_pixels == 0
     assert a.chat_completion_kwargs == {"max_completion_tokens": 16384}
-    assert a.image_url_extra_settings == {"detail": "high"} and a.output_dir == "./outputs/eval"
+    assert a.image_url_extra_settings == {"detail": "high"} and Path(a.output_dir) == Path("outputs/eval")
     assert a.max_answer_length == 1000 and a.num_trials == 1 and a.reasoner_prompt == "infer"
     assert a.max_vsearch_calls == 6 and a.vsearcher_prompt == "trained"
