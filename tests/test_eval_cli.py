@@ -21,32 +21,7 @@ JUDGE_KEY = "sk-judge-SECRET-9191efgh"
 
 
 def _argv(ann, img_dir, out, main_url, judge_url, *extra):
-    return [
-        "--eval_name",
-        "m/o3_bench",
-        "--model",
-        "scripted-vlm",
-        "--api_base_url",
-        main_url,
-        "--api_key",
-        MAIN_KEY,
-        "--judge_model",
-        "scripted-judge",
-        "--judge_api_base_url",
-        judge_url,
-        "--judge_api_key",
-        JUDGE_KEY,
-        "--ann_file",
-        str(ann),
-        "--img_dir",
-        str(img_dir),
-        "--output_dir",
-        str(out),
-        "--no_progress",
-        "--max_retries",
-        "3",
-        *extra,
-    ]
+    return eb.evaluate_argv(ann, img_dir, out, main_url, judge_url, *extra, api_key=MAIN_KEY, judge_api_key=JUDGE_KEY)
 
 
 def _records(out: Path, trial: int) -> list[dict]:

@@ -17,30 +17,7 @@ MAIN_KEY = "sk-main-SECRET-4242abcd"
 
 
 def _argv(ann, img_dir, out, main_url, judge_url, *extra):
-    return [
-        "--eval_name",
-        "m/o3_bench",
-        "--model",
-        "scripted-vlm",
-        "--api_base_url",
-        main_url,
-        "--api_key",
-        MAIN_KEY,
-        "--judge_model",
-        "scripted-judge",
-        "--judge_api_base_url",
-        judge_url,
-        "--ann_file",
-        str(ann),
-        "--img_dir",
-        str(img_dir),
-        "--output_dir",
-        str(out),
-        "--no_progress",
-        "--max_retries",
-        "3",
-        *extra,
-    ]
+    return eb.evaluate_argv(ann, img_dir, out, main_url, judge_url, *extra, api_key=MAIN_KEY)
 
 
 def _records(eval_dir: Path, trial: int = 0) -> list[dict]:

@@ -52,12 +52,7 @@ def _no_env_endpoints(monkeypatch):
 
 
 def _argv(bench, out: Path, main_url: str, *extra: str) -> list[str]:
-    ann, img_dir = bench
-    return [
-        *("--eval_name", "m/o3_bench", "--model", "scripted-vlm", "--api_base_url", main_url),
-        *("--judge_model", "scripted-judge", "--ann_file", str(ann), "--img_dir", str(img_dir)),
-        *("--output_dir", str(out), "--no_progress", "--max_retries", "0", *extra),
-    ]
+    return eb.evaluate_argv(*bench, out, main_url, None, *extra, max_retries=0)
 
 
 def _one_line(err: str) -> str:

@@ -160,32 +160,8 @@ def servers(openai_server):
 
 def _argv(bench, out, servers, *extra):
     main_srv, judge_srv = servers
-    return [
-        "--eval_name",
-        "m/o3_bench",
-        "--model",
-        "scripted-vlm",
-        "--api_base_url",
-        main_srv.base_url,
-        "--api_key",
-        "sk-x",
-        "--judge_model",
-        "scripted-judge",
-        "--judge_api_base_url",
-        judge_srv.base_url,
-        "--judge_api_key",
-        "sk-y",
-        "--ann_file",
-        str(bench[0]),
-        "--img_dir",
-        str(bench[1]),
-        "--output_dir",
-        str(out),
-        "--no_progress",
-        "--max_retries",
-        "1",
-        *extra,
-    ]
+    urls = (main_srv.base_url, judge_srv.base_url)
+    return eb.evaluate_argv(*bench, out, *urls, *extra, api_key="sk-x", judge_api_key="sk-y", max_retries=1)
 
 
 def _snapshot(eval_dir: Path) -> dict:

@@ -149,3 +149,28 @@ def read_records(eval_dir: Path, trial: int = 0) -> list[dict]:
 def read_metrics(eval_dir: Path, trial: int = 0) -> dict:
     """``<eval_dir>/trial_<trial>/eval_metrics.json``."""
     return json.loads((eval_dir / f"trial_{trial}" / "eval_metrics.json").read_text())
+
+
+def evaluate_argv(
+    ann,
+    img_dir,
+    out,
+    main_url: str,
+    judge_url: str | None = None,
+    *extra: str,
+    api_key: str | None = None,
+    judge_api_key: str | None = None,
+    max_retries: int = 3,
+) -> list[str]:
+    """``evaluate``'s command line for this benchmark: scripted model (and judge) at the given URLs."""
+    keys = [
+        *(["--api_key", api_key] if api_key else []),
+        *(["--judge_api_key", judge_api_key] if judge_api_key else []),
+    ]
+    judge = ["--judge_api_base_url", judge_url] if judge_url else []
+    return [
+        *("--eval_name", "m/o3_bench", "--model", "scripted-vlm", "--api_base_url", main_url),
+        *("--judge_model", "scripted-judge", *judge, *keys),
+        *("--ann_file", str(ann), "--img_dir", str(img_dir), "--output_dir", str(out)),
+        *("--no_progress", "--max_retries", str(max_retries), *extra),
+    ]
