@@ -84,6 +84,8 @@ __all__ = [
     "REWARD_VARIANTS",
     "REWARD_TYPES",
     "PSEUDO_IOU_TYPES",
+    "batch_withholds_pseudo_iou",
+    "combine_terms",
     "RewardRules",
     "DEFAULT_RULES",
     "iou_reward",
@@ -253,14 +255,8 @@ def _eq1(
     four reward functions (paper/original × out-of-loop/in-loop) combine their terms. ``reward_type``
     ``basic_weighted_addition`` adds the gate instead: ``λ_format · r_format + λ_tool · gate + λ_IoU · r_IoU``."""
     r_fmt = 1.0 if format_ok else 0.0
-    if reward_type == "basic_weighted_addition":
-        score = weights.format * r_fmt + weights.tool * gate + weights.iou * r_iou
-    elif reward_type == "conditioned_on_tool_reward":
-        score = gate * (weights.format * r_fmt + weights.iou * r_iou)
-    else:
-        raise ValueError(f"reward_type must be one of {REWARD_TYPES}, got {reward_type!r}")
     return RewardBreakdown(
-        score=score,
+        score=combine_terms(reward_type, weights, gate=gate, r_format=r_fmt, r_iou=r_iou),
         n_tool=n_tool,
         tool_gate=gate,
         r_format=r_fmt,
@@ -272,6 +268,27 @@ def _eq1(
         variant=variant,
         repeated_view=repeated_view,
     )
+
+
+def combine_terms(reward_type: str, weights: RewardWeights, *, gate: float, r_format: float, r_iou: float) -> float:
+    """The score from its terms (see :func:`_eq1`): ``gate · (λ_format · r_format + λ_IoU · r_IoU)``, or with
+    ``basic_weighted_addition`` ``λ_format · r_format + λ_tool · gate + λ_IoU · r_IoU``."""
+    if reward_type == "basic_weighted_addition":
+        return weights.format * r_format + weights.tool * gate + weights.iou * r_iou
+    if reward_type == "conditioned_on_tool_reward":
+        return gate * (weights.format * r_format + weights.iou * r_iou)
+    raise ValueError(f"reward_type must be one of {REWARD_TYPES}, got {reward_type!r}")
+
+
+def batch_withholds_pseudo_iou(rules: RewardRules, ratings: Iterable[bool | None]) -> bool:
+    """Whether a training batch's in-loop samples lose their pseudo IoU (``r_IoU`` = 0): under ``original`` when no
+    sample of the batch carries a vReasoner rating (``ratings``: every sample's s, None when unrated). The fork sets
+    the pseudo IoUs in a pass over the whole batch guarded by ``"caller_feedback" in pseudo_iou_reward_type and
+    any(ei.get("caller_feedback") for ei in extra_infos)`` (``vsearch_batch.py:694-696`` at 926d137): every one of the
+    three types contains ``caller_feedback``, so with no rating anywhere (an API-failed vReasoner after every
+    search, or feedback disabled) each in-loop sample keeps the ``iou_reward`` 0 it was scored with, whatever the
+    type and the outcome. ``paper`` has no such rule."""
+    return rules.variant == "original" and not any(r is not None for r in ratings)
 
 
 def out_of_loop_reward(

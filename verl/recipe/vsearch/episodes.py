@@ -42,6 +42,7 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from insight_o3.api import ENV_KEYS, resolve_key
 from insight_o3.redaction import failure_reason
+from insight_o3.rewards import RewardRules, batch_withholds_pseudo_iou, combine_terms
 from verl import DataProto
 
 from .rollout_fields import (
@@ -80,6 +81,7 @@ __all__ = [
     "episode_metrics",
     "failed_episode_output",
     "finalize_batch",
+    "withhold_pseudo_iou",
     "image_grid_thw",
     "JUDGE_LOST_STATUS",
 ]
@@ -249,6 +251,34 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
 #: the status an in-loop episode gets under ``original`` when its answer check was still lost after every judge
 #: round (the fork's ``compute_score_success`` False): its rows are dropped and replaced by copies of kept rows
 JUDGE_LOST_STATUS = "judge_lost"
+
+
+def withhold_pseudo_iou(batch: DataProto, rules: RewardRules) -> int:
+    """The fork's batch rule on the pseudo IoU (:func:`insight_o3.rewards.batch_withholds_pseudo_iou`, ``original``
+    only): when no sample of the step's rollout ``batch`` carries a vReasoner rating, every in-loop sample's
+    ``r_iou`` becomes 0 and its score is recombined from its other terms, in place: the reward columns ``r_iou`` /
+    ``score`` and ``rm_scores`` (the reward loop scored each sample alone, before the batch existed). Called on the
+    whole rollout, before :func:`finalize_batch` (the fork decides before replacing rows). Returns the number of
+    samples whose score changed."""
+    ratings = [None if r is None else bool(r) for r in _col(batch, "feedback_helpful")]
+    if not batch_withholds_pseudo_iou(rules, ratings):
+        return 0
+    nt = batch.non_tensor_batch
+    rows = [i for i, role in enumerate(_col(batch, ROLE_KEY)) if role == ROLE_INLOOP and float(nt["r_iou"][i]) != 0.0]
+    if not rows:
+        return 0
+    rm = batch.batch["rm_scores"]  # the reward loop put each score on the response's last token
+    last = batch.batch["attention_mask"][:, batch.batch["prompts"].size(1) :].sum(dim=1) - 1
+    r_iou, score = nt["r_iou"].copy(), nt["score"].copy()
+    for i in rows:
+        new = combine_terms(
+            rules.reward_type, rules.weights, gate=float(nt["tool_gate"][i]), r_format=float(nt["r_format"][i]), r_iou=0.0
+        )
+        r_iou[i], score[i] = 0.0, new
+        rm[i] = 0.0
+        rm[i, int(last[i])] = new
+    nt["r_iou"], nt["score"] = r_iou, score
+    return len(rows)
 
 
 def finalize_batch(

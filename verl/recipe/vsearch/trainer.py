@@ -52,7 +52,7 @@ from verl.utils.tracking import Tracking
 from verl import DataProto
 
 from . import hybrid_advantage  # also registers vsearch_hybrid_grpo in this process
-from .episodes import episode_metrics, finalize_batch
+from .episodes import episode_metrics, finalize_batch, withhold_pseudo_iou
 from .on_policy import EQ2_META_KEY
 from .rollout_fields import (
     EPISODE_ID_KEY,
@@ -130,8 +130,10 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
         settings = run_settings(cfg)
         outcomes = episode_outcomes(out)  # every in-loop episode, also those finalize_batch drops
+        withheld = withhold_pseudo_iou(out, settings.reward.rules())  # the fork's batch rule (original only)
         batch, vsearch_metrics = finalize_batch(out, dp_size, settings.protocol)
         metrics.update(vsearch_metrics)
+        metrics["vsearch/pseudo_iou_withheld_rows"] = float(withheld)
         metrics.update(multimodal_footprint(batch))
         check_api_failures(vsearch_metrics, settings, self.global_steps)
         batch.meta_info["temperature"] = rollout_cfg.temperature
