@@ -60,6 +60,9 @@ Two **ablation switches** of Table 3 ("w/o tool cond.", "w/o feedback", "w/o out
   ``outcome_no_caller_feedback`` (w/o feedback: ``1[c = 1]``) or ``caller_feedback_no_outcome`` (w/o outcome:
   ``1[s = 1]``).
 
+Under ``original`` the pseudo IoU also follows a batch rule of the fork (:func:`batch_withholds_pseudo_iou`, applied by
+the recipe to a step's rollout): when no sample of the batch carries a vReasoner rating, every in-loop ``r_IoU`` is 0.
+
 Under ``original`` an in-loop sample keeps its pseudo IoU when its format check fails (the fork sets it after
 scoring, whatever the format) while an out-of-loop sample then has ``r_IoU = 0`` (the fork extracts no answer
 from a badly formatted episode); with the default ``reward_type`` both are multiplied by a zero gate anyway.

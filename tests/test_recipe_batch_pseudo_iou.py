@@ -18,15 +18,14 @@ from tests.conftest import require_recipe
 
 require_recipe()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from insight_o3.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, batch_withholds_pseudo_iou  # noqa: E402
 from recipe.vsearch.episodes import ROLE_INLOOP, ROLE_KEY, ROLE_OUTLOOP, withhold_pseudo_iou  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score, rules_from_kwargs  # noqa: E402
+from tests.support.reward_batch import reward_loop_batch  # noqa: E402
 from verl import DataProto  # noqa: E402
 
-P, R = 3, 5  # prompt / response length
 FRAME = [100, 100]
 #: the fork's score of a sub-agent row (one crop, format 1, tool 1) by (reward_type, pseudo IoU)
 FORK_SCORE = {("conditioned_on_tool_reward", 0.0): 0.2, ("conditioned_on_tool_reward", 1.0): 1.0}
@@ -53,22 +52,10 @@ def _sample(in_loop: bool, helpful: bool | None) -> dict:
 
 def _batch(ratings: list[bool | None], **kwargs) -> DataProto:
     """An out-of-loop sample and one in-loop sample per rating, scored by the recipe's ``compute_score`` one by one
-    (as verl's reward loop does), laid out as the reward loop returns them (score on the last response token)."""
+    (as verl's reward loop does), laid out as the reward loop returns them."""
     samples = [_sample(False, None)] + [_sample(True, r) for r in ratings]
     scores = [compute_score("vsearch", "", "", s, **kwargs) for s in samples]
-    b = len(samples)
-    resp_len = torch.tensor([2 + i % 3 for i in range(b)])
-    attn = torch.cat([torch.ones(b, P, dtype=torch.long), (torch.arange(R)[None] < resp_len[:, None]).long()], 1)
-    rm = torch.zeros(b, R)
-    rm[torch.arange(b), resp_len - 1] = torch.tensor([s["score"] for s in scores], dtype=torch.float)
-    non_tensor = {k: np.array([s.get(k) for s in samples], dtype=object) for k in ("feedback_helpful", ROLE_KEY)}
-    for key in ("score", "r_iou", "tool_gate", "r_format"):
-        non_tensor[key] = np.array([s[key] for s in scores])
-    ids = torch.randint(1, 9, (b, P + R)) * attn
-    return DataProto.from_dict(
-        tensors={"prompts": ids[:, :P], "responses": ids[:, P:], "attention_mask": attn, "rm_scores": rm},
-        non_tensors=non_tensor,
-    )
+    return reward_loop_batch(samples, scores, columns=("feedback_helpful", ROLE_KEY))
 
 
 @pytest.mark.parametrize("reward_type", REWARD_TYPES)

@@ -8,7 +8,8 @@ same inputs to this project's code, the way the recipe does, and compares:
 * ``zoom_tool.json``: the zoom-in tool on one ``bbox_2d`` (crop or error text, crop region and the size shown);
 * ``episodes.json``: whole vSearcher episodes through :class:`SearcherSession` (the format verdict, the crops)
   and ``recipe.vsearch.reward_fn.compute_score`` (every reward term), out-of-loop and in-loop, for each fork
-  ``reward_type`` and ``pseudo_iou_reward_type``;
+  ``reward_type`` and ``pseudo_iou_reward_type``; the in-loop calls also in the same batch without any caller
+  feedback, through ``recipe.vsearch.episodes.withhold_pseudo_iou`` (the fork's batch rule);
 * ``vreasoner.json``: the answer span of a vReasoner's final message that the judge sees;
 * ``advantages.json``: ``vsearch_hybrid_grpo`` against the fork's ``compute_advantage`` (GRPO groups and each
   ``subagent_advantage_estimator``).
@@ -192,14 +193,15 @@ def project_episode(case: dict, store) -> SearcherRollout:
 _ROLLOUTS: dict[str, SearcherRollout] = {}  # one session per episode, shared by its reward configurations
 
 
-def project_reward(case: dict, store, reward_type: str, pseudo: str) -> dict:
+def project_reward(case: dict, store, reward_type: str, pseudo: str, unrated: bool = False) -> dict:
+    """The reward ``compute_score`` gives the case alone; ``unrated``: an in-loop call without caller feedback."""
     if case["id"] not in _ROLLOUTS:
         _ROLLOUTS[case["id"]] = project_episode(case, store)
     rollout = _ROLLOUTS[case["id"]]
     if case["role"] == "outloop":
         fields = rollout.sample_fields(bboxes=case["gt"], role=ROLE_OUTLOOP)
     else:
-        fb = case["caller_feedback"]
+        fb = None if unrated else case["caller_feedback"]
         correct = case["root_accuracy"] == 1.0
         stats = EpisodeStats.of(
             "golden", n_calls=1, has_answer=True, correct=correct, critical_failure=False, status="answer", n_feedback=1
@@ -245,6 +247,56 @@ def test_episode_reward(item, store):
     if case["role"] == "outloop" and fork["format_reward"] and fork["extracted_answer"] not in (None, [0, 0, 0, 0]):
         assert close(got["iou"], fork["final_iou"]), "IoU of the answer"
     assert close(got["score"], fork["score"]), "score"
+
+
+UNRATED_PARAMS = params(
+    [
+        (f"{c['id']}-{rt}-{pt}-unrated", {"case": c, "reward_type": rt, "pseudo": pt})
+        for c in cases("episodes.json")
+        if c["role"] == "inloop"
+        for rt, pt in REWARD_CONFIGS_IN
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def unrated_batch(store):
+    """The recorded batch with no caller feedback anywhere, as the recipe trains it: every in-loop case scored alone
+    by ``compute_score``, then ``withhold_pseudo_iou`` (the fork's batch rule) on the rollout of all of them.
+    Returns ``(reward_type, pseudo) -> case id -> reward columns``."""
+    from tests.conftest import require_recipe
+
+    require_recipe()
+    from recipe.vsearch.episodes import ROLE_KEY, withhold_pseudo_iou
+    from recipe.vsearch.reward_fn import rules_from_kwargs
+    from tests.support.reward_batch import reward_loop_batch
+
+    inloop = [c for c in cases("episodes.json") if c["role"] == "inloop"]
+    out: dict[tuple[str, str], dict[str, dict]] = {}
+    for rt, pt in REWARD_CONFIGS_IN:
+        scores = [project_reward(c, store, rt, pt, unrated=True) for c in inloop]
+        samples = [{"feedback_helpful": None, ROLE_KEY: ROLE_INLOOP} for _c in inloop]
+        batch = reward_loop_batch(samples, scores, columns=("feedback_helpful", ROLE_KEY))
+        withhold_pseudo_iou(batch, rules_from_kwargs(variant="original", reward_type=rt, pseudo_iou_reward_type=pt))
+        nt, rm = batch.non_tensor_batch, batch.batch["rm_scores"].sum(-1).tolist()
+        out[(rt, pt)] = {
+            c["id"]: {k: nt[k][i] for k in ("r_format", "tool_gate", "r_iou", "score")} | {"rm_score": rm[i]}
+            for i, c in enumerate(inloop)
+        }
+    return out
+
+
+@pytest.mark.parametrize("item", UNRATED_PARAMS)
+def test_episode_reward_in_a_batch_without_feedback(item, unrated_batch):
+    """The fork sets no pseudo IoU when no row of its reward batch has a caller feedback (``vsearch_batch.py:695``)."""
+    case, rt, pt = item["case"], item["reward_type"], item["pseudo"]
+    fork = case["fork_unrated_batch"][f"{rt}|{pt}"]
+    got = unrated_batch[(rt, pt)][case["id"]]
+    assert got["r_format"] == fork["format_reward"], "format verdict"
+    assert got["tool_gate"] == fork["tool_reward"], "tool reward"
+    assert close(got["r_iou"], fork["iou_reward"]), "iou reward"
+    assert close(got["score"], fork["score"]), "score"
+    assert close(got["rm_score"], fork["score"]), "score in rm_scores"
 
 
 # ----------------------------------------------------------------------------- vReasoner answer span

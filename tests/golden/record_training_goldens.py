@@ -828,6 +828,9 @@ def record_rewards(fork: Fork, tools: ToolRunner, rng: random.Random) -> tuple[l
     for rt in REWARD_TYPES:
         for pt in PSEUDO_IOU_TYPES:
             results[(rt, pt)] = score_batch(fork, rows, rt, pt)
+    # the same batch without any caller feedback (the fork then sets no pseudo IoU: vsearch_batch.py:695)
+    unrated = [{**r, "extra_info": {**r["extra_info"], "caller_feedback": None}} for r in rows]
+    unrated_results = {(rt, pt): score_batch(fork, unrated, rt, pt) for rt in REWARD_TYPES for pt in PSEUDO_IOU_TYPES}
     root_scores = {}
     for idx, r in enumerate(roots):
         d = results[(REWARD_TYPES[0], PSEUDO_IOU_TYPES[0])][len(episodes) + idx]
@@ -842,6 +845,9 @@ def record_rewards(fork: Fork, tools: ToolRunner, rng: random.Random) -> tuple[l
         if ep["role"] == "inloop":
             ep["root_accuracy"] = root_scores[ep["root"]]["accuracy_reward"]
             ep["caller_feedback"] = ep["extra_info"]["caller_feedback"]
+            ep["fork_unrated_batch"] = {
+                f"{rt}|{pt}": unrated_results[(rt, pt)][j] for rt in REWARD_TYPES for pt in PSEUDO_IOU_TYPES
+            }
     vr_out: dict[str, dict] = {}
     for r in roots:  # one case per text (its first root row)
         vr_out.setdefault(r["vr"]["rule"], {"id": f"vr-{r['vr']['rule']}", **r["vr"]})

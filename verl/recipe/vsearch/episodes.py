@@ -272,7 +272,11 @@ def withhold_pseudo_iou(batch: DataProto, rules: RewardRules) -> int:
     r_iou, score = nt["r_iou"].copy(), nt["score"].copy()
     for i in rows:
         new = combine_terms(
-            rules.reward_type, rules.weights, gate=float(nt["tool_gate"][i]), r_format=float(nt["r_format"][i]), r_iou=0.0
+            rules.reward_type,
+            rules.weights,
+            gate=float(nt["tool_gate"][i]),
+            r_format=float(nt["r_format"][i]),
+            r_iou=0.0,
         )
         r_iou[i], score[i] = 0.0, new
         rm[i] = 0.0
