@@ -23,6 +23,7 @@ filled with :func:`fill`, which replaces only the named placeholders (other brac
 """
 
 import re
+from dataclasses import dataclass
 
 # ---------------------------------------------------------------------------- single-model evaluation
 #: ``--sys_prompt think`` (released ``SIMPLE_SYSTEM_PROMPT_THINKING``).
@@ -205,11 +206,81 @@ VREASONER_FORMAT_RETRY_PROMPT = (
 
 # The released fork sends the same four user hints in training and at inference (only the system
 # prompt asks for ``<tool_feedback>`` in training). The paper's F.1 training hints that also ask for
-# feedback appear in the fork only after the release (docs/fidelity.md, "Training").
+# feedback appear in the fork only after the release (docs/fidelity.md, "Training"); the recipe's
+# ``vsearch.variant=paper`` trains with them (below).
 VREASONER_INFER_CONTINUE_PROMPT = VREASONER_TRAIN_CONTINUE_PROMPT = VREASONER_CONTINUE_PROMPT
 VREASONER_INFER_LIMIT_PROMPT = VREASONER_TRAIN_LIMIT_PROMPT = VREASONER_LIMIT_PROMPT
 VREASONER_INFER_NOT_FOUND_PROMPT = VREASONER_TRAIN_NOT_FOUND_PROMPT = VREASONER_NOT_FOUND_PROMPT
 VREASONER_INFER_FORMAT_RETRY_PROMPT = VREASONER_TRAIN_FORMAT_RETRY_PROMPT = VREASONER_FORMAT_RETRY_PROMPT
+
+# The paper's F.1 *training* hints, each asking again for ``<tool_feedback>``. Where the paper's words
+# are the fork's (m-Just/verl-public cb0d3ff, 2026-01-29, after the release,
+# ``verl/utils/vsearch_role_play_prompt_with_tool_feedback.py``), the fork's exact string (``.strip()``-ed:
+# no outer newlines); the paper's rendering only lost the blank lines.
+#: After a found region (with the crop) — paper F.1 = cb0d3ff ``vsearch_user_hint``.
+VREASONER_PAPER_TRAIN_CONTINUE_PROMPT = (
+    "Based on your description, here is the zoomed-in image.\n"
+    "\n"
+    "Please continue your analysis. After the analysis, state your assessment of the previous tool result using <tool_feedback>helpful/unhelpful</tool_feedback>, then do one of the following:\n"
+    "- Call the tool again if you believe more visual detail is needed; or\n"
+    "- Provide your final answer if the current information is sufficient."
+)
+
+#: After the last allowed search (with its crop, if any) — paper F.1 = cb0d3ff ``vsearch_user_hint_last_round``.
+VREASONER_PAPER_TRAIN_LIMIT_PROMPT = (
+    "Based on your description, here is the zoomed-in image.\n"
+    "\n"
+    "You have reached the limit for using the visual tool and cannot call it again.\n"
+    "In this turn, after reasoning step by step, output your assessment of the previous tool result using exactly <tool_feedback>helpful/unhelpful</tool_feedback>, and then, based on the available information, provide your final answer using the required format."
+)
+
+#: After a search that found nothing — paper F.1 = cb0d3ff ``vsearch_user_hint_fail``.
+VREASONER_PAPER_TRAIN_NOT_FOUND_PROMPT = (
+    "The visual searcher could not locate the requested target in the image based on your description.\n"
+    "\n"
+    "Please adjust or refine your region description (for example, refer to a larger, clearly visible area) and continue your analysis. Think first, then state your assessment of the previous tool result using <tool_feedback>helpful/unhelpful</tool_feedback>. Finally, do exactly one of the following:\n"
+    "- Call the tool again with a revised description; or\n"
+    "- Provide your final answer if the current information is sufficient."
+)
+
+#: After a turn without a tool call, a ``\boxed{}`` answer or a valid ``<tool_feedback>`` — the paper's F.1 words
+#: ("was detected, or you didn't output", where cb0d3ff ``format_user_hint`` says "was provided (or the format is
+#: incorrect), or"), laid out as cb0d3ff writes the same words: blank line, two-space indent, ASCII apostrophe,
+#: one backslash (the paper shows "didnt" and "\\boxed" and drops the line breaks).
+VREASONER_PAPER_TRAIN_FORMAT_RETRY_PROMPT = (
+    "In your previous response, neither a tool call nor a final boxed answer was detected, or you didn't output your assessment of the previous tool result in the correct format.\n"
+    "\n"
+    "Think first, and then include your assessment of the previous tool result using exactly <tool_feedback>helpful/unhelpful</tool_feedback> (or <tool_feedback>NA</tool_feedback> if there is no previous result). Finally, do exactly one of the following:\n"
+    "- If you still need more visual detail, call the tool using the exact format:\n"
+    "  <tool_call>region_description={...}</tool_call>\n"
+    "- Otherwise, provide the final answer now and include the result in \\boxed{...}."
+)
+
+
+@dataclass(frozen=True)
+class ReasonerHints:
+    """The vReasoner's four user hints: after a found region, after the last allowed search, after a
+    search that found nothing, after a malformed turn."""
+
+    found: str
+    limit: str
+    not_found: str
+    format_retry: str
+
+
+#: The fork's hints (926d137): evaluation, and training under ``vsearch.variant=original``.
+FORK_HINTS = ReasonerHints(
+    VREASONER_CONTINUE_PROMPT, VREASONER_LIMIT_PROMPT, VREASONER_NOT_FOUND_PROMPT, VREASONER_FORMAT_RETRY_PROMPT
+)
+#: The paper's F.1 training hints: training under ``vsearch.variant=paper``.
+PAPER_TRAIN_HINTS = ReasonerHints(
+    VREASONER_PAPER_TRAIN_CONTINUE_PROMPT,
+    VREASONER_PAPER_TRAIN_LIMIT_PROMPT,
+    VREASONER_PAPER_TRAIN_NOT_FOUND_PROMPT,
+    VREASONER_PAPER_TRAIN_FORMAT_RETRY_PROMPT,
+)
+#: the hint sets by name (``recipe.vsearch.settings.Protocol.reasoner_train_hints``)
+REASONER_HINTS = {"fork": FORK_HINTS, "paper_f1": PAPER_TRAIN_HINTS}
 
 # ---------------------------------------------------------------------------- vSearcher (paper F.2)
 #: Trained vSearcher (InSight-o3-vS): system prompt of the fork's agent loop (DeepEyes-style).

@@ -250,11 +250,11 @@ def _inloop_row(image_path, validate: bool = False):
     }
 
 
-def _run_inloop(policy, image_path, srv, monkeypatch, config=None, validate: bool = False):
+def _run_inloop(policy, image_path, srv, monkeypatch, config=None, validate: bool = False, script=searcher_script):
     agent_loops._API.clear()
     monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
-    server = ScriptedServerManager(policy[0], searcher_script)
+    server = ScriptedServerManager(policy[0], script)
 
     async def go():
         loop = _make(VReasonerAgentLoop, policy, server, config)
@@ -414,6 +414,63 @@ def test_validation_rollout_uses_inference_prompts(policy, image_path, openai_se
     assert out.extra_fields["feedback"] is None  # no rating at validation: s is absent
     assert _reasoner(loop, validate=True).max_format_retries == 4  # max_format_retries_eval
     assert _reasoner(loop, validate=False).max_format_retries == 2
+
+
+def hints_script(req, call):
+    """vReasoner for the four user hints, with 3 searches allowed: a search that finds the region, a turn
+    with no action (format retry), a search that finds nothing, the last search, then \\boxed{42}."""
+    if req["model"] == JUDGE:
+        return chat("<correct>" if "GT Answer" in request_text(req) else "42")
+    turn = sum(m["role"] == "assistant" for m in req["messages"])
+    fb = "<tool_feedback>NA</tool_feedback>" if turn == 0 else "<tool_feedback>helpful</tool_feedback>"
+    search = "<tool_call>region_description={%s}</tool_call>"
+    body = [search % "the band", "", search % "the unicorn", search % "the band again", "Answer: \\boxed{42}"][turn]
+    return chat(f"<think>t{turn}</think>{fb}{body}")
+
+
+def unicorn_searcher_script(n_images: int, prompt: str) -> str:
+    """searcher_script, but "not found" ([0, 0, 0, 0] at once) for the unicorn."""
+    return ANSWER % (0, 0, 0, 0) if "unicorn" in prompt else searcher_script(n_images, prompt)
+
+
+@pytest.mark.parametrize("variant", ["original", "paper"])
+def test_training_rollout_sends_the_variants_user_hints(
+    policy, image_path, tmp_path, openai_server, monkeypatch, variant
+):
+    """The in-loop vReasoner's user turn after a found region, a format retry, a not-found search and the last
+    search: the fork's hints (the evaluation's) under ``original``, the paper's F.1 training hints under
+    ``paper``, byte for byte; a validation rollout of ``paper`` keeps the fork's."""
+    from insight_o3 import prompts
+
+    agent_yaml = tmp_path / "agent.yaml"
+    agent_yaml.write_text(AGENT_YAML.read_text().replace("max_search_calls: 6", "max_search_calls: 3"))
+    srv = openai_server(hints_script)
+    config = _config(agent_yaml=agent_yaml, variant=variant)
+    _, loop, out = _run_inloop(policy, image_path, srv, monkeypatch, config, script=unicorn_searcher_script)
+    reqs = _reasoner_requests(srv)
+    assert len(reqs) == 5 and out.extra_fields["episode_has_answer"]
+    last = [r["messages"][-1]["content"] for r in reqs[1:]]
+    texts = [p["text"] for m in last for p in m if p["type"] == "text"]
+    images = [[p["type"] for p in m].count("image_url") for m in last]
+    if variant == "paper":
+        want = [
+            prompts.VREASONER_PAPER_TRAIN_CONTINUE_PROMPT,
+            prompts.VREASONER_PAPER_TRAIN_FORMAT_RETRY_PROMPT,
+            prompts.VREASONER_PAPER_TRAIN_NOT_FOUND_PROMPT,
+            prompts.VREASONER_PAPER_TRAIN_LIMIT_PROMPT,
+        ]
+    else:
+        want = [
+            prompts.VREASONER_CONTINUE_PROMPT,
+            prompts.VREASONER_FORMAT_RETRY_PROMPT,
+            prompts.VREASONER_NOT_FOUND_PROMPT,
+            prompts.VREASONER_LIMIT_PROMPT,
+        ]
+    assert texts == want and images == [1, 0, 0, 1]
+    # each F.1 training hint asks again for the rating (the retry also for NA); the fork's do not
+    assert [t.count("<tool_feedback>") for t in texts] == ([1, 2, 1, 1] if variant == "paper" else [0, 0, 0, 0])
+    assert loop.settings.reasoner_hints(validate=True) is prompts.FORK_HINTS
+    assert _reasoner(loop, validate=True).hints is prompts.FORK_HINTS
 
 
 def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypatch):

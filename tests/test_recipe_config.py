@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -140,6 +141,7 @@ def test_train_sh_composes_and_validates(train_dry):
 def test_paper_variant_switches_the_whole_protocol(tmp_path):
     """``vsearch.variant=paper`` on train.sh's command line switches the reward rules, the loss and the failure
     handling together (one switch), and validates."""
+    from insight_o3.prompts import FORK_HINTS, PAPER_TRAIN_HINTS
     from recipe.vsearch.settings import PROTOCOLS, RunSettings
 
     (tmp_path / "tmpdir").mkdir()
@@ -152,6 +154,9 @@ def test_paper_variant_switches_the_whole_protocol(tmp_path):
     assert cfg.vsearch.max_api_failure_ratio == 0.5 and cfg.algorithm.inloop_norm == "paper"
     s = RunSettings.from_config(cfg)
     assert s.protocol == PROTOCOLS["paper"] and "variant" in r.stderr and "mask_failed_episodes=True" in r.stderr
+    # the F.1 training hints for training rollouts, the fork's (evaluation's) for validation rollouts
+    assert s.reasoner_hints(validate=False) is PAPER_TRAIN_HINTS and s.reasoner_hints(validate=True) is FORK_HINTS
+    assert re.search(r"vreasoner\.hints\.training_rollouts +paper_f1", r.stderr)
     _validate(cfg)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..errors import EXPECTED_ERRORS
 from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..images import ImageStore
+from ..prompts import FORK_HINTS, ReasonerHints
 from ..protocol import LIMITS
 from ..redaction import Redactor, failure_reason
 from ..trajectory import image_refs, to_openai
@@ -148,7 +149,8 @@ class InSightO3:
 
     ``completion_kwargs``: the vReasoner's request settings per turn; None or empty gives the fork's
     (:data:`VREASONER_COMPLETION_KWARGS`), anything else replaces them. ``max_format_retries``: per
-    round (None: the fork's, 4 for ``infer``, 2 for ``train``). ``redactor``: as for :class:`VSearcher`."""
+    round (None: the fork's, 4 for ``infer``, 2 for ``train``). ``redactor``: as for :class:`VSearcher`.
+    ``hints``: the vReasoner's user hints (:class:`ReasonerSession`; default the fork's)."""
 
     def __init__(
         self,
@@ -164,8 +166,10 @@ class InSightO3:
         image_url_extra: dict | None = None,
         max_format_retries: int | None = None,
         redactor: Redactor | None = None,
+        hints: ReasonerHints = FORK_HINTS,
     ):
         self.client, self.model, self.searcher, self.images = client, model, searcher, images
+        self.hints = hints
         self.max_pixels, self.mode, self.max_search_calls = max_pixels, mode, max_search_calls
         self.system_prompt, self.max_format_retries = system_prompt, max_format_retries
         self.completion_kwargs = dict(completion_kwargs or VREASONER_COMPLETION_KWARGS)
@@ -183,6 +187,7 @@ class InSightO3:
             self.max_search_calls,
             self.system_prompt,
             self.max_format_retries,
+            self.hints,
         )
 
     async def answer(self, image_path: str, question: str) -> AnswerResult:

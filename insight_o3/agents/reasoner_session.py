@@ -39,12 +39,10 @@ from PIL import Image
 from ..images import ImageRef, ImageStore, Resize
 from ..parsing import parse_reasoner_turn
 from ..prompts import (
-    VREASONER_CONTINUE_PROMPT,
-    VREASONER_FORMAT_RETRY_PROMPT,
+    FORK_HINTS,
     VREASONER_INFER_SYSTEM_PROMPT,
-    VREASONER_LIMIT_PROMPT,
-    VREASONER_NOT_FOUND_PROMPT,
     VREASONER_TRAIN_SYSTEM_PROMPT,
+    ReasonerHints,
 )
 from ..protocol import LIMITS
 from ..searcher_rules import resize_bbox
@@ -115,7 +113,9 @@ class ReasonerSession:
     """One vReasoner episode on one image and question.
 
     ``max_format_retries``: retries per round after the first reply (default: the fork's, 4 for
-    ``infer`` and 2 for ``train``, i.e. 5 and 3 replies per round)."""
+    ``infer`` and 2 for ``train``, i.e. 5 and 3 replies per round). ``hints``: the four user hints
+    (default: the fork's, :data:`~insight_o3.prompts.FORK_HINTS`; the recipe's ``vsearch.variant=paper``
+    trains with the paper's F.1 ones)."""
 
     def __init__(
         self,
@@ -127,11 +127,12 @@ class ReasonerSession:
         max_search_calls: int = LIMITS.max_search_calls,
         system_prompt: str | None = None,
         max_format_retries: int | None = None,
+        hints: ReasonerHints = FORK_HINTS,
     ):
         if mode not in REASONER_MODES:
             raise ValueError(f"vReasoner mode must be one of {REASONER_MODES}, got {mode!r}")
         self.image_path, self.question_text, self.images, self.mode = str(image_path), question_text, images, mode
-        self.max_search_calls = max_search_calls
+        self.max_search_calls, self.hints = max_search_calls, hints
         self.max_round_attempts = (
             ROUND_ATTEMPTS[mode] if max_format_retries is None else max(1, int(max_format_retries) + 1)
         )
@@ -224,7 +225,7 @@ class ReasonerSession:
         if self._last_round:
             self._last_round_turn()
         else:
-            self.messages.append(message("user", VREASONER_FORMAT_RETRY_PROMPT))
+            self.messages.append(message("user", self.hints.format_retry))
         return ReasonerStep("retry", feedback=turn.feedback, error=turn.error)
 
     def _finish(self, status: str, text: str, action: str, **kw) -> ReasonerStep:
@@ -233,7 +234,7 @@ class ReasonerSession:
 
     def _last_round_turn(self) -> None:
         crop = self._round_crop
-        parts = ([image_part(crop)] if crop is not None else []) + [VREASONER_LIMIT_PROMPT]
+        parts = ([image_part(crop)] if crop is not None else []) + [self.hints.limit]
         self.messages.append(message("user", *parts))
 
     def provide_search_result(self, result: LocateResult) -> ImageRef | None:
@@ -262,9 +263,9 @@ class ReasonerSession:
         if self._last_round:
             self._last_round_turn()
         elif call.crop is not None:
-            self.messages.append(message("user", image_part(call.crop), VREASONER_CONTINUE_PROMPT))
+            self.messages.append(message("user", image_part(call.crop), self.hints.found))
         else:
-            self.messages.append(message("user", VREASONER_NOT_FOUND_PROMPT))
+            self.messages.append(message("user", self.hints.not_found))
         return call.crop
 
     def fail(self, reason: str) -> None:

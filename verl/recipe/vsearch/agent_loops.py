@@ -327,6 +327,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
             completion_kwargs=s.reasoner_completion_kwargs(),
             image_url_extra=s.reasoner_image_url_extra(),
             max_format_retries=s.reasoner_format_retries(validate),
+            hints=s.reasoner_hints(validate),
         )
 
     async def check_answer(self, sample: Sample, res: AnswerResult) -> AnswerCheck:

@@ -21,7 +21,8 @@ Who reads it:
 The training protocol. ``vsearch.variant`` (``original``, the default: the authors' verl fork at 926d137, which
 the released vSearcher was trained with; ``paper``: the paper's text) is the one switch: it selects the reward's
 rules (``vsearch.reward.variant`` follows it), the loss aggregation, what an API failure does to an episode's
-samples, the abort thresholds, judge retries and how the batch is padded (:class:`Protocol`, :data:`PROTOCOLS`).
+samples, the abort thresholds, judge retries, how the batch is padded and the vReasoner's user hints in training
+rollouts (the fork's, or the paper's F.1 training hints) (:class:`Protocol`, :data:`PROTOCOLS`).
 The recipe YAML reads the verl keys it decides through the ``${vsearch_protocol:<field>}`` resolver.
 
 Stage and rollout phase. ``vsearch.stage`` (``train`` in train.sh, ``eval`` in val.sh) picks the
@@ -38,6 +39,7 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar
 
+from insight_o3.prompts import REASONER_HINTS, ReasonerHints
 from insight_o3.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
 
 from .agent_config import STAGES, AgentConfig, load_agent_config
@@ -85,6 +87,10 @@ class Protocol:
     #: how ``global_norm`` normalises in-loop advantages (``algorithm.inloop_norm``, recipe.vsearch.hybrid_advantage):
     #: the fork's ``np.std`` always divided (``original``) or torch's unbiased std under ``norm_adv_by_std_in_grpo``
     inloop_norm: str
+    #: the vReasoner's user hints in training rollouts (:data:`insight_o3.prompts.REASONER_HINTS`): the fork's
+    #: (``fork``, the same as at evaluation) or the paper's F.1 training hints that ask again for ``<tool_feedback>``
+    #: (``paper_f1``); validation rollouts and evaluation always use the fork's
+    reasoner_train_hints: str
 
 
 PROTOCOLS = {
@@ -100,6 +106,7 @@ PROTOCOLS = {
         max_judge_failure_ratio=0.01,
         pad_rows_trained=True,
         inloop_norm="original",
+        reasoner_train_hints="fork",
     ),
     "paper": Protocol(
         variant="paper",
@@ -113,6 +120,7 @@ PROTOCOLS = {
         max_judge_failure_ratio=None,
         pad_rows_trained=False,
         inloop_norm="paper",
+        reasoner_train_hints="paper_f1",
     ),
 }
 #: the field names the YAML may read through ``${vsearch_protocol:<field>}``
@@ -277,6 +285,12 @@ class RunSettings:
         """``train`` (F.1 training prompts, ``<tool_feedback>``) for training rollouts of a training
         run, ``infer`` (F.1 inference prompts) for validation rollouts and at ``stage=eval``."""
         return "train" if (self.stage == "train" and not validate) else "infer"
+
+    def reasoner_hints(self, validate: bool) -> ReasonerHints:
+        """The vReasoner's user hints: the variant's training hints (``Protocol.reasoner_train_hints``) for
+        training rollouts, the fork's (as at evaluation) otherwise."""
+        name = self.protocol.reasoner_train_hints if self.reasoner_mode(validate) == "train" else "fork"
+        return REASONER_HINTS[name]
 
     def reasoner_format_retries(self, validate: bool) -> int:
         return self.agent.vreasoner.max_format_retries("train" if self.reasoner_mode(validate) == "train" else "eval")
@@ -443,6 +457,8 @@ class RunSettings:
             "vreasoner.image_detail": vr.image_detail,
             "vreasoner.prompts.training_rollouts": self.reasoner_mode(validate=False),
             "vreasoner.prompts.validation_rollouts": self.reasoner_mode(validate=True),
+            "vreasoner.hints.training_rollouts": _hints_name(self.reasoner_hints(validate=False)),
+            "vreasoner.hints.validation_rollouts": _hints_name(self.reasoner_hints(validate=True)),
             "vreasoner.max_search_calls": vr.max_search_calls,
             "vreasoner.max_completion_tokens": vr.max_completion_tokens,
             "vreasoner.max_format_retries.training_rollouts": self.reasoner_format_retries(False),
@@ -464,6 +480,10 @@ class RunSettings:
             [f"[vsearch] effective settings (stage={self.stage}):"]
             + [f"  {k.ljust(width)}  {v}" for k, v in rows.items()]
         )
+
+
+def _hints_name(hints: ReasonerHints) -> str:
+    return next(name for name, h in REASONER_HINTS.items() if h is hints)
 
 
 # ----------------------------------------------------------------------------- per-process cache
