@@ -512,30 +512,27 @@ class ToolRunner:
             self._fetched[wh] = fetch_image({"image": Image.new("RGB", wh)})
         return self._fetched[wh]
 
-    def call(self, frame: dict, arguments: Any) -> dict:
-        """``execute`` with the call's arguments as the loop passes them (exceptions propagate to the caller)."""
-        img = self.fetched(tuple(frame["image_ori_wh"]))
+    def tool(self, frame: dict) -> Any:
+        """A fresh fork tool holding instance ``"i"``: the frame's image as ``create`` would store it."""
         tool = self.fork.tool_cls()
         tool._instance_dict = {
             "i": {
-                "image": img,
+                "image": self.fetched(tuple(frame["image_ori_wh"])),
                 "resized_image_size": tuple(frame["image_processed_wh"]),
                 "max_pixels": frame["max_pixels"],
             }
         }
+        return tool
+
+    def call(self, frame: dict, arguments: Any) -> dict:
+        """``execute`` with the call's arguments as the loop passes them (exceptions propagate to the caller)."""
+        tool = self.tool(frame)
         resp, _reward, info = asyncio.run(tool.execute("i", arguments))
         return {"success": bool(info["success"]), "text": resp.text}
 
     def run(self, frame: dict, bbox_2d: Any, label: str = "") -> dict:
-        img = self.fetched(tuple(frame["image_ori_wh"]))
-        tool = self.fork.tool_cls()
-        tool._instance_dict = {
-            "i": {
-                "image": img,
-                "resized_image_size": tuple(frame["image_processed_wh"]),
-                "max_pixels": frame["max_pixels"],
-            }
-        }
+        tool = self.tool(frame)
+        img = tool._instance_dict["i"]["image"]
         params: dict[str, Any] = {"bbox_2d": bbox_2d}
         if label:
             params["label"] = label
