@@ -1,6 +1,6 @@
 """What every command-line tool shares: exit codes, logging, the common flags and ``run_main``.
 
-Exit codes: :class:`~insight_o3.exit_codes.ExitCode` (the same for every ``insight_o3.scripts.*`` command and
+Exit codes: :class:`~insight_o3.base.exit_codes.ExitCode` (the same for every ``insight_o3.scripts.*`` command and
 ``insight-o3-*`` console script); :func:`report_stop` maps every deliberate stop to its code and one line.
 
 Every command's ``main`` is wrapped in :func:`entry_point`: Ctrl-C (SIGINT) and SIGTERM stop it the same way —
@@ -25,17 +25,17 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from .api import DEFAULT_TIMEOUT, ENV_KEYS, quiet_http_logs
-from .caps import DEFAULT_MAX_REPLY_CHARS
-from .exit_codes import ExitCode
-from .images import DEFAULT_MAX_DECODE_VALUES
-from .paths import ALLOW_OUTSIDE_FLAG
-from .preflight import EndpointError
-from .redaction import RedactingFilter, redact
-from .run_guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
-from .run_integrity import CardError, Invocation, SettingsChanged, git_commit
-from .run_lock import RunLockedError
+from .base.caps import DEFAULT_MAX_REPLY_CHARS
+from .base.exit_codes import ExitCode
+from .base.paths import ALLOW_OUTSIDE_FLAG
+from .base.redaction import RedactingFilter, redact
+from .endpoints.client import DEFAULT_TIMEOUT, ENV_KEYS, quiet_http_logs
+from .endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
+from .endpoints.preflight import EndpointError
+from .imaging.images import DEFAULT_MAX_DECODE_VALUES
+from .jobs.integrity import CardError, Invocation, SettingsChanged, git_commit
 from .storage.atomic import OutputError
+from .storage.lock import RunLockedError
 
 __all__ = [
     "ExitCode",
@@ -180,7 +180,7 @@ def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = Fal
 
 
 def add_allow_outside_flag(p) -> None:
-    """``--allow_outside_img_dir``: image names of the input file may leave ``--img_dir`` (see :mod:`insight_o3.paths`)."""
+    """``--allow_outside_img_dir``: image names of the input file may leave ``--img_dir`` (see :mod:`insight_o3.base.paths`)."""
     p.add_argument(
         ALLOW_OUTSIDE_FLAG,
         action="store_true",
@@ -191,7 +191,7 @@ def add_allow_outside_flag(p) -> None:
 
 def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
     """``--max_reply_chars`` (characters of each reply text a record keeps) and ``--max_decode_values`` (pixels x
-    channels one image may take to decode); see :mod:`insight_o3.caps` and :func:`insight_o3.images.open_image`."""
+    channels one image may take to decode); see :mod:`insight_o3.base.caps` and :func:`insight_o3.imaging.images.open_image`."""
     if reply:
         p.add_argument(
             "--max_reply_chars",
@@ -210,7 +210,7 @@ def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
         )
 
 
-#: What ``--client_timeout`` means (see :class:`insight_o3.api.DeadlineHttpClient`).
+#: What ``--client_timeout`` means (see :class:`insight_o3.endpoints.client.DeadlineHttpClient`).
 CLIENT_TIMEOUT_HELP = (
     "total deadline in seconds of each HTTP attempt, from connecting to the last byte of the reply (a slow or "
     "trickling server cannot hold a request longer); each of the SDK's --max_retries retries gets a fresh one"
@@ -219,7 +219,7 @@ CLIENT_TIMEOUT_HELP = (
 
 def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
     """``--max_retries`` (the openai SDK's retries), ``--client_timeout`` (:data:`CLIENT_TIMEOUT_HELP`) and
-    ``--skip_endpoint_check`` (:mod:`insight_o3.preflight`)."""
+    ``--skip_endpoint_check`` (:mod:`insight_o3.endpoints.preflight`)."""
     p.add_argument(
         "--max_retries",
         type=int,
@@ -276,7 +276,7 @@ def add_run_flags(
 
 
 def add_budget_flags(p, *, what: str = "items") -> None:
-    """``--price_file``, ``--max_cost`` and ``--max_tokens_total`` (see :class:`insight_o3.jobs.Budget`)."""
+    """``--price_file``, ``--max_cost`` and ``--max_tokens_total`` (see :class:`insight_o3.jobs.job.Budget`)."""
     p.add_argument(
         "--price_file",
         help="YAML/JSON of US$ per million tokens per model: "
@@ -325,7 +325,7 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 
 def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived) -> Invocation:
-    """The :class:`~insight_o3.run_integrity.Invocation` of a command line: every flag of ``a`` (less ``skip``,
+    """The :class:`~insight_o3.jobs.integrity.Invocation` of a command line: every flag of ``a`` (less ``skip``,
     e.g. a subcommand's name), ``derived`` values and the code's version and commit as provenance."""
     from . import __version__
 
@@ -375,7 +375,7 @@ def run_main(
     """Run a command's body and map how it ends to an :class:`ExitCode`, with one line on stderr.
 
     ``bad_input``: exception types (besides :class:`BadInput` and a run's changed settings,
-    :class:`~insight_o3.run_integrity.SettingsChanged`, or unreadable card) that mean bad input (2); the
+    :class:`~insight_o3.jobs.integrity.SettingsChanged`, or unreadable card) that mean bad input (2); the
     deliberate stops (:data:`STOP_ERRORS`) map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
     bad: tuple[type[BaseException], ...] = (BadInput, SettingsChanged, CardError, *bad_input)

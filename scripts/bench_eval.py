@@ -37,10 +37,10 @@ import threading
 import time
 from pathlib import Path
 
+from insight_o3.endpoints.scripted_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text
 from insight_o3.evaluation.run_dir import RunDir
 from insight_o3.evaluation.samples import load_samples
-from insight_o3.images import ImageStore, Resize
-from insight_o3.scripted_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text
+from insight_o3.imaging.images import ImageStore, Resize
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -53,7 +53,7 @@ lock() {
     echo "refresh_constraints.sh: torch was pulled into the light ($name) venv; not writing a lock" >&2
     return 1
   fi
-  "$venv/bin/python" -c "import insight_o3.api, insight_o3.evaluation.runner, insight_o3.scripts.evaluate"
+  "$venv/bin/python" -c "import insight_o3.endpoints.client, insight_o3.evaluation.runner, insight_o3.scripts.evaluate"
   log "$name: smoke tests"
   (cd "$ROOT" && "$venv/bin/python" -m pytest -q -m smoke -p no:cacheprovider --ignore=tests/test_dependencies.py >"$tmp/smoke.log" 2>&1) \
     || { echo "refresh_constraints.sh: the smoke tests fail in the new $name venv (see below); not writing a lock" >&2; tail -30 "$tmp/smoke.log" >&2; return 1; }

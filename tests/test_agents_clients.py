@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from insight_o3 import prompts
-from insight_o3.agents.clients import InSightO3, VSearcher
+from insight_o3.agents.drivers import InSightO3, VSearcher
 from insight_o3.agents.records import expand_messages
 from insight_o3.agents.solver import InSightO3Solver
-from insight_o3.api import make_client
-from insight_o3.geometry import smart_resize
-from insight_o3.images import ImageStore
-from insight_o3.redaction import Redactor
+from insight_o3.base.redaction import Redactor
+from insight_o3.endpoints.client import make_client
+from insight_o3.imaging.geometry import smart_resize
+from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol import prompts
 from tests.support.openai_server import chat, error, last_user_text, user_message_text
 
 W, H = 420, 300

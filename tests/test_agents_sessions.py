@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from insight_o3 import prompts
 from insight_o3.agents import ReasonerSession, SearcherSession
 from insight_o3.agents.records import compact_messages, expand_messages
 from insight_o3.agents.searcher_session import failed_locate
-from insight_o3.geometry import Frame, pixel_box, smart_resize
-from insight_o3.images import ImageStore
-from insight_o3.trajectory import message_text
+from insight_o3.imaging.geometry import Frame, pixel_box, smart_resize
+from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol import prompts
+from insight_o3.protocol.trajectory import message_text
 
 W, H = 700, 500
 BUDGET = 200 * 28 * 28  # smaller than the image: the model frame is a real resize

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3 import run_guard
 from insight_o3.cli import BadInput, ExitCode, run_main
-from insight_o3.protocol import LIMITS
-from insight_o3.run_guard import FailureRatioError
-from insight_o3.run_lock import RunLockedError
+from insight_o3.endpoints import guard as run_guard
+from insight_o3.endpoints.guard import FailureRatioError
+from insight_o3.protocol.limits import LIMITS
 from insight_o3.storage.atomic import OutputError
+from insight_o3.storage.lock import RunLockedError
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = sorted(p.stem for p in (REPO / "insight_o3" / "scripts").glob("*.py") if not p.stem.startswith("_"))

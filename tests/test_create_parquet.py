@@ -15,7 +15,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from insight_o3.prompts import VSEARCHER_FIRST_USER_PROMPT, fill  # noqa: E402
+from insight_o3.protocol.prompts import VSEARCHER_FIRST_USER_PROMPT, fill  # noqa: E402
 from recipe.vsearch.agent_loops import row_image_path  # noqa: E402
 from recipe.vsearch.create_parquet_dataset import InputError, build_rows, main  # noqa: E402
 

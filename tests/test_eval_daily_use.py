@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3 import prompts
+from insight_o3.protocol import prompts
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from insight_o3.geometry import Frame, smart_resize
+from insight_o3.imaging.geometry import Frame, smart_resize
 from insight_o3.scripts import evaluate_vsearch as ev
 from tests.support.openai_server import chat, error, request_text
 

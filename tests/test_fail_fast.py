@@ -11,8 +11,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from insight_o3.api import make_client
-from insight_o3.run_guard import EXIT_API_STOP, FailureRatioError, FatalAPIError, RunGuard, gather_or_stop
+from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.guard import EXIT_API_STOP, FailureRatioError, FatalAPIError, RunGuard, gather_or_stop
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
 from tests.support.openai_server import refuse

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from insight_o3.images import ImageStore, open_image, to_rgb
-from insight_o3.protocol import LIMITS
-from insight_o3.questions import insight_o3_question, question_text, vreasoner_question
+from insight_o3.imaging.images import ImageStore, open_image, to_rgb
+from insight_o3.protocol.limits import LIMITS
+from insight_o3.protocol.questions import insight_o3_question, question_text, vreasoner_question
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,8 @@ from PIL import Image
 
 from insight_o3.agents import SearcherSession
 from insight_o3.agents.views import MAX_CROP_RATIO, crop_box
-from insight_o3.geometry import QWEN_IMAGE_FACTOR, Frame, pixel_box, smart_resize, validate_box
-from insight_o3.images import ImageStore, Resize
+from insight_o3.imaging.geometry import QWEN_IMAGE_FACTOR, Frame, pixel_box, smart_resize, validate_box
+from insight_o3.imaging.images import ImageStore, Resize
 
 budgets = st.sampled_from([256 * 28 * 28, 1024 * 28 * 28, 4096 * 28 * 28, 16384 * 28 * 28]) | st.integers(
     4 * 28 * 28, 20000 * 28 * 28

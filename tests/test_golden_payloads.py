@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from insight_o3 import prompts
 from insight_o3.evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences
+from insight_o3.protocol import prompts
 from insight_o3.scripts import evaluate
 from tests.support import golden as G
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import PIL
 import pytest
 
-from insight_o3.images import ImageStore, Resize
+from insight_o3.imaging.images import ImageStore, Resize
 from tests.support.image_modes import CASES, make_images, stats
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "image_modes.json").read_text())

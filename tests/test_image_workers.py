@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from insight_o3.images import ImageError, ImageStore, Resize
+from insight_o3.imaging.images import ImageError, ImageStore, Resize
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_open_image_enforces_its_limit_without_process_wide_state(images, monkey
     reject an image over its pixel limit, and a corrupt file, with an ImageError naming the file."""
     import warnings
 
-    from insight_o3 import images as images_mod
+    from insight_o3.imaging import images as images_mod
 
     seen = []
     real_open = Image.open
@@ -142,8 +142,8 @@ def test_open_image_enforces_its_limit_without_process_wide_state(images, monkey
 
 
 def test_pillow_limit_is_only_ever_raised(monkeypatch):
-    from insight_o3 import images as images_mod
-    from insight_o3.images import _init_worker, _raise_pillow_limit
+    from insight_o3.imaging import images as images_mod
+    from insight_o3.imaging.images import _init_worker, _raise_pillow_limit
 
     monkeypatch.setattr(images_mod, "_WORKER_STORE", None)  # restored after the test
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)

@@ -52,17 +52,17 @@ def test_the_tree_keeps_the_contract():
 
 def test_an_upward_import_breaks_the_layers(tmp_path):
     root = _copy(tmp_path)
-    _plant(root, "insight_o3.geometry", "from insight_o3.evaluation import metrics  # noqa")
+    _plant(root, "insight_o3.imaging.geometry", "from insight_o3.evaluation import metrics  # noqa")
     r = _lint(root)
     assert r.returncode != 0
     assert "insight_o3 layers: each imports only those below it BROKEN" in r.stdout
-    assert "insight_o3.geometry -> insight_o3.evaluation.metrics" in r.stdout
+    assert "insight_o3.imaging.geometry -> insight_o3.evaluation.metrics" in r.stdout
 
 
 def test_a_cycle_between_siblings_breaks_the_contract(tmp_path):
-    root = _copy(tmp_path)  # api and run_guard share a layer (":"), so only the cycle check catches this
-    _plant(root, "insight_o3.api", "from insight_o3 import run_guard  # noqa")
-    _plant(root, "insight_o3.run_guard", "from insight_o3 import api  # noqa")
+    root = _copy(tmp_path)  # client and guard share the endpoints package, so only the cycle check catches this
+    _plant(root, "insight_o3.endpoints.client", "from insight_o3.endpoints import guard as run_guard  # noqa")
+    _plant(root, "insight_o3.endpoints.guard", "from insight_o3.endpoints import client as api  # noqa")
     r = _lint(root)
     assert r.returncode != 0
     assert "no import cycles between sibling modules or packages BROKEN" in r.stdout
@@ -70,7 +70,7 @@ def test_a_cycle_between_siblings_breaks_the_contract(tmp_path):
 
 def test_the_library_may_not_import_the_training_stack(tmp_path):
     root = _copy(tmp_path)
-    _plant(root, "insight_o3.rewards", "import torch  # noqa")
+    _plant(root, "insight_o3.protocol.rewards", "import torch  # noqa")
     r = _lint(root)
     assert r.returncode != 0
     assert "insight_o3 is not allowed to import torch" in r.stdout

@@ -1,4 +1,4 @@
-"""insight_o3.jobs.ResumableJob: the one lock -> record log -> plan -> bounded work -> compaction -> summary
+"""insight_o3.jobs.job.ResumableJob: the one lock -> record log -> plan -> bounded work -> compaction -> summary
 mechanism of every resumable command, exercised with a small job of its own."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from insight_o3.exit_codes import ExitCode
-from insight_o3.jobs import BudgetExceeded, JobSettings, ResumableJob
-from insight_o3.run_guard import FailureRatioError
-from insight_o3.run_lock import RunLockedError, acquire
+from insight_o3.base.exit_codes import ExitCode
+from insight_o3.endpoints.guard import FailureRatioError
+from insight_o3.jobs.job import BudgetExceeded, JobSettings, ResumableJob
+from insight_o3.storage.lock import RunLockedError, acquire
 
 pytestmark = pytest.mark.smoke
 
@@ -142,7 +142,7 @@ def test_a_tripped_guard_stops_the_run_and_records_nothing_more(tmp_path):
 
 def test_the_requests_of_a_unit_count_against_the_budget(tmp_path):
     """Records of the data tools carry no usage: their budget counts what the clients report while a unit runs."""
-    from insight_o3.usage import record_response
+    from insight_o3.endpoints.usage import record_response
 
     class Metered(SquareJob):
         async def work(self, n, emit):

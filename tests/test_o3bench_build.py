@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.run_lock import acquire
 from insight_o3.scripts import build_o3_bench, evaluate
+from insight_o3.storage.lock import acquire
 from insight_o3.viz.bench_view import bench_table, load_bench
 from tests.support.o3bench_oracle import SOLVERS, Oracle, demo_inputs
 from tests.support.o3bench_run import KEY, decide, sources_argv, step_argv

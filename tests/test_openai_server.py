@@ -9,7 +9,7 @@ import threading
 import openai
 import pytest
 
-from insight_o3.scripted_server import ScriptedOpenAIServer, chat
+from insight_o3.endpoints.scripted_server import ScriptedOpenAIServer, chat
 
 
 def _client(srv: ScriptedOpenAIServer) -> openai.OpenAI:

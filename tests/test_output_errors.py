@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.run_guard import EXIT_OUTPUT_ERROR
+from insight_o3.endpoints.guard import EXIT_OUTPUT_ERROR
 from insight_o3.scripts import evaluate
 from insight_o3.storage.atomic import OutputError, write_json_atomic
 from insight_o3.storage.record_log import RecordLog

@@ -1,4 +1,4 @@
-"""Endpoints checked up front (insight_o3.preflight): before the first sample every endpoint is asked once; an
+"""Endpoints checked up front (insight_o3.endpoints.preflight): before the first sample every endpoint is asked once; an
 unreachable one, a refused key or a named key variable that is unset is one line naming role and URL, status 4.
 Real loopback servers and a closed port; nothing is patched."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.preflight import Endpoint, EndpointError, check_endpoints
+from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
 from insight_o3.scripts import check_reliability, evaluate
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from insight_o3.rate_limit import AdaptiveLimiter
+from insight_o3.endpoints.rate_limit import AdaptiveLimiter
 from insight_o3.scripts import evaluate
 from tests.support.openai_server import Call, Reply, chat
 from tests.support.rate_limited_server import RateLimitedScript

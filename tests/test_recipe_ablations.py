@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.rewards import RewardRules, trajectory_reward
+from insight_o3.protocol.rewards import RewardRules, trajectory_reward
 from tests.conftest import REPO
 
 RECIPE = REPO / "verl" / "recipe" / "vsearch"

@@ -378,7 +378,7 @@ def _reasoner(loop, validate: bool):
 
 
 def test_training_rollout_uses_training_prompts_and_yaml_caps(policy, image_path, openai_server, monkeypatch):
-    from insight_o3.prompts import VREASONER_TRAIN_SYSTEM_PROMPT
+    from insight_o3.protocol.prompts import VREASONER_TRAIN_SYSTEM_PROMPT
 
     srv = openai_server(reasoner_script())
     server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
@@ -403,7 +403,7 @@ def test_training_rollout_uses_training_prompts_and_yaml_caps(policy, image_path
 
 
 def test_validation_rollout_uses_inference_prompts(policy, image_path, openai_server, monkeypatch):
-    from insight_o3.prompts import VREASONER_INFER_SYSTEM_PROMPT
+    from insight_o3.protocol.prompts import VREASONER_INFER_SYSTEM_PROMPT
 
     srv = openai_server(infer_script())
     server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch, validate=True)
@@ -440,7 +440,7 @@ def test_training_rollout_sends_the_variants_user_hints(
     """The in-loop vReasoner's user turn after a found region, a format retry, a not-found search and the last
     search: the fork's hints (the evaluation's) under ``original``, the paper's F.1 training hints under
     ``paper``, byte for byte; a validation rollout of ``paper`` keeps the fork's."""
-    from insight_o3 import prompts
+    from insight_o3.protocol import prompts
 
     agent_yaml = tmp_path / "agent.yaml"
     agent_yaml.write_text(AGENT_YAML.read_text().replace("max_search_calls: 6", "max_search_calls: 3"))
@@ -726,17 +726,17 @@ def test_vsearcher_turns_are_capped_at_1024_new_tokens_inside_the_budget(policy,
 def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
     policy, tmp_path, openai_server, monkeypatch
 ):
-    """One question formatter (insight_o3.questions): a multiple-choice question whose options hold a literal
+    """One question formatter (insight_o3.protocol.questions): a multiple-choice question whose options hold a literal
     backslash-n reaches the vReasoner as the same bytes from the evaluation solver (annotation loader ->
     InSightO3Solver) and from a validation rollout of the recipe (parquet writer -> dataset -> agent loop):
     the fork's get_question turns the literal \\n into a newline in both."""
     import json as _json
 
-    from insight_o3.agents.clients import InSightO3
+    from insight_o3.agents.drivers import InSightO3
     from insight_o3.agents.solver import InSightO3Solver
-    from insight_o3.api import make_client
+    from insight_o3.endpoints.client import make_client
     from insight_o3.evaluation.samples import load_samples
-    from insight_o3.images import ImageStore
+    from insight_o3.imaging.images import ImageStore
     from recipe.vsearch.create_parquet_dataset import qa_rows
     from recipe.vsearch.dataset import build_messages
 

@@ -20,7 +20,7 @@ require_recipe()
 
 import torch  # noqa: E402
 
-from insight_o3.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, batch_withholds_pseudo_iou  # noqa: E402
+from insight_o3.protocol.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, batch_withholds_pseudo_iou  # noqa: E402
 from recipe.vsearch.episodes import ROLE_INLOOP, ROLE_KEY, ROLE_OUTLOOP, withhold_pseudo_iou  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score, rules_from_kwargs  # noqa: E402
 from tests.support.reward_batch import reward_loop_batch  # noqa: E402

@@ -141,7 +141,7 @@ def test_train_sh_composes_and_validates(train_dry):
 def test_paper_variant_switches_the_whole_protocol(tmp_path):
     """``vsearch.variant=paper`` on train.sh's command line switches the reward rules, the loss and the failure
     handling together (one switch), and validates."""
-    from insight_o3.prompts import FORK_HINTS, PAPER_TRAIN_HINTS
+    from insight_o3.protocol.prompts import FORK_HINTS, PAPER_TRAIN_HINTS
     from recipe.vsearch.settings import PROTOCOLS, RunSettings
 
     (tmp_path / "tmpdir").mkdir()
@@ -286,7 +286,7 @@ def _updates_per_step(cfg, rows: int, dp: int = 8, on_policy: bool = True) -> in
 
 
 def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, tiny_qwen_dir):
-    from insight_o3.prompts import VREASONER_INFER_SYSTEM_PROMPT, VREASONER_TRAIN_SYSTEM_PROMPT
+    from insight_o3.protocol.prompts import VREASONER_INFER_SYSTEM_PROMPT, VREASONER_TRAIN_SYSTEM_PROMPT
 
     r = train_dry[1]
     cfg, s = _effective(r)

@@ -11,7 +11,7 @@ from pathlib import Path
 from PIL import Image
 
 from insight_o3.data.reliability import CHECKED_SOURCES, parse_checker
-from insight_o3.parsing import extract_answer_span
+from insight_o3.protocol.parsing import extract_answer_span
 from insight_o3.scripts import check_reliability
 from insight_o3.scripts.check_reliability import main
 from tests.support.openai_server import chat, error, last_user_text, request_text

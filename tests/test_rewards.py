@@ -1,10 +1,10 @@
-"""Eq. (1) of the paper on hand-computed cases (insight_o3.rewards, torch-free)."""
+"""Eq. (1) of the paper on hand-computed cases (insight_o3.protocol.rewards, torch-free)."""
 
 from __future__ import annotations
 
 import pytest
 
-from insight_o3.rewards import (
+from insight_o3.protocol.rewards import (
     RewardRules,
     RewardWeights,
     best_iou,

@@ -1,4 +1,4 @@
-"""Run integrity (insight_o3.run_integrity): a run directory's settings are fixed by its first run.
+"""Run integrity (insight_o3.jobs.integrity): a run directory's settings are fixed by its first run.
 
 A resume, rerun or rejudge into an existing directory with a setting that can change a result is refused
 with status 2, naming each differing key with both values, and writes nothing; operational settings may
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3 import prompts
-from insight_o3.run_integrity import (
+from insight_o3.jobs.integrity import (
     FIXED_KEY,
     HISTORY_KEY,
     SETTING_KINDS,
@@ -25,6 +24,7 @@ from insight_o3.run_integrity import (
     UnclassifiedSetting,
     settle,
 )
+from insight_o3.protocol import prompts
 from insight_o3.scripts import evaluate, rejudge
 from tests.support import eval_bench as eb
 
@@ -75,7 +75,7 @@ def test_every_flag_of_every_run_dir_command_is_classified():
         for sub, a in _dests(p)
         if a.dest not in SETTING_KINDS
     ]
-    assert not unclassified, "classify these in insight_o3.run_integrity.SETTING_KINDS: " + ", ".join(unclassified)
+    assert not unclassified, "classify these in insight_o3.jobs.integrity.SETTING_KINDS: " + ", ".join(unclassified)
 
 
 def test_an_unclassified_setting_is_a_programming_error():

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.run_guard import EXIT_LOCKED
-from insight_o3.run_lock import LOCK_FILE, RunLockedError, acquire, run_lock
+from insight_o3.endpoints.guard import EXIT_LOCKED
+from insight_o3.storage.lock import LOCK_FILE, RunLockedError, acquire, run_lock
 from tests.support import eval_bench as eb
 from tests.test_eval_cli import REPO, _argv, _assert_expected
 
 HOLD = """
 import sys, time
-from insight_o3.run_lock import acquire
+from insight_o3.storage.lock import acquire
 lock = acquire(sys.argv[1], "test-holder")
 if len(sys.argv) > 2:   # fork a child that outlives us (a process-pool worker, say)
     import multiprocessing as mp

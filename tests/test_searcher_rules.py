@@ -1,4 +1,4 @@
-"""``insight_o3.searcher_rules`` against the authors' verl fork (926d137): each rule on cases whose expected values
+"""``insight_o3.protocol.searcher_rules`` against the authors' verl fork (926d137): each rule on cases whose expected values
 were recorded by running the fork's own functions (``tests/golden/searcher_rules.json``, recorded by
 ``tests/golden/record_searcher_rules.py``), plus properties the fork's code implies. Whole episodes through the
 session and the reward are compared in ``tests/test_training_goldens.py``."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3 import searcher_rules as R
-from insight_o3.geometry import smart_resize
+from insight_o3.imaging.geometry import smart_resize
+from insight_o3.protocol import searcher_rules as R
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "searcher_rules.json").read_text())
 

@@ -9,9 +9,9 @@ from PIL import Image
 
 from insight_o3.data.source_pool import PoolError, load_pool
 from insight_o3.evaluation.samples import AnnotationError, Sample
-from insight_o3.geometry import check_box
-from insight_o3.images import ImageError, ImageStore, image_size
-from insight_o3.questions import question_text
+from insight_o3.imaging.geometry import check_box
+from insight_o3.imaging.images import ImageError, ImageStore, image_size
+from insight_o3.protocol.questions import question_text
 from insight_o3.scripts import evaluate_vsearch
 
 
@@ -56,7 +56,7 @@ def test_image_size_reads_headers_with_one_error_style(tmp_path):
 
 
 def test_question_text_is_the_one_question_options_formatter():
-    from insight_o3.questions import insight_o3_question
+    from insight_o3.protocol.questions import insight_o3_question
 
     s = Sample(
         index=0,
@@ -80,7 +80,7 @@ def test_question_text_is_the_one_question_options_formatter():
 
 
 def test_rewards_use_the_same_box_validator():
-    from insight_o3.rewards import best_iou
+    from insight_o3.protocol.rewards import best_iou
 
     assert best_iou(np.array([5.0, 5.0, 1.0, 1.0], dtype=np.float32), [(0, 0, 2, 2)])[0] == 0.0  # inverted pred: IoU 0
     with pytest.raises(ValueError, match=r"^predicted bbox must hold 4 finite numbers"):

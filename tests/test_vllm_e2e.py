@@ -23,8 +23,8 @@ import time
 import pytest
 from PIL import Image
 
-from insight_o3.geometry import smart_resize
-from insight_o3.prompts import VREASONER_INFER_SYSTEM_PROMPT
+from insight_o3.imaging.geometry import smart_resize
+from insight_o3.protocol.prompts import VREASONER_INFER_SYSTEM_PROMPT
 from tests.conftest import REPO
 from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_user_text
 
@@ -201,7 +201,7 @@ def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_pa
 
 
 def _prompt_tokens(client, session, images) -> tuple[int, str | None]:
-    from insight_o3.agents.clients import complete
+    from insight_o3.agents.drivers import complete
 
     c = asyncio.run(complete(client, "tiny", session, images, {"temperature": 0.0, "max_tokens": 1}))
     return c.usage["prompt_tokens"], c.finish_reason
@@ -212,7 +212,7 @@ def test_vllm_prompt_tokens_match_client_smart_resize(vllm_server, bench):
     from openai import AsyncOpenAI
 
     from insight_o3.agents.searcher_session import SearcherSession
-    from insight_o3.images import ImageStore
+    from insight_o3.imaging.images import ImageStore
 
     meta = [json.loads(x) for x in (bench / "metadata.jsonl").read_text().splitlines()]
     path = str(bench / meta[0]["file_name"])
@@ -254,7 +254,7 @@ def test_vllm_prompt_tokens_of_a_zoom_in_turn(vllm_server, bench):
     from openai import AsyncOpenAI
 
     from insight_o3.agents.searcher_session import SearcherSession
-    from insight_o3.images import ImageStore
+    from insight_o3.imaging.images import ImageStore
 
     meta = [json.loads(x) for x in (bench / "metadata.jsonl").read_text().splitlines()]
     path = str(bench / meta[-1]["file_name"])

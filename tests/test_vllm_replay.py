@@ -45,7 +45,7 @@ from verl.utils import hf_tokenizer  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
-from insight_o3.geometry import smart_resize  # noqa: E402
+from insight_o3.imaging.geometry import smart_resize  # noqa: E402
 from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
 from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
 

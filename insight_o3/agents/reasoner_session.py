@@ -36,17 +36,17 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from ..images import ImageRef, ImageStore, Resize
-from ..parsing import parse_reasoner_turn
-from ..prompts import (
+from ..imaging.images import ImageRef, ImageStore, Resize
+from ..protocol.limits import LIMITS
+from ..protocol.parsing import parse_reasoner_turn
+from ..protocol.prompts import (
     FORK_HINTS,
     VREASONER_INFER_SYSTEM_PROMPT,
     VREASONER_TRAIN_SYSTEM_PROMPT,
     ReasonerHints,
 )
-from ..protocol import LIMITS
-from ..searcher_rules import resize_bbox
-from ..trajectory import image_part, image_refs, message
+from ..protocol.searcher_rules import resize_bbox
+from ..protocol.trajectory import image_part, image_refs, message
 from .searcher_session import LocateResult
 from .views import pil_view, plan_view
 
@@ -114,7 +114,7 @@ class ReasonerSession:
 
     ``max_format_retries``: retries per round after the first reply (default: the fork's, 4 for
     ``infer`` and 2 for ``train``, i.e. 5 and 3 replies per round). ``hints``: the four user hints
-    (default: the fork's, :data:`~insight_o3.prompts.FORK_HINTS`; the recipe's ``vsearch.variant=paper``
+    (default: the fork's, :data:`~insight_o3.protocol.prompts.FORK_HINTS`; the recipe's ``vsearch.variant=paper``
     trains with the paper's F.1 ones)."""
 
     def __init__(

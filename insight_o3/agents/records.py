@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .. import prompts
+from ..protocol import prompts
 
 _NAMES = [n for n in dir(prompts) if n.isupper() and n.endswith("PROMPT") and isinstance(getattr(prompts, n), str)]
 _BY_TEXT = {getattr(prompts, n): n for n in _NAMES}

@@ -1,7 +1,7 @@
 """The vSearcher protocol (paper F.2) as a sans-IO state machine.
 
 The session owns the conversation and every protocol decision; a driver only generates the next
-assistant text (an OpenAI client in :mod:`insight_o3.agents.clients`, verl's server manager in the
+assistant text (an OpenAI client in :mod:`insight_o3.agents.drivers`, verl's server manager in the
 training recipe) and calls :meth:`SearcherSession.step` until ``done``.
 
 Coordinates. The vSearcher sees the whole image resized to Qwen2.5-VL's ``smart_resize`` size for
@@ -17,7 +17,7 @@ Messages (the fork's agent loop and chat template, 926d137): system prompt; ``[i
 for an untrained model puts its text before the image (paper F.2).
 
 Protocol decisions (bad model output is expected and never raises) are the authors' verl fork's (926d137),
-implemented in :mod:`insight_o3.searcher_rules` (the trained prompt; the paper defines none of them):
+implemented in :mod:`insight_o3.protocol.searcher_rules` (the trained prompt; the paper defines none of them):
 
 * a turn ends the episode unless it holds a ``<tool_call>`` whose JSON has ``name`` and ``arguments`` (verl's
   hermes parser; only the first call runs); after ``max_tool_calls`` tool responses the next turn is the last;
@@ -44,11 +44,12 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from .. import searcher_rules as rules
-from ..geometry import Box, Frame, is_null_box, validate_box
-from ..images import ImageRef, ImageStore, Resize
-from ..parsing import parse_searcher_turn
-from ..prompts import (
+from ..imaging.geometry import Box, Frame, is_null_box, validate_box
+from ..imaging.images import ImageRef, ImageStore, Resize
+from ..protocol import searcher_rules as rules
+from ..protocol.limits import LIMITS
+from ..protocol.parsing import parse_searcher_turn
+from ..protocol.prompts import (
     VSEARCHER_FIRST_USER_PROMPT,
     VSEARCHER_LIMIT_PROMPT,
     VSEARCHER_SIMPLE_SYSTEM_PROMPT,
@@ -58,8 +59,7 @@ from ..prompts import (
     VSEARCHER_TOOL_RESPONSE_PROMPT,
     fill,
 )
-from ..protocol import LIMITS
-from ..trajectory import image_part, message
+from ..protocol.trajectory import image_part, message
 from .records import compact_messages
 from .views import crop_box, pil_view, plan_view
 
@@ -195,7 +195,7 @@ class SearcherSession:
     @property
     def image_refs(self) -> list[ImageRef]:
         """Every image of the conversation, in order (first image, then crops)."""
-        from ..trajectory import image_refs
+        from ..protocol.trajectory import image_refs
 
         return image_refs(self.messages)
 
@@ -219,7 +219,7 @@ class SearcherSession:
         return "".join(parts)
 
     def verdict(self, inloop: bool = False) -> rules.FormatVerdict:
-        """r_format of the episode so far (:func:`insight_o3.searcher_rules.format_verdict`); ``inloop``: the
+        """r_format of the episode so far (:func:`insight_o3.protocol.searcher_rules.format_verdict`); ``inloop``: the
         sub-agent reward, which takes any answer text."""
         responses = rules.split_responses(self.solution_text())
         return rules.format_verdict(responses, self.frame.size, answer_must_parse=not inloop)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-from ..api import make_client
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
-from ..images import ImageStore
-from ..protocol import LIMITS
-from ..questions import insight_o3_question
-from ..solver import Attempt
-from .clients import AnswerResult, InSightO3, VSearcher
+from ..endpoints.client import make_client
+from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..imaging.images import ImageStore
+from ..protocol.attempt import Attempt
+from ..protocol.limits import LIMITS
+from ..protocol.questions import insight_o3_question
+from .drivers import AnswerResult, InSightO3, VSearcher
 
 
 def _as_dict(value, name: str) -> dict:
@@ -36,7 +36,7 @@ def to_attempt(r: AnswerResult) -> Attempt:
 
 
 class InSightO3Solver:
-    """:class:`~insight_o3.solver.Solver` over an :class:`InSightO3` system."""
+    """:class:`~insight_o3.protocol.attempt.Solver` over an :class:`InSightO3` system."""
 
     def __init__(self, system: InSightO3, clients: tuple = ()):
         self.system = system
@@ -63,7 +63,7 @@ class InSightO3Solver:
     ) -> InSightO3Solver:
         """Build from the ``evaluate`` arguments (keys already resolved). ``--sys_prompt`` does not
         apply: the vReasoner's system prompt is the protocol's (``--reasoner_prompt infer|train``).
-        ``redactor``: nothing to do (the clients register their keys; see :mod:`insight_o3.redaction`)."""
+        ``redactor``: nothing to do (the clients register their keys; see :mod:`insight_o3.base.redaction`)."""
         timeout, retries = getattr(args, "client_timeout", None), getattr(args, "max_retries", None)
         kw = {"timeout": timeout, "guard": guard} | ({"max_retries": retries} if retries is not None else {})
         r_client = make_client(args.api_key, args.api_base_url, role="vReasoner", limiter=limiter, **kw)

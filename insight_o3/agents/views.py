@@ -1,8 +1,8 @@
 """What a model is shown: image references planned from the file header (no decoding), the crop
 box rule, and the encoded/PIL views behind a reference.
 
-Sessions only plan :class:`~insight_o3.images.ImageRef` s; the pixels are produced on demand by the
-:class:`~insight_o3.images.ImageStore` (encoded once and cached for API calls, or as PIL for verl).
+Sessions only plan :class:`~insight_o3.imaging.images.ImageRef` s; the pixels are produced on demand by the
+:class:`~insight_o3.imaging.images.ImageStore` (encoded once and cached for API calls, or as PIL for verl).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import replace
 
 from PIL import Image
 
-from ..geometry import QWEN_IMAGE_FACTOR, QWEN_MAX_RATIO, Box, expand_to_min_size, pixel_box
-from ..images import EncodedImage, ImageRef, ImageStore, Resize
+from ..imaging.geometry import QWEN_IMAGE_FACTOR, QWEN_MAX_RATIO, Box, expand_to_min_size, pixel_box
+from ..imaging.images import EncodedImage, ImageRef, ImageStore, Resize
 
 #: Crops are kept well inside Qwen2.5-VL's aspect-ratio limit (smart_resize rejects > 200:1).
 MAX_CROP_RATIO = QWEN_MAX_RATIO / 2

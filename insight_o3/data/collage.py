@@ -45,7 +45,7 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from ..images import open_image
+from ..imaging.images import open_image
 from .source_pool import SourceItem
 
 

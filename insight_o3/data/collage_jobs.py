@@ -5,10 +5,10 @@ Collages are produced in chunks of ``chunk_size`` indices; chunk ``c`` uses its 
 ``i``-th in a seeded permutation of the pool (a new permutation per pass over the pool). So the output
 depends on the seed, the pool and the chunk size, never on the worker count or on where a previous run
 stopped. Rows are appended (fsync'ed, one complete line) as chunks finish and the file is rewritten in
-index order at the end. :func:`generate` runs :class:`CollageJob` (a :class:`~insight_o3.jobs.ResumableJob`),
+index order at the end. :func:`generate` runs :class:`CollageJob` (a :class:`~insight_o3.jobs.job.ResumableJob`),
 so it holds the output directory's lock for the whole run. ``run_config.json`` holds the settings the
 directory's first run fixed (seed, chunk size, every generator setting, the pool's sha256) and the history of
-runs; a run with others is refused (:mod:`insight_o3.run_integrity`).
+runs; a run with others is refused (:mod:`insight_o3.jobs.integrity`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 import numpy as np
 
 from .. import __version__
-from ..jobs import JobSettings, Plan, ResumableJob
-from ..run_integrity import Invocation, git_commit
+from ..jobs.integrity import Invocation, git_commit
+from ..jobs.job import JobSettings, Plan, ResumableJob
 from ..storage.atomic import OutputError, atomic_writer
 from .collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow

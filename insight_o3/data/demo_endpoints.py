@@ -1,6 +1,6 @@
 """The scripted endpoints of the keyless demo (``python -m insight_o3.scripts.demo``).
 
-Three OpenAI-compatible chat scripts for :class:`insight_o3.scripted_server.ScriptedOpenAIServer`, all
+Three OpenAI-compatible chat scripts for :class:`insight_o3.endpoints.scripted_server.ScriptedOpenAIServer`, all
 reading the demo benchmark's ``metadata.jsonl`` (:mod:`insight_o3.data.demo_bench`), so they *know every
 answer and every evidence box*. They are a demo of the harness (requests, judging, records, report), not
 a model: the accuracies they reach are the ones they are set to.
@@ -27,8 +27,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, smart_resize
-from ..scripted_server import Call, Reply, chat, error, request_text, user_message_text
+from ..endpoints.scripted_server import Call, Reply, chat, error, request_text, user_message_text
+from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, smart_resize
 
 LETTERS = "ABCDEF"
 #: The model's reply styles, in order; one is drawn per answer.

@@ -16,11 +16,11 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from ..errors import EXPECTED_ERRORS
-from ..geometry import fit_max_pixels
-from ..images import encode_pil, open_image
-from ..prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
-from ..redaction import failure_reason
+from ..base.redaction import failure_reason
+from ..endpoints.errors import EXPECTED_ERRORS
+from ..imaging.geometry import fit_max_pixels
+from ..imaging.images import encode_pil, open_image
+from ..protocol.prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
 
 _KEY = re.compile(r"region_description\s*=\s*")
 

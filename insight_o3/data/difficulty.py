@@ -37,17 +37,17 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .. import prompts
+from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..evaluation.judge import AnswerJudge, Verdict
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
-from ..images import ImageStore, Resize
-from ..jobs import JobResult, JobSettings, ResumableJob
-from ..parsing import format_options
-from ..protocol import LIMITS
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
-from ..run_integrity import Invocation
-from ..solver import Attempt
+from ..imaging.images import ImageStore, Resize
+from ..jobs.integrity import Invocation
+from ..jobs.job import JobResult, JobSettings, ResumableJob
+from ..protocol import prompts
+from ..protocol.attempt import Attempt
+from ..protocol.limits import LIMITS
+from ..protocol.parsing import format_options
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 
@@ -216,8 +216,8 @@ class FilterJob(ResumableJob[dict, dict]):
 def run_filter(f: FilterSettings, invocation: Invocation | None = None) -> JobResult[dict]:
     """Filter ``<out_dir>/collages.jsonl`` under the directory's lock; the summary counts
     ``{"collages", "hard", "errors"}`` (``errors``: collages still lost to API errors). Raises
-    :class:`CollagesFileError` for a bad collages file and the stop errors of :mod:`insight_o3.run_guard`;
-    with ``invocation``, :class:`~insight_o3.run_integrity.SettingsChanged` when the directory's first filter
+    :class:`CollagesFileError` for a bad collages file and the stop errors of :mod:`insight_o3.endpoints.guard`;
+    with ``invocation``, :class:`~insight_o3.jobs.integrity.SettingsChanged` when the directory's first filter
     run had other result-changing settings (``difficulty_card.json``)."""
     rows = load_rows(os.path.join(f.out_dir, ROWS_FILE))
     return FilterJob(f, rows, invocation).run(rows)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..geometry import box_area
+from ..imaging.geometry import box_area
 
 KEEP_LABELS = ("text", "image", "table", "chart", "figure_title", "paragraph_title")
 TITLE_LABELS = ("figure_title", "paragraph_title")

@@ -1,6 +1,6 @@
 """Region-localization data (Appendix C.2) as a resumable job: layout boxes -> region descriptions -> rows.
 
-:class:`RegionLocalizationJob` (a :class:`~insight_o3.jobs.ResumableJob`) reads the layouts under
+:class:`RegionLocalizationJob` (a :class:`~insight_o3.jobs.job.ResumableJob`) reads the layouts under
 ``--output_dir``'s lock, writes the boxes the C.2 rules keep (``boxes.jsonl``, rewritten each run), describes
 every box not described yet (``descriptions.jsonl``, one fsync'ed record per box; failures retried by the
 next run unless ``retry_failed=False``) and writes the final rows (``regions.jsonl``, successes only, in
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from ..images import ImageError, ImageStore
-from ..jobs import JobSettings, Plan, ResumableJob
-from ..run_integrity import Invocation
+from ..imaging.images import ImageError, ImageStore
+from ..jobs.integrity import Invocation
+from ..jobs.job import JobSettings, Plan, ResumableJob
 from ..storage.atomic import write_jsonl_atomic
 from .describe import BoxTask, DescribeConfig, describe_box
 from .layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout

@@ -22,7 +22,7 @@ The request and the answer check are the evaluation's, as in the difficulty filt
 and is checked by :class:`~insight_o3.evaluation.judge.AnswerJudge` (rules first, then
 ``--judge_model``).
 
-Resumable like the difficulty filter (a :class:`~insight_o3.jobs.ResumableJob`: the output directory's
+Resumable like the difficulty filter (a :class:`~insight_o3.jobs.job.ResumableJob`: the output directory's
 lock, a 401/403/404 or more than ``--max_failure_ratio`` failed requests stop it): one record per checked item is appended durably to
 ``<output_dir>/reliability.jsonl`` as it finishes: ``sample_key`` (the pool id), ``reliable`` and
 ``checks`` (per checker model the judge's ``status``, ``extracted_answer``, ``response``,
@@ -42,16 +42,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import prompts
+from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..evaluation.judge import AnswerJudge
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
-from ..images import ImageStore, Resize
-from ..jobs import JobResult, JobSettings, ResumableJob
-from ..parsing import format_options
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
-from ..run_integrity import Invocation
-from ..solver import Attempt
+from ..imaging.images import ImageStore, Resize
+from ..jobs.integrity import Invocation
+from ..jobs.job import JobResult, JobSettings, ResumableJob
+from ..protocol import prompts
+from ..protocol.attempt import Attempt
+from ..protocol.parsing import format_options
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
 

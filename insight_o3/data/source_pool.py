@@ -43,9 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..geometry import check_box
-from ..images import ImageError, image_size
-from ..run_integrity import sha256_json
+from ..imaging.geometry import check_box
+from ..imaging.images import ImageError, image_size
+from ..jobs.integrity import sha256_json
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 

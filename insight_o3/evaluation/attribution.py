@@ -44,8 +44,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..geometry import Box, box_area
-from ..trajectory import image_refs
+from ..imaging.geometry import Box, box_area
+from ..protocol.trajectory import image_refs
 from .evidence import evidence_boxes
 from .schema import EvalRecord
 

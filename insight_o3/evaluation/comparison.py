@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..usage import total_tokens
+from ..endpoints.usage import total_tokens
 from .attribution import attribution_metrics
 from .run_records import RunRecords
 from .significance import (

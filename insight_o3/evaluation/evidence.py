@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..geometry import Box
+from ..imaging.geometry import Box
 
 #: Annotation fields that hold evidence, in the order they are tried.
 EVIDENCE_FIELDS = ("target_layouts", "target_instances")

@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..agents.records import expand_messages
+from ..endpoints.usage import merge, total_tokens
 from ..storage.atomic import atomic_writer
-from ..usage import merge, total_tokens
 from .attribution import attribute, attribution_metrics
 from .run_records import RunRecords
 from .schema import USAGE_ROLES, EvalRecord, TokenUsage

@@ -4,7 +4,7 @@ Two flows (``AnswerJudge(flow=...)``), each the original's:
 
 * ``"extract"`` — the released ``insight_o3/scripts/evaluate.py`` (single-model evaluation):
   truncated responses (``finish_reason != "stop"``) are not judged; the answer span is the last
-  ``<answer>`` content, then the last ``\\boxed{}`` in it (:func:`~insight_o3.parsing.extract_answer_span`);
+  ``<answer>`` content, then the last ``\\boxed{}`` in it (:func:`~insight_o3.protocol.parsing.extract_answer_span`);
   a span equal to the ground truth is correct; otherwise the judge extracts the answer from the span
   (left-cropped to ``max_answer_length``) with ``MCQ_EXTRACTION_PROMPT`` (correct iff the letter
   equals the ground truth) or ``OPEN_QA_EXTRACTION_PROMPT``, and an extracted open answer is verified
@@ -34,12 +34,12 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
-from .. import prompts
-from ..errors import EXPECTED_ERRORS
-from ..parsing import extract_answer_span, extract_verify_span, mcq_letter
-from ..questions import insight_o3_question
-from ..redaction import failure_reason
-from ..solver import Attempt
+from ..base.redaction import failure_reason
+from ..endpoints.errors import EXPECTED_ERRORS
+from ..protocol import prompts
+from ..protocol.attempt import Attempt
+from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
+from ..protocol.questions import insight_o3_question
 from .schema import Status
 
 FLOWS = ("extract", "verify")
@@ -167,7 +167,7 @@ async def in_loop_check(
     """The fork's in-loop answer check (training reward ``c`` and InSight-o3 validation accuracy).
 
     The span is the first ``\\boxed{}`` content of ``response_text``, else its first ``<answer>``
-    content (:func:`~insight_o3.parsing.extract_verify_span`); no span is not correct (the fork sent
+    content (:func:`~insight_o3.protocol.parsing.extract_verify_span`); no span is not correct (the fork sent
     "None" to the judge). A span equal to ``ground_truth`` is correct without a judge call; otherwise
     ``QA_VERIFY_PROMPT`` goes to the judge (``max_tokens=2048``) and ``<correct>`` in the reply
     decides. ``question`` is what the vReasoner was asked (question and options). API errors raise.

@@ -27,8 +27,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..trajectory import image_refs
-from ..usage import merge, total_tokens
+from ..endpoints.usage import merge, total_tokens
+from ..protocol.trajectory import image_refs
 from .attribution import attribution_metrics
 from .schema import STATUSES, EvalRecord, EvalResult, RecordError
 

@@ -12,8 +12,8 @@ the fork's rule) and held to the same per-image budget as the full image; see do
 from __future__ import annotations
 
 from ..agents.reasoner_session import vreasoner_resize
-from ..geometry import Box
-from ..images import Resize
+from ..imaging.geometry import Box
+from ..imaging.images import Resize
 from .evidence import evidence_boxes
 from .samples import AnnotationError, Sample
 

@@ -15,8 +15,9 @@ import os
 import platform
 from typing import Any
 
-from .. import __version__, prompts
-from ..run_integrity import FIXED_KEY, Invocation, git_commit, sha256_file
+from .. import __version__
+from ..jobs.integrity import FIXED_KEY, Invocation, git_commit, sha256_file
+from ..protocol import prompts
 
 #: Values of a run card derived from the inputs that can change a result (fixed by the directory's first run).
 DERIVED_KEYS = ("benchmark_sha256", "prompts_sha256")
@@ -51,7 +52,7 @@ ROW_KEYS = (
 
 
 def prompt_hashes() -> dict[str, str]:
-    """sha256 of every prompt constant of :mod:`insight_o3.prompts` (first 16 hex digits)."""
+    """sha256 of every prompt constant of :mod:`insight_o3.protocol.prompts` (first 16 hex digits)."""
     return {
         name: hashlib.sha256(value.encode("utf-8")).hexdigest()[:16]
         for name, value in sorted(vars(prompts).items())

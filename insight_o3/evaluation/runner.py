@@ -7,17 +7,17 @@ trial ``k`` (0-based), ``trial_<k>/{eval_records.jsonl, eval_metrics.json, done}
 re-judged from the stored response without querying the model again). Questions on the same image
 are scheduled together so the image store serves them from one encode.
 
-The run is a :class:`~insight_o3.jobs.ResumableJob` (:class:`EvalJob`: one record log per open trial, a
+The run is a :class:`~insight_o3.jobs.job.ResumableJob` (:class:`EvalJob`: one record log per open trial, a
 unit of work per sample and its pending trials) over a :class:`~insight_o3.evaluation.run_dir.RunDir`; so
-the whole run holds the eval directory's lock (:mod:`insight_o3.run_lock`), and a second run on the
-same directory is refused at once. With a :class:`~insight_o3.run_guard.RunGuard` (the one its
+the whole run holds the eval directory's lock (:mod:`insight_o3.storage.lock`), and a second run on the
+same directory is refused at once. With a :class:`~insight_o3.endpoints.guard.RunGuard` (the one its
 clients report to), a fatal API response or too many failed requests stop the run: the work in
 flight is cancelled and not recorded, everything recorded before stays. An output file that cannot
 be written stops it the same way, with :class:`~insight_o3.storage.atomic.OutputError`.
 
 Each record carries the token ``usage`` per role of its attempt and its judging (every client reports
 to the usage meter of the asyncio task that sent the request: one per solve, split over its trials,
-and one per judging; see :mod:`insight_o3.usage`) and ``cost_usd``. With a budget
+and one per judging; see :mod:`insight_o3.endpoints.usage`) and ``cost_usd``. With a budget
 (``max_cost``/``max_tokens_total``, counted over everything recorded in the eval dir) reached, no new
 item is started, the ones in flight are recorded, and :class:`BudgetExceeded` is raised; a rerun with
 a higher budget resumes. A solver with ``solves_by_trial`` (rejudge's stored attempts) is asked per
@@ -33,16 +33,16 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
-from ..jobs import BudgetExceeded, JobSettings, Plan, ResumableJob
-from ..preflight import Endpoint
-from ..redaction import redact
-from ..run_guard import RunGuard
-from ..run_integrity import Invocation
-from ..solver import Attempt
+from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
+from ..base.redaction import redact
+from ..endpoints.guard import RunGuard
+from ..endpoints.preflight import Endpoint
+from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..jobs.integrity import Invocation
+from ..jobs.job import BudgetExceeded, JobSettings, Plan, ResumableJob
+from ..protocol.attempt import Attempt
+from ..protocol.trajectory import image_refs
 from ..storage.record_log import RecordFileError
-from ..trajectory import image_refs
-from ..usage import CostModel, UsageMeter, merge, metering, total_tokens
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
 from .run_dir import RUN_CARD_FILE, RunDir
@@ -74,8 +74,8 @@ class RunConfig:
     cost_model: CostModel | None = None  # adds cost_usd to records and metrics
     max_cost: float | None = None  # budgets over the whole eval dir (all trials, earlier runs too)
     max_tokens_total: int | None = None
-    check_endpoints: bool = True  # ask every endpoint before the first sample (insight_o3.preflight)
-    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS  # per reply text stored (see insight_o3.caps)
+    check_endpoints: bool = True  # ask every endpoint before the first sample (insight_o3.endpoints.preflight)
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS  # per reply text stored (see insight_o3.base.caps)
 
     @property
     def eval_dir(self) -> str:
@@ -108,9 +108,9 @@ def build_record(
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
 ) -> EvalRecord:
     """One result line: the sample's fields, ``usage`` per role and ``cost_usd`` (see
-    :mod:`insight_o3.usage`) plus ``eval_result`` (image references, never pixels). Every reply text (the
+    :mod:`insight_o3.endpoints.usage`) plus ``eval_result`` (image references, never pixels). Every reply text (the
     response, the trajectory's assistant turns, the judge's replies) is cut to ``max_reply_chars``
-    (:func:`insight_o3.caps.cut_middle`); the trajectory's copy of the response is written as a reference."""
+    (:func:`insight_o3.base.caps.cut_middle`); the trajectory's copy of the response is written as a reference."""
     refs = image_refs(attempt.trajectory or [])
     response = None if attempt.text is None else cut_middle(attempt.text, max_reply_chars)
     result = EvalResult(
@@ -391,9 +391,9 @@ async def run_evaluation(
     endpoints: Iterable[Endpoint] = (),
 ) -> dict:
     """Evaluate, write every output file, and return the summary metrics (under the eval
-    directory's lock: raises :class:`~insight_o3.run_lock.RunLockedError` if another run holds it).
+    directory's lock: raises :class:`~insight_o3.storage.lock.RunLockedError` if another run holds it).
     Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and
-    :class:`~insight_o3.run_integrity.SettingsChanged` (nothing written) when ``invocation`` differs from the
+    :class:`~insight_o3.jobs.integrity.SettingsChanged` (nothing written) when ``invocation`` differs from the
     directory's first run on a setting that can change a result."""
     job = EvalJob(
         cfg,

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..parsing import format_options, option_letters
-from ..paths import OutsideImageDir, outside_message, resolve_image_path
-from ..questions import question_text
+from ..base.paths import OutsideImageDir, outside_message, resolve_image_path
+from ..protocol.parsing import format_options, option_letters
+from ..protocol.questions import question_text
 from ..storage.jsonl import iter_jsonl
 
 IMAGE_FIELDS = ("image", "file_name")
@@ -134,7 +134,7 @@ def load_samples(
 ) -> list[Sample]:
     """Read and validate an annotation file; raise :class:`AnnotationError` on the first problem
     (all missing images are checked, the first few reported). Image names must stay inside ``img_dir``
-    (:func:`insight_o3.paths.resolve_image_path`) unless ``allow_outside``."""
+    (:func:`insight_o3.base.paths.resolve_image_path`) unless ``allow_outside``."""
     ann_file, img_dir = str(ann_file), str(img_dir)
     samples: list[Sample] = []
     for where, line_no, obj in iter_jsonl(ann_file, AnnotationError):

@@ -118,7 +118,7 @@ def _tuple(types) -> tuple:
 class TokenUsage:
     """Tokens and requests one role (``model``, ``judge``, ``vsearcher``) spent on one record;
     ``unreported_requests`` of them had no valid usage in their reply (the token counts are lower bounds;
-    written only when not 0, see :mod:`insight_o3.usage`)."""
+    written only when not 0, see :mod:`insight_o3.endpoints.usage`)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -296,7 +296,7 @@ class EvalRecord:
         return str(self.fields.get("image") or self.fields.get("file_name") or self.image_path or "")
 
     def usage_dict(self) -> dict[str, dict]:
-        """``usage`` as plain counts per role (the form :mod:`insight_o3.usage` adds up)."""
+        """``usage`` as plain counts per role (the form :mod:`insight_o3.endpoints.usage` adds up)."""
         return {role: u.to_dict() for role, u in self.usage.items()}
 
     def to_dict(self) -> dict:

@@ -17,12 +17,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import EXPECTED_ERRORS
-from ..geometry import Box
-from ..images import EncodedImage, ImageError, ImageStore, Resize
-from ..redaction import failure_reason
-from ..solver import Attempt
-from ..trajectory import image_part, message, to_openai
+from ..base.redaction import failure_reason
+from ..endpoints.errors import EXPECTED_ERRORS
+from ..imaging.geometry import Box
+from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
+from ..protocol.attempt import Attempt
+from ..protocol.trajectory import image_part, message, to_openai
 
 log = logging.getLogger(__name__)
 #: Extra requests for choices a server left out before the attempts are recorded as failed.

@@ -7,7 +7,7 @@ in original-image pixels; an optional ``id`` keys it. :func:`run` writes ``<outp
 (one line per sample, appended durably as each finishes; a rerun resumes and re-tries samples lost to
 API failures) and ``metrics.json``: mean IoU, accuracy at IoU >= 0.5, format-valid rate, mean tool calls
 and not-found rate. ``run_card.json`` holds the settings the directory's first run fixed (a rerun with another
-model, prompt, image budget, ... or annotation file is refused, :mod:`insight_o3.run_integrity`) and the history.
+model, prompt, image budget, ... or annotation file is refused, :mod:`insight_o3.jobs.integrity`) and the history.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from .. import __version__
-from ..agents.clients import VSearcher
+from ..agents.drivers import VSearcher
 from ..agents.searcher_session import LocateResult
-from ..api import DEFAULT_MAX_RETRIES
-from ..caps import DEFAULT_MAX_REPLY_CHARS, cut_messages
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
-from ..images import DEFAULT_MAX_DECODE_VALUES, ImageStore
-from ..jobs import JobResult, JobSettings, Plan, ResumableJob
-from ..paths import OutsideImageDir, outside_message, resolve_image_path
-from ..protocol import LIMITS
-from ..run_guard import DEFAULT_MAX_FAILURE_RATIO
-from ..run_integrity import Invocation, git_commit, sha256_file
+from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages
+from ..base.paths import OutsideImageDir, outside_message, resolve_image_path
+from ..endpoints.client import DEFAULT_MAX_RETRIES
+from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
+from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
+from ..imaging.images import DEFAULT_MAX_DECODE_VALUES, ImageStore
+from ..jobs.integrity import Invocation, git_commit, sha256_file
+from ..jobs.job import JobResult, JobSettings, Plan, ResumableJob
+from ..protocol.limits import LIMITS
 from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
 from .samples import IMAGE_FIELDS, AnnotationError
@@ -56,7 +56,7 @@ def _field(row: dict, names: tuple[str, ...], where: str) -> str:
 
 def load_regions(ann_file: str, img_dir: str, allow_outside: bool = False) -> list[RegionSample]:
     """Read and validate the annotation file (clear errors naming file, line and field). Image names must
-    stay inside ``img_dir`` (:func:`insight_o3.paths.resolve_image_path`) unless ``allow_outside``."""
+    stay inside ``img_dir`` (:func:`insight_o3.base.paths.resolve_image_path`) unless ``allow_outside``."""
     out, keys = [], set()
     for where, lineno, row in iter_jsonl(ann_file, AnnotationError):
         image = _field(row, IMAGE_FIELDS, where)
@@ -81,7 +81,7 @@ def load_regions(ann_file: str, img_dir: str, allow_outside: bool = False) -> li
 
 def score(sample: RegionSample, r: LocateResult, max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS) -> dict:
     """One JSON record: prediction, IoU (0 when nothing valid was found) and the trajectory (each reply text cut
-    to ``max_reply_chars``, :func:`insight_o3.caps.cut_messages`)."""
+    to ``max_reply_chars``, :func:`insight_o3.base.caps.cut_messages`)."""
     rec = r.to_record()
     return {
         "sample_key": sample.key,

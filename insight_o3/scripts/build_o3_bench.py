@@ -16,7 +16,7 @@ step reads and writes one workspace directory (``--output_dir``; layout in
 ``--limit`` for a dry look, token usage and cost (``--price_file``) per record, budgets (``--max_cost``,
 ``--max_tokens_total``), adaptive concurrency with ``--rpm`` / ``--tpm``, and writes ``<step>/step_card.json``.
 
-Exit status (:class:`insight_o3.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them); 2 bad
+Exit status (:class:`insight_o3.base.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them); 2 bad
 input (flags, a layout file, a workspace file, a decisions file; the message names the file and line); 3 an
 output could not be written; 4 stopped early (a 401/403/404, too many failed requests, a budget); 5 another step
 holds the workspace.
@@ -29,7 +29,6 @@ import json
 import os
 import sys
 
-from ..api import ENV_KEYS, resolve, resolve_key
 from ..cli import (
     ExitCode,
     add_api_flags,
@@ -60,10 +59,11 @@ from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..data.o3bench.validation import validate_workspace
 from ..data.o3bench.workspace import Workspace
 from ..data.reliability import parse_checker
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
-from ..run_lock import run_lock
+from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.usage import CostModel, PriceError
+from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..storage.atomic import write_jsonl_atomic, write_text_atomic
-from ..usage import CostModel, PriceError
+from ..storage.lock import run_lock
 
 PROG = "python -m insight_o3.scripts.build_o3_bench"
 BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)

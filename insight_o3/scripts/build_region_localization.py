@@ -31,7 +31,6 @@ import logging
 import os
 import sys
 
-from ..api import ENV_KEYS, resolve, resolve_key
 from ..cli import (
     ExitCode,
     add_api_flags,
@@ -58,9 +57,10 @@ from ..data.region_localization import (
     collect_boxes,
     write_boxes,
 )
-from ..jobs import JobSettings
-from ..run_integrity import sha256_path
-from ..run_lock import run_lock
+from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..jobs.integrity import sha256_path
+from ..jobs.job import JobSettings
+from ..storage.lock import run_lock
 
 log = logging.getLogger("build_region_localization")
 

@@ -15,7 +15,6 @@ import json
 import os
 import sys
 
-from ..api import resolve, resolve_key
 from ..cli import (
     add_client_flags,
     add_image_budget_flag,
@@ -39,6 +38,7 @@ from ..data.reliability import (
     run_check,
 )
 from ..data.source_pool import PoolError, load_pool, pool_sha256
+from ..endpoints.client import resolve, resolve_key
 
 PROG = "python -m insight_o3.scripts.check_reliability"
 

@@ -30,7 +30,7 @@ from ..evaluation.run_dir import RunDirError
 from ..evaluation.run_records import RunRecords, read_run
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, PairingError
-from ..images import ImageError
+from ..imaging.images import ImageError
 from ..storage.atomic import OutputError, write_json_atomic
 from .gather_eval_results import MixedSettingsError, settings_conflicts
 

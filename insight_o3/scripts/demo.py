@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..cli import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
 from ..data.demo_endpoints import DemoScripts
-from ..scripted_server import ScriptedOpenAIServer
+from ..endpoints.scripted_server import ScriptedOpenAIServer
 from . import evaluate, make_demo_bench, report
 
 BANNER = (

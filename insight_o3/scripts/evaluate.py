@@ -14,7 +14,7 @@ they are never mistaken for a full run. Every run writes ``run_card.json`` (see
 
 A rerun into the same ``<eval_name>`` resumes only with the settings its first run fixed: a setting that can
 change a result (model, judge, prompts, image budget, benchmark file, subset, ...) that differs is refused with
-status 2, naming each one (see :mod:`insight_o3.run_integrity`); concurrency, rate limits, budgets and other
+status 2, naming each one (see :mod:`insight_o3.jobs.integrity`); concurrency, rate limits, budgets and other
 operational settings may change and are recorded in ``run_card.json``'s ``history``.
 
 Exit status: 0 done; 2 bad input (or changed settings); 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
@@ -33,9 +33,8 @@ import os
 import sys
 from dataclasses import dataclass
 
-from .. import prompts
-from ..agents.clients import VREASONER_COMPLETION_KWARGS
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..agents.drivers import VREASONER_COMPLETION_KWARGS
+from ..base.redaction import redact
 from ..cli import (
     OUTPUT_ROOT,
     STOP_ERRORS,
@@ -56,6 +55,11 @@ from ..cli import (
     report_stop,
     setup_logging,
 )
+from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..endpoints.guard import RunGuard
+from ..endpoints.preflight import Endpoint
+from ..endpoints.rate_limit import AdaptiveLimiter
+from ..endpoints.usage import CostModel, PriceError
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
@@ -64,17 +68,13 @@ from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
 from ..evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
-from ..images import ImageStore, Resize
-from ..preflight import Endpoint
-from ..protocol import LIMITS
-from ..rate_limit import AdaptiveLimiter
-from ..redaction import redact
-from ..run_guard import RunGuard
-from ..run_integrity import SettingsChanged
-from ..solver import Solver
+from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
+from ..imaging.images import ImageStore, Resize
+from ..jobs.integrity import SettingsChanged
+from ..protocol import prompts
+from ..protocol.attempt import Solver
+from ..protocol.limits import LIMITS
 from ..storage.record_log import RecordFileError
-from ..usage import CostModel, PriceError
 
 log = logging.getLogger("insight_o3.evaluate")
 SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")

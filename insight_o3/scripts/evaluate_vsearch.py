@@ -25,7 +25,6 @@ import json
 import os
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
 from ..cli import (
     OUTPUT_ROOT,
     add_allow_outside_flag,
@@ -42,6 +41,7 @@ from ..cli import (
     run_main,
     setup_logging,
 )
+from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
 from ..evaluation.vsearch_eval import (
     AnnotationError,
     RegionSample,
@@ -51,8 +51,8 @@ from ..evaluation.vsearch_eval import (
     run,
     score,
 )
-from ..geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS
-from ..protocol import LIMITS
+from ..imaging.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS
+from ..protocol.limits import LIMITS
 from ..storage.record_log import RecordFileError
 
 __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regions", "metrics", "score"]

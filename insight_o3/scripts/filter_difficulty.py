@@ -17,7 +17,6 @@ import json
 import os
 import sys
 
-from ..api import ENV_KEYS, resolve, resolve_key
 from ..cli import (
     add_api_flags,
     add_client_flags,
@@ -35,7 +34,8 @@ from ..cli import (
     setup_logging,
 )
 from ..data.difficulty import RECORDS_FILE, CollagesFileError, FilterJob, FilterSettings, run_filter
-from ..protocol import LIMITS
+from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..protocol.limits import LIMITS
 
 PROG = "python -m insight_o3.scripts.filter_difficulty"
 

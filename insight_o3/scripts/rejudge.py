@@ -36,7 +36,7 @@ import os
 import re
 import sys
 
-from ..api import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..base.redaction import redact
 from ..cli import (
     STOP_ERRORS,
     ExitCode,
@@ -49,6 +49,11 @@ from ..cli import (
     report_stop,
     setup_logging,
 )
+from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..endpoints.guard import RunGuard
+from ..endpoints.preflight import Endpoint
+from ..endpoints.rate_limit import AdaptiveLimiter
+from ..endpoints.usage import CostModel, PriceError
 from ..evaluation.agreement import agreement_lines, judge_agreement
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import card_invocation, fixed_settings
@@ -57,15 +62,10 @@ from ..evaluation.run_records import read_run
 from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
-from ..preflight import Endpoint
-from ..rate_limit import AdaptiveLimiter
-from ..redaction import redact
-from ..run_guard import RunGuard
-from ..run_integrity import SettingsChanged
-from ..solver import Attempt
+from ..jobs.integrity import SettingsChanged
+from ..protocol.attempt import Attempt
 from ..storage.atomic import write_json_atomic
 from ..storage.record_log import RecordFileError
-from ..usage import CostModel, PriceError
 
 log = logging.getLogger("insight_o3.rejudge")
 #: Record fields that are not annotation fields (the rest is the sample as loaded).

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..caps import DEFAULT_MAX_TEXT_CHARS
+from ..base.caps import DEFAULT_MAX_TEXT_CHARS
 from ..cli import ExitCode, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import PairingError
-from ..images import ImageError
+from ..imaging.images import ImageError
 from ..viz.report import write_report
 from ..viz.run_view import RunError
 

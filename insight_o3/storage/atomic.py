@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-from ..redaction import redact, redact_json
+from ..base.redaction import redact, redact_json
 
 #: What to do about the usual causes of a refused write.
 _ADVICE = {
@@ -109,7 +109,7 @@ def _remove_quietly(path: str) -> None:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """``text`` (a page, a table) written atomically, redacted (:func:`insight_o3.redaction.redact`)."""
+    """``text`` (a page, a table) written atomically, redacted (:func:`insight_o3.base.redaction.redact`)."""
     with atomic_writer(path) as f:
         f.write(redact(text))
 

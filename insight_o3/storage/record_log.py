@@ -10,7 +10,7 @@ line with ``parse(obj, "<file>:<line>")`` and keeps the parsed objects; records 
 method are written as its result. Whole-file outputs go through :mod:`insight_o3.storage.atomic`.
 
 A record is never unwritable for its text: one holding code points UTF-8 cannot encode (lone surrogates
-from a server; :mod:`insight_o3.untrusted` escapes them where replies enter, this is the backstop) is
+from a server; :mod:`insight_o3.base.untrusted` escapes them where replies enter, this is the backstop) is
 written with them escaped (``\ud800``) and ``"escaped_text": true`` added to its line, with a warning,
 so one bad record costs neither the run nor the next one.
 
@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..untrusted import escape_strings
+from ..base.untrusted import escape_strings
 from .atomic import OutputError, atomic_writer, write_json_atomic
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import pandas as pd
 from PIL import Image
 
 from ..evaluation.samples import Sample, load_samples
-from ..images import ImageError, image_size
+from ..imaging.images import ImageError, image_size
 from .draw import LAYOUT_COLOR, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .plots import new_figure
 from .templating import render

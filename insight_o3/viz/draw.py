@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from ..images import ImageError, ImageRef, encode_pil, open_image
+from ..imaging.images import ImageError, ImageRef, encode_pil, open_image
 
 Box = Sequence[float]
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from ..caps import DEFAULT_MAX_TEXT_CHARS
+from ..base.caps import DEFAULT_MAX_TEXT_CHARS
 from ..evaluation.agreement import judge_agreement
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
 from ..evaluation.run_records import read_run
@@ -333,7 +333,7 @@ def build_report(
     """The report's HTML. ``trial`` picks the trial browsed per sample (default: the first);
     ``img_dir`` adds a place to look for source images moved since the run; ``judges``: re-judgings of
     the run (``rejudge``) whose agreement with its judge is shown; ``max_text_chars``: each server text shown
-    keeps its beginning and end around a marker (:func:`insight_o3.caps.cut_middle`); ``note``: a line shown
+    keeps its beginning and end around a marker (:func:`insight_o3.base.caps.cut_middle`); ``note``: a line shown
     under the title (the keyless demo says there that its endpoints are scripted)."""
     run = load_run(eval_dir)
     other = load_run(compare_dir) if compare_dir is not None else None

@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from ..data.o3bench.records import BenchItem, SourceImage
 from ..data.o3bench.review import template
-from ..images import ImageError
+from ..imaging.images import ImageError
 from ..storage.atomic import write_text_atomic
 from .draw import LAYOUT_COLOR, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .templating import render

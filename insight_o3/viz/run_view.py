@@ -2,7 +2,7 @@
 
 Each record is the sample's fields plus ``eval_result`` (``status``, ``extracted_answer``, the
 response text, ``finish_reason``, ``trajectory``, ``stats``, ``fail_reason`` …). Trajectories hold
-messages whose image parts are :class:`~insight_o3.images.ImageRef` dicts; InSight-o3 runs add a
+messages whose image parts are :class:`~insight_o3.imaging.images.ImageRef` dicts; InSight-o3 runs add a
 ``search`` entry to each vReasoner message that called the vSearcher (description, returned box in
 original pixels, the vSearcher's own sub-trajectory). Every crop shown here is cut again from the
 source image at the referenced region, so nothing depends on pixels stored in records.
@@ -25,12 +25,12 @@ from pathlib import Path
 import pandas as pd
 from PIL import Image
 
-from .. import prompts
-from ..caps import cut_messages, cut_middle
+from ..base.caps import cut_messages, cut_middle
 from ..evaluation.run_dir import RunDir, RunDirError, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
-from ..images import ImageError, ImageRef, image_size
-from ..questions import question_text
+from ..imaging.images import ImageError, ImageRef, image_size
+from ..protocol import prompts
+from ..protocol.questions import question_text
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .original_run import convert_record, is_original_record, original_keys
 from .templating import render
@@ -83,7 +83,7 @@ class SampleResult:
 
     def capped(self, limit: int | None) -> SampleResult:
         """This result with every server text (reply, assistant turns, extracted answer, failure reason) cut to
-        ``limit`` characters (:func:`insight_o3.caps.cut_middle`, marked ``report --max_text_chars``)."""
+        ``limit`` characters (:func:`insight_o3.base.caps.cut_middle`, marked ``report --max_text_chars``)."""
         if limit is None:
             return self
         flag = "--max_text_chars"

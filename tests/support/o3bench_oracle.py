@@ -31,7 +31,7 @@ from PIL import Image
 
 from insight_o3.data.o3bench.extraction import extraction_resize
 from insight_o3.data.o3bench.sources import write_paddlex_result
-from insight_o3.images import ImageStore
+from insight_o3.imaging.images import ImageStore
 from insight_o3.scripts import make_demo_bench
 from tests.support.openai_server import Reply, error
 

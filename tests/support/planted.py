@@ -10,8 +10,8 @@ says otherwise (``None``: a benchmark without evidence annotation).
 from __future__ import annotations
 
 from insight_o3.evaluation.schema import EvalRecord
-from insight_o3.images import ImageRef
-from insight_o3.trajectory import message
+from insight_o3.imaging.images import ImageRef
+from insight_o3.protocol.trajectory import message
 
 W, H = 1000, 800
 IMAGE = "images/map.png"

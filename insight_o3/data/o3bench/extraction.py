@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from ...images import ImageStore, Resize
-from ...trajectory import image_part, message, to_openai
+from ...imaging.images import ImageStore, Resize
+from ...protocol.trajectory import image_part, message, to_openai
 from .prompts import EXTRACTION_PROMPT
 from .records import SourceImage
 from .steps import Endpoint, StepJob

@@ -3,7 +3,7 @@
 Every candidate is answered by each ``--solver`` model (the paper: GPT-5-mini, Gemini-2.5-Flash, Doubao-Seed-1.6)
 exactly as ``evaluate`` asks an O3-Bench question: :class:`~insight_o3.evaluation.single_model.SingleModelSolver`
 with the model's default system prompt (no system message, E.3), the paper's image budget for the model
-(:func:`~insight_o3.geometry.api_image_max_pixels`), ``detail: high`` and 16K completion tokens; every answer is
+(:func:`~insight_o3.imaging.geometry.api_image_max_pixels`), ``detail: high`` and 16K completion tokens; every answer is
 checked by the evaluation's :class:`~insight_o3.evaluation.judge.AnswerJudge` (the rule, then the judge model's
 letter extraction). A model solves an item when one of its ``--attempts`` answers is correct (pass@k, through the
 collage filter's :func:`~insight_o3.data.difficulty.check_collage`).
@@ -21,8 +21,8 @@ from collections import Counter
 from ...evaluation.judge import AnswerJudge
 from ...evaluation.samples import Sample
 from ...evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
-from ...geometry import api_image_max_pixels
-from ...images import ImageStore, Resize
+from ...imaging.geometry import api_image_max_pixels
+from ...imaging.images import ImageStore, Resize
 from ...storage.atomic import write_jsonl_atomic
 from ..difficulty import check_collage
 from .records import BenchItem, SourceImage

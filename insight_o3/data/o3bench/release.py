@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ... import __version__
-from ... import prompts as eval_prompts
 from ...evaluation.run_card import git_commit, sha256_file
-from ...run_lock import run_lock
+from ...protocol import prompts as eval_prompts
 from ...storage.atomic import write_json_atomic, write_jsonl_atomic
+from ...storage.lock import run_lock
 from .prompts import prompt_hashes
 from .records import BenchItem, BuildFileError, SourceImage, read_sources
 from .review import ACCEPTED, read_reviewed

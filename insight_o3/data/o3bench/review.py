@@ -28,8 +28,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...run_lock import run_lock
 from ...storage.atomic import write_jsonl_atomic
+from ...storage.lock import run_lock
 from .records import BenchItem, SourceImage, read_items, read_sources
 from .validation import check_item
 from .workspace import Workspace

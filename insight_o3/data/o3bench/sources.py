@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...images import ImageError, image_size
+from ...imaging.images import ImageError, image_size
 from ..layout import LayoutError, iter_layout_files, parse_layout
 from .records import Layout, SourceImage
 

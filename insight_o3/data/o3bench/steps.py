@@ -1,4 +1,4 @@
-"""What the model-calling steps of an O3-Bench build share, on top of :class:`insight_o3.jobs.ResumableJob`.
+"""What the model-calling steps of an O3-Bench build share, on top of :class:`insight_o3.jobs.job.ResumableJob`.
 
 A step runs as a resumable job over the workspace directory (its lock is the workspace's: one step at a time),
 with its own record log ``<step>/records.jsonl``. This module adds what the three steps (``extract``,
@@ -18,12 +18,12 @@ from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from ...jobs import JobSettings, ResumableJob
-from ...rate_limit import AdaptiveLimiter
-from ...run_guard import DEFAULT_MAX_FAILURE_RATIO
-from ...run_integrity import FIXED_KEY, HISTORY_KEY, Invocation
+from ...endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
+from ...endpoints.rate_limit import AdaptiveLimiter
+from ...endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ...jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
+from ...jobs.job import JobSettings, ResumableJob
 from ...storage.atomic import write_json_atomic
-from ...usage import CostModel, UsageMeter, merge, metering, total_tokens
 from .workspace import Workspace
 
 ItemT = TypeVar("ItemT")

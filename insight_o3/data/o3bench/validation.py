@@ -29,8 +29,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ...run_lock import run_lock
 from ...storage.atomic import write_json_atomic, write_jsonl_atomic
+from ...storage.lock import run_lock
 from .records import BenchItem, SourceImage, read_sources
 from .steps import read_log
 from .workspace import Workspace

@@ -7,7 +7,7 @@
 #
 # Paper settings (Sec. 5, App. B.6): GPT models (any name containing "gpt", case-insensitive, so router
 # names such as openai/gpt-5-mini count -- the original sweep's *"gpt"* test) get images of at most
-# 1280x1280 px, every other model 3500x3500 px (insight_o3.geometry.api_image_max_pixels); detail "high"; max_completion_tokens 16384;
+# 1280x1280 px, every other model 3500x3500 px (insight_o3.imaging.geometry.api_image_max_pixels); detail "high"; max_completion_tokens 16384;
 # `--sys_prompt think` on all benchmarks except O3-Bench (model default there); 3 trials, except
 # MME-RealWorld-Lite (1 trial). Data layout: data/README.md.
 # Environment knobs: MODELS, BENCHMARKS (the six), JUDGE_MODEL (gpt-5-nano), OUTPUT_DIR (./outputs/eval),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from insight_o3.geometry import VSEARCHER_EVAL_MAX_PIXELS, VSEARCHER_TRAIN_MAX_PIXELS
-from insight_o3.protocol import LIMITS
+from insight_o3.imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, VSEARCHER_TRAIN_MAX_PIXELS
+from insight_o3.protocol.limits import LIMITS
 
 STAGES = ("train", "eval")
 

@@ -33,14 +33,14 @@ from uuid import uuid4
 from openai import AsyncOpenAI
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from insight_o3.agents.clients import AnswerResult, InSightO3
-from insight_o3.api import ENV_KEYS, make_client, resolve, resolve_key
+from insight_o3.agents.drivers import AnswerResult, InSightO3
+from insight_o3.endpoints.client import ENV_KEYS, make_client, resolve, resolve_key
+from insight_o3.endpoints.rate_limit import AdaptiveLimiter
 from insight_o3.evaluation.judge import AnswerJudge
 from insight_o3.evaluation.samples import Sample
-from insight_o3.images import ImageStore
-from insight_o3.questions import insight_o3_question
-from insight_o3.rate_limit import AdaptiveLimiter
-from insight_o3.solver import Attempt
+from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol.attempt import Attempt
+from insight_o3.protocol.questions import insight_o3_question
 
 from .episodes import JUDGE_LOST_STATUS, failed_episode_output
 from .policy_searcher import PolicySearcher, SearcherRollout
@@ -219,7 +219,7 @@ _API: dict[tuple, tuple[AsyncOpenAI, AsyncOpenAI]] = {}
 
 def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[AsyncOpenAI, AsyncOpenAI]:
     """(vReasoner, judge) clients shared by all episodes of this process and event loop, SDK retries and
-    timeouts. Each endpoint's requests go through one :class:`~insight_o3.rate_limit.AdaptiveLimiter`
+    timeouts. Each endpoint's requests go through one :class:`~insight_o3.endpoints.rate_limit.AdaptiveLimiter`
     (the library's, as in evaluation): at most the agent YAML's ``vreasoner.max_concurrency`` /
     ``judge.max_concurrency`` in flight, fewer while the endpoint answers 429."""
     vr, jd = s.agent.vreasoner, s.agent.judge

@@ -58,9 +58,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from insight_o3.geometry import check_box
-from insight_o3.images import ImageError, image_size
-from insight_o3.questions import insight_o3_question
+from insight_o3.imaging.geometry import check_box
+from insight_o3.imaging.images import ImageError, image_size
+from insight_o3.protocol.questions import insight_o3_question
 from insight_o3.storage.atomic import atomic_writer
 from insight_o3.storage.jsonl import iter_jsonl
 

@@ -1,9 +1,9 @@
-"""verl dataset for the vsearch recipe: builds each row's prompt from :mod:`insight_o3.prompts`.
+"""verl dataset for the vsearch recipe: builds each row's prompt from :mod:`insight_o3.protocol.prompts`.
 
 The parquet rows (``create_parquet_dataset.py``) carry the task, not the prompt wording:
 ``extra_info.description`` for ``agent_name=vsearcher`` rows and ``extra_info.question`` (+
 ``options``) for ``agent_name=vreasoner`` rows. :class:`VSearchDataset` renders them with the paper's
-prompts at load time, so the wording lives in one place (``insight_o3.prompts``) for evaluation and
+prompts at load time, so the wording lives in one place (``insight_o3.protocol.prompts``) for evaluation and
 training and old parquet files never carry stale prompt text:
 
 * ``vsearcher``: system = F.2 vSearcher prompt, user = [image, "Locate {description}. ..."]; the
@@ -15,7 +15,7 @@ training and old parquet files never carry stale prompt text:
 The agent loops find the image in the prompt's image part (``agent_loops.row_image_path``). The
 dataset overrides :meth:`process_vision_info` with a PIL-only version
 of ``qwen_vl_utils.process_vision_info`` for images (same ``smart_resize`` rule, from
-``insight_o3.geometry``), so it runs on machines without torchvision.
+``insight_o3.imaging.geometry``), so it runs on machines without torchvision.
 """
 
 from __future__ import annotations
@@ -25,10 +25,15 @@ from typing import Any
 from PIL import Image
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from insight_o3.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS, smart_resize
-from insight_o3.images import open_image
-from insight_o3.prompts import VREASONER_TRAIN_SYSTEM_PROMPT, VSEARCHER_FIRST_USER_PROMPT, VSEARCHER_SYSTEM_PROMPT, fill
-from insight_o3.questions import vreasoner_question
+from insight_o3.imaging.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS, smart_resize
+from insight_o3.imaging.images import open_image
+from insight_o3.protocol.prompts import (
+    VREASONER_TRAIN_SYSTEM_PROMPT,
+    VSEARCHER_FIRST_USER_PROMPT,
+    VSEARCHER_SYSTEM_PROMPT,
+    fill,
+)
+from insight_o3.protocol.questions import vreasoner_question
 
 AGENT_NAMES = ("vsearcher", "vreasoner")
 

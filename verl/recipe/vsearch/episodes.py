@@ -40,9 +40,9 @@ from verl.experimental.agent_loop.agent_loop import (
     AgentLoopWorkerBase,
 )
 
-from insight_o3.api import ENV_KEYS, resolve_key
-from insight_o3.redaction import failure_reason
-from insight_o3.rewards import RewardRules, batch_withholds_pseudo_iou, combine_terms
+from insight_o3.base.redaction import failure_reason
+from insight_o3.endpoints.client import ENV_KEYS, resolve_key
+from insight_o3.protocol.rewards import RewardRules, batch_withholds_pseudo_iou, combine_terms
 from verl import DataProto
 
 from .rollout_fields import (
@@ -254,7 +254,7 @@ JUDGE_LOST_STATUS = "judge_lost"
 
 
 def withhold_pseudo_iou(batch: DataProto, rules: RewardRules) -> int:
-    """The fork's batch rule on the pseudo IoU (:func:`insight_o3.rewards.batch_withholds_pseudo_iou`, ``original``
+    """The fork's batch rule on the pseudo IoU (:func:`insight_o3.protocol.rewards.batch_withholds_pseudo_iou`, ``original``
     only): when no sample of the step's rollout ``batch`` carries a vReasoner rating, every in-loop sample's
     ``r_iou`` becomes 0 and its score is recombined from its other terms, in place: the reward columns ``r_iou`` /
     ``score`` and ``rm_scores`` (the reward loop scored each sample alone, before the batch existed). Called on the

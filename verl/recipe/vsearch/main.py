@@ -25,7 +25,7 @@ import sys
 import hydra
 from verl.trainer.main_ppo import TaskRunner, run_ppo
 
-from insight_o3.api import ENV_KEYS
+from insight_o3.endpoints.client import ENV_KEYS
 from recipe.vsearch.settings import RunSettings, SettingsError
 
 #: API environment of the agent loops (``recipe.vsearch.agent_loops.ApiEndpoints.from_env``) and the scripts'

@@ -28,8 +28,8 @@ from uuid import uuid4
 from PIL import Image
 
 from insight_o3.agents import LocateResult, SearcherSession
-from insight_o3.images import ImageStore
-from insight_o3.protocol import LIMITS
+from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol.limits import LIMITS
 
 from .rollout_fields import SampleFields
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from PIL import Image
 
-from insight_o3.geometry import check_box
+from insight_o3.imaging.geometry import check_box
 from insight_o3.storage.atomic import atomic_writer
 
 

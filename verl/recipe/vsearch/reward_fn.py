@@ -1,4 +1,4 @@
-"""verl ``custom_reward_function`` for the vSearcher: a thin adapter over :mod:`insight_o3.rewards`.
+"""verl ``custom_reward_function`` for the vSearcher: a thin adapter over :mod:`insight_o3.protocol.rewards`.
 
 verl 0.7's reward loop calls ``compute_score(data_source, solution_str, ground_truth, extra_info,
 **reward_kwargs)`` with the dataset row's ``extra_info`` *updated with the agent loop's*
@@ -17,7 +17,7 @@ recipe YAML): ``variant`` (``original`` | ``paper``), ``format_weight``, ``iou_w
 
 from __future__ import annotations
 
-from insight_o3.rewards import (
+from insight_o3.protocol.rewards import (
     DEFAULT_RULES,
     DEFAULT_WEIGHTS,
     RewardBreakdown,

@@ -39,8 +39,8 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from insight_o3.prompts import REASONER_HINTS, ReasonerHints
-from insight_o3.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
+from insight_o3.protocol.prompts import REASONER_HINTS, ReasonerHints
+from insight_o3.protocol.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
 
 from .agent_config import STAGES, AgentConfig, load_agent_config
 
@@ -52,7 +52,7 @@ VARIANTS = REWARD_VARIANTS
 
 @dataclass(frozen=True)
 class Protocol:
-    """What ``vsearch.variant`` decides besides the reward's own rules (:class:`insight_o3.rewards.RewardRules`).
+    """What ``vsearch.variant`` decides besides the reward's own rules (:class:`insight_o3.protocol.rewards.RewardRules`).
 
     ``original``: the authors' verl fork at 926d137 (``recipe/vsearch/config/qwen_2_5_vl_7b_async.yaml``,
     ``_base.sh``, ``verl/trainer/ppo/ray_trainer.py``, ``verl/utils/reward_score/vsearch_batch.py``;
@@ -87,7 +87,7 @@ class Protocol:
     #: how ``global_norm`` normalises in-loop advantages (``algorithm.inloop_norm``, recipe.vsearch.hybrid_advantage):
     #: the fork's ``np.std`` always divided (``original``) or torch's unbiased std under ``norm_adv_by_std_in_grpo``
     inloop_norm: str
-    #: the vReasoner's user hints in training rollouts (:data:`insight_o3.prompts.REASONER_HINTS`): the fork's
+    #: the vReasoner's user hints in training rollouts (:data:`insight_o3.protocol.prompts.REASONER_HINTS`): the fork's
     #: (``fork``, the same as at evaluation) or the paper's F.1 training hints that ask again for ``<tool_feedback>``
     #: (``paper_f1``); validation rollouts and evaluation always use the fork's
     reasoner_train_hints: str

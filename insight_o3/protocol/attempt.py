@@ -18,7 +18,7 @@ class Attempt:
     ``error`` is set (and ``text`` is None) when the attempt was lost to the API after the SDK's
     retries — a *critical failure*, counted and never judged. ``finish_reason`` other than
     ``"stop"`` means a truncated/incomplete response. ``trajectory`` is the conversation with image
-    references (see :mod:`insight_o3.trajectory`); ``stats`` holds solver-specific numbers such as
+    references (see :mod:`insight_o3.protocol.trajectory`); ``stats`` holds solver-specific numbers such as
     ``n_search_calls`` and ``n_search_not_found``.
     """
 

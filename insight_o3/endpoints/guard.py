@@ -1,6 +1,6 @@
 """Why a long run stops early, and how the stop reads.
 
-A :class:`RunGuard` is shared by every API client of one run (see :func:`insight_o3.api.make_client`).
+A :class:`RunGuard` is shared by every API client of one run (see :func:`insight_o3.endpoints.client.make_client`).
 It is *tripped* by
 
 * the first 401/403/404 from any endpoint (:class:`FatalAPIError`): a wrong key, model name or base
@@ -11,14 +11,14 @@ It is *tripped* by
   model's successes would otherwise never reach the ratio, and every sample would fail one by one.
 
 The guard is also the run's ledger per endpoint (:class:`EndpointCounts`): requests that succeeded and
-failed, and what :mod:`insight_o3.untrusted` found in the replies (text escaped, usage invalid or missing),
+failed, and what :mod:`insight_o3.base.untrusted` found in the replies (text escaped, usage invalid or missing),
 which a job writes into its run card (:meth:`RunGuard.ledger`).
 
 Once tripped, clients send nothing more, :func:`gather_or_stop` cancels the work in flight and raises
 the error, and the runners record nothing more (what is in flight may carry the failure that stopped
 the run; a rerun asks for it again). :func:`insight_o3.cli.report_stop` turns every way a run can stop
 on purpose (these two, a budget, an unwritable output, another run holding the directory) into one line
-and an exit code. Messages are redacted here (:func:`insight_o3.redaction.redact`).
+and an exit code. Messages are redacted here (:func:`insight_o3.base.redaction.redact`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ import asyncio
 from collections.abc import Awaitable, Iterable
 from dataclasses import asdict, dataclass
 
-from .exit_codes import ExitCode
-from .redaction import redact
-from .untrusted import ReplyCheck
+from ..base.exit_codes import ExitCode
+from ..base.redaction import redact
+from ..base.untrusted import ReplyCheck
 
 DEFAULT_MAX_FAILURE_RATIO = 0.5
 #: The failure ratio is only judged once this many requests of the run have finished.
 DEFAULT_MIN_REQUESTS = 20
 
-#: Exit codes of the stops (aliases; the one table is :class:`insight_o3.exit_codes.ExitCode`).
+#: Exit codes of the stops (aliases; the one table is :class:`insight_o3.base.exit_codes.ExitCode`).
 EXIT_BAD_INPUT = ExitCode.BAD_INPUT
 EXIT_OUTPUT_ERROR = ExitCode.OUTPUT_ERROR
 EXIT_API_STOP = ExitCode.STOPPED
@@ -167,7 +167,7 @@ class RunGuard:
             self.trip(FailureRatioError(role, ep.url, ep.failed, ep.total, self.max_failure_ratio, last))
 
     def reply_checked(self, role: str, check: ReplyCheck) -> EndpointCounts:
-        """Count what :func:`insight_o3.untrusted.check_reply` did to one reply of endpoint ``role``."""
+        """Count what :func:`insight_o3.base.untrusted.check_reply` did to one reply of endpoint ``role``."""
         ep = self.endpoint(role)
         ep.escaped_replies += int(check.escaped > 0)
         ep.invalid_usage += int(check.usage == "invalid")

@@ -1,18 +1,18 @@
 """What a server sends is untrusted: the one place that makes its text storable and its usage countable.
 
-Every API client (:class:`insight_o3.api.GuardedAsyncOpenAI`) passes each parsed reply through
+Every API client (:class:`insight_o3.endpoints.client.GuardedAsyncOpenAI`) passes each parsed reply through
 :func:`check_reply` before anything else sees it:
 
 * **Text.** A JSON string may hold code points that cannot be written as UTF-8 (a lone surrogate such
   as ``"\\ud800"``, also what ``surrogatepass`` decoding makes of CESU-8 bytes). Every such string of the
   reply is *escaped*: each unencodable code point becomes its Python escape (the six characters
   ``\\ud800``), so the text stays readable, nothing else changes, and the reply is counted as escaped
-  (:attr:`ReplyCheck.escaped`; the run counts them per endpoint, see :mod:`insight_o3.run_guard`).
+  (:attr:`ReplyCheck.escaped`; the run counts them per endpoint, see :mod:`insight_o3.endpoints.guard`).
 * **Usage.** ``usage.prompt_tokens``, ``completion_tokens`` and ``completion_tokens_details.reasoning_tokens``
   must be non-negative integers (absent/null counts as 0). A reply whose usage breaks that (``-1000``,
   ``"12"``, ``3.5``, ``true``) has its usage *dropped*: it is treated exactly as a reply without usage
   (:attr:`ReplyCheck.usage` ``"invalid"`` / ``"missing"``). Missing usage is **flagged, not estimated**:
-  the request is counted in the record's ``usage.<role>.unreported_requests`` (see :mod:`insight_o3.usage`),
+  the request is counted in the record's ``usage.<role>.unreported_requests`` (see :mod:`insight_o3.endpoints.usage`),
   so token totals, costs and ``--max_tokens_total`` are known lower bounds wherever that count is not 0,
   and the run says so.
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, smart_resize
+from ..imaging.geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, smart_resize
 
 #: the zoom-in tool's name (the reward accepts no other)
 TOOL_NAME = "image_zoom_in_tool"

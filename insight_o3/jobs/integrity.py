@@ -1,6 +1,6 @@
 """Run integrity: a directory's settings are fixed by its first run.
 
-Every command that writes a run directory (a :class:`~insight_o3.jobs.ResumableJob`) describes each
+Every command that writes a run directory (a :class:`~insight_o3.jobs.job.ResumableJob`) describes each
 invocation as an :class:`Invocation`: its command, every setting (the parsed flags, keys left out) and the
 values derived from its inputs that can change a result (the benchmark file's sha256, the prompts' sha256,
 ...). :data:`SETTING_KINDS` classifies every setting of every such command:
@@ -214,7 +214,7 @@ def kind_of(name: str) -> Kind:
         return SETTING_KINDS[name]
     except KeyError:
         raise UnclassifiedSetting(
-            f"setting {name!r} is not classified in insight_o3.run_integrity.SETTING_KINDS "
+            f"setting {name!r} is not classified in insight_o3.jobs.integrity.SETTING_KINDS "
             f"(result-changing or operational?)"
         ) from None
 

@@ -6,13 +6,13 @@ Retries and backoff are the ``openai`` SDK's own (it honours ``Retry-After`` and
 this module imports no HTTP package itself.
 
 Keys are resolved by :func:`resolve_key` and handed to :func:`make_client`; both register them with
-:mod:`insight_o3.redaction`, so every message that leaves the process has them removed.
+:mod:`insight_o3.base.redaction`, so every message that leaves the process has them removed.
 
-A client built with a :class:`~insight_o3.run_guard.RunGuard` reports the outcome of every request
+A client built with a :class:`~insight_o3.endpoints.guard.RunGuard` reports the outcome of every request
 (after the SDK's retries) to it: the first 401/403/404 from the endpoint stops the run (a wrong key or
 model name fails every request alike), and so does an endpoint whose requests mostly fail.
 
-Every reply is untrusted: before anything else reads it, :func:`insight_o3.untrusted.check_reply` escapes
+Every reply is untrusted: before anything else reads it, :func:`insight_o3.base.untrusted.check_reply` escapes
 text that cannot be stored as UTF-8 and drops usage that is not non-negative integers; what it found is
 counted per endpoint by the guard and logged (once per endpoint and kind).
 
@@ -33,8 +33,8 @@ import os
 import openai
 from openai import AsyncOpenAI
 
-from .redaction import register_secret, register_url
-from .untrusted import ReplyCheck, check_reply
+from ..base.redaction import register_secret, register_url
+from ..base.untrusted import ReplyCheck, check_reply
 from .usage import record_response
 
 log = logging.getLogger(__name__)
@@ -135,8 +135,8 @@ def make_client(
 
     ``timeout``: the total deadline of each HTTP attempt in seconds (see the module docstring). ``role``
     names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
-    :class:`~insight_o3.run_guard.RunGuard`) every request's outcome is reported to it; with
-    ``limiter`` (a :class:`~insight_o3.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
+    :class:`~insight_o3.endpoints.guard.RunGuard`) every request's outcome is reported to it; with
+    ``limiter`` (a :class:`~insight_o3.endpoints.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
     included, waits for a slot of it (outside the deadline) and reports 429s to it.
     """
     register_secret(api_key)
@@ -157,8 +157,8 @@ def make_client(
 
 class GuardedAsyncOpenAI(AsyncOpenAI):
     """``AsyncOpenAI`` whose requests report to a run guard (when given) and whose responses' token
-    usage goes to the current usage meter (:mod:`insight_o3.usage`) and, with a
-    :class:`~insight_o3.rate_limit.AdaptiveLimiter`, to its tokens-per-minute budget. Every API call of
+    usage goes to the current usage meter (:mod:`insight_o3.endpoints.usage`) and, with a
+    :class:`~insight_o3.endpoints.rate_limit.AdaptiveLimiter`, to its tokens-per-minute budget. Every API call of
     the SDK's resources (``chat.completions.create`` …) goes through :meth:`post`, after the SDK's own
     retries."""
 
@@ -207,7 +207,7 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
         return str(self.base_url)
 
     def _checked(self, check: ReplyCheck) -> None:
-        """Count (with a guard) and log what :func:`~insight_o3.untrusted.check_reply` found in a reply:
+        """Count (with a guard) and log what :func:`~insight_o3.base.untrusted.check_reply` found in a reply:
         each kind once per endpoint when counted, else every time."""
         if check == ReplyCheck():
             return
@@ -232,7 +232,7 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
 class ErrorReply(ValueError):
     """A reply with status 200 whose body is an error object instead of a result (some proxies and
     servers answer so when the model fails); the message is the server's (a ``ValueError``, so it is one of
-    :data:`insight_o3.errors.EXPECTED_ERRORS`: the attempt is recorded as failed with it)."""
+    :data:`insight_o3.endpoints.errors.EXPECTED_ERRORS`: the attempt is recorded as failed with it)."""
 
 
 def error_in_reply(result, limit: int = 300) -> str | None:

@@ -12,8 +12,8 @@ SGLang and the OpenAI API all serve and which costs no tokens (asked through the
 * it answers 401 or 403 (the key is refused).
 
 Any other answer (200, or a 404/405 from a server without a models list, or a 5xx) counts as reachable:
-the run's own guard (:mod:`insight_o3.run_guard`) judges the real requests. Identical endpoints are asked
-once. ``--skip_endpoint_check`` skips the check. :class:`~insight_o3.jobs.ResumableJob` runs it after its
+the run's own guard (:mod:`insight_o3.endpoints.guard`) judges the real requests. Identical endpoints are asked
+once. ``--skip_endpoint_check`` skips the check. :class:`~insight_o3.jobs.job.ResumableJob` runs it after its
 clients are made and before the first item starts.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import openai
 
-from .redaction import redact, register_url
-from .run_guard import RunStopped
+from ..base.redaction import redact, register_url
+from .guard import RunStopped
 
 log = logging.getLogger(__name__)
 

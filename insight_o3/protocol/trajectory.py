@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .images import EncodedImage, ImageRef
+from ..imaging.images import EncodedImage, ImageRef
 
 API_KEYS = ("role", "content")
 

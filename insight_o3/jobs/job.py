@@ -17,17 +17,17 @@ the summary (:meth:`~ResumableJob.finish`); optionally what to write before the 
 
 What the job guarantees, for every command alike:
 
-* one run per directory (:mod:`insight_o3.run_lock`: a second run exits with status 5);
-* a directory's settings are fixed by its first run (:mod:`insight_o3.run_integrity`): a job whose
+* one run per directory (:mod:`insight_o3.storage.lock`: a second run exits with status 5);
+* a directory's settings are fixed by its first run (:mod:`insight_o3.jobs.integrity`): a job whose
   :meth:`~ResumableJob.invocation` says what it runs with is refused (status 2, nothing written) when a
   result-changing setting differs from the first run's; otherwise the run is appended to the card's history
   (:attr:`~ResumableJob.card_file`) before anything else is written;
 * every finished item is one fsync'ed line before the next starts being counted
   (:class:`~insight_o3.storage.record_log.RecordLog`, one writer thread), so a crash loses nothing finished;
 * every endpoint (the clients made with :meth:`~ResumableJob.client`, and those given) is checked before the
-  first item (:mod:`insight_o3.preflight`: unreachable, key refused or a named key variable unset -> status 4),
+  first item (:mod:`insight_o3.endpoints.preflight`: unreachable, key refused or a named key variable unset -> status 4),
   unless ``check_endpoints`` is off (``--skip_endpoint_check``) or nothing is left to do;
-* a 401/403/404 or too many failed requests (:class:`~insight_o3.run_guard.RunGuard`, shared by the clients
+* a 401/403/404 or too many failed requests (:class:`~insight_o3.endpoints.guard.RunGuard`, shared by the clients
   made with :meth:`~ResumableJob.client`) stops the run: work in flight is cancelled and not recorded;
 * a budget (``max_cost`` / ``max_tokens_total``) stops starting new items; those in flight are recorded;
   then :class:`BudgetExceeded` is raised. It counts what :meth:`~ResumableJob.spend` says each record cost
@@ -36,7 +36,7 @@ What the job guarantees, for every command alike:
 * at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
 * however a run ends, its requests per endpoint (ok, failed, replies escaped or without valid usage) are added
   to its history entry in the card (:meth:`~ResumableJob.record_endpoints`);
-* a failure of one item (:data:`insight_o3.errors.EXPECTED_ERRORS`) becomes that item's record when
+* a failure of one item (:data:`insight_o3.endpoints.errors.EXPECTED_ERRORS`) becomes that item's record when
   :meth:`~ResumableJob.failed` says how (retried by the next run), never a lost run.
 """
 
@@ -54,17 +54,17 @@ from typing import Any, Generic, TypeVar
 
 from tqdm.auto import tqdm
 
-from .api import make_client
-from .errors import EXPECTED_ERRORS
-from .exit_codes import ExitCode
-from .preflight import Endpoint, check_endpoints
-from .redaction import failure_reason
-from .run_guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
-from .run_integrity import HISTORY_KEY, Invocation, read_card, settle
-from .run_lock import run_lock
-from .storage.atomic import write_json_atomic
-from .storage.record_log import RecordLog
-from .usage import UsageMeter, metering, total_tokens
+from ..base.exit_codes import ExitCode
+from ..base.redaction import failure_reason
+from ..endpoints.client import make_client
+from ..endpoints.errors import EXPECTED_ERRORS
+from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
+from ..endpoints.preflight import Endpoint, check_endpoints
+from ..endpoints.usage import UsageMeter, metering, total_tokens
+from ..storage.atomic import write_json_atomic
+from ..storage.lock import run_lock
+from ..storage.record_log import RecordLog
+from .integrity import HISTORY_KEY, Invocation, read_card, settle
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,9 @@ class JobSettings:
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     max_cost: float | None = None
     max_tokens_total: int | None = None
-    check_endpoints: bool = True  # every client's endpoint asked once before the first item (insight_o3.preflight)
+    check_endpoints: bool = (
+        True  # every client's endpoint asked once before the first item (insight_o3.endpoints.preflight)
+    )
 
 
 class BudgetExceeded(RunStopped):
@@ -220,7 +222,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
 
     # ------------------------------------------------------------------------------------------- hooks
     def invocation(self) -> Invocation | None:
-        """This run's command and settings (:mod:`insight_o3.run_integrity`; by default the one given to the
+        """This run's command and settings (:mod:`insight_o3.jobs.integrity`; by default the one given to the
         constructor); None: nothing is fixed or recorded."""
         return self._invocation
 
@@ -327,7 +329,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self.logs[name].compact(order)
 
     def client(self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs):
-        """An API client reporting to this run's guard (see :func:`insight_o3.api.make_client`), closed at the end;
+        """An API client reporting to this run's guard (see :func:`insight_o3.endpoints.client.make_client`), closed at the end;
         its endpoint is checked before the first item (``key_env``: the variable its key was to be read from)."""
         self.endpoints.append(Endpoint(kwargs.get("role", "model"), base_url, api_key, key_env))
         c = make_client(api_key, base_url, guard=self.guard, **kwargs)
@@ -344,7 +346,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         return asyncio.run(self.arun(items))
 
     async def arun(self, items: Iterable[ItemT]) -> JobResult[SummaryT]:
-        """The whole run under the directory's lock (:class:`~insight_o3.run_lock.RunLockedError` if held)."""
+        """The whole run under the directory's lock (:class:`~insight_o3.storage.lock.RunLockedError` if held)."""
         items = list(items)
         with run_lock(self.directory, self.command):
             settled = self.settle_settings()
@@ -367,8 +369,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
 
     def record_endpoints(self) -> None:
         """However the run ends: this run's requests per endpoint — URL, ok, failed, and the replies
-        :mod:`insight_o3.untrusted` had to escape or whose usage was invalid or missing
-        (:meth:`~insight_o3.run_guard.RunGuard.ledger`) — go into its entry of the card's history, and a
+        :mod:`insight_o3.base.untrusted` had to escape or whose usage was invalid or missing
+        (:meth:`~insight_o3.endpoints.guard.RunGuard.ledger`) — go into its entry of the card's history, and a
         warning names the endpoints whose replies needed either."""
         ledger = self.guard.ledger()
         if not ledger:
@@ -395,7 +397,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
 
     def settle_settings(self) -> bool:
         """Refuse a run whose result-changing settings differ from the directory's first run's (nothing written:
-        :class:`~insight_o3.run_integrity.SettingsChanged`); else record this run in the card's history.
+        :class:`~insight_o3.jobs.integrity.SettingsChanged`); else record this run in the card's history.
         Returns whether a card was written."""
         inv = self.invocation()
         if inv is None:

@@ -18,7 +18,7 @@ Choices the paper leaves open, fixed here:
   finding one of them must not be penalised for not being the others.
 * **Coordinates.** ``pred_box`` and the ground-truth boxes are in *original-image* pixels
   ``(x1, y1, x2, y2)``. The model answers in the coordinates of the resized image it saw; the caller
-  maps its answer back with :class:`insight_o3.geometry.Frame` before scoring (the same code path as
+  maps its answer back with :class:`insight_o3.imaging.geometry.Frame` before scoring (the same code path as
   the inference vSearcher).
 * **r_format** (binary) is 1 iff the episode ended with a parsed final answer (a valid box or the
   "not found" box ``[0, 0, 0, 0]``) and *every* assistant turn was well-formed: ``<think>...</think>``
@@ -78,7 +78,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from insight_o3.geometry import Box, check_box, iou, is_null_box
+from insight_o3.imaging.geometry import Box, check_box, iou, is_null_box
 
 __all__ = [
     "RewardWeights",

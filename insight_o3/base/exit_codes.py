@@ -11,7 +11,7 @@ code  name            meaning
 5     LOCKED          another run holds the output directory
 ====  ==============  =================================================================================
 
-A core value (no imports): the run machinery (:mod:`insight_o3.run_guard`, :mod:`insight_o3.jobs`) and
+A core value (no imports): the run machinery (:mod:`insight_o3.endpoints.guard`, :mod:`insight_o3.jobs.job`) and
 the commands (:mod:`insight_o3.cli`) both name these codes without importing each other.
 """
 

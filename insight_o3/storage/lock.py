@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .storage.atomic import OutputError
+from .atomic import OutputError
 
 LOCK_FILE = ".insight_o3.lock"
 

@@ -107,7 +107,7 @@ class Resize:
     """How a view is sized and encoded.
 
     ``max_pixels`` keeps the aspect ratio under a pixel budget (None: as is), with the original's
-    rounding (:func:`~insight_o3.geometry.fit_max_pixels`: floor) and LANCZOS resampling.
+    rounding (:func:`~insight_o3.imaging.geometry.fit_max_pixels`: floor) and LANCZOS resampling.
     ``qwen=True`` snaps to Qwen2.5-VL's ``smart_resize`` grid for that budget instead (BICUBIC, the
     default of ``qwen_vl_utils.fetch_image``), so a vLLM server does not resize the image again and
     box coordinates map back exactly. ``crop_min_side``/``crop_min_area``: crops (views with a region)
@@ -122,7 +122,7 @@ class Resize:
     crop_min_area: int = 0
     jpeg_quality: int | None = None
     #: the exact ``(w, h)`` a view is shown at, whatever its region (a vSearcher crop: the zoom-in tool's
-    #: ``smart_resize`` of the crop in the tool's image, :func:`insight_o3.searcher_rules.run_tool_call`)
+    #: ``smart_resize`` of the crop in the tool's image, :func:`insight_o3.protocol.searcher_rules.run_tool_call`)
     size: tuple[int, int] | None = None
 
     @property

@@ -1,7 +1,7 @@
 """The errors a run expects and records instead of raising.
 
 An API failure after the SDK's own retries (``openai.APIError``: status errors, connection errors and
-timeouts, malformed responses), an image that cannot be used (our :class:`~insight_o3.images.ImageError`,
+timeouts, malformed responses), an image that cannot be used (our :class:`~insight_o3.imaging.images.ImageError`,
 Pillow's ``UnidentifiedImageError`` — an ``OSError`` — and ``DecompressionBombError``) and a malformed
 value (``ValueError``, which includes ``json.JSONDecodeError``) become ``failed`` records with a
 reason. Anything else — ``TypeError``, ``AttributeError``, ``KeyError`` … — is a programming error
@@ -13,7 +13,7 @@ from __future__ import annotations
 import openai
 from PIL import Image
 
-from .images import ImageError
+from ..imaging.images import ImageError
 
 #: ``openai.APITimeoutError`` and ``APIConnectionError`` are ``APIError`` subclasses; the builtin
 #: ``TimeoutError`` (= ``asyncio.TimeoutError``) covers an ``asyncio.wait_for`` around a request.

@@ -12,7 +12,7 @@ shutdown flag every 0.5 s). ``block_after=N`` answers the first N requests and h
 one until the test calls :meth:`ScriptedOpenAIServer.release` — a deterministic point at which to
 kill a client (kill-and-resume tests) instead of racing a slow server.
 
-Run standalone (e.g. for CLI tests in a subprocess): ``python -m insight_o3.scripted_server --port P
+Run standalone (e.g. for CLI tests in a subprocess): ``python -m insight_o3.endpoints.scripted_server --port P
 --script module:function [--record requests.jsonl]`` (``--record`` keeps every request body, e.g. to
 record the requests of another program such as the original release's harness).
 """

@@ -5,7 +5,7 @@ current asyncio context (:func:`metering`); the runner opens one meter per solve
 so a record's ``usage`` is what its attempt and its verdict cost:
 ``{"model": {"prompt_tokens", "completion_tokens", "reasoning_tokens", "requests"}, "judge": …}``
 (only roles that were called). A reply without valid usage (none, or counters that are not non-negative
-integers: :mod:`insight_o3.untrusted` drops those) still counts as a request and also in
+integers: :mod:`insight_o3.base.untrusted` drops those) still counts as a request and also in
 ``unreported_requests`` (written only when not 0): token counts — and the budgets and costs made from
 them — are then lower bounds, flagged rather than estimated. A request that answers several trials at once (``n`` choices, or an
 InSight-o3 solve of several trials) is split evenly over them (integer parts; the remainder goes to
@@ -96,7 +96,7 @@ def metering(meter: UsageMeter) -> contextvars.Token:
 
 
 def record_response(role: str, response) -> None:
-    """Called by the API clients for every parsed response (after :func:`insight_o3.untrusted.check_reply`,
+    """Called by the API clients for every parsed response (after :func:`insight_o3.base.untrusted.check_reply`,
     which leaves ``usage`` None where it was not valid)."""
     meter = _METER.get()
     if meter is None:

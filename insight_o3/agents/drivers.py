@@ -2,20 +2,20 @@
 :class:`InSightO3` (``answer``). All protocol decisions live in the sessions; this module only
 sends messages (images encoded once through the :class:`ImageStore` cache) and turns API failures
 (after the SDK's own retries), unusable images and malformed replies into ``failed`` results with a
-redacted reason (:data:`insight_o3.errors.EXPECTED_ERRORS`); a programming error raises.
+redacted reason (:data:`insight_o3.endpoints.errors.EXPECTED_ERRORS`); a programming error raises.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import EXPECTED_ERRORS
-from ..geometry import VSEARCHER_EVAL_MAX_PIXELS
-from ..images import ImageStore
-from ..prompts import FORK_HINTS, ReasonerHints
-from ..protocol import LIMITS
-from ..redaction import Redactor, failure_reason
-from ..trajectory import image_refs, to_openai
+from ..base.redaction import Redactor, failure_reason
+from ..endpoints.errors import EXPECTED_ERRORS
+from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..imaging.images import ImageStore
+from ..protocol.limits import LIMITS
+from ..protocol.prompts import FORK_HINTS, ReasonerHints
+from ..protocol.trajectory import image_refs, to_openai
 from .reasoner_session import ReasonerSession
 from .records import compact_messages
 from .searcher_session import LocateResult, SearcherSession, failed_locate
@@ -64,7 +64,7 @@ class VSearcher:
     """The visual search agent behind an OpenAI-compatible endpoint (e.g. vLLM serving
     InSight-o3-vS). Sampling defaults to the fork's validation setting
     (:data:`VSEARCHER_COMPLETION_KWARGS`); ``completion_kwargs`` are merged over it. Failure reasons are
-    redacted process-wide (:mod:`insight_o3.redaction`); a ``redactor`` passed in has registered its keys
+    redacted process-wide (:mod:`insight_o3.base.redaction`); a ``redactor`` passed in has registered its keys
     when it was made, so nothing more is done with it."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """Secrets stay in memory: the one place that knows the API keys of this process and removes them from text.
 
-Every key reaches the clients through :func:`insight_o3.api.resolve_key` or :func:`insight_o3.api.make_client`,
+Every key reaches the clients through :func:`insight_o3.endpoints.client.resolve_key` or :func:`insight_o3.endpoints.client.make_client`,
 which register it here; :func:`redact` then removes every registered key (and bearer tokens a server echoes
 back) from any text bound for a record, a log line or stderr. Nothing else threads a redactor through:
 failure reasons are made by :func:`failure_reason`, the run guard and the commands' stop messages call
@@ -11,7 +11,7 @@ Base URLs carry secrets too: ``http://user:SECRET@host/v1`` and ``https://host/v
 masks the userinfo of every URL (``http://***@host/v1``) and the value of every query parameter whose name looks
 like a key (:data:`_KEY_PARAM`: ``key``, ``token``, ``secret``, ``password``, ``sig`` … anywhere in the name),
 whichever process wrote the URL; :func:`register_url` (called for every base URL a client is built with, by
-:func:`insight_o3.api.make_client`) also registers the URL's password,
+:func:`insight_o3.endpoints.client.make_client`) also registers the URL's password,
 ``user:password`` and its base64 (the ``Authorization: Basic`` value a server may echo back in an error) and the
 key-like query values, so they are removed wherever else they appear. :func:`redact_json` applies :func:`redact`
 to every string of a JSON value: :func:`insight_o3.storage.atomic.write_json_atomic` writes through it, so no

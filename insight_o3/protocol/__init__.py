@@ -1,0 +1,7 @@
+"""The InSight-o3 protocol as pure functions and constants, shared by evaluation and training.
+
+Numeric limits (:mod:`.limits`), prompts (:mod:`.prompts`), the vReasoner question (:mod:`.questions`),
+answer and tool-call parsing (:mod:`.parsing`), the vSearcher's format rules (:mod:`.searcher_rules`),
+rewards (:mod:`.rewards`), trajectories (:mod:`.trajectory`) and what one attempt at a sample returns
+(:mod:`.attempt`).
+"""
