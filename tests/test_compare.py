@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from insight_o3.scripts import compare, evaluate
+from insight_o3.scripts import compare, evaluate, rejudge
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text
 
@@ -111,3 +111,29 @@ def test_compare_bad_input(two_runs, capsys):
     assert "trial not finished" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         compare.main([str(a)])
+
+
+def test_compare_accepts_settings_that_cannot_change_a_verdict(two_runs, openai_server, capsys):
+    """The judge cache (evaluate: off, rejudge: on) and each mode's own judge flow (the README's single model
+    vs InSight-o3 example) are accepted; another flow for the same mode is still refused."""
+    tmp_path, a, b, judge = two_runs
+    assert (
+        rejudge.main([str(a), "--judge_model", "judge-a", "--judge_api_base_url", judge.base_url, "--no_progress"]) == 0
+    )
+    again = tmp_path / "out" / "a" / "o3_bench@rejudge-judge-a"
+    assert json.loads((again / "run_card.json").read_text())["judge"]["cache"] is True
+    capsys.readouterr()
+    assert compare.main([str(a), str(again), "--out", str(tmp_path / "c.html"), "--n_resamples", "500"]) == 0
+    assert "mixed settings" not in capsys.readouterr().err
+    # b as an InSight-o3 run judged with its mode's default flow (verify): accepted, with a note
+    card_file = b / "run_card.json"
+    card = json.loads(card_file.read_text())
+    card["settings"]["vsearcher_model"], card["judge"]["flow"] = "scripted-vsearcher", "verify"
+    card_file.write_text(json.dumps(card))
+    assert compare.main([str(a), str(b), "--out", str(tmp_path / "d.html"), "--n_resamples", "500"]) == 0
+    assert "each run judged with its mode's own flow" in capsys.readouterr().err
+    # a single-model run judged with the verify flow is not its mode's default: refused
+    card["settings"]["vsearcher_model"] = None
+    card_file.write_text(json.dumps(card))
+    assert compare.main([str(a), str(b), "--out", str(tmp_path / "e.html")]) == 2
+    assert 'judge.flow: a/o3_bench="extract", b/o3_bench="verify"' in capsys.readouterr().err

@@ -65,7 +65,8 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     new_b, new_c = out / "m/o3_bench@rejudge-judge-b", out / "m/o3_bench@rejudge-judge-c"
     assert (new_b / "trial_1/done").exists() and (new_c / "trial_1/done").exists()
 
-    ag = json.loads((out / "m/o3_bench@judge-agreement.json").read_text())
+    both_file = out / "m/o3_bench@judge-agreement-judge-b+judge-c.json"
+    ag = json.loads(both_file.read_text())
     ja, jb, jc = "judge-a (extract)", "judge-b (extract)", "judge-c (extract)"
     assert ag["judges"] == [ja, jb, jc] and ag["items"] == 16 and ag["judged_by_all"] == 14
     assert ag["accuracy"] == {ja: 4 / 8, jb: 6 / 8, jc: 3 / 8}
@@ -93,6 +94,7 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     assert report.main([str(src), "--judges", str(new_b), str(new_c), "--out", str(page), "--thumb_px", "64"]) == 0
     html = page.read_text()
     assert 'id="kappa-table"' in html and "Disagreements (10)" in html and html.count("<td>q6</td>") == 2
+    assert "<p>16 items (sample &times; trial); 14 judged by every judge" in html and "built-in method" not in html
     # a rerun resumes without asking any judge again
     asked = judge_b.count + judge_c.count
     assert (
@@ -103,6 +105,14 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
         == 0
     )
     assert judge_b.count + judge_c.count == asked
+    # a later re-judging with one of them writes its own agreement file: the three judges' is kept
+    before = both_file.read_text()
+    assert (
+        rejudge.main([str(src), "--judge_model", "judge-b", "--no_progress", "--judge_api_base_url", judge_b.base_url])
+        == 0
+    )
+    only_b = json.loads((out / "m/o3_bench@judge-agreement-judge-b.json").read_text())
+    assert only_b["judges"] == [ja, jb] and both_file.read_text() == before
 
 
 def test_judge_flags_are_one_for_all_or_one_per_judge(tmp_path):

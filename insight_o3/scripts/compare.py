@@ -12,9 +12,11 @@ by side in the HTML page, which also plots accuracy against tokens and against c
 why episodes failed (:mod:`insight_o3.evaluation.attribution`). Statistics:
 :mod:`insight_o3.evaluation.significance`.
 
-Like ``gather_eval_results`` (whose card comparison this is), runs whose ``run_card.json`` differ on the
-benchmark file, subset, judge or prompts are refused (exit 2, naming each difference) unless
-``--allow_mixed_settings``. Exit status: 0 written; 2 bad input (such runs, runs on other samples, an
+Runs whose ``run_card.json`` differ on what a verdict depends on — the benchmark file, subset, judge model,
+judge flow, answer length or prompts — are refused (exit 2, naming each difference) unless
+``--allow_mixed_settings``; the judge cache is not one, and a single model judged with its ``extract``
+flow against InSight-o3 with its ``verify`` flow (each mode's default, as in the paper) is accepted with a
+note. Exit status: 0 written; 2 bad input (such runs, runs on other samples, an
 unfinished trial, a malformed record); 3 an output could not be written.
 """
 
@@ -26,13 +28,14 @@ import sys
 
 from ..cli import ExitCode, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.comparison import Comparison, compare_runs, unique_names
+from ..evaluation.run_card import verdict_conflicts
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.run_records import RunRecords, read_run
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, PairingError
 from ..imaging.images import ImageError
 from ..storage.atomic import OutputError, write_json_atomic
-from .gather_eval_results import MixedSettingsError, settings_conflicts
+from .gather_eval_results import MixedSettingsError
 
 
 def add_stats_flags(p: argparse.ArgumentParser) -> None:
@@ -68,23 +71,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_cards(runs: list[RunRecords], allow: bool) -> list[str]:
-    """Refuse runs that are not comparable, with gather_eval_results' column rule (one benchmark, one
-    judge); returns the warnings to print (runs without a card, differences allowed)."""
+    """Refuse runs whose verdicts could differ for another reason than the system
+    (:func:`~insight_o3.evaluation.run_card.verdict_conflicts`: benchmark, subset, judge model, flow and
+    answer length, prompts); returns the lines to print (runs without a card, differences accepted)."""
     names = unique_names(runs)
-    cards = {(n, "compared runs"): r.card for n, r in zip(names, runs) if r.card is not None}
+    cards = {n: r.card for n, r in zip(names, runs) if r.card is not None}
     notes = [
         f"warning: {n}: no run_card.json, its benchmark and judge cannot be checked"
         for n, r in zip(names, runs)
         if r.card is None
     ]
-    conflicts = settings_conflicts(cards)
+    conflicts, accepted = verdict_conflicts(cards)
     if conflicts and not allow:
         raise MixedSettingsError(
             "runs on different benchmarks or judges cannot be compared:\n  "
             + "\n  ".join(conflicts)
             + "\n(rerun them alike, e.g. `rejudge` with the same judge, or pass --allow_mixed_settings)"
         )
-    return notes + [f"warning: mixed settings: {c}" for c in conflicts]
+    return notes + [f"note: {n}" for n in accepted] + [f"warning: mixed settings: {c}" for c in conflicts]
 
 
 def summary_lines(c: Comparison) -> list[str]:

@@ -61,7 +61,7 @@ from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
-from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
+from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache, default_flow
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
 from ..evaluation.run_card import build_run_card, card_invocation
 from ..evaluation.run_dir import RunDirError
@@ -263,7 +263,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
-        a.judge_flow = "verify" if a.vsearcher_model else "extract"
+        a.judge_flow = default_flow(a.vsearcher_model)
     if "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must not set 'n' (use --num_trials)")
     if "n" in a.vsearcher_chat_completion_kwargs:

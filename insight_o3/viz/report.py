@@ -432,7 +432,7 @@ def _agreement_section(eval_dir: str | os.PathLike, judges: list[str | os.PathLi
     return {
         "judges": _df_html(t["judges"], "judges-table"),
         "pairs": _df_html(t["pairs"], "kappa-table", index=False),
-        "items": t["items"],
+        "n_items": t["items"],  # not "items": Jinja would find the dict's method
         "judged": t["judged"],
         "names": t["names"],
         "disagreements": t["disagreements"],
