@@ -162,3 +162,17 @@ def test_outcomes_need_a_record_per_sample_and_trial_and_a_sample():
         outcomes(trials)
     with pytest.raises(PairingError, match="holds no samples"):
         outcomes([[], []], name="empty-run")
+
+
+def test_relabelling_a_runs_trials_changes_nothing():
+    """Which trial of A is called trial k is arbitrary; the test, intervals and flips must not depend on it."""
+    rng = np.random.default_rng(11)
+    a, b = rng.random((40, 3)) < 0.5, rng.random((40, 3)) < 0.6
+    cats = ["x"] * 40
+    ob = outcomes(_trials(b, cats))
+    ref = compare_pair("A", outcomes(_trials(a, cats)), "B", ob, n_resamples=2000)
+    for order in ([2, 0, 1], [1, 2, 0]):
+        res = compare_pair("A", outcomes(_trials(a[:, order], cats)), "B", ob, n_resamples=2000)
+        o, r = res.overall, ref.overall
+        assert (o.pvalue, o.low, o.high, o.bootstrap) == (r.pvalue, r.low, r.high, r.bootstrap)
+        assert [f.key for f in res.flips] == [f.key for f in ref.flips]
