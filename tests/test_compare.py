@@ -54,6 +54,7 @@ def test_compare_two_runs_flips_mcnemar_and_pages(two_runs, capsys):
     tmp_path, a, b, _ = two_runs
     out, js = tmp_path / "cmp" / "compare.html", tmp_path / "cmp" / "compare.json"
     rc = compare.main([str(a), str(b), "--out", str(out), "--json", str(js), "--n_resamples", "2000"])
+    assert "NaN" not in js.read_text()
     assert rc == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     data = json.loads(js.read_text())
@@ -62,15 +63,26 @@ def test_compare_two_runs_flips_mcnemar_and_pages(two_runs, capsys):
     assert ra["accuracy"]["mean"] == 0.5 and rb["accuracy"]["mean"] == 0.5
     assert ra["accuracy"]["ci"][0] < 0.5 < ra["accuracy"]["ci"][1]
     pair = data["pairs"][0]
-    assert (pair["a"], pair["b"], pair["paired_trials"]) == ("a/o3_bench", "b/o3_bench", 2)
-    # McNemar on samples x trials: q0 right only in a, q1 only in b, both trials
+    assert (pair["a"], pair["b"], pair["trials_a"], pair["trials_b"], pair["n"]) == (
+        "a/o3_bench",
+        "b/o3_bench",
+        2,
+        2,
+        8,
+    )
+    # the paired sign-flip test over the 8 samples, exact: q0 (-1) and q1 (+1) cancel out
+    assert pair["pvalue"] == 1.0 and pair["pvalue_exact"] and pair["difference"] == 0.0
+    assert pair["ci"][0] < 0 < pair["ci"][1] and data["methods"]["test"].startswith("paired sign-flip")
+    # McNemar's counts on samples x trials, descriptive only
     assert pair["mcnemar"]["n"] == 16 and (pair["mcnemar"]["b"], pair["mcnemar"]["c"]) == (2, 2)
-    assert pair["mcnemar"]["pvalue"] == 1.0 and pair["difference"] == 0.0
+    assert pair["mcnemar"]["descriptive"] is True
     assert {(f["key"], f["change"]) for f in pair["flips"]} == {("q0", "broken"), ("q1", "fixed")}
     assert pair["categories"]["chart"]["mcnemar"]["b"] == 2 and pair["categories"]["map"]["n"] == 4
+    assert ra["failed"] == {"items": 0, "samples_without_a_judged_trial": 0}
     # tokens per episode without the judge's; cost as recorded
     assert rb["tokens_per_episode"] > ra["tokens_per_episode"] > 0 and rb["cost_per_episode"] > ra["cost_per_episode"]
     assert "b/o3_bench vs a/o3_bench: +0.0 points" in printed and "2 sample(s) flipped (1 fixed, 1 broken)" in printed
+    assert "paired sign-flip test p = 1 (exact)" in printed
     page = out.read_text()
     # each flip in the table links to its side-by-side block, which holds both conversations
     links = re.findall(r"<a href='#(flip-0-\d+)'>(q\d)</a>", page)

@@ -79,6 +79,15 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
         # q0 matches its ground truth by rule for every judge; the rest went to the judge models
         assert p["n_judge_decided"] == 12
         assert p["kappa_judge_decided"] == pytest.approx(_kappa(vx, vy, keys[1:]))
+    # three judges: Fleiss' kappa on the 14 items all judged (by hand), with a bootstrap interval over samples
+    k = [A[q] + B[q] + C[q] for q in keys]
+    p_bar = sum((x * (x - 1) + (3 - x) * (2 - x)) / 6 for x in k) / 7
+    p = sum(k) / 21
+    fleiss = (p_bar - p * p - (1 - p) ** 2) / (1 - p * p - (1 - p) ** 2)
+    assert ag["fleiss"]["kappa"] == pytest.approx(fleiss) and (ag["fleiss"]["n"], ag["fleiss"]["samples"]) == (14, 7)
+    assert ag["fleiss"]["ci"][0] <= fleiss <= ag["fleiss"]["ci"][1] and ag["fleiss"]["ci"][0] < ag["fleiss"]["ci"][1]
+    assert all(pr["kappa_ci"][0] <= pr["kappa"] <= pr["kappa_ci"][1] for pr in ag["pairs"])
+    assert "Fleiss' kappa of all 3 judges" in printed and "(only 7 samples: too narrow)" in printed
     # the planted disagreements, in both trials, with every verdict and what each judge model said
     dis = {(d["key"], d["trial"]): d for d in ag["disagreements"]}
     assert set(dis) == {(q, k) for q in ("q1", "q2", "q4", "q6", "q7") for k in (0, 1)}
@@ -95,6 +104,7 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     html = page.read_text()
     assert 'id="kappa-table"' in html and "Disagreements (10)" in html and html.count("<td>q6</td>") == 2
     assert "<p>16 items (sample &times; trial); 14 judged by every judge" in html and "built-in method" not in html
+    assert "id='fleiss-kappa'>Fleiss&#x27; kappa of all 3 judges" in html
     # a rerun resumes without asking any judge again
     asked = judge_b.count + judge_c.count
     assert (
