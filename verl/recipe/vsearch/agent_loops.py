@@ -127,6 +127,8 @@ def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
         s.vsearcher_max_tool_calls,
         s.vsearcher_response_length,
         s.vsearcher_prompt_length,
+        limit_reminder=s.protocol.searcher_limit_reminder,
+        budget_end_fails_searcher=s.protocol.budget_end_fails_searcher,
     )
 
 
@@ -328,6 +330,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
             image_url_extra=s.reasoner_image_url_extra(),
             max_format_retries=s.reasoner_format_retries(validate),
             hints=s.reasoner_hints(validate),
+            lost_reply_is_attempt=True,  # the fork: an API error uses one of the round's attempts
         )
 
     async def check_answer(self, sample: Sample, res: AnswerResult) -> AnswerCheck:
