@@ -39,6 +39,7 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar
 
+from insight_o3.agents.config import ReasonerSettings
 from insight_o3.agents.drivers import VREASONER_COMPLETION_KWARGS
 from insight_o3.protocol.prompts import REASONER_HINTS, ReasonerHints
 from insight_o3.protocol.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
@@ -316,6 +317,21 @@ class RunSettings:
 
     def reasoner_image_url_extra(self) -> dict:
         return {"detail": self.agent.vreasoner.image_detail}
+
+    def reasoner_settings(self, validate: bool) -> ReasonerSettings:
+        """The API vReasoner of one episode (the library's typed settings, as ``evaluate`` builds them)."""
+        vr = self.agent.vreasoner
+        return ReasonerSettings(
+            model=vr.model,
+            max_pixels=vr.max_pixels,
+            mode=self.reasoner_mode(validate),
+            max_search_calls=vr.max_search_calls,
+            completion_kwargs=self.reasoner_completion_kwargs(),
+            image_url_extra=self.reasoner_image_url_extra(),
+            max_format_retries=self.reasoner_format_retries(validate),
+            hints=self.reasoner_hints(validate),
+            lost_reply_is_attempt=True,  # the fork: an API error uses one of the round's attempts
+        )
 
     # ------------------------------------------------------------------ building
     @classmethod
