@@ -149,3 +149,19 @@ def test_compare_accepts_settings_that_cannot_change_a_verdict(two_runs, openai_
     card_file.write_text(json.dumps(card))
     assert compare.main([str(a), str(b), "--out", str(tmp_path / "e.html")]) == 2
     assert 'judge.flow: a/o3_bench="extract", b/o3_bench="verify"' in capsys.readouterr().err
+
+
+def test_gather_uses_the_same_verdict_rule_for_a_column(two_runs, capsys):
+    """gather_eval_results' column check is compare's: the judge cache alone is no conflict."""
+    from insight_o3.scripts import gather_eval_results as gather
+
+    tmp_path, a, b, _ = two_runs
+    card_file = b / "run_card.json"
+    card = json.loads(card_file.read_text())
+    card["judge"]["cache"] = not card["judge"]["cache"]
+    card_file.write_text(json.dumps(card))
+    argv = ["--settings", "a", "b", "--datasets", "o3_bench", "--output_dir", str(tmp_path / "out")]
+    assert gather.main(argv) == 0, capsys.readouterr().err
+    card["judge"]["max_answer_length"] = 5
+    card_file.write_text(json.dumps(card))
+    assert gather.main(argv) == 2 and "judge.max_answer_length" in capsys.readouterr().err

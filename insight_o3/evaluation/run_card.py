@@ -23,18 +23,9 @@ from .judge import default_flow
 #: Values of a run card derived from the inputs that can change a result (fixed by the directory's first run).
 DERIVED_KEYS = ("benchmark_sha256", "prompts_sha256")
 
-#: Settings that must agree for runs to share a column (one benchmark, several models).
-SHARED_KEYS = (
-    "benchmark_sha256",
-    "subset",
-    "judge.model",
-    "judge.flow",
-    "judge.max_answer_length",
-    "judge.cache",
-    "prompts_sha256",
-)
-#: Settings on which two runs' verdicts can depend, so ``compare`` refuses runs that differ on them
-#: (:func:`verdict_conflicts`). Not ``judge.cache``: it asks an identical judge prompt once instead of
+#: Settings on which two runs' verdicts can depend: ``compare`` refuses runs that differ on them, and
+#: ``gather_eval_results`` runs that share a column (one benchmark, several systems); see
+#: :func:`verdict_conflicts`. Not ``judge.cache``: it asks an identical judge prompt once instead of
 #: again, which cannot change what the judge is asked.
 VERDICT_KEYS = (
     "benchmark_sha256",
@@ -139,7 +130,7 @@ def _get(card: dict, dotted: str):
     return v
 
 
-def differences(cards: dict[str, dict], keys=SHARED_KEYS) -> list[str]:
+def differences(cards: dict[str, dict], keys=VERDICT_KEYS) -> list[str]:
     """One line per key on which the named cards disagree: ``key: a=…, b=…``."""
     out = []
     for key in keys:
