@@ -47,6 +47,9 @@ class ReasonerSettings:
     image_url_extra: Mapping[str, Any] | None = None
     max_format_retries: int | None = None
     hints: ReasonerHints = FORK_HINTS
+    #: a request lost after the SDK's retries uses one of the round's attempts (the fork's training loop) instead of
+    #: ending the episode (``drivers.InSightO3``)
+    lost_reply_is_attempt: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in REASONER_MODES:

@@ -164,7 +164,9 @@ class InSightO3:
     ``completion_kwargs``: the vReasoner's request settings per turn; None or empty gives the fork's
     (:data:`VREASONER_COMPLETION_KWARGS`), anything else replaces them. ``max_format_retries``: per
     round (None: the fork's, 4 for ``infer``, 2 for ``train``). ``redactor``: as for :class:`VSearcher`.
-    ``hints``: the vReasoner's user hints (:class:`ReasonerSession`; default the fork's)."""
+    ``hints``: the vReasoner's user hints (:class:`ReasonerSession`; default the fork's). ``lost_reply_is_attempt``:
+    a request lost after the SDK's retries uses one of the round's attempts and is asked again
+    (:meth:`ReasonerSession.lost_reply`, the fork's training loop) instead of ending the episode ``failed``."""
 
     def __init__(
         self,
@@ -181,9 +183,10 @@ class InSightO3:
         max_format_retries: int | None = None,
         redactor: Redactor | None = None,
         hints: ReasonerHints = FORK_HINTS,
+        lost_reply_is_attempt: bool = False,
     ):
         self.client, self.model, self.searcher, self.images = client, model, searcher, images
-        self.hints = hints
+        self.hints, self.lost_reply_is_attempt = hints, lost_reply_is_attempt
         self.max_pixels, self.mode, self.max_search_calls = max_pixels, mode, max_search_calls
         self.system_prompt, self.max_format_retries = system_prompt, max_format_retries
         self.completion_kwargs = dict(completion_kwargs or VREASONER_COMPLETION_KWARGS)
@@ -208,6 +211,7 @@ class InSightO3:
             image_url_extra=None if s.image_url_extra is None else dict(s.image_url_extra),
             max_format_retries=s.max_format_retries,
             hints=s.hints,
+            lost_reply_is_attempt=s.lost_reply_is_attempt,
         )
 
     def session(self, image_path: str, question: str) -> ReasonerSession:
@@ -238,6 +242,8 @@ class InSightO3:
                     self.client, self.model, s, self.images, self.completion_kwargs, self.image_url_extra
                 )
             except EXPECTED_ERRORS as e:
+                if self.lost_reply_is_attempt and s.lost_reply(_describe(e)):
+                    continue
                 s.fail(_describe(e))
                 break
             finish = c.finish_reason

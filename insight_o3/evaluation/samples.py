@@ -205,7 +205,7 @@ def select_subset(samples: list[Sample], spec: dict | None, ann_file: str = "") 
         unknown = [c for c in spec["categories"] if c not in known]
         if unknown:
             raise AnnotationError(
-                f"{ann_file}: --categories {', '.join(unknown)} not in the file (it has: {', '.join(sorted(known))})"
+                f"{ann_file}: categories {', '.join(unknown)} not in the file (it has: {', '.join(sorted(known))})"
             )
         want = set(spec["categories"])
         out = [s for s in out if s.category in want]
@@ -219,7 +219,7 @@ def select_subset(samples: list[Sample], spec: dict | None, ann_file: str = "") 
         if unknown:
             shown = ", ".join(unknown[:MAX_REPORTED]) + (" …" if len(unknown) > MAX_REPORTED else "")
             raise AnnotationError(
-                f"{ann_file}: --sample_ids {shown} not in the file (ids are question_id values, "
+                f"{ann_file}: sample_ids {shown} not in the file (ids are question_id values, "
                 f"or #<0-based line index> when question_ids are missing or repeated)"
             )
         want_keys = {by_id[i].key for i in spec["sample_ids"]}

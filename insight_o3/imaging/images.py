@@ -212,7 +212,7 @@ def open_image(
             if values > max_values:
                 raise ImageError(
                     f"image too large to decode safely ({im.width}x{im.height} px, mode {im.mode}: {values} values "
-                    f"> --max_decode_values {max_values}): {path}"
+                    f"> max_decode_values {max_values}): {path}"
                 )
             im.load()
             # leaving the block closes only the file: the loaded pixels need no copy

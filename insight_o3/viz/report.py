@@ -539,6 +539,7 @@ def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> dict:
         "name_b": b.name,
         "fixed": int(counts.get("fixed", 0)),
         "broken": int(counts.get("broken", 0)),
+        "lost": int(counts.get("lost", 0)),
         "table": _df_html(changed, "compare-table", index=False) if len(changed) else None,
     }
 

@@ -127,6 +127,8 @@ def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
         s.vsearcher_max_tool_calls,
         s.vsearcher_response_length,
         s.vsearcher_prompt_length,
+        limit_reminder=s.protocol.searcher_limit_reminder,
+        budget_end_fails_searcher=s.protocol.budget_end_fails_searcher,
     )
 
 
