@@ -424,3 +424,20 @@ def test_a_hostile_review_edit_is_refused_on_apply(edit, problem, tmp_path):
         return
     with pytest.raises(review.DecisionsError, match=problem):
         review.apply(items(), {"chart/img": source(4)}, decisions)
+
+
+# ------------------------------------------------------------------------------- item 12: extreme aspect ratios
+@pytest.mark.parametrize("size", [(1, 100_000), (100_000, 1)])
+def test_a_1_by_100000_png_is_refused_with_a_reason(size, bench, tmp_path, openai_server, caplog):
+    ann, img_dir = bench
+    Image.new("RGB", size, (9, 9, 9)).save(img_dir / "images" / "img0.png")  # q0, q1, q7
+    model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == cli.ExitCode.INCOMPLETE
+    recs = _records(out)
+    assert list(recs) == list(eb.QUESTIONS)
+    for q in ("q0", "q1", "q7"):
+        er = recs[q]["eval_result"]
+        assert er["status"] == "failed" and "at most 65535 px a side" in er["fail_reason"], er
+    assert "solver raised" not in caplog.text
+    assert all(recs[q]["eval_result"]["status"] != "failed" for q in recs if q not in ("q0", "q1", "q7"))
