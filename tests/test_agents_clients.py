@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import io
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from insight_o3.agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
 from insight_o3.agents.drivers import InSightO3, VSearcher
 from insight_o3.agents.records import expand_messages
 from insight_o3.agents.solver import InSightO3Solver
@@ -275,29 +275,17 @@ class _Sample:
     options: str = "A. x\nB. y"
 
 
-def test_solver_from_args_runs_n_episodes(openai_server, img, store):
+def test_solver_from_config_runs_n_episodes(openai_server, img, store):
     rs, ss = openai_server(reasoner_script([SEARCH, FINAL])), openai_server(searcher_script([answer([1, 1, 30, 30])]))
-    args = argparse.Namespace(
-        model="vr",
-        api_base_url=rs.base_url,
-        api_key=SECRET,
-        img_max_pixels=None,
-        sys_prompt=None,
-        chat_completion_kwargs={"max_tokens": 64},
-        image_url_extra_settings=None,
-        client_timeout=10,
-        max_retries=0,
-        vsearcher_model="vs",
-        vsearcher_api_base_url=ss.base_url,
-        vsearcher_api_key=None,
-        vsearcher_max_pixels=BUDGET,
-        vsearcher_prompt="trained",
-        max_vsearch_calls=6,
-        reasoner_prompt="infer",
+    config = InSightO3Config(
+        reasoner=ReasonerSettings(model="vr", completion_kwargs={"max_tokens": 64}),
+        searcher=SearcherSettings(model="vs", max_pixels=BUDGET),
+        reasoner_api=ApiAccess(base_url=rs.base_url, api_key=SECRET, timeout=10, max_retries=0),
+        searcher_api=ApiAccess(base_url=ss.base_url, timeout=10, max_retries=0),
     )
 
     async def go():
-        solver = InSightO3Solver.from_args(args, images=store, redactor=Redactor(SECRET))
+        solver = InSightO3Solver.build(config, store)
         try:
             return await solver.solve(_Sample(img, "Which?"), 3)
         finally:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from insight_o3.scripts import compare, evaluate
+from insight_o3.scripts import compare, evaluate, rejudge
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text
 
@@ -54,6 +54,7 @@ def test_compare_two_runs_flips_mcnemar_and_pages(two_runs, capsys):
     tmp_path, a, b, _ = two_runs
     out, js = tmp_path / "cmp" / "compare.html", tmp_path / "cmp" / "compare.json"
     rc = compare.main([str(a), str(b), "--out", str(out), "--json", str(js), "--n_resamples", "2000"])
+    assert "NaN" not in js.read_text()
     assert rc == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     data = json.loads(js.read_text())
@@ -62,15 +63,26 @@ def test_compare_two_runs_flips_mcnemar_and_pages(two_runs, capsys):
     assert ra["accuracy"]["mean"] == 0.5 and rb["accuracy"]["mean"] == 0.5
     assert ra["accuracy"]["ci"][0] < 0.5 < ra["accuracy"]["ci"][1]
     pair = data["pairs"][0]
-    assert (pair["a"], pair["b"], pair["paired_trials"]) == ("a/o3_bench", "b/o3_bench", 2)
-    # McNemar on samples x trials: q0 right only in a, q1 only in b, both trials
+    assert (pair["a"], pair["b"], pair["trials_a"], pair["trials_b"], pair["n"]) == (
+        "a/o3_bench",
+        "b/o3_bench",
+        2,
+        2,
+        8,
+    )
+    # the paired sign-flip test over the 8 samples, exact: q0 (-1) and q1 (+1) cancel out
+    assert pair["pvalue"] == 1.0 and pair["pvalue_exact"] and pair["difference"] == 0.0
+    assert pair["ci"][0] < 0 < pair["ci"][1] and data["methods"]["test"].startswith("paired sign-flip")
+    # McNemar's counts on samples x trials, descriptive only
     assert pair["mcnemar"]["n"] == 16 and (pair["mcnemar"]["b"], pair["mcnemar"]["c"]) == (2, 2)
-    assert pair["mcnemar"]["pvalue"] == 1.0 and pair["difference"] == 0.0
+    assert pair["mcnemar"]["descriptive"] is True
     assert {(f["key"], f["change"]) for f in pair["flips"]} == {("q0", "broken"), ("q1", "fixed")}
     assert pair["categories"]["chart"]["mcnemar"]["b"] == 2 and pair["categories"]["map"]["n"] == 4
+    assert ra["failed"] == {"items": 0, "samples_without_a_judged_trial": 0}
     # tokens per episode without the judge's; cost as recorded
     assert rb["tokens_per_episode"] > ra["tokens_per_episode"] > 0 and rb["cost_per_episode"] > ra["cost_per_episode"]
     assert "b/o3_bench vs a/o3_bench: +0.0 points" in printed and "2 sample(s) flipped (1 fixed, 1 broken)" in printed
+    assert "paired sign-flip test p = 1 (exact)" in printed
     page = out.read_text()
     # each flip in the table links to its side-by-side block, which holds both conversations
     links = re.findall(r"<a href='#(flip-0-\d+)'>(q\d)</a>", page)
@@ -111,3 +123,45 @@ def test_compare_bad_input(two_runs, capsys):
     assert "trial not finished" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         compare.main([str(a)])
+
+
+def test_compare_accepts_settings_that_cannot_change_a_verdict(two_runs, openai_server, capsys):
+    """The judge cache (evaluate: off, rejudge: on) and each mode's own judge flow (the README's single model
+    vs InSight-o3 example) are accepted; another flow for the same mode is still refused."""
+    tmp_path, a, b, judge = two_runs
+    assert (
+        rejudge.main([str(a), "--judge_model", "judge-a", "--judge_api_base_url", judge.base_url, "--no_progress"]) == 0
+    )
+    again = tmp_path / "out" / "a" / "o3_bench@rejudge-judge-a"
+    assert json.loads((again / "run_card.json").read_text())["judge"]["cache"] is True
+    capsys.readouterr()
+    assert compare.main([str(a), str(again), "--out", str(tmp_path / "c.html"), "--n_resamples", "500"]) == 0
+    assert "mixed settings" not in capsys.readouterr().err
+    # b as an InSight-o3 run judged with its mode's default flow (verify): accepted, with a note
+    card_file = b / "run_card.json"
+    card = json.loads(card_file.read_text())
+    card["settings"]["vsearcher_model"], card["judge"]["flow"] = "scripted-vsearcher", "verify"
+    card_file.write_text(json.dumps(card))
+    assert compare.main([str(a), str(b), "--out", str(tmp_path / "d.html"), "--n_resamples", "500"]) == 0
+    assert "each run judged with its mode's own flow" in capsys.readouterr().err
+    # a single-model run judged with the verify flow is not its mode's default: refused
+    card["settings"]["vsearcher_model"] = None
+    card_file.write_text(json.dumps(card))
+    assert compare.main([str(a), str(b), "--out", str(tmp_path / "e.html")]) == 2
+    assert 'judge.flow: a/o3_bench="extract", b/o3_bench="verify"' in capsys.readouterr().err
+
+
+def test_gather_uses_the_same_verdict_rule_for_a_column(two_runs, capsys):
+    """gather_eval_results' column check is compare's: the judge cache alone is no conflict."""
+    from insight_o3.scripts import gather_eval_results as gather
+
+    tmp_path, a, b, _ = two_runs
+    card_file = b / "run_card.json"
+    card = json.loads(card_file.read_text())
+    card["judge"]["cache"] = not card["judge"]["cache"]
+    card_file.write_text(json.dumps(card))
+    argv = ["--settings", "a", "b", "--datasets", "o3_bench", "--output_dir", str(tmp_path / "out")]
+    assert gather.main(argv) == 0, capsys.readouterr().err
+    card["judge"]["max_answer_length"] = 5
+    card_file.write_text(json.dumps(card))
+    assert gather.main(argv) == 2 and "judge.max_answer_length" in capsys.readouterr().err

@@ -31,7 +31,7 @@ def _raw_records(eval_dir):
 @pytest.fixture(scope="module")
 def exported(demo_eval_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("export")
-    assert export.main([str(demo_eval_run.eval_dir), "--out_dir", str(out), "--n_resamples", "1000"]) == 0
+    assert export.main([str(demo_eval_run.eval_dir), "--out_dir", str(out)]) == 0
     return demo_eval_run, out
 
 
@@ -98,17 +98,47 @@ def test_trajectories_load_with_datasets(exported, tmp_path, monkeypatch):
     assert first_search["searches"][0]["messages"][0]["role"] == "system"
 
 
-def test_leaderboard_agrees_with_the_run(exported):
+def test_leaderboard_agrees_with_the_run(exported, tmp_path):
     run, out = exported
     board = json.loads((out / "leaderboard.json").read_text())
     summary = json.loads((run.eval_dir / "summary_metrics.json").read_text())
     assert board["format"] == "insight_o3.leaderboard/1" and board["num_trials"] == 2 and board["num_samples"] == 4
-    assert board["accuracy"]["mean"] == pytest.approx(summary["overall_accuracy"]["mean"])
+    # items lost to API errors are left out (and counted); each sample's trials averaged
+    recs = _raw_records(run.eval_dir)
+    status = {}
+    for r in recs:
+        status.setdefault(r["sample_key"], []).append(r["eval_result"]["status"])
+    lost = sum(v.count("failed") for v in status.values())
+    assert lost and board["failed"] == {
+        "items": lost,
+        "samples_without_a_judged_trial": sum(all(x == "failed" for x in v) for v in status.values()),
+        "counted_as": "excluded",
+    }
+    judged = [[x == "correct" for x in v if x != "failed"] for v in status.values()]
+    assert board["accuracy"]["mean"] == pytest.approx(
+        sum(sum(v) / len(v) for v in judged if v) / sum(map(bool, judged))
+    )
     lo, hi = board["accuracy"]["ci"]
-    assert lo <= board["accuracy"]["mean"] <= hi and board["ci"]["confidence"] == 0.95
+    assert lo < board["accuracy"]["mean"] < hi and board["ci"]["confidence"] == 0.95
+    # counted as wrong, it is the run's own accuracy
+    as_wrong = tmp_path / "as-wrong"
+    assert export.main([str(run.eval_dir), "--out_dir", str(as_wrong), "--failed_as_wrong"]) == 0
+    wrong = json.loads((as_wrong / "leaderboard.json").read_text())
+    assert wrong["accuracy"]["mean"] == pytest.approx(summary["overall_accuracy"]["mean"])
     for cat, acc in summary["category_accuracy"].items():
-        assert board["categories"][cat]["mean"] == pytest.approx(acc["mean"])
+        assert wrong["categories"][cat]["mean"] == pytest.approx(acc["mean"])
+    per_trial = wrong["accuracy"]["per_trial"]
+    assert wrong["accuracy"]["std_over_trials"] == pytest.approx(abs(per_trial[0] - per_trial[1]) / 2**0.5)  # ddof=1
+    # tokens per episode as compare counts them: the model's and the vSearcher's, the judge's apart
     assert board["tokens"]["total"] == summary["run_totals"]["tokens_total"]
+    system = sum(
+        u.get("prompt_tokens", 0) + u.get("completion_tokens", 0)
+        for r in recs
+        for role, u in (r.get("usage") or {}).items()
+        if role != "judge"
+    )
+    assert board["tokens"]["per_episode"] == pytest.approx(system / len(recs))
+    assert board["tokens"]["judge_per_episode"] > 0
     assert board["judge"]["model"] == "scripted-judge" and board["vsearcher_model"] == "scripted-searcher"
     assert board["run_card_sha256"] == read_run(run.eval_dir).card_sha256
     assert sum(board["attribution"].values()) == pytest.approx(1.0) and board["error_split"] is not None
@@ -119,3 +149,27 @@ def test_export_refuses_an_unfinished_run(tmp_path, capsys):
     (tmp_path / "e" / "trial_0" / "eval_records.jsonl").write_text("")
     assert export.main([str(tmp_path / "e"), "--out_dir", str(tmp_path / "x")]) == 2
     assert "trial not finished" in capsys.readouterr().err
+
+
+def test_export_and_compare_refuse_a_run_without_samples(tmp_path, capsys):
+    """A finished run whose records file is empty: exit 2 naming it, nothing written (no NaN in JSON, no
+    0-row Parquet)."""
+    from insight_o3.scripts import compare
+
+    run = tmp_path / "empty"
+    (run / "trial_0").mkdir(parents=True)
+    (run / "trial_0" / "eval_records.jsonl").write_text("")
+    (run / "trial_0" / "done").write_text("")
+    assert export.main([str(run), "--out_dir", str(tmp_path / "x")]) == 2
+    assert "holds no samples" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    js = tmp_path / "c.json"
+    assert compare.main([str(run), str(run), "--out", str(tmp_path / "c.html"), "--json", str(js)]) == 2
+    assert "holds no samples" in capsys.readouterr().err and not js.exists()
+
+
+def test_report_states_the_lost_items_and_tokens_per_episode(demo_eval_run, tmp_path):
+    from insight_o3.viz.report import build_report
+
+    page = build_report(demo_eval_run.eval_dir, max_samples=1, thumb_px=64)
+    assert "were lost to API errors" in page and "leave them out of the accuracy and the paired test" in page
+    assert "Tokens per episode:" in page and "(model + vSearcher; the judge" in page

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from insight_o3.evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences
+from insight_o3.evaluation.run_card import ROW_KEYS, VERDICT_KEYS, differences
 from insight_o3.protocol import prompts
 from insight_o3.scripts import evaluate
 from tests.support import golden as G
@@ -201,7 +201,7 @@ def test_oracle_target_layout_requests_are_pinned(tmp_path, openai_server):
     assert card["settings"]["oracle_crops"] == "target_layouts"
     # gather_eval_results: an oracle run shares a column with the baseline (Table 6), never a row
     plain = {**card, "settings": {**card["settings"], "oracle_crops": None}}
-    assert not differences({"plain": plain, "oracle": card}, SHARED_KEYS)
+    assert not differences({"plain": plain, "oracle": card}, VERDICT_KEYS)
     assert any(d.startswith("settings.oracle_crops") for d in differences({"plain": plain, "oracle": card}, ROW_KEYS))
 
 

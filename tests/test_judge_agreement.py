@@ -65,7 +65,8 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     new_b, new_c = out / "m/o3_bench@rejudge-judge-b", out / "m/o3_bench@rejudge-judge-c"
     assert (new_b / "trial_1/done").exists() and (new_c / "trial_1/done").exists()
 
-    ag = json.loads((out / "m/o3_bench@judge-agreement.json").read_text())
+    both_file = out / "m/o3_bench@judge-agreement-judge-b+judge-c.json"
+    ag = json.loads(both_file.read_text())
     ja, jb, jc = "judge-a (extract)", "judge-b (extract)", "judge-c (extract)"
     assert ag["judges"] == [ja, jb, jc] and ag["items"] == 16 and ag["judged_by_all"] == 14
     assert ag["accuracy"] == {ja: 4 / 8, jb: 6 / 8, jc: 3 / 8}
@@ -78,6 +79,15 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
         # q0 matches its ground truth by rule for every judge; the rest went to the judge models
         assert p["n_judge_decided"] == 12
         assert p["kappa_judge_decided"] == pytest.approx(_kappa(vx, vy, keys[1:]))
+    # three judges: Fleiss' kappa on the 14 items all judged (by hand), with a bootstrap interval over samples
+    k = [A[q] + B[q] + C[q] for q in keys]
+    p_bar = sum((x * (x - 1) + (3 - x) * (2 - x)) / 6 for x in k) / 7
+    p = sum(k) / 21
+    fleiss = (p_bar - p * p - (1 - p) ** 2) / (1 - p * p - (1 - p) ** 2)
+    assert ag["fleiss"]["kappa"] == pytest.approx(fleiss) and (ag["fleiss"]["n"], ag["fleiss"]["samples"]) == (14, 7)
+    assert ag["fleiss"]["ci"][0] <= fleiss <= ag["fleiss"]["ci"][1] and ag["fleiss"]["ci"][0] < ag["fleiss"]["ci"][1]
+    assert all(pr["kappa_ci"][0] <= pr["kappa"] <= pr["kappa_ci"][1] for pr in ag["pairs"])
+    assert "Fleiss' kappa of all 3 judges" in printed and "(only 7 samples: too narrow)" in printed
     # the planted disagreements, in both trials, with every verdict and what each judge model said
     dis = {(d["key"], d["trial"]): d for d in ag["disagreements"]}
     assert set(dis) == {(q, k) for q in ("q1", "q2", "q4", "q6", "q7") for k in (0, 1)}
@@ -93,6 +103,8 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     assert report.main([str(src), "--judges", str(new_b), str(new_c), "--out", str(page), "--thumb_px", "64"]) == 0
     html = page.read_text()
     assert 'id="kappa-table"' in html and "Disagreements (10)" in html and html.count("<td>q6</td>") == 2
+    assert "<p>16 items (sample &times; trial); 14 judged by every judge" in html and "built-in method" not in html
+    assert "id='fleiss-kappa'>Fleiss&#x27; kappa of all 3 judges" in html
     # a rerun resumes without asking any judge again
     asked = judge_b.count + judge_c.count
     assert (
@@ -103,6 +115,14 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
         == 0
     )
     assert judge_b.count + judge_c.count == asked
+    # a later re-judging with one of them writes its own agreement file: the three judges' is kept
+    before = both_file.read_text()
+    assert (
+        rejudge.main([str(src), "--judge_model", "judge-b", "--no_progress", "--judge_api_base_url", judge_b.base_url])
+        == 0
+    )
+    only_b = json.loads((out / "m/o3_bench@judge-agreement-judge-b.json").read_text())
+    assert only_b["judges"] == [ja, jb] and both_file.read_text() == before
 
 
 def test_judge_flags_are_one_for_all_or_one_per_judge(tmp_path):

@@ -40,7 +40,7 @@ def test_test_helpers_live_in_tests_not_in_the_package():
         assert (ROOT / "tests" / "support" / name).is_file(), name
     # what a user command needs stays in the package under a user-facing name
     assert (ROOT / "insight_o3" / "data" / "demo_bench.py").is_file()
-    assert (ROOT / "insight_o3" / "scripted_server.py").is_file()
+    assert (ROOT / "insight_o3" / "endpoints" / "scripted_server.py").is_file()
 
 
 def test_ci_installs_the_wheel_and_runs_every_console_script_outside_the_repo():

@@ -486,7 +486,9 @@ def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypa
         loop = _make(VReasonerAgentLoop, policy, server, cfg)
         r = _reasoner(loop, validate=True)
         assert (r.model, r.max_pixels, r.mode) == (model, px, "infer")
-        assert r.completion_kwargs == {"max_completion_tokens": 2048} and r.image_url_extra == {"detail": "high"}
+        # the fork's request (vsearch_gpt_async.py:142, 221-231): temperature 1.0, reasoning_effort null
+        assert r.completion_kwargs == {"max_completion_tokens": 2048, "temperature": 1.0, "reasoning_effort": None}
+        assert r.image_url_extra == {"detail": "high"}
         assert loop.policy.max_pixels == 16384 * 28 * 28
     # a 16K-token image does not fit an 8K prompt: an error at start-up naming the key, not a crash mid-run
     with pytest.raises(SettingsError, match="data.max_prompt_length"):
@@ -737,7 +739,7 @@ def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
     the fork's get_question turns the literal \\n into a newline in both."""
     import json as _json
 
-    from insight_o3.agents.drivers import InSightO3
+    from insight_o3.agents.drivers import VREASONER_COMPLETION_KWARGS, InSightO3
     from insight_o3.agents.solver import InSightO3Solver
     from insight_o3.endpoints.client import make_client
     from insight_o3.evaluation.samples import load_samples
@@ -764,7 +766,7 @@ def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
         ImageStore(alpha="white"),
         1638400,
         mode="infer",
-        completion_kwargs={"max_completion_tokens": 512},
+        completion_kwargs={**VREASONER_COMPLETION_KWARGS, "max_completion_tokens": 512},  # the fork's, the YAML's cap
         image_url_extra={"detail": "high"},
     )
     asyncio.run(InSightO3Solver(system, (client,)).solve(sample, 1))

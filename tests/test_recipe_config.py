@@ -321,7 +321,11 @@ def test_train_sh_effective_settings_as_the_loops_see_them(train_dry, tmp_path, 
     assert reasoner.policy.max_pixels == 4096 * 28 * 28
     train, val = _reasoner(reasoner, False), _reasoner(reasoner, True)
     assert (train.model, train.max_pixels, train.max_search_calls) == ("gpt-5-mini", 1280 * 1280, 6)
-    assert train.completion_kwargs == {"max_completion_tokens": 2048} and train.image_url_extra == {"detail": "high"}
+    assert train.completion_kwargs == {
+        "max_completion_tokens": 2048,
+        "temperature": 1.0,
+        "reasoning_effort": None,
+    } and train.image_url_extra == {"detail": "high"}
     assert (train.max_format_retries, val.max_format_retries) == (2, 4)
     assert _system_prompt(train, tmp_path) == VREASONER_TRAIN_SYSTEM_PROMPT
     assert _system_prompt(val, tmp_path) == VREASONER_INFER_SYSTEM_PROMPT

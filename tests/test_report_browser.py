@@ -214,9 +214,11 @@ def test_analysis_sections_render_in_headless_chromium(demo_eval_run, tmp_path, 
     )
     dom = _dom(chromium, page, FLIP_PROBE, tmp_path, "compare")
     acc = {r[0]: r[1:] for r in dom.tables["compare-accuracy"][1:]}
-    assert set(acc) == {"overall", "chart", "map"} and acc["overall"][1].startswith("50.0 [")
+    # the demo run lost one of its 4 samples to API errors (both trials): left out, 2 of 3 right
+    assert set(acc) == {"overall", "chart", "map"} and acc["overall"][1].startswith("66.7 [")
+    assert dom.tables["compare-runs"][1][6] == "2 / 1"  # items / samples lost
     assert len(dom.tables["compare-pairs"]) == 2 and "compare-attribution" in dom.tables
     flips = dom.tables["flip-table-0"][1:]
-    assert len(flips) == 4 and {r[2] for r in flips} == {"fixed", "broken"}
+    assert len(flips) == 3 and {r[2] for r in flips} == {"fixed", "broken"}  # the lost sample is no flip
     assert dom.body.get("data-flip-target", "").startswith("#flip-0-")
     assert dom.body.get("data-flip-open") == "yes" and dom.body.get("data-flip-columns") == "2"

@@ -41,6 +41,7 @@ add_recipe_path()
 from recipe.vsearch.policy_searcher import SearcherRollout  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
 from recipe.vsearch.rollout_fields import ROLE_INLOOP, ROLE_OUTLOOP, EpisodeStats  # noqa: E402
+from recipe.vsearch.settings import PROTOCOLS  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden" / "training"
 TOL = 1e-6
@@ -159,19 +160,27 @@ REWARD_CONFIGS_IN = [
 
 
 def project_episode(case: dict, store) -> SearcherRollout:
-    """The episode as ``PolicySearcher.run`` plays it: the session consumes each turn until it is done; a session
-    still open after the last turn ran out of its budget (``fail``)."""
+    """The episode as ``PolicySearcher.run`` plays it under ``vsearch.variant=original``: the session consumes each
+    turn until it is done; a session still open after the last turn ran out of its budget before the tool response
+    (``end_at_budget``, as the fork's loop ends it)."""
     frame = case["frame"]
     sess = SearcherSession(
-        image_of(store, frame["image_ori_wh"]), "target", store[0], frame["max_pixels"], "trained", max_tool_calls=6
+        image_of(store, frame["image_ori_wh"]),
+        "target",
+        store[0],
+        frame["max_pixels"],
+        "trained",
+        max_tool_calls=6,
+        limit_reminder=PROTOCOLS["original"].searcher_limit_reminder,
     )
     assert list(sess.frame.size) == frame["image_processed_wh"]
+    _SESSIONS[case["id"]] = sess
     for turn in case["turns"]:
         if sess.done:
             break
         sess.step(turn["text"], turn["finish"])
-    if not sess.done:
-        sess.fail("response budget used up")
+    if not sess.done:  # the fork's loop stops before the tool response that no longer fits (original)
+        sess.end_at_budget("response budget used up", drop_tool_response=True)
     result = sess.result()
     crops = [[float(v) for v in t.bbox_raw] for t in sess.turns if t.action == "tool_call" and t.bbox_raw is not None]
     return SearcherRollout(
@@ -191,6 +200,7 @@ def project_episode(case: dict, store) -> SearcherRollout:
 
 
 _ROLLOUTS: dict[str, SearcherRollout] = {}  # one session per episode, shared by its reward configurations
+_SESSIONS: dict[str, SearcherSession] = {}
 
 
 def project_reward(case: dict, store, reward_type: str, pseudo: str, unrated: bool = False) -> dict:
@@ -247,6 +257,17 @@ def test_episode_reward(item, store):
     if case["role"] == "outloop" and fork["format_reward"] and fork["extracted_answer"] not in (None, [0, 0, 0, 0]):
         assert close(got["iou"], fork["final_iou"]), "IoU of the answer"
     assert close(got["score"], fork["score"]), "score"
+
+
+@pytest.mark.parametrize("case", params([(c["id"], c) for c in cases("episodes.json")]))
+def test_episode_text(case, store):
+    """The decoded response the fork's reward reads (its loop renders each tool turn on its own, so the normal
+    reminder follows even the 6th crop) is the session's ``solution_text`` under ``vsearch.variant=original``."""
+    if case["id"] not in _ROLLOUTS:
+        _ROLLOUTS[case["id"]] = project_episode(case, store)
+    sess = _SESSIONS[case["id"]]
+    assert len(sess.turns) == len(case["turns"]), "the session ends on the turn the fork's loop ends on"
+    assert sess.solution_text().rstrip("\n") == case["solution_str"].rstrip("\n")
 
 
 UNRATED_PARAMS = params(

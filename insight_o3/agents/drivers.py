@@ -8,6 +8,7 @@ redacted reason (:data:`insight_o3.endpoints.errors.EXPECTED_ERRORS`); a program
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..base.redaction import Redactor, failure_reason
 from ..endpoints.errors import EXPECTED_ERRORS
@@ -16,6 +17,7 @@ from ..imaging.images import ImageStore
 from ..protocol.limits import LIMITS
 from ..protocol.prompts import FORK_HINTS, ReasonerHints
 from ..protocol.trajectory import image_refs, to_openai
+from .config import ReasonerSettings, SearcherSettings
 from .reasoner_session import ReasonerSession
 from .records import compact_messages
 from .searcher_session import LocateResult, SearcherSession, failed_locate
@@ -81,6 +83,18 @@ class VSearcher:
         self.client, self.model, self.images = client, model, images
         self.max_pixels, self.prompt, self.max_tool_calls = max_pixels, prompt, max_tool_calls
         self.completion_kwargs = {**VSEARCHER_COMPLETION_KWARGS, **(completion_kwargs or {})}
+
+    @classmethod
+    def from_settings(cls, s: SearcherSettings, client: Any, images: ImageStore) -> VSearcher:
+        return cls(
+            client,
+            s.model,
+            images,
+            max_pixels=s.max_pixels,
+            prompt=s.prompt,
+            max_tool_calls=s.max_tool_calls,
+            completion_kwargs=dict(s.completion_kwargs),
+        )
 
     def session(self, image_path: str, description: str) -> SearcherSession:
         return SearcherSession(image_path, description, self.images, self.max_pixels, self.prompt, self.max_tool_calls)
@@ -150,7 +164,9 @@ class InSightO3:
     ``completion_kwargs``: the vReasoner's request settings per turn; None or empty gives the fork's
     (:data:`VREASONER_COMPLETION_KWARGS`), anything else replaces them. ``max_format_retries``: per
     round (None: the fork's, 4 for ``infer``, 2 for ``train``). ``redactor``: as for :class:`VSearcher`.
-    ``hints``: the vReasoner's user hints (:class:`ReasonerSession`; default the fork's)."""
+    ``hints``: the vReasoner's user hints (:class:`ReasonerSession`; default the fork's). ``lost_reply_is_attempt``:
+    a request lost after the SDK's retries uses one of the round's attempts and is asked again
+    (:meth:`ReasonerSession.lost_reply`, the fork's training loop) instead of ending the episode ``failed``."""
 
     def __init__(
         self,
@@ -167,15 +183,36 @@ class InSightO3:
         max_format_retries: int | None = None,
         redactor: Redactor | None = None,
         hints: ReasonerHints = FORK_HINTS,
+        lost_reply_is_attempt: bool = False,
     ):
         self.client, self.model, self.searcher, self.images = client, model, searcher, images
-        self.hints = hints
+        self.hints, self.lost_reply_is_attempt = hints, lost_reply_is_attempt
         self.max_pixels, self.mode, self.max_search_calls = max_pixels, mode, max_search_calls
         self.system_prompt, self.max_format_retries = system_prompt, max_format_retries
         self.completion_kwargs = dict(completion_kwargs or VREASONER_COMPLETION_KWARGS)
         if "n" in self.completion_kwargs:
             raise ValueError("'n' cannot be set for InSight-o3 episodes: each trial is its own episode")
         self.image_url_extra = image_url_extra
+
+    @classmethod
+    def from_settings(cls, s: ReasonerSettings, client: Any, searcher: VSearcher, images: ImageStore) -> InSightO3:
+        """The system of :class:`~insight_o3.agents.config.ReasonerSettings` (evaluation and the recipe's in-loop
+        episodes build it this one way)."""
+        return cls(
+            client,
+            s.model,
+            searcher,
+            images,
+            s.max_pixels,
+            mode=s.mode,
+            max_search_calls=s.max_search_calls,
+            system_prompt=s.system_prompt,
+            completion_kwargs=dict(s.completion_kwargs),
+            image_url_extra=None if s.image_url_extra is None else dict(s.image_url_extra),
+            max_format_retries=s.max_format_retries,
+            hints=s.hints,
+            lost_reply_is_attempt=s.lost_reply_is_attempt,
+        )
 
     def session(self, image_path: str, question: str) -> ReasonerSession:
         return ReasonerSession(
@@ -205,6 +242,8 @@ class InSightO3:
                     self.client, self.model, s, self.images, self.completion_kwargs, self.image_url_extra
                 )
             except EXPECTED_ERRORS as e:
+                if self.lost_reply_is_attempt and s.lost_reply(_describe(e)):
+                    continue
                 s.fail(_describe(e))
                 break
             finish = c.finish_reason

@@ -268,6 +268,18 @@ class ReasonerSession:
             self.messages.append(message("user", self.hints.not_found))
         return call.crop
 
+    def lost_reply(self, reason: str) -> bool:
+        """A vReasoner request failed (after the SDK's retries) and uses one of the round's attempts, as in the
+        fork (``vsearch_gpt_async.py:233-243``): True when the same turn may be asked again, else the episode
+        fails (``failed``)."""
+        if self.done:
+            return False
+        self._attempts += 1
+        if self._attempts >= self.max_round_attempts:
+            self.fail(f"{reason} (after {self._attempts} attempts in a round)")
+            return False
+        return True
+
     def fail(self, reason: str) -> None:
         """The driver could not get a reply (API error after retries, vSearcher unreachable)."""
         if not self.done:

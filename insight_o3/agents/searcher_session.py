@@ -31,7 +31,10 @@ implemented in :mod:`insight_o3.protocol.searcher_rules` (the trained prompt; th
   outside the tags, ``<think>`` then one ``<tool_call>`` (no ``<answer>``) or, last, one ``<answer>`` (no
   ``<tool_call>``), integer tool boxes with some area in the frame, the answer a box or ``[0, 0, 0, 0]``
   (:attr:`SearcherSession.format_ok_inloop`: any answer text, the fork's sub-agent reward);
-* the limit text replaces the reminder once ``max_tool_calls`` crops were shown;
+* ``limit_reminder`` (default True, the paper's F.1 "for the last turn, we notify vSearcher"): the limit text
+  replaces the reminder once ``max_tool_calls`` crops were shown. False is what the fork's loop really shows: it
+  renders each tool turn on its own (``tool_agent_loop.py:329-336``), so its template's image count never exceeds
+  the limit and the normal reminder follows every crop (the recipe's ``vsearch.variant=original``);
 * ``failed`` is set by the driver (:meth:`fail`) when the episode cannot run (API error, bad image).
 
 The simple prompt (an untrained model, paper F.2) keeps a lenient reading: the last ``[x1, y1, x2, y2]`` of a
@@ -154,11 +157,13 @@ class SearcherSession:
         max_pixels: int,
         prompt: str = "trained",
         max_tool_calls: int = LIMITS.max_tool_calls,
+        limit_reminder: bool = True,
     ):
         if prompt not in SEARCHER_PROMPTS:
             raise ValueError(f"vSearcher prompt must be one of {SEARCHER_PROMPTS}, got {prompt!r}")
         self.image_path, self.description = str(image_path), description
         self.images, self.prompt, self.max_tool_calls = images, prompt, max_tool_calls
+        self.limit_reminder = limit_reminder
         #: JPEG at quality 90 over HTTP (the fork hands the resized pixels to vLLM in process)
         self.resize = Resize(max_pixels, qwen=True, jpeg_quality=SEARCHER_JPEG_QUALITY)
         self.original_size = images.size(self.image_path)
@@ -237,6 +242,12 @@ class SearcherSession:
         )
 
     # ------------------------------------------------------------------ protocol
+    def _reminder(self) -> str:
+        """The text after a tool response: the limit text once the last allowed crop was shown (``limit_reminder``)."""
+        if self.limit_reminder and self.n_tool_calls >= self.max_tool_calls:
+            return VSEARCHER_LIMIT_PROMPT
+        return VSEARCHER_TOOL_RESPONSE_PROMPT
+
     def _end(self, status: str, action: str, error: str | None = None) -> SearcherStep:
         self.status, self.error = status, error
         if self.turns:
@@ -278,9 +289,7 @@ class SearcherSession:
                 return self._end("invalid", "invalid", f"tool call: {e}")
             rec.box_original = ref.region
             self.n_tool_calls += 1
-            reminder = (
-                VSEARCHER_LIMIT_PROMPT if self.n_tool_calls >= self.max_tool_calls else VSEARCHER_TOOL_RESPONSE_PROMPT
-            )
+            reminder = self._reminder()
             # the recipe's chat template: "<tool_response>" + crop + "</tool_response>\n" + reminder
             self.messages.append(
                 message("user", "<tool_response>", image_part(ref), VSEARCHER_TOOL_RESPONSE_CLOSE, reminder)
@@ -320,9 +329,7 @@ class SearcherSession:
             self.n_tool_calls += 1
         else:
             rec.error = zoom.error
-        reminder = (
-            VSEARCHER_LIMIT_PROMPT if self.n_tool_calls >= self.max_tool_calls else VSEARCHER_TOOL_RESPONSE_PROMPT
-        )
+        reminder = self._reminder()
         self.tool_texts.append("" if ref is not None else str(zoom.error))
         self._reminders.append(reminder)
         if ref is not None:
@@ -354,6 +361,31 @@ class SearcherSession:
         self.box_original = (float(o[0]), float(o[1]), float(o[2]), float(o[3]))
         rec.box_original = self.box_original
         return self._end("found", "answer")
+
+    def end_at_budget(
+        self, reason: str, pending_text: str | None = None, finish_reason: str | None = None, drop_tool_response=False
+    ) -> None:
+        """The episode ran out of its token budget and ends as the fork's loop ends it (``tool_agent_loop.py:348-349``
+        and ``VSearcherLoop.run``): the box is the last turn's ``<answer>`` (none: ``invalid``), r_format is read on
+        what the policy saw. ``pending_text``: a last turn the driver did not step (cut at the budget: the fork stops
+        before running its tool call; or aborted by the server). ``drop_tool_response``: the tool response appended
+        after the last turn did not fit and was never shown (the fork stops before adding it)."""
+        if self.done:
+            return
+        if drop_tool_response and self.tool_texts:
+            self.tool_texts.pop()
+            self._reminders.pop()
+            self.messages.pop()
+            if self.turns and self.turns[-1].box_original is not None:
+                self.n_tool_calls -= 1
+        if pending_text is not None:
+            self.turns.append(SearcherTurnRecord(pending_text, "invalid", "<think>" in pending_text, finish_reason))
+            self.messages.append(message("assistant", pending_text))
+        if not self.turns or self.prompt != "trained":
+            self._end("invalid", "invalid", reason)
+            return
+        self._fork_end(self.turns[-1], self.turns[-1].text)
+        self.error = self.error or reason
 
     def fail(self, reason: str) -> None:
         """The driver could not continue (API error after retries, bad image): status ``failed``."""

@@ -4,29 +4,19 @@ of a sample are ``n`` independent vReasoner + vSearcher episodes, run concurrent
 from __future__ import annotations
 
 import asyncio
-import json
+from typing import TYPE_CHECKING, Any
 
 from ..endpoints.client import make_client
-from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..endpoints.guard import RunGuard
+from ..endpoints.rate_limit import AdaptiveLimiter
 from ..imaging.images import ImageStore
 from ..protocol.attempt import Attempt
-from ..protocol.limits import LIMITS
 from ..protocol.questions import insight_o3_question
+from .config import ApiAccess, InSightO3Config
 from .drivers import AnswerResult, InSightO3, VSearcher
 
-
-def _as_dict(value, name: str) -> dict:
-    if value is None or value == "":
-        return {}
-    if isinstance(value, dict):
-        return dict(value)
-    try:
-        parsed = json.loads(value)
-    except (TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"--{name} must be a JSON object: {e}") from None
-    if not isinstance(parsed, dict):
-        raise ValueError(f"--{name} must be a JSON object, got {type(parsed).__name__}")
-    return parsed
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 
 def to_attempt(r: AnswerResult) -> Attempt:
@@ -38,11 +28,11 @@ def to_attempt(r: AnswerResult) -> Attempt:
 class InSightO3Solver:
     """:class:`~insight_o3.protocol.attempt.Solver` over an :class:`InSightO3` system."""
 
-    def __init__(self, system: InSightO3, clients: tuple = ()):
+    def __init__(self, system: InSightO3, clients: tuple[AsyncOpenAI, ...] = ()):
         self.system = system
         self._clients = clients
 
-    async def solve(self, sample, n: int) -> list[Attempt]:
+    async def solve(self, sample: Any, n: int) -> list[Attempt]:
         question = insight_o3_question(sample)
         results = await asyncio.gather(*(self.system.answer(sample.image_path, question) for _ in range(n)))
         return [to_attempt(r) for r in results]
@@ -52,45 +42,26 @@ class InSightO3Solver:
             await c.close()
 
     @classmethod
-    def from_args(
+    def build(
         cls,
-        args,
+        config: InSightO3Config,
         images: ImageStore,
-        redactor=None,
-        guard=None,
-        limiter=None,
-        vsearcher_limiter=None,
+        *,
+        guard: RunGuard | None = None,
+        limiter: AdaptiveLimiter | None = None,
+        vsearcher_limiter: AdaptiveLimiter | None = None,
     ) -> InSightO3Solver:
-        """Build from the ``evaluate`` arguments (keys already resolved). ``--sys_prompt`` does not
-        apply: the vReasoner's system prompt is the protocol's (``--reasoner_prompt infer|train``).
-        ``redactor``: nothing to do (the clients register their keys; see :mod:`insight_o3.base.redaction`)."""
-        timeout, retries = getattr(args, "client_timeout", None), getattr(args, "max_retries", None)
-        kw = {"timeout": timeout, "guard": guard} | ({"max_retries": retries} if retries is not None else {})
-        r_client = make_client(args.api_key, args.api_base_url, role="vReasoner", limiter=limiter, **kw)
-        s_client = make_client(
-            args.vsearcher_api_key, args.vsearcher_api_base_url, role="vSearcher", limiter=vsearcher_limiter, **kw
-        )
-        searcher = VSearcher(
-            s_client,
-            args.vsearcher_model,
-            images,
-            max_pixels=getattr(args, "vsearcher_max_pixels", None) or VSEARCHER_EVAL_MAX_PIXELS,
-            prompt=getattr(args, "vsearcher_prompt", None) or "trained",
-            max_tool_calls=LIMITS.max_tool_calls,
-            completion_kwargs=_as_dict(
-                getattr(args, "vsearcher_chat_completion_kwargs", None), "vsearcher_chat_completion_kwargs"
-            ),
-        )
-        system = InSightO3(
-            r_client,
-            args.model,
-            searcher,
-            images,
-            max_pixels=getattr(args, "img_max_pixels", None),
-            mode=getattr(args, "reasoner_prompt", None) or "infer",
-            max_search_calls=getattr(args, "max_vsearch_calls", None) or LIMITS.max_search_calls,
-            completion_kwargs=_as_dict(getattr(args, "chat_completion_kwargs", None), "chat_completion_kwargs"),
-            image_url_extra=_as_dict(getattr(args, "image_url_extra_settings", None), "image_url_extra_settings")
-            or None,
-        )
-        return cls(system, (r_client, s_client))
+        """The solver of ``config``: one client per endpoint (closed by :meth:`aclose`), each through its
+        limiter; ``guard`` counts their failures. The clients register their keys for redaction
+        (:mod:`insight_o3.base.redaction`)."""
+        r_client = _client(config.reasoner_api, "vReasoner", guard, limiter)
+        s_client = _client(config.searcher_api, "vSearcher", guard, vsearcher_limiter)
+        searcher = VSearcher.from_settings(config.searcher, s_client, images)
+        return cls(InSightO3.from_settings(config.reasoner, r_client, searcher, images), (r_client, s_client))
+
+
+def _client(api: ApiAccess, role: str, guard: RunGuard | None, limiter: AdaptiveLimiter | None) -> AsyncOpenAI:
+    retries = {} if api.max_retries is None else {"max_retries": api.max_retries}
+    return make_client(
+        api.api_key, api.base_url, timeout=api.timeout, role=role, limiter=limiter, guard=guard, **retries
+    )

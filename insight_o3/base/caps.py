@@ -15,6 +15,10 @@ from __future__ import annotations
 DEFAULT_MAX_REPLY_CHARS = 200_000
 #: Characters of one text the HTML report shows (``report --max_text_chars``).
 DEFAULT_MAX_TEXT_CHARS = 20_000
+#: Bytes of one reply body (decoded: after gzip …) a client reads; a longer body is refused while it is read
+#: (:class:`insight_o3.endpoints.client.DeadlineHttpClient`), so a compressed bomb never inflates past it. It
+#: holds every choice of a reply: far above ``n`` replies of :data:`DEFAULT_MAX_REPLY_CHARS` characters each.
+MAX_REPLY_BYTES = 64 * 2**20
 #: How a cut is marked (``{n}`` characters cut by ``{flag}`` at ``{limit}``).
 CUT_MARKER = "\n[… {n} characters cut here ({flag} {limit}) …]\n"
 

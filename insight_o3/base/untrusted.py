@@ -18,16 +18,103 @@ Every API client (:class:`insight_o3.endpoints.client.GuardedAsyncOpenAI`) passe
 
 :func:`escape_strings` is also the backstop of :mod:`insight_o3.storage.record_log`: a record that still
 holds such text is written escaped (and marked) instead of failing the run.
+
+Round 2 (issue 34) — the reply is *typed* at the same boundary, so no caller checks anything:
+
+* **Shape.** A chat completion must have a list of choice objects, each message's ``content`` a string, null,
+  or a list of content parts (the OpenAI schema): the parts' text is joined into one string; content of any
+  other type (a number, a dict, a part without text), a choice that is not an object, a ``finish_reason`` that
+  is not a string, or a reply nested deeper than :data:`MAX_JSON_DEPTH` raise :class:`MalformedReply` (a
+  ``ValueError``: one failed record, retried on the rerun like any failed request).
+* **Keys.** Every string is passed through :func:`insight_o3.base.redaction.redact`: a reply that echoes a key of
+  this process ("debug: auth=sk-…") is stored, shown, exported and forwarded (to the judge) with ``***`` instead.
+* **Usage.** A counter beyond :data:`MAX_TOKENS_PER_CHOICE` × the reply's choices (no model has such a context
+  window), or a usage that is not an object, is invalid usage exactly like a negative one.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from .redaction import redact
 
 UsageState = Literal["ok", "missing", "invalid"]
 #: The usage counters a reply must carry as non-negative integers (path in the usage object).
 USAGE_COUNTERS = (("prompt_tokens",), ("completion_tokens",), ("completion_tokens_details", "reasoning_tokens"))
+#: Tokens one choice can plausibly count (prompt or completion): above every model's context window.
+MAX_TOKENS_PER_CHOICE = 10_000_000
+#: Nesting a reply (or any JSON value of a user or a server) may have; deeper is malformed.
+MAX_JSON_DEPTH = 100
+
+
+#: Digits an integer of untrusted JSON may have (a 400-digit coordinate overflows every float conversion).
+MAX_INT_DIGITS = 30
+
+
+class UntrustedJSONError(json.JSONDecodeError):
+    """JSON that parses but is beyond the bounds of :func:`loads` (so every ``except json.JSONDecodeError`` of a
+    reader treats it as the malformed JSON it is for us)."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg, "", 0)
+
+    def __str__(self) -> str:
+        return self.msg
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise UntrustedJSONError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, max_chars: int | None = None) -> Any:
+    """``json.loads`` for JSON of a user or a server, bounded: at most ``max_chars`` characters, ``max_depth``
+    levels of nesting, integers of :data:`MAX_INT_DIGITS` digits, and only finite numbers (``NaN``,
+    ``Infinity``, ``1e999`` are refused). Raises :class:`UntrustedJSONError` (a ``json.JSONDecodeError``) naming
+    the field (``layout_infos.1.bbox[2]``) where one is at fault."""
+    if max_chars is not None and len(text) > max_chars:
+        raise UntrustedJSONError(f"longer than {max_chars} characters")
+    try:
+        value = json.loads(text, parse_int=_bounded_int)
+    except RecursionError:
+        raise UntrustedJSONError(f"nested more than {max_depth} levels deep") from None
+    problem = json_problem(value, max_depth)
+    if problem is not None:
+        raise UntrustedJSONError(problem)
+    return value
+
+
+def json_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a parsed JSON value is out of bounds (nested past ``max_depth``, a number that is not finite), naming
+    the field; None when it is within them. Iterative: any depth is safe to check."""
+    stack: list[tuple[Any, int, tuple]] = [(value, 0, ())]
+    while stack:
+        obj, depth, path = stack.pop()
+        if isinstance(obj, float):
+            if not math.isfinite(obj):
+                return f"field '{_path_text(path)}' is {obj} (not a finite number)"
+        elif isinstance(obj, (dict, list)):
+            if depth >= max_depth:
+                return f"nested more than {max_depth} levels deep (at '{_path_text(path)}')"
+            items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+            stack.extend((v, depth + 1, (*path, k)) for k, v in items)
+    return None
+
+
+def _path_text(path: tuple) -> str:
+    out = ""
+    for k in path:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out or "(top level)"
+
+
+class MalformedReply(ValueError):
+    """A reply that is not a usable answer (see the module docstring): one failed request, with this reason."""
 
 
 def escape_text(text: str) -> str:
@@ -43,38 +130,49 @@ def escape_strings(obj: Any) -> tuple[Any, int]:
     """``obj`` (str, list, tuple, dict, or a pydantic model such as the SDK's replies) with every string
     escaped (:func:`escape_text`); containers and models are changed in place. Returns the object and how
     many strings (keys included) were changed."""
+    return map_strings(obj, escape_text)
+
+
+def map_strings(obj: Any, fn: Callable[[str], str], max_depth: int | None = None) -> tuple[Any, int]:
+    """:func:`escape_strings` with ``fn`` in place of :func:`escape_text` (``fn`` returns its argument itself
+    when nothing changes). With ``max_depth``, a value nested deeper raises :class:`MalformedReply`."""
+    counter = [0]
+    return _walk(obj, fn, counter, 0, max_depth), counter[0]
+
+
+def _walk(obj: Any, fn: Callable[[str], str], counter: list[int], depth: int, max_depth: int | None) -> Any:
     if isinstance(obj, str):
-        clean = escape_text(obj)
-        return clean, int(clean is not obj)
+        clean = fn(obj)
+        if clean is not obj:
+            counter[0] += 1
+        return clean
+    if obj is None or isinstance(obj, (int, float)):
+        return obj
+    if max_depth is not None and depth > max_depth:
+        raise MalformedReply(f"the reply is nested more than {max_depth} levels deep")
+    depth += 1
     if isinstance(obj, list):
-        n = 0
         for i, v in enumerate(obj):
-            obj[i], k = escape_strings(v)
-            n += k
-        return obj, n
+            obj[i] = _walk(v, fn, counter, depth, max_depth)
+        return obj
     if isinstance(obj, tuple):
-        items = [escape_strings(v) for v in obj]
-        return tuple(v for v, _ in items), sum(k for _, k in items)
+        return tuple(_walk(v, fn, counter, depth, max_depth) for v in obj)
     if isinstance(obj, dict):
-        return obj, _escape_dict(obj)
-    fields = _model_fields(obj)
-    n = 0
-    for d in fields:
-        n += _escape_dict(d)
-    return obj, n
+        _walk_dict(obj, fn, counter, depth, max_depth)
+        return obj
+    for d in _model_fields(obj):
+        _walk_dict(d, fn, counter, depth, max_depth)
+    return obj
 
 
-def _escape_dict(d: dict) -> int:
-    n = 0
+def _walk_dict(d: dict, fn: Callable[[str], str], counter: list[int], depth: int, max_depth: int | None) -> None:
     for key in list(d):
-        value, k = escape_strings(d[key])
-        n += k
-        new_key = escape_text(key) if isinstance(key, str) else key
+        value = _walk(d[key], fn, counter, depth, max_depth)
+        new_key = fn(key) if isinstance(key, str) else key
         if new_key is not key:
             del d[key]
-            n += 1
+            counter[0] += 1
         d[new_key] = value
-    return n
 
 
 def _model_fields(obj: Any) -> list[dict]:
@@ -96,36 +194,117 @@ def _get(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def usage_state(usage: Any) -> UsageState:
-    """``"ok"``, ``"missing"`` (no usage object) or ``"invalid"`` (a counter that is not a non-negative integer)."""
+def usage_state(usage: Any, choices: int = 1) -> UsageState:
+    """``"ok"``, ``"missing"`` (no usage object) or ``"invalid"`` (not an object, or a counter that is not a
+    non-negative integer of at most :data:`MAX_TOKENS_PER_CHOICE` × ``choices``)."""
     if usage is None:
         return "missing"
+    if isinstance(usage, (str, int, float, list, tuple)):
+        return "invalid"
+    ceiling = MAX_TOKENS_PER_CHOICE * max(1, choices)
     for path in USAGE_COUNTERS:
         v = usage
         for name in path:
             v = _get(v, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= ceiling):
             return "invalid"
     return "ok"
 
 
 @dataclass(frozen=True)
 class ReplyCheck:
-    """What :func:`check_reply` did to one reply: strings escaped, and the state of its usage."""
+    """What :func:`check_reply` did to one reply: strings escaped, strings with a key masked, the state of its
+    usage."""
 
     escaped: int = 0
     usage: UsageState = "ok"
+    redacted: int = 0
 
 
-def check_reply(reply: Any) -> ReplyCheck:
-    """Make one parsed reply safe to store and count, in place (see the module docstring): escape its
-    text, drop usage that is not valid (``reply.usage = None``)."""
-    _, escaped = escape_strings(reply)
+def check_reply(reply: Any, chat: bool = False) -> ReplyCheck:
+    """Make one parsed reply safe to store, show and count, in place (see the module docstring): escape its
+    text, mask known keys in it, drop usage that is not valid (``reply.usage = None``). With ``chat`` (a chat
+    completion) also type it (:func:`type_chat_reply`). Raises :class:`MalformedReply`."""
+    tally = [0, 0]
+
+    def clean(text: str) -> str:
+        escaped = escape_text(text)
+        tally[0] += escaped is not text
+        masked = redact(escaped)
+        if masked != escaped:
+            tally[1] += 1
+            return masked
+        return escaped
+
+    try:
+        map_strings(reply, clean, MAX_JSON_DEPTH)
+        n_choices = type_chat_reply(reply) if chat else 1
+    except RecursionError:  # pragma: no cover - MAX_JSON_DEPTH is far below the interpreter's limit
+        raise MalformedReply("the reply is nested too deeply") from None
     usage = _get(reply, "usage")
-    state = usage_state(usage)
+    state = usage_state(usage, n_choices)
     if state == "invalid":
         if isinstance(reply, dict):
             reply["usage"] = None
         else:
             object.__setattr__(reply, "usage", None)
-    return ReplyCheck(escaped, state)
+    return ReplyCheck(tally[0], state, tally[1])
+
+
+def type_chat_reply(reply: Any) -> int:
+    """Check that ``reply`` (a parsed chat completion) has the types its readers rely on, making content parts one
+    string; the number of choices. Raises :class:`MalformedReply` (see the module docstring)."""
+    if isinstance(reply, (str, int, float, list, tuple)) or reply is None:
+        raise MalformedReply(f"the reply is a JSON {type(reply).__name__}, not a chat completion object")
+    choices = _get(reply, "choices")
+    if choices is None:
+        return 0  # an error object, or no choices: the readers say so
+    if not isinstance(choices, list):
+        raise MalformedReply(f"'choices' is a {type(choices).__name__}, not a list")
+    for i, choice in enumerate(choices):
+        if choice is None or isinstance(choice, (str, int, float, list)):
+            raise MalformedReply(f"choice {i} is a {type(choice).__name__}, not an object")
+        finish = _get(choice, "finish_reason")
+        if finish is not None and not isinstance(finish, str):
+            raise MalformedReply(f"choice {i}: finish_reason is a {type(finish).__name__}, not a string")
+        message = _get(choice, "message")
+        if message is None:
+            continue
+        if isinstance(message, (str, int, float, list)):
+            raise MalformedReply(f"choice {i}: message is a {type(message).__name__}, not an object")
+        content = _get(message, "content")
+        if content is None or isinstance(content, str):
+            continue
+        text = content_text(content)
+        if text is None:
+            raise MalformedReply(
+                f"choice {i}: message content is a {type(content).__name__}, not text or a list of text parts"
+            )
+        if isinstance(message, dict):
+            message["content"] = text
+        else:
+            object.__setattr__(message, "content", text)
+    return len(choices)
+
+
+def content_text(content: Any) -> str | None:
+    """The text of a message's ``content``: a string as it is; a list of content parts (``{"type": "text",
+    "text": ...}``; a part of another type, e.g. an image or a refusal without text, adds nothing) joined;
+    None for anything else (a number, a dict, a part that is not an object or whose text is not a string)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    out = []
+    for part in content:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        if not isinstance(part, dict):
+            return None
+        text = part.get("text")
+        if part.get("type", "text") == "text" and not isinstance(text, str):
+            return None
+        if isinstance(text, str):
+            out.append(text)
+    return "".join(out)

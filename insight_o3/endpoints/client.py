@@ -29,12 +29,14 @@ import importlib
 import json
 import logging
 import os
+from typing import NoReturn
 
 import openai
 from openai import AsyncOpenAI
 
+from ..base.caps import MAX_REPLY_BYTES
 from ..base.redaction import register_secret, register_url
-from ..base.untrusted import ReplyCheck, check_reply
+from ..base.untrusted import MalformedReply, ReplyCheck, check_reply
 from .usage import record_response
 
 log = logging.getLogger(__name__)
@@ -98,21 +100,42 @@ def _limits(max_connections: int):
 class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
     """The SDK's default async HTTP client with a total ``deadline`` (seconds) per ``send``: connecting,
     the request and the whole reply body (the SDK reads non-streamed bodies inside ``send``). Past it,
-    the SDK sees its HTTP package's ``ReadTimeout`` and retries as for any timeout."""
+    the SDK sees its HTTP package's ``ReadTimeout`` and retries as for any timeout. A non-streamed body is
+    read here, decoded, and refused (:class:`~insight_o3.base.untrusted.MalformedReply`) once it passes
+    ``max_body_bytes``."""
 
-    def __init__(self, *, deadline: float, **kwargs):
+    def __init__(self, *, deadline: float, max_body_bytes: int = MAX_REPLY_BYTES, **kwargs):
         super().__init__(**kwargs)
         self.deadline = deadline
+        self.max_body_bytes = max_body_bytes
 
-    async def send(self, request, **kw):
+    async def send(self, request, *, stream: bool = False, **kw):
         try:
             async with asyncio.timeout(self.deadline):
-                return await super().send(request, **kw)
+                response = await super().send(request, stream=True, **kw)
+                if not stream:
+                    await read_capped(response, self.max_body_bytes)
+                return response
         except TimeoutError:
             raise _http_package().ReadTimeout(
-                f"no complete reply within the {self.deadline:g} s deadline of this attempt (--client_timeout)",
+                f"no complete reply within the {self.deadline:g} s deadline of this attempt (client_timeout)",
                 request=request,
             ) from None
+
+
+async def read_capped(response, limit: int) -> None:
+    """Read ``response``'s decoded body into it (as ``aread`` does), refusing it past ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise MalformedReply(f"the reply body is larger than {limit} bytes (decoded); refused while reading")
+            chunks.append(chunk)
+    finally:
+        await response.aclose()
+    response._content = b"".join(chunks)  # what aread() sets: the body, read once
 
 
 def _http_package():
@@ -187,10 +210,19 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
                 self.guard.request_done(self.role, f"{type(e).__name__}: {_server_message(e)}", self._base())
             raise
         except openai.APIError as e:  # connection errors, timeouts, malformed responses
+            refused = e.__cause__ if isinstance(e.__cause__, MalformedReply) else None  # a body over the cap
             if self.guard is not None:
-                self.guard.request_done(self.role, f"{type(e).__name__}: {e}", self._base())
+                self.guard.request_done(self.role, f"{type(refused or e).__name__}: {refused or e}", self._base())
+            if refused is not None:
+                raise refused from None
             raise
-        self._checked(check_reply(result))  # first: the error text below may hold what it escapes
+        except RecursionError:  # the SDK's JSON parser on a body nested past the interpreter's limit
+            self._malformed(MalformedReply("the reply is nested too deeply to parse"))
+        try:  # first: the error text below may hold what it escapes
+            check = check_reply(result, chat=str(path).rstrip("/").endswith("/chat/completions"))
+        except MalformedReply as e:
+            self._malformed(e)
+        self._checked(check)
         error = error_in_reply(result)
         if error is not None:
             if self.guard is not None:
@@ -206,11 +238,25 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
     def _base(self) -> str:
         return str(self.base_url)
 
+    def _malformed(self, e: MalformedReply) -> NoReturn:
+        """Count a reply nobody can use as a failed request, and raise it."""
+        if self.guard is not None:
+            self.guard.request_done(self.role, f"{type(e).__name__}: {e}", self._base())
+        raise e
+
+    _warned_redacted = False
+
     def _checked(self, check: ReplyCheck) -> None:
         """Count (with a guard) and log what :func:`~insight_o3.base.untrusted.check_reply` found in a reply:
         each kind once per endpoint when counted, else every time."""
         if check == ReplyCheck():
             return
+        if check.redacted and not self._warned_redacted:
+            self._warned_redacted = True
+            log.warning(
+                "the %s endpoint sent a reply holding an API key of this run; it is stored and passed on as ***",
+                self.role,
+            )
         seen = self.guard.reply_checked(self.role, check) if self.guard is not None else None
         if check.escaped and (seen is None or seen.escaped_replies == 1):
             log.warning(

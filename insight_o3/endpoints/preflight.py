@@ -8,7 +8,8 @@ SGLang and the OpenAI API all serve and which costs no tokens (asked through the
 * a key variable the command was told to read (``check_reliability --checker "m,URL,ENV"``,
   ``--judge_api_key_env``) is not set;
 * no base URL is configured and there is no key either (the SDK would call api.openai.com anonymously);
-* the endpoint cannot be reached (connection refused, DNS, TLS, no answer within the timeout);
+* the endpoint cannot be reached (connection refused, DNS, TLS, no complete answer within the timeout — a
+  total deadline: a server trickling a byte at a time is cut off at it, and a signal ends the check at once);
 * it answers 401 or 403 (the key is refused).
 
 Any other answer (200, or a 404/405 from a server without a models list, or a 5xx) counts as reachable:
@@ -19,6 +20,7 @@ clients are made and before the first item starts.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Iterable
@@ -27,13 +29,14 @@ from dataclasses import dataclass, field
 import openai
 
 from ..base.redaction import redact, register_url
+from .client import DeadlineHttpClient
 from .guard import RunStopped
 
 log = logging.getLogger(__name__)
 
 #: Where the openai SDK sends requests when no base URL is configured.
 SDK_DEFAULT_URL = "https://api.openai.com/v1"
-#: Seconds each endpoint has to answer the check.
+#: Seconds each endpoint has to answer the check (all of it: connecting to the last byte).
 CHECK_TIMEOUT = 10.0
 
 
@@ -65,24 +68,41 @@ class Endpoint:
 def _reason(e: openai.APIConnectionError) -> str:
     if isinstance(e, openai.APITimeoutError):
         return "no answer in time"
-    cause = e.__cause__ or e
-    text = str(cause) or type(cause).__name__
+    chain: list[BaseException] = []
+    cause: BaseException | None = e
+    while cause is not None and cause not in chain and len(chain) < 8:  # the async HTTP stack nests its causes
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if any(isinstance(c, ConnectionRefusedError) for c in chain):
+        return "connection refused"
+    texts = [str(c) or type(c).__name__ for c in chain[1:] or chain]
     for known in ("Connection refused", "Name or service not known", "nodename nor servname", "certificate"):
-        if known.lower() in text.lower():
+        if any(known.lower() in t.lower() for t in texts):
             return known.lower()
-    return redact(text)[:200]
+    return redact(texts[0])[:200]
 
 
 def check_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
     """Check one endpoint (see the module docstring); the HTTP status of its models list."""
+    return asyncio.run(acheck_endpoint(ep, timeout))
+
+
+async def acheck_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
+    """:func:`check_endpoint` in the running event loop: cancelled at once when the run is stopped."""
     register_url(ep.base_url)
     if ep.key_env and not os.environ.get(ep.key_env):
         raise EndpointError(f"{ep.shown()}: its key variable ${ep.key_env} is not set")
     if not ep.base_url and not ep.api_key:
         raise EndpointError(f"{ep.shown()}: no key either; give the base URL (or its environment variable)")
-    client = openai.OpenAI(api_key=ep.api_key or "EMPTY", base_url=ep.url, max_retries=0, timeout=timeout)
+    client = openai.AsyncOpenAI(
+        api_key=ep.api_key or "EMPTY",
+        base_url=ep.url,
+        max_retries=0,
+        timeout=timeout,
+        http_client=DeadlineHttpClient(deadline=timeout, timeout=timeout),
+    )
     try:
-        client.models.list()
+        await client.models.list()
         return 200
     except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
         raise EndpointError(
@@ -94,18 +114,25 @@ def check_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
         raise EndpointError(
             f"{ep.shown()} is unreachable ({_reason(e)}); check the URL or that the server is up"
         ) from None
+    except ValueError:  # answered 200 with a body that is no models list (or too large): reachable
+        return 200
     finally:
-        client.close()
+        await client.close()
 
 
 def check_endpoints(endpoints: Iterable[Endpoint], timeout: float = CHECK_TIMEOUT) -> None:
     """Check every endpoint once (the same URL and key are asked once); raises :class:`EndpointError`."""
+    asyncio.run(acheck_endpoints(endpoints, timeout))
+
+
+async def acheck_endpoints(endpoints: Iterable[Endpoint], timeout: float = CHECK_TIMEOUT) -> None:
+    """:func:`check_endpoints` in the running event loop (a stopped run cancels it at once)."""
     seen: set[tuple[str, str | None]] = set()
     for ep in endpoints:
         if ep.key_env and not os.environ.get(ep.key_env):
-            check_endpoint(ep, timeout)  # raises: named variable unset
+            await acheck_endpoint(ep, timeout)  # raises: named variable unset
         if (ep.url, ep.api_key) in seen:
             continue
         seen.add((ep.url, ep.api_key))
-        status = check_endpoint(ep, timeout)
+        status = await acheck_endpoint(ep, timeout)
         log.info("%s reachable (models list: HTTP %d)", redact(ep.shown()), status)

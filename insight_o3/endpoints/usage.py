@@ -123,6 +123,16 @@ def total_tokens(usage: dict | None) -> int:
     return sum(c.get("prompt_tokens", 0) + c.get("completion_tokens", 0) for c in (usage or {}).values())
 
 
+#: The roles whose tokens an episode costs the system under test; the judge's are the evaluation's.
+SYSTEM_ROLES = ("model", "vsearcher")
+
+
+def system_tokens(usage: dict | None) -> int:
+    """The tokens of one episode as ``compare``, the leaderboard and the report count them ("tokens per
+    episode"): the model's and the vSearcher's prompt + completion tokens, the judge's left out."""
+    return total_tokens({r: c for r, c in (usage or {}).items() if r in SYSTEM_ROLES})
+
+
 class PriceError(ValueError):
     """An unusable price file; the message names the file and the field."""
 

@@ -4,7 +4,7 @@ The runs are one evaluation and its re-judgings (``rejudge``: same responses, an
 ``(sample, trial)`` holds the same response in every run. An item counts when every judge *judged* it
 (``correct`` or ``wrong``); truncated and no-answer items are never judged, and items a judge lost to
 API errors are left out (and counted). Per pair of judges: the share of items they agree on and
-Cohen's κ (:func:`~.significance.cohen_kappa`), over all judged items and over the items at least
+Cohen's κ with its cluster-bootstrap interval (:mod:`.kappa`; items resampled by sample), over all judged items and over the items at least
 one of the two decided with its model (``judge_method == "judge"``; an answer matching the ground
 truth by rule is correct for every judge of the same flow, which inflates κ). Each judge's accuracy
 is over all items, as its run's metrics count it. A disagreement is an item on which not all judges
@@ -16,9 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations
 
+import numpy as np
+
+from .kappa import MIN_SAMPLES_FOR_INTERVAL, cohen_kappa, fleiss_kappa, kappa_interval
 from .run_records import RunRecords
 from .schema import EvalRecord
-from .significance import PairingError, cohen_kappa
+from .significance import PairingError
 
 JUDGED = ("correct", "wrong")
 
@@ -67,6 +70,7 @@ class JudgeAgreement:
     accuracy: dict[str, float]
     pairs: list[dict] = field(default_factory=list)
     disagreements: list[Disagreement] = field(default_factory=list)
+    fleiss: dict | None = None  # three or more judges: {"kappa", "ci", "n", "samples"}
 
     def to_dict(self) -> dict:
         return {
@@ -77,6 +81,7 @@ class JudgeAgreement:
             "lost": self.lost,
             "accuracy": self.accuracy,
             "pairs": self.pairs,
+            "fleiss": self.fleiss,
             "disagreements": [d.to_dict() for d in self.disagreements],
         }
 
@@ -104,6 +109,7 @@ def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
         both = [i for i in range(len(keys)) if status[a][i] in JUDGED and status[b][i] in JUDGED]
         by_model = [i for i in both if "judge" in (method[a][i], method[b][i])]
         xa, xb = [status[a][i] for i in both], [status[b][i] for i in both]
+        labels = np.array([[x == "correct", y == "correct"] for x, y in zip(xa, xb)], bool).reshape(-1, 2)
         pairs.append(
             {
                 "a": a,
@@ -111,6 +117,8 @@ def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
                 "n": len(both),
                 "agreement": (sum(x == y for x, y in zip(xa, xb)) / len(both)) if both else None,
                 "kappa": _finite(cohen_kappa(xa, xb)),
+                "kappa_ci": _listed(kappa_interval(labels, [keys[i][0] for i in both])),
+                "samples": len({keys[i][0] for i in both}),
                 "n_judge_decided": len(by_model),
                 "kappa_judge_decided": _finite(
                     cohen_kappa([status[a][i] for i in by_model], [status[b][i] for i in by_model])
@@ -134,6 +142,15 @@ def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
                     {n: method[n][i] for n in names},
                 )
             )
+    fleiss = None
+    if len(names) >= 3:
+        labels = np.array([[status[n][i] == "correct" for n in names] for i in judged], bool).reshape(-1, len(names))
+        fleiss = {
+            "kappa": _finite(fleiss_kappa(labels)),
+            "ci": _listed(kappa_interval(labels, [keys[i][0] for i in judged])),
+            "n": len(judged),
+            "samples": len({keys[i][0] for i in judged}),
+        }
     return JudgeAgreement(
         names,
         [r.path for r in runs],
@@ -143,7 +160,12 @@ def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
         {n: (sum(s == "correct" for s in status[n]) / len(keys)) if keys else 0.0 for n in names},
         pairs,
         dis,
+        fleiss,
     )
+
+
+def _listed(ci: tuple[float, float] | None) -> list[float] | None:
+    return None if ci is None else list(ci)  # as JSON has it
 
 
 def _finite(v: float) -> float | None:
@@ -156,6 +178,9 @@ def agreement_lines(ag: JudgeAgreement, max_disagreements: int = 10) -> list[str
     def num(v: float | None, fmt: str = ".3f") -> str:
         return "—" if v is None else format(v, fmt)
 
+    def interval(ci, samples: int) -> str:
+        return "" if ci is None else f"{kappa_ci_text(ci, samples)} "
+
     out = [f"judge agreement on {ag.items} item(s) (sample x trial), {ag.judged} judged by every judge:"]
     for j in ag.judges:
         lost = f", {ag.lost[j]} lost to API errors" if ag.lost[j] else ""
@@ -163,8 +188,14 @@ def agreement_lines(ag: JudgeAgreement, max_disagreements: int = 10) -> list[str
     for pr in ag.pairs:
         out.append(
             f"  {pr['a']} vs {pr['b']}: agree {num(pr['agreement'] and 100 * pr['agreement'], '.1f')}% of "
-            f"{pr['n']}, kappa {num(pr['kappa'])} (on the {pr['n_judge_decided']} item(s) a judge model "
-            f"decided: {num(pr['kappa_judge_decided'])})"
+            f"{pr['n']}, kappa {num(pr['kappa'])} {interval(pr['kappa_ci'], pr['samples'])}(on the "
+            f"{pr['n_judge_decided']} item(s) a judge model decided: {num(pr['kappa_judge_decided'])})"
+        )
+    if ag.fleiss is not None:
+        f = ag.fleiss
+        out.append(
+            f"  Fleiss' kappa of all {len(ag.judges)} judges: {num(f['kappa'])} {interval(f['ci'], f['samples'])}"
+            f"on the {f['n']} item(s) every judge judged"
         )
     out.append(f"  {len(ag.disagreements)} disagreement(s)" + (":" if ag.disagreements else ""))
     for d in ag.disagreements[:max_disagreements]:
@@ -173,3 +204,11 @@ def agreement_lines(ag: JudgeAgreement, max_disagreements: int = 10) -> list[str
     if len(ag.disagreements) > max_disagreements:
         out.append(f"    … {len(ag.disagreements) - max_disagreements} more in the JSON file")
     return out
+
+
+def kappa_ci_text(ci: tuple[float, float] | list[float] | None, samples: int) -> str:
+    """A κ interval as printed and shown: ``[lo, hi]``, flagged below :data:`~.kappa.MIN_SAMPLES_FOR_INTERVAL`."""
+    if ci is None:
+        return "—"
+    few = f" (only {samples} samples: too narrow)" if samples < MIN_SAMPLES_FOR_INTERVAL else ""
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]{few}"

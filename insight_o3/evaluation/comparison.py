@@ -1,23 +1,25 @@
-"""Two or more runs on the same samples: accuracy with intervals, paired differences, McNemar, flips.
+"""Two or more runs on the same samples: accuracy with intervals, the paired test, flips, cost.
 
-Every run is compared with the first (the reference), trial ``k`` against trial ``k`` for the trials
-both have (:func:`~.significance.compare_pair`); the statistics are explained in :mod:`.significance`.
-Cost and tokens per episode (one (sample, trial)) come from the records: tokens of the model and the
-vSearcher (the judge's are left out, so runs judged alike and differently compare the same), cost as
-recorded (``cost_usd``, judge included; None for runs without a price file).
+Every run is compared with the first (the reference) over the samples both judged, each run with all
+its trials (:func:`~.significance.compare_pair`; the statistics are explained in :mod:`.significance`).
+Items lost to API errors are left out and counted per run unless ``failed_as_wrong``. Tokens per episode
+(one (sample, trial)) are the model's and the vSearcher's (:func:`~insight_o3.endpoints.usage.system_tokens`, the
+judge's left out, so runs judged alike and differently compare the same); cost per episode is as
+recorded (``cost_usd``, the judge included; None for runs without a price file).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..endpoints.usage import total_tokens
+from ..endpoints.usage import system_tokens
 from .attribution import attribution_metrics
 from .run_records import RunRecords
 from .significance import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
+    METHODS,
     Accuracy,
     PairingError,
     PairResult,
@@ -25,9 +27,6 @@ from .significance import (
     outcomes,
     run_accuracy,
 )
-
-#: Roles whose tokens count as the cost of answering (the judge is the evaluation's, not the system's).
-SYSTEM_ROLES = ("model", "vsearcher")
 
 
 @dataclass
@@ -40,6 +39,8 @@ class RunStats:
     categories: dict[str, Accuracy]
     tokens_per_episode: float
     cost_per_episode: float | None
+    failed_items: int = 0  # (sample, trial) records lost to API errors
+    failed_samples: int = 0  # samples without a judged trial
     attribution: dict = field(default_factory=dict)  # bucket -> share of episodes; "split": D.4 shares of errors
 
     def to_dict(self) -> dict:
@@ -50,6 +51,7 @@ class RunStats:
             "n_trials": self.n_trials,
             "accuracy": self.accuracy.to_dict(),
             "categories": {c: a.to_dict() for c, a in self.categories.items()},
+            "failed": {"items": self.failed_items, "samples_without_a_judged_trial": self.failed_samples},
             "tokens_per_episode": self.tokens_per_episode,
             "cost_per_episode": self.cost_per_episode,
             "attribution": self.attribution,
@@ -63,6 +65,7 @@ class Comparison:
     confidence: float
     n_resamples: int
     seed: int
+    failed_as_wrong: bool = False
 
     def to_dict(self) -> dict:
         return {
@@ -70,7 +73,9 @@ class Comparison:
             "confidence": self.confidence,
             "n_resamples": self.n_resamples,
             "seed": self.seed,
-            "ci_method": "cluster bootstrap over samples (paired for differences), percentile",
+            "methods": METHODS,
+            "failed_items": "counted as wrong" if self.failed_as_wrong else "excluded",
+            "tokens_per_episode": "model + vSearcher prompt and completion tokens; the judge's excluded",
             "runs": [r.to_dict() for r in self.runs],
             "pairs": [p.to_dict() for p in self.pairs],
         }
@@ -82,8 +87,9 @@ def _attribution(recs) -> dict:
     return {**m["attribution_ratio"], "split": m.get("error_split_ratio")}
 
 
-def system_tokens(usage: dict) -> int:
-    return total_tokens({r: c for r, c in usage.items() if r in SYSTEM_ROLES})
+def tokens_per_episode(recs) -> float:
+    """Mean :func:`~insight_o3.endpoints.usage.system_tokens` over the records (0 without records)."""
+    return sum(system_tokens(x.usage_dict()) for x in recs) / len(recs) if recs else 0.0
 
 
 def unique_names(runs: list[RunRecords]) -> list[str]:
@@ -97,9 +103,10 @@ def compare_runs(
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = DEFAULT_SEED,
+    failed_as_wrong: bool = False,
 ) -> Comparison:
     """Compare runs on the same samples (the first is the reference). Raises
-    :class:`~.significance.PairingError` when they hold other samples."""
+    :class:`~.significance.PairingError` when they hold other samples or none."""
     if len(runs) < 2:
         raise PairingError("compare needs two or more runs")
     names = unique_names(runs)
@@ -111,10 +118,10 @@ def compare_runs(
                 f"{names[0]} and {name} hold other samples ({len(only_a)} only in the first, {len(only_b)} only "
                 f"in the second, e.g. {sorted(only_a or only_b)[0]!r}); compare runs of the same benchmark and subset"
             )
-    table = [outcomes(r.trials, keys) for r in runs]
+    table = [outcomes(r.trials, keys, name) for name, r in zip(names, runs)]
     stats = []
     for name, r, o in zip(names, runs, table):
-        overall, cats = run_accuracy(o, n_resamples, confidence, seed)
+        overall, cats = run_accuracy(o, confidence, failed_as_wrong, name)
         recs = r.records()
         costs = [x.cost_usd for x in recs if x.cost_usd is not None]
         stats.append(
@@ -125,12 +132,15 @@ def compare_runs(
                 len(r.trials),
                 overall,
                 cats,
-                sum(system_tokens(x.usage_dict()) for x in recs) / len(recs) if recs else 0.0,
+                tokens_per_episode(recs),
                 (sum(costs) / len(recs)) if costs and len(costs) == len(recs) else None,
+                o.failed_items(),
+                o.failed_samples(),
                 _attribution(recs),
             )
         )
     pairs = [
-        compare_pair(names[0], table[0], names[i], table[i], n_resamples, confidence, seed) for i in range(1, len(runs))
+        compare_pair(names[0], table[0], names[i], table[i], n_resamples, confidence, seed, failed_as_wrong)
+        for i in range(1, len(runs))
     ]
-    return Comparison(stats, pairs, confidence, n_resamples, seed)
+    return Comparison(stats, pairs, confidence, n_resamples, seed, failed_as_wrong)

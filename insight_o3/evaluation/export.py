@@ -12,8 +12,10 @@ boxes, the vSearcher's own ``messages``/``images``). Verdicts (``status``, ``ext
 ``judge_outputs`` …), the failure ``attribution`` (:mod:`.attribution`), token ``usage`` per role and
 ``cost_usd`` complete the row. ``question_id`` is written as text (benchmarks mix ints and strings).
 
-**Leaderboard** — :func:`leaderboard`: accuracy with its cluster-bootstrap interval overall and per
-category (:mod:`.significance`), per-trial accuracy, tokens and cost, the failure attribution and the
+**Leaderboard** — :func:`leaderboard`: accuracy with its interval overall and per category
+(:mod:`.significance`: each sample's trials averaged, Wilson at the effective sample size), per-trial
+accuracy and its sample standard deviation, the items lost to API errors (left out unless counted as
+wrong), tokens per episode as ``compare`` counts them (model + vSearcher, the judge's apart) and cost, the failure attribution and the
 sha256 of the run card, so an entry can always be traced to the exact settings that produced it.
 """
 
@@ -31,9 +33,10 @@ from ..agents.records import expand_messages
 from ..endpoints.usage import merge, total_tokens
 from ..storage.atomic import atomic_writer
 from .attribution import attribute, attribution_metrics
+from .comparison import tokens_per_episode
 from .run_records import RunRecords
 from .schema import USAGE_ROLES, EvalRecord, TokenUsage
-from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, outcomes, run_accuracy
+from .significance import DEFAULT_CONFIDENCE, METHODS, outcomes, run_accuracy
 
 LEADERBOARD_FORMAT = "insight_o3.leaderboard/1"
 
@@ -211,21 +214,21 @@ def write_trajectories(path: str | os.PathLike, rows: list[dict]) -> int:
     return os.path.getsize(path)
 
 
-def leaderboard(
-    run: RunRecords,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-) -> dict:
-    """The run's leaderboard entry (see the module docstring)."""
+def leaderboard(run: RunRecords, confidence: float = DEFAULT_CONFIDENCE, failed_as_wrong: bool = False) -> dict:
+    """The run's leaderboard entry (see the module docstring). Raises
+    :class:`~.significance.PairingError` for a run without samples (nothing to rank)."""
     card = run.card or {}
     settings = card.get("settings") or {}
-    o = outcomes(run.trials)
-    overall, cats = run_accuracy(o, n_resamples, confidence, seed)
+    o = outcomes(run.trials, name=run.name)
+    overall, cats = run_accuracy(o, confidence, failed_as_wrong, run.name)
+    counted = o.judged(failed_as_wrong)
+    per_trial = [float(o.correct[c, k].mean()) if (c := counted[:, k]).any() else None for k in range(counted.shape[1])]
+    finite = [v for v in per_trial if v is not None]
     recs = run.records()
     usage = merge([r.usage_dict() for r in recs])
     costs = [r.cost_usd for r in recs if r.cost_usd is not None]
     episodes = len(recs)
+    judge = sum(total_tokens({"judge": r.usage_dict().get("judge") or {}}) for r in recs)
     att = attribution_metrics(recs)
     return {
         "format": LEADERBOARD_FORMAT,
@@ -242,18 +245,21 @@ def leaderboard(
         "num_trials": len(run.trials),
         "accuracy": {
             **overall.to_dict(),
-            "per_trial": [float(v) for v in o.correct.mean(axis=0)],
-            "std_over_trials": float(np.std(o.correct.mean(axis=0))),
+            "per_trial": per_trial,
+            "std_over_trials": float(np.std(finite, ddof=1)) if len(finite) > 1 else None,  # sample std
         },
         "categories": {c: a.to_dict() for c, a in cats.items()},
-        "ci": {
-            "method": "cluster bootstrap over samples, percentile",
-            "confidence": confidence,
-            "resamples": n_resamples,
+        "failed": {
+            "items": o.failed_items(),
+            "samples_without_a_judged_trial": o.failed_samples(),
+            "counted_as": "wrong" if failed_as_wrong else "excluded",
         },
+        "ci": {"method": METHODS["accuracy_ci"], "confidence": confidence},
         "tokens": {
             "total": sum(total_tokens(r.usage_dict()) for r in recs),
-            "per_episode": sum(total_tokens(r.usage_dict()) for r in recs) / episodes if episodes else 0.0,
+            "per_episode": tokens_per_episode(recs),
+            "per_episode_means": "model + vSearcher prompt and completion tokens; the judge's excluded",
+            "judge_per_episode": judge / episodes if episodes else 0.0,
             "by_role": usage,
         },
         "cost_usd": ({"total": float(sum(costs)), "per_episode": float(sum(costs)) / episodes} if costs else None),

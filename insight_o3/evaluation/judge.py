@@ -43,6 +43,14 @@ from ..protocol.questions import insight_o3_question
 from .schema import Status
 
 FLOWS = ("extract", "verify")
+
+
+def default_flow(vsearcher_model: str | None) -> str:
+    """The judge flow of a mode when none is given: ``extract`` for a single model (the released
+    ``evaluate.py``), ``verify`` in InSight-o3 mode (the fork's in-loop check, as the paper's numbers)."""
+    return "verify" if vsearcher_model else "extract"
+
+
 CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
 #: fork's reward function ``max_tokens=2048``.

@@ -18,18 +18,21 @@ from typing import Any
 from .. import __version__
 from ..jobs.integrity import FIXED_KEY, Invocation, git_commit, sha256_file
 from ..protocol import prompts
+from .judge import default_flow
 
 #: Values of a run card derived from the inputs that can change a result (fixed by the directory's first run).
 DERIVED_KEYS = ("benchmark_sha256", "prompts_sha256")
 
-#: Settings that must agree for runs to share a column (one benchmark, several models).
-SHARED_KEYS = (
+#: Settings on which two runs' verdicts can depend: ``compare`` refuses runs that differ on them, and
+#: ``gather_eval_results`` runs that share a column (one benchmark, several systems); see
+#: :func:`verdict_conflicts`. Not ``judge.cache``: it asks an identical judge prompt once instead of
+#: again, which cannot change what the judge is asked.
+VERDICT_KEYS = (
     "benchmark_sha256",
     "subset",
     "judge.model",
     "judge.flow",
     "judge.max_answer_length",
-    "judge.cache",
     "prompts_sha256",
 )
 #: Settings that must agree for runs to share a row (one setting, several benchmarks).
@@ -127,7 +130,7 @@ def _get(card: dict, dotted: str):
     return v
 
 
-def differences(cards: dict[str, dict], keys=SHARED_KEYS) -> list[str]:
+def differences(cards: dict[str, dict], keys=VERDICT_KEYS) -> list[str]:
     """One line per key on which the named cards disagree: ``key: a=…, b=…``."""
     out = []
     for key in keys:
@@ -143,3 +146,19 @@ def differences(cards: dict[str, dict], keys=SHARED_KEYS) -> list[str]:
                 shown = ", ".join(f"{n}={v}" for n, v in values.items())
                 out.append(f"{key}: {shown}")
     return out
+
+
+def verdict_conflicts(cards: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """``(conflicts, notes)``: the :data:`VERDICT_KEYS` the named cards disagree on, and what differs but
+    is accepted. A ``judge.flow`` difference is accepted (as a note) when every run uses its own mode's
+    default flow (:func:`~.judge.default_flow`: a single model judged as the released ``evaluate.py``
+    judges, InSight-o3 as the fork's in-loop check), which is how the paper compares them."""
+    conflicts = differences(cards, tuple(k for k in VERDICT_KEYS if k != "judge.flow"))
+    notes = []
+    flows = differences(cards, ("judge.flow",))
+    own = all(_get(c, "judge.flow") == default_flow(_get(c, "settings.vsearcher_model")) for c in cards.values())
+    if flows and own:
+        notes.append(f"{flows[0]} (each run judged with its mode's own flow)")
+    else:
+        conflicts += flows
+    return conflicts, notes

@@ -1,20 +1,39 @@
-"""Is a difference between runs real? Paired statistics over samples × trials (scipy where it has them).
+"""Is a difference between runs real? Paired statistics over samples, whatever the number of trials.
 
-The unit of resampling is the **sample**: its trials are correlated (same image, same question), so
-confidence intervals come from a cluster bootstrap — each sample's accuracy over its trials is one
-observation, resampled with replacement (``scipy.stats.bootstrap``, percentile method, a fixed seed).
-For two runs on the same samples the bootstrap is paired (``paired=True``: the same resampled
-samples for both), which is what makes a small difference detectable.
+**The unit is the sample.** A sample's trials share the image and the question, so they are not
+independent: every statistic here first averages each run's trials per sample (``x_i`` = the share of
+sample ``i``'s judged trials that are correct, *all* of the run's trials — two runs need not have
+run the same number) and then works on the ``n`` samples.
 
-McNemar's test compares two runs on the discordant (sample, trial) pairs — trial ``k`` of run A
-against trial ``k`` of run B, for the trials both have: ``b`` = A right and B wrong, ``c`` = A wrong
-and B right. The p-value is the exact one (``scipy.stats.binomtest(b, b + c, 0.5)``), the
-statistic the continuity-corrected ``(|b − c| − 1)² / (b + c)`` (its chi-square p-value is given too).
-With several trials per sample the pairs of one sample are not independent, so McNemar's p-value is
-optimistic there; the paired bootstrap interval of the difference is the one to trust.
-
-Cohen's κ measures how two judges agree beyond chance: ``(p_o − p_e) / (1 − p_e)`` over the items
-both judged (scipy has no κ; the confusion table is ``scipy.stats.contingency.crosstab``).
+* **Accuracy** = the mean of ``x_i``. Its interval is Wilson's score interval at the *effective sample
+  size* ``n_eff = p(1 − p) / var̂(p̂)`` (the cluster design effect; between ``n`` and the number of
+  judged trials; ``n`` when ``p̂`` is 0 or 1, since then the trials' correlation cannot be estimated),
+  with Korn and Graubard's degrees-of-freedom correction ``n_eff · (z / t_{n−1})²`` (Korn & Graubard
+  1998, *Survey Methodology* 24:193; Dean & Pagano 2015, *J. Survey Stat. Methodol.* 3:484, who found
+  it keeps its coverage for small clustered samples). It is never degenerate: an all-correct run of 40
+  samples gets about [91, 100] %.
+* **The test** of two runs is the **paired sign-flip (randomization) test** over samples (Fisher 1935,
+  *The Design of Experiments* §21; Good 2005, *Permutation, Parametric and Bootstrap Tests of
+  Hypotheses* §3.1): under the null the two runs' labels are exchangeable within a sample, so the
+  differences ``d_i = x_B,i − x_A,i`` are flipped in sign at random and ``|mean d|`` compared with its
+  sign-flip distribution — exact (all ``2^n`` sign vectors) when ``2^n ≤ n_resamples``, else Monte Carlo
+  with ``(1 + hits) / (1 + n_resamples)`` (Phipson & Smyth 2010). It is the cluster-level analogue of
+  McNemar's test (as Obuchowski 1998, *Stat. Med.* 17:1495, for clustered matched pairs) and equals
+  ``scipy.stats.permutation_test(..., permutation_type="samples")`` (a test checks it).
+* **The interval of the difference** ``accuracy(B) − accuracy(A)`` is Newcombe's hybrid score interval
+  for paired proportions (Newcombe 1998, *Stat. Med.* 17:2635, method 10; the MOVER of Zou & Donner
+  2008, *Stat. Med.* 27:1693) built from the two runs' Wilson limits above and the correlation of
+  ``x_A`` and ``x_B`` over samples (0 when one of them does not vary). The paired bootstrap over
+  samples (``scipy.stats.bootstrap``, percentile, a fixed seed) is given too; the coverage tests show
+  it is too narrow below about 40 samples, the score interval is not.
+* **McNemar's counts** (``b`` = (sample, trial) pairs only A got right, ``c`` = only B; trial ``k``
+  against trial ``k``) are *descriptive*: treating the pairs of one sample as independent makes its
+  p-value anti-conservative when each question favours one system (tests/test_significance.py shows
+  10–27 % rejections at a nominal 5 %), so it is not used to decide anything.
+* **Failed items** (status ``failed``: the model's or the judge's API call was lost) are not the
+  system's answer: by default they are left out (a sample keeps its judged trials; a sample without a
+  judged trial in a run leaves the paired analysis) and counted per run; ``failed_as_wrong`` counts them
+  as wrong, as ``eval_metrics.json``'s ``overall_accuracy`` does.
 """
 
 from __future__ import annotations
@@ -24,113 +43,203 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
-from scipy.stats.contingency import crosstab
 
 from .schema import EvalRecord
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_SEED = 0
+#: Resamples drawn at a time (memory: this many x samples numbers).
+_BATCH = 1000
+#: The status of an item lost to API errors (see :mod:`.judge`).
+FAILED = "failed"
+CORRECT = "correct"
+#: How the intervals and the test are made (written into the JSON outputs).
+METHODS = {
+    "accuracy_ci": "Wilson score at the effective sample size (design effect over samples, Korn-Graubard df)",
+    "difference_ci": "Newcombe's paired hybrid score interval (MOVER) from the runs' Wilson limits",
+    "bootstrap_ci": "paired bootstrap over samples, percentile",
+    "test": "paired sign-flip randomization test over samples on per-sample accuracy",
+    "mcnemar": "descriptive: discordant (sample, trial) pairs, trial k against trial k",
+}
 
 
 class PairingError(ValueError):
-    """Runs that cannot be paired (other samples, missing records); the message says what differs."""
+    """Runs that cannot be paired (other samples, missing records, no samples); the message says what."""
 
 
 @dataclass
 class Outcomes:
-    """Whether each (sample, trial) of a run was answered correctly: ``correct[i, k]``."""
+    """Each (sample, trial) of a run: ``statuses[i, k]`` and whether it was correct."""
 
     keys: list[str]
     categories: list[str]
     correct: np.ndarray  # bool, shape (samples, trials)
     statuses: np.ndarray  # str, same shape
 
-    @property
-    def per_sample(self) -> np.ndarray:
-        """Each sample's accuracy over its trials."""
-        return self.correct.mean(axis=1)
+    def judged(self, failed_as_wrong: bool = False) -> np.ndarray:
+        """Which items count: all of them, or (default) those not lost to API errors."""
+        return np.ones(self.correct.shape, bool) if failed_as_wrong else self.statuses != FAILED
+
+    def per_sample(self, failed_as_wrong: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, m)``: each sample's accuracy over its counted trials (NaN without one) and their number."""
+        m = self.judged(failed_as_wrong).sum(axis=1)
+        hits = (self.correct & self.judged(failed_as_wrong)).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(m > 0, hits / np.maximum(m, 1), np.nan), m
+
+    def failed_items(self) -> int:
+        return int((self.statuses == FAILED).sum())
+
+    def failed_samples(self) -> int:
+        """Samples none of whose trials was judged (they leave the analysis unless counted as wrong)."""
+        return int((self.statuses == FAILED).all(axis=1).sum())
 
     def subset(self, rows: np.ndarray) -> Outcomes:
+        idx = np.flatnonzero(rows)
         return Outcomes(
-            [self.keys[i] for i in np.flatnonzero(rows)],
-            [self.categories[i] for i in np.flatnonzero(rows)],
-            self.correct[rows],
-            self.statuses[rows],
+            [self.keys[i] for i in idx], [self.categories[i] for i in idx], self.correct[rows], self.statuses[rows]
         )
 
-    def trials(self, n: int) -> Outcomes:
-        return Outcomes(self.keys, self.categories, self.correct[:, :n], self.statuses[:, :n])
 
-
-def outcomes(trials: Sequence[Sequence[EvalRecord]], keys: Sequence[str] | None = None) -> Outcomes:
+def outcomes(
+    trials: Sequence[Sequence[EvalRecord]], keys: Sequence[str] | None = None, name: str = "the run"
+) -> Outcomes:
     """The outcome table of a run from its records per trial, rows in ``keys`` order (default: the
-    first trial's). Every trial must have a record for every key."""
+    first trial's). Every trial must have a record for every key; a run without samples is refused."""
     if not trials:
-        raise PairingError("a run without trials")
+        raise PairingError(f"{name} has no trials")
     by_trial = [{r.sample_key: r for r in recs} for recs in trials]
     order = list(keys) if keys is not None else [r.sample_key for r in trials[0]]
+    if not order:
+        raise PairingError(f"{name} holds no samples: nothing to analyse")
     for k, bt in enumerate(by_trial):
         missing = [key for key in order if key not in bt]
         if missing:
-            raise PairingError(f"trial {k} has no record for {len(missing)} sample(s), e.g. {missing[0]!r}")
-    statuses = np.array([[bt[key].status for bt in by_trial] for key in order], dtype=object).reshape(
+            raise PairingError(f"{name}: trial {k} has no record for {len(missing)} sample(s), e.g. {missing[0]!r}")
+    statuses = np.array([[str(bt[key].status) for bt in by_trial] for key in order], dtype=object).reshape(
         len(order), len(by_trial)
     )
     cats = [by_trial[0][key].category for key in order]
-    return Outcomes(order, cats, statuses == "correct", statuses)
+    return Outcomes(order, cats, statuses == CORRECT, statuses)
 
 
-def _ci(data: tuple, statistic, n_resamples: int, confidence: float, seed: int, paired: bool) -> tuple[float, float]:
-    if len(data[0]) < 2:
-        v = float(statistic(*[np.asarray(d)[None, :] for d in data], axis=-1)[0])
-        return v, v
+# ----------------------------------------------------------------------------- intervals
+def _z(confidence: float) -> float:
+    return float(stats.norm.ppf(0.5 + confidence / 2))
+
+
+def wilson(p: np.ndarray | float, n: np.ndarray | float, confidence: float = DEFAULT_CONFIDENCE):
+    """Wilson's score interval of a proportion ``p`` observed on ``n`` (possibly effective) trials."""
+    z = _z(confidence)
+    p, n = np.asarray(p, float), np.asarray(n, float)
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
+def effective_n(x: np.ndarray, m: np.ndarray, confidence: float = DEFAULT_CONFIDENCE) -> np.ndarray:
+    """The effective sample size of the mean of per-sample accuracies ``x`` (``m`` trials each; the last
+    axis is the samples, leading axes independent sets): the design effect's ``p(1 − p) / var̂`` within
+    ``[n, Σm]`` (``n`` at ``p̂`` 0 or 1), times Korn and Graubard's degrees-of-freedom factor
+    ``(z / t_{n−1})²``."""
+    x, m = np.asarray(x, float), np.asarray(m, float)
+    n = x.shape[-1]
+    p = x.mean(axis=-1)
+    total = m.sum(axis=-1)
+    if n < 2:
+        return np.full(p.shape, float(n))
+    v = x.var(axis=-1, ddof=1) / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        design = np.where(v > 0, p * (1 - p) / v, total)
+    ne = np.where((p <= 0) | (p >= 1), float(n), np.clip(design, n, total))
+    return ne * (_z(confidence) / float(stats.t.ppf(0.5 + confidence / 2, n - 1))) ** 2
+
+
+def accuracy_interval(x: np.ndarray, m: np.ndarray, confidence: float = DEFAULT_CONFIDENCE):
+    """Wilson's interval of the accuracy ``mean(x)`` at the effective sample size (module docstring);
+    ``(low, high)``, each of the shape of the leading axes (floats for one run)."""
+    lo, hi = wilson(np.mean(x, axis=-1), effective_n(x, m, confidence), confidence)
+    return (float(lo), float(hi)) if np.ndim(lo) == 0 else (lo, hi)
+
+
+def _correlation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson's r over the last axis, 0 where one side does not vary (Newcombe's rule for an empty margin)."""
+    da, db = a - a.mean(axis=-1, keepdims=True), b - b.mean(axis=-1, keepdims=True)
+    den = np.sqrt((da * da).sum(axis=-1) * (db * db).sum(axis=-1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, (da * db).sum(axis=-1) / den, 0.0)
+
+
+def difference_interval(xa, ma, xb, mb, confidence: float = DEFAULT_CONFIDENCE):
+    """Newcombe's paired score interval (MOVER) of ``mean(xb) − mean(xa)`` over the same samples (last
+    axis; leading axes independent sets, as :func:`accuracy_interval`)."""
+    xa, xb = np.asarray(xa, float), np.asarray(xb, float)
+    pa, pb = xa.mean(axis=-1), xb.mean(axis=-1)
+    la, ua = wilson(pa, effective_n(xa, ma, confidence), confidence)
+    lb, ub = wilson(pb, effective_n(xb, mb, confidence), confidence)
+    r = _correlation(xa, xb)
+    d = pb - pa
+    low = d - np.sqrt(np.maximum((pb - lb) ** 2 - 2 * r * (pb - lb) * (ua - pa) + (ua - pa) ** 2, 0.0))
+    high = d + np.sqrt(np.maximum((ub - pb) ** 2 - 2 * r * (ub - pb) * (pa - la) + (pa - la) ** 2, 0.0))
+    low, high = np.maximum(low, -1.0), np.minimum(high, 1.0)
+    return (float(low), float(high)) if np.ndim(low) == 0 else (low, high)
+
+
+def bootstrap_difference(
+    xa: np.ndarray,
+    xb: np.ndarray,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float] | None:
+    """The paired bootstrap interval over samples of ``mean(xb) − mean(xa)`` (None below 2 samples)."""
+    if len(xa) < 2:
+        return None
     res = stats.bootstrap(
-        data,
-        statistic,
-        paired=paired,
+        (np.asarray(xb, float), np.asarray(xa, float)),
+        lambda b, a, axis=-1: np.mean(b, axis=axis) - np.mean(a, axis=axis),
+        paired=True,
         vectorized=True,
         n_resamples=n_resamples,
         confidence_level=confidence,
         method="percentile",
+        batch=_BATCH,
         rng=np.random.default_rng(seed),
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def _mean(x, axis=-1):
-    return np.mean(x, axis=axis)
+# ----------------------------------------------------------------------------- tests
+def sign_flip_pvalue(d: np.ndarray, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
+    """Two-sided p-value of the paired sign-flip test of ``mean(d) = 0`` over the last axis (leading axes:
+    independent tests, e.g. simulation replicates). Exact when ``2^n ≤ n_resamples``."""
+    d = np.asarray(d, float)
+    n = d.shape[-1]
+    obs = np.abs(d.mean(axis=-1))[..., None] - 1e-12  # ties with the observed value count as extreme
+    if n < 31 and 2**n <= n_resamples:
+        signs = 1.0 - 2.0 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
+        return (np.abs(d @ signs.T) / n >= obs).mean(axis=-1)
+    rng, hits = np.random.default_rng(seed), np.zeros(obs.shape[:-1], int)
+    for start in range(0, n_resamples, _BATCH):  # memory bounded by _BATCH x n signs
+        signs = rng.choice([-1.0, 1.0], (min(_BATCH, n_resamples - start), n))
+        hits += (np.abs(d @ signs.T) / n >= obs).sum(axis=-1)
+    return (1 + hits) / (n_resamples + 1)
 
 
-def _mean_diff(a, b, axis=-1):
-    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
-
-
-def accuracy_ci(
-    per_sample: np.ndarray,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-) -> tuple[float, float]:
-    """Cluster-bootstrap interval of the accuracy (the mean of the per-sample accuracies)."""
-    return _ci((np.asarray(per_sample, float),), _mean, n_resamples, confidence, seed, paired=False)
-
-
-def difference_ci(
-    per_sample_a: np.ndarray,
-    per_sample_b: np.ndarray,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-) -> tuple[float, float]:
-    """Paired cluster-bootstrap interval of ``accuracy(B) − accuracy(A)``."""
-    a, b = np.asarray(per_sample_a, float), np.asarray(per_sample_b, float)
-    return _ci((b, a), _mean_diff, n_resamples, confidence, seed, paired=True)
+def mcnemar_pvalue(b, c) -> np.ndarray:
+    """McNemar's exact p-value: the two-sided binomial test of ``b`` among ``b + c`` at 1/2 (vectorized;
+    equals ``scipy.stats.binomtest(b, b + c).pvalue``)."""
+    b, c = np.asarray(b), np.asarray(c)
+    p = np.minimum(2 * stats.binom.cdf(np.minimum(b, c), b + c, 0.5), 1.0)
+    return np.where(b + c > 0, p, 1.0)
 
 
 @dataclass
 class McNemar:
-    """McNemar's test on paired binary outcomes: ``b`` = A right / B wrong, ``c`` = A wrong / B right."""
+    """Descriptive McNemar counts on paired binary outcomes: ``b`` = A right / B wrong, ``c`` = A wrong /
+    B right; ``pvalue`` treats the pairs as independent (not so with several trials per sample)."""
 
     n: int
     b: int
@@ -141,6 +250,7 @@ class McNemar:
 
     def to_dict(self) -> dict:
         return {
+            "descriptive": True,
             "n": self.n,
             "b": self.b,
             "c": self.c,
@@ -151,7 +261,7 @@ class McNemar:
 
 
 def mcnemar(a: np.ndarray, b: np.ndarray) -> McNemar:
-    """McNemar's test of two runs' correctness on the same items (any shape, compared element-wise)."""
+    """McNemar's counts of two runs' correctness on the same items (any shape, compared element-wise)."""
     a, b = np.asarray(a, bool).ravel(), np.asarray(b, bool).ravel()
     if a.shape != b.shape:
         raise PairingError(f"McNemar needs paired outcomes, got {a.size} and {b.size}")
@@ -160,27 +270,7 @@ def mcnemar(a: np.ndarray, b: np.ndarray) -> McNemar:
     if d == 0:
         return McNemar(int(a.size), nb, nc, 0.0, 1.0, 1.0)
     stat = (abs(nb - nc) - 1) ** 2 / d
-    return McNemar(
-        int(a.size), nb, nc, float(stat), float(stats.binomtest(nb, d, 0.5).pvalue), float(stats.chi2.sf(stat, 1))
-    )
-
-
-def cohen_kappa(x: Sequence, y: Sequence) -> float:
-    """Cohen's κ of two raters' labels on the same items (NaN when chance agreement is 1, i.e. both
-    raters gave one and the same label to everything)."""
-    if len(x) != len(y):
-        raise PairingError(f"kappa needs the same items, got {len(x)} and {len(y)}")
-    if not len(x):
-        return float("nan")
-    xs, ys = np.asarray(x, dtype=object).astype(str), np.asarray(y, dtype=object).astype(str)
-    labels = sorted(set(xs) | set(ys))
-    full = crosstab(xs, ys, levels=(labels, labels)).count.astype(float)
-    n = full.sum()
-    po = np.trace(full) / n
-    pe = float((full.sum(axis=1) * full.sum(axis=0)).sum() / n**2)
-    if pe >= 1.0:
-        return float("nan")
-    return float((po - pe) / (1 - pe))
+    return McNemar(int(a.size), nb, nc, float(stat), float(mcnemar_pvalue(nb, nc)), float(stats.chi2.sf(stat, 1)))
 
 
 # ----------------------------------------------------------------------------- run comparison
@@ -189,7 +279,7 @@ class Accuracy:
     mean: float
     low: float
     high: float
-    n: int  # samples
+    n: int  # samples counted (with a judged trial, unless failures count as wrong)
 
     def to_dict(self) -> dict:
         return {"mean": self.mean, "ci": [self.low, self.high], "n": self.n}
@@ -197,7 +287,7 @@ class Accuracy:
 
 @dataclass
 class Flip:
-    """A sample whose accuracy over the paired trials differs between two runs."""
+    """A sample whose accuracy over its trials differs between two runs."""
 
     key: str
     category: str
@@ -223,43 +313,102 @@ class Flip:
 
 
 @dataclass
-class PairResult:
-    """Run B against run A: ``difference`` = accuracy(B) − accuracy(A) over the paired trials."""
+class Paired:
+    """B against A on a set of samples: the difference, its intervals and the sign-flip test."""
 
-    a: str
-    b: str
-    trials: int  # paired trials
+    n: int  # samples paired
+    accuracy_a: float
+    accuracy_b: float
     difference: float
     low: float
     high: float
+    bootstrap: tuple[float, float] | None
+    pvalue: float
+    exact: bool  # the p-value enumerates every sign vector
     mcnemar: McNemar
-    categories: dict[str, dict] = field(default_factory=dict)  # category -> difference, ci, mcnemar
+
+    def to_dict(self) -> dict:
+        return {
+            "n": self.n,
+            "accuracy_a": self.accuracy_a,
+            "accuracy_b": self.accuracy_b,
+            "difference": self.difference,
+            "ci": [self.low, self.high],
+            "bootstrap_ci": list(self.bootstrap) if self.bootstrap else None,
+            "pvalue": self.pvalue,
+            "pvalue_exact": self.exact,
+            "mcnemar": self.mcnemar.to_dict(),
+        }
+
+
+@dataclass
+class PairResult:
+    """Run B against run A over the samples both judged: ``difference`` = accuracy(B) − accuracy(A)."""
+
+    a: str
+    b: str
+    trials_a: int
+    trials_b: int
+    excluded: int  # samples left out: no judged trial in one of the runs
+    overall: Paired
+    categories: dict[str, Paired] = field(default_factory=dict)
     flips: list[Flip] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
             "a": self.a,
             "b": self.b,
-            "paired_trials": self.trials,
-            "difference": self.difference,
-            "ci": [self.low, self.high],
-            "mcnemar": self.mcnemar.to_dict(),
-            "categories": self.categories,
+            "trials_a": self.trials_a,
+            "trials_b": self.trials_b,
+            "samples_excluded": self.excluded,
+            **self.overall.to_dict(),
+            "categories": {c: p.to_dict() for c, p in self.categories.items()},
             "flips": [f.to_dict() for f in self.flips],
         }
 
 
-def run_accuracy(o: Outcomes, n_resamples: int, confidence: float, seed: int) -> tuple[Accuracy, dict]:
-    """Accuracy with its interval, overall and per category."""
-    x = o.per_sample
-    lo, hi = accuracy_ci(x, n_resamples, confidence, seed)
-    overall = Accuracy(float(x.mean()) if len(x) else 0.0, lo, hi, len(x))
-    cats = {}
-    for cat in sorted(set(o.categories)):
-        xs = x[np.array([c == cat for c in o.categories])]
-        lo, hi = accuracy_ci(xs, n_resamples, confidence, seed)
-        cats[cat] = Accuracy(float(xs.mean()), lo, hi, len(xs))
-    return overall, cats
+def run_accuracy(
+    o: Outcomes, confidence: float = DEFAULT_CONFIDENCE, failed_as_wrong: bool = False, name: str = "the run"
+) -> tuple[Accuracy, dict[str, Accuracy]]:
+    """Accuracy with its interval, overall and per category (a category without a counted sample is
+    left out), over the samples with a counted trial. Raises :class:`PairingError` when there is none."""
+    x, m = o.per_sample(failed_as_wrong)
+    keep = m > 0
+    if not keep.any():
+        raise PairingError(f"{name}: every item was lost to API errors; nothing was judged")
+
+    def acc(rows: np.ndarray) -> Accuracy:
+        lo, hi = accuracy_interval(x[rows], m[rows], confidence)
+        return Accuracy(float(x[rows].mean()), lo, hi, int(rows.sum()))
+
+    cats = np.array(o.categories, dtype=object)
+    per_cat = {c: acc(keep & (cats == c)) for c in sorted(set(o.categories)) if (keep & (cats == c)).any()}
+    return acc(keep), per_cat
+
+
+def _paired(
+    a: Outcomes, b: Outcomes, rows: np.ndarray, n_resamples: int, confidence: float, seed: int, failed_as_wrong: bool
+) -> Paired:
+    xa, ma = a.per_sample(failed_as_wrong)
+    xb, mb = b.per_sample(failed_as_wrong)
+    xa, ma, xb, mb = xa[rows], ma[rows], xb[rows], mb[rows]
+    t = min(a.correct.shape[1], b.correct.shape[1])
+    both = a.judged(failed_as_wrong)[rows, :t] & b.judged(failed_as_wrong)[rows, :t]
+    desc = mcnemar(a.correct[rows, :t][both], b.correct[rows, :t][both])
+    lo, hi = difference_interval(xa, ma, xb, mb, confidence)
+    n = len(xa)
+    return Paired(
+        n,
+        float(xa.mean()),
+        float(xb.mean()),
+        float(xb.mean() - xa.mean()),
+        lo,
+        hi,
+        bootstrap_difference(xa, xb, n_resamples, confidence, seed),
+        float(sign_flip_pvalue(xb - xa, n_resamples, seed)),
+        n < 31 and 2**n <= n_resamples,
+        desc,
+    )
 
 
 def compare_pair(
@@ -270,39 +419,34 @@ def compare_pair(
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = DEFAULT_SEED,
+    failed_as_wrong: bool = False,
 ) -> PairResult:
-    """Run B against run A on the same samples (rows in the same order), trial k against trial k."""
+    """Run B against run A on the same samples (rows in the same order), each with all its trials."""
     if a.keys != b.keys:
         raise PairingError(f"{name_a} and {name_b} hold other samples")
-    t = min(a.correct.shape[1], b.correct.shape[1])
-    a, b = a.trials(t), b.trials(t)
-    xa, xb = a.per_sample, b.per_sample
-    lo, hi = difference_ci(xa, xb, n_resamples, confidence, seed)
-    cats = {}
-    for cat in sorted(set(a.categories)):
-        rows = np.array([c == cat for c in a.categories])
-        clo, chi = difference_ci(xa[rows], xb[rows], n_resamples, confidence, seed)
-        cats[cat] = {
-            "n": int(rows.sum()),
-            "accuracy_a": float(xa[rows].mean()),
-            "accuracy_b": float(xb[rows].mean()),
-            "difference": float(xb[rows].mean() - xa[rows].mean()),
-            "ci": [clo, chi],
-            "mcnemar": mcnemar(a.correct[rows], b.correct[rows]).to_dict(),
-        }
+    xa, ma = a.per_sample(failed_as_wrong)
+    xb, mb = b.per_sample(failed_as_wrong)
+    keep = (ma > 0) & (mb > 0)
+    if not keep.any():
+        raise PairingError(f"{name_a} and {name_b} have no sample judged in both (every item lost to API errors)")
+    cats = np.array(a.categories, dtype=object)
+    per_cat = {
+        c: _paired(a, b, keep & (cats == c), n_resamples, confidence, seed, failed_as_wrong)
+        for c in sorted(set(a.categories))
+        if (keep & (cats == c)).any()
+    }
     flips = [
         Flip(a.keys[i], a.categories[i], list(a.statuses[i]), list(b.statuses[i]), float(xa[i]), float(xb[i]))
-        for i in np.flatnonzero(xa != xb)
+        for i in np.flatnonzero(keep & (xa != xb))
     ]
     flips.sort(key=lambda f: (-abs(f.accuracy_b - f.accuracy_a), f.change, f.key))
     return PairResult(
         name_a,
         name_b,
-        t,
-        float(xb.mean() - xa.mean()),
-        lo,
-        hi,
-        mcnemar(a.correct, b.correct),
-        cats,
+        a.correct.shape[1],
+        b.correct.shape[1],
+        int((~keep).sum()),
+        _paired(a, b, keep, n_resamples, confidence, seed, failed_as_wrong),
+        per_cat,
         flips,
     )

@@ -59,7 +59,7 @@ from ..base.redaction import failure_reason
 from ..endpoints.client import make_client
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
-from ..endpoints.preflight import Endpoint, check_endpoints
+from ..endpoints.preflight import Endpoint, acheck_endpoints
 from ..endpoints.usage import UsageMeter, metering, total_tokens
 from ..storage.atomic import write_json_atomic
 from ..storage.lock import run_lock
@@ -440,7 +440,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         try:
             await self.setup()
             if plan.units and self.settings.check_endpoints:
-                await asyncio.to_thread(check_endpoints, self.endpoints)
+                await acheck_endpoints(self.endpoints)
             await gather_or_stop((one(u) for u in plan.units), self.guard)
         finally:
             self.progress.close()

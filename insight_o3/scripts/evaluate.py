@@ -32,9 +32,12 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from ..agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
 from ..base.redaction import redact
+from ..base.untrusted import loads
 from ..cli import (
     OUTPUT_ROOT,
     STOP_ERRORS,
@@ -61,18 +64,28 @@ from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
 from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
-from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
+from ..evaluation.config import (
+    AgentSettings,
+    EvaluateConfig,
+    JudgeSettings,
+    RequestRates,
+    SingleModelSettings,
+)
+from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache, default_flow
 from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
 from ..evaluation.run_card import build_run_card, card_invocation
 from ..evaluation.run_dir import RunDirError
-from ..evaluation.runner import RunConfig, failed_count, run_evaluation
-from ..evaluation.samples import AnnotationError, load_samples, select_subset, subset_spec
+from ..evaluation.runner import failed_count, run_evaluation
+from ..evaluation.samples import AnnotationError, Sample, load_samples, select_subset, subset_spec
 from ..evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..imaging.images import ImageStore, Resize
 from ..jobs.integrity import SettingsChanged
 from ..protocol import prompts
 from ..protocol.attempt import Solver
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 from ..protocol.limits import LIMITS
 from ..storage.record_log import RecordFileError
 
@@ -83,7 +96,7 @@ SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
 def _json_object(name: str):
     def parse(text: str) -> dict:
         try:
-            value = json.loads(text)
+            value = loads(text)
         except json.JSONDecodeError as e:
             raise argparse.ArgumentTypeError(f"{name} is not valid JSON: {e}") from None
         if not isinstance(value, dict):
@@ -253,9 +266,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
+    """The run's :class:`~insight_o3.evaluation.config.EvaluateConfig` from the command line (bad flags: exit 2)."""
     p = build_parser()
     a = p.parse_args(argv)
+    _resolve(p, a)
+    try:
+        return config_of(a)
+    except ValueError as e:  # a setting the agents refuse; name the flags
+        p.error(str(e))
+        raise  # p.error exits
+
+
+def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Check the flags and fill the defaults that depend on other flags, keys from the environment, and a
+    subset's eval name, in place (``p.error`` -> exit 2)."""
     if a.chat_completion_kwargs is None:
         a.chat_completion_kwargs = (
             dict(VREASONER_COMPLETION_KWARGS) if a.vsearcher_model else dict(DEFAULT_COMPLETION_KWARGS)
@@ -263,7 +288,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
-        a.judge_flow = "verify" if a.vsearcher_model else "extract"
+        a.judge_flow = default_flow(a.vsearcher_model)
     if "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must not set 'n' (use --num_trials)")
     if "n" in a.vsearcher_chat_completion_kwargs:
@@ -318,7 +343,80 @@ def parse_args(argv=None) -> argparse.Namespace:
         )
     a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
-    return a
+
+
+def _agent(a: argparse.Namespace) -> AgentSettings:
+    """The agent-specific settings of the resolved flags ``a``."""
+    if not a.vsearcher_model:
+        return SingleModelSettings(
+            system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
+            oracle_crops=a.oracle_crops,
+        )
+    # --sys_prompt does not apply: the vReasoner's system prompt is the protocol's (--reasoner_prompt)
+    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
+    return InSightO3Config(
+        reasoner=ReasonerSettings(
+            model=a.model,
+            max_pixels=a.img_max_pixels,
+            mode=a.reasoner_prompt,
+            max_search_calls=a.max_vsearch_calls,
+            completion_kwargs=a.chat_completion_kwargs,
+            image_url_extra=a.image_url_extra_settings or None,
+        ),
+        searcher=SearcherSettings(
+            model=a.vsearcher_model,
+            max_pixels=a.vsearcher_max_pixels or VSEARCHER_EVAL_MAX_PIXELS,
+            prompt=a.vsearcher_prompt,
+            max_tool_calls=LIMITS.max_tool_calls,
+            completion_kwargs=a.vsearcher_chat_completion_kwargs,
+        ),
+        reasoner_api=ApiAccess(base_url=a.api_base_url, api_key=a.api_key, **client),
+        searcher_api=ApiAccess(base_url=a.vsearcher_api_base_url, api_key=a.vsearcher_api_key, **client),
+    )
+
+
+def config_of(a: argparse.Namespace) -> EvaluateConfig:
+    """The frozen config of the resolved flags ``a`` (see :func:`_resolve`)."""
+    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
+    return EvaluateConfig(
+        output_dir=a.output_dir,
+        eval_name=a.eval_name,
+        ann_file=a.ann_file,
+        img_dir=a.img_dir,
+        allow_outside_img_dir=a.allow_outside_img_dir,
+        subset=a.subset,
+        model=a.model,
+        api=ApiAccess(base_url=a.api_base_url, api_key=a.api_key, **client),
+        img_max_pixels=a.img_max_pixels,
+        completion_kwargs=a.chat_completion_kwargs,
+        image_url_extra=a.image_url_extra_settings,
+        judge=JudgeSettings(
+            model=a.judge_model,
+            api=ApiAccess(base_url=a.judge_api_base_url, api_key=a.judge_api_key, **client),
+            max_answer_length=a.max_answer_length,
+            flow=a.judge_flow,
+            cache=a.judge_cache,
+        ),
+        agent=_agent(a),
+        num_trials=a.num_trials,
+        concurrency=a.concurrency,
+        adaptive_concurrency=not a.no_adaptive_concurrency,
+        model_rates=RequestRates(rpm=a.rpm, tpm=a.tpm),
+        judge_rates=RequestRates(rpm=a.judge_rpm, tpm=a.judge_tpm),
+        price_file=a.price_file,
+        max_cost=a.max_cost,
+        max_tokens_total=a.max_tokens_total,
+        max_failure_ratio=a.max_failure_ratio,
+        max_reply_chars=a.max_reply_chars,
+        max_decode_values=a.max_decode_values,
+        separate_trial_requests=a.separate_trial_requests,
+        retry_failed=a.retry_failed,
+        image_cache_mb=a.image_cache_mb,
+        image_workers=a.image_workers,
+        progress=not a.no_progress,
+        check_endpoints=not a.skip_endpoint_check,
+        settings=args_record(a),
+    )
 
 
 def subset_hash(spec: dict) -> str:
@@ -327,34 +425,33 @@ def subset_hash(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def run_card(a: argparse.Namespace, num_samples: int) -> dict:
+def run_card(c: EvaluateConfig, num_samples: int) -> dict:
     """The run's ``run_card.json`` (every effective setting, never a key)."""
-    image_budget = {"model": a.img_max_pixels or None}
-    if a.vsearcher_model:
-        image_budget["vsearcher"] = a.vsearcher_max_pixels
-    seeds = {
-        k: v.get("seed")
-        for k, v in (("model", a.chat_completion_kwargs), ("vsearcher", a.vsearcher_chat_completion_kwargs))
-        if "seed" in v
-    }
+    image_budget: dict[str, int | None] = {"model": c.img_max_pixels or None}
+    seeds = {"model": c.completion_kwargs["seed"]} if "seed" in c.completion_kwargs else {}
+    if c.insight_o3:
+        image_budget["vsearcher"] = c.insight_o3.searcher.max_pixels
+        if "seed" in c.insight_o3.searcher.completion_kwargs:
+            seeds["vsearcher"] = c.insight_o3.searcher.completion_kwargs["seed"]
     return build_run_card(
-        args_record(a),
-        ann_file=a.ann_file,
-        subset=a.subset,
+        dict(c.settings),
+        ann_file=c.ann_file,
+        subset=c.subset,
         num_samples=num_samples,
         image_budget=image_budget,
         judge={
-            "model": a.judge_model,
-            "flow": a.judge_flow,
-            "max_answer_length": a.max_answer_length,
-            "cache": a.judge_cache,
+            "model": c.judge.model,
+            "flow": c.judge.flow,
+            "max_answer_length": c.judge.max_answer_length,
+            "cache": c.judge.cache,
         },
         seeds=seeds,
     )
 
 
-def cost_model(a: argparse.Namespace) -> CostModel | None:
-    return CostModel.from_file(a.price_file, {"model": a.model, "judge": a.judge_model, "vsearcher": a.vsearcher_model})
+def cost_model(c: EvaluateConfig) -> CostModel | None:
+    vsearcher = c.insight_o3.searcher.model if c.insight_o3 else None
+    return CostModel.from_file(c.price_file, {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher})
 
 
 def args_record(a: argparse.Namespace) -> dict:
@@ -363,16 +460,16 @@ def args_record(a: argparse.Namespace) -> dict:
     return {**{k: v for k, v in vars(a).items() if k not in SECRET_ARGS}, "working_dir": os.getcwd()}
 
 
-def image_store(a: argparse.Namespace, originals_cached: int) -> ImageStore:
+def image_store(c: EvaluateConfig, originals_cached: int) -> ImageStore:
     """The run's image store: ``--image_workers`` processes (default: one per usable CPU). InSight-o3 mode
     composites RGBA images on white as the fork does (``images.ALPHA_MODES``); single-model runs drop the
     alpha channel as the released harness does."""
     return ImageStore.for_image_workers(
-        a.image_workers,
-        max_cached_bytes=a.image_cache_mb * 2**20,
+        c.image_workers,
+        max_cached_bytes=c.image_cache_mb * 2**20,
         originals_cached=originals_cached,
-        max_decode_values=a.max_decode_values,
-        alpha="white" if a.vsearcher_model else "drop",
+        max_decode_values=c.max_decode_values,
+        alpha="white" if c.insight_o3 else "drop",
     )
 
 
@@ -385,61 +482,47 @@ class Limiters:
     vsearcher: AdaptiveLimiter | None
 
     @classmethod
-    def from_args(cls, a: argparse.Namespace) -> Limiters:
-        adaptive = not a.no_adaptive_concurrency
+    def of(cls, c: EvaluateConfig) -> Limiters:
+        adaptive, m, j = c.adaptive_concurrency, c.model_rates, c.judge_rates
         return cls(
-            AdaptiveLimiter(a.concurrency, a.rpm, a.tpm) if adaptive or a.rpm or a.tpm else None,
-            AdaptiveLimiter(a.concurrency, a.judge_rpm, a.judge_tpm)
-            if adaptive or a.judge_rpm or a.judge_tpm
-            else None,
-            AdaptiveLimiter(a.concurrency) if adaptive and a.vsearcher_model else None,
+            AdaptiveLimiter(c.concurrency, m.rpm, m.tpm) if adaptive or m.rpm or m.tpm else None,
+            AdaptiveLimiter(c.concurrency, j.rpm, j.tpm) if adaptive or j.rpm or j.tpm else None,
+            AdaptiveLimiter(c.concurrency) if adaptive and c.insight_o3 else None,
         )
 
 
-def _solver(a: argparse.Namespace, client, images: ImageStore, guard: RunGuard, limiters: Limiters) -> Solver:
+def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: RunGuard, limiters: Limiters) -> Solver:
     """The single-model solver, or in InSight-o3 mode (``--vsearcher_model``) the vReasoner + vSearcher."""
-    if a.vsearcher_model:
+    if isinstance(c.agent, InSightO3Config):
         from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
 
-        return InSightO3Solver.from_args(
-            a, images=images, guard=guard, limiter=limiters.model, vsearcher_limiter=limiters.vsearcher
+        return InSightO3Solver.build(
+            c.agent, images, guard=guard, limiter=limiters.model, vsearcher_limiter=limiters.vsearcher
         )
+    budget = c.img_max_pixels or None
     return SingleModelSolver(
         client,
-        a.model,
+        c.model,
         images,
-        Resize(max_pixels=a.img_max_pixels or None),
-        system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
-        completion_kwargs=a.chat_completion_kwargs,
-        image_url_extra=a.image_url_extra_settings,
-        separate_trial_requests=a.separate_trial_requests,
-        extra_views=oracle_regions if a.oracle_crops else None,
-        extra_resize=oracle_crop_resize(a.img_max_pixels or None) if a.oracle_crops else None,
+        Resize(max_pixels=budget),
+        system_prompt=c.agent.system_prompt,
+        completion_kwargs=dict(c.completion_kwargs),
+        image_url_extra=dict(c.image_url_extra),
+        separate_trial_requests=c.separate_trial_requests,
+        extra_views=oracle_regions if c.agent.oracle_crops else None,
+        extra_resize=oracle_crop_resize(budget) if c.agent.oracle_crops else None,
     )
 
 
-def run_config(a: argparse.Namespace, costs: CostModel | None) -> RunConfig:
-    return RunConfig(
-        output_dir=a.output_dir,
-        eval_name=a.eval_name,
-        num_trials=a.num_trials,
-        concurrency=a.concurrency,
-        retry_failed=a.retry_failed,
-        group_trials=not a.separate_trial_requests,
-        progress=not a.no_progress,
-        cost_model=costs,
-        max_cost=a.max_cost,
-        max_tokens_total=a.max_tokens_total,
-        check_endpoints=not a.skip_endpoint_check,
-        max_reply_chars=a.max_reply_chars,
-    )
-
-
-def endpoints(a: argparse.Namespace) -> list[Endpoint]:
+def endpoints(c: EvaluateConfig) -> list[Endpoint]:
     """The endpoints the run calls (each checked before the first sample unless ``--skip_endpoint_check``)."""
-    eps = [Endpoint("model", a.api_base_url, a.api_key), Endpoint("judge", a.judge_api_base_url, a.judge_api_key)]
-    if a.vsearcher_model:
-        eps.append(Endpoint("vSearcher", a.vsearcher_api_base_url, a.vsearcher_api_key))
+    eps = [
+        Endpoint("model", c.api.base_url, c.api.api_key),
+        Endpoint("judge", c.judge.api.base_url, c.judge.api.api_key),
+    ]
+    if c.insight_o3:
+        api = c.insight_o3.searcher_api
+        eps.append(Endpoint("vSearcher", api.base_url, api.api_key))
     return eps
 
 
@@ -453,47 +536,44 @@ def _log_stats(images: ImageStore, limiters: Limiters) -> None:
         )
 
 
-async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -> dict:
-    guard = RunGuard(a.max_failure_ratio)
+def _client(api: ApiAccess, role: str, limiter: AdaptiveLimiter | None, conns: int, guard: RunGuard) -> AsyncOpenAI:
+    retries = DEFAULT_MAX_RETRIES if api.max_retries is None else api.max_retries
+    return make_client(
+        api.api_key, api.base_url, api.timeout, retries, max_connections=conns, role=role, limiter=limiter, guard=guard
+    )
+
+
+async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None = None) -> dict:
+    guard = RunGuard(c.max_failure_ratio)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
-    images = image_store(a, originals_cached=2 if a.vsearcher_model or a.oracle_crops else 0)
-    limiters = Limiters.from_args(a)
-    conns = max(a.concurrency * 2, 16)
-    kw = dict(max_connections=conns, guard=guard)
-    main_client = make_client(
-        a.api_key, a.api_base_url, a.client_timeout, a.max_retries, role="model", limiter=limiters.model, **kw
-    )
-    judge_client = make_client(
-        a.judge_api_key,
-        a.judge_api_base_url,
-        a.client_timeout,
-        a.max_retries,
-        role="judge",
-        limiter=limiters.judge,
-        **kw,
-    )
+    oracle = c.single_model is not None and c.single_model.oracle_crops
+    images = image_store(c, originals_cached=2 if c.insight_o3 or oracle else 0)
+    limiters = Limiters.of(c)
+    conns = max(c.concurrency * 2, 16)
+    main_client = _client(c.api, "model", limiters.model, conns, guard)
+    judge_client = _client(c.judge.api, "judge", limiters.judge, conns, guard)
     solver: Solver | None = None
     try:
-        solver = _solver(a, main_client, images, guard, limiters)
+        solver = _solver(c, main_client, images, guard, limiters)
         judge = AnswerJudge(
             judge_client,
-            a.judge_model,
-            a.max_answer_length,
-            flow=a.judge_flow,
-            cache=JudgeCache() if a.judge_cache else None,
+            c.judge.model,
+            c.judge.max_answer_length,
+            flow=c.judge.flow,
+            cache=JudgeCache() if c.judge.cache else None,
         )
-        card = run_card(a, len(samples))
+        card = run_card(c, len(samples))
         try:
             return await run_evaluation(
                 samples,
                 solver,
                 judge,
-                run_config(a, costs),
-                args_record(a),
+                c.run_config(costs),
+                dict(c.settings),
                 guard=guard,
                 run_card=card,
-                invocation=card_invocation("evaluate", args_record(a), card),
-                endpoints=endpoints(a),
+                invocation=card_invocation("evaluate", dict(c.settings), card),
+                endpoints=endpoints(c),
             )
         finally:
             _log_stats(images, limiters)
@@ -506,14 +586,14 @@ async def _run(a: argparse.Namespace, samples, costs: CostModel | None = None) -
 
 
 @entry_point
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     setup_logging()
     a = parse_args(argv)
     try:
         samples = select_subset(
             load_samples(a.ann_file, a.img_dir, allow_outside=a.allow_outside_img_dir), a.subset, a.ann_file
         )
-        if a.oracle_crops:
+        if a.single_model and a.single_model.oracle_crops:
             check_oracle_samples(samples, a.ann_file)
         costs = cost_model(a)
     except (AnnotationError, PriceError) as e:

@@ -1,16 +1,19 @@
 """Export a finished evaluation run: trajectories as Parquet and a leaderboard entry as JSON.
 
     python -m insight_o3.scripts.export outputs/eval/<eval_name> [--out_dir DIR] \\
-        [--trajectories PATH] [--leaderboard PATH] [--confidence 0.95] [--n_resamples 10000] [--seed 0]
+        [--trajectories PATH] [--leaderboard PATH] [--confidence 0.95] [--failed_as_wrong]
 
 ``trajectories.parquet`` has one row per (sample, trial): the conversation with image references
 (never pixels), every vSearcher call, the verdict, the failure attribution, token usage and cost;
 ``datasets.load_dataset("parquet", data_files=PATH)`` or ``pyarrow.parquet.read_table(PATH)`` loads it
 (columns: :data:`insight_o3.evaluation.export.TRAJECTORY_SCHEMA`). ``leaderboard.json`` holds the
-accuracy with its cluster-bootstrap interval, overall and per category, tokens, cost, the failure
+accuracy with its interval (:mod:`insight_o3.evaluation.significance`: each sample's trials averaged, Wilson
+at the effective sample size), overall and per category, the items lost to API errors (left out unless
+``--failed_as_wrong``), tokens per episode (model + vSearcher; the judge's apart), cost, the failure
 attribution and the run card's sha256. Both go to ``--out_dir`` (default ``<eval_dir>/export``).
 
-Exit status: 0 written; 2 bad input (no run there, an unfinished trial, a malformed record); 3 an
+Exit status: 0 written; 2 bad input (no run there, an unfinished trial, a malformed record, a run without
+samples); 3 an
 output could not be written.
 """
 
@@ -37,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out_dir", default=None, help="where both files go (default: <eval_dir>/export)")
     p.add_argument("--trajectories", default=None, help="the Parquet file (default: <out_dir>/trajectories.parquet)")
     p.add_argument("--leaderboard", default=None, help="the JSON file (default: <out_dir>/leaderboard.json)")
-    add_stats_flags(p)
+    add_stats_flags(p, resampling=False)
     return p
 
 
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         run = read_run(a.eval_dir)
         traj = a.trajectories or os.path.join(out_dir, "trajectories.parquet")
         board = a.leaderboard or os.path.join(out_dir, "leaderboard.json")
+        entry = leaderboard(run, a.confidence, a.failed_as_wrong)  # first: a run without samples writes nothing
         rows = trajectory_rows(run)
         for path in (traj, board):
             try:
@@ -60,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as e:
                 raise OutputError.from_os_error(path, e, "create the directory of") from None
         size = write_trajectories(traj, rows)
-        entry = leaderboard(run, a.n_resamples, a.confidence, a.seed)
         write_json_atomic(board, entry)
         acc = entry["accuracy"]
         print(f"wrote {traj} ({len(rows)} rows, {size / 1e6:.2f} MB) and {board}")
@@ -69,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
             f"[{100 * acc['ci'][0]:.1f}, {100 * acc['ci'][1]:.1f}] ({100 * a.confidence:g}% CI, "
             f"{entry['num_samples']} samples x {entry['num_trials']} trial(s))"
         )
+        failed = entry["failed"]
+        if failed["items"]:
+            print(
+                f"{failed['items']} item(s) lost to API errors: {failed['counted_as']} "
+                f"({failed['samples_without_a_judged_trial']} sample(s) without a judged trial)"
+            )
         print(json.dumps({"run_card_sha256": entry["run_card_sha256"]}))
         return ExitCode.OK
 

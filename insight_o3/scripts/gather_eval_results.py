@@ -12,8 +12,10 @@ completion rate is below 100% get a warning, since their accuracy counts lost or
 as wrong. Runs that recorded token usage add ``tokens`` (and, with prices, ``cost_usd``) columns:
 the totals over all trials (and datasets of the row).
 
-Every run's ``run_card.json`` is compared: runs in one column (one dataset) must agree on the
-benchmark file, subset, judge and prompts, runs in one row (one setting) on the model-side settings
+Every run's ``run_card.json`` is compared: runs in one column (one dataset) must agree on what a verdict
+depends on (:func:`~insight_o3.evaluation.run_card.verdict_conflicts`, as ``compare``: benchmark file,
+subset, judge model, flow and answer length, prompts; not the judge cache, and each mode's own default
+judge flow is accepted), runs in one row (one setting) on the model-side settings
 (image budget, request settings, prompts …). Otherwise the command refuses (exit 2), naming what
 differs, unless ``--allow_mixed_settings`` (then it warns). Subset runs always get a warning.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..cli import OUTPUT_ROOT, ExitCode, entry_point
-from ..evaluation.run_card import ROW_KEYS, SHARED_KEYS, differences
+from ..evaluation.run_card import ROW_KEYS, differences, verdict_conflicts
 from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, read_json_object
 from ..storage.atomic import write_text_atomic
 
@@ -142,7 +144,7 @@ def settings_conflicts(cards: dict[tuple[str, str], dict]) -> list[str]:
     out = []
     for ds in dict.fromkeys(d for _, d in cards):
         col = {st: c for (st, d), c in cards.items() if d == ds}
-        out += [f"column {ds}: {line}" for line in differences(col, SHARED_KEYS)]
+        out += [f"column {ds}: {line}" for line in verdict_conflicts(col)[0]]
     for st in dict.fromkeys(s for s, _ in cards):
         row = {ds: c for (s, ds), c in cards.items() if s == st}
         out += [f"row {st}: {line}" for line in differences(row, ROW_KEYS)]

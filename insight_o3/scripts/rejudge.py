@@ -15,9 +15,11 @@ Rerunning resumes; records whose judging failed are retried with ``--retry_faile
 
 Several judges (``--judge_model A B …``, with one ``--judge_api_base_url``/``--judge_api_key`` for all or
 one per judge) each write their own eval dir. Then the verdicts of the source run's judge and of every
-new one are compared (:mod:`insight_o3.evaluation.agreement`): Cohen's κ per pair of judges, each
+new one are compared (:mod:`insight_o3.evaluation.agreement`): Cohen's κ per pair of judges (Fleiss' κ of all of them when there are three or more, each with a
+bootstrap interval over samples), each
 judge's accuracy and the items they disagree on are printed and written to ``--agreement_out``
-(default ``<eval_dir>@judge-agreement.json`` next to the source); ``report <eval_dir> --judges <the new
+(default ``<eval_dir>@judge-agreement-<new judges>.json`` next to the source, one file per set of new
+judges, so an earlier re-judging's agreement is kept); ``report <eval_dir> --judges <the new
 dirs>`` shows them. This happens after a single new judge too (two judges: the source's and the new one).
 
 A rerun into an existing re-judged dir must use the settings its first run fixed (judge, flow, answer length,
@@ -216,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--agreement_out",
         default=None,
-        help="where the agreement of the source's judge and the new ones goes (default: <eval_dir>@judge-agreement.json)",
+        help="where the agreement of the source's judge and the new ones goes "
+        "(default: <eval_dir>@judge-agreement-<new judge>[+<new judge>...].json)",
     )
     return p
 
@@ -243,14 +246,24 @@ def _per_judge(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[argpar
     return out
 
 
-def _agreement(a: argparse.Namespace, judged_dirs: list[str]) -> None:
+def agreement_path(eval_dir: str, judge_models: list[str]) -> str:
+    """``<eval_dir>@judge-agreement-<judge>[+<judge>…].json``: one file per set of new judges, so a later
+    ``rejudge`` with other judges does not overwrite the agreement of the earlier ones."""
+    return f"{os.path.normpath(eval_dir)}@judge-agreement-{'+'.join(map(_slug, judge_models))}.json"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _agreement(a: argparse.Namespace, judges: list[argparse.Namespace], judged_dirs: list[str]) -> None:
     """Compare the source's verdicts with every new judge's; print them and write the JSON file."""
     try:
         ag = judge_agreement([read_run(d) for d in [a.eval_dir, *judged_dirs]])
     except ValueError as e:  # a run that cannot be read or paired: the re-judging itself is done
         log.warning("judge agreement not computed: %s", e)
         return
-    path = a.agreement_out or os.path.normpath(a.eval_dir) + "@judge-agreement.json"
+    path = a.agreement_out or agreement_path(a.eval_dir, [aj.judge_model for aj in judges])
     write_json_atomic(path, ag.to_dict())
     for line in agreement_lines(ag):
         print(line)
@@ -272,7 +285,7 @@ def _source_output_dir(src: str, src_eval_name: str | None) -> str:
 def _target(a, src: str, src_eval_name: str | None = None) -> tuple[str, str]:
     if a.eval_name:
         return a.output_dir or _source_output_dir(src, src_eval_name), a.eval_name
-    name = f"{os.path.basename(os.path.normpath(src))}@rejudge-{re.sub(r'[^A-Za-z0-9._-]+', '_', a.judge_model)}"
+    name = f"{os.path.basename(os.path.normpath(src))}@rejudge-{_slug(a.judge_model)}"
     return a.output_dir or os.path.dirname(os.path.normpath(src)) or ".", name
 
 
@@ -390,7 +403,7 @@ def main(argv=None) -> int:
             return rc
         codes.append(rc)
         dirs.append(eval_dir)
-    _agreement(a, dirs)
+    _agreement(a, judges, dirs)
     return max(codes)
 
 

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--judges",
         nargs="+",
         default=None,
-        help="eval dirs re-judging this run (rejudge): show Cohen's kappa, each judge's accuracy and the disagreements",
+        help="eval dirs re-judging this run (rejudge): show Cohen's kappa per pair (Fleiss' kappa of three or more) "
+        "with intervals, each judge's accuracy and the disagreements",
     )
     return p
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pandas as pd
 
-from ..evaluation.agreement import JudgeAgreement
+from ..evaluation.agreement import JudgeAgreement, kappa_ci_text
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS, QUALITY_LEVELS, SPLIT, Attribution, attribute
 from ..evaluation.schema import EvalRecord
 from .run_view import EvalRun, SampleResult
@@ -91,6 +91,7 @@ def agreement_tables(ag: JudgeAgreement) -> dict:
                 "items": p["n"],
                 "agreement (%)": num(p["agreement"] and 100 * p["agreement"], ".1f"),
                 "Cohen's kappa": num(p["kappa"], ".3f"),
+                "95% CI (bootstrap over samples)": kappa_ci_text(p["kappa_ci"], p["samples"]),
                 "items a judge model decided": p["n_judge_decided"],
                 "kappa on those": num(p["kappa_judge_decided"], ".3f"),
             }
@@ -104,4 +105,9 @@ def agreement_tables(ag: JudgeAgreement) -> dict:
         "judged": ag.judged,
         "disagreements": [d.to_dict() for d in ag.disagreements],
         "names": ag.judges,
+        "fleiss": None
+        if ag.fleiss is None
+        else f"Fleiss' kappa of all {len(ag.judges)} judges on the {ag.fleiss['n']} items every judge judged: "
+        f"{num(ag.fleiss['kappa'], '.3f')} {kappa_ci_text(ag.fleiss['ci'], ag.fleiss['samples'])} "
+        "(95% CI, bootstrap over samples)",
     }

@@ -1,8 +1,9 @@
 """The ``compare`` page: runs on the same benchmark side by side, with their statistics.
 
 Self-contained like the report (:mod:`.report`): CSS and a few lines of JS inline, charts as SVG,
-crops as JPEG thumbnails. Sections: accuracy with confidence intervals (overall and per category),
-the paired differences and McNemar's test against the reference run, accuracy against tokens and
+crops as JPEG thumbnails. Sections: accuracy with confidence intervals (overall and per category) and the
+items each run lost to API errors, the paired differences and the paired sign-flip test against the
+reference run (:mod:`insight_o3.evaluation.significance`), accuracy against tokens and
 against cost per episode, why episodes failed (:mod:`insight_o3.evaluation.attribution`), and per
 pair the flipped samples — each row links to the sample's two conversations side by side
 (``#flip-<pair>-<n>``; opening the link opens the block).
@@ -52,22 +53,28 @@ def accuracy_table(c: Comparison) -> pd.DataFrame:
     return df
 
 
+def _diff(lo: float, hi: float) -> str:
+    return f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
 def pairs_table(c: Comparison) -> pd.DataFrame:
     rows = []
     for p in c.pairs:
-        m = p.mcnemar
+        o, m = p.overall, p.overall.mcnemar
         rows.append(
             {
                 "run": p.b,
                 "vs": p.a,
-                "paired trials": p.trials,
-                "difference (points)": f"{100 * p.difference:+.1f} [{100 * p.low:+.1f}, {100 * p.high:+.1f}]",
-                f"only {p.a} right (b)": m.b,
-                "only run right (c)": m.c,
-                "McNemar chi2": f"{m.statistic:.2f}",
-                "exact p": f"{m.pvalue:.3g}",
+                "trials": f"{p.trials_b} vs {p.trials_a}",
+                "paired samples": o.n,
+                "left out (lost to API errors)": p.excluded,
+                "difference (points)": f"{100 * o.difference:+.1f} {_diff(o.low, o.high)}",
+                "paired bootstrap": _diff(*o.bootstrap) if o.bootstrap else "—",
+                "sign-flip p": f"{o.pvalue:.3g}" + (" (exact)" if o.exact else ""),
                 "fixed / broken samples": f"{sum(f.change == 'fixed' for f in p.flips)} / "
                 f"{sum(f.change == 'broken' for f in p.flips)}",
+                f"pairs only {p.a} right (b)": m.b,
+                "only run right (c)": m.c,
             }
         )
     return pd.DataFrame(rows)
@@ -76,17 +83,15 @@ def pairs_table(c: Comparison) -> pd.DataFrame:
 def pair_categories_table(p: PairResult) -> pd.DataFrame:
     rows = []
     for cat, v in p.categories.items():
-        m = v["mcnemar"]
-        lo, hi = v["ci"]
         rows.append(
             {
                 "category": cat,
-                "n": v["n"],
-                p.a: f"{100 * v['accuracy_a']:.1f}",
-                p.b: f"{100 * v['accuracy_b']:.1f}",
-                "difference (points)": f"{100 * v['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]",
-                "b / c": f"{m['b']} / {m['c']}",
-                "exact p": f"{m['pvalue']:.3g}",
+                "n": v.n,
+                p.a: f"{100 * v.accuracy_a:.1f}",
+                p.b: f"{100 * v.accuracy_b:.1f}",
+                "difference (points)": f"{100 * v.difference:+.1f} {_diff(v.low, v.high)}",
+                "sign-flip p": f"{v.pvalue:.3g}",
+                "b / c": f"{v.mcnemar.b} / {v.mcnemar.c}",
             }
         )
     return pd.DataFrame(rows)
@@ -127,7 +132,7 @@ def cost_chart(runs: list[RunStats], confidence: float, x: str) -> str | None:
         )
         ax.annotate(r.name, (v, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
     ax.set_xlabel(
-        "tokens per episode (model + vSearcher)" if x == "tokens" else "cost per episode (US$, judge included)"
+        "tokens per episode (model + vSearcher; judge not in)" if x == "tokens" else "cost per episode (US$, judge in)"
     )
     ax.set_ylabel("accuracy (%)")
     lo = min(100 * r.accuracy.low for r, _ in pts)
@@ -202,6 +207,7 @@ def build_compare_report(
         cards=[(name, r.card or {}) for name, r in zip(names, runs)],
         notes=list(notes),
         confidence=f"{100 * comparison.confidence:g}",
+        failed_as_wrong=comparison.failed_as_wrong,
         n_resamples=comparison.n_resamples,
         seed=comparison.seed,
         generated=f"{_dt.datetime.now():%Y-%m-%d %H:%M}",

@@ -19,6 +19,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from ..base.caps import DEFAULT_MAX_TEXT_CHARS
+from ..endpoints.usage import system_tokens, total_tokens
 from ..evaluation.agreement import judge_agreement
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
 from ..evaluation.run_records import read_run
@@ -355,6 +356,7 @@ def build_report(
         args=[items for items in map(_args_items, runs) if items],
         charts=[Markup(c) for c in charts if c],
         cards=[c for c in map(_run_card, runs) if c],
+        failed=[line for line in map(_failed_line, runs) if line],
         compare=_compare_summary(run, other, trial) if other is not None else None,
         agreement=_agreement_section(eval_dir, judges) if judges else None,
         samples=_samples_section(run, other, trial, max_samples, _resolver(runs, img_dir), thumb_px, max_text_chars),
@@ -432,20 +434,50 @@ def _agreement_section(eval_dir: str | os.PathLike, judges: list[str | os.PathLi
     return {
         "judges": _df_html(t["judges"], "judges-table"),
         "pairs": _df_html(t["pairs"], "kappa-table", index=False),
-        "items": t["items"],
+        "n_items": t["items"],  # not "items": Jinja would find the dict's method
         "judged": t["judged"],
         "names": t["names"],
+        "fleiss": t["fleiss"],
         "disagreements": t["disagreements"],
     }
 
 
 def _totals_line(run: EvalRun) -> str | None:
+    """Tokens and cost of all trials, and tokens per episode as ``compare`` and the leaderboard count them
+    (:func:`~insight_o3.endpoints.usage.system_tokens`: model + vSearcher, the judge's apart)."""
     totals = run.summary.get("run_totals") or {}
-    if not totals:
+    results = [r for t in run.trials for r in t.results]
+    usages = [r.record.get("usage") or {} for r in results]
+    if not totals and not any(usages):
         return None
     cost = totals.get("cost_usd")
-    return f"All trials: {totals.get('tokens_total', 0)} tokens" + (
+    line = f"All trials: {totals.get('tokens_total', sum(map(total_tokens, usages)))} tokens" + (
         f", US${cost:.4f}" if isinstance(cost, (int, float)) else ", no price file"
+    )
+    if results:
+        judge = sum(total_tokens({"judge": u.get("judge") or {}}) for u in usages) / len(results)
+        line += (
+            f". Tokens per episode: {sum(map(system_tokens, usages)) / len(results):.0f} (model + vSearcher; "
+            f"the judge's {judge:.0f} per episode are not in)"
+        )
+    return line
+
+
+def _failed_line(run: EvalRun) -> str | None:
+    """How many items the run lost to API errors and how each analysis counts them; None without any."""
+    statuses: dict[str, list[str]] = {}
+    for t in run.trials:
+        for r in t.results:
+            statuses.setdefault(r.key, []).append(r.status)
+    items = sum(s.count("failed") for s in statuses.values())
+    if not items:
+        return None
+    samples = sum(all(x == "failed" for x in s) for s in statuses.values())
+    return (
+        f"{run.name}: {items} of {sum(map(len, statuses.values()))} items (sample x trial) were lost to API errors "
+        f"({samples} sample(s) without a judged trial). The per-trial accuracy here counts them as wrong (as "
+        "eval_metrics.json); compare and export leave them out of the accuracy and the paired test unless "
+        "--failed_as_wrong. Rerun evaluate with --retry_failed to judge them."
     )
 
 
@@ -507,6 +539,7 @@ def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> dict:
         "name_b": b.name,
         "fixed": int(counts.get("fixed", 0)),
         "broken": int(counts.get("broken", 0)),
+        "lost": int(counts.get("lost", 0)),
         "table": _df_html(changed, "compare-table", index=False) if len(changed) else None,
     }
 

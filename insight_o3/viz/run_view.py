@@ -624,14 +624,17 @@ def conversation_html(
 
 
 def compare_frame(a: Trial, b: Trial) -> pd.DataFrame:
-    """Samples of two trials (e.g. two runs) side by side, with ``change`` (fixed/broken/same)."""
+    """Samples of two trials (e.g. two runs) side by side, with ``change`` (fixed/broken/same, or lost: an
+    item lost to API errors in either, which is no flip)."""
     ra, rb = a.by_key(), b.by_key()
     rows = []
     for key in list(ra) + [k for k in rb if k not in ra]:
         x, y = ra.get(key), rb.get(key)
         sa, sb = (x.status if x else None), (y.status if y else None)
         change = (
-            "fixed"
+            "lost"  # lost to API errors in one run: no answer of that system to compare
+            if "failed" in (sa, sb)
+            else "fixed"
             if sb == "correct" and sa != "correct"
             else "broken"
             if sa == "correct" and sb != "correct"

@@ -77,17 +77,11 @@ MAX_PIXELS = (1280 * 1280, 4096 * 28 * 28)
 MAX_TOOL_CALLS = 6  # actor_rollout_ref.rollout.multi_turn.max_user_turns of the fork
 ASPECTS = [(1, 1), (4, 3), (3, 4), (16, 9), (9, 16), (3, 1), (1, 3), (21, 9), (2, 5), (8, 1), (1, 8)]
 
-# the fork's chat template (qwen_2_5_vl_7b_async.yaml): the reminder after a tool response
-REMINDER = (
-    "Think first, call **image_zoom_in_tool** if needed, then answer with the bbox coordinates in [x1, y1, x2, y2] "
-    "format (or [0, 0, 0, 0] if you can't locate it). Format strictly as:  <think>...</think>  "
-    "<tool_call>...</tool_call> (if tools needed)  <answer>[x1, y1, x2, y2]</answer> (otherwise)"
-)
-LIMIT_REMINDER = (
-    "You have reached the tool call limit and cannot call tools anymore.\nThink first, then answer with the bbox "
-    "coordinates in [x1, y1, x2, y2] format (or [0, 0, 0, 0] if you can't locate it). Format strictly as:  "
-    "<think>...</think>  <answer>[x1, y1, x2, y2]</answer> "
-)
+#: the fork's recipe YAML: its ``custom_chat_template`` renders every tool turn, ``max_user_turns`` is the
+#: template's ``max_tool_calls`` (``data.apply_chat_template_kwargs``)
+RECIPE_YAML = "recipe/vsearch/config/qwen_2_5_vl_7b_async.yaml"
+#: what ``tokenizer.decode(..., skip_special_tokens=True)`` drops from a rendered turn (Qwen2.5-VL's special tokens)
+SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
 
 # ----------------------------------------------------------------------------- loading the fork
@@ -134,6 +128,8 @@ class Fork:
     compute_advantage: Any
     min_dimension: int
     sources: dict
+    chat_template: str = ""
+    max_tool_calls: int = MAX_TOOL_CALLS
 
 
 def load_fork(repo: str, commit: str, workdir: Path) -> Fork:
@@ -230,6 +226,10 @@ def load_fork(repo: str, commit: str, workdir: Path) -> Fork:
         compute_grpo_outcome_advantage=adv_ns["compute_grpo_outcome_advantage"]
     )
     exec(_function_source(trainer_src, "compute_advantage"), adv_ns)  # noqa: S102
+    import yaml
+
+    recipe = yaml.safe_load(git_show(repo, commit, RECIPE_YAML))
+    rollout = recipe["actor_rollout_ref"]["rollout"]
     return Fork(
         vsearch,
         batch,
@@ -237,6 +237,8 @@ def load_fork(repo: str, commit: str, workdir: Path) -> Fork:
         adv_ns["compute_advantage"],
         min_dim,
         {"tool": tool_src, "trainer": trainer_src},
+        recipe["actor_rollout_ref"]["model"]["custom_chat_template"],
+        int(rollout["multi_turn"]["max_user_turns"]),
     )
 
 
@@ -471,27 +473,49 @@ def malformed_episodes(rng: random.Random, frame: dict, gts: list[list[int]]) ->
     return out
 
 
-def fork_solution_str(turns: list[dict], tool_outcomes: list[str | None]) -> str:
+def render_fork_template(template: str, messages: list[dict], add_generation_prompt: bool, **kwargs: Any) -> str:
+    """The fork's chat template rendered as ``tokenizer.apply_chat_template(..., tokenize=False)`` renders it
+    (transformers' sandboxed jinja environment with ``trim_blocks`` / ``lstrip_blocks``)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+def fork_tool_turn(fork: Fork, outcome: str | None) -> str:
+    """One tool turn as the fork's loop adds it (``ToolAgentLoop._handle_processing_tools_state``,
+    ``tool_agent_loop.py:329-349``): the chat template applied to **this turn's messages only** (``add_messages``,
+    a crop as ``[{"type": "image"}, {"type": "text", ...}]``, a tool error as its text), with
+    ``add_generation_prompt`` and ``max_tool_calls`` (``data.apply_chat_template_kwargs``), the system prompt
+    (the template on ``[{}]``, ``cls.system_prompt``) cut off, decoded with the special tokens skipped. The
+    template's image count therefore restarts at every turn."""
+    if outcome is None:
+        content: Any = [{"type": "image"}, {"type": "text", "text": "Zoomed in on the image to the region [...]."}]
+    else:
+        content = outcome
+    kwargs = {"max_tool_calls": fork.max_tool_calls}
+    system = render_fork_template(fork.chat_template, [{}], False, **kwargs)
+    text = render_fork_template(fork.chat_template, [{"role": "tool", "content": content}], True, **kwargs)
+    if not text.startswith(system):
+        raise AssertionError(f"the tool turn does not start with the system prompt: {text[:200]!r}")
+    text = text[len(system) :]
+    for tok in SPECIAL_TOKENS:
+        text = text.replace(tok, "")
+    return text
+
+
+def fork_solution_str(fork: Fork, turns: list[dict], tool_outcomes: list[str | None]) -> str:
     """The decoded response the fork's reward sees (``tokenizer.decode(response_ids, skip_special_tokens=True)``):
-    each assistant turn, the ``\\n`` the loop adds after ``<|im_end|>``, then the tool message of the fork's chat
-    template with the special tokens (image pads, ``<|im_start|>``/``<|im_end|>``) dropped. A successful crop
-    renders as an empty ``<tool_response></tool_response>`` (the template shows only the image of a list
-    content), a tool error as its text."""
+    each assistant turn, the ``\\n`` the loop adds after ``<|im_end|>``, then the tool turn rendered on its own
+    (:func:`fork_tool_turn`). A successful crop renders as an empty ``<tool_response></tool_response>`` (the
+    template shows only the image of a list content), a tool error as its text."""
     out = ""
-    images = 1
     for i, turn in enumerate(turns):
         out += turn["text"]
         if i + 1 == len(turns):
             break
         out += "\n" if turn["finish"] == "stop" else ""
-        outcome = tool_outcomes[i]
-        if outcome is None:
-            images += 1
-            body = ""
-        else:
-            body = outcome
-        reminder = LIMIT_REMINDER if images > MAX_TOOL_CALLS else REMINDER
-        out += "user\n<tool_response>" + body + "</tool_response>\n" + reminder + "\nassistant\n"
+        out += fork_tool_turn(fork, tool_outcomes[i])
     return out
 
 
@@ -752,7 +776,7 @@ def record_rewards(fork: Fork, tools: ToolRunner, rng: random.Random) -> tuple[l
     rows: list[dict] = []
     for ep in episodes:
         ep["turns"], ep["tool_outcomes"] = fork_episode(tools, ep["frame"], ep["turns"])
-        ep["solution_str"] = fork_solution_str(ep["turns"], ep["tool_outcomes"])
+        ep["solution_str"] = fork_solution_str(fork, ep["turns"], ep["tool_outcomes"])
 
     # a row per episode: two in three out-of-loop, the others sub-agent calls of vReasoner episodes
     vreasoner_cases = vreasoner_texts()
@@ -997,7 +1021,10 @@ def main(argv: list[str] | None = None) -> int:
         tools = ToolRunner(fork)
         rng = random.Random(args.seed)
         meta = {
-            "recorded_from": {"commit": full, "files": [*FORK_FILES, TOOL_FILE, TRAINER_FILE, CORE_ALGOS_FILE]},
+            "recorded_from": {
+                "commit": full,
+                "files": [*FORK_FILES, TOOL_FILE, TRAINER_FILE, CORE_ALGOS_FILE, RECIPE_YAML],
+            },
             "recorder": "tests/golden/record_training_goldens.py",
             "seed": args.seed,
             "reward_kwargs": FORK_REWARD_KWARGS,

@@ -128,6 +128,8 @@ def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
         s.vsearcher_max_tool_calls,
         s.vsearcher_response_length,
         s.vsearcher_prompt_length,
+        limit_reminder=s.protocol.searcher_limit_reminder,
+        budget_end_fails_searcher=s.protocol.budget_end_fails_searcher,
     )
 
 
@@ -315,20 +317,9 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
 
     def reasoner(self, searcher, validate: bool) -> InSightO3:
         """The API vReasoner of one episode, configured from the run's settings."""
-        s, vr = self.settings, self.settings.agent.vreasoner
-        reasoner_client, _ = api_clients(s, self.endpoints)
-        return InSightO3(
-            reasoner_client,
-            vr.model,
-            searcher,
-            shared_images(),
-            vr.max_pixels,
-            mode=s.reasoner_mode(validate),
-            max_search_calls=vr.max_search_calls,
-            completion_kwargs=s.reasoner_completion_kwargs(),
-            image_url_extra=s.reasoner_image_url_extra(),
-            max_format_retries=s.reasoner_format_retries(validate),
-            hints=s.reasoner_hints(validate),
+        reasoner_client, _ = api_clients(self.settings, self.endpoints)
+        return InSightO3.from_settings(
+            self.settings.reasoner_settings(validate), reasoner_client, searcher, shared_images()
         )
 
     async def check_answer(self, sample: Sample, res: AnswerResult) -> AnswerCheck:

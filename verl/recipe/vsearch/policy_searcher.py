@@ -123,8 +123,12 @@ class PolicySearcher:
     ``agent_loop`` is a verl ``AgentLoopBase`` (it provides ``server_manager``, ``tokenizer`` and
     ``apply_chat_template``). ``response_length`` is the rollout's response budget: every generate
     request asks for at most the budget still unused (``max_tokens``), so a turn that would overrun it
-    is cut by the server and judged as cut (``finish_reason="length"``); a tool response that does not
-    fit ends the episode (``failed``/truncated, no reward).
+    is cut by the server and judged as cut (``finish_reason="length"``). An episode that runs out of the budget
+    (a tool response that does not fit, a turn cut at the budget, a generation the server aborts) is marked
+    truncated and ends as ``budget_end_fails_searcher`` says (``vsearch.variant``): ``False`` as the fork's loop
+    ends it (:meth:`SearcherSession.end_at_budget`: the last turn's ``<answer>`` is the box, none -> ``invalid``;
+    the vReasoner then goes on without a critical failure), ``True`` ``failed`` (the vReasoner episode fails).
+    ``limit_reminder``: :class:`SearcherSession`'s (the fork shows the normal reminder after the 6th crop).
     """
 
     def __init__(
@@ -135,8 +139,11 @@ class PolicySearcher:
         max_tool_calls: int,
         response_length: int,
         prompt_length: int | None = None,
+        limit_reminder: bool = True,
+        budget_end_fails_searcher: bool = True,
     ):
         self.loop = agent_loop
+        self.limit_reminder, self.budget_end_fails_searcher = limit_reminder, budget_end_fails_searcher
         self.prompt_length = prompt_length
         self.images, self.max_pixels, self.max_tool_calls = images, max_pixels, max_tool_calls
         self.response_length = response_length
@@ -147,7 +154,23 @@ class PolicySearcher:
         self.newline_ids = tok.encode("\n", add_special_tokens=False)
 
     def session(self, image_path: str, description: str) -> SearcherSession:
-        return SearcherSession(image_path, description, self.images, self.max_pixels, "trained", self.max_tool_calls)
+        return SearcherSession(
+            image_path,
+            description,
+            self.images,
+            self.max_pixels,
+            "trained",
+            self.max_tool_calls,
+            limit_reminder=self.limit_reminder,
+        )
+
+    def end_at_budget(self, s: SearcherSession, reason: str, **how) -> None:
+        """The episode cannot go on within the token budget (see the class doc; ``how``:
+        :meth:`SearcherSession.end_at_budget`'s)."""
+        if self.budget_end_fails_searcher:
+            s.fail(reason)
+        else:
+            s.end_at_budget(reason, **how)
 
     def template_ids(
         self, messages: list[dict], images: list[Image.Image], remove_system_prompt: bool = False
@@ -196,7 +219,7 @@ class PolicySearcher:
         while not s.done:
             if len(resp) >= self.response_length:
                 truncated = True
-                s.fail(f"response budget of {self.response_length} tokens used up")
+                self.end_at_budget(s, f"response budget of {self.response_length} tokens used up")
                 break
             t0 = time.perf_counter()
             out = await self.loop.server_manager.generate(
@@ -216,11 +239,15 @@ class PolicySearcher:
             text = self.loop.tokenizer.decode(ids, skip_special_tokens=True)
             texts.append(text)
             if getattr(out, "stop_reason", None) == "aborted":
-                s.fail("generation aborted by the rollout server")
+                self.end_at_budget(s, "generation aborted by the rollout server", pending_text=text)
                 break
             finish = "stop" if ids and ids[-1] in self.stop_ids else "length"
-            if finish == "length" and len(resp) >= self.response_length:
-                truncated = True  # cut by the request's max_tokens at the end of the budget
+            if len(resp) >= self.response_length:
+                truncated = finish == "length" or truncated  # cut by the request's max_tokens at the end of the budget
+                if not self.budget_end_fails_searcher:
+                    # the fork's loop stops on a full budget before it parses the turn (tool_agent_loop.py:237)
+                    self.end_at_budget(s, "response budget used up", pending_text=text, finish_reason=finish)
+                    break
             n_before = len(s.messages)
             st = s.step(text, finish)
             if st.done:
@@ -237,10 +264,17 @@ class PolicySearcher:
             crop, tool_ids = await asyncio.to_thread(tool_turn)
             if ids and ids[-1] == self.im_end:
                 tool_ids = self.newline_ids + tool_ids
-            if len(resp) + len(tool_ids) > self.response_length:
-                # never cut through a crop's image tokens: pixels and pads must stay paired
+            if len(resp) + len(tool_ids) > self.response_length or (
+                not self.budget_end_fails_searcher and len(resp) + len(tool_ids) >= self.response_length
+            ):
+                # never cut through a crop's image tokens: pixels and pads must stay paired; the fork ends the episode
+                # when the tool response would reach the budget (``>=``, tool_agent_loop.py:348)
                 truncated = True
-                s.fail(f"tool response does not fit the {self.response_length}-token response budget")
+                self.end_at_budget(
+                    s,
+                    f"tool response does not fit the {self.response_length}-token response budget",
+                    drop_tool_response=True,
+                )
                 break
             if crop is not None:
                 pics.append(crop)

@@ -39,6 +39,8 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar
 
+from insight_o3.agents.config import ReasonerSettings
+from insight_o3.agents.drivers import VREASONER_COMPLETION_KWARGS
 from insight_o3.protocol.prompts import REASONER_HINTS, ReasonerHints
 from insight_o3.protocol.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
 
@@ -91,6 +93,15 @@ class Protocol:
     #: (``fork``, the same as at evaluation) or the paper's F.1 training hints that ask again for ``<tool_feedback>``
     #: (``paper_f1``); validation rollouts and evaluation always use the fork's
     reasoner_train_hints: str
+    #: the vSearcher's text after its last allowed crop: the normal reminder (fork: its loop renders each tool turn
+    #: on its own, ``tool_agent_loop.py:329-336``, so the template's limit branch never fires) or the limit text
+    #: (paper F.1: "for the last turn, we notify vSearcher")
+    searcher_limit_reminder: bool
+    #: a vSearcher episode that runs out of its token budget (a tool response that no longer fits, a turn cut at the
+    #: budget, a generation the server aborts): ended as the fork's loop ends it (``tool_agent_loop.py:348-349``:
+    #: its box is the last turn's ``<answer>``, none -> no box, the vReasoner episode is not a critical failure) or
+    #: marked ``failed`` (the vReasoner episode is a critical failure)
+    budget_end_fails_searcher: bool
 
 
 PROTOCOLS = {
@@ -107,6 +118,8 @@ PROTOCOLS = {
         pad_rows_trained=True,
         inloop_norm="original",
         reasoner_train_hints="fork",
+        searcher_limit_reminder=False,
+        budget_end_fails_searcher=False,
     ),
     "paper": Protocol(
         variant="paper",
@@ -121,6 +134,8 @@ PROTOCOLS = {
         pad_rows_trained=False,
         inloop_norm="paper",
         reasoner_train_hints="paper_f1",
+        searcher_limit_reminder=True,
+        budget_end_fails_searcher=True,
     ),
 }
 #: the field names the YAML may read through ``${vsearch_protocol:<field>}``
@@ -296,10 +311,27 @@ class RunSettings:
         return self.agent.vreasoner.max_format_retries("train" if self.reasoner_mode(validate) == "train" else "eval")
 
     def reasoner_completion_kwargs(self) -> dict:
-        return {"max_completion_tokens": int(self.agent.vreasoner.max_completion_tokens)}
+        """The vReasoner's request settings per turn: the fork's (``temperature`` 1.0 and ``reasoning_effort`` null
+        as ``vsearch_gpt_async.py:142, 221-231`` sends them) with the agent YAML's ``max_completion_tokens``."""
+        return {**VREASONER_COMPLETION_KWARGS, "max_completion_tokens": int(self.agent.vreasoner.max_completion_tokens)}
 
     def reasoner_image_url_extra(self) -> dict:
         return {"detail": self.agent.vreasoner.image_detail}
+
+    def reasoner_settings(self, validate: bool) -> ReasonerSettings:
+        """The API vReasoner of one episode (the library's typed settings, as ``evaluate`` builds them)."""
+        vr = self.agent.vreasoner
+        return ReasonerSettings(
+            model=vr.model,
+            max_pixels=vr.max_pixels,
+            mode=self.reasoner_mode(validate),
+            max_search_calls=vr.max_search_calls,
+            completion_kwargs=self.reasoner_completion_kwargs(),
+            image_url_extra=self.reasoner_image_url_extra(),
+            max_format_retries=self.reasoner_format_retries(validate),
+            hints=self.reasoner_hints(validate),
+            lost_reply_is_attempt=True,  # the fork: an API error uses one of the round's attempts
+        )
 
     # ------------------------------------------------------------------ building
     @classmethod

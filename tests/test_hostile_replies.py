@@ -1,0 +1,443 @@
+"""Hostile replies, round 2 (issue 34): whatever a server sends becomes a typed reply or one failed record, at the one
+boundary (:mod:`insight_o3.base.untrusted`, :class:`insight_o3.endpoints.client.GuardedAsyncOpenAI`), against real
+loopback HTTP servers:
+
+* content that is a list of parts is read as its text; content that is a number or a dict, ``choices: ["…"]``,
+  JSON nested 100k deep (model or judge) are each one failed record — every other record is written;
+* usage that is a list or counts 10^30 tokens is invalid usage (unreported), never a budget that blocks the run;
+* a reply echoing an API key is stored, shown and forwarded to the judge with the key masked;
+* a gzip bomb is refused while it is read; a trickling models list cannot hold the endpoint check past its
+  deadline, and SIGTERM ends a command stuck in it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from insight_o3 import cli
+from insight_o3.base.untrusted import MalformedReply
+from insight_o3.data.o3bench import review
+from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
+from insight_o3.scripts import evaluate, evaluate_vsearch, report
+from tests.support import eval_bench as eb
+from tests.support.openai_server import Call, Reply, chat, last_user_text
+from tests.test_o3bench_parts import items, source
+
+REPO = Path(__file__).resolve().parents[1]
+EVAL = "m/o3_bench"
+MODEL_KEY = "sk-model-ECHOED-7f3a9c1e5b2d"
+JUDGE_KEY = "sk-judge-ECHOED-0b1c2d3e4f5a"
+DEEP = 100_000
+
+
+@pytest.fixture
+def bench(tmp_path):
+    return eb.make_bench(tmp_path / "bench")
+
+
+def _argv(bench, out, model_url, judge_url, *extra, **keys) -> list[str]:
+    return eb.evaluate_argv(*bench, out, model_url, judge_url, "--image_workers", "0", *extra, max_retries=0, **keys)
+
+
+def _records(out: Path) -> dict[str, dict]:
+    return {r["sample_key"]: r for r in eb.read_records(out / EVAL, 0)}
+
+
+def _deep_body() -> str:
+    return '{"choices": ' + "[" * DEEP + "]" * DEEP + "}"
+
+
+# ------------------------------------------------------------------------------- items 1, 2, 6, 12: shapes
+def _set_content(value):
+    def mutate(body: dict) -> dict | str:
+        body["choices"][0]["message"]["content"] = value
+        return body
+
+    return mutate
+
+
+def _set(key: str, value):
+    def mutate(body: dict) -> dict | str:
+        body[key] = value
+        return body
+
+    return mutate
+
+
+#: name -> (how q0's model reply is changed, q0's expected status)
+MODEL_CASES: dict[str, tuple[Callable, str]] = {
+    "content parts": (
+        _set_content([{"type": "text", "text": "Looking closely... "}, {"type": "text", "text": "<answer>C</answer>"}]),
+        "correct",
+    ),
+    "content a number": (_set_content(42), "failed"),
+    "content a dict": (_set_content({"text": "<answer>C</answer>"}), "failed"),
+    "content parts without text": (_set_content([{"type": "text", "text": 7}]), "failed"),
+    "choices of strings": (_set("choices", ["hello"]), "failed"),
+    "finish_reason a number": (lambda b: {**b, "choices": [{**b["choices"][0], "finish_reason": 5}]}, "failed"),
+    "JSON 100k deep": (lambda b: _deep_body(), "failed"),
+    "usage a list": (_set("usage", [1, 2]), "correct"),
+}
+
+
+def _hostile_model(mutate: Callable, q: str = "q0"):
+    def script(req: dict, call: Call) -> Reply:
+        reply = eb.model_reply(req)
+        if eb.marker(last_user_text(req)) == q:
+            assert isinstance(reply.body, dict)
+            reply.body = mutate(reply.body)
+        return reply
+
+    return script
+
+
+@pytest.mark.parametrize("case", list(MODEL_CASES))
+def test_a_hostile_model_reply_is_one_record_and_the_run_finishes(case, bench, tmp_path, openai_server, capsys):
+    mutate, status = MODEL_CASES[case]
+    model, judge = openai_server(_hostile_model(mutate)), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    rc = evaluate.main(_argv(bench, out, model.base_url, judge.base_url))
+    assert rc == (cli.ExitCode.INCOMPLETE if status == "failed" else 0)  # a failed sample-trial, not a crash
+    assert "Traceback" not in capsys.readouterr().err
+    recs = _records(out)
+    assert list(recs) == list(eb.QUESTIONS)  # every answer already paid for is kept
+    er = recs["q0"]["eval_result"]
+    assert er["status"] == status, er
+    if status == "failed":
+        assert er["fail_reason"].startswith("MalformedReply: "), er["fail_reason"]
+    assert all(r["eval_result"]["status"] != "failed" for k, r in recs.items() if k != "q0")
+
+
+#: name -> (how q5's judge reply is changed); q5 is the open question whose extraction is judged twice
+JUDGE_CASES: dict[str, Callable] = {
+    "content a list of numbers": _set_content([1, 2]),
+    "content a number": _set_content(3),
+    "choices of strings": _set("choices", ["<correct>"]),
+    "JSON 100k deep": lambda b: _deep_body(),
+}
+
+
+@pytest.mark.parametrize("case", list(JUDGE_CASES))
+def test_a_hostile_judge_reply_is_a_judge_failure_of_one_record(case, bench, tmp_path, openai_server, capsys):
+    def judge_script(req: dict, call: Call) -> Reply:
+        reply = eb.judge_script()(req, call)
+        if eb.marker(last_user_text(req)) == "q5":
+            assert isinstance(reply.body, dict)
+            reply.body = JUDGE_CASES[case](reply.body)
+        return reply
+
+    model, judge = openai_server(eb.model_script()), openai_server(judge_script)
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == cli.ExitCode.INCOMPLETE
+    assert "Traceback" not in capsys.readouterr().err
+    recs = _records(out)
+    assert list(recs) == list(eb.QUESTIONS)
+    er = recs["q5"]["eval_result"]
+    assert (er["status"], er["fail_stage"]) == ("failed", "judge"), er
+    assert "MalformedReply" in er["fail_reason"]
+    # the rerun asks the judge again and nothing of the model: the run can finish
+    sent = model.count
+    asked = judge.count
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url, "--retry_failed")) == cli.ExitCode.INCOMPLETE
+    assert model.count == sent and judge.count > asked
+
+
+@pytest.mark.parametrize("counter", ["prompt_tokens", "completion_tokens"])
+def test_usage_of_1e30_tokens_is_invalid_usage_not_a_blocked_run(counter, bench, tmp_path, openai_server):
+    def script(req: dict, call: Call) -> Reply:
+        reply = eb.model_reply(req)
+        if eb.marker(last_user_text(req)) == "q0":
+            assert isinstance(reply.body, dict)
+            reply.body["usage"][counter] = 10**30
+        return reply
+
+    model, judge = openai_server(script), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    argv = _argv(bench, out, model.base_url, judge.base_url, "--max_tokens_total", "100000")
+    assert evaluate.main(argv) == 0
+    recs = _records(out)
+    assert list(recs) == list(eb.QUESTIONS)
+    assert recs["q0"]["usage"]["model"]["unreported_requests"] == 1
+    assert recs["q0"]["usage"]["model"][counter] == 0
+    endpoints = json.loads((out / EVAL / "run_card.json").read_text())["history"][-1]["endpoints"]
+    assert endpoints["model"]["invalid_usage"] == 1
+
+
+# ------------------------------------------------------------------------------- item 3: echoed keys
+def test_echoed_keys_are_masked_before_anything_stores_shows_or_forwards_them(bench, tmp_path, openai_server):
+    def model_script(req: dict, call: Call) -> Reply:
+        reply = eb.model_reply(req)
+        bare = call.headers.get("authorization", "").split()[-1]
+        assert isinstance(reply.body, dict)
+        msg = reply.body["choices"][0]["message"]
+        msg["content"] = f"debug: auth={bare} " + msg["content"]
+        return reply
+
+    def judge_script(req: dict, call: Call) -> Reply:
+        reply = eb.judge_script()(req, call)
+        bare = call.headers.get("authorization", "").split()[-1]
+        assert isinstance(reply.body, dict)
+        reply.body["choices"][0]["message"]["content"] += f"\n(judge key {bare})"
+        return reply
+
+    model, judge = openai_server(model_script), openai_server(judge_script)
+    out = tmp_path / "out"
+    argv = _argv(bench, out, model.base_url, judge.base_url, api_key=MODEL_KEY, judge_api_key=JUDGE_KEY)
+    assert evaluate.main(argv) == 0
+    assert report.main([str(out / EVAL), "--out", str(tmp_path / "report.html"), "--thumb_px", "64"]) == 0
+    for req in judge.requests:  # the model's key is never forwarded to the judge
+        assert MODEL_KEY not in json.dumps(req)
+    recs = _records(out)
+    assert "debug: auth=***" in recs["q0"]["eval_result"]["response"]
+    assert any("(judge key ***)" in o for r in recs.values() for o in r["eval_result"]["judge_outputs"])
+    for path in [*out.rglob("*"), tmp_path / "report.html"]:
+        if path.is_file():
+            data = path.read_bytes()
+            assert MODEL_KEY.encode() not in data and JUDGE_KEY.encode() not in data, path
+
+
+# ------------------------------------------------------------------------------- item 5: gzip bomb
+def test_a_gzip_bomb_is_refused_while_it_is_read(openai_server):
+    inflated = 80 * 2**20  # past the 64 MiB cap; the 4 GB bomb of the report is the same shape
+    pad = b" " * inflated
+    body = gzip.compress(
+        b'{"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}], "pad": "' + pad + b'"}'
+    )
+    assert len(body) < 200_000
+    srv = openai_server(lambda req, call: Reply(body=body, headers={"content-encoding": "gzip"}))
+
+    async def ask():
+        client = make_client(None, srv.base_url, timeout=30, max_retries=0)
+        try:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        finally:
+            await client.close()
+
+    with pytest.raises(MalformedReply, match="larger than"):
+        asyncio.run(ask())
+
+
+# ------------------------------------------------------------------------------- item 4: trickling checks
+class TricklingModels:
+    """A loopback server whose every answer (``GET /v1/models``) announces 10 kB and sends one byte per
+    ``every`` seconds: each read sees a byte, so only a total deadline ends the wait."""
+
+    def __init__(self, every: float = 0.3):
+        self.every = every
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.accepted = threading.Event()
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                self.accepted.set()
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10000\r\n\r\n")
+                while not self.stop.is_set():
+                    conn.sendall(b" ")
+                    time.sleep(self.every)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def trickling():
+    srv = TricklingModels()
+    yield srv
+    srv.close()
+
+
+def test_the_endpoint_check_has_a_total_deadline(trickling):
+    outcome: list = []
+
+    def check():
+        try:
+            check_endpoints([Endpoint("model", trickling.base_url, "k")], timeout=1.0)
+            outcome.append("reachable")
+        except EndpointError as e:
+            outcome.append(str(e))
+
+    t = threading.Thread(target=check, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(6.0)
+    assert not t.is_alive(), "the check was still waiting after 6 s (a 1 s deadline)"
+    assert time.monotonic() - t0 < 4.0
+    assert outcome and "unreachable (no answer in time)" in outcome[0], outcome
+
+
+def test_sigterm_ends_a_command_stuck_in_the_endpoint_check(bench, tmp_path, trickling, openai_server):
+    judge = openai_server(eb.judge_script())
+    argv = _argv(bench, tmp_path / "out", trickling.base_url, judge.base_url)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert trickling.accepted.wait(60), "the endpoint check never connected"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=8)
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    assert rc == 4 and "stopped by SIGTERM" in err, err
+    assert "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------------- items 8-11, 13: hostile files
+def _edit_row(ann: Path, line: int, change: Callable[[str], str]) -> None:
+    lines = ann.read_text().splitlines()
+    lines[line - 1] = change(lines[line - 1])
+    ann.write_text("\n".join(lines) + "\n")
+
+
+def _add_field(name: str, value: str) -> Callable[[str], str]:
+    return lambda row: row[:-1] + f', "{name}": {value}}}'
+
+
+def _box(value: str) -> Callable[[str], str]:
+    return lambda row: row.replace('"bbox": [1, 2, 30, 40]', f'"bbox": [1, 2, {value}, 40]')
+
+
+#: name -> (how line 3 of the annotation file is changed, what the one error line must say)
+BAD_ROWS: dict[str, tuple[Callable[[str], str], str]] = {
+    "a sample_key field": (_add_field("sample_key", '"mine"'), "field 'sample_key' is a name the harness writes"),
+    "an index field": (_add_field("index", "7"), "field 'index' is a name the harness writes"),
+    "JSON 100k deep": (_add_field("deep", "[" * DEEP + "]" * DEEP), "nested more than 100 levels deep"),
+    "a NaN box": (_box("NaN"), "field 'layout_infos.1.bbox[2]' is nan (not a finite number)"),
+    "an Infinity box": (_box("Infinity"), "field 'layout_infos.1.bbox[2]' is inf (not a finite number)"),
+    "a 1e999 box": (_box("1e999"), "field 'layout_infos.1.bbox[2]' is inf (not a finite number)"),
+    "a 400-digit integer": (_box("9" * 400), "an integer of 400 digits"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ROWS))
+def test_a_hostile_annotation_row_is_bad_input_naming_line_and_field(case, bench, tmp_path, openai_server, capsys):
+    change, message = BAD_ROWS[case]
+    ann, _ = bench
+    _edit_row(ann, 3, change)
+    model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    assert evaluate.main(_argv(bench, tmp_path / "out", model.base_url, judge.base_url)) == 2
+    err = capsys.readouterr().err
+    assert f"{ann}:3: {message}" in err, err
+    assert "Traceback" not in err and model.count == 0
+
+
+def test_an_annotation_file_with_a_byte_order_mark_is_read(bench, tmp_path, openai_server):
+    ann, _ = bench
+    ann.write_bytes(b"\xef\xbb\xbf" + ann.read_bytes())
+    model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == 0
+    assert list(_records(out)) == list(eb.QUESTIONS)
+
+
+#: name -> the vSearcher's reply; each is one episode without a box, never a traceback
+SEARCHER_REPLIES = {
+    "an <answer> 100k deep": "<answer>" + "[" * DEEP + "]" * DEEP + "</answer>",
+    "a <tool_call> 100k deep": '<tool_call>{"name": "image_zoom_in_tool", "arguments": '
+    + "[" * DEEP
+    + "]" * DEEP
+    + "}</tool_call>",
+    "a 400-digit coordinate": f"<answer>[0, 0, {'9' * 400}, 5]</answer>",
+    "a NaN coordinate": "<answer>[0, 0, NaN, 5]</answer>",
+}
+
+
+@pytest.mark.parametrize("case", list(SEARCHER_REPLIES))
+def test_a_hostile_vsearcher_reply_is_one_record(case, tmp_path, openai_server, capsys):
+    img_dir = tmp_path / "images"
+    img_dir.mkdir()
+    Image.new("RGB", (120, 90)).save(img_dir / "one.png")
+    ann = tmp_path / "regions.jsonl"
+    rows = [{"id": k, "image": "one.png", "description": "x", "bbox": [1, 1, 9, 9]} for k in ("a", "b")]
+    ann.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    srv = openai_server(lambda req, call: Reply(body=chat(SEARCHER_REPLIES[case]).body))
+    out = tmp_path / "out"
+    argv = ["--ann_file", str(ann), "--img_dir", str(img_dir), "--model", "m", "--api_base_url", srv.base_url]
+    evaluate_vsearch.main([*argv, "--output_dir", str(out), "--no_progress", "--max_retries", "0"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 and all(r["status"] == "invalid" for r in recs), recs
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ('{"answer": ' + "[" * DEEP + "]" * DEEP + "}", "the edit must be a JSON object on the same line"),
+        ('{"target_layouts": [true]}', "target_layouts: must be a non-empty list of layout ids"),
+    ],
+)
+def test_a_hostile_review_edit_is_refused_on_apply(edit, problem, tmp_path):
+    path = tmp_path / "batch_001.decisions.txt"
+    path.write_text(f"chart/img#q0 edit {edit}\n")
+    decisions, problems = review.read_decisions([str(path)])
+    if problems:
+        assert problem in problems[0] and len(problems[0]) < 300
+        return
+    with pytest.raises(review.DecisionsError, match=problem):
+        review.apply(items(), {"chart/img": source(4)}, decisions)
+
+
+# ------------------------------------------------------------------------------- item 12: extreme aspect ratios
+@pytest.mark.parametrize("size", [(1, 100_000), (100_000, 1)])
+def test_a_1_by_100000_png_is_refused_with_a_reason(size, bench, tmp_path, openai_server, caplog):
+    ann, img_dir = bench
+    Image.new("RGB", size, (9, 9, 9)).save(img_dir / "images" / "img0.png")  # q0, q1, q7
+    model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == cli.ExitCode.INCOMPLETE
+    recs = _records(out)
+    assert list(recs) == list(eb.QUESTIONS)
+    for q in ("q0", "q1", "q7"):
+        er = recs[q]["eval_result"]
+        assert er["status"] == "failed" and "at most 65535 px a side" in er["fail_reason"], er
+    assert "solver raised" not in caplog.text
+    assert all(recs[q]["eval_result"]["status"] != "failed" for q in recs if q not in ("q0", "q1", "q7"))

@@ -1,0 +1,60 @@
+"""Cohen's and Fleiss' κ against hand counts, and the coverage of their cluster-bootstrap intervals by
+simulation (fixed seed, three judges with known error rates on responses grouped by sample)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from insight_o3.evaluation.kappa import cohen_kappa, fleiss_kappa, kappa_interval
+
+
+def test_cohen_kappa_against_a_hand_count():
+    # 10 items: both "correct" on 4, both "wrong" on 3, judge 1 only on 2, judge 2 only on 1
+    x = ["correct"] * 4 + ["wrong"] * 3 + ["correct"] * 2 + ["wrong"]
+    y = ["correct"] * 4 + ["wrong"] * 3 + ["wrong"] * 2 + ["correct"]
+    po = 7 / 10
+    pe = (6 / 10) * (5 / 10) + (4 / 10) * (5 / 10)
+    assert cohen_kappa(x, y) == pytest.approx((po - pe) / (1 - pe))
+    assert cohen_kappa(x, x) == 1.0
+    assert math.isnan(cohen_kappa(["correct"] * 3, ["correct"] * 3))  # no variation: undefined
+
+
+def test_fleiss_kappa_against_a_hand_count():
+    # 5 items, 3 judges; k = number of "correct" labels per item
+    labels = np.array([[1, 1, 1], [1, 1, 0], [0, 0, 0], [1, 0, 0], [1, 1, 1]], bool)
+    k = labels.sum(axis=1)
+    p_i = (k * (k - 1) + (3 - k) * (2 - k)) / 6  # agreeing pairs of the 3 judges
+    p = k.sum() / 15
+    pe = p**2 + (1 - p) ** 2
+    assert fleiss_kappa(labels) == pytest.approx((p_i.mean() - pe) / (1 - pe))
+    assert fleiss_kappa(np.ones((4, 3), bool)) != fleiss_kappa(np.ones((4, 3), bool))  # undefined: NaN
+
+
+def _judged(rng, samples: int, trials: int, errors=(0.1, 0.15, 0.2)):
+    """Labels of judges with the given error rates; a sample's trials mostly share their true verdict."""
+    truth = np.repeat(rng.random(samples) < 0.6, trials) ^ (rng.random(samples * trials) < 0.1)
+    labels = np.stack([truth ^ (rng.random(samples * trials) < e) for e in errors], axis=1)
+    return labels, np.repeat(np.arange(samples), trials)
+
+
+def test_kappa_intervals_cover_by_simulation():
+    rng = np.random.default_rng(3)
+    population, _ = _judged(rng, 100_000, 3)
+    true_fleiss = fleiss_kappa(population)
+    true_cohen = cohen_kappa(population[:, 0], population[:, 1])
+    reps, hits_f, hits_c = 400, 0, 0
+    for r in range(reps):
+        labels, groups = _judged(rng, 50, 3)
+        lo, hi = kappa_interval(labels, groups, n_resamples=499, seed=r)
+        hits_f += lo <= true_fleiss <= hi
+        lo, hi = kappa_interval(labels[:, :2], groups, n_resamples=499, seed=r)
+        hits_c += lo <= true_cohen <= hi
+    assert 0.91 <= hits_f / reps <= 0.98 and 0.91 <= hits_c / reps <= 0.98, (hits_f / reps, hits_c / reps)
+
+
+def test_kappa_interval_is_none_when_undefined_or_too_few_samples():
+    assert kappa_interval(np.ones((6, 3), bool), [0, 0, 1, 1, 2, 2]) is None
+    assert kappa_interval(np.array([[1, 0], [0, 0]], bool), ["s", "s"]) is None
