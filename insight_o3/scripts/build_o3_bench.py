@@ -29,6 +29,7 @@ import json
 import os
 import sys
 
+from ..base.untrusted import loads
 from ..cli import (
     ExitCode,
     add_api_flags,
@@ -72,7 +73,7 @@ BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
 # ----------------------------------------------------------------------------- flags
 def _json_object(text: str) -> dict:
     try:
-        v = json.loads(text)
+        v = loads(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
     if not isinstance(v, dict):
