@@ -254,8 +254,16 @@ class SearcherSession:
             self.turns[-1].error = self.turns[-1].error or error
         return SearcherStep(True, action, error=error)
 
-    def step(self, assistant_text: str, finish_reason: str | None = None, usage: dict | None = None) -> SearcherStep:
-        """Consume one assistant reply; append the tool response (a crop) or finish."""
+    def step(
+        self,
+        assistant_text: str,
+        finish_reason: str | None = None,
+        usage: dict | None = None,
+        call_text: str | None = None,
+    ) -> SearcherStep:
+        """Consume one assistant reply; append the tool response (a crop) or finish. ``call_text``: the reply as the
+        tool-call parser reads it, when it differs (the fork's hermes parser decodes the turn with its special tokens
+        kept); the answer and r_format always read ``assistant_text``."""
         if self.done:
             raise RuntimeError("vSearcher session is already finished")
         text = assistant_text or ""
@@ -272,7 +280,7 @@ class SearcherSession:
         self.turns.append(rec)
         self.messages.append(message("assistant", text))
         if self.prompt == "trained":
-            return self._fork_step(rec, text)
+            return self._fork_step(rec, text, text if call_text is None else call_text)
         if turn.action == "tool_call":
             if self.n_tool_calls >= self.max_tool_calls:
                 rec.action = "invalid"
@@ -307,9 +315,9 @@ class SearcherSession:
             return self._end("found", "answer")
         return self._end("invalid", "invalid", turn.error)
 
-    def _fork_step(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
+    def _fork_step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:
         """One turn under the fork's agent loop (``ToolAgentLoop`` + ``VSearcherLoop``) and zoom-in tool."""
-        calls = rules.hermes_tool_calls(text)
+        calls = rules.hermes_tool_calls(call_text)
         if len(self.tool_texts) >= self.max_tool_calls or not calls:
             return self._fork_end(rec, text)
         call = calls[0]
