@@ -26,14 +26,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from insight_o3 import cli
 from insight_o3.base.untrusted import MalformedReply
+from insight_o3.data.o3bench import review
 from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
-from insight_o3.scripts import evaluate, report
+from insight_o3.scripts import evaluate, evaluate_vsearch, report
 from tests.support import eval_bench as eb
-from tests.support.openai_server import Call, Reply, last_user_text
+from tests.support.openai_server import Call, Reply, chat, last_user_text
+from tests.test_o3bench_parts import items, source
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL = "m/o3_bench"
@@ -325,3 +328,116 @@ def test_sigterm_ends_a_command_stuck_in_the_endpoint_check(bench, tmp_path, tri
     err = proc.stderr.read().decode()
     assert rc == 4 and "stopped by SIGTERM" in err, err
     assert "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------------- items 8-11, 13: hostile files
+def _edit_row(ann: Path, line: int, change: Callable[[str], str]) -> None:
+    lines = ann.read_text().splitlines()
+    lines[line - 1] = change(lines[line - 1])
+    ann.write_text("\n".join(lines) + "\n")
+
+
+def _add_field(name: str, value: str) -> Callable[[str], str]:
+    return lambda row: row[:-1] + f', "{name}": {value}}}'
+
+
+def _box(value: str) -> Callable[[str], str]:
+    return lambda row: row.replace('"bbox": [1, 2, 30, 40]', f'"bbox": [1, 2, {value}, 40]')
+
+
+#: name -> (how line 3 of the annotation file is changed, what the one error line must say)
+BAD_ROWS: dict[str, tuple[Callable[[str], str], str]] = {
+    "a sample_key field": (_add_field("sample_key", '"mine"'), "field 'sample_key' is a name the harness writes"),
+    "an index field": (_add_field("index", "7"), "field 'index' is a name the harness writes"),
+    "JSON 100k deep": (_add_field("deep", "[" * DEEP + "]" * DEEP), "nested more than 100 levels deep"),
+    "a NaN box": (_box("NaN"), "field 'layout_infos.1.bbox[2]' is nan (not a finite number)"),
+    "an Infinity box": (_box("Infinity"), "field 'layout_infos.1.bbox[2]' is inf (not a finite number)"),
+    "a 1e999 box": (_box("1e999"), "field 'layout_infos.1.bbox[2]' is inf (not a finite number)"),
+    "a 400-digit integer": (_box("9" * 400), "an integer of 400 digits"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ROWS))
+def test_a_hostile_annotation_row_is_bad_input_naming_line_and_field(case, bench, tmp_path, openai_server, capsys):
+    change, message = BAD_ROWS[case]
+    ann, _ = bench
+    _edit_row(ann, 3, change)
+    model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    assert evaluate.main(_argv(bench, tmp_path / "out", model.base_url, judge.base_url)) == 2
+    err = capsys.readouterr().err
+    assert f"{ann}:3: {message}" in err, err
+    assert "Traceback" not in err and model.count == 0
+
+
+def test_an_annotation_file_with_a_byte_order_mark_is_read(bench, tmp_path, openai_server):
+    ann, _ = bench
+    ann.write_bytes(b"\xef\xbb\xbf" + ann.read_bytes())
+    model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == 0
+    assert list(_records(out)) == list(eb.QUESTIONS)
+
+
+#: name -> the vSearcher's reply; each is one episode without a box, never a traceback
+SEARCHER_REPLIES = {
+    "an <answer> 100k deep": "<answer>" + "[" * DEEP + "]" * DEEP + "</answer>",
+    "a <tool_call> 100k deep": '<tool_call>{"name": "image_zoom_in_tool", "arguments": '
+    + "[" * DEEP
+    + "]" * DEEP
+    + "}</tool_call>",
+    "a 400-digit coordinate": f"<answer>[0, 0, {'9' * 400}, 5]</answer>",
+    "a NaN coordinate": "<answer>[0, 0, NaN, 5]</answer>",
+}
+
+
+@pytest.mark.parametrize("case", list(SEARCHER_REPLIES))
+def test_a_hostile_vsearcher_reply_is_one_record(case, tmp_path, openai_server, capsys):
+    img_dir = tmp_path / "images"
+    img_dir.mkdir()
+    Image.new("RGB", (120, 90)).save(img_dir / "one.png")
+    ann = tmp_path / "regions.jsonl"
+    rows = [{"id": k, "image": "one.png", "description": "x", "bbox": [1, 1, 9, 9]} for k in ("a", "b")]
+    ann.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    srv = openai_server(lambda req, call: Reply(body=chat(SEARCHER_REPLIES[case]).body))
+    out = tmp_path / "out"
+    argv = ["--ann_file", str(ann), "--img_dir", str(img_dir), "--model", "m", "--api_base_url", srv.base_url]
+    evaluate_vsearch.main([*argv, "--output_dir", str(out), "--no_progress", "--max_retries", "0"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 and all(r["status"] == "invalid" for r in recs), recs
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ('{"answer": ' + "[" * DEEP + "]" * DEEP + "}", "the edit must be a JSON object on the same line"),
+        ('{"target_layouts": [true]}', "target_layouts: must be a non-empty list of layout ids"),
+    ],
+)
+def test_a_hostile_review_edit_is_refused_on_apply(edit, problem, tmp_path):
+    path = tmp_path / "batch_001.decisions.txt"
+    path.write_text(f"chart/img#q0 edit {edit}\n")
+    decisions, problems = review.read_decisions([str(path)])
+    if problems:
+        assert problem in problems[0] and len(problems[0]) < 300
+        return
+    with pytest.raises(review.DecisionsError, match=problem):
+        review.apply(items(), {"chart/img": source(4)}, decisions)
+
+
+# ------------------------------------------------------------------------------- item 12: extreme aspect ratios
+@pytest.mark.parametrize("size", [(1, 100_000), (100_000, 1)])
+def test_a_1_by_100000_png_is_refused_with_a_reason(size, bench, tmp_path, openai_server, caplog):
+    ann, img_dir = bench
+    Image.new("RGB", size, (9, 9, 9)).save(img_dir / "images" / "img0.png")  # q0, q1, q7
+    model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == cli.ExitCode.INCOMPLETE
+    recs = _records(out)
+    assert list(recs) == list(eb.QUESTIONS)
+    for q in ("q0", "q1", "q7"):
+        er = recs[q]["eval_result"]
+        assert er["status"] == "failed" and "at most 65535 px a side" in er["fail_reason"], er
+    assert "solver raised" not in caplog.text
+    assert all(recs[q]["eval_result"]["status"] != "failed" for q in recs if q not in ("q0", "q1", "q7"))

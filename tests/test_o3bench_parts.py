@@ -132,7 +132,7 @@ def test_detect_without_paddleocr_is_a_clear_error(tmp_path, capsys):
         ["sources", "--output_dir", str(tmp_path), "--chart_images", str(tmp_path / "img"), "--detect"]
     )
     err = capsys.readouterr().err
-    assert rc == 2 and "--detect needs PaddleOCR" in err and "'layout' extra" in err
+    assert rc == 2 and "--detect: the layout detector needs PaddleOCR" in err and "'layout' extra" in err
 
 
 # ------------------------------------------------------------------------------------------- E.1

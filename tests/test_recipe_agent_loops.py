@@ -662,6 +662,11 @@ def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path
         return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
 
     out = asyncio.run(rollout())
+    # the recipe's loops hand image references, which the worker keeps instead of pixel values
+    # (tests/test_recipe_image_inputs.py); a sample without them (another agent loop) gets verl's pixel values
+    from recipe.vsearch.image_inputs import VIEWS_KEY
+
+    assert out.multi_modal_data.pop(VIEWS_KEY) is not None
     w = object.__new__(VSearchAgentLoopWorker)
     w.config, w.tokenizer, w.processor = _config(prompt_length=1024), tok, SlowProcessor(proc, 0.4)
     w.reward_router_address, w.use_reward_loop = None, None

@@ -99,8 +99,9 @@ def test_validation_batches_are_bounded(composed):
 
 
 def test_validation_rows_carry_no_pixel_values(policy, image_path):  # noqa: F811
-    """The worker post-processing of a validation row keeps the image grids (mrope positions) but computes no
-    pixel values; a training row keeps them. The positions are the same either way."""
+    """The worker post-processing of a validation row keeps the image grids (mrope positions) and nothing else; a
+    training row also keeps the images' references (its pixel values are rebuilt where the model runs). The
+    positions are the same either way."""
     tok = policy[0]
     server = ScriptedServerManager(tok, searcher_script)
     row = {**_inloop_row(image_path), "extra_info": {"description": "the band", "bboxes": [[0, 0, 10, 10]]}}
@@ -118,7 +119,12 @@ def test_validation_rows_carry_no_pixel_values(policy, image_path):  # noqa: F81
     train = _expand(policy, copy.deepcopy(out), {**row, VALIDATE_KEY: False})
     val = _expand(policy, copy.deepcopy(out), {**row, VALIDATE_KEY: True})
     t_in, v_in = train.non_tensor_batch["multi_modal_inputs"][0], val.non_tensor_batch["multi_modal_inputs"][0]
-    assert "pixel_values" in t_in and t_in["pixel_values"].numel() > 0
+    # a training row carries the images' references, rebuilt into pixel values by the actor and reference workers
+    # (tests/test_recipe_image_inputs.py)
+    from recipe.vsearch.image_inputs import VIEWS_KEY, rebuild
+
+    assert set(t_in) == {"image_grid_thw", VIEWS_KEY}
+    assert rebuild(policy[1], t_in)["pixel_values"].numel() > 0
     assert set(v_in) == {"image_grid_thw"} and (v_in["image_grid_thw"] == t_in["image_grid_thw"]).all()
     assert (val.batch["position_ids"] == train.batch["position_ids"]).all()
 

@@ -31,6 +31,7 @@ from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 import verl  # noqa: E402
 from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
 from recipe.vsearch.hybrid_advantage import ESTIMATOR_NAME  # noqa: E402
+from recipe.vsearch.image_inputs import rebuild_pixels_in  # noqa: E402
 from tests.test_recipe_agent_loops import (  # noqa: E402,F401
     ANSWER,
     MAX_PIXELS,
@@ -178,6 +179,8 @@ def test_grpo_update_masks_tool_tokens_freezes_vision_and_lowers_loss(tiny_qwen_
     # overshoots on the random tiny model, whose two rollouts share most tokens)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
     actor = DataParallelPPOActor(cfg, model, opt)
+    for policy_ in (ref, actor):  # the rows carry image references (the recipe's worker installs the same)
+        rebuild_pixels_in(policy_, policy[1])
 
     batch = _rollout_batch(policy, image_path)
     batch.meta_info.update(temperature=1.0, micro_batch_size=2, use_dynamic_bsz=False, max_token_len=4096)

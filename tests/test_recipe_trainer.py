@@ -23,7 +23,7 @@ require_recipe()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import OmegaConf, open_dict  # noqa: E402
 from torch.utils.data import SequentialSampler  # noqa: E402
 from verl.trainer.ppo.core_algos import get_policy_loss_fn  # noqa: E402
 from verl.trainer.ppo.utils import Role  # noqa: E402
@@ -220,11 +220,13 @@ class FakeWorkerGroup:
     def __init__(self, actor_cfg):
         self.world_size, self._dispatch_info, self.actor_cfg = DP, {"actor": list(range(DP))}, actor_cfg
         self.updates = []
+        self.old_log_prob_passes = 0
 
     def _query_dispatch_info(self, role):
         return list(range(DP))
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
+        self.old_log_prob_passes += 1
         data.chunk(DP)
         return DataProto.from_dict(
             tensors={"old_log_probs": -torch.ones(len(data), R), "entropys": torch.ones(len(data), R)}
@@ -239,9 +241,11 @@ class FakeWorkerGroup:
         grads, losses = [], []
         for shard in data.chunk(DP):
             theta = torch.zeros(len(shard), R, requires_grad=True)
-            log_prob = shard.batch["old_log_probs"] + theta
+            # verl's on-policy update: the old log-probs are its own forward's, detached (-1 here, as compute_log_prob)
+            current = -torch.ones(len(shard), R)
+            log_prob = current + theta
             loss, _ = loss_fn(
-                old_log_prob=shard.batch["old_log_probs"],
+                old_log_prob=current,
                 log_prob=log_prob,
                 advantages=shard.batch["advantages"],
                 response_mask=shard.batch["response_mask"],
@@ -364,9 +368,12 @@ def test_one_training_step_with_expanded_episodes(trainer):
     assert metrics["vsearch/has_answer"] == pytest.approx(3 / 4)
     assert metrics["vsearch/outloop_mean_iou"] == pytest.approx(0.5)  # IoU 1 and 0
     assert metrics["vsearch/padding_rows"] == 1 and metrics["vsearch/masked_rows"] == 3
+    # the update is on-policy: no old-log-prob pass, hence no entropy from it (verl's update logs it with
+    # actor.calculate_entropy=True)
+    assert trainer.actor_rollout_wg.old_log_prob_passes == 0 and "old_log_probs" not in batch.batch.keys()
+    assert "actor/entropy" not in metrics and "timing_s/old_log_prob" not in metrics
     for key in (
         "actor/pg_loss",
-        "actor/entropy",
         "timing_s/step",
         "timing_s/gen",
         "response_length/mean",
@@ -377,6 +384,21 @@ def test_one_training_step_with_expanded_episodes(trainer):
         assert key in metrics, key
     # validation ran at the last step (test_freq=1) and is in the same metrics
     assert metrics["val-core/vsearch/accuracy_reward"] == pytest.approx(0.5)
+
+
+def test_old_log_prob_pass_runs_when_the_kl_penalty_in_the_reward_reads_it(trainer):
+    """``algorithm.use_kl_in_reward``: ``apply_kl_penalty`` reads the old log-probs, so the pass runs (and logs the
+    entropy of its forward), and the batch the update gets carries them."""
+    with open_dict(trainer.config):
+        trainer.config.algorithm.use_kl_in_reward = True
+    trainer.kl_ctrl_in_reward = SimpleNamespace(value=0.001, update=lambda current_kl, n_steps: None)
+    trainer.fit()
+    wg = trainer.actor_rollout_wg
+    assert wg.old_log_prob_passes == 1
+    batch, _ = wg.updates[0]
+    assert torch.equal(batch.batch["old_log_probs"], -torch.ones(len(batch), R))
+    _, metrics = trainer.logged[-1]
+    assert metrics["actor/entropy"] == pytest.approx(1.0) and "timing_s/old_log_prob" in metrics
 
 
 def test_validation_is_episode_level_and_drops_padding(trainer):

@@ -34,6 +34,8 @@ Round 2 (issue 34) — the reply is *typed* at the same boundary, so no caller c
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,6 +49,68 @@ USAGE_COUNTERS = (("prompt_tokens",), ("completion_tokens",), ("completion_token
 MAX_TOKENS_PER_CHOICE = 10_000_000
 #: Nesting a reply (or any JSON value of a user or a server) may have; deeper is malformed.
 MAX_JSON_DEPTH = 100
+
+
+#: Digits an integer of untrusted JSON may have (a 400-digit coordinate overflows every float conversion).
+MAX_INT_DIGITS = 30
+
+
+class UntrustedJSONError(json.JSONDecodeError):
+    """JSON that parses but is beyond the bounds of :func:`loads` (so every ``except json.JSONDecodeError`` of a
+    reader treats it as the malformed JSON it is for us)."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg, "", 0)
+
+    def __str__(self) -> str:
+        return self.msg
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise UntrustedJSONError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, max_chars: int | None = None) -> Any:
+    """``json.loads`` for JSON of a user or a server, bounded: at most ``max_chars`` characters, ``max_depth``
+    levels of nesting, integers of :data:`MAX_INT_DIGITS` digits, and only finite numbers (``NaN``,
+    ``Infinity``, ``1e999`` are refused). Raises :class:`UntrustedJSONError` (a ``json.JSONDecodeError``) naming
+    the field (``layout_infos.1.bbox[2]``) where one is at fault."""
+    if max_chars is not None and len(text) > max_chars:
+        raise UntrustedJSONError(f"longer than {max_chars} characters")
+    try:
+        value = json.loads(text, parse_int=_bounded_int)
+    except RecursionError:
+        raise UntrustedJSONError(f"nested more than {max_depth} levels deep") from None
+    problem = json_problem(value, max_depth)
+    if problem is not None:
+        raise UntrustedJSONError(problem)
+    return value
+
+
+def json_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a parsed JSON value is out of bounds (nested past ``max_depth``, a number that is not finite), naming
+    the field; None when it is within them. Iterative: any depth is safe to check."""
+    stack: list[tuple[Any, int, tuple]] = [(value, 0, ())]
+    while stack:
+        obj, depth, path = stack.pop()
+        if isinstance(obj, float):
+            if not math.isfinite(obj):
+                return f"field '{_path_text(path)}' is {obj} (not a finite number)"
+        elif isinstance(obj, (dict, list)):
+            if depth >= max_depth:
+                return f"nested more than {max_depth} levels deep (at '{_path_text(path)}')"
+            items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+            stack.extend((v, depth + 1, (*path, k)) for k, v in items)
+    return None
+
+
+def _path_text(path: tuple) -> str:
+    out = ""
+    for k in path:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out or "(top level)"
 
 
 class MalformedReply(ValueError):

@@ -902,7 +902,7 @@ def plan(
         counts = [questions_per_image] * num_images
     else:
         if num_questions < num_images:
-            raise ValueError("--num_questions must be at least --num_images (one question per image minimum)")
+            raise ValueError("num_questions must be at least num_images (one question per image minimum)")
         base, extra = divmod(num_questions, num_images)
         counts = [base + (1 if i < extra else 0) for i in range(num_images)]
     return [(i, s, k) for i, (s, k) in enumerate(zip(subsets, counts))]

@@ -35,8 +35,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..base.untrusted import loads
 from ..imaging.geometry import box_area
 
+#: Characters one layout JSON file may have (a page of PaddleX layout output is a few kB).
+MAX_LAYOUT_CHARS = 64 * 2**20
 KEEP_LABELS = ("text", "image", "table", "chart", "figure_title", "paragraph_title")
 TITLE_LABELS = ("figure_title", "paragraph_title")
 NEVER_MERGE = ("chart", "table")
@@ -140,12 +143,12 @@ def iter_layout_files(path: str):
             for lineno, line in enumerate(f, start=1):
                 if line.strip():
                     try:
-                        yield f"{path}:{lineno}", json.loads(line)
+                        yield f"{path}:{lineno}", loads(line)
                     except json.JSONDecodeError as e:
                         raise LayoutError(f"{path}:{lineno}: malformed JSON line ({e})") from None
         else:
             try:
-                yield path, json.load(f)
+                yield path, loads(f.read(), max_chars=MAX_LAYOUT_CHARS)
             except json.JSONDecodeError as e:
                 raise LayoutError(f"{path}: malformed JSON ({e})") from None
 

@@ -114,7 +114,7 @@ def parse_checker(spec: str) -> tuple[str, str | None, str]:
     """``MODEL[,BASE_URL[,API_KEY_ENV]]`` -> (model, base_url or None, key env name)."""
     parts = [p.strip() for p in spec.split(",")]
     if not parts[0] or len(parts) > 3:
-        raise ValueError(f"--checker must be MODEL[,BASE_URL[,API_KEY_ENV]], got {spec!r}")
+        raise ValueError(f"checker must be MODEL[,BASE_URL[,API_KEY_ENV]], got {spec!r}")
     base = parts[1] if len(parts) > 1 and parts[1] else None
     key_env = parts[2] if len(parts) > 2 and parts[2] else "OPENAI_API_KEY"
     return parts[0], base, key_env

@@ -118,7 +118,7 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
                 return response
         except TimeoutError:
             raise _http_package().ReadTimeout(
-                f"no complete reply within the {self.deadline:g} s deadline of this attempt (--client_timeout)",
+                f"no complete reply within the {self.deadline:g} s deadline of this attempt (client_timeout)",
                 request=request,
             ) from None
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.untrusted import loads
 from ..imaging.geometry import Box
 
 #: Annotation fields that hold evidence, in the order they are tried.
@@ -106,7 +107,7 @@ def evidence_boxes(
     if inst not in (None, "", []):
         if isinstance(inst, str):
             try:
-                inst = json.loads(inst)
+                inst = loads(inst)
             except json.JSONDecodeError:
                 bad("target_instances", "is not a JSON list of boxes")
                 return []

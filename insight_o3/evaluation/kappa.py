@@ -23,6 +23,7 @@ from scipy.stats.contingency import crosstab
 
 from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, PairingError
 
+_BATCH = 500  # bootstrap resamples drawn at a time
 #: Below this many samples the bootstrap interval of κ is known to undercover (see the module docstring).
 MIN_SAMPLES_FOR_INTERVAL = 20
 
@@ -109,8 +110,11 @@ def kappa_interval(
     per_group = np.stack([np.bincount(g, per_item[:, j], n_groups) for j in range(per_item.shape[1])], axis=1)
     if np.isnan(_kappa(per_group.sum(axis=0), m)):
         return None
-    idx = np.random.default_rng(seed).integers(0, n_groups, (n_resamples, n_groups))
-    boot = _kappa(per_group[idx].sum(axis=1), m)
+    rng, parts = np.random.default_rng(seed), []
+    for start in range(0, n_resamples, _BATCH):  # memory bounded by _BATCH x groups draws
+        idx = rng.integers(0, n_groups, (min(_BATCH, n_resamples - start), n_groups))
+        parts.append(_kappa(per_group[idx].sum(axis=1), m))
+    boot = np.concatenate(parts)
     boot = boot[~np.isnan(boot)]
     if not len(boot):
         return None

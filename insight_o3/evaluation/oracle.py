@@ -26,7 +26,7 @@ def oracle_regions(sample: Sample, where: str = "") -> list[Box]:
     where = where or f"line {sample.line}"
     if sample.extra.get("target_layouts") in (None, "", []):
         raise AnnotationError(
-            f"{where}: field 'target_layouts' is missing or empty; --oracle_crops target_layouts needs "
+            f"{where}: field 'target_layouts' is missing or empty; oracle_crops target_layouts needs "
             f"O3-Bench's target layout annotation for every sample"
         )
     try:

@@ -294,7 +294,7 @@ class EvalJob(ResumableJob[Sample, dict]):
             if stray:
                 raise RecordFileError(
                     f"{self.logs[k].path}: holds records for {len(stray)} sample(s) not in the annotation file "
-                    f"(e.g. sample_key {stray[0]!r}); use another --eval_name for different data"
+                    f"(e.g. sample_key {stray[0]!r}); use another eval_name for different data"
                 )
         units: list[Unit] = []
         initial: list[str | None] = []

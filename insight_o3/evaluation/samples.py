@@ -3,7 +3,9 @@
 Accepted layouts (all real files in ``shared/benchmarks/`` and O3-Bench's ``metadata.jsonl``):
 the image under ``image`` or ``file_name`` (relative to ``img_dir``), ``category`` or ``subset``,
 optional ``options`` (text kept as is; lists/dicts formatted), ``question_id`` int or str, and any
-other fields (``target_layouts``, ``layout_infos``, ``explanation`` …) kept in ``extra``.
+other fields (``target_layouts``, ``layout_infos``, ``explanation`` …) kept in ``extra``. The names the harness
+writes into every record (:data:`RESERVED_FIELDS`: ``sample_key``, ``index`` …) are refused in a row (status 2
+naming the line and field): a row's field must never replace the harness's own key.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from ..storage.jsonl import iter_jsonl
 IMAGE_FIELDS = ("image", "file_name")
 CATEGORY_FIELDS = ("category", "subset")
 _KNOWN = {"question_id", "question", "options", "answer", *IMAGE_FIELDS, *CATEGORY_FIELDS}
+#: Record keys the harness writes next to a row's fields; a row holding one of them is bad input.
+RESERVED_FIELDS = ("sample_key", "index", "image_path", "trial", "eval_result", "usage", "cost_usd")
 #: How many missing images are listed in the error message.
 MAX_REPORTED = 5
 
@@ -86,6 +90,12 @@ def _text_field(obj: dict, name: str, where: str) -> str:
 
 
 def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str, allow_outside: bool = False) -> Sample:
+    reserved = [k for k in RESERVED_FIELDS if k in obj]
+    if reserved:
+        raise AnnotationError(
+            f"{where}: field '{reserved[0]}' is a name the harness writes into every record "
+            f"({', '.join(RESERVED_FIELDS)}); rename it in the file"
+        )
     question = _text_field(obj, "question", where)
     answer = _text_field(obj, "answer", where)
     image_field = next((f for f in IMAGE_FIELDS if f in obj), None)
@@ -195,7 +205,7 @@ def select_subset(samples: list[Sample], spec: dict | None, ann_file: str = "") 
         unknown = [c for c in spec["categories"] if c not in known]
         if unknown:
             raise AnnotationError(
-                f"{ann_file}: --categories {', '.join(unknown)} not in the file (it has: {', '.join(sorted(known))})"
+                f"{ann_file}: categories {', '.join(unknown)} not in the file (it has: {', '.join(sorted(known))})"
             )
         want = set(spec["categories"])
         out = [s for s in out if s.category in want]
@@ -209,7 +219,7 @@ def select_subset(samples: list[Sample], spec: dict | None, ann_file: str = "") 
         if unknown:
             shown = ", ".join(unknown[:MAX_REPORTED]) + (" …" if len(unknown) > MAX_REPORTED else "")
             raise AnnotationError(
-                f"{ann_file}: --sample_ids {shown} not in the file (ids are question_id values, "
+                f"{ann_file}: sample_ids {shown} not in the file (ids are question_id values, "
                 f"or #<0-based line index> when question_ids are missing or repeated)"
             )
         want_keys = {by_id[i].key for i in spec["sample_ids"]}

@@ -49,6 +49,8 @@ from .schema import EvalRecord
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_SEED = 0
+#: Resamples drawn at a time (memory: this many x samples numbers).
+_BATCH = 1000
 #: The status of an item lost to API errors (see :mod:`.judge`).
 FAILED = "failed"
 CORRECT = "correct"
@@ -203,6 +205,7 @@ def bootstrap_difference(
         n_resamples=n_resamples,
         confidence_level=confidence,
         method="percentile",
+        batch=_BATCH,
         rng=np.random.default_rng(seed),
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -218,8 +221,11 @@ def sign_flip_pvalue(d: np.ndarray, n_resamples: int = DEFAULT_RESAMPLES, seed: 
     if n < 31 and 2**n <= n_resamples:
         signs = 1.0 - 2.0 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
         return (np.abs(d @ signs.T) / n >= obs).mean(axis=-1)
-    signs = np.random.default_rng(seed).choice([-1.0, 1.0], (n_resamples, n))
-    return (1 + (np.abs(d @ signs.T) / n >= obs).sum(axis=-1)) / (n_resamples + 1)
+    rng, hits = np.random.default_rng(seed), np.zeros(obs.shape[:-1], int)
+    for start in range(0, n_resamples, _BATCH):  # memory bounded by _BATCH x n signs
+        signs = rng.choice([-1.0, 1.0], (min(_BATCH, n_resamples - start), n))
+        hits += (np.abs(d @ signs.T) / n >= obs).sum(axis=-1)
+    return (1 + hits) / (n_resamples + 1)
 
 
 def mcnemar_pvalue(b, c) -> np.ndarray:

@@ -63,7 +63,7 @@ class SingleModelSolver:
         self.system_prompt = system_prompt
         self.completion_kwargs = dict(completion_kwargs or {})
         if "n" in self.completion_kwargs:
-            raise ValueError("'n' is set by --num_trials, not in the chat completion kwargs")
+            raise ValueError("'n' is set by num_trials, not in the chat completion kwargs")
         self.image_url_extra = image_url_extra
         self.separate = separate_trial_requests
         self.extra_views = extra_views  # sample -> crop boxes (original pixels) shown after the image

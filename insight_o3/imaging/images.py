@@ -54,6 +54,10 @@ DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
 DEFAULT_MAX_DECODE_VALUES = 600_000_000
 
 
+#: The longest side a JPEG can have (its header stores sides in 16 bits).
+JPEG_MAX_SIDE = 65_535
+
+
 class ImageError(Exception):
     """An image that cannot be used (missing, corrupt, too large); the message names the file."""
 
@@ -212,7 +216,7 @@ def open_image(
             if values > max_values:
                 raise ImageError(
                     f"image too large to decode safely ({im.width}x{im.height} px, mode {im.mode}: {values} values "
-                    f"> --max_decode_values {max_values}): {path}"
+                    f"> max_decode_values {max_values}): {path}"
                 )
             im.load()
             # leaving the block closes only the file: the loaded pixels need no copy
@@ -338,7 +342,16 @@ class ImageStore:
 
     def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
         view, ref = self.view(path, resize, region)
-        url = encode_pil(view, self.fmt, resize.jpeg_quality if resize.jpeg_quality is not None else self.quality)
+        fmt = self.fmt
+        if fmt.upper() == "JPEG" and max(view.size) > JPEG_MAX_SIDE:
+            raise ImageError(
+                f"cannot send a {view.width}x{view.height} view as JPEG (at most {JPEG_MAX_SIDE} px a side; the "
+                f"image's aspect ratio leaves no smaller size that keeps it): {path}"
+            )
+        try:
+            url = encode_pil(view, fmt, resize.jpeg_quality if resize.jpeg_quality is not None else self.quality)
+        except (OSError, ValueError) as e:  # the encoder's own limits: a reason, not a traceback
+            raise ImageError(f"cannot encode a {view.width}x{view.height} view as {fmt}: {e}: {path}") from None
         with self._lock:
             self.stats["encoded"] += 1
         return EncodedImage(ref, url, self.size(path))
@@ -469,12 +482,25 @@ _HELPERS_LOCK = threading.Lock()
 
 def _worker_context():
     """``forkserver`` where there is one: workers start small and without the parent's threads. Its server
-    process and the resource tracker are started detached from the caller's stdio (once per process)."""
+    process and the resource tracker are started detached from the caller's stdio (once per process).
+
+    The server imports this module and the command's main module once (:func:`_worker_preload`): every worker
+    re-runs the main module as multiprocessing does (a command started with ``python -m`` is imported by name in
+    each child), and forked from a server that holds its imports already, that costs it a module body, not the
+    ~0.6 s CPU of importing the SDK and the command's whole import graph again."""
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload(_worker_preload())
         _start_helpers_detached()
     return ctx
+
+
+def _worker_preload() -> list[str]:
+    """What the forkserver imports before it forks a worker: ``__main__`` (multiprocessing's default, used for a
+    script run by path), the main module by name (``python -m`` / console scripts) and this module."""
+    main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
+    return ["__main__", *([main_name] if main_name else []), __name__]
 
 
 def _start_helpers_detached() -> None:

@@ -10,6 +10,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..base.untrusted import loads
+
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _THINK_TAG = re.compile(r"<think>.*?</think>", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -227,13 +229,13 @@ class SearcherTurn:
 def _loads_lenient(body: str):
     body = body.strip()
     try:
-        return json.loads(body)
+        return loads(body)
     except json.JSONDecodeError:
         pass
     m = re.search(r"\{.*\}", body, re.DOTALL)  # stray text around the object
     if m:
         try:
-            return json.loads(m.group(0))
+            return loads(m.group(0))
         except json.JSONDecodeError:
             return None
     return None
@@ -276,7 +278,7 @@ def parse_searcher_turn(text: str, simple_prompt: bool = False) -> SearcherTurn:
     if answers:
         body = answers[-1].strip()
         try:
-            val = json.loads(body)
+            val = loads(body)
         except json.JSONDecodeError:
             m = _BOX_LIST.search(body)
             val = [float(v) for v in m.groups()] if m else None

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.untrusted import loads
 from ..imaging.geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, smart_resize
 
 #: the zoom-in tool's name (the reward accepts no other)
@@ -70,7 +71,7 @@ def parse_answer_box(text: str) -> BBox | None:
     null box or passes :func:`validate_bbox`; None for anything else (the reward's extraction swallows every
     error, ``vsearch_batch.py:531-536``)."""
     try:
-        bbox = tuple(json.loads(text))
+        bbox = tuple(loads(text))
         if bbox not in {NULL_BOX}:
             validate_bbox(bbox)
         return bbox
@@ -138,7 +139,7 @@ def tool_call_box(tool_call: str, frame_wh: Sequence[int]) -> tuple[BBox | None,
     JSON, an object named ``image_zoom_in_tool``, ``arguments.bbox_2d`` passing :func:`validate_bbox`, and a
     box with some area inside the model frame ``(0, 0, w, h)``. Returns ``(box, None)`` or ``(None, why)``."""
     try:
-        call = json.loads(tool_call)
+        call = loads(tool_call)
     except json.JSONDecodeError as e:
         return None, f"tool call is not JSON ({e})"
     if not isinstance(call, dict):
@@ -257,7 +258,7 @@ def hermes_tool_calls(text: str) -> list[ToolCall]:
     calls = []
     for match in _TOOL_CALL.findall(text):
         try:
-            call = json.loads(match)
+            call = loads(match)
             calls.append(ToolCall(call["name"], json.loads(json.dumps(call["arguments"], ensure_ascii=False))))
         except Exception:  # noqa: BLE001 - the parser logs and skips a call it cannot decode
             continue

@@ -29,6 +29,7 @@ import json
 import os
 import sys
 
+from ..base.untrusted import loads
 from ..cli import (
     ExitCode,
     add_api_flags,
@@ -72,7 +73,7 @@ BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
 # ----------------------------------------------------------------------------- flags
 def _json_object(text: str) -> dict:
     try:
-        v = json.loads(text)
+        v = loads(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
     if not isinstance(v, dict):
@@ -265,9 +266,12 @@ def run_sources(a: argparse.Namespace) -> int:
     with run_lock(ws.root, "build_o3_bench sources"):
         if a.detect:
             for s in specs:
-                n = src_mod.run_detector(
-                    s.image_dir, s.layouts, model_name=a.detector_model, threshold=a.detector_threshold
-                )
+                try:
+                    n = src_mod.run_detector(
+                        s.image_dir, s.layouts, model_name=a.detector_model, threshold=a.detector_threshold
+                    )
+                except LayoutError as e:
+                    raise LayoutError(f"--detect: {e}") from None
                 print(f"layout detector: {n} {s.subset} image(s) -> {s.layouts}", file=sys.stderr)
         kept, skipped = [], []
         for s in specs:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from ..agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
 from ..base.redaction import redact
+from ..base.untrusted import loads
 from ..cli import (
     OUTPUT_ROOT,
     STOP_ERRORS,
@@ -95,7 +96,7 @@ SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
 def _json_object(name: str):
     def parse(text: str) -> dict:
         try:
-            value = json.loads(text)
+            value = loads(text)
         except json.JSONDecodeError as e:
             raise argparse.ArgumentTypeError(f"{name} is not valid JSON: {e}") from None
         if not isinstance(value, dict):

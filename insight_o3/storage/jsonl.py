@@ -2,14 +2,21 @@
 
 Every input reader of the project (benchmark annotations, localization data, collage source pools,
 the training-data packer) goes through :func:`iter_jsonl`, so bad input is reported the same way
-everywhere: ``<file>:<line>: <what is wrong>``.
+everywhere: ``<file>:<line>: <what is wrong>``. Lines are untrusted JSON (:func:`insight_o3.base.untrusted.loads`:
+nesting, integers and non-finite numbers bounded, the field named) of at most :data:`MAX_LINE_BYTES` bytes, read
+no further than that; a UTF-8 byte order mark at the start of the file is skipped.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
+
+from ..base.untrusted import UntrustedJSONError, loads
+
+#: Bytes one line of an input file may have (annotation rows are a few kB; a line past this is refused unread).
+MAX_LINE_BYTES = 16 * 2**20
+_BOM = b"\xef\xbb\xbf"
 
 
 def iter_jsonl(
@@ -24,8 +31,14 @@ def iter_jsonl(
     if not os.path.isfile(path):
         raise error(f"{path}: {what} not found")
     with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
+        line_no = 0
+        while raw := f.readline(MAX_LINE_BYTES + 1):
+            line_no += 1
             where = f"{path}:{line_no}"
+            if line_no == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            if len(raw) > MAX_LINE_BYTES:
+                raise error(f"{where}: the line is longer than {MAX_LINE_BYTES} bytes") from None
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -33,9 +46,13 @@ def iter_jsonl(
             if not text.strip():
                 continue
             try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise error(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+                obj = loads(text)
+            except UntrustedJSONError as e:
+                raise error(f"{where}: {e.msg}") from None
+            except ValueError as e:  # json.JSONDecodeError
+                raise error(
+                    f"{where}: malformed JSON ({getattr(e, 'msg', e)} at column {getattr(e, 'colno', 0)})"
+                ) from None
             if not isinstance(obj, dict):
                 raise error(f"{where}: expected a JSON object, got {type(obj).__name__}")
             yield where, line_no, obj

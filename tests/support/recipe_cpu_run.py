@@ -447,6 +447,8 @@ def run_train(
         # all had reward 0, so no gradient at step 1 (actor = reference: no KL term either). Lower, its turns are
         # valid more often while its boxes still vary (it learned 3 boxes uniformly): rewards differ within a step
         "actor_rollout_ref.rollout.temperature=0.6",
+        # the actor/entropy metric from the update's own forward (the on-policy step has no old-log-prob pass)
+        "actor_rollout_ref.actor.calculate_entropy=True",
         "trainer.logger=[console,file]",
         f"hydra.run.dir={work / 'hydra' / name}",  # not outputs/<date> under verl/
     ]

@@ -40,9 +40,9 @@ def drop_threshold(rule: str, n_models: int) -> int:
     try:
         n = int(rule)
     except ValueError:
-        raise ValueError(f"--drop_when must be 'all', 'any' or a number of models, got {rule!r}") from None
+        raise ValueError(f"drop_when must be 'all', 'any' or a number of models, got {rule!r}") from None
     if not 1 <= n <= n_models:
-        raise ValueError(f"--drop_when {n}: must be between 1 and the number of --solver models ({n_models})")
+        raise ValueError(f"drop_when {n}: must be between 1 and the number of solver models ({n_models})")
     return n
 
 
@@ -83,7 +83,7 @@ class FilterJob(StepJob[BenchItem]):
     ):
         super().__init__(workspace, settings, **kw)
         if len({e.model for e in solvers}) != len(solvers):
-            raise ValueError("--solver models must be distinct")
+            raise ValueError("solver models must be distinct")
         self.solvers, self.judge_ep, self.sources = solvers, judge, sources
         self.attempts, self.drop_when = attempts, drop_when
         self.threshold = drop_threshold(drop_when, len(solvers))

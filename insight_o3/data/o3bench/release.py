@@ -187,7 +187,7 @@ def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = 
         if pending and require_all_decided:
             raise BuildFileError(
                 f"{len(pending)} item(s) still pending review (first: {pending[0]}); decide them or drop "
-                f"--require_all_decided"
+                f"require_all_decided"
             )
         sources = read_sources(ws.require(ws.sources, "sources"))
         accepted = [r["item"] for r in rows if r["decision"] in ACCEPTED]

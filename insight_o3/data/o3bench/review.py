@@ -23,11 +23,11 @@ written then. Items without a line stay ``pending``; ``release`` takes the accep
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base.untrusted import loads
 from ...storage.atomic import write_jsonl_atomic
 from ...storage.lock import run_lock
 from .records import BenchItem, SourceImage, read_items, read_sources
@@ -87,7 +87,7 @@ def parse_line(line: str, where: str) -> Decision | str:
         return Decision(item_id, word, where, reason=rest)
     if word == "edit":
         try:
-            edit = json.loads(rest)
+            edit = loads(rest)
         except ValueError as e:
             return f"{where}: {item_id}: the edit must be a JSON object on the same line ({e})"
         if not isinstance(edit, dict) or not edit:
@@ -117,6 +117,11 @@ def read_decisions(paths: list[str]) -> tuple[list[Decision], list[str]]:
     return decisions, problems
 
 
+def _is_layout_id(value) -> bool:
+    """An integer, not a bool (``True == 1`` would pass for layout 1 and be written as ``true``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def edited_item(item: BenchItem, source: SourceImage, edit: dict) -> BenchItem | str:
     """The item with ``edit`` applied and checked by every validation rule, or the rule's reason."""
     fields = {k: getattr(item, k) for k in ("question", "options", "answer", "explanation")}
@@ -126,8 +131,8 @@ def edited_item(item: BenchItem, source: SourceImage, edit: dict) -> BenchItem |
         return f"{v.reason}: {v.detail}"
     if "target_layouts" in edit:
         targets = edit["target_layouts"]
-        if not isinstance(targets, list) or not targets or not all(isinstance(t, int) for t in targets):
-            return "target_layouts: must be a non-empty list of layout ids"
+        if not isinstance(targets, list) or not targets or not all(_is_layout_id(t) for t in targets):
+            return "target_layouts: must be a non-empty list of layout ids (integers; true/false are not ids)"
         unknown = [t for t in targets if t not in source.layout_ids]
         if unknown:
             return f"target_layouts: layout {unknown[0]} is not a layout of the image"

@@ -178,8 +178,8 @@ def run_detector(
         from paddleocr import LayoutDetection
     except ImportError as e:
         raise LayoutError(
-            f"--detect needs PaddleOCR ({e}); install the 'layout' extra (pip install 'insight-o3[layout]'), or run "
-            f"the detector elsewhere and pass its JSON with --chart_layouts/--map_layouts"
+            f"the layout detector needs PaddleOCR ({e}); install the 'layout' extra (pip install 'insight-o3[layout]'), or run "
+            f"the detector elsewhere and pass its JSON as the chart/map layouts"
         ) from None
     os.makedirs(out_dir, exist_ok=True)
     done = set(read_results(out_dir)) if skip_done and any(Path(out_dir).glob("*.json")) else set()

@@ -21,6 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from ...base.untrusted import loads
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
@@ -77,7 +78,7 @@ def parse_items(text: str | None) -> list:
         raise SynthesisFormatError("empty reply")
     for cand in _candidates(text):
         try:
-            value = json.loads(cand)
+            value = loads(cand)
         except ValueError:
             continue
         if isinstance(value, list):

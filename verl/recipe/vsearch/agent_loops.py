@@ -43,6 +43,7 @@ from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.questions import insight_o3_question
 
 from .episodes import JUDGE_LOST_STATUS, failed_episode_output
+from .image_inputs import VIEWS_KEY
 from .policy_searcher import PolicySearcher, SearcherRollout
 from .rollout_fields import (
     EPISODE_ID_KEY,
@@ -148,7 +149,7 @@ def rollout_output(r: SearcherRollout, fields: SampleFields, mask_out: bool = Fa
         response_ids=r.response_ids,
         response_mask=mask,
         response_logprobs=r.response_logprobs,
-        multi_modal_data={"images": list(r.images)},
+        multi_modal_data={"images": list(r.images), VIEWS_KEY: r.image_views},
         num_turns=r.num_turns + 1,
         metrics=_metrics([r]),
         extra_fields=fields.to_extra_fields(),

@@ -45,6 +45,7 @@ from insight_o3.endpoints.client import ENV_KEYS, resolve_key
 from insight_o3.protocol.rewards import RewardRules, batch_withholds_pseudo_iou, combine_terms
 from verl import DataProto
 
+from .image_inputs import VIEWS_KEY, with_references
 from .rollout_fields import (
     EPISODE_ID_KEY,
     EXTRA_SAMPLES_KEY,
@@ -155,10 +156,19 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
     async def _postprocess_sample(self, sample, **kwargs):
         with_row_identity(sample.extra_fields, kwargs)
         images = (sample.multi_modal_data or {}).get("images")
+        views = (sample.multi_modal_data or {}).get(VIEWS_KEY)
         if self.processor is not None and images and kwargs.get(VALIDATE_KEY):
             # a validation row is never trained on: no pixel values (fp32, ~18 KB per image token, ~308 MB for
             # one image at val.sh's 12.8M-pixel budget), only the grids verl's mrope position ids need
             self._mm_inputs_ready()[id(sample)] = {"image_grid_thw": image_grid_thw(self.processor, images)}
+        elif self.processor is not None and images and views is not None:
+            # a training row: the grids and the images' references (a few hundred bytes); the actor and reference
+            # workers rebuild the pixel values where the model runs (recipe.vsearch.image_inputs)
+            self._mm_inputs_ready()[id(sample)] = {"image_grid_thw": image_grid_thw(self.processor, images)}
+            row = await super()._agent_loop_postprocess(sample, **kwargs)
+            # set after verl's pydantic record validated its tensors (it types multi_modal_inputs as tensors only)
+            row.multi_modal_inputs = with_references(row.multi_modal_inputs["image_grid_thw"], views)
+            return row
         elif self.processor is not None and images:
             # the image processor (pixel values of every image of the row) in a thread, not on the event loop
             # that every agent loop of this worker shares; verl's post-processing then takes the result

@@ -19,10 +19,17 @@ every rank steps once on the same number of rows.
 
 :func:`on_policy_worker` derives that worker from verl's own (``AsyncActorRolloutRefWorker`` of
 ``verl.workers.fsdp_workers``); the recipe's TaskRunner (``main.py``) registers it in place of
-verl's. Only ``update_actor`` changes; its dispatch registration is copied from verl's method.
+verl's. ``update_actor`` and ``init_model`` change (the latter makes the actor and the reference rebuild the
+rows' pixel values from image references, :mod:`recipe.vsearch.image_inputs`); their dispatch registrations are
+copied from verl's methods.
 The loss aggregation follows ``vsearch.variant`` (:func:`apply_loss`): under ``original`` verl's own
 ``token-mean`` over dynamic micro-batches, untouched (the fork's loss: each micro-batch's token mean scaled by its
 share of the rank's rows); under ``paper`` the paper's Eq. 2 (:func:`eq2_weights`).
+
+Because the update is on-policy, verl's update never reads the old log-probs: it takes ``log_prob.detach()`` of its
+own forward. The trainer therefore skips the actor's old-log-prob pass (a forward of the policy over every row)
+whenever :func:`old_log_prob_needed` finds nothing else that reads them, and the worker's ``update_actor`` checks
+the on-policy case before verl's update runs (:func:`without_old_log_probs`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 from verl.single_controller.base.decorator import MAGIC_ATTR
 
 # the loss aggregation the Eq. 2 weights are made for, and each variant's (checked at start-up by RunSettings)
+from .image_inputs import rebuild_pixels_in
 from .settings import EQ2_LOSS_AGG_MODE, PROTOCOLS
 
 _CACHE: dict[type, type] = {}
@@ -129,6 +137,62 @@ def set_whole_batch(actor, data) -> int:
     return n
 
 
+#: the columns the update reads that the skipped pass would have made (``old_log_prob_needed``)
+OLD_LOG_PROBS = "old_log_probs"
+
+
+def old_log_prob_needed(config) -> str | None:
+    """Why a training step needs the actor's old-log-prob pass, or None when verl 0.7's update provably never
+    reads its result, so that the pass (a full forward of the policy over every row) can be skipped.
+
+    The recipe's worker makes every update a single mini-batch (:func:`set_whole_batch`); with
+    ``actor.ppo_epochs == 1`` verl's ``DataParallelPPOActor.update_policy`` is then ``on_policy`` and uses
+    ``log_prob.detach()`` of its own forward as the old log-probs (``dp_actor.py``), unless
+    ``actor.use_rollout_log_probs``. Outside the update, old log-probs are read by ``apply_kl_penalty``
+    (``algorithm.use_kl_in_reward``) and by rollout correction (``algorithm.rollout_correction.*``, which the
+    recipe rejects at start-up). The pass also gave the ``actor/entropy`` metric: verl's update logs it from its
+    own forward with ``actor.calculate_entropy=True`` (off by default, see the README)."""
+    actor = config.actor_rollout_ref.actor
+    if int(actor.get("ppo_epochs", 1)) != 1:
+        return f"actor_rollout_ref.actor.ppo_epochs={actor.ppo_epochs} (later epochs are off-policy)"
+    if actor.get("use_rollout_log_probs", False):
+        return "actor_rollout_ref.actor.use_rollout_log_probs=True"
+    if config.algorithm.get("use_kl_in_reward", False):
+        return "algorithm.use_kl_in_reward=True (apply_kl_penalty reads the old log-probs)"
+    corr = config.algorithm.get("rollout_correction", None) or {}
+    for key in ("rollout_is", "rollout_rs", "rollout_token_veto_threshold", "bypass_mode"):
+        if corr.get(key, None):
+            return f"algorithm.rollout_correction.{key}"
+    if str(config.trainer.get("use_legacy_worker_impl", "auto")) == "disable":
+        return "trainer.use_legacy_worker_impl=disable (not the recipe's worker)"
+    return None
+
+
+def without_old_log_probs(actor, data) -> None:
+    """Let verl's ``update_policy`` run on ``data`` without the old-log-prob pass, after checking that it is the
+    on-policy case (:func:`old_log_prob_needed`): one mini-batch (:func:`set_whole_batch` came first), one epoch.
+    The column verl selects is filled with NaN: the update never reads it, and if it did the loss would be NaN,
+    not silently wrong."""
+    import torch
+
+    cfg = actor.config
+    problems = []
+    if int(cfg.ppo_epochs) != 1:
+        problems.append(f"ppo_epochs={cfg.ppo_epochs}")
+    if cfg.ppo_mini_batch_size < len(data):
+        problems.append(f"ppo_mini_batch_size={cfg.ppo_mini_batch_size} < {len(data)} rows")
+    if getattr(cfg, "use_rollout_log_probs", False):
+        problems.append("use_rollout_log_probs=True")
+    if problems:
+        raise ValueError(
+            "the update batch has no old log-probs but the update is not on-policy (" + ", ".join(problems) + "); "
+            "the trainer skips the old-log-prob pass only when recipe.vsearch.on_policy.old_log_prob_needed allows it"
+        )
+    responses = data.batch["responses"]
+    data.batch = data.batch.copy()  # a consolidated TensorDict from Ray (see apply_eq2)
+    data.batch[OLD_LOG_PROBS] = torch.full(responses.shape, float("nan"), dtype=torch.float32)
+
+
 def on_policy_worker(worker_cls: type) -> type:
     """A subclass of verl's actor/rollout worker whose ``update_actor`` trains on the whole batch."""
     if worker_cls in _CACHE:
@@ -140,14 +204,30 @@ def on_policy_worker(worker_cls: type) -> type:
     def update_actor(self, data):
         set_whole_batch(self.actor, data)
         apply_loss(self.actor, data)
+        if OLD_LOG_PROBS not in data.batch.keys():  # the trainer skipped the pass (old_log_prob_needed)
+            without_old_log_probs(self.actor, data)
         return base_update(self, data)
 
     update_actor.__doc__ = (
-        "verl's update_actor with the mini-batch set to this rank's whole batch (one step) "
-        "and the loss of the run's variant (apply_loss)."
+        "verl's update_actor with the mini-batch set to this rank's whole batch (one step), "
+        "the loss of the run's variant (apply_loss), and no old-log-prob pass needed (without_old_log_probs)."
     )
     setattr(update_actor, MAGIC_ATTR, dict(getattr(base_update, MAGIC_ATTR)))
-    cls = type(f"OnPolicy{worker_cls.__name__}", (worker_cls,), {"update_actor": update_actor, "__module__": __name__})
+    base_init = worker_cls.init_model
+
+    def init_model(self):
+        out = base_init(self)
+        # training rows carry image references: the actor and the reference rebuild the pixel values of each
+        # micro-batch where the model runs (recipe.vsearch.image_inputs)
+        for policy in (getattr(self, "actor", None), getattr(self, "ref_policy", None)):
+            if policy is not None:
+                rebuild_pixels_in(policy, getattr(self, "processor", None))
+        return out
+
+    init_model.__doc__ = "verl's init_model; then the actor and the reference rebuild pixel values from references."
+    setattr(init_model, MAGIC_ATTR, dict(getattr(base_init, MAGIC_ATTR)))
+    members = {"update_actor": update_actor, "init_model": init_model, "__module__": __name__}
+    cls = type(f"OnPolicy{worker_cls.__name__}", (worker_cls,), members)
     _CACHE[worker_cls] = cls
     return cls
 

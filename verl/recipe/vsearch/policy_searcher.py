@@ -31,6 +31,7 @@ from insight_o3.agents import LocateResult, SearcherSession
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol.limits import LIMITS
 
+from .image_inputs import ImageViews
 from .rollout_fields import SampleFields
 
 
@@ -55,6 +56,8 @@ class SearcherRollout:
     errors: list[str] = field(default_factory=list)
     crop_boxes: list[list[float]] = field(default_factory=list)  # the model's bbox_2d per executed crop
     image_size: tuple[int, int] | None = None  # original image (W, H)
+    #: ``images`` as references (the training rows carry these instead of pixel values, ``image_inputs``)
+    image_views: ImageViews | None = None
 
     def sample_fields(self, **context) -> SampleFields:
         """This trajectory's :class:`~recipe.vsearch.rollout_fields.SampleFields` (the reward's inputs), plus the
@@ -208,6 +211,7 @@ class PolicySearcher:
             return sess, first, self.template_ids(template_messages(sess.messages), first)
 
         s, pics, prompt_ids = await asyncio.to_thread(start)
+        refs = list(s.image_refs)  # what ``pics`` shows, as references (pixels rebuilt by the trainer's workers)
         if self.prompt_length is not None and len(prompt_ids) > self.prompt_length:
             # verl pads every prompt to rollout.prompt_length and does not truncate: a longer one breaks the batch
             raise PromptTooLong(
@@ -290,6 +294,7 @@ class PolicySearcher:
                 break
             if crop is not None:
                 pics.append(crop)
+                refs.append(st.crop)
             resp += tool_ids
             mask += [0] * len(tool_ids)
             if logprobs is not None:
@@ -321,4 +326,5 @@ class PolicySearcher:
             num_turns=len(s.messages) - 1,
             crop_boxes=crops,
             image_size=tuple(s.original_size),
+            image_views=ImageViews(tuple(refs), s.resize, self.images.alpha),
         )

@@ -12,7 +12,8 @@ verl's own pieces; only the join changes:
 * :func:`~recipe.vsearch.episodes.finalize_batch` reads the episode metrics, drops placeholders and
   pads to a multiple of the actor's data-parallel size with zero-mask rows;
 * everything else is verl's: ``_balance_batch`` (``trainer.balance_batch``), reward extraction
-  (``_compute_or_extract_reward``: the reward loop's ``rm_scores``), ``_compute_old_log_prob``,
+  (``_compute_or_extract_reward``: the reward loop's ``rm_scores``), ``_compute_old_log_prob`` (only when
+  :func:`~recipe.vsearch.on_policy.old_log_prob_needed` says something reads it: the on-policy update does not),
   ``_compute_ref_log_prob``, ``compute_advantage`` (``vsearch_hybrid_grpo``), ``apply_kl_penalty``,
   ``_update_actor``, ``_save_checkpoint`` / ``_load_checkpoint``, ``Tracking`` and the
   ``compute_{data,timing,throughout}_metrics`` helpers.
@@ -53,7 +54,7 @@ from verl import DataProto
 
 from . import hybrid_advantage  # also registers vsearch_hybrid_grpo in this process
 from .episodes import episode_metrics, finalize_batch, withhold_pseudo_iou
-from .on_policy import EQ2_META_KEY
+from .on_policy import EQ2_META_KEY, old_log_prob_needed
 from .rollout_fields import (
     EPISODE_ID_KEY,
     EPISODE_KEYS,
@@ -144,16 +145,18 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         with marked_timer("reward", timing_raw, color="yellow"):
             reward_tensor, reward_extra = self._compute_or_extract_reward(batch, reward_fn=self.reward_fn)
 
-        with marked_timer("old_log_prob", timing_raw, color="blue"):
-            old_log_prob, mfu = self._compute_old_log_prob(batch)
-            entropys = old_log_prob.batch.pop("entropys")
-            metrics["perf/mfu/actor_infer"] = mfu
-            if bool((batch.batch["response_mask"].sum(-1) > 0).any()):  # Eq. 2's mean; no 0/0 on an empty step
-                entropy = agg_loss(
-                    loss_mat=entropys, loss_mask=batch.batch["response_mask"], loss_agg_mode="seq-mean-token-mean"
-                )
-                metrics["actor/entropy"] = entropy.detach().item()
-            batch = batch.union(old_log_prob)
+        # the update is on-policy (recipe.vsearch.on_policy): it reads no old log-probs unless something else does
+        if old_log_prob_needed(cfg) is not None:
+            with marked_timer("old_log_prob", timing_raw, color="blue"):
+                old_log_prob, mfu = self._compute_old_log_prob(batch)
+                entropys = old_log_prob.batch.pop("entropys")
+                metrics["perf/mfu/actor_infer"] = mfu
+                if bool((batch.batch["response_mask"].sum(-1) > 0).any()):  # Eq. 2's mean; no 0/0 on an empty step
+                    entropy = agg_loss(
+                        loss_mat=entropys, loss_mask=batch.batch["response_mask"], loss_agg_mode="seq-mean-token-mean"
+                    )
+                    metrics["actor/entropy"] = entropy.detach().item()
+                batch = batch.union(old_log_prob)
         if self.use_reference_policy:
             with marked_timer("ref", timing_raw, color="olive"):
                 batch = batch.union(self._compute_ref_log_prob(batch))
@@ -397,8 +400,10 @@ def check_api_failures(step_metrics: dict, settings, step: int) -> None:
 
 def multimodal_footprint(batch: DataProto) -> dict[str, float]:
     """Host memory the step's image inputs take in the driver: the bytes of every distinct tensor in the rows'
-    ``multi_modal_inputs`` (``pixel_values``: 1176 fp32 values per patch, 4 patches per image token), in MB,
-    and the largest row's share. Rows that share one dict or tensor (the DP padding duplicates) count once.
+    ``multi_modal_inputs``, in MB, and the largest row's share. Training rows carry image references and their
+    grids (``recipe.vsearch.image_inputs``), so this is the grids' bytes; rows with verl's ``pixel_values`` (1176
+    fp32 values per patch, 4 patches per image token) count those. Rows that share one dict or tensor (the DP
+    padding duplicates) count once.
     Logged each step as ``vsearch/mm_inputs_mb`` and ``vsearch/mm_inputs_row_max_mb``."""
     seen: set[int] = set()
     total, row_max = 0, 0

@@ -1,0 +1,47 @@
+"""House rules of the package that a reader relies on (docs/architecture.md), checked on the source."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "insight_o3"
+FLAG = re.compile(r"--[a-z][a-z_]+")
+
+
+def _below_commands() -> list[Path]:
+    """The library's modules below the commands (``scripts/`` and ``cli.py`` parse command lines)."""
+    return [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.relative_to(PACKAGE).parts[0] != "scripts" and p.relative_to(PACKAGE) != Path("cli.py")
+    ]
+
+
+def _strings(node: ast.AST) -> list[str]:
+    return [s.value for s in ast.walk(node) if isinstance(s, ast.Constant) and isinstance(s.value, str)]
+
+
+def test_no_command_line_below_the_commands():
+    """Nothing below the commands takes an ``argparse.Namespace``: each run has a typed config (the issue's
+    ``grep -rn Namespace insight_o3``)."""
+    users = [
+        f"{p.relative_to(PACKAGE)}:{n}"
+        for p in _below_commands()
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "Namespace" in line
+    ]
+    assert users == []
+
+
+def test_errors_below_the_commands_name_settings_not_flags():
+    """An error raised in the library names the setting; the command that has the flag maps it."""
+    named = []
+    for p in _below_commands():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                flags = [f for s in _strings(node.exc) for f in FLAG.findall(s)]
+                if flags:
+                    named.append(f"{p.relative_to(PACKAGE)}:{node.lineno}: {flags}")
+    assert named == []
