@@ -201,8 +201,9 @@ class BaseSearcherSession:
     def _first_messages(self, first: ImageRef, description: str) -> list[dict]:
         raise NotImplementedError
 
-    def _step(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
-        """Consume one parsed turn (``rec`` was appended) and say what happens next."""
+    def _step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:
+        """Consume one parsed turn (``rec`` was appended; ``call_text``: the reply as the tool-call parser reads it)
+        and say what happens next."""
         raise NotImplementedError
 
     def _end_at_budget(self, reason: str) -> None:
@@ -281,8 +282,16 @@ class BaseSearcherSession:
         )
         return SearcherStep(False, SearcherAction.TOOL_CALL, crop=ref)
 
-    def step(self, assistant_text: str, finish_reason: str | None = None, usage: dict | None = None) -> SearcherStep:
-        """Consume one assistant reply; append the tool response (a crop) or finish."""
+    def step(
+        self,
+        assistant_text: str,
+        finish_reason: str | None = None,
+        usage: dict | None = None,
+        call_text: str | None = None,
+    ) -> SearcherStep:
+        """Consume one assistant reply; append the tool response (a crop) or finish. ``call_text``: the reply as the
+        tool-call parser reads it, when it differs (the fork's hermes parser decodes the turn with its special tokens
+        kept); the answer and r_format always read ``assistant_text``."""
         if self.done:
             raise RuntimeError("vSearcher session is already finished")
         text = assistant_text or ""
@@ -298,7 +307,7 @@ class BaseSearcherSession:
         )
         self.turns.append(rec)
         self.messages.append(message("assistant", text))
-        return self._step(rec, text)
+        return self._step(rec, text, text if call_text is None else call_text)
 
     def end_at_budget(
         self,
@@ -411,9 +420,9 @@ class SearcherSession(BaseSearcherSession):
             n_valid_tool_calls=rules.n_valid_tool_calls(v, self.solution_text()),
         )
 
-    def _step(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
+    def _step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:
         """One turn under the fork's agent loop (``ToolAgentLoop`` + ``VSearcherLoop``) and zoom-in tool."""
-        calls = rules.hermes_tool_calls(text)
+        calls = rules.hermes_tool_calls(call_text)
         if len(self.tool_texts) >= self.max_tool_calls or not calls:
             return self._answer(rec, text)
         call = calls[0]
@@ -487,7 +496,7 @@ class SimpleSearcherSession(BaseSearcherSession):
         why = None if ok else self.error
         return _Formats(ok=ok, error=why, ok_inloop=ok, error_inloop=why, n_valid_tool_calls=self.n_tool_calls)
 
-    def _step(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
+    def _step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:
         if rec.action == SearcherAction.TOOL_CALL:
             return self._tool_call(rec)
         if rec.action == SearcherAction.ANSWER:

@@ -132,6 +132,7 @@ def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
         s.vsearcher_prompt_length,
         limit_reminder=s.protocol.searcher_limit_reminder,
         budget_end_fails_searcher=s.protocol.budget_end_fails_searcher,
+        end_on_bad_token=s.protocol.end_on_bad_token,
     )
 
 
@@ -255,6 +256,14 @@ def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[AsyncOpenAI, AsyncOpe
     return _API[key]
 
 
+def judged_text(text: str | None, max_chars: int | None) -> str | None:
+    """The vReasoner's answer turn as the in-loop judge sees it: left-truncated to ``max_chars`` characters, as the
+    fork's ``maybe_truncate`` (``insight_o3_agent_loop.py:340-346``: ``"..." + text[-n:][3:]``); None: whole."""
+    if text is None or max_chars is None or len(text) <= max_chars:
+        return text
+    return "..." + text[-max_chars:][len("...") :]
+
+
 class _RecordingPolicySearcher:
     """The ``searcher`` of :class:`InSightO3`: answers ``locate`` with a policy rollout and keeps it."""
 
@@ -339,7 +348,9 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         for round_ in range(proto.judge_rounds):
             if round_:
                 await asyncio.sleep(proto.judge_retry_interval_s)
-            verdict = await judge.check(sample, Attempt(res.text, res.finish_reason))
+            verdict = await judge.check(
+                sample, Attempt(judged_text(res.text, proto.judge_turn_chars), res.finish_reason)
+            )
             if verdict.status != "failed":
                 break
         failed = verdict.status == "failed"  # the judge's Status literal (evaluation.schema)

@@ -169,7 +169,9 @@ def box_field(value, where: str, field: str, size: tuple[int, int]) -> list[floa
 
 
 def text_field(rec: dict, name: str, where: str) -> str:
+    """The field's text exactly as released (not ``.strip()``-ed: the fork's ``create_parquet_dataset.py`` writes
+    question, answer and region description raw, so the vSearcher and the vReasoner saw them so)."""
     v = rec.get(name)
     if isinstance(v, bool) or not isinstance(v, (str, int, float)) or not str(v).strip():
         raise InputError(f"{where}: field '{name}' is {'missing' if v is None else 'empty or not text'}")
-    return str(v).strip()
+    return str(v)
