@@ -502,8 +502,9 @@ def _worker_preload() -> list[str]:
     insight_o3.scripts.evaluate``; not a package's ``__main__``, which it skips) and this module."""
     main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
     # a package's ``__main__`` (``python -m pytest``) runs when imported, and multiprocessing never re-imports it
-    by_name = main_name and main_name != "__main__" and not main_name.endswith(".__main__")
-    return ["__main__", *([main_name] if by_name else []), __name__]
+    if not isinstance(main_name, str) or main_name == "__main__" or main_name.endswith(".__main__"):
+        return ["__main__", __name__]
+    return ["__main__", main_name, __name__]
 
 
 def _start_helpers_detached() -> None:
