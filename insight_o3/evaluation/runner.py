@@ -127,7 +127,7 @@ def build_record(
         has_answer=verdict.has_answer,
         judge_method=verdict.method,
         judge_outputs=[cut_middle(o, max_reply_chars) if isinstance(o, str) else o for o in verdict.judge_outputs],
-        usage=attempt.usage,
+        api_usage=attempt.usage,
         image=refs[0].to_dict() if refs else None,
         trajectory=cut_messages(attempt.trajectory, max_reply_chars),
         stats=attempt.stats,
@@ -147,7 +147,7 @@ def build_record(
 
 def _attempt_from_record(rec: EvalRecord) -> Attempt:
     er = rec.eval_result
-    return Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=er.usage, stats=er.stats or {})
+    return Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=er.api_usage, stats=er.stats or {})
 
 
 def run_totals(trial_metrics: list[dict]) -> dict:
