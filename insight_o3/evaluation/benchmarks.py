@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class Layout:
+class BenchmarkFiles:
     ann_file: str
     img_dir: str
 
@@ -41,11 +41,11 @@ class Benchmark:
     img_dir: str
     description: str
     hub: str = ""  # where the images come from
-    aliases: tuple[Layout, ...] = field(default=())  # older layouts, tried when the default is absent
+    aliases: tuple[BenchmarkFiles, ...] = field(default=())  # older layouts, tried when the default is absent
 
     @property
-    def layouts(self) -> tuple[Layout, ...]:
-        return (Layout(self.ann_file, self.img_dir), *self.aliases)
+    def layouts(self) -> tuple[BenchmarkFiles, ...]:
+        return (BenchmarkFiles(self.ann_file, self.img_dir), *self.aliases)
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -64,7 +64,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "data/vstar_bench",
             "V*-Bench: 191 MCQs (direct_attributes, relative_position)",
             hub="craigwu/vstar_bench",
-            aliases=(Layout("data/VStar/vstar_bench.jsonl", "data/VStar/images"),),
+            aliases=(BenchmarkFiles("data/VStar/vstar_bench.jsonl", "data/VStar/images"),),
         ),
         Benchmark(
             "hr_bench_4k",
@@ -72,7 +72,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "data/HR-Bench/images_4k",
             "HR-Bench 4K: MCQs on 4K images (single / cross instance)",
             hub="DreamMr/HR-Bench",
-            aliases=(Layout("data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images"),),
+            aliases=(BenchmarkFiles("data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images"),),
         ),
         Benchmark(
             "treebench",
@@ -87,7 +87,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "data",
             "VisualProbe (hard split): 106 open-ended questions",
             hub="Mini-o3/VisualProbe",
-            aliases=(Layout("data/VisualProbe/visual_probe_hard.jsonl", "data/VisualProbe/images"),),
+            aliases=(BenchmarkFiles("data/VisualProbe/visual_probe_hard.jsonl", "data/VisualProbe/images"),),
         ),
         Benchmark(
             "mme_realworld_lite",
@@ -95,7 +95,9 @@ BENCHMARKS: dict[str, Benchmark] = {
             "data/MME-RealWorld-Lite/imgs",
             "MME-RealWorld Lite: 50 MCQs per task type over real-world scenarios",
             hub="yifanzhang114/MME-RealWorld-Lite",
-            aliases=(Layout("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/images"),),
+            aliases=(
+                BenchmarkFiles("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/images"),
+            ),
         ),
     ]
 }
@@ -108,12 +110,12 @@ def get_benchmark(name: str) -> Benchmark:
         raise ValueError(f"unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}") from None
 
 
-def resolve_layout(name: str, root: str | os.PathLike = ".") -> Layout:
+def resolve_layout(name: str, root: str | os.PathLike = ".") -> BenchmarkFiles:
     """The benchmark's default (original) layout, or the first alias whose annotation file and image
     dir both exist under ``root`` while the default's do not. Paths stay relative as registered."""
     b = get_benchmark(name)
 
-    def present(lay: Layout) -> bool:
+    def present(lay: BenchmarkFiles) -> bool:
         return os.path.isfile(os.path.join(root, lay.ann_file)) and os.path.isdir(os.path.join(root, lay.img_dir))
 
     if present(b.layouts[0]):

@@ -40,6 +40,7 @@ from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
 from ..protocol.questions import insight_o3_question
+from ..protocol.statuses import NO_ANSWER_STATUSES
 from .schema import Status
 
 FLOWS = ("extract", "verify")
@@ -55,8 +56,6 @@ CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
 #: fork's reward function ``max_tokens=2048``.
 JUDGE_COMPLETION_KWARGS = {"extract": {"max_completion_tokens": 2048}, "verify": {"max_tokens": 2048}}
-#: InSight-o3 episode statuses that carry no answer (see ``insight_o3.agents.reasoner_session``).
-NO_ANSWER_STATUSES = ("format_failed", "search_after_limit", "search_invalid")
 
 
 @dataclass

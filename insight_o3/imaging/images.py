@@ -498,9 +498,13 @@ def _worker_context():
 
 def _worker_preload() -> list[str]:
     """What the forkserver imports before it forks a worker: ``__main__`` (multiprocessing's default, used for a
-    script run by path), the main module by name (``python -m`` / console scripts) and this module."""
+    script run by path), the main module by name where multiprocessing imports it in each child (``python -m
+    insight_o3.scripts.evaluate``; not a package's ``__main__``, which it skips) and this module."""
     main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
-    return ["__main__", *([main_name] if main_name else []), __name__]
+    # a package's ``__main__`` (``python -m pytest``) runs when imported, and multiprocessing never re-imports it
+    if not isinstance(main_name, str) or main_name == "__main__" or main_name.endswith(".__main__"):
+        return ["__main__", __name__]
+    return ["__main__", main_name, __name__]
 
 
 def _start_helpers_detached() -> None:

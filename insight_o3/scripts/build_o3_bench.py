@@ -50,12 +50,12 @@ from ..cli import (
 from ..data.layout import LayoutError
 from ..data.o3bench import sources as src_mod
 from ..data.o3bench.extraction import ExtractJob, tasks_for
-from ..data.o3bench.filtering import FilterJob, drop_threshold
+from ..data.o3bench.filtering import BenchFilterJob, drop_threshold
 from ..data.o3bench.prompts import prompt_hashes
 from ..data.o3bench.records import BuildFileError, read_items, read_sources
 from ..data.o3bench.release import release_workspace
 from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..data.o3bench.steps import Endpoint, StepSettings, read_log
+from ..data.o3bench.steps import ModelEndpoint, StepSettings, read_log
 from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..data.o3bench.validation import validate_workspace
 from ..data.o3bench.workspace import Workspace
@@ -236,9 +236,9 @@ def _settings(a: argparse.Namespace) -> StepSettings:
     )
 
 
-def _main_endpoint(a: argparse.Namespace, model: str) -> Endpoint:
+def _main_endpoint(a: argparse.Namespace, model: str) -> ModelEndpoint:
     keys, urls = ENV_KEYS["main"]
-    return Endpoint(model=model, api_base_url=resolve(a.api_base_url, urls), api_key=resolve_key(a.api_key, keys))
+    return ModelEndpoint(model=model, api_base_url=resolve(a.api_base_url, urls), api_key=resolve_key(a.api_key, keys))
 
 
 def _costs(a: argparse.Namespace, models: dict[str, str | None]) -> CostModel | None:
@@ -359,7 +359,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         ap.error("--attempts must be at least 1")
     main_urls = ENV_KEYS["main"][1]
     solvers = [
-        Endpoint(
+        ModelEndpoint(
             model=m,
             api_base_url=base or resolve(a.api_base_url, main_urls),
             api_key=resolve_key(a.api_key if env == "OPENAI_API_KEY" else None, (env,)),
@@ -367,7 +367,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         for m, base, env in specs
     ]
     jkeys, jurls = ENV_KEYS["judge"]
-    judge = Endpoint(
+    judge = ModelEndpoint(
         model=a.judge_model,
         api_base_url=resolve(a.judge_api_base_url, jurls) or solvers[0].api_base_url,
         api_key=resolve_key(a.judge_api_key, jkeys, flag="--judge_api_key") or solvers[0].api_key,
@@ -375,7 +375,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
     costs = _costs(a, {**{e.model: e.model for e in solvers}, "judge": judge.model})
-    job = FilterJob(
+    job = BenchFilterJob(
         ws,
         _settings(a),
         solvers,

@@ -30,7 +30,7 @@ ItemT = TypeVar("ItemT")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Endpoint:
+class ModelEndpoint:
     """A model behind an OpenAI-compatible endpoint (the key lives in memory only, never in a file)."""
 
     model: str
@@ -193,7 +193,7 @@ class StepJob(ResumableJob[ItemT, dict]):
             return AdaptiveLimiter(s.concurrency, s.rpm, s.tpm)
         return None
 
-    def endpoint_client(self, ep: Endpoint, role: str, limiter: AdaptiveLimiter | None = None):
+    def endpoint_client(self, ep: ModelEndpoint, role: str, limiter: AdaptiveLimiter | None = None):
         """A client of ``ep`` reporting to the run guard, behind ``limiter``, closed at the end."""
         return self.client(
             ep.api_key,

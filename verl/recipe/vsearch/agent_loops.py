@@ -25,6 +25,7 @@ text of ``raw_prompt``; the QA ground truth from ``reward_model.ground_truth``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ from insight_o3.evaluation.samples import Sample
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.questions import insight_o3_question
+from insight_o3.protocol.statuses import EpisodeStatus
 
 from .episodes import JUDGE_LOST_STATUS, failed_episode_output
 from .image_inputs import VIEWS_KEY
@@ -275,7 +277,7 @@ class _RecordingPolicySearcher:
         return r.result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AnswerCheck:
     """c of r̂_IoU = 1[s = c = 1] for one episode. ``failed``: the check itself was lost (API error):
     the episode counts as a critical failure, not as a wrong answer."""
@@ -286,7 +288,7 @@ class AnswerCheck:
     reason: str | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EpisodeOutcome:
     """What one in-loop episode produced; ``critical_failure`` when an API call was lost."""
 
@@ -295,7 +297,7 @@ class EpisodeOutcome:
     has_answer: bool
     correct: bool
     critical_failure: bool
-    status: str
+    status: EpisodeStatus | str  # or episodes.JUDGE_LOST_STATUS
     error: str | None = None
     judge_status: str | None = None
 
@@ -351,7 +353,8 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
             )
             if verdict.status != "failed":
                 break
-        return AnswerCheck(verdict.is_correct, verdict.status == "failed", verdict.status, verdict.fail_reason)
+        failed = verdict.status == "failed"  # the judge's Status literal (evaluation.schema)
+        return AnswerCheck(correct=verdict.is_correct, failed=failed, status=verdict.status, reason=verdict.fail_reason)
 
     async def episode(self, sample: Sample, sampling_params: dict, validate: bool = False) -> EpisodeOutcome:
         """Run one episode. What a failure means follows ``vsearch.variant`` (:class:`~recipe.vsearch.settings.Protocol`):
@@ -362,21 +365,37 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         searcher = _RecordingPolicySearcher(self.policy, sampling_params)
         proto = self.settings.protocol
         res = await self.reasoner(searcher, validate).answer(sample.image_path, insight_o3_question(sample))
-        if res.status == "failed" or (res.status == "format_failed" and proto.format_exhaustion_is_failure):
-            return EpisodeOutcome(
-                searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error or res.protocol_error
+        outcome = functools.partial(EpisodeOutcome, rollouts=searcher.rollouts, feedback=list(res.feedback))
+        lost = res.status == EpisodeStatus.FAILED
+        if lost or (res.status == EpisodeStatus.FORMAT_FAILED and proto.format_exhaustion_is_failure):
+            return outcome(
+                has_answer=False,
+                correct=False,
+                critical_failure=True,
+                status=res.status,
+                error=res.error or res.protocol_error,
             )
-        if res.status != "answered":  # format retries exhausted (paper) / tool call past the limit: c = 0
-            return EpisodeOutcome(
-                searcher.rollouts, list(res.feedback), False, False, False, res.status, res.protocol_error
+        if res.status != EpisodeStatus.ANSWERED:  # format retries exhausted (paper) / tool call past the limit: c = 0
+            return outcome(
+                has_answer=False, correct=False, critical_failure=False, status=res.status, error=res.protocol_error
             )
         c = await self.check_answer(sample, res)
         if c.failed and proto.max_judge_failure_ratio is not None:
-            return EpisodeOutcome(
-                searcher.rollouts, list(res.feedback), True, False, False, JUDGE_LOST_STATUS, c.reason, c.status
+            return outcome(
+                has_answer=True,
+                correct=False,
+                critical_failure=False,
+                status=JUDGE_LOST_STATUS,
+                error=c.reason,
+                judge_status=c.status,
             )
-        return EpisodeOutcome(
-            searcher.rollouts, list(res.feedback), True, c.correct, c.failed, res.status, c.reason, c.status
+        return outcome(
+            has_answer=True,
+            correct=c.correct,
+            critical_failure=c.failed,
+            status=res.status,
+            error=c.reason,
+            judge_status=c.status,
         )
 
     async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
