@@ -345,8 +345,8 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         A lost check is asked again, up to the variant's ``judge_rounds`` with ``judge_retry_interval_s`` between
         (``original``: the fork's reward worker retries its failed rows 10 times, 30 s apart)."""
         _, judge_client = api_clients(self.settings, self.endpoints)
-        judge = AnswerJudge(judge_client, self.settings.judge_model, flow="verify")
         proto = self.settings.protocol
+        judge = AnswerJudge(judge_client, self.settings.judge_model, flow="verify", verdicts=proto.judge_verdicts)
         for round_ in range(proto.judge_rounds):
             if round_:
                 await asyncio.sleep(proto.judge_retry_interval_s)

@@ -112,6 +112,10 @@ class Protocol:
     #: the in-loop judge sees the vReasoner's turn left-truncated to this many characters (fork ``maybe_truncate``,
     #: ``insight_o3_agent_loop.py:340-346``); None: the whole turn
     judge_turn_chars: int | None
+    #: how the in-loop judge's reply is read (:func:`insight_o3.evaluation.judge.judged_correct`): the fork's
+    #: ``"<correct>" in reply`` as it is (``fork``; "<wrong> (not <correct>)" scores correct) or ``strict``, where an
+    #: ambiguous reply is a lost check, asked again in the next judge round
+    judge_verdicts: str
 
 
 PROTOCOLS = {
@@ -134,6 +138,7 @@ PROTOCOLS = {
         sampler_seed=1,
         end_on_bad_token=True,
         judge_turn_chars=4096,
+        judge_verdicts="fork",
     ),
     "paper": Protocol(
         variant="paper",
@@ -154,6 +159,7 @@ PROTOCOLS = {
         sampler_seed=42,
         end_on_bad_token=False,
         judge_turn_chars=None,
+        judge_verdicts="strict",
     ),
 }
 #: the field names the YAML may read through ``${vsearch_protocol:<field>}``
