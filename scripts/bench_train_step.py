@@ -226,7 +226,7 @@ def summarise(label: str, probes: Path) -> list[dict]:
                 "wall_s": round(s.get("timing_s/step", float("nan")), 1),
                 "driver_peak_rss_mb": round(s["peak_rss_kb"] / 1024, 0),
                 "object_store_mb": None if store is None else round(store, 1),
-                "mm_inputs_mb": round(s.get("vsearch/mm_inputs_mb", float("nan")), 2),
+                "mm_inputs_mb": round(s.get("vsearch/mm_inputs_mb", float("nan")), 5),
                 "actor_passes_per_row": round(sum(f["rows"] for f in window if f["role"] == "actor") / n, 2)
                 if n
                 else None,
