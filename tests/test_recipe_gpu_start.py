@@ -121,6 +121,8 @@ def test_missing_flash_attn_stops_train_sh_before_ray(tmp_path):
     r = _run(
         "train.sh",
         tmp_path,
+        f"hydra.run.dir={tmp_path / 'hydra'}",  # not verl/outputs/ of the checkout
+        "hydra.output_subdir=null",
         DRY_RUN="0",
         WORK_DIR=str(tmp_path / "w"),
         TRAIN_FILES="/d/a.parquet",
