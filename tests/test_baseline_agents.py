@@ -10,7 +10,7 @@ import json
 import pytest
 from PIL import Image
 
-from insight_o3.agents import deepeyes
+from insight_o3.agents import deepeyes, mini_o3
 from insight_o3.evaluation.agent_registry import BUILTIN, agent_names, get_agent
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
@@ -120,8 +120,7 @@ def test_evaluate_agent_deepeyes_scripted(bench, tmp_path, openai_server):
     ],
 )
 def test_deepeyes_zoom_rules(reply, box, size):
-    z = deepeyes.parse_zoom(reply, (96, 64))
-    assert z.region == tuple(float(v) for v in box) and z.size == size
+    assert deepeyes.parse_zoom(reply, (96, 64)) == (tuple(float(v) for v in box), size)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +140,7 @@ def test_deepeyes_malformed_calls(reply):
 
 
 def test_registry_lists_the_builtin_agents():
-    assert {"single_model", "insight_o3", "deepeyes"} <= set(agent_names())
+    assert {"single_model", "insight_o3", "deepeyes", "mini_o3"} <= set(agent_names())
     assert get_agent("deepeyes") is BUILTIN["deepeyes"]
     with pytest.raises(KeyError, match="known: .*deepeyes"):
         get_agent("no_such_agent")
@@ -152,3 +151,73 @@ def test_unknown_agent_is_a_usage_error(bench, tmp_path, capsys):
         evaluate.main(eb.evaluate_argv(*bench, tmp_path, "http://127.0.0.1:9/v1", None, "--agent", "nope"))
     assert e.value.code == 2
     assert "no agent 'nope'" in capsys.readouterr().err
+
+
+MINI_FIRST = {
+    "q0": '<think>zoom</think> <grounding>{"bbox_2d": [0.1, 0.2, 0.6, 0.9], "source": "original_image"}</grounding>',
+    "q1": '<think>zoom</think> <grounding>{"bbox_2d": [0.1, 0.2, 0.6], "source": "original_image"}</grounding>',
+    "q2": '<grounding>{"bbox_2d": [0.1, 0.2, 0.6, 0.9], "source": "observation_3"}</grounding>',
+    "q4": '<grounding>{"bbox_2d": [0.1, 0.2, 0.6, 0.9], "source": "original_image"}',  # stop string dropped
+}
+
+
+def _mini_script():
+    def script(req: dict, call: Call) -> Reply:
+        q = eb.marker(json.dumps(req["messages"][1]))
+        turns = sum(m["role"] == "assistant" for m in req["messages"])
+        if q in MINI_FIRST and turns == 0:
+            return chat(MINI_FIRST[q])
+        if q == "q3":
+            return chat("<think>no answer tags</think> it is C")
+        return chat(f"<think>seen</think> <answer>{eb.QUESTIONS[q][3]}</answer>")
+
+    return script
+
+
+def test_evaluate_agent_mini_o3_scripted(bench, tmp_path, openai_server):
+    main_srv = openai_server(_mini_script())
+    judge_srv = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    argv = eb.evaluate_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--agent", "mini_o3")
+    assert evaluate.main(argv) == 0
+    run = out / "m/o3_bench"
+    recs = {r["sample_key"]: r for r in eb.read_records(run, 0)}
+    assert json.loads((run / "run_card.json").read_text())["agent"]["name"] == "mini_o3"
+    by_q: dict[str, list[dict]] = {}
+    for req in main_srv.requests:
+        by_q.setdefault(eb.marker(json.dumps(req["messages"][1])), []).append(req)
+    for reqs in by_q.values():
+        for req in reqs:
+            assert req["temperature"] == 1.0 and req["top_p"] == 1.0 and req["max_tokens"] == 8192
+            assert req["stop"] == ["</grounding>"] and req["top_k"] == -1 and req["include_stop_str_in_output"]
+            assert req["messages"][0] == {"role": "system", "content": mini_o3.SYSTEM_PROMPT}
+    # q0: the crop of the original (96x64): relative box -> int pixels [9, 12, 57, 57], shown at the rollout's size
+    second = by_q["q0"][1]["messages"]
+    assert [p["type"] for p in second[3]["content"]] == ["text", "image_url", "text"]
+    assert second[3]["content"][0]["text"].startswith(
+        "After the above Action 0, here is the the zoom-in image (Observation 1)"
+    )
+    crops = [
+        p["image"] for m in recs["q0"]["eval_result"]["trajectory"] for p in m["content"] if p.get("type") == "image"
+    ]
+    assert crops[1]["region"] == [9, 12, 57, 57]
+    assert (
+        tuple(crops[1]["size"])
+        == mini_o3.crop_view_steps(48, 45)[-1]
+        == _png_size(second[3]["content"][1]["image_url"]["url"])
+    )
+    # q1, q2: the error goes back to the model, which then answers
+    for q, info in (
+        ("q1", "Error Information: ."),
+        ("q2", 'Error in predicting the source observation: "observation_3"'),
+    ):
+        err = by_q[q][1]["messages"][3]["content"]
+        assert info in err[0]["text"] and err[0]["text"].endswith(mini_o3.ERROR_PROMPT)
+    # q3: no <answer>: no answer (the release scores 0)
+    assert (
+        recs["q3"]["eval_result"]["response"] == ""
+        and "no <answer>" in recs["q3"]["eval_result"]["stats"]["stop_reason"]
+    )
+    # q4: a server that drops the stop string: the reply is kept with it
+    assert by_q["q4"][1]["messages"][2]["content"].endswith("</grounding>")
+    assert recs["q0"]["eval_result"]["response"] == "C"

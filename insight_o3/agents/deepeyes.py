@@ -26,7 +26,7 @@ import math
 
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
-from .tool_agents import AgentDefaults, Finish, Resend, Step, Zoom
+from .tool_agents import AgentDefaults, Ask, Finish, Step
 
 PROTOCOL_VERSION = "deepeyes@6c5e79671dbff958a6f9d44848ba2ca87854f0b0:eval/eval_vstar.py"
 
@@ -97,9 +97,9 @@ def user_prompt(question: str, options: str | None) -> str:
     return INSTRUCTION_PROMPT.format(question=question, options=options_block(options))
 
 
-def parse_zoom(reply: str, image_size: tuple[int, int]) -> Zoom:
+def parse_zoom(reply: str, image_size: tuple[int, int]) -> tuple[tuple[float, float, float, float], tuple[int, int]]:
     """The zoom-in call of a reply holding ``<tool_call>`` (l. 193-204): the crop box (PIL's rounding, clamped to
-    the image) and the crop's size; raises :class:`ToolCallError` where the release raises."""
+    the image) and the crop's ``(w, h)``; raises :class:`ToolCallError` where the release raises."""
     body = reply.split(TOOL_START)[1].split(TOOL_END)[0].strip()
     try:
         call = ast.literal_eval(body)
@@ -123,7 +123,7 @@ def parse_zoom(reply: str, image_size: tuple[int, int]) -> Zoom:
     region = (float(max(0, x0)), float(max(0, y0)), float(min(W, x1)), float(min(H, y1)))
     if region[2] <= region[0] or region[3] <= region[1]:
         raise ToolCallError(f"bbox_2d {bbox!r} has no area inside the {W}x{H} image")
-    return Zoom(region=region, size=(new_w, new_h), call=call if isinstance(call, dict) else {})
+    return region, (new_w, new_h)
 
 
 def answer_text(reply: str) -> str:
@@ -136,28 +136,32 @@ def answer_text(reply: str) -> str:
 class DeepEyesSession:
     """One DeepEyes episode (see the module docstring)."""
 
-    def __init__(self, question: str, options: str | None, original: ImageRef):
-        self.original = original
+    def __init__(self, question: str, options: str | None, image: str, size: tuple[int, int]):
+        self.image, self.size = image, size
+        original = ImageRef(image, (0.0, 0.0, float(size[0]), float(size[1])), size)  # sent as is (l. 138)
         self.messages: list[dict] = [
             message("system", SYSTEM_PROMPT),
             message("user", image_part(original), user_prompt(question, options)),
         ]
         self.requests = 0
 
-    def step(self, reply: str) -> Step:
+    def step(self, reply: str, finish_reason: str | None = None) -> Step:
         self.requests += 1
-        zoom: Zoom | None = None
-        if TOOL_START in reply:
+        zoomed = TOOL_START in reply
+        if zoomed:
             try:
-                zoom = parse_zoom(reply, self.original.size)
+                region, shown = parse_zoom(reply, self.size)
             except ToolCallError as e:
+                self.messages.append(message("assistant", reply))
                 return Finish(answer_text(reply), reason=f"tool call error: {e}")
+            crop = ImageRef(self.image, region, shown)
             self.messages.append(message("assistant", reply))
-        if "</answer>" in reply:
-            return Finish(answer_text(reply))
-        if self.requests >= MAX_REQUESTS:
-            return Finish(answer_text(reply), reason=f"no </answer> after {MAX_REQUESTS} requests")
-        return zoom if zoom is not None else Resend()
-
-    def observe(self, view: ImageRef) -> None:
-        self.messages.append(message("user", "<tool_response>", image_part(view), USER_PROMPT_V2, "</tool_response>"))
+            self.messages.append(
+                message("user", "<tool_response>", image_part(crop), USER_PROMPT_V2, "</tool_response>")
+            )
+        done = "</answer>" in reply
+        if not done and self.requests < MAX_REQUESTS:
+            return Ask(zoomed=zoomed)
+        if not zoomed:  # the record ends with the last reply
+            self.messages.append(message("assistant", reply))
+        return Finish(answer_text(reply), None if done else f"no </answer> after {MAX_REQUESTS} requests")

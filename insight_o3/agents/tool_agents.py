@@ -1,19 +1,19 @@
 """The agent plugin interface: a single-model "thinking with images" agent as a sans-IO session.
 
 A session holds one episode's conversation (chat messages whose image parts are
-:class:`~insight_o3.imaging.images.ImageRef` references, :mod:`insight_o3.protocol.trajectory`) and reads
-each model reply with :meth:`ToolSession.step`, which returns what the driver does next:
+:class:`~insight_o3.imaging.images.ImageRef` references, :mod:`insight_o3.protocol.trajectory`): each image part
+names the image file, the region of it (original pixels) and the exact ``(w, h)`` it is shown at, so the session
+decides every crop and resize and the driver only renders what the references say (BICUBIC; LANCZOS or NEAREST where
+the part says ``"resample": "lanczos" | "nearest"``). :meth:`ToolSession.step` reads one model reply and returns
 
-* :class:`Zoom`: render ``region`` (pixels of the ORIGINAL image, already clamped to it) at ``size`` and give the
-  view back with :meth:`ToolSession.observe`; then ask again;
-* :class:`Resend`: ask again with the same messages (a harness that re-asks after a reply without a tool call
-  or an answer);
-* :class:`Finish`: the episode's answer text (what the judge reads) and, when the protocol's own loop ended on
-  an error (a malformed tool call, its turn limit), the reason (kept in the record's ``stats``).
+* :class:`Ask`: send the (possibly extended) messages again (after a tool call, its response is already appended;
+  a harness that re-asks after a reply without a call or an answer appends nothing);
+* :class:`Finish`: the episode's answer text (what the judge reads) and, when the protocol's own loop ended early
+  (a malformed tool call, its turn or image limit), the reason (kept in the record's ``stats``).
 
 The driver (:mod:`insight_o3.agents.tool_loop`) owns the client and the image store; a session never does I/O,
-so the same rules can run on recorded replies (the golden tests). :class:`AgentDefaults` are the settings a
-protocol's released evaluation uses (sampling, request limits, image encoding).
+so the same rules run on recorded replies (the golden tests). :class:`AgentDefaults` are the request settings a
+protocol's released evaluation uses.
 """
 
 from __future__ import annotations
@@ -22,22 +22,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..imaging.geometry import Box
-from ..imaging.images import ImageRef
-
 
 @dataclass(frozen=True)
-class Zoom:
-    """Crop ``region`` (original-image pixels, inside the image) and show it at ``size`` ``(w, h)``."""
+class Ask:
+    """Send the session's messages (again)."""
 
-    region: Box
-    size: tuple[int, int]
-    call: dict = field(default_factory=dict)  # the parsed tool call, for the record
-
-
-@dataclass(frozen=True)
-class Resend:
-    """Ask the model again with unchanged messages."""
+    zoomed: bool = False  # a tool call was answered with a view
 
 
 @dataclass(frozen=True)
@@ -48,14 +38,14 @@ class Finish:
     reason: str | None = None
 
 
-Step = Zoom | Resend | Finish
+Step = Ask | Finish
 
 
 @dataclass(frozen=True, kw_only=True)
 class AgentDefaults:
     """A protocol's request settings. ``completion_kwargs``: every request's sampling/limits (the released
-    evaluation's); ``image_format``: how views are encoded (PNG: the original pixels, losslessly);
-    ``join_text``: whether adjacent text parts are sent as one; ``image_url_extra``: extra ``image_url`` keys."""
+    evaluation's); ``image_format``: how views are encoded (PNG: the pixels, losslessly); ``join_text``: whether adjacent text parts are sent as one;
+    ``image_url_extra``: extra ``image_url`` keys."""
 
     completion_kwargs: Mapping[str, Any]
     image_format: str = "PNG"
@@ -68,12 +58,10 @@ class ToolSession(Protocol):
 
     messages: list[dict]
 
-    def step(self, reply: str) -> Step: ...
-
-    def observe(self, view: ImageRef) -> None: ...
+    def step(self, reply: str, finish_reason: str | None = None) -> Step: ...
 
 
 class SessionFactory(Protocol):
-    """Builds a session for one sample given its original image as sent (``original``)."""
+    """Builds the session of one sample: its question, options block, image file and that file's ``(w, h)``."""
 
-    def __call__(self, question: str, options: str | None, original: ImageRef) -> ToolSession: ...
+    def __call__(self, question: str, options: str | None, image: str, size: tuple[int, int]) -> ToolSession: ...

@@ -1,11 +1,11 @@
 """The driver of a tool-using agent session (:mod:`insight_o3.agents.tool_agents`) over an OpenAI-compatible
-endpoint: ``n`` trials are ``n`` independent episodes. The original image is sent as is (no resize: the
-baselines' harnesses send the file), each zoom is rendered once by the image store.
+endpoint: ``n`` trials are ``n`` independent episodes.
 
-One reply is one request with ``n=1`` and the protocol's request settings (``AgentDefaults.completion_kwargs``,
-merged under the run's ``completion_kwargs``). A request lost after the SDK's retries ends the episode as a
-failed attempt (never judged); a crop the image store cannot render ends it like a failed tool call of the
-protocol (its last reply is the answer, the reason in ``stats["stop_reason"]``).
+Each request is the session's messages with every image reference rendered by the image store (its region of the
+file at its exact size, the protocol's resampling; each view rendered once) and the protocol's request settings
+(``AgentDefaults.completion_kwargs``) under the run's ``completion_kwargs``, ``n=1``. A request lost after the SDK's
+retries ends the episode as a failed attempt (never judged); a view the image store cannot render ends it as a
+failed attempt too (``image error``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 from ..base.redaction import failure_reason
 from ..endpoints.errors import EXPECTED_ERRORS
-from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
+from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
 from ..protocol.attempt import Attempt
-from ..protocol.trajectory import message, to_openai
-from .tool_agents import AgentDefaults, Finish, Resend, SessionFactory, Zoom
+from ..protocol.trajectory import to_openai
+from .tool_agents import AgentDefaults, Finish, SessionFactory
 
 #: what ends an episode as a lost request: the API's errors, or a reply without a first choice
 LOST: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, IndexError, AttributeError, TypeError)
@@ -55,19 +55,37 @@ class ToolLoopSolver:
 
     async def solve(self, sample: Any, n: int) -> list[Attempt]:
         try:
-            original = await self.images.aget(sample.image_path, Resize())
+            size = self.images.size(sample.image_path)
         except ImageError as e:
             return [Attempt(None, None, error=f"image error: {e}") for _ in range(n)]
-        return list(await asyncio.gather(*(self._episode(sample, original) for _ in range(n))))
+        return list(await asyncio.gather(*(self._episode(sample, size) for _ in range(n))))
 
-    async def _episode(self, sample: Any, original: EncodedImage) -> Attempt:
-        s = self.session(sample.question, sample.options, original.ref)
-        views = {original.ref: original}
+    async def _render(self, part: dict, views: dict[ImageRef, EncodedImage]) -> None:
+        """Render an image part: its region of the file at its size, with the part's resampling."""
+        ref = ImageRef.from_dict(part["image"])
+        if ref in views:
+            return
+        w, h = self.images.size(ref.path)
+        region = None if ref.region == (0.0, 0.0, float(w), float(h)) else ref.region
+        how = part.get("resample", "bicubic")
+        chain = tuple((int(w), int(h)) for w, h in part.get("steps", ()))
+        resize = Resize(size=ref.size, qwen=how == "bicubic", nearest=how == "nearest", chain=chain)
+        views[ref] = await self.images.aget(ref.path, resize, region)
+
+    async def _episode(self, sample: Any, size: tuple[int, int]) -> Attempt:
+        s = self.session(sample.question, sample.options, sample.image_path, size)
+        views: dict[ImageRef, EncodedImage] = {}
         usage: dict[str, int] = {}
         stats: dict[str, Any] = {"requests": 0, "zooms": 0}
-        reply, finish = "", None
+        extra = dict(self.defaults.image_url_extra)
         while True:
-            extra = dict(self.defaults.image_url_extra)
+            try:
+                for m in s.messages:
+                    for part in m["content"] if isinstance(m["content"], list) else []:
+                        if part.get("type") == "image":
+                            await self._render(part, views)
+            except ImageError as e:
+                return Attempt(None, None, error=f"image error: {e}", trajectory=s.messages, stats=stats)
             api_msgs = to_openai(s.messages, views.__getitem__, extra, self.defaults.join_text)
             try:
                 resp = await self.client.chat.completions.create(
@@ -82,24 +100,12 @@ class ToolLoopSolver:
                 usage[k] = usage.get(k, 0) + v
             reply, finish = (choice.message.content if choice.message else None) or "", choice.finish_reason
             stats["requests"] += 1
-            step = s.step(reply)
+            step = s.step(reply, finish)
             if isinstance(step, Finish):
                 if step.reason:
                     stats["stop_reason"] = step.reason
-                done = s.messages[-1]["role"] == "assistant"  # the session kept the reply (a tool call)
-                traj = s.messages if done else [*s.messages, message("assistant", reply)]
-                return Attempt(step.text, finish, trajectory=traj, usage=usage or None, stats=stats)
-            if isinstance(step, Resend):
-                continue
-            assert isinstance(step, Zoom)
-            try:
-                view = await self.images.aget(sample.image_path, Resize(size=step.size, qwen=True), step.region)
-            except ImageError as e:
-                stats["stop_reason"] = f"crop not rendered: {e}"
-                return Attempt(reply, finish, trajectory=[*s.messages], usage=usage or None, stats=stats)
-            views[view.ref] = view
-            stats["zooms"] += 1
-            s.observe(view.ref)
+                return Attempt(step.text, finish, trajectory=s.messages, usage=usage or None, stats=stats)
+            stats["zooms"] += int(step.zoomed)
 
     async def aclose(self) -> None:
         """Nothing to release: the client belongs to whoever built this solver."""

@@ -3,7 +3,7 @@
 An agent is an :class:`AgentPlugin`: a name, the version of the protocol it implements (written to the run
 card), how the run's images are encoded, and ``build(context) -> Solver``. The built-in agents are
 ``single_model`` and ``insight_o3`` (the two modes ``evaluate`` always had: their requests are unchanged) and the
-Table 1 baselines (``deepeyes``; see docs/fidelity.md). A package adds agents through the entry-point group
+Table 1 baselines (``deepeyes``, ``mini_o3``; see docs/fidelity.md). A package adds agents through the entry-point group
 :data:`ENTRY_POINT_GROUP`; each entry point names an :class:`AgentPlugin` (or a callable returning one)::
 
     [project.entry-points."insight_o3.agents"]
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..agents import deepeyes
+from ..agents import deepeyes, mini_o3
 from ..agents.tool_agents import AgentDefaults, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
@@ -142,6 +142,14 @@ BUILTIN: dict[str, AgentPlugin] = {
             "DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
             deepeyes.DeepEyesSession,
             deepeyes.DEFAULTS,
+        ),
+        tool_agent(
+            "mini_o3",
+            mini_o3.PROTOCOL_VERSION,
+            "Mini-o3: <grounding> calls in relative coordinates on the image or an observation, its verl validation "
+            "rollout (sampled: run --num_trials 32 for its Avg@32)",
+            mini_o3.MiniO3Session,
+            mini_o3.DEFAULTS,
         ),
     )
 }

@@ -128,14 +128,22 @@ class Resize:
     #: the exact ``(w, h)`` a view is shown at, whatever its region (a vSearcher crop: the zoom-in tool's
     #: ``smart_resize`` of the crop in the tool's image, :func:`insight_o3.protocol.searcher_rules.run_tool_call`)
     size: tuple[int, int] | None = None
+    #: NEAREST resampling instead (a harness that resizes so: Mini-o3's ``process_image``)
+    nearest: bool = False
+    #: successive exact sizes (a harness that resizes a view more than once; the last is the size shown)
+    chain: tuple[tuple[int, int], ...] = ()
 
     @property
     def resample(self) -> Image.Resampling:
+        if self.nearest:
+            return Image.Resampling.NEAREST
         return Image.Resampling.BICUBIC if self.qwen else Image.Resampling.LANCZOS
 
     def steps(self, size: tuple[int, int], crop: bool = False) -> list[tuple[int, int]]:
         """The successive sizes a view of ``size`` is resized to (empty: shown as is)."""
         w, h = size
+        if self.chain:
+            return [tuple(c) for c in self.chain]  # type: ignore[misc]
         if self.size is not None:
             return [tuple(self.size)] if tuple(self.size) != (w, h) else []  # type: ignore[list-item]
         if self.qwen:
