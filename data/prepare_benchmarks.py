@@ -26,13 +26,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from insight_o3.evaluation.benchmarks import BENCHMARKS, Layout  # noqa: E402
+from insight_o3.evaluation.benchmarks import BENCHMARKS, BenchmarkFiles  # noqa: E402
 from insight_o3.evaluation.samples import AnnotationError, load_samples  # noqa: E402
 
 DEFAULT_SOURCE = ROOT.parent / "shared" / "benchmarks"
 
 
-def layout_for(name: str, root: Path) -> Layout:
+def layout_for(name: str, root: Path) -> BenchmarkFiles:
     """Where the benchmark goes under ``root``: the original release's layout, unless only the image dir
     of an older renamed layout (an alias) is there, in which case the annotation goes next to it."""
     b = BENCHMARKS[name]

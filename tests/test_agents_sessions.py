@@ -10,7 +10,7 @@ from PIL import Image
 
 from insight_o3.agents import ReasonerSession, SearcherSession
 from insight_o3.agents.records import compact_messages, expand_messages
-from insight_o3.agents.searcher_session import failed_locate
+from insight_o3.agents.searcher_session import SimpleSearcherSession, failed_locate
 from insight_o3.imaging.geometry import Frame, pixel_box, smart_resize
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol import prompts
@@ -185,12 +185,12 @@ def test_searcher_not_found_and_simple_prompt(img, store):
     s = SearcherSession(img, "x", store, BUDGET)
     s.step(ans([0, 0, 0, 0]))
     assert s.result().status == "not_found" and s.result().format_ok
-    s = SearcherSession(img, "the sign", store, BUDGET, prompt="simple")
+    s = SimpleSearcherSession(img, "the sign", store, BUDGET)
     assert s.messages[0]["content"][0]["text"] == prompts.VSEARCHER_SIMPLE_SYSTEM_PROMPT
     assert s.messages[1]["content"][1]["type"] == "image"
     s.step("The box is [10, 10, 50, 60].")
     assert s.result().status == "found" and s.result().format_ok
-    s = SearcherSession(img, "the sign", store, BUDGET, prompt="simple")
+    s = SimpleSearcherSession(img, "the sign", store, BUDGET)
     s.step("cannot find it")
     assert s.result().status == "invalid"
 

@@ -30,9 +30,13 @@ from PIL import Image
 
 from insight_o3 import cli
 from insight_o3.base.untrusted import MalformedReply
+from insight_o3.data.layout import MAX_LAYOUT_BOXES, LayoutError, iter_layout_files, parse_layout
 from insight_o3.data.o3bench import review
 from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
+from insight_o3.evaluation.judge import AmbiguousVerdict, AnswerJudge, judged_correct, read_verdict
+from insight_o3.evaluation.samples import Sample
+from insight_o3.protocol.attempt import Attempt
 from insight_o3.scripts import evaluate, evaluate_vsearch, report
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text
@@ -441,3 +445,98 @@ def test_a_1_by_100000_png_is_refused_with_a_reason(size, bench, tmp_path, opena
         assert er["status"] == "failed" and "at most 65535 px a side" in er["fail_reason"], er
     assert "solver raised" not in caplog.text
     assert all(recs[q]["eval_result"]["status"] != "failed" for q in recs if q not in ("q0", "q1", "q7"))
+
+
+# ------------------------------------------------------------------------------- item 7: ambiguous verdicts
+GOLDEN_VERDICTS = json.loads((REPO / "tests/golden/judge_verdicts.json").read_text())["cases"]
+AMBIGUOUS = [
+    "Correct? No.",
+    "Is it correct? The model says 12 but the GT is 21, so no.",
+    "correct (not really)",
+    "<wrong> (not <correct>)",
+    "Not <correct>.",
+    "<correct> or <wrong>",
+    "",
+]
+#: where the released rule is the documented bug ("correct" in "incorrect")
+FIXED = ["Incorrect", "The answer is not correct."]
+
+
+@pytest.mark.parametrize("case", GOLDEN_VERDICTS, ids=lambda c: repr(c["reply"]))
+def test_judge_verdicts_against_the_released_rule(case):
+    reply, released = case["reply"], case["released_is_correct"]
+    if reply in AMBIGUOUS:
+        assert read_verdict(reply) is None
+        with pytest.raises(AmbiguousVerdict):
+            judged_correct(reply)
+    elif reply in FIXED:
+        assert released is True and read_verdict(reply) is False
+    else:  # the released rule decides: the same verdict
+        assert read_verdict(reply) is released
+    assert judged_correct(reply, "fork") is ("<correct>" in reply)  # the fork's in-loop rule, as it is
+
+
+@pytest.mark.parametrize("reply", AMBIGUOUS)
+def test_an_ambiguous_verdict_is_a_judge_failure_not_a_score(reply, bench, tmp_path, openai_server):
+    def judge_script(req: dict, call: Call) -> Reply:
+        prompt = last_user_text(req)
+        if eb.marker(prompt) == "q5" and "GT Answer:" in prompt:
+            return chat(reply)
+        return eb.judge_script()(req, call)
+
+    model, judge = openai_server(eb.model_script()), openai_server(judge_script)
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == cli.ExitCode.INCOMPLETE
+    er = _records(out)["q5"]["eval_result"]
+    assert (er["status"], er["fail_stage"]) == ("failed", "judge"), er
+    assert "ambiguous judge verdict" in er["fail_reason"] and er["judge_outputs"][-1] == reply
+
+
+@pytest.mark.parametrize("reply", ["<wrong> (not <correct>)", "Not <correct>.", "<correct> or <wrong>"])
+def test_the_verify_flow_fails_an_ambiguous_verdict_and_the_fork_rule_keeps_its_own(reply, openai_server):
+    srv = openai_server(lambda req, call: chat(reply))
+    sample = Sample(0, "q", "i.png", "/i.png", "How many?", None, "7", key="q")
+
+    async def check(verdicts: str):
+        client = make_client(None, srv.base_url, timeout=10, max_retries=0)
+        try:
+            judge = AnswerJudge(client, "j", flow="verify", verdicts=verdicts)
+            return await judge.check(sample, Attempt("<answer>seven</answer>", "stop"))
+        finally:
+            await client.close()
+
+    strict = asyncio.run(check("strict"))
+    assert (strict.status, strict.fail_stage) == ("failed", "judge") and strict.judge_outputs == [reply]
+    assert asyncio.run(check("fork")).status == "correct"  # training under vsearch.variant=original
+
+
+# ------------------------------------------------------------------------------- also seen: redirects
+@pytest.mark.parametrize("status", [307, 308])
+def test_a_redirect_is_refused_and_nothing_is_sent_elsewhere(status, openai_server):
+    elsewhere = openai_server(lambda req, call: chat("an answer from another host"))
+    srv = openai_server(lambda req, call: Reply(status=status, body=b"", headers={"location": elsewhere.base_url}))
+
+    async def ask():
+        client = make_client("sk-redirected-0123456789", srv.base_url, timeout=10, max_retries=0)
+        try:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        finally:
+            await client.close()
+
+    with pytest.raises(MalformedReply, match=f"redirected the request \\(HTTP {status}"):
+        asyncio.run(ask())
+    assert elsewhere.count == 0 and srv.count == 1
+
+
+# ------------------------------------------------------------------------------- also seen: layout sources
+def test_layout_sources_cap_their_boxes_and_refuse_nan_naming_the_field(tmp_path):
+    box = {"cls_id": 2, "label": "text", "score": 0.9, "coordinate": [1, 1, 9, 9]}
+    many = {"input_path": "a.png", "boxes": [box] * (MAX_LAYOUT_BOXES + 1)}
+    with pytest.raises(LayoutError, match=f"holds {MAX_LAYOUT_BOXES + 1} boxes"):
+        parse_layout(many, "a.json", (100, 100))
+    rotated = tmp_path / "page.json"
+    rotated.write_text(
+        '{"input_path": "a.png", "boxes": [{"label": "text", "coordinate": [1, 1, 9, 1, 9, NaN, 1, 9]}]}'
+    )
+    with pytest.raises(LayoutError, match=r"field 'boxes\[0\]\.coordinate\[5\]' is nan"):
+        list(iter_layout_files(str(rotated)))

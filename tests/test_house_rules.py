@@ -45,3 +45,14 @@ def test_errors_below_the_commands_name_settings_not_flags():
                 if flags:
                     named.append(f"{p.relative_to(PACKAGE)}:{node.lineno}: {flags}")
     assert named == []
+
+
+def test_one_name_one_thing():
+    """No class name is defined twice in the package (one name, one thing: a reader who meets ``Layout`` or
+    ``Endpoint`` knows which one it is)."""
+    where: dict[str, list[str]] = {}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
+    assert {name: places for name, places in where.items() if len(places) > 1} == {}

@@ -11,7 +11,7 @@ from PIL import Image
 
 from insight_o3.data.o3bench import review, sources, synthesis
 from insight_o3.data.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
-from insight_o3.data.o3bench.records import BenchItem, Layout, SourceImage
+from insight_o3.data.o3bench.records import BenchItem, SourceImage, SourceLayout
 from insight_o3.data.o3bench.release import release_stats, shuffle_options
 from insight_o3.data.o3bench.validation import REASONS, check_item, cited_layouts, f_share
 from insight_o3.scripts import build_o3_bench
@@ -185,7 +185,7 @@ def test_e1_replies_without_the_sections_are_errors(reply, message):
 
 
 def source(n_layouts=4, subset="chart") -> SourceImage:
-    lays = [Layout(i, (10.0 * i, 10.0, 10.0 * i + 8, 18.0), "text") for i in range(1, n_layouts + 1)]
+    lays = [SourceLayout(i, (10.0 * i, 10.0, 10.0 * i + 8, 18.0), "text") for i in range(1, n_layouts + 1)]
     return SourceImage(f"{subset}/img", subset, "/data/img.png", 4000, 3000, lays)
 
 

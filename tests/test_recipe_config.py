@@ -497,6 +497,9 @@ def test_main_checks_and_prints_settings_once_before_ray(tmp_path):
         f"hydra.run.dir={tmp_path}",
         "hydra/job_logging=disabled",
         "hydra/hydra_logging=disabled",
+        # no flash-attn on this machine (tests/test_recipe_gpu_start.py: without the switch, one line and status 2)
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False",
     ]
     env = {**os.environ, "PYTHONPATH": f"{VERL_DIR}{os.pathsep}{REPO}"}
 

@@ -158,3 +158,77 @@ def test_shipped_agent_configs_use_the_forks_client_limits(name):
     cfg = load_agent_config(REPO / "verl" / "recipe" / "vsearch" / "config" / f"agent_{name}.yaml")
     assert (cfg.vreasoner.timeout_s, cfg.vreasoner.max_retries) == (60, 2)
     assert (cfg.judge.timeout_s, cfg.judge.max_retries) == (60, 2)
+
+
+# ----------------------------------------------------------------------------- item 4
+def test_released_texts_are_kept_raw():
+    """The fork writes the released question / answer / region description raw (``create_parquet_dataset.py``
+    ``VisCoT_VStar_Collage:231-235``, ``InfoVQA_RegionLocalization:278-285``): no ``.strip()``."""
+    from recipe.vsearch.released_data import InputError, text_field
+
+    assert text_field({"q": " What is it?\n"}, "q", "row 1") == " What is it?\n"
+    with pytest.raises(InputError, match="row 1: field 'q'"):
+        text_field({"q": "  "}, "q", "row 1")
+
+
+@pytest.mark.parametrize("variant", ["original", "paper"])
+def test_pad_token_ends_the_episode_as_the_fork(policy, image_path, variant):
+    """A turn that ends on the pad token (``<|endoftext|>``) with a tool call: the fork's loop ends the episode
+    (``insight_o3_agent_loop.py:152-159``); ``paper`` runs the call and goes on."""
+    tok = policy[0]
+
+    class PadServer(ScriptedServerManager):
+        async def generate(self, request_id, **kw):
+            out = await super().generate(request_id, **kw)
+            ids = list(out.token_ids[:-1]) + [tok.pad_token_id]
+            return type(out)(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
+
+    server = PadServer(tok, _first_turn_then_crop)
+
+    async def go():
+        cfg = _config(variant=variant)
+        return await _make(VSearcherAgentLoop, policy, server, cfg).run(
+            {"temperature": 1.0}, **_outloop_row(image_path)
+        )
+
+    out = asyncio.run(go())
+    f = out.extra_fields
+    if variant == "original":
+        assert len(server.calls) == 1 and f["search_status"] == "invalid" and f["n_tool"] == 0
+    else:
+        assert len(server.calls) == 2 and f["search_status"] == "found"
+
+
+def test_tool_call_is_parsed_with_special_tokens_kept(policy, image_path):
+    """The fork's hermes parser reads the turn decoded with its special tokens: a special token inside the call's
+    JSON makes it unreadable (no call, the episode ends), though the text without special tokens would parse."""
+    bad = '<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [40, 30, 200, 150]<|vision_start|>}}</tool_call>'
+
+    def script(n_images, prompt):
+        return bad if n_images == 1 else ANSWER % (60, 40, 180, 140)
+
+    server, out = _run_outloop(policy, image_path, script, _config(variant="original"))
+    assert len(server.calls) == 1 and out.extra_fields["search_status"] == "invalid"
+
+
+def test_the_judge_sees_the_answer_turn_left_truncated(policy, image_path, openai_server, monkeypatch):
+    """The fork's judge reads each vReasoner turn left-truncated to 4096 characters (``maybe_truncate``,
+    ``insight_o3_agent_loop.py:340-346``): a ``\\boxed{}`` only in the first part is no answer (c = 0) under
+    ``original``; ``paper`` judges the whole turn."""
+    from recipe.vsearch.agent_loops import judged_text
+
+    assert judged_text("a" * 10 + "b" * 4096, 4096) == "..." + "b" * 4093
+    assert judged_text("short", 4096) == "short" and judged_text("x" * 9, None) == "x" * 9
+    base = reasoner_script(n_search=1)
+
+    def long_answer(req, call):
+        if req["model"] != JUDGE and sum(m["role"] == "assistant" for m in req["messages"]) == 1:
+            from tests.support.openai_server import chat
+
+            return chat("<think>done</think><tool_feedback>helpful</tool_feedback>Answer: \\boxed{42} " + "so " * 2000)
+        return base(req, call)
+
+    for variant, correct in (("original", False), ("paper", True)):
+        srv = openai_server(long_answer)
+        _s, _l, out = _run_inloop(policy, image_path, srv, monkeypatch, _config(variant=variant))
+        assert out.extra_fields["answer_correct"] is correct, variant

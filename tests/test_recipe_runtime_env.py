@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -22,6 +23,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from recipe.vsearch.main import FORWARDED_ENV, SECRET_ENV, forwarded_env, ray_init_kwargs  # noqa: E402
+from recipe.vsearch.node_checks import SDPA_OVERRIDES  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
 KEY, JUDGE_KEY = "sk-runtime-env-secret-1234", "sk-judge-secret-5678"
@@ -97,8 +99,9 @@ def test_keys_reach_the_workers_but_not_rays_job_table(monkeypatch, capsys):
         "+ray_kwargs.ray_init.include_dashboard=False",
         "+ray_kwargs.ray_init.address=local",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH={REPO / 'verl'}:{REPO}",
+        *SDPA_OVERRIDES,  # no flash-attn on this machine
     )
-    recipe_main.init_ray(cfg)  # includes check_worker_secrets on every node
+    recipe_main.init_ray(cfg)  # includes check_worker_secrets and check_nodes on every node
     try:
         assert KEY not in capsys.readouterr().out  # the printed ray init kwargs
 
@@ -116,5 +119,13 @@ def test_keys_reach_the_workers_but_not_rays_job_table(monkeypatch, capsys):
         # a node whose workers lack a key the driver has: a clear error naming the node, at start-up
         with pytest.raises(SystemExit, match="do not see the API key"):
             recipe_main.check_worker_secrets(["VSEARCH_TEST_KEY_NOT_ON_NODES"])
+        # the per-node start-up checks: flash-attn where the config needs it (one line naming the node and the fix)
+        if importlib.util.find_spec("flash_attn") is None:
+            with pytest.raises(
+                SystemExit, match=r"on these nodes: .*flash_attn is not installed.*attn_implementation=sdpa"
+            ):
+                recipe_main.check_nodes(_config())
+        else:
+            recipe_main.check_nodes(_config())
     finally:
         ray.shutdown()

@@ -165,3 +165,35 @@ def test_old_records_of_this_project_still_load():
     )
     assert judged.status == "correct" and judged.eval_result.response == "A"
     assert set(STATUSES) == {"correct", "wrong", "incomplete", "invalid", "failed"}
+
+
+def test_eval_result_is_declared_once():
+    """The on-disk keys, their order and the reading come from the dataclass fields: every declared field is written
+    and read back without a list of names to keep in step (a field missing from such a list used to land in
+    ``extra``); the raw API usage is ``api_usage`` in memory (``usage`` on disk, as every version wrote it)."""
+    import dataclasses
+
+    from insight_o3.evaluation.schema import EvalResult
+
+    declared = [f.metadata.get("key", f.name) for f in dataclasses.fields(EvalResult) if f.name != "extra"]
+    full = EvalResult(
+        status="wrong",
+        success=True,
+        fail_reason="r",
+        fail_stage="judge",
+        response="R",
+        finish_reason="stop",
+        extracted_answer="B",
+        has_answer=True,
+        judge_method="rule",
+        judge_outputs=["j"],
+        api_usage={"prompt_tokens": 3},
+        image={"path": "a.png"},
+        trajectory=[{"role": "assistant", "content": [{"type": "text", "text": "R"}]}],
+        stats={"n_search_calls": 1},
+        extra={"later_field": 1},
+    )
+    on_disk = full.to_dict()
+    assert list(on_disk) == [*declared, "later_field"] and on_disk["usage"] == {"prompt_tokens": 3}
+    assert on_disk["trajectory"][0]["content"] == [{"type": "text", "ref": "response"}]  # the reply stored once
+    assert EvalResult.from_dict(on_disk, "f:1") == full

@@ -398,3 +398,39 @@ def test_advantages(item, hybrid):
             # token row, and every token of the call gets the episode's advantage
             n = min(n, by_job[row["root_job_id"]]["length"])
         assert close(adv[:n], fork[i][:n]), (i, row, adv[:n], fork[i][:n])
+
+
+# ----------------------------------------------------------------------------- the sample stream
+@pytest.mark.parametrize("case", params([(c["id"], c) for c in cases("sampler.json")]))
+def test_sample_stream(case):
+    """``vsearch.variant=original`` yields the fork's ``VSearchBatchSampler`` stream (recorded by running it) for
+    the same rows, weights (in the order the fork took its sources), batch size and seed: two epochs, batch by
+    batch. The recipe YAML's ``paper`` stream is another one."""
+    from omegaconf import OmegaConf
+
+    from recipe.vsearch.sampler import WeightedSourceSampler
+
+    class Frame(dict):
+        column_names = ["data_source"]
+
+    class Rows:
+        dataframe = Frame(data_source=case["sources"])
+
+    weights = {k: case["weights"][k] for k in case["fork_order"]}
+    weights |= {k: w for k, w in case["weights"].items() if k not in weights}
+    proto = PROTOCOLS["original"]
+    seed = case["seed"] if case["seed"] is not None else proto.sampler_seed
+    data = {"train_batch_size": case["batch_size"], "batch_sampler": {"weights": weights, "seed": seed}}
+    got = WeightedSourceSampler(
+        Rows(), OmegaConf.create({**data, "batch_sampler": {**data["batch_sampler"], "stream": proto.sampler_stream}})
+    )
+    assert got.counts == case["fork_counts"]
+    stream = [int(i) for i in got]
+    stream += [int(i) for i in got]
+    want = [i for epoch in case["fork"]["epochs"] for batch in epoch for i in batch]
+    assert stream == want
+    paper = PROTOCOLS["paper"]
+    other = WeightedSourceSampler(
+        Rows(), OmegaConf.create({**data, "batch_sampler": {**data["batch_sampler"], "stream": paper.sampler_stream}})
+    )
+    assert [int(i) for i in other] != want[: len(stream) // 2]

@@ -105,7 +105,7 @@ def test_conversation_and_crops_redrawn_from_source(demo_eval_run):
 def test_missing_source_image_degrades_to_placeholder(demo_eval_run, tmp_path):
     run = rv.load_run(demo_eval_run.eval_dir)
     result = rv.pick_result(run.trial(0).results)
-    result.image_path = str(tmp_path / "gone.png")
+    result.rec.image_path = str(tmp_path / "gone.png")
     for t in result.trajectory:
         for p in t["content"]:
             if p.get("type") == "image":

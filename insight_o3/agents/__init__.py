@@ -2,14 +2,23 @@
 verl training recipe) and their OpenAI-compatible drivers. Imports no torch/verl/vllm."""
 
 from .reasoner_session import ReasonerSession, ReasonerStep, SearchCall
-from .searcher_session import LocateResult, SearcherSession, SearcherStep, SearcherTurnRecord
+from .searcher_session import (
+    BaseSearcherSession,
+    LocateResult,
+    SearcherSession,
+    SearcherStep,
+    SearcherTurnRecord,
+    SimpleSearcherSession,
+)
 
 __all__ = [
     "ReasonerSession",
     "ReasonerStep",
     "SearchCall",
     "LocateResult",
+    "BaseSearcherSession",
     "SearcherSession",
+    "SimpleSearcherSession",
     "SearcherStep",
     "SearcherTurnRecord",
 ]

@@ -16,9 +16,7 @@ from typing import Any
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol.limits import LIMITS
 from ..protocol.prompts import FORK_HINTS, ReasonerHints
-
-#: The vReasoner prompt sets (paper App. F.1): inference, or training (``<tool_feedback>``).
-REASONER_MODES = ("infer", "train")
+from .reasoner_session import REASONER_MODES
 
 
 @dataclass(frozen=True, kw_only=True)

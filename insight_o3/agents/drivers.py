@@ -16,11 +16,12 @@ from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..imaging.images import ImageStore
 from ..protocol.limits import LIMITS
 from ..protocol.prompts import FORK_HINTS, ReasonerHints
+from ..protocol.statuses import EpisodeStatus, ReasonerAction
 from ..protocol.trajectory import image_refs, to_openai
 from .config import ReasonerSettings, SearcherSettings
 from .reasoner_session import ReasonerSession
 from .records import compact_messages
-from .searcher_session import LocateResult, SearcherSession, failed_locate
+from .searcher_session import BaseSearcherSession, LocateResult, failed_locate, searcher_session_class
 from .views import encode_refs
 
 
@@ -96,8 +97,9 @@ class VSearcher:
             completion_kwargs=dict(s.completion_kwargs),
         )
 
-    def session(self, image_path: str, description: str) -> SearcherSession:
-        return SearcherSession(image_path, description, self.images, self.max_pixels, self.prompt, self.max_tool_calls)
+    def session(self, image_path: str, description: str) -> BaseSearcherSession:
+        session = searcher_session_class(self.prompt)
+        return session(image_path, description, self.images, self.max_pixels, max_tool_calls=self.max_tool_calls)
 
     async def locate(self, image_path: str, description: str) -> LocateResult:
         """Run one vSearcher episode; box in original pixels when ``status == "found"``."""
@@ -120,7 +122,7 @@ class VSearcher:
 VREASONER_COMPLETION_KWARGS = {"max_completion_tokens": 2048, "temperature": 1.0, "reasoning_effort": None}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AnswerResult:
     """A finished InSight-o3 episode. ``error`` is set (``text`` None) only when the episode was lost
     (the vReasoner or vSearcher could not be reached after retries, or the image could not be read).
@@ -131,7 +133,7 @@ class AnswerResult:
 
     text: str | None
     finish_reason: str | None
-    status: str
+    status: EpisodeStatus
     answer: str | None
     trajectory: list[dict]
     n_search_calls: int
@@ -144,7 +146,7 @@ class AnswerResult:
 
     @property
     def has_answer(self) -> bool:
-        return self.status == "answered"
+        return self.status == EpisodeStatus.ANSWERED
 
     @property
     def stats(self) -> dict:
@@ -235,7 +237,19 @@ class InSightO3:
             s = self.session(image_path, question)
         except EXPECTED_ERRORS as e:
             msg = _describe(e)
-            return AnswerResult(None, None, "failed", None, [], 0, 0, 0, [], msg, usage)
+            return AnswerResult(
+                text=None,
+                finish_reason=None,
+                status=EpisodeStatus.FAILED,
+                answer=None,
+                trajectory=[],
+                n_search_calls=0,
+                n_search_not_found=0,
+                n_format_retries=0,
+                feedback=[],
+                error=msg,
+                usage=usage,
+            )
         while not s.done:
             try:
                 c = await complete(
@@ -249,22 +263,22 @@ class InSightO3:
             finish = c.finish_reason
             _add_usage(usage, c.usage)
             st = s.step(c.text)
-            if st.action == "search":
+            if st.action == ReasonerAction.SEARCH:
                 assert st.description is not None  # a search step always names its region
                 s.provide_search_result(await self.searcher.locate(s.image_path, st.description))
         assert s.status is not None  # the loop ends when the session is done
-        failed = s.status == "failed"
+        failed = s.status == EpisodeStatus.FAILED
         return AnswerResult(
-            None if failed else s.final_text,
-            None if failed else finish,
-            s.status,
-            s.answer,
-            compact_messages(s.messages),
-            s.n_search_calls,
-            s.n_search_not_found,
-            s.n_format_retries,
-            s.feedback,
-            s.error if failed else None,
-            usage,
+            text=None if failed else s.final_text,
+            finish_reason=None if failed else finish,
+            status=s.status,
+            answer=s.answer,
+            trajectory=compact_messages(s.messages),
+            n_search_calls=s.n_search_calls,
+            n_search_not_found=s.n_search_not_found,
+            n_format_retries=s.n_format_retries,
+            feedback=s.feedback,
+            error=s.error if failed else None,
+            usage=usage,
             protocol_error=None if failed else s.error,
         )

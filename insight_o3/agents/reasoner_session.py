@@ -46,6 +46,7 @@ from ..protocol.prompts import (
     ReasonerHints,
 )
 from ..protocol.searcher_rules import resize_bbox
+from ..protocol.statuses import EpisodeStatus, LocateStatus, ReasonerAction, ReplyKind
 from ..protocol.trajectory import image_part, image_refs, message
 from .searcher_session import LocateResult
 from .views import pil_view, plan_view
@@ -57,8 +58,6 @@ ROUND_ATTEMPTS = {"infer": LIMITS.max_format_retries_eval + 1, "train": LIMITS.m
 #: The fork's crop enlargement for the vReasoner (``crop_min_side``, ``crop_min_area``).
 CROP_MIN_SIDE = 56
 CROP_MIN_AREA = 112 * 112
-#: Statuses of a finished episode; only ``answered`` has an answer.
-STATUSES = ("answered", "format_failed", "search_after_limit", "search_invalid", "failed")
 
 
 def vreasoner_resize(max_pixels: int | None) -> Resize:
@@ -88,7 +87,7 @@ class ReasonerStep:
     """What the driver does next: ``search`` (run the vSearcher on ``description``), ``retry``
     (send ``messages`` again: a retry turn was appended), ``answer`` or ``stop`` (done)."""
 
-    action: str
+    action: ReasonerAction
     description: str | None = None
     answer: str | None = None
     feedback: str | None = None
@@ -96,7 +95,7 @@ class ReasonerStep:
 
     @property
     def done(self) -> bool:
-        return self.action in ("answer", "stop")
+        return self.action in (ReasonerAction.ANSWER, ReasonerAction.STOP)
 
 
 @dataclass
@@ -148,7 +147,7 @@ class ReasonerSession:
         self.pending: SearchCall | None = None
         self.final_text: str | None = None
         self.answer: str | None = None
-        self.status: str | None = None  # one of STATUSES
+        self.status: EpisodeStatus | None = None
         self.error: str | None = None
         self._new_round(None)
 
@@ -159,7 +158,7 @@ class ReasonerSession:
 
     @property
     def has_answer(self) -> bool:
-        return self.status == "answered"
+        return self.status == EpisodeStatus.ANSWERED
 
     @property
     def n_search_calls(self) -> int:
@@ -202,23 +201,30 @@ class ReasonerSession:
         turn = parse_reasoner_turn(text, require_feedback=self.mode == "train", first_round=self._first_round)
         msg = message("assistant", text)
         self.messages.append(msg)
-        if turn.action != "invalid" and self.calls and turn.feedback is not None:
+        if turn.action != ReplyKind.INVALID and self.calls and turn.feedback is not None:
             self.calls[-1].feedback = turn.feedback
-        if turn.action == "search":
+        if turn.action == ReplyKind.SEARCH:
             if self.n_search_calls >= self.max_search_calls:
-                return self._finish("search_after_limit", text, "stop", error="tool call after the search limit")
+                return self._finish(
+                    EpisodeStatus.SEARCH_AFTER_LIMIT,
+                    text,
+                    ReasonerAction.STOP,
+                    error="tool call after the search limit",
+                )
             assert turn.description is not None  # the parser gives every search turn its description
             self.pending = SearchCall(turn.description)
             msg["search"] = {"description": turn.description}
-            return ReasonerStep("search", description=turn.description, feedback=turn.feedback)
-        if turn.action == "answer":
+            return ReasonerStep(ReasonerAction.SEARCH, description=turn.description, feedback=turn.feedback)
+        if turn.action == ReplyKind.ANSWER:
             self.answer = turn.answer
-            return self._finish("answered", text, "answer", answer=turn.answer, feedback=turn.feedback)
+            return self._finish(
+                EpisodeStatus.ANSWERED, text, ReasonerAction.ANSWER, answer=turn.answer, feedback=turn.feedback
+            )
         if self._attempts >= self.max_round_attempts:
             return self._finish(
-                "format_failed",
+                EpisodeStatus.FORMAT_FAILED,
                 text,
-                "stop",
+                ReasonerAction.STOP,
                 error=f"format retries exhausted ({self._attempts} replies in a round): {turn.error}",
             )
         self.n_format_retries += 1
@@ -226,9 +232,9 @@ class ReasonerSession:
             self._last_round_turn()
         else:
             self.messages.append(message("user", self.hints.format_retry))
-        return ReasonerStep("retry", feedback=turn.feedback, error=turn.error)
+        return ReasonerStep(ReasonerAction.RETRY, feedback=turn.feedback, error=turn.error)
 
-    def _finish(self, status: str, text: str, action: str, **kw) -> ReasonerStep:
+    def _finish(self, status: EpisodeStatus, text: str, action: ReasonerAction, **kw: str | None) -> ReasonerStep:
         self.status, self.final_text, self.error = status, text, kw.get("error")
         return ReasonerStep(action, **kw)
 
@@ -247,11 +253,11 @@ class ReasonerSession:
         call.result = result
         self.calls.append(call)
         self.messages[-1]["search"] = result.to_record()
-        if result.status == "failed":
+        if result.status == LocateStatus.FAILED:
             self.fail(f"vSearcher failed: {result.error}")
             return None
-        if result.status not in ("found", "not_found"):
-            self.status = "search_invalid"
+        if result.status not in (LocateStatus.FOUND, LocateStatus.NOT_FOUND):
+            self.status = EpisodeStatus.SEARCH_INVALID
             self.final_text = _text(self.messages[-1])
             self.error = f"the vSearcher returned no valid box: {result.error}"
             return None
@@ -283,7 +289,7 @@ class ReasonerSession:
     def fail(self, reason: str) -> None:
         """The driver could not get a reply (API error after retries, vSearcher unreachable)."""
         if not self.done:
-            self.status, self.error, self.pending = "failed", reason, None
+            self.status, self.error, self.pending = EpisodeStatus.FAILED, reason, None
 
 
 def _text(m: dict) -> str:

@@ -62,21 +62,20 @@ from ..protocol.prompts import (
     VSEARCHER_TOOL_RESPONSE_PROMPT,
     fill,
 )
+from ..protocol.statuses import LocateStatus, SearcherAction
 from ..protocol.trajectory import image_part, message
 from .records import compact_messages
 from .views import crop_box, pil_view, plan_view
 
-SEARCHER_PROMPTS = ("trained", "simple")
 SEARCHER_JPEG_QUALITY = 90
-STATUSES = ("found", "not_found", "invalid", "failed")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SearcherTurnRecord:
     """One assistant turn as the protocol read it (``box_original`` set for crops and answers)."""
 
     text: str
-    action: str  # tool_call | answer | invalid
+    action: SearcherAction  # TOOL_CALL | ANSWER | INVALID
     has_think: bool
     finish_reason: str | None = None
     bbox_raw: list | None = None  # the model's values, model-frame pixels
@@ -91,16 +90,18 @@ class SearcherStep:
     show) or, for a box the tool could not use, only the tool's error text (``crop`` None)."""
 
     done: bool
-    action: str  # tool_call | tool_error | answer | invalid
+    action: SearcherAction
     crop: ImageRef | None = None
     error: str | None = None
 
 
 @dataclass
 class LocateResult:
-    """A finished vSearcher episode. ``box_original`` (original pixels) is set only when found."""
+    """A finished vSearcher episode. ``box_original`` (original pixels) is set only when found. The library
+    builds it by keyword (:meth:`BaseSearcherSession.result`, :func:`failed_locate`); the fields stay positional
+    for the protocol-fidelity tests' fixtures, which may not change."""
 
-    status: str
+    status: LocateStatus
     box_original: Box | None
     box_model: Box | None
     n_tool_calls: int
@@ -121,7 +122,7 @@ class LocateResult:
 
     @property
     def found(self) -> bool:
-        return self.status == "found"
+        return self.status == LocateStatus.FOUND
 
     def to_record(self) -> dict:
         """JSON-ready, compact (prompt texts by name, images by reference)."""
@@ -146,8 +147,17 @@ class LocateResult:
         }
 
 
-class SearcherSession:
-    """One vSearcher episode: ``messages`` to send, ``step(text)`` per reply, ``result()`` at the end."""
+class BaseSearcherSession:
+    """One vSearcher episode: ``messages`` to send, ``step(text)`` per reply, ``result()`` at the end.
+
+    The machinery both vSearcher protocols share (the model frame, tool responses, ending, failing, the result);
+    :class:`SearcherSession` is the trained protocol, :class:`SimpleSearcherSession` the simple one. ``prompt``,
+    when given, must name the class's own protocol (:data:`SEARCHER_SESSIONS` picks a class by name)."""
+
+    #: the prompt set of the protocol (paper F.2): "trained" or "simple"
+    PROMPT: str = ""
+    #: read replies leniently (the simple prompt's reading: the last [x1, y1, x2, y2] of a reply is its answer)
+    LENIENT: bool = False
 
     def __init__(
         self,
@@ -155,14 +165,14 @@ class SearcherSession:
         description: str,
         images: ImageStore,
         max_pixels: int,
-        prompt: str = "trained",
+        prompt: str | None = None,
         max_tool_calls: int = LIMITS.max_tool_calls,
         limit_reminder: bool = True,
     ):
-        if prompt not in SEARCHER_PROMPTS:
-            raise ValueError(f"vSearcher prompt must be one of {SEARCHER_PROMPTS}, got {prompt!r}")
+        if prompt is not None and prompt != self.PROMPT:
+            raise ValueError(f"{type(self).__name__} runs the {self.PROMPT!r} vSearcher prompt, not {prompt!r}")
         self.image_path, self.description = str(image_path), description
-        self.images, self.prompt, self.max_tool_calls = images, prompt, max_tool_calls
+        self.images, self.max_tool_calls = images, max_tool_calls
         self.limit_reminder = limit_reminder
         #: JPEG at quality 90 over HTTP (the fork hands the resized pixels to vLLM in process)
         self.resize = Resize(max_pixels, qwen=True, jpeg_quality=SEARCHER_JPEG_QUALITY)
@@ -170,16 +180,7 @@ class SearcherSession:
         first = plan_view(images, self.image_path, self.resize)
         #: the model frame all vSearcher coordinates refer to (whole image at smart_resize size)
         self.frame = Frame(first.region, first.size)
-        if prompt == "simple":
-            self.messages = [
-                message("system", VSEARCHER_SIMPLE_SYSTEM_PROMPT),
-                message("user", fill(VSEARCHER_SIMPLE_USER_PROMPT, target=description), image_part(first)),
-            ]
-        else:
-            self.messages = [
-                message("system", VSEARCHER_SYSTEM_PROMPT),
-                message("user", image_part(first), fill(VSEARCHER_FIRST_USER_PROMPT, target=description)),
-            ]
+        self.messages = self._first_messages(first, description)
         #: the image the zoom-in tool crops (qwen_vl_utils.fetch_image of the original with its defaults)
         self.tool_size = rules.tool_frame_size(self.original_size)
         self.turns: list[SearcherTurnRecord] = []
@@ -187,10 +188,31 @@ class SearcherSession:
         self.tool_texts: list[str] = []
         self._reminders: list[str] = []
         self.n_tool_calls = 0
-        self.status: str | None = None
+        self.status: LocateStatus | None = None
         self.error: str | None = None
         self.box_model: Box | None = None
         self.box_original: Box | None = None
+
+    @property
+    def prompt(self) -> str:
+        return self.PROMPT
+
+    # ------------------------------------------------------------------ the protocol's parts
+    def _first_messages(self, first: ImageRef, description: str) -> list[dict]:
+        raise NotImplementedError
+
+    def _step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:
+        """Consume one parsed turn (``rec`` was appended; ``call_text``: the reply as the tool-call parser reads it)
+        and say what happens next."""
+        raise NotImplementedError
+
+    def _end_at_budget(self, reason: str) -> None:
+        """End a running episode at its token budget (``end_at_budget``)."""
+        self._end(LocateStatus.INVALID, SearcherAction.INVALID, reason)
+
+    def _formats(self) -> _Formats:
+        """r_format of the finished episode (out-of-loop and in-loop) and what the reward counts."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ state
     @property
@@ -223,23 +245,15 @@ class SearcherSession:
                 )
         return "".join(parts)
 
-    def verdict(self, inloop: bool = False) -> rules.FormatVerdict:
-        """r_format of the episode so far (:func:`insight_o3.protocol.searcher_rules.format_verdict`); ``inloop``: the
-        sub-agent reward, which takes any answer text."""
-        responses = rules.split_responses(self.solution_text())
-        return rules.format_verdict(responses, self.frame.size, answer_must_parse=not inloop)
-
     @property
     def format_ok(self) -> bool:
-        """r_format (out-of-loop): with the trained prompt the fork's ``compute_format_reward`` (module
-        docstring); with the simple prompt every turn parsed, none cut, and a valid answer."""
-        if self.status not in ("found", "not_found", "invalid"):
+        """r_format (out-of-loop) of the episode (the protocol's rule; False until it ended, and when it failed)."""
+        if self.status not in (LocateStatus.FOUND, LocateStatus.NOT_FOUND, LocateStatus.INVALID):
             return False
-        if self.prompt == "trained":
-            return self.verdict().ok
-        return self.status != "invalid" and all(
-            t.action != "invalid" and t.finish_reason != "length" for t in self.turns
-        )
+        return self._format_ok()
+
+    def _format_ok(self) -> bool:
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ protocol
     def _reminder(self) -> str:
@@ -248,122 +262,59 @@ class SearcherSession:
             return VSEARCHER_LIMIT_PROMPT
         return VSEARCHER_TOOL_RESPONSE_PROMPT
 
-    def _end(self, status: str, action: str, error: str | None = None) -> SearcherStep:
+    def _end(self, status: LocateStatus, action: SearcherAction, error: str | None = None) -> SearcherStep:
         self.status, self.error = status, error
         if self.turns:
             self.turns[-1].error = self.turns[-1].error or error
         return SearcherStep(True, action, error=error)
 
-    def step(self, assistant_text: str, finish_reason: str | None = None, usage: dict | None = None) -> SearcherStep:
-        """Consume one assistant reply; append the tool response (a crop) or finish."""
+    def _invalid(self, rec: SearcherTurnRecord, error: str | None) -> SearcherStep:
+        """The turn ``rec`` ends the episode without a usable box."""
+        rec.action = SearcherAction.INVALID
+        return self._end(LocateStatus.INVALID, SearcherAction.INVALID, error)
+
+    def _show_crop(self, ref: ImageRef) -> SearcherStep:
+        """Append the tool response showing the crop ``ref``: the recipe's chat template,
+        ``"<tool_response>" + crop + "</tool_response>\n" + reminder``."""
+        reminder = self._reminder()
+        self.messages.append(
+            message("user", "<tool_response>", image_part(ref), VSEARCHER_TOOL_RESPONSE_CLOSE, reminder)
+        )
+        return SearcherStep(False, SearcherAction.TOOL_CALL, crop=ref)
+
+    def step(
+        self,
+        assistant_text: str,
+        finish_reason: str | None = None,
+        usage: dict | None = None,
+        call_text: str | None = None,
+    ) -> SearcherStep:
+        """Consume one assistant reply; append the tool response (a crop) or finish. ``call_text``: the reply as the
+        tool-call parser reads it, when it differs (the fork's hermes parser decodes the turn with its special tokens
+        kept); the answer and r_format always read ``assistant_text``."""
         if self.done:
             raise RuntimeError("vSearcher session is already finished")
         text = assistant_text or ""
-        turn = parse_searcher_turn(text, simple_prompt=self.prompt == "simple")
+        turn = parse_searcher_turn(text, simple_prompt=self.LENIENT)
         rec = SearcherTurnRecord(
-            text,
-            turn.action,
-            turn.has_think,
-            finish_reason,
-            turn.bbox,
+            text=text,
+            action=turn.action,
+            has_think=turn.has_think,
+            finish_reason=finish_reason,
+            bbox_raw=turn.bbox,
             error=turn.error,
             usage={k: v for k, v in (usage or {}).items() if isinstance(v, (int, float))} or None,
         )
         self.turns.append(rec)
         self.messages.append(message("assistant", text))
-        if self.prompt == "trained":
-            return self._fork_step(rec, text)
-        if turn.action == "tool_call":
-            if self.n_tool_calls >= self.max_tool_calls:
-                rec.action = "invalid"
-                return self._end("invalid", "invalid", "tool call after the tool call limit")
-            box, why = validate_box(turn.bbox, self.frame.size)
-            if box is None:
-                rec.action = "invalid"
-                return self._end("invalid", "invalid", f"tool call: {why}")
-            region = crop_box(self.frame.to_original(box), self.original_size)
-            try:
-                ref = plan_view(self.images, self.image_path, self.resize, region)
-            except ValueError as e:
-                rec.action = "invalid"
-                return self._end("invalid", "invalid", f"tool call: {e}")
-            rec.box_original = ref.region
-            self.n_tool_calls += 1
-            reminder = self._reminder()
-            # the recipe's chat template: "<tool_response>" + crop + "</tool_response>\n" + reminder
-            self.messages.append(
-                message("user", "<tool_response>", image_part(ref), VSEARCHER_TOOL_RESPONSE_CLOSE, reminder)
-            )
-            return SearcherStep(False, "tool_call", crop=ref)
-        if turn.action == "answer":
-            if is_null_box(turn.bbox):
-                return self._end("not_found", "answer")
-            box, why = validate_box(turn.bbox, self.frame.size)
-            if box is None:
-                rec.action = "invalid"
-                return self._end("invalid", "invalid", f"answer: {why}")
-            self.box_model, self.box_original = box, self.frame.to_original(box)
-            rec.box_original = self.box_original
-            return self._end("found", "answer")
-        return self._end("invalid", "invalid", turn.error)
-
-    def _fork_step(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
-        """One turn under the fork's agent loop (``ToolAgentLoop`` + ``VSearcherLoop``) and zoom-in tool."""
-        calls = rules.hermes_tool_calls(text)
-        if len(self.tool_texts) >= self.max_tool_calls or not calls:
-            return self._fork_end(rec, text)
-        call = calls[0]
-        args = call.arguments if isinstance(call.arguments, dict) else {}
-        bbox = args.get("bbox_2d")
-        rec.action, rec.bbox_raw = "tool_call", bbox if isinstance(bbox, list) else None
-        zoom = rules.run_tool_call(call, self.tool_size, self.frame.size, self.resize.max_pixels or 0)
-        ref = None
-        if zoom.ok:
-            assert zoom.box is not None and zoom.shown_wh is not None
-            sx, sy = self.original_size[0] / self.tool_size[0], self.original_size[1] / self.tool_size[1]
-            x0, y0, x1, y1 = zoom.box
-            region = (x0 * sx, y0 * sy, x1 * sx, y1 * sy)  # the tool's crop, in original pixels
-            shown = Resize(self.resize.max_pixels, qwen=True, jpeg_quality=self.resize.jpeg_quality, size=zoom.shown_wh)
-            ref = plan_view(self.images, self.image_path, shown, region)
-            rec.box_original = ref.region
-            self.n_tool_calls += 1
-        else:
-            rec.error = zoom.error
-        reminder = self._reminder()
-        self.tool_texts.append("" if ref is not None else str(zoom.error))
-        self._reminders.append(reminder)
-        if ref is not None:
-            # the recipe's chat template: "<tool_response>" + crop + "</tool_response>\n" + reminder
-            self.messages.append(
-                message("user", "<tool_response>", image_part(ref), VSEARCHER_TOOL_RESPONSE_CLOSE, reminder)
-            )
-            return SearcherStep(False, "tool_call", crop=ref)
-        # a text tool message: "<tool_response>" + the tool's error text + "</tool_response>\n" + reminder
-        self.messages.append(
-            message("user", "<tool_response>" + str(zoom.error) + VSEARCHER_TOOL_RESPONSE_CLOSE + reminder)
-        )
-        return SearcherStep(False, "tool_error", error=zoom.error)
-
-    def _fork_end(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
-        """The episode is over: its box is the last turn's ``<answer>`` (``VSearcherLoop.run``)."""
-        box = rules.final_answer_box(text)
-        verdict = self.verdict()
-        if box is None:
-            rec.action = "invalid"
-            why = verdict.error or "the last turn has no [x1, y1, x2, y2] answer"
-            return self._end("invalid", "invalid", why)
-        rec.action, rec.bbox_raw = "answer", list(box)
-        if box == rules.NULL_BOX:
-            return self._end("not_found", "answer")
-        fb = tuple(float(v) for v in box)
-        self.box_model = (fb[0], fb[1], fb[2], fb[3])
-        o = rules.to_original_box(box, self.frame.size, self.original_size)
-        self.box_original = (float(o[0]), float(o[1]), float(o[2]), float(o[3]))
-        rec.box_original = self.box_original
-        return self._end("found", "answer")
+        return self._step(rec, text, text if call_text is None else call_text)
 
     def end_at_budget(
-        self, reason: str, pending_text: str | None = None, finish_reason: str | None = None, drop_tool_response=False
+        self,
+        reason: str,
+        pending_text: str | None = None,
+        finish_reason: str | None = None,
+        drop_tool_response: bool = False,
     ) -> None:
         """The episode ran out of its token budget and ends as the fork's loop ends it (``tool_agent_loop.py:348-349``
         and ``VSearcherLoop.run``): the box is the last turn's ``<answer>`` (none: ``invalid``), r_format is read on
@@ -379,53 +330,223 @@ class SearcherSession:
             if self.turns and self.turns[-1].box_original is not None:
                 self.n_tool_calls -= 1
         if pending_text is not None:
-            self.turns.append(SearcherTurnRecord(pending_text, "invalid", "<think>" in pending_text, finish_reason))
+            self.turns.append(
+                SearcherTurnRecord(
+                    text=pending_text,
+                    action=SearcherAction.INVALID,
+                    has_think="<think>" in pending_text,
+                    finish_reason=finish_reason,
+                )
+            )
             self.messages.append(message("assistant", pending_text))
-        if not self.turns or self.prompt != "trained":
-            self._end("invalid", "invalid", reason)
+        if not self.turns:
+            self._end(LocateStatus.INVALID, SearcherAction.INVALID, reason)
             return
-        self._fork_end(self.turns[-1], self.turns[-1].text)
-        self.error = self.error or reason
+        self._end_at_budget(reason)
 
     def fail(self, reason: str) -> None:
         """The driver could not continue (API error after retries, bad image): status ``failed``."""
         if not self.done:
-            self.status, self.error = "failed", reason
+            self.status, self.error = LocateStatus.FAILED, reason
 
     def result(self) -> LocateResult:
         if not self.done or self.status is None:
             raise RuntimeError("vSearcher session is not finished")
-        ok, why, ok_in, why_in = self.format_ok, None, False, None
-        boxes: list[list[int]] = []
-        n_valid = self.n_tool_calls
-        if self.prompt == "trained" and self.status != "failed":
-            v, v_in = self.verdict(), self.verdict(inloop=True)
-            ok, why, ok_in, why_in = v.ok, v.error, v_in.ok, v_in.error
-            boxes = [list(b) for b in v.boxes]
-            n_valid = rules.n_valid_tool_calls(v, self.solution_text())
-        elif self.prompt == "simple":
-            ok_in, why_in = ok, None if ok else self.error
-            why = None if ok else self.error
+        f = self._formats()
         return LocateResult(
-            self.status,
-            self.box_original,
-            self.box_model,
-            self.n_tool_calls,
-            ok,
-            list(self.messages),
-            len(self.turns),
-            self.error,
-            self.description,
-            [t.usage for t in self.turns],
-            self.frame.size,
-            format_ok_inloop=ok_in,
-            format_error=why if not ok else None,
-            format_error_inloop=why_in if not ok_in else None,
-            tool_boxes=boxes,
-            n_valid_tool_calls=n_valid,
+            status=self.status,
+            box_original=self.box_original,
+            box_model=self.box_model,
+            n_tool_calls=self.n_tool_calls,
+            format_ok=f.ok,
+            trajectory=list(self.messages),
+            n_turns=len(self.turns),
+            error=self.error,
+            description=self.description,
+            turn_usage=[t.usage for t in self.turns],
+            model_size=self.frame.size,
+            format_ok_inloop=f.ok_inloop,
+            format_error=f.error if not f.ok else None,
+            format_error_inloop=f.error_inloop if not f.ok_inloop else None,
+            tool_boxes=f.tool_boxes,
+            n_valid_tool_calls=f.n_valid_tool_calls,
         )
+
+
+@dataclass(kw_only=True)
+class _Formats:
+    """r_format of a finished episode: out-of-loop (``ok``), in-loop, and the reward's tool-call counts."""
+
+    ok: bool
+    error: str | None = None
+    ok_inloop: bool = False
+    error_inloop: str | None = None
+    tool_boxes: list[list[int]] = field(default_factory=list)
+    n_valid_tool_calls: int = 0
+
+
+class SearcherSession(BaseSearcherSession):
+    """The trained vSearcher protocol (paper F.2, the fork's agent loop and zoom-in tool at 926d137): the one
+    InSight-o3-vS was trained and evaluated with (module docstring)."""
+
+    PROMPT = "trained"
+
+    def _first_messages(self, first: ImageRef, description: str) -> list[dict]:
+        return [
+            message("system", VSEARCHER_SYSTEM_PROMPT),
+            message("user", image_part(first), fill(VSEARCHER_FIRST_USER_PROMPT, target=description)),
+        ]
+
+    def verdict(self, inloop: bool = False) -> rules.FormatVerdict:
+        """r_format of the episode so far (:func:`insight_o3.protocol.searcher_rules.format_verdict`); ``inloop``: the
+        sub-agent reward, which takes any answer text."""
+        responses = rules.split_responses(self.solution_text())
+        return rules.format_verdict(responses, self.frame.size, answer_must_parse=not inloop)
+
+    def _format_ok(self) -> bool:
+        """The fork's ``compute_format_reward`` (module docstring)."""
+        return self.verdict().ok
+
+    def _formats(self) -> _Formats:
+        if self.status == LocateStatus.FAILED:
+            return _Formats(ok=False, n_valid_tool_calls=self.n_tool_calls)
+        v, v_in = self.verdict(), self.verdict(inloop=True)
+        return _Formats(
+            ok=v.ok,
+            error=v.error,
+            ok_inloop=v_in.ok,
+            error_inloop=v_in.error,
+            tool_boxes=[list(b) for b in v.boxes],
+            n_valid_tool_calls=rules.n_valid_tool_calls(v, self.solution_text()),
+        )
+
+    def _step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:
+        """One turn under the fork's agent loop (``ToolAgentLoop`` + ``VSearcherLoop``) and zoom-in tool."""
+        calls = rules.hermes_tool_calls(call_text)
+        if len(self.tool_texts) >= self.max_tool_calls or not calls:
+            return self._answer(rec, text)
+        call = calls[0]
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        bbox = args.get("bbox_2d")
+        rec.action, rec.bbox_raw = SearcherAction.TOOL_CALL, bbox if isinstance(bbox, list) else None
+        zoom = rules.run_tool_call(call, self.tool_size, self.frame.size, self.resize.max_pixels or 0)
+        ref = None
+        if zoom.ok:
+            assert zoom.box is not None and zoom.shown_wh is not None
+            sx, sy = self.original_size[0] / self.tool_size[0], self.original_size[1] / self.tool_size[1]
+            x0, y0, x1, y1 = zoom.box
+            region = (x0 * sx, y0 * sy, x1 * sx, y1 * sy)  # the tool's crop, in original pixels
+            shown = Resize(self.resize.max_pixels, qwen=True, jpeg_quality=self.resize.jpeg_quality, size=zoom.shown_wh)
+            ref = plan_view(self.images, self.image_path, shown, region)
+            rec.box_original = ref.region
+            self.n_tool_calls += 1
+        else:
+            rec.error = zoom.error
+        self.tool_texts.append("" if ref is not None else str(zoom.error))
+        self._reminders.append(self._reminder())
+        if ref is not None:
+            return self._show_crop(ref)
+        # a text tool message: "<tool_response>" + the tool's error text + "</tool_response>\n" + reminder
+        self.messages.append(
+            message("user", "<tool_response>" + str(zoom.error) + VSEARCHER_TOOL_RESPONSE_CLOSE + self._reminders[-1])
+        )
+        return SearcherStep(False, SearcherAction.TOOL_ERROR, error=zoom.error)
+
+    def _answer(self, rec: SearcherTurnRecord, text: str) -> SearcherStep:
+        """The episode is over: its box is the last turn's ``<answer>`` (``VSearcherLoop.run``)."""
+        box = rules.final_answer_box(text)
+        if box is None:
+            return self._invalid(rec, self.verdict().error or "the last turn has no [x1, y1, x2, y2] answer")
+        rec.action, rec.bbox_raw = SearcherAction.ANSWER, list(box)
+        if box == rules.NULL_BOX:
+            return self._end(LocateStatus.NOT_FOUND, SearcherAction.ANSWER)
+        fb = tuple(float(v) for v in box)
+        self.box_model = (fb[0], fb[1], fb[2], fb[3])
+        o = rules.to_original_box(box, self.frame.size, self.original_size)
+        self.box_original = (float(o[0]), float(o[1]), float(o[2]), float(o[3]))
+        rec.box_original = self.box_original
+        return self._end(LocateStatus.FOUND, SearcherAction.ANSWER)
+
+    def _end_at_budget(self, reason: str) -> None:
+        self._answer(self.turns[-1], self.turns[-1].text)
+        self.error = self.error or reason
+
+
+class SimpleSearcherSession(BaseSearcherSession):
+    """The simple vSearcher prompt for an untrained model (paper F.2), read leniently: the last
+    ``[x1, y1, x2, y2]`` of a reply is its answer, boxes are clamped, a bad turn ends the episode ``invalid``."""
+
+    PROMPT = "simple"
+    LENIENT = True
+
+    def _first_messages(self, first: ImageRef, description: str) -> list[dict]:
+        return [
+            message("system", VSEARCHER_SIMPLE_SYSTEM_PROMPT),
+            message("user", fill(VSEARCHER_SIMPLE_USER_PROMPT, target=description), image_part(first)),
+        ]
+
+    def _format_ok(self) -> bool:
+        """Every turn parsed, none cut, and a valid answer."""
+        return self.status != LocateStatus.INVALID and all(
+            t.action != SearcherAction.INVALID and t.finish_reason != "length" for t in self.turns
+        )
+
+    def _formats(self) -> _Formats:
+        ok = self.format_ok
+        why = None if ok else self.error
+        return _Formats(ok=ok, error=why, ok_inloop=ok, error_inloop=why, n_valid_tool_calls=self.n_tool_calls)
+
+    def _step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:
+        if rec.action == SearcherAction.TOOL_CALL:
+            return self._tool_call(rec)
+        if rec.action == SearcherAction.ANSWER:
+            if is_null_box(rec.bbox_raw):
+                return self._end(LocateStatus.NOT_FOUND, SearcherAction.ANSWER)
+            box, why = validate_box(rec.bbox_raw, self.frame.size)
+            if box is None:
+                return self._invalid(rec, f"answer: {why}")
+            self.box_model, self.box_original = box, self.frame.to_original(box)
+            rec.box_original = self.box_original
+            return self._end(LocateStatus.FOUND, SearcherAction.ANSWER)
+        return self._end(LocateStatus.INVALID, SearcherAction.INVALID, rec.error)
+
+    def _tool_call(self, rec: SearcherTurnRecord) -> SearcherStep:
+        if self.n_tool_calls >= self.max_tool_calls:
+            return self._invalid(rec, "tool call after the tool call limit")
+        box, why = validate_box(rec.bbox_raw, self.frame.size)
+        if box is None:
+            return self._invalid(rec, f"tool call: {why}")
+        region = crop_box(self.frame.to_original(box), self.original_size)
+        try:
+            ref = plan_view(self.images, self.image_path, self.resize, region)
+        except ValueError as e:
+            return self._invalid(rec, f"tool call: {e}")
+        rec.box_original = ref.region
+        self.n_tool_calls += 1
+        return self._show_crop(ref)
+
+
+#: The vSearcher protocols by prompt name (``--vsearcher_prompt``).
+SEARCHER_SESSIONS: dict[str, type[BaseSearcherSession]] = {"trained": SearcherSession, "simple": SimpleSearcherSession}
+SEARCHER_PROMPTS = tuple(SEARCHER_SESSIONS)
+
+
+def searcher_session_class(prompt: str) -> type[BaseSearcherSession]:
+    """The session class of a vSearcher prompt name."""
+    if prompt not in SEARCHER_SESSIONS:
+        raise ValueError(f"vSearcher prompt must be one of {SEARCHER_PROMPTS}, got {prompt!r}")
+    return SEARCHER_SESSIONS[prompt]
 
 
 def failed_locate(description: str, reason: str) -> LocateResult:
     """A result for an episode that could not even start (e.g. the image cannot be read)."""
-    return LocateResult("failed", None, None, 0, False, [], 0, reason, description)
+    return LocateResult(
+        status=LocateStatus.FAILED,
+        box_original=None,
+        box_model=None,
+        n_tool_calls=0,
+        format_ok=False,
+        trajectory=[],
+        error=reason,
+        description=description,
+    )

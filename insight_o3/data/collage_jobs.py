@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import __version__
 from ..jobs.integrity import Invocation, git_commit
-from ..jobs.job import JobSettings, Plan, ResumableJob
+from ..jobs.job import Emit, JobSettings, Plan, ResumableJob
 from ..storage.atomic import OutputError, atomic_writer
 from .collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow
@@ -209,9 +209,11 @@ class CollageJob(ResumableJob[int, dict]):
             self.pool = ProcessPoolExecutor(self.num_workers, ctx, initializer=_init_worker, initargs=(self.items,))
         self.on_close(lambda: self.pool.shutdown(wait=True, cancel_futures=True))
 
-    async def work(self, unit: tuple[int, frozenset[int]], emit) -> list:
+    async def work(self, unit: tuple[int, frozenset[int]], emit: Emit) -> None:
         c, done = unit
-        return await asyncio.get_running_loop().run_in_executor(self.pool, _chunk_task, (self.spec, c, done))
+        pairs = await asyncio.get_running_loop().run_in_executor(self.pool, _chunk_task, (self.spec, c, done))
+        for name, record in pairs:  # a chunk's rows and failures, each to its log
+            await emit(record, log=name)
 
     def finish(self) -> dict:
         order = [self.spec.key(i) for i in range(self.spec.num_collages)]

@@ -140,7 +140,7 @@ STREET_NAMES = [
 
 # ----------------------------------------------------------------------------------- data model
 @dataclass
-class Layout:
+class DemoLayout:
     layout_id: int
     bbox: tuple[int, int, int, int]  # x1, y1, x2, y2 in image pixels
     label: str
@@ -164,7 +164,7 @@ class ChartScene:
     title: str
     years: list[int]
     panels: list[Panel]
-    layouts: list[Layout]
+    layouts: list[DemoLayout]
     series_colors: dict[str, tuple[int, int, int]]
 
     def panel(self, title: str) -> Panel:
@@ -198,7 +198,7 @@ class MapScene:
     streets: list[tuple[str, str, int]]  # (name, "h"|"v", pixel coordinate)
     legend_bbox: tuple[int, int, int, int]
     legend_layout_id: int
-    layouts: list[Layout]
+    layouts: list[DemoLayout]
     categories: list[tuple[str, str, tuple[int, int, int]]] = field(default_factory=list)
 
     def place(self, name: str) -> Place:
@@ -295,7 +295,7 @@ def build_chart_scene(rng: random.Random, width: int, height: int) -> ChartScene
     rows, cols = _grid_shape(n_panels, width - 2 * margin, height - header_h - 2 * margin)
     pw = (width - 2 * margin) / cols
     ph = (height - header_h - 2 * margin) / rows
-    layouts = [Layout(1, (margin, margin // 2, width - margin, header_h), "figure_title")]
+    layouts = [DemoLayout(1, (margin, margin // 2, width - margin, header_h), "figure_title")]
     panels = []
     for i in range(n_panels):
         r, c = divmod(i, cols)
@@ -304,7 +304,7 @@ def build_chart_scene(rng: random.Random, width: int, height: int) -> ChartScene
         box = (x0, y0, int(x0 + pw - fs * 0.8), int(y0 + ph - fs * 0.8))
         series = {s: [next(it) for _ in years] for s in series_sets[i]}
         lid = len(layouts) + 1
-        layouts.append(Layout(lid, box, f"{'table' if kinds[i] == 'table' else 'chart'}: {titles[i]}"))
+        layouts.append(DemoLayout(lid, box, f"{'table' if kinds[i] == 'table' else 'chart'}: {titles[i]}"))
         panel = Panel(titles[i], kinds[i], series, box, lid)
         if kinds[i] != "table":
             lw = int(max(len(s) for s in series) * fs * 0.62 + fs * 2.2)
@@ -313,7 +313,7 @@ def build_chart_scene(rng: random.Random, width: int, height: int) -> ChartScene
             ly0 = box[1] + int(fs * 2.4)
             panel.legend_bbox = (lx1 - lw, ly0, lx1, ly0 + lh)
             panel.legend_layout_id = len(layouts) + 1
-            layouts.append(Layout(panel.legend_layout_id, panel.legend_bbox, f"legend: {titles[i]}"))
+            layouts.append(DemoLayout(panel.legend_layout_id, panel.legend_bbox, f"legend: {titles[i]}"))
         panels.append(panel)
     title = f"Regional Statistics Digest {years[0]}-{years[-1]}"
     return ChartScene(width, height, title, years, panels, layouts, colors)
@@ -463,10 +463,10 @@ def build_map_scene(rng: random.Random, width: int, height: int) -> MapScene:
     names = [h + t for h in NAME_HEADS for t in NAME_TAILS]
     rng.shuffle(names)
 
-    layouts = [Layout(1, (label, fs // 2, width - legend_w - label, header_h), "figure_title")]
+    layouts = [DemoLayout(1, (label, fs // 2, width - legend_w - label, header_h), "figure_title")]
     lx0 = width - legend_w + fs // 2
     legend_bbox = (lx0, header_h + label, width - fs // 2, header_h + label + int(fs * (2.6 + 1.6 * len(cats))))
-    layouts.append(Layout(2, legend_bbox, "legend"))
+    layouts.append(DemoLayout(2, legend_bbox, "legend"))
 
     cells = [(c, r) for r in range(rows) for c in range(cols)]
     n_places = max(len(cats) * 2, int(len(cells) * rng.uniform(0.45, 0.6)))
@@ -490,7 +490,7 @@ def build_map_scene(rng: random.Random, width: int, height: int) -> MapScene:
             height,
         )
         lid = len(layouts) + 1
-        layouts.append(Layout(lid, bbox, f"{cat}: {name}"))
+        layouts.append(DemoLayout(lid, bbox, f"{cat}: {name}"))
         places.append(Place(name, cat, x, y, c, r, lid, bbox))
     streets = []
     street_names = rng.sample(STREET_NAMES, min(len(STREET_NAMES), 4 + rng.randint(0, 4)))

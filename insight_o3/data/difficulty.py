@@ -148,7 +148,7 @@ class FilterSettings:
     check_endpoints: bool = True
 
 
-class FilterJob(ResumableJob[dict, dict]):
+class CollageFilterJob(ResumableJob[dict, dict]):
     """The difficulty filter as a resumable job over the rows of ``collages.jsonl``."""
 
     command = "generate_collages filter"
@@ -220,4 +220,4 @@ def run_filter(f: FilterSettings, invocation: Invocation | None = None) -> JobRe
     with ``invocation``, :class:`~insight_o3.jobs.integrity.SettingsChanged` when the directory's first filter
     run had other result-changing settings (``difficulty_card.json``)."""
     rows = load_rows(os.path.join(f.out_dir, ROWS_FILE))
-    return FilterJob(f, rows, invocation).run(rows)
+    return CollageFilterJob(f, rows, invocation).run(rows)

@@ -45,6 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..imaging.geometry import Box, box_area
+from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import image_refs
 from .evidence import evidence_boxes
 from .schema import EvalRecord
@@ -89,8 +90,8 @@ CONTAIN = 0.95
 TIGHT = 0.25
 DEFAULT_COVERAGE_THRESHOLD = 1.0
 #: InSight-o3 episode statuses (``eval_result.stats.status``) of each kind.
-_FORMAT_STATUSES = ("format_failed", "search_after_limit")
-_SEARCHER_STATUSES = ("search_invalid",)
+_FORMAT_STATUSES = (EpisodeStatus.FORMAT_FAILED, EpisodeStatus.SEARCH_AFTER_LIMIT)
+_SEARCHER_STATUSES = (EpisodeStatus.SEARCH_INVALID,)
 
 
 @dataclass

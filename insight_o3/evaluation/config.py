@@ -4,8 +4,9 @@
 environment, the eval name of a subset: all resolved there, once); everything below the command reads this
 object, never a command line. It has an agent-agnostic part (data, the answering model's endpoint, judge, run
 controls) and an agent-specific part, :attr:`EvaluateConfig.agent`: :class:`SingleModelSettings` for one model
-answering alone, :class:`~insight_o3.agents.config.InSightO3Config` for vReasoner + vSearcher. A new kind of
-agent adds its own settings class to :data:`AgentSettings` and a branch where the solver is built.
+answering alone, :class:`~insight_o3.agents.config.InSightO3Config` for vReasoner + vSearcher,
+:class:`PluginAgentSettings` for any other agent of the registry (:mod:`.agent_registry`), which builds its
+solver from this config.
 """
 
 from __future__ import annotations
@@ -28,8 +29,16 @@ class SingleModelSettings:
     oracle_crops: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class PluginAgentSettings:
+    """An agent of the registry (:mod:`.agent_registry`) other than the two above: its name; its settings are
+    the run's model endpoint and request settings, the rest is its protocol's."""
+
+    name: str
+
+
 #: The agent-specific settings an evaluation run may carry.
-AgentSettings = SingleModelSettings | InSightO3Config
+AgentSettings = SingleModelSettings | InSightO3Config | PluginAgentSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +104,15 @@ class EvaluateConfig:
     def insight_o3(self) -> InSightO3Config | None:
         """The vReasoner + vSearcher settings in InSight-o3 mode, else None."""
         return self.agent if isinstance(self.agent, InSightO3Config) else None
+
+    @property
+    def agent_name(self) -> str:
+        """The registry name of the run's agent (:mod:`.agent_registry`)."""
+        if isinstance(self.agent, InSightO3Config):
+            return "insight_o3"
+        if isinstance(self.agent, SingleModelSettings):
+            return "single_model"
+        return self.agent.name
 
     @property
     def single_model(self) -> SingleModelSettings | None:

@@ -15,8 +15,14 @@ Two flows (``AnswerJudge(flow=...)``), each the original's:
   see :func:`in_loop_check`.
 
 Deviation (bug fix, changes scores only where the original is wrong): the original takes any reply
-containing "correct" as correct, so "incorrect" counted as correct; :func:`verification_says_correct`
-reads ``<correct>``/``<wrong>`` and words, not substrings.
+containing "correct" as correct, so "incorrect", "Correct? No." and "correct (not really)" counted as correct, and
+the fork's in-loop check any reply containing ``<correct>`` ("<wrong> (not <correct>)", an echoed "<correct> or
+<wrong>"). :func:`read_verdict` reads ``<correct>``/``<wrong>`` and words, not substrings; a reply it cannot read
+clearly is an :class:`AmbiguousVerdict` — a judge failure (``failed``, stage ``judge``), asked again by
+``--retry_failed``, never a score. Where the released rule decides unambiguously (a lone tag or word, the MCQ letter
+compared as it is) the result is the released one (golden cases: ``tests/golden/judge_verdicts.json``, the released
+``evaluate.py`` run on each reply). Training under ``vsearch.variant=original`` keeps the fork's rule as it is
+(``AnswerJudge(verdicts="fork")``, :func:`judged_correct`).
 
 Every attempt gets a :class:`Verdict` whose ``status`` is one of (:data:`.schema.STATUSES`)
 
@@ -40,6 +46,7 @@ from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
 from ..protocol.questions import insight_o3_question
+from ..protocol.statuses import NO_ANSWER_STATUSES
 from .schema import Status
 
 FLOWS = ("extract", "verify")
@@ -55,8 +62,6 @@ CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
 #: fork's reward function ``max_tokens=2048``.
 JUDGE_COMPLETION_KWARGS = {"extract": {"max_completion_tokens": 2048}, "verify": {"max_tokens": 2048}}
-#: InSight-o3 episode statuses that carry no answer (see ``insight_o3.agents.reasoner_session``).
-NO_ANSWER_STATUSES = ("format_failed", "search_after_limit", "search_invalid")
 
 
 @dataclass
@@ -96,21 +101,59 @@ def gt_letter(sample) -> str | None:
     return mcq_letter(sample.answer, letters)
 
 
-_NEGATED = re.compile(r"\b(?:incorrect|not\s+correct|wrong)\b")
-_CORRECT = re.compile(r"\bcorrect\b")
+#: A negative verdict: the tag, or the words ("not correct" is one).
+_WRONG = re.compile(r"<wrong>|\bincorrect\b|\bwrong\b|\bnot\s+correct\b|\bisn'?t\s+correct\b")
+_RIGHT = re.compile(r"<correct>|\bcorrect\b")
+#: What makes a positive verdict doubtful: a question, any negation ("Correct? No.", "correct (not really)",
+#: "Not <correct>.") — the prompt asks for the tag alone.
+_DOUBT = re.compile(r"\?|\b(?:no|not|never|nope)\b|n't\b")
+#: A negated negative verdict ("not wrong", "isn't <wrong>").
+_NOT_WRONG = re.compile(r"(?:\b(?:no|not|never)|n't)\s+(?:\w+\s+)?(?:<wrong>|wrong\b|incorrect\b)")
+
+
+class AmbiguousVerdict(JudgeError):
+    """A judge reply that is neither clearly correct nor clearly wrong: a judge failure (asked again on
+    ``--retry_failed`` and, in training, in the next judge round), never a score."""
+
+    def __init__(self, reply: str):
+        self.reply = reply
+        super().__init__(f"ambiguous judge verdict: {' '.join(reply.split())[:200]!r}")
+
+
+def read_verdict(reply: str) -> bool | None:
+    """Read a ``JUDGE_PROMPT``/``QA_VERIFY_PROMPT`` reply: True (correct), False (wrong), None (ambiguous).
+
+    Clear: exactly one side is named (``<correct>``/"correct", or ``<wrong>``/"wrong"/"incorrect"/"not correct"),
+    a positive one without a question mark or any negation, a negative one not itself negated ("not wrong").
+    Ambiguous: both sides ("<correct> or <wrong>", an echoed template; "<wrong> (not <correct>)"), neither (an
+    empty reply), "Correct? No.", "correct (not really)", "Not <correct>."."""
+    low = " ".join((reply or "").lower().split())
+    negative = _WRONG.search(low)
+    rest = _WRONG.sub(" ", low)
+    positive = _RIGHT.search(rest)
+    if bool(positive) == bool(negative):
+        return None
+    if positive:
+        return None if _DOUBT.search(rest) else True
+    return None if _NOT_WRONG.search(low) else False
 
 
 def verification_says_correct(reply: str) -> bool:
-    """Read a ``JUDGE_PROMPT`` reply: exactly one of the tags ``<correct>``/``<wrong>`` decides; without
-    a tag, the word "correct" counts only when no "incorrect"/"not correct"/"wrong" is present.
-    (The original's ``"correct" in reply.lower()`` also accepted "incorrect".)"""
-    low = (reply or "").lower()
-    ok, bad = "<correct>" in low, "<wrong>" in low
-    if ok != bad:
-        return ok
-    if ok and bad:  # an echo of the template, not a verdict
-        return False
-    return bool(_CORRECT.search(low)) and not _NEGATED.search(low)
+    """Whether a verification reply is clearly correct (:func:`read_verdict` is True). (The original's
+    ``"correct" in reply.lower()`` also accepted "incorrect".)"""
+    return read_verdict(reply) is True
+
+
+def judged_correct(reply: str, verdicts: str = "strict") -> bool:
+    """The verdict a run scores: ``"strict"`` — :func:`read_verdict`, an ambiguous reply raising
+    :class:`AmbiguousVerdict`; ``"fork"`` — the fork's in-loop rule ``"<correct>" in reply`` as it is
+    (``vsearch_batch.py`` ``compute_accuracy_reward``; training under ``vsearch.variant=original`` only)."""
+    if verdicts == "fork":
+        return "<correct>" in reply
+    verdict = read_verdict(reply)
+    if verdict is None:
+        raise AmbiguousVerdict(reply)
+    return verdict
 
 
 def _names_an_answer(extracted: str) -> bool:
@@ -171,14 +214,16 @@ async def in_loop_check(
     ground_truth: str,
     completion_kwargs: dict | None = None,
     ask=None,
+    verdicts: str = "strict",
 ) -> Verdict:
     """The fork's in-loop answer check (training reward ``c`` and InSight-o3 validation accuracy).
 
     The span is the first ``\\boxed{}`` content of ``response_text``, else its first ``<answer>``
     content (:func:`~insight_o3.protocol.parsing.extract_verify_span`); no span is not correct (the fork sent
     "None" to the judge). A span equal to ``ground_truth`` is correct without a judge call; otherwise
-    ``QA_VERIFY_PROMPT`` goes to the judge (``max_tokens=2048``) and ``<correct>`` in the reply
-    decides. ``question`` is what the vReasoner was asked (question and options). API errors raise.
+    ``QA_VERIFY_PROMPT`` goes to the judge (``max_tokens=2048``) and its reply decides (:func:`judged_correct`:
+    ``verdicts="strict"`` raises :class:`AmbiguousVerdict` on an unclear one, ``"fork"`` is the fork's
+    ``"<correct>" in reply``). ``question`` is what the vReasoner was asked (question and options). API errors raise.
     ``ask`` replaces :func:`ask_judge` (same signature), e.g. a :class:`JudgeCache`'s ``ask``.
     """
     span = extract_verify_span(response_text or "")
@@ -191,7 +236,7 @@ async def in_loop_check(
         prompts.QA_VERIFY_PROMPT, question=question, gt_answer=ground_truth, model_answer=span
     )
     reply = await (ask or ask_judge)(client, model, prompt, kwargs)
-    return Verdict("correct" if "<correct>" in reply else "wrong", span, True, "judge", [reply])
+    return Verdict("correct" if judged_correct(reply, verdicts) else "wrong", span, True, "judge", [reply])
 
 
 class AnswerJudge:
@@ -208,6 +253,7 @@ class AnswerJudge:
         completion_kwargs: dict | None = None,
         flow: str = "extract",
         cache: JudgeCache | None = None,
+        verdicts: str = "strict",
     ):
         if flow not in FLOWS:
             raise ValueError(f"judge flow must be one of {FLOWS}, got {flow!r}")
@@ -217,6 +263,7 @@ class AnswerJudge:
         self.flow = flow
         self.completion_kwargs = dict(completion_kwargs or JUDGE_COMPLETION_KWARGS[flow])
         self.cache = cache
+        self.verdicts = verdicts  # see judged_correct: "fork" only for training under vsearch.variant=original
         self._ask_fn = cache.ask if cache is not None else ask_judge
 
     async def _ask(self, prompt: str) -> str:
@@ -243,9 +290,12 @@ class AnswerJudge:
                     sample.answer,
                     self.completion_kwargs,
                     ask=self._ask_fn,
+                    verdicts=self.verdicts,
                 )
             return await self._extract(sample, text, outputs)
-        except EXPECTED_ERRORS as e:  # API errors after the SDK's retries, malformed judge replies
+        except EXPECTED_ERRORS as e:  # API errors after the SDK's retries, malformed or ambiguous judge replies
+            if isinstance(e, AmbiguousVerdict) and not outputs:
+                outputs.append(e.reply)  # the verify flow's one reply: kept with the failure
             reason = f"judge error: {failure_reason(e)}"
             return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
 
@@ -276,5 +326,5 @@ class AnswerJudge:
             )
         )
         outputs.append(reply)
-        ok = verification_says_correct(reply)
+        ok = judged_correct(reply, self.verdicts)
         return Verdict("correct" if ok else "wrong", extracted, _names_an_answer(extracted), "judge", outputs)

@@ -28,6 +28,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..endpoints.usage import merge, total_tokens
+from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import image_refs
 from .attribution import attribution_metrics
 from .schema import STATUSES, EvalRecord, EvalResult, RecordError
@@ -140,7 +141,7 @@ def tool_use_health(results: list[dict]) -> dict:
     out = {
         "search_calls_hist": hist,
         "zero_search_ratio": calls.count(0) / n,
-        "format_failure_ratio": sum(s.get("status") == "format_failed" for s in stats) / n,
+        "format_failure_ratio": sum(s.get("status") == EpisodeStatus.FORMAT_FAILED for s in stats) / n,
         "format_retry_ratio": sum(bool(s.get("n_format_retries")) for s in stats) / n,
     }
     areas = [a for r in results for a in _crop_area_ratios(r)]

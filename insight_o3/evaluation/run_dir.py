@@ -203,6 +203,17 @@ class RunDir:
         """Trial ``k``'s records by ``sample_key`` (see :meth:`TrialDir.records`)."""
         return self.trial(k).records(parse)
 
+    # ---------------------------------------------------------------- the card store of jobs.job.CardStore
+    def card_path(self) -> str:
+        return self.file(RUN_CARD_FILE)
+
+    def read_card(self) -> dict | None:
+        """The stored ``run_card.json`` of a directory this code can read (see :meth:`check_format`)."""
+        return self.check_format().stored_run_card()
+
+    def write_card(self, card: dict) -> None:
+        self.write_run_card(card)
+
     def format_version(self) -> int:
         """The directory's format (1 when its card does not say: written before versioning)."""
         v = (self.run_card() or {}).get("format_version", 1)

@@ -20,8 +20,9 @@ to the usage meter of the asyncio task that sent the request: one per solve, spl
 and one per judging; see :mod:`insight_o3.endpoints.usage`) and ``cost_usd``. With a budget
 (``max_cost``/``max_tokens_total``, counted over everything recorded in the eval dir) reached, no new
 item is started, the ones in flight are recorded, and :class:`BudgetExceeded` is raised; a rerun with
-a higher budget resumes. A solver with ``solves_by_trial`` (rejudge's stored attempts) is asked per
-trial index (``solve_trials``) and gives the stored usage (``usage_shares``).
+a higher budget resumes. A :class:`~insight_o3.protocol.attempt.TrialSolver` (rejudge's stored attempts) is
+asked per trial index (``solve_trials``) and gives the stored usage (``usage_shares``); a
+:class:`~insight_o3.protocol.attempt.Solver` is asked for as many fresh attempts as trials are pending.
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ from ..endpoints.preflight import Endpoint
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
 from ..jobs.integrity import Invocation
 from ..jobs.job import BudgetExceeded, JobSettings, Plan, ResumableJob
-from ..protocol.attempt import Attempt
+from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
 from ..protocol.trajectory import image_refs
 from ..storage.record_log import RecordFileError
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
-from .run_dir import RUN_CARD_FILE, RunDir
+from .run_dir import RunDir
 from .samples import Sample
 from .schema import EvalRecord, EvalResult
 
@@ -127,7 +128,7 @@ def build_record(
         has_answer=verdict.has_answer,
         judge_method=verdict.method,
         judge_outputs=[cut_middle(o, max_reply_chars) if isinstance(o, str) else o for o in verdict.judge_outputs],
-        usage=attempt.usage,
+        api_usage=attempt.usage,
         image=refs[0].to_dict() if refs else None,
         trajectory=cut_messages(attempt.trajectory, max_reply_chars),
         stats=attempt.stats,
@@ -147,7 +148,7 @@ def build_record(
 
 def _attempt_from_record(rec: EvalRecord) -> Attempt:
     er = rec.eval_result
-    return Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=er.usage, stats=er.stats or {})
+    return Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=er.api_usage, stats=er.stats or {})
 
 
 def run_totals(trial_metrics: list[dict]) -> dict:
@@ -193,7 +194,7 @@ class EvalJob(ResumableJob[Sample, dict]):
     def __init__(
         self,
         cfg: RunConfig,
-        solver,
+        solver: Solver | TrialSolver,
         judge: AnswerJudge,
         *,
         args_record: dict | None = None,
@@ -203,7 +204,9 @@ class EvalJob(ResumableJob[Sample, dict]):
         endpoints: Iterable[Endpoint] = (),
     ):
         super().__init__(cfg.eval_dir, cfg.job_settings(), guard=guard, invocation=invocation, endpoints=endpoints)
-        self.cfg, self.solver, self.judge = cfg, solver, judge
+        self.cfg, self.judge = cfg, judge
+        #: who answers a unit's trials: rejudge's stored attempts, or a solver's fresh ones
+        self.trials = solver if isinstance(solver, TrialSolver) else FreshTrials(solver)
         self.args_record, self.run_card = args_record, run_card
         self.run_dir = cfg.run_dir
         self.open_trials: list[int] = []
@@ -215,15 +218,8 @@ class EvalJob(ResumableJob[Sample, dict]):
     def first_card(self) -> dict:
         return dict(self.run_card or {})
 
-    def card_path(self) -> str:
-        return self.run_dir.file(RUN_CARD_FILE)
-
-    def read_card(self) -> dict | None:
-        self.run_dir.check_format()
-        return self.run_dir.stored_run_card()
-
-    def write_card(self, card: dict) -> None:
-        self.run_dir.write_run_card(card)
+    def store(self) -> RunDir:
+        return self.run_dir
 
     def _is_done(self, k: int) -> bool:
         if not self.run_dir.is_done(k):
@@ -325,11 +321,8 @@ class EvalJob(ResumableJob[Sample, dict]):
             shares = [{r: c for r, c in old.usage_dict().items() if r != "judge"}]
         else:
             try:
-                if getattr(self.solver, "solves_by_trial", False):  # rejudge's stored attempts
-                    attempts = list(await self.solver.solve_trials(s, trials))
-                    shares = self.solver.usage_shares(s, trials)
-                else:
-                    attempts = list(await self.solver.solve(s, len(trials)))
+                attempts = list(await self.trials.solve_trials(s, trials))
+                shares = self.trials.usage_shares(s, trials)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a solver must not raise; never lose the pair if it does
@@ -381,7 +374,7 @@ class EvalJob(ResumableJob[Sample, dict]):
 
 async def run_evaluation(
     samples: list[Sample],
-    solver,
+    solver: Solver | TrialSolver,
     judge: AnswerJudge,
     cfg: RunConfig,
     args_record: dict | None = None,

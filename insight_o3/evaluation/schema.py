@@ -23,8 +23,8 @@ trajectory is always whole. Records of format 1 (the text twice) read as before.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal, cast, get_args
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Literal, get_args
 
 from ..storage.record_log import RecordFileError
 
@@ -127,14 +127,10 @@ class TokenUsage:
     unreported_requests: int = 0
 
     def to_dict(self) -> dict:
-        out = {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-            "requests": self.requests,
-        }
-        if self.unreported_requests:
-            out["unreported_requests"] = self.unreported_requests
+        """The counts by field name; ``unreported_requests`` only when not 0."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not self.unreported_requests:
+            del out["unreported_requests"]
         return out
 
     @classmethod
@@ -142,22 +138,32 @@ class TokenUsage:
         if not isinstance(obj, dict):
             raise _fail(where, name, f"must be an object, got {type(obj).__name__}")
         vals = {}
-        for f in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests", "unreported_requests"):
-            v = obj.get(f, 0)
+        for f in fields(cls):
+            v = obj.get(f.name, 0)
             if v is None:
                 v = 0
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise _fail(where, f"{name}.{f}", f"must be a non-negative integer, got {v!r:.60}")
-            vals[f] = v
+                raise _fail(where, f"{name}.{f.name}", f"must be a non-negative integer, got {v!r:.60}")
+            vals[f.name] = v
         return cls(**vals)
 
 
-@dataclass
-class EvalResult:
-    """``eval_result`` of a record: the judge's verdict on one attempt, with what produced it."""
+def _key(f: Field) -> str:
+    """The on-disk key of a field (``metadata["key"]``, else its name)."""
+    return f.metadata.get("key", f.name)
 
-    status: Status
+
+@dataclass(kw_only=True)
+class EvalResult:
+    """``eval_result`` of a record: the judge's verdict on one attempt, with what produced it.
+
+    Declared once: the on-disk keys, their order and their checks come from the fields below (``to_dict`` /
+    ``from_dict`` walk :func:`dataclasses.fields`; ``metadata["key"]`` is a field's on-disk name when it differs).
+    Unknown keys: kept in ``extra`` and written back unchanged (:data:`UNKNOWN_KEYS`), never dropped. Older
+    records are brought to the current shape first, in one place (:func:`upgrade_eval_result`)."""
+
     success: bool = False  # judged at all (correct or wrong)
+    status: Status
     fail_reason: str | None = None
     fail_stage: FailStage | None = None  # a failure of the solver's queries or of the judge alone
     response: str | None = None
@@ -167,48 +173,21 @@ class EvalResult:
     has_answer: bool = False
     judge_method: str | None = None  # "rule" | "judge"
     judge_outputs: list = field(default_factory=list)
-    usage: dict | None = None  # the model API's usage object of the attempt, as returned
+    #: the model API's usage object of the attempt, as returned (the record's per-role counts are
+    #: ``EvalRecord.usage``); on disk ``usage``
+    api_usage: dict | None = field(default=None, metadata={"key": "usage"})
     image: dict | None = None  # the first image reference of the trajectory
     trajectory: list | None = None
     stats: dict = field(default_factory=dict)
-    extra: dict = field(default_factory=dict)  # fields this schema does not know (kept as written)
-
-    _KNOWN = (
-        "success",
-        "status",
-        "fail_reason",
-        "fail_stage",
-        "response",
-        "finish_reason",
-        "extracted_answer",
-        "is_correct",
-        "has_answer",
-        "judge_method",
-        "judge_outputs",
-        "usage",
-        "image",
-        "trajectory",
-        "stats",
-    )
+    extra: dict = field(default_factory=dict, metadata={"unknown": True})  # keys this schema does not know
 
     def to_dict(self) -> dict:
-        out = {
-            "success": self.success,
-            "status": self.status,
-            "fail_reason": self.fail_reason,
-            "fail_stage": self.fail_stage,
-            "response": self.response,
-            "finish_reason": self.finish_reason,
-            "extracted_answer": self.extracted_answer,
-            "is_correct": self.is_correct,
-            "has_answer": self.has_answer,
-            "judge_method": self.judge_method,
-            "judge_outputs": self.judge_outputs,
-            "usage": self.usage,
-            "image": self.image,
-            "trajectory": _without_response(self.trajectory, self.response),
-            "stats": self.stats,
-        }
+        out: dict = {}
+        for f in fields(self):
+            if f.metadata.get("unknown"):
+                continue
+            v = getattr(self, f.name)
+            out[_key(f)] = _without_response(v, self.response) if f.name == "trajectory" else v
         out.update(self.extra)
         return out
 
@@ -217,43 +196,64 @@ class EvalResult:
         if not isinstance(er, dict):
             got = "missing" if er is None else f"a {type(er).__name__}"
             raise RecordError(f"{where}: record has no 'eval_result' object (field 'eval_result' is {got})")
-        p = "eval_result."
-        status = er.get("status")
-        if status is None:
-            status = _legacy_status(er)
-        elif status not in STATUSES:
-            raise _fail(where, p + "status", f"is {status!r}; expected one of {', '.join(STATUSES)}")
-        stage = _opt(er, "fail_stage", str, where, p)
-        if stage is not None and stage not in FAIL_STAGES:
-            raise _fail(where, p + "fail_stage", f"is {stage!r}; expected one of {', '.join(FAIL_STAGES)}")
-        stats = _opt(er, "stats", dict, where, p) or {}
-        traj = _opt(er, "trajectory", list, where, p)
-        outputs = _opt(er, "judge_outputs", list, where, p) or []
-        text = er.get("response", er.get("text"))
-        if text is not None and not isinstance(text, str):
-            raise _fail(where, p + "response", f"must be text or null, got {type(text).__name__}")
-        extracted = er.get("extracted_answer")
-        if extracted is not None and not isinstance(extracted, str):
-            extracted = str(extracted)  # older runs stored a number extracted from open answers
-        fail_reason = er.get("fail_reason", er.get("error"))
-        return cls(
-            status=cast(Status, status),  # checked against STATUSES above
-            success=bool(er.get("success", status in ("correct", "wrong"))),
-            fail_reason=None if fail_reason is None else str(fail_reason),
-            fail_stage=stage,
-            response=text,
-            finish_reason=_opt(er, "finish_reason", str, where, p),
-            extracted_answer=extracted,
-            is_correct=bool(er.get("is_correct", status == "correct")),
-            has_answer=bool(er.get("has_answer")),
-            judge_method=_opt(er, "judge_method", str, where, p),
-            judge_outputs=outputs,
-            usage=_opt(er, "usage", dict, where, p),
-            image=_opt(er, "image", dict, where, p),
-            trajectory=_with_response(traj, text),
-            stats=stats,
-            extra={k: v for k, v in er.items() if k not in cls._KNOWN and k not in ("text", "error")},
-        )
+        er = upgrade_eval_result(er)
+        known = {_key(f): f for f in fields(cls) if not f.metadata.get("unknown")}
+        values = {f.name: _read_field(er, _key(f), str(f.type), where) for f in known.values() if _key(f) in er}
+        values["trajectory"] = _with_response(values.get("trajectory"), values.get("response"))
+        return cls(**values, extra={k: v for k, v in er.items() if k not in known})
+
+
+#: What happens to an ``eval_result`` key the declaration does not know: kept in ``EvalResult.extra``, written back.
+UNKNOWN_KEYS = "keep"
+
+
+def upgrade_eval_result(er: dict) -> dict:
+    """An ``eval_result`` as written by any earlier version, in the current shape (the one place older records are
+    migrated): ``text`` -> ``response``, ``error`` -> ``fail_reason``, a missing ``status`` inferred from
+    ``success``/``is_correct``/``finish_reason``, ``success``/``is_correct`` from the status when absent, a number
+    ``extracted_answer`` as text. Run-dir format 1 (the reply stored twice) needs nothing here: a trajectory
+    without :data:`RESPONSE_REF` reads as it is."""
+    out = {k: v for k, v in er.items() if k not in ("text", "error")}
+    if "response" not in er and "text" in er:
+        out["response"] = er["text"]
+    if "fail_reason" not in er and "error" in er:
+        out["fail_reason"] = er["error"]
+    status = out.get("status")
+    if status is None:
+        out["status"] = status = _legacy_status(er)
+    out.setdefault("success", status in ("correct", "wrong"))
+    out.setdefault("is_correct", status == "correct")
+    if out.get("extracted_answer") is not None and not isinstance(out["extracted_answer"], str):
+        out["extracted_answer"] = str(out["extracted_answer"])  # older runs stored a number for open answers
+    if out.get("fail_reason") is not None and not isinstance(out["fail_reason"], str):
+        out["fail_reason"] = str(out["fail_reason"])
+    return out
+
+
+def _read_field(er: dict, key: str, typ: str, where: str) -> Any:
+    """One ``eval_result`` value checked against its declared type (the field's annotation)."""
+    p, v = "eval_result.", er.get(key)
+    if typ == "Status":
+        if v not in STATUSES:
+            raise _fail(where, p + key, f"is {v!r}; expected one of {', '.join(STATUSES)}")
+        return v
+    if typ == "FailStage | None":
+        v = _opt(er, key, str, where, p)
+        if v is not None and v not in FAIL_STAGES:
+            raise _fail(where, p + key, f"is {v!r}; expected one of {', '.join(FAIL_STAGES)}")
+        return v
+    if typ == "bool":
+        return bool(v)
+    if key == "response" and v is not None and not isinstance(v, str):
+        raise _fail(where, p + key, f"must be text or null, got {type(v).__name__}")
+    kinds = {"str": str, "dict": dict, "list": list}
+    base = typ.removesuffix(" | None")
+    if base not in kinds:
+        raise TypeError(f"EvalResult: no reader for a field of type {typ}")  # a new field's type: add it here
+    v = _opt(er, key, kinds[base], where, p)
+    if v is None and not typ.endswith("| None"):
+        return kinds[base]()  # null where the field has a default: the empty value
+    return v
 
 
 def _legacy_status(er: dict) -> str:

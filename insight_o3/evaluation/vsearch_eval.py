@@ -28,6 +28,7 @@ from ..imaging.images import DEFAULT_MAX_DECODE_VALUES, ImageStore
 from ..jobs.integrity import Invocation, git_commit, sha256_file
 from ..jobs.job import JobResult, JobSettings, Plan, ResumableJob
 from ..protocol.limits import LIMITS
+from ..protocol.statuses import LocateStatus
 from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
 from .samples import IMAGE_FIELDS, AnnotationError
@@ -102,7 +103,7 @@ def score(sample: RegionSample, r: LocateResult, max_reply_chars: int | None = D
 
 def metrics(records: list[dict]) -> dict:
     """Scores over samples that ran (API failures are counted, not scored)."""
-    ok = [r for r in records if r["status"] != "failed"]
+    ok = [r for r in records if r["status"] != LocateStatus.FAILED]
     n = len(ok)
 
     def mean(xs: list) -> float:
@@ -116,8 +117,8 @@ def metrics(records: list[dict]) -> dict:
         "acc_iou_0.5": mean([float(r["iou"] >= 0.5) for r in ok]),
         "format_valid_rate": mean([float(r["format_ok"]) for r in ok]),
         "mean_tool_calls": mean([r["n_tool_calls"] for r in ok]),
-        "not_found_rate": mean([float(r["status"] == "not_found") for r in ok]),
-        "invalid_rate": mean([float(r["status"] == "invalid") for r in ok]),
+        "not_found_rate": mean([float(r["status"] == LocateStatus.NOT_FOUND) for r in ok]),
+        "invalid_rate": mean([float(r["status"] == LocateStatus.INVALID) for r in ok]),
     }
 
 
@@ -196,7 +197,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
         return sample.key
 
     def is_final(self, record: dict) -> bool:
-        return record.get("status", "failed") != "failed"
+        return record.get("status", LocateStatus.FAILED) != LocateStatus.FAILED
 
     def plan(self, items: list[RegionSample]) -> Plan:
         self.keys = [x.key for x in items]

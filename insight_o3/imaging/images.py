@@ -128,14 +128,22 @@ class Resize:
     #: the exact ``(w, h)`` a view is shown at, whatever its region (a vSearcher crop: the zoom-in tool's
     #: ``smart_resize`` of the crop in the tool's image, :func:`insight_o3.protocol.searcher_rules.run_tool_call`)
     size: tuple[int, int] | None = None
+    #: NEAREST resampling instead (a harness that resizes so: Mini-o3's ``process_image``)
+    nearest: bool = False
+    #: successive exact sizes (a harness that resizes a view more than once; the last is the size shown)
+    chain: tuple[tuple[int, int], ...] = ()
 
     @property
     def resample(self) -> Image.Resampling:
+        if self.nearest:
+            return Image.Resampling.NEAREST
         return Image.Resampling.BICUBIC if self.qwen else Image.Resampling.LANCZOS
 
     def steps(self, size: tuple[int, int], crop: bool = False) -> list[tuple[int, int]]:
         """The successive sizes a view of ``size`` is resized to (empty: shown as is)."""
         w, h = size
+        if self.chain:
+            return [tuple(c) for c in self.chain]  # type: ignore[misc]
         if self.size is not None:
             return [tuple(self.size)] if tuple(self.size) != (w, h) else []  # type: ignore[list-item]
         if self.qwen:
@@ -498,9 +506,13 @@ def _worker_context():
 
 def _worker_preload() -> list[str]:
     """What the forkserver imports before it forks a worker: ``__main__`` (multiprocessing's default, used for a
-    script run by path), the main module by name (``python -m`` / console scripts) and this module."""
+    script run by path), the main module by name where multiprocessing imports it in each child (``python -m
+    insight_o3.scripts.evaluate``; not a package's ``__main__``, which it skips) and this module."""
     main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
-    return ["__main__", *([main_name] if main_name else []), __name__]
+    # a package's ``__main__`` (``python -m pytest``) runs when imported, and multiprocessing never re-imports it
+    if not isinstance(main_name, str) or main_name == "__main__" or main_name.endswith(".__main__"):
+        return ["__main__", __name__]
+    return ["__main__", main_name, __name__]
 
 
 def _start_helpers_detached() -> None:

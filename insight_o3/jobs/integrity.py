@@ -63,6 +63,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "model": R,
     "judge_model": R,
     "vsearcher_model": R,
+    "agent": R,  # evaluate --agent (insight_o3.evaluation.agent_registry)
     "solver": R,  # build_o3_bench filter's solver model
     "checker": O,  # check_reliability's "model,url,ENV" specs: the models are fixed through checker_models
     "api_base_url": O,
@@ -176,6 +177,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "eval_name": O,
     "eval_dir": O,
     "benchmark": O,
+    "data_root": O,  # where --benchmark looks (the annotation file's content is what counts)
     "ann_file": O,
     "img_dir": O,
     "image_dir": O,

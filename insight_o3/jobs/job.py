@@ -12,8 +12,11 @@ the summary (:meth:`~ResumableJob.finish`); optionally what to write before the 
 (:meth:`~ResumableJob.prepare`), the clients and stores it needs (:meth:`~ResumableJob.setup`, with
 :meth:`~ResumableJob.client` and :meth:`~ResumableJob.on_close`), what a recorded failure looks like
 (:meth:`~ResumableJob.failed`), what a record cost (:meth:`~ResumableJob.spend`) and a custom plan
-(:meth:`~ResumableJob.plan`, e.g. the evaluation's one log per trial). ``job.run(items)`` returns a
-:class:`JobResult` whose :attr:`~JobResult.exit_code` is ``INCOMPLETE`` while items are still failed.
+(:meth:`~ResumableJob.plan`, e.g. the evaluation's one log per trial) and where the card lives
+(:meth:`~ResumableJob.store`, a :class:`CardStore`: a :class:`CardFile` by default, the evaluation's ``RunDir``).
+``work`` returns one thing: the unit's record for the default log, or None when it wrote its records itself
+through ``emit``. ``job.run(items)`` returns a :class:`JobResult` whose :attr:`~JobResult.exit_code` is
+``INCOMPLETE`` while items are still failed.
 
 What the job guarantees, for every command alike:
 
@@ -21,7 +24,7 @@ What the job guarantees, for every command alike:
 * a directory's settings are fixed by its first run (:mod:`insight_o3.jobs.integrity`): a job whose
   :meth:`~ResumableJob.invocation` says what it runs with is refused (status 2, nothing written) when a
   result-changing setting differs from the first run's; otherwise the run is appended to the card's history
-  (:attr:`~ResumableJob.card_file`) before anything else is written;
+  (:meth:`~ResumableJob.store`) before anything else is written;
 * every finished item is one fsync'ed line before the next starts being counted
   (:class:`~insight_o3.storage.record_log.RecordLog`, one writer thread), so a crash loses nothing finished;
 * every endpoint (the clients made with :meth:`~ResumableJob.client`, and those given) is checked before the
@@ -50,7 +53,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -185,6 +188,37 @@ class JobResult(Generic[SummaryT]):
 Emit = Callable[..., Awaitable[bool]]
 
 
+class CardStore(Protocol):
+    """Where a job keeps its card: the settings its directory's first run fixed and the history of its runs
+    (:mod:`insight_o3.jobs.integrity`). :class:`CardFile` is the default; an evaluation's
+    :class:`~insight_o3.evaluation.run_dir.RunDir` is another (its ``run_card.json``, format-checked)."""
+
+    def card_path(self) -> str: ...
+
+    def read_card(self) -> dict | None:
+        """The stored card (None: the directory's first run)."""
+        ...
+
+    def write_card(self, card: dict) -> None: ...
+
+
+class CardFile:
+    """A card in a JSON file of its own (its directory made on the first write)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def card_path(self) -> str:
+        return self.path
+
+    def read_card(self) -> dict | None:
+        return read_card(self.path)
+
+    def write_card(self, card: dict) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)  # a card in a subdirectory (build_o3_bench)
+        write_json_atomic(self.path, card)
+
+
 class ResumableJob(Generic[ItemT, SummaryT]):
     """Base of every resumable command; see the module docstring for the flow and the hooks."""
 
@@ -230,17 +264,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """What the card of the directory's first run holds besides the fixed settings and the history."""
         return {}
 
-    def card_path(self) -> str:
-        return self.path(self.card_file or os.path.splitext(self.records_file)[0] + "_card.json")
-
-    def read_card(self) -> dict | None:
-        """The stored card (None: the directory's first run)."""
-        return read_card(self.card_path())
-
-    def write_card(self, card: dict) -> None:
-        path = self.card_path()
-        os.makedirs(os.path.dirname(path), exist_ok=True)  # a card in a subdirectory (build_o3_bench's steps)
-        write_json_atomic(path, card)
+    def store(self) -> CardStore:
+        """Where the card lives (default: :attr:`card_file`, else ``<records_file without .jsonl>_card.json``)."""
+        return CardFile(self.path(self.card_file or os.path.splitext(self.records_file)[0] + "_card.json"))
 
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
@@ -284,9 +310,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     async def setup(self) -> None:
         """Make the clients/stores the work needs (:meth:`client`, :meth:`on_close`); runs inside the loop."""
 
-    async def work(self, unit: Any, emit: Emit) -> Any:
-        """Do one unit; return its record, a list of ``(log name, record)`` pairs, or None after calling
-        ``await emit(record, log=name)`` itself (records are then written as they come)."""
+    async def work(self, unit: Any, emit: Emit) -> Any | None:
+        """Do one unit; return its record for the default log, or None when it wrote its records itself with
+        ``await emit(record, log=name)`` (records of other logs, or written as they come)."""
         raise NotImplementedError
 
     def failed(self, unit: Any, reason: str) -> Any:
@@ -375,15 +401,16 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         ledger = self.guard.ledger()
         if not ledger:
             return
+        store = self.store()
         try:
-            card = self.read_card()
+            card = store.read_card()
             history = card.get(HISTORY_KEY) if card else None
             if not card or not isinstance(history, list) or not history or not isinstance(history[-1], dict):
                 return
             history[-1]["endpoints"] = ledger
-            self.write_card(card)
+            store.write_card(card)
         except Exception as e:  # noqa: BLE001 - called while the run ends: must not hide how it ended
-            log.warning("could not add this run's counts per endpoint to %s: %s", self.card_path(), e)
+            log.warning("could not add this run's counts per endpoint to %s: %s", store.card_path(), e)
         for role, c in ledger.items():
             if c["escaped_replies"] or c["missing_usage"]:
                 log.warning(
@@ -392,7 +419,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                     c["escaped_replies"],
                     c["missing_usage"],
                     c["invalid_usage"],
-                    self.card_path(),
+                    store.card_path(),
                 )
 
     def settle_settings(self) -> bool:
@@ -402,8 +429,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         inv = self.invocation()
         if inv is None:
             return False
-        stored = self.read_card()
-        self.write_card(settle(stored, self.first_card(), inv, where=self.card_path(), hint=self.change_hint))
+        store = self.store()
+        stored = store.read_card()
+        store.write_card(settle(stored, self.first_card(), inv, where=store.card_path(), hint=self.change_hint))
         return True
 
     def _open_logs(self) -> None:
@@ -433,8 +461,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                     out = self.failed(unit, failure_reason(e, 2000))
                     if out is None:
                         raise
-                for name, record in _pairs(out):
-                    await self.emit(record, log=name)
+                if out is not None:
+                    await self.emit(out)
                 self.budget.charge(total_tokens(meter.to_dict()))
 
         try:
@@ -468,11 +496,3 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             except Exception:  # noqa: BLE001 - closing must not hide how the run ended
                 log.warning("closing %r failed", close, exc_info=True)
         self._closers.clear()
-
-
-def _pairs(out: Any) -> list[tuple[Hashable, Any]]:
-    if out is None:
-        return []
-    if isinstance(out, list):
-        return out
-    return [(RECORDS, out)]

@@ -7,8 +7,9 @@ The runner owns scheduling, resume, judging and metrics; a *solver* only produce
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass
@@ -42,3 +43,33 @@ class Solver(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class TrialSolver(ABC):
+    """Answers given (sample, trial) pairs rather than ``n`` fresh trials: ``rejudge``'s stored attempts. The
+    evaluation runner asks a :class:`Solver` for ``n`` attempts and a ``TrialSolver`` for these trials' attempts
+    and their usage (:class:`FreshTrials` makes the one the other)."""
+
+    @abstractmethod
+    async def solve_trials(self, sample: Any, trials: list[int]) -> list[Attempt]:
+        """The attempt of each of ``trials`` (in order); never raises for a lost attempt (``error`` set)."""
+
+    def usage_shares(self, sample: Any, trials: list[int]) -> list[dict] | None:
+        """Each trial's usage per role, when known beforehand (None: measured while solving)."""
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+class FreshTrials(TrialSolver):
+    """A :class:`Solver` asked for as many fresh attempts as trials are pending."""
+
+    def __init__(self, solver: Solver):
+        self.solver = solver
+
+    async def solve_trials(self, sample: Any, trials: list[int]) -> list[Attempt]:
+        return list(await self.solver.solve(sample, len(trials)))
+
+    async def aclose(self) -> None:
+        await self.solver.aclose()

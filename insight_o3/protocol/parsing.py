@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from ..base.untrusted import loads
+from .statuses import ReplyKind, SearcherAction
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _THINK_TAG = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -141,7 +142,7 @@ class ReasonerTurn:
     ``"invalid"`` (neither, or — in training mode — no valid ``<tool_feedback>``).
     """
 
-    action: str
+    action: ReplyKind
     description: str | None = None
     answer: str | None = None
     feedback: str | None = None  # the valid <tool_feedback> value, None if absent or invalid
@@ -194,19 +195,19 @@ def parse_reasoner_turn(text: str, require_feedback: bool = False, first_round: 
             if "<tool_call>" in text
             else "neither a tool call nor a boxed answer"
         )
-        return ReasonerTurn("invalid", feedback=feedback, error=why)
+        return ReasonerTurn(ReplyKind.INVALID, feedback=feedback, error=why)
     if require_feedback and feedback is None:
         return ReasonerTurn(
-            "invalid",
+            ReplyKind.INVALID,
             feedback=None,
             error="missing or invalid <tool_feedback> (NA in the first turn, helpful/unhelpful after)",
         )
     if desc is not None:
-        return ReasonerTurn("search", description=desc, feedback=feedback)
+        return ReasonerTurn(ReplyKind.SEARCH, description=desc, feedback=feedback)
     answer = first_boxed(text)
     if answer is None:  # "\\boxed{" without a closing brace: the fork takes the rest of the text
         answer = text.split("\\boxed{", 1)[1].split("}", 1)[0].strip()
-    return ReasonerTurn("answer", answer=answer, feedback=feedback)
+    return ReasonerTurn(ReplyKind.ANSWER, answer=answer, feedback=feedback)
 
 
 # ----------------------------------------------------------------------------- vSearcher
@@ -219,7 +220,7 @@ class SearcherTurn:
     ``has_think`` records whether the turn followed ``<think>...</think>``.
     """
 
-    action: str
+    action: SearcherAction
     bbox: list | None = None
     label: str | None = None
     has_think: bool = False
@@ -250,27 +251,31 @@ def parse_searcher_turn(text: str, simple_prompt: bool = False) -> SearcherTurn:
     if simple_prompt:
         boxes = _BOX_LIST.findall(visible)
         if not boxes:
-            return SearcherTurn("invalid", has_think=has_think, error="no [x_min, y_min, x_max, y_max] in reply")
-        return SearcherTurn("answer", bbox=[float(v) for v in boxes[-1]], has_think=has_think)
+            return SearcherTurn(
+                SearcherAction.INVALID, has_think=has_think, error="no [x_min, y_min, x_max, y_max] in reply"
+            )
+        return SearcherTurn(SearcherAction.ANSWER, bbox=[float(v) for v in boxes[-1]], has_think=has_think)
     calls = _TOOL_CALL.findall(visible)
     answers = _ANSWER_TAG.findall(visible)
     if calls:
         obj = _loads_lenient(calls[0])
         if not isinstance(obj, dict):
-            return SearcherTurn("invalid", has_think=has_think, error="tool call is not a JSON object")
+            return SearcherTurn(SearcherAction.INVALID, has_think=has_think, error="tool call is not a JSON object")
         if obj.get("name") != "image_zoom_in_tool":
-            return SearcherTurn("invalid", has_think=has_think, error=f"unknown tool {obj.get('name')!r}")
+            return SearcherTurn(SearcherAction.INVALID, has_think=has_think, error=f"unknown tool {obj.get('name')!r}")
         args = obj.get("arguments")
         if isinstance(args, str):
             args = _loads_lenient(args)
         if not isinstance(args, dict):
-            return SearcherTurn("invalid", has_think=has_think, error="tool call arguments are not an object")
+            return SearcherTurn(
+                SearcherAction.INVALID, has_think=has_think, error="tool call arguments are not an object"
+            )
         bbox = args.get("bbox_2d", args.get("bbox"))
         if bbox is None:
-            return SearcherTurn("invalid", has_think=has_think, error="tool call has no bbox_2d")
+            return SearcherTurn(SearcherAction.INVALID, has_think=has_think, error="tool call has no bbox_2d")
         label = args.get("label")
         return SearcherTurn(
-            "tool_call",
+            SearcherAction.TOOL_CALL,
             bbox=bbox if isinstance(bbox, list) else [bbox],
             label=str(label) if label is not None else None,
             has_think=has_think,
@@ -283,6 +288,8 @@ def parse_searcher_turn(text: str, simple_prompt: bool = False) -> SearcherTurn:
             m = _BOX_LIST.search(body)
             val = [float(v) for v in m.groups()] if m else None
         if not isinstance(val, list):
-            return SearcherTurn("invalid", has_think=has_think, error="answer is not a [x1, y1, x2, y2] list")
-        return SearcherTurn("answer", bbox=val, has_think=has_think)
-    return SearcherTurn("invalid", has_think=has_think, error="neither <tool_call> nor <answer>")
+            return SearcherTurn(
+                SearcherAction.INVALID, has_think=has_think, error="answer is not a [x1, y1, x2, y2] list"
+            )
+        return SearcherTurn(SearcherAction.ANSWER, bbox=val, has_think=has_think)
+    return SearcherTurn(SearcherAction.INVALID, has_think=has_think, error="neither <tool_call> nor <answer>")

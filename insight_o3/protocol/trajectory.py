@@ -45,14 +45,18 @@ def message_text(m: dict) -> str:
 
 
 def to_openai(
-    messages: list[dict], encode: Callable[[ImageRef], EncodedImage], image_url_extra: dict | None = None
+    messages: list[dict],
+    encode: Callable[[ImageRef], EncodedImage],
+    image_url_extra: dict | None = None,
+    join_text: bool = True,
 ) -> list[dict]:
     """Chat messages for the API; ``encode`` maps an ImageRef to its (cached) encoded view.
 
     The original's shapes: user content is always a list of parts in the stored order (its
     ``query_api`` builds ``[image_url, text]`` even for text-only turns), adjacent text parts are sent
     as one (chat templates concatenate them anyway); system and assistant messages with text only are
-    plain strings."""
+    plain strings. ``join_text=False`` keeps adjacent text parts apart (a harness that sends them so,
+    e.g. DeepEyes's tool response)."""
     out = []
     for m in messages:
         c = m.get("content")
@@ -64,7 +68,7 @@ def to_openai(
             if p.get("type") == "image":
                 enc = encode(ImageRef.from_dict(p["image"]))
                 parts.append({"type": "image_url", "image_url": {"url": enc.data_url, **(image_url_extra or {})}})
-            elif parts and parts[-1]["type"] == "text":
+            elif join_text and parts and parts[-1]["type"] == "text":
                 parts[-1] = text_part(parts[-1]["text"] + p["text"])
             else:
                 parts.append(text_part(p["text"]))

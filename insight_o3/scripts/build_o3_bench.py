@@ -50,12 +50,12 @@ from ..cli import (
 from ..data.layout import LayoutError
 from ..data.o3bench import sources as src_mod
 from ..data.o3bench.extraction import ExtractJob, tasks_for
-from ..data.o3bench.filtering import FilterJob, drop_threshold
+from ..data.o3bench.filtering import BenchFilterJob, drop_threshold
 from ..data.o3bench.prompts import prompt_hashes
 from ..data.o3bench.records import BuildFileError, read_items, read_sources
 from ..data.o3bench.release import release_workspace
 from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..data.o3bench.steps import Endpoint, StepSettings, read_log
+from ..data.o3bench.steps import ModelEndpoint, StepSettings, read_log
 from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..data.o3bench.validation import validate_workspace
 from ..data.o3bench.workspace import Workspace
@@ -143,7 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detector_model", default=src_mod.DETECTOR_MODEL)
     p.add_argument("--detector_threshold", type=float, default=None, help="the detector's score threshold")
 
-    p = sub.add_parser("extract", help="E.1 information extraction (a VLM)")
+    p = sub.add_parser(
+        "extract",
+        help="E.1 information extraction (a VLM)",
+        description="E.1 information extraction: a VLM describes each source image and each of its layout crops "
+        "(one record per image or crop in <output_dir>/extract/records.jsonl; resumes where it stopped).",
+    )
     p.formatter_class = ap.formatter_class
     _workspace(p)
     p.add_argument("--model", required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
@@ -156,7 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extract_prompt_role", choices=("system", "user"), default="system")
     _step_flags(p, concurrency=16, images=True)
 
-    p = sub.add_parser("synthesize", help="E.2 question synthesis (a text-only model)")
+    p = sub.add_parser(
+        "synthesize",
+        help="E.2 question synthesis (a text-only model)",
+        description="E.2 question synthesis: a text-only model writes multiple-choice questions from the E.1 "
+        "descriptions of an image and its layouts (one record per image in <output_dir>/synthesize/records.jsonl; "
+        "images whose extraction is not complete wait; resumes where it stopped).",
+    )
     p.formatter_class = ap.formatter_class
     _workspace(p)
     p.add_argument("--model", required=True, help="the text-only model (paper: GPT-5)")
@@ -181,7 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_api_flags(p, env="main")
     p.add_argument("--drop_when", default="all", help="drop items solved by 'all' models (paper), 'any', or N models")
-    p.add_argument("--attempts", type=int, default=1, help="answers per model; a model solves an item with any")
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=1,
+        help="answers per model (default 1); a model solves an item when any of its answers is judged correct",
+    )
     add_separate_requests_flag(p, what="attempt", count_flag="--attempts")
     keys, urls = ENV_KEYS["judge"]
     add_judge_flags(
@@ -236,9 +252,9 @@ def _settings(a: argparse.Namespace) -> StepSettings:
     )
 
 
-def _main_endpoint(a: argparse.Namespace, model: str) -> Endpoint:
+def _main_endpoint(a: argparse.Namespace, model: str) -> ModelEndpoint:
     keys, urls = ENV_KEYS["main"]
-    return Endpoint(model=model, api_base_url=resolve(a.api_base_url, urls), api_key=resolve_key(a.api_key, keys))
+    return ModelEndpoint(model=model, api_base_url=resolve(a.api_base_url, urls), api_key=resolve_key(a.api_key, keys))
 
 
 def _costs(a: argparse.Namespace, models: dict[str, str | None]) -> CostModel | None:
@@ -359,15 +375,16 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         ap.error("--attempts must be at least 1")
     main_urls = ENV_KEYS["main"][1]
     solvers = [
-        Endpoint(
+        ModelEndpoint(
             model=m,
             api_base_url=base or resolve(a.api_base_url, main_urls),
             api_key=resolve_key(a.api_key if env == "OPENAI_API_KEY" else None, (env,)),
+            key_env=None if env == "OPENAI_API_KEY" else env,  # a variable the user named must be set
         )
         for m, base, env in specs
     ]
     jkeys, jurls = ENV_KEYS["judge"]
-    judge = Endpoint(
+    judge = ModelEndpoint(
         model=a.judge_model,
         api_base_url=resolve(a.judge_api_base_url, jurls) or solvers[0].api_base_url,
         api_key=resolve_key(a.judge_api_key, jkeys, flag="--judge_api_key") or solvers[0].api_key,
@@ -375,7 +392,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
     costs = _costs(a, {**{e.model: e.model for e in solvers}, "judge": judge.model})
-    job = FilterJob(
+    job = BenchFilterJob(
         ws,
         _settings(a),
         solvers,

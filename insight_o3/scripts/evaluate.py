@@ -63,23 +63,25 @@ from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
+from ..evaluation.agent_registry import AgentContext, UnknownAgent, get_agent
+from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, resolve_layout
 from ..evaluation.config import (
     AgentSettings,
     EvaluateConfig,
     JudgeSettings,
+    PluginAgentSettings,
     RequestRates,
     SingleModelSettings,
 )
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache, default_flow
-from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples, oracle_crop_resize, oracle_regions
+from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples
 from ..evaluation.run_card import build_run_card, card_invocation
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.runner import failed_count, run_evaluation
 from ..evaluation.samples import AnnotationError, Sample, load_samples, select_subset, subset_spec
-from ..evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
+from ..evaluation.single_model import DEFAULT_COMPLETION_KWARGS
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
-from ..imaging.images import ImageStore, Resize
+from ..imaging.images import ImageStore
 from ..jobs.integrity import SettingsChanged
 from ..protocol import prompts
 from ..protocol.attempt import Solver
@@ -113,6 +115,12 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         choices=sorted(BENCHMARKS),
         help="use this benchmark's default --ann_file/--img_dir (see data/README.md)",
     )
+    g.add_argument(
+        "--data_root",
+        default=None,
+        help=f"with --benchmark: the folder holding the benchmarks (default: ${DATA_ROOT_ENV}, else ./data; "
+        "data/README.md says how to fill it)",
+    )
     g.add_argument("--ann_file", help="annotation JSONL file")
     g.add_argument("--img_dir", help="directory the annotation's image paths are relative to (and stay inside)")
     add_allow_outside_flag(g)
@@ -133,7 +141,17 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
-    g.add_argument("--eval_name", help="results go to <output_dir>/<eval_name> (default: <model>/<benchmark>)")
+    g.add_argument(
+        "--agent",
+        default=None,
+        help="the agent answering: single_model, insight_o3 (the default with --vsearcher_model), a Table 1 "
+        "baseline (deepeyes) or an installed package's (entry points 'insight_o3.agents'); see README 'Baselines'",
+    )
+    g.add_argument(
+        "--eval_name",
+        help="results go to <output_dir>/<eval_name> (with --benchmark the default is <model>/<benchmark>, "
+        "<model>+<agent>/<benchmark> for a baseline agent; required with --ann_file)",
+    )
     g.add_argument("--model", required=True)
     g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
     g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
@@ -281,10 +299,29 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
 def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Check the flags and fill the defaults that depend on other flags, keys from the environment, and a
     subset's eval name, in place (``p.error`` -> exit 2)."""
-    if a.chat_completion_kwargs is None:
+    if a.agent is None:
+        a.agent = "insight_o3" if a.vsearcher_model else "single_model"
+    try:
+        plugin = get_agent(a.agent)
+    except (UnknownAgent, ImportError, TypeError) as e:
+        p.error(f"--agent: {e}")
+    if (a.agent == "insight_o3") != bool(a.vsearcher_model):
+        p.error("--vsearcher_model goes with --agent insight_o3 (and --agent insight_o3 needs it)")
+    builtin = a.agent in ("single_model", "insight_o3")
+    if not builtin and (a.oracle_crops or a.sys_prompt != "model_default"):
+        p.error(f"--oracle_crops and --sys_prompt are single-model settings; --agent {a.agent} has its own prompts")
+    if a.chat_completion_kwargs is None:  # a plugin's own request settings are its protocol's (under these)
         a.chat_completion_kwargs = (
-            dict(VREASONER_COMPLETION_KWARGS) if a.vsearcher_model else dict(DEFAULT_COMPLETION_KWARGS)
+            dict(VREASONER_COMPLETION_KWARGS)
+            if a.vsearcher_model
+            else dict(DEFAULT_COMPLETION_KWARGS)
+            if builtin
+            else {}
         )
+    if not plugin.resizes:
+        if a.img_max_pixels:
+            p.error(f"--img_max_pixels does not apply to --agent {a.agent}: its protocol sends the original image")
+        a.img_max_pixels = 0
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
@@ -294,9 +331,10 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if "n" in a.vsearcher_chat_completion_kwargs:
         p.error("--vsearcher_chat_completion_kwargs must not set 'n' (one vSearcher episode per search)")
     if a.benchmark:
-        lay = resolve_layout(a.benchmark)
+        lay = resolve_layout(a.benchmark, a.data_root)
         a.ann_file = a.ann_file or lay.ann_file
         a.img_dir = a.img_dir or lay.img_dir
+
     if not a.ann_file or not a.img_dir:
         p.error("give --ann_file and --img_dir, or --benchmark NAME")
     if a.oracle_crops and a.vsearcher_model:
@@ -304,7 +342,8 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if not a.eval_name:
         if not a.benchmark:
             p.error("--eval_name is required unless --benchmark is given")
-        a.eval_name = f"{a.model}{'+' + a.oracle_crops if a.oracle_crops else ''}/{a.benchmark}"
+        suffix = a.oracle_crops or ("" if builtin else a.agent)
+        a.eval_name = f"{a.model}{'+' + suffix if suffix else ''}/{a.benchmark}"
     for name in ("num_trials", "concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1")
@@ -347,6 +386,8 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 def _agent(a: argparse.Namespace) -> AgentSettings:
     """The agent-specific settings of the resolved flags ``a``."""
+    if a.agent not in ("single_model", "insight_o3"):
+        return PluginAgentSettings(name=a.agent)
     if not a.vsearcher_model:
         return SingleModelSettings(
             system_prompt=prompts.THINK_SYSTEM_PROMPT if a.sys_prompt == "think" else None,
@@ -446,6 +487,7 @@ def run_card(c: EvaluateConfig, num_samples: int) -> dict:
             "cache": c.judge.cache,
         },
         seeds=seeds,
+        extra={"agent": {"name": c.agent_name, "protocol": get_agent(c.agent_name).protocol_version}},
     )
 
 
@@ -461,15 +503,17 @@ def args_record(a: argparse.Namespace) -> dict:
 
 
 def image_store(c: EvaluateConfig, originals_cached: int) -> ImageStore:
-    """The run's image store: ``--image_workers`` processes (default: one per usable CPU). InSight-o3 mode
-    composites RGBA images on white as the fork does (``images.ALPHA_MODES``); single-model runs drop the
-    alpha channel as the released harness does."""
+    """The run's image store: ``--image_workers`` processes (default: one per usable CPU), encoding as the
+    agent does. InSight-o3 mode composites RGBA images on white as the fork does (``images.ALPHA_MODES``);
+    single-model runs drop the alpha channel as the released harness does."""
+    plugin = get_agent(c.agent_name)
     return ImageStore.for_image_workers(
         c.image_workers,
         max_cached_bytes=c.image_cache_mb * 2**20,
         originals_cached=originals_cached,
         max_decode_values=c.max_decode_values,
-        alpha="white" if c.insight_o3 else "drop",
+        alpha=plugin.alpha,
+        fmt=plugin.image_format,
     )
 
 
@@ -492,26 +536,16 @@ class Limiters:
 
 
 def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: RunGuard, limiters: Limiters) -> Solver:
-    """The single-model solver, or in InSight-o3 mode (``--vsearcher_model``) the vReasoner + vSearcher."""
-    if isinstance(c.agent, InSightO3Config):
-        from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
-
-        return InSightO3Solver.build(
-            c.agent, images, guard=guard, limiter=limiters.model, vsearcher_limiter=limiters.vsearcher
-        )
-    budget = c.img_max_pixels or None
-    return SingleModelSolver(
-        client,
-        c.model,
-        images,
-        Resize(max_pixels=budget),
-        system_prompt=c.agent.system_prompt,
-        completion_kwargs=dict(c.completion_kwargs),
-        image_url_extra=dict(c.image_url_extra),
-        separate_trial_requests=c.separate_trial_requests,
-        extra_views=oracle_regions if c.agent.oracle_crops else None,
-        extra_resize=oracle_crop_resize(budget) if c.agent.oracle_crops else None,
+    """The solver of the run's agent (:mod:`insight_o3.evaluation.agent_registry`)."""
+    ctx = AgentContext(
+        config=c,
+        client=client,
+        images=images,
+        guard=guard,
+        model_limiter=limiters.model,
+        vsearcher_limiter=limiters.vsearcher,
     )
+    return get_agent(c.agent_name).build(ctx)
 
 
 def endpoints(c: EvaluateConfig) -> list[Endpoint]:
@@ -547,7 +581,8 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
     guard = RunGuard(c.max_failure_ratio)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
     oracle = c.single_model is not None and c.single_model.oracle_crops
-    images = image_store(c, originals_cached=2 if c.insight_o3 or oracle else 0)
+    keeps = get_agent(c.agent_name).keeps_originals
+    images = image_store(c, originals_cached=2 if keeps or oracle else 0)
     limiters = Limiters.of(c)
     conns = max(c.concurrency * 2, 16)
     main_client = _client(c.api, "model", limiters.model, conns, guard)
@@ -589,6 +624,14 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     a = parse_args(argv)
+    if not os.path.isfile(a.ann_file):
+        print(
+            f"error: {os.path.abspath(a.ann_file)}: annotation file not found; --benchmark looks under the data "
+            f"root (--data_root, else ${DATA_ROOT_ENV}, else ./data); "
+            "data/README.md says how to download each benchmark",
+            file=sys.stderr,
+        )
+        return ExitCode.BAD_INPUT
     try:
         samples = select_subset(
             load_samples(a.ann_file, a.img_dir, allow_outside=a.allow_outside_img_dir), a.subset, a.ann_file

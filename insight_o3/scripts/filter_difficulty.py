@@ -33,7 +33,7 @@ from ..cli import (
     run_main,
     setup_logging,
 )
-from ..data.difficulty import RECORDS_FILE, CollagesFileError, FilterJob, FilterSettings, run_filter
+from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
 from ..endpoints.client import ENV_KEYS, resolve, resolve_key
 from ..protocol.limits import LIMITS
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     )
 
     def body() -> int:
-        result = run_filter(settings, invocation_of(FilterJob.command, a))
+        result = run_filter(settings, invocation_of(CollageFilterJob.command, a))
         print(json.dumps(result.summary))
         if result.incomplete:
             print(

@@ -65,7 +65,7 @@ from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
-from ..protocol.attempt import Attempt
+from ..protocol.attempt import Attempt, TrialSolver
 from ..storage.atomic import write_json_atomic
 from ..storage.record_log import RecordFileError
 
@@ -116,10 +116,8 @@ def sample_from_record(rec: dict) -> Sample:
     )
 
 
-class StoredAttempts:
+class StoredAttempts(TrialSolver):
     """A solver that answers from a finished run's records: the attempt of (sample, trial) as stored."""
-
-    solves_by_trial = True
 
     def __init__(self, records: dict[int, dict[str, dict]]):
         self.records = records
@@ -142,14 +140,11 @@ class StoredAttempts:
                 )
         return out
 
-    def usage_shares(self, sample: Sample, trials: list[int]) -> list[dict]:
+    def usage_shares(self, sample: Sample, trials: list[int]) -> list[dict] | None:
         """The stored model/vSearcher usage of each trial (the judge's is measured anew)."""
         return [
             {r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != "judge"} for k in trials
         ]
-
-    async def aclose(self) -> None:
-        pass
 
 
 def _checked(obj: dict, where: str) -> dict:

@@ -42,23 +42,64 @@ RunError = RunDirError
 
 @dataclass
 class SampleResult:
-    """One (sample, trial) record, flattened for browsing; ``record`` keeps the raw JSON."""
+    """One (sample, trial) record for browsing: the schema's :class:`~insight_o3.evaluation.schema.EvalRecord` (its
+    fields are declared there once; the viewer reads them through it) and the raw JSON (``record``)."""
 
-    key: str
+    rec: EvalRecord
     trial: int
-    category: str
-    question: str
-    options: str | None
-    answer: str
-    image_path: str
-    status: str
-    extracted_answer: str | None
-    text: str | None
-    finish_reason: str | None
-    fail_reason: str | None
-    trajectory: list[dict] | None
-    stats: dict
     record: dict = field(repr=False, default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.rec.sample_key
+
+    @property
+    def category(self) -> str:
+        return self.rec.category
+
+    @property
+    def question(self) -> str:
+        return self.rec.question
+
+    @property
+    def options(self) -> str | None:
+        return self.rec.options
+
+    @property
+    def answer(self) -> str:
+        return self.rec.answer
+
+    @property
+    def image_path(self) -> str:
+        return self.rec.image_path
+
+    @property
+    def status(self) -> str:
+        return self.rec.eval_result.status
+
+    @property
+    def extracted_answer(self) -> str | None:
+        return self.rec.eval_result.extracted_answer
+
+    @property
+    def text(self) -> str | None:
+        return self.rec.eval_result.response
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.rec.eval_result.finish_reason
+
+    @property
+    def fail_reason(self) -> str | None:
+        return self.rec.eval_result.fail_reason
+
+    @property
+    def trajectory(self) -> list[dict] | None:
+        return self.rec.eval_result.trajectory
+
+    @property
+    def stats(self) -> dict:
+        return self.rec.eval_result.stats
 
     @property
     def is_episode(self) -> bool:
@@ -91,13 +132,14 @@ class SampleResult:
         def cut(text: str | None) -> str | None:
             return None if text is None else cut_middle(text, limit, flag)
 
-        return replace(
-            self,
-            text=cut(self.text),
+        er = replace(
+            self.rec.eval_result,
+            response=cut(self.text),
             extracted_answer=cut(self.extracted_answer),
             fail_reason=cut(self.fail_reason),
             trajectory=cut_messages(self.trajectory, limit, flag),
         )
+        return replace(self, rec=replace(self.rec, eval_result=er))
 
 
 @dataclass
@@ -168,24 +210,7 @@ def _result(rec: dict, trial: int, where: str) -> SampleResult:
         r = EvalRecord.from_dict(rec, where)
     except RecordError as e:
         raise RunError(str(e)) from None
-    er = r.eval_result
-    return SampleResult(
-        key=r.sample_key,
-        trial=trial,
-        category=r.category,
-        question=r.question,
-        options=r.options,
-        answer=r.answer,
-        image_path=r.image_path,
-        status=er.status,
-        extracted_answer=er.extracted_answer,
-        text=er.response,
-        finish_reason=er.finish_reason,
-        fail_reason=er.fail_reason,
-        trajectory=er.trajectory,
-        stats=er.stats,
-        record=rec,
-    )
+    return SampleResult(rec=r, trial=trial, record=rec)
 
 
 def load_trial(

@@ -52,6 +52,7 @@ FORK_FILES = {
     "verl/utils/reward_score/vsearch_batch.py": "verl/utils/reward_score/vsearch_batch.py",
 }
 TOOL_FILE = "verl/tools/image_zoom_in_tool.py"
+SAMPLER_FILE = "verl/experimental/dataset/vsearch_sampler.py"
 TRAINER_FILE = "verl/trainer/ppo/ray_trainer.py"
 CORE_ALGOS_FILE = "verl/trainer/ppo/core_algos.py"
 
@@ -1004,13 +1005,94 @@ def record_advantages(fork: Fork, rng: random.Random) -> list[dict]:
     return cases
 
 
+# ----------------------------------------------------------------------------- the sample stream
+#: (sources: name -> rows, weights in the order train.sh lists them, batch size, data.seed or None): the released
+#: mixture (0.5/0.5 at 24), uneven weights, a tie broken by name, a zero weight, rows interleaved
+SAMPLER_CASES = [
+    (
+        {"info_vqa_region_localization": 60, "visual_cot_vstar_collage": 75},
+        {"info_vqa_region_localization": 0.5, "visual_cot_vstar_collage": 0.5},
+        24,
+        None,
+    ),
+    ({"b_src": 40, "a_src": 33}, {"b_src": 0.5, "a_src": 0.5}, 7, None),
+    ({"x": 50, "y": 31, "z": 17}, {"x": 0.6, "y": 0.3, "z": 0.1}, 10, 7),
+    ({"x": 20, "y": 20}, {"x": 1.0, "y": 0.0}, 4, None),
+]
+
+
+def record_sampler_stream(repo: str, commit: str) -> list[dict]:
+    """The fork's ``VSearchBatchSampler`` run unchanged on datasets of the cases' sources (rows interleaved), two
+    epochs of batches each, with ``PYTHONHASHSEED=0`` (the sampler orders its sources by iterating a ``set``); the
+    order it took is recorded with the stream."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--repo", repo, "--commit", commit, "--sampler-only"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "PYTHONHASHSEED": "0"},
+    ).stdout
+    return json.loads(out)
+
+
+def _sampler_cases(repo: str, commit: str) -> list[dict]:
+    from omegaconf import OmegaConf
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        pkg = root / "verl" / "experimental" / "dataset"
+        pkg.mkdir(parents=True)
+        for d in (root / "verl", root / "verl" / "experimental", pkg):
+            (d / "__init__.py").write_text("")
+        # verl 0.7 has no AbstractBatchSampler: the fork's base class adds nothing the sampler uses
+        (pkg / "sampler.py").write_text("class AbstractBatchSampler:\n    pass\n")
+        (pkg / "vsearch_sampler.py").write_text(git_show(repo, commit, SAMPLER_FILE))
+        for mod in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
+            del sys.modules[mod]
+        sys.path.insert(0, tmp)
+        fork_sampler = importlib.import_module("verl.experimental.dataset.vsearch_sampler")
+        fork_sampler.logger.setLevel(logging.ERROR)
+
+        class Frame:
+            def __init__(self, sources: list[str]):
+                self.column_names, self._sources = ["data_source"], sources
+
+            def __getitem__(self, key: str) -> list[str]:
+                return list(self._sources)
+
+        cases = []
+        for k, (rows, weights, batch_size, seed) in enumerate(SAMPLER_CASES):
+            sources = [name for i in range(max(rows.values())) for name in rows if i < rows[name]]
+            data = types.SimpleNamespace(dataframe=Frame(sources))
+            cfg = {"batch_sampler": {"weights": weights}} | ({"seed": seed} if seed is not None else {})
+            sampler = fork_sampler.VSearchBatchSampler(batch_size, data, OmegaConf.create(cfg))
+            epochs = [list(sampler), list(sampler)]
+            cases.append(
+                {
+                    "id": f"sampler-{k}",
+                    "sources": sources,
+                    "weights": weights,
+                    "batch_size": batch_size,
+                    "seed": seed,
+                    "fork_order": list(sampler.source_to_indices),
+                    "fork_counts": dict(sampler.per_batch_counts),
+                    "fork": {"epochs": epochs},
+                }
+            )
+        return cases
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repo", required=True, help="git directory holding the fork's history (bare is fine)")
     ap.add_argument("--commit", default="926d137")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "training"))
     ap.add_argument("--seed", type=int, default=18)
+    ap.add_argument("--sampler-only", action="store_true", help="print the sampler cases (run by the recorder)")
     args = ap.parse_args(argv)
+    if args.sampler_only:
+        print(json.dumps(_sampler_cases(args.repo, args.commit)))
+        return 0
     full = subprocess.run(
         ["git", "-C", args.repo, "rev-parse", args.commit], check=True, capture_output=True, text=True
     ).stdout.strip()
@@ -1023,7 +1105,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = {
             "recorded_from": {
                 "commit": full,
-                "files": [*FORK_FILES, TOOL_FILE, TRAINER_FILE, CORE_ALGOS_FILE, RECIPE_YAML],
+                "files": [*FORK_FILES, TOOL_FILE, TRAINER_FILE, CORE_ALGOS_FILE, RECIPE_YAML, SAMPLER_FILE],
             },
             "recorder": "tests/golden/record_training_goldens.py",
             "seed": args.seed,
@@ -1035,12 +1117,14 @@ def main(argv: list[str] | None = None) -> int:
         tool = record_tool(fork, tools, rng)
         episodes, vreasoner = record_rewards(fork, tools, rng)
         adv = record_advantages(fork, rng)
+    sampler = record_sampler_stream(args.repo, full)
     files = {
         "resize_bbox.json": resize,
         "zoom_tool.json": tool,
         "episodes.json": episodes,
         "vreasoner.json": vreasoner,
         "advantages.json": adv,
+        "sampler.json": sampler,
     }
     for name, cases in files.items():
         (out / name).write_text(json.dumps({"meta": meta, "cases": cases}, indent=1, sort_keys=True) + "\n")

@@ -19,7 +19,7 @@ from ...imaging.images import ImageStore, Resize
 from ...protocol.trajectory import image_part, message, to_openai
 from .prompts import EXTRACTION_PROMPT
 from .records import SourceImage
-from .steps import Endpoint, StepJob
+from .steps import ModelEndpoint, StepJob
 
 SECTIONS = ("identification", "caption", "ocr")
 _TITLES = {"image identification": "identification", "detailed caption": "caption", "extracted ocr": "ocr"}
@@ -140,7 +140,7 @@ class ExtractJob(StepJob[ExtractTask]):
     step = "extract"
     desc = "E.1 extractions"
 
-    def __init__(self, workspace, settings, endpoint: Endpoint, *, max_pixels: int | None, prompt_role: str, **kw):
+    def __init__(self, workspace, settings, endpoint: ModelEndpoint, *, max_pixels: int | None, prompt_role: str, **kw):
         super().__init__(workspace, settings, **kw)
         self.endpoint, self.prompt_role = endpoint, prompt_role
         self.resize = extraction_resize(max_pixels)

@@ -26,7 +26,7 @@ from ...imaging.images import ImageStore, Resize
 from ...storage.atomic import write_jsonl_atomic
 from ..difficulty import check_collage
 from .records import BenchItem, SourceImage
-from .steps import Endpoint, StepJob
+from .steps import ModelEndpoint, StepJob
 
 DROP_RULES = ("all", "any")
 
@@ -61,7 +61,7 @@ def item_sample(item: BenchItem, source: SourceImage) -> Sample:
     )
 
 
-class FilterJob(StepJob[BenchItem]):
+class BenchFilterJob(StepJob[BenchItem]):
     """One record per candidate: per model ``{"solved", "attempts"}`` (or ``{"error", "attempts"}``), the number of
     models that solved it and whether it is dropped."""
 
@@ -72,8 +72,8 @@ class FilterJob(StepJob[BenchItem]):
         self,
         workspace,
         settings,
-        solvers: list[Endpoint],
-        judge: Endpoint,
+        solvers: list[ModelEndpoint],
+        judge: ModelEndpoint,
         sources: dict[str, SourceImage],
         *,
         attempts: int = 1,

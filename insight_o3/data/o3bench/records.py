@@ -42,7 +42,7 @@ def _box(v, where: str, name: str = "bbox") -> tuple[float, float, float, float]
 
 
 @dataclass(frozen=True)
-class Layout:
+class SourceLayout:
     """One layout box of an image: ``layout_id`` (1-based, unique per image), ``bbox`` in original pixels."""
 
     layout_id: int
@@ -59,7 +59,7 @@ class Layout:
         }
 
     @classmethod
-    def from_dict(cls, obj: Any, where: str) -> Layout:
+    def from_dict(cls, obj: Any, where: str) -> SourceLayout:
         if not isinstance(obj, dict):
             raise BuildFileError(f"{where}: a layout must be an object")
         lid = _need(obj, "layout_id", int, where)
@@ -79,10 +79,10 @@ class SourceImage:
     image: str
     width: int
     height: int
-    layouts: list[Layout]
+    layouts: list[SourceLayout]
     layout_file: str = ""
 
-    def layout(self, layout_id: int) -> Layout | None:
+    def layout(self, layout_id: int) -> SourceLayout | None:
         return next((lay for lay in self.layouts if lay.layout_id == layout_id), None)
 
     @property
@@ -108,7 +108,7 @@ class SourceImage:
     @classmethod
     def from_dict(cls, obj: dict, where: str) -> SourceImage:
         raw = _need(obj, "layouts", list, where)
-        layouts = [Layout.from_dict(x, f"{where}: layouts[{i}]") for i, x in enumerate(raw)]
+        layouts = [SourceLayout.from_dict(x, f"{where}: layouts[{i}]") for i, x in enumerate(raw)]
         ids = [lay.layout_id for lay in layouts]
         if len(set(ids)) != len(ids):
             raise BuildFileError(f"{where}: field 'layouts': layout ids repeat")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ...imaging.images import ImageError, image_size
 from ..layout import LayoutError, iter_layout_files, parse_layout
-from .records import Layout, SourceImage
+from .records import SourceImage, SourceLayout
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,11 @@ def list_images(image_dir: str) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def layouts_of(result: dict, where: str, size: tuple[int, int], min_score: float) -> list[Layout]:
+def layouts_of(result: dict, where: str, size: tuple[int, int], min_score: float) -> list[SourceLayout]:
     """The result's boxes (validated against the image size) numbered 1, 2, ... after the score filter."""
     doc = parse_layout(result, where, size)
     kept = [b for b in doc.boxes if b.score >= min_score]
-    return [Layout(i, b.box, b.label, b.score) for i, b in enumerate(kept, start=1)]
+    return [SourceLayout(i, b.box, b.label, b.score) for i, b in enumerate(kept, start=1)]
 
 
 def collect(spec: SourceSpec, min_score: float = 0.0) -> tuple[list[SourceImage], list[dict]]:

@@ -30,12 +30,14 @@ ItemT = TypeVar("ItemT")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Endpoint:
+class ModelEndpoint:
     """A model behind an OpenAI-compatible endpoint (the key lives in memory only, never in a file)."""
 
     model: str
     api_base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
+    #: the variable the command was told to read the key from (``filter --solver MODEL,URL,VAR``): it must be set
+    key_env: str | None = None
 
     def public(self) -> dict:
         return {"model": self.model, "api_base_url": self.api_base_url}
@@ -193,11 +195,12 @@ class StepJob(ResumableJob[ItemT, dict]):
             return AdaptiveLimiter(s.concurrency, s.rpm, s.tpm)
         return None
 
-    def endpoint_client(self, ep: Endpoint, role: str, limiter: AdaptiveLimiter | None = None):
+    def endpoint_client(self, ep: ModelEndpoint, role: str, limiter: AdaptiveLimiter | None = None):
         """A client of ``ep`` reporting to the run guard, behind ``limiter``, closed at the end."""
         return self.client(
             ep.api_key,
             ep.api_base_url,
+            key_env=ep.key_env,
             role=role,
             timeout=self.s.client_timeout,
             max_retries=self.s.max_retries,

@@ -25,7 +25,7 @@ from ...base.untrusted import loads
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
-from .steps import Endpoint, StepJob, read_log
+from .steps import ModelEndpoint, StepJob, read_log
 
 LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
 _FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
@@ -102,7 +102,7 @@ class SynthesizeJob(StepJob[SourceImage]):
     step = "synthesize"
     desc = "E.2 syntheses"
 
-    def __init__(self, workspace, settings, endpoint: Endpoint, *, layout_text_mode: str = "both", **kw):
+    def __init__(self, workspace, settings, endpoint: ModelEndpoint, *, layout_text_mode: str = "both", **kw):
         super().__init__(workspace, settings, **kw)
         self.endpoint, self.mode = endpoint, layout_text_mode
         self.waiting: list[str] = []

@@ -55,7 +55,7 @@ _CITATION = re.compile(r"\[\s*layouts?(?:_id)?\s*[:#]?\s*(\d+(?:\s*(?:,|&|\band\
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ValidationVerdict:
     """``item`` when the checks pass; else ``reason`` (one of :data:`REASONS`) and ``detail`` (one line)."""
 
     item: BenchItem | None
@@ -95,38 +95,46 @@ def _text(raw: dict, name: str) -> str | None:
     return v.strip() if isinstance(v, str) and v.strip() else None
 
 
-def check_item(raw: object, source: SourceImage, item_id: str, origin: str = "synthesized") -> Verdict:
+def check_item(raw: object, source: SourceImage, item_id: str, origin: str = "synthesized") -> ValidationVerdict:
     """Apply the rules to one synthesized (or edited) item of ``source``'s image."""
     if not isinstance(raw, dict):
-        return Verdict(None, "malformed", f"not a JSON object but {type(raw).__name__}")
+        return ValidationVerdict(None, "malformed", f"not a JSON object but {type(raw).__name__}")
     fields = {n: _text(raw, n) for n in _FIELDS}
     bad = [n for n in _FIELDS if fields[n] is None]
     if bad:
-        return Verdict(None, "malformed", f"field '{bad[0]}' is missing, empty or not text")
+        return ValidationVerdict(None, "malformed", f"field '{bad[0]}' is missing, empty or not text")
     question, answer, explanation = fields["question"], fields["answer"], fields["explanation"]
     assert question is not None and answer is not None and explanation is not None
     lines = option_lines(raw["options"])
     if len(lines) != 6:
-        return Verdict(None, "six_options", f"{len(lines)} options, not six (A-F, one per line)")
+        return ValidationVerdict(None, "six_options", f"{len(lines)} options, not six (A-F, one per line)")
     for k, line in enumerate(lines):
         m = _OPTION.match(line)
         if not m or m.group(1) != LETTERS[k]:
-            return Verdict(None, "six_options", f"option line {k + 1} is not labelled '{LETTERS[k]}. ': {line[:60]!r}")
+            return ValidationVerdict(
+                None, "six_options", f"option line {k + 1} is not labelled '{LETTERS[k]}. ': {line[:60]!r}"
+            )
     if lines[5] != NO_RIGHT_CHOICE:
-        return Verdict(None, "f_last", f"the last option must be exactly {NO_RIGHT_CHOICE!r}, got {lines[5][:60]!r}")
+        return ValidationVerdict(
+            None, "f_last", f"the last option must be exactly {NO_RIGHT_CHOICE!r}, got {lines[5][:60]!r}"
+        )
     if len(answer) != 1 or answer not in LETTERS:
-        return Verdict(None, "answer_letter", f"the answer must be one letter A-F, got {answer[:40]!r}")
+        return ValidationVerdict(None, "answer_letter", f"the answer must be one letter A-F, got {answer[:40]!r}")
     for where, text in [("the question", question)] + [(f"option {ln[0]}", ln) for ln in lines]:
         m = _FORBIDDEN.search(text)
         if m:
-            return Verdict(None, "forbidden_word", f"{where} mentions {m.group(0)!r}")
+            return ValidationVerdict(None, "forbidden_word", f"{where} mentions {m.group(0)!r}")
     cited = cited_layouts(explanation)
     unknown = [c for c in cited if c not in source.layout_ids]
     if unknown:
         have = ", ".join(str(i) for i in sorted(source.layout_ids))
-        return Verdict(None, "unknown_layout", f"the explanation cites layout {unknown[0]}, not one of {have}")
+        return ValidationVerdict(
+            None, "unknown_layout", f"the explanation cites layout {unknown[0]}, not one of {have}"
+        )
     if len(cited) < 2:
-        return Verdict(None, "too_few_layouts", f"the explanation cites {len(cited)} distinct layout(s), needs 2")
+        return ValidationVerdict(
+            None, "too_few_layouts", f"the explanation cites {len(cited)} distinct layout(s), needs 2"
+        )
     item = BenchItem(
         item_id=item_id,
         image_key=source.key,
@@ -138,7 +146,7 @@ def check_item(raw: object, source: SourceImage, item_id: str, origin: str = "sy
         target_layouts=sorted(cited),
         origin=origin,
     )
-    return Verdict(item)
+    return ValidationVerdict(item)
 
 
 def f_share(items: list[BenchItem]) -> dict:

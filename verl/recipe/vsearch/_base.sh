@@ -27,6 +27,26 @@ for a in "$@"; do
 done
 
 vsearch_need VERL_PROJ_DIR MODEL_PATH WORK_DIR PROJECT_NAME EXP_NAME API_MODEL_FOR_AGENT JUDGE_MODEL VAL_FILES
+
+# Every path is made absolute against the caller's directory *before* the `cd "$VERL_PROJ_DIR"` below (a relative
+# path that passed a check here must name the same file there). Data files may be a Hydra list "[a,b]". MODEL_PATH
+# and AGENT_CONFIG are resolved only when they exist here (MODEL_PATH may be a hub id).
+vsearch_abs() { if [[ "$1" == /* || -z "$1" ]]; then printf '%s' "$1"; else printf '%s/%s' "$PWD" "${1#./}"; fi; }
+vsearch_abs_files() {
+    local v="$1" item out=() IFS=,
+    if [[ "$v" == \[*\] ]]; then
+        for item in ${v:1:${#v}-2}; do out+=("$(vsearch_abs "$item")"); done
+        printf '[%s]' "${out[*]}"
+    else
+        vsearch_abs "$v"
+    fi
+}
+VERL_PROJ_DIR="$(vsearch_abs "$VERL_PROJ_DIR")"
+WORK_DIR="$(vsearch_abs "$WORK_DIR")"
+VAL_FILES="$(vsearch_abs_files "$VAL_FILES")"
+if [[ -n "${TRAIN_FILES:-}" ]]; then TRAIN_FILES="$(vsearch_abs_files "$TRAIN_FILES")"; fi
+if [[ -e "$MODEL_PATH" ]]; then MODEL_PATH="$(vsearch_abs "$MODEL_PATH")"; fi
+if [[ -n "${AGENT_CONFIG:-}" && -e "$AGENT_CONFIG" ]]; then AGENT_CONFIG="$(vsearch_abs "$AGENT_CONFIG")"; fi
 if [[ "$VSEARCH_DRY_RUN" != "1" ]]; then
     vsearch_need OPENAI_BASE_URL OPENAI_API_KEY
 fi

@@ -25,6 +25,7 @@ text of ``raw_prompt``; the QA ground truth from ``reward_model.ground_truth``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ from insight_o3.evaluation.samples import Sample
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.questions import insight_o3_question
+from insight_o3.protocol.statuses import EpisodeStatus
 
 from .episodes import JUDGE_LOST_STATUS, failed_episode_output
 from .image_inputs import VIEWS_KEY
@@ -70,12 +72,14 @@ def _image_path_of(value: Any) -> str | None:
 
 def row_image_path(row: dict) -> str:
     info = row.get("extra_info") or {}
-    if _image_path_of(info.get("image_path")):
-        return _image_path_of(info["image_path"])
+    path = _image_path_of(info.get("image_path"))
+    if path:
+        return path
     for m in row.get("raw_prompt") or []:
         for p in m.get("content") if isinstance(m.get("content"), list) else []:
-            if isinstance(p, dict) and p.get("type") == "image" and _image_path_of(p.get("image")):
-                return _image_path_of(p["image"])
+            path = _image_path_of(p.get("image")) if isinstance(p, dict) and p.get("type") == "image" else None
+            if path:
+                return path
     raise ValueError("row has no image: set extra_info.image_path or an image in the prompt")
 
 
@@ -130,6 +134,7 @@ def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
         s.vsearcher_prompt_length,
         limit_reminder=s.protocol.searcher_limit_reminder,
         budget_end_fails_searcher=s.protocol.budget_end_fails_searcher,
+        end_on_bad_token=s.protocol.end_on_bad_token,
     )
 
 
@@ -253,6 +258,14 @@ def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[AsyncOpenAI, AsyncOpe
     return _API[key]
 
 
+def judged_text(text: str | None, max_chars: int | None) -> str | None:
+    """The vReasoner's answer turn as the in-loop judge sees it: left-truncated to ``max_chars`` characters, as the
+    fork's ``maybe_truncate`` (``insight_o3_agent_loop.py:340-346``: ``"..." + text[-n:][3:]``); None: whole."""
+    if text is None or max_chars is None or len(text) <= max_chars:
+        return text
+    return "..." + text[-max_chars:][len("...") :]
+
+
 class _RecordingPolicySearcher:
     """The ``searcher`` of :class:`InSightO3`: answers ``locate`` with a policy rollout and keeps it."""
 
@@ -266,7 +279,7 @@ class _RecordingPolicySearcher:
         return r.result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AnswerCheck:
     """c of r̂_IoU = 1[s = c = 1] for one episode. ``failed``: the check itself was lost (API error):
     the episode counts as a critical failure, not as a wrong answer."""
@@ -277,7 +290,7 @@ class AnswerCheck:
     reason: str | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EpisodeOutcome:
     """What one in-loop episode produced; ``critical_failure`` when an API call was lost."""
 
@@ -286,7 +299,7 @@ class EpisodeOutcome:
     has_answer: bool
     correct: bool
     critical_failure: bool
-    status: str
+    status: EpisodeStatus | str  # or episodes.JUDGE_LOST_STATUS
     error: str | None = None
     judge_status: str | None = None
 
@@ -332,15 +345,18 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         A lost check is asked again, up to the variant's ``judge_rounds`` with ``judge_retry_interval_s`` between
         (``original``: the fork's reward worker retries its failed rows 10 times, 30 s apart)."""
         _, judge_client = api_clients(self.settings, self.endpoints)
-        judge = AnswerJudge(judge_client, self.settings.judge_model, flow="verify")
         proto = self.settings.protocol
+        judge = AnswerJudge(judge_client, self.settings.judge_model, flow="verify", verdicts=proto.judge_verdicts)
         for round_ in range(proto.judge_rounds):
             if round_:
                 await asyncio.sleep(proto.judge_retry_interval_s)
-            verdict = await judge.check(sample, Attempt(res.text, res.finish_reason))
+            verdict = await judge.check(
+                sample, Attempt(judged_text(res.text, proto.judge_turn_chars), res.finish_reason)
+            )
             if verdict.status != "failed":
                 break
-        return AnswerCheck(verdict.is_correct, verdict.status == "failed", verdict.status, verdict.fail_reason)
+        failed = verdict.status == "failed"  # the judge's Status literal (evaluation.schema)
+        return AnswerCheck(correct=verdict.is_correct, failed=failed, status=verdict.status, reason=verdict.fail_reason)
 
     async def episode(self, sample: Sample, sampling_params: dict, validate: bool = False) -> EpisodeOutcome:
         """Run one episode. What a failure means follows ``vsearch.variant`` (:class:`~recipe.vsearch.settings.Protocol`):
@@ -351,21 +367,37 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         searcher = _RecordingPolicySearcher(self.policy, sampling_params)
         proto = self.settings.protocol
         res = await self.reasoner(searcher, validate).answer(sample.image_path, insight_o3_question(sample))
-        if res.status == "failed" or (res.status == "format_failed" and proto.format_exhaustion_is_failure):
-            return EpisodeOutcome(
-                searcher.rollouts, list(res.feedback), False, False, True, res.status, res.error or res.protocol_error
+        outcome = functools.partial(EpisodeOutcome, rollouts=searcher.rollouts, feedback=list(res.feedback))
+        lost = res.status == EpisodeStatus.FAILED
+        if lost or (res.status == EpisodeStatus.FORMAT_FAILED and proto.format_exhaustion_is_failure):
+            return outcome(
+                has_answer=False,
+                correct=False,
+                critical_failure=True,
+                status=res.status,
+                error=res.error or res.protocol_error,
             )
-        if res.status != "answered":  # format retries exhausted (paper) / tool call past the limit: c = 0
-            return EpisodeOutcome(
-                searcher.rollouts, list(res.feedback), False, False, False, res.status, res.protocol_error
+        if res.status != EpisodeStatus.ANSWERED:  # format retries exhausted (paper) / tool call past the limit: c = 0
+            return outcome(
+                has_answer=False, correct=False, critical_failure=False, status=res.status, error=res.protocol_error
             )
         c = await self.check_answer(sample, res)
         if c.failed and proto.max_judge_failure_ratio is not None:
-            return EpisodeOutcome(
-                searcher.rollouts, list(res.feedback), True, False, False, JUDGE_LOST_STATUS, c.reason, c.status
+            return outcome(
+                has_answer=True,
+                correct=False,
+                critical_failure=False,
+                status=JUDGE_LOST_STATUS,
+                error=c.reason,
+                judge_status=c.status,
             )
-        return EpisodeOutcome(
-            searcher.rollouts, list(res.feedback), True, c.correct, c.failed, res.status, c.reason, c.status
+        return outcome(
+            has_answer=True,
+            correct=c.correct,
+            critical_failure=c.failed,
+            status=res.status,
+            error=c.reason,
+            judge_status=c.status,
         )
 
     async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:

@@ -26,6 +26,7 @@ import hydra
 from verl.trainer.main_ppo import TaskRunner, run_ppo
 
 from insight_o3.endpoints.client import ENV_KEYS
+from recipe.vsearch.node_checks import check_driver, check_nodes
 from recipe.vsearch.settings import RunSettings, SettingsError
 
 #: API environment of the agent loops (``recipe.vsearch.agent_loops.ApiEndpoints.from_env``) and the scripts'
@@ -44,9 +45,10 @@ SECRET_ENV = tuple(n for n in API_ENV if n.endswith("_KEY"))
 #: the non-secret variables copied from the driver into the job's runtime env, so that workers on other nodes
 #: (and of a Ray cluster started before the driver) see the driver's values
 FORWARDED_ENV = tuple(n for n in API_ENV if n not in SECRET_ENV) + ("PYTHONPATH", "TOKENIZERS_PARALLELISM")
-#: ... and every variable with one of these prefixes: NCCL tuning, the Hugging Face hub / cache and offline
-#: switches, the harmony vocab location (``recipe.vsearch.offline``), vLLM's settings
-FORWARDED_ENV_PREFIXES = ("NCCL_", "HF_", "TRANSFORMERS_", "TIKTOKEN_", "VLLM_")
+#: ... and every variable with one of these prefixes: NCCL tuning (``NCCL_*``, torch's ``TORCH_NCCL_*``), the
+#: network interface of verl's ``cpu:gloo`` group (``GLOO_SOCKET_IFNAME``), the Hugging Face hub / cache and
+#: offline switches, the harmony vocab location (``recipe.vsearch.offline``), vLLM's settings
+FORWARDED_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "HF_", "TRANSFORMERS_", "TIKTOKEN_", "VLLM_")
 #: never forwarded even if a prefix matches: per-node / per-process values
 NOT_FORWARDED = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
@@ -135,7 +137,8 @@ def ray_init_kwargs(config, environ=None) -> dict:
 
 def init_ray(config) -> None:
     """Start (or join) Ray with :func:`ray_init_kwargs`; verl's ``run_ppo`` then finds Ray initialised and uses
-    it. Then check that the workers of every node see the API keys the driver has (:func:`check_worker_secrets`)."""
+    it. Then check that the workers of every node see the API keys the driver has (:func:`check_worker_secrets`),
+    have flash-attn when the config needs it and the harmony vocab (:func:`recipe.vsearch.node_checks.check_nodes`)."""
     import ray
 
     if ray.is_initialized():
@@ -144,32 +147,26 @@ def init_ray(config) -> None:
     print(f"[vsearch] ray init kwargs: {kwargs}", flush=True)
     ray.init(**kwargs)
     check_worker_secrets([n for n in SECRET_ENV if os.environ.get(n)])
+    check_nodes(config)
+
+
+def _present_env(keys: list[str]) -> list[str]:
+    return [k for k in keys if os.environ.get(k)]
 
 
 def check_worker_secrets(names: list[str], timeout: float = 300) -> None:
     """Every alive node's workers see each variable in ``names`` (set, non-empty; values are never read back).
     A node whose raylet was started without them (``ray start`` in a shell without the keys) fails here with
     the node's address, instead of as API failures in the middle of training."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from recipe.vsearch.node_checks import check_every_node
 
     if not names:
         return
-
-    @ray.remote(num_cpus=0)
-    def present(keys):
-        return [k for k in keys if os.environ.get(k)]
-
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    refs = [
-        present.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(names)
-        for n in nodes
-    ]
     missing = []
-    for node, seen in zip(nodes, ray.get(refs, timeout=timeout)):
+    for addr, seen in check_every_node(_present_env, names, timeout=timeout):
         lacking = sorted(set(names) - set(seen))
         if lacking:
-            missing.append(f"{node.get('NodeManagerAddress')}: {lacking}")
+            missing.append(f"{addr}: {lacking}")
     if missing:
         raise SystemExit(
             "[vsearch] error: Ray workers on these nodes do not see the API key(s): "
@@ -194,6 +191,11 @@ def main(config) -> None:
         print(f"[vsearch] {check_harmony_vocab(str(config.actor_rollout_ref.rollout.name))}", flush=True)
     except (SettingsError, OfflineStartupError) as e:
         print(f"[vsearch] error: {e}", file=sys.stderr)
+        sys.exit(2)
+    problems = check_driver(config)
+    for problem in problems:
+        print(f"[vsearch] error: {problem}", file=sys.stderr)
+    if problems:
         sys.exit(2)
     import_recipe_modules()
     init_ray(config)

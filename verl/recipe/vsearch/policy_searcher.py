@@ -83,6 +83,11 @@ class SearcherRollout:
         )
 
 
+#: the largest token id the fork's vSearcher loop accepts (``VSearcherLoop.MAX_ALLOWED_TOKEN_ID``: Qwen2.5-VL's
+#: vocabulary; the embedding rows past it are padding)
+MAX_ALLOWED_TOKEN_ID = 151664
+
+
 class PromptTooLong(ValueError):
     """A vSearcher prompt longer than the rollout's prompt length (the episode fails; see
     ``agent_loops.FailSafeAgentLoop``)."""
@@ -141,9 +146,11 @@ class PolicySearcher:
         prompt_length: int | None = None,
         limit_reminder: bool = True,
         budget_end_fails_searcher: bool = True,
+        end_on_bad_token: bool = False,
     ):
         self.loop = agent_loop
         self.limit_reminder, self.budget_end_fails_searcher = limit_reminder, budget_end_fails_searcher
+        self.end_on_bad_token = end_on_bad_token
         self.prompt_length = prompt_length
         self.images, self.max_pixels, self.max_tool_calls = images, max_pixels, max_tool_calls
         self.response_length = response_length
@@ -152,6 +159,7 @@ class PolicySearcher:
         eos = {self.im_end, tok.eos_token_id, tok.pad_token_id}
         self.stop_ids = {i for i in eos if isinstance(i, int) and i >= 0}
         self.newline_ids = tok.encode("\n", add_special_tokens=False)
+        self.pad_id = tok.pad_token_id
 
     def session(self, image_path: str, description: str) -> SearcherSession:
         return SearcherSession(
@@ -242,6 +250,13 @@ class PolicySearcher:
                 self.end_at_budget(s, "generation aborted by the rollout server", pending_text=text)
                 break
             finish = "stop" if ids and ids[-1] in self.stop_ids else "length"
+            if self.end_on_bad_token and (
+                (ids and max(ids) > MAX_ALLOWED_TOKEN_ID) or (self.pad_id is not None and self.pad_id in ids)
+            ):
+                # the fork's VSearcherLoop ends the episode on an out-of-vocabulary or a pad token
+                # (insight_o3_agent_loop.py:152-159), whatever the turn holds
+                s.end_at_budget("generated a pad or out-of-vocabulary token", pending_text=text, finish_reason=finish)
+                break
             if len(resp) >= self.response_length:
                 truncated = finish == "length" or truncated  # cut by the request's max_tokens at the end of the budget
                 if not self.budget_end_fails_searcher:
@@ -249,7 +264,8 @@ class PolicySearcher:
                     self.end_at_budget(s, "response budget used up", pending_text=text, finish_reason=finish)
                     break
             n_before = len(s.messages)
-            st = s.step(text, finish)
+            # the fork's hermes parser reads the turn decoded with its special tokens (tool_parser.py)
+            st = s.step(text, finish, call_text=self.loop.tokenizer.decode(ids, skip_special_tokens=False))
             if st.done:
                 break
             # the tool response the session appended after the assistant turn

@@ -154,9 +154,9 @@ def iter_hub_rows(
                     path = out / f"{stem}{ext}"
                     write_image(data, path)
                     extracted[stem] = (str(path.resolve()), size)
-                path, size = extracted[stem]
+                image_path, size = extracted[stem]
                 rec.pop("image", None)
-                yield HubRow(where, index, rec, path, size)
+                yield HubRow(where, index, rec, image_path, size)
                 index += 1
                 row_in_shard += 1
     if index == 0:
@@ -169,7 +169,9 @@ def box_field(value, where: str, field: str, size: tuple[int, int]) -> list[floa
 
 
 def text_field(rec: dict, name: str, where: str) -> str:
+    """The field's text exactly as released (not ``.strip()``-ed: the fork's ``create_parquet_dataset.py`` writes
+    question, answer and region description raw, so the vSearcher and the vReasoner saw them so)."""
     v = rec.get(name)
     if isinstance(v, bool) or not isinstance(v, (str, int, float)) or not str(v).strip():
         raise InputError(f"{where}: field '{name}' is {'missing' if v is None else 'empty or not text'}")
-    return str(v).strip()
+    return str(v)

@@ -13,6 +13,16 @@ ends when the scarcest source (relative to its per-batch count) runs out, so ``l
 ``state_dict`` (``epoch``, ``offset``): a resumed run continues with exactly the indices an
 uninterrupted one would have produced (the dataloader must use ``num_workers=0``, which verl
 enforces for custom samplers).
+
+Two streams (``data.batch_sampler.stream``, set by ``vsearch.variant`` through ``${vsearch_protocol:sampler_stream}``):
+
+* ``fork`` (``original``): the fork's ``VSearchBatchSampler`` (``verl/experimental/dataset/vsearch_sampler.py`` of
+  ``926d137``, ``:52, 97-111, 181-207``): per epoch one ``torch.Generator`` seeded ``seed + epoch`` draws a
+  ``randperm`` for every weighted source present, in the sources' order; a batch is the sources' next
+  ``counts[s]`` rows concatenated in that order (not shuffled); ties of the largest remainder go to the
+  fractional part, then the source name. The fork took the sources' order from a ``set`` (so from the
+  process's string hashing); here it is the order the weights are listed in (``train.sh``: as written).
+* ``mixed`` (``paper``): per source a numpy permutation of ``(seed, epoch, j)``, each batch's rows shuffled.
 """
 
 from __future__ import annotations
@@ -23,9 +33,12 @@ from typing import Any
 import numpy as np
 from verl.experimental.dataset.sampler import AbstractSampler
 
+STREAMS = ("fork", "mixed")
 
-def split_batch(batch_size: int, weights: Mapping[str, float]) -> dict[str, int]:
-    """Rows of each source in one batch (largest remainder; sums to ``batch_size``)."""
+
+def split_batch(batch_size: int, weights: Mapping[str, float], ties_by_name: bool = False) -> dict[str, int]:
+    """Rows of each source in one batch (largest remainder; sums to ``batch_size``). Ties: the source listed first,
+    or (``ties_by_name``, the fork's ``vsearch_sampler.py:111``) the smaller name."""
     if batch_size <= 0:
         raise ValueError(f"batch size must be positive, got {batch_size}")
     if not weights:
@@ -38,7 +51,10 @@ def split_batch(batch_size: int, weights: Mapping[str, float]) -> dict[str, int]
         raise ValueError("data.batch_sampler.weights must have a positive sum")
     exact = {k: batch_size * w / total for k, w in weights.items()}
     counts = {k: int(np.floor(v)) for k, v in exact.items()}
-    order = sorted(weights, key=lambda k: -(exact[k] - counts[k]))  # stable: ties keep listing order
+    if ties_by_name:
+        order = sorted(weights, key=lambda k: (-(exact[k] - counts[k]), k))
+    else:
+        order = sorted(weights, key=lambda k: -(exact[k] - counts[k]))  # stable: ties keep listing order
     for k in order[: batch_size - sum(counts.values())]:
         counts[k] += 1
     return counts
@@ -63,11 +79,17 @@ class WeightedSourceSampler(AbstractSampler):
         batch_size = data_config.get("gen_batch_size", None) or data_config.get("train_batch_size")
         seed = _select(data_config, ("batch_sampler", "seed"))
         self.seed = int(seed if seed is not None else (data_config.get("seed", None) or 0))
+        self.stream = str(_select(data_config, ("batch_sampler", "stream")) or "mixed")
+        if self.stream not in STREAMS:
+            raise ValueError(f"data.batch_sampler.stream must be one of {STREAMS}, got {self.stream!r}")
         self.batch_size = int(batch_size)
-        self.counts = {k: c for k, c in split_batch(self.batch_size, weights).items() if c > 0}
+        split = split_batch(self.batch_size, weights, ties_by_name=self.stream == "fork")
+        self.counts = {k: c for k, c in split.items() if c > 0}
         sources = dataset_sources(data_source)
         self.rows: dict[str, np.ndarray] = {}
-        for name in self.counts:
+        # the fork draws a permutation for every weighted source present, even one without a row in a batch
+        self.drawn = [k for k in weights if k in set(sources)] if self.stream == "fork" else list(self.counts)
+        for name in dict.fromkeys([*self.counts, *self.drawn]):
             self.rows[name] = np.array([i for i, s in enumerate(sources) if s == name], dtype=np.int64)
         present = sorted(set(sources))
         missing = [k for k in self.counts if len(self.rows[k]) == 0]
@@ -93,6 +115,8 @@ class WeightedSourceSampler(AbstractSampler):
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
         """The full index stream of one epoch (a pure function of seed and epoch)."""
+        if self.stream == "fork":
+            return self._fork_epoch(epoch)
         perms = {
             k: np.random.default_rng([self.seed, epoch, j]).permutation(self.rows[k]) for j, k in enumerate(self.counts)
         }
@@ -101,6 +125,18 @@ class WeightedSourceSampler(AbstractSampler):
         for b in range(self.n_batches):
             block = np.concatenate([perms[k][b * c : (b + 1) * c] for k, c in self.counts.items()])
             blocks.append(mix.permutation(block))
+        return np.concatenate(blocks)
+
+    def _fork_epoch(self, epoch: int) -> np.ndarray:
+        import torch
+
+        g = torch.Generator()
+        g.manual_seed(int(self.seed + epoch))
+        perms = {k: self.rows[k][torch.randperm(len(self.rows[k]), generator=g).numpy()] for k in self.drawn}
+        blocks = [
+            np.concatenate([perms[k][b * c : (b + 1) * c] for k, c in self.counts.items()])
+            for b in range(self.n_batches)
+        ]
         return np.concatenate(blocks)
 
     def __iter__(self) -> Iterator[int]:

@@ -102,6 +102,20 @@ class Protocol:
     #: its box is the last turn's ``<answer>``, none -> no box, the vReasoner episode is not a critical failure) or
     #: marked ``failed`` (the vReasoner episode is a critical failure)
     budget_end_fails_searcher: bool
+    #: ``data.batch_sampler.stream`` / ``.seed`` (:mod:`recipe.vsearch.sampler`): the fork's stream (torch generator,
+    #: seed 1: ``vsearch_sampler.py:52``, ``data.seed`` unset in the fork) or the recipe's mixed batches (seed 42)
+    sampler_stream: str
+    sampler_seed: int
+    #: the fork's token checks on a vSearcher turn (``insight_o3_agent_loop.py:152-159``): a pad token or a token id
+    #: past ``MAX_ALLOWED_TOKEN_ID`` 151664 ends the episode (its box: the last turn's ``<answer>``)
+    end_on_bad_token: bool
+    #: the in-loop judge sees the vReasoner's turn left-truncated to this many characters (fork ``maybe_truncate``,
+    #: ``insight_o3_agent_loop.py:340-346``); None: the whole turn
+    judge_turn_chars: int | None
+    #: how the in-loop judge's reply is read (:func:`insight_o3.evaluation.judge.judged_correct`): the fork's
+    #: ``"<correct>" in reply`` as it is (``fork``; "<wrong> (not <correct>)" scores correct) or ``strict``, where an
+    #: ambiguous reply is a lost check, asked again in the next judge round
+    judge_verdicts: str
 
 
 PROTOCOLS = {
@@ -120,6 +134,11 @@ PROTOCOLS = {
         reasoner_train_hints="fork",
         searcher_limit_reminder=False,
         budget_end_fails_searcher=False,
+        sampler_stream="fork",
+        sampler_seed=1,
+        end_on_bad_token=True,
+        judge_turn_chars=4096,
+        judge_verdicts="fork",
     ),
     "paper": Protocol(
         variant="paper",
@@ -136,6 +155,11 @@ PROTOCOLS = {
         reasoner_train_hints="paper_f1",
         searcher_limit_reminder=True,
         budget_end_fails_searcher=True,
+        sampler_stream="mixed",
+        sampler_seed=42,
+        end_on_bad_token=False,
+        judge_turn_chars=None,
+        judge_verdicts="strict",
     ),
 }
 #: the field names the YAML may read through ``${vsearch_protocol:<field>}``
@@ -260,7 +284,8 @@ class RewardSettings:
             v = data[n]
             if n not in cls.CHOICES and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise SettingsError(f"{where}.{n}: expected a number, got {v!r}")
-        s = cls(**{n: (data[n] if n in cls.CHOICES else float(data[n])) for n in names})
+        values: dict[str, Any] = {n: (data[n] if n in cls.CHOICES else float(data[n])) for n in names}
+        s = cls(**values)
         try:
             s.rules()
         except ValueError as e:

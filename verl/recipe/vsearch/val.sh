@@ -13,7 +13,12 @@ NUM_VAL_TRIALS="${NUM_VAL_TRIALS:-1}"
 # verl builds a train dataloader (and its sampler) even with val_only; it is never iterated. The weighted
 # sampler of train.sh needs +data.batch_sampler.weights.*, which an evaluation has no reason to set: use verl's
 # default sampler here.
-vsearch_run "${ARGS[@]}" \
+# Without TRAIN_FILES that train dataloader is built from VAL_FILES with drop_last: at the training batch size
+# (24) an evaluation set of fewer rows would stop verl with "Train dataloader is empty!". Its batch is 1 then
+# (data.gen_batch_size, what verl's dataloader reads first; never iterated).
+VAL_TRAIN_LOADER=()
+if [[ -z "${TRAIN_FILES:-}" ]]; then VAL_TRAIN_LOADER=(+data.gen_batch_size=1); fi
+vsearch_run "${ARGS[@]}" "${VAL_TRAIN_LOADER[@]}" \
     "data.train_files=${TRAIN_FILES:-$VAL_FILES}" \
     data.sampler.class_path=null \
     data.sampler.class_name=null \

@@ -1,0 +1,67 @@
+"""The agent plugin interface: a single-model "thinking with images" agent as a sans-IO session.
+
+A session holds one episode's conversation (chat messages whose image parts are
+:class:`~insight_o3.imaging.images.ImageRef` references, :mod:`insight_o3.protocol.trajectory`): each image part
+names the image file, the region of it (original pixels) and the exact ``(w, h)`` it is shown at, so the session
+decides every crop and resize and the driver only renders what the references say (BICUBIC; LANCZOS or NEAREST where
+the part says ``"resample": "lanczos" | "nearest"``). :meth:`ToolSession.step` reads one model reply and returns
+
+* :class:`Ask`: send the (possibly extended) messages again (after a tool call, its response is already appended;
+  a harness that re-asks after a reply without a call or an answer appends nothing);
+* :class:`Finish`: the episode's answer text (what the judge reads) and, when the protocol's own loop ended early
+  (a malformed tool call, its turn or image limit), the reason (kept in the record's ``stats``).
+
+The driver (:mod:`insight_o3.agents.tool_loop`) owns the client and the image store; a session never does I/O,
+so the same rules run on recorded replies (the golden tests). :class:`AgentDefaults` are the request settings a
+protocol's released evaluation uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Ask:
+    """Send the session's messages (again)."""
+
+    zoomed: bool = False  # a tool call was answered with a view
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The episode's answer (``text``: what the judge reads); ``reason``: why the protocol's loop stopped early."""
+
+    text: str
+    reason: str | None = None
+
+
+Step = Ask | Finish
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentDefaults:
+    """A protocol's request settings. ``completion_kwargs``: every request's sampling/limits (the released
+    evaluation's); ``image_format``: how views are encoded (PNG: the pixels, losslessly); ``join_text``: whether adjacent text parts are sent as one;
+    ``image_url_extra``: extra ``image_url`` keys."""
+
+    completion_kwargs: Mapping[str, Any]
+    image_format: str = "PNG"
+    join_text: bool = False
+    image_url_extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ToolSession(Protocol):
+    """One episode of a tool-using agent (see the module docstring)."""
+
+    messages: list[dict]
+
+    def step(self, reply: str, finish_reason: str | None = None) -> Step: ...
+
+
+class SessionFactory(Protocol):
+    """Builds the session of one sample: its question, options block, image file and that file's ``(w, h)``."""
+
+    def __call__(self, question: str, options: str | None, image: str, size: tuple[int, int]) -> ToolSession: ...

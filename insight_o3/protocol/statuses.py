@@ -1,0 +1,70 @@
+"""The vocabularies of the protocol: one ``Enum`` per set of statuses or actions, used everywhere one is set or
+compared (the sessions, the drivers, the judge, the metrics, the recipe's agent loops).
+
+Each member is also its ``str`` value, so records written to JSON and rows handed to verl are unchanged
+(``json.dumps(LocateStatus.FOUND) == '"found"'``, ``f"{LocateStatus.FOUND}" == "found"``) and a record read back
+as plain strings compares equal to the members.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Vocabulary(str, Enum):
+    """A string enum that prints and formats as its value (as ``enum.StrEnum`` of Python 3.11+)."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str.__str__(self), spec)
+
+
+class LocateStatus(Vocabulary):
+    """How a vSearcher episode ended (``LocateResult.status``)."""
+
+    FOUND = "found"
+    NOT_FOUND = "not_found"  # the answer [0, 0, 0, 0]
+    INVALID = "invalid"  # no usable answer box
+    FAILED = "failed"  # the episode could not run (API error, unusable image)
+
+
+class SearcherAction(Vocabulary):
+    """What one vSearcher turn did (``SearcherTurnRecord.action``, ``SearcherStep.action``)."""
+
+    TOOL_CALL = "tool_call"
+    TOOL_ERROR = "tool_error"  # a tool call whose box the tool could not use (the episode goes on)
+    ANSWER = "answer"
+    INVALID = "invalid"
+
+
+class EpisodeStatus(Vocabulary):
+    """How an InSight-o3 (vReasoner) episode ended; only ``ANSWERED`` has an answer."""
+
+    ANSWERED = "answered"
+    FORMAT_FAILED = "format_failed"  # format retries exhausted in a round
+    SEARCH_AFTER_LIMIT = "search_after_limit"  # a search past the search-call limit
+    SEARCH_INVALID = "search_invalid"  # the vSearcher returned no valid box
+    FAILED = "failed"  # lost: the vReasoner or vSearcher could not be reached, or the image read
+
+
+#: Episode statuses that carry no answer and were not lost (scored c = 0, never judged).
+NO_ANSWER_STATUSES = (EpisodeStatus.FORMAT_FAILED, EpisodeStatus.SEARCH_AFTER_LIMIT, EpisodeStatus.SEARCH_INVALID)
+
+
+class ReplyKind(Vocabulary):
+    """What a vReasoner reply asks for, as parsed (``parsing.ReasonerTurn.action``)."""
+
+    SEARCH = "search"
+    ANSWER = "answer"
+    INVALID = "invalid"
+
+
+class ReasonerAction(Vocabulary):
+    """What the vReasoner driver does next (``ReasonerStep.action``)."""
+
+    SEARCH = "search"
+    RETRY = "retry"
+    ANSWER = "answer"
+    STOP = "stop"

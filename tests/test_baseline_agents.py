@@ -1,0 +1,223 @@
+"""``evaluate --agent deepeyes`` end to end against scripted endpoints that speak the DeepEyes protocol (valid,
+out-of-range and malformed tool calls, a reply with neither call nor answer), and the agent registry."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from insight_o3.agents import deepeyes, mini_o3
+from insight_o3.evaluation.agent_registry import BUILTIN, agent_names, get_agent
+from insight_o3.scripts import evaluate
+from tests.support import eval_bench as eb
+from tests.support.openai_server import Call, Reply, chat
+
+# marker: the first reply (None: answer at once)
+FIRST = {
+    "q0": '<think>look</think><tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 8, 50.6, 40]}}</tool_call>',
+    "q1": "<think>look</think><tool_call>{'name': 'image_zoom_in_tool', 'arguments': {'bbox_2d': [1, 2, 3]}}</tool_call>",
+    "q2": '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [500, 500, 600, 600]}}</tool_call>',
+    "q3": "<think>still thinking</think>",  # neither a call nor an answer: sent again, 11 requests in all
+    "q4": '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [-20, -5, 40, 30]}}</tool_call>',
+    "q6": "<tool_call>not json at all</tool_call>",
+}
+
+
+def _script():
+    def script(req: dict, call: Call) -> Reply:
+        q = eb.marker(json.dumps(req["messages"][1]))
+        turns = sum(m["role"] == "assistant" for m in req["messages"])
+        if q in FIRST and turns == 0:
+            return chat(FIRST[q])
+        return chat(f"<think>seen</think> <answer>{eb.QUESTIONS[q][3]}</answer>")
+
+    return script
+
+
+def _png_size(url: str) -> tuple[int, int]:
+    return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).size
+
+
+@pytest.fixture
+def bench(tmp_path):
+    return eb.make_bench(tmp_path / "bench")
+
+
+def test_evaluate_agent_deepeyes_scripted(bench, tmp_path, openai_server):
+    main_srv = openai_server(_script())
+    judge_srv = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    argv = eb.evaluate_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--agent", "deepeyes")
+    assert evaluate.main(argv) == 0
+    run = out / "m/o3_bench"
+    recs = {r["sample_key"]: r for r in eb.read_records(run, 0)}
+    assert set(recs) == set(eb.QUESTIONS)
+    card = json.loads((run / "run_card.json").read_text())
+    assert card["agent"] == {"name": "deepeyes", "protocol": deepeyes.PROTOCOL_VERSION}
+    assert json.loads((run / "args.json").read_text())["agent"] == "deepeyes"
+
+    by_q: dict[str, list[dict]] = {}
+    for req in main_srv.requests:
+        by_q.setdefault(eb.marker(json.dumps(req["messages"][1])), []).append(req)
+    # every request: the release's settings, its system prompt, [image, text] first user message
+    for q, reqs in by_q.items():
+        for req in reqs:
+            assert req["temperature"] == 0.0 and req["max_tokens"] == 10240 and req["stop"] == ["<|im_end|>"]
+            assert req["messages"][0] == {"role": "system", "content": deepeyes.SYSTEM_PROMPT}
+            first = req["messages"][1]["content"]
+            assert [p["type"] for p in first] == ["image_url", "text"]
+            assert first[1]["text"].startswith(f"Question: [{q}] What does the figure show?\nOptions: \n")
+            assert first[1]["text"].endswith(deepeyes.USER_PROMPT_V2)
+            assert _png_size(first[0]["image_url"]["url"]) == Image.open(bench[1] / "images" / eb.QUESTIONS[q][0]).size
+
+    # q0: a valid zoom; the crop is [10, 8, 51, 40] (PIL rounds), sent at the release's smart_resize of 40.6 x 32
+    zoom_turn = by_q["q0"][1]["messages"]
+    assert zoom_turn[2] == {"role": "assistant", "content": FIRST["q0"]}
+    parts = zoom_turn[3]["content"]
+    assert [p.get("text", p["type"]) for p in parts] == [
+        "<tool_response>",
+        "image_url",
+        deepeyes.USER_PROMPT_V2,
+        "</tool_response>",
+    ]
+    assert _png_size(parts[1]["image_url"]["url"]) == (84, 56)  # 40.6x32: 28x28 < 4*28*28, so scaled up, ceil
+    crops = [
+        p["image"] for m in recs["q0"]["eval_result"]["trajectory"] for p in m["content"] if p.get("type") == "image"
+    ]
+    assert [c["region"] for c in crops][1] == [10, 8, 51, 40]
+    assert recs["q0"]["eval_result"]["stats"]["zooms"] == 1
+    assert recs["q0"]["eval_result"]["response"] == "C"
+
+    # q1 (3 coordinates), q2 (nothing inside the image), q6 (no literal): the episode ends, the reply is the answer
+    for q in ("q1", "q2", "q6"):
+        er = recs[q]["eval_result"]
+        assert len(by_q[q]) == 1
+        assert er["stats"]["stop_reason"].startswith("tool call error"), er["stats"]
+        assert er["response"] == FIRST[q]
+    # q3: sent again unchanged until the 11th request, then the whole last reply is the answer
+    assert len(by_q["q3"]) == deepeyes.MAX_REQUESTS
+    assert all(r["messages"] == by_q["q3"][0]["messages"] for r in by_q["q3"])
+    assert "no </answer>" in recs["q3"]["eval_result"]["stats"]["stop_reason"]
+    # q4: a box partly outside the image is clamped to it (the release pads it with black: docs/fidelity.md B8)
+    crops = [
+        p["image"] for m in recs["q4"]["eval_result"]["trajectory"] for p in m["content"] if p.get("type") == "image"
+    ]
+    assert crops[1]["region"] == [0, 0, 40, 30]
+    # no pixels in the records
+    assert b"base64" not in (run / "trial_0" / "eval_records.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "reply, box, size",
+    [
+        ('<tool_call>{"name": "x", "arguments": {"bbox_2d": [0, 0, 28, 28]}}</tool_call>', (0, 0, 28, 28), (56, 56)),
+        ('<tool_call>{"arguments": {"bbox_2d": [2.5, 3.5, 90, 60]}}</tool_call>', (2, 4, 90, 60), (84, 56)),
+        ("<tool_call>{'arguments': {'bbox_2d': (0, 0, 96, 64), 'label': 'all'}}</tool_call>", (0, 0, 96, 64), (84, 56)),
+    ],
+)
+def test_deepeyes_zoom_rules(reply, box, size):
+    assert deepeyes.parse_zoom(reply, (96, 64)) == (tuple(float(v) for v in box), size)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "<tool_call>[1, 2]</tool_call>",
+        '<tool_call>{"arguments": {"bbox_2d": [5, 5, 1, 9]}}</tool_call>',
+        '<tool_call>{"arguments": {"bbox_2d": [5, 5, 5, 9]}}</tool_call>',  # zero width: smart_resize divides by 0
+        '<tool_call>{"arguments": {"bbox_2d": ["1", 2, 3, 4]}}</tool_call>',
+        '<tool_call>{"arguments": {"bbox_2d": [0, 0, 1e999, 4]}}</tool_call>',
+        "<tool_call>__import__('os').getcwd()</tool_call>",  # the release evals this; we never run model output
+    ],
+)
+def test_deepeyes_malformed_calls(reply):
+    with pytest.raises(deepeyes.ToolCallError):
+        deepeyes.parse_zoom(reply, (96, 64))
+
+
+def test_registry_lists_the_builtin_agents():
+    assert {"single_model", "insight_o3", "deepeyes", "mini_o3"} <= set(agent_names())
+    assert get_agent("deepeyes") is BUILTIN["deepeyes"]
+    with pytest.raises(KeyError, match="known: .*deepeyes"):
+        get_agent("no_such_agent")
+
+
+def test_unknown_agent_is_a_usage_error(bench, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(eb.evaluate_argv(*bench, tmp_path, "http://127.0.0.1:9/v1", None, "--agent", "nope"))
+    assert e.value.code == 2
+    assert "no agent 'nope'" in capsys.readouterr().err
+
+
+MINI_FIRST = {
+    "q0": '<think>zoom</think> <grounding>{"bbox_2d": [0.1, 0.2, 0.6, 0.9], "source": "original_image"}</grounding>',
+    "q1": '<think>zoom</think> <grounding>{"bbox_2d": [0.1, 0.2, 0.6], "source": "original_image"}</grounding>',
+    "q2": '<grounding>{"bbox_2d": [0.1, 0.2, 0.6, 0.9], "source": "observation_3"}</grounding>',
+    "q4": '<grounding>{"bbox_2d": [0.1, 0.2, 0.6, 0.9], "source": "original_image"}',  # stop string dropped
+}
+
+
+def _mini_script():
+    def script(req: dict, call: Call) -> Reply:
+        q = eb.marker(json.dumps(req["messages"][1]))
+        turns = sum(m["role"] == "assistant" for m in req["messages"])
+        if q in MINI_FIRST and turns == 0:
+            return chat(MINI_FIRST[q])
+        if q == "q3":
+            return chat("<think>no answer tags</think> it is C")
+        return chat(f"<think>seen</think> <answer>{eb.QUESTIONS[q][3]}</answer>")
+
+    return script
+
+
+def test_evaluate_agent_mini_o3_scripted(bench, tmp_path, openai_server):
+    main_srv = openai_server(_mini_script())
+    judge_srv = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    argv = eb.evaluate_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--agent", "mini_o3")
+    assert evaluate.main(argv) == 0
+    run = out / "m/o3_bench"
+    recs = {r["sample_key"]: r for r in eb.read_records(run, 0)}
+    assert json.loads((run / "run_card.json").read_text())["agent"]["name"] == "mini_o3"
+    by_q: dict[str, list[dict]] = {}
+    for req in main_srv.requests:
+        by_q.setdefault(eb.marker(json.dumps(req["messages"][1])), []).append(req)
+    for reqs in by_q.values():
+        for req in reqs:
+            assert req["temperature"] == 1.0 and req["top_p"] == 1.0 and req["max_tokens"] == 8192
+            assert req["stop"] == ["</grounding>"] and req["top_k"] == -1 and req["include_stop_str_in_output"]
+            assert req["messages"][0] == {"role": "system", "content": mini_o3.SYSTEM_PROMPT}
+    # q0: the crop of the original (96x64): relative box -> int pixels [9, 12, 57, 57], shown at the rollout's size
+    second = by_q["q0"][1]["messages"]
+    assert [p["type"] for p in second[3]["content"]] == ["text", "image_url", "text"]
+    assert second[3]["content"][0]["text"].startswith(
+        "After the above Action 0, here is the the zoom-in image (Observation 1)"
+    )
+    crops = [
+        p["image"] for m in recs["q0"]["eval_result"]["trajectory"] for p in m["content"] if p.get("type") == "image"
+    ]
+    assert crops[1]["region"] == [9, 12, 57, 57]
+    assert (
+        tuple(crops[1]["size"])
+        == mini_o3.crop_view_steps(48, 45)[-1]
+        == _png_size(second[3]["content"][1]["image_url"]["url"])
+    )
+    # q1, q2: the error goes back to the model, which then answers
+    for q, info in (
+        ("q1", "Error Information: ."),
+        ("q2", 'Error in predicting the source observation: "observation_3"'),
+    ):
+        err = by_q[q][1]["messages"][3]["content"]
+        assert info in err[0]["text"] and err[0]["text"].endswith(mini_o3.ERROR_PROMPT)
+    # q3: no <answer>: no answer (the release scores 0)
+    assert (
+        recs["q3"]["eval_result"]["response"] == ""
+        and "no <answer>" in recs["q3"]["eval_result"]["stats"]["stop_reason"]
+    )
+    # q4: a server that drops the stop string: the reply is kept with it
+    assert by_q["q4"][1]["messages"][2]["content"].endswith("</grounding>")
+    assert recs["q0"]["eval_result"]["response"] == "C"
