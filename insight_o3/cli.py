@@ -93,9 +93,60 @@ def _copy_with_options(action: argparse.Action, option_strings: list[str]) -> ar
     return a
 
 
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` and of its subcommands (hidden aliases included)."""
+    out: list[str] = []
+    for action in parser._actions:
+        out += [s for s in action.option_strings if s.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += _option_strings(sub)
+    return out
+
+
+def closest_flags(parser: argparse.ArgumentParser, flag: str, n: int = 3) -> list[str]:
+    """The flag names of ``parser`` closest to a mistyped ``flag`` (its value after ``=`` ignored), best first;
+    hidden aliases are suggested under their current name."""
+    import difflib
+
+    name = flag.split("=", 1)[0]
+    known = sorted(set(_option_strings(parser)))
+    current = {}
+    for action in parser._actions:
+        shown = [s for s in action.option_strings if s not in HIDDEN_ALIASES]
+        for s in action.option_strings:
+            current[s] = shown[0] if shown else s
+    hits = difflib.get_close_matches(name, known, n=2 * n, cutoff=0.6)
+    if not hits:  # a word of the flag that another flag contains ("--out" -> "--output_dir")
+        stem = name.lstrip("-")
+        hits = [k for k in known if stem and stem in k.lstrip("-")]
+    out: list[str] = []
+    for h in hits:
+        h = current.get(h, h)
+        if h not in out:
+            out.append(h)
+    return out[:n]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors come first and short: the error, the closest flag names for an
+    unknown flag, and where the full usage is (``--help``), instead of a page of usage before the error."""
+
+    def error(self, message: str):
+        lines = [f"{self.prog}: error: {message}"]
+        if message.startswith("unrecognized arguments:"):
+            for arg in message.split(":", 1)[1].split():
+                if arg.startswith("-"):
+                    near = closest_flags(self, arg)
+                    if near:
+                        lines.append(f"  {arg.split('=', 1)[0]}: did you mean {' or '.join(near)}?")
+        lines.append(f"(all flags: {self.prog} --help)")
+        self.exit(ExitCode.BAD_INPUT, "\n".join(lines) + "\n")
+
+
 def new_parser(prog: str, description: str | None = None, **kwargs) -> argparse.ArgumentParser:
-    """An ``ArgumentParser`` with the shared help formatter."""
-    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
+    """An :class:`ArgumentParser` with the shared help formatter (subcommands are made the same way)."""
+    return ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
 
 
 def setup_logging(level: int = logging.INFO) -> None:
@@ -119,6 +170,11 @@ def add_output_dir(
     aliases: tuple[str, ...] = ("--out_dir",),
 ) -> None:
     p.add_argument("--output_dir", *aliases, dest=dest, required=required, default=default, help=help)
+
+
+def add_output_file(p, *, default: str, help: str, dest: str = "out") -> None:
+    """``--output_file`` (``--out`` is a hidden alias): the one file a command writes (an HTML page)."""
+    p.add_argument("--output_file", "--out", dest=dest, default=default, help=help)
 
 
 def add_image_budget_flag(p, *, default: int | None, help: str) -> None:

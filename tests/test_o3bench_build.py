@@ -353,3 +353,18 @@ def test_python_module_and_help(tmp_path):
     )
     assert r.returncode == 0 and "--decisions" in r.stdout
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_filter_refuses_a_named_key_variable_that_is_unset(tmp_path, demo, oracle, openai_server, monkeypatch, capsys):
+    """``--solver MODEL,URL,VAR`` with ``VAR`` unset stops before the first item (status 4, the variable named),
+    as the README says (issue 33 item 1)."""
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    for step in ("extract", "synthesize"):
+        assert run(*step_argv(step, ws, srv.base_url)) == 0
+    assert run("validate", "--output_dir", str(ws)) == 0
+    monkeypatch.delenv("MY_UNSET_KEY", raising=False)
+    argv = step_argv("filter", ws, srv.base_url, "--solver", f"extra-model,{srv.base_url},MY_UNSET_KEY")
+    assert run(*argv) == 4
+    assert "$MY_UNSET_KEY is not set" in capsys.readouterr().err
+    assert not (ws / "filter" / "records.jsonl").exists() or not records(ws / "filter" / "records.jsonl")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import openai
 
 from ..base.redaction import redact, register_url
-from .client import DeadlineHttpClient
+from .client import ENV_KEYS, DeadlineHttpClient
 from .guard import RunStopped
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,14 @@ class Endpoint:
         return f"{self.role} endpoint {where}"
 
 
+def key_variables(ep: Endpoint) -> tuple[str, ...]:
+    """The environment variables a key for ``ep`` is read from (the one the command named, else its role's)."""
+    if ep.key_env:
+        return (ep.key_env,)
+    role = {"judge": "judge", "vsearcher": "vsearcher"}.get(ep.role.lower(), "main")
+    return ENV_KEYS[role][0]
+
+
 def _reason(e: openai.APIConnectionError) -> str:
     if isinstance(e, openai.APITimeoutError):
         return "no answer in time"
@@ -93,7 +101,11 @@ async def acheck_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
     if ep.key_env and not os.environ.get(ep.key_env):
         raise EndpointError(f"{ep.shown()}: its key variable ${ep.key_env} is not set")
     if not ep.base_url and not ep.api_key:
-        raise EndpointError(f"{ep.shown()}: no key either; give the base URL (or its environment variable)")
+        keys = " or ".join(f"${v}" for v in key_variables(ep))
+        raise EndpointError(
+            f"{ep.shown()}: no key either; set {keys} (or pass the role's --*api_key flag), or give the base URL "
+            "of your server (or its environment variable)"
+        )
     client = openai.AsyncOpenAI(
         api_key=ep.api_key or "EMPTY",
         base_url=ep.url,

@@ -2,8 +2,9 @@
 
 The default layout is the original release's (its ``data/README.md`` and
 ``insight_o3/scripts/examples/sweep_baselines.sh``), so data arranged by its instructions is found
-as it is. Paths in the annotation files are relative to the image directory; relative paths resolve
-against the current directory (run from the repository root, as the README does):
+as it is. Paths in the annotation files are relative to the image directory. The ``data/`` below is the data
+root: ``--data_root DIR`` or ``$INSIGHT_O3_DATA_ROOT`` puts it elsewhere (by default ``data`` in the current
+directory, the repository root as the README runs it):
 
 =====================  ====================================================  ===============================
 name                   annotation file (``--ann_file``)                      image dir (``--img_dir``)
@@ -110,14 +111,34 @@ def get_benchmark(name: str) -> Benchmark:
         raise ValueError(f"unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}") from None
 
 
-def resolve_layout(name: str, root: str | os.PathLike = ".") -> BenchmarkFiles:
-    """The benchmark's default (original) layout, or the first alias whose annotation file and image
-    dir both exist under ``root`` while the default's do not. Paths stay relative as registered."""
+#: The environment variable naming the data root (the folder that holds the benchmarks, ``data`` by default).
+DATA_ROOT_ENV = "INSIGHT_O3_DATA_ROOT"
+#: The data root when neither ``--data_root`` nor :data:`DATA_ROOT_ENV` is given (relative to the current directory).
+DEFAULT_DATA_ROOT = "data"
+
+
+def data_root(flag_value: str | None = None) -> str:
+    """The folder holding the benchmarks: ``--data_root``, else ``$INSIGHT_O3_DATA_ROOT``, else ``data``."""
+    return flag_value or os.environ.get(DATA_ROOT_ENV) or DEFAULT_DATA_ROOT
+
+
+def _under(root: str, registered: str) -> str:
+    """A registered path (``data/...``) under the data root ``root``."""
+    parts = registered.split("/", 1)
+    return root if len(parts) == 1 else os.path.join(root, parts[1])
+
+
+def resolve_layout(name: str, root: str | None = None) -> BenchmarkFiles:
+    """The benchmark's default (original) layout under the data root ``root`` (:func:`data_root` when None), or
+    the first alias whose annotation file and image dir both exist while the default's do not. With the default
+    root the paths stay relative as registered."""
     b = get_benchmark(name)
+    root = data_root(root)
+    layouts = [BenchmarkFiles(_under(root, lay.ann_file), _under(root, lay.img_dir)) for lay in b.layouts]
 
     def present(lay: BenchmarkFiles) -> bool:
-        return os.path.isfile(os.path.join(root, lay.ann_file)) and os.path.isdir(os.path.join(root, lay.img_dir))
+        return os.path.isfile(lay.ann_file) and os.path.isdir(lay.img_dir)
 
-    if present(b.layouts[0]):
-        return b.layouts[0]
-    return next((lay for lay in b.aliases if present(lay)), b.layouts[0])
+    if present(layouts[0]):
+        return layouts[0]
+    return next((lay for lay in layouts[1:] if present(lay)), layouts[0])

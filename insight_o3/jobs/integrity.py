@@ -177,6 +177,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "eval_name": O,
     "eval_dir": O,
     "benchmark": O,
+    "data_root": O,  # where --benchmark looks (the annotation file's content is what counts)
     "ann_file": O,
     "img_dir": O,
     "image_dir": O,

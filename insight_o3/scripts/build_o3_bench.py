@@ -143,7 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detector_model", default=src_mod.DETECTOR_MODEL)
     p.add_argument("--detector_threshold", type=float, default=None, help="the detector's score threshold")
 
-    p = sub.add_parser("extract", help="E.1 information extraction (a VLM)")
+    p = sub.add_parser(
+        "extract",
+        help="E.1 information extraction (a VLM)",
+        description="E.1 information extraction: a VLM describes each source image and each of its layout crops "
+        "(one record per image or crop in <output_dir>/extract/records.jsonl; resumes where it stopped).",
+    )
     p.formatter_class = ap.formatter_class
     _workspace(p)
     p.add_argument("--model", required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
@@ -156,7 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extract_prompt_role", choices=("system", "user"), default="system")
     _step_flags(p, concurrency=16, images=True)
 
-    p = sub.add_parser("synthesize", help="E.2 question synthesis (a text-only model)")
+    p = sub.add_parser(
+        "synthesize",
+        help="E.2 question synthesis (a text-only model)",
+        description="E.2 question synthesis: a text-only model writes multiple-choice questions from the E.1 "
+        "descriptions of an image and its layouts (one record per image in <output_dir>/synthesize/records.jsonl; "
+        "images whose extraction is not complete wait; resumes where it stopped).",
+    )
     p.formatter_class = ap.formatter_class
     _workspace(p)
     p.add_argument("--model", required=True, help="the text-only model (paper: GPT-5)")
@@ -181,7 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_api_flags(p, env="main")
     p.add_argument("--drop_when", default="all", help="drop items solved by 'all' models (paper), 'any', or N models")
-    p.add_argument("--attempts", type=int, default=1, help="answers per model; a model solves an item with any")
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=1,
+        help="answers per model (default 1); a model solves an item when any of its answers is judged correct",
+    )
     add_separate_requests_flag(p, what="attempt", count_flag="--attempts")
     keys, urls = ENV_KEYS["judge"]
     add_judge_flags(
@@ -363,6 +379,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
             model=m,
             api_base_url=base or resolve(a.api_base_url, main_urls),
             api_key=resolve_key(a.api_key if env == "OPENAI_API_KEY" else None, (env,)),
+            key_env=None if env == "OPENAI_API_KEY" else env,  # a variable the user named must be set
         )
         for m, base, env in specs
     ]

@@ -1,7 +1,7 @@
 """Compare two or more runs on the same benchmark: is the difference real, and where does it come from?
 
     python -m insight_o3.scripts.compare outputs/eval/gpt-5-mini/o3_bench outputs/eval/insight-o3/o3_bench \\
-        [more runs] [--out compare.html] [--json compare.json] [--max_flips 50] [--allow_mixed_settings] \\
+        [more runs] [--output_file compare.html] [--json compare.json] [--max_flips 50] [--allow_mixed_settings] \\
         [--confidence 0.95] [--n_resamples 10000] [--seed 0] [--failed_as_wrong]
 
 The first run is the reference; every other run is compared with it over the samples, each run with all
@@ -28,7 +28,7 @@ import argparse
 import os
 import sys
 
-from ..cli import ExitCode, entry_point, new_parser, run_main, setup_logging
+from ..cli import ExitCode, add_output_file, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.comparison import Comparison, RunStats, compare_runs, unique_names
 from ..evaluation.run_card import verdict_conflicts
 from ..evaluation.run_dir import RunDirError
@@ -73,7 +73,7 @@ def check_stats_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.compare", __doc__.split("\n")[0])
     p.add_argument("eval_dirs", nargs="+", help="two or more finished eval dirs; the first is the reference")
-    p.add_argument("--out", default="compare.html", help="the HTML page (default: compare.html)")
+    add_output_file(p, default="compare.html", help="the HTML page (default: compare.html)")
     p.add_argument("--json", default=None, help="also write every number as JSON here")
     p.add_argument("--max_flips", type=int, default=50, help="flipped samples rendered side by side per pair (0: all)")
     p.add_argument("--thumb_px", type=int, default=384, help="longer side of the embedded crop thumbnails")

@@ -64,7 +64,7 @@ from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
 from ..evaluation.agent_registry import AgentContext, UnknownAgent, get_agent
-from ..evaluation.benchmarks import BENCHMARKS, resolve_layout
+from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, resolve_layout
 from ..evaluation.config import (
     AgentSettings,
     EvaluateConfig,
@@ -115,6 +115,12 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         choices=sorted(BENCHMARKS),
         help="use this benchmark's default --ann_file/--img_dir (see data/README.md)",
     )
+    g.add_argument(
+        "--data_root",
+        default=None,
+        help=f"with --benchmark: the folder holding the benchmarks (default: ${DATA_ROOT_ENV}, else ./data; "
+        "data/README.md says how to fill it)",
+    )
     g.add_argument("--ann_file", help="annotation JSONL file")
     g.add_argument("--img_dir", help="directory the annotation's image paths are relative to (and stay inside)")
     add_allow_outside_flag(g)
@@ -143,8 +149,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--eval_name",
-        help="results go to <output_dir>/<eval_name> (default: <model>/<benchmark>; <model>+<agent>/<benchmark> "
-        "for a baseline agent)",
+        help="results go to <output_dir>/<eval_name> (with --benchmark the default is <model>/<benchmark>, "
+        "<model>+<agent>/<benchmark> for a baseline agent; required with --ann_file)",
     )
     g.add_argument("--model", required=True)
     g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
@@ -325,9 +331,10 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if "n" in a.vsearcher_chat_completion_kwargs:
         p.error("--vsearcher_chat_completion_kwargs must not set 'n' (one vSearcher episode per search)")
     if a.benchmark:
-        lay = resolve_layout(a.benchmark)
+        lay = resolve_layout(a.benchmark, a.data_root)
         a.ann_file = a.ann_file or lay.ann_file
         a.img_dir = a.img_dir or lay.img_dir
+
     if not a.ann_file or not a.img_dir:
         p.error("give --ann_file and --img_dir, or --benchmark NAME")
     if a.oracle_crops and a.vsearcher_model:
@@ -617,6 +624,14 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     a = parse_args(argv)
+    if not os.path.isfile(a.ann_file):
+        print(
+            f"error: {os.path.abspath(a.ann_file)}: annotation file not found; --benchmark looks under the data "
+            f"root (--data_root, else ${DATA_ROOT_ENV}, else ./data); "
+            "data/README.md says how to download each benchmark",
+            file=sys.stderr,
+        )
+        return ExitCode.BAD_INPUT
     try:
         samples = select_subset(
             load_samples(a.ann_file, a.img_dir, allow_outside=a.allow_outside_img_dir), a.subset, a.ann_file

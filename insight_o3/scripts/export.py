@@ -1,6 +1,6 @@
 """Export a finished evaluation run: trajectories as Parquet and a leaderboard entry as JSON.
 
-    python -m insight_o3.scripts.export outputs/eval/<eval_name> [--out_dir DIR] \\
+    python -m insight_o3.scripts.export outputs/eval/<eval_name> [--output_dir DIR] \\
         [--trajectories PATH] [--leaderboard PATH] [--confidence 0.95] [--failed_as_wrong]
 
 ``trajectories.parquet`` has one row per (sample, trial): the conversation with image references
@@ -10,7 +10,7 @@
 accuracy with its interval (:mod:`insight_o3.evaluation.significance`: each sample's trials averaged, Wilson
 at the effective sample size), overall and per category, the items lost to API errors (left out unless
 ``--failed_as_wrong``), tokens per episode (model + vSearcher; the judge's apart), cost, the failure
-attribution and the run card's sha256. Both go to ``--out_dir`` (default ``<eval_dir>/export``).
+attribution and the run card's sha256. Both go to ``--output_dir`` (default ``<eval_dir>/export``).
 
 Exit status: 0 written; 2 bad input (no run there, an unfinished trial, a malformed record, a run without
 samples); 3 an
@@ -24,7 +24,7 @@ import json
 import os
 import sys
 
-from ..cli import ExitCode, entry_point, new_parser, run_main, setup_logging
+from ..cli import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.export import leaderboard, trajectory_rows, write_trajectories
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.run_records import read_run
@@ -37,9 +37,9 @@ from .compare import add_stats_flags, check_stats_flags
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.export", __doc__.split("\n")[0])
     p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
-    p.add_argument("--out_dir", default=None, help="where both files go (default: <eval_dir>/export)")
-    p.add_argument("--trajectories", default=None, help="the Parquet file (default: <out_dir>/trajectories.parquet)")
-    p.add_argument("--leaderboard", default=None, help="the JSON file (default: <out_dir>/leaderboard.json)")
+    add_output_dir(p, dest="out_dir", help="where both files go (default: <eval_dir>/export)")
+    p.add_argument("--trajectories", default=None, help="the Parquet file (default: <output_dir>/trajectories.parquet)")
+    p.add_argument("--leaderboard", default=None, help="the JSON file (default: <output_dir>/leaderboard.json)")
     add_stats_flags(p, resampling=False)
     return p
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..cli import OUTPUT_ROOT, ExitCode, entry_point
+from ..cli import OUTPUT_ROOT, ExitCode, entry_point, new_parser
 from ..evaluation.run_card import ROW_KEYS, differences, verdict_conflicts
 from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, read_json_object
 from ..storage.atomic import write_text_atomic
@@ -246,9 +246,7 @@ def to_markdown(df: pd.DataFrame) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m insight_o3.scripts.gather_eval_results", description=__doc__.split("\n")[0]
-    )
+    p = new_parser("python -m insight_o3.scripts.gather_eval_results", __doc__.split("\n")[0])
     p.add_argument("--settings", nargs="+", required=True, help="eval_name prefixes, e.g. model names")
     p.add_argument("--datasets", nargs="+", required=True, help="benchmark names, e.g. o3_bench vstar")
     p.add_argument(

@@ -1,7 +1,7 @@
 """Write a self-contained HTML report of an evaluation run.
 
     python -m insight_o3.scripts.report outputs/eval/<eval_name> [--compare outputs/eval/<other>] \
-        --out report.html [--max_samples 50] [--thumb_px 512] [--trial K] [--img_dir DIR] \
+        --output_file report.html [--max_samples 50] [--thumb_px 512] [--trial K] [--img_dir DIR] \
         [--judges <eval_dir>@rejudge-<judge> ...]
 
 The file embeds everything (charts as SVG, images as JPEG thumbnails) and opens in any browser
@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from ..base.caps import DEFAULT_MAX_TEXT_CHARS
-from ..cli import ExitCode, entry_point, new_parser, run_main, setup_logging
+from ..cli import ExitCode, add_output_file, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import PairingError
 from ..imaging.images import ImageError
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.report", __doc__.split("\n\n")[0])
     p.add_argument("eval_dir", help="outputs/eval/<eval_name> (with trial_<k>/) or one trial_<k> directory")
     p.add_argument("--compare", default=None, help="another eval directory, shown side by side")
-    p.add_argument("--out", default="report.html", help="output HTML file (default: report.html)")
+    add_output_file(p, default="report.html", help="output HTML file (default: report.html)")
     p.add_argument("--max_samples", type=int, default=50, help="samples rendered in the browsable list (0: all)")
     p.add_argument("--thumb_px", type=int, default=512, help="longer side of embedded crop thumbnails")
     p.add_argument("--trial", type=int, default=None, help="trial browsed per sample (default: the first)")

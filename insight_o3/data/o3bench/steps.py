@@ -36,6 +36,8 @@ class ModelEndpoint:
     model: str
     api_base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
+    #: the variable the command was told to read the key from (``filter --solver MODEL,URL,VAR``): it must be set
+    key_env: str | None = None
 
     def public(self) -> dict:
         return {"model": self.model, "api_base_url": self.api_base_url}
@@ -198,6 +200,7 @@ class StepJob(ResumableJob[ItemT, dict]):
         return self.client(
             ep.api_key,
             ep.api_base_url,
+            key_env=ep.key_env,
             role=role,
             timeout=self.s.client_timeout,
             max_retries=self.s.max_retries,
