@@ -72,12 +72,14 @@ def _image_path_of(value: Any) -> str | None:
 
 def row_image_path(row: dict) -> str:
     info = row.get("extra_info") or {}
-    if _image_path_of(info.get("image_path")):
-        return _image_path_of(info["image_path"])
+    path = _image_path_of(info.get("image_path"))
+    if path:
+        return path
     for m in row.get("raw_prompt") or []:
         for p in m.get("content") if isinstance(m.get("content"), list) else []:
-            if isinstance(p, dict) and p.get("type") == "image" and _image_path_of(p.get("image")):
-                return _image_path_of(p["image"])
+            path = _image_path_of(p.get("image")) if isinstance(p, dict) and p.get("type") == "image" else None
+            if path:
+                return path
     raise ValueError("row has no image: set extra_info.image_path or an image in the prompt")
 
 

@@ -67,7 +67,7 @@ from insight_o3.storage.jsonl import iter_jsonl
 try:  # run as a script (python recipe/vsearch/create_parquet_dataset.py) or imported as recipe.vsearch.*
     from recipe.vsearch.released_data import InputError, box_field, iter_hub_rows, text_field
 except ImportError:  # pragma: no cover - the script's own directory is on sys.path
-    from released_data import InputError, box_field, iter_hub_rows, text_field
+    from released_data import InputError, box_field, iter_hub_rows, text_field  # type: ignore[no-redef]
 
 RELEASED = ("viscot_vstar_collage", "infovqa_region_localization")
 KINDS = ("region", "collage", "benchmark", *RELEASED)
@@ -153,7 +153,7 @@ def _row(data_source: str, agent: str, image_path: str, text: str, ground_truth:
 
 
 def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
-    rows = []
+    rows: list[dict] = []
     for where, obj in _read_jsonl(ann_file):
         image = obj.get("image")
         if not isinstance(image, str) or not image.strip():

@@ -181,5 +181,5 @@ class VSearchDataset(RLHFDataset):
                     min_pixels=int(part.get("min_pixels", QWEN_MIN_PIXELS)),
                     max_pixels=int(part.get("max_pixels", VSEARCHER_EVAL_MAX_PIXELS)),
                 )
-                images.append(img.resize((w, h), Image.BICUBIC) if (w, h) != img.size else img)
+                images.append(img.resize((w, h), Image.Resampling.BICUBIC) if (w, h) != img.size else img)
         return images, []

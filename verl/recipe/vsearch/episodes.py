@@ -180,7 +180,7 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
 
     def _mm_inputs_ready(self) -> dict:
         if not hasattr(self, "_mm_ready"):
-            self._mm_ready = {}
+            self._mm_ready: dict = {}
         return self._mm_ready
 
     def _compute_multi_modal_inputs(self, output, input_ids) -> dict:

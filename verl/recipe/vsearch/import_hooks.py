@@ -20,13 +20,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
-        exec_module, fn = spec.loader.exec_module, self.fn
+        if spec is None or spec.loader is None:
+            return None  # not importable: the import fails as it would without the hook
+        loader, fn = spec.loader, self.fn
+        exec_module = loader.exec_module
 
         def exec_and_patch(module):
             exec_module(module)
             fn(module)
 
-        spec.loader.exec_module = exec_and_patch
+        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
         return spec
 
 

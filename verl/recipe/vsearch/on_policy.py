@@ -34,6 +34,8 @@ the on-policy case before verl's update runs (:func:`without_old_log_probs`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from verl.single_controller.base.decorator import MAGIC_ATTR
 
 # the loss aggregation the Eq. 2 weights are made for, and each variant's (checked at start-up by RunSettings)
@@ -193,7 +195,7 @@ def without_old_log_probs(actor, data) -> None:
     data.batch[OLD_LOG_PROBS] = torch.full(responses.shape, float("nan"), dtype=torch.float32)
 
 
-def on_policy_worker(worker_cls: type) -> type:
+def on_policy_worker(worker_cls: Any) -> Any:
     """A subclass of verl's actor/rollout worker whose ``update_actor`` trains on the whole batch."""
     if worker_cls in _CACHE:
         return _CACHE[worker_cls]

@@ -154,9 +154,9 @@ def iter_hub_rows(
                     path = out / f"{stem}{ext}"
                     write_image(data, path)
                     extracted[stem] = (str(path.resolve()), size)
-                path, size = extracted[stem]
+                image_path, size = extracted[stem]
                 rec.pop("image", None)
-                yield HubRow(where, index, rec, path, size)
+                yield HubRow(where, index, rec, image_path, size)
                 index += 1
                 row_in_shard += 1
     if index == 0:

@@ -284,7 +284,8 @@ class RewardSettings:
             v = data[n]
             if n not in cls.CHOICES and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise SettingsError(f"{where}.{n}: expected a number, got {v!r}")
-        s = cls(**{n: (data[n] if n in cls.CHOICES else float(data[n])) for n in names})
+        values: dict[str, Any] = {n: (data[n] if n in cls.CHOICES else float(data[n])) for n in names}
+        s = cls(**values)
         try:
             s.rules()
         except ValueError as e:

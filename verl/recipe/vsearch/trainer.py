@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import torch
@@ -219,7 +220,8 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         self.global_steps += 1
         for epoch in range(first_epoch, cfg.trainer.total_epochs):
             for batch_dict in self.train_dataloader:
-                metrics, timing_raw = {}, {}
+                metrics: dict[str, Any] = {}
+                timing_raw: dict[str, Any] = {}
                 is_last = self.global_steps >= self.total_training_steps
                 with marked_timer("step", timing_raw):
                     batch, reward_extra = self._train_step(batch_dict, metrics, timing_raw)
