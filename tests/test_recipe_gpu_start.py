@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,29 +19,19 @@ require_recipe()
 from omegaconf import OmegaConf  # noqa: E402
 
 from recipe.vsearch.node_checks import SDPA_OVERRIDES, check_driver, needs_flash_attn  # noqa: E402
+from tests.test_recipe_config import SECRET  # noqa: E402
+from tests.test_recipe_config import _env as config_env  # noqa: E402
 
 VERL_DIR = REPO / "verl"
 RECIPE = VERL_DIR / "recipe" / "vsearch"
-SECRET = "sk-test-must-not-appear-0123456789"
 
 
 def _env(**extra) -> dict:
-    env = dict(os.environ)
-    env.update(
-        VERL_PROJ_DIR=str(VERL_DIR),
-        MODEL_PATH="Qwen/Qwen2.5-VL-7B-Instruct",
-        PROJECT_NAME="proj",
-        EXP_NAME="exp",
-        API_MODEL_FOR_AGENT="gpt-5-mini",
-        JUDGE_MODEL="gpt-5-nano",
-        OPENAI_BASE_URL="http://127.0.0.1:9/v1",
-        OPENAI_API_KEY=SECRET,
-        PYTHON=sys.executable,
-        DRY_RUN="1",
-    )
-    for name in ("RESUME_FROM_STEP", "TRAIN_FILES", "AGENT_CONFIG"):
-        env.pop(name, None)
-    env.update(extra)
+    """The environment of ``tests/test_recipe_config.py`` without its data files and agent config unless given."""
+    env = config_env(Path("/nonexistent"), **extra)
+    for name in ("TRAIN_FILES", "AGENT_CONFIG", "WORK_DIR"):
+        if name not in extra:
+            env.pop(name, None)
     return env
 
 
