@@ -4,7 +4,7 @@
 #   scripts/vllm_serve_bg.sh start [--model M] [--port P] [--host H] [--max-model-len N]
 #                                  [--tensor-parallel-size N] [--limit-mm-per-prompt JSON]
 #                                  [--served-model-name NAME] [--timeout S] [--run-dir D]
-#                                  [--cpu] [--python PY] [-- extra vllm args]
+#                                  [--cpu] [--python PY] [--baseline NAME] [-- extra vllm args]
 #   scripts/vllm_serve_bg.sh stop   [--port P] [--run-dir D]
 #   scripts/vllm_serve_bg.sh status [--port P] [--run-dir D]
 #
@@ -19,6 +19,11 @@
 #   VLLM_TARGET_DEVICE=cpu, VLLM_CPU_KVCACHE_SPACE=1 (GiB), VLLM_CPU_OMP_THREADS_BIND=nobind,
 #   VLLM_ENABLE_V1_MULTIPROCESSING=0 and offline hub flags (each only where unset), plus --enforce-eager.
 #   The tiny Qwen2.5-VL: python scripts/make_tiny_qwen2_5_vl.py outputs/tiny-qwen (README, Quick start).
+# --baseline NAME: a Table 1 baseline's released checkpoint and serving settings (flags after it win):
+#   deepeyes  ChenShawn/DeepEyes-7B, --max-model-len 32768, {"image":12} (1 image + up to 10 crops: 11 requests)
+#   mini_o3   Mini-o3/Mini-o3-7B-v1, --max-model-len 40960 (prompt 8192 + max_total_response_length 32768),
+#             {"image":12} (val_limit_mm_per_prompt)
+#   Both use the checkpoint's own chat template (Qwen2.5-VL's); then `evaluate --agent NAME` (README, Baselines).
 # Auth: export VLLM_API_KEY and vLLM requires it as the bearer token (it reads the variable itself;
 # the key is never put on the command line, in the pid file or in the log by this script).
 set -euo pipefail
@@ -57,6 +62,14 @@ while [ $# -gt 0 ]; do
     --run-dir) need "$@"; RUN_DIR="$2"; shift 2 ;;
     --python) need "$@"; VLLM_PYTHON="$2"; shift 2 ;;
     --cpu) CPU=1; shift ;;
+    --baseline)
+      need "$@"
+      case "$2" in
+        deepeyes) MODEL="ChenShawn/DeepEyes-7B"; MAX_MODEL_LEN=32768; LIMIT_MM_PER_PROMPT='{"image":12}' ;;
+        mini_o3) MODEL="Mini-o3/Mini-o3-7B-v1"; MAX_MODEL_LEN=40960; LIMIT_MM_PER_PROMPT='{"image":12}' ;;
+        *) die "unknown --baseline $2 (deepeyes, mini_o3)" ;;
+      esac
+      shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) sed -n 2,27p "$0"; exit 0 ;;
     *) die "unknown argument: $1 (use -- before extra vllm arguments)" ;;

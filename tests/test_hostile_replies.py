@@ -30,6 +30,7 @@ from PIL import Image
 
 from insight_o3 import cli
 from insight_o3.base.untrusted import MalformedReply
+from insight_o3.data.layout import MAX_LAYOUT_BOXES, LayoutError, iter_layout_files, parse_layout
 from insight_o3.data.o3bench import review
 from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
@@ -507,3 +508,35 @@ def test_the_verify_flow_fails_an_ambiguous_verdict_and_the_fork_rule_keeps_its_
     strict = asyncio.run(check("strict"))
     assert (strict.status, strict.fail_stage) == ("failed", "judge") and strict.judge_outputs == [reply]
     assert asyncio.run(check("fork")).status == "correct"  # training under vsearch.variant=original
+
+
+# ------------------------------------------------------------------------------- also seen: redirects
+@pytest.mark.parametrize("status", [307, 308])
+def test_a_redirect_is_refused_and_nothing_is_sent_elsewhere(status, openai_server):
+    elsewhere = openai_server(lambda req, call: chat("an answer from another host"))
+    srv = openai_server(lambda req, call: Reply(status=status, body=b"", headers={"location": elsewhere.base_url}))
+
+    async def ask():
+        client = make_client("sk-redirected-0123456789", srv.base_url, timeout=10, max_retries=0)
+        try:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        finally:
+            await client.close()
+
+    with pytest.raises(MalformedReply, match=f"redirected the request \\(HTTP {status}"):
+        asyncio.run(ask())
+    assert elsewhere.count == 0 and srv.count == 1
+
+
+# ------------------------------------------------------------------------------- also seen: layout sources
+def test_layout_sources_cap_their_boxes_and_refuse_nan_naming_the_field(tmp_path):
+    box = {"cls_id": 2, "label": "text", "score": 0.9, "coordinate": [1, 1, 9, 9]}
+    many = {"input_path": "a.png", "boxes": [box] * (MAX_LAYOUT_BOXES + 1)}
+    with pytest.raises(LayoutError, match=f"holds {MAX_LAYOUT_BOXES + 1} boxes"):
+        parse_layout(many, "a.json", (100, 100))
+    rotated = tmp_path / "page.json"
+    rotated.write_text(
+        '{"input_path": "a.png", "boxes": [{"label": "text", "coordinate": [1, 1, 9, 1, 9, NaN, 1, 9]}]}'
+    )
+    with pytest.raises(LayoutError, match=r"field 'boxes\[0\]\.coordinate\[5\]' is nan"):
+        list(iter_layout_files(str(rotated)))

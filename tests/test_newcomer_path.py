@@ -4,6 +4,7 @@ root and data/README.md, a missing key naming the variable to set."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -129,3 +130,49 @@ def test_evaluate_without_key_or_url_says_to_set_openai_api_key(tmp_path, monkey
     argv = ["--ann_file", str(ann), "--img_dir", str(img), "--model", "m", "--eval_name", "e"]
     assert evaluate.main([*argv, "--output_dir", str(tmp_path / "out"), "--no_progress"]) == 4
     assert "set $OPENAI_API_KEY" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ defect 3
+def test_a_run_stopped_before_its_first_record_fixes_no_settings(tmp_path, openai_server, capsys):
+    """A run stopped by the endpoint check (no record) does not fix the directory's settings: the retry with the
+    URL fixed and another --img_max_pixels runs; once a record exists, a change is refused as before."""
+    from tests.support import eval_bench as eb
+    from tests.test_preflight import _closed_port_url
+
+    bench = eb.make_bench(tmp_path / "bench")
+    out = tmp_path / "out"
+    srv, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    assert evaluate.main(eb.evaluate_argv(*bench, out, _closed_port_url(), judge.base_url, max_retries=0)) == 4
+    assert "is unreachable" in capsys.readouterr().err
+    retry = eb.evaluate_argv(*bench, out, srv.base_url, judge.base_url, "--img_max_pixels", "50000")
+    assert evaluate.main(retry) == 0, capsys.readouterr().err
+    card = json.loads((out / "m" / "o3_bench" / "run_card.json").read_text())
+    assert card["fixed_settings"]["img_max_pixels"] == 50000 and len(card["history"]) == 2
+    again = eb.evaluate_argv(*bench, out, srv.base_url, judge.base_url, "--img_max_pixels", "60000")
+    assert evaluate.main(again) == 2
+    assert "img_max_pixels: first run 50000, this run 60000" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ item 8
+def test_a_resumed_run_says_where_it_is_per_trial(tmp_path, openai_server, caplog):
+    from tests.support import eval_bench as eb
+
+    bench = eb.make_bench(tmp_path / "bench", n_images=4)
+    out = tmp_path / "out"
+    srv, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    argv = eb.evaluate_argv(*bench, out, srv.base_url, judge.base_url, "--num_trials", "2")
+    caplog.set_level("INFO", logger="insight_o3.jobs.job")
+    assert evaluate.main([*argv, "--limit", "1"]) == 0  # (a subset of its own: a fresh directory)
+    assert evaluate.main(argv) == 0
+    first = [r.getMessage() for r in caplog.records if r.name == "insight_o3.jobs.job"]
+    n = len(eb.read_records(out / "m" / "o3_bench", 0))
+    assert f"trial_0: 0 of {n} samples done, {n} left" in first and f"trial_1: 0 of {n} samples done, {n} left" in first
+    # drop two records of trial 1: the resumed run says so before it starts
+    log = out / "m" / "o3_bench" / "trial_1" / "eval_records.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:-2]) + "\n")
+    (out / "m" / "o3_bench" / "trial_1" / "done").unlink(missing_ok=True)
+    caplog.clear()
+    assert evaluate.main(argv) == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "insight_o3.jobs.job"]
+    assert said[:2] == [f"trial_0: {n} of {n} samples done, 0 left", f"trial_1: {n - 2} of {n} samples done, 2 left"]

@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,29 +19,19 @@ require_recipe()
 from omegaconf import OmegaConf  # noqa: E402
 
 from recipe.vsearch.node_checks import SDPA_OVERRIDES, check_driver, needs_flash_attn  # noqa: E402
+from tests.test_recipe_config import SECRET  # noqa: E402
+from tests.test_recipe_config import _env as config_env  # noqa: E402
 
 VERL_DIR = REPO / "verl"
 RECIPE = VERL_DIR / "recipe" / "vsearch"
-SECRET = "sk-test-must-not-appear-0123456789"
 
 
 def _env(**extra) -> dict:
-    env = dict(os.environ)
-    env.update(
-        VERL_PROJ_DIR=str(VERL_DIR),
-        MODEL_PATH="Qwen/Qwen2.5-VL-7B-Instruct",
-        PROJECT_NAME="proj",
-        EXP_NAME="exp",
-        API_MODEL_FOR_AGENT="gpt-5-mini",
-        JUDGE_MODEL="gpt-5-nano",
-        OPENAI_BASE_URL="http://127.0.0.1:9/v1",
-        OPENAI_API_KEY=SECRET,
-        PYTHON=sys.executable,
-        DRY_RUN="1",
-    )
-    for name in ("RESUME_FROM_STEP", "TRAIN_FILES", "AGENT_CONFIG"):
-        env.pop(name, None)
-    env.update(extra)
+    """The environment of ``tests/test_recipe_config.py`` without its data files and agent config unless given."""
+    env = config_env(Path("/nonexistent"), **extra)
+    for name in ("TRAIN_FILES", "AGENT_CONFIG", "WORK_DIR"):
+        if name not in extra:
+            env.pop(name, None)
     return env
 
 
@@ -151,3 +142,35 @@ def test_recipe_yaml_sets_no_key_that_does_nothing():
     raw = OmegaConf.load(RECIPE / "config" / "qwen_2_5_vl_7b_async.yaml")
     assert set(raw.actor_rollout_ref.rollout.multi_turn) == {"enable"}
     assert "param_offload" not in raw.actor_rollout_ref.ref.fsdp_config
+
+
+# ----------------------------------------------------------------------------- item 10 (its non-GPU parts)
+def test_smoke_gpu_plan_runs_train_sh_s_path_and_every_check(tmp_path):
+    """``SMOKE_PLAN=1 smoke_gpu.sh`` prints what it would run, one line per check: flash-attn + remove-padding,
+    2 ranks when 2 GPUs are there, checkpoint + resume, the rollout verdicts, export_hf.sh, vLLM serving it."""
+    r = subprocess.run(
+        ["bash", str(RECIPE / "smoke_gpu.sh"), str(tmp_path / "w")],
+        env={**os.environ, "PYTHON": sys.executable, "SMOKE_PLAN": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[1]: ln for ln in r.stdout.splitlines()}
+    assert list(lines) == ["gpu", "flash_attn", "train", "resume", "rollout", "export", "serve", "time"]
+    assert "--ranks 2 --attn flash_attention_2" in lines["train"] and "--device cuda" in lines["train"]
+    assert "export_hf.sh" in lines["export"] and "global_step_3" in lines["export"]
+    assert "tests.support.smoke_serve" in lines["serve"]
+
+
+def test_smoke_serve_request_is_the_longest_vsearcher_request():
+    from tests.support.recipe_cpu_run import gpu_overrides
+    from tests.support.smoke_serve import IMAGE_SIZES, MAX_PIXELS, request_body, server_command
+
+    assert len(IMAGE_SIZES) == 7 and IMAGE_SIZES[0][0] * IMAGE_SIZES[0][1] >= 3_200_000 and MAX_PIXELS == 4096 * 28 * 28
+    cmd = server_command("py", "/m", 8000)
+    assert cmd[cmd.index("--limit-mm-per-prompt") + 1] == '{"image": 7}'
+    parts = request_body("/m")["messages"][0]["content"]
+    assert [p["type"] for p in parts] == ["image_url"] * 7 + ["text"]
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2" in gpu_overrides()
+    assert "actor_rollout_ref.model.use_remove_padding=True" in gpu_overrides()

@@ -40,6 +40,8 @@ from ..imaging.geometry import box_area
 
 #: Characters one layout JSON file may have (a page of PaddleX layout output is a few kB).
 MAX_LAYOUT_CHARS = 64 * 2**20
+#: Boxes one image's layout may have (a PaddleX page has tens to a few hundred; step 3 merges pairwise).
+MAX_LAYOUT_BOXES = 5_000
 KEEP_LABELS = ("text", "image", "table", "chart", "figure_title", "paragraph_title")
 TITLE_LABELS = ("figure_title", "paragraph_title")
 NEVER_MERGE = ("chart", "table")
@@ -104,6 +106,10 @@ def parse_layout(obj: dict, where: str, image_size: tuple[int, int] | None = Non
     raw = obj.get("boxes")
     if not isinstance(raw, list):
         raise LayoutError(f"{where}: field 'boxes' must be a list")
+    if len(raw) > MAX_LAYOUT_BOXES:
+        raise LayoutError(
+            f"{where}: field 'boxes' holds {len(raw)} boxes (at most {MAX_LAYOUT_BOXES}: merging is quadratic)"
+        )
     out = []
     for i, b in enumerate(raw):
         bw = f"{where}: boxes[{i}]"
@@ -148,7 +154,7 @@ def iter_layout_files(path: str):
                         raise LayoutError(f"{path}:{lineno}: malformed JSON line ({e})") from None
         else:
             try:
-                yield path, loads(f.read(), max_chars=MAX_LAYOUT_CHARS)
+                yield path, loads(f.read(MAX_LAYOUT_CHARS + 1), max_chars=MAX_LAYOUT_CHARS)
             except json.JSONDecodeError as e:
                 raise LayoutError(f"{path}: malformed JSON ({e})") from None
 

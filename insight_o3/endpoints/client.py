@@ -35,7 +35,7 @@ import openai
 from openai import AsyncOpenAI
 
 from ..base.caps import MAX_REPLY_BYTES
-from ..base.redaction import register_secret, register_url
+from ..base.redaction import redact, register_secret, register_url
 from ..base.untrusted import MalformedReply, ReplyCheck, check_reply
 from .usage import record_response
 
@@ -102,7 +102,7 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
     the request and the whole reply body (the SDK reads non-streamed bodies inside ``send``). Past it,
     the SDK sees its HTTP package's ``ReadTimeout`` and retries as for any timeout. A non-streamed body is
     read here, decoded, and refused (:class:`~insight_o3.base.untrusted.MalformedReply`) once it passes
-    ``max_body_bytes``."""
+    ``max_body_bytes``. Redirects are not followed: one is refused the same way, naming where it pointed."""
 
     def __init__(self, *, deadline: float, max_body_bytes: int = MAX_REPLY_BYTES, **kwargs):
         super().__init__(**kwargs)
@@ -110,9 +110,17 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
         self.max_body_bytes = max_body_bytes
 
     async def send(self, request, *, stream: bool = False, **kw):
+        kw["follow_redirects"] = False  # a redirect would re-send the request (its key, its images) elsewhere
         try:
             async with asyncio.timeout(self.deadline):
                 response = await super().send(request, stream=True, **kw)
+                if response.is_redirect:
+                    await response.aclose()
+                    where = redact(str(response.headers.get("location", "")))[:200]
+                    raise MalformedReply(
+                        f"the server redirected the request (HTTP {response.status_code} to {where}); not followed: "
+                        f"a redirect would send the request body again, possibly to another host — use the final URL"
+                    )
                 if not stream:
                     await read_capped(response, self.max_body_bytes)
                 return response

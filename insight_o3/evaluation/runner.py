@@ -43,7 +43,7 @@ from ..jobs.integrity import Invocation
 from ..jobs.job import BudgetExceeded, JobSettings, Plan, ResumableJob
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
 from ..protocol.trajectory import image_refs
-from ..storage.record_log import RecordFileError
+from ..storage.record_log import RecordFileError, has_lines
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
 from .run_dir import RunDir
@@ -211,6 +211,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         self.run_dir = cfg.run_dir
         self.open_trials: list[int] = []
         self.keys: list[str] = []
+        self.done_by_trial: dict[int, int] = {}  # samples final per open trial (plan)
 
     # -- the directory
     change_hint = "use another --eval_name to run with other settings"
@@ -220,6 +221,9 @@ class EvalJob(ResumableJob[Sample, dict]):
 
     def store(self) -> RunDir:
         return self.run_dir
+
+    def wrote_records(self) -> bool:
+        return any(has_lines(self.run_dir.records_path(k)) for k in self.run_dir.trials())
 
     def _is_done(self, k: int) -> bool:
         if not self.run_dir.is_done(k):
@@ -294,12 +298,14 @@ class EvalJob(ResumableJob[Sample, dict]):
                 )
         units: list[Unit] = []
         initial: list[str | None] = []
+        self.done_by_trial = {k: 0 for k in self.open_trials}
         for s in _image_order(items):
             query = []
             for k in self.open_trials:
                 p = self._pending(k, s)
                 if p is None:
                     initial.append(self.logs[k].records[s.key].status)
+                    self.done_by_trial[k] += 1
                 elif p == "judge":
                     units.append((s, [k], "judge"))
                 else:
@@ -310,6 +316,14 @@ class EvalJob(ResumableJob[Sample, dict]):
                 else:
                     units.extend((s, [k], "query") for k in query)
         return Plan(units, len(items) * len(self.open_trials), initial)
+
+    def where(self, plan: Plan) -> list[str]:
+        n = len(self.keys)
+        lines = []
+        for k in range(self.cfg.num_trials):
+            done = self.done_by_trial.get(k, n)  # a trial not reopened is finished
+            lines.append(f"trial_{k}: {done} of {n} samples done, {n - done} left")
+        return lines
 
     # -- the work
     async def _attempts(self, s: Sample, trials: list[int], kind: str, meter: UsageMeter) -> tuple[list, list]:

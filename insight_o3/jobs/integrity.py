@@ -6,7 +6,8 @@ values derived from its inputs that can change a result (the benchmark file's sh
 ...). :data:`SETTING_KINDS` classifies every setting of every such command:
 
 * ``RESULT`` — can change a result (model, judge, prompts, image budget, sampling settings, seeds, ...):
-  fixed by the directory's first run. A later run (resume, rerun, rejudge into it) that differs on one is
+  fixed by the directory's first run that writes a record (a run stopped before its first record, e.g. by the
+  endpoint check, fixes nothing). A later run (resume, rerun, rejudge into it) that differs on one is
   refused with :class:`SettingsChanged` (exit status 2), naming each differing key with both values, and
   nothing is written;
 * ``OPERATIONAL`` — cannot change a result (concurrency, rate limits, budgets, retries, timeouts, workers,
@@ -349,14 +350,21 @@ def settle(
     *,
     where: str,
     hint: str = "use another output directory to run with other settings",
+    records_written: bool = True,
 ) -> dict:
     """The card to write for this invocation: ``card`` with ``fixed_settings`` and a one-entry ``history`` when
     nothing is stored; else the stored card with this invocation appended to its ``history``. Raises
-    :class:`SettingsChanged` (naming ``where`` and each differing key) when the stored fixed settings differ."""
+    :class:`SettingsChanged` (naming ``where`` and each differing key) when the stored fixed settings differ.
+
+    Settings are fixed by the first run that writes a record: while ``records_written`` is False (every earlier
+    run stopped before its first record, e.g. at the endpoint check), this run's settings replace the stored
+    ones (the history keeps the earlier runs)."""
     entry = invocation.history_entry()
     if stored is None:
         return {**card, FIXED_KEY: invocation.fixed(), HISTORY_KEY: [entry]}
     history = list(stored.get(HISTORY_KEY) or [])
+    if not records_written:
+        return {**stored, **card, FIXED_KEY: invocation.fixed(), HISTORY_KEY: [*history, entry]}
     first = stored.get(FIXED_KEY)
     if not isinstance(first, dict):
         log.warning(

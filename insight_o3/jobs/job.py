@@ -21,7 +21,8 @@ through ``emit``. ``job.run(items)`` returns a :class:`JobResult` whose :attr:`~
 What the job guarantees, for every command alike:
 
 * one run per directory (:mod:`insight_o3.storage.lock`: a second run exits with status 5);
-* a directory's settings are fixed by its first run (:mod:`insight_o3.jobs.integrity`): a job whose
+* a directory's settings are fixed by its first run that writes a record (:mod:`insight_o3.jobs.integrity`;
+  :meth:`~ResumableJob.wrote_records`): a job whose
   :meth:`~ResumableJob.invocation` says what it runs with is refused (status 2, nothing written) when a
   result-changing setting differs from the first run's; otherwise the run is appended to the card's history
   (:meth:`~ResumableJob.store`) before anything else is written;
@@ -36,6 +37,8 @@ What the job guarantees, for every command alike:
   then :class:`BudgetExceeded` is raised. It counts what :meth:`~ResumableJob.spend` says each record cost
   (earlier runs included: the evaluation's records carry their usage) plus the tokens of every request
   made while a unit's work ran (this run only: records of the data tools carry no usage);
+* before work starts, one line per log says where the run stands (:meth:`~ResumableJob.where`: "N of M done, K
+  left"; per trial for an evaluation);
 * at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
 * however a run ends, its requests per endpoint (ok, failed, replies escaped or without valid usage) are added
   to its history entry in the card (:meth:`~ResumableJob.record_endpoints`);
@@ -66,7 +69,7 @@ from ..endpoints.preflight import Endpoint, acheck_endpoints
 from ..endpoints.usage import UsageMeter, metering, total_tokens
 from ..storage.atomic import write_json_atomic
 from ..storage.lock import run_lock
-from ..storage.record_log import RecordLog
+from ..storage.record_log import RecordLog, has_lines
 from .integrity import HISTORY_KEY, Invocation, read_card, settle
 
 log = logging.getLogger(__name__)
@@ -268,6 +271,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Where the card lives (default: :attr:`card_file`, else ``<records_file without .jsonl>_card.json``)."""
         return CardFile(self.path(self.card_file or os.path.splitext(self.records_file)[0] + "_card.json"))
 
+    def wrote_records(self) -> bool:
+        """Whether an earlier run wrote a record (until one has, the next run's settings are the fixed ones):
+        by default whether any of :meth:`log_files` holds a line."""
+        return any(has_lines(self.path(f)) for f in self.log_files().values())
+
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
 
@@ -306,6 +314,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         final = [records[k] for k in map(self.key, items) if k in records and self.is_final(records[k])]
         units = [it for it in items if not (self.key(it) in records and self.is_final(records[self.key(it)]))]
         return Plan(units, len(items), [self.status(r) for r in final])
+
+    def where(self, plan: Plan) -> list[str]:
+        """The lines logged before work starts, saying where the run stands ("N of M done, K left")."""
+        done = len(plan.initial)
+        return [f"{self.desc}: {done} of {plan.total} done, {plan.total - done} left"]
 
     async def setup(self) -> None:
         """Make the clients/stores the work needs (:meth:`client`, :meth:`on_close`); runs inside the loop."""
@@ -381,6 +394,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             try:
                 self._open_logs()
                 plan = self.plan(items)
+                for line in self.where(plan):
+                    log.info("%s", line)
                 if plan.units:
                     self.budget.charge(*self.spent_before())
                 await self._execute(plan)
@@ -431,7 +446,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             return False
         store = self.store()
         stored = store.read_card()
-        store.write_card(settle(stored, self.first_card(), inv, where=store.card_path(), hint=self.change_hint))
+        written = stored is not None and self.wrote_records()
+        card = settle(
+            stored, self.first_card(), inv, where=store.card_path(), hint=self.change_hint, records_written=written
+        )
+        store.write_card(card)
         return True
 
     def _open_logs(self) -> None:

@@ -191,3 +191,12 @@ class RecordLog:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def has_lines(path: str) -> bool:
+    """Whether the log at ``path`` exists and holds anything but whitespace (a record, or a torn one)."""
+    try:
+        with open(path, "rb") as f:
+            return any(chunk.strip() for chunk in iter(lambda: f.read(1 << 16), b""))
+    except OSError:
+        return False

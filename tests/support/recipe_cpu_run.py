@@ -47,17 +47,19 @@ SECRET = "sk-cpu-run-not-a-real-key-0123456789"
 N_GPUS = 2  # FSDP ranks of the CPU run (logical GPUs); the single-GPU smoke run (smoke_gpu.sh) has 1
 
 
-def gpu_overrides() -> list[str]:
-    """``--device cuda`` (``recipe/vsearch/smoke_gpu.sh``): one real GPU, everything else verl's and the recipe's
-    defaults, sleep mode included; attention through PyTorch's SDPA so flash-attn need not be installed; the
-    tiny model's vLLM takes a small share of the GPU; the rollout observers in every Ray process."""
+def gpu_overrides(attn: str = "flash_attention_2") -> list[str]:
+    """``--device cuda`` (``recipe/vsearch/smoke_gpu.sh``): real GPUs, everything else verl's and the recipe's
+    defaults, sleep mode included; ``attn`` ``flash_attention_2`` (train.sh's path: flash-attn and remove-padding)
+    or ``sdpa`` (the documented switch without flash-attn); the tiny model's vLLM takes a small share of the GPU;
+    the rollout observers in every Ray process."""
+    fa = attn == "flash_attention_2"
     return [
         "+ray_kwargs.ray_init.address=local",
         "+ray_kwargs.ray_init.include_dashboard=False",
         "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=recipe.vsearch.rollout_checks.setup_worker",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "actor_rollout_ref.model.use_remove_padding=False",
+        f"+actor_rollout_ref.model.override_config.attn_implementation={attn}",
+        f"actor_rollout_ref.model.use_remove_padding={fa}",
     ]
 
 
@@ -396,6 +398,8 @@ def run_train(
     *,
     python: str | None = None,
     device: str = "cpu",
+    ranks: int = 1,
+    attn: str = "flash_attention_2",
 ) -> RunResult:
     """One ``bash recipe/vsearch/train.sh`` with the CPU overrides (see :mod:`recipe.vsearch.cpu`), run by
     ``python`` (the CPU training venv's interpreter; default: this one). The rollout
@@ -419,7 +423,7 @@ def run_train(
         OPENAI_API_KEY=SECRET,
         TRAIN_FILES="[" + ",".join(map(str, inputs["train"])) + "]",
         VAL_FILES="[" + ",".join(map(str, inputs["val"])) + "]",
-        N_GPUS_PER_NODE=str(N_GPUS if device == "cpu" else 1),
+        N_GPUS_PER_NODE=str(N_GPUS if device == "cpu" else ranks),
         PYTHON=python or sys.executable,
         VERL_FILE_LOGGER_PATH=str(metrics_path),
         HF_HUB_OFFLINE="1",
@@ -455,7 +459,7 @@ def run_train(
     cmd = [
         "bash",
         str(VERL_DIR / "recipe" / "vsearch" / "train.sh"),
-        *(cpu_overrides(N_GPUS) if device == "cpu" else gpu_overrides()),
+        *(cpu_overrides(N_GPUS) if device == "cpu" else gpu_overrides(attn)),
         *small,
         *overrides,
     ]
@@ -504,7 +508,15 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def run_all(work: Path, *, python: str | None = None, device: str = "cpu", variant: str = "original") -> dict:
+def run_all(
+    work: Path,
+    *,
+    python: str | None = None,
+    device: str = "cpu",
+    variant: str = "original",
+    ranks: int = 1,
+    attn: str = "flash_attention_2",
+) -> dict:
     """Both runs (2 steps + checkpoint; resume -> step 3 + validation) under ``vsearch.variant=variant``. Returns
     the summary."""
     work.mkdir(parents=True, exist_ok=True)
@@ -524,6 +536,8 @@ def run_all(work: Path, *, python: str | None = None, device: str = "cpu", varia
             ],
             python=python,
             device=device,
+            ranks=ranks,
+            attn=attn,
         )
         second = None
         if first.rc == 0:
@@ -540,6 +554,8 @@ def run_all(work: Path, *, python: str | None = None, device: str = "cpu", varia
                 ],
                 python=python,
                 device=device,
+                ranks=ranks,
+                attn=attn,
             )
         api_requests = srv.count
     return {
@@ -564,9 +580,24 @@ def main(argv: list[str] | None = None) -> int:
         "then the rollout checks' verdict, sleep releasing GPU memory included",
     )
     ap.add_argument("--variant", default="original", choices=["original", "paper"], help="vsearch.variant")
+    ap.add_argument("--summary", help="also write the summary (JSON) to this file")
+    ap.add_argument("--ranks", type=int, default=1, help="cuda: FSDP ranks = GPUs used (smoke_gpu.sh: 2 when present)")
+    ap.add_argument(
+        "--attn",
+        default="flash_attention_2",
+        choices=["flash_attention_2", "sdpa"],
+        help="cuda: attention of the actor",
+    )
     args = ap.parse_args(argv)
     work = Path(args.work).resolve()
-    summary = run_all(work, python=args.python or str(train_venv_python()), device=args.device, variant=args.variant)
+    summary = run_all(
+        work,
+        python=args.python or str(train_venv_python()),
+        device=args.device,
+        variant=args.variant,
+        ranks=args.ranks,
+        attn=args.attn,
+    )
     for run in ("run1", "run2"):
         if summary[run]:
             summary[run]["log"] = f"{args.work}/{run}.log"
@@ -574,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
         if summary[run]:
             summary[run]["metrics"] = f"{work}/{run}.metrics.jsonl"
     print(json.dumps(summary, indent=1, default=str))
+    if args.summary:
+        Path(args.summary).write_text(json.dumps(summary, indent=1, default=str))
     ok = bool(summary["run2"] and summary["run2"]["rc"] == 0)
     if args.device == "cuda" and summary["run1"]["rc"] == 0:
         from recipe.vsearch.rollout_checks import main as verdict

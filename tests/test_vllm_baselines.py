@@ -1,0 +1,87 @@
+"""The baseline agents against a real vLLM server on CPU serving the tiny random-weight Qwen2.5-VL (as in
+tests/test_vllm_e2e.py): whatever the random model says goes through each protocol and every episode reaches a
+verdict; the judge is a scripted server. Replies are capped at 64 tokens (the protocols' own caps exceed the tiny
+server's context)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from insight_o3.scripts import evaluate
+from tests.conftest import REPO
+from tests.support import eval_bench as eb
+from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_user_text
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_venv_python, tiny_qwen_dir, tmp_path_factory):
+    from tests.support.vllm_server import VLLMServer
+
+    srv = VLLMServer(
+        vllm_venv_python,
+        tiny_qwen_dir,
+        served_model_name="tiny",
+        max_model_len=8192,
+        images_per_prompt=12,
+        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+        extra_args=["--override-generation-config", json.dumps({"max_new_tokens": 64})],
+    )
+    srv.start(timeout=300)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    args = [
+        "--out",
+        str(out),
+        "--num_images",
+        "2",
+        "--questions_per_image",
+        "1",
+        "--min_side",
+        "500",
+        "--max_side",
+        "800",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "insight_o3.scripts.make_demo_bench", *args], capture_output=True, text=True, cwd=REPO
+    )
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _judge(req: dict, call: Call):
+    return chat("<correct>" if "GT Answer:" in last_user_text(req) else "A")
+
+
+@pytest.mark.parametrize("agent", ["deepeyes", "mini_o3"])
+def test_baseline_agent_on_tiny_vllm(agent, vllm_server, bench, tmp_path):
+    ann = next(bench.rglob("*.jsonl"))
+    posts = len(re.findall(r'"POST /v1/chat/completions HTTP/1\.1" 200', vllm_server.log_tail(10**8)))
+    with ScriptedOpenAIServer(_judge) as judge:
+        argv = [
+            "--agent", agent, "--model", "tiny", "--api_base_url", vllm_server.base_url, "--api_key", "EMPTY",
+            "--judge_model", "judge", "--judge_api_base_url", judge.base_url, "--judge_api_key", "j",
+            "--ann_file", str(ann), "--img_dir", str(ann.parent), "--eval_name", agent,
+            "--output_dir", str(tmp_path), "--chat_completion_kwargs", '{"max_tokens": 64}', "--no_progress",
+        ]  # fmt: skip
+        assert evaluate.main(argv) == 0
+    recs = eb.read_records(tmp_path / agent, 0)
+    assert recs and all(r["eval_result"]["status"] in ("correct", "wrong", "invalid", "incomplete") for r in recs)
+    sent = sum(r["eval_result"]["stats"]["requests"] for r in recs)
+    after = len(re.findall(r'"POST /v1/chat/completions HTTP/1\.1" 200', vllm_server.log_tail(10**8)))
+    assert after - posts == sent >= len(recs)
+    card = json.loads((tmp_path / agent / "run_card.json").read_text())
+    assert card["agent"]["name"] == agent
