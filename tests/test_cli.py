@@ -254,8 +254,10 @@ def test_generate_collages_bad_input_exits_2(tmp_path, capsys):
         + "\n"
     )
     out.mkdir()
-    # an earlier run with another seed fixed the directory's settings
+    # an earlier run with another seed fixed the directory's settings (it wrote a record: settings are fixed by the
+    # first run that writes one)
     (out / "run_config.json").write_text(json.dumps({"fixed_settings": {"command": "generate_collages", "seed": 99}}))
+    (out / "failures.jsonl").write_text(json.dumps({"index": 0, "reason": "infeasible"}) + "\n")
     capsys.readouterr()
     assert (
         generate_collages.main(
