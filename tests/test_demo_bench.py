@@ -193,7 +193,7 @@ def test_cli_rejects_bad_arguments(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert r.returncode != 0 and "--num_questions" in r.stderr
+    assert r.returncode != 0 and "num_questions" in r.stderr
 
 
 def test_prepare_benchmarks_with_demo_o3_bench_and_tsv_images(tmp_path, bench):

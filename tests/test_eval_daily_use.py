@@ -186,6 +186,7 @@ def test_judge_cache_asks_identical_prompts_once(bench, tmp_path, openai_server)
 
 def test_run_card(bench, tmp_path, openai_server):
     main_srv = openai_server(eb.model_script())
+    judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
     assert (
         evaluate.main(
@@ -193,7 +194,7 @@ def test_run_card(bench, tmp_path, openai_server):
                 *bench,
                 out,
                 main_srv.base_url,
-                main_srv.base_url,
+                judge_srv.base_url,
                 "--img_max_pixels",
                 "4096",
                 "--chat_completion_kwargs",

@@ -245,5 +245,5 @@ def test_fidelity_doc_covers_every_prompt_and_is_linked():
     missing = [name for name in golden if f"`{name}`" not in doc and f"prompts.{name}`" not in doc]
     assert not missing, f"docs/fidelity.md does not name: {missing}"
     headings = [line for line in doc.splitlines() if line.startswith("## ")]
-    assert headings[-1] == "## Training"
+    assert "## Training" in headings
     assert "docs/fidelity.md" in (root / "README.md").read_text(encoding="utf-8")
