@@ -58,3 +58,40 @@ def test_kappa_intervals_cover_by_simulation():
 def test_kappa_interval_is_none_when_undefined_or_too_few_samples():
     assert kappa_interval(np.ones((6, 3), bool), [0, 0, 1, 1, 2, 2]) is None
     assert kappa_interval(np.array([[1, 0], [0, 0]], bool), ["s", "s"]) is None
+
+
+def test_bootstrap_kappa_pass_equals_statsmodels_on_random_tables():
+    """The interval's vectorised κ (additive per-item statistics, summed) equals statsmodels' Cohen's and
+    Fleiss' κ on random label tables: 2–6 judges, 1–200 items, balanced to nearly unanimous labels."""
+    from statsmodels.stats.inter_rater import cohens_kappa
+    from statsmodels.stats.inter_rater import fleiss_kappa as sm_fleiss
+
+    from insight_o3.evaluation.kappa import _kappa, _per_item
+
+    rng = np.random.default_rng(11)
+    checked = 0
+    for _ in range(3000):
+        m, n = int(rng.integers(2, 7)), int(rng.integers(1, 201))
+        rates = rng.choice([0.02, 0.2, 0.5, 0.8, 0.98], m)
+        labels = rng.random((n, m)) < rates
+        ours = float(_kappa(_per_item(labels).sum(axis=0), m))
+        k = labels.sum(axis=1)
+        if not 0 < k.sum() < labels.size:  # one label for everything: undefined on both sides
+            assert math.isnan(ours)
+            continue
+        if m == 2:
+            table = np.array(
+                [
+                    [np.sum(labels[:, 0] & labels[:, 1]), np.sum(labels[:, 0] & ~labels[:, 1])],
+                    [np.sum(~labels[:, 0] & labels[:, 1]), np.sum(~labels[:, 0] & ~labels[:, 1])],
+                ]
+            )
+            ref = cohens_kappa(table, return_results=False)
+            assert ours == pytest.approx(ref, abs=1e-12) and cohen_kappa(labels[:, 0], labels[:, 1]) == pytest.approx(
+                ours, abs=1e-12
+            )
+        else:
+            ref = sm_fleiss(np.stack([k, m - k], axis=1))
+            assert ours == pytest.approx(ref, abs=1e-12) and fleiss_kappa(labels) == pytest.approx(ours, abs=1e-12)
+        checked += 1
+    assert checked > 2500

@@ -21,6 +21,7 @@ from insight_o3.evaluation.significance import (
     outcomes,
     run_accuracy,
     sign_flip_pvalue,
+    wilson,
 )
 
 
@@ -100,6 +101,18 @@ def test_wilson_interval_against_scipy_and_at_the_extremes():
     assert hi == 1.0 and 0.89 < lo < 0.92
     lo, hi = accuracy_interval(np.zeros(5), np.full(5, 3))
     assert lo == 0.0 and hi > 0.4
+
+
+def test_wilson_takes_a_non_integer_effective_size():
+    """The accuracy interval uses a non-integer effective n; statsmodels' Wilson interval (what ``wilson``
+    calls) must then be the score interval's closed form, not a rounded or refused count."""
+    z = stats.norm.ppf(0.975)
+    p, n = np.array([0.0, 0.3, 0.55, 1.0]), np.array([5.0, 12.7, 3.3, 40.25])
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    lo, hi = wilson(p, n)
+    np.testing.assert_allclose(lo, np.clip(centre - half, 0, 1), atol=1e-12)
+    np.testing.assert_allclose(hi, np.clip(centre + half, 0, 1), atol=1e-12)
 
 
 def test_paired_score_interval_is_never_degenerate():

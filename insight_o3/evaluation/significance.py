@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
+from statsmodels.stats.proportion import proportion_confint
 
 from .schema import EvalRecord
 
@@ -130,13 +131,12 @@ def _z(confidence: float) -> float:
 
 
 def wilson(p: np.ndarray | float, n: np.ndarray | float, confidence: float = DEFAULT_CONFIDENCE):
-    """Wilson's score interval of a proportion ``p`` observed on ``n`` (possibly effective) trials."""
-    z = _z(confidence)
+    """Wilson's score interval of a proportion ``p`` observed on ``n`` (possibly effective, non-integer)
+    trials: ``statsmodels.stats.proportion.proportion_confint(method="wilson")``, which takes a
+    non-integer count and size; clipped to [0, 1] against float rounding."""
     p, n = np.asarray(p, float), np.asarray(n, float)
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+    lo, hi = proportion_confint(p * n, n, alpha=1 - confidence, method="wilson")
+    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
 
 
 def effective_n(x: np.ndarray, m: np.ndarray, confidence: float = DEFAULT_CONFIDENCE) -> np.ndarray:
