@@ -202,7 +202,7 @@ def test_analysis_sections_render_in_headless_chromium(demo_eval_run, tmp_path, 
     assert kappa[1][0] == "scripted-judge (verify) vs lenient-judge (verify)" and kappa[1][1] == "6"
     dis = dom.tables["disagreement-table"][1:]
     assert len(dis) == 2 and {r[1] for r in dis} == {"0", "1"}
-    assert dis[0][5:] == ["wrongA", "correct<correct>"]  # each verdict, with what the judge model said
+    assert dis[0][5:] == ["wrong<wrong>", "correct<correct>"]  # each verdict, with what the judge model said
     assert dom.body.get("data-after-bucket-filter") == "crop_missed"
 
     # the compare page: the same benchmark run by another (scripted) system

@@ -157,7 +157,9 @@ def make_demo_run(
         )
 
     def judge(req, call):
-        return chat("A")
+        # a verification prompt (it names the <correct>/<wrong> verdicts) gets a clear verdict; an extraction "A"
+        prompt = json.dumps(req.get("messages", []))
+        return chat("<wrong>" if "<correct>" in prompt else "A")
 
     servers = [ScriptedOpenAIServer(s).start() for s in (reasoner, searcher, judge)]
     try:
