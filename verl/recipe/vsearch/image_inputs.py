@@ -36,12 +36,15 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from insight_o3.agents.views import pil_view
 from insight_o3.imaging.images import ImageRef, ImageStore, Resize
+
+if TYPE_CHECKING:  # torch is imported where pixels are rebuilt: the rollout side (ImageViews) needs no torch
+    import torch
 
 #: the key of a row's ``multi_modal_inputs`` that holds its :class:`ImageViews` (popped before the model sees it)
 VIEWS_KEY = "vsearch_image_views"
@@ -125,6 +128,8 @@ def with_references(grid: torch.Tensor, views: ImageViews) -> dict:
 def rebuild(processor, inputs: dict, cache: PixelCache | None = None) -> dict:
     """``inputs`` (a row's ``multi_modal_inputs``) with its ``pixel_values`` rebuilt from its references
     (unchanged if it has none). Raises ValueError when a rebuilt grid differs from the row's."""
+    import torch
+
     views = inputs.get(VIEWS_KEY) if isinstance(inputs, dict) else None
     if views is None:
         return inputs
