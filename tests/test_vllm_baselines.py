@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from insight_o3.scripts import evaluate
-from tests.conftest import REPO
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_user_text
 
@@ -42,24 +39,7 @@ def vllm_server(vllm_venv_python, tiny_qwen_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
-    args = [
-        "--out",
-        str(out),
-        "--num_images",
-        "2",
-        "--questions_per_image",
-        "1",
-        "--min_side",
-        "500",
-        "--max_side",
-        "800",
-    ]
-    r = subprocess.run(
-        [sys.executable, "-m", "insight_o3.scripts.make_demo_bench", *args], capture_output=True, text=True, cwd=REPO
-    )
-    assert r.returncode == 0, r.stderr
-    return out
+    return eb.make_demo_bench_cli(tmp_path_factory.mktemp("bench"), min_side=500, max_side=800)
 
 
 def _judge(req: dict, call: Call):

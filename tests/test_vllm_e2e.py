@@ -26,6 +26,7 @@ from PIL import Image
 from insight_o3.imaging.geometry import smart_resize
 from insight_o3.protocol.prompts import VREASONER_INFER_SYSTEM_PROMPT
 from tests.conftest import REPO
+from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_user_text
 
 pytestmark = pytest.mark.slow
@@ -75,30 +76,7 @@ def vllm_server(vllm_venv_python, tiny_qwen_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "insight_o3.scripts.make_demo_bench",
-            "--out",
-            str(out),
-            "--num_images",
-            "2",
-            "--questions_per_image",
-            "1",
-            "--min_side",
-            "700",
-            "--max_side",
-            "1100",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
-    return out
+    return eb.make_demo_bench_cli(tmp_path_factory.mktemp("bench"), min_side=700, max_side=1100)
 
 
 def _chat_posts(log_text: str) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -174,3 +176,20 @@ def evaluate_argv(
         *("--ann_file", str(ann), "--img_dir", str(img_dir), "--output_dir", str(out)),
         *("--no_progress", "--max_retries", str(max_retries), *extra),
     ]
+
+
+def make_demo_bench_cli(out: Path, *, min_side: int, max_side: int) -> Path:
+    """Two images, one question each, drawn by ``python -m insight_o3.scripts.make_demo_bench`` as a user runs it
+    (the benchmark of the tiny-vLLM tests)."""
+    argv = ["--out", str(out), "--num_images", "2", "--questions_per_image", "1"]
+    argv += ["--min_side", str(min_side), "--max_side", str(max_side)]
+    repo = Path(__file__).resolve().parents[2]
+    r = subprocess.run(
+        [sys.executable, "-m", "insight_o3.scripts.make_demo_bench", *argv],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    return out
