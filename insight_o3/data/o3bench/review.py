@@ -223,8 +223,7 @@ def refusal(problems: list[str]) -> DecisionsError:
     """Every problem, in file and line order, in one error."""
     ordered = sorted(problems, key=_position)  # stable: a line's problems keep their order
     return DecisionsError(
-        f"the decisions cannot be applied ({len(ordered)} problem(s); nothing was written):\n  "
-        + "\n  ".join(ordered)
+        f"the decisions cannot be applied ({len(ordered)} problem(s); nothing was written):\n  " + "\n  ".join(ordered)
     )
 
 
