@@ -154,7 +154,7 @@ def edit_problems(item: BenchItem, source: SourceImage, edit: dict) -> tuple[Ben
     (when every text field has the right type) and every problem of ``target_layouts``."""
     problems = [f"{k}: {p}" for k in EDITABLE if k in edit and (p := _type_problem(k, edit[k])) is not None]
     targets = edit.get("target_layouts")
-    if "target_layouts" in edit and _type_problem("target_layouts", targets) is None:
+    if isinstance(targets, list) and _type_problem("target_layouts", targets) is None:
         unknown = [t for t in targets if t not in source.layout_ids]
         if unknown:
             problems.append(f"target_layouts: layout {unknown[0]} is not a layout of the image")
