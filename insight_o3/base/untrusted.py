@@ -236,7 +236,7 @@ def _walk_dict(d: dict, fn: Callable[[str], str], counter: list[int], depth: int
         d[new_key] = value
 
 
-def _model_fields(obj: Any) -> list[dict]:
+def _model_fields(obj: Any) -> list[dict[str, Any]]:
     """The field dicts of a pydantic model (declared fields and extras), [] for anything else."""
     if not hasattr(type(obj), "model_fields"):
         return []
