@@ -90,11 +90,21 @@ def test_offline_build_end_to_end_then_evaluate(tmp_path, demo, oracle, openai_s
     assert ext["map/map_0000#L2"]["image"]["region"] == map0["layouts"][1]["bbox"]  # the crop sent is the layout
 
     # E.2 from text only (the oracle refuses any request with an image); prose instead of JSON is asked again
+    # a reply that is JSON but for trailing commas is repaired, not paid for again, and the record says so
     oracle.state["e2_prose_once"] = {"map/map_0004"}
+    oracle.state["e2_trailing_commas"] = {"chart/chart_0001"}
     assert run(*step_argv("synthesize", ws, srv.base_url)) == 0
     syn = records(ws / "synthesize" / "records.jsonl")
     assert set(syn) == set(inp["records"]) and all(r["status"] == "ok" for r in syn.values())
     assert syn["map/map_0004"]["attempts"] == 2
+    fixed = syn["chart/chart_0001"]
+    assert fixed["attempts"] == 1 and oracle.state["e2_seen"].count("chart/chart_0001") == 1
+    assert ",\n]" in fixed["reply"] and len(fixed["items"]) == 4
+    assert fixed["json_repair"]["library"].startswith("json-repair ")
+    assert "line" in fixed["json_repair"]["error"] and all(
+        "json_repair" not in r for k, r in syn.items() if k != "chart/chart_0001"
+    )
+    assert json.loads((ws / "synthesize" / "step_card.json").read_text())["summary"]["replies_repaired"] == 1
     e2_requests = [r for r in srv.requests if r["model"] == "writer"]
     assert all(isinstance(m["content"], str) for r in e2_requests for m in r["messages"])  # text only, no image part
 

@@ -9,6 +9,7 @@ import json
 import pytest
 from PIL import Image
 
+from insight_o3.base.untrusted import UntrustedJSONError, loads_repaired
 from insight_o3.data.o3bench import review, sources, synthesis
 from insight_o3.data.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
 from insight_o3.data.o3bench.records import BenchItem, SourceImage, SourceLayout
@@ -237,6 +238,53 @@ def test_e2_reply_array_is_found(reply):
 def test_e2_reply_without_an_array_is_an_error(reply, message):
     with pytest.raises(synthesis.SynthesisFormatError, match=message):
         synthesis.parse_items(reply)
+
+
+TRAILING = '```json\n[\n {"question": "q", "answer": "C",},\n {"question": "r",},\n]\n```'
+
+
+def test_e2_reply_valid_but_for_trailing_commas_is_repaired_and_the_repair_is_said():
+    assert synthesis.parse_reply('[{"question": "q"}]').repair is None
+    parsed = synthesis.parse_reply(TRAILING)
+    assert parsed.items == [{"question": "q", "answer": "C"}, {"question": "r"}]
+    rep = parsed.repair.to_dict()
+    assert rep["error"] == "Expecting property name enclosed in double quotes at line 2 column 34"
+    assert rep["library"].startswith("json-repair 0.") and isinstance(rep["actions"], list)
+    # other benign damage: single quotes, a comment, a missing comma between objects
+    for damaged in ("[{'question': 'q'}]", '[{"question": "q"} // one\n]', '[{"question": "q"} {"question": "r"}]'):
+        assert synthesis.parse_reply(damaged).items[0] == {"question": "q"}, damaged
+        assert synthesis.parse_reply(damaged).repair is not None
+
+
+@pytest.mark.parametrize(
+    "reply, message",
+    [
+        ('[{"question": "q", "options": "A. x', "no JSON array"),  # cut off: asked again, never completed
+        ('[{"b": 1,}, ' + "[" * 5000 + "1" + "]" * 5000 + "]", "no JSON array"),  # a bomb stays a failure
+        ('[{"a": ' + "[" * 150 + "1" + "]" * 150 + ",}]", "no JSON array"),  # repaired, but nested past the bound
+        ("[" * 150 + "1" + "]" * 150, "no JSON array"),  # valid JSON beyond the bound: not repaired either
+        ('[{"b": 1,}, {"a": 1' + "0" * 400 + "}]", "no JSON array"),  # an integer past the bound
+        ("[" + '{"q": 1,},' * 30_000 + "]", "no JSON array"),  # too long to repair
+    ],
+)
+def test_a_repair_stays_bounded(reply, message):
+    with pytest.raises(synthesis.SynthesisFormatError, match=message):
+        synthesis.parse_reply(reply)
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('[{"b": 1,}, ' + "[" * 5000 + "1" + "]" * 5000 + "]", "cannot be repaired"),
+        ('[{"a": ' + "[" * 150 + "1" + "]" * 150 + ",}]", "the repaired value is out of bounds: nested more than 100"),
+        ("[" * 150 + "1" + "]" * 150, "^nested more than 100 levels deep"),
+        ('[{"b": 1,}, {"a": 1' + "0" * 400 + "}]", "out of bounds: an integer of 401 digits"),
+        ("[" + '{"q": 1,},' * 30_000 + "]", "not repaired: longer than 200000 characters"),
+    ],
+)
+def test_repaired_json_is_held_to_the_bounds_of_strict_json(text, why):
+    with pytest.raises(UntrustedJSONError, match=why):
+        loads_repaired(text)
 
 
 # ------------------------------------------------------------------------------------------- validation

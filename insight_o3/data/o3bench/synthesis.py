@@ -10,8 +10,10 @@ layout, its id and text:
   crop has text; B.2 gives the model "the layout set with captions and OCR texts"), ``ocr`` (the OCR text, the
   caption when there is none) or ``caption``.
 
-The reply is parsed as the JSON array the prompt asks for (:func:`parse_items`); a reply without one is asked again
-(``--parse_retries``) and then recorded as failed.
+The reply is parsed as the JSON array the prompt asks for (:func:`parse_reply`); an array that is valid JSON but for
+benign damage (trailing commas, comments, ...) is repaired and the record says what was repaired
+(``json_repair``: the strict parser's error, the repair library's log and version); a reply without an array is
+asked again (``--parse_retries``) and then recorded as failed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ...base.untrusted import loads
+from ...base.untrusted import JSONRepair, loads, loads_repaired
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
@@ -69,14 +71,26 @@ def _candidates(text: str) -> list[str]:
     return out
 
 
-def parse_items(text: str | None) -> list:
+@dataclass(frozen=True)
+class ParsedReply:
+    """The items of a reply; ``repair`` says what was repaired when the array was not valid JSON."""
+
+    items: list
+    repair: JSONRepair | None = None
+
+
+def parse_reply(text: str | None) -> ParsedReply:
     """The JSON array of a reply: the first fenced code block that holds one, else the whole reply, else the text
-    from its first ``[`` to its last ``]``. Elements are returned as they are (validation judges them). Raises
-    :class:`SynthesisFormatError` when there is no non-empty array."""
+    from its first ``[`` to its last ``]``. When none of them is valid JSON, the first of them that is an array
+    but for benign damage (trailing commas, comments, single quotes, a missing comma: see
+    :func:`insight_o3.base.untrusted.loads_repaired`) is repaired, within the same bounds, and the repair is
+    returned with the items, so that a reply like that is not paid for again. Elements are returned as they are
+    (validation judges them). Raises :class:`SynthesisFormatError` when there is no non-empty array."""
     text = (text or "").strip()
     if not text:
         raise SynthesisFormatError("empty reply")
-    for cand in _candidates(text):
+    candidates = _candidates(text)
+    for cand in candidates:
         try:
             value = loads(cand)
         except ValueError:
@@ -84,8 +98,23 @@ def parse_items(text: str | None) -> list:
         if isinstance(value, list):
             if not value:
                 raise SynthesisFormatError("the JSON array is empty")
-            return value
+            return ParsedReply(value)
+    for cand in candidates:
+        cand = cand.strip()
+        if not (cand.startswith("[") and cand.endswith("]")):
+            continue  # only a closed array is repaired: a cut-off one is asked again
+        try:
+            value, repair = loads_repaired(cand)
+        except ValueError:
+            continue
+        if isinstance(value, list) and value:
+            return ParsedReply(value, repair)
     raise SynthesisFormatError("no JSON array of items in the reply")
+
+
+def parse_items(text: str | None) -> list:
+    """The items of :func:`parse_reply`."""
+    return parse_reply(text).items
 
 
 # ----------------------------------------------------------------------------- the step
@@ -167,15 +196,17 @@ class SynthesizeJob(StepJob[SourceImage]):
                 reason = "the reply was cut off at the token limit"
             else:
                 try:
-                    items = parse_items(reply)
+                    parsed = parse_reply(reply)
                 except SynthesisFormatError as e:
                     reason = str(e)
                 else:
                     usage = meter.to_dict()
+                    repaired = {"json_repair": parsed.repair.to_dict()} if parsed.repair is not None else {}
                     return {
                         **base,
                         "status": "ok",
-                        "items": items,
+                        "items": parsed.items,
+                        **repaired,
                         "reply": reply,
                         "attempts": attempt,
                         "usage": usage,
@@ -198,7 +229,7 @@ class SynthesizeJob(StepJob[SourceImage]):
     def summary(self) -> dict:
         out = super().summary()
         out["images_waiting_for_extraction"] = len(self.waiting)
-        out["synthesized_items"] = sum(
-            len(self.records[k].get("items") or []) for k in self.order if self.records.get(k, {}).get("status") == "ok"
-        )
+        ok = [self.records[k] for k in self.order if self.records.get(k, {}).get("status") == "ok"]
+        out["synthesized_items"] = sum(len(r.get("items") or []) for r in ok)
+        out["replies_repaired"] = sum("json_repair" in r for r in ok)
         return out
