@@ -274,7 +274,9 @@ def step_command(ws: Workspace, step: str) -> str:
         models = [m for m in card.get("models") or [] if isinstance(m, dict)]
         solvers = [",".join(x for x in (m.get("model"), m.get("api_base_url")) if x) for m in models]
         return cmd + "".join(f" --solver {s}" for s in solvers or ["MODEL"])
-    model = card.get("model") if isinstance(card.get("model"), dict) else {}
+    model = card.get("model")
+    if not isinstance(model, dict):
+        model = {}
     cmd += f" --model {model.get('model') or 'MODEL'}"
     return cmd + (f" --api_base_url {model['api_base_url']}" if model.get("api_base_url") else "")
 
