@@ -52,12 +52,12 @@ from ..cli import (
 from ..data.layout import LayoutError
 from ..data.o3bench import sources as src_mod
 from ..data.o3bench.extraction import ExtractJob, tasks_for
-from ..data.o3bench.filtering import BenchFilterJob, drop_threshold
+from ..data.o3bench.filtering import BenchFilterJob, drop_threshold, filter_coverage
 from ..data.o3bench.prompts import prompt_hashes
 from ..data.o3bench.records import BuildFileError, read_items, read_sources
 from ..data.o3bench.release import release_workspace
 from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..data.o3bench.steps import PROG, ModelEndpoint, StepSettings, read_log, step_command
+from ..data.o3bench.steps import PROG, InputNotReady, ModelEndpoint, StepSettings, read_log, step_command
 from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..data.o3bench.validation import validate_workspace
 from ..data.o3bench.workspace import Workspace
@@ -219,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--overwrite_decisions", action="store_true", help="rewrite existing decisions files (default: keep them)"
     )
+    q.add_argument(
+        "--allow_partial",
+        action="store_true",
+        help="write the pages while some candidates have not been through the filter (default: refuse)",
+    )
     q = rsub.add_parser("apply", help="apply decisions files (edits validated again)")
     _workspace(q)
     q.add_argument("--decisions", nargs="+", default=None, help="default: every review/batch_*.decisions.txt")
@@ -227,7 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.formatter_class = ap.formatter_class
     _workspace(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the A-E option shuffle")
-    p.add_argument("--require_all_decided", action="store_true", help="refuse while items are still pending")
+    p.add_argument(
+        "--require_all_decided",
+        action="store_true",
+        help="refuse while a candidate has not been through the filter, a kept item has no review decision or an "
+        "item is still pending",
+    )
     return ap
 
 
@@ -435,6 +445,18 @@ def run_review_page(a: argparse.Namespace) -> int:
         raise BuildFileError("--batch_size must be at least 1")
     with run_lock(ws.root, "build_o3_bench review page"):
         items = read_items(ws.require(ws.kept, "filter"), "filter/kept.jsonl")
+        cov = filter_coverage(ws)
+        if cov.unfiltered and not a.allow_partial:
+            raise InputNotReady(
+                f"{cov.describe()}: run '{step_command(ws, 'filter')}' first, or pass --allow_partial to review "
+                f"what the {cov.candidates - cov.unfiltered} filtered one(s) kept now"
+            )
+        if cov.unfiltered:
+            print(
+                f"warning: {cov.describe()}; these pages hold only what the filtered ones kept: run 'review page' "
+                f"again after '{step_command(ws, 'filter')}'",
+                file=sys.stderr,
+            )
         sources = read_sources(ws.require(ws.sources, "sources"))
         records = read_log(ws.records("filter"))
         groups = batches(items, a.batch_size)
@@ -457,7 +479,15 @@ def run_review_page(a: argparse.Namespace) -> int:
                 kept_files += 1
                 continue
             write_text_atomic(dec, template(group, k, len(groups), ws.review_page(k).name))
-    _print({"step": "review page", "items": len(items), "batches": len(groups), "decisions_files_kept": kept_files})
+    _print(
+        {
+            "step": "review page",
+            "items": len(items),
+            "batches": len(groups),
+            "decisions_files_kept": kept_files,
+            "unfiltered": cov.unfiltered,
+        }
+    )
     return ExitCode.OK
 
 
@@ -469,9 +499,10 @@ def run_review_apply(a: argparse.Namespace) -> int:
 
 def run_release(a: argparse.Namespace) -> int:
     out = release_workspace(Workspace.at(a.output_dir), a.seed, a.require_all_decided)
+    notes = out.pop("notes")
     _print({"step": "release", **out})
-    if out["pending"]:
-        print(f"note: {out['pending']} item(s) still pending review are not in the release", file=sys.stderr)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
     return ExitCode.OK
 
 
