@@ -16,10 +16,12 @@ step reads and writes one workspace directory (``--output_dir``; layout in
 ``--limit`` for a dry look, token usage and cost (``--price_file``) per record, budgets (``--max_cost``,
 ``--max_tokens_total``), adaptive concurrency with ``--rpm`` / ``--tpm``, and writes ``<step>/step_card.json``.
 
-Exit status (:class:`insight_o3.base.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them); 2 bad
-input (flags, a layout file, a workspace file, a decisions file; the message names the file and line); 3 an
-output could not be written; 4 stopped early (a 401/403/404, too many failed requests, a budget); 5 another step
-holds the workspace.
+Exit status (:class:`insight_o3.base.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them) or
+wait for an earlier step (``synthesize``: images whose extraction is not complete; the message names the command to
+run first); 2 bad input (flags, a layout file, a workspace file, a decisions file; the message names the file and
+line) or nothing to do because the earlier step has not produced this step's input (the message names the command to
+run first); 3 an output could not be written; 4 stopped early (a 401/403/404, too many failed requests, a budget);
+5 another step holds the workspace.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from ..data.o3bench.prompts import prompt_hashes
 from ..data.o3bench.records import BuildFileError, read_items, read_sources
 from ..data.o3bench.release import release_workspace
 from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..data.o3bench.steps import ModelEndpoint, StepSettings, read_log
+from ..data.o3bench.steps import PROG, ModelEndpoint, StepSettings, read_log, step_command
 from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..data.o3bench.validation import validate_workspace
 from ..data.o3bench.workspace import Workspace
@@ -66,7 +68,6 @@ from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..storage.atomic import write_jsonl_atomic, write_text_atomic
 from ..storage.lock import run_lock
 
-PROG = "python -m insight_o3.scripts.build_o3_bench"
 BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
 
 
@@ -348,13 +349,23 @@ def run_synthesize(a: argparse.Namespace) -> int:
     )
     result = job.run(sources)
     _print(result.summary)
+    if job.waiting:
+        print(f"note: {job.waiting_note()}", file=sys.stderr)
     return result.exit_code
 
 
 def run_validate(a: argparse.Namespace) -> int:
-    report = validate_workspace(Workspace.at(a.output_dir))
+    ws = Workspace.at(a.output_dir)
+    report = validate_workspace(ws)
     share = report["f_share"]
     _print({k: v for k, v in report.items() if k != "f_share"} | {"f_share": share["overall"]})
+    waiting = len(report["images_synthesis_failed"]) + len(report["images_not_synthesized"])
+    if waiting:
+        print(
+            f"note: {waiting} of {report['images']} image(s) have no items yet (synthesis failed or not run): "
+            f"run '{step_command(ws, 'synthesize')}' first, then validate again",
+            file=sys.stderr,
+        )
     if not share["within_limit"]:
         print(
             f"warning: {share['overall']['share']:.1%} of the accepted items have answer F, above the paper's "

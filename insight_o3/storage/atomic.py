@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 from ..base.redaction import redact, redact_json
 
@@ -208,7 +208,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         f.write(redact(text))
 
 
-def write_json_atomic(path: str | os.PathLike, obj, indent: int | None = 2) -> None:
+def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
     """``obj`` as JSON written atomically; every string redacted (no key or URL credential in a settings file)."""
     with atomic_writer(path) as f:
         json.dump(redact_json(obj), f, indent=indent, ensure_ascii=False)
