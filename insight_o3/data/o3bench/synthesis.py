@@ -27,7 +27,7 @@ from ...base.untrusted import JSONRepair, loads, loads_repaired
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
-from .steps import ModelEndpoint, StepJob, read_log
+from .steps import InputNotReady, ModelEndpoint, StepJob, read_log, step_command
 
 LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
 _FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
@@ -135,13 +135,16 @@ class SynthesizeJob(StepJob[SourceImage]):
         super().__init__(workspace, settings, **kw)
         self.endpoint, self.mode = endpoint, layout_text_mode
         self.waiting: list[str] = []
+        self.waiting_failed, self.sources_total = 0, 0
 
     def key(self, unit) -> str:
         return unit.source.key if isinstance(unit, SynthTask) else unit.key
 
     def plan(self, sources: list[SourceImage]):
-        """Images whose full image and every layout have an ok extraction (read under the workspace lock)."""
-        ex = extractions_by_image(read_log(self.ws.records("extract")))
+        """Images whose full image and every layout have an ok extraction (read under the workspace lock);
+        :class:`InputNotReady` when there are images and none is ready."""
+        extracted = read_log(self.ws.records("extract"))
+        ex = extractions_by_image(extracted)
         ready: list = []
         self.waiting = []
         for s in sources:
@@ -150,7 +153,24 @@ class SynthesizeJob(StepJob[SourceImage]):
                 self.waiting.append(s.key)
                 continue
             ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], self.mode)))
+        failed = {str(r.get("image_key")) for r in extracted.values() if r.get("status") != "ok"}
+        self.waiting_failed = sum(k in failed for k in self.waiting)
+        self.sources_total = len(sources)
+        if self.waiting and not ready:
+            raise InputNotReady(f"no image is ready for synthesis: {self.waiting_note()}")
         return super().plan(ready)
+
+    def waiting_note(self) -> str:
+        """How many images wait for their extraction, and the command to run first."""
+        n = len(self.waiting)
+        return (
+            f"{n} of {self.sources_total} image(s) wait for their E.1 extraction ({self.waiting_failed} with a "
+            f"failed extraction record, {n - self.waiting_failed} not extracted yet); run "
+            f"'{step_command(self.ws, 'extract')}' first (it retries failed records), then this command again"
+        )
+
+    def incomplete(self, summary: dict) -> int:
+        return super().incomplete(summary) + len(self.waiting)  # images waiting are not done (status 1)
 
     async def setup(self) -> None:
         self.api = self.endpoint_client(self.endpoint, "synthesizer", self.limiter())

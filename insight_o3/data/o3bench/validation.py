@@ -39,7 +39,7 @@ from ...storage.atomic import write_json_atomic, write_jsonl_atomic
 from ...storage.lock import run_lock
 from .extraction import extractions_by_image
 from .records import BenchItem, SourceImage, read_sources
-from .steps import read_log
+from .steps import InputNotReady, read_log, step_command
 from .validation_rules import ValidationRules, read_rules_record, rules_record
 from .workspace import Workspace
 
@@ -281,6 +281,11 @@ def validate_workspace(ws: Workspace, rules: ValidationRules | None = None, rule
                             "item": raw,
                         }
                     )
+        if sources and len(failed) + len(missing) == len(sources):
+            raise InputNotReady(
+                f"no image is synthesized yet ({len(missing)} not synthesized, {len(failed)} failed): run "
+                f"'{step_command(ws, 'synthesize')}' first"
+            )
         counts = Counter(r["reason"] for r in rejected)
         report = {
             "images": len(sources),
