@@ -16,10 +16,12 @@ step reads and writes one workspace directory (``--output_dir``; layout in
 ``--limit`` for a dry look, token usage and cost (``--price_file``) per record, budgets (``--max_cost``,
 ``--max_tokens_total``), adaptive concurrency with ``--rpm`` / ``--tpm``, and writes ``<step>/step_card.json``.
 
-Exit status (:class:`insight_o3.base.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them); 2 bad
-input (flags, a layout file, a workspace file, a decisions file; the message names the file and line); 3 an
-output could not be written; 4 stopped early (a 401/403/404, too many failed requests, a budget); 5 another step
-holds the workspace.
+Exit status (:class:`insight_o3.base.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them) or
+wait for an earlier step (``synthesize``: images whose extraction is not complete; the message names the command to
+run first); 2 bad input (flags, a layout file, a workspace file, a decisions file; the message names the file and
+line) or nothing to do because the earlier step has not produced this step's input (the message names the command to
+run first); 3 an output could not be written; 4 stopped early (a 401/403/404, too many failed requests, a budget);
+5 another step holds the workspace.
 """
 
 from __future__ import annotations
@@ -50,12 +52,12 @@ from ..cli import (
 from ..data.layout import LayoutError
 from ..data.o3bench import sources as src_mod
 from ..data.o3bench.extraction import ExtractJob, tasks_for
-from ..data.o3bench.filtering import BenchFilterJob, drop_threshold
+from ..data.o3bench.filtering import BenchFilterJob, drop_threshold, filter_coverage
 from ..data.o3bench.prompts import prompt_hashes
 from ..data.o3bench.records import BuildFileError, read_items, read_sources
 from ..data.o3bench.release import release_workspace
 from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..data.o3bench.steps import ModelEndpoint, StepSettings, read_log
+from ..data.o3bench.steps import PROG, InputNotReady, ModelEndpoint, StepSettings, read_log, step_command
 from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..data.o3bench.validation import validate_workspace
 from ..data.o3bench.workspace import Workspace
@@ -66,7 +68,6 @@ from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..storage.atomic import write_jsonl_atomic, write_text_atomic
 from ..storage.lock import run_lock
 
-PROG = "python -m insight_o3.scripts.build_o3_bench"
 BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
 
 
@@ -218,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--overwrite_decisions", action="store_true", help="rewrite existing decisions files (default: keep them)"
     )
+    q.add_argument(
+        "--allow_partial",
+        action="store_true",
+        help="write the pages while some candidates have not been through the filter (default: refuse)",
+    )
     q = rsub.add_parser("apply", help="apply decisions files (edits validated again)")
     _workspace(q)
     q.add_argument("--decisions", nargs="+", default=None, help="default: every review/batch_*.decisions.txt")
@@ -226,7 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.formatter_class = ap.formatter_class
     _workspace(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the A-E option shuffle")
-    p.add_argument("--require_all_decided", action="store_true", help="refuse while items are still pending")
+    p.add_argument(
+        "--require_all_decided",
+        action="store_true",
+        help="refuse while a candidate has not been through the filter, a kept item has no review decision or an "
+        "item is still pending",
+    )
     return ap
 
 
@@ -348,13 +359,23 @@ def run_synthesize(a: argparse.Namespace) -> int:
     )
     result = job.run(sources)
     _print(result.summary)
+    if job.waiting:
+        print(f"note: {job.waiting_note()}", file=sys.stderr)
     return result.exit_code
 
 
 def run_validate(a: argparse.Namespace) -> int:
-    report = validate_workspace(Workspace.at(a.output_dir))
+    ws = Workspace.at(a.output_dir)
+    report = validate_workspace(ws)
     share = report["f_share"]
     _print({k: v for k, v in report.items() if k != "f_share"} | {"f_share": share["overall"]})
+    waiting = len(report["images_synthesis_failed"]) + len(report["images_not_synthesized"])
+    if waiting:
+        print(
+            f"note: {waiting} of {report['images']} image(s) have no items yet (synthesis failed or not run): "
+            f"run '{step_command(ws, 'synthesize')}' first, then validate again",
+            file=sys.stderr,
+        )
     if not share["within_limit"]:
         print(
             f"warning: {share['overall']['share']:.1%} of the accepted items have answer F, above the paper's "
@@ -424,6 +445,18 @@ def run_review_page(a: argparse.Namespace) -> int:
         raise BuildFileError("--batch_size must be at least 1")
     with run_lock(ws.root, "build_o3_bench review page"):
         items = read_items(ws.require(ws.kept, "filter"), "filter/kept.jsonl")
+        cov = filter_coverage(ws)
+        if cov.unfiltered and not a.allow_partial:
+            raise InputNotReady(
+                f"{cov.describe()}: run '{step_command(ws, 'filter')}' first, or pass --allow_partial to review "
+                f"what the {cov.candidates - cov.unfiltered} filtered one(s) kept now"
+            )
+        if cov.unfiltered:
+            print(
+                f"warning: {cov.describe()}; these pages hold only what the filtered ones kept: run 'review page' "
+                f"again after '{step_command(ws, 'filter')}'",
+                file=sys.stderr,
+            )
         sources = read_sources(ws.require(ws.sources, "sources"))
         records = read_log(ws.records("filter"))
         groups = batches(items, a.batch_size)
@@ -446,7 +479,15 @@ def run_review_page(a: argparse.Namespace) -> int:
                 kept_files += 1
                 continue
             write_text_atomic(dec, template(group, k, len(groups), ws.review_page(k).name))
-    _print({"step": "review page", "items": len(items), "batches": len(groups), "decisions_files_kept": kept_files})
+    _print(
+        {
+            "step": "review page",
+            "items": len(items),
+            "batches": len(groups),
+            "decisions_files_kept": kept_files,
+            "unfiltered": cov.unfiltered,
+        }
+    )
     return ExitCode.OK
 
 
@@ -458,9 +499,10 @@ def run_review_apply(a: argparse.Namespace) -> int:
 
 def run_release(a: argparse.Namespace) -> int:
     out = release_workspace(Workspace.at(a.output_dir), a.seed, a.require_all_decided)
+    notes = out.pop("notes")
     _print({"step": "release", **out})
-    if out["pending"]:
-        print(f"note: {out['pending']} item(s) still pending review are not in the release", file=sys.stderr)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
     return ExitCode.OK
 
 

@@ -91,6 +91,7 @@ from ..protocol.attempt import Solver
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 from ..protocol.limits import LIMITS
+from ..storage.atomic import UnusableOutputDir
 from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.evaluate")
@@ -654,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError, SettingsChanged) as e:
+    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

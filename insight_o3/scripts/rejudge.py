@@ -66,7 +66,7 @@ from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
 from ..protocol.attempt import Attempt, TrialSolver
-from ..storage.atomic import write_json_atomic
+from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.rejudge")
@@ -420,7 +420,7 @@ def _rejudge(a: argparse.Namespace, samples, records, card) -> tuple[int, str]:
     )
     try:
         summary = asyncio.run(_run(a, samples, records, card, cfg))
-    except (RecordFileError, RunDirError, SettingsChanged) as e:
+    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT, cfg.eval_dir
     except STOP_ERRORS as e:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ...storage.atomic import write_json_atomic, write_jsonl_atomic
 from ...storage.lock import run_lock
 from .records import BenchItem, SourceImage, read_sources
-from .steps import read_log
+from .steps import InputNotReady, read_log, step_command
 from .workspace import Workspace
 
 NO_RIGHT_CHOICE = "F. No right choice"
@@ -200,6 +200,11 @@ def validate_workspace(ws: Workspace) -> dict:
                             "item": raw,
                         }
                     )
+        if sources and len(failed) + len(missing) == len(sources):
+            raise InputNotReady(
+                f"no image is synthesized yet ({len(missing)} not synthesized, {len(failed)} failed): run "
+                f"'{step_command(ws, 'synthesize')}' first"
+            )
         counts = Counter(r["reason"] for r in rejected)
         report = {
             "images": len(sources),
