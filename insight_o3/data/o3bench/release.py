@@ -167,6 +167,8 @@ def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int
         "seeds": {"option_shuffle": seed},
         "prompts_sha256": {
             **prompt_hashes(),
+            # the prompts the steps ran with (one's own, from --extract_prompt / --synth_prompt, replace the shipped)
+            **{k: v for c in steps.values() if c for k, v in (c.get("prompts_sha256") or {}).items()},
             # the difficulty filter asks as ``evaluate`` does: the judge's letter-extraction prompt
             "MCQ_EXTRACTION_PROMPT": hashlib.sha256(eval_prompts.MCQ_EXTRACTION_PROMPT.encode("utf-8")).hexdigest(),
         },
