@@ -169,6 +169,7 @@ def test_offline_build_end_to_end_then_evaluate(tmp_path, demo, oracle, openai_s
     assert card["seeds"] == {"option_shuffle": 7} and set(card["steps"]) >= {"extract", "synthesize", "filter"}
     assert card["steps"]["extract"]["model"]["model"] == "vlm" and card["totals"]["tokens_total"] > 0
     assert len(card["prompts_sha256"]["EXTRACTION_PROMPT"]) == 64
+    assert card["validation"]["rules_sha256"] == report["rules_sha256"] and "file" not in card["validation"]
     first = (rel / "metadata.jsonl").read_bytes()
     assert (
         run("release", "--output_dir", str(ws), "--seed", "7") == 0 and (rel / "metadata.jsonl").read_bytes() == first
@@ -372,6 +373,48 @@ def test_a_step_whose_input_is_not_ready_says_so_and_exits_non_zero(tmp_path, de
     assert "no image is synthesized yet (6 not synthesized, 0 failed)" in err
     assert f"python -m insight_o3.scripts.build_o3_bench synthesize --output_dir {empty}" in err
     assert not (empty / "validate" / "candidates.jsonl").exists()
+
+
+def test_review_and_release_refuse_a_partly_filtered_set(tmp_path, demo, oracle, openai_server, capsys):
+    """``review page`` after a ``filter --limit`` run refuses (status 2, naming how many candidates are unfiltered
+    and the command to run) unless ``--allow_partial``, which says how many it leaves out;
+    ``release --require_all_decided`` refuses while the filter has not run on every candidate and while a kept item
+    has no decision (the filter ran again after ``review apply``) (issue 33 item 6)."""
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    for step in ("extract", "synthesize"):
+        assert run(*step_argv(step, ws, srv.base_url)) == 0
+    assert run("validate", "--output_dir", str(ws)) == 0
+    n = len(lines(ws / "validate" / "candidates.jsonl"))
+    assert run(*step_argv("filter", ws, srv.base_url, "--limit", "4")) == 0
+    capsys.readouterr()
+    assert run("review", "page", "--output_dir", str(ws)) == 2
+    err = capsys.readouterr().err
+    assert f"{n - 4} of {n} candidate(s) have not been through the difficulty filter (0 failed, {n - 4} not run" in err
+    assert f"python -m insight_o3.scripts.build_o3_bench filter --output_dir {ws} --solver" in err
+    assert "--allow_partial" in err and not (ws / "review").exists()
+    assert run("review", "page", "--output_dir", str(ws), "--allow_partial") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["unfiltered"] == n - 4
+    assert f"warning: {n - 4} of {n} candidate(s) have not been through the difficulty filter" in err
+    decide(ws, rejects=0, edits=0)
+    assert run("review", "apply", "--output_dir", str(ws)) == 0
+    capsys.readouterr()
+    assert run("release", "--output_dir", str(ws), "--require_all_decided") == 2
+    err = capsys.readouterr().err
+    assert f"{n - 4} of {n} candidate(s) have not been through the difficulty filter" in err
+    assert not (ws / "release" / "metadata.jsonl").exists()
+
+    assert run(*step_argv("filter", ws, srv.base_url)) == 0  # the rest: new kept items, not in reviewed.jsonl
+    late = {it["item_id"] for it in lines(ws / "filter" / "kept.jsonl")} - {
+        r["item_id"] for r in lines(ws / "review" / "reviewed.jsonl")
+    }
+    assert late, "the demo should keep some of the items filtered late"
+    capsys.readouterr()
+    assert run("release", "--output_dir", str(ws), "--require_all_decided") == 2
+    assert f"{len(late)} kept item(s) have no review decision" in capsys.readouterr().err
+    assert run("release", "--output_dir", str(ws)) == 0  # without the flag: released, with a note
+    assert f"{len(late)} kept item(s) have no review decision" in capsys.readouterr().err
 
 
 def test_one_step_at_a_time_per_workspace_and_a_refused_key(tmp_path, demo, openai_server, capsys):

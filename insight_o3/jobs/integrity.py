@@ -14,6 +14,11 @@ values derived from its inputs that can change a result (the benchmark file's sh
   progress, and paths: the directory, the inputs' locations, the endpoints' URLs — what the inputs *hold*
   is fixed through derived values such as ``benchmark_sha256``): may change between runs; each run's values
   are appended to the card's ``history``;
+* ``EXTENT`` — how much of the work a directory holds (``num_trials``): a later run may raise it (an extension:
+  trial_<k> directories are added, each run's value is appended to the ``history``) but not ask for less than the
+  directory already holds — refused with :class:`FewerThanHeld` (exit status 2, naming both values, nothing
+  written), since the run's summary covers all of it. What a directory holds comes from its store
+  (``held``: :meth:`insight_o3.evaluation.run_dir.RunDir.held` counts the trials with a record);
 * ``SECRET`` — API keys: never written, never compared.
 
 :func:`settle` is the one check: it takes the stored card (None for a first run), the card a first run
@@ -48,10 +53,11 @@ HISTORY_KEY = "history"
 class Kind(enum.Enum):
     RESULT = "result"
     OPERATIONAL = "operational"
+    EXTENT = "extent"
     SECRET = "secret"
 
 
-R, O, S = Kind.RESULT, Kind.OPERATIONAL, Kind.SECRET
+R, O, E, S = Kind.RESULT, Kind.OPERATIONAL, Kind.EXTENT, Kind.SECRET
 
 #: Every setting of every command that writes a run directory, by its name (the flag's ``dest``; one name
 #: means one thing in every command). Add a new flag here with its kind.
@@ -137,7 +143,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "contain_ratio": R,
     "min_score": R,
     # --- how much is done, and in what order (not how an item is made)
-    "num_trials": O,  # more trials add trial_<k> directories; each trial's settings are the same
+    "num_trials": E,  # more trials add trial_<k> directories (each trial's settings the same); fewer are refused
     "num_collages": O,
     "limit": O,  # build_o3_bench / build_region_localization: the first N items (evaluate: see "subset")
     "sample_ids": O,  # evaluate: resolved into "subset"
@@ -209,6 +215,21 @@ class SettingsChanged(ValueError):
             f"{len(differences)} setting(s) that can change a result (nothing was written):\n  {lines}\n"
             f"{hint}; settings that cannot change a result (concurrency, rate limits, budgets, retries, "
             f"workers, progress, paths) may change"
+        )
+
+
+class FewerThanHeld(SettingsChanged):
+    """A run asking for less than its directory already holds (a :data:`Kind.EXTENT` setting, e.g. fewer trials than
+    the directory's; exit status 2): its summary would leave out what is there. Nothing was written."""
+
+    def __init__(self, where: str, differences: list[str], hint: str):
+        self.where, self.differences = where, differences
+        lines = "\n  ".join(differences)
+        ValueError.__init__(
+            self,
+            f"{where}: this run asks for less than the directory holds (nothing was written):\n  {lines}\n"
+            f"a rerun may extend a directory (more trials), never leave out what it holds; rerun with at least "
+            f"what it holds, or {hint.removeprefix('use ')}",
         )
 
 
@@ -311,7 +332,16 @@ class Invocation:
         return _plain({"command": self.command, **self._of(Kind.RESULT), **self.derived})
 
     def operational(self) -> dict:
-        return _plain(self._of(Kind.OPERATIONAL))
+        """What may change between runs, recorded in each run's history entry (:data:`Kind.EXTENT` included)."""
+        return _plain({**self._of(Kind.OPERATIONAL), **self._of(Kind.EXTENT)})
+
+    def fewer_than(self, held: Mapping[str, int]) -> list[str]:
+        """One line per :data:`Kind.EXTENT` setting asking for less than the directory ``held``."""
+        return [
+            f"{k}: the directory holds {held[k]}, this run {v}"
+            for k, v in self._of(Kind.EXTENT).items()
+            if k in held and isinstance(v, int) and v < held[k]
+        ]
 
     def history_entry(self) -> dict:
         return {
@@ -351,14 +381,19 @@ def settle(
     where: str,
     hint: str = "use another output directory to run with other settings",
     records_written: bool = True,
+    held: Mapping[str, int] | None = None,
 ) -> dict:
     """The card to write for this invocation: ``card`` with ``fixed_settings`` and a one-entry ``history`` when
     nothing is stored; else the stored card with this invocation appended to its ``history``. Raises
-    :class:`SettingsChanged` (naming ``where`` and each differing key) when the stored fixed settings differ.
+    :class:`SettingsChanged` (naming ``where`` and each differing key) when the stored fixed settings differ, and
+    :class:`FewerThanHeld` when it asks for less than the directory ``held`` (its :data:`Kind.EXTENT` settings).
 
     Settings are fixed by the first run that writes a record: while ``records_written`` is False (every earlier
     run stopped before its first record, e.g. at the endpoint check), this run's settings replace the stored
     ones (the history keeps the earlier runs)."""
+    fewer = invocation.fewer_than(held or {})
+    if fewer:
+        raise FewerThanHeld(where, fewer, hint)
     entry = invocation.history_entry()
     if stored is None:
         return {**card, FIXED_KEY: invocation.fixed(), HISTORY_KEY: [entry]}

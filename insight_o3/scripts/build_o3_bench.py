@@ -52,14 +52,15 @@ from ..cli import (
 from ..data.layout import LayoutError
 from ..data.o3bench import sources as src_mod
 from ..data.o3bench.extraction import ExtractJob, tasks_for
-from ..data.o3bench.filtering import BenchFilterJob, drop_threshold
+from ..data.o3bench.filtering import BenchFilterJob, drop_threshold, filter_coverage
 from ..data.o3bench.prompts import prompt_hashes
 from ..data.o3bench.records import BuildFileError, read_items, read_sources
 from ..data.o3bench.release import release_workspace
 from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..data.o3bench.steps import PROG, ModelEndpoint, StepSettings, read_log, step_command
+from ..data.o3bench.steps import PROG, InputNotReady, ModelEndpoint, StepSettings, read_log, step_command
 from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..data.o3bench.validation import validate_workspace
+from ..data.o3bench.validation_rules import load_rules
 from ..data.o3bench.workspace import Workspace
 from ..data.reliability import parse_checker
 from ..endpoints.client import ENV_KEYS, resolve, resolve_key
@@ -179,6 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="deterministic checks; F share")
     p.formatter_class = ap.formatter_class
     _workspace(p)
+    p.add_argument(
+        "--validation_config",
+        default=None,
+        metavar="RULES.json|RULES.toml",
+        help="the rules as configuration: forbidden_words, allowed_phrases, allow_image_labels, option_label_forms, "
+        "min_cited_layouts, f_share_limit (each optional; default: the paper's E.2 checks; see data/README.md); "
+        "recorded with its sha256 in validate/rules.json and the release's run card",
+    )
 
     p = sub.add_parser("filter", help="difficulty filter with several models (evaluate's request and judge)")
     p.formatter_class = ap.formatter_class
@@ -219,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--overwrite_decisions", action="store_true", help="rewrite existing decisions files (default: keep them)"
     )
+    q.add_argument(
+        "--allow_partial",
+        action="store_true",
+        help="write the pages while some candidates have not been through the filter (default: refuse)",
+    )
     q = rsub.add_parser("apply", help="apply decisions files (edits validated again)")
     _workspace(q)
     q.add_argument("--decisions", nargs="+", default=None, help="default: every review/batch_*.decisions.txt")
@@ -227,7 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.formatter_class = ap.formatter_class
     _workspace(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the A-E option shuffle")
-    p.add_argument("--require_all_decided", action="store_true", help="refuse while items are still pending")
+    p.add_argument(
+        "--require_all_decided",
+        action="store_true",
+        help="refuse while a candidate has not been through the filter, a kept item has no review decision or an "
+        "item is still pending",
+    )
     return ap
 
 
@@ -356,7 +375,8 @@ def run_synthesize(a: argparse.Namespace) -> int:
 
 def run_validate(a: argparse.Namespace) -> int:
     ws = Workspace.at(a.output_dir)
-    report = validate_workspace(ws)
+    rules, origin = load_rules(a.validation_config)
+    report = validate_workspace(ws, rules, origin)
     share = report["f_share"]
     _print({k: v for k, v in report.items() if k != "f_share"} | {"f_share": share["overall"]})
     waiting = len(report["images_synthesis_failed"]) + len(report["images_not_synthesized"])
@@ -368,8 +388,8 @@ def run_validate(a: argparse.Namespace) -> int:
         )
     if not share["within_limit"]:
         print(
-            f"warning: {share['overall']['share']:.1%} of the accepted items have answer F, above the paper's "
-            f"{share['limit']:.0%}",
+            f"warning: {share['overall']['share']:.1%} of the accepted items have answer F, above the limit "
+            f"{share['limit']:.0%} (the paper's: 10%)",
             file=sys.stderr,
         )
     return ExitCode.OK
@@ -435,6 +455,18 @@ def run_review_page(a: argparse.Namespace) -> int:
         raise BuildFileError("--batch_size must be at least 1")
     with run_lock(ws.root, "build_o3_bench review page"):
         items = read_items(ws.require(ws.kept, "filter"), "filter/kept.jsonl")
+        cov = filter_coverage(ws)
+        if cov.unfiltered and not a.allow_partial:
+            raise InputNotReady(
+                f"{cov.describe()}: run '{step_command(ws, 'filter')}' first, or pass --allow_partial to review "
+                f"what the {cov.candidates - cov.unfiltered} filtered one(s) kept now"
+            )
+        if cov.unfiltered:
+            print(
+                f"warning: {cov.describe()}; these pages hold only what the filtered ones kept: run 'review page' "
+                f"again after '{step_command(ws, 'filter')}'",
+                file=sys.stderr,
+            )
         sources = read_sources(ws.require(ws.sources, "sources"))
         records = read_log(ws.records("filter"))
         groups = batches(items, a.batch_size)
@@ -457,7 +489,15 @@ def run_review_page(a: argparse.Namespace) -> int:
                 kept_files += 1
                 continue
             write_text_atomic(dec, template(group, k, len(groups), ws.review_page(k).name))
-    _print({"step": "review page", "items": len(items), "batches": len(groups), "decisions_files_kept": kept_files})
+    _print(
+        {
+            "step": "review page",
+            "items": len(items),
+            "batches": len(groups),
+            "decisions_files_kept": kept_files,
+            "unfiltered": cov.unfiltered,
+        }
+    )
     return ExitCode.OK
 
 
@@ -469,9 +509,10 @@ def run_review_apply(a: argparse.Namespace) -> int:
 
 def run_release(a: argparse.Namespace) -> int:
     out = release_workspace(Workspace.at(a.output_dir), a.seed, a.require_all_decided)
+    notes = out.pop("notes")
     _print({"step": "release", **out})
-    if out["pending"]:
-        print(f"note: {out['pending']} item(s) still pending review are not in the release", file=sys.stderr)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
     return ExitCode.OK
 
 

@@ -15,7 +15,9 @@ they are never mistaken for a full run. Every run writes ``run_card.json`` (see
 A rerun into the same ``<eval_name>`` resumes only with the settings its first run fixed: a setting that can
 change a result (model, judge, prompts, image budget, benchmark file, subset, ...) that differs is refused with
 status 2, naming each one (see :mod:`insight_o3.jobs.integrity`); concurrency, rate limits, budgets and other
-operational settings may change and are recorded in ``run_card.json``'s ``history``.
+operational settings may change and are recorded in ``run_card.json``'s ``history``. ``--num_trials`` may grow
+(an extension: ``trial_<k>`` added) but not ask for fewer trials than the directory holds (status 2, both counts
+named, nothing written; README "Run integrity").
 
 Exit status: 0 done; 2 bad input (or changed settings); 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
 the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the requests failed)

@@ -159,9 +159,9 @@ def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]]
     if not rd.exists():
         raise SourceError(f"{eval_dir}: no such eval directory")
     rd.check_format()
-    trials = rd.trials()
-    if not trials or trials != list(range(len(trials))):
-        raise SourceError(f"{eval_dir}: no trial_0 .. trial_<k> directories (is this an eval dir?)")
+    trials = list(range(rd.trial_count()))
+    if not trials:
+        raise SourceError(f"{eval_dir}: no trial_0 .. trial_<k> with records (is this an eval dir?)")
     records: dict[int, dict[str, dict]] = {}
     for k in trials:
         if not rd.is_done(k):

@@ -11,7 +11,8 @@
 * ``release/stats.json``: the statistics the paper reports for O3-Bench (samples and images per category, layouts
   and target layouts per sample, F share, answer positions, resolution), next to the paper's numbers.
 * ``release/run_card.json``: package version and commit, every step's model, settings, tokens and cost (from the
-  step cards), the prompts' sha256, the seed and the metadata file's sha256.
+  step cards), the prompts' sha256, the validation rules (with their sha256 and the config file's), the seed and
+  the metadata file's sha256.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from ...evaluation.run_card import git_commit, sha256_file
 from ...protocol import prompts as eval_prompts
 from ...storage.atomic import write_json_atomic, write_jsonl_atomic
 from ...storage.lock import run_lock
+from .filtering import filter_coverage
 from .prompts import prompt_hashes
-from .records import BenchItem, BuildFileError, SourceImage, read_sources
+from .records import BenchItem, BuildFileError, SourceImage, read_items, read_sources
 from .review import ACCEPTED, read_reviewed
-from .steps import read_step_card
+from .steps import read_step_card, step_command
 from .validation import LETTERS, NO_RIGHT_CHOICE
+from .validation_rules import recorded_rules
 from .workspace import STEPS, Workspace
 
 #: What the paper reports for O3-Bench (§3, B.1), for comparison in ``stats.json``.
@@ -168,6 +171,7 @@ def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int
             "MCQ_EXTRACTION_PROMPT": hashlib.sha256(eval_prompts.MCQ_EXTRACTION_PROMPT.encode("utf-8")).hexdigest(),
         },
         "steps": {s: c for s, c in steps.items() if c},
+        "validation": recorded_rules(ws.validation_rules),  # the rules, their sha256, the config file's
         "totals": {
             "tokens_total": tokens,
             "cost_usd": round(sum(costs), 6) if any(c is not None for c in costs) else None,
@@ -179,16 +183,36 @@ def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int
     }
 
 
+def undecided(ws: Workspace, rows: list[dict]) -> tuple[dict[str, int], list[str]]:
+    """What keeps the reviewed set from being the whole benchmark: candidates the difficulty filter has not
+    decided, items the filter kept after the last ``review apply`` (no row in ``reviewed.jsonl``) and items still
+    pending review. Returns the counts and one line per kind that is not zero, saying what to run."""
+    cov = filter_coverage(ws)
+    reviewed = {r["item_id"] for r in rows}
+    late = [it.item_id for it in read_items(ws.require(ws.kept, "filter"), "filter/kept.jsonl")]
+    late = [k for k in late if k not in reviewed]
+    pending = [r["item_id"] for r in rows if r["decision"] == "pending"]
+    lines = []
+    if cov.unfiltered:
+        lines.append(f"{cov.describe()}: run '{step_command(ws, 'filter')}', then review the new kept items")
+    if late:
+        lines.append(
+            f"{len(late)} kept item(s) have no review decision (first: {late[0]}; the filter kept them after the "
+            f"last 'review apply'): run 'review page' and 'review apply' again"
+        )
+    if pending:
+        lines.append(f"{len(pending)} item(s) still pending review (first: {pending[0]}) are not in the release")
+    return {"unfiltered": cov.unfiltered, "not_reviewed": len(late), "pending": len(pending)}, lines
+
+
 def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = False) -> dict:
-    """Write the release under the workspace lock; returns the stats (and pending count)."""
+    """Write the release under the workspace lock; returns the stats, the counts of :func:`undecided` and its
+    lines as ``notes``. With ``require_all_decided``, any of those refuses the release (nothing written)."""
     with run_lock(ws.root, "build_o3_bench release"):
         rows = read_reviewed(ws)
-        pending = [r["item_id"] for r in rows if r["decision"] == "pending"]
-        if pending and require_all_decided:
-            raise BuildFileError(
-                f"{len(pending)} item(s) still pending review (first: {pending[0]}); decide them or drop "
-                f"require_all_decided"
-            )
+        counts, notes = undecided(ws, rows)
+        if notes and require_all_decided:
+            raise BuildFileError("--require_all_decided: " + "; ".join(notes))
         sources = read_sources(ws.require(ws.sources, "sources"))
         accepted = [r["item"] for r in rows if r["decision"] in ACCEPTED]
         accepted.sort(key=lambda it: (it.subset, it.image_key, it.item_id))
@@ -207,4 +231,4 @@ def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = 
         stats = release_stats(out, sources)
         write_json_atomic(rel / "stats.json", stats)
         write_json_atomic(rel / "run_card.json", run_card(ws, seed, metadata, stats, renamed))
-        return {"samples": len(out), "images": stats["images"], "images_copied": copied, "pending": len(pending)}
+        return {"samples": len(out), "images": stats["images"], "images_copied": copied, **counts, "notes": notes}
