@@ -169,6 +169,7 @@ def test_offline_build_end_to_end_then_evaluate(tmp_path, demo, oracle, openai_s
     assert card["seeds"] == {"option_shuffle": 7} and set(card["steps"]) >= {"extract", "synthesize", "filter"}
     assert card["steps"]["extract"]["model"]["model"] == "vlm" and card["totals"]["tokens_total"] > 0
     assert len(card["prompts_sha256"]["EXTRACTION_PROMPT"]) == 64
+    assert card["validation"]["rules_sha256"] == report["rules_sha256"] and "file" not in card["validation"]
     first = (rel / "metadata.jsonl").read_bytes()
     assert (
         run("release", "--output_dir", str(ws), "--seed", "7") == 0 and (rel / "metadata.jsonl").read_bytes() == first

@@ -330,7 +330,7 @@ def test_rejection_details_name_what_is_wrong():
     assert details["unknown_layout"] == "the explanation cites layout 7, not one of 1, 2, 3, 4"
     assert details["too_few_layouts"] == "the explanation cites 1 distinct layout(s), needs 2"
     assert check_item("a string", source(), "x").reason == "malformed"
-    opt = check_item({**GOOD, "options": GOOD["options"].replace("C. Lima", "C. the crop yields")}, source(4), "x")
+    opt = check_item({**GOOD, "options": GOOD["options"].replace("C. Lima", "C. the crop on the left")}, source(4), "x")
     assert (opt.reason, opt.detail) == ("forbidden_word", "option C mentions 'crop'")
     assert check_item(
         {**GOOD, "options": "A. a\nB. b\nX. c\nD. d\nE. e\nF. No right choice"}, source(4), "x"

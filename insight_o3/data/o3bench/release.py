@@ -11,7 +11,8 @@
 * ``release/stats.json``: the statistics the paper reports for O3-Bench (samples and images per category, layouts
   and target layouts per sample, F share, answer positions, resolution), next to the paper's numbers.
 * ``release/run_card.json``: package version and commit, every step's model, settings, tokens and cost (from the
-  step cards), the prompts' sha256, the seed and the metadata file's sha256.
+  step cards), the prompts' sha256, the validation rules (with their sha256 and the config file's), the seed and
+  the metadata file's sha256.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .records import BenchItem, BuildFileError, SourceImage, read_items, read_so
 from .review import ACCEPTED, read_reviewed
 from .steps import read_step_card, step_command
 from .validation import LETTERS, NO_RIGHT_CHOICE
+from .validation_rules import recorded_rules
 from .workspace import STEPS, Workspace
 
 #: What the paper reports for O3-Bench (§3, B.1), for comparison in ``stats.json``.
@@ -169,6 +171,7 @@ def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int
             "MCQ_EXTRACTION_PROMPT": hashlib.sha256(eval_prompts.MCQ_EXTRACTION_PROMPT.encode("utf-8")).hexdigest(),
         },
         "steps": {s: c for s, c in steps.items() if c},
+        "validation": recorded_rules(ws.validation_rules),  # the rules, their sha256, the config file's
         "totals": {
             "tokens_total": tokens,
             "cost_usd": round(sum(costs), 6) if any(c is not None for c in costs) else None,
