@@ -25,7 +25,7 @@ from .tool_agents import AgentDefaults, Finish, SessionFactory, UsageAware
 LOST: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, IndexError, AttributeError, TypeError)
 
 
-def _usage_of(resp) -> dict:
+def _usage_of(resp: Any) -> dict[str, int]:
     u = getattr(resp, "usage", None)
     if u is None:
         return {}

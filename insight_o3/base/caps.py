@@ -11,6 +11,10 @@ The run judges the full reply before its record is written; ``rejudge`` reads th
 
 from __future__ import annotations
 
+from typing import Any
+
+from .json_types import JSONObject
+
 #: Characters of one reply text a record keeps (``evaluate``/``evaluate_vsearch --max_reply_chars``).
 DEFAULT_MAX_REPLY_CHARS = 200_000
 #: Characters of one text the HTML report shows (``report --max_text_chars``).
@@ -34,7 +38,9 @@ def cut_middle(text: str, limit: int | None, flag: str = "--max_reply_chars") ->
     return text[:head] + marker + (text[-tail:] if tail else "")
 
 
-def cut_messages(messages: list[dict] | None, limit: int | None, flag: str = "--max_reply_chars") -> list[dict] | None:
+def cut_messages(
+    messages: list[JSONObject] | None, limit: int | None, flag: str = "--max_reply_chars"
+) -> list[JSONObject] | None:
     """A copy of a trajectory with every text of an assistant message cut to ``limit`` (:func:`cut_middle`),
     nested ``search`` trajectories (the vSearcher's) included; other messages are our own prompts, kept."""
     if messages is None or limit is None:
@@ -57,7 +63,7 @@ def cut_messages(messages: list[dict] | None, limit: int | None, flag: str = "--
     return out
 
 
-def _cut_part(p, limit: int, flag: str):
+def _cut_part(p: Any, limit: int, flag: str) -> Any:
     if isinstance(p, dict) and isinstance(p.get("text"), str):
         return {**p, "text": cut_middle(p["text"], limit, flag)}
     return p

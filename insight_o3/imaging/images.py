@@ -37,13 +37,17 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
+from multiprocessing.context import BaseContext
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
+from ..base.json_types import JSONObject
 from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
 
 #: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
@@ -84,7 +88,7 @@ class ImageRef:
     region: tuple[float, float, float, float]
     size: tuple[int, int]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         d["region"] = [round(v, 2) for v in self.region]
         d["size"] = list(self.size)
@@ -304,7 +308,7 @@ class ImageStore:
         self.stats = {"decoded": 0, "encoded": 0, "cache_hits": 0, "evicted": 0}
 
     @classmethod
-    def for_image_workers(cls, image_workers: int | None, **kwargs) -> ImageStore:
+    def for_image_workers(cls, image_workers: int | None, **kwargs: Any) -> ImageStore:
         """The store of a command's ``--image_workers`` flag: None = one process per usable CPU, N > 0 = N
         processes, 0 = a thread (no worker processes)."""
         workers = usable_cpus() if image_workers is None else image_workers
@@ -504,7 +508,7 @@ _WORKER_STORE: ImageStore | None = None
 _HELPERS_LOCK = threading.Lock()
 
 
-def _worker_context():
+def _worker_context() -> BaseContext:
     """``forkserver`` where there is one: workers start small and without the parent's threads. Its server
     process and the resource tracker are started detached from the caller's stdio (once per process).
 
@@ -542,7 +546,7 @@ def _start_helpers_detached() -> None:
 
 
 @contextlib.contextmanager
-def _stdio_on_devnull():
+def _stdio_on_devnull() -> Iterator[None]:
     """Point fds 0, 1 and 2 at /dev/null while inside (for the processes started there), then restore them.
     Only the instant of two ``fork_exec`` calls: output another thread writes then is lost."""
     for stream in (sys.stdout, sys.stderr):
