@@ -27,6 +27,10 @@ one-entry ``history``, or the stored one with this invocation appended to its ``
 :class:`SettingsChanged`. A card written before this check (no ``fixed_settings``) is not compared: a
 warning says so, and its history grows.
 
+A result-changing setting added after directories were written is missing from their cards: :data:`ADDED_LATER`
+gives the value such a card implies (the one its run actually used), so a resume with it goes on and one with
+another value is refused naming it; a card is never rewritten for it.
+
 A setting missing from :data:`SETTING_KINDS` is a programming error (:class:`UnclassifiedSetting`);
 ``tests/test_run_integrity.py`` walks every flag of every command that writes a run directory.
 """
@@ -40,7 +44,7 @@ import logging
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +103,9 @@ SETTING_KINDS: dict[str, Kind] = {
     "attempts": R,
     "drop_when": R,
     "extract_prompt_role": R,
+    # build_o3_bench's prompt files of one's own: paths; their content is fixed through the derived prompts_sha256
+    "extract_prompt": O,
+    "synth_prompt": O,
     "layout_text": R,
     "all_sources": R,
     "max_tokens": R,
@@ -194,6 +201,56 @@ SETTING_KINDS: dict[str, Kind] = {
     "agreement_out": O,
     "working_dir": O,  # where the command ran: relative paths above are relative to it (evaluate's args.json)
 }
+
+
+#: "No value implied": the setting is compared as missing (and so refused) — see :data:`ADDED_LATER`.
+NOT_IMPLIED: Any = object()
+
+
+def _agent_before_plugins(old: Mapping[str, Any], now: Any) -> Any:
+    """``evaluate --agent`` (issue 35, commit 54b93a2): before it, ``--vsearcher_model`` chose the mode; the two
+    modes are the registry's built-in agents ``insight_o3`` and ``single_model``
+    (:data:`insight_o3.evaluation.agent_registry.BUILTIN`)."""
+    if old.get("command") != "evaluate":
+        return NOT_IMPLIED
+    return "insight_o3" if old.get("vsearcher_model") else "single_model"
+
+
+def _prompt_added_later(old: Mapping[str, Any], now: Any) -> Any:
+    """A prompt constant added to :mod:`insight_o3.protocol.prompts` after a run was not one it could use (a changed
+    or removed one is still a difference)."""
+    return now
+
+
+#: Result-changing values added after run directories were written, by dotted path into the fixed settings
+#: (``name.*``: each entry of a map), with ``implied(old_fixed, this_run_value)``: the value a card that lacks it
+#: implies — the one its run actually used (:data:`NOT_IMPLIED`: none). Add an entry with every new result-changing
+#: setting whose value older directories ran with, or resuming them is refused on it.
+ADDED_LATER: dict[str, Callable[[Mapping[str, Any], Any], Any]] = {
+    "agent": _agent_before_plugins,
+    "prompts_sha256.*": _prompt_added_later,
+}
+
+
+def with_implied(first: Mapping[str, Any], now: Mapping[str, Any]) -> dict:
+    """A copy of the stored fixed settings ``first`` with the value it implies (:data:`ADDED_LATER`) for each
+    setting it lacks and this run's ``now`` has."""
+    out = _plain(dict(first))
+    for path, implied in ADDED_LATER.items():
+        *parents, leaf = path.split(".")
+        old_node: Any = out
+        new_node: Any = now
+        for p in parents:
+            old_node = old_node.get(p) if isinstance(old_node, dict) else None
+            new_node = new_node.get(p) if isinstance(new_node, Mapping) else None
+        if not isinstance(old_node, dict) or not isinstance(new_node, Mapping):
+            continue
+        for k in list(new_node) if leaf == "*" else [leaf] if leaf in new_node else []:
+            if k not in old_node and (value := implied(first, new_node[k])) is not NOT_IMPLIED:
+                name = ".".join([*parents, str(k)])
+                log.info("%s: not in the first run's card (it predates it); compared as %s", name, _show(value))
+                old_node[k] = value
+    return out
 
 
 class CardError(ValueError):
@@ -408,7 +465,8 @@ def settle(
             where,
         )
     else:
-        diffs = differences(first, invocation.fixed())
+        now = invocation.fixed()
+        diffs = differences(with_implied(first, now), now)
         if diffs:
             raise SettingsChanged(where, diffs, hint)
     return {**stored, HISTORY_KEY: [*history, entry]}
