@@ -218,7 +218,7 @@ def test_echoed_keys_are_masked_before_anything_stores_shows_or_forwards_them(be
 
 # ------------------------------------------------------------------------------- item 5: gzip bomb
 def test_a_gzip_bomb_is_refused_while_it_is_read(openai_server):
-    inflated = 80 * 2**20  # past the default cap (reply_body_cap: 4.9 MB); the 4 GB bomb of the report is the same shape
+    inflated = 80 * 2**20  # past the default cap (4.9 MB); the 4 GB bomb of the report is the same shape
     pad = b" " * inflated
     body = gzip.compress(
         b'{"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}], "pad": "' + pad + b'"}'
