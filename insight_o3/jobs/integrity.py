@@ -103,6 +103,9 @@ SETTING_KINDS: dict[str, Kind] = {
     "attempts": R,
     "drop_when": R,
     "extract_prompt_role": R,
+    # build_o3_bench's prompt files of one's own: paths; their content is fixed through the derived prompts_sha256
+    "extract_prompt": O,
+    "synth_prompt": O,
     "layout_text": R,
     "all_sources": R,
     "max_tokens": R,

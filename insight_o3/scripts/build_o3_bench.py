@@ -53,7 +53,15 @@ from ..data.layout import LayoutError
 from ..data.o3bench import sources as src_mod
 from ..data.o3bench.extraction import ExtractJob, tasks_for
 from ..data.o3bench.filtering import BenchFilterJob, drop_threshold, filter_coverage
-from ..data.o3bench.prompts import prompt_hashes
+from ..data.o3bench.prompts import (
+    EXTRACTION_PROMPT,
+    SYNTHESIS_PROMPTS,
+    check_category,
+    extraction_prompt_file,
+    sha256_text,
+    synthesis_prompt_name,
+    synthesis_templates,
+)
 from ..data.o3bench.records import BuildFileError, read_items, read_sources
 from ..data.o3bench.release import release_workspace
 from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
@@ -138,6 +146,15 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"the detector's JSON for the {subset} images: a directory of *_res.json, a .json or a .jsonl "
             f"(with --detect: where to write them; default <output_dir>/layouts/{subset})",
         )
+    p.add_argument(
+        "--category",
+        action="append",
+        default=None,
+        metavar="NAME,IMAGE_DIR,LAYOUTS[,MIN_LAYOUTS]",
+        help="a category of one's own (repeat): its name (lower-case letters, digits, _), its images, the "
+        "detector's JSON for them (with --detect: where to write it) and the fewest layouts an image needs "
+        "(default 2); its E.2 prompt is 'synthesize --synth_prompt NAME=FILE' (see data/README.md)",
+    )
     p.add_argument("--min_layouts", type=int, default=8, help="keep chart images with at least N layouts (paper: 8)")
     p.add_argument("--min_map_layouts", type=int, default=2, help="keep map images with at least N layouts")
     p.add_argument("--min_score", type=float, default=0.0, help="ignore detections scored below this")
@@ -161,6 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="images and crops are sent on Qwen2.5-VL's smart_resize grid under this budget (default 16384*28*28)",
     )
     p.add_argument("--extract_prompt_role", choices=("system", "user"), default="system")
+    p.add_argument(
+        "--extract_prompt",
+        default=None,
+        metavar="FILE",
+        help="an E.1 prompt of one's own (UTF-8, sent exactly as the file holds it; it must ask for the sections "
+        "Image Identification, Detailed Caption, Extracted OCR); default: the paper's E.1. Recorded in the step card "
+        "with its sha256; a later run into the same workspace with other content is refused",
+    )
     _step_flags(p, concurrency=16, images=True)
 
     p = sub.add_parser(
@@ -175,6 +200,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="the text-only model (paper: GPT-5)")
     add_api_flags(p, env="main")
     p.add_argument("--layout_text", choices=LAYOUT_TEXT_MODES, default="both", help="what caption_or_ocr holds")
+    p.add_argument(
+        "--synth_prompt",
+        action="append",
+        default=None,
+        metavar="CATEGORY=FILE",
+        help="the E.2 prompt of a category (repeat): a str.format template with {GLOBAL_OCR}, {GLOBAL_CAPTION}, "
+        "{LAYOUTS} (literal braces doubled); replaces the shipped one of chart or map, or adds a category of one's "
+        "own. Recorded in the step card with its sha256; a later run with other content is refused",
+    )
     _step_flags(p, concurrency=8)
 
     p = sub.add_parser("validate", help="deterministic checks; F share")
@@ -285,8 +319,8 @@ def _print(summary: dict) -> None:
     print(json.dumps(summary, ensure_ascii=False))
 
 
-def run_sources(a: argparse.Namespace) -> int:
-    ws = Workspace.at(a.output_dir)
+def _category_specs(a: argparse.Namespace, ws: Workspace) -> list[src_mod.SourceSpec]:
+    """The image types of ``sources``: chart and map (their own flags) and each ``--category``."""
     specs = []
     for subset, minimum in (("chart", a.min_layouts), ("map", a.min_map_layouts)):
         images, layouts = getattr(a, f"{subset}_images"), getattr(a, f"{subset}_layouts")
@@ -297,8 +331,26 @@ def run_sources(a: argparse.Namespace) -> int:
         if layouts is None:
             raise BuildFileError(f"--{subset}_images needs --{subset}_layouts (the detector's JSON) or --detect")
         specs.append(src_mod.SourceSpec(subset, images, layouts, minimum))
+    for spec in a.category or []:
+        parts = [x.strip() for x in spec.split(",")]
+        if len(parts) not in (3, 4) or not all(parts):
+            raise BuildFileError(f"--category {spec!r}: expected NAME,IMAGE_DIR,LAYOUTS[,MIN_LAYOUTS]")
+        name = check_category(parts[0], "--category")
+        try:
+            minimum = int(parts[3]) if len(parts) == 4 else 2
+        except ValueError:
+            raise BuildFileError(f"--category {spec!r}: MIN_LAYOUTS must be an integer, got {parts[3]!r}") from None
+        if any(s.subset == name for s in specs):
+            raise BuildFileError(f"--category {name}: the category is given twice")
+        specs.append(src_mod.SourceSpec(name, parts[1], parts[2], minimum))
     if not specs:
-        raise BuildFileError("give --chart_images and/or --map_images")
+        raise BuildFileError("give --chart_images, --map_images and/or --category")
+    return specs
+
+
+def run_sources(a: argparse.Namespace) -> int:
+    ws = Workspace.at(a.output_dir)
+    specs = _category_specs(a, ws)
     with run_lock(ws.root, "build_o3_bench sources"):
         if a.detect:
             for s in specs:
@@ -324,7 +376,11 @@ def run_sources(a: argparse.Namespace) -> int:
 
 def run_extract(a: argparse.Namespace) -> int:
     ws = Workspace.at(a.output_dir)
-    prompts_sha = {"EXTRACTION_PROMPT": prompt_hashes()["EXTRACTION_PROMPT"]}
+    own = extraction_prompt_file(a.extract_prompt) if a.extract_prompt else None
+    prompt = own.text if own is not None else EXTRACTION_PROMPT
+    # one's own prompt is a result setting through its content (the path may move)
+    prompts_sha = {"EXTRACTION_PROMPT": sha256_text(prompt)}
+    files = {"EXTRACTION_PROMPT": own.card()} if own is not None else {}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
     ep = _main_endpoint(a, a.model)
     job = ExtractJob(
@@ -333,11 +389,13 @@ def run_extract(a: argparse.Namespace) -> int:
         ep,
         max_pixels=a.img_max_pixels or None,
         prompt_role=a.extract_prompt_role,
+        prompt=prompt,
         cost_model=_costs(a, {"extractor": a.model}),
         invocation=invocation_of("build_o3_bench extract", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
             "model": ep.public(),
             "prompts_sha256": prompts_sha,
+            **({"prompt_files": files} if files else {}),
             "prompt_role": a.extract_prompt_role,
             "max_pixels": a.img_max_pixels,
         },
@@ -349,8 +407,15 @@ def run_extract(a: argparse.Namespace) -> int:
 
 def run_synthesize(a: argparse.Namespace) -> int:
     ws = Workspace.at(a.output_dir)
-    prompts_sha = {k: v for k, v in prompt_hashes().items() if "SYNTHESIS" in k}
+    templates, files = synthesis_templates(a.synth_prompt)
+    prompts_sha = {synthesis_prompt_name(c): sha256_text(t) for c, t in templates.items()}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
+    missing = sorted({s.subset for s in sources} - set(templates))
+    if missing:
+        raise BuildFileError(
+            f"{ws.sources}: images of category {missing[0]!r} but no E.2 prompt for it: pass --synth_prompt "
+            f"{missing[0]}=FILE (the shipped prompts: {', '.join(SYNTHESIS_PROMPTS)}; see data/README.md)"
+        )
     ws.require(ws.records("extract"), "extract")
     ep = _main_endpoint(a, a.model)
     job = SynthesizeJob(
@@ -358,11 +423,13 @@ def run_synthesize(a: argparse.Namespace) -> int:
         _settings(a),
         ep,
         layout_text_mode=a.layout_text,
+        templates=templates,
         cost_model=_costs(a, {"synthesizer": a.model}),
         invocation=invocation_of("build_o3_bench synthesize", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
             "model": ep.public(),
             "prompts_sha256": prompts_sha,
+            **({"prompt_files": files} if files else {}),
             "layout_text": a.layout_text,
         },
     )

@@ -2,8 +2,10 @@
 
 * Options A-E of every accepted (or edited) item are shuffled with a fixed seed (``--seed``; each item's order
   depends only on the seed and its id, so adding items never reshuffles the others); F (``No right choice``) stays
-  last and the answer letter follows its option. References to option letters in the explanation ("option C",
-  "answer: C", "(C)" after those words) are renamed with it.
+  last and the answer letter follows its option. References to option letters in the explanation are renamed with
+  it (:mod:`.letter_refs`: "option C", "options A and C", "answer is C", and "(C)" / "C)" unless the item uses a
+  letter as a name); what is left as written is listed per item in the run card (``explanation_letter_refs_left``)
+  and counted in a note.
 * ``release/metadata.jsonl`` holds one O3-Bench record per item (``file_name`` relative to ``release/``, ``subset``,
   ``question``, ``options``, ``answer``, ``explanation``, ``target_layouts``, ``layout_infos``, ``img_width``,
   ``img_height``, plus ``question_id``); images are copied, byte for byte, to ``release/images/<subset>/``. So
@@ -20,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import re
 import shutil
 import statistics
 from collections import Counter
@@ -33,6 +34,7 @@ from ...protocol import prompts as eval_prompts
 from ...storage.atomic import write_json_atomic, write_jsonl_atomic
 from ...storage.lock import run_lock
 from .filtering import filter_coverage
+from .letter_refs import Remapped, remap_letter_refs
 from .prompts import prompt_hashes
 from .records import BenchItem, BuildFileError, SourceImage, read_items, read_sources
 from .review import ACCEPTED, read_reviewed
@@ -53,12 +55,11 @@ PAPER_STATS = {
     "mean_height": 3967,
     "mean_width": 4602,
 }
-_LETTER_REF = re.compile(r"\b((?i:option|choice|answer)s?(?:\s+is)?\s*[:=]?\s*\(?)([A-E])(?![A-Za-z0-9])")
 
 
-def shuffle_options(item: BenchItem, seed: int) -> tuple[BenchItem, int]:
-    """``item`` with options A-E in a seeded random order (F last) and the answer (and the explanation's letter
-    references) renamed; returns it and how many explanation references were renamed."""
+def shuffle_options(item: BenchItem, seed: int) -> tuple[BenchItem, Remapped]:
+    """``item`` with options A-E in a seeded random order (F last) and the answer and the explanation's letter
+    references (:func:`~.letter_refs.remap_letter_refs`) renamed; returns it and what the renaming did."""
     lines = item.options.split("\n")
     texts = [ln.split(".", 1)[1].strip() for ln in lines[:5]]
     perm = list(range(5))
@@ -66,16 +67,9 @@ def shuffle_options(item: BenchItem, seed: int) -> tuple[BenchItem, int]:
     new_letter = {LETTERS[old]: LETTERS[k] for k, old in enumerate(perm)}
     options = "\n".join([f"{LETTERS[k]}. {texts[old]}" for k, old in enumerate(perm)] + [NO_RIGHT_CHOICE])
     answer = new_letter.get(item.answer, item.answer)
-    renamed = 0
-
-    def rename(m: re.Match) -> str:
-        nonlocal renamed
-        renamed += 1
-        return m.group(1) + new_letter[m.group(2)]
-
-    explanation = _LETTER_REF.sub(rename, item.explanation)
-    out = BenchItem(**{**item.to_dict(), "options": options, "answer": answer, "explanation": explanation})
-    return out, renamed
+    refs = remap_letter_refs(item.explanation, new_letter, context="\n".join([item.question, *texts]))
+    out = BenchItem(**{**item.to_dict(), "options": options, "answer": answer, "explanation": refs.text})
+    return out, refs
 
 
 def image_file_name(source: SourceImage) -> str:
@@ -156,7 +150,7 @@ def release_stats(items: list[BenchItem], sources: dict[str, SourceImage]) -> di
     }
 
 
-def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int) -> dict:
+def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int, left: dict[str, list[str]]) -> dict:
     steps = {s: read_step_card(ws, s) for s in STEPS}
     costs = [c["totals"].get("cost_usd") for c in steps.values() if c and c.get("totals")]
     tokens = sum(int(c["totals"].get("tokens_total") or 0) for c in steps.values() if c and c.get("totals"))
@@ -167,6 +161,8 @@ def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int
         "seeds": {"option_shuffle": seed},
         "prompts_sha256": {
             **prompt_hashes(),
+            # the prompts the steps ran with (one's own, from --extract_prompt / --synth_prompt, replace the shipped)
+            **{k: v for c in steps.values() if c for k, v in (c.get("prompts_sha256") or {}).items()},
             # the difficulty filter asks as ``evaluate`` does: the judge's letter-extraction prompt
             "MCQ_EXTRACTION_PROMPT": hashlib.sha256(eval_prompts.MCQ_EXTRACTION_PROMPT.encode("utf-8")).hexdigest(),
         },
@@ -180,6 +176,7 @@ def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int
         "samples": stats["samples"],
         "images": stats["images"],
         "explanation_letter_refs_renamed": renamed,
+        "explanation_letter_refs_left": left,
     }
 
 
@@ -216,11 +213,20 @@ def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = 
         sources = read_sources(ws.require(ws.sources, "sources"))
         accepted = [r["item"] for r in rows if r["decision"] in ACCEPTED]
         accepted.sort(key=lambda it: (it.subset, it.image_key, it.item_id))
-        out, renamed = [], 0
+        out, renamed, left = [], 0, {}
         for it in accepted:
-            shuffled, n = shuffle_options(it, seed)
+            shuffled, refs = shuffle_options(it, seed)
             out.append(shuffled)
-            renamed += n
+            renamed += refs.renamed
+            if refs.left:
+                left[it.item_id] = refs.left
+        if left:
+            notes.append(
+                f"{len(left)} released item(s) have letters in their explanation that were not renamed with the "
+                f"option shuffle (a letter used as a name, a range, a letter in no known form; first: "
+                f"{next(iter(left))}): check them, listed in release/run_card.json under "
+                f"explanation_letter_refs_left"
+            )
         rel = ws.release
         rel.mkdir(parents=True, exist_ok=True)
         copied = 0
@@ -230,5 +236,12 @@ def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = 
         write_jsonl_atomic(metadata, [metadata_record(it, sources[it.image_key]) for it in out])
         stats = release_stats(out, sources)
         write_json_atomic(rel / "stats.json", stats)
-        write_json_atomic(rel / "run_card.json", run_card(ws, seed, metadata, stats, renamed))
-        return {"samples": len(out), "images": stats["images"], "images_copied": copied, **counts, "notes": notes}
+        write_json_atomic(rel / "run_card.json", run_card(ws, seed, metadata, stats, renamed, left))
+        return {
+            "samples": len(out),
+            "images": stats["images"],
+            "images_copied": copied,
+            **counts,
+            "explanation_refs_left": len(left),
+            "notes": notes,
+        }

@@ -1,7 +1,8 @@
 """Step ``synthesize``: E.2 question synthesis by a text-only model (B.2 step 3).
 
-The request is one user message, the E.2 prompt of the image's type (chart or map) with its inputs filled in
-(:func:`build_prompt`); the model never sees the image. The inputs are the full image's E.1 sections and, per
+The request is one user message, the E.2 prompt of the image's type (chart or map, or a category of one's own
+with its template from ``--synth_prompt CATEGORY=FILE``) with its inputs filled in (:func:`build_prompt`); the
+model never sees the image. The inputs are the full image's E.1 sections and, per
 layout, its id and text:
 
 * ``GLOBAL_OCR``: the full image's ``Extracted OCR`` section; ``GLOBAL_CAPTION``: its ``Detailed Caption``;
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...base.untrusted import JSONRepair, loads, loads_repaired
@@ -53,13 +55,20 @@ def layouts_json(layouts: list[tuple[int, str]]) -> str:
     return json.dumps([{"layout_id": i, "caption_or_ocr": t} for i, t in layouts], indent=2, ensure_ascii=False)
 
 
-def build_prompt(source: SourceImage, full: Extraction, per_layout: dict[int, Extraction], mode: str = "both") -> str:
-    """The filled E.2 prompt of one image; every layout of ``source`` must have an extraction."""
+def build_prompt(
+    source: SourceImage,
+    full: Extraction,
+    per_layout: dict[int, Extraction],
+    mode: str = "both",
+    templates: Mapping[str, str] | None = None,
+) -> str:
+    """The filled E.2 prompt of one image (its category's template in ``templates``, default the shipped chart and
+    map ones); every layout of ``source`` must have an extraction."""
     missing = sorted(source.layout_ids - set(per_layout))
     if missing:
         raise ValueError(f"{source.key}: no extraction for layout(s) {missing}")
     items = [(lay.layout_id, layout_text(per_layout[lay.layout_id], mode)) for lay in source.layouts]
-    return synthesis_prompt(source.subset, full.ocr, full.caption, layouts_json(items))
+    return synthesis_prompt(source.subset, full.ocr, full.caption, layouts_json(items), templates)
 
 
 def _candidates(text: str) -> list[str]:
@@ -131,9 +140,18 @@ class SynthesizeJob(StepJob[SourceImage]):
     step = "synthesize"
     desc = "E.2 syntheses"
 
-    def __init__(self, workspace, settings, endpoint: ModelEndpoint, *, layout_text_mode: str = "both", **kw):
+    def __init__(
+        self,
+        workspace,
+        settings,
+        endpoint: ModelEndpoint,
+        *,
+        layout_text_mode: str = "both",
+        templates: Mapping[str, str] | None = None,
+        **kw,
+    ):
         super().__init__(workspace, settings, **kw)
-        self.endpoint, self.mode = endpoint, layout_text_mode
+        self.endpoint, self.mode, self.templates = endpoint, layout_text_mode, templates
         self.waiting: list[str] = []
         self.waiting_failed, self.sources_total = 0, 0
 
@@ -152,7 +170,7 @@ class SynthesizeJob(StepJob[SourceImage]):
             if slot is None or slot["full"] is None or not s.layout_ids <= set(slot["layouts"]):
                 self.waiting.append(s.key)
                 continue
-            ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], self.mode)))
+            ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], self.mode, self.templates)))
         failed = {str(r.get("image_key")) for r in extracted.values() if r.get("status") != "ok"}
         self.waiting_failed = sum(k in failed for k in self.waiting)
         self.sources_total = len(sources)
