@@ -12,6 +12,7 @@ from PIL import Image
 from insight_o3.base.untrusted import UntrustedJSONError, loads_repaired
 from insight_o3.data.o3bench import review, sources, synthesis
 from insight_o3.data.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
+from insight_o3.data.o3bench.letter_refs import remap_letter_refs
 from insight_o3.data.o3bench.records import BenchItem, SourceImage, SourceLayout
 from insight_o3.data.o3bench.release import release_stats, shuffle_options
 from insight_o3.data.o3bench.validation import REASONS, check_item, cited_layouts, f_share
@@ -330,7 +331,7 @@ def test_rejection_details_name_what_is_wrong():
     assert details["unknown_layout"] == "the explanation cites layout 7, not one of 1, 2, 3, 4"
     assert details["too_few_layouts"] == "the explanation cites 1 distinct layout(s), needs 2"
     assert check_item("a string", source(), "x").reason == "malformed"
-    opt = check_item({**GOOD, "options": GOOD["options"].replace("C. Lima", "C. the crop yields")}, source(4), "x")
+    opt = check_item({**GOOD, "options": GOOD["options"].replace("C. Lima", "C. the crop on the left")}, source(4), "x")
     assert (opt.reason, opt.detail) == ("forbidden_word", "option C mentions 'crop'")
     assert check_item(
         {**GOOD, "options": "A. a\nB. b\nX. c\nD. d\nE. e\nF. No right choice"}, source(4), "x"
@@ -499,11 +500,82 @@ def test_shuffle_renames_letter_references_in_the_explanation():
     base = check_item(
         {**GOOD, "explanation": GOOD["explanation"] + "\nSo the answer is C, not option (A)."}, source(4), "q"
     )
-    out, n = shuffle_options(base.item, 1)  # type: ignore[union-attr]
+    out, refs = shuffle_options(base.item, 1)  # type: ignore[union-attr]
     new = dict(ln.split(". ", 1) for ln in out.options.split("\n"))
     lima = next(k for k, v in new.items() if v == "Lima")
     oslo = next(k for k, v in new.items() if v == "Oslo")
-    assert out.explanation.endswith(f"So the answer is {lima}, not option ({oslo}).") and n == 2
+    assert out.explanation.endswith(f"So the answer is {lima}, not option ({oslo}).") and refs.renamed == 2
+
+
+def test_shuffle_keeps_every_reference_to_an_option_pointing_at_it():
+    """The issue's case: "Hence option B ... (B) is right" must not become "option C ... (B) is right" (issue 33
+    item 6): every form names the same option text before and after the shuffle."""
+    expl = GOOD["explanation"] + "\nRome beats Oslo, hence option C, not options A and B; so (C) is right. C) Lima."
+    base = check_item({**GOOD, "explanation": expl}, source(4), "chart/img#q0").item
+    assert base is not None
+    old = dict(ln.split(". ", 1) for ln in base.options.split("\n"))
+    for seed in range(6):
+        out, refs = shuffle_options(base, seed)
+        new = {v: k for k, v in (ln.split(". ", 1) for ln in out.options.split("\n"))}
+        at = {letter: new[old[letter]] for letter in "ABC"}
+        tail = out.explanation.split("\n")[-1]
+        assert tail == (
+            f"Rome beats Oslo, hence option {at['C']}, not options {at['A']} and {at['B']}; so ({at['C']}) is right. "
+            f"{at['C']}) Lima."
+        )
+        assert refs.renamed == 5 and refs.left == []
+
+
+#: old -> new letters of the form tests (F stays)
+MOVE = dict(zip("ABCDEF", "CAEBDF"))
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # keyword: option(s) / choice(s) and a letter or a list of letters
+        ("Hence option B is right.", "Hence option A is right."),
+        ("Option (B) is right.", "Option (A) is right."),
+        ("Options A and C are too small.", "Options C and E are too small."),
+        ("options A, C, or E", "options C, E, or D"),
+        ("Choices B/D fail; choice E holds.", "Choices A/B fail; choice D holds."),
+        # answer: "answer is", "answer:", "answer =", with an optional "option"
+        ("So the answer is B.", "So the answer is A."),
+        ("Answer: (C)", "Answer: (E)"),
+        ("answer = D", "answer = B"),
+        ("The answer is option E.", "The answer is option D."),
+        # bare forms, in an item that uses no letter as a name
+        ("(B) is right", "(A) is right"),
+        ("B) Rome\nC) Lima", "A) Rome\nE) Lima"),
+        # F stays; words and codes are not letters
+        ("option F", "option F"),
+        ("A value of 40 beats Berlin's B2 road, so option A.", "A value of 40 beats Berlin's B2 road, so option C."),
+    ],
+)
+def test_letter_reference_forms(text, expected):
+    out = remap_letter_refs(text, MOVE)
+    assert out.text == expected and out.left == []
+    assert out.renamed == sum(a != b for a, b in zip(text, expected)) or text == expected  # one per letter moved
+
+
+@pytest.mark.parametrize(
+    "text, context, kept",
+    [
+        ("Building B is north of the gate, so (B) holds.", "", ["'B' in", "'(B)' (a letter is also used"]),
+        ("(B) holds.", "Which gate is next to Plan A?", ["'(B)' (a letter is also used"]),
+        ("Exit E is closer. D) is wrong", "", ["'E' in", "'D)' (a letter is also used"]),
+        ("so options A-C fail", "", ["'options A-C' (a range of letters)"]),
+        ("so C.", "", ["'C' in 'so C.'"]),
+    ],
+)
+def test_letters_that_may_be_names_are_left_and_reported(text, context, kept):
+    """A letter used as a name ("Building B", "Plan A") is never rewritten, and then the bare forms "(B)"/"B)" are
+    ambiguous: left as written and reported, as are ranges and letters in no known form."""
+    out = remap_letter_refs(text, MOVE, context=context)
+    assert out.text == text and out.renamed == 0
+    assert len(out.left) == len(kept) and all(k in line for k, line in zip(kept, out.left))
+    both = remap_letter_refs("Building B, hence option B", MOVE)
+    assert both.text == "Building B, hence option A"  # a keyword form is renamed all the same
 
 
 def test_release_statistics():

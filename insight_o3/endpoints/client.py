@@ -29,7 +29,7 @@ import importlib
 import json
 import logging
 import os
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import openai
 from openai import AsyncOpenAI
@@ -38,6 +38,10 @@ from ..base.caps import MAX_REPLY_BYTES
 from ..base.redaction import redact, register_secret, register_url
 from ..base.untrusted import MalformedReply, ReplyCheck, check_reply
 from .usage import record_response
+
+if TYPE_CHECKING:
+    from .guard import RunGuard
+    from .rate_limit import AdaptiveLimiter
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +94,7 @@ def quiet_http_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _limits(max_connections: int):
+def _limits(max_connections: int) -> Any:
     """The connection limits object of whichever HTTP package this SDK version uses."""
     return type(openai.DEFAULT_CONNECTION_LIMITS)(
         max_connections=max_connections, max_keepalive_connections=max_connections
@@ -104,12 +108,12 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
     read here, decoded, and refused (:class:`~insight_o3.base.untrusted.MalformedReply`) once it passes
     ``max_body_bytes``. Redirects are not followed: one is refused the same way, naming where it pointed."""
 
-    def __init__(self, *, deadline: float, max_body_bytes: int = MAX_REPLY_BYTES, **kwargs):
+    def __init__(self, *, deadline: float, max_body_bytes: int = MAX_REPLY_BYTES, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deadline = deadline
         self.max_body_bytes = max_body_bytes
 
-    async def send(self, request, *, stream: bool = False, **kw):
+    async def send(self, request: Any, *, stream: bool = False, **kw: Any) -> Any:
         kw["follow_redirects"] = False  # a redirect would re-send the request (its key, its images) elsewhere
         try:
             async with asyncio.timeout(self.deadline):
@@ -131,7 +135,7 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
             ) from None
 
 
-async def read_capped(response, limit: int) -> None:
+async def read_capped(response: Any, limit: int) -> None:
     """Read ``response``'s decoded body into it (as ``aread`` does), refusing it past ``limit`` bytes."""
     chunks: list[bytes] = []
     size = 0
@@ -146,7 +150,7 @@ async def read_capped(response, limit: int) -> None:
     response._content = b"".join(chunks)  # what aread() sets: the body, read once
 
 
-def _http_package():
+def _http_package() -> Any:
     """``httpx`` (openai 1.x/2.x) or ``httpx2`` (3.x): the package of the SDK's timeout type."""
     return importlib.import_module(type(openai.DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0])
 
@@ -159,8 +163,8 @@ def make_client(
     max_connections: int = 256,
     *,
     role: str = "model",
-    guard=None,
-    limiter=None,
+    guard: RunGuard | None = None,
+    limiter: AdaptiveLimiter | None = None,
 ) -> AsyncOpenAI:
     """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
 
@@ -193,11 +197,13 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
     the SDK's resources (``chat.completions.create`` …) goes through :meth:`post`, after the SDK's own
     retries."""
 
-    def __init__(self, *, role: str, guard=None, limiter=None, **kwargs):
+    def __init__(
+        self, *, role: str, guard: RunGuard | None = None, limiter: AdaptiveLimiter | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.role, self.guard, self.limiter = role, guard, limiter
 
-    async def post(self, path, *args, **kwargs):
+    async def post(self, path: str, *args: Any, **kwargs: Any) -> Any:
         if self.guard is not None:
             self.guard.check()  # a stopping run sends nothing more
         try:
@@ -289,7 +295,7 @@ class ErrorReply(ValueError):
     :data:`insight_o3.endpoints.errors.EXPECTED_ERRORS`: the attempt is recorded as failed with it)."""
 
 
-def error_in_reply(result, limit: int = 300) -> str | None:
+def error_in_reply(result: Any, limit: int = 300) -> str | None:
     """``"the server replied 200 with an error: <its message>"`` when ``result`` (a parsed response) has
     no ``choices`` but an ``error`` object; None for any other result."""
     if getattr(result, "choices", None):

@@ -43,7 +43,7 @@ from ..jobs.integrity import Invocation
 from ..jobs.job import BudgetExceeded, JobSettings, Plan, ResumableJob
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
 from ..protocol.trajectory import image_refs
-from ..storage.record_log import RecordFileError, has_lines
+from ..storage.record_log import RecordFileError
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
 from .run_dir import RunDir
@@ -223,7 +223,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         return self.run_dir
 
     def wrote_records(self) -> bool:
-        return any(has_lines(self.run_dir.records_path(k)) for k in self.run_dir.trials())
+        return self.run_dir.trial_count() > 0
 
     def _is_done(self, k: int) -> bool:
         if not self.run_dir.is_done(k):

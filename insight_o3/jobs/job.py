@@ -204,6 +204,11 @@ class CardStore(Protocol):
 
     def write_card(self, card: dict) -> None: ...
 
+    def held(self) -> dict[str, int]:
+        """What the directory already holds of each :data:`~insight_o3.jobs.integrity.Kind.EXTENT` setting
+        (a run asking for less is refused), e.g. ``{"num_trials": 3}``."""
+        ...
+
 
 class CardFile:
     """A card in a JSON file of its own (its directory made on the first write)."""
@@ -220,6 +225,9 @@ class CardFile:
     def write_card(self, card: dict) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)  # a card in a subdirectory (build_o3_bench)
         write_json_atomic(self.path, card)
+
+    def held(self) -> dict[str, int]:
+        return {}
 
 
 class ResumableJob(Generic[ItemT, SummaryT]):
@@ -448,7 +456,13 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         stored = store.read_card()
         written = stored is not None and self.wrote_records()
         card = settle(
-            stored, self.first_card(), inv, where=store.card_path(), hint=self.change_hint, records_written=written
+            stored,
+            self.first_card(),
+            inv,
+            where=store.card_path(),
+            hint=self.change_hint,
+            records_written=written,
+            held=store.held(),
         )
         store.write_card(card)
         return True

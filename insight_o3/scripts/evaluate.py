@@ -15,7 +15,9 @@ they are never mistaken for a full run. Every run writes ``run_card.json`` (see
 A rerun into the same ``<eval_name>`` resumes only with the settings its first run fixed: a setting that can
 change a result (model, judge, prompts, image budget, benchmark file, subset, ...) that differs is refused with
 status 2, naming each one (see :mod:`insight_o3.jobs.integrity`); concurrency, rate limits, budgets and other
-operational settings may change and are recorded in ``run_card.json``'s ``history``.
+operational settings may change and are recorded in ``run_card.json``'s ``history``. ``--num_trials`` may grow
+(an extension: ``trial_<k>`` added) but not ask for fewer trials than the directory holds (status 2, both counts
+named, nothing written; README "Run integrity").
 
 Exit status: 0 done; 2 bad input (or changed settings); 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
 the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the requests failed)
@@ -89,6 +91,7 @@ from ..protocol.attempt import Solver
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 from ..protocol.limits import LIMITS
+from ..storage.atomic import UnusableOutputDir
 from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.evaluate")
@@ -652,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError, SettingsChanged) as e:
+    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

@@ -13,7 +13,8 @@ The decisions file is plain text, one line per item (``#`` lines and blank lines
 ``reject`` needs a reason (the rest of the line). ``edit`` takes a JSON object of the fields to change
 (``question``, ``options``, ``answer``, ``explanation``; ``target_layouts`` to set the target layouts by hand, as
 the paper's annotators may) on one line. An edited item is checked again by every rule of step ``validate``
-(:func:`~insight_o3.data.o3bench.validation.check_item`), and its target layouts are derived again from the
+(:func:`~insight_o3.data.o3bench.validation.check_item`, with the rules ``validate`` recorded in
+``validate/rules.json``), and its target layouts are derived again from the
 citations unless the edit sets them. The review page has the same choices as controls and exports this format.
 
 ``apply`` refuses the whole set of files (exit status 2; nothing is written) when a line cannot be read, names an
@@ -33,7 +34,7 @@ from ...base.untrusted import loads
 from ...storage.atomic import write_jsonl_atomic
 from ...storage.lock import run_lock
 from .records import BenchItem, SourceImage, read_items, read_sources
-from .validation import check_item
+from .validation import Validator
 from .workspace import Workspace
 
 DECISIONS = ("accept", "reject", "edit", "pending")
@@ -148,7 +149,9 @@ def _type_problem(name: str, value) -> str | None:
     return f"must be text, got {shown[:60]}"
 
 
-def edit_problems(item: BenchItem, source: SourceImage, edit: dict) -> tuple[BenchItem | None, list[str]]:
+def edit_problems(
+    item: BenchItem, source: SourceImage, edit: dict, validator: Validator | None = None
+) -> tuple[BenchItem | None, list[str]]:
     """The item with ``edit`` applied and checked by every validation rule, or ``(None, problems)``: one
     ``"<field>: <what is wrong>"`` per field whose value has the wrong type, the validation rule that fails
     (when every text field has the right type) and every problem of ``target_layouts``."""
@@ -162,7 +165,7 @@ def edit_problems(item: BenchItem, source: SourceImage, edit: dict) -> tuple[Ben
         return None, problems  # a text field of the wrong type: the rules would only say "malformed" again
     fields = {k: getattr(item, k) for k in ("question", "options", "answer", "explanation")}
     fields.update({k: v for k, v in edit.items() if k != "target_layouts"})
-    v = check_item(fields, source, item.item_id, origin="edited")
+    v = (validator or Validator()).check(fields, source, item.item_id, origin="edited")
     if v.item is None:
         field = _RULE_FIELD.get(v.reason or "")
         if v.reason == "forbidden_word":
@@ -176,7 +179,10 @@ def edit_problems(item: BenchItem, source: SourceImage, edit: dict) -> tuple[Ben
 
 
 def check(
-    items: list[BenchItem], sources: dict[str, SourceImage], decisions: list[Decision]
+    items: list[BenchItem],
+    sources: dict[str, SourceImage],
+    decisions: list[Decision],
+    validator: Validator | None = None,
 ) -> tuple[list[dict], list[str]]:
     """The reviewed rows of ``items`` (every item, ``pending`` when undecided) and every problem of the
     decisions (``"<file>:<line>: <item>: <field>: <what>"``); the rows are only usable without problems."""
@@ -195,7 +201,7 @@ def check(
         seen[d.item_id] = d.where
         final: BenchItem | None = item
         if d.decision == "edit":
-            final, wrong = edit_problems(item, sources[item.image_key], d.edit or {})
+            final, wrong = edit_problems(item, sources[item.image_key], d.edit or {}, validator)
             problems += [f"{d.where}: {d.item_id}: {p}" for p in wrong]
         if final is not None:
             rows[d.item_id] = {
@@ -250,7 +256,7 @@ def apply_workspace(ws: Workspace, paths: list[str] | None = None) -> dict:
         if not files:
             raise DecisionsError(f"no decisions files in {ws.step('review')}: run 'review page' first")
         decisions, problems = read_decisions(files)
-        rows, wrong = check(items, sources, decisions)
+        rows, wrong = check(items, sources, decisions, Validator.of_workspace(ws))  # the rules validate used
         if problems or wrong:
             raise refusal(problems + wrong)  # every problem of every file at once
         os.makedirs(ws.step("review"), exist_ok=True)
