@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -171,19 +173,23 @@ def test_legend_below_never_covers_a_bar():
 
 
 # ----------------------------------------------------------------------------- --serve (issue 33 item 9)
-def _read_until(proc: subprocess.Popen, marker: str, timeout: float) -> str:
-    """The subprocess's stdout up to and including the line that starts with ``marker`` (fails after ``timeout``)."""
-    import selectors
-    import time
+def _read_until(proc: subprocess.Popen, marker: str, timeout: float, lines: queue.Queue[str]) -> str:
+    """The subprocess's stdout up to and including the line that starts with ``marker`` (fails after ``timeout``).
+    Lines come from a thread (``select`` on a buffered text pipe misses lines already in the buffer) into ``lines``;
+    an empty string follows the last one."""
 
-    out, end = "", time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while not any(line.startswith(marker) for line in out.splitlines()):
-            left = end - time.monotonic()
-            assert left > 0 and proc.poll() is None, f"no {marker!r} in time; stdout so far:\n{out}"
-            if sel.select(left):
-                out += proc.stdout.readline()
+    def pump() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    out = ""
+    while not any(line.startswith(marker) for line in out.splitlines()):
+        try:
+            out += lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no {marker!r} in {timeout} s; stdout so far:\n{out}") from None
     return out
 
 
@@ -200,7 +206,8 @@ def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigt
     argv = [sys.executable, "-m", "insight_o3.scripts.demo", "--serve", "--num_images", "2", "--min_side", "500"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        out = _read_until(proc, "Ctrl-C (or SIGTERM) stops", timeout=120)
+        stdout: queue.Queue[str] = queue.Queue()
+        out = _read_until(proc, "Ctrl-C (or SIGTERM) stops", 120, stdout)
         urls = dict(re.findall(r"^  (model|vsearcher|judge)\s+(http://127\.0\.0\.1:\d+/v1)", out, re.M))
         assert set(urls) == {"model", "vsearcher", "judge"} and len(set(urls.values())) == 3
         blocks = dict(re.findall(r"^# (\S+)\n(.*?)(?=^# |^Ctrl-C)", out, re.M | re.S))
@@ -223,9 +230,12 @@ def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigt
         assert all(r["question_id"] in page for r in bench)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=20)
-        assert time.monotonic() - t0 < 10 and proc.returncode == 0, err[-2000:]
-        assert "stopped serving the demo endpoints" in rest and "Traceback" not in err
+        proc.wait(timeout=20)
+        assert time.monotonic() - t0 < 10 and proc.returncode == 0
+        err = proc.stderr.read()
+        assert "Traceback" not in err, err[-2000:]
+        rest = "".join(iter(lambda: stdout.get(timeout=10), ""))
+        assert rest == "stopped serving the demo endpoints\n"
     finally:
         if proc.poll() is None:
             proc.kill()
