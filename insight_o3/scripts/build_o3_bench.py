@@ -32,6 +32,7 @@ import json
 import os
 import sys
 
+from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..cli import (
     ExitCode,
@@ -82,7 +83,7 @@ BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
 
 
 # ----------------------------------------------------------------------------- flags
-def _json_object(text: str) -> dict:
+def _json_object(text: str) -> JSONObject:
     try:
         v = loads(text)
     except ValueError as e:
@@ -96,7 +97,9 @@ def _workspace(p: argparse.ArgumentParser) -> None:
     add_output_dir(p, required=True, help="the build's workspace directory (every step reads and writes here)")
 
 
-def _step_flags(p: argparse.ArgumentParser, *, concurrency: int, parse_retries: bool = True, images: bool = False):
+def _step_flags(
+    p: argparse.ArgumentParser, *, concurrency: int, parse_retries: bool = True, images: bool = False
+) -> None:
     """The shared flags of a model-calling step."""
     add_client_flags(p, max_retries=5)
     add_run_flags(p, concurrency=concurrency, image_workers=images)
