@@ -78,6 +78,8 @@ def test_a_configured_list_and_allow_list():
     no_labels = ValidationRules(allow_image_labels=False)
     assert asked("Which city in the Northeast region?", no_labels, "Northeast region")[0] == "forbidden_word"
     assert asked("Which crops grow in the left panel?", ValidationRules(forbidden_words=())) == (None, None)
+    # "crops" on its own is how a model names the layout crops: allowed only when a config says so
+    assert asked("Which crops had the highest 2020 yield?", ValidationRules(allowed_phrases=("crops",))) == (None, None)
 
 
 # ------------------------------------------------------------------------------------------- citations

@@ -136,6 +136,11 @@ class Resize:
     nearest: bool = False
     #: successive exact sizes (a harness that resizes a view more than once; the last is the size shown)
     chain: tuple[tuple[int, int], ...] = ()
+    #: the whole view as operations on the decoded original, in order: ``("resize", w, h)`` (this resampling) and
+    #: ``("crop", x0, y0, x1, y1)`` (integer box inside the image at that point); a harness that crops an image it
+    #: has already resized (Pixel-Reasoner: crops of its resized input and of earlier crops). The region is not
+    #: used for the pixels then, only for the reference.
+    pipeline: tuple[tuple[str | int, ...], ...] = ()
 
     @property
     def resample(self) -> Image.Resampling:
@@ -342,6 +347,17 @@ class ImageStore:
         path = str(path)
         im = self.original(path)
         W, H = im.size
+        if resize.pipeline:
+            view = im
+            for op in resize.pipeline:
+                if op[0] == "crop":
+                    view = view.crop((int(op[1]), int(op[2]), int(op[3]), int(op[4])))
+                elif op[0] == "resize":
+                    view = view.resize((int(op[1]), int(op[2])), resize.resample)
+                else:
+                    raise ValueError(f"unknown view operation {op!r}")
+            reg = region if region is not None else (0.0, 0.0, float(W), float(H))
+            return view, ImageRef(path, tuple(float(v) for v in reg), view.size)  # type: ignore[arg-type]
         if region is None:
             view, reg = im, (0.0, 0.0, float(W), float(H))
         else:

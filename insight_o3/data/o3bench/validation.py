@@ -47,6 +47,7 @@ NO_RIGHT_CHOICE = "F. No right choice"
 LETTERS = "ABCDEF"
 #: The paper's limit on the share of F answers (E.2 answer-option rule 3).
 F_SHARE_LIMIT = ValidationRules.f_share_limit
+DEFAULT_RULES = ValidationRules()
 REASONS = (
     "malformed",
     "six_options",
@@ -130,7 +131,7 @@ def check_item(
 ) -> ValidationVerdict:
     """Apply the rules (default: :class:`~.validation_rules.ValidationRules`'s defaults) to one synthesized (or
     edited) item of ``source``'s image; ``image_text`` is the image's OCR text (for ``allow_image_labels``)."""
-    rules = rules or ValidationRules()
+    rules = rules or DEFAULT_RULES
     if not isinstance(raw, dict):
         return ValidationVerdict(None, "malformed", f"not a JSON object but {type(raw).__name__}")
     fields = {n: _text(raw, n) for n in _FIELDS}
@@ -205,7 +206,7 @@ def check_item(
 class Validator:
     """:func:`check_item` with a workspace's rules and its images' OCR text (``image_texts`` by image key)."""
 
-    rules: ValidationRules = field(default_factory=ValidationRules)
+    rules: ValidationRules = DEFAULT_RULES
     image_texts: Mapping[str, str] = field(default_factory=dict)
 
     def check(self, raw: object, source: SourceImage, item_id: str, origin: str = "synthesized") -> ValidationVerdict:
@@ -251,7 +252,7 @@ def validate_workspace(ws: Workspace, rules: ValidationRules | None = None, rule
     rewrite ``candidates.jsonl``, ``rejected.jsonl``, ``rules.json`` (the rules, their sha256 and ``rules_source``,
     the config file's path and sha256) and ``report.json`` (the step is deterministic and cheap: it is redone as a
     whole)."""
-    rules = rules or ValidationRules()
+    rules = rules or DEFAULT_RULES
     with run_lock(ws.root, "build_o3_bench validate"):
         sources = read_sources(ws.require(ws.sources, "sources"))
         synth = read_log(ws.require(ws.records("synthesize"), "synthesize"))
