@@ -254,7 +254,8 @@ def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
             type=int,
             default=DEFAULT_MAX_REPLY_CHARS,
             help=f"characters of each reply text a record keeps; a longer one keeps its beginning and end around a "
-            f"marker (default: {DEFAULT_MAX_REPLY_CHARS}, more than a 16K-token reply; replies are judged whole)",
+            f"marker (default: {DEFAULT_MAX_REPLY_CHARS}, more than a 16K-token reply; replies are judged whole); "
+            f"a reply body over n x 2 x this x 12 bytes + 256 KiB is refused while read (a failed request)",
         )
     if decode:
         p.add_argument(

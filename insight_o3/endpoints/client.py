@@ -29,12 +29,13 @@ import importlib
 import json
 import logging
 import os
+import zlib
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import openai
 from openai import AsyncOpenAI
 
-from ..base.caps import MAX_REPLY_BYTES
+from ..base.caps import DEFAULT_MAX_REPLY_CHARS, MAX_REPLY_BYTES, reply_body_cap
 from ..base.redaction import redact, register_secret, register_url
 from ..base.untrusted import MalformedReply, ReplyCheck, check_reply
 from .usage import record_response
@@ -136,18 +137,72 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
 
 
 async def read_capped(response: Any, limit: int) -> None:
-    """Read ``response``'s decoded body into it (as ``aread`` does), refusing it past ``limit`` bytes."""
+    """Read ``response``'s decoded body into it (as ``aread`` does), refusing it once it passes ``limit`` bytes —
+    while decoding: a ``gzip``/``deflate`` body is inflated here, each step's output bounded by what is left of
+    ``limit`` (:class:`_BoundedInflater`), so a compressed bomb never inflates past the cap, not even for one
+    network chunk (the HTTP package's own decoder inflates a 64 KiB chunk of a bomb to ~64 MiB at once). Other
+    encodings (``br``, ``zstd``, chains) are decoded by the HTTP package, checked after each chunk."""
     chunks: list[bytes] = []
     size = 0
+
+    def take(data: bytes) -> None:
+        nonlocal size
+        size += len(data)
+        if size > limit:
+            raise MalformedReply(f"the reply body is larger than {limit} bytes (decoded); refused while reading")
+        chunks.append(data)
+
+    inflater = _BoundedInflater.of(response.headers.get("content-encoding", ""))
     try:
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                raise MalformedReply(f"the reply body is larger than {limit} bytes (decoded); refused while reading")
-            chunks.append(chunk)
+        if inflater is None:
+            async for chunk in response.aiter_bytes():
+                take(chunk)
+        else:
+            async for raw in response.aiter_raw():
+                while raw:
+                    out, raw = inflater.inflate(raw, limit - size + 1)  # never more than one byte past the cap
+                    take(out)
+            take(inflater.flush())
     finally:
         await response.aclose()
     response._content = b"".join(chunks)  # what aread() sets: the body, read once
+
+
+class _BoundedInflater:
+    """``gzip``/``deflate`` decoding whose every step returns at most a given number of bytes (``zlib``'s
+    ``max_length``). ``deflate`` is zlib-wrapped or raw, as the HTTP package accepts it."""
+
+    def __init__(self, encoding: str):
+        self.encoding = encoding
+        self._d: Any = None
+
+    @classmethod
+    def of(cls, content_encoding: str) -> _BoundedInflater | None:
+        encoding = content_encoding.strip().lower()
+        return cls(encoding) if encoding in ("gzip", "x-gzip", "deflate") else None
+
+    def inflate(self, data: bytes, max_out: int) -> tuple[bytes, bytes]:
+        """(up to ``max_out`` decoded bytes, the input not consumed yet)."""
+        if self._d is None:
+            if self.encoding == "deflate":
+                wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and ((data[0] << 8) | data[1]) % 31 == 0
+                wbits = zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS
+            else:
+                wbits = 16 + zlib.MAX_WBITS
+            self._d = zlib.decompressobj(wbits)
+        try:
+            out = self._d.decompress(data, max_out)
+        except zlib.error as e:
+            raise MalformedReply(f"the reply body is not valid {self.encoding} ({e})") from None
+        return out, self._d.unconsumed_tail
+
+    def flush(self) -> bytes:
+        if self._d is None:
+            return b""
+        try:
+            return self._d.flush()
+        except zlib.error as e:
+            raise MalformedReply(f"the reply body is not valid {self.encoding} ({e})") from None
 
 
 def _http_package() -> Any:
@@ -165,6 +220,8 @@ def make_client(
     role: str = "model",
     guard: RunGuard | None = None,
     limiter: AdaptiveLimiter | None = None,
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
+    choices: int = 1,
 ) -> AsyncOpenAI:
     """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
 
@@ -172,12 +229,19 @@ def make_client(
     names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
     :class:`~insight_o3.endpoints.guard.RunGuard`) every request's outcome is reported to it; with
     ``limiter`` (a :class:`~insight_o3.endpoints.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
-    included, waits for a slot of it (outside the deadline) and reports 429s to it.
+    included, waits for a slot of it (outside the deadline) and reports 429s to it. A reply body is read up to
+    :func:`~insight_o3.base.caps.reply_body_cap` bytes of the run's ``max_reply_chars`` for replies of ``choices``
+    choices at most (the largest ``n`` the client's requests ask for), and refused past that.
     """
     register_secret(api_key)
     register_url(base_url)
     timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
-    http_kwargs = dict(limits=_limits(max_connections), timeout=timeout, deadline=timeout)
+    http_kwargs = dict(
+        limits=_limits(max_connections),
+        timeout=timeout,
+        deadline=timeout,
+        max_body_bytes=reply_body_cap(max_reply_chars, choices),
+    )
     if limiter is None:
         http_client = DeadlineHttpClient(**http_kwargs)
     else:

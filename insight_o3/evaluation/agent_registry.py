@@ -122,7 +122,12 @@ def _insight_o3(ctx: AgentContext) -> Solver:
     settings = ctx.config.insight_o3
     assert settings is not None
     return InSightO3Solver.build(
-        settings, ctx.images, guard=ctx.guard, limiter=ctx.model_limiter, vsearcher_limiter=ctx.vsearcher_limiter
+        settings,
+        ctx.images,
+        guard=ctx.guard,
+        limiter=ctx.model_limiter,
+        vsearcher_limiter=ctx.vsearcher_limiter,
+        max_reply_chars=ctx.config.reply_chars,
     )
 
 

@@ -189,6 +189,11 @@ class RunDir:
         ks = [k for k in self.trials() if self.is_done(k) or has_lines(self.records_path(k))]
         return ks[-1] + 1 if ks else 0
 
+    def wrote_records(self) -> bool:
+        """Whether a run wrote a record here (the card store's ``wrote_records``: until one has, settings are not
+        fixed)."""
+        return self.trial_count() > 0
+
     def held(self) -> dict[str, int]:
         """What the directory holds (the card store's ``held``): its :meth:`trial_count`. A run asking for fewer
         trials is refused (:class:`~insight_o3.jobs.integrity.FewerThanHeld`): its summary would leave some out."""
@@ -235,7 +240,7 @@ class RunDir:
         """Trial ``k``'s records by ``sample_key`` (see :meth:`TrialDir.records`)."""
         return self.trial(k).records(parse)
 
-    # ---------------------------------------------------------------- the card store of jobs.job.CardStore
+    # ----------------------------------------- the card store of jobs.job.CardStore (and wrote_records, held above)
     def card_path(self) -> str:
         return self.file(RUN_CARD_FILE)
 

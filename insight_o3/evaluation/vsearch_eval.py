@@ -222,6 +222,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
             max_retries=s.max_retries,
             max_connections=max(2 * s.concurrency, 16),
             role="vSearcher",
+            max_reply_chars=s.max_reply_chars,
         )
         self.searcher = VSearcher(
             client,

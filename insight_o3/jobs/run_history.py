@@ -55,13 +55,13 @@ class RunTally:
     every request whose reply arrived (:attr:`meter`, fed by every client of the run through
     :func:`~insight_o3.endpoints.usage.metering_run`)."""
 
-    def __init__(self, cost: Callable[[dict], float | None]):
+    def __init__(self, price: Callable[[dict], float | None] | None = None):
         self.started = time.time()
         self.meter = UsageMeter()
         self.records: Counter = Counter()
         self.recorded_tokens = 0
         self.recorded_cost = 0.0
-        self.cost = cost
+        self.price = price
         self.flushed = 0.0
 
     def recorded(self, status: str | None, tokens: int, cost: float) -> None:
@@ -81,7 +81,7 @@ class RunTally:
         """The entry's spend fields as of now."""
         usage = self.meter.to_dict()
         tokens = total_tokens(usage)
-        cost = self.cost(usage)
+        cost = self.price(usage) if self.price is not None else None
         ledger = guard.ledger()
         return {
             "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -573,10 +573,27 @@ def _log_stats(images: ImageStore, limiters: Limiters) -> None:
         )
 
 
-def _client(api: ApiAccess, role: str, limiter: AdaptiveLimiter | None, conns: int, guard: RunGuard) -> AsyncOpenAI:
+def _client(
+    api: ApiAccess,
+    role: str,
+    limiter: AdaptiveLimiter | None,
+    conns: int,
+    guard: RunGuard,
+    max_reply_chars: int | None,
+    choices: int = 1,
+) -> AsyncOpenAI:
     retries = DEFAULT_MAX_RETRIES if api.max_retries is None else api.max_retries
     return make_client(
-        api.api_key, api.base_url, api.timeout, retries, max_connections=conns, role=role, limiter=limiter, guard=guard
+        api.api_key,
+        api.base_url,
+        api.timeout,
+        retries,
+        max_connections=conns,
+        role=role,
+        limiter=limiter,
+        guard=guard,
+        max_reply_chars=max_reply_chars,
+        choices=choices,
     )
 
 
@@ -588,8 +605,10 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
     images = image_store(c, originals_cached=2 if keeps or oracle else 0)
     limiters = Limiters.of(c)
     conns = max(c.concurrency * 2, 16)
-    main_client = _client(c.api, "model", limiters.model, conns, guard)
-    judge_client = _client(c.judge.api, "judge", limiters.judge, conns, guard)
+    cap = c.reply_chars  # what records keep of a reply; each client's body cap derives from it
+    choices = c.num_trials if c.single_model is not None and not c.separate_trial_requests else 1  # the request's n
+    main_client = _client(c.api, "model", limiters.model, conns, guard, cap, choices)
+    judge_client = _client(c.judge.api, "judge", limiters.judge, conns, guard, cap)
     solver: Solver | None = None
     try:
         solver = _solver(c, main_client, images, guard, limiters)

@@ -117,7 +117,12 @@ class StepJob(ResumableJob[ItemT, dict]):
         card: dict | None = None,
         invocation: Invocation | None = None,
     ):
-        super().__init__(str(workspace.root), settings.job_settings(), invocation=invocation)
+        super().__init__(
+            str(workspace.root),
+            settings.job_settings(),
+            invocation=invocation,
+            price=cost_model.cost if cost_model is not None else None,  # the run's history entry, as its records
+        )
         self.ws, self.s, self.cost_model = workspace, settings, cost_model
         self.card = dict(card or {})
         self.command = f"build_o3_bench {self.step}"
@@ -212,9 +217,6 @@ class StepJob(ResumableJob[ItemT, dict]):
 
     def priced(self, usage: dict) -> float | None:
         return self.cost_model.cost(usage) if self.cost_model is not None else None
-
-    def cost(self, usage: dict) -> float | None:
-        return self.priced(usage)  # the run's history entry is priced as its records are
 
     def write_step_card(self, summary: dict) -> None:
         """``<step>/step_card.json``: what this step ran with and what all its records cost (the settings fixed by
