@@ -34,7 +34,7 @@ from .endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, Ru
 from .endpoints.preflight import EndpointError
 from .imaging.images import DEFAULT_MAX_DECODE_VALUES
 from .jobs.integrity import CardError, Invocation, SettingsChanged, git_commit
-from .storage.atomic import OutputError
+from .storage.atomic import OutputError, UnusableOutputDir
 from .storage.lock import RunLockedError
 
 __all__ = [
@@ -254,7 +254,8 @@ def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
             type=int,
             default=DEFAULT_MAX_REPLY_CHARS,
             help=f"characters of each reply text a record keeps; a longer one keeps its beginning and end around a "
-            f"marker (default: {DEFAULT_MAX_REPLY_CHARS}, more than a 16K-token reply; replies are judged whole)",
+            f"marker (default: {DEFAULT_MAX_REPLY_CHARS}, more than a 16K-token reply; replies are judged whole); "
+            f"a reply body over n x 2 x this x 12 bytes + 256 KiB is refused while read (a failed request)",
         )
     if decode:
         p.add_argument(
@@ -430,11 +431,12 @@ def run_main(
 ) -> int:
     """Run a command's body and map how it ends to an :class:`ExitCode`, with one line on stderr.
 
-    ``bad_input``: exception types (besides :class:`BadInput` and a run's changed settings,
-    :class:`~insight_o3.jobs.integrity.SettingsChanged`, or unreadable card) that mean bad input (2); the
+    ``bad_input``: exception types (besides :class:`BadInput`, a run's changed settings,
+    :class:`~insight_o3.jobs.integrity.SettingsChanged`, an unreadable card, or an output directory that can never
+    hold files, :class:`~insight_o3.storage.atomic.UnusableOutputDir`) that mean bad input (2); the
     deliberate stops (:data:`STOP_ERRORS`) map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
-    bad: tuple[type[BaseException], ...] = (BadInput, SettingsChanged, CardError, *bad_input)
+    bad: tuple[type[BaseException], ...] = (BadInput, SettingsChanged, CardError, UnusableOutputDir, *bad_input)
     try:
         return int(body())
     except bad as e:

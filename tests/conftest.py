@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -56,6 +57,19 @@ def require_executable(name: str) -> str:
     path = shutil.which(name)
     require(path is not None, f"executable {name}")
     return path
+
+
+@pytest.fixture(autouse=True)
+def signal_dispositions_kept():
+    """A test must leave SIGINT/SIGTERM as it found them: an ignored signal is inherited by every subprocess a
+    later test starts (ignored dispositions survive exec, and Python keeps an ignored SIGINT), so a Ctrl-C test
+    after it sees the command ignore Ctrl-C. Restored, and the leaking test fails naming the signal."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    changed = [sig.name for sig, h in before.items() if signal.getsignal(sig) is not h]
+    for sig, h in before.items():
+        signal.signal(sig, h)
+    assert not changed, f"the test left the disposition of {changed} changed (restored now)"
 
 
 @pytest.fixture

@@ -1,11 +1,13 @@
 """The baseline agents against goldens recorded by running the released code (tests/golden/README.md, "Baseline
-goldens"; tests/golden/record_baseline_goldens.py): DeepEyes's requests byte for byte (texts; images by size and
-pixel hash) through the real driver and a local HTTP server, Mini-o3's tool-call rules turn by turn."""
+goldens"; tests/golden/record_baseline_goldens.py, tests/golden/record_pixel_reasoner_goldens.py): DeepEyes's and
+Pixel-Reasoner's requests byte for byte (texts; images by size and pixel hash) through the real driver and a local
+HTTP server, Mini-o3's tool-call rules turn by turn."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import io
 import json
 from pathlib import Path
@@ -15,15 +17,17 @@ import pytest
 from openai import AsyncOpenAI
 from PIL import Image
 
-from insight_o3.agents import deepeyes, mini_o3
+from insight_o3.agents import deepeyes, mini_o3, pixel_reasoner
 from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.imaging.images import ImageRef, ImageStore, Resize
+from tests.golden import record_pixel_reasoner_goldens as pr_rec
 from tests.golden.record_baseline_goldens import digest, make_image
 from tests.support.openai_server import ScriptedOpenAIServer, chat
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "baselines"
 DEEPEYES = json.loads((GOLDEN / "deepeyes.json").read_text())
 MINI_O3 = json.loads((GOLDEN / "mini_o3.json").read_text())
+PIXEL_REASONER = json.loads((GOLDEN / "pixel_reasoner.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +133,94 @@ def test_mini_o3_tool_rules_match_the_release(n, image_file, store):
             chain = tuple(tuple(st) for st in views[0].get("steps", ()))
             shown = store.view(str(path), Resize(size=ref.size, nearest=True, chain=chain), ref.region)[0]
             assert digest(shown) == turn["shown"]
+
+
+# ---------------------------------------------------------------- Pixel-Reasoner
+def test_pixel_reasoner_prompts_are_the_recorded_ones():
+    assert pixel_reasoner.SYSTEM_PROMPT == PIXEL_REASONER["system_prompt"]
+    assert pixel_reasoner.USER_SUFFIX == PIXEL_REASONER["user_suffix"]
+    want = dict(PIXEL_REASONER["sampling"])
+    extra = pixel_reasoner.COMPLETION_KWARGS["extra_body"]
+    got = {k: v for k, v in pixel_reasoner.COMPLETION_KWARGS.items() if k != "extra_body"} | extra
+    assert got == want
+
+
+@functools.lru_cache(maxsize=64)
+def _url_digest(url: str) -> dict:
+    """An image URL's size and pixel hash (the same image is sent again with every request: decoded once)."""
+    return digest(Image.open(io.BytesIO(base64.b64decode(url.split(",")[1]))))
+
+
+def _normalize_request(req: dict) -> tuple[list[dict], list[dict]]:
+    """A request as the chat template sees it (role + parts, adjacent texts joined, image markers) and its images."""
+    msgs, images = [], []
+    for m in req["messages"]:
+        c = m["content"]
+        parts: list[dict] = []
+        for p in [{"type": "text", "text": c}] if isinstance(c, str) else c:
+            if p["type"] == "image_url":
+                parts.append({"image": True})
+                images.append(_url_digest(p["image_url"]["url"]))
+            elif parts and "text" in parts[-1]:
+                parts[-1] = {"text": parts[-1]["text"] + p["text"]}
+            else:
+                parts.append({"text": p["text"]})
+        msgs.append({"role": m["role"], "content": parts})
+    return msgs, images
+
+
+@pytest.fixture(scope="module")
+def pr_image_file(tmp_path_factory):
+    root, made = tmp_path_factory.mktemp("pr_images"), {}
+
+    def get(size, seed) -> Path:
+        key = (tuple(size), seed)
+        if key not in made:
+            made[key] = root / f"{size[0]}x{size[1]}_{seed}.png"
+            pr_rec.make_image(*size, seed).save(made[key])
+        return made[key]
+
+    return get
+
+
+@pytest.mark.parametrize("n", range(len(PIXEL_REASONER["cases"])))
+def test_pixel_reasoner_requests_match_the_release(n, pr_image_file, store):
+    case = PIXEL_REASONER["cases"][n]
+    path = pr_image_file(case["size"], case["seed"])
+    replies = list(zip(case["replies"], case["usage"]))
+
+    def reply(req, call):
+        text, (prompt, completion) = replies.pop(0)
+        return chat(text, prompt_tokens=prompt + completion - 5)  # the scripted usage adds 5 completion tokens
+
+    with ScriptedOpenAIServer(reply) as srv:
+
+        async def run():
+            client = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+            try:
+                solver = ToolLoopSolver(
+                    client, "pr", store, pixel_reasoner.PixelReasonerSession, pixel_reasoner.DEFAULTS
+                )
+                opts = case["options"]
+                options = "\n".join(f"{'ABCDEF'[i]}. {o}" for i, o in enumerate(opts)) if opts else None
+                sample = SimpleNamespace(question=case["question"], options=options, image_path=str(path))
+                return (await solver.solve(sample, 1))[0]
+            finally:
+                await client.close()
+
+        attempt = asyncio.run(run())
+        sent = list(srv.requests)
+    assert len(sent) == len(case["requests"])
+    conversation: list[dict] = []
+    system = {"role": "system", "content": [{"text": PIXEL_REASONER["system_prompt"]}]}
+    for req, want in zip(sent, case["requests"]):
+        conversation += [system if m == "SYSTEM" else m for m in want["new_messages"]]
+        msgs, images = _normalize_request(req)
+        assert msgs == conversation
+        assert images == want["images"]
+        assert {k: req[k] for k in ("temperature", "top_p", "max_tokens", "stop", "top_k", "min_tokens")} == {
+            k: PIXEL_REASONER["sampling"][k]
+            for k in ("temperature", "top_p", "max_tokens", "stop", "top_k", "min_tokens")
+        }
+    assert attempt.text == case["answer"]
+    assert len(replies) == len(case["unanswered"])

@@ -29,6 +29,7 @@ import pytest
 from PIL import Image
 
 from insight_o3 import cli
+from insight_o3.base.caps import reply_body_cap
 from insight_o3.base.untrusted import MalformedReply
 from insight_o3.data.layout import MAX_LAYOUT_BOXES, LayoutError, iter_layout_files, parse_layout
 from insight_o3.data.o3bench import review
@@ -217,7 +218,7 @@ def test_echoed_keys_are_masked_before_anything_stores_shows_or_forwards_them(be
 
 # ------------------------------------------------------------------------------- item 5: gzip bomb
 def test_a_gzip_bomb_is_refused_while_it_is_read(openai_server):
-    inflated = 80 * 2**20  # past the 64 MiB cap; the 4 GB bomb of the report is the same shape
+    inflated = 80 * 2**20  # past the default cap (4.9 MB); the 4 GB bomb of the report is the same shape
     pad = b" " * inflated
     body = gzip.compress(
         b'{"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}], "pad": "' + pad + b'"}'
@@ -234,6 +235,91 @@ def test_a_gzip_bomb_is_refused_while_it_is_read(openai_server):
 
     with pytest.raises(MalformedReply, match="larger than"):
         asyncio.run(ask())
+
+
+def _gzip_bomb(inflated: int) -> bytes:
+    """A chat completion whose padding inflates to ``inflated`` bytes, gzipped (~1000:1)."""
+    return gzip.compress(
+        b'{"choices": [{"message": {"content": "<answer>C</answer>"}, "finish_reason": "stop"}], "pad": "'
+        + b" " * inflated
+        + b'"}'
+    )
+
+
+def _ask_once(client) -> str:
+    async def ask():
+        try:
+            r = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            return r.choices[0].message.content
+        finally:
+            await client.close()
+
+    return asyncio.run(ask())
+
+
+def test_the_body_cap_is_the_reply_cap_in_bytes_of_the_worst_encoding(openai_server):
+    """``--max_reply_chars`` M, replies of n choices: a body of n choices whose content and reasoning_content are
+    each M characters in the costliest JSON encoding (a non-BMP code point as a \\uXXXX\\uXXXX pair, 12 bytes)
+    is read; a body one byte past the cap is refused."""
+    m, n = 20_000, 3
+    cap = reply_body_cap(m, n)
+    assert cap == n * 2 * m * 12 + 256 * 2**10 and reply_body_cap(None) == 64 * 2**20
+    text = "\U0001f600" * m
+    choice = {"message": {"role": "assistant", "content": text, "reasoning_content": text}, "finish_reason": "stop"}
+    worst = json.dumps({"choices": [dict(choice, index=i) for i in range(n)]}).encode()  # ensure_ascii: 12 B/char
+    assert len(worst) > n * 2 * m * 12
+    srv = openai_server(lambda req, call: Reply(body=worst))
+    assert _ask_once(make_client(None, srv.base_url, max_retries=0, max_reply_chars=m, choices=n)) == text
+    over = json.dumps({"choices": [choice], "pad": " " * (cap - 100)}).encode()
+    srv = openai_server(lambda req, call: Reply(body=over))
+    with pytest.raises(MalformedReply, match=f"larger than {cap} bytes"):
+        _ask_once(make_client(None, srv.base_url, max_retries=0, max_reply_chars=m, choices=n))
+
+
+def test_a_gzip_bomb_is_refused_while_it_is_inflated(openai_server):
+    """At --max_reply_chars 1000 the cap is ~280 KB: a 64 MiB bomb is refused with the memory it takes bounded by
+    that cap, not by what one network chunk of it inflates to (the HTTP package's decoder: ~64 MiB at once)."""
+    import tracemalloc
+
+    body = _gzip_bomb(64 * 2**20)
+    srv = openai_server(lambda req, call: Reply(body=body, headers={"content-encoding": "gzip"}))
+    client = make_client(None, srv.base_url, timeout=30, max_retries=0, max_reply_chars=1000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(MalformedReply, match=f"larger than {reply_body_cap(1000)} bytes"):
+            _ask_once(client)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB while refusing a bomb at a 0.3 MB cap"
+    ok = gzip.compress(json.dumps(chat("<answer>C</answer>").body).encode())  # a gzipped reply is read whole
+    srv = openai_server(lambda req, call: Reply(body=ok, headers={"content-encoding": "gzip"}))
+    assert _ask_once(make_client(None, srv.base_url, max_retries=0, max_reply_chars=1000)) == "<answer>C</answer>"
+
+
+def test_a_gzip_bomb_at_a_small_max_reply_chars_is_one_failed_record(bench, tmp_path, openai_server, capsys):
+    """evaluate --max_reply_chars 1000: q0's reply is a 16 MiB gzip bomb (under the old fixed 64 MiB cap, read and
+    scored): one failed record naming the cap; every other record is written."""
+    bomb = _gzip_bomb(16 * 2**20)
+
+    def script(req: dict, call: Call) -> Reply:
+        if eb.marker(last_user_text(req)) == "q0":
+            return Reply(body=bomb, headers={"content-encoding": "gzip"})
+        return eb.model_reply(req)
+
+    model, judge = openai_server(script), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    rc = evaluate.main(_argv(bench, out, model.base_url, judge.base_url, "--max_reply_chars", "1000"))
+    assert rc == cli.ExitCode.INCOMPLETE
+    assert "Traceback" not in capsys.readouterr().err
+    recs = _records(out)
+    assert list(recs) == list(eb.QUESTIONS)
+    er = recs["q0"]["eval_result"]
+    assert er["status"] == "failed"
+    assert er["fail_reason"] == (
+        f"MalformedReply: the reply body is larger than {reply_body_cap(1000)} bytes (decoded); refused while reading"
+    )
+    assert all(r["eval_result"]["status"] != "failed" for k, r in recs.items() if k != "q0")
 
 
 # ------------------------------------------------------------------------------- item 4: trickling checks

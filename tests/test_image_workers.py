@@ -5,6 +5,7 @@ exactly the bytes of an in-process render."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 
 import numpy as np
@@ -149,7 +150,12 @@ def test_pillow_limit_is_only_ever_raised(monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     _raise_pillow_limit(500)
     assert Image.MAX_IMAGE_PIXELS == 1000
-    _init_worker(4000, 10**9, "JPEG", 90, 0)  # a worker process's initializer applies its store's limit
+    sigint = signal.getsignal(signal.SIGINT)
+    try:  # a worker process's initializer applies its store's limit (and ignores Ctrl-C: its owner stops it)
+        _init_worker(4000, 10**9, "JPEG", 90, 0)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:  # this process is no worker: an ignored SIGINT would be inherited by every command a later test starts
+        signal.signal(signal.SIGINT, sigint)
     assert Image.MAX_IMAGE_PIXELS == 4000
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # Pillow's check switched off stays off
     _raise_pillow_limit(500)

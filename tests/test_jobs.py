@@ -22,8 +22,8 @@ class SquareJob(ResumableJob[int, dict]):
     command = "square"
     desc = "squares"
 
-    def __init__(self, directory, settings=None, fail=(), boom=(), tokens=0):
-        super().__init__(str(directory), settings or JobSettings(progress=False, concurrency=2))
+    def __init__(self, directory, settings=None, fail=(), boom=(), tokens=0, **seam):
+        super().__init__(str(directory), settings or JobSettings(progress=False, concurrency=2), **seam)
         self.fail, self.boom, self.tokens = set(fail), set(boom), tokens
         self.calls: list[int] = []
         self.in_flight = self.max_in_flight = 0
@@ -153,3 +153,60 @@ def test_the_requests_of_a_unit_count_against_the_budget(tmp_path):
     with pytest.raises(BudgetExceeded, match="30 tokens used"):
         job.run([1, 2, 3, 4, 5])
     assert job.calls == [1, 2, 3]
+
+
+# ------------------------------------------------------------------------------------ the seam (issue 29 item 5)
+class _Store:
+    """A card store of its own: the card in memory, the directory said to hold 4 trials and a record."""
+
+    def __init__(self):
+        self.card = None
+
+    def card_path(self) -> str:
+        return "<memory>"
+
+    def read_card(self):
+        return self.card
+
+    def write_card(self, card) -> None:
+        self.card = card
+
+    def held(self):
+        return {"num_trials": 4}
+
+    def wrote_records(self) -> bool:
+        return True
+
+
+def test_the_store_given_to_the_job_holds_its_card_and_says_what_the_directory_holds(tmp_path):
+    from insight_o3.jobs.integrity import FewerThanHeld, Invocation, SettingsChanged
+
+    store = _Store()
+
+    def run(**settings):
+        inv = Invocation("square", {"num_trials": 4, "seed": 1, **settings})
+        return SquareJob(tmp_path, store=store, invocation=inv, card={"note": "first"}).run([1, 2])
+
+    run()
+    assert store.card["fixed_settings"] == {"command": "square", "seed": 1} and store.card["note"] == "first"
+    assert not (tmp_path / "records_card.json").exists()  # not the default CardFile
+    with pytest.raises(SettingsChanged):  # a record was written (the store says so): settings are fixed
+        run(seed=2)
+    with pytest.raises(FewerThanHeld, match="num_trials: the directory holds 4, this run 3"):
+        run(num_trials=3)
+
+
+def test_the_evaluation_job_fills_in_a_small_spec():
+    from insight_o3.evaluation.runner import EvalJob
+
+    hooks = {n for n, v in vars(ResumableJob).items() if callable(v) and not n.startswith("_")}
+    assert {n for n in vars(EvalJob) if n in hooks} == {
+        "prepare",
+        "log_files",
+        "plan",
+        "work",
+        "finish",
+        "spend",
+        "spent_before",
+        "incomplete",
+    }

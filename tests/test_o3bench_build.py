@@ -90,11 +90,21 @@ def test_offline_build_end_to_end_then_evaluate(tmp_path, demo, oracle, openai_s
     assert ext["map/map_0000#L2"]["image"]["region"] == map0["layouts"][1]["bbox"]  # the crop sent is the layout
 
     # E.2 from text only (the oracle refuses any request with an image); prose instead of JSON is asked again
+    # a reply that is JSON but for trailing commas is repaired, not paid for again, and the record says so
     oracle.state["e2_prose_once"] = {"map/map_0004"}
+    oracle.state["e2_trailing_commas"] = {"chart/chart_0001"}
     assert run(*step_argv("synthesize", ws, srv.base_url)) == 0
     syn = records(ws / "synthesize" / "records.jsonl")
     assert set(syn) == set(inp["records"]) and all(r["status"] == "ok" for r in syn.values())
     assert syn["map/map_0004"]["attempts"] == 2
+    fixed = syn["chart/chart_0001"]
+    assert fixed["attempts"] == 1 and oracle.state["e2_seen"].count("chart/chart_0001") == 1
+    assert ",\n]" in fixed["reply"] and len(fixed["items"]) == 4
+    assert fixed["json_repair"]["library"].startswith("json-repair ")
+    assert "line" in fixed["json_repair"]["error"] and all(
+        "json_repair" not in r for k, r in syn.items() if k != "chart/chart_0001"
+    )
+    assert json.loads((ws / "synthesize" / "step_card.json").read_text())["summary"]["replies_repaired"] == 1
     e2_requests = [r for r in srv.requests if r["model"] == "writer"]
     assert all(isinstance(m["content"], str) for r in e2_requests for m in r["messages"])  # text only, no image part
 
@@ -159,6 +169,7 @@ def test_offline_build_end_to_end_then_evaluate(tmp_path, demo, oracle, openai_s
     assert card["seeds"] == {"option_shuffle": 7} and set(card["steps"]) >= {"extract", "synthesize", "filter"}
     assert card["steps"]["extract"]["model"]["model"] == "vlm" and card["totals"]["tokens_total"] > 0
     assert len(card["prompts_sha256"]["EXTRACTION_PROMPT"]) == 64
+    assert card["validation"]["rules_sha256"] == report["rules_sha256"] and "file" not in card["validation"]
     first = (rel / "metadata.jsonl").read_bytes()
     assert (
         run("release", "--output_dir", str(ws), "--seed", "7") == 0 and (rel / "metadata.jsonl").read_bytes() == first
@@ -287,7 +298,7 @@ def test_a_reply_that_never_has_the_sections_is_a_failed_record_retried_next_run
     bad = records(ws / "extract" / "records.jsonl")["map/map_0000#L4"]
     assert bad["status"] == "failed" and bad["attempts"] == 2 and bad["reply"] == "This image shows a chart."
     assert "missing section(s)" in bad["error"]
-    assert run(*step_argv("synthesize", ws, srv.base_url)) == 0  # map_0000 waits for its extraction
+    assert run(*step_argv("synthesize", ws, srv.base_url)) == 1  # map_0000 waits for its extraction
     syn = json.loads((ws / "synthesize" / "step_card.json").read_text())["summary"]
     assert syn["images_waiting_for_extraction"] == 1 and "map/map_0000" not in records(
         ws / "synthesize" / "records.jsonl"
@@ -325,6 +336,85 @@ def test_limit_then_the_rest_and_a_budget_stop(tmp_path, demo, oracle, openai_se
     assert run(*step_argv("extract", ws, srv.base_url, "--extract_prompt_role", "user")) == 2
     assert 'extract_prompt_role: first run "system", this run "user"' in capsys.readouterr().err
     assert (ws / "extract" / "step_card.json").read_bytes() == before
+
+
+def test_a_step_whose_input_is_not_ready_says_so_and_exits_non_zero(tmp_path, demo, oracle, openai_server, capsys):
+    """``synthesize`` with no image extracted refuses (status 2, no request) and names the command to run first;
+    with some images extracted it synthesizes those and exits 1, naming the command again; ``validate`` with no
+    synthesized image refuses the same way (issue 33 item 6: they exited 0 with ``"items": 0``)."""
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    (ws / "extract").mkdir()
+    (ws / "extract" / "records.jsonl").write_text("")
+    capsys.readouterr()
+    assert run(*step_argv("synthesize", ws, srv.base_url)) == 2 and srv.count == 0
+    err = capsys.readouterr().err
+    assert "no image is ready for synthesis: 6 of 6 image(s) wait for their E.1 extraction" in err
+    assert f"run 'python -m insight_o3.scripts.build_o3_bench extract --output_dir {ws}" in err
+    assert not (ws / "synthesize" / "records.jsonl").exists() or not records(ws / "synthesize" / "records.jsonl")
+    (ws / "synthesize" / "records.jsonl").unlink(missing_ok=True)
+
+    assert run(*step_argv("extract", ws, srv.base_url, "--limit", "2")) == 0
+    capsys.readouterr()
+    assert run(*step_argv("synthesize", ws, srv.base_url)) == 1
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["ok"] == summary["items"] >= 1 and summary["images_waiting_for_extraction"] == 6 - summary["ok"]
+    assert f"{6 - summary['ok']} of 6 image(s) wait for their E.1 extraction" in err
+    assert f"extract --output_dir {ws} --model vlm --api_base_url {srv.base_url}" in err
+
+    empty = tmp_path / "empty"
+    assert run(*sources_argv(empty, demo[0])) == 0
+    (empty / "synthesize").mkdir()
+    (empty / "synthesize" / "records.jsonl").write_text("")
+    capsys.readouterr()
+    assert run("validate", "--output_dir", str(empty)) == 2
+    err = capsys.readouterr().err
+    assert "no image is synthesized yet (6 not synthesized, 0 failed)" in err
+    assert f"python -m insight_o3.scripts.build_o3_bench synthesize --output_dir {empty}" in err
+    assert not (empty / "validate" / "candidates.jsonl").exists()
+
+
+def test_review_and_release_refuse_a_partly_filtered_set(tmp_path, demo, oracle, openai_server, capsys):
+    """``review page`` after a ``filter --limit`` run refuses (status 2, naming how many candidates are unfiltered
+    and the command to run) unless ``--allow_partial``, which says how many it leaves out;
+    ``release --require_all_decided`` refuses while the filter has not run on every candidate and while a kept item
+    has no decision (the filter ran again after ``review apply``) (issue 33 item 6)."""
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    for step in ("extract", "synthesize"):
+        assert run(*step_argv(step, ws, srv.base_url)) == 0
+    assert run("validate", "--output_dir", str(ws)) == 0
+    n = len(lines(ws / "validate" / "candidates.jsonl"))
+    assert run(*step_argv("filter", ws, srv.base_url, "--limit", "4")) == 0
+    capsys.readouterr()
+    assert run("review", "page", "--output_dir", str(ws)) == 2
+    err = capsys.readouterr().err
+    assert f"{n - 4} of {n} candidate(s) have not been through the difficulty filter (0 failed, {n - 4} not run" in err
+    assert f"python -m insight_o3.scripts.build_o3_bench filter --output_dir {ws} --solver" in err
+    assert "--allow_partial" in err and not (ws / "review").exists()
+    assert run("review", "page", "--output_dir", str(ws), "--allow_partial") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["unfiltered"] == n - 4
+    assert f"warning: {n - 4} of {n} candidate(s) have not been through the difficulty filter" in err
+    decide(ws, rejects=0, edits=0)
+    assert run("review", "apply", "--output_dir", str(ws)) == 0
+    capsys.readouterr()
+    assert run("release", "--output_dir", str(ws), "--require_all_decided") == 2
+    err = capsys.readouterr().err
+    assert f"{n - 4} of {n} candidate(s) have not been through the difficulty filter" in err
+    assert not (ws / "release" / "metadata.jsonl").exists()
+
+    assert run(*step_argv("filter", ws, srv.base_url)) == 0  # the rest: new kept items, not in reviewed.jsonl
+    late = {it["item_id"] for it in lines(ws / "filter" / "kept.jsonl")} - {
+        r["item_id"] for r in lines(ws / "review" / "reviewed.jsonl")
+    }
+    assert late, "the demo should keep some of the items filtered late"
+    capsys.readouterr()
+    assert run("release", "--output_dir", str(ws), "--require_all_decided") == 2
+    assert f"{len(late)} kept item(s) have no review decision" in capsys.readouterr().err
+    assert run("release", "--output_dir", str(ws)) == 0  # without the flag: released, with a note
+    assert f"{len(late)} kept item(s) have no review decision" in capsys.readouterr().err
 
 
 def test_one_step_at_a_time_per_workspace_and_a_refused_key(tmp_path, demo, openai_server, capsys):

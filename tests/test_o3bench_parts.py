@@ -9,8 +9,10 @@ import json
 import pytest
 from PIL import Image
 
+from insight_o3.base.untrusted import UntrustedJSONError, loads_repaired
 from insight_o3.data.o3bench import review, sources, synthesis
 from insight_o3.data.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
+from insight_o3.data.o3bench.letter_refs import remap_letter_refs
 from insight_o3.data.o3bench.records import BenchItem, SourceImage, SourceLayout
 from insight_o3.data.o3bench.release import release_stats, shuffle_options
 from insight_o3.data.o3bench.validation import REASONS, check_item, cited_layouts, f_share
@@ -239,6 +241,53 @@ def test_e2_reply_without_an_array_is_an_error(reply, message):
         synthesis.parse_items(reply)
 
 
+TRAILING = '```json\n[\n {"question": "q", "answer": "C",},\n {"question": "r",},\n]\n```'
+
+
+def test_e2_reply_valid_but_for_trailing_commas_is_repaired_and_the_repair_is_said():
+    assert synthesis.parse_reply('[{"question": "q"}]').repair is None
+    parsed = synthesis.parse_reply(TRAILING)
+    assert parsed.items == [{"question": "q", "answer": "C"}, {"question": "r"}]
+    rep = parsed.repair.to_dict()
+    assert rep["error"] == "Expecting property name enclosed in double quotes at line 2 column 34"
+    assert rep["library"].startswith("json-repair 0.") and isinstance(rep["actions"], list)
+    # other benign damage: single quotes, a comment, a missing comma between objects
+    for damaged in ("[{'question': 'q'}]", '[{"question": "q"} // one\n]', '[{"question": "q"} {"question": "r"}]'):
+        assert synthesis.parse_reply(damaged).items[0] == {"question": "q"}, damaged
+        assert synthesis.parse_reply(damaged).repair is not None
+
+
+@pytest.mark.parametrize(
+    "reply, message",
+    [
+        ('[{"question": "q", "options": "A. x', "no JSON array"),  # cut off: asked again, never completed
+        ('[{"b": 1,}, ' + "[" * 5000 + "1" + "]" * 5000 + "]", "no JSON array"),  # a bomb stays a failure
+        ('[{"a": ' + "[" * 150 + "1" + "]" * 150 + ",}]", "no JSON array"),  # repaired, but nested past the bound
+        ("[" * 150 + "1" + "]" * 150, "no JSON array"),  # valid JSON beyond the bound: not repaired either
+        ('[{"b": 1,}, {"a": 1' + "0" * 400 + "}]", "no JSON array"),  # an integer past the bound
+        ("[" + '{"q": 1,},' * 30_000 + "]", "no JSON array"),  # too long to repair
+    ],
+)
+def test_a_repair_stays_bounded(reply, message):
+    with pytest.raises(synthesis.SynthesisFormatError, match=message):
+        synthesis.parse_reply(reply)
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('[{"b": 1,}, ' + "[" * 5000 + "1" + "]" * 5000 + "]", "cannot be repaired"),
+        ('[{"a": ' + "[" * 150 + "1" + "]" * 150 + ",}]", "the repaired value is out of bounds: nested more than 100"),
+        ("[" * 150 + "1" + "]" * 150, "^nested more than 100 levels deep"),
+        ('[{"b": 1,}, {"a": 1' + "0" * 400 + "}]", "out of bounds: an integer of 401 digits"),
+        ("[" + '{"q": 1,},' * 30_000 + "]", "not repaired: longer than 200000 characters"),
+    ],
+)
+def test_repaired_json_is_held_to_the_bounds_of_strict_json(text, why):
+    with pytest.raises(UntrustedJSONError, match=why):
+        loads_repaired(text)
+
+
 # ------------------------------------------------------------------------------------------- validation
 GOOD = {
     "question": "Which city had the larger 2020 value in the Regional Statistics table?",
@@ -282,7 +331,7 @@ def test_rejection_details_name_what_is_wrong():
     assert details["unknown_layout"] == "the explanation cites layout 7, not one of 1, 2, 3, 4"
     assert details["too_few_layouts"] == "the explanation cites 1 distinct layout(s), needs 2"
     assert check_item("a string", source(), "x").reason == "malformed"
-    opt = check_item({**GOOD, "options": GOOD["options"].replace("C. Lima", "C. the crop yields")}, source(4), "x")
+    opt = check_item({**GOOD, "options": GOOD["options"].replace("C. Lima", "C. the crop on the left")}, source(4), "x")
     assert (opt.reason, opt.detail) == ("forbidden_word", "option C mentions 'crop'")
     assert check_item(
         {**GOOD, "options": "A. a\nB. b\nX. c\nD. d\nE. e\nF. No right choice"}, source(4), "x"
@@ -361,14 +410,56 @@ def test_edits_are_validated_again_and_every_problem_is_listed(tmp_path):
     with pytest.raises(review.DecisionsError) as e:
         review.apply(items(), {"chart/img": source(4)}, decisions)
     msg = str(e.value)
-    assert ":1: chart/img#q0: the edit fails validation: six_options: 3 options, not six" in msg
-    assert ":2: chart/img#q1: the edit fails validation: too_few_layouts" in msg
-    assert ":3: chart/img#q2: the edit fails validation: target_layouts: layout 9 is not a layout of the image" in msg
+    assert ":1: chart/img#q0: options: the edit fails validation: six_options: 3 options, not six" in msg
+    assert ":2: chart/img#q1: explanation: the edit fails validation: too_few_layouts" in msg
+    assert ":3: chart/img#q2: target_layouts: layout 9 is not a layout of the image" in msg
     assert ":5: chart/img#q3 is already decided at" in msg
     assert ":6: unknown item 'chart/img#q9'" in msg
     ok = review.parse_line('chart/img#q2 edit {"target_layouts": [4, 2]}', "f:1")
     rows = review.apply(items(), {"chart/img": source(4)}, [ok])
     assert rows[2]["item"]["target_layouts"] == [2, 4]
+
+
+def test_review_apply_reports_every_problem_of_every_file_at_once(tmp_path, capsys):
+    """Parse errors, type errors of every field of an edit, validation failures, unknown and twice-decided items
+    of every decisions file: one report, each problem with its file, line and field; status 2, nothing written
+    (issue 33 item 6: the reader's problems and the edits' problems used to come in two passes)."""
+    ws = tmp_path / "ws"
+    (ws / "filter").mkdir(parents=True)
+    (ws / "review").mkdir()
+    (ws / "sources.jsonl").write_text(json.dumps(source(4).to_dict()) + "\n")
+    (ws / "filter" / "kept.jsonl").write_text("".join(json.dumps(it.to_dict()) + "\n" for it in items()))
+    first, second = ws / "review" / "batch_001.decisions.txt", ws / "review" / "batch_002.decisions.txt"
+    first.write_text(
+        "# comment\n"
+        "chart/img#q0 maybe\n"
+        'chart/img#q1 edit {"target_layouts": [true], "question": 5, "answer": ["C"]}\n'
+        "chart/img#q9 accept\n"
+    )
+    second.write_text(
+        "chart/img#q2 reject\n"
+        'chart/img#q3 edit {"options": "A. x\\nF. No right choice", "target_layouts": [2, 9]}\n'
+        "chart/img#q1 accept\n"
+    )
+    assert build_o3_bench.main(["review", "apply", "--output_dir", str(ws)]) == 2
+    err = capsys.readouterr().err
+    expected = [
+        f"{first}:2: chart/img#q0: unknown decision 'maybe'",
+        f"{first}:3: chart/img#q1: question: must be text, got int 5",
+        f"{first}:3: chart/img#q1: answer: must be text, got list",
+        f"{first}:3: chart/img#q1: target_layouts: must be a non-empty list of layout ids",
+        f"{first}:4: unknown item 'chart/img#q9'",
+        f"{second}:1: chart/img#q2: a rejection needs a reason",
+        f"{second}:2: chart/img#q3: options: the edit fails validation: six_options: 2 options, not six",
+        f"{second}:2: chart/img#q3: target_layouts: layout 9 is not a layout of the image",
+        f"{second}:3: chart/img#q1 is already decided at {first}:3",
+    ]
+    missing = [e for e in expected if e not in err]
+    assert not missing, err
+    positions = [err.index(e) for e in expected]
+    assert positions == sorted(positions)  # in file and line order
+    assert "9 problem(s)" in err and "nothing was written" in err
+    assert not (ws / "review" / "reviewed.jsonl").exists()
 
 
 @pytest.mark.parametrize(
@@ -409,11 +500,82 @@ def test_shuffle_renames_letter_references_in_the_explanation():
     base = check_item(
         {**GOOD, "explanation": GOOD["explanation"] + "\nSo the answer is C, not option (A)."}, source(4), "q"
     )
-    out, n = shuffle_options(base.item, 1)  # type: ignore[union-attr]
+    out, refs = shuffle_options(base.item, 1)  # type: ignore[union-attr]
     new = dict(ln.split(". ", 1) for ln in out.options.split("\n"))
     lima = next(k for k, v in new.items() if v == "Lima")
     oslo = next(k for k, v in new.items() if v == "Oslo")
-    assert out.explanation.endswith(f"So the answer is {lima}, not option ({oslo}).") and n == 2
+    assert out.explanation.endswith(f"So the answer is {lima}, not option ({oslo}).") and refs.renamed == 2
+
+
+def test_shuffle_keeps_every_reference_to_an_option_pointing_at_it():
+    """The issue's case: "Hence option B ... (B) is right" must not become "option C ... (B) is right" (issue 33
+    item 6): every form names the same option text before and after the shuffle."""
+    expl = GOOD["explanation"] + "\nRome beats Oslo, hence option C, not options A and B; so (C) is right. C) Lima."
+    base = check_item({**GOOD, "explanation": expl}, source(4), "chart/img#q0").item
+    assert base is not None
+    old = dict(ln.split(". ", 1) for ln in base.options.split("\n"))
+    for seed in range(6):
+        out, refs = shuffle_options(base, seed)
+        new = {v: k for k, v in (ln.split(". ", 1) for ln in out.options.split("\n"))}
+        at = {letter: new[old[letter]] for letter in "ABC"}
+        tail = out.explanation.split("\n")[-1]
+        assert tail == (
+            f"Rome beats Oslo, hence option {at['C']}, not options {at['A']} and {at['B']}; so ({at['C']}) is right. "
+            f"{at['C']}) Lima."
+        )
+        assert refs.renamed == 5 and refs.left == []
+
+
+#: old -> new letters of the form tests (F stays)
+MOVE = dict(zip("ABCDEF", "CAEBDF"))
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # keyword: option(s) / choice(s) and a letter or a list of letters
+        ("Hence option B is right.", "Hence option A is right."),
+        ("Option (B) is right.", "Option (A) is right."),
+        ("Options A and C are too small.", "Options C and E are too small."),
+        ("options A, C, or E", "options C, E, or D"),
+        ("Choices B/D fail; choice E holds.", "Choices A/B fail; choice D holds."),
+        # answer: "answer is", "answer:", "answer =", with an optional "option"
+        ("So the answer is B.", "So the answer is A."),
+        ("Answer: (C)", "Answer: (E)"),
+        ("answer = D", "answer = B"),
+        ("The answer is option E.", "The answer is option D."),
+        # bare forms, in an item that uses no letter as a name
+        ("(B) is right", "(A) is right"),
+        ("B) Rome\nC) Lima", "A) Rome\nE) Lima"),
+        # F stays; words and codes are not letters
+        ("option F", "option F"),
+        ("A value of 40 beats Berlin's B2 road, so option A.", "A value of 40 beats Berlin's B2 road, so option C."),
+    ],
+)
+def test_letter_reference_forms(text, expected):
+    out = remap_letter_refs(text, MOVE)
+    assert out.text == expected and out.left == []
+    assert out.renamed == sum(a != b for a, b in zip(text, expected)) or text == expected  # one per letter moved
+
+
+@pytest.mark.parametrize(
+    "text, context, kept",
+    [
+        ("Building B is north of the gate, so (B) holds.", "", ["'B' in", "'(B)' (a letter is also used"]),
+        ("(B) holds.", "Which gate is next to Plan A?", ["'(B)' (a letter is also used"]),
+        ("Exit E is closer. D) is wrong", "", ["'E' in", "'D)' (a letter is also used"]),
+        ("so options A-C fail", "", ["'options A-C' (a range of letters)"]),
+        ("so C.", "", ["'C' in 'so C.'"]),
+    ],
+)
+def test_letters_that_may_be_names_are_left_and_reported(text, context, kept):
+    """A letter used as a name ("Building B", "Plan A") is never rewritten, and then the bare forms "(B)"/"B)" are
+    ambiguous: left as written and reported, as are ranges and letters in no known form."""
+    out = remap_letter_refs(text, MOVE, context=context)
+    assert out.text == text and out.renamed == 0
+    assert len(out.left) == len(kept) and all(k in line for k, line in zip(kept, out.left))
+    both = remap_letter_refs("Building B, hence option B", MOVE)
+    assert both.text == "Building B, hence option A"  # a keyword form is renamed all the same
 
 
 def test_release_statistics():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from insight_o3.base.exit_codes import ExitCode
 from insight_o3.endpoints.guard import EXIT_OUTPUT_ERROR
 from insight_o3.scripts import evaluate
 from insight_o3.storage.atomic import OutputError, write_json_atomic
@@ -329,3 +330,45 @@ def test_collage_worker_output_error_is_one_line(small_tmpfs, tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: cannot ") and str(out) in last and "[ENOSPC]" in last, last
     assert "Traceback" not in r.stderr and time.time() - t0 < 120
+
+
+# ----------------------------------------------------------------------------- output dirs that can never hold files
+@pytest.mark.parametrize(
+    "where, reason",
+    [
+        ("/proc/insight_o3_out", "/proc is the kernel's proc file system, which cannot hold files"),
+        ("/proc/self", "/proc is the kernel's proc file system, which cannot hold files"),
+        ("/sys/insight_o3_out", "/sys is the kernel's sysfs file system, which cannot hold files"),
+        ("FILE/out", "FILE is not a directory"),
+    ],
+)
+def test_output_dir_that_cannot_hold_files_is_bad_input(tmp_path, openai_server, capsys, where, reason):
+    """/proc, /sys or a path through a file: refused before anything is created or sent, status 2, naming the path
+    and why — not "the output directory was removed while the run was using it" (issue 34)."""
+    if where.startswith("/") and not os.path.isdir("/" + where.split("/")[1]):
+        pytest.skip(f"no {where.split('/')[1]} file system here")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    out = where.replace("FILE", str(a_file))
+    reason = reason.replace("FILE", str(a_file))
+    bench = eb.make_bench(tmp_path / "bench")
+    model = openai_server(eb.model_script())
+    judge = openai_server(eb.judge_script())
+    assert evaluate.main(_argv(*bench, Path(out), model.base_url, judge.base_url)) == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"error: cannot use {out}/m/o3_bench as an output directory: {reason}; choose a directory on a disk"
+    ), err[-3:]
+    assert "removed" not in "\n".join(err) and "Traceback" not in "\n".join(err)
+    assert model.count == 0 and judge.count == 0
+    assert not os.path.exists(f"{out}/m")
+
+
+def test_make_demo_bench_refuses_a_proc_output_dir(capsys):
+    from insight_o3.scripts import make_demo_bench
+
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc here")
+    assert make_demo_bench.main(["--out", "/proc/self/bench", "--num_images", "1"]) == ExitCode.BAD_INPUT
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: cannot use /proc/self/bench as an output directory: /proc is the kernel's proc")

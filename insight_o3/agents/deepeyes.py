@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Callable
 
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
@@ -71,7 +72,7 @@ def release_smart_resize(height: float, width: float) -> tuple[int, int]:
     """The release's ``smart_resize`` (l. 106-119: no aspect-ratio check, no lower clamp after flooring), on
     the unrounded box sides it is given. Raises :class:`ToolCallError` where it divides by zero."""
 
-    def by(x: float, f) -> int:
+    def by(x: float, f: Callable[[float], int]) -> int:
         return f(x / IMAGE_FACTOR) * IMAGE_FACTOR
 
     h_bar, w_bar = max(IMAGE_FACTOR, by(height, round)), max(IMAGE_FACTOR, by(width, round))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.json_types import JSONObject
 from ..base.redaction import Redactor, failure_reason
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
@@ -33,7 +34,12 @@ class Completion:
 
 
 async def complete(
-    client, model: str, session, images: ImageStore, kwargs: dict, image_url_extra: dict | None = None
+    client: Any,
+    model: str,
+    session: BaseSearcherSession | ReasonerSession,
+    images: ImageStore,
+    kwargs: JSONObject,
+    image_url_extra: JSONObject | None = None,
 ) -> Completion:
     """One chat completion for a session's current messages."""
     encoded = await encode_refs(images, session.resize, image_refs(session.messages))
@@ -72,7 +78,7 @@ class VSearcher:
 
     def __init__(
         self,
-        client,
+        client: Any,
         model: str,
         images: ImageStore,
         max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS,
@@ -149,7 +155,7 @@ class AnswerResult:
         return self.status == EpisodeStatus.ANSWERED
 
     @property
-    def stats(self) -> dict:
+    def stats(self) -> JSONObject:
         return {
             "n_search_calls": self.n_search_calls,
             "n_search_not_found": self.n_search_not_found,
@@ -172,7 +178,7 @@ class InSightO3:
 
     def __init__(
         self,
-        client,
+        client: Any,
         model: str,
         searcher: VSearcher,
         images: ImageStore,

@@ -25,6 +25,7 @@ import math
 import re
 from typing import Any
 
+from ..base.json_types import JSONObject
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
 from .tool_agents import AgentDefaults, Ask, Finish, Step
@@ -136,7 +137,7 @@ def answer_text(reply: str) -> str | None:
     return matches[-1] if matches else None
 
 
-def _view(ref: ImageRef, resample: str, steps: list[tuple[int, int]] | None = None) -> dict:
+def _view(ref: ImageRef, resample: str, steps: list[tuple[int, int]] | None = None) -> JSONObject:
     part = {**image_part(ref), "resample": resample}
     if steps and len(steps) > 1:
         part["steps"] = [list(st) for st in steps]

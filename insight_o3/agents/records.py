@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ..base.json_types import JSONObject
 from ..protocol import prompts
 
 _NAMES = [n for n in dir(prompts) if n.isupper() and n.endswith("PROMPT") and isinstance(getattr(prompts, n), str)]
@@ -21,7 +22,7 @@ _FILLED = {
 }
 
 
-def _compact_part(p: dict) -> dict:
+def _compact_part(p: JSONObject) -> JSONObject:
     if p.get("type") != "text" or not isinstance(p.get("text"), str):
         return p
     if p["text"] in _BY_TEXT:
@@ -33,14 +34,14 @@ def _compact_part(p: dict) -> dict:
     return p
 
 
-def _expand_part(p: dict) -> dict:
+def _expand_part(p: JSONObject) -> JSONObject:
     if "prompt" not in p:
         return p
     text = getattr(prompts, p["prompt"])
     return {"type": "text", "text": prompts.fill(text, **p["fill"]) if p.get("fill") else text}
 
 
-def compact_messages(messages: list[dict]) -> list[dict]:
+def compact_messages(messages: list[JSONObject]) -> list[JSONObject]:
     out = []
     for m in messages:
         c = m.get("content")
@@ -52,7 +53,7 @@ def compact_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
-def expand_messages(messages: list[dict]) -> list[dict]:
+def expand_messages(messages: list[JSONObject]) -> list[JSONObject]:
     """Inverse of :func:`compact_messages` (nested ``search`` trajectories are expanded too)."""
     out = []
     for m in messages:

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
+from ..base.json_types import JSONObject
 from ..imaging.geometry import Box, Frame, is_null_box, validate_box
 from ..imaging.images import ImageRef, ImageStore, Resize
 from ..protocol import searcher_rules as rules
@@ -124,10 +125,10 @@ class LocateResult:
     def found(self) -> bool:
         return self.status == LocateStatus.FOUND
 
-    def to_record(self) -> dict:
+    def to_record(self) -> JSONObject:
         """JSON-ready, compact (prompt texts by name, images by reference)."""
 
-        def rnd(b):
+        def rnd(b: Box | None) -> list[float] | None:
             return [round(v, 2) for v in b] if b is not None else None
 
         return {
@@ -198,7 +199,7 @@ class BaseSearcherSession:
         return self.PROMPT
 
     # ------------------------------------------------------------------ the protocol's parts
-    def _first_messages(self, first: ImageRef, description: str) -> list[dict]:
+    def _first_messages(self, first: ImageRef, description: str) -> list[JSONObject]:
         raise NotImplementedError
 
     def _step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:
@@ -391,7 +392,7 @@ class SearcherSession(BaseSearcherSession):
 
     PROMPT = "trained"
 
-    def _first_messages(self, first: ImageRef, description: str) -> list[dict]:
+    def _first_messages(self, first: ImageRef, description: str) -> list[JSONObject]:
         return [
             message("system", VSEARCHER_SYSTEM_PROMPT),
             message("user", image_part(first), fill(VSEARCHER_FIRST_USER_PROMPT, target=description)),
@@ -479,7 +480,7 @@ class SimpleSearcherSession(BaseSearcherSession):
     PROMPT = "simple"
     LENIENT = True
 
-    def _first_messages(self, first: ImageRef, description: str) -> list[dict]:
+    def _first_messages(self, first: ImageRef, description: str) -> list[JSONObject]:
         return [
             message("system", VSEARCHER_SIMPLE_SYSTEM_PROMPT),
             message("user", fill(VSEARCHER_SIMPLE_USER_PROMPT, target=description), image_part(first)),

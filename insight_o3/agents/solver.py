@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..endpoints.client import make_client
 from ..endpoints.guard import RunGuard
 from ..endpoints.rate_limit import AdaptiveLimiter
@@ -50,18 +51,33 @@ class InSightO3Solver:
         guard: RunGuard | None = None,
         limiter: AdaptiveLimiter | None = None,
         vsearcher_limiter: AdaptiveLimiter | None = None,
+        max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
     ) -> InSightO3Solver:
         """The solver of ``config``: one client per endpoint (closed by :meth:`aclose`), each through its
-        limiter; ``guard`` counts their failures. The clients register their keys for redaction
+        limiter; ``guard`` counts their failures; a reply body is read up to the cap of ``max_reply_chars``
+        (:func:`insight_o3.base.caps.reply_body_cap`). The clients register their keys for redaction
         (:mod:`insight_o3.base.redaction`)."""
-        r_client = _client(config.reasoner_api, "vReasoner", guard, limiter)
-        s_client = _client(config.searcher_api, "vSearcher", guard, vsearcher_limiter)
+        r_client = _client(config.reasoner_api, "vReasoner", guard, limiter, max_reply_chars)
+        s_client = _client(config.searcher_api, "vSearcher", guard, vsearcher_limiter, max_reply_chars)
         searcher = VSearcher.from_settings(config.searcher, s_client, images)
         return cls(InSightO3.from_settings(config.reasoner, r_client, searcher, images), (r_client, s_client))
 
 
-def _client(api: ApiAccess, role: str, guard: RunGuard | None, limiter: AdaptiveLimiter | None) -> AsyncOpenAI:
+def _client(
+    api: ApiAccess,
+    role: str,
+    guard: RunGuard | None,
+    limiter: AdaptiveLimiter | None,
+    max_reply_chars: int | None,
+) -> AsyncOpenAI:
     retries = {} if api.max_retries is None else {"max_retries": api.max_retries}
     return make_client(
-        api.api_key, api.base_url, timeout=api.timeout, role=role, limiter=limiter, guard=guard, **retries
+        api.api_key,
+        api.base_url,
+        timeout=api.timeout,
+        role=role,
+        limiter=limiter,
+        guard=guard,
+        max_reply_chars=max_reply_chars,
+        **retries,
     )

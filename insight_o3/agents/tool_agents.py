@@ -11,6 +11,8 @@ the part says ``"resample": "lanczos" | "nearest"``). :meth:`ToolSession.step` r
 * :class:`Finish`: the episode's answer text (what the judge reads) and, when the protocol's own loop ended early
   (a malformed tool call, its turn or image limit), the reason (kept in the record's ``stats``).
 
+A session that also implements :class:`UsageAware` is told each reply's token counts before ``step``.
+
 The driver (:mod:`insight_o3.agents.tool_loop`) owns the client and the image store; a session never does I/O,
 so the same rules run on recorded replies (the golden tests). :class:`AgentDefaults` are the request settings a
 protocol's released evaluation uses.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,15 @@ class ToolSession(Protocol):
     messages: list[dict]
 
     def step(self, reply: str, finish_reason: str | None = None) -> Step: ...
+
+
+@runtime_checkable
+class UsageAware(Protocol):
+    """A session whose protocol reads the token counts of each request (Pixel-Reasoner's context budget): the
+    driver calls ``note_usage`` with the reply's ``usage`` (``prompt_tokens``, ``completion_tokens``; empty where
+    the server reports none) before ``step``."""
+
+    def note_usage(self, usage: Mapping[str, int]) -> None: ...
 
 
 class SessionFactory(Protocol):

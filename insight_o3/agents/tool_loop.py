@@ -19,13 +19,13 @@ from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
 from ..protocol.attempt import Attempt
 from ..protocol.trajectory import to_openai
-from .tool_agents import AgentDefaults, Finish, SessionFactory
+from .tool_agents import AgentDefaults, Finish, SessionFactory, UsageAware
 
 #: what ends an episode as a lost request: the API's errors, or a reply without a first choice
 LOST: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, IndexError, AttributeError, TypeError)
 
 
-def _usage_of(resp) -> dict:
+def _usage_of(resp: Any) -> dict[str, int]:
     u = getattr(resp, "usage", None)
     if u is None:
         return {}
@@ -61,7 +61,8 @@ class ToolLoopSolver:
         return list(await asyncio.gather(*(self._episode(sample, size) for _ in range(n))))
 
     async def _render(self, part: dict, views: dict[ImageRef, EncodedImage]) -> None:
-        """Render an image part: its region of the file at its size, with the part's resampling."""
+        """Render an image part: its region of the file at its size, with the part's resampling (or the part's
+        ``pipeline`` of resizes and crops, :attr:`~insight_o3.imaging.images.Resize.pipeline`)."""
         ref = ImageRef.from_dict(part["image"])
         if ref in views:
             return
@@ -69,7 +70,10 @@ class ToolLoopSolver:
         region = None if ref.region == (0.0, 0.0, float(w), float(h)) else ref.region
         how = part.get("resample", "bicubic")
         chain = tuple((int(w), int(h)) for w, h in part.get("steps", ()))
-        resize = Resize(size=ref.size, qwen=how == "bicubic", nearest=how == "nearest", chain=chain)
+        pipeline: tuple[tuple[str | int, ...], ...] = tuple(
+            (str(op[0]), *(int(v) for v in op[1:])) for op in part.get("pipeline", ())
+        )
+        resize = Resize(size=ref.size, qwen=how == "bicubic", nearest=how == "nearest", chain=chain, pipeline=pipeline)
         views[ref] = await self.images.aget(ref.path, resize, region)
 
     async def _episode(self, sample: Any, size: tuple[int, int]) -> Attempt:
@@ -96,10 +100,13 @@ class ToolLoopSolver:
                 raise
             except LOST as e:
                 return Attempt(None, None, error=failure_reason(e), trajectory=s.messages, stats=stats)
-            for k, v in _usage_of(resp).items():
+            this_usage = _usage_of(resp)
+            for k, v in this_usage.items():
                 usage[k] = usage.get(k, 0) + v
             reply, finish = (choice.message.content if choice.message else None) or "", choice.finish_reason
             stats["requests"] += 1
+            if isinstance(s, UsageAware):
+                s.note_usage(this_usage)
             step = s.step(reply, finish)
             if isinstance(step, Finish):
                 if step.reason:

@@ -1,6 +1,6 @@
 """The bottom layer: values every other layer may use and that import nothing of the package.
 
 Caps on what a run accepts (:mod:`.caps`), exit codes (:mod:`.exit_codes`), image-path confinement
-(:mod:`.paths`), secrets and their redaction (:mod:`.redaction`), and what a server sent made storable
-(:mod:`.untrusted`).
+(:mod:`.paths`), secrets and their redaction (:mod:`.redaction`), what a server sent made storable
+(:mod:`.untrusted`), and the one alias for an open JSON object (:mod:`.json_types`).
 """

@@ -89,6 +89,67 @@ def loads(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, max_chars: int 
     return value
 
 
+#: Characters of text :func:`loads_repaired` tries to repair (a model's JSON reply is a few kilobytes; the repair
+#: library is pure Python, so a longer text is not repaired).
+MAX_REPAIR_CHARS = 200_000
+
+
+@dataclass(frozen=True)
+class JSONRepair:
+    """What :func:`loads_repaired` repaired: the strict parser's first error (``Expecting property name enclosed
+    in double quotes at line 9 column 1``: a trailing comma) and what the repair library logged, with its name
+    and version."""
+
+    error: str
+    actions: tuple[str, ...]
+    library: str
+
+    def to_dict(self) -> dict:
+        return {"error": self.error, "actions": list(self.actions), "library": self.library}
+
+
+def loads_repaired(
+    text: str, *, max_depth: int = MAX_JSON_DEPTH, max_repair_chars: int = MAX_REPAIR_CHARS
+) -> tuple[Any, JSONRepair | None]:
+    """:func:`loads`, and for text that is not valid JSON (trailing commas, comments, single quotes, a missing
+    comma, unquoted keys, Python literals) the value the ``json-repair`` library makes of it, with what was
+    repaired (None when nothing was). The repaired value is held to the same bounds as strict JSON (it is
+    serialised and read back through :func:`loads`); JSON beyond the bounds (a bomb) is never repaired, and
+    neither is text longer than ``max_repair_chars``: both raise :class:`UntrustedJSONError`, as does text the
+    library cannot repair into anything bounded."""
+    try:
+        return loads(text, max_depth=max_depth), None
+    except UntrustedJSONError:
+        raise
+    except json.JSONDecodeError as e:
+        error = f"{e.msg} at line {e.lineno} column {e.colno}"
+    if len(text) > max_repair_chars:
+        raise UntrustedJSONError(f"{error}; not repaired: longer than {max_repair_chars} characters")
+    import json_repair  # here: only a damaged reply needs it
+
+    try:
+        value, log = json_repair.repair_json(str(text), return_objects=True, logging=True)
+        canonical = json.dumps(value, allow_nan=True)
+    except Exception as e:  # noqa: BLE001 - whatever the library raises (RecursionError for a bomb) is a failure
+        raise UntrustedJSONError(f"{error}; cannot be repaired ({type(e).__name__})") from None
+    try:
+        value = loads(canonical, max_depth=max_depth)
+    except UntrustedJSONError as e:
+        raise UntrustedJSONError(f"{error}; the repaired value is out of bounds: {e}") from None
+    actions = tuple(str(x.get("text", x)) if isinstance(x, dict) else str(x) for x in log or ())
+    version = _dist_version("json-repair")
+    return value, JSONRepair(error, actions, f"json-repair {version}")
+
+
+def _dist_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def json_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why a parsed JSON value is out of bounds (nested past ``max_depth``, a number that is not finite), naming
     the field; None when it is within them. Iterative: any depth is safe to check."""
@@ -175,7 +236,7 @@ def _walk_dict(d: dict, fn: Callable[[str], str], counter: list[int], depth: int
         d[new_key] = value
 
 
-def _model_fields(obj: Any) -> list[dict]:
+def _model_fields(obj: Any) -> list[dict[str, Any]]:
     """The field dicts of a pydantic model (declared fields and extras), [] for anything else."""
     if not hasattr(type(obj), "model_fields"):
         return []

@@ -75,7 +75,7 @@ class CollageConfig:
     split_range: tuple[float, float] = (0.3, 0.7)  # where panel cuts fall (fraction of the side)
 
     def validate(self) -> None:
-        def rng(name, lo, hi, positive=True):
+        def rng(name: str, lo: float, hi: float, positive: bool = True) -> None:
             if not (lo <= hi) or (positive and lo <= 0):
                 raise ValueError(f"{name} must be an increasing positive range, got [{lo}, {hi}]")
 
@@ -367,7 +367,9 @@ def label_box_for(
 
 
 # ----------------------------------------------------------------------------- Algorithm 1
-def _place_target(t, cfg: CollageConfig, rng: np.random.Generator, rej: _Rejection):
+def _place_target(
+    t: SourceItem, cfg: CollageConfig, rng: np.random.Generator, rej: _Rejection
+) -> tuple[int, int, list[Rect], tuple[int, Rect]] | None:
     """Steps 1-4: a canvas and the target's rectangle on it (the canvas enlarged once if needed).
     Returns ``(W, H, free rects, (free index, (x, y, w, h)))`` or None."""
     src_area = t.width * t.height
@@ -398,7 +400,9 @@ def _place_target(t, cfg: CollageConfig, rng: np.random.Generator, rej: _Rejecti
     return None
 
 
-def _panels(free: list[Rect], placed, rng: np.random.Generator, cfg: CollageConfig) -> list | None:
+def _panels(
+    free: list[Rect], placed: tuple[int, Rect], rng: np.random.Generator, cfg: CollageConfig
+) -> list[Rect] | None:
     """Step 5: the free space around the target cut into panels (None when some of it cannot be)."""
     free_index, rect = placed
     free_rect = free.pop(free_index)
@@ -411,7 +415,14 @@ def _panels(free: list[Rect], placed, rng: np.random.Generator, cfg: CollageConf
     return None if residual else panels
 
 
-def _fill(pool: PoolArrays, target_index: int, panels: list, usage: np.ndarray, rng, cfg: CollageConfig):
+def _fill(
+    pool: PoolArrays,
+    target_index: int,
+    panels: list[Rect],
+    usage: np.ndarray,
+    rng: np.random.Generator,
+    cfg: CollageConfig,
+) -> tuple[list[Tile], np.ndarray] | None:
     """Steps 6-7: a source image per panel, largest panel first, one extra pass with a looser aspect
     tolerance. Returns ``(fills, usage after them)`` or None when panels stay unfilled."""
     excluded = np.zeros(int(pool.path_id.max()) + 1, dtype=bool)
@@ -439,7 +450,9 @@ def _fill(pool: PoolArrays, target_index: int, panels: list, usage: np.ndarray, 
     return None if unfilled else (fills, local_usage)
 
 
-def _labelled(tiles: list[Tile], bbox, rng: np.random.Generator) -> list[Tile] | None:
+def _labelled(
+    tiles: list[Tile], bbox: tuple[float, float, float, float], rng: np.random.Generator
+) -> list[Tile] | None:
     """Step 8: shuffled IDs 1..n and a label box per tile (None when the target's label has no room)."""
     ids = rng.permutation(len(tiles)) + 1
     labelled = []
@@ -492,8 +505,8 @@ def render_collage(
     plan: CollagePlan,
     pool: PoolArrays,
     resample: Image.Resampling = Image.Resampling.BICUBIC,
-    label_fg=(255, 255, 255),
-    label_bg=(0, 0, 0),
+    label_fg: tuple[int, int, int] = (255, 255, 255),
+    label_bg: tuple[int, int, int] = (0, 0, 0),
 ) -> Image.Image:
     """Paste every tile (crop, resize) and draw its ID label."""
     canvas = Image.new("RGB", (plan.width, plan.height), (127, 127, 127))

@@ -24,7 +24,7 @@ import numpy as np
 from .. import __version__
 from ..jobs.integrity import Invocation, git_commit
 from ..jobs.job import Emit, JobSettings, Plan, ResumableJob
-from ..storage.atomic import OutputError, atomic_writer
+from ..storage.atomic import atomic_writer, make_output_dir
 from .collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow
 from .source_pool import SourceItem, pool_sha256
@@ -162,11 +162,7 @@ class CollageJob(ResumableJob[int, dict]):
         self.spec, self.items, self.num_workers = spec, items, num_workers
 
     def prepare(self) -> None:
-        images_dir = os.path.join(self.spec.out_dir, "images")
-        try:
-            os.makedirs(images_dir, exist_ok=True)
-        except OSError as e:
-            raise OutputError.from_os_error(images_dir, e, "create") from None
+        make_output_dir(os.path.join(self.spec.out_dir, "images"))
 
     card_file = CONFIG_FILE
     change_hint = "use a new --output_dir to generate with other settings (resuming would mix two generators)"

@@ -22,12 +22,15 @@ from __future__ import annotations
 import math
 import os
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 from PIL import Image, ImageDraw, ImageFont
 
+from ..base.json_types import JSONObject
 from ..storage.atomic import atomic_writer, write_jsonl_atomic
 
 NO_RIGHT_CHOICE = "No right choice"
@@ -227,7 +230,7 @@ def cell_name(col: int, row: int) -> str:
     return f"{chr(ord('A') + col)}{row + 1}"
 
 
-def clip_box(box, width: int, height: int) -> tuple[int, int, int, int]:
+def clip_box(box: Sequence[int], width: int, height: int) -> tuple[int, int, int, int]:
     x1, y1, x2, y2 = box
     return max(0, x1), max(0, y1), min(width, x2), min(height, y2)
 
@@ -324,7 +327,17 @@ def chart_questions(rng: random.Random, scene: ChartScene, k: int, f_rate: float
     return _pick_questions(rng, scene, makers, k, f_rate)
 
 
-def _pick_questions(rng, scene, makers, k, f_rate) -> list[Question]:
+#: The scene type a question maker reads.
+_S = TypeVar("_S", ChartScene, MapScene)
+
+
+def _pick_questions(
+    rng: random.Random,
+    scene: _S,
+    makers: Sequence[Callable[[random.Random, _S, bool], Question | None]],
+    k: int,
+    f_rate: float,
+) -> list[Question]:
     out: list[Question] = []
     order = rng.sample(makers, len(makers))
     attempts = 0
@@ -342,7 +355,7 @@ def _unused_titles(scene: ChartScene) -> list[str]:
     return [t for t in CHART_TOPICS if t not in used]
 
 
-def _q_max_across_panels(rng, scene: ChartScene, f_correct: bool) -> Question | None:
+def _q_max_across_panels(rng: random.Random, scene: ChartScene, f_correct: bool) -> Question | None:
     series = rng.choice(sorted({s for p in scene.panels for s in p.series}))
     yi = rng.randrange(len(scene.years))
     cands = [p for p in scene.panels if series in p.series]
@@ -372,7 +385,7 @@ def _q_max_across_panels(rng, scene: ChartScene, f_correct: bool) -> Question | 
     )
 
 
-def _q_peak_year(rng, scene: ChartScene, f_correct: bool) -> Question | None:
+def _q_peak_year(rng: random.Random, scene: ChartScene, f_correct: bool) -> Question | None:
     panel = rng.choice(scene.panels)
     series = rng.choice(list(panel.series))
     vals = panel.series[series]
@@ -397,7 +410,7 @@ def _q_peak_year(rng, scene: ChartScene, f_correct: bool) -> Question | None:
     )
 
 
-def _q_sum_two_panels(rng, scene: ChartScene, f_correct: bool) -> Question | None:
+def _q_sum_two_panels(rng: random.Random, scene: ChartScene, f_correct: bool) -> Question | None:
     series = rng.choice(sorted({s for p in scene.panels for s in p.series}))
     cands = [p for p in scene.panels if series in p.series]
     if len(cands) < 2:
@@ -424,7 +437,7 @@ def _q_sum_two_panels(rng, scene: ChartScene, f_correct: bool) -> Question | Non
     )
 
 
-def _q_top_series(rng, scene: ChartScene, f_correct: bool) -> Question | None:
+def _q_top_series(rng: random.Random, scene: ChartScene, f_correct: bool) -> Question | None:
     panel = rng.choice([p for p in scene.panels if len(p.series) >= 3] or scene.panels)
     yi = rng.randrange(len(scene.years))
     best = max(panel.series, key=lambda s: panel.series[s][yi])
@@ -508,7 +521,7 @@ def map_questions(rng: random.Random, scene: MapScene, k: int, f_rate: float) ->
     return _pick_questions(rng, scene, makers, k, f_rate)
 
 
-def _q_column_category(rng, scene: MapScene, f_correct: bool) -> Question | None:
+def _q_column_category(rng: random.Random, scene: MapScene, f_correct: bool) -> Question | None:
     groups: dict[tuple[int, str], list[Place]] = {}
     for p in scene.places:
         groups.setdefault((p.col, p.category), []).append(p)
@@ -539,7 +552,7 @@ def _q_column_category(rng, scene: MapScene, f_correct: bool) -> Question | None
     )
 
 
-def _q_locate_cell(rng, scene: MapScene, f_correct: bool) -> Question | None:
+def _q_locate_cell(rng: random.Random, scene: MapScene, f_correct: bool) -> Question | None:
     p = rng.choice(scene.places)
     around = [(p.col + dc, p.row + dr) for dc in (-1, 0, 1) for dr in (-1, 0, 1) if (dc, dr) != (0, 0)]
     near = [cell_name(c, r) for c, r in around if 0 <= c < scene.cols and 0 <= r < scene.rows]
@@ -562,7 +575,7 @@ def _q_locate_cell(rng, scene: MapScene, f_correct: bool) -> Question | None:
     )
 
 
-def _q_nearest(rng, scene: MapScene, f_correct: bool) -> Question | None:
+def _q_nearest(rng: random.Random, scene: MapScene, f_correct: bool) -> Question | None:
     src = rng.choice(scene.places)
     cats = [c[0] for c in scene.categories if c[0] != src.category]
     rng.shuffle(cats)
@@ -596,7 +609,7 @@ def _q_nearest(rng, scene: MapScene, f_correct: bool) -> Question | None:
     return None
 
 
-def _q_count_in_row(rng, scene: MapScene, f_correct: bool) -> Question | None:
+def _q_count_in_row(rng: random.Random, scene: MapScene, f_correct: bool) -> Question | None:
     cat = rng.choice(scene.categories)[0]
     row = rng.randrange(scene.rows)
     hits = [p for p in scene.places if p.category == cat and p.row == row]
@@ -630,7 +643,14 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default(size=size)
 
 
-def _text(draw: ImageDraw.ImageDraw, xy, text: str, size: int, fill=(20, 20, 20), anchor="la") -> None:
+def _text(
+    draw: ImageDraw.ImageDraw,
+    xy: tuple[int, int],
+    text: str,
+    size: int,
+    fill: tuple[int, int, int] = (20, 20, 20),
+    anchor: str = "la",
+) -> None:
     draw.text(xy, text, font=_font(size), fill=fill, anchor=anchor)
 
 
@@ -652,7 +672,7 @@ def render_chart(scene: ChartScene) -> Image.Image:
     return img
 
 
-def _draw_legend(d, p: Panel, colors, fs: int) -> None:
+def _draw_legend(d: ImageDraw.ImageDraw, p: Panel, colors: dict[str, tuple[int, int, int]], fs: int) -> None:
     if p.legend_bbox is None:  # plots always get one (build_chart_scene); tables do not
         return
     lx0, ly0, lx1, ly1 = p.legend_bbox
@@ -669,7 +689,7 @@ def _plot_area(p: Panel, fs: int) -> tuple[int, int, int, int]:
     return int(x0 + fs * 1.2), int(top), int(x1 - fs * 0.8), int(y1 - fs * 1.8)
 
 
-def _draw_plot(d, p: Panel, scene: ChartScene, fs: int) -> None:
+def _draw_plot(d: ImageDraw.ImageDraw, p: Panel, scene: ChartScene, fs: int) -> None:
     ax0, ay0, ax1, ay1 = _plot_area(p, fs)
     vmax = max(max(v) for v in p.series.values()) * 1.08
     scale = (ay1 - ay0) / vmax
@@ -717,7 +737,7 @@ def _draw_plot(d, p: Panel, scene: ChartScene, fs: int) -> None:
                 prev_bottom = bottom
 
 
-def _draw_table(d, p: Panel, years: list[int], fs: int) -> None:
+def _draw_table(d: ImageDraw.ImageDraw, p: Panel, years: list[int], fs: int) -> None:
     x0, y0, x1, y1 = p.bbox
     tx0, ty0, tx1 = int(x0 + fs * 0.8), int(y0 + fs * 2.6), int(x1 - fs * 0.8)
     n_rows, n_cols = len(p.series) + 1, len(years) + 1
@@ -737,7 +757,7 @@ def _draw_table(d, p: Panel, years: list[int], fs: int) -> None:
             _text(d, (int(tx0 + (j + 0.5) * cw), int(ty0 + (i + 0.5) * rh)), txt, tfs, anchor="mm")
 
 
-def _draw_icon(d, shape: str, x: int, y: int, r: float, color) -> None:
+def _draw_icon(d: ImageDraw.ImageDraw, shape: str, x: int, y: int, r: float, color: tuple[int, int, int]) -> None:
     if shape == "circle":
         d.ellipse((x - r, y - r, x + r, y + r), fill=color)
     elif shape == "square":
@@ -846,7 +866,7 @@ def render(item: DemoItem) -> Image.Image:
     return render_chart(item.scene) if isinstance(item.scene, ChartScene) else render_map(item.scene)
 
 
-def records(item: DemoItem) -> list[dict]:
+def records(item: DemoItem) -> list[JSONObject]:
     s = item.scene
     infos = {str(l.layout_id): {"layout_id": l.layout_id, "bbox": list(l.bbox), "label": l.label} for l in s.layouts}
     return [

@@ -26,7 +26,9 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from ..base.json_types import JSONObject
 from ..endpoints.scripted_server import Call, Reply, chat, error, request_text, user_message_text
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, smart_resize
 
@@ -72,12 +74,12 @@ class DemoScripts:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def from_metadata(cls, path: Path, **kwargs) -> DemoScripts:
+    def from_metadata(cls, path: Path, **kwargs: Any) -> DemoScripts:
         rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
         return cls(rows, **kwargs)
 
     # ------------------------------------------------------------------ helpers
-    def _row_in(self, text: str) -> dict | None:
+    def _row_in(self, text: str) -> JSONObject | None:
         return next((r for r in self.rows if r["question"] in text), None)
 
     def _next_attempt(self, qid: str) -> int:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image, ImageDraw
 
+from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import fit_max_pixels
@@ -62,7 +64,7 @@ class BoxTask:
     source: str
 
 
-def draw_red_box(path: str, bbox, max_pixels: int | None) -> str:
+def draw_red_box(path: str, bbox: Sequence[float], max_pixels: int | None) -> str:
     """The image (downscaled under ``max_pixels``) with a red rectangle around ``bbox``, as a data URL."""
     im = open_image(path)
     W, H = im.size
@@ -76,7 +78,7 @@ def draw_red_box(path: str, bbox, max_pixels: int | None) -> str:
     return encode_pil(im, "JPEG", 90)
 
 
-def build_messages(data_url: str) -> list[dict]:
+def build_messages(data_url: str) -> list[JSONObject]:
     return [
         {"role": "system", "content": REGION_DESCRIPTION_SYSTEM_PROMPT},
         {
@@ -113,7 +115,7 @@ def task_record(t: BoxTask) -> dict[str, Any]:
     }
 
 
-async def describe_box(client, t: BoxTask, cfg: DescribeConfig) -> dict[str, Any]:
+async def describe_box(client: Any, t: BoxTask, cfg: DescribeConfig) -> dict[str, Any]:
     """One box's record: ``status`` ``ok`` with its ``description``, or ``failed`` with the ``error`` (an
     API failure after the SDK's retries, an unusable image, a reply without ``region_description={...}``)."""
     rec = task_record(t)

@@ -37,13 +37,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.json_types import JSONObject
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..evaluation.judge import AnswerJudge, Verdict
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..imaging.images import ImageStore, Resize
 from ..jobs.integrity import Invocation
-from ..jobs.job import JobResult, JobSettings, ResumableJob
+from ..jobs.job import Emit, JobResult, JobSettings, ResumableJob
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.limits import LIMITS
@@ -74,7 +75,7 @@ def collage_sample(row: dict, out_dir: str) -> Sample:
     )
 
 
-def attempt_record(att: Attempt, v: Verdict) -> dict:
+def attempt_record(att: Attempt, v: Verdict) -> JSONObject:
     """One judged attempt as stored in the filter's records (also used by :mod:`.reliability`)."""
     return {
         "status": v.status,
@@ -89,7 +90,7 @@ def attempt_record(att: Attempt, v: Verdict) -> dict:
 
 async def check_collage(
     sample: Sample, solver: SingleModelSolver, judge: AnswerJudge, attempts: int, previous: list[dict] | None = None
-) -> dict:
+) -> JSONObject:
     """pass@``attempts`` for one collage. ``previous``: the attempts of an earlier ``error`` record;
     judged ones are kept, judge failures re-judged, and only lost ones asked again."""
     kept, rejudge = [], []
@@ -110,7 +111,7 @@ async def check_collage(
     return {"sample_key": sample.key, "solved": solved, "attempts": recs}
 
 
-def load_rows(path: str) -> list[dict]:
+def load_rows(path: str) -> list[JSONObject]:
     """The rows of a ``collages.jsonl`` (:class:`CollagesFileError` naming file, line and field)."""
     rows, keys = [], set()
     for where, _, row in iter_jsonl(path, CollagesFileError, what="collages file"):
@@ -191,17 +192,17 @@ class CollageFilterJob(ResumableJob[dict, dict]):
         )
         self.judge = AnswerJudge(judge_client, f.judge_model)
 
-    async def work(self, row: dict, emit) -> dict:
+    async def work(self, row: JSONObject, emit: Emit) -> JSONObject:
         sample = collage_sample(row, self.f.out_dir)
         return await check_collage(sample, self.solver, self.judge, self.f.attempts, self._previous_attempts(row))
 
-    def _previous_attempts(self, row: dict) -> list[dict] | None:
+    def _previous_attempts(self, row: dict) -> list[JSONObject] | None:
         return (self.previous(row) or {}).get("attempts")
 
-    def failed(self, row: dict, reason: str) -> dict:  # recorded as an error, retried next run
+    def failed(self, row: dict, reason: str) -> JSONObject:  # recorded as an error, retried next run
         return {"sample_key": row["sample_key"], "error": reason, "attempts": self._previous_attempts(row) or []}
 
-    def finish(self) -> dict:
+    def finish(self) -> JSONObject:
         rows = self.rows
         self.compact([r["sample_key"] for r in rows])
         hard = [r for r in rows if self.records.get(r["sample_key"], {}).get("solved") is False]
@@ -213,7 +214,7 @@ class CollageFilterJob(ResumableJob[dict, dict]):
         return summary["errors"]
 
 
-def run_filter(f: FilterSettings, invocation: Invocation | None = None) -> JobResult[dict]:
+def run_filter(f: FilterSettings, invocation: Invocation | None = None) -> JobResult[JSONObject]:
     """Filter ``<out_dir>/collages.jsonl`` under the directory's lock; the summary counts
     ``{"collages", "hard", "errors"}`` (``errors``: collages still lost to API errors). Raises
     :class:`CollagesFileError` for a bad collages file and the stop errors of :mod:`insight_o3.endpoints.guard`;

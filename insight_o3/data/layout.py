@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..base.untrusted import loads
-from ..imaging.geometry import box_area
+from ..imaging.geometry import Box, box_area
 
 #: Characters one layout JSON file may have (a page of PaddleX layout output is a few kB).
 MAX_LAYOUT_CHARS = 64 * 2**20
@@ -135,7 +137,7 @@ def parse_layout(obj: dict, where: str, image_size: tuple[int, int] | None = Non
     return LayoutDoc(str(image), out, where)
 
 
-def iter_layout_files(path: str):
+def iter_layout_files(path: str) -> Iterator[tuple[str, Any]]:
     """``(where, object)`` from a directory of ``*.json`` files, one ``.json`` file or a ``.jsonl``."""
     if os.path.isdir(path):
         for name in sorted(os.listdir(path)):
@@ -160,23 +162,23 @@ def iter_layout_files(path: str):
 
 
 # ----------------------------------------------------------------------------- rules
-def _enclose(a, b):
+def _enclose(a: Box, b: Box) -> Box:
     return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
 
 
-def _contains(outer, inner, ratio: float) -> bool:
+def _contains(outer: Box, inner: Box, ratio: float) -> bool:
     ix1, iy1 = max(outer[0], inner[0]), max(outer[1], inner[1])
     ix2, iy2 = min(outer[2], inner[2]), min(outer[3], inner[3])
     a = box_area(inner)
     return a > 0 and box_area((ix1, iy1, ix2, iy2)) >= ratio * a
 
 
-def _aspect_ok(box, max_aspect: float) -> bool:
+def _aspect_ok(box: Box, max_aspect: float) -> bool:
     ar = (box[2] - box[0]) / (box[3] - box[1])
     return 1 / max_aspect <= ar <= max_aspect
 
 
-def merge_effort(a, b) -> float:
+def merge_effort(a: Box, b: Box) -> float:
     """``1 - summed_area / min_enclosing_area`` (can be negative for overlapping boxes)."""
     return 1.0 - (box_area(a) + box_area(b)) / box_area(_enclose(a, b))
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from ..base.json_types import JSONObject
 from ..imaging.images import ImageError, ImageStore
 from ..jobs.integrity import Invocation
-from ..jobs.job import JobSettings, Plan, ResumableJob
+from ..jobs.job import Emit, JobSettings, Plan, ResumableJob
 from ..storage.atomic import write_jsonl_atomic
 from .describe import BoxTask, DescribeConfig, describe_box
 from .layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
@@ -150,10 +151,10 @@ class RegionLocalizationJob(ResumableJob[BoxTask, dict]):
             role="describer",
         )
 
-    async def work(self, t: BoxTask, emit) -> dict:
+    async def work(self, t: BoxTask, emit: Emit) -> JSONObject:
         return await describe_box(self.api, t, self.cfg)
 
-    def finish(self) -> dict:
+    def finish(self) -> JSONObject:
         order = [t.sample_key for t in self.tasks]
         known = set(order)
         self.compact(order + [k for k in self.records if k not in known])  # boxes of other runs' --limit stay

@@ -42,13 +42,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.json_types import JSONObject
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..evaluation.judge import AnswerJudge
 from ..evaluation.samples import Sample
 from ..evaluation.single_model import SingleModelSolver
 from ..imaging.images import ImageStore, Resize
 from ..jobs.integrity import Invocation
-from ..jobs.job import JobResult, JobSettings, ResumableJob
+from ..jobs.job import Emit, JobResult, JobSettings, ResumableJob
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import format_options
@@ -88,7 +89,9 @@ class Checker:
     solver: SingleModelSolver
 
 
-async def check_item(sample: Sample, checkers: list[Checker], judge: AnswerJudge, previous: dict | None = None) -> dict:
+async def check_item(
+    sample: Sample, checkers: list[Checker], judge: AnswerJudge, previous: dict | None = None
+) -> JSONObject:
     """Ask the checkers in order until one does not answer correctly. ``previous``: the ``checks``
     of an earlier ``error`` record (judged ones kept, judge failures re-judged, lost ones re-asked)."""
     checks: dict[str, dict] = {}
@@ -204,17 +207,17 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
             a.judge_model,
         )
 
-    def _previous_checks(self, unit: tuple[int, SourceItem]) -> dict | None:
+    def _previous_checks(self, unit: tuple[int, SourceItem]) -> JSONObject | None:
         return (self.previous(unit) or {}).get("checks")
 
-    async def work(self, unit: tuple[int, SourceItem], emit) -> dict:
+    async def work(self, unit: tuple[int, SourceItem], emit: Emit) -> JSONObject:
         i, item = unit
         return await check_item(item_sample(item, i), self.checkers, self.judge, self._previous_checks(unit))
 
-    def failed(self, unit: tuple[int, SourceItem], reason: str) -> dict:  # recorded as an error, retried next run
+    def failed(self, unit: tuple[int, SourceItem], reason: str) -> JSONObject:  # recorded as an error, retried next run
         return {"sample_key": unit[1].id, "error": reason, "checks": self._previous_checks(unit) or {}}
 
-    def finish(self) -> dict:
+    def finish(self) -> JSONObject:
         self.compact([it.id for _, it in self.checked])
         checked_ids = {it.id for _, it in self.checked}
         recs = self.records
@@ -237,7 +240,9 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
         return summary["errors"]
 
 
-def run_check(a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None = None) -> JobResult[dict]:
+def run_check(
+    a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None = None
+) -> JobResult[JSONObject]:
     """Check ``items`` (resuming from ``<out_dir>/reliability.jsonl``, under the directory's lock) and write
     ``pool_reliable.jsonl``. The summary: ``items`` (the pool), ``to_check`` (the low-reliability stream, or all
     with ``all_sources``), ``checked`` = ``passed`` (every checker right) + ``discarded``, ``errors`` (still lost

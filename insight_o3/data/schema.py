@@ -48,6 +48,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..base.json_types import JSONObject
+
 
 @dataclass
 class TileRow:
@@ -81,7 +83,7 @@ class CollageRow:
     seed: int
     attempts: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -97,5 +99,5 @@ class RegionRow:
     source: str
     merged_from: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)

@@ -38,11 +38,14 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ..base.json_types import JSONObject
 from ..imaging.geometry import check_box
 from ..imaging.images import ImageError, image_size
 from ..jobs.integrity import sha256_json
@@ -78,7 +81,7 @@ class SourceItem:
         x1, y1, x2, y2 = self.bbox
         return (x2 - x1) * (y2 - y1) / (self.width * self.height)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         d["bbox"] = list(self.bbox)
         d["options"] = list(self.options) if self.options is not None else None
@@ -90,7 +93,7 @@ def pool_sha256(items: list[SourceItem]) -> str:
     return sha256_json([{**it.to_dict(), "image": os.path.basename(it.image)} for it in items])
 
 
-def _field(row: dict, name: str, where: str):
+def _field(row: JSONObject, name: str, where: str) -> Any:
     if name not in row or row[name] is None:
         raise PoolError(f"{where}: missing field '{name}'")
     return row[name]
@@ -130,7 +133,7 @@ def parse_item(row: dict, where: str, image_root: str) -> SourceItem:
     )
 
 
-def _iter_rows(path: str):
+def _iter_rows(path: str) -> Iterator[tuple[str, JSONObject]]:
     if path.endswith(".parquet"):
         import pandas as pd
 
@@ -183,7 +186,7 @@ def filter_small_targets(items: list[SourceItem], max_ratio: float = MAX_BBOX_RA
 def write_pool(items: list[SourceItem], path: str, image_root: str | None = None) -> None:
     """Write a JSONL pool atomically; image paths are made relative to ``image_root`` when given."""
 
-    def row(it: SourceItem) -> dict:
+    def row(it: SourceItem) -> JSONObject:
         d = it.to_dict()
         if image_root is not None:
             d["image"] = os.path.relpath(it.image, image_root)
@@ -197,7 +200,7 @@ def _enclose(boxes: list[list[float]]) -> tuple[float, float, float, float]:
     return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
 
 
-def _read_json_records(path: str):
+def _read_json_records(path: str) -> Iterator[tuple[str, Any]]:
     """A JSON array file or a JSONL file, yielding ``(where, record)``."""
     with open(path, encoding="utf-8") as f:
         head = f.read(1)

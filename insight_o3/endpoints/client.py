@@ -29,15 +29,20 @@ import importlib
 import json
 import logging
 import os
-from typing import NoReturn
+import zlib
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import openai
 from openai import AsyncOpenAI
 
-from ..base.caps import MAX_REPLY_BYTES
+from ..base.caps import DEFAULT_MAX_REPLY_CHARS, MAX_REPLY_BYTES, reply_body_cap
 from ..base.redaction import redact, register_secret, register_url
 from ..base.untrusted import MalformedReply, ReplyCheck, check_reply
 from .usage import record_response
+
+if TYPE_CHECKING:
+    from .guard import RunGuard
+    from .rate_limit import AdaptiveLimiter
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +95,7 @@ def quiet_http_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _limits(max_connections: int):
+def _limits(max_connections: int) -> Any:
     """The connection limits object of whichever HTTP package this SDK version uses."""
     return type(openai.DEFAULT_CONNECTION_LIMITS)(
         max_connections=max_connections, max_keepalive_connections=max_connections
@@ -104,12 +109,12 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
     read here, decoded, and refused (:class:`~insight_o3.base.untrusted.MalformedReply`) once it passes
     ``max_body_bytes``. Redirects are not followed: one is refused the same way, naming where it pointed."""
 
-    def __init__(self, *, deadline: float, max_body_bytes: int = MAX_REPLY_BYTES, **kwargs):
+    def __init__(self, *, deadline: float, max_body_bytes: int = MAX_REPLY_BYTES, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deadline = deadline
         self.max_body_bytes = max_body_bytes
 
-    async def send(self, request, *, stream: bool = False, **kw):
+    async def send(self, request: Any, *, stream: bool = False, **kw: Any) -> Any:
         kw["follow_redirects"] = False  # a redirect would re-send the request (its key, its images) elsewhere
         try:
             async with asyncio.timeout(self.deadline):
@@ -131,22 +136,76 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
             ) from None
 
 
-async def read_capped(response, limit: int) -> None:
-    """Read ``response``'s decoded body into it (as ``aread`` does), refusing it past ``limit`` bytes."""
+async def read_capped(response: Any, limit: int) -> None:
+    """Read ``response``'s decoded body into it (as ``aread`` does), refusing it once it passes ``limit`` bytes —
+    while decoding: a ``gzip``/``deflate`` body is inflated here, each step's output bounded by what is left of
+    ``limit`` (:class:`_BoundedInflater`), so a compressed bomb never inflates past the cap, not even for one
+    network chunk (the HTTP package's own decoder inflates a 64 KiB chunk of a bomb to ~64 MiB at once). Other
+    encodings (``br``, ``zstd``, chains) are decoded by the HTTP package, checked after each chunk."""
     chunks: list[bytes] = []
     size = 0
+
+    def take(data: bytes) -> None:
+        nonlocal size
+        size += len(data)
+        if size > limit:
+            raise MalformedReply(f"the reply body is larger than {limit} bytes (decoded); refused while reading")
+        chunks.append(data)
+
+    inflater = _BoundedInflater.of(response.headers.get("content-encoding", ""))
     try:
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                raise MalformedReply(f"the reply body is larger than {limit} bytes (decoded); refused while reading")
-            chunks.append(chunk)
+        if inflater is None:
+            async for chunk in response.aiter_bytes():
+                take(chunk)
+        else:
+            async for raw in response.aiter_raw():
+                while raw:
+                    out, raw = inflater.inflate(raw, limit - size + 1)  # never more than one byte past the cap
+                    take(out)
+            take(inflater.flush())
     finally:
         await response.aclose()
     response._content = b"".join(chunks)  # what aread() sets: the body, read once
 
 
-def _http_package():
+class _BoundedInflater:
+    """``gzip``/``deflate`` decoding whose every step returns at most a given number of bytes (``zlib``'s
+    ``max_length``). ``deflate`` is zlib-wrapped or raw, as the HTTP package accepts it."""
+
+    def __init__(self, encoding: str):
+        self.encoding = encoding
+        self._d: Any = None
+
+    @classmethod
+    def of(cls, content_encoding: str) -> _BoundedInflater | None:
+        encoding = content_encoding.strip().lower()
+        return cls(encoding) if encoding in ("gzip", "x-gzip", "deflate") else None
+
+    def inflate(self, data: bytes, max_out: int) -> tuple[bytes, bytes]:
+        """(up to ``max_out`` decoded bytes, the input not consumed yet)."""
+        if self._d is None:
+            if self.encoding == "deflate":
+                wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and ((data[0] << 8) | data[1]) % 31 == 0
+                wbits = zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS
+            else:
+                wbits = 16 + zlib.MAX_WBITS
+            self._d = zlib.decompressobj(wbits)
+        try:
+            out = self._d.decompress(data, max_out)
+        except zlib.error as e:
+            raise MalformedReply(f"the reply body is not valid {self.encoding} ({e})") from None
+        return out, self._d.unconsumed_tail
+
+    def flush(self) -> bytes:
+        if self._d is None:
+            return b""
+        try:
+            return self._d.flush()
+        except zlib.error as e:
+            raise MalformedReply(f"the reply body is not valid {self.encoding} ({e})") from None
+
+
+def _http_package() -> Any:
     """``httpx`` (openai 1.x/2.x) or ``httpx2`` (3.x): the package of the SDK's timeout type."""
     return importlib.import_module(type(openai.DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0])
 
@@ -159,8 +218,10 @@ def make_client(
     max_connections: int = 256,
     *,
     role: str = "model",
-    guard=None,
-    limiter=None,
+    guard: RunGuard | None = None,
+    limiter: AdaptiveLimiter | None = None,
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
+    choices: int = 1,
 ) -> AsyncOpenAI:
     """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
 
@@ -168,12 +229,19 @@ def make_client(
     names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
     :class:`~insight_o3.endpoints.guard.RunGuard`) every request's outcome is reported to it; with
     ``limiter`` (a :class:`~insight_o3.endpoints.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
-    included, waits for a slot of it (outside the deadline) and reports 429s to it.
+    included, waits for a slot of it (outside the deadline) and reports 429s to it. A reply body is read up to
+    :func:`~insight_o3.base.caps.reply_body_cap` bytes of the run's ``max_reply_chars`` for replies of ``choices``
+    choices at most (the largest ``n`` the client's requests ask for), and refused past that.
     """
     register_secret(api_key)
     register_url(base_url)
     timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
-    http_kwargs = dict(limits=_limits(max_connections), timeout=timeout, deadline=timeout)
+    http_kwargs = dict(
+        limits=_limits(max_connections),
+        timeout=timeout,
+        deadline=timeout,
+        max_body_bytes=reply_body_cap(max_reply_chars, choices),
+    )
     if limiter is None:
         http_client = DeadlineHttpClient(**http_kwargs)
     else:
@@ -193,11 +261,13 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
     the SDK's resources (``chat.completions.create`` …) goes through :meth:`post`, after the SDK's own
     retries."""
 
-    def __init__(self, *, role: str, guard=None, limiter=None, **kwargs):
+    def __init__(
+        self, *, role: str, guard: RunGuard | None = None, limiter: AdaptiveLimiter | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.role, self.guard, self.limiter = role, guard, limiter
 
-    async def post(self, path, *args, **kwargs):
+    async def post(self, path: str, *args: Any, **kwargs: Any) -> Any:
         if self.guard is not None:
             self.guard.check()  # a stopping run sends nothing more
         try:
@@ -289,7 +359,7 @@ class ErrorReply(ValueError):
     :data:`insight_o3.endpoints.errors.EXPECTED_ERRORS`: the attempt is recorded as failed with it)."""
 
 
-def error_in_reply(result, limit: int = 300) -> str | None:
+def error_in_reply(result: Any, limit: int = 300) -> str | None:
     """``"the server replied 200 with an error: <its message>"`` when ``result`` (a parsed response) has
     no ``choices`` but an ``error`` object; None for any other result."""
     if getattr(result, "choices", None):

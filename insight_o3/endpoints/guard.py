@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import asdict, dataclass
 
 from ..base.exit_codes import ExitCode
+from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..base.untrusted import ReplyCheck
 
@@ -92,7 +93,7 @@ class EndpointCounts:
     def total(self) -> int:
         return self.ok + self.failed
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 

@@ -21,11 +21,25 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 import openai
 
 
-def retry_after_seconds(headers) -> float | None:
+class LimiterStats(TypedDict):
+    """What :meth:`AdaptiveLimiter.stats` reports (the run log's line on a throttled endpoint)."""
+
+    limit: int
+    lowest_limit: int
+    max_concurrency: int
+    throttled: int
+    cuts: int
+    rpm: float | None
+    tpm: float | None
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """Seconds from ``retry-after-ms`` or a numeric ``retry-after`` header (None otherwise)."""
     for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
         v = headers.get(name)
@@ -50,7 +64,7 @@ class AdaptiveLimiter:
         tpm: float | None = None,
         min_concurrency: int = 1,
         recover_interval: float = 1.0,
-    ):
+    ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.max_concurrency = concurrency
@@ -79,7 +93,7 @@ class AdaptiveLimiter:
             self._tokens = min(float(self.tpm), self._tokens + (now - self._tokens_at) * self.tpm / 60.0)
         self._tokens_at = now
 
-    def used_tokens(self, response) -> None:
+    def used_tokens(self, response: Any) -> None:
         """Debit a parsed response's usage from the tokens-per-minute bucket."""
         if not self.tpm:
             return
@@ -156,7 +170,7 @@ class AdaptiveLimiter:
         async with cond:
             cond.notify_all()
 
-    def stats(self) -> dict:
+    def stats(self) -> LimiterStats:
         return {
             "limit": self.limit,
             "lowest_limit": self.lowest_limit,
@@ -168,12 +182,12 @@ class AdaptiveLimiter:
         }
 
 
-def limited_http_client(limiter: AdaptiveLimiter, base: type | None = None, **kwargs):
+def limited_http_client(limiter: AdaptiveLimiter, base: type | None = None, **kwargs: Any) -> Any:
     """An async HTTP client (``base``: a subclass of the SDK's default one, default that one itself) whose
     every ``send`` first waits for a slot of ``limiter``."""
 
     class LimitedHttpClient(base or openai.DefaultAsyncHttpxClient):  # type: ignore[misc]
-        async def send(self, request, **kw):
+        async def send(self, request: Any, **kw: Any) -> Any:
             sent_at = await limiter.acquire()
             status, retry_after = None, None
             try:

@@ -30,6 +30,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeAlias
+
+from ..base.json_types import JSONObject
 
 
 @dataclass
@@ -48,6 +51,10 @@ class Call:
     model: str | None
     n: int
     headers: dict = field(default_factory=dict)  # request headers, lower-case names
+
+
+#: A script: the reply to one request (its JSON body, and the :class:`Call` it is).
+Script: TypeAlias = Callable[[JSONObject, Call], Reply]
 
 
 def chat(
@@ -78,7 +85,7 @@ def error(status: int, message: str = "scripted error", retry_after: float | Non
     )
 
 
-def refuse(status: int, echo_key: bool = True):
+def refuse(status: int, echo_key: bool = True) -> Script:
     """Status-code mode: a script answering every request with ``status`` (401, 403, 404, 500 …), in
     the OpenAI error format; with ``echo_key`` the message quotes the request's bearer token, as
     real servers' "Incorrect API key provided: sk-…" replies do (so tests can check redaction)."""
@@ -133,7 +140,7 @@ class _Server(ThreadingHTTPServer):
     """A client that goes away mid-exchange (a cancelled request, a stopped run) is normal for this server:
     no traceback on stderr for it; any other error of a handler is printed as ``socketserver`` does."""
 
-    def handle_error(self, request, client_address):
+    def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
             return
         super().handle_error(request, client_address)
@@ -144,10 +151,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, *a):  # keep test output clean
+    def log_message(self, *a: Any) -> None:  # keep test output clean
         pass
 
-    def _send(self, reply: Reply):
+    def _send(self, reply: Reply) -> None:
         if reply.delay:
             time.sleep(reply.delay)
         body = reply.body
@@ -174,13 +181,13 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # client gave up (timeout test)
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
             self._send(Reply(body={"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
         else:
             self._send(error(404, "not found"))
 
-    def do_POST(self):
+    def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         try:
@@ -208,7 +215,7 @@ class ScriptedOpenAIServer:
 
     def __init__(
         self,
-        script: Callable[[dict, Call], Reply],
+        script: Script,
         host: str = "127.0.0.1",
         port: int = 0,
         keep_bodies: bool = True,
@@ -298,10 +305,10 @@ class ScriptedOpenAIServer:
         self._wake_r.close()
         self._wake_w.close()
 
-    def __enter__(self):
+    def __enter__(self) -> ScriptedOpenAIServer:
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

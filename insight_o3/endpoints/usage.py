@@ -27,6 +27,7 @@ import contextvars
 import json
 import os
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "requests", "unreported_requests")
 #: Counters written only when not 0 (records of servers that report usage look as they always did).
@@ -40,10 +41,15 @@ ROLE_KEYS = {
     "vsearcher": "vsearcher",
 }
 
+#: One role's counters (:data:`FIELDS`; an optional one only when not 0).
+UsageCounts: TypeAlias = dict[str, int]
+#: A record's usage: role key (``model``, ``judge``, ``vsearcher``) -> its counters.
+RoleUsage: TypeAlias = dict[str, UsageCounts]
+
 _METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_usage_meter", default=None)
 
 
-def _get(obj, name: str):
+def _get(obj: Any, name: str) -> Any:
     if obj is None:
         return None
     if isinstance(obj, dict):
@@ -51,7 +57,7 @@ def _get(obj, name: str):
     return getattr(obj, name, None)
 
 
-def usage_counts(usage) -> dict:
+def usage_counts(usage: Any) -> UsageCounts:
     """The four counters of one response's ``usage`` (an SDK object or a dict)."""
     details = _get(usage, "completion_tokens_details")
     return {
@@ -65,28 +71,28 @@ def usage_counts(usage) -> dict:
 class UsageMeter:
     """Sums of the counters per role key."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.by_role: dict[str, dict[str, int]] = {}
 
-    def add(self, role: str, counts: dict) -> None:
+    def add(self, role: str, counts: UsageCounts) -> None:
         key = ROLE_KEYS.get(role, role)
         acc = self.by_role.setdefault(key, dict.fromkeys(FIELDS, 0))
         for f in FIELDS:
             acc[f] += int(counts.get(f, 0))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> RoleUsage:
         return {r: _written(c) for r, c in self.by_role.items()}
 
-    def split(self, n: int) -> list[dict]:
+    def split(self, n: int) -> list[RoleUsage]:
         """``n`` usage dicts whose sums are this meter's (even integer shares, remainder to the first)."""
-        out: list[dict] = [{} for _ in range(n)]
+        out: list[RoleUsage] = [{} for _ in range(n)]
         for role, counts in self.by_role.items():
             for i in range(n):
                 out[i][role] = _written({f: counts[f] // n + (counts[f] % n if i == 0 else 0) for f in FIELDS})
         return out
 
 
-def _written(counts: dict) -> dict:
+def _written(counts: UsageCounts) -> UsageCounts:
     return {f: v for f, v in counts.items() if v or f not in OPTIONAL_FIELDS}
 
 
@@ -95,7 +101,7 @@ def metering(meter: UsageMeter) -> contextvars.Token:
     return _METER.set(meter)
 
 
-def record_response(role: str, response) -> None:
+def record_response(role: str, response: Any) -> None:
     """Called by the API clients for every parsed response (after :func:`insight_o3.base.untrusted.check_reply`,
     which leaves ``usage`` None where it was not valid)."""
     meter = _METER.get()
@@ -105,12 +111,12 @@ def record_response(role: str, response) -> None:
     meter.add(role, usage_counts(usage) if usage is not None else {"requests": 1, "unreported_requests": 1})
 
 
-def unreported(usage: dict | None) -> int:
+def unreported(usage: RoleUsage | None) -> int:
     """Requests of a usage dict (per role) whose replies carried no valid usage."""
     return sum(c.get("unreported_requests", 0) for c in (usage or {}).values())
 
 
-def merge(usages: list[dict | None]) -> dict:
+def merge(usages: list[RoleUsage | None]) -> RoleUsage:
     """Sum record usage dicts role by role."""
     meter = UsageMeter()
     for u in usages:
@@ -119,7 +125,7 @@ def merge(usages: list[dict | None]) -> dict:
     return meter.to_dict()
 
 
-def total_tokens(usage: dict | None) -> int:
+def total_tokens(usage: RoleUsage | None) -> int:
     return sum(c.get("prompt_tokens", 0) + c.get("completion_tokens", 0) for c in (usage or {}).values())
 
 
@@ -127,7 +133,7 @@ def total_tokens(usage: dict | None) -> int:
 SYSTEM_ROLES = ("model", "vsearcher")
 
 
-def system_tokens(usage: dict | None) -> int:
+def system_tokens(usage: RoleUsage | None) -> int:
     """The tokens of one episode as ``compare``, the leaderboard and the report count them ("tokens per
     episode"): the model's and the vSearcher's prompt + completion tokens, the judge's left out."""
     return total_tokens({r: c for r, c in (usage or {}).items() if r in SYSTEM_ROLES})

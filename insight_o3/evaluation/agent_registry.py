@@ -3,7 +3,7 @@
 An agent is an :class:`AgentPlugin`: a name, the version of the protocol it implements (written to the run
 card), how the run's images are encoded, and ``build(context) -> Solver``. The built-in agents are
 ``single_model`` and ``insight_o3`` (the two modes ``evaluate`` always had: their requests are unchanged) and the
-Table 1 baselines (``deepeyes``, ``mini_o3``; see docs/fidelity.md). A package adds agents through the entry-point group
+Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``; see docs/fidelity.md). A package adds agents through the entry-point group
 :data:`ENTRY_POINT_GROUP`; each entry point names an :class:`AgentPlugin` (or a callable returning one)::
 
     [project.entry-points."insight_o3.agents"]
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..agents import deepeyes, mini_o3
+from ..agents import deepeyes, mini_o3, pixel_reasoner
 from ..agents.tool_agents import AgentDefaults, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
@@ -67,10 +67,16 @@ class AgentPlugin:
 
 
 def tool_agent(
-    name: str, protocol_version: str, description: str, session: SessionFactory, defaults: AgentDefaults
+    name: str,
+    protocol_version: str,
+    description: str,
+    session: SessionFactory,
+    defaults: AgentDefaults,
+    alpha: str = "drop",
 ) -> AgentPlugin:
     """The plugin of a tool-using session: one model endpoint (the run's ``--model``), the protocol's request
-    settings under the run's ``--chat_completion_kwargs``."""
+    settings under the run's ``--chat_completion_kwargs``; ``alpha``: how the image store makes RGB of an alpha
+    channel (:data:`~insight_o3.imaging.images.ALPHA_MODES`)."""
 
     def build(ctx: AgentContext) -> Solver:
         c = ctx.config
@@ -82,6 +88,7 @@ def tool_agent(
         description=description,
         build=build,
         image_format=defaults.image_format,
+        alpha=alpha,
         keeps_originals=True,
         resizes=False,
     )
@@ -115,7 +122,12 @@ def _insight_o3(ctx: AgentContext) -> Solver:
     settings = ctx.config.insight_o3
     assert settings is not None
     return InSightO3Solver.build(
-        settings, ctx.images, guard=ctx.guard, limiter=ctx.model_limiter, vsearcher_limiter=ctx.vsearcher_limiter
+        settings,
+        ctx.images,
+        guard=ctx.guard,
+        limiter=ctx.model_limiter,
+        vsearcher_limiter=ctx.vsearcher_limiter,
+        max_reply_chars=ctx.config.reply_chars,
     )
 
 
@@ -150,6 +162,15 @@ BUILTIN: dict[str, AgentPlugin] = {
             "rollout (sampled: run --num_trials 32 for its Avg@32)",
             mini_o3.MiniO3Session,
             mini_o3.DEFAULTS,
+        ),
+        tool_agent(
+            "pixel_reasoner",
+            pixel_reasoner.PROTOCOL_VERSION,
+            "Pixel-Reasoner: crop_image_normalized calls in <tool_call> JSON (Qwen-Agent's Nous prompt) on the image or "
+            "an earlier crop, its released vLLM evaluation loop",
+            pixel_reasoner.PixelReasonerSession,
+            pixel_reasoner.DEFAULTS,
+            alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white
         ),
     )
 }

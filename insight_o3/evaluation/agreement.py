@@ -18,6 +18,7 @@ from itertools import combinations
 
 import numpy as np
 
+from ..base.json_types import JSONObject
 from .kappa import MIN_SAMPLES_FOR_INTERVAL, cohen_kappa, fleiss_kappa, kappa_interval
 from .run_records import RunRecords
 from .schema import EvalRecord
@@ -46,7 +47,7 @@ class Disagreement:
     outputs: dict[str, list]  # judge -> what its model replied (empty when decided by rule)
     methods: dict[str, str | None]  # judge -> "rule" | "judge"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "key": self.key,
             "trial": self.trial,
@@ -72,7 +73,7 @@ class JudgeAgreement:
     disagreements: list[Disagreement] = field(default_factory=list)
     fleiss: dict | None = None  # three or more judges: {"kappa", "ci", "n", "samples"}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "judges": self.judges,
             "runs": self.runs,
@@ -178,7 +179,7 @@ def agreement_lines(ag: JudgeAgreement, max_disagreements: int = 10) -> list[str
     def num(v: float | None, fmt: str = ".3f") -> str:
         return "—" if v is None else format(v, fmt)
 
-    def interval(ci, samples: int) -> str:
+    def interval(ci: tuple[float, float] | list[float] | None, samples: int) -> str:
         return "" if ci is None else f"{kappa_ci_text(ci, samples)} "
 
     out = [f"judge agreement on {ag.items} item(s) (sample x trial), {ag.judged} judged by every judge:"]

@@ -44,6 +44,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..base.json_types import JSONObject
 from ..imaging.geometry import Box, box_area
 from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import image_refs
@@ -106,7 +107,7 @@ class Attribution:
     target_coverage: dict[str, float] = field(default_factory=dict)  # per target: best share inside one crop
     crop_quality: list[str] = field(default_factory=list)  # D.3 level of each crop (annotated samples)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "bucket": self.bucket,
             "blame": self.blame,
@@ -209,12 +210,14 @@ def attribute(
     return done("crop_missed" if coverage < coverage_threshold else "crop_hit_wrong")
 
 
-def _counts(atts: list[Attribution]) -> dict:
+def _counts(atts: list[Attribution]) -> dict[str, int]:
     c = Counter(a.bucket for a in atts)
     return {b: c.get(b, 0) for b in BUCKETS}
 
 
-def attribution_metrics(records: Iterable[EvalRecord], coverage_threshold: float = DEFAULT_COVERAGE_THRESHOLD) -> dict:
+def attribution_metrics(
+    records: Iterable[EvalRecord], coverage_threshold: float = DEFAULT_COVERAGE_THRESHOLD
+) -> JSONObject:
     """The attribution numbers of one trial's records, for ``eval_metrics.json``:
 
     * ``attribution`` — records per bucket (every bucket listed), ``attribution_ratio`` — the same / total;
@@ -248,7 +251,7 @@ def attribution_metrics(records: Iterable[EvalRecord], coverage_threshold: float
     return out
 
 
-def error_split(atts: list[Attribution]) -> dict | None:
+def error_split(atts: list[Attribution]) -> JSONObject | None:
     """The D.4 split of the InSight-o3 episodes' errors, or None without InSight-o3 episodes."""
     io3 = [a for a in atts if a.insight_o3]
     if not io3:

@@ -10,11 +10,14 @@ recorded (``cost_usd``, the judge included; None for runs without a price file).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..base.json_types import JSONObject
 from ..endpoints.usage import system_tokens
 from .attribution import attribution_metrics
 from .run_records import RunRecords
+from .schema import EvalRecord
 from .significance import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -43,7 +46,7 @@ class RunStats:
     failed_samples: int = 0  # samples without a judged trial
     attribution: dict = field(default_factory=dict)  # bucket -> share of episodes; "split": D.4 shares of errors
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "name": self.name,
             "path": self.path,
@@ -67,7 +70,7 @@ class Comparison:
     seed: int
     failed_as_wrong: bool = False
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "reference": self.runs[0].name if self.runs else None,
             "confidence": self.confidence,
@@ -81,13 +84,13 @@ class Comparison:
         }
 
 
-def _attribution(recs) -> dict:
+def _attribution(recs: Iterable[EvalRecord]) -> JSONObject:
     """Share of episodes per bucket, plus the D.4 shares of the errors (``split``) for InSight-o3 runs."""
     m = attribution_metrics(recs)
     return {**m["attribution_ratio"], "split": m.get("error_split_ratio")}
 
 
-def tokens_per_episode(recs) -> float:
+def tokens_per_episode(recs: Sequence[EvalRecord]) -> float:
     """Mean :func:`~insight_o3.endpoints.usage.system_tokens` over the records (0 without records)."""
     return sum(system_tokens(x.usage_dict()) for x in recs) / len(recs) if recs else 0.0
 

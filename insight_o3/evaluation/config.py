@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..agents.config import ApiAccess, InSightO3Config
+from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..endpoints.usage import CostModel
 from .runner import RunConfig
 
@@ -115,12 +116,17 @@ class EvaluateConfig:
         return self.agent.name
 
     @property
+    def reply_chars(self) -> int:
+        """Characters of each reply text a record keeps (``--max_reply_chars``; the default when unset); every
+        client's reply body cap derives from it (:func:`insight_o3.base.caps.reply_body_cap`)."""
+        return DEFAULT_MAX_REPLY_CHARS if self.max_reply_chars is None else self.max_reply_chars
+
+    @property
     def single_model(self) -> SingleModelSettings | None:
         return self.agent if isinstance(self.agent, SingleModelSettings) else None
 
     def run_config(self, costs: CostModel | None) -> RunConfig:
         """The runner's settings of this run (``costs``: the price file's model, read by the command)."""
-        kw = {} if self.max_reply_chars is None else {"max_reply_chars": self.max_reply_chars}
         return RunConfig(
             output_dir=self.output_dir,
             eval_name=self.eval_name,
@@ -133,5 +139,5 @@ class EvaluateConfig:
             max_cost=self.max_cost,
             max_tokens_total=self.max_tokens_total,
             check_endpoints=self.check_endpoints,
-            **kw,
+            max_reply_chars=self.reply_chars,
         )

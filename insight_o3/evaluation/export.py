@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..agents.records import expand_messages
+from ..base.json_types import JSONObject
 from ..endpoints.usage import merge, total_tokens
 from ..storage.atomic import atomic_writer
 from .attribution import attribute, attribution_metrics
@@ -108,7 +109,7 @@ def _boxf(v: Any) -> list[float] | None:
     return [float(x) for x in v] if isinstance(v, (list, tuple)) else None
 
 
-def conversation(messages: list[dict] | None) -> tuple[list[dict], list[dict]]:
+def conversation(messages: list[JSONObject] | None) -> tuple[list[JSONObject], list[JSONObject]]:
     """``(messages, images)`` of a recorded conversation: text parts expanded, image parts as indices
     into ``images`` (the references in order of appearance)."""
     msgs, images = [], []
@@ -130,7 +131,7 @@ def conversation(messages: list[dict] | None) -> tuple[list[dict], list[dict]]:
     return msgs, images
 
 
-def _searches(trajectory: list[dict] | None) -> list[dict]:
+def _searches(trajectory: list[JSONObject] | None) -> list[JSONObject]:
     out = []
     for i, m in enumerate(trajectory or []):
         s = m.get("search") if isinstance(m, dict) else None
@@ -154,7 +155,7 @@ def _searches(trajectory: list[dict] | None) -> list[dict]:
     return out
 
 
-def trajectory_row(rec: EvalRecord, eval_name: str = "", card_sha: str | None = None) -> dict:
+def trajectory_row(rec: EvalRecord, eval_name: str = "", card_sha: str | None = None) -> JSONObject:
     """One Parquet row (see the module docstring) of one record."""
     er = rec.eval_result
     att = attribute(rec)
@@ -195,12 +196,12 @@ def trajectory_row(rec: EvalRecord, eval_name: str = "", card_sha: str | None = 
     }
 
 
-def _counts(u: TokenUsage) -> dict:
+def _counts(u: TokenUsage) -> dict[str, int]:
     """A role's usage with every column of ``_COUNTS`` (``to_dict`` leaves out a zero ``unreported_requests``)."""
     return {**u.to_dict(), "unreported_requests": u.unreported_requests}
 
 
-def trajectory_rows(run: RunRecords) -> list[dict]:
+def trajectory_rows(run: RunRecords) -> list[JSONObject]:
     """Every record of every trial, as rows (trial-major, in the annotation file's order)."""
     sha = run.card_sha256
     return [trajectory_row(r, run.name, sha) for r in run.records()]
@@ -214,7 +215,7 @@ def write_trajectories(path: str | os.PathLike, rows: list[dict]) -> int:
     return os.path.getsize(path)
 
 
-def leaderboard(run: RunRecords, confidence: float = DEFAULT_CONFIDENCE, failed_as_wrong: bool = False) -> dict:
+def leaderboard(run: RunRecords, confidence: float = DEFAULT_CONFIDENCE, failed_as_wrong: bool = False) -> JSONObject:
     """The run's leaderboard entry (see the module docstring). Raises
     :class:`~.significance.PairingError` for a run without samples (nothing to rank)."""
     card = run.card or {}

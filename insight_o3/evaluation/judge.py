@@ -38,8 +38,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypeAlias
 
+from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..protocol import prompts
@@ -47,6 +50,7 @@ from ..protocol.attempt import Attempt
 from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
 from ..protocol.questions import insight_o3_question
 from ..protocol.statuses import NO_ANSWER_STATUSES
+from .samples import Sample
 from .schema import Status
 
 FLOWS = ("extract", "verify")
@@ -78,7 +82,7 @@ class Verdict:
     def is_correct(self) -> bool:
         return self.status == "correct"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -93,7 +97,7 @@ def crop_for_judge(text: str, max_len: int) -> str:
     return text
 
 
-def gt_letter(sample) -> str | None:
+def gt_letter(sample: Sample) -> str | None:
     """The option letter a multiple-choice sample's ground truth names (None for open questions)."""
     letters = sample.letters
     if not letters:
@@ -162,12 +166,16 @@ def _names_an_answer(extracted: str) -> bool:
     return extracted.strip().strip(".").lower() not in ("", "none", "no answer", "n/a", "null")
 
 
-def user_message(text: str) -> list[dict]:
+def user_message(text: str) -> list[JSONObject]:
     """The messages of a judge request as the original's ``query_api`` builds them."""
     return [{"role": "user", "content": [{"type": "text", "text": text}]}]
 
 
-async def ask_judge(client, model: str, prompt: str, completion_kwargs: dict) -> str:
+#: What asks the judge one prompt (:func:`ask_judge`, or a :class:`JudgeCache`'s ``ask``): the reply text.
+AskJudge: TypeAlias = Callable[[Any, str, str, JSONObject], Awaitable[str]]
+
+
+async def ask_judge(client: Any, model: str, prompt: str, completion_kwargs: JSONObject) -> str:
     """One judge request; the reply text ("" when the server sent no content)."""
     resp = await client.chat.completions.create(model=model, messages=user_message(prompt), **completion_kwargs)
     if not getattr(resp, "choices", None):
@@ -183,12 +191,12 @@ class JudgeCache:
     response repeated across trials, a re-judge of identical answers) is asked once; concurrent askers
     share the one request. Failed requests are not kept, so a later ask tries again."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._replies: dict[tuple, asyncio.Future] = {}
         self.hits = 0
         self.misses = 0
 
-    async def ask(self, client, model: str, prompt: str, completion_kwargs: dict) -> str:
+    async def ask(self, client: Any, model: str, prompt: str, completion_kwargs: JSONObject) -> str:
         key = (model, prompt, json.dumps(completion_kwargs, sort_keys=True, default=str))
         fut = self._replies.get(key)
         if fut is None:
@@ -207,13 +215,13 @@ class JudgeCache:
 
 
 async def in_loop_check(
-    client,
+    client: Any,
     model: str,
     question: str,
     response_text: str,
     ground_truth: str,
-    completion_kwargs: dict | None = None,
-    ask=None,
+    completion_kwargs: JSONObject | None = None,
+    ask: AskJudge | None = None,
     verdicts: str = "strict",
 ) -> Verdict:
     """The fork's in-loop answer check (training reward ``c`` and InSight-o3 validation accuracy).
@@ -247,7 +255,7 @@ class AnswerJudge:
 
     def __init__(
         self,
-        client,
+        client: Any,
         model: str,
         max_answer_length: int = 1000,
         completion_kwargs: dict | None = None,
@@ -269,7 +277,7 @@ class AnswerJudge:
     async def _ask(self, prompt: str) -> str:
         return await self._ask_fn(self.client, self.model, prompt, self.completion_kwargs)
 
-    async def check(self, sample, attempt: Attempt) -> Verdict:
+    async def check(self, sample: Sample, attempt: Attempt) -> Verdict:
         if attempt.error is not None:
             return Verdict("failed", fail_reason=attempt.error, fail_stage="solver")
         episode = (attempt.stats or {}).get("status")
@@ -299,7 +307,7 @@ class AnswerJudge:
             reason = f"judge error: {failure_reason(e)}"
             return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
 
-    async def _extract(self, sample, text: str, outputs: list[str]) -> Verdict:
+    async def _extract(self, sample: Sample, text: str, outputs: list[str]) -> Verdict:
         gt = sample.answer
         span = extract_answer_span(text)
         if span == gt:

@@ -24,9 +24,11 @@ The summary (``summary_metrics.json``) mirrors that structure with every number 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
+from ..base.json_types import JSONObject
 from ..endpoints.usage import merge, total_tokens
 from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import image_refs
@@ -36,7 +38,7 @@ from .schema import STATUSES, EvalRecord, EvalResult, RecordError
 RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
 
 
-def _rates(results: list[EvalResult]) -> tuple[dict, dict]:
+def _rates(results: list[EvalResult]) -> tuple[dict[str, float], dict[str, int]]:
     counts = {s: 0 for s in STATUSES}
     for r in results:
         counts[r.status] += 1
@@ -63,7 +65,7 @@ def _parts(r: EvalRecord | dict, where: str) -> tuple[str, EvalResult]:
     return str(r.get("category", "unknown")), EvalResult.from_dict(r.get("eval_result"), where)
 
 
-def compute_metrics(records: list[EvalRecord | dict]) -> dict:
+def compute_metrics(records: list[EvalRecord | JSONObject]) -> JSONObject:
     """Metrics of one trial from its records (dicts are validated as :class:`EvalRecord`)."""
     parts = [_parts(r, f"record {i}") for i, r in enumerate(records)]
     results = [er for _, er in parts]
@@ -125,7 +127,7 @@ def _crop_area_ratios(result: dict) -> list[float]:
     return out
 
 
-def tool_use_health(results: list[dict]) -> dict:
+def tool_use_health(results: list[JSONObject]) -> JSONObject:
     """InSight-o3 runs: how the vReasoner used the vSearcher, so a collapse to no tool use shows at once.
 
     ``search_calls_hist`` (episodes per number of calls), ``zero_search_ratio`` (episodes without a
@@ -156,10 +158,10 @@ def tool_use_health(results: list[dict]) -> dict:
     return out
 
 
-def summarize(trial_metrics: list[dict]) -> dict:
+def summarize(trial_metrics: list[JSONObject]) -> JSONObject:
     """Mean and std over trials of every number in the per-trial metrics (nested dicts kept)."""
 
-    def agg(values: list):
+    def agg(values: list[Any]) -> Any:
         first = values[0]
         if isinstance(first, dict):
             keys = list(dict.fromkeys(k for v in values for k in v))

@@ -13,9 +13,11 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Iterable
 from typing import Any
 
 from .. import __version__
+from ..base.json_types import JSONObject
 from ..jobs.integrity import FIXED_KEY, Invocation, git_commit, sha256_file
 from ..protocol import prompts
 from .judge import default_flow
@@ -72,8 +74,8 @@ def build_run_card(
     image_budget: dict,
     judge: dict,
     seeds: dict,
-    extra: dict | None = None,
-) -> dict:
+    extra: JSONObject | None = None,
+) -> JSONObject:
     import openai
 
     card = {
@@ -98,7 +100,7 @@ def build_run_card(
     return card
 
 
-def card_invocation(command: str, settings: dict, card: dict, **derived) -> Invocation:
+def card_invocation(command: str, settings: JSONObject, card: JSONObject, **derived: Any) -> Invocation:
     """The invocation of an evaluate/rejudge run whose card is ``card``: its settings, the card's
     :data:`DERIVED_KEYS` (plus ``derived``), and its version and commit as provenance."""
     return Invocation(
@@ -109,7 +111,7 @@ def card_invocation(command: str, settings: dict, card: dict, **derived) -> Invo
     )
 
 
-def fixed_settings(card: dict) -> dict:
+def fixed_settings(card: JSONObject) -> JSONObject:
     """The settings a run's first invocation fixed (a card written before they were recorded: its settings)."""
     fixed = card.get(FIXED_KEY)
     return fixed if isinstance(fixed, dict) else {"settings": card.get("settings"), "judge": card.get("judge")}
@@ -121,7 +123,7 @@ def card_sha256(card: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _get(card: dict, dotted: str):
+def _get(card: JSONObject, dotted: str) -> Any:
     v: Any = card
     for part in dotted.split("."):
         if not isinstance(v, dict):
@@ -130,7 +132,7 @@ def _get(card: dict, dotted: str):
     return v
 
 
-def differences(cards: dict[str, dict], keys=VERDICT_KEYS) -> list[str]:
+def differences(cards: dict[str, JSONObject], keys: Iterable[str] = VERDICT_KEYS) -> list[str]:
     """One line per key on which the named cards disagree: ``key: a=…, b=…``."""
     out = []
     for key in keys:

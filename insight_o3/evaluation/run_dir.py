@@ -12,7 +12,8 @@ Layout of ``<output_dir>/<eval_name>/`` (format version :data:`FORMAT_VERSION`):
 
 :class:`RunDir` is the only code that knows these names: the runner writes through it, and every reader —
 resume, ``rejudge``, the viewer and report, ``gather_eval_results``, ``scripts/bench_eval.py`` — reads
-through it. Reading never modifies the directory (a torn last line left by a killed run is skipped here;
+through it, and counts the run's trials with :meth:`RunDir.trial_count` (``summary_metrics.json`` covers exactly
+those; a run may add trials, never ask for fewer: :meth:`RunDir.held`). Reading never modifies the directory (a torn last line left by a killed run is skipped here;
 the writer's :class:`~insight_o3.storage.record_log.RecordLog` truncates it when the run resumes).
 
 ``format_version`` is written into ``run_card.json``. A directory without it was written before versioning:
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..storage.atomic import OutputError, write_json_atomic
-from ..storage.record_log import touch_atomic
+from ..storage.record_log import has_lines, touch_atomic
 from .schema import EvalRecord
 
 #: The layout this code writes and the newest it reads. 2: a record's reply is stored once (``response``; the
@@ -54,6 +55,11 @@ class RunDirError(ValueError):
 
 class NewerFormatError(RunDirError):
     """The directory was written by a newer version of this package."""
+
+
+class StaleSummary(RunDirError):
+    """``summary_metrics.json`` covers another number of trials than the directory holds (a run extended or
+    stopped since it was written): not the run's numbers until a run with all its trials rewrites it."""
 
 
 def trial_index(name: str) -> int | None:
@@ -174,6 +180,25 @@ class RunDir:
             ks = [k for k in ks if self.trial(k).has_records()]
         return sorted(ks)
 
+    def trial_count(self) -> int:
+        """How many trials the run holds: ``trial_0 .. trial_<n-1>``, ``n`` one more than the highest ``k`` whose
+        records file holds a line or that is done (0: none). A trial directory that a run made but wrote no record
+        into (one stopped at the endpoint check) is no trial. The runner and every reader — the summary, resume,
+        ``gather_eval_results``, the report, ``compare``/``export`` (:func:`~.run_records.read_run`), ``rejudge`` —
+        count trials with this; a reader that needs a trial below ``n`` that is missing names it."""
+        ks = [k for k in self.trials() if self.is_done(k) or has_lines(self.records_path(k))]
+        return ks[-1] + 1 if ks else 0
+
+    def wrote_records(self) -> bool:
+        """Whether a run wrote a record here (the card store's ``wrote_records``: until one has, settings are not
+        fixed)."""
+        return self.trial_count() > 0
+
+    def held(self) -> dict[str, int]:
+        """What the directory holds (the card store's ``held``): its :meth:`trial_count`. A run asking for fewer
+        trials is refused (:class:`~insight_o3.jobs.integrity.FewerThanHeld`): its summary would leave some out."""
+        return {"num_trials": self.trial_count()}
+
     def is_done(self, k: int) -> bool:
         return self.trial(k).is_done()
 
@@ -194,7 +219,19 @@ class RunDir:
         return read_json_object(self.file(RUN_CARD_FILE))
 
     def summary(self) -> dict | None:
-        return read_json_object(self.file(SUMMARY_FILE))
+        """``summary_metrics.json`` (None when missing). :class:`StaleSummary` when its ``num_trials`` is not the
+        directory's :meth:`trial_count` (a run extended, or stopped, since it was written); a directory holding a
+        summary and no trials (results copied without their records) is read as it is."""
+        path = self.file(SUMMARY_FILE)
+        summary = read_json_object(path)
+        n = summary.get("num_trials") if summary is not None else None
+        held = self.trial_count() if isinstance(n, int) else 0
+        if held and n != held:
+            raise StaleSummary(
+                f"{path} covers {n} trial(s); the directory holds {held} (trial_0 .. trial_{held - 1}): a run "
+                f"extended or stopped since. Resume it with num_trials {held} to rewrite the summary"
+            )
+        return summary
 
     def trial_metrics(self, k: int) -> dict | None:
         return self.trial(k).metrics()
@@ -203,7 +240,7 @@ class RunDir:
         """Trial ``k``'s records by ``sample_key`` (see :meth:`TrialDir.records`)."""
         return self.trial(k).records(parse)
 
-    # ---------------------------------------------------------------- the card store of jobs.job.CardStore
+    # ----------------------------------------- the card store of jobs.job.CardStore (and wrote_records, held above)
     def card_path(self) -> str:
         return self.file(RUN_CARD_FILE)
 

@@ -2,7 +2,8 @@
 
 :func:`read_run` reads through :class:`~.run_dir.RunDir` (the one reader of a run directory: format
 check, records through the :class:`~.schema.EvalRecord` schema, errors naming file, line and field)
-and gives the records of every trial in the annotation file's order, with the run card.
+and gives the records of every trial (:meth:`~.run_dir.RunDir.trial_count`: what the summary covers) in the
+annotation file's order, with the run card.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from .run_card import card_sha256
-from .run_dir import DONE_FILE, RunDir, RunDirError
+from .run_dir import DONE_FILE, RECORDS_FILE, RunDir, RunDirError
 from .schema import EvalRecord
 
 
@@ -50,11 +51,16 @@ def read_run(eval_dir: str | os.PathLike, require_done: bool = True) -> RunRecor
     if not rd.exists():
         raise RunDirError(f"{rd.path}: no such eval directory")
     rd.check_format()
-    ks = rd.trials(with_records=True)
-    if not ks or ks != list(range(len(ks))):
+    n = rd.trial_count()
+    if not n:
+        started = rd.trials(with_records=True)
+        if started:  # a run stopped before its first record
+            raise RunDirError(f"{rd.trial_dir(started[0])}: trial not finished (no record yet); resume it first")
         raise RunDirError(f"{rd.path}: no trial_0 .. trial_<k> with records (is this an eval dir?)")
     trials = []
-    for k in ks:
+    for k in range(n):
+        if not rd.trial(k).has_records():
+            raise RunDirError(f"{rd.trial_dir(k)}: no {RECORDS_FILE}, but the run holds {n} trials")
         if require_done and not rd.is_done(k):
             raise RunDirError(
                 f"{rd.trial_dir(k)}: trial not finished (no '{DONE_FILE}'); finish or resume the evaluation first"

@@ -43,7 +43,7 @@ from ..jobs.integrity import Invocation
 from ..jobs.job import BudgetExceeded, JobSettings, Plan, ResumableJob
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
 from ..protocol.trajectory import image_refs
-from ..storage.record_log import RecordFileError, has_lines
+from ..storage.record_log import RecordFileError
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
 from .run_dir import RunDir
@@ -203,27 +203,27 @@ class EvalJob(ResumableJob[Sample, dict]):
         invocation: Invocation | None = None,
         endpoints: Iterable[Endpoint] = (),
     ):
-        super().__init__(cfg.eval_dir, cfg.job_settings(), guard=guard, invocation=invocation, endpoints=endpoints)
+        self.run_dir = cfg.run_dir
+        super().__init__(
+            cfg.eval_dir,
+            cfg.job_settings(),
+            guard=guard,
+            invocation=invocation,
+            endpoints=endpoints,
+            store=self.run_dir,
+            card=run_card,
+        )
         self.cfg, self.judge = cfg, judge
         #: who answers a unit's trials: rejudge's stored attempts, or a solver's fresh ones
         self.trials = solver if isinstance(solver, TrialSolver) else FreshTrials(solver)
-        self.args_record, self.run_card = args_record, run_card
-        self.run_dir = cfg.run_dir
+        self.args_record = args_record
         self.open_trials: list[int] = []
         self.keys: list[str] = []
-        self.done_by_trial: dict[int, int] = {}  # samples final per open trial (plan)
 
     # -- the directory
     change_hint = "use another --eval_name to run with other settings"
-
-    def first_card(self) -> dict:
-        return dict(self.run_card or {})
-
-    def store(self) -> RunDir:
-        return self.run_dir
-
-    def wrote_records(self) -> bool:
-        return any(has_lines(self.run_dir.records_path(k)) for k in self.run_dir.trials())
+    record_parser = EvalRecord.from_dict
+    progress_postfix = staticmethod(_accuracy)
 
     def _is_done(self, k: int) -> bool:
         if not self.run_dir.is_done(k):
@@ -248,15 +248,6 @@ class EvalJob(ResumableJob[Sample, dict]):
         # absolute: ResumableJob joins relative names to the run directory, and records_path already holds it
         # (a relative --output_dir, e.g. the default ./outputs/eval, gave <dir>/<dir>/trial_0/...)
         return {k: os.path.abspath(self.run_dir.records_path(k)) for k in self.open_trials}
-
-    def parse(self, name):
-        return EvalRecord.from_dict
-
-    def status(self, record: EvalRecord) -> str:
-        return record.status
-
-    def postfix(self, counts: Counter, done: int) -> dict:
-        return _accuracy(counts, done)
 
     def spend(self, record: EvalRecord) -> tuple[int, float]:
         return total_tokens(record.usage_dict()), record.cost_usd or 0.0
@@ -298,14 +289,14 @@ class EvalJob(ResumableJob[Sample, dict]):
                 )
         units: list[Unit] = []
         initial: list[str | None] = []
-        self.done_by_trial = {k: 0 for k in self.open_trials}
+        done_by_trial = {k: 0 for k in self.open_trials}  # samples final per open trial
         for s in _image_order(items):
             query = []
             for k in self.open_trials:
                 p = self._pending(k, s)
                 if p is None:
                     initial.append(self.logs[k].records[s.key].status)
-                    self.done_by_trial[k] += 1
+                    done_by_trial[k] += 1
                 elif p == "judge":
                     units.append((s, [k], "judge"))
                 else:
@@ -315,15 +306,12 @@ class EvalJob(ResumableJob[Sample, dict]):
                     units.append((s, query, "query"))
                 else:
                     units.extend((s, [k], "query") for k in query)
-        return Plan(units, len(items) * len(self.open_trials), initial)
-
-    def where(self, plan: Plan) -> list[str]:
-        n = len(self.keys)
-        lines = []
+        n = len(items)
+        where = []
         for k in range(self.cfg.num_trials):
-            done = self.done_by_trial.get(k, n)  # a trial not reopened is finished
-            lines.append(f"trial_{k}: {done} of {n} samples done, {n - done} left")
-        return lines
+            done = done_by_trial.get(k, n)  # a trial not reopened is finished
+            where.append(f"trial_{k}: {done} of {n} samples done, {n - done} left")
+        return Plan(units, n * len(self.open_trials), initial, where)
 
     # -- the work
     async def _attempts(self, s: Sample, trials: list[int], kind: str, meter: UsageMeter) -> tuple[list, list]:

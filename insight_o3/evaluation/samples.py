@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..base.json_types import JSONObject
 from ..base.paths import OutsideImageDir, outside_message, resolve_image_path
 from ..protocol.parsing import format_options, option_letters
 from ..protocol.questions import question_text
@@ -63,7 +64,7 @@ class Sample:
         """The user text: the question, then the options block when there is one."""
         return question_text(self.question, self.options)
 
-    def to_record(self) -> dict:
+    def to_record(self) -> JSONObject:
         """The sample as stored in result records (annotation fields plus where it came from)."""
         rec = {
             "index": self.index,
@@ -182,7 +183,7 @@ def _check_images(samples: list[Sample], ann_file: str, img_dir: str) -> None:
 
 def subset_spec(
     limit: int | None = None, sample_ids: list[str] | None = None, categories: list[str] | None = None
-) -> dict | None:
+) -> JSONObject | None:
     """The subset a run asked for (None: the whole file), as stored in ``run_card.json``."""
     if limit is None and not sample_ids and not categories:
         return None

@@ -26,6 +26,8 @@ import math
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from ..base.json_types import JSONObject
+from ..endpoints.usage import UsageCounts
 from ..storage.record_log import RecordFileError
 
 Status = Literal["correct", "wrong", "incomplete", "invalid", "failed"]
@@ -110,7 +112,7 @@ def _opt(obj: dict, name: str, types: type | tuple, where: str, prefix: str = ""
     raise _fail(where, prefix + name, f"must be {tn} or null, got {type(v).__name__} {v!r:.60}")
 
 
-def _tuple(types) -> tuple:
+def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
     return types if isinstance(types, tuple) else (types,)
 
 
@@ -126,7 +128,7 @@ class TokenUsage:
     requests: int = 0
     unreported_requests: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> UsageCounts:
         """The counts by field name; ``unreported_requests`` only when not 0."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         if not self.unreported_requests:
@@ -181,7 +183,7 @@ class EvalResult:
     stats: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict, metadata={"unknown": True})  # keys this schema does not know
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         out: dict = {}
         for f in fields(self):
             if f.metadata.get("unknown"):
@@ -207,7 +209,7 @@ class EvalResult:
 UNKNOWN_KEYS = "keep"
 
 
-def upgrade_eval_result(er: dict) -> dict:
+def upgrade_eval_result(er: JSONObject) -> JSONObject:
     """An ``eval_result`` as written by any earlier version, in the current shape (the one place older records are
     migrated): ``text`` -> ``response``, ``error`` -> ``fail_reason``, a missing ``status`` inferred from
     ``success``/``is_correct``/``finish_reason``, ``success``/``is_correct`` from the status when absent, a number
@@ -299,7 +301,7 @@ class EvalRecord:
         """``usage`` as plain counts per role (the form :mod:`insight_o3.endpoints.usage` adds up)."""
         return {role: u.to_dict() for role, u in self.usage.items()}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         """The JSON object written to ``eval_records.jsonl`` (the layout every version has written)."""
         f = self.fields
         out: dict = {"index": self.index, "sample_key": self.sample_key, "question_id": self.question_id}

@@ -40,11 +40,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
+from ..base.json_types import JSONObject
 from .schema import EvalRecord
 
 DEFAULT_RESAMPLES = 10_000
@@ -126,11 +129,17 @@ def outcomes(
 
 
 # ----------------------------------------------------------------------------- intervals
+#: An interval's ``(low, high)``: floats for one run, arrays over the leading axes for many (so: either).
+Bounds: TypeAlias = tuple[Any, Any]
+
+
 def _z(confidence: float) -> float:
     return float(stats.norm.ppf(0.5 + confidence / 2))
 
 
-def wilson(p: np.ndarray | float, n: np.ndarray | float, confidence: float = DEFAULT_CONFIDENCE):
+def wilson(
+    p: np.ndarray | float, n: np.ndarray | float, confidence: float = DEFAULT_CONFIDENCE
+) -> tuple[np.ndarray, np.ndarray]:
     """Wilson's score interval of a proportion ``p`` observed on ``n`` (possibly effective, non-integer)
     trials: ``statsmodels.stats.proportion.proportion_confint(method="wilson")``, which takes a
     non-integer count and size; clipped to [0, 1] against float rounding."""
@@ -157,7 +166,7 @@ def effective_n(x: np.ndarray, m: np.ndarray, confidence: float = DEFAULT_CONFID
     return ne * (_z(confidence) / float(stats.t.ppf(0.5 + confidence / 2, n - 1))) ** 2
 
 
-def accuracy_interval(x: np.ndarray, m: np.ndarray, confidence: float = DEFAULT_CONFIDENCE):
+def accuracy_interval(x: np.ndarray, m: np.ndarray, confidence: float = DEFAULT_CONFIDENCE) -> Bounds:
     """Wilson's interval of the accuracy ``mean(x)`` at the effective sample size (module docstring);
     ``(low, high)``, each of the shape of the leading axes (floats for one run)."""
     lo, hi = wilson(np.mean(x, axis=-1), effective_n(x, m, confidence), confidence)
@@ -172,7 +181,9 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (da * db).sum(axis=-1) / den, 0.0)
 
 
-def difference_interval(xa, ma, xb, mb, confidence: float = DEFAULT_CONFIDENCE):
+def difference_interval(
+    xa: np.ndarray, ma: np.ndarray, xb: np.ndarray, mb: np.ndarray, confidence: float = DEFAULT_CONFIDENCE
+) -> Bounds:
     """Newcombe's paired score interval (MOVER) of ``mean(xb) − mean(xa)`` over the same samples (last
     axis; leading axes independent sets, as :func:`accuracy_interval`)."""
     xa, xb = np.asarray(xa, float), np.asarray(xb, float)
@@ -228,7 +239,7 @@ def sign_flip_pvalue(d: np.ndarray, n_resamples: int = DEFAULT_RESAMPLES, seed: 
     return (1 + hits) / (n_resamples + 1)
 
 
-def mcnemar_pvalue(b, c) -> np.ndarray:
+def mcnemar_pvalue(b: ArrayLike, c: ArrayLike) -> np.ndarray:
     """McNemar's exact p-value: the two-sided binomial test of ``b`` among ``b + c`` at 1/2 (vectorized;
     equals ``scipy.stats.binomtest(b, b + c).pvalue``)."""
     b, c = np.asarray(b), np.asarray(c)
@@ -248,7 +259,7 @@ class McNemar:
     pvalue: float  # exact: two-sided binomial test of b among b + c at 1/2
     pvalue_chi2: float  # the statistic against chi-square with 1 degree of freedom
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "descriptive": True,
             "n": self.n,
@@ -281,7 +292,7 @@ class Accuracy:
     high: float
     n: int  # samples counted (with a judged trial, unless failures count as wrong)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {"mean": self.mean, "ci": [self.low, self.high], "n": self.n}
 
 
@@ -300,7 +311,7 @@ class Flip:
     def change(self) -> str:
         return "fixed" if self.accuracy_b > self.accuracy_a else "broken"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "key": self.key,
             "category": self.category,
@@ -327,7 +338,7 @@ class Paired:
     exact: bool  # the p-value enumerates every sign vector
     mcnemar: McNemar
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "n": self.n,
             "accuracy_a": self.accuracy_a,
@@ -354,7 +365,7 @@ class PairResult:
     categories: dict[str, Paired] = field(default_factory=dict)
     flips: list[Flip] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "a": self.a,
             "b": self.b,

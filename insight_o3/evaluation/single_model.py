@@ -17,12 +17,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import Box
 from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
 from ..protocol.attempt import Attempt
 from ..protocol.trajectory import image_part, message, to_openai
+from .samples import Sample
 
 log = logging.getLogger(__name__)
 #: Extra requests for choices a server left out before the attempts are recorded as failed.
@@ -32,7 +34,7 @@ MISSING_CHOICE_ROUNDS = 2
 DEFAULT_COMPLETION_KWARGS = {"max_completion_tokens": 16384}
 
 
-def _usage(resp) -> dict | None:
+def _usage(resp: Any) -> JSONObject | None:
     u = getattr(resp, "usage", None)
     if u is None:
         return None
@@ -45,7 +47,7 @@ def _usage(resp) -> dict | None:
 class SingleModelSolver:
     def __init__(
         self,
-        client,
+        client: Any,
         model: str,
         images: ImageStore,
         resize: Resize,
@@ -69,7 +71,7 @@ class SingleModelSolver:
         self.extra_views = extra_views  # sample -> crop boxes (original pixels) shown after the image
         self.extra_resize = extra_resize or resize
 
-    async def _views(self, sample) -> list[EncodedImage]:
+    async def _views(self, sample: Sample) -> list[EncodedImage]:
         """The full image, then the extra views (crops) of ``sample``; raises ImageError."""
         views = [await self.images.aget(sample.image_path, self.resize)]
         if self.extra_views is not None:
@@ -81,7 +83,7 @@ class SingleModelSolver:
                 views.append(await self.images.aget(sample.image_path, self.extra_resize, (x1, y1, x2, y2)))
         return views
 
-    async def solve(self, sample, n: int) -> list[Attempt]:
+    async def solve(self, sample: Any, n: int) -> list[Attempt]:
         try:
             views = await self._views(sample)
         except ImageError as e:

@@ -15,18 +15,20 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .. import __version__
 from ..agents.drivers import VSearcher
 from ..agents.searcher_session import LocateResult
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages
+from ..base.json_types import JSONObject
 from ..base.paths import OutsideImageDir, outside_message, resolve_image_path
 from ..endpoints.client import DEFAULT_MAX_RETRIES
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..imaging.images import DEFAULT_MAX_DECODE_VALUES, ImageStore
 from ..jobs.integrity import Invocation, git_commit, sha256_file
-from ..jobs.job import JobResult, JobSettings, Plan, ResumableJob
+from ..jobs.job import Emit, JobResult, JobSettings, Plan, ResumableJob
 from ..protocol.limits import LIMITS
 from ..protocol.statuses import LocateStatus
 from ..storage import write_json_atomic
@@ -80,7 +82,7 @@ def load_regions(ann_file: str, img_dir: str, allow_outside: bool = False) -> li
     return out
 
 
-def score(sample: RegionSample, r: LocateResult, max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS) -> dict:
+def score(sample: RegionSample, r: LocateResult, max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS) -> JSONObject:
     """One JSON record: prediction, IoU (0 when nothing valid was found) and the trajectory (each reply text cut
     to ``max_reply_chars``, :func:`insight_o3.base.caps.cut_messages`)."""
     rec = r.to_record()
@@ -101,7 +103,7 @@ def score(sample: RegionSample, r: LocateResult, max_reply_chars: int | None = D
     }
 
 
-def metrics(records: list[dict]) -> dict:
+def metrics(records: list[JSONObject]) -> JSONObject:
     """Scores over samples that ran (API failures are counted, not scored)."""
     ok = [r for r in records if r["status"] != LocateStatus.FAILED]
     n = len(ok)
@@ -146,7 +148,7 @@ class VSearchEvalSettings:
     check_endpoints: bool = True
     ann_file: str | None = None  # its sha256 is fixed by the output directory's first run
 
-    def record(self, **extra) -> dict:
+    def record(self, **extra: Any) -> JSONObject:
         """What ``args.json`` holds: every setting except the key."""
         return {**{k: v for k, v in asdict(self).items() if k != "api_key"}, **extra}
 
@@ -182,7 +184,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
             provenance={"version": __version__, "git_commit": git_commit()},
         )
 
-    def first_card(self) -> dict:
+    def first_card(self) -> JSONObject:
         return {
             "package": "insight_o3",
             "version": __version__,
@@ -220,6 +222,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
             max_retries=s.max_retries,
             max_connections=max(2 * s.concurrency, 16),
             role="vSearcher",
+            max_reply_chars=s.max_reply_chars,
         )
         self.searcher = VSearcher(
             client,
@@ -231,10 +234,10 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
             completion_kwargs=s.chat_completion_kwargs,
         )
 
-    async def work(self, sample: RegionSample, emit) -> dict:
+    async def work(self, sample: RegionSample, emit: Emit) -> JSONObject:
         return score(sample, await self.searcher.locate(sample.image_path, sample.description), self.s.max_reply_chars)
 
-    def finish(self) -> dict:
+    def finish(self) -> JSONObject:
         self.compact(self.keys)
         m = metrics([self.records[k] for k in self.keys if k in self.records])
         write_json_atomic(self.path("metrics.json"), m)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 Box = tuple[float, float, float, float]
 
@@ -147,7 +148,7 @@ def clamp_box(box: Box, size: tuple[int, int]) -> Box:
     return (min(max(x1, 0.0), w), min(max(y1, 0.0), h), min(max(x2, 0.0), w), min(max(y2, 0.0), h))
 
 
-def validate_box(values, size: tuple[int, int]) -> tuple[Box | None, str | None]:
+def validate_box(values: Any, size: tuple[int, int]) -> tuple[Box | None, str | None]:
     """Turn a model-produced box into a usable one, or say why it is not.
 
     Accepts any sequence of 4 numbers. Non-numeric, non-finite, wrong length, inverted
@@ -172,7 +173,7 @@ def validate_box(values, size: tuple[int, int]) -> tuple[Box | None, str | None]
 
 
 def check_box(
-    value,
+    value: Any,
     where: str,
     field: str | None = None,
     size: tuple[int, int] | None = None,
@@ -201,7 +202,7 @@ def check_box(
     return (x1, y1, x2, y2)
 
 
-def is_null_box(values) -> bool:
+def is_null_box(values: Any) -> bool:
     """``[0, 0, 0, 0]``: the vSearcher's "not found" answer."""
     try:
         return isinstance(values, (list, tuple)) and len(values) == 4 and all(float(v) == 0 for v in values)

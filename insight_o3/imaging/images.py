@@ -37,13 +37,17 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
+from multiprocessing.context import BaseContext
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
+from ..base.json_types import JSONObject
 from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
 
 #: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
@@ -84,7 +88,7 @@ class ImageRef:
     region: tuple[float, float, float, float]
     size: tuple[int, int]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         d["region"] = [round(v, 2) for v in self.region]
         d["size"] = list(self.size)
@@ -132,6 +136,11 @@ class Resize:
     nearest: bool = False
     #: successive exact sizes (a harness that resizes a view more than once; the last is the size shown)
     chain: tuple[tuple[int, int], ...] = ()
+    #: the whole view as operations on the decoded original, in order: ``("resize", w, h)`` (this resampling) and
+    #: ``("crop", x0, y0, x1, y1)`` (integer box inside the image at that point); a harness that crops an image it
+    #: has already resized (Pixel-Reasoner: crops of its resized input and of earlier crops). The region is not
+    #: used for the pixels then, only for the reference.
+    pipeline: tuple[tuple[str | int, ...], ...] = ()
 
     @property
     def resample(self) -> Image.Resampling:
@@ -299,7 +308,7 @@ class ImageStore:
         self.stats = {"decoded": 0, "encoded": 0, "cache_hits": 0, "evicted": 0}
 
     @classmethod
-    def for_image_workers(cls, image_workers: int | None, **kwargs) -> ImageStore:
+    def for_image_workers(cls, image_workers: int | None, **kwargs: Any) -> ImageStore:
         """The store of a command's ``--image_workers`` flag: None = one process per usable CPU, N > 0 = N
         processes, 0 = a thread (no worker processes)."""
         workers = usable_cpus() if image_workers is None else image_workers
@@ -338,6 +347,17 @@ class ImageStore:
         path = str(path)
         im = self.original(path)
         W, H = im.size
+        if resize.pipeline:
+            view = im
+            for op in resize.pipeline:
+                if op[0] == "crop":
+                    view = view.crop((int(op[1]), int(op[2]), int(op[3]), int(op[4])))
+                elif op[0] == "resize":
+                    view = view.resize((int(op[1]), int(op[2])), resize.resample)
+                else:
+                    raise ValueError(f"unknown view operation {op!r}")
+            reg = region if region is not None else (0.0, 0.0, float(W), float(H))
+            return view, ImageRef(path, tuple(float(v) for v in reg), view.size)  # type: ignore[arg-type]
         if region is None:
             view, reg = im, (0.0, 0.0, float(W), float(H))
         else:
@@ -488,7 +508,7 @@ _WORKER_STORE: ImageStore | None = None
 _HELPERS_LOCK = threading.Lock()
 
 
-def _worker_context():
+def _worker_context() -> BaseContext:
     """``forkserver`` where there is one: workers start small and without the parent's threads. Its server
     process and the resource tracker are started detached from the caller's stdio (once per process).
 
@@ -526,7 +546,7 @@ def _start_helpers_detached() -> None:
 
 
 @contextlib.contextmanager
-def _stdio_on_devnull():
+def _stdio_on_devnull() -> Iterator[None]:
     """Point fds 0, 1 and 2 at /dev/null while inside (for the processes started there), then restore them.
     Only the instant of two ``fork_exec`` calls: output another thread writes then is lost."""
     for stream in (sys.stdout, sys.stderr):

@@ -14,6 +14,11 @@ values derived from its inputs that can change a result (the benchmark file's sh
   progress, and paths: the directory, the inputs' locations, the endpoints' URLs — what the inputs *hold*
   is fixed through derived values such as ``benchmark_sha256``): may change between runs; each run's values
   are appended to the card's ``history``;
+* ``EXTENT`` — how much of the work a directory holds (``num_trials``): a later run may raise it (an extension:
+  trial_<k> directories are added, each run's value is appended to the ``history``) but not ask for less than the
+  directory already holds — refused with :class:`FewerThanHeld` (exit status 2, naming both values, nothing
+  written), since the run's summary covers all of it. What a directory holds comes from its store
+  (``held``: :meth:`insight_o3.evaluation.run_dir.RunDir.held` counts the trials with a record);
 * ``SECRET`` — API keys: never written, never compared.
 
 :func:`settle` is the one check: it takes the stored card (None for a first run), the card a first run
@@ -21,6 +26,10 @@ would write and the invocation, and returns the card to write — the new one wi
 one-entry ``history``, or the stored one with this invocation appended to its ``history`` — or raises
 :class:`SettingsChanged`. A card written before this check (no ``fixed_settings``) is not compared: a
 warning says so, and its history grows.
+
+A result-changing setting added after directories were written is missing from their cards: :data:`ADDED_LATER`
+gives the value such a card implies (the one its run actually used), so a resume with it goes on and one with
+another value is refused naming it; a card is never rewritten for it.
 
 A setting missing from :data:`SETTING_KINDS` is a programming error (:class:`UnclassifiedSetting`);
 ``tests/test_run_integrity.py`` walks every flag of every command that writes a run directory.
@@ -35,7 +44,7 @@ import logging
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,10 +57,11 @@ HISTORY_KEY = "history"
 class Kind(enum.Enum):
     RESULT = "result"
     OPERATIONAL = "operational"
+    EXTENT = "extent"
     SECRET = "secret"
 
 
-R, O, S = Kind.RESULT, Kind.OPERATIONAL, Kind.SECRET
+R, O, E, S = Kind.RESULT, Kind.OPERATIONAL, Kind.EXTENT, Kind.SECRET
 
 #: Every setting of every command that writes a run directory, by its name (the flag's ``dest``; one name
 #: means one thing in every command). Add a new flag here with its kind.
@@ -93,6 +103,9 @@ SETTING_KINDS: dict[str, Kind] = {
     "attempts": R,
     "drop_when": R,
     "extract_prompt_role": R,
+    # build_o3_bench's prompt files of one's own: paths; their content is fixed through the derived prompts_sha256
+    "extract_prompt": O,
+    "synth_prompt": O,
     "layout_text": R,
     "all_sources": R,
     "max_tokens": R,
@@ -137,7 +150,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "contain_ratio": R,
     "min_score": R,
     # --- how much is done, and in what order (not how an item is made)
-    "num_trials": O,  # more trials add trial_<k> directories; each trial's settings are the same
+    "num_trials": E,  # more trials add trial_<k> directories (each trial's settings the same); fewer are refused
     "num_collages": O,
     "limit": O,  # build_o3_bench / build_region_localization: the first N items (evaluate: see "subset")
     "sample_ids": O,  # evaluate: resolved into "subset"
@@ -190,6 +203,56 @@ SETTING_KINDS: dict[str, Kind] = {
 }
 
 
+#: "No value implied": the setting is compared as missing (and so refused) — see :data:`ADDED_LATER`.
+NOT_IMPLIED: Any = object()
+
+
+def _agent_before_plugins(old: Mapping[str, Any], now: Any) -> Any:
+    """``evaluate --agent`` (issue 35, commit 54b93a2): before it, ``--vsearcher_model`` chose the mode; the two
+    modes are the registry's built-in agents ``insight_o3`` and ``single_model``
+    (:data:`insight_o3.evaluation.agent_registry.BUILTIN`)."""
+    if old.get("command") != "evaluate":
+        return NOT_IMPLIED
+    return "insight_o3" if old.get("vsearcher_model") else "single_model"
+
+
+def _prompt_added_later(old: Mapping[str, Any], now: Any) -> Any:
+    """A prompt constant added to :mod:`insight_o3.protocol.prompts` after a run was not one it could use (a changed
+    or removed one is still a difference)."""
+    return now
+
+
+#: Result-changing values added after run directories were written, by dotted path into the fixed settings
+#: (``name.*``: each entry of a map), with ``implied(old_fixed, this_run_value)``: the value a card that lacks it
+#: implies — the one its run actually used (:data:`NOT_IMPLIED`: none). Add an entry with every new result-changing
+#: setting whose value older directories ran with, or resuming them is refused on it.
+ADDED_LATER: dict[str, Callable[[Mapping[str, Any], Any], Any]] = {
+    "agent": _agent_before_plugins,
+    "prompts_sha256.*": _prompt_added_later,
+}
+
+
+def with_implied(first: Mapping[str, Any], now: Mapping[str, Any]) -> dict:
+    """A copy of the stored fixed settings ``first`` with the value it implies (:data:`ADDED_LATER`) for each
+    setting it lacks and this run's ``now`` has."""
+    out = _plain(dict(first))
+    for path, implied in ADDED_LATER.items():
+        *parents, leaf = path.split(".")
+        old_node: Any = out
+        new_node: Any = now
+        for p in parents:
+            old_node = old_node.get(p) if isinstance(old_node, dict) else None
+            new_node = new_node.get(p) if isinstance(new_node, Mapping) else None
+        if not isinstance(old_node, dict) or not isinstance(new_node, Mapping):
+            continue
+        for k in list(new_node) if leaf == "*" else [leaf] if leaf in new_node else []:
+            if k not in old_node and (value := implied(first, new_node[k])) is not NOT_IMPLIED:
+                name = ".".join([*parents, str(k)])
+                log.info("%s: not in the first run's card (it predates it); compared as %s", name, _show(value))
+                old_node[k] = value
+    return out
+
+
 class CardError(ValueError):
     """A stored card that cannot be read (exit status 2); the message names the file."""
 
@@ -209,6 +272,21 @@ class SettingsChanged(ValueError):
             f"{len(differences)} setting(s) that can change a result (nothing was written):\n  {lines}\n"
             f"{hint}; settings that cannot change a result (concurrency, rate limits, budgets, retries, "
             f"workers, progress, paths) may change"
+        )
+
+
+class FewerThanHeld(SettingsChanged):
+    """A run asking for less than its directory already holds (a :data:`Kind.EXTENT` setting, e.g. fewer trials than
+    the directory's; exit status 2): its summary would leave out what is there. Nothing was written."""
+
+    def __init__(self, where: str, differences: list[str], hint: str):
+        self.where, self.differences = where, differences
+        lines = "\n  ".join(differences)
+        ValueError.__init__(
+            self,
+            f"{where}: this run asks for less than the directory holds (nothing was written):\n  {lines}\n"
+            f"a rerun may extend a directory (more trials), never leave out what it holds; rerun with at least "
+            f"what it holds, or {hint.removeprefix('use ')}",
         )
 
 
@@ -311,7 +389,16 @@ class Invocation:
         return _plain({"command": self.command, **self._of(Kind.RESULT), **self.derived})
 
     def operational(self) -> dict:
-        return _plain(self._of(Kind.OPERATIONAL))
+        """What may change between runs, recorded in each run's history entry (:data:`Kind.EXTENT` included)."""
+        return _plain({**self._of(Kind.OPERATIONAL), **self._of(Kind.EXTENT)})
+
+    def fewer_than(self, held: Mapping[str, int]) -> list[str]:
+        """One line per :data:`Kind.EXTENT` setting asking for less than the directory ``held``."""
+        return [
+            f"{k}: the directory holds {held[k]}, this run {v}"
+            for k, v in self._of(Kind.EXTENT).items()
+            if k in held and isinstance(v, int) and v < held[k]
+        ]
 
     def history_entry(self) -> dict:
         return {
@@ -351,14 +438,19 @@ def settle(
     where: str,
     hint: str = "use another output directory to run with other settings",
     records_written: bool = True,
+    held: Mapping[str, int] | None = None,
 ) -> dict:
     """The card to write for this invocation: ``card`` with ``fixed_settings`` and a one-entry ``history`` when
     nothing is stored; else the stored card with this invocation appended to its ``history``. Raises
-    :class:`SettingsChanged` (naming ``where`` and each differing key) when the stored fixed settings differ.
+    :class:`SettingsChanged` (naming ``where`` and each differing key) when the stored fixed settings differ, and
+    :class:`FewerThanHeld` when it asks for less than the directory ``held`` (its :data:`Kind.EXTENT` settings).
 
     Settings are fixed by the first run that writes a record: while ``records_written`` is False (every earlier
     run stopped before its first record, e.g. at the endpoint check), this run's settings replace the stored
     ones (the history keeps the earlier runs)."""
+    fewer = invocation.fewer_than(held or {})
+    if fewer:
+        raise FewerThanHeld(where, fewer, hint)
     entry = invocation.history_entry()
     if stored is None:
         return {**card, FIXED_KEY: invocation.fixed(), HISTORY_KEY: [entry]}
@@ -373,7 +465,8 @@ def settle(
             where,
         )
     else:
-        diffs = differences(first, invocation.fixed())
+        now = invocation.fixed()
+        diffs = differences(with_implied(first, now), now)
         if diffs:
             raise SettingsChanged(where, diffs, hint)
     return {**stored, HISTORY_KEY: [*history, entry]}

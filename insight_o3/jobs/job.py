@@ -6,26 +6,30 @@ A :class:`ResumableJob` is the one implementation of::
     -> run guard, budget, clients -> bounded concurrency -> records appended durably as items finish
     -> compaction -> summary -> exit code
 
-A command subclasses it and fills in the hooks: what an item's key is (:meth:`~ResumableJob.key`), which
-stored record is final (:meth:`~ResumableJob.is_final`), the per-item work (:meth:`~ResumableJob.work`) and
-the summary (:meth:`~ResumableJob.finish`); optionally what to write before the logs open
-(:meth:`~ResumableJob.prepare`), the clients and stores it needs (:meth:`~ResumableJob.setup`, with
-:meth:`~ResumableJob.client` and :meth:`~ResumableJob.on_close`), what a recorded failure looks like
-(:meth:`~ResumableJob.failed`), what a record cost (:meth:`~ResumableJob.spend`) and a custom plan
-(:meth:`~ResumableJob.plan`, e.g. the evaluation's one log per trial) and where the card lives
-(:meth:`~ResumableJob.store`, a :class:`CardStore`: a :class:`CardFile` by default, the evaluation's ``RunDir``).
-``work`` returns one thing: the unit's record for the default log, or None when it wrote its records itself
-through ``emit``. ``job.run(items)`` returns a :class:`JobResult` whose :attr:`~JobResult.exit_code` is
-``INCOMPLETE`` while items are still failed.
+A command's spec is small: what an item's key is (:meth:`~ResumableJob.key`), the per-item work
+(:meth:`~ResumableJob.work`), the summary (:meth:`~ResumableJob.finish`), and where its directory keeps the card
+and what it holds (a :class:`CardStore`, given to the constructor: a :class:`CardFile` by default, the
+evaluation's :class:`~insight_o3.evaluation.run_dir.RunDir`). Optional hooks: which stored record is final
+(:meth:`~ResumableJob.is_final`), what to write before the logs open (:meth:`~ResumableJob.prepare`,
+:meth:`~ResumableJob.collect`), the record logs (:meth:`~ResumableJob.log_files`) and a custom plan
+(:meth:`~ResumableJob.plan`, e.g. the evaluation's one log per trial: a :class:`Plan` says what is left and, with
+``where``, how to say so), the clients it needs (:meth:`~ResumableJob.setup`, with :meth:`~ResumableJob.client` and
+:meth:`~ResumableJob.on_close`), what a recorded failure looks like (:meth:`~ResumableJob.failed`), what a record
+cost (:meth:`~ResumableJob.spend`, :meth:`~ResumableJob.spent_before`) and how many items are not done
+(:meth:`~ResumableJob.incomplete`); and two values, :attr:`~ResumableJob.record_parser` (how a stored line becomes
+a record) and :attr:`~ResumableJob.progress_postfix`. ``work`` returns one thing: the unit's record for the
+default log, or None when it wrote its records itself through ``emit``. ``job.run(items)`` returns a
+:class:`JobResult` whose :attr:`~JobResult.exit_code` is ``INCOMPLETE`` while items are still failed.
 
 What the job guarantees, for every command alike:
 
 * one run per directory (:mod:`insight_o3.storage.lock`: a second run exits with status 5);
 * a directory's settings are fixed by its first run that writes a record (:mod:`insight_o3.jobs.integrity`;
-  :meth:`~ResumableJob.wrote_records`): a job whose
+  the store's ``wrote_records``): a job whose
   :meth:`~ResumableJob.invocation` says what it runs with is refused (status 2, nothing written) when a
   result-changing setting differs from the first run's; otherwise the run is appended to the card's history
-  (:meth:`~ResumableJob.store`) before anything else is written;
+  (the store) before anything else is written; a run asking for less than the directory holds (fewer trials) is
+  refused the same way (the store's ``held``);
 * every finished item is one fsync'ed line before the next starts being counted
   (:class:`~insight_o3.storage.record_log.RecordLog`, one writer thread), so a crash loses nothing finished;
 * every endpoint (the clients made with :meth:`~ResumableJob.client`, and those given) is checked before the
@@ -37,8 +41,8 @@ What the job guarantees, for every command alike:
   then :class:`BudgetExceeded` is raised. It counts what :meth:`~ResumableJob.spend` says each record cost
   (earlier runs included: the evaluation's records carry their usage) plus the tokens of every request
   made while a unit's work ran (this run only: records of the data tools carry no usage);
-* before work starts, one line per log says where the run stands (:meth:`~ResumableJob.where`: "N of M done, K
-  left"; per trial for an evaluation);
+* before work starts, one line per log says where the run stands ("N of M done, K left"; :attr:`Plan.where`: per
+  trial for an evaluation);
 * at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
 * however a run ends, its requests per endpoint (ok, failed, replies escaped or without valid usage) are added
   to its history entry in the card (:meth:`~ResumableJob.record_endpoints`);
@@ -168,12 +172,14 @@ class Progress:
 
 @dataclass
 class Plan(Generic[ItemT]):
-    """What a run does: the ``units`` of work left, the records the bar counts in all (``total``) and the
-    statuses of those already final (``initial``)."""
+    """What a run does: the ``units`` of work left, the records the bar counts in all (``total``), the
+    statuses of those already final (``initial``) and the lines logged before work starts (``where``; None:
+    one "<desc>: N of M done, K left")."""
 
     units: list
     total: int
     initial: list[str | None] = field(default_factory=list)
+    where: list[str] | None = None
 
 
 @dataclass
@@ -192,9 +198,10 @@ Emit = Callable[..., Awaitable[bool]]
 
 
 class CardStore(Protocol):
-    """Where a job keeps its card: the settings its directory's first run fixed and the history of its runs
-    (:mod:`insight_o3.jobs.integrity`). :class:`CardFile` is the default; an evaluation's
-    :class:`~insight_o3.evaluation.run_dir.RunDir` is another (its ``run_card.json``, format-checked)."""
+    """Where a job keeps its card — the settings its directory's first run fixed and the history of its runs
+    (:mod:`insight_o3.jobs.integrity`) — and what its directory holds. :class:`CardFile` is the default; an
+    evaluation's :class:`~insight_o3.evaluation.run_dir.RunDir` is another (its ``run_card.json``, format-checked;
+    its trials)."""
 
     def card_path(self) -> str: ...
 
@@ -204,12 +211,23 @@ class CardStore(Protocol):
 
     def write_card(self, card: dict) -> None: ...
 
+    def held(self) -> dict[str, int]:
+        """What the directory already holds of each :data:`~insight_o3.jobs.integrity.Kind.EXTENT` setting
+        (a run asking for less is refused), e.g. ``{"num_trials": 3}``."""
+        ...
+
+    def wrote_records(self) -> bool:
+        """Whether an earlier run wrote a record (until one has, the next run's settings are the fixed ones)."""
+        ...
+
 
 class CardFile:
-    """A card in a JSON file of its own (its directory made on the first write)."""
+    """A card in a JSON file of its own (its directory made on the first write), beside the record logs at
+    ``logs``."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, logs: Iterable[str] = ()):
         self.path = path
+        self.logs = list(logs)
 
     def card_path(self) -> str:
         return self.path
@@ -220,6 +238,12 @@ class CardFile:
     def write_card(self, card: dict) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)  # a card in a subdirectory (build_o3_bench)
         write_json_atomic(self.path, card)
+
+    def held(self) -> dict[str, int]:
+        return {}
+
+    def wrote_records(self) -> bool:
+        return any(has_lines(f) for f in self.logs)
 
 
 class ResumableJob(Generic[ItemT, SummaryT]):
@@ -236,6 +260,10 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     card_file: str | None = None
     #: What the refusal of changed settings advises.
     change_hint: str = "use another --output_dir to run with other settings"
+    #: How a stored line of every log becomes a record: ``parse(obj, "<file>:<line>")`` (None: the dict as is).
+    record_parser: Callable[[dict, str], Any] | None = None
+    #: The progress bar's postfix from the status counts and the number done (None: none).
+    progress_postfix: Callable[[Counter, int], dict] | None = None
 
     def __init__(
         self,
@@ -245,9 +273,14 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
         endpoints: Iterable[Endpoint] = (),
+        store: CardStore | None = None,
+        card: dict | None = None,
     ):
+        """``store``: where the card lives and what the directory holds (None: a :class:`CardFile` at
+        :attr:`card_file`); ``card``: what a first run's card holds besides the fixed settings and the history."""
         self.directory = os.fspath(directory)
         self._invocation = invocation
+        self._store, self._card = store, card
         self.endpoints: list[Endpoint] = list(endpoints)  # + one per client made with :meth:`client`
         self.settings = settings or JobSettings()
         self.guard = guard if guard is not None else RunGuard(self.settings.max_failure_ratio)
@@ -264,17 +297,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         return self._invocation
 
     def first_card(self) -> dict:
-        """What the card of the directory's first run holds besides the fixed settings and the history."""
-        return {}
-
-    def store(self) -> CardStore:
-        """Where the card lives (default: :attr:`card_file`, else ``<records_file without .jsonl>_card.json``)."""
-        return CardFile(self.path(self.card_file or os.path.splitext(self.records_file)[0] + "_card.json"))
-
-    def wrote_records(self) -> bool:
-        """Whether an earlier run wrote a record (until one has, the next run's settings are the fixed ones):
-        by default whether any of :meth:`log_files` holds a line."""
-        return any(has_lines(self.path(f)) for f in self.log_files().values())
+        """What the card of the directory's first run holds besides the fixed settings and the history (by default
+        the ``card`` given to the constructor)."""
+        return dict(self._card or {})
 
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
@@ -288,10 +313,6 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """The record logs: name -> path (relative to :attr:`directory` unless absolute)."""
         return {RECORDS: self.records_file}
 
-    def parse(self, name: Hashable) -> Callable[[dict, str], Any] | None:
-        """How a stored line of log ``name`` becomes a record (None: the dict as is)."""
-        return None
-
     def key(self, item: ItemT) -> str:
         """The ``sample_key`` of an item's record in the default log."""
         raise NotImplementedError
@@ -300,25 +321,12 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Whether a stored record is done for good (otherwise the item runs again)."""
         return True
 
-    def status(self, record: Any) -> str | None:
-        """The status the progress bar counts a record under (its ``status`` field by default)."""
-        return record.get("status") if isinstance(record, dict) else getattr(record, "status", None)
-
-    def postfix(self, counts: Counter, done: int) -> dict:
-        """The progress bar's postfix from the status counts (none by default)."""
-        return {}
-
     def plan(self, items: list[ItemT]) -> Plan:
         """What is left: by default the items whose default-log record is missing or not final."""
         records = self.logs[RECORDS].records
         final = [records[k] for k in map(self.key, items) if k in records and self.is_final(records[k])]
         units = [it for it in items if not (self.key(it) in records and self.is_final(records[self.key(it)]))]
         return Plan(units, len(items), [self.status(r) for r in final])
-
-    def where(self, plan: Plan) -> list[str]:
-        """The lines logged before work starts, saying where the run stands ("N of M done, K left")."""
-        done = len(plan.initial)
-        return [f"{self.desc}: {done} of {plan.total} done, {plan.total - done} left"]
 
     async def setup(self) -> None:
         """Make the clients/stores the work needs (:meth:`client`, :meth:`on_close`); runs inside the loop."""
@@ -351,6 +359,18 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         return 0
 
     # ----------------------------------------------------------------------------------- for the hooks
+    def store(self) -> CardStore:
+        """Where the card lives: the one given to the constructor, else a :class:`CardFile` at :attr:`card_file`
+        (default ``<records_file without .jsonl>_card.json``) beside the record logs."""
+        if self._store is not None:
+            return self._store
+        card = self.card_file or os.path.splitext(self.records_file)[0] + "_card.json"
+        return CardFile(self.path(card), [self.path(f) for f in self.log_files().values()])
+
+    def status(self, record: Any) -> str | None:
+        """The status the progress bar counts a record under: its ``status`` field."""
+        return record.get("status") if isinstance(record, dict) else getattr(record, "status", None)
+
     @property
     def records(self) -> dict[str, Any]:
         """The default log's records by key."""
@@ -394,7 +414,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             try:
                 self._open_logs()
                 plan = self.plan(items)
-                for line in self.where(plan):
+                done = len(plan.initial)
+                for line in plan.where or [f"{self.desc}: {done} of {plan.total} done, {plan.total - done} left"]:
                     log.info("%s", line)
                 if plan.units:
                     self.budget.charge(*self.spent_before())
@@ -446,23 +467,29 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             return False
         store = self.store()
         stored = store.read_card()
-        written = stored is not None and self.wrote_records()
+        written = stored is not None and store.wrote_records()
         card = settle(
-            stored, self.first_card(), inv, where=store.card_path(), hint=self.change_hint, records_written=written
+            stored,
+            self.first_card(),
+            inv,
+            where=store.card_path(),
+            hint=self.change_hint,
+            records_written=written,
+            held=store.held(),
         )
         store.write_card(card)
         return True
 
     def _open_logs(self) -> None:
         for name, file in self.log_files().items():
-            self.logs[name] = RecordLog.open(self.path(file), parse=self.parse(name))
+            self.logs[name] = RecordLog.open(self.path(file), parse=self.record_parser)
 
     def _close_logs(self) -> None:
         for lg in self.logs.values():
             lg.close()
 
     async def _execute(self, plan: Plan) -> None:
-        self.progress = Progress(self.desc, plan.total, plan.initial, self.settings.progress, self.postfix)
+        self.progress = Progress(self.desc, plan.total, plan.initial, self.settings.progress, self.progress_postfix)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
         sem = asyncio.Semaphore(max(1, self.settings.concurrency))
 

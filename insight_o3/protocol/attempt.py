@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from ..base.json_types import JSONObject
+
 
 @dataclass
 class Attempt:
@@ -30,7 +32,7 @@ class Attempt:
     usage: dict | None = None
     stats: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -54,7 +56,7 @@ class TrialSolver(ABC):
     async def solve_trials(self, sample: Any, trials: list[int]) -> list[Attempt]:
         """The attempt of each of ``trials`` (in order); never raises for a lost attempt (``error`` set)."""
 
-    def usage_shares(self, sample: Any, trials: list[int]) -> list[dict] | None:
+    def usage_shares(self, sample: Any, trials: list[int]) -> list[JSONObject] | None:
         """Each trial's usage per role, when known beforehand (None: measured while solving)."""
         return None
 

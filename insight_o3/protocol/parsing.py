@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..base.untrusted import loads
 from .statuses import ReplyKind, SearcherAction
@@ -227,7 +228,7 @@ class SearcherTurn:
     error: str | None = None
 
 
-def _loads_lenient(body: str):
+def _loads_lenient(body: str) -> Any:
     body = body.strip()
     try:
         return loads(body)

@@ -411,7 +411,7 @@ QA_VERIFY_PROMPT = (
 )
 
 
-def format_judge_prompt(template: str, **values) -> str:
+def format_judge_prompt(template: str, **values: object) -> str:
     """Fill a judge prompt as the original does (``str.format``: ``{{...}}`` becomes ``{...}``)."""
     return template.format(**values)
 

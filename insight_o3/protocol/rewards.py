@@ -76,8 +76,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from insight_o3.base.json_types import JSONObject
 from insight_o3.imaging.geometry import Box, check_box, iou, is_null_box
 
 __all__ = [
@@ -185,7 +186,7 @@ class RewardBreakdown:
     variant: str = "paper"
     repeated_view: bool | None = None  # original only: the tool gate was voided by a repeated view
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -212,7 +213,7 @@ def pseudo_iou_reward(helpful: bool | None, correct: bool | None, kind: str = PS
     raise ValueError(f"pseudo_iou_reward_type must be one of {PSEUDO_IOU_TYPES}, got {kind!r}")
 
 
-def _as_box(values, what: str) -> Box:
+def _as_box(values: Any, what: str) -> Box:
     """4 finite numbers, any order (a predicted box may be inverted: it then scores 0)."""
     return check_box(values, what, ordered=False)
 
@@ -358,7 +359,7 @@ def _gt_boxes(gt_boxes: Iterable[Sequence[float]]) -> list[Box]:
     return gts
 
 
-def _size(value, what: str) -> tuple[float, float]:
+def _size(value: Any, what: str) -> tuple[float, float]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
         raise ValueError(f"{what} must be (width, height), got {value!r}")
     w, h = (float(v) for v in value)
@@ -407,7 +408,13 @@ def repeated_view(
     return any(iou(a, b) > max_iou for a, b in zip(views, views[1:]))
 
 
-def _original_gate(n_tool: int, format_ok: bool, crop_boxes, frame_size, rules: RewardRules) -> tuple[float, bool]:
+def _original_gate(
+    n_tool: int,
+    format_ok: bool,
+    crop_boxes: Iterable[Sequence[float]],
+    frame_size: Sequence[float],
+    rules: RewardRules,
+) -> tuple[float, bool]:
     repeated = bool(n_tool > 0 and repeated_view(crop_boxes, frame_size, rules.max_consecutive_iou))
     return (1.0 if (format_ok and n_tool > 0 and not repeated) else 0.0), repeated
 
@@ -536,8 +543,19 @@ def trajectory_reward(
     return original_out_of_loop_reward(pred_box=pred_box, gt_boxes=gt_boxes, image_size=image_size, **orig)
 
 
+class LocateOutcome(Protocol):
+    """What :func:`reward_from_locate` reads of a finished episode (``insight_o3.agents.searcher_session.LocateResult``)."""
+
+    @property
+    def n_tool_calls(self) -> int: ...
+    @property
+    def format_ok(self) -> bool: ...
+    @property
+    def box_original(self) -> Sequence[float] | None: ...
+
+
 def reward_from_locate(
-    result,
+    result: LocateOutcome,
     *,
     gt_boxes: Iterable[Sequence[float]] | None = None,
     helpful: bool | None = None,

@@ -10,21 +10,23 @@ Extra keys on a message (e.g. ``"search"``) are kept in records and dropped for 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from ..base.json_types import JSONObject
 from ..imaging.images import EncodedImage, ImageRef
 
 API_KEYS = ("role", "content")
 
 
-def text_part(text: str) -> dict:
+def text_part(text: str) -> JSONObject:
     return {"type": "text", "text": text}
 
 
-def image_part(ref: ImageRef) -> dict:
+def image_part(ref: ImageRef) -> JSONObject:
     return {"type": "image", "image": ref.to_dict()}
 
 
-def message(role: str, *parts: dict | str, **extra) -> dict:
+def message(role: str, *parts: JSONObject | str, **extra: Any) -> JSONObject:
     content = [text_part(p) if isinstance(p, str) else p for p in parts]
     return {"role": role, "content": content, **extra}
 
@@ -49,7 +51,7 @@ def to_openai(
     encode: Callable[[ImageRef], EncodedImage],
     image_url_extra: dict | None = None,
     join_text: bool = True,
-) -> list[dict]:
+) -> list[JSONObject]:
     """Chat messages for the API; ``encode`` maps an ImageRef to its (cached) encoded view.
 
     The original's shapes: user content is always a list of parts in the stored order (its

@@ -16,10 +16,12 @@ step reads and writes one workspace directory (``--output_dir``; layout in
 ``--limit`` for a dry look, token usage and cost (``--price_file``) per record, budgets (``--max_cost``,
 ``--max_tokens_total``), adaptive concurrency with ``--rpm`` / ``--tpm``, and writes ``<step>/step_card.json``.
 
-Exit status (:class:`insight_o3.base.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them); 2 bad
-input (flags, a layout file, a workspace file, a decisions file; the message names the file and line); 3 an
-output could not be written; 4 stopped early (a 401/403/404, too many failed requests, a budget); 5 another step
-holds the workspace.
+Exit status (:class:`insight_o3.base.exit_codes.ExitCode`): 0 done; 1 some items failed (rerun to retry them) or
+wait for an earlier step (``synthesize``: images whose extraction is not complete; the message names the command to
+run first); 2 bad input (flags, a layout file, a workspace file, a decisions file; the message names the file and
+line) or nothing to do because the earlier step has not produced this step's input (the message names the command to
+run first); 3 an output could not be written; 4 stopped early (a 401/403/404, too many failed requests, a budget);
+5 another step holds the workspace.
 """
 
 from __future__ import annotations
@@ -50,14 +52,23 @@ from ..cli import (
 from ..data.layout import LayoutError
 from ..data.o3bench import sources as src_mod
 from ..data.o3bench.extraction import ExtractJob, tasks_for
-from ..data.o3bench.filtering import BenchFilterJob, drop_threshold
-from ..data.o3bench.prompts import prompt_hashes
+from ..data.o3bench.filtering import BenchFilterJob, drop_threshold, filter_coverage
+from ..data.o3bench.prompts import (
+    EXTRACTION_PROMPT,
+    SYNTHESIS_PROMPTS,
+    check_category,
+    extraction_prompt_file,
+    sha256_text,
+    synthesis_prompt_name,
+    synthesis_templates,
+)
 from ..data.o3bench.records import BuildFileError, read_items, read_sources
 from ..data.o3bench.release import release_workspace
 from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..data.o3bench.steps import ModelEndpoint, StepSettings, read_log
+from ..data.o3bench.steps import PROG, InputNotReady, ModelEndpoint, StepSettings, read_log, step_command
 from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..data.o3bench.validation import validate_workspace
+from ..data.o3bench.validation_rules import load_rules
 from ..data.o3bench.workspace import Workspace
 from ..data.reliability import parse_checker
 from ..endpoints.client import ENV_KEYS, resolve, resolve_key
@@ -66,7 +77,6 @@ from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..storage.atomic import write_jsonl_atomic, write_text_atomic
 from ..storage.lock import run_lock
 
-PROG = "python -m insight_o3.scripts.build_o3_bench"
 BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
 
 
@@ -136,6 +146,15 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"the detector's JSON for the {subset} images: a directory of *_res.json, a .json or a .jsonl "
             f"(with --detect: where to write them; default <output_dir>/layouts/{subset})",
         )
+    p.add_argument(
+        "--category",
+        action="append",
+        default=None,
+        metavar="NAME,IMAGE_DIR,LAYOUTS[,MIN_LAYOUTS]",
+        help="a category of one's own (repeat): its name (lower-case letters, digits, _), its images, the "
+        "detector's JSON for them (with --detect: where to write it) and the fewest layouts an image needs "
+        "(default 2); its E.2 prompt is 'synthesize --synth_prompt NAME=FILE' (see data/README.md)",
+    )
     p.add_argument("--min_layouts", type=int, default=8, help="keep chart images with at least N layouts (paper: 8)")
     p.add_argument("--min_map_layouts", type=int, default=2, help="keep map images with at least N layouts")
     p.add_argument("--min_score", type=float, default=0.0, help="ignore detections scored below this")
@@ -159,6 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="images and crops are sent on Qwen2.5-VL's smart_resize grid under this budget (default 16384*28*28)",
     )
     p.add_argument("--extract_prompt_role", choices=("system", "user"), default="system")
+    p.add_argument(
+        "--extract_prompt",
+        default=None,
+        metavar="FILE",
+        help="an E.1 prompt of one's own (UTF-8, sent exactly as the file holds it; it must ask for the sections "
+        "Image Identification, Detailed Caption, Extracted OCR); default: the paper's E.1. Recorded in the step card "
+        "with its sha256; a later run into the same workspace with other content is refused",
+    )
     _step_flags(p, concurrency=16, images=True)
 
     p = sub.add_parser(
@@ -173,11 +200,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="the text-only model (paper: GPT-5)")
     add_api_flags(p, env="main")
     p.add_argument("--layout_text", choices=LAYOUT_TEXT_MODES, default="both", help="what caption_or_ocr holds")
+    p.add_argument(
+        "--synth_prompt",
+        action="append",
+        default=None,
+        metavar="CATEGORY=FILE",
+        help="the E.2 prompt of a category (repeat): a str.format template with {GLOBAL_OCR}, {GLOBAL_CAPTION}, "
+        "{LAYOUTS} (literal braces doubled); replaces the shipped one of chart or map, or adds a category of one's "
+        "own. Recorded in the step card with its sha256; a later run with other content is refused",
+    )
     _step_flags(p, concurrency=8)
 
     p = sub.add_parser("validate", help="deterministic checks; F share")
     p.formatter_class = ap.formatter_class
     _workspace(p)
+    p.add_argument(
+        "--validation_config",
+        default=None,
+        metavar="RULES.json|RULES.toml",
+        help="the rules as configuration: forbidden_words, allowed_phrases, allow_image_labels, option_label_forms, "
+        "min_cited_layouts, f_share_limit (each optional; default: the paper's E.2 checks; see data/README.md); "
+        "recorded with its sha256 in validate/rules.json and the release's run card",
+    )
 
     p = sub.add_parser("filter", help="difficulty filter with several models (evaluate's request and judge)")
     p.formatter_class = ap.formatter_class
@@ -218,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--overwrite_decisions", action="store_true", help="rewrite existing decisions files (default: keep them)"
     )
+    q.add_argument(
+        "--allow_partial",
+        action="store_true",
+        help="write the pages while some candidates have not been through the filter (default: refuse)",
+    )
     q = rsub.add_parser("apply", help="apply decisions files (edits validated again)")
     _workspace(q)
     q.add_argument("--decisions", nargs="+", default=None, help="default: every review/batch_*.decisions.txt")
@@ -226,7 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.formatter_class = ap.formatter_class
     _workspace(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the A-E option shuffle")
-    p.add_argument("--require_all_decided", action="store_true", help="refuse while items are still pending")
+    p.add_argument(
+        "--require_all_decided",
+        action="store_true",
+        help="refuse while a candidate has not been through the filter, a kept item has no review decision or an "
+        "item is still pending",
+    )
     return ap
 
 
@@ -265,8 +319,8 @@ def _print(summary: dict) -> None:
     print(json.dumps(summary, ensure_ascii=False))
 
 
-def run_sources(a: argparse.Namespace) -> int:
-    ws = Workspace.at(a.output_dir)
+def _category_specs(a: argparse.Namespace, ws: Workspace) -> list[src_mod.SourceSpec]:
+    """The image types of ``sources``: chart and map (their own flags) and each ``--category``."""
     specs = []
     for subset, minimum in (("chart", a.min_layouts), ("map", a.min_map_layouts)):
         images, layouts = getattr(a, f"{subset}_images"), getattr(a, f"{subset}_layouts")
@@ -277,8 +331,26 @@ def run_sources(a: argparse.Namespace) -> int:
         if layouts is None:
             raise BuildFileError(f"--{subset}_images needs --{subset}_layouts (the detector's JSON) or --detect")
         specs.append(src_mod.SourceSpec(subset, images, layouts, minimum))
+    for spec in a.category or []:
+        parts = [x.strip() for x in spec.split(",")]
+        if len(parts) not in (3, 4) or not all(parts):
+            raise BuildFileError(f"--category {spec!r}: expected NAME,IMAGE_DIR,LAYOUTS[,MIN_LAYOUTS]")
+        name = check_category(parts[0], "--category")
+        try:
+            minimum = int(parts[3]) if len(parts) == 4 else 2
+        except ValueError:
+            raise BuildFileError(f"--category {spec!r}: MIN_LAYOUTS must be an integer, got {parts[3]!r}") from None
+        if any(s.subset == name for s in specs):
+            raise BuildFileError(f"--category {name}: the category is given twice")
+        specs.append(src_mod.SourceSpec(name, parts[1], parts[2], minimum))
     if not specs:
-        raise BuildFileError("give --chart_images and/or --map_images")
+        raise BuildFileError("give --chart_images, --map_images and/or --category")
+    return specs
+
+
+def run_sources(a: argparse.Namespace) -> int:
+    ws = Workspace.at(a.output_dir)
+    specs = _category_specs(a, ws)
     with run_lock(ws.root, "build_o3_bench sources"):
         if a.detect:
             for s in specs:
@@ -304,7 +376,11 @@ def run_sources(a: argparse.Namespace) -> int:
 
 def run_extract(a: argparse.Namespace) -> int:
     ws = Workspace.at(a.output_dir)
-    prompts_sha = {"EXTRACTION_PROMPT": prompt_hashes()["EXTRACTION_PROMPT"]}
+    own = extraction_prompt_file(a.extract_prompt) if a.extract_prompt else None
+    prompt = own.text if own is not None else EXTRACTION_PROMPT
+    # one's own prompt is a result setting through its content (the path may move)
+    prompts_sha = {"EXTRACTION_PROMPT": sha256_text(prompt)}
+    files = {"EXTRACTION_PROMPT": own.card()} if own is not None else {}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
     ep = _main_endpoint(a, a.model)
     job = ExtractJob(
@@ -313,11 +389,13 @@ def run_extract(a: argparse.Namespace) -> int:
         ep,
         max_pixels=a.img_max_pixels or None,
         prompt_role=a.extract_prompt_role,
+        prompt=prompt,
         cost_model=_costs(a, {"extractor": a.model}),
         invocation=invocation_of("build_o3_bench extract", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
             "model": ep.public(),
             "prompts_sha256": prompts_sha,
+            **({"prompt_files": files} if files else {}),
             "prompt_role": a.extract_prompt_role,
             "max_pixels": a.img_max_pixels,
         },
@@ -329,8 +407,15 @@ def run_extract(a: argparse.Namespace) -> int:
 
 def run_synthesize(a: argparse.Namespace) -> int:
     ws = Workspace.at(a.output_dir)
-    prompts_sha = {k: v for k, v in prompt_hashes().items() if "SYNTHESIS" in k}
+    templates, files = synthesis_templates(a.synth_prompt)
+    prompts_sha = {synthesis_prompt_name(c): sha256_text(t) for c, t in templates.items()}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
+    missing = sorted({s.subset for s in sources} - set(templates))
+    if missing:
+        raise BuildFileError(
+            f"{ws.sources}: images of category {missing[0]!r} but no E.2 prompt for it: pass --synth_prompt "
+            f"{missing[0]}=FILE (the shipped prompts: {', '.join(SYNTHESIS_PROMPTS)}; see data/README.md)"
+        )
     ws.require(ws.records("extract"), "extract")
     ep = _main_endpoint(a, a.model)
     job = SynthesizeJob(
@@ -338,27 +423,40 @@ def run_synthesize(a: argparse.Namespace) -> int:
         _settings(a),
         ep,
         layout_text_mode=a.layout_text,
+        templates=templates,
         cost_model=_costs(a, {"synthesizer": a.model}),
         invocation=invocation_of("build_o3_bench synthesize", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
             "model": ep.public(),
             "prompts_sha256": prompts_sha,
+            **({"prompt_files": files} if files else {}),
             "layout_text": a.layout_text,
         },
     )
     result = job.run(sources)
     _print(result.summary)
+    if job.waiting:
+        print(f"note: {job.waiting_note()}", file=sys.stderr)
     return result.exit_code
 
 
 def run_validate(a: argparse.Namespace) -> int:
-    report = validate_workspace(Workspace.at(a.output_dir))
+    ws = Workspace.at(a.output_dir)
+    rules, origin = load_rules(a.validation_config)
+    report = validate_workspace(ws, rules, origin)
     share = report["f_share"]
     _print({k: v for k, v in report.items() if k != "f_share"} | {"f_share": share["overall"]})
+    waiting = len(report["images_synthesis_failed"]) + len(report["images_not_synthesized"])
+    if waiting:
+        print(
+            f"note: {waiting} of {report['images']} image(s) have no items yet (synthesis failed or not run): "
+            f"run '{step_command(ws, 'synthesize')}' first, then validate again",
+            file=sys.stderr,
+        )
     if not share["within_limit"]:
         print(
-            f"warning: {share['overall']['share']:.1%} of the accepted items have answer F, above the paper's "
-            f"{share['limit']:.0%}",
+            f"warning: {share['overall']['share']:.1%} of the accepted items have answer F, above the limit "
+            f"{share['limit']:.0%} (the paper's: 10%)",
             file=sys.stderr,
         )
     return ExitCode.OK
@@ -424,6 +522,18 @@ def run_review_page(a: argparse.Namespace) -> int:
         raise BuildFileError("--batch_size must be at least 1")
     with run_lock(ws.root, "build_o3_bench review page"):
         items = read_items(ws.require(ws.kept, "filter"), "filter/kept.jsonl")
+        cov = filter_coverage(ws)
+        if cov.unfiltered and not a.allow_partial:
+            raise InputNotReady(
+                f"{cov.describe()}: run '{step_command(ws, 'filter')}' first, or pass --allow_partial to review "
+                f"what the {cov.candidates - cov.unfiltered} filtered one(s) kept now"
+            )
+        if cov.unfiltered:
+            print(
+                f"warning: {cov.describe()}; these pages hold only what the filtered ones kept: run 'review page' "
+                f"again after '{step_command(ws, 'filter')}'",
+                file=sys.stderr,
+            )
         sources = read_sources(ws.require(ws.sources, "sources"))
         records = read_log(ws.records("filter"))
         groups = batches(items, a.batch_size)
@@ -446,7 +556,15 @@ def run_review_page(a: argparse.Namespace) -> int:
                 kept_files += 1
                 continue
             write_text_atomic(dec, template(group, k, len(groups), ws.review_page(k).name))
-    _print({"step": "review page", "items": len(items), "batches": len(groups), "decisions_files_kept": kept_files})
+    _print(
+        {
+            "step": "review page",
+            "items": len(items),
+            "batches": len(groups),
+            "decisions_files_kept": kept_files,
+            "unfiltered": cov.unfiltered,
+        }
+    )
     return ExitCode.OK
 
 
@@ -458,9 +576,10 @@ def run_review_apply(a: argparse.Namespace) -> int:
 
 def run_release(a: argparse.Namespace) -> int:
     out = release_workspace(Workspace.at(a.output_dir), a.seed, a.require_all_decided)
+    notes = out.pop("notes")
     _print({"step": "release", **out})
-    if out["pending"]:
-        print(f"note: {out['pending']} item(s) still pending review are not in the release", file=sys.stderr)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
     return ExitCode.OK
 
 

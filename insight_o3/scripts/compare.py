@@ -36,7 +36,7 @@ from ..evaluation.run_records import RunRecords, read_run
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, PairingError
 from ..imaging.images import ImageError
-from ..storage.atomic import OutputError, write_json_atomic
+from ..storage.atomic import make_output_dir, write_json_atomic
 from .gather_eval_results import MixedSettingsError
 
 
@@ -167,10 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         for n in notes:
             print(n, file=sys.stderr)
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        except OSError as e:
-            raise OutputError.from_os_error(a.out, e, "create the directory of") from None
+        make_output_dir(os.path.dirname(os.path.abspath(a.out)))
         out = write_compare_report(
             comparison, runs, a.out, max_flips=a.max_flips, thumb_px=a.thumb_px, img_dir=a.img_dir, notes=notes
         )

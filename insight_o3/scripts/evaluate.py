@@ -15,7 +15,9 @@ they are never mistaken for a full run. Every run writes ``run_card.json`` (see
 A rerun into the same ``<eval_name>`` resumes only with the settings its first run fixed: a setting that can
 change a result (model, judge, prompts, image budget, benchmark file, subset, ...) that differs is refused with
 status 2, naming each one (see :mod:`insight_o3.jobs.integrity`); concurrency, rate limits, budgets and other
-operational settings may change and are recorded in ``run_card.json``'s ``history``.
+operational settings may change and are recorded in ``run_card.json``'s ``history``. ``--num_trials`` may grow
+(an extension: ``trial_<k>`` added) but not ask for fewer trials than the directory holds (status 2, both counts
+named, nothing written; README "Run integrity").
 
 Exit status: 0 done; 2 bad input (or changed settings); 3 an output file could not be written; 4 stopped early: by the API (a 401/403/404 from
 the model, judge or vSearcher endpoint, or more than ``--max_failure_ratio`` of the requests failed)
@@ -89,6 +91,7 @@ from ..protocol.attempt import Solver
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 from ..protocol.limits import LIMITS
+from ..storage.atomic import UnusableOutputDir
 from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.evaluate")
@@ -570,10 +573,27 @@ def _log_stats(images: ImageStore, limiters: Limiters) -> None:
         )
 
 
-def _client(api: ApiAccess, role: str, limiter: AdaptiveLimiter | None, conns: int, guard: RunGuard) -> AsyncOpenAI:
+def _client(
+    api: ApiAccess,
+    role: str,
+    limiter: AdaptiveLimiter | None,
+    conns: int,
+    guard: RunGuard,
+    max_reply_chars: int | None,
+    choices: int = 1,
+) -> AsyncOpenAI:
     retries = DEFAULT_MAX_RETRIES if api.max_retries is None else api.max_retries
     return make_client(
-        api.api_key, api.base_url, api.timeout, retries, max_connections=conns, role=role, limiter=limiter, guard=guard
+        api.api_key,
+        api.base_url,
+        api.timeout,
+        retries,
+        max_connections=conns,
+        role=role,
+        limiter=limiter,
+        guard=guard,
+        max_reply_chars=max_reply_chars,
+        choices=choices,
     )
 
 
@@ -585,8 +605,10 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
     images = image_store(c, originals_cached=2 if keeps or oracle else 0)
     limiters = Limiters.of(c)
     conns = max(c.concurrency * 2, 16)
-    main_client = _client(c.api, "model", limiters.model, conns, guard)
-    judge_client = _client(c.judge.api, "judge", limiters.judge, conns, guard)
+    cap = c.reply_chars  # what records keep of a reply; each client's body cap derives from it
+    choices = c.num_trials if c.single_model is not None and not c.separate_trial_requests else 1  # the request's n
+    main_client = _client(c.api, "model", limiters.model, conns, guard, cap, choices)
+    judge_client = _client(c.judge.api, "judge", limiters.judge, conns, guard, cap)
     solver: Solver | None = None
     try:
         solver = _solver(c, main_client, images, guard, limiters)
@@ -652,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError, SettingsChanged) as e:
+    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

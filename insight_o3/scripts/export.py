@@ -30,7 +30,7 @@ from ..evaluation.run_dir import RunDirError
 from ..evaluation.run_records import read_run
 from ..evaluation.schema import RecordError
 from ..evaluation.significance import PairingError
-from ..storage.atomic import OutputError, write_json_atomic
+from ..storage.atomic import make_output_dir, write_json_atomic
 from .compare import add_stats_flags, check_stats_flags
 
 
@@ -59,10 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = leaderboard(run, a.confidence, a.failed_as_wrong)  # first: a run without samples writes nothing
         rows = trajectory_rows(run)
         for path in (traj, board):
-            try:
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            except OSError as e:
-                raise OutputError.from_os_error(path, e, "create the directory of") from None
+            make_output_dir(os.path.dirname(os.path.abspath(path)))
         size = write_trajectories(traj, rows)
         write_json_atomic(board, entry)
         acc = entry["accuracy"]

@@ -33,7 +33,7 @@ import pandas as pd
 
 from ..cli import OUTPUT_ROOT, ExitCode, entry_point, new_parser
 from ..evaluation.run_card import ROW_KEYS, differences, verdict_conflicts
-from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, read_json_object
+from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, StaleSummary
 from ..storage.atomic import write_text_atomic
 
 MISSING = "—"
@@ -84,9 +84,13 @@ def _stat(value, path: str, field: str) -> Stat:
     return Stat(mean, std)
 
 
-def load_summary(path: str) -> Summary:
-    """A run's ``summary_metrics.json`` (read through :class:`RunDir`), validated field by field."""
-    data = read_json_object(path)
+def load_summary(run: str | RunDir) -> Summary:
+    """A run's ``summary_metrics.json`` (a :class:`RunDir`, or the file's path), read through :class:`RunDir`
+    (:class:`~insight_o3.evaluation.run_dir.StaleSummary` when it covers fewer trials than the run holds),
+    validated field by field."""
+    rd = run if isinstance(run, RunDir) else RunDir(os.path.dirname(os.path.abspath(run)))
+    path = rd.file(SUMMARY_FILE)
+    data = rd.summary()
     if data is None:
         raise SummaryError(f"{path}: not found")
     if "overall_accuracy" not in data:
@@ -165,7 +169,11 @@ def gather(
             path = rd.file(SUMMARY_FILE)
             if os.path.isfile(path):
                 rd.check_format()
-                summaries[(st, ds)] = load_summary(path)
+                try:
+                    summaries[(st, ds)] = load_summary(rd)
+                except StaleSummary as e:
+                    notes.append(f"note: {st}/{ds}: not finished, shown as {MISSING}: {e}")
+                    continue
                 notes += warnings_for(f"{st}/{ds}", summaries[(st, ds)])
                 card = rd.run_card()
                 if card is not None:

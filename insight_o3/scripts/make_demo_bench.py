@@ -20,6 +20,7 @@ from pathlib import Path
 
 from insight_o3.cli import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
 from insight_o3.data.demo_bench import build_item, plan, write_image, write_metadata
+from insight_o3.storage.atomic import make_output_dir
 
 log = logging.getLogger("make_demo_bench")
 
@@ -95,12 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _make(a: argparse.Namespace, layout, max_side: int) -> int:
     out = Path(a.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        from insight_o3.storage.atomic import OutputError
-
-        raise OutputError.from_os_error(str(out), e, "create") from None
+    make_output_dir(out)
     kws = [
         dict(
             seed=a.seed,

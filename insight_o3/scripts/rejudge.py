@@ -66,7 +66,7 @@ from ..evaluation.samples import Sample
 from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
 from ..protocol.attempt import Attempt, TrialSolver
-from ..storage.atomic import write_json_atomic
+from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.rejudge")
@@ -159,9 +159,9 @@ def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]]
     if not rd.exists():
         raise SourceError(f"{eval_dir}: no such eval directory")
     rd.check_format()
-    trials = rd.trials()
-    if not trials or trials != list(range(len(trials))):
-        raise SourceError(f"{eval_dir}: no trial_0 .. trial_<k> directories (is this an eval dir?)")
+    trials = list(range(rd.trial_count()))
+    if not trials:
+        raise SourceError(f"{eval_dir}: no trial_0 .. trial_<k> with records (is this an eval dir?)")
     records: dict[int, dict[str, dict]] = {}
     for k in trials:
         if not rd.is_done(k):
@@ -420,7 +420,7 @@ def _rejudge(a: argparse.Namespace, samples, records, card) -> tuple[int, str]:
     )
     try:
         summary = asyncio.run(_run(a, samples, records, card, cfg))
-    except (RecordFileError, RunDirError, SettingsChanged) as e:
+    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT, cfg.eval_dir
     except STOP_ERRORS as e:

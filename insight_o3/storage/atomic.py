@@ -6,6 +6,10 @@ project that is (re)written as a whole goes through here; append-only result log
 A write that the system refuses (disk full, permissions, read-only file system, the directory
 removed under the run) raises :class:`OutputError`, whose message is one line naming the file, the
 cause and what to do; the target keeps its old content.
+
+Every output directory is made by :func:`make_output_dir`, which first refuses one that can never hold files — on a
+kernel pseudo file system (``/proc``, ``/sys``, cgroups …) or below something that is not a directory — as
+:class:`UnusableOutputDir` (bad input, exit code 2, nothing created or sent), naming the path and why.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from __future__ import annotations
 import errno as _errno
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 from ..base.redaction import redact, redact_json
 
@@ -41,10 +46,14 @@ class OutputError(Exception):
         self.path, self.reason, self.errno, self.action, self.lost_dir = path, reason, errno, action, lost_dir
 
     @classmethod
-    def from_os_error(cls, path: str, e: OSError, action: str = "write") -> OutputError:
+    def from_os_error(cls, path: str, e: OSError, action: str = "write", lost_dir: bool | None = None) -> OutputError:
+        """``lost_dir``: None infers it from the error (a missing file or directory means it was removed under the
+        run); False where nothing was there yet (creating a directory)."""
         name = _errno.errorcode.get(e.errno or 0)
         reason = f"{e.strerror or e}" + (f" [{name}]" if name else "")
-        return cls(path, reason, e.errno, action, lost_dir=e.errno in (_errno.ENOENT, _errno.ESTALE))
+        if lost_dir is None:
+            lost_dir = e.errno in (_errno.ENOENT, _errno.ESTALE)
+        return cls(path, reason, e.errno, action, lost_dir=lost_dir)
 
     @property
     def advice(self) -> str:
@@ -54,6 +63,91 @@ class OutputError(Exception):
 
     def __str__(self) -> str:
         return f"cannot {self.action} {self.path}: {self.reason}"
+
+
+class UnusableOutputDir(ValueError):
+    """An output directory that can never hold files (:func:`output_dir_problem`): bad input, refused before
+    anything is created. The message names the path and why."""
+
+
+#: File systems of the kernel's own objects: a path on them is never an output directory (creating files there
+#: fails, or creates kernel objects — a directory under a cgroup mount is a new cgroup).
+PSEUDO_FILE_SYSTEMS = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "cgroup",
+        "cgroup2",
+        "devpts",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "pstore",
+        "bpf",
+        "configfs",
+        "fusectl",
+        "mqueue",
+        "efivarfs",
+        "binfmt_misc",
+        "autofs",
+        "nsfs",
+    }
+)
+
+
+def _mount_of(path: str) -> tuple[str, str] | None:
+    """(mount point, file system type) of the mount holding ``path`` (a real path), from
+    ``/proc/self/mountinfo``; None where that cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    best: tuple[str, str] | None = None
+    for line in lines:
+        head, sep, tail = line.partition(" - ")
+        fields = head.split()
+        if not sep or len(fields) < 5 or not tail:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # \040 is a space
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):  # the deepest; a later mount hides an earlier
+            best = (point, tail.split()[0])
+    return best
+
+
+def output_dir_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` can never be an output directory, or None: its nearest existing ancestor is not a directory, or
+    it is on a kernel pseudo file system (:data:`PSEUDO_FILE_SYSTEMS`)."""
+    existing = os.path.abspath(os.fspath(path))
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is not a directory"
+    mount = _mount_of(os.path.realpath(existing))
+    if mount is not None and mount[1] in PSEUDO_FILE_SYSTEMS:
+        return f"{mount[0]} is the kernel's {mount[1]} file system, which cannot hold files"
+    return None
+
+
+def check_output_dir(path: str | os.PathLike) -> None:
+    """:class:`UnusableOutputDir` when ``path`` can never be an output directory (:func:`output_dir_problem`)."""
+    problem = output_dir_problem(path)
+    if problem is not None:
+        raise UnusableOutputDir(
+            f"cannot use {os.fspath(path)} as an output directory: {problem}; choose a directory on a disk"
+        )
+
+
+def make_output_dir(path: str | os.PathLike) -> None:
+    """Create the output directory ``path`` (and its parents) unless it exists: :class:`UnusableOutputDir` for one
+    that can never hold files (:func:`check_output_dir`), :class:`OutputError` when the system refuses."""
+    path = os.fspath(path)
+    check_output_dir(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise OutputError.from_os_error(path, e, "create", lost_dir=False) from None
 
 
 def fsync_dir(path: str) -> None:
@@ -114,7 +208,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         f.write(redact(text))
 
 
-def write_json_atomic(path: str | os.PathLike, obj, indent: int | None = 2) -> None:
+def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
     """``obj`` as JSON written atomically; every string redacted (no key or URL credential in a settings file)."""
     with atomic_writer(path) as f:
         json.dump(redact_json(obj), f, indent=indent, ensure_ascii=False)

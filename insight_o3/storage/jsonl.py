@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from ..base.json_types import JSONObject
 from ..base.untrusted import UntrustedJSONError, loads
 
 #: Bytes one line of an input file may have (annotation rows are a few kB; a line past this is refused unread).
@@ -21,7 +22,7 @@ _BOM = b"\xef\xbb\xbf"
 
 def iter_jsonl(
     path: str | os.PathLike, error: type[Exception] = ValueError, what: str = "annotation file"
-) -> Iterator[tuple[str, int, dict]]:
+) -> Iterator[tuple[str, int, JSONObject]]:
     """Yield ``(where, line_no, obj)`` for each non-blank line (``where`` is ``"<path>:<line_no>"``).
 
     Raises ``error`` for a missing file, a line that is not UTF-8, malformed JSON, or a line that is

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .atomic import OutputError
+from .atomic import OutputError, check_output_dir
 
 LOCK_FILE = ".insight_o3.lock"
 
@@ -101,9 +101,11 @@ class RunLock:
 def acquire(directory: str | os.PathLike, command: str) -> RunLock:
     """Lock ``directory`` (created if missing) for this process, or raise :class:`RunLockedError`
     at once if another process holds it. Unusable directories raise
-    :class:`~insight_o3.storage.atomic.OutputError`."""
+    :class:`~insight_o3.storage.atomic.OutputError`; one that can never hold files
+    :class:`~insight_o3.storage.atomic.UnusableOutputDir`."""
     directory = os.fspath(directory)
     path = os.path.join(directory, LOCK_FILE)
+    check_output_dir(directory)
     try:
         os.makedirs(directory, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

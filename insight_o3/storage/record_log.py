@@ -44,7 +44,7 @@ def touch_atomic(path: str) -> None:
     write_json_atomic(path, {"done": True})
 
 
-def _key(record) -> str:
+def _key(record: Any) -> str:
     return str(record["sample_key"] if isinstance(record, dict) else record.sample_key)
 
 
@@ -52,7 +52,7 @@ def _key(record) -> str:
 ESCAPED_MARK = "escaped_text"
 
 
-def _line(record) -> bytes:
+def _line(record: Any) -> bytes:
     obj = record.to_dict() if hasattr(record, "to_dict") else record
     text = json.dumps(obj, ensure_ascii=False)
     try:

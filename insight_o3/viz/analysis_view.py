@@ -8,6 +8,7 @@ from collections import Counter
 
 import pandas as pd
 
+from ..base.json_types import JSONObject
 from ..evaluation.agreement import JudgeAgreement, kappa_ci_text
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS, QUALITY_LEVELS, SPLIT, Attribution, attribute
 from ..evaluation.schema import EvalRecord
@@ -30,7 +31,7 @@ def _cells(counts: Counter, total: int, buckets: list[str]) -> dict[str, str]:
     }
 
 
-def attribution_tables(run: EvalRun) -> dict | None:
+def attribution_tables(run: EvalRun) -> JSONObject | None:
     """``by_trial`` / ``by_category`` (records per bucket), ``split`` (D.4, InSight-o3 episodes' errors per
     trial), ``quality`` (D.3 crop levels and mean evidence coverage per trial); None without records."""
     atts = {t.index: [attribution_of(r) for r in t.results] for t in run.trials}
@@ -69,11 +70,11 @@ def attribution_tables(run: EvalRun) -> dict | None:
     }
 
 
-def agreement_tables(ag: JudgeAgreement) -> dict:
+def agreement_tables(ag: JudgeAgreement) -> JSONObject:
     """``judges`` (accuracy, items lost per judge), ``pairs`` (agreement and κ per pair) and
     ``disagreements`` (one dict per item: question, answer, response, each verdict and output)."""
 
-    def num(v, fmt: str) -> str:
+    def num(v: float | None, fmt: str) -> str:
         return "—" if v is None else format(v, fmt)
 
     judges = pd.DataFrame(

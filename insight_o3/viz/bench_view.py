@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from PIL import Image
 
 from ..evaluation.samples import Sample, load_samples
@@ -40,7 +42,7 @@ def load_bench(
     return load_samples(ann_file, img_dir if img_dir is not None else ann_file.parent, check_images=check_images)
 
 
-def _bbox(v) -> tuple[float, float, float, float] | None:
+def _bbox(v: Any) -> tuple[float, float, float, float] | None:
     if isinstance(v, (list, tuple)) and len(v) == 4:
         try:
             return tuple(float(x) for x in v)  # type: ignore[return-value]
@@ -136,7 +138,7 @@ def category_summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([out, total]).round(2)
 
 
-def plot_category_counts(df: pd.DataFrame):
+def plot_category_counts(df: pd.DataFrame) -> Figure:
     fig, ax = new_figure(1, 1, (5, 3))
     counts = df["category"].value_counts().sort_index()
     ax.bar(counts.index.astype(str), counts.values, color="#4C72B0")
@@ -148,7 +150,7 @@ def plot_category_counts(df: pd.DataFrame):
     return fig
 
 
-def plot_layout_counts(df: pd.DataFrame):
+def plot_layout_counts(df: pd.DataFrame) -> Figure:
     """Figure 4-style: distribution of the number of layouts and of target layouts per sample,
     one series per category."""
     fig, axes = new_figure(1, 2, (10, 3.4))
@@ -168,7 +170,7 @@ def plot_layout_counts(df: pd.DataFrame):
     return fig
 
 
-def plot_resolution(df: pd.DataFrame):
+def plot_resolution(df: pd.DataFrame) -> Figure:
     """Figure 5-style: width x height scatter by category and a histogram of the longer side."""
     fig, axes = new_figure(1, 2, (10, 3.6))
     d = df.dropna(subset=["width", "height"]).drop_duplicates("image")

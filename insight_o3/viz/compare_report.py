@@ -14,12 +14,14 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from markupsafe import Markup
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from ..base.json_types import JSONObject
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
 from ..evaluation.comparison import Comparison, RunStats
 from ..evaluation.run_records import RunRecords
@@ -162,7 +164,7 @@ def _flip_blocks(
     resolver: ImageResolver,
     max_flips: int,
     thumb_px: int,
-) -> dict:
+) -> JSONObject:
     shown = p.flips if max_flips <= 0 else p.flips[:max_flips]
     rows, blocks = [], []
     for n, f in enumerate(p.flips):
@@ -223,7 +225,7 @@ def build_compare_report(
     )
 
 
-def write_compare_report(comparison: Comparison, runs: list[RunRecords], out: str | os.PathLike, **kw) -> Path:
+def write_compare_report(comparison: Comparison, runs: list[RunRecords], out: str | os.PathLike, **kw: Any) -> Path:
     page = build_compare_report(comparison, runs, **kw)
     out = Path(out)
     write_text_atomic(out, page)

@@ -149,7 +149,9 @@ def draw_boxes(img: Image.Image, boxes: list[DrawBox], max_px: int | None = None
     return out
 
 
-def _dashed_rect(d: ImageDraw.ImageDraw, rect: list[float], color, width: int, dash: int = 8) -> None:
+def _dashed_rect(
+    d: ImageDraw.ImageDraw, rect: list[float], color: tuple[int, int, int], width: int, dash: int = 8
+) -> None:
     x1, y1, x2, y2 = rect
     for ax, ay, bx, by in ((x1, y1, x2, y1), (x2, y1, x2, y2), (x2, y2, x1, y2), (x1, y2, x1, y1)):
         length = max(abs(bx - ax), abs(by - ay))

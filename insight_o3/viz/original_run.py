@@ -22,9 +22,11 @@ import base64
 import binascii
 import io
 from collections.abc import Callable
+from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from ..base.json_types import JSONObject
 from ..evaluation.schema import EvalRecord, EvalResult, Status
 
 #: Fields of an original ``eval_result`` that mark the format.
@@ -60,7 +62,7 @@ def _status(er: dict) -> tuple[Status, str | None]:
     return "failed", f"judge: {reason}" if reason in _JUDGE_FAILURES else reason
 
 
-def _messages(conversations, image: str, whole: tuple[int, int] | None) -> list[dict] | None:
+def _messages(conversations: Any, image: str, whole: tuple[int, int] | None) -> list[JSONObject] | None:
     if not isinstance(conversations, list) or not conversations:
         return None
     msgs = conversations[0].get("messages") if isinstance(conversations[0], dict) else None
@@ -98,7 +100,7 @@ def convert_record(
     key: str,
     size_of: Callable[[str], tuple[int, int] | None] | None = None,
     where: str = "<original record>",
-) -> dict:
+) -> JSONObject:
     """One original record as a record of this project (see the module doc), built through
     :class:`~insight_o3.evaluation.schema.EvalRecord` (errors name ``where``). ``size_of(path)`` gives
     the source image's ``(w, h)`` when it can be read (for the whole-image region of references)."""

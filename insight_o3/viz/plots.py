@@ -4,11 +4,13 @@ inline encodings for HTML pages."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 
-def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6, 3.5)):
+def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6, 3.5)) -> tuple[Figure, Any]:
     """``(fig, axes)`` like ``plt.subplots`` but detached from pyplot; notebooks ``display(fig)``."""
     fig = Figure(figsize=figsize)
     axes = fig.subplots(nrows, ncols)
@@ -27,7 +29,7 @@ def figure_svg(fig: Figure) -> str:
     return svg[start:] if start >= 0 else svg
 
 
-def legend_below(ax, ncol: int) -> None:
+def legend_below(ax: Axes, ncol: int) -> None:
     """The legend under the axes, outside the plotting area, so it can never cover a bar (the figure is
     saved with ``bbox_inches="tight"``, which keeps it)."""
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=max(1, ncol), frameon=False)

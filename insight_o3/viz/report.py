@@ -13,12 +13,14 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
 from ..base.caps import DEFAULT_MAX_TEXT_CHARS
+from ..base.json_types import JSONObject
 from ..endpoints.usage import system_tokens, total_tokens
 from ..evaluation.agreement import judge_agreement
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
@@ -229,7 +231,7 @@ def _tool_health(run: EvalRun) -> tuple[pd.DataFrame | None, list[str]]:
     return (pd.DataFrame.from_dict(rows, orient="index") if rows else None), alerts
 
 
-def _run_card(run: EvalRun) -> dict | None:
+def _run_card(run: EvalRun) -> JSONObject | None:
     """The run card's main fields (label, text) and its full JSON, or None without a readable card."""
     card = run.card
     if card is None:
@@ -294,7 +296,7 @@ def _sample_view(
     labels: tuple[str, str] | None,
     is_open: bool = False,
     max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
-) -> dict:
+) -> JSONObject:
     """One sample's ``<details>`` block: summary fields and the (pre-rendered) conversation view, each server
     text cut to ``max_text_chars`` (:meth:`SampleResult.capped`)."""
     shown = shown.capped(max_text_chars)
@@ -378,7 +380,7 @@ def _table_id(base: str, i: int) -> str:
     return base if i == 0 else f"{base}-{i}"
 
 
-def _tables(runs: list[EvalRun]) -> dict:
+def _tables(runs: list[EvalRun]) -> JSONObject:
     """The report's per-run tables (accuracy, metrics, usage, tool-use health, failures)."""
     table_id = _table_id
     usage = [
@@ -410,7 +412,7 @@ def _tables(runs: list[EvalRun]) -> dict:
     }
 
 
-def _attribution_sections(runs: list[EvalRun]) -> list[dict]:
+def _attribution_sections(runs: list[EvalRun]) -> list[JSONObject]:
     out = []
     for i, r in enumerate(runs):
         t = attribution_tables(r)
@@ -428,7 +430,7 @@ def _attribution_sections(runs: list[EvalRun]) -> list[dict]:
     return out
 
 
-def _agreement_section(eval_dir: str | os.PathLike, judges: list[str | os.PathLike]) -> dict:
+def _agreement_section(eval_dir: str | os.PathLike, judges: list[str | os.PathLike]) -> JSONObject:
     """Agreement of the run's judge with the judges of its re-judgings (all trials must be finished)."""
     t = agreement_tables(judge_agreement([read_run(eval_dir), *(read_run(j) for j in judges)]))
     return {
@@ -489,7 +491,7 @@ def _samples_section(
     resolver: ImageResolver,
     thumb_px: int,
     max_text_chars: int | None = DEFAULT_MAX_TEXT_CHARS,
-) -> dict:
+) -> JSONObject:
     shown_trial = run.trial(trial)
     other_trial = other.trial(trial if trial in [t.index for t in other.trials] else None) if other else None
     by_trial = [t.by_key() for t in run.trials]
@@ -526,7 +528,7 @@ def _samples_section(
     }
 
 
-def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> dict:
+def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> JSONObject:
     ta = a.trial(trial)
     tb = b.trial(trial if trial in [t.index for t in b.trials] else None)
     df = compare_frame(ta, tb)
@@ -544,7 +546,7 @@ def _compare_summary(a: EvalRun, b: EvalRun, trial: int | None) -> dict:
     }
 
 
-def write_report(eval_dir: str | os.PathLike, out: str | os.PathLike, **kw) -> Path:
+def write_report(eval_dir: str | os.PathLike, out: str | os.PathLike, **kw: Any) -> Path:
     """Build the report and write it to ``out`` (parent directories created)."""
     page = build_report(eval_dir, **kw)
     out = Path(out)

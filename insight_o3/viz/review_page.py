@@ -15,6 +15,7 @@ import time
 
 from markupsafe import Markup
 
+from ..base.json_types import JSONObject
 from ..data.o3bench.records import BenchItem, SourceImage
 from ..data.o3bench.review import template
 from ..imaging.images import ImageError
@@ -70,7 +71,7 @@ _SCRIPT = r"""
 """
 
 
-def _model_rows(record: dict | None) -> tuple[list[dict], int]:
+def _model_rows(record: dict | None) -> tuple[list[JSONObject], int]:
     models = (record or {}).get("models") or {}
     rows = []
     for name, m in models.items():
@@ -82,7 +83,9 @@ def _model_rows(record: dict | None) -> tuple[list[dict], int]:
     return rows, sum(bool(m.get("solved")) for m in models.values())
 
 
-def item_view(item: BenchItem, source: SourceImage, record: dict | None, resolver: ImageResolver, max_px: int) -> dict:
+def item_view(
+    item: BenchItem, source: SourceImage, record: dict | None, resolver: ImageResolver, max_px: int
+) -> JSONObject:
     """The template context of one item (its image drawn with the layouts, targets on top)."""
     boxes = [
         DrawBox(

@@ -16,6 +16,7 @@ field), and the run directories of the original release's harness are read too (
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -26,7 +27,7 @@ import pandas as pd
 from PIL import Image
 
 from ..base.caps import cut_messages, cut_middle
-from ..evaluation.run_dir import RunDir, RunDirError, TrialDir
+from ..evaluation.run_dir import RunDir, RunDirError, StaleSummary, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..imaging.images import ImageError, ImageRef, image_size
 from ..protocol import prompts
@@ -34,6 +35,8 @@ from ..protocol.questions import question_text
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .original_run import convert_record, is_original_record, original_keys
 from .templating import render
+
+log = logging.getLogger(__name__)
 
 #: An evaluation directory that cannot be read; the message names the path (the viewer's name for
 #: :class:`~insight_o3.evaluation.run_dir.RunDirError`).
@@ -279,7 +282,7 @@ def load_run(path: str | os.PathLike) -> EvalRun:
     if single:
         trials = [load_trial(path, size_of=size_of)]
     else:
-        ks = rd.trials(with_records=True)
+        ks = list(range(rd.trial_count())) or rd.trials(with_records=True)  # (started, without a record yet)
         if not ks:
             raise RunError(
                 f"{path}: no trial_<k>/eval_records.jsonl found (is this an outputs/eval/<eval_name> "
@@ -289,7 +292,12 @@ def load_run(path: str | os.PathLike) -> EvalRun:
     if not any(t.results for t in trials):
         raise RunError(f"{path}: the evaluation has no records yet")
     name = str(args.get("eval_name") or root.name)
-    return EvalRun(root, name, trials, args, rd.summary() or {}, card)
+    try:
+        summary = rd.summary() or {}
+    except StaleSummary as e:  # the trials are shown; numbers over fewer of them are not the run's
+        log.warning("%s", e)
+        summary = {}
+    return EvalRun(root, name, trials, args, summary, card)
 
 
 # ---------------------------------------------------------------------------- tables and filters

@@ -12,7 +12,8 @@
   of a scripted run are of a plausible order.
 
 Faults are switched per call: ``state["e1_malformed_once"]`` (keys answered without sections once),
-``state["e1_malformed_always"]``, ``state["e2_prose_once"]`` (image keys answered with prose once). What was asked
+``state["e1_malformed_always"]``, ``state["e2_prose_once"]`` (image keys answered with prose once),
+``state["e2_trailing_commas"]`` (image keys whose JSON array has trailing commas). What was asked
 is kept in ``state["e1_seen"]`` (sample keys), ``state["e2_seen"]`` (image keys) and ``state["solver_seen"]``
 ((model, question) pairs).
 """
@@ -246,7 +247,10 @@ class Oracle:
         if key in once:
             once.discard(key)
             return Reply(body=_body("Here are some great questions about the image!", len(text) // 4, "oracle"))
-        reply = "```json\n" + json.dumps(self.e2_items(key), indent=1) + "\n```"
+        array = json.dumps(self.e2_items(key), indent=1)
+        if key in self.state.get("e2_trailing_commas", set()):
+            array = array.replace('"\n }', '",\n }').replace("}\n]", "},\n]")  # valid JSON but for the commas
+        reply = "```json\n" + array + "\n```"
         return Reply(body=_body(reply, len(text) // 4, request.get("model", "")))
 
     # ------------------------------------------------------------------------------------- filter, evaluate

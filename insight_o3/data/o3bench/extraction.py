@@ -1,7 +1,8 @@
 """Step ``extract``: E.1 information extraction on every layout crop and on the full image (B.2 step 2).
 
 Each request is ``[system: EXTRACTION_PROMPT, user: [image]]`` (``--extract_prompt_role user`` sends
-``[user: [image, EXTRACTION_PROMPT]]`` instead, for servers whose chat template drops system messages). The crop is
+``[user: [image, EXTRACTION_PROMPT]]`` instead, for servers whose chat template drops system messages);
+``--extract_prompt FILE`` sends one's own wording in its place (it must ask for the same three sections). The crop is
 cut from the original image at the layout's box; crops and full images are resized to Qwen2.5-VL's ``smart_resize``
 grid under ``--max_pixels`` (what vLLM would do to it anyway), so the server sees exactly the pixels recorded.
 
@@ -123,12 +124,13 @@ def extraction_resize(max_pixels: int | None) -> Resize:
     return Resize(max_pixels=max_pixels, qwen=True)
 
 
-def build_messages(ref, role: str = "system") -> list[dict]:
-    """The E.1 request with an image reference (``trajectory`` messages; encoded by ``to_openai``)."""
+def build_messages(ref, role: str = "system", prompt: str = EXTRACTION_PROMPT) -> list[dict]:
+    """The E.1 request with an image reference (``trajectory`` messages; encoded by ``to_openai``); ``prompt``: the
+    paper's E.1, or one's own (``--extract_prompt``)."""
     if role == "system":
-        return [message("system", EXTRACTION_PROMPT), message("user", image_part(ref))]
+        return [message("system", prompt), message("user", image_part(ref))]
     if role == "user":
-        return [message("user", image_part(ref), EXTRACTION_PROMPT)]
+        return [message("user", image_part(ref), prompt)]
     raise ValueError(f"prompt role must be 'system' or 'user', got {role!r}")
 
 
@@ -140,9 +142,19 @@ class ExtractJob(StepJob[ExtractTask]):
     step = "extract"
     desc = "E.1 extractions"
 
-    def __init__(self, workspace, settings, endpoint: ModelEndpoint, *, max_pixels: int | None, prompt_role: str, **kw):
+    def __init__(
+        self,
+        workspace,
+        settings,
+        endpoint: ModelEndpoint,
+        *,
+        max_pixels: int | None,
+        prompt_role: str,
+        prompt: str = EXTRACTION_PROMPT,
+        **kw,
+    ):
         super().__init__(workspace, settings, **kw)
-        self.endpoint, self.prompt_role = endpoint, prompt_role
+        self.endpoint, self.prompt_role, self.prompt = endpoint, prompt_role, prompt
         self.resize = extraction_resize(max_pixels)
 
     def key(self, t: ExtractTask) -> str:
@@ -167,7 +179,7 @@ class ExtractJob(StepJob[ExtractTask]):
     async def work(self, t: ExtractTask, emit) -> dict:
         meter = self.meter()
         enc = await self.images.aget(t.image, self.resize, region=t.bbox)
-        messages = to_openai(build_messages(enc.ref, self.prompt_role), lambda _ref: enc)
+        messages = to_openai(build_messages(enc.ref, self.prompt_role, self.prompt), lambda _ref: enc)
         reason, reply = "", ""
         for attempt in range(1, self.s.parse_retries + 2):
             resp = await self.api.chat.completions.create(

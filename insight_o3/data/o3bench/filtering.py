@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import dataclass
 
 from ...evaluation.judge import AnswerJudge
 from ...evaluation.samples import Sample
@@ -25,8 +26,9 @@ from ...imaging.geometry import api_image_max_pixels
 from ...imaging.images import ImageStore, Resize
 from ...storage.atomic import write_jsonl_atomic
 from ..difficulty import check_collage
-from .records import BenchItem, SourceImage
-from .steps import ModelEndpoint, StepJob
+from .records import BenchItem, SourceImage, read_items
+from .steps import ModelEndpoint, StepJob, read_log
+from .workspace import Workspace
 
 DROP_RULES = ("all", "any")
 
@@ -44,6 +46,33 @@ def drop_threshold(rule: str, n_models: int) -> int:
     if not 1 <= n <= n_models:
         raise ValueError(f"drop_when {n}: must be between 1 and the number of solver models ({n_models})")
     return n
+
+
+@dataclass(frozen=True)
+class FilterCoverage:
+    """How much of ``validate/candidates.jsonl`` the difficulty filter has decided (an ok record each)."""
+
+    candidates: int
+    failed: int  # a failed record (retried by the next filter run)
+    not_run: int  # no record (a --limit run, or a run stopped early)
+
+    @property
+    def unfiltered(self) -> int:
+        return self.failed + self.not_run
+
+    def describe(self) -> str:
+        return (
+            f"{self.unfiltered} of {self.candidates} candidate(s) have not been through the difficulty filter "
+            f"({self.failed} failed, {self.not_run} not run yet)"
+        )
+
+
+def filter_coverage(ws: Workspace) -> FilterCoverage:
+    """Which candidates the filter has decided (read under the caller's workspace lock)."""
+    candidates = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
+    records = read_log(ws.records("filter"))
+    status = [records[c.item_id].get("status") if c.item_id in records else None for c in candidates]
+    return FilterCoverage(len(candidates), sum(s not in (None, "ok") for s in status), status.count(None))
 
 
 def item_sample(item: BenchItem, source: SourceImage) -> Sample:

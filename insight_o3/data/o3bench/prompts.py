@@ -19,6 +19,13 @@ exclusive" and "no meta-options") is not guessed.
 from __future__ import annotations
 
 import hashlib
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .records import BuildFileError
 
 #: E.1, information extraction (system message; the image is the user message).
 EXTRACTION_PROMPT = (
@@ -216,26 +223,134 @@ MAP_SYNTHESIS_PROMPT = (
 )
 
 
-#: The synthesis prompt of each image type (``subset``).
+#: The synthesis prompt of each image type (``subset``) the package ships.
 SYNTHESIS_PROMPTS = {"chart": CHART_SYNTHESIS_PROMPT, "map": MAP_SYNTHESIS_PROMPT}
 SUBSETS = tuple(SYNTHESIS_PROMPTS)
+#: The placeholders an E.2 template fills (``str.format`` fields).
+SYNTHESIS_FIELDS = ("GLOBAL_OCR", "GLOBAL_CAPTION", "LAYOUTS")
+#: The section titles of the E.1 output format that every extraction reply is parsed into.
+EXTRACTION_SECTIONS = ("Image Identification", "Detailed Caption", "Extracted OCR")
+_CATEGORY = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def synthesis_prompt(subset: str, global_ocr: str, global_caption: str, layouts: str) -> str:
-    """The E.2 prompt of ``subset`` ("chart" or "map") with its three inputs filled in. ``str.format`` does not
-    look inside the substituted values, so braces in OCR text reach the model unchanged."""
+def synthesis_prompt(
+    subset: str, global_ocr: str, global_caption: str, layouts: str, templates: Mapping[str, str] | None = None
+) -> str:
+    """The E.2 prompt of ``subset`` (its template in ``templates``, default the shipped chart and map ones) with its
+    three inputs filled in. ``str.format`` does not look inside the substituted values, so braces in OCR text reach
+    the model unchanged."""
+    templates = SYNTHESIS_PROMPTS if templates is None else templates
     try:
-        template = SYNTHESIS_PROMPTS[subset]
+        template = templates[subset]
     except KeyError:
-        raise ValueError(f"no synthesis prompt for image type {subset!r} (known: {', '.join(SUBSETS)})") from None
+        known = ", ".join(templates)
+        raise ValueError(f"no synthesis prompt for image type {subset!r} (known: {known})") from None
     return template.format(GLOBAL_OCR=global_ocr, GLOBAL_CAPTION=global_caption, LAYOUTS=layouts)
 
 
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def prompt_hashes() -> dict[str, str]:
-    """sha256 (full hex digest) of each construction prompt, for the run card."""
-    named = {
-        "EXTRACTION_PROMPT": EXTRACTION_PROMPT,
-        "CHART_SYNTHESIS_PROMPT": CHART_SYNTHESIS_PROMPT,
-        "MAP_SYNTHESIS_PROMPT": MAP_SYNTHESIS_PROMPT,
-    }
-    return {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in named.items()}
+    """sha256 (full hex digest) of each construction prompt the package ships, for the run card."""
+    named = {"EXTRACTION_PROMPT": EXTRACTION_PROMPT}
+    named |= {synthesis_prompt_name(c): t for c, t in SYNTHESIS_PROMPTS.items()}
+    return {name: sha256_text(text) for name, text in named.items()}
+
+
+# ----------------------------------------------------------------------------- categories and prompts of one's own
+def check_category(name: str, where: str) -> str:
+    """``name`` if it can name a category (lower-case letters, digits, ``_``; it is part of image keys and of the
+    release's directory names); else :class:`BuildFileError`."""
+    if not _CATEGORY.match(name):
+        raise BuildFileError(
+            f"{where}: category {name!r} must be lower-case letters, digits and '_', starting with a letter "
+            f"(e.g. floor_plan)"
+        )
+    return name
+
+
+def synthesis_prompt_name(category: str) -> str:
+    """The name of a category's E.2 prompt in the cards: ``CHART_SYNTHESIS_PROMPT``, ``FLOOR_PLAN_SYNTHESIS_PROMPT``."""
+    return f"{category.upper()}_SYNTHESIS_PROMPT"
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    """A prompt of one's own: the file's text exactly (UTF-8), recorded in the step card by path and sha256."""
+
+    path: str
+    text: str
+
+    def card(self) -> dict:
+        return {"file": self.path, "sha256": sha256_text(self.text)}
+
+
+def read_prompt_file(path: str, flag: str) -> PromptFile:
+    """The text of a prompt file (every byte of it: no newline is stripped); :class:`BuildFileError` naming the flag
+    and the file when it cannot be read or is empty."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise BuildFileError(f"{flag} {path}: cannot read the prompt file ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BuildFileError(f"{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not text.strip():
+        raise BuildFileError(f"{flag} {path}: the prompt file is empty")
+    return PromptFile(str(Path(path).resolve()), text)
+
+
+def extraction_prompt_file(path: str) -> PromptFile:
+    """An E.1 prompt of one's own (``--extract_prompt``): it must ask for the three sections the replies are
+    parsed into (their titles appear in it, in any case)."""
+    pf = read_prompt_file(path, "--extract_prompt")
+    missing = [t for t in EXTRACTION_SECTIONS if t.lower() not in pf.text.lower()]
+    if missing:
+        raise BuildFileError(
+            f"--extract_prompt {path}: the prompt does not ask for the section(s) {', '.join(map(repr, missing))}: "
+            f"every reply is parsed into the sections '## Image Identification', '## Detailed Caption', "
+            f"'## Extracted OCR (if any)' (E.1's output format), so ask for them"
+        )
+    return pf
+
+
+def template_problem(text: str) -> str | None:
+    """What makes ``text`` unusable as an E.2 template (None: nothing)."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as e:
+        return f"not a str.format template ({e}): write a literal brace as '{{{{' or '}}}}', as the shipped prompts do"
+    unknown = [n for n in names if n not in SYNTHESIS_FIELDS]
+    if unknown:
+        return (
+            f"unknown placeholder {{{unknown[0]}}}: a template fills {{GLOBAL_OCR}}, {{GLOBAL_CAPTION}} and "
+            f"{{LAYOUTS}}; write a literal brace as '{{{{' or '}}}}'"
+        )
+    if "LAYOUTS" not in names:
+        return "no {LAYOUTS} placeholder: the model must see the layouts to cite them"
+    return None
+
+
+def synthesis_templates(specs: list[str] | None) -> tuple[dict[str, str], dict[str, dict]]:
+    """The E.2 template of each category: the shipped chart and map ones, replaced or joined by ``specs``
+    (``--synth_prompt CATEGORY=FILE``, repeatable); and the files' cards by prompt name."""
+    templates, files = dict(SYNTHESIS_PROMPTS), {}
+    seen: set[str] = set()
+    for spec in specs or []:
+        category, sep, path = spec.partition("=")
+        if not sep or not path:
+            raise BuildFileError(f"--synth_prompt {spec!r}: expected CATEGORY=FILE (e.g. floor_plan=floor_plan.txt)")
+        category = check_category(category.strip(), "--synth_prompt")
+        if category in seen:
+            raise BuildFileError(f"--synth_prompt: category {category!r} is given twice")
+        seen.add(category)
+        pf = read_prompt_file(path, f"--synth_prompt {category}=")
+        problem = template_problem(pf.text)
+        if problem is not None:
+            raise BuildFileError(f"--synth_prompt {category}={path}: {problem}")
+        templates[category] = pf.text
+        files[synthesis_prompt_name(category)] = pf.card()
+    return templates, files

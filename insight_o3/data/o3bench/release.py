@@ -2,8 +2,10 @@
 
 * Options A-E of every accepted (or edited) item are shuffled with a fixed seed (``--seed``; each item's order
   depends only on the seed and its id, so adding items never reshuffles the others); F (``No right choice``) stays
-  last and the answer letter follows its option. References to option letters in the explanation ("option C",
-  "answer: C", "(C)" after those words) are renamed with it.
+  last and the answer letter follows its option. References to option letters in the explanation are renamed with
+  it (:mod:`.letter_refs`: "option C", "options A and C", "answer is C", and "(C)" / "C)" unless the item uses a
+  letter as a name); what is left as written is listed per item in the run card (``explanation_letter_refs_left``)
+  and counted in a note.
 * ``release/metadata.jsonl`` holds one O3-Bench record per item (``file_name`` relative to ``release/``, ``subset``,
   ``question``, ``options``, ``answer``, ``explanation``, ``target_layouts``, ``layout_infos``, ``img_width``,
   ``img_height``, plus ``question_id``); images are copied, byte for byte, to ``release/images/<subset>/``. So
@@ -11,7 +13,8 @@
 * ``release/stats.json``: the statistics the paper reports for O3-Bench (samples and images per category, layouts
   and target layouts per sample, F share, answer positions, resolution), next to the paper's numbers.
 * ``release/run_card.json``: package version and commit, every step's model, settings, tokens and cost (from the
-  step cards), the prompts' sha256, the seed and the metadata file's sha256.
+  step cards), the prompts' sha256, the validation rules (with their sha256 and the config file's), the seed and
+  the metadata file's sha256.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import re
 import shutil
 import statistics
 from collections import Counter
@@ -31,11 +33,14 @@ from ...evaluation.run_card import git_commit, sha256_file
 from ...protocol import prompts as eval_prompts
 from ...storage.atomic import write_json_atomic, write_jsonl_atomic
 from ...storage.lock import run_lock
+from .filtering import filter_coverage
+from .letter_refs import Remapped, remap_letter_refs
 from .prompts import prompt_hashes
-from .records import BenchItem, BuildFileError, SourceImage, read_sources
+from .records import BenchItem, BuildFileError, SourceImage, read_items, read_sources
 from .review import ACCEPTED, read_reviewed
-from .steps import read_step_card
+from .steps import read_step_card, step_command
 from .validation import LETTERS, NO_RIGHT_CHOICE
+from .validation_rules import recorded_rules
 from .workspace import STEPS, Workspace
 
 #: What the paper reports for O3-Bench (§3, B.1), for comparison in ``stats.json``.
@@ -50,12 +55,11 @@ PAPER_STATS = {
     "mean_height": 3967,
     "mean_width": 4602,
 }
-_LETTER_REF = re.compile(r"\b((?i:option|choice|answer)s?(?:\s+is)?\s*[:=]?\s*\(?)([A-E])(?![A-Za-z0-9])")
 
 
-def shuffle_options(item: BenchItem, seed: int) -> tuple[BenchItem, int]:
-    """``item`` with options A-E in a seeded random order (F last) and the answer (and the explanation's letter
-    references) renamed; returns it and how many explanation references were renamed."""
+def shuffle_options(item: BenchItem, seed: int) -> tuple[BenchItem, Remapped]:
+    """``item`` with options A-E in a seeded random order (F last) and the answer and the explanation's letter
+    references (:func:`~.letter_refs.remap_letter_refs`) renamed; returns it and what the renaming did."""
     lines = item.options.split("\n")
     texts = [ln.split(".", 1)[1].strip() for ln in lines[:5]]
     perm = list(range(5))
@@ -63,16 +67,9 @@ def shuffle_options(item: BenchItem, seed: int) -> tuple[BenchItem, int]:
     new_letter = {LETTERS[old]: LETTERS[k] for k, old in enumerate(perm)}
     options = "\n".join([f"{LETTERS[k]}. {texts[old]}" for k, old in enumerate(perm)] + [NO_RIGHT_CHOICE])
     answer = new_letter.get(item.answer, item.answer)
-    renamed = 0
-
-    def rename(m: re.Match) -> str:
-        nonlocal renamed
-        renamed += 1
-        return m.group(1) + new_letter[m.group(2)]
-
-    explanation = _LETTER_REF.sub(rename, item.explanation)
-    out = BenchItem(**{**item.to_dict(), "options": options, "answer": answer, "explanation": explanation})
-    return out, renamed
+    refs = remap_letter_refs(item.explanation, new_letter, context="\n".join([item.question, *texts]))
+    out = BenchItem(**{**item.to_dict(), "options": options, "answer": answer, "explanation": refs.text})
+    return out, refs
 
 
 def image_file_name(source: SourceImage) -> str:
@@ -153,7 +150,7 @@ def release_stats(items: list[BenchItem], sources: dict[str, SourceImage]) -> di
     }
 
 
-def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int) -> dict:
+def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int, left: dict[str, list[str]]) -> dict:
     steps = {s: read_step_card(ws, s) for s in STEPS}
     costs = [c["totals"].get("cost_usd") for c in steps.values() if c and c.get("totals")]
     tokens = sum(int(c["totals"].get("tokens_total") or 0) for c in steps.values() if c and c.get("totals"))
@@ -164,10 +161,13 @@ def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int
         "seeds": {"option_shuffle": seed},
         "prompts_sha256": {
             **prompt_hashes(),
+            # the prompts the steps ran with (one's own, from --extract_prompt / --synth_prompt, replace the shipped)
+            **{k: v for c in steps.values() if c for k, v in (c.get("prompts_sha256") or {}).items()},
             # the difficulty filter asks as ``evaluate`` does: the judge's letter-extraction prompt
             "MCQ_EXTRACTION_PROMPT": hashlib.sha256(eval_prompts.MCQ_EXTRACTION_PROMPT.encode("utf-8")).hexdigest(),
         },
         "steps": {s: c for s, c in steps.items() if c},
+        "validation": recorded_rules(ws.validation_rules),  # the rules, their sha256, the config file's
         "totals": {
             "tokens_total": tokens,
             "cost_usd": round(sum(costs), 6) if any(c is not None for c in costs) else None,
@@ -176,27 +176,57 @@ def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int
         "samples": stats["samples"],
         "images": stats["images"],
         "explanation_letter_refs_renamed": renamed,
+        "explanation_letter_refs_left": left,
     }
 
 
+def undecided(ws: Workspace, rows: list[dict]) -> tuple[dict[str, int], list[str]]:
+    """What keeps the reviewed set from being the whole benchmark: candidates the difficulty filter has not
+    decided, items the filter kept after the last ``review apply`` (no row in ``reviewed.jsonl``) and items still
+    pending review. Returns the counts and one line per kind that is not zero, saying what to run."""
+    cov = filter_coverage(ws)
+    reviewed = {r["item_id"] for r in rows}
+    late = [it.item_id for it in read_items(ws.require(ws.kept, "filter"), "filter/kept.jsonl")]
+    late = [k for k in late if k not in reviewed]
+    pending = [r["item_id"] for r in rows if r["decision"] == "pending"]
+    lines = []
+    if cov.unfiltered:
+        lines.append(f"{cov.describe()}: run '{step_command(ws, 'filter')}', then review the new kept items")
+    if late:
+        lines.append(
+            f"{len(late)} kept item(s) have no review decision (first: {late[0]}; the filter kept them after the "
+            f"last 'review apply'): run 'review page' and 'review apply' again"
+        )
+    if pending:
+        lines.append(f"{len(pending)} item(s) still pending review (first: {pending[0]}) are not in the release")
+    return {"unfiltered": cov.unfiltered, "not_reviewed": len(late), "pending": len(pending)}, lines
+
+
 def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = False) -> dict:
-    """Write the release under the workspace lock; returns the stats (and pending count)."""
+    """Write the release under the workspace lock; returns the stats, the counts of :func:`undecided` and its
+    lines as ``notes``. With ``require_all_decided``, any of those refuses the release (nothing written)."""
     with run_lock(ws.root, "build_o3_bench release"):
         rows = read_reviewed(ws)
-        pending = [r["item_id"] for r in rows if r["decision"] == "pending"]
-        if pending and require_all_decided:
-            raise BuildFileError(
-                f"{len(pending)} item(s) still pending review (first: {pending[0]}); decide them or drop "
-                f"require_all_decided"
-            )
+        counts, notes = undecided(ws, rows)
+        if notes and require_all_decided:
+            raise BuildFileError("--require_all_decided: " + "; ".join(notes))
         sources = read_sources(ws.require(ws.sources, "sources"))
         accepted = [r["item"] for r in rows if r["decision"] in ACCEPTED]
         accepted.sort(key=lambda it: (it.subset, it.image_key, it.item_id))
-        out, renamed = [], 0
+        out, renamed, left = [], 0, {}
         for it in accepted:
-            shuffled, n = shuffle_options(it, seed)
+            shuffled, refs = shuffle_options(it, seed)
             out.append(shuffled)
-            renamed += n
+            renamed += refs.renamed
+            if refs.left:
+                left[it.item_id] = refs.left
+        if left:
+            notes.append(
+                f"{len(left)} released item(s) have letters in their explanation that were not renamed with the "
+                f"option shuffle (a letter used as a name, a range, a letter in no known form; first: "
+                f"{next(iter(left))}): check them, listed in release/run_card.json under "
+                f"explanation_letter_refs_left"
+            )
         rel = ws.release
         rel.mkdir(parents=True, exist_ok=True)
         copied = 0
@@ -206,5 +236,12 @@ def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = 
         write_jsonl_atomic(metadata, [metadata_record(it, sources[it.image_key]) for it in out])
         stats = release_stats(out, sources)
         write_json_atomic(rel / "stats.json", stats)
-        write_json_atomic(rel / "run_card.json", run_card(ws, seed, metadata, stats, renamed))
-        return {"samples": len(out), "images": stats["images"], "images_copied": copied, "pending": len(pending)}
+        write_json_atomic(rel / "run_card.json", run_card(ws, seed, metadata, stats, renamed, left))
+        return {
+            "samples": len(out),
+            "images": stats["images"],
+            "images_copied": copied,
+            **counts,
+            "explanation_refs_left": len(left),
+            "notes": notes,
+        }

@@ -13,17 +13,20 @@ The decisions file is plain text, one line per item (``#`` lines and blank lines
 ``reject`` needs a reason (the rest of the line). ``edit`` takes a JSON object of the fields to change
 (``question``, ``options``, ``answer``, ``explanation``; ``target_layouts`` to set the target layouts by hand, as
 the paper's annotators may) on one line. An edited item is checked again by every rule of step ``validate``
-(:func:`~insight_o3.data.o3bench.validation.check_item`), and its target layouts are derived again from the
+(:func:`~insight_o3.data.o3bench.validation.check_item`, with the rules ``validate`` recorded in
+``validate/rules.json``), and its target layouts are derived again from the
 citations unless the edit sets them. The review page has the same choices as controls and exports this format.
 
-``apply`` refuses the whole set of files (exit status 2, every problem listed with its file and line) when a line
-names an unknown item, decides an item twice, lacks a reason, or holds an edit that fails a rule; nothing is
-written then. Items without a line stay ``pending``; ``release`` takes the accepted and edited items.
+``apply`` refuses the whole set of files (exit status 2; nothing is written) when a line cannot be read, names an
+unknown item, decides an item twice, lacks a reason, or holds an edit with a field of the wrong type or that fails a
+rule. Every problem of every file is listed at once, in file and line order, as ``<file>:<line>: <item>: <field>:
+<what is wrong>``. Items without a line stay ``pending``; ``release`` takes the accepted and edited items.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +34,7 @@ from ...base.untrusted import loads
 from ...storage.atomic import write_jsonl_atomic
 from ...storage.lock import run_lock
 from .records import BenchItem, SourceImage, read_items, read_sources
-from .validation import check_item
+from .validation import Validator
 from .workspace import Workspace
 
 DECISIONS = ("accept", "reject", "edit", "pending")
@@ -122,27 +125,67 @@ def _is_layout_id(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def edited_item(item: BenchItem, source: SourceImage, edit: dict) -> BenchItem | str:
-    """The item with ``edit`` applied and checked by every validation rule, or the rule's reason."""
-    fields = {k: getattr(item, k) for k in ("question", "options", "answer", "explanation")}
-    fields.update({k: v for k, v in edit.items() if k != "target_layouts"})
-    v = check_item(fields, source, item.item_id, origin="edited")
-    if v.item is None:
-        return f"{v.reason}: {v.detail}"
-    if "target_layouts" in edit:
-        targets = edit["target_layouts"]
-        if not isinstance(targets, list) or not targets or not all(_is_layout_id(t) for t in targets):
-            return "target_layouts: must be a non-empty list of layout ids (integers; true/false are not ids)"
+#: The field a validation rule judges (``forbidden_word``: the question or an option, said by its detail).
+_RULE_FIELD = {
+    "six_options": "options",
+    "f_last": "options",
+    "answer_letter": "answer",
+    "unknown_layout": "explanation",
+    "too_few_layouts": "explanation",
+}
+
+
+def _type_problem(name: str, value) -> str | None:
+    """What is wrong with the type of an edited field's value (None: nothing)."""
+    if name == "target_layouts":
+        if not isinstance(value, list) or not value or not all(_is_layout_id(t) for t in value):
+            return "must be a non-empty list of layout ids (integers; true/false are not ids)"
+        return None
+    if isinstance(value, str) or (
+        name in ("options", "explanation") and isinstance(value, list) and all(isinstance(x, str) for x in value)
+    ):
+        return None
+    shown = f"{type(value).__name__} {value!r}" if isinstance(value, (int, float)) else type(value).__name__
+    return f"must be text, got {shown[:60]}"
+
+
+def edit_problems(
+    item: BenchItem, source: SourceImage, edit: dict, validator: Validator | None = None
+) -> tuple[BenchItem | None, list[str]]:
+    """The item with ``edit`` applied and checked by every validation rule, or ``(None, problems)``: one
+    ``"<field>: <what is wrong>"`` per field whose value has the wrong type, the validation rule that fails
+    (when every text field has the right type) and every problem of ``target_layouts``."""
+    problems = [f"{k}: {p}" for k in EDITABLE if k in edit and (p := _type_problem(k, edit[k])) is not None]
+    targets = edit.get("target_layouts")
+    if isinstance(targets, list) and _type_problem("target_layouts", targets) is None:
         unknown = [t for t in targets if t not in source.layout_ids]
         if unknown:
-            return f"target_layouts: layout {unknown[0]} is not a layout of the image"
+            problems.append(f"target_layouts: layout {unknown[0]} is not a layout of the image")
+    if any(not p.startswith("target_layouts:") for p in problems):
+        return None, problems  # a text field of the wrong type: the rules would only say "malformed" again
+    fields = {k: getattr(item, k) for k in ("question", "options", "answer", "explanation")}
+    fields.update({k: v for k, v in edit.items() if k != "target_layouts"})
+    v = (validator or Validator()).check(fields, source, item.item_id, origin="edited")
+    if v.item is None:
+        field = _RULE_FIELD.get(v.reason or "")
+        if v.reason == "forbidden_word":
+            field = "question" if (v.detail or "").startswith("the question") else "options"
+        problems.insert(0, f"{field + ': ' if field else ''}the edit fails validation: {v.reason}: {v.detail}")
+    if problems or v.item is None:
+        return None, problems
+    if targets is not None:
         v.item.target_layouts = sorted(set(targets))
-    return v.item
+    return v.item, []
 
 
-def apply(items: list[BenchItem], sources: dict[str, SourceImage], decisions: list[Decision]) -> list[dict]:
-    """The reviewed rows of ``items`` (every item, ``pending`` when undecided); raises :class:`DecisionsError`
-    listing every problem."""
+def check(
+    items: list[BenchItem],
+    sources: dict[str, SourceImage],
+    decisions: list[Decision],
+    validator: Validator | None = None,
+) -> tuple[list[dict], list[str]]:
+    """The reviewed rows of ``items`` (every item, ``pending`` when undecided) and every problem of the
+    decisions (``"<file>:<line>: <item>: <field>: <what>"``); the rows are only usable without problems."""
     by_id = {it.item_id: it for it in items}
     seen: dict[str, str] = {}
     problems: list[str] = []
@@ -156,28 +199,46 @@ def apply(items: list[BenchItem], sources: dict[str, SourceImage], decisions: li
             problems.append(f"{d.where}: {d.item_id} is already decided at {seen[d.item_id]}")
             continue
         seen[d.item_id] = d.where
-        final: BenchItem = item
+        final: BenchItem | None = item
         if d.decision == "edit":
-            result = edited_item(item, sources[item.image_key], d.edit or {})
-            if isinstance(result, str):
-                problems.append(f"{d.where}: {d.item_id}: the edit fails validation: {result}")
-                continue
-            final = result
-        rows[d.item_id] = {
-            "item_id": d.item_id,
-            "decision": d.decision,
-            "reason": d.reason,
-            "decided_at": d.where,
-            "item": final.to_dict(),
-        }
-    if problems:
-        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
-        raise DecisionsError("the decisions cannot be applied:\n  " + "\n  ".join(shown))
-    return [
+            final, wrong = edit_problems(item, sources[item.image_key], d.edit or {}, validator)
+            problems += [f"{d.where}: {d.item_id}: {p}" for p in wrong]
+        if final is not None:
+            rows[d.item_id] = {
+                "item_id": d.item_id,
+                "decision": d.decision,
+                "reason": d.reason,
+                "decided_at": d.where,
+                "item": final.to_dict(),
+            }
+    out = [
         rows.get(it.item_id)
         or {"item_id": it.item_id, "decision": "pending", "reason": None, "decided_at": None, "item": it.to_dict()}
         for it in items
     ]
+    return out, problems
+
+
+def _position(problem: str) -> tuple[str, int]:
+    """(file, line) of a problem, for sorting (a problem of a whole file sorts before its lines)."""
+    m = re.match(r"(.*?):(\d+): ", problem)
+    return (m.group(1), int(m.group(2))) if m else (problem.split(": ", 1)[0], 0)
+
+
+def refusal(problems: list[str]) -> DecisionsError:
+    """Every problem, in file and line order, in one error."""
+    ordered = sorted(problems, key=_position)  # stable: a line's problems keep their order
+    return DecisionsError(
+        f"the decisions cannot be applied ({len(ordered)} problem(s); nothing was written):\n  " + "\n  ".join(ordered)
+    )
+
+
+def apply(items: list[BenchItem], sources: dict[str, SourceImage], decisions: list[Decision]) -> list[dict]:
+    """The reviewed rows of ``items`` (:func:`check`); raises :class:`DecisionsError` listing every problem."""
+    rows, problems = check(items, sources, decisions)
+    if problems:
+        raise refusal(problems)
+    return rows
 
 
 def decisions_files(ws: Workspace) -> list[str]:
@@ -195,9 +256,9 @@ def apply_workspace(ws: Workspace, paths: list[str] | None = None) -> dict:
         if not files:
             raise DecisionsError(f"no decisions files in {ws.step('review')}: run 'review page' first")
         decisions, problems = read_decisions(files)
-        if problems:
-            raise DecisionsError("the decisions cannot be applied:\n  " + "\n  ".join(problems[:20]))
-        rows = apply(items, sources, decisions)
+        rows, wrong = check(items, sources, decisions, Validator.of_workspace(ws))  # the rules validate used
+        if problems or wrong:
+            raise refusal(problems + wrong)  # every problem of every file at once
         os.makedirs(ws.step("review"), exist_ok=True)
         write_jsonl_atomic(ws.reviewed, rows)
         counts = {d: sum(r["decision"] == d for r in rows) for d in DECISIONS}

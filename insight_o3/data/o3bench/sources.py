@@ -14,6 +14,10 @@ taken as its axis-aligned bounding box. Results are matched to image files by th
 
 Map boxes are corrected by hand in the paper: edit the JSON (same format) and point ``--map_layouts`` at it.
 
+Besides chart and map, ``--category NAME,IMAGE_DIR,LAYOUTS[,MIN_LAYOUTS]`` (repeatable) adds a category of one's
+own (floor plans, dashboards, ...): its images are read the same way, keyed ``<NAME>/<stem>``, and need at least
+``MIN_LAYOUTS`` layouts (default 2); its E.2 prompt is ``synthesize --synth_prompt NAME=FILE``.
+
 Layout ids are 1, 2, ... in the order of the result's ``boxes`` (after ``--min_score``), so a hand-corrected file
 decides its own numbering. The paper keeps chart images with at least 8 detected layouts (``--min_layouts``);
 maps need at least 2 here (``--min_map_layouts``), since an item must cite two layouts.

@@ -24,7 +24,11 @@ from ...endpoints.usage import CostModel, UsageMeter, merge, metering, total_tok
 from ...jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
 from ...jobs.job import JobSettings, ResumableJob
 from ...storage.atomic import write_json_atomic
+from .records import BuildFileError
 from .workspace import Workspace
+
+#: How a user runs a step (what a message names as the command to run first).
+PROG = "python -m insight_o3.scripts.build_o3_bench"
 
 ItemT = TypeVar("ItemT")
 
@@ -252,6 +256,29 @@ class StepJob(ResumableJob[ItemT, dict]):
             **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if k in old},
         }
         write_json_atomic(path, card)
+
+
+class InputNotReady(BuildFileError):
+    """A step with nothing to do because the step before it has not produced its input yet (status 2); the
+    message names the command to run first."""
+
+
+def step_command(ws: Workspace, step: str) -> str:
+    """The command line of ``step`` in ``ws``, with the model (and endpoint) of its last run where its step card
+    has one (``MODEL`` otherwise), for a message that says what to run first."""
+    cmd = f"{PROG} {step} --output_dir {ws.root}"
+    if step not in ("extract", "synthesize", "filter"):
+        return cmd
+    card = read_step_card(ws, step) or {}
+    if step == "filter":
+        models = [m for m in card.get("models") or [] if isinstance(m, dict)]
+        solvers = [",".join(x for x in (m.get("model"), m.get("api_base_url")) if x) for m in models]
+        return cmd + "".join(f" --solver {s}" for s in solvers or ["MODEL"])
+    model = card.get("model")
+    if not isinstance(model, dict):
+        model = {}
+    cmd += f" --model {model.get('model') or 'MODEL'}"
+    return cmd + (f" --api_base_url {model['api_base_url']}" if model.get("api_base_url") else "")
 
 
 def read_step_card(ws: Workspace, step: str) -> dict | None:

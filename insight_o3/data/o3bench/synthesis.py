@@ -1,7 +1,8 @@
 """Step ``synthesize``: E.2 question synthesis by a text-only model (B.2 step 3).
 
-The request is one user message, the E.2 prompt of the image's type (chart or map) with its inputs filled in
-(:func:`build_prompt`); the model never sees the image. The inputs are the full image's E.1 sections and, per
+The request is one user message, the E.2 prompt of the image's type (chart or map, or a category of one's own
+with its template from ``--synth_prompt CATEGORY=FILE``) with its inputs filled in (:func:`build_prompt`); the
+model never sees the image. The inputs are the full image's E.1 sections and, per
 layout, its id and text:
 
 * ``GLOBAL_OCR``: the full image's ``Extracted OCR`` section; ``GLOBAL_CAPTION``: its ``Detailed Caption``;
@@ -10,8 +11,10 @@ layout, its id and text:
   crop has text; B.2 gives the model "the layout set with captions and OCR texts"), ``ocr`` (the OCR text, the
   caption when there is none) or ``caption``.
 
-The reply is parsed as the JSON array the prompt asks for (:func:`parse_items`); a reply without one is asked again
-(``--parse_retries``) and then recorded as failed.
+The reply is parsed as the JSON array the prompt asks for (:func:`parse_reply`); an array that is valid JSON but for
+benign damage (trailing commas, comments, ...) is repaired and the record says what was repaired
+(``json_repair``: the strict parser's error, the repair library's log and version); a reply without an array is
+asked again (``--parse_retries``) and then recorded as failed.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ...base.untrusted import loads
+from ...base.untrusted import JSONRepair, loads, loads_repaired
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
-from .steps import ModelEndpoint, StepJob, read_log
+from .steps import InputNotReady, ModelEndpoint, StepJob, read_log, step_command
 
 LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
 _FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
@@ -51,13 +55,20 @@ def layouts_json(layouts: list[tuple[int, str]]) -> str:
     return json.dumps([{"layout_id": i, "caption_or_ocr": t} for i, t in layouts], indent=2, ensure_ascii=False)
 
 
-def build_prompt(source: SourceImage, full: Extraction, per_layout: dict[int, Extraction], mode: str = "both") -> str:
-    """The filled E.2 prompt of one image; every layout of ``source`` must have an extraction."""
+def build_prompt(
+    source: SourceImage,
+    full: Extraction,
+    per_layout: dict[int, Extraction],
+    mode: str = "both",
+    templates: Mapping[str, str] | None = None,
+) -> str:
+    """The filled E.2 prompt of one image (its category's template in ``templates``, default the shipped chart and
+    map ones); every layout of ``source`` must have an extraction."""
     missing = sorted(source.layout_ids - set(per_layout))
     if missing:
         raise ValueError(f"{source.key}: no extraction for layout(s) {missing}")
     items = [(lay.layout_id, layout_text(per_layout[lay.layout_id], mode)) for lay in source.layouts]
-    return synthesis_prompt(source.subset, full.ocr, full.caption, layouts_json(items))
+    return synthesis_prompt(source.subset, full.ocr, full.caption, layouts_json(items), templates)
 
 
 def _candidates(text: str) -> list[str]:
@@ -69,14 +80,26 @@ def _candidates(text: str) -> list[str]:
     return out
 
 
-def parse_items(text: str | None) -> list:
+@dataclass(frozen=True)
+class ParsedReply:
+    """The items of a reply; ``repair`` says what was repaired when the array was not valid JSON."""
+
+    items: list
+    repair: JSONRepair | None = None
+
+
+def parse_reply(text: str | None) -> ParsedReply:
     """The JSON array of a reply: the first fenced code block that holds one, else the whole reply, else the text
-    from its first ``[`` to its last ``]``. Elements are returned as they are (validation judges them). Raises
-    :class:`SynthesisFormatError` when there is no non-empty array."""
+    from its first ``[`` to its last ``]``. When none of them is valid JSON, the first of them that is an array
+    but for benign damage (trailing commas, comments, single quotes, a missing comma: see
+    :func:`insight_o3.base.untrusted.loads_repaired`) is repaired, within the same bounds, and the repair is
+    returned with the items, so that a reply like that is not paid for again. Elements are returned as they are
+    (validation judges them). Raises :class:`SynthesisFormatError` when there is no non-empty array."""
     text = (text or "").strip()
     if not text:
         raise SynthesisFormatError("empty reply")
-    for cand in _candidates(text):
+    candidates = _candidates(text)
+    for cand in candidates:
         try:
             value = loads(cand)
         except ValueError:
@@ -84,8 +107,23 @@ def parse_items(text: str | None) -> list:
         if isinstance(value, list):
             if not value:
                 raise SynthesisFormatError("the JSON array is empty")
-            return value
+            return ParsedReply(value)
+    for cand in candidates:
+        cand = cand.strip()
+        if not (cand.startswith("[") and cand.endswith("]")):
+            continue  # only a closed array is repaired: a cut-off one is asked again
+        try:
+            value, repair = loads_repaired(cand)
+        except ValueError:
+            continue
+        if isinstance(value, list) and value:
+            return ParsedReply(value, repair)
     raise SynthesisFormatError("no JSON array of items in the reply")
+
+
+def parse_items(text: str | None) -> list:
+    """The items of :func:`parse_reply`."""
+    return parse_reply(text).items
 
 
 # ----------------------------------------------------------------------------- the step
@@ -102,17 +140,29 @@ class SynthesizeJob(StepJob[SourceImage]):
     step = "synthesize"
     desc = "E.2 syntheses"
 
-    def __init__(self, workspace, settings, endpoint: ModelEndpoint, *, layout_text_mode: str = "both", **kw):
+    def __init__(
+        self,
+        workspace,
+        settings,
+        endpoint: ModelEndpoint,
+        *,
+        layout_text_mode: str = "both",
+        templates: Mapping[str, str] | None = None,
+        **kw,
+    ):
         super().__init__(workspace, settings, **kw)
-        self.endpoint, self.mode = endpoint, layout_text_mode
+        self.endpoint, self.mode, self.templates = endpoint, layout_text_mode, templates
         self.waiting: list[str] = []
+        self.waiting_failed, self.sources_total = 0, 0
 
     def key(self, unit) -> str:
         return unit.source.key if isinstance(unit, SynthTask) else unit.key
 
     def plan(self, sources: list[SourceImage]):
-        """Images whose full image and every layout have an ok extraction (read under the workspace lock)."""
-        ex = extractions_by_image(read_log(self.ws.records("extract")))
+        """Images whose full image and every layout have an ok extraction (read under the workspace lock);
+        :class:`InputNotReady` when there are images and none is ready."""
+        extracted = read_log(self.ws.records("extract"))
+        ex = extractions_by_image(extracted)
         ready: list = []
         self.waiting = []
         for s in sources:
@@ -120,8 +170,25 @@ class SynthesizeJob(StepJob[SourceImage]):
             if slot is None or slot["full"] is None or not s.layout_ids <= set(slot["layouts"]):
                 self.waiting.append(s.key)
                 continue
-            ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], self.mode)))
+            ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], self.mode, self.templates)))
+        failed = {str(r.get("image_key")) for r in extracted.values() if r.get("status") != "ok"}
+        self.waiting_failed = sum(k in failed for k in self.waiting)
+        self.sources_total = len(sources)
+        if self.waiting and not ready:
+            raise InputNotReady(f"no image is ready for synthesis: {self.waiting_note()}")
         return super().plan(ready)
+
+    def waiting_note(self) -> str:
+        """How many images wait for their extraction, and the command to run first."""
+        n = len(self.waiting)
+        return (
+            f"{n} of {self.sources_total} image(s) wait for their E.1 extraction ({self.waiting_failed} with a "
+            f"failed extraction record, {n - self.waiting_failed} not extracted yet); run "
+            f"'{step_command(self.ws, 'extract')}' first (it retries failed records), then this command again"
+        )
+
+    def incomplete(self, summary: dict) -> int:
+        return super().incomplete(summary) + len(self.waiting)  # images waiting are not done (status 1)
 
     async def setup(self) -> None:
         self.api = self.endpoint_client(self.endpoint, "synthesizer", self.limiter())
@@ -147,15 +214,17 @@ class SynthesizeJob(StepJob[SourceImage]):
                 reason = "the reply was cut off at the token limit"
             else:
                 try:
-                    items = parse_items(reply)
+                    parsed = parse_reply(reply)
                 except SynthesisFormatError as e:
                     reason = str(e)
                 else:
                     usage = meter.to_dict()
+                    repaired = {"json_repair": parsed.repair.to_dict()} if parsed.repair is not None else {}
                     return {
                         **base,
                         "status": "ok",
-                        "items": items,
+                        "items": parsed.items,
+                        **repaired,
                         "reply": reply,
                         "attempts": attempt,
                         "usage": usage,
@@ -178,7 +247,7 @@ class SynthesizeJob(StepJob[SourceImage]):
     def summary(self) -> dict:
         out = super().summary()
         out["images_waiting_for_extraction"] = len(self.waiting)
-        out["synthesized_items"] = sum(
-            len(self.records[k].get("items") or []) for k in self.order if self.records.get(k, {}).get("status") == "ok"
-        )
+        ok = [self.records[k] for k in self.order if self.records.get(k, {}).get("status") == "ok"]
+        out["synthesized_items"] = sum(len(r.get("items") or []) for r in ok)
+        out["replies_repaired"] = sum("json_repair" in r for r in ok)
         return out

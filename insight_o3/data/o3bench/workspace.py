@@ -11,6 +11,7 @@
       validate/candidates.jsonl items that passed the checks (target_layouts filled in)
       validate/rejected.jsonl   items that did not, each with one reason
       validate/report.json      counts per reason, F share per image and overall
+      validate/rules.json       the validation rules used (and the config file's path and sha256)
       filter/records.jsonl      one record per candidate: every model's attempts and verdicts
       filter/kept.jsonl         candidates not solved by the rule's models (the review queue)
       filter/dropped.jsonl      candidates solved by them
@@ -75,6 +76,10 @@ class Workspace:
     @property
     def validation_report(self) -> Path:
         return self.step("validate") / "report.json"
+
+    @property
+    def validation_rules(self) -> Path:
+        return self.step("validate") / "rules.json"
 
     @property
     def kept(self) -> Path:
