@@ -306,11 +306,6 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         constructor); None: nothing is fixed or recorded."""
         return self._invocation
 
-    def first_card(self) -> dict:
-        """What the card of the directory's first run holds besides the fixed settings and the history (by default
-        the ``card`` given to the constructor)."""
-        return dict(self._card or {})
-
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
 
@@ -496,7 +491,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         written = stored is not None and store.wrote_records()
         card = settle(
             stored,
-            self.first_card(),
+            dict(self._card or {}),
             inv,
             where=store.card_path(),
             hint=self.change_hint,
