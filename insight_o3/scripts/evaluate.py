@@ -50,6 +50,7 @@ from ..cli import (
     add_client_flags,
     add_image_budget_flag,
     add_judge_flags,
+    add_judge_retries_flag,
     add_output_dir,
     add_run_flags,
     add_separate_requests_flag,
@@ -208,6 +209,7 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
         "a response repeated across trials (default off: one judge request per attempt, as the "
         "released harness; rejudge caches by default)",
     )
+    add_judge_retries_flag(g)
 
 
 def _rate_flags(g) -> None:
@@ -440,6 +442,7 @@ def config_of(a: argparse.Namespace) -> EvaluateConfig:
             max_answer_length=a.max_answer_length,
             flow=a.judge_flow,
             cache=a.judge_cache,
+            retries=a.judge_retries,
         ),
         agent=_agent(a),
         num_trials=a.num_trials,
@@ -618,6 +621,7 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
             c.judge.max_answer_length,
             flow=c.judge.flow,
             cache=JudgeCache() if c.judge.cache else None,
+            retries=c.judge.retries,
         )
         card = run_card(c, len(samples))
         try:
@@ -634,6 +638,8 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
             )
         finally:
             _log_stats(images, limiters)
+            if judge.rejudged:
+                log.info("judge: %d attempt(s) judged again after an ambiguous or malformed reply", judge.rejudged)
     finally:
         if solver is not None:
             await solver.aclose()
