@@ -23,7 +23,11 @@
 #   deepeyes  ChenShawn/DeepEyes-7B, --max-model-len 32768, {"image":12} (1 image + up to 10 crops: 11 requests)
 #   mini_o3   Mini-o3/Mini-o3-7B-v1, --max-model-len 40960 (prompt 8192 + max_total_response_length 32768),
 #             {"image":12} (val_limit_mm_per_prompt)
-#   Both use the checkpoint's own chat template (Qwen2.5-VL's); then `evaluate --agent NAME` (README, Baselines).
+#   pixel_reasoner  TIGER-Lab/PixelReasoner-RL-v1, --max-model-len 20480 (the release: 18192 = prompt_max_len
+#             10000 + generate_max_len 8192; 20480 so the API never refuses a last prompt + 2048-token reply),
+#             {"image":25} (limit_mm_per_prompt 24+1), --mm-processor-kwargs min/max pixels 401408/4014080 (README's
+#             MIN_PIXELS/MAX_PIXELS, vllm_engine.py l. 248-252), --dtype bfloat16
+#   All use the checkpoint's own chat template (Qwen2.5-VL's); then `evaluate --agent NAME` (README, Baselines).
 # Auth: export VLLM_API_KEY and vLLM requires it as the bearer token (it reads the variable itself;
 # the key is never put on the command line, in the pid file or in the log by this script).
 set -euo pipefail
@@ -45,6 +49,7 @@ VLLM_PYTHON="${VLLM_PYTHON:-}"
 CPU=0
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRA=()
+BASELINE_ARGS=()
 
 die() { echo "vllm_serve_bg: $*" >&2; exit 1; }
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
@@ -67,11 +72,14 @@ while [ $# -gt 0 ]; do
       case "$2" in
         deepeyes) MODEL="ChenShawn/DeepEyes-7B"; MAX_MODEL_LEN=32768; LIMIT_MM_PER_PROMPT='{"image":12}' ;;
         mini_o3) MODEL="Mini-o3/Mini-o3-7B-v1"; MAX_MODEL_LEN=40960; LIMIT_MM_PER_PROMPT='{"image":12}' ;;
-        *) die "unknown --baseline $2 (deepeyes, mini_o3)" ;;
+        pixel_reasoner)
+          MODEL="TIGER-Lab/PixelReasoner-RL-v1"; MAX_MODEL_LEN=20480; LIMIT_MM_PER_PROMPT='{"image":25}'
+          BASELINE_ARGS=(--mm-processor-kwargs '{"min_pixels":401408,"max_pixels":4014080}' --dtype bfloat16) ;;
+        *) die "unknown --baseline $2 (deepeyes, mini_o3, pixel_reasoner)" ;;
       esac
       shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,31p "$0"; exit 0 ;;
     *) die "unknown argument: $1 (use -- before extra vllm arguments)" ;;
   esac
 done
@@ -123,7 +131,7 @@ start() {
               --tensor-parallel-size "$TP_SIZE" --limit-mm-per-prompt "$LIMIT_MM_PER_PROMPT")
   [ -n "$SERVED_MODEL_NAME" ] && args+=(--served-model-name "$SERVED_MODEL_NAME")
   if [ "$CPU" = 1 ]; then args+=(--enforce-eager); fi
-  args+=("${EXTRA[@]}")
+  args+=("${BASELINE_ARGS[@]}" "${EXTRA[@]}")
   echo "vllm_serve_bg: starting ${launch[*]} on $HOST:$PORT (log: $LOG_FILE)"
   # the project venv must not leak into the server's interpreter (a separate venv with other versions)
   # setsid: the server gets its own process group so `stop` can end it and its workers together

@@ -1,5 +1,6 @@
-"""``evaluate --agent deepeyes`` end to end against scripted endpoints that speak the DeepEyes protocol (valid,
-out-of-range and malformed tool calls, a reply with neither call nor answer), and the agent registry."""
+"""``evaluate --agent deepeyes|mini_o3|pixel_reasoner`` end to end against scripted endpoints that speak each
+protocol (valid, out-of-range and malformed tool calls, a reply with neither call nor answer, the protocols' limits),
+and the agent registry."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import pytest
 from PIL import Image
 
-from insight_o3.agents import deepeyes, mini_o3
+from insight_o3.agents import deepeyes, mini_o3, pixel_reasoner
 from insight_o3.evaluation.agent_registry import BUILTIN, agent_names, get_agent
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
@@ -140,7 +141,8 @@ def test_deepeyes_malformed_calls(reply):
 
 
 def test_registry_lists_the_builtin_agents():
-    assert {"single_model", "insight_o3", "deepeyes", "mini_o3"} <= set(agent_names())
+    assert {"single_model", "insight_o3", "deepeyes", "mini_o3", "pixel_reasoner"} <= set(agent_names())
+    assert get_agent("pixel_reasoner").alpha == "white"
     assert get_agent("deepeyes") is BUILTIN["deepeyes"]
     with pytest.raises(KeyError, match="known: .*deepeyes"):
         get_agent("no_such_agent")
@@ -221,3 +223,110 @@ def test_evaluate_agent_mini_o3_scripted(bench, tmp_path, openai_server):
     # q4: a server that drops the stop string: the reply is kept with it
     assert by_q["q4"][1]["messages"][2]["content"].endswith("</grounding>")
     assert recs["q0"]["eval_result"]["response"] == "C"
+
+
+def _pr_call(box, target=1, name="crop_image_normalized") -> str:
+    args = json.dumps({"bbox_2d": box, "target_image": target})
+    return f'I will look closer.\n<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+#: marker: the replies in order (the last is repeated); q7's requests report a context past the release's budget
+PR_REPLIES = {
+    "q0": [_pr_call([0.2, 0.3, 0.5, 0.6])],
+    "q1": ["<tool_call>\n{not json}\n</tool_call>"],
+    "q2": [_pr_call([0.1, 0.1, 0.4, 0.4], name="zoom_in")],
+    "q4": [_pr_call([100, 50, 400, 300]), _pr_call([0.0, 0.0, 0.5, 0.5], 2)],
+    "q5": [_pr_call([0.1, 0.1, 0.6, 0.6])] * 6,
+    "q6": [_pr_call([0.1, 0.1, 0.6, 0.6]) + "\n"],
+    "q7": [_pr_call([0.1, 0.1, 0.6, 0.6])] * 3,
+}
+
+
+def _pr_script():
+    def script(req: dict, call: Call) -> Reply:
+        q = eb.marker(json.dumps(req["messages"][1]))
+        turns = sum(m["role"] == "assistant" for m in req["messages"])
+        replies = PR_REPLIES.get(q, [])
+        if turns < len(replies):
+            return chat(replies[turns], prompt_tokens=12100 if q == "q7" and turns == 1 else 10)
+        return chat(f"Seen it.\n\n\\boxed{{{eb.QUESTIONS[q][3]}}}")
+
+    return script
+
+
+def test_evaluate_agent_pixel_reasoner_scripted(bench, tmp_path, openai_server):
+    import pyarrow.parquet as pq
+
+    from insight_o3.scripts import export
+    from insight_o3.viz.report import build_report
+
+    main_srv = openai_server(_pr_script())
+    judge_srv = openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    argv = eb.evaluate_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--agent", "pixel_reasoner")
+    assert evaluate.main(argv) == 0
+    run = out / "m/o3_bench"
+    recs = {r["sample_key"]: r for r in eb.read_records(run, 0)}
+    assert set(recs) == set(eb.QUESTIONS)
+    card = json.loads((run / "run_card.json").read_text())
+    assert card["agent"] == {"name": "pixel_reasoner", "protocol": pixel_reasoner.PROTOCOL_VERSION}
+
+    by_q: dict[str, list[dict]] = {}
+    for req in main_srv.requests:
+        by_q.setdefault(eb.marker(json.dumps(req["messages"][1])), []).append(req)
+    for q, reqs in by_q.items():
+        for req in reqs:  # the release's greedy settings, system prompt, [image, question + vcot] first message
+            assert (req["temperature"], req["top_p"], req["max_tokens"], req["top_k"]) == (0.0, 1.0, 2048, -1)
+            assert req["stop"] == pixel_reasoner.STOP and req["skip_special_tokens"] is False
+            assert req["messages"][0] == {"role": "system", "content": pixel_reasoner.SYSTEM_PROMPT}
+            first = req["messages"][1]["content"]
+            assert [p["type"] for p in first] == ["image_url", "text"]
+            assert first[1]["text"].startswith(f"[{q}] What does the figure show?")
+            assert first[1]["text"].endswith(pixel_reasoner.USER_SUFFIX)
+            w, h = Image.open(bench[1] / "images" / eb.QUESTIONS[q][0]).size
+            assert _png_size(first[0]["image_url"]["url"]) == pixel_reasoner.first_view((w, h)).size
+
+    def crops(q):
+        traj = recs[q]["eval_result"]["trajectory"]
+        return [p["image"] for m in traj for p in m["content"] if p.get("type") == "image"][1:]
+
+    # q0: a relative box, padded by 0.1 and cropped from the 560x392 view of the 96x64 image, resized by smart_resize
+    assert pixel_reasoner.first_view((96, 64)).size == (560, 392)
+    turn = by_q["q0"][1]["messages"]
+    assert turn[2] == {"role": "assistant", "content": PR_REPLIES["q0"][0]}
+    parts = turn[3]["content"]
+    assert [p["type"] for p in parts] == ["text", "image_url"]
+    shown = _png_size(parts[1]["image_url"]["url"])
+    assert parts[0]["text"] == pixel_reasoner.CROP_TEXT.format(*shown)
+    box = pixel_reasoner.crop_box((560, 392), [0.2, 0.3, 0.5, 0.6])
+    assert box == (56, 78, 336, 274)
+    assert [c["region"] for c in crops("q0")] == [[9.6, 12.73, 57.6, 44.73]]  # the box in original pixels
+    er = recs["q0"]["eval_result"]
+    assert er["stats"]["zooms"] == 1 and er["status"] == "correct"
+    # q1, q2: the release's execution error goes back to the model, which then answers
+    assert by_q["q1"][1]["messages"][3]["content"][0]["text"].startswith("\nExecution error:\nExpecting property name")
+    assert by_q["q2"][1]["messages"][3]["content"][0]["text"] == "\nExecution error:\n'zoom_in'\n"
+    assert recs["q1"]["eval_result"]["status"] == "correct"
+    # q3: no call: one request, the reply is the answer
+    assert len(by_q["q3"]) == 1
+    # q4: pixel coordinates, then a crop of that crop (target_image 2)
+    assert len(crops("q4")) == 2 and recs["q4"]["eval_result"]["stats"]["zooms"] == 2
+    inner, outer = crops("q4")[1]["region"], crops("q4")[0]["region"]
+    assert outer[0] <= inner[0] < inner[2] <= outer[2] and outer[1] <= inner[1] < inner[3] <= outer[3]
+    # q5: the fifth call ends the episode (4 calls answered); the call is the answer
+    assert len(by_q["q5"]) == 5 and "tool call after 4 calls" in recs["q5"]["eval_result"]["stats"]["stop_reason"]
+    assert recs["q5"]["eval_result"]["response"] == PR_REPLIES["q5"][0]
+    # q6: a newline after </tool_call>: not a call
+    assert len(by_q["q6"]) == 1 and recs["q6"]["eval_result"]["stats"]["zooms"] == 0
+    # q7: the second request went past 12*1024-200 tokens: its call is not run
+    assert len(by_q["q7"]) == 2 and recs["q7"]["eval_result"]["stats"]["zooms"] == 1
+    # no pixels in the records; the report shows every crop; export writes every trajectory
+    assert b"base64" not in (run / "trial_0" / "eval_records.jsonl").read_bytes()
+    page = build_report(run, max_samples=0, thumb_px=64)
+    assert "pixel_reasoner" in page
+    n_crops = sum(len(crops(q)) for q in recs)
+    assert n_crops == 1 + 0 + 0 + 2 + 4 + 0 + 1
+    assert page.count("<img") >= n_crops + len(recs)
+    assert all(f"crop {k}" in page for k in range(1, 5))  # q5's four crops, numbered on the source image
+    assert export.main([str(run), "--out_dir", str(tmp_path / "export")]) == 0
+    assert pq.read_table(tmp_path / "export" / "trajectories.parquet").num_rows == len(recs)

@@ -32,14 +32,14 @@ PIXEL_REASONER = json.loads((GOLDEN / "pixel_reasoner.json").read_text())
 
 @pytest.fixture(scope="module")
 def image_file(tmp_path_factory):
-    """The generated image of (size, seed), written once per module."""
+    """The generated image of (size, seed) by ``make`` (a recorder's generator), written once per module."""
     root, made = tmp_path_factory.mktemp("baseline_images"), {}
 
-    def get(size, seed) -> Path:
-        key = (tuple(size), seed)
+    def get(size, seed, make=make_image) -> Path:
+        key = (tuple(size), seed, make.__module__)
         if key not in made:
-            made[key] = root / f"{size[0]}x{size[1]}_{seed}.png"
-            make_image(*size, seed).save(made[key])
+            made[key] = root / f"{size[0]}x{size[1]}_{seed}_{len(made)}.png"
+            make(*size, seed).save(made[key], compress_level=1)  # lossless; fast for the big noisy image
         return made[key]
 
     return get
@@ -169,24 +169,10 @@ def _normalize_request(req: dict) -> tuple[list[dict], list[dict]]:
     return msgs, images
 
 
-@pytest.fixture(scope="module")
-def pr_image_file(tmp_path_factory):
-    root, made = tmp_path_factory.mktemp("pr_images"), {}
-
-    def get(size, seed) -> Path:
-        key = (tuple(size), seed)
-        if key not in made:
-            made[key] = root / f"{size[0]}x{size[1]}_{seed}.png"
-            pr_rec.make_image(*size, seed).save(made[key])
-        return made[key]
-
-    return get
-
-
 @pytest.mark.parametrize("n", range(len(PIXEL_REASONER["cases"])))
-def test_pixel_reasoner_requests_match_the_release(n, pr_image_file, store):
+def test_pixel_reasoner_requests_match_the_release(n, image_file, store):
     case = PIXEL_REASONER["cases"][n]
-    path = pr_image_file(case["size"], case["seed"])
+    path = image_file(case["size"], case["seed"], pr_rec.make_image)
     replies = list(zip(case["replies"], case["usage"]))
 
     def reply(req, call):

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -168,3 +170,84 @@ def test_legend_below_never_covers_a_bar():
     bars = [p.get_window_extent(renderer) for p in ax.patches]
     assert bars and not any(legend.overlaps(b) for b in bars)
     assert legend.y1 <= ax.get_window_extent(renderer).y0  # under the axes
+
+
+# ----------------------------------------------------------------------------- --serve (issue 33 item 9)
+def _read_until(proc: subprocess.Popen, marker: str, timeout: float, lines: queue.Queue[str]) -> str:
+    """The subprocess's stdout up to and including the line that starts with ``marker`` (fails after ``timeout``).
+    Lines come from a thread (``select`` on a buffered text pipe misses lines already in the buffer) into ``lines``;
+    an empty string follows the last one."""
+
+    def pump() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    out = ""
+    while not any(line.startswith(marker) for line in out.splitlines()):
+        try:
+            out += lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no {marker!r} in {timeout} s; stdout so far:\n{out}") from None
+    return out
+
+
+def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigterm(tmp_path):
+    """``demo --serve`` prints the endpoints' URLs and ready-to-paste commands; run as printed (through bash, with
+    none of the key/URL variables set beforehand) they evaluate the demo benchmark in both modes and write a
+    report; SIGTERM then ends the server, status 0, within seconds."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    argv = [sys.executable, "-m", "insight_o3.scripts.demo", "--serve", "--num_images", "2", "--min_side", "500"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout: queue.Queue[str] = queue.Queue()
+        out = _read_until(proc, "Ctrl-C (or SIGTERM) stops", 120, stdout)
+        urls = dict(re.findall(r"^  (model|vsearcher|judge)\s+(http://127\.0\.0\.1:\d+/v1)", out, re.M))
+        assert set(urls) == {"model", "vsearcher", "judge"} and len(set(urls.values())) == 3
+        blocks = dict(re.findall(r"^# (\S+)\n(.*?)(?=^# |^Ctrl-C)", out, re.M | re.S))
+        assert list(blocks) == ["single-model", "insight-o3", "report"]
+        assert f"OPENAI_BASE_URL={urls['model']}" in blocks["single-model"]
+        assert f"VSEARCHER_API_BASE_URL={urls['vsearcher']}" in blocks["insight-o3"]
+        for mode, command in blocks.items():
+            r = subprocess.run(
+                ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+            )
+            assert r.returncode == 0, (mode, command, r.stderr[-3000:])
+        bench = [json.loads(line) for line in (tmp_path / "outputs/demo/bench/metadata.jsonl").open()]
+        for mode in ("single-model", "insight-o3"):
+            recs = _records(tmp_path / "outputs/demo/eval/served" / mode)
+            assert sorted(r["question_id"] for r in recs) == sorted(r["question_id"] for r in bench)
+            assert all(r["eval_result"]["status"] in ("correct", "wrong") for r in recs)
+        searched = _records(tmp_path / "outputs/demo/eval/served/insight-o3")
+        assert all(r["eval_result"]["stats"]["n_search_calls"] >= 1 for r in searched)
+        page = (tmp_path / "outputs/demo/served_report.html").read_text()
+        assert all(r["question_id"] in page for r in bench)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        assert time.monotonic() - t0 < 10 and proc.returncode == 0
+        err = proc.stderr.read()
+        assert "Traceback" not in err, err[-2000:]
+        rest = "".join(iter(lambda: stdout.get(timeout=10), ""))
+        assert rest == "stopped serving the demo endpoints\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_flags_are_checked(capsys):
+    for argv in (
+        ["--port", "8100"],
+        ["--serve", "--port", "65535"],
+        ["--serve", "--vsearcher_api_base_url", "u", "--vsearcher_model", "m"],
+    ):
+        with pytest.raises(SystemExit) as e:
+            demo.main(argv)
+        assert e.value.code == 2, argv

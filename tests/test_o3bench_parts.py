@@ -261,6 +261,8 @@ def test_e2_reply_valid_but_for_trailing_commas_is_repaired_and_the_repair_is_sa
     "reply, message",
     [
         ('[{"question": "q", "options": "A. x', "no JSON array"),  # cut off: asked again, never completed
+        ("I cannot write questions about [layout 3], sorry.", "no JSON array"),  # prose in brackets: asked again
+        ("Here: ['a', 'b',]", "no JSON array"),  # repaired, but not an array of objects
         ('[{"b": 1,}, ' + "[" * 5000 + "1" + "]" * 5000 + "]", "no JSON array"),  # a bomb stays a failure
         ('[{"a": ' + "[" * 150 + "1" + "]" * 150 + ",}]", "no JSON array"),  # repaired, but nested past the bound
         ("[" * 150 + "1" + "]" * 150, "no JSON array"),  # valid JSON beyond the bound: not repaired either

@@ -136,3 +136,31 @@ def test_vllm_helper_reports_early_exit(fake_vllm, tmp_path):
     assert r.returncode == 1
     assert "exited before becoming healthy" in r.stderr and "out of memory" in r.stderr
     assert not (run_dir / f"vllm_{port}.pid").exists()
+
+
+@pytest.mark.parametrize(
+    "baseline, want",
+    [
+        ("deepeyes", 'serve ChenShawn/DeepEyes-7B --host 127.0.0.1 --port {port} --max-model-len 32768'),
+        ("mini_o3", "serve Mini-o3/Mini-o3-7B-v1 --host 127.0.0.1 --port {port} --max-model-len 40960"),
+        (
+            "pixel_reasoner",
+            "serve TIGER-Lab/PixelReasoner-RL-v1 --host 127.0.0.1 --port {port} --max-model-len 20480 "
+            '--tensor-parallel-size 1 --limit-mm-per-prompt {{"image":25}} '
+            '--mm-processor-kwargs {{"min_pixels":401408,"max_pixels":4014080}} --dtype bfloat16',
+        ),
+    ],
+)
+def test_vllm_helper_baseline_settings(fake_vllm, tmp_path, baseline, want):
+    """``--baseline NAME``: the checkpoint and the serving settings of its authors (the stand-in prints its argv and
+    exits, so the helper shows it in its error)."""
+    port = free_port()
+    r = subprocess.run(
+        ["bash", str(SCRIPTS[0]), "start", "--port", str(port), "--baseline", baseline, "--timeout", "30"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(VLLM_BIN=str(fake_vllm), RUN_DIR=str(tmp_path), FAKE_VLLM_CRASH="1"),
+    )
+    assert r.returncode == 1
+    assert "argv: " + want.format(port=port) in r.stderr

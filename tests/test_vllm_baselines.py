@@ -46,7 +46,7 @@ def _judge(req: dict, call: Call):
     return chat("<correct>" if "GT Answer:" in last_user_text(req) else "A")
 
 
-@pytest.mark.parametrize("agent", ["deepeyes", "mini_o3"])
+@pytest.mark.parametrize("agent", ["deepeyes", "mini_o3", "pixel_reasoner"])
 def test_baseline_agent_on_tiny_vllm(agent, vllm_server, bench, tmp_path):
     ann = next(bench.rglob("*.jsonl"))
     posts = len(re.findall(r'"POST /v1/chat/completions HTTP/1\.1" 200', vllm_server.log_tail(10**8)))

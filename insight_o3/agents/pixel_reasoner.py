@@ -3,15 +3,15 @@
 over the chat API instead of its offline vLLM loop. Sources (commit a3a6c3a, under ``curiosity_driven_rl/openrlhf``;
 docs/fidelity.md rows P*):
 
-* ``datasets/prompts_dataset.py`` l. 37 (``vcot``), l. 142 and 162-163: the user message ``[image, question +
+* ``datasets/prompts_dataset.py`` l. 37 (``vcot``), l. 142 and 156-157: the user message ``[image, question +
   "\\n\\n" + vcot]``;
 * ``trainer/ppo_utils/experience_maker.py``:
   l. 124-166 (the tool ``crop_image_normalized``: a box in ``[0, 1]`` when all four values are < 1, else pixels of
   the image it crops; padded by 0.1 of a side, clamped to the image, ``Image.crop`` (which rounds), the crop must be
-  more than 28 px a side), l. 1142-1147 (``parse_last_tool``: JSON between the last ``<tool_call>`` of the whole
-  text so far and the next ``</tool_call>``), l. 1208-1241 (``execute_tool``: ``target_image`` counts from 1),
+  more than 28 px a side), l. 1145-1147 (``parse_last_tool``: JSON between the last ``<tool_call>`` of the whole
+  text so far and the next ``</tool_call>``), l. 1170-1241 (``execute_tool``: ``target_image`` counts from 1),
   l. 1244-1276 (the system prompt: "You are a helpful assistant." and qwen-agent's ``NousFnCallPrompt`` with the two
-  tools, l. 1450-1454), l. 1365-1379 (``resize_cropped``: ``smart_resize`` to 256..5120 x 28 x 28 pixels),
+  tools, l. 1450-1453), l. 1365-1379 (``resize_cropped``: ``smart_resize`` to 256..5120 x 28 x 28 pixels),
   l. 1951-2400 (``_generate_vllm``, the loop: the question's image through ``fetch_image`` at 256..8000 x 28 x 28
   pixels, greedy decoding, 2048 tokens a reply, the stop strings; a reply ending with ``</tool_call>`` is a call;
   the episode ends on a reply that is not, or on any reply after 4 calls, with more than 16 images, or whose
@@ -72,13 +72,13 @@ TOOL_START, TOOL_END = "<tool_call>", "</tool_call>"
 #: the release's ``self.operations`` (l. 1450): looked up by name, so a bad name fails as it does there
 OPERATIONS = {"crop_image_normalized": "crop", "select_frames": "select"}
 STOP = ["<|im_end|>", "<|eot_id|>", "<|endoftext|>"]
-#: the loop's limits (l. 2060, 2226): a reply after 4 calls, more than 16 images, a request past 12*1024-200 tokens
+#: the loop's limits (l. 2058, 2246): a reply after 4 calls, more than 16 images, a request past 12*1024-200 tokens
 MAX_CALLS, MAX_IMAGES, MAX_TOKENS = 3, 16, 12 * 1024 - 200
 FACTOR = 28
-FIRST_MIN_PIXELS, FIRST_MAX_PIXELS = 256 * 28 * 28, 8000 * 28 * 28  # eval_minpixel, eval_maxpixel (l. 1959-1960)
+FIRST_MIN_PIXELS, FIRST_MAX_PIXELS = 256 * 28 * 28, 8000 * 28 * 28  # eval_minpixel, eval_maxpixel (l. 1960-1961)
 CROP_MIN_PIXELS, CROP_MAX_PIXELS = 256 * 28 * 28, 5120 * 28 * 28  # resize_cropped at eval (l. 2306)
 PADDING = 0.1
-#: evaluation sampling (l. 2067-2070, 2110-2118): greedy, ``max_out_tokens`` 2048 (eval_ray.py has no such flag)
+#: evaluation sampling (l. 1979, 1989, 2067-2070, 2108-2119): greedy, ``max_out_tokens`` 2048 (eval_ray.py has no such flag)
 COMPLETION_KWARGS = {
     "temperature": 0.0,
     "top_p": 1.0,
@@ -153,7 +153,7 @@ def last_tool_call(text: str) -> Any:
 class PixelReasonerSession:
     """One Pixel-Reasoner episode (see the module docstring). ``views``: the images the loop holds (1-based
     ``target_image``); ``raw``: the list the release reads indices below its length from (the question's image
-    only: it is never extended, l. 2132-2147)."""
+    only: it is never extended, l. 2158-2160, 1233-1237)."""
 
     def __init__(self, question: str, options: str | None, image: str, size: tuple[int, int]):
         self.image = image
@@ -170,7 +170,7 @@ class PixelReasonerSession:
         return {**image_part(ref), "pipeline": [list(op) for op in v.pipeline]}
 
     def qa_text(self) -> str:
-        """The text ``parse_last_tool`` searches (l. 2101-2104, 2378-2381): the conversation as Qwen2.5-VL's chat
+        """The text ``parse_last_tool`` searches (l. 2205-2206, 2391, 2399): the conversation as Qwen2.5-VL's chat
         template renders it, image pads removed, the last reply after the generation prompt."""
         out = []
         for m in self.messages[:-1]:
@@ -185,7 +185,7 @@ class PixelReasonerSession:
             self.tokens = None
 
     def _execute(self, text: str) -> View:
-        """Parse and run the last call (l. 2262-2306); raises what the release raises."""
+        """Parse and run the last call (l. 2270-2306); raises what the release raises."""
         tool_params = last_tool_call(text)
         tool_name = tool_params["name"]
         tool_args = tool_params["arguments"]
@@ -219,7 +219,7 @@ class PixelReasonerSession:
         except Exception as e:  # the release's catch-all: the message goes back to the model
             self.messages.append(message("user", ERROR_TEXT.format(e)))
             return Ask()
-        if len(self.views) + 1 > MAX_IMAGES:  # l. 2336-2340: the episode ends, the call unanswered
+        if len(self.views) + 1 > MAX_IMAGES:  # l. 2335-2339: the episode ends, the call unanswered
             return Finish(rsp, f"more than {MAX_IMAGES} images")
         self.views.append(view)
         self.messages.append(message("user", CROP_TEXT.format(*view.size), self._part(view)))

@@ -1,6 +1,7 @@
 """A keyless demo: a small demo benchmark, scripted endpoints on 127.0.0.1, both evaluation modes, a report.
 
     python -m insight_o3.scripts.demo [--output_dir outputs/demo]      (or: insight-o3-demo)
+    python -m insight_o3.scripts.demo --serve [--port 8100]            (keep the endpoints up for your commands)
 
 SCRIPTED DEMO — no model is called and no key is needed. The command draws a small O3-Bench-like
 benchmark (:mod:`insight_o3.data.demo_bench`: charts and maps whose answers and evidence boxes are
@@ -15,6 +16,11 @@ Output (under ``--output_dir``): ``bench/`` (images + ``metadata.jsonl``),
 ``eval/scripted-demo/{single-model,insight-o3}/`` (run directories, as ``evaluate`` writes them) and
 ``report.html``. Rerunning resumes (nothing left to do: it only rewrites the report).
 
+``--serve``: draw the benchmark, start the three endpoints and keep them up (nothing is evaluated) until Ctrl-C or
+SIGTERM; it prints their URLs and ready-to-paste ``evaluate`` commands (keys and URLs through the environment
+variables ``evaluate`` reads) for both modes on ``<output_dir>/bench``. ``--port P`` serves the model on P, the
+vSearcher on P+1 and the judge on P+2 (default: free ports). A stop is its normal end: status 0.
+
 Exit status: as ``evaluate`` (:class:`insight_o3.cli.ExitCode`): 0 done, 2 bad arguments, 3 an output
 could not be written, 5 another demo holds the output directory.
 """
@@ -22,6 +28,9 @@ could not be written, 5 another demo holds the output directory.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -62,6 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min_side", type=int, default=1000, help="smallest image side in px (O3-Bench: ~3000)")
     p.add_argument("--progress", action="store_true", help="show evaluate's progress bars")
     g = p.add_argument_group(
+        "serve the endpoints",
+        "keep the scripted model, vSearcher and judge up for your own commands (evaluate, rejudge, the notebooks) "
+        "instead of running the two evaluations",
+    )
+    g.add_argument(
+        "--serve",
+        action="store_true",
+        help="draw the benchmark, start the endpoints, print their URLs and an evaluate command; Ctrl-C stops",
+    )
+    g.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="with --serve: the model on PORT, the vSearcher on PORT+1, the judge on PORT+2 (default 0: free ports)",
+    )
+    g = p.add_argument_group(
         "a real vSearcher (the second step)",
         "InSight-o3 mode with a real vSearcher endpoint instead of the scripted one, e.g. the tiny Qwen2.5-VL "
         "served by vLLM on CPU (README, Quick start); the vReasoner and the judge stay scripted",
@@ -83,6 +108,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--min_side must be at least 64")
     if bool(a.vsearcher_api_base_url) != bool(a.vsearcher_model):
         p.error("--vsearcher_api_base_url and --vsearcher_model go together")
+    if a.serve and a.vsearcher_api_base_url:
+        p.error("--serve serves the scripted vSearcher; give your own vSearcher to evaluate instead")
+    if not 0 <= a.port <= 65533:
+        p.error("--port must be within [0, 65533] (the judge takes PORT+2)")
+    if a.port and not a.serve:
+        p.error("--port goes with --serve")
     return a
 
 
@@ -121,25 +152,35 @@ def _evaluate_argv(a: argparse.Namespace, bench: Path, model_url: str, judge_url
     ]
 
 
+def _draw_bench(a: argparse.Namespace, bench: Path) -> int:
+    return make_demo_bench.main(
+        ["--output_dir", str(bench), "--num_images", str(a.num_images), "--seed", str(a.seed)]
+        + ["--questions_per_image", str(a.questions_per_image), "--min_side", str(a.min_side)]
+        + ["--max_side", str(int(a.min_side * 1.4))]
+    )
+
+
+def _servers(a: argparse.Namespace, bench: Path, port: int = 0) -> list[ScriptedOpenAIServer]:
+    """The model, vSearcher and judge endpoints (not started); ``port`` > 0: on port, port+1, port+2."""
+    scripts = DemoScripts.from_metadata(
+        bench / "metadata.jsonl", accuracy=a.accuracy, searched_accuracy=a.searched_accuracy, seed=a.seed
+    )
+    if a.vsearcher_max_pixels:
+        scripts.searcher_max_pixels = a.vsearcher_max_pixels
+    roles = (scripts.model, scripts.searcher, scripts.judge)
+    return [ScriptedOpenAIServer(s, port=port + k if port else 0, keep_bodies=False) for k, s in enumerate(roles)]
+
+
 def run_demo(a: argparse.Namespace) -> int:
     out = Path(a.output_dir)
     bench = out / "bench"
     t0 = time.perf_counter()
     banner = BANNER if a.vsearcher_model is None else BANNER_REAL_SEARCHER
     print(banner, flush=True)
-    rc = make_demo_bench.main(
-        ["--output_dir", str(bench), "--num_images", str(a.num_images), "--seed", str(a.seed)]
-        + ["--questions_per_image", str(a.questions_per_image), "--min_side", str(a.min_side)]
-        + ["--max_side", str(int(a.min_side * 1.4))]
-    )
+    rc = _draw_bench(a, bench)
     if rc != ExitCode.OK:
         return rc
-    scripts = DemoScripts.from_metadata(
-        bench / "metadata.jsonl", accuracy=a.accuracy, searched_accuracy=a.searched_accuracy, seed=a.seed
-    )
-    if a.vsearcher_max_pixels:
-        scripts.searcher_max_pixels = a.vsearcher_max_pixels
-    servers = [ScriptedOpenAIServer(s, keep_bodies=False) for s in (scripts.model, scripts.searcher, scripts.judge)]
+    servers = _servers(a, bench)
     model, searcher, judge = (s.start() for s in servers)
     try:
         common = _evaluate_argv(a, bench, model.base_url, judge.base_url)
@@ -178,10 +219,83 @@ def run_demo(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _python() -> str:
+    """How to call this interpreter in a pasted command: ``python`` when that is it (an activated venv)."""
+    on_path = shutil.which("python")
+    if on_path and os.path.realpath(on_path) == os.path.realpath(sys.executable):
+        return "python"
+    return shlex.quote(sys.executable)
+
+
+def serve_commands(bench: Path, eval_dir: Path, urls: dict[str, str]) -> dict[str, str]:
+    """The ready-to-paste commands against served endpoints (``urls``: model, vsearcher, judge): ``evaluate`` in each
+    mode, keys and URLs through the environment variables it reads (README, 'Evaluate a model'), then ``report``."""
+    q = shlex.quote
+    nl = " \\\n  "
+    env = [f"OPENAI_BASE_URL={q(urls['model'])} OPENAI_API_KEY={NO_KEY}"]
+    env += [f"JUDGE_API_BASE_URL={q(urls['judge'])} JUDGE_API_KEY={NO_KEY}"]
+    searcher_env = [f"VSEARCHER_API_BASE_URL={q(urls['vsearcher'])} VSEARCHER_API_KEY={NO_KEY}"]
+    evaluate_ = [f"{_python()} -m insight_o3.scripts.evaluate --model scripted-demo-model"]
+    evaluate_ += ["--judge_model scripted-demo-judge"]
+    data = [f"--ann_file {q(str(bench / 'metadata.jsonl'))} --img_dir {q(str(bench))}"]
+    data += [f"--output_dir {q(str(eval_dir))}"]
+    return {
+        "single-model": nl.join(env + evaluate_ + data + ["--eval_name served/single-model"]),
+        "insight-o3": nl.join(
+            env
+            + searcher_env
+            + evaluate_
+            + data
+            + ["--eval_name served/insight-o3 --vsearcher_model scripted-demo-vsearcher"]
+        ),
+        "report": f"{_python()} -m insight_o3.scripts.report {q(str(eval_dir / 'served' / 'insight-o3'))}{nl}"
+        f"--compare {q(str(eval_dir / 'served' / 'single-model'))} "
+        f"--output_file {q(str(eval_dir.parent / 'served_report.html'))}",
+    }
+
+
+def serve(a: argparse.Namespace) -> int:
+    """Draw the benchmark, keep the endpoints up until Ctrl-C/SIGTERM (then stop them and return 0)."""
+    out = Path(a.output_dir).resolve()
+    bench = out / "bench"
+    print(BANNER, flush=True)
+    rc = _draw_bench(a, bench)
+    if rc != ExitCode.OK:
+        return rc
+    try:
+        servers = _servers(a, bench, a.port)
+    except OSError as e:
+        print(f"--port {a.port}: cannot serve on 127.0.0.1:{a.port}..{a.port + 2}: {e}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        for s in servers:
+            s.start()
+        urls = dict(zip(("model", "vsearcher", "judge"), (s.base_url for s in servers)))
+        lines = [f"serving the scripted endpoints of the demo benchmark {bench / 'metadata.jsonl'}:"]
+        lines += [f"  {role:<10} {url}   (model name: scripted-demo-{role})" for role, url in urls.items()]
+        lines.append(
+            "any key is accepted. Evaluate against them, then report (paste; keys and URLs go through the environment):"
+        )
+        for mode, cmd in serve_commands(bench, out / "eval", urls).items():
+            lines += [f"# {mode}", cmd]
+        lines.append("Ctrl-C (or SIGTERM) stops the endpoints.")
+        print("\n".join(lines), flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopped serving the demo endpoints", flush=True)
+    finally:
+        for s in servers:
+            s.stop()
+    return ExitCode.OK
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
-    return run_demo(parse_args(argv))
+    a = parse_args(argv)
+    return serve(a) if a.serve else run_demo(a)
 
 
 if __name__ == "__main__":

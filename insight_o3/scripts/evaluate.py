@@ -33,17 +33,20 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
+from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..base.untrusted import loads
 from ..cli import (
     OUTPUT_ROOT,
     STOP_ERRORS,
     ExitCode,
+    Flags,
     add_allow_outside_flag,
     add_budget_flags,
     add_cap_flags,
@@ -99,8 +102,8 @@ log = logging.getLogger("insight_o3.evaluate")
 SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
 
 
-def _json_object(name: str):
-    def parse(text: str) -> dict:
+def _json_object(name: str) -> Callable[[str], JSONObject]:
+    def parse(text: str) -> JSONObject:
         try:
             value = loads(text)
         except json.JSONDecodeError as e:
@@ -212,7 +215,7 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
     add_judge_retries_flag(g)
 
 
-def _rate_flags(g) -> None:
+def _rate_flags(g: Flags) -> None:
     add_run_flags(
         g,
         concurrency=128,
@@ -472,7 +475,7 @@ def subset_hash(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def run_card(c: EvaluateConfig, num_samples: int) -> dict:
+def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
     """The run's ``run_card.json`` (every effective setting, never a key)."""
     image_budget: dict[str, int | None] = {"model": c.img_max_pixels or None}
     seeds = {"model": c.completion_kwargs["seed"]} if "seed" in c.completion_kwargs else {}
@@ -502,7 +505,7 @@ def cost_model(c: EvaluateConfig) -> CostModel | None:
     return CostModel.from_file(c.price_file, {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher})
 
 
-def args_record(a: argparse.Namespace) -> dict:
+def args_record(a: argparse.Namespace) -> JSONObject:
     """What args.json holds: every setting except the keys, and the directory the command ran in (relative
     --ann_file/--img_dir and the records' image paths are relative to it; the viewers join them)."""
     return {**{k: v for k, v in vars(a).items() if k not in SECRET_ARGS}, "working_dir": os.getcwd()}
@@ -600,7 +603,7 @@ def _client(
     )
 
 
-async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None = None) -> dict:
+async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None = None) -> JSONObject:
     guard = RunGuard(c.max_failure_ratio)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
     oracle = c.single_model is not None and c.single_model.oracle_crops

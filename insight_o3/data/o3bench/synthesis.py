@@ -90,8 +90,8 @@ class ParsedReply:
 
 def parse_reply(text: str | None) -> ParsedReply:
     """The JSON array of a reply: the first fenced code block that holds one, else the whole reply, else the text
-    from its first ``[`` to its last ``]``. When none of them is valid JSON, the first of them that is an array
-    but for benign damage (trailing commas, comments, single quotes, a missing comma: see
+    from its first ``[`` to its last ``]``. When none of them is valid JSON, the first of them that is an array of
+    objects but for benign damage (trailing commas, comments, single quotes, a missing comma: see
     :func:`insight_o3.base.untrusted.loads_repaired`) is repaired, within the same bounds, and the repair is
     returned with the items, so that a reply like that is not paid for again. Elements are returned as they are
     (validation judges them). Raises :class:`SynthesisFormatError` when there is no non-empty array."""
@@ -116,8 +116,8 @@ def parse_reply(text: str | None) -> ParsedReply:
             value, repair = loads_repaired(cand)
         except ValueError:
             continue
-        if isinstance(value, list) and value:
-            return ParsedReply(value, repair)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            return ParsedReply(value, repair)  # repaired: only an array of objects (prose in brackets is no reply)
     raise SynthesisFormatError("no JSON array of items in the reply")
 
 
