@@ -171,6 +171,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "no_adaptive_concurrency": O,
     "max_retries": O,
     "parse_retries": O,
+    "judge_retries": O,  # asks again only where the judging would otherwise be a failure
     "client_timeout": O,
     "max_failure_ratio": O,
     "price_file": O,
