@@ -229,6 +229,27 @@ def add_judge_flags(p: Flags, *, model_help: str = "", url_help: str, key_help: 
     p.add_argument("--judge_api_key", help=key_help, **nargs)
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def add_judge_retries_flag(p: Flags) -> None:
+    """``--judge_retries``: judgings more of an attempt whose judge reply was ambiguous or malformed
+    (:class:`insight_o3.evaluation.judge.AnswerJudge`)."""
+    from .evaluation.judge import DEFAULT_JUDGE_RETRIES
+
+    p.add_argument(
+        "--judge_retries",
+        type=_non_negative_int,
+        default=DEFAULT_JUDGE_RETRIES,
+        help=f"judge an attempt again, fresh, this many times when the judge's reply is ambiguous or malformed, "
+        f"before it is a failed record (--retry_failed judges it again on a rerun; default {DEFAULT_JUDGE_RETRIES})",
+    )
+
+
 def add_api_flags(p: Flags, *, env: str = "main", prefix: str = "", aliases: bool = False) -> None:
     """``--{prefix}api_base_url`` / ``--{prefix}api_key`` with the env vars of ``api.ENV_KEYS[env]`` in the help.
     ``aliases``: also accept the older ``--{prefix}base_url``."""

@@ -66,9 +66,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from openai import AsyncOpenAI
 from tqdm.auto import tqdm
 
 from ..base.exit_codes import ExitCode
+from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..endpoints.client import make_client
 from ..endpoints.errors import EXPECTED_ERRORS
@@ -210,7 +212,7 @@ class CardStore(Protocol):
 
     def card_path(self) -> str: ...
 
-    def read_card(self) -> dict | None:
+    def read_card(self) -> JSONObject | None:
         """The stored card (None: the directory's first run)."""
         ...
 
@@ -237,7 +239,7 @@ class CardFile:
     def card_path(self) -> str:
         return self.path
 
-    def read_card(self) -> dict | None:
+    def read_card(self) -> JSONObject | None:
         return read_card(self.path)
 
     def write_card(self, card: dict) -> None:
@@ -392,7 +394,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Rewrite log ``name`` with one line per key, in ``order`` (keys not in it are dropped)."""
         self.logs[name].compact(order)
 
-    def client(self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs):
+    def client(
+        self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs: Any
+    ) -> AsyncOpenAI:
         """An API client reporting to this run's guard (see :func:`insight_o3.endpoints.client.make_client`), closed at the end;
         its endpoint is checked before the first item (``key_env``: the variable its key was to be read from)."""
         self.endpoints.append(Endpoint(kwargs.get("role", "model"), base_url, api_key, key_env))
@@ -515,7 +519,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
         sem = asyncio.Semaphore(max(1, self.settings.concurrency))
 
-        async def one(unit) -> None:
+        async def one(unit: ItemT) -> None:
             async with sem:
                 if self.budget.exceeded is not None:
                     return  # budget reached: start nothing new (a rerun with a higher budget resumes)

@@ -53,6 +53,7 @@ from ..cli import (
     add_client_flags,
     add_image_budget_flag,
     add_judge_flags,
+    add_judge_retries_flag,
     add_output_dir,
     add_run_flags,
     add_separate_requests_flag,
@@ -211,6 +212,7 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
         "a response repeated across trials (default off: one judge request per attempt, as the "
         "released harness; rejudge caches by default)",
     )
+    add_judge_retries_flag(g)
 
 
 def _rate_flags(g: Flags) -> None:
@@ -443,6 +445,7 @@ def config_of(a: argparse.Namespace) -> EvaluateConfig:
             max_answer_length=a.max_answer_length,
             flow=a.judge_flow,
             cache=a.judge_cache,
+            retries=a.judge_retries,
         ),
         agent=_agent(a),
         num_trials=a.num_trials,
@@ -621,6 +624,7 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
             c.judge.max_answer_length,
             flow=c.judge.flow,
             cache=JudgeCache() if c.judge.cache else None,
+            retries=c.judge.retries,
         )
         card = run_card(c, len(samples))
         try:
@@ -637,6 +641,8 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
             )
         finally:
             _log_stats(images, limiters)
+            if judge.rejudged:
+                log.info("judge: %d attempt(s) judged again after an ambiguous or malformed reply", judge.rejudged)
     finally:
         if solver is not None:
             await solver.aclose()

@@ -47,6 +47,7 @@ from ..cli import (
     add_budget_flags,
     add_client_flags,
     add_judge_flags,
+    add_judge_retries_flag,
     add_run_flags,
     entry_point,
     new_parser,
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one judge request per attempt (default: identical judge prompts are asked once)",
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
+    add_judge_retries_flag(p)
     add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     g = p.add_argument_group("judge agreement")
@@ -311,6 +313,7 @@ async def _run(
             a.max_answer_length,
             flow=a.judge_flow,
             cache=None if a.no_judge_cache else JudgeCache(),
+            retries=a.judge_retries,
         )
         new_card = dict(card)
         new_card["judge"] = {
