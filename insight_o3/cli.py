@@ -23,7 +23,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from types import FrameType
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 from .base.caps import DEFAULT_MAX_REPLY_CHARS
 from .base.exit_codes import ExitCode
@@ -128,11 +129,15 @@ def closest_flags(parser: argparse.ArgumentParser, flag: str, n: int = 3) -> lis
     return out[:n]
 
 
+#: Where a command's flags are added: its parser or one of the parser's groups.
+Flags: TypeAlias = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors come first and short: the error, the closest flag names for an
     unknown flag, and where the full usage is (``--help``), instead of a page of usage before the error."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         lines = [f"{self.prog}: error: {message}"]
         if message.startswith("unrecognized arguments:"):
             for arg in message.split(":", 1)[1].split():
@@ -144,7 +149,7 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(ExitCode.BAD_INPUT, "\n".join(lines) + "\n")
 
 
-def new_parser(prog: str, description: str | None = None, **kwargs) -> argparse.ArgumentParser:
+def new_parser(prog: str, description: str | None = None, **kwargs: Any) -> argparse.ArgumentParser:
     """An :class:`ArgumentParser` with the shared help formatter (subcommands are made the same way)."""
     return ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
 
@@ -161,7 +166,7 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 # ----------------------------------------------------------------------------- shared flags
 def add_output_dir(
-    p,
+    p: Flags,
     *,
     dest: str = "output_dir",
     required: bool = False,
@@ -172,18 +177,18 @@ def add_output_dir(
     p.add_argument("--output_dir", *aliases, dest=dest, required=required, default=default, help=help)
 
 
-def add_output_file(p, *, default: str, help: str, dest: str = "out") -> None:
+def add_output_file(p: Flags, *, default: str, help: str, dest: str = "out") -> None:
     """``--output_file`` (``--out`` is a hidden alias): the one file a command writes (an HTML page)."""
     p.add_argument("--output_file", "--out", dest=dest, default=default, help=help)
 
 
-def add_image_budget_flag(p, *, default: int | None, help: str) -> None:
+def add_image_budget_flag(p: Flags, *, default: int | None, help: str) -> None:
     """``--img_max_pixels`` (the released evaluate's name; ``--max_pixels`` is a hidden alias): the pixel budget of
     the whole images a model is sent."""
     p.add_argument("--img_max_pixels", "--max_pixels", dest="img_max_pixels", type=int, default=default, help=help)
 
 
-def add_separate_requests_flag(p, *, what: str = "trial", count_flag: str = "--num_trials") -> None:
+def add_separate_requests_flag(p: Flags, *, what: str = "trial", count_flag: str = "--num_trials") -> None:
     """``--separate_trial_requests`` (the released evaluate's name; ``--separate_attempt_requests`` is a hidden alias)."""
     p.add_argument(
         "--separate_trial_requests",
@@ -194,7 +199,7 @@ def add_separate_requests_flag(p, *, what: str = "trial", count_flag: str = "--n
     )
 
 
-def add_vsearcher_flags(p, *, default_max_pixels: int, aliases: bool = False) -> None:
+def add_vsearcher_flags(p: Flags, *, default_max_pixels: int, aliases: bool = False) -> None:
     """``--vsearcher_max_pixels`` and ``--vsearcher_prompt`` (``aliases``: also the hidden ``--max_pixels`` /
     ``--prompt`` that ``evaluate_vsearch`` once used)."""
     p.add_argument(
@@ -215,16 +220,37 @@ def add_vsearcher_flags(p, *, default_max_pixels: int, aliases: bool = False) ->
     )
 
 
-def add_judge_flags(p, *, model_help: str = "", url_help: str, key_help: str, many: bool = False) -> None:
+def add_judge_flags(p: Flags, *, model_help: str = "", url_help: str, key_help: str, many: bool = False) -> None:
     """``--judge_model``, ``--judge_api_base_url`` (hidden alias ``--judge_base_url``) and ``--judge_api_key``: the
     same spelling in every command that asks a judge (``many``: one or more values each, as ``rejudge``)."""
-    nargs = {"nargs": "+"} if many else {}
+    nargs: dict[str, Any] = {"nargs": "+"} if many else {}
     p.add_argument("--judge_model", required=many, default=None if many else "gpt-5-nano", help=model_help, **nargs)
     p.add_argument("--judge_api_base_url", "--judge_base_url", dest="judge_api_base_url", help=url_help, **nargs)
     p.add_argument("--judge_api_key", help=key_help, **nargs)
 
 
-def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = False) -> None:
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def add_judge_retries_flag(p: Flags) -> None:
+    """``--judge_retries``: judgings more of an attempt whose judge reply was ambiguous or malformed
+    (:class:`insight_o3.evaluation.judge.AnswerJudge`)."""
+    from .evaluation.judge import DEFAULT_JUDGE_RETRIES
+
+    p.add_argument(
+        "--judge_retries",
+        type=_non_negative_int,
+        default=DEFAULT_JUDGE_RETRIES,
+        help=f"judge an attempt again, fresh, this many times when the judge's reply is ambiguous or malformed, "
+        f"before it is a failed record (--retry_failed judges it again on a rerun; default {DEFAULT_JUDGE_RETRIES})",
+    )
+
+
+def add_api_flags(p: Flags, *, env: str = "main", prefix: str = "", aliases: bool = False) -> None:
     """``--{prefix}api_base_url`` / ``--{prefix}api_key`` with the env vars of ``api.ENV_KEYS[env]`` in the help.
     ``aliases``: also accept the older ``--{prefix}base_url``."""
     keys, urls = ENV_KEYS[env]
@@ -235,7 +261,7 @@ def add_api_flags(p, *, env: str = "main", prefix: str = "", aliases: bool = Fal
     p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
 
 
-def add_allow_outside_flag(p) -> None:
+def add_allow_outside_flag(p: Flags) -> None:
     """``--allow_outside_img_dir``: image names of the input file may leave ``--img_dir`` (see :mod:`insight_o3.base.paths`)."""
     p.add_argument(
         ALLOW_OUTSIDE_FLAG,
@@ -245,7 +271,7 @@ def add_allow_outside_flag(p) -> None:
     )
 
 
-def add_cap_flags(p, *, reply: bool = True, decode: bool = True) -> None:
+def add_cap_flags(p: Flags, *, reply: bool = True, decode: bool = True) -> None:
     """``--max_reply_chars`` (characters of each reply text a record keeps) and ``--max_decode_values`` (pixels x
     channels one image may take to decode); see :mod:`insight_o3.base.caps` and :func:`insight_o3.imaging.images.open_image`."""
     if reply:
@@ -274,7 +300,7 @@ CLIENT_TIMEOUT_HELP = (
 )
 
 
-def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
+def add_client_flags(p: Flags, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
     """``--max_retries`` (the openai SDK's retries), ``--client_timeout`` (:data:`CLIENT_TIMEOUT_HELP`) and
     ``--skip_endpoint_check`` (:mod:`insight_o3.endpoints.preflight`)."""
     p.add_argument(
@@ -300,7 +326,7 @@ def add_client_flags(p, *, max_retries: int, client_timeout: float | None = None
 
 
 def add_run_flags(
-    p,
+    p: Flags,
     *,
     concurrency: int | None,
     failure_ratio: bool = True,
@@ -332,7 +358,7 @@ def add_run_flags(
         p.add_argument("--no_progress", action="store_true", help="no progress bar")
 
 
-def add_budget_flags(p, *, what: str = "items") -> None:
+def add_budget_flags(p: Flags, *, what: str = "items") -> None:
     """``--price_file``, ``--max_cost`` and ``--max_tokens_total`` (see :class:`insight_o3.jobs.job.Budget`)."""
     p.add_argument(
         "--price_file",
@@ -351,7 +377,7 @@ def add_budget_flags(p, *, what: str = "items") -> None:
     )
 
 
-def add_token_budget_flag(p) -> None:
+def add_token_budget_flag(p: Flags) -> None:
     """``--max_tokens_total`` of the data tools, whose records carry no usage: it counts this run's requests."""
     p.add_argument(
         "--max_tokens_total",
@@ -381,7 +407,7 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             p.error(f"--{name} must be positive")
 
 
-def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived) -> Invocation:
+def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived: Any) -> Invocation:
     """The :class:`~insight_o3.jobs.integrity.Invocation` of a command line: every flag of ``a`` (less ``skip``,
     e.g. a subcommand's name), ``derived`` values and the code's version and commit as provenance."""
     from . import __version__
@@ -462,7 +488,7 @@ def entry_point(main: MainT) -> MainT:
     :attr:`ExitCode.STOPPED`. A second signal while stopping stops at once, the same way."""
 
     @functools.wraps(main)
-    def wrapper(*args, **kwargs) -> int:
+    def wrapper(*args: Any, **kwargs: Any) -> int:
         received: list[str] = []
         with _sigterm_as_interrupt(received):
             try:
@@ -483,7 +509,7 @@ def _sigterm_as_interrupt(received: list[str]) -> Iterator[None]:
         yield
         return
 
-    def on_sigterm(signum, frame):
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
         received.append("SIGTERM")
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):  # Python's default (raises KeyboardInterrupt) or asyncio.run's (cancels)

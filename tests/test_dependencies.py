@@ -5,6 +5,7 @@ openai majors, and the installed environment matches its lock."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 from importlib import metadata
@@ -116,3 +117,53 @@ def _installed(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+#: the documents that give the notebooks' command, and the distribution of each ``jupyter <subcommand>``
+NOTEBOOK_DOCS = ("README.md", "docs/report.md")
+JUPYTER_SUBCOMMANDS = {"execute": "nbclient", "nbconvert": "nbconvert", "notebook": "notebook", "lab": "jupyterlab"}
+
+
+def _jupyter_commands() -> set[str]:
+    return {m for doc in NOTEBOOK_DOCS for m in re.findall(r"\bjupyter[ -]([a-z][\w-]*)", (ROOT / doc).read_text())}
+
+
+def _notebook_imports() -> set[str]:
+    names = set()
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                lines = "".join(cell["source"]).splitlines()
+                code = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))  # magics
+                for node in ast.walk(ast.parse(code, str(nb))):
+                    if isinstance(node, ast.Import):
+                        names |= {a.name.split(".")[0] for a in node.names}
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                        names.add(node.module.split(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n != "insight_o3"}
+
+
+@pytest.mark.smoke
+def test_the_notebooks_documented_command_and_imports_are_declared_and_locked():
+    """The light install runs the notebooks as documented (issue 33 item 12: it had nbclient, not nbconvert):
+    every ``jupyter <subcommand>`` the docs give and every package the notebooks import is declared (runtime or
+    the dev extra), pinned in both locks and installed here."""
+    declared = {_name(d) for d in PYPROJECT["project"]["dependencies"]}
+    declared |= {_name(d) for d in PYPROJECT["project"]["optional-dependencies"]["dev"]}
+    light, cpu = _lock("light"), _lock("cpu")
+    commands = _jupyter_commands()
+    assert "nbconvert" in commands, f"{NOTEBOOK_DOCS}: the notebooks' command (jupyter nbconvert) is not documented"
+    needed = {}
+    for sub in sorted(commands):
+        assert sub in JUPYTER_SUBCOMMANDS, f"documented `jupyter {sub}`: add its distribution to JUPYTER_SUBCOMMANDS"
+        needed[f"jupyter {sub}"] = JUPYTER_SUBCOMMANDS[sub]
+        scripts = metadata.entry_points(group="console_scripts", name=f"jupyter-{sub}")
+        assert scripts, f"documented `jupyter {sub}` is not installed in {sys.prefix} (rerun scripts/setup.sh)"
+    dists = metadata.packages_distributions()
+    for module in sorted(_notebook_imports()):
+        assert module in dists, f"the notebooks import {module}, which is not installed in {sys.prefix}"
+        needed[f"import {module}"] = dists[module][0].lower()
+    for why, dist in needed.items():
+        dist = dist.replace("_", "-")
+        assert dist in declared, f"{why}: {dist} is not declared in pyproject.toml (dependencies or the dev extra)"
+        assert dist in light and dist in cpu, f"{why}: {dist} is not pinned in constraints/light.txt and cpu.txt"

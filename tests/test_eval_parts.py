@@ -8,7 +8,13 @@ import json
 import pytest
 
 from insight_o3.endpoints.client import make_client
-from insight_o3.evaluation.judge import CROP_MARK, AnswerJudge, crop_for_judge, verification_says_correct
+from insight_o3.evaluation.judge import (
+    CROP_MARK,
+    DEFAULT_JUDGE_RETRIES,
+    AnswerJudge,
+    crop_for_judge,
+    verification_says_correct,
+)
 from insight_o3.evaluation.metrics import compute_metrics, summarize
 from insight_o3.evaluation.runner import RunConfig, run_evaluation
 from insight_o3.evaluation.samples import load_samples
@@ -130,7 +136,8 @@ def test_judge_failures_and_cropping(samples, openai_server):
     assert (open_qa.status, open_qa.fail_stage) == ("failed", "judge")
     # truncated responses are never judged; solver errors stay critical failures
     assert truncated.status == "incomplete" and lost.status == "failed"
-    assert len(seen) == 3
+    # the MCQ asked once; the open question's extraction + verdict asked again --judge_retries (2) times
+    assert len(seen) == 1 + 2 * (1 + DEFAULT_JUDGE_RETRIES) and judge.rejudged == DEFAULT_JUDGE_RETRIES
 
 
 def test_judge_api_error_is_a_recorded_failure(samples, openai_server):

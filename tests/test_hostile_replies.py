@@ -578,6 +578,49 @@ def test_an_ambiguous_verdict_is_a_judge_failure_not_a_score(reply, bench, tmp_p
     assert "ambiguous judge verdict" in er["fail_reason"] and er["judge_outputs"][-1] == reply
 
 
+#: How the judge's first verdict on q5 goes wrong (an ambiguous reply, a malformed one); asked again it is clear.
+FIRST_VERDICT_FAULTS: dict[str, Callable[[], Reply]] = {
+    "ambiguous": lambda: chat("Correct? No."),
+    "malformed": lambda: Reply(body=_set_content(7)(chat("<correct>").body)),
+}
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["no cache", "judge cache"])
+@pytest.mark.parametrize("fault", list(FIRST_VERDICT_FAULTS))
+def test_a_judge_failure_is_judged_again_within_the_run(fault, cache, bench, tmp_path, openai_server):
+    """q5's first verdict is ambiguous or malformed, the second clear: the run judges the attempt again, fresh
+    (past the judge cache, which kept the first reply), and q5 is scored — one more extraction and verdict.
+    With --judge_retries 0 it is a failed record, as before, which --retry_failed judges again."""
+    verdicts = {"n": 0}
+
+    def judge_script(req: dict, call: Call) -> Reply:
+        prompt = last_user_text(req)
+        if eb.marker(prompt) == "q5" and "GT Answer:" in prompt:
+            verdicts["n"] += 1
+            if verdicts["n"] == 1:
+                return FIRST_VERDICT_FAULTS[fault]()
+        return eb.judge_script()(req, call)
+
+    model, judge = openai_server(eb.model_script()), openai_server(judge_script)
+    extra = ["--judge_cache"] if cache else []
+    out = tmp_path / "out"
+    assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url, *extra)) == 0
+    er = _records(out)["q5"]["eval_result"]
+    assert (er["status"], er["judge_outputs"]) == ("correct", ["white", "<correct>"]), er
+    assert verdicts["n"] == 2
+    q5_asks = [r for r in judge.requests if eb.marker(last_user_text(r)) == "q5"]
+    assert len(q5_asks) == 4  # extraction + verdict, twice
+
+    verdicts["n"] = 0
+    out0 = tmp_path / "out0"
+    argv = _argv(bench, out0, model.base_url, judge.base_url, *extra, "--judge_retries", "0")
+    assert evaluate.main(argv) == cli.ExitCode.INCOMPLETE
+    er = _records(out0)["q5"]["eval_result"]
+    assert (er["status"], er["fail_stage"]) == ("failed", "judge"), er
+    assert evaluate.main([*argv, "--retry_failed"]) == 0
+    assert _records(out0)["q5"]["eval_result"]["status"] == "correct"
+
+
 @pytest.mark.parametrize("reply", ["<wrong> (not <correct>)", "Not <correct>.", "<correct> or <wrong>"])
 def test_the_verify_flow_fails_an_ambiguous_verdict_and_the_fork_rule_keeps_its_own(reply, openai_server):
     srv = openai_server(lambda req, call: chat(reply))

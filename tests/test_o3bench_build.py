@@ -198,17 +198,22 @@ def test_offline_build_end_to_end_then_evaluate(tmp_path, demo, oracle, openai_s
 
 
 # ------------------------------------------------------------------------------------------------ kill + resume
-def kill_when(argv: list[str], done: Path, n: int, env_extra: dict | None = None) -> None:
-    """Run ``build_o3_bench`` in a subprocess and SIGKILL it once ``done`` holds ``n`` records."""
+def start(argv: list[str]) -> subprocess.Popen:
+    """``build_o3_bench`` in a subprocess (no key or URL from the environment)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "insight_o3.scripts.build_o3_bench", *argv],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def kill_when(argv: list[str], done: Path, n: int, env_extra: dict | None = None) -> None:
+    """Run ``build_o3_bench`` in a subprocess and SIGKILL it once ``done`` holds ``n`` records."""
+    proc = start(argv)
     try:
         end = time.time() + 60
         while time.time() < end and len(records(done)) < n and proc.poll() is None:
@@ -247,7 +252,59 @@ def test_extract_killed_then_resumed_asks_only_what_is_left(tmp_path, demo, orac
     assert sorted(again) == sorted(oracle.alias[k] for k in left) and len(again) == total - len(done)
     assert len(log.read_text().splitlines()) == total  # compacted: one line per task, the torn line gone
     card = json.loads((ws / "extract" / "step_card.json").read_text())
-    assert card["totals"]["records"] == total and len(card["runs"]) == 1  # the killed run wrote no card
+    killed, resumed = card["history"]  # the killed run is there, found unfinished by the next
+    assert card["totals"]["records"] == total and resumed["status"] == "finished"
+    assert killed["status"] == "unfinished" and killed["new_records"]["ok"] >= 1 and killed["tokens"] > 0
+
+
+def test_every_run_is_in_the_step_card_with_its_spend_however_it_ends(tmp_path, demo, oracle, openai_server, caplog):
+    """A run stopped by SIGTERM with a request in flight and one reply paid for but not recorded, then a run killed
+    by SIGKILL, then one that finishes: the step card's history holds all three with their spend (issue 33 item 6:
+    only finished runs were there, and requests in flight at a kill were in no total)."""
+    ws = sources_ws(tmp_path, demo)
+    srv = openai_server(oracle.script())
+    assert run(*step_argv("extract", ws, srv.base_url)) == 0
+    keys = [s["key"] for s in lines(ws / "sources.jsonl")]
+    oracle.state["e2_prose_once"] = {keys[1]}  # image 1's first reply is prose (paid for), its retry is held
+    held = openai_server(oracle.script(), block_after=2)
+    proc = start(step_argv("synthesize", ws, held.base_url, "--concurrency", "1"))
+    try:
+        held.wait_blocked(1)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 4
+    finally:
+        proc.kill()
+    card_file = ws / "synthesize" / "step_card.json"
+    (entry,) = json.loads(card_file.read_text())["history"]
+    assert entry["status"] == "interrupted" and entry["new_records"] == {"ok": 1}
+    assert entry["requests_unanswered"] == 1 and entry["endpoints"]["synthesizer"]["ok"] == 2
+    assert entry["usage"]["synthesizer"]["requests"] == 2
+    rec = records(ws / "synthesize" / "records.jsonl")[keys[0]]
+    recorded = rec["usage"]["synthesizer"]["prompt_tokens"] + rec["usage"]["synthesizer"]["completion_tokens"]
+    assert entry["tokens_unrecorded"] == entry["tokens"] - recorded > 0  # the prose reply: no record shows it
+
+    blocked = openai_server(oracle.script(), block_after=2)
+    proc = start(step_argv("synthesize", ws, blocked.base_url, "--concurrency", "1"))
+    try:
+        blocked.wait_blocked(1)
+        time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed = json.loads(card_file.read_text())["history"][-1]
+    assert killed["status"] == "started" and killed["new_records"]["ok"] >= 1 and killed["tokens"] > 0
+
+    blocked.release()
+    before = len(records(ws / "synthesize" / "records.jsonl"))
+    assert 1 <= killed["new_records"]["ok"] <= before - 1  # its spend as of its last second (FLUSH_S)
+    caplog.set_level("WARNING")
+    assert run(*step_argv("synthesize", ws, srv.base_url)) == 0
+    history = json.loads(card_file.read_text())["history"]
+    assert [h["status"] for h in history] == ["interrupted", "unfinished", "finished"]
+    assert any("did not finish (killed by SIGKILL" in r.getMessage() for r in caplog.records)
+    assert len(records(ws / "synthesize" / "records.jsonl")) == len(keys)
+    assert history[2]["new_records"] == {"ok": len(keys) - before} and history[2]["requests_unanswered"] == 0
 
 
 def test_synthesize_killed_then_resumed(tmp_path, demo, oracle, openai_server):
@@ -329,7 +386,10 @@ def test_limit_then_the_rest_and_a_budget_stop(tmp_path, demo, oracle, openai_se
     card = json.loads((ws / "extract" / "step_card.json").read_text())
     priced = [r["cost_usd"] for r in recs.values() if r.get("cost_usd") is not None]
     assert card["totals"]["cost_usd"] == pytest.approx(sum(priced), abs=1e-5)
-    assert [r["limit"] for r in card["runs"]] == [1, None]  # a run stopped by the budget writes no card
+    stopped = card["history"][1]  # the run stopped by the budget is there, with what it spent
+    assert [h["status"] for h in card["history"]] == ["finished", "stopped", "finished"]
+    assert "budget reached" in stopped["reason"] and stopped["cost_usd"] > 0 and stopped["new_records"]["ok"] >= 1
+    assert sum(h["cost_usd"] for h in card["history"][1:]) == pytest.approx(card["totals"]["cost_usd"], abs=1e-5)
     # --limit, budgets and concurrency are operational (three invocations in the history); the prompt role is not
     assert [h["settings"]["limit"] for h in card["history"]] == [1, None, None]
     before = (ws / "extract" / "step_card.json").read_bytes()

@@ -47,7 +47,7 @@ def test_the_shipped_prompts_are_the_chart_and_map_categories_unchanged():
         ("floor_plan={f}", "{LAYOUTS} }", "not a str.format template"),
         ("floor_plan={f}", "{GLOBAL_OCR} only", "no {LAYOUTS} placeholder"),
         ("floor_plan={f}", "  \n", "the prompt file is empty"),
-        ("floor_plan={f}/missing.txt", None, "cannot read the prompt file"),
+        ("floor_plan={f}/missing.txt", None, "cannot read the file"),
     ],
 )
 def test_a_bad_synthesis_prompt_names_the_flag_and_the_file(tmp_path, spec, text, message):

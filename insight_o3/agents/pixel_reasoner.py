@@ -16,7 +16,8 @@ docs/fidelity.md rows P*):
   pixels, greedy decoding, 2048 tokens a reply, the stop strings; a reply ending with ``</tool_call>`` is a call;
   the episode ends on a reply that is not, or on any reply after 4 calls, with more than 16 images, or whose
   request had more than 12 x 1024 - 200 tokens; a call's error goes back to the model as ``"\\nExecution
-  error:\\n{e}\\n"``, a crop as ``"\\nHere is the cropped image (Image Size: WxH):"`` and the image).
+  error:\\n{e}\\n"``, a crop as ``"\\nHere is the cropped image (Image Size: WxH):"`` and the image);
+  l. 818-948, 2405 (the reward: the response from its last ``boxed``; here the judge reads the reply holding it).
 
 Crops are taken from the images the loop holds (the resized question image, earlier crops), so a view is a
 pipeline of resizes and crops of the original file (:attr:`~insight_o3.imaging.images.Resize.pipeline`). The
@@ -145,6 +146,16 @@ def crop_box(size: tuple[int, int], bbox_2d: Any) -> tuple[int, int, int, int]:
     return r  # type: ignore[return-value]
 
 
+def answer_text(replies: list[str]) -> str:
+    """What the judge reads: the last reply holding ``boxed`` (the release's reward scores the response from its last
+    ``boxed``, lowercased: ``rule_reward`` / ``handle_boxed`` l. 818-948), so a ``\\boxed{}`` of an earlier turn still
+    counts; none: the last reply (the release's ``rindex`` raises there; ours: the judge decides)."""
+    for r in reversed(replies):
+        if "boxed" in r.lower():
+            return r
+    return replies[-1]
+
+
 def last_tool_call(text: str) -> Any:
     """``parse_last_tool`` (l. 1145-1147): JSON between the last ``<tool_call>`` and the next ``</tool_call>``."""
     return json.loads(text.split(TOOL_START)[-1].split(TOOL_END)[0])
@@ -177,6 +188,9 @@ class PixelReasonerSession:
             body = "".join(p["text"] if p["type"] == "text" else "<|vision_start|><|vision_end|>" for p in m["content"])
             out.append(f"<|im_start|>{m['role']}\n{body}<|im_end|>\n")
         return "".join(out) + "<|im_start|>assistant\n" + message_text(self.messages[-1])
+
+    def answer(self) -> str:
+        return answer_text([message_text(m) for m in self.messages if m["role"] == "assistant"])
 
     def note_usage(self, usage: Mapping[str, int]) -> None:
         if "prompt_tokens" in usage and "completion_tokens" in usage:
@@ -213,14 +227,14 @@ class PixelReasonerSession:
                 reason = (
                     f"a tool call after {MAX_CALLS + 1} calls or past {MAX_TOKENS} tokens (the reply is the answer)"
                 )
-            return Finish(rsp, reason)
+            return Finish(self.answer(), reason)
         try:
             view = self._execute(self.qa_text())
         except Exception as e:  # the release's catch-all: the message goes back to the model
             self.messages.append(message("user", ERROR_TEXT.format(e)))
             return Ask()
         if len(self.views) + 1 > MAX_IMAGES:  # l. 2335-2339: the episode ends, the call unanswered
-            return Finish(rsp, f"more than {MAX_IMAGES} images")
+            return Finish(self.answer(), f"more than {MAX_IMAGES} images")
         self.views.append(view)
         self.messages.append(message("user", CROP_TEXT.format(*view.size), self._part(view)))
         return Ask(zoomed=True)

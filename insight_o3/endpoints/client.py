@@ -270,6 +270,7 @@ class GuardedAsyncOpenAI(AsyncOpenAI):
     async def post(self, path: str, *args: Any, **kwargs: Any) -> Any:
         if self.guard is not None:
             self.guard.check()  # a stopping run sends nothing more
+            self.guard.request_sent(self.role, self._base())
         try:
             result = await super().post(path, *args, **kwargs)
         except asyncio.CancelledError:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..base.exit_codes import ExitCode
 from ..base.json_types import JSONObject
@@ -88,13 +88,22 @@ class EndpointCounts:
     escaped_replies: int = 0  # replies whose text had code points UTF-8 cannot hold (escaped)
     invalid_usage: int = 0  # replies whose usage was not non-negative integers (dropped: counted as missing)
     missing_usage: int = 0  # replies without usage (invalid ones included): token counts are lower bounds
+    sent: int = field(default=0, repr=False)  # requests sent (the SDK's retries not counted)
 
     @property
     def total(self) -> int:
         return self.ok + self.failed
 
+    @property
+    def unanswered(self) -> int:
+        """Requests sent whose outcome never came (cancelled when the run stopped)."""
+        return max(0, self.sent - self.total)
+
     def to_dict(self) -> JSONObject:
-        return asdict(self)
+        out: JSONObject = {k: v for k, v in asdict(self).items() if k != "sent"}
+        if self.unanswered:  # written only when not 0, so finished runs' entries look as they did
+            out["unanswered"] = self.unanswered
+        return out
 
 
 class RunGuard:
@@ -155,6 +164,10 @@ class RunGuard:
         self.endpoint(role).failed += 1
         self.trip(FatalAPIError(role, redact(url), status, redact(detail)))
 
+    def request_sent(self, role: str, url: str | None = None) -> None:
+        """A request to endpoint ``role`` is sent (:meth:`request_done` follows unless the run is cancelled first)."""
+        self.endpoint(role, url).sent += 1
+
     def request_done(self, role: str, failure: str | None, url: str | None = None) -> None:
         """One request to endpoint ``role`` (at ``url``) finished (``failure`` None) or was lost after the
         SDK's retries."""
@@ -175,7 +188,7 @@ class RunGuard:
         ep.missing_usage += int(check.usage != "ok")
         return ep
 
-    def ledger(self) -> dict[str, dict]:
+    def ledger(self) -> dict[str, JSONObject]:
         """Per endpoint role: its URL, requests ok/failed and reply problems (for the run card)."""
         return {role: ep.to_dict() for role, ep in self.endpoints.items()}
 

@@ -47,6 +47,8 @@ UsageCounts: TypeAlias = dict[str, int]
 RoleUsage: TypeAlias = dict[str, UsageCounts]
 
 _METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_usage_meter", default=None)
+#: The whole run's meter (:func:`metering_run`): every response is counted there too, whichever meter is current.
+_RUN_METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_run_meter", default=None)
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -101,14 +103,22 @@ def metering(meter: UsageMeter) -> contextvars.Token:
     return _METER.set(meter)
 
 
+def metering_run(meter: UsageMeter) -> contextvars.Token:
+    """Make ``meter`` the run's meter: every response of the tasks created from here on is added to it as well as to
+    their current meter (so what a run spent includes the replies of items it never recorded)."""
+    return _RUN_METER.set(meter)
+
+
 def record_response(role: str, response: Any) -> None:
     """Called by the API clients for every parsed response (after :func:`insight_o3.base.untrusted.check_reply`,
     which leaves ``usage`` None where it was not valid)."""
-    meter = _METER.get()
-    if meter is None:
+    meters = [m for m in (_METER.get(), _RUN_METER.get()) if m is not None]
+    if not meters:
         return
     usage = _get(response, "usage")
-    meter.add(role, usage_counts(usage) if usage is not None else {"requests": 1, "unreported_requests": 1})
+    counts = usage_counts(usage) if usage is not None else {"requests": 1, "unreported_requests": 1}
+    for meter in meters:
+        meter.add(role, counts)
 
 
 def unreported(usage: RoleUsage | None) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 from ..agents.config import ApiAccess, InSightO3Config
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..endpoints.usage import CostModel
+from .judge import DEFAULT_JUDGE_RETRIES
 from .runner import RunConfig
 
 
@@ -51,6 +52,7 @@ class JudgeSettings:
     max_answer_length: int = 1000
     flow: str = "extract"
     cache: bool = False
+    retries: int = DEFAULT_JUDGE_RETRIES  # judgings more of an attempt after an ambiguous or malformed judge reply
 
 
 @dataclass(frozen=True, kw_only=True)

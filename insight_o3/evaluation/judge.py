@@ -18,8 +18,11 @@ Deviation (bug fix, changes scores only where the original is wrong): the origin
 containing "correct" as correct, so "incorrect", "Correct? No." and "correct (not really)" counted as correct, and
 the fork's in-loop check any reply containing ``<correct>`` ("<wrong> (not <correct>)", an echoed "<correct> or
 <wrong>"). :func:`read_verdict` reads ``<correct>``/``<wrong>`` and words, not substrings; a reply it cannot read
-clearly is an :class:`AmbiguousVerdict` — a judge failure (``failed``, stage ``judge``), asked again by
-``--retry_failed``, never a score. Where the released rule decides unambiguously (a lone tag or word, the MCQ letter
+clearly is an :class:`AmbiguousVerdict` — a judge failure, never a score: the attempt is judged again, fresh (past
+the judge cache), up to ``retries`` more times (``--judge_retries``, :data:`DEFAULT_JUDGE_RETRIES`), as is a malformed
+judge reply (:class:`JudgeError`, :class:`~insight_o3.base.untrusted.MalformedReply`); still failing, it is a
+``failed`` record (stage ``judge``) that ``--retry_failed`` judges again on a rerun. (The released ``evaluate.py``
+has no such retry: a judge error is ``judge_failed``; training keeps its own rounds, ``retries=0``.) Where the released rule decides unambiguously (a lone tag or word, the MCQ letter
 compared as it is) the result is the released one (golden cases: ``tests/golden/judge_verdicts.json``, the released
 ``evaluate.py`` run on each reply). Training under ``vsearch.variant=original`` keeps the fork's rule as it is
 (``AnswerJudge(verdicts="fork")``, :func:`judged_correct`).
@@ -36,6 +39,7 @@ Every attempt gets a :class:`Verdict` whose ``status`` is one of (:data:`.schema
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -44,6 +48,7 @@ from typing import Any, TypeAlias
 
 from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
+from ..base.untrusted import MalformedReply
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
@@ -54,6 +59,8 @@ from .samples import Sample
 from .schema import Status
 
 FLOWS = ("extract", "verify")
+#: Judgings more of an attempt whose judge reply was ambiguous or malformed, before it is a failed record.
+DEFAULT_JUDGE_RETRIES = 2
 
 
 def default_flow(vsearcher_model: str | None) -> str:
@@ -88,6 +95,10 @@ class Verdict:
 
 class JudgeError(ValueError):
     pass
+
+
+#: Judge failures that asking the judge again may mend (an API error was retried by the SDK already).
+RETRIED_JUDGE_ERRORS: tuple[type[Exception], ...] = (JudgeError, MalformedReply)
 
 
 def crop_for_judge(text: str, max_len: int) -> str:
@@ -196,9 +207,12 @@ class JudgeCache:
         self.hits = 0
         self.misses = 0
 
-    async def ask(self, client: Any, model: str, prompt: str, completion_kwargs: JSONObject) -> str:
+    async def ask(
+        self, client: Any, model: str, prompt: str, completion_kwargs: JSONObject, fresh: bool = False
+    ) -> str:
+        """The judge's reply to ``prompt``; ``fresh``: asked again even where a reply is kept (it replaces it)."""
         key = (model, prompt, json.dumps(completion_kwargs, sort_keys=True, default=str))
-        fut = self._replies.get(key)
+        fut = None if fresh else self._replies.get(key)
         if fut is None:
             self.misses += 1
             fut = self._replies[key] = asyncio.ensure_future(ask_judge(client, model, prompt, completion_kwargs))
@@ -251,7 +265,9 @@ class AnswerJudge:
     """Checks attempts against a sample's ground truth. ``client`` is an ``AsyncOpenAI`` for the
     judge model (only called when the rule cannot decide). ``flow``: ``"extract"`` (single-model
     evaluation) or ``"verify"`` (the fork's in-loop check; InSight-o3 evaluation). With ``cache`` (a
-    :class:`JudgeCache`) identical judge prompts are asked once."""
+    :class:`JudgeCache`) identical judge prompts are asked once. An attempt whose judge reply is ambiguous or
+    malformed (:data:`RETRIED_JUDGE_ERRORS`) is judged again, fresh, up to ``retries`` times (counted in
+    :attr:`rejudged`) before it is a failed verdict; ``retries=0`` for training, whose rounds retry it."""
 
     def __init__(
         self,
@@ -262,9 +278,12 @@ class AnswerJudge:
         flow: str = "extract",
         cache: JudgeCache | None = None,
         verdicts: str = "strict",
+        retries: int = DEFAULT_JUDGE_RETRIES,
     ):
         if flow not in FLOWS:
             raise ValueError(f"judge flow must be one of {FLOWS}, got {flow!r}")
+        if retries < 0:
+            raise ValueError(f"judge retries must not be negative, got {retries}")
         self.client = client
         self.model = model
         self.max_answer_length = max_answer_length
@@ -272,10 +291,14 @@ class AnswerJudge:
         self.completion_kwargs = dict(completion_kwargs or JUDGE_COMPLETION_KWARGS[flow])
         self.cache = cache
         self.verdicts = verdicts  # see judged_correct: "fork" only for training under vsearch.variant=original
-        self._ask_fn = cache.ask if cache is not None else ask_judge
+        self.retries = retries
+        self.rejudged = 0  # judgings repeated after an ambiguous or malformed judge reply
 
-    async def _ask(self, prompt: str) -> str:
-        return await self._ask_fn(self.client, self.model, prompt, self.completion_kwargs)
+    def _asker(self, fresh: bool) -> Callable[..., Awaitable[str]]:
+        """:func:`ask_judge`'s signature: through the cache when there is one (``fresh``: past its kept replies)."""
+        if self.cache is None:
+            return ask_judge
+        return functools.partial(self.cache.ask, fresh=True) if fresh else self.cache.ask
 
     async def check(self, sample: Sample, attempt: Attempt) -> Verdict:
         if attempt.error is not None:
@@ -287,34 +310,52 @@ class AnswerJudge:
         if self.flow == "extract" and attempt.finish_reason != "stop":
             return Verdict("incomplete", fail_reason=f"finish_reason={attempt.finish_reason}")
         text = attempt.text or ""
+        failure: Exception | None = None
         outputs: list[str] = []
-        try:
-            if self.flow == "verify":
-                return await in_loop_check(
-                    self.client,
-                    self.model,
-                    insight_o3_question(sample),
-                    text,
-                    sample.answer,
-                    self.completion_kwargs,
-                    ask=self._ask_fn,
-                    verdicts=self.verdicts,
-                )
-            return await self._extract(sample, text, outputs)
-        except EXPECTED_ERRORS as e:  # API errors after the SDK's retries, malformed or ambiguous judge replies
-            if isinstance(e, AmbiguousVerdict) and not outputs:
-                outputs.append(e.reply)  # the verify flow's one reply: kept with the failure
-            reason = f"judge error: {failure_reason(e)}"
-            return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
+        for tried in range(self.retries + 1):
+            outputs = []
+            ask = self._asker(fresh=tried > 0)
+            try:
+                if self.flow == "verify":
+                    return await in_loop_check(
+                        self.client,
+                        self.model,
+                        insight_o3_question(sample),
+                        text,
+                        sample.answer,
+                        self.completion_kwargs,
+                        ask=ask,
+                        verdicts=self.verdicts,
+                    )
+                return await self._extract(sample, text, outputs, ask)
+            except RETRIED_JUDGE_ERRORS as e:
+                failure = e
+                if tried < self.retries:
+                    self.rejudged += 1
+                    continue
+            except EXPECTED_ERRORS as e:  # API errors after the SDK's retries
+                failure = e
+            break
+        assert failure is not None
+        if isinstance(failure, AmbiguousVerdict) and not outputs:
+            outputs.append(failure.reply)  # the verify flow's one reply: kept with the failure
+        reason = f"judge error: {failure_reason(failure)}"
+        return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
 
-    async def _extract(self, sample: Sample, text: str, outputs: list[str]) -> Verdict:
+    async def _extract(
+        self, sample: Sample, text: str, outputs: list[str], ask: Callable[..., Awaitable[str]] = ask_judge
+    ) -> Verdict:
         gt = sample.answer
         span = extract_answer_span(text)
         if span == gt:
             return Verdict("correct", span, True, "rule")
         answer = crop_for_judge(span, self.max_answer_length)
+
+        async def judge(prompt: str) -> str:
+            return await ask(self.client, self.model, prompt, self.completion_kwargs)
+
         if sample.options:
-            reply = await self._ask(
+            reply = await judge(
                 prompts.format_judge_prompt(
                     prompts.MCQ_EXTRACTION_PROMPT, question=sample.question, options=sample.options, model_answer=answer
                 )
@@ -322,13 +363,13 @@ class AnswerJudge:
             outputs.append(reply)
             letter = reply.strip()
             return Verdict("correct" if letter == gt else "wrong", letter, _names_an_answer(letter), "judge", outputs)
-        extracted = await self._ask(
+        extracted = await judge(
             prompts.format_judge_prompt(
                 prompts.OPEN_QA_EXTRACTION_PROMPT, question=sample.question, model_response=answer
             )
         )
         outputs.append(extracted)
-        reply = await self._ask(
+        reply = await judge(
             prompts.format_judge_prompt(
                 prompts.JUDGE_PROMPT, question=sample.question, gt_answer=gt, model_answer=extracted
             )

@@ -169,9 +169,15 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
             max_tokens_total=s.max_tokens_total,
             check_endpoints=s.check_endpoints,
         )
-        super().__init__(s.output_dir, settings)
         self.s = s
         self.args_record = args_record if args_record is not None else s.record()
+        card = {
+            "package": "insight_o3",
+            "version": __version__,
+            "git_commit": git_commit(),
+            "settings": self.args_record,
+        }
+        super().__init__(s.output_dir, settings, card=card)
         self.keys: list[str] = []
 
     card_file = "run_card.json"
@@ -183,14 +189,6 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
             derived={"annotation_sha256": sha256_file(self.s.ann_file) if self.s.ann_file else None},
             provenance={"version": __version__, "git_commit": git_commit()},
         )
-
-    def first_card(self) -> JSONObject:
-        return {
-            "package": "insight_o3",
-            "version": __version__,
-            "git_commit": git_commit(),
-            "settings": self.args_record,
-        }
 
     def prepare(self) -> None:
         write_json_atomic(self.path("args.json"), self.args_record)

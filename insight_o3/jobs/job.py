@@ -44,8 +44,12 @@ What the job guarantees, for every command alike:
 * before work starts, one line per log says where the run stands ("N of M done, K left"; :attr:`Plan.where`: per
   trial for an evaluation);
 * at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
-* however a run ends, its requests per endpoint (ok, failed, replies escaped or without valid usage) are added
-  to its history entry in the card (:meth:`~ResumableJob.record_endpoints`);
+* every run is an entry of the card's history (:mod:`insight_o3.jobs.run_history`): ``started`` before the first
+  item, its spend so far written at most every second while it works (so even a SIGKILL leaves its spend there),
+  and however it ends its status (finished, stopped, interrupted, failed), reason, wall time, spend — the replies
+  of items it never recorded and the requests left unanswered included, priced by the constructor's ``price`` — and
+  requests per endpoint (ok, failed, replies escaped or without valid usage) (:meth:`~ResumableJob.record_run`);
+  the next run marks an entry left ``started`` as ``unfinished``, with a warning;
 * a failure of one item (:data:`insight_o3.endpoints.errors.EXPECTED_ERRORS`) becomes that item's record when
   :meth:`~ResumableJob.failed` says how (retried by the next run), never a lost run.
 """
@@ -62,19 +66,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from openai import AsyncOpenAI
 from tqdm.auto import tqdm
 
 from ..base.exit_codes import ExitCode
+from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..endpoints.client import make_client
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
 from ..endpoints.preflight import Endpoint, acheck_endpoints
-from ..endpoints.usage import UsageMeter, metering, total_tokens
+from ..endpoints.usage import UsageMeter, metering, metering_run, total_tokens
 from ..storage.atomic import write_json_atomic
 from ..storage.lock import run_lock
 from ..storage.record_log import RecordLog, has_lines
 from .integrity import HISTORY_KEY, Invocation, read_card, settle
+from .run_history import RunStatus, RunTally, close_unfinished, ended
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +212,7 @@ class CardStore(Protocol):
 
     def card_path(self) -> str: ...
 
-    def read_card(self) -> dict | None:
+    def read_card(self) -> JSONObject | None:
         """The stored card (None: the directory's first run)."""
         ...
 
@@ -232,7 +239,7 @@ class CardFile:
     def card_path(self) -> str:
         return self.path
 
-    def read_card(self) -> dict | None:
+    def read_card(self) -> JSONObject | None:
         return read_card(self.path)
 
     def write_card(self, card: dict) -> None:
@@ -275,9 +282,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         endpoints: Iterable[Endpoint] = (),
         store: CardStore | None = None,
         card: dict | None = None,
+        price: Callable[[dict], float | None] | None = None,
     ):
         """``store``: where the card lives and what the directory holds (None: a :class:`CardFile` at
-        :attr:`card_file`); ``card``: what a first run's card holds besides the fixed settings and the history."""
+        :attr:`card_file`); ``card``: what a first run's card holds besides the fixed settings and the history;
+        ``price``: the dollars of a usage dict (per role), for the run's history entry (None: no prices)."""
         self.directory = os.fspath(directory)
         self._invocation = invocation
         self._store, self._card = store, card
@@ -289,17 +298,15 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self.progress: Progress | None = None
         self._closers: list[Callable[[], Any]] = []
         self._writer: ThreadPoolExecutor | None = None
+        self.price = price
+        self.tally = RunTally(price)  # this run's records and spend (its history entry; remade by arun)
+        self._settled = False  # whether this run has a history entry to keep up to date
 
     # ------------------------------------------------------------------------------------------- hooks
     def invocation(self) -> Invocation | None:
         """This run's command and settings (:mod:`insight_o3.jobs.integrity`; by default the one given to the
         constructor); None: nothing is fixed or recorded."""
         return self._invocation
-
-    def first_card(self) -> dict:
-        """What the card of the directory's first run holds besides the fixed settings and the history (by default
-        the ``card`` given to the constructor)."""
-        return dict(self._card or {})
 
     def prepare(self) -> None:
         """Under the lock, before the logs open: write ``args.json``, check settings, make directories."""
@@ -387,7 +394,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Rewrite log ``name`` with one line per key, in ``order`` (keys not in it are dropped)."""
         self.logs[name].compact(order)
 
-    def client(self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs):
+    def client(
+        self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs: Any
+    ) -> AsyncOpenAI:
         """An API client reporting to this run's guard (see :func:`insight_o3.endpoints.client.make_client`), closed at the end;
         its endpoint is checked before the first item (``key_env``: the variable its key was to be read from)."""
         self.endpoints.append(Endpoint(kwargs.get("role", "model"), base_url, api_key, key_env))
@@ -408,46 +417,60 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """The whole run under the directory's lock (:class:`~insight_o3.storage.lock.RunLockedError` if held)."""
         items = list(items)
         with run_lock(self.directory, self.command):
-            settled = self.settle_settings()
-            self.prepare()
-            items = self.collect(items)
+            self.tally = RunTally(self.price)
+            self._settled = self.settle_settings()
+            error: BaseException | None = None
             try:
-                self._open_logs()
-                plan = self.plan(items)
-                done = len(plan.initial)
-                for line in plan.where or [f"{self.desc}: {done} of {plan.total} done, {plan.total - done} left"]:
-                    log.info("%s", line)
-                if plan.units:
-                    self.budget.charge(*self.spent_before())
-                await self._execute(plan)
-                if self.budget.exceeded is not None:
-                    raise self.budget.exceeded
-                summary = self.finish()
+                self.prepare()
+                items = self.collect(items)
+                try:
+                    self._open_logs()
+                    plan = self.plan(items)
+                    done = len(plan.initial)
+                    for line in plan.where or [f"{self.desc}: {done} of {plan.total} done, {plan.total - done} left"]:
+                        log.info("%s", line)
+                    if plan.units:
+                        self.budget.charge(*self.spent_before())
+                    await self._execute(plan)
+                    if self.budget.exceeded is not None:
+                        raise self.budget.exceeded
+                    summary = self.finish()
+                finally:
+                    self._close_logs()
+            except BaseException as e:
+                error = e
+                raise
             finally:
-                self._close_logs()
-                if settled:
-                    self.record_endpoints()
+                if self._settled:
+                    self.record_run(error)
         return JobResult(summary, self.incomplete(summary))
 
-    def record_endpoints(self) -> None:
-        """However the run ends: this run's requests per endpoint — URL, ok, failed, and the replies
-        :mod:`insight_o3.base.untrusted` had to escape or whose usage was invalid or missing
-        (:meth:`~insight_o3.endpoints.guard.RunGuard.ledger`) — go into its entry of the card's history, and a
-        warning names the endpoints whose replies needed either."""
-        ledger = self.guard.ledger()
-        if not ledger:
-            return
+    def _update_entry(self, fields: dict) -> None:
+        """Update this run's entry (the last) of the card's history with ``fields``; a failure is logged, never
+        raised (it must not end a run nor hide how one ended)."""
         store = self.store()
         try:
             card = store.read_card()
             history = card.get(HISTORY_KEY) if card else None
             if not card or not isinstance(history, list) or not history or not isinstance(history[-1], dict):
                 return
-            history[-1]["endpoints"] = ledger
+            history[-1].update(fields)
             store.write_card(card)
-        except Exception as e:  # noqa: BLE001 - called while the run ends: must not hide how it ended
-            log.warning("could not add this run's counts per endpoint to %s: %s", store.card_path(), e)
-        for role, c in ledger.items():
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            log.warning("could not record this run in %s: %s", store.card_path(), e)
+
+    def record_run(self, error: BaseException | None) -> None:
+        """However the run ends: its status, the reason (a stop's or an error's message, redacted), its spend and
+        its requests per endpoint — URL, ok, failed, unanswered, and the replies :mod:`insight_o3.base.untrusted`
+        had to escape or whose usage was invalid or missing (:meth:`~insight_o3.endpoints.guard.RunGuard.ledger`)
+        — go into its entry of the card's history, and a warning names the endpoints whose replies needed
+        either."""
+        status = ended(error)
+        fields = {"status": status.value, **self.tally.fields(self.guard)}
+        if status in (RunStatus.STOPPED, RunStatus.FAILED) and error is not None:
+            fields["reason"] = failure_reason(error, 500)
+        self._update_entry(fields)
+        for role, c in fields["endpoints"].items():
             if c["escaped_replies"] or c["missing_usage"]:
                 log.warning(
                     "%s endpoint: %d repl(ies) with text escaped, %d without valid usage (%d invalid); counted in %s",
@@ -455,7 +478,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                     c["escaped_replies"],
                     c["missing_usage"],
                     c["invalid_usage"],
-                    store.card_path(),
+                    self.store().card_path(),
                 )
 
     def settle_settings(self) -> bool:
@@ -467,16 +490,19 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             return False
         store = self.store()
         stored = store.read_card()
+        if stored is not None:
+            close_unfinished(stored, store.card_path())  # under the lock: no run of this directory is alive
         written = stored is not None and store.wrote_records()
         card = settle(
             stored,
-            self.first_card(),
+            dict(self._card or {}),
             inv,
             where=store.card_path(),
             hint=self.change_hint,
             records_written=written,
             held=store.held(),
         )
+        card[HISTORY_KEY][-1]["status"] = RunStatus.STARTED.value
         store.write_card(card)
         return True
 
@@ -493,7 +519,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
         sem = asyncio.Semaphore(max(1, self.settings.concurrency))
 
-        async def one(unit) -> None:
+        async def one(unit: ItemT) -> None:
             async with sem:
                 if self.budget.exceeded is not None:
                     return  # budget reached: start nothing new (a rerun with a higher budget resumes)
@@ -511,6 +537,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                     await self.emit(out)
                 self.budget.charge(total_tokens(meter.to_dict()))
 
+        run_meter = metering_run(self.tally.meter)  # every reply of this run's tasks, recorded or not
         try:
             await self.setup()
             if plan.units and self.settings.check_endpoints:
@@ -520,6 +547,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             self.progress.close()
             await self._close_resources()
             self._writer.shutdown(wait=True)
+            run_meter.var.reset(run_meter)
 
     async def emit(self, record: Any, log: Hashable = RECORDS) -> bool:
         """Append ``record`` to log ``log`` durably (in the writer thread), count it and charge its cost.
@@ -528,9 +556,14 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         if self.guard.tripped:
             return False
         assert self._writer is not None and self.progress is not None
-        await asyncio.get_running_loop().run_in_executor(self._writer, self.logs[log].append, record)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer, self.logs[log].append, record)
         self.progress.add(self.status(record))
-        self.budget.charge(*self.spend(record))
+        tokens, cost = self.spend(record)
+        self.budget.charge(tokens, cost)
+        self.tally.recorded(self.status(record), tokens, cost)
+        if self._settled and self.tally.due():  # after the records it counts, in the same writer thread
+            await loop.run_in_executor(self._writer, self._update_entry, self.tally.fields(self.guard))
         return True
 
     async def _close_resources(self) -> None:

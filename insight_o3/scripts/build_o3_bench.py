@@ -1,9 +1,10 @@
 """Build an O3-Bench-style benchmark: the paper's construction pipeline (§3.2, B.2, E.1, E.2) as subcommands.
 
     build-o3-bench sources    --output_dir W --chart_images D --chart_layouts L [--map_images D --map_layouts L]
+                              [--category floor_plan,D,L ...]
     build-o3-bench extract    --output_dir W --model Qwen/Qwen2.5-VL-32B-Instruct --api_base_url URL
-    build-o3-bench synthesize --output_dir W --model gpt-5
-    build-o3-bench validate   --output_dir W
+    build-o3-bench synthesize --output_dir W --model gpt-5 [--synth_prompt floor_plan=FILE ...]
+    build-o3-bench validate   --output_dir W [--validation_config rules.json]
     build-o3-bench filter     --output_dir W --solver gpt-5-mini --solver gemini-2.5-flash,URL,KEY_ENV ...
     build-o3-bench review page  --output_dir W        (then fill in W/review/batch_*.decisions.txt)
     build-o3-bench review apply --output_dir W
@@ -34,6 +35,7 @@ import json
 import os
 import sys
 
+from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..cli import (
     ExitCode,
@@ -84,7 +86,7 @@ BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
 
 
 # ----------------------------------------------------------------------------- flags
-def _json_object(text: str) -> dict:
+def _json_object(text: str) -> JSONObject:
     try:
         v = loads(text)
     except ValueError as e:
@@ -98,7 +100,9 @@ def _workspace(p: argparse.ArgumentParser) -> None:
     add_output_dir(p, required=True, help="the build's workspace directory (every step reads and writes here)")
 
 
-def _step_flags(p: argparse.ArgumentParser, *, concurrency: int, parse_retries: bool = True, images: bool = False):
+def _step_flags(
+    p: argparse.ArgumentParser, *, concurrency: int, parse_retries: bool = True, images: bool = False
+) -> None:
     """The shared flags of a model-calling step."""
     add_client_flags(p, max_retries=5)
     add_run_flags(p, concurrency=concurrency, image_workers=images)

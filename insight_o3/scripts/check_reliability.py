@@ -43,7 +43,7 @@ from ..endpoints.client import resolve, resolve_key
 PROG = "python -m insight_o3.scripts.check_reliability"
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     ap = new_parser(PROG, "C.1 MLLM reliability check of a collage source pool.")
     ap.add_argument("--source_pool", required=True, help="pool table (.jsonl or .parquet), see data/source_pool.py")
     ap.add_argument("--image_root", default=None, help="image paths are relative to this (default: the pool's dir)")

@@ -33,23 +33,27 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
+from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..base.untrusted import loads
 from ..cli import (
     OUTPUT_ROOT,
     STOP_ERRORS,
     ExitCode,
+    Flags,
     add_allow_outside_flag,
     add_budget_flags,
     add_cap_flags,
     add_client_flags,
     add_image_budget_flag,
     add_judge_flags,
+    add_judge_retries_flag,
     add_output_dir,
     add_run_flags,
     add_separate_requests_flag,
@@ -98,8 +102,8 @@ log = logging.getLogger("insight_o3.evaluate")
 SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
 
 
-def _json_object(name: str):
-    def parse(text: str) -> dict:
+def _json_object(name: str) -> Callable[[str], JSONObject]:
+    def parse(text: str) -> JSONObject:
         try:
             value = loads(text)
         except json.JSONDecodeError as e:
@@ -208,9 +212,10 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
         "a response repeated across trials (default off: one judge request per attempt, as the "
         "released harness; rejudge caches by default)",
     )
+    add_judge_retries_flag(g)
 
 
-def _rate_flags(g) -> None:
+def _rate_flags(g: Flags) -> None:
     add_run_flags(
         g,
         concurrency=128,
@@ -440,6 +445,7 @@ def config_of(a: argparse.Namespace) -> EvaluateConfig:
             max_answer_length=a.max_answer_length,
             flow=a.judge_flow,
             cache=a.judge_cache,
+            retries=a.judge_retries,
         ),
         agent=_agent(a),
         num_trials=a.num_trials,
@@ -469,7 +475,7 @@ def subset_hash(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def run_card(c: EvaluateConfig, num_samples: int) -> dict:
+def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
     """The run's ``run_card.json`` (every effective setting, never a key)."""
     image_budget: dict[str, int | None] = {"model": c.img_max_pixels or None}
     seeds = {"model": c.completion_kwargs["seed"]} if "seed" in c.completion_kwargs else {}
@@ -499,7 +505,7 @@ def cost_model(c: EvaluateConfig) -> CostModel | None:
     return CostModel.from_file(c.price_file, {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher})
 
 
-def args_record(a: argparse.Namespace) -> dict:
+def args_record(a: argparse.Namespace) -> JSONObject:
     """What args.json holds: every setting except the keys, and the directory the command ran in (relative
     --ann_file/--img_dir and the records' image paths are relative to it; the viewers join them)."""
     return {**{k: v for k, v in vars(a).items() if k not in SECRET_ARGS}, "working_dir": os.getcwd()}
@@ -597,7 +603,7 @@ def _client(
     )
 
 
-async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None = None) -> dict:
+async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None = None) -> JSONObject:
     guard = RunGuard(c.max_failure_ratio)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
     oracle = c.single_model is not None and c.single_model.oracle_crops
@@ -618,6 +624,7 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
             c.judge.max_answer_length,
             flow=c.judge.flow,
             cache=JudgeCache() if c.judge.cache else None,
+            retries=c.judge.retries,
         )
         card = run_card(c, len(samples))
         try:
@@ -634,6 +641,8 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
             )
         finally:
             _log_stats(images, limiters)
+            if judge.rejudged:
+                log.info("judge: %d attempt(s) judged again after an ambiguous or malformed reply", judge.rejudged)
     finally:
         if solver is not None:
             await solver.aclose()

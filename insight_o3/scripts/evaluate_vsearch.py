@@ -20,6 +20,7 @@ the vSearcher endpoint or more than ``--max_failure_ratio`` failed requests); 5 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -58,7 +59,7 @@ from ..storage.record_log import RecordFileError
 __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regions", "metrics", "score"]
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parts = __doc__.split("\n\n")
     # --help shows the input format and the exit codes (the docstring's 3rd and 5th paragraphs)
     p = new_parser("python -m insight_o3.scripts.evaluate_vsearch", parts[0], epilog="\n\n".join(parts[2:5:2]))
@@ -84,7 +85,7 @@ def build_parser():
 
 
 @entry_point
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()
     a = p.parse_args(argv)

@@ -13,6 +13,7 @@ or more than ``--max_failure_ratio`` failed requests); 5 another run holds ``--o
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -40,7 +41,7 @@ from ..protocol.limits import LIMITS
 PROG = "python -m insight_o3.scripts.filter_difficulty"
 
 
-def build_parser(prog: str = PROG):
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = new_parser(prog, __doc__.split("\n")[0])
     add_output_dir(ap, dest="out_dir", required=True, help="a generate_collages output directory")
     ap.add_argument("--model", required=True, help="the vReasoner")

@@ -28,6 +28,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import pandas as pd
 
@@ -70,7 +71,11 @@ class Summary:
     cost_usd: float | None = None
 
 
-def _stat(value, path: str, field: str) -> Stat:
+#: The table's runs: (setting, dataset) -> that run's summary.
+Summaries: TypeAlias = dict[tuple[str, str], Summary]
+
+
+def _stat(value: Any, path: str, field: str) -> Stat:
     if isinstance(value, (int, float)) and not isinstance(value, bool):  # a single-trial number
         return Stat(float(value), 0.0)
     if not isinstance(value, dict) or "mean" not in value:
@@ -160,7 +165,7 @@ def gather(
 ) -> tuple[pd.DataFrame, list[str]]:
     """The table and the notes/warnings to print under it. Raises SummaryError for corrupt files and
     MixedSettingsError (naming what differs) for runs whose run cards disagree, unless allowed."""
-    summaries: dict[tuple[str, str], Summary] = {}
+    summaries: Summaries = {}
     cards: dict[tuple[str, str], dict] = {}
     notes: list[str] = []
     for st in settings:
@@ -201,7 +206,7 @@ def gather(
     return table, notes
 
 
-def _add_usage_columns(table: pd.DataFrame, summaries, settings, datasets) -> None:
+def _add_usage_columns(table: pd.DataFrame, summaries: Summaries, settings: list[str], datasets: list[str]) -> None:
     """``tokens`` / ``cost_usd`` columns (totals of the row's runs) when any run recorded them."""
     if not any(s.tokens_total is not None for s in summaries.values()):
         return
@@ -218,7 +223,7 @@ def _add_usage_columns(table: pd.DataFrame, summaries, settings, datasets) -> No
         table["cost_usd"] = costs
 
 
-def _dataset_table(summaries, settings, datasets) -> pd.DataFrame:
+def _dataset_table(summaries: Summaries, settings: list[str], datasets: list[str]) -> pd.DataFrame:
     rows = {}
     for st in settings:
         row = {}
@@ -231,7 +236,7 @@ def _dataset_table(summaries, settings, datasets) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=[*datasets, "average"]).rename_axis("setting")
 
 
-def _category_table(summaries, settings, dataset) -> pd.DataFrame:
+def _category_table(summaries: Summaries, settings: list[str], dataset: str) -> pd.DataFrame:
     cats = list(dict.fromkeys(c for (st, _), s in summaries.items() for c in s.categories))
     rows = {}
     for st in settings:
@@ -273,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @entry_point
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         table, notes = gather(a.output_dir, a.settings, a.datasets, a.allow_mixed_settings)

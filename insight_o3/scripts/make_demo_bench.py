@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_main(lambda: _make(a, layout, max_side))
 
 
-def _make(a: argparse.Namespace, layout, max_side: int) -> int:
+def _make(a: argparse.Namespace, layout: list[tuple[int, str, int]], max_side: int) -> int:
     out = Path(a.out)
     make_output_dir(out)
     kws = [

@@ -37,7 +37,9 @@ import logging
 import os
 import re
 import sys
+from typing import TypeAlias
 
+from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..cli import (
     STOP_ERRORS,
@@ -45,6 +47,7 @@ from ..cli import (
     add_budget_flags,
     add_client_flags,
     add_judge_flags,
+    add_judge_retries_flag,
     add_run_flags,
     entry_point,
     new_parser,
@@ -140,20 +143,24 @@ class StoredAttempts(TrialSolver):
                 )
         return out
 
-    def usage_shares(self, sample: Sample, trials: list[int]) -> list[dict] | None:
+    def usage_shares(self, sample: Sample, trials: list[int]) -> list[JSONObject] | None:
         """The stored model/vSearcher usage of each trial (the judge's is measured anew)."""
         return [
             {r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != "judge"} for k in trials
         ]
 
 
-def _checked(obj: dict, where: str) -> dict:
+def _checked(obj: dict, where: str) -> JSONObject:
     """A stored record, validated against the schema (errors name the file, line and field)."""
     EvalRecord.from_dict(obj, where)
     return obj
 
 
-def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]], dict]:
+#: The source's stored records: trial -> sample key -> record (as written, validated).
+StoredRecords: TypeAlias = dict[int, dict[str, JSONObject]]
+
+
+def load_source(eval_dir: str) -> tuple[list[Sample], StoredRecords, JSONObject]:
     """Samples (file order), records per trial and the source's settings (run card, else args)."""
     rd = RunDir(eval_dir)
     if not rd.exists():
@@ -162,7 +169,7 @@ def load_source(eval_dir: str) -> tuple[list[Sample], dict[int, dict[str, dict]]
     trials = list(range(rd.trial_count()))
     if not trials:
         raise SourceError(f"{eval_dir}: no trial_0 .. trial_<k> with records (is this an eval dir?)")
-    records: dict[int, dict[str, dict]] = {}
+    records: StoredRecords = {}
     for k in trials:
         if not rd.is_done(k):
             raise SourceError(f"{rd.trial_dir(k)}: trial not finished (no '{DONE_FILE}'); finish the evaluation first")
@@ -207,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one judge request per attempt (default: identical judge prompts are asked once)",
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
+    add_judge_retries_flag(p)
     add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     g = p.add_argument_group("judge agreement")
@@ -277,14 +285,16 @@ def _source_output_dir(src: str, src_eval_name: str | None) -> str:
     return os.path.dirname(path) or "."
 
 
-def _target(a, src: str, src_eval_name: str | None = None) -> tuple[str, str]:
+def _target(a: argparse.Namespace, src: str, src_eval_name: str | None = None) -> tuple[str, str]:
     if a.eval_name:
         return a.output_dir or _source_output_dir(src, src_eval_name), a.eval_name
     name = f"{os.path.basename(os.path.normpath(src))}@rejudge-{_slug(a.judge_model)}"
     return a.output_dir or os.path.dirname(os.path.normpath(src)) or ".", name
 
 
-async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
+async def _run(
+    a: argparse.Namespace, samples: list[Sample], records: StoredRecords, card: JSONObject, cfg: RunConfig
+) -> JSONObject:
     guard = RunGuard(a.max_failure_ratio)
     client = make_client(
         a.judge_api_key,
@@ -303,6 +313,7 @@ async def _run(a, samples, records, card, cfg: RunConfig) -> dict:
             a.max_answer_length,
             flow=a.judge_flow,
             cache=None if a.no_judge_cache else JudgeCache(),
+            retries=a.judge_retries,
         )
         new_card = dict(card)
         new_card["judge"] = {
@@ -381,7 +392,7 @@ def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
 
 
 @entry_point
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()
     a = p.parse_args(argv)
@@ -402,7 +413,7 @@ def main(argv=None) -> int:
     return max(codes)
 
 
-def _rejudge(a: argparse.Namespace, samples, records, card) -> tuple[int, str]:
+def _rejudge(a: argparse.Namespace, samples: list[Sample], records: StoredRecords, card: JSONObject) -> tuple[int, str]:
     """Re-judge the source with one judge (``a.judge_model``); its exit code and eval dir."""
     try:
         cfg = _run_config(a, len(records), card, _source_settings(a, card))

@@ -115,6 +115,8 @@ def cases() -> list[dict]:
             ["I will zoom.</tool_call>", answer],
             # two calls in one reply: the last one runs
             [_call(rel[0]) + "\n" + _call(rel[1]), answer],
+            # a \boxed{} in an earlier turn only: the reward reads from the last "boxed" of the whole response
+            ["I think \\boxed{A}. " + _call(rel[1]), "no box here"],
         ]
         for replies in chains:
             usage = [[1500 + 10 * k, 100] for k in range(len(replies))]
@@ -206,9 +208,10 @@ def load(git_dir: str, template: str):
         "ContentItem": ContentItem, "List": list, "Samples": object,
     }  # fmt: skip
     code = [_assigns(em_src, {"tool_end", "tool_start", "do_controlled_rectify", "DEFAULT_MIN_PIXELS",
-                              "DEFAULT_MAX_PIXELS", "IMAGE_FACTOR"})]  # fmt: skip
+                              "DEFAULT_MAX_PIXELS", "IMAGE_FACTOR", "endstr"})]  # fmt: skip
     for name in ("to_rgb", "SelectFrames", "CropImageNormalized", "parse_last_tool", "crop_image_normalized",
-                 "execute_tool", "get_required_messages", "get_prompt_from_messages", "resize_cropped"):  # fmt: skip
+                 "execute_tool", "get_required_messages", "get_prompt_from_messages", "resize_cropped",
+                 "extract_qwen_query_and_response", "normalize_answer", "handle_boxed"):  # fmt: skip
         code.append(_cut(em_src, name))
     exec(compile("\n\n".join(code), EM, "exec"), ns)
     exec(compile(_cut(em_src, "_generate_vllm", "RemoteExperienceMaker"), EM + ":_generate_vllm", "exec"), ns)
@@ -349,7 +352,24 @@ def record_case(
     assert all(render(seen) == render(normalize_for_render(seen)) for seen in seen_convs)
     last = normalize(conv)[-1]
     assert last["role"] == "assistant" and final.endswith(last["content"][0]["text"] + "<|im_end|>")
-    return {**case, "requests": requests, "answer": last["content"][0]["text"], "unanswered": replies}
+    # what the reward scores (rule_reward l. 936-948 -> handle_boxed, requires_box): the response after the first
+    # generation prompt, lowercased, from its last "boxed"; math-verify stubbed: the span handed to do_verify is kept
+    _, response = ns["extract_qwen_query_and_response"](final)
+    spans: list[str] = []
+    ns["parse"] = lambda text: [text]
+    ns["do_verify"] = lambda nsol, b: spans.append(nsol) or 0.0
+    try:
+        ns["handle_boxed"](response.lower(), "b", "<|im_end|>", None, requires_box=True)
+        scored = spans[0]
+    except ValueError:  # no "boxed" in the response: its sol.rindex("boxed") raises (the evaluation would stop)
+        scored = None
+    return {
+        **case,
+        "requests": requests,
+        "answer": last["content"][0]["text"],
+        "scored": scored,
+        "unanswered": replies,
+    }
 
 
 def record(git_dir: str, template: str) -> dict:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .records import BuildFileError
+from .records import BuildFileError, read_text_file
 
 #: E.1, information extraction (system message; the image is the user message).
 EXTRACTION_PROMPT = (
@@ -290,14 +290,7 @@ class PromptFile:
 def read_prompt_file(path: str, flag: str) -> PromptFile:
     """The text of a prompt file (every byte of it: no newline is stripped); :class:`BuildFileError` naming the flag
     and the file when it cannot be read or is empty."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise BuildFileError(f"{flag} {path}: cannot read the prompt file ({e.strerror or e})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BuildFileError(f"{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    text, _ = read_text_file(path, flag)
     if not text.strip():
         raise BuildFileError(f"{flag} {path}: the prompt file is empty")
     return PromptFile(str(Path(path).resolve()), text)

@@ -6,7 +6,9 @@ hand-edited or truncated workspace file is a clear error, never a traceback from
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...storage.jsonl import iter_jsonl
@@ -14,6 +16,19 @@ from ...storage.jsonl import iter_jsonl
 
 class BuildFileError(ValueError):
     """A workspace or input file that cannot be used; the message names the file, line and field."""
+
+
+def read_text_file(path: str | os.PathLike, what: str) -> tuple[str, bytes]:
+    """A user's text file (a prompt, a rules file) as text and as its bytes (for its sha256); :class:`BuildFileError`
+    naming ``what`` and the file when it cannot be read or is not UTF-8."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise BuildFileError(f"{what} {path}: cannot read the file ({e.strerror or e})") from None
+    try:
+        return raw.decode("utf-8"), raw
+    except UnicodeDecodeError as e:
+        raise BuildFileError(f"{what} {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def _need(obj: dict, name: str, kind: type | tuple[type, ...], where: str) -> Any:

@@ -5,14 +5,15 @@ with its own record log ``<step>/records.jsonl``. This module adds what the thre
 ``synthesize``, ``filter``) have in common: the settings (:class:`StepSettings`, one per command line), clients
 behind an adaptive rate limiter, token usage and cost per record (and so ``--max_cost``), ``--limit``, records
 kept for items outside a limited run, and the step card (``<step>/step_card.json``: model, prompts' sha256,
-settings, totals over all records and one line per run with its wall time, tokens and cost).
+settings, totals over all records, and the job's ``history``: one entry per run, however it ended — finished,
+stopped by a budget or the guard, interrupted by a signal, or ``unfinished`` when killed — with its wall time,
+records, tokens and cost, see :mod:`insight_o3.jobs.run_history`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
@@ -116,21 +117,22 @@ class StepJob(ResumableJob[ItemT, dict]):
         card: dict | None = None,
         invocation: Invocation | None = None,
     ):
-        super().__init__(str(workspace.root), settings.job_settings(), invocation=invocation)
+        super().__init__(
+            str(workspace.root),
+            settings.job_settings(),
+            invocation=invocation,
+            price=cost_model.cost if cost_model is not None else None,  # the run's history entry, as its records
+        )
         self.ws, self.s, self.cost_model = workspace, settings, cost_model
         self.card = dict(card or {})
         self.command = f"build_o3_bench {self.step}"
         self.records_file = os.path.join(self.step, "records.jsonl")
         self.card_file = os.path.join(self.step, "step_card.json")
         self.order: list[str] = []
-        self._started = 0.0
-        self._new: Counter = Counter()
-        self._new_tokens, self._new_cost = 0, 0.0
 
     # -- ResumableJob hooks
     def prepare(self) -> None:
         os.makedirs(self.ws.step(self.step), exist_ok=True)
-        self._started = time.time()
 
     def is_final(self, record: Any) -> bool:
         return record.get("status") in self.final_statuses or not self.s.retry_failed
@@ -159,13 +161,7 @@ class StepJob(ResumableJob[ItemT, dict]):
             c0, c1 = old.get("cost_usd"), old.get("cost_usd_earlier")
             if c0 is not None or c1 is not None:
                 record["cost_usd_earlier"] = round(float(c0 or 0.0) + float(c1 or 0.0), 8)
-        written = await super().emit(record, log=log)
-        if written:
-            self._new[self.status(record)] += 1
-            tokens, cost = record_spend(record)
-            self._new_tokens += tokens
-            self._new_cost += cost
-        return written
+        return await super().emit(record, log=log)
 
     def finish(self) -> dict:
         # keys of this run first, then records of items outside it (an earlier run without --limit) kept
@@ -223,24 +219,12 @@ class StepJob(ResumableJob[ItemT, dict]):
         return self.cost_model.cost(usage) if self.cost_model is not None else None
 
     def write_step_card(self, summary: dict) -> None:
-        """``<step>/step_card.json``: what this step ran with and what all its records cost; one entry per run
-        (the settings fixed by the step's first run and the history of invocations are kept)."""
-        path = self.ws.step_card(self.step)
+        """``<step>/step_card.json``: what this step ran with and what all its records cost (the settings fixed by
+        the step's first run and the history of its runs are kept)."""
         old = read_step_card(self.ws, self.step) or {}
-        runs = list(old.get("runs") or [])
         recs = [r for r in self.records.values() if isinstance(r, dict)]
         usage = merge([all_usage(r) for r in recs])
         costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
-        runs.append(
-            {
-                "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._started)),
-                "wall_s": round(time.time() - self._started, 3),
-                "limit": self.s.limit,
-                "new_records": dict(self._new),
-                "tokens": self._new_tokens,
-                "cost_usd": round(self._new_cost, 6) if self.cost_model is not None else None,
-            }
-        )
         card = {
             "step": self.step,
             **self.card,
@@ -252,10 +236,9 @@ class StepJob(ResumableJob[ItemT, dict]):
                 "tokens_total": total_tokens(usage),
                 "cost_usd": round(sum(costs), 6) if costs else None,
             },
-            "runs": runs,
             **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if k in old},
         }
-        write_json_atomic(path, card)
+        write_json_atomic(self.ws.step_card(self.step), card)
 
 
 class InputNotReady(BuildFileError):

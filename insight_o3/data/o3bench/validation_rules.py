@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ...base.untrusted import loads
-from .records import BuildFileError
+from .records import BuildFileError, read_text_file
 
 #: Option label forms a config may accept: the form's name and its pattern (group 1: the letter).
 LABEL_FORMS = {"A.": r"([A-Z])\.", "A)": r"([A-Z])\)", "(A)": r"\(([A-Z])\)", "A:": r"([A-Z]):"}
@@ -178,10 +178,7 @@ def load_rules(path: str | None) -> tuple[ValidationRules, dict]:
     (``{"file", "file_sha256"}``, empty for the defaults)."""
     if path is None:
         return ValidationRules(), {}
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise BuildFileError(f"{path}: cannot read the validation config ({e.strerror or e})") from None
+    text, raw = read_text_file(path, "--validation_config")
     toml = str(path).lower().endswith(".toml")
     if toml:
         try:
@@ -189,9 +186,8 @@ def load_rules(path: str | None) -> tuple[ValidationRules, dict]:
         except ImportError:  # Python 3.10
             raise BuildFileError(f"{path}: reading TOML needs Python 3.11 or later; write the rules as JSON") from None
     try:
-        text = raw.decode("utf-8")
         obj = tomllib.loads(text) if toml else loads(text)
-    except (UnicodeDecodeError, ValueError) as e:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+    except ValueError as e:  # TOMLDecodeError and JSONDecodeError are ValueErrors
         raise BuildFileError(f"{path}: not valid {'TOML' if toml else 'JSON'}: {e}") from None
     rules = ValidationRules.from_dict(obj, str(path))
     return rules, {"file": str(Path(path).resolve()), "file_sha256": hashlib.sha256(raw).hexdigest()}

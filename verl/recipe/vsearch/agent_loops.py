@@ -346,7 +346,10 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         (``original``: the fork's reward worker retries its failed rows 10 times, 30 s apart)."""
         _, judge_client = api_clients(self.settings, self.endpoints)
         proto = self.settings.protocol
-        judge = AnswerJudge(judge_client, self.settings.judge_model, flow="verify", verdicts=proto.judge_verdicts)
+        # retries=0: a failed check is asked again by the training rounds (check_answer), as in the fork
+        judge = AnswerJudge(
+            judge_client, self.settings.judge_model, flow="verify", verdicts=proto.judge_verdicts, retries=0
+        )
         for round_ in range(proto.judge_rounds):
             if round_:
                 await asyncio.sleep(proto.judge_retry_interval_s)
