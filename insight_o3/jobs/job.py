@@ -45,7 +45,7 @@ What the job guarantees, for every command alike:
   trial for an evaluation);
 * at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
 * every run is an entry of the card's history (:mod:`insight_o3.jobs.run_history`): ``started`` before the first
-  item, its spend so far written at most every second while it works (so even a SIGKILL leaves its spend there),
+  item, its spend so far written every half second in which it changed (so a SIGKILL leaves its spend there),
   and however it ends its status (finished, stopped, interrupted, failed), reason, wall time, spend — the replies
   of items it never recorded and the requests left unanswered included, priced by the constructor's ``price`` — and
   requests per endpoint (ok, failed, replies escaped or without valid usage) (:meth:`~ResumableJob.record_run`);
@@ -81,7 +81,7 @@ from ..storage.atomic import write_json_atomic
 from ..storage.lock import run_lock
 from ..storage.record_log import RecordLog, has_lines
 from .integrity import HISTORY_KEY, Invocation, read_card, settle
-from .run_history import RunStatus, RunTally, close_unfinished, ended
+from .run_history import FLUSH_S, RunStatus, RunTally, close_unfinished, ended
 
 log = logging.getLogger(__name__)
 
@@ -538,12 +538,16 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                 self.budget.charge(total_tokens(meter.to_dict()))
 
         run_meter = metering_run(self.tally.meter)  # every reply of this run's tasks, recorded or not
+        keeper = asyncio.create_task(self._keep_entry()) if self._settled else None
         try:
             await self.setup()
             if plan.units and self.settings.check_endpoints:
                 await acheck_endpoints(self.endpoints)
             await gather_or_stop((one(u) for u in plan.units), self.guard)
         finally:
+            if keeper is not None:
+                keeper.cancel()
+                await asyncio.gather(keeper, return_exceptions=True)
             self.progress.close()
             await self._close_resources()
             self._writer.shutdown(wait=True)
@@ -556,15 +560,25 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         if self.guard.tripped:
             return False
         assert self._writer is not None and self.progress is not None
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._writer, self.logs[log].append, record)
+        await asyncio.get_running_loop().run_in_executor(self._writer, self.logs[log].append, record)
         self.progress.add(self.status(record))
         tokens, cost = self.spend(record)
         self.budget.charge(tokens, cost)
         self.tally.recorded(self.status(record), tokens, cost)
-        if self._settled and self.tally.due():  # after the records it counts, in the same writer thread
-            await loop.run_in_executor(self._writer, self._update_entry, self.tally.fields(self.guard))
         return True
+
+    async def _keep_entry(self) -> None:
+        """While the run works: every :data:`~.run_history.FLUSH_S` seconds in which it recorded or spent
+        something, its history entry gets its spend so far (written in the record writer's thread, after the
+        records it counts), so a SIGKILL loses at most the last interval's."""
+        loop, last = asyncio.get_running_loop(), None
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            fields = self.tally.fields(self.guard)
+            now = {k: v for k, v in fields.items() if k not in ("updated", "wall_s")}
+            if now != last and self._writer is not None:
+                await loop.run_in_executor(self._writer, self._update_entry, fields)
+                last = now
 
     async def _close_resources(self) -> None:
         for close in reversed(self._closers):

@@ -4,10 +4,10 @@
 settings) before anything else is written. A :class:`~.job.ResumableJob` keeps that entry up to date:
 
 * at the start it says ``"status": "started"``;
-* while the run works, at most every :data:`FLUSH_S` seconds after a record is written, the entry gets what the run
-  has spent so far (:meth:`RunTally.fields`), written atomically in the record writer's thread, after the records it
-  counts — so a run killed by SIGKILL, which nothing can catch, leaves an entry that says ``started`` with its spend
-  as of its last second;
+* while the run works, every :data:`FLUSH_S` seconds in which it recorded or spent something (a reply counts
+  before its item's record is written), the entry gets what the run has spent so far (:meth:`RunTally.fields`),
+  written atomically in the record writer's thread, after the records it counts — so a run killed by SIGKILL,
+  which nothing can catch, leaves an entry that says ``started`` with its spend as of its last half second;
 * however it ends it gets its :class:`RunStatus`, the reason (a stop's or a failure's message), its wall time, its
   spend and its requests per endpoint;
 * the next run of the directory (under its lock, so no run is alive) marks an entry still ``started`` as
@@ -36,7 +36,7 @@ from .integrity import HISTORY_KEY
 log = logging.getLogger(__name__)
 
 #: Seconds between two updates of a working run's entry (a SIGKILL loses at most this much of its spend record).
-FLUSH_S = 1.0
+FLUSH_S = 0.5
 
 
 class RunStatus(str, enum.Enum):
@@ -62,20 +62,11 @@ class RunTally:
         self.recorded_tokens = 0
         self.recorded_cost = 0.0
         self.price = price
-        self.flushed = 0.0
 
     def recorded(self, status: str | None, tokens: int, cost: float) -> None:
         self.records[str(status)] += 1
         self.recorded_tokens += tokens
         self.recorded_cost += cost
-
-    def due(self) -> bool:
-        """Whether the entry should be updated now (at most every :data:`FLUSH_S` seconds)."""
-        now = time.monotonic()
-        if now - self.flushed < FLUSH_S:
-            return False
-        self.flushed = now
-        return True
 
     def fields(self, guard: RunGuard) -> dict[str, Any]:
         """The entry's spend fields as of now."""

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base.json_types import JSONObject
 from .records import BuildFileError, read_text_file
 
 #: E.1, information extraction (system message; the image is the user message).
@@ -283,7 +284,7 @@ class PromptFile:
     path: str
     text: str
 
-    def card(self) -> dict:
+    def card(self) -> JSONObject:
         return {"file": self.path, "sha256": sha256_text(self.text)}
 
 
@@ -327,7 +328,7 @@ def template_problem(text: str) -> str | None:
     return None
 
 
-def synthesis_templates(specs: list[str] | None) -> tuple[dict[str, str], dict[str, dict]]:
+def synthesis_templates(specs: list[str] | None) -> tuple[dict[str, str], dict[str, JSONObject]]:
     """The E.2 template of each category: the shipped chart and map ones, replaced or joined by ``specs``
     (``--synth_prompt CATEGORY=FILE``, repeatable); and the files' cards by prompt name."""
     templates, files = dict(SYNTHESIS_PROMPTS), {}
