@@ -300,11 +300,11 @@ def read_prompt_file(path: str, flag: str) -> PromptFile:
 def extraction_prompt_file(path: str) -> PromptFile:
     """An E.1 prompt of one's own (``--extract_prompt``): it must ask for the three sections the replies are
     parsed into (their titles appear in it, in any case)."""
-    pf = read_prompt_file(path, "--extract_prompt")
+    pf = read_prompt_file(path, "extract_prompt")
     missing = [t for t in EXTRACTION_SECTIONS if t.lower() not in pf.text.lower()]
     if missing:
         raise BuildFileError(
-            f"--extract_prompt {path}: the prompt does not ask for the section(s) {', '.join(map(repr, missing))}: "
+            f"extract_prompt {path}: the prompt does not ask for the section(s) {', '.join(map(repr, missing))}: "
             f"every reply is parsed into the sections '## Image Identification', '## Detailed Caption', "
             f"'## Extracted OCR (if any)' (E.1's output format), so ask for them"
         )
@@ -336,15 +336,15 @@ def synthesis_templates(specs: list[str] | None) -> tuple[dict[str, str], dict[s
     for spec in specs or []:
         category, sep, path = spec.partition("=")
         if not sep or not path:
-            raise BuildFileError(f"--synth_prompt {spec!r}: expected CATEGORY=FILE (e.g. floor_plan=floor_plan.txt)")
-        category = check_category(category.strip(), "--synth_prompt")
+            raise BuildFileError(f"synth_prompt {spec!r}: expected CATEGORY=FILE (e.g. floor_plan=floor_plan.txt)")
+        category = check_category(category.strip(), "synth_prompt")
         if category in seen:
-            raise BuildFileError(f"--synth_prompt: category {category!r} is given twice")
+            raise BuildFileError(f"synth_prompt: category {category!r} is given twice")
         seen.add(category)
-        pf = read_prompt_file(path, f"--synth_prompt {category}=")
+        pf = read_prompt_file(path, f"synth_prompt {category}=")
         problem = template_problem(pf.text)
         if problem is not None:
-            raise BuildFileError(f"--synth_prompt {category}={path}: {problem}")
+            raise BuildFileError(f"synth_prompt {category}={path}: {problem}")
         templates[category] = pf.text
         files[synthesis_prompt_name(category)] = pf.card()
     return templates, files

@@ -212,7 +212,7 @@ def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = 
         rows = read_reviewed(ws)
         counts, notes = undecided(ws, rows)
         if notes and require_all_decided:
-            raise BuildFileError("--require_all_decided: " + "; ".join(notes))
+            raise BuildFileError("require_all_decided: " + "; ".join(notes))
         sources = read_sources(ws.require(ws.sources, "sources"))
         accepted = [r["item"] for r in rows if r["decision"] in ACCEPTED]
         accepted.sort(key=lambda it: (it.subset, it.image_key, it.item_id))
