@@ -525,6 +525,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                     return  # budget reached: start nothing new (a rerun with a higher budget resumes)
                 meter = UsageMeter()
                 metering(meter)  # this unit's requests (work that meters its own, as EvalJob, replaces it)
+                spent = self.tally.unit()
+                metering_run(spent)  # every reply of this unit, for the run's history entry (recorded or not)
                 try:
                     out = await self.work(unit, self.emit)
                 except asyncio.CancelledError:
@@ -535,9 +537,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                         raise
                 if out is not None:
                     await self.emit(out)
+                self.tally.done(spent)
                 self.budget.charge(total_tokens(meter.to_dict()))
 
-        run_meter = metering_run(self.tally.meter)  # every reply of this run's tasks, recorded or not
         keeper = asyncio.create_task(self._keep_entry()) if self._settled else None
         try:
             await self.setup()
@@ -551,7 +553,6 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             self.progress.close()
             await self._close_resources()
             self._writer.shutdown(wait=True)
-            run_meter.var.reset(run_meter)
 
     async def emit(self, record: Any, log: Hashable = RECORDS) -> bool:
         """Append ``record`` to log ``log`` durably (in the writer thread), count it and charge its cost.
@@ -562,9 +563,8 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         assert self._writer is not None and self.progress is not None
         await asyncio.get_running_loop().run_in_executor(self._writer, self.logs[log].append, record)
         self.progress.add(self.status(record))
-        tokens, cost = self.spend(record)
-        self.budget.charge(tokens, cost)
-        self.tally.recorded(self.status(record), tokens, cost)
+        self.budget.charge(*self.spend(record))
+        self.tally.recorded(self.status(record))
         return True
 
     async def _keep_entry(self) -> None:
