@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from ..base.json_types import JSONObject
 from ..cli import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
 from ..data.o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, ScriptedBuild, demo_sources, scripted_review
 from ..data.o3bench.workspace import Workspace
@@ -72,13 +73,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def _lines(path: Path) -> list[dict]:
+def _lines(path: Path) -> list[JSONObject]:
     if not path.exists():
         return []
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
-def _step(n: int, name: str, argv: list[str], srv: ScriptedOpenAIServer) -> tuple[int, dict]:
+def _step(n: int, name: str, argv: list[str], srv: ScriptedOpenAIServer) -> tuple[int, JSONObject]:
     """Run one ``build_o3_bench`` step as its command line; print the command and the step's own summary line.
     Returns its exit status and that summary."""
     print(f"[{n}/7] {name}: {PROG} {shlex.join(argv)}", flush=True)

@@ -32,14 +32,13 @@ import io
 import json
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
 
 from ...base.json_types import JSONObject
-from ...endpoints.scripted_server import Call, Reply, error
+from ...endpoints.scripted_server import Call, Reply, Script, error
 from ...imaging.images import ImageStore
 from ...storage.atomic import write_text_atomic
 from .. import demo_bench
@@ -324,7 +323,7 @@ class ScriptedBuild:
         letter = text.split("Model Answer:", 1)[1].strip().split()[0].strip("()<>.")
         return Reply(body=reply_body(letter[:1], len(text) // 4, JUDGE))
 
-    def script(self, truth: dict[str, str] | None = None) -> Callable[[dict, Call], Reply]:
+    def script(self, truth: dict[str, str] | None = None) -> Script:
         """One endpoint for every role, routed by model name: ``vlm``, ``writer``, ``judge``, the solvers."""
 
         def route(request: dict, call: Call) -> Reply:
