@@ -36,7 +36,7 @@ FILES = ("README.md", "data/README.md")
 LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "console": "bash", "python": "python"}
 _FENCE = re.compile(r"^\s*```\s*([\w+-]*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*example:\s*(?:(?P<run>run)|not run \((?P<why>[^)]*\S[^)]*)\))\s*-->\s*$")
-_ANY_MARKER = re.compile(r"<!--\s*example:")
+_ANY_MARKER = re.compile(r"^\s*<!--\s*example:")
 #: the sandbox's model name: the README's analysis examples name the model of the evaluate example (gpt-5-mini)
 MODEL = "gpt-5-mini"
 
@@ -195,7 +195,7 @@ class Sandbox:
         r = self.run_code("bash", code)
         assert r.returncode == 0, f"sandbox set-up failed:\n{code}\n{r.stdout[-3000:]}"
 
-    def run_code(self, lang: str, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    def run_code(self, lang: str, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
         argv = ["bash", "-euo", "pipefail", "-c", code] if lang == "bash" else ["python", "-c", code]
         return subprocess.run(
             argv,
