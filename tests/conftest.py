@@ -61,15 +61,19 @@ def require_executable(name: str) -> str:
 
 @pytest.fixture(autouse=True)
 def signal_dispositions_kept():
-    """A test must leave SIGINT/SIGTERM as it found them: an ignored signal is inherited by every subprocess a
-    later test starts (ignored dispositions survive exec, and Python keeps an ignored SIGINT), so a Ctrl-C test
-    after it sees the command ignore Ctrl-C. Restored, and the leaking test fails naming the signal."""
+    """A test must not leave SIGINT/SIGTERM ignored: an ignored signal is inherited by every subprocess a later
+    test starts (ignored dispositions survive exec, and Python keeps an ignored SIGINT), so a Ctrl-C test after it
+    sees the command ignore Ctrl-C. Any change is restored; a leaked ``SIG_IGN`` also fails the test, naming the
+    signal. A Python-level handler left behind (``ray.init`` installs one for SIGTERM) is not inherited across
+    exec, so it is only restored."""
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     yield
-    changed = [sig.name for sig, h in before.items() if signal.getsignal(sig) is not h]
+    changed = [
+        sig.name for sig, h in before.items() if signal.getsignal(sig) is signal.SIG_IGN and h is not signal.SIG_IGN
+    ]
     for sig, h in before.items():
         signal.signal(sig, h)
-    assert not changed, f"the test left the disposition of {changed} changed (restored now)"
+    assert not changed, f"the test left {changed} ignored (restored now)"
 
 
 @pytest.fixture
