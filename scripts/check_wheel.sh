@@ -5,7 +5,8 @@
 #   3. from a directory outside the repository, run every insight-o3-* console script with --help
 #      (the list comes from the wheel's own entry points) and make a small demo benchmark with
 #      insight-o3-make-demo-bench, then check its metadata file; run the keyless demo (insight-o3-demo) and
-#      check that its report holds every sample; check that the README's example scripts are installed.
+#      check that its report holds every sample; check that the README's example scripts are installed; run the
+#      offline benchmark build (insight-o3-build-o3-bench-demo) and check its release.
 #
 #   bash scripts/check_wheel.sh          # uses $PYTHON (default python3) for the fresh venv
 # Environment: PYTHON, WORK (scratch directory, default: a new mktemp -d, removed at the end).
@@ -72,4 +73,13 @@ examples = files("insight_o3") / "scripts" / "examples"
 assert any(p.name.endswith(".sh") for p in examples.iterdir()), "the example scripts are not installed"
 print(f"[wheel] insight-o3-demo ok: {len(rows)} samples in its report; example scripts and LICENSE installed")
 EOF
-log "ok: $(echo $SCRIPTS | wc -w) console scripts, the demo benchmark, from $(basename "$WHEEL")"
+"$WORK/venv/bin/insight-o3-build-o3-bench-demo" --output_dir build_demo --num_images 2 --min_side 800 \
+  > "$WORK/build_demo.txt" 2>&1 || { cat "$WORK/build_demo.txt" >&2; echo "insight-o3-build-o3-bench-demo failed" >&2; exit 1; }
+"$PY" - <<'EOF'
+import json, pathlib
+rel = pathlib.Path("build_demo/workspace/release")
+rows = [json.loads(l) for l in (rel / "metadata.jsonl").read_text().splitlines()]
+assert rows and all((rel / r["file_name"]).is_file() for r in rows), rows
+print(f"[wheel] insight-o3-build-o3-bench-demo ok: {len(rows)} questions released")
+EOF
+log "ok: $(echo $SCRIPTS | wc -w) console scripts, the demo benchmark, the offline build, from $(basename "$WHEEL")"

@@ -28,15 +28,23 @@ FIRST = {
 }
 
 
-def _script():
+def _table_script(table: dict[str, list[str]], answer: str, tokens=lambda q, turn: 10):
+    """A scripted model: question ``q``'s replies from ``table[q]`` by the number of assistant turns in the request,
+    then ``answer`` formatted with the ground truth; ``tokens(q, turn)``: the prompt tokens the reply reports."""
+
     def script(req: dict, call: Call) -> Reply:
         q = eb.marker(json.dumps(req["messages"][1]))
         turns = sum(m["role"] == "assistant" for m in req["messages"])
-        if q in FIRST and turns == 0:
-            return chat(FIRST[q])
-        return chat(f"<think>seen</think> <answer>{eb.QUESTIONS[q][3]}</answer>")
+        replies = table.get(q, [])
+        if turns < len(replies):
+            return chat(replies[turns], prompt_tokens=tokens(q, turns))
+        return chat(answer.format(eb.QUESTIONS[q][3]))
 
     return script
+
+
+def _script():  # a reply without a call or an answer is not added: q3's request is always the first one
+    return _table_script({q: [r] for q, r in FIRST.items()}, "<think>seen</think> <answer>{}</answer>")
 
 
 def _png_size(url: str) -> tuple[int, int]:
@@ -48,22 +56,28 @@ def bench(tmp_path):
     return eb.make_bench(tmp_path / "bench")
 
 
-def test_evaluate_agent_deepeyes_scripted(bench, tmp_path, openai_server):
-    main_srv = openai_server(_script())
+def _run_agent(agent: str, script, bench, tmp_path, openai_server):
+    """``evaluate --agent AGENT`` on the demo benchmark against ``script`` and the scripted judge: the run
+    directory, its records by sample and the model's requests by question; the run card names the agent."""
+    main_srv = openai_server(script)
     judge_srv = openai_server(eb.judge_script())
-    out = tmp_path / "out"
-    argv = eb.evaluate_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--agent", "deepeyes")
+    argv = eb.evaluate_argv(*bench, tmp_path / "out", main_srv.base_url, judge_srv.base_url, "--agent", agent)
     assert evaluate.main(argv) == 0
-    run = out / "m/o3_bench"
+    run = tmp_path / "out" / "m/o3_bench"
     recs = {r["sample_key"]: r for r in eb.read_records(run, 0)}
     assert set(recs) == set(eb.QUESTIONS)
     card = json.loads((run / "run_card.json").read_text())
-    assert card["agent"] == {"name": "deepeyes", "protocol": deepeyes.PROTOCOL_VERSION}
-    assert json.loads((run / "args.json").read_text())["agent"] == "deepeyes"
-
+    assert card["agent"] == {"name": agent, "protocol": get_agent(agent).protocol_version}
     by_q: dict[str, list[dict]] = {}
     for req in main_srv.requests:
         by_q.setdefault(eb.marker(json.dumps(req["messages"][1])), []).append(req)
+    return run, recs, by_q
+
+
+def test_evaluate_agent_deepeyes_scripted(bench, tmp_path, openai_server):
+    run, recs, by_q = _run_agent("deepeyes", _script(), bench, tmp_path, openai_server)
+    assert deepeyes.PROTOCOL_VERSION == get_agent("deepeyes").protocol_version
+    assert json.loads((run / "args.json").read_text())["agent"] == "deepeyes"
     # every request: the release's settings, its system prompt, [image, text] first user message
     for q, reqs in by_q.items():
         for req in reqs:
@@ -164,30 +178,12 @@ MINI_FIRST = {
 
 
 def _mini_script():
-    def script(req: dict, call: Call) -> Reply:
-        q = eb.marker(json.dumps(req["messages"][1]))
-        turns = sum(m["role"] == "assistant" for m in req["messages"])
-        if q in MINI_FIRST and turns == 0:
-            return chat(MINI_FIRST[q])
-        if q == "q3":
-            return chat("<think>no answer tags</think> it is C")
-        return chat(f"<think>seen</think> <answer>{eb.QUESTIONS[q][3]}</answer>")
-
-    return script
+    table = {q: [r] for q, r in MINI_FIRST.items()} | {"q3": ["<think>no answer tags</think> it is C"]}
+    return _table_script(table, "<think>seen</think> <answer>{}</answer>")
 
 
 def test_evaluate_agent_mini_o3_scripted(bench, tmp_path, openai_server):
-    main_srv = openai_server(_mini_script())
-    judge_srv = openai_server(eb.judge_script())
-    out = tmp_path / "out"
-    argv = eb.evaluate_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--agent", "mini_o3")
-    assert evaluate.main(argv) == 0
-    run = out / "m/o3_bench"
-    recs = {r["sample_key"]: r for r in eb.read_records(run, 0)}
-    assert json.loads((run / "run_card.json").read_text())["agent"]["name"] == "mini_o3"
-    by_q: dict[str, list[dict]] = {}
-    for req in main_srv.requests:
-        by_q.setdefault(eb.marker(json.dumps(req["messages"][1])), []).append(req)
+    run, recs, by_q = _run_agent("mini_o3", _mini_script(), bench, tmp_path, openai_server)
     for reqs in by_q.values():
         for req in reqs:
             assert req["temperature"] == 1.0 and req["top_p"] == 1.0 and req["max_tokens"] == 8192
@@ -243,15 +239,9 @@ PR_REPLIES = {
 
 
 def _pr_script():
-    def script(req: dict, call: Call) -> Reply:
-        q = eb.marker(json.dumps(req["messages"][1]))
-        turns = sum(m["role"] == "assistant" for m in req["messages"])
-        replies = PR_REPLIES.get(q, [])
-        if turns < len(replies):
-            return chat(replies[turns], prompt_tokens=12100 if q == "q7" and turns == 1 else 10)
-        return chat(f"Seen it.\n\n\\boxed{{{eb.QUESTIONS[q][3]}}}")
-
-    return script
+    return _table_script(
+        PR_REPLIES, "Seen it.\n\n\\boxed{{{}}}", tokens=lambda q, turn: 12100 if q == "q7" and turn == 1 else 10
+    )
 
 
 def test_evaluate_agent_pixel_reasoner_scripted(bench, tmp_path, openai_server):
@@ -260,20 +250,8 @@ def test_evaluate_agent_pixel_reasoner_scripted(bench, tmp_path, openai_server):
     from insight_o3.scripts import export
     from insight_o3.viz.report import build_report
 
-    main_srv = openai_server(_pr_script())
-    judge_srv = openai_server(eb.judge_script())
-    out = tmp_path / "out"
-    argv = eb.evaluate_argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--agent", "pixel_reasoner")
-    assert evaluate.main(argv) == 0
-    run = out / "m/o3_bench"
-    recs = {r["sample_key"]: r for r in eb.read_records(run, 0)}
-    assert set(recs) == set(eb.QUESTIONS)
-    card = json.loads((run / "run_card.json").read_text())
-    assert card["agent"] == {"name": "pixel_reasoner", "protocol": pixel_reasoner.PROTOCOL_VERSION}
-
-    by_q: dict[str, list[dict]] = {}
-    for req in main_srv.requests:
-        by_q.setdefault(eb.marker(json.dumps(req["messages"][1])), []).append(req)
+    run, recs, by_q = _run_agent("pixel_reasoner", _pr_script(), bench, tmp_path, openai_server)
+    assert get_agent("pixel_reasoner").protocol_version == pixel_reasoner.PROTOCOL_VERSION
     for q, reqs in by_q.items():
         for req in reqs:  # the release's greedy settings, system prompt, [image, question + vcot] first message
             assert (req["temperature"], req["top_p"], req["max_tokens"], req["top_k"]) == (0.0, 1.0, 2048, -1)

@@ -41,15 +41,20 @@ def _lock(name: str) -> dict[str, str]:
     return pins
 
 
-def _third_party_imports(package: Path) -> set[str]:
+def _third_party(sources: list[tuple[str, str]]) -> set[str]:
+    """The top-level third-party modules that ``(code, file name)`` pairs import."""
     names = set()
-    for py in package.rglob("*.py"):
-        for node in ast.walk(ast.parse(py.read_text(), str(py))):
+    for code, where in sources:
+        for node in ast.walk(ast.parse(code, where)):
             if isinstance(node, ast.Import):
                 names |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names.add(node.module.split(".")[0])
     return {n for n in names if n not in sys.stdlib_module_names and n != "insight_o3"}
+
+
+def _third_party_imports(package: Path) -> set[str]:
+    return _third_party([(py.read_text(), str(py)) for py in package.rglob("*.py")])
 
 
 @pytest.mark.smoke
@@ -129,18 +134,14 @@ def _jupyter_commands() -> set[str]:
 
 
 def _notebook_imports() -> set[str]:
-    names = set()
+    cells = []
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in json.loads(nb.read_text())["cells"]:
             if cell["cell_type"] == "code":
                 lines = "".join(cell["source"]).splitlines()
                 code = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))  # magics
-                for node in ast.walk(ast.parse(code, str(nb))):
-                    if isinstance(node, ast.Import):
-                        names |= {a.name.split(".")[0] for a in node.names}
-                    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                        names.add(node.module.split(".")[0])
-    return {n for n in names if n not in sys.stdlib_module_names and n != "insight_o3"}
+                cells.append((code, str(nb)))
+    return _third_party(cells)
 
 
 @pytest.mark.smoke

@@ -5,6 +5,8 @@ exactly the bytes of an in-process render."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import signal
 import threading
 
@@ -160,3 +162,25 @@ def test_pillow_limit_is_only_ever_raised(monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # Pillow's check switched off stays off
     _raise_pillow_limit(500)
     assert Image.MAX_IMAGE_PIXELS is None
+
+
+def test_a_pipeline_view_is_the_harness_own_resizes_and_crops(images):
+    """``Resize.pipeline`` (Pixel-Reasoner's crops of resized images): the file's pixels through exactly those PIL
+    operations, in a worker process as in-process; the reference keeps the region it was given."""
+    ops = (("resize", 200, 150), ("crop", 10, 20, 110, 90), ("resize", 56, 84))
+    resize = Resize(size=(56, 84), qwen=True, pipeline=ops)
+    bicubic = Image.Resampling.BICUBIC
+    want = Image.open(images[0]).convert("RGB").resize((200, 150), bicubic)
+    want = want.crop((10, 20, 110, 90)).resize((56, 84), bicubic)
+    region = (8.0, 16.0, 88.0, 72.0)
+    local = ImageStore(processes=False, workers=1, fmt="PNG")
+    workers = ImageStore(processes=True, workers=1, fmt="PNG")
+    try:
+        got = [local.get(images[0], resize, region), asyncio.run(workers.aget(images[0], resize, region))]
+    finally:
+        local.close()
+        workers.close()
+    for enc in got:
+        im = Image.open(io.BytesIO(base64.b64decode(enc.data_url.split(",", 1)[1])))
+        assert im.convert("RGB").tobytes() == want.tobytes()
+        assert enc.ref.region == region and enc.ref.size == (56, 84)

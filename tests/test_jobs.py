@@ -155,6 +155,62 @@ def test_the_requests_of_a_unit_count_against_the_budget(tmp_path):
     assert job.calls == [1, 2, 3]
 
 
+# ------------------------------------------------------------------------- every run in the history (issue 33)
+def _history(tmp_path) -> list[dict]:
+    return json.loads((tmp_path / "records_card.json").read_text())["history"]
+
+
+def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_path, caplog):
+    """Finished, failed (with the reason), stopped by a budget, interrupted (cancelled, as SIGINT/SIGTERM do), and
+    one left "started" (a SIGKILL) found "unfinished" by the next run; each with its records and tokens, the
+    replies of units it never recorded included (a run meter sees every reply)."""
+    from insight_o3.endpoints.usage import record_response
+    from insight_o3.jobs.integrity import Invocation
+
+    class Metered(SquareJob):
+        async def work(self, n, emit):
+            record_response("model", {"usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+            if n == 9:
+                self.waiting = True
+                await asyncio.sleep(60)  # in flight when the run is cancelled: its reply is paid, never recorded
+            return await super().work(n, emit)
+
+    inv = Invocation("square", {"concurrency": 2})
+    price = lambda usage: 0.5 * sum(c["requests"] for c in usage.values())  # noqa: E731
+    assert Metered(tmp_path, invocation=inv, price=price).run([1, 2]).exit_code == ExitCode.OK
+    with pytest.raises(KeyError):
+        Metered(tmp_path, boom={3}, invocation=inv, price=price).run([1, 2, 3])
+    settings = JobSettings(progress=False, concurrency=1, max_tokens_total=25)
+    with pytest.raises(BudgetExceeded):
+        Metered(tmp_path, settings, invocation=inv, price=price).run([1, 2, 3, 4, 5, 6])
+
+    async def cancel_while_9_is_in_flight():
+        job = Metered(tmp_path, invocation=inv, price=price)
+        task = asyncio.create_task(job.arun([7, 9]))
+        while not (getattr(job, "waiting", False) and job.logs and "7" in job.records):
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_while_9_is_in_flight())
+    card = tmp_path / "records_card.json"
+    stored = json.loads(card.read_text())
+    stored["history"].append({**stored["history"][-1], "status": "started"})  # as a SIGKILL leaves it
+    card.write_text(json.dumps(stored))
+    caplog.set_level("WARNING")
+    Metered(tmp_path, invocation=inv, price=price).run([8])
+    assert any("did not finish (killed by SIGKILL" in r.getMessage() for r in caplog.records)
+
+    h = _history(tmp_path)
+    assert [e["status"] for e in h] == ["finished", "failed", "stopped", "interrupted", "unfinished", "finished"]
+    assert h[0]["new_records"] == {"ok": 2} and h[0]["tokens"] == 20 and h[0]["cost_usd"] == 1.0
+    assert h[1]["reason"].startswith("KeyError") and h[1]["tokens"] == 10  # 3's reply, its run ended by the error
+    assert "budget reached" in h[2]["reason"] and h[2]["new_records"] == {"ok": 3} and h[2]["tokens"] == 30
+    assert h[3]["new_records"] == {"ok": 1} and h[3]["tokens"] == 20 and h[3]["tokens_unrecorded"] == 10
+    assert "reason" not in h[3] and h[5]["new_records"] == {"ok": 1}
+
+
 # ------------------------------------------------------------------------------------ the seam (issue 29 item 5)
 class _Store:
     """A card store of its own: the card in memory, the directory said to hold 4 trials and a record."""

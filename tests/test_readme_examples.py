@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.readme_examples import MODEL, Sandbox, all_examples
+from tests.support.readme_examples import MODEL, Sandbox, all_examples, commands, unknown_flags
 
 pytestmark = pytest.mark.smoke
 
@@ -75,3 +75,33 @@ def test_the_examples_run_as_written_against_the_scripted_endpoints(sandbox):
     eval_dir = sandbox.root / "outputs" / "eval" / MODEL / "o3_bench"
     assert (eval_dir / "summary_metrics.json").is_file() and (eval_dir / "trial_2" / "eval_records.jsonl").is_file()
     assert (sandbox.root / "outputs" / "notebooks" / "visualize_output.html").is_file()  # the notebook, headless
+
+
+def test_every_example_command_uses_flags_its_command_has():
+    """Also the examples not run here (GPU, Hub, real models): each ``--flag`` of an ``insight_o3.scripts`` command is
+    one of its parser's, each of a ``scripts/*.sh`` command is named in the script."""
+    found, _ = all_examples()
+    wrong = {
+        f"{ex.where}: {' '.join(cmd[:4])} …": bad
+        for ex in found
+        if ex.lang == "bash"
+        for cmd in commands(ex.code)
+        if (bad := unknown_flags(cmd))
+    }
+    assert not wrong, f"example flags the command does not have: {wrong}"
+    checked = [cmd for ex in found if ex.lang == "bash" for cmd in commands(ex.code) if cmd[:2] == ["python", "-m"]]
+    assert len(checked) >= 20
+
+
+def test_a_flag_the_command_lacks_is_caught():
+    assert unknown_flags(["python", "-m", "insight_o3.scripts.evaluate", "--model", "m", "--num_trails", "3"]) == [
+        "--num_trails"
+    ]
+    assert unknown_flags(["python", "-m", "insight_o3.scripts.build_o3_bench", "filter", "--solver", "m"]) == []
+    assert unknown_flags(["python", "-m", "insight_o3.scripts.build_o3_bench", "extract", "--solver", "m"]) == [
+        "--solver"
+    ]
+    assert unknown_flags(["python", "-m", "insight_o3.scripts.generate_collages", "pool", "--format", "viscot"]) == []
+    assert unknown_flags(["bash", "scripts/vllm_serve_bg.sh", "start", "--no_such_flag", "--", "--dtype", "x"]) == [
+        "--no_such_flag"
+    ]

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.json_types import JSONObject
 from ..imaging.geometry import smart_resize
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message, message_text
@@ -176,7 +177,7 @@ class PixelReasonerSession:
         self.calls = 0
         self.tokens: int | None = None
 
-    def _part(self, v: View) -> dict:
+    def _part(self, v: View) -> JSONObject:
         ref = ImageRef(self.image, v.region, v.size)
         return {**image_part(ref), "pipeline": [list(op) for op in v.pipeline]}
 

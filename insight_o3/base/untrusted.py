@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .json_types import JSONObject
 from .redaction import redact
 
 UsageState = Literal["ok", "missing", "invalid"]
@@ -104,7 +105,7 @@ class JSONRepair:
     actions: tuple[str, ...]
     library: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {"error": self.error, "actions": list(self.actions), "library": self.library}
 
 

@@ -17,15 +17,18 @@ import asyncio
 import dataclasses
 import multiprocessing as mp
 import os
+from collections.abc import Hashable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
+from PIL import Image
 
 from .. import __version__
+from ..base.json_types import JSONObject
 from ..jobs.integrity import Invocation, git_commit
 from ..jobs.job import Emit, JobSettings, Plan, ResumableJob
 from ..storage.atomic import atomic_writer, make_output_dir
-from .collage import CollageConfig, CollageInfeasible, PoolArrays, plan_collage, render_collage
+from .collage import CollageConfig, CollageInfeasible, CollagePlan, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow
 from .source_pool import SourceItem, pool_sha256
 
@@ -68,7 +71,7 @@ def _target_order(seed: int, n: int, index: int) -> int:
     return int(perm[pos])
 
 
-def _row(job: CollageSpec, index: int, plan, pool: PoolArrays) -> dict:
+def _row(job: CollageSpec, index: int, plan: CollagePlan, pool: PoolArrays) -> JSONObject:
     t = pool.items[plan.target.pool_index]
     tiles = [
         TileRow(
@@ -106,7 +109,7 @@ def _row(job: CollageSpec, index: int, plan, pool: PoolArrays) -> dict:
     return row.to_dict()
 
 
-def _save_image(im, path: str, fmt: str, quality: int) -> None:
+def _save_image(im: Image.Image, path: str, fmt: str, quality: int) -> None:
     with atomic_writer(path, "wb") as f:
         if fmt == "png":
             im.save(f, format="PNG")
@@ -114,7 +117,7 @@ def _save_image(im, path: str, fmt: str, quality: int) -> None:
             im.save(f, format="JPEG", quality=quality)
 
 
-def run_chunk(job: CollageSpec, chunk: int, done: frozenset[int] = frozenset()) -> list[tuple[str, dict]]:
+def run_chunk(job: CollageSpec, chunk: int, done: frozenset[int] = frozenset()) -> list[tuple[str, JSONObject]]:
     """Plan every collage of a chunk (so RNG and usage state match a fresh run), render and save
     those not yet done. Returns ``[("row"|"failure", record), ...]``."""
     pool = _POOL
@@ -144,7 +147,7 @@ def run_chunk(job: CollageSpec, chunk: int, done: frozenset[int] = frozenset()) 
     return out
 
 
-def _chunk_task(args):
+def _chunk_task(args: tuple[CollageSpec, int, frozenset[int]]) -> list[tuple[str, JSONObject]]:
     job, chunk, done = args
     return run_chunk(job, chunk, done)
 
@@ -183,7 +186,7 @@ class CollageJob(ResumableJob[int, dict]):
             provenance={"version": __version__, "git_commit": git_commit()},
         )
 
-    def log_files(self) -> dict:
+    def log_files(self) -> dict[Hashable, str]:
         return {"row": ROWS_FILE, "failure": FAILURES_FILE}
 
     def plan(self, chunks: list[int]) -> Plan:
@@ -211,14 +214,14 @@ class CollageJob(ResumableJob[int, dict]):
         for name, record in pairs:  # a chunk's rows and failures, each to its log
             await emit(record, log=name)
 
-    def finish(self) -> dict:
+    def finish(self) -> JSONObject:
         order = [self.spec.key(i) for i in range(self.spec.num_collages)]
         self.compact(order, "row")
         self.compact(order, "failure")
         return {"collages": len(self.logs["row"].records), "failures": len(self.logs["failure"].records)}
 
 
-def generate(spec: CollageSpec, items: list[SourceItem], *, num_workers: int = 1, progress: bool = True) -> dict:
+def generate(spec: CollageSpec, items: list[SourceItem], *, num_workers: int = 1, progress: bool = True) -> JSONObject:
     """Generate every collage not yet in ``spec.out_dir`` (under the directory's lock)."""
     n_chunks = -(-spec.num_collages // spec.chunk_size)
     return CollageJob(spec, items, num_workers, progress).run(range(n_chunks)).summary

@@ -188,7 +188,7 @@ class RunGuard:
         ep.missing_usage += int(check.usage != "ok")
         return ep
 
-    def ledger(self) -> dict[str, dict]:
+    def ledger(self) -> dict[str, JSONObject]:
         """Per endpoint role: its URL, requests ok/failed and reply problems (for the run card)."""
         return {role: ep.to_dict() for role, ep in self.endpoints.items()}
 

@@ -138,7 +138,10 @@ def user_message_text(request: dict, which: int = -1) -> str:
 
 class _Server(ThreadingHTTPServer):
     """A client that goes away mid-exchange (a cancelled request, a stopped run) is normal for this server:
-    no traceback on stderr for it; any other error of a handler is printed as ``socketserver`` does."""
+    no traceback on stderr for it; any other error of a handler is printed as ``socketserver`` does. The listen
+    backlog holds a burst of concurrent connections (``socketserver``'s 5 made clients retry refused connects)."""
+
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):

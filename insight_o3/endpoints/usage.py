@@ -47,7 +47,7 @@ UsageCounts: TypeAlias = dict[str, int]
 RoleUsage: TypeAlias = dict[str, UsageCounts]
 
 _METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_usage_meter", default=None)
-#: The whole run's meter (:func:`metering_run`): every response is counted there too, whichever meter is current.
+#: A run's meter of the current unit of work (:func:`metering_run`): every response is counted there too.
 _RUN_METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_run_meter", default=None)
 
 
@@ -104,8 +104,9 @@ def metering(meter: UsageMeter) -> contextvars.Token:
 
 
 def metering_run(meter: UsageMeter) -> contextvars.Token:
-    """Make ``meter`` the run's meter: every response of the tasks created from here on is added to it as well as to
-    their current meter (so what a run spent includes the replies of items it never recorded)."""
+    """Make ``meter`` the current context's run meter: every response is added to it as well as to the current
+    meter, whichever that is (a job gives each unit of work one, so that what a run spent includes the replies of
+    units it never recorded)."""
     return _RUN_METER.set(meter)
 
 

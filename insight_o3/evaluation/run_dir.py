@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..base.json_types import JSONObject
 from ..storage.atomic import OutputError, write_json_atomic
 from ..storage.record_log import has_lines, touch_atomic
 from .schema import EvalRecord
@@ -68,7 +69,7 @@ def trial_index(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def read_json_object(path: str) -> dict | None:
+def read_json_object(path: str) -> JSONObject | None:
     """A JSON object file of a run (None when missing; :class:`RunDirError` naming it when unusable)."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -105,10 +106,10 @@ class TrialDir:
     def is_done(self) -> bool:
         return os.path.exists(self.done_path)
 
-    def metrics(self) -> dict | None:
+    def metrics(self) -> JSONObject | None:
         return read_json_object(self.metrics_path)
 
-    def record_lines(self) -> Iterator[tuple[int, dict]]:
+    def record_lines(self) -> Iterator[tuple[int, JSONObject]]:
         """``(line number, object)`` of every record line, read only. A torn last line (a killed run) is
         skipped; any other malformed line is a :class:`RunDirError` naming file and line."""
         path = self.records_path
@@ -203,22 +204,22 @@ class RunDir:
         return self.trial(k).is_done()
 
     # ------------------------------------------------------------------------------------------ reading
-    def args(self) -> dict | None:
+    def args(self) -> JSONObject | None:
         return read_json_object(self.file(ARGS_FILE))
 
-    def run_card(self) -> dict | None:
+    def run_card(self) -> JSONObject | None:
         """``run_card.json``, or None when missing or unreadable (a card is informative, never required)."""
         try:
             return read_json_object(self.file(RUN_CARD_FILE))
         except RunDirError:
             return None
 
-    def stored_run_card(self) -> dict | None:
+    def stored_run_card(self) -> JSONObject | None:
         """``run_card.json`` for a writer that must not overwrite it unread: None only when missing
         (:class:`RunDirError` naming it when unusable)."""
         return read_json_object(self.file(RUN_CARD_FILE))
 
-    def summary(self) -> dict | None:
+    def summary(self) -> JSONObject | None:
         """``summary_metrics.json`` (None when missing). :class:`StaleSummary` when its ``num_trials`` is not the
         directory's :meth:`trial_count` (a run extended, or stopped, since it was written); a directory holding a
         summary and no trials (results copied without their records) is read as it is."""
@@ -233,7 +234,7 @@ class RunDir:
             )
         return summary
 
-    def trial_metrics(self, k: int) -> dict | None:
+    def trial_metrics(self, k: int) -> JSONObject | None:
         return self.trial(k).metrics()
 
     def records(self, k: int, parse: Callable[[dict, str], Any] = EvalRecord.from_dict) -> dict[str, Any]:
@@ -244,7 +245,7 @@ class RunDir:
     def card_path(self) -> str:
         return self.file(RUN_CARD_FILE)
 
-    def read_card(self) -> dict | None:
+    def read_card(self) -> JSONObject | None:
         """The stored ``run_card.json`` of a directory this code can read (see :meth:`check_format`)."""
         return self.check_format().stored_run_card()
 

@@ -31,16 +31,17 @@ import asyncio
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
+from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Endpoint
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
 from ..jobs.integrity import Invocation
-from ..jobs.job import BudgetExceeded, JobSettings, Plan, ResumableJob
+from ..jobs.job import BudgetExceeded, Emit, JobSettings, Plan, ResumableJob
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
 from ..protocol.trajectory import image_refs
 from ..storage.record_log import RecordFileError
@@ -151,7 +152,7 @@ def _attempt_from_record(rec: EvalRecord) -> Attempt:
     return Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=er.api_usage, stats=er.stats or {})
 
 
-def run_totals(trial_metrics: list[dict]) -> dict:
+def run_totals(trial_metrics: list[dict]) -> JSONObject:
     """Tokens and cost of all trials together (the summary's other numbers are per-trial means)."""
     out = {
         "usage": merge([m.get("usage") for m in trial_metrics]),
@@ -176,7 +177,7 @@ def _image_order(samples: list[Sample]) -> list[Sample]:
     return [s for g in groups.values() for s in g]
 
 
-def _accuracy(counts: Counter, done: int) -> dict:
+def _accuracy(counts: Counter, done: int) -> JSONObject:
     return {"acc": f"{counts['correct'] / done:.3f}" if done else "-", "fail": counts["failed"]}
 
 
@@ -244,7 +245,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         for k in self.open_trials:
             self.run_dir.reopen_trial(k)
 
-    def log_files(self) -> dict:
+    def log_files(self) -> dict[Hashable, str]:
         # absolute: ResumableJob joins relative names to the run directory, and records_path already holds it
         # (a relative --output_dir, e.g. the default ./outputs/eval, gave <dir>/<dir>/trial_0/...)
         return {k: os.path.abspath(self.run_dir.records_path(k)) for k in self.open_trials}
@@ -348,7 +349,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         cost = self.cfg.cost_model.cost(usage) if self.cfg.cost_model is not None else None
         await self.emit(build_record(s, k, attempt, verdict, usage, cost, self.cfg.max_reply_chars), log=k)
 
-    async def work(self, unit: Unit, emit) -> None:
+    async def work(self, unit: Unit, emit: Emit) -> None:
         s, trials, kind = unit
         meter = UsageMeter()
         metering(meter)  # this task's own context: the solver's requests for these trials
@@ -356,7 +357,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         await asyncio.gather(*(self._judge_and_record(s, k, a, u) for k, a, u in zip(trials, attempts, shares)))
 
     # -- the end
-    def finish(self) -> dict:
+    def finish(self) -> JSONObject:
         for k in self.open_trials:
             lg = self.logs[k]
             missing = [key for key in self.keys if key not in lg.records]
@@ -384,7 +385,7 @@ async def run_evaluation(
     run_card: dict | None = None,
     invocation: Invocation | None = None,
     endpoints: Iterable[Endpoint] = (),
-) -> dict:
+) -> JSONObject:
     """Evaluate, write every output file, and return the summary metrics (under the eval
     directory's lock: raises :class:`~insight_o3.storage.lock.RunLockedError` if another run holds it).
     Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and

@@ -27,7 +27,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from ..base.json_types import JSONObject
-from ..endpoints.usage import UsageCounts
+from ..endpoints.usage import RoleUsage, UsageCounts
 from ..storage.record_log import RecordFileError
 
 Status = Literal["correct", "wrong", "incomplete", "invalid", "failed"]
@@ -297,7 +297,7 @@ class EvalRecord:
         """The image as the annotation named it (``image`` or ``file_name``), else its resolved path."""
         return str(self.fields.get("image") or self.fields.get("file_name") or self.image_path or "")
 
-    def usage_dict(self) -> dict[str, dict]:
+    def usage_dict(self) -> RoleUsage:
         """``usage`` as plain counts per role (the form :mod:`insight_o3.endpoints.usage` adds up)."""
         return {role: u.to_dict() for role, u in self.usage.items()}
 

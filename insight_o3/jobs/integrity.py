@@ -48,6 +48,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.json_types import JSONObject
+
 log = logging.getLogger(__name__)
 
 FIXED_KEY = "fixed_settings"
@@ -233,7 +235,7 @@ ADDED_LATER: dict[str, Callable[[Mapping[str, Any], Any], Any]] = {
 }
 
 
-def with_implied(first: Mapping[str, Any], now: Mapping[str, Any]) -> dict:
+def with_implied(first: Mapping[str, Any], now: Mapping[str, Any]) -> JSONObject:
     """A copy of the stored fixed settings ``first`` with the value it implies (:data:`ADDED_LATER`) for each
     setting it lacks and this run's ``now`` has."""
     out = _plain(dict(first))
@@ -318,7 +320,7 @@ def sha256_file(path: str, chunk: int = 1 << 20) -> str | None:
     return h.hexdigest()
 
 
-def read_card(path: str) -> dict | None:
+def read_card(path: str) -> JSONObject | None:
     """A stored card (None when there is none; :class:`CardError` naming the file when it cannot be used)."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -382,14 +384,14 @@ class Invocation:
         for name in self.settings:
             kind_of(name)  # UnclassifiedSetting for a flag nobody classified
 
-    def _of(self, kind: Kind) -> dict:
+    def _of(self, kind: Kind) -> JSONObject:
         return {k: v for k, v in self.settings.items() if SETTING_KINDS[k] is kind}
 
-    def fixed(self) -> dict:
+    def fixed(self) -> JSONObject:
         """What the directory's first run fixes: the command, every result-changing setting, the derived values."""
         return _plain({"command": self.command, **self._of(Kind.RESULT), **self.derived})
 
-    def operational(self) -> dict:
+    def operational(self) -> JSONObject:
         """What may change between runs, recorded in each run's history entry (:data:`Kind.EXTENT` included)."""
         return _plain({**self._of(Kind.OPERATIONAL), **self._of(Kind.EXTENT)})
 
@@ -401,7 +403,7 @@ class Invocation:
             if k in held and isinstance(v, int) and v < held[k]
         ]
 
-    def history_entry(self) -> dict:
+    def history_entry(self) -> JSONObject:
         return {
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": self.command,
@@ -440,7 +442,7 @@ def settle(
     hint: str = "use another output directory to run with other settings",
     records_written: bool = True,
     held: Mapping[str, int] | None = None,
-) -> dict:
+) -> JSONObject:
     """The card to write for this invocation: ``card`` with ``fixed_settings`` and a one-entry ``history`` when
     nothing is stored; else the stored card with this invocation appended to its ``history``. Raises
     :class:`SettingsChanged` (naming ``where`` and each differing key) when the stored fixed settings differ, and

@@ -45,7 +45,7 @@ What the job guarantees, for every command alike:
   trial for an evaluation);
 * at most ``concurrency`` items in flight; a progress bar counting records (``--no_progress`` hides it);
 * every run is an entry of the card's history (:mod:`insight_o3.jobs.run_history`): ``started`` before the first
-  item, its spend so far written at most every second while it works (so even a SIGKILL leaves its spend there),
+  item, its spend so far written every half second in which it changed (so a SIGKILL leaves its spend there),
   and however it ends its status (finished, stopped, interrupted, failed), reason, wall time, spend — the replies
   of items it never recorded and the requests left unanswered included, priced by the constructor's ``price`` — and
   requests per endpoint (ok, failed, replies escaped or without valid usage) (:meth:`~ResumableJob.record_run`);
@@ -66,9 +66,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from openai import AsyncOpenAI
 from tqdm.auto import tqdm
 
 from ..base.exit_codes import ExitCode
+from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..endpoints.client import make_client
 from ..endpoints.errors import EXPECTED_ERRORS
@@ -79,7 +81,7 @@ from ..storage.atomic import write_json_atomic
 from ..storage.lock import run_lock
 from ..storage.record_log import RecordLog, has_lines
 from .integrity import HISTORY_KEY, Invocation, read_card, settle
-from .run_history import RunStatus, RunTally, close_unfinished, ended
+from .run_history import FLUSH_S, RunStatus, RunTally, close_unfinished, ended
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +212,7 @@ class CardStore(Protocol):
 
     def card_path(self) -> str: ...
 
-    def read_card(self) -> dict | None:
+    def read_card(self) -> JSONObject | None:
         """The stored card (None: the directory's first run)."""
         ...
 
@@ -237,7 +239,7 @@ class CardFile:
     def card_path(self) -> str:
         return self.path
 
-    def read_card(self) -> dict | None:
+    def read_card(self) -> JSONObject | None:
         return read_card(self.path)
 
     def write_card(self, card: dict) -> None:
@@ -392,7 +394,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Rewrite log ``name`` with one line per key, in ``order`` (keys not in it are dropped)."""
         self.logs[name].compact(order)
 
-    def client(self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs):
+    def client(
+        self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs: Any
+    ) -> AsyncOpenAI:
         """An API client reporting to this run's guard (see :func:`insight_o3.endpoints.client.make_client`), closed at the end;
         its endpoint is checked before the first item (``key_env``: the variable its key was to be read from)."""
         self.endpoints.append(Endpoint(kwargs.get("role", "model"), base_url, api_key, key_env))
@@ -515,12 +519,14 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
         sem = asyncio.Semaphore(max(1, self.settings.concurrency))
 
-        async def one(unit) -> None:
+        async def one(unit: ItemT) -> None:
             async with sem:
                 if self.budget.exceeded is not None:
                     return  # budget reached: start nothing new (a rerun with a higher budget resumes)
                 meter = UsageMeter()
                 metering(meter)  # this unit's requests (work that meters its own, as EvalJob, replaces it)
+                spent = self.tally.unit()
+                metering_run(spent)  # every reply of this unit, for the run's history entry (recorded or not)
                 try:
                     out = await self.work(unit, self.emit)
                 except asyncio.CancelledError:
@@ -531,19 +537,22 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                         raise
                 if out is not None:
                     await self.emit(out)
+                self.tally.done(spent)
                 self.budget.charge(total_tokens(meter.to_dict()))
 
-        run_meter = metering_run(self.tally.meter)  # every reply of this run's tasks, recorded or not
+        keeper = asyncio.create_task(self._keep_entry()) if self._settled else None
         try:
             await self.setup()
             if plan.units and self.settings.check_endpoints:
                 await acheck_endpoints(self.endpoints)
             await gather_or_stop((one(u) for u in plan.units), self.guard)
         finally:
+            if keeper is not None:
+                keeper.cancel()
+                await asyncio.gather(keeper, return_exceptions=True)
             self.progress.close()
             await self._close_resources()
             self._writer.shutdown(wait=True)
-            run_meter.var.reset(run_meter)
 
     async def emit(self, record: Any, log: Hashable = RECORDS) -> bool:
         """Append ``record`` to log ``log`` durably (in the writer thread), count it and charge its cost.
@@ -552,15 +561,24 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         if self.guard.tripped:
             return False
         assert self._writer is not None and self.progress is not None
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._writer, self.logs[log].append, record)
+        await asyncio.get_running_loop().run_in_executor(self._writer, self.logs[log].append, record)
         self.progress.add(self.status(record))
-        tokens, cost = self.spend(record)
-        self.budget.charge(tokens, cost)
-        self.tally.recorded(self.status(record), tokens, cost)
-        if self._settled and self.tally.due():  # after the records it counts, in the same writer thread
-            await loop.run_in_executor(self._writer, self._update_entry, self.tally.fields(self.guard))
+        self.budget.charge(*self.spend(record))
+        self.tally.recorded(self.status(record))
         return True
+
+    async def _keep_entry(self) -> None:
+        """While the run works: every :data:`~.run_history.FLUSH_S` seconds in which it recorded or spent
+        something, its history entry gets its spend so far (written in the record writer's thread, after the
+        records it counts), so a SIGKILL loses at most the last interval's."""
+        loop, last = asyncio.get_running_loop(), None
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            fields = self.tally.fields(self.guard)
+            now = {k: v for k, v in fields.items() if k not in ("updated", "wall_s")}
+            if now != last and self._writer is not None:
+                await loop.run_in_executor(self._writer, self._update_entry, fields)
+                last = now
 
     async def _close_resources(self) -> None:
         for close in reversed(self._closers):

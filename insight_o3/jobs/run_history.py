@@ -4,19 +4,19 @@
 settings) before anything else is written. A :class:`~.job.ResumableJob` keeps that entry up to date:
 
 * at the start it says ``"status": "started"``;
-* while the run works, at most every :data:`FLUSH_S` seconds after a record is written, the entry gets what the run
-  has spent so far (:meth:`RunTally.fields`), written atomically in the record writer's thread, after the records it
-  counts — so a run killed by SIGKILL, which nothing can catch, leaves an entry that says ``started`` with its spend
-  as of its last second;
+* while the run works, every :data:`FLUSH_S` seconds in which it recorded or spent something (a reply counts
+  before its item's record is written), the entry gets what the run has spent so far (:meth:`RunTally.fields`),
+  written atomically in the record writer's thread, after the records it counts — so a run killed by SIGKILL,
+  which nothing can catch, leaves an entry that says ``started`` with its spend as of its last half second;
 * however it ends it gets its :class:`RunStatus`, the reason (a stop's or a failure's message), its wall time, its
   spend and its requests per endpoint;
 * the next run of the directory (under its lock, so no run is alive) marks an entry still ``started`` as
   ``unfinished`` and logs a warning with its last recorded spend (:func:`close_unfinished`).
 
-The spend of a run (:meth:`RunTally.fields`) counts every request whose reply arrived — including those of items in
-flight when the run stopped, whose records were never written (``tokens_unrecorded``: what the records of this run
-do not show) — and ``requests_unanswered``: requests sent whose reply never came (cancelled by the stop; the server
-may still bill them).
+The spend of a run (:meth:`RunTally.fields`) counts every request whose reply arrived — including those of units
+whose work never ended with a record (in flight when the run stopped, or ended by an error: ``tokens_unrecorded``)
+— and ``requests_unanswered``: requests sent whose reply never came (cancelled by the stop; the server may still
+bill them).
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ..endpoints.guard import RunGuard, RunStopped
-from ..endpoints.usage import UsageMeter, total_tokens
+from ..endpoints.usage import UsageMeter, merge, total_tokens
 from .integrity import HISTORY_KEY
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two updates of a working run's entry (a SIGKILL loses at most this much of its spend record).
-FLUSH_S = 1.0
+FLUSH_S = 0.5
 
 
 class RunStatus(str, enum.Enum):
@@ -51,36 +51,38 @@ class RunStatus(str, enum.Enum):
 
 
 class RunTally:
-    """What one run has done and spent: records written per status, their (tokens, dollars), and the usage of
-    every request whose reply arrived (:attr:`meter`, fed by every client of the run through
-    :func:`~insight_o3.endpoints.usage.metering_run`)."""
+    """What one run has done and spent: records written per status, and the usage of every request whose reply
+    arrived, per unit of work (:meth:`unit`: a meter fed by every client request of that unit's task through
+    :func:`~insight_o3.endpoints.usage.metering_run`); a unit's usage counts as recorded once its work ended with
+    its record written (:meth:`done`), else — cancelled by a stop or a signal, or ended by an error — as
+    ``unrecorded``."""
 
     def __init__(self, price: Callable[[dict], float | None] | None = None):
         self.started = time.time()
-        self.meter = UsageMeter()
         self.records: Counter = Counter()
-        self.recorded_tokens = 0
-        self.recorded_cost = 0.0
         self.price = price
-        self.flushed = 0.0
+        self._done = UsageMeter()  # the usage of the units whose work ended with their record
+        self._open: dict[int, UsageMeter] = {}  # the units at work (or cancelled)
 
-    def recorded(self, status: str | None, tokens: int, cost: float) -> None:
+    def unit(self) -> UsageMeter:
+        """A new unit's meter (make it the task's run meter)."""
+        meter = UsageMeter()
+        self._open[id(meter)] = meter
+        return meter
+
+    def done(self, meter: UsageMeter) -> None:
+        """The unit of ``meter`` ended with its record written."""
+        if self._open.pop(id(meter), None) is not None:
+            for role, counts in meter.to_dict().items():
+                self._done.add(role, counts)
+
+    def recorded(self, status: str | None) -> None:
         self.records[str(status)] += 1
-        self.recorded_tokens += tokens
-        self.recorded_cost += cost
-
-    def due(self) -> bool:
-        """Whether the entry should be updated now (at most every :data:`FLUSH_S` seconds)."""
-        now = time.monotonic()
-        if now - self.flushed < FLUSH_S:
-            return False
-        self.flushed = now
-        return True
 
     def fields(self, guard: RunGuard) -> dict[str, Any]:
         """The entry's spend fields as of now."""
-        usage = self.meter.to_dict()
-        tokens = total_tokens(usage)
+        unrecorded = merge([m.to_dict() for m in self._open.values()])
+        usage = merge([self._done.to_dict(), unrecorded])
         cost = self.price(usage) if self.price is not None else None
         ledger = guard.ledger()
         return {
@@ -88,8 +90,8 @@ class RunTally:
             "wall_s": round(time.time() - self.started, 3),
             "new_records": dict(self.records),
             "usage": usage,
-            "tokens": tokens,
-            "tokens_unrecorded": max(0, tokens - self.recorded_tokens),
+            "tokens": total_tokens(usage),
+            "tokens_unrecorded": total_tokens(unrecorded),
             "cost_usd": None if cost is None else round(cost, 6),
             "requests_unanswered": sum(int(c.get("unanswered", 0)) for c in ledger.values()),
             "endpoints": ledger,

@@ -10,6 +10,9 @@
     build-o3-bench review apply --output_dir W
     build-o3-bench release    --output_dir W --seed 0
 
+No models at hand? ``python -m insight_o3.scripts.build_o3_bench_demo`` runs every step offline on generated charts
+and maps against scripted models (data/README.md).
+
 (``python -m insight_o3.scripts.build_o3_bench ...`` or the console script ``insight-o3-build-o3-bench``.) Every
 step reads and writes one workspace directory (``--output_dir``; layout in
 :mod:`insight_o3.data.o3bench.workspace`) and holds its lock while it runs. The model-calling steps (``extract``,

@@ -27,6 +27,7 @@ import pandas as pd
 from PIL import Image
 
 from ..base.caps import cut_messages, cut_middle
+from ..base.json_types import JSONObject
 from ..evaluation.run_dir import RunDir, RunDirError, StaleSummary, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..imaging.images import ImageError, ImageRef, image_size
@@ -97,11 +98,11 @@ class SampleResult:
         return self.rec.eval_result.fail_reason
 
     @property
-    def trajectory(self) -> list[dict] | None:
+    def trajectory(self) -> list[JSONObject] | None:
         return self.rec.eval_result.trajectory
 
     @property
-    def stats(self) -> dict:
+    def stats(self) -> JSONObject:
         return self.rec.eval_result.stats
 
     @property
@@ -244,7 +245,7 @@ def load_trial(
     return Trial(Path(td.path), index, list(results.values()), td.metrics() or {}, td.is_done())
 
 
-def _public_args(args: dict) -> dict:
+def _public_args(args: dict) -> JSONObject:
     """``args.json`` without secrets (the original harness wrote its API keys there)."""
     return {k: v for k, v in args.items() if not any(h in k.lower() for h in ("key", "token", "secret", "password"))}
 
@@ -340,7 +341,7 @@ def filter_results(
     """Keep results whose status/category match. ``status="wrong"`` also matches ``incomplete`` and
     ``invalid`` (every judged-or-truncated non-correct answer); use ``"wrong_only"`` for exact."""
 
-    def norm(v):
+    def norm(v: str | Iterable[str] | None) -> set[str] | None:
         return None if v is None else ({v} if isinstance(v, str) else set(v))
 
     st, cat = norm(status), norm(category)
@@ -470,7 +471,7 @@ def conversation(result: SampleResult) -> list[Turn]:
     return out
 
 
-def search_calls(result: SampleResult) -> list[dict]:
+def search_calls(result: SampleResult) -> list[JSONObject]:
     """The vSearcher calls of a result: ``description``, ``status``, ``box`` (original px or None),
     ``found``, ``trajectory`` (the vSearcher's own messages, may be empty)."""
     out = []
@@ -503,14 +504,14 @@ def crop_refs(result: SampleResult, resolver: ImageResolver | None = None) -> li
     return [r for r in refs if full is None or tuple(round(v) for v in r.region) != full]
 
 
-def _full_region(result: SampleResult, refs: list[ImageRef], resolver: ImageResolver | None):
+def _full_region(result: SampleResult, refs: list[ImageRef], resolver: ImageResolver | None) -> tuple[int, ...]:
     w = h = None
     try:
         if resolver is not None:
             w, h = resolver.open(result.image_path).size
     except ImageError:
         pass
-    if w is None:  # the first image of a conversation is the whole image
+    if w is None or h is None:  # the first image of a conversation is the whole image
         return tuple(round(v) for v in refs[0].region)
     return (0, 0, w, h)
 

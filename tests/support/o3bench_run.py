@@ -15,6 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
+from insight_o3.data.o3bench.demo import scripted_review
 from insight_o3.scripts import build_o3_bench, evaluate
 from tests.support.o3bench_oracle import SOLVERS, Oracle, demo_inputs
 from tests.support.openai_server import ScriptedOpenAIServer
@@ -52,30 +53,8 @@ def step_argv(step: str, ws: Path, url: str, *extra: str) -> list[str]:
 
 
 def decide(ws: Path, rejects: int = 1, edits: int = 1) -> dict[str, str]:
-    """Fill in every decisions file: the first ``rejects`` items rejected, the next ``edits`` edited (the question
-    reworded), the rest accepted. Returns ``{item_id: decision}``."""
-    out = {}
-    for path in sorted((ws / "review").glob("batch_*.decisions.txt")):
-        lines = path.read_text().splitlines()
-        new = [ln for ln in lines if ln.startswith("#")]
-        for ln in lines:
-            if ln.startswith("#") or not ln.strip():
-                continue
-            item_id = ln.split()[0]
-            k = len(out)
-            if k < rejects:
-                new.append(f"{item_id} reject the wording is ambiguous")
-                out[item_id] = "reject"
-            elif k < rejects + edits:
-                new.append(
-                    f"{item_id} edit " + json.dumps({"question": f"[reviewed] {item_id}: which option is right?"})
-                )
-                out[item_id] = "edit"
-            else:
-                new.append(f"{item_id} accept")
-                out[item_id] = "accept"
-        path.write_text("\n".join(new) + "\n")
-    return out
+    """Fill in every decisions file (:func:`insight_o3.data.o3bench.demo.scripted_review`)."""
+    return scripted_review(ws / "review", rejects, edits)
 
 
 def card(ws: Path, step: str) -> dict:

@@ -16,6 +16,8 @@ this interpreter as ``python``.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import re
@@ -36,7 +38,7 @@ FILES = ("README.md", "data/README.md")
 LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "console": "bash", "python": "python"}
 _FENCE = re.compile(r"^\s*```\s*([\w+-]*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*example:\s*(?:(?P<run>run)|not run \((?P<why>[^)]*\S[^)]*)\))\s*-->\s*$")
-_ANY_MARKER = re.compile(r"<!--\s*example:")
+_ANY_MARKER = re.compile(r"^\s*<!--\s*example:")
 #: the sandbox's model name: the README's analysis examples name the model of the evaluate example (gpt-5-mini)
 MODEL = "gpt-5-mini"
 
@@ -195,7 +197,7 @@ class Sandbox:
         r = self.run_code("bash", code)
         assert r.returncode == 0, f"sandbox set-up failed:\n{code}\n{r.stdout[-3000:]}"
 
-    def run_code(self, lang: str, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    def run_code(self, lang: str, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
         argv = ["bash", "-euo", "pipefail", "-c", code] if lang == "bash" else ["python", "-c", code]
         return subprocess.run(
             argv,
@@ -217,3 +219,51 @@ class Sandbox:
     def close(self) -> None:
         for s in self.servers.values():
             s.stop()
+
+
+# ------------------------------------------------------------------------------------------------ flags, statically
+def commands(code: str) -> list[list[str]]:
+    """The commands of a bash block as words (line continuations joined, comments dropped, split at ``&&``/``;``/
+    ``|``); variables stay as written. Optional parts written ``[--flag V]`` lose their brackets."""
+    out: list[list[str]] = []
+    for line in code.replace("\\\n", " ").splitlines():
+        words = [w.strip("[]") for w in shlex.split(line, comments=True)]
+        cmd: list[str] = []
+        for w in words:
+            if w in ("&&", "||", ";", "|"):
+                out.append(cmd)
+                cmd = []
+            elif w:
+                cmd.append(w)
+        out.append(cmd)
+    return [c for c in out if c]
+
+
+def _option_strings(parser: argparse.ArgumentParser, words: list[str]) -> set[str]:
+    """The flags of ``parser``, descending into the sub-command ``words`` name (argparse sub-parsers)."""
+    flags = {s for a in parser._actions for s in a.option_strings}
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            sub = next((w for w in words if w in a.choices), None)
+            if sub is not None:
+                return _option_strings(a.choices[sub], words[words.index(sub) + 1 :])
+    return flags
+
+
+def unknown_flags(cmd: list[str]) -> list[str]:
+    """The ``--flags`` of a ``python -m insight_o3.scripts.NAME`` or ``bash scripts/NAME.sh`` command that the command
+    does not have (its argparse parser; a shell script's text); [] for other commands."""
+    words = [w.split("=", 1)[0] for w in cmd]
+    if len(cmd) > 2 and cmd[:2] == ["python", "-m"] and cmd[2].startswith("insight_o3.scripts."):
+        mod = importlib.import_module(cmd[2])
+        args = words[3:]
+        if cmd[2].endswith(".generate_collages") and args and args[0] in ("pool", "filter"):
+            known = _option_strings(mod.build_parser(args[0]), args[1:])
+        else:
+            known = _option_strings(mod.build_parser(), args)
+        return [w for w in args if w.startswith("--") and w not in known]
+    if cmd[0] == "bash" and len(cmd) > 1 and cmd[1].startswith("scripts/") and cmd[1].endswith(".sh"):
+        text = (REPO / cmd[1]).read_text()
+        args = words[2 : words.index("--")] if "--" in words else words[2:]  # after `--`: the server's own flags
+        return [w for w in args if w.startswith("--") and w not in text]
+    return []

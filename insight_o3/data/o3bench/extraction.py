@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from ...imaging.images import ImageStore, Resize
+from ...base.json_types import JSONObject
+from ...imaging.images import ImageRef, ImageStore, Resize
+from ...jobs.job import Emit
 from ...protocol.trajectory import image_part, message, to_openai
 from .prompts import EXTRACTION_PROMPT
 from .records import SourceImage
-from .steps import ModelEndpoint, StepJob
+from .steps import ModelEndpoint, StepJob, StepSettings
+from .workspace import Workspace
 
 SECTIONS = ("identification", "caption", "ocr")
 _TITLES = {"image identification": "identification", "detailed caption": "caption", "extracted ocr": "ocr"}
@@ -46,7 +50,7 @@ class Extraction:
     def has_text(self) -> bool:
         return self.ocr.strip().strip('"').strip().lower() not in ("", "none")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @classmethod
@@ -124,7 +128,7 @@ def extraction_resize(max_pixels: int | None) -> Resize:
     return Resize(max_pixels=max_pixels, qwen=True)
 
 
-def build_messages(ref, role: str = "system", prompt: str = EXTRACTION_PROMPT) -> list[dict]:
+def build_messages(ref: ImageRef, role: str = "system", prompt: str = EXTRACTION_PROMPT) -> list[JSONObject]:
     """The E.1 request with an image reference (``trajectory`` messages; encoded by ``to_openai``); ``prompt``: the
     paper's E.1, or one's own (``--extract_prompt``)."""
     if role == "system":
@@ -144,15 +148,15 @@ class ExtractJob(StepJob[ExtractTask]):
 
     def __init__(
         self,
-        workspace,
-        settings,
+        workspace: Workspace,
+        settings: StepSettings,
         endpoint: ModelEndpoint,
         *,
         max_pixels: int | None,
         prompt_role: str,
         prompt: str = EXTRACTION_PROMPT,
-        **kw,
-    ):
+        **kw: Any,
+    ) -> None:
         super().__init__(workspace, settings, **kw)
         self.endpoint, self.prompt_role, self.prompt = endpoint, prompt_role, prompt
         self.resize = extraction_resize(max_pixels)
@@ -168,15 +172,17 @@ class ExtractJob(StepJob[ExtractTask]):
         return [t for t in tasks if t.image_key in keep]
 
     async def setup(self) -> None:
-        self.api = self.endpoint_client(self.endpoint, "extractor", self.limiter())
+        self.api: Any = self.endpoint_client(  # messages are our JSON dicts, not the SDK TypedDicts
+            self.endpoint, "extractor", self.limiter()
+        )
         # tasks come image by image: each worker keeps the last two originals decoded while their crops are cut
         self.images = ImageStore.for_image_workers(self.s.image_workers, originals_cached=2)
         self.on_close(self.images.close)
 
-    def _base(self, t: ExtractTask) -> dict:
+    def _base(self, t: ExtractTask) -> JSONObject:
         return {"sample_key": t.sample_key, "image_key": t.image_key, "layout_id": t.layout_id}
 
-    async def work(self, t: ExtractTask, emit) -> dict:
+    async def work(self, t: ExtractTask, emit: Emit) -> JSONObject:
         meter = self.meter()
         enc = await self.images.aget(t.image, self.resize, region=t.bbox)
         messages = to_openai(build_messages(enc.ref, self.prompt_role, self.prompt), lambda _ref: enc)
@@ -219,10 +225,10 @@ class ExtractJob(StepJob[ExtractTask]):
             "cost_usd": self.priced(usage),
         }
 
-    def failed(self, t: ExtractTask, reason: str) -> dict:
+    def failed(self, t: ExtractTask, reason: str) -> JSONObject:
         return {**self._base(t), "status": "failed", "error": reason}
 
-    def summary(self) -> dict:
+    def summary(self) -> JSONObject:
         out = super().summary()
         by_image: dict[str, bool] = {}
         for k in self.order:
@@ -235,7 +241,7 @@ class ExtractJob(StepJob[ExtractTask]):
         return out
 
 
-def extractions_by_image(records: dict[str, dict]) -> dict[str, dict]:
+def extractions_by_image(records: dict[str, dict]) -> dict[str, JSONObject]:
     """``{image_key: {"full": Extraction, "layouts": {layout_id: Extraction}}}`` from the ok records of the step."""
     out: dict[str, dict] = {}
     for rec in records.values():

@@ -18,16 +18,19 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
+from ...base.json_types import JSONObject
 from ...evaluation.judge import AnswerJudge
 from ...evaluation.samples import Sample
 from ...evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
 from ...imaging.geometry import api_image_max_pixels
 from ...imaging.images import ImageStore, Resize
+from ...jobs.job import Emit, Plan
 from ...storage.atomic import write_jsonl_atomic
 from ..difficulty import check_collage
 from .records import BenchItem, SourceImage, read_items
-from .steps import ModelEndpoint, StepJob, read_log
+from .steps import ModelEndpoint, StepJob, StepSettings, read_log
 from .workspace import Workspace
 
 DROP_RULES = ("all", "any")
@@ -99,8 +102,8 @@ class BenchFilterJob(StepJob[BenchItem]):
 
     def __init__(
         self,
-        workspace,
-        settings,
+        workspace: Workspace,
+        settings: StepSettings,
         solvers: list[ModelEndpoint],
         judge: ModelEndpoint,
         sources: dict[str, SourceImage],
@@ -108,8 +111,8 @@ class BenchFilterJob(StepJob[BenchItem]):
         attempts: int = 1,
         drop_when: str = "all",
         separate_attempt_requests: bool = False,
-        **kw,
-    ):
+        **kw: Any,
+    ) -> None:
         super().__init__(workspace, settings, **kw)
         if len({e.model for e in solvers}) != len(solvers):
             raise ValueError("solver models must be distinct")
@@ -122,7 +125,7 @@ class BenchFilterJob(StepJob[BenchItem]):
     def key(self, item: BenchItem) -> str:
         return item.item_id
 
-    def plan(self, items: list[BenchItem]):
+    def plan(self, items: list[BenchItem]) -> Plan:
         self.candidates = list(items)
         return super().plan(items)
 
@@ -146,14 +149,14 @@ class BenchFilterJob(StepJob[BenchItem]):
         judge_client = self.endpoint_client(self.judge_ep, "judge", self.limiter())
         self.judge = AnswerJudge(judge_client, self.judge_ep.model)
 
-    async def _model(self, name: str, sample: Sample, prev: dict | None) -> dict:
+    async def _model(self, name: str, sample: Sample, prev: dict | None) -> JSONObject:
         if prev is not None and "solved" in prev:
             return prev  # judged in an earlier run
         rec = await check_collage(sample, self.models[name], self.judge, self.attempts, (prev or {}).get("attempts"))
         rec.pop("sample_key", None)
         return rec
 
-    async def work(self, item: BenchItem, emit) -> dict:
+    async def work(self, item: BenchItem, emit: Emit) -> JSONObject:
         meter = self.meter()
         sample = item_sample(item, self.sources[item.image_key])
         prev = (self.previous(item) or {}).get("models") or {}
@@ -176,11 +179,11 @@ class BenchFilterJob(StepJob[BenchItem]):
             rec["error"] = "; ".join(f"{n}: {e}" for n, e in errors.items())[:2000]
         return rec
 
-    def failed(self, item: BenchItem, reason: str) -> dict:
+    def failed(self, item: BenchItem, reason: str) -> JSONObject:
         prev = self.previous(item) or {}
         return {"sample_key": item.item_id, "status": "failed", "models": prev.get("models") or {}, "error": reason}
 
-    def summary(self) -> dict:
+    def summary(self) -> JSONObject:
         out = super().summary()
         recs = [self.records[it.item_id] for it in self.candidates if it.item_id in self.records]
         done = [r for r in recs if r.get("status") == "ok"]

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base.json_types import JSONObject
 from .records import BuildFileError, read_text_file
 
 #: E.1, information extraction (system message; the image is the user message).
@@ -283,7 +284,7 @@ class PromptFile:
     path: str
     text: str
 
-    def card(self) -> dict:
+    def card(self) -> JSONObject:
         return {"file": self.path, "sha256": sha256_text(self.text)}
 
 
@@ -299,11 +300,11 @@ def read_prompt_file(path: str, flag: str) -> PromptFile:
 def extraction_prompt_file(path: str) -> PromptFile:
     """An E.1 prompt of one's own (``--extract_prompt``): it must ask for the three sections the replies are
     parsed into (their titles appear in it, in any case)."""
-    pf = read_prompt_file(path, "--extract_prompt")
+    pf = read_prompt_file(path, "extract_prompt")
     missing = [t for t in EXTRACTION_SECTIONS if t.lower() not in pf.text.lower()]
     if missing:
         raise BuildFileError(
-            f"--extract_prompt {path}: the prompt does not ask for the section(s) {', '.join(map(repr, missing))}: "
+            f"extract_prompt {path}: the prompt does not ask for the section(s) {', '.join(map(repr, missing))}: "
             f"every reply is parsed into the sections '## Image Identification', '## Detailed Caption', "
             f"'## Extracted OCR (if any)' (E.1's output format), so ask for them"
         )
@@ -327,7 +328,7 @@ def template_problem(text: str) -> str | None:
     return None
 
 
-def synthesis_templates(specs: list[str] | None) -> tuple[dict[str, str], dict[str, dict]]:
+def synthesis_templates(specs: list[str] | None) -> tuple[dict[str, str], dict[str, JSONObject]]:
     """The E.2 template of each category: the shipped chart and map ones, replaced or joined by ``specs``
     (``--synth_prompt CATEGORY=FILE``, repeatable); and the files' cards by prompt name."""
     templates, files = dict(SYNTHESIS_PROMPTS), {}
@@ -335,15 +336,15 @@ def synthesis_templates(specs: list[str] | None) -> tuple[dict[str, str], dict[s
     for spec in specs or []:
         category, sep, path = spec.partition("=")
         if not sep or not path:
-            raise BuildFileError(f"--synth_prompt {spec!r}: expected CATEGORY=FILE (e.g. floor_plan=floor_plan.txt)")
-        category = check_category(category.strip(), "--synth_prompt")
+            raise BuildFileError(f"synth_prompt {spec!r}: expected CATEGORY=FILE (e.g. floor_plan=floor_plan.txt)")
+        category = check_category(category.strip(), "synth_prompt")
         if category in seen:
-            raise BuildFileError(f"--synth_prompt: category {category!r} is given twice")
+            raise BuildFileError(f"synth_prompt: category {category!r} is given twice")
         seen.add(category)
-        pf = read_prompt_file(path, f"--synth_prompt {category}=")
+        pf = read_prompt_file(path, f"synth_prompt {category}=")
         problem = template_problem(pf.text)
         if problem is not None:
-            raise BuildFileError(f"--synth_prompt {category}={path}: {problem}")
+            raise BuildFileError(f"synth_prompt {category}={path}: {problem}")
         templates[category] = pf.text
         files[synthesis_prompt_name(category)] = pf.card()
     return templates, files

@@ -7,10 +7,12 @@ hand-edited or truncated workspace file is a clear error, never a traceback from
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from ...base.json_types import JSONObject
 from ...storage.jsonl import iter_jsonl
 
 
@@ -39,14 +41,14 @@ def _need(obj: dict, name: str, kind: type | tuple[type, ...], where: str) -> An
     return v
 
 
-def _kind_name(kind) -> str:
+def _kind_name(kind: type | tuple[type, ...]) -> str:
     names = [k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,))]
     return " or ".join(
         {"str": "a string", "int": "an integer", "float": "a number", "list": "a list"}.get(n, n) for n in names
     )
 
 
-def _box(v, where: str, name: str = "bbox") -> tuple[float, float, float, float]:
+def _box(v: Any, where: str, name: str = "bbox") -> tuple[float, float, float, float]:
     try:
         x1, y1, x2, y2 = (float(c) for c in v)
     except (TypeError, ValueError):
@@ -65,7 +67,7 @@ class SourceLayout:
     label: str
     score: float | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {
             "layout_id": self.layout_id,
             "bbox": [round(v, 2) for v in self.bbox],
@@ -104,7 +106,7 @@ class SourceImage:
     def layout_ids(self) -> set[int]:
         return {lay.layout_id for lay in self.layouts}
 
-    def layout_infos(self) -> dict[str, dict]:
+    def layout_infos(self) -> dict[str, JSONObject]:
         """O3-Bench's ``layout_infos`` field: ``{"<id>": {"layout_id", "bbox", "label"}}``."""
         return {
             str(lay.layout_id): {
@@ -115,7 +117,7 @@ class SourceImage:
             for lay in self.layouts
         }
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         d["layouts"] = [lay.to_dict() for lay in self.layouts]
         return d
@@ -156,7 +158,7 @@ class BenchItem:
     target_layouts: list[int] = field(default_factory=list)
     origin: str = "synthesized"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @classmethod
@@ -177,12 +179,15 @@ class BenchItem:
         )
 
 
-def read_rows(path, parse, what: str) -> list:
+_T = TypeVar("_T")
+
+
+def read_rows(path: str | os.PathLike, parse: Callable[[JSONObject, str], _T], what: str) -> list[_T]:
     """Every line of a workspace JSONL file through ``parse(obj, "<file>:<line>")``."""
     return [parse(obj, where) for where, _, obj in iter_jsonl(path, BuildFileError, what=what)]
 
 
-def read_sources(path) -> dict[str, SourceImage]:
+def read_sources(path: str | os.PathLike) -> dict[str, SourceImage]:
     """``sources.jsonl`` as ``{key: SourceImage}`` in file order (duplicate keys are an error)."""
     out: dict[str, SourceImage] = {}
     for where, _, obj in iter_jsonl(path, BuildFileError, what="sources file"):
@@ -193,7 +198,7 @@ def read_sources(path) -> dict[str, SourceImage]:
     return out
 
 
-def read_items(path, what: str = "items file") -> list[BenchItem]:
+def read_items(path: str | os.PathLike, what: str = "items file") -> list[BenchItem]:
     items = read_rows(path, BenchItem.from_dict, what)
     seen: set[str] = set()
     for it in items:

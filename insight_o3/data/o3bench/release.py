@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ... import __version__
+from ...base.json_types import JSONObject
 from ...evaluation.run_card import git_commit, sha256_file
 from ...protocol import prompts as eval_prompts
 from ...storage.atomic import write_json_atomic, write_jsonl_atomic
@@ -89,7 +90,7 @@ def copy_image(src: str, dst: Path) -> bool:
     return True
 
 
-def metadata_record(item: BenchItem, source: SourceImage) -> dict:
+def metadata_record(item: BenchItem, source: SourceImage) -> JSONObject:
     return {
         "question_id": item.item_id,
         "file_name": image_file_name(source),
@@ -109,7 +110,7 @@ def _mean(xs: Sequence[float]) -> float | None:
     return round(statistics.fmean(xs), 3) if xs else None
 
 
-def release_stats(items: list[BenchItem], sources: dict[str, SourceImage]) -> dict:
+def release_stats(items: list[BenchItem], sources: dict[str, SourceImage]) -> JSONObject:
     """The B.1 statistics of a release."""
     cats = sorted({it.subset for it in items})
     imgs = {it.image_key for it in items}
@@ -150,7 +151,9 @@ def release_stats(items: list[BenchItem], sources: dict[str, SourceImage]) -> di
     }
 
 
-def run_card(ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int, left: dict[str, list[str]]) -> dict:
+def run_card(
+    ws: Workspace, seed: int, metadata: Path, stats: dict, renamed: int, left: dict[str, list[str]]
+) -> JSONObject:
     steps = {s: read_step_card(ws, s) for s in STEPS}
     costs = [c["totals"].get("cost_usd") for c in steps.values() if c and c.get("totals")]
     tokens = sum(int(c["totals"].get("tokens_total") or 0) for c in steps.values() if c and c.get("totals"))
@@ -202,14 +205,14 @@ def undecided(ws: Workspace, rows: list[dict]) -> tuple[dict[str, int], list[str
     return {"unfiltered": cov.unfiltered, "not_reviewed": len(late), "pending": len(pending)}, lines
 
 
-def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = False) -> dict:
+def release_workspace(ws: Workspace, seed: int = 0, require_all_decided: bool = False) -> JSONObject:
     """Write the release under the workspace lock; returns the stats, the counts of :func:`undecided` and its
     lines as ``notes``. With ``require_all_decided``, any of those refuses the release (nothing written)."""
     with run_lock(ws.root, "build_o3_bench release"):
         rows = read_reviewed(ws)
         counts, notes = undecided(ws, rows)
         if notes and require_all_decided:
-            raise BuildFileError("--require_all_decided: " + "; ".join(notes))
+            raise BuildFileError("require_all_decided: " + "; ".join(notes))
         sources = read_sources(ws.require(ws.sources, "sources"))
         accepted = [r["item"] for r in rows if r["decision"] in ACCEPTED]
         accepted.sort(key=lambda it: (it.subset, it.image_key, it.item_id))

@@ -29,7 +29,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ...base.json_types import JSONObject
 from ...base.untrusted import loads
 from ...storage.atomic import write_jsonl_atomic
 from ...storage.lock import run_lock
@@ -120,7 +122,7 @@ def read_decisions(paths: list[str]) -> tuple[list[Decision], list[str]]:
     return decisions, problems
 
 
-def _is_layout_id(value) -> bool:
+def _is_layout_id(value: Any) -> bool:
     """An integer, not a bool (``True == 1`` would pass for layout 1 and be written as ``true``)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -135,7 +137,7 @@ _RULE_FIELD = {
 }
 
 
-def _type_problem(name: str, value) -> str | None:
+def _type_problem(name: str, value: Any) -> str | None:
     """What is wrong with the type of an edited field's value (None: nothing)."""
     if name == "target_layouts":
         if not isinstance(value, list) or not value or not all(_is_layout_id(t) for t in value):
@@ -183,7 +185,7 @@ def check(
     sources: dict[str, SourceImage],
     decisions: list[Decision],
     validator: Validator | None = None,
-) -> tuple[list[dict], list[str]]:
+) -> tuple[list[JSONObject], list[str]]:
     """The reviewed rows of ``items`` (every item, ``pending`` when undecided) and every problem of the
     decisions (``"<file>:<line>: <item>: <field>: <what>"``); the rows are only usable without problems."""
     by_id = {it.item_id: it for it in items}
@@ -233,7 +235,7 @@ def refusal(problems: list[str]) -> DecisionsError:
     )
 
 
-def apply(items: list[BenchItem], sources: dict[str, SourceImage], decisions: list[Decision]) -> list[dict]:
+def apply(items: list[BenchItem], sources: dict[str, SourceImage], decisions: list[Decision]) -> list[JSONObject]:
     """The reviewed rows of ``items`` (:func:`check`); raises :class:`DecisionsError` listing every problem."""
     rows, problems = check(items, sources, decisions)
     if problems:
@@ -246,7 +248,7 @@ def decisions_files(ws: Workspace) -> list[str]:
     return sorted(str(p) for p in d.glob("batch_*.decisions.txt")) if d.is_dir() else []
 
 
-def apply_workspace(ws: Workspace, paths: list[str] | None = None) -> dict:
+def apply_workspace(ws: Workspace, paths: list[str] | None = None) -> JSONObject:
     """Apply the decisions files (default: every ``review/batch_*.decisions.txt``) to ``filter/kept.jsonl`` under
     the workspace lock and write ``review/reviewed.jsonl``; returns the counts per decision."""
     with run_lock(ws.root, "build_o3_bench review apply"):
@@ -265,7 +267,7 @@ def apply_workspace(ws: Workspace, paths: list[str] | None = None) -> dict:
         return {"items": len(rows), **counts, "files": files}
 
 
-def read_reviewed(ws: Workspace) -> list[dict]:
+def read_reviewed(ws: Workspace) -> list[JSONObject]:
     from ...storage.jsonl import iter_jsonl
     from .records import BuildFileError
 

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base.json_types import JSONObject
 from ...imaging.images import ImageError, image_size
 from ..layout import LayoutError, iter_layout_files, parse_layout
 from .records import SourceImage, SourceLayout
@@ -54,7 +55,7 @@ class SourceSpec:
     min_layouts: int
 
 
-def unwrap_result(obj: object, where: str) -> dict:
+def unwrap_result(obj: object, where: str) -> JSONObject:
     """The detector result inside ``obj``: the object itself, its ``"res"`` (``res.json``), or a PP-StructureV3
     result's ``layout_det_res`` (whose ``input_path`` may be null: the pipeline's own is used then)."""
     if not isinstance(obj, dict):
@@ -76,7 +77,7 @@ def unwrap_result(obj: object, where: str) -> dict:
     return result
 
 
-def _axis_aligned(result: dict, where: str) -> dict:
+def _axis_aligned(result: dict, where: str) -> JSONObject:
     """A copy whose 8-number (rotated) coordinates are replaced by their bounding boxes."""
     boxes = []
     for i, b in enumerate(result["boxes"]):
@@ -91,7 +92,7 @@ def _axis_aligned(result: dict, where: str) -> dict:
     return {**result, "boxes": boxes}
 
 
-def read_results(path: str) -> dict[str, tuple[str, dict]]:
+def read_results(path: str) -> dict[str, tuple[str, JSONObject]]:
     """Detector results under ``path`` (a directory of ``*.json``, one ``.json`` or a ``.jsonl``) keyed by the
     file name of their ``input_path``: ``{name: (where, result)}``. PDF pages (``page_index`` set) are refused."""
     out: dict[str, tuple[str, dict]] = {}
@@ -123,7 +124,7 @@ def layouts_of(result: dict, where: str, size: tuple[int, int], min_score: float
     return [SourceLayout(i, b.box, b.label, b.score) for i, b in enumerate(kept, start=1)]
 
 
-def collect(spec: SourceSpec, min_score: float = 0.0) -> tuple[list[SourceImage], list[dict]]:
+def collect(spec: SourceSpec, min_score: float = 0.0) -> tuple[list[SourceImage], list[JSONObject]]:
     """The kept images of one type and the skipped ones (``{"subset", "image", "reason"}``)."""
     results = read_results(spec.layouts)
     kept: list[SourceImage] = []

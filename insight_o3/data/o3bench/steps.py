@@ -19,11 +19,14 @@ from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from openai import AsyncOpenAI
+
+from ...base.json_types import JSONObject
 from ...endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ...endpoints.rate_limit import AdaptiveLimiter
 from ...endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
 from ...jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
-from ...jobs.job import JobSettings, ResumableJob
+from ...jobs.job import JobSettings, Plan, ResumableJob
 from ...storage.atomic import write_json_atomic
 from .records import BuildFileError
 from .workspace import Workspace
@@ -44,7 +47,7 @@ class ModelEndpoint:
     #: the variable the command was told to read the key from (``filter --solver MODEL,URL,VAR``): it must be set
     key_env: str | None = None
 
-    def public(self) -> dict:
+    def public(self) -> JSONObject:
         return {"model": self.model, "api_base_url": self.api_base_url}
 
 
@@ -79,7 +82,7 @@ class StepSettings:
             check_endpoints=self.check_endpoints,
         )
 
-    def public(self) -> dict:
+    def public(self) -> JSONObject:
         return asdict(self)
 
 
@@ -95,7 +98,7 @@ def record_spend(record: Any, earlier: bool = False) -> tuple[int, float]:
     return tokens, cost
 
 
-def all_usage(record: dict) -> dict:
+def all_usage(record: dict) -> JSONObject:
     """A record's usage including that of the records it replaced (a failed attempt retried later)."""
     return merge([record.get("usage"), record.get("usage_earlier")])
 
@@ -141,7 +144,7 @@ class StepJob(ResumableJob[ItemT, dict]):
         """The items of a ``--limit`` run (the first N)."""
         return items if self.s.limit is None else items[: self.s.limit]
 
-    def plan(self, items: list[ItemT]):
+    def plan(self, items: list[ItemT]) -> Plan:
         items = self.limited(items)
         self.order = [self.key(it) for it in items]
         return super().plan(items)
@@ -163,7 +166,7 @@ class StepJob(ResumableJob[ItemT, dict]):
                 record["cost_usd_earlier"] = round(float(c0 or 0.0) + float(c1 or 0.0), 8)
         return await super().emit(record, log=log)
 
-    def finish(self) -> dict:
+    def finish(self) -> JSONObject:
         # keys of this run first, then records of items outside it (an earlier run without --limit) kept
         order = self.order + [k for k in self.records if k not in set(self.order)]
         self.compact(order)
@@ -179,7 +182,7 @@ class StepJob(ResumableJob[ItemT, dict]):
     def record_key(record: Any) -> str:
         return str(record.get("sample_key")) if isinstance(record, dict) else ""
 
-    def summary(self) -> dict:
+    def summary(self) -> JSONObject:
         recs = [self.records[k] for k in self.order if k in self.records]
         counts = Counter(r.get("status") for r in recs)
         return {
@@ -195,7 +198,7 @@ class StepJob(ResumableJob[ItemT, dict]):
             return AdaptiveLimiter(s.concurrency, s.rpm, s.tpm)
         return None
 
-    def endpoint_client(self, ep: ModelEndpoint, role: str, limiter: AdaptiveLimiter | None = None):
+    def endpoint_client(self, ep: ModelEndpoint, role: str, limiter: AdaptiveLimiter | None = None) -> AsyncOpenAI:
         """A client of ``ep`` reporting to the run guard, behind ``limiter``, closed at the end."""
         return self.client(
             ep.api_key,
@@ -264,7 +267,7 @@ def step_command(ws: Workspace, step: str) -> str:
     return cmd + (f" --api_base_url {model['api_base_url']}" if model.get("api_base_url") else "")
 
 
-def read_step_card(ws: Workspace, step: str) -> dict | None:
+def read_step_card(ws: Workspace, step: str) -> JSONObject | None:
     try:
         with open(ws.step_card(step), encoding="utf-8") as f:
             card = json.load(f)
@@ -273,7 +276,7 @@ def read_step_card(ws: Workspace, step: str) -> dict | None:
     return card if isinstance(card, dict) else None
 
 
-def read_log(path) -> dict[str, dict]:
+def read_log(path: str | os.PathLike) -> dict[str, JSONObject]:
     """The records of a step's log by ``sample_key`` (last line of a key wins; a torn last line is skipped), for
     the steps that read another step's results. Missing file: empty."""
     out: dict[str, dict] = {}

@@ -24,12 +24,16 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from ...base.json_types import JSONObject
 from ...base.untrusted import JSONRepair, loads, loads_repaired
+from ...jobs.job import Emit, Plan
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
-from .steps import InputNotReady, ModelEndpoint, StepJob, read_log, step_command
+from .steps import InputNotReady, ModelEndpoint, StepJob, StepSettings, read_log, step_command
+from .workspace import Workspace
 
 LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
 _FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
@@ -142,23 +146,23 @@ class SynthesizeJob(StepJob[SourceImage]):
 
     def __init__(
         self,
-        workspace,
-        settings,
+        workspace: Workspace,
+        settings: StepSettings,
         endpoint: ModelEndpoint,
         *,
         layout_text_mode: str = "both",
         templates: Mapping[str, str] | None = None,
-        **kw,
-    ):
+        **kw: Any,
+    ) -> None:
         super().__init__(workspace, settings, **kw)
         self.endpoint, self.mode, self.templates = endpoint, layout_text_mode, templates
         self.waiting: list[str] = []
         self.waiting_failed, self.sources_total = 0, 0
 
-    def key(self, unit) -> str:
+    def key(self, unit: SynthTask | SourceImage) -> str:
         return unit.source.key if isinstance(unit, SynthTask) else unit.key
 
-    def plan(self, sources: list[SourceImage]):
+    def plan(self, sources: list[SourceImage]) -> Plan:
         """Images whose full image and every layout have an ok extraction (read under the workspace lock);
         :class:`InputNotReady` when there are images and none is ready."""
         extracted = read_log(self.ws.records("extract"))
@@ -191,9 +195,11 @@ class SynthesizeJob(StepJob[SourceImage]):
         return super().incomplete(summary) + len(self.waiting)  # images waiting are not done (status 1)
 
     async def setup(self) -> None:
-        self.api = self.endpoint_client(self.endpoint, "synthesizer", self.limiter())
+        self.api: Any = self.endpoint_client(  # messages are our JSON dicts, not the SDK TypedDicts
+            self.endpoint, "synthesizer", self.limiter()
+        )
 
-    async def work(self, unit: SynthTask, emit) -> dict:
+    async def work(self, unit: SynthTask, emit: Emit) -> JSONObject:
         meter = self.meter()
         messages = [{"role": "user", "content": unit.prompt}]
         base = {
@@ -241,10 +247,10 @@ class SynthesizeJob(StepJob[SourceImage]):
             "cost_usd": self.priced(usage),
         }
 
-    def failed(self, unit: SynthTask, reason: str) -> dict:
+    def failed(self, unit: SynthTask, reason: str) -> JSONObject:
         return {"sample_key": unit.source.key, "subset": unit.source.subset, "status": "failed", "error": reason}
 
-    def summary(self) -> dict:
+    def summary(self) -> JSONObject:
         out = super().summary()
         out["images_waiting_for_extraction"] = len(self.waiting)
         ok = [self.records[k] for k in self.order if self.records.get(k, {}).get("status") == "ok"]

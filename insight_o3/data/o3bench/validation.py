@@ -34,7 +34,9 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from ...base.json_types import JSONObject
 from ...storage.atomic import write_json_atomic, write_jsonl_atomic
 from ...storage.lock import run_lock
 from .extraction import extractions_by_image
@@ -103,7 +105,7 @@ def uncounted_mentions(explanation: str) -> list[str]:
     return out
 
 
-def option_lines(options) -> list[str]:
+def option_lines(options: Any) -> list[str]:
     """The options as stripped non-blank lines (a list is taken line per element)."""
     if isinstance(options, (list, tuple)):
         text = "\n".join(str(o) for o in options)
@@ -227,7 +229,7 @@ def image_texts(ws: Workspace) -> dict[str, str]:
     return out
 
 
-def f_share(items: list[BenchItem], limit: float = F_SHARE_LIMIT) -> dict:
+def f_share(items: list[BenchItem], limit: float = F_SHARE_LIMIT) -> JSONObject:
     """The share of items whose answer is F, overall and per image, against ``limit`` (the paper's 10%)."""
     per: dict[str, Counter] = {}
     for it in items:
@@ -247,7 +249,9 @@ def f_share(items: list[BenchItem], limit: float = F_SHARE_LIMIT) -> dict:
 
 
 # ----------------------------------------------------------------------------- the step
-def validate_workspace(ws: Workspace, rules: ValidationRules | None = None, rules_source: dict | None = None) -> dict:
+def validate_workspace(
+    ws: Workspace, rules: ValidationRules | None = None, rules_source: dict | None = None
+) -> JSONObject:
     """Check every item of every ok synthesis record by ``rules`` (default: the defaults) under the workspace lock;
     rewrite ``candidates.jsonl``, ``rejected.jsonl``, ``rules.json`` (the rules, their sha256 and ``rules_source``,
     the config file's path and sha256) and ``report.json`` (the step is deterministic and cheap: it is redone as a

@@ -41,6 +41,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ...base.json_types import JSONObject
 from ...base.untrusted import loads
 from .records import BuildFileError, read_text_file
 
@@ -66,7 +67,7 @@ class ValidationRules:
     min_cited_layouts: int = 2
     f_share_limit: float = 0.10
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @property
@@ -173,7 +174,7 @@ def _label_of_image(text: str, m: re.Match, image_text: str) -> bool:
     )
 
 
-def load_rules(path: str | None) -> tuple[ValidationRules, dict]:
+def load_rules(path: str | None) -> tuple[ValidationRules, JSONObject]:
     """The rules of ``path`` (JSON, or TOML by its ``.toml`` suffix; None: the defaults) and where they come from
     (``{"file", "file_sha256"}``, empty for the defaults)."""
     if path is None:
@@ -193,12 +194,12 @@ def load_rules(path: str | None) -> tuple[ValidationRules, dict]:
     return rules, {"file": str(Path(path).resolve()), "file_sha256": hashlib.sha256(raw).hexdigest()}
 
 
-def rules_record(rules: ValidationRules, source: dict) -> dict:
+def rules_record(rules: ValidationRules, source: dict) -> JSONObject:
     """What ``validate/rules.json`` holds: the rules, their sha256 and the file they came from (if any)."""
     return {"rules": rules.to_dict(), "rules_sha256": rules.sha256, **source}
 
 
-def recorded_rules(path: Path) -> dict | None:
+def recorded_rules(path: Path) -> JSONObject | None:
     """What ``validate/rules.json`` holds (None when there is none; :class:`BuildFileError` when unreadable)."""
     if not path.exists():
         return None

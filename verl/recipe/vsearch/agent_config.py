@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -21,7 +22,7 @@ from insight_o3.protocol.limits import LIMITS
 STAGES = ("train", "eval")
 
 
-def _min(value: float):
+def _min(value: float) -> dict[str, float]:
     """Field metadata: the smallest allowed value (default: positive)."""
     return {"min": value}
 
@@ -76,7 +77,7 @@ def _stage(stage: str) -> str:
 _NESTED = {"VReasonerConfig": VReasonerConfig, "VSearcherBudget": VSearcherBudget, "JudgeConfig": JudgeConfig}
 
 
-def _build(cls, data, where: str):
+def _build(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}

@@ -35,6 +35,7 @@ from openai import AsyncOpenAI
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
 from insight_o3.agents.drivers import AnswerResult, InSightO3
+from insight_o3.agents.searcher_session import LocateResult
 from insight_o3.endpoints.client import ENV_KEYS, make_client, resolve, resolve_key
 from insight_o3.endpoints.rate_limit import AdaptiveLimiter
 from insight_o3.evaluation.judge import AnswerJudge
@@ -172,13 +173,13 @@ class FailSafeAgentLoop(AgentLoopBase):
     ``vsearch.max_api_failure_ratio`` also stops a run whose episodes keep raising) and, in
     ``vsearch/episode_error_ratio``, as an exception. The error is printed once per episode (keys redacted)."""
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         try:
             return await self.run_episode(sampling_params, **kwargs)
         except Exception as e:  # one bad episode must not cost the step; counted, not hidden
             return self.failed_episode(kwargs, e)
 
-    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         raise NotImplementedError
 
     def failed_episode(self, row: dict, error: BaseException) -> AgentLoopOutput:
@@ -190,12 +191,12 @@ class FailSafeAgentLoop(AgentLoopBase):
 class VSearcherAgentLoop(FailSafeAgentLoop):
     """Out-of-loop vSearcher rollout of the policy on a (image, region description, boxes) row."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.settings = run_settings(self.config)
         self.searcher = policy_searcher(self, self.settings)
 
-    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {}
         r = await self.searcher.run(row_image_path(kwargs), row_text(kwargs, "description"), sampling_params)
         return rollout_output(r, r.sample_fields(bboxes=info.get("bboxes"), role=ROLE_OUTLOOP))
@@ -273,7 +274,7 @@ class _RecordingPolicySearcher:
         self.policy, self.sampling_params = policy, sampling_params
         self.rollouts: list[SearcherRollout] = []
 
-    async def locate(self, image_path: str, description: str):
+    async def locate(self, image_path: str, description: str) -> LocateResult:
         r = await self.policy.run(image_path, description, self.sampling_params)
         self.rollouts.append(r)
         return r.result
@@ -307,7 +308,7 @@ class EpisodeOutcome:
 class VReasonerAgentLoop(FailSafeAgentLoop):
     """In-loop episode: API vReasoner + policy vSearcher; one sample per vSearcher call."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.settings = run_settings(self.config)
         self.endpoints = ApiEndpoints.from_env()
@@ -328,7 +329,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
             answer=str(gt),
         )
 
-    def reasoner(self, searcher, validate: bool) -> InSightO3:
+    def reasoner(self, searcher: Any, validate: bool) -> InSightO3:
         """The API vReasoner of one episode, configured from the run's settings."""
         reasoner_client, _ = api_clients(self.settings, self.endpoints)
         return InSightO3.from_settings(
@@ -403,7 +404,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
             judge_status=c.status,
         )
 
-    async def run_episode(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+    async def run_episode(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         image_path = row_image_path(kwargs)
         sample = self._sample(kwargs, image_path)
         ep = await self.episode(sample, sampling_params, validate=is_validation(kwargs))

@@ -53,11 +53,14 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from insight_o3.base.json_types import JSONObject
 from insight_o3.imaging.geometry import check_box
 from insight_o3.imaging.images import ImageError, image_size
 from insight_o3.protocol.questions import insight_o3_question
@@ -120,28 +123,28 @@ def _image_size(path: str, where: str) -> tuple[int, int]:
         raise InputError(f"{where}: field 'image': {e}") from None
 
 
-def _box(value, where: str, field: str, size: tuple[int, int] | None) -> list[float]:
+def _box(value: Any, where: str, field: str, size: tuple[int, int] | None) -> list[float]:
     return list(check_box(value, where, field, size, error=InputError))
 
 
-def _boxes(value, where: str, field: str, size) -> list[list[float]]:
+def _boxes(value: Any, where: str, field: str, size: tuple[int, int] | None) -> list[list[float]]:
     """One box or a list of boxes -> list of boxes."""
     if isinstance(value, (list, tuple)) and value and all(isinstance(b, (list, tuple)) for b in value):
         return [_box(b, where, f"{field}[{i}]", size) for i, b in enumerate(value)]
     return [_box(value, where, field, size)]
 
 
-def _read_jsonl(path: str):
+def _read_jsonl(path: str) -> Iterator[tuple[str, JSONObject]]:
     return ((where, obj) for where, _, obj in iter_jsonl(path, InputError))
 
 
-def _extra(**kw) -> dict:
+def _extra(**kw: Any) -> JSONObject:
     base = {name: None for name in EXTRA_INFO_TYPE.names}
     base.update(kw)
     return base
 
 
-def _row(data_source: str, agent: str, image_path: str, text: str, ground_truth: str, extra: dict) -> dict:
+def _row(data_source: str, agent: str, image_path: str, text: str, ground_truth: str, extra: dict) -> JSONObject:
     return {
         "data_source": data_source,
         "prompt": [{"role": "user", "content": f"<image>\n{text}"}],
@@ -152,7 +155,7 @@ def _row(data_source: str, agent: str, image_path: str, text: str, ground_truth:
     }
 
 
-def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
+def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[JSONObject]:
     rows: list[dict] = []
     for where, obj in _read_jsonl(ann_file):
         image = obj.get("image")
@@ -196,7 +199,7 @@ def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: boo
     return rows
 
 
-def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_images: bool = True) -> list[dict]:
+def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_images: bool = True) -> list[JSONObject]:
     """Benchmark / collage rows through the evaluation loader (one validator for both uses)."""
     from insight_o3.evaluation.samples import AnnotationError, load_samples
 
@@ -227,7 +230,7 @@ def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_imag
 
 def released_rows(
     kind: str, data_root: str, data_source: str, image_dir: str | None = None, split: str = "train"
-) -> list[dict]:
+) -> list[JSONObject]:
     """Rows of a released Hub dataset (``kind`` in :data:`RELEASED`); images go to ``image_dir``
     (default ``<data_root>/<split>/images``, where the authors' packer put them)."""
     image_dir = image_dir or os.path.join(data_root, split, "images")
@@ -275,7 +278,7 @@ def _check_source(data_source: str) -> None:
         )
 
 
-def build_rows(kind: str, ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[dict]:
+def build_rows(kind: str, ann_file: str, img_dir: str, data_source: str, check_images: bool = True) -> list[JSONObject]:
     """Rows of a jsonl input (``region`` / ``collage`` / ``benchmark``)."""
     if kind not in KINDS or kind in RELEASED:
         raise InputError(f"kind must be one of {[k for k in KINDS if k not in RELEASED]}, got {kind!r}")

@@ -25,6 +25,7 @@ from typing import Any
 from PIL import Image
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
+from insight_o3.base.json_types import JSONObject
 from insight_o3.imaging.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS, smart_resize
 from insight_o3.imaging.images import open_image
 from insight_o3.protocol.prompts import (
@@ -46,7 +47,7 @@ def _row_error(row: dict, index: int, msg: str) -> ValueError:
     return ValueError(f"vsearch dataset row {index} (data_source={row.get('data_source')!r}): {msg}")
 
 
-def build_messages(row: dict, index: int = -1) -> tuple[list[dict], str]:
+def build_messages(row: dict, index: int = -1) -> tuple[list[JSONObject], str]:
     """``(raw_prompt, image_uri)`` for one parquet row (see module doc)."""
     agent = row.get("agent_name")
     if agent not in AGENT_NAMES:
@@ -77,7 +78,7 @@ def build_messages(row: dict, index: int = -1) -> tuple[list[dict], str]:
     ], uri
 
 
-def vsearcher_prompt_text_tokens(tokenizer, description: str) -> int:
+def vsearcher_prompt_text_tokens(tokenizer: Any, description: str) -> int:
     """Tokens of the vSearcher's first prompt (F.2 system prompt + the task) without the image's pad tokens:
     the chat template with one image part, minus its single ``<|image_pad|>``."""
     messages = [
@@ -96,7 +97,7 @@ def vsearcher_prompt_text_tokens(tokenizer, description: str) -> int:
 class VSearchDataset(RLHFDataset):
     """RLHFDataset whose ``raw_prompt`` is rendered from the insight_o3 prompts (CPU-safe)."""
 
-    def maybe_filter_out_long_prompts(self, dataframe=None):
+    def maybe_filter_out_long_prompts(self, dataframe: Any = None) -> Any:
         """The first vSearcher prompt of every out-of-loop row must fit ``data.max_prompt_length``: verl pads
         prompts to it and never truncates, so one longer prompt would fail a whole training step. The start-up
         check (``settings.RunSettings``) reserves ``PROMPT_TEXT_TOKENS`` of the prompt for text next to the
@@ -135,7 +136,7 @@ class VSearchDataset(RLHFDataset):
         print(f"[vsearch] dropped {len(drop)} row(s) whose vSearcher prompt is too long: {what}", flush=True)
         return dataframe.select([i for i in range(len(dataframe)) if i not in drop])
 
-    def __getitem__(self, item):
+    def __getitem__(self, item: int) -> JSONObject:
         row: dict = self.dataframe[item]
         messages, _ = build_messages(row, item)
         row.pop(self.image_key, None)

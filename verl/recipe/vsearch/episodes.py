@@ -40,6 +40,7 @@ from verl.experimental.agent_loop.agent_loop import (
     AgentLoopWorkerBase,
 )
 
+from insight_o3.base.json_types import JSONObject
 from insight_o3.base.redaction import failure_reason
 from insight_o3.endpoints.client import ENV_KEYS, resolve_key
 from insight_o3.protocol.rewards import RewardRules, batch_withholds_pseudo_iou, combine_terms
@@ -88,7 +89,9 @@ __all__ = [
 ]
 
 
-def failed_episode_output(tokenizer, row: dict, error: BaseException, in_loop: bool, where: str) -> AgentLoopOutput:
+def failed_episode_output(
+    tokenizer: Any, row: JSONObject, error: BaseException, in_loop: bool, where: str
+) -> AgentLoopOutput:
     """The failed-episode placeholder of ``agent_loops.FailSafeAgentLoop`` (also used by the worker when an episode's
     rows cannot be post-processed, :class:`VSearchAgentLoopWorker`)."""
     episode_id = str(row.get(EPISODE_ID_KEY) or row.get("uid") or uuid4().hex)
@@ -121,7 +124,7 @@ def failed_episode_output(tokenizer, row: dict, error: BaseException, in_loop: b
     )
 
 
-def image_grid_thw(processor, images) -> torch.Tensor:
+def image_grid_thw(processor: Any, images: list[Any]) -> torch.Tensor:
     """``image_grid_thw`` as Qwen2.5-VL's image processor returns it for ``images``, without computing pixel
     values: ``(1, h / patch, w / patch)`` of each image's ``smart_resize`` under the processor's pixel limits."""
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
@@ -141,7 +144,7 @@ def image_grid_thw(processor, images) -> torch.Tensor:
 class VSearchAgentLoopWorker(AgentLoopWorkerBase):
     """``AgentLoopWorker`` that turns one agent-loop output into 1..k verl rows (see module doc)."""
 
-    async def _agent_loop_postprocess(self, output, **kwargs) -> list:
+    async def _agent_loop_postprocess(self, output: Any, **kwargs: Any) -> list:
         extras = pop_extra_samples(output)
         try:
             return [await self._postprocess_sample(sample, **kwargs) for sample in [output, *extras]]
@@ -153,7 +156,7 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
             failed = failed_episode_output(self.tokenizer, kwargs, e, in_loop, "post-processing")
             return [await self._postprocess_sample(failed, **kwargs)]
 
-    async def _postprocess_sample(self, sample, **kwargs):
+    async def _postprocess_sample(self, sample: Any, **kwargs: Any) -> Any:
         with_row_identity(sample.extra_fields, kwargs)
         images = (sample.multi_modal_data or {}).get("images")
         views = (sample.multi_modal_data or {}).get(VIEWS_KEY)
@@ -178,12 +181,13 @@ class VSearchAgentLoopWorker(AgentLoopWorkerBase):
             )
         return await super()._agent_loop_postprocess(sample, **kwargs)
 
-    def _mm_inputs_ready(self) -> dict:
+    def _mm_inputs_ready(self) -> dict[int, JSONObject]:
+        """Each sample's multimodal inputs computed ahead, by ``id(sample)``."""
         if not hasattr(self, "_mm_ready"):
-            self._mm_ready: dict = {}
+            self._mm_ready: dict[int, JSONObject] = {}
         return self._mm_ready
 
-    def _compute_multi_modal_inputs(self, output, input_ids) -> dict:
+    def _compute_multi_modal_inputs(self, output: Any, input_ids: torch.Tensor) -> JSONObject:
         """verl's multimodal inputs of ``output``, computed off the event loop by :meth:`_agent_loop_postprocess`
         (verl decodes the padded ids without special tokens: the same text as prompt + response ids)."""
         ready = self._mm_inputs_ready().pop(id(output), None)
@@ -200,7 +204,7 @@ class VSearchAgentLoopManager(AgentLoopManager):
     """``AgentLoopManager`` whose workers expand episodes (``agent_loop_workers_class`` is verl's
     documented hook for recipes)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.agent_loop_workers_class = ray.remote(VSearchAgentLoopWorker)
         super().__init__(*args, **kwargs)
 

@@ -24,17 +24,21 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
 
 TARGET = "vllm.entrypoints.harmony_utils"
 MARKER = "_vsearch_offline_tolerant"
 
 
-def _wrap(module) -> None:
+def _wrap(module: Any) -> None:
     original = getattr(module, "get_encoding", None)
     if original is None or getattr(original, MARKER, False):
         return
 
-    def get_encoding(*args, **kwargs):
+    def get_encoding(*args: Any, **kwargs: Any) -> Any:
         try:
             return original(*args, **kwargs)
         except Exception as e:  # openai_harmony.HarmonyError (vocab not cached, no network)
@@ -57,7 +61,9 @@ def _wrap(module) -> None:
 
 
 class _HarmonyFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != TARGET:
             return None
         sys.meta_path.remove(self)
@@ -69,7 +75,7 @@ class _HarmonyFinder(importlib.abc.MetaPathFinder):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_and_wrap(module):
+        def exec_and_wrap(module: ModuleType) -> None:
             exec_module(module)
             _wrap(module)
 

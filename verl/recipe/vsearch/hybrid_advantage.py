@@ -172,7 +172,15 @@ def compute_vsearch_hybrid_advantage(
     return advantages, advantages
 
 
-def _broadcast(in_rows, episode_ids, episode_correct, tool_gate, kind: str, by_std: bool, epsilon: float):
+def _broadcast(
+    in_rows: Any,
+    episode_ids: Any,
+    episode_correct: dict[str, tuple[str, bool]] | None,
+    tool_gate: Any,
+    kind: str,
+    by_std: bool,
+    epsilon: float,
+) -> torch.Tensor:
     if episode_ids is None or episode_correct is None or (kind == "broadcast_tool_only" and tool_gate is None):
         raise ValueError(
             f"subagent_advantage_estimator={kind} needs episode_ids and episode_correct"

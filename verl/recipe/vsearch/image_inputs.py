@@ -36,11 +36,12 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from insight_o3.agents.views import pil_view
+from insight_o3.base.json_types import JSONObject
 from insight_o3.imaging.images import ImageRef, ImageStore, Resize
 
 if TYPE_CHECKING:  # torch is imported where pixels are rebuilt: the rollout side (ImageViews) needs no torch
@@ -81,7 +82,7 @@ class PixelCache:
                 self._stores[alpha] = ImageStore(max_cached_bytes=0, originals_cached=ORIGINALS_CACHED, alpha=alpha)
             return self._stores[alpha]
 
-    def view(self, processor, ref: ImageRef, resize: Resize, alpha: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def view(self, processor: Any, ref: ImageRef, resize: Resize, alpha: str) -> tuple[torch.Tensor, torch.Tensor]:
         key = (id(processor), ref, resize, alpha)
         with self._lock:
             hit = self._items.get(key)
@@ -118,14 +119,14 @@ def pixel_cache() -> PixelCache:
         return _CACHE
 
 
-def with_references(grid: torch.Tensor, views: ImageViews) -> dict:
+def with_references(grid: torch.Tensor, views: ImageViews) -> JSONObject:
     """A training row's ``multi_modal_inputs`` without pixel values: the grids and the references."""
     if len(views.refs) != int(grid.shape[0]):
         raise ValueError(f"{len(views.refs)} image references for {int(grid.shape[0])} images")
     return {"image_grid_thw": grid, VIEWS_KEY: views}
 
 
-def rebuild(processor, inputs: dict, cache: PixelCache | None = None) -> dict:
+def rebuild(processor: Any, inputs: JSONObject, cache: PixelCache | None = None) -> JSONObject:
     """``inputs`` (a row's ``multi_modal_inputs``) with its ``pixel_values`` rebuilt from its references
     (unchanged if it has none). Raises ValueError when a rebuilt grid differs from the row's."""
     import torch
@@ -148,7 +149,7 @@ def rebuild(processor, inputs: dict, cache: PixelCache | None = None) -> dict:
     return out
 
 
-def rebuild_pixels_in(policy, processor) -> None:
+def rebuild_pixels_in(policy: Any, processor: Any) -> None:
     """Make ``policy`` (verl's ``DataParallelPPOActor``: the actor or the reference) rebuild the pixel values of
     every micro-batch it runs from the rows' references (:func:`rebuild`), just before verl's own forward.
     Idempotent."""
@@ -156,7 +157,7 @@ def rebuild_pixels_in(policy, processor) -> None:
         return
     forward = policy._forward_micro_batch
 
-    def _forward_micro_batch(micro_batch, temperature, calculate_entropy=False):
+    def _forward_micro_batch(micro_batch: Any, temperature: float, calculate_entropy: bool = False) -> Any:
         rows = micro_batch.get("multi_modal_inputs") if hasattr(micro_batch, "get") else None
         if rows is not None and any(isinstance(r, dict) and VIEWS_KEY in r for r in rows):
             if processor is None:

@@ -6,16 +6,21 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Run ``fn(module)`` right after ``name`` is imported (so that processes which never import it,
     e.g. the agent-loop workers, do not pay for importing it)."""
 
-    def __init__(self, name: str, fn):
+    def __init__(self, name: str, fn: Callable[[ModuleType], None]) -> None:
         self.name, self.fn = name, fn
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)
@@ -25,7 +30,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         loader, fn = spec.loader, self.fn
         exec_module = loader.exec_module
 
-        def exec_and_patch(module):
+        def exec_and_patch(module: ModuleType) -> None:
             exec_module(module)
             fn(module)
 
@@ -33,7 +38,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def after_import(name: str, fn) -> None:
+def after_import(name: str, fn: Callable[[ModuleType], None]) -> None:
     if name in sys.modules:
         fn(sys.modules[name])
     else:

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import hydra
 from verl.trainer.main_ppo import TaskRunner, run_ppo
 
+from insight_o3.base.json_types import JSONObject
 from insight_o3.endpoints.client import ENV_KEYS
 from recipe.vsearch.node_checks import check_driver, check_nodes
 from recipe.vsearch.settings import RunSettings, SettingsError
@@ -53,7 +56,7 @@ FORWARDED_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "HF_", "TRANSFORMERS_
 NOT_FORWARDED = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
-def forwarded_env(environ) -> dict[str, str]:
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The driver variables that go into the job's runtime env (see :data:`FORWARDED_ENV`)."""
     out = {}
     for name, value in environ.items():
@@ -89,26 +92,26 @@ class VSearchTaskRunner(TaskRunner):
     """verl's TaskRunner with the recipe's registrations imported, the recipe's trainer installed and
     the on-policy actor worker registered, in the Ray actor."""
 
-    def run(self, config):
+    def run(self, config: Any) -> Any:
         import_recipe_modules()
         install_trainer()
         return super().run(config)
 
-    def add_actor_rollout_worker(self, config):
+    def add_actor_rollout_worker(self, config: Any) -> tuple[Any, Any]:
         from recipe.vsearch import on_policy
 
         actor_rollout_cls, worker_group_cls = super().add_actor_rollout_worker(config)
         return on_policy.install(self.role_worker_mapping, actor_rollout_cls), worker_group_cls
 
 
-def check_settings(config) -> RunSettings:
+def check_settings(config: Any) -> RunSettings:
     """Validate the run's settings (errors name the key) and print their effective values once."""
     settings = RunSettings.from_config(config)
     print(settings.describe(), flush=True)
     return settings
 
 
-def ray_init_kwargs(config, environ=None) -> dict:
+def ray_init_kwargs(config: Any, environ: Mapping[str, str] | None = None) -> JSONObject:
     """``ray.init`` kwargs as verl's ``run_ppo`` builds them (its default runtime env merged with
     ``ray_kwargs.ray_init``), plus :func:`forwarded_env` of ``environ`` (default ``os.environ``) in
     ``runtime_env.env_vars``; values given explicitly in the config win. No secret goes in (:data:`SECRET_ENV`),
@@ -135,7 +138,7 @@ def ray_init_kwargs(config, environ=None) -> dict:
     return {**init, "runtime_env": runtime_env}
 
 
-def init_ray(config) -> None:
+def init_ray(config: Any) -> None:
     """Start (or join) Ray with :func:`ray_init_kwargs`; verl's ``run_ppo`` then finds Ray initialised and uses
     it. Then check that the workers of every node see the API keys the driver has (:func:`check_worker_secrets`),
     have flash-attn when the config needs it and the harmony vocab (:func:`recipe.vsearch.node_checks.check_nodes`)."""
@@ -177,7 +180,7 @@ def check_worker_secrets(names: list[str], timeout: float = 300) -> None:
 
 
 @hydra.main(config_path="config", config_name="qwen_2_5_vl_7b_async", version_base=None)
-def main(config) -> None:
+def main(config: Any) -> None:
     import ray
     from omegaconf import OmegaConf
 

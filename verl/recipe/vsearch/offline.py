@@ -30,7 +30,9 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HOOK_MODULE = "vsearch_harmony_hook"
 #: vLLM versions whose verl 0.7.0 server module loads the harmony vocab at import
@@ -65,7 +67,9 @@ def load_vocab() -> None:
     load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
 
 
-def check_harmony_vocab(rollout_name: str, *, version: str | None = None, loader=load_vocab) -> str:
+def check_harmony_vocab(
+    rollout_name: str, *, version: str | None = None, loader: Callable[..., Any] = load_vocab
+) -> str:
     """Raise :class:`OfflineStartupError` when verl's vLLM server module would fail to import here.
     Returns a one-line status for the start-up log."""
     version = vllm_version() if version is None else version

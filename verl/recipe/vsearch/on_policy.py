@@ -50,7 +50,7 @@ EQ2_META_KEY = "vsearch_eq2"
 _VARIANT_OF_MODE = {p.loss_agg_mode: name for name, p in PROTOCOLS.items()}
 
 
-def eq2_weights(data, grad_accum: int, valid_rows: int, dp_size: int, scale: float):
+def eq2_weights(data: Any, grad_accum: int, valid_rows: int, dp_size: int, scale: float) -> Any:
     """Response-mask weights that make verl 0.7's actor loss equal the paper's Eq. 2.
 
     Eq. 2 is a mean over the batch's samples of each sample's token mean:
@@ -77,7 +77,7 @@ def eq2_weights(data, grad_accum: int, valid_rows: int, dp_size: int, scale: flo
     return mask.to(torch.float32) * per_row
 
 
-def apply_eq2(actor, data) -> None:
+def apply_eq2(actor: Any, data: Any) -> None:
     """Replace ``data``'s response mask by :func:`eq2_weights` for ``actor``'s next ``update_policy``.
     Needs ``use_dynamic_bsz=False`` and ``loss_agg_mode=seq-mean-token-sum-norm`` (see the function above)."""
     cfg = actor.config
@@ -102,7 +102,7 @@ def apply_eq2(actor, data) -> None:
     data.batch["response_mask"] = weights
 
 
-def apply_loss(actor, data) -> str:
+def apply_loss(actor: Any, data: Any) -> str:
     """Prepare ``data`` for the loss of the run's variant; returns the variant. ``original``: nothing to do
     (verl's ``token-mean`` with dynamic micro-batches is the fork's loss); ``paper``: :func:`apply_eq2`. The
     actor's ``loss_agg_mode`` must be the variant's (the trainer's ``meta_info`` names the variant)."""
@@ -123,7 +123,7 @@ def apply_loss(actor, data) -> str:
     return variant
 
 
-def set_whole_batch(actor, data) -> int:
+def set_whole_batch(actor: Any, data: Any) -> int:
     """Make ``actor``'s next ``update_policy(data)`` a single mini-batch (one optimizer step).
     Returns the mini-batch size (this rank's rows)."""
     n = len(data)
@@ -143,7 +143,7 @@ def set_whole_batch(actor, data) -> int:
 OLD_LOG_PROBS = "old_log_probs"
 
 
-def old_log_prob_needed(config) -> str | None:
+def old_log_prob_needed(config: Any) -> str | None:
     """Why a training step needs the actor's old-log-prob pass, or None when verl 0.7's update provably never
     reads its result, so that the pass (a full forward of the policy over every row) can be skipped.
 
@@ -170,7 +170,7 @@ def old_log_prob_needed(config) -> str | None:
     return None
 
 
-def without_old_log_probs(actor, data) -> None:
+def without_old_log_probs(actor: Any, data: Any) -> None:
     """Let verl's ``update_policy`` run on ``data`` without the old-log-prob pass, after checking that it is the
     on-policy case (:func:`old_log_prob_needed`): one mini-batch (:func:`set_whole_batch` came first), one epoch.
     The column verl selects is filled with NaN: the update never reads it, and if it did the loss would be NaN,
@@ -203,7 +203,7 @@ def on_policy_worker(worker_cls: Any) -> Any:
     if not hasattr(base_update, MAGIC_ATTR):
         raise TypeError(f"{worker_cls.__name__}.update_actor is not a registered worker method")
 
-    def update_actor(self, data):
+    def update_actor(self: Any, data: Any) -> Any:
         set_whole_batch(self.actor, data)
         apply_loss(self.actor, data)
         if OLD_LOG_PROBS not in data.batch.keys():  # the trainer skipped the pass (old_log_prob_needed)
@@ -217,7 +217,7 @@ def on_policy_worker(worker_cls: Any) -> Any:
     setattr(update_actor, MAGIC_ATTR, dict(getattr(base_update, MAGIC_ATTR)))
     base_init = worker_cls.init_model
 
-    def init_model(self):
+    def init_model(self: Any) -> Any:
         out = base_init(self)
         # training rows carry image references: the actor and the reference rebuild the pixel values of each
         # micro-batch where the model runs (recipe.vsearch.image_inputs)

@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import uuid4
 
 from PIL import Image
 
 from insight_o3.agents import LocateResult, SearcherSession
-from insight_o3.imaging.images import ImageStore
+from insight_o3.base.json_types import JSONObject
+from insight_o3.imaging.images import ImageRef, ImageStore
 from insight_o3.protocol.limits import LIMITS
 
 from .image_inputs import ImageViews
@@ -59,7 +61,7 @@ class SearcherRollout:
     #: ``images`` as references (the training rows carry these instead of pixel values, ``image_inputs``)
     image_views: ImageViews | None = None
 
-    def sample_fields(self, **context) -> SampleFields:
+    def sample_fields(self, **context: Any) -> SampleFields:
         """This trajectory's :class:`~recipe.vsearch.rollout_fields.SampleFields` (the reward's inputs), plus the
         agent loop's ``context`` (role, in-loop statistics, ground truth)."""
         box = self.result.box_original
@@ -93,7 +95,7 @@ class PromptTooLong(ValueError):
     ``agent_loops.FailSafeAgentLoop``)."""
 
 
-def budgeted(sampling_params: dict, remaining: int, per_turn: int = LIMITS.vsearcher_max_tokens_per_turn) -> dict:
+def budgeted(sampling_params: dict, remaining: int, per_turn: int = LIMITS.vsearcher_max_tokens_per_turn) -> JSONObject:
     """A copy of ``sampling_params`` whose ``max_tokens`` is the turn's cap, at most ``remaining`` (the unused
     part of the trajectory's response budget). The cap is the sampling parameters' own ``max_tokens`` when
     they set one, else ``per_turn`` (1024: the fork's ``VSearcherLoop.MAX_TOKENS_PER_TURN``, set when
@@ -108,7 +110,7 @@ def budgeted(sampling_params: dict, remaining: int, per_turn: int = LIMITS.vsear
     return sp
 
 
-def template_messages(messages: list[dict]) -> list[dict]:
+def template_messages(messages: list[dict]) -> list[JSONObject]:
     """Session messages as the HF chat template wants them: image references become bare
     ``{"type": "image"}`` parts (the pixels travel separately, in order)."""
     out = []
@@ -138,7 +140,7 @@ class PolicySearcher:
 
     def __init__(
         self,
-        agent_loop,
+        agent_loop: Any,
         images: ImageStore,
         max_pixels: int,
         max_tool_calls: int,
@@ -147,7 +149,7 @@ class PolicySearcher:
         limit_reminder: bool = True,
         budget_end_fails_searcher: bool = True,
         end_on_bad_token: bool = False,
-    ):
+    ) -> None:
         self.loop = agent_loop
         self.limit_reminder, self.budget_end_fails_searcher = limit_reminder, budget_end_fails_searcher
         self.end_on_bad_token = end_on_bad_token
@@ -172,7 +174,7 @@ class PolicySearcher:
             limit_reminder=self.limit_reminder,
         )
 
-    def end_at_budget(self, s: SearcherSession, reason: str, **how) -> None:
+    def end_at_budget(self, s: SearcherSession, reason: str, **how: Any) -> None:
         """The episode cannot go on within the token budget (see the class doc; ``how``:
         :meth:`SearcherSession.end_at_budget`'s)."""
         if self.budget_end_fails_searcher:
@@ -205,7 +207,7 @@ class PolicySearcher:
     ) -> SearcherRollout:
         request_id = request_id or uuid4().hex
 
-        def start():
+        def start() -> tuple[Any, list[Image.Image], list[int]]:
             sess = self.session(image_path, description)
             first = [sess.pil(ref) for ref in sess.image_refs]
             return sess, first, self.template_ids(template_messages(sess.messages), first)
@@ -271,7 +273,9 @@ class PolicySearcher:
             # the tool response the session appended after the assistant turn
             t0 = time.perf_counter()
 
-            def tool_turn(ref=st.crop, new=template_messages(s.messages[n_before + 1 :])):
+            def tool_turn(
+                ref: ImageRef | None = st.crop, new: list[JSONObject] = template_messages(s.messages[n_before + 1 :])
+            ) -> tuple[Image.Image | None, list[int]]:
                 if ref is None:  # the tool's error text: a text-only tool response
                     return None, self.template_ids(new, [], remove_system_prompt=True)
                 crop_image = s.pil(ref)

@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 from PIL import Image
@@ -84,7 +85,7 @@ def split_shards(data_root: str | os.PathLike, split: str = "train") -> list[Pat
     )
 
 
-def _image_bytes(value, where: str, root: Path) -> bytes:
+def _image_bytes(value: Any, where: str, root: Path) -> bytes:
     """The encoded image of a ``datasets`` Image cell: its ``bytes``, else the file at ``path``."""
     if isinstance(value, dict):
         if value.get("bytes"):
@@ -163,7 +164,7 @@ def iter_hub_rows(
         raise InputError(f"{root}: split '{split}' has no rows")
 
 
-def box_field(value, where: str, field: str, size: tuple[int, int]) -> list[float]:
+def box_field(value: Any, where: str, field: str, size: tuple[int, int]) -> list[float]:
     """``[x1, y1, x2, y2]`` inside a ``size`` image, else an error naming the field."""
     return list(check_box(value, where, field, size, error=InputError))
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from .settings import SettingsError, _get
 
 SHARD = re.compile(r"model_world_size_(\d+)_rank_\d+\.pt$")
 
 
-def resume_folder(config) -> Path | None:
+def resume_folder(config: Any) -> Path | None:
     """The ``global_step_*`` folder verl 0.7's ``_load_checkpoint`` will load, or None (fresh start)."""
     mode = _get(config, "trainer.resume_mode", "auto")
     if mode == "disable":
@@ -47,7 +48,7 @@ def checkpoint_world_size(folder: Path) -> int | None:
     return sizes.pop() if sizes else None
 
 
-def check_resume(config) -> str:
+def check_resume(config: Any) -> str:
     """Raise :class:`SettingsError` when the checkpoint to resume was written by another number of GPUs than
     ``trainer.nnodes`` x ``trainer.n_gpus_per_node``. Returns a one-line status for the start-up log."""
     folder = resume_folder(config)

@@ -17,6 +17,9 @@ recipe YAML): ``variant`` (``original`` | ``paper``), ``format_weight``, ``iou_w
 
 from __future__ import annotations
 
+from typing import Any
+
+from insight_o3.base.json_types import JSONObject
 from insight_o3.protocol.rewards import (
     DEFAULT_RULES,
     DEFAULT_WEIGHTS,
@@ -54,10 +57,10 @@ def rules_from_kwargs(
 
 
 def compute_score(
-    data_source,
-    solution_str,
-    ground_truth,
-    extra_info=None,
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: JSONObject | None = None,
     *,
     variant: str = DEFAULT_RULES.variant,
     format_weight: float = DEFAULT_WEIGHTS.format,
@@ -68,8 +71,8 @@ def compute_score(
     tool_weight: float = DEFAULT_WEIGHTS.tool,
     reward_type: str = DEFAULT_RULES.reward_type,
     pseudo_iou_reward_type: str = DEFAULT_RULES.pseudo_iou_reward_type,
-    **_unused,
-) -> dict:
+    **_unused: Any,
+) -> JSONObject:
     """Return ``{"score": r, ...every RewardBreakdown term}`` (verl logs the extra keys)."""
     rules = rules_from_kwargs(
         variant,
@@ -105,7 +108,7 @@ def compute_score(
     return _numeric(b)
 
 
-def placeholder_breakdown(rules: RewardRules, info) -> RewardBreakdown:
+def placeholder_breakdown(rules: RewardRules, info: JSONObject) -> RewardBreakdown:
     """The all-zero reward of a placeholder row (``vsearch_role=placeholder``)."""
     return RewardBreakdown(
         score=0.0,
@@ -121,7 +124,7 @@ def placeholder_breakdown(rules: RewardRules, info) -> RewardBreakdown:
     )
 
 
-def _numeric(b: RewardBreakdown) -> dict:
+def _numeric(b: RewardBreakdown) -> JSONObject:
     out = b.to_dict()
     # verl stacks reward_extra_info into numpy arrays for logging: keep every value numeric
     out["iou"] = -1.0 if b.iou is None else b.iou

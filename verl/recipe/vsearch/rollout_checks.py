@@ -30,8 +30,11 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from insight_o3.base.json_types import JSONObject
 
 ENV_DIR = "VSEARCH_ROLLOUT_CHECKS_DIR"
 #: relative rounding of a float32 value stored in vLLM's dtype (round to nearest: half an ulp)
@@ -51,7 +54,7 @@ def record(kind: str, **fields: Any) -> None:
         f.write(line + "\n")
 
 
-def read_records(directory: str | Path) -> dict[str, list[dict]]:
+def read_records(directory: str | Path) -> dict[str, list[JSONObject]]:
     """``{kind: [record, ...]}`` in time order."""
     out: dict[str, list[dict]] = {}
     for path in sorted(Path(directory).glob("*.jsonl")):
@@ -64,7 +67,7 @@ def read_records(directory: str | Path) -> dict[str, list[dict]]:
     return out
 
 
-def digest(named_tensors, prefix: str = "") -> str:
+def digest(named_tensors: Iterable[tuple[str, Any]], prefix: str = "") -> str:
     """sha256 (16 hex digits) over the names and bytes of the tensors whose name starts with ``prefix``."""
     h = hashlib.sha256()
     for name, tensor in sorted(named_tensors, key=lambda x: x[0]):
@@ -74,14 +77,14 @@ def digest(named_tensors, prefix: str = "") -> str:
     return h.hexdigest()[:16]
 
 
-def _u8():
+def _u8() -> Any:
     import torch
 
     return torch.uint8
 
 
 # ----------------------------------------------------------------------------- weight comparison
-def expected_vllm_params(model, named_tensors) -> dict[str, Any]:
+def expected_vllm_params(model: Any, named_tensors: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     """What each vLLM parameter must hold after loading ``named_tensors`` (checkpoint-format names, as verl
     hands them to ``load_weights``): the model's ``hf_to_vllm_mapper`` renames, ``packed_modules_mapping``
     (and the vision tower's ``attn.q/k/v``) fuses by concatenation along dim 0 in the mapping's order."""
@@ -112,7 +115,7 @@ def expected_vllm_params(model, named_tensors) -> dict[str, Any]:
     return direct
 
 
-def compare_weights(model, named_tensors, dtype: str) -> dict[str, Any]:
+def compare_weights(model: Any, named_tensors: Iterable[tuple[str, Any]], dtype: str) -> dict[str, Any]:
     """Every parameter of vLLM's ``model`` against the actor's tensors (see :func:`expected_vllm_params`)."""
 
     params = dict(model.named_parameters())
@@ -171,14 +174,14 @@ def _device_free() -> int | None:
     return int(free)
 
 
-def _patch_rollout(module) -> None:
+def _patch_rollout(module: Any) -> None:
     cls = module.vLLMAsyncRollout
     if getattr(cls, "_vsearch_checks", False):
         return
     update, release, resume = cls.update_weights, cls.release, cls.resume
 
     @functools.wraps(update)
-    async def update_weights(self, weights, **kwargs):
+    async def update_weights(self: Any, weights: Any, **kwargs: Any) -> Any:
         if kwargs.get("peft_config") is not None:
             return await update(self, weights, **kwargs)
         named = [(n, t) for n, t in weights]  # the actor's full tensors (gathered on every rank)
@@ -200,14 +203,14 @@ def _patch_rollout(module) -> None:
         return result
 
     @functools.wraps(release)
-    async def release_(self):
+    async def release_(self: Any) -> Any:
         before = _device_free()
         out = await release(self)
         record("sleep", rank=_rank(), event="release", free_before=before, free_after=_device_free())
         return out
 
     @functools.wraps(resume)
-    async def resume_(self, tags):
+    async def resume_(self: Any, tags: Any) -> Any:
         before = _device_free()
         out = await resume(self, tags)
         record("sleep", rank=_rank(), event=f"resume:{','.join(tags)}", free_before=before, free_after=_device_free())
@@ -217,7 +220,7 @@ def _patch_rollout(module) -> None:
     cls._vsearch_checks = True
 
 
-def _patch_server(module) -> None:
+def _patch_server(module: Any) -> None:
     """Observe ``vLLMHttpServer.generate`` without touching the class: Ray copies an actor class's methods
     when verl decorates it (at the module's import) and ships them by value, so a later patch of the class
     never reaches the actor. What the copy looks up at call time is the module-level helper that de-duplicates
@@ -227,7 +230,7 @@ def _patch_server(module) -> None:
     dedup = module._qwen2_5_vl_dedup_image_tokens
 
     @functools.wraps(dedup)  # same module and qualname: cloudpickle keeps shipping it by reference
-    def dedup_(prompt_ids, processor):
+    def dedup_(prompt_ids: Any, processor: Any) -> Any:
         _PROMPT.set(list(prompt_ids))  # the calling generate()'s task context
         return dedup(prompt_ids, processor)
 
@@ -239,12 +242,12 @@ def _patch_server(module) -> None:
     engine_generate = AsyncLLM.generate
 
     @functools.wraps(engine_generate)
-    def engine_generate_(self, *args, **kwargs):
+    def engine_generate_(self: Any, *args: Any, **kwargs: Any) -> Any:
         inner = engine_generate(self, *args, **kwargs)
         prompt = kwargs.get("prompt", args[0] if args else None)
         images = ((prompt or {}).get("multi_modal_data") or {}).get("image") if isinstance(prompt, dict) else None
 
-        async def observed():
+        async def observed() -> Any:
             last = None
             async for out in inner:
                 last = out
@@ -286,7 +289,7 @@ def setup_worker() -> None:
 
 
 # ----------------------------------------------------------------------------- verdict
-def step_metrics(metrics_jsonl: str | Path) -> dict[int, dict]:
+def step_metrics(metrics_jsonl: str | Path) -> dict[int, JSONObject]:
     out: dict[int, dict] = {}
     for line in Path(metrics_jsonl).read_text().splitlines():
         if line.strip():

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 from verl.experimental.dataset.sampler import AbstractSampler
 
+from insight_o3.base.json_types import JSONObject
+
 STREAMS = ("fork", "mixed")
 
 
@@ -149,7 +151,7 @@ class WeightedSourceSampler(AbstractSampler):
             yield i
         self._epoch, self._offset = self._epoch + 1, 0
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> JSONObject:
         return {"epoch": self._epoch, "offset": self._offset, "seed": self.seed, "counts": dict(self.counts)}
 
     def load_state_dict(self, state: dict) -> None:
@@ -161,7 +163,7 @@ class WeightedSourceSampler(AbstractSampler):
         self._epoch, self._offset = int(state["epoch"]), int(state["offset"])
 
 
-def _select(cfg: Any, path: Sequence[str]):
+def _select(cfg: Any, path: Sequence[str]) -> Any:
     node = cfg
     for key in path:
         if node is None:
@@ -170,7 +172,7 @@ def _select(cfg: Any, path: Sequence[str]):
     return node
 
 
-def _to_dict(node) -> dict:
+def _to_dict(node: Any) -> JSONObject:
     if node is None:
         return {}
     try:

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 
 from insight_o3.agents.config import ReasonerSettings
 from insight_o3.agents.drivers import VREASONER_COMPLETION_KWARGS
+from insight_o3.base.json_types import JSONObject
 from insight_o3.protocol.prompts import REASONER_HINTS, ReasonerHints
 from insight_o3.protocol.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
 
@@ -172,7 +173,7 @@ def protocol(variant: str) -> Protocol:
     return PROTOCOLS[variant]
 
 
-def _protocol_resolver(name: str, *, _root_) -> Any:
+def _protocol_resolver(name: str, *, _root_: Any) -> Any:
     """``${vsearch_protocol:<field>}``: the field of :data:`PROTOCOLS` for the config's ``vsearch.variant``."""
     if name not in PROTOCOL_FIELDS:
         raise SettingsError(f"vsearch_protocol: unknown field {name!r}; known: {list(PROTOCOL_FIELDS)}")
@@ -335,12 +336,12 @@ class RunSettings:
     def reasoner_format_retries(self, validate: bool) -> int:
         return self.agent.vreasoner.max_format_retries("train" if self.reasoner_mode(validate) == "train" else "eval")
 
-    def reasoner_completion_kwargs(self) -> dict:
+    def reasoner_completion_kwargs(self) -> JSONObject:
         """The vReasoner's request settings per turn: the fork's (``temperature`` 1.0 and ``reasoning_effort`` null
         as ``vsearch_gpt_async.py:142, 221-231`` sends them) with the agent YAML's ``max_completion_tokens``."""
         return {**VREASONER_COMPLETION_KWARGS, "max_completion_tokens": int(self.agent.vreasoner.max_completion_tokens)}
 
-    def reasoner_image_url_extra(self) -> dict:
+    def reasoner_image_url_extra(self) -> JSONObject:
         return {"detail": self.agent.vreasoner.image_detail}
 
     def reasoner_settings(self, validate: bool) -> ReasonerSettings:
@@ -360,7 +361,7 @@ class RunSettings:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_config(cls, config) -> RunSettings:
+    def from_config(cls, config: Any) -> RunSettings:
         """Build and validate from the composed config (an OmegaConf ``DictConfig`` or a dict)."""
         vs = _plain(_get(config, "vsearch"))
         if not isinstance(vs, dict):
@@ -418,7 +419,7 @@ class RunSettings:
         s._check(config)
         return s
 
-    def _check(self, config) -> None:
+    def _check(self, config: Any) -> None:
         need = self.vsearcher_max_pixels // PIXELS_PER_TOKEN + PROMPT_TEXT_TOKENS
         if need > self.vsearcher_prompt_length:
             raise SettingsError(
@@ -483,7 +484,7 @@ class RunSettings:
                 "(recipe.vsearch.on_policy) wraps verl's FSDP ActorRolloutRefWorker; use 'auto'"
             )
 
-    def _check_limit_images(self, config) -> None:
+    def _check_limit_images(self, config: Any) -> None:
         """vLLM rejects a request with more images than ``limit_images`` (``limit_mm_per_prompt``) and verl's
         server then fails the whole step: a vSearcher trajectory sends the whole image + one crop per tool call."""
         if _get(config, "actor_rollout_ref.rollout.name") != "vllm":
@@ -547,7 +548,7 @@ def _hints_name(hints: ReasonerHints) -> str:
 _CACHE: dict[tuple, RunSettings] = {}
 
 
-def run_settings(config) -> RunSettings:
+def run_settings(config: Any) -> RunSettings:
     """:meth:`RunSettings.from_config`, built once per process and config (verl instantiates an agent
     loop per sample; the agent YAML is read once)."""
     key = (
@@ -563,7 +564,7 @@ def run_settings(config) -> RunSettings:
 
 
 # ----------------------------------------------------------------------------- config access
-def _get(config, dotted: str, default: Any = None) -> Any:
+def _get(config: Any, dotted: str, default: Any = None) -> Any:
     node = config
     for part in dotted.split("."):
         if node is None:
@@ -575,7 +576,7 @@ def _get(config, dotted: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
-def _int(config, dotted: str) -> int:
+def _int(config: Any, dotted: str) -> int:
     v = _get(config, dotted)
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise SettingsError(f"{dotted}: expected a positive int, got {v!r}")

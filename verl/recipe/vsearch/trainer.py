@@ -51,6 +51,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.tracking import Tracking
 
+from insight_o3.base.json_types import JSONObject
 from verl import DataProto
 
 from . import hybrid_advantage  # also registers vsearch_hybrid_grpo in this process
@@ -67,7 +68,7 @@ from .rollout_fields import (
     episode_id,
     episode_item,
 )
-from .settings import run_settings
+from .settings import RunSettings, run_settings
 
 #: uid prefix of the rows added to make the validation batch divisible by the number of agent workers
 VAL_PAD_PREFIX = "vsearch-valpad-"
@@ -119,7 +120,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         return out
 
     # ------------------------------------------------------------------ one training step
-    def _train_step(self, batch_dict: dict, metrics: dict, timing_raw: dict) -> tuple[DataProto, dict]:
+    def _train_step(self, batch_dict: dict, metrics: dict, timing_raw: dict) -> tuple[DataProto, JSONObject]:
         """Rollout, expand, balance, score, log-probs, advantages, actor update. Returns the training
         batch and ``reward_extra_infos``."""
         cfg = self.config
@@ -198,7 +199,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         return batch, reward_extra
 
     # ------------------------------------------------------------------ the loop
-    def fit(self):
+    def fit(self) -> None:
         """verl's training loop (resume, validation, checkpoints, logging) around :meth:`_train_step`."""
         self._check_supported()
         cfg = self.config
@@ -251,7 +252,15 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                 self.global_steps += 1
 
     # ------------------------------------------------------------------ generations on disk
-    def _dump_generations(self, inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path):
+    def _dump_generations(
+        self,
+        inputs: list[str],
+        outputs: list[str],
+        gts: list[Any],
+        scores: list[float],
+        reward_extra_infos_dict: dict[str, list[Any]],
+        dump_path: str,
+    ) -> None:
         """verl's JSONL dump (``<dump_path>/<step>.jsonl``: input, output, gts, score, step, extra columns),
         written atomically and with numpy / torch values as plain JSON (verl's ``json.dumps`` crashes on the
         ``np.int64`` / ``np.bool_`` values of the reward columns)."""
@@ -354,7 +363,7 @@ def episode_outcomes(out: DataProto) -> dict[str, tuple[str, bool]]:
     }
 
 
-def hybrid_advantages(batch: DataProto, algorithm, outcomes: dict[str, tuple[str, bool]]) -> None:
+def hybrid_advantages(batch: DataProto, algorithm: Any, outcomes: dict[str, tuple[str, bool]]) -> None:
     """``vsearch_hybrid_grpo`` on ``batch`` (in place), as verl's ``compute_advantage`` calls it, plus what the
     fork's ``broadcast*`` subagent estimators read: each row's episode, the episodes' outcomes, the tool gates."""
     nt = batch.non_tensor_batch
@@ -375,7 +384,7 @@ class ApiFailureAbort(RuntimeError):
     """Too many in-loop episodes of a training step were cut by vReasoner / judge API failures."""
 
 
-def check_api_failures(step_metrics: dict, settings, step: int) -> None:
+def check_api_failures(step_metrics: JSONObject, settings: RunSettings, step: int) -> None:
     """Abort (before the update) when the step's ``vsearch/critical_failure_ratio`` exceeds
     ``vsearch.max_api_failure_ratio`` (the fork's ``max_critical_failure_ratio`` check right after generation), or,
     under ``original``, when ``vsearch/judge_lost_ratio`` exceeds the protocol's ``max_judge_failure_ratio`` (the
@@ -431,7 +440,7 @@ def without_padding(batch: DataProto) -> DataProto:
     return batch if len(keep) == len(batch) else batch.select_idxs(keep)
 
 
-def jsonable(value):
+def jsonable(value: Any) -> Any:
     """A JSON-serialisable version of one dumped value (numpy scalars/arrays, tensors, nested containers)."""
     if isinstance(value, np.generic):
         return value.item()
@@ -448,7 +457,7 @@ def jsonable(value):
     return value
 
 
-def plain_metrics(metrics: dict) -> dict:
+def plain_metrics(metrics: dict) -> JSONObject:
     """Metric values as Python numbers. verl's helpers return some as 0-d tensors (``_balance_batch``'s
     ``global_seqlen/*``) or numpy scalars (``num_turns/*``); the console logger silently skips
     those and the ``file`` logger (``json.dumps``) crashes on them."""
@@ -474,7 +483,7 @@ def _column(batch: DataProto, key: str) -> np.ndarray:
     return _object_array([None] * len(batch))
 
 
-def _is_val_pad(uid, episode_id) -> bool:
+def _is_val_pad(uid: Any, episode_id: Any) -> bool:
     return any(
         isinstance(v, str) and (v.startswith(VAL_PAD_PREFIX) or v.startswith(INLOOP_UID_PREFIX + VAL_PAD_PREFIX))
         for v in (uid, episode_id)

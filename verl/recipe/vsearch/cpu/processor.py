@@ -12,6 +12,7 @@ built, saved (verl's checkpoints save it) and reloaded without a video processor
 from __future__ import annotations
 
 import types
+from typing import Any
 
 from transformers import AutoConfig, AutoTokenizer, Qwen2_5_VLProcessor, Qwen2VLImageProcessor
 from transformers.models.qwen2_5_vl import Qwen2_5_VLModel
@@ -21,7 +22,9 @@ from transformers.processing_utils import ProcessorMixin
 class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
     attributes = ["image_processor", "tokenizer"]
 
-    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+    def __init__(
+        self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs: Any
+    ) -> None:
         self.image_token = getattr(tokenizer, "image_token", "<|image_pad|>")
         self.video_token = getattr(tokenizer, "video_token", "<|video_pad|>")
         self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
@@ -33,7 +36,7 @@ class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
 ImageOnlyQwen2_5_VLProcessor.__name__ = "Qwen2_5_VLProcessor"
 
 
-def image_only_processor(model_dir: str, tokenizer=None) -> ImageOnlyQwen2_5_VLProcessor:
+def image_only_processor(model_dir: str, tokenizer: Any = None) -> ImageOnlyQwen2_5_VLProcessor:
     """The processor of ``model_dir`` (a Qwen2.5-VL checkpoint) with ``config`` and ``get_rope_index``
     bound as verl's ``hf_processor`` binds them."""
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(model_dir)

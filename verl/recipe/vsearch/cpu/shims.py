@@ -21,13 +21,19 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from ..import_hooks import after_import
 
 _INSTALLED = False
 
 
-def patch_processor(set_attr=setattr) -> None:
+#: How a patch is applied (``setattr``; tests pass a recorder).
+SetAttr: TypeAlias = Callable[[Any, str, Any], None]
+
+
+def patch_processor(set_attr: SetAttr = setattr) -> None:
     """``AutoProcessor.from_pretrained`` falls back to the image-only processor when the video half
     cannot be built for lack of torchvision (``set_attr``: ``setattr`` or pytest's ``monkeypatch.setattr``)."""
     from transformers import AutoConfig, AutoProcessor
@@ -35,7 +41,7 @@ def patch_processor(set_attr=setattr) -> None:
     original = AutoProcessor.from_pretrained.__func__
 
     @functools.wraps(original)
-    def from_pretrained(cls, name_or_path, *args, **kwargs):
+    def from_pretrained(cls: Any, name_or_path: str, *args: Any, **kwargs: Any) -> Any:
         try:
             return original(cls, name_or_path, *args, **kwargs)
         except ImportError as e:
@@ -77,14 +83,14 @@ def patch_device_module() -> None:
             setattr(dev, name, fn)
 
 
-def patch_process_group(set_attr=setattr) -> None:
+def patch_process_group(set_attr: SetAttr = setattr) -> None:
     """``init_process_group`` with an NCCL backend (string) uses gloo instead."""
     import torch.distributed as dist
 
     original = dist.init_process_group
 
     @functools.wraps(original)
-    def init_process_group(*args, backend=None, **kwargs):
+    def init_process_group(*args: Any, backend: Any = None, **kwargs: Any) -> Any:
         if isinstance(backend, str) and "nccl" in backend:
             backend = "gloo"
         return original(*args, backend=backend, **kwargs)
@@ -92,13 +98,13 @@ def patch_process_group(set_attr=setattr) -> None:
     set_attr(dist, "init_process_group", init_process_group)
 
 
-def patch_fsdp2_offload(fsdp_workers, set_attr=setattr) -> None:
+def patch_fsdp2_offload(fsdp_workers: Any, set_attr: SetAttr = setattr) -> None:
     """verl's FSDP workers build ``CPUOffloadPolicy`` with ``pin_memory=False``."""
     original = fsdp_workers.CPUOffloadPolicy
     if original is None:
         return
 
-    def cpu_offload_policy(*args, pin_memory: bool = True, **kwargs):
+    def cpu_offload_policy(*args: Any, pin_memory: bool = True, **kwargs: Any) -> Any:
         return original(*args, pin_memory=False, **kwargs)
 
     set_attr(fsdp_workers, "CPUOffloadPolicy", cpu_offload_policy)
