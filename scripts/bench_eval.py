@@ -13,8 +13,10 @@ Reported per run: wall time, images decoded/encoded (the CLI's log line) and dis
 seen by the server (hash of each data URL), requests, requests lost (critical failures in the
 records), accuracy vs the server's true accuracy, bytes written under the output dir, peak RSS of
 the evaluate process (``os.wait4`` rusage: the largest single process of its tree) and of its whole
-process tree (image worker processes included: the sum of their RSS, sampled every 50 ms), the load
-average around the run, and whether the API key appears anywhere on disk.
+process tree (image worker processes included: the sum of their RSS, sampled every 50 ms), the CPU seconds of that
+tree (``tree_cpu_s``; ``workers_cpu_s`` of the image workers alone) — on a shared machine the number to compare two
+versions by, since wall time follows the other users' load —, the load average around the run, and whether the API
+key appears anywhere on disk.
 
 The **encode-once floor** is measured in the same sitting, before the runs: decode + resize + encode
 (+ base64) of every distinct image of the benchmark once, one after the other on one core, through
@@ -162,12 +164,34 @@ def encode_floor(a, bench: Path) -> dict:
 
 
 class TreeRSS(threading.Thread):
-    """Peak of the summed RSS of a process and all its descendants, sampled from /proc."""
+    """Peak of the summed RSS of a process and all its descendants, and the CPU seconds (user + system) each of
+    them used (the last sample of each; a process gone between two samples loses at most one period), sampled
+    from /proc. On a shared machine CPU seconds compare two versions where wall time cannot."""
 
     def __init__(self, pid: int, every: float = 0.05):
         super().__init__(daemon=True)
         self.pid, self.every, self.peak_kb, self.max_procs = pid, every, 0, 0
+        self.cpu: dict[tuple[int, str], float] = {}  # (pid, start time) -> CPU seconds
+        self.worker_keys: set[tuple[int, str]] = set()  # processes that are not the command itself
         self._halt = threading.Event()
+
+    @staticmethod
+    def _cpu_s(pid: int) -> tuple[str, float] | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            return None
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return fields[19], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    @property
+    def tree_cpu_s(self) -> float:
+        return sum(self.cpu.values())
+
+    @property
+    def workers_cpu_s(self) -> float:
+        return sum(v for k, v in self.cpu.items() if k in self.worker_keys)
 
     @staticmethod
     def _children(pid: int) -> list[int]:
@@ -200,6 +224,13 @@ class TreeRSS(threading.Thread):
                 todo += self._children(p)
             self.peak_kb = max(self.peak_kb, sum(self._rss_kb(p) for p in tree))
             self.max_procs = max(self.max_procs, len(tree))
+            for p in tree:
+                got = self._cpu_s(p)
+                if got is not None:
+                    key = (p, got[0])
+                    self.cpu[key] = max(self.cpu.get(key, 0.0), got[1])
+                    if p != self.pid:
+                        self.worker_keys.add(key)
             self._halt.wait(self.every)
 
     def stop(self):
@@ -287,6 +318,8 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
         "peak_tree_rss_mb": round(sampler.peak_kb / 1024, 1),
         "processes": sampler.max_procs,
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+        "tree_cpu_s": round(sampler.tree_cpu_s, 1),  # the command and its image workers (forkserver included)
+        "workers_cpu_s": round(sampler.workers_cpu_s, 1),
         "load_before": round(load_before, 2),
         "load_after": round(load_after, 2),
         "api_key_on_disk": key_on_disk(out_dir),
@@ -349,17 +382,20 @@ def main(argv=None) -> int:
     if floor is not None:
         print(f"\nsingle-core encode-once floor: {floor['floor_s']} s for {floor['images']} images")
     print(
-        f"\n{'run':<14}{'wall s':>8}{'wall/floor':>11}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}"
+        f"\n{'run':<14}{'wall s':>8}{'CPU s':>7}{'wall/floor':>11}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}"
         f"{'true':>8}{'MB written':>12}{'RSS MB':>8}{'tree RSS MB':>13}{'load':>12}"
     )
     for r in results:
         print(
-            f"{r['run']:<14}{r['wall_s']:>8}{str(r.get('wall_over_floor', '-')):>11}{str(r['images_encoded']):>9}"
+            f"{r['run']:<14}{r['wall_s']:>8}{r['tree_cpu_s']:>7}{str(r.get('wall_over_floor', '-')):>11}{str(r['images_encoded']):>9}"
             f"{r['distinct_image_payloads_at_server']:>9}{r['requests_lost']:>6}{r['accuracy']:>8}"
             f"{r['true_accuracy']:>8}{r['bytes_written'] / 1e6:>12.2f}{r['peak_rss_mb']:>8}"
             f"{r['peak_tree_rss_mb']:>13}{r['load_before']:>6}/{r['load_after']:<5}"
         )
-    print(f"(results in {out}; load = 1-minute load average before/after the run)")
+    print(
+        f"(results in {out}; CPU s = CPU seconds of evaluate and its image workers; "
+        f"load = 1-minute load average before/after the run)"
+    )
     return 0
 
 
