@@ -24,9 +24,16 @@ HOLD = """
 import sys, time
 from insight_o3.storage.lock import acquire
 lock = acquire(sys.argv[1], "test-holder")
+def child(started):
+    started.set()
+    time.sleep(60)
 if len(sys.argv) > 2:   # fork a child that outlives us (a process-pool worker, say)
     import multiprocessing as mp
-    mp.get_context("fork").Process(target=time.sleep, args=(60,), daemon=False).start()
+    ctx = mp.get_context("fork")
+    started = ctx.Event()
+    ctx.Process(target=child, args=(started,), daemon=False).start()
+    # the child has run its at-fork hooks once it runs Python code: the lock's copy is closed by then
+    assert started.wait(30)
 print("locked", flush=True)
 time.sleep(60)
 """
