@@ -27,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from insight_o3.evaluation.benchmarks import BENCHMARKS, BenchmarkFiles  # noqa: E402
-from insight_o3.evaluation.samples import AnnotationError, load_samples  # noqa: E402
+from insight_o3.evaluation.samples import load_samples  # noqa: E402
+from insight_o3.protocol.sample import AnnotationError  # noqa: E402
 
 DEFAULT_SOURCE = ROOT.parent / "shared" / "benchmarks"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from insight_o3.evaluation.attribution import BUCKETS, attribute, attribution_metrics, crop_quality
-from insight_o3.evaluation.evidence import EvidenceError, evidence_boxes
 from insight_o3.evaluation.metrics import compute_metrics, summarize
+from insight_o3.protocol.evidence import EvidenceError, evidence_boxes
 from tests.support.planted import T1, T2, episode, single
 
 HIT_BOTH = [T1, (550.0, 450.0, 750.0, 650.0)]  # T1 exactly; T2 inside a crop 4x its area

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.cli import BadInput, ExitCode, run_main
 from insight_o3.endpoints import guard as run_guard
 from insight_o3.endpoints.guard import FailureRatioError
 from insight_o3.protocol.limits import LIMITS
+from insight_o3.scripts._shared import BadInput, ExitCode, run_main
 from insight_o3.storage.atomic import OutputError
 from insight_o3.storage.lock import RunLockedError
 

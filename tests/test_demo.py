@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.data.demo_endpoints import DemoScripts
+from insight_o3.demo.endpoints import DemoScripts
 from insight_o3.scripts import demo
 
 pytestmark = pytest.mark.smoke

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from insight_o3.data import demo_bench as db
+from insight_o3.demo import bench as db
 from insight_o3.evaluation.samples import load_samples
 from insight_o3.scripts import make_demo_bench
 

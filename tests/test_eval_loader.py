@@ -11,7 +11,8 @@ from insight_o3.agents.drivers import VREASONER_COMPLETION_KWARGS
 from insight_o3.evaluation.benchmarks import BENCHMARKS, get_benchmark
 from insight_o3.evaluation.config import SingleModelSettings
 from insight_o3.evaluation.judge import gt_letter
-from insight_o3.evaluation.samples import AnnotationError, load_samples
+from insight_o3.evaluation.samples import load_samples
+from insight_o3.protocol.sample import AnnotationError
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
 

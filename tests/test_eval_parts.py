@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from insight_o3.agents.single_model import SingleModelSolver
 from insight_o3.endpoints.client import make_client
 from insight_o3.evaluation.judge import (
     CROP_MARK,
@@ -18,7 +19,6 @@ from insight_o3.evaluation.judge import (
 from insight_o3.evaluation.metrics import compute_metrics, summarize
 from insight_o3.evaluation.runner import RunConfig, run_evaluation
 from insight_o3.evaluation.samples import load_samples
-from insight_o3.evaluation.single_model import SingleModelSolver
 from insight_o3.imaging.images import ImageStore, Resize
 from insight_o3.protocol.attempt import Attempt
 from insight_o3.storage.record_log import RecordFileError, RecordLog

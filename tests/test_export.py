@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from insight_o3.agents.records import expand_messages
-from insight_o3.evaluation.export import TRAJECTORY_SCHEMA, trajectory_rows
-from insight_o3.evaluation.run_records import read_run
+from insight_o3.analysis.export import TRAJECTORY_SCHEMA, trajectory_rows
+from insight_o3.analysis.run_records import read_run
 from insight_o3.evaluation.schema import EvalRecord
 from insight_o3.protocol.trajectory import message_text
 from insight_o3.scripts import export

@@ -25,9 +25,9 @@ import openai
 import pytest
 import tomllib
 
-from insight_o3 import cli
 from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.guard import FailureRatioError, RunGuard
+from insight_o3.scripts import _shared as cli
 from insight_o3.scripts import evaluate
 from insight_o3.storage.record_log import ESCAPED_MARK, RecordLog
 from tests.support import eval_bench as eb

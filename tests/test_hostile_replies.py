@@ -28,16 +28,16 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from insight_o3 import cli
 from insight_o3.base.caps import reply_body_cap
 from insight_o3.base.untrusted import MalformedReply
 from insight_o3.data.layout import MAX_LAYOUT_BOXES, LayoutError, iter_layout_files, parse_layout
-from insight_o3.data.o3bench import review
 from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
 from insight_o3.evaluation.judge import AmbiguousVerdict, AnswerJudge, judged_correct, read_verdict
-from insight_o3.evaluation.samples import Sample
+from insight_o3.o3bench import review
 from insight_o3.protocol.attempt import Attempt
+from insight_o3.protocol.sample import Sample
+from insight_o3.scripts import _shared as cli
 from insight_o3.scripts import evaluate, evaluate_vsearch, report
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text

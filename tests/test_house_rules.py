@@ -11,11 +11,11 @@ FLAG = re.compile(r"--[a-z][a-z_]+")
 
 
 def _below_commands() -> list[Path]:
-    """The library's modules below the commands (``scripts/`` and ``cli.py`` parse command lines)."""
+    """The library's modules below the commands (``scripts/`` parses command lines)."""
     return [
         p
         for p in sorted(PACKAGE.rglob("*.py"))
-        if p.relative_to(PACKAGE).parts[0] != "scripts" and p.relative_to(PACKAGE) != Path("cli.py")
+        if p.relative_to(PACKAGE).parts[0] != "scripts"
     ]
 
 

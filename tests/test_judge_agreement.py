@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from insight_o3.evaluation.agreement import judge_agreement
-from insight_o3.evaluation.run_records import read_run
+from insight_o3.analysis.agreement import judge_agreement
+from insight_o3.analysis.run_records import read_run
 from insight_o3.scripts import rejudge, report
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text
@@ -136,7 +136,7 @@ def test_judge_flags_are_one_for_all_or_one_per_judge(tmp_path):
 
 
 def test_agreement_rules_on_planted_records():
-    from insight_o3.evaluation.run_records import RunRecords
+    from insight_o3.analysis.run_records import RunRecords
     from insight_o3.evaluation.schema import EvalRecord
 
     def run(name, statuses, methods=None):

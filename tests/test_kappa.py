@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from insight_o3.evaluation.kappa import cohen_kappa, fleiss_kappa, kappa_interval
+from insight_o3.analysis.kappa import cohen_kappa, fleiss_kappa, kappa_interval
 
 
 def test_cohen_kappa_against_a_hand_count():
@@ -66,7 +66,7 @@ def test_bootstrap_kappa_pass_equals_statsmodels_on_random_tables():
     from statsmodels.stats.inter_rater import cohens_kappa
     from statsmodels.stats.inter_rater import fleiss_kappa as sm_fleiss
 
-    from insight_o3.evaluation.kappa import _kappa, _per_item
+    from insight_o3.analysis.kappa import _kappa, _per_item
 
     rng = np.random.default_rng(11)
     checked = 0

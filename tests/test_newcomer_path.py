@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.cli import HIDDEN_ALIASES
 from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
 from insight_o3.evaluation.benchmarks import DATA_ROOT_ENV, resolve_layout
 from insight_o3.scripts import build_o3_bench, compare, evaluate, export, report
+from insight_o3.scripts._shared import HIDDEN_ALIASES
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.data.o3bench import prompts as P
-from insight_o3.data.o3bench.records import BuildFileError
+from insight_o3.o3bench import prompts as P
+from insight_o3.o3bench.records import BuildFileError
 from insight_o3.scripts import build_o3_bench
 from tests.support.o3bench_oracle import Oracle, demo_inputs
 from tests.support.o3bench_run import decide, step_argv

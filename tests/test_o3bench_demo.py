@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.data.o3bench.demo import PLANTED_RULES, ScriptedBuild
+from insight_o3.o3bench.demo import PLANTED_RULES, ScriptedBuild
 from insight_o3.viz.bench_view import load_bench
 
 pytestmark = pytest.mark.smoke

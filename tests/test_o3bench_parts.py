@@ -10,12 +10,12 @@ import pytest
 from PIL import Image
 
 from insight_o3.base.untrusted import UntrustedJSONError, loads_repaired
-from insight_o3.data.o3bench import review, sources, synthesis
-from insight_o3.data.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
-from insight_o3.data.o3bench.letter_refs import remap_letter_refs
-from insight_o3.data.o3bench.records import BenchItem, SourceImage, SourceLayout
-from insight_o3.data.o3bench.release import release_stats, shuffle_options
-from insight_o3.data.o3bench.validation import REASONS, check_item, cited_layouts, f_share
+from insight_o3.o3bench import review, sources, synthesis
+from insight_o3.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
+from insight_o3.o3bench.letter_refs import remap_letter_refs
+from insight_o3.o3bench.records import BenchItem, SourceImage, SourceLayout
+from insight_o3.o3bench.release import release_stats, shuffle_options
+from insight_o3.o3bench.validation import REASONS, check_item, cited_layouts, f_share
 from insight_o3.scripts import build_o3_bench
 
 pytestmark = pytest.mark.smoke

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from insight_o3.data.o3bench import prompts as P
+from insight_o3.o3bench import prompts as P
 
 pytestmark = pytest.mark.smoke
 

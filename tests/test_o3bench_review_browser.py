@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from insight_o3.data.o3bench import review
-from insight_o3.data.o3bench.records import read_items, read_sources
+from insight_o3.o3bench import review
+from insight_o3.o3bench.records import read_items, read_sources
 from insight_o3.scripts import build_o3_bench
 from tests.conftest import require_executable
 from tests.support.o3bench_oracle import Oracle, demo_inputs

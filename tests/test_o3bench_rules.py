@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.data.o3bench.records import BuildFileError, SourceImage, SourceLayout
-from insight_o3.data.o3bench.review import edit_problems
-from insight_o3.data.o3bench.validation import Validator, check_item, cited_layouts
-from insight_o3.data.o3bench.validation_rules import ValidationRules, load_rules
-from insight_o3.data.o3bench.workspace import Workspace
+from insight_o3.o3bench.records import BuildFileError, SourceImage, SourceLayout
+from insight_o3.o3bench.review import edit_problems
+from insight_o3.o3bench.validation import Validator, check_item, cited_layouts
+from insight_o3.o3bench.validation_rules import ValidationRules, load_rules
+from insight_o3.o3bench.workspace import Workspace
 from insight_o3.scripts import build_o3_bench
 
 pytestmark = pytest.mark.smoke
@@ -126,7 +126,7 @@ def test_options_written_a_paren_are_rejected_naming_the_form_or_accepted_by_con
 
 
 def test_review_edits_are_checked_by_the_workspaces_rules():
-    from insight_o3.data.o3bench.records import BenchItem
+    from insight_o3.o3bench.records import BenchItem
 
     item = BenchItem("chart/img#q0", "chart/img", "chart", GOOD["question"], GOOD["options"], "C", GOOD["explanation"])
     _, problems = edit_problems(item, source(), {"options": PAREN})

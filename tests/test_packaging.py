@@ -39,7 +39,7 @@ def test_test_helpers_live_in_tests_not_in_the_package():
     for name in ("tiny_qwen.py", "vllm_server.py", "assets/tiny_tokenizer_corpus.txt"):
         assert (ROOT / "tests" / "support" / name).is_file(), name
     # what a user command needs stays in the package under a user-facing name
-    assert (ROOT / "insight_o3" / "data" / "demo_bench.py").is_file()
+    assert (ROOT / "insight_o3" / "demo" / "bench.py").is_file()
     assert (ROOT / "insight_o3" / "endpoints" / "scripted_server.py").is_file()
 
 

@@ -21,13 +21,13 @@ from insight_o3.agents.searcher_session import LocateResult
 from insight_o3.endpoints.client import make_client
 from insight_o3.evaluation.benchmarks import BENCHMARKS, resolve_layout
 from insight_o3.evaluation.judge import AnswerJudge, in_loop_check
-from insight_o3.evaluation.samples import Sample
 from insight_o3.imaging.geometry import api_image_max_pixels, fit_max_pixels, upscale_small
 from insight_o3.imaging.images import ImageStore, Resize, encode_pil
 from insight_o3.protocol import prompts
 from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.parsing import extract_answer_span, extract_verify_span, parse_reasoner_turn
 from insight_o3.protocol.questions import insight_o3_question
+from insight_o3.protocol.sample import Sample
 from insight_o3.protocol.trajectory import message_text
 from insight_o3.scripts import evaluate
 from tests.support.openai_server import chat, error, request_text

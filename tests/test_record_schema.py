@@ -10,9 +10,9 @@ import pytest
 from insight_o3.evaluation.judge import Verdict
 from insight_o3.evaluation.metrics import compute_metrics
 from insight_o3.evaluation.runner import build_record
-from insight_o3.evaluation.samples import Sample
 from insight_o3.evaluation.schema import STATUSES, EvalRecord, RecordError, TokenUsage
 from insight_o3.protocol.attempt import Attempt
+from insight_o3.protocol.sample import Sample
 from insight_o3.storage import RecordFileError, RecordLog
 from insight_o3.viz import run_view as rv
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from insight_o3.cli import ExitCode
 from insight_o3.data.describe import parse_description
 from insight_o3.protocol.prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
+from insight_o3.scripts._shared import ExitCode
 from tests.support.openai_server import chat, error
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Shared flag names are really shared (defined once in insight_o3.cli): one spelling in every command, the
+"""Shared flag names are really shared (defined once in insight_o3.scripts._shared): one spelling in every command, the
 older spellings still parsed (and left out of --help), the original README's command lines still work, one
 default output root."""
 
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.cli import OUTPUT_ROOT
 from insight_o3.scripts import (
     build_o3_bench,
     build_region_localization,
@@ -22,6 +21,7 @@ from insight_o3.scripts import (
     gather_eval_results,
     rejudge,
 )
+from insight_o3.scripts._shared import OUTPUT_ROOT
 
 REPO = Path(__file__).resolve().parents[1]
 

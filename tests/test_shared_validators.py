@@ -8,10 +8,10 @@ import pytest
 from PIL import Image
 
 from insight_o3.data.source_pool import PoolError, load_pool
-from insight_o3.evaluation.samples import AnnotationError, Sample
 from insight_o3.imaging.geometry import check_box
 from insight_o3.imaging.images import ImageError, ImageStore, image_size
 from insight_o3.protocol.questions import question_text
+from insight_o3.protocol.sample import AnnotationError, Sample
 from insight_o3.scripts import evaluate_vsearch
 
 

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from insight_o3.evaluation.schema import EvalRecord
-from insight_o3.evaluation.significance import (
+from insight_o3.analysis.significance import (
     PairingError,
     accuracy_interval,
     compare_pair,
@@ -23,6 +22,7 @@ from insight_o3.evaluation.significance import (
     sign_flip_pvalue,
     wilson,
 )
+from insight_o3.evaluation.schema import EvalRecord
 
 
 def _trials(correct: np.ndarray, categories: list[str], failed=()) -> list[list[EvalRecord]]:

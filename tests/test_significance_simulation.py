@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from insight_o3.evaluation.significance import (
+from insight_o3.analysis.significance import (
     accuracy_interval,
     difference_interval,
     mcnemar_pvalue,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from insight_o3.analysis.run_records import read_run
 from insight_o3.evaluation.run_dir import RunDir, StaleSummary
-from insight_o3.evaluation.run_records import read_run
 from insight_o3.scripts import evaluate, export, gather_eval_results, rejudge
 from insight_o3.viz.run_view import load_run
 from tests.support import eval_bench as eb

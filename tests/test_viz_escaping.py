@@ -94,7 +94,7 @@ def test_every_template_is_declared_as_package_data():
 
 
 def test_benchmark_sample_card_escapes_its_text():
-    from insight_o3.evaluation.samples import Sample
+    from insight_o3.protocol.sample import Sample
     from insight_o3.viz import bench_view as bv
 
     s = Sample(

@@ -12,7 +12,7 @@ code  name            meaning
 ====  ==============  =================================================================================
 
 A core value (no imports): the run machinery (:mod:`insight_o3.endpoints.guard`, :mod:`insight_o3.jobs.job`) and
-the commands (:mod:`insight_o3.cli`) both name these codes without importing each other.
+the commands (:mod:`insight_o3.scripts._shared`) both name these codes without importing each other.
 """
 
 from __future__ import annotations

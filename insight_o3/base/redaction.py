@@ -4,7 +4,7 @@ Every key reaches the clients through :func:`insight_o3.endpoints.client.resolve
 which register it here; :func:`redact` then removes every registered key (and bearer tokens a server echoes
 back) from any text bound for a record, a log line or stderr. Nothing else threads a redactor through:
 failure reasons are made by :func:`failure_reason`, the run guard and the commands' stop messages call
-:func:`redact`, and :func:`insight_o3.cli.setup_logging` installs :class:`RedactingFilter` on the log
+:func:`redact`, and :func:`insight_o3.scripts._shared.setup_logging` installs :class:`RedactingFilter` on the log
 handlers. Keys shorter than 4 characters and the placeholder ``EMPTY`` (local servers) are not secrets.
 
 Base URLs carry secrets too: ``http://user:SECRET@host/v1`` and ``https://host/v1?api-key=SECRET``. :func:`redact`

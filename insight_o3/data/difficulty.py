@@ -8,7 +8,7 @@ in :mod:`insight_o3.scripts.filter_difficulty`, the engine is :func:`run_filter`
 
 The request and the answer check are the evaluation's own: each collage row becomes an
 ``evaluation`` :class:`~insight_o3.evaluation.samples.Sample`, the attempts come from
-:class:`~insight_o3.evaluation.single_model.SingleModelSolver` (one request with ``n=--attempts``,
+:class:`~insight_o3.agents.single_model.SingleModelSolver` (one request with ``n=--attempts``,
 or one request per attempt with ``--separate_attempt_requests``; think system prompt) and every
 attempt is checked by :class:`~insight_o3.evaluation.judge.AnswerJudge` (rules first, then the judge
 model ``--judge_model``, default ``gpt-5-nano`` on the same endpoint unless ``--judge_api_base_url`` /
@@ -37,11 +37,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..agents.single_model import SingleModelSolver
 from ..base.json_types import JSONObject
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..evaluation.judge import AnswerJudge, Verdict
-from ..evaluation.samples import Sample
-from ..evaluation.single_model import SingleModelSolver
 from ..imaging.images import ImageStore, Resize
 from ..jobs.integrity import Invocation
 from ..jobs.job import Emit, JobResult, JobSettings, ResumableJob
@@ -49,6 +48,7 @@ from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.limits import LIMITS
 from ..protocol.parsing import format_options
+from ..protocol.sample import Sample
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 

@@ -18,7 +18,7 @@ they are. ``--all_sources`` checks every item.
 The request and the answer check are the evaluation's, as in the difficulty filter
 (:mod:`insight_o3.data.difficulty`): each item becomes an evaluation
 :class:`~insight_o3.evaluation.samples.Sample`, one attempt per checker comes from
-:class:`~insight_o3.evaluation.single_model.SingleModelSolver` (the single-model think prompt, fixed)
+:class:`~insight_o3.agents.single_model.SingleModelSolver` (the single-model think prompt, fixed)
 and is checked by :class:`~insight_o3.evaluation.judge.AnswerJudge` (rules first, then
 ``--judge_model``).
 
@@ -42,17 +42,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..agents.single_model import SingleModelSolver
 from ..base.json_types import JSONObject
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..evaluation.judge import AnswerJudge
-from ..evaluation.samples import Sample
-from ..evaluation.single_model import SingleModelSolver
 from ..imaging.images import ImageStore, Resize
 from ..jobs.integrity import Invocation
 from ..jobs.job import Emit, JobResult, JobSettings, ResumableJob
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import format_options
+from ..protocol.sample import Sample
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
 

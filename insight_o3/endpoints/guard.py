@@ -16,7 +16,7 @@ which a job writes into its run card (:meth:`RunGuard.ledger`).
 
 Once tripped, clients send nothing more, :func:`gather_or_stop` cancels the work in flight and raises
 the error, and the runners record nothing more (what is in flight may carry the failure that stopped
-the run; a rerun asks for it again). :func:`insight_o3.cli.report_stop` turns every way a run can stop
+the run; a rerun asks for it again). :func:`insight_o3.scripts._shared.report_stop` turns every way a run can stop
 on purpose (these two, a budget, an unwritable output, another run holding the directory) into one line
 and an exit code. Messages are redacted here (:func:`insight_o3.base.redaction.redact`).
 """

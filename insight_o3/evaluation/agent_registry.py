@@ -95,8 +95,8 @@ def tool_agent(
 
 
 def _single_model(ctx: AgentContext) -> Solver:
-    from .oracle import oracle_crop_resize, oracle_regions
-    from .single_model import SingleModelSolver
+    from ..agents.oracle import oracle_crop_resize, oracle_regions
+    from ..agents.single_model import SingleModelSolver
 
     c = ctx.config
     settings = c.single_model

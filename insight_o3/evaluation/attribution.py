@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 
 from ..base.json_types import JSONObject
 from ..imaging.geometry import Box, box_area
+from ..protocol.evidence import evidence_boxes
 from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import image_refs
-from .evidence import evidence_boxes
 from .schema import EvalRecord
 
 BUCKETS = (

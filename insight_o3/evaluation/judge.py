@@ -54,8 +54,8 @@ from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
 from ..protocol.questions import insight_o3_question
+from ..protocol.sample import Sample
 from ..protocol.statuses import NO_ANSWER_STATUSES
-from .samples import Sample
 from .schema import Status
 
 FLOWS = ("extract", "verify")

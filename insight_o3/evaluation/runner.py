@@ -43,12 +43,12 @@ from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_toke
 from ..jobs.integrity import Invocation
 from ..jobs.job import BudgetExceeded, Emit, JobSettings, Plan, ResumableJob
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
+from ..protocol.sample import Sample
 from ..protocol.trajectory import image_refs
 from ..storage.record_log import RecordFileError
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
 from .run_dir import RunDir
-from .samples import Sample
 from .schema import EvalRecord, EvalResult
 
 __all__ = [

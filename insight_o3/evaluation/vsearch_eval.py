@@ -30,10 +30,11 @@ from ..imaging.images import DEFAULT_MAX_DECODE_VALUES, ImageStore
 from ..jobs.integrity import Invocation, git_commit, sha256_file
 from ..jobs.job import Emit, JobResult, JobSettings, Plan, ResumableJob
 from ..protocol.limits import LIMITS
+from ..protocol.sample import AnnotationError
 from ..protocol.statuses import LocateStatus
 from ..storage import write_json_atomic
 from ..storage.jsonl import iter_jsonl
-from .samples import IMAGE_FIELDS, AnnotationError
+from .samples import IMAGE_FIELDS
 
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")

@@ -15,7 +15,7 @@ and maps against scripted models (data/README.md).
 
 (``python -m insight_o3.scripts.build_o3_bench ...`` or the console script ``insight-o3-build-o3-bench``.) Every
 step reads and writes one workspace directory (``--output_dir``; layout in
-:mod:`insight_o3.data.o3bench.workspace`) and holds its lock while it runs. The model-calling steps (``extract``,
+:mod:`insight_o3.o3bench.workspace`) and holds its lock while it runs. The model-calling steps (``extract``,
 ``synthesize``, ``filter``) append one record per item as it finishes and resume where they stopped; each has
 ``--limit`` for a dry look, token usage and cost (``--price_file``) per record, budgets (``--max_cost``,
 ``--max_tokens_total``), adaptive concurrency with ``--rpm`` / ``--tpm``, and writes ``<step>/step_card.json``.
@@ -37,7 +37,34 @@ import sys
 
 from ..base.json_types import JSONObject
 from ..base.untrusted import loads
-from ..cli import (
+from ..data.layout import LayoutError
+from ..data.reliability import parse_checker
+from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.usage import CostModel, PriceError
+from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
+from ..o3bench import sources as src_mod
+from ..o3bench.extraction import ExtractJob, tasks_for
+from ..o3bench.filtering import BenchFilterJob, drop_threshold, filter_coverage
+from ..o3bench.prompts import (
+    EXTRACTION_PROMPT,
+    SYNTHESIS_PROMPTS,
+    check_category,
+    extraction_prompt_file,
+    sha256_text,
+    synthesis_prompt_name,
+    synthesis_templates,
+)
+from ..o3bench.records import BuildFileError, read_items, read_sources
+from ..o3bench.release import release_workspace
+from ..o3bench.review import DecisionsError, apply_workspace, batches, template
+from ..o3bench.steps import PROG, InputNotReady, ModelEndpoint, StepSettings, read_log, step_command
+from ..o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
+from ..o3bench.validation import validate_workspace
+from ..o3bench.validation_rules import load_rules
+from ..o3bench.workspace import Workspace
+from ..storage.atomic import write_jsonl_atomic, write_text_atomic
+from ..storage.lock import run_lock
+from ._shared import (
     ExitCode,
     add_api_flags,
     add_budget_flags,
@@ -54,33 +81,6 @@ from ..cli import (
     run_main,
     setup_logging,
 )
-from ..data.layout import LayoutError
-from ..data.o3bench import sources as src_mod
-from ..data.o3bench.extraction import ExtractJob, tasks_for
-from ..data.o3bench.filtering import BenchFilterJob, drop_threshold, filter_coverage
-from ..data.o3bench.prompts import (
-    EXTRACTION_PROMPT,
-    SYNTHESIS_PROMPTS,
-    check_category,
-    extraction_prompt_file,
-    sha256_text,
-    synthesis_prompt_name,
-    synthesis_templates,
-)
-from ..data.o3bench.records import BuildFileError, read_items, read_sources
-from ..data.o3bench.release import release_workspace
-from ..data.o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..data.o3bench.steps import PROG, InputNotReady, ModelEndpoint, StepSettings, read_log, step_command
-from ..data.o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
-from ..data.o3bench.validation import validate_workspace
-from ..data.o3bench.validation_rules import load_rules
-from ..data.o3bench.workspace import Workspace
-from ..data.reliability import parse_checker
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
-from ..endpoints.usage import CostModel, PriceError
-from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
-from ..storage.atomic import write_jsonl_atomic, write_text_atomic
-from ..storage.lock import run_lock
 
 BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
 

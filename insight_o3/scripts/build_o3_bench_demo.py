@@ -3,9 +3,9 @@
     python -m insight_o3.scripts.build_o3_bench_demo [--output_dir outputs/o3bench_demo]   (or: insight-o3-build-o3-bench-demo)
 
 SCRIPTED BUILD DEMO — no model is called and no key is needed. It draws charts and maps whose layouts, questions
-and answers are known (:mod:`insight_o3.data.demo_bench`), writes their layouts as the PaddleX layout detector's
+and answers are known (:mod:`insight_o3.demo.bench`), writes their layouts as the PaddleX layout detector's
 JSON, starts one local OpenAI-compatible endpoint that plays every model of the build
-(:mod:`insight_o3.data.o3bench.demo`: the E.1 VLM, the E.2 writer — which adds one deliberately bad item per image
+(:mod:`insight_o3.o3bench.demo`: the E.1 VLM, the E.2 writer — which adds one deliberately bad item per image
 for ``validate`` to reject —, three filter solvers and the judge), and runs the real ``build_o3_bench`` steps
 against it: sources -> extract -> synthesize -> validate -> filter -> review page -> (a scripted reviewer fills in
 the decisions files) -> review apply -> release. It prints each step's command and what it did, and where the
@@ -15,7 +15,7 @@ Output (under ``--output_dir``): ``inputs/`` (the images, ``metadata.jsonl`` of 
 the detector JSON), ``workspace/`` (the build's workspace: every step's files, ``release/`` the benchmark).
 Rerunning resumes (every step's records are kept; nothing is asked twice).
 
-Exit status: as ``build_o3_bench`` (:class:`insight_o3.cli.ExitCode`): 0 done, 1 some items failed, 2 bad
+Exit status: as ``build_o3_bench`` (:class:`insight_o3.scripts._shared.ExitCode`): 0 done, 1 some items failed, 2 bad
 arguments, 3 an output could not be written, 4 stopped, 5 another step holds the workspace.
 """
 
@@ -32,11 +32,11 @@ from collections import Counter
 from pathlib import Path
 
 from ..base.json_types import JSONObject
-from ..cli import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
-from ..data.o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, ScriptedBuild, demo_sources, scripted_review
-from ..data.o3bench.workspace import Workspace
 from ..endpoints.scripted_server import ScriptedOpenAIServer
+from ..o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, ScriptedBuild, demo_sources, scripted_review
+from ..o3bench.workspace import Workspace
 from . import build_o3_bench
+from ._shared import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
 
 BANNER = (
     "SCRIPTED BUILD DEMO: every step of build_o3_bench runs for real; the models (E.1 VLM, E.2 writer, filter "

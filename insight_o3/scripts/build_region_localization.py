@@ -16,7 +16,7 @@ result per line (see :mod:`insight_o3.data.layout`). API key and base URL: ``--a
 
 The engine is :class:`insight_o3.data.region_localization.RegionLocalizationJob`.
 
-Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some boxes have no description yet (lost to
+Exit status (:class:`insight_o3.scripts._shared.ExitCode`): 0 done; 1 some boxes have no description yet (lost to
 API errors; rerun to retry them); 2 bad input (a layout file, a missing image); 3 an output could not be
 written; 4 stopped by the API (a 401/403/404 or more than ``--max_failure_ratio`` failed requests); 5
 another run holds ``--output_dir``. Each stop prints one line and keeps every finished description.
@@ -31,21 +31,6 @@ import logging
 import os
 import sys
 
-from ..cli import (
-    ExitCode,
-    add_api_flags,
-    add_client_flags,
-    add_image_budget_flag,
-    add_output_dir,
-    add_run_flags,
-    add_token_budget_flag,
-    check_run_flags,
-    entry_point,
-    invocation_of,
-    new_parser,
-    run_main,
-    setup_logging,
-)
 from ..data.describe import DescribeConfig
 from ..data.layout import LayoutError, LayoutRules
 from ..data.region_localization import (
@@ -61,6 +46,21 @@ from ..endpoints.client import ENV_KEYS, resolve, resolve_key
 from ..jobs.integrity import sha256_path
 from ..jobs.job import JobSettings
 from ..storage.lock import run_lock
+from ._shared import (
+    ExitCode,
+    add_api_flags,
+    add_client_flags,
+    add_image_budget_flag,
+    add_output_dir,
+    add_run_flags,
+    add_token_budget_flag,
+    check_run_flags,
+    entry_point,
+    invocation_of,
+    new_parser,
+    run_main,
+    setup_logging,
+)
 
 log = logging.getLogger("build_region_localization")
 

@@ -3,7 +3,7 @@
     python -m insight_o3.scripts.check_reliability --source_pool pool.jsonl --output_dir out/reliability \\
         --checker "Qwen/Qwen2.5-VL-7B-Instruct,http://localhost:8000/v1,VLLM_API_KEY" --checker gpt-5-nano
 
-Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some items are still lost to API errors
+Exit status (:class:`insight_o3.scripts._shared.ExitCode`): 0 done; 1 some items are still lost to API errors
 (rerun to retry them); 2 bad input (flags, the pool); 3 an output could not be written; 4 stopped by the
 API (a 401/403/404 or more than ``--max_failure_ratio`` failed requests); 5 another run holds ``--output_dir``.
 """
@@ -15,7 +15,17 @@ import json
 import os
 import sys
 
-from ..cli import (
+from ..data.reliability import (
+    RECORDS_FILE,
+    CheckerEndpoint,
+    ReliabilityJob,
+    ReliabilitySettings,
+    parse_checker,
+    run_check,
+)
+from ..data.source_pool import PoolError, load_pool, pool_sha256
+from ..endpoints.client import resolve, resolve_key
+from ._shared import (
     add_client_flags,
     add_image_budget_flag,
     add_judge_flags,
@@ -29,16 +39,6 @@ from ..cli import (
     run_main,
     setup_logging,
 )
-from ..data.reliability import (
-    RECORDS_FILE,
-    CheckerEndpoint,
-    ReliabilityJob,
-    ReliabilitySettings,
-    parse_checker,
-    run_check,
-)
-from ..data.source_pool import PoolError, load_pool, pool_sha256
-from ..endpoints.client import resolve, resolve_key
 
 PROG = "python -m insight_o3.scripts.check_reliability"
 

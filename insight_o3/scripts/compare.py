@@ -12,7 +12,7 @@ per category, and the samples whose outcome flipped — each linked to the two c
 by side in the HTML page, which also plots accuracy against tokens and against cost per episode and shows
 why episodes failed (:mod:`insight_o3.evaluation.attribution`). Items lost to API errors are left out
 and counted per run (``--failed_as_wrong`` counts them as wrong). Statistics:
-:mod:`insight_o3.evaluation.significance`.
+:mod:`insight_o3.analysis.significance`.
 
 Runs whose ``run_card.json`` differ on what a verdict depends on — the benchmark file, subset, judge model,
 judge flow, answer length or prompts — are refused (exit 2, naming each difference) unless
@@ -28,15 +28,15 @@ import argparse
 import os
 import sys
 
-from ..cli import ExitCode, add_output_file, entry_point, new_parser, run_main, setup_logging
-from ..evaluation.comparison import Comparison, RunStats, compare_runs, unique_names
+from ..analysis.comparison import Comparison, RunStats, compare_runs, unique_names
+from ..analysis.run_records import RunRecords, read_run
+from ..analysis.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, PairingError
 from ..evaluation.run_card import verdict_conflicts
 from ..evaluation.run_dir import RunDirError
-from ..evaluation.run_records import RunRecords, read_run
 from ..evaluation.schema import RecordError
-from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, PairingError
 from ..imaging.images import ImageError
 from ..storage.atomic import make_output_dir, write_json_atomic
+from ._shared import ExitCode, add_output_file, entry_point, new_parser, run_main, setup_logging
 from .gather_eval_results import MixedSettingsError
 
 

@@ -4,8 +4,8 @@
     python -m insight_o3.scripts.demo --serve [--port 8100]            (keep the endpoints up for your commands)
 
 SCRIPTED DEMO — no model is called and no key is needed. The command draws a small O3-Bench-like
-benchmark (:mod:`insight_o3.data.demo_bench`: charts and maps whose answers and evidence boxes are
-known), starts three local OpenAI-compatible endpoints (:mod:`insight_o3.data.demo_endpoints`): a
+benchmark (:mod:`insight_o3.demo.bench`: charts and maps whose answers and evidence boxes are
+known), starts three local OpenAI-compatible endpoints (:mod:`insight_o3.demo.endpoints`): a
 scripted model that answers right at a set rate (``--accuracy``; ``--searched_accuracy`` after a
 search), a scripted vSearcher that returns the known target box, and a scripted judge; then runs the
 real ``evaluate`` command twice — a single model, and InSight-o3 (vReasoner + vSearcher) — and
@@ -21,7 +21,7 @@ SIGTERM; it prints their URLs and ready-to-paste ``evaluate`` commands (keys and
 variables ``evaluate`` reads) for both modes on ``<output_dir>/bench``. ``--port P`` serves the model on P, the
 vSearcher on P+1 and the judge on P+2 (default: free ports). A stop is its normal end: status 0.
 
-Exit status: as ``evaluate`` (:class:`insight_o3.cli.ExitCode`): 0 done, 2 bad arguments, 3 an output
+Exit status: as ``evaluate`` (:class:`insight_o3.scripts._shared.ExitCode`): 0 done, 2 bad arguments, 3 an output
 could not be written, 5 another demo holds the output directory.
 """
 
@@ -35,10 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
-from ..data.demo_endpoints import DemoScripts
+from ..demo.endpoints import DemoScripts
 from ..endpoints.scripted_server import ScriptedOpenAIServer
 from . import evaluate, make_demo_bench, report
+from ._shared import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
 
 BANNER = (
     "SCRIPTED DEMO: the model, vSearcher and judge are local scripts that know the answers; "

@@ -39,10 +39,38 @@ from typing import TYPE_CHECKING
 
 from ..agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
+from ..agents.oracle import ORACLE_CROPS, check_oracle_samples
+from ..agents.single_model import DEFAULT_COMPLETION_KWARGS
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..base.untrusted import loads
-from ..cli import (
+from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..endpoints.guard import RunGuard
+from ..endpoints.preflight import Endpoint
+from ..endpoints.rate_limit import AdaptiveLimiter
+from ..endpoints.usage import CostModel, PriceError
+from ..evaluation.agent_registry import AgentContext, UnknownAgent, get_agent
+from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, resolve_layout
+from ..evaluation.config import (
+    AgentSettings,
+    EvaluateConfig,
+    JudgeSettings,
+    PluginAgentSettings,
+    RequestRates,
+    SingleModelSettings,
+)
+from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache, default_flow
+from ..evaluation.run_card import build_run_card, card_invocation
+from ..evaluation.run_dir import RunDirError
+from ..evaluation.runner import failed_count, run_evaluation
+from ..evaluation.samples import load_samples, select_subset, subset_spec
+from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
+from ..imaging.images import ImageStore
+from ..jobs.integrity import SettingsChanged
+from ..protocol import prompts
+from ..protocol.attempt import Solver
+from ..protocol.sample import AnnotationError, Sample
+from ._shared import (
     OUTPUT_ROOT,
     STOP_ERRORS,
     ExitCode,
@@ -64,33 +92,6 @@ from ..cli import (
     report_stop,
     setup_logging,
 )
-from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..endpoints.guard import RunGuard
-from ..endpoints.preflight import Endpoint
-from ..endpoints.rate_limit import AdaptiveLimiter
-from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.agent_registry import AgentContext, UnknownAgent, get_agent
-from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, resolve_layout
-from ..evaluation.config import (
-    AgentSettings,
-    EvaluateConfig,
-    JudgeSettings,
-    PluginAgentSettings,
-    RequestRates,
-    SingleModelSettings,
-)
-from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache, default_flow
-from ..evaluation.oracle import ORACLE_CROPS, check_oracle_samples
-from ..evaluation.run_card import build_run_card, card_invocation
-from ..evaluation.run_dir import RunDirError
-from ..evaluation.runner import failed_count, run_evaluation
-from ..evaluation.samples import AnnotationError, Sample, load_samples, select_subset, subset_spec
-from ..evaluation.single_model import DEFAULT_COMPLETION_KWARGS
-from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
-from ..imaging.images import ImageStore
-from ..jobs.integrity import SettingsChanged
-from ..protocol import prompts
-from ..protocol.attempt import Solver
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI

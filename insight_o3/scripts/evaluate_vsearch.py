@@ -12,7 +12,7 @@ IoU, accuracy at IoU >= 0.5, format-valid rate, mean tool calls and not-found ra
 
 The engine (annotation format, scoring, metrics, resume) is :mod:`insight_o3.evaluation.vsearch_eval`.
 
-Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some samples were lost to API failures (rerun
+Exit status (:class:`insight_o3.scripts._shared.ExitCode`): 0 done; 1 some samples were lost to API failures (rerun
 to retry them); 2 bad input; 3 an output could not be written; 4 stopped by the API (a 401/403/404 from
 the vSearcher endpoint or more than ``--max_failure_ratio`` failed requests); 5 another run holds
 ``<output_dir>``. Each stop prints one line; finished samples are kept.
@@ -26,7 +26,20 @@ import json
 import os
 import sys
 
-from ..cli import (
+from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
+from ..evaluation.vsearch_eval import (
+    AnnotationError,
+    RegionSample,
+    VSearchEvalSettings,
+    load_regions,
+    metrics,
+    run,
+    score,
+)
+from ..imaging.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS
+from ..protocol.limits import LIMITS
+from ..storage.record_log import RecordFileError
+from ._shared import (
     OUTPUT_ROOT,
     add_allow_outside_flag,
     add_api_flags,
@@ -42,19 +55,6 @@ from ..cli import (
     run_main,
     setup_logging,
 )
-from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
-from ..evaluation.vsearch_eval import (
-    AnnotationError,
-    RegionSample,
-    VSearchEvalSettings,
-    load_regions,
-    metrics,
-    run,
-    score,
-)
-from ..imaging.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS
-from ..protocol.limits import LIMITS
-from ..storage.record_log import RecordFileError
 
 __all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regions", "metrics", "score"]
 

@@ -6,8 +6,8 @@
 ``trajectories.parquet`` has one row per (sample, trial): the conversation with image references
 (never pixels), every vSearcher call, the verdict, the failure attribution, token usage and cost;
 ``datasets.load_dataset("parquet", data_files=PATH)`` or ``pyarrow.parquet.read_table(PATH)`` loads it
-(columns: :data:`insight_o3.evaluation.export.TRAJECTORY_SCHEMA`). ``leaderboard.json`` holds the
-accuracy with its interval (:mod:`insight_o3.evaluation.significance`: each sample's trials averaged, Wilson
+(columns: :data:`insight_o3.analysis.export.TRAJECTORY_SCHEMA`). ``leaderboard.json`` holds the
+accuracy with its interval (:mod:`insight_o3.analysis.significance`: each sample's trials averaged, Wilson
 at the effective sample size), overall and per category, the items lost to API errors (left out unless
 ``--failed_as_wrong``), tokens per episode (model + vSearcher; the judge's apart), cost, the failure
 attribution and the run card's sha256. Both go to ``--output_dir`` (default ``<eval_dir>/export``).
@@ -24,13 +24,13 @@ import json
 import os
 import sys
 
-from ..cli import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
-from ..evaluation.export import leaderboard, trajectory_rows, write_trajectories
+from ..analysis.export import leaderboard, trajectory_rows, write_trajectories
+from ..analysis.run_records import read_run
+from ..analysis.significance import PairingError
 from ..evaluation.run_dir import RunDirError
-from ..evaluation.run_records import read_run
 from ..evaluation.schema import RecordError
-from ..evaluation.significance import PairingError
 from ..storage.atomic import make_output_dir, write_json_atomic
+from ._shared import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
 from .compare import add_stats_flags, check_stats_flags
 
 

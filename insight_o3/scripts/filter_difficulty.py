@@ -6,7 +6,7 @@
 ``<output_dir>/collages.jsonl``, appends one record per collage to ``difficulty.jsonl`` and rewrites
 ``collages_hard.jsonl`` at the end; see :mod:`insight_o3.data.difficulty` for the records and resume.
 
-Exit status (:class:`insight_o3.cli.ExitCode`): 0 done; 1 some collages are still lost to API errors
+Exit status (:class:`insight_o3.scripts._shared.ExitCode`): 0 done; 1 some collages are still lost to API errors
 (rerun to retry them); 2 bad input; 3 an output could not be written; 4 stopped by the API (401/403/404
 or more than ``--max_failure_ratio`` failed requests); 5 another run holds ``--output_dir``.
 """
@@ -18,7 +18,10 @@ import json
 import os
 import sys
 
-from ..cli import (
+from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
+from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..protocol.limits import LIMITS
+from ._shared import (
     add_api_flags,
     add_client_flags,
     add_image_budget_flag,
@@ -34,9 +37,6 @@ from ..cli import (
     run_main,
     setup_logging,
 )
-from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
-from ..protocol.limits import LIMITS
 
 PROG = "python -m insight_o3.scripts.filter_difficulty"
 

@@ -32,10 +32,10 @@ from typing import Any, TypeAlias
 
 import pandas as pd
 
-from ..cli import OUTPUT_ROOT, ExitCode, entry_point, new_parser
 from ..evaluation.run_card import ROW_KEYS, differences, verdict_conflicts
 from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, StaleSummary
 from ..storage.atomic import write_text_atomic
+from ._shared import OUTPUT_ROOT, ExitCode, entry_point, new_parser
 
 MISSING = "—"
 

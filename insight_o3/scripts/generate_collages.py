@@ -21,7 +21,7 @@ Generate and filter hold ``--output_dir``'s lock for the whole run: a second run
 (either command) exits at once with status 5; an unwritable output ends the run with status 3; bad
 input (pool, flags, a directory generated with other settings) exits with 2; ``filter`` exits with 1
 while some collages are lost to API errors. Each prints one line; finished collages are kept and a
-rerun resumes. Exit codes: :class:`insight_o3.cli.ExitCode`.
+rerun resumes. Exit codes: :class:`insight_o3.scripts._shared.ExitCode`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import os
 import sys
 from typing import Any
 
-from ..cli import ExitCode, add_output_dir, add_run_flags, entry_point, new_parser, run_main, setup_logging
 from ..data.collage import CollageConfig
 from ..data.collage_jobs import (
     DEFAULT_QUESTION_TEMPLATE,
@@ -45,6 +44,7 @@ from ..data.collage_jobs import (
 )
 from ..data.source_pool import PoolError, filter_small_targets, load_pool
 from ..storage.jsonl import iter_jsonl
+from ._shared import ExitCode, add_output_dir, add_run_flags, entry_point, new_parser, run_main, setup_logging
 
 log = logging.getLogger("generate_collages")
 __all__ = ["main", "add_config_flags", "config_from_args", "DEFAULT_QUESTION_TEMPLATE"]

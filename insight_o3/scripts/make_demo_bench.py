@@ -6,7 +6,7 @@ Writes ``OUT/images/{chart,map}/*.png`` and ``OUT/metadata.jsonl`` (O3-Bench lay
 ``--ann_file OUT/metadata.jsonl --img_dir OUT`` with the evaluate CLI). Images already present
 with the right size are kept, so an interrupted run resumes; the metadata file is written
 atomically at the end and is identical for the same arguments. Exit status: 0 done, 2 bad arguments
-(:class:`insight_o3.cli.ExitCode`).
+(:class:`insight_o3.scripts._shared.ExitCode`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from insight_o3.cli import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
-from insight_o3.data.demo_bench import build_item, plan, write_image, write_metadata
+from insight_o3.demo.bench import build_item, plan, write_image, write_metadata
+from insight_o3.scripts._shared import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
 from insight_o3.storage.atomic import make_output_dir
 
 log = logging.getLogger("make_demo_bench")

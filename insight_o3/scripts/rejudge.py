@@ -15,7 +15,7 @@ Rerunning resumes; records whose judging failed are retried with ``--retry_faile
 
 Several judges (``--judge_model A B …``, with one ``--judge_api_base_url``/``--judge_api_key`` for all or
 one per judge) each write their own eval dir. Then the verdicts of the source run's judge and of every
-new one are compared (:mod:`insight_o3.evaluation.agreement`): Cohen's κ per pair of judges (Fleiss' κ of all of them when there are three or more, each with a
+new one are compared (:mod:`insight_o3.analysis.agreement`): Cohen's κ per pair of judges (Fleiss' κ of all of them when there are three or more, each with a
 bootstrap interval over samples), each
 judge's accuracy and the items they disagree on are printed and written to ``--agreement_out``
 (default ``<eval_dir>@judge-agreement-<new judges>.json`` next to the source, one file per set of new
@@ -39,9 +39,26 @@ import re
 import sys
 from typing import TypeAlias
 
+from ..analysis.agreement import agreement_lines, judge_agreement
+from ..analysis.run_records import read_run
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
-from ..cli import (
+from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..endpoints.guard import RunGuard
+from ..endpoints.preflight import Endpoint
+from ..endpoints.rate_limit import AdaptiveLimiter
+from ..endpoints.usage import CostModel, PriceError
+from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
+from ..evaluation.run_card import card_invocation, fixed_settings
+from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
+from ..evaluation.runner import RunConfig, failed_count, run_evaluation
+from ..evaluation.schema import EvalRecord
+from ..jobs.integrity import SettingsChanged
+from ..protocol.attempt import Attempt, TrialSolver
+from ..protocol.sample import Sample
+from ..storage.atomic import UnusableOutputDir, write_json_atomic
+from ..storage.record_log import RecordFileError
+from ._shared import (
     STOP_ERRORS,
     ExitCode,
     add_budget_flags,
@@ -54,23 +71,6 @@ from ..cli import (
     report_stop,
     setup_logging,
 )
-from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
-from ..endpoints.guard import RunGuard
-from ..endpoints.preflight import Endpoint
-from ..endpoints.rate_limit import AdaptiveLimiter
-from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.agreement import agreement_lines, judge_agreement
-from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
-from ..evaluation.run_card import card_invocation, fixed_settings
-from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
-from ..evaluation.run_records import read_run
-from ..evaluation.runner import RunConfig, failed_count, run_evaluation
-from ..evaluation.samples import Sample
-from ..evaluation.schema import EvalRecord
-from ..jobs.integrity import SettingsChanged
-from ..protocol.attempt import Attempt, TrialSolver
-from ..storage.atomic import UnusableOutputDir, write_json_atomic
-from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.rejudge")
 #: Record fields that are not annotation fields (the rest is the sample as loaded).

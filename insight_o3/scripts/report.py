@@ -6,7 +6,7 @@
 
 The file embeds everything (charts as SVG, images as JPEG thumbnails) and opens in any browser
 without a server or network access. Exit status: 0 written, 2 bad input (no run there, a
-broken run, an unreadable image) (:class:`insight_o3.cli.ExitCode`).
+broken run, an unreadable image) (:class:`insight_o3.scripts._shared.ExitCode`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..analysis.significance import PairingError
 from ..base.caps import DEFAULT_MAX_TEXT_CHARS
-from ..cli import ExitCode, add_output_file, entry_point, new_parser, run_main, setup_logging
 from ..evaluation.schema import RecordError
-from ..evaluation.significance import PairingError
 from ..imaging.images import ImageError
 from ..viz.report import write_report
 from ..viz.run_view import RunError
+from ._shared import ExitCode, add_output_file, entry_point, new_parser, run_main, setup_logging
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """The report's analysis tables: why episodes failed (per trial, per category, the D.4 split, D.3 crop
 levels) and how judges agree. The numbers come from :mod:`insight_o3.evaluation.attribution` and
-:mod:`insight_o3.evaluation.agreement`; this module only lays them out as DataFrames."""
+:mod:`insight_o3.analysis.agreement`; this module only lays them out as DataFrames."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 
 import pandas as pd
 
+from ..analysis.agreement import JudgeAgreement, kappa_ci_text
 from ..base.json_types import JSONObject
-from ..evaluation.agreement import JudgeAgreement, kappa_ci_text
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS, QUALITY_LEVELS, SPLIT, Attribution, attribute
 from ..evaluation.schema import EvalRecord
 from .run_view import EvalRun, SampleResult

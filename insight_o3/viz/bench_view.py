@@ -18,8 +18,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from PIL import Image
 
-from ..evaluation.samples import Sample, load_samples
+from ..evaluation.samples import load_samples
 from ..imaging.images import ImageError, image_size
+from ..protocol.sample import Sample
 from .draw import LAYOUT_COLOR, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .plots import new_figure
 from .templating import render

@@ -3,7 +3,7 @@
 Self-contained like the report (:mod:`.report`): CSS and a few lines of JS inline, charts as SVG,
 crops as JPEG thumbnails. Sections: accuracy with confidence intervals (overall and per category) and the
 items each run lost to API errors, the paired differences and the paired sign-flip test against the
-reference run (:mod:`insight_o3.evaluation.significance`), accuracy against tokens and
+reference run (:mod:`insight_o3.analysis.significance`), accuracy against tokens and
 against cost per episode, why episodes failed (:mod:`insight_o3.evaluation.attribution`), and per
 pair the flipped samples — each row links to the sample's two conversations side by side
 (``#flip-<pair>-<n>``; opening the link opens the block).
@@ -21,11 +21,11 @@ import pandas as pd
 from markupsafe import Markup
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from ..analysis.comparison import Comparison, RunStats
+from ..analysis.run_records import RunRecords
+from ..analysis.significance import Accuracy, Flip, PairResult
 from ..base.json_types import JSONObject
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
-from ..evaluation.comparison import Comparison, RunStats
-from ..evaluation.run_records import RunRecords
-from ..evaluation.significance import Accuracy, Flip, PairResult
 from ..storage.atomic import write_text_atomic
 from .draw import ImageResolver
 from .plots import figure_svg, new_figure

@@ -19,12 +19,12 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from ..analysis.agreement import judge_agreement
+from ..analysis.run_records import read_run
 from ..base.caps import DEFAULT_MAX_TEXT_CHARS
 from ..base.json_types import JSONObject
 from ..endpoints.usage import system_tokens, total_tokens
-from ..evaluation.agreement import judge_agreement
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
-from ..evaluation.run_records import read_run
 from ..storage.atomic import write_text_atomic
 from .analysis_view import agreement_tables, attribution_of, attribution_tables
 from .draw import ImageResolver

@@ -3,7 +3,7 @@
 Each item shows its image with every layout (grey, dashed, numbered) and its target layouts (red), the question,
 options, answer and explanation, and each filter model's answers; the page's controls (accept / reject with a
 reason / edit the fields / pending) export the decisions file that ``review apply`` reads
-(:mod:`insight_o3.data.o3bench.review`). Images are embedded as JPEG ``data:`` URLs and the script is inline:
+(:mod:`insight_o3.o3bench.review`). Images are embedded as JPEG ``data:`` URLs and the script is inline:
 the page opens from a ``file://`` URL with no network.
 """
 
@@ -16,9 +16,9 @@ import time
 from markupsafe import Markup
 
 from ..base.json_types import JSONObject
-from ..data.o3bench.records import BenchItem, SourceImage
-from ..data.o3bench.review import template
 from ..imaging.images import ImageError
+from ..o3bench.records import BenchItem, SourceImage
+from ..o3bench.review import template
 from ..storage.atomic import write_text_atomic
 from .draw import LAYOUT_COLOR, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .templating import render

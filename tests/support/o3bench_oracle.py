@@ -1,8 +1,8 @@
-"""The offline build's scripted endpoints (:mod:`insight_o3.data.o3bench.demo`, which the user-facing
+"""The offline build's scripted endpoints (:mod:`insight_o3.o3bench.demo`, which the user-facing
 ``build_o3_bench_demo`` runs) with what only the tests need: faults switched per call and a log of what was asked.
 
-* :func:`demo_inputs` is :func:`insight_o3.data.o3bench.demo.demo_sources` as a dict (``inp["records"]`` …).
-* :class:`Oracle` is :class:`~insight_o3.data.o3bench.demo.ScriptedBuild` plus faults: ``state["e1_malformed_once"]``
+* :func:`demo_inputs` is :func:`insight_o3.o3bench.demo.demo_sources` as a dict (``inp["records"]`` …).
+* :class:`Oracle` is :class:`~insight_o3.o3bench.demo.ScriptedBuild` plus faults: ``state["e1_malformed_once"]``
   (sample keys answered without sections once), ``state["e1_malformed_always"]``, ``state["e2_prose_once"]`` (image
   keys answered with prose once), ``state["e2_trailing_commas"]`` (image keys whose JSON array has trailing commas).
   What was asked is kept in ``state["e1_seen"]`` (sample keys), ``state["e2_seen"]`` (image keys) and
@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from insight_o3.data.o3bench.demo import (
+from insight_o3.endpoints.scripted_server import Call, Reply
+from insight_o3.o3bench.demo import (
     SOLVERS,
     ScriptedBuild,
     demo_sources,
     reply_body,
     texts_and_images,
 )
-from insight_o3.endpoints.scripted_server import Call, Reply
 
 __all__ = ["SOLVERS", "Oracle", "demo_inputs"]
 

@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from insight_o3.data.o3bench.demo import scripted_review
+from insight_o3.o3bench.demo import scripted_review
 from insight_o3.scripts import build_o3_bench, evaluate
 from tests.support.o3bench_oracle import SOLVERS, Oracle, demo_inputs
 from tests.support.openai_server import ScriptedOpenAIServer
@@ -53,7 +53,7 @@ def step_argv(step: str, ws: Path, url: str, *extra: str) -> list[str]:
 
 
 def decide(ws: Path, rejects: int = 1, edits: int = 1) -> dict[str, str]:
-    """Fill in every decisions file (:func:`insight_o3.data.o3bench.demo.scripted_review`)."""
+    """Fill in every decisions file (:func:`insight_o3.o3bench.demo.scripted_review`)."""
     return scripted_review(ws / "review", rejects, edits)
 
 

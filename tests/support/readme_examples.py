@@ -8,7 +8,7 @@ Every fenced ``bash`` or ``python`` block in those files is preceded by a marker
 :func:`examples` reads the blocks with their markers. :class:`Sandbox` is a repository-like directory (``data/``,
 ``outputs/``, the repository's ``scripts/`` and ``notebooks/``) with O3-Bench's layout filled by a small demo
 benchmark, a price file, and the keyless demo's scripted model, vSearcher and judge
-(:mod:`insight_o3.data.demo_endpoints`) on 127.0.0.1, named by the variables the examples use (``$MODEL``,
+(:mod:`insight_o3.demo.endpoints`) on 127.0.0.1, named by the variables the examples use (``$MODEL``,
 ``$API_BASE_URL``, ``OPENAI_BASE_URL``, ``JUDGE_API_BASE_URL``, ...). :meth:`Sandbox.run` runs one block with
 ``bash -euo pipefail`` (``python`` for Python blocks) from the sandbox's root, with this checkout's library and
 this interpreter as ``python``.
@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from insight_o3.data.demo_endpoints import DemoScripts
+from insight_o3.demo.endpoints import DemoScripts
 from insight_o3.endpoints.scripted_server import ScriptedOpenAIServer
 from insight_o3.scripts import make_demo_bench
 

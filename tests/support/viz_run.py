@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from insight_o3.data.demo_endpoints import searcher_box
+from insight_o3.demo.endpoints import searcher_box
 from insight_o3.scripts import evaluate, make_demo_bench
 from tests.support.openai_server import ScriptedOpenAIServer, chat, error, request_text
 

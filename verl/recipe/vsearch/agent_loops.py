@@ -39,10 +39,10 @@ from insight_o3.agents.searcher_session import LocateResult
 from insight_o3.endpoints.client import ENV_KEYS, make_client, resolve, resolve_key
 from insight_o3.endpoints.rate_limit import AdaptiveLimiter
 from insight_o3.evaluation.judge import AnswerJudge
-from insight_o3.evaluation.samples import Sample
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.questions import insight_o3_question
+from insight_o3.protocol.sample import Sample
 from insight_o3.protocol.statuses import EpisodeStatus
 
 from .episodes import JUDGE_LOST_STATUS, failed_episode_output

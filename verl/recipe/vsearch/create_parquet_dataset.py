@@ -201,7 +201,8 @@ def region_rows(ann_file: str, img_dir: str, data_source: str, check_images: boo
 
 def qa_rows(ann_file: str, img_dir: str, data_source: str, kind: str, check_images: bool = True) -> list[JSONObject]:
     """Benchmark / collage rows through the evaluation loader (one validator for both uses)."""
-    from insight_o3.evaluation.samples import AnnotationError, load_samples
+    from insight_o3.evaluation.samples import load_samples
+    from insight_o3.protocol.sample import AnnotationError
 
     try:
         samples = load_samples(ann_file, img_dir, check_images=check_images)

@@ -21,13 +21,13 @@ from typing import Any, TypeVar
 
 from openai import AsyncOpenAI
 
-from ...base.json_types import JSONObject
-from ...endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
-from ...endpoints.rate_limit import AdaptiveLimiter
-from ...endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
-from ...jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
-from ...jobs.job import JobSettings, Plan, ResumableJob
-from ...storage.atomic import write_json_atomic
+from ..base.json_types import JSONObject
+from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
+from ..endpoints.rate_limit import AdaptiveLimiter
+from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
+from ..jobs.job import JobSettings, Plan, ResumableJob
+from ..storage.atomic import write_json_atomic
 from .records import BuildFileError
 from .workspace import Workspace
 

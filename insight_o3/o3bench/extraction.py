@@ -17,10 +17,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ...base.json_types import JSONObject
-from ...imaging.images import ImageRef, ImageStore, Resize
-from ...jobs.job import Emit
-from ...protocol.trajectory import image_part, message, to_openai
+from ..base.json_types import JSONObject
+from ..imaging.images import ImageRef, ImageStore, Resize
+from ..jobs.job import Emit
+from ..protocol.trajectory import image_part, message, to_openai
 from .prompts import EXTRACTION_PROMPT
 from .records import SourceImage
 from .steps import ModelEndpoint, StepJob, StepSettings

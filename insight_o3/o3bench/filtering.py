@@ -1,7 +1,7 @@
 """Step ``filter``: the difficulty filter of §3.2 ("we discard any items solved by all three models").
 
 Every candidate is answered by each ``--solver`` model (the paper: GPT-5-mini, Gemini-2.5-Flash, Doubao-Seed-1.6)
-exactly as ``evaluate`` asks an O3-Bench question: :class:`~insight_o3.evaluation.single_model.SingleModelSolver`
+exactly as ``evaluate`` asks an O3-Bench question: :class:`~insight_o3.agents.single_model.SingleModelSolver`
 with the model's default system prompt (no system message, E.3), the paper's image budget for the model
 (:func:`~insight_o3.imaging.geometry.api_image_max_pixels`), ``detail: high`` and 16K completion tokens; every answer is
 checked by the evaluation's :class:`~insight_o3.evaluation.judge.AnswerJudge` (the rule, then the judge model's
@@ -20,15 +20,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ...base.json_types import JSONObject
-from ...evaluation.judge import AnswerJudge
-from ...evaluation.samples import Sample
-from ...evaluation.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
-from ...imaging.geometry import api_image_max_pixels
-from ...imaging.images import ImageStore, Resize
-from ...jobs.job import Emit, Plan
-from ...storage.atomic import write_jsonl_atomic
-from ..difficulty import check_collage
+from ..agents.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
+from ..base.json_types import JSONObject
+from ..data.difficulty import check_collage
+from ..evaluation.judge import AnswerJudge
+from ..imaging.geometry import api_image_max_pixels
+from ..imaging.images import ImageStore, Resize
+from ..jobs.job import Emit, Plan
+from ..protocol.sample import Sample
+from ..storage.atomic import write_jsonl_atomic
 from .records import BenchItem, SourceImage, read_items
 from .steps import ModelEndpoint, StepJob, StepSettings, read_log
 from .workspace import Workspace

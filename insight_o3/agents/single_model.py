@@ -23,8 +23,8 @@ from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import Box
 from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
 from ..protocol.attempt import Attempt
+from ..protocol.sample import Sample
 from ..protocol.trajectory import image_part, message, to_openai
-from .samples import Sample
 
 log = logging.getLogger(__name__)
 #: Extra requests for choices a server left out before the attempts are recorded as failed.

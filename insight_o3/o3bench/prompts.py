@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...base.json_types import JSONObject
+from ..base.json_types import JSONObject
 from .records import BuildFileError, read_text_file
 
 #: E.1, information extraction (system message; the image is the user message).

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ...base.json_types import JSONObject
-from ...storage.jsonl import iter_jsonl
+from ..base.json_types import JSONObject
+from ..storage.jsonl import iter_jsonl
 
 
 class BuildFileError(ValueError):

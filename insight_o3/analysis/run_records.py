@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .run_card import card_sha256
-from .run_dir import DONE_FILE, RECORDS_FILE, RunDir, RunDirError
-from .schema import EvalRecord
+from ..evaluation.run_card import card_sha256
+from ..evaluation.run_dir import DONE_FILE, RECORDS_FILE, RunDir, RunDirError
+from ..evaluation.schema import EvalRecord
 
 
 @dataclass

@@ -13,7 +13,7 @@ The decisions file is plain text, one line per item (``#`` lines and blank lines
 ``reject`` needs a reason (the rest of the line). ``edit`` takes a JSON object of the fields to change
 (``question``, ``options``, ``answer``, ``explanation``; ``target_layouts`` to set the target layouts by hand, as
 the paper's annotators may) on one line. An edited item is checked again by every rule of step ``validate``
-(:func:`~insight_o3.data.o3bench.validation.check_item`, with the rules ``validate`` recorded in
+(:func:`~insight_o3.o3bench.validation.check_item`, with the rules ``validate`` recorded in
 ``validate/rules.json``), and its target layouts are derived again from the
 citations unless the edit sets them. The review page has the same choices as controls and exports this format.
 
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...base.json_types import JSONObject
-from ...base.untrusted import loads
-from ...storage.atomic import write_jsonl_atomic
-from ...storage.lock import run_lock
+from ..base.json_types import JSONObject
+from ..base.untrusted import loads
+from ..storage.atomic import write_jsonl_atomic
+from ..storage.lock import run_lock
 from .records import BenchItem, SourceImage, read_items, read_sources
 from .validation import Validator
 from .workspace import Workspace
@@ -268,7 +268,7 @@ def apply_workspace(ws: Workspace, paths: list[str] | None = None) -> JSONObject
 
 
 def read_reviewed(ws: Workspace) -> list[JSONObject]:
-    from ...storage.jsonl import iter_jsonl
+    from ..storage.jsonl import iter_jsonl
     from .records import BuildFileError
 
     rows = []

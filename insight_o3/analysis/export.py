@@ -32,11 +32,11 @@ from .. import __version__
 from ..agents.records import expand_messages
 from ..base.json_types import JSONObject
 from ..endpoints.usage import merge, total_tokens
+from ..evaluation.attribution import attribute, attribution_metrics
+from ..evaluation.schema import USAGE_ROLES, EvalRecord, TokenUsage
 from ..storage.atomic import atomic_writer
-from .attribution import attribute, attribution_metrics
 from .comparison import tokens_per_episode
 from .run_records import RunRecords
-from .schema import USAGE_ROLES, EvalRecord, TokenUsage
 from .significance import DEFAULT_CONFIDENCE, METHODS, outcomes, run_accuracy
 
 LEADERBOARD_FORMAT = "insight_o3.leaderboard/1"

@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...base.json_types import JSONObject
-from ...base.untrusted import JSONRepair, loads, loads_repaired
-from ...jobs.job import Emit, Plan
+from ..base.json_types import JSONObject
+from ..base.untrusted import JSONRepair, loads, loads_repaired
+from ..jobs.job import Emit, Plan
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage

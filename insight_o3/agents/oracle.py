@@ -11,11 +11,11 @@ the fork's rule) and held to the same per-image budget as the full image; see do
 
 from __future__ import annotations
 
-from ..agents.reasoner_session import vreasoner_resize
 from ..imaging.geometry import Box
 from ..imaging.images import Resize
-from .evidence import evidence_boxes
-from .samples import AnnotationError, Sample
+from ..protocol.evidence import evidence_boxes
+from ..protocol.sample import AnnotationError, Sample
+from .reasoner_session import vreasoner_resize
 
 ORACLE_CROPS = ("target_layouts",)
 

@@ -1,6 +1,6 @@
 """The offline build demo's inputs and scripted endpoints (``python -m insight_o3.scripts.build_o3_bench_demo``).
 
-SCRIPTED: no model is called. The demo benchmark's charts and maps (:mod:`insight_o3.data.demo_bench`) have known
+SCRIPTED: no model is called. The demo benchmark's charts and maps (:mod:`insight_o3.demo.bench`) have known
 layouts, questions and answers, so every role of a build can be played by a script that knows them:
 
 * :func:`demo_sources` draws the images and writes their layouts as the PaddleX layout detector's result JSON, one
@@ -37,11 +37,11 @@ from pathlib import Path
 
 from PIL import Image
 
-from ...base.json_types import JSONObject
-from ...endpoints.scripted_server import Call, Reply, Script, error
-from ...imaging.images import ImageStore
-from ...storage.atomic import write_text_atomic
-from .. import demo_bench
+from ..base.json_types import JSONObject
+from ..demo import bench as demo_bench
+from ..endpoints.scripted_server import Call, Reply, Script, error
+from ..imaging.images import ImageStore
+from ..storage.atomic import write_text_atomic
 from .extraction import extraction_resize
 from .sources import write_paddlex_result
 

@@ -19,9 +19,9 @@ from itertools import combinations
 import numpy as np
 
 from ..base.json_types import JSONObject
+from ..evaluation.schema import EvalRecord
 from .kappa import MIN_SAMPLES_FOR_INTERVAL, cohen_kappa, fleiss_kappa, kappa_interval
 from .run_records import RunRecords
-from .schema import EvalRecord
 from .significance import PairingError
 
 JUDGED = ("correct", "wrong")

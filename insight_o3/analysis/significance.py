@@ -48,7 +48,7 @@ from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
 from ..base.json_types import JSONObject
-from .schema import EvalRecord
+from ..evaluation.schema import EvalRecord
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_CONFIDENCE = 0.95

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from ..base.json_types import JSONObject
 from ..endpoints.usage import system_tokens
-from .attribution import attribution_metrics
+from ..evaluation.attribution import attribution_metrics
+from ..evaluation.schema import EvalRecord
 from .run_records import RunRecords
-from .schema import EvalRecord
 from .significance import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,

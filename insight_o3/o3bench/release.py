@@ -28,12 +28,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from ... import __version__
-from ...base.json_types import JSONObject
-from ...evaluation.run_card import git_commit, sha256_file
-from ...protocol import prompts as eval_prompts
-from ...storage.atomic import write_json_atomic, write_jsonl_atomic
-from ...storage.lock import run_lock
+from .. import __version__
+from ..base.json_types import JSONObject
+from ..evaluation.run_card import git_commit, sha256_file
+from ..protocol import prompts as eval_prompts
+from ..storage.atomic import write_json_atomic, write_jsonl_atomic
+from ..storage.lock import run_lock
 from .filtering import filter_coverage
 from .letter_refs import Remapped, remap_letter_refs
 from .prompts import prompt_hashes

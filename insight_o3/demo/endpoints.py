@@ -1,7 +1,7 @@
 """The scripted endpoints of the keyless demo (``python -m insight_o3.scripts.demo``).
 
 Three OpenAI-compatible chat scripts for :class:`insight_o3.endpoints.scripted_server.ScriptedOpenAIServer`, all
-reading the demo benchmark's ``metadata.jsonl`` (:mod:`insight_o3.data.demo_bench`), so they *know every
+reading the demo benchmark's ``metadata.jsonl`` (:mod:`insight_o3.demo.bench`), so they *know every
 answer and every evidence box*. They are a demo of the harness (requests, judging, records, report), not
 a model: the accuracies they reach are the ones they are set to.
 

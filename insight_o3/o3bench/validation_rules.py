@@ -41,8 +41,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ...base.json_types import JSONObject
-from ...base.untrusted import loads
+from ..base.json_types import JSONObject
+from ..base.untrusted import loads
 from .records import BuildFileError, read_text_file
 
 #: Option label forms a config may accept: the form's name and its pattern (group 1: the letter).

@@ -32,9 +32,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...base.json_types import JSONObject
-from ...imaging.images import ImageError, image_size
-from ..layout import LayoutError, iter_layout_files, parse_layout
+from ..base.json_types import JSONObject
+from ..data.layout import LayoutError, iter_layout_files, parse_layout
+from ..imaging.images import ImageError, image_size
 from .records import SourceImage, SourceLayout
 
 log = logging.getLogger(__name__)

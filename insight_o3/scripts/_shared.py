@@ -26,17 +26,17 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
-from .base.caps import DEFAULT_MAX_REPLY_CHARS
-from .base.exit_codes import ExitCode
-from .base.paths import ALLOW_OUTSIDE_FLAG
-from .base.redaction import RedactingFilter, redact
-from .endpoints.client import DEFAULT_TIMEOUT, ENV_KEYS, quiet_http_logs
-from .endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
-from .endpoints.preflight import EndpointError
-from .imaging.images import DEFAULT_MAX_DECODE_VALUES
-from .jobs.integrity import CardError, Invocation, SettingsChanged, git_commit
-from .storage.atomic import OutputError, UnusableOutputDir
-from .storage.lock import RunLockedError
+from ..base.caps import DEFAULT_MAX_REPLY_CHARS
+from ..base.exit_codes import ExitCode
+from ..base.paths import ALLOW_OUTSIDE_FLAG
+from ..base.redaction import RedactingFilter, redact
+from ..endpoints.client import DEFAULT_TIMEOUT, ENV_KEYS, quiet_http_logs
+from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
+from ..endpoints.preflight import EndpointError
+from ..imaging.images import DEFAULT_MAX_DECODE_VALUES
+from ..jobs.integrity import CardError, Invocation, SettingsChanged, git_commit
+from ..storage.atomic import OutputError, UnusableOutputDir
+from ..storage.lock import RunLockedError
 
 __all__ = [
     "ExitCode",
@@ -239,7 +239,7 @@ def _non_negative_int(text: str) -> int:
 def add_judge_retries_flag(p: Flags) -> None:
     """``--judge_retries``: judgings more of an attempt whose judge reply was ambiguous or malformed
     (:class:`insight_o3.evaluation.judge.AnswerJudge`)."""
-    from .evaluation.judge import DEFAULT_JUDGE_RETRIES
+    from ..evaluation.judge import DEFAULT_JUDGE_RETRIES
 
     p.add_argument(
         "--judge_retries",
@@ -410,7 +410,7 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived: Any) -> Invocation:
     """The :class:`~insight_o3.jobs.integrity.Invocation` of a command line: every flag of ``a`` (less ``skip``,
     e.g. a subcommand's name), ``derived`` values and the code's version and commit as provenance."""
-    from . import __version__
+    from .. import __version__
 
     settings = {k: v for k, v in vars(a).items() if k not in skip}
     return Invocation(command, settings, derived, {"version": __version__, "git_commit": git_commit()})

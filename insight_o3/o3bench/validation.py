@@ -36,9 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...base.json_types import JSONObject
-from ...storage.atomic import write_json_atomic, write_jsonl_atomic
-from ...storage.lock import run_lock
+from ..base.json_types import JSONObject
+from ..storage.atomic import write_json_atomic, write_jsonl_atomic
+from ..storage.lock import run_lock
 from .extraction import extractions_by_image
 from .records import BenchItem, SourceImage, read_sources
 from .steps import InputNotReady, read_log, step_command

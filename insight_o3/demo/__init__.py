@@ -1,0 +1,1 @@
+"""The keyless demo: a generated benchmark with known answers and the scripted endpoints that answer it."""
