@@ -211,36 +211,15 @@ TOOLS: list[JSONObject] = [
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "image": {
-                        "type": "string",
-                        "description": "Image reference (e.g., 'img_1', 'img_2')."
-                    },
-                    "x": {
-                        "type": "integer",
-                        "description": "Top-left X."
-                    },
-                    "y": {
-                        "type": "integer",
-                        "description": "Top-left Y."
-                    },
-                    "width": {
-                        "type": "integer",
-                        "description": "Crop width."
-                    },
-                    "height": {
-                        "type": "integer",
-                        "description": "Crop height."
-                    }
+                    "image": {"type": "string", "description": "Image reference (e.g., 'img_1', 'img_2')."},
+                    "x": {"type": "integer", "description": "Top-left X."},
+                    "y": {"type": "integer", "description": "Top-left Y."},
+                    "width": {"type": "integer", "description": "Crop width."},
+                    "height": {"type": "integer", "description": "Crop height."},
                 },
-                "required": [
-                    "image",
-                    "x",
-                    "y",
-                    "width",
-                    "height"
-                ]
-            }
-        }
+                "required": ["image", "x", "y", "width", "height"],
+            },
+        },
     },
     {
         "type": "function",
@@ -252,24 +231,15 @@ TOOLS: list[JSONObject] = [
                 "properties": {
                     "image": {
                         "type": "string",
-                        "description": "Image reference such as 'img_1'. Preferred over file_path."
+                        "description": "Image reference such as 'img_1'. Preferred over file_path.",
                     },
-                    "file_path": {
-                        "type": "string",
-                        "description": "Absolute path to a local image file (optional)."
-                    },
-                    "use_chart_recognition": {
-                        "type": "boolean",
-                        "default": False
-                    },
-                    "use_doc_orientation_classify": {
-                        "type": "boolean",
-                        "default": False
-                    }
+                    "file_path": {"type": "string", "description": "Absolute path to a local image file (optional)."},
+                    "use_chart_recognition": {"type": "boolean", "default": False},
+                    "use_doc_orientation_classify": {"type": "boolean", "default": False},
                 },
-                "required": []
-            }
-        }
+                "required": [],
+            },
+        },
     },
     {
         "type": "function",
@@ -278,20 +248,10 @@ TOOLS: list[JSONObject] = [
             "description": "Perform a web search query to retrieve up-to-date information. Implemented as Serper + Jina + Qwen summarization (same backbone as text_search).",
             "parameters": {
                 "type": "object",
-                "properties": {
-                    "q": {
-                        "type": "string"
-                    },
-                    "hl": {
-                        "type": "string",
-                        "default": "en"
-                    }
-                },
-                "required": [
-                    "q"
-                ]
-            }
-        }
+                "properties": {"q": {"type": "string"}, "hl": {"type": "string", "default": "en"}},
+                "required": ["q"],
+            },
+        },
     },
     {
         "type": "function",
@@ -301,16 +261,11 @@ TOOLS: list[JSONObject] = [
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "url": {
-                        "type": "string",
-                        "description": "Image reference (e.g., 'img_1') or a direct image URL."
-                    }
+                    "url": {"type": "string", "description": "Image reference (e.g., 'img_1') or a direct image URL."}
                 },
-                "required": [
-                    "url"
-                ]
-            }
-        }
+                "required": ["url"],
+            },
+        },
     },
     {
         "type": "function",
@@ -320,48 +275,23 @@ TOOLS: list[JSONObject] = [
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "q": {
-                        "type": "string"
-                    },
-                    "query": {
-                        "type": "string",
-                        "description": "Alias for 'q'."
-                    },
-                    "hl": {
-                        "type": "string",
-                        "default": "en"
-                    },
-                    "lang": {
-                        "type": "string",
-                        "description": "Alias for 'hl'.",
-                        "default": "en"
-                    },
-                    "top_k": {
-                        "type": "integer",
-                        "default": 5
-                    }
+                    "q": {"type": "string"},
+                    "query": {"type": "string", "description": "Alias for 'q'."},
+                    "hl": {"type": "string", "default": "en"},
+                    "lang": {"type": "string", "description": "Alias for 'hl'.", "default": "en"},
+                    "top_k": {"type": "integer", "default": 5},
                 },
-                "required": []
-            }
-        }
+                "required": [],
+            },
+        },
     },
     {
         "type": "function",
         "function": {
             "name": "perspective_correct",
             "description": "Correct perspective distortion in an image.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "image": {
-                        "type": "string"
-                    }
-                },
-                "required": [
-                    "image"
-                ]
-            }
-        }
+            "parameters": {"type": "object", "properties": {"image": {"type": "string"}}, "required": ["image"]},
+        },
     },
     {
         "type": "function",
@@ -370,20 +300,10 @@ TOOLS: list[JSONObject] = [
             "description": "Super-resolve a low-resolution image.",
             "parameters": {
                 "type": "object",
-                "properties": {
-                    "image": {
-                        "type": "string"
-                    },
-                    "scale": {
-                        "type": "integer",
-                        "default": 4
-                    }
-                },
-                "required": [
-                    "image"
-                ]
-            }
-        }
+                "properties": {"image": {"type": "string"}, "scale": {"type": "integer", "default": 4}},
+                "required": ["image"],
+            },
+        },
     },
     {
         "type": "function",
@@ -392,21 +312,11 @@ TOOLS: list[JSONObject] = [
             "description": "Sharpen an image to reduce blur.",
             "parameters": {
                 "type": "object",
-                "properties": {
-                    "image": {
-                        "type": "string"
-                    },
-                    "amount": {
-                        "type": "number",
-                        "default": 1.5
-                    }
-                },
-                "required": [
-                    "image"
-                ]
-            }
-        }
-    }
+                "properties": {"image": {"type": "string"}, "amount": {"type": "number", "default": 1.5}},
+                "required": ["image"],
+            },
+        },
+    },
 ]
 
 #: ``config.MAX_TURNS`` (``AGENT_MAX_TURNS``, default 50)
@@ -606,7 +516,9 @@ class OpenSearchVLSession:
         prompt_text = question if not options else f"{question}\n{options}"
         tools_text = f"<tools>\n{tools_definition(tool_set)}\n</tools>"
         self.messages: list[dict] = [
-            message("user", SYSTEM_PROMPT + "\n\n", image_part(full_ref(image, size)), tools_text + "\n\n" + prompt_text)
+            message(
+                "user", SYSTEM_PROMPT + "\n\n", image_part(full_ref(image, size)), tools_text + "\n\n" + prompt_text
+            )
         ]
         self.turns = 0
         self.replies: list[str] = []
@@ -639,7 +551,9 @@ class OpenSearchVLSession:
         extra = {"tool_call": dict(record)} if record is not None else {}
         if new_images:
             for k, img in enumerate(new_images):
-                self.messages.append(message("user", obs, image_part(full_ref(img.path, img.size)), **(extra if k == 0 else {})))
+                self.messages.append(
+                    message("user", obs, image_part(full_ref(img.path, img.size)), **(extra if k == 0 else {}))
+                )
         else:
             self.messages.append(message("user", obs, **extra))
         if self.turns >= self.max_turns:

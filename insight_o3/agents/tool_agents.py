@@ -95,7 +95,9 @@ class ToolUser(Protocol):
     """A session whose steps may be :class:`UseTool`: ``observe`` takes the call's observation text, the images it
     made and its record, and says what comes next."""
 
-    def observe(self, text: str, new_images: list[ShownImage], record: Mapping[str, Any] | None = None) -> Ask | Finish: ...
+    def observe(
+        self, text: str, new_images: list[ShownImage], record: Mapping[str, Any] | None = None
+    ) -> Ask | Finish: ...
 
 
 class SessionFactory(Protocol):

@@ -88,7 +88,9 @@ def make_demo(folder: str | os.PathLike, n: int = 4, seed: int = 0) -> DemoFiles
                      "category": "bridges", "sign_box": box})  # fmt: skip
         slug = entity.lower().replace(" ", "_")
         (corpus / "pages" / f"{slug}.md").write_text(f"# {entity.title()}\n\n{page}\n", encoding="utf-8")
-        manifest.append({"path": f"pages/{slug}.md", "url": f"https://en.wikipedia.org/wiki/{entity.title().replace(' ', '_')}"})
+        manifest.append(
+            {"path": f"pages/{slug}.md", "url": f"https://en.wikipedia.org/wiki/{entity.title().replace(' ', '_')}"}
+        )
     for k, (title, text) in enumerate(DISTRACTORS):
         (corpus / "pages" / f"other_{k}.md").write_text(f"# {title}\n\n{text}\n", encoding="utf-8")
     (bench / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -99,7 +101,9 @@ def make_demo(folder: str | os.PathLike, n: int = 4, seed: int = 0) -> DemoFiles
 
 
 def _call(name: str, arguments: JSONObject, thought: str) -> str:
-    return f"<think>\n{thought}\n</think>\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+    return (
+        f"<think>\n{thought}\n</think>\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+    )
 
 
 _YEAR = re.compile(r"\b(1[5-9][0-9]{2}|20[0-9]{2})\b")
@@ -147,7 +151,9 @@ class ScriptedInvestigator:
         if turn == 3:
             text = last.split("ALL RECOGNIZED TEXT:\n", 1)[-1].split("\n</observation>")[0].strip()
             query = text.split("\n")[0] if text and text != "(no text detected)" else "bridge"
-            return chat(_call("text_search", {"q": query, "hl": "en", "top_k": 3}, f"The sign says {query!r}; I search it."))
+            return chat(
+                _call("text_search", {"q": query, "hl": "en", "top_k": 3}, f"The sign says {query!r}; I search it.")
+            )
         m = _YEAR.search(last.split("[Passage 2]")[0])
         answer = m.group(1) if m else "unknown"
         return chat(

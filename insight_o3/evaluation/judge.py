@@ -51,12 +51,12 @@ from ..base.redaction import failure_reason
 from ..base.untrusted import MalformedReply
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..protocol import prompts
-from . import opensearch_vl_judge as osv_judge
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
 from ..protocol.questions import insight_o3_question
 from ..protocol.sample import Sample
 from ..protocol.statuses import NO_ANSWER_STATUSES
+from . import opensearch_vl_judge as osv_judge
 from .schema import Status
 
 FLOWS = ("extract", "verify", "opensearch_vl")
@@ -73,7 +73,7 @@ def default_flow(vsearcher_model: str | None) -> str:
 CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
 #: fork's reward function ``max_tokens=2048``.
-JUDGE_COMPLETION_KWARGS = {
+JUDGE_COMPLETION_KWARGS: dict[str, JSONObject] = {
     "extract": {"max_completion_tokens": 2048},
     "verify": {"max_tokens": 2048},
     "opensearch_vl": dict(osv_judge.COMPLETION_KWARGS),

@@ -27,7 +27,7 @@ JUDGE_PROMPT = (
     "reasoning: [your explanation]"
 )
 #: ``call_gpt4o``'s ``params``: ``{"stream": False, "temperature": 0.0}``
-COMPLETION_KWARGS = {"temperature": 0.0}
+COMPLETION_KWARGS: dict[str, float] = {"temperature": 0.0}
 MAX_RESPONSE_CHARS = 8000
 _TEXT = re.compile(r"\\text\{([^}]*)\}")  # a negated class: linear
 _VERDICT = re.compile(r"correct:\s*(yes|no)", re.IGNORECASE)
@@ -102,4 +102,4 @@ def judge_prompt(question: str, correct_answer: str, response: str) -> str:
 def parse_verdict(raw: str) -> bool:
     """``parse_judge_response``'s ``acc``: the first ``correct: yes|no`` (any case); none is not correct."""
     m = _VERDICT.search(raw)
-    return bool(m) and m.group(1).lower() == "yes"
+    return m is not None and m.group(1).lower() == "yes"

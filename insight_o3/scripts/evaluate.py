@@ -547,7 +547,11 @@ def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
         seeds=seeds,
         extra={
             "agent": {"name": c.agent_name, "protocol": get_agent(c.agent_name).protocol_version},
-            **({"tools": tools_card(c.agent.tools)} if isinstance(c.agent, PluginAgentSettings) and c.agent.tools else {}),
+            **(
+                {"tools": tools_card(c.agent.tools)}
+                if isinstance(c.agent, PluginAgentSettings) and c.agent.tools
+                else {}
+            ),
         },
     )
 

@@ -1,4 +1,5 @@
-"""The :class:`Tool` interface: a name, a JSON schema, and ``run(arguments, context) -> Observation``.
+"""What tools exchange: the images they hold (:class:`ToolImage`), what they answer (:class:`Observation`), their
+limits (:class:`ToolLimits`) and their typed errors (:class:`ToolError`); the interface itself is :mod:`.tool`.
 
 A tool reads the images of the episode by reference (``img_1``, ``img_2``, … in an :class:`ImageBook`), and
 answers with an :class:`Observation`: text for the model and the images it made (each a PNG file written
@@ -13,17 +14,9 @@ outage), which the text alone would not; fatal-step counting and reports read th
 from __future__ import annotations
 
 import enum
-from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
 from ..base.json_types import JSONObject
-
-if TYPE_CHECKING:
-    from .images import ImageBook
-    from .retrieval import Retrieval
 
 
 class ErrorKind(str, enum.Enum):
@@ -101,34 +94,3 @@ class ToolLimits:
     output_chars: int = 200_000
     max_pixels: int = 50_000_000
     page_bytes: int = 20 * 2**20
-
-
-@dataclass
-class ToolContext:
-    """What a call may use: the episode's images, where it writes images, the limits, the retrieval backend, and
-    the naming the protocol puts in its observations (``case_idx``, ``turn``)."""
-
-    images: ImageBook
-    limits: ToolLimits = field(default_factory=ToolLimits)
-    retrieval: Retrieval | None = None
-    scratch: Path | None = None
-    case_idx: int = 0
-    turn: int = 0
-    filename_prefix: str = "fvqa_test"
-    settings: Mapping[str, Any] = field(default_factory=dict)
-
-
-class Tool(ABC):
-    """One tool. ``name`` and ``schema`` (an OpenAI-style function schema) describe it; :meth:`run` executes one
-    call. ``run`` raises :class:`ToolError` for what the model should hear and never blocks the event loop (CPU
-    work goes to a thread, subprocesses are awaited)."""
-
-    name: str = ""
-    schema: JSONObject = {}
-
-    @abstractmethod
-    async def run(self, arguments: Mapping[str, Any], ctx: ToolContext) -> Observation: ...
-
-    def describe(self) -> str:
-        """One line for listings and the run card."""
-        return str(self.schema.get("description", self.name))

@@ -18,7 +18,8 @@ from ..base.caps import cut_middle
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..imaging.images import ImageError
-from .base import ErrorKind, Observation, Tool, ToolContext, ToolError, ToolImage
+from .base import ErrorKind, Observation, ToolError, ToolImage
+from .tool import Tool, ToolContext
 
 ERR = "Tool execution error:\n"
 
@@ -60,7 +61,7 @@ def _inputs(arguments: Mapping[str, Any], ctx: ToolContext) -> list[ToolImage]:
     return [ctx.images.get(r) for r in refs if r in ctx.images]
 
 
-async def call_tool(tool: Tool | None, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolCall:
+async def call_tool(tool: Tool | None, name: Any, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolCall:
     """Run ``tool`` (None: no tool of that ``name``) on ``arguments`` within ``ctx.limits``."""
     args: JSONObject = dict(arguments)
     inputs = _inputs(args, ctx)
@@ -70,6 +71,7 @@ async def call_tool(tool: Tool | None, name: str, arguments: Mapping[str, Any], 
     if tool is None:
         obs = Observation(f"{ERR}Unknown tool: {name!r}")
         error, kind = f"unknown tool {name!r}", ErrorKind.UNKNOWN_TOOL.value
+        name = str(name)
     else:
         try:
             obs = await asyncio.wait_for(tool.run(args, ctx), timeout=ctx.limits.seconds)

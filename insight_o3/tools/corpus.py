@@ -27,8 +27,7 @@ from PIL import Image
 
 from ..base.json_types import JSONObject
 from ..imaging.images import ImageError, open_image
-from .base import BackendFailed, ToolImage
-from .retrieval import (
+from .backend import (
     NO_PAGES,
     Page,
     Retrieval,
@@ -39,6 +38,7 @@ from .retrieval import (
     visit_failure,
     visit_success,
 )
+from .base import BackendFailed, ToolImage
 
 ERR = "Tool execution error:\n"
 PAGE_SUFFIXES = (".md", ".txt", ".html", ".htm")
@@ -156,7 +156,8 @@ def index_corpus(folder: str | os.PathLike, out: str | os.PathLike) -> IndexStat
                 title, text = page_text(path, data[:MAX_PAGE_BYTES].decode("utf-8", errors="replace"))
                 title = str(entry.get("title") or title)
                 cur = db.execute(
-                    "INSERT OR REPLACE INTO pages (url, title, path, content) VALUES (?, ?, ?, ?)", (url, title, rel, text)
+                    "INSERT OR REPLACE INTO pages (url, title, path, content) VALUES (?, ?, ?, ?)",
+                    (url, title, rel, text),
                 )
                 db.execute(
                     "INSERT INTO pages_fts (rowid, title, content) VALUES (?, ?, ?)", (cur.lastrowid, title, text)

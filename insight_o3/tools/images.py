@@ -76,7 +76,9 @@ class ImageBook:
         """Store ``img`` as PNG (content-addressed) and hold it as the next ``img_n``."""
         w, h = img.size
         if w * h > self.max_pixels:
-            raise LimitExceeded(f"the result would have {w}x{h} pixels, more than the per-call cap of {self.max_pixels}")
+            raise LimitExceeded(
+                f"the result would have {w}x{h} pixels, more than the per-call cap of {self.max_pixels}"
+            )
         return self.add_png(png_bytes(img), (w, h))
 
     def add_png(self, data: bytes, size: tuple[int, int]) -> ToolImage:

@@ -22,8 +22,9 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..base.redaction import register_secret
-from .base import BackendFailed, BadArguments, LimitExceeded, Observation, Tool, ToolContext, Unavailable
+from .base import BackendFailed, BadArguments, LimitExceeded, Observation, Unavailable
 from .http import HTTPFailed, request
+from .tool import Tool, ToolContext
 
 ERR = "Tool execution error:\n"
 TEXT_LABELS = ("paragraph_title", "text", "vision_footnote")

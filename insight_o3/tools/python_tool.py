@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..base.json_types import JSONObject
-from .base import BackendFailed, BadArguments, LimitExceeded, Observation, Tool, ToolContext, Unavailable
+from .base import BackendFailed, BadArguments, LimitExceeded, Observation, Unavailable
 from .sandbox import SandboxLimits, run_python
+from .tool import Tool, ToolContext
 
 ERR = "Tool execution error:\n"
 DANGEROUS_PATTERNS = (

@@ -14,7 +14,7 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
-from .base import Tool
+from .tool import Tool
 
 ENTRY_POINT_GROUP = "insight_o3.tools"
 

@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import sys
+from typing import Any
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -23,13 +24,13 @@ _FLAG = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_N
 REFUSED = 125  # exit status: the sandbox could not be made (the parent refuses the call)
 
 
-def _mount(libc, source, target, fstype, flags):
+def _mount(libc: Any, source: Any, target: str, fstype: Any, flags: int) -> None:
     if libc.mount(source, target.encode(), fstype, flags, None) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount {target}: {os.strerror(e)}")
 
 
-def read_only_except(scratch):
+def read_only_except(scratch: str) -> None:
     """Every mount read-only but ``scratch`` (bind-mounted onto itself first, so it is a mount of its own)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
@@ -60,11 +61,11 @@ SAFE_MODULES = [
 class CappedText(io.StringIO):
     """stdout/stderr of the code: kept up to ``cap`` characters; past it the code is stopped."""
 
-    def __init__(self, cap):
+    def __init__(self, cap: int) -> None:
         super().__init__()
         self.cap, self.cut = cap, False
 
-    def write(self, s):
+    def write(self, s: str) -> int:
         room = self.cap - self.tell()
         if len(s) > room:
             super().write(s[: max(room, 0)])
@@ -81,13 +82,13 @@ class Timeout(BaseException):
     pass
 
 
-def _alarm(signum, frame):
+def _alarm(signum: int, frame: Any) -> None:
     raise Timeout()
 
 
-def run_code(code, timeout, output_cap, memory):
+def run_code(code: str, timeout: float, output_cap: int, memory: int) -> tuple[str, str | None]:
     """``PythonInterpreterTool.call`` after its pattern check (done by the parent)."""
-    allowed_modules = {
+    allowed_modules: dict[str, Any] = {
         "math": __import__("math"), "datetime": __import__("datetime"), "json": __import__("json"),
         "random": __import__("random"), "re": __import__("re"), "collections": __import__("collections"),
         "itertools": __import__("itertools"), "statistics": __import__("statistics"),
@@ -107,12 +108,12 @@ def run_code(code, timeout, output_cap, memory):
     except ImportError:
         pass
 
-    def safe_import(name, *args, **kwargs):
+    def safe_import(name: str, *args: Any, **kwargs: Any) -> Any:
         if name in SAFE_MODULES or any(name.startswith(m + ".") for m in SAFE_MODULES):
             return __import__(name, *args, **kwargs)
         raise ImportError(f"Module '{name}' is not allowed for safety reasons")
 
-    restricted_builtins = {
+    restricted_builtins: dict[str, Any] = {
         "abs": abs, "all": all, "any": any, "bin": bin, "bool": bool, "chr": chr, "dict": dict,
         "enumerate": enumerate, "filter": filter, "float": float, "hex": hex, "int": int, "len": len, "list": list,
         "map": map, "max": max, "min": min, "oct": oct, "ord": ord, "pow": pow, "print": print, "range": range,
@@ -121,11 +122,11 @@ def run_code(code, timeout, output_cap, memory):
         "ImportError": ImportError, "ValueError": ValueError, "TypeError": TypeError, "KeyError": KeyError,
         "IndexError": IndexError, "AttributeError": AttributeError,
     }  # fmt: skip
-    global_vars = {"__builtins__": restricted_builtins}
+    global_vars: dict[str, Any] = {"__builtins__": restricted_builtins}
     global_vars.update(allowed_modules)
-    local_vars = {}
+    local_vars: dict[str, Any] = {}
     stdout_buffer, stderr_buffer = CappedText(output_cap), CappedText(output_cap)
-    limit = None
+    limit: str | None = None
     old = sys.stdout, sys.stderr
     import signal
 
@@ -160,14 +161,14 @@ def run_code(code, timeout, output_cap, memory):
     return "[Success] Code executed (no output)", limit
 
 
-def _write(buf, text):
+def _write(buf: CappedText, text: str) -> None:
     try:
         buf.write(text)
     except OutputLimit:
         pass
 
 
-def main():
+def main() -> None:
     scratch, limits = sys.argv[1], json.loads(sys.argv[2])
     result_fd = os.dup(1)
     os.set_inheritable(result_fd, False)

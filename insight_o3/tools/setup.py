@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.json_types import JSONObject
+from .backend import Retrieval
 from .base import ToolLimits
 from .corpus import LocalCorpus
 from .layout import BACKENDS, tesseract_version
-from .retrieval import Retrieval
 from .store import Recording, Replay, RetrievalStore
 from .toolkit import Toolkit
 from .visual import SR_MODEL_DEFAULT
@@ -22,7 +22,7 @@ from .web import WebChain, WebSettings
 
 RETRIEVALS = ("local", "web", "replay", "none")
 #: the tools of each tool set (the agent's schema offers the same)
-TOOL_SETS = {
+TOOL_SETS: dict[str, tuple[str, ...]] = {
     "release": (
         "crop",
         "layout_parsing",
@@ -59,7 +59,9 @@ class ToolSettings:
         if self.retrieval not in RETRIEVALS:
             raise ToolSettingsError(f"retrieval {self.retrieval!r}: one of {RETRIEVALS}")
         if self.retrieval == "local" and not self.corpus:
-            raise ToolSettingsError("the local retrieval backend needs a corpus index (make one with insight-o3-index-corpus)")
+            raise ToolSettingsError(
+                "the local retrieval backend needs a corpus index (make one with insight-o3-index-corpus)"
+            )
         if self.retrieval == "replay" and not self.replay_from:
             raise ToolSettingsError("the replay retrieval backend needs the store to replay (a run directory)")
         if self.layout_backend not in BACKENDS:
@@ -125,7 +127,11 @@ def tools_card(s: ToolSettings, toolkit: Toolkit | None = None) -> JSONObject:
         "tools": list(TOOL_SETS[s.tool_set]),
         "retrieval": toolkit.describe()["retrieval"] if toolkit is not None else {"backend": s.retrieval},
         "layout_parsing": (
-            {"backend": "tesseract", "engine": "Tesseract OCR (Debian tesseract-ocr, via pytesseract)", "version": tesseract_version()}
+            {
+                "backend": "tesseract",
+                "engine": "Tesseract OCR (Debian tesseract-ocr, via pytesseract)",
+                "version": tesseract_version(),
+            }
             if s.layout_backend == "tesseract"
             else {"backend": "api", "url": s.layout_api_url or os.environ.get("LAYOUT_PARSING_API_URL", "")}
         ),
@@ -133,7 +139,9 @@ def tools_card(s: ToolSettings, toolkit: Toolkit | None = None) -> JSONObject:
         "super_resolution": {
             "model": sr,
             "model_present": os.path.exists(sr),
-            "fallback": None if os.path.exists(sr) else "no EDSR weights: the image is returned unchanged (the release's fallback)",
+            "fallback": None
+            if os.path.exists(sr)
+            else "no EDSR weights: the image is returned unchanged (the release's fallback)",
         },
         "per_call_seconds": s.seconds,
     }

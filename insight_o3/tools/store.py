@@ -21,8 +21,8 @@ from typing import Any
 from ..base.json_types import JSONObject
 from ..storage.atomic import atomic_writer
 from ..storage.record_log import RecordLog
+from .backend import Retrieval, VisitRequest
 from .base import BackendFailed, ErrorKind, ToolError, ToolImage
-from .retrieval import Retrieval, VisitRequest
 
 ERR = "Tool execution error:\n"
 
@@ -123,7 +123,9 @@ class Recording(Retrieval):
         return out
 
     async def text_search(self, query: str, lang: str, top_k: int, max_bytes: int) -> str:
-        return await self._keep(_text_request(query, lang, top_k), self.inner.text_search(query, lang, top_k, max_bytes))
+        return await self._keep(
+            _text_request(query, lang, top_k), self.inner.text_search(query, lang, top_k, max_bytes)
+        )
 
     async def image_search(self, image: ToolImage | str, max_bytes: int) -> str:
         return await self._keep(_image_request(image), self.inner.image_search(image, max_bytes))

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from ..base.json_types import JSONObject
-from .base import Tool, ToolContext, ToolLimits
+from .backend import Retrieval
+from .base import ToolLimits
 from .calls import ToolCall, call_tool
 from .images import ImageBook
 from .registry import get_tool
-from .retrieval import Retrieval
+from .tool import Tool, ToolContext
 
 
 @dataclass
@@ -44,7 +45,9 @@ class Toolkit:
         )
 
     async def call(self, tool: str | None, name: Any, arguments: JSONObject, ctx: ToolContext) -> ToolCall:
-        return await call_tool(self.tools.get(tool) if tool else None, str(name) if tool is None else tool, arguments, ctx)
+        return await call_tool(
+            self.tools.get(tool) if tool else None, str(name) if tool is None else tool, arguments, ctx
+        )
 
     def describe(self) -> JSONObject:
         return {

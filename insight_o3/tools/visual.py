@@ -17,7 +17,8 @@ import numpy as np
 from PIL import Image
 
 from ..base.json_types import JSONObject
-from .base import BackendFailed, BadArguments, LimitExceeded, Observation, Tool, ToolContext, Unavailable, UnknownImage
+from .base import BackendFailed, BadArguments, LimitExceeded, Observation, Unavailable, UnknownImage
+from .tool import Tool, ToolContext
 
 ERR = "Tool execution error:\n"
 #: EDSR's scales (the model files ``EDSR_x2.pb``, ``EDSR_x3.pb``, ``EDSR_x4.pb``)
@@ -228,7 +229,9 @@ class _Enhance(Tool):
             except cv2.error as e:
                 raise BackendFailed(f"{ERR}{self.name} failed on {ref}: {str(e).strip()}") from None
             new = ctx.images.add(result)
-            return Observation(f"{self.name} succeeded. New image ID: {new.id}. Available at: {location(ctx, self.name)}", (new,))
+            return Observation(
+                f"{self.name} succeeded. New image ID: {new.id}. Available at: {location(ctx, self.name)}", (new,)
+            )
 
         return await asyncio.to_thread(work)
 

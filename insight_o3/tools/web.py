@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 
 from ..base.json_types import JSONObject
 from ..base.redaction import register_secret
-from .base import ToolImage
-from .http import HTTPFailed, Response, request
-from .retrieval import (
+from .backend import (
     NO_PAGES,
     Page,
     Retrieval,
@@ -36,6 +34,8 @@ from .retrieval import (
     visit_failure,
     visit_success,
 )
+from .base import ToolImage
+from .http import HTTPFailed, Response, request
 
 ERR = "Tool execution error:\n"
 SERPER_SEARCH_URL = "https://google.serper.dev/search"
