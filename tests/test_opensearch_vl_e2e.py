@@ -14,7 +14,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 from openai import AsyncOpenAI
 from PIL import Image
 
@@ -28,10 +27,11 @@ from insight_o3.tools.layout import tesseract_version
 from insight_o3.tools.setup import TOOL_SETS
 from insight_o3.tools.toolkit import Toolkit
 from insight_o3.tools.web import WebChain, WebSettings
+from tests.conftest import require, require_module
 from tests.support.openai_server import ScriptedOpenAIServer, chat
 
-pytest.importorskip("cv2", reason="the tools extra (opencv-contrib-python-headless)")
-needs_tesseract = pytest.mark.skipif(tesseract_version() is None, reason="Tesseract (apt-get install tesseract-ocr)")
+require_module("cv2")  # the tools extra (opencv-contrib-python-headless)
+require(tesseract_version() is not None, "Tesseract (apt-get install tesseract-ocr tesseract-ocr-eng) and pytesseract")
 
 
 def _records(run: Path) -> dict[str, dict]:
@@ -46,7 +46,6 @@ def _argv(files, model, judge, out, name, *extra):
             "--eval_name", name, "--no_progress", "--image_workers", "0", *extra]  # fmt: skip
 
 
-@needs_tesseract
 def test_offline_run_then_replay_without_network(tmp_path, monkeypatch):
     files = make_demo(tmp_path / "demo", n=2)
     out = tmp_path / "eval"
@@ -135,7 +134,9 @@ def test_hostile_tool_arguments_get_clear_observations(tmp_path):
                 try:
                     session = lambda *a: osv.OpenSearchVLSession(*a, tool_set="all")  # noqa: E731
                     solver = ToolLoopSolver(client, "m", store, session, osv.DEFAULTS, toolkit=kit)
-                    return (await solver.solve(SimpleNamespace(question="q", options=None, image_path=str(img), index=0), 1))[0]
+                    return (
+                        await solver.solve(SimpleNamespace(question="q", options=None, image_path=str(img), index=0), 1)
+                    )[0]
                 finally:
                     store.close()
                     await client.close()

@@ -30,11 +30,11 @@ from insight_o3.tools.sandbox import probe
 from insight_o3.tools.setup import TOOL_SETS
 from insight_o3.tools.toolkit import Toolkit
 from insight_o3.tools.web import WebChain, WebSettings
+from tests.conftest import require, require_module
 from tests.golden.record_opensearch_vl_goldens import digest, make_image
 from tests.support.openai_server import ScriptedOpenAIServer, chat
 
 GOLDEN = json.loads((Path(__file__).resolve().parent / "golden" / "opensearch_vl" / "release.json").read_text())
-cv2 = pytest.importorskip("cv2", reason="the tools extra (opencv-contrib-python-headless)")
 
 
 def _release_path(text: str | None) -> str | None:
@@ -53,7 +53,9 @@ def test_prompt_and_tool_schema_are_the_released_ones():
 def test_extract_tool_call_matches_the_release(n):
     case = GOLDEN["tool_calls"][n]
     got = osv.extract_tool_call(case["text"])
-    as_release = None if got is None else json.dumps({"name": got.name, "parameters": got.parameters}, ensure_ascii=False)
+    as_release = (
+        None if got is None else json.dumps({"name": got.name, "parameters": got.parameters}, ensure_ascii=False)
+    )
     assert as_release == case["call"]
     assert osv.has_response_tag(case["text"]) == case["response"]
 
@@ -73,6 +75,7 @@ def sources(tmp_path_factory):
 
 @pytest.mark.parametrize("n", range(len(GOLDEN["execute_tool"])))
 def test_execute_tool_matches_the_release(n, sources, tmp_path):
+    require_module("cv2")  # the tools extra (opencv-contrib-python-headless)
     case = GOLDEN["execute_tool"][n]
     kit = Toolkit.of(TOOL_SETS["release"], images_dir=tmp_path)
     ctx = kit.episode(str(sources[(tuple(case["size"]), case["mode"])]), case_idx=3)
@@ -108,7 +111,9 @@ class _StandIn(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.seen.append({"method": "POST", "path": self.path, "json": body, "key": self.headers.get("X-API-KEY")})
+        self.server.seen.append(
+            {"method": "POST", "path": self.path, "json": body, "key": self.headers.get("X-API-KEY")}
+        )
         if self.path == "/search":
             return self._reply(200, {"organic": self.server.case["organic"]})
         title = body["messages"][0]["content"].split("Webpage Title: ", 1)[1].split("\n", 1)[0]
@@ -135,7 +140,9 @@ def test_text_search_chain_matches_the_release(n):
     assert [p["json"] for p in posts] == [w["json"] for w in want]  # Serper's body, then each summariser request
     assert posts[0]["key"] == "serper-test-key"
     gets = [r for r in srv.seen if r["method"] == "GET"]
-    assert [g["url"] for g in gets] == [w["url"].split("r.jina.ai/", 1)[1] for w in case["requests"] if w["method"] == "GET"]
+    assert [g["url"] for g in gets] == [
+        w["url"].split("r.jina.ai/", 1)[1] for w in case["requests"] if w["method"] == "GET"
+    ]
     assert all(g["auth"] == "Bearer jina-test-key" for g in gets)
 
 
@@ -163,7 +170,12 @@ def _released(req: list[dict]) -> list[dict]:
     system, contents = req[0]["system"], req[1:]
     out = []
     for k, c in enumerate(contents):
-        parts = [{"text": _release_path(p["text"])} if "text" in p else {"image": {kk: v for kk, v in p["image"].items() if kk != "mode"}} for p in c["parts"]]
+        parts = [
+            {"text": _release_path(p["text"])}
+            if "text" in p
+            else {"image": {kk: v for kk, v in p["image"].items() if kk != "mode"}}
+            for p in c["parts"]
+        ]
         if k == 0:
             parts = [{"text": system + "\n\n"}, *parts]
         out.append({"role": "assistant" if c["role"] == "model" else c["role"], "parts": parts})
@@ -172,6 +184,7 @@ def _released(req: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("n", range(len(GOLDEN["episodes"])))
 def test_episode_requests_match_the_release(n, tmp_path):
+    require_module("cv2")
     case = GOLDEN["episodes"][n]
     path = tmp_path / "image.png"
     make_image(*case["size"], case["seed"]).save(path)
@@ -204,8 +217,8 @@ def test_episode_requests_match_the_release(n, tmp_path):
     assert [osv.OBSERVATION.format(c["observation"]) for c in attempt.stats["tool_calls"]] == tool_texts
 
 
-@pytest.mark.skipif(probe() is not None, reason=f"no sandbox here: {probe()}")
 def test_python_interpreter_matches_the_release():
+    require(probe() is None, f"a sandbox: {probe()}")
     from insight_o3.tools.python_tool import PythonInterpreterTool
 
     kit = Toolkit({"python_interpreter": PythonInterpreterTool()}, settings={"python_seconds": 20})
@@ -236,7 +249,9 @@ def _tiny_image() -> Path:
 def test_judge_matches_eval_with_gpt4o():
     g = GOLDEN["judge"]
     assert judge.JUDGE_PROMPT == g["prompt"]
-    assert [judge.extract_final_answer(c["text"]) for c in g["final_answers"]] == [c["answer"] for c in g["final_answers"]]
+    assert [judge.extract_final_answer(c["text"]) for c in g["final_answers"]] == [
+        c["answer"] for c in g["final_answers"]
+    ]
     assert [int(judge.parse_verdict(c["reply"])) for c in g["verdicts"]] == [c["acc"] for c in g["verdicts"]]
     assert judge.judge_prompt("Q?", "1982", "r" * 9000) == g["judge_prompt"]
     assert hashlib.sha256(judge.JUDGE_PROMPT.encode()).hexdigest()

@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from insight_o3.tools.sandbox import SandboxLimits, probe, run_python
+from tests.conftest import require
 
-pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no sandbox on this host: {probe()}")
+require(probe() is None, f"a sandbox (unshare with user/network namespaces; root: a pids cgroup): {probe()}")
 LIMITS = SandboxLimits(seconds=3, memory=1 * 2**30, processes=16, output_chars=10_000)
 ESCAPE = "S = __import__('sys').modules\nos = S['os']\n"  # past the release's restricted builtins
 
@@ -90,7 +89,9 @@ def test_a_gigabyte_of_output_is_cut():
 
 
 def test_a_big_file_is_refused():
-    r, _ = _run("io = __import__('sys').modules['io']\nf = io.open('big', 'wb')\nf.write(b'x' * (80 * 2**20))\nprint('wrote')")
+    r, _ = _run(
+        "io = __import__('sys').modules['io']\nf = io.open('big', 'wb')\nf.write(b'x' * (80 * 2**20))\nprint('wrote')"
+    )
     assert "File too large" in r.text
 
 

@@ -1,7 +1,7 @@
 """Running one tool call under its limits and recording it.
 
 :func:`call_tool` never raises for what a tool reports (:class:`~insight_o3.tools.base.ToolError`) nor for a call
-past its time limit: both become the observation the model reads, and the :class:`ToolCall` record says what
+past its time limit: both become the observation the model reads, and the :class:`ToolCallRecord` record says what
 happened (arguments, observation, the images made, seconds, the error's kind). The record goes into the
 sample's record (``stats["tool_calls"]``) and the report.
 """
@@ -25,7 +25,7 @@ ERR = "Tool execution error:\n"
 
 
 @dataclass
-class ToolCall:
+class ToolCallRecord:
     """One call as the record keeps it. ``inputs``: the images the arguments named (id -> path, size)."""
 
     name: str
@@ -61,7 +61,7 @@ def _inputs(arguments: Mapping[str, Any], ctx: ToolContext) -> list[ToolImage]:
     return [ctx.images.get(r) for r in refs if r in ctx.images]
 
 
-async def call_tool(tool: Tool | None, name: Any, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolCall:
+async def call_tool(tool: Tool | None, name: Any, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolCallRecord:
     """Run ``tool`` (None: no tool of that ``name``) on ``arguments`` within ``ctx.limits``."""
     args: JSONObject = dict(arguments)
     inputs = _inputs(args, ctx)
@@ -88,7 +88,7 @@ async def call_tool(tool: Tool | None, name: Any, arguments: Mapping[str, Any], 
     cap = ctx.limits.output_chars
     if len(text) > cap:
         text = cut_middle(text, cap, flag="the tool output cap")
-    return ToolCall(
+    return ToolCallRecord(
         name=name,
         arguments=args,
         text=text,

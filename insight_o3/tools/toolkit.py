@@ -13,7 +13,7 @@ from typing import Any
 from ..base.json_types import JSONObject
 from .backend import Retrieval
 from .base import ToolLimits
-from .calls import ToolCall, call_tool
+from .calls import ToolCallRecord, call_tool
 from .images import ImageBook
 from .registry import get_tool
 from .tool import Tool, ToolContext
@@ -44,7 +44,7 @@ class Toolkit:
             images=book, limits=self.limits, retrieval=self.retrieval, case_idx=case_idx, settings=self.settings
         )
 
-    async def call(self, tool: str | None, name: Any, arguments: JSONObject, ctx: ToolContext) -> ToolCall:
+    async def call(self, tool: str | None, name: Any, arguments: JSONObject, ctx: ToolContext) -> ToolCallRecord:
         return await call_tool(
             self.tools.get(tool) if tool else None, str(name) if tool is None else tool, arguments, ctx
         )
