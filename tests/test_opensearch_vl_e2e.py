@@ -21,7 +21,7 @@ from insight_o3.agents import opensearch_vl as osv
 from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.demo.opensearch_vl import ScriptedInvestigator, judge_script, make_demo
 from insight_o3.imaging.images import ImageStore
-from insight_o3.scripts import evaluate
+from insight_o3.scripts import evaluate, report
 from insight_o3.tools import http as tool_http
 from insight_o3.tools.layout import tesseract_version
 from insight_o3.tools.setup import TOOL_SETS
@@ -86,6 +86,12 @@ def test_offline_run_then_replay_without_network(tmp_path, monkeypatch):
     assert tools["layout_parsing"]["version"] and tools["super_resolution"]["fallback"]
     assert json.loads((out / "replayed" / "run_card.json").read_text())["tools"]["retrieval"]["backend"] == "replay"
     assert (out / "replayed" / "retrieval" / "index.jsonl").exists()  # a replayed run replays in turn
+    # the report shows every tool call with the images it read and made (caption and alt text), and the text it retrieved
+    page = tmp_path / "report.html"
+    assert report.main([str(out / "recorded"), "--out", str(page), "--max_samples", "0", "--thumb_px", "128"]) == 0
+    html = page.read_text()
+    assert html.count("tool call: ") == 8 and html.count("made img_") == 2 * 4 and "input img_1" in html
+    assert "ALL RECOGNIZED TEXT:" in html and "[Passage 1]" in html
 
 
 class _BigPage(BaseHTTPRequestHandler):

@@ -94,3 +94,11 @@ class ToolLimits:
     output_chars: int = 200_000
     max_pixels: int = 50_000_000
     page_bytes: int = 20 * 2**20
+
+
+def error_of(kind: ErrorKind, text: str) -> ToolError:
+    """The :class:`ToolError` subclass of ``kind`` carrying ``text`` (a replayed error is the error it was)."""
+    for cls in (BadArguments, UnknownImage, LimitExceeded, Unavailable, BackendFailed):
+        if cls.kind == kind:
+            return cls(text)
+    return ToolError(text, kind)

@@ -90,7 +90,7 @@ def page_text(path: Path, raw: str) -> tuple[str, str]:
 def dhash(img: Image.Image) -> int:
     """A 64-bit difference hash: 9x8 grey thumbnail, one bit per horizontal neighbour comparison."""
     small = img.convert("L").resize((9, 8), Image.Resampling.LANCZOS)
-    px = list(small.getdata())
+    px = list(small.tobytes())
     bits = 0
     for row in range(8):
         for col in range(8):

@@ -22,7 +22,7 @@ from ..base.json_types import JSONObject
 from ..storage.atomic import atomic_writer
 from ..storage.record_log import RecordLog
 from .backend import Retrieval, VisitRequest
-from .base import BackendFailed, ErrorKind, ToolError, ToolImage
+from .base import BackendFailed, ErrorKind, ToolError, ToolImage, error_of
 
 ERR = "Tool execution error:\n"
 
@@ -156,7 +156,7 @@ class Replay(Retrieval):
         if self.record_to is not None:
             self.record_to.put(request, out, "replay", kind)
         if kind is not None:
-            raise ToolError(out, ErrorKind(kind))
+            raise error_of(ErrorKind(kind), out)
         return out
 
     async def text_search(self, query: str, lang: str, top_k: int, max_bytes: int) -> str:

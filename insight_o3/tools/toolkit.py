@@ -45,9 +45,8 @@ class Toolkit:
         )
 
     async def call(self, tool: str | None, name: Any, arguments: JSONObject, ctx: ToolContext) -> ToolCallRecord:
-        return await call_tool(
-            self.tools.get(tool) if tool else None, str(name) if tool is None else tool, arguments, ctx
-        )
+        found = self.tools.get(tool) if tool else None
+        return await call_tool(found, tool if found is not None else name, arguments, ctx)
 
     def describe(self) -> JSONObject:
         return {
