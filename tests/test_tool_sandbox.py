@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from insight_o3.tools.sandbox import SandboxLimits, probe, run_python
 from tests.conftest import require
 
@@ -117,3 +119,55 @@ def test_the_probes_catch_a_naive_subprocess(tmp_path):
     finally:
         srv.close()
     assert "connected" in out and "wrote" in out and (target / "x").exists()
+
+
+def test_the_unprivileged_path_caps_processes_too():
+    """As a user that is not root the process cap is RLIMIT_NPROC inside the new user namespace (root is exempt
+    from it, hence the pids cgroup above): run the sandbox as ``nobody`` with the system's Python (the sandbox and
+    its child use only the standard library) and fork-bomb it."""
+    import shutil
+    import tempfile
+
+    python, setpriv = shutil.which("python3", path="/usr/bin:/bin"), shutil.which("setpriv")
+    if os.geteuid() != 0 or python is None or setpriv is None:
+        pytest.skip("needs root (to become nobody), setpriv and a system python3")
+    tmp_path = Path(tempfile.mkdtemp(prefix="insight_o3_nobody_"))  # under /tmp: pytest's folders are 0700
+    pkg = tmp_path / "pkg" / "insight_o3" / "tools"
+    pkg.mkdir(parents=True)
+    src = Path(__file__).resolve().parents[1] / "insight_o3"
+    for rel in ("__init__.py", "tools/__init__.py", "tools/sandbox.py", "tools/sandbox_child.py"):
+        shutil.copy(src / rel, pkg.parent / rel)
+    script = tmp_path / "pkg" / "run.py"
+    script.write_text(
+        "import asyncio, sys\nsys.path.insert(0, sys.argv[1])\n"
+        "from insight_o3.tools.sandbox import SandboxLimits, probe, run_python\n"
+        "assert probe() is None, probe()\n"
+        "code = \"os = __import__('sys').modules['os']\\nwhile True:\\n    os.fork()\\n\"\n"
+        "r = asyncio.run(run_python(code, SandboxLimits(seconds=3, processes=16), marker=sys.argv[2]))\n"
+        "print(r.text)\n"
+    )
+    for p in [tmp_path, *tmp_path.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    for parent in tmp_path.parents:  # nobody must reach the copy
+        if not os.access(parent, os.X_OK) or (parent.stat().st_mode & 0o001) == 0:
+            pytest.skip(f"{parent} is not searchable by other users")
+    marker = f"nobody-{os.getpid()}"
+    out = subprocess.run(
+        [
+            setpriv,
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            python,
+            str(script),
+            str(tmp_path / "pkg"),
+            marker,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    assert "Resource temporarily unavailable" in out.stdout, out.stdout + out.stderr
+    assert _leftovers(marker) == []
