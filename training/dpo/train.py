@@ -257,17 +257,25 @@ def main(argv: list[str] | None = None) -> int:
         eval_steps=args.eval_steps if eval_set is not None else None,
         deepspeed=args.deepspeed,
     )
+    # Resuming: the policy is loaded from the checkpoint by ``from_pretrained``, because the Trainer's own weight load
+    # (``load_state_dict(strict=False)`` of the saved file) does not map the key names Qwen2.5-VL is saved under in
+    # transformers 4.57 and silently keeps the starting weights (its log lists every key as missing); under DeepSpeed
+    # the engine then loads its own shards over it. The reference model is always the run's starting policy (TRL
+    # would otherwise build it from the policy's path: the checkpoint).
+    main_process = int(os.environ.get("RANK", "0")) == 0
+    resume = resume_point(args.output_dir, remove_incomplete=main_process)
+    if resume:
+        print(f"[dpo train] resuming from {resume}", file=sys.stderr, flush=True)
     trainer = DPOTrainer(
-        model=load_model(args.model, s),
+        model=load_model(resume or args.model, s),
+        ref_model=load_model(args.model, s),
         args=config,
         train_dataset=train_set,
         eval_dataset=eval_set,
         processing_class=build_processor(args.model, s),
         callbacks=[_metrics_callback(Path(args.output_dir) / METRICS_FILE)],
     )
-    main_process = trainer.accelerator.is_main_process
-    resume = resume_point(args.output_dir, remove_incomplete=main_process)
-    if main_process:
+    if trainer.accelerator.is_main_process:
         trim_metrics(Path(args.output_dir) / METRICS_FILE, checkpoint_step(resume))
     trainer.accelerator.wait_for_everyone()
     trainer.train(resume_from_checkpoint=resume)
