@@ -72,16 +72,19 @@ SETTING_KINDS: dict[str, Kind] = {
     "api_key": S,
     "judge_api_key": S,
     "vsearcher_api_key": S,
+    "summary_api_key": S,
     # --- models and endpoints (the URL is where a model is served, not what it is)
     "model": R,
     "judge_model": R,
     "vsearcher_model": R,
+    "summary_model": R,  # evaluate --agent insight_v's summary agent
     "agent": R,  # evaluate --agent (insight_o3.evaluation.agent_registry)
     "solver": R,  # build_o3_bench filter's solver model
     "checker": O,  # check_reliability's "model,url,ENV" specs: the models are fixed through checker_models
     "api_base_url": O,
     "judge_api_base_url": O,
     "vsearcher_api_base_url": O,
+    "summary_api_base_url": O,
     "judge_api_key_env": O,  # the name of a variable holding a key
     "skip_endpoint_check": O,
     # --- what is asked and how it is judged
@@ -219,6 +222,12 @@ def _agent_before_plugins(old: Mapping[str, Any], now: Any) -> Any:
     return "insight_o3" if old.get("vsearcher_model") else "single_model"
 
 
+def _no_summary_agent_before_insight_v(old: Mapping[str, Any], now: Any) -> Any:
+    """``evaluate --summary_model`` (Insight-V's summary agent, issue 42): runs written before it had no summary
+    agent (None)."""
+    return None if old.get("command") == "evaluate" else NOT_IMPLIED
+
+
 def _prompt_added_later(old: Mapping[str, Any], now: Any) -> Any:
     """A prompt constant added to :mod:`insight_o3.protocol.prompts` after a run was not one it could use (a changed
     or removed one is still a difference)."""
@@ -231,6 +240,7 @@ def _prompt_added_later(old: Mapping[str, Any], now: Any) -> Any:
 #: setting whose value older directories ran with, or resuming them is refused on it.
 ADDED_LATER: dict[str, Callable[[Mapping[str, Any], Any], Any]] = {
     "agent": _agent_before_plugins,
+    "summary_model": _no_summary_agent_before_insight_v,
     "prompts_sha256.*": _prompt_added_later,
 }
 

@@ -415,6 +415,9 @@ class Turn:
     text: str
     images: list[ImageRef]
     search: dict | None = None
+    #: the agent a message belongs to where a system has several on one conversation (its ``name``: Insight-V's
+    #: ``reasoner`` and ``summary``)
+    agent: str | None = None
 
 
 def _part_text(p: dict) -> str:
@@ -455,7 +458,8 @@ def turns(messages: list[dict]) -> list[Turn]:
                 else:
                     texts.append(_part_text(p))
         search = m.get("search") if isinstance(m.get("search"), dict) else None
-        out.append(Turn(i, str(m.get("role", "?")), "".join(texts), refs, search))
+        agent = m.get("name") if isinstance(m.get("name"), str) else None
+        out.append(Turn(i, str(m.get("role", "?")), "".join(texts), refs, search, agent))
     return out
 
 
@@ -581,6 +585,7 @@ class TurnView:
     items: list[CropView | WholeImageView]
     search: SearchView | None
     collapse: bool
+    label: str = ""  # what the turn is headed with (the role, and its agent where named)
 
 
 def _crop_view(ref: ImageRef, resolver: ImageResolver, thumb_px: int, caption: str, cls: str = "crop") -> CropView:
@@ -631,7 +636,8 @@ def _turn_view(
             for st in turns(sub)
         ]
         search = SearchView(line, len(sub), sub_views)
-    return TurnView(t.role, t.text, items, search, collapse_system and t.role == "system")
+    label = f"{t.role} · {t.agent}" if t.agent else t.role
+    return TurnView(t.role, t.text, items, search, collapse_system and t.role == "system", label)
 
 
 def conversation_html(
