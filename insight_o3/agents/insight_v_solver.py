@@ -19,24 +19,12 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
+from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
 from ..protocol.attempt import Attempt
 from ..protocol.trajectory import image_part, to_openai
 from .insight_v import REASONER_KWARGS, SUMMARY_KWARGS, InsightVEpisode
-
-#: what ends an episode as a lost request: the API's errors, or a reply without a first choice
-LOST: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, IndexError, AttributeError, TypeError)
-
-
-def _usage(resp: Any) -> JSONObject:
-    u = getattr(resp, "usage", None)
-    if u is None:
-        return {}
-    try:
-        return {k: v for k, v in u.model_dump(exclude_none=True).items() if isinstance(v, int)}
-    except AttributeError:
-        return {}
 
 
 class InsightVSolver:
@@ -77,9 +65,8 @@ class InsightVSolver:
         self, client: Any, model: str, messages: list[JSONObject], kwargs: Mapping[str, Any], enc: EncodedImage
     ) -> tuple[str, str | None, JSONObject]:
         api = to_openai(messages, {enc.ref: enc}.__getitem__, join_text=False)
-        resp = await client.chat.completions.create(model=model, messages=api, n=1, **kwargs)
-        choice = resp.choices[0]
-        return (choice.message.content if choice.message else None) or "", choice.finish_reason, _usage(resp)
+        reply = await chat_once(client, model, api, n=1, **kwargs)
+        return reply.text, reply.finish_reason, reply.token_counts()
 
     async def _episode(self, sample: Any, enc: EncodedImage) -> Attempt:
         ep = InsightVEpisode(sample.question, sample.options, image_part(enc.ref))
@@ -101,9 +88,7 @@ class InsightVSolver:
                 )
             try:
                 text, finish, usage[agent] = await self._ask(client, model, msgs, kwargs, enc)
-            except asyncio.CancelledError:
-                raise
-            except LOST as e:
+            except EXPECTED_ERRORS as e:  # lost after the SDK's retries, or no usable first choice
                 stats = {**ep.stats(), "lost": agent}
                 stats.pop("judge_also", None)  # a failed attempt is never judged
                 return Attempt(None, None, error=failure_reason(e), trajectory=ep.trajectory(), stats=stats)
