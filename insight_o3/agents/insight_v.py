@@ -42,7 +42,7 @@ IMAGE_TOKEN = "<image>"
 MCQ_INSTRUCTION = "Answer the question with the options provided."
 #: the instruction after an open question (the release's data-check example question; ours to use here, row IV2)
 OPEN_INSTRUCTION = "Answer the question using a single word or phrase."
-#: the two agents' request settings (``infer_two_models.py`` l. 180-184, 222-226; greedy off: ``do_sample`` since
+#: the two agents' request settings (``infer_two_models.py`` l. 175-195, 212-232; greedy off: ``do_sample`` since
 #: temperature > 0; ``num_beams`` 1 is the API's own)
 REASONER_KWARGS: Mapping[str, Any] = {
     "temperature": 0.2,
@@ -77,14 +77,14 @@ def reason_question(origin: str) -> str:
 
 
 def chain_text(reply: str) -> str:
-    """The chain of a reasoner reply (l. 196): after its last ``<thoughts>`` (the whole reply without one), up to
+    """The chain of a reasoner reply (l. 198): after its last ``<thoughts>`` (the whole reply without one), up to
     the next ``</thoughts>`` (the rest without one). Linear in the reply."""
     after = reply.rpartition(THOUGHTS_OPEN)[2]
     return after.partition(THOUGHTS_CLOSE)[0]
 
 
 def reason_chain(reply: str) -> str:
-    """The chain as the summary prompt holds it (l. 196-197): :func:`chain_text` wrapped in the tags again."""
+    """The chain as the summary prompt holds it (l. 198-199): :func:`chain_text` wrapped in the tags again."""
     return THOUGHTS_OPEN + "\n" + chain_text(reply) + THOUGHTS_CLOSE + "\n"
 
 

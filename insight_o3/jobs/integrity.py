@@ -84,6 +84,8 @@ SETTING_KINDS: dict[str, Kind] = {
     "api_base_url": O,
     "judge_api_base_url": O,
     "vsearcher_api_base_url": O,
+    "scorer_model": R,  # build_reasoning_data score: the tier-2 MLLM
+    "scorer_api_base_url": O,
     "summary_api_base_url": O,
     "judge_api_key_env": O,  # the name of a variable holding a key
     "skip_endpoint_check": O,
@@ -154,6 +156,13 @@ SETTING_KINDS: dict[str, Kind] = {
     "min_area_ratio": R,
     "contain_ratio": R,
     "min_score": R,
+    # --- build_reasoning_data (Insight-V's data engine)
+    "num_chains": R,
+    "chain_retries": R,
+    "keep_top": R,
+    "flawed_ratio": R,
+    "pairs_per_question": R,
+    "dpo_min_margin": R,
     # --- how much is done, and in what order (not how an item is made)
     "num_trials": E,  # more trials add trial_<k> directories (each trial's settings the same); fewer are refused
     "num_collages": O,
