@@ -238,3 +238,18 @@ def test_scorer_replies():
     for bad in ("no json", '{"score": 0}', '{"score": "90"}', '{"score": true}', "[85]", '{"logic": 3}'):
         with pytest.raises(ValueError):
             parse_score(bad)
+
+
+def test_a_step_without_its_input_is_bad_input_naming_what_to_run(tmp_path, capsys):
+    argv = ["check", "--output_dir", str(tmp_path / "w"), "--judge_model", "j", "--judge_api_base_url", "http://x/v1"]
+    assert build_reasoning_data.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "generate/records.jsonl not found" in err and "'generate'" in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "A", "image": "x.png"}\n{"question": 3\n')
+    argv = ["generate", "--output_dir", str(tmp_path / "w"), "--ann_file", str(bad), "--img_dir", str(tmp_path)]
+    assert build_reasoning_data.main([*argv, "--model", "m", "--api_base_url", "http://x/v1"]) == 2
+    assert f"{bad}:2" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        build_reasoning_data.main([*argv, "--model", "m", "--num_chains", "0"])
+    assert e.value.code == 2 and "num_chains" in capsys.readouterr().err

@@ -153,7 +153,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
         "--agent",
         default=None,
         help="the agent answering: single_model, insight_o3 (the default with --vsearcher_model), a Table 1 "
-        "baseline (deepeyes) or an installed package's (entry points 'insight_o3.agents'); see README 'Baselines'",
+        "baseline (deepeyes, mini_o3, pixel_reasoner), insight_v (reasoning + summary agents) or an installed "
+        "package's (entry points 'insight_o3.agents'); see README 'Baselines'",
     )
     g.add_argument(
         "--eval_name",
