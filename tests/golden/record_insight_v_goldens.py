@@ -1,5 +1,5 @@
 """Record Insight-V's goldens by RUNNING its released code (tests/golden/README.md, "Insight-V goldens"); compared by
-tests/test_insight_v_goldens.py.
+tests/agents/test_insight_v_goldens.py.
 
     python tests/golden/record_insight_v_goldens.py --repo <git dir of dongyh20/Insight-V>
 
