@@ -13,6 +13,7 @@ raw bytes or a ``{"bytes": ...}`` struct; files are named as the annotation's im
 validates the whole set with the evaluation loader — the same check ``evaluate`` runs before any
 API call. Exit status 0 only when every selected benchmark is ready. See data/README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,9 +64,11 @@ def place_annotation(name: str, source_dir: Path, root: Path) -> str:
 def _rows(table: Path):
     if table.suffix == ".parquet":
         import pyarrow.parquet as pq
+
         yield from pq.read_table(table).to_pylist()
     else:
         import pandas as pd
+
         yield from pd.read_csv(table, sep="\t", dtype=str, keep_default_na=False).to_dict("records")
 
 
@@ -124,13 +127,22 @@ def check(name: str, root: Path) -> tuple[bool, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--benchmarks", nargs="+", choices=sorted(BENCHMARKS), default=list(BENCHMARKS))
-    ap.add_argument("--source_dir", type=Path, default=DEFAULT_SOURCE,
-                    help="directory holding the annotation .jsonl files (default: ../shared/benchmarks)")
+    ap.add_argument(
+        "--source_dir",
+        type=Path,
+        default=DEFAULT_SOURCE,
+        help="directory holding the annotation .jsonl files (default: ../shared/benchmarks)",
+    )
     ap.add_argument("--root", type=Path, default=ROOT, help="repository root the data/ paths are under")
-    ap.add_argument("--extract", action="append", default=[], metavar="NAME=TABLE",
-                    help="extract images of benchmark NAME from a .tsv or .parquet release (repeatable)")
+    ap.add_argument(
+        "--extract",
+        action="append",
+        default=[],
+        metavar="NAME=TABLE",
+        help="extract images of benchmark NAME from a .tsv or .parquet release (repeatable)",
+    )
     a = ap.parse_args(argv)
     for item in a.extract:
         name, _, table = item.partition("=")

@@ -12,11 +12,7 @@ FLAG = re.compile(r"--[a-z][a-z_]+")
 
 def _below_commands() -> list[Path]:
     """The library's modules below the commands (``scripts/`` parses command lines)."""
-    return [
-        p
-        for p in sorted(PACKAGE.rglob("*.py"))
-        if p.relative_to(PACKAGE).parts[0] != "scripts"
-    ]
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] != "scripts"]
 
 
 def _strings(node: ast.AST) -> list[str]:

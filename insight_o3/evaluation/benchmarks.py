@@ -104,11 +104,22 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 
 
-def get_benchmark(name: str) -> Benchmark:
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def canonical_name(name: str) -> str:
+    """The registered name of a benchmark written any way that differs only in case, dashes, underscores or spaces
+    (``O3-Bench`` -> ``o3_bench``, ``HR-Bench 4K`` -> ``hr_bench_4k``); ValueError naming the choices otherwise."""
+    by_key = {_key(n): n for n in BENCHMARKS}
     try:
-        return BENCHMARKS[name]
+        return by_key[_key(name)]
     except KeyError:
         raise ValueError(f"unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}") from None
+
+
+def get_benchmark(name: str) -> Benchmark:
+    return BENCHMARKS[canonical_name(name)]
 
 
 #: The environment variable naming the data root (the folder that holds the benchmarks, ``data`` by default).

@@ -303,7 +303,7 @@ def record_mini_o3(git_dir: str) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--deepeyes", required=True, help="git dir of Visual-Agent/DeepEyes")
     p.add_argument("--mini_o3", required=True, help="git dir of Mini-o3/Mini-o3")
     a = p.parse_args()
