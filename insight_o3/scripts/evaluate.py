@@ -677,7 +677,8 @@ def _missing_annotation(c: EvaluateConfig) -> str:
     ):
         return (
             f"{where}: annotation file of --benchmark {bench} not found; --benchmark looks under the data root "
-            f"(--data_root, else ${DATA_ROOT_ENV}, else ./data); data/README.md says how to download each benchmark"
+            f"(--data_root, else ${DATA_ROOT_ENV}, else ./data); python -m insight_o3.scripts.download_benchmarks "
+            f"{bench} fetches it (data/README.md)"
         )
     return f"--ann_file {c.ann_file}: annotation file not found ({where})"
 
@@ -701,7 +702,13 @@ def main(argv: list[str] | None = None) -> int:
             check_oracle_samples(samples, a.ann_file)
         costs = cost_model(a)
     except (AnnotationError, PriceError) as e:
-        print(f"error: {redact(str(e))}", file=sys.stderr)
+        bench = a.settings.get("benchmark")
+        hint = (
+            f" (the images of --benchmark {bench}: python -m insight_o3.scripts.download_benchmarks {bench})"
+            if isinstance(e, AnnotationError) and bench and "not found" in str(e)
+            else ""
+        )
+        print(f"error: {redact(str(e))}{hint}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     log.info(
         "%d samples from %s%s; results in %s/%s",
