@@ -154,6 +154,7 @@ BUILTIN: dict[str, AgentPlugin] = {
             "DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
             deepeyes.DeepEyesSession,
             deepeyes.DEFAULTS,
+            alpha="keep",  # the release crops Image.open(path) in the file's own mode
         ),
         tool_agent(
             "mini_o3",
