@@ -29,12 +29,13 @@
 from __future__ import annotations
 
 import ast
+import json
 import math
 from collections.abc import Callable
 
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
-from .tool_agents import AgentDefaults, Ask, Finish, Step
+from .tool_agents import AgentDefaults, Ask, DemoTurn, Finish, Step
 
 PROTOCOL_VERSION = "deepeyes@6c5e79671dbff958a6f9d44848ba2ca87854f0b0:eval/eval_vstar.py"
 
@@ -191,3 +192,15 @@ class DeepEyesSession:
         if self.messages and self.messages[-1]["role"] == "user":
             self.messages.pop()
         return Finish(answer_text(self.last_reply), reason=f"tool call error: {reason}")
+
+
+def demo_reply(turn: DemoTurn) -> str | None:
+    """The keyless demo's scripted DeepEyes: an ``image_zoom_in_tool`` call on the evidence box (original pixels),
+    then ``<answer>``."""
+    if turn.system != SYSTEM_PROMPT:
+        return None
+    if turn.turns == 0:
+        box = [round(v) for v in turn.box]
+        call = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": box, "label": "the evidence"}})
+        return f"<think>I should zoom in on the region the question is about {turn.tag}.</think>\n{TOOL_START}\n{call}\n{TOOL_END}"
+    return f"<think>The zoomed-in view shows it.</think> <answer>{turn.letter}</answer>"

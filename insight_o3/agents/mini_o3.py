@@ -28,7 +28,7 @@ from typing import Any
 from ..base.json_types import JSONObject
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
-from .tool_agents import AgentDefaults, Ask, Finish, Step
+from .tool_agents import AgentDefaults, Ask, DemoTurn, Finish, Step
 
 PROTOCOL_VERSION = "mini_o3@8654dbf42d2ea98b9d81b6cc7179026dd0598fdf:vllm_async_engine.py"
 
@@ -194,3 +194,17 @@ class MiniO3Session:
         self.messages.append(message("user", before, _view(crop, "nearest", steps), after))
         self.round += 1
         return Ask(zoomed=True)
+
+
+def demo_reply(turn: DemoTurn) -> str | None:
+    """The keyless demo's scripted Mini-o3: a ``<grounding>`` call on the evidence box in coordinates relative to the
+    original image, then ``<answer>``."""
+    if turn.system != SYSTEM_PROMPT:
+        return None
+    if turn.turns == 0:
+        w, h = turn.size
+        x0, y0, x1, y1 = turn.box
+        rel = [min(round(v, 3), 0.999) for v in (x0 / w, y0 / h, x1 / w, y1 / h)]  # all < 1: relative
+        call = f'<grounding>{{"bbox_2d": {rel}, "source": "original_image"}}{STOP}'
+        return f"<think>Let me zoom in on the region the question is about {turn.tag}.</think> {call}"
+    return f"<think>The observation shows it.</think> <answer>{turn.letter}</answer>"

@@ -85,6 +85,28 @@ class ViewErrorAware(Protocol):
     def view_failed(self, reason: str) -> Finish | None: ...
 
 
+@dataclass(frozen=True)
+class DemoTurn:
+    """What the keyless demo's scripted model knows when a request comes in: the request's system prompt and number of
+    assistant turns, the question's evidence box (original pixels) and image size, the option letter it is to give
+    and a tag to carry through the episode (``(demo ref …)``: which question and attempt it is)."""
+
+    system: str
+    turns: int
+    box: tuple[float, float, float, float]
+    size: tuple[int, int]
+    letter: str
+    tag: str
+
+
+class DemoSpeaker(Protocol):
+    """How the demo's scripted model speaks an agent's protocol (:attr:`AgentPlugin.demo_reply`): the reply to the
+    request ``turn`` describes — a zoom on the evidence box first, then the answer in the protocol's format — or None
+    when the request is not of this protocol (its system prompt is another's)."""
+
+    def __call__(self, turn: DemoTurn) -> str | None: ...
+
+
 class SessionFactory(Protocol):
     """Builds the session of one sample: its question, options block, image file and that file's ``(w, h)``."""
 

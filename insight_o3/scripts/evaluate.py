@@ -49,7 +49,7 @@ from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.agent_registry import AgentContext, UnknownAgent, get_agent
+from ..evaluation.agent_registry import AgentContext, UnknownAgent, agent_names, get_agent
 from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, canonical_name, resolve_layout
 from ..evaluation.config import (
     AgentSettings,
@@ -159,13 +159,22 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _agent_line(name: str) -> str:
+    """``name`` and the first clause of its description (an agent that cannot be loaded: its name only)."""
+    try:
+        return f"{name} ({get_agent(name).description.split(':')[0].split(',')[0]})"
+    except (UnknownAgent, ImportError, TypeError, AttributeError):
+        return name
+
+
 def _model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument(
         "--agent",
         default=None,
-        help="the agent answering: single_model, insight_o3 (the default with --vsearcher_model), a Table 1 "
-        "baseline (deepeyes) or an installed package's (entry points 'insight_o3.agents'); see README 'Baselines'",
+        help="the agent answering (default: single_model, insight_o3 with --vsearcher_model): "
+        + "; ".join(_agent_line(n) for n in agent_names())
+        + ". Installed packages add agents (entry points 'insight_o3.agents'); see README 'Baselines'",
     )
     g.add_argument(
         "--eval_name",
