@@ -56,7 +56,7 @@ else
   fi
   # torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
   $PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
-  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu]"
+  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools]"
   if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
     echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
   fi
