@@ -50,7 +50,9 @@ def test_every_command_and_subcommand_parser_takes_no_abbreviation():
     for path in sorted((REPO / "insight_o3" / "scripts").glob("[a-z]*.py")):
         mod = importlib.import_module(f"insight_o3.scripts.{path.stem}")
         builders = [getattr(mod, n) for n in dir(mod) if n.startswith("build") and n.endswith("parser")]
-        assert builders, path
+        if not builders:  # a parser made inside main: from the factory, whose class forces allow_abbrev=False
+            text = path.read_text(encoding="utf-8")
+            assert "new_parser(" in text and "ArgumentParser(" not in text, path
         for build in builders:
             for parser in _parsers(build()):
                 assert parser.allow_abbrev is False, (path.name, parser.prog)
