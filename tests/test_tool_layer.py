@@ -203,3 +203,12 @@ def test_the_parser_is_linear_on_a_hostile_reply():
     t = time.perf_counter()
     osv.extract_tool_call(text)
     assert time.perf_counter() - t < 5
+
+
+@pytest.mark.smoke
+def test_the_opensearch_vl_demo_says_what_a_light_install_lacks(monkeypatch, tmp_path, capsys):
+    from insight_o3.scripts import demo
+
+    monkeypatch.setattr(demo, "tools_missing", lambda: "OpenCV: pip install 'insight-o3[tools]'")
+    assert demo.main(["--agent", "opensearch_vl", "--output_dir", str(tmp_path)]) == 2
+    assert "demo --agent opensearch_vl needs OpenCV: pip install 'insight-o3[tools]'" in capsys.readouterr().err

@@ -32,7 +32,7 @@ gives the value such a card implies (the one its run actually used), so a resume
 another value is refused naming it; a card is never rewritten for it.
 
 A setting missing from :data:`SETTING_KINDS` is a programming error (:class:`UnclassifiedSetting`);
-``tests/test_run_integrity.py`` walks every flag of every command that writes a run directory.
+``tests/jobs/test_integrity.py`` walks every flag of every command that writes a run directory.
 """
 
 from __future__ import annotations

@@ -9,20 +9,25 @@ could not be written.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..tools.corpus import CorpusError, index_corpus
 from ._shared import ExitCode, entry_point, new_parser
 
 
-@entry_point
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.index_corpus", __doc__)
     p.add_argument(
         "folder", help="pages (*.md, *.txt, *.html) and images (*.png, *.jpg, *.webp); optional corpus.jsonl"
     )
     p.add_argument("--out", required=True, help="the index file to write (replaced whole)")
-    a = p.parse_args(argv)
+    return p
+
+
+@entry_point
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     try:
         stats = index_corpus(a.folder, a.out)
     except CorpusError as e:
