@@ -16,7 +16,7 @@ from insight_o3.protocol.sample import AnnotationError
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 REAL = {
     "vstar_bench.jsonl": 191,

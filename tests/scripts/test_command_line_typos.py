@@ -19,7 +19,7 @@ from insight_o3.base.paths import BadOutputName, check_output_name
 from insight_o3.evaluation.benchmarks import canonical_name
 from insight_o3.scripts import build_o3_bench, evaluate, evaluate_vsearch, rejudge
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _exit(main, argv, capsys) -> tuple[int, str]:

@@ -27,7 +27,7 @@ from insight_o3.evaluation.benchmarks import BENCHMARKS, HubKind
 from insight_o3.evaluation.samples import load_samples
 from tests.support.hub_server import HubServer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: The original release's annotation files (m-Just/InSight-o3, data/), by sha256.
 ORIGINAL_SHA256 = {
     "vstar": "9e5f192d2b2b68674c51240b2e6cdcc69c4c6badfd61dfdfc68f312178141ad2",

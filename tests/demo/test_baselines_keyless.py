@@ -105,7 +105,7 @@ def test_the_leaderboard_entry_names_its_agent(demo, tmp_path):
     assert board["agent"] == {"name": "mini_o3", "protocol": BUILTIN["mini_o3"].protocol_version}
 
 
-SWEEP = Path(__file__).resolve().parents[1] / "insight_o3" / "scripts" / "examples" / "sweep_agents.sh"
+SWEEP = Path(__file__).resolve().parents[2] / "insight_o3" / "scripts" / "examples" / "sweep_agents.sh"
 
 
 def test_the_agents_sweep_covers_three_agents_on_six_benchmarks():
@@ -131,7 +131,7 @@ def test_the_agents_sweep_runs_keyless_against_the_demo_endpoints(demo, tmp_path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "JUDGE_", "INSIGHT_O3_"))}
     env |= {"PYTHON": sys.executable, "INSIGHT_O3_DATA_ROOT": str(data), "BENCHMARKS": "o3_bench"}
     env |= {"OUTPUT_DIR": str(tmp_path / "eval"), "MINI_O3_TRIALS": "1", "JUDGE_API_KEY": "EMPTY"}
-    env |= {"JUDGE_API_BASE_URL": judge.base_url, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env |= {"JUDGE_API_BASE_URL": judge.base_url, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env |= {f"{a.upper()}_BASE_URL": model.base_url for a in BASELINES}
     r = subprocess.run(["bash", str(SWEEP)], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
