@@ -194,14 +194,72 @@ def run(work: Path, device: str = "cpu", port: int | None = None) -> dict[str, A
     return facts
 
 
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _metrics(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def problems(facts: dict[str, Any]) -> list[str]:
+    """What is wrong with the two rounds (empty: everything the CPU proof claims held)."""
+    if facts.get("resume_status") != 0:
+        return [f"the resumed driver failed (status {facts.get('resume_status')}): {facts['driver_log_tail'][-800:]}"]
+    runs, out = Path(facts["work"]), []
+    at_kill = facts["round_1_at_kill"]
+    if set(at_kill.get("stages", {})) != {"generate", "check", "score", "export"} or facts["model_at_kill"]:
+        out.append(f"the kill did not come during round 1's training: {sorted(at_kill.get('stages', {}))}")
+    # nothing of round 1 asked again: every assessor request after the kill is one of round 2's records
+    after = len(facts["assessor_requests"]) - facts["assessor_calls_before_kill"]
+    round_2 = sum(_lines(runs / "round_2" / "data" / step / "records.jsonl") for step in ("check", "score"))
+    if after != round_2:
+        out.append(f"{after} assessor requests after the kill, round 2 recorded {round_2}")
+    recs = [json.loads((runs / f"round_{n}" / "round.json").read_text()) for n in (1, 2)]
+    for n, rec in zip((1, 2), recs):
+        counts = rec["stages"].get("export", {}).get("counts", {})
+        if rec.get("status") != "done" or counts.get("chains") != QUESTIONS * CHAINS or not counts.get("dpo_pairs"):
+            out.append(f"round {n}: status {rec.get('status')}, counts {counts}")
+        evals = [r for r in _metrics(runs / f"round_{n}" / "train" / "metrics.jsonl") if "eval_loss" in r]
+        steps = [r["step"] for r in evals]
+        if steps != list(range(1, len(steps) + 1)) or len(steps) < 3:
+            out.append(f"round {n}: evaluated steps {steps} (each step once, at least 3)")
+            continue
+        loss, margin = [r["eval_loss"] for r in evals], [r["eval_rewards/margins"] for r in evals]
+        if not loss[-1] < loss[0]:
+            out.append(f"round {n}: the fixed batch's DPO loss did not fall: {loss}")
+        if not margin[-1] > margin[0]:
+            out.append(f"round {n}: the reward margin did not grow: {margin}")
+        export = json.loads((runs / f"round_{n}" / "model" / "dpo_export.json").read_text())
+        if export.get("global_step") != steps[-1]:
+            out.append(f"round {n}: exported step {export.get('global_step')}, trained {steps[-1]}")
+    train_log = (runs / "round_1" / "train" / "train.log").read_text(errors="replace")
+    if train_log.count("-m training.dpo.train") != 2 or "resuming from" not in train_log:
+        out.append("round 1's training was not run twice with a resume from its checkpoint")
+    # round 2 generated with round 1's export, served by vLLM
+    if recs[1].get("policy") != str(runs / "round_1" / "model"):
+        out.append(f"round 2 started from {recs[1].get('policy')}")
+    vllm_log = "".join(p.read_text(errors="replace") for p in (runs / "round_2" / "vllm").glob("*.log"))
+    if str(runs / "round_1" / "model") not in vllm_log:
+        out.append("round 2's vLLM log does not name round 1's export")
+    if facts["rerun_status"] != 0 or facts["rerun_calls"] != 0:
+        out.append(f"a rerun of the finished run: status {facts['rerun_status']}, {facts['rerun_calls']} requests")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", required=True)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = p.parse_args(argv)
     facts = run(Path(a.work), a.device)
-    print(json.dumps({k: v for k, v in facts.items() if k != "driver_log_tail"}, indent=2, default=str))
-    return 0 if facts["resume_status"] == 0 else 1
+    (Path(a.work) / "facts.json").write_text(json.dumps(facts, indent=2, default=str))
+    bad = problems(facts)
+    for line in bad:
+        print(f"FAIL {line}")
+    if not bad:
+        print(f"PASS 2 rounds in {facts['seconds']} s, round 1 killed after {facts['killed_after_s']} s and resumed")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
