@@ -117,12 +117,12 @@ def dpo_settings(path: Path, device: str) -> Path:
 def driver_command(
     work: Path, model: Path, ann: Path, judge_url: str, port: int, device: str, settings: Path
 ) -> list[str]:
-    kwargs = {"max_tokens": 64, "extra_body": {"repetition_penalty": 1.05, "structured_outputs": {"choice": STEPS}}}
+    kwargs = {"max_tokens": 128, "extra_body": {"repetition_penalty": 1.05, "structured_outputs": {"choice": STEPS}}}
     cmd = [sys.executable, "-m", "training.dpo.rounds", "--work", str(work), "--base_model", str(model)]
     cmd += ["--ann_file", str(ann), "--img_dir", str(ann.parent), "--rounds", "2", "--num_chains", str(CHAINS)]
     cmd += ["--generation_kwargs", json.dumps(kwargs), "--judge_model", "judge", "--judge_api_base_url", judge_url]
     cmd += ["--scorer_model", "scorer", "--scorer_api_base_url", judge_url, "--dpo_settings", str(settings)]
-    cmd += ["--eval_steps", "1", "--port", str(port), "--max_model_len", "4096", "--concurrency", "8", "--no_progress"]
+    cmd += ["--eval_steps", "1", "--port", str(port), "--max_model_len", "16384", "--concurrency", "8", "--no_progress"]
     if device == "cpu":
         cmd += ["--cpu", "--launcher", sys.executable, "--vllm_args", "--dtype float32 --max-num-seqs 8"]
     else:
