@@ -346,6 +346,17 @@ def add_api_flags(p: Flags, *, env: str = "main", prefix: str = "", aliases: boo
     p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
 
 
+def add_key_host_flag(p: Flags) -> None:
+    """``--allow_key_to_other_host``: a role without a key of its own may borrow another role's key (the judge the
+    model's) even where the two are on different hosts (:func:`insight_o3.endpoints.client.borrowed_key`)."""
+    p.add_argument(
+        "--allow_key_to_other_host",
+        action="store_true",
+        help="let the judge use the model's key (--api_key / $OPENAI_API_KEY) although the judge is on another host "
+        "(default: refused, exit 2: a key is sent only to the host it belongs to)",
+    )
+
+
 def add_allow_outside_flag(p: Flags) -> None:
     """``--allow_outside_img_dir``: image names of the input file may leave ``--img_dir`` (see :mod:`insight_o3.base.paths`)."""
     p.add_argument(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -39,7 +40,7 @@ from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..data.layout import LayoutError
 from ..data.reliability import parse_checker
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.client import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve, resolve_key, sourced
 from ..endpoints.usage import CostModel, PriceError
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..o3bench import sources as src_mod
@@ -71,6 +72,7 @@ from ._shared import (
     add_client_flags,
     add_image_budget_flag,
     add_judge_flags,
+    add_key_host_flag,
     add_output_dir,
     add_run_flags,
     add_separate_requests_flag,
@@ -83,7 +85,8 @@ from ._shared import (
     setup_logging,
 )
 
-BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
+BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError, KeyHostError)
+log = logging.getLogger("insight_o3.build_o3_bench")
 
 
 # ----------------------------------------------------------------------------- flags
@@ -256,8 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         model_help="default: gpt-5-nano",
         url_help="default: " + ", then ".join(f"${n}" for n in urls) + ", then the first solver's endpoint",
-        key_help="default: " + ", then ".join(f"${n}" for n in keys) + ", then the first solver's key",
+        key_help="default: " + ", then ".join(f"${n}" for n in keys) + ", then the first solver's key (each only "
+        "where the judge is on the host the key belongs to)",
     )
+    add_key_host_flag(p)
     _step_flags(p, concurrency=16, parse_retries=False, images=True)
 
     p = sub.add_parser("review", help="review pages and decisions")
@@ -489,12 +494,27 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         )
         for m, base, env in specs
     ]
-    jkeys, jurls = ENV_KEYS["judge"]
-    judge = ModelEndpoint(
-        model=a.judge_model,
-        api_base_url=resolve(a.judge_api_base_url, jurls) or solvers[0].api_base_url,
-        api_key=resolve_key(a.judge_api_key, jkeys, flag="--judge_api_key") or solvers[0].api_key,
-    )
+    judge_url = sourced(a.judge_api_base_url, "--judge_api_base_url", ENV_KEYS["judge"][1])
+    if judge_url.value is None:
+        judge_url = Sourced(solvers[0].api_base_url, "the first solver's endpoint")
+    first_key_env = specs[0][2]
+    first_url = Sourced(solvers[0].api_base_url, "the first solver's endpoint")
+    first_key = sourced(a.api_key if first_key_env == "OPENAI_API_KEY" else None, "--api_key", (first_key_env,))
+    own = sourced(resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key"), "--judge_api_key", ())
+    if own.value is None and first_key_env != "OPENAI_API_KEY":  # $OPENAI_API_KEY where it belongs
+        own = borrowed_key(
+            "judge", judge_url, own, "OpenAI variables", sourced(None, "", ("OPENAI_BASE_URL",)),
+            sourced(None, "", ("OPENAI_API_KEY",)), a.allow_key_to_other_host,
+        )  # fmt: skip
+    judge_key = borrowed_key("judge", judge_url, own, "first solver", first_url, first_key, a.allow_key_to_other_host)
+    for solver in solvers:
+        url_of, key_of = (
+            Sourced(solver.api_base_url, "--solver"),
+            Sourced(solver.api_key, f"${solver.key_env or 'OPENAI_API_KEY'}"),
+        )
+        log.info("endpoints: %s", describe(f"solver {solver.model}", url_of, key_of))
+    log.info("endpoints: %s", describe("judge", judge_url, judge_key))
+    judge = ModelEndpoint(model=a.judge_model, api_base_url=judge_url.value, api_key=judge_key.value)
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
     costs = _costs(a, {**{e.model: e.model for e in solvers}, "judge": judge.model})
