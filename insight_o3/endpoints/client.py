@@ -124,10 +124,9 @@ def sourced(flag_value: str | None, flag: str, env_names: tuple[str, ...]) -> So
 
 
 def host_of(url: str | None) -> str:
-    """``scheme://host:port`` of a base URL (default ports filled in), what decides where a request goes."""
-    parts = urlsplit(url or SDK_DEFAULT_URL)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+    """The host name of a base URL (lower case; the SDK's default address when None): a key belongs to a host, so
+    two servers on one host (two ports of 127.0.0.1) share it."""
+    return (urlsplit(url or SDK_DEFAULT_URL).hostname or "").lower()
 
 
 class KeyHostError(ValueError):

@@ -503,7 +503,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     own = sourced(resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key"), "--judge_api_key", ())
     if own.value is None and first_key_env != "OPENAI_API_KEY":  # $OPENAI_API_KEY where it belongs
         own = borrowed_key(
-            "judge", judge_url, own, "OpenAI variables", sourced(None, "", ("OPENAI_BASE_URL",)),
+            "judge", judge_url, own, "$OPENAI_BASE_URL endpoint", sourced(None, "", ("OPENAI_BASE_URL",)),
             sourced(None, "", ("OPENAI_API_KEY",)), a.allow_key_to_other_host,
         )  # fmt: skip
     judge_key = borrowed_key("judge", judge_url, own, "first solver", first_url, first_key, a.allow_key_to_other_host)

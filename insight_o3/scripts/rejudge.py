@@ -261,7 +261,9 @@ def _per_judge(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[argpar
         openai_url = sourced(None, "", ("OPENAI_BASE_URL",))
         openai_key = sourced(None, "", ("OPENAI_API_KEY",))
         try:  # $OPENAI_API_KEY only where it belongs (its $OPENAI_BASE_URL, else the SDK's default)
-            key = borrowed_key("judge", url, own, "OpenAI variables", openai_url, openai_key, a.allow_key_to_other_host)
+            key = borrowed_key(
+                "judge", url, own, "$OPENAI_BASE_URL endpoint", openai_url, openai_key, a.allow_key_to_other_host
+            )
         except KeyHostError as e:
             p.error(str(e))
         aj.judge_api_key = resolve_key(aj.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key") or key.value
