@@ -151,7 +151,7 @@ class StepJob(ResumableJob[ItemT, dict]):
         """The step card, fixed by the first run that writes a *succeeded* record: a run whose every item failed (a
         wrong model name, a refused key) fixes nothing, so the next run may change its settings."""
         logs = [self.path(f) for f in self.log_files().values()]
-        return CardFile(self.path(self.card_file), logs, fixes=self._succeeded)
+        return CardFile(self.path(os.path.join(self.step, "step_card.json")), logs, fixes=self._succeeded)
 
     def _succeeded(self, record: Any) -> bool:
         return isinstance(record, dict) and record.get("status") in self.final_statuses
