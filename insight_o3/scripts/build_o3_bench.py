@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import sys
+from typing import Any
 
 from ..base.json_types import JSONObject
 from ..base.untrusted import loads
@@ -140,14 +141,12 @@ def _step_flags(
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = new_parser(PROG, __doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="step", required=True, metavar="STEP")
-
+def _sources_flags(sub: Any, formatter: Any) -> None:
+    """The ``sources`` subcommand and its flags."""
     p = sub.add_parser(
         "sources", help="candidate images + layout boxes (PaddleX layout JSON)", description=src_mod.__doc__
     )
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     for subset in ("chart", "map"):
         p.add_argument(f"--{subset}_images", default=None, help=f"directory of {subset} images")
@@ -173,13 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detector_model", default=src_mod.DETECTOR_MODEL)
     p.add_argument("--detector_threshold", type=float, default=None, help="the detector's score threshold")
 
+
+def _extract_flags(sub: Any, formatter: Any) -> None:
+    """The ``extract`` subcommand and its flags."""
     p = sub.add_parser(
         "extract",
         help="E.1 information extraction (a VLM)",
         description="E.1 information extraction: a VLM describes each source image and each of its layout crops "
         "(one record per image or crop in <output_dir>/extract/records.jsonl; resumes where it stopped).",
     )
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument("--model", type=non_empty, required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
     add_api_flags(p, env="main")
@@ -199,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _step_flags(p, concurrency=16, images=True)
 
+
+def _synthesize_flags(sub: Any, formatter: Any) -> None:
+    """The ``synthesize`` subcommand and its flags."""
     p = sub.add_parser(
         "synthesize",
         help="E.2 question synthesis (a text-only model)",
@@ -206,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         "descriptions of an image and its layouts (one record per image in <output_dir>/synthesize/records.jsonl; "
         "images whose extraction is not complete wait; resumes where it stopped).",
     )
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument("--model", type=non_empty, required=True, help="the text-only model (paper: GPT-5)")
     add_api_flags(p, env="main")
@@ -222,8 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _step_flags(p, concurrency=8)
 
+
+def _validate_flags(sub: Any, formatter: Any) -> None:
+    """The ``validate`` subcommand and its flags."""
     p = sub.add_parser("validate", help="deterministic checks; F share")
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument(
         "--validation_config",
@@ -234,8 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
         "recorded with its sha256 in validate/rules.json and the release's run card",
     )
 
+
+def _filter_flags(sub: Any, formatter: Any) -> None:
+    """The ``filter`` subcommand and its flags."""
     p = sub.add_parser("filter", help="difficulty filter with several models (evaluate's request and judge)")
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument(
         "--solver",
@@ -265,8 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_key_host_flag(p)
     _step_flags(p, concurrency=16, parse_retries=False, images=True)
 
+
+def _review_flags(sub: Any, formatter: Any) -> None:
+    """The ``review`` subcommand and its flags."""
     p = sub.add_parser("review", help="review pages and decisions")
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     rsub = p.add_subparsers(dest="review_step", required=True, metavar="ACTION")
     q = rsub.add_parser("page", help="write an HTML page and a decisions file per batch")
     _workspace(q)
@@ -284,8 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
     _workspace(q)
     q.add_argument("--decisions", nargs="+", default=None, help="default: every review/batch_*.decisions.txt")
 
+
+def _release_flags(sub: Any, formatter: Any) -> None:
+    """The ``release`` subcommand and its flags."""
     p = sub.add_parser("release", help="shuffle options, write metadata.jsonl + images, stats, run card")
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the A-E option shuffle")
     p.add_argument(
@@ -294,6 +311,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse while a candidate has not been through the filter, a kept item has no review decision or an "
         "item is still pending",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = new_parser(PROG, __doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="step", required=True, metavar="STEP")
+    _sources_flags(sub, ap.formatter_class)
+    _extract_flags(sub, ap.formatter_class)
+    _synthesize_flags(sub, ap.formatter_class)
+    _validate_flags(sub, ap.formatter_class)
+    _filter_flags(sub, ap.formatter_class)
+    _review_flags(sub, ap.formatter_class)
+    _release_flags(sub, ap.formatter_class)
     return ap
 
 
