@@ -64,7 +64,7 @@ from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
 from ..protocol.attempt import Attempt, TrialSolver
-from ..protocol.sample import Sample
+from ..protocol.sample import Sample, row_fields
 from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 from ._shared import (
@@ -123,7 +123,7 @@ def sample_from_record(rec: dict) -> Sample:
         options=rec.get("options"),
         answer=rec["answer"],
         category=str(rec.get("category", "unknown")),
-        extra={k: v for k, v in rec.items() if k not in _RESULT_FIELDS},
+        extra=row_fields({k: v for k, v in rec.items() if k not in _RESULT_FIELDS}),
         key=rec["sample_key"],
         image_field=image_field,
         category_field=category_field,
