@@ -215,6 +215,22 @@ def setup_logging(level: int = logging.INFO) -> None:
     quiet_http_logs()
 
 
+def seconds_since_start(fallback: float) -> float:
+    """Wall seconds since this process started — Python's start-up and the imports included, as a user's clock
+    sees a command — from ``/proc`` (Linux); elsewhere ``time.perf_counter() - fallback``."""
+    import os
+    import time
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - fallback
+
+
 # ----------------------------------------------------------------------------- shared flags
 def non_empty(text: str) -> str:
     """An argparse ``type`` for a name that must not be empty (``--model "$MODEL"`` with ``$MODEL`` unset)."""

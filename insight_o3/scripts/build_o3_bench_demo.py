@@ -38,7 +38,7 @@ from ..endpoints.scripted_server import ScriptedOpenAIServer
 from ..o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, DemoSources, ScriptedBuild, demo_sources, scripted_review
 from ..o3bench.workspace import Workspace
 from . import build_o3_bench
-from ._shared import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
+from ._shared import ExitCode, add_output_dir, entry_point, new_parser, seconds_since_start, setup_logging
 
 BANNER = (
     "SCRIPTED BUILD DEMO: every step of build_o3_bench runs for real; the models (E.1 VLM, E.2 writer, filter "
@@ -203,7 +203,7 @@ def run(a: argparse.Namespace) -> int:
             step.report(summary)
     release = ws.step("release")
     print(
-        f"{BANNER}.\nDone in {time.perf_counter() - t0:.1f} s. The benchmark: {release}/ (metadata.jsonl, images/, "
+        f"{BANNER}.\nDone in {seconds_since_start(t0):.1f} s. The benchmark: {release}/ (metadata.jsonl, images/, "
         f"stats.json, run_card.json); each step's files: {ws.root}/<step>/.\n"
         f"Evaluate a model on it: python -m insight_o3.scripts.evaluate --ann_file {release / 'metadata.jsonl'} "
         f"--img_dir {release} --eval_name my-model/o3bench_demo --model ... (README, 'Evaluate a model')",

@@ -39,7 +39,7 @@ from ..demo.endpoints import DemoScripts
 from ..endpoints.client import DEMO_KEY
 from ..endpoints.scripted_server import ScriptedOpenAIServer
 from . import evaluate, make_demo_bench, report
-from ._shared import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
+from ._shared import ExitCode, add_output_dir, entry_point, new_parser, seconds_since_start, setup_logging
 
 BANNER = (
     "SCRIPTED DEMO: the model, vSearcher and judge are local scripts that know the answers; "
@@ -229,7 +229,7 @@ def run_demo(a: argparse.Namespace) -> int:
     )
     if rc != ExitCode.OK:
         return rc
-    print(f"{banner}.\nDone in {time.perf_counter() - t0:.1f} s. Open the report: {page.resolve()}")
+    print(f"{banner}.\nDone in {seconds_since_start(t0):.1f} s. Open the report: {page.resolve()}")
     print(
         "Next: the same commands against a real endpoint (README, 'Evaluate a model'), or a tiny local model "
         "served by vLLM on CPU (README, 'Quick start')."
@@ -362,7 +362,7 @@ def run_opensearch_vl_demo(a: argparse.Namespace) -> int:
     if rc != ExitCode.OK:
         return rc
     print(
-        f"Done in {time.perf_counter() - t0:.1f} s. Open the report (every tool call with its images and text): {page.resolve()}"
+        f"Done in {seconds_since_start(t0):.1f} s. Open the report (every tool call with its images and text): {page.resolve()}"
     )
     return ExitCode.OK
 

@@ -472,7 +472,10 @@ def _endpoint_access(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     a.judge_api_base_url = judge_url.value
     a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = vs_url.value
-    log.info("endpoints: %s", describe("model", model_url, model_key))
+    if get_agent(a.agent).calls_model:
+        log.info("endpoints: %s", describe("model", model_url, model_key))
+    else:
+        log.info("endpoints: model: not asked (--agent %s calls no model)", a.agent)
     if on_model:
         log.warning(
             "%s — no --judge_api_base_url nor $JUDGE_API_BASE_URL, so the judge (%s) is asked on the model's endpoint",
@@ -677,10 +680,9 @@ def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: R
 
 def endpoints(c: EvaluateConfig) -> list[Endpoint]:
     """The endpoints the run calls (each checked before the first sample unless ``--skip_endpoint_check``)."""
-    eps = [
-        Endpoint("model", c.api.base_url, c.api.api_key),
-        Endpoint("judge", c.judge.api.base_url, c.judge.api.api_key),
-    ]
+    eps = [Endpoint("judge", c.judge.api.base_url, c.judge.api.api_key)]
+    if get_agent(c.agent_name).calls_model:  # a plugin that answers without a model has no model endpoint to check
+        eps.insert(0, Endpoint("model", c.api.base_url, c.api.api_key))
     if c.insight_o3:
         api = c.insight_o3.searcher_api
         eps.append(Endpoint("vSearcher", api.base_url, api.api_key))
