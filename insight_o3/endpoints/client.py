@@ -153,7 +153,7 @@ def borrowed_key(
         raise KeyHostError(
             f"the {role} has no key of its own and the {lender}'s ({lender_key.source}) belongs to {redact(host_of(home))}, "
             f"not to the {role}'s {redact(host_of(url.value))} ({url.source}): it is not sent there. Give the {role} "
-            f"its own key (its variable or flag), or pass --allow_key_to_other_host to send the {lender}'s key anyway"
+            f"its own key (its variable or flag), or allow the {lender}'s key there (setting allow_key_to_other_host)"
         )
     return Sourced(lender_key.value, f"{lender_key.source} (the {lender}'s key)", home)
 

@@ -60,7 +60,7 @@ def test_the_judge_on_another_host_never_gets_the_models_key_variable(env, tmp_p
     with pytest.raises(SystemExit) as e:
         evaluate.main(argv)
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "$OPENAI_API_KEY" in err and "--allow_key_to_other_host" in err
+    assert e.value.code == 2 and "$OPENAI_API_KEY" in err and "allow_key_to_other_host" in err
     assert KEY not in err and judge.count == 0 and model.count == 0
 
 
