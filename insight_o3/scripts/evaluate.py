@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
+from ..agents.config import ApiAccess, InSightO3Config, InsightVSettings, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
 from ..agents.oracle import ORACLE_CROPS, check_oracle_samples
 from ..agents.single_model import DEFAULT_COMPLETION_KWARGS
@@ -52,6 +52,7 @@ from ..endpoints.client import (
     borrowed_key,
     describe,
     make_client,
+    resolve,
     resolve_key,
     sourced,
 )
@@ -116,7 +117,7 @@ from ..storage.atomic import UnusableOutputDir
 from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.evaluate")
-SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
+SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key", "summary_api_key")
 
 
 def _json_object(name: str) -> Callable[[str], JSONObject]:
@@ -313,6 +314,18 @@ def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
 
 
+def _insight_v_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Insight-V (--agent insight_v: reasoning agent = --model, summary agent below)")
+    g.add_argument(
+        "--summary_model",
+        help="the summary agent (default: --model, as the release derives both agents from one model)",
+    )
+    g.add_argument("--summary_api_base_url", help="default: $SUMMARY_API_BASE_URL, then --api_base_url")
+    g.add_argument(
+        "--summary_api_key", help="default: $SUMMARY_API_KEY, then --api_key when the endpoint is the model's"
+    )
+
+
 def _analysis_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis (paper Table 6)")
     g.add_argument(
@@ -347,7 +360,16 @@ def _tool_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.evaluate", __doc__.split("\n")[0])
-    for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags, _tool_flags):
+    for flags in (
+        _data_flags,
+        _model_flags,
+        _judge_flags,
+        _run_flags,
+        _insight_o3_flags,
+        _insight_v_flags,
+        _analysis_flags,
+        _tool_flags,
+    ):
         flags(p)
     return p
 
@@ -375,6 +397,9 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error(f"--agent: {e}")
     if (a.agent == "insight_o3") != bool(a.vsearcher_model):
         p.error("--vsearcher_model goes with --agent insight_o3 (and --agent insight_o3 needs it)")
+    summary_flags = [f"--{n}" for n in ("summary_model", "summary_api_base_url", "summary_api_key") if getattr(a, n)]
+    if summary_flags and a.agent != "insight_v":
+        p.error(f"{', '.join(summary_flags)}: the summary agent is --agent insight_v's")
     builtin = a.agent in ("single_model", "insight_o3")
     if not builtin and (a.oracle_crops or a.sys_prompt != "model_default"):
         p.error(f"--oracle_crops and --sys_prompt are single-model settings; --agent {a.agent} has its own prompts")
@@ -420,6 +445,18 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         suffix = a.oracle_crops or ("" if builtin else a.agent)
         a.eval_name = f"{a.model}{'+' + suffix if suffix else ''}/{a.benchmark}"
         check_output_names(p, eval_name=a.eval_name)  # from --model: 'x/../..' must not leave --output_dir
+    _check_ranges(p, a)
+    for name in ("sample_ids", "categories"):
+        if getattr(a, name):
+            setattr(a, name, [x for v in getattr(a, name) for x in v.split(",") if x.strip()])
+    a.subset = subset_spec(a.limit, a.sample_ids, a.categories)
+    if a.subset:  # never mistaken for a full run: its own directory
+        a.eval_name = f"{a.eval_name}@subset-{subset_hash(a.subset)}"
+    _endpoint_access(p, a)
+
+
+def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """The numeric flags' ranges (``p.error`` -> exit 2)."""
     for name in ("num_trials", "concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1")
@@ -429,9 +466,6 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--image_workers must not be negative")
     if not 0 < a.max_failure_ratio <= 1:
         p.error("--max_failure_ratio must be in (0, 1]")
-    for name in ("sample_ids", "categories"):
-        if getattr(a, name):
-            setattr(a, name, [x for v in getattr(a, name) for x in v.split(",") if x.strip()])
     if a.limit is not None and a.limit < 1:
         p.error("--limit must be at least 1")
     if a.max_cost is not None and not a.price_file:
@@ -440,10 +474,6 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         if getattr(a, name) is not None and getattr(a, name) <= 0:
             p.error(f"--{name} must be positive")
     check_run_flags(p, a)  # --max_reply_chars, --max_decode_values (the rest is checked above)
-    a.subset = subset_spec(a.limit, a.sample_ids, a.categories)
-    if a.subset:  # never mistaken for a full run: its own directory
-        a.eval_name = f"{a.eval_name}@subset-{subset_hash(a.subset)}"
-    _endpoint_access(p, a)
 
 
 def _endpoint_access(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
@@ -470,6 +500,12 @@ def _endpoint_access(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     a.api_base_url = model_url.value
     a.judge_api_key = resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key") or judge_key.value
     a.judge_api_base_url = judge_url.value
+    if a.agent == "insight_v":  # the summary agent: the model's endpoint unless told otherwise
+        a.summary_model = a.summary_model or a.model
+        a.summary_api_key = resolve_key(a.summary_api_key, ENV_KEYS["summary"][0], flag="--summary_api_key")
+        a.summary_api_base_url = resolve(a.summary_api_base_url, ENV_KEYS["summary"][1]) or a.api_base_url
+        if a.summary_api_key is None and a.summary_api_base_url == a.api_base_url:
+            a.summary_api_key = a.api_key  # the model's key, to the model's endpoint only
     a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = vs_url.value
     if get_agent(a.agent).calls_model:
@@ -506,6 +542,10 @@ def tool_settings(a: argparse.Namespace) -> ToolSettings:
 
 def _agent(a: argparse.Namespace) -> AgentSettings:
     """The agent-specific settings of the resolved flags ``a``."""
+    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
+    if a.agent == "insight_v":
+        summary_api = ApiAccess(base_url=a.summary_api_base_url, api_key=a.summary_api_key, **client)
+        return InsightVSettings(summary_model=a.summary_model, summary_api=summary_api)
     if a.agent in TOOL_AGENTS:
         return PluginAgentSettings(name=a.agent, tools=tool_settings(a))
     if a.agent not in ("single_model", "insight_o3"):
@@ -516,7 +556,6 @@ def _agent(a: argparse.Namespace) -> AgentSettings:
             oracle_crops=a.oracle_crops,
         )
     # --sys_prompt does not apply: the vReasoner's system prompt is the protocol's (--reasoner_prompt)
-    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
     return InSightO3Config(
         reasoner=ReasonerSettings(
             model=a.model,
@@ -623,7 +662,9 @@ def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
 
 def cost_model(c: EvaluateConfig) -> CostModel | None:
     vsearcher = c.insight_o3.searcher.model if c.insight_o3 else None
-    return CostModel.from_file(c.price_file, {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher})
+    summary = c.insight_v.summary_model if c.insight_v else None
+    models = {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher, "summary": summary}
+    return CostModel.from_file(c.price_file, models)
 
 
 def args_record(a: argparse.Namespace) -> JSONObject:
@@ -686,6 +727,12 @@ def endpoints(c: EvaluateConfig) -> list[Endpoint]:
     if c.insight_o3:
         api = c.insight_o3.searcher_api
         eps.append(Endpoint("vSearcher", api.base_url, api.api_key))
+    if c.insight_v and (c.insight_v.summary_api.base_url, c.insight_v.summary_api.api_key) != (
+        c.api.base_url,
+        c.api.api_key,
+    ):
+        api = c.insight_v.summary_api
+        eps.append(Endpoint("summary", api.base_url, api.api_key))
     return eps
 
 
