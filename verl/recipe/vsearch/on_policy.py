@@ -39,7 +39,7 @@ from typing import Any
 from verl.single_controller.base.decorator import MAGIC_ATTR
 
 # the loss aggregation the Eq. 2 weights are made for, and each variant's (checked at start-up by RunSettings)
-from .image_inputs import rebuild_pixels_in
+from .image_inputs import pixel_cache, rebuild_pixels_in
 from .settings import EQ2_LOSS_AGG_MODE, PROTOCOLS
 
 _CACHE: dict[type, type] = {}
@@ -208,7 +208,12 @@ def on_policy_worker(worker_cls: Any) -> Any:
         apply_loss(self.actor, data)
         if OLD_LOG_PROBS not in data.batch.keys():  # the trainer skipped the pass (old_log_prob_needed)
             without_old_log_probs(self.actor, data)
-        return base_update(self, data)
+        output = base_update(self, data)
+        # the step's pixel rebuilds in this worker (the reference pass and this update): cache hits, misses, seconds
+        metrics = output.meta_info.get("metrics") if output is not None else None
+        if isinstance(metrics, dict):
+            metrics.update(pixel_cache().step_metrics())
+        return output
 
     update_actor.__doc__ = (
         "verl's update_actor with the mini-batch set to this rank's whole batch (one step), "
