@@ -40,6 +40,7 @@ from verl.single_controller.base.decorator import MAGIC_ATTR
 
 # the loss aggregation the Eq. 2 weights are made for, and each variant's (checked at start-up by RunSettings)
 from .image_inputs import pixel_cache, rebuild_pixels_in
+from .padding import trim_padding_in
 from .settings import EQ2_LOSS_AGG_MODE, PROTOCOLS
 
 _CACHE: dict[type, type] = {}
@@ -226,12 +227,17 @@ def on_policy_worker(worker_cls: Any) -> Any:
         out = base_init(self)
         # training rows carry image references: the actor and the reference rebuild the pixel values of each
         # micro-batch where the model runs (recipe.vsearch.image_inputs)
+        # on the padded path (no remove-padding) each micro-batch is also cut to its rows' length (recipe.vsearch.padding)
         for policy in (getattr(self, "actor", None), getattr(self, "ref_policy", None)):
             if policy is not None:
                 rebuild_pixels_in(policy, getattr(self, "processor", None))
+                trim_padding_in(policy)
         return out
 
-    init_model.__doc__ = "verl's init_model; then the actor and the reference rebuild pixel values from references."
+    init_model.__doc__ = (
+        "verl's init_model; then the actor and the reference rebuild pixel values from references and, on the padded "
+        "path, trim each micro-batch to its rows."
+    )
     setattr(init_model, MAGIC_ATTR, dict(getattr(base_init, MAGIC_ATTR)))
     members = {"update_actor": update_actor, "init_model": init_model, "__module__": __name__}
     cls = type(f"OnPolicy{worker_cls.__name__}", (worker_cls,), members)
