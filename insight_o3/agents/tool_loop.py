@@ -15,24 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..base.redaction import failure_reason
+from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
 from ..protocol.attempt import Attempt
 from ..protocol.trajectory import to_openai
-from .tool_agents import AgentDefaults, Finish, SessionFactory, UsageAware
-
-#: what ends an episode as a lost request: the API's errors, or a reply without a first choice
-LOST: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, IndexError, AttributeError, TypeError)
-
-
-def _usage_of(resp: Any) -> dict[str, int]:
-    u = getattr(resp, "usage", None)
-    if u is None:
-        return {}
-    try:
-        return {k: v for k, v in u.model_dump(exclude_none=True).items() if isinstance(v, int)}
-    except AttributeError:
-        return {}
+from ..tools.toolkit import Toolkit
+from .tool_agents import AgentDefaults, Finish, SessionFactory, ShownImage, ToolUser, UsageAware, UseTool
 
 
 class ToolLoopSolver:
@@ -46,8 +35,10 @@ class ToolLoopSolver:
         session: SessionFactory,
         defaults: AgentDefaults,
         completion_kwargs: Mapping[str, Any] | None = None,
+        toolkit: Toolkit | None = None,
     ):
         self.client, self.model, self.images = client, model, images
+        self.toolkit = toolkit
         self.session, self.defaults = session, defaults
         self.completion_kwargs = {**defaults.completion_kwargs, **(completion_kwargs or {})}
         if "n" in self.completion_kwargs:
@@ -81,6 +72,10 @@ class ToolLoopSolver:
         views: dict[ImageRef, EncodedImage] = {}
         usage: dict[str, int] = {}
         stats: dict[str, Any] = {"requests": 0, "zooms": 0}
+        calls: list[dict] = []
+        if self.toolkit is not None:
+            stats["tool_calls"] = calls
+        ctx = self.toolkit.episode(sample.image_path, getattr(sample, "index", 0)) if self.toolkit is not None else None
         extra = dict(self.defaults.image_url_extra)
         while True:
             try:
@@ -92,22 +87,25 @@ class ToolLoopSolver:
                 return Attempt(None, None, error=f"image error: {e}", trajectory=s.messages, stats=stats)
             api_msgs = to_openai(s.messages, views.__getitem__, extra, self.defaults.join_text)
             try:
-                resp = await self.client.chat.completions.create(
-                    model=self.model, messages=api_msgs, n=1, **self.completion_kwargs
-                )
-                choice = resp.choices[0]
-            except asyncio.CancelledError:
-                raise
-            except LOST as e:
+                reply = await chat_once(self.client, self.model, api_msgs, n=1, **self.completion_kwargs)
+            except EXPECTED_ERRORS as e:  # lost after the SDK's retries, or no usable first choice
                 return Attempt(None, None, error=failure_reason(e), trajectory=s.messages, stats=stats)
-            this_usage = _usage_of(resp)
+            this_usage = reply.token_counts()
             for k, v in this_usage.items():
                 usage[k] = usage.get(k, 0) + v
-            reply, finish = (choice.message.content if choice.message else None) or "", choice.finish_reason
+            finish = reply.finish_reason
             stats["requests"] += 1
             if isinstance(s, UsageAware):
                 s.note_usage(this_usage)
-            step = s.step(reply, finish)
+            step = s.step(reply.text, finish)
+            while isinstance(step, UseTool):  # a tool call: run it, hand the session its result
+                if ctx is None or self.toolkit is None or not isinstance(s, ToolUser):
+                    raise TypeError(f"{type(s).__name__} asked for a tool but the solver has no toolkit")
+                ctx.turn = stats["requests"] - 1
+                call = await self.toolkit.call(step.tool, step.name, step.arguments, ctx)
+                record = call.to_dict()
+                calls.append(record)
+                step = s.observe(call.text, [ShownImage(i.path, i.size) for i in call.images], record)
             if isinstance(step, Finish):
                 if step.reason:
                     stats["stop_reason"] = step.reason
@@ -115,4 +113,6 @@ class ToolLoopSolver:
             stats["zooms"] += int(step.zoomed)
 
     async def aclose(self) -> None:
-        """Nothing to release: the client belongs to whoever built this solver."""
+        """The toolkit's backends are closed; the client belongs to whoever built this solver."""
+        if self.toolkit is not None:
+            self.toolkit.close()

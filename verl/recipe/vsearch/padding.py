@@ -21,7 +21,7 @@ Two remedies, both exact (no log-prob changes beyond kernel rounding):
   at most ``W`` positions (5.3 GB of bf16 logits at D.1).
 
 The actor's update keeps its micro-batches (under ``original`` they define the fork's token-mean loss); trimmed, each
-costs its rows times its longest row. :func:`padded_positions` is the arithmetic (``tests/test_recipe_gpu_run_defects``
+costs its rows times its longest row. :func:`padded_positions` is the arithmetic (``tests/recipe/test_gpu_run_defects.py``
 runs verl's own micro-batch split on D.1-shaped rows).
 """
 
