@@ -162,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         real = real_step(Path(a.work), Path(a.real))
         (Path(a.work) / "facts.json").write_text(json.dumps(real, indent=2))
         ok = real["status"] == 0 and len(real["losses"]) == 2 and all(x == x for x in real["losses"])
-        print(f"{'PASS' if ok else 'FAIL'} status {real['status']}, losses {real['losses']}, {real['train_runtime_s']} s")
+        print(
+            f"{'PASS' if ok else 'FAIL'} status {real['status']}, losses {real['losses']}, {real['train_runtime_s']} s"
+        )
         return 0 if ok else 1
     facts = run(Path(a.work), a.device)
     (Path(a.work) / "facts.json").write_text(json.dumps(facts, indent=2, default=str))

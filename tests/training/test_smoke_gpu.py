@@ -29,7 +29,10 @@ def test_the_plan_names_every_check_in_order(tmp_path):
     lines = [line for line in r.stdout.splitlines() if line[:4] in ("PLAN", "PASS", "SKIP", "FAIL")]
     assert [line.split()[1] for line in lines] == ["gpu", "stack", "train", "rounds", "real", "time"]
     text = r.stdout
-    assert "-m tests.support.dpo_train_run --device cuda" in text and "-m tests.support.dpo_rounds_run --device cuda" in text
+    assert (
+        "-m tests.support.dpo_train_run --device cuda" in text
+        and "-m tests.support.dpo_rounds_run --device cuda" in text
+    )
     assert f"--real {tmp_path / 'qwen'}" in text
     for module in ("tests.support.dpo_train_run", "tests.support.dpo_rounds_run"):
         help_ = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True)
