@@ -153,6 +153,18 @@ def _kill_when(proc: subprocess.Popen, ready: Path, timeout: float) -> float:
     return time.monotonic()
 
 
+def _end_all(proc: subprocess.Popen, runs: Path) -> None:
+    """Kill the driver's process group and every vLLM server a round started (their own groups, by pid file)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    for pid_file in runs.glob("round_*/vllm/*.pid"):
+        try:
+            os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+
+
 def run(work: Path, device: str = "cpu", port: int | None = None) -> dict[str, Any]:
     """The two rounds with a kill during round 1's training; what happened, for the caller to check."""
     from tests.support.tiny_qwen import build_tiny_qwen
@@ -171,7 +183,11 @@ def run(work: Path, device: str = "cpu", port: int | None = None) -> dict[str, A
         first = subprocess.Popen(
             cmd, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        _kill_when(first, runs / "round_1" / "train" / "checkpoint-2" / "trainer_state.json", timeout=1500)
+        try:
+            _kill_when(first, runs / "round_1" / "train" / "checkpoint-2" / "trainer_state.json", timeout=1500)
+        except BaseException:  # a failure or the test's timeout: leave no driver or server behind
+            _end_all(first, runs)
+            raise
         facts["killed_after_s"] = round(time.monotonic() - t0, 1)
         facts["assessor_calls_before_kill"] = srv.count
         facts["round_1_at_kill"] = json.loads((runs / "round_1" / "round.json").read_text())
