@@ -15,24 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..base.redaction import failure_reason
+from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
 from ..protocol.attempt import Attempt
 from ..protocol.trajectory import to_openai
 from .tool_agents import AgentDefaults, Finish, SessionFactory, UsageAware
-
-#: what ends an episode as a lost request: the API's errors, or a reply without a first choice
-LOST: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, IndexError, AttributeError, TypeError)
-
-
-def _usage_of(resp: Any) -> dict[str, int]:
-    u = getattr(resp, "usage", None)
-    if u is None:
-        return {}
-    try:
-        return {k: v for k, v in u.model_dump(exclude_none=True).items() if isinstance(v, int)}
-    except AttributeError:
-        return {}
 
 
 class ToolLoopSolver:
@@ -92,22 +80,17 @@ class ToolLoopSolver:
                 return Attempt(None, None, error=f"image error: {e}", trajectory=s.messages, stats=stats)
             api_msgs = to_openai(s.messages, views.__getitem__, extra, self.defaults.join_text)
             try:
-                resp = await self.client.chat.completions.create(
-                    model=self.model, messages=api_msgs, n=1, **self.completion_kwargs
-                )
-                choice = resp.choices[0]
-            except asyncio.CancelledError:
-                raise
-            except LOST as e:
+                reply = await chat_once(self.client, self.model, api_msgs, n=1, **self.completion_kwargs)
+            except EXPECTED_ERRORS as e:  # lost after the SDK's retries, or no usable first choice
                 return Attempt(None, None, error=failure_reason(e), trajectory=s.messages, stats=stats)
-            this_usage = _usage_of(resp)
+            this_usage = reply.token_counts()
             for k, v in this_usage.items():
                 usage[k] = usage.get(k, 0) + v
-            reply, finish = (choice.message.content if choice.message else None) or "", choice.finish_reason
+            finish = reply.finish_reason
             stats["requests"] += 1
             if isinstance(s, UsageAware):
                 s.note_usage(this_usage)
-            step = s.step(reply, finish)
+            step = s.step(reply.text, finish)
             if isinstance(step, Finish):
                 if step.reason:
                     stats["stop_reason"] = step.reason

@@ -49,6 +49,7 @@ from typing import Any, TypeAlias
 from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..base.untrusted import MalformedReply
+from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
@@ -187,14 +188,9 @@ AskJudge: TypeAlias = Callable[[Any, str, str, JSONObject], Awaitable[str]]
 
 
 async def ask_judge(client: Any, model: str, prompt: str, completion_kwargs: JSONObject) -> str:
-    """One judge request; the reply text ("" when the server sent no content)."""
-    resp = await client.chat.completions.create(model=model, messages=user_message(prompt), **completion_kwargs)
-    if not getattr(resp, "choices", None):
-        raise JudgeError("judge returned no choices")
-    message = resp.choices[0].message
-    if message is None:
-        raise JudgeError("judge returned a choice without a message")
-    return message.content or ""
+    """One judge request; the reply text ("" when the server sent no content). A reply without a first choice
+    raises :class:`~insight_o3.endpoints.chat.NoChoice`, a malformed reply: judged again (:data:`RETRIED_JUDGE_ERRORS`)."""
+    return (await chat_once(client, model, user_message(prompt), **completion_kwargs)).text
 
 
 class JudgeCache:
