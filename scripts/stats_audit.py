@@ -56,6 +56,12 @@ def _within_image_correlation(d: np.ndarray, images: np.ndarray) -> float:
     return float(np.corrcoef(np.r_[x, y], np.r_[y, x])[0, 1])
 
 
+def _gap(shift: float, target: float) -> float:
+    """How far the population difference at ``shift`` is from ``target`` (for the root search)."""
+    p_a, p_b = population(shift)
+    return p_b - p_a - target
+
+
 def clustered(replicates: int, bootstrap_replicates: int) -> list[dict]:
     """Rows of the image-clustered model: per number of images and trials."""
     rows = []
@@ -78,7 +84,7 @@ def clustered(replicates: int, bootstrap_replicates: int) -> list[dict]:
             d = xb - xa
             m = np.full(xb.shape, trials)
             boots = [bootstrap_difference(x, des, 999, seed=i) for i, x in enumerate(d[:bootstrap_replicates])]
-            shift = brentq(lambda s: np.subtract(*population(s)[::-1]) - mde, 0.0, 6.0)
+            shift = brentq(_gap, 0.0, 6.0, args=(mde,))
             xa_m, xb_m = clustered_runs(rng, images, replicates, trials, shift=shift)
             power = float((sign_flip_pvalue(des.totals(xb_m - xa_m), 999, seed=2) < ALPHA).mean())
             rows.append(
