@@ -115,9 +115,12 @@ def test_difference_interval_is_never_degenerate():
         lo, hi = difference_interval(d)
         assert lo < hi and -1 <= lo and hi <= 1
     assert difference_interval(np.ones(50))[0] > 0.8
-    # two identical runs of two samples: [+0.0, +0.0] before, now wide
-    ones = np.ones((2, 1), bool)
-    o = outcomes(outcome_trials(ones, ["x", "x"]))
+
+
+def test_two_identical_runs_of_two_samples_get_a_wide_interval():
+    """One right and one wrong in both runs: the correlation of the runs is 1, and Newcombe's interval with
+    Pearson's r was [+0.0, +0.0]."""
+    o = outcomes(outcome_trials(np.array([[True], [False]]), ["x", "x"]))
     res = compare_pair("A", o, "B", o).overall
     assert res.low < -0.3 and res.high > 0.3 and res.pvalue == 1.0
 
