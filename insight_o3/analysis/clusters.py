@@ -3,7 +3,7 @@
 Questions on the same image are not independent: when a system reads an image well it tends to answer all of
 that image's questions better, so the two systems' per-question differences correlate within an image (O3-Bench
 holds 345 questions on 204 images). Treating them as independent makes a test reject too often and an interval
-too narrow (``tests/test_significance_simulation.py`` shows it). The unit of every statistic is therefore the
+too narrow (``tests/analysis/test_significance_simulation.py`` shows it). The unit of every statistic is therefore the
 **cluster**: by default the samples sharing an image (:attr:`Cluster.IMAGE`; a sample whose image is not
 recorded is its own cluster), or each sample alone (:attr:`Cluster.SAMPLE`).
 

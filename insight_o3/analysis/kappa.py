@@ -9,7 +9,7 @@
   misreads its questions alike, so items are resampled by cluster (cluster bootstrap, percentile, a fixed seed;
   the clusters of :mod:`.clusters`: by default the samples sharing an image). The resamples are computed in one
   vectorised pass from additive per-item statistics (statsmodels takes one table at a time, too slow for
-  thousands of resamples); ``tests/test_kappa.py`` checks that pass against statsmodels on random tables, and
+  thousands of resamples); ``tests/analysis/test_kappa.py`` checks that pass against statsmodels on random tables, and
   the intervals' coverage by simulation: about 94 % at a nominal 95 % with 50 clusters × 3 trials, and over
   images where resampling samples alone is too narrow (disagreements that come together on some images); with
   fewer than about 20 clusters it is too narrow (91 %), which the outputs say.

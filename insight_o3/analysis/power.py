@@ -14,7 +14,7 @@ difference of two runs this module gives:
   without bias by ``x(1 − x)/(m − 1)``, needs two or more trials). ``k`` times the trials divides ``within`` by
   ``k`` and leaves ``between``: when ``between`` dominates, more questions help and more trials do not.
 
-``tests/test_significance_simulation.py`` checks all three by simulation (the power at the printed effect, the
+``tests/analysis/test_significance_simulation.py`` checks all three by simulation (the power at the printed effect, the
 standard error predicted for more trials against the one measured with them).
 """
 

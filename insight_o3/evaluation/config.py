@@ -5,6 +5,7 @@ environment, the eval name of a subset: all resolved there, once); everything be
 object, never a command line. It has an agent-agnostic part (data, the answering model's endpoint, judge, run
 controls) and an agent-specific part, :attr:`EvaluateConfig.agent`: :class:`SingleModelSettings` for one model
 answering alone, :class:`~insight_o3.agents.config.InSightO3Config` for vReasoner + vSearcher,
+:class:`~insight_o3.agents.config.InsightVSettings` for Insight-V's summary agent,
 :class:`PluginAgentSettings` for any other agent of the registry (:mod:`.agent_registry`), which builds its
 solver from this config.
 """
@@ -15,9 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agents.config import ApiAccess, InSightO3Config
+from ..agents.config import ApiAccess, InSightO3Config, InsightVSettings
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..endpoints.usage import CostModel
+from ..tools.setup import ToolSettings
 from .judge import DEFAULT_JUDGE_RETRIES
 from .runner import RunConfig
 
@@ -37,10 +39,11 @@ class PluginAgentSettings:
     the run's model endpoint and request settings, the rest is its protocol's."""
 
     name: str
+    tools: ToolSettings | None = None  # an agent of the tool layer (opensearch_vl): its tools, retrieval, limits
 
 
 #: The agent-specific settings an evaluation run may carry.
-AgentSettings = SingleModelSettings | InSightO3Config | PluginAgentSettings
+AgentSettings = SingleModelSettings | InSightO3Config | InsightVSettings | PluginAgentSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +118,14 @@ class EvaluateConfig:
             return "insight_o3"
         if isinstance(self.agent, SingleModelSettings):
             return "single_model"
+        if isinstance(self.agent, InsightVSettings):
+            return "insight_v"
         return self.agent.name
+
+    @property
+    def insight_v(self) -> InsightVSettings | None:
+        """Insight-V's summary agent settings (``--agent insight_v``), else None."""
+        return self.agent if isinstance(self.agent, InsightVSettings) else None
 
     @property
     def reply_chars(self) -> int:

@@ -1,5 +1,5 @@
 """Generative models of two runs on one benchmark, for checking the statistics of ``compare`` by simulation
-(``tests/test_significance_simulation.py``, ``scripts/stats_audit.py``).
+(``tests/analysis/test_significance_simulation.py``, ``scripts/stats_audit.py``).
 
 * :func:`clustered_runs` — questions on shared images. Each question has a difficulty on the logit scale
   (an image part plus a question part: logit-normal accuracy), and the two systems differ on it by an
