@@ -187,7 +187,7 @@ def markdown(audit: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--replicates", type=int, default=4000)
     p.add_argument("--bootstrap_replicates", type=int, default=400)
     p.add_argument("--json", default=str(ROOT / "docs" / "stats_audit.json"), help="where the figures go")
