@@ -21,7 +21,6 @@ output could not be written.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {traj} ({len(rows)} rows, {size / 1e6:.2f} MB) and {board}")
         for line in summary_lines(run.name, entry, a.confidence, a.failed_as_wrong, Cluster(a.cluster)):
             print(line)
-        print(json.dumps({"run_card_sha256": entry["run_card_sha256"]}))
+        print(f"run card sha256: {entry['run_card_sha256']} (in the leaderboard entry: the run it comes from)")
         return ExitCode.OK
 
     return run_main(body, bad_input=(RunDirError, RecordError, PairingError))
