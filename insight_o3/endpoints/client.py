@@ -5,7 +5,8 @@ Retries and backoff are the ``openai`` SDK's own (it honours ``Retry-After`` and
 (``openai.DefaultAsyncHttpxClient``: ``httpx`` under openai 1.x/2.x, ``httpx2`` under 3.x), so
 this module imports no HTTP package itself.
 
-Keys are resolved by :func:`resolve_key` and handed to :func:`make_client`; both register them with
+A client is made for one :class:`~insight_o3.endpoints.endpoint.Endpoint` (address, key, timeout, retries): keys are
+resolved by :func:`~insight_o3.endpoints.endpoint.resolve_key` and registered again by :func:`make_client` with
 :mod:`insight_o3.base.redaction`, so every message that leaves the process has them removed.
 
 A client built with a :class:`~insight_o3.endpoints.guard.RunGuard` reports the outcome of every request
@@ -28,7 +29,6 @@ import asyncio
 import importlib
 import json
 import logging
-import os
 import zlib
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -38,6 +38,7 @@ from openai import AsyncOpenAI
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, MAX_REPLY_BYTES, reply_body_cap
 from ..base.redaction import redact, register_secret, register_url
 from ..base.untrusted import MalformedReply, ReplyCheck, check_reply
+from .endpoint import Endpoint
 from .usage import record_response
 
 if TYPE_CHECKING:
@@ -48,45 +49,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_TIMEOUT = 600.0
-#: Env vars consulted when a flag is not given, per role, in order.
-ENV_KEYS = {
-    "main": (("OPENAI_API_KEY",), ("OPENAI_BASE_URL",)),
-    "judge": (("JUDGE_API_KEY", "OPENAI_API_KEY"), ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
-    "vsearcher": (("VSEARCHER_API_KEY",), ("VSEARCHER_API_BASE_URL", "VSEARCHER_BASE_URL")),
-}
 #: Responses that no retry or later request can fix: the run stops at the first one.
 FATAL_STATUSES = {
     401: "unauthorized: wrong or missing API key",
     403: "forbidden: the key may not use this model or endpoint",
     404: "not found: wrong model name or base URL",
 }
-
-
-def resolve(flag_value: str | None, env_names: tuple[str, ...], default: str | None = None) -> str | None:
-    if flag_value:
-        return flag_value
-    for name in env_names:
-        if os.environ.get(name):
-            return os.environ[name]
-    return default
-
-
-def resolve_key(
-    flag_value: str | None, env_names: tuple[str, ...], default: str | None = None, flag: str = "--api_key"
-) -> str | None:
-    """An API key from its flag or the first env var set (see :data:`ENV_KEYS`), registered as a secret. A key
-    given as a flag gets a warning: the command line is visible to every user of the machine (``ps``,
-    ``/proc/<pid>/cmdline``) and stays in the shell's history; an env var is not."""
-    if flag_value and flag_value != "EMPTY":
-        log.warning(
-            "%s on the command line is visible to other users of this machine (ps) and in your shell history; "
-            "set %s instead",
-            flag,
-            f"${env_names[0]}" if env_names else "it in the environment",
-        )
-    key = resolve(flag_value, env_names, default)
-    register_secret(key)
-    return key
 
 
 def quiet_http_logs() -> None:
@@ -211,21 +179,19 @@ def _http_package() -> Any:
 
 
 def make_client(
-    api_key: str | None,
-    base_url: str | None,
-    timeout: float | None = None,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    max_connections: int = 256,
+    endpoint: Endpoint,
     *,
+    max_connections: int = 256,
     role: str = "model",
     guard: RunGuard | None = None,
     limiter: AdaptiveLimiter | None = None,
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
     choices: int = 1,
 ) -> AsyncOpenAI:
-    """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
+    """An ``AsyncOpenAI`` for ``endpoint`` with our retry/timeout policy (its key may be empty for local servers).
 
-    ``timeout``: the total deadline of each HTTP attempt in seconds (see the module docstring). ``role``
+    The endpoint's ``timeout``: the total deadline of each HTTP attempt in seconds (see the module docstring;
+    None: :data:`DEFAULT_TIMEOUT`); its ``max_retries``: the SDK's (None: :data:`DEFAULT_MAX_RETRIES`). ``role``
     names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
     :class:`~insight_o3.endpoints.guard.RunGuard`) every request's outcome is reported to it; with
     ``limiter`` (a :class:`~insight_o3.endpoints.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
@@ -233,9 +199,10 @@ def make_client(
     :func:`~insight_o3.base.caps.reply_body_cap` bytes of the run's ``max_reply_chars`` for replies of ``choices``
     choices at most (the largest ``n`` the client's requests ask for), and refused past that.
     """
-    register_secret(api_key)
-    register_url(base_url)
-    timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
+    register_secret(endpoint.api_key)
+    register_url(endpoint.base_url)
+    timeout = endpoint.timeout if endpoint.timeout is not None else DEFAULT_TIMEOUT
+    max_retries = endpoint.max_retries if endpoint.max_retries is not None else DEFAULT_MAX_RETRIES
     http_kwargs = dict(
         limits=_limits(max_connections),
         timeout=timeout,
@@ -249,7 +216,11 @@ def make_client(
 
         http_client = limited_http_client(limiter, base=DeadlineHttpClient, **http_kwargs)
     kwargs = dict(
-        api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=max_retries, http_client=http_client
+        api_key=endpoint.api_key or "EMPTY",
+        base_url=endpoint.base_url,
+        timeout=timeout,
+        max_retries=max_retries,
+        http_client=http_client,
     )
     return GuardedAsyncOpenAI(role=role, guard=guard, limiter=limiter, **kwargs)
 

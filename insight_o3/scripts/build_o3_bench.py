@@ -39,7 +39,7 @@ from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..data.layout import LayoutError
 from ..data.reliability import parse_checker
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.endpoint import ENV_KEYS, Endpoint, resolve, resolve_key
 from ..endpoints.usage import CostModel, PriceError
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..o3bench import sources as src_mod
@@ -57,7 +57,7 @@ from ..o3bench.prompts import (
 from ..o3bench.records import BuildFileError, read_items, read_sources
 from ..o3bench.release import release_workspace
 from ..o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..o3bench.steps import PROG, InputNotReady, ModelEndpoint, StepSettings, read_log, step_command
+from ..o3bench.steps import PROG, InputNotReady, StepSettings, model_card, read_log, step_command
 from ..o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..o3bench.validation import validate_workspace
 from ..o3bench.validation_rules import load_rules
@@ -75,9 +75,11 @@ from ._shared import (
     add_run_flags,
     add_separate_requests_flag,
     check_run_flags,
+    endpoint_of,
     entry_point,
     invocation_of,
     new_parser,
+    run_controls,
     run_main,
     setup_logging,
 )
@@ -294,28 +296,15 @@ def build_parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- the steps
 def _settings(a: argparse.Namespace) -> StepSettings:
     return StepSettings(
-        concurrency=a.concurrency,
-        max_retries=a.max_retries,
-        client_timeout=a.client_timeout,
         rpm=a.rpm,
         tpm=a.tpm,
         adaptive_concurrency=not a.no_adaptive_concurrency,
-        max_failure_ratio=a.max_failure_ratio,
-        max_cost=a.max_cost,
-        max_tokens_total=a.max_tokens_total,
         parse_retries=getattr(a, "parse_retries", 0),
         retry_failed=not a.no_retry_failed,
         limit=a.limit,
-        progress=not a.no_progress,
-        image_workers=getattr(a, "image_workers", None),
         chat_completion_kwargs=dict(a.chat_completion_kwargs),
-        check_endpoints=not a.skip_endpoint_check,
+        controls=run_controls(a),
     )
-
-
-def _main_endpoint(a: argparse.Namespace, model: str) -> ModelEndpoint:
-    keys, urls = ENV_KEYS["main"]
-    return ModelEndpoint(model=model, api_base_url=resolve(a.api_base_url, urls), api_key=resolve_key(a.api_key, keys))
 
 
 def _costs(a: argparse.Namespace, models: dict[str, str | None]) -> CostModel | None:
@@ -389,10 +378,11 @@ def run_extract(a: argparse.Namespace) -> int:
     prompts_sha = {"EXTRACTION_PROMPT": sha256_text(prompt)}
     files = {"EXTRACTION_PROMPT": own.card()} if own is not None else {}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
-    ep = _main_endpoint(a, a.model)
+    ep = endpoint_of(a)
     job = ExtractJob(
         ws,
         _settings(a),
+        a.model,
         ep,
         max_pixels=a.img_max_pixels or None,
         prompt_role=a.extract_prompt_role,
@@ -400,7 +390,7 @@ def run_extract(a: argparse.Namespace) -> int:
         cost_model=_costs(a, {"extractor": a.model}),
         invocation=invocation_of("build_o3_bench extract", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
-            "model": ep.public(),
+            "model": model_card(a.model, ep),
             "prompts_sha256": prompts_sha,
             **({"prompt_files": files} if files else {}),
             "prompt_role": a.extract_prompt_role,
@@ -424,17 +414,18 @@ def run_synthesize(a: argparse.Namespace) -> int:
             f"{missing[0]}=FILE (the shipped prompts: {', '.join(SYNTHESIS_PROMPTS)}; see data/README.md)"
         )
     ws.require(ws.records("extract"), "extract")
-    ep = _main_endpoint(a, a.model)
+    ep = endpoint_of(a)
     job = SynthesizeJob(
         ws,
         _settings(a),
+        a.model,
         ep,
         layout_text_mode=a.layout_text,
         templates=templates,
         cost_model=_costs(a, {"synthesizer": a.model}),
         invocation=invocation_of("build_o3_bench synthesize", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
-            "model": ep.public(),
+            "model": model_card(a.model, ep),
             "prompts_sha256": prompts_sha,
             **({"prompt_files": files} if files else {}),
             "layout_text": a.layout_text,
@@ -478,29 +469,34 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         ap.error(str(e))
     if a.attempts < 1:
         ap.error("--attempts must be at least 1")
+    if len({m for m, _, _ in specs}) != len(specs):
+        ap.error("--solver models must be distinct")
     main_urls = ENV_KEYS["main"][1]
-    solvers = [
-        ModelEndpoint(
-            model=m,
-            api_base_url=base or resolve(a.api_base_url, main_urls),
+    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
+    solvers = {
+        m: Endpoint(
+            base_url=base or resolve(a.api_base_url, main_urls),
             api_key=resolve_key(a.api_key if env == "OPENAI_API_KEY" else None, (env,)),
             key_env=None if env == "OPENAI_API_KEY" else env,  # a variable the user named must be set
+            **client,
         )
         for m, base, env in specs
-    ]
+    }
+    first = next(iter(solvers.values()))
     jkeys, jurls = ENV_KEYS["judge"]
-    judge = ModelEndpoint(
-        model=a.judge_model,
-        api_base_url=resolve(a.judge_api_base_url, jurls) or solvers[0].api_base_url,
-        api_key=resolve_key(a.judge_api_key, jkeys, flag="--judge_api_key") or solvers[0].api_key,
+    judge = Endpoint(
+        base_url=resolve(a.judge_api_base_url, jurls) or first.base_url,
+        api_key=resolve_key(a.judge_api_key, jkeys, flag="--judge_api_key") or first.api_key,
+        **client,
     )
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
-    costs = _costs(a, {**{e.model: e.model for e in solvers}, "judge": judge.model})
+    costs = _costs(a, {**{m: m for m in solvers}, "judge": a.judge_model})
     job = BenchFilterJob(
         ws,
         _settings(a),
         solvers,
+        a.judge_model,
         judge,
         sources,
         attempts=a.attempts,
@@ -509,8 +505,8 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         cost_model=costs,
         invocation=invocation_of("build_o3_bench filter", a, skip=("step",)),
         card={
-            "models": [e.public() for e in solvers],
-            "judge": judge.public(),
+            "models": [model_card(m, ep) for m, ep in solvers.items()],
+            "judge": model_card(a.judge_model, judge),
             "attempts": a.attempts,
             "drop_when": a.drop_when,
             "request": "evaluate's single-model request (model default system prompt, detail high)",

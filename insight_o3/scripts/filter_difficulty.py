@@ -17,9 +17,10 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 
 from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.endpoint import resolve, resolve_key
 from ..protocol.limits import LIMITS
 from ._shared import (
     add_api_flags,
@@ -31,9 +32,11 @@ from ._shared import (
     add_separate_requests_flag,
     add_token_budget_flag,
     check_run_flags,
+    endpoint_of,
     entry_point,
     invocation_of,
     new_parser,
+    run_controls,
     run_main,
     setup_logging,
 )
@@ -71,27 +74,23 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     check_run_flags(ap, a)
     if a.attempts < 1 or a.img_max_pixels < 0:
         ap.error("--attempts must be >= 1 and --img_max_pixels >= 0")
-    key = resolve_key(a.api_key, ENV_KEYS["main"][0])
-    base = resolve(a.api_base_url, ENV_KEYS["main"][1])
+    model = endpoint_of(a)
+    # the judge's own variables, else the model's endpoint (never the SDK's default address)
+    judge = replace(
+        model,
+        api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), model.api_key, flag="--judge_api_key"),
+        base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), model.base_url),
+    )
     settings = FilterSettings(
         out_dir=a.out_dir,
         model=a.model,
-        api_key=key,
-        api_base_url=base,
+        endpoint=model,
         judge_model=a.judge_model,
-        judge_api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), key, flag="--judge_api_key"),
-        judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base),
+        judge=judge,
         attempts=a.attempts,
         separate_attempt_requests=a.separate_trial_requests,
-        concurrency=a.concurrency,
-        max_retries=a.max_retries,
-        client_timeout=a.client_timeout,
         max_pixels=a.img_max_pixels,
-        max_failure_ratio=a.max_failure_ratio,
-        image_workers=a.image_workers,
-        max_tokens_total=a.max_tokens_total,
-        progress=not a.no_progress,
-        check_endpoints=not a.skip_endpoint_check,
+        controls=run_controls(a),
     )
 
     def body() -> int:
