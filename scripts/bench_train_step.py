@@ -1,5 +1,5 @@
 """Benchmark of one recipe training step's cost on CPU: the real driver (``train.sh`` -> verl -> the recipe, as in
-``tests/test_recipe_driver_vllm.py``) for a few steps at D.1-like image sizes, with probes that measure per step:
+``tests/recipe/test_driver_vllm.py``) for a few steps at D.1-like image sizes, with probes that measure per step:
 
 * ``wall_s``: verl's ``timing_s/step``;
 * ``driver_peak_rss_mb``: the peak RSS of the driver (verl's TaskRunner process, which holds the step's batch);

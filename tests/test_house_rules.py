@@ -73,7 +73,9 @@ def _dataclass_fields() -> list[tuple[str, str, ast.AnnAssign]]:
     out = []
     for p in sorted([*PACKAGE.rglob("*.py"), *RECIPE.rglob("*.py")]):
         for node in ast.walk(ast.parse(p.read_text())):
-            if not isinstance(node, ast.ClassDef) or not any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+            if not isinstance(node, ast.ClassDef) or not any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
                 continue
             for stmt in node.body:
                 if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):

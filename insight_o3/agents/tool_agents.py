@@ -40,7 +40,25 @@ class Finish:
     reason: str | None = None
 
 
-Step = Ask | Finish
+@dataclass(frozen=True)
+class UseTool:
+    """Run the tool ``tool`` of the run's toolkit (None: no such tool) on ``arguments``; ``name`` is what the model
+    called it. The driver hands the call's record to the session's ``observe`` (:class:`ToolUser`)."""
+
+    name: Any
+    tool: str | None
+    arguments: dict
+
+
+@dataclass(frozen=True)
+class ShownImage:
+    """An image a tool made, for the messages: its file and size."""
+
+    path: str
+    size: tuple[int, int]
+
+
+Step = Ask | Finish | UseTool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +88,16 @@ class UsageAware(Protocol):
     the server reports none) before ``step``."""
 
     def note_usage(self, usage: Mapping[str, int]) -> None: ...
+
+
+@runtime_checkable
+class ToolUser(Protocol):
+    """A session whose steps may be :class:`UseTool`: ``observe`` takes the call's observation text, the images it
+    made and its record, and says what comes next."""
+
+    def observe(
+        self, text: str, new_images: list[ShownImage], record: Mapping[str, Any] | None = None
+    ) -> Ask | Finish: ...
 
 
 class SessionFactory(Protocol):

@@ -20,7 +20,8 @@ from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
 from ..protocol.attempt import Attempt
 from ..protocol.trajectory import to_openai
-from .tool_agents import AgentDefaults, Finish, SessionFactory, UsageAware
+from ..tools.toolkit import Toolkit
+from .tool_agents import AgentDefaults, Finish, SessionFactory, ShownImage, ToolUser, UsageAware, UseTool
 
 
 class ToolLoopSolver:
@@ -34,8 +35,10 @@ class ToolLoopSolver:
         session: SessionFactory,
         defaults: AgentDefaults,
         completion_kwargs: Mapping[str, Any] | None = None,
+        toolkit: Toolkit | None = None,
     ):
         self.client, self.model, self.images = client, model, images
+        self.toolkit = toolkit
         self.session, self.defaults = session, defaults
         self.completion_kwargs = {**defaults.completion_kwargs, **(completion_kwargs or {})}
         if "n" in self.completion_kwargs:
@@ -69,6 +72,10 @@ class ToolLoopSolver:
         views: dict[ImageRef, EncodedImage] = {}
         usage: dict[str, int] = {}
         stats: dict[str, Any] = {"requests": 0, "zooms": 0}
+        calls: list[dict] = []
+        if self.toolkit is not None:
+            stats["tool_calls"] = calls
+        ctx = self.toolkit.episode(sample.image_path, getattr(sample, "index", 0)) if self.toolkit is not None else None
         extra = dict(self.defaults.image_url_extra)
         while True:
             try:
@@ -91,6 +98,14 @@ class ToolLoopSolver:
             if isinstance(s, UsageAware):
                 s.note_usage(this_usage)
             step = s.step(reply.text, finish)
+            while isinstance(step, UseTool):  # a tool call: run it, hand the session its result
+                if ctx is None or self.toolkit is None or not isinstance(s, ToolUser):
+                    raise TypeError(f"{type(s).__name__} asked for a tool but the solver has no toolkit")
+                ctx.turn = stats["requests"] - 1
+                call = await self.toolkit.call(step.tool, step.name, step.arguments, ctx)
+                record = call.to_dict()
+                calls.append(record)
+                step = s.observe(call.text, [ShownImage(i.path, i.size) for i in call.images], record)
             if isinstance(step, Finish):
                 if step.reason:
                     stats["stop_reason"] = step.reason
@@ -98,4 +113,6 @@ class ToolLoopSolver:
             stats["zooms"] += int(step.zoomed)
 
     async def aclose(self) -> None:
-        """Nothing to release: the client belongs to whoever built this solver."""
+        """The toolkit's backends are closed; the client belongs to whoever built this solver."""
+        if self.toolkit is not None:
+            self.toolkit.close()

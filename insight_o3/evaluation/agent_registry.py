@@ -3,7 +3,8 @@
 An agent is an :class:`AgentPlugin`: a name, the version of the protocol it implements (written to the run
 card), how the run's images are encoded, and ``build(context) -> Solver``. The built-in agents are
 ``single_model`` and ``insight_o3`` (the two modes ``evaluate`` always had: their requests are unchanged) and the
-Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``; see docs/fidelity.md). A package adds agents through the entry-point group
+Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``; see docs/fidelity.md) and ``opensearch_vl`` (with the
+tool layer, :mod:`insight_o3.tools`). A package adds agents through the entry-point group
 :data:`ENTRY_POINT_GROUP`; each entry point names an :class:`AgentPlugin` (or a callable returning one)::
 
     [project.entry-points."insight_o3.agents"]
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..agents import deepeyes, mini_o3, pixel_reasoner
+from ..agents import deepeyes, mini_o3, opensearch_vl, pixel_reasoner
 from ..agents.tool_agents import AgentDefaults, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
@@ -91,6 +92,24 @@ def tool_agent(
         alpha=alpha,
         keeps_originals=True,
         resizes=False,
+    )
+
+
+def _opensearch_vl(ctx: AgentContext) -> Solver:
+    """OpenSearch-VL's agent over the run's toolkit: its images and retrieval record go into the run directory."""
+    import functools
+
+    from ..tools.setup import ToolSettings, build_toolkit
+    from .config import PluginAgentSettings
+
+    c = ctx.config
+    agent = c.agent
+    settings = agent.tools if isinstance(agent, PluginAgentSettings) and agent.tools is not None else ToolSettings()
+    run = c.run.run_dir
+    toolkit = build_toolkit(settings, images_dir=run.tool_images_dir(), store_dir=run.retrieval_store_dir())
+    session = functools.partial(opensearch_vl.OpenSearchVLSession, tool_set=settings.tool_set)
+    return ToolLoopSolver(
+        ctx.client, c.model, ctx.images, session, opensearch_vl.DEFAULTS, dict(c.completion_kwargs), toolkit=toolkit
     )
 
 
@@ -171,6 +190,16 @@ BUILTIN: dict[str, AgentPlugin] = {
             pixel_reasoner.PixelReasonerSession,
             pixel_reasoner.DEFAULTS,
             alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white
+        ),
+        AgentPlugin(
+            name="opensearch_vl",
+            protocol_version=opensearch_vl.PROTOCOL_VERSION,
+            description="OpenSearch-VL: the Visual Investigation Agent with its tools (crop, enhancement, layout "
+            "parsing, retrieval; --tool_set all adds visit and python_interpreter), its released inference loop",
+            build=_opensearch_vl,
+            image_format=opensearch_vl.DEFAULTS.image_format,
+            keeps_originals=True,
+            resizes=False,
         ),
     )
 }

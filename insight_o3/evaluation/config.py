@@ -17,6 +17,7 @@ from typing import Any
 
 from ..agents.config import InSightO3Config
 from ..endpoints.endpoint import Endpoint
+from ..tools.setup import ToolSettings
 from .judge import DEFAULT_JUDGE_RETRIES
 from .runner import RunConfig
 
@@ -36,6 +37,7 @@ class PluginAgentSettings:
     the run's model endpoint and request settings, the rest is its protocol's."""
 
     name: str
+    tools: ToolSettings | None = None  # an agent of the tool layer (opensearch_vl): its tools, retrieval, limits
 
 
 #: The agent-specific settings an evaluation run may carry.

@@ -71,6 +71,8 @@ from ..jobs.integrity import SettingsChanged
 from ..protocol import prompts
 from ..protocol.attempt import Solver
 from ..protocol.sample import AnnotationError, Sample
+from ..tools.layout import BACKENDS as LAYOUT_BACKENDS
+from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError, tools_card
 from ._shared import (
     OUTPUT_ROOT,
     STOP_ERRORS,
@@ -288,9 +290,30 @@ def _analysis_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _tool_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tools (--agent opensearch_vl; see README 'OpenSearch-VL')")
+    g.add_argument("--tool_set", choices=sorted(TOOL_SETS), default="release",
+                   help="release: the 8 tools of the released inference schema; all: also visit and python_interpreter")  # fmt: skip
+    g.add_argument(
+        "--retrieval",
+        choices=RETRIEVALS,
+        default="local",
+        help="local: a corpus index (--corpus; keyless); web: the released Serper + Jina + summariser chain (keys "
+        "from SERPER_API_KEY, JINA_API_KEY, QWEN_API_BASE ...); replay: the store of a recorded run "
+        "(--retrieval_replay_from), no network. Every answer is recorded in <run>/retrieval/",
+    )
+    g.add_argument("--corpus", default=None, help="with --retrieval local: the index made by insight-o3-index-corpus")
+    g.add_argument("--retrieval_replay_from", default=None, help="with --retrieval replay: a run directory (or its retrieval/ folder)")  # fmt: skip
+    g.add_argument("--layout_backend", choices=LAYOUT_BACKENDS, default="tesseract",
+                   help="layout_parsing: tesseract (offline, Debian's tesseract-ocr) or api (a PP-StructureV3-compatible endpoint)")  # fmt: skip
+    g.add_argument("--layout_api_url", default=None, help="with --layout_backend api (default: $LAYOUT_PARSING_API_URL)")  # fmt: skip
+    g.add_argument("--sr_model_path", default=None, help="super_resolution's EDSR weights (default: $SR_MODEL_PATH, else EDSR_x4.pb; absent: the image is returned unchanged, as released)")  # fmt: skip
+    g.add_argument("--tool_seconds", type=float, default=120.0, help="wall-time limit of one tool call")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.evaluate", __doc__.split("\n")[0])
-    for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags):
+    for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags, _tool_flags):
         flags(p)
     return p
 
@@ -336,7 +359,14 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
-        a.judge_flow = default_flow(a.vsearcher_model)
+        a.judge_flow = "opensearch_vl" if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
+    if a.agent in TOOL_AGENTS:
+        try:
+            tool_settings(a).check()
+        except ToolSettingsError as e:
+            p.error(f"--agent {a.agent}: {e} (--retrieval, --corpus, --retrieval_replay_from, --layout_backend)")
+    elif a.corpus or a.retrieval_replay_from or a.tool_set != "release":
+        p.error(f"--tool_set, --corpus and --retrieval_replay_from are for a tool agent ({', '.join(TOOL_AGENTS)})")
     if "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must not set 'n' (use --num_trials)")
     if "n" in a.vsearcher_chat_completion_kwargs:
@@ -395,8 +425,26 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
 
 
+TOOL_AGENTS = ("opensearch_vl",)
+
+
+def tool_settings(a: argparse.Namespace) -> ToolSettings:
+    return ToolSettings(
+        tool_set=a.tool_set,
+        retrieval=a.retrieval,
+        corpus=a.corpus,
+        replay_from=a.retrieval_replay_from,
+        layout_backend=a.layout_backend,
+        layout_api_url=a.layout_api_url,
+        sr_model_path=a.sr_model_path,
+        seconds=a.tool_seconds,
+    )
+
+
 def _agent(a: argparse.Namespace) -> AgentSettings:
     """The agent-specific settings of the resolved flags ``a``."""
+    if a.agent in TOOL_AGENTS:
+        return PluginAgentSettings(name=a.agent, tools=tool_settings(a))
     if a.agent not in ("single_model", "insight_o3"):
         return PluginAgentSettings(name=a.agent)
     if not a.vsearcher_model:
@@ -496,7 +544,14 @@ def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
             "cache": c.judge.cache,
         },
         seeds=seeds,
-        extra={"agent": {"name": c.agent_name, "protocol": get_agent(c.agent_name).protocol_version}},
+        extra={
+            "agent": {"name": c.agent_name, "protocol": get_agent(c.agent_name).protocol_version},
+            **(
+                {"tools": tools_card(c.agent.tools)}
+                if isinstance(c.agent, PluginAgentSettings) and c.agent.tools
+                else {}
+            ),
+        },
     )
 
 

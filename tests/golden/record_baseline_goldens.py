@@ -1,5 +1,5 @@
 """Record the baselines' goldens by RUNNING their released evaluation code (tests/golden/README.md, "Baseline
-goldens"); compared by tests/test_baseline_goldens.py.
+goldens"); compared by tests/agents/test_baseline_goldens.py.
 
     python tests/golden/record_baseline_goldens.py --deepeyes <DeepEyes git dir> --mini_o3 <Mini-o3 git dir>
 

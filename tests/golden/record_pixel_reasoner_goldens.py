@@ -1,5 +1,5 @@
 """Record Pixel-Reasoner's goldens by RUNNING its released evaluation code (tests/golden/README.md, "Baseline
-goldens"); compared by tests/test_baseline_goldens.py.
+goldens"); compared by tests/agents/test_baseline_goldens.py.
 
     python tests/golden/record_pixel_reasoner_goldens.py --repo <git dir of TIGER-AI-Lab/Pixel-Reasoner> \\
         --chat_template <a Qwen2.5-VL chat_template.json>

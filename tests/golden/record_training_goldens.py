@@ -1,4 +1,4 @@
-"""Record the training goldens of ``tests/test_training_goldens.py`` by running the authors' verl fork.
+"""Record the training goldens of ``tests/recipe/test_training_goldens.py`` by running the authors' verl fork.
 
 The fork's own files are extracted from a git repository holding its history (the authors'
 ``m-Just/InSight-doc``; the commit m-Just/InSight-o3 pins as its ``verl`` submodule is ``926d137``)

@@ -20,7 +20,7 @@ TaskRunner, FSDP workers, rollout servers, agent-loop and reward workers) are sa
 
     python -m tests.support.recipe_cpu_run --work /tmp/vsearch-cpu     # prints a JSON summary
 
-Used by ``tests/test_recipe_driver_vllm.py``.
+Used by ``tests/recipe/test_driver_vllm.py``.
 """
 
 from __future__ import annotations
