@@ -23,7 +23,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from ..agents import deepeyes, mini_o3, opensearch_vl, pixel_reasoner
-from ..agents.tool_agents import AgentDefaults, SessionFactory
+from ..agents.tool_agents import AgentDefaults, DemoSpeaker, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
 from ..protocol.attempt import Solver
@@ -55,7 +55,8 @@ class AgentContext:
 class AgentPlugin:
     """One agent. ``image_format``/``alpha``: the run's image store (how views are encoded, how an alpha channel
     becomes RGB); ``keeps_originals``: decoded originals are kept for crops; ``resizes``: the run's image budget
-    (``--img_max_pixels``) applies (False: the protocol sends the original image as is)."""
+    (``--img_max_pixels``) applies (False: the protocol sends the original image as is); ``demo_reply``: its
+    scripted behaviour in the keyless demo."""
 
     name: str
     protocol_version: str
@@ -65,6 +66,10 @@ class AgentPlugin:
     alpha: str = "drop"
     keeps_originals: bool = False
     resizes: bool = True
+    #: how the keyless demo's scripted model speaks this agent's protocol (a zoom, then the answer), so the demo's
+    #: endpoints can be evaluated with ``--agent`` and show its crops; None: the scripted model answers as a single
+    #: model would
+    demo_reply: DemoSpeaker | None = None
 
 
 def tool_agent(
@@ -74,10 +79,12 @@ def tool_agent(
     session: SessionFactory,
     defaults: AgentDefaults,
     alpha: str = "drop",
+    demo_reply: DemoSpeaker | None = None,
 ) -> AgentPlugin:
     """The plugin of a tool-using session: one model endpoint (the run's ``--model``), the protocol's request
     settings under the run's ``--chat_completion_kwargs``; ``alpha``: how the image store makes RGB of an alpha
-    channel (:data:`~insight_o3.imaging.images.ALPHA_MODES`)."""
+    channel (:data:`~insight_o3.imaging.images.ALPHA_MODES`); ``demo_reply``: how the keyless demo's scripted model
+    speaks the protocol (:class:`~insight_o3.agents.tool_agents.DemoSpeaker`)."""
 
     def build(ctx: AgentContext) -> Solver:
         c = ctx.config
@@ -92,6 +99,7 @@ def tool_agent(
         alpha=alpha,
         keeps_originals=True,
         resizes=False,
+        demo_reply=demo_reply,
     )
 
 
@@ -173,6 +181,8 @@ BUILTIN: dict[str, AgentPlugin] = {
             "DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
             deepeyes.DeepEyesSession,
             deepeyes.DEFAULTS,
+            alpha="keep",  # the release crops Image.open(path) in the file's own mode
+            demo_reply=deepeyes.demo_reply,
         ),
         tool_agent(
             "mini_o3",
@@ -181,6 +191,7 @@ BUILTIN: dict[str, AgentPlugin] = {
             "rollout (sampled: run --num_trials 32 for its Avg@32)",
             mini_o3.MiniO3Session,
             mini_o3.DEFAULTS,
+            demo_reply=mini_o3.demo_reply,
         ),
         tool_agent(
             "pixel_reasoner",
@@ -190,6 +201,7 @@ BUILTIN: dict[str, AgentPlugin] = {
             pixel_reasoner.PixelReasonerSession,
             pixel_reasoner.DEFAULTS,
             alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white
+            demo_reply=pixel_reasoner.demo_reply,
         ),
         AgentPlugin(
             name="opensearch_vl",

@@ -49,6 +49,8 @@ BANNER_REAL_SEARCHER = (
     "answers; the vSearcher is the endpoint given; accuracies measure nothing"
 )
 EVAL_NAMES = {"single-model": "scripted-demo/single-model", "insight-o3": "scripted-demo/insight-o3"}
+#: The agents whose protocol the scripted model speaks in the printed commands (the Table 1 baselines).
+BASELINE_AGENTS = ("deepeyes", "mini_o3", "pixel_reasoner")
 #: The key flags' placeholder ("EMPTY", as for vLLM: no warning about keys on the command line): the scripted
 #: endpoints accept any key, and a real key from the environment is never sent.
 NO_KEY = "EMPTY"
@@ -256,6 +258,11 @@ def serve_commands(bench: Path, eval_dir: Path, urls: dict[str, str]) -> dict[st
             + data
             + ["--eval_name served/insight-o3 --vsearcher_model scripted-demo-vsearcher"]
         ),
+        # the Table 1 agents: the scripted model speaks each one's protocol (a zoom on the evidence, then the answer)
+        "baselines": f"for agent in {' '.join(BASELINE_AGENTS)}; do{nl}"
+        + nl.join(env + evaluate_ + data + ['--agent "$agent" --eval_name "served/$agent"'])
+        + f"{nl}&& {_python()} -m insight_o3.scripts.report {q(str(eval_dir / 'served'))}/\"$agent\"{nl}"
+        f"--output_file {q(str(eval_dir.parent))}/\"served_$agent.html\" || break; done",
         "report": f"{_python()} -m insight_o3.scripts.report {q(str(eval_dir / 'served' / 'insight-o3'))}{nl}"
         f"--compare {q(str(eval_dir / 'served' / 'single-model'))} "
         f"--output_file {q(str(eval_dir.parent / 'served_report.html'))}",

@@ -50,8 +50,8 @@ from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Called
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.agent_registry import AgentContext, UnknownAgent, get_agent
-from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, resolve_layout
+from ..evaluation.agent_registry import AgentContext, UnknownAgent, agent_names, get_agent
+from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, canonical_name, resolve_layout
 from ..evaluation.config import (
     AgentSettings,
     EvaluateConfig,
@@ -89,9 +89,12 @@ from ._shared import (
     add_run_flags,
     add_separate_requests_flag,
     add_vsearcher_flags,
+    check_output_names,
     check_run_flags,
     entry_point,
     new_parser,
+    non_empty,
+    output_name,
     report_stop,
     run_controls,
     setup_logging,
@@ -120,12 +123,21 @@ def _json_object(name: str) -> Callable[[str], JSONObject]:
     return parse
 
 
+def _benchmark_name(text: str) -> str:
+    try:
+        return canonical_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
     g.add_argument(
         "--benchmark",
-        choices=sorted(BENCHMARKS),
-        help="use this benchmark's default --ann_file/--img_dir (see data/README.md)",
+        type=_benchmark_name,
+        metavar="NAME",
+        help=f"use this benchmark's default --ann_file/--img_dir: {', '.join(sorted(BENCHMARKS))} (case, dashes and "
+        "spaces do not matter: O3-Bench is o3_bench; see data/README.md)",
     )
     g.add_argument(
         "--data_root",
@@ -151,20 +163,30 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _agent_line(name: str) -> str:
+    """``name`` and the first clause of its description (an agent that cannot be loaded: its name only)."""
+    try:
+        return f"{name} ({get_agent(name).description.split(':')[0].split(',')[0]})"
+    except (UnknownAgent, ImportError, TypeError, AttributeError):
+        return name
+
+
 def _model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument(
         "--agent",
         default=None,
-        help="the agent answering: single_model, insight_o3 (the default with --vsearcher_model), a Table 1 "
-        "baseline (deepeyes) or an installed package's (entry points 'insight_o3.agents'); see README 'Baselines'",
+        help="the agent answering (default: single_model, insight_o3 with --vsearcher_model): "
+        + "; ".join(_agent_line(n) for n in agent_names())
+        + ". Installed packages add agents (entry points 'insight_o3.agents'); see README 'Baselines'",
     )
     g.add_argument(
         "--eval_name",
+        type=output_name,
         help="results go to <output_dir>/<eval_name> (with --benchmark the default is <model>/<benchmark>, "
         "<model>+<agent>/<benchmark> for a baseline agent; required with --ann_file)",
     )
-    g.add_argument("--model", required=True)
+    g.add_argument("--model", required=True, type=non_empty)
     g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
     g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
     add_image_budget_flag(
@@ -264,7 +286,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 
 def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("InSight-o3 (vReasoner = --model, vSearcher below)")
-    g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
+    g.add_argument("--vsearcher_model", type=non_empty, help="enables InSight-o3 mode")
     g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
     g.add_argument("--vsearcher_api_key", help="default: $VSEARCHER_API_KEY")
     add_vsearcher_flags(g, default_max_pixels=VSEARCHER_EVAL_MAX_PIXELS)
@@ -385,6 +407,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             p.error("--eval_name is required unless --benchmark is given")
         suffix = a.oracle_crops or ("" if builtin else a.agent)
         a.eval_name = f"{a.model}{'+' + suffix if suffix else ''}/{a.benchmark}"
+        check_output_names(p, eval_name=a.eval_name)  # from --model: 'x/../..' must not leave --output_dir
     for name in ("num_trials", "concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1")
@@ -688,17 +711,33 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
         images.close()
 
 
+def _missing_annotation(c: EvaluateConfig) -> str:
+    """What to say when the annotation file is not there: where ``--benchmark`` looked and how to fill the data root,
+    or, for a file given as ``--ann_file``, just that."""
+    where = os.path.abspath(c.ann_file)
+    bench = c.settings.get("benchmark")
+    if (
+        isinstance(bench, str)
+        and c.ann_file == resolve_layout(bench, _str_or_none(c.settings.get("data_root"))).ann_file
+    ):
+        return (
+            f"{where}: annotation file of --benchmark {bench} not found; --benchmark looks under the data root "
+            f"(--data_root, else ${DATA_ROOT_ENV}, else ./data); python -m insight_o3.scripts.download_benchmarks "
+            f"{bench} fetches it (data/README.md)"
+        )
+    return f"--ann_file {c.ann_file}: annotation file not found ({where})"
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     a = parse_args(argv)
     if not os.path.isfile(a.ann_file):
-        print(
-            f"error: {os.path.abspath(a.ann_file)}: annotation file not found; --benchmark looks under the data "
-            f"root (--data_root, else ${DATA_ROOT_ENV}, else ./data); "
-            "data/README.md says how to download each benchmark",
-            file=sys.stderr,
-        )
+        print(f"error: {_missing_annotation(a)}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     try:
         samples = select_subset(
@@ -708,7 +747,13 @@ def main(argv: list[str] | None = None) -> int:
             check_oracle_samples(samples, a.ann_file)
         costs = cost_model(a)
     except (AnnotationError, PriceError) as e:
-        print(f"error: {redact(str(e))}", file=sys.stderr)
+        bench = a.settings.get("benchmark")
+        hint = (
+            f" (the images of --benchmark {bench}: python -m insight_o3.scripts.download_benchmarks {bench})"
+            if isinstance(e, AnnotationError) and bench and "not found" in str(e)
+            else ""
+        )
+        print(f"error: {redact(str(e))}{hint}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     log.info(
         "%d samples from %s%s; results in %s", len(samples), a.ann_file, " (subset)" if a.subset else "", a.run.eval_dir

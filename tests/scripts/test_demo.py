@@ -211,7 +211,7 @@ def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigt
         urls = dict(re.findall(r"^  (model|vsearcher|judge)\s+(http://127\.0\.0\.1:\d+/v1)", out, re.M))
         assert set(urls) == {"model", "vsearcher", "judge"} and len(set(urls.values())) == 3
         blocks = dict(re.findall(r"^# (\S+)\n(.*?)(?=^# |^Ctrl-C)", out, re.M | re.S))
-        assert list(blocks) == ["single-model", "insight-o3", "report"]
+        assert list(blocks) == ["single-model", "insight-o3", "baselines", "report"]
         assert f"OPENAI_BASE_URL={urls['model']}" in blocks["single-model"]
         assert f"VSEARCHER_API_BASE_URL={urls['vsearcher']}" in blocks["insight-o3"]
         for mode, command in blocks.items():
@@ -224,6 +224,10 @@ def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigt
             recs = _records(tmp_path / "outputs/demo/eval/served" / mode)
             assert sorted(r["question_id"] for r in recs) == sorted(r["question_id"] for r in bench)
             assert all(r["eval_result"]["status"] in ("correct", "wrong") for r in recs)
+        for agent in ("deepeyes", "mini_o3", "pixel_reasoner"):  # each baseline zoomed once on every question
+            recs = _records(tmp_path / "outputs/demo/eval/served" / agent)
+            assert len(recs) == len(bench) and all(r["eval_result"]["stats"]["zooms"] == 1 for r in recs)
+            assert (tmp_path / f"outputs/demo/served_{agent}.html").is_file()
         searched = _records(tmp_path / "outputs/demo/eval/served/insight-o3")
         assert all(r["eval_result"]["stats"]["n_search_calls"] >= 1 for r in searched)
         page = (tmp_path / "outputs/demo/served_report.html").read_text()
