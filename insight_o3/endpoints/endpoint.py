@@ -26,6 +26,7 @@ ENV_KEYS = {
     "main": (("OPENAI_API_KEY",), ("OPENAI_BASE_URL",)),
     "judge": (("JUDGE_API_KEY", "OPENAI_API_KEY"), ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
     "vsearcher": (("VSEARCHER_API_KEY",), ("VSEARCHER_API_BASE_URL", "VSEARCHER_BASE_URL")),
+    "summary": (("SUMMARY_API_KEY",), ("SUMMARY_API_BASE_URL",)),
 }
 
 

@@ -20,7 +20,7 @@ __all__ = ["RunControls"]
 class RunControls:
     """``concurrency``: items in flight; ``progress``: the progress bar; ``max_failure_ratio``: the share of failed
     requests that stops the run (:class:`~insight_o3.endpoints.guard.RunGuard`); ``max_cost`` (US$) and
-    ``max_tokens_total``: the budgets (None: none); ``check_endpoints``: every endpoint asked once before the first
+    ``max_tokens_total``: the budgets (None: none; ``price_file`` prices the tokens); ``check_endpoints``: every endpoint asked once before the first
     item (:mod:`insight_o3.endpoints.preflight`); ``image_workers``: processes that decode, resize and encode images
     (None: one per usable CPU; 0: threads)."""
 
@@ -29,6 +29,7 @@ class RunControls:
     max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
     max_cost: float | None = None
     max_tokens_total: int | None = None
+    price_file: str | None = None
     check_endpoints: bool = True
     image_workers: int | None = None
 

@@ -504,6 +504,7 @@ def run_controls(a: argparse.Namespace) -> RunControls:
         max_failure_ratio=getattr(a, "max_failure_ratio", d.max_failure_ratio),
         max_cost=getattr(a, "max_cost", None),
         max_tokens_total=getattr(a, "max_tokens_total", None),
+        price_file=getattr(a, "price_file", None),
         check_endpoints=not getattr(a, "skip_endpoint_check", False),
         image_workers=getattr(a, "image_workers", None),
     )

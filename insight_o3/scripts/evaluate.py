@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..agents.config import InSightO3Config, ReasonerSettings, SearcherSettings
+from ..agents.config import InSightO3Config, InsightVSettings, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
 from ..agents.oracle import ORACLE_CROPS, check_oracle_samples
 from ..agents.single_model import DEFAULT_COMPLETION_KWARGS
@@ -107,7 +107,7 @@ from ..storage.atomic import UnusableOutputDir
 from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.evaluate")
-SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
+SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key", "summary_api_key")
 
 
 def _json_object(name: str) -> Callable[[str], JSONObject]:
@@ -301,6 +301,18 @@ def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
 
 
+def _insight_v_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Insight-V (--agent insight_v: reasoning agent = --model, summary agent below)")
+    g.add_argument(
+        "--summary_model",
+        help="the summary agent (default: --model, as the release derives both agents from one model)",
+    )
+    g.add_argument("--summary_api_base_url", help="default: $SUMMARY_API_BASE_URL, then --api_base_url")
+    g.add_argument(
+        "--summary_api_key", help="default: $SUMMARY_API_KEY, then --api_key when the endpoint is the model's"
+    )
+
+
 def _analysis_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis (paper Table 6)")
     g.add_argument(
@@ -335,7 +347,16 @@ def _tool_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.evaluate", __doc__.split("\n")[0])
-    for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags, _tool_flags):
+    for flags in (
+        _data_flags,
+        _model_flags,
+        _judge_flags,
+        _run_flags,
+        _insight_o3_flags,
+        _insight_v_flags,
+        _analysis_flags,
+        _tool_flags,
+    ):
         flags(p)
     return p
 
@@ -363,6 +384,9 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error(f"--agent: {e}")
     if (a.agent == "insight_o3") != bool(a.vsearcher_model):
         p.error("--vsearcher_model goes with --agent insight_o3 (and --agent insight_o3 needs it)")
+    summary_flags = [f"--{n}" for n in ("summary_model", "summary_api_base_url", "summary_api_key") if getattr(a, n)]
+    if summary_flags and a.agent != "insight_v":
+        p.error(f"{', '.join(summary_flags)}: the summary agent is --agent insight_v's")
     builtin = a.agent in ("single_model", "insight_o3")
     if not builtin and (a.oracle_crops or a.sys_prompt != "model_default"):
         p.error(f"--oracle_crops and --sys_prompt are single-model settings; --agent {a.agent} has its own prompts")
@@ -444,6 +468,12 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             a.judge_model,
             redact(a.api_base_url),
         )
+    if a.agent == "insight_v":  # the summary agent: the model's endpoint unless told otherwise
+        a.summary_model = a.summary_model or a.model
+        a.summary_api_key = resolve_key(a.summary_api_key, ENV_KEYS["summary"][0], flag="--summary_api_key")
+        a.summary_api_base_url = resolve(a.summary_api_base_url, ENV_KEYS["summary"][1]) or a.api_base_url
+        if a.summary_api_key is None and a.summary_api_base_url == a.api_base_url:
+            a.summary_api_key = a.api_key  # the model's key, to the model's endpoint only
     a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
 
@@ -466,6 +496,10 @@ def tool_settings(a: argparse.Namespace) -> ToolSettings:
 
 def _agent(a: argparse.Namespace) -> AgentSettings:
     """The agent-specific settings of the resolved flags ``a``."""
+    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
+    if a.agent == "insight_v":
+        summary_api = Endpoint(base_url=a.summary_api_base_url, api_key=a.summary_api_key, **client)
+        return InsightVSettings(summary_model=a.summary_model, summary_api=summary_api)
     if a.agent in TOOL_AGENTS:
         return PluginAgentSettings(name=a.agent, tools=tool_settings(a))
     if a.agent not in ("single_model", "insight_o3"):
@@ -476,7 +510,6 @@ def _agent(a: argparse.Namespace) -> AgentSettings:
             oracle_crops=a.oracle_crops,
         )
     # --sys_prompt does not apply: the vReasoner's system prompt is the protocol's (--reasoner_prompt)
-    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
     return InSightO3Config(
         reasoner=ReasonerSettings(
             model=a.model,
@@ -533,7 +566,6 @@ def config_of(a: argparse.Namespace) -> EvaluateConfig:
         adaptive_concurrency=not a.no_adaptive_concurrency,
         model_rates=RequestRates(rpm=a.rpm, tpm=a.tpm),
         judge_rates=RequestRates(rpm=a.judge_rpm, tpm=a.judge_tpm),
-        price_file=a.price_file,
         max_decode_values=a.max_decode_values,
         image_cache_mb=a.image_cache_mb,
         settings=args_record(a),
@@ -580,7 +612,9 @@ def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
 
 def cost_model(c: EvaluateConfig) -> CostModel | None:
     vsearcher = c.insight_o3.searcher.model if c.insight_o3 else None
-    return CostModel.from_file(c.price_file, {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher})
+    summary = c.insight_v.summary_model if c.insight_v else None
+    models = {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher, "summary": summary}
+    return CostModel.from_file(c.run.controls.price_file, models)
 
 
 def args_record(a: argparse.Namespace) -> JSONObject:
@@ -640,6 +674,11 @@ def endpoints(c: EvaluateConfig) -> list[Called]:
     eps = [("model", c.api), ("judge", c.judge.api)]
     if c.insight_o3:
         eps.append(("vSearcher", c.insight_o3.searcher_api))
+    if c.insight_v and (c.insight_v.summary_api.base_url, c.insight_v.summary_api.api_key) != (
+        c.api.base_url,
+        c.api.api_key,
+    ):
+        eps.append(("summary", c.insight_v.summary_api))
     return eps
 
 
