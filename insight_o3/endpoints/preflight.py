@@ -29,13 +29,11 @@ import openai
 
 from ..base.redaction import redact, register_url
 from .client import DeadlineHttpClient
-from .endpoint import ENV_KEYS, Endpoint
+from .endpoint import ENV_KEYS, SDK_DEFAULT_URL, Endpoint
 from .guard import RunStopped
 
 log = logging.getLogger(__name__)
 
-#: Where the openai SDK sends requests when no base URL is configured.
-SDK_DEFAULT_URL = "https://api.openai.com/v1"
 #: Seconds each endpoint has to answer the check (all of it: connecting to the last byte).
 CHECK_TIMEOUT = 10.0
 
