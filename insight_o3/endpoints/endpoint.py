@@ -6,6 +6,9 @@ A command builds each endpoint once from its flags and the environment (:func:`r
 (:mod:`insight_o3.endpoints.preflight`). The key lives in memory only: it is left out of ``repr`` (so of every log
 line, error and test failure that prints the object) and of :meth:`Endpoint.public`, and it is registered for
 redaction when it is resolved.
+
+Where each URL and key came from is said once at a command's start (:class:`Sourced`, :func:`describe`); a key
+borrowed from another role goes only to the host it belongs to (:func:`borrowed_key`).
 """
 
 from __future__ import annotations
