@@ -238,8 +238,8 @@ def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigt
         assert f"OPENAI_BASE_URL={urls['model']}" in blocks["single-model"]
         assert f"VSEARCHER_API_BASE_URL={urls['vsearcher']}" in blocks["insight-o3"]
         for mode, command in blocks.items():
-            r = subprocess.run(
-                ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+            r = subprocess.run(  # the baselines' block is three runs and three reports
+                ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=480
             )
             assert r.returncode == 0, (mode, command, r.stderr[-3000:])
         bench = [json.loads(line) for line in (tmp_path / "outputs/demo/bench/metadata.jsonl").open()]
