@@ -553,10 +553,13 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                     out = self.failed(unit, failure_reason(e, 2000))
                     if out is None:
                         raise
-                if out is not None:
-                    await self.emit(out)
+                await _to_the_end(conclude(out, spent, meter))
+
+        async def conclude(out: Any, spent: UsageMeter, meter: UsageMeter) -> None:
+            """The unit's record written, then counted with its spend (as recorded only when written)."""
+            if out is None or await self.emit(out):
                 self.tally.done(spent)
-                self.budget.charge(total_tokens(meter.to_dict()))
+            self.budget.charge(total_tokens(meter.to_dict()))
 
         keeper = asyncio.create_task(self._keep_entry()) if self._settled else None
         try:
@@ -575,9 +578,13 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     async def emit(self, record: Any, log: Hashable = RECORDS) -> bool:
         """Append ``record`` to log ``log`` durably (in the writer thread), count it and charge its cost.
         Returns False, writing nothing, once the run is stopping (the record may carry the failure that
-        stopped it)."""
+        stopped it). A record handed to the writer is written and counted even when the run is cancelled
+        meanwhile (SIGINT/SIGTERM): the run's history entry counts every record it wrote."""
         if self.guard.tripped:
             return False
+        return await _to_the_end(self._write(record, log))
+
+    async def _write(self, record: Any, log: Hashable) -> bool:
         assert self._writer is not None and self.progress is not None
         await asyncio.get_running_loop().run_in_executor(self._writer, self.logs[log].append, record)
         self.progress.add(self.status(record))
@@ -607,3 +614,20 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             except Exception:  # noqa: BLE001 - closing must not hide how the run ended
                 log.warning("closing %r failed", close, exc_info=True)
         self._closers.clear()
+
+
+_T = TypeVar("_T")
+
+
+async def _to_the_end(step: Awaitable[_T]) -> _T:
+    """Await ``step`` to its end even when the awaiting task is cancelled meanwhile, then let the cancellation go
+    on: a record written by the writer thread is counted in the same run (a cancellation between the write and its
+    count would leave the record on disk but missing from the run's history entry)."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a record could not be written while the run was cancelled: %s", task.exception())
+        raise
