@@ -153,7 +153,7 @@ def problems(facts: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--work", required=True)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--real", help="a real Qwen2.5-VL checkpoint: two steps at the release's settings instead")

@@ -81,9 +81,9 @@ def setup(tmp_path, monkeypatch):
             yield srv.base_url
 
         monkeypatch.setattr(rounds, "served", fake_served)
-        from insight_o3.agents.config import ApiAccess
+        from insight_o3.endpoints.endpoint import Endpoint as Api
 
-        api = ApiAccess(base_url=srv.base_url, api_key="EMPTY", max_retries=0)
+        api = Api(base_url=srv.base_url, api_key="EMPTY", max_retries=0)
         cfg = RoundsConfig(
             work=str(tmp_path / "runs"),
             base_model=str(tmp_path / "base"),

@@ -8,3 +8,5 @@
 * :mod:`.rounds` — the round driver (``python -m training.dpo.rounds``): serve → generate → assess → pairs → train →
   export, round after round, under one work directory.
 """
+
+__all__ = ["pairs", "rounds", "serve", "settings", "train"]

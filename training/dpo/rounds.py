@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from insight_o3 import __version__
-from insight_o3.agents.config import ApiAccess
 from insight_o3.base.exit_codes import ExitCode
 from insight_o3.base.json_types import JSONObject
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.endpoints.guard import RunStopped
 from insight_o3.jobs.integrity import FewerThanHeld, Invocation, SettingsChanged, read_card, settle, sha256_file
 from insight_o3.protocol.sample import AnnotationError
@@ -57,6 +57,7 @@ from insight_o3.reasoning_data.settings import (
     ModelAccess,
     RunControls,
     ScoreSettings,
+    controls_settings,
 )
 from insight_o3.reasoning_data.workspace import EngineInputError
 from insight_o3.storage.atomic import write_json_atomic
@@ -132,7 +133,7 @@ class RoundsConfig:
             "score_settings": self.score.settings(),
             "export_settings": self.export.settings(),
             "dpo_settings": self.dpo.settings(),
-            **self.run.settings(),
+            **controls_settings(self.run),
             "serve": self.serve.settings(),
             "launcher": list(self.launcher),
             "eval_steps": self.eval_steps,
@@ -197,7 +198,7 @@ def _generate(cfg: RoundsConfig, r: RoundDir, policy: str) -> JSONObject:
     settings = dataclasses.replace(cfg.generate, seed=cfg.generate.seed + r.number - 1)
     with served(policy, served_name(r.number), cfg.serve, str(r.vllm)) as url:
         generator = ModelAccess(
-            model=served_name(r.number), api=ApiAccess(base_url=url, api_key=cfg.policy_api_key or "EMPTY")
+            model=served_name(r.number), api=Endpoint(base_url=url, api_key=cfg.policy_api_key or "EMPTY")
         )
         result = engine.generate(str(r.data), cfg.ann_file, cfg.img_dir, generator, settings, cfg.run)
     if result.incomplete:
@@ -347,7 +348,9 @@ def run(cfg: RoundsConfig) -> list[JSONObject]:
 # ------------------------------------------------------------------------------------------------ command line
 def build_parser() -> argparse.ArgumentParser:
     d, g, e = DPOSettings(), GenerateSettings(), ExportSettings()
-    p = argparse.ArgumentParser(prog="python -m training.dpo.rounds", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m training.dpo.rounds", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     p.add_argument("--work", required=True, help="the run's work directory (every round under it)")
     p.add_argument("--base_model", required=True, help="the reasoning agent to start from (a Qwen2.5-VL checkpoint)")
     p.add_argument("--ann_file", required=True, help="the training questions (the benchmark annotation format)")
@@ -390,14 +393,14 @@ def config_from_args(a: argparse.Namespace) -> RoundsConfig:
         raise SettingsError("--generation_kwargs must be a JSON object")
     judge = ModelAccess(
         model=a.judge_model,
-        api=ApiAccess(
+        api=Endpoint(
             base_url=a.judge_api_base_url or _env("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL"),
             api_key=_env("JUDGE_API_KEY", "OPENAI_API_KEY") or "EMPTY",
         ),
     )
     scorer = ModelAccess(
         model=a.scorer_model,
-        api=ApiAccess(
+        api=Endpoint(
             base_url=a.scorer_api_base_url or _env("OPENAI_BASE_URL"), api_key=_env("OPENAI_API_KEY") or "EMPTY"
         ),
     )

@@ -221,7 +221,9 @@ def export(trainer: Any, model_dir: str, export_dir: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.dpo.train", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m training.dpo.train", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     p.add_argument("--model", required=True, help="the policy to train (a Qwen2.5-VL checkpoint directory)")
     p.add_argument("--pairs", required=True, help="dpo_pairs.jsonl of the data engine's export")
     p.add_argument("--output_dir", required=True, help="checkpoints and metrics.jsonl")
