@@ -83,6 +83,7 @@ from ..protocol.attempt import Solver
 from ..protocol.sample import AnnotationError, Sample
 from ..tools.layout import BACKENDS as LAYOUT_BACKENDS
 from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError, tools_card
+from ..tools.web import WebSettings
 from ._shared import (
     OUTPUT_ROOT,
     STOP_ERRORS,
@@ -422,7 +423,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         a.judge_flow = "opensearch_vl" if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
     if a.agent in TOOL_AGENTS:
         try:
-            tool_settings(a).check()
+            tool_settings(a, endpoints=False).check()  # the endpoints are built (once) with the config
         except ToolSettingsError as e:
             p.error(f"--agent {a.agent}: {e} (--retrieval, --corpus, --retrieval_replay_from, --layout_backend)")
     elif a.corpus or a.retrieval_replay_from or a.tool_set != "release":
@@ -528,7 +529,13 @@ def _endpoint_access(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 TOOL_AGENTS = ("opensearch_vl",)
 
 
-def tool_settings(a: argparse.Namespace) -> ToolSettings:
+def tool_settings(a: argparse.Namespace, *, endpoints: bool = True) -> ToolSettings:
+    """The tool agent's settings of the flags; with ``--retrieval web`` and ``endpoints``, the released chain's
+    endpoints from its variables (said in the log), the Jina key only to Jina's host unless
+    ``--allow_key_to_other_host`` (else ``KeyHostError``, a ``ValueError``: exit 2 naming the setting)."""
+    web = None
+    if endpoints and a.retrieval == "web":
+        web = WebSettings.from_env(allow_key_to_other_host=a.allow_key_to_other_host)
     return ToolSettings(
         tool_set=a.tool_set,
         retrieval=a.retrieval,
@@ -538,6 +545,7 @@ def tool_settings(a: argparse.Namespace) -> ToolSettings:
         layout_api_url=a.layout_api_url,
         sr_model_path=a.sr_model_path,
         seconds=a.tool_seconds,
+        web=web,
     )
 
 
