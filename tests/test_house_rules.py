@@ -124,3 +124,41 @@ def test_no_function_of_the_library_is_longer_than_80_lines():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name} ({n} lines)")
     assert long == []
+
+
+def _sentences(paragraph: str) -> int:
+    """Sentence ends in a docstring paragraph (a full stop, ! or ? before a capital or the end)."""
+    return len(re.findall(r"[.!?](?:\s+[A-Z]|$)", " ".join(paragraph.split())))
+
+
+def test_every_package_says_its_one_sentence_and_its_public_names():
+    """Each package's ``__init__`` opens with one sentence (what the package is) and lists its public names in
+    ``__all__``: names it defines or re-exports, else its modules — then every public module of it."""
+    bad = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        tree = ast.parse(init.read_text())
+        doc = ast.get_docstring(tree) or ""
+        if _sentences(doc.split("\n\n")[0]) != 1:
+            bad.append(f"{init}: the first paragraph of the docstring is not one sentence")
+        listed = [
+            ast.literal_eval(n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+        ]
+        if not listed:
+            bad.append(f"{init}: no __all__")
+            continue
+        names = listed[0]
+        here = init.parent
+        modules = {p.stem for p in here.glob("*.py") if not p.stem.startswith("_")}
+        modules |= {p.name for p in here.iterdir() if (p / "__init__.py").exists()}
+        defined = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+        defined |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        unknown = [n for n in names if n not in modules | defined]
+        if unknown:
+            bad.append(f"{init}: __all__ names {unknown}, neither defined there nor a module")
+        if set(names) <= modules and set(names) != modules:
+            bad.append(f"{init}: __all__ lists modules but not {sorted(modules - set(names))}")
+        if len(set(names)) != len(names):
+            bad.append(f"{init}: __all__ repeats a name")
+    assert not bad, "\n".join(bad)
