@@ -60,6 +60,13 @@ def require_executable(name: str) -> str:
 
 
 @pytest.fixture(autouse=True)
+def private_user_cache(tmp_path_factory, monkeypatch):
+    """Each test's own ``$XDG_CACHE_HOME`` (the commands keep prepared images there by default): a test never
+    writes to the user's cache, and never finds what another test left in it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
+@pytest.fixture(autouse=True)
 def signal_dispositions_kept():
     """A test must not leave SIGINT/SIGTERM ignored: an ignored signal is inherited by every subprocess a later
     test starts (ignored dispositions survive exec, and Python keeps an ignored SIGINT), so a Ctrl-C test after it

@@ -19,6 +19,7 @@ from typing import Any
 from ..agents.config import ApiAccess, InSightO3Config, InsightVSettings
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..endpoints.usage import CostModel
+from ..imaging.prepared_cache import ImageCacheSettings
 from ..tools.setup import ToolSettings
 from .judge import DEFAULT_JUDGE_RETRIES
 from .runner import RunConfig
@@ -102,6 +103,8 @@ class EvaluateConfig:
     retry_failed: bool = False
     image_cache_mb: int = 128
     image_workers: int | None = None
+    #: the prepared-image cache shared across runs (None: none)
+    image_cache: ImageCacheSettings | None = None
     progress: bool = True
     check_endpoints: bool = True
     settings: Mapping[str, Any] = field(default_factory=dict)

@@ -31,7 +31,7 @@ import asyncio
 import logging
 import os
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
@@ -203,6 +203,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
         endpoints: Iterable[Endpoint] = (),
+        entry_fields: Callable[[], JSONObject] | None = None,
     ):
         self.run_dir = cfg.run_dir
         super().__init__(
@@ -213,6 +214,7 @@ class EvalJob(ResumableJob[Sample, dict]):
             endpoints=endpoints,
             store=self.run_dir,
             card=run_card,
+            entry_fields=entry_fields,
         )
         self.cfg, self.judge = cfg, judge
         #: who answers a unit's trials: rejudge's stored attempts, or a solver's fresh ones
@@ -402,12 +404,14 @@ async def run_evaluation(
     run_card: dict | None = None,
     invocation: Invocation | None = None,
     endpoints: Iterable[Endpoint] = (),
+    entry_fields: Callable[[], JSONObject] | None = None,
 ) -> JSONObject:
     """Evaluate, write every output file, and return the summary metrics (under the eval
     directory's lock: raises :class:`~insight_o3.storage.lock.RunLockedError` if another run holds it).
     Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and
     :class:`~insight_o3.jobs.integrity.SettingsChanged` (nothing written) when ``invocation`` differs from the
-    directory's first run on a setting that can change a result."""
+    directory's first run on a setting that can change a result. ``entry_fields``: more fields of the run's entry
+    in the card's history (:class:`~insight_o3.jobs.job.ResumableJob`)."""
     job = EvalJob(
         cfg,
         solver,
@@ -417,5 +421,6 @@ async def run_evaluation(
         guard=guard,
         invocation=invocation,
         endpoints=endpoints,
+        entry_fields=entry_fields,
     )
     return (await job.arun(samples)).summary

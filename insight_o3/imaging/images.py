@@ -13,6 +13,13 @@ pool. A worker process is an in-process ``ImageStore`` of its own (same code pat
 cache of decoded originals), so the pixels are the same either way. Memory stays bounded: at most
 ``workers`` renders run at once, results go to the byte-bounded cache.
 
+Across runs, an ``ImageStore`` given ``image_cache`` keeps the encoded bytes of every view it renders in a
+content-addressed cache on disk (:mod:`.prepared_cache`; keyed by the source file's sha256 and every setting the
+bytes depend on, :meth:`ImageStore.prepared_key`), so a later run of another model on the same benchmark reads them
+instead of decoding, resizing and encoding again — the same bytes, so the requests are the same. In process mode
+the owner looks an entry up before it hands a view to a worker (a run whose every view is cached starts no worker),
+and the worker that renders a miss stores it.
+
 Worker processes never outlive the run, however it ends (:func:`_init_worker`): each watches the
 process that made the pool (a pidfd, else its parent) and exits the moment it is gone — SIGKILL
 included — and ignores SIGINT, which a terminal's Ctrl-C sends to the whole process group: the
@@ -28,7 +35,9 @@ import asyncio
 import base64
 import contextlib
 import functools
+import hashlib
 import io
+import json
 import multiprocessing
 import os
 import select
@@ -48,7 +57,17 @@ from typing import Any
 from PIL import Image
 
 from ..base.json_types import JSONObject
+from . import geometry
 from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
+from .prepared_cache import (
+    STAT_KEYS,
+    ImageCacheSettings,
+    PreparedImageCache,
+    PreparedView,
+    Signature,
+    signature,
+    source_digest,
+)
 
 #: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
 DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
@@ -254,17 +273,45 @@ def open_image(
         raise ImageError(f"cannot decode image {path}: {e}") from None
 
 
-def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int | None = None, optimize: bool = False) -> str:
-    """A ``data:`` URL of ``img`` (JPEG or PNG). ``quality`` None: PIL's default (the original's)."""
+def encode_bytes(
+    img: Image.Image, fmt: str = "JPEG", quality: int | None = None, optimize: bool = False
+) -> tuple[str, bytes]:
+    """``img`` encoded as JPEG or PNG: ``(MIME type, bytes)``. ``quality`` None: PIL's default (the original's)."""
     buf = io.BytesIO()
     if fmt.upper() == "JPEG":
         kw = {"quality": quality} if quality is not None else {}
         (img if img.mode == "RGB" else img.convert("RGB")).save(buf, format="JPEG", optimize=optimize, **kw)
-        mime = "image/jpeg"
-    else:
-        img.save(buf, format="PNG")
-        mime = "image/png"
-    return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+        return "image/jpeg", buf.getvalue()
+    img.save(buf, format="PNG")
+    return "image/png", buf.getvalue()
+
+
+def data_url(mime: str, payload: bytes) -> str:
+    return f"data:{mime};base64," + base64.b64encode(payload).decode("ascii")
+
+
+def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int | None = None, optimize: bool = False) -> str:
+    """A ``data:`` URL of ``img`` (JPEG or PNG). ``quality`` None: PIL's default (the original's)."""
+    return data_url(*encode_bytes(img, fmt, quality, optimize))
+
+
+@functools.cache
+def renderer_fingerprint() -> JSONObject:
+    """What a view's bytes depend on besides its source and settings: the versions of Pillow and its codecs and
+    the sha256 of the code that renders (this module and :mod:`.geometry`; any edit is a new fingerprint)."""
+    from PIL import __version__ as pillow_version
+    from PIL import features
+
+    code = hashlib.sha256()
+    for module in (sys.modules[__name__], geometry):
+        with open(str(module.__file__), "rb") as f:
+            code.update(f.read())
+    return {
+        "pillow": pillow_version,
+        "codecs": {c: features.version_codec(c) for c in sorted(features.get_supported_codecs())},
+        "libjpeg_turbo": features.version_feature("libjpeg_turbo"),
+        "code_sha256": code.hexdigest(),
+    }
 
 
 def usable_cpus() -> int:
@@ -281,7 +328,8 @@ class ImageStore:
     ``get(path, resize, region=None)`` returns an :class:`EncodedImage`, rendered in the calling
     thread; ``aget`` is the asyncio form: it de-duplicates concurrent requests for one view in the
     event loop and renders in ``workers`` processes (``processes=True``) or threads, so the loop stays
-    free for I/O. ``stats`` counts decodes, encodes, cache hits and evictions.
+    free for I/O. ``stats`` counts decodes, encodes, cache hits and evictions. ``image_cache``: the prepared-image
+    cache on disk shared across runs (None: none); :meth:`prepared_stats` says what it did.
     """
 
     def __init__(
@@ -295,6 +343,7 @@ class ImageStore:
         originals_cached: int = 2,
         processes: bool = False,
         alpha: str = "drop",
+        image_cache: ImageCacheSettings | None = None,
     ):
         if alpha not in ALPHA_MODES:
             raise ValueError(f"alpha must be one of {ALPHA_MODES}, got {alpha!r}")
@@ -314,6 +363,9 @@ class ImageStore:
         self._originals_cached = originals_cached
         self._sizes: dict[str, tuple[int, int]] = {}
         self.stats = {"decoded": 0, "encoded": 0, "cache_hits": 0, "evicted": 0}
+        self.image_cache = image_cache if image_cache is not None and image_cache.enabled else None
+        self._prepared = PreparedImageCache.of(self.image_cache)
+        self._worker_counts = dict.fromkeys(STAT_KEYS, 0)  # what worker processes did with the prepared cache
 
     @classmethod
     def for_image_workers(cls, image_workers: int | None, **kwargs: Any) -> ImageStore:
@@ -391,9 +443,75 @@ class ImageStore:
             self.stats["encoded"] += 1
         return EncodedImage(ref, f"data:{mime};base64," + base64.b64encode(data).decode("ascii"), size)
 
-    def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
+    # ------------------------------------------------------------------ the prepared-image cache
+    def prepared_key(self, path: str, resize: Resize, region: Box | None) -> tuple[str, Signature] | None:
+        """The prepared-image cache's key of a view and the source file's signature it was computed under; None
+        without a cache, for a file's own bytes (:attr:`Resize.as_file`) and for a file that cannot be read (the
+        render then says why). The key covers the file's content, every field of ``resize``, the region, this
+        store's encoder settings and :func:`renderer_fingerprint`."""
+        if self._prepared is None or resize.as_file:
+            return None
+        try:
+            digest, sig = source_digest(path)
+        except OSError:
+            return None
+        params: JSONObject = {
+            "resize": json.loads(json.dumps(asdict(resize))),
+            "region": None if region is None else [float(v) for v in region],  # the reference holds it exactly
+            "format": self.fmt.upper(),
+            "quality": self.quality,
+            "alpha": self.alpha,
+            # a file over a decode limit fails in a run without the cache; a hit must not hide that
+            "max_decode": [self.max_decode_pixels, self.max_decode_values],
+            "renderer": renderer_fingerprint(),
+        }
+        return PreparedImageCache.key(digest, params), sig
+
+    def _lookup(self, path: str, resize: Resize, region: Box | None) -> EncodedImage | None:
+        """The view from the prepared-image cache, or None (no cache, a miss)."""
+        found = self.prepared_key(path, resize, region)
+        return None if found is None else self._load_prepared(path, found[0])
+
+    def _load_prepared(self, path: str, key: str) -> EncodedImage | None:
+        hit = self._prepared.load(key) if self._prepared is not None else None
+        if hit is None:
+            return None
+        with self._lock:
+            self._sizes.setdefault(path, hit.original_size)
+        return EncodedImage(ImageRef(path, hit.region, hit.size), data_url(hit.mime, hit.payload), hit.original_size)
+
+    def _save_prepared(self, found: tuple[str, Signature], path: str, enc: PreparedView) -> None:
+        """Store a rendered view, unless its source file changed while it was rendered."""
+        if self._prepared is None:
+            return
+        try:
+            unchanged = signature(path) == found[1]
+        except OSError:
+            unchanged = False
+        if unchanged:
+            self._prepared.save(found[0], enc)
+
+    def prepared_stats(self) -> JSONObject | None:
+        """What the prepared-image cache did in this store (worker processes included): its directory and limit,
+        hits, misses, bytes read and written, entries stored, damaged entries removed, entries evicted; None
+        without a cache."""
+        if self._prepared is None:
+            return None
+        with self._lock:
+            counts = {k: self._prepared.stats[k] + self._worker_counts[k] for k in STAT_KEYS}
+        return {"dir": self._prepared.directory, "max_bytes": self._prepared.max_bytes, **counts}
+
+    # ------------------------------------------------------------------ rendering
+    def _render(self, path: str, resize: Resize, region: Box | None, lookup: bool = True) -> EncodedImage:
+        """Render one view (``lookup``: first from the prepared-image cache; a worker whose owner looked already
+        skips it)."""
         if resize.as_file:
             return self._file_view(path)
+        found = self.prepared_key(path, resize, region)
+        if found is not None and lookup:
+            hit = self._load_prepared(path, found[0])
+            if hit is not None:
+                return hit
         view, ref = self.view(path, resize, region)
         fmt = self.fmt
         if fmt.upper() == "JPEG" and max(view.size) > JPEG_MAX_SIDE:
@@ -402,12 +520,17 @@ class ImageStore:
                 f"image's aspect ratio leaves no smaller size that keeps it): {path}"
             )
         try:
-            url = encode_pil(view, fmt, resize.jpeg_quality if resize.jpeg_quality is not None else self.quality)
+            mime, payload = encode_bytes(
+                view, fmt, resize.jpeg_quality if resize.jpeg_quality is not None else self.quality
+            )
         except (OSError, ValueError) as e:  # the encoder's own limits: a reason, not a traceback
             raise ImageError(f"cannot encode a {view.width}x{view.height} view as {fmt}: {e}: {path}") from None
         with self._lock:
             self.stats["encoded"] += 1
-        return EncodedImage(ref, url, self.size(path))
+        original = self.size(path)
+        if found is not None:
+            self._save_prepared(found, path, PreparedView(payload, mime, ref.size, ref.region, original))
+        return EncodedImage(ref, data_url(mime, payload), original)
 
     @staticmethod
     def _key(path: str, resize: Resize, region: Box | None) -> tuple:
@@ -468,10 +591,15 @@ class ImageStore:
             enc = await loop.run_in_executor(self._pool(), self._render, path, resize, region)
             self._store(key, enc)
             return enc
+        if self._prepared is not None and not resize.as_file:  # before any worker: a hit needs none
+            hit = await loop.run_in_executor(None, self._lookup, path, resize, region)
+            if hit is not None:
+                self._store(key, hit)
+                return hit
         for attempt in range(2):
             pool = self._pool()
             try:
-                enc, decoded = await asyncio.wrap_future(pool.submit(_render_in_worker, path, resize, region))
+                enc, decoded, prepared = await asyncio.wrap_future(pool.submit(_render_in_worker, path, resize, region))
                 break
             except BrokenProcessPool:
                 # a worker died (killed for memory, or a decoder crashed): new pool, one more try
@@ -485,6 +613,8 @@ class ImageStore:
             self.stats["encoded"] += 1
             self.stats["decoded"] += decoded
             self._sizes.setdefault(path, enc.original_size)
+            for k, v in prepared.items():
+                self._worker_counts[k] += v
         self._store(key, enc)
         return enc
 
@@ -504,6 +634,7 @@ class ImageStore:
                             self._originals_cached,
                             self.alpha,
                             os.getpid(),
+                            self.image_cache,
                         ),
                     )
                 else:
@@ -524,6 +655,9 @@ class ImageStore:
             self._bytes = 0
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+        stats = self.prepared_stats()
+        if self._prepared is not None and stats is not None and stats["stored"]:
+            self._prepared.evict()  # what this run added may have taken the cache over its limit
 
 
 # ---------------------------------------------------------------------- worker processes
@@ -602,6 +736,7 @@ def _init_worker(
     originals_cached: int,
     alpha: str = "drop",
     owner_pid: int | None = None,
+    image_cache: ImageCacheSettings | None = None,
 ) -> None:
     global _WORKER_STORE
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the owner stops the pool
@@ -617,6 +752,7 @@ def _init_worker(
         quality=quality,
         originals_cached=originals_cached,
         alpha=alpha,
+        image_cache=image_cache,
     )
 
 
@@ -652,10 +788,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int]:
-    """One render in a worker process; returns the view and how many decodes it took (0 or 1)."""
+def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int, dict[str, int]]:
+    """One render in a worker process (its owner looked the prepared-image cache up already); returns the view,
+    how many decodes it took (0 or 1) and what it did with the prepared-image cache (counters)."""
     store = _WORKER_STORE
     assert store is not None, "image worker not initialised"
     before = store.stats["decoded"]
-    enc = store._render(path, resize, region)
-    return enc, store.stats["decoded"] - before
+    cache = store._prepared
+    counts = dict(cache.stats) if cache is not None else {}
+    enc = store._render(path, resize, region, lookup=False)
+    after = cache.stats if cache is not None else {}
+    return enc, store.stats["decoded"] - before, {k: after[k] - counts[k] for k in counts}

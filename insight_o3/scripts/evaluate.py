@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import functools
 import json
 import logging
 import os
@@ -93,6 +95,7 @@ from ._shared import (
     add_cap_flags,
     add_client_flags,
     add_image_budget_flag,
+    add_image_cache_flag,
     add_judge_flags,
     add_judge_retries_flag,
     add_key_host_flag,
@@ -103,6 +106,7 @@ from ._shared import (
     check_output_names,
     check_run_flags,
     entry_point,
+    image_cache_settings,
     new_parser,
     non_empty,
     output_name,
@@ -295,6 +299,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         "so a small cache still encodes each image once)",
     )
     add_run_flags(g, concurrency=None)  # --max_failure_ratio, --image_workers, --no_progress
+    add_image_cache_flag(g)
 
 
 def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
@@ -380,7 +385,7 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
     a = p.parse_args(argv)
     _resolve(p, a)
     try:
-        return config_of(a)
+        return dataclasses.replace(config_of(a), image_cache=image_cache_settings(p, a))
     except ValueError as e:  # a setting the agents refuse; name the flags
         p.error(str(e))
         raise  # p.error exits
@@ -685,6 +690,7 @@ def image_store(c: EvaluateConfig, originals_cached: int) -> ImageStore:
         max_decode_values=c.max_decode_values,
         alpha=plugin.alpha,
         fmt=plugin.image_format,
+        image_cache=c.image_cache,
     )
 
 
@@ -736,8 +742,21 @@ def endpoints(c: EvaluateConfig) -> list[Endpoint]:
     return eps
 
 
+def _image_cache_entry(images: ImageStore) -> JSONObject:
+    """The run's history entry field of the prepared-image cache: what it did this run (none without one)."""
+    stats = images.prepared_stats()
+    return {} if stats is None else {"image_cache": stats}
+
+
 def _log_stats(images: ImageStore, limiters: Limiters) -> None:
     log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
+    prepared = images.prepared_stats()
+    if prepared is not None:
+        log.info(
+            "prepared-image cache %(dir)s: %(hits)d hits, %(misses)d misses, %(bytes_read)d bytes read, "
+            "%(bytes_written)d written",
+            prepared,
+        )
     if limiters.model is not None and limiters.model.throttled:
         log.info(
             "model endpoint: %(throttled)d 429 responses, concurrency cut %(cuts)d times "
@@ -805,6 +824,7 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
                 run_card=card,
                 invocation=card_invocation("evaluate", dict(c.settings), card),
                 endpoints=endpoints(c),
+                entry_fields=functools.partial(_image_cache_entry, images),
             )
         finally:
             _log_stats(images, limiters)

@@ -18,6 +18,7 @@ import errno as _errno
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -169,7 +170,10 @@ def atomic_writer(path: str | os.PathLike, mode: Literal["w", "wb"] = "w") -> It
     """``with atomic_writer(p, "wb") as f: ...`` — ``p`` holds either its old content or all of the
     new one; on an exception the temporary file is removed and ``p`` is untouched."""
     path = os.fspath(path)
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    # one temporary name per process and thread: two threads writing one target never share a file
+    tmp = os.path.join(
+        os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )
     in_body = False
     try:
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
