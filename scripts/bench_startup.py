@@ -36,7 +36,9 @@ def cpu_of(argv: list[str]) -> tuple[float, float, str]:
     """(CPU s of the child, wall s, its stderr) of one run of ``argv``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    done = subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -75,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         shown = ", ".join(f"{k} {v / 1e6:.2f}s" for k, v in heavy)
         print(f"{name:28s} cpu {cpu:5.2f}s  wall {wall:5.2f}s  {n:4d} modules  {shown}", flush=True)
     worst = max(out, key=lambda k: out[k]["cpu_s"])
-    print(f"slowest: {worst} {out[worst]['cpu_s']:.2f} CPU s; median {statistics.median(v['cpu_s'] for v in out.values()):.2f}")
+    print(
+        f"slowest: {worst} {out[worst]['cpu_s']:.2f} CPU s; median {statistics.median(v['cpu_s'] for v in out.values()):.2f}"
+    )
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
