@@ -104,6 +104,11 @@ class DemoScripts:
     seed: int = 0
     searcher_max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS
     speakers: list[DemoSpeaker] = field(default_factory=agent_speakers)
+    #: the model name each role answers to (``model``, ``vsearcher``, ``judge``; None: any name), and whether a key
+    #: is wanted: a request for another model gets vLLM's 404 and one without a key (none, or ``EMPTY``) a 401, as
+    #: from a real server, so a wiring mistake (the model pointed at the judge's port) stops the run at once
+    names: dict[str, str] | None = None
+    require_key: bool = False
     _attempts: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -144,9 +149,23 @@ class DemoScripts:
     def target_box(self, row: dict) -> list[int]:
         return searcher_box(row, self.searcher_max_pixels)
 
+    def _refused(self, role: str, call: Call) -> Reply | None:
+        """A real server's refusal of a request without a key or for a model it does not serve (None: served)."""
+        if self.require_key:
+            token = call.headers.get("authorization", "").split()
+            if len(token) < 2 or token[1] in ("", "EMPTY"):
+                return error(401, f"missing API key: the scripted {role} wants one (any value but EMPTY)")
+        want = (self.names or {}).get(role)
+        if want is not None and call.model != want:
+            return error(404, f"The model `{call.model}` does not exist. (the scripted {role} serves `{want}`)")
+        return None
+
     # ------------------------------------------------------------------ scripts
     def model(self, req: dict, call: Call) -> Reply:
         """The single model, or the vReasoner (a conversation with an assistant turn is a later turn)."""
+        refused = self._refused("model", call)
+        if refused is not None:
+            return refused
         text = request_text(req)
         row = self._row_in(text)
         if row is None:
@@ -215,6 +234,9 @@ class DemoScripts:
         return chat(f"The crop shows the values I needed. \\boxed{{{letter}}}", prompt_tokens=1600)
 
     def searcher(self, req: dict, call: Call) -> Reply:
+        refused = self._refused("vsearcher", call)
+        if refused is not None:
+            return refused
         ref = _REF.search(request_text(req))
         row = next((r for r in self.rows if ref and r["question_id"] == ref.group(1)), None)
         if row is None:
@@ -223,6 +245,9 @@ class DemoScripts:
         return chat(f"<think>The region is here.</think><answer>{json.dumps(box)}</answer>", prompt_tokens=900)
 
     def judge(self, req: dict, call: Call) -> Reply:
+        refused = self._refused("judge", call)
+        if refused is not None:
+            return refused
         prompt = user_message_text(req)
         if "GT Answer:" in prompt:  # JUDGE_PROMPT / QA_VERIFY_PROMPT: compare
             gt, got = _field(prompt, "GT Answer"), _field(prompt, "Model Answer")

@@ -71,6 +71,10 @@ class AgentPlugin:
     #: endpoints can be evaluated with ``--agent`` and show its crops; None: the scripted model answers as a single
     #: model would
     demo_reply: DemoSpeaker | None = None
+    #: whether the agent asks the run's model endpoint (``--model`` at ``--api_base_url``); an agent that answers
+    #: without a model (a rule, a lookup, a tool alone) sets False, and that endpoint is neither checked before the
+    #: first sample nor needs a key
+    calls_model: bool = True
 
 
 def tool_agent(

@@ -99,6 +99,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "summary_api_base_url": O,
     "judge_api_key_env": O,  # the name of a variable holding a key
     "skip_endpoint_check": O,
+    "allow_key_to_other_host": O,
     # --- what is asked and how it is judged
     "sys_prompt": R,
     "chat_completion_kwargs": R,

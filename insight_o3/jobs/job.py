@@ -58,10 +58,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -230,11 +231,13 @@ class CardStore(Protocol):
 
 class CardFile:
     """A card in a JSON file of its own (its directory made on the first write), beside the record logs at
-    ``logs``."""
+    ``logs``. ``fixes``: which records fix the directory's settings (default: any; a builder step's: a succeeded
+    one, so a run whose every item failed — a wrong model name — leaves the next run free to change them)."""
 
-    def __init__(self, path: str, logs: Iterable[str] = ()):
+    def __init__(self, path: str, logs: Iterable[str] = (), fixes: Callable[[Any], bool] | None = None):
         self.path = path
         self.logs = list(logs)
+        self.fixes = fixes
 
     def card_path(self) -> str:
         return self.path
@@ -250,7 +253,22 @@ class CardFile:
         return {}
 
     def wrote_records(self) -> bool:
-        return any(has_lines(f) for f in self.logs)
+        if self.fixes is None:
+            return any(has_lines(f) for f in self.logs)
+        return any(self.fixes(rec) for f in self.logs for rec in _stored_records(f))
+
+
+def _stored_records(path: str) -> Iterator[Any]:
+    """The whole JSON lines of a record log (a torn or unreadable line skipped: it fixes nothing)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue
+    except OSError:
+        return
 
 
 class ResumableJob(Generic[ItemT, SummaryT]):
@@ -535,10 +553,13 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                     out = self.failed(unit, failure_reason(e, 2000))
                     if out is None:
                         raise
-                if out is not None:
-                    await self.emit(out)
+                await _to_the_end(conclude(out, spent, meter))
+
+        async def conclude(out: Any, spent: UsageMeter, meter: UsageMeter) -> None:
+            """The unit's record written, then counted with its spend (as recorded only when written)."""
+            if out is None or await self.emit(out):
                 self.tally.done(spent)
-                self.budget.charge(total_tokens(meter.to_dict()))
+            self.budget.charge(total_tokens(meter.to_dict()))
 
         keeper = asyncio.create_task(self._keep_entry()) if self._settled else None
         try:
@@ -557,9 +578,13 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     async def emit(self, record: Any, log: Hashable = RECORDS) -> bool:
         """Append ``record`` to log ``log`` durably (in the writer thread), count it and charge its cost.
         Returns False, writing nothing, once the run is stopping (the record may carry the failure that
-        stopped it)."""
+        stopped it). A record handed to the writer is written and counted even when the run is cancelled
+        meanwhile (SIGINT/SIGTERM): the run's history entry counts every record it wrote."""
         if self.guard.tripped:
             return False
+        return await _to_the_end(self._write(record, log))
+
+    async def _write(self, record: Any, log: Hashable) -> bool:
         assert self._writer is not None and self.progress is not None
         await asyncio.get_running_loop().run_in_executor(self._writer, self.logs[log].append, record)
         self.progress.add(self.status(record))
@@ -589,3 +614,20 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             except Exception:  # noqa: BLE001 - closing must not hide how the run ended
                 log.warning("closing %r failed", close, exc_info=True)
         self._closers.clear()
+
+
+_T = TypeVar("_T")
+
+
+async def _to_the_end(step: Awaitable[_T]) -> _T:
+    """Await ``step`` to its end even when the awaiting task is cancelled meanwhile, then let the cancellation go
+    on: a record written by the writer thread is counted in the same run (a cancellation between the write and its
+    count would leave the record on disk but missing from the run's history entry)."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a record could not be written while the run was cancelled: %s", task.exception())
+        raise

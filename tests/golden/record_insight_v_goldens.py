@@ -522,7 +522,7 @@ def record_check(git_dir: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--repo", required=True, help="git dir of dongyh20/Insight-V")
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args()

@@ -160,12 +160,28 @@ def _history(tmp_path) -> list[dict]:
     return json.loads((tmp_path / "records_card.json").read_text())["history"]
 
 
-def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_path, caplog):
+def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_path, caplog, monkeypatch):
     """Finished, failed (with the reason), stopped by a budget, interrupted (cancelled, as SIGINT/SIGTERM do), and
     one left "started" (a SIGKILL) found "unfinished" by the next run; each with its records and tokens, the
-    replies of units it never recorded included (a run meter sees every reply)."""
+    replies of units it never recorded included (a run meter sees every reply). The interruption comes in the
+    narrowest window: record 7 written by the writer thread, its coroutine not yet resumed — the interrupted run
+    still counts record 7 and its reply as recorded."""
+    import threading
+
     from insight_o3.endpoints.usage import record_response
     from insight_o3.jobs.integrity import Invocation
+    from insight_o3.storage.record_log import RecordLog
+
+    written_7, cancelled = threading.Event(), threading.Event()
+    append = RecordLog.append
+
+    def append_then_hold_7(self, record):
+        append(self, record)
+        if record.get("sample_key") == "7":
+            written_7.set()
+            cancelled.wait(10)  # the writer thread holds until the run is cancelled
+
+    monkeypatch.setattr(RecordLog, "append", append_then_hold_7)
 
     class Metered(SquareJob):
         async def work(self, n, emit):
@@ -187,9 +203,10 @@ def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_pat
     async def cancel_while_9_is_in_flight():
         job = Metered(tmp_path, invocation=inv, price=price)
         task = asyncio.create_task(job.arun([7, 9]))
-        while not (getattr(job, "waiting", False) and job.logs and "7" in job.records):
+        while not (getattr(job, "waiting", False) and written_7.is_set()):
             await asyncio.sleep(0.01)
         task.cancel()
+        cancelled.set()
         with pytest.raises(asyncio.CancelledError):
             await task
 
