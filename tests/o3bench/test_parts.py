@@ -13,10 +13,11 @@ from insight_o3.base.untrusted import UntrustedJSONError, loads_repaired
 from insight_o3.o3bench import review, sources, synthesis
 from insight_o3.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
 from insight_o3.o3bench.letter_refs import remap_letter_refs
-from insight_o3.o3bench.records import BenchItem, SourceImage, SourceLayout
+from insight_o3.o3bench.records import BenchItem, SourceImage
 from insight_o3.o3bench.release import release_stats, shuffle_options
 from insight_o3.o3bench.validation import REASONS, check_item, cited_layouts, f_share
 from insight_o3.scripts import build_o3_bench
+from tests.support.o3bench_items import GOOD, items, source
 
 pytestmark = pytest.mark.smoke
 
@@ -186,11 +187,6 @@ def test_e1_replies_without_the_sections_are_errors(reply, message):
         parse_extraction(reply)
 
 
-def source(n_layouts=4, subset="chart") -> SourceImage:
-    lays = [SourceLayout(i, (10.0 * i, 10.0, 10.0 * i + 8, 18.0), "text") for i in range(1, n_layouts + 1)]
-    return SourceImage(f"{subset}/img", subset, "/data/img.png", 4000, 3000, lays)
-
-
 def test_e1_tasks_are_the_full_image_then_each_layout():
     keys = [t.sample_key for t in tasks_for([source(2)])]
     assert keys == ["chart/img#full", "chart/img#L1", "chart/img#L2"]
@@ -290,13 +286,6 @@ def test_repaired_json_is_held_to_the_bounds_of_strict_json(text, why):
         loads_repaired(text)
 
 
-# ------------------------------------------------------------------------------------------- validation
-GOOD = {
-    "question": "Which city had the larger 2020 value in the Regional Statistics table?",
-    "options": "A. Oslo\nB. Rome\nC. Lima\nD. Kyiv\nE. Baku\nF. No right choice",
-    "answer": "C",
-    "explanation": "Step 1: Lima 40 [layout 3]\nStep 2: Rome 30 [layouts 1, 3]\nStep 3: 40 > 30",
-}
 #: one item per rejection reason, in the order of REASONS
 BAD = {
     "malformed": {k: v for k, v in GOOD.items() if k != "answer"},
@@ -364,12 +353,6 @@ def test_f_share_per_image_and_overall():
     assert rep["overall"] == {"items": 5, "f": 1, "share": 0.2} and rep["within_limit"] is False
     assert rep["per_image"]["a"] == {"items": 2, "f": 1, "share": 0.5} and rep["images_over_limit"] == ["a"]
     assert f_share([])["within_limit"] is True
-
-
-# ------------------------------------------------------------------------------------------- review
-def items() -> list[BenchItem]:
-    s = source(4)
-    return [check_item(GOOD, s, f"chart/img#q{k}").item for k in range(4)]  # type: ignore[misc]
 
 
 def write(tmp_path, text):

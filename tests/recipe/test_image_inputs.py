@@ -11,7 +11,7 @@ import pickle
 
 import pytest
 
-from tests.conftest import require_recipe
+from tests.support.stacks import require_recipe
 
 require_recipe()
 
@@ -23,16 +23,14 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorkerBase  # noqa:
 from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
 from recipe.vsearch.episodes import VSearchAgentLoopWorker  # noqa: E402
 from recipe.vsearch.image_inputs import VIEWS_KEY, PixelCache, rebuild, rebuild_pixels_in  # noqa: E402
-from tests.recipe.test_agent_loops import (  # noqa: E402,F401
+from tests.support.recipe_loops import (  # noqa: E402
     ANSWER,
     TOOL,
     ScriptedServerManager,
-    _config,
-    _expand,
-    _make,
-    policy,
+    expand_rows,
+    loop_config,
+    make_loop,
 )
-from tests.recipe.test_grpo_update import gloo  # noqa: E402,F401
 
 #: crop calls in the model frame (the whole image shown at the test budget); regions of odd sizes in the original
 CROPS = [(3, 5, 120, 77), (101, 33, 352, 250), (7, 200, 48, 231)]
@@ -65,7 +63,7 @@ def _row(path: str) -> dict:
     }
 
 
-def _rollout(policy, path: str, crops=CROPS):  # noqa: F811
+def _rollout(policy, path: str, crops=CROPS):
     tok, _ = policy
     boxes = iter(crops)
 
@@ -76,14 +74,14 @@ def _rollout(policy, path: str, crops=CROPS):  # noqa: F811
     server = ScriptedServerManager(tok, script)
 
     async def go():
-        return await _make(VSearcherAgentLoop, policy, server, _config(response_length=2048)).run(
+        return await make_loop(VSearcherAgentLoop, policy, server, loop_config(response_length=2048)).run(
             {"temperature": 1.0}, **_row(path)
         )
 
     return asyncio.run(go())
 
 
-def _verl_inputs(policy, out) -> dict:  # noqa: F811
+def _verl_inputs(policy, out) -> dict:
     """verl 0.7.0's own multimodal inputs of a sample (what its agent-loop worker puts in every row)."""
     tok, proc = policy
     w = object.__new__(VSearchAgentLoopWorker)
@@ -91,7 +89,7 @@ def _verl_inputs(policy, out) -> dict:  # noqa: F811
     return AgentLoopWorkerBase._compute_multi_modal_inputs(w, out, torch.tensor([out.prompt_ids + out.response_ids]))
 
 
-def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_image):  # noqa: F811
+def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_image):
     _, proc = policy
     out = _rollout(policy, noisy_image)
     images = out.multi_modal_data["images"]
@@ -101,7 +99,7 @@ def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_i
     assert all(int(w) % 2 == 1 or int(h) % 2 == 1 for w, h in regions), regions  # crops of odd sizes
     want = _verl_inputs(policy, out)
 
-    batch = _expand(policy, out, _row(noisy_image), _config(prompt_length=1024, response_length=2048))
+    batch = expand_rows(policy, out, _row(noisy_image), loop_config(prompt_length=1024, response_length=2048))
     row = batch.non_tensor_batch["multi_modal_inputs"][0]
     assert set(row) == {"image_grid_thw", VIEWS_KEY}, "a training row carries no pixel values"
     assert torch.equal(row["image_grid_thw"], want["image_grid_thw"])
@@ -115,19 +113,19 @@ def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_i
     assert len(pickle.dumps(row)) * 50 < pixel_bytes
 
 
-def test_policy_forward_with_references_equals_the_forward_with_pixel_values(policy, noisy_image, tiny_qwen_dir, gloo):  # noqa: F811
+def test_policy_forward_with_references_equals_the_forward_with_pixel_values(policy, noisy_image, tiny_qwen_dir, gloo):
     """verl's ``DataParallelPPOActor`` over the rows with references (rebuilt in its micro-batches) gives exactly the
     log-probs of the same rows carrying verl's pixel values; without the rebuild it cannot run them."""
     from transformers import Qwen2_5_VLForConditionalGeneration
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
-    from tests.recipe.test_grpo_update import _actor_config
+    from tests.support.recipe_loops import actor_config
     from verl import DataProto
 
     _, proc = policy
     outs = [_rollout(policy, noisy_image), _rollout(policy, noisy_image, CROPS[1:2])]
-    cfg = _config(prompt_length=1024, response_length=2048)
-    refs = DataProto.concat([_expand(policy, o, _row(noisy_image), cfg) for o in outs])
+    cfg = loop_config(prompt_length=1024, response_length=2048)
+    refs = DataProto.concat([expand_rows(policy, o, _row(noisy_image), cfg) for o in outs])
     pixels = copy.deepcopy(refs)
     mmi = np.empty(len(outs), dtype=object)
     mmi[:] = [_verl_inputs(policy, o) for o in outs]
@@ -136,7 +134,7 @@ def test_policy_forward_with_references_equals_the_forward_with_pixel_values(pol
     refs.meta_info.update(meta)
     pixels.meta_info.update(meta)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen_dir), torch_dtype=torch.float32).eval()
-    actor = DataParallelPPOActor(_actor_config(), model)
+    actor = DataParallelPPOActor(actor_config(), model)
     with torch.no_grad():
         want, _ = actor.compute_log_prob(pixels, calculate_entropy=False)
         with pytest.raises(TypeError, match="ImageViews"):  # verl's torch.cat of the rows' inputs
@@ -146,11 +144,11 @@ def test_policy_forward_with_references_equals_the_forward_with_pixel_values(pol
     assert torch.equal(got, want)
 
 
-def test_rebuild_checks_the_grid_and_decodes_each_image_once_per_process(policy, noisy_image):  # noqa: F811
+def test_rebuild_checks_the_grid_and_decodes_each_image_once_per_process(policy, noisy_image):
     _, proc = policy
-    cfg = _config(prompt_length=1024, response_length=2048)
+    cfg = loop_config(prompt_length=1024, response_length=2048)
     rows = [
-        _expand(policy, _rollout(policy, noisy_image, crops), _row(noisy_image), cfg).non_tensor_batch[
+        expand_rows(policy, _rollout(policy, noisy_image, crops), _row(noisy_image), cfg).non_tensor_batch[
             "multi_modal_inputs"
         ][0]
         for crops in (CROPS, CROPS[1:2])
