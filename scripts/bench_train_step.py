@@ -257,7 +257,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--work", required=True, help="working directory (inputs are built once and reused)")
     ap.add_argument("--tree", help="checkout whose recipe to run (default: this one)")
     ap.add_argument("--label", help="row label (default: the tree's directory name)")

@@ -21,7 +21,13 @@ else:  # pragma: no cover - python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: import name -> distribution name, where they differ
-DIST_OF = {"PIL": "pillow", "yaml": "pyyaml", "hydra": "hydra-core", "json_repair": "json-repair"}
+DIST_OF = {
+    "PIL": "pillow",
+    "yaml": "pyyaml",
+    "hydra": "hydra-core",
+    "json_repair": "json-repair",
+    "huggingface_hub": "huggingface-hub",
+}
 #: imported by the library only inside optional helpers that say what to install
 OPTIONAL = {"torch", "transformers", "tokenizers", "qwen_vl_utils", "vllm", "verl", "paddleocr", "cv2", "pytesseract"}
 #: the optional imports of the tools extra (pyproject's ``tools``): import name -> distribution

@@ -65,3 +65,43 @@ def test_one_chat_call():
             if isinstance(node, ast.Attribute) and node.attr == "completions":
                 callers.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
     assert callers == []
+
+
+#: The longest a function of the library may be (a longer one is split into named steps a reader can follow).
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_of_the_library_is_longer_than_80_lines():
+    long = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []
+
+
+def test_no_test_imports_another_test_module():
+    """A helper two test modules share lives in ``tests/support`` (a fixture in a ``conftest.py``): no test module
+    imports another one or a conftest, so a reader finds every helper where its name says."""
+    tests = PACKAGE.parent / "tests"
+    borrowed = []
+    for p in sorted(tests.rglob("*.py")):
+        if p.relative_to(tests).parts[0] == "support":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                modules = ["." * node.level + (node.module or "")]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                continue
+            for m in modules:
+                if (
+                    m.startswith(".")
+                    or m == "conftest"
+                    or (m.split(".")[0] == "tests" and m != "tests.support" and not m.startswith("tests.support."))
+                ):
+                    borrowed.append(f"{p.relative_to(tests)}:{node.lineno} {m}")
+    assert borrowed == []

@@ -11,7 +11,9 @@ failed attempt too (``image error``).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..base.redaction import failure_reason
@@ -21,7 +23,26 @@ from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Res
 from ..protocol.attempt import Attempt
 from ..protocol.trajectory import to_openai
 from ..tools.toolkit import Toolkit
-from .tool_agents import AgentDefaults, Finish, SessionFactory, ShownImage, ToolUser, UsageAware, UseTool
+from .tool_agents import (
+    AgentDefaults,
+    Finish,
+    SessionFactory,
+    ShownImage,
+    ToolUser,
+    UsageAware,
+    UseTool,
+    ViewErrorAware,
+)
+
+
+def _view_key(part: dict) -> str:
+    """What decides an image part's pixels (its reference, resampling, steps, pipeline, file-as-is), as one key."""
+    keys = ("image", "resample", "steps", "pipeline", "as_file")
+    return json.dumps({k: part[k] for k in keys if k in part}, sort_keys=True)
+
+
+def _no_ref(ref: ImageRef) -> EncodedImage:
+    raise AssertionError(f"views are looked up by their part: {ref}")
 
 
 class ToolLoopSolver:
@@ -51,12 +72,14 @@ class ToolLoopSolver:
             return [Attempt(None, None, error=f"image error: {e}") for _ in range(n)]
         return list(await asyncio.gather(*(self._episode(sample, size) for _ in range(n))))
 
-    async def _render(self, part: dict, views: dict[ImageRef, EncodedImage]) -> None:
+    async def _render(self, part: dict, views: dict[str, EncodedImage]) -> None:
         """Render an image part: its region of the file at its size, with the part's resampling (or the part's
-        ``pipeline`` of resizes and crops, :attr:`~insight_o3.imaging.images.Resize.pipeline`)."""
-        ref = ImageRef.from_dict(part["image"])
-        if ref in views:
+        ``pipeline`` of resizes and crops, :attr:`~insight_o3.imaging.images.Resize.pipeline`; or the file itself,
+        ``as_file``)."""
+        key = _view_key(part)
+        if key in views:
             return
+        ref = ImageRef.from_dict(part["image"])
         w, h = self.images.size(ref.path)
         region = None if ref.region == (0.0, 0.0, float(w), float(h)) else ref.region
         how = part.get("resample", "bicubic")
@@ -64,14 +87,30 @@ class ToolLoopSolver:
         pipeline: tuple[tuple[str | int, ...], ...] = tuple(
             (str(op[0]), *(int(v) for v in op[1:])) for op in part.get("pipeline", ())
         )
-        resize = Resize(size=ref.size, qwen=how == "bicubic", nearest=how == "nearest", chain=chain, pipeline=pipeline)
-        views[ref] = await self.images.aget(ref.path, resize, region)
+        resize = Resize(
+            size=ref.size,
+            qwen=how == "bicubic",
+            nearest=how == "nearest",
+            chain=chain,
+            pipeline=pipeline,
+            as_file=bool(part.get("as_file")),
+        )
+        views[key] = await self.images.aget(ref.path, resize, region)
+
+    def _labelled(self, views: dict[str, EncodedImage], part: dict) -> EncodedImage:
+        """The rendered view of ``part``, under the protocol's media type label when it has one."""
+        enc = views[_view_key(part)]
+        mime = self.defaults.image_mime
+        if mime is None:
+            return enc
+        return replace(enc, data_url=f"data:{mime}" + enc.data_url[enc.data_url.index(";base64,") :])
 
     async def _episode(self, sample: Any, size: tuple[int, int]) -> Attempt:
         s = self.session(sample.question, sample.options, sample.image_path, size)
-        views: dict[ImageRef, EncodedImage] = {}
+        views: dict[str, EncodedImage] = {}
         usage: dict[str, int] = {}
         stats: dict[str, Any] = {"requests": 0, "zooms": 0}
+        finish: str | None = None
         calls: list[dict] = []
         if self.toolkit is not None:
             stats["tool_calls"] = calls
@@ -84,8 +123,14 @@ class ToolLoopSolver:
                         if part.get("type") == "image":
                             await self._render(part, views)
             except ImageError as e:
+                end = s.view_failed(str(e)) if isinstance(s, ViewErrorAware) else None
+                if end is not None:  # the protocol's own error path: the episode ends with its answer
+                    stats["stop_reason"] = end.reason
+                    return Attempt(end.text, finish, trajectory=s.messages, usage=usage or None, stats=stats)
                 return Attempt(None, None, error=f"image error: {e}", trajectory=s.messages, stats=stats)
-            api_msgs = to_openai(s.messages, views.__getitem__, extra, self.defaults.join_text)
+            api_msgs = to_openai(
+                s.messages, _no_ref, extra, self.defaults.join_text, encode_part=lambda p: self._labelled(views, p)
+            )
             try:
                 reply = await chat_once(self.client, self.model, api_msgs, n=1, **self.completion_kwargs)
             except EXPECTED_ERRORS as e:  # lost after the SDK's retries, or no usable first choice

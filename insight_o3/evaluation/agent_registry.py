@@ -2,9 +2,10 @@
 
 An agent is an :class:`AgentPlugin`: a name, the version of the protocol it implements (written to the run
 card), how the run's images are encoded, and ``build(context) -> Solver``. The built-in agents are
-``single_model`` and ``insight_o3`` (the two modes ``evaluate`` always had: their requests are unchanged) and the
-Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``; see docs/fidelity.md) and ``opensearch_vl`` (with the
-tool layer, :mod:`insight_o3.tools`). A package adds agents through the entry-point group
+``single_model`` and ``insight_o3`` (the two modes ``evaluate`` always had: their requests are unchanged), the
+Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``), ``opensearch_vl`` (with the tool layer,
+:mod:`insight_o3.tools`) and Insight-V's reasoning + summary agents (``insight_v``); see docs/fidelity.md. A package
+adds agents through the entry-point group
 :data:`ENTRY_POINT_GROUP`; each entry point names an :class:`AgentPlugin` (or a callable returning one)::
 
     [project.entry-points."insight_o3.agents"]
@@ -22,8 +23,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..agents import deepeyes, mini_o3, opensearch_vl, pixel_reasoner
-from ..agents.tool_agents import AgentDefaults, SessionFactory
+from ..agents import deepeyes, insight_v, mini_o3, opensearch_vl, pixel_reasoner
+from ..agents.tool_agents import AgentDefaults, DemoSpeaker, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
 from ..protocol.attempt import Solver
@@ -55,7 +56,8 @@ class AgentContext:
 class AgentPlugin:
     """One agent. ``image_format``/``alpha``: the run's image store (how views are encoded, how an alpha channel
     becomes RGB); ``keeps_originals``: decoded originals are kept for crops; ``resizes``: the run's image budget
-    (``--img_max_pixels``) applies (False: the protocol sends the original image as is)."""
+    (``--img_max_pixels``) applies (False: the protocol sends the original image as is); ``demo_reply``: its
+    scripted behaviour in the keyless demo."""
 
     name: str
     protocol_version: str
@@ -65,6 +67,14 @@ class AgentPlugin:
     alpha: str = "drop"
     keeps_originals: bool = False
     resizes: bool = True
+    #: how the keyless demo's scripted model speaks this agent's protocol (a zoom, then the answer), so the demo's
+    #: endpoints can be evaluated with ``--agent`` and show its crops; None: the scripted model answers as a single
+    #: model would
+    demo_reply: DemoSpeaker | None = None
+    #: whether the agent asks the run's model endpoint (``--model`` at ``--api_base_url``); an agent that answers
+    #: without a model (a rule, a lookup, a tool alone) sets False, and that endpoint is neither checked before the
+    #: first sample nor needs a key
+    calls_model: bool = True
 
 
 def tool_agent(
@@ -74,10 +84,12 @@ def tool_agent(
     session: SessionFactory,
     defaults: AgentDefaults,
     alpha: str = "drop",
+    demo_reply: DemoSpeaker | None = None,
 ) -> AgentPlugin:
     """The plugin of a tool-using session: one model endpoint (the run's ``--model``), the protocol's request
     settings under the run's ``--chat_completion_kwargs``; ``alpha``: how the image store makes RGB of an alpha
-    channel (:data:`~insight_o3.imaging.images.ALPHA_MODES`)."""
+    channel (:data:`~insight_o3.imaging.images.ALPHA_MODES`); ``demo_reply``: how the keyless demo's scripted model
+    speaks the protocol (:class:`~insight_o3.agents.tool_agents.DemoSpeaker`)."""
 
     def build(ctx: AgentContext) -> Solver:
         c = ctx.config
@@ -92,6 +104,7 @@ def tool_agent(
         alpha=alpha,
         keeps_originals=True,
         resizes=False,
+        demo_reply=demo_reply,
     )
 
 
@@ -136,6 +149,39 @@ def _single_model(ctx: AgentContext) -> Solver:
     )
 
 
+def _insight_v(ctx: AgentContext) -> Solver:
+    from ..agents.insight_v_solver import InsightVSolver
+    from ..endpoints.client import make_client
+
+    c = ctx.config
+    settings = c.insight_v
+    assert settings is not None
+    api = settings.summary_api
+    same = (api.base_url, api.api_key) == (c.api.base_url, c.api.api_key)
+    retries = {} if api.max_retries is None else {"max_retries": api.max_retries}
+    summary = make_client(
+        api.api_key,
+        api.base_url,
+        timeout=api.timeout,
+        role="summary",
+        guard=ctx.guard,
+        limiter=ctx.model_limiter if same else None,  # one server, one limit
+        max_reply_chars=c.reply_chars,
+        **retries,
+    )
+    kwargs = dict(c.completion_kwargs)  # the run's settings over each agent's released ones
+    return InsightVSolver(
+        ctx.client,
+        c.model,
+        summary,
+        settings.summary_model,
+        ctx.images,
+        reasoner_kwargs=kwargs,
+        summary_kwargs=kwargs,
+        owned=(summary,),
+    )
+
+
 def _insight_o3(ctx: AgentContext) -> Solver:
     from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
 
@@ -174,6 +220,8 @@ BUILTIN: dict[str, AgentPlugin] = {
             "DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
             deepeyes.DeepEyesSession,
             deepeyes.DEFAULTS,
+            alpha="keep",  # the release crops Image.open(path) in the file's own mode
+            demo_reply=deepeyes.demo_reply,
         ),
         tool_agent(
             "mini_o3",
@@ -182,6 +230,7 @@ BUILTIN: dict[str, AgentPlugin] = {
             "rollout (sampled: run --num_trials 32 for its Avg@32)",
             mini_o3.MiniO3Session,
             mini_o3.DEFAULTS,
+            demo_reply=mini_o3.demo_reply,
         ),
         tool_agent(
             "pixel_reasoner",
@@ -191,6 +240,7 @@ BUILTIN: dict[str, AgentPlugin] = {
             pixel_reasoner.PixelReasonerSession,
             pixel_reasoner.DEFAULTS,
             alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white
+            demo_reply=pixel_reasoner.demo_reply,
         ),
         AgentPlugin(
             name="opensearch_vl",
@@ -200,6 +250,15 @@ BUILTIN: dict[str, AgentPlugin] = {
             build=_opensearch_vl,
             image_format=opensearch_vl.DEFAULTS.image_format,
             keeps_originals=True,
+            resizes=False,
+        ),
+        AgentPlugin(
+            name="insight_v",
+            protocol_version=insight_v.PROTOCOL_VERSION,
+            description="Insight-V: a reasoning agent writes a <thoughts> chain (--model), a summary agent judges it "
+            "and answers (--summary_model, the same model and endpoint by default), its released two-agent inference",
+            build=_insight_v,
+            image_format="PNG",  # the original file's pixels, as the release hands the file to its image processor
             resizes=False,
         ),
     )

@@ -18,16 +18,19 @@ from openai import AsyncOpenAI
 from PIL import Image
 
 from insight_o3.agents import deepeyes, mini_o3, pixel_reasoner
+from insight_o3.agents.tool_agents import Finish
 from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.imaging.images import ImageRef, ImageStore, Resize
 from insight_o3.protocol.parsing import extract_boxed, first_boxed
 from tests.golden import record_pixel_reasoner_goldens as pr_rec
-from tests.golden.record_baseline_goldens import digest, make_image
+from tests.golden.record_baseline_goldens import digest, make_file, make_image, mode_digest
 from tests.support.openai_server import ScriptedOpenAIServer, chat
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "baselines"
 DEEPEYES = json.loads((GOLDEN / "deepeyes.json").read_text())
 MINI_O3 = json.loads((GOLDEN / "mini_o3.json").read_text())
+DEEPEYES_FILES = json.loads((GOLDEN / "deepeyes_files.json").read_text())
+MINI_O3_SCORING = json.loads((GOLDEN / "mini_o3_scoring.json").read_text())
 PIXEL_REASONER = json.loads((GOLDEN / "pixel_reasoner.json").read_text())
 
 
@@ -72,15 +75,6 @@ def _reduce(req: dict) -> dict:
     return {**{k: v for k, v in req.items() if k not in ("messages", "model", "n")}, "messages": msgs}
 
 
-def _strip_crops(req: dict) -> dict:
-    """A request with the crops' pixel hashes left out (a box past the image: the release pads with black)."""
-    out = json.loads(json.dumps(req))
-    for m in out["messages"][2:]:
-        for p in m["content"] if isinstance(m["content"], list) else []:
-            p.pop("sha256", None)
-    return out
-
-
 @pytest.mark.parametrize("n", range(len(DEEPEYES["cases"])))
 def test_deepeyes_requests_match_the_release(n, image_file, store):
     case = DEEPEYES["cases"][n]
@@ -102,15 +96,83 @@ def test_deepeyes_requests_match_the_release(n, image_file, store):
         got = [_reduce(r) for r in srv.requests]
     want = [{k: v for k, v in r.items() if k != "model"} for r in case["requests"]]
     assert all(r["model"] == "deepeyes" for r in case["requests"])
-    if case["out_of_range"]:
-        got, want = [_strip_crops(r) for r in got], [_strip_crops(r) for r in want]
-    assert got == want
+    assert got == want  # a box past the image too: black padding, as the release's PIL crop
     assert attempt.text == case["pred_ans"]
     assert (attempt.stats.get("stop_reason", "").startswith("tool call error")) == (case["status"] == "error")
 
 
 def _texts(msg: dict) -> str:
     return "".join(p["text"] if p["type"] == "text" else mini_o3.IMAGE_PLACEHOLDER for p in msg["content"])
+
+
+def _run_deepeyes(case: dict, path: Path, images: ImageStore, options: str | None):
+    replies = list(case["replies"])
+    with ScriptedOpenAIServer(lambda req, call: chat(replies.pop(0))) as srv:
+
+        async def run():
+            client = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+            try:
+                solver = ToolLoopSolver(client, "deepeyes", images, deepeyes.DeepEyesSession, deepeyes.DEFAULTS)
+                sample = SimpleNamespace(question=case["question"], options=options, image_path=str(path))
+                return (await solver.solve(sample, 1))[0]
+            finally:
+                await client.close()
+
+        return asyncio.run(run()), list(srv.requests)
+
+
+@pytest.mark.parametrize("n", range(len(DEEPEYES_FILES["cases"])))
+def test_deepeyes_image_files_and_edge_boxes_match_the_release(n, tmp_path):
+    """Palette, RGBA and gray+alpha images cropped and resized in their own mode; a CMYK crop (PNG cannot hold it)
+    ends the episode; an EXIF-rotated file sent as its bytes; a box wholly outside the image, or of zero width or
+    height where smart_resize does not divide by zero, a black crop and the loop goes on; a question without options
+    (the release crashes writing its row: here the row is written)."""
+    case = DEEPEYES_FILES["cases"][n]
+    path = tmp_path / f"f{n}.jpg"
+    make_file(case["kind"], str(path))
+    options = "\n".join(f"{'AB'[i]}. {o}" for i, o in enumerate(case["options"])) or None
+    images = ImageStore(fmt="PNG", workers=1, alpha="keep")
+    try:
+        attempt, sent = _run_deepeyes(case, path, images, options)
+    finally:
+        images.close()
+    got = []
+    for req in sent:
+        msgs = []
+        for m in req["messages"]:
+            c = m["content"]
+            if isinstance(c, list):
+                c = [
+                    {"type": "image", **mode_digest(p["image_url"]["url"])} if p["type"] == "image_url" else p
+                    for p in c
+                ]
+            msgs.append({"role": m["role"], "content": c})
+        got.append({**{k: v for k, v in req.items() if k not in ("messages", "model", "n")}, "messages": msgs})
+    want = [{k: v for k, v in r.items() if k != "model"} for r in case["requests"]]
+    assert got == want
+    if "crash" in case:  # the release wrote no row; this one is recorded with the episode's answer
+        assert case["crash"].startswith("IndexError") and attempt.text == "A" and attempt.error is None
+    else:
+        assert attempt.text == case["pred_ans"] and attempt.error is None
+        assert attempt.stats.get("stop_reason", "").startswith("tool call error") == (case["status"] == "error")
+
+
+@pytest.mark.parametrize("n", range(len(MINI_O3_SCORING["cases"])))
+def test_mini_o3_last_turn_is_scored_as_the_release_validation_scores_it(n):
+    """A tool call in the last round with an <answer> in the same reply, and a turn cut at the length limit: the
+    release's validation scores their <answer> span; so the episode's answer here is that span."""
+    case = MINI_O3_SCORING["cases"][n]
+    s = mini_o3.MiniO3Session("q", "A. x\nB. y", "/x.png", (640, 480))
+    s.round = mini_o3.MAX_ROUNDS - 1  # the last round: a tool call ends the episode
+    step = s.step(case["last"], case.get("finish_reason", "stop"))
+    assert isinstance(step, Finish)
+    scored = (step.text or "").strip()
+    if case["release_acc"] == 1.0:
+        assert scored.startswith(case["answer"]) or scored.startswith(f"({case['answer']})"), step
+    else:
+        assert scored == "", step
+    if case.get("finish_reason") == "length" and scored:
+        assert "scored 0" not in (step.reason or "")
 
 
 @pytest.mark.parametrize("n", range(len(MINI_O3["cases"])))

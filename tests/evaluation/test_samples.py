@@ -16,6 +16,8 @@ from insight_o3.protocol.sample import AnnotationError
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
 
+REPO = Path(__file__).resolve().parents[2]
+
 REAL = {
     "vstar_bench.jsonl": 191,
     "treebench.jsonl": 405,
@@ -25,9 +27,9 @@ REAL = {
 }
 
 
-def test_loads_every_shared_benchmark_unchanged(shared_dir):
-    files = sorted((shared_dir / "benchmarks").glob("*.jsonl"))
-    assert {f.name for f in files} >= set(REAL)
+def test_loads_every_shipped_benchmark_unchanged():
+    files = sorted(Path(REPO, b.ann_file) for b in BENCHMARKS.values() if b.name != "o3_bench")
+    assert {f.name for f in files} == set(REAL)
     for f in files:
         samples = load_samples(f, "/no/such/dir", check_images=False)
         raw = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
@@ -55,9 +57,9 @@ def test_loads_every_shared_benchmark_unchanged(shared_dir):
                 assert s.extra[k] == r[k]
             if s.is_mcq:  # every MCQ's ground truth is one of its option letters
                 assert gt_letter(s) in s.letters
-    mme = load_samples(shared_dir / "benchmarks/MME_RealWorld_Lite.jsonl", "/x", check_images=False)
+    mme = load_samples(REPO / "data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "/x", check_images=False)
     assert mme[0].key == "#0"  # its question_ids repeat: keyed by index
-    vs = load_samples(shared_dir / "benchmarks/vstar_bench.jsonl", "/x", check_images=False)
+    vs = load_samples(REPO / "data/vstar_bench/vstar_bench.jsonl", "/x", check_images=False)
     assert vs[0].key == "0" and vs[0].image_path == "/x/direct_attributes/sa_4690.jpg"
 
 

@@ -360,7 +360,7 @@ def record_judge(tmp: Path) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--repo", required=True, help="git dir of shawn0728/OpenSearch-VL")
     a = p.parse_args()
     rec = record(a.repo)

@@ -421,7 +421,7 @@ def normalize_for_render(conv: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--repo", required=True, help="git dir of TIGER-AI-Lab/Pixel-Reasoner")
     p.add_argument("--chat_template", required=True, help="a chat_template.json of Qwen2.5-VL")
     a = p.parse_args()

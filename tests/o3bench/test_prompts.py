@@ -82,10 +82,8 @@ def paper_text(lines: list[str], first: str, last: str) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(REPAIRS))
-def test_each_prompt_is_the_papers_text_with_only_the_listed_repairs(name, shared_dir):
-    paper = shared_dir / "seeds" / "insight_o3_paper.txt"
-    if not paper.is_file():
-        pytest.skip(f"no paper text at {paper}")
+def test_each_prompt_is_the_papers_text_with_only_the_listed_repairs(name, reference_text):
+    paper = reference_text("seeds", "insight_o3_paper.txt")
     text = paper_text(paper.read_text(encoding="utf-8").split("\n"), *SPANS[name])
     for old, new, count in REPAIRS[name]:
         assert text.count(old) == count, (name, old)

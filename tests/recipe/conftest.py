@@ -1,5 +1,5 @@
 """Fixtures of the recipe's tests: the tiny Qwen2.5-VL's tokenizer and image processor, a test image, and a
-one-process gloo group for verl's actor. They import verl only when used (a light install skips the modules)."""
+one-process gloo group for verl's actor, an odd-sized noisy image. They import verl only when used (a light install skips the modules)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,14 @@ def gloo():
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+@pytest.fixture
+def noisy_image(tmp_path):
+    """An odd-sized image whose every pixel differs (a resampling or normalisation slip changes the bytes)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "noisy.png"
+    Image.fromarray(rng.integers(0, 256, (771, 1013, 3), dtype=np.uint8)).save(path)
+    return str(path)

@@ -5,7 +5,6 @@ computed, byte for byte (full image and crops of odd sizes)."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import pickle
 
@@ -17,68 +16,11 @@ require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from PIL import Image  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorkerBase  # noqa: E402
 
-from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
 from recipe.vsearch.episodes import VSearchAgentLoopWorker  # noqa: E402
 from recipe.vsearch.image_inputs import VIEWS_KEY, PixelCache, rebuild, rebuild_pixels_in  # noqa: E402
-from tests.support.recipe_loops import (  # noqa: E402
-    ANSWER,
-    TOOL,
-    ScriptedServerManager,
-    expand_rows,
-    loop_config,
-    make_loop,
-)
-
-#: crop calls in the model frame (the whole image shown at the test budget); regions of odd sizes in the original
-CROPS = [(3, 5, 120, 77), (101, 33, 352, 250), (7, 200, 48, 231)]
-
-
-@pytest.fixture
-def noisy_image(tmp_path):
-    """An odd-sized image whose every pixel differs (a resampling or normalisation slip changes the bytes)."""
-    rng = np.random.default_rng(0)
-    path = tmp_path / "noisy.png"
-    Image.fromarray(rng.integers(0, 256, (771, 1013, 3), dtype=np.uint8)).save(path)
-    return str(path)
-
-
-def _row(path: str) -> dict:
-    return {
-        "raw_prompt": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image", "image": {"image": f"file://{path}"}},
-                    {"type": "text", "text": "the striped band"},
-                ],
-            }
-        ],
-        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
-        "data_source": "region_loc",
-        "reward_model": {"ground_truth": "", "style": "rule"},
-        "uid": "u1",
-    }
-
-
-def _rollout(policy, path: str, crops=CROPS):
-    tok, _ = policy
-    boxes = iter(crops)
-
-    def script(n_images, prompt):
-        box = next(boxes, None)
-        return TOOL % box if box is not None else ANSWER % (10, 10, 50, 50)
-
-    server = ScriptedServerManager(tok, script)
-
-    async def go():
-        return await make_loop(VSearcherAgentLoop, policy, server, loop_config(response_length=2048)).run(
-            {"temperature": 1.0}, **_row(path)
-        )
-
-    return asyncio.run(go())
+from tests.support.recipe_loops import CROPS, expand_rows, loop_config, region_row, scripted_rollout  # noqa: E402
 
 
 def _verl_inputs(policy, out) -> dict:
@@ -91,7 +33,7 @@ def _verl_inputs(policy, out) -> dict:
 
 def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_image):
     _, proc = policy
-    out = _rollout(policy, noisy_image)
+    out = scripted_rollout(policy, noisy_image)
     images = out.multi_modal_data["images"]
     views = out.multi_modal_data[VIEWS_KEY]
     assert len(images) == len(views.refs) == 4  # the full image and three crops
@@ -99,7 +41,7 @@ def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_i
     assert all(int(w) % 2 == 1 or int(h) % 2 == 1 for w, h in regions), regions  # crops of odd sizes
     want = _verl_inputs(policy, out)
 
-    batch = expand_rows(policy, out, _row(noisy_image), loop_config(prompt_length=1024, response_length=2048))
+    batch = expand_rows(policy, out, region_row(noisy_image), loop_config(prompt_length=1024, response_length=2048))
     row = batch.non_tensor_batch["multi_modal_inputs"][0]
     assert set(row) == {"image_grid_thw", VIEWS_KEY}, "a training row carries no pixel values"
     assert torch.equal(row["image_grid_thw"], want["image_grid_thw"])
@@ -123,9 +65,9 @@ def test_policy_forward_with_references_equals_the_forward_with_pixel_values(pol
     from verl import DataProto
 
     _, proc = policy
-    outs = [_rollout(policy, noisy_image), _rollout(policy, noisy_image, CROPS[1:2])]
+    outs = [scripted_rollout(policy, noisy_image), scripted_rollout(policy, noisy_image, CROPS[1:2])]
     cfg = loop_config(prompt_length=1024, response_length=2048)
-    refs = DataProto.concat([expand_rows(policy, o, _row(noisy_image), cfg) for o in outs])
+    refs = DataProto.concat([expand_rows(policy, o, region_row(noisy_image), cfg) for o in outs])
     pixels = copy.deepcopy(refs)
     mmi = np.empty(len(outs), dtype=object)
     mmi[:] = [_verl_inputs(policy, o) for o in outs]
@@ -148,16 +90,29 @@ def test_rebuild_checks_the_grid_and_decodes_each_image_once_per_process(policy,
     _, proc = policy
     cfg = loop_config(prompt_length=1024, response_length=2048)
     rows = [
-        expand_rows(policy, _rollout(policy, noisy_image, crops), _row(noisy_image), cfg).non_tensor_batch[
-            "multi_modal_inputs"
-        ][0]
+        expand_rows(
+            policy, scripted_rollout(policy, noisy_image, crops), region_row(noisy_image), cfg
+        ).non_tensor_batch["multi_modal_inputs"][0]
         for crops in (CROPS, CROPS[1:2])
     ]
     cache = PixelCache(2**30)
     for row in rows:
         rebuild(proc, row, cache)
     # the full image (shared by both rows) and the crop both rows made were processed once; the file decoded once
-    assert cache.stats == {"hits": 2, "misses": 4}
+    assert (cache.stats["hits"], cache.stats["misses"]) == (2, 4)
+    # logged per step by the actor worker (on_policy.update_actor): what was rebuilt since the last step
+    cache.add_rebuild_time(0.25)
+    assert cache.step_metrics() == {
+        "vsearch/pixel_cache_hits": 2.0,
+        "vsearch/pixel_cache_misses": 4.0,
+        "vsearch/pixel_rebuild_s": 0.25,
+    }
+    rebuild(proc, rows[1], cache)
+    assert cache.step_metrics() == {
+        "vsearch/pixel_cache_hits": 2.0,  # its two views (the full image, its crop), both cached
+        "vsearch/pixel_cache_misses": 0.0,
+        "vsearch/pixel_rebuild_s": 0.0,
+    }
     assert cache.store(rows[0][VIEWS_KEY].alpha).stats["decoded"] == 1
     bad = {**rows[1], "image_grid_thw": rows[1]["image_grid_thw"] + torch.tensor([[0, 2, 0]] + [[0, 0, 0]])}
     with pytest.raises(ValueError, match="noisy.png"):

@@ -107,8 +107,12 @@ def test_evaluate_agent_deepeyes_scripted(bench, tmp_path, openai_server):
     assert recs["q0"]["eval_result"]["stats"]["zooms"] == 1
     assert recs["q0"]["eval_result"]["response"] == "C"
 
-    # q1 (3 coordinates), q2 (nothing inside the image), q6 (no literal): the episode ends, the reply is the answer
-    for q in ("q1", "q2", "q6"):
+    # q2 (a box wholly outside the image): a black crop, and the loop goes on (as the release's PIL crop does)
+    assert len(by_q["q2"]) == 2 and "stop_reason" not in recs["q2"]["eval_result"]["stats"]
+    black = by_q["q2"][1]["messages"][3]["content"][1]["image_url"]["url"]
+    assert Image.open(io.BytesIO(base64.b64decode(black.split(",", 1)[1]))).getextrema() == ((0, 0),) * 3
+    # q1 (3 coordinates), q6 (no literal): the episode ends, the reply is the answer
+    for q in ("q1", "q6"):
         er = recs[q]["eval_result"]
         assert len(by_q[q]) == 1
         assert er["stats"]["stop_reason"].startswith("tool call error"), er["stats"]
@@ -117,7 +121,8 @@ def test_evaluate_agent_deepeyes_scripted(bench, tmp_path, openai_server):
     assert len(by_q["q3"]) == deepeyes.MAX_REQUESTS
     assert all(r["messages"] == by_q["q3"][0]["messages"] for r in by_q["q3"])
     assert "no </answer>" in recs["q3"]["eval_result"]["stats"]["stop_reason"]
-    # q4: a box partly outside the image is clamped to it (the release pads it with black: docs/fidelity.md B8)
+    # q4: a box partly outside the image: the record's region is clamped to it (the pixels are the release's: black
+    # padding, docs/fidelity.md B8)
     crops = [
         p["image"] for m in recs["q4"]["eval_result"]["trajectory"] for p in m["content"] if p.get("type") == "image"
     ]
@@ -135,7 +140,7 @@ def test_evaluate_agent_deepeyes_scripted(bench, tmp_path, openai_server):
     ],
 )
 def test_deepeyes_zoom_rules(reply, box, size):
-    assert deepeyes.parse_zoom(reply, (96, 64)) == (tuple(float(v) for v in box), size)
+    assert deepeyes.parse_zoom(reply, (96, 64)) == (tuple(float(v) for v in box), box, size)
 
 
 @pytest.mark.parametrize(

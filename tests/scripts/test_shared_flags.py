@@ -95,8 +95,8 @@ def test_gather_output_dir_has_help_and_every_default_root_is_outputs():
     assert f"{OUTPUT_ROOT}/vsearch/<model>" in vs.help
 
 
-def test_the_original_readme_command_still_parses(shared_dir):
-    text = (shared_dir / "seeds" / "insight_o3_readme.txt").read_text()
+def test_the_original_readme_command_still_parses(reference_text):
+    text = reference_text("seeds", "insight_o3_readme.txt").read_text()
     start = text.index("python -m insight_o3.scripts.evaluate")
     end = text.index('--img_dir "data/O3-Bench/test"', start) + len('--img_dir "data/O3-Bench/test"')
     argv = shlex.split(text[start:end].replace("\\\n", " "))[3:]

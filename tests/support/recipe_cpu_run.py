@@ -52,6 +52,8 @@ def gpu_overrides(attn: str = "flash_attention_2") -> list[str]:
     defaults, sleep mode included; ``attn`` ``flash_attention_2`` (train.sh's path: flash-attn and remove-padding)
     or ``sdpa`` (the documented switch without flash-attn); the tiny model's vLLM takes a small share of the GPU;
     the rollout observers in every Ray process."""
+    from recipe.vsearch.padding import PADDED_PATH_OVERRIDES
+
     fa = attn == "flash_attention_2"
     return [
         "+ray_kwargs.ray_init.address=local",
@@ -60,6 +62,7 @@ def gpu_overrides(attn: str = "flash_attention_2") -> list[str]:
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
         f"+actor_rollout_ref.model.override_config.attn_implementation={attn}",
         f"actor_rollout_ref.model.use_remove_padding={fa}",
+        *([] if fa else PADDED_PATH_OVERRIDES),
     ]
 
 
@@ -569,7 +572,7 @@ def run_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="CPU end-to-end run of recipe.vsearch.main (train.sh)")
+    ap = argparse.ArgumentParser(allow_abbrev=False, description="CPU end-to-end run of recipe.vsearch.main (train.sh)")
     ap.add_argument("--work", required=True, help="empty working directory (checkpoints, logs, data)")
     ap.add_argument("--python", help="interpreter of train.sh (default: the CPU training venv's, $TRAIN_VENV)")
     ap.add_argument(

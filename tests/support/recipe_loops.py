@@ -258,3 +258,45 @@ def rollout_batch(policy, image_path, config=None) -> DataProto:
     return compute_advantage(
         batch, adv_estimator=ESTIMATOR_NAME, config=OmegaConf.create({}), norm_adv_by_std_in_grpo=True
     )
+
+
+#: crop calls in the model frame (the whole image shown at the test budget); regions of odd sizes in the original
+CROPS = [(3, 5, 120, 77), (101, 33, 352, 250), (7, 200, 48, 231)]
+
+
+def region_row(path: str) -> dict:
+    """A region-localisation row on the image at ``path``."""
+    return {
+        "raw_prompt": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": {"image": f"file://{path}"}},
+                    {"type": "text", "text": "the striped band"},
+                ],
+            }
+        ],
+        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
+        "data_source": "region_loc",
+        "reward_model": {"ground_truth": "", "style": "rule"},
+        "uid": "u1",
+    }
+
+
+def scripted_rollout(policy, path: str, crops=CROPS):
+    """A vSearcher rollout on ``path`` calling the crop tool on ``crops`` in turn, then answering."""
+    tok, _ = policy
+    boxes = iter(crops)
+
+    def script(n_images, prompt):
+        box = next(boxes, None)
+        return TOOL % box if box is not None else ANSWER % (10, 10, 50, 50)
+
+    server = ScriptedServerManager(tok, script)
+
+    async def go():
+        return await make_loop(VSearcherAgentLoop, policy, server, loop_config(response_length=2048)).run(
+            {"temperature": 1.0}, **region_row(path)
+        )
+
+    return asyncio.run(go())

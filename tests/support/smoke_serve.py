@@ -48,6 +48,9 @@ def server_command(python: str, model: str, port: int) -> list[str]:
         json.dumps({"max_pixels": MAX_PIXELS}),
         "--gpu-memory-utilization",
         "0.3",
+        # decode as in training (scripts/vllm_serve_bg.sh: not the export's inherited generation_config.json)
+        "--generation-config",
+        "vllm",
     ]
 
 
@@ -75,7 +78,9 @@ def _free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("export")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--port", type=int, default=0)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from recipe.vsearch.padding import PADDED_PATH_OVERRIDES
+
 SETUP_HOOK = "recipe.vsearch.cpu.setup.setup_worker"
 
 
@@ -46,15 +48,17 @@ def cpu_overrides(n_gpus: int, *, num_cpus: int = 16, object_store_mb: int = 512
         "+ray_kwargs.ray_init.include_dashboard=False",
         f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={SETUP_HOOK}",
         *rollout_overrides(),
-        # eager attention: no flash-attn, no remove-padding kernels on CPU
+        # eager attention: no flash-attn, no remove-padding kernels on CPU (the padded path: one row per log-prob
+        # micro-batch, recipe.vsearch.padding)
         "+actor_rollout_ref.model.override_config.attn_implementation=eager",
         "actor_rollout_ref.model.use_remove_padding=False",
+        *PADDED_PATH_OVERRIDES,
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=2, help="logical GPUs = FSDP ranks (= N_GPUS_PER_NODE)")
     args = ap.parse_args(argv)
     print("\n".join(cpu_overrides(args.gpus)))
