@@ -162,3 +162,26 @@ def test_every_package_says_its_one_sentence_and_its_public_names():
         if len(set(names)) != len(names):
             bad.append(f"{init}: __all__ repeats a name")
     assert not bad, "\n".join(bad)
+
+
+def test_the_judge_flow_and_the_reasoner_mode_are_vocabulary_members():
+    """``flow`` and ``mode`` are compared to members of :mod:`insight_o3.protocol.statuses` (``JudgeFlow``,
+    ``ReasonerMode``), never to bare strings, and a flow or mode given as text becomes its member."""
+    from insight_o3.evaluation.judge import JUDGE_COMPLETION_KWARGS, AnswerJudge, default_flow
+    from insight_o3.protocol.statuses import JudgeFlow, ReasonerMode
+
+    bare = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            named = any(isinstance(s, ast.Attribute) and s.attr in ("flow", "mode", "judge_flow") for s in sides)
+            text = [s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)]
+            if named and set(text) & {*JudgeFlow, *ReasonerMode}:
+                bare.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
+    assert bare == []
+    judge = AnswerJudge(None, "j", flow="verify")  # type: ignore[arg-type]
+    assert judge.flow is JudgeFlow.VERIFY and judge.completion_kwargs == JUDGE_COMPLETION_KWARGS["verify"]
+    assert default_flow("vs") is JudgeFlow.VERIFY and default_flow(None) is JudgeFlow.EXTRACT
+    assert set(JUDGE_COMPLETION_KWARGS) == set(JudgeFlow) and f"{ReasonerMode.TRAIN}" == "train"
