@@ -16,19 +16,9 @@ require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import AgentLoopWorkerBase  # noqa: E402
 
-from recipe.vsearch.episodes import VSearchAgentLoopWorker  # noqa: E402
 from recipe.vsearch.image_inputs import VIEWS_KEY, PixelCache, rebuild, rebuild_pixels_in  # noqa: E402
-from tests.support.recipe_loops import CROPS, expand_rows, loop_config, region_row, scripted_rollout  # noqa: E402
-
-
-def _verl_inputs(policy, out) -> dict:
-    """verl 0.7.0's own multimodal inputs of a sample (what its agent-loop worker puts in every row)."""
-    tok, proc = policy
-    w = object.__new__(VSearchAgentLoopWorker)
-    w.tokenizer, w.processor = tok, proc
-    return AgentLoopWorkerBase._compute_multi_modal_inputs(w, out, torch.tensor([out.prompt_ids + out.response_ids]))
+from tests.support.recipe_loops import CROPS, expand_rows, loop_config, region_row, scripted_rollout, verl_inputs  # noqa: E402
 
 
 def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_image):
@@ -39,7 +29,7 @@ def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_i
     assert len(images) == len(views.refs) == 4  # the full image and three crops
     regions = [(r.region[2] - r.region[0], r.region[3] - r.region[1]) for r in views.refs[1:]]
     assert all(int(w) % 2 == 1 or int(h) % 2 == 1 for w, h in regions), regions  # crops of odd sizes
-    want = _verl_inputs(policy, out)
+    want = verl_inputs(policy, out)
 
     batch = expand_rows(policy, out, region_row(noisy_image), loop_config(prompt_length=1024, response_length=2048))
     row = batch.non_tensor_batch["multi_modal_inputs"][0]
@@ -70,7 +60,7 @@ def test_policy_forward_with_references_equals_the_forward_with_pixel_values(pol
     refs = DataProto.concat([expand_rows(policy, o, region_row(noisy_image), cfg) for o in outs])
     pixels = copy.deepcopy(refs)
     mmi = np.empty(len(outs), dtype=object)
-    mmi[:] = [_verl_inputs(policy, o) for o in outs]
+    mmi[:] = [verl_inputs(policy, o) for o in outs]
     pixels.non_tensor_batch["multi_modal_inputs"] = mmi
     meta = {"temperature": 1.0, "micro_batch_size": 2, "use_dynamic_bsz": False}
     refs.meta_info.update(meta)

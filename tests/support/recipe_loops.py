@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorkerBase, DictConfigWrap
 from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -300,3 +300,11 @@ def scripted_rollout(policy, path: str, crops=CROPS):
         )
 
     return asyncio.run(go())
+
+
+def verl_inputs(policy, out) -> dict:
+    """verl 0.7.0's own multimodal inputs of a sample (what its agent-loop worker puts in every row)."""
+    tok, proc = policy
+    w = object.__new__(VSearchAgentLoopWorker)
+    w.tokenizer, w.processor = tok, proc
+    return AgentLoopWorkerBase._compute_multi_modal_inputs(w, out, torch.tensor([out.prompt_ids + out.response_ids]))
