@@ -6,7 +6,8 @@
 * the first user message is ``[image, text]`` (l. 140-152), the original image unresized (l. 138);
 * a reply containing ``<tool_call>`` is a zoom-in call (l. 192-194): the text between the first ``<tool_call>``
   and the next ``</tool_call>``, read as a Python literal (the release ``eval``s it; we use
-  :func:`ast.literal_eval`, which reads every literal the same and runs no code), ``['arguments']['bbox_2d']``
+  :func:`ast.literal_eval`, which reads every literal the same and runs no code; a text longer than
+  :data:`MAX_LITERAL_CHARS` is not read: parsing takes ~500 bytes a character), ``['arguments']['bbox_2d']``
   unpacked to ``left, top, right, bottom`` in original-image pixels (l. 199-201);
 * the crop is ``pil_img.crop(box)`` (PIL rounds each coordinate) resized with the release's ``smart_resize`` of
   the unrounded width/height (factor 28, 4*28*28..16384*28*28 pixels, BICUBIC; l. 49-51, 106-119, 202-204);
@@ -60,6 +61,9 @@ TOOL_START, TOOL_END = "<tool_call>", "</tool_call>"
 COMPLETION_KWARGS = {"temperature": 0.0, "max_tokens": 10240, "stop": ["<|im_end|>"]}
 #: requests per episode: ``try_count`` 0..10 (l. 179)
 MAX_REQUESTS = 11
+#: Characters of a tool call read as a literal (docs/fidelity.md B12): the parser's tree takes ~500 bytes a
+#: character (a 2.4 MB call took 1.24 GB), and a real call is under 200 characters.
+MAX_LITERAL_CHARS = 16_384
 IMAGE_FACTOR, MIN_PIXELS, MAX_PIXELS = 28, 4 * 28 * 28, 16384 * 28 * 28
 DEFAULTS = AgentDefaults(completion_kwargs=COMPLETION_KWARGS, image_format="PNG", join_text=False)
 
@@ -102,6 +106,8 @@ def parse_zoom(reply: str, image_size: tuple[int, int]) -> tuple[tuple[float, fl
     """The zoom-in call of a reply holding ``<tool_call>`` (l. 193-204): the crop box (PIL's rounding, clamped to
     the image) and the crop's ``(w, h)``; raises :class:`ToolCallError` where the release raises."""
     body = reply.split(TOOL_START)[1].split(TOOL_END)[0].strip()
+    if len(body) > MAX_LITERAL_CHARS:
+        raise ToolCallError(f"tool call of {len(body)} characters (at most {MAX_LITERAL_CHARS} are read as a literal)")
     try:
         call = ast.literal_eval(body)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
@@ -112,19 +118,40 @@ def parse_zoom(reply: str, image_size: tuple[int, int]) -> tuple[tuple[float, fl
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise ToolCallError(f"no 4-number arguments.bbox_2d: {type(e).__name__}: {e}") from None
     coords = (left, top, right, bottom)
-    if not all(isinstance(v, int | float) and math.isfinite(v) for v in coords):
-        raise ToolCallError(f"bbox_2d holds a non-number: {bbox!r}")
+    if not all(_finite_number(v) for v in coords):  # the release's crop raises on these (OverflowError, TypeError)
+        raise ToolCallError(f"bbox_2d holds a non-number or a number past the float range: {_short(bbox)}")
     if right < left or bottom < top:  # PIL's crop refuses these
-        raise ToolCallError(f"bbox_2d {bbox!r}: right < left or bottom < top")
+        raise ToolCallError(f"bbox_2d {_short(bbox)}: right < left or bottom < top")
     # the release calls smart_resize(width, height) and reads (w, h) back: the rule is symmetric, so this is each
     # side's own rounding
     new_w, new_h = release_smart_resize(right - left, bottom - top)
+    if new_w <= 0 or new_h <= 0:  # a side floored to 0 (a box 1e9 wide, 1 high): the release's resize raises
+        raise ToolCallError(f"smart_resize gives a {new_w}x{new_h} crop for bbox_2d {_short(bbox)}")
     x0, y0, x1, y1 = (round(v) for v in coords)  # PIL's Image.crop rounds
     W, H = image_size
     region = (float(max(0, x0)), float(max(0, y0)), float(min(W, x1)), float(min(H, y1)))
     if region[2] <= region[0] or region[3] <= region[1]:
-        raise ToolCallError(f"bbox_2d {bbox!r} has no area inside the {W}x{H} image")
+        raise ToolCallError(f"bbox_2d {_short(bbox)} has no area inside the {W}x{H} image")
     return region, (new_w, new_h)
+
+
+def _finite_number(v: object) -> bool:
+    """An int or float the crop can use: finite, and (an int) within the float range."""
+    if not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int of hundreds of digits
+        return False
+
+
+def _short(value: object, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a stop reason is one line of a record)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past the interpreter's digit limit (a hex literal can write one)
+        return f"<a {type(value).__name__} too large to print>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def answer_text(reply: str) -> str:

@@ -18,8 +18,9 @@ from ..base.redaction import failure_reason
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
 from ..protocol.attempt import Attempt
+from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import to_openai
-from .tool_agents import AgentDefaults, Finish, SessionFactory, UsageAware
+from .tool_agents import AgentDefaults, Finish, SessionFactory, UnusableImage, UsageAware
 
 #: what ends an episode as a lost request: the API's errors, or a reply without a first choice
 LOST: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, IndexError, AttributeError, TypeError)
@@ -77,10 +78,14 @@ class ToolLoopSolver:
         views[ref] = await self.images.aget(ref.path, resize, region)
 
     async def _episode(self, sample: Any, size: tuple[int, int]) -> Attempt:
-        s = self.session(sample.question, sample.options, sample.image_path, size)
+        stats: dict[str, Any] = {"requests": 0, "zooms": 0}
+        try:
+            s = self.session(sample.question, sample.options, sample.image_path, size)
+        except UnusableImage as e:  # the sample's outcome: no answer, never a lost request
+            return Attempt(None, None, stats={**stats, "status": EpisodeStatus.IMAGE_REFUSED, "protocol_error": str(e)})
         views: dict[ImageRef, EncodedImage] = {}
         usage: dict[str, int] = {}
-        stats: dict[str, Any] = {"requests": 0, "zooms": 0}
+        finishes: list[str | None] = []  # each reply's finish_reason
         extra = dict(self.defaults.image_url_extra)
         while True:
             try:
@@ -104,6 +109,7 @@ class ToolLoopSolver:
             for k, v in this_usage.items():
                 usage[k] = usage.get(k, 0) + v
             reply, finish = (choice.message.content if choice.message else None) or "", choice.finish_reason
+            finishes.append(finish)
             stats["requests"] += 1
             if isinstance(s, UsageAware):
                 s.note_usage(this_usage)
@@ -111,7 +117,9 @@ class ToolLoopSolver:
             if isinstance(step, Finish):
                 if step.reason:
                     stats["stop_reason"] = step.reason
-                return Attempt(step.text, finish, trajectory=s.messages, usage=usage or None, stats=stats)
+                # the finish_reason of the reply whose text is the answer (Pixel-Reasoner's may be an earlier one)
+                answered = finishes[step.reply] if -len(finishes) <= step.reply < len(finishes) else finish
+                return Attempt(step.text, answered, trajectory=s.messages, usage=usage or None, stats=stats)
             stats["zooms"] += int(step.zoomed)
 
     async def aclose(self) -> None:
