@@ -327,7 +327,7 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--work_dir", default=str(ROOT / "outputs" / "bench_eval"))
     ap.add_argument("--num_images", type=int, default=204)
     ap.add_argument("--num_questions", type=int, default=345)

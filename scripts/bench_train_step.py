@@ -1,5 +1,5 @@
 """Benchmark of one recipe training step's cost on CPU: the real driver (``train.sh`` -> verl -> the recipe, as in
-``tests/test_recipe_driver_vllm.py``) for a few steps at D.1-like image sizes, with probes that measure per step:
+``tests/recipe/test_driver_vllm.py``) for a few steps at D.1-like image sizes, with probes that measure per step:
 
 * ``wall_s``: verl's ``timing_s/step``;
 * ``driver_peak_rss_mb``: the peak RSS of the driver (verl's TaskRunner process, which holds the step's batch);
@@ -257,7 +257,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--work", required=True, help="working directory (inputs are built once and reused)")
     ap.add_argument("--tree", help="checkout whose recipe to run (default: this one)")
     ap.add_argument("--label", help="row label (default: the tree's directory name)")

@@ -22,7 +22,7 @@ from tests.support.tiny_qwen import DEFAULT_MAX_PIXELS, SPECIAL_TOKENS, build_ti
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("out_dir")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(

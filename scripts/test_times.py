@@ -41,7 +41,7 @@ def module_times(xml_path: Path) -> tuple[dict[str, dict], float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("junit_xml", type=Path)
     ap.add_argument("--top", type=int, default=0, help="print only the N slowest modules")
     a = ap.parse_args(argv)

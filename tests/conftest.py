@@ -92,9 +92,19 @@ def openai_server():
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    require(SHARED.is_dir(), f"shared data directory {SHARED}")
-    return SHARED
+def reference_text():
+    """Factory: ``reference_text("seeds", "x.txt")`` is that file among the reference texts outside the repository
+    (the paper's and the original README's text, beside a checkout as ``../shared`` or at ``$INSIGHT_O3_SHARED_DIR``).
+    A test comparing against one skips, naming it, where it is absent (a user's clone), also under
+    ``INSIGHT_O3_REQUIRE_FULL``: the repository itself is complete without it."""
+
+    def get(*parts: str) -> Path:
+        path = SHARED.joinpath(*parts)
+        if not path.is_file():
+            pytest.skip(f"reference text not here: {path} (a checkout's ../shared, or $INSIGHT_O3_SHARED_DIR)")
+        return path
+
+    return get
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,17 @@ else:  # pragma: no cover - python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: import name -> distribution name, where they differ
-DIST_OF = {"PIL": "pillow", "yaml": "pyyaml", "hydra": "hydra-core", "json_repair": "json-repair"}
+DIST_OF = {
+    "PIL": "pillow",
+    "yaml": "pyyaml",
+    "hydra": "hydra-core",
+    "json_repair": "json-repair",
+    "huggingface_hub": "huggingface-hub",
+}
 #: imported by the library only inside optional helpers that say what to install
-OPTIONAL = {"torch", "transformers", "tokenizers", "qwen_vl_utils", "vllm", "verl", "paddleocr"}
+OPTIONAL = {"torch", "transformers", "tokenizers", "qwen_vl_utils", "vllm", "verl", "paddleocr", "cv2", "pytesseract"}
+#: the optional imports of the tools extra (pyproject's ``tools``): import name -> distribution
+TOOLS_EXTRA = {"cv2": "opencv-contrib-python-headless", "pytesseract": "pytesseract"}
 
 
 def _name(req: str) -> str:
@@ -96,7 +104,7 @@ def test_locks_pin_the_cpu_stack_and_the_claimed_openai_majors():
 def test_setup_installs_from_the_locks():
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert '-c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"' in setup
-    assert '-c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu]"' in setup
+    assert '-c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools]"' in setup
     ci = (ROOT / ".ci" / "run").read_text()
     assert "--light" in ci and "-m smoke" in ci
 
@@ -168,3 +176,13 @@ def test_the_notebooks_documented_command_and_imports_are_declared_and_locked():
         dist = dist.replace("_", "-")
         assert dist in declared, f"{why}: {dist} is not declared in pyproject.toml (dependencies or the dev extra)"
         assert dist in light and dist in cpu, f"{why}: {dist} is not pinned in constraints/light.txt and cpu.txt"
+
+
+def test_the_tools_extra_declares_and_locks_its_imports():
+    """cv2 and pytesseract are imported only when a tool runs; the ``tools`` extra declares them with a major
+    bound and the full CPU lock pins them (so CI runs the tools' tests with exactly them)."""
+    extra = {_name(r): r for r in PYPROJECT["project"]["optional-dependencies"]["tools"]}
+    pins = _lock("cpu")
+    for dist in TOOLS_EXTRA.values():
+        assert dist in extra and "<" in extra[dist], extra
+        assert dist in pins, f"constraints/cpu.txt does not pin {dist}"

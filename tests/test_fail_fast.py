@@ -14,11 +14,11 @@ import pytest
 from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.guard import EXIT_API_STOP, FailureRatioError, FatalAPIError, RunGuard, gather_or_stop
 from insight_o3.scripts import evaluate
+from tests.scripts.test_evaluate import MAIN_KEY, _argv, _assert_expected, _no_secrets
+from tests.scripts.test_evaluate_insight_o3 import SEARCH_KEY, reasoner_script
+from tests.scripts.test_evaluate_insight_o3 import _argv as io3_argv
 from tests.support import eval_bench as eb
 from tests.support.openai_server import refuse
-from tests.test_eval_cli import MAIN_KEY, _argv, _assert_expected, _no_secrets
-from tests.test_eval_insight_o3_mode import SEARCH_KEY, reasoner_script
-from tests.test_eval_insight_o3_mode import _argv as io3_argv
 
 EVAL = "m/o3_bench"
 
@@ -195,7 +195,7 @@ def test_evaluate_vsearch_stops_on_401(tmp_path, openai_server, capsys):
     from PIL import Image
 
     from insight_o3.scripts import evaluate_vsearch as ev
-    from tests.test_evaluate_vsearch import KEY
+    from tests.scripts.test_evaluate_vsearch import KEY
 
     img_dir = tmp_path / "images"
     img_dir.mkdir()
@@ -238,7 +238,7 @@ def test_evaluate_vsearch_stops_on_401(tmp_path, openai_server, capsys):
 
 def test_difficulty_filter_stops_on_401(tmp_path, openai_server, capsys):
     from insight_o3.scripts import filter_difficulty as difficulty
-    from tests.test_difficulty_filter import ITEMS, KEY, make_collages
+    from tests.data.test_difficulty import ITEMS, KEY, make_collages
 
     out = tmp_path / "collages"
     make_collages(out, ITEMS)
@@ -268,7 +268,7 @@ def test_difficulty_filter_stops_on_401(tmp_path, openai_server, capsys):
 def test_region_descriptions_stop_on_404(tmp_path, openai_server):
     import subprocess
 
-    from tests.test_region_descriptions import REPO, _cmd, _make_inputs
+    from tests.data.test_describe import REPO, _cmd, _make_inputs
 
     img_dir, lay_dir = _make_inputs(tmp_path)
     srv = openai_server(refuse(404))

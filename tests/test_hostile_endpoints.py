@@ -30,9 +30,9 @@ from insight_o3.endpoints.guard import FailureRatioError, RunGuard
 from insight_o3.scripts import _shared as cli
 from insight_o3.scripts import evaluate
 from insight_o3.storage.record_log import ESCAPED_MARK, RecordLog
+from tests.scripts.test_evaluate import _argv, _assert_expected
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, refuse
-from tests.test_eval_cli import _argv, _assert_expected
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL = "m/o3_bench"

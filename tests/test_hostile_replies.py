@@ -39,9 +39,9 @@ from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.sample import Sample
 from insight_o3.scripts import _shared as cli
 from insight_o3.scripts import evaluate, evaluate_vsearch, report
+from tests.o3bench.test_parts import items, source
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text
-from tests.test_o3bench_parts import items, source
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL = "m/o3_bench"

@@ -12,11 +12,7 @@ FLAG = re.compile(r"--[a-z][a-z_]+")
 
 def _below_commands() -> list[Path]:
     """The library's modules below the commands (``scripts/`` parses command lines)."""
-    return [
-        p
-        for p in sorted(PACKAGE.rglob("*.py"))
-        if p.relative_to(PACKAGE).parts[0] != "scripts"
-    ]
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] != "scripts"]
 
 
 def _strings(node: ast.AST) -> list[str]:
@@ -56,3 +52,16 @@ def test_one_name_one_thing():
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
     assert {name: places for name, places in where.items() if len(places) > 1} == {}
+
+
+def test_one_chat_call():
+    """Only :mod:`insight_o3.endpoints.chat` sends a chat request and reads its choices: every other module asks
+    through ``chat_once``/``chat_choices`` (one policy for a reply without a first choice)."""
+    callers = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        if p.relative_to(PACKAGE).as_posix() == "endpoints/chat.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "completions":
+                callers.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
+    assert callers == []

@@ -6,8 +6,8 @@ Two kinds of property tests (Hypothesis):
 * **Same result.** Each scanner of :mod:`insight_o3.base.text_scan` (and Mini-o3's tool-call match, the rewritten
   multiple-choice and option-line expressions, the ``\\boxed{}`` matcher) against the expression or code it
   replaced, on short random texts made of the tokens that matter to it (short: the old expressions backtrack).
-* **Bounded cost.** Each parser — every agent's ``step`` (DeepEyes, Mini-o3, Pixel-Reasoner, the InSight-o3
-  vReasoner in both modes, the vSearcher with both prompts), the judge's span extraction and verdict reading, the
+* **Bounded cost.** Each parser — every agent's ``step`` (DeepEyes, Mini-o3, Pixel-Reasoner, OpenSearch-VL, the InSight-o3
+  vReasoner in both modes, the vSearcher with both prompts), the judges' span extraction and verdict reading, the
   vSearcher parser and the fork's hermes/format rules, the builder's parsers (E.1 extraction, E.2 reply, item
   validation, letter references), the key redaction every reply goes through — on replies of
   :data:`REPLY_CHARS` characters (the default ``--max_reply_chars``) that repeat a random motif of those tokens
@@ -37,11 +37,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from insight_o3.agents import ReasonerSession, SearcherSession, deepeyes, mini_o3, pixel_reasoner
+from insight_o3.agents import ReasonerSession, SearcherSession, deepeyes, mini_o3, opensearch_vl, pixel_reasoner
 from insight_o3.agents.searcher_session import SimpleSearcherSession
 from insight_o3.base import text_scan
 from insight_o3.base.caps import DEFAULT_MAX_REPLY_CHARS, reply_body_cap
 from insight_o3.base.redaction import redact
+from insight_o3.evaluation import opensearch_vl_judge
 from insight_o3.evaluation.judge import read_verdict
 from insight_o3.imaging.images import ImageStore
 from insight_o3.o3bench import extraction, letter_refs, validation
@@ -213,6 +214,7 @@ def _parsers(image: Path, store: ImageStore) -> dict[str, Callable[[str], object
         "deepeyes.step": lambda t: deepeyes.DeepEyesSession("q", "A. a", img, (640, 480)).step(t, "stop"),
         "mini_o3.step": lambda t: mini_o3.MiniO3Session("q", "A. a", img, (640, 480)).step(t, "stop"),
         "pixel_reasoner.step": lambda t: pixel_reasoner.PixelReasonerSession("q", None, img, (640, 480)).step(t),
+        "opensearch_vl.step": lambda t: opensearch_vl.OpenSearchVLSession("q", None, img, (640, 480)).step(t),
         "vreasoner.step(infer)": lambda t: ReasonerSession(img, "q", store).step(t),
         "vreasoner.step(train)": lambda t: ReasonerSession(img, "q", store, mode="train").step(t),
         "vsearcher.step": functools.partial(searcher, SearcherSession),
@@ -221,6 +223,8 @@ def _parsers(image: Path, store: ImageStore) -> dict[str, Callable[[str], object
         "judge.extract_verify_span": parsing.extract_verify_span,
         "judge.read_verdict": read_verdict,
         "judge.mcq_letter": lambda t: parsing.mcq_letter(t, "ABCDEF"),
+        "opensearch_vl_judge.extract_final_answer": opensearch_vl_judge.extract_final_answer,
+        "opensearch_vl_judge.parse_verdict": opensearch_vl_judge.parse_verdict,
         "parse_searcher_turn": parsing.parse_searcher_turn,
         "parse_searcher_turn(simple)": lambda t: parsing.parse_searcher_turn(t, simple_prompt=True),
         "parse_reasoner_turn": parsing.parse_reasoner_turn,

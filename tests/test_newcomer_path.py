@@ -136,8 +136,8 @@ def test_evaluate_without_key_or_url_says_to_set_openai_api_key(tmp_path, monkey
 def test_a_run_stopped_before_its_first_record_fixes_no_settings(tmp_path, openai_server, capsys):
     """A run stopped by the endpoint check (no record) does not fix the directory's settings: the retry with the
     URL fixed and another --img_max_pixels runs; once a record exists, a change is refused as before."""
+    from tests.endpoints.test_preflight import _closed_port_url
     from tests.support import eval_bench as eb
-    from tests.test_preflight import _closed_port_url
 
     bench = eb.make_bench(tmp_path / "bench")
     out = tmp_path / "out"

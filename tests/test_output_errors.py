@@ -21,8 +21,8 @@ from insight_o3.endpoints.guard import EXIT_OUTPUT_ERROR
 from insight_o3.scripts import evaluate
 from insight_o3.storage.atomic import OutputError, write_json_atomic
 from insight_o3.storage.record_log import RecordLog
+from tests.scripts.test_evaluate import REPO, _argv, _assert_expected, _wait_lines
 from tests.support import eval_bench as eb
-from tests.test_eval_cli import REPO, _argv, _assert_expected, _wait_lines
 
 
 def _rec(key: str, pad: int = 200) -> dict:
@@ -282,7 +282,7 @@ def test_removed_output_directory_is_one_line(tmp_path, openai_server):
 
 
 def test_collage_worker_output_error_is_one_line(small_tmpfs, tmp_path):
-    from tests.test_collage import CFG_FLAGS, pool_file  # noqa: F401
+    from tests.data.test_collage import CFG_FLAGS, pool_file  # noqa: F401
 
     rows = []
     src = tmp_path / "src"

@@ -306,7 +306,7 @@ def test_original_layout_is_the_default_and_the_renamed_one_an_alias(tmp_path, m
         "visual_probe_hard": ("data/VisualProbe_Hard/visual_probe_hard.jsonl", "data"),
         "mme_realworld_lite": ("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/imgs"),
     }
-    assert BENCHMARKS["visual_probe_hard"].hub == "Mini-o3/VisualProbe"
+    assert BENCHMARKS["visual_probe_hard"].hub == "Mini-o3/VisualProbe_Hard"  # val.json + data/*.jpg
     monkeypatch.chdir(tmp_path)
     os.makedirs("data/VStar/images")
     open("data/VStar/vstar_bench.jsonl", "w").close()

@@ -18,6 +18,7 @@ SCRIPTS = [
     ROOT / "scripts" / "vllm_serve_bg.sh",
     ROOT / "insight_o3" / "scripts" / "examples" / "evaluate_qwen3_vl.sh",
     ROOT / "insight_o3" / "scripts" / "examples" / "sweep_baselines.sh",
+    ROOT / "insight_o3" / "scripts" / "examples" / "sweep_agents.sh",
 ]
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..base.redaction import Redactor, failure_reason
+from ..endpoints.chat import Completion, chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..imaging.images import ImageStore
@@ -26,13 +27,6 @@ from .searcher_session import BaseSearcherSession, LocateResult, failed_locate, 
 from .views import encode_refs
 
 
-@dataclass
-class Completion:
-    text: str
-    finish_reason: str | None
-    usage: dict | None
-
-
 async def complete(
     client: Any,
     model: str,
@@ -43,25 +37,16 @@ async def complete(
 ) -> Completion:
     """One chat completion for a session's current messages."""
     encoded = await encode_refs(images, session.resize, image_refs(session.messages))
-    msgs = to_openai(session.messages, encoded.__getitem__, image_url_extra)
-    resp = await client.chat.completions.create(model=model, messages=msgs, **kwargs)
-    if not resp.choices:
-        raise ValueError("the server returned no choices")
-    ch = resp.choices[0]
-    if ch.message is None:
-        raise ValueError("the server returned a choice without a message")
-    usage = resp.usage.model_dump() if getattr(resp, "usage", None) is not None else None
-    return Completion(ch.message.content or "", ch.finish_reason, usage)
+    return await chat_once(client, model, to_openai(session.messages, encoded.__getitem__, image_url_extra), **kwargs)
 
 
 def _describe(e: BaseException) -> str:
     return failure_reason(e)
 
 
-def _add_usage(total: dict, usage: dict | None) -> None:
-    for k, v in (usage or {}).items():
-        if isinstance(v, (int, float)):
-            total[k] = total.get(k, 0) + v
+def _add_usage(total: dict, counts: dict[str, int]) -> None:
+    for k, v in counts.items():
+        total[k] = total.get(k, 0) + v
 
 
 #: The fork's vSearcher sampling at validation: greedy, at most 1024 new tokens per turn
@@ -267,7 +252,7 @@ class InSightO3:
                 s.fail(_describe(e))
                 break
             finish = c.finish_reason
-            _add_usage(usage, c.usage)
+            _add_usage(usage, c.token_counts())
             st = s.step(c.text)
             if st.action == ReasonerAction.SEARCH:
                 assert st.description is not None  # a search step always names its region

@@ -12,7 +12,7 @@ over the chat API instead of its token-level loop. Sources (that commit; docs/fi
 * ``verl/workers/rollout/vllm_rollout/function_tools.py`` l. 8-27 (``crop_image``, ``resize=1``: no resize),
   l. 29-74 (``prepare_grounding_inputs_multi_turn``, ``use_relative_coordinates=True``: README l. 165);
 * ``verl/utils/reward_score/general_qa_tool_mc.py`` l. 194-211 (the answer: the last ``<answer>...</answer>`` of the
-  last turn; none scores 0).
+  last turn, whatever ended the episode — a tool call at a limit, a cut at the length limit; none scores 0).
 
 The tool-call handling below runs the release's operations in the release's order on the parsed values, so an
 error's message (sent back to the model) is the one Python gives the release; the golden test checks that. The
@@ -34,7 +34,7 @@ from ..base.text_scan import has_tagged, tagged_spans
 from ..imaging.geometry import QWEN_MAX_RATIO
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
-from .tool_agents import AgentDefaults, Ask, Finish, Step, UnusableImage
+from .tool_agents import AgentDefaults, Ask, DemoTurn, Finish, Step, UnusableImage
 
 PROTOCOL_VERSION = "mini_o3@8654dbf42d2ea98b9d81b6cc7179026dd0598fdf:vllm_async_engine.py"
 
@@ -254,13 +254,17 @@ class MiniO3Session:
         if finish_reason == "stop" and "<grounding>" in reply and not reply.endswith(STOP) and STOP not in reply:
             reply += STOP  # a server that drops the stop string (vLLM keeps it: include_stop_str_in_output)
         self.messages.append(message("assistant", reply))
+        answer = answer_text(reply)
         if not has_tagged(reply, "<grounding>", "</grounding>"):
-            answer = answer_text(reply)
-            if answer is None or finish_reason == "length":
-                return Finish(answer or "", reason="the last turn has no <answer> (scored 0 by the release)")
+            if answer is None:
+                return Finish("", reason="the last turn has no <answer> (scored 0 by the release)")
+            if finish_reason == "length":  # the release marks the episode void for training; validation scores the span
+                return Finish(answer, reason="the last turn was cut at the length limit (its <answer> span is judged)")
             return Finish(answer)
         if len(self.regions) >= MAX_IMAGES or self.round == MAX_ROUNDS - 1:
-            return Finish("", reason=f"a tool call after {MAX_IMAGES} images or in round {MAX_ROUNDS} (scored 0)")
+            # the release stops here; its validation still scores the last turn's <answer> span, if it has one
+            what = f"a tool call after {MAX_IMAGES} images or in round {MAX_ROUNDS}"
+            return Finish(answer or "", reason=f"{what} ({'its <answer> span is judged' if answer else 'scored 0'})")
         try:
             source, b = ground(reply, self._sizes())
         except Exception as e:  # the release's catch-all: the message goes back to the model
@@ -280,3 +284,17 @@ class MiniO3Session:
         self.messages.append(message("user", before, _view(crop, "nearest", steps), after))
         self.round += 1
         return Ask(zoomed=True)
+
+
+def demo_reply(turn: DemoTurn) -> str | None:
+    """The keyless demo's scripted Mini-o3: a ``<grounding>`` call on the evidence box in coordinates relative to the
+    original image, then ``<answer>``."""
+    if turn.system != SYSTEM_PROMPT:
+        return None
+    if turn.turns == 0:
+        w, h = turn.size
+        x0, y0, x1, y1 = turn.box
+        rel = [min(round(v, 3), 0.999) for v in (x0 / w, y0 / h, x1 / w, y1 / h)]  # all < 1: relative
+        call = f'<grounding>{{"bbox_2d": {rel}, "source": "original_image"}}{STOP}'
+        return f"<think>Let me zoom in on the region the question is about {turn.tag}.</think> {call}"
+    return f"<think>The observation shows it.</think> <answer>{turn.letter}</answer>"

@@ -36,7 +36,7 @@ from ..base.json_types import JSONObject
 from ..imaging.geometry import smart_resize
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message, message_text
-from .tool_agents import AgentDefaults, Ask, Finish, Step, UnusableImage
+from .tool_agents import AgentDefaults, Ask, DemoTurn, Finish, Step, UnusableImage
 
 PROTOCOL_VERSION = "pixel_reasoner@a3a6c3a557a87d89ffaec825bd8c8d09b719fb97:experience_maker.py"
 
@@ -258,3 +258,19 @@ class PixelReasonerSession:
         self.views.append(view)
         self.messages.append(message("user", CROP_TEXT.format(*view.size), self._part(view)))
         return Ask(zoomed=True)
+
+
+def demo_reply(turn: DemoTurn) -> str | None:
+    """The keyless demo's scripted Pixel-Reasoner: a ``crop_image_normalized`` call on the evidence box (normalized,
+    on image 1), then ``\\boxed{}``."""
+    if turn.system != SYSTEM_PROMPT:
+        return None
+    if turn.turns == 0:
+        w, h = turn.size
+        x0, y0, x1, y1 = turn.box
+        rel = [min(round(v, 3), 0.999) for v in (x0 / w, y0 / h, x1 / w, y1 / h)]  # all < 1: relative
+        call = json.dumps({"name": "crop_image_normalized", "arguments": {"bbox_2d": rel, "target_image": 1}})
+        return (
+            f"I need a closer look at the region the question is about {turn.tag}.\n<tool_call>\n{call}\n</tool_call>"
+        )
+    return f"The cropped image shows it. The answer is \\boxed{{{turn.letter}}}."

@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
+from ..endpoints.chat import Completion, chat_choices
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import Box
 from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
@@ -32,16 +32,6 @@ MISSING_CHOICE_ROUNDS = 2
 #: The single-model evaluation's request settings (the released ``evaluate.py``: 16K completion tokens); the
 #: O3-Bench difficulty filter asks with the same.
 DEFAULT_COMPLETION_KWARGS = {"max_completion_tokens": 16384}
-
-
-def _usage(resp: Any) -> JSONObject | None:
-    u = getattr(resp, "usage", None)
-    if u is None:
-        return None
-    try:
-        return u.model_dump(exclude_none=True)
-    except AttributeError:
-        return dict(u)
 
 
 class SingleModelSolver:
@@ -101,40 +91,34 @@ class SingleModelSolver:
         else:
             got = await self._choices(api_msgs, n)
         attempts = []
-        for text, finish, usage in got:
-            if isinstance(text, Exception):
-                attempts.append(Attempt(None, None, error=failure_reason(text), trajectory=msgs))
+        for c in got:
+            if isinstance(c, Exception):
+                attempts.append(Attempt(None, None, error=failure_reason(c), trajectory=msgs))
                 continue
-            traj = msgs + [message("assistant", text)]
-            attempts.append(Attempt(text, finish, trajectory=traj, usage=usage))
+            traj = msgs + [message("assistant", c.text)]
+            attempts.append(Attempt(c.text, c.finish_reason, trajectory=traj, usage=c.usage))
         return attempts
 
-    async def _choices(self, api_msgs: list[dict], n: int) -> list[tuple]:
-        """``n`` (text, finish_reason, usage) triples; an exception in place of text for lost ones."""
-        out: list[tuple] = []
+    async def _choices(self, api_msgs: list[dict], n: int) -> list[Completion | Exception]:
+        """``n`` choices; the reason in place of each lost one."""
+        got: list[Completion] = []
         last_error: Exception | None = None
         for _ in range(1 + MISSING_CHOICE_ROUNDS):
-            want = n - len(out)
+            want = n - len(got)
             if want <= 0:
                 break
             kwargs = {"n": want, **self.completion_kwargs}  # the original always sends n
             try:
-                resp = await self.client.chat.completions.create(model=self.model, messages=api_msgs, **kwargs)
-            except asyncio.CancelledError:
-                raise
+                choices = (await chat_choices(self.client, self.model, api_msgs, **kwargs))[:want]
             except EXPECTED_ERRORS as e:  # the SDK already retried what is retryable
                 last_error = e
                 break
-            usage = _usage(resp)
-            choices = list(getattr(resp, "choices", None) or [])[:want]
-            for c in choices:
-                out.append(((c.message.content if c.message else None) or "", c.finish_reason, usage))
+            got += choices
             if len(choices) < want:
                 last_error = RuntimeError(f"server returned {len(choices)} of {want} requested choices")
                 log.debug("%s", last_error)
-        while len(out) < n:
-            out.append((last_error or RuntimeError("no choices"), None, None))
-        return out
+        lost = last_error or RuntimeError("no choices")
+        return [*got, *(lost for _ in range(n - len(got)))]
 
     async def aclose(self) -> None:
         """Nothing to release: the client belongs to whoever built this solver."""

@@ -51,19 +51,40 @@ class UnusableImage(ValueError):
     """The protocol cannot show this sample's image (see the module docstring); the message says why."""
 
 
-Step = Ask | Finish
+@dataclass(frozen=True)
+class UseTool:
+    """Run the tool ``tool`` of the run's toolkit (None: no such tool) on ``arguments``; ``name`` is what the model
+    called it. The driver hands the call's record to the session's ``observe`` (:class:`ToolUser`)."""
+
+    name: Any
+    tool: str | None
+    arguments: dict
+
+
+@dataclass(frozen=True)
+class ShownImage:
+    """An image a tool made, for the messages: its file and size."""
+
+    path: str
+    size: tuple[int, int]
+
+
+Step = Ask | Finish | UseTool
 
 
 @dataclass(frozen=True, kw_only=True)
 class AgentDefaults:
     """A protocol's request settings. ``completion_kwargs``: every request's sampling/limits (the released
     evaluation's); ``image_format``: how views are encoded (PNG: the pixels, losslessly); ``join_text``: whether adjacent text parts are sent as one;
-    ``image_url_extra``: extra ``image_url`` keys."""
+    ``image_url_extra``: extra ``image_url`` keys; ``image_mime``: the label of every image."""
 
     completion_kwargs: Mapping[str, Any]
     image_format: str = "PNG"
     join_text: bool = False
     image_url_extra: Mapping[str, Any] = field(default_factory=dict)
+    #: the media type every ``image_url`` is labelled with whatever its encoding (None: its own); DeepEyes's release
+    #: labels its PNG crops and any file ``image/jpeg``
+    image_mime: str | None = None
 
 
 class ToolSession(Protocol):
@@ -81,6 +102,48 @@ class UsageAware(Protocol):
     the server reports none) before ``step``."""
 
     def note_usage(self, usage: Mapping[str, int]) -> None: ...
+
+
+@runtime_checkable
+class ViewErrorAware(Protocol):
+    """A session whose protocol ends the episode when a view it asked for cannot be made (DeepEyes: a crop PNG cannot
+    hold, as of a CMYK image, is an error in its tool call): the driver calls ``view_failed`` with the reason instead
+    of recording a failed attempt; it returns the episode's :class:`Finish`, or None when the protocol has no answer
+    to give (the first image itself)."""
+
+    def view_failed(self, reason: str) -> Finish | None: ...
+
+
+@dataclass(frozen=True)
+class DemoTurn:
+    """What the keyless demo's scripted model knows when a request comes in: the request's system prompt and number of
+    assistant turns, the question's evidence box (original pixels) and image size, the option letter it is to give
+    and a tag to carry through the episode (``(demo ref …)``: which question and attempt it is)."""
+
+    system: str
+    turns: int
+    box: tuple[float, float, float, float]
+    size: tuple[int, int]
+    letter: str
+    tag: str
+
+
+class DemoSpeaker(Protocol):
+    """How the demo's scripted model speaks an agent's protocol (:attr:`AgentPlugin.demo_reply`): the reply to the
+    request ``turn`` describes — a zoom on the evidence box first, then the answer in the protocol's format — or None
+    when the request is not of this protocol (its system prompt is another's)."""
+
+    def __call__(self, turn: DemoTurn) -> str | None: ...
+
+
+@runtime_checkable
+class ToolUser(Protocol):
+    """A session whose steps may be :class:`UseTool`: ``observe`` takes the call's observation text, the images it
+    made and its record, and says what comes next."""
+
+    def observe(
+        self, text: str, new_images: list[ShownImage], record: Mapping[str, Any] | None = None
+    ) -> Ask | Finish: ...
 
 
 class SessionFactory(Protocol):

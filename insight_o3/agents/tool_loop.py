@@ -11,29 +11,40 @@ failed attempt too (``image error``).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..base.redaction import failure_reason
+from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
 from ..protocol.attempt import Attempt
 from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import to_openai
-from .tool_agents import AgentDefaults, Finish, SessionFactory, UnusableImage, UsageAware
+from ..tools.toolkit import Toolkit
+from .tool_agents import (
+    AgentDefaults,
+    Finish,
+    SessionFactory,
+    ShownImage,
+    ToolUser,
+    UnusableImage,
+    UsageAware,
+    UseTool,
+    ViewErrorAware,
+)
 
-#: what ends an episode as a lost request: the API's errors, or a reply without a first choice
-LOST: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, IndexError, AttributeError, TypeError)
+
+def _view_key(part: dict) -> str:
+    """What decides an image part's pixels (its reference, resampling, steps, pipeline, file-as-is), as one key."""
+    keys = ("image", "resample", "steps", "pipeline", "as_file")
+    return json.dumps({k: part[k] for k in keys if k in part}, sort_keys=True)
 
 
-def _usage_of(resp: Any) -> dict[str, int]:
-    u = getattr(resp, "usage", None)
-    if u is None:
-        return {}
-    try:
-        return {k: v for k, v in u.model_dump(exclude_none=True).items() if isinstance(v, int)}
-    except AttributeError:
-        return {}
+def _no_ref(ref: ImageRef) -> EncodedImage:
+    raise AssertionError(f"views are looked up by their part: {ref}")
 
 
 class ToolLoopSolver:
@@ -47,8 +58,10 @@ class ToolLoopSolver:
         session: SessionFactory,
         defaults: AgentDefaults,
         completion_kwargs: Mapping[str, Any] | None = None,
+        toolkit: Toolkit | None = None,
     ):
         self.client, self.model, self.images = client, model, images
+        self.toolkit = toolkit
         self.session, self.defaults = session, defaults
         self.completion_kwargs = {**defaults.completion_kwargs, **(completion_kwargs or {})}
         if "n" in self.completion_kwargs:
@@ -61,12 +74,14 @@ class ToolLoopSolver:
             return [Attempt(None, None, error=f"image error: {e}") for _ in range(n)]
         return list(await asyncio.gather(*(self._episode(sample, size) for _ in range(n))))
 
-    async def _render(self, part: dict, views: dict[ImageRef, EncodedImage]) -> None:
+    async def _render(self, part: dict, views: dict[str, EncodedImage]) -> None:
         """Render an image part: its region of the file at its size, with the part's resampling (or the part's
-        ``pipeline`` of resizes and crops, :attr:`~insight_o3.imaging.images.Resize.pipeline`)."""
-        ref = ImageRef.from_dict(part["image"])
-        if ref in views:
+        ``pipeline`` of resizes and crops, :attr:`~insight_o3.imaging.images.Resize.pipeline`; or the file itself,
+        ``as_file``)."""
+        key = _view_key(part)
+        if key in views:
             return
+        ref = ImageRef.from_dict(part["image"])
         w, h = self.images.size(ref.path)
         region = None if ref.region == (0.0, 0.0, float(w), float(h)) else ref.region
         how = part.get("resample", "bicubic")
@@ -74,8 +89,23 @@ class ToolLoopSolver:
         pipeline: tuple[tuple[str | int, ...], ...] = tuple(
             (str(op[0]), *(int(v) for v in op[1:])) for op in part.get("pipeline", ())
         )
-        resize = Resize(size=ref.size, qwen=how == "bicubic", nearest=how == "nearest", chain=chain, pipeline=pipeline)
-        views[ref] = await self.images.aget(ref.path, resize, region)
+        resize = Resize(
+            size=ref.size,
+            qwen=how == "bicubic",
+            nearest=how == "nearest",
+            chain=chain,
+            pipeline=pipeline,
+            as_file=bool(part.get("as_file")),
+        )
+        views[key] = await self.images.aget(ref.path, resize, region)
+
+    def _labelled(self, views: dict[str, EncodedImage], part: dict) -> EncodedImage:
+        """The rendered view of ``part``, under the protocol's media type label when it has one."""
+        enc = views[_view_key(part)]
+        mime = self.defaults.image_mime
+        if mime is None:
+            return enc
+        return replace(enc, data_url=f"data:{mime}" + enc.data_url[enc.data_url.index(";base64,") :])
 
     async def _episode(self, sample: Any, size: tuple[int, int]) -> Attempt:
         stats: dict[str, Any] = {"requests": 0, "zooms": 0}
@@ -83,9 +113,14 @@ class ToolLoopSolver:
             s = self.session(sample.question, sample.options, sample.image_path, size)
         except UnusableImage as e:  # the sample's outcome: no answer, never a lost request
             return Attempt(None, None, stats={**stats, "status": EpisodeStatus.IMAGE_REFUSED, "protocol_error": str(e)})
-        views: dict[ImageRef, EncodedImage] = {}
+        views: dict[str, EncodedImage] = {}
         usage: dict[str, int] = {}
+        finish: str | None = None
         finishes: list[str | None] = []  # each reply's finish_reason
+        calls: list[dict] = []
+        if self.toolkit is not None:
+            stats["tool_calls"] = calls
+        ctx = self.toolkit.episode(sample.image_path, getattr(sample, "index", 0)) if self.toolkit is not None else None
         extra = dict(self.defaults.image_url_extra)
         while True:
             try:
@@ -94,26 +129,35 @@ class ToolLoopSolver:
                         if part.get("type") == "image":
                             await self._render(part, views)
             except ImageError as e:
+                end = s.view_failed(str(e)) if isinstance(s, ViewErrorAware) else None
+                if end is not None:  # the protocol's own error path: the episode ends with its answer
+                    stats["stop_reason"] = end.reason
+                    return Attempt(end.text, finish, trajectory=s.messages, usage=usage or None, stats=stats)
                 return Attempt(None, None, error=f"image error: {e}", trajectory=s.messages, stats=stats)
-            api_msgs = to_openai(s.messages, views.__getitem__, extra, self.defaults.join_text)
+            api_msgs = to_openai(
+                s.messages, _no_ref, extra, self.defaults.join_text, encode_part=lambda p: self._labelled(views, p)
+            )
             try:
-                resp = await self.client.chat.completions.create(
-                    model=self.model, messages=api_msgs, n=1, **self.completion_kwargs
-                )
-                choice = resp.choices[0]
-            except asyncio.CancelledError:
-                raise
-            except LOST as e:
+                reply = await chat_once(self.client, self.model, api_msgs, n=1, **self.completion_kwargs)
+            except EXPECTED_ERRORS as e:  # lost after the SDK's retries, or no usable first choice
                 return Attempt(None, None, error=failure_reason(e), trajectory=s.messages, stats=stats)
-            this_usage = _usage_of(resp)
+            this_usage = reply.token_counts()
             for k, v in this_usage.items():
                 usage[k] = usage.get(k, 0) + v
-            reply, finish = (choice.message.content if choice.message else None) or "", choice.finish_reason
+            finish = reply.finish_reason
             finishes.append(finish)
             stats["requests"] += 1
             if isinstance(s, UsageAware):
                 s.note_usage(this_usage)
-            step = s.step(reply, finish)
+            step = s.step(reply.text, finish)
+            while isinstance(step, UseTool):  # a tool call: run it, hand the session its result
+                if ctx is None or self.toolkit is None or not isinstance(s, ToolUser):
+                    raise TypeError(f"{type(s).__name__} asked for a tool but the solver has no toolkit")
+                ctx.turn = stats["requests"] - 1
+                call = await self.toolkit.call(step.tool, step.name, step.arguments, ctx)
+                record = call.to_dict()
+                calls.append(record)
+                step = s.observe(call.text, [ShownImage(i.path, i.size) for i in call.images], record)
             if isinstance(step, Finish):
                 if step.reason:
                     stats["stop_reason"] = step.reason
@@ -123,4 +167,6 @@ class ToolLoopSolver:
             stats["zooms"] += int(step.zoomed)
 
     async def aclose(self) -> None:
-        """Nothing to release: the client belongs to whoever built this solver."""
+        """The toolkit's backends are closed; the client belongs to whoever built this solver."""
+        if self.toolkit is not None:
+            self.toolkit.close()

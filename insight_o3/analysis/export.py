@@ -215,6 +215,15 @@ def write_trajectories(path: str | os.PathLike, rows: list[dict]) -> int:
     return os.path.getsize(path)
 
 
+def _agent(card: JSONObject, settings: JSONObject) -> JSONObject:
+    """The run's agent and protocol version as its card names them; a card from before agents were recorded: the
+    mode its settings imply (InSight-o3 with a vSearcher, else a single model), protocol unknown."""
+    agent = card.get("agent")
+    if isinstance(agent, dict) and agent.get("name"):
+        return {"name": agent["name"], "protocol": agent.get("protocol")}
+    return {"name": "insight_o3" if settings.get("vsearcher_model") else "single_model", "protocol": None}
+
+
 def leaderboard(run: RunRecords, confidence: float = DEFAULT_CONFIDENCE, failed_as_wrong: bool = False) -> JSONObject:
     """The run's leaderboard entry (see the module docstring). Raises
     :class:`~.significance.PairingError` for a run without samples (nothing to rank)."""
@@ -235,6 +244,7 @@ def leaderboard(run: RunRecords, confidence: float = DEFAULT_CONFIDENCE, failed_
         "format": LEADERBOARD_FORMAT,
         "eval_name": run.name,
         "model": card.get("model", settings.get("model")),
+        "agent": _agent(card, settings),
         "vsearcher_model": settings.get("vsearcher_model"),
         "oracle_crops": settings.get("oracle_crops"),
         "benchmark_file": card.get("benchmark_file", settings.get("ann_file")),

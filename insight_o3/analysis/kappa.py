@@ -8,7 +8,7 @@
 * **Intervals**: a sample's trials are judged on related responses, so items are resampled by sample
   (cluster bootstrap, percentile, a fixed seed). The resamples are computed in one vectorised pass from
   additive per-item statistics (statsmodels takes one table at a time, too slow for thousands of
-  resamples); ``tests/test_kappa.py`` checks that pass against statsmodels on random tables, and the
+  resamples); ``tests/analysis/test_kappa.py`` checks that pass against statsmodels on random tables, and the
   intervals' coverage by simulation: about 94 % at a nominal 95 % with 50 samples × 3 trials; with fewer
   than about 20 samples it is too narrow (91 %), which the outputs say by giving the number of samples.
 

@@ -28,7 +28,7 @@ run the same number) and then works on the ``n`` samples.
   it is too narrow below about 40 samples, the score interval is not.
 * **McNemar's counts** (``b`` = (sample, trial) pairs only A got right, ``c`` = only B; trial ``k``
   against trial ``k``) are *descriptive*: treating the pairs of one sample as independent makes its
-  p-value anti-conservative when each question favours one system (tests/test_significance.py shows
+  p-value anti-conservative when each question favours one system (tests/analysis/test_significance.py shows
   10–27 % rejections at a nominal 5 %), so it is not used to decide anything.
 * **Failed items** (status ``failed``: the model's or the judge's API call was lost) are not the
   system's answer: by default they are left out (a sample keeps its judged trials; a sample without a

@@ -57,3 +57,27 @@ def _has_link(root: str, name: str) -> bool:
 def outside_message(where: str, field: str, error: OutsideImageDir) -> str:
     """The bad-input line of a refused image name: ``<file>:<line>: field '<field>': <why>; pass ...``."""
     return f"{where}: field '{field}': image path outside the image directory: {error}; pass {ALLOW_OUTSIDE_FLAG} to allow it"
+
+
+class BadOutputName(ValueError):
+    """A name that must stay below an output directory but would not (or names nothing); the message says why."""
+
+
+def check_output_name(name: str) -> str:
+    """``name`` unchanged when it is a non-empty relative path that stays below the directory it is joined to:
+    refused (:class:`BadOutputName`) when empty or blank, absolute (``/o3_bench``: what ``--eval_name
+    "$MODEL/o3_bench"`` becomes with ``$MODEL`` unset), with a ``..`` or an empty component, or holding a NUL."""
+    if not name.strip():
+        raise BadOutputName("must not be empty")
+    if "\0" in name:
+        raise BadOutputName(f"{name!r} holds a NUL character")
+    if os.path.isabs(name) or name.startswith(("/", "\\", "~")):
+        raise BadOutputName(f"{name!r} is an absolute path; it must be relative to the output directory")
+    parts = name.replace("\\", "/").split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        bad = next(p for p in parts if p in ("", ".", ".."))
+        raise BadOutputName(
+            f"{name!r} has a {'empty' if not bad else repr(bad)} path component; it must name a directory below the "
+            "output directory (an unset shell variable such as $MODEL leaves one)"
+        )
+    return name

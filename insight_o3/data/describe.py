@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw
 
 from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
+from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import fit_max_pixels
 from ..imaging.images import encode_pil, open_image
@@ -126,11 +127,10 @@ async def describe_box(client: Any, t: BoxTask, cfg: DescribeConfig) -> dict[str
             kw["max_completion_tokens"] = cfg.max_tokens
         if cfg.temperature is not None:
             kw["temperature"] = cfg.temperature
-        resp = await client.chat.completions.create(model=cfg.model, messages=build_messages(url), **kw)
-        text = resp.choices[0].message.content if resp.choices else None
+        text = (await chat_once(client, cfg.model, build_messages(url), **kw)).text
         desc = parse_description(text)
         if desc is None:
-            rec.update(status="failed", error="no region_description={...} in the reply", raw=(text or "")[:2000])
+            rec.update(status="failed", error="no region_description={...} in the reply", raw=text[:2000])
         else:
             rec.update(status="ok", description=desc)
     except asyncio.CancelledError:

@@ -12,6 +12,10 @@ a model: the accuracies they reach are the ones they are set to.
   the judge the others. As a vReasoner it first asks the vSearcher for the question's first target layout
   (``region_description={...}``), then answers: right with probability ``searched_accuracy`` when a crop came
   back, ``accuracy`` when the vSearcher found nothing.
+  Asked in a tool-using agent's protocol (``evaluate --agent deepeyes|mini_o3|pixel_reasoner``, or an installed
+  agent whose plugin declares ``demo_reply``: its system prompt tells which), it speaks that protocol: a zoom on the
+  question's first target layout in the protocol's own call format, then the answer in its format, right with
+  probability ``searched_accuracy`` (the crop was seen).
 * :meth:`DemoScripts.searcher` — a vSearcher that returns the layout's box, in the coordinates of the image
   it was sent (Qwen2.5-VL's ``smart_resize`` grid for ``max_pixels``).
 * :meth:`DemoScripts.judge` — a judge that reads the judge prompts as a careful model would: it extracts
@@ -28,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..agents.tool_agents import DemoSpeaker, DemoTurn
 from ..base.json_types import JSONObject
 from ..endpoints.scripted_server import Call, Reply, chat, error, request_text, user_message_text
+from ..evaluation.agent_registry import agent_names, get_agent
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, smart_resize
 
 LETTERS = "ABCDEF"
@@ -61,6 +67,28 @@ def searcher_box(row: dict, max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS) -> list
     return [round(x1 * nw / w), round(y1 * nh / h), round(x2 * nw / w), round(y2 * nh / h)]
 
 
+def agent_speakers() -> list[DemoSpeaker]:
+    """The scripted behaviour of every registered agent that declares one (built-in, then installed packages'; a
+    package whose plugin cannot be loaded is left out: ``evaluate --agent`` names its error)."""
+    out = []
+    for name in agent_names():
+        try:
+            plugin = get_agent(name)
+        except Exception:  # a broken third-party plugin: not the demo's business
+            continue
+        if plugin.demo_reply is not None:
+            out.append(plugin.demo_reply)
+    return out
+
+
+def _system_text(messages: list[dict]) -> str:
+    first = messages[0] if messages else {}
+    if first.get("role") != "system":
+        return ""
+    c = first.get("content")
+    return c if isinstance(c, str) else "".join(p.get("text", "") for p in c or [] if isinstance(p, dict))
+
+
 @dataclass
 class DemoScripts:
     """The demo's three scripts over the rows of a demo benchmark (``metadata.jsonl`` rows)."""
@@ -70,6 +98,7 @@ class DemoScripts:
     searched_accuracy: float = 0.85
     seed: int = 0
     searcher_max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS
+    speakers: list[DemoSpeaker] = field(default_factory=agent_speakers)
     _attempts: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -118,13 +147,46 @@ class DemoScripts:
         if row is None:
             return error(400, "the demo model only knows the demo benchmark's questions")
         qid = row["question_id"]
+        messages = req.get("messages", [])
         if "region_description" in text:  # the vReasoner's prompt names the tool
-            return self._reasoner_turn(row, qid, req.get("messages", []))
+            return self._reasoner_turn(row, qid, messages)
+        spoken = self._protocol_turn(row, qid, messages)
+        if spoken is not None:
+            return chat(spoken, model=call.model or "scripted-demo-model", prompt_tokens=1400)
         texts = []
         for _ in range(call.n):
             right, style = self._draw(qid, self._next_attempt(qid), self.accuracy)
             texts.append(self._say(self._letter(row, right), style))
         return chat(texts, model=call.model or "scripted-demo-model", prompt_tokens=1200)
+
+    def _protocol_turn(self, row: dict, qid: str, messages: list[dict]) -> str | None:
+        """A tool-using agent's turn in its own protocol (the first speaker that knows the system prompt), or None."""
+        system = _system_text(messages)
+        if not system or not self.speakers:
+            return None
+        turns = [m for m in messages if m.get("role") == "assistant"]
+        if turns:
+            first = turns[0]["content"] if isinstance(turns[0]["content"], str) else ""
+            ref = _REF.search(first)
+            attempt = int(ref.group(2)) if ref else 0
+        else:
+            attempt = self._next_attempt(qid)
+        right, _ = self._draw(qid, attempt, self.searched_accuracy if turns else self.accuracy)
+        info = row["layout_infos"][str(row["target_layouts"][0])]
+        x0, y0, x1, y1 = (float(v) for v in info["bbox"])
+        turn = DemoTurn(
+            system=system,
+            turns=len(turns),
+            box=(x0, y0, x1, y1),
+            size=(int(row["img_width"]), int(row["img_height"])),
+            letter=self._letter(row, right),
+            tag=f"(demo ref {qid}@{attempt})",
+        )
+        for speak in self.speakers:
+            reply = speak(turn)
+            if reply is not None:
+                return reply
+        return None
 
     def _reasoner_turn(self, row: dict, qid: str, messages: list[dict]) -> Reply:
         turns = [m for m in messages if m.get("role") == "assistant"]

@@ -316,7 +316,7 @@ class ScriptedOpenAIServer:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--script", required=True, help="module:function returning a script callable")
     ap.add_argument("--record", help="append every request body as a JSON line to this file")

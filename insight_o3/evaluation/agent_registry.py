@@ -3,7 +3,8 @@
 An agent is an :class:`AgentPlugin`: a name, the version of the protocol it implements (written to the run
 card), how the run's images are encoded, and ``build(context) -> Solver``. The built-in agents are
 ``single_model`` and ``insight_o3`` (the two modes ``evaluate`` always had: their requests are unchanged) and the
-Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``; see docs/fidelity.md). A package adds agents through the entry-point group
+Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``; see docs/fidelity.md) and ``opensearch_vl`` (with the
+tool layer, :mod:`insight_o3.tools`). A package adds agents through the entry-point group
 :data:`ENTRY_POINT_GROUP`; each entry point names an :class:`AgentPlugin` (or a callable returning one)::
 
     [project.entry-points."insight_o3.agents"]
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..agents import deepeyes, mini_o3, pixel_reasoner
-from ..agents.tool_agents import AgentDefaults, SessionFactory
+from ..agents import deepeyes, mini_o3, opensearch_vl, pixel_reasoner
+from ..agents.tool_agents import AgentDefaults, DemoSpeaker, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
 from ..protocol.attempt import Solver
@@ -54,7 +55,8 @@ class AgentContext:
 class AgentPlugin:
     """One agent. ``image_format``/``alpha``: the run's image store (how views are encoded, how an alpha channel
     becomes RGB); ``keeps_originals``: decoded originals are kept for crops; ``resizes``: the run's image budget
-    (``--img_max_pixels``) applies (False: the protocol sends the original image as is)."""
+    (``--img_max_pixels``) applies (False: the protocol sends the original image as is); ``demo_reply``: its
+    scripted behaviour in the keyless demo."""
 
     name: str
     protocol_version: str
@@ -64,6 +66,10 @@ class AgentPlugin:
     alpha: str = "drop"
     keeps_originals: bool = False
     resizes: bool = True
+    #: how the keyless demo's scripted model speaks this agent's protocol (a zoom, then the answer), so the demo's
+    #: endpoints can be evaluated with ``--agent`` and show its crops; None: the scripted model answers as a single
+    #: model would
+    demo_reply: DemoSpeaker | None = None
 
 
 def tool_agent(
@@ -73,10 +79,12 @@ def tool_agent(
     session: SessionFactory,
     defaults: AgentDefaults,
     alpha: str = "drop",
+    demo_reply: DemoSpeaker | None = None,
 ) -> AgentPlugin:
     """The plugin of a tool-using session: one model endpoint (the run's ``--model``), the protocol's request
     settings under the run's ``--chat_completion_kwargs``; ``alpha``: how the image store makes RGB of an alpha
-    channel (:data:`~insight_o3.imaging.images.ALPHA_MODES`)."""
+    channel (:data:`~insight_o3.imaging.images.ALPHA_MODES`); ``demo_reply``: how the keyless demo's scripted model
+    speaks the protocol (:class:`~insight_o3.agents.tool_agents.DemoSpeaker`)."""
 
     def build(ctx: AgentContext) -> Solver:
         c = ctx.config
@@ -91,6 +99,26 @@ def tool_agent(
         alpha=alpha,
         keeps_originals=True,
         resizes=False,
+        demo_reply=demo_reply,
+    )
+
+
+def _opensearch_vl(ctx: AgentContext) -> Solver:
+    """OpenSearch-VL's agent over the run's toolkit: its images and retrieval record go into the run directory."""
+    import functools
+
+    from ..tools.setup import ToolSettings, build_toolkit
+    from .config import PluginAgentSettings
+    from .run_dir import RunDir
+
+    c = ctx.config
+    agent = c.agent
+    settings = agent.tools if isinstance(agent, PluginAgentSettings) and agent.tools is not None else ToolSettings()
+    run = RunDir.at(c.output_dir, c.eval_name)
+    toolkit = build_toolkit(settings, images_dir=run.tool_images_dir(), store_dir=run.retrieval_store_dir())
+    session = functools.partial(opensearch_vl.OpenSearchVLSession, tool_set=settings.tool_set)
+    return ToolLoopSolver(
+        ctx.client, c.model, ctx.images, session, opensearch_vl.DEFAULTS, dict(c.completion_kwargs), toolkit=toolkit
     )
 
 
@@ -154,6 +182,8 @@ BUILTIN: dict[str, AgentPlugin] = {
             "DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
             deepeyes.DeepEyesSession,
             deepeyes.DEFAULTS,
+            alpha="keep",  # the release crops Image.open(path) in the file's own mode
+            demo_reply=deepeyes.demo_reply,
         ),
         tool_agent(
             "mini_o3",
@@ -162,6 +192,7 @@ BUILTIN: dict[str, AgentPlugin] = {
             "rollout (sampled: run --num_trials 32 for its Avg@32)",
             mini_o3.MiniO3Session,
             mini_o3.DEFAULTS,
+            demo_reply=mini_o3.demo_reply,
         ),
         tool_agent(
             "pixel_reasoner",
@@ -171,6 +202,17 @@ BUILTIN: dict[str, AgentPlugin] = {
             pixel_reasoner.PixelReasonerSession,
             pixel_reasoner.DEFAULTS,
             alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white
+            demo_reply=pixel_reasoner.demo_reply,
+        ),
+        AgentPlugin(
+            name="opensearch_vl",
+            protocol_version=opensearch_vl.PROTOCOL_VERSION,
+            description="OpenSearch-VL: the Visual Investigation Agent with its tools (crop, enhancement, layout "
+            "parsing, retrieval; --tool_set all adds visit and python_interpreter), its released inference loop",
+            build=_opensearch_vl,
+            image_format=opensearch_vl.DEFAULTS.image_format,
+            keeps_originals=True,
+            resizes=False,
         ),
     )
 }

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from enum import Enum
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,51 @@ class BenchmarkFiles:
     img_dir: str
 
 
+class HubKind(str, Enum):
+    """How a Hub dataset repository's files become the original release's layout."""
+
+    FILES = "files"  # the files themselves (the images the annotation names, or every file under a folder)
+    TABLE = "table"  # one table (.parquet/.tsv) holding each image in a column, one row per question
+    ARCHIVE = "archive"  # one .zip holding the images
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a benchmark's files are on the Hugging Face Hub (a dataset repository at a commit) and how they are laid
+    out under the data root (:mod:`insight_o3.evaluation.benchmark_download` fetches them)."""
+
+    repo: str
+    #: The commit fetched; None: not confirmed from a networked machine, so ``main`` is resolved to its commit at the
+    #: first download and that commit is recorded in the folder and used by every later run.
+    revision: str | None
+    kind: HubKind
+    #: The folder below the data root the files go to.
+    folder: str
+    #: Where :attr:`revision` comes from.
+    provenance: str
+    #: FILES: fetch every file under this repository folder (O3-Bench ships its annotation with its images); empty:
+    #: fetch the images the shipped annotation names, at their names less :attr:`strip`.
+    prefix: str = ""
+    strip: str = ""
+    #: TABLE/ARCHIVE: the repository file, or glob patterns tried in order (one file must match).
+    table: tuple[str, ...] = ()
+    #: TABLE: the column holding the annotation's ``question_id``.
+    key: str = "index"
+
+
 @dataclass(frozen=True)
 class Benchmark:
     name: str
     ann_file: str
     img_dir: str
     description: str
-    hub: str = ""  # where the images come from
+    source: HubSource
     aliases: tuple[BenchmarkFiles, ...] = field(default=())  # older layouts, tried when the default is absent
+
+    @property
+    def hub(self) -> str:
+        """The Hub dataset repository the images come from."""
+        return self.source.repo
 
     @property
     def layouts(self) -> tuple[BenchmarkFiles, ...]:
@@ -57,14 +95,27 @@ BENCHMARKS: dict[str, Benchmark] = {
             "data/O3-Bench/test/metadata.jsonl",
             "data/O3-Bench/test",
             "O3-Bench (this paper): composite charts and digital maps, 345 six-option MCQs on 204 images",
-            hub="m-Just/O3-Bench",
+            HubSource(
+                "m-Just/O3-Bench",
+                "281f08793930fe06801a0f07c8ebc2900e7d4460",
+                HubKind.FILES,
+                "O3-Bench",
+                "the commit of the original release's data/O3-Bench submodule",
+                prefix="test/",
+            ),
         ),
         Benchmark(
             "vstar",
             "data/vstar_bench/vstar_bench.jsonl",
             "data/vstar_bench",
             "V*-Bench: 191 MCQs (direct_attributes, relative_position)",
-            hub="craigwu/vstar_bench",
+            HubSource(
+                "craigwu/vstar_bench",
+                "d9ae62c903da0c98336e85c5ee89cd863b04b4da",
+                HubKind.FILES,
+                "vstar_bench",
+                "a published evaluation suite's pin of the repository (its 191-question test split)",
+            ),
             aliases=(BenchmarkFiles("data/VStar/vstar_bench.jsonl", "data/VStar/images"),),
         ),
         Benchmark(
@@ -72,7 +123,15 @@ BENCHMARKS: dict[str, Benchmark] = {
             "data/HR-Bench/hrbench_4k.jsonl",
             "data/HR-Bench/images_4k",
             "HR-Bench 4K: MCQs on 4K images (single / cross instance)",
-            hub="DreamMr/HR-Bench",
+            HubSource(
+                "DreamMr/HR-Bench",
+                None,
+                HubKind.TABLE,
+                "HR-Bench",
+                "not confirmed: main's commit is recorded at the first download",
+                table=("hr_bench_4k.parquet", "hr_bench_4k.tsv"),
+                key="index",
+            ),
             aliases=(BenchmarkFiles("data/HR-Bench/hrbench_4k.jsonl", "data/HR-Bench/images"),),
         ),
         Benchmark(
@@ -80,14 +139,29 @@ BENCHMARKS: dict[str, Benchmark] = {
             "data/TreeBench/treebench.jsonl",
             "data/TreeBench/images",
             "TreeBench: 405 MCQs on perception and reasoning",
-            hub="HaochenWang/TreeBench",
+            HubSource(
+                "HaochenWang/TreeBench",
+                "a4eb437ab71d14f6ab1a4cf05213d0f72f831b71",
+                HubKind.TABLE,
+                "TreeBench",
+                "a published evaluation suite's pin of the repository (405 rows, split train)",
+                table=("*.parquet", "*.tsv"),
+                key="index",
+            ),
         ),
         Benchmark(
             "visual_probe_hard",
             "data/VisualProbe_Hard/visual_probe_hard.jsonl",
             "data",
             "VisualProbe (hard split): 106 open-ended questions",
-            hub="Mini-o3/VisualProbe",
+            HubSource(
+                "Mini-o3/VisualProbe_Hard",
+                "bbe9b7a6c41d49844f45e51916ec0a60d1f0e378",
+                HubKind.FILES,
+                "VisualProbe_Hard",
+                "a published evaluation suite's pin of the repository (val.json and data/*.jpg, 106 rows)",
+                strip="VisualProbe_Hard/",
+            ),
             aliases=(BenchmarkFiles("data/VisualProbe/visual_probe_hard.jsonl", "data/VisualProbe/images"),),
         ),
         Benchmark(
@@ -95,7 +169,14 @@ BENCHMARKS: dict[str, Benchmark] = {
             "data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl",
             "data/MME-RealWorld-Lite/imgs",
             "MME-RealWorld Lite: 50 MCQs per task type over real-world scenarios",
-            hub="yifanzhang114/MME-RealWorld-Lite",
+            HubSource(
+                "yifanzhang114/MME-RealWorld-Lite",
+                None,
+                HubKind.ARCHIVE,
+                "MME-RealWorld-Lite",
+                "not confirmed: main's commit is recorded at the first download",
+                table=("data.zip", "*.zip"),
+            ),
             aliases=(
                 BenchmarkFiles("data/MME-RealWorld-Lite/MME_RealWorld_Lite.jsonl", "data/MME-RealWorld-Lite/images"),
             ),
@@ -104,11 +185,22 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 
 
-def get_benchmark(name: str) -> Benchmark:
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def canonical_name(name: str) -> str:
+    """The registered name of a benchmark written any way that differs only in case, dashes, underscores or spaces
+    (``O3-Bench`` -> ``o3_bench``, ``HR-Bench 4K`` -> ``hr_bench_4k``); ValueError naming the choices otherwise."""
+    by_key = {_key(n): n for n in BENCHMARKS}
     try:
-        return BENCHMARKS[name]
+        return by_key[_key(name)]
     except KeyError:
         raise ValueError(f"unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}") from None
+
+
+def get_benchmark(name: str) -> Benchmark:
+    return BENCHMARKS[canonical_name(name)]
 
 
 #: The environment variable naming the data root (the folder that holds the benchmarks, ``data`` by default).

@@ -18,6 +18,7 @@ from typing import Any
 from ..agents.config import ApiAccess, InSightO3Config
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..endpoints.usage import CostModel
+from ..tools.setup import ToolSettings
 from .judge import DEFAULT_JUDGE_RETRIES
 from .runner import RunConfig
 
@@ -37,6 +38,7 @@ class PluginAgentSettings:
     the run's model endpoint and request settings, the rest is its protocol's."""
 
     name: str
+    tools: ToolSettings | None = None  # an agent of the tool layer (opensearch_vl): its tools, retrieval, limits
 
 
 #: The agent-specific settings an evaluation run may carry.

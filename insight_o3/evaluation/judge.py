@@ -49,6 +49,7 @@ from typing import Any, TypeAlias
 from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..base.untrusted import MalformedReply
+from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
@@ -56,9 +57,10 @@ from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_let
 from ..protocol.questions import insight_o3_question
 from ..protocol.sample import Sample
 from ..protocol.statuses import NO_ANSWER_STATUSES
+from . import opensearch_vl_judge as osv_judge
 from .schema import Status
 
-FLOWS = ("extract", "verify")
+FLOWS = ("extract", "verify", "opensearch_vl")
 #: Judgings more of an attempt whose judge reply was ambiguous or malformed, before it is a failed record.
 DEFAULT_JUDGE_RETRIES = 2
 
@@ -72,7 +74,11 @@ def default_flow(vsearcher_model: str | None) -> str:
 CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
 #: fork's reward function ``max_tokens=2048``.
-JUDGE_COMPLETION_KWARGS = {"extract": {"max_completion_tokens": 2048}, "verify": {"max_tokens": 2048}}
+JUDGE_COMPLETION_KWARGS: dict[str, JSONObject] = {
+    "extract": {"max_completion_tokens": 2048},
+    "verify": {"max_tokens": 2048},
+    "opensearch_vl": dict(osv_judge.COMPLETION_KWARGS),
+}
 
 
 @dataclass
@@ -187,14 +193,9 @@ AskJudge: TypeAlias = Callable[[Any, str, str, JSONObject], Awaitable[str]]
 
 
 async def ask_judge(client: Any, model: str, prompt: str, completion_kwargs: JSONObject) -> str:
-    """One judge request; the reply text ("" when the server sent no content)."""
-    resp = await client.chat.completions.create(model=model, messages=user_message(prompt), **completion_kwargs)
-    if not getattr(resp, "choices", None):
-        raise JudgeError("judge returned no choices")
-    message = resp.choices[0].message
-    if message is None:
-        raise JudgeError("judge returned a choice without a message")
-    return message.content or ""
+    """One judge request; the reply text ("" when the server sent no content). A reply without a first choice
+    raises :class:`~insight_o3.endpoints.chat.NoChoice`, a malformed reply: judged again (:data:`RETRIED_JUDGE_ERRORS`)."""
+    return (await chat_once(client, model, user_message(prompt), **completion_kwargs)).text
 
 
 class JudgeCache:
@@ -316,6 +317,8 @@ class AnswerJudge:
             outputs = []
             ask = self._asker(fresh=tried > 0)
             try:
+                if self.flow == "opensearch_vl":
+                    return await self._opensearch_vl(sample, text, outputs, ask)
                 if self.flow == "verify":
                     return await in_loop_check(
                         self.client,
@@ -341,6 +344,18 @@ class AnswerJudge:
             outputs.append(failure.reply)  # the verify flow's one reply: kept with the failure
         reason = f"judge error: {failure_reason(failure)}"
         return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
+
+    async def _opensearch_vl(
+        self, sample: Sample, text: str, outputs: list[str], ask: Callable[..., Awaitable[str]] = ask_judge
+    ) -> Verdict:
+        """OpenSearch-VL's ``eval_with_gpt4o.py`` (:mod:`.opensearch_vl_judge`): always the judge, never a rule."""
+        response = osv_judge.extract_final_answer(text)
+        question = sample.question if not sample.options else f"{sample.question}\n{sample.options}"
+        prompt = osv_judge.judge_prompt(question, sample.answer, response)
+        reply = await ask(self.client, self.model, prompt, self.completion_kwargs)
+        outputs.append(reply)
+        ok = osv_judge.parse_verdict(reply)
+        return Verdict("correct" if ok else "wrong", response[:500], bool(response.strip()), "judge", outputs)
 
     async def _extract(
         self, sample: Sample, text: str, outputs: list[str], ask: Callable[..., Awaitable[str]] = ask_judge

@@ -159,6 +159,15 @@ class RunDir:
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
+    def tool_images_dir(self) -> str:
+        """Where an agent's tools write the images they make (PNG files named by their sha256)."""
+        return self.file("tool_images")
+
+    def retrieval_store_dir(self) -> str:
+        """The run's record of every retrieval result (:mod:`insight_o3.tools.store`), what ``--retrieval replay``
+        reads."""
+        return self.file("retrieval")
+
     def trial(self, k: int) -> TrialDir:
         return TrialDir(os.path.join(self.path, f"trial_{k}"))
 

@@ -135,6 +135,9 @@ class Resize:
     #: has already resized (Pixel-Reasoner: crops of its resized input and of earlier crops). The region is not
     #: used for the pixels then, only for the reference.
     pipeline: tuple[tuple[str | int, ...], ...] = ()
+    #: the image file's own bytes, unchanged, as the view (a harness that base64s the file itself: DeepEyes's first
+    #: image, EXIF and all)
+    as_file: bool = False
 
     @property
     def resample(self) -> Image.Resampling:
@@ -181,13 +184,18 @@ _raise_pillow_limit(DEFAULT_MAX_DECODE_PIXELS)
 #: ``to_rgb``, an RGBA image composited on white (every other mode converted as ``drop``), what the authors'
 #: verl fork does to every InSight-o3 image, the vReasoner's and the vSearcher's, in training and validation
 #: (``verl/utils/vsearch.py:197`` ``fetch_image_wo_resize``; ``fetch_image`` for the policy's input).
-ALPHA_MODES = ("drop", "white")
+#: ``keep``: no conversion at all, the file's own mode (DeepEyes's release crops and resizes ``Image.open(path)`` as
+#: it is: a palette image resized with NEAREST, RGBA with premultiplied alpha, sent as PNG in that mode; a mode PNG
+#: cannot hold, CMYK, fails at encoding).
+ALPHA_MODES = ("drop", "white", "keep")
 
 
 def to_rgb(im: Image.Image, alpha: str = "drop") -> Image.Image:
-    """``im`` as RGB under ``alpha`` (:data:`ALPHA_MODES`); an RGB image is returned as it is."""
+    """``im`` as RGB under ``alpha`` (:data:`ALPHA_MODES`; ``keep``: unchanged); an RGB image is returned as it is."""
     if alpha not in ALPHA_MODES:
         raise ValueError(f"alpha must be one of {ALPHA_MODES}, got {alpha!r}")
+    if alpha == "keep":
+        return im
     if alpha == "white" and im.mode == "RGBA":
         white = Image.new("RGB", im.size, (255, 255, 255))
         white.paste(im, mask=im.split()[3])  # qwen_vl_utils.vision_process.to_rgb, line for line
@@ -362,7 +370,24 @@ class ImageStore:
             view = view.resize(step, resize.resample)
         return view, ImageRef(path, reg, view.size)
 
+    def _file_view(self, path: str) -> EncodedImage:
+        """The file's bytes as they are (:attr:`Resize.as_file`), labelled with the type its header names."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            with Image.open(io.BytesIO(data)) as im:
+                mime = Image.MIME.get(im.format or "", "application/octet-stream")
+        except (OSError, SyntaxError, ValueError) as e:
+            raise ImageError(f"cannot read image {path}: {e}") from None
+        size = self.size(path)
+        ref = ImageRef(path, (0.0, 0.0, float(size[0]), float(size[1])), size)
+        with self._lock:
+            self.stats["encoded"] += 1
+        return EncodedImage(ref, f"data:{mime};base64," + base64.b64encode(data).decode("ascii"), size)
+
     def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
+        if resize.as_file:
+            return self._file_view(path)
         view, ref = self.view(path, resize, region)
         fmt = self.fmt
         if fmt.upper() == "JPEG" and max(view.size) > JPEG_MAX_SIDE:

@@ -32,7 +32,7 @@ gives the value such a card implies (the one its run actually used), so a resume
 another value is refused naming it; a card is never rewritten for it.
 
 A setting missing from :data:`SETTING_KINDS` is a programming error (:class:`UnclassifiedSetting`);
-``tests/test_run_integrity.py`` walks every flag of every command that writes a run directory.
+``tests/jobs/test_integrity.py`` walks every flag of every command that writes a run directory.
 """
 
 from __future__ import annotations
@@ -77,6 +77,16 @@ SETTING_KINDS: dict[str, Kind] = {
     "judge_model": R,
     "vsearcher_model": R,
     "agent": R,  # evaluate --agent (insight_o3.evaluation.agent_registry)
+    # evaluate's tool-layer agents (opensearch_vl): which tools, which retrieval, which OCR change what the model
+    # reads; where the corpus, the replayed store and the model file are is a path (what they hold: the run card)
+    "tool_set": R,
+    "retrieval": R,
+    "layout_backend": R,
+    "corpus": O,
+    "retrieval_replay_from": O,
+    "layout_api_url": O,
+    "sr_model_path": O,
+    "tool_seconds": O,
     "solver": R,  # build_o3_bench filter's solver model
     "checker": O,  # check_reliability's "model,url,ENV" specs: the models are fixed through checker_models
     "api_base_url": O,
@@ -230,6 +240,10 @@ def _prompt_added_later(old: Mapping[str, Any], now: Any) -> Any:
 #: implies — the one its run actually used (:data:`NOT_IMPLIED`: none). Add an entry with every new result-changing
 #: setting whose value older directories ran with, or resuming them is refused on it.
 ADDED_LATER: dict[str, Callable[[Mapping[str, Any], Any], Any]] = {
+    # evaluate's tool flags (issue 41): a run before them had no tools, i.e. these defaults
+    "tool_set": lambda old, now: "release",
+    "retrieval": lambda old, now: "local",
+    "layout_backend": lambda old, now: "tesseract",
     "agent": _agent_before_plugins,
     "prompts_sha256.*": _prompt_added_later,
 }

@@ -119,6 +119,10 @@ def parse_extraction(text: str | None) -> Extraction:
     return Extraction(ident, caption, ocr or "None")
 
 
+async def _parse_async(text: str) -> Extraction:
+    return parse_extraction(text)  # linear in the reply: no worker needed
+
+
 @dataclass(frozen=True)
 class ExtractTask:
     """One E.1 request: the full image (``layout_id`` None) or one layout crop."""
@@ -207,40 +211,20 @@ class ExtractJob(StepJob[ExtractTask]):
         meter = self.meter()
         enc = await self.images.aget(t.image, self.resize, region=t.bbox)
         messages = to_openai(build_messages(enc.ref, self.prompt_role, self.prompt), lambda _ref: enc)
-        reason, reply = "", ""
-        for attempt in range(1, self.s.parse_retries + 2):
-            resp = await self.api.chat.completions.create(
-                model=self.endpoint.model, messages=messages, **self.s.chat_completion_kwargs
-            )
-            choice = resp.choices[0] if getattr(resp, "choices", None) else None
-            reply = (choice.message.content if choice is not None and choice.message else None) or ""
-            if choice is None:
-                reason = "the server returned no choices"
-            elif choice.finish_reason == "length":
-                reason = "the reply was cut off at the token limit"
-            else:
-                try:
-                    ex = parse_extraction(reply)
-                except ExtractionFormatError as e:
-                    reason = str(e)
-                else:
-                    usage = meter.to_dict()
-                    return {
-                        **self._base(t),
-                        "status": "ok",
-                        **ex.to_dict(),
-                        "attempts": attempt,
-                        "image": enc.ref.to_dict(),
-                        "usage": usage,
-                        "cost_usd": self.priced(usage),
-                    }
+        asked = await self.ask_parsed(self.api, self.endpoint.model, messages, _parse_async)
         usage = meter.to_dict()
+        out = {**self._base(t)}
+        if asked.parsed is not None:
+            out.update(status="ok", **asked.parsed.to_dict())
+        else:
+            out.update(
+                status="failed",
+                error=f"no usable reply after {asked.attempts} attempt(s): {asked.reason}",
+                reply=asked.reply[:4000],
+            )
         return {
-            **self._base(t),
-            "status": "failed",
-            "error": f"no usable reply after {self.s.parse_retries + 1} attempt(s): {reason}",
-            "reply": reply[:4000],
-            "attempts": self.s.parse_retries + 1,
+            **out,
+            "attempts": asked.attempts,
             "image": enc.ref.to_dict(),
             "usage": usage,
             "cost_usd": self.priced(usage),

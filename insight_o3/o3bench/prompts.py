@@ -11,7 +11,7 @@
 No code of the authors builds O3-Bench, so the text is the paper's (arXiv 2512.18745, Appendix E.1/E.2) with only
 its rendering damage repaired: backticks rendered as left quotes (and opening backticks the rendering dropped),
 apostrophes it dropped, and a straight double quote it turned into two backticks. Every repair is listed in
-``docs/fidelity.md``; ``tests/test_o3bench_prompts.py`` rebuilds each constant from the paper's text and the
+``docs/fidelity.md``; ``tests/o3bench/test_prompts.py`` rebuilds each constant from the paper's text and the
 repair list and pins its sha256. What the rendering lost for good (blank lines, the character between "mutually
 exclusive" and "no meta-options") is not guessed.
 """

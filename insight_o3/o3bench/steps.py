@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from openai import AsyncOpenAI
 
 from ..base.json_types import JSONObject
+from ..endpoints.chat import NoChoice, chat_once
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
@@ -35,6 +36,7 @@ from .workspace import Workspace
 PROG = "python -m insight_o3.scripts.build_o3_bench"
 
 ItemT = TypeVar("ItemT")
+ParsedT = TypeVar("ParsedT")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +86,17 @@ class StepSettings:
 
     def public(self) -> JSONObject:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Asked(Generic[ParsedT]):
+    """What :meth:`StepJob.ask_parsed` got: the parsed reply (None when no attempt gave one), the last reply's
+    text, the attempts made and why the last one was not taken."""
+
+    parsed: ParsedT | None
+    reply: str
+    attempts: int
+    reason: str
 
 
 def record_spend(record: Any, earlier: bool = False) -> tuple[int, float]:
@@ -210,6 +223,34 @@ class StepJob(ResumableJob[ItemT, dict]):
             max_connections=max(16, 2 * self.s.concurrency),
             limiter=limiter,
         )
+
+    async def ask_parsed(
+        self,
+        api: Any,
+        model: str,
+        messages: list[JSONObject],
+        parse: Callable[[str], Awaitable[ParsedT]],
+    ) -> Asked[ParsedT]:
+        """Ask ``model`` behind ``api`` up to ``1 + parse_retries`` times until ``parse`` takes the reply (it raises ``ValueError`` on
+        one it cannot use; a coroutine function, so a parse may do CPU-heavy work off the event loop); a
+        reply without a choice or cut off at the token limit is asked again the same way. API errors raise (the job
+        records the item as failed)."""
+        reason, reply = "", ""
+        for attempt in range(1, self.s.parse_retries + 2):
+            try:
+                c = await chat_once(api, model, messages, **self.s.chat_completion_kwargs)
+            except NoChoice as e:
+                reason, reply = str(e), ""
+                continue
+            reply = c.text
+            if c.finish_reason == "length":
+                reason = "the reply was cut off at the token limit"
+                continue
+            try:
+                return Asked(await parse(reply), reply, attempt, "")
+            except ValueError as e:
+                reason = str(e)
+        return Asked(None, reply, self.s.parse_retries + 1, reason)
 
     @staticmethod
     def meter() -> UsageMeter:

@@ -210,45 +210,21 @@ class SynthesizeJob(StepJob[SourceImage]):
             "subset": unit.source.subset,
             "prompt_sha256": hashlib.sha256(unit.prompt.encode("utf-8")).hexdigest(),
         }
-        reason, reply = "", ""
-        for attempt in range(1, self.s.parse_retries + 2):
-            resp = await self.api.chat.completions.create(
-                model=self.endpoint.model, messages=messages, **self.s.chat_completion_kwargs
-            )
-            choice = resp.choices[0] if getattr(resp, "choices", None) else None
-            reply = (choice.message.content if choice is not None and choice.message else None) or ""
-            if choice is None:
-                reason = "the server returned no choices"
-            elif choice.finish_reason == "length":
-                reason = "the reply was cut off at the token limit"
-            else:
-                try:
-                    parsed = await parse_reply(reply)
-                except SynthesisFormatError as e:
-                    reason = str(e)
-                else:
-                    usage = meter.to_dict()
-                    repaired = {"json_repair": parsed.repair.to_dict()} if parsed.repair is not None else {}
-                    return {
-                        **base,
-                        "status": "ok",
-                        "items": parsed.items,
-                        **repaired,
-                        "reply": reply,
-                        "attempts": attempt,
-                        "usage": usage,
-                        "cost_usd": self.priced(usage),
-                    }
+        asked = await self.ask_parsed(self.api, self.endpoint.model, messages, parse_reply)
         usage = meter.to_dict()
-        return {
-            **base,
-            "status": "failed",
-            "error": f"no JSON array after {self.s.parse_retries + 1} attempt(s): {reason}",
-            "reply": reply[:8000],
-            "attempts": self.s.parse_retries + 1,
-            "usage": usage,
-            "cost_usd": self.priced(usage),
-        }
+        parsed = asked.parsed
+        out: JSONObject
+        if parsed is None:
+            out = {
+                **base,
+                "status": "failed",
+                "error": f"no JSON array after {asked.attempts} attempt(s): {asked.reason}",
+                "reply": asked.reply[:8000],
+            }
+        else:
+            repaired = {"json_repair": parsed.repair.to_dict()} if parsed.repair is not None else {}
+            out = {**base, "status": "ok", "items": parsed.items, **repaired, "reply": asked.reply}
+        return {**out, "attempts": asked.attempts, "usage": usage, "cost_usd": self.priced(usage)}
 
     def failed(self, unit: SynthTask, reason: str) -> JSONObject:
         return {"sample_key": unit.source.key, "subset": unit.source.subset, "status": "failed", "error": reason}

@@ -16,7 +16,7 @@ named after it, with its file and lines at 926d137:
   :func:`zoom_box` (``_maybe_resize_bbox``); an unusable box gets the tool's error text and the episode goes on.
 
 Model output is untrusted: nothing here raises on it. Every rule is checked against the fork's own functions
-run on generated cases (``tests/test_searcher_rules.py``, ``tests/test_training_goldens.py``).
+run on generated cases (``tests/protocol/test_searcher_rules.py``, ``tests/recipe/test_training_goldens.py``).
 """
 
 from __future__ import annotations

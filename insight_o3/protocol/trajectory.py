@@ -51,8 +51,10 @@ def to_openai(
     encode: Callable[[ImageRef], EncodedImage],
     image_url_extra: dict | None = None,
     join_text: bool = True,
+    encode_part: Callable[[dict], EncodedImage] | None = None,
 ) -> list[JSONObject]:
-    """Chat messages for the API; ``encode`` maps an ImageRef to its (cached) encoded view.
+    """Chat messages for the API; ``encode`` maps an ImageRef to its (cached) encoded view (``encode_part``, when
+    given, maps the whole image part instead: a part whose pixels its own keys decide, such as a crop ``pipeline``).
 
     The original's shapes: user content is always a list of parts in the stored order (its
     ``query_api`` builds ``[image_url, text]`` even for text-only turns), adjacent text parts are sent
@@ -68,7 +70,7 @@ def to_openai(
         parts: list[dict] = []
         for p in c or []:
             if p.get("type") == "image":
-                enc = encode(ImageRef.from_dict(p["image"]))
+                enc = encode_part(p) if encode_part is not None else encode(ImageRef.from_dict(p["image"]))
                 parts.append({"type": "image_url", "image_url": {"url": enc.data_url, **(image_url_extra or {})}})
             elif join_text and parts and parts[-1]["type"] == "text":
                 parts[-1] = text_part(parts[-1]["text"] + p["text"])

@@ -28,7 +28,7 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..base.exit_codes import ExitCode
-from ..base.paths import ALLOW_OUTSIDE_FLAG
+from ..base.paths import ALLOW_OUTSIDE_FLAG, BadOutputName, check_output_name
 from ..base.redaction import RedactingFilter, redact
 from ..endpoints.client import DEFAULT_TIMEOUT, ENV_KEYS, quiet_http_logs
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
@@ -133,25 +133,76 @@ def closest_flags(parser: argparse.ArgumentParser, flag: str, n: int = 3) -> lis
 Flags: TypeAlias = argparse.ArgumentParser | argparse._ArgumentGroup
 
 
+def _unknown_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The ``--flags`` of ``argv`` (before a bare ``--``) that ``parser`` and its subcommands do not know."""
+    known = set(_option_strings(parser))
+    out = []
+    for arg in argv:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and " " not in name and name not in known:
+            out.append(arg)
+    return out
+
+
+class _Subcommands(argparse._SubParsersAction):
+    """Subcommand parsers that report their own unknown flags (with their own ``--help``), not the parent's."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser = super().add_parser(name, **kwargs)
+        parser._strict = True
+        return parser
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors come first and short: the error, the closest flag names for an
-    unknown flag, and where the full usage is (``--help``), instead of a page of usage before the error."""
+    unknown flag, and where the full usage is (``--help``), instead of a page of usage before the error.
+
+    Abbreviations are off (``allow_abbrev=False``, here and in every subcommand): ``--num_trial 2`` is an unknown
+    flag, not ``--num_trials``. An unknown flag is reported even when a required one is missing too (``--modle x``
+    names ``--modle`` and suggests ``--model``), and a subcommand reports its own unknown flags."""
+
+    _strict = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Subcommands)
+        self._argv: list[str] = []
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._argv = list(sys.argv[1:] if args is None else args)
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and self._strict:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
 
     def error(self, message: str) -> NoReturn:
-        lines = [f"{self.prog}: error: {message}"]
+        unknown: list[str] = []
         if message.startswith("unrecognized arguments:"):
-            for arg in message.split(":", 1)[1].split():
-                if arg.startswith("-"):
-                    near = closest_flags(self, arg)
-                    if near:
-                        lines.append(f"  {arg.split('=', 1)[0]}: did you mean {' or '.join(near)}?")
+            unknown = message.split(":", 1)[1].split()
+        elif message.startswith("the following arguments are required"):
+            unknown = _unknown_flags(self, self._argv)
+            if unknown:
+                message = f"unrecognized arguments: {' '.join(unknown)}; {message}"
+        lines = [f"{self.prog}: error: {message}"]
+        for arg in unknown:
+            if arg.startswith("-"):
+                near = closest_flags(self, arg)
+                if near:
+                    lines.append(f"  {arg.split('=', 1)[0]}: did you mean {' or '.join(near)}?")
         lines.append(f"(all flags: {self.prog} --help)")
         self.exit(ExitCode.BAD_INPUT, "\n".join(lines) + "\n")
 
 
 def new_parser(prog: str, description: str | None = None, **kwargs: Any) -> argparse.ArgumentParser:
-    """An :class:`ArgumentParser` with the shared help formatter (subcommands are made the same way)."""
-    return ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
+    """An :class:`ArgumentParser` with the shared help formatter and no abbreviations (subcommands are made the same
+    way)."""
+    return ArgumentParser(prog=prog, description=description, **kwargs)
 
 
 def setup_logging(level: int = logging.INFO) -> None:
@@ -165,6 +216,33 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 
 # ----------------------------------------------------------------------------- shared flags
+def non_empty(text: str) -> str:
+    """An argparse ``type`` for a name that must not be empty (``--model "$MODEL"`` with ``$MODEL`` unset)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (an unset shell variable?)")
+    return text
+
+
+def output_name(text: str) -> str:
+    """An argparse ``type`` for a name joined below an output directory (:func:`~insight_o3.base.paths.
+    check_output_name`: not empty, not absolute, no ``..``)."""
+    try:
+        return check_output_name(text)
+    except BadOutputName as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def check_output_names(p: argparse.ArgumentParser, **names: str | None) -> None:
+    """``p.error`` (exit 2) unless each given name (flag name -> value; None skipped) stays below its output
+    directory; for names derived from other flags (``--eval_name`` from ``--model``)."""
+    for flag, value in names.items():
+        if value is not None:
+            try:
+                check_output_name(value)
+            except BadOutputName as e:
+                p.error(f"--{flag}: {e}")
+
+
 def add_output_dir(
     p: Flags,
     *,
@@ -224,7 +302,14 @@ def add_judge_flags(p: Flags, *, model_help: str = "", url_help: str, key_help: 
     """``--judge_model``, ``--judge_api_base_url`` (hidden alias ``--judge_base_url``) and ``--judge_api_key``: the
     same spelling in every command that asks a judge (``many``: one or more values each, as ``rejudge``)."""
     nargs: dict[str, Any] = {"nargs": "+"} if many else {}
-    p.add_argument("--judge_model", required=many, default=None if many else "gpt-5-nano", help=model_help, **nargs)
+    p.add_argument(
+        "--judge_model",
+        required=many,
+        type=non_empty,
+        default=None if many else "gpt-5-nano",
+        help=model_help,
+        **nargs,
+    )
     p.add_argument("--judge_api_base_url", "--judge_base_url", dest="judge_api_base_url", help=url_help, **nargs)
     p.add_argument("--judge_api_key", help=key_help, **nargs)
 

@@ -78,6 +78,7 @@ from ._shared import (
     entry_point,
     invocation_of,
     new_parser,
+    non_empty,
     run_main,
     setup_logging,
 )
@@ -177,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.formatter_class = ap.formatter_class
     _workspace(p)
-    p.add_argument("--model", required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
+    p.add_argument("--model", type=non_empty, required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
     add_api_flags(p, env="main")
     add_image_budget_flag(
         p,
@@ -204,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.formatter_class = ap.formatter_class
     _workspace(p)
-    p.add_argument("--model", required=True, help="the text-only model (paper: GPT-5)")
+    p.add_argument("--model", type=non_empty, required=True, help="the text-only model (paper: GPT-5)")
     add_api_flags(p, env="main")
     p.add_argument("--layout_text", choices=LAYOUT_TEXT_MODES, default="both", help="what caption_or_ocr holds")
     p.add_argument(

@@ -58,6 +58,7 @@ from ._shared import (
     entry_point,
     invocation_of,
     new_parser,
+    non_empty,
     run_main,
     setup_logging,
 )
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--image_dir", default=None, help="where the images named by input_path are")
     add_output_dir(ap, dest="out_dir", required=True, help="boxes.jsonl, descriptions.jsonl, regions.jsonl go here")
     ap.add_argument("--source", default="infographicvqa")
-    ap.add_argument("--model", default="gpt-5-nano")
+    ap.add_argument("--model", type=non_empty, default="gpt-5-nano")
     add_api_flags(ap, env="main", aliases=True)
     add_client_flags(ap, max_retries=5, client_timeout=300.0, aliases=True)
     add_image_budget_flag(ap, default=1280 * 1280, help="image sent downscaled under this (0: as is)")

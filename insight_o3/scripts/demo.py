@@ -49,6 +49,8 @@ BANNER_REAL_SEARCHER = (
     "answers; the vSearcher is the endpoint given; accuracies measure nothing"
 )
 EVAL_NAMES = {"single-model": "scripted-demo/single-model", "insight-o3": "scripted-demo/insight-o3"}
+#: The agents whose protocol the scripted model speaks in the printed commands (the Table 1 baselines).
+BASELINE_AGENTS = ("deepeyes", "mini_o3", "pixel_reasoner")
 #: The key flags' placeholder ("EMPTY", as for vLLM: no warning about keys on the command line): the scripted
 #: endpoints accept any key, and a real key from the environment is never sent.
 NO_KEY = "EMPTY"
@@ -70,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="draws the benchmark and the scripted answers")
     p.add_argument("--min_side", type=int, default=1000, help="smallest image side in px (O3-Bench: ~3000)")
     p.add_argument("--progress", action="store_true", help="show evaluate's progress bars")
+    p.add_argument(
+        "--agent",
+        choices=("insight_o3", "opensearch_vl"),
+        default="insight_o3",
+        help="insight_o3: single model vs InSight-o3 (the default); opensearch_vl: OpenSearch-VL's agent and tools on "
+        "photographed signs (crop -> sharpen -> layout_parsing -> text_search on a local corpus -> answer; needs the "
+        "tools extra and Tesseract)",
+    )
     g = p.add_argument_group(
         "serve the endpoints",
         "keep the scripted model, vSearcher and judge up for your own commands (evaluate, rejudge, the notebooks) "
@@ -248,6 +258,11 @@ def serve_commands(bench: Path, eval_dir: Path, urls: dict[str, str]) -> dict[st
             + data
             + ["--eval_name served/insight-o3 --vsearcher_model scripted-demo-vsearcher"]
         ),
+        # the Table 1 agents: the scripted model speaks each one's protocol (a zoom on the evidence, then the answer)
+        "baselines": f"for agent in {' '.join(BASELINE_AGENTS)}; do{nl}"
+        + nl.join(env + evaluate_ + data + ['--agent "$agent" --eval_name "served/$agent"'])
+        + f"{nl}&& {_python()} -m insight_o3.scripts.report {q(str(eval_dir / 'served'))}/\"$agent\"{nl}"
+        f"--output_file {q(str(eval_dir.parent))}/\"served_$agent.html\" || break; done",
         "report": f"{_python()} -m insight_o3.scripts.report {q(str(eval_dir / 'served' / 'insight-o3'))}{nl}"
         f"--compare {q(str(eval_dir / 'served' / 'single-model'))} "
         f"--output_file {q(str(eval_dir.parent / 'served_report.html'))}",
@@ -291,10 +306,64 @@ def serve(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+OSV_BANNER = (
+    "SCRIPTED DEMO (OpenSearch-VL): the model and judge are local scripts; the tools are real (OpenCV, Tesseract, "
+    "a local SQLite corpus): the model reads each sign only through layout_parsing and answers from text_search"
+)
+
+
+def tools_missing() -> str | None:
+    """What the OpenSearch-VL demo lacks here (None: nothing)."""
+    from ..tools.layout import tesseract_version
+
+    try:
+        import cv2  # noqa: F401
+    except ImportError:
+        return "OpenCV: pip install 'insight-o3[tools]'"
+    if tesseract_version() is None:
+        return "Tesseract OCR: apt-get install tesseract-ocr tesseract-ocr-eng (and pip install 'insight-o3[tools]')"
+    return None
+
+
+def run_opensearch_vl_demo(a: argparse.Namespace) -> int:
+    from ..demo.opensearch_vl import ScriptedInvestigator, judge_script, make_demo
+
+    missing = tools_missing()
+    if missing is not None:
+        print(f"error: demo --agent opensearch_vl needs {missing}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    out = Path(a.output_dir) / "opensearch_vl"
+    t0 = time.perf_counter()
+    print(OSV_BANNER, flush=True)
+    files = make_demo(out, n=a.num_images, seed=a.seed)
+    with (
+        ScriptedOpenAIServer(ScriptedInvestigator(), keep_bodies=False) as model,
+        ScriptedOpenAIServer(judge_script, keep_bodies=False) as judge,
+    ):
+        argv = _evaluate_argv(a, files.bench, model.base_url, judge.base_url)
+        argv += ["--agent", "opensearch_vl", "--corpus", str(files.index), "--eval_name", "scripted-demo/opensearch-vl"]
+        argv[argv.index("--output_dir") + 1] = str(out / "eval")
+        argv[argv.index("--num_trials") + 1] = "1"
+        rc = evaluate.main(argv)
+        if rc != ExitCode.OK:
+            return rc
+    page = out / "report.html"
+    run = out / "eval" / "scripted-demo" / "opensearch-vl"
+    rc = report.main([str(run), "--out", str(page), "--max_samples", "0", "--thumb_px", "256", "--note", OSV_BANNER])
+    if rc != ExitCode.OK:
+        return rc
+    print(
+        f"Done in {time.perf_counter() - t0:.1f} s. Open the report (every tool call with its images and text): {page.resolve()}"
+    )
+    return ExitCode.OK
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     a = parse_args(argv)
+    if a.agent == "opensearch_vl":
+        return run_opensearch_vl_demo(a)
     return serve(a) if a.serve else run_demo(a)
 
 

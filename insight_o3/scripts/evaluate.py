@@ -49,8 +49,8 @@ from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.agent_registry import AgentContext, UnknownAgent, get_agent
-from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, resolve_layout
+from ..evaluation.agent_registry import AgentContext, UnknownAgent, agent_names, get_agent
+from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, canonical_name, resolve_layout
 from ..evaluation.config import (
     AgentSettings,
     EvaluateConfig,
@@ -70,6 +70,8 @@ from ..jobs.integrity import SettingsChanged
 from ..protocol import prompts
 from ..protocol.attempt import Solver
 from ..protocol.sample import AnnotationError, Sample
+from ..tools.layout import BACKENDS as LAYOUT_BACKENDS
+from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError, tools_card
 from ._shared import (
     OUTPUT_ROOT,
     STOP_ERRORS,
@@ -86,9 +88,12 @@ from ._shared import (
     add_run_flags,
     add_separate_requests_flag,
     add_vsearcher_flags,
+    check_output_names,
     check_run_flags,
     entry_point,
     new_parser,
+    non_empty,
+    output_name,
     report_stop,
     setup_logging,
 )
@@ -116,12 +121,21 @@ def _json_object(name: str) -> Callable[[str], JSONObject]:
     return parse
 
 
+def _benchmark_name(text: str) -> str:
+    try:
+        return canonical_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
     g.add_argument(
         "--benchmark",
-        choices=sorted(BENCHMARKS),
-        help="use this benchmark's default --ann_file/--img_dir (see data/README.md)",
+        type=_benchmark_name,
+        metavar="NAME",
+        help=f"use this benchmark's default --ann_file/--img_dir: {', '.join(sorted(BENCHMARKS))} (case, dashes and "
+        "spaces do not matter: O3-Bench is o3_bench; see data/README.md)",
     )
     g.add_argument(
         "--data_root",
@@ -147,20 +161,30 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _agent_line(name: str) -> str:
+    """``name`` and the first clause of its description (an agent that cannot be loaded: its name only)."""
+    try:
+        return f"{name} ({get_agent(name).description.split(':')[0].split(',')[0]})"
+    except (UnknownAgent, ImportError, TypeError, AttributeError):
+        return name
+
+
 def _model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument(
         "--agent",
         default=None,
-        help="the agent answering: single_model, insight_o3 (the default with --vsearcher_model), a Table 1 "
-        "baseline (deepeyes) or an installed package's (entry points 'insight_o3.agents'); see README 'Baselines'",
+        help="the agent answering (default: single_model, insight_o3 with --vsearcher_model): "
+        + "; ".join(_agent_line(n) for n in agent_names())
+        + ". Installed packages add agents (entry points 'insight_o3.agents'); see README 'Baselines'",
     )
     g.add_argument(
         "--eval_name",
+        type=output_name,
         help="results go to <output_dir>/<eval_name> (with --benchmark the default is <model>/<benchmark>, "
         "<model>+<agent>/<benchmark> for a baseline agent; required with --ann_file)",
     )
-    g.add_argument("--model", required=True)
+    g.add_argument("--model", required=True, type=non_empty)
     g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
     g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
     add_image_budget_flag(
@@ -260,7 +284,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 
 def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("InSight-o3 (vReasoner = --model, vSearcher below)")
-    g.add_argument("--vsearcher_model", help="enables InSight-o3 mode")
+    g.add_argument("--vsearcher_model", type=non_empty, help="enables InSight-o3 mode")
     g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
     g.add_argument("--vsearcher_api_key", help="default: $VSEARCHER_API_KEY")
     add_vsearcher_flags(g, default_max_pixels=VSEARCHER_EVAL_MAX_PIXELS)
@@ -286,9 +310,30 @@ def _analysis_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _tool_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tools (--agent opensearch_vl; see README 'OpenSearch-VL')")
+    g.add_argument("--tool_set", choices=sorted(TOOL_SETS), default="release",
+                   help="release: the 8 tools of the released inference schema; all: also visit and python_interpreter")  # fmt: skip
+    g.add_argument(
+        "--retrieval",
+        choices=RETRIEVALS,
+        default="local",
+        help="local: a corpus index (--corpus; keyless); web: the released Serper + Jina + summariser chain (keys "
+        "from SERPER_API_KEY, JINA_API_KEY, QWEN_API_BASE ...); replay: the store of a recorded run "
+        "(--retrieval_replay_from), no network. Every answer is recorded in <run>/retrieval/",
+    )
+    g.add_argument("--corpus", default=None, help="with --retrieval local: the index made by insight-o3-index-corpus")
+    g.add_argument("--retrieval_replay_from", default=None, help="with --retrieval replay: a run directory (or its retrieval/ folder)")  # fmt: skip
+    g.add_argument("--layout_backend", choices=LAYOUT_BACKENDS, default="tesseract",
+                   help="layout_parsing: tesseract (offline, Debian's tesseract-ocr) or api (a PP-StructureV3-compatible endpoint)")  # fmt: skip
+    g.add_argument("--layout_api_url", default=None, help="with --layout_backend api (default: $LAYOUT_PARSING_API_URL)")  # fmt: skip
+    g.add_argument("--sr_model_path", default=None, help="super_resolution's EDSR weights (default: $SR_MODEL_PATH, else EDSR_x4.pb; absent: the image is returned unchanged, as released)")  # fmt: skip
+    g.add_argument("--tool_seconds", type=float, default=120.0, help="wall-time limit of one tool call")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.evaluate", __doc__.split("\n")[0])
-    for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags):
+    for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags, _tool_flags):
         flags(p)
     return p
 
@@ -334,7 +379,14 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
-        a.judge_flow = default_flow(a.vsearcher_model)
+        a.judge_flow = "opensearch_vl" if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
+    if a.agent in TOOL_AGENTS:
+        try:
+            tool_settings(a).check()
+        except ToolSettingsError as e:
+            p.error(f"--agent {a.agent}: {e} (--retrieval, --corpus, --retrieval_replay_from, --layout_backend)")
+    elif a.corpus or a.retrieval_replay_from or a.tool_set != "release":
+        p.error(f"--tool_set, --corpus and --retrieval_replay_from are for a tool agent ({', '.join(TOOL_AGENTS)})")
     if "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must not set 'n' (use --num_trials)")
     if "n" in a.vsearcher_chat_completion_kwargs:
@@ -353,6 +405,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             p.error("--eval_name is required unless --benchmark is given")
         suffix = a.oracle_crops or ("" if builtin else a.agent)
         a.eval_name = f"{a.model}{'+' + suffix if suffix else ''}/{a.benchmark}"
+        check_output_names(p, eval_name=a.eval_name)  # from --model: 'x/../..' must not leave --output_dir
     for name in ("num_trials", "concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1")
@@ -393,8 +446,26 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
 
 
+TOOL_AGENTS = ("opensearch_vl",)
+
+
+def tool_settings(a: argparse.Namespace) -> ToolSettings:
+    return ToolSettings(
+        tool_set=a.tool_set,
+        retrieval=a.retrieval,
+        corpus=a.corpus,
+        replay_from=a.retrieval_replay_from,
+        layout_backend=a.layout_backend,
+        layout_api_url=a.layout_api_url,
+        sr_model_path=a.sr_model_path,
+        seconds=a.tool_seconds,
+    )
+
+
 def _agent(a: argparse.Namespace) -> AgentSettings:
     """The agent-specific settings of the resolved flags ``a``."""
+    if a.agent in TOOL_AGENTS:
+        return PluginAgentSettings(name=a.agent, tools=tool_settings(a))
     if a.agent not in ("single_model", "insight_o3"):
         return PluginAgentSettings(name=a.agent)
     if not a.vsearcher_model:
@@ -497,7 +568,14 @@ def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
             "cache": c.judge.cache,
         },
         seeds=seeds,
-        extra={"agent": {"name": c.agent_name, "protocol": get_agent(c.agent_name).protocol_version}},
+        extra={
+            "agent": {"name": c.agent_name, "protocol": get_agent(c.agent_name).protocol_version},
+            **(
+                {"tools": tools_card(c.agent.tools)}
+                if isinstance(c.agent, PluginAgentSettings) and c.agent.tools
+                else {}
+            ),
+        },
     )
 
 
@@ -652,17 +730,33 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
         images.close()
 
 
+def _missing_annotation(c: EvaluateConfig) -> str:
+    """What to say when the annotation file is not there: where ``--benchmark`` looked and how to fill the data root,
+    or, for a file given as ``--ann_file``, just that."""
+    where = os.path.abspath(c.ann_file)
+    bench = c.settings.get("benchmark")
+    if (
+        isinstance(bench, str)
+        and c.ann_file == resolve_layout(bench, _str_or_none(c.settings.get("data_root"))).ann_file
+    ):
+        return (
+            f"{where}: annotation file of --benchmark {bench} not found; --benchmark looks under the data root "
+            f"(--data_root, else ${DATA_ROOT_ENV}, else ./data); python -m insight_o3.scripts.download_benchmarks "
+            f"{bench} fetches it (data/README.md)"
+        )
+    return f"--ann_file {c.ann_file}: annotation file not found ({where})"
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     a = parse_args(argv)
     if not os.path.isfile(a.ann_file):
-        print(
-            f"error: {os.path.abspath(a.ann_file)}: annotation file not found; --benchmark looks under the data "
-            f"root (--data_root, else ${DATA_ROOT_ENV}, else ./data); "
-            "data/README.md says how to download each benchmark",
-            file=sys.stderr,
-        )
+        print(f"error: {_missing_annotation(a)}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     try:
         samples = select_subset(
@@ -672,7 +766,13 @@ def main(argv: list[str] | None = None) -> int:
             check_oracle_samples(samples, a.ann_file)
         costs = cost_model(a)
     except (AnnotationError, PriceError) as e:
-        print(f"error: {redact(str(e))}", file=sys.stderr)
+        bench = a.settings.get("benchmark")
+        hint = (
+            f" (the images of --benchmark {bench}: python -m insight_o3.scripts.download_benchmarks {bench})"
+            if isinstance(e, AnnotationError) and bench and "not found" in str(e)
+            else ""
+        )
+        print(f"error: {redact(str(e))}{hint}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     log.info(
         "%d samples from %s%s; results in %s/%s",

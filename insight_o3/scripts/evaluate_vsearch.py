@@ -49,9 +49,11 @@ from ._shared import (
     add_run_flags,
     add_token_budget_flag,
     add_vsearcher_flags,
+    check_output_names,
     check_run_flags,
     entry_point,
     new_parser,
+    non_empty,
     run_main,
     setup_logging,
 )
@@ -66,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ann_file", required=True)
     p.add_argument("--img_dir", required=True, help="directory the annotation's image paths are relative to")
     add_allow_outside_flag(p)
-    p.add_argument("--model", required=True, help="the vSearcher model name on the server")
+    p.add_argument("--model", type=non_empty, required=True, help="the vSearcher model name on the server")
     add_api_flags(p, env="vsearcher")
     add_vsearcher_flags(p, default_max_pixels=VSEARCHER_EVAL_MAX_PIXELS, aliases=True)
     p.add_argument("--max_tool_calls", type=int, default=LIMITS.max_tool_calls)
@@ -96,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--max_tool_calls >= 1 and --vsearcher_max_pixels >= {QWEN_MIN_PIXELS} are required")
     a.api_key = resolve_key(a.api_key, ENV_KEYS["vsearcher"][0])
     a.api_base_url = resolve(a.api_base_url, ENV_KEYS["vsearcher"][1])
-    a.output_dir = a.output_dir or os.path.join(OUTPUT_ROOT, "vsearch", a.model.replace("/", "__"))
+    if not a.output_dir:  # the model's name is a folder below outputs/vsearch: it must not leave it
+        check_output_names(p, model=a.model.replace("/", "__"))
+        a.output_dir = os.path.join(OUTPUT_ROOT, "vsearch", a.model.replace("/", "__"))
     settings = VSearchEvalSettings(
         model=a.model,
         output_dir=a.output_dir,

@@ -34,6 +34,7 @@ from ._shared import (
     entry_point,
     invocation_of,
     new_parser,
+    non_empty,
     run_main,
     setup_logging,
 )
@@ -44,7 +45,7 @@ PROG = "python -m insight_o3.scripts.filter_difficulty"
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = new_parser(prog, __doc__.split("\n")[0])
     add_output_dir(ap, dest="out_dir", required=True, help="a generate_collages output directory")
-    ap.add_argument("--model", required=True, help="the vReasoner")
+    ap.add_argument("--model", type=non_empty, required=True, help="the vReasoner")
     ap.add_argument(
         "--attempts", type=int, default=LIMITS.difficulty_attempts, help=f"pass@k (paper: {LIMITS.difficulty_attempts})"
     )

@@ -68,6 +68,7 @@ from ._shared import (
     add_run_flags,
     entry_point,
     new_parser,
+    output_name,
     report_stop,
     setup_logging,
 )
@@ -204,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--eval_name",
         default=None,
+        type=output_name,
         help="the new eval dir is <output_dir>/<eval_name>, <output_dir> defaulting to the source "
         "run's (default: <eval_dir>@rejudge-<judge_model>)",
     )

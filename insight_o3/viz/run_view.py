@@ -415,6 +415,7 @@ class Turn:
     text: str
     images: list[ImageRef]
     search: dict | None = None
+    tool: dict | None = None  # the tool call this message answers (the tool layer's record)
 
 
 def _part_text(p: dict) -> str:
@@ -455,7 +456,8 @@ def turns(messages: list[dict]) -> list[Turn]:
                 else:
                     texts.append(_part_text(p))
         search = m.get("search") if isinstance(m.get("search"), dict) else None
-        out.append(Turn(i, str(m.get("role", "?")), "".join(texts), refs, search))
+        tool = m.get("tool_call") if isinstance(m.get("tool_call"), dict) else None
+        out.append(Turn(i, str(m.get("role", "?")), "".join(texts), refs, search, tool))
     return out
 
 
@@ -575,12 +577,42 @@ class SearchView:
 
 
 @dataclass
+class ToolView:
+    """A tool call: its name and arguments, how long it took, its error, the images it read and made."""
+
+    line: str
+    error: str | None
+    inputs: list[CropView]
+    outputs: list[CropView]
+
+
+@dataclass
 class TurnView:
     role: str
     text: str
     items: list[CropView | WholeImageView]
     search: SearchView | None
     collapse: bool
+    tool: ToolView | None = None
+
+
+def _tool_view(record: dict, resolver: ImageResolver, thumb_px: int) -> ToolView:
+    def views(images: object, caption: str) -> list[CropView]:
+        out = []
+        for im in images if isinstance(images, list) else []:
+            if isinstance(im, dict) and isinstance(im.get("path"), str) and isinstance(im.get("size"), list):
+                w, h = (int(v) for v in im["size"][:2])
+                ref = ImageRef(im["path"], (0.0, 0.0, float(w), float(h)), (w, h))
+                out.append(_crop_view(ref, resolver, thumb_px, f"{caption} {im.get('id', '')}", "crop"))
+        return out
+
+    args = json.dumps(record.get("arguments"), ensure_ascii=False)[:300]
+    secs = record.get("seconds")
+    line = f"tool call: {record.get('name')} {args}" + (f" ({secs:.2f} s)" if isinstance(secs, (int, float)) else "")
+    err = record.get("error")
+    if err:
+        err = f"{record.get('error_kind') or 'error'}: {err}"
+    return ToolView(line, err, views(record.get("input_images"), "input"), views(record.get("new_images"), "made"))
 
 
 def _crop_view(ref: ImageRef, resolver: ImageResolver, thumb_px: int, caption: str, cls: str = "crop") -> CropView:
@@ -631,7 +663,10 @@ def _turn_view(
             for st in turns(sub)
         ]
         search = SearchView(line, len(sub), sub_views)
-    return TurnView(t.role, t.text, items, search, collapse_system and t.role == "system")
+    tool = _tool_view(t.tool, resolver, thumb_px) if t.tool is not None else None
+    if tool is not None:  # the made images are shown with the call
+        items = [i for i in items if not (isinstance(i, CropView) and any(o.src == i.src for o in tool.outputs))]
+    return TurnView(t.role, t.text, items, search, collapse_system and t.role == "system", tool)
 
 
 def conversation_html(

@@ -1,6 +1,6 @@
 """Drop from ``tests/golden/training/differences.json`` every case that now matches the fork.
 
-A listed case is a strict ``xfail`` of ``tests/test_training_goldens.py``: once its rule is fixed it passes, which
+A listed case is a strict ``xfail`` of ``tests/recipe/test_training_goldens.py``: once its rule is fixed it passes, which
 strict mode reports as a failure (``XPASS(strict)``). This runs that test file and removes exactly those ids (and
 rules left without ids); it never adds one. Failures that are not XPASS are printed: a case that stopped matching,
 to fix or to attribute to a rule by hand (with the reason).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DIFFERENCES = ROOT / "tests" / "golden" / "training" / "differences.json"
-TEST = "tests/test_training_goldens.py"
+TEST = "tests/recipe/test_training_goldens.py"
 LINE = re.compile(r"^FAILED \S+::\w+\[(?P<id>[^\]]+)\](?P<rest>.*)$")
 
 

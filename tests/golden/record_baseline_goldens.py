@@ -1,5 +1,5 @@
 """Record the baselines' goldens by RUNNING their released evaluation code (tests/golden/README.md, "Baseline
-goldens"); compared by tests/test_baseline_goldens.py.
+goldens"); compared by tests/agents/test_baseline_goldens.py.
 
     python tests/golden/record_baseline_goldens.py --deepeyes <DeepEyes git dir> --mini_o3 <Mini-o3 git dir>
 
@@ -185,7 +185,155 @@ def record_deepeyes(git_dir: str) -> dict:
     return {"commit": DEEPEYES_COMMIT, "file": "eval/eval_vstar.py", "cases": out}
 
 
+# ---------------------------------------------------------------- DeepEyes: image files and boxes at the edges
+EXIF_ORIENTATION = 0x0112
+
+
+def make_file(kind: str, path: str) -> None:
+    """The image file of a ``deepeyes_file_cases`` kind: a mode or a format the release handles its own way."""
+    im = make_image(120, 90, 7)
+    if kind == "palette":
+        im.convert("P").save(path, format="PNG")
+    elif kind == "rgba":
+        rgba = im.convert("RGBA")
+        rgba.putalpha(Image.linear_gradient("L").resize(im.size))
+        rgba.save(path, format="PNG")
+    elif kind == "gray_alpha":
+        im.convert("LA").save(path, format="PNG")
+    elif kind == "cmyk":
+        im.convert("CMYK").save(path, format="JPEG", quality=90)
+    elif kind == "exif_rotated":
+        exif = Image.Exif()
+        exif[EXIF_ORIENTATION] = 6
+        im.save(path, format="JPEG", quality=90, exif=exif.tobytes())
+    else:
+        im.save(path, format="PNG")
+
+
+def mode_digest(url: str) -> dict:
+    """A sent image by its label, its file's sha256, and its pixels in their own mode (no RGB conversion)."""
+    label, b64 = url.split(",", 1)
+    raw = base64.b64decode(b64)
+    im = Image.open(io.BytesIO(raw))
+    return {
+        "label": label,
+        "file_sha256": hashlib.sha256(raw).hexdigest(),
+        "mode": im.mode,
+        "size": list(im.size),
+        "sha256": hashlib.sha256(im.tobytes()).hexdigest(),
+    }
+
+
+def deepeyes_file_cases() -> list[dict]:
+    """Image modes, formats and boxes where the release's behaviour is its own (issue: palette/RGBA cropped in their
+    mode, CMYK ends the episode, EXIF sent raw, a box outside the image or of zero size, no options)."""
+    call = '<tool_call>\n{{"name": "image_zoom_in_tool", "arguments": {{"bbox_2d": {box}}}}}\n</tool_call>'
+    inside = [10.4, 12.5, 70.6, 61]
+    out = [
+        {"kind": k, "box": inside, "options": ["red", "blue"]}
+        for k in ("palette", "rgba", "gray_alpha", "cmyk", "exif_rotated")
+    ]
+    out += [
+        {"kind": "rgb", "box": [200, 150, 260, 230], "options": ["red", "blue"]},  # wholly outside: black crop
+        {"kind": "rgb", "box": [-40, -30, -5, -2], "options": ["red", "blue"]},  # wholly outside, above-left
+        {"kind": "rgb", "box": [20, 0, 20, 200], "options": ["red", "blue"]},  # zero width, no division: black
+        {"kind": "rgb", "box": [20, 10, 20, 40], "options": ["red", "blue"]},  # zero width: smart_resize divides by 0
+        {"kind": "rgb", "box": [0, 30, 120, 30], "options": ["red", "blue"]},  # zero height, no division: black
+        {"kind": "rgb", "box": inside, "options": []},  # no options: the release's row writer crashes
+    ]
+    for c in out:
+        c["replies"] = [call.format(box=c["box"]), "<think>seen</think> <answer>A</answer>"]
+        c["question"] = f"What is in the {c['kind']} picture?"
+    return out
+
+
+def record_deepeyes_files(git_dir: str) -> dict:
+    src = _show(git_dir, DEEPEYES_COMMIT, "eval/eval_vstar.py")
+    sent: list[dict] = []
+    replies: list[str] = []
+
+    class _Completions:
+        def create(self, **params):
+            sent.append(json.loads(json.dumps(params)))
+            msg = types.SimpleNamespace(content=replies.pop(0))
+            return types.SimpleNamespace(choices=[types.SimpleNamespace(message=msg)])
+
+    class _OpenAI:
+        def __init__(self, **kw):
+            self.chat = types.SimpleNamespace(completions=_Completions())
+
+    saved = {k: sys.modules.get(k) for k in ("torch", "requests", "openai")}
+    _stub("torch")
+    _stub("requests")
+    _stub("openai", OpenAI=_OpenAI)
+    argv = sys.argv
+    out: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sys.argv = ["eval_vstar.py", "--save_path", tmp, "--eval_model_name", "deepeyes", "--vstar_bench_path", tmp]
+        try:
+            g: dict = {"__name__": "eval_vstar", "__file__": "eval_vstar.py"}
+            exec(compile(src, "eval/eval_vstar.py", "exec"), g)
+        finally:
+            sys.argv = argv
+        for n, case in enumerate(deepeyes_file_cases()):
+            name = f"f{n}.jpg"  # the release derives the annotation's name from '.jpg'
+            make_file(case["kind"], os.path.join(tmp, name))
+            with open(os.path.join(tmp, f"f{n}.json"), "w") as f:
+                json.dump({"question": case["question"], "options": case["options"]}, f)
+            sent.clear()
+            replies[:] = list(case["replies"])
+            try:
+                info = g["process"]((name, tmp))
+                result = {"pred_ans": info["pred_ans"], "status": info["status"]}
+            except Exception as e:  # the release's own crash (no options: options[0] when writing the row)
+                result = {"crash": f"{type(e).__name__}: {e}"}
+            reqs = []
+            for p in sent:
+                msgs = []
+                for m in p["messages"]:
+                    c = m["content"]
+                    if isinstance(c, list):
+                        c = [
+                            {"type": "image", **mode_digest(x["image_url"]["url"])} if x["type"] == "image_url" else x
+                            for x in c
+                        ]
+                    msgs.append({"role": m["role"], "content": c})
+                reqs.append({**{k: v for k, v in p.items() if k != "messages"}, "messages": msgs})
+            out.append({**case, "requests": reqs, **result})
+    for k, v in saved.items():
+        if v is None:
+            sys.modules.pop(k, None)
+        else:
+            sys.modules[k] = v
+    return {"commit": DEEPEYES_COMMIT, "file": "eval/eval_vstar.py", "pillow": Image.__version__, "cases": out}
+
+
 # ---------------------------------------------------------------- Mini-o3
+def mini_o3_scoring_cases() -> list[dict]:
+    """Last turns the validation scores: a tool call with an answer (the episode ends at the round limit), a turn cut
+    at the length limit with an answer, and turns without one."""
+    call = '<grounding>{"bbox_2d": [0.1, 0.1, 0.5, 0.5], "source": "original_image"}</grounding>'
+    return [
+        {"last": f"<think>look again</think> <answer>B</answer> {call}", "answer": "B"},
+        {"last": f"<think>zoom</think> {call}", "answer": "B"},
+        {"last": "<think>so</think> <answer>B</answer>", "answer": "B", "finish_reason": "length"},
+        {"last": "<think>so it is B and the", "answer": "B", "finish_reason": "length"},
+        {"last": "<think>done</think> <answer>(B) blue</answer>", "answer": "B"},
+    ]
+
+
+def record_mini_o3_scoring(git_dir: str) -> dict:
+    """The release's validation accuracy (``inner_acc_reward``, run as written) of each case's last turn."""
+    src = _show(git_dir, MINI_O3_COMMIT, "verl/utils/reward_score/general_qa_tool_mc.py")
+    g: dict = {"__name__": "general_qa_tool_mc"}
+    exec(compile(src, "general_qa_tool_mc.py", "exec"), g)
+    cases = []
+    for case in mini_o3_scoring_cases():
+        score = g["inner_acc_reward"]("q", ["<think>first</think> " + "x", case["last"]], case["answer"])
+        cases.append({**case, "release_acc": score})
+    return {"commit": MINI_O3_COMMIT, "file": "verl/utils/reward_score/general_qa_tool_mc.py", "cases": cases}
+
+
 def _cut(src: str, name: str) -> str:
     """The source of the function or method ``name`` in ``src`` (dedented)."""
     tree = ast.parse(src)
@@ -303,12 +451,20 @@ def record_mini_o3(git_dir: str) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--deepeyes", required=True, help="git dir of Visual-Agent/DeepEyes")
     p.add_argument("--mini_o3", required=True, help="git dir of Mini-o3/Mini-o3")
+    p.add_argument("--only", nargs="+", default=None, help="record only these files (default: all)")
     a = p.parse_args()
     OUT.mkdir(exist_ok=True)
-    for name, rec in (("deepeyes", record_deepeyes(a.deepeyes)), ("mini_o3", record_mini_o3(a.mini_o3))):
+    recorders = {
+        "deepeyes": lambda: record_deepeyes(a.deepeyes),
+        "deepeyes_files": lambda: record_deepeyes_files(a.deepeyes),
+        "mini_o3": lambda: record_mini_o3(a.mini_o3),
+        "mini_o3_scoring": lambda: record_mini_o3_scoring(a.mini_o3),
+    }
+    for name in a.only or recorders:
+        rec = recorders[name]()
         (OUT / f"{name}.json").write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
         print(name, len(rec["cases"]), "cases")
 

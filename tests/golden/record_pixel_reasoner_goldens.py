@@ -1,5 +1,5 @@
 """Record Pixel-Reasoner's goldens by RUNNING its released evaluation code (tests/golden/README.md, "Baseline
-goldens"); compared by tests/test_baseline_goldens.py.
+goldens"); compared by tests/agents/test_baseline_goldens.py.
 
     python tests/golden/record_pixel_reasoner_goldens.py --repo <git dir of TIGER-AI-Lab/Pixel-Reasoner> \\
         --chat_template <a Qwen2.5-VL chat_template.json>
@@ -421,7 +421,7 @@ def normalize_for_render(conv: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--repo", required=True, help="git dir of TIGER-AI-Lab/Pixel-Reasoner")
     p.add_argument("--chat_template", required=True, help="a chat_template.json of Qwen2.5-VL")
     a = p.parse_args()

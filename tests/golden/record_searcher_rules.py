@@ -221,7 +221,7 @@ def record(vsearch, batch, tool) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--repo", required=True)
     ap.add_argument("--commit", default="926d137")
     ap.add_argument("--out", default=str(Path(__file__).parent / "searcher_rules.json"))

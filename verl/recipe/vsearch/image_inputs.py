@@ -19,7 +19,7 @@ s the vSearcher session already plans (:class:`ImageViews`, a few hundred bytes)
   (:func:`insight_o3.agents.views.pil_view` over an :class:`~insight_o3.imaging.images.ImageStore`), through
   the worker's own image processor, one image at a time, concatenated in the row's order. The rebuilt
   ``image_grid_thw`` must equal the row's (else the row's image tokens and pixels would not pair: an error
-  naming the file). ``tests/test_recipe_image_inputs.py`` checks the result byte for byte against the
+  naming the file). ``tests/recipe/test_image_inputs.py`` checks the result byte for byte against the
   processor's output on the row's images, as verl computes it.
 * Each worker process keeps a byte-bounded cache of the per-view pixel values (:class:`PixelCache`): an
   episode's full image, shared by its in-loop calls and the n rollouts of its prompt, is decoded and

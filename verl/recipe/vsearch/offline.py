@@ -122,13 +122,15 @@ def fetch_vocab(directory: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="offline start-up helpers of the vsearch recipe")
+    ap = argparse.ArgumentParser(allow_abbrev=False, description="offline start-up helpers of the vsearch recipe")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("install-harmony-hook", help="install the harmony start-up hook into this venv")
-    sub.add_parser("uninstall-harmony-hook", help="remove it")
-    fv = sub.add_parser("fetch-vocab", help="download openai_harmony's vocab into DIR (needs internet access)")
+    sub.add_parser("install-harmony-hook", allow_abbrev=False, help="install the harmony start-up hook into this venv")
+    sub.add_parser("uninstall-harmony-hook", allow_abbrev=False, help="remove it")
+    fv = sub.add_parser(
+        "fetch-vocab", allow_abbrev=False, help="download openai_harmony's vocab into DIR (needs internet access)"
+    )
     fv.add_argument("directory", type=Path)
-    ck = sub.add_parser("check", help="would verl's vLLM server module import here?")
+    ck = sub.add_parser("check", allow_abbrev=False, help="would verl's vLLM server module import here?")
     ck.add_argument("--rollout", default="vllm")
     args = ap.parse_args(argv)
     if args.cmd == "install-harmony-hook":

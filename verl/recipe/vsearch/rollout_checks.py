@@ -354,7 +354,7 @@ def verify(records: dict[str, list[dict]], steps: dict[int, dict], *, gpu: bool)
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(description="verdict of a run's rollout checks")
+    ap = argparse.ArgumentParser(allow_abbrev=False, description="verdict of a run's rollout checks")
     ap.add_argument("records", help=f"the run's {ENV_DIR}")
     ap.add_argument("metrics", help="the run's metrics JSONL (verl's file logger)")
     ap.add_argument("--gpu", action="store_true", help="also require that sleep frees device memory")

@@ -23,7 +23,7 @@
 # What it does NOT cover: the 7B model, D.1 batch sizes, multi-node, TP > 1; the training episodes use the tiny
 # policy's 224x168 images (real sizes and 7 images per request are checked by `serve`).
 # HONEST STATUS: never run on a GPU (none was available); its non-GPU parts are tested (SMOKE_PLAN=1 prints the
-# commands it would run: tests/test_recipe_gpu_start.py).
+# commands it would run: tests/recipe/test_gpu_start.py).
 #
 # Environment: PYTHON (default python3; the interpreter with the train extra), CUDA_VISIBLE_DEVICES,
 # SMOKE_ATTN (flash_attention_2; sdpa to smoke-test the documented switch without flash-attn), SMOKE_PLAN=1.

@@ -54,7 +54,7 @@ def cpu_overrides(n_gpus: int, *, num_cpus: int = 16, object_store_mb: int = 512
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=2, help="logical GPUs = FSDP ranks (= N_GPUS_PER_NODE)")
     args = ap.parse_args(argv)
     print("\n".join(cpu_overrides(args.gpus)))

@@ -1,0 +1,3 @@
+"""The tool layer the agents share: one :class:`~insight_o3.tools.base.Tool` interface, a registry that packages
+extend by entry point, per-call limits, a record of every call, and the tools of OpenSearch-VL (image operations,
+layout parsing, a sandboxed Python interpreter, and retrieval that runs without keys and replays)."""
