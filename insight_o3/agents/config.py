@@ -75,6 +75,15 @@ class SearcherSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class InsightVSettings:
+    """Insight-V's summary agent (the reasoning agent is the run's ``model`` on the run's endpoint): its model and
+    endpoint, the run's by default (the release derives both agents from one model)."""
+
+    summary_model: str
+    summary_api: ApiAccess
+
+
+@dataclass(frozen=True, kw_only=True)
 class InSightO3Config:
     """A vReasoner + vSearcher system behind two endpoints (the agent-specific part of an evaluation run)."""
 

@@ -21,6 +21,7 @@ sha256 of the run card, so an entry can always be traced to the exact settings t
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -34,6 +35,7 @@ from ..base.json_types import JSONObject
 from ..endpoints.usage import merge, total_tokens
 from ..evaluation.attribution import attribute, attribution_metrics
 from ..evaluation.schema import USAGE_ROLES, EvalRecord, TokenUsage
+from ..protocol.sample import row_fields
 from ..storage.atomic import atomic_writer
 from .comparison import tokens_per_episode
 from .run_records import RunRecords
@@ -101,6 +103,7 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("searches", pa.list_(_SEARCH)),
         ("usage", pa.struct([(role, _COUNTS) for role in USAGE_ROLES])),
         ("cost_usd", pa.float64()),
+        ("row", pa.string()),
     ]
 )
 
@@ -193,7 +196,13 @@ def trajectory_row(rec: EvalRecord, eval_name: str = "", card_sha: str | None = 
         "searches": searches,
         "usage": {role: (_counts(rec.usage[role]) if role in rec.usage else None) for role in USAGE_ROLES},
         "cost_usd": rec.cost_usd,
+        # the row's other fields (any names, a column called "index" too), as JSON text: a table keeps one type a column
+        "row": json.dumps(row_fields({k: v for k, v in rec.fields.items() if k not in _ANNOTATED}), ensure_ascii=False),
     }
+
+
+#: Record fields a trajectory row has columns of already (the image's name), left out of its ``row``.
+_ANNOTATED = ("image", "file_name", "subset", "options")
 
 
 def _counts(u: TokenUsage) -> dict[str, int]:

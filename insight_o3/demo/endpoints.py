@@ -20,6 +20,10 @@ a model: the accuracies they reach are the ones they are set to.
   it was sent (Qwen2.5-VL's ``smart_resize`` grid for ``max_pixels``).
 * :meth:`DemoScripts.judge` — a judge that reads the judge prompts as a careful model would: it extracts
   the option letter or phrase from the model answer and compares it with the ground truth.
+* :class:`InsightVScripts` — Insight-V's reasoning and summary agents (``evaluate --agent insight_v``) on one
+  endpoint, each question's episode planted by its position (:data:`INSIGHT_V_CASES`): a right chain the summary
+  follows, a wrong chain the summary overrules, a malformed chain (no ``<thoughts>`` span, or cut by the token
+  limit) with no answer in it, and a right chain the summary overrules wrongly.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..agents.insight_v import SUMMARY_PREFIX
 from ..agents.tool_agents import DemoSpeaker, DemoTurn
 from ..base.json_types import JSONObject
 from ..endpoints.scripted_server import Call, Reply, chat, error, request_text, user_message_text
@@ -99,6 +104,11 @@ class DemoScripts:
     seed: int = 0
     searcher_max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS
     speakers: list[DemoSpeaker] = field(default_factory=agent_speakers)
+    #: the model name each role answers to (``model``, ``vsearcher``, ``judge``; None: any name), and whether a key
+    #: is wanted: a request for another model gets vLLM's 404 and one without a key (none, or ``EMPTY``) a 401, as
+    #: from a real server, so a wiring mistake (the model pointed at the judge's port) stops the run at once
+    names: dict[str, str] | None = None
+    require_key: bool = False
     _attempts: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -139,9 +149,23 @@ class DemoScripts:
     def target_box(self, row: dict) -> list[int]:
         return searcher_box(row, self.searcher_max_pixels)
 
+    def _refused(self, role: str, call: Call) -> Reply | None:
+        """A real server's refusal of a request without a key or for a model it does not serve (None: served)."""
+        if self.require_key:
+            token = call.headers.get("authorization", "").split()
+            if len(token) < 2 or token[1] in ("", "EMPTY"):
+                return error(401, f"missing API key: the scripted {role} wants one (any value but EMPTY)")
+        want = (self.names or {}).get(role)
+        if want is not None and call.model != want:
+            return error(404, f"The model `{call.model}` does not exist. (the scripted {role} serves `{want}`)")
+        return None
+
     # ------------------------------------------------------------------ scripts
     def model(self, req: dict, call: Call) -> Reply:
         """The single model, or the vReasoner (a conversation with an assistant turn is a later turn)."""
+        refused = self._refused("model", call)
+        if refused is not None:
+            return refused
         text = request_text(req)
         row = self._row_in(text)
         if row is None:
@@ -210,6 +234,9 @@ class DemoScripts:
         return chat(f"The crop shows the values I needed. \\boxed{{{letter}}}", prompt_tokens=1600)
 
     def searcher(self, req: dict, call: Call) -> Reply:
+        refused = self._refused("vsearcher", call)
+        if refused is not None:
+            return refused
         ref = _REF.search(request_text(req))
         row = next((r for r in self.rows if ref and r["question_id"] == ref.group(1)), None)
         if row is None:
@@ -218,6 +245,9 @@ class DemoScripts:
         return chat(f"<think>The region is here.</think><answer>{json.dumps(box)}</answer>", prompt_tokens=900)
 
     def judge(self, req: dict, call: Call) -> Reply:
+        refused = self._refused("judge", call)
+        if refused is not None:
+            return refused
         prompt = user_message_text(req)
         if "GT Answer:" in prompt:  # JUDGE_PROMPT / QA_VERIFY_PROMPT: compare
             gt, got = _field(prompt, "GT Answer"), _field(prompt, "Model Answer")
@@ -226,3 +256,57 @@ class DemoScripts:
         if "Options:" in prompt:  # MCQ_EXTRACTION_PROMPT: the option letter
             return chat(_letter_in(_field(prompt, "Model Answer")) or "none", model="scripted-demo-judge")
         return chat(_field(prompt, "Model Response") or "none", model="scripted-demo-judge")
+
+
+#: Insight-V's planted episodes, by a question's position in the benchmark (index modulo 4): the chain's own answer
+#: and the summary's, and the attribution bucket each record lands in.
+INSIGHT_V_CASES = (
+    ("chain_right", "right", "right", "correct"),
+    ("chain_wrong_summary_overrules", "wrong", "right", "summary_rescued"),
+    ("malformed_chain", "none", "right", "correct"),
+    ("chain_right_summary_overruled", "right", "wrong", "summary_overruled"),
+)
+
+
+@dataclass
+class InsightVScripts:
+    """Insight-V's two agents over a demo benchmark's rows, on one endpoint (a request holding the summary prompt is
+    the summary agent's). Each question's episode is the case of :data:`INSIGHT_V_CASES` at its row's index modulo 4;
+    the malformed chains alternate between a reply without a ``<thoughts>`` span and one cut by the token limit
+    (``finish_reason`` ``length``). The chains are one line, so a judge extracts their letter."""
+
+    rows: list[dict]
+
+    @classmethod
+    def from_metadata(cls, path: Path) -> InsightVScripts:
+        return cls([json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()])
+
+    def case(self, row: dict) -> tuple[str, str, str, str]:
+        return INSIGHT_V_CASES[self.rows.index(row) % len(INSIGHT_V_CASES)]
+
+    def malformed_kind(self, row: dict) -> str:
+        """``no_span`` or ``cut``, alternating over the malformed cases."""
+        return ("no_span", "cut")[self.rows.index(row) // len(INSIGHT_V_CASES) % 2]
+
+    def script(self, req: dict, call: Call) -> Reply:
+        text = request_text(req)
+        row = next((r for r in self.rows if r["question"] in text), None)
+        if row is None:
+            return error(400, "the demo agents only know the demo benchmark's questions")
+        _, chain, summary, _ = self.case(row)
+        if SUMMARY_PREFIX in text:
+            letter = DemoScripts._letter(row, summary == "right")
+            return chat(f"The answer is {letter}.", model="scripted-insight-v", prompt_tokens=1500)
+        if chain == "none":
+            if self.malformed_kind(row) == "cut":
+                return chat(
+                    "<thoughts>\nIdentifying Key Information: the first panel lists the values of",
+                    finish_reason="length",
+                    prompt_tokens=1200,
+                )
+            return chat("I looked at every panel of the figure and compared them.", prompt_tokens=1200)
+        letter = DemoScripts._letter(row, chain == "right")
+        return chat(
+            f"<thoughts>Reading the panels one by one and comparing the candidates, option {letter} fits.</thoughts>",
+            prompt_tokens=1200,
+        )

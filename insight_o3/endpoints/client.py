@@ -30,7 +30,9 @@ import json
 import logging
 import os
 import zlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import urlsplit
 
 import openai
 from openai import AsyncOpenAI
@@ -53,6 +55,7 @@ ENV_KEYS = {
     "main": (("OPENAI_API_KEY",), ("OPENAI_BASE_URL",)),
     "judge": (("JUDGE_API_KEY", "OPENAI_API_KEY"), ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
     "vsearcher": (("VSEARCHER_API_KEY",), ("VSEARCHER_API_BASE_URL", "VSEARCHER_BASE_URL")),
+    "summary": (("SUMMARY_API_KEY",), ("SUMMARY_API_BASE_URL",)),
 }
 #: Responses that no retry or later request can fix: the run stops at the first one.
 FATAL_STATUSES = {
@@ -77,7 +80,7 @@ def resolve_key(
     """An API key from its flag or the first env var set (see :data:`ENV_KEYS`), registered as a secret. A key
     given as a flag gets a warning: the command line is visible to every user of the machine (``ps``,
     ``/proc/<pid>/cmdline``) and stays in the shell's history; an env var is not."""
-    if flag_value and flag_value != "EMPTY":
+    if flag_value and flag_value not in PUBLIC_KEYS:
         log.warning(
             "%s on the command line is visible to other users of this machine (ps) and in your shell history; "
             "set %s instead",
@@ -87,6 +90,79 @@ def resolve_key(
     key = resolve(flag_value, env_names, default)
     register_secret(key)
     return key
+
+
+#: The key the keyless demo sends its scripted endpoints (they refuse a request without one, as a real server).
+DEMO_KEY = "scripted-demo-key"
+#: Key values that are no secret (vLLM's placeholder, the demo's): given as a flag, they are not warned about.
+PUBLIC_KEYS = frozenset({"EMPTY", DEMO_KEY})
+#: Where the openai SDK sends requests when no base URL is given.
+SDK_DEFAULT_URL = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A URL or a key and where it came from (``--api_key``, ``$OPENAI_API_KEY``, "the model's endpoint", ...):
+    what a command states at its start, never the key itself. ``home``: for a key borrowed from another role, the
+    address it belongs to (it may go to that host only)."""
+
+    value: str | None
+    source: str
+    home: str | None = None
+
+    def __repr__(self) -> str:  # a key's value never in a repr
+        return f"Sourced(source={self.source!r}, set={self.value is not None})"
+
+
+def sourced(flag_value: str | None, flag: str, env_names: tuple[str, ...]) -> Sourced:
+    """A value from its flag or the first env var set, with where it came from (``none`` when neither is set)."""
+    if flag_value:
+        return Sourced(flag_value, flag)
+    for name in env_names:
+        if os.environ.get(name):
+            return Sourced(os.environ[name], f"${name}")
+    return Sourced(None, "none")
+
+
+def host_of(url: str | None) -> str:
+    """The host name of a base URL (lower case; the SDK's default address when None): a key belongs to a host, so
+    two servers on one host (two ports of 127.0.0.1) share it."""
+    return (urlsplit(url or SDK_DEFAULT_URL).hostname or "").lower()
+
+
+class KeyHostError(ValueError):
+    """A key borrowed from another role would go to a host it does not belong to (bad input, exit 2)."""
+
+
+def borrowed_key(
+    role: str,
+    url: Sourced,
+    own: Sourced,
+    lender: str,
+    lender_url: Sourced,
+    lender_key: Sourced,
+    allow_other_host: bool = False,
+) -> Sourced:
+    """The key ``role`` sends: its own (``own``: its flag or variable), else ``lender``'s key (e.g. the model's, for
+    the judge) — only to the host the lender sends it to (``lender_url``; unset: the SDK's default), so a key is
+    never sent to a server it was not meant for; ``allow_other_host`` (the commands' ``--allow_key_to_other_host``)
+    lifts that. Raises :class:`KeyHostError`."""
+    if own.value is not None or lender_key.value is None:
+        return own
+    home = lender_url.value or SDK_DEFAULT_URL  # where the lender itself sends that key
+    if not allow_other_host and host_of(url.value) != host_of(home):
+        raise KeyHostError(
+            f"the {role} has no key of its own and the {lender}'s ({lender_key.source}) belongs to {redact(host_of(home))}, "
+            f"not to the {role}'s {redact(host_of(url.value))} ({url.source}): it is not sent there. Give the {role} "
+            f"its own key (its variable or flag), or allow the {lender}'s key there (setting allow_key_to_other_host)"
+        )
+    return Sourced(lender_key.value, f"{lender_key.source} (the {lender}'s key)", home)
+
+
+def describe(role: str, url: Sourced, key: Sourced) -> str:
+    """One line stating where ``role``'s requests go and where its key comes from (the key itself never)."""
+    where = redact(url.value) if url.value else f"{SDK_DEFAULT_URL} (the SDK's default)"
+    return f"{role}: {where} (from {url.source}); key from {key.source if key.value else 'nowhere (none sent)'}"
 
 
 def quiet_http_logs() -> None:

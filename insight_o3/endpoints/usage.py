@@ -39,11 +39,12 @@ ROLE_KEYS = {
     "judge": "judge",
     "vSearcher": "vsearcher",
     "vsearcher": "vsearcher",
+    "summary": "summary",
 }
 
 #: One role's counters (:data:`FIELDS`; an optional one only when not 0).
 UsageCounts: TypeAlias = dict[str, int]
-#: A record's usage: role key (``model``, ``judge``, ``vsearcher``) -> its counters.
+#: A record's usage: role key (``model``, ``judge``, ``vsearcher``, ``summary``) -> its counters.
 RoleUsage: TypeAlias = dict[str, UsageCounts]
 
 _METER: contextvars.ContextVar[UsageMeter | None] = contextvars.ContextVar("insight_o3_usage_meter", default=None)
@@ -141,12 +142,13 @@ def total_tokens(usage: RoleUsage | None) -> int:
 
 
 #: The roles whose tokens an episode costs the system under test; the judge's are the evaluation's.
-SYSTEM_ROLES = ("model", "vsearcher")
+SYSTEM_ROLES = ("model", "vsearcher", "summary")
 
 
 def system_tokens(usage: RoleUsage | None) -> int:
     """The tokens of one episode as ``compare``, the leaderboard and the report count them ("tokens per
-    episode"): the model's and the vSearcher's prompt + completion tokens, the judge's left out."""
+    episode"): the model's, the vSearcher's and Insight-V's summary agent's prompt + completion tokens, the judge's
+    left out."""
     return total_tokens({r: c for r, c in (usage or {}).items() if r in SYSTEM_ROLES})
 
 

@@ -2,9 +2,10 @@
 
 An agent is an :class:`AgentPlugin`: a name, the version of the protocol it implements (written to the run
 card), how the run's images are encoded, and ``build(context) -> Solver``. The built-in agents are
-``single_model`` and ``insight_o3`` (the two modes ``evaluate`` always had: their requests are unchanged) and the
-Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``; see docs/fidelity.md) and ``opensearch_vl`` (with the
-tool layer, :mod:`insight_o3.tools`). A package adds agents through the entry-point group
+``single_model`` and ``insight_o3`` (the two modes ``evaluate`` always had: their requests are unchanged), the
+Table 1 baselines (``deepeyes``, ``mini_o3``, ``pixel_reasoner``), ``opensearch_vl`` (with the tool layer,
+:mod:`insight_o3.tools`) and Insight-V's reasoning + summary agents (``insight_v``); see docs/fidelity.md. A package
+adds agents through the entry-point group
 :data:`ENTRY_POINT_GROUP`; each entry point names an :class:`AgentPlugin` (or a callable returning one)::
 
     [project.entry-points."insight_o3.agents"]
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..agents import deepeyes, mini_o3, opensearch_vl, pixel_reasoner
+from ..agents import deepeyes, insight_v, mini_o3, opensearch_vl, pixel_reasoner
 from ..agents.tool_agents import AgentDefaults, DemoSpeaker, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
@@ -70,6 +71,10 @@ class AgentPlugin:
     #: endpoints can be evaluated with ``--agent`` and show its crops; None: the scripted model answers as a single
     #: model would
     demo_reply: DemoSpeaker | None = None
+    #: whether the agent asks the run's model endpoint (``--model`` at ``--api_base_url``); an agent that answers
+    #: without a model (a rule, a lookup, a tool alone) sets False, and that endpoint is neither checked before the
+    #: first sample nor needs a key
+    calls_model: bool = True
 
 
 def tool_agent(
@@ -144,6 +149,39 @@ def _single_model(ctx: AgentContext) -> Solver:
     )
 
 
+def _insight_v(ctx: AgentContext) -> Solver:
+    from ..agents.insight_v_solver import InsightVSolver
+    from ..endpoints.client import make_client
+
+    c = ctx.config
+    settings = c.insight_v
+    assert settings is not None
+    api = settings.summary_api
+    same = (api.base_url, api.api_key) == (c.api.base_url, c.api.api_key)
+    retries = {} if api.max_retries is None else {"max_retries": api.max_retries}
+    summary = make_client(
+        api.api_key,
+        api.base_url,
+        timeout=api.timeout,
+        role="summary",
+        guard=ctx.guard,
+        limiter=ctx.model_limiter if same else None,  # one server, one limit
+        max_reply_chars=c.reply_chars,
+        **retries,
+    )
+    kwargs = dict(c.completion_kwargs)  # the run's settings over each agent's released ones
+    return InsightVSolver(
+        ctx.client,
+        c.model,
+        summary,
+        settings.summary_model,
+        ctx.images,
+        reasoner_kwargs=kwargs,
+        summary_kwargs=kwargs,
+        owned=(summary,),
+    )
+
+
 def _insight_o3(ctx: AgentContext) -> Solver:
     from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
 
@@ -212,6 +250,15 @@ BUILTIN: dict[str, AgentPlugin] = {
             build=_opensearch_vl,
             image_format=opensearch_vl.DEFAULTS.image_format,
             keeps_originals=True,
+            resizes=False,
+        ),
+        AgentPlugin(
+            name="insight_v",
+            protocol_version=insight_v.PROTOCOL_VERSION,
+            description="Insight-V: a reasoning agent writes a <thoughts> chain (--model), a summary agent judges it "
+            "and answers (--summary_model, the same model and endpoint by default), its released two-agent inference",
+            build=_insight_v,
+            image_format="PNG",  # the original file's pixels, as the release hands the file to its image processor
             resizes=False,
         ),
     )

@@ -4,10 +4,14 @@ Every (sample, trial) record gets one **bucket**, decided in this order:
 
 =====================  ==============================================================================
 ``correct``            judged correct
+``summary_rescued``    Insight-V: judged correct although the reasoning chain named a wrong answer
+                       (the summary agent overruled a wrong chain)
 ``lost``               ``failed``: lost to API errors or an unusable image (rerun ``--retry_failed``)
 ``format_failure``     no answer to judge because of the answering model: a truncated reply
                        (``incomplete``), an InSight-o3 episode that ran out of format retries or called
                        the tool past the limit, or a reply in which no answer could be found
+``summary_overruled``  Insight-V: the reasoning chain's own answer was judged correct, the summary agent's
+                       answer wrong (it overruled a right chain)
 ``not_found``          InSight-o3: the vSearcher delivered no crop (every call "not found"), or an
                        answer without a valid box ended the episode
 ``no_search``          InSight-o3: the vReasoner answered without calling the vSearcher, and was wrong
@@ -53,8 +57,10 @@ from .schema import EvalRecord
 
 BUCKETS = (
     "correct",
+    "summary_rescued",
     "lost",
     "format_failure",
+    "summary_overruled",
     "not_found",
     "no_search",
     "crop_missed",
@@ -65,8 +71,10 @@ BUCKETS = (
 #: One line per bucket, for tables and the report.
 BUCKET_LABELS = {
     "correct": "correct",
+    "summary_rescued": "correct: summary overruled a wrong chain",
     "lost": "lost to API errors",
     "format_failure": "format failure / no answer",
+    "summary_overruled": "summary overruled a right chain",
     "not_found": "vSearcher found nothing",
     "no_search": "no search",
     "crop_missed": "crop missed the evidence",
@@ -84,6 +92,8 @@ BLAME = {
     "crops_unannotated": "unattributed",
 }
 SPLIT = ("vreasoner", "vsearcher", "unattributed")
+#: The buckets of records judged correct.
+CORRECT_BUCKETS = ("correct", "summary_rescued")
 QUALITY_LEVELS = ("high", "medium", "low")
 #: A target is inside a crop when this share of its area is (the fork's ``covered`` threshold).
 CONTAIN = 0.95
@@ -165,6 +175,19 @@ def _n_search_calls(record: EvalRecord) -> int:
     return sum(1 for m in er.trajectory or [] if isinstance(m, dict) and isinstance(m.get("search"), dict))
 
 
+def chain_status(record: EvalRecord) -> str | None:
+    """Insight-V: the judge's verdict on the reasoning chain's own answer (``stats.judged.chain``): ``correct``,
+    ``wrong`` (it names a wrong answer), else None (no chain, no answer in it, cut off, not judged)."""
+    judged = record.eval_result.stats.get("judged")
+    chain = judged.get("chain") if isinstance(judged, dict) else None
+    if not isinstance(chain, dict):
+        return None
+    status = chain.get("status")
+    if status == "correct" or (status == "wrong" and chain.get("has_answer") is True):
+        return str(status)
+    return None
+
+
 def attribute(
     record: EvalRecord,
     coverage_threshold: float = DEFAULT_COVERAGE_THRESHOLD,
@@ -190,13 +213,16 @@ def attribute(
         return Attribution(bucket, blame, io3, len(crops), coverage, cov, quality)
 
     status = er.status
+    chain = chain_status(record)
     if status == "correct":
-        return done("correct")
+        return done("summary_rescued" if chain == "wrong" else "correct")
     if status == "failed":
         return done("lost")
     episode = er.stats.get("status")
     if status == "incomplete" or episode in _FORMAT_STATUSES:
         return done("format_failure")
+    if status == "wrong" and er.has_answer and chain == "correct":
+        return done("summary_overruled")
     if io3 and episode in _SEARCHER_STATUSES:
         return done("not_found")
     if status == "invalid" or (status == "wrong" and not er.has_answer):

@@ -5,6 +5,7 @@ environment, the eval name of a subset: all resolved there, once); everything be
 object, never a command line. It has an agent-agnostic part (data, the answering model's endpoint, judge, run
 controls) and an agent-specific part, :attr:`EvaluateConfig.agent`: :class:`SingleModelSettings` for one model
 answering alone, :class:`~insight_o3.agents.config.InSightO3Config` for vReasoner + vSearcher,
+:class:`~insight_o3.agents.config.InsightVSettings` for Insight-V's summary agent,
 :class:`PluginAgentSettings` for any other agent of the registry (:mod:`.agent_registry`), which builds its
 solver from this config.
 """
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agents.config import ApiAccess, InSightO3Config
+from ..agents.config import ApiAccess, InSightO3Config, InsightVSettings
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..endpoints.usage import CostModel
 from ..tools.setup import ToolSettings
@@ -42,7 +43,7 @@ class PluginAgentSettings:
 
 
 #: The agent-specific settings an evaluation run may carry.
-AgentSettings = SingleModelSettings | InSightO3Config | PluginAgentSettings
+AgentSettings = SingleModelSettings | InSightO3Config | InsightVSettings | PluginAgentSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +118,14 @@ class EvaluateConfig:
             return "insight_o3"
         if isinstance(self.agent, SingleModelSettings):
             return "single_model"
+        if isinstance(self.agent, InsightVSettings):
+            return "insight_v"
         return self.agent.name
+
+    @property
+    def insight_v(self) -> InsightVSettings | None:
+        """Insight-V's summary agent settings (``--agent insight_v``), else None."""
+        return self.agent if isinstance(self.agent, InsightVSettings) else None
 
     @property
     def reply_chars(self) -> int:

@@ -32,7 +32,7 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
 from ..base.json_types import JSONObject
@@ -339,10 +339,27 @@ class EvalJob(ResumableJob[Sample, dict]):
             shares = meter.split(len(trials))
         return attempts, shares
 
+    async def _judge_also(self, s: Sample, attempt: Attempt) -> Attempt:
+        """The attempt with the verdicts of its other texts (``stats["judge_also"]``: name -> ``{"text",
+        "finish_reason"}``, e.g. Insight-V's reasoning chain) in ``stats["judged"]`` (name -> status, extracted
+        answer, whether it names one): judged as answers by the same judge, so attribution can compare them with the answer's verdict."""
+        also = attempt.stats.get("judge_also") if attempt.error is None else None
+        if not isinstance(also, dict) or not also:
+            return attempt
+        judged: dict[str, JSONObject] = {}
+        for name, item in also.items():
+            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+                continue
+            v = await self.judge.check(s, Attempt(item["text"], item.get("finish_reason") or "stop"))
+            judged[str(name)] = {"status": v.status, "extracted_answer": v.extracted_answer, "has_answer": v.has_answer}
+        return replace(attempt, stats={**attempt.stats, "judged": judged})
+
     async def _judge_and_record(self, s: Sample, k: int, attempt: Attempt, solve_usage: dict) -> None:
         meter = UsageMeter()
         metering(meter)  # this task's own context: the judge requests of this attempt
         verdict = await self.judge.check(s, attempt)
+        if verdict.status != "failed":
+            attempt = await self._judge_also(s, attempt)
         if self.guard.tripped:
             return  # stopping: what is in flight may carry the failure that stopped the run
         usage = merge([solve_usage, meter.to_dict()])

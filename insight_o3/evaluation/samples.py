@@ -3,9 +3,9 @@
 Accepted layouts (all real files in ``shared/benchmarks/`` and O3-Bench's ``metadata.jsonl``):
 the image under ``image`` or ``file_name`` (relative to ``img_dir``), ``category`` or ``subset``,
 optional ``options`` (text kept as is; lists/dicts formatted), ``question_id`` int or str, and any
-other fields (``target_layouts``, ``layout_infos``, ``explanation`` …) kept in ``extra``. The names the harness
-writes into every record (:data:`RESERVED_FIELDS`: ``sample_key``, ``index`` …) are refused in a row (status 2
-naming the line and field): a row's field must never replace the harness's own key.
+other fields (``target_layouts``, ``layout_infos``, ``explanation`` …) kept in ``extra``. Any column name works: a
+field named like a key the harness writes into every record (``index``, ``sample_key`` …:
+:data:`~insight_o3.protocol.sample.HARNESS_KEYS`) is kept under the record's ``row`` key instead of replacing it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from ..storage.jsonl import iter_jsonl
 IMAGE_FIELDS = ("image", "file_name")
 CATEGORY_FIELDS = ("category", "subset")
 _KNOWN = {"question_id", "question", "options", "answer", *IMAGE_FIELDS, *CATEGORY_FIELDS}
-#: Record keys the harness writes next to a row's fields; a row holding one of them is bad input.
-RESERVED_FIELDS = ("sample_key", "index", "image_path", "trial", "eval_result", "usage", "cost_usd")
 #: How many missing images are listed in the error message.
 MAX_REPORTED = 5
 
@@ -37,12 +35,6 @@ def _text_field(obj: dict, name: str, where: str) -> str:
 
 
 def _parse_line(obj: dict, where: str, index: int, line: int, img_dir: str, allow_outside: bool = False) -> Sample:
-    reserved = [k for k in RESERVED_FIELDS if k in obj]
-    if reserved:
-        raise AnnotationError(
-            f"{where}: field '{reserved[0]}' is a name the harness writes into every record "
-            f"({', '.join(RESERVED_FIELDS)}); rename it in the file"
-        )
     question = _text_field(obj, "question", where)
     answer = _text_field(obj, "answer", where)
     image_field = next((f for f in IMAGE_FIELDS if f in obj), None)

@@ -36,7 +36,7 @@ STATUSES: tuple[str, ...] = get_args(Status)
 FailStage = Literal["solver", "judge"]
 FAIL_STAGES: tuple[str, ...] = get_args(FailStage)
 #: Roles whose token usage a record may carry.
-USAGE_ROLES = ("model", "judge", "vsearcher")
+USAGE_ROLES = ("model", "judge", "vsearcher", "summary")
 
 #: Top-level keys with a typed field of their own (the rest of a record goes to ``EvalRecord.fields``).
 _TYPED = (

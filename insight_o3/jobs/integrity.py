@@ -72,10 +72,12 @@ SETTING_KINDS: dict[str, Kind] = {
     "api_key": S,
     "judge_api_key": S,
     "vsearcher_api_key": S,
+    "summary_api_key": S,
     # --- models and endpoints (the URL is where a model is served, not what it is)
     "model": R,
     "judge_model": R,
     "vsearcher_model": R,
+    "summary_model": R,  # evaluate --agent insight_v's summary agent
     "agent": R,  # evaluate --agent (insight_o3.evaluation.agent_registry)
     # evaluate's tool-layer agents (opensearch_vl): which tools, which retrieval, which OCR change what the model
     # reads; where the corpus, the replayed store and the model file are is a path (what they hold: the run card)
@@ -92,8 +94,12 @@ SETTING_KINDS: dict[str, Kind] = {
     "api_base_url": O,
     "judge_api_base_url": O,
     "vsearcher_api_base_url": O,
+    "scorer_model": R,  # build_reasoning_data score: the tier-2 MLLM
+    "scorer_api_base_url": O,
+    "summary_api_base_url": O,
     "judge_api_key_env": O,  # the name of a variable holding a key
     "skip_endpoint_check": O,
+    "allow_key_to_other_host": O,
     # --- what is asked and how it is judged
     "sys_prompt": R,
     "chat_completion_kwargs": R,
@@ -161,6 +167,13 @@ SETTING_KINDS: dict[str, Kind] = {
     "min_area_ratio": R,
     "contain_ratio": R,
     "min_score": R,
+    # --- build_reasoning_data (Insight-V's data engine)
+    "num_chains": R,
+    "chain_retries": R,
+    "keep_top": R,
+    "flawed_ratio": R,
+    "pairs_per_question": R,
+    "dpo_min_margin": R,
     # --- how much is done, and in what order (not how an item is made)
     "num_trials": E,  # more trials add trial_<k> directories (each trial's settings the same); fewer are refused
     "num_collages": O,
@@ -229,6 +242,12 @@ def _agent_before_plugins(old: Mapping[str, Any], now: Any) -> Any:
     return "insight_o3" if old.get("vsearcher_model") else "single_model"
 
 
+def _no_summary_agent_before_insight_v(old: Mapping[str, Any], now: Any) -> Any:
+    """``evaluate --summary_model`` (Insight-V's summary agent, issue 42): runs written before it had no summary
+    agent (None)."""
+    return None if old.get("command") == "evaluate" else NOT_IMPLIED
+
+
 def _prompt_added_later(old: Mapping[str, Any], now: Any) -> Any:
     """A prompt constant added to :mod:`insight_o3.protocol.prompts` after a run was not one it could use (a changed
     or removed one is still a difference)."""
@@ -245,6 +264,7 @@ ADDED_LATER: dict[str, Callable[[Mapping[str, Any], Any], Any]] = {
     "retrieval": lambda old, now: "local",
     "layout_backend": lambda old, now: "tesseract",
     "agent": _agent_before_plugins,
+    "summary_model": _no_summary_agent_before_insight_v,
     "prompts_sha256.*": _prompt_added_later,
 }
 

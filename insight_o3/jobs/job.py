@@ -58,10 +58,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -230,11 +231,13 @@ class CardStore(Protocol):
 
 class CardFile:
     """A card in a JSON file of its own (its directory made on the first write), beside the record logs at
-    ``logs``."""
+    ``logs``. ``fixes``: which records fix the directory's settings (default: any; a builder step's: a succeeded
+    one, so a run whose every item failed — a wrong model name — leaves the next run free to change them)."""
 
-    def __init__(self, path: str, logs: Iterable[str] = ()):
+    def __init__(self, path: str, logs: Iterable[str] = (), fixes: Callable[[Any], bool] | None = None):
         self.path = path
         self.logs = list(logs)
+        self.fixes = fixes
 
     def card_path(self) -> str:
         return self.path
@@ -250,7 +253,22 @@ class CardFile:
         return {}
 
     def wrote_records(self) -> bool:
-        return any(has_lines(f) for f in self.logs)
+        if self.fixes is None:
+            return any(has_lines(f) for f in self.logs)
+        return any(self.fixes(rec) for f in self.logs for rec in _stored_records(f))
+
+
+def _stored_records(path: str) -> Iterator[Any]:
+    """The whole JSON lines of a record log (a torn or unreadable line skipped: it fixes nothing)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue
+    except OSError:
+        return
 
 
 class ResumableJob(Generic[ItemT, SummaryT]):

@@ -27,7 +27,7 @@ from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
 from ..jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
-from ..jobs.job import JobSettings, Plan, ResumableJob
+from ..jobs.job import CardFile, CardStore, JobSettings, Plan, ResumableJob
 from ..storage.atomic import write_json_atomic
 from .records import BuildFileError
 from .workspace import Workspace
@@ -147,6 +147,15 @@ class StepJob(ResumableJob[ItemT, dict]):
         self.order: list[str] = []
 
     # -- ResumableJob hooks
+    def store(self) -> CardStore:
+        """The step card, fixed by the first run that writes a *succeeded* record: a run whose every item failed (a
+        wrong model name, a refused key) fixes nothing, so the next run may change its settings."""
+        logs = [self.path(f) for f in self.log_files().values()]
+        return CardFile(self.path(os.path.join(self.step, "step_card.json")), logs, fixes=self._succeeded)
+
+    def _succeeded(self, record: Any) -> bool:
+        return isinstance(record, dict) and record.get("status") in self.final_statuses
+
     def prepare(self) -> None:
         os.makedirs(self.ws.step(self.step), exist_ok=True)
 

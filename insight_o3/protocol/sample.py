@@ -8,6 +8,28 @@ from ..base.json_types import JSONObject
 from .parsing import option_letters
 from .questions import question_text
 
+#: The keys the harness writes into every record beside a row's own fields. A row's field of one of these names (a
+#: VLMEvalKit TSV's ``index``, a ``sample_key`` column) is kept under :data:`ROW_KEY` in the record instead, so any
+#: column name works and the harness's keys stay its own.
+HARNESS_KEYS = ("index", "sample_key", "image_path", "trial", "eval_result", "usage", "cost_usd", "row")
+#: Where a record keeps a row's fields whose names are harness keys.
+ROW_KEY = "row"
+
+
+def record_fields(extra: JSONObject) -> JSONObject:
+    """A row's other fields as a record holds them: each at its name, those named like a harness key under
+    :data:`ROW_KEY`."""
+    out = {k: v for k, v in extra.items() if k not in HARNESS_KEYS}
+    clashing = {k: v for k, v in extra.items() if k in HARNESS_KEYS}
+    return {**out, ROW_KEY: clashing} if clashing else out
+
+
+def row_fields(fields: JSONObject) -> JSONObject:
+    """The inverse of :func:`record_fields`: a record's annotation fields as the row had them."""
+    nested = fields.get(ROW_KEY)
+    out = {k: v for k, v in fields.items() if k != ROW_KEY}
+    return {**out, **nested} if isinstance(nested, dict) else out
+
 
 class AnnotationError(ValueError):
     """Unusable annotation input; the message names the file, the line and the field."""
@@ -59,4 +81,4 @@ class Sample:
         if self.category_field:
             rec[self.category_field] = self.category
         rec["category"] = self.category
-        return {**rec, **self.extra}
+        return {**rec, **record_fields(self.extra)}

@@ -215,6 +215,22 @@ def setup_logging(level: int = logging.INFO) -> None:
     quiet_http_logs()
 
 
+def seconds_since_start(fallback: float) -> float:
+    """Wall seconds since this process started — Python's start-up and the imports included, as a user's clock
+    sees a command — from ``/proc`` (Linux); elsewhere ``time.perf_counter() - fallback``."""
+    import os
+    import time
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - fallback
+
+
 # ----------------------------------------------------------------------------- shared flags
 def non_empty(text: str) -> str:
     """An argparse ``type`` for a name that must not be empty (``--model "$MODEL"`` with ``$MODEL`` unset)."""
@@ -344,6 +360,17 @@ def add_api_flags(p: Flags, *, env: str = "main", prefix: str = "", aliases: boo
         *url_opts, dest=f"{prefix}api_base_url", default=None, help="default: " + ", then ".join(f"${n}" for n in urls)
     )
     p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
+
+
+def add_key_host_flag(p: Flags) -> None:
+    """``--allow_key_to_other_host``: a role without a key of its own may borrow another role's key (the judge the
+    model's) even where the two are on different hosts (:func:`insight_o3.endpoints.client.borrowed_key`)."""
+    p.add_argument(
+        "--allow_key_to_other_host",
+        action="store_true",
+        help="let the judge use the model's key (--api_key / $OPENAI_API_KEY) although the judge is on another host "
+        "(default: refused, exit 2: a key is sent only to the host it belongs to)",
+    )
 
 
 def add_allow_outside_flag(p: Flags) -> None:

@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+from typing import Any
 
 from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..data.layout import LayoutError
 from ..data.reliability import parse_checker
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.client import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve, resolve_key, sourced
 from ..endpoints.usage import CostModel, PriceError
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..o3bench import sources as src_mod
@@ -71,6 +73,7 @@ from ._shared import (
     add_client_flags,
     add_image_budget_flag,
     add_judge_flags,
+    add_key_host_flag,
     add_output_dir,
     add_run_flags,
     add_separate_requests_flag,
@@ -83,7 +86,8 @@ from ._shared import (
     setup_logging,
 )
 
-BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError)
+BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError, KeyHostError)
+log = logging.getLogger("insight_o3.build_o3_bench")
 
 
 # ----------------------------------------------------------------------------- flags
@@ -137,14 +141,12 @@ def _step_flags(
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = new_parser(PROG, __doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="step", required=True, metavar="STEP")
-
+def _sources_flags(sub: Any, formatter: Any) -> None:
+    """The ``sources`` subcommand and its flags."""
     p = sub.add_parser(
         "sources", help="candidate images + layout boxes (PaddleX layout JSON)", description=src_mod.__doc__
     )
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     for subset in ("chart", "map"):
         p.add_argument(f"--{subset}_images", default=None, help=f"directory of {subset} images")
@@ -170,13 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detector_model", default=src_mod.DETECTOR_MODEL)
     p.add_argument("--detector_threshold", type=float, default=None, help="the detector's score threshold")
 
+
+def _extract_flags(sub: Any, formatter: Any) -> None:
+    """The ``extract`` subcommand and its flags."""
     p = sub.add_parser(
         "extract",
         help="E.1 information extraction (a VLM)",
         description="E.1 information extraction: a VLM describes each source image and each of its layout crops "
         "(one record per image or crop in <output_dir>/extract/records.jsonl; resumes where it stopped).",
     )
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument("--model", type=non_empty, required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
     add_api_flags(p, env="main")
@@ -196,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _step_flags(p, concurrency=16, images=True)
 
+
+def _synthesize_flags(sub: Any, formatter: Any) -> None:
+    """The ``synthesize`` subcommand and its flags."""
     p = sub.add_parser(
         "synthesize",
         help="E.2 question synthesis (a text-only model)",
@@ -203,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         "descriptions of an image and its layouts (one record per image in <output_dir>/synthesize/records.jsonl; "
         "images whose extraction is not complete wait; resumes where it stopped).",
     )
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument("--model", type=non_empty, required=True, help="the text-only model (paper: GPT-5)")
     add_api_flags(p, env="main")
@@ -219,8 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _step_flags(p, concurrency=8)
 
+
+def _validate_flags(sub: Any, formatter: Any) -> None:
+    """The ``validate`` subcommand and its flags."""
     p = sub.add_parser("validate", help="deterministic checks; F share")
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument(
         "--validation_config",
@@ -231,8 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
         "recorded with its sha256 in validate/rules.json and the release's run card",
     )
 
+
+def _filter_flags(sub: Any, formatter: Any) -> None:
+    """The ``filter`` subcommand and its flags."""
     p = sub.add_parser("filter", help="difficulty filter with several models (evaluate's request and judge)")
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument(
         "--solver",
@@ -256,12 +270,17 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         model_help="default: gpt-5-nano",
         url_help="default: " + ", then ".join(f"${n}" for n in urls) + ", then the first solver's endpoint",
-        key_help="default: " + ", then ".join(f"${n}" for n in keys) + ", then the first solver's key",
+        key_help="default: " + ", then ".join(f"${n}" for n in keys) + ", then the first solver's key (each only "
+        "where the judge is on the host the key belongs to)",
     )
+    add_key_host_flag(p)
     _step_flags(p, concurrency=16, parse_retries=False, images=True)
 
+
+def _review_flags(sub: Any, formatter: Any) -> None:
+    """The ``review`` subcommand and its flags."""
     p = sub.add_parser("review", help="review pages and decisions")
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     rsub = p.add_subparsers(dest="review_step", required=True, metavar="ACTION")
     q = rsub.add_parser("page", help="write an HTML page and a decisions file per batch")
     _workspace(q)
@@ -279,8 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
     _workspace(q)
     q.add_argument("--decisions", nargs="+", default=None, help="default: every review/batch_*.decisions.txt")
 
+
+def _release_flags(sub: Any, formatter: Any) -> None:
+    """The ``release`` subcommand and its flags."""
     p = sub.add_parser("release", help="shuffle options, write metadata.jsonl + images, stats, run card")
-    p.formatter_class = ap.formatter_class
+    p.formatter_class = formatter
     _workspace(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the A-E option shuffle")
     p.add_argument(
@@ -289,6 +311,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse while a candidate has not been through the filter, a kept item has no review decision or an "
         "item is still pending",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = new_parser(PROG, __doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="step", required=True, metavar="STEP")
+    _sources_flags(sub, ap.formatter_class)
+    _extract_flags(sub, ap.formatter_class)
+    _synthesize_flags(sub, ap.formatter_class)
+    _validate_flags(sub, ap.formatter_class)
+    _filter_flags(sub, ap.formatter_class)
+    _review_flags(sub, ap.formatter_class)
+    _release_flags(sub, ap.formatter_class)
     return ap
 
 
@@ -489,12 +523,27 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         )
         for m, base, env in specs
     ]
-    jkeys, jurls = ENV_KEYS["judge"]
-    judge = ModelEndpoint(
-        model=a.judge_model,
-        api_base_url=resolve(a.judge_api_base_url, jurls) or solvers[0].api_base_url,
-        api_key=resolve_key(a.judge_api_key, jkeys, flag="--judge_api_key") or solvers[0].api_key,
-    )
+    judge_url = sourced(a.judge_api_base_url, "--judge_api_base_url", ENV_KEYS["judge"][1])
+    if judge_url.value is None:
+        judge_url = Sourced(solvers[0].api_base_url, "the first solver's endpoint")
+    first_key_env = specs[0][2]
+    first_url = Sourced(solvers[0].api_base_url, "the first solver's endpoint")
+    first_key = sourced(a.api_key if first_key_env == "OPENAI_API_KEY" else None, "--api_key", (first_key_env,))
+    own = sourced(resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key"), "--judge_api_key", ())
+    if own.value is None and first_key_env != "OPENAI_API_KEY":  # $OPENAI_API_KEY where it belongs
+        own = borrowed_key(
+            "judge", judge_url, own, "$OPENAI_BASE_URL endpoint", sourced(None, "", ("OPENAI_BASE_URL",)),
+            sourced(None, "", ("OPENAI_API_KEY",)), a.allow_key_to_other_host,
+        )  # fmt: skip
+    judge_key = borrowed_key("judge", judge_url, own, "first solver", first_url, first_key, a.allow_key_to_other_host)
+    for solver in solvers:
+        url_of, key_of = (
+            Sourced(solver.api_base_url, "--solver"),
+            Sourced(solver.api_key, f"${solver.key_env or 'OPENAI_API_KEY'}"),
+        )
+        log.info("endpoints: %s", describe(f"solver {solver.model}", url_of, key_of))
+    log.info("endpoints: %s", describe("judge", judge_url, judge_key))
+    judge = ModelEndpoint(model=a.judge_model, api_base_url=judge_url.value, api_key=judge_key.value)
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
     costs = _costs(a, {**{e.model: e.model for e in solvers}, "judge": judge.model})

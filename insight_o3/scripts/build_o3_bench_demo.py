@@ -29,14 +29,16 @@ import shlex
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.json_types import JSONObject
 from ..endpoints.scripted_server import ScriptedOpenAIServer
-from ..o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, ScriptedBuild, demo_sources, scripted_review
+from ..o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, DemoSources, ScriptedBuild, demo_sources, scripted_review
 from ..o3bench.workspace import Workspace
 from . import build_o3_bench
-from ._shared import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
+from ._shared import ExitCode, add_output_dir, entry_point, new_parser, seconds_since_start, setup_logging
 
 BANNER = (
     "SCRIPTED BUILD DEMO: every step of build_o3_bench runs for real; the models (E.1 VLM, E.2 writer, filter "
@@ -101,7 +103,79 @@ def _say(text: str, summary: dict) -> None:
     print(f"      -> {text} ({summary['_requests']} requests, {summary['_seconds']:.1f} s)", flush=True)
 
 
+@dataclass(frozen=True)
+class DemoStep:
+    """One step of the demo build: its number in the printout, its name, its command line and what to say after."""
+
+    n: int
+    name: str
+    argv: list[str]
+    report: Callable[[dict], None]
+
+
+def _steps(a: argparse.Namespace, ws: Workspace, inputs: DemoSources, url: str) -> list[DemoStep]:
+    """Every step of the build, in order, with the command line one runs with real models (only the URL and the
+    model names change)."""
+    endpoint = ["--api_base_url", url, "--api_key", NO_KEY, "--no_progress"]
+    w = str(ws.root)
+    images = ["--chart_images", str(inputs.chart_images), "--chart_layouts", str(inputs.chart_layouts)]
+    images += ["--map_images", str(inputs.map_images), "--map_layouts", str(inputs.map_layouts)]
+    solvers = [x for m in SOLVERS for x in ("--solver", m)]
+
+    def extracted(s: dict) -> None:
+        n = len(_lines(ws.records("extract")))
+        _say(f"E.1 on every layout crop and each full image: {n} records -> {ws.records('extract')}", s)
+
+    def synthesized(s: dict) -> None:
+        n_items = sum(len(r.get("items") or []) for r in _lines(ws.records("synthesize")))
+        _say(f"E.2 from the extracted text only: {n_items} items -> {ws.records('synthesize')}", s)
+
+    def validated(s: dict) -> None:
+        reasons = Counter(r.get("reason") for r in _lines(ws.rejected))
+        why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
+        _say(
+            f"{len(_lines(ws.candidates))} candidates -> {ws.candidates}; {sum(reasons.values())} rejected, by "
+            f"reason: {why} (the writer planted one bad item per image) -> {ws.rejected}",
+            s,
+        )
+
+    def filtered(s: dict) -> None:
+        f = ws.step("filter")
+        dropped, kept = len(_lines(f / "dropped.jsonl")), len(_lines(f / "kept.jsonl"))
+        _say(f"{dropped} dropped (solved by every solver), {kept} kept -> {f / 'kept.jsonl'}", s)
+
+    def reviewed(s: dict) -> None:
+        review = ws.step("review")
+        decided = Counter(scripted_review(review).values())
+        print(
+            f"      -> pages {review}/batch_*.html; the scripted reviewer (a person, in a real build) filled in "
+            f"{review}/batch_*.decisions.txt: {decided['accept']} accept, {decided['edit']} edit, "
+            f"{decided['reject']} reject",
+            flush=True,
+        )
+
+    def released(s: dict) -> None:
+        meta = _lines(ws.step("release") / "metadata.jsonl")
+        n_images = len({m["file_name"] for m in meta})
+        _say(f"{len(meta)} questions on {n_images} images -> {ws.step('release') / 'metadata.jsonl'}", s)
+
+    return [
+        DemoStep(1, "sources", ["sources", "--output_dir", w, *images], lambda s: _say(
+            f"{len(_lines(ws.sources))} images with their layouts -> {ws.sources}", s
+        )),
+        DemoStep(2, "extract", ["extract", "--output_dir", w, "--model", VLM, *endpoint], extracted),
+        DemoStep(3, "synthesize", ["synthesize", "--output_dir", w, "--model", WRITER, *endpoint], synthesized),
+        DemoStep(4, "validate", ["validate", "--output_dir", w], validated),
+        DemoStep(5, "filter", ["filter", "--output_dir", w, *solvers, "--judge_model", JUDGE, "--judge_api_key",
+                               NO_KEY, *endpoint], filtered),
+        DemoStep(6, "review page", ["review", "page", "--output_dir", w], reviewed),
+        DemoStep(6, "review apply", ["review", "apply", "--output_dir", w], lambda s: None),
+        DemoStep(7, "release", ["release", "--output_dir", w, "--seed", str(a.seed)], released),
+    ]  # fmt: skip
+
+
 def run(a: argparse.Namespace) -> int:
+    """Draw the inputs, serve the scripted models, run every step as a user would and say what each did."""
     t0 = time.perf_counter()
     out = Path(a.output_dir)
     ws = Workspace.at(out / "workspace")
@@ -117,87 +191,19 @@ def run(a: argparse.Namespace) -> int:
     )
     scripts = ScriptedBuild(inputs.records, inputs.demo)
     with ScriptedOpenAIServer(scripts.script(), keep_bodies=False) as srv:
-        url = srv.base_url
         print(
-            f"      scripted endpoint {url}: models '{VLM}' (E.1), '{WRITER}' (E.2), "
+            f"      scripted endpoint {srv.base_url}: models '{VLM}' (E.1), '{WRITER}' (E.2), "
             f"{', '.join(repr(s) for s in SOLVERS)} (filter), '{JUDGE}' (judge)",
             flush=True,
         )
-        endpoint = ["--api_base_url", url, "--api_key", NO_KEY, "--no_progress"]
-        w = str(ws.root)
-        rc, s = _step(
-            1,
-            "sources",
-            ["sources", "--output_dir", w, "--chart_images", str(inputs.chart_images)]
-            + ["--chart_layouts", str(inputs.chart_layouts), "--map_images", str(inputs.map_images)]
-            + ["--map_layouts", str(inputs.map_layouts)],
-            srv,
-        )
-        if rc != ExitCode.OK:
-            return _stopped("sources", rc)
-        _say(f"{len(_lines(ws.sources))} images with their layouts -> {ws.sources}", s)
-
-        rc, s = _step(2, "extract", ["extract", "--output_dir", w, "--model", VLM, *endpoint], srv)
-        if rc != ExitCode.OK:
-            return _stopped("extract", rc)
-        _say(
-            f"E.1 on every layout crop and each full image: {len(_lines(ws.records('extract')))} records -> "
-            f"{ws.records('extract')}",
-            s,
-        )
-
-        rc, s = _step(3, "synthesize", ["synthesize", "--output_dir", w, "--model", WRITER, *endpoint], srv)
-        if rc != ExitCode.OK:
-            return _stopped("synthesize", rc)
-        n_items = sum(len(r.get("items") or []) for r in _lines(ws.records("synthesize")))
-        _say(f"E.2 from the extracted text only: {n_items} items -> {ws.records('synthesize')}", s)
-
-        rc, s = _step(4, "validate", ["validate", "--output_dir", w], srv)
-        if rc != ExitCode.OK:
-            return _stopped("validate", rc)
-        reasons = Counter(r.get("reason") for r in _lines(ws.rejected))
-        why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
-        _say(
-            f"{len(_lines(ws.candidates))} candidates -> {ws.candidates}; {sum(reasons.values())} rejected, by "
-            f"reason: {why} (the writer planted one bad item per image) -> {ws.rejected}",
-            s,
-        )
-
-        solvers = [x for m in SOLVERS for x in ("--solver", m)]
-        argv = ["filter", "--output_dir", w, *solvers, "--judge_model", JUDGE, "--judge_api_key", NO_KEY, *endpoint]
-        rc, s = _step(5, "filter", argv, srv)
-        if rc != ExitCode.OK:
-            return _stopped("filter", rc)
-        _say(
-            f"{len(_lines(ws.step('filter') / 'dropped.jsonl'))} dropped (solved by every solver), "
-            f"{len(_lines(ws.step('filter') / 'kept.jsonl'))} kept -> {ws.step('filter') / 'kept.jsonl'}",
-            s,
-        )
-
-        rc, s = _step(6, "review page", ["review", "page", "--output_dir", w], srv)
-        if rc != ExitCode.OK:
-            return _stopped("review page", rc)
-        review = ws.step("review")
-        decided = Counter(scripted_review(review).values())
-        print(
-            f"      -> pages {review}/batch_*.html; the scripted reviewer (a person, in a real build) filled in "
-            f"{review}/batch_*.decisions.txt: {decided['accept']} accept, {decided['edit']} edit, "
-            f"{decided['reject']} reject",
-            flush=True,
-        )
-        rc, s = _step(6, "review apply", ["review", "apply", "--output_dir", w], srv)
-        if rc != ExitCode.OK:
-            return _stopped("review apply", rc)
-
-        rc, s = _step(7, "release", ["release", "--output_dir", w, "--seed", str(a.seed)], srv)
-        if rc != ExitCode.OK:
-            return _stopped("release", rc)
+        for step in _steps(a, ws, inputs, srv.base_url):
+            rc, summary = _step(step.n, step.name, step.argv, srv)
+            if rc != ExitCode.OK:
+                return _stopped(step.name, rc)
+            step.report(summary)
     release = ws.step("release")
-    meta = _lines(release / "metadata.jsonl")
-    images = len({m["file_name"] for m in meta})
-    _say(f"{len(meta)} questions on {images} images -> {release / 'metadata.jsonl'}", s)
     print(
-        f"{BANNER}.\nDone in {time.perf_counter() - t0:.1f} s. The benchmark: {release}/ (metadata.jsonl, images/, "
+        f"{BANNER}.\nDone in {seconds_since_start(t0):.1f} s. The benchmark: {release}/ (metadata.jsonl, images/, "
         f"stats.json, run_card.json); each step's files: {ws.root}/<step>/.\n"
         f"Evaluate a model on it: python -m insight_o3.scripts.evaluate --ann_file {release / 'metadata.jsonl'} "
         f"--img_dir {release} --eval_name my-model/o3bench_demo --model ... (README, 'Evaluate a model')",

@@ -36,9 +36,10 @@ import time
 from pathlib import Path
 
 from ..demo.endpoints import DemoScripts
+from ..endpoints.client import DEMO_KEY
 from ..endpoints.scripted_server import ScriptedOpenAIServer
 from . import evaluate, make_demo_bench, report
-from ._shared import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
+from ._shared import ExitCode, add_output_dir, entry_point, new_parser, seconds_since_start, setup_logging
 
 BANNER = (
     "SCRIPTED DEMO: the model, vSearcher and judge are local scripts that know the answers; "
@@ -51,9 +52,11 @@ BANNER_REAL_SEARCHER = (
 EVAL_NAMES = {"single-model": "scripted-demo/single-model", "insight-o3": "scripted-demo/insight-o3"}
 #: The agents whose protocol the scripted model speaks in the printed commands (the Table 1 baselines).
 BASELINE_AGENTS = ("deepeyes", "mini_o3", "pixel_reasoner")
-#: The key flags' placeholder ("EMPTY", as for vLLM: no warning about keys on the command line): the scripted
-#: endpoints accept any key, and a real key from the environment is never sent.
-NO_KEY = "EMPTY"
+#: The names the scripted endpoints serve (a request for another name is refused with a 404, as by vLLM).
+DEMO_NAMES = {"model": "scripted-demo-model", "vsearcher": "scripted-demo-vsearcher", "judge": "scripted-demo-judge"}
+#: The key the demo sends its scripted endpoints (they want one, as a real server; a real key from the environment is
+#: never sent to them). Not a secret: no warning about a key on the command line (``client.PUBLIC_KEYS``).
+NO_KEY = DEMO_KEY
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,7 +176,12 @@ def _draw_bench(a: argparse.Namespace, bench: Path) -> int:
 def _servers(a: argparse.Namespace, bench: Path, port: int = 0) -> list[ScriptedOpenAIServer]:
     """The model, vSearcher and judge endpoints (not started); ``port`` > 0: on port, port+1, port+2."""
     scripts = DemoScripts.from_metadata(
-        bench / "metadata.jsonl", accuracy=a.accuracy, searched_accuracy=a.searched_accuracy, seed=a.seed
+        bench / "metadata.jsonl",
+        accuracy=a.accuracy,
+        searched_accuracy=a.searched_accuracy,
+        seed=a.seed,
+        names=dict(DEMO_NAMES),
+        require_key=True,
     )
     if a.vsearcher_max_pixels:
         scripts.searcher_max_pixels = a.vsearcher_max_pixels
@@ -221,7 +229,7 @@ def run_demo(a: argparse.Namespace) -> int:
     )
     if rc != ExitCode.OK:
         return rc
-    print(f"{banner}.\nDone in {time.perf_counter() - t0:.1f} s. Open the report: {page.resolve()}")
+    print(f"{banner}.\nDone in {seconds_since_start(t0):.1f} s. Open the report: {page.resolve()}")
     print(
         "Next: the same commands against a real endpoint (README, 'Evaluate a model'), or a tiny local model "
         "served by vLLM on CPU (README, 'Quick start')."
@@ -289,7 +297,8 @@ def serve(a: argparse.Namespace) -> int:
         lines = [f"serving the scripted endpoints of the demo benchmark {bench / 'metadata.jsonl'}:"]
         lines += [f"  {role:<10} {url}   (model name: scripted-demo-{role})" for role, url in urls.items()]
         lines.append(
-            "any key is accepted. Evaluate against them, then report (paste; keys and URLs go through the environment):"
+            f"they want a key (any value but EMPTY: {NO_KEY} below) and their own model names, as a real server does. "
+            "Evaluate against them, then report (paste; keys and URLs go through the environment):"
         )
         for mode, cmd in serve_commands(bench, out / "eval", urls).items():
             lines += [f"# {mode}", cmd]
@@ -353,7 +362,7 @@ def run_opensearch_vl_demo(a: argparse.Namespace) -> int:
     if rc != ExitCode.OK:
         return rc
     print(
-        f"Done in {time.perf_counter() - t0:.1f} s. Open the report (every tool call with its images and text): {page.resolve()}"
+        f"Done in {seconds_since_start(t0):.1f} s. Open the report (every tool call with its images and text): {page.resolve()}"
     )
     return ExitCode.OK
 

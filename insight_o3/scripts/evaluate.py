@@ -37,14 +37,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
+from ..agents.config import ApiAccess, InSightO3Config, InsightVSettings, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
 from ..agents.oracle import ORACLE_CROPS, check_oracle_samples
 from ..agents.single_model import DEFAULT_COMPLETION_KWARGS
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..base.untrusted import loads
-from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..endpoints.client import (
+    DEFAULT_MAX_RETRIES,
+    ENV_KEYS,
+    KeyHostError,
+    Sourced,
+    borrowed_key,
+    describe,
+    make_client,
+    resolve,
+    resolve_key,
+    sourced,
+)
 from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
@@ -84,6 +95,7 @@ from ._shared import (
     add_image_budget_flag,
     add_judge_flags,
     add_judge_retries_flag,
+    add_key_host_flag,
     add_output_dir,
     add_run_flags,
     add_separate_requests_flag,
@@ -105,7 +117,7 @@ from ..storage.atomic import UnusableOutputDir
 from ..storage.record_log import RecordFileError
 
 log = logging.getLogger("insight_o3.evaluate")
-SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key")
+SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key", "summary_api_key")
 
 
 def _json_object(name: str) -> Callable[[str], JSONObject]:
@@ -213,8 +225,10 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
     add_judge_flags(
         g,
         model_help="the judge model (default: gpt-5-nano, the paper's)",
-        url_help="default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL, then the model's endpoint (--api_base_url)",
-        key_help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY, then the model's key on its endpoint",
+        url_help="default: $JUDGE_API_BASE_URL, then the model's endpoint (--api_base_url or $OPENAI_BASE_URL; said "
+        "in a warning)",
+        key_help="default: $JUDGE_API_KEY, then the model's key (--api_key or $OPENAI_API_KEY) where the judge is on "
+        "the model's host (see --allow_key_to_other_host)",
     )
     g.add_argument(
         "--max_answer_length",
@@ -238,6 +252,7 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
         "released harness; rejudge caches by default)",
     )
     add_judge_retries_flag(g)
+    add_key_host_flag(g)
 
 
 def _rate_flags(g: Flags) -> None:
@@ -299,6 +314,18 @@ def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
 
 
+def _insight_v_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Insight-V (--agent insight_v: reasoning agent = --model, summary agent below)")
+    g.add_argument(
+        "--summary_model",
+        help="the summary agent (default: --model, as the release derives both agents from one model)",
+    )
+    g.add_argument("--summary_api_base_url", help="default: $SUMMARY_API_BASE_URL, then --api_base_url")
+    g.add_argument(
+        "--summary_api_key", help="default: $SUMMARY_API_KEY, then --api_key when the endpoint is the model's"
+    )
+
+
 def _analysis_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis (paper Table 6)")
     g.add_argument(
@@ -333,7 +360,16 @@ def _tool_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.evaluate", __doc__.split("\n")[0])
-    for flags in (_data_flags, _model_flags, _judge_flags, _run_flags, _insight_o3_flags, _analysis_flags, _tool_flags):
+    for flags in (
+        _data_flags,
+        _model_flags,
+        _judge_flags,
+        _run_flags,
+        _insight_o3_flags,
+        _insight_v_flags,
+        _analysis_flags,
+        _tool_flags,
+    ):
         flags(p)
     return p
 
@@ -361,6 +397,9 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error(f"--agent: {e}")
     if (a.agent == "insight_o3") != bool(a.vsearcher_model):
         p.error("--vsearcher_model goes with --agent insight_o3 (and --agent insight_o3 needs it)")
+    summary_flags = [f"--{n}" for n in ("summary_model", "summary_api_base_url", "summary_api_key") if getattr(a, n)]
+    if summary_flags and a.agent != "insight_v":
+        p.error(f"{', '.join(summary_flags)}: the summary agent is --agent insight_v's")
     builtin = a.agent in ("single_model", "insight_o3")
     if not builtin and (a.oracle_crops or a.sys_prompt != "model_default"):
         p.error(f"--oracle_crops and --sys_prompt are single-model settings; --agent {a.agent} has its own prompts")
@@ -406,6 +445,18 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         suffix = a.oracle_crops or ("" if builtin else a.agent)
         a.eval_name = f"{a.model}{'+' + suffix if suffix else ''}/{a.benchmark}"
         check_output_names(p, eval_name=a.eval_name)  # from --model: 'x/../..' must not leave --output_dir
+    _check_ranges(p, a)
+    for name in ("sample_ids", "categories"):
+        if getattr(a, name):
+            setattr(a, name, [x for v in getattr(a, name) for x in v.split(",") if x.strip()])
+    a.subset = subset_spec(a.limit, a.sample_ids, a.categories)
+    if a.subset:  # never mistaken for a full run: its own directory
+        a.eval_name = f"{a.eval_name}@subset-{subset_hash(a.subset)}"
+    _endpoint_access(p, a)
+
+
+def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """The numeric flags' ranges (``p.error`` -> exit 2)."""
     for name in ("num_trials", "concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1")
@@ -415,9 +466,6 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--image_workers must not be negative")
     if not 0 < a.max_failure_ratio <= 1:
         p.error("--max_failure_ratio must be in (0, 1]")
-    for name in ("sample_ids", "categories"):
-        if getattr(a, name):
-            setattr(a, name, [x for v in getattr(a, name) for x in v.split(",") if x.strip()])
     if a.limit is not None and a.limit < 1:
         p.error("--limit must be at least 1")
     if a.max_cost is not None and not a.price_file:
@@ -426,24 +474,54 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         if getattr(a, name) is not None and getattr(a, name) <= 0:
             p.error(f"--{name} must be positive")
     check_run_flags(p, a)  # --max_reply_chars, --max_decode_values (the rest is checked above)
-    a.subset = subset_spec(a.limit, a.sample_ids, a.categories)
-    if a.subset:  # never mistaken for a full run: its own directory
-        a.eval_name = f"{a.eval_name}@subset-{subset_hash(a.subset)}"
-    # resolve keys/URLs from env now; keys stay in memory only
-    a.api_key = resolve_key(a.api_key, ENV_KEYS["main"][0])
-    a.api_base_url = resolve(a.api_base_url, ENV_KEYS["main"][1])
-    a.judge_api_key = resolve_key(a.judge_api_key, ENV_KEYS["judge"][0], flag="--judge_api_key")
-    a.judge_api_base_url = resolve(a.judge_api_base_url, ENV_KEYS["judge"][1])
-    if a.judge_api_base_url is None and a.api_base_url:  # as `filter`: never the SDK's default address
-        a.judge_api_base_url = a.api_base_url
-        a.judge_api_key = a.judge_api_key or a.api_key
-        log.info(
-            "judge: no --judge_api_base_url nor $JUDGE_API_BASE_URL; %s is asked on the model's endpoint %s",
-            a.judge_model,
-            redact(a.api_base_url),
+
+
+def _endpoint_access(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Each endpoint's URL and key from its flags or variables, in place (keys in memory only), each stated with its
+    source at the start. The judge without a URL of its own is asked on the model's endpoint (said in a warning); the
+    judge without a key of its own borrows the model's only on the same host (``--allow_key_to_other_host``)."""
+    model_url = sourced(a.api_base_url, "--api_base_url", ENV_KEYS["main"][1])
+    model_key = sourced(a.api_key, "--api_key", ENV_KEYS["main"][0])
+    judge_url = sourced(a.judge_api_base_url, "--judge_api_base_url", ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"))
+    on_model = judge_url.value is None and model_url.value is not None  # never the SDK's default in its place
+    if on_model:
+        judge_url = Sourced(model_url.value, f"the model's endpoint, {model_url.source}")
+    judge_own = sourced(a.judge_api_key, "--judge_api_key", ("JUDGE_API_KEY",))
+    try:
+        judge_key = borrowed_key(
+            "judge", judge_url, judge_own, "model", model_url, model_key, a.allow_key_to_other_host
         )
+    except KeyHostError as e:
+        p.error(str(e))
+    vs_url = sourced(a.vsearcher_api_base_url, "--vsearcher_api_base_url", ENV_KEYS["vsearcher"][1])
+    vs_key = sourced(a.vsearcher_api_key, "--vsearcher_api_key", ENV_KEYS["vsearcher"][0])
+    # registered as secrets (a key given as a flag warned about: the command line is visible to other users)
+    a.api_key = resolve_key(a.api_key, ENV_KEYS["main"][0])
+    a.api_base_url = model_url.value
+    a.judge_api_key = resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key") or judge_key.value
+    a.judge_api_base_url = judge_url.value
+    if a.agent == "insight_v":  # the summary agent: the model's endpoint unless told otherwise
+        a.summary_model = a.summary_model or a.model
+        a.summary_api_key = resolve_key(a.summary_api_key, ENV_KEYS["summary"][0], flag="--summary_api_key")
+        a.summary_api_base_url = resolve(a.summary_api_base_url, ENV_KEYS["summary"][1]) or a.api_base_url
+        if a.summary_api_key is None and a.summary_api_base_url == a.api_base_url:
+            a.summary_api_key = a.api_key  # the model's key, to the model's endpoint only
     a.vsearcher_api_key = resolve_key(a.vsearcher_api_key, ENV_KEYS["vsearcher"][0], flag="--vsearcher_api_key")
-    a.vsearcher_api_base_url = resolve(a.vsearcher_api_base_url, ENV_KEYS["vsearcher"][1])
+    a.vsearcher_api_base_url = vs_url.value
+    if get_agent(a.agent).calls_model:
+        log.info("endpoints: %s", describe("model", model_url, model_key))
+    else:
+        log.info("endpoints: model: not asked (--agent %s calls no model)", a.agent)
+    if on_model:
+        log.warning(
+            "%s — no --judge_api_base_url nor $JUDGE_API_BASE_URL, so the judge (%s) is asked on the model's endpoint",
+            describe("judge", judge_url, judge_key),
+            a.judge_model,
+        )
+    else:
+        log.info("endpoints: %s", describe("judge", judge_url, judge_key))
+    if a.vsearcher_model:
+        log.info("endpoints: %s", describe("vSearcher", vs_url, vs_key))
 
 
 TOOL_AGENTS = ("opensearch_vl",)
@@ -464,6 +542,10 @@ def tool_settings(a: argparse.Namespace) -> ToolSettings:
 
 def _agent(a: argparse.Namespace) -> AgentSettings:
     """The agent-specific settings of the resolved flags ``a``."""
+    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
+    if a.agent == "insight_v":
+        summary_api = ApiAccess(base_url=a.summary_api_base_url, api_key=a.summary_api_key, **client)
+        return InsightVSettings(summary_model=a.summary_model, summary_api=summary_api)
     if a.agent in TOOL_AGENTS:
         return PluginAgentSettings(name=a.agent, tools=tool_settings(a))
     if a.agent not in ("single_model", "insight_o3"):
@@ -474,7 +556,6 @@ def _agent(a: argparse.Namespace) -> AgentSettings:
             oracle_crops=a.oracle_crops,
         )
     # --sys_prompt does not apply: the vReasoner's system prompt is the protocol's (--reasoner_prompt)
-    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
     return InSightO3Config(
         reasoner=ReasonerSettings(
             model=a.model,
@@ -581,7 +662,9 @@ def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
 
 def cost_model(c: EvaluateConfig) -> CostModel | None:
     vsearcher = c.insight_o3.searcher.model if c.insight_o3 else None
-    return CostModel.from_file(c.price_file, {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher})
+    summary = c.insight_v.summary_model if c.insight_v else None
+    models = {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher, "summary": summary}
+    return CostModel.from_file(c.price_file, models)
 
 
 def args_record(a: argparse.Namespace) -> JSONObject:
@@ -638,13 +721,18 @@ def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: R
 
 def endpoints(c: EvaluateConfig) -> list[Endpoint]:
     """The endpoints the run calls (each checked before the first sample unless ``--skip_endpoint_check``)."""
-    eps = [
-        Endpoint("model", c.api.base_url, c.api.api_key),
-        Endpoint("judge", c.judge.api.base_url, c.judge.api.api_key),
-    ]
+    eps = [Endpoint("judge", c.judge.api.base_url, c.judge.api.api_key)]
+    if get_agent(c.agent_name).calls_model:  # a plugin that answers without a model has no model endpoint to check
+        eps.insert(0, Endpoint("model", c.api.base_url, c.api.api_key))
     if c.insight_o3:
         api = c.insight_o3.searcher_api
         eps.append(Endpoint("vSearcher", api.base_url, api.api_key))
+    if c.insight_v and (c.insight_v.summary_api.base_url, c.insight_v.summary_api.api_key) != (
+        c.api.base_url,
+        c.api.api_key,
+    ):
+        api = c.insight_v.summary_api
+        eps.append(Endpoint("summary", api.base_url, api.api_key))
     return eps
 
 

@@ -20,7 +20,6 @@ output could not be written.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{failed['items']} item(s) lost to API errors: {failed['counted_as']} "
                 f"({failed['samples_without_a_judged_trial']} sample(s) without a judged trial)"
             )
-        print(json.dumps({"run_card_sha256": entry["run_card_sha256"]}))
+        print(f"run card sha256: {entry['run_card_sha256']} (in the leaderboard entry: the run it comes from)")
         return ExitCode.OK
 
     return run_main(body, bad_input=(RunDirError, RecordError, PairingError))

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
 from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.client import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve, resolve_key, sourced
 from ..protocol.limits import LIMITS
 from ._shared import (
     add_api_flags,
     add_client_flags,
     add_image_budget_flag,
     add_judge_flags,
+    add_key_host_flag,
     add_output_dir,
     add_run_flags,
     add_separate_requests_flag,
@@ -40,6 +42,7 @@ from ._shared import (
 )
 
 PROG = "python -m insight_o3.scripts.filter_difficulty"
+log = logging.getLogger("insight_o3.filter_difficulty")
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -54,8 +57,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         ap,
         model_help="decides answers the rules cannot (default: gpt-5-nano)",
         url_help="default: $JUDGE_API_BASE_URL / $JUDGE_BASE_URL, then the vReasoner's endpoint",
-        key_help="default: $JUDGE_API_KEY, then the vReasoner's key",
+        key_help="default: $JUDGE_API_KEY, then the vReasoner's key where the judge is on its host",
     )
+    add_key_host_flag(ap)
     add_separate_requests_flag(ap, what="attempt", count_flag="--attempts")
     add_client_flags(ap, max_retries=5)
     add_image_budget_flag(ap, default=1280 * 1280, help="resize budget; 0 = no limit")
@@ -74,14 +78,32 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         ap.error("--attempts must be >= 1 and --img_max_pixels >= 0")
     key = resolve_key(a.api_key, ENV_KEYS["main"][0])
     base = resolve(a.api_base_url, ENV_KEYS["main"][1])
+    model_url = sourced(a.api_base_url, "--api_base_url", ENV_KEYS["main"][1])
+    judge_url = sourced(a.judge_api_base_url, "--judge_api_base_url", ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"))
+    if judge_url.value is None and base:
+        judge_url = Sourced(base, f"the model's endpoint, {model_url.source}")
+    try:  # the model's key for the judge only on the model's host
+        judge_key = borrowed_key(
+            "judge",
+            judge_url,
+            sourced(resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key"), "--judge_api_key", ()),
+            "model",
+            model_url,
+            sourced(a.api_key, "--api_key", ENV_KEYS["main"][0]),
+            a.allow_key_to_other_host,
+        )
+    except KeyHostError as e:
+        ap.error(str(e))
+    log.info("endpoints: %s", describe("model", model_url, sourced(a.api_key, "--api_key", ENV_KEYS["main"][0])))
+    log.info("endpoints: %s", describe("judge", judge_url, judge_key))
     settings = FilterSettings(
         out_dir=a.out_dir,
         model=a.model,
         api_key=key,
         api_base_url=base,
         judge_model=a.judge_model,
-        judge_api_key=resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), key, flag="--judge_api_key"),
-        judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"), base),
+        judge_api_key=judge_key.value,
+        judge_api_base_url=judge_url.value,
         attempts=a.attempts,
         separate_attempt_requests=a.separate_trial_requests,
         concurrency=a.concurrency,

@@ -43,7 +43,16 @@ from ..analysis.agreement import agreement_lines, judge_agreement
 from ..analysis.run_records import read_run
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
-from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, make_client, resolve, resolve_key
+from ..endpoints.client import (
+    DEFAULT_MAX_RETRIES,
+    ENV_KEYS,
+    KeyHostError,
+    borrowed_key,
+    describe,
+    make_client,
+    resolve_key,
+    sourced,
+)
 from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
@@ -55,7 +64,7 @@ from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
 from ..protocol.attempt import Attempt, TrialSolver
-from ..protocol.sample import Sample
+from ..protocol.sample import Sample, row_fields
 from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 from ._shared import (
@@ -65,6 +74,7 @@ from ._shared import (
     add_client_flags,
     add_judge_flags,
     add_judge_retries_flag,
+    add_key_host_flag,
     add_run_flags,
     entry_point,
     new_parser,
@@ -113,7 +123,7 @@ def sample_from_record(rec: dict) -> Sample:
         options=rec.get("options"),
         answer=rec["answer"],
         category=str(rec.get("category", "unknown")),
-        extra={k: v for k, v in rec.items() if k not in _RESULT_FIELDS},
+        extra=row_fields({k: v for k, v in rec.items() if k not in _RESULT_FIELDS}),
         key=rec["sample_key"],
         image_field=image_field,
         category_field=category_field,
@@ -217,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
     add_judge_retries_flag(p)
+    add_key_host_flag(p)
     add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     g = p.add_argument_group("judge agreement")
@@ -245,8 +256,19 @@ def _per_judge(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[argpar
             if len(values) not in (1, n):
                 p.error(f"--{name} takes one value for all judges or one per judge ({n})")
             setattr(aj, name, values[i] if len(values) == n else values[0])
-        aj.judge_api_key = resolve_key(aj.judge_api_key, ENV_KEYS["judge"][0], flag="--judge_api_key")
-        aj.judge_api_base_url = resolve(aj.judge_api_base_url, ENV_KEYS["judge"][1])
+        url = sourced(aj.judge_api_base_url, "--judge_api_base_url", ENV_KEYS["judge"][1])
+        own = sourced(aj.judge_api_key, "--judge_api_key", ("JUDGE_API_KEY",))
+        openai_url = sourced(None, "", ("OPENAI_BASE_URL",))
+        openai_key = sourced(None, "", ("OPENAI_API_KEY",))
+        try:  # $OPENAI_API_KEY only where it belongs (its $OPENAI_BASE_URL, else the SDK's default)
+            key = borrowed_key(
+                "judge", url, own, "$OPENAI_BASE_URL endpoint", openai_url, openai_key, a.allow_key_to_other_host
+            )
+        except KeyHostError as e:
+            p.error(str(e))
+        aj.judge_api_key = resolve_key(aj.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key") or key.value
+        aj.judge_api_base_url = url.value
+        log.info("endpoints: %s", describe(f"judge {model}", url, key))
         out.append(aj)
     return out
 

@@ -416,6 +416,9 @@ class Turn:
     images: list[ImageRef]
     search: dict | None = None
     tool: dict | None = None  # the tool call this message answers (the tool layer's record)
+    #: the agent a message belongs to where a system has several on one conversation (its ``name``: Insight-V's
+    #: ``reasoner`` and ``summary``)
+    agent: str | None = None
 
 
 def _part_text(p: dict) -> str:
@@ -457,7 +460,8 @@ def turns(messages: list[dict]) -> list[Turn]:
                     texts.append(_part_text(p))
         search = m.get("search") if isinstance(m.get("search"), dict) else None
         tool = m.get("tool_call") if isinstance(m.get("tool_call"), dict) else None
-        out.append(Turn(i, str(m.get("role", "?")), "".join(texts), refs, search, tool))
+        agent = m.get("name") if isinstance(m.get("name"), str) else None
+        out.append(Turn(i, str(m.get("role", "?")), "".join(texts), refs, search, tool, agent))
     return out
 
 
@@ -594,6 +598,7 @@ class TurnView:
     search: SearchView | None
     collapse: bool
     tool: ToolView | None = None
+    label: str = ""  # what the turn is headed with (the role, and its agent where named)
 
 
 def _tool_view(record: dict, resolver: ImageResolver, thumb_px: int) -> ToolView:
@@ -666,7 +671,8 @@ def _turn_view(
     tool = _tool_view(t.tool, resolver, thumb_px) if t.tool is not None else None
     if tool is not None:  # the made images are shown with the call
         items = [i for i in items if not (isinstance(i, CropView) and any(o.src == i.src for o in tool.outputs))]
-    return TurnView(t.role, t.text, items, search, collapse_system and t.role == "system", tool)
+    label = f"{t.role} · {t.agent}" if t.agent else t.role
+    return TurnView(t.role, t.text, items, search, collapse_system and t.role == "system", tool, label)
 
 
 def conversation_html(

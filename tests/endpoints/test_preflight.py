@@ -91,7 +91,8 @@ def test_the_judge_defaults_to_the_models_endpoint_and_says_so(tmp_path, openai_
     caplog.set_level("INFO")
     assert evaluate.main(_argv(eb.make_bench(tmp_path / "bench"), tmp_path / "out", srv.base_url)) == 0
     assert {r["model"] for r in srv.requests} == {"scripted-vlm", "scripted-judge"}
-    assert f"scripted-judge is asked on the model's endpoint {srv.base_url}" in caplog.text
+    said = next(r for r in caplog.records if "the judge (scripted-judge) is asked on the model's endpoint" in r.message)
+    assert said.levelname == "WARNING" and f"judge: {srv.base_url} (from the model's endpoint" in said.message
 
 
 def test_a_refused_key_and_a_redacted_url(refusing_server, capsys):

@@ -9,7 +9,7 @@ import pytest
 from insight_o3.evaluation.attribution import BUCKETS, attribute, attribution_metrics, crop_quality
 from insight_o3.evaluation.metrics import compute_metrics, summarize
 from insight_o3.protocol.evidence import EvidenceError, evidence_boxes
-from tests.support.planted import T1, T2, episode, single
+from tests.support.planted import T1, T2, episode, single, two_agent
 
 HIT_BOTH = [T1, (550.0, 450.0, 750.0, 650.0)]  # T1 exactly; T2 inside a crop 4x its area
 HALF_T2 = (650.0, 500.0, 900.0, 700.0)  # covers half of T2 only (a truncated target)
@@ -35,6 +35,12 @@ PLANTED = [
     (single("s15", "wrong", crops=[T1, T2]), "crop_hit_wrong", None),  # the Table 6 oracle: evidence given
     (single("s16", "correct", crops=[T1, T2]), "correct", None),
     (single("s17", "failed"), "lost", None),
+    # Insight-V: the chain's own verdict against the summary's
+    (two_agent("s18", "correct", "wrong"), "summary_rescued", None),
+    (two_agent("s19", "wrong", "correct"), "summary_overruled", None),
+    (two_agent("s20", "correct", "wrong", chain_has_answer=False), "correct", None),  # a chain without an answer
+    (two_agent("s21", "wrong", "incomplete", chain_has_answer=False, category="map"), "wrong_answer", None),
+    (two_agent("s22", "correct", "correct"), "correct", None),
 ]
 
 

@@ -491,6 +491,8 @@ runpy.run_module("recipe.vsearch.main", run_name="__main__")
 def test_main_checks_and_prints_settings_once_before_ray(tmp_path):
     """``python -m recipe.vsearch.main``: settings validated and printed once, then verl's ``run_ppo`` (stubbed:
     no Ray here) with the recipe's TaskRunner; a bad setting exits 2 before anything starts."""
+    from recipe.vsearch.node_checks import SDPA_OVERRIDES
+
     overrides = [
         f"vsearch.agent_config_path={CONFIG_DIR / 'agent_gpt-5-nano.yaml'}",
         "hydra.output_subdir=null",
@@ -498,8 +500,7 @@ def test_main_checks_and_prints_settings_once_before_ray(tmp_path):
         "hydra/job_logging=disabled",
         "hydra/hydra_logging=disabled",
         # no flash-attn on this machine (tests/recipe/test_gpu_start.py: without the switch, one line and status 2)
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "actor_rollout_ref.model.use_remove_padding=False",
+        *SDPA_OVERRIDES,
     ]
     env = {**os.environ, "PYTHONPATH": f"{VERL_DIR}{os.pathsep}{REPO}"}
 

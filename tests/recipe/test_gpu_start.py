@@ -157,7 +157,8 @@ def test_smoke_gpu_plan_runs_train_sh_s_path_and_every_check(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     lines = {ln.split()[1]: ln for ln in r.stdout.splitlines()}
-    assert list(lines) == ["gpu", "flash_attn", "train", "resume", "rollout", "export", "serve", "time"]
+    assert list(lines) == ["harmony", "gpu", "flash_attn", "train", "resume", "rollout", "export", "serve", "time"]
+    assert "recipe.vsearch.offline ensure" in lines["harmony"]
     assert "--ranks 2 --attn flash_attention_2" in lines["train"] and "--device cuda" in lines["train"]
     assert "export_hf.sh" in lines["export"] and "global_step_3" in lines["export"]
     assert "tests.support.smoke_serve" in lines["serve"]

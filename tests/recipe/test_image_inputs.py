@@ -159,7 +159,20 @@ def test_rebuild_checks_the_grid_and_decodes_each_image_once_per_process(policy,
     for row in rows:
         rebuild(proc, row, cache)
     # the full image (shared by both rows) and the crop both rows made were processed once; the file decoded once
-    assert cache.stats == {"hits": 2, "misses": 4}
+    assert (cache.stats["hits"], cache.stats["misses"]) == (2, 4)
+    # logged per step by the actor worker (on_policy.update_actor): what was rebuilt since the last step
+    cache.add_rebuild_time(0.25)
+    assert cache.step_metrics() == {
+        "vsearch/pixel_cache_hits": 2.0,
+        "vsearch/pixel_cache_misses": 4.0,
+        "vsearch/pixel_rebuild_s": 0.25,
+    }
+    rebuild(proc, rows[1], cache)
+    assert cache.step_metrics() == {
+        "vsearch/pixel_cache_hits": 2.0,  # its two views (the full image, its crop), both cached
+        "vsearch/pixel_cache_misses": 0.0,
+        "vsearch/pixel_rebuild_s": 0.0,
+    }
     assert cache.store(rows[0][VIEWS_KEY].alpha).stats["decoded"] == 1
     bad = {**rows[1], "image_grid_thw": rows[1]["image_grid_thw"] + torch.tensor([[0, 2, 0]] + [[0, 0, 0]])}
     with pytest.raises(ValueError, match="noisy.png"):

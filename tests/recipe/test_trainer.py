@@ -52,7 +52,8 @@ DP = 3  # actor data-parallel size of the fake worker group
 N = 2  # rollouts per prompt
 GT = [10.0, 10.0, 50.0, 50.0]
 
-# scripted episodes, per dataset row, per repeat j: ("out", pred_box) or ("in", feedback list, correct, failed)
+# scripted episodes, per dataset row, per repeat j: ("out", pred_box), ("in", feedback list, correct, failed) or
+# ("error", "<ExceptionType>: <message>") (an episode that raised: agent_loops.FailSafeAgentLoop's placeholder)
 TRAIN_ROWS = [
     {"agent_name": "vsearcher", "script": [("out", GT), ("out", [60.0, 60.0, 90.0, 90.0])]},
     {
@@ -114,6 +115,36 @@ class FakeAgentLoopManager:
             script = self.scripts[split][idx]["script"][j]
             ep_id = nt[EPISODE_ID_KEY][i]
             base = {"n_tool": 1, "format_ok": True, "format_error": None}
+            if script[0] == "error":
+                ep = episode_fields(
+                    ep_id,
+                    n_calls=0,
+                    has_answer=False,
+                    correct=False,
+                    critical_failure=True,
+                    status="error",
+                    n_feedback=0,
+                )
+                fields = dict(base, n_tool=0, format_ok=False, format_error=f"episode failed: {script[1]}")
+                samples.append(
+                    _sample(
+                        dict(
+                            row,
+                            **fields,
+                            **ep,
+                            uid=inloop_uid(ep_id, -1),
+                            pred_box=None,
+                            is_in_loop=row["agent_name"] == "vreasoner",
+                            feedback_helpful=None,
+                            answer_correct=False,
+                            call_index=-1,
+                            **{ROLE_KEY: ROLE_PLACEHOLDER},
+                        ),
+                        n_resp=1,
+                        masked=True,
+                    )
+                )
+                continue
             if script[0] == "out":
                 samples.append(
                     _sample(
@@ -441,6 +472,32 @@ def test_api_failures_above_the_limit_abort_before_the_update(trainer):
     trainer.config.vsearch.max_api_failure_ratio = 0.25  # at the limit: trains
     trainer.fit()
     assert len(trainer.actor_rollout_wg.updates) == 1
+
+
+def test_a_dead_rollout_engine_is_not_reported_as_an_api_failure(trainer):
+    """Every episode raised on the policy's side (a dead vLLM engine: each ``generate`` fails, each episode becomes
+    a failed placeholder): the abort names the rollout side, the first exception type and where to look, and does
+    not send the researcher to the vReasoner's API key (before: "failed on the vReasoner API ... Check
+    OPENAI_API_KEY"). One API-lost episode among them is still named as such."""
+    from recipe.vsearch.trainer import ApiFailureAbort
+
+    dead = "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."
+    trainer.async_rollout_manager.scripts["train"] = [
+        {"agent_name": "vsearcher", "script": [("error", dead), ("error", "ActorDiedError: the actor died")]},
+        {"agent_name": "vreasoner", "script": [("error", dead), ("error", dead)]},
+        {"agent_name": "vreasoner", "script": [("error", dead), ("error", dead)]},
+    ]
+    with pytest.raises(ApiFailureAbort) as e:
+        trainer.fit()
+    msg = str(e.value)
+    assert "100% of the episodes failed" in msg and "6 of 6 ended in an exception (first: EngineDeadError:" in msg
+    assert "vLLM rollout server / engine" in msg and "vLLMHttpServer / EngineCore" in msg
+    assert "OPENAI_API_KEY" not in msg and "vReasoner API" not in msg.split("not the vReasoner API")[0]
+    assert trainer.actor_rollout_wg.updates == []
+
+    trainer.async_rollout_manager.scripts["train"][2]["script"][1] = ("in", ["helpful"], False, True)  # API lost
+    with pytest.raises(ApiFailureAbort, match=r"5 of 6 ended in an exception .*; 1 lost the vReasoner / judge API"):
+        trainer.fit()
 
 
 def test_generations_dumps_and_scores_without_padding(trainer, tmp_path):

@@ -337,6 +337,10 @@ def test_shipped_agent_configs_state_the_protocol_limits(path):
     )
 
 
+#: the commands whose steps are subcommands
+SUBCOMMANDS = ("build_o3_bench", "build_reasoning_data")
+
+
 def _documented_commands():
     """``(file, command, subcommand, flags)`` of every ``python -m insight_o3.scripts.X ...`` in the READMEs and
     module docstrings (continuation lines joined)."""
@@ -355,7 +359,7 @@ def _documented_commands():
         for m in re.finditer(r"python -m insight_o3\.scripts\.(\w+)((?: +(?!#)[^\n`]*)?)", text):
             name, rest = m.group(1), m.group(2).split("#")[0]
             sub = rest.split()[0] if rest.split() and rest.split()[0] in ("pool", "filter") else "generate"
-            if name == "build_o3_bench":  # its steps are subcommands: the words before the first flag
+            if name in SUBCOMMANDS:  # its steps are subcommands: the words before the first flag
                 sub = " ".join(w for w in rest.split("--")[0].split() if w.isidentifier())
             out.append((path.relative_to(REPO).as_posix(), name, sub, sorted(set(re.findall(r"(--\w+)", rest)))))
     return out
@@ -374,7 +378,7 @@ def test_every_documented_flag_is_accepted():
     for where, name, sub, flags in docs:
         mod = importlib.import_module(f"insight_o3.scripts.{name}")
         p = mod.build_parser(sub) if name == "generate_collages" else mod.build_parser()
-        for word in sub.split() if name == "build_o3_bench" else ():
+        for word in sub.split() if name in SUBCOMMANDS else ():
             p = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
         known = {s for a in p._actions for s in a.option_strings}
         assert not set(flags) - known, (where, name, sub, set(flags) - known)

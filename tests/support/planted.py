@@ -163,3 +163,17 @@ def single(
     if cost is not None:
         rec["cost_usd"] = cost
     return EvalRecord.from_dict(rec)
+
+
+def two_agent(
+    key: str, status: str, chain: str | None, chain_has_answer: bool = True, category: str = "chart"
+) -> EvalRecord:
+    """An Insight-V record (``evaluate --agent insight_v``): the summary judged ``status``, the reasoning chain's own
+    answer judged ``chain`` (``stats.judged.chain``; None: not judged)."""
+    rec = single(key, status, category=category).to_dict()
+    if chain is not None:
+        rec["eval_result"]["stats"] = {
+            "chain": "<thoughts>\nchain</thoughts>\n",
+            "judged": {"chain": {"status": chain, "extracted_answer": "x", "has_answer": chain_has_answer}},
+        }
+    return EvalRecord.from_dict(rec)

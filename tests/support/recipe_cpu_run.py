@@ -52,6 +52,8 @@ def gpu_overrides(attn: str = "flash_attention_2") -> list[str]:
     defaults, sleep mode included; ``attn`` ``flash_attention_2`` (train.sh's path: flash-attn and remove-padding)
     or ``sdpa`` (the documented switch without flash-attn); the tiny model's vLLM takes a small share of the GPU;
     the rollout observers in every Ray process."""
+    from recipe.vsearch.padding import PADDED_PATH_OVERRIDES
+
     fa = attn == "flash_attention_2"
     return [
         "+ray_kwargs.ray_init.address=local",
@@ -60,6 +62,7 @@ def gpu_overrides(attn: str = "flash_attention_2") -> list[str]:
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
         f"+actor_rollout_ref.model.override_config.attn_implementation={attn}",
         f"actor_rollout_ref.model.use_remove_padding={fa}",
+        *([] if fa else PADDED_PATH_OVERRIDES),
     ]
 
 

@@ -48,6 +48,9 @@ def server_command(python: str, model: str, port: int) -> list[str]:
         json.dumps({"max_pixels": MAX_PIXELS}),
         "--gpu-memory-utilization",
         "0.3",
+        # decode as in training (scripts/vllm_serve_bg.sh: not the export's inherited generation_config.json)
+        "--generation-config",
+        "vllm",
     ]
 
 

@@ -71,6 +71,12 @@ else
     RESUME_ARGS=(trainer.resume_mode=auto)
 fi
 
+# NCCL's watchdog: a rank writing its ~12 GB checkpoint shard on a slow shared file system must not be declared hung
+# (the fork's _base.sh:112,141: the heartbeat and verl's process-group timeout, 3600 s; forwarded to every Ray worker
+# by main.py as a TORCH_NCCL_* variable)
+export TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC="${TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC:-3600}"
+[[ "$TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC" =~ ^[0-9]+$ ]] || vsearch_die "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC must be whole seconds, got '$TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC'"
+
 # The recipe is imported as recipe.vsearch.* (PYTHONPATH=<project>/verl), the library as insight_o3.
 export PYTHONPATH="$VERL_PROJ_DIR:$(dirname "$VERL_PROJ_DIR"):${PYTHONPATH:-}"
 cd "$VERL_PROJ_DIR"
@@ -88,6 +94,7 @@ ARGS=(
     "trainer.validation_data_dir=$CKPT_DIR/val_generations"
     "trainer.nnodes=${NNODES:-1}"
     "trainer.n_gpus_per_node=${N_GPUS_PER_NODE:-8}"
+    "actor_rollout_ref.nccl_timeout=$TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
     "${RESUME_ARGS[@]}"
 )
 

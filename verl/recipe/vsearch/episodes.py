@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
@@ -81,12 +82,20 @@ __all__ = [
     "VSearchAgentLoopWorker",
     "episode_fields",
     "episode_metrics",
+    "episode_failures",
+    "EpisodeFailures",
     "failed_episode_output",
     "finalize_batch",
     "withhold_pseudo_iou",
     "image_grid_thw",
     "JUDGE_LOST_STATUS",
 ]
+
+
+#: ``format_error`` of a failed-episode placeholder: this prefix, then ``"<ExceptionType>: <message>"`` (redacted)
+EPISODE_FAILED_PREFIX = "episode failed: "
+#: ``episode_status`` of an episode that raised (:func:`failed_episode_output`)
+ERROR_STATUS = "error"
 
 
 def failed_episode_output(
@@ -100,10 +109,10 @@ def failed_episode_output(
     message = failure_reason(error, 500)
     print(f"[vsearch] episode {episode_id} ({where}) failed: {message}", file=sys.stderr, flush=True)
     stats = EpisodeStats.of(
-        episode_id, n_calls=0, has_answer=False, correct=False, critical_failure=True, status="error", n_feedback=0
+        episode_id, n_calls=0, has_answer=False, correct=False, critical_failure=True, status=ERROR_STATUS, n_feedback=0
     )
     fields = SampleFields(
-        format_error=f"episode failed: {message}",
+        format_error=f"{EPISODE_FAILED_PREFIX}{message}",
         search_status="error",
         is_in_loop=in_loop,
         answer_correct=False,
@@ -238,7 +247,7 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
         correct = np.array([e.correct for e in eps])
         m["vsearch/critical_failure_ratio"] = float(crit.mean())
         # the share of those that ended in an exception (agent_loops.FailSafeAgentLoop), not an API failure
-        m["vsearch/episode_error_ratio"] = float(np.mean([e.status == "error" for e in eps]))
+        m["vsearch/episode_error_ratio"] = float(np.mean([e.status == ERROR_STATUS for e in eps]))
         m["vsearch/accuracy_reward"] = float(correct[ok].mean()) if ok.any() else 0.0
         m["vsearch/has_answer"] = float(np.mean([e.has_answer for e in eps]))
         calls = np.array([e.n_calls for e in eps])
@@ -260,6 +269,38 @@ def episode_metrics(batch: DataProto) -> dict[str, float]:
                 vals = vals[vals >= 0] if key == "iou" else vals
                 m[f"vsearch/outloop_mean_{key}"] = float(vals.mean()) if len(vals) else 0.0
     return m
+
+
+@dataclass(frozen=True)
+class EpisodeFailures:
+    """Why a step's episodes failed, by side: ``raised`` ended in an exception on the policy's side (the rollout
+    server or engine, an image file, the agent loop: :func:`failed_episode_output`), ``api_lost`` lost a vReasoner
+    or judge call (in-loop). ``first_error``: the first raised episode's ``"<ExceptionType>: <message>"``."""
+
+    episodes: int
+    raised: int
+    api_lost: int
+    first_error: str | None
+
+    @property
+    def first_error_type(self) -> str | None:
+        return None if self.first_error is None else self.first_error.split(":", 1)[0].strip()
+
+
+def episode_failures(batch: DataProto) -> EpisodeFailures:
+    """The :class:`EpisodeFailures` of a rollout batch (before :func:`finalize_batch` drops the placeholders),
+    over the episodes :func:`episode_metrics` counts."""
+    rows = SampleFields.from_batch(batch.non_tensor_batch, len(batch), (*METRIC_KEYS, "format_error"))
+    first: dict[str, SampleFields] = {}
+    for f in rows:
+        if f.role in (ROLE_INLOOP, ROLE_PLACEHOLDER) and f.episode is not None:
+            first.setdefault(f.episode.id, f)
+    raised = [f for f in first.values() if f.episode is not None and f.episode.status == ERROR_STATUS]
+    lost = [f for f in first.values() if f.episode is not None and f.episode.critical_failure]
+    error = next((str(f.format_error) for f in raised if f.format_error), None)
+    if error is not None and error.startswith(EPISODE_FAILED_PREFIX):
+        error = error[len(EPISODE_FAILED_PREFIX) :]
+    return EpisodeFailures(len(first), len(raised), len(lost) - len(raised), error)
 
 
 #: the status an in-loop episode gets under ``original`` when its answer check was still lost after every judge

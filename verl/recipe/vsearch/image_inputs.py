@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,7 +75,28 @@ class PixelCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self._stores: dict[str, ImageStore] = {}
-        self.stats = {"hits": 0, "misses": 0}
+        #: views served from the cache / processed again, and the seconds spent rebuilding micro-batches' pixels
+        self.stats: dict[str, float] = {"hits": 0, "misses": 0, "rebuild_s": 0.0}
+        self._reported = dict(self.stats)
+
+    def add_rebuild_time(self, seconds: float) -> None:
+        with self._lock:
+            self.stats["rebuild_s"] += seconds
+
+    def step_metrics(self) -> dict[str, float]:
+        """What this process rebuilt since the last call (one call per training step, in the actor worker's
+        ``update_actor``: the reference pass and the update of the step): ``vsearch/pixel_cache_hits`` /
+        ``_misses`` (views) and ``vsearch/pixel_rebuild_s`` (wall seconds in :func:`rebuild`, before the forward
+        that waited for it)."""
+        with self._lock:
+            now = dict(self.stats)
+            delta = {k: now[k] - self._reported[k] for k in now}
+            self._reported = now
+        return {
+            "vsearch/pixel_cache_hits": float(delta["hits"]),
+            "vsearch/pixel_cache_misses": float(delta["misses"]),
+            "vsearch/pixel_rebuild_s": float(delta["rebuild_s"]),
+        }
 
     def store(self, alpha: str) -> ImageStore:
         with self._lock:
@@ -163,8 +185,10 @@ def rebuild_pixels_in(policy: Any, processor: Any) -> None:
             if processor is None:
                 raise ValueError("rows carry image references but the worker has no processor")
             micro_batch = dict(micro_batch)
+            t0 = time.perf_counter()
             rebuilt = np.empty(len(rows), dtype=object)
             rebuilt[:] = [rebuild(processor, r) for r in rows]
+            pixel_cache().add_rebuild_time(time.perf_counter() - t0)
             micro_batch["multi_modal_inputs"] = rebuilt
         return forward(micro_batch, temperature, calculate_entropy=calculate_entropy)
 

@@ -50,8 +50,9 @@ SECRET_ENV = tuple(n for n in API_ENV if n.endswith("_KEY"))
 FORWARDED_ENV = tuple(n for n in API_ENV if n not in SECRET_ENV) + ("PYTHONPATH", "TOKENIZERS_PARALLELISM")
 #: ... and every variable with one of these prefixes: NCCL tuning (``NCCL_*``, torch's ``TORCH_NCCL_*``), the
 #: network interface of verl's ``cpu:gloo`` group (``GLOO_SOCKET_IFNAME``), the Hugging Face hub / cache and
-#: offline switches, the harmony vocab location (``recipe.vsearch.offline``), vLLM's settings
-FORWARDED_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "HF_", "TRANSFORMERS_", "TIKTOKEN_", "VLLM_")
+#: offline switches, the harmony vocab location (``recipe.vsearch.offline``), vLLM's settings, the recipe's own
+#: (``VSEARCH_PIXEL_CACHE_MB`` of ``recipe.vsearch.image_inputs``, read in the actor workers of every node)
+FORWARDED_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "HF_", "TRANSFORMERS_", "TIKTOKEN_", "VLLM_", "VSEARCH_")
 #: never forwarded even if a prefix matches: per-node / per-process values
 NOT_FORWARDED = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 

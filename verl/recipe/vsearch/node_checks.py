@@ -20,10 +20,14 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-#: the overrides that train without flash-attn (PyTorch's SDPA attention, no remove-padding; slower, more memory)
+from .padding import PADDED_PATH_OVERRIDES
+
+#: the overrides that train without flash-attn (PyTorch's SDPA attention, no remove-padding; slower, more memory):
+#: the padded path, whose log-prob passes run one row per micro-batch (recipe.vsearch.padding)
 SDPA_OVERRIDES = (
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.model.use_remove_padding=False",
+    *PADDED_PATH_OVERRIDES,
 )
 FLASH_ATTN_FIX = (
     "install flash-attn built for this torch (recipe/vsearch/README.md, 'flash-attn'), or train without it: "

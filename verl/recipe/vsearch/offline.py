@@ -112,6 +112,26 @@ def uninstall_hook(site: Path | None = None) -> None:
         (site / name).unlink(missing_ok=True)
 
 
+def ensure_harmony(
+    rollout_name: str,
+    *,
+    version: str | None = None,
+    loader: Callable[..., Any] = load_vocab,
+    site: Path | None = None,
+) -> str:
+    """Make this venv start offline: nothing when the vocab loads (or is not needed) or the hook is in; else, unless a
+    vocab directory is staged (then the staged directory is what is wrong, and the error says so), install the
+    start-up hook into ``site`` (this venv's). Returns one status line; a new interpreter then passes
+    :func:`check_harmony_vocab` (``smoke_gpu.sh``'s first check runs ``ensure`` then ``check``)."""
+    try:
+        return check_harmony_vocab(rollout_name, version=version, loader=loader)
+    except OfflineStartupError:
+        if any(os.environ.get(k) for k in VOCAB_ENV):
+            raise
+    where = install_hook(site)
+    return f"harmony vocab: unavailable offline; installed the start-up hook {HOOK_MODULE} in {where}"
+
+
 def fetch_vocab(directory: Path) -> Path:
     """openai_harmony's own download of its vocab into ``directory`` (its download cache,
     ``TIKTOKEN_RS_CACHE_DIR``). Needs internet access; run it once, then share ``directory``."""
@@ -132,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     fv.add_argument("directory", type=Path)
     ck = sub.add_parser("check", allow_abbrev=False, help="would verl's vLLM server module import here?")
     ck.add_argument("--rollout", default="vllm")
+    en = sub.add_parser("ensure", help="install the start-up hook if the vocab cannot load here (none staged)")
+    en.add_argument("--rollout", default="vllm")
     args = ap.parse_args(argv)
     if args.cmd == "install-harmony-hook":
         print(f"installed {HOOK_MODULE} in {install_hook()}")
@@ -142,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vocab cached in {d}; export TIKTOKEN_RS_CACHE_DIR={d.resolve()} on every node")
     else:
         try:
-            print(check_harmony_vocab(args.rollout))
+            print(ensure_harmony(args.rollout) if args.cmd == "ensure" else check_harmony_vocab(args.rollout))
         except OfflineStartupError as e:
             print(f"[vsearch] error: {e}", file=sys.stderr)
             return 2

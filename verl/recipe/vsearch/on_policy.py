@@ -39,7 +39,8 @@ from typing import Any
 from verl.single_controller.base.decorator import MAGIC_ATTR
 
 # the loss aggregation the Eq. 2 weights are made for, and each variant's (checked at start-up by RunSettings)
-from .image_inputs import rebuild_pixels_in
+from .image_inputs import pixel_cache, rebuild_pixels_in
+from .padding import trim_padding_in
 from .settings import EQ2_LOSS_AGG_MODE, PROTOCOLS
 
 _CACHE: dict[type, type] = {}
@@ -208,7 +209,12 @@ def on_policy_worker(worker_cls: Any) -> Any:
         apply_loss(self.actor, data)
         if OLD_LOG_PROBS not in data.batch.keys():  # the trainer skipped the pass (old_log_prob_needed)
             without_old_log_probs(self.actor, data)
-        return base_update(self, data)
+        output = base_update(self, data)
+        # the step's pixel rebuilds in this worker (the reference pass and this update): cache hits, misses, seconds
+        metrics = output.meta_info.get("metrics") if output is not None else None
+        if isinstance(metrics, dict):
+            metrics.update(pixel_cache().step_metrics())
+        return output
 
     update_actor.__doc__ = (
         "verl's update_actor with the mini-batch set to this rank's whole batch (one step), "
@@ -221,12 +227,17 @@ def on_policy_worker(worker_cls: Any) -> Any:
         out = base_init(self)
         # training rows carry image references: the actor and the reference rebuild the pixel values of each
         # micro-batch where the model runs (recipe.vsearch.image_inputs)
+        # on the padded path (no remove-padding) each micro-batch is also cut to its rows' length (recipe.vsearch.padding)
         for policy in (getattr(self, "actor", None), getattr(self, "ref_policy", None)):
             if policy is not None:
                 rebuild_pixels_in(policy, getattr(self, "processor", None))
+                trim_padding_in(policy)
         return out
 
-    init_model.__doc__ = "verl's init_model; then the actor and the reference rebuild pixel values from references."
+    init_model.__doc__ = (
+        "verl's init_model; then the actor and the reference rebuild pixel values from references and, on the padded "
+        "path, trim each micro-batch to its rows."
+    )
     setattr(init_model, MAGIC_ATTR, dict(getattr(base_init, MAGIC_ATTR)))
     members = {"update_actor": update_actor, "init_model": init_model, "__module__": __name__}
     cls = type(f"OnPolicy{worker_cls.__name__}", (worker_cls,), members)

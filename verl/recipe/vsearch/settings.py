@@ -36,7 +36,7 @@ validating). The vSearcher's token budget is the run's ``rollout.response_length
 from __future__ import annotations
 
 import sys
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, ClassVar
 
 from insight_o3.agents.config import ReasonerSettings
@@ -46,6 +46,7 @@ from insight_o3.protocol.prompts import REASONER_HINTS, ReasonerHints
 from insight_o3.protocol.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
 
 from .agent_config import STAGES, AgentConfig, load_agent_config
+from .padding import PADDED_PATH_OVERRIDES, logits_gb
 
 #: recipe.vsearch.on_policy.EQ2_LOSS_AGG_MODE (not imported: on_policy imports verl)
 EQ2_LOSS_AGG_MODE = "seq-mean-token-sum-norm"
@@ -308,6 +309,7 @@ class RunSettings:
     ppo_epochs: int
     max_api_failure_ratio: float  # a training step whose in-loop episodes fail (API) more often aborts
     protocol: Protocol = PROTOCOLS["original"]  # vsearch.variant: the rest of the training protocol
+    attention: str = ""  # the model's attention path and what a micro-batch costs on it (start-up table)
 
     @property
     def variant(self) -> str:
@@ -417,7 +419,7 @@ class RunSettings:
             proto,
         )
         s._check(config)
-        return s
+        return replace(s, attention=s.attention_path(config))
 
     def _check(self, config: Any) -> None:
         need = self.vsearcher_max_pixels // PIXELS_PER_TOKEN + PROMPT_TEXT_TOKENS
@@ -468,6 +470,7 @@ class RunSettings:
                     f"{key}={strategy!r} is not supported: the recipe runs and tests one strategy, "
                     f"{ACTOR_STRATEGY!r} (the recipe YAML sets it; the CPU driver test runs it)"
                 )
+        self._check_padded_path(config)
         self._check_limit_images(config)
         data = _get(config, "data")
         if data is not None and "val_batch_size" in data:  # absent only in the loops' partial configs
@@ -483,6 +486,40 @@ class RunSettings:
                 f"trainer.use_legacy_worker_impl={impl!r} is not supported: the on-policy update "
                 "(recipe.vsearch.on_policy) wraps verl's FSDP ActorRolloutRefWorker; use 'auto'"
             )
+
+    def _check_padded_path(self, config: Any) -> None:
+        """Without remove-padding (no flash-attn: ``attn_implementation=sdpa``/``eager``) verl's forward pads every
+        row to the step's width; a log-prob micro-batch packed by real tokens (dynamic batches) would compute several
+        padded rows of full-vocabulary logits (recipe.vsearch.padding). The log-prob passes take one row each there."""
+        if _get(config, "actor_rollout_ref.model.use_remove_padding") is not False:
+            return
+        for role in ("ref", "rollout"):
+            key = f"actor_rollout_ref.{role}.log_prob_use_dynamic_bsz"
+            if _get(config, key) is True:
+                raise SettingsError(
+                    f"{key}=True with actor_rollout_ref.model.use_remove_padding=False: on the padded path (no "
+                    "flash-attn) every row is padded to prompt + response length, so a micro-batch packed by real "
+                    "tokens computes several padded rows of logits (≈5 GB of bf16 each at D.1); run the log-prob "
+                    "passes one row per micro-batch: " + " ".join(PADDED_PATH_OVERRIDES)
+                )
+
+    def attention_path(self, config: Any) -> str:
+        """One line for the start-up table: remove-padding, or the padded path and what a micro-batch costs there."""
+        if _get(config, "actor_rollout_ref.model.use_remove_padding") is not False:
+            return "remove-padding (flash-attn varlen): real tokens only"
+        attn = _get(config, "actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2")
+        width = self.vsearcher_prompt_length + self.vsearcher_response_length
+        cap = _get(config, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+        update = (
+            f"update micro-batches of <= {cap} real tokens"
+            if _get(config, "actor_rollout_ref.actor.use_dynamic_bsz")
+            else f"update micro-batches of {_get(config, 'actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu')} row(s)"
+        )
+        return (
+            f"padded path ({attn}, no remove-padding; recipe.vsearch.padding): rows {width} tokens wide, each "
+            f"micro-batch trimmed to its longest row; log-prob passes one row (<= {width} positions, "
+            f"<= {logits_gb(width):.1f} GB of bf16 logits); {update}, each costing its rows x its longest row"
+        )
 
     def _check_limit_images(self, config: Any) -> None:
         """vLLM rejects a request with more images than ``limit_images`` (``limit_mm_per_prompt``) and verl's
@@ -529,6 +566,7 @@ class RunSettings:
             "reward": ", ".join(f"{k}={v}" for k, v in asdict(self.reward).items()),
             "actor.update": f"one optimizer step per training step over the whole batch (ppo_epochs={self.ppo_epochs}; "
             "ppo_mini_batch_size is not used)",
+            "attention": self.attention,
         }
 
     def describe(self) -> str:

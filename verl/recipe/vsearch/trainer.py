@@ -55,7 +55,7 @@ from insight_o3.base.json_types import JSONObject
 from verl import DataProto
 
 from . import hybrid_advantage  # also registers vsearch_hybrid_grpo in this process
-from .episodes import episode_metrics, finalize_batch, withhold_pseudo_iou
+from .episodes import EpisodeFailures, episode_failures, episode_metrics, finalize_batch, withhold_pseudo_iou
 from .on_policy import EQ2_META_KEY, old_log_prob_needed
 from .rollout_fields import (
     EPISODE_ID_KEY,
@@ -133,12 +133,13 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
         settings = run_settings(cfg)
         outcomes = episode_outcomes(out)  # every in-loop episode, also those finalize_batch drops
+        failures = episode_failures(out)  # ... and why episodes failed (the placeholders are dropped below)
         withheld = withhold_pseudo_iou(out, settings.reward.rules())  # the fork's batch rule (original only)
         batch, vsearch_metrics = finalize_batch(out, dp_size, settings.protocol)
         metrics.update(vsearch_metrics)
         metrics["vsearch/pseudo_iou_withheld_rows"] = float(withheld)
         metrics.update(multimodal_footprint(batch))
-        check_api_failures(vsearch_metrics, settings, self.global_steps)
+        check_api_failures(vsearch_metrics, settings, self.global_steps, failures)
         batch.meta_info["temperature"] = rollout_cfg.temperature
         if cfg.trainer.balance_batch:
             self._balance_batch(batch, metrics=metrics)
@@ -381,24 +382,54 @@ def hybrid_advantages(batch: DataProto, algorithm: Any, outcomes: dict[str, tupl
 
 
 class ApiFailureAbort(RuntimeError):
-    """Too many in-loop episodes of a training step were cut by vReasoner / judge API failures."""
+    """Too many episodes of a training step failed: cut by vReasoner / judge API failures, or ended by an exception
+    on the policy's side (the rollout server or engine, an image file, the agent loop)."""
 
 
-def check_api_failures(step_metrics: JSONObject, settings: RunSettings, step: int) -> None:
+#: what to check when episodes raise on the policy's side (a dead vLLM engine fails every episode of the step)
+ROLLOUT_SIDE_HINT = (
+    "the policy's side (verl's vLLM rollout server / engine, the image files, the agent loop), not the vReasoner "
+    "API: read the Ray logs of vLLMHttpServer / EngineCore (`ray logs`, <ray tmp>/session_latest/logs) for the "
+    "cause (CUDA out of memory at wake-up, EngineDeadError, a dead server actor) and fix it there"
+)
+#: what to check when in-loop episodes lose the vReasoner or the judge
+API_SIDE_HINT = "check OPENAI_API_KEY / OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health"
+
+
+def failure_message(failures: EpisodeFailures | None) -> str:
+    """Which side failed, with counts and the first exception type: the abort must send the researcher to the
+    subsystem that broke (a dead vLLM engine makes every episode fail too, and is no API problem)."""
+    if failures is None or failures.raised == 0:
+        return f"lost the vReasoner / judge API: {API_SIDE_HINT}"
+    parts = [
+        f"{failures.raised} of {failures.episodes} ended in an exception (first: {failures.first_error or 'unknown'}) "
+        f"on {ROLLOUT_SIDE_HINT}"
+    ]
+    if failures.api_lost:
+        parts.append(f"{failures.api_lost} lost the vReasoner / judge API: {API_SIDE_HINT}")
+    return "; ".join(parts)
+
+
+def check_api_failures(
+    step_metrics: JSONObject, settings: RunSettings, step: int, failures: EpisodeFailures | None = None
+) -> None:
     """Abort (before the update) when the step's ``vsearch/critical_failure_ratio`` exceeds
     ``vsearch.max_api_failure_ratio`` (the fork's ``max_critical_failure_ratio`` check right after generation), or,
     under ``original``, when ``vsearch/judge_lost_ratio`` exceeds the protocol's ``max_judge_failure_ratio`` (the
     fork's reward worker raises when fewer than 99 % of the rows were scored after every round). Under ``paper``
     failed episodes are masked out of the loss, so without this check a dead API key or endpoint would quietly
-    turn the run into out-of-loop-only training; under ``original`` they are trained on with c = 0."""
+    turn the run into out-of-loop-only training; under ``original`` they are trained on with c = 0.
+    ``failures`` (:func:`~recipe.vsearch.episodes.episode_failures` of the rollout) names the failing side in the
+    message: episodes that raised (the rollout) and episodes that lost an API call."""
     ratio = step_metrics.get("vsearch/critical_failure_ratio")
     max_ratio = settings.max_api_failure_ratio
     if ratio is not None and ratio > max_ratio:
+        scope = "in-loop episodes" if failures is None or failures.raised == 0 else "episodes"
         raise ApiFailureAbort(
-            f"[vsearch] step {step}: {ratio:.0%} of the in-loop episodes failed on the vReasoner API "
+            f"[vsearch] step {step}: {ratio:.0%} of the {scope} failed "
             f"(vsearch.max_api_failure_ratio={max_ratio}, vsearch.variant={settings.variant}); stopping before the "
-            "update. Check OPENAI_API_KEY / OPENAI_BASE_URL (and JUDGE_*) on every Ray node and the API's health, "
-            "then resume from the last checkpoint (trainer.resume_mode=auto)."
+            f"update. They {failure_message(failures)}; then resume from the last checkpoint "
+            "(trainer.resume_mode=auto)."
         )
     lost, max_lost = step_metrics.get("vsearch/judge_lost_ratio"), settings.protocol.max_judge_failure_ratio
     if lost is not None and max_lost is not None and lost > max_lost:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from recipe.vsearch.padding import PADDED_PATH_OVERRIDES
+
 SETUP_HOOK = "recipe.vsearch.cpu.setup.setup_worker"
 
 
@@ -46,9 +48,11 @@ def cpu_overrides(n_gpus: int, *, num_cpus: int = 16, object_store_mb: int = 512
         "+ray_kwargs.ray_init.include_dashboard=False",
         f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={SETUP_HOOK}",
         *rollout_overrides(),
-        # eager attention: no flash-attn, no remove-padding kernels on CPU
+        # eager attention: no flash-attn, no remove-padding kernels on CPU (the padded path: one row per log-prob
+        # micro-batch, recipe.vsearch.padding)
         "+actor_rollout_ref.model.override_config.attn_implementation=eager",
         "actor_rollout_ref.model.use_remove_padding=False",
+        *PADDED_PATH_OVERRIDES,
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
     ]
 

@@ -1,0 +1,267 @@
+"""Build Insight-V-style reasoning data: progressive chains, the two-tier assessment, SFT sets and DPO pairs.
+
+    build-reasoning-data generate --output_dir W --ann_file train.jsonl --img_dir images/ --model MODEL \\
+                                  --api_base_url URL [--num_chains 4]
+    build-reasoning-data check    --output_dir W --judge_model LLM [--judge_api_base_url URL]
+    build-reasoning-data score    --output_dir W --scorer_model MLLM [--scorer_api_base_url URL]
+    build-reasoning-data export   --output_dir W [--min_score 60 --flawed_ratio 0.3 --pairs_per_question 1]
+
+No models at hand? ``python -m insight_o3.scripts.build_reasoning_data_demo`` runs every step offline against
+scripted models (data/README.md).
+
+(``python -m insight_o3.scripts.build_reasoning_data ...`` or the console script ``insight-o3-build-reasoning-data``;
+the same steps as functions: :mod:`insight_o3.reasoning_data`.) Every step reads and writes one work directory
+(``--output_dir``; layout in :mod:`insight_o3.reasoning_data.workspace`) and holds its lock while it runs. The
+model-calling steps (``generate``, ``check``, ``score``) append one record per chain as it finishes and resume where
+they stopped; token usage and cost (``--price_file``) per record, budgets (``--max_cost``, ``--max_tokens_total``);
+each writes ``<step>/step_card.json``, and a rerun with other result-changing settings is refused (status 2).
+
+Exit status: 0 done; 1 some chains failed (rerun to retry them); 2 bad input (flags, the annotation file, a missing
+step output; the message names the file and what to run first) or changed settings; 3 an output could not be
+written; 4 stopped early (a 401/403/404, too many failed requests, a budget, a signal); 5 another step holds the
+work directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ..agents.config import ApiAccess
+from ..base.json_types import JSONObject
+from ..base.untrusted import loads
+from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.usage import PriceError
+from ..protocol.sample import AnnotationError
+from ..reasoning_data import engine
+from ..reasoning_data.settings import (
+    CheckSettings,
+    ExportSettings,
+    GenerateSettings,
+    ModelAccess,
+    RunControls,
+    ScoreSettings,
+)
+from ..reasoning_data.workspace import EngineInputError
+from ._shared import (
+    ExitCode,
+    add_allow_outside_flag,
+    add_budget_flags,
+    add_client_flags,
+    add_judge_flags,
+    add_output_dir,
+    add_run_flags,
+    check_run_flags,
+    entry_point,
+    new_parser,
+    run_main,
+    setup_logging,
+)
+
+PROG = "python -m insight_o3.scripts.build_reasoning_data"
+BAD_INPUT = (AnnotationError, EngineInputError, PriceError)
+
+
+def _json_object(text: str) -> JSONObject:
+    try:
+        v = loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(v, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return v
+
+
+def _common(p: argparse.ArgumentParser, *, concurrency: int, images: bool) -> None:
+    add_output_dir(p, required=True, help="the work directory (every step reads and writes here)")
+    add_client_flags(p, max_retries=5)
+    add_run_flags(p, concurrency=concurrency, image_workers=images)
+    add_budget_flags(p, what="chains")
+    p.add_argument(
+        "--chat_completion_kwargs",
+        type=_json_object,
+        default={},
+        help="request settings over the step's own (e.g. '{\"max_tokens\": 2048}')",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = new_parser(PROG, __doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="step", required=True, metavar="STEP")
+
+    p = sub.add_parser("generate", help="N progressive reasoning chains per question (a VLM)")
+    p.formatter_class = ap.formatter_class
+    p.add_argument(
+        "--ann_file", required=True, help="the questions: annotation JSONL (question, options, answer, image)"
+    )
+    p.add_argument("--img_dir", required=True, help="directory the annotation's image paths are relative to")
+    add_allow_outside_flag(p)
+    p.add_argument("--model", required=True, help="the generator (the release: Qwen2-VL; a round of DPO: the reasoner)")
+    keys, urls = ENV_KEYS["main"]
+    p.add_argument("--api_base_url", help="default: " + ", then ".join(f"${n}" for n in urls))
+    p.add_argument("--api_key", help="default: " + ", then ".join(f"${n}" for n in keys))
+    p.add_argument("--num_chains", type=int, default=4, help="chains per question (the paper's N; default 4)")
+    p.add_argument(
+        "--chain_retries", type=int, default=1, help="a malformed chain is generated again this many times (default 1)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seeds every chain's requests (with the chain's key)")
+    _common(p, concurrency=16, images=True)
+
+    p = sub.add_parser("check", help="tier 1: an LLM checks each chain's final answer against the ground truth")
+    p.formatter_class = ap.formatter_class
+    jkeys, jurls = ENV_KEYS["judge"]
+    add_judge_flags(
+        p,
+        model_help="the LLM (the release: a Qwen2 LLM served by vLLM)",
+        url_help="default: " + ", then ".join(f"${n}" for n in jurls),
+        key_help="default: " + ", then ".join(f"${n}" for n in jkeys),
+    )
+    _common(p, concurrency=32, images=False)
+
+    p = sub.add_parser("score", help="tier 2: an MLLM scores each chain that passed, 1-100")
+    p.formatter_class = ap.formatter_class
+    p.add_argument("--scorer_model", required=True, help="the MLLM (the seed text: e.g. Qwen2-VL)")
+    p.add_argument("--scorer_api_base_url", help="default: $OPENAI_BASE_URL")
+    p.add_argument("--scorer_api_key", help="default: $OPENAI_API_KEY")
+    p.add_argument(
+        "--parse_retries", type=int, default=2, help="ask again this many times for a reply without a score (default 2)"
+    )
+    _common(p, concurrency=16, images=True)
+
+    p = sub.add_parser("export", help="the reasoning- and summary-agent SFT sets, DPO pairs, the ranking")
+    p.formatter_class = ap.formatter_class
+    add_output_dir(p, required=True, help="the work directory")
+    d = ExportSettings()
+    p.add_argument(
+        "--min_score", type=int, default=d.min_score, help=f"a kept chain's least score (default {d.min_score})"
+    )
+    p.add_argument(
+        "--keep_top", type=int, default=d.keep_top, help="best kept chains per question in the reasoning set"
+    )
+    p.add_argument(
+        "--flawed_ratio",
+        type=float,
+        default=d.flawed_ratio,
+        help=f"share of flawed chains in the summary-agent set (default {d.flawed_ratio})",
+    )
+    p.add_argument("--pairs_per_question", type=int, default=d.pairs_per_question, help="DPO pairs per question")
+    p.add_argument(
+        "--dpo_min_margin",
+        type=int,
+        default=d.dpo_min_margin,
+        help="a low-scored rejected chain is this many points below the chosen one at least",
+    )
+    p.add_argument("--seed", type=int, default=d.seed, help="picks the flawed chains of the summary set")
+    return ap
+
+
+def _run(a: argparse.Namespace) -> RunControls:
+    return RunControls(
+        concurrency=a.concurrency,
+        max_failure_ratio=a.max_failure_ratio,
+        price_file=a.price_file,
+        max_cost=a.max_cost,
+        max_tokens_total=a.max_tokens_total,
+        progress=not a.no_progress,
+        check_endpoints=not a.skip_endpoint_check,
+        image_workers=getattr(a, "image_workers", None),
+    )
+
+
+def _access(a: argparse.Namespace, model: str, url: str | None, key: str | None) -> ModelAccess:
+    return ModelAccess(
+        model=model, api=ApiAccess(base_url=url, api_key=key, timeout=a.client_timeout, max_retries=a.max_retries)
+    )
+
+
+def _print(summary: object) -> None:
+    print(json.dumps(summary, ensure_ascii=False))
+
+
+def step_settings(a: argparse.Namespace) -> GenerateSettings | CheckSettings | ScoreSettings | ExportSettings:
+    """The step's settings of the flags (``ValueError`` naming the field of a bad value)."""
+    if a.step == "generate":
+        return GenerateSettings(
+            num_chains=a.num_chains,
+            chain_retries=a.chain_retries,
+            completion_kwargs=a.chat_completion_kwargs,
+            seed=a.seed,
+        )
+    if a.step == "check":
+        return CheckSettings(completion_kwargs=a.chat_completion_kwargs)
+    if a.step == "score":
+        return ScoreSettings(parse_retries=a.parse_retries, completion_kwargs=a.chat_completion_kwargs)
+    return ExportSettings(
+        min_score=a.min_score,
+        keep_top=a.keep_top,
+        flawed_ratio=a.flawed_ratio,
+        pairs_per_question=a.pairs_per_question,
+        dpo_min_margin=a.dpo_min_margin,
+        seed=a.seed,
+    )
+
+
+def run_generate(a: argparse.Namespace, settings: GenerateSettings) -> int:
+    keys, urls = ENV_KEYS["main"]
+    ep = _access(a, a.model, resolve(a.api_base_url, urls), resolve_key(a.api_key, keys))
+    result = engine.generate(
+        a.output_dir, a.ann_file, a.img_dir, ep, settings, _run(a), allow_outside_img_dir=a.allow_outside_img_dir
+    )
+    _print(result.summary)
+    return result.exit_code
+
+
+def run_check(a: argparse.Namespace, settings: CheckSettings) -> int:
+    keys, urls = ENV_KEYS["judge"]
+    ep = _access(
+        a,
+        a.judge_model,
+        resolve(a.judge_api_base_url, urls),
+        resolve_key(a.judge_api_key, keys, flag="--judge_api_key"),
+    )
+    result = engine.check(a.output_dir, ep, settings, _run(a))
+    _print(result.summary)
+    return result.exit_code
+
+
+def run_score(a: argparse.Namespace, settings: ScoreSettings) -> int:
+    keys, urls = ENV_KEYS["main"]
+    ep = _access(
+        a,
+        a.scorer_model,
+        resolve(a.scorer_api_base_url, urls),
+        resolve_key(a.scorer_api_key, keys, flag="--scorer_api_key"),
+    )
+    result = engine.score(a.output_dir, ep, settings, _run(a))
+    _print(result.summary)
+    return result.exit_code
+
+
+def run_export(a: argparse.Namespace, settings: ExportSettings) -> int:
+    out = engine.export(a.output_dir, settings)
+    _print({"step": "export", **out.counts, "files": out.files})
+    return ExitCode.OK
+
+
+@entry_point
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    ap = build_parser()
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    check_run_flags(ap, a)
+    if getattr(a, "max_cost", None) is not None and not a.price_file:
+        ap.error("--max_cost needs --price_file")
+    try:
+        settings = step_settings(a)
+    except ValueError as e:
+        ap.error(str(e))
+    steps: dict[str, Any] = {"generate": run_generate, "check": run_check, "score": run_score, "export": run_export}
+    results = os.path.join(a.output_dir, a.step)
+    return run_main(lambda: steps[a.step](a, settings), bad_input=BAD_INPUT, results=results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
