@@ -605,3 +605,22 @@ def test_release_statistics():
     assert st["answer_positions"] == {"A": 1, "B": 0, "C": 1, "D": 0, "E": 0, "F": 1}
     assert st["resolution"]["mean_width"] == 4600.0 and st["resolution"]["max_long_side"] == 5200
     assert st["resolution"]["long_side_histogram"]["4K-5K"] == 1 and st["paper"]["samples"] == 345
+
+
+def test_decisions_with_a_byte_order_mark_and_raw_line_separators_in_an_edit(tmp_path):
+    """What the review page's export (and a Windows editor) writes: a UTF-8 BOM, CRLF line ends, and an edit whose
+    JSON string holds U+2028 / U+0085 raw (JSON allows them): read as written, lines split at line feeds only."""
+    lines = [
+        "chart/img#q0 accept",
+        'chart/img#q2 edit {"answer": "B", "explanation": "Rome [layout 2]\u2028beats\u0085Lima [layout 4]"}',
+        "chart/img#q1 reject same\u2028city",
+    ]
+    path = tmp_path / "batch_001.decisions.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8"))
+    decisions, problems = review.read_decisions([str(path)])
+    assert problems == []
+    assert [(d.item_id, d.decision) for d in decisions] == [
+        ("chart/img#q0", "accept"), ("chart/img#q2", "edit"), ("chart/img#q1", "reject"),
+    ]  # fmt: skip
+    assert decisions[1].edit == {"answer": "B", "explanation": "Rome [layout 2]\u2028beats\u0085Lima [layout 4]"}
+    assert decisions[2].reason == "same\u2028city"
