@@ -40,15 +40,15 @@ class Converted:
     rows: int
 
 
-def _answer(value: Any, where: str) -> tuple[str, list[str]]:
+def _answer(value: Any, where: str, name: str = "answer") -> tuple[str, list[str]]:
     if isinstance(value, str) and value.strip():
         return value, [value]
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
         return ", ".join(value), list(value)
-    raise ConvertError(f"{where}: field 'answer': a string or a list of strings, got {value!r}"[:300])
+    raise ConvertError(f"{where}: field {name!r}: a string or a list of strings, got {value!r}"[:300])
 
 
-def _image_bytes(value: Any, where: str) -> bytes:
+def _image_bytes(value: Any, where: str, name: str = "image") -> bytes:
     if isinstance(value, dict):
         value = value.get("bytes")
     if isinstance(value, (bytes, bytearray)) and value:
@@ -58,7 +58,7 @@ def _image_bytes(value: Any, where: str) -> bytes:
             return base64.b64decode(value.split(",", 1)[-1], validate=True)
         except ValueError:
             pass
-    raise ConvertError(f"{where}: field 'image': no image bytes (a {{bytes, path}} struct, base64 text or bytes)")
+    raise ConvertError(f"{where}: field {name!r}: no image bytes (a {{bytes, path}} struct, base64 text or bytes)")
 
 
 def _suffix(data: bytes) -> str:
@@ -71,9 +71,14 @@ def _suffix(data: bytes) -> str:
 
 def _rows_of(path: Path) -> Iterator[tuple[int, JSONObject]]:
     if path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+        try:
+            table = pq.read_table(path)
+        except pa.ArrowException as e:
+            raise ConvertError(f"{path}: not a readable parquet file ({e})"[:300]) from None
+        for i, row in enumerate(table.to_pylist(), start=1):
             yield i, row
         return
     with open(path, encoding="utf-8") as fh:

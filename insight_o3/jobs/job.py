@@ -74,13 +74,15 @@ from ..base.exit_codes import ExitCode
 from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..endpoints.client import make_client
+from ..endpoints.endpoint import Endpoint
 from ..endpoints.errors import EXPECTED_ERRORS
-from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
-from ..endpoints.preflight import Endpoint, acheck_endpoints
+from ..endpoints.guard import RunGuard, RunStopped, gather_or_stop
+from ..endpoints.preflight import Called, acheck_endpoints
 from ..endpoints.usage import UsageMeter, metering, metering_run, total_tokens
 from ..storage.atomic import write_json_atomic
 from ..storage.lock import run_lock
 from ..storage.record_log import RecordLog, has_lines
+from .controls import RunControls
 from .integrity import HISTORY_KEY, Invocation, read_card, settle
 from .run_history import FLUSH_S, RunStatus, RunTally, close_unfinished, ended
 
@@ -92,20 +94,6 @@ SummaryT = TypeVar("SummaryT")
 RECORDS = "records"
 #: What an item's failure may be recorded with (a tripped guard's error included: that record is dropped).
 RECORDED_ERRORS: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, RunStopped)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobSettings:
-    """The run-level knobs every job command shares (``cli.add_run_flags`` and friends)."""
-
-    concurrency: int = 16
-    progress: bool = True
-    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
-    max_cost: float | None = None
-    max_tokens_total: int | None = None
-    check_endpoints: bool = (
-        True  # every client's endpoint asked once before the first item (insight_o3.endpoints.preflight)
-    )
 
 
 class BudgetExceeded(RunStopped):
@@ -293,11 +281,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     def __init__(
         self,
         directory: str,
-        settings: JobSettings | None = None,
+        controls: RunControls | None = None,
         *,
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
-        endpoints: Iterable[Endpoint] = (),
+        endpoints: Iterable[Called] = (),
         store: CardStore | None = None,
         card: dict | None = None,
         price: Callable[[dict], float | None] | None = None,
@@ -308,10 +296,10 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self.directory = os.fspath(directory)
         self._invocation = invocation
         self._store, self._card = store, card
-        self.endpoints: list[Endpoint] = list(endpoints)  # + one per client made with :meth:`client`
-        self.settings = settings or JobSettings()
-        self.guard = guard if guard is not None else RunGuard(self.settings.max_failure_ratio)
-        self.budget = Budget(self.settings.max_cost, self.settings.max_tokens_total)
+        self.endpoints: list[Called] = list(endpoints)  # + one per client made with :meth:`client`
+        self.controls = controls or RunControls()
+        self.guard = guard if guard is not None else RunGuard(self.controls.max_failure_ratio)
+        self.budget = Budget(self.controls.max_cost, self.controls.max_tokens_total)
         self.logs: dict[Hashable, RecordLog] = {}
         self.progress: Progress | None = None
         self._closers: list[Callable[[], Any]] = []
@@ -412,13 +400,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Rewrite log ``name`` with one line per key, in ``order`` (keys not in it are dropped)."""
         self.logs[name].compact(order)
 
-    def client(
-        self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs: Any
-    ) -> AsyncOpenAI:
-        """An API client reporting to this run's guard (see :func:`insight_o3.endpoints.client.make_client`), closed at the end;
-        its endpoint is checked before the first item (``key_env``: the variable its key was to be read from)."""
-        self.endpoints.append(Endpoint(kwargs.get("role", "model"), base_url, api_key, key_env))
-        c = make_client(api_key, base_url, guard=self.guard, **kwargs)
+    def client(self, endpoint: Endpoint, *, role: str = "model", **kwargs: Any) -> AsyncOpenAI:
+        """A client of ``endpoint`` reporting to this run's guard (see :func:`insight_o3.endpoints.client.make_client`),
+        closed at the end; the endpoint is checked before the first item."""
+        self.endpoints.append((role, endpoint))
+        c = make_client(endpoint, role=role, guard=self.guard, **kwargs)
         self.on_close(c.close)
         return c
 
@@ -533,9 +519,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             lg.close()
 
     async def _execute(self, plan: Plan) -> None:
-        self.progress = Progress(self.desc, plan.total, plan.initial, self.settings.progress, self.progress_postfix)
+        self.progress = Progress(self.desc, plan.total, plan.initial, self.controls.progress, self.progress_postfix)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
-        sem = asyncio.Semaphore(max(1, self.settings.concurrency))
+        sem = asyncio.Semaphore(self.controls.concurrency)
 
         async def one(unit: ItemT) -> None:
             async with sem:
@@ -553,15 +539,18 @@ class ResumableJob(Generic[ItemT, SummaryT]):
                     out = self.failed(unit, failure_reason(e, 2000))
                     if out is None:
                         raise
-                if out is not None:
-                    await self.emit(out)
+                await _to_the_end(conclude(out, spent, meter))
+
+        async def conclude(out: Any, spent: UsageMeter, meter: UsageMeter) -> None:
+            """The unit's record written, then counted with its spend (as recorded only when written)."""
+            if out is None or await self.emit(out):
                 self.tally.done(spent)
-                self.budget.charge(total_tokens(meter.to_dict()))
+            self.budget.charge(total_tokens(meter.to_dict()))
 
         keeper = asyncio.create_task(self._keep_entry()) if self._settled else None
         try:
             await self.setup()
-            if plan.units and self.settings.check_endpoints:
+            if plan.units and self.controls.check_endpoints:
                 await acheck_endpoints(self.endpoints)
             await gather_or_stop((one(u) for u in plan.units), self.guard)
         finally:
@@ -575,9 +564,13 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     async def emit(self, record: Any, log: Hashable = RECORDS) -> bool:
         """Append ``record`` to log ``log`` durably (in the writer thread), count it and charge its cost.
         Returns False, writing nothing, once the run is stopping (the record may carry the failure that
-        stopped it)."""
+        stopped it). A record handed to the writer is written and counted even when the run is cancelled
+        meanwhile (SIGINT/SIGTERM): the run's history entry counts every record it wrote."""
         if self.guard.tripped:
             return False
+        return await _to_the_end(self._write(record, log))
+
+    async def _write(self, record: Any, log: Hashable) -> bool:
         assert self._writer is not None and self.progress is not None
         await asyncio.get_running_loop().run_in_executor(self._writer, self.logs[log].append, record)
         self.progress.add(self.status(record))
@@ -607,3 +600,20 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             except Exception:  # noqa: BLE001 - closing must not hide how the run ended
                 log.warning("closing %r failed", close, exc_info=True)
         self._closers.clear()
+
+
+_T = TypeVar("_T")
+
+
+async def _to_the_end(step: Awaitable[_T]) -> _T:
+    """Await ``step`` to its end even when the awaiting task is cancelled meanwhile, then let the cancellation go
+    on: a record written by the writer thread is counted in the same run (a cancellation between the write and its
+    count would leave the record on disk but missing from the run's history entry)."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a record could not be written while the run was cancelled: %s", task.exception())
+        raise
