@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
-from .tool_agents import AgentDefaults, Ask, DemoTurn, Finish, Step
+from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step
 
 PROTOCOL_VERSION = "deepeyes@6c5e79671dbff958a6f9d44848ba2ca87854f0b0:eval/eval_vstar.py"
 
@@ -239,3 +239,14 @@ def demo_reply(turn: DemoTurn) -> str | None:
         call = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": box, "label": "the evidence"}})
         return f"<think>I should zoom in on the region the question is about {turn.tag}.</think>\n{TOOL_START}\n{call}\n{TOOL_END}"
     return f"<think>The zoomed-in view shows it.</think> <answer>{turn.letter}</answer>"
+
+
+SPEC = AgentSpec(
+    name="deepeyes",
+    protocol_version=PROTOCOL_VERSION,
+    description="DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
+    session=DeepEyesSession,
+    defaults=DEFAULTS,
+    alpha="keep",  # the release crops Image.open(path) in the file's own mode
+    demo_reply=demo_reply,
+)

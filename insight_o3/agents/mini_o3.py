@@ -34,7 +34,7 @@ from ..base.text_scan import has_tagged, tagged_spans
 from ..imaging.geometry import QWEN_MAX_RATIO
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
-from .tool_agents import AgentDefaults, Ask, DemoTurn, Finish, Step, UnusableImage
+from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step, UnusableImage
 
 PROTOCOL_VERSION = "mini_o3@8654dbf42d2ea98b9d81b6cc7179026dd0598fdf:vllm_async_engine.py"
 
@@ -298,3 +298,14 @@ def demo_reply(turn: DemoTurn) -> str | None:
         call = f'<grounding>{{"bbox_2d": {rel}, "source": "original_image"}}{STOP}'
         return f"<think>Let me zoom in on the region the question is about {turn.tag}.</think> {call}"
     return f"<think>The observation shows it.</think> <answer>{turn.letter}</answer>"
+
+
+SPEC = AgentSpec(
+    name="mini_o3",
+    protocol_version=PROTOCOL_VERSION,
+    description="Mini-o3: <grounding> calls in relative coordinates on the image or an observation, its verl "
+    "validation rollout (sampled: run --num_trials 32 for its Avg@32)",
+    session=MiniO3Session,
+    defaults=DEFAULTS,
+    demo_reply=demo_reply,
+)

@@ -36,7 +36,7 @@ from ..base.json_types import JSONObject
 from ..imaging.geometry import smart_resize
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message, message_text
-from .tool_agents import AgentDefaults, Ask, DemoTurn, Finish, Step, UnusableImage
+from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step, UnusableImage
 
 PROTOCOL_VERSION = "pixel_reasoner@a3a6c3a557a87d89ffaec825bd8c8d09b719fb97:experience_maker.py"
 
@@ -274,3 +274,15 @@ def demo_reply(turn: DemoTurn) -> str | None:
             f"I need a closer look at the region the question is about {turn.tag}.\n<tool_call>\n{call}\n</tool_call>"
         )
     return f"The cropped image shows it. The answer is \\boxed{{{turn.letter}}}."
+
+
+SPEC = AgentSpec(
+    name="pixel_reasoner",
+    protocol_version=PROTOCOL_VERSION,
+    description="Pixel-Reasoner: crop_image_normalized calls in <tool_call> JSON (Qwen-Agent's Nous prompt) on the "
+    "image or an earlier crop, its released vLLM evaluation loop",
+    session=PixelReasonerSession,
+    defaults=DEFAULTS,
+    alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white
+    demo_reply=demo_reply,
+)

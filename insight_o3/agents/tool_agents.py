@@ -150,3 +150,24 @@ class SessionFactory(Protocol):
     """Builds the session of one sample: its question, options block, image file and that file's ``(w, h)``."""
 
     def __call__(self, question: str, options: str | None, image: str, size: tuple[int, int]) -> ToolSession: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentSpec:
+    """An agent as its own module declares it (its ``SPEC``), which the registry
+    (:mod:`insight_o3.evaluation.agent_registry`) lists: the ``name`` of ``evaluate --agent``, the
+    ``protocol_version`` written to the run card, a one-line ``description``, how the run's images are encoded
+    (``image_format``, ``alpha``, ``keeps_originals``, ``resizes``). A tool-using agent gives its sans-IO
+    ``session`` factory and the protocol's ``defaults`` (its image fields are then theirs) and ``demo_reply``, how the
+    keyless demo's scripted model speaks it."""
+
+    name: str
+    protocol_version: str
+    description: str
+    image_format: str = "JPEG"
+    alpha: str = "drop"
+    keeps_originals: bool = False
+    resizes: bool = True
+    session: SessionFactory | None = None
+    defaults: AgentDefaults | None = None
+    demo_reply: DemoSpeaker | None = None

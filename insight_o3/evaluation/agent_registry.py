@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..agents import deepeyes, insight_v, mini_o3, opensearch_vl, pixel_reasoner
-from ..agents.tool_agents import AgentDefaults, DemoSpeaker, SessionFactory
+from ..agents import deepeyes, insight_v, mini_o3, opensearch_vl, pixel_reasoner, single_model, solver
+from ..agents.tool_agents import AgentDefaults, AgentSpec, DemoSpeaker, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
 from ..protocol.attempt import Solver
@@ -128,13 +128,12 @@ def _opensearch_vl(ctx: AgentContext) -> Solver:
 
 def _single_model(ctx: AgentContext) -> Solver:
     from ..agents.oracle import oracle_crop_resize, oracle_regions
-    from ..agents.single_model import SingleModelSolver
 
     c = ctx.config
     settings = c.single_model
     assert settings is not None
     budget = c.img_max_pixels or None
-    return SingleModelSolver(
+    return single_model.SingleModelSolver(
         ctx.client,
         c.model,
         ctx.images,
@@ -178,11 +177,9 @@ def _insight_v(ctx: AgentContext) -> Solver:
 
 
 def _insight_o3(ctx: AgentContext) -> Solver:
-    from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
-
     settings = ctx.config.insight_o3
     assert settings is not None
-    return InSightO3Solver.build(
+    return solver.InSightO3Solver.build(
         settings,
         ctx.images,
         guard=ctx.guard,
@@ -192,70 +189,43 @@ def _insight_o3(ctx: AgentContext) -> Solver:
     )
 
 
+def plugin_of(spec: AgentSpec, build: Callable[[AgentContext], Solver] | None = None) -> AgentPlugin:
+    """The plugin of an agent module's ``SPEC``: a tool-using session's (:func:`tool_agent`), else ``build``'s."""
+    if spec.session is not None and spec.defaults is not None:
+        return tool_agent(
+            spec.name,
+            spec.protocol_version,
+            spec.description,
+            spec.session,
+            spec.defaults,
+            alpha=spec.alpha,
+            demo_reply=spec.demo_reply,
+        )
+    assert build is not None, f"{spec.name}: an agent without a session needs its build"
+    return AgentPlugin(
+        name=spec.name,
+        protocol_version=spec.protocol_version,
+        description=spec.description,
+        build=build,
+        image_format=spec.image_format,
+        alpha=spec.alpha,
+        keeps_originals=spec.keeps_originals,
+        resizes=spec.resizes,
+        demo_reply=spec.demo_reply,
+    )
+
+
+#: The built-in agents: each agent module's ``SPEC``, with the build of those that need the run's settings.
 BUILTIN: dict[str, AgentPlugin] = {
     p.name: p
     for p in (
-        AgentPlugin(
-            name="single_model",
-            protocol_version="insight_o3:evaluate.py",
-            description="one model answers from the (resized) image and the question (the released evaluate.py)",
-            build=_single_model,
-        ),
-        AgentPlugin(
-            name="insight_o3",
-            protocol_version="insight_o3:vreasoner+vsearcher@926d137",
-            description="vReasoner (--model) + vSearcher (--vsearcher_model), the paper's system",
-            build=_insight_o3,
-            alpha="white",
-            keeps_originals=True,
-        ),
-        tool_agent(
-            "deepeyes",
-            deepeyes.PROTOCOL_VERSION,
-            "DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
-            deepeyes.DeepEyesSession,
-            deepeyes.DEFAULTS,
-            alpha="keep",  # the release crops Image.open(path) in the file's own mode
-            demo_reply=deepeyes.demo_reply,
-        ),
-        tool_agent(
-            "mini_o3",
-            mini_o3.PROTOCOL_VERSION,
-            "Mini-o3: <grounding> calls in relative coordinates on the image or an observation, its verl validation "
-            "rollout (sampled: run --num_trials 32 for its Avg@32)",
-            mini_o3.MiniO3Session,
-            mini_o3.DEFAULTS,
-            demo_reply=mini_o3.demo_reply,
-        ),
-        tool_agent(
-            "pixel_reasoner",
-            pixel_reasoner.PROTOCOL_VERSION,
-            "Pixel-Reasoner: crop_image_normalized calls in <tool_call> JSON (Qwen-Agent's Nous prompt) on the image or "
-            "an earlier crop, its released vLLM evaluation loop",
-            pixel_reasoner.PixelReasonerSession,
-            pixel_reasoner.DEFAULTS,
-            alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white
-            demo_reply=pixel_reasoner.demo_reply,
-        ),
-        AgentPlugin(
-            name="opensearch_vl",
-            protocol_version=opensearch_vl.PROTOCOL_VERSION,
-            description="OpenSearch-VL: the Visual Investigation Agent with its tools (crop, enhancement, layout "
-            "parsing, retrieval; --tool_set all adds visit and python_interpreter), its released inference loop",
-            build=_opensearch_vl,
-            image_format=opensearch_vl.DEFAULTS.image_format,
-            keeps_originals=True,
-            resizes=False,
-        ),
-        AgentPlugin(
-            name="insight_v",
-            protocol_version=insight_v.PROTOCOL_VERSION,
-            description="Insight-V: a reasoning agent writes a <thoughts> chain (--model), a summary agent judges it "
-            "and answers (--summary_model, the same model and endpoint by default), its released two-agent inference",
-            build=_insight_v,
-            image_format="PNG",  # the original file's pixels, as the release hands the file to its image processor
-            resizes=False,
-        ),
+        plugin_of(single_model.SPEC, _single_model),
+        plugin_of(solver.SPEC, _insight_o3),
+        plugin_of(deepeyes.SPEC),
+        plugin_of(mini_o3.SPEC),
+        plugin_of(pixel_reasoner.SPEC),
+        plugin_of(opensearch_vl.SPEC, _opensearch_vl),
+        plugin_of(insight_v.SPEC, _insight_v),
     )
 }
 

@@ -74,3 +74,18 @@ class ReasonerAction(Vocabulary):
     RETRY = "retry"
     ANSWER = "answer"
     STOP = "stop"
+
+
+class ReasonerMode(Vocabulary):
+    """The vReasoner's setting (``ReasonerSession.mode``): its system prompt and format retries per round."""
+
+    INFER = "infer"  # the fork's validation setting (tool feedback off)
+    TRAIN = "train"  # the fork's training setting (the prompt asks for feedback on each search)
+
+
+class JudgeFlow(Vocabulary):
+    """How the judge decides an answer (``AnswerJudge.flow``)."""
+
+    EXTRACT = "extract"  # the released evaluate.py: extract the answer, then compare (single model)
+    VERIFY = "verify"  # the fork's in-loop check (InSight-o3)
+    OPENSEARCH_VL = "opensearch_vl"  # OpenSearch-VL's eval_with_gpt4o

@@ -425,7 +425,7 @@ def run_extract(a: argparse.Namespace) -> int:
     prompts_sha = {"EXTRACTION_PROMPT": sha256_text(prompt)}
     files = {"EXTRACTION_PROMPT": own.card()} if own is not None else {}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
-    ep = endpoint_of(a)
+    ep = endpoint_of(a, role=f"{a.step} {a.model}")
     job = ExtractJob(
         ws,
         _settings(a),
@@ -461,7 +461,7 @@ def run_synthesize(a: argparse.Namespace) -> int:
             f"{missing[0]}=FILE (the shipped prompts: {', '.join(SYNTHESIS_PROMPTS)}; see data/README.md)"
         )
     ws.require(ws.records("extract"), "extract")
-    ep = endpoint_of(a)
+    ep = endpoint_of(a, role=f"{a.step} {a.model}")
     job = SynthesizeJob(
         ws,
         _settings(a),

@@ -81,6 +81,7 @@ from ..jobs.integrity import SettingsChanged
 from ..protocol import prompts
 from ..protocol.attempt import Solver
 from ..protocol.sample import AnnotationError, Sample
+from ..protocol.statuses import JudgeFlow
 from ..tools.layout import BACKENDS as LAYOUT_BACKENDS
 from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError, tools_card
 from ..tools.web import WebSettings
@@ -420,7 +421,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
-        a.judge_flow = "opensearch_vl" if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
+        a.judge_flow = JudgeFlow.OPENSEARCH_VL if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
     if a.agent in TOOL_AGENTS:
         try:
             tool_settings(a, endpoints=False).check()  # the endpoints are built (once) with the config

@@ -56,6 +56,7 @@ from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
 from ..protocol.attempt import Attempt, TrialSolver
 from ..protocol.sample import Sample, row_fields
+from ..protocol.statuses import JudgeFlow
 from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 from ._shared import (
@@ -364,7 +365,7 @@ def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
     """Fill the judge settings ``a`` leaves open from the source run's card; the price model (or None)."""
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
-    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
+    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or JudgeFlow.EXTRACT
     if a.max_answer_length is None:
         a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
     models = {

@@ -123,6 +123,7 @@ def test_check_reliability_names_a_checker_whose_key_variable_is_unset(tmp_path,
     srv = openai_server(eb.judge_script())
     monkeypatch.delenv("NOPE_ENV", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)  # the judge may borrow $OPENAI_API_KEY on its host only
     argv = ["--source_pool", str(make_pool(tmp_path)), "--out_dir", str(tmp_path / "rel"), "--no_progress"]
     argv += ["--checker", f"m,{srv.base_url},NOPE_ENV", "--judge_api_base_url", srv.base_url]
     assert check_reliability.main(argv) == 4

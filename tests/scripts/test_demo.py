@@ -59,10 +59,13 @@ def demo_run(tmp_path_factory) -> tuple[Path, str]:
 
 def test_the_time_the_demo_prints_is_the_time_a_user_waited(demo_run):
     """'Done in N s' counts from the process's start (Python's start-up and the imports included), not from after
-    the imports: within a little of the wall time the caller measured (the exit after it is all that is left)."""
+    the imports: within a little of the wall time the caller measured (the exit after it is all that is left: 2.5 s,
+    or a tenth of the run on a loaded machine, where the exit slows as much as the imports: 4.4 s of 81 s seen). The
+    imports alone are more than that (5.6 s of 19.5 s on an idle machine), so a time taken after them fails."""
     _, stdout = demo_run
     printed = float(re.search(r"Done in ([0-9.]+) s", stdout).group(1))
-    assert WALL["demo"] - 2.5 <= printed <= WALL["demo"] + 0.2, (printed, WALL["demo"])
+    tail = max(2.5, 0.1 * WALL["demo"])
+    assert WALL["demo"] - tail <= printed <= WALL["demo"] + 0.2, (printed, WALL["demo"])
 
 
 def test_seconds_since_start_counts_the_imports():
