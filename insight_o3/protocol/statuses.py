@@ -47,10 +47,16 @@ class EpisodeStatus(Vocabulary):
     SEARCH_AFTER_LIMIT = "search_after_limit"  # a search past the search-call limit
     SEARCH_INVALID = "search_invalid"  # the vSearcher returned no valid box
     FAILED = "failed"  # lost: the vReasoner or vSearcher could not be reached, or the image read
+    IMAGE_REFUSED = "image_refused"  # a baseline protocol cannot show the image (aspect ratio past 200): no request
 
 
 #: Episode statuses that carry no answer and were not lost (scored c = 0, never judged).
-NO_ANSWER_STATUSES = (EpisodeStatus.FORMAT_FAILED, EpisodeStatus.SEARCH_AFTER_LIMIT, EpisodeStatus.SEARCH_INVALID)
+NO_ANSWER_STATUSES = (
+    EpisodeStatus.FORMAT_FAILED,
+    EpisodeStatus.SEARCH_AFTER_LIMIT,
+    EpisodeStatus.SEARCH_INVALID,
+    EpisodeStatus.IMAGE_REFUSED,
+)
 
 
 class ReplyKind(Vocabulary):

@@ -16,7 +16,7 @@ Rerunning resumes; records whose judging failed are retried with ``--retry_faile
 Several judges (``--judge_model A B …``, with one ``--judge_api_base_url``/``--judge_api_key`` for all or
 one per judge) each write their own eval dir. Then the verdicts of the source run's judge and of every
 new one are compared (:mod:`insight_o3.analysis.agreement`): Cohen's κ per pair of judges (Fleiss' κ of all of them when there are three or more, each with a
-bootstrap interval over samples), each
+bootstrap interval over the samples' images, the samples sharing an image resampled together), each
 judge's accuracy and the items they disagree on are printed and written to ``--agreement_out``
 (default ``<eval_dir>@judge-agreement-<new judges>.json`` next to the source, one file per set of new
 judges, so an earlier re-judging's agreement is kept); ``report <eval_dir> --judges <the new

@@ -4,6 +4,7 @@ release statistics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -225,7 +226,7 @@ def test_e2_inputs_never_include_the_image_and_carry_every_layout():
     ],
 )
 def test_e2_reply_array_is_found(reply):
-    assert synthesis.parse_items(reply) == [{"question": "q"}]
+    assert asyncio.run(synthesis.parse_items(reply)) == [{"question": "q"}]
 
 
 @pytest.mark.parametrize(
@@ -234,23 +235,27 @@ def test_e2_reply_array_is_found(reply):
 )
 def test_e2_reply_without_an_array_is_an_error(reply, message):
     with pytest.raises(synthesis.SynthesisFormatError, match=message):
-        synthesis.parse_items(reply)
+        asyncio.run(synthesis.parse_items(reply))
 
 
 TRAILING = '```json\n[\n {"question": "q", "answer": "C",},\n {"question": "r",},\n]\n```'
 
 
+def _parse(reply: str) -> synthesis.ParsedReply:
+    return asyncio.run(synthesis.parse_reply(reply))
+
+
 def test_e2_reply_valid_but_for_trailing_commas_is_repaired_and_the_repair_is_said():
-    assert synthesis.parse_reply('[{"question": "q"}]').repair is None
-    parsed = synthesis.parse_reply(TRAILING)
+    assert _parse('[{"question": "q"}]').repair is None
+    parsed = _parse(TRAILING)
     assert parsed.items == [{"question": "q", "answer": "C"}, {"question": "r"}]
     rep = parsed.repair.to_dict()
     assert rep["error"] == "Expecting property name enclosed in double quotes at line 2 column 34"
     assert rep["library"].startswith("json-repair 0.") and isinstance(rep["actions"], list)
     # other benign damage: single quotes, a comment, a missing comma between objects
     for damaged in ("[{'question': 'q'}]", '[{"question": "q"} // one\n]', '[{"question": "q"} {"question": "r"}]'):
-        assert synthesis.parse_reply(damaged).items[0] == {"question": "q"}, damaged
-        assert synthesis.parse_reply(damaged).repair is not None
+        assert _parse(damaged).items[0] == {"question": "q"}, damaged
+        assert _parse(damaged).repair is not None
 
 
 @pytest.mark.parametrize(
@@ -268,7 +273,7 @@ def test_e2_reply_valid_but_for_trailing_commas_is_repaired_and_the_repair_is_sa
 )
 def test_a_repair_stays_bounded(reply, message):
     with pytest.raises(synthesis.SynthesisFormatError, match=message):
-        synthesis.parse_reply(reply)
+        _parse(reply)
 
 
 @pytest.mark.parametrize(
@@ -583,3 +588,22 @@ def test_release_statistics():
     assert st["answer_positions"] == {"A": 1, "B": 0, "C": 1, "D": 0, "E": 0, "F": 1}
     assert st["resolution"]["mean_width"] == 4600.0 and st["resolution"]["max_long_side"] == 5200
     assert st["resolution"]["long_side_histogram"]["4K-5K"] == 1 and st["paper"]["samples"] == 345
+
+
+def test_decisions_with_a_byte_order_mark_and_raw_line_separators_in_an_edit(tmp_path):
+    """What the review page's export (and a Windows editor) writes: a UTF-8 BOM, CRLF line ends, and an edit whose
+    JSON string holds U+2028 / U+0085 raw (JSON allows them): read as written, lines split at line feeds only."""
+    lines = [
+        "chart/img#q0 accept",
+        'chart/img#q2 edit {"answer": "B", "explanation": "Rome [layout 2]\u2028beats\u0085Lima [layout 4]"}',
+        "chart/img#q1 reject same\u2028city",
+    ]
+    path = tmp_path / "batch_001.decisions.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8"))
+    decisions, problems = review.read_decisions([str(path)])
+    assert problems == []
+    assert [(d.item_id, d.decision) for d in decisions] == [
+        ("chart/img#q0", "accept"), ("chart/img#q2", "edit"), ("chart/img#q1", "reject"),
+    ]  # fmt: skip
+    assert decisions[1].edit == {"answer": "B", "explanation": "Rome [layout 2]\u2028beats\u0085Lima [layout 4]"}
+    assert decisions[2].reason == "same\u2028city"
