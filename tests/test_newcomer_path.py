@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
+from insight_o3.endpoints.endpoint import Endpoint
+from insight_o3.endpoints.preflight import EndpointError, check_endpoints
 from insight_o3.evaluation.benchmarks import DATA_ROOT_ENV, resolve_layout
 from insight_o3.scripts import build_o3_bench, compare, evaluate, export, report
 from insight_o3.scripts._shared import HIDDEN_ALIASES
@@ -117,7 +118,7 @@ def test_the_data_root_comes_from_the_flag_or_the_environment(tmp_path, monkeypa
 )
 def test_no_key_and_no_base_url_names_the_variable_to_set(role, variables):
     with pytest.raises(EndpointError) as e:
-        check_endpoints([Endpoint(role, None, None)])
+        check_endpoints([(role, Endpoint(base_url=None, api_key=None))])
     assert f"set {variables}" in str(e.value)
 
 
@@ -136,13 +137,13 @@ def test_evaluate_without_key_or_url_says_to_set_openai_api_key(tmp_path, monkey
 def test_a_run_stopped_before_its_first_record_fixes_no_settings(tmp_path, openai_server, capsys):
     """A run stopped by the endpoint check (no record) does not fix the directory's settings: the retry with the
     URL fixed and another --img_max_pixels runs; once a record exists, a change is refused as before."""
-    from tests.endpoints.test_preflight import _closed_port_url
     from tests.support import eval_bench as eb
+    from tests.support.openai_server import closed_port_url
 
     bench = eb.make_bench(tmp_path / "bench")
     out = tmp_path / "out"
     srv, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
-    assert evaluate.main(eb.evaluate_argv(*bench, out, _closed_port_url(), judge.base_url, max_retries=0)) == 4
+    assert evaluate.main(eb.evaluate_argv(*bench, out, closed_port_url(), judge.base_url, max_retries=0)) == 4
     assert "is unreachable" in capsys.readouterr().err
     retry = eb.evaluate_argv(*bench, out, srv.base_url, judge.base_url, "--img_max_pixels", "50000")
     assert evaluate.main(retry) == 0, capsys.readouterr().err

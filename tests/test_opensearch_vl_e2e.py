@@ -20,6 +20,7 @@ from PIL import Image
 from insight_o3.agents import opensearch_vl as osv
 from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.demo.opensearch_vl import ScriptedInvestigator, judge_script, make_demo
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.imaging.images import ImageStore
 from insight_o3.scripts import evaluate, report
 from insight_o3.tools import http as tool_http
@@ -27,16 +28,12 @@ from insight_o3.tools.layout import tesseract_version
 from insight_o3.tools.setup import TOOL_SETS
 from insight_o3.tools.toolkit import Toolkit
 from insight_o3.tools.web import WebChain, WebSettings
-from tests.conftest import require, require_module
+from tests.support import eval_bench as eb
 from tests.support.openai_server import ScriptedOpenAIServer, chat
+from tests.support.stacks import require, require_module
 
 require_module("cv2")  # the tools extra (opencv-contrib-python-headless)
 require(tesseract_version() is not None, "Tesseract (apt-get install tesseract-ocr tesseract-ocr-eng) and pytesseract")
-
-
-def _records(run: Path) -> dict[str, dict]:
-    rows = [json.loads(line) for line in (run / "trial_0" / "eval_records.jsonl").read_text().splitlines()]
-    return {r["sample_key"]: r["eval_result"] for r in rows}
 
 
 def _argv(files, model, judge, out, name, *extra):
@@ -67,10 +64,10 @@ def test_offline_run_then_replay_without_network(tmp_path, monkeypatch):
         monkeypatch.setattr(socket.socket, "connect", loopback_only)
         replay = ["--retrieval", "replay", "--retrieval_replay_from", str(out / "recorded")]
         assert evaluate.main(_argv(files, model, judge, out, "replayed", *replay)) == 0
-    rec, rep = _records(out / "recorded"), _records(out / "replayed")
+    rec, rep = eb.records_by_key(out / "recorded"), eb.records_by_key(out / "replayed")
     assert sorted(rec) == sorted(rep) == ["sign_0", "sign_1"]
     for key in rec:
-        a, b = rec[key], rep[key]
+        a, b = rec[key]["eval_result"], rep[key]["eval_result"]
         assert a["status"] == b["status"] == "correct"
         calls_a, calls_b = a["stats"]["tool_calls"], b["stats"]["tool_calls"]
         assert [c["name"] for c in calls_a] == ["crop", "sharpen", "layout_parsing", "text_search"]
@@ -135,7 +132,9 @@ def test_hostile_tool_arguments_get_clear_observations(tmp_path):
             async def run():
                 client = AsyncOpenAI(base_url=model.base_url, api_key="k", max_retries=0)
                 store = ImageStore(fmt="PNG", workers=1)
-                chain = WebChain(WebSettings(reader_url=f"http://127.0.0.1:{srv.server_port}/", reader_attempts=1))
+                chain = WebChain(
+                    WebSettings(reader=Endpoint(base_url=f"http://127.0.0.1:{srv.server_port}/"), reader_attempts=1)
+                )
                 kit = Toolkit.of(TOOL_SETS["all"], images_dir=tmp_path / "made", retrieval=chain)
                 try:
                     session = lambda *a: osv.OpenSearchVLSession(*a, tool_set="all")  # noqa: E731

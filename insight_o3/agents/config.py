@@ -13,21 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..endpoints.endpoint import Endpoint
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol.limits import LIMITS
 from ..protocol.prompts import FORK_HINTS, ReasonerHints
+from ..protocol.statuses import ReasonerMode
 from .reasoner_session import REASONER_MODES
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApiAccess:
-    """An OpenAI-compatible endpoint: its address, its key (kept in memory only, never in a ``repr``) and the
-    SDK's timeout (None: the client's default) and retries (None: the client's default)."""
-
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    timeout: float | None = None
-    max_retries: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +29,7 @@ class ReasonerSettings:
 
     model: str
     max_pixels: int | None = None
-    mode: str = "infer"
+    mode: str = ReasonerMode.INFER
     max_search_calls: int = LIMITS.max_search_calls
     system_prompt: str | None = None
     completion_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -80,7 +71,7 @@ class InsightVSettings:
     endpoint, the run's by default (the release derives both agents from one model)."""
 
     summary_model: str
-    summary_api: ApiAccess
+    summary_api: Endpoint
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,5 +80,5 @@ class InSightO3Config:
 
     reasoner: ReasonerSettings
     searcher: SearcherSettings
-    reasoner_api: ApiAccess
-    searcher_api: ApiAccess
+    reasoner_api: Endpoint
+    searcher_api: Endpoint

@@ -17,7 +17,7 @@ those; a run may add trials, never ask for fewer: :meth:`RunDir.held`). Reading 
 the writer's :class:`~insight_o3.storage.record_log.RecordLog` truncates it when the run resumes).
 
 ``format_version`` is written into ``run_card.json``. A directory without it was written before versioning:
-format 1, the same layout. Format 2 (issue 22) stores each reply once: the trajectory's copy of ``response`` is
+format 1, the same layout. Format 2 stores each reply once: the trajectory's copy of ``response`` is
 a reference (:data:`~insight_o3.evaluation.schema.RESPONSE_REF`) that :class:`~.schema.EvalResult` resolves, so
 this code reads both; a directory resumed by this code gets format-2 records appended to format-1 ones, which
 read the same. A directory of a newer format is
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..base.json_types import JSONObject
-from ..storage.atomic import OutputError, write_json_atomic
+from ..storage.atomic import OutputError, refuse_link, write_json_atomic
 from ..storage.record_log import has_lines, touch_atomic
 from .schema import EvalRecord
 
@@ -291,6 +291,7 @@ class RunDir:
         :class:`~insight_o3.storage.record_log.RecordLog` on :meth:`records_path`."""
         t = self.trial(k)
         d = t.path
+        refuse_link(d)  # a linked trial directory (a copied run) would take this run's writes elsewhere
         try:
             os.makedirs(d, exist_ok=True)
             if os.path.exists(t.done_path):

@@ -16,7 +16,7 @@ Rerunning resumes; records whose judging failed are retried with ``--retry_faile
 Several judges (``--judge_model A B …``, with one ``--judge_api_base_url``/``--judge_api_key`` for all or
 one per judge) each write their own eval dir. Then the verdicts of the source run's judge and of every
 new one are compared (:mod:`insight_o3.analysis.agreement`): Cohen's κ per pair of judges (Fleiss' κ of all of them when there are three or more, each with a
-bootstrap interval over samples), each
+bootstrap interval over the samples' images, the samples sharing an image resampled together), each
 judge's accuracy and the items they disagree on are printed and written to ``--agreement_out``
 (default ``<eval_dir>@judge-agreement-<new judges>.json`` next to the source, one file per set of new
 judges, so an earlier re-judging's agreement is kept); ``report <eval_dir> --judges <the new
@@ -43,18 +43,9 @@ from ..analysis.agreement import agreement_lines, judge_agreement
 from ..analysis.run_records import read_run
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
-from ..endpoints.client import (
-    DEFAULT_MAX_RETRIES,
-    ENV_KEYS,
-    KeyHostError,
-    borrowed_key,
-    describe,
-    make_client,
-    resolve_key,
-    sourced,
-)
+from ..endpoints.client import DEFAULT_MAX_RETRIES, make_client
+from ..endpoints.endpoint import ENV_KEYS, Endpoint, KeyHostError, borrowed_key, describe, resolve_key, sourced
 from ..endpoints.guard import RunGuard
-from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
@@ -65,6 +56,7 @@ from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
 from ..protocol.attempt import Attempt, TrialSolver
 from ..protocol.sample import Sample, row_fields
+from ..protocol.statuses import JudgeFlow
 from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 from ._shared import (
@@ -80,6 +72,7 @@ from ._shared import (
     new_parser,
     output_name,
     report_stop,
+    run_controls,
     setup_logging,
 )
 
@@ -317,18 +310,20 @@ def _target(a: argparse.Namespace, src: str, src_eval_name: str | None = None) -
 
 
 async def _run(
-    a: argparse.Namespace, samples: list[Sample], records: StoredRecords, card: JSONObject, cfg: RunConfig
+    a: argparse.Namespace,
+    samples: list[Sample],
+    records: StoredRecords,
+    card: JSONObject,
+    cfg: RunConfig,
+    costs: CostModel | None,
 ) -> JSONObject:
-    guard = RunGuard(a.max_failure_ratio)
+    guard = RunGuard(cfg.controls.max_failure_ratio)
+    endpoint = Endpoint(
+        base_url=a.judge_api_base_url, api_key=a.judge_api_key, timeout=a.client_timeout, max_retries=a.max_retries
+    )
+    n = cfg.controls.concurrency
     client = make_client(
-        a.judge_api_key,
-        a.judge_api_base_url,
-        a.client_timeout,
-        a.max_retries,
-        max_connections=max(a.concurrency * 2, 16),
-        role="judge",
-        guard=guard,
-        limiter=AdaptiveLimiter(a.concurrency),
+        endpoint, role="judge", max_connections=max(n * 2, 16), guard=guard, limiter=AdaptiveLimiter(n)
     )
     try:
         judge = AnswerJudge(
@@ -359,7 +354,8 @@ async def _run(
             guard=guard,
             run_card=new_card,
             invocation=inv,
-            endpoints=[Endpoint("judge", a.judge_api_base_url, a.judge_api_key)],
+            endpoints=[("judge", endpoint)],
+            costs=costs,
         )
     finally:
         await client.close()
@@ -369,7 +365,7 @@ def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
     """Fill the judge settings ``a`` leaves open from the source run's card; the price model (or None)."""
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
-    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
+    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or JudgeFlow.EXTRACT
     if a.max_answer_length is None:
         a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
     models = {
@@ -380,7 +376,7 @@ def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
     return CostModel.from_file(a.price_file, models)
 
 
-def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostModel | None) -> RunConfig:
+def _run_config(a: argparse.Namespace, num_trials: int, card: dict) -> RunConfig:
     output_dir, eval_name = _target(a, a.eval_dir, (card.get("settings") or {}).get("eval_name"))
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
         raise SourceError("the re-judged run must go to a new eval dir (choose another --eval_name)")
@@ -388,14 +384,8 @@ def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostM
         output_dir=output_dir,
         eval_name=eval_name,
         num_trials=num_trials,
-        concurrency=a.concurrency,
         retry_failed=a.retry_failed,
-        group_trials=True,
-        progress=not a.no_progress,
-        cost_model=costs,
-        max_cost=a.max_cost,
-        max_tokens_total=a.max_tokens_total,
-        check_endpoints=not a.skip_endpoint_check,
+        controls=run_controls(a),
     )
 
 
@@ -440,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
 def _rejudge(a: argparse.Namespace, samples: list[Sample], records: StoredRecords, card: JSONObject) -> tuple[int, str]:
     """Re-judge the source with one judge (``a.judge_model``); its exit code and eval dir."""
     try:
-        cfg = _run_config(a, len(records), card, _source_settings(a, card))
+        costs = _source_settings(a, card)
+        cfg = _run_config(a, len(records), card)
     except (SourceError, PriceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT, ""
@@ -454,7 +445,7 @@ def _rejudge(a: argparse.Namespace, samples: list[Sample], records: StoredRecord
         cfg.eval_dir,
     )
     try:
-        summary = asyncio.run(_run(a, samples, records, card, cfg))
+        summary = asyncio.run(_run(a, samples, records, card, cfg, costs))
     except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT, cfg.eval_dir

@@ -11,9 +11,9 @@ import pytest
 from insight_o3.analysis.agreement import judge_agreement
 from insight_o3.analysis.run_records import read_run
 from insight_o3.scripts import rejudge, report
-from tests.scripts.test_rejudge import _eval, lenient_judge
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text
+from tests.support.rejudge_bench import evaluate_judge_a, lenient_judge
 
 
 def strict_judge():
@@ -48,7 +48,7 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     bench = eb.make_bench(tmp_path / "bench")
     main_srv, judge_a = openai_server(eb.model_script()), openai_server(eb.judge_script())
     out = tmp_path / "out"
-    _eval(bench, out, main_srv.base_url, judge_a.base_url, "--num_trials", "2")
+    evaluate_judge_a(bench, out, main_srv.base_url, judge_a.base_url, "--num_trials", "2")
     src = out / "m/o3_bench"
     judge_b, judge_c = openai_server(lenient_judge()), openai_server(strict_judge())
     capsys.readouterr()
@@ -87,7 +87,10 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     assert ag["fleiss"]["kappa"] == pytest.approx(fleiss) and (ag["fleiss"]["n"], ag["fleiss"]["samples"]) == (14, 7)
     assert ag["fleiss"]["ci"][0] <= fleiss <= ag["fleiss"]["ci"][1] and ag["fleiss"]["ci"][0] < ag["fleiss"]["ci"][1]
     assert all(pr["kappa_ci"][0] <= pr["kappa"] <= pr["kappa_ci"][1] for pr in ag["pairs"])
-    assert "Fleiss' kappa of all 3 judges" in printed and "(only 7 samples: too narrow)" in printed
+    # the bootstrap resamples images (the default clusters): 7 samples on fewer images, flagged as too few
+    clusters = ag["fleiss"]["clusters"]
+    assert ag["cluster"] == "image" and 2 <= clusters < 7
+    assert "Fleiss' kappa of all 3 judges" in printed and f"(only {clusters} images: too narrow)" in printed
     # the planted disagreements, in both trials, with every verdict and what each judge model said
     dis = {(d["key"], d["trial"]): d for d in ag["disagreements"]}
     assert set(dis) == {(q, k) for q in ("q1", "q2", "q4", "q6", "q7") for k in (0, 1)}
