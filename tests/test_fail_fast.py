@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.endpoints.guard import EXIT_API_STOP, FailureRatioError, FatalAPIError, RunGuard, gather_or_stop
 from insight_o3.scripts import evaluate
 from tests.scripts.test_evaluate import MAIN_KEY, _argv, _assert_expected, _no_secrets
@@ -176,7 +177,11 @@ def test_a_client_reports_fatal_status_and_sends_nothing_after(openai_server):
 
     async def go():
         g = RunGuard()
-        c = make_client("sk-whatever-1234", srv.base_url, timeout=5, max_retries=3, role="vSearcher", guard=g)
+        c = make_client(
+            Endpoint(api_key="sk-whatever-1234", base_url=srv.base_url, timeout=5, max_retries=3),
+            role="vSearcher",
+            guard=g,
+        )
         try:
             with pytest.raises(openai.NotFoundError):
                 await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])

@@ -26,6 +26,7 @@ import pytest
 import tomllib
 
 from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.endpoints.guard import FailureRatioError, RunGuard
 from insight_o3.scripts import _shared as cli
 from insight_o3.scripts import evaluate
@@ -166,7 +167,7 @@ def test_client_timeout_is_a_total_deadline_per_attempt_with_the_sdk_retries(ope
     srv = openai_server(trickle)
 
     async def ask() -> float:
-        client = make_client(None, srv.base_url, timeout=1.0, max_retries=1)
+        client = make_client(Endpoint(base_url=srv.base_url, timeout=1.0, max_retries=1))
         t0 = time.monotonic()
         try:
             with pytest.raises(openai.APITimeoutError):

@@ -32,7 +32,8 @@ from insight_o3.base.caps import reply_body_cap
 from insight_o3.base.untrusted import MalformedReply
 from insight_o3.data.layout import MAX_LAYOUT_BOXES, LayoutError, iter_layout_files, parse_layout
 from insight_o3.endpoints.client import make_client
-from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
+from insight_o3.endpoints.endpoint import Endpoint
+from insight_o3.endpoints.preflight import EndpointError, check_endpoints
 from insight_o3.evaluation.judge import AmbiguousVerdict, AnswerJudge, judged_correct, read_verdict
 from insight_o3.o3bench import review
 from insight_o3.protocol.attempt import Attempt
@@ -227,7 +228,7 @@ def test_a_gzip_bomb_is_refused_while_it_is_read(openai_server):
     srv = openai_server(lambda req, call: Reply(body=body, headers={"content-encoding": "gzip"}))
 
     async def ask():
-        client = make_client(None, srv.base_url, timeout=30, max_retries=0)
+        client = make_client(Endpoint(base_url=srv.base_url, timeout=30, max_retries=0))
         try:
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         finally:
@@ -269,11 +270,11 @@ def test_the_body_cap_is_the_reply_cap_in_bytes_of_the_worst_encoding(openai_ser
     worst = json.dumps({"choices": [dict(choice, index=i) for i in range(n)]}).encode()  # ensure_ascii: 12 B/char
     assert len(worst) > n * 2 * m * 12
     srv = openai_server(lambda req, call: Reply(body=worst))
-    assert _ask_once(make_client(None, srv.base_url, max_retries=0, max_reply_chars=m, choices=n)) == text
+    assert _ask_once(make_client(Endpoint(base_url=srv.base_url, max_retries=0), max_reply_chars=m, choices=n)) == text
     over = json.dumps({"choices": [choice], "pad": " " * (cap - 100)}).encode()
     srv = openai_server(lambda req, call: Reply(body=over))
     with pytest.raises(MalformedReply, match=f"larger than {cap} bytes"):
-        _ask_once(make_client(None, srv.base_url, max_retries=0, max_reply_chars=m, choices=n))
+        _ask_once(make_client(Endpoint(base_url=srv.base_url, max_retries=0), max_reply_chars=m, choices=n))
 
 
 def test_a_gzip_bomb_is_refused_while_it_is_inflated(openai_server):
@@ -283,7 +284,7 @@ def test_a_gzip_bomb_is_refused_while_it_is_inflated(openai_server):
 
     body = _gzip_bomb(64 * 2**20)
     srv = openai_server(lambda req, call: Reply(body=body, headers={"content-encoding": "gzip"}))
-    client = make_client(None, srv.base_url, timeout=30, max_retries=0, max_reply_chars=1000)
+    client = make_client(Endpoint(base_url=srv.base_url, timeout=30, max_retries=0), max_reply_chars=1000)
     tracemalloc.start()
     try:
         with pytest.raises(MalformedReply, match=f"larger than {reply_body_cap(1000)} bytes"):
@@ -294,7 +295,10 @@ def test_a_gzip_bomb_is_refused_while_it_is_inflated(openai_server):
     assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB while refusing a bomb at a 0.3 MB cap"
     ok = gzip.compress(json.dumps(chat("<answer>C</answer>").body).encode())  # a gzipped reply is read whole
     srv = openai_server(lambda req, call: Reply(body=ok, headers={"content-encoding": "gzip"}))
-    assert _ask_once(make_client(None, srv.base_url, max_retries=0, max_reply_chars=1000)) == "<answer>C</answer>"
+    assert (
+        _ask_once(make_client(Endpoint(base_url=srv.base_url, max_retries=0), max_reply_chars=1000))
+        == "<answer>C</answer>"
+    )
 
 
 def test_a_gzip_bomb_at_a_small_max_reply_chars_is_one_failed_record(bench, tmp_path, openai_server, capsys):
@@ -377,7 +381,7 @@ def test_the_endpoint_check_has_a_total_deadline(trickling):
 
     def check():
         try:
-            check_endpoints([Endpoint("model", trickling.base_url, "k")], timeout=1.0)
+            check_endpoints([("model", Endpoint(base_url=trickling.base_url, api_key="k"))], timeout=1.0)
             outcome.append("reachable")
         except EndpointError as e:
             outcome.append(str(e))
@@ -625,7 +629,7 @@ def test_the_verify_flow_fails_an_ambiguous_verdict_and_the_fork_rule_keeps_its_
     sample = Sample(0, "q", "i.png", "/i.png", "How many?", None, "7", key="q")
 
     async def check(verdicts: str):
-        client = make_client(None, srv.base_url, timeout=10, max_retries=0)
+        client = make_client(Endpoint(base_url=srv.base_url, timeout=10, max_retries=0))
         try:
             judge = AnswerJudge(client, "j", flow="verify", verdicts=verdicts)
             return await judge.check(sample, Attempt("<answer>seven</answer>", "stop"))
@@ -644,7 +648,9 @@ def test_a_redirect_is_refused_and_nothing_is_sent_elsewhere(status, openai_serv
     srv = openai_server(lambda req, call: Reply(status=status, body=b"", headers={"location": elsewhere.base_url}))
 
     async def ask():
-        client = make_client("sk-redirected-0123456789", srv.base_url, timeout=10, max_retries=0)
+        client = make_client(
+            Endpoint(api_key="sk-redirected-0123456789", base_url=srv.base_url, timeout=10, max_retries=0)
+        )
         try:
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         finally:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "insight_o3"
+RECIPE = PACKAGE.parent / "verl" / "recipe"
 FLAG = re.compile(r"--[a-z][a-z_]+")
 
 
@@ -65,6 +66,49 @@ def test_one_chat_call():
             if isinstance(node, ast.Attribute) and node.attr == "completions":
                 callers.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
     assert callers == []
+
+
+def _dataclass_fields() -> list[tuple[str, str, ast.AnnAssign]]:
+    """(where, class name, field) of every dataclass field of the package and the recipe."""
+    out = []
+    for p in sorted([*PACKAGE.rglob("*.py"), *RECIPE.rglob("*.py")]):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.ClassDef) or not any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
+                continue
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    out.append((f"{p.relative_to(PACKAGE.parent)}:{stmt.lineno}", node.name, stmt))
+    return out
+
+
+def test_no_key_in_a_repr():
+    """A field that holds an API key is left out of its record's ``repr`` (so of every log line, error and test
+    failure that prints the record). ``FilterSettings``, ``ReliabilitySettings``, ``CheckerEndpoint``,
+    ``VSearchEvalSettings`` and ``DescriberEndpoint`` printed theirs."""
+    shown = [
+        f"{where} {cls}.{f.target.id}"  # type: ignore[union-attr]
+        for where, cls, f in _dataclass_fields()
+        if f.target.id.endswith("api_key")  # type: ignore[union-attr]
+        and not (f.value is not None and "repr=False" in ast.unparse(f.value))
+    ]
+    assert shown == []
+
+
+def test_one_endpoint_type_and_one_run_controls_type():
+    """An endpoint's address and key are fields of one record (``endpoints.endpoint.Endpoint``), and the run
+    controls of one (``jobs.controls.RunControls``); every other record holds those whole."""
+    address = {"base_url", "api_base_url", "api_key", "judge_api_key", "judge_api_base_url", "judge_base_url"}
+    controls = {"concurrency", "progress", "max_failure_ratio", "max_tokens_total", "check_endpoints", "max_cost"}
+    found: dict[str, set[str]] = {}
+    for _, cls, f in _dataclass_fields():
+        name = f.target.id  # type: ignore[union-attr]
+        if name in address:
+            found.setdefault("endpoint", set()).add(cls)
+        if name in controls:
+            found.setdefault("controls", set()).add(cls)
+    assert found == {"endpoint": {"Endpoint"}, "controls": {"RunControls"}}
 
 
 #: The longest a function of the library may be (a longer one is split into named steps a reader can follow).

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
+from insight_o3.endpoints.endpoint import Endpoint
+from insight_o3.endpoints.preflight import EndpointError, check_endpoints
 from insight_o3.evaluation.benchmarks import DATA_ROOT_ENV, resolve_layout
 from insight_o3.scripts import build_o3_bench, compare, evaluate, export, report
 from insight_o3.scripts._shared import HIDDEN_ALIASES
@@ -117,7 +118,7 @@ def test_the_data_root_comes_from_the_flag_or_the_environment(tmp_path, monkeypa
 )
 def test_no_key_and_no_base_url_names_the_variable_to_set(role, variables):
     with pytest.raises(EndpointError) as e:
-        check_endpoints([Endpoint(role, None, None)])
+        check_endpoints([(role, Endpoint(base_url=None, api_key=None))])
     assert f"set {variables}" in str(e.value)
 
 

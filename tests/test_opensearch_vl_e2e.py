@@ -20,6 +20,7 @@ from PIL import Image
 from insight_o3.agents import opensearch_vl as osv
 from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.demo.opensearch_vl import ScriptedInvestigator, judge_script, make_demo
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.imaging.images import ImageStore
 from insight_o3.scripts import evaluate, report
 from insight_o3.tools import http as tool_http
@@ -135,7 +136,9 @@ def test_hostile_tool_arguments_get_clear_observations(tmp_path):
             async def run():
                 client = AsyncOpenAI(base_url=model.base_url, api_key="k", max_retries=0)
                 store = ImageStore(fmt="PNG", workers=1)
-                chain = WebChain(WebSettings(reader_url=f"http://127.0.0.1:{srv.server_port}/", reader_attempts=1))
+                chain = WebChain(
+                    WebSettings(reader=Endpoint(base_url=f"http://127.0.0.1:{srv.server_port}/"), reader_attempts=1)
+                )
                 kit = Toolkit.of(TOOL_SETS["all"], images_dir=tmp_path / "made", retrieval=chain)
                 try:
                     session = lambda *a: osv.OpenSearchVLSession(*a, tool_set="all")  # noqa: E731

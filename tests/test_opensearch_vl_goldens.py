@@ -24,6 +24,7 @@ from PIL import Image
 
 from insight_o3.agents import opensearch_vl as osv
 from insight_o3.agents.tool_loop import ToolLoopSolver
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.evaluation import opensearch_vl_judge as judge
 from insight_o3.imaging.images import ImageStore
 from insight_o3.tools.sandbox import probe
@@ -129,8 +130,9 @@ def test_text_search_chain_matches_the_release(n):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         base = f"http://127.0.0.1:{srv.server_port}"
-        chain = WebChain(WebSettings(serper_url=f"{base}/search", serper_key="serper-test-key", jina_url=f"{base}/reader/",
-                                     jina_key="jina-test-key", summarizer_base=f"{base}/v1"))  # fmt: skip
+        chain = WebChain(WebSettings(serper=Endpoint(base_url=f"{base}/search", api_key="serper-test-key"),
+                                     jina=Endpoint(base_url=f"{base}/reader/", api_key="jina-test-key"),
+                                     summarizer=Endpoint(base_url=f"{base}/v1")))  # fmt: skip
         got = asyncio.run(chain.text_search(case["query"], "en", case["top_k"], 2**20))
     finally:
         srv.shutdown()

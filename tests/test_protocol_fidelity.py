@@ -19,6 +19,7 @@ from insight_o3.agents import ReasonerSession, SearcherSession
 from insight_o3.agents.reasoner_session import crop_region
 from insight_o3.agents.searcher_session import LocateResult
 from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.evaluation.benchmarks import BENCHMARKS, resolve_layout
 from insight_o3.evaluation.judge import AnswerJudge, in_loop_check
 from insight_o3.imaging.geometry import api_image_max_pixels, fit_max_pixels, upscale_small
@@ -208,7 +209,9 @@ def _sample(answer="B", options="A. one\nB. two"):
 
 def _judge(openai_server, reply="<correct>", flow="verify"):
     srv = openai_server(lambda r, c: chat(reply))
-    return srv, AnswerJudge(make_client("k", srv.base_url, timeout=5, max_retries=0), "judge-m", flow=flow)
+    return srv, AnswerJudge(
+        make_client(Endpoint(api_key="k", base_url=srv.base_url, timeout=5, max_retries=0)), "judge-m", flow=flow
+    )
 
 
 @pytest.mark.parametrize("status", ["format_failed", "search_after_limit", "search_invalid"])
@@ -255,7 +258,7 @@ def test_in_loop_check_requests_and_rules(openai_server):
 def test_in_loop_check_is_a_public_function(openai_server):
     """The same check the training recipe can call (the fork's compute_accuracy_reward)."""
     srv = openai_server(lambda r, c: chat("I think <wrong>" if "GT Answer: 7" in request_text(r) else "<correct>"))
-    client = make_client("k", srv.base_url, timeout=5, max_retries=0)
+    client = make_client(Endpoint(api_key="k", base_url=srv.base_url, timeout=5, max_retries=0))
 
     async def go():
         try:
@@ -269,7 +272,7 @@ def test_in_loop_check_is_a_public_function(openai_server):
     seven, red = asyncio.run(go())
     assert seven.status == "wrong" and red.status == "correct" and srv.count == 2
     bad = openai_server(lambda r, c: error(400, "no"))
-    bad_client = make_client("k", bad.base_url, timeout=5, max_retries=0)
+    bad_client = make_client(Endpoint(api_key="k", base_url=bad.base_url, timeout=5, max_retries=0))
     with pytest.raises(openai.BadRequestError):
         asyncio.run(in_loop_check(bad_client, "j", "Q", "\\boxed{x}", "y"))
 

@@ -13,21 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..endpoints.endpoint import Endpoint
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol.limits import LIMITS
 from ..protocol.prompts import FORK_HINTS, ReasonerHints
 from .reasoner_session import REASONER_MODES
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApiAccess:
-    """An OpenAI-compatible endpoint: its address, its key (kept in memory only, never in a ``repr``) and the
-    SDK's timeout (None: the client's default) and retries (None: the client's default)."""
-
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    timeout: float | None = None
-    max_retries: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +70,7 @@ class InsightVSettings:
     endpoint, the run's by default (the release derives both agents from one model)."""
 
     summary_model: str
-    summary_api: ApiAccess
+    summary_api: Endpoint
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,5 +79,5 @@ class InSightO3Config:
 
     reasoner: ReasonerSettings
     searcher: SearcherSettings
-    reasoner_api: ApiAccess
-    searcher_api: ApiAccess
+    reasoner_api: Endpoint
+    searcher_api: Endpoint

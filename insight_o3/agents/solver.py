@@ -13,7 +13,7 @@ from ..endpoints.rate_limit import AdaptiveLimiter
 from ..imaging.images import ImageStore
 from ..protocol.attempt import Attempt
 from ..protocol.questions import insight_o3_question
-from .config import ApiAccess, InSightO3Config
+from .config import InSightO3Config
 from .drivers import AnswerResult, InSightO3, VSearcher
 
 if TYPE_CHECKING:
@@ -57,27 +57,15 @@ class InSightO3Solver:
         limiter; ``guard`` counts their failures; a reply body is read up to the cap of ``max_reply_chars``
         (:func:`insight_o3.base.caps.reply_body_cap`). The clients register their keys for redaction
         (:mod:`insight_o3.base.redaction`)."""
-        r_client = _client(config.reasoner_api, "vReasoner", guard, limiter, max_reply_chars)
-        s_client = _client(config.searcher_api, "vSearcher", guard, vsearcher_limiter, max_reply_chars)
+        r_client = make_client(
+            config.reasoner_api, role="vReasoner", guard=guard, limiter=limiter, max_reply_chars=max_reply_chars
+        )
+        s_client = make_client(
+            config.searcher_api,
+            role="vSearcher",
+            guard=guard,
+            limiter=vsearcher_limiter,
+            max_reply_chars=max_reply_chars,
+        )
         searcher = VSearcher.from_settings(config.searcher, s_client, images)
         return cls(InSightO3.from_settings(config.reasoner, r_client, searcher, images), (r_client, s_client))
-
-
-def _client(
-    api: ApiAccess,
-    role: str,
-    guard: RunGuard | None,
-    limiter: AdaptiveLimiter | None,
-    max_reply_chars: int | None,
-) -> AsyncOpenAI:
-    retries = {} if api.max_retries is None else {"max_retries": api.max_retries}
-    return make_client(
-        api.api_key,
-        api.base_url,
-        timeout=api.timeout,
-        role=role,
-        limiter=limiter,
-        guard=guard,
-        max_reply_chars=max_reply_chars,
-        **retries,
-    )

@@ -4,7 +4,8 @@ The runs are one evaluation and its re-judgings (``rejudge``: same responses, an
 ``(sample, trial)`` holds the same response in every run. An item counts when every judge *judged* it
 (``correct`` or ``wrong``); truncated and no-answer items are never judged, and items a judge lost to
 API errors are left out (and counted). Per pair of judges: the share of items they agree on and
-Cohen's κ with its cluster-bootstrap interval (:mod:`.kappa`; items resampled by sample), over all judged items and over the items at least
+Cohen's κ with its cluster-bootstrap interval (:mod:`.kappa`; items resampled by cluster: by default the samples
+sharing an image, :mod:`.clusters`), over all judged items and over the items at least
 one of the two decided with its model (``judge_method == "judge"``; an answer matching the ground
 truth by rule is correct for every judge of the same flow, which inflates κ). Each judge's accuracy
 is over all items, as its run's metrics count it. A disagreement is an item on which not all judges
@@ -20,9 +21,10 @@ import numpy as np
 
 from ..base.json_types import JSONObject
 from ..evaluation.schema import EvalRecord
+from .clusters import Cluster, cluster_labels
 from .kappa import MIN_SAMPLES_FOR_INTERVAL, cohen_kappa, fleiss_kappa, kappa_interval
+from .outcomes import PairingError
 from .run_records import RunRecords
-from .significance import PairingError
 
 JUDGED = ("correct", "wrong")
 
@@ -71,7 +73,8 @@ class JudgeAgreement:
     accuracy: dict[str, float]
     pairs: list[dict] = field(default_factory=list)
     disagreements: list[Disagreement] = field(default_factory=list)
-    fleiss: dict | None = None  # three or more judges: {"kappa", "ci", "n", "samples"}
+    fleiss: dict | None = None  # three or more judges: {"kappa", "ci", "n", "samples", "clusters"}
+    cluster: Cluster = Cluster.IMAGE
 
     def to_dict(self) -> JSONObject:
         return {
@@ -83,6 +86,7 @@ class JudgeAgreement:
             "accuracy": self.accuracy,
             "pairs": self.pairs,
             "fleiss": self.fleiss,
+            "cluster": str(self.cluster),
             "disagreements": [d.to_dict() for d in self.disagreements],
         }
 
@@ -91,8 +95,9 @@ def _by_item(run: RunRecords) -> dict[tuple[str, int], EvalRecord]:
     return {(r.sample_key, k): r for k, t in enumerate(run.trials) for r in t}
 
 
-def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
-    """Agreement of the judges of ``runs`` (an evaluation and its re-judgings) on the same items."""
+def judge_agreement(runs: list[RunRecords], cluster: Cluster = Cluster.IMAGE) -> JudgeAgreement:
+    """Agreement of the judges of ``runs`` (an evaluation and its re-judgings) on the same items; κ's intervals
+    resample ``cluster`` clusters (the first run's images by default)."""
     if len(runs) < 2:
         raise PairingError("judge agreement needs two or more judged runs")
     names = [judge_name(r) for r in runs]
@@ -102,6 +107,8 @@ def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
     for name, it in zip(names[1:], items[1:]):
         if set(it) != set(keys):
             raise PairingError(f"{names[0]} and {name} judged other (sample, trial) items; re-judge the same run")
+    first = [items[0][k] for k in keys]
+    group = cluster_labels([r.sample_key for r in first], [r.image for r in first], cluster)
     status = {n: [it[k].status for k in keys] for n, it in zip(names, items)}
     method = {n: [it[k].eval_result.judge_method for k in keys] for n, it in zip(names, items)}
     judged = [i for i in range(len(keys)) if all(status[n][i] in JUDGED for n in names)]
@@ -118,8 +125,9 @@ def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
                 "n": len(both),
                 "agreement": (sum(x == y for x, y in zip(xa, xb)) / len(both)) if both else None,
                 "kappa": _finite(cohen_kappa(xa, xb)),
-                "kappa_ci": _listed(kappa_interval(labels, [keys[i][0] for i in both])),
+                "kappa_ci": _listed(kappa_interval(labels, [group[i] for i in both])),
                 "samples": len({keys[i][0] for i in both}),
+                "clusters": len({group[i] for i in both}),
                 "n_judge_decided": len(by_model),
                 "kappa_judge_decided": _finite(
                     cohen_kappa([status[a][i] for i in by_model], [status[b][i] for i in by_model])
@@ -148,9 +156,10 @@ def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
         labels = np.array([[status[n][i] == "correct" for n in names] for i in judged], bool).reshape(-1, len(names))
         fleiss = {
             "kappa": _finite(fleiss_kappa(labels)),
-            "ci": _listed(kappa_interval(labels, [keys[i][0] for i in judged])),
+            "ci": _listed(kappa_interval(labels, [group[i] for i in judged])),
             "n": len(judged),
             "samples": len({keys[i][0] for i in judged}),
+            "clusters": len({group[i] for i in judged}),
         }
     return JudgeAgreement(
         names,
@@ -162,6 +171,7 @@ def judge_agreement(runs: list[RunRecords]) -> JudgeAgreement:
         pairs,
         dis,
         fleiss,
+        cluster,
     )
 
 
@@ -179,8 +189,10 @@ def agreement_lines(ag: JudgeAgreement, max_disagreements: int = 10) -> list[str
     def num(v: float | None, fmt: str = ".3f") -> str:
         return "—" if v is None else format(v, fmt)
 
-    def interval(ci: tuple[float, float] | list[float] | None, samples: int) -> str:
-        return "" if ci is None else f"{kappa_ci_text(ci, samples)} "
+    unit = "images" if ag.cluster is Cluster.IMAGE else "samples"
+
+    def interval(ci: tuple[float, float] | list[float] | None, clusters: int) -> str:
+        return "" if ci is None else f"{kappa_ci_text(ci, clusters, unit)} "
 
     out = [f"judge agreement on {ag.items} item(s) (sample x trial), {ag.judged} judged by every judge:"]
     for j in ag.judges:
@@ -189,13 +201,13 @@ def agreement_lines(ag: JudgeAgreement, max_disagreements: int = 10) -> list[str
     for pr in ag.pairs:
         out.append(
             f"  {pr['a']} vs {pr['b']}: agree {num(pr['agreement'] and 100 * pr['agreement'], '.1f')}% of "
-            f"{pr['n']}, kappa {num(pr['kappa'])} {interval(pr['kappa_ci'], pr['samples'])}(on the "
+            f"{pr['n']}, kappa {num(pr['kappa'])} {interval(pr['kappa_ci'], pr['clusters'])}(on the "
             f"{pr['n_judge_decided']} item(s) a judge model decided: {num(pr['kappa_judge_decided'])})"
         )
     if ag.fleiss is not None:
         f = ag.fleiss
         out.append(
-            f"  Fleiss' kappa of all {len(ag.judges)} judges: {num(f['kappa'])} {interval(f['ci'], f['samples'])}"
+            f"  Fleiss' kappa of all {len(ag.judges)} judges: {num(f['kappa'])} {interval(f['ci'], f['clusters'])}"
             f"on the {f['n']} item(s) every judge judged"
         )
     out.append(f"  {len(ag.disagreements)} disagreement(s)" + (":" if ag.disagreements else ""))
@@ -207,9 +219,10 @@ def agreement_lines(ag: JudgeAgreement, max_disagreements: int = 10) -> list[str
     return out
 
 
-def kappa_ci_text(ci: tuple[float, float] | list[float] | None, samples: int) -> str:
-    """A κ interval as printed and shown: ``[lo, hi]``, flagged below :data:`~.kappa.MIN_SAMPLES_FOR_INTERVAL`."""
+def kappa_ci_text(ci: tuple[float, float] | list[float] | None, clusters: int, unit: str = "samples") -> str:
+    """A κ interval as printed and shown: ``[lo, hi]``, flagged below :data:`~.kappa.MIN_SAMPLES_FOR_INTERVAL`
+    resampled clusters (``unit``: what a cluster is)."""
     if ci is None:
         return "—"
-    few = f" (only {samples} samples: too narrow)" if samples < MIN_SAMPLES_FOR_INTERVAL else ""
+    few = f" (only {clusters} {unit}: too narrow)" if clusters < MIN_SAMPLES_FOR_INTERVAL else ""
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]{few}"

@@ -1,8 +1,11 @@
 """Two or more runs on the same samples: accuracy with intervals, the paired test, flips, cost.
 
 Every run is compared with the first (the reference) over the samples both judged, each run with all
-its trials (:func:`~.significance.compare_pair`; the statistics are explained in :mod:`.significance`).
-Items lost to API errors are left out and counted per run unless ``failed_as_wrong``. Tokens per episode
+its trials (:func:`~.paired.compare_pair`; the statistics are explained in :mod:`.significance` and
+:mod:`.power`), over clusters of samples (:mod:`.clusters`: by default the samples sharing an image). With two or
+more runs against the reference, their p-values are Holm-adjusted over the pairs. Items lost to API errors are
+left out and counted per run unless ``failed_as_wrong``; with such items, the other rule's figures are given
+beside. Tokens per episode
 (one (sample, trial)) are the model's and the vSearcher's (:func:`~insight_o3.endpoints.usage.system_tokens`, the
 judge's left out, so runs judged alike and differently compare the same); cost per episode is as
 recorded (``cost_usd``, the judge included; None for runs without a price file).
@@ -17,19 +20,11 @@ from ..base.json_types import JSONObject
 from ..endpoints.usage import system_tokens
 from ..evaluation.attribution import attribution_metrics
 from ..evaluation.schema import EvalRecord
+from .clusters import Cluster
+from .outcomes import PairingError, check_categories, outcomes
+from .paired import Accuracy, PairResult, compare_pair, holm, run_accuracy
 from .run_records import RunRecords
-from .significance import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
-    METHODS,
-    Accuracy,
-    PairingError,
-    PairResult,
-    compare_pair,
-    outcomes,
-    run_accuracy,
-)
+from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS
 
 
 @dataclass
@@ -45,6 +40,7 @@ class RunStats:
     failed_items: int = 0  # (sample, trial) records lost to API errors
     failed_samples: int = 0  # samples without a judged trial
     attribution: dict = field(default_factory=dict)  # bucket -> share of episodes; "split": D.4 shares of errors
+    other_rule: Accuracy | None = None  # with failed items: the accuracy under the other rule
 
     def to_dict(self) -> JSONObject:
         return {
@@ -55,6 +51,7 @@ class RunStats:
             "accuracy": self.accuracy.to_dict(),
             "categories": {c: a.to_dict() for c, a in self.categories.items()},
             "failed": {"items": self.failed_items, "samples_without_a_judged_trial": self.failed_samples},
+            "accuracy_other_failure_rule": self.other_rule.to_dict() if self.other_rule else None,
             "tokens_per_episode": self.tokens_per_episode,
             "cost_per_episode": self.cost_per_episode,
             "attribution": self.attribution,
@@ -69,6 +66,7 @@ class Comparison:
     n_resamples: int
     seed: int
     failed_as_wrong: bool = False
+    cluster: Cluster = Cluster.IMAGE
 
     def to_dict(self) -> JSONObject:
         return {
@@ -76,8 +74,10 @@ class Comparison:
             "confidence": self.confidence,
             "n_resamples": self.n_resamples,
             "seed": self.seed,
+            "cluster": str(self.cluster),
             "methods": METHODS,
             "failed_items": "counted as wrong" if self.failed_as_wrong else "excluded",
+            "pairs_multiplicity": f"Holm over {len(self.pairs)} pairs" if len(self.pairs) > 1 else None,
             "tokens_per_episode": "model + vSearcher prompt and completion tokens; the judge's excluded",
             "runs": [r.to_dict() for r in self.runs],
             "pairs": [p.to_dict() for p in self.pairs],
@@ -107,9 +107,10 @@ def compare_runs(
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = DEFAULT_SEED,
     failed_as_wrong: bool = False,
+    cluster: Cluster = Cluster.IMAGE,
 ) -> Comparison:
     """Compare runs on the same samples (the first is the reference). Raises
-    :class:`~.significance.PairingError` when they hold other samples or none."""
+    :class:`~.outcomes.PairingError` when they hold other samples or none, or give a sample other categories."""
     if len(runs) < 2:
         raise PairingError("compare needs two or more runs")
     names = unique_names(runs)
@@ -122,9 +123,13 @@ def compare_runs(
                 f"in the second, e.g. {sorted(only_a or only_b)[0]!r}); compare runs of the same benchmark and subset"
             )
     table = [outcomes(r.trials, keys, name) for name, r in zip(names, runs)]
+    check_categories(names, table)
     stats = []
     for name, r, o in zip(names, runs, table):
-        overall, cats = run_accuracy(o, confidence, failed_as_wrong, name)
+        overall, cats = run_accuracy(o, confidence, failed_as_wrong, name, cluster)
+        other = None
+        if o.failed_items() and (failed_as_wrong or o.failed_items() < o.statuses.size):
+            other = run_accuracy(o, confidence, not failed_as_wrong, name, cluster)[0]
         recs = r.records()
         costs = [x.cost_usd for x in recs if x.cost_usd is not None]
         stats.append(
@@ -140,10 +145,14 @@ def compare_runs(
                 o.failed_items(),
                 o.failed_samples(),
                 _attribution(recs),
+                other,
             )
         )
     pairs = [
-        compare_pair(names[0], table[0], names[i], table[i], n_resamples, confidence, seed, failed_as_wrong)
+        compare_pair(names[0], table[0], names[i], table[i], n_resamples, confidence, seed, failed_as_wrong, cluster)
         for i in range(1, len(runs))
     ]
-    return Comparison(stats, pairs, confidence, n_resamples, seed, failed_as_wrong)
+    if len(pairs) > 1:
+        for p, adj in zip(pairs, holm([p.overall.pvalue for p in pairs])):
+            p.overall.pvalue_holm = adj
+    return Comparison(stats, pairs, confidence, n_resamples, seed, failed_as_wrong, cluster)

@@ -14,9 +14,11 @@ boxes, the vSearcher's own ``messages``/``images``). Verdicts (``status``, ``ext
 
 **Leaderboard** — :func:`leaderboard`: accuracy with its interval overall and per category
 (:mod:`.significance`: each sample's trials averaged, Wilson at the effective sample size), per-trial
-accuracy and its sample standard deviation, the items lost to API errors (left out unless counted as
-wrong), tokens per episode as ``compare`` counts them (model + vSearcher, the judge's apart) and cost, the failure attribution and the
-sha256 of the run card, so an entry can always be traced to the exact settings that produced it.
+accuracy and its standard deviation (the one convention, :func:`~insight_o3.evaluation.metrics.std_over_trials`:
+ddof 0, as ``summary_metrics.json``), the items lost to API errors (left out unless counted as wrong; the
+accuracy under the other rule beside), tokens per episode as ``compare`` counts them (model + vSearcher, the
+judge's apart) and cost, the failure attribution and the sha256 of the run card, so an entry can always be
+traced to the exact settings that produced it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import json
 import os
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -34,12 +35,16 @@ from ..agents.records import expand_messages
 from ..base.json_types import JSONObject
 from ..endpoints.usage import merge, total_tokens
 from ..evaluation.attribution import attribute, attribution_metrics
+from ..evaluation.metrics import TRIAL_STD_DDOF, std_over_trials
 from ..evaluation.schema import USAGE_ROLES, EvalRecord, TokenUsage
 from ..protocol.sample import row_fields
 from ..storage.atomic import atomic_writer
+from .clusters import Cluster
 from .comparison import tokens_per_episode
+from .outcomes import outcomes
+from .paired import run_accuracy
 from .run_records import RunRecords
-from .significance import DEFAULT_CONFIDENCE, METHODS, outcomes, run_accuracy
+from .significance import DEFAULT_CONFIDENCE, METHODS
 
 LEADERBOARD_FORMAT = "insight_o3.leaderboard/1"
 
@@ -233,13 +238,21 @@ def _agent(card: JSONObject, settings: JSONObject) -> JSONObject:
     return {"name": "insight_o3" if settings.get("vsearcher_model") else "single_model", "protocol": None}
 
 
-def leaderboard(run: RunRecords, confidence: float = DEFAULT_CONFIDENCE, failed_as_wrong: bool = False) -> JSONObject:
+def leaderboard(
+    run: RunRecords,
+    confidence: float = DEFAULT_CONFIDENCE,
+    failed_as_wrong: bool = False,
+    cluster: Cluster = Cluster.IMAGE,
+) -> JSONObject:
     """The run's leaderboard entry (see the module docstring). Raises
     :class:`~.significance.PairingError` for a run without samples (nothing to rank)."""
     card = run.card or {}
     settings = card.get("settings") or {}
     o = outcomes(run.trials, name=run.name)
-    overall, cats = run_accuracy(o, confidence, failed_as_wrong, run.name)
+    overall, cats = run_accuracy(o, confidence, failed_as_wrong, run.name, cluster)
+    other = None
+    if o.failed_items() and (failed_as_wrong or o.failed_items() < o.statuses.size):
+        other = run_accuracy(o, confidence, not failed_as_wrong, run.name, cluster)[0].to_dict()
     counted = o.judged(failed_as_wrong)
     per_trial = [float(o.correct[c, k].mean()) if (c := counted[:, k]).any() else None for k in range(counted.shape[1])]
     finite = [v for v in per_trial if v is not None]
@@ -262,19 +275,22 @@ def leaderboard(run: RunRecords, confidence: float = DEFAULT_CONFIDENCE, failed_
         "judge": card.get("judge"),
         "run_card_sha256": run.card_sha256,
         "num_samples": len(o.keys),
+        "num_samples_counted": overall.n,
         "num_trials": len(run.trials),
         "accuracy": {
             **overall.to_dict(),
             "per_trial": per_trial,
-            "std_over_trials": float(np.std(finite, ddof=1)) if len(finite) > 1 else None,  # sample std
+            "std_over_trials": std_over_trials(finite) if len(finite) > 1 else None,
+            "std_ddof": TRIAL_STD_DDOF,
         },
         "categories": {c: a.to_dict() for c, a in cats.items()},
         "failed": {
             "items": o.failed_items(),
             "samples_without_a_judged_trial": o.failed_samples(),
             "counted_as": "wrong" if failed_as_wrong else "excluded",
+            "accuracy_other_rule": other,
         },
-        "ci": {"method": METHODS["accuracy_ci"], "confidence": confidence},
+        "ci": {"method": METHODS["accuracy_ci"], "confidence": confidence, "cluster": str(cluster)},
         "tokens": {
             "total": sum(total_tokens(r.usage_dict()) for r in recs),
             "per_episode": tokens_per_episode(recs),

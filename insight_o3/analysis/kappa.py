@@ -5,12 +5,14 @@
 * **Fleiss' κ** (``m ≥ 3`` judges; Fleiss 1971, *Psychol. Bull.* 76:378): per item the share of agreeing
   judge pairs ``P_i = Σ_j k_ij (k_ij − 1) / (m (m − 1))``, ``P̄`` their mean, ``P_e = Σ_j p_j²`` from the
   pooled label shares, ``κ = (P̄ − P_e) / (1 − P_e)`` (``statsmodels.stats.inter_rater.fleiss_kappa``).
-* **Intervals**: a sample's trials are judged on related responses, so items are resampled by sample
-  (cluster bootstrap, percentile, a fixed seed). The resamples are computed in one vectorised pass from
-  additive per-item statistics (statsmodels takes one table at a time, too slow for thousands of
-  resamples); ``tests/analysis/test_kappa.py`` checks that pass against statsmodels on random tables, and the
-  intervals' coverage by simulation: about 94 % at a nominal 95 % with 50 samples × 3 trials; with fewer
-  than about 20 samples it is too narrow (91 %), which the outputs say by giving the number of samples.
+* **Intervals**: a sample's trials are judged on related responses, and a judge that misreads an image
+  misreads its questions alike, so items are resampled by cluster (cluster bootstrap, percentile, a fixed seed;
+  the clusters of :mod:`.clusters`: by default the samples sharing an image). The resamples are computed in one
+  vectorised pass from additive per-item statistics (statsmodels takes one table at a time, too slow for
+  thousands of resamples); ``tests/analysis/test_kappa.py`` checks that pass against statsmodels on random tables, and
+  the intervals' coverage by simulation: about 94 % at a nominal 95 % with 50 clusters × 3 trials, and over
+  images where resampling samples alone is too narrow (disagreements that come together on some images); with
+  fewer than about 20 clusters it is too narrow (91 %), which the outputs say.
 
 κ is undefined (NaN here, ``null`` in JSON) when chance agreement is 1: every judge gave the same label to
 everything.
@@ -24,7 +26,8 @@ import numpy as np
 from scipy.stats.contingency import crosstab
 from statsmodels.stats import inter_rater
 
-from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, PairingError
+from .outcomes import PairingError
+from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 
 _BATCH = 500  # bootstrap resamples drawn at a time
 #: Below this many samples the bootstrap interval of κ is known to undercover (see the module docstring).
@@ -99,7 +102,7 @@ def kappa_interval(
     seed: int = DEFAULT_SEED,
 ) -> tuple[float, float] | None:
     """Cluster-bootstrap interval of κ (Cohen's for two judges, Fleiss' for more) of binary labels
-    ``labels[item, judge]``, resampling the items' ``groups`` (their samples); None when fewer than two
+    ``labels[item, judge]``, resampling the items' ``groups`` (their clusters); None when fewer than two
     groups or κ is undefined."""
     labels = np.asarray(labels, bool)
     _, g = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)

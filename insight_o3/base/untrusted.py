@@ -19,7 +19,7 @@ Every API client (:class:`insight_o3.endpoints.client.GuardedAsyncOpenAI`) passe
 :func:`escape_strings` is also the backstop of :mod:`insight_o3.storage.record_log`: a record that still
 holds such text is written escaped (and marked) instead of failing the run.
 
-Round 2 (issue 34) — the reply is *typed* at the same boundary, so no caller checks anything:
+The reply is also *typed* at the same boundary, so no caller checks anything:
 
 * **Shape.** A chat completion must have a list of choice objects, each message's ``content`` a string, null,
   or a list of content parts (the OpenAI schema): the parts' text is joined into one string; content of any

@@ -25,8 +25,9 @@ from PIL import Image
 
 from .. import __version__
 from ..base.json_types import JSONObject
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation, git_commit
-from ..jobs.job import Emit, JobSettings, Plan, ResumableJob
+from ..jobs.job import Emit, Plan, ResumableJob
 from ..storage.atomic import atomic_writer, make_output_dir
 from .collage import CollageConfig, CollageInfeasible, CollagePlan, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow
@@ -161,7 +162,7 @@ class CollageJob(ResumableJob[int, dict]):
     desc = "collages"
 
     def __init__(self, spec: CollageSpec, items: list[SourceItem], num_workers: int = 1, progress: bool = True):
-        super().__init__(spec.out_dir, JobSettings(concurrency=max(1, num_workers), progress=progress))
+        super().__init__(spec.out_dir, RunControls(concurrency=max(1, num_workers), progress=progress))
         self.spec, self.items, self.num_workers = spec, items, num_workers
 
     def prepare(self) -> None:
@@ -180,7 +181,7 @@ class CollageJob(ResumableJob[int, dict]):
                 **settings,
                 **dataclasses.asdict(s.cfg),
                 "num_workers": self.num_workers,
-                "progress": self.settings.progress,
+                "progress": self.controls.progress,
             },
             derived={"pool_sha256": pool_sha256(self.items)},
             provenance={"version": __version__, "git_commit": git_commit()},

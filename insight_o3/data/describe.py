@@ -95,7 +95,6 @@ def build_messages(data_url: str) -> list[JSONObject]:
 @dataclass
 class DescribeConfig:
     model: str
-    concurrency: int = 16
     max_pixels: int | None = 1280 * 1280
     max_tokens: int | None = None
     temperature: float | None = None

@@ -34,16 +34,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from ..agents.single_model import SingleModelSolver
 from ..base.json_types import JSONObject
-from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
+from ..endpoints.endpoint import Endpoint
 from ..evaluation.judge import AnswerJudge, Verdict
 from ..imaging.images import ImageStore, Resize
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation
-from ..jobs.job import Emit, JobResult, JobSettings, ResumableJob
+from ..jobs.job import Emit, JobResult, ResumableJob
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.limits import LIMITS
@@ -127,26 +127,18 @@ def load_rows(path: str) -> list[JSONObject]:
 
 @dataclass(frozen=True, kw_only=True)
 class FilterSettings:
-    """One difficulty-filter run (keys are resolved by the caller and never written anywhere)."""
+    """One difficulty-filter run: the solving model and the judge, each at its endpoint (keys are resolved by the
+    caller and never written anywhere), the attempts per collage, the image budget and the run controls."""
 
     out_dir: str
     model: str
-    api_key: str | None = None
-    api_base_url: str | None = None
+    endpoint: Endpoint
     judge_model: str = "gpt-5-nano"
-    judge_api_key: str | None = None
-    judge_api_base_url: str | None = None
+    judge: Endpoint
     attempts: int = LIMITS.difficulty_attempts
     separate_attempt_requests: bool = False
-    concurrency: int = 16
-    max_retries: int = 5
-    client_timeout: float | None = None
     max_pixels: int = 1280 * 1280
-    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
-    image_workers: int | None = None
-    max_tokens_total: int | None = None
-    progress: bool = True
-    check_endpoints: bool = True
+    controls: RunControls = field(default_factory=RunControls)
 
 
 class CollageFilterJob(ResumableJob[dict, dict]):
@@ -156,14 +148,7 @@ class CollageFilterJob(ResumableJob[dict, dict]):
     records_file = RECORDS_FILE
 
     def __init__(self, f: FilterSettings, rows: list[dict], invocation: Invocation | None = None):
-        settings = JobSettings(
-            concurrency=f.concurrency,
-            progress=f.progress,
-            max_failure_ratio=f.max_failure_ratio,
-            max_tokens_total=f.max_tokens_total,
-            check_endpoints=f.check_endpoints,
-        )
-        super().__init__(f.out_dir, settings, invocation=invocation)
+        super().__init__(f.out_dir, f.controls, invocation=invocation)
         self.f, self.rows = f, rows
         self.desc = f"pass@{f.attempts}"
 
@@ -175,11 +160,10 @@ class CollageFilterJob(ResumableJob[dict, dict]):
 
     async def setup(self) -> None:
         f = self.f
-        conns = max(f.concurrency * (f.attempts if f.separate_attempt_requests else 1), 16)
-        kw: dict[str, Any] = dict(timeout=f.client_timeout, max_retries=f.max_retries, max_connections=conns)
-        client = self.client(f.api_key, f.api_base_url, role="vReasoner", **kw)
-        judge_client = self.client(f.judge_api_key, f.judge_api_base_url, role="judge", **kw)
-        store = ImageStore.for_image_workers(f.image_workers, originals_cached=0)
+        conns = max(f.controls.concurrency * (f.attempts if f.separate_attempt_requests else 1), 16)
+        client = self.client(f.endpoint, role="vReasoner", max_connections=conns)
+        judge_client = self.client(f.judge, role="judge", max_connections=conns)
+        store = ImageStore.for_image_workers(f.controls.image_workers, originals_cached=0)
         self.on_close(store.close)
         self.solver = SingleModelSolver(
             client,

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from ..base.json_types import JSONObject
+from ..endpoints.endpoint import Endpoint
 from ..imaging.images import ImageError, ImageStore
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation
-from ..jobs.job import Emit, JobSettings, Plan, ResumableJob
+from ..jobs.job import Emit, Plan, ResumableJob
 from ..storage.atomic import write_jsonl_atomic
 from .describe import BoxTask, DescribeConfig, describe_box
 from .layout import LayoutError, LayoutRules, iter_layout_files, parse_layout, process_layout
@@ -91,16 +93,6 @@ class LayoutInput:
     limit: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class DescriberEndpoint:
-    """The describing model's endpoint (the key is kept in memory only)."""
-
-    api_key: str | None = None
-    api_base_url: str | None = None
-    client_timeout: float | None = None
-    max_retries: int = 5
-
-
 class RegionLocalizationJob(ResumableJob[BoxTask, dict]):
     command = "build_region_localization"
     desc = "descriptions"
@@ -111,11 +103,11 @@ class RegionLocalizationJob(ResumableJob[BoxTask, dict]):
         out_dir: str,
         inputs: LayoutInput,
         cfg: DescribeConfig,
-        endpoint: DescriberEndpoint,
-        settings: JobSettings,
+        endpoint: Endpoint,
+        controls: RunControls,
         invocation: Invocation | None = None,
     ):
-        super().__init__(out_dir, settings, invocation=invocation)
+        super().__init__(out_dir, controls, invocation=invocation)
         self.inputs, self.cfg, self.endpoint = inputs, cfg, endpoint
         self.tasks: list[BoxTask] = []
         self.skipped = 0
@@ -123,7 +115,7 @@ class RegionLocalizationJob(ResumableJob[BoxTask, dict]):
     def collect(self, items: list[BoxTask]) -> list[BoxTask]:
         """The boxes of the layouts (read under the lock), written to ``boxes.jsonl``."""
         i = self.inputs
-        tasks = collect_boxes(i.layouts, i.image_dir, i.rules, i.source, progress=self.settings.progress)
+        tasks = collect_boxes(i.layouts, i.image_dir, i.rules, i.source, progress=self.controls.progress)
         self.tasks = tasks[: i.limit] if i.limit is not None else tasks
         write_boxes(self.path(BOXES_FILE), self.tasks)
         log.info("%d layout boxes kept", len(self.tasks))
@@ -141,15 +133,7 @@ class RegionLocalizationJob(ResumableJob[BoxTask, dict]):
         return plan
 
     async def setup(self) -> None:
-        e = self.endpoint
-        self.api = self.client(
-            e.api_key,
-            e.api_base_url,
-            timeout=e.client_timeout,
-            max_retries=e.max_retries,
-            max_connections=self.settings.concurrency,
-            role="describer",
-        )
+        self.api = self.client(self.endpoint, role="describer", max_connections=self.controls.concurrency)
 
     async def work(self, t: BoxTask, emit: Emit) -> JSONObject:
         return await describe_box(self.api, t, self.cfg)

@@ -39,16 +39,17 @@ The command line is :mod:`insight_o3.scripts.check_reliability`; the engine is :
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..agents.single_model import SingleModelSolver
 from ..base.json_types import JSONObject
-from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
+from ..endpoints.endpoint import Endpoint
 from ..evaluation.judge import AnswerJudge
 from ..imaging.images import ImageStore, Resize
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation
-from ..jobs.job import Emit, JobResult, JobSettings, ResumableJob
+from ..jobs.job import Emit, JobResult, ResumableJob
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import format_options
@@ -124,34 +125,18 @@ def parse_checker(spec: str) -> tuple[str, str | None, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckerEndpoint:
-    """One checker MLLM: its model name, endpoint and key (the key is kept in memory only)."""
-
-    model: str
-    api_base_url: str | None = None
-    api_key: str | None = None
-    key_env: str | None = None  # the variable named for its key (it must be set)
-
-
-@dataclass(frozen=True, kw_only=True)
 class ReliabilitySettings:
+    """One reliability check: the checker MLLMs by model name, each at its endpoint (keys in memory only), the judge,
+    what is checked and how, and the run controls."""
+
     out_dir: str
-    checkers: tuple[CheckerEndpoint, ...]
+    checkers: Mapping[str, Endpoint]
     judge_model: str = "gpt-5-nano"
-    judge_api_key: str | None = None
-    judge_api_key_env: str | None = None  # a variable named for the judge's key (it must be set)
-    judge_api_base_url: str | None = None
+    judge: Endpoint
     all_sources: bool = False
     chat_completion_kwargs: dict = field(default_factory=dict)
-    concurrency: int = 16
-    max_retries: int = 5
-    client_timeout: float | None = None
     max_pixels: int = 1280 * 1280
-    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
-    max_tokens_total: int | None = None
-    progress: bool = True
-    check_endpoints: bool = True
-    image_workers: int | None = None  # processes that decode/resize/encode (None: the usable CPUs; 0: threads)
+    controls: RunControls = field(default_factory=RunControls)
 
 
 class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
@@ -162,14 +147,7 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
     records_file = RECORDS_FILE
 
     def __init__(self, a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None = None):
-        settings = JobSettings(
-            concurrency=a.concurrency,
-            progress=a.progress,
-            max_failure_ratio=a.max_failure_ratio,
-            max_tokens_total=a.max_tokens_total,
-            check_endpoints=a.check_endpoints,
-        )
-        super().__init__(a.out_dir, settings, invocation=invocation)
+        super().__init__(a.out_dir, a.controls, invocation=invocation)
         self.a, self.items = a, items
         self.checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]
 
@@ -181,18 +159,16 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
 
     async def setup(self) -> None:
         a = self.a
-        kw: dict[str, Any] = dict(
-            timeout=a.client_timeout, max_retries=a.max_retries, max_connections=max(a.concurrency, 16)
-        )
-        store = ImageStore.for_image_workers(a.image_workers, originals_cached=0)
+        conns = max(a.controls.concurrency, 16)
+        store = ImageStore.for_image_workers(a.controls.image_workers, originals_cached=0)
         self.on_close(store.close)
         resize = Resize(max_pixels=a.max_pixels or None)
         self.checkers = [
             Checker(
-                c.model,
+                model,
                 SingleModelSolver(
-                    self.client(c.api_key, c.api_base_url, key_env=c.key_env, role=f"checker {c.model}", **kw),
-                    c.model,
+                    self.client(endpoint, role=f"checker {model}", max_connections=conns),
+                    model,
                     store,
                     resize,
                     system_prompt=prompts.THINK_SYSTEM_PROMPT,
@@ -200,12 +176,9 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
                     image_url_extra={"detail": "high"},
                 ),
             )
-            for c in a.checkers
+            for model, endpoint in a.checkers.items()
         ]
-        self.judge = AnswerJudge(
-            self.client(a.judge_api_key, a.judge_api_base_url, key_env=a.judge_api_key_env, role="judge", **kw),
-            a.judge_model,
-        )
+        self.judge = AnswerJudge(self.client(a.judge, role="judge", max_connections=conns), a.judge_model)
 
     def _previous_checks(self, unit: tuple[int, SourceItem]) -> JSONObject | None:
         return (self.previous(unit) or {}).get("checks")

@@ -1,5 +1,5 @@
-"""Talking to OpenAI-compatible endpoints: the guarded client (:mod:`.client`), one chat request and its first
-choice (:mod:`.chat`), token usage and prices
+"""Talking to OpenAI-compatible endpoints: the endpoint (:mod:`.endpoint`), the guarded client (:mod:`.client`), one
+chat request and its first choice (:mod:`.chat`), token usage and prices
 (:mod:`.usage`), rate limits (:mod:`.rate_limit`), the per-endpoint failure guard (:mod:`.guard`), the
 check before the first item (:mod:`.preflight`), the errors a run records instead of raising
 (:mod:`.errors`) and a scripted local endpoint for demos and benchmarks (:mod:`.scripted_server`).

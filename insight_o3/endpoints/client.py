@@ -5,7 +5,8 @@ Retries and backoff are the ``openai`` SDK's own (it honours ``Retry-After`` and
 (``openai.DefaultAsyncHttpxClient``: ``httpx`` under openai 1.x/2.x, ``httpx2`` under 3.x), so
 this module imports no HTTP package itself.
 
-Keys are resolved by :func:`resolve_key` and handed to :func:`make_client`; both register them with
+A client is made for one :class:`~insight_o3.endpoints.endpoint.Endpoint` (address, key, timeout, retries): keys are
+resolved by :func:`~insight_o3.endpoints.endpoint.resolve_key` and registered again by :func:`make_client` with
 :mod:`insight_o3.base.redaction`, so every message that leaves the process has them removed.
 
 A client built with a :class:`~insight_o3.endpoints.guard.RunGuard` reports the outcome of every request
@@ -28,11 +29,8 @@ import asyncio
 import importlib
 import json
 import logging
-import os
 import zlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import urlsplit
 
 import openai
 from openai import AsyncOpenAI
@@ -40,6 +38,7 @@ from openai import AsyncOpenAI
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, MAX_REPLY_BYTES, reply_body_cap
 from ..base.redaction import redact, register_secret, register_url
 from ..base.untrusted import MalformedReply, ReplyCheck, check_reply
+from .endpoint import Endpoint
 from .usage import record_response
 
 if TYPE_CHECKING:
@@ -50,119 +49,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_TIMEOUT = 600.0
-#: Env vars consulted when a flag is not given, per role, in order.
-ENV_KEYS = {
-    "main": (("OPENAI_API_KEY",), ("OPENAI_BASE_URL",)),
-    "judge": (("JUDGE_API_KEY", "OPENAI_API_KEY"), ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
-    "vsearcher": (("VSEARCHER_API_KEY",), ("VSEARCHER_API_BASE_URL", "VSEARCHER_BASE_URL")),
-    "summary": (("SUMMARY_API_KEY",), ("SUMMARY_API_BASE_URL",)),
-}
 #: Responses that no retry or later request can fix: the run stops at the first one.
 FATAL_STATUSES = {
     401: "unauthorized: wrong or missing API key",
     403: "forbidden: the key may not use this model or endpoint",
     404: "not found: wrong model name or base URL",
 }
-
-
-def resolve(flag_value: str | None, env_names: tuple[str, ...], default: str | None = None) -> str | None:
-    if flag_value:
-        return flag_value
-    for name in env_names:
-        if os.environ.get(name):
-            return os.environ[name]
-    return default
-
-
-def resolve_key(
-    flag_value: str | None, env_names: tuple[str, ...], default: str | None = None, flag: str = "--api_key"
-) -> str | None:
-    """An API key from its flag or the first env var set (see :data:`ENV_KEYS`), registered as a secret. A key
-    given as a flag gets a warning: the command line is visible to every user of the machine (``ps``,
-    ``/proc/<pid>/cmdline``) and stays in the shell's history; an env var is not."""
-    if flag_value and flag_value not in PUBLIC_KEYS:
-        log.warning(
-            "%s on the command line is visible to other users of this machine (ps) and in your shell history; "
-            "set %s instead",
-            flag,
-            f"${env_names[0]}" if env_names else "it in the environment",
-        )
-    key = resolve(flag_value, env_names, default)
-    register_secret(key)
-    return key
-
-
-#: The key the keyless demo sends its scripted endpoints (they refuse a request without one, as a real server).
-DEMO_KEY = "scripted-demo-key"
-#: Key values that are no secret (vLLM's placeholder, the demo's): given as a flag, they are not warned about.
-PUBLIC_KEYS = frozenset({"EMPTY", DEMO_KEY})
-#: Where the openai SDK sends requests when no base URL is given.
-SDK_DEFAULT_URL = "https://api.openai.com/v1"
-
-
-@dataclass(frozen=True)
-class Sourced:
-    """A URL or a key and where it came from (``--api_key``, ``$OPENAI_API_KEY``, "the model's endpoint", ...):
-    what a command states at its start, never the key itself. ``home``: for a key borrowed from another role, the
-    address it belongs to (it may go to that host only)."""
-
-    value: str | None
-    source: str
-    home: str | None = None
-
-    def __repr__(self) -> str:  # a key's value never in a repr
-        return f"Sourced(source={self.source!r}, set={self.value is not None})"
-
-
-def sourced(flag_value: str | None, flag: str, env_names: tuple[str, ...]) -> Sourced:
-    """A value from its flag or the first env var set, with where it came from (``none`` when neither is set)."""
-    if flag_value:
-        return Sourced(flag_value, flag)
-    for name in env_names:
-        if os.environ.get(name):
-            return Sourced(os.environ[name], f"${name}")
-    return Sourced(None, "none")
-
-
-def host_of(url: str | None) -> str:
-    """The host name of a base URL (lower case; the SDK's default address when None): a key belongs to a host, so
-    two servers on one host (two ports of 127.0.0.1) share it."""
-    return (urlsplit(url or SDK_DEFAULT_URL).hostname or "").lower()
-
-
-class KeyHostError(ValueError):
-    """A key borrowed from another role would go to a host it does not belong to (bad input, exit 2)."""
-
-
-def borrowed_key(
-    role: str,
-    url: Sourced,
-    own: Sourced,
-    lender: str,
-    lender_url: Sourced,
-    lender_key: Sourced,
-    allow_other_host: bool = False,
-) -> Sourced:
-    """The key ``role`` sends: its own (``own``: its flag or variable), else ``lender``'s key (e.g. the model's, for
-    the judge) — only to the host the lender sends it to (``lender_url``; unset: the SDK's default), so a key is
-    never sent to a server it was not meant for; ``allow_other_host`` (the commands' ``--allow_key_to_other_host``)
-    lifts that. Raises :class:`KeyHostError`."""
-    if own.value is not None or lender_key.value is None:
-        return own
-    home = lender_url.value or SDK_DEFAULT_URL  # where the lender itself sends that key
-    if not allow_other_host and host_of(url.value) != host_of(home):
-        raise KeyHostError(
-            f"the {role} has no key of its own and the {lender}'s ({lender_key.source}) belongs to {redact(host_of(home))}, "
-            f"not to the {role}'s {redact(host_of(url.value))} ({url.source}): it is not sent there. Give the {role} "
-            f"its own key (its variable or flag), or allow the {lender}'s key there (setting allow_key_to_other_host)"
-        )
-    return Sourced(lender_key.value, f"{lender_key.source} (the {lender}'s key)", home)
-
-
-def describe(role: str, url: Sourced, key: Sourced) -> str:
-    """One line stating where ``role``'s requests go and where its key comes from (the key itself never)."""
-    where = redact(url.value) if url.value else f"{SDK_DEFAULT_URL} (the SDK's default)"
-    return f"{role}: {where} (from {url.source}); key from {key.source if key.value else 'nowhere (none sent)'}"
 
 
 def quiet_http_logs() -> None:
@@ -287,21 +179,19 @@ def _http_package() -> Any:
 
 
 def make_client(
-    api_key: str | None,
-    base_url: str | None,
-    timeout: float | None = None,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    max_connections: int = 256,
+    endpoint: Endpoint,
     *,
+    max_connections: int = 256,
     role: str = "model",
     guard: RunGuard | None = None,
     limiter: AdaptiveLimiter | None = None,
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
     choices: int = 1,
 ) -> AsyncOpenAI:
-    """An ``AsyncOpenAI`` with our retry/timeout policy. ``api_key`` may be empty for local servers.
+    """An ``AsyncOpenAI`` for ``endpoint`` with our retry/timeout policy (its key may be empty for local servers).
 
-    ``timeout``: the total deadline of each HTTP attempt in seconds (see the module docstring). ``role``
+    The endpoint's ``timeout``: the total deadline of each HTTP attempt in seconds (see the module docstring;
+    None: :data:`DEFAULT_TIMEOUT`); its ``max_retries``: the SDK's (None: :data:`DEFAULT_MAX_RETRIES`). ``role``
     names the endpoint in messages ("model", "judge", "vSearcher", ...); with ``guard`` (a
     :class:`~insight_o3.endpoints.guard.RunGuard`) every request's outcome is reported to it; with
     ``limiter`` (a :class:`~insight_o3.endpoints.rate_limit.AdaptiveLimiter`) every HTTP attempt, retries
@@ -309,9 +199,10 @@ def make_client(
     :func:`~insight_o3.base.caps.reply_body_cap` bytes of the run's ``max_reply_chars`` for replies of ``choices``
     choices at most (the largest ``n`` the client's requests ask for), and refused past that.
     """
-    register_secret(api_key)
-    register_url(base_url)
-    timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
+    register_secret(endpoint.api_key)
+    register_url(endpoint.base_url)
+    timeout = endpoint.timeout if endpoint.timeout is not None else DEFAULT_TIMEOUT
+    max_retries = endpoint.max_retries if endpoint.max_retries is not None else DEFAULT_MAX_RETRIES
     http_kwargs = dict(
         limits=_limits(max_connections),
         timeout=timeout,
@@ -325,7 +216,11 @@ def make_client(
 
         http_client = limited_http_client(limiter, base=DeadlineHttpClient, **http_kwargs)
     kwargs = dict(
-        api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=max_retries, http_client=http_client
+        api_key=endpoint.api_key or "EMPTY",
+        base_url=endpoint.base_url,
+        timeout=timeout,
+        max_retries=max_retries,
+        http_client=http_client,
     )
     return GuardedAsyncOpenAI(role=role, guard=guard, limiter=limiter, **kwargs)
 

@@ -1,7 +1,7 @@
 """Endpoints checked up front: before the first item, every endpoint a run will call is asked once.
 
-Each :class:`Endpoint` (role, base URL, key, and the variable the key was to come from, if one was named) is
-checked by :func:`check_endpoints` with one ``GET <base_url>/models`` — the OpenAI models list, which vLLM,
+Each :class:`~insight_o3.endpoints.endpoint.Endpoint` a run calls (with the role it plays: base URL, key, and the
+variable the key was to come from, if one was named) is checked by :func:`check_endpoints` with one ``GET <base_url>/models`` — the OpenAI models list, which vLLM,
 SGLang and the OpenAI API all serve and which costs no tokens (asked through the openai SDK, without retries). It stops the run with :class:`EndpointError`
 (exit status 4, one line naming the role and the redacted URL) when
 
@@ -24,18 +24,16 @@ import asyncio
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import openai
 
 from ..base.redaction import redact, register_url
-from .client import ENV_KEYS, DeadlineHttpClient
+from .client import DeadlineHttpClient
+from .endpoint import ENV_KEYS, SDK_DEFAULT_URL, Endpoint
 from .guard import RunStopped
 
 log = logging.getLogger(__name__)
 
-#: Where the openai SDK sends requests when no base URL is configured.
-SDK_DEFAULT_URL = "https://api.openai.com/v1"
 #: Seconds each endpoint has to answer the check (all of it: connecting to the last byte).
 CHECK_TIMEOUT = 10.0
 
@@ -46,31 +44,22 @@ class EndpointError(RunStopped):
     resume_hint = None
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """One endpoint a run calls: ``role`` ("model", "judge", "vSearcher", ...), its base URL (None: the SDK's
-    default), its key and ``key_env``, the variable the key was to be read from when the command named one."""
-
-    role: str
-    base_url: str | None
-    api_key: str | None = field(default=None, repr=False)
-    key_env: str | None = None
-
-    @property
-    def url(self) -> str:
-        return self.base_url or SDK_DEFAULT_URL
-
-    def shown(self) -> str:
-        where = redact(self.url) + (" (the SDK default: no base URL configured)" if not self.base_url else "")
-        return f"{self.role} endpoint {where}"
+def url_of(ep: Endpoint) -> str:
+    """Where the SDK sends ``ep``'s requests."""
+    return ep.base_url or SDK_DEFAULT_URL
 
 
-def key_variables(ep: Endpoint) -> tuple[str, ...]:
+def shown(role: str, ep: Endpoint) -> str:
+    """``"<role> endpoint <redacted URL>"`` for a message."""
+    where = redact(url_of(ep)) + (" (the SDK default: no base URL configured)" if not ep.base_url else "")
+    return f"{role} endpoint {where}"
+
+
+def key_variables(role: str, ep: Endpoint) -> tuple[str, ...]:
     """The environment variables a key for ``ep`` is read from (the one the command named, else its role's)."""
     if ep.key_env:
         return (ep.key_env,)
-    role = {"judge": "judge", "vsearcher": "vsearcher"}.get(ep.role.lower(), "main")
-    return ENV_KEYS[role][0]
+    return ENV_KEYS[{"judge": "judge", "vsearcher": "vsearcher"}.get(role.lower(), "main")][0]
 
 
 def _reason(e: openai.APIConnectionError) -> str:
@@ -90,25 +79,25 @@ def _reason(e: openai.APIConnectionError) -> str:
     return redact(texts[0])[:200]
 
 
-def check_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
-    """Check one endpoint (see the module docstring); the HTTP status of its models list."""
-    return asyncio.run(acheck_endpoint(ep, timeout))
+def check_endpoint(role: str, ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
+    """Check one endpoint the run calls as ``role`` (see the module docstring); the HTTP status of its models list."""
+    return asyncio.run(acheck_endpoint(role, ep, timeout))
 
 
-async def acheck_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
+async def acheck_endpoint(role: str, ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
     """:func:`check_endpoint` in the running event loop: cancelled at once when the run is stopped."""
     register_url(ep.base_url)
     if ep.key_env and not os.environ.get(ep.key_env):
-        raise EndpointError(f"{ep.shown()}: its key variable ${ep.key_env} is not set")
+        raise EndpointError(f"{shown(role, ep)}: its key variable ${ep.key_env} is not set")
     if not ep.base_url and not ep.api_key:
-        keys = " or ".join(f"${v}" for v in key_variables(ep))
+        keys = " or ".join(f"${v}" for v in key_variables(role, ep))
         raise EndpointError(
-            f"{ep.shown()}: no key either; set {keys} (or pass the role's --*api_key flag), or give the base URL "
+            f"{shown(role, ep)}: no key either; set {keys} (or pass the role's --*api_key flag), or give the base URL "
             "of your server (or its environment variable)"
         )
     client = openai.AsyncOpenAI(
         api_key=ep.api_key or "EMPTY",
-        base_url=ep.url,
+        base_url=url_of(ep),
         max_retries=0,
         timeout=timeout,
         http_client=DeadlineHttpClient(deadline=timeout, timeout=timeout),
@@ -118,13 +107,13 @@ async def acheck_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
         return 200
     except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
         raise EndpointError(
-            f"{ep.shown()} refused the key (HTTP {e.status_code}); check the key for this role"
+            f"{shown(role, ep)} refused the key (HTTP {e.status_code}); check the key for this role"
         ) from None
     except openai.APIStatusError as e:  # answered: reachable (a server without a models list, a 5xx)
         return e.status_code
     except openai.APIConnectionError as e:
         raise EndpointError(
-            f"{ep.shown()} is unreachable ({_reason(e)}); check the URL or that the server is up"
+            f"{shown(role, ep)} is unreachable ({_reason(e)}); check the URL or that the server is up"
         ) from None
     except ValueError:  # answered 200 with a body that is no models list (or too large): reachable
         return 200
@@ -132,19 +121,23 @@ async def acheck_endpoint(ep: Endpoint, timeout: float = CHECK_TIMEOUT) -> int:
         await client.close()
 
 
-def check_endpoints(endpoints: Iterable[Endpoint], timeout: float = CHECK_TIMEOUT) -> None:
-    """Check every endpoint once (the same URL and key are asked once); raises :class:`EndpointError`."""
+#: An endpoint as a run calls it: (its role in messages — "model", "judge", "vSearcher", ... —, the endpoint).
+Called = tuple[str, Endpoint]
+
+
+def check_endpoints(endpoints: Iterable[Called], timeout: float = CHECK_TIMEOUT) -> None:
+    """Check every ``(role, endpoint)`` once (the same URL and key are asked once); raises :class:`EndpointError`."""
     asyncio.run(acheck_endpoints(endpoints, timeout))
 
 
-async def acheck_endpoints(endpoints: Iterable[Endpoint], timeout: float = CHECK_TIMEOUT) -> None:
+async def acheck_endpoints(endpoints: Iterable[Called], timeout: float = CHECK_TIMEOUT) -> None:
     """:func:`check_endpoints` in the running event loop (a stopped run cancels it at once)."""
     seen: set[tuple[str, str | None]] = set()
-    for ep in endpoints:
+    for role, ep in endpoints:
         if ep.key_env and not os.environ.get(ep.key_env):
-            await acheck_endpoint(ep, timeout)  # raises: named variable unset
-        if (ep.url, ep.api_key) in seen:
+            await acheck_endpoint(role, ep, timeout)  # raises: named variable unset
+        if (url_of(ep), ep.api_key) in seen:
             continue
-        seen.add((ep.url, ep.api_key))
-        status = await acheck_endpoint(ep, timeout)
-        log.info("%s reachable (models list: HTTP %d)", redact(ep.shown()), status)
+        seen.add((url_of(ep), ep.api_key))
+        status = await acheck_endpoint(role, ep, timeout)
+        log.info("%s reachable (models list: HTTP %d)", redact(shown(role, ep)), status)

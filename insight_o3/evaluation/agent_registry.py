@@ -114,12 +114,11 @@ def _opensearch_vl(ctx: AgentContext) -> Solver:
 
     from ..tools.setup import ToolSettings, build_toolkit
     from .config import PluginAgentSettings
-    from .run_dir import RunDir
 
     c = ctx.config
     agent = c.agent
     settings = agent.tools if isinstance(agent, PluginAgentSettings) and agent.tools is not None else ToolSettings()
-    run = RunDir.at(c.output_dir, c.eval_name)
+    run = c.run.run_dir
     toolkit = build_toolkit(settings, images_dir=run.tool_images_dir(), store_dir=run.retrieval_store_dir())
     session = functools.partial(opensearch_vl.OpenSearchVLSession, tool_set=settings.tool_set)
     return ToolLoopSolver(
@@ -158,16 +157,12 @@ def _insight_v(ctx: AgentContext) -> Solver:
     assert settings is not None
     api = settings.summary_api
     same = (api.base_url, api.api_key) == (c.api.base_url, c.api.api_key)
-    retries = {} if api.max_retries is None else {"max_retries": api.max_retries}
     summary = make_client(
-        api.api_key,
-        api.base_url,
-        timeout=api.timeout,
+        api,
         role="summary",
         guard=ctx.guard,
         limiter=ctx.model_limiter if same else None,  # one server, one limit
         max_reply_chars=c.reply_chars,
-        **retries,
     )
     kwargs = dict(c.completion_kwargs)  # the run's settings over each agent's released ones
     return InsightVSolver(

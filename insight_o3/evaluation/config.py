@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agents.config import ApiAccess, InSightO3Config, InsightVSettings
-from ..base.caps import DEFAULT_MAX_REPLY_CHARS
-from ..endpoints.usage import CostModel
+from ..agents.config import InSightO3Config, InsightVSettings
+from ..endpoints.endpoint import Endpoint
 from ..tools.setup import ToolSettings
 from .judge import DEFAULT_JUDGE_RETRIES
 from .runner import RunConfig
@@ -51,7 +50,7 @@ class JudgeSettings:
     """The judge of the answers (``flow``: see :data:`insight_o3.evaluation.judge.FLOWS`)."""
 
     model: str
-    api: ApiAccess
+    api: Endpoint
     max_answer_length: int = 1000
     flow: str = "extract"
     cache: bool = False
@@ -68,42 +67,32 @@ class RequestRates:
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateConfig:
-    """Every effective setting of one ``evaluate`` run. ``settings`` is what ``args.json`` holds: every flag's
-    resolved value under its flag name, never a key (the run dir's record of how it was made)."""
+    """Every effective setting of one ``evaluate`` run. ``run``: where it writes, how many trials, and its run
+    controls (the runner's whole config: the runner reads it, nothing copies it). ``settings`` is what
+    ``args.json`` holds: every flag's resolved value under its flag name, never a key (the run dir's record of
+    how it was made)."""
 
     # where, and on what
-    output_dir: str
-    eval_name: str
+    run: RunConfig
     ann_file: str
     img_dir: str
     allow_outside_img_dir: bool = False
     subset: dict[str, Any] | None = None  # evaluation.samples.subset_spec
     # the answering model (the vReasoner in InSight-o3 mode)
     model: str
-    api: ApiAccess
+    api: Endpoint
     img_max_pixels: int = 0  # 0: no limit
     completion_kwargs: Mapping[str, Any] = field(default_factory=dict)
     image_url_extra: Mapping[str, Any] = field(default_factory=dict)
+    separate_trial_requests: bool = False  # one request per trial instead of n=num_trials (the single model)
     judge: JudgeSettings
     agent: AgentSettings = field(default_factory=SingleModelSettings)
-    # run controls
-    num_trials: int = 1
-    concurrency: int = 128
+    # how the run goes besides run.controls (never what it produces)
     adaptive_concurrency: bool = True
     model_rates: RequestRates = field(default_factory=RequestRates)
     judge_rates: RequestRates = field(default_factory=RequestRates)
-    price_file: str | None = None
-    max_cost: float | None = None
-    max_tokens_total: int | None = None
-    max_failure_ratio: float = 1.0
-    max_reply_chars: int | None = None
     max_decode_values: int | None = None
-    separate_trial_requests: bool = False
-    retry_failed: bool = False
     image_cache_mb: int = 128
-    image_workers: int | None = None
-    progress: bool = True
-    check_endpoints: bool = True
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -129,27 +118,10 @@ class EvaluateConfig:
 
     @property
     def reply_chars(self) -> int:
-        """Characters of each reply text a record keeps (``--max_reply_chars``; the default when unset); every
-        client's reply body cap derives from it (:func:`insight_o3.base.caps.reply_body_cap`)."""
-        return DEFAULT_MAX_REPLY_CHARS if self.max_reply_chars is None else self.max_reply_chars
+        """Characters of each reply text a record keeps (``run.max_reply_chars``); every client's reply body cap
+        derives from it (:func:`insight_o3.base.caps.reply_body_cap`)."""
+        return self.run.max_reply_chars
 
     @property
     def single_model(self) -> SingleModelSettings | None:
         return self.agent if isinstance(self.agent, SingleModelSettings) else None
-
-    def run_config(self, costs: CostModel | None) -> RunConfig:
-        """The runner's settings of this run (``costs``: the price file's model, read by the command)."""
-        return RunConfig(
-            output_dir=self.output_dir,
-            eval_name=self.eval_name,
-            num_trials=self.num_trials,
-            concurrency=self.concurrency,
-            retry_failed=self.retry_failed,
-            group_trials=not self.separate_trial_requests,
-            progress=self.progress,
-            cost_model=costs,
-            max_cost=self.max_cost,
-            max_tokens_total=self.max_tokens_total,
-            check_endpoints=self.check_endpoints,
-            max_reply_chars=self.reply_chars,
-        )

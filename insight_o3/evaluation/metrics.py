@@ -17,7 +17,7 @@ Per trial (``eval_metrics.json``), with ``total`` = all samples:
   (vReasoner / vSearcher); with annotated evidence, ``evidence_coverage`` and ``crop_quality``
 
 The summary (``summary_metrics.json``) mirrors that structure with every number replaced by
-``{"mean": …, "std": …}`` (``np.std`` over trials) and adds ``num_trials`` (the runner adds
+``{"mean": …, "std": …}`` (:func:`std_over_trials`) and adds ``num_trials`` (the runner adds
 ``run_totals``: tokens and cost summed over trials).
 """
 
@@ -34,6 +34,16 @@ from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import image_refs
 from .attribution import attribution_metrics
 from .schema import STATUSES, EvalRecord, EvalResult, RecordError
+
+#: The one standard deviation over trials (the summary, ``gather_eval_results``' ``mean±std``, the leaderboard,
+#: the report's error bars): ``np.std`` with ddof 0, as the released summary computes it (docs/fidelity.md row 30).
+TRIAL_STD_DDOF = 0
+
+
+def std_over_trials(values: Any) -> float:
+    """The standard deviation of per-trial values (:data:`TRIAL_STD_DDOF`); 0 for one trial."""
+    return float(np.std(np.asarray(values, dtype=float), ddof=TRIAL_STD_DDOF))
+
 
 RATES = ("accuracy", "success_rate", "completion_rate", "critical_failure_ratio", "has_answer")
 
@@ -167,7 +177,7 @@ def summarize(trial_metrics: list[JSONObject]) -> JSONObject:
             keys = list(dict.fromkeys(k for v in values for k in v))
             return {k: agg([v[k] for v in values if k in v]) for k in keys}
         arr = np.asarray(values, dtype=float)
-        return {"mean": float(arr.mean()), "std": float(arr.std())}
+        return {"mean": float(arr.mean()), "std": std_over_trials(arr)}
 
     out = {"num_trials": len(trial_metrics)}
     if trial_metrics:

@@ -17,7 +17,7 @@ those; a run may add trials, never ask for fewer: :meth:`RunDir.held`). Reading 
 the writer's :class:`~insight_o3.storage.record_log.RecordLog` truncates it when the run resumes).
 
 ``format_version`` is written into ``run_card.json``. A directory without it was written before versioning:
-format 1, the same layout. Format 2 (issue 22) stores each reply once: the trajectory's copy of ``response`` is
+format 1, the same layout. Format 2 stores each reply once: the trajectory's copy of ``response`` is
 a reference (:data:`~insight_o3.evaluation.schema.RESPONSE_REF`) that :class:`~.schema.EvalResult` resolves, so
 this code reads both; a directory resumed by this code gets format-2 records appended to format-1 ones, which
 read the same. A directory of a newer format is

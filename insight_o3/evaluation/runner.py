@@ -32,16 +32,17 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..endpoints.guard import RunGuard
-from ..endpoints.preflight import Endpoint
+from ..endpoints.preflight import Called
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation
-from ..jobs.job import BudgetExceeded, Emit, JobSettings, Plan, ResumableJob
+from ..jobs.job import BudgetExceeded, Emit, Plan, ResumableJob
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
 from ..protocol.sample import Sample
 from ..protocol.trajectory import image_refs
@@ -64,20 +65,21 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class RunConfig:
+    """Where an evaluation run writes and how much of it there is: ``<output_dir>/<eval_name>``, ``num_trials``;
+    ``retry_failed``: records that failed are asked again; ``group_trials``: one ``solve(sample, n)`` for all
+    pending trials of a sample; ``max_reply_chars``: characters of each reply text a record keeps (see
+    :mod:`insight_o3.base.caps`); ``controls``: concurrency, progress, the guard, budgets over the whole eval dir
+    (all trials, earlier runs too) and the endpoint check."""
+
     output_dir: str
     eval_name: str
     num_trials: int = 1
-    concurrency: int = 128
     retry_failed: bool = False
-    group_trials: bool = True  # one solve(sample, n) for all pending trials of a sample
-    progress: bool = True
-    cost_model: CostModel | None = None  # adds cost_usd to records and metrics
-    max_cost: float | None = None  # budgets over the whole eval dir (all trials, earlier runs too)
-    max_tokens_total: int | None = None
-    check_endpoints: bool = True  # ask every endpoint before the first sample (insight_o3.endpoints.preflight)
-    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS  # per reply text stored (see insight_o3.base.caps)
+    group_trials: bool = True
+    max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
+    controls: RunControls = field(default_factory=RunControls)
 
     @property
     def eval_dir(self) -> str:
@@ -89,15 +91,6 @@ class RunConfig:
 
     def trial_dir(self, k: int) -> str:
         return self.run_dir.trial_dir(k)
-
-    def job_settings(self) -> JobSettings:
-        return JobSettings(
-            concurrency=self.concurrency,
-            progress=self.progress,
-            max_cost=self.max_cost,
-            max_tokens_total=self.max_tokens_total,
-            check_endpoints=self.check_endpoints,
-        )
 
 
 def build_record(
@@ -202,19 +195,20 @@ class EvalJob(ResumableJob[Sample, dict]):
         run_card: dict | None = None,
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
-        endpoints: Iterable[Endpoint] = (),
+        endpoints: Iterable[Called] = (),
+        costs: CostModel | None = None,
     ):
         self.run_dir = cfg.run_dir
         super().__init__(
             cfg.eval_dir,
-            cfg.job_settings(),
+            cfg.controls,
             guard=guard,
             invocation=invocation,
             endpoints=endpoints,
             store=self.run_dir,
             card=run_card,
         )
-        self.cfg, self.judge = cfg, judge
+        self.cfg, self.judge, self.costs = cfg, judge, costs
         #: who answers a unit's trials: rejudge's stored attempts, or a solver's fresh ones
         self.trials = solver if isinstance(solver, TrialSolver) else FreshTrials(solver)
         self.args_record = args_record
@@ -363,7 +357,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         if self.guard.tripped:
             return  # stopping: what is in flight may carry the failure that stopped the run
         usage = merge([solve_usage, meter.to_dict()])
-        cost = self.cfg.cost_model.cost(usage) if self.cfg.cost_model is not None else None
+        cost = self.costs.cost(usage) if self.costs is not None else None
         await self.emit(build_record(s, k, attempt, verdict, usage, cost, self.cfg.max_reply_chars), log=k)
 
     async def work(self, unit: Unit, emit: Emit) -> None:
@@ -401,11 +395,13 @@ async def run_evaluation(
     guard: RunGuard | None = None,
     run_card: dict | None = None,
     invocation: Invocation | None = None,
-    endpoints: Iterable[Endpoint] = (),
+    endpoints: Iterable[Called] = (),
+    costs: CostModel | None = None,
 ) -> JSONObject:
     """Evaluate, write every output file, and return the summary metrics (under the eval
     directory's lock: raises :class:`~insight_o3.storage.lock.RunLockedError` if another run holds it).
-    Raises :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and
+    ``costs``: the price model that adds ``cost_usd`` to records and metrics (None: no prices). Raises
+    :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and
     :class:`~insight_o3.jobs.integrity.SettingsChanged` (nothing written) when ``invocation`` differs from the
     directory's first run on a setting that can change a result."""
     job = EvalJob(
@@ -417,5 +413,6 @@ async def run_evaluation(
         guard=guard,
         invocation=invocation,
         endpoints=endpoints,
+        costs=costs,
     )
     return (await job.arun(samples)).summary

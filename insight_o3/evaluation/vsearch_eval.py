@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from .. import __version__
 from ..agents.drivers import VSearcher
@@ -23,12 +22,12 @@ from ..agents.searcher_session import LocateResult
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages
 from ..base.json_types import JSONObject
 from ..base.paths import OutsideImageDir, outside_message, resolve_image_path
-from ..endpoints.client import DEFAULT_MAX_RETRIES
-from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
+from ..endpoints.endpoint import Endpoint
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..imaging.images import DEFAULT_MAX_DECODE_VALUES, ImageStore
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation, git_commit, sha256_file
-from ..jobs.job import Emit, JobResult, JobSettings, Plan, ResumableJob
+from ..jobs.job import Emit, JobResult, Plan, ResumableJob
 from ..protocol.limits import LIMITS
 from ..protocol.sample import AnnotationError
 from ..protocol.statuses import LocateStatus
@@ -127,31 +126,20 @@ def metrics(records: list[JSONObject]) -> JSONObject:
 
 @dataclass(frozen=True, kw_only=True)
 class VSearchEvalSettings:
-    """One standalone vSearcher evaluation (``api_key`` is kept in memory only, never written)."""
+    """One standalone vSearcher evaluation: the vSearcher (``model`` at ``endpoint``; its key in memory only),
+    its protocol settings, the caps on untrusted sizes and the run controls."""
 
     model: str
     output_dir: str
-    api_key: str | None = None
-    api_base_url: str | None = None
+    endpoint: Endpoint
     max_pixels: int = VSEARCHER_EVAL_MAX_PIXELS
     prompt: str = "trained"
     max_tool_calls: int = LIMITS.max_tool_calls
     chat_completion_kwargs: dict = field(default_factory=dict)
-    concurrency: int = 16
-    client_timeout: float | None = None
-    max_retries: int = DEFAULT_MAX_RETRIES
-    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
-    image_workers: int | None = None
-    max_tokens_total: int | None = None
     max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
     max_decode_values: int = DEFAULT_MAX_DECODE_VALUES
-    progress: bool = True
-    check_endpoints: bool = True
     ann_file: str | None = None  # its sha256 is fixed by the output directory's first run
-
-    def record(self, **extra: Any) -> JSONObject:
-        """What ``args.json`` holds: every setting except the key."""
-        return {**{k: v for k, v in asdict(self).items() if k != "api_key"}, **extra}
+    controls: RunControls = field(default_factory=RunControls)
 
 
 class VSearchEvalJob(ResumableJob[RegionSample, dict]):
@@ -162,23 +150,17 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
     desc = "vsearch"
     records_file = "records.jsonl"
 
-    def __init__(self, s: VSearchEvalSettings, args_record: dict | None = None):
-        settings = JobSettings(
-            concurrency=s.concurrency,
-            progress=s.progress,
-            max_failure_ratio=s.max_failure_ratio,
-            max_tokens_total=s.max_tokens_total,
-            check_endpoints=s.check_endpoints,
-        )
+    def __init__(self, s: VSearchEvalSettings, args_record: JSONObject):
+        """``args_record``: what ``args.json`` holds (every flag, never a key)."""
         self.s = s
-        self.args_record = args_record if args_record is not None else s.record()
+        self.args_record = args_record
         card = {
             "package": "insight_o3",
             "version": __version__,
             "git_commit": git_commit(),
             "settings": self.args_record,
         }
-        super().__init__(s.output_dir, settings, card=card)
+        super().__init__(s.output_dir, s.controls, card=card)
         self.keys: list[str] = []
 
     card_file = "run_card.json"
@@ -209,18 +191,15 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
     async def setup(self) -> None:
         s = self.s
         images = ImageStore.for_image_workers(
-            s.image_workers,
+            s.controls.image_workers,
             max_decode_values=s.max_decode_values,
             alpha="white",  # RGBA on white: the fork's to_rgb
         )
         self.on_close(images.close)
         client = self.client(
-            s.api_key,
-            s.api_base_url,
-            timeout=s.client_timeout,
-            max_retries=s.max_retries,
-            max_connections=max(2 * s.concurrency, 16),
+            s.endpoint,
             role="vSearcher",
+            max_connections=max(2 * s.controls.concurrency, 16),
             max_reply_chars=s.max_reply_chars,
         )
         self.searcher = VSearcher(
@@ -246,7 +225,7 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
         return summary["n_failed"]
 
 
-async def run(s: VSearchEvalSettings, samples: list[RegionSample], *, args_record: dict | None = None) -> JobResult:
+async def run(s: VSearchEvalSettings, samples: list[RegionSample], *, args_record: JSONObject) -> JobResult:
     """The whole run under ``s.output_dir``'s lock; the result's summary is :func:`metrics` (also in
-    ``metrics.json``). ``args_record``: what ``args.json`` holds (default: :meth:`VSearchEvalSettings.record`)."""
+    ``metrics.json``). ``args_record``: what ``args.json`` holds."""
     return await VSearchEvalJob(s, args_record).arun(samples)

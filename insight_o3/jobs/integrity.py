@@ -207,7 +207,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "progress": O,
     "skip_image_check": O,
     "allow_outside_img_dir": O,
-    # caps on untrusted sizes (issue 22): a reply is judged whole before its record keeps --max_reply_chars of it;
+    # caps on untrusted sizes: a reply is judged whole before its record keeps --max_reply_chars of it;
     # an image over --max_decode_values is a failed sample (as a timeout), recovered by --retry_failed
     "max_reply_chars": O,
     "max_decode_values": O,  # lets image names point outside --img_dir; which images they are is the data's
@@ -234,7 +234,7 @@ NOT_IMPLIED: Any = object()
 
 
 def _agent_before_plugins(old: Mapping[str, Any], now: Any) -> Any:
-    """``evaluate --agent`` (issue 35, commit 54b93a2): before it, ``--vsearcher_model`` chose the mode; the two
+    """``evaluate --agent``: before it (commit 54b93a2), ``--vsearcher_model`` chose the mode; the two
     modes are the registry's built-in agents ``insight_o3`` and ``single_model``
     (:data:`insight_o3.evaluation.agent_registry.BUILTIN`)."""
     if old.get("command") != "evaluate":
@@ -243,7 +243,7 @@ def _agent_before_plugins(old: Mapping[str, Any], now: Any) -> Any:
 
 
 def _no_summary_agent_before_insight_v(old: Mapping[str, Any], now: Any) -> Any:
-    """``evaluate --summary_model`` (Insight-V's summary agent, issue 42): runs written before it had no summary
+    """``evaluate --summary_model`` (Insight-V's summary agent): runs written before it had no summary
     agent (None)."""
     return None if old.get("command") == "evaluate" else NOT_IMPLIED
 
@@ -259,7 +259,7 @@ def _prompt_added_later(old: Mapping[str, Any], now: Any) -> Any:
 #: implies — the one its run actually used (:data:`NOT_IMPLIED`: none). Add an entry with every new result-changing
 #: setting whose value older directories ran with, or resuming them is refused on it.
 ADDED_LATER: dict[str, Callable[[Mapping[str, Any], Any], Any]] = {
-    # evaluate's tool flags (issue 41): a run before them had no tools, i.e. these defaults
+    # evaluate's tool flags: a run before them had no tools, i.e. these defaults
     "tool_set": lambda old, now: "release",
     "retrieval": lambda old, now: "local",
     "layout_backend": lambda old, now: "tesseract",

@@ -74,13 +74,15 @@ from ..base.exit_codes import ExitCode
 from ..base.json_types import JSONObject
 from ..base.redaction import failure_reason
 from ..endpoints.client import make_client
+from ..endpoints.endpoint import Endpoint
 from ..endpoints.errors import EXPECTED_ERRORS
-from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, RunGuard, RunStopped, gather_or_stop
-from ..endpoints.preflight import Endpoint, acheck_endpoints
+from ..endpoints.guard import RunGuard, RunStopped, gather_or_stop
+from ..endpoints.preflight import Called, acheck_endpoints
 from ..endpoints.usage import UsageMeter, metering, metering_run, total_tokens
 from ..storage.atomic import write_json_atomic
 from ..storage.lock import run_lock
 from ..storage.record_log import RecordLog, has_lines
+from .controls import RunControls
 from .integrity import HISTORY_KEY, Invocation, read_card, settle
 from .run_history import FLUSH_S, RunStatus, RunTally, close_unfinished, ended
 
@@ -92,20 +94,6 @@ SummaryT = TypeVar("SummaryT")
 RECORDS = "records"
 #: What an item's failure may be recorded with (a tripped guard's error included: that record is dropped).
 RECORDED_ERRORS: tuple[type[Exception], ...] = (*EXPECTED_ERRORS, RunStopped)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobSettings:
-    """The run-level knobs every job command shares (``cli.add_run_flags`` and friends)."""
-
-    concurrency: int = 16
-    progress: bool = True
-    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
-    max_cost: float | None = None
-    max_tokens_total: int | None = None
-    check_endpoints: bool = (
-        True  # every client's endpoint asked once before the first item (insight_o3.endpoints.preflight)
-    )
 
 
 class BudgetExceeded(RunStopped):
@@ -293,11 +281,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
     def __init__(
         self,
         directory: str,
-        settings: JobSettings | None = None,
+        controls: RunControls | None = None,
         *,
         guard: RunGuard | None = None,
         invocation: Invocation | None = None,
-        endpoints: Iterable[Endpoint] = (),
+        endpoints: Iterable[Called] = (),
         store: CardStore | None = None,
         card: dict | None = None,
         price: Callable[[dict], float | None] | None = None,
@@ -308,10 +296,10 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self.directory = os.fspath(directory)
         self._invocation = invocation
         self._store, self._card = store, card
-        self.endpoints: list[Endpoint] = list(endpoints)  # + one per client made with :meth:`client`
-        self.settings = settings or JobSettings()
-        self.guard = guard if guard is not None else RunGuard(self.settings.max_failure_ratio)
-        self.budget = Budget(self.settings.max_cost, self.settings.max_tokens_total)
+        self.endpoints: list[Called] = list(endpoints)  # + one per client made with :meth:`client`
+        self.controls = controls or RunControls()
+        self.guard = guard if guard is not None else RunGuard(self.controls.max_failure_ratio)
+        self.budget = Budget(self.controls.max_cost, self.controls.max_tokens_total)
         self.logs: dict[Hashable, RecordLog] = {}
         self.progress: Progress | None = None
         self._closers: list[Callable[[], Any]] = []
@@ -412,13 +400,11 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         """Rewrite log ``name`` with one line per key, in ``order`` (keys not in it are dropped)."""
         self.logs[name].compact(order)
 
-    def client(
-        self, api_key: str | None, base_url: str | None, *, key_env: str | None = None, **kwargs: Any
-    ) -> AsyncOpenAI:
-        """An API client reporting to this run's guard (see :func:`insight_o3.endpoints.client.make_client`), closed at the end;
-        its endpoint is checked before the first item (``key_env``: the variable its key was to be read from)."""
-        self.endpoints.append(Endpoint(kwargs.get("role", "model"), base_url, api_key, key_env))
-        c = make_client(api_key, base_url, guard=self.guard, **kwargs)
+    def client(self, endpoint: Endpoint, *, role: str = "model", **kwargs: Any) -> AsyncOpenAI:
+        """A client of ``endpoint`` reporting to this run's guard (see :func:`insight_o3.endpoints.client.make_client`),
+        closed at the end; the endpoint is checked before the first item."""
+        self.endpoints.append((role, endpoint))
+        c = make_client(endpoint, role=role, guard=self.guard, **kwargs)
         self.on_close(c.close)
         return c
 
@@ -533,9 +519,9 @@ class ResumableJob(Generic[ItemT, SummaryT]):
             lg.close()
 
     async def _execute(self, plan: Plan) -> None:
-        self.progress = Progress(self.desc, plan.total, plan.initial, self.settings.progress, self.progress_postfix)
+        self.progress = Progress(self.desc, plan.total, plan.initial, self.controls.progress, self.progress_postfix)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
-        sem = asyncio.Semaphore(max(1, self.settings.concurrency))
+        sem = asyncio.Semaphore(self.controls.concurrency)
 
         async def one(unit: ItemT) -> None:
             async with sem:
@@ -564,7 +550,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         keeper = asyncio.create_task(self._keep_entry()) if self._settled else None
         try:
             await self.setup()
-            if plan.units and self.settings.check_endpoints:
+            if plan.units and self.controls.check_endpoints:
                 await acheck_endpoints(self.endpoints)
             await gather_or_stop((one(u) for u in plan.units), self.guard)
         finally:

@@ -18,12 +18,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..base.json_types import JSONObject
+from ..endpoints.endpoint import Endpoint
 from ..imaging.images import ImageRef, ImageStore, Resize
 from ..jobs.job import Emit
 from ..protocol.trajectory import image_part, message, to_openai
 from .prompts import EXTRACTION_PROMPT
 from .records import SourceImage
-from .steps import ModelEndpoint, StepJob, StepSettings
+from .steps import StepJob, StepSettings
 from .workspace import Workspace
 
 SECTIONS = ("identification", "caption", "ocr")
@@ -150,7 +151,8 @@ class ExtractJob(StepJob[ExtractTask]):
         self,
         workspace: Workspace,
         settings: StepSettings,
-        endpoint: ModelEndpoint,
+        model: str,
+        endpoint: Endpoint,
         *,
         max_pixels: int | None,
         prompt_role: str,
@@ -158,7 +160,7 @@ class ExtractJob(StepJob[ExtractTask]):
         **kw: Any,
     ) -> None:
         super().__init__(workspace, settings, **kw)
-        self.endpoint, self.prompt_role, self.prompt = endpoint, prompt_role, prompt
+        self.model, self.endpoint, self.prompt_role, self.prompt = model, endpoint, prompt_role, prompt
         self.resize = extraction_resize(max_pixels)
 
     def key(self, t: ExtractTask) -> str:
@@ -176,7 +178,7 @@ class ExtractJob(StepJob[ExtractTask]):
             self.endpoint, "extractor", self.limiter()
         )
         # tasks come image by image: each worker keeps the last two originals decoded while their crops are cut
-        self.images = ImageStore.for_image_workers(self.s.image_workers, originals_cached=2)
+        self.images = ImageStore.for_image_workers(self.s.controls.image_workers, originals_cached=2)
         self.on_close(self.images.close)
 
     def _base(self, t: ExtractTask) -> JSONObject:
@@ -186,7 +188,7 @@ class ExtractJob(StepJob[ExtractTask]):
         meter = self.meter()
         enc = await self.images.aget(t.image, self.resize, region=t.bbox)
         messages = to_openai(build_messages(enc.ref, self.prompt_role, self.prompt), lambda _ref: enc)
-        asked = await self.ask_parsed(self.api, self.endpoint.model, messages, parse_extraction)
+        asked = await self.ask_parsed(self.api, self.model, messages, parse_extraction)
         usage = meter.to_dict()
         out = {**self._base(t)}
         if asked.parsed is not None:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..agents.single_model import DEFAULT_COMPLETION_KWARGS, SingleModelSolver
 from ..base.json_types import JSONObject
 from ..data.difficulty import check_collage
+from ..endpoints.endpoint import Endpoint
 from ..evaluation.judge import AnswerJudge
 from ..imaging.geometry import api_image_max_pixels
 from ..imaging.images import ImageStore, Resize
@@ -30,7 +32,7 @@ from ..jobs.job import Emit, Plan
 from ..protocol.sample import Sample
 from ..storage.atomic import write_jsonl_atomic
 from .records import BenchItem, SourceImage, read_items
-from .steps import ModelEndpoint, StepJob, StepSettings, read_log
+from .steps import StepJob, StepSettings, read_log
 from .workspace import Workspace
 
 DROP_RULES = ("all", "any")
@@ -104,8 +106,9 @@ class BenchFilterJob(StepJob[BenchItem]):
         self,
         workspace: Workspace,
         settings: StepSettings,
-        solvers: list[ModelEndpoint],
-        judge: ModelEndpoint,
+        solvers: Mapping[str, Endpoint],
+        judge_model: str,
+        judge: Endpoint,
         sources: dict[str, SourceImage],
         *,
         attempts: int = 1,
@@ -114,9 +117,7 @@ class BenchFilterJob(StepJob[BenchItem]):
         **kw: Any,
     ) -> None:
         super().__init__(workspace, settings, **kw)
-        if len({e.model for e in solvers}) != len(solvers):
-            raise ValueError("solver models must be distinct")
-        self.solvers, self.judge_ep, self.sources = solvers, judge, sources
+        self.solvers, self.judge_model, self.judge_ep, self.sources = dict(solvers), judge_model, judge, sources
         self.attempts, self.drop_when = attempts, drop_when
         self.threshold = drop_threshold(drop_when, len(solvers))
         self.separate = separate_attempt_requests
@@ -130,24 +131,24 @@ class BenchFilterJob(StepJob[BenchItem]):
         return super().plan(items)
 
     async def setup(self) -> None:
-        images = ImageStore.for_image_workers(self.s.image_workers, originals_cached=0)
+        images = ImageStore.for_image_workers(self.s.controls.image_workers, originals_cached=0)
         self.on_close(images.close)
         kwargs = {**DEFAULT_COMPLETION_KWARGS, **self.s.chat_completion_kwargs}
         self.models: dict[str, SingleModelSolver] = {}
-        for ep in self.solvers:
-            client = self.endpoint_client(ep, ep.model, self.limiter())
-            self.models[ep.model] = SingleModelSolver(
+        for model, ep in self.solvers.items():
+            client = self.endpoint_client(ep, model, self.limiter())
+            self.models[model] = SingleModelSolver(
                 client,
-                ep.model,
+                model,
                 images,
-                Resize(max_pixels=api_image_max_pixels(ep.model)),
+                Resize(max_pixels=api_image_max_pixels(model)),
                 system_prompt=None,
                 completion_kwargs=kwargs,
                 image_url_extra={"detail": "high"},
                 separate_trial_requests=self.separate,
             )
         judge_client = self.endpoint_client(self.judge_ep, "judge", self.limiter())
-        self.judge = AnswerJudge(judge_client, self.judge_ep.model)
+        self.judge = AnswerJudge(judge_client, self.judge_model)
 
     async def _model(self, name: str, sample: Sample, prev: dict | None) -> JSONObject:
         if prev is not None and "solved" in prev:
@@ -160,7 +161,7 @@ class BenchFilterJob(StepJob[BenchItem]):
         meter = self.meter()
         sample = item_sample(item, self.sources[item.image_key])
         prev = (self.previous(item) or {}).get("models") or {}
-        names = [ep.model for ep in self.solvers]
+        names = list(self.solvers)
         results = await asyncio.gather(*(self._model(n, sample, prev.get(n)) for n in names))
         models = dict(zip(names, results))
         errors = {n: r["error"] for n, r in models.items() if "solved" not in r}
@@ -200,8 +201,8 @@ class BenchFilterJob(StepJob[BenchItem]):
             pending=len(self.candidates) - len(kept) - len(dropped),
             drop_when=self.drop_when,
             threshold=self.threshold,
-            models=[ep.model for ep in self.solvers],
+            models=list(self.solvers),
             solved_by_n_models={str(k): by_count.get(k, 0) for k in range(len(self.solvers) + 1)},
-            solved_per_model={ep.model: per_model.get(ep.model, 0) for ep in self.solvers},
+            solved_per_model={m: per_model.get(m, 0) for m in self.solvers},
         )
         return out

@@ -23,11 +23,12 @@ from openai import AsyncOpenAI
 
 from ..base.json_types import JSONObject
 from ..endpoints.chat import NoChoice, chat_once
-from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
+from ..endpoints.endpoint import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..jobs.controls import RunControls
 from ..jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
-from ..jobs.job import CardFile, CardStore, JobSettings, Plan, ResumableJob
+from ..jobs.job import CardFile, CardStore, Plan, ResumableJob
 from ..storage.atomic import write_json_atomic
 from .records import BuildFileError
 from .workspace import Workspace
@@ -39,53 +40,29 @@ ItemT = TypeVar("ItemT")
 ParsedT = TypeVar("ParsedT")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelEndpoint:
-    """A model behind an OpenAI-compatible endpoint (the key lives in memory only, never in a file)."""
-
-    model: str
-    api_base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    #: the variable the command was told to read the key from (``filter --solver MODEL,URL,VAR``): it must be set
-    key_env: str | None = None
-
-    def public(self) -> JSONObject:
-        return {"model": self.model, "api_base_url": self.api_base_url}
+def model_card(model: str, endpoint: Endpoint) -> JSONObject:
+    """What a step card says of a model and where it is served (never the key)."""
+    return {"model": model, **endpoint.public()}
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepSettings:
-    """The run settings of one step (the command line's shared flags)."""
+    """The run settings of one step (the command line's shared flags; each endpoint carries its own timeout and
+    retries)."""
 
-    concurrency: int = 16
-    max_retries: int = 5
-    client_timeout: float | None = None
     rpm: float | None = None
     tpm: float | None = None
     adaptive_concurrency: bool = True
-    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
-    max_cost: float | None = None
-    max_tokens_total: int | None = None
     parse_retries: int = 2
     retry_failed: bool = True
     limit: int | None = None
-    progress: bool = True
-    image_workers: int | None = None
     chat_completion_kwargs: dict = field(default_factory=dict)
-    check_endpoints: bool = True
-
-    def job_settings(self) -> JobSettings:
-        return JobSettings(
-            concurrency=self.concurrency,
-            progress=self.progress,
-            max_failure_ratio=self.max_failure_ratio,
-            max_cost=self.max_cost,
-            max_tokens_total=self.max_tokens_total,
-            check_endpoints=self.check_endpoints,
-        )
+    controls: RunControls = field(default_factory=RunControls)
 
     def public(self) -> JSONObject:
-        return asdict(self)
+        """The settings as the step card lists them (the run controls among them)."""
+        out = asdict(self)
+        return {**out.pop("controls"), **out}
 
 
 @dataclass(frozen=True)
@@ -135,7 +112,7 @@ class StepJob(ResumableJob[ItemT, dict]):
     ):
         super().__init__(
             str(workspace.root),
-            settings.job_settings(),
+            settings.controls,
             invocation=invocation,
             price=cost_model.cost if cost_model is not None else None,  # the run's history entry, as its records
         )
@@ -217,21 +194,12 @@ class StepJob(ResumableJob[ItemT, dict]):
     def limiter(self) -> AdaptiveLimiter | None:
         s = self.s
         if s.adaptive_concurrency or s.rpm or s.tpm:
-            return AdaptiveLimiter(s.concurrency, s.rpm, s.tpm)
+            return AdaptiveLimiter(s.controls.concurrency, s.rpm, s.tpm)
         return None
 
-    def endpoint_client(self, ep: ModelEndpoint, role: str, limiter: AdaptiveLimiter | None = None) -> AsyncOpenAI:
+    def endpoint_client(self, ep: Endpoint, role: str, limiter: AdaptiveLimiter | None = None) -> AsyncOpenAI:
         """A client of ``ep`` reporting to the run guard, behind ``limiter``, closed at the end."""
-        return self.client(
-            ep.api_key,
-            ep.api_base_url,
-            key_env=ep.key_env,
-            role=role,
-            timeout=self.s.client_timeout,
-            max_retries=self.s.max_retries,
-            max_connections=max(16, 2 * self.s.concurrency),
-            limiter=limiter,
-        )
+        return self.client(ep, role=role, max_connections=max(16, 2 * self.s.controls.concurrency), limiter=limiter)
 
     async def ask_parsed(
         self, api: Any, model: str, messages: list[JSONObject], parse: Callable[[str], ParsedT]

@@ -28,11 +28,12 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..base.untrusted import JSONRepair, loads, loads_repaired
+from ..endpoints.endpoint import Endpoint
 from ..jobs.job import Emit, Plan
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
-from .steps import InputNotReady, ModelEndpoint, StepJob, StepSettings, read_log, step_command
+from .steps import InputNotReady, StepJob, StepSettings, read_log, step_command
 from .workspace import Workspace
 
 LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
@@ -148,14 +149,15 @@ class SynthesizeJob(StepJob[SourceImage]):
         self,
         workspace: Workspace,
         settings: StepSettings,
-        endpoint: ModelEndpoint,
+        model: str,
+        endpoint: Endpoint,
         *,
         layout_text_mode: str = "both",
         templates: Mapping[str, str] | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(workspace, settings, **kw)
-        self.endpoint, self.mode, self.templates = endpoint, layout_text_mode, templates
+        self.model, self.endpoint, self.mode, self.templates = model, endpoint, layout_text_mode, templates
         self.waiting: list[str] = []
         self.waiting_failed, self.sources_total = 0, 0
 
@@ -207,7 +209,7 @@ class SynthesizeJob(StepJob[SourceImage]):
             "subset": unit.source.subset,
             "prompt_sha256": hashlib.sha256(unit.prompt.encode("utf-8")).hexdigest(),
         }
-        asked = await self.ask_parsed(self.api, self.endpoint.model, messages, parse_reply)
+        asked = await self.ask_parsed(self.api, self.model, messages, parse_reply)
         usage = meter.to_dict()
         parsed = asked.parsed
         out: JSONObject

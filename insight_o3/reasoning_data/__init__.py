@@ -25,7 +25,7 @@ settings=GenerateSettings(num_chains=N), run=RunControls())``  ``content``, ``ne
 ============================================================  =========================================================
 
 ``generator``, ``judge`` and ``scorer`` are :class:`.settings.ModelAccess` (a model and its
-:class:`~insight_o3.agents.config.ApiAccess`); each step's settings are a frozen dataclass of :mod:`.settings`.
+:class:`~insight_o3.endpoints.endpoint.Endpoint`); each step's settings are a frozen dataclass of :mod:`.settings`.
 ``generate``/``check``/``score`` return a :class:`~insight_o3.jobs.job.JobResult` (``summary``, ``exit_code``: 1 while
 items failed — call again to retry them); ``export`` an :class:`.engine.ExportResult` (the files, the counts). A call
 with settings other than the step's first run raises :class:`~insight_o3.jobs.integrity.SettingsChanged` and writes
@@ -36,11 +36,11 @@ one (every request of a chain carries a seed derived from its key, so a sampling
 
 One round of iterative DPO (generate with the current reasoning agent → rank → pairs → DPO → repeat) is::
 
-    from insight_o3.agents.config import ApiAccess
+    from insight_o3.endpoints.endpoint import Endpoint
     from insight_o3.reasoning_data import engine
     from insight_o3.reasoning_data.settings import ExportSettings, GenerateSettings, ModelAccess
 
-    served = ModelAccess(model="reasoner-round-1", api=ApiAccess(base_url="http://127.0.0.1:8000/v1"))
+    served = ModelAccess(model="reasoner-round-1", api=Endpoint(base_url="http://127.0.0.1:8000/v1"))
     work = "work/round_1"
     engine.generate(work, "train.jsonl", "images/", served, GenerateSettings(num_chains=8, seed=1))
     engine.check(work, ModelAccess(model="Qwen2-72B-Instruct", api=...))

@@ -24,13 +24,14 @@ from ..base.untrusted import loads
 from ..endpoints.chat import NoChoice, chat_once
 from ..endpoints.usage import CostModel
 from ..imaging.images import ImageStore
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation
 from ..jobs.job import Emit
 from ..protocol.trajectory import image_part, message, to_openai
 from .chain import chain_text
 from .generation import IMAGE_RESIZE
 from .prompts import CHECK_KWARGS, CHECK_SYSTEM_PROMPT, CHECK_USER_TEMPLATE, NO_ANSWER, SCORE_KWARGS, SCORE_PROMPT
-from .settings import CheckSettings, ModelAccess, RunControls, ScoreSettings
+from .settings import CheckSettings, ModelAccess, ScoreSettings
 from .steps import EngineJob
 from .workspace import WorkDir
 

@@ -18,6 +18,7 @@ from .. import __version__
 from ..base.json_types import JSONObject
 from ..endpoints.usage import CostModel
 from ..evaluation.samples import load_samples
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation, read_card, settle
 from ..jobs.job import JobResult
 from ..storage.atomic import write_json_atomic
@@ -26,7 +27,7 @@ from . import export as exp
 from . import prompts
 from .assessment import CheckJob, ScoreJob
 from .generation import GenerateJob, units_for
-from .settings import CheckSettings, ExportSettings, GenerateSettings, ModelAccess, RunControls, ScoreSettings
+from .settings import CheckSettings, ExportSettings, GenerateSettings, ModelAccess, ScoreSettings, controls_settings
 from .steps import read_records
 from .workspace import EXPORT_FILES, WorkDir
 
@@ -84,7 +85,7 @@ def generate(
             "ann_file": ann_file,
             "img_dir": img_dir,
             **settings.settings(),
-            **run.settings(),
+            **controls_settings(run),
         },
         ann_sha256=_file_sha(ann_file),
         prompts_sha256=prompts_sha256("generate"),
@@ -122,7 +123,7 @@ def check(
     chains = [g for g in _generated(ws).values() if g.get("status") == "ok"]
     inv = _invocation(
         "check",
-        {**_client_settings(judge, "judge_"), **settings.settings(), **run.settings()},
+        {**_client_settings(judge, "judge_"), **settings.settings(), **controls_settings(run)},
         prompts_sha256=prompts_sha256("check"),
         sampling=dict(prompts.CHECK_KWARGS),
     )
@@ -143,7 +144,7 @@ def score(
     chains = [g for k, g in _generated(ws).items() if checks.get(k, {}).get("passed") is True]
     inv = _invocation(
         "score",
-        {**_client_settings(scorer, "scorer_"), **settings.settings(), **run.settings()},
+        {**_client_settings(scorer, "scorer_"), **settings.settings(), **controls_settings(run)},
         prompts_sha256=prompts_sha256("score"),
         sampling=dict(prompts.SCORE_KWARGS),
     )

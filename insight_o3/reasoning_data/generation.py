@@ -24,13 +24,14 @@ from ..base.json_types import JSONObject
 from ..endpoints.chat import chat_once
 from ..endpoints.usage import CostModel
 from ..imaging.images import EncodedImage, ImageStore, Resize
+from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation
 from ..jobs.job import Emit
 from ..protocol.sample import Sample
 from ..protocol.trajectory import image_part, to_openai
 from .chain import ChainSession
 from .prompts import GENERATION_KWARGS, IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS
-from .settings import GenerateSettings, ModelAccess, RunControls
+from .settings import GenerateSettings, ModelAccess
 from .steps import EngineJob
 from .workspace import WorkDir
 

@@ -1,5 +1,5 @@
-"""The typed, frozen settings of the data engine's steps: one per step, plus the endpoint of a model and the run
-controls every step shares. The command (``build_reasoning_data``) builds them from its flags; a round driver builds
+"""The typed, frozen settings of the data engine's steps: one per step, plus a model at its endpoint; the run
+controls every step shares are the jobs' :class:`~insight_o3.jobs.controls.RunControls`. The command (``build_reasoning_data``) builds them from its flags; a round driver builds
 them directly. :meth:`settings` of each is what the step's first run fixes (names classified in
 :data:`insight_o3.jobs.integrity.SETTING_KINDS`: result-changing ones refuse a later run that differs)."""
 
@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agents.config import ApiAccess
 from ..base.json_types import JSONObject
-from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
-from ..jobs.job import JobSettings
+from ..endpoints.endpoint import Endpoint
+from ..jobs.controls import RunControls
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,45 +19,23 @@ class ModelAccess:
     """A model behind an OpenAI-compatible endpoint (its key in memory only: never in a ``repr`` nor a file)."""
 
     model: str
-    api: ApiAccess = field(default_factory=ApiAccess)
+    api: Endpoint = field(default_factory=Endpoint)
 
     def settings(self, prefix: str = "") -> JSONObject:
         return {f"{prefix}model": self.model, f"{prefix}api_base_url": self.api.base_url}
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunControls:
-    """How a step runs (none of it changes a result): concurrency, budgets, the stop rule, the price file."""
-
-    concurrency: int = 16
-    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
-    price_file: str | None = None
-    max_cost: float | None = None
-    max_tokens_total: int | None = None
-    progress: bool = True
-    check_endpoints: bool = True
-    image_workers: int | None = None
-
-    def job_settings(self) -> JobSettings:
-        return JobSettings(
-            concurrency=self.concurrency,
-            progress=self.progress,
-            max_failure_ratio=self.max_failure_ratio,
-            max_cost=self.max_cost,
-            max_tokens_total=self.max_tokens_total,
-            check_endpoints=self.check_endpoints,
-        )
-
-    def settings(self) -> JSONObject:
-        return {
-            "concurrency": self.concurrency,
-            "max_failure_ratio": self.max_failure_ratio,
-            "price_file": self.price_file,
-            "max_cost": self.max_cost,
-            "max_tokens_total": self.max_tokens_total,
-            "image_workers": self.image_workers,
-            "skip_endpoint_check": not self.check_endpoints,
-        }
+def controls_settings(run: RunControls) -> JSONObject:
+    """The run controls as a step's settings list them (its invocation: none of them fixed by the first run)."""
+    return {
+        "concurrency": run.concurrency,
+        "max_failure_ratio": run.max_failure_ratio,
+        "price_file": run.price_file,
+        "max_cost": run.max_cost,
+        "max_tokens_total": run.max_tokens_total,
+        "image_workers": run.image_workers,
+        "skip_endpoint_check": not run.check_endpoints,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,11 +22,12 @@ from openai import AsyncOpenAI
 from ..base.json_types import JSONObject
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..jobs.controls import RunControls
 from ..jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
 from ..jobs.job import Plan, ResumableJob
 from ..storage.atomic import write_json_atomic
 from ..storage.jsonl import iter_jsonl
-from .settings import ModelAccess, RunControls
+from .settings import ModelAccess
 from .workspace import EngineInputError, WorkDir
 
 #: How a user runs a step (what a message names as the command to run first).
@@ -64,7 +65,7 @@ class EngineJob(ResumableJob[ItemT, JSONObject]):
     ):
         super().__init__(
             str(ws.root),
-            run.job_settings(),
+            run,
             invocation=invocation,
             card=card,
             price=cost_model.cost if cost_model is not None else None,
@@ -129,16 +130,8 @@ class EngineJob(ResumableJob[ItemT, JSONObject]):
 
     def endpoint_client(self, ep: ModelAccess, role: str) -> AsyncOpenAI:
         """A client of ``ep`` reporting to the run guard behind an adaptive limiter, closed at the end."""
-        retries: dict[str, Any] = {} if ep.api.max_retries is None else {"max_retries": ep.api.max_retries}
-        return self.client(
-            ep.api.api_key,
-            ep.api.base_url,
-            role=role,
-            timeout=ep.api.timeout,
-            max_connections=max(16, 2 * self.run_controls.concurrency),
-            limiter=AdaptiveLimiter(self.run_controls.concurrency),
-            **retries,
-        )
+        n = self.run_controls.concurrency
+        return self.client(ep.api, role=role, max_connections=max(16, 2 * n), limiter=AdaptiveLimiter(n))
 
     @staticmethod
     def meter() -> UsageMeter:

@@ -30,10 +30,12 @@ from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..base.exit_codes import ExitCode
 from ..base.paths import ALLOW_OUTSIDE_FLAG, BadOutputName, check_output_name
 from ..base.redaction import RedactingFilter, redact
-from ..endpoints.client import DEFAULT_TIMEOUT, ENV_KEYS, quiet_http_logs
+from ..endpoints.client import DEFAULT_TIMEOUT, quiet_http_logs
+from ..endpoints.endpoint import ENV_KEYS, Endpoint, resolve, resolve_key
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
 from ..endpoints.preflight import EndpointError
 from ..imaging.images import DEFAULT_MAX_DECODE_VALUES
+from ..jobs.controls import RunControls
 from ..jobs.integrity import CardError, Invocation, SettingsChanged, git_commit
 from ..storage.atomic import OutputError, UnusableOutputDir
 from ..storage.lock import RunLockedError
@@ -517,6 +519,38 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     for name in ("max_reply_chars", "max_decode_values"):
         if getattr(a, name, 1) < 1:
             p.error(f"--{name} must be positive")
+
+
+def run_controls(a: argparse.Namespace) -> RunControls:
+    """The :class:`~insight_o3.jobs.controls.RunControls` of the shared flags (:func:`add_run_flags`,
+    :func:`add_budget_flags`, :func:`add_client_flags`); a flag the command does not have keeps the default."""
+    d = RunControls()
+    return RunControls(
+        concurrency=getattr(a, "concurrency", d.concurrency),
+        progress=not getattr(a, "no_progress", False),
+        max_failure_ratio=getattr(a, "max_failure_ratio", d.max_failure_ratio),
+        max_cost=getattr(a, "max_cost", None),
+        max_tokens_total=getattr(a, "max_tokens_total", None),
+        price_file=getattr(a, "price_file", None),
+        check_endpoints=not getattr(a, "skip_endpoint_check", False),
+        image_workers=getattr(a, "image_workers", None),
+    )
+
+
+def endpoint_of(a: argparse.Namespace, env: str = "main", *, prefix: str = "", key_env: str | None = None) -> Endpoint:
+    """The :class:`~insight_o3.endpoints.endpoint.Endpoint` of ``--{prefix}api_base_url`` / ``--{prefix}api_key``
+    (:func:`add_api_flags`), each else from the environment variables of ``ENV_KEYS[env]`` (``key_env``: the key
+    from that variable only, which must then be set), with ``--client_timeout`` and ``--max_retries``."""
+    keys, urls = ENV_KEYS[env]
+    return Endpoint(
+        base_url=resolve(getattr(a, f"{prefix}api_base_url", None), urls),
+        api_key=resolve_key(
+            getattr(a, f"{prefix}api_key", None), (key_env,) if key_env else keys, flag=f"--{prefix}api_key"
+        ),
+        key_env=key_env,
+        timeout=getattr(a, "client_timeout", None),
+        max_retries=getattr(a, "max_retries", None),
+    )
 
 
 def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived: Any) -> Invocation:

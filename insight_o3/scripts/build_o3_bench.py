@@ -41,7 +41,17 @@ from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..data.layout import LayoutError
 from ..data.reliability import parse_checker
-from ..endpoints.client import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve, resolve_key, sourced
+from ..endpoints.endpoint import (
+    ENV_KEYS,
+    Endpoint,
+    KeyHostError,
+    Sourced,
+    borrowed_key,
+    describe,
+    resolve,
+    resolve_key,
+    sourced,
+)
 from ..endpoints.usage import CostModel, PriceError
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..o3bench import sources as src_mod
@@ -59,7 +69,7 @@ from ..o3bench.prompts import (
 from ..o3bench.records import BuildFileError, read_items, read_sources
 from ..o3bench.release import release_workspace
 from ..o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..o3bench.steps import PROG, InputNotReady, ModelEndpoint, StepSettings, read_log, step_command
+from ..o3bench.steps import PROG, InputNotReady, StepSettings, model_card, read_log, step_command
 from ..o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
 from ..o3bench.validation import validate_workspace
 from ..o3bench.validation_rules import load_rules
@@ -78,10 +88,12 @@ from ._shared import (
     add_run_flags,
     add_separate_requests_flag,
     check_run_flags,
+    endpoint_of,
     entry_point,
     invocation_of,
     new_parser,
     non_empty,
+    run_controls,
     run_main,
     setup_logging,
 )
@@ -329,28 +341,15 @@ def build_parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- the steps
 def _settings(a: argparse.Namespace) -> StepSettings:
     return StepSettings(
-        concurrency=a.concurrency,
-        max_retries=a.max_retries,
-        client_timeout=a.client_timeout,
         rpm=a.rpm,
         tpm=a.tpm,
         adaptive_concurrency=not a.no_adaptive_concurrency,
-        max_failure_ratio=a.max_failure_ratio,
-        max_cost=a.max_cost,
-        max_tokens_total=a.max_tokens_total,
         parse_retries=getattr(a, "parse_retries", 0),
         retry_failed=not a.no_retry_failed,
         limit=a.limit,
-        progress=not a.no_progress,
-        image_workers=getattr(a, "image_workers", None),
         chat_completion_kwargs=dict(a.chat_completion_kwargs),
-        check_endpoints=not a.skip_endpoint_check,
+        controls=run_controls(a),
     )
-
-
-def _main_endpoint(a: argparse.Namespace, model: str) -> ModelEndpoint:
-    keys, urls = ENV_KEYS["main"]
-    return ModelEndpoint(model=model, api_base_url=resolve(a.api_base_url, urls), api_key=resolve_key(a.api_key, keys))
 
 
 def _costs(a: argparse.Namespace, models: dict[str, str | None]) -> CostModel | None:
@@ -424,10 +423,11 @@ def run_extract(a: argparse.Namespace) -> int:
     prompts_sha = {"EXTRACTION_PROMPT": sha256_text(prompt)}
     files = {"EXTRACTION_PROMPT": own.card()} if own is not None else {}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
-    ep = _main_endpoint(a, a.model)
+    ep = endpoint_of(a)
     job = ExtractJob(
         ws,
         _settings(a),
+        a.model,
         ep,
         max_pixels=a.img_max_pixels or None,
         prompt_role=a.extract_prompt_role,
@@ -435,7 +435,7 @@ def run_extract(a: argparse.Namespace) -> int:
         cost_model=_costs(a, {"extractor": a.model}),
         invocation=invocation_of("build_o3_bench extract", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
-            "model": ep.public(),
+            "model": model_card(a.model, ep),
             "prompts_sha256": prompts_sha,
             **({"prompt_files": files} if files else {}),
             "prompt_role": a.extract_prompt_role,
@@ -459,17 +459,18 @@ def run_synthesize(a: argparse.Namespace) -> int:
             f"{missing[0]}=FILE (the shipped prompts: {', '.join(SYNTHESIS_PROMPTS)}; see data/README.md)"
         )
     ws.require(ws.records("extract"), "extract")
-    ep = _main_endpoint(a, a.model)
+    ep = endpoint_of(a)
     job = SynthesizeJob(
         ws,
         _settings(a),
+        a.model,
         ep,
         layout_text_mode=a.layout_text,
         templates=templates,
         cost_model=_costs(a, {"synthesizer": a.model}),
         invocation=invocation_of("build_o3_bench synthesize", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
-            "model": ep.public(),
+            "model": model_card(a.model, ep),
             "prompts_sha256": prompts_sha,
             **({"prompt_files": files} if files else {}),
             "layout_text": a.layout_text,
@@ -513,21 +514,25 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         ap.error(str(e))
     if a.attempts < 1:
         ap.error("--attempts must be at least 1")
+    if len({m for m, _, _ in specs}) != len(specs):
+        ap.error("--solver models must be distinct")
     main_urls = ENV_KEYS["main"][1]
-    solvers = [
-        ModelEndpoint(
-            model=m,
-            api_base_url=base or resolve(a.api_base_url, main_urls),
+    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
+    solvers = {
+        m: Endpoint(
+            base_url=base or resolve(a.api_base_url, main_urls),
             api_key=resolve_key(a.api_key if env == "OPENAI_API_KEY" else None, (env,)),
             key_env=None if env == "OPENAI_API_KEY" else env,  # a variable the user named must be set
+            **client,
         )
         for m, base, env in specs
-    ]
+    }
+    first = next(iter(solvers.values()))
     judge_url = sourced(a.judge_api_base_url, "--judge_api_base_url", ENV_KEYS["judge"][1])
     if judge_url.value is None:
-        judge_url = Sourced(solvers[0].api_base_url, "the first solver's endpoint")
+        judge_url = Sourced(first.base_url, "the first solver's endpoint")
     first_key_env = specs[0][2]
-    first_url = Sourced(solvers[0].api_base_url, "the first solver's endpoint")
+    first_url = Sourced(first.base_url, "the first solver's endpoint")
     first_key = sourced(a.api_key if first_key_env == "OPENAI_API_KEY" else None, "--api_key", (first_key_env,))
     own = sourced(resolve_key(a.judge_api_key, ("JUDGE_API_KEY",), flag="--judge_api_key"), "--judge_api_key", ())
     if own.value is None and first_key_env != "OPENAI_API_KEY":  # $OPENAI_API_KEY where it belongs
@@ -536,21 +541,20 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
             sourced(None, "", ("OPENAI_API_KEY",)), a.allow_key_to_other_host,
         )  # fmt: skip
     judge_key = borrowed_key("judge", judge_url, own, "first solver", first_url, first_key, a.allow_key_to_other_host)
-    for solver in solvers:
-        url_of, key_of = (
-            Sourced(solver.api_base_url, "--solver"),
-            Sourced(solver.api_key, f"${solver.key_env or 'OPENAI_API_KEY'}"),
-        )
-        log.info("endpoints: %s", describe(f"solver {solver.model}", url_of, key_of))
+    for model, ep in solvers.items():
+        url_of = Sourced(ep.base_url, "--solver")
+        key_of = Sourced(ep.api_key, f"${ep.key_env or 'OPENAI_API_KEY'}")
+        log.info("endpoints: %s", describe(f"solver {model}", url_of, key_of))
     log.info("endpoints: %s", describe("judge", judge_url, judge_key))
-    judge = ModelEndpoint(model=a.judge_model, api_base_url=judge_url.value, api_key=judge_key.value)
+    judge = Endpoint(base_url=judge_url.value, api_key=judge_key.value, **client)
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
-    costs = _costs(a, {**{e.model: e.model for e in solvers}, "judge": judge.model})
+    costs = _costs(a, {**{m: m for m in solvers}, "judge": a.judge_model})
     job = BenchFilterJob(
         ws,
         _settings(a),
         solvers,
+        a.judge_model,
         judge,
         sources,
         attempts=a.attempts,
@@ -559,8 +563,8 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         cost_model=costs,
         invocation=invocation_of("build_o3_bench filter", a, skip=("step",)),
         card={
-            "models": [e.public() for e in solvers],
-            "judge": judge.public(),
+            "models": [model_card(m, ep) for m, ep in solvers.items()],
+            "judge": model_card(a.judge_model, judge),
             "attempts": a.attempts,
             "drop_when": a.drop_when,
             "request": "evaluate's single-model request (model default system prompt, detail high)",

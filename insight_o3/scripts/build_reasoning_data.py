@@ -30,10 +30,9 @@ import os
 import sys
 from typing import Any
 
-from ..agents.config import ApiAccess
 from ..base.json_types import JSONObject
 from ..base.untrusted import loads
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
+from ..endpoints.endpoint import ENV_KEYS
 from ..endpoints.usage import PriceError
 from ..protocol.sample import AnnotationError
 from ..reasoning_data import engine
@@ -42,7 +41,6 @@ from ..reasoning_data.settings import (
     ExportSettings,
     GenerateSettings,
     ModelAccess,
-    RunControls,
     ScoreSettings,
 )
 from ..reasoning_data.workspace import EngineInputError
@@ -55,8 +53,10 @@ from ._shared import (
     add_output_dir,
     add_run_flags,
     check_run_flags,
+    endpoint_of,
     entry_point,
     new_parser,
+    run_controls,
     run_main,
     setup_logging,
 )
@@ -158,25 +158,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _run(a: argparse.Namespace) -> RunControls:
-    return RunControls(
-        concurrency=a.concurrency,
-        max_failure_ratio=a.max_failure_ratio,
-        price_file=a.price_file,
-        max_cost=a.max_cost,
-        max_tokens_total=a.max_tokens_total,
-        progress=not a.no_progress,
-        check_endpoints=not a.skip_endpoint_check,
-        image_workers=getattr(a, "image_workers", None),
-    )
-
-
-def _access(a: argparse.Namespace, model: str, url: str | None, key: str | None) -> ModelAccess:
-    return ModelAccess(
-        model=model, api=ApiAccess(base_url=url, api_key=key, timeout=a.client_timeout, max_retries=a.max_retries)
-    )
-
-
 def _print(summary: object) -> None:
     print(json.dumps(summary, ensure_ascii=False))
 
@@ -205,37 +186,30 @@ def step_settings(a: argparse.Namespace) -> GenerateSettings | CheckSettings | S
 
 
 def run_generate(a: argparse.Namespace, settings: GenerateSettings) -> int:
-    keys, urls = ENV_KEYS["main"]
-    ep = _access(a, a.model, resolve(a.api_base_url, urls), resolve_key(a.api_key, keys))
+    ep = ModelAccess(model=a.model, api=endpoint_of(a))
     result = engine.generate(
-        a.output_dir, a.ann_file, a.img_dir, ep, settings, _run(a), allow_outside_img_dir=a.allow_outside_img_dir
+        a.output_dir,
+        a.ann_file,
+        a.img_dir,
+        ep,
+        settings,
+        run_controls(a),
+        allow_outside_img_dir=a.allow_outside_img_dir,
     )
     _print(result.summary)
     return result.exit_code
 
 
 def run_check(a: argparse.Namespace, settings: CheckSettings) -> int:
-    keys, urls = ENV_KEYS["judge"]
-    ep = _access(
-        a,
-        a.judge_model,
-        resolve(a.judge_api_base_url, urls),
-        resolve_key(a.judge_api_key, keys, flag="--judge_api_key"),
-    )
-    result = engine.check(a.output_dir, ep, settings, _run(a))
+    ep = ModelAccess(model=a.judge_model, api=endpoint_of(a, "judge", prefix="judge_"))
+    result = engine.check(a.output_dir, ep, settings, run_controls(a))
     _print(result.summary)
     return result.exit_code
 
 
 def run_score(a: argparse.Namespace, settings: ScoreSettings) -> int:
-    keys, urls = ENV_KEYS["main"]
-    ep = _access(
-        a,
-        a.scorer_model,
-        resolve(a.scorer_api_base_url, urls),
-        resolve_key(a.scorer_api_key, keys, flag="--scorer_api_key"),
-    )
-    result = engine.score(a.output_dir, ep, settings, _run(a))
+    ep = ModelAccess(model=a.scorer_model, api=endpoint_of(a, "main", prefix="scorer_"))
+    result = engine.score(a.output_dir, ep, settings, run_controls(a))
     _print(result.summary)
     return result.exit_code
 

@@ -36,15 +36,12 @@ from ..data.layout import LayoutError, LayoutRules
 from ..data.region_localization import (
     BOXES_FILE,
     DESCRIPTIONS_FILE,
-    DescriberEndpoint,
     LayoutInput,
     RegionLocalizationJob,
     collect_boxes,
     write_boxes,
 )
-from ..endpoints.client import ENV_KEYS, resolve, resolve_key
 from ..jobs.integrity import sha256_path
-from ..jobs.job import JobSettings
 from ..storage.lock import run_lock
 from ._shared import (
     ExitCode,
@@ -55,10 +52,12 @@ from ._shared import (
     add_run_flags,
     add_token_budget_flag,
     check_run_flags,
+    endpoint_of,
     entry_point,
     invocation_of,
     new_parser,
     non_empty,
+    run_controls,
     run_main,
     setup_logging,
 )
@@ -114,38 +113,25 @@ def main(argv: list[str] | None = None) -> int:
         source=a.source,
         limit=a.limit,
     )
-    if not a.layout_only and resolve(a.api_base_url, ENV_KEYS["main"][1]) is None:
+    endpoint = endpoint_of(a)
+    if not a.layout_only and endpoint.base_url is None:
         ap.error(
             "the describer has no default endpoint: give --api_base_url (or $OPENAI_BASE_URL), e.g. "
             "https://api.openai.com/v1 for the paper's GPT model, and --model"
         )
-    endpoint = DescriberEndpoint(
-        api_key=resolve_key(a.api_key, ENV_KEYS["main"][0]),
-        api_base_url=resolve(a.api_base_url, ENV_KEYS["main"][1]),
-        client_timeout=a.client_timeout,
-        max_retries=a.max_retries,
-    )
     cfg = DescribeConfig(
         model=a.model,
-        concurrency=a.concurrency,
         max_pixels=a.img_max_pixels or None,
         max_tokens=a.max_tokens,
         temperature=a.temperature,
         retry_failed=not a.no_retry_failed,
-    )
-    settings = JobSettings(
-        concurrency=a.concurrency,
-        progress=not a.no_progress,
-        max_failure_ratio=a.max_failure_ratio,
-        max_tokens_total=a.max_tokens_total,
-        check_endpoints=not a.skip_endpoint_check,
     )
 
     def body() -> int:
         if a.layout_only:
             return _layout_only(a, inputs)
         inv = invocation_of(RegionLocalizationJob.command, a, layouts_sha256=sha256_path(a.layouts))
-        result = RegionLocalizationJob(a.out_dir, inputs, cfg, endpoint, settings, inv).run([])
+        result = RegionLocalizationJob(a.out_dir, inputs, cfg, endpoint, run_controls(a), inv).run([])
         print(json.dumps(result.summary))
         if result.incomplete:
             log.warning(

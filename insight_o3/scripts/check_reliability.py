@@ -17,14 +17,13 @@ import sys
 
 from ..data.reliability import (
     RECORDS_FILE,
-    CheckerEndpoint,
     ReliabilityJob,
     ReliabilitySettings,
     parse_checker,
     run_check,
 )
 from ..data.source_pool import PoolError, load_pool, pool_sha256
-from ..endpoints.client import resolve, resolve_key
+from ..endpoints.endpoint import Endpoint, resolve, resolve_key
 from ._shared import (
     add_client_flags,
     add_image_budget_flag,
@@ -36,6 +35,7 @@ from ._shared import (
     entry_point,
     invocation_of,
     new_parser,
+    run_controls,
     run_main,
     setup_logging,
 )
@@ -94,43 +94,37 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if len({m for m, _, _ in specs}) != len(specs):
         ap.error("--checker models must be distinct")
-    checkers = tuple(
-        CheckerEndpoint(
-            model=m,
-            api_base_url=resolve(base, ("OPENAI_BASE_URL",)),
-            api_key=resolve_key(None, (env,)),
-            key_env=env,
+    client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
+    checkers = {
+        m: Endpoint(
+            base_url=resolve(base, ("OPENAI_BASE_URL",)), api_key=resolve_key(None, (env,)), key_env=env, **client
         )
         for m, base, env in specs
-    )
-    judge_key = resolve_key(
-        a.judge_api_key,
-        (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY"),
-        flag="--judge_api_key",
+    }
+    judge = Endpoint(
+        base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
+        api_key=resolve_key(
+            a.judge_api_key,
+            (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY"),
+            flag="--judge_api_key",
+        ),
+        key_env=None if a.judge_api_key else a.judge_api_key_env,
+        **client,
     )
     settings = ReliabilitySettings(
         out_dir=a.out_dir,
         checkers=checkers,
         judge_model=a.judge_model,
-        judge_api_key=judge_key,
-        judge_api_key_env=None if a.judge_api_key else a.judge_api_key_env,
-        judge_api_base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
+        judge=judge,
         all_sources=a.all_sources,
         chat_completion_kwargs=a.chat_completion_kwargs,
-        concurrency=a.concurrency,
-        max_retries=a.max_retries,
-        client_timeout=a.client_timeout,
         max_pixels=a.img_max_pixels,
-        image_workers=a.image_workers,
-        max_failure_ratio=a.max_failure_ratio,
-        max_tokens_total=a.max_tokens_total,
-        check_endpoints=not a.skip_endpoint_check,
-        progress=not a.no_progress,
+        controls=run_controls(a),
     )
 
     def body() -> int:
         items = load_pool(a.source_pool, a.image_root, check_images=not a.skip_image_check)
-        models = [c.model for c in checkers]
+        models = list(checkers)
         inv = invocation_of(ReliabilityJob.command, a, checker_models=models, pool_sha256=pool_sha256(items))
         result = run_check(settings, items, inv)
         print(json.dumps(result.summary))

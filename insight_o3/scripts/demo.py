@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from ..demo.endpoints import DemoScripts
-from ..endpoints.client import DEMO_KEY
+from ..endpoints.endpoint import DEMO_KEY
 from ..endpoints.scripted_server import ScriptedOpenAIServer
 from . import evaluate, make_demo_bench, report
 from ._shared import ExitCode, add_output_dir, entry_point, new_parser, seconds_since_start, setup_logging

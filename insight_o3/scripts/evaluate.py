@@ -37,27 +37,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..agents.config import ApiAccess, InSightO3Config, InsightVSettings, ReasonerSettings, SearcherSettings
+from ..agents.config import InSightO3Config, InsightVSettings, ReasonerSettings, SearcherSettings
 from ..agents.drivers import VREASONER_COMPLETION_KWARGS
 from ..agents.oracle import ORACLE_CROPS, check_oracle_samples
 from ..agents.single_model import DEFAULT_COMPLETION_KWARGS
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..base.untrusted import loads
-from ..endpoints.client import (
-    DEFAULT_MAX_RETRIES,
+from ..endpoints.client import DEFAULT_MAX_RETRIES, make_client
+from ..endpoints.endpoint import (
     ENV_KEYS,
+    Endpoint,
     KeyHostError,
     Sourced,
     borrowed_key,
     describe,
-    make_client,
     resolve,
     resolve_key,
     sourced,
 )
 from ..endpoints.guard import RunGuard
-from ..endpoints.preflight import Endpoint
+from ..endpoints.preflight import Called
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
 from ..evaluation.agent_registry import AgentContext, UnknownAgent, agent_names, get_agent
@@ -73,7 +73,7 @@ from ..evaluation.config import (
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache, default_flow
 from ..evaluation.run_card import build_run_card, card_invocation
 from ..evaluation.run_dir import RunDirError
-from ..evaluation.runner import failed_count, run_evaluation
+from ..evaluation.runner import RunConfig, failed_count, run_evaluation
 from ..evaluation.samples import load_samples, select_subset, subset_spec
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
 from ..imaging.images import ImageStore
@@ -83,6 +83,7 @@ from ..protocol.attempt import Solver
 from ..protocol.sample import AnnotationError, Sample
 from ..tools.layout import BACKENDS as LAYOUT_BACKENDS
 from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError, tools_card
+from ..tools.web import WebSettings
 from ._shared import (
     OUTPUT_ROOT,
     STOP_ERRORS,
@@ -107,6 +108,7 @@ from ._shared import (
     non_empty,
     output_name,
     report_stop,
+    run_controls,
     setup_logging,
 )
 
@@ -421,7 +423,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         a.judge_flow = "opensearch_vl" if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
     if a.agent in TOOL_AGENTS:
         try:
-            tool_settings(a).check()
+            tool_settings(a, endpoints=False).check()  # the endpoints are built (once) with the config
         except ToolSettingsError as e:
             p.error(f"--agent {a.agent}: {e} (--retrieval, --corpus, --retrieval_replay_from, --layout_backend)")
     elif a.corpus or a.retrieval_replay_from or a.tool_set != "release":
@@ -527,7 +529,13 @@ def _endpoint_access(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 TOOL_AGENTS = ("opensearch_vl",)
 
 
-def tool_settings(a: argparse.Namespace) -> ToolSettings:
+def tool_settings(a: argparse.Namespace, *, endpoints: bool = True) -> ToolSettings:
+    """The tool agent's settings of the flags; with ``--retrieval web`` and ``endpoints``, the released chain's
+    endpoints from its variables (said in the log), the Jina key only to Jina's host unless
+    ``--allow_key_to_other_host`` (else ``KeyHostError``, a ``ValueError``: exit 2 naming the setting)."""
+    web = None
+    if endpoints and a.retrieval == "web":
+        web = WebSettings.from_env(allow_key_to_other_host=a.allow_key_to_other_host)
     return ToolSettings(
         tool_set=a.tool_set,
         retrieval=a.retrieval,
@@ -537,6 +545,7 @@ def tool_settings(a: argparse.Namespace) -> ToolSettings:
         layout_api_url=a.layout_api_url,
         sr_model_path=a.sr_model_path,
         seconds=a.tool_seconds,
+        web=web,
     )
 
 
@@ -544,7 +553,7 @@ def _agent(a: argparse.Namespace) -> AgentSettings:
     """The agent-specific settings of the resolved flags ``a``."""
     client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
     if a.agent == "insight_v":
-        summary_api = ApiAccess(base_url=a.summary_api_base_url, api_key=a.summary_api_key, **client)
+        summary_api = Endpoint(base_url=a.summary_api_base_url, api_key=a.summary_api_key, **client)
         return InsightVSettings(summary_model=a.summary_model, summary_api=summary_api)
     if a.agent in TOOL_AGENTS:
         return PluginAgentSettings(name=a.agent, tools=tool_settings(a))
@@ -572,8 +581,8 @@ def _agent(a: argparse.Namespace) -> AgentSettings:
             max_tool_calls=LIMITS.max_tool_calls,
             completion_kwargs=a.vsearcher_chat_completion_kwargs,
         ),
-        reasoner_api=ApiAccess(base_url=a.api_base_url, api_key=a.api_key, **client),
-        searcher_api=ApiAccess(base_url=a.vsearcher_api_base_url, api_key=a.vsearcher_api_key, **client),
+        reasoner_api=Endpoint(base_url=a.api_base_url, api_key=a.api_key, **client),
+        searcher_api=Endpoint(base_url=a.vsearcher_api_base_url, api_key=a.vsearcher_api_key, **client),
     )
 
 
@@ -581,43 +590,39 @@ def config_of(a: argparse.Namespace) -> EvaluateConfig:
     """The frozen config of the resolved flags ``a`` (see :func:`_resolve`)."""
     client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
     return EvaluateConfig(
-        output_dir=a.output_dir,
-        eval_name=a.eval_name,
+        run=RunConfig(
+            output_dir=a.output_dir,
+            eval_name=a.eval_name,
+            num_trials=a.num_trials,
+            retry_failed=a.retry_failed,
+            group_trials=not a.separate_trial_requests,
+            max_reply_chars=a.max_reply_chars,
+            controls=run_controls(a),
+        ),
         ann_file=a.ann_file,
         img_dir=a.img_dir,
         allow_outside_img_dir=a.allow_outside_img_dir,
         subset=a.subset,
         model=a.model,
-        api=ApiAccess(base_url=a.api_base_url, api_key=a.api_key, **client),
+        api=Endpoint(base_url=a.api_base_url, api_key=a.api_key, **client),
         img_max_pixels=a.img_max_pixels,
         completion_kwargs=a.chat_completion_kwargs,
         image_url_extra=a.image_url_extra_settings,
+        separate_trial_requests=a.separate_trial_requests,
         judge=JudgeSettings(
             model=a.judge_model,
-            api=ApiAccess(base_url=a.judge_api_base_url, api_key=a.judge_api_key, **client),
+            api=Endpoint(base_url=a.judge_api_base_url, api_key=a.judge_api_key, **client),
             max_answer_length=a.max_answer_length,
             flow=a.judge_flow,
             cache=a.judge_cache,
             retries=a.judge_retries,
         ),
         agent=_agent(a),
-        num_trials=a.num_trials,
-        concurrency=a.concurrency,
         adaptive_concurrency=not a.no_adaptive_concurrency,
         model_rates=RequestRates(rpm=a.rpm, tpm=a.tpm),
         judge_rates=RequestRates(rpm=a.judge_rpm, tpm=a.judge_tpm),
-        price_file=a.price_file,
-        max_cost=a.max_cost,
-        max_tokens_total=a.max_tokens_total,
-        max_failure_ratio=a.max_failure_ratio,
-        max_reply_chars=a.max_reply_chars,
         max_decode_values=a.max_decode_values,
-        separate_trial_requests=a.separate_trial_requests,
-        retry_failed=a.retry_failed,
         image_cache_mb=a.image_cache_mb,
-        image_workers=a.image_workers,
-        progress=not a.no_progress,
-        check_endpoints=not a.skip_endpoint_check,
         settings=args_record(a),
     )
 
@@ -664,7 +669,7 @@ def cost_model(c: EvaluateConfig) -> CostModel | None:
     vsearcher = c.insight_o3.searcher.model if c.insight_o3 else None
     summary = c.insight_v.summary_model if c.insight_v else None
     models = {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher, "summary": summary}
-    return CostModel.from_file(c.price_file, models)
+    return CostModel.from_file(c.run.controls.price_file, models)
 
 
 def args_record(a: argparse.Namespace) -> JSONObject:
@@ -679,7 +684,7 @@ def image_store(c: EvaluateConfig, originals_cached: int) -> ImageStore:
     single-model runs drop the alpha channel as the released harness does."""
     plugin = get_agent(c.agent_name)
     return ImageStore.for_image_workers(
-        c.image_workers,
+        c.run.controls.image_workers,
         max_cached_bytes=c.image_cache_mb * 2**20,
         originals_cached=originals_cached,
         max_decode_values=c.max_decode_values,
@@ -698,11 +703,11 @@ class Limiters:
 
     @classmethod
     def of(cls, c: EvaluateConfig) -> Limiters:
-        adaptive, m, j = c.adaptive_concurrency, c.model_rates, c.judge_rates
+        adaptive, m, j, n = c.adaptive_concurrency, c.model_rates, c.judge_rates, c.run.controls.concurrency
         return cls(
-            AdaptiveLimiter(c.concurrency, m.rpm, m.tpm) if adaptive or m.rpm or m.tpm else None,
-            AdaptiveLimiter(c.concurrency, j.rpm, j.tpm) if adaptive or j.rpm or j.tpm else None,
-            AdaptiveLimiter(c.concurrency) if adaptive and c.insight_o3 else None,
+            AdaptiveLimiter(n, m.rpm, m.tpm) if adaptive or m.rpm or m.tpm else None,
+            AdaptiveLimiter(n, j.rpm, j.tpm) if adaptive or j.rpm or j.tpm else None,
+            AdaptiveLimiter(n) if adaptive and c.insight_o3 else None,
         )
 
 
@@ -719,20 +724,18 @@ def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: R
     return get_agent(c.agent_name).build(ctx)
 
 
-def endpoints(c: EvaluateConfig) -> list[Endpoint]:
+def endpoints(c: EvaluateConfig) -> list[Called]:
     """The endpoints the run calls (each checked before the first sample unless ``--skip_endpoint_check``)."""
-    eps = [Endpoint("judge", c.judge.api.base_url, c.judge.api.api_key)]
+    eps: list[Called] = [("judge", c.judge.api)]
     if get_agent(c.agent_name).calls_model:  # a plugin that answers without a model has no model endpoint to check
-        eps.insert(0, Endpoint("model", c.api.base_url, c.api.api_key))
+        eps.insert(0, ("model", c.api))
     if c.insight_o3:
-        api = c.insight_o3.searcher_api
-        eps.append(Endpoint("vSearcher", api.base_url, api.api_key))
+        eps.append(("vSearcher", c.insight_o3.searcher_api))
     if c.insight_v and (c.insight_v.summary_api.base_url, c.insight_v.summary_api.api_key) != (
         c.api.base_url,
         c.api.api_key,
     ):
-        api = c.insight_v.summary_api
-        eps.append(Endpoint("summary", api.base_url, api.api_key))
+        eps.append(("summary", c.insight_v.summary_api))
     return eps
 
 
@@ -746,42 +749,27 @@ def _log_stats(images: ImageStore, limiters: Limiters) -> None:
         )
 
 
-def _client(
-    api: ApiAccess,
-    role: str,
-    limiter: AdaptiveLimiter | None,
-    conns: int,
-    guard: RunGuard,
-    max_reply_chars: int | None,
-    choices: int = 1,
-) -> AsyncOpenAI:
-    retries = DEFAULT_MAX_RETRIES if api.max_retries is None else api.max_retries
-    return make_client(
-        api.api_key,
-        api.base_url,
-        api.timeout,
-        retries,
-        max_connections=conns,
-        role=role,
-        limiter=limiter,
-        guard=guard,
-        max_reply_chars=max_reply_chars,
-        choices=choices,
-    )
-
-
 async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None = None) -> JSONObject:
-    guard = RunGuard(c.max_failure_ratio)
+    guard = RunGuard(c.run.controls.max_failure_ratio)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
     oracle = c.single_model is not None and c.single_model.oracle_crops
     keeps = get_agent(c.agent_name).keeps_originals
     images = image_store(c, originals_cached=2 if keeps or oracle else 0)
     limiters = Limiters.of(c)
-    conns = max(c.concurrency * 2, 16)
-    cap = c.reply_chars  # what records keep of a reply; each client's body cap derives from it
-    choices = c.num_trials if c.single_model is not None and not c.separate_trial_requests else 1  # the request's n
-    main_client = _client(c.api, "model", limiters.model, conns, guard, cap, choices)
-    judge_client = _client(c.judge.api, "judge", limiters.judge, conns, guard, cap)
+    conns, cap = max(c.run.controls.concurrency * 2, 16), c.reply_chars  # each client's body cap derives from cap
+    choices = c.run.num_trials if c.single_model is not None and not c.separate_trial_requests else 1  # the request's n
+    main_client = make_client(
+        c.api,
+        role="model",
+        max_connections=conns,
+        guard=guard,
+        limiter=limiters.model,
+        max_reply_chars=cap,
+        choices=choices,
+    )
+    judge_client = make_client(
+        c.judge.api, role="judge", max_connections=conns, guard=guard, limiter=limiters.judge, max_reply_chars=cap
+    )
     solver: Solver | None = None
     try:
         solver = _solver(c, main_client, images, guard, limiters)
@@ -799,12 +787,13 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
                 samples,
                 solver,
                 judge,
-                c.run_config(costs),
+                c.run,
                 dict(c.settings),
                 guard=guard,
                 run_card=card,
                 invocation=card_invocation("evaluate", dict(c.settings), card),
                 endpoints=endpoints(c),
+                costs=costs,
             )
         finally:
             _log_stats(images, limiters)
@@ -863,12 +852,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {redact(str(e))}{hint}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     log.info(
-        "%d samples from %s%s; results in %s/%s",
-        len(samples),
-        a.ann_file,
-        " (subset)" if a.subset else "",
-        a.output_dir,
-        a.eval_name,
+        "%d samples from %s%s; results in %s", len(samples), a.ann_file, " (subset)" if a.subset else "", a.run.eval_dir
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
@@ -876,10 +860,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
-        return report_stop(e, results=os.path.join(a.output_dir, a.eval_name))
+        return report_stop(e, results=a.run.eval_dir)
     acc = summary.get("overall_accuracy", {})
     print(
-        f"{a.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "
+        f"{a.run.eval_name}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} "
         f"over {summary['num_trials']} trial(s); critical failures "
         f"{summary.get('critical_failure_ratio', {}).get('mean', 0):.4f}"
     )

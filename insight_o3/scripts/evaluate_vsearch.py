@@ -26,7 +26,7 @@ import json
 import os
 import sys
 
-from ..endpoints.client import DEFAULT_MAX_RETRIES, ENV_KEYS, resolve, resolve_key
+from ..endpoints.client import DEFAULT_MAX_RETRIES
 from ..evaluation.vsearch_eval import (
     AnnotationError,
     RegionSample,
@@ -51,9 +51,11 @@ from ._shared import (
     add_vsearcher_flags,
     check_output_names,
     check_run_flags,
+    endpoint_of,
     entry_point,
     new_parser,
     non_empty,
+    run_controls,
     run_main,
     setup_logging,
 )
@@ -96,31 +98,23 @@ def main(argv: list[str] | None = None) -> int:
     check_run_flags(p, a)
     if a.max_tool_calls < 1 or a.vsearcher_max_pixels < QWEN_MIN_PIXELS:
         p.error(f"--max_tool_calls >= 1 and --vsearcher_max_pixels >= {QWEN_MIN_PIXELS} are required")
-    a.api_key = resolve_key(a.api_key, ENV_KEYS["vsearcher"][0])
-    a.api_base_url = resolve(a.api_base_url, ENV_KEYS["vsearcher"][1])
+    endpoint = endpoint_of(a, "vsearcher")
+    a.api_base_url = endpoint.base_url  # args.json holds the resolved address, never the key
     if not a.output_dir:  # the model's name is a folder below outputs/vsearch: it must not leave it
         check_output_names(p, model=a.model.replace("/", "__"))
         a.output_dir = os.path.join(OUTPUT_ROOT, "vsearch", a.model.replace("/", "__"))
     settings = VSearchEvalSettings(
         model=a.model,
         output_dir=a.output_dir,
-        api_key=a.api_key,
-        api_base_url=a.api_base_url,
+        endpoint=endpoint,
         max_pixels=a.vsearcher_max_pixels,
         prompt=a.vsearcher_prompt,
         max_tool_calls=a.max_tool_calls,
         chat_completion_kwargs=a.chat_completion_kwargs,
-        concurrency=a.concurrency,
-        client_timeout=a.client_timeout,
-        max_retries=a.max_retries,
-        max_failure_ratio=a.max_failure_ratio,
-        image_workers=a.image_workers,
-        max_tokens_total=a.max_tokens_total,
         max_reply_chars=a.max_reply_chars,
         max_decode_values=a.max_decode_values,
-        progress=not a.no_progress,
         ann_file=a.ann_file,
-        check_endpoints=not a.skip_endpoint_check,
+        controls=run_controls(a),
     )
 
     def body() -> int:

@@ -1,15 +1,16 @@
 """Export a finished evaluation run: trajectories as Parquet and a leaderboard entry as JSON.
 
     python -m insight_o3.scripts.export outputs/eval/<eval_name> [--output_dir DIR] \\
-        [--trajectories PATH] [--leaderboard PATH] [--confidence 0.95] [--failed_as_wrong]
+        [--trajectories PATH] [--leaderboard PATH] [--confidence 0.95] [--failed_as_wrong] [--cluster image|sample]
 
 ``trajectories.parquet`` has one row per (sample, trial): the conversation with image references
 (never pixels), every vSearcher call, the verdict, the failure attribution, token usage and cost;
 ``datasets.load_dataset("parquet", data_files=PATH)`` or ``pyarrow.parquet.read_table(PATH)`` loads it
 (columns: :data:`insight_o3.analysis.export.TRAJECTORY_SCHEMA`). ``leaderboard.json`` holds the
 accuracy with its interval (:mod:`insight_o3.analysis.significance`: each sample's trials averaged, Wilson
-at the effective sample size), overall and per category, the items lost to API errors (left out unless
-``--failed_as_wrong``), tokens per episode (model + vSearcher; the judge's apart), cost, the failure
+at the effective sample size over ``--cluster`` clusters, by default the samples sharing an image), overall and
+per category, the items lost to API errors (left out unless ``--failed_as_wrong``; the accuracy under the other
+rule beside), tokens per episode (model + vSearcher; the judge's apart), cost, the failure
 attribution and the run card's sha256. Both go to ``--output_dir`` (default ``<eval_dir>/export``).
 
 Exit status: 0 written; 2 bad input (no run there, an unfinished trial, a malformed record, a run without
@@ -23,9 +24,11 @@ import argparse
 import os
 import sys
 
+from ..analysis.clusters import Cluster
 from ..analysis.export import leaderboard, trajectory_rows, write_trajectories
+from ..analysis.outcomes import PairingError
 from ..analysis.run_records import read_run
-from ..analysis.significance import PairingError
+from ..base.json_types import JSONObject
 from ..evaluation.run_dir import RunDirError
 from ..evaluation.schema import RecordError
 from ..storage.atomic import make_output_dir, write_json_atomic
@@ -43,6 +46,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def summary_lines(
+    name: str, entry: JSONObject, confidence: float, failed_as_wrong: bool, cluster: Cluster
+) -> list[str]:
+    """The accuracy as printed: over the samples it counts (``k of n`` when some had no judged trial), with the
+    lost items' other rule beside."""
+    acc = entry["accuracy"]
+    counted = acc["n"] if acc["n"] == entry["num_samples"] else f"{acc['n']} of {entry['num_samples']}"
+    on = f" on {acc['clusters']} image(s)" if cluster is Cluster.IMAGE else ""
+    out = [
+        f"{name}: accuracy {100 * acc['mean']:.1f}% [{100 * acc['ci'][0]:.1f}, {100 * acc['ci'][1]:.1f}] "
+        f"({100 * confidence:g}% CI, {counted} samples{on} x {entry['num_trials']} trial(s))"
+    ]
+    failed = entry["failed"]
+    if failed["items"]:
+        other = failed["accuracy_other_rule"]
+        beside = (
+            f"; {'left out' if failed_as_wrong else 'counted as wrong'} instead: {100 * other['mean']:.1f}% "
+            f"[{100 * other['ci'][0]:.1f}, {100 * other['ci'][1]:.1f}] on {other['n']} samples"
+            if other
+            else ""
+        )
+        out.append(
+            f"{failed['items']} item(s) lost to API errors: {failed['counted_as']} "
+            f"({failed['samples_without_a_judged_trial']} sample(s) without a judged trial){beside}"
+        )
+    return out
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
@@ -55,25 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         run = read_run(a.eval_dir)
         traj = a.trajectories or os.path.join(out_dir, "trajectories.parquet")
         board = a.leaderboard or os.path.join(out_dir, "leaderboard.json")
-        entry = leaderboard(run, a.confidence, a.failed_as_wrong)  # first: a run without samples writes nothing
+        # first: a run without samples writes nothing
+        entry = leaderboard(run, a.confidence, a.failed_as_wrong, Cluster(a.cluster))
         rows = trajectory_rows(run)
         for path in (traj, board):
             make_output_dir(os.path.dirname(os.path.abspath(path)))
         size = write_trajectories(traj, rows)
         write_json_atomic(board, entry)
-        acc = entry["accuracy"]
         print(f"wrote {traj} ({len(rows)} rows, {size / 1e6:.2f} MB) and {board}")
-        print(
-            f"{run.name}: accuracy {100 * acc['mean']:.1f}% "
-            f"[{100 * acc['ci'][0]:.1f}, {100 * acc['ci'][1]:.1f}] ({100 * a.confidence:g}% CI, "
-            f"{entry['num_samples']} samples x {entry['num_trials']} trial(s))"
-        )
-        failed = entry["failed"]
-        if failed["items"]:
-            print(
-                f"{failed['items']} item(s) lost to API errors: {failed['counted_as']} "
-                f"({failed['samples_without_a_judged_trial']} sample(s) without a judged trial)"
-            )
+        for line in summary_lines(run.name, entry, a.confidence, a.failed_as_wrong, Cluster(a.cluster)):
+            print(line)
         print(f"run card sha256: {entry['run_card_sha256']} (in the leaderboard entry: the run it comes from)")
         return ExitCode.OK
 

@@ -18,9 +18,10 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 
 from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
-from ..endpoints.client import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve, resolve_key, sourced
+from ..endpoints.endpoint import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve_key, sourced
 from ..protocol.limits import LIMITS
 from ._shared import (
     add_api_flags,
@@ -33,10 +34,12 @@ from ._shared import (
     add_separate_requests_flag,
     add_token_budget_flag,
     check_run_flags,
+    endpoint_of,
     entry_point,
     invocation_of,
     new_parser,
     non_empty,
+    run_controls,
     run_main,
     setup_logging,
 )
@@ -76,12 +79,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     check_run_flags(ap, a)
     if a.attempts < 1 or a.img_max_pixels < 0:
         ap.error("--attempts must be >= 1 and --img_max_pixels >= 0")
-    key = resolve_key(a.api_key, ENV_KEYS["main"][0])
-    base = resolve(a.api_base_url, ENV_KEYS["main"][1])
+    model = endpoint_of(a)
     model_url = sourced(a.api_base_url, "--api_base_url", ENV_KEYS["main"][1])
     judge_url = sourced(a.judge_api_base_url, "--judge_api_base_url", ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"))
-    if judge_url.value is None and base:
-        judge_url = Sourced(base, f"the model's endpoint, {model_url.source}")
+    if judge_url.value is None and model.base_url:
+        judge_url = Sourced(model.base_url, f"the model's endpoint, {model_url.source}")
     try:  # the model's key for the judge only on the model's host
         judge_key = borrowed_key(
             "judge",
@@ -96,25 +98,17 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         ap.error(str(e))
     log.info("endpoints: %s", describe("model", model_url, sourced(a.api_key, "--api_key", ENV_KEYS["main"][0])))
     log.info("endpoints: %s", describe("judge", judge_url, judge_key))
+    judge = replace(model, base_url=judge_url.value, api_key=judge_key.value, key_env=None)
     settings = FilterSettings(
         out_dir=a.out_dir,
         model=a.model,
-        api_key=key,
-        api_base_url=base,
+        endpoint=model,
         judge_model=a.judge_model,
-        judge_api_key=judge_key.value,
-        judge_api_base_url=judge_url.value,
+        judge=judge,
         attempts=a.attempts,
         separate_attempt_requests=a.separate_trial_requests,
-        concurrency=a.concurrency,
-        max_retries=a.max_retries,
-        client_timeout=a.client_timeout,
         max_pixels=a.img_max_pixels,
-        max_failure_ratio=a.max_failure_ratio,
-        image_workers=a.image_workers,
-        max_tokens_total=a.max_tokens_total,
-        progress=not a.no_progress,
-        check_endpoints=not a.skip_endpoint_check,
+        controls=run_controls(a),
     )
 
     def body() -> int:

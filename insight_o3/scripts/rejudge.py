@@ -43,18 +43,9 @@ from ..analysis.agreement import agreement_lines, judge_agreement
 from ..analysis.run_records import read_run
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
-from ..endpoints.client import (
-    DEFAULT_MAX_RETRIES,
-    ENV_KEYS,
-    KeyHostError,
-    borrowed_key,
-    describe,
-    make_client,
-    resolve_key,
-    sourced,
-)
+from ..endpoints.client import DEFAULT_MAX_RETRIES, make_client
+from ..endpoints.endpoint import ENV_KEYS, Endpoint, KeyHostError, borrowed_key, describe, resolve_key, sourced
 from ..endpoints.guard import RunGuard
-from ..endpoints.preflight import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
@@ -80,6 +71,7 @@ from ._shared import (
     new_parser,
     output_name,
     report_stop,
+    run_controls,
     setup_logging,
 )
 
@@ -317,18 +309,20 @@ def _target(a: argparse.Namespace, src: str, src_eval_name: str | None = None) -
 
 
 async def _run(
-    a: argparse.Namespace, samples: list[Sample], records: StoredRecords, card: JSONObject, cfg: RunConfig
+    a: argparse.Namespace,
+    samples: list[Sample],
+    records: StoredRecords,
+    card: JSONObject,
+    cfg: RunConfig,
+    costs: CostModel | None,
 ) -> JSONObject:
-    guard = RunGuard(a.max_failure_ratio)
+    guard = RunGuard(cfg.controls.max_failure_ratio)
+    endpoint = Endpoint(
+        base_url=a.judge_api_base_url, api_key=a.judge_api_key, timeout=a.client_timeout, max_retries=a.max_retries
+    )
+    n = cfg.controls.concurrency
     client = make_client(
-        a.judge_api_key,
-        a.judge_api_base_url,
-        a.client_timeout,
-        a.max_retries,
-        max_connections=max(a.concurrency * 2, 16),
-        role="judge",
-        guard=guard,
-        limiter=AdaptiveLimiter(a.concurrency),
+        endpoint, role="judge", max_connections=max(n * 2, 16), guard=guard, limiter=AdaptiveLimiter(n)
     )
     try:
         judge = AnswerJudge(
@@ -359,7 +353,8 @@ async def _run(
             guard=guard,
             run_card=new_card,
             invocation=inv,
-            endpoints=[Endpoint("judge", a.judge_api_base_url, a.judge_api_key)],
+            endpoints=[("judge", endpoint)],
+            costs=costs,
         )
     finally:
         await client.close()
@@ -380,7 +375,7 @@ def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
     return CostModel.from_file(a.price_file, models)
 
 
-def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostModel | None) -> RunConfig:
+def _run_config(a: argparse.Namespace, num_trials: int, card: dict) -> RunConfig:
     output_dir, eval_name = _target(a, a.eval_dir, (card.get("settings") or {}).get("eval_name"))
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
         raise SourceError("the re-judged run must go to a new eval dir (choose another --eval_name)")
@@ -388,14 +383,8 @@ def _run_config(a: argparse.Namespace, num_trials: int, card: dict, costs: CostM
         output_dir=output_dir,
         eval_name=eval_name,
         num_trials=num_trials,
-        concurrency=a.concurrency,
         retry_failed=a.retry_failed,
-        group_trials=True,
-        progress=not a.no_progress,
-        cost_model=costs,
-        max_cost=a.max_cost,
-        max_tokens_total=a.max_tokens_total,
-        check_endpoints=not a.skip_endpoint_check,
+        controls=run_controls(a),
     )
 
 
@@ -440,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
 def _rejudge(a: argparse.Namespace, samples: list[Sample], records: StoredRecords, card: JSONObject) -> tuple[int, str]:
     """Re-judge the source with one judge (``a.judge_model``); its exit code and eval dir."""
     try:
-        cfg = _run_config(a, len(records), card, _source_settings(a, card))
+        costs = _source_settings(a, card)
+        cfg = _run_config(a, len(records), card)
     except (SourceError, PriceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT, ""
@@ -454,7 +444,7 @@ def _rejudge(a: argparse.Namespace, samples: list[Sample], records: StoredRecord
         cfg.eval_dir,
     )
     try:
-        summary = asyncio.run(_run(a, samples, records, card, cfg))
+        summary = asyncio.run(_run(a, samples, records, card, cfg, costs))
     except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT, cfg.eval_dir

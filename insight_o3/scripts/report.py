@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analysis.significance import PairingError
+from ..analysis.outcomes import PairingError
 from ..base.caps import DEFAULT_MAX_TEXT_CHARS
 from ..evaluation.schema import RecordError
 from ..imaging.images import ImageError

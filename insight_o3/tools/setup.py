@@ -1,5 +1,5 @@
 """A run's tool settings (:class:`ToolSettings`, frozen, from the command's flags) and the toolkit they make:
-which retrieval backend (``local``: a corpus index; ``web``: the released chain, keys from the environment;
+which retrieval backend (``local``: a corpus index; ``web``: the released chain at the endpoints the command built;
 ``replay``: a recorded store, no network), every retrieval answer recorded into the run's store, and what the run
 card says about the tools (the OCR engine and its version, OpenCV's version, the super-resolution model or its
 fallback)."""
@@ -52,6 +52,7 @@ class ToolSettings:
     sr_model_path: str | None = None
     seconds: float = 120.0  # per tool call
     python_seconds: float = 30.0
+    web: WebSettings | None = None  # the web backend's endpoints (WebSettings.from_env, in the command)
 
     def check(self) -> None:
         if self.tool_set not in TOOL_SETS:
@@ -89,7 +90,9 @@ def retrieval_backend(s: ToolSettings, store_dir: str | None) -> Retrieval | Non
         assert s.corpus is not None
         inner = LocalCorpus(s.corpus)
     else:
-        inner = WebChain(WebSettings.from_env())
+        if s.web is None:
+            raise ToolSettingsError("the web retrieval backend needs its endpoints (WebSettings.from_env)")
+        inner = WebChain(s.web)
     return Recording(inner, record_to) if record_to is not None else inner
 
 

@@ -4,7 +4,11 @@ query by an OpenAI-compatible chat endpoint (a Qwen3-32B in the release; its pro
 ``visit`` = the Jina reader, then an extractor model with the release's ``EXTRACTOR_PROMPT``. Keys and addresses
 come from the environment variables the release reads (``SERPER_API_KEY``, ``SERPER_SEARCH_URL``,
 ``JINA_API_KEY``, ``JINA_READER_URL``, ``QWEN_API_BASE``, ``QWEN_MODEL_NAME``, ``EXTRACT_URL``,
-``EXTRACT_MODEL``), are never written anywhere and are masked in every message.
+``EXTRACT_MODEL``), each service an :class:`~insight_o3.endpoints.endpoint.Endpoint` (the key left out of every
+``repr``), never written anywhere and masked in every message. The release sends ``JINA_API_KEY`` to both Jina
+addresses (``JINA_READER_URL`` for search, ``READER_URL`` for ``visit``); here the visit reader borrows it under the
+key-host rule of every endpoint (:func:`~insight_o3.endpoints.endpoint.borrowed_key`): only to the search reader's
+host, unless ``allow_key_to_other_host`` (docs/fidelity.md).
 
 ``image_search`` needs a visual lookup the release does not publish (``search.image_search`` takes a
 ``visual_lookup`` callable; the paper names the Polaris Lens API), so here it answers the release's own error.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ..base.json_types import JSONObject
 from ..base.redaction import register_secret
+from ..endpoints.endpoint import Endpoint, Sourced, borrowed_key, describe
 from .backend import (
     NO_PAGES,
     Page,
@@ -36,6 +42,8 @@ from .backend import (
 )
 from .base import ToolImage
 from .http import HTTPFailed, Response, request
+
+log = logging.getLogger(__name__)
 
 ERR = "Tool execution error:\n"
 SERPER_SEARCH_URL = "https://google.serper.dev/search"
@@ -91,16 +99,23 @@ def summary_prompt(content: str, query: str, title: str) -> str:
     )
 
 
+def _from(env: Mapping[str, str], name: str, default: str | None = None) -> Sourced:
+    """The value of variable ``name`` in ``env`` (an empty one is unset), else ``default``, with where it came from."""
+    if env.get(name):
+        return Sourced(env[name], f"${name}")
+    return Sourced(default, "the release's default" if default else "none")
+
+
 @dataclass(frozen=True, kw_only=True)
 class WebSettings:
-    """Where the chain's services are. Keys are never shown (``repr``) nor written."""
+    """Where the chain's services are, each an :class:`Endpoint` (its key never shown nor written): ``serper``
+    (search, ``X-API-KEY``), ``jina`` (the search's page reader, ``Bearer`` key), ``reader`` (``visit``'s reader;
+    the Jina key when on Jina's host) and ``summarizer`` (keyless, as released)."""
 
-    serper_url: str = SERPER_SEARCH_URL
-    serper_key: str = field(default="", repr=False)
-    jina_url: str = JINA_READER_URL
-    jina_key: str = field(default="", repr=False)
-    reader_url: str = READER_URL  # the visit tool's reader (RL visit_tool.py: READER_URL, POST)
-    summarizer_base: str = QWEN_API_BASE
+    serper: Endpoint = field(default_factory=lambda: Endpoint(base_url=SERPER_SEARCH_URL))
+    jina: Endpoint = field(default_factory=lambda: Endpoint(base_url=JINA_READER_URL))
+    reader: Endpoint = field(default_factory=lambda: Endpoint(base_url=READER_URL))  # RL visit_tool.py: POST
+    summarizer: Endpoint = field(default_factory=lambda: Endpoint(base_url=QWEN_API_BASE))
     summarizer_model: str = QWEN_MODEL_NAME
     extract_urls: tuple[str, ...] = ()
     extract_model: str = EXTRACT_MODEL
@@ -108,31 +123,44 @@ class WebSettings:
     retry_delay: float = 1.0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> WebSettings:
+    def from_env(cls, env: Mapping[str, str] | None = None, *, allow_key_to_other_host: bool = False) -> WebSettings:
+        """The release's variables (``os.environ`` unless ``env``); each address and key source said in the log.
+        Raises :class:`~insight_o3.endpoints.endpoint.KeyHostError` when ``READER_URL`` is on another host than
+        ``JINA_READER_URL`` and ``allow_key_to_other_host`` is not set (the Jina key would go there)."""
         e = os.environ if env is None else env
-        s = cls(
-            serper_url=e.get("SERPER_SEARCH_URL", SERPER_SEARCH_URL),
-            serper_key=e.get("SERPER_API_KEY", ""),
-            jina_url=e.get("JINA_READER_URL", JINA_READER_URL),
-            jina_key=e.get("JINA_API_KEY", ""),
-            reader_url=e.get("READER_URL", READER_URL),
-            summarizer_base=e.get("QWEN_API_BASE", QWEN_API_BASE),
-            summarizer_model=e.get("QWEN_MODEL_NAME", QWEN_MODEL_NAME),
+        serper_url, serper_key = _from(e, "SERPER_SEARCH_URL", SERPER_SEARCH_URL), _from(e, "SERPER_API_KEY")
+        jina_url, jina_key = _from(e, "JINA_READER_URL", JINA_READER_URL), _from(e, "JINA_API_KEY")
+        reader_url = _from(e, "READER_URL", READER_URL)
+        reader_key = borrowed_key(
+            "visit reader", reader_url, Sourced(None, "none"), "Jina reader", jina_url, jina_key,
+            allow_key_to_other_host,
+        )  # fmt: skip
+        register_secret(serper_key.value, jina_key.value)
+        for role, url, key in (
+            ("web search", serper_url, serper_key),
+            ("page reader", jina_url, jina_key),
+            ("visit reader", reader_url, reader_key),
+        ):
+            log.info("endpoints: %s", describe(role, url, key))
+        return cls(
+            serper=Endpoint(base_url=serper_url.value, api_key=serper_key.value),
+            jina=Endpoint(base_url=jina_url.value, api_key=jina_key.value),
+            reader=Endpoint(base_url=reader_url.value, api_key=reader_key.value),
+            summarizer=Endpoint(base_url=e.get("QWEN_API_BASE") or QWEN_API_BASE),
+            summarizer_model=e.get("QWEN_MODEL_NAME") or QWEN_MODEL_NAME,
             extract_urls=tuple(u.strip() for u in e.get("EXTRACT_URL", "").split(",") if u.strip()),
-            extract_model=e.get("EXTRACT_MODEL", EXTRACT_MODEL),
+            extract_model=e.get("EXTRACT_MODEL") or EXTRACT_MODEL,
         )
-        register_secret(s.serper_key, s.jina_key)
-        return s
 
     def public(self) -> JSONObject:
         """The run card's view: addresses and models, whether each key is set, never a key."""
         return {
-            "serper_url": self.serper_url,
-            "serper_key_set": bool(self.serper_key),
-            "jina_url": self.jina_url,
-            "jina_key_set": bool(self.jina_key),
-            "reader_url": self.reader_url,
-            "summarizer_base": self.summarizer_base,
+            "serper_url": self.serper.base_url,
+            "serper_key_set": bool(self.serper.api_key),
+            "jina_url": self.jina.base_url,
+            "jina_key_set": bool(self.jina.api_key),
+            "reader_url": self.reader.base_url,
+            "summarizer_base": self.summarizer.base_url,
             "summarizer_model": self.summarizer_model,
             "extract_urls": list(self.extract_urls),
             "extract_model": self.extract_model,
@@ -152,30 +180,35 @@ class WebChain(Retrieval):
 
     # ------------------------------------------------------------------ text_search
     def _search(self, query: str, lang: str, top_k: int, max_bytes: int) -> list[JSONObject]:
-        if not self.s.serper_key:
+        if not self.s.serper.api_key:
             raise RuntimeError(
                 "Serper is not configured. Either set API_HOST/API_USER/API_KEY "
                 "for the gateway, or set SERPER_API_KEY for direct access."
             )
         r = request(
-            self.s.serper_url,
+            self.s.serper.base_url or SERPER_SEARCH_URL,
             method="POST",
-            headers={"X-API-KEY": self.s.serper_key, "Content-Type": "application/json"},
+            headers={"X-API-KEY": self.s.serper.api_key, "Content-Type": "application/json"},
             json_body={"q": query, "hl": lang, "num": min(top_k, 20)},
             timeout=60,
             max_bytes=max_bytes,
         )
         if not 200 <= r.status < 300:
-            raise RuntimeError(f"{r.status} Error for url: {self.s.serper_url}")
+            raise RuntimeError(f"{r.status} Error for url: {self.s.serper.base_url}")
         data = r.json()
         organic = data.get("organic", []) if isinstance(data, dict) else []
         return [o for o in organic or [] if isinstance(o, dict)]
 
     def _read(self, url: str, max_bytes: int) -> str:
         headers = {"Accept": "application/json"}
-        if self.s.jina_key:
-            headers["Authorization"] = f"Bearer {self.s.jina_key}"
-        r = request(self.s.jina_url.rstrip("/") + "/" + url, headers=headers, timeout=30, max_bytes=max_bytes)
+        if self.s.jina.api_key:
+            headers["Authorization"] = f"Bearer {self.s.jina.api_key}"
+        r = request(
+            (self.s.jina.base_url or JINA_READER_URL).rstrip("/") + "/" + url,
+            headers=headers,
+            timeout=30,
+            max_bytes=max_bytes,
+        )
         if r.status != 200:
             return ""
         try:
@@ -196,7 +229,7 @@ class WebChain(Retrieval):
         }
         try:
             r = request(
-                f"{self.s.summarizer_base.rstrip('/')}/chat/completions",
+                f"{(self.s.summarizer.base_url or QWEN_API_BASE).rstrip('/')}/chat/completions",
                 method="POST",
                 headers={"Content-Type": "application/json"},
                 json_body=payload,
@@ -246,9 +279,9 @@ class WebChain(Retrieval):
         for attempt in range(max(1, self.s.reader_attempts)):
             try:
                 return request(
-                    self.s.reader_url,
+                    self.s.reader.base_url or READER_URL,
                     method="POST",
-                    headers={"Authorization": self.s.jina_key} if self.s.jina_key else {},
+                    headers={"Authorization": self.s.reader.api_key} if self.s.reader.api_key else {},
                     data=f"url={url}".encode(),
                     timeout=60,
                     max_bytes=max_bytes,

@@ -85,6 +85,7 @@ def agreement_tables(ag: JudgeAgreement) -> JSONObject:
         },
         index=ag.judges,
     )
+    unit = "images" if ag.cluster == "image" else "samples"
     pairs = pd.DataFrame(
         [
             {
@@ -92,7 +93,7 @@ def agreement_tables(ag: JudgeAgreement) -> JSONObject:
                 "items": p["n"],
                 "agreement (%)": num(p["agreement"] and 100 * p["agreement"], ".1f"),
                 "Cohen's kappa": num(p["kappa"], ".3f"),
-                "95% CI (bootstrap over samples)": kappa_ci_text(p["kappa_ci"], p["samples"]),
+                f"95% CI (bootstrap over {unit})": kappa_ci_text(p["kappa_ci"], p["clusters"], unit),
                 "items a judge model decided": p["n_judge_decided"],
                 "kappa on those": num(p["kappa_judge_decided"], ".3f"),
             }
@@ -109,6 +110,6 @@ def agreement_tables(ag: JudgeAgreement) -> JSONObject:
         "fleiss": None
         if ag.fleiss is None
         else f"Fleiss' kappa of all {len(ag.judges)} judges on the {ag.fleiss['n']} items every judge judged: "
-        f"{num(ag.fleiss['kappa'], '.3f')} {kappa_ci_text(ag.fleiss['ci'], ag.fleiss['samples'])} "
-        "(95% CI, bootstrap over samples)",
+        f"{num(ag.fleiss['kappa'], '.3f')} {kappa_ci_text(ag.fleiss['ci'], ag.fleiss['clusters'], unit)} "
+        f"(95% CI, bootstrap over {unit})",
     }

@@ -22,8 +22,8 @@ from markupsafe import Markup
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ..analysis.comparison import Comparison, RunStats
+from ..analysis.paired import MIN_CLUSTERS_FOR_BOOTSTRAP, Accuracy, Flip, Paired, PairResult
 from ..analysis.run_records import RunRecords
-from ..analysis.significance import Accuracy, Flip, PairResult
 from ..base.json_types import JSONObject
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
 from ..storage.atomic import write_text_atomic
@@ -46,12 +46,15 @@ def accuracy_table(c: Comparison) -> pd.DataFrame:
     """Accuracy (%) with its interval: rows overall and each category, one column per run."""
     cats = sorted({k for r in c.runs for k in r.categories})
     rows: dict[str, dict[str, str]] = {"overall": {r.name: _cell(r.accuracy) for r in c.runs}}
+    counts = [c.runs[0].n_samples]
+    if any(r.other_rule for r in c.runs):
+        rule = "left out" if c.failed_as_wrong else "counted as wrong"
+        rows[f"overall, lost items {rule}"] = {r.name: _cell(r.other_rule) if r.other_rule else "—" for r in c.runs}
+        counts.append(c.runs[0].n_samples)
     for cat in cats:
         rows[cat] = {r.name: _cell(r.categories[cat]) if cat in r.categories else "—" for r in c.runs}
     df = pd.DataFrame.from_dict(rows, orient="index", columns=[r.name for r in c.runs])
-    df.insert(
-        0, "n", [c.runs[0].n_samples] + [c.runs[0].categories[k].n if k in c.runs[0].categories else 0 for k in cats]
-    )
+    df.insert(0, "n", counts + [c.runs[0].categories[k].n if k in c.runs[0].categories else 0 for k in cats])
     return df
 
 
@@ -59,20 +62,43 @@ def _diff(lo: float, hi: float) -> str:
     return f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
+def _pvalue(v: Paired) -> str:
+    text = f"{v.pvalue:.3g}" + (" (exact)" if v.exact else "")
+    return text + (f"; Holm {v.pvalue_holm:.3g}" if v.pvalue_holm is not None else "")
+
+
+def _reach(v: Paired) -> dict[str, str]:
+    return {
+        "SE (points)": f"{100 * v.se:.1f}",
+        "detectable at 80% power (points)": f"{100 * v.mde:.1f}" if v.mde is not None else "—",
+        "smallest attainable p": f"{v.min_pvalue:.3g}" + ("" if v.can_be_significant else " (cannot be significant)"),
+    }
+
+
 def pairs_table(c: Comparison) -> pd.DataFrame:
     rows = []
     for p in c.pairs:
         o, m = p.overall, p.overall.mcnemar
+        comp = o.components
         rows.append(
             {
                 "run": p.b,
                 "vs": p.a,
                 "trials": f"{p.trials_b} vs {p.trials_a}",
                 "paired samples": o.n,
+                "clusters": f"{o.clusters} ({p.cluster})",
                 "left out (lost to API errors)": p.excluded,
                 "difference (points)": f"{100 * o.difference:+.1f} {_diff(o.low, o.high)}",
-                "paired bootstrap": _diff(*o.bootstrap) if o.bootstrap else "—",
-                "sign-flip p": f"{o.pvalue:.3g}" + (" (exact)" if o.exact else ""),
+                "sign-flip p (decides)": _pvalue(o)
+                + ("" if o.interval_agrees else " — the interval disagrees; the test decides"),
+                **_reach(o),
+                "variance from trial noise": f"{100 * comp.within_share:.0f}%" if comp else "—",
+                "paired cluster bootstrap": (_diff(*o.bootstrap) if o.bootstrap else "—")
+                + (" (too few clusters)" if o.bootstrap and o.clusters < MIN_CLUSTERS_FOR_BOOTSTRAP else ""),
+                "other failure rule": f"{100 * p.other_rule.difference:+.1f} "
+                f"{_diff(p.other_rule.low, p.other_rule.high)}, p {p.other_rule.pvalue:.3g}"
+                if p.other_rule
+                else "—",
                 "fixed / broken samples": f"{sum(f.change == 'fixed' for f in p.flips)} / "
                 f"{sum(f.change == 'broken' for f in p.flips)}",
                 f"pairs only {p.a} right (b)": m.b,
@@ -89,10 +115,12 @@ def pair_categories_table(p: PairResult) -> pd.DataFrame:
             {
                 "category": cat,
                 "n": v.n,
+                "clusters": v.clusters,
                 p.a: f"{100 * v.accuracy_a:.1f}",
                 p.b: f"{100 * v.accuracy_b:.1f}",
                 "difference (points)": f"{100 * v.difference:+.1f} {_diff(v.low, v.high)}",
-                "sign-flip p": f"{v.pvalue:.3g}",
+                "sign-flip p (exploratory)": _pvalue(v),
+                **_reach(v),
                 "b / c": f"{v.mcnemar.b} / {v.mcnemar.c}",
             }
         )
@@ -210,6 +238,7 @@ def build_compare_report(
         notes=list(notes),
         confidence=f"{100 * comparison.confidence:g}",
         failed_as_wrong=comparison.failed_as_wrong,
+        cluster=str(comparison.cluster),
         n_resamples=comparison.n_resamples,
         seed=comparison.seed,
         generated=f"{_dt.datetime.now():%Y-%m-%d %H:%M}",

@@ -83,7 +83,7 @@ def _accuracy_chart(runs: list[EvalRun]) -> str:
     ax.set_ylabel("accuracy (%)")
     ax.set_title(
         "Accuracy per category (mean over trials"
-        + (", std error bars)" if any(len(r.trials) > 1 for r in runs) else ")")
+        + (", error bars: std over trials)" if any(len(r.trials) > 1 for r in runs) else ")")
     )
     if len(runs) > 1:
         legend_below(ax, len(runs))

@@ -28,6 +28,7 @@ from PIL import Image
 
 from ..base.caps import cut_messages, cut_middle
 from ..base.json_types import JSONObject
+from ..evaluation.metrics import TRIAL_STD_DDOF
 from ..evaluation.run_dir import RunDir, RunDirError, StaleSummary, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..imaging.images import ImageError, ImageRef, image_size
@@ -357,7 +358,8 @@ def filter_results(
 
 
 def accuracy_by_category(run: EvalRun) -> pd.DataFrame:
-    """Accuracy (%) per category (rows, plus "overall") and trial (columns), with mean and std."""
+    """Accuracy (%) per category (rows, plus "overall") and trial (columns), with the mean and the std over trials
+    (:func:`~insight_o3.evaluation.metrics.std_over_trials`)."""
     rows: dict[str, dict] = {}
     for t in run.trials:
         for cat, group in _group(t.results).items():
@@ -371,7 +373,7 @@ def accuracy_by_category(run: EvalRun) -> pd.DataFrame:
     order = sorted(i for i in df.index if i != "overall") + (["overall"] if "overall" in df.index else [])
     df = df.loc[order]
     df["mean"] = df.mean(axis=1)
-    df["std"] = df[[c for c in df.columns if c.startswith("trial_")]].std(axis=1, ddof=0)
+    df["std"] = df[[c for c in df.columns if c.startswith("trial_")]].std(axis=1, ddof=TRIAL_STD_DDOF)
     n = Counter(r.category for r in run.trials[0].results)
     df.insert(0, "n", [n.get(i, sum(n.values())) if i != "overall" else sum(n.values()) for i in df.index])
     return df.round(2)

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from insight_o3.agents.config import ApiAccess, InSightO3Config, ReasonerSettings, SearcherSettings
+from insight_o3.agents.config import InSightO3Config, ReasonerSettings, SearcherSettings
 from insight_o3.agents.drivers import InSightO3, VSearcher
 from insight_o3.agents.records import expand_messages
 from insight_o3.agents.solver import InSightO3Solver
 from insight_o3.base.redaction import Redactor
 from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.imaging.geometry import smart_resize
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol import prompts
@@ -76,14 +77,14 @@ def reasoner_script(turns):
 def build(openai_server, r_script, s_script, store, retries=0, **kw):
     rs, ss = openai_server(r_script), openai_server(s_script)
     searcher = VSearcher(
-        make_client(SECRET, ss.base_url, timeout=10, max_retries=retries),
+        make_client(Endpoint(api_key=SECRET, base_url=ss.base_url, timeout=10, max_retries=retries)),
         "vs",
         store,
         max_pixels=BUDGET,
         redactor=Redactor(SECRET),
     )
     system = InSightO3(
-        make_client(SECRET, rs.base_url, timeout=10, max_retries=retries),
+        make_client(Endpoint(api_key=SECRET, base_url=rs.base_url, timeout=10, max_retries=retries)),
         "vr",
         searcher,
         store,
@@ -252,7 +253,7 @@ def test_programming_errors_raise_instead_of_failed_results(openai_server, img, 
         asyncio.run(system.answer(img, "Q"))
     assert rs.count == 0
     searcher = VSearcher(
-        make_client(SECRET, ss.base_url, timeout=10, max_retries=0),
+        make_client(Endpoint(api_key=SECRET, base_url=ss.base_url, timeout=10, max_retries=0)),
         "vs",
         store,
         max_pixels=BUDGET,
@@ -280,8 +281,8 @@ def test_solver_from_config_runs_n_episodes(openai_server, img, store):
     config = InSightO3Config(
         reasoner=ReasonerSettings(model="vr", completion_kwargs={"max_tokens": 64}),
         searcher=SearcherSettings(model="vs", max_pixels=BUDGET),
-        reasoner_api=ApiAccess(base_url=rs.base_url, api_key=SECRET, timeout=10, max_retries=0),
-        searcher_api=ApiAccess(base_url=ss.base_url, timeout=10, max_retries=0),
+        reasoner_api=Endpoint(base_url=rs.base_url, api_key=SECRET, timeout=10, max_retries=0),
+        searcher_api=Endpoint(base_url=ss.base_url, timeout=10, max_retries=0),
     )
 
     async def go():

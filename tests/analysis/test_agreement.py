@@ -87,7 +87,10 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     assert ag["fleiss"]["kappa"] == pytest.approx(fleiss) and (ag["fleiss"]["n"], ag["fleiss"]["samples"]) == (14, 7)
     assert ag["fleiss"]["ci"][0] <= fleiss <= ag["fleiss"]["ci"][1] and ag["fleiss"]["ci"][0] < ag["fleiss"]["ci"][1]
     assert all(pr["kappa_ci"][0] <= pr["kappa"] <= pr["kappa_ci"][1] for pr in ag["pairs"])
-    assert "Fleiss' kappa of all 3 judges" in printed and "(only 7 samples: too narrow)" in printed
+    # the bootstrap resamples images (the default clusters): 7 samples on fewer images, flagged as too few
+    clusters = ag["fleiss"]["clusters"]
+    assert ag["cluster"] == "image" and 2 <= clusters < 7
+    assert "Fleiss' kappa of all 3 judges" in printed and f"(only {clusters} images: too narrow)" in printed
     # the planted disagreements, in both trials, with every verdict and what each judge model said
     dis = {(d["key"], d["trial"]): d for d in ag["disagreements"]}
     assert set(dis) == {(q, k) for q in ("q1", "q2", "q4", "q6", "q7") for k in (0, 1)}

@@ -1,5 +1,7 @@
 """Cohen's and Fleiss' κ against hand counts, and the coverage of their cluster-bootstrap intervals by
-simulation (fixed seed, three judges with known error rates on responses grouped by sample)."""
+simulation (fixed seeds: three judges with known error rates on responses grouped by sample; two judges whose
+disagreements come together on some images, where resampling images — the default clusters — covers and
+resampling samples does not)."""
 
 from __future__ import annotations
 
@@ -53,6 +55,32 @@ def test_kappa_intervals_cover_by_simulation():
         lo, hi = kappa_interval(labels[:, :2], groups, n_resamples=499, seed=r)
         hits_c += lo <= true_cohen <= hi
     assert 0.91 <= hits_f / reps <= 0.98 and 0.91 <= hits_c / reps <= 0.98, (hits_f / reps, hits_c / reps)
+
+
+def _judged_on_images(rng, images: int, per_image: int = 3, trials: int = 2):
+    """Two judges' labels; on a quarter of the images (hard ones) the second judge contradicts the first on 70 %
+    of the items. Returns the labels and each item's image and sample."""
+    n = images * per_image
+    image = np.repeat(np.arange(images), per_image)
+    truth = np.repeat(rng.random(n) < 0.6, trials)
+    hard = np.repeat((rng.random(images) < 0.25)[image], trials) & (rng.random(n * trials) < 0.7)
+    first = truth ^ (rng.random(n * trials) < 0.1)
+    second = np.where(hard, ~first, truth ^ (rng.random(n * trials) < 0.1))
+    return np.stack([first, second], axis=1), np.repeat(image, trials), np.repeat(np.arange(n), trials)
+
+
+def test_kappa_interval_over_images_covers_where_one_over_samples_does_not():
+    rng = np.random.default_rng(1)
+    population, _, _ = _judged_on_images(rng, 100_000, 3, 1)
+    true = cohen_kappa(population[:, 0], population[:, 1])
+    reps, by_image, by_sample = 200, 0, 0
+    for r in range(reps):
+        labels, images, samples = _judged_on_images(rng, 60)
+        lo, hi = kappa_interval(labels, images, n_resamples=499, seed=r)
+        by_image += lo <= true <= hi
+        lo, hi = kappa_interval(labels, samples, n_resamples=499, seed=r)
+        by_sample += lo <= true <= hi
+    assert by_image / reps >= 0.92 and by_sample / reps < 0.88, (by_image / reps, by_sample / reps)
 
 
 def test_kappa_interval_is_none_when_undefined_or_too_few_samples():

@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from insight_o3.demo.endpoints import DemoScripts
-from insight_o3.endpoints.client import SDK_DEFAULT_URL, KeyHostError, Sourced, borrowed_key, describe, host_of
+from insight_o3.endpoints.endpoint import SDK_DEFAULT_URL, KeyHostError, Sourced, borrowed_key, describe, host_of
 from insight_o3.scripts import evaluate, rejudge
 from tests.support import eval_bench as eb
 

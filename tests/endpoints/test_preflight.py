@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.endpoints.preflight import Endpoint, EndpointError, check_endpoints
+from insight_o3.endpoints.endpoint import Endpoint
+from insight_o3.endpoints.preflight import EndpointError, check_endpoints
 from insight_o3.scripts import check_reliability, evaluate
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply
@@ -98,7 +99,7 @@ def test_the_judge_defaults_to_the_models_endpoint_and_says_so(tmp_path, openai_
 def test_a_refused_key_and_a_redacted_url(refusing_server, capsys):
     url = refusing_server.replace("http://", "http://user:pa55word@")
     with pytest.raises(EndpointError) as e:
-        check_endpoints([Endpoint("vSearcher", url, "sk-secret-key-123")])
+        check_endpoints([("vSearcher", Endpoint(base_url=url, api_key="sk-secret-key-123"))])
     text = str(e.value)
     assert "vSearcher endpoint" in text and "refused the key (HTTP 401)" in text
     assert "pa55word" not in text and "sk-secret-key-123" not in text
@@ -106,7 +107,7 @@ def test_a_refused_key_and_a_redacted_url(refusing_server, capsys):
 
 def test_the_sdk_default_without_a_key_is_refused_up_front():
     with pytest.raises(EndpointError, match="model endpoint https://api.openai.com/v1 .*no base URL.*no key"):
-        check_endpoints([Endpoint("model", None, None)])
+        check_endpoints([("model", Endpoint(base_url=None, api_key=None))])
 
 
 def test_skip_endpoint_check_asks_nothing_first(tmp_path, capsys):

@@ -9,6 +9,7 @@ import pytest
 
 from insight_o3.agents.single_model import SingleModelSolver
 from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.evaluation.judge import (
     CROP_MARK,
     DEFAULT_JUDGE_RETRIES,
@@ -20,6 +21,7 @@ from insight_o3.evaluation.metrics import compute_metrics, summarize
 from insight_o3.evaluation.runner import RunConfig, run_evaluation
 from insight_o3.evaluation.samples import load_samples
 from insight_o3.imaging.images import ImageStore, Resize
+from insight_o3.jobs.controls import RunControls
 from insight_o3.protocol.attempt import Attempt
 from insight_o3.storage.record_log import RecordFileError, RecordLog
 from tests.support import eval_bench as eb
@@ -80,7 +82,9 @@ def samples(tmp_path):
 
 def _judge_with(script, openai_server, max_len=1000):
     srv = openai_server(script)
-    return srv, AnswerJudge(make_client("k", srv.base_url, timeout=5, max_retries=0), "j", max_len)
+    return srv, AnswerJudge(
+        make_client(Endpoint(api_key="k", base_url=srv.base_url, timeout=5, max_retries=0)), "j", max_len
+    )
 
 
 @pytest.mark.parametrize(
@@ -188,10 +192,16 @@ def test_each_image_encoded_once_across_questions_and_trials(tmp_path, openai_se
     store = ImageStore()
 
     async def go():
-        client = make_client("k", main_srv.base_url, timeout=10)
-        jclient = make_client("k", judge_srv.base_url, timeout=10)
+        client = make_client(Endpoint(api_key="k", base_url=main_srv.base_url, timeout=10))
+        jclient = make_client(Endpoint(api_key="k", base_url=judge_srv.base_url, timeout=10))
         solver = SingleModelSolver(client, "m", store, Resize(max_pixels=3000), separate_trial_requests=True)
-        cfg = RunConfig(str(tmp_path / "out"), "e", num_trials=3, concurrency=16, group_trials=False, progress=False)
+        cfg = RunConfig(
+            output_dir=str(tmp_path / "out"),
+            eval_name="e",
+            num_trials=3,
+            group_trials=False,
+            controls=RunControls(concurrency=16, progress=False),
+        )
         try:
             return await run_evaluation(list(samples.values()), solver, AnswerJudge(jclient, "j"), cfg)
         finally:
@@ -232,8 +242,10 @@ def test_solver_hook_stats_and_contract_violations_recorded(tmp_path, openai_ser
     judge_srv = openai_server(eb.judge_script())
 
     async def go():
-        jclient = make_client("k", judge_srv.base_url, timeout=10)
-        cfg = RunConfig(str(tmp_path / "out"), "e", num_trials=2, progress=False)
+        jclient = make_client(Endpoint(api_key="k", base_url=judge_srv.base_url, timeout=10))
+        cfg = RunConfig(
+            output_dir=str(tmp_path / "out"), eval_name="e", num_trials=2, controls=RunControls(progress=False)
+        )
         try:
             return await run_evaluation(list(samples.values()), _StatsSolver(), AnswerJudge(jclient, "j"), cfg)
         finally:

@@ -184,14 +184,14 @@ def test_benchmark_registry():
     with pytest.raises(ValueError, match="unknown benchmark"):
         get_benchmark("nope")
     a = evaluate.parse_args(["--benchmark", "vstar", "--model", "gpt-x"])
-    assert a.eval_name == "gpt-x/vstar" and a.ann_file == BENCHMARKS["vstar"].ann_file
+    assert a.run.eval_name == "gpt-x/vstar" and a.ann_file == BENCHMARKS["vstar"].ann_file
     # the paper's budget: 1280x1280 for GPT models (by name), 3500x3500 otherwise; 0 = no limit
-    assert a.img_max_pixels == 1280 * 1280 and a.judge.model == "gpt-5-nano" and a.concurrency == 128
+    assert a.img_max_pixels == 1280 * 1280 and a.judge.model == "gpt-5-nano" and a.run.controls.concurrency == 128
     assert evaluate.parse_args(["--benchmark", "vstar", "--model", "gemini-2.5-flash"]).img_max_pixels == 3500 * 3500
     assert evaluate.parse_args(["--benchmark", "vstar", "--model", "x", "--img_max_pixels", "0"]).img_max_pixels == 0
     assert a.completion_kwargs == {"max_completion_tokens": 16384} and a.agent == SingleModelSettings()
-    assert a.image_url_extra == {"detail": "high"} and Path(a.output_dir) == Path("outputs/eval")
-    assert a.judge.max_answer_length == 1000 and a.num_trials == 1 and a.judge.flow == "extract"
+    assert a.image_url_extra == {"detail": "high"} and Path(a.run.output_dir) == Path("outputs/eval")
+    assert a.judge.max_answer_length == 1000 and a.run.num_trials == 1 and a.judge.flow == "extract"
     assert a.settings["reasoner_prompt"] == "infer"  # args.json keeps every flag
     assert a.settings["max_vsearch_calls"] == 6 and a.settings["vsearcher_prompt"] == "trained"
     io3 = evaluate.parse_args(["--benchmark", "vstar", "--model", "gpt-x", "--vsearcher_model", "vs"]).insight_o3

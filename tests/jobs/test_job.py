@@ -10,7 +10,8 @@ import pytest
 
 from insight_o3.base.exit_codes import ExitCode
 from insight_o3.endpoints.guard import FailureRatioError
-from insight_o3.jobs.job import BudgetExceeded, JobSettings, ResumableJob
+from insight_o3.jobs.controls import RunControls
+from insight_o3.jobs.job import BudgetExceeded, ResumableJob
 from insight_o3.storage.lock import RunLockedError, acquire
 
 pytestmark = pytest.mark.smoke
@@ -23,7 +24,7 @@ class SquareJob(ResumableJob[int, dict]):
     desc = "squares"
 
     def __init__(self, directory, settings=None, fail=(), boom=(), tokens=0, **seam):
-        super().__init__(str(directory), settings or JobSettings(progress=False, concurrency=2), **seam)
+        super().__init__(str(directory), settings or RunControls(progress=False, concurrency=2), **seam)
         self.fail, self.boom, self.tokens = set(fail), set(boom), tokens
         self.calls: list[int] = []
         self.in_flight = self.max_in_flight = 0
@@ -115,7 +116,7 @@ def test_one_run_per_directory(tmp_path):
 
 
 def test_a_budget_stops_new_items_and_keeps_finished_ones(tmp_path):
-    settings = JobSettings(progress=False, concurrency=1, max_tokens_total=25)
+    settings = RunControls(progress=False, concurrency=1, max_tokens_total=25)
     job = SquareJob(tmp_path, settings, tokens=10)
     with pytest.raises(BudgetExceeded, match="--max_tokens_total 25"):
         job.run([1, 2, 3, 4, 5])
@@ -134,7 +135,7 @@ def test_a_tripped_guard_stops_the_run_and_records_nothing_more(tmp_path):
                 await asyncio.sleep(10)
             return await super().work(n, emit)
 
-    job = Tripping(tmp_path, JobSettings(progress=False, concurrency=4))
+    job = Tripping(tmp_path, RunControls(progress=False, concurrency=4))
     with pytest.raises(FailureRatioError):
         job.run([1, 2, 3, 4])
     assert job.closed
@@ -149,7 +150,7 @@ def test_the_requests_of_a_unit_count_against_the_budget(tmp_path):
             record_response("model", {"usage": {"prompt_tokens": 7, "completion_tokens": 3}})
             return await super().work(n, emit)
 
-    job = Metered(tmp_path, JobSettings(progress=False, concurrency=1, max_tokens_total=25))
+    job = Metered(tmp_path, RunControls(progress=False, concurrency=1, max_tokens_total=25))
     with pytest.raises(BudgetExceeded, match="30 tokens used"):
         job.run([1, 2, 3, 4, 5])
     assert job.calls == [1, 2, 3]
@@ -196,7 +197,7 @@ def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_pat
     assert Metered(tmp_path, invocation=inv, price=price).run([1, 2]).exit_code == ExitCode.OK
     with pytest.raises(KeyError):
         Metered(tmp_path, boom={3}, invocation=inv, price=price).run([1, 2, 3])
-    settings = JobSettings(progress=False, concurrency=1, max_tokens_total=25)
+    settings = RunControls(progress=False, concurrency=1, max_tokens_total=25)
     with pytest.raises(BudgetExceeded):
         Metered(tmp_path, settings, invocation=inv, price=price).run([1, 2, 3, 4, 5, 6])
 

@@ -742,6 +742,7 @@ def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
     from insight_o3.agents.drivers import VREASONER_COMPLETION_KWARGS, InSightO3
     from insight_o3.agents.solver import InSightO3Solver
     from insight_o3.endpoints.client import make_client
+    from insight_o3.endpoints.endpoint import Endpoint
     from insight_o3.evaluation.samples import load_samples
     from insight_o3.imaging.images import ImageStore
     from recipe.vsearch.create_parquet_dataset import qa_rows
@@ -758,7 +759,7 @@ def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
     srv = openai_server(infer_script(n_search=0))  # answers at once: the first request is the whole episode
     # evaluation: the annotation loader and the InSight-o3 solver
     (sample,) = load_samples(str(ann), str(tmp_path))
-    client = make_client("sk-test", srv.base_url, max_retries=0)
+    client = make_client(Endpoint(api_key="sk-test", base_url=srv.base_url, max_retries=0))
     system = InSightO3(
         client,
         REASONER,

@@ -89,7 +89,7 @@ def test_keys_reach_the_workers_but_not_rays_job_table(monkeypatch, capsys):
     import ray
 
     from recipe.vsearch import main as recipe_main
-    from recipe.vsearch.agent_loops import ApiEndpoints
+    from recipe.vsearch.agent_loops import endpoints_from_env
 
     for name, value in ENV.items():
         if name not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES"):
@@ -107,8 +107,8 @@ def test_keys_reach_the_workers_but_not_rays_job_table(monkeypatch, capsys):
 
         @ray.remote(num_cpus=0)
         def endpoints():
-            ep = ApiEndpoints.from_env()
-            return ep.api_key, ep.base_url, ep.judge_api_key, os.environ.get("TIKTOKEN_RS_CACHE_DIR")
+            reasoner, judge = endpoints_from_env()
+            return reasoner.api_key, reasoner.base_url, judge.api_key, os.environ.get("TIKTOKEN_RS_CACHE_DIR")
 
         assert ray.get(endpoints.remote(), timeout=120) == (KEY, ENV["OPENAI_BASE_URL"], JUDGE_KEY, "/shared/tiktoken")
         recorded = " ".join(

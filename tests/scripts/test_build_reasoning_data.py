@@ -18,15 +18,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from insight_o3.agents import insight_v as iv
-from insight_o3.agents.config import ApiAccess
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.endpoints.scripted_server import ScriptedOpenAIServer
 from insight_o3.evaluation.samples import load_samples
+from insight_o3.jobs.controls import RunControls
 from insight_o3.jobs.integrity import SettingsChanged
 from insight_o3.reasoning_data import engine
 from insight_o3.reasoning_data.assessment import parse_score
 from insight_o3.reasoning_data.demo import CHECKER, GENERATOR, PLANS, SCORER, ScriptedEngine, demo_questions
 from insight_o3.reasoning_data.export import Assessed, Tier, build
-from insight_o3.reasoning_data.settings import ExportSettings, GenerateSettings, ModelAccess, RunControls
+from insight_o3.reasoning_data.settings import ExportSettings, GenerateSettings, ModelAccess
 from insight_o3.scripts import build_reasoning_data, build_reasoning_data_demo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def _lines(path: Path) -> list[dict]:
 
 
 def _access(model: str, url: str) -> ModelAccess:
-    return ModelAccess(model=model, api=ApiAccess(base_url=url, api_key="EMPTY", max_retries=0))
+    return ModelAccess(model=model, api=Endpoint(base_url=url, api_key="EMPTY", max_retries=0))
 
 
 # ------------------------------------------------------------------------------------------- the demo, end to end

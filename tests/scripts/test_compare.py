@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from insight_o3.scripts import compare, evaluate, rejudge
@@ -82,7 +83,15 @@ def test_compare_two_runs_flips_mcnemar_and_pages(two_runs, capsys):
     # tokens per episode without the judge's; cost as recorded
     assert rb["tokens_per_episode"] > ra["tokens_per_episode"] > 0 and rb["cost_per_episode"] > ra["cost_per_episode"]
     assert "b/o3_bench vs a/o3_bench: +0.0 points" in printed and "2 sample(s) flipped (1 fixed, 1 broken)" in printed
-    assert "paired sign-flip test p = 1 (exact)" in printed
+    # 8 samples on 3 images: q0 and q1 share an image, so their flips cancel in one cluster
+    assert "on 8 samples on 3 image(s)" in printed and "paired sign-flip test over 3 image(s) p = 1 (exact)" in printed
+    assert "the test decides" in printed and pair["clusters"] == 3 and data["cluster"] == "image"
+    # what the comparison could have found, and the caveats the page carries
+    assert "cannot be significant: the runs differ on 0 image(s), so the smallest attainable p is 1" in printed
+    assert pair["smallest_attainable_pvalue"] == 1.0 and pair["se"] == 0.0 and pair["mde_80"] is None
+    assert "only 3 images: too narrow below 40" in printed and "degenerate" in printed
+    assert "per category (exploratory; Holm over 2 categories)" in printed
+    assert pair["categories"]["chart"]["pvalue_holm"] is not None
     page = out.read_text()
     # each flip in the table links to its side-by-side block, which holds both conversations
     links = re.findall(r"<a href='#(flip-0-\d+)'>(q\d)</a>", page)
@@ -165,3 +174,99 @@ def test_gather_uses_the_same_verdict_rule_for_a_column(two_runs, capsys):
     card["judge"]["max_answer_length"] = 5
     card_file.write_text(json.dumps(card))
     assert gather.main(argv) == 2 and "judge.max_answer_length" in capsys.readouterr().err
+
+
+def _records(correct, categories, failed=(), images=None, name="r"):
+    from insight_o3.analysis.run_records import RunRecords
+    from tests.support.planted import outcome_trials
+
+    return RunRecords(f"/runs/{name}", name, outcome_trials(correct, categories, failed, images), None)
+
+
+def test_many_runs_and_categories_are_holm_adjusted():
+    """Three runs against a reference: each pair's p-value Holm-adjusted over the pairs, each category's over the
+    categories (statsmodels' Holm), printed as exploratory."""
+    from statsmodels.stats.multitest import multipletests
+
+    from insight_o3.analysis.comparison import compare_runs
+
+    rng = np.random.default_rng(2)
+    cats = ["chart" if i % 3 else "map" if i % 2 else "table" for i in range(90)]
+    runs = [_records(rng.random((90, 2)) < p, cats, name=f"r{k}") for k, p in enumerate([0.5, 0.6, 0.7, 0.5])]
+    c = compare_runs(runs, n_resamples=2000)
+    raw = [p.overall.pvalue for p in c.pairs]
+    assert [p.overall.pvalue_holm for p in c.pairs] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+    for p in c.pairs:
+        cat_raw = [v.pvalue for v in p.categories.values()]
+        assert [v.pvalue_holm for v in p.categories.values()] == pytest.approx(
+            list(multipletests(cat_raw, method="holm")[1])
+        )
+    lines = "\n".join(compare.summary_lines(c))
+    assert "3 runs against r0: p-values Holm-adjusted over the pairs" in lines
+    assert "Holm over the pairs" in lines and "per category (exploratory; Holm over 3 categories)" in lines
+    assert c.to_dict()["pairs_multiplicity"] == "Holm over 3 pairs"
+
+
+def test_runs_giving_a_sample_other_categories_are_refused():
+    from insight_o3.analysis.comparison import compare_runs
+    from insight_o3.analysis.outcomes import PairingError
+
+    correct = np.ones((4, 1), bool)
+    a = _records(correct, ["x", "x", "y", "y"])
+    b = _records(correct, ["x", "x", "y", "x"], name="s")
+    with pytest.raises(PairingError, match="give sample 'q3' different categories \\('y' and 'x'\\)"):
+        compare_runs([a, b])
+
+
+def test_lost_items_print_both_rules_side_by_side():
+    """With items lost to API errors the accuracies and the difference are given left out and counted as wrong."""
+    from insight_o3.analysis.comparison import compare_runs
+
+    n = 40
+    a = np.zeros((n, 1), bool)
+    a[:20] = True
+    b = a.copy()
+    b[20:26] = True  # B fixes six of A's misses ...
+    lost = {(i, 0) for i in range(10)}  # ... and lost ten items that A got right
+    c = compare_runs([_records(a, ["x"] * n), _records(b, ["x"] * n, failed=lost, name="s")], n_resamples=2000)
+    p = c.pairs[0]
+    assert p.overall.difference == pytest.approx(0.2) and p.other_rule.difference == pytest.approx(-0.1)
+    text = "\n".join(compare.summary_lines(c))
+    assert "s vs r: +20.0 points" in text and "with the lost items counted as wrong instead: -10.0 points" in text
+    assert "with the lost items counted as wrong instead: 40.0%" in text  # s's accuracy beside its 53.3 %
+    assert c.to_dict()["pairs"][0]["other_failure_rule"]["difference"] == pytest.approx(-0.1)
+
+
+def test_the_precision_of_a_comparison_is_printed():
+    """SE, the minimum detectable effect, and what more trials would buy (the variance components)."""
+    from insight_o3.analysis.comparison import compare_runs
+
+    rng = np.random.default_rng(4)
+    q = rng.uniform(0.2, 0.8, 120)
+    a, b = rng.random((120, 3)) < q[:, None], rng.random((120, 3)) < q[:, None] + 0.05
+    images = [f"img{i // 2}" for i in range(120)]
+    c = compare_runs([_records(a, ["x"] * 120, images=images), _records(b, ["x"] * 120, images=images, name="s")])
+    o = c.pairs[0].overall
+    assert o.clusters == 60 and o.se > 0 and o.mde == pytest.approx(2.8 * o.se, rel=0.03)
+    assert o.components is not None and o.components.se() == pytest.approx(o.se)
+    assert o.components.se(2) < o.se and o.components.se(float("inf")) < o.components.se(4)
+    text = "\n".join(compare.summary_lines(c))
+    assert f"precision: SE {100 * o.se:.1f} points; minimum detectable effect (80% power at 0.05): " in text
+    assert "% from trial noise; 2x the trials: SE" in text and "unlimited trials: SE" in text
+    assert "on 120 samples on 60 image(s)" in text
+
+
+def test_a_pair_where_interval_and_test_disagree_says_the_test_decides():
+    """20 samples, 9 pairs only A got right and 2 only B: the exact test gives p = 0.065 while the interval just
+    excludes 0; the output says so and that the test decides."""
+    from insight_o3.analysis.comparison import compare_runs
+
+    a = np.r_[np.ones(9), np.zeros(2), np.ones(5), np.zeros(4)].astype(bool)[:, None]
+    b = np.r_[np.zeros(9), np.ones(2), np.ones(5), np.zeros(4)].astype(bool)[:, None]
+    c = compare_runs([_records(a, ["x"] * 20), _records(b, ["x"] * 20, name="s")], n_resamples=2**20)
+    o = c.pairs[0].overall
+    assert o.exact and o.pvalue == pytest.approx(2 * 67 / 2**11) and o.high < 0 and not o.interval_agrees
+    text = "\n".join(compare.summary_lines(c))
+    assert "not significant at 0.05 (the test decides" in text
+    assert "note: here the interval and the test disagree (the interval excludes 0, the test does not reject)" in text
+    assert c.to_dict()["pairs"][0]["interval_agrees_with_test"] is False

@@ -109,6 +109,7 @@ def test_leaderboard_agrees_with_the_run(exported, tmp_path):
     for r in recs:
         status.setdefault(r["sample_key"], []).append(r["eval_result"]["status"])
     lost = sum(v.count("failed") for v in status.values())
+    other = board["failed"].pop("accuracy_other_rule")
     assert lost and board["failed"] == {
         "items": lost,
         "samples_without_a_judged_trial": sum(all(x == "failed" for x in v) for v in status.values()),
@@ -127,8 +128,9 @@ def test_leaderboard_agrees_with_the_run(exported, tmp_path):
     assert wrong["accuracy"]["mean"] == pytest.approx(summary["overall_accuracy"]["mean"])
     for cat, acc in summary["category_accuracy"].items():
         assert wrong["categories"][cat]["mean"] == pytest.approx(acc["mean"])
-    per_trial = wrong["accuracy"]["per_trial"]
-    assert wrong["accuracy"]["std_over_trials"] == pytest.approx(abs(per_trial[0] - per_trial[1]) / 2**0.5)  # ddof=1
+    assert other["mean"] == wrong["accuracy"]["mean"] and wrong["failed"]["accuracy_other_rule"][
+        "mean"
+    ] == pytest.approx(board["accuracy"]["mean"])  # each rule's figure beside the other's
     # tokens per episode as compare counts them: the model's and the vSearcher's, the judge's apart
     assert board["tokens"]["total"] == summary["run_totals"]["tokens_total"]
     system = sum(
@@ -142,6 +144,38 @@ def test_leaderboard_agrees_with_the_run(exported, tmp_path):
     assert board["judge"]["model"] == "scripted-judge" and board["vsearcher_model"] == "scripted-searcher"
     assert board["run_card_sha256"] == read_run(run.eval_dir).card_sha256
     assert sum(board["attribution"].values()) == pytest.approx(1.0) and board["error_split"] is not None
+
+
+def test_one_standard_deviation_over_trials():
+    """The summary's std (gather's mean±std), the leaderboard's and the report's error bars are one number: np.std
+    with ddof 0, as the released summary computes it (the leaderboard used ddof 1). Three trials at 50, 75 and
+    25 % correct."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from insight_o3.analysis.export import leaderboard
+    from insight_o3.analysis.run_records import RunRecords
+    from insight_o3.evaluation.metrics import compute_metrics, summarize
+    from insight_o3.viz.run_view import EvalRun, SampleResult, Trial, accuracy_by_category
+    from tests.support.planted import outcome_trials
+
+    correct = np.array([[True, True, False], [False, True, False], [True, True, False], [False, False, True]])
+    trials = outcome_trials(correct, ["x"] * 4)
+    summary = summarize([compute_metrics(t) for t in trials])
+    board = leaderboard(RunRecords("/r", "r", trials, None))["accuracy"]
+    assert board["per_trial"] == [0.5, 0.75, 0.25]
+    assert board["std_over_trials"] == pytest.approx(summary["overall_accuracy"]["std"])
+    assert board["std_over_trials"] == pytest.approx(np.std([0.5, 0.75, 0.25]))  # ddof 0
+    view = EvalRun(
+        Path("/r"),
+        "r",
+        [Trial(Path("/r"), k, [SampleResult(r, k) for r in t], {}, True) for k, t in enumerate(trials)],
+        {},
+        {},
+    )
+    bars = accuracy_by_category(view)
+    assert bars.loc["overall", "std"] == pytest.approx(100 * board["std_over_trials"], abs=0.006)
 
 
 def test_export_refuses_an_unfinished_run(tmp_path, capsys):
@@ -173,3 +207,22 @@ def test_report_states_the_lost_items_and_tokens_per_episode(demo_eval_run, tmp_
     page = build_report(demo_eval_run.eval_dir, max_samples=1, thumb_px=64)
     assert "were lost to API errors" in page and "leave them out of the accuracy and the paired test" in page
     assert "Tokens per episode:" in page and "(model + vSearcher; the judge" in page
+
+
+def test_export_prints_the_samples_its_accuracy_counts_and_both_failure_rules():
+    """A sample whose every trial was lost leaves the accuracy: the line says "3 of 4 samples", not 4, and gives
+    the accuracy with the lost items counted as wrong beside."""
+    import numpy as np
+
+    from insight_o3.analysis.clusters import Cluster
+    from insight_o3.analysis.export import leaderboard
+    from insight_o3.analysis.run_records import RunRecords
+    from tests.support.planted import outcome_trials
+
+    correct = np.array([[True, True], [True, False], [False, False], [True, True]])
+    trials = outcome_trials(correct, ["x"] * 4, failed={(3, 0), (3, 1)})
+    entry = leaderboard(RunRecords("/r", "r", trials, None))
+    lines = export.summary_lines("r", entry, 0.95, False, Cluster.IMAGE)
+    assert "accuracy 50.0% " in lines[0] and "3 of 4 samples on 3 image(s) x 2 trial(s)" in lines[0]
+    assert "2 item(s) lost to API errors: excluded (1 sample(s) without a judged trial)" in lines[1]
+    assert "counted as wrong instead: 37.5% " in lines[1] and "on 4 samples" in lines[1]

@@ -2,7 +2,8 @@
 
 :func:`episode` makes an InSight-o3 record (vReasoner conversation with a ``search`` entry per
 vSearcher call, crops as image references, episode ``stats``) and :func:`single` a single-model record
-(optionally with oracle crops in its first user turn). The sample is O3-Bench-like: a 1000x800 image with
+(optionally with oracle crops in its first user turn); :func:`outcome_trials` a run's records with nothing but
+planted verdicts (for the statistics). The sample is O3-Bench-like: a 1000x800 image with
 two target layouts, ``T1 = (100, 100, 300, 200)`` and ``T2 = (600, 500, 700, 600)``, unless ``targets``
 says otherwise (``None``: a benchmark without evidence annotation).
 """
@@ -163,6 +164,30 @@ def single(
     if cost is not None:
         rec["cost_usd"] = cost
     return EvalRecord.from_dict(rec)
+
+
+def outcome_trials(correct, categories: list[str], failed=(), images=None) -> list[list[EvalRecord]]:
+    """Records of a run whose (sample, trial) correctness is ``correct[i, k]`` (sample keys ``q<i>``);
+    ``failed``: the (i, k) lost to API errors; ``images``: each sample's image (default: its own)."""
+    n, t = correct.shape
+    return [
+        [
+            EvalRecord.from_dict(
+                {
+                    "sample_key": f"q{i}",
+                    "index": i,
+                    "image": images[i] if images is not None else f"img{i}.png",
+                    "category": categories[i],
+                    "trial": k,
+                    "eval_result": {
+                        "status": "failed" if (i, k) in failed else ("correct" if correct[i, k] else "wrong")
+                    },
+                }
+            )
+            for i in range(n)
+        ]
+        for k in range(t)
+    ]
 
 
 def two_agent(

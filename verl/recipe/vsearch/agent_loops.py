@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import uuid4
 
@@ -36,7 +36,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from insight_o3.agents.drivers import AnswerResult, InSightO3
 from insight_o3.agents.searcher_session import LocateResult
-from insight_o3.endpoints.client import ENV_KEYS, make_client, resolve, resolve_key
+from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import ENV_KEYS, Endpoint, resolve, resolve_key
 from insight_o3.endpoints.rate_limit import AdaptiveLimiter
 from insight_o3.evaluation.judge import AnswerJudge
 from insight_o3.imaging.images import ImageStore
@@ -206,59 +207,36 @@ class VSearcherAgentLoop(FailSafeAgentLoop):
 
 
 # ----------------------------------------------------------------------------- in-loop
-@dataclass(frozen=True)
-class ApiEndpoints:
-    """Where the vReasoner and the judge are served, from the environment only (never from the config,
-    never printed): ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``; the judge may use ``JUDGE_API_KEY`` /
-    ``JUDGE_API_BASE_URL``."""
+def endpoints_from_env() -> tuple[Endpoint, Endpoint]:
+    """Where the vReasoner and the judge are served, from the environment only (never from the config, never
+    printed): ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``; the judge may use ``JUDGE_API_KEY`` / ``JUDGE_API_BASE_URL``
+    (:data:`~insight_o3.endpoints.endpoint.ENV_KEYS`). Timeouts and retries come from the agent YAML
+    (:func:`api_clients`)."""
 
-    api_key: str | None = field(repr=False)
-    base_url: str | None
-    judge_api_key: str | None = field(repr=False)
-    judge_base_url: str | None
+    def of(role: str) -> Endpoint:
+        keys, urls = ENV_KEYS[role]
+        return Endpoint(base_url=resolve(None, urls), api_key=resolve_key(None, keys))
 
-    @classmethod
-    def from_env(cls) -> ApiEndpoints:
-        key_env, url_env = ENV_KEYS["main"]
-        jkey_env, jurl_env = ENV_KEYS["judge"]
-        return cls(
-            resolve_key(None, key_env), resolve(None, url_env), resolve_key(None, jkey_env), resolve(None, jurl_env)
-        )
+    return of("main"), of("judge")
 
 
 _API: dict[tuple, tuple[AsyncOpenAI, AsyncOpenAI]] = {}
 
 
-def api_clients(s: RunSettings, ep: ApiEndpoints) -> tuple[AsyncOpenAI, AsyncOpenAI]:
+def api_clients(s: RunSettings, endpoints: tuple[Endpoint, Endpoint]) -> tuple[AsyncOpenAI, AsyncOpenAI]:
     """(vReasoner, judge) clients shared by all episodes of this process and event loop, SDK retries and
     timeouts. Each endpoint's requests go through one :class:`~insight_o3.endpoints.rate_limit.AdaptiveLimiter`
     (the library's, as in evaluation): at most the agent YAML's ``vreasoner.max_concurrency`` /
     ``judge.max_concurrency`` in flight, fewer while the endpoint answers 429."""
     vr, jd = s.agent.vreasoner, s.agent.judge
-    loop = asyncio.get_running_loop()
-    key = (
-        id(loop),
-        ep,
-        vr.max_concurrency,
-        vr.timeout_s,
-        vr.max_retries,
-        jd.max_concurrency,
-        jd.timeout_s,
-        jd.max_retries,
-    )
+    reasoner = replace(endpoints[0], timeout=vr.timeout_s, max_retries=vr.max_retries)
+    judge = replace(endpoints[1], timeout=jd.timeout_s, max_retries=jd.max_retries)
+    key = (id(asyncio.get_running_loop()), reasoner, judge, vr.max_concurrency, jd.max_concurrency)
     if key not in _API:
-        main = make_client(
-            ep.api_key, ep.base_url, vr.timeout_s, vr.max_retries, limiter=AdaptiveLimiter(int(vr.max_concurrency))
+        _API[key] = (
+            make_client(reasoner, limiter=AdaptiveLimiter(int(vr.max_concurrency))),
+            make_client(judge, role="judge", limiter=AdaptiveLimiter(int(jd.max_concurrency))),
         )
-        judge = make_client(
-            ep.judge_api_key,
-            ep.judge_base_url,
-            jd.timeout_s,
-            jd.max_retries,
-            role="judge",
-            limiter=AdaptiveLimiter(int(jd.max_concurrency)),
-        )
-        _API[key] = (main, judge)
     return _API[key]
 
 
@@ -314,7 +292,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.settings = run_settings(self.config)
-        self.endpoints = ApiEndpoints.from_env()
+        self.endpoints = endpoints_from_env()
         self.policy = policy_searcher(self, self.settings)
 
     def _sample(self, row: dict, image_path: str) -> Sample:
@@ -470,6 +448,6 @@ __all__ = [
     "FailSafeAgentLoop",
     "VSearcherAgentLoop",
     "VReasonerAgentLoop",
-    "ApiEndpoints",
+    "endpoints_from_env",
     "AnswerCheck",
 ]

@@ -43,7 +43,7 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from insight_o3.base.json_types import JSONObject
 from insight_o3.base.redaction import failure_reason
-from insight_o3.endpoints.client import ENV_KEYS, resolve_key
+from insight_o3.endpoints.endpoint import ENV_KEYS, resolve_key
 from insight_o3.protocol.rewards import RewardRules, batch_withholds_pseudo_iou, combine_terms
 from verl import DataProto
 

@@ -28,11 +28,11 @@ import hydra
 from verl.trainer.main_ppo import TaskRunner, run_ppo
 
 from insight_o3.base.json_types import JSONObject
-from insight_o3.endpoints.client import ENV_KEYS
+from insight_o3.endpoints.endpoint import ENV_KEYS
 from recipe.vsearch.node_checks import check_driver, check_nodes
 from recipe.vsearch.settings import RunSettings, SettingsError
 
-#: API environment of the agent loops (``recipe.vsearch.agent_loops.ApiEndpoints.from_env``) and the scripts'
+#: API environment of the agent loops (``recipe.vsearch.agent_loops.endpoints_from_env``) and the scripts'
 #: model-name variables
 API_ENV = tuple(
     dict.fromkeys(
