@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 BIN="${VENV:-$ROOT/.venv}/bin"
 [ -x "$BIN/ruff" ] && [ -x "$BIN/mypy" ] && [ -x "$BIN/lint-imports" ] || { echo "no ruff/mypy/lint-imports in ${VENV:-$ROOT/.venv}; run: bash scripts/setup.sh" >&2; exit 1; }
-PATHS=(insight_o3 scripts tests verl/recipe)
+PATHS=(insight_o3 scripts tests verl/recipe training)
 if [ "${1:-}" = "--fix" ]; then
   "$BIN/ruff" check --fix "${PATHS[@]}"
   "$BIN/ruff" format "${PATHS[@]}"

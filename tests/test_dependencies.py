@@ -104,7 +104,7 @@ def test_locks_pin_the_cpu_stack_and_the_claimed_openai_majors():
 def test_setup_installs_from_the_locks():
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert '-c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"' in setup
-    assert '-c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools]"' in setup
+    assert '-c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools,dpo]"' in setup
     ci = (ROOT / ".ci" / "run").read_text()
     assert "--light" in ci and "-m smoke" in ci
 
@@ -186,3 +186,18 @@ def test_the_tools_extra_declares_and_locks_its_imports():
     for dist in TOOLS_EXTRA.values():
         assert dist in extra and "<" in extra[dist], extra
         assert dist in pins, f"constraints/cpu.txt does not pin {dist}"
+
+
+def test_the_dpo_extra_declares_and_locks_what_the_trainer_imports():
+    """training/ (the DPO trainer) imports only the library, the standard library and what the ``dpo`` extra and
+    the training stacks (``verl-cpu`` on CPU, ``train`` on GPU) declare; the CPU lock pins the ``dpo`` extra exactly."""
+    extra = {_name(r): r for r in PYPROJECT["project"]["optional-dependencies"]["dpo"]}
+    pins = _lock("cpu")
+    for dist, req in extra.items():
+        assert "==" in req and req == f"{dist}=={pins[dist]}", (req, pins.get(dist))
+    stacks = {
+        _name(r) for group in ("dpo", "verl-cpu", "train") for r in PYPROJECT["project"]["optional-dependencies"][group]
+    }
+    imported = _third_party_imports(ROOT / "training") - {"training", "recipe"}
+    undeclared = {n for n in imported if DIST_OF.get(n, n).lower() not in stacks}
+    assert not undeclared, f"training/ imports packages no extra declares: {sorted(undeclared)}"

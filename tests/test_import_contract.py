@@ -36,6 +36,7 @@ def _copy(tmp_path: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "config", "*.md", "*.sh", "*.txt", "*.j2")
     shutil.copytree(ROOT / "insight_o3", tmp_path / "insight_o3", ignore=ignore)
     shutil.copytree(ROOT / "verl" / "recipe", tmp_path / "verl" / "recipe", ignore=ignore)
+    shutil.copytree(ROOT / "training", tmp_path / "training", ignore=ignore)
     return tmp_path
 
 
@@ -96,3 +97,20 @@ def test_the_folders_are_the_layers():
     table = (ROOT / "docs" / "architecture.md").read_text().split("```")[1]
     for name in layers:
         assert (f"{name}/" in table) or (f"{name}.py" in table), f"docs/architecture.md's layer table lacks {name}"
+
+
+def test_the_library_may_not_import_the_trainer(tmp_path):
+    root = _copy(tmp_path)
+    _plant(root, "insight_o3.jobs.integrity", "from training.dpo import settings  # noqa")
+    r = _lint(root)
+    assert r.returncode != 0
+    assert "the library needs no training stack, and no recipe or test code BROKEN" in r.stdout
+
+
+def test_the_trainer_may_not_import_the_commands(tmp_path):
+    root = _copy(tmp_path)
+    _plant(root, "training.dpo.pairs", "from insight_o3.scripts import evaluate  # noqa")
+    r = _lint(root)
+    assert r.returncode != 0
+    assert "the trainers import the library's modules, not its commands, viewers or test" in r.stdout
+    assert "BROKEN" in r.stdout

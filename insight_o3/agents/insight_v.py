@@ -26,6 +26,7 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..protocol.trajectory import message
+from .tool_agents import AgentSpec
 
 PROTOCOL_VERSION = "insight_v@5e9c6f934c1929e351dbff17a6c6c7bc2d8143b1:infer_two_models.py"
 
@@ -179,3 +180,13 @@ class InsightVEpisode:
             "thoughts": thoughts_form(self.reasoner_reply).value,
             "judge_also": {"chain": {"text": chain_text(self.reasoner_reply), "finish_reason": self.reasoner_finish}},
         }
+
+
+SPEC = AgentSpec(
+    name="insight_v",
+    protocol_version=PROTOCOL_VERSION,
+    description="Insight-V: a reasoning agent writes a <thoughts> chain (--model), a summary agent judges it and "
+    "answers (--summary_model, the same model and endpoint by default), its released two-agent inference",
+    image_format="PNG",  # the original file's pixels, as the release hands the file to its image processor
+    resizes=False,
+)

@@ -31,7 +31,7 @@ from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message, message_text
-from .tool_agents import AgentDefaults, Ask, Finish, ShownImage, UseTool
+from .tool_agents import AgentDefaults, AgentSpec, Ask, Finish, ShownImage, UseTool
 
 PROTOCOL_VERSION = "opensearch_vl@c5c02a4:opensearch_vl/opensearch_infer"
 
@@ -566,3 +566,15 @@ class OpenSearchVLSession:
 
 def replies_of(messages: list[dict]) -> list[str]:
     return [message_text(m) for m in messages if m.get("role") == "assistant"]
+
+
+#: built over the run's toolkit by the registry (the tools' images and retrieval record go into the run directory)
+SPEC = AgentSpec(
+    name="opensearch_vl",
+    protocol_version=PROTOCOL_VERSION,
+    description="OpenSearch-VL: the Visual Investigation Agent with its tools (crop, enhancement, layout parsing, "
+    "retrieval; --tool_set all adds visit and python_interpreter), its released inference loop",
+    image_format=DEFAULTS.image_format,
+    keeps_originals=True,
+    resizes=False,
+)

@@ -25,6 +25,7 @@ from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
 from ..protocol.attempt import Attempt
 from ..protocol.sample import Sample
 from ..protocol.trajectory import image_part, message, to_openai
+from .tool_agents import AgentSpec
 
 log = logging.getLogger(__name__)
 #: Extra requests for choices a server left out before the attempts are recorded as failed.
@@ -122,3 +123,10 @@ class SingleModelSolver:
 
     async def aclose(self) -> None:
         """Nothing to release: the client belongs to whoever built this solver."""
+
+
+SPEC = AgentSpec(
+    name="single_model",
+    protocol_version="insight_o3:evaluate.py",
+    description="one model answers from the (resized) image and the question (the released evaluate.py)",
+)

@@ -15,6 +15,7 @@ from ..protocol.attempt import Attempt
 from ..protocol.questions import insight_o3_question
 from .config import InSightO3Config
 from .drivers import AnswerResult, InSightO3, VSearcher
+from .tool_agents import AgentSpec
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -69,3 +70,12 @@ class InSightO3Solver:
         )
         searcher = VSearcher.from_settings(config.searcher, s_client, images)
         return cls(InSightO3.from_settings(config.reasoner, r_client, searcher, images), (r_client, s_client))
+
+
+SPEC = AgentSpec(
+    name="insight_o3",
+    protocol_version="insight_o3:vreasoner+vsearcher@926d137",
+    description="vReasoner (--model) + vSearcher (--vsearcher_model), the paper's system",
+    alpha="white",
+    keeps_originals=True,
+)

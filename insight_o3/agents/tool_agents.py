@@ -9,7 +9,12 @@ the part says ``"resample": "lanczos" | "nearest"``). :meth:`ToolSession.step` r
 * :class:`Ask`: send the (possibly extended) messages again (after a tool call, its response is already appended;
   a harness that re-asks after a reply without a call or an answer appends nothing);
 * :class:`Finish`: the episode's answer text (what the judge reads) and, when the protocol's own loop ended early
-  (a malformed tool call, its turn or image limit), the reason (kept in the record's ``stats``).
+  (a malformed tool call, its turn or image limit), the reason (kept in the record's ``stats``); when the answer is
+  an earlier reply's text, which reply (its ``finish_reason`` is the attempt's).
+
+A session whose protocol cannot show the sample's image at all (its release raises before the first request)
+raises :class:`UnusableImage` from its constructor: the attempt is then no answer (status ``invalid``, the reason
+recorded), the sample's outcome, never a lost request.
 
 A session that also implements :class:`UsageAware` is told each reply's token counts before ``step``.
 
@@ -34,10 +39,16 @@ class Ask:
 
 @dataclass(frozen=True)
 class Finish:
-    """The episode's answer (``text``: what the judge reads); ``reason``: why the protocol's loop stopped early."""
+    """The episode's answer (``text``: what the judge reads); ``reason``: why the protocol's loop stopped early;
+    ``reply``: the index of the reply (0 the first) whose text ``text`` is, -1 the last one."""
 
     text: str
     reason: str | None = None
+    reply: int = -1
+
+
+class UnusableImage(ValueError):
+    """The protocol cannot show this sample's image (see the module docstring); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -139,3 +150,24 @@ class SessionFactory(Protocol):
     """Builds the session of one sample: its question, options block, image file and that file's ``(w, h)``."""
 
     def __call__(self, question: str, options: str | None, image: str, size: tuple[int, int]) -> ToolSession: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentSpec:
+    """An agent as its own module declares it (its ``SPEC``), which the registry
+    (:mod:`insight_o3.evaluation.agent_registry`) lists: the ``name`` of ``evaluate --agent``, the
+    ``protocol_version`` written to the run card, a one-line ``description``, how the run's images are encoded
+    (``image_format``, ``alpha``, ``keeps_originals``, ``resizes``). A tool-using agent gives its sans-IO
+    ``session`` factory and the protocol's ``defaults`` (its image fields are then theirs) and ``demo_reply``, how the
+    keyless demo's scripted model speaks it."""
+
+    name: str
+    protocol_version: str
+    description: str
+    image_format: str = "JPEG"
+    alpha: str = "drop"
+    keeps_originals: bool = False
+    resizes: bool = True
+    session: SessionFactory | None = None
+    defaults: AgentDefaults | None = None
+    demo_reply: DemoSpeaker | None = None

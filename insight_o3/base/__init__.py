@@ -4,3 +4,12 @@ Caps on what a run accepts (:mod:`.caps`), exit codes (:mod:`.exit_codes`), imag
 (:mod:`.paths`), secrets and their redaction (:mod:`.redaction`), what a server sent made storable
 (:mod:`.untrusted`), and the one alias for an open JSON object (:mod:`.json_types`).
 """
+
+__all__ = [
+    "caps",
+    "exit_codes",
+    "json_types",
+    "paths",
+    "redaction",
+    "untrusted",
+]

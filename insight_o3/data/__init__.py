@@ -3,3 +3,17 @@
 Pure-Python / numpy / Pillow only (no torch). See :mod:`insight_o3.data.schema` for the row formats
 both pipelines write.
 """
+
+__all__ = [
+    "collage",
+    "collage_jobs",
+    "describe",
+    "difficulty",
+    "layout",
+    "region_localization",
+    "release_benchmarks",
+    "reliability",
+    "schema",
+    "search_benchmarks",
+    "source_pool",
+]

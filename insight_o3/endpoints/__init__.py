@@ -4,3 +4,15 @@ chat request and its first choice (:mod:`.chat`), token usage and prices
 check before the first item (:mod:`.preflight`), the errors a run records instead of raising
 (:mod:`.errors`) and a scripted local endpoint for demos and benchmarks (:mod:`.scripted_server`).
 """
+
+__all__ = [
+    "chat",
+    "client",
+    "endpoint",
+    "errors",
+    "guard",
+    "preflight",
+    "rate_limit",
+    "scripted_server",
+    "usage",
+]

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..agents import deepeyes, insight_v, mini_o3, opensearch_vl, pixel_reasoner
-from ..agents.tool_agents import AgentDefaults, DemoSpeaker, SessionFactory
+from ..agents import deepeyes, insight_v, mini_o3, opensearch_vl, pixel_reasoner, single_model, solver
+from ..agents.tool_agents import AgentDefaults, AgentSpec, DemoSpeaker, SessionFactory
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
 from ..protocol.attempt import Solver
@@ -128,13 +128,12 @@ def _opensearch_vl(ctx: AgentContext) -> Solver:
 
 def _single_model(ctx: AgentContext) -> Solver:
     from ..agents.oracle import oracle_crop_resize, oracle_regions
-    from ..agents.single_model import SingleModelSolver
 
     c = ctx.config
     settings = c.single_model
     assert settings is not None
     budget = c.img_max_pixels or None
-    return SingleModelSolver(
+    return single_model.SingleModelSolver(
         ctx.client,
         c.model,
         ctx.images,
@@ -178,11 +177,9 @@ def _insight_v(ctx: AgentContext) -> Solver:
 
 
 def _insight_o3(ctx: AgentContext) -> Solver:
-    from ..agents.solver import InSightO3Solver  # lazy: only InSight-o3 runs need it
-
     settings = ctx.config.insight_o3
     assert settings is not None
-    return InSightO3Solver.build(
+    return solver.InSightO3Solver.build(
         settings,
         ctx.images,
         guard=ctx.guard,
@@ -192,70 +189,43 @@ def _insight_o3(ctx: AgentContext) -> Solver:
     )
 
 
+def plugin_of(spec: AgentSpec, build: Callable[[AgentContext], Solver] | None = None) -> AgentPlugin:
+    """The plugin of an agent module's ``SPEC``: a tool-using session's (:func:`tool_agent`), else ``build``'s."""
+    if spec.session is not None and spec.defaults is not None:
+        return tool_agent(
+            spec.name,
+            spec.protocol_version,
+            spec.description,
+            spec.session,
+            spec.defaults,
+            alpha=spec.alpha,
+            demo_reply=spec.demo_reply,
+        )
+    assert build is not None, f"{spec.name}: an agent without a session needs its build"
+    return AgentPlugin(
+        name=spec.name,
+        protocol_version=spec.protocol_version,
+        description=spec.description,
+        build=build,
+        image_format=spec.image_format,
+        alpha=spec.alpha,
+        keeps_originals=spec.keeps_originals,
+        resizes=spec.resizes,
+        demo_reply=spec.demo_reply,
+    )
+
+
+#: The built-in agents: each agent module's ``SPEC``, with the build of those that need the run's settings.
 BUILTIN: dict[str, AgentPlugin] = {
     p.name: p
     for p in (
-        AgentPlugin(
-            name="single_model",
-            protocol_version="insight_o3:evaluate.py",
-            description="one model answers from the (resized) image and the question (the released evaluate.py)",
-            build=_single_model,
-        ),
-        AgentPlugin(
-            name="insight_o3",
-            protocol_version="insight_o3:vreasoner+vsearcher@926d137",
-            description="vReasoner (--model) + vSearcher (--vsearcher_model), the paper's system",
-            build=_insight_o3,
-            alpha="white",
-            keeps_originals=True,
-        ),
-        tool_agent(
-            "deepeyes",
-            deepeyes.PROTOCOL_VERSION,
-            "DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
-            deepeyes.DeepEyesSession,
-            deepeyes.DEFAULTS,
-            alpha="keep",  # the release crops Image.open(path) in the file's own mode
-            demo_reply=deepeyes.demo_reply,
-        ),
-        tool_agent(
-            "mini_o3",
-            mini_o3.PROTOCOL_VERSION,
-            "Mini-o3: <grounding> calls in relative coordinates on the image or an observation, its verl validation "
-            "rollout (sampled: run --num_trials 32 for its Avg@32)",
-            mini_o3.MiniO3Session,
-            mini_o3.DEFAULTS,
-            demo_reply=mini_o3.demo_reply,
-        ),
-        tool_agent(
-            "pixel_reasoner",
-            pixel_reasoner.PROTOCOL_VERSION,
-            "Pixel-Reasoner: crop_image_normalized calls in <tool_call> JSON (Qwen-Agent's Nous prompt) on the image or "
-            "an earlier crop, its released vLLM evaluation loop",
-            pixel_reasoner.PixelReasonerSession,
-            pixel_reasoner.DEFAULTS,
-            alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white
-            demo_reply=pixel_reasoner.demo_reply,
-        ),
-        AgentPlugin(
-            name="opensearch_vl",
-            protocol_version=opensearch_vl.PROTOCOL_VERSION,
-            description="OpenSearch-VL: the Visual Investigation Agent with its tools (crop, enhancement, layout "
-            "parsing, retrieval; --tool_set all adds visit and python_interpreter), its released inference loop",
-            build=_opensearch_vl,
-            image_format=opensearch_vl.DEFAULTS.image_format,
-            keeps_originals=True,
-            resizes=False,
-        ),
-        AgentPlugin(
-            name="insight_v",
-            protocol_version=insight_v.PROTOCOL_VERSION,
-            description="Insight-V: a reasoning agent writes a <thoughts> chain (--model), a summary agent judges it "
-            "and answers (--summary_model, the same model and endpoint by default), its released two-agent inference",
-            build=_insight_v,
-            image_format="PNG",  # the original file's pixels, as the release hands the file to its image processor
-            resizes=False,
-        ),
+        plugin_of(single_model.SPEC, _single_model),
+        plugin_of(solver.SPEC, _insight_o3),
+        plugin_of(deepeyes.SPEC),
+        plugin_of(mini_o3.SPEC),
+        plugin_of(pixel_reasoner.SPEC),
+        plugin_of(opensearch_vl.SPEC, _opensearch_vl),
+        plugin_of(insight_v.SPEC, _insight_v),
     )
 }
 
@@ -267,26 +237,68 @@ class UnknownAgent(KeyError):
         return str(self.args[0])
 
 
+class PluginError(ValueError):
+    """An installed agent plugin that cannot be used: its entry point fails to import (a syntax error, a missing
+    attribute, an exception at import), its factory or ``build`` raises, it is not an :class:`AgentPlugin`, or two
+    distributions register its name. The message names the entry point, its distribution and the cause."""
+
+
+def _origin(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"entry point {ep.name!r} = {ep.value!r} of {ENTRY_POINT_GROUP}" + (
+        f" (distribution {dist.name} {dist.version})" if dist is not None else ""
+    )
+
+
+def _cause(e: BaseException) -> str:
+    where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
 def _load(ep: Any) -> AgentPlugin:
-    obj = ep.load()
-    plugin = obj() if callable(obj) and not isinstance(obj, AgentPlugin) else obj
+    try:
+        obj = ep.load()
+        plugin = obj() if callable(obj) and not isinstance(obj, AgentPlugin) else obj
+    except Exception as e:  # a third party's import or factory: any failure is that plugin's, named
+        raise PluginError(f"{_origin(ep)} cannot be loaded: {_cause(e)}") from None
     if not isinstance(plugin, AgentPlugin):
-        raise TypeError(f"entry point {ep.name!r} ({ep.value}) of {ENTRY_POINT_GROUP} is not an AgentPlugin")
+        raise PluginError(f"{_origin(ep)} is not an AgentPlugin (got {type(plugin).__name__})")
     if plugin.name != ep.name:
-        raise TypeError(f"entry point {ep.name!r} ({ep.value}) names an agent called {plugin.name!r}")
+        raise PluginError(f"{_origin(ep)} names an agent called {plugin.name!r}")
     return plugin
 
 
 def agent_names() -> list[str]:
     """Every agent's name: the built-in ones, then those of installed packages (not loaded)."""
-    return sorted(BUILTIN) + sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN)
+    installed = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - set(BUILTIN)
+    return sorted(BUILTIN) + sorted(installed)
 
 
 def get_agent(name: str) -> AgentPlugin:
-    """The agent called ``name`` (a built-in one wins over a package's of the same name)."""
+    """The agent called ``name`` (a built-in one wins over a package's of the same name). :class:`PluginError` for
+    an installed one that cannot be loaded, or whose name two distributions register (which one is meant is not
+    known: neither is taken)."""
     if name in BUILTIN:
         return BUILTIN[name]
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            return _load(ep)
+    found = {(ep.value, _origin(ep)): ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name}
+    if len(found) > 1:
+        raise PluginError(
+            f"agent {name!r} is registered more than once: "
+            + "; ".join(sorted(origin for _, origin in found))
+            + " (uninstall all but one)"
+        )
+    if found:
+        return _load(next(iter(found.values())))
     raise UnknownAgent(f"no agent {name!r}; known: {', '.join(agent_names())}")
+
+
+def build_solver(name: str, ctx: AgentContext) -> Solver:
+    """Agent ``name``'s solver for the run; an installed plugin whose ``build`` raises is a :class:`PluginError`
+    naming it (a built-in agent's exception is this package's and goes up as it is)."""
+    plugin = get_agent(name)
+    if name in BUILTIN:
+        return plugin.build(ctx)
+    try:
+        return plugin.build(ctx)
+    except Exception as e:  # a third party's code: its failure, named
+        raise PluginError(f"agent plugin {name!r}: build failed: {_cause(e)}") from None

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..agents.config import InSightO3Config, InsightVSettings
 from ..endpoints.endpoint import Endpoint
+from ..protocol.statuses import JudgeFlow
 from ..tools.setup import ToolSettings
 from .judge import DEFAULT_JUDGE_RETRIES
 from .runner import RunConfig
@@ -52,7 +53,7 @@ class JudgeSettings:
     model: str
     api: Endpoint
     max_answer_length: int = 1000
-    flow: str = "extract"
+    flow: str = JudgeFlow.EXTRACT
     cache: bool = False
     retries: int = DEFAULT_JUDGE_RETRIES  # judgings more of an attempt after an ambiguous or malformed judge reply
 

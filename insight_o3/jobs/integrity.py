@@ -174,8 +174,20 @@ SETTING_KINDS: dict[str, Kind] = {
     "flawed_ratio": R,
     "pairs_per_question": R,
     "dpo_min_margin": R,
+    # --- iterative DPO (training/dpo/rounds.py): what it starts from and each stage's settings, fixed by round 1
+    "base_model": R,
+    "generate_settings": R,
+    "check_settings": R,
+    "score_settings": R,
+    "export_settings": R,
+    "dpo_settings": R,
+    "train_on_cpu": R,  # fp32 on the CPU vs bf16 on GPUs
+    "launcher": O,
+    "serve": O,
+    "eval_steps": O,
     # --- how much is done, and in what order (not how an item is made)
     "num_trials": E,  # more trials add trial_<k> directories (each trial's settings the same); fewer are refused
+    "rounds": E,  # training.dpo.rounds: more rounds continue the run; fewer than it finished are refused
     "num_collages": O,
     "limit": O,  # build_o3_bench / build_region_localization: the first N items (evaluate: see "subset")
     "sample_ids": O,  # evaluate: resolved into "subset"

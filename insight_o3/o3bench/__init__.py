@@ -24,3 +24,20 @@ release       options A-E shuffled with a fixed seed (F last), ``metadata.jsonl`
 
 The workspace layout is :class:`.workspace.Workspace`.
 """
+
+__all__ = [
+    "demo",
+    "extraction",
+    "filtering",
+    "letter_refs",
+    "prompts",
+    "records",
+    "release",
+    "review",
+    "sources",
+    "steps",
+    "synthesis",
+    "validation",
+    "validation_rules",
+    "workspace",
+]

@@ -5,3 +5,17 @@ answer and tool-call parsing (:mod:`.parsing`), the vSearcher's format rules (:m
 rewards (:mod:`.rewards`), trajectories (:mod:`.trajectory`) and what one attempt at a sample returns
 (:mod:`.attempt`).
 """
+
+__all__ = [
+    "attempt",
+    "evidence",
+    "limits",
+    "parsing",
+    "prompts",
+    "questions",
+    "rewards",
+    "sample",
+    "searcher_rules",
+    "statuses",
+    "trajectory",
+]

@@ -51,3 +51,16 @@ One round of iterative DPO (generate with the current reasoning agent â†’ rank â
 ``dpo_pairs.jsonl`` rows are TRL's vision-language preference format (``images``, ``prompt`` with an image
 placeholder, ``chosen``, ``rejected``, conversational); the SFT sets are LLaVA's conversation format.
 """
+
+__all__ = [
+    "assessment",
+    "chain",
+    "demo",
+    "engine",
+    "export",
+    "generation",
+    "prompts",
+    "settings",
+    "steps",
+    "workspace",
+]

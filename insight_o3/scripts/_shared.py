@@ -31,7 +31,7 @@ from ..base.exit_codes import ExitCode
 from ..base.paths import ALLOW_OUTSIDE_FLAG, BadOutputName, check_output_name
 from ..base.redaction import RedactingFilter, redact
 from ..endpoints.client import DEFAULT_TIMEOUT, quiet_http_logs
-from ..endpoints.endpoint import ENV_KEYS, Endpoint, resolve, resolve_key
+from ..endpoints.endpoint import ENV_KEYS, Endpoint, Sourced, borrowed_key, describe, resolve_key, sourced
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
 from ..endpoints.preflight import EndpointError
 from ..imaging.images import DEFAULT_MAX_DECODE_VALUES
@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+log = logging.getLogger("insight_o3.scripts")
 #: The errors that stop a run on purpose (each has its exit code in :func:`report_stop`).
 STOP_ERRORS = (RunStopped, OutputError, RunLockedError)
 
@@ -537,20 +538,41 @@ def run_controls(a: argparse.Namespace) -> RunControls:
     )
 
 
-def endpoint_of(a: argparse.Namespace, env: str = "main", *, prefix: str = "", key_env: str | None = None) -> Endpoint:
+def endpoint_of(
+    a: argparse.Namespace, env: str = "main", *, prefix: str = "", key_env: str | None = None, role: str | None = None
+) -> Endpoint:
     """The :class:`~insight_o3.endpoints.endpoint.Endpoint` of ``--{prefix}api_base_url`` / ``--{prefix}api_key``
     (:func:`add_api_flags`), each else from the environment variables of ``ENV_KEYS[env]`` (``key_env``: the key
-    from that variable only, which must then be set), with ``--client_timeout`` and ``--max_retries``."""
+    from that variable only, which must then be set), with ``--client_timeout`` and ``--max_retries``. Its URL and
+    key source are stated in one line (``role``, default the prefix or ``env``; the key never). A judge without a key
+    of its own gets ``$OPENAI_API_KEY`` only on the host that key belongs to (:func:`judge_key`; raises
+    :class:`~insight_o3.endpoints.endpoint.KeyHostError`)."""
     keys, urls = ENV_KEYS[env]
+    flag_url, flag_key = getattr(a, f"{prefix}api_base_url", None), getattr(a, f"{prefix}api_key", None)
+    url = sourced(flag_url, f"--{prefix}api_base_url", urls)
+    own_keys = (key_env,) if key_env else keys
+    resolve_key(flag_key, own_keys, flag=f"--{prefix}api_key")  # registered as a secret, warned of as a flag
+    if env == "judge" and not key_env:
+        key = judge_key(a, url, sourced(flag_key, f"--{prefix}api_key", ("JUDGE_API_KEY",)))
+    else:
+        key = sourced(flag_key, f"--{prefix}api_key", own_keys)
+    log.info("endpoints: %s", describe(role or prefix.rstrip("_") or env, url, key))
     return Endpoint(
-        base_url=resolve(getattr(a, f"{prefix}api_base_url", None), urls),
-        api_key=resolve_key(
-            getattr(a, f"{prefix}api_key", None), (key_env,) if key_env else keys, flag=f"--{prefix}api_key"
-        ),
+        base_url=url.value,
+        api_key=key.value,
         key_env=key_env,
         timeout=getattr(a, "client_timeout", None),
         max_retries=getattr(a, "max_retries", None),
     )
+
+
+def judge_key(a: argparse.Namespace, url: Sourced, own: Sourced) -> Sourced:
+    """The judge's key: its own (``own``: its flag or ``$JUDGE_API_KEY``), else ``$OPENAI_API_KEY`` only to the host
+    it belongs to (``$OPENAI_BASE_URL``'s, else the SDK's default); ``--allow_key_to_other_host`` lifts that."""
+    resolve_key(None, ("OPENAI_API_KEY",))  # registered as a secret
+    lender_url, lender_key = sourced(None, "", ("OPENAI_BASE_URL",)), sourced(None, "", ("OPENAI_API_KEY",))
+    allow = bool(getattr(a, "allow_key_to_other_host", False))
+    return borrowed_key("judge", url, own, "$OPENAI_BASE_URL endpoint", lender_url, lender_key, allow)
 
 
 def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived: Any) -> Invocation:

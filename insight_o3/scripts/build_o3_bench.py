@@ -381,6 +381,8 @@ def _category_specs(a: argparse.Namespace, ws: Workspace) -> list[src_mod.Source
             minimum = int(parts[3]) if len(parts) == 4 else 2
         except ValueError:
             raise BuildFileError(f"--category {spec!r}: MIN_LAYOUTS must be an integer, got {parts[3]!r}") from None
+        if minimum < 1:
+            raise BuildFileError(f"--category {spec!r}: MIN_LAYOUTS must be at least 1, got {minimum}")
         if any(s.subset == name for s in specs):
             raise BuildFileError(f"--category {name}: the category is given twice")
         specs.append(src_mod.SourceSpec(name, parts[1], parts[2], minimum))
@@ -423,7 +425,7 @@ def run_extract(a: argparse.Namespace) -> int:
     prompts_sha = {"EXTRACTION_PROMPT": sha256_text(prompt)}
     files = {"EXTRACTION_PROMPT": own.card()} if own is not None else {}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
-    ep = endpoint_of(a)
+    ep = endpoint_of(a, role=f"{a.step} {a.model}")
     job = ExtractJob(
         ws,
         _settings(a),
@@ -459,7 +461,7 @@ def run_synthesize(a: argparse.Namespace) -> int:
             f"{missing[0]}=FILE (the shipped prompts: {', '.join(SYNTHESIS_PROMPTS)}; see data/README.md)"
         )
     ws.require(ws.records("extract"), "extract")
-    ep = endpoint_of(a)
+    ep = endpoint_of(a, role=f"{a.step} {a.model}")
     job = SynthesizeJob(
         ws,
         _settings(a),

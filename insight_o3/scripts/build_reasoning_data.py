@@ -32,7 +32,7 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..base.untrusted import loads
-from ..endpoints.endpoint import ENV_KEYS
+from ..endpoints.endpoint import ENV_KEYS, KeyHostError
 from ..endpoints.usage import PriceError
 from ..protocol.sample import AnnotationError
 from ..reasoning_data import engine
@@ -50,6 +50,7 @@ from ._shared import (
     add_budget_flags,
     add_client_flags,
     add_judge_flags,
+    add_key_host_flag,
     add_output_dir,
     add_run_flags,
     check_run_flags,
@@ -62,7 +63,7 @@ from ._shared import (
 )
 
 PROG = "python -m insight_o3.scripts.build_reasoning_data"
-BAD_INPUT = (AnnotationError, EngineInputError, PriceError)
+BAD_INPUT = (AnnotationError, EngineInputError, PriceError, KeyHostError)
 
 
 def _json_object(text: str) -> JSONObject:
@@ -117,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         model_help="the LLM (the release: a Qwen2 LLM served by vLLM)",
         url_help="default: " + ", then ".join(f"${n}" for n in jurls),
-        key_help="default: " + ", then ".join(f"${n}" for n in jkeys),
+        key_help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY where $OPENAI_BASE_URL's host is the judge's",
     )
+    add_key_host_flag(p)
     _common(p, concurrency=32, images=False)
 
     p = sub.add_parser("score", help="tier 2: an MLLM scores each chain that passed, 1-100")
@@ -186,7 +188,7 @@ def step_settings(a: argparse.Namespace) -> GenerateSettings | CheckSettings | S
 
 
 def run_generate(a: argparse.Namespace, settings: GenerateSettings) -> int:
-    ep = ModelAccess(model=a.model, api=endpoint_of(a))
+    ep = ModelAccess(model=a.model, api=endpoint_of(a, role=f"generator {a.model}"))
     result = engine.generate(
         a.output_dir,
         a.ann_file,
@@ -201,14 +203,16 @@ def run_generate(a: argparse.Namespace, settings: GenerateSettings) -> int:
 
 
 def run_check(a: argparse.Namespace, settings: CheckSettings) -> int:
-    ep = ModelAccess(model=a.judge_model, api=endpoint_of(a, "judge", prefix="judge_"))
+    ep = ModelAccess(model=a.judge_model, api=endpoint_of(a, "judge", prefix="judge_", role=f"judge {a.judge_model}"))
     result = engine.check(a.output_dir, ep, settings, run_controls(a))
     _print(result.summary)
     return result.exit_code
 
 
 def run_score(a: argparse.Namespace, settings: ScoreSettings) -> int:
-    ep = ModelAccess(model=a.scorer_model, api=endpoint_of(a, "main", prefix="scorer_"))
+    ep = ModelAccess(
+        model=a.scorer_model, api=endpoint_of(a, "main", prefix="scorer_", role=f"scorer {a.scorer_model}")
+    )
     result = engine.score(a.output_dir, ep, settings, run_controls(a))
     _print(result.summary)
     return result.exit_code

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         source=a.source,
         limit=a.limit,
     )
-    endpoint = endpoint_of(a)
+    endpoint = endpoint_of(a, role=f"describer {a.model}")
     if not a.layout_only and endpoint.base_url is None:
         ap.error(
             "the describer has no default endpoint: give --api_base_url (or $OPENAI_BASE_URL), e.g. "

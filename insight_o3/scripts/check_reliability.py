@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -23,15 +24,17 @@ from ..data.reliability import (
     run_check,
 )
 from ..data.source_pool import PoolError, load_pool, pool_sha256
-from ..endpoints.endpoint import Endpoint, resolve, resolve_key
+from ..endpoints.endpoint import Endpoint, KeyHostError, Sourced, describe, resolve, resolve_key
 from ._shared import (
     add_client_flags,
     add_image_budget_flag,
     add_judge_flags,
+    add_key_host_flag,
     add_output_dir,
     add_run_flags,
     add_token_budget_flag,
     check_run_flags,
+    endpoint_of,
     entry_point,
     invocation_of,
     new_parser,
@@ -41,6 +44,7 @@ from ._shared import (
 )
 
 PROG = "python -m insight_o3.scripts.check_reliability"
+log = logging.getLogger("insight_o3.check_reliability")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         default={},
         help="JSON object passed to every checker request (e.g. {\"temperature\": 0})",
     )
+    add_key_host_flag(ap)
     add_client_flags(ap, max_retries=5)
     add_image_budget_flag(ap, default=1280 * 1280, help="resize budget; 0 = no limit")
     ap.add_argument("--skip_image_check", action="store_true", help="do not open every image when loading the pool")
@@ -101,16 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         for m, base, env in specs
     }
-    judge = Endpoint(
-        base_url=resolve(a.judge_api_base_url, ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL", "OPENAI_BASE_URL")),
-        api_key=resolve_key(
-            a.judge_api_key,
-            (a.judge_api_key_env,) if a.judge_api_key_env else ("JUDGE_API_KEY", "OPENAI_API_KEY"),
-            flag="--judge_api_key",
-        ),
-        key_env=None if a.judge_api_key else a.judge_api_key_env,
-        **client,
-    )
+    for m, ep in checkers.items():
+        where = Sourced(ep.base_url, "the --checker spec" if ep.base_url else "none")
+        log.info("endpoints: %s", describe(f"checker {m}", where, Sourced(ep.api_key, f"${ep.key_env}")))
+    try:  # $OPENAI_API_KEY only on its own host (the flag, $JUDGE_API_KEY or the variable named are the judge's own)
+        judge = endpoint_of(
+            a, "judge", prefix="judge_", key_env=None if a.judge_api_key else a.judge_api_key_env, role="judge"
+        )
+    except KeyHostError as e:
+        ap.error(str(e))
     settings = ReliabilitySettings(
         out_dir=a.out_dir,
         checkers=checkers,

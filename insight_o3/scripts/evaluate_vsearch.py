@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     check_run_flags(p, a)
     if a.max_tool_calls < 1 or a.vsearcher_max_pixels < QWEN_MIN_PIXELS:
         p.error(f"--max_tool_calls >= 1 and --vsearcher_max_pixels >= {QWEN_MIN_PIXELS} are required")
-    endpoint = endpoint_of(a, "vsearcher")
+    endpoint = endpoint_of(a, "vsearcher", role="vSearcher")
     a.api_base_url = endpoint.base_url  # args.json holds the resolved address, never the key
     if not a.output_dir:  # the model's name is a folder below outputs/vsearch: it must not leave it
         check_output_names(p, model=a.model.replace("/", "__"))

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     check_run_flags(ap, a)
     if a.attempts < 1 or a.img_max_pixels < 0:
         ap.error("--attempts must be >= 1 and --img_max_pixels >= 0")
-    model = endpoint_of(a)
+    model = endpoint_of(a, role="model")
     model_url = sourced(a.api_base_url, "--api_base_url", ENV_KEYS["main"][1])
     judge_url = sourced(a.judge_api_base_url, "--judge_api_base_url", ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"))
     if judge_url.value is None and model.base_url:
@@ -96,7 +96,6 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         )
     except KeyHostError as e:
         ap.error(str(e))
-    log.info("endpoints: %s", describe("model", model_url, sourced(a.api_key, "--api_key", ENV_KEYS["main"][0])))
     log.info("endpoints: %s", describe("judge", judge_url, judge_key))
     judge = replace(model, base_url=judge_url.value, api_key=judge_key.value, key_env=None)
     settings = FilterSettings(

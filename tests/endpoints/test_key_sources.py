@@ -137,3 +137,91 @@ def test_evaluate_pointed_at_the_demos_judge_port_stops_instead_of_scoring_zero(
         assert evaluate.main(argv) == 4
     err = capsys.readouterr().err
     assert "404" in err and "model" in err
+
+
+def test_check_reliability_sends_openai_api_key_only_where_it_belongs(env, tmp_path, openai_server, capsys, caplog):
+    """The C.1 check's judge without a key of its own: $OPENAI_API_KEY (its $OPENAI_BASE_URL the checkers' server)
+    is refused for a judge on another host, before any request, unless --allow_key_to_other_host; every endpoint is
+    stated at the start, the key never."""
+    from insight_o3.scripts import check_reliability
+    from tests.support.reliability_bench import QWEN_KEY, make_pool, script
+
+    srv = openai_server(script({}))
+    env.setenv("OPENAI_API_KEY", KEY)
+    env.setenv("OPENAI_BASE_URL", srv.base_url)
+    env.setenv("QWEN_KEY", QWEN_KEY)
+    env.setenv("JUDGE_API_BASE_URL", srv.base_url.replace("127.0.0.1", "localhost"))
+    pool = make_pool(tmp_path)
+    argv = [
+        "--source_pool",
+        str(pool),
+        "--out_dir",
+        str(tmp_path / "rel"),
+        "--checker",
+        f"qwen,{srv.base_url},QWEN_KEY",
+    ]
+    argv += ["--judge_model", "judge", "--max_retries", "0", "--no_progress"]
+    with pytest.raises(SystemExit) as e:
+        check_reliability.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "$OPENAI_API_KEY" in err and "localhost" in err and "allow_key_to_other_host" in err
+    assert KEY not in err and srv.count == 0
+    with caplog.at_level(logging.INFO):
+        check_reliability.main([*argv, "--allow_key_to_other_host"])
+    text = "\n".join(r.getMessage() for r in caplog.records if "endpoints" in r.getMessage())
+    assert f"checker qwen: {srv.base_url} (from the --checker spec); key from $QWEN_KEY" in text
+    assert (
+        "judge: http://localhost" in text and "key from $OPENAI_API_KEY (the $OPENAI_BASE_URL endpoint's key)" in text
+    )
+    assert KEY not in text and QWEN_KEY not in text and srv.count > 0
+
+
+def test_every_model_calling_command_states_its_endpoints_at_the_start(env, tmp_path, caplog):
+    """build_o3_bench's model steps (extract, synthesize), evaluate_vsearch, build_region_localization and
+    build_reasoning_data's generate/check/score each say where requests go and where the key comes from, first
+    (here each then stops on its missing input); the key itself never. build_reasoning_data check borrows
+    $OPENAI_API_KEY only on its own host."""
+    from insight_o3.scripts import build_o3_bench, build_reasoning_data, build_region_localization, evaluate_vsearch
+
+    env.setenv("OPENAI_API_KEY", KEY)
+    env.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    env.setenv("VSEARCHER_API_BASE_URL", "http://127.0.0.1:8/v1")
+    none = str(tmp_path / "none.jsonl")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "sources.jsonl").write_text("")  # no image: each step states its endpoint, then has nothing to do
+    runs = {
+        "extract m: http://127.0.0.1:9/v1 (from $OPENAI_BASE_URL); key from $OPENAI_API_KEY": lambda: (
+            build_o3_bench.main(["extract", "--output_dir", str(ws), "--model", "m", "--skip_endpoint_check", "--no_progress"])
+        ),
+        "synthesize m: http://127.0.0.1:9/v1 (from $OPENAI_BASE_URL); key from $OPENAI_API_KEY": lambda: (
+            build_o3_bench.main(["synthesize", "--output_dir", str(ws), "--model", "m", "--skip_endpoint_check", "--no_progress"])
+        ),
+        "vSearcher: http://127.0.0.1:8/v1 (from $VSEARCHER_API_BASE_URL); key from nowhere": lambda: (
+            evaluate_vsearch.main(["--model", "v", "--ann_file", none, "--img_dir", str(tmp_path), "--output_dir", str(tmp_path / "v")])
+        ),
+        "describer gpt-5-nano: http://127.0.0.1:9/v1 (from $OPENAI_BASE_URL); key from $OPENAI_API_KEY": lambda: (
+            build_region_localization.main(["--layouts", none, "--output_dir", str(tmp_path / "r")])
+        ),
+        "generator g: http://127.0.0.1:9/v1 (from $OPENAI_BASE_URL); key from $OPENAI_API_KEY": lambda: (
+            build_reasoning_data.main(["generate", "--output_dir", str(tmp_path / "w"), "--ann_file", none, "--img_dir", str(tmp_path), "--model", "g"])
+        ),
+        "judge j: http://127.0.0.1:9/v1 (from $OPENAI_BASE_URL); key from $OPENAI_API_KEY (the $OPENAI_BASE_URL": lambda: (
+            build_reasoning_data.main(["check", "--output_dir", str(tmp_path / "w"), "--judge_model", "j"])
+        ),
+        "scorer s: http://127.0.0.1:9/v1 (from $OPENAI_BASE_URL); key from $OPENAI_API_KEY": lambda: (
+            build_reasoning_data.main(["score", "--output_dir", str(tmp_path / "w"), "--scorer_model", "s"])
+        ),
+    }  # fmt: skip
+    for line, run in runs.items():
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            try:
+                run()
+            except SystemExit:
+                pass
+        text = "\n".join(r.getMessage() for r in caplog.records if "endpoints:" in r.getMessage())
+        assert line in text, (line, text)
+        assert KEY not in text
+    env.setenv("JUDGE_API_BASE_URL", "http://judge.example/v1")
+    assert build_reasoning_data.main(["check", "--output_dir", str(tmp_path / "w"), "--judge_model", "j"]) == 2

@@ -85,13 +85,22 @@ def _nothing_lost(res: dict, limited: RateLimitedScript):
     assert len(limited.accepted) == N  # every sample answered exactly once
 
 
+def _ideal(tmp_path, openai_server, rate: float) -> float:
+    """The wall time a client that knew the limit would need: N / rate, or, on a machine too busy to send N
+    requests that fast, the same run against a server without a limit (its own overhead is part of any wall
+    time; a loaded shared machine made that alone longer than N / rate)."""
+    free = RateLimitedScript(answer_script)
+    _nothing_lost(_run(tmp_path / "free", openai_server(free), "--concurrency", "64"), free)
+    return max(N / rate, free.wall)
+
+
 def test_rpm_keeps_under_a_request_rate_limit(tmp_path, openai_server):
     rate = 20.0  # requests per second the server allows (1200 rpm)
     limited = RateLimitedScript(answer_script, rate=rate, window=1.0)
     srv = openai_server(limited)
     res = _run(tmp_path, srv, "--concurrency", "64", "--rpm", str(rate * 60))
     _nothing_lost(res, limited)
-    ideal = N / rate
+    ideal = _ideal(tmp_path, openai_server, rate)
     assert limited.wall <= 1.5 * ideal, (limited.wall, ideal)
     assert limited.throttled <= 3  # spaced sends: (almost) no 429 at all
 
@@ -103,7 +112,7 @@ def test_retry_after_without_rpm_loses_nothing(tmp_path, openai_server):
     res = _run(tmp_path, srv, "--concurrency", "64")
     _nothing_lost(res, limited)
     assert limited.throttled > 0  # the 429s happened, and were absorbed
-    ideal = N / rate
+    ideal = _ideal(tmp_path, openai_server, rate)
     assert limited.wall <= 1.5 * ideal, (limited.wall, ideal)
 
 
@@ -143,7 +152,9 @@ def test_judge_rpm_keeps_the_judge_under_its_limit(tmp_path, openai_server):
     assert evaluate.main(argv) == 0
     m = json.loads((out / "m/rl/trial_0/eval_metrics.json").read_text())
     assert m["overall_stats"]["correct"] == N and len(limited.accepted) == N
-    assert limited.wall <= 1.5 * N / rate and limited.throttled <= 3
+    assert limited.throttled <= 3
+    ideal = _ideal(tmp_path, openai_server, rate)
+    assert limited.wall <= 1.5 * ideal, (limited.wall, ideal)
 
 
 def _storm_server(openai_server):

@@ -23,7 +23,7 @@ import pytest
 
 from insight_o3.protocol.fatal import FatalMode
 from insight_o3.protocol.rewards import RewardRules, trajectory_reward
-from tests.conftest import REPO
+from tests.support.stacks import REPO
 
 RECIPE = REPO / "verl" / "recipe" / "vsearch"
 ABLATIONS = RECIPE / "ablations"

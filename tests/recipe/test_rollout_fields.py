@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.conftest import add_recipe_path
+from tests.support.stacks import add_recipe_path
 
 add_recipe_path()
 

@@ -62,7 +62,7 @@ def test_every_plain_argument_parser_of_the_repository_turns_abbreviations_off()
     """Each ``argparse.ArgumentParser(...)`` (and ``add_parser`` of a plain one) outside the commands' factory passes
     ``allow_abbrev=False``: the developer scripts, the recipe's tools and the test helpers."""
     offenders = []
-    for top in ("insight_o3", "scripts", "data", "tests", "verl/recipe"):
+    for top in ("insight_o3", "scripts", "data", "tests", "training", "verl/recipe"):
         for path in (REPO / top).rglob("*.py"):
             text = path.read_text(encoding="utf-8")
             if path.name == "_shared.py" or path.name == Path(__file__).name or "new_parser" in text:

@@ -251,10 +251,10 @@ def _option_strings(parser: argparse.ArgumentParser, words: list[str]) -> set[st
 
 
 def unknown_flags(cmd: list[str]) -> list[str]:
-    """The ``--flags`` of a ``python -m insight_o3.scripts.NAME`` or ``bash scripts/NAME.sh`` command that the command
+    """The ``--flags`` of a ``python -m insight_o3.scripts.NAME`` (or ``training.…``) or ``bash scripts/NAME.sh`` command that the command
     does not have (its argparse parser; a shell script's text); [] for other commands."""
     words = [w.split("=", 1)[0] for w in cmd]
-    if len(cmd) > 2 and cmd[:2] == ["python", "-m"] and cmd[2].startswith("insight_o3.scripts."):
+    if len(cmd) > 2 and cmd[:2] == ["python", "-m"] and cmd[2].startswith(("insight_o3.scripts.", "training.")):
         mod = importlib.import_module(cmd[2])
         args = words[3:]
         if cmd[2].endswith(".generate_collages") and args and args[0] in ("pool", "filter"):
