@@ -25,7 +25,7 @@ process that made the pool (a pidfd, else its parent) and exits the moment it is
 included — and ignores SIGINT, which a terminal's Ctrl-C sends to the whole process group: the
 parent stops them when it unwinds. The ``forkserver`` they are forked from and multiprocessing's
 resource tracker are started with stdin, stdout and stderr on ``/dev/null``
-(:func:`_start_helpers_detached`), so no process of the pool holds the caller's pipes:
+(:func:`insight_o3.base.workers.start_helpers_detached`), so no process of the pool holds the caller's pipes:
 ``evaluate … | tee log`` ends when ``evaluate`` does.
 """
 
@@ -33,30 +33,25 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import hashlib
 import io
 import json
-import multiprocessing
 import os
-import select
 import signal
 import sys
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
-from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from ..base.json_types import JSONObject
+from ..base.workers import exit_with, worker_context
 from . import geometry
 from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
 from .prepared_cache import (
@@ -624,7 +619,7 @@ class ImageStore:
                 if self.processes:
                     self._executor = ProcessPoolExecutor(
                         max_workers=self.workers,
-                        mp_context=_worker_context(),
+                        mp_context=worker_context([__name__]),
                         initializer=functools.partial(
                             _init_worker,
                             self.max_decode_pixels,
@@ -664,70 +659,6 @@ class ImageStore:
 _WORKER_STORE: ImageStore | None = None
 
 
-_HELPERS_LOCK = threading.Lock()
-
-
-def _worker_context() -> BaseContext:
-    """``forkserver`` where there is one: workers start small and without the parent's threads. Its server
-    process and the resource tracker are started detached from the caller's stdio (once per process).
-
-    The server imports this module and the command's main module once (:func:`_worker_preload`): every worker
-    re-runs the main module as multiprocessing does (a command started with ``python -m`` is imported by name in
-    each child), and forked from a server that holds its imports already, that costs it a module body, not the
-    ~0.6 s CPU of importing the SDK and the command's whole import graph again."""
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload(_worker_preload())
-        _start_helpers_detached()
-    return ctx
-
-
-def _worker_preload() -> list[str]:
-    """What the forkserver imports before it forks a worker: ``__main__`` (multiprocessing's default, used for a
-    script run by path), the main module by name where multiprocessing imports it in each child (``python -m
-    insight_o3.scripts.evaluate``; not a package's ``__main__``, which it skips) and this module."""
-    main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
-    # a package's ``__main__`` (``python -m pytest``) runs when imported, and multiprocessing never re-imports it
-    if not isinstance(main_name, str) or main_name == "__main__" or main_name.endswith(".__main__"):
-        return ["__main__", __name__]
-    return ["__main__", main_name, __name__]
-
-
-def _start_helpers_detached() -> None:
-    """Start multiprocessing's forkserver and resource tracker (if not running) with fds 0-2 on /dev/null:
-    they and every worker forked from the server then hold none of the caller's pipes."""
-    from multiprocessing import forkserver, resource_tracker
-
-    with _HELPERS_LOCK, _stdio_on_devnull():
-        resource_tracker.ensure_running()
-        forkserver.ensure_running()
-
-
-@contextlib.contextmanager
-def _stdio_on_devnull() -> Iterator[None]:
-    """Point fds 0, 1 and 2 at /dev/null while inside (for the processes started there), then restore them.
-    Only the instant of two ``fork_exec`` calls: output another thread writes then is lost."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    null = os.open(os.devnull, os.O_RDWR)
-    saved: list[tuple[int, int]] = []
-    try:
-        for fd in (0, 1, 2):
-            try:
-                saved.append((fd, os.dup(fd)))
-            except OSError:  # closed in this process: nothing to keep from the children
-                continue
-            os.dup2(null, fd)
-        yield
-    finally:
-        for fd, copy in saved:
-            os.dup2(copy, fd)
-            os.close(copy)
-        os.close(null)
-
-
 def _init_worker(
     max_decode_pixels: int,
     max_decode_values: int,
@@ -741,7 +672,7 @@ def _init_worker(
     global _WORKER_STORE
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the owner stops the pool
     if owner_pid is not None:
-        _exit_with(owner_pid)
+        exit_with(owner_pid)
     _raise_pillow_limit(max_decode_pixels)
     _WORKER_STORE = ImageStore(
         max_cached_bytes=0,
@@ -756,41 +687,8 @@ def _init_worker(
     )
 
 
-def _exit_with(owner_pid: int) -> None:
-    """End this process as soon as process ``owner_pid`` is gone (a daemon thread waits on its pidfd;
-    without pidfds it checks every second whether the owner or this process's parent changed)."""
-    try:
-        pidfd = os.pidfd_open(owner_pid)
-    except ProcessLookupError:
-        os._exit(0)  # the owner is gone already
-    except (AttributeError, OSError):  # not Linux >= 5.3
-        pidfd = None
-    threading.Thread(target=_wait_for_exit, args=(owner_pid, pidfd), name="owner-watch", daemon=True).start()
-
-
-def _wait_for_exit(owner_pid: int, pidfd: int | None) -> None:
-    if pidfd is not None:
-        select.select([pidfd], [], [])  # readable once the owner has exited
-    else:
-        parent = os.getppid()
-        while os.getppid() == parent and _alive(owner_pid):
-            time.sleep(1.0)
-    os._exit(0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by another user (pid reused): treat as alive
-        pass
-    return True
-
-
-def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int, dict[str, int]]:
-    """One render in a worker process (its owner looked the prepared-image cache up already); returns the view,
-    how many decodes it took (0 or 1) and what it did with the prepared-image cache (counters)."""
+def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int]:
+    """One render in a worker process; returns the view and how many decodes it took (0 or 1)."""
     store = _WORKER_STORE
     assert store is not None, "image worker not initialised"
     before = store.stats["decoded"]

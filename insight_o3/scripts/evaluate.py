@@ -62,7 +62,7 @@ from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Called
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.agent_registry import AgentContext, UnknownAgent, agent_names, get_agent
+from ..evaluation.agent_registry import AgentContext, PluginError, UnknownAgent, agent_names, build_solver, get_agent
 from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, canonical_name, resolve_layout
 from ..evaluation.config import (
     AgentSettings,
@@ -83,6 +83,7 @@ from ..jobs.integrity import SettingsChanged
 from ..protocol import prompts
 from ..protocol.attempt import Solver
 from ..protocol.sample import AnnotationError, Sample
+from ..protocol.statuses import JudgeFlow
 from ..tools.layout import BACKENDS as LAYOUT_BACKENDS
 from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError, tools_card
 from ..tools.web import WebSettings
@@ -183,7 +184,7 @@ def _agent_line(name: str) -> str:
     """``name`` and the first clause of its description (an agent that cannot be loaded: its name only)."""
     try:
         return f"{name} ({get_agent(name).description.split(':')[0].split(',')[0]})"
-    except (UnknownAgent, ImportError, TypeError, AttributeError):
+    except (UnknownAgent, PluginError):
         return name
 
 
@@ -400,7 +401,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         a.agent = "insight_o3" if a.vsearcher_model else "single_model"
     try:
         plugin = get_agent(a.agent)
-    except (UnknownAgent, ImportError, TypeError) as e:
+    except (UnknownAgent, PluginError) as e:
         p.error(f"--agent: {e}")
     if (a.agent == "insight_o3") != bool(a.vsearcher_model):
         p.error("--vsearcher_model goes with --agent insight_o3 (and --agent insight_o3 needs it)")
@@ -425,7 +426,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
-        a.judge_flow = "opensearch_vl" if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
+        a.judge_flow = JudgeFlow.OPENSEARCH_VL if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
     if a.agent in TOOL_AGENTS:
         try:
             tool_settings(a, endpoints=False).check()  # the endpoints are built (once) with the config
@@ -727,7 +728,7 @@ def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: R
         model_limiter=limiters.model,
         vsearcher_limiter=limiters.vsearcher,
     )
-    return get_agent(c.agent_name).build(ctx)
+    return build_solver(c.agent_name, ctx)
 
 
 def endpoints(c: EvaluateConfig) -> list[Called]:
@@ -876,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
+    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir, PluginError) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:
