@@ -687,8 +687,9 @@ def _init_worker(
     )
 
 
-def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int]:
-    """One render in a worker process; returns the view and how many decodes it took (0 or 1)."""
+def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int, dict[str, int]]:
+    """One render in a worker process (its owner looked the prepared-image cache up already); returns the view,
+    how many decodes it took (0 or 1) and what it did with the prepared-image cache (counters)."""
     store = _WORKER_STORE
     assert store is not None, "image worker not initialised"
     before = store.stats["decoded"]
