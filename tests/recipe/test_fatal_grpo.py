@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from tests.conftest import require_recipe
+from tests.support.stacks import require_recipe
 
 require_recipe()
 
@@ -30,15 +30,10 @@ from recipe.vsearch.rollout_fields import (  # noqa: E402
     VALIDATE_KEY,
 )
 from recipe.vsearch.trainer import hybrid_advantages  # noqa: E402
-from tests.recipe.test_agent_loops import (  # noqa: E402,F401
-    TOOL,
-    ScriptedServerManager,
-    _config,
-    _expand,
-    _make,
-    image_path,
-    policy,
-)
+from tests.support.recipe_loops import TOOL, ScriptedServerManager  # noqa: E402
+from tests.support.recipe_loops import expand_rows as _expand  # noqa: E402
+from tests.support.recipe_loops import loop_config as _config  # noqa: E402
+from tests.support.recipe_loops import make_loop as _make  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 # rows 0-3: out-of-loop group g0; 4-5: group g1 (equal rewards); 6-8: in-loop calls (episode A: calls 0, 1; B: 0);
