@@ -18,6 +18,12 @@ tree (``tree_cpu_s``; ``workers_cpu_s`` of the image workers alone) — on a sha
 versions by, since wall time follows the other users' load —, the load average around the run, and whether the API
 key appears anywhere on disk.
 
+The prepared-image cache (``--image_cache``, shared across runs) is measured too: the zero-latency run is a **first
+run** (the cache emptied before it, so it renders every image and stores it), then ``second_run`` evaluates the same
+benchmark as another model would (a new run directory, zero latency) with the cache the first run filled:
+``workers_cpu_s`` and ``tree_cpu_s`` of the two say what the cache saves, and ``image_cache`` (from the run card) its
+hits, misses and bytes. The latency run has the cache off, so it renders every image as a run without one.
+
 The **encode-once floor** is measured in the same sitting, before the runs: decode + resize + encode
 (+ base64) of every distinct image of the benchmark once, one after the other on one core, through
 the same ``ImageStore`` code the CLI uses. Each run's ``wall / floor`` says how close the whole
@@ -238,7 +244,7 @@ class TreeRSS(threading.Thread):
         self.join()
 
 
-def run_once(a, bench: Path, label: str, latency: float) -> dict:
+def run_once(a, bench: Path, label: str, latency: float, image_cache: str) -> dict:
     script = AnswerScript(bench / "metadata.jsonl", a.accuracy, latency)
     out_dir = Path(a.work_dir) / "runs" / label
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -272,6 +278,8 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
             str(a.concurrency),
             "--img_max_pixels",
             str(a.img_max_pixels),
+            "--image_cache",
+            image_cache,
         ]
         if a.image_workers is not None:
             cmd += ["--image_workers", str(a.image_workers)]
@@ -294,6 +302,7 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
         raise SystemExit(f"[bench] evaluate exited with {proc.returncode}; see {log_path}:\n{log_text[-3000:]}")
     m = re.search(r"images decoded (\d+), encoded (\d+), cache hits (\d+)", log_text)
     run_dir = RunDir(out_dir / "bench")
+    card = json.loads((out_dir / "bench" / "run_card.json").read_text())
     summary = run_dir.summary() or {}
     lost = total = 0
     for k in range(a.num_trials):
@@ -323,7 +332,13 @@ def run_once(a, bench: Path, label: str, latency: float) -> dict:
         "load_before": round(load_before, 2),
         "load_after": round(load_after, 2),
         "api_key_on_disk": key_on_disk(out_dir),
+        "image_cache": card["history"][-1].get("image_cache"),
     }
+
+
+def _hits(r: dict) -> str:
+    c = r.get("image_cache")
+    return "off" if not c else f"{c['hits']}/{c['misses']}"
 
 
 def main(argv=None) -> int:
@@ -345,6 +360,12 @@ def main(argv=None) -> int:
         default=None,
         help="passed to the CLI (default: its own, one process per usable CPU; 0 = threads)",
     )
+    ap.add_argument(
+        "--image_cache_dir",
+        default=None,
+        help="the prepared-image cache of the first and second runs (default: <work_dir>/image_cache; emptied first)",
+    )
+    ap.add_argument("--skip_second", action="store_true", help="skip the second (cached) run")
     ap.add_argument("--skip_floor", action="store_true", help="do not measure the single-core encode-once floor")
     a = ap.parse_args(argv)
     bench = ensure_bench(a)
@@ -354,10 +375,16 @@ def main(argv=None) -> int:
         floor = encode_floor(a, bench)
         print(f"[bench] floor: {json.dumps(floor)}", flush=True)
     results = []
-    runs = ([] if a.skip_zero else [("zero_latency", 0.0)]) + ([("latency", a.latency)] if a.latency >= 0 else [])
-    for label, lat in runs:
+    cache_dir = a.image_cache_dir or str(Path(a.work_dir) / "image_cache")
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    runs = (
+        ([] if a.skip_zero else [("zero_latency", 0.0, cache_dir)])
+        + ([] if a.skip_second else [("second_run", 0.0, cache_dir)])
+        + ([("latency", a.latency, "off")] if a.latency >= 0 else [])
+    )
+    for label, lat, image_cache in runs:
         print(f"[bench] running evaluate against the {label} server ({lat}s per reply)...", flush=True)
-        res = run_once(a, bench, label, lat)
+        res = run_once(a, bench, label, lat, image_cache)
         if floor is not None:
             res["floor_s"] = floor["floor_s"]
             res["wall_over_floor"] = round(res["wall_s"] / floor["floor_s"], 2)
@@ -382,18 +409,19 @@ def main(argv=None) -> int:
     if floor is not None:
         print(f"\nsingle-core encode-once floor: {floor['floor_s']} s for {floor['images']} images")
     print(
-        f"\n{'run':<14}{'wall s':>8}{'CPU s':>7}{'wall/floor':>11}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}"
+        f"\n{'run':<14}{'wall s':>8}{'CPU s':>7}{'img CPU s':>10}{'cache hit/miss':>15}{'wall/floor':>11}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}"
         f"{'true':>8}{'MB written':>12}{'RSS MB':>8}{'tree RSS MB':>13}{'load':>12}"
     )
     for r in results:
         print(
-            f"{r['run']:<14}{r['wall_s']:>8}{r['tree_cpu_s']:>7}{str(r.get('wall_over_floor', '-')):>11}{str(r['images_encoded']):>9}"
+            f"{r['run']:<14}{r['wall_s']:>8}{r['tree_cpu_s']:>7}{r['workers_cpu_s']:>10}{_hits(r):>15}"
+            f"{str(r.get('wall_over_floor', '-')):>11}{str(r['images_encoded']):>9}"
             f"{r['distinct_image_payloads_at_server']:>9}{r['requests_lost']:>6}{r['accuracy']:>8}"
             f"{r['true_accuracy']:>8}{r['bytes_written'] / 1e6:>12.2f}{r['peak_rss_mb']:>8}"
             f"{r['peak_tree_rss_mb']:>13}{r['load_before']:>6}/{r['load_after']:<5}"
         )
     print(
-        f"(results in {out}; CPU s = CPU seconds of evaluate and its image workers; "
+        f"(results in {out}; CPU s = CPU seconds of evaluate and its image workers, img CPU s of the workers alone; "
         f"load = 1-minute load average before/after the run)"
     )
     return 0

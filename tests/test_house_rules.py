@@ -126,6 +126,27 @@ def test_no_function_of_the_library_is_longer_than_80_lines():
     assert long == []
 
 
+def test_no_test_imports_another_test_module():
+    """A helper two test modules share lives in ``tests/support`` (a fixture in a ``conftest.py``): no test module
+    imports another one or a conftest, so a reader finds every helper where its name says."""
+    tests = PACKAGE.parent / "tests"
+    borrowed = []
+    for p in sorted(tests.rglob("*.py")):
+        if p.relative_to(tests).parts[0] == "support":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                modules = ["." * node.level + (node.module or "")]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                continue
+            for m in modules:
+                if m.startswith(".") or any(part == "conftest" or part.startswith("test_") for part in m.split(".")):
+                    borrowed.append(f"{p.relative_to(tests)}:{node.lineno} {m}")
+    assert borrowed == []
+
+
 def _sentences(paragraph: str) -> int:
     """Sentence ends in a docstring paragraph (a full stop, ! or ? before a capital or the end)."""
     return len(re.findall(r"[.!?](?:\s+[A-Z]|$)", " ".join(paragraph.split())))
@@ -162,3 +183,26 @@ def test_every_package_says_its_one_sentence_and_its_public_names():
         if len(set(names)) != len(names):
             bad.append(f"{init}: __all__ repeats a name")
     assert not bad, "\n".join(bad)
+
+
+def test_the_judge_flow_and_the_reasoner_mode_are_vocabulary_members():
+    """``flow`` and ``mode`` are compared to members of :mod:`insight_o3.protocol.statuses` (``JudgeFlow``,
+    ``ReasonerMode``), never to bare strings, and a flow or mode given as text becomes its member."""
+    from insight_o3.evaluation.judge import JUDGE_COMPLETION_KWARGS, AnswerJudge, default_flow
+    from insight_o3.protocol.statuses import JudgeFlow, ReasonerMode
+
+    bare = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            named = any(isinstance(s, ast.Attribute) and s.attr in ("flow", "mode", "judge_flow") for s in sides)
+            text = [s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)]
+            if named and set(text) & {*JudgeFlow, *ReasonerMode}:
+                bare.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
+    assert bare == []
+    judge = AnswerJudge(None, "j", flow="verify")  # type: ignore[arg-type]
+    assert judge.flow is JudgeFlow.VERIFY and judge.completion_kwargs == JUDGE_COMPLETION_KWARGS["verify"]
+    assert default_flow("vs") is JudgeFlow.VERIFY and default_flow(None) is JudgeFlow.EXTRACT
+    assert set(JUDGE_COMPLETION_KWARGS) == set(JudgeFlow) and f"{ReasonerMode.TRAIN}" == "train"

@@ -137,13 +137,13 @@ def test_evaluate_without_key_or_url_says_to_set_openai_api_key(tmp_path, monkey
 def test_a_run_stopped_before_its_first_record_fixes_no_settings(tmp_path, openai_server, capsys):
     """A run stopped by the endpoint check (no record) does not fix the directory's settings: the retry with the
     URL fixed and another --img_max_pixels runs; once a record exists, a change is refused as before."""
-    from tests.endpoints.test_preflight import _closed_port_url
     from tests.support import eval_bench as eb
+    from tests.support.openai_server import closed_port_url
 
     bench = eb.make_bench(tmp_path / "bench")
     out = tmp_path / "out"
     srv, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
-    assert evaluate.main(eb.evaluate_argv(*bench, out, _closed_port_url(), judge.base_url, max_retries=0)) == 4
+    assert evaluate.main(eb.evaluate_argv(*bench, out, closed_port_url(), judge.base_url, max_retries=0)) == 4
     assert "is unreachable" in capsys.readouterr().err
     retry = eb.evaluate_argv(*bench, out, srv.base_url, judge.base_url, "--img_max_pixels", "50000")
     assert evaluate.main(retry) == 0, capsys.readouterr().err

@@ -28,16 +28,12 @@ from insight_o3.tools.layout import tesseract_version
 from insight_o3.tools.setup import TOOL_SETS
 from insight_o3.tools.toolkit import Toolkit
 from insight_o3.tools.web import WebChain, WebSettings
-from tests.conftest import require, require_module
+from tests.support import eval_bench as eb
 from tests.support.openai_server import ScriptedOpenAIServer, chat
+from tests.support.stacks import require, require_module
 
 require_module("cv2")  # the tools extra (opencv-contrib-python-headless)
 require(tesseract_version() is not None, "Tesseract (apt-get install tesseract-ocr tesseract-ocr-eng) and pytesseract")
-
-
-def _records(run: Path) -> dict[str, dict]:
-    rows = [json.loads(line) for line in (run / "trial_0" / "eval_records.jsonl").read_text().splitlines()]
-    return {r["sample_key"]: r["eval_result"] for r in rows}
 
 
 def _argv(files, model, judge, out, name, *extra):
@@ -68,10 +64,10 @@ def test_offline_run_then_replay_without_network(tmp_path, monkeypatch):
         monkeypatch.setattr(socket.socket, "connect", loopback_only)
         replay = ["--retrieval", "replay", "--retrieval_replay_from", str(out / "recorded")]
         assert evaluate.main(_argv(files, model, judge, out, "replayed", *replay)) == 0
-    rec, rep = _records(out / "recorded"), _records(out / "replayed")
+    rec, rep = eb.records_by_key(out / "recorded"), eb.records_by_key(out / "replayed")
     assert sorted(rec) == sorted(rep) == ["sign_0", "sign_1"]
     for key in rec:
-        a, b = rec[key], rep[key]
+        a, b = rec[key]["eval_result"], rep[key]["eval_result"]
         assert a["status"] == b["status"] == "correct"
         calls_a, calls_b = a["stats"]["tool_calls"], b["stats"]["tool_calls"]
         assert [c["name"] for c in calls_a] == ["crop", "sharpen", "layout_parsing", "text_search"]

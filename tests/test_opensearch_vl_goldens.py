@@ -31,9 +31,9 @@ from insight_o3.tools.sandbox import probe
 from insight_o3.tools.setup import TOOL_SETS
 from insight_o3.tools.toolkit import Toolkit
 from insight_o3.tools.web import WebChain, WebSettings
-from tests.conftest import require, require_module
 from tests.golden.record_opensearch_vl_goldens import digest, make_image
 from tests.support.openai_server import ScriptedOpenAIServer, chat
+from tests.support.stacks import require, require_module
 
 GOLDEN = json.loads((Path(__file__).resolve().parent / "golden" / "opensearch_vl" / "release.json").read_text())
 

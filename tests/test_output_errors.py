@@ -21,8 +21,9 @@ from insight_o3.endpoints.guard import EXIT_OUTPUT_ERROR
 from insight_o3.scripts import evaluate
 from insight_o3.storage.atomic import OutputError, write_json_atomic
 from insight_o3.storage.record_log import RecordLog
-from tests.scripts.test_evaluate import REPO, _argv, _assert_expected, _wait_lines
 from tests.support import eval_bench as eb
+from tests.support.stacks import REPO
+from tests.support.waiting import wait_for_lines
 
 
 def _rec(key: str, pad: int = 200) -> dict:
@@ -127,7 +128,7 @@ def test_evaluate_stops_with_one_line_on_injected_enospc_and_resumes(tmp_path, o
     model = openai_server(eb.model_script())
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(
+    argv = eb.keyed_argv(
         *bench,
         out,
         model.base_url,
@@ -166,7 +167,7 @@ def test_evaluate_stops_with_one_line_on_injected_enospc_and_resumes(tmp_path, o
     n_before = model.count
     assert evaluate.main(argv) == 0  # the disk has space again: resume
     assert model.count - n_before == 16 - 5  # only the unrecorded pairs
-    _assert_expected(out, 2)
+    eb.assert_expected(out, 2)
 
 
 # ----------------------------------------------------------------------------- a real small tmpfs
@@ -202,7 +203,7 @@ def test_full_disk_then_resume_exact_on_a_real_tmpfs(small_tmpfs, tmp_path, open
     model = openai_server(eb.model_script())
     judge = openai_server(eb.judge_script())
     out = small_tmpfs / "out"
-    argv = _argv(
+    argv = eb.keyed_argv(
         *bench,
         out,
         model.base_url,
@@ -230,7 +231,7 @@ def test_full_disk_then_resume_exact_on_a_real_tmpfs(small_tmpfs, tmp_path, open
     r = _run(argv)
     assert r.returncode == 0, r.stderr
     assert model.count - n_before == 24 - recs  # only what was not recorded is asked again
-    _assert_expected(out, 3)
+    eb.assert_expected(out, 3)
 
 
 def test_read_only_output_is_one_line(small_tmpfs, tmp_path, openai_server):
@@ -238,7 +239,7 @@ def test_read_only_output_is_one_line(small_tmpfs, tmp_path, openai_server):
     model = openai_server(eb.model_script())
     judge = openai_server(eb.judge_script())
     _remount(small_tmpfs, "ro")
-    r = _run(_argv(*bench, small_tmpfs / "out", model.base_url, judge.base_url))
+    r = _run(eb.keyed_argv(*bench, small_tmpfs / "out", model.base_url, judge.base_url))
     assert r.returncode == EXIT_OUTPUT_ERROR, r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: cannot create the lock file {small_tmpfs / 'out/m/o3_bench'}")
@@ -251,7 +252,7 @@ def test_removed_output_directory_is_one_line(tmp_path, openai_server):
     model = openai_server(eb.model_script(), block_after=1)  # holds the run after its first record
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, model.base_url, judge.base_url, "--concurrency", "1")
+    argv = eb.keyed_argv(*bench, out, model.base_url, judge.base_url, "--concurrency", "1")
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv],
@@ -262,7 +263,7 @@ def test_removed_output_directory_is_one_line(tmp_path, openai_server):
         text=True,
     )
     try:
-        _wait_lines(out / "m/o3_bench/trial_0/eval_records.jsonl", 1, timeout=60)
+        wait_for_lines(1, out / "m/o3_bench/trial_0/eval_records.jsonl", timeout=60)
         model.wait_blocked(1)
         shutil.rmtree(out)
         model.release()  # the run goes on and finds its directory gone
@@ -282,7 +283,7 @@ def test_removed_output_directory_is_one_line(tmp_path, openai_server):
 
 
 def test_collage_worker_output_error_is_one_line(small_tmpfs, tmp_path):
-    from tests.data.test_collage import CFG_FLAGS, pool_file  # noqa: F401
+    from tests.support.collage_config import CFG_FLAGS
 
     rows = []
     src = tmp_path / "src"
@@ -354,7 +355,7 @@ def test_output_dir_that_cannot_hold_files_is_bad_input(tmp_path, openai_server,
     bench = eb.make_bench(tmp_path / "bench")
     model = openai_server(eb.model_script())
     judge = openai_server(eb.judge_script())
-    assert evaluate.main(_argv(*bench, Path(out), model.base_url, judge.base_url)) == ExitCode.BAD_INPUT
+    assert evaluate.main(eb.keyed_argv(*bench, Path(out), model.base_url, judge.base_url)) == ExitCode.BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         f"error: cannot use {out}/m/o3_bench as an output directory: {reason}; choose a directory on a disk"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
-from tests.conftest import REPO
+from tests.support.stacks import REPO
 
 
 def _audit_module():

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, require_module
+from tests.support.stacks import REPO, require_module
 
 
 def _sha(path) -> str:

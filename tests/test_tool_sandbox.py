@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from insight_o3.tools.sandbox import SandboxLimits, probe, run_python
-from tests.conftest import require
+from tests.support.stacks import require
 
 require(probe() is None, f"a sandbox (unshare with user/network namespaces; root: a pids cgroup): {probe()}")
 LIMITS = SandboxLimits(seconds=3, memory=1 * 2**30, processes=16, output_chars=10_000)

@@ -25,9 +25,10 @@ from PIL import Image
 
 from insight_o3.imaging.geometry import smart_resize
 from insight_o3.protocol.prompts import VREASONER_INFER_SYSTEM_PROMPT
-from tests.conftest import REPO
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_user_text
+from tests.support.stacks import REPO
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -174,8 +175,12 @@ def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_pa
         assert er["stats"]["n_search_not_found"] == sum(s["status"] != "found" for s in searches)
 
     # every vSearcher turn in the records is one (successful) request the vLLM server answered
-    time.sleep(0.5)
-    assert _chat_posts(vllm_server.log_tail(10**8)) - posts_before == n_searcher_turns
+    posts = wait_until(
+        lambda: (n := _chat_posts(vllm_server.log_tail(10**8)) - posts_before) >= n_searcher_turns and n,
+        10,
+        f"{n_searcher_turns} chat requests in the vLLM server's log",
+    )
+    assert posts == n_searcher_turns
 
 
 def _prompt_tokens(client, session, images) -> tuple[int, str | None]:

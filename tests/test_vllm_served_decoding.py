@@ -24,7 +24,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.stacks import REPO
 from tests.support.vllm_server import free_port
 
 pytestmark = pytest.mark.slow

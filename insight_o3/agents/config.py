@@ -17,6 +17,7 @@ from ..endpoints.endpoint import Endpoint
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol.limits import LIMITS
 from ..protocol.prompts import FORK_HINTS, ReasonerHints
+from ..protocol.statuses import ReasonerMode
 from .reasoner_session import REASONER_MODES
 
 
@@ -28,7 +29,7 @@ class ReasonerSettings:
 
     model: str
     max_pixels: int | None = None
-    mode: str = "infer"
+    mode: str = ReasonerMode.INFER
     max_search_calls: int = LIMITS.max_search_calls
     system_prompt: str | None = None
     completion_kwargs: Mapping[str, Any] = field(default_factory=dict)

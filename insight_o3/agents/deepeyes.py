@@ -7,7 +7,8 @@
   ``image/jpeg`` label (l. 81-83, 138, 144; EXIF and all: a server that applies ``exif_transpose`` sees it turned);
 * a reply containing ``<tool_call>`` is a zoom-in call (l. 192-194): the text between the first ``<tool_call>``
   and the next ``</tool_call>``, read as a Python literal (the release ``eval``s it; we use
-  :func:`ast.literal_eval`, which reads every literal the same and runs no code), ``['arguments']['bbox_2d']``
+  :func:`ast.literal_eval`, which reads every literal the same and runs no code; a text longer than
+  :data:`MAX_LITERAL_CHARS` is not read: parsing takes ~500 bytes a character), ``['arguments']['bbox_2d']``
   unpacked to ``left, top, right, bottom`` in original-image pixels (l. 199-201);
 * the crop is ``pil_img.crop(box)`` of the image as ``Image.open`` gives it (its own mode: no RGB conversion, no EXIF
   rotation; PIL rounds each coordinate and pads what lies outside the image with black, so a box wholly outside
@@ -68,6 +69,13 @@ TOOL_START, TOOL_END = "<tool_call>", "</tool_call>"
 COMPLETION_KWARGS = {"temperature": 0.0, "max_tokens": 10240, "stop": ["<|im_end|>"]}
 #: requests per episode: ``try_count`` 0..10 (l. 179)
 MAX_REQUESTS = 11
+#: Characters of a tool call read as a literal (docs/fidelity.md B12): the parser's tree takes ~500 bytes a
+#: character (a 2.4 MB call took 1.24 GB), and a real call is under 200 characters.
+MAX_LITERAL_CHARS = 16_384
+#: Pixels of a crop PIL is asked to make (docs/fidelity.md B8): a box past the image is cropped with black
+#: outside, all of it allocated, so a box of 200000 x 2000 px would be 1.2 GB; a box inside the largest image the
+#: store decodes is under this
+MAX_CROP_PIXELS = 16384 * 16384
 IMAGE_FACTOR, MIN_PIXELS, MAX_PIXELS = 28, 4 * 28 * 28, 16384 * 28 * 28
 #: every image labelled ``image/jpeg`` (l. 144, 205), the file's own bytes and the PNG crops alike
 DEFAULTS = AgentDefaults(
@@ -116,6 +124,8 @@ def parse_zoom(
     rounding, clamped to the image: empty for a box wholly outside it), the box PIL crops (rounded, not clamped: the
     outside is black) and the crop's ``(w, h)``; raises :class:`ToolCallError` where the release raises."""
     body = reply.split(TOOL_START)[1].split(TOOL_END)[0].strip()
+    if len(body) > MAX_LITERAL_CHARS:
+        raise ToolCallError(f"tool call of {len(body)} characters (at most {MAX_LITERAL_CHARS} are read as a literal)")
     try:
         call = ast.literal_eval(body)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
@@ -126,18 +136,43 @@ def parse_zoom(
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise ToolCallError(f"no 4-number arguments.bbox_2d: {type(e).__name__}: {e}") from None
     coords = (left, top, right, bottom)
-    if not all(isinstance(v, int | float) and math.isfinite(v) for v in coords):
-        raise ToolCallError(f"bbox_2d holds a non-number: {bbox!r}")
+    if not all(_finite_number(v) for v in coords):  # the release's crop raises on these (OverflowError, TypeError)
+        raise ToolCallError(f"bbox_2d holds a non-number or a number past the float range: {_short(bbox)}")
     if right < left or bottom < top:  # PIL's crop refuses these
-        raise ToolCallError(f"bbox_2d {bbox!r}: right < left or bottom < top")
+        raise ToolCallError(f"bbox_2d {_short(bbox)}: right < left or bottom < top")
     # the release calls smart_resize(width, height) and reads (w, h) back: the rule is symmetric, so this is each
     # side's own rounding
     new_w, new_h = release_smart_resize(right - left, bottom - top)
+    if new_w <= 0 or new_h <= 0:  # a side floored to 0 (a box 1e9 wide, 1 high): the release's resize raises
+        raise ToolCallError(f"smart_resize gives a {new_w}x{new_h} crop for bbox_2d {_short(bbox)}")
     x0, y0, x1, y1 = (round(v) for v in coords)  # PIL's Image.crop rounds
     W, H = image_size
+    if (x1 - x0) * (y1 - y0) > MAX_CROP_PIXELS:  # PIL's crop would allocate it all, black outside the image
+        raise ToolCallError(
+            f"bbox_2d {_short(bbox)} is a {x1 - x0}x{y1 - y0} crop, more than {MAX_CROP_PIXELS} pixels (not made)"
+        )
     cx0, cy0 = min(max(0, x0), W), min(max(0, y0), H)
     region = (float(cx0), float(cy0), float(max(cx0, min(W, x1))), float(max(cy0, min(H, y1))))
     return region, (x0, y0, x1, y1), (new_w, new_h)
+
+
+def _finite_number(v: object) -> bool:
+    """An int or float the crop can use: finite, and (an int) within the float range."""
+    if not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int of hundreds of digits
+        return False
+
+
+def _short(value: object, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a stop reason is one line of a record)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past the interpreter's digit limit (a hex literal can write one)
+        return f"<a {type(value).__name__} too large to print>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def answer_text(reply: str) -> str:

@@ -18,7 +18,7 @@ from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..imaging.images import ImageStore
 from ..protocol.limits import LIMITS
 from ..protocol.prompts import FORK_HINTS, ReasonerHints
-from ..protocol.statuses import EpisodeStatus, ReasonerAction
+from ..protocol.statuses import EpisodeStatus, ReasonerAction, ReasonerMode
 from ..protocol.trajectory import image_refs, to_openai
 from .config import ReasonerSettings, SearcherSettings
 from .reasoner_session import ReasonerSession
@@ -168,7 +168,7 @@ class InSightO3:
         searcher: VSearcher,
         images: ImageStore,
         max_pixels: int | None = None,
-        mode: str = "infer",
+        mode: str = ReasonerMode.INFER,
         max_search_calls: int = 6,
         system_prompt: str | None = None,
         completion_kwargs: dict | None = None,

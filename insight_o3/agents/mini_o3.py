@@ -15,7 +15,10 @@ over the chat API instead of its token-level loop. Sources (that commit; docs/fi
   last turn, whatever ended the episode — a tool call at a limit, a cut at the length limit; none scores 0).
 
 The tool-call handling below runs the release's operations in the release's order on the parsed values, so an
-error's message (sent back to the model) is the one Python gives the release; the golden test checks that.
+error's message (sent back to the model) is the one Python gives the release; the golden test checks that. The
+release's tool-call regex backtracks (a 7 KB reply took 23 s); :func:`call_match` finds its match in linear time. A
+coordinate that is a string is multiplied by the image width as in the release, without building the product
+(:func:`int_of_product`: a 240 KB string took 1.14 GB).
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ from __future__ import annotations
 import ast
 import math
 import re
+import sys
 from typing import Any
 
 from ..base.json_types import JSONObject
+from ..base.text_scan import has_tagged, tagged_spans
+from ..imaging.geometry import QWEN_MAX_RATIO
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message
-from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step
+from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step, UnusableImage
 
 PROTOCOL_VERSION = "mini_o3@8654dbf42d2ea98b9d81b6cc7179026dd0598fdf:vllm_async_engine.py"
 
@@ -36,10 +42,15 @@ SYSTEM_PROMPT = """You are a helpful assistant. Answer the user's question based
 OBSERVATION_PROMPT = "After the above Action {action_turn}, here is the the zoom-in image (Observation {observation_turn}):\n<|vision_start|><|image_pad|><|vision_end|>.\nContinue your reasoning process inside <think> and </think>. If needed, you can continue to zoom in on the original image or any of the observations, by outputting <grounding> and </grounding> as before. If the final answer is confirmed, put your final answer inside <answer> and </answer>."  # noqa: E501
 ERROR_PROMPT = "Please analyze the error information obtained from the function tool and adjust your response. Countinue your reasoning process inside <think> and </think>."  # noqa: E501
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
-GROUNDING = re.compile(r"<grounding>(.*?)</grounding>", re.DOTALL)
-CALL = re.compile('.*<grounding>{"bbox_2d": (.*),.*"source": [\',"](.*)[\',"]}</grounding>', re.DOTALL)
-ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+#: the release's tool-call pattern (``re.match`` with ``re.DOTALL``), matched by :func:`call_match`
+CALL_PATTERN = '.*<grounding>{"bbox_2d": (.*),.*"source": [\',"](.*)[\',"]}</grounding>'
 STOP = "</grounding>"
+#: Characters of the bbox text read as a literal (docs/fidelity.md M5): the parser's tree takes ~500 bytes a
+#: character, and a real box is under 100 characters.
+MAX_LITERAL_CHARS = 16_384
+#: Characters of a string coordinate times a side that are built as the release builds them; past this the
+#: outcome of ``int()`` on the product is worked out from a few copies (:func:`int_of_product`).
+MAX_PRODUCT_CHARS = 1 << 20
 #: val_max_generation_round, val_limit_mm_per_prompt (README l. 155-156)
 MAX_ROUNDS, MAX_IMAGES = 12, 12
 FIRST_MAX_PIXELS, FIRST_MIN_PIXELS = 2_000_000, 40_000
@@ -92,11 +103,81 @@ def crop_view_steps(w: int, h: int) -> list[tuple[int, int]]:
     return steps
 
 
+_CALL_HEAD, _SOURCE, _CALL_TAIL, _QUOTES = '<grounding>{"bbox_2d": ', '"source": ', "}</grounding>", "',\""
+
+
+def _last_before(text: str, sub: str, end: int, ok: Any = None) -> int:
+    """The last index ``i`` with ``text[i:i+len(sub)] == sub`` inside ``text[:end]`` (and ``ok(i)``), or -1."""
+    while True:
+        i = text.rfind(sub, 0, max(end, 0))  # (a negative end would count from the text's end)
+        if i < 0 or ok is None or ok(i):
+            return i
+        end = i + len(sub) - 1  # the next occurrence left of this one
+
+
+def call_match(reply: str) -> tuple[str, str] | None:
+    """The two groups of ``re.match(CALL_PATTERN, reply, re.DOTALL)``, in linear time (None: no match).
+
+    Backtracking takes each greedy part as long as the rest can still match, left to right, so each boundary is
+    the last one that leaves the rest matchable: the quote before the last ``}</grounding>``; the last ``"source": ``
+    and quote that end before it; the last comma before that; the last ``<grounding>{"bbox_2d": `` that ends
+    before the comma. Each is one backward search."""
+    tail = _last_before(reply, _CALL_TAIL, len(reply), lambda t: t > 0 and reply[t - 1] in _QUOTES)
+    if tail < 0:
+        return None
+    close_quote = tail - 1
+    # "source": , its quote, then group 2 (possibly empty) up to the closing quote
+    src = _last_before(reply, _SOURCE, close_quote - 1, lambda i: reply[i + len(_SOURCE)] in _QUOTES)
+    if src < 0:
+        return None
+    comma = reply.rfind(",", 0, src)
+    head = _last_before(reply, _CALL_HEAD, comma) if comma >= 0 else -1
+    if head < 0:
+        return None
+    return reply[head + len(_CALL_HEAD) : comma], reply[src + len(_SOURCE) + 1 : close_quote]
+
+
+def int_of_product(value: Any, factor: int, max_chars: int = MAX_PRODUCT_CHARS) -> Any:
+    """``int(value * factor)`` as Python computes it for the release (the same value, or the same exception with the
+    same message), without building a string or list product of more than ``max_chars`` items.
+
+    ``int()`` of a list or tuple raises the same ``TypeError`` whatever it holds. ``int()`` of a string (or bytes)
+    reads leading spaces, a sign, digits with single underscores between them, trailing spaces; a misplaced
+    underscore is refused first, then more digits than ``sys.get_int_max_str_digits()`` (naming their count), then
+    anything after the trailing spaces. A copy of only digits and underscores repeats into one number: malformed
+    exactly when a copy starts or ends with an underscore or holds two in a row, else its digit count is ``factor``
+    times the copy's. Any other copy holds a character that ends the digits, so the product is refused within its
+    first three copies, and the message shows the first 200 characters of its repr: ``int()`` of a few copies
+    raises the very same error."""
+    if not isinstance(value, str | bytes | list | tuple) or len(value) * max(factor, 0) <= max_chars:
+        return int(value * factor)
+    seq: Any = value
+    if isinstance(value, list | tuple):
+        return int(seq[:0])  # TypeError: int() argument must be ... not 'list'
+    copies = min(factor, max(3, -(-201 // len(seq))))  # 201 characters or all: the repr shown is cut at 200
+    underscore: Any = "_" if isinstance(value, str) else b"_"
+    digits = sum(c.isdecimal() for c in value) if isinstance(value, str) else sum(48 <= c <= 57 for c in seq)
+    malformed = seq.startswith(underscore) or seq.endswith(underscore) or underscore * 2 in seq
+    if not digits or digits + seq.count(underscore) < len(seq) or malformed:
+        return int(seq * copies)  # raises as the whole product would
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0  # Python 3.10.7+
+    if limit and digits * factor > limit:
+        raise ValueError(
+            f"Exceeds the limit ({limit} digits) for integer string conversion: value has {digits * factor} digits; "
+            "use sys.set_int_max_str_digits() to increase the limit"
+        )
+    return int(value * factor)  # pragma: no cover - only without a digit limit (sys.set_int_max_str_digits(0))
+
+
 def ground(reply: str, observations: list[tuple[int, int]]) -> tuple[int, list[int]]:
     """``process_tool_call``'s parsing + ``prepare_grounding_inputs_multi_turn`` (relative coordinates): the source
     observation and the integer crop box in its pixels. Raises what the release raises (its message is sent back)."""
-    match = CALL.match(reply)
-    bbox_text, source = match.group(1), match.group(2)  # type: ignore[union-attr]  # AttributeError as the release
+    match = call_match(reply)
+    if match is None:  # the release's ``match.group`` on None
+        raise AttributeError("'NoneType' object has no attribute 'group'")
+    bbox_text, source = match
+    if len(bbox_text) > MAX_LITERAL_CHARS:
+        raise ValueError(f"the bbox_2d text has {len(bbox_text)} characters; at most {MAX_LITERAL_CHARS} are read")
     # the release eval()s the text; a literal reads the same (its SyntaxError names "<string>" as eval's does)
     obj: dict[str, Any] = {
         "bbox_2d": ast.literal_eval(ast.parse(bbox_text.lstrip(" \t"), "<string>", "eval")),
@@ -118,8 +199,11 @@ def ground(reply: str, observations: list[tuple[int, int]]) -> tuple[int, list[i
     if not observation_id < len(observations):
         raise AssertionError(f'Error in predicting the source observation: "{source}".')
     w, h = observations[observation_id]
-    box = (bbox[0] * w, bbox[1] * h, bbox[2] * w, bbox[3] * h)
-    b = [int(box[0]), int(box[1]), int(box[2]), int(box[3])]
+    # (bbox[0] * w, bbox[1] * h, ...) then int() of each, as the release; a sequence's product is not built
+    for v, side in zip(bbox, (w, h, w, h)):
+        if not isinstance(v, str | bytes | list | tuple):
+            v * side  # the release's TypeError for a value that cannot be multiplied, in its order
+    b = [int_of_product(bbox[0], w), int_of_product(bbox[1], h), int_of_product(bbox[2], w), int_of_product(bbox[3], h)]
     b = [max(b[0], 0), max(b[1], 0), min(b[2], w - 1), min(b[3], h - 1)]
     if not b[0] <= b[2] - 1:
         raise AssertionError(f"The bounding box is not valid in width: {b}")
@@ -133,7 +217,7 @@ def ground(reply: str, observations: list[tuple[int, int]]) -> tuple[int, list[i
 
 def answer_text(reply: str) -> str | None:
     """The reward's answer (general_qa_tool_mc l. 197-209): the last ``<answer>`` span of the stripped last turn."""
-    matches = ANSWER.findall(reply.strip())
+    matches = tagged_spans(reply.strip(), "<answer>", "</answer>")
     return matches[-1] if matches else None
 
 
@@ -152,7 +236,13 @@ class MiniO3Session:
         self.image = image
         full = (0.0, 0.0, float(size[0]), float(size[1]))
         self.regions: list[tuple[float, float, float, float]] = [full]
-        first = ImageRef(image, full, first_image_size(*size))
+        shown = first_image_size(*size)
+        if min(shown) < 1 or max(shown) / min(shown) > QWEN_MAX_RATIO:  # docs/fidelity.md M3
+            raise UnusableImage(
+                f"the image is shown at {shown[0]}x{shown[1]}: an aspect ratio past {QWEN_MAX_RATIO}, which the "
+                "Qwen2.5-VL processor of the release's vLLM refuses"
+            )
+        first = ImageRef(image, full, shown)
         text = question if not options else f"{question}\n{options}"
         self.messages: list[dict] = [message("system", SYSTEM_PROMPT), message("user", _view(first, "lanczos"), text)]
         self.round = 0
@@ -165,7 +255,7 @@ class MiniO3Session:
             reply += STOP  # a server that drops the stop string (vLLM keeps it: include_stop_str_in_output)
         self.messages.append(message("assistant", reply))
         answer = answer_text(reply)
-        if not GROUNDING.findall(reply):
+        if not has_tagged(reply, "<grounding>", "</grounding>"):
             if answer is None:
                 return Finish("", reason="the last turn has no <answer> (scored 0 by the release)")
             if finish_reason == "length":  # the release marks the episode void for training; validation scores the span

@@ -36,7 +36,7 @@ from ..base.json_types import JSONObject
 from ..imaging.geometry import smart_resize
 from ..imaging.images import ImageRef
 from ..protocol.trajectory import image_part, message, message_text
-from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step
+from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step, UnusableImage
 
 PROTOCOL_VERSION = "pixel_reasoner@a3a6c3a557a87d89ffaec825bd8c8d09b719fb97:experience_maker.py"
 
@@ -109,8 +109,13 @@ class View:
 
 
 def first_view(size: tuple[int, int]) -> View:
-    """``fetch_image`` of the question's image: ``smart_resize`` at 256..8000 x 28 x 28 pixels (BICUBIC)."""
-    h, w = smart_resize(size[1], size[0], FACTOR, FIRST_MIN_PIXELS, FIRST_MAX_PIXELS)
+    """``fetch_image`` of the question's image: ``smart_resize`` at 256..8000 x 28 x 28 pixels (BICUBIC). Raises
+    :class:`~insight_o3.agents.tool_agents.UnusableImage` where it raises (an aspect ratio past 200: the release's
+    loop stops there, docs/fidelity.md P3)."""
+    try:
+        h, w = smart_resize(size[1], size[0], FACTOR, FIRST_MIN_PIXELS, FIRST_MAX_PIXELS)
+    except ValueError as e:
+        raise UnusableImage(f"the release's fetch_image refuses the {size[0]}x{size[1]} image: {e}") from None
     return View((("resize", w, h),), (w, h), (0.0, 0.0, float(size[0]), float(size[1])))
 
 
@@ -147,14 +152,19 @@ def crop_box(size: tuple[int, int], bbox_2d: Any) -> tuple[int, int, int, int]:
     return r  # type: ignore[return-value]
 
 
+def answer_reply(replies: list[str]) -> int:
+    """Which reply the judge reads: the last one holding ``boxed`` (the release's reward scores the response from its
+    last ``boxed``, lowercased: ``rule_reward`` / ``handle_boxed`` l. 818-948), so a ``\\boxed{}`` of an earlier turn
+    still counts; none: the last reply (the release's ``rindex`` raises there; ours: the judge decides)."""
+    for i in range(len(replies) - 1, -1, -1):
+        if "boxed" in replies[i].lower():
+            return i
+    return len(replies) - 1
+
+
 def answer_text(replies: list[str]) -> str:
-    """What the judge reads: the last reply holding ``boxed`` (the release's reward scores the response from its last
-    ``boxed``, lowercased: ``rule_reward`` / ``handle_boxed`` l. 818-948), so a ``\\boxed{}`` of an earlier turn still
-    counts; none: the last reply (the release's ``rindex`` raises there; ours: the judge decides)."""
-    for r in reversed(replies):
-        if "boxed" in r.lower():
-            return r
-    return replies[-1]
+    """The text of :func:`answer_reply`."""
+    return replies[answer_reply(replies)]
 
 
 def last_tool_call(text: str) -> Any:
@@ -191,7 +201,16 @@ class PixelReasonerSession:
         return "".join(out) + "<|im_start|>assistant\n" + message_text(self.messages[-1])
 
     def answer(self) -> str:
-        return answer_text([message_text(m) for m in self.messages if m["role"] == "assistant"])
+        return answer_text(self._replies())
+
+    def _replies(self) -> list[str]:
+        return [message_text(m) for m in self.messages if m["role"] == "assistant"]
+
+    def _finish(self, reason: str | None) -> Finish:
+        """The answer, naming the reply it is (its ``finish_reason`` is the attempt's, not the last reply's)."""
+        replies = self._replies()
+        i = answer_reply(replies)
+        return Finish(replies[i], reason, reply=i)
 
     def note_usage(self, usage: Mapping[str, int]) -> None:
         if "prompt_tokens" in usage and "completion_tokens" in usage:
@@ -228,14 +247,14 @@ class PixelReasonerSession:
                 reason = (
                     f"a tool call after {MAX_CALLS + 1} calls or past {MAX_TOKENS} tokens (the reply is the answer)"
                 )
-            return Finish(self.answer(), reason)
+            return self._finish(reason)
         try:
             view = self._execute(self.qa_text())
         except Exception as e:  # the release's catch-all: the message goes back to the model
             self.messages.append(message("user", ERROR_TEXT.format(e)))
             return Ask()
         if len(self.views) + 1 > MAX_IMAGES:  # l. 2335-2339: the episode ends, the call unanswered
-            return Finish(self.answer(), f"more than {MAX_IMAGES} images")
+            return self._finish(f"more than {MAX_IMAGES} images")
         self.views.append(view)
         self.messages.append(message("user", CROP_TEXT.format(*view.size), self._part(view)))
         return Ask(zoomed=True)

@@ -46,15 +46,18 @@ from ..protocol.prompts import (
     ReasonerHints,
 )
 from ..protocol.searcher_rules import resize_bbox
-from ..protocol.statuses import EpisodeStatus, LocateStatus, ReasonerAction, ReplyKind
+from ..protocol.statuses import EpisodeStatus, LocateStatus, ReasonerAction, ReasonerMode, ReplyKind
 from ..protocol.trajectory import image_part, image_refs, message
 from .searcher_session import LocateResult
 from .views import pil_view, plan_view
 
-REASONER_MODES = ("infer", "train")
-_SYSTEM = {"infer": VREASONER_INFER_SYSTEM_PROMPT, "train": VREASONER_TRAIN_SYSTEM_PROMPT}
+REASONER_MODES = tuple(m.value for m in ReasonerMode)
+_SYSTEM = {ReasonerMode.INFER: VREASONER_INFER_SYSTEM_PROMPT, ReasonerMode.TRAIN: VREASONER_TRAIN_SYSTEM_PROMPT}
 #: Replies per round the fork accepts before giving up (``max_round_retries_val`` / ``max_round_retries``).
-ROUND_ATTEMPTS = {"infer": LIMITS.max_format_retries_eval + 1, "train": LIMITS.max_format_retries_train + 1}
+ROUND_ATTEMPTS = {
+    ReasonerMode.INFER: LIMITS.max_format_retries_eval + 1,
+    ReasonerMode.TRAIN: LIMITS.max_format_retries_train + 1,
+}
 #: The fork's crop enlargement for the vReasoner (``crop_min_side``, ``crop_min_area``).
 CROP_MIN_SIDE = 56
 CROP_MIN_AREA = 112 * 112
@@ -122,7 +125,7 @@ class ReasonerSession:
         question_text: str,
         images: ImageStore,
         max_pixels: int | None = None,
-        mode: str = "infer",
+        mode: str = ReasonerMode.INFER,
         max_search_calls: int = LIMITS.max_search_calls,
         system_prompt: str | None = None,
         max_format_retries: int | None = None,
@@ -130,6 +133,7 @@ class ReasonerSession:
     ):
         if mode not in REASONER_MODES:
             raise ValueError(f"vReasoner mode must be one of {REASONER_MODES}, got {mode!r}")
+        mode = ReasonerMode(mode)
         self.image_path, self.question_text, self.images, self.mode = str(image_path), question_text, images, mode
         self.max_search_calls, self.hints = max_search_calls, hints
         self.max_round_attempts = (
@@ -198,7 +202,9 @@ class ReasonerSession:
         text = assistant_text or ""
         self.n_turns += 1
         self._attempts += 1
-        turn = parse_reasoner_turn(text, require_feedback=self.mode == "train", first_round=self._first_round)
+        turn = parse_reasoner_turn(
+            text, require_feedback=self.mode == ReasonerMode.TRAIN, first_round=self._first_round
+        )
         msg = message("assistant", text)
         self.messages.append(msg)
         if turn.action != ReplyKind.INVALID and self.calls and turn.feedback is not None:

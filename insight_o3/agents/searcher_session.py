@@ -193,6 +193,8 @@ class BaseSearcherSession:
         self.error: str | None = None
         self.box_model: Box | None = None
         self.box_original: Box | None = None
+        #: the turns the reward scores when the episode ended at a fatal step (:meth:`end_fatal`); None: all of them
+        self.prefix_turns: int | None = None
 
     @property
     def prompt(self) -> str:
@@ -231,12 +233,13 @@ class BaseSearcherSession:
         """Pixels of one image of the conversation, exactly as sized in its reference."""
         return pil_view(self.images, self.resize, ref)
 
-    def solution_text(self) -> str:
+    def solution_text(self, n_turns: int | None = None) -> str:
         """The episode's response as the fork decodes it for the reward (special tokens skipped): each turn,
         ``\n`` after a turn that ended on its stop token, then each tool response
-        ``user\n<tool_response>…</tool_response>\n<reminder>\nassistant\n``."""
+        ``user\n<tool_response>…</tool_response>\n<reminder>\nassistant\n``. ``n_turns``: only the first turns
+        and their tool responses (a fatal episode's valid prefix, :meth:`end_fatal`)."""
         parts: list[str] = []
-        for i, t in enumerate(self.turns):
+        for i, t in enumerate(self.turns[:n_turns]):
             parts.append(t.text)
             if t.finish_reason != "length":
                 parts.append("\n")
@@ -345,6 +348,22 @@ class BaseSearcherSession:
             return
         self._end_at_budget(reason)
 
+    def end_fatal(self, step: int, reason: str) -> None:
+        """End the episode at its fatal step (fatal-aware GRPO, :mod:`insight_o3.protocol.fatal`): the driver saw the
+        run of consecutive tool errors that begins at turn ``step`` (0-based) and stops before showing the last
+        error's tool response. No answer (status ``invalid``); r_format and the reward's tool counts are those of the
+        valid prefix, the turns before ``step`` (:attr:`prefix_turns`)."""
+        if self.done:
+            return
+        if not 0 <= step < len(self.turns):
+            raise ValueError(f"fatal step {step} outside the episode's {len(self.turns)} turns")
+        if self.tool_texts and len(self.tool_texts) == len(self.turns):  # the last turn's tool response: not shown
+            self.tool_texts.pop()
+            self._reminders.pop()
+            self.messages.pop()
+        self.prefix_turns = step
+        self._end(LocateStatus.INVALID, SearcherAction.INVALID, reason)
+
     def fail(self, reason: str) -> None:
         """The driver could not continue (API error after retries, bad image): status ``failed``."""
         if not self.done:
@@ -411,6 +430,8 @@ class SearcherSession(BaseSearcherSession):
     def _formats(self) -> _Formats:
         if self.status == LocateStatus.FAILED:
             return _Formats(ok=False, n_valid_tool_calls=self.n_tool_calls)
+        if self.prefix_turns is not None:
+            return self._prefix_formats(self.prefix_turns)
         v, v_in = self.verdict(), self.verdict(inloop=True)
         return _Formats(
             ok=v.ok,
@@ -419,6 +440,27 @@ class SearcherSession(BaseSearcherSession):
             error_inloop=v_in.error,
             tool_boxes=[list(b) for b in v.boxes],
             n_valid_tool_calls=rules.n_valid_tool_calls(v, self.solution_text()),
+        )
+
+    def _prefix_formats(self, n_turns: int) -> _Formats:
+        """r_format on a fatal episode's valid prefix (its first ``n_turns`` turns, each a tool call with its tool
+        response): every turn ``<think>`` + a tool call whose box the rule accepts, no answer required. An empty prefix
+        scores 0 (the released workflow: no scored step, r_format 0)."""
+        if n_turns == 0:
+            why = "fatal at the first turn: no valid prefix"
+            return _Formats(ok=False, error=why, ok_inloop=False, error_inloop=why)
+        solution = self.solution_text(n_turns)
+        responses = rules.split_responses(solution)
+        kw = {"must_have_answer": False, "skip_last_response_if_empty": True}
+        v = rules.format_verdict(responses, self.frame.size, **kw)
+        v_in = rules.format_verdict(responses, self.frame.size, answer_must_parse=False, **kw)
+        return _Formats(
+            ok=v.ok,
+            error=v.error,
+            ok_inloop=v_in.ok,
+            error_inloop=v_in.error,
+            tool_boxes=[list(b) for b in v.boxes],
+            n_valid_tool_calls=rules.n_valid_tool_calls(v, solution),
         )
 
     def _step(self, rec: SearcherTurnRecord, text: str, call_text: str) -> SearcherStep:

@@ -9,7 +9,12 @@ the part says ``"resample": "lanczos" | "nearest"``). :meth:`ToolSession.step` r
 * :class:`Ask`: send the (possibly extended) messages again (after a tool call, its response is already appended;
   a harness that re-asks after a reply without a call or an answer appends nothing);
 * :class:`Finish`: the episode's answer text (what the judge reads) and, when the protocol's own loop ended early
-  (a malformed tool call, its turn or image limit), the reason (kept in the record's ``stats``).
+  (a malformed tool call, its turn or image limit), the reason (kept in the record's ``stats``); when the answer is
+  an earlier reply's text, which reply (its ``finish_reason`` is the attempt's).
+
+A session whose protocol cannot show the sample's image at all (its release raises before the first request)
+raises :class:`UnusableImage` from its constructor: the attempt is then no answer (status ``invalid``, the reason
+recorded), the sample's outcome, never a lost request.
 
 A session that also implements :class:`UsageAware` is told each reply's token counts before ``step``.
 
@@ -34,10 +39,16 @@ class Ask:
 
 @dataclass(frozen=True)
 class Finish:
-    """The episode's answer (``text``: what the judge reads); ``reason``: why the protocol's loop stopped early."""
+    """The episode's answer (``text``: what the judge reads); ``reason``: why the protocol's loop stopped early;
+    ``reply``: the index of the reply (0 the first) whose text ``text`` is, -1 the last one."""
 
     text: str
     reason: str | None = None
+    reply: int = -1
+
+
+class UnusableImage(ValueError):
+    """The protocol cannot show this sample's image (see the module docstring); the message says why."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
 from ..protocol.attempt import Attempt
+from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import to_openai
 from ..tools.toolkit import Toolkit
 from .tool_agents import (
@@ -29,6 +30,7 @@ from .tool_agents import (
     SessionFactory,
     ShownImage,
     ToolUser,
+    UnusableImage,
     UsageAware,
     UseTool,
     ViewErrorAware,
@@ -106,11 +108,15 @@ class ToolLoopSolver:
         return replace(enc, data_url=f"data:{mime}" + enc.data_url[enc.data_url.index(";base64,") :])
 
     async def _episode(self, sample: Any, size: tuple[int, int]) -> Attempt:
-        s = self.session(sample.question, sample.options, sample.image_path, size)
+        stats: dict[str, Any] = {"requests": 0, "zooms": 0}
+        try:
+            s = self.session(sample.question, sample.options, sample.image_path, size)
+        except UnusableImage as e:  # the sample's outcome: no answer, never a lost request
+            return Attempt(None, None, stats={**stats, "status": EpisodeStatus.IMAGE_REFUSED, "protocol_error": str(e)})
         views: dict[str, EncodedImage] = {}
         usage: dict[str, int] = {}
-        stats: dict[str, Any] = {"requests": 0, "zooms": 0}
         finish: str | None = None
+        finishes: list[str | None] = []  # each reply's finish_reason
         calls: list[dict] = []
         if self.toolkit is not None:
             stats["tool_calls"] = calls
@@ -139,6 +145,7 @@ class ToolLoopSolver:
             for k, v in this_usage.items():
                 usage[k] = usage.get(k, 0) + v
             finish = reply.finish_reason
+            finishes.append(finish)
             stats["requests"] += 1
             if isinstance(s, UsageAware):
                 s.note_usage(this_usage)
@@ -154,7 +161,9 @@ class ToolLoopSolver:
             if isinstance(step, Finish):
                 if step.reason:
                     stats["stop_reason"] = step.reason
-                return Attempt(step.text, finish, trajectory=s.messages, usage=usage or None, stats=stats)
+                # the finish_reason of the reply whose text is the answer (Pixel-Reasoner's may be an earlier one)
+                answered = finishes[step.reply] if -len(finishes) <= step.reply < len(finishes) else finish
+                return Attempt(step.text, answered, trajectory=s.messages, usage=usage or None, stats=stats)
             stats["zooms"] += int(step.zoomed)
 
     async def aclose(self) -> None:

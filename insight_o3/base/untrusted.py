@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from .json_types import JSONObject
 from .redaction import redact
+from .workers import WorkerDeadline, WorkerDied, call_with_deadline
 
 UsageState = Literal["ok", "missing", "invalid"]
 #: The usage counters a reply must carry as non-negative integers (path in the usage object).
@@ -117,7 +118,17 @@ def loads_repaired(
     repaired (None when nothing was). The repaired value is held to the same bounds as strict JSON (it is
     serialised and read back through :func:`loads`); JSON beyond the bounds (a bomb) is never repaired, and
     neither is text longer than ``max_repair_chars``: both raise :class:`UntrustedJSONError`, as does text the
-    library cannot repair into anything bounded."""
+    library cannot repair into anything bounded. The library is pure Python and quadratic on some damage: code that
+    must stay responsive (an event loop) calls :func:`loads_repaired_in_worker`."""
+    strict = _strict_or_repairable(text, max_depth, max_repair_chars)
+    if not isinstance(strict, str):
+        return strict
+    return _repair(text, strict, max_depth)
+
+
+def _strict_or_repairable(text: str, max_depth: int, max_repair_chars: int) -> tuple[Any, None] | str:
+    """``(value, None)`` for valid JSON within the bounds; else the strict parser's error, for text to repair.
+    Raises :class:`UntrustedJSONError` for JSON beyond the bounds and for text too long to repair."""
     try:
         return loads(text, max_depth=max_depth), None
     except UntrustedJSONError:
@@ -126,6 +137,10 @@ def loads_repaired(
         error = f"{e.msg} at line {e.lineno} column {e.colno}"
     if len(text) > max_repair_chars:
         raise UntrustedJSONError(f"{error}; not repaired: longer than {max_repair_chars} characters")
+    return error
+
+
+def _repair(text: str, error: str, max_depth: int) -> tuple[Any, JSONRepair]:
     import json_repair  # here: only a damaged reply needs it
 
     try:
@@ -140,6 +155,48 @@ def loads_repaired(
     actions = tuple(str(x.get("text", x)) if isinstance(x, dict) else str(x) for x in log or ())
     version = _dist_version("json-repair")
     return value, JSONRepair(error, actions, f"json-repair {version}")
+
+
+#: Seconds a repair may take in its worker: a model's damaged reply is repaired in milliseconds (0.2 s for 200,000
+#: characters of trailing commas), but the library is quadratic on some damage (a 200,000-character reply: an hour).
+REPAIR_DEADLINE_S = 10.0
+
+
+def _repair_outcome(text: str, error: str, max_depth: int) -> tuple[Any, JSONRepair | None, str | None]:
+    """:func:`_repair` in a worker process: its value and repair, or the message of its failure (an exception of
+    ours does not cross the process boundary as itself)."""
+    try:
+        value, repair = _repair(text, error, max_depth)
+    except UntrustedJSONError as e:
+        return None, None, str(e)
+    return value, repair, None
+
+
+async def loads_repaired_in_worker(
+    text: str,
+    *,
+    max_depth: int = MAX_JSON_DEPTH,
+    max_repair_chars: int = MAX_REPAIR_CHARS,
+    deadline_s: float = REPAIR_DEADLINE_S,
+) -> tuple[Any, JSONRepair | None]:
+    """:func:`loads_repaired` that never blocks the event loop on a repair: strict JSON is read here (linear, in C),
+    a repair runs in a worker process (:func:`insight_o3.base.workers.call_with_deadline`) killed after
+    ``deadline_s`` seconds or when the awaiting task is cancelled; a repair that does not finish in time raises
+    :class:`UntrustedJSONError` like one that fails."""
+    strict = _strict_or_repairable(text, max_depth, max_repair_chars)
+    if not isinstance(strict, str):
+        return strict
+    try:
+        value, repair, failure = await call_with_deadline(
+            _repair_outcome, text, strict, max_depth, deadline_s=deadline_s, preload=[__name__]
+        )
+    except WorkerDeadline as e:
+        raise UntrustedJSONError(f"{strict}; not repaired: the repair {e}") from None
+    except WorkerDied as e:
+        raise UntrustedJSONError(f"{strict}; not repaired: {e}") from None
+    if failure is not None:
+        raise UntrustedJSONError(failure)
+    return value, repair
 
 
 def _dist_version(dist: str) -> str:

@@ -40,7 +40,7 @@ from ..agents.insight_v import SUMMARY_PREFIX
 from ..agents.tool_agents import DemoSpeaker, DemoTurn
 from ..base.json_types import JSONObject
 from ..endpoints.scripted_server import Call, Reply, chat, error, request_text, user_message_text
-from ..evaluation.agent_registry import agent_names, get_agent
+from ..evaluation.agent_registry import PluginError, agent_names, get_agent
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, smart_resize
 
 LETTERS = "ABCDEF"
@@ -79,7 +79,7 @@ def agent_speakers() -> list[DemoSpeaker]:
     for name in agent_names():
         try:
             plugin = get_agent(name)
-        except Exception:  # a broken third-party plugin: not the demo's business
+        except PluginError:  # a broken third-party plugin: not the demo's business
             continue
         if plugin.demo_reply is not None:
             out.append(plugin.demo_reply)

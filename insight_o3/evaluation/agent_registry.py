@@ -237,26 +237,68 @@ class UnknownAgent(KeyError):
         return str(self.args[0])
 
 
+class PluginError(ValueError):
+    """An installed agent plugin that cannot be used: its entry point fails to import (a syntax error, a missing
+    attribute, an exception at import), its factory or ``build`` raises, it is not an :class:`AgentPlugin`, or two
+    distributions register its name. The message names the entry point, its distribution and the cause."""
+
+
+def _origin(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"entry point {ep.name!r} = {ep.value!r} of {ENTRY_POINT_GROUP}" + (
+        f" (distribution {dist.name} {dist.version})" if dist is not None else ""
+    )
+
+
+def _cause(e: BaseException) -> str:
+    where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
 def _load(ep: Any) -> AgentPlugin:
-    obj = ep.load()
-    plugin = obj() if callable(obj) and not isinstance(obj, AgentPlugin) else obj
+    try:
+        obj = ep.load()
+        plugin = obj() if callable(obj) and not isinstance(obj, AgentPlugin) else obj
+    except Exception as e:  # a third party's import or factory: any failure is that plugin's, named
+        raise PluginError(f"{_origin(ep)} cannot be loaded: {_cause(e)}") from None
     if not isinstance(plugin, AgentPlugin):
-        raise TypeError(f"entry point {ep.name!r} ({ep.value}) of {ENTRY_POINT_GROUP} is not an AgentPlugin")
+        raise PluginError(f"{_origin(ep)} is not an AgentPlugin (got {type(plugin).__name__})")
     if plugin.name != ep.name:
-        raise TypeError(f"entry point {ep.name!r} ({ep.value}) names an agent called {plugin.name!r}")
+        raise PluginError(f"{_origin(ep)} names an agent called {plugin.name!r}")
     return plugin
 
 
 def agent_names() -> list[str]:
     """Every agent's name: the built-in ones, then those of installed packages (not loaded)."""
-    return sorted(BUILTIN) + sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN)
+    installed = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - set(BUILTIN)
+    return sorted(BUILTIN) + sorted(installed)
 
 
 def get_agent(name: str) -> AgentPlugin:
-    """The agent called ``name`` (a built-in one wins over a package's of the same name)."""
+    """The agent called ``name`` (a built-in one wins over a package's of the same name). :class:`PluginError` for
+    an installed one that cannot be loaded, or whose name two distributions register (which one is meant is not
+    known: neither is taken)."""
     if name in BUILTIN:
         return BUILTIN[name]
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            return _load(ep)
+    found = {(ep.value, _origin(ep)): ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name}
+    if len(found) > 1:
+        raise PluginError(
+            f"agent {name!r} is registered more than once: "
+            + "; ".join(sorted(origin for _, origin in found))
+            + " (uninstall all but one)"
+        )
+    if found:
+        return _load(next(iter(found.values())))
     raise UnknownAgent(f"no agent {name!r}; known: {', '.join(agent_names())}")
+
+
+def build_solver(name: str, ctx: AgentContext) -> Solver:
+    """Agent ``name``'s solver for the run; an installed plugin whose ``build`` raises is a :class:`PluginError`
+    naming it (a built-in agent's exception is this package's and goes up as it is)."""
+    plugin = get_agent(name)
+    if name in BUILTIN:
+        return plugin.build(ctx)
+    try:
+        return plugin.build(ctx)
+    except Exception as e:  # a third party's code: its failure, named
+        raise PluginError(f"agent plugin {name!r}: build failed: {_cause(e)}") from None

@@ -18,6 +18,8 @@ from typing import Any
 
 from ..agents.config import InSightO3Config, InsightVSettings
 from ..endpoints.endpoint import Endpoint
+from ..imaging.prepared_cache import ImageCacheSettings
+from ..protocol.statuses import JudgeFlow
 from ..tools.setup import ToolSettings
 from .judge import DEFAULT_JUDGE_RETRIES
 from .runner import RunConfig
@@ -52,7 +54,7 @@ class JudgeSettings:
     model: str
     api: Endpoint
     max_answer_length: int = 1000
-    flow: str = "extract"
+    flow: str = JudgeFlow.EXTRACT
     cache: bool = False
     retries: int = DEFAULT_JUDGE_RETRIES  # judgings more of an attempt after an ambiguous or malformed judge reply
 
@@ -93,6 +95,8 @@ class EvaluateConfig:
     judge_rates: RequestRates = field(default_factory=RequestRates)
     max_decode_values: int | None = None
     image_cache_mb: int = 128
+    #: the prepared-image cache shared across runs (None: none)
+    image_cache: ImageCacheSettings | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -56,11 +56,11 @@ from ..protocol.attempt import Attempt
 from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
 from ..protocol.questions import insight_o3_question
 from ..protocol.sample import Sample
-from ..protocol.statuses import NO_ANSWER_STATUSES
+from ..protocol.statuses import NO_ANSWER_STATUSES, JudgeFlow
 from . import opensearch_vl_judge as osv_judge
 from .schema import Status
 
-FLOWS = ("extract", "verify", "opensearch_vl")
+FLOWS = tuple(f.value for f in JudgeFlow)
 #: Judgings more of an attempt whose judge reply was ambiguous or malformed, before it is a failed record.
 DEFAULT_JUDGE_RETRIES = 2
 
@@ -68,16 +68,16 @@ DEFAULT_JUDGE_RETRIES = 2
 def default_flow(vsearcher_model: str | None) -> str:
     """The judge flow of a mode when none is given: ``extract`` for a single model (the released
     ``evaluate.py``), ``verify`` in InSight-o3 mode (the fork's in-loop check, as the paper's numbers)."""
-    return "verify" if vsearcher_model else "extract"
+    return JudgeFlow.VERIFY if vsearcher_model else JudgeFlow.EXTRACT
 
 
 CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the
 #: fork's reward function ``max_tokens=2048``.
 JUDGE_COMPLETION_KWARGS: dict[str, JSONObject] = {
-    "extract": {"max_completion_tokens": 2048},
-    "verify": {"max_tokens": 2048},
-    "opensearch_vl": dict(osv_judge.COMPLETION_KWARGS),
+    JudgeFlow.EXTRACT: {"max_completion_tokens": 2048},
+    JudgeFlow.VERIFY: {"max_tokens": 2048},
+    JudgeFlow.OPENSEARCH_VL: dict(osv_judge.COMPLETION_KWARGS),
 }
 
 
@@ -254,7 +254,7 @@ async def in_loop_check(
         return Verdict("wrong", None, False, "rule", fail_reason="no \\boxed{} or <answer> span")
     if span == ground_truth:
         return Verdict("correct", span, True, "rule")
-    kwargs = JUDGE_COMPLETION_KWARGS["verify"] if completion_kwargs is None else completion_kwargs
+    kwargs = JUDGE_COMPLETION_KWARGS[JudgeFlow.VERIFY] if completion_kwargs is None else completion_kwargs
     prompt = prompts.format_judge_prompt(
         prompts.QA_VERIFY_PROMPT, question=question, gt_answer=ground_truth, model_answer=span
     )
@@ -276,7 +276,7 @@ class AnswerJudge:
         model: str,
         max_answer_length: int = 1000,
         completion_kwargs: dict | None = None,
-        flow: str = "extract",
+        flow: str = JudgeFlow.EXTRACT,
         cache: JudgeCache | None = None,
         verdicts: str = "strict",
         retries: int = DEFAULT_JUDGE_RETRIES,
@@ -288,7 +288,7 @@ class AnswerJudge:
         self.client = client
         self.model = model
         self.max_answer_length = max_answer_length
-        self.flow = flow
+        self.flow = JudgeFlow(flow)
         self.completion_kwargs = dict(completion_kwargs or JUDGE_COMPLETION_KWARGS[flow])
         self.cache = cache
         self.verdicts = verdicts  # see judged_correct: "fork" only for training under vsearch.variant=original
@@ -308,7 +308,7 @@ class AnswerJudge:
         if episode in NO_ANSWER_STATUSES:
             reason = (attempt.stats or {}).get("protocol_error") or episode
             return Verdict("invalid", None, False, None, fail_reason=f"no answer: {reason}")
-        if self.flow == "extract" and attempt.finish_reason != "stop":
+        if self.flow == JudgeFlow.EXTRACT and attempt.finish_reason != "stop":
             return Verdict("incomplete", fail_reason=f"finish_reason={attempt.finish_reason}")
         text = attempt.text or ""
         failure: Exception | None = None
@@ -317,9 +317,9 @@ class AnswerJudge:
             outputs = []
             ask = self._asker(fresh=tried > 0)
             try:
-                if self.flow == "opensearch_vl":
+                if self.flow == JudgeFlow.OPENSEARCH_VL:
                     return await self._opensearch_vl(sample, text, outputs, ask)
-                if self.flow == "verify":
+                if self.flow == JudgeFlow.VERIFY:
                     return await in_loop_check(
                         self.client,
                         self.model,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..base.json_types import JSONObject
-from ..storage.atomic import OutputError, write_json_atomic
+from ..storage.atomic import OutputError, refuse_link, write_json_atomic
 from ..storage.record_log import has_lines, touch_atomic
 from .schema import EvalRecord
 
@@ -291,6 +291,7 @@ class RunDir:
         :class:`~insight_o3.storage.record_log.RecordLog` on :meth:`records_path`."""
         t = self.trial(k)
         d = t.path
+        refuse_link(d)  # a linked trial directory (a copied run) would take this run's writes elsewhere
         try:
             os.makedirs(d, exist_ok=True)
             if os.path.exists(t.done_path):

@@ -31,7 +31,7 @@ import asyncio
 import logging
 import os
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
@@ -197,6 +197,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         invocation: Invocation | None = None,
         endpoints: Iterable[Called] = (),
         costs: CostModel | None = None,
+        entry_fields: Callable[[], JSONObject] | None = None,
     ):
         self.run_dir = cfg.run_dir
         super().__init__(
@@ -207,6 +208,7 @@ class EvalJob(ResumableJob[Sample, dict]):
             endpoints=endpoints,
             store=self.run_dir,
             card=run_card,
+            entry_fields=entry_fields,
         )
         self.cfg, self.judge, self.costs = cfg, judge, costs
         #: who answers a unit's trials: rejudge's stored attempts, or a solver's fresh ones
@@ -397,13 +399,15 @@ async def run_evaluation(
     invocation: Invocation | None = None,
     endpoints: Iterable[Called] = (),
     costs: CostModel | None = None,
+    entry_fields: Callable[[], JSONObject] | None = None,
 ) -> JSONObject:
     """Evaluate, write every output file, and return the summary metrics (under the eval
     directory's lock: raises :class:`~insight_o3.storage.lock.RunLockedError` if another run holds it).
     ``costs``: the price model that adds ``cost_usd`` to records and metrics (None: no prices). Raises
     :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and
     :class:`~insight_o3.jobs.integrity.SettingsChanged` (nothing written) when ``invocation`` differs from the
-    directory's first run on a setting that can change a result."""
+    directory's first run on a setting that can change a result. ``entry_fields``: more fields of the run's entry
+    in the card's history (:class:`~insight_o3.jobs.job.ResumableJob`)."""
     job = EvalJob(
         cfg,
         solver,
@@ -414,5 +418,6 @@ async def run_evaluation(
         invocation=invocation,
         endpoints=endpoints,
         costs=costs,
+        entry_fields=entry_fields,
     )
     return (await job.arun(samples)).summary

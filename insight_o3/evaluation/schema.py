@@ -1,4 +1,4 @@
-"""The evaluation record: one line of ``trial_<k>/eval_records.jsonl``, as typed dataclasses.
+"""The evaluation record: one line of ``trial_<k>/eval_records.jsonl``, as pydantic models.
 
 :func:`insight_o3.evaluation.runner.build_record` produces an :class:`EvalRecord`; every reader
 (the runner's resume, :mod:`.metrics`, :mod:`insight_o3.viz.run_view`, the converter of the
@@ -9,22 +9,33 @@ On disk a record is the sample's annotation fields (``index``, ``sample_key``, `
 ``image``/``file_name``, ``image_path``, ``question``, ``options``, ``answer``, ``category`` and any
 other annotation field), ``trial``, ``eval_result`` (:class:`EvalResult`) and optionally the
 per-role token ``usage`` (:class:`TokenUsage`) and ``cost_usd``. Older records of this project
-load too: missing optional fields take their defaults, a missing ``status`` is inferred from
-``success``/``is_correct``/``finish_reason`` as the first versions wrote them, and a record keyed by
+load too: missing optional fields take their defaults, an ``eval_result`` written by an earlier version is brought
+to the current shape first (:func:`upgrade_eval_result`, the model's before-validator), and a record keyed by
 ``question_id`` or ``index`` only gets that as its ``sample_key``. Fields this schema does not
 know are kept (``fields``/``extra``) and written back unchanged.
 
 The reply is stored once (run directory format 2): on disk, the last assistant message of ``trajectory`` whose
 text is ``response`` holds :data:`RESPONSE_REF` (``{"type": "text", "ref": "response"}``) instead of a second copy;
-:meth:`EvalResult.from_dict` puts the text back and :meth:`EvalResult.to_dict` takes it out again, so in memory a
-trajectory is always whole. Records of format 1 (the text twice) read as before.
+reading puts the text back and writing takes it out again, so in memory a trajectory is always whole. Records of
+format 1 (the text twice) read as before.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import Field, dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
 
 from ..base.json_types import JSONObject
 from ..endpoints.usage import RoleUsage, UsageCounts
@@ -38,25 +49,30 @@ FAIL_STAGES: tuple[str, ...] = get_args(FailStage)
 #: Roles whose token usage a record may carry.
 USAGE_ROLES = ("model", "judge", "vsearcher", "summary")
 
-#: Top-level keys with a typed field of their own (the rest of a record goes to ``EvalRecord.fields``).
-_TYPED = (
-    "index",
-    "sample_key",
-    "question_id",
-    "image_path",
-    "question",
-    "options",
-    "answer",
-    "category",
-    "trial",
-    "eval_result",
-    "usage",
-    "cost_usd",
-)
-
-
 #: On disk, the text part that stands for ``eval_result.response`` (the reply is not stored twice).
 RESPONSE_REF = {"type": "text", "ref": "response"}
+
+
+#: The validation context of a record read from disk (its layout mapped to the fields, older shapes upgraded); a
+#: model built in code is validated as it is given.
+ON_DISK = {"on_disk": True}
+
+
+def _on_disk(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("on_disk"))
+
+
+class RecordError(RecordFileError):
+    """A result record that does not fit the schema; the message names the file, line and field."""
+
+
+def _invalid(what: str, **ctx: Any) -> ValueError:
+    """A validation error whose message is ``what`` with ``ctx`` filled in (pydantic's location names the field)."""
+    return ValueError(what.format(**ctx))
+
+
+def _got(v: Any) -> str:
+    return f"{type(v).__name__} {v!r:.60}"
 
 
 def _message_text(m: dict) -> str | None:
@@ -96,125 +112,96 @@ def _with_response(trajectory: list | None, response: str | None) -> list | None
     return out
 
 
-class RecordError(RecordFileError):
-    """A result record that does not fit the schema; the message names the file, line and field."""
+# --------------------------------------------------------------------------------------------- field types
+def _count(v: Any) -> int:
+    """A token or request count: a non-negative integer (null: 0)."""
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _invalid("must be a non-negative integer, got {got}", got=repr(v)[:60])
+    return v
 
 
-def _fail(where: str, name: str, what: str) -> RecordError:
-    return RecordError(f"{where}: field '{name}' {what}")
+def _typed(kind: type, name: str) -> Any:
+    """A value that must be ``kind`` (no conversion; a bool is not a number) or null."""
+
+    def check(v: Any) -> Any:
+        if v is None or (isinstance(v, kind) and not (isinstance(v, bool) and kind is not bool)):
+            return v
+        raise _invalid("must be {kind} or null, got {got}", kind=name, got=_got(v))
+
+    return BeforeValidator(check)
 
 
-def _opt(obj: dict, name: str, types: type | tuple, where: str, prefix: str = "", default: Any = None) -> Any:
-    v = obj.get(name, default)
-    if v is None or (isinstance(v, types) and not (isinstance(v, bool) and bool not in _tuple(types))):
-        return v
-    tn = "/".join(t.__name__ for t in _tuple(types))
-    raise _fail(where, prefix + name, f"must be {tn} or null, got {type(v).__name__} {v!r:.60}")
+def _or_empty(kind: type, name: str) -> Any:
+    """A ``kind`` whose null is its empty value (a field with a default)."""
+
+    def check(v: Any) -> Any:
+        if v is None:
+            return kind()
+        if isinstance(v, kind):
+            return v
+        raise _invalid("must be {kind} or null, got {got}", kind=name, got=_got(v))
+
+    return BeforeValidator(check)
 
 
-def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
-    return types if isinstance(types, tuple) else (types,)
+def _one_of(choices: tuple[str, ...], optional: bool) -> Any:
+    def check(v: Any) -> Any:
+        if (v is None and optional) or v in choices:
+            return v
+        raise _invalid("is {v}; expected one of {choices}", v=repr(v), choices=", ".join(choices))
+
+    return BeforeValidator(check)
 
 
-@dataclass
-class TokenUsage:
+Count = Annotated[int, BeforeValidator(_count)]
+Flag = Annotated[bool, BeforeValidator(bool)]  # every version wrote true/false; anything else counts by its truth
+Text = Annotated[str | None, _typed(str, "str")]
+Mapping = Annotated[dict | None, _typed(dict, "dict")]
+Items = Annotated[list | None, _typed(list, "list")]
+
+
+class TokenUsage(BaseModel):
     """Tokens and requests one role (``model``, ``judge``, ``vsearcher``) spent on one record;
     ``unreported_requests`` of them had no valid usage in their reply (the token counts are lower bounds;
     written only when not 0, see :mod:`insight_o3.endpoints.usage`)."""
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    requests: int = 0
-    unreported_requests: int = 0
+    model_config = ConfigDict(extra="ignore", validate_assignment=False)
 
-    def to_dict(self) -> UsageCounts:
-        """The counts by field name; ``unreported_requests`` only when not 0."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+    prompt_tokens: Count = 0
+    completion_tokens: Count = 0
+    reasoning_tokens: Count = 0
+    requests: Count = 0
+    unreported_requests: Count = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, obj: Any) -> Any:
+        if not isinstance(obj, dict) and not isinstance(obj, TokenUsage):
+            raise _invalid("must be an object, got {kind}", kind=type(obj).__name__)
+        return obj
+
+    @model_serializer(mode="wrap")
+    def _counts(self, handler: SerializerFunctionWrapHandler) -> dict:
+        out = handler(self)
         if not self.unreported_requests:
             del out["unreported_requests"]
         return out
 
-    @classmethod
-    def from_dict(cls, obj: Any, where: str, name: str) -> TokenUsage:
-        if not isinstance(obj, dict):
-            raise _fail(where, name, f"must be an object, got {type(obj).__name__}")
-        vals = {}
-        for f in fields(cls):
-            v = obj.get(f.name, 0)
-            if v is None:
-                v = 0
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise _fail(where, f"{name}.{f.name}", f"must be a non-negative integer, got {v!r:.60}")
-            vals[f.name] = v
-        return cls(**vals)
+    def to_dict(self) -> UsageCounts:
+        """The counts by field name; ``unreported_requests`` only when not 0."""
+        return self.model_dump()
 
 
-def _key(f: Field) -> str:
-    """The on-disk key of a field (``metadata["key"]``, else its name)."""
-    return f.metadata.get("key", f.name)
-
-
-@dataclass(kw_only=True)
-class EvalResult:
-    """``eval_result`` of a record: the judge's verdict on one attempt, with what produced it.
-
-    Declared once: the on-disk keys, their order and their checks come from the fields below (``to_dict`` /
-    ``from_dict`` walk :func:`dataclasses.fields`; ``metadata["key"]`` is a field's on-disk name when it differs).
-    Unknown keys: kept in ``extra`` and written back unchanged (:data:`UNKNOWN_KEYS`), never dropped. Older
-    records are brought to the current shape first, in one place (:func:`upgrade_eval_result`)."""
-
-    success: bool = False  # judged at all (correct or wrong)
-    status: Status
-    fail_reason: str | None = None
-    fail_stage: FailStage | None = None  # a failure of the solver's queries or of the judge alone
-    response: str | None = None
-    finish_reason: str | None = None
-    extracted_answer: str | None = None
-    is_correct: bool = False
-    has_answer: bool = False
-    judge_method: str | None = None  # "rule" | "judge"
-    judge_outputs: list = field(default_factory=list)
-    #: the model API's usage object of the attempt, as returned (the record's per-role counts are
-    #: ``EvalRecord.usage``); on disk ``usage``
-    api_usage: dict | None = field(default=None, metadata={"key": "usage"})
-    image: dict | None = None  # the first image reference of the trajectory
-    trajectory: list | None = None
-    stats: dict = field(default_factory=dict)
-    extra: dict = field(default_factory=dict, metadata={"unknown": True})  # keys this schema does not know
-
-    def to_dict(self) -> JSONObject:
-        out: dict = {}
-        for f in fields(self):
-            if f.metadata.get("unknown"):
-                continue
-            v = getattr(self, f.name)
-            out[_key(f)] = _without_response(v, self.response) if f.name == "trajectory" else v
-        out.update(self.extra)
-        return out
-
-    @classmethod
-    def from_dict(cls, er: Any, where: str) -> EvalResult:
-        if not isinstance(er, dict):
-            got = "missing" if er is None else f"a {type(er).__name__}"
-            raise RecordError(f"{where}: record has no 'eval_result' object (field 'eval_result' is {got})")
-        er = upgrade_eval_result(er)
-        known = {_key(f): f for f in fields(cls) if not f.metadata.get("unknown")}
-        values = {f.name: _read_field(er, _key(f), str(f.type), where) for f in known.values() if _key(f) in er}
-        values["trajectory"] = _with_response(values.get("trajectory"), values.get("response"))
-        return cls(**values, extra={k: v for k, v in er.items() if k not in known})
-
-
-#: What happens to an ``eval_result`` key the declaration does not know: kept in ``EvalResult.extra``, written back.
-UNKNOWN_KEYS = "keep"
-
-
-def upgrade_eval_result(er: JSONObject) -> JSONObject:
+def upgrade_eval_result(er: Any) -> Any:
     """An ``eval_result`` as written by any earlier version, in the current shape (the one place older records are
-    migrated): ``text`` -> ``response``, ``error`` -> ``fail_reason``, a missing ``status`` inferred from
-    ``success``/``is_correct``/``finish_reason``, ``success``/``is_correct`` from the status when absent, a number
-    ``extracted_answer`` as text. Run-dir format 1 (the reply stored twice) needs nothing here: a trajectory
-    without :data:`RESPONSE_REF` reads as it is."""
+    migrated; :class:`EvalResult`'s before-validator): ``text`` -> ``response``, ``error`` -> ``fail_reason``, a
+    missing ``status`` inferred from ``success``/``is_correct``/``finish_reason``, ``success``/``is_correct`` from
+    the status when absent, a number ``extracted_answer`` as text. Run-dir format 1 (the reply stored twice) needs
+    nothing here: a trajectory without :data:`RESPONSE_REF` reads as it is."""
+    if not isinstance(er, dict):
+        return er
     out = {k: v for k, v in er.items() if k not in ("text", "error")}
     if "response" not in er and "text" in er:
         out["response"] = er["text"]
@@ -232,32 +219,6 @@ def upgrade_eval_result(er: JSONObject) -> JSONObject:
     return out
 
 
-def _read_field(er: dict, key: str, typ: str, where: str) -> Any:
-    """One ``eval_result`` value checked against its declared type (the field's annotation)."""
-    p, v = "eval_result.", er.get(key)
-    if typ == "Status":
-        if v not in STATUSES:
-            raise _fail(where, p + key, f"is {v!r}; expected one of {', '.join(STATUSES)}")
-        return v
-    if typ == "FailStage | None":
-        v = _opt(er, key, str, where, p)
-        if v is not None and v not in FAIL_STAGES:
-            raise _fail(where, p + key, f"is {v!r}; expected one of {', '.join(FAIL_STAGES)}")
-        return v
-    if typ == "bool":
-        return bool(v)
-    if key == "response" and v is not None and not isinstance(v, str):
-        raise _fail(where, p + key, f"must be text or null, got {type(v).__name__}")
-    kinds = {"str": str, "dict": dict, "list": list}
-    base = typ.removesuffix(" | None")
-    if base not in kinds:
-        raise TypeError(f"EvalResult: no reader for a field of type {typ}")  # a new field's type: add it here
-    v = _opt(er, key, kinds[base], where, p)
-    if v is None and not typ.endswith("| None"):
-        return kinds[base]()  # null where the field has a default: the empty value
-    return v
-
-
 def _legacy_status(er: dict) -> str:
     """The status of an ``eval_result`` written before records carried one."""
     if er.get("success") is False or er.get("error"):
@@ -269,40 +230,176 @@ def _legacy_status(er: dict) -> str:
     return "wrong"
 
 
-@dataclass
-class EvalRecord:
+class EvalResult(BaseModel):
+    """``eval_result`` of a record: the judge's verdict on one attempt, with what produced it.
+
+    Declared once: the on-disk keys (a field's alias where it differs from its name), their order and their checks
+    are the fields below. Unknown keys: kept in ``extra`` and written back after the known ones, never dropped. Older
+    records are brought to the current shape first, in one place (:func:`upgrade_eval_result`)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    success: Flag = False  # judged at all (correct or wrong)
+    status: Annotated[Status, _one_of(STATUSES, optional=False)]
+    fail_reason: Text = None
+    fail_stage: Annotated[FailStage | None, _one_of(FAIL_STAGES, optional=True)] = None  # solver's queries or judge
+    response: Annotated[str | None, _typed(str, "text")] = None
+    finish_reason: Text = None
+    extracted_answer: Text = None
+    is_correct: Flag = False
+    has_answer: Flag = False
+    judge_method: Text = None  # "rule" | "judge"
+    judge_outputs: Annotated[list, _or_empty(list, "list")] = Field(default_factory=list)
+    #: the model API's usage object of the attempt, as returned (the record's per-role counts are
+    #: ``EvalRecord.usage``); on disk ``usage``
+    api_usage: Mapping = Field(default=None, validation_alias="usage", serialization_alias="usage")
+    image: Mapping = None  # the first image reference of the trajectory
+    trajectory: Items = None
+    stats: Annotated[dict, _or_empty(dict, "dict")] = Field(default_factory=dict)
+    extra: dict = Field(default_factory=dict, exclude=True)  # keys this schema does not know
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, er: Any, info: ValidationInfo) -> Any:
+        """As read from disk (:data:`ON_DISK`): an older ``eval_result`` in the current shape, the keys the
+        declaration does not know in ``extra``."""
+        if not _on_disk(info) or isinstance(er, EvalResult):
+            return er
+        if not isinstance(er, dict):
+            raise _invalid("must be an object, got {kind}", kind=type(er).__name__)
+        er = upgrade_eval_result(er)
+        known = _known_keys()
+        return {**{k: v for k, v in er.items() if k in known}, "extra": {k: v for k, v in er.items() if k not in known}}
+
+    @model_validator(mode="after")
+    def _whole_trajectory(self) -> EvalResult:
+        self.trajectory = _with_response(self.trajectory, self.response)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _on_disk(self, handler: SerializerFunctionWrapHandler) -> dict:
+        out = handler(self)
+        if out.get("trajectory") is not None:
+            out["trajectory"] = _without_response(self.trajectory, self.response)
+        out.update(self.extra)
+        return out
+
+    def to_dict(self) -> JSONObject:
+        return self.model_dump(by_alias=True)
+
+    @classmethod
+    def from_dict(cls, er: Any, where: str) -> EvalResult:
+        if not isinstance(er, dict):
+            got = "missing" if er is None else f"a {type(er).__name__}"
+            raise RecordError(f"{where}: record has no 'eval_result' object (field 'eval_result' is {got})")
+        return _validate(cls, er, where, "eval_result.")
+
+
+def _known_keys() -> frozenset[str]:
+    """The on-disk keys :class:`EvalResult` declares."""
+    return frozenset(f.serialization_alias or n for n, f in EvalResult.model_fields.items() if n != "extra")
+
+
+#: What happens to an ``eval_result`` key the declaration does not know: kept in ``EvalResult.extra``, written back.
+UNKNOWN_KEYS = "keep"
+
+#: Top-level keys with a typed field of their own (the rest of a record goes to ``EvalRecord.fields``).
+_TYPED = (
+    "index",
+    "sample_key",
+    "question_id",
+    "image_path",
+    "question",
+    "options",
+    "answer",
+    "category",
+    "trial",
+    "eval_result",
+    "usage",
+    "cost_usd",
+)
+
+
+def _sample_key(v: Any) -> str:
+    if isinstance(v, (bool, dict, list)):
+        raise _invalid("must be text or an integer, got {kind}", kind=type(v).__name__)
+    return str(v)
+
+
+def _question_id(v: Any) -> Any:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
+        raise _invalid("must be an integer or text, got {kind}", kind=type(v).__name__)
+    return v
+
+
+def _cost(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+        raise _invalid("must be a number or null, got {got}", got=repr(v)[:60])
+    return float(v)
+
+
+class EvalRecord(BaseModel):
     """One (sample, trial) result. ``fields`` holds the other annotation fields of the sample
     (``image``/``file_name``, ``subset``, ``layout_infos`` …) in the order they are written."""
 
-    sample_key: str
+    model_config = ConfigDict(extra="forbid")
+
+    sample_key: Annotated[str, BeforeValidator(_sample_key)]
     eval_result: EvalResult
-    index: int | None = None
-    question_id: int | str | None = None
+    index: Annotated[int | None, _typed(int, "int")] = None
+    question_id: Annotated[int | str | None, BeforeValidator(_question_id)] = None
     question: str = ""
     options: str | None = None
     answer: str = ""
     category: str = "unknown"
     image_path: str = ""
-    trial: int | None = None
-    usage: dict[str, TokenUsage] = field(default_factory=dict)
-    cost_usd: float | None = None
-    fields: dict = field(default_factory=dict)
+    trial: Annotated[int | None, _typed(int, "int")] = None
+    usage: Annotated[dict[str, TokenUsage], _or_empty(dict, "dict")] = Field(default_factory=dict)
+    cost_usd: Annotated[float | None, BeforeValidator(_cost)] = None
+    fields: dict = Field(default_factory=dict)
 
-    @property
-    def status(self) -> str:
-        return self.eval_result.status
+    @model_validator(mode="before")
+    @classmethod
+    def _from_disk(cls, rec: Any, info: ValidationInfo) -> Any:
+        """As read from disk (:data:`ON_DISK`): the key from ``sample_key`` (or ``question_id``/``index``), the
+        annotation's own fields under ``fields``, its image and category under their older names too."""
+        if not _on_disk(info) or isinstance(rec, EvalRecord):
+            return rec
+        if not isinstance(rec, dict):
+            raise _invalid("expected a JSON object, got {kind}", kind=type(rec).__name__)
+        key = rec.get("sample_key", rec.get("question_id", rec.get("index")))
+        if key is None:
+            raise _invalid("record has no 'sample_key' (nor question_id/index)")
+        if not isinstance(rec.get("eval_result"), dict):
+            er = rec.get("eval_result")
+            got = "missing" if er is None else f"a {type(er).__name__}"
+            raise _invalid("record has no 'eval_result' object (field 'eval_result' is {got})", got=got)
+        options = rec.get("options")
+        return {
+            "sample_key": key,
+            "eval_result": rec["eval_result"],
+            "index": rec.get("index"),
+            "question_id": rec.get("question_id"),
+            "question": str(rec.get("question", "")),
+            "options": options if isinstance(options, str) else None,
+            "answer": str(rec.get("answer", "")),
+            "category": str(rec.get("category", rec.get("subset", "unknown"))),
+            "image_path": str(rec.get("image_path") or rec.get("image") or rec.get("file_name") or ""),
+            "trial": rec.get("trial"),
+            "usage": rec.get("usage"),
+            "cost_usd": rec.get("cost_usd"),
+            "fields": {
+                k: v
+                for k, v in rec.items()
+                if k not in _TYPED or (k == "options" and options is not None and not isinstance(options, str))
+            },
+        }
 
-    @property
-    def image(self) -> str:
-        """The image as the annotation named it (``image`` or ``file_name``), else its resolved path."""
-        return str(self.fields.get("image") or self.fields.get("file_name") or self.image_path or "")
-
-    def usage_dict(self) -> RoleUsage:
-        """``usage`` as plain counts per role (the form :mod:`insight_o3.endpoints.usage` adds up)."""
-        return {role: u.to_dict() for role, u in self.usage.items()}
-
-    def to_dict(self) -> JSONObject:
-        """The JSON object written to ``eval_records.jsonl`` (the layout every version has written)."""
+    @model_serializer(mode="plain")
+    def _on_disk(self) -> dict:
+        """The layout every version has written: the annotation's fields around the typed ones, then the result."""
         f = self.fields
         out: dict = {"index": self.index, "sample_key": self.sample_key, "question_id": self.question_id}
         out.update({k: f[k] for k in ("image", "file_name") if k in f})
@@ -326,52 +423,40 @@ class EvalRecord:
             out["cost_usd"] = self.cost_usd
         return out
 
+    @property
+    def status(self) -> str:
+        return self.eval_result.status
+
+    @property
+    def image(self) -> str:
+        """The image as the annotation named it (``image`` or ``file_name``), else its resolved path."""
+        return str(self.fields.get("image") or self.fields.get("file_name") or self.image_path or "")
+
+    def usage_dict(self) -> RoleUsage:
+        """``usage`` as plain counts per role (the form :mod:`insight_o3.endpoints.usage` adds up)."""
+        return {role: u.to_dict() for role, u in self.usage.items()}
+
+    def to_dict(self) -> JSONObject:
+        """The JSON object written to ``eval_records.jsonl`` (the layout every version has written)."""
+        return self.model_dump()
+
     @classmethod
     def from_dict(cls, rec: Any, where: str = "<record>") -> EvalRecord:
         """Validate and read one record; ``where`` (``"<file>:<line>"``) prefixes every error."""
         if isinstance(rec, EvalRecord):
             return rec
-        if not isinstance(rec, dict):
-            raise RecordError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-        key = rec.get("sample_key", rec.get("question_id", rec.get("index")))
-        if key is None or isinstance(key, (bool, dict, list)):
-            raise (
-                RecordError(f"{where}: record has no 'sample_key' (nor question_id/index)")
-                if key is None
-                else _fail(where, "sample_key", f"must be text or an integer, got {type(key).__name__}")
-            )
-        er = EvalResult.from_dict(rec.get("eval_result"), where)
-        index = _opt(rec, "index", int, where)
-        qid = rec.get("question_id")
-        if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (int, str))):
-            raise _fail(where, "question_id", f"must be an integer or text, got {type(qid).__name__}")
-        trial = _opt(rec, "trial", int, where)
-        options = rec.get("options")
-        usage_raw = _opt(rec, "usage", dict, where) or {}
-        usage = {str(role): TokenUsage.from_dict(u, where, f"usage.{role}") for role, u in usage_raw.items()}
-        cost = rec.get("cost_usd")
-        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or math.isnan(cost)):
-            raise _fail(where, "cost_usd", f"must be a number or null, got {cost!r:.60}")
-        image_path = rec.get("image_path") or rec.get("image") or rec.get("file_name") or ""
-        return cls(
-            sample_key=str(key),
-            eval_result=er,
-            index=index,
-            question_id=qid,
-            question=str(rec.get("question", "")),
-            options=options if isinstance(options, str) else None,
-            answer=str(rec.get("answer", "")),
-            category=str(rec.get("category", rec.get("subset", "unknown"))),
-            image_path=str(image_path),
-            trial=trial,
-            usage=usage,
-            cost_usd=None if cost is None else float(cost),
-            fields={
-                k: v
-                for k, v in rec.items()
-                if k not in _TYPED or (k == "options" and options is not None and not isinstance(options, str))
-            },
-        )
+        return _validate(cls, rec, where)
+
+
+def _validate(model: type[Any], obj: Any, where: str, prefix: str = "") -> Any:
+    """``model`` validated from ``obj``; its first error as a :class:`RecordError` naming ``where`` and the field."""
+    try:
+        return model.model_validate(obj, context=ON_DISK)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        what = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]  # ours, or pydantic's own
+        loc = ".".join(str(p) for p in err["loc"])
+        raise RecordError(f"{where}: field '{prefix}{loc}' {what}" if loc else f"{where}: {what}") from None
 
 
 def as_record(rec: EvalRecord | dict, where: str = "<record>") -> EvalRecord:

@@ -13,12 +13,19 @@ pool. A worker process is an in-process ``ImageStore`` of its own (same code pat
 cache of decoded originals), so the pixels are the same either way. Memory stays bounded: at most
 ``workers`` renders run at once, results go to the byte-bounded cache.
 
+Across runs, an ``ImageStore`` given ``image_cache`` keeps the encoded bytes of every view it renders in a
+content-addressed cache on disk (:mod:`.prepared_cache`; keyed by the source file's sha256 and every setting the
+bytes depend on, :meth:`ImageStore.prepared_key`), so a later run of another model on the same benchmark reads them
+instead of decoding, resizing and encoding again — the same bytes, so the requests are the same. In process mode
+the owner looks an entry up before it hands a view to a worker (a run whose every view is cached starts no worker),
+and the worker that renders a miss stores it.
+
 Worker processes never outlive the run, however it ends (:func:`_init_worker`): each watches the
 process that made the pool (a pidfd, else its parent) and exits the moment it is gone — SIGKILL
 included — and ignores SIGINT, which a terminal's Ctrl-C sends to the whole process group: the
 parent stops them when it unwinds. The ``forkserver`` they are forked from and multiprocessing's
 resource tracker are started with stdin, stdout and stderr on ``/dev/null``
-(:func:`_start_helpers_detached`), so no process of the pool holds the caller's pipes:
+(:func:`insight_o3.base.workers.start_helpers_detached`), so no process of the pool holds the caller's pipes:
 ``evaluate … | tee log`` ends when ``evaluate`` does.
 """
 
@@ -26,29 +33,36 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
+import hashlib
 import io
-import multiprocessing
+import json
 import os
-import select
 import signal
 import sys
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
-from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from ..base.json_types import JSONObject
+from ..base.workers import exit_with, worker_context
+from . import geometry
 from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
+from .prepared_cache import (
+    STAT_KEYS,
+    ImageCacheSettings,
+    PreparedImageCache,
+    PreparedView,
+    Signature,
+    signature,
+    source_digest,
+)
 
 #: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
 DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
@@ -254,17 +268,45 @@ def open_image(
         raise ImageError(f"cannot decode image {path}: {e}") from None
 
 
-def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int | None = None, optimize: bool = False) -> str:
-    """A ``data:`` URL of ``img`` (JPEG or PNG). ``quality`` None: PIL's default (the original's)."""
+def encode_bytes(
+    img: Image.Image, fmt: str = "JPEG", quality: int | None = None, optimize: bool = False
+) -> tuple[str, bytes]:
+    """``img`` encoded as JPEG or PNG: ``(MIME type, bytes)``. ``quality`` None: PIL's default (the original's)."""
     buf = io.BytesIO()
     if fmt.upper() == "JPEG":
         kw = {"quality": quality} if quality is not None else {}
         (img if img.mode == "RGB" else img.convert("RGB")).save(buf, format="JPEG", optimize=optimize, **kw)
-        mime = "image/jpeg"
-    else:
-        img.save(buf, format="PNG")
-        mime = "image/png"
-    return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+        return "image/jpeg", buf.getvalue()
+    img.save(buf, format="PNG")
+    return "image/png", buf.getvalue()
+
+
+def data_url(mime: str, payload: bytes) -> str:
+    return f"data:{mime};base64," + base64.b64encode(payload).decode("ascii")
+
+
+def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int | None = None, optimize: bool = False) -> str:
+    """A ``data:`` URL of ``img`` (JPEG or PNG). ``quality`` None: PIL's default (the original's)."""
+    return data_url(*encode_bytes(img, fmt, quality, optimize))
+
+
+@functools.cache
+def renderer_fingerprint() -> JSONObject:
+    """What a view's bytes depend on besides its source and settings: the versions of Pillow and its codecs and
+    the sha256 of the code that renders (this module and :mod:`.geometry`; any edit is a new fingerprint)."""
+    from PIL import __version__ as pillow_version
+    from PIL import features
+
+    code = hashlib.sha256()
+    for module in (sys.modules[__name__], geometry):
+        with open(str(module.__file__), "rb") as f:
+            code.update(f.read())
+    return {
+        "pillow": pillow_version,
+        "codecs": {c: features.version_codec(c) for c in sorted(features.get_supported_codecs())},
+        "libjpeg_turbo": features.version_feature("libjpeg_turbo"),
+        "code_sha256": code.hexdigest(),
+    }
 
 
 def usable_cpus() -> int:
@@ -281,7 +323,8 @@ class ImageStore:
     ``get(path, resize, region=None)`` returns an :class:`EncodedImage`, rendered in the calling
     thread; ``aget`` is the asyncio form: it de-duplicates concurrent requests for one view in the
     event loop and renders in ``workers`` processes (``processes=True``) or threads, so the loop stays
-    free for I/O. ``stats`` counts decodes, encodes, cache hits and evictions.
+    free for I/O. ``stats`` counts decodes, encodes, cache hits and evictions. ``image_cache``: the prepared-image
+    cache on disk shared across runs (None: none); :meth:`prepared_stats` says what it did.
     """
 
     def __init__(
@@ -295,6 +338,7 @@ class ImageStore:
         originals_cached: int = 2,
         processes: bool = False,
         alpha: str = "drop",
+        image_cache: ImageCacheSettings | None = None,
     ):
         if alpha not in ALPHA_MODES:
             raise ValueError(f"alpha must be one of {ALPHA_MODES}, got {alpha!r}")
@@ -314,6 +358,9 @@ class ImageStore:
         self._originals_cached = originals_cached
         self._sizes: dict[str, tuple[int, int]] = {}
         self.stats = {"decoded": 0, "encoded": 0, "cache_hits": 0, "evicted": 0}
+        self.image_cache = image_cache if image_cache is not None and image_cache.enabled else None
+        self._prepared = PreparedImageCache.of(self.image_cache)
+        self._worker_counts = dict.fromkeys(STAT_KEYS, 0)  # what worker processes did with the prepared cache
 
     @classmethod
     def for_image_workers(cls, image_workers: int | None, **kwargs: Any) -> ImageStore:
@@ -391,9 +438,75 @@ class ImageStore:
             self.stats["encoded"] += 1
         return EncodedImage(ref, f"data:{mime};base64," + base64.b64encode(data).decode("ascii"), size)
 
-    def _render(self, path: str, resize: Resize, region: Box | None) -> EncodedImage:
+    # ------------------------------------------------------------------ the prepared-image cache
+    def prepared_key(self, path: str, resize: Resize, region: Box | None) -> tuple[str, Signature] | None:
+        """The prepared-image cache's key of a view and the source file's signature it was computed under; None
+        without a cache, for a file's own bytes (:attr:`Resize.as_file`) and for a file that cannot be read (the
+        render then says why). The key covers the file's content, every field of ``resize``, the region, this
+        store's encoder settings and :func:`renderer_fingerprint`."""
+        if self._prepared is None or resize.as_file:
+            return None
+        try:
+            digest, sig = source_digest(path)
+        except OSError:
+            return None
+        params: JSONObject = {
+            "resize": json.loads(json.dumps(asdict(resize))),
+            "region": None if region is None else [float(v) for v in region],  # the reference holds it exactly
+            "format": self.fmt.upper(),
+            "quality": self.quality,
+            "alpha": self.alpha,
+            # a file over a decode limit fails in a run without the cache; a hit must not hide that
+            "max_decode": [self.max_decode_pixels, self.max_decode_values],
+            "renderer": renderer_fingerprint(),
+        }
+        return PreparedImageCache.key(digest, params), sig
+
+    def _lookup(self, path: str, resize: Resize, region: Box | None) -> EncodedImage | None:
+        """The view from the prepared-image cache, or None (no cache, a miss)."""
+        found = self.prepared_key(path, resize, region)
+        return None if found is None else self._load_prepared(path, found[0])
+
+    def _load_prepared(self, path: str, key: str) -> EncodedImage | None:
+        hit = self._prepared.load(key) if self._prepared is not None else None
+        if hit is None:
+            return None
+        with self._lock:
+            self._sizes.setdefault(path, hit.original_size)
+        return EncodedImage(ImageRef(path, hit.region, hit.size), data_url(hit.mime, hit.payload), hit.original_size)
+
+    def _save_prepared(self, found: tuple[str, Signature], path: str, enc: PreparedView) -> None:
+        """Store a rendered view, unless its source file changed while it was rendered."""
+        if self._prepared is None:
+            return
+        try:
+            unchanged = signature(path) == found[1]
+        except OSError:
+            unchanged = False
+        if unchanged:
+            self._prepared.save(found[0], enc)
+
+    def prepared_stats(self) -> JSONObject | None:
+        """What the prepared-image cache did in this store (worker processes included): its directory and limit,
+        hits, misses, bytes read and written, entries stored, damaged entries removed, entries evicted; None
+        without a cache."""
+        if self._prepared is None:
+            return None
+        with self._lock:
+            counts = {k: self._prepared.stats[k] + self._worker_counts[k] for k in STAT_KEYS}
+        return {"dir": self._prepared.directory, "max_bytes": self._prepared.max_bytes, **counts}
+
+    # ------------------------------------------------------------------ rendering
+    def _render(self, path: str, resize: Resize, region: Box | None, lookup: bool = True) -> EncodedImage:
+        """Render one view (``lookup``: first from the prepared-image cache; a worker whose owner looked already
+        skips it)."""
         if resize.as_file:
             return self._file_view(path)
+        found = self.prepared_key(path, resize, region)
+        if found is not None and lookup:
+            hit = self._load_prepared(path, found[0])
+            if hit is not None:
+                return hit
         view, ref = self.view(path, resize, region)
         fmt = self.fmt
         if fmt.upper() == "JPEG" and max(view.size) > JPEG_MAX_SIDE:
@@ -402,12 +515,17 @@ class ImageStore:
                 f"image's aspect ratio leaves no smaller size that keeps it): {path}"
             )
         try:
-            url = encode_pil(view, fmt, resize.jpeg_quality if resize.jpeg_quality is not None else self.quality)
+            mime, payload = encode_bytes(
+                view, fmt, resize.jpeg_quality if resize.jpeg_quality is not None else self.quality
+            )
         except (OSError, ValueError) as e:  # the encoder's own limits: a reason, not a traceback
             raise ImageError(f"cannot encode a {view.width}x{view.height} view as {fmt}: {e}: {path}") from None
         with self._lock:
             self.stats["encoded"] += 1
-        return EncodedImage(ref, url, self.size(path))
+        original = self.size(path)
+        if found is not None:
+            self._save_prepared(found, path, PreparedView(payload, mime, ref.size, ref.region, original))
+        return EncodedImage(ref, data_url(mime, payload), original)
 
     @staticmethod
     def _key(path: str, resize: Resize, region: Box | None) -> tuple:
@@ -468,10 +586,15 @@ class ImageStore:
             enc = await loop.run_in_executor(self._pool(), self._render, path, resize, region)
             self._store(key, enc)
             return enc
+        if self._prepared is not None and not resize.as_file:  # before any worker: a hit needs none
+            hit = await loop.run_in_executor(None, self._lookup, path, resize, region)
+            if hit is not None:
+                self._store(key, hit)
+                return hit
         for attempt in range(2):
             pool = self._pool()
             try:
-                enc, decoded = await asyncio.wrap_future(pool.submit(_render_in_worker, path, resize, region))
+                enc, decoded, prepared = await asyncio.wrap_future(pool.submit(_render_in_worker, path, resize, region))
                 break
             except BrokenProcessPool:
                 # a worker died (killed for memory, or a decoder crashed): new pool, one more try
@@ -485,6 +608,8 @@ class ImageStore:
             self.stats["encoded"] += 1
             self.stats["decoded"] += decoded
             self._sizes.setdefault(path, enc.original_size)
+            for k, v in prepared.items():
+                self._worker_counts[k] += v
         self._store(key, enc)
         return enc
 
@@ -494,7 +619,7 @@ class ImageStore:
                 if self.processes:
                     self._executor = ProcessPoolExecutor(
                         max_workers=self.workers,
-                        mp_context=_worker_context(),
+                        mp_context=worker_context([__name__]),
                         initializer=functools.partial(
                             _init_worker,
                             self.max_decode_pixels,
@@ -504,6 +629,7 @@ class ImageStore:
                             self._originals_cached,
                             self.alpha,
                             os.getpid(),
+                            self.image_cache,
                         ),
                     )
                 else:
@@ -524,74 +650,13 @@ class ImageStore:
             self._bytes = 0
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+        stats = self.prepared_stats()
+        if self._prepared is not None and stats is not None and stats["stored"]:
+            self._prepared.evict()  # what this run added may have taken the cache over its limit
 
 
 # ---------------------------------------------------------------------- worker processes
 _WORKER_STORE: ImageStore | None = None
-
-
-_HELPERS_LOCK = threading.Lock()
-
-
-def _worker_context() -> BaseContext:
-    """``forkserver`` where there is one: workers start small and without the parent's threads. Its server
-    process and the resource tracker are started detached from the caller's stdio (once per process).
-
-    The server imports this module and the command's main module once (:func:`_worker_preload`): every worker
-    re-runs the main module as multiprocessing does (a command started with ``python -m`` is imported by name in
-    each child), and forked from a server that holds its imports already, that costs it a module body, not the
-    ~0.6 s CPU of importing the SDK and the command's whole import graph again."""
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload(_worker_preload())
-        _start_helpers_detached()
-    return ctx
-
-
-def _worker_preload() -> list[str]:
-    """What the forkserver imports before it forks a worker: ``__main__`` (multiprocessing's default, used for a
-    script run by path), the main module by name where multiprocessing imports it in each child (``python -m
-    insight_o3.scripts.evaluate``; not a package's ``__main__``, which it skips) and this module."""
-    main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
-    # a package's ``__main__`` (``python -m pytest``) runs when imported, and multiprocessing never re-imports it
-    if not isinstance(main_name, str) or main_name == "__main__" or main_name.endswith(".__main__"):
-        return ["__main__", __name__]
-    return ["__main__", main_name, __name__]
-
-
-def _start_helpers_detached() -> None:
-    """Start multiprocessing's forkserver and resource tracker (if not running) with fds 0-2 on /dev/null:
-    they and every worker forked from the server then hold none of the caller's pipes."""
-    from multiprocessing import forkserver, resource_tracker
-
-    with _HELPERS_LOCK, _stdio_on_devnull():
-        resource_tracker.ensure_running()
-        forkserver.ensure_running()
-
-
-@contextlib.contextmanager
-def _stdio_on_devnull() -> Iterator[None]:
-    """Point fds 0, 1 and 2 at /dev/null while inside (for the processes started there), then restore them.
-    Only the instant of two ``fork_exec`` calls: output another thread writes then is lost."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    null = os.open(os.devnull, os.O_RDWR)
-    saved: list[tuple[int, int]] = []
-    try:
-        for fd in (0, 1, 2):
-            try:
-                saved.append((fd, os.dup(fd)))
-            except OSError:  # closed in this process: nothing to keep from the children
-                continue
-            os.dup2(null, fd)
-        yield
-    finally:
-        for fd, copy in saved:
-            os.dup2(copy, fd)
-            os.close(copy)
-        os.close(null)
 
 
 def _init_worker(
@@ -602,11 +667,12 @@ def _init_worker(
     originals_cached: int,
     alpha: str = "drop",
     owner_pid: int | None = None,
+    image_cache: ImageCacheSettings | None = None,
 ) -> None:
     global _WORKER_STORE
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the owner stops the pool
     if owner_pid is not None:
-        _exit_with(owner_pid)
+        exit_with(owner_pid)
     _raise_pillow_limit(max_decode_pixels)
     _WORKER_STORE = ImageStore(
         max_cached_bytes=0,
@@ -617,45 +683,18 @@ def _init_worker(
         quality=quality,
         originals_cached=originals_cached,
         alpha=alpha,
+        image_cache=image_cache,
     )
 
 
-def _exit_with(owner_pid: int) -> None:
-    """End this process as soon as process ``owner_pid`` is gone (a daemon thread waits on its pidfd;
-    without pidfds it checks every second whether the owner or this process's parent changed)."""
-    try:
-        pidfd = os.pidfd_open(owner_pid)
-    except ProcessLookupError:
-        os._exit(0)  # the owner is gone already
-    except (AttributeError, OSError):  # not Linux >= 5.3
-        pidfd = None
-    threading.Thread(target=_wait_for_exit, args=(owner_pid, pidfd), name="owner-watch", daemon=True).start()
-
-
-def _wait_for_exit(owner_pid: int, pidfd: int | None) -> None:
-    if pidfd is not None:
-        select.select([pidfd], [], [])  # readable once the owner has exited
-    else:
-        parent = os.getppid()
-        while os.getppid() == parent and _alive(owner_pid):
-            time.sleep(1.0)
-    os._exit(0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by another user (pid reused): treat as alive
-        pass
-    return True
-
-
-def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int]:
-    """One render in a worker process; returns the view and how many decodes it took (0 or 1)."""
+def _render_in_worker(path: str, resize: Resize, region: Box | None) -> tuple[EncodedImage, int, dict[str, int]]:
+    """One render in a worker process (its owner looked the prepared-image cache up already); returns the view,
+    how many decodes it took (0 or 1) and what it did with the prepared-image cache (counters)."""
     store = _WORKER_STORE
     assert store is not None, "image worker not initialised"
     before = store.stats["decoded"]
-    enc = store._render(path, resize, region)
-    return enc, store.stats["decoded"] - before
+    cache = store._prepared
+    counts = dict(cache.stats) if cache is not None else {}
+    enc = store._render(path, resize, region, lookup=False)
+    after = cache.stats if cache is not None else {}
+    return enc, store.stats["decoded"] - before, {k: after[k] - counts[k] for k in counts}

@@ -214,6 +214,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "max_tokens_total": O,
     "image_workers": O,
     "image_cache_mb": O,
+    "image_cache": O,  # the same bytes either way (keyed by everything they depend on)
     "num_workers": O,
     "no_progress": O,
     "progress": O,

@@ -289,10 +289,13 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         store: CardStore | None = None,
         card: dict | None = None,
         price: Callable[[dict], float | None] | None = None,
+        entry_fields: Callable[[], JSONObject] | None = None,
     ):
         """``store``: where the card lives and what the directory holds (None: a :class:`CardFile` at
         :attr:`card_file`); ``card``: what a first run's card holds besides the fixed settings and the history;
-        ``price``: the dollars of a usage dict (per role), for the run's history entry (None: no prices)."""
+        ``price``: the dollars of a usage dict (per role), for the run's history entry (None: no prices);
+        ``entry_fields``: more fields of the run's history entry, asked each time it is written (what a store
+        outside the job did, e.g. the prepared-image cache's hits)."""
         self.directory = os.fspath(directory)
         self._invocation = invocation
         self._store, self._card = store, card
@@ -305,6 +308,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         self._closers: list[Callable[[], Any]] = []
         self._writer: ThreadPoolExecutor | None = None
         self.price = price
+        self.entry_fields = entry_fields
         self.tally = RunTally(price)  # this run's records and spend (its history entry; remade by arun)
         self._settled = False  # whether this run has a history entry to keep up to date
 
@@ -463,6 +467,17 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         except Exception as e:  # noqa: BLE001 - see the docstring
             log.warning("could not record this run in %s: %s", store.card_path(), e)
 
+    def _entry_now(self) -> dict[str, Any]:
+        """The run's history entry fields as of now: its spend and requests (:class:`RunTally`) and
+        ``entry_fields``."""
+        fields = self.tally.fields(self.guard)
+        if self.entry_fields is not None:
+            try:
+                fields.update(self.entry_fields())
+            except Exception as e:  # noqa: BLE001 - a report must not end a run nor hide how one ended
+                log.warning("could not report %r for the run's history entry: %s", self.entry_fields, e)
+        return fields
+
     def record_run(self, error: BaseException | None) -> None:
         """However the run ends: its status, the reason (a stop's or an error's message, redacted), its spend and
         its requests per endpoint — URL, ok, failed, unanswered, and the replies :mod:`insight_o3.base.untrusted`
@@ -470,7 +485,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         — go into its entry of the card's history, and a warning names the endpoints whose replies needed
         either."""
         status = ended(error)
-        fields = {"status": status.value, **self.tally.fields(self.guard)}
+        fields = {"status": status.value, **self._entry_now()}
         if status in (RunStatus.STOPPED, RunStatus.FAILED) and error is not None:
             fields["reason"] = failure_reason(error, 500)
         self._update_entry(fields)
@@ -585,7 +600,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         loop, last = asyncio.get_running_loop(), None
         while True:
             await asyncio.sleep(FLUSH_S)
-            fields = self.tally.fields(self.guard)
+            fields = self._entry_now()
             now = {k: v for k, v in fields.items() if k not in ("updated", "wall_s")}
             if now != last and self._writer is not None:
                 await loop.run_in_executor(self._writer, self._update_entry, fields)

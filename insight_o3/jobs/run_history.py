@@ -58,7 +58,7 @@ class RunTally:
     ``unrecorded``."""
 
     def __init__(self, price: Callable[[dict], float | None] | None = None):
-        self.started = time.time()
+        self.started = time.monotonic()  # wall time elapsed: a clock stepped back never makes it negative
         self.records: Counter = Counter()
         self.price = price
         self._done = UsageMeter()  # the usage of the units whose work ended with their record
@@ -87,7 +87,7 @@ class RunTally:
         ledger = guard.ledger()
         return {
             "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "wall_s": round(time.time() - self.started, 3),
+            "wall_s": round(time.monotonic() - self.started, 3),
             "new_records": dict(self.records),
             "usage": usage,
             "tokens": total_tokens(usage),

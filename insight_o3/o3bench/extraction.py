@@ -29,13 +29,15 @@ from .workspace import Workspace
 
 SECTIONS = ("identification", "caption", "ocr")
 _TITLES = {"image identification": "identification", "detailed caption": "caption", "extracted ocr": "ocr"}
-# a heading line: optional '#'s, optional bold, the title, optional "(if any)", optional colon / bold
+# a heading line: optional '#'s, optional bold, the title, optional "(if any)", optional colon / bold; spaces
+# anywhere between. Each run of spaces belongs to one [ \t]* (two in a row around an optional part split a long run
+# every way before failing: polynomial)
 _HEADING = re.compile(
-    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?[ \t]*(image identification|detailed caption|extracted ocr)"
-    r"(?:[ \t]*\(if any\))?[ \t]*:?[ \t]*(?:\*\*|__)?[ \t]*:?[ \t]*$",
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:(?:\*\*|__)[ \t]*)?(image identification|detailed caption|extracted ocr)"
+    r"[ \t]*(?:\(if any\)[ \t]*)?(?::[ \t]*)?(?:(?:\*\*|__)[ \t]*)?(?::[ \t]*)?$",
     re.IGNORECASE | re.MULTILINE,
 )
-_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n(.*)\n\s*```\s*$", re.DOTALL)
+_LETTER_RUN, _SPACE_RUN = re.compile(r"[a-zA-Z]*"), re.compile(r"\s*")  # matched at one position: no backtracking
 FULL_IMAGE = "full"
 
 
@@ -63,15 +65,34 @@ class ExtractionFormatError(ValueError):
     """A reply without the three sections of E.1's output format (the message says what is missing)."""
 
 
+def unfenced(text: str) -> str | None:
+    """The inside of a stripped text that is one code fence: what ``^\\s*```[a-zA-Z]*\\s*\\n(.*)\\n\\s*```\\s*$``
+    (``re.DOTALL``) captured, in linear time (that expression backtracked cubically on a run of newlines). The
+    opening is ````` `` , letters, then spaces holding a newline; the closing a newline, spaces, ````` `` at the end.
+    Greedy as the expression: the content ends at the last newline of the spaces before the closing fence and starts
+    after the last newline of the opening's spaces that is before that end."""
+    if not (text.startswith("```") and text.endswith("```")):
+        return None
+    i = _LETTER_RUN.match(text, 3).end()  # type: ignore[union-attr]  # a run may be empty
+    j = _SPACE_RUN.match(text, i).end()  # type: ignore[union-attr]
+    close = len(text) - 3
+    k = len(text[:close].rstrip())  # the spaces before the closing fence start at k
+    end = text.rfind("\n", k, close)
+    if end < 0:
+        return None
+    start = text.rfind("\n", i, min(j, end))
+    return text[start + 1 : end] if start >= 0 else None
+
+
 def parse_extraction(text: str | None) -> Extraction:
     """Split an E.1 reply into its three sections, in order: ``## Image Identification``, ``## Detailed Caption``,
     ``## Extracted OCR (if any)``. Headings may carry other ``#`` levels, bold or a colon; a reply wrapped in one code
     fence is unwrapped. Raises :class:`ExtractionFormatError` when a section is missing, out of order or (for the
     first two) empty; an empty OCR section reads as ``None``."""
     text = (text or "").strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1)
+    fenced = unfenced(text)
+    if fenced is not None:
+        text = fenced
     found: dict[str, re.Match] = {}
     for m in _HEADING.finditer(text):
         name = _TITLES[m.group(1).lower()]
@@ -97,6 +118,10 @@ def parse_extraction(text: str | None) -> Extraction:
     if not caption:
         raise ExtractionFormatError("empty section '## Detailed Caption'")
     return Extraction(ident, caption, ocr or "None")
+
+
+async def _parse_async(text: str) -> Extraction:
+    return parse_extraction(text)  # linear in the reply: no worker needed
 
 
 @dataclass(frozen=True)
@@ -188,7 +213,7 @@ class ExtractJob(StepJob[ExtractTask]):
         meter = self.meter()
         enc = await self.images.aget(t.image, self.resize, region=t.bbox)
         messages = to_openai(build_messages(enc.ref, self.prompt_role, self.prompt), lambda _ref: enc)
-        asked = await self.ask_parsed(self.api, self.model, messages, parse_extraction)
+        asked = await self.ask_parsed(self.api, self.model, messages, _parse_async)
         usage = meter.to_dict()
         out = {**self._base(t)}
         if asked.parsed is not None:

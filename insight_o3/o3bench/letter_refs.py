@@ -27,13 +27,17 @@ The paper says only "we randomly shuffle options A-E" (B.1); renaming the explan
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Mapping
+from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 _L = r"[A-F]"
 _ONE = rf"\(?{_L}\)?(?![A-Za-z0-9])"  # a letter, perhaps in parentheses, not the start of a word ("Berlin", "B2")
-_SEP = r"\s*(?:,\s*(?:and\s+|or\s+)?|\band\b|\bor\b|/|&)\s*"
+#: a separator of a letter list: ``, `` ``, and `` `` or `` ``/`` ``&``; every run of spaces belongs to one ``\s*`` (a
+#: ``,\s*`` then ``\s*`` split a long run every way before failing: quadratic)
+_SEP = r"\s*(?:,\s*(?:and\s+|or\s+)?|\band\b\s*|\bor\b\s*|/\s*|&\s*)"
 _KEYWORD = r"\b(?i:options?|choices?)"
 
 #: (name, pattern, bare) per form, tried in this order at each position; a bare form is rewritten only when the item
@@ -62,10 +66,20 @@ class Remapped:
     left: list[str] = field(default_factory=list)
 
 
-def _stray_letters(explanation: str) -> list[re.Match]:
+#: Entries of ``left`` one explanation reports; the rest are counted in a last entry (a reviewer reads a few).
+MAX_LEFT = 50
+
+
+def _stray_letters(explanation: str) -> Iterator[re.Match]:
     """Standalone capitals A-F of the explanation outside every form (a name, or a reference in no known form)."""
-    spans = [m.span() for m in _FORM.finditer(explanation)]
-    return [x for x in _LABEL.finditer(explanation) if not any(a <= x.start() < b for a, b in spans)]
+    starts, ends = array("q"), array("q")  # the forms' spans: in order, without overlaps
+    for m in _FORM.finditer(explanation):
+        starts.append(m.start())
+        ends.append(m.end())
+    for x in _LABEL.finditer(explanation):
+        i = bisect.bisect_right(starts, x.start()) - 1  # the last form starting at or before the letter
+        if i < 0 or x.start() >= ends[i]:
+            yield x
 
 
 def remap_letter_refs(explanation: str, new_letter: Mapping[str, str], context: str = "") -> Remapped:
@@ -73,24 +87,35 @@ def remap_letter_refs(explanation: str, new_letter: Mapping[str, str], context: 
     letters it lacks stay), in one pass (so B->C and C->A never chain). ``context`` is the item's other text (its
     question and option texts without their labels), where a letter used as a name makes the bare forms
     ambiguous. ``left`` lists what was not rewritten and may be a stale reference: ranges, bare forms in an item
-    that uses letters as names, and standalone letters in no form."""
-    stray = _stray_letters(explanation)
-    labels = bool(stray or _LABEL.search(context))
+    that uses letters as names, and standalone letters in no form (at most :data:`MAX_LEFT`, then a count)."""
     out = Remapped(explanation)
-    for x in stray:
+    more = 0
+
+    def note(text: str) -> None:
+        nonlocal more
+        if len(out.left) < MAX_LEFT:
+            out.left.append(text)
+        else:
+            more += 1
+
+    labels = bool(_LABEL.search(context))
+    for x in _stray_letters(explanation):
+        labels = True
         around = explanation[max(0, x.start() - 20) : x.end() + 20].replace("\n", " ")
-        out.left.append(f"{x.group(0)!r} in {around!r} (a standalone letter: a name, or a reference in no known form)")
+        note(f"{x.group(0)!r} in {around!r} (a standalone letter: a name, or a reference in no known form)")
 
     def rewrite(m: re.Match) -> str:
         form = m.lastgroup or ""
         if form == "range":
-            out.left.append(f"{m.group(0)!r} (a range of letters)")
+            note(f"{m.group(0)!r} (a range of letters)")
             return m.group(0)
         if form in _BARE and labels:
-            out.left.append(f"{m.group(0)!r} (a letter is also used as a name in this item)")
+            note(f"{m.group(0)!r} (a letter is also used as a name in this item)")
             return m.group(0)
         out.renamed += sum(x != "F" for x in _LETTER.findall(m.group(0)))
         return _LETTER.sub(lambda x: new_letter.get(x.group(0), x.group(0)), m.group(0))
 
     out.text = _FORM.sub(rewrite, explanation)
+    if more:
+        out.left.append(f"… and {more} more")
     return out

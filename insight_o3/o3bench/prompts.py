@@ -312,17 +312,27 @@ def extraction_prompt_file(path: str) -> PromptFile:
 
 
 def template_problem(text: str) -> str | None:
-    """What makes ``text`` unusable as an E.2 template (None: nothing)."""
+    """What makes ``text`` unusable as an E.2 template (None: nothing). A placeholder is a bare name: a format spec
+    or conversion (``{LAYOUTS:>30000000}``, ``{LAYOUTS:{GLOBAL_OCR}}``, ``{LAYOUTS!r}``) is refused, since it would
+    crash at the first image, pad the prompt without bound, or let the extracted text choose how it is formatted."""
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(text) if name is not None]
     except ValueError as e:
         return f"not a str.format template ({e}): write a literal brace as '{{{{' or '}}}}', as the shipped prompts do"
+    names = [name for name, _, _ in fields]
     unknown = [n for n in names if n not in SYNTHESIS_FIELDS]
     if unknown:
         return (
             f"unknown placeholder {{{unknown[0]}}}: a template fills {{GLOBAL_OCR}}, {{GLOBAL_CAPTION}} and "
             f"{{LAYOUTS}}; write a literal brace as '{{{{' or '}}}}'"
         )
+    for name, spec, conv in fields:
+        if spec or conv:
+            shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            return (
+                f"placeholder {shown} has a format spec or conversion: write {{{name}}} alone "
+                f"(a literal brace is '{{{{' or '}}}}')"
+            )
     if "LAYOUTS" not in names:
         return "no {LAYOUTS} placeholder: the model must see the layouts to cite them"
     return None

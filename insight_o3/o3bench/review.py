@@ -110,11 +110,12 @@ def read_decisions(paths: list[str]) -> tuple[list[Decision], list[str]]:
     decisions, problems = [], []
     for path in paths:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = Path(path).read_text(encoding="utf-8-sig")  # a leading byte-order mark (Windows editors) is not data
         except (OSError, UnicodeDecodeError) as e:
             problems.append(f"{path}: cannot read the decisions file ({e})")
             continue
-        for n, line in enumerate(text.splitlines(), start=1):
+        # lines end at \n (\r\n too) only: an edit's JSON string may hold U+2028, U+0085 ... raw (the page's export)
+        for n, line in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             d = parse_line(line, f"{path}:{n}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -202,11 +202,16 @@ class StepJob(ResumableJob[ItemT, dict]):
         return self.client(ep, role=role, max_connections=max(16, 2 * self.s.controls.concurrency), limiter=limiter)
 
     async def ask_parsed(
-        self, api: Any, model: str, messages: list[JSONObject], parse: Callable[[str], ParsedT]
+        self,
+        api: Any,
+        model: str,
+        messages: list[JSONObject],
+        parse: Callable[[str], Awaitable[ParsedT]],
     ) -> Asked[ParsedT]:
         """Ask ``model`` behind ``api`` up to ``1 + parse_retries`` times until ``parse`` takes the reply (it raises ``ValueError`` on
-        one it cannot use); a reply without a choice or cut off at the token limit is asked again the same way. API
-        errors raise (the job records the item as failed)."""
+        one it cannot use; a coroutine function, so a parse may do CPU-heavy work off the event loop); a
+        reply without a choice or cut off at the token limit is asked again the same way. API errors raise (the job
+        records the item as failed)."""
         reason, reply = "", ""
         for attempt in range(1, self.s.parse_retries + 2):
             try:
@@ -219,7 +224,7 @@ class StepJob(ResumableJob[ItemT, dict]):
                 reason = "the reply was cut off at the token limit"
                 continue
             try:
-                return Asked(parse(reply), reply, attempt, "")
+                return Asked(await parse(reply), reply, attempt, "")
             except ValueError as e:
                 reason = str(e)
         return Asked(None, reply, self.s.parse_retries + 1, reason)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.json_types import JSONObject
-from ..base.untrusted import JSONRepair, loads, loads_repaired
+from ..base.untrusted import REPAIR_DEADLINE_S, JSONRepair, loads, loads_repaired_in_worker
 from ..endpoints.endpoint import Endpoint
 from ..jobs.job import Emit, Plan
 from .extraction import Extraction, extractions_by_image
@@ -77,12 +77,13 @@ def build_prompt(
 
 
 def _candidates(text: str) -> list[str]:
+    """Where the array may be: each fenced block, the whole reply, its first ``[`` to its last ``]`` (each once)."""
     out = [m.group(1) for m in _FENCED.finditer(text)]
     out.append(text)
     first, last = text.find("["), text.rfind("]")
     if 0 <= first < last:
         out.append(text[first : last + 1])
-    return out
+    return list(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -93,13 +94,15 @@ class ParsedReply:
     repair: JSONRepair | None = None
 
 
-def parse_reply(text: str | None) -> ParsedReply:
+async def parse_reply(text: str | None, repair_deadline_s: float = REPAIR_DEADLINE_S) -> ParsedReply:
     """The JSON array of a reply: the first fenced code block that holds one, else the whole reply, else the text
     from its first ``[`` to its last ``]``. When none of them is valid JSON, the first of them that is an array of
     objects but for benign damage (trailing commas, comments, single quotes, a missing comma: see
-    :func:`insight_o3.base.untrusted.loads_repaired`) is repaired, within the same bounds, and the repair is
-    returned with the items, so that a reply like that is not paid for again. Elements are returned as they are
-    (validation judges them). Raises :class:`SynthesisFormatError` when there is no non-empty array."""
+    :func:`insight_o3.base.untrusted.loads_repaired`) is repaired, within the same bounds, in a worker process
+    stopped after ``repair_deadline_s`` seconds (the repair library is quadratic on some damage; the event loop
+    never waits on it), and the repair is returned with the items, so that a reply like that is not paid for
+    again. Elements are returned as they are (validation judges them). Raises :class:`SynthesisFormatError` when
+    there is no non-empty array."""
     text = (text or "").strip()
     if not text:
         raise SynthesisFormatError("empty reply")
@@ -118,7 +121,7 @@ def parse_reply(text: str | None) -> ParsedReply:
         if not (cand.startswith("[") and cand.endswith("]")):
             continue  # only a closed array is repaired: a cut-off one is asked again
         try:
-            value, repair = loads_repaired(cand)
+            value, repair = await loads_repaired_in_worker(cand, deadline_s=repair_deadline_s)
         except ValueError:
             continue
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
@@ -126,9 +129,9 @@ def parse_reply(text: str | None) -> ParsedReply:
     raise SynthesisFormatError("no JSON array of items in the reply")
 
 
-def parse_items(text: str | None) -> list:
+async def parse_items(text: str | None) -> list:
     """The items of :func:`parse_reply`."""
-    return parse_reply(text).items
+    return (await parse_reply(text)).items
 
 
 # ----------------------------------------------------------------------------- the step

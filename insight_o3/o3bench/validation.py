@@ -29,6 +29,7 @@ the accepted items, per image and overall) is reported against the paper's limit
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from collections import Counter
@@ -60,7 +61,14 @@ REASONS = (
     "too_few_layouts",
 )
 _FIELDS = ("question", "options", "answer", "explanation")
-_LAYOUT = r"layouts?(?:_id)?\s*[:#]?\s*"
+#: "layout", "layouts", "layout_id", then spaces and a ':' or '#'; each run of spaces belongs to one \s* (two in a row
+#: around the optional mark split a long run every way before failing: quadratic)
+_LAYOUT = r"layouts?(?:_id)?\s*(?:[:#]\s*)?"
+#: Characters an item's field may have: a question, its options or its explanation is a few hundred; a longer one
+#: is a runaway reply (and every rule reads every field)
+MAX_FIELD_CHARS = 20_000
+#: digits of a layout id: a longer number names no layout (and ``int()`` refuses one past 4300 digits)
+MAX_ID_DIGITS = 18
 _CITATION = re.compile(rf"\[\s*((?:{_LAYOUT})\d+(?:\s*(?:,|;|&|\band\b)\s*(?:{_LAYOUT})?\d+)*)\s*\]", re.IGNORECASE)
 _MENTION = re.compile(rf"\b{_LAYOUT}\d+", re.IGNORECASE)
 
@@ -81,28 +89,30 @@ class ValidationVerdict:
 def cited_layouts(explanation: str) -> list[int]:
     """Layout ids cited as ``[layout X]`` (or ``[layouts X, Y]``, ``[Layout X, Layout Y]``) in order of first
     citation, without repeats."""
-    out: list[int] = []
+    out: dict[int, None] = {}
     for m in _CITATION.finditer(explanation or ""):
         for n in re.findall(r"\d+", m.group(1)):
-            if int(n) not in out:
-                out.append(int(n))
-    return out
+            if len(n.lstrip("0")) <= MAX_ID_DIGITS:  # a longer number names no layout: not a citation
+                out.setdefault(int(n))
+    return list(out)
 
 
 def uncounted_mentions(explanation: str) -> list[str]:
     """Mentions of a layout that are not citations (``(layout 5)``, ``layout 5``), as written, without repeats."""
-    spans = [m.span() for m in _CITATION.finditer(explanation)]
-    out: list[str] = []
+    starts, ends = [], []  # the citations' spans: in order, without overlaps
+    for c in _CITATION.finditer(explanation):
+        starts.append(c.start())
+        ends.append(c.end())
+    out: dict[str, None] = {}
     for m in _MENTION.finditer(explanation):
-        if any(a <= m.start() < b for a, b in spans):
+        i = bisect.bisect_right(starts, m.start()) - 1  # the last citation starting at or before the mention
+        if i >= 0 and m.start() < ends[i]:
             continue
         s, e = m.span()
         left = explanation[s - 1] if s > 0 and explanation[s - 1] in "({<" else ""
         right = explanation[e] if e < len(explanation) and explanation[e] in ")}>" else ""
-        shown = left + m.group(0) + right
-        if shown not in out:
-            out.append(shown)
-    return out
+        out.setdefault(left + m.group(0) + right)
+    return list(out)
 
 
 def option_lines(options: Any) -> list[str]:
@@ -140,6 +150,11 @@ def check_item(
     bad = [n for n in _FIELDS if fields[n] is None]
     if bad:
         return ValidationVerdict(None, "malformed", f"field '{bad[0]}' is missing, empty or not text")
+    long = [(n, len(v)) for n, v in fields.items() if v is not None and len(v) > MAX_FIELD_CHARS]
+    if long:
+        return ValidationVerdict(
+            None, "malformed", f"field '{long[0][0]}' has {long[0][1]} characters (at most {MAX_FIELD_CHARS})"
+        )
     question, answer, explanation = fields["question"], fields["answer"], fields["explanation"]
     assert question is not None and answer is not None and explanation is not None
     lines = option_lines(raw["options"])

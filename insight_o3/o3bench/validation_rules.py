@@ -33,7 +33,9 @@ and the rules' own sha256); ``review apply`` checks edits by them, and the relea
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import re
 from dataclasses import asdict, dataclass, fields
@@ -133,11 +135,15 @@ class ValidationRules:
         none."""
         if self._forbidden is None:
             return None
-        allowed = [m.span() for p in self._allowed for m in p.finditer(text)]
+        allowed = sorted(m.span() for p in self._allowed for m in p.finditer(text))
+        starts = [a for a, _ in allowed]
+        reach = list(itertools.accumulate((b for _, b in allowed), max))  # the furthest end of the spans so far
+        labels = _LabelCheck(image_text) if self.allow_image_labels and image_text else None
         for m in self._forbidden.finditer(text):
-            if any(a <= m.start() and m.end() <= b for a, b in allowed):
+            i = bisect.bisect_right(starts, m.start()) - 1  # the allowed spans starting at or before the word
+            if i >= 0 and reach[i] >= m.end():
                 continue
-            if self.allow_image_labels and image_text and _label_of_image(text, m, image_text):
+            if labels is not None and labels.excuses(text, m):
                 continue
             return m.group(0)
         return None
@@ -155,23 +161,46 @@ class ValidationRules:
         return ""
 
 
-_PREV = re.compile(r"([\w'-]+)\s+$")
-_NEXT = re.compile(r"^\s+([\w'-]+)")
+_NEXT = re.compile(r"\s+([\w'-]+)")
+#: distinct word pairs one text may look up in the image's text (each a search of it): far more forbidden words than
+#: a question has; past it a forbidden word is not excused (so a text of thousands costs a bounded time)
+MAX_LABEL_LOOKUPS = 64
 
 
-def _label_of_image(text: str, m: re.Match, image_text: str) -> bool:
-    """Whether the word of ``m`` and the word before or after it in ``text`` appear together in ``image_text``."""
-    pairs = []
-    before = _PREV.search(text[: m.start()])
-    after = _NEXT.match(text[m.end() :])
-    if before:
-        pairs.append((before.group(1), m.group(0)))
-    if after:
-        pairs.append((m.group(0), after.group(1)))
-    return any(
-        re.search(r"(?<![\w])" + re.escape(a) + r"\s+" + re.escape(b) + r"(?![\w])", image_text, re.IGNORECASE)
-        for a, b in pairs
-    )
+def _word_before(text: str, i: int) -> str | None:
+    """The word (``[\\w'-]+``) that ends right before the run of spaces ending at ``i`` (``([\\w'-]+)\\s+$`` on
+    ``text[:i]``, without copying it)."""
+    j = i
+    while j > 0 and text[j - 1].isspace():
+        j -= 1
+    k = j
+    while k > 0 and (text[k - 1].isalnum() or text[k - 1] in "_'-"):
+        k -= 1
+    return text[k:j] if j < i and k < j else None
+
+
+class _LabelCheck:
+    """Whether a forbidden word and the word before or after it in a text appear together in the image's text
+    (``allow_image_labels``); each distinct pair is searched once, at most :data:`MAX_LABEL_LOOKUPS` pairs."""
+
+    def __init__(self, image_text: str) -> None:
+        self.image_text = image_text
+        self.found: dict[tuple[str, str], bool] = {}
+
+    def _together(self, a: str, b: str) -> bool:
+        if (a, b) not in self.found:
+            if len(self.found) >= MAX_LABEL_LOOKUPS:
+                return False
+            pattern = r"(?<![\w])" + re.escape(a) + r"\s+" + re.escape(b) + r"(?![\w])"
+            self.found[(a, b)] = re.search(pattern, self.image_text, re.IGNORECASE) is not None
+        return self.found[(a, b)]
+
+    def excuses(self, text: str, m: re.Match) -> bool:
+        before = _word_before(text, m.start())
+        if before is not None and self._together(before, m.group(0)):
+            return True
+        after = _NEXT.match(text, m.end())
+        return after is not None and self._together(m.group(0), after.group(1))
 
 
 def load_rules(path: str | None) -> tuple[ValidationRules, JSONObject]:

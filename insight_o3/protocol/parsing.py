@@ -11,41 +11,22 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.text_scan import box_lists, boxed_bounds, outer_braces, tagged_spans, without_tagged
 from ..base.untrusted import loads
 from .statuses import ReplyKind, SearcherAction
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_THINK_TAG = re.compile(r"<think>.*?</think>", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_FEEDBACK = re.compile(r"<tool_feedback>\s*(.*?)\s*</tool_feedback>", re.DOTALL | re.IGNORECASE)
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_BOX_LIST = re.compile(rf"\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]")
-
 
 # ----------------------------------------------------------------------------- final answers
-def _boxed_contents(text: str) -> list[str]:
-    """Contents of every closed ``\\boxed{...}``, nested braces handled, in order."""
-    out = []
-    for m in re.finditer(r"\\boxed\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            out.append(text[m.end() : i - 1].strip())
-    return out
-
-
 def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}``, with nested braces handled; None if absent/unclosed."""
-    found = _boxed_contents(text)
-    return found[-1] if found else None
+    """Content of the last closed ``\\boxed{...}`` (stripped), with nested braces handled; None if absent/unclosed."""
+    bounds = boxed_bounds(text)[1]
+    return text[bounds[0] : bounds[1]].strip() if bounds else None
 
 
 def first_boxed(text: str) -> str | None:
-    """Content of the first ``\\boxed{...}`` (nested braces handled); None if absent/unclosed."""
-    found = _boxed_contents(text)
-    return found[0] if found else None
+    """Content of the first closed ``\\boxed{...}`` (stripped, nested braces handled); None if absent/unclosed."""
+    bounds = boxed_bounds(text)[0]
+    return text[bounds[0] : bounds[1]].strip() if bounds else None
 
 
 def extract_answer_span(text: str) -> str:
@@ -53,7 +34,7 @@ def extract_answer_span(text: str) -> str:
     ``<answer>...</answer>`` (stripped) or else the whole text as it is; then the content of the last
     ``\\boxed{}`` inside that (stripped), if any. The original's ``\\boxed\\{(.*?)\\}`` cut nested
     braces short (``\\boxed{\\text{A}}`` gave ``\\text{A``); here they are balanced."""
-    tags = _ANSWER_TAG.findall(text)
+    tags = tagged_spans(text, "<answer>", "</answer>")
     span = tags[-1].strip() if tags else text
     boxed = extract_boxed(span)
     return boxed if boxed is not None else span
@@ -76,7 +57,8 @@ def extract_verify_span(text: str) -> str | None:
 
 _MCQ_FORMS = [
     re.compile(r"^\(?([A-Z])\)?[.:)]?$"),  # C  (C)  C.  C)  C:
-    re.compile(r"^(?:the\s+)?(?:final\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:：]?\s*\(?([A-Z])\)?[.)]?$", re.I),
+    # "answer is: C": each run of spaces belongs to one \s* (three in a row backtracked cubically on a long run)
+    re.compile(r"^(?:the\s+)?(?:final\s+)?(?:answer|option|choice)\s*(?:is\s*)?(?:[:：]\s*)?\(?([A-Z])\)?[.)]?$", re.I),
     re.compile(r"^\(?([A-Z])[.)]\s+\S.*$", re.DOTALL),  # C. text of the option / (C) text
     re.compile(r"^\\text\{\s*([A-Z])\s*\}$"),  # \text{C}
 ]
@@ -94,6 +76,9 @@ def mcq_letter(span: str, letters: str) -> str | None:
 
 
 _OPTION_LINE = re.compile(r"^\s*\(?([A-Z])\s*[.)\]:]", re.MULTILINE)
+#: the option lines of a text: a line's own leading spaces only (``\s*`` from each line start of a run of empty
+#: lines re-read the run; a line start it led to is tried on its own, so the letters found are the same)
+_OPTION_LINES = re.compile(r"^[^\S\n]*\(?([A-Z])\s*[.)\]:]", re.MULTILINE)
 _INLINE_OPTION = re.compile(r"(?:^|\s)\(?([A-Z])[.)]\s*\S")
 
 
@@ -107,7 +92,7 @@ def option_letters(options: str | list | dict | None) -> str:
         found = [m.group(1) for o in options if (m := _OPTION_LINE.match(str(o)))]
         return "".join(found) if len(found) == len(options) else "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: len(options)]
     text = str(options)
-    by_line = "".join(dict.fromkeys(_OPTION_LINE.findall(text)))
+    by_line = "".join(dict.fromkeys(_OPTION_LINES.findall(text)))
     # options written on one line ("A. x  B. y  C. z", seen in TreeBench): take the run A, B, C, ...
     inline = ""
     for letter in dict.fromkeys(_INLINE_OPTION.findall(text)):
@@ -234,10 +219,10 @@ def _loads_lenient(body: str) -> Any:
         return loads(body)
     except json.JSONDecodeError:
         pass
-    m = re.search(r"\{.*\}", body, re.DOTALL)  # stray text around the object
-    if m:
+    inner = outer_braces(body)  # stray text around the object
+    if inner is not None:
         try:
-            return loads(m.group(0))
+            return loads(inner)
         except json.JSONDecodeError:
             return None
     return None
@@ -247,17 +232,17 @@ def parse_searcher_turn(text: str, simple_prompt: bool = False) -> SearcherTurn:
     """Parse a vSearcher message. ``simple_prompt``: the untrained-baseline prompt, whose reply is
     just ``[x_min, y_min, x_max, y_max]`` somewhere in the text (the last such list counts)."""
     text = text or ""
-    has_think = bool(_THINK_TAG.search(text))
-    visible = _THINK_TAG.sub("", text)
+    visible = without_tagged(text, "<think>", "</think>")
+    has_think = len(visible) < len(text)
     if simple_prompt:
-        boxes = _BOX_LIST.findall(visible)
+        boxes = box_lists(visible)
         if not boxes:
             return SearcherTurn(
                 SearcherAction.INVALID, has_think=has_think, error="no [x_min, y_min, x_max, y_max] in reply"
             )
         return SearcherTurn(SearcherAction.ANSWER, bbox=[float(v) for v in boxes[-1]], has_think=has_think)
-    calls = _TOOL_CALL.findall(visible)
-    answers = _ANSWER_TAG.findall(visible)
+    calls = tagged_spans(visible, "<tool_call>", "</tool_call>")
+    answers = tagged_spans(visible, "<answer>", "</answer>")
     if calls:
         obj = _loads_lenient(calls[0])
         if not isinstance(obj, dict):
@@ -286,8 +271,8 @@ def parse_searcher_turn(text: str, simple_prompt: bool = False) -> SearcherTurn:
         try:
             val = loads(body)
         except json.JSONDecodeError:
-            m = _BOX_LIST.search(body)
-            val = [float(v) for v in m.groups()] if m else None
+            found = box_lists(body, first=True)
+            val = [float(v) for v in found[0]] if found else None
         if not isinstance(val, list):
             return SearcherTurn(
                 SearcherAction.INVALID, has_think=has_think, error="answer is not a [x1, y1, x2, y2] list"

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.text_scan import tagged_spans
 from ..base.untrusted import loads
 from ..imaging.geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, smart_resize
 
@@ -238,7 +238,6 @@ def final_answer_box(last_response: str) -> BBox | None:
 
 
 # ----------------------------------------------------------------------------- tool calls and the zoom-in tool
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -256,7 +255,7 @@ def hermes_tool_calls(text: str) -> list[ToolCall]:
     if "<tool_call>" not in text or "</tool_call>" not in text:
         return []
     calls = []
-    for match in _TOOL_CALL.findall(text):
+    for match in tagged_spans(text, "<tool_call>", "</tool_call>"):  # the parser's <tool_call>(.*?)</tool_call>
         try:
             call = loads(match)
             calls.append(ToolCall(call["name"], json.loads(json.dumps(call["arguments"], ensure_ascii=False))))

@@ -47,10 +47,16 @@ class EpisodeStatus(Vocabulary):
     SEARCH_AFTER_LIMIT = "search_after_limit"  # a search past the search-call limit
     SEARCH_INVALID = "search_invalid"  # the vSearcher returned no valid box
     FAILED = "failed"  # lost: the vReasoner or vSearcher could not be reached, or the image read
+    IMAGE_REFUSED = "image_refused"  # a baseline protocol cannot show the image (aspect ratio past 200): no request
 
 
 #: Episode statuses that carry no answer and were not lost (scored c = 0, never judged).
-NO_ANSWER_STATUSES = (EpisodeStatus.FORMAT_FAILED, EpisodeStatus.SEARCH_AFTER_LIMIT, EpisodeStatus.SEARCH_INVALID)
+NO_ANSWER_STATUSES = (
+    EpisodeStatus.FORMAT_FAILED,
+    EpisodeStatus.SEARCH_AFTER_LIMIT,
+    EpisodeStatus.SEARCH_INVALID,
+    EpisodeStatus.IMAGE_REFUSED,
+)
 
 
 class ReplyKind(Vocabulary):
@@ -68,3 +74,18 @@ class ReasonerAction(Vocabulary):
     RETRY = "retry"
     ANSWER = "answer"
     STOP = "stop"
+
+
+class ReasonerMode(Vocabulary):
+    """The vReasoner's setting (``ReasonerSession.mode``): its system prompt and format retries per round."""
+
+    INFER = "infer"  # the fork's validation setting (tool feedback off)
+    TRAIN = "train"  # the fork's training setting (the prompt asks for feedback on each search)
+
+
+class JudgeFlow(Vocabulary):
+    """How the judge decides an answer (``AnswerJudge.flow``)."""
+
+    EXTRACT = "extract"  # the released evaluate.py: extract the answer, then compare (single model)
+    VERIFY = "verify"  # the fork's in-loop check (InSight-o3)
+    OPENSEARCH_VL = "opensearch_vl"  # OpenSearch-VL's eval_with_gpt4o

@@ -9,7 +9,7 @@ with one line on stderr and status 4 (``STOPPED``), never a traceback.
 
 Flags shared by several commands have one spelling everywhere (``--output_dir``, ``--api_base_url``,
 ``--api_key``, ``--concurrency``, ``--max_retries``, ``--client_timeout``, ``--max_failure_ratio``,
-``--image_workers``, ``--no_progress``); older spellings that the docs once used (``--out_dir``,
+``--image_workers``, ``--image_cache``, ``--no_progress``); older spellings that the docs once used (``--out_dir``,
 ``--base_url``, ``--timeout`` ...) keep working as hidden aliases.
 """
 
@@ -35,6 +35,7 @@ from ..endpoints.endpoint import ENV_KEYS, Endpoint, Sourced, borrowed_key, desc
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
 from ..endpoints.preflight import EndpointError
 from ..imaging.images import DEFAULT_MAX_DECODE_VALUES
+from ..imaging.prepared_cache import ImageCacheSettings
 from ..jobs.controls import RunControls
 from ..jobs.integrity import CardError, Invocation, SettingsChanged, git_commit
 from ..storage.atomic import OutputError, UnusableOutputDir
@@ -471,6 +472,36 @@ def add_run_flags(
         )
     if progress:
         p.add_argument("--no_progress", action="store_true", help="no progress bar")
+
+
+def add_image_cache_flag(p: Flags) -> None:
+    """``--image_cache off|DIR|SIZE`` (given zero or more times): the prepared-image cache shared across runs
+    (:mod:`insight_o3.imaging.prepared_cache`); read with :func:`image_cache_settings`."""
+    p.add_argument(
+        "--image_cache",
+        action="append",
+        default=None,
+        metavar="off|DIR|SIZE",
+        help="the encoded images kept on disk for later runs on the same images (the same bytes are sent): "
+        "'off', a directory (default: $XDG_CACHE_HOME/insight-o3/images) and/or a size limit such as 4G "
+        "(default: 2G; least recently used entries go first); may be given twice (a directory and a size)",
+    )
+
+
+def image_cache_settings(p: argparse.ArgumentParser, a: argparse.Namespace) -> ImageCacheSettings:
+    """The settings of ``--image_cache`` (a bad value: ``p.error``, exit 2). A directory the user named that
+    cannot hold the cache is an error; the default one that cannot is a warning and no cache."""
+    try:
+        settings = ImageCacheSettings.parse(getattr(a, "image_cache", None))
+    except ValueError as e:
+        p.error(f"--image_cache: {e}")
+    problem = settings.problem()
+    if problem is None:
+        return settings
+    if settings.explicit:
+        p.error(f"--image_cache: {problem}")
+    logging.getLogger(__name__).warning("no prepared-image cache this run: %s", problem)
+    return ImageCacheSettings(directory=None)
 
 
 def add_budget_flags(p: Flags, *, what: str = "items") -> None:

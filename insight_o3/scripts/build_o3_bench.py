@@ -381,6 +381,8 @@ def _category_specs(a: argparse.Namespace, ws: Workspace) -> list[src_mod.Source
             minimum = int(parts[3]) if len(parts) == 4 else 2
         except ValueError:
             raise BuildFileError(f"--category {spec!r}: MIN_LAYOUTS must be an integer, got {parts[3]!r}") from None
+        if minimum < 1:
+            raise BuildFileError(f"--category {spec!r}: MIN_LAYOUTS must be at least 1, got {minimum}")
         if any(s.subset == name for s in specs):
             raise BuildFileError(f"--category {name}: the category is given twice")
         specs.append(src_mod.SourceSpec(name, parts[1], parts[2], minimum))

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import functools
 import json
 import logging
 import os
@@ -60,7 +62,7 @@ from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Called
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.agent_registry import AgentContext, UnknownAgent, agent_names, get_agent
+from ..evaluation.agent_registry import AgentContext, PluginError, UnknownAgent, agent_names, build_solver, get_agent
 from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, canonical_name, resolve_layout
 from ..evaluation.config import (
     AgentSettings,
@@ -81,6 +83,7 @@ from ..jobs.integrity import SettingsChanged
 from ..protocol import prompts
 from ..protocol.attempt import Solver
 from ..protocol.sample import AnnotationError, Sample
+from ..protocol.statuses import JudgeFlow
 from ..tools.layout import BACKENDS as LAYOUT_BACKENDS
 from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError, tools_card
 from ..tools.web import WebSettings
@@ -94,6 +97,7 @@ from ._shared import (
     add_cap_flags,
     add_client_flags,
     add_image_budget_flag,
+    add_image_cache_flag,
     add_judge_flags,
     add_judge_retries_flag,
     add_key_host_flag,
@@ -104,6 +108,7 @@ from ._shared import (
     check_output_names,
     check_run_flags,
     entry_point,
+    image_cache_settings,
     new_parser,
     non_empty,
     output_name,
@@ -179,7 +184,7 @@ def _agent_line(name: str) -> str:
     """``name`` and the first clause of its description (an agent that cannot be loaded: its name only)."""
     try:
         return f"{name} ({get_agent(name).description.split(':')[0].split(',')[0]})"
-    except (UnknownAgent, ImportError, TypeError, AttributeError):
+    except (UnknownAgent, PluginError):
         return name
 
 
@@ -297,6 +302,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         "so a small cache still encodes each image once)",
     )
     add_run_flags(g, concurrency=None)  # --max_failure_ratio, --image_workers, --no_progress
+    add_image_cache_flag(g)
 
 
 def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
@@ -382,7 +388,7 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
     a = p.parse_args(argv)
     _resolve(p, a)
     try:
-        return config_of(a)
+        return dataclasses.replace(config_of(a), image_cache=image_cache_settings(p, a))
     except ValueError as e:  # a setting the agents refuse; name the flags
         p.error(str(e))
         raise  # p.error exits
@@ -395,7 +401,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         a.agent = "insight_o3" if a.vsearcher_model else "single_model"
     try:
         plugin = get_agent(a.agent)
-    except (UnknownAgent, ImportError, TypeError) as e:
+    except (UnknownAgent, PluginError) as e:
         p.error(f"--agent: {e}")
     if (a.agent == "insight_o3") != bool(a.vsearcher_model):
         p.error("--vsearcher_model goes with --agent insight_o3 (and --agent insight_o3 needs it)")
@@ -420,7 +426,7 @@ def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.img_max_pixels is None:
         a.img_max_pixels = api_image_max_pixels(a.model)
     if a.judge_flow is None:
-        a.judge_flow = "opensearch_vl" if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
+        a.judge_flow = JudgeFlow.OPENSEARCH_VL if a.agent in TOOL_AGENTS else default_flow(a.vsearcher_model)
     if a.agent in TOOL_AGENTS:
         try:
             tool_settings(a, endpoints=False).check()  # the endpoints are built (once) with the config
@@ -690,6 +696,7 @@ def image_store(c: EvaluateConfig, originals_cached: int) -> ImageStore:
         max_decode_values=c.max_decode_values,
         alpha=plugin.alpha,
         fmt=plugin.image_format,
+        image_cache=c.image_cache,
     )
 
 
@@ -721,7 +728,7 @@ def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: R
         model_limiter=limiters.model,
         vsearcher_limiter=limiters.vsearcher,
     )
-    return get_agent(c.agent_name).build(ctx)
+    return build_solver(c.agent_name, ctx)
 
 
 def endpoints(c: EvaluateConfig) -> list[Called]:
@@ -739,8 +746,21 @@ def endpoints(c: EvaluateConfig) -> list[Called]:
     return eps
 
 
+def _image_cache_entry(images: ImageStore) -> JSONObject:
+    """The run's history entry field of the prepared-image cache: what it did this run (none without one)."""
+    stats = images.prepared_stats()
+    return {} if stats is None else {"image_cache": stats}
+
+
 def _log_stats(images: ImageStore, limiters: Limiters) -> None:
     log.info("images decoded %(decoded)d, encoded %(encoded)d, cache hits %(cache_hits)d", images.stats)
+    prepared = images.prepared_stats()
+    if prepared is not None:
+        log.info(
+            "prepared-image cache %(dir)s: %(hits)d hits, %(misses)d misses, %(bytes_read)d bytes read, "
+            "%(bytes_written)d written",
+            prepared,
+        )
     if limiters.model is not None and limiters.model.throttled:
         log.info(
             "model endpoint: %(throttled)d 429 responses, concurrency cut %(cuts)d times "
@@ -794,6 +814,7 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
                 invocation=card_invocation("evaluate", dict(c.settings), card),
                 endpoints=endpoints(c),
                 costs=costs,
+                entry_fields=functools.partial(_image_cache_entry, images),
             )
         finally:
             _log_stats(images, limiters)
@@ -856,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         summary = asyncio.run(_run(a, samples, costs))
-    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
+    except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir, PluginError) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except STOP_ERRORS as e:

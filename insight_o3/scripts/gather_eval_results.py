@@ -248,12 +248,41 @@ def _category_table(summaries: Summaries, settings: list[str], dataset: str) -> 
     return pd.DataFrame.from_dict(rows, orient="index", columns=["overall", *cats]).rename_axis("setting")
 
 
+#: what a spreadsheet reads as the start of a formula (OWASP's CSV injection list)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> str:
+    """``value`` as a CSV cell a spreadsheet shows as text: one starting like a formula (a setting or category
+    name such as ``=HYPERLINK(...)``) gets a leading ``'``; a number is left as it is."""
+    text = str(value)
+    if text.startswith(_FORMULA_START):
+        try:
+            float(text)
+        except ValueError:
+            return "'" + text
+    return text
+
+
+def to_csv(df: pd.DataFrame) -> str:
+    """The table as CSV, every cell and label through :func:`csv_cell`."""
+    safe = df.map(csv_cell)
+    safe.index = pd.Index([csv_cell(i) for i in df.index], name=csv_cell(df.index.name or ""))
+    safe.columns = [csv_cell(c) for c in df.columns]
+    return safe.to_csv()
+
+
+def markdown_cell(value: Any) -> str:
+    """``value`` as one Markdown table cell: ``|`` escaped (it would end the cell), line breaks as spaces."""
+    return " ".join(str(value).splitlines()).replace("|", "\\|")
+
+
 def to_markdown(df: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table (no dependency on ``tabulate``)."""
-    header = [df.index.name or "", *map(str, df.columns)]
+    """A GitHub-flavoured Markdown table (no dependency on ``tabulate``); every cell through :func:`markdown_cell`."""
+    header = [markdown_cell(df.index.name or ""), *map(markdown_cell, df.columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + [":---:"] * len(df.columns)) + "|"]
     for idx, row in df.iterrows():
-        cells = [str(idx), *(str(v).replace("|", "\\|") for v in row)]
+        cells = [markdown_cell(idx), *map(markdown_cell, row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -290,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in notes:
         print(n)
     if a.csv:
-        write_text_atomic(a.csv, table.to_csv())
+        write_text_atomic(a.csv, to_csv(table))
     if a.markdown:
         write_text_atomic(a.markdown, to_markdown(table))
     return ExitCode.OK

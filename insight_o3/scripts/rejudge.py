@@ -16,7 +16,7 @@ Rerunning resumes; records whose judging failed are retried with ``--retry_faile
 Several judges (``--judge_model A B …``, with one ``--judge_api_base_url``/``--judge_api_key`` for all or
 one per judge) each write their own eval dir. Then the verdicts of the source run's judge and of every
 new one are compared (:mod:`insight_o3.analysis.agreement`): Cohen's κ per pair of judges (Fleiss' κ of all of them when there are three or more, each with a
-bootstrap interval over samples), each
+bootstrap interval over the samples' images, the samples sharing an image resampled together), each
 judge's accuracy and the items they disagree on are printed and written to ``--agreement_out``
 (default ``<eval_dir>@judge-agreement-<new judges>.json`` next to the source, one file per set of new
 judges, so an earlier re-judging's agreement is kept); ``report <eval_dir> --judges <the new
@@ -56,6 +56,7 @@ from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
 from ..protocol.attempt import Attempt, TrialSolver
 from ..protocol.sample import Sample, row_fields
+from ..protocol.statuses import JudgeFlow
 from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 from ._shared import (
@@ -364,7 +365,7 @@ def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
     """Fill the judge settings ``a`` leaves open from the source run's card; the price model (or None)."""
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
-    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or "extract"
+    a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or JudgeFlow.EXTRACT
     if a.max_answer_length is None:
         a.max_answer_length = src_judge.get("max_answer_length") or src_settings.get("max_answer_length") or 1000
     models = {

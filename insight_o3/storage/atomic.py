@@ -18,6 +18,7 @@ import errno as _errno
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -68,6 +69,38 @@ class OutputError(Exception):
 class UnusableOutputDir(ValueError):
     """An output directory that can never hold files (:func:`output_dir_problem`): bad input, refused before
     anything is created. The message names the path and why."""
+
+
+class LinkedOutput(UnusableOutputDir):
+    """A file or directory of a run that is a symbolic link: a run never writes, appends to or truncates through a
+    link (one in a copied run directory would send its writes to the link's target). Bad input (status 2)."""
+
+    def __init__(self, path: str):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        super().__init__(
+            f"{path} is a symbolic link (to {target}); a run never writes through a link: replace it by the "
+            "file or directory itself, or remove it"
+        )
+
+
+def refuse_link(path: str | os.PathLike) -> None:
+    """Raise :class:`LinkedOutput` when ``path`` is a symbolic link (``lstat``; a missing path is fine)."""
+    if os.path.islink(path):
+        raise LinkedOutput(os.fspath(path))
+
+
+def open_no_follow(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symbolic link at ``path`` (``O_NOFOLLOW``: :class:`LinkedOutput`, also for a link
+    made between a check and the open)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == _errno.ELOOP or os.path.islink(path):
+            raise LinkedOutput(path) from None
+        raise
 
 
 #: File systems of the kernel's own objects: a path on them is never an output directory (creating files there
@@ -169,10 +202,14 @@ def atomic_writer(path: str | os.PathLike, mode: Literal["w", "wb"] = "w") -> It
     """``with atomic_writer(p, "wb") as f: ...`` — ``p`` holds either its old content or all of the
     new one; on an exception the temporary file is removed and ``p`` is untouched."""
     path = os.fspath(path)
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    # one temporary name per process and thread: two threads writing one target never share a file
+    tmp = os.path.join(
+        os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )
     in_body = False
     try:
-        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+        fd = open_no_follow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # a link planted at the temporary name
+        with open(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
             in_body = True
             yield f
             in_body = False

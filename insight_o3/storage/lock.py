@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .atomic import OutputError, check_output_dir
+from .atomic import OutputError, check_output_dir, open_no_follow
 
 LOCK_FILE = ".insight_o3.lock"
 
@@ -108,7 +108,7 @@ def acquire(directory: str | os.PathLike, command: str) -> RunLock:
     check_output_dir(directory)
     try:
         os.makedirs(directory, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)  # the lock file is truncated: never a link's target
     except OSError as e:
         raise OutputError.from_os_error(path, e, "create the lock file") from None
     try:

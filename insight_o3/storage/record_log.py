@@ -14,6 +14,10 @@ from a server; :mod:`insight_o3.base.untrusted` escapes them where replies enter
 written with them escaped (``\ud800``) and ``"escaped_text": true`` added to its line, with a warning,
 so one bad record costs neither the run nor the next one.
 
+A log never reads, appends to or truncates through a symbolic link (``O_NOFOLLOW``): one at its path is refused
+with :class:`~insight_o3.storage.atomic.LinkedOutput` (bad input), so a copied run directory cannot send a
+resumed run's writes outside it.
+
 A write the system refuses (disk full, permissions, read-only file system) raises
 :class:`~insight_o3.storage.atomic.OutputError` and leaves the file exactly as it was before the call: a
 line written in part is truncated away, so the next record can never be glued to half of this one
@@ -31,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..base.untrusted import escape_strings
-from .atomic import OutputError, atomic_writer, write_json_atomic
+from .atomic import OutputError, atomic_writer, open_no_follow, refuse_link, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -83,20 +87,21 @@ class RecordLog:
         ``parse(obj, where)``, if given, turns each loaded line into the record kept in ``records``
         (and raises, naming ``where`` = ``"<file>:<line>"``, for one that does not fit)."""
         self = cls(path, parse)
-        if os.path.exists(path):
+        refuse_link(path)  # a link would send the appends and the truncation of a torn line to its target
+        if os.path.lexists(path):
             self._load()
         self._fd = self._open_append(os.O_CREAT)
         return self
 
     def _open_append(self, extra_flags: int = 0) -> int:
         try:
-            return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | extra_flags, 0o644)
+            return open_no_follow(self.path, os.O_WRONLY | os.O_APPEND | extra_flags)
         except OSError as e:
             raise OutputError.from_os_error(self.path, e, "open for writing") from None
 
     def _load(self) -> None:
         try:
-            with open(self.path, "rb") as f:
+            with open(open_no_follow(self.path, os.O_RDONLY), "rb") as f:
                 data = f.read()
         except OSError as e:
             raise OutputError.from_os_error(self.path, e, "read") from None
@@ -123,7 +128,7 @@ class RecordLog:
         if tail:
             log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted run", self.path, len(tail))
             try:
-                with open(self.path, "r+b") as f:
+                with open(open_no_follow(self.path, os.O_RDWR), "r+b") as f:
                     f.truncate(keep_bytes)
                     f.flush()
                     os.fsync(f.fileno())

@@ -137,14 +137,15 @@ class SampleResult:
         def cut(text: str | None) -> str | None:
             return None if text is None else cut_middle(text, limit, flag)
 
-        er = replace(
-            self.rec.eval_result,
-            response=cut(self.text),
-            extracted_answer=cut(self.extracted_answer),
-            fail_reason=cut(self.fail_reason),
-            trajectory=cut_messages(self.trajectory, limit, flag),
+        er = self.rec.eval_result.model_copy(
+            update={
+                "response": cut(self.text),
+                "extracted_answer": cut(self.extracted_answer),
+                "fail_reason": cut(self.fail_reason),
+                "trajectory": cut_messages(self.trajectory, limit, flag),
+            }
         )
-        return replace(self, rec=replace(self.rec, eval_result=er))
+        return replace(self, rec=self.rec.model_copy(update={"eval_result": er}))
 
 
 @dataclass

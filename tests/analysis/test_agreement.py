@@ -11,9 +11,9 @@ import pytest
 from insight_o3.analysis.agreement import judge_agreement
 from insight_o3.analysis.run_records import read_run
 from insight_o3.scripts import rejudge, report
-from tests.scripts.test_rejudge import _eval, lenient_judge
 from tests.support import eval_bench as eb
 from tests.support.openai_server import Call, Reply, chat, last_user_text
+from tests.support.rejudge_bench import evaluate_judge_a, lenient_judge
 
 
 def strict_judge():
@@ -48,7 +48,7 @@ def test_rejudge_with_two_judges_reports_kappa_accuracy_and_disagreements(tmp_pa
     bench = eb.make_bench(tmp_path / "bench")
     main_srv, judge_a = openai_server(eb.model_script()), openai_server(eb.judge_script())
     out = tmp_path / "out"
-    _eval(bench, out, main_srv.base_url, judge_a.base_url, "--num_trials", "2")
+    evaluate_judge_a(bench, out, main_srv.base_url, judge_a.base_url, "--num_trials", "2")
     src = out / "m/o3_bench"
     judge_b, judge_c = openai_server(lenient_judge()), openai_server(strict_judge())
     capsys.readouterr()

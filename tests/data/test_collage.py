@@ -23,25 +23,9 @@ from insight_o3.data.collage import (
     scale_interval,
 )
 from insight_o3.data.source_pool import PoolError, filter_small_targets, load_pool
+from tests.support.collage_config import CFG, CFG_FLAGS
 
 REPO = Path(__file__).resolve().parents[2]
-# Smaller canvases than the defaults keep the test fast; the constraints are the same.
-CFG = CollageConfig(
-    canvas_area=(1.5e6, 3.0e6), min_short_edge=160, max_panel_area=4.0e5, min_panel_side=96, bbox_cap=2e-3
-)
-CFG_FLAGS = [
-    "--canvas_area",
-    "1.5e6",
-    "3.0e6",
-    "--min_short_edge",
-    "160",
-    "--max_panel_area",
-    "4e5",
-    "--min_panel_side",
-    "96",
-    "--bbox_cap",
-    "2e-3",
-]
 
 
 def _smooth_image(rng: np.random.Generator, w: int, h: int) -> np.ndarray:

@@ -6,61 +6,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
-
-from PIL import Image
 
 from insight_o3.data.describe import parse_description
 from insight_o3.protocol.prompts import REGION_DESCRIPTION_SYSTEM_PROMPT, REGION_DESCRIPTION_USER_PROMPT
 from insight_o3.scripts._shared import ExitCode
+from tests.support.layout_bench import N_IMAGES, command, make_inputs
 from tests.support.openai_server import chat, error
+from tests.support.waiting import wait_for_lines
 
 REPO = Path(__file__).resolve().parents[2]
-N_IMAGES = 3  # 3 charts per image -> 9 boxes
-
-
-def _make_inputs(tmp: Path) -> tuple[Path, Path]:
-    img_dir, lay_dir = tmp / "images", tmp / "layouts"
-    img_dir.mkdir()
-    lay_dir.mkdir()
-    for i in range(N_IMAGES):
-        Image.new("RGB", (600, 800), (240, 240, 240)).save(img_dir / f"info{i}.png")
-        boxes = [
-            {"cls_id": 0, "label": "chart", "score": 0.9, "coordinate": [50, 50 + 250 * k, 400, 250 + 250 * k]}
-            for k in range(3)
-        ]
-        boxes.append({"cls_id": 1, "label": "header", "score": 0.9, "coordinate": [0, 0, 600, 40]})
-        (lay_dir / f"info{i}.json").write_text(
-            json.dumps({"input_path": f"/elsewhere/info{i}.png", "page_index": None, "boxes": boxes})
-        )
-    return img_dir, lay_dir
-
-
-def _cmd(img_dir, lay_dir, out, base_url, concurrency=2):
-    return [
-        sys.executable,
-        "-m",
-        "insight_o3.scripts.build_region_localization",
-        "--layouts",
-        str(lay_dir),
-        "--image_dir",
-        str(img_dir),
-        "--out_dir",
-        str(out),
-        "--model",
-        "scripted",
-        "--base_url",
-        base_url,
-        "--api_key",
-        "sk-test-secret-123",
-        "--concurrency",
-        str(concurrency),
-        "--no_progress",
-        "--max_retries",
-        "0",
-    ]
 
 
 def _box_of(request) -> str:
@@ -77,7 +32,7 @@ def test_parse_description():
 
 
 def test_describe_kill_and_resume(openai_server, tmp_path):
-    img_dir, lay_dir = _make_inputs(tmp_path)
+    img_dir, lay_dir = make_inputs(tmp_path)
     out = tmp_path / "out"
     seen: list[str] = []
 
@@ -89,15 +44,11 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
 
     srv = openai_server(slow, block_after=3)  # three boxes described, then every request held
     proc = subprocess.Popen(
-        _cmd(img_dir, lay_dir, out, srv.base_url), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        command(img_dir, lay_dir, out, srv.base_url), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     log = out / "descriptions.jsonl"
     srv.wait_blocked(1, timeout=30)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if log.exists() and len(log.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.02)
+    wait_for_lines(3, log, timeout=30)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = [json.loads(x) for x in log.read_text().splitlines() if x.endswith("}")]
@@ -114,7 +65,9 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
         return chat(f"thinking...\nregion_description={{region again {call.index}}}")
 
     srv2 = openai_server(fast)
-    r = subprocess.run(_cmd(img_dir, lay_dir, out, srv2.base_url), cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        command(img_dir, lay_dir, out, srv2.base_url), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     # exit 1 = incomplete work (one box lost to the scripted 400; was 0 before the shared exit-code contract)
     assert r.returncode == ExitCode.INCOMPLETE, r.stderr
     assert "sk-test-secret-123" not in r.stderr + r.stdout + log.read_text()
@@ -126,7 +79,9 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
     assert len(failed) == 1 and "400" in failed[0]["error"]
     rows = [json.loads(x) for x in (out / "regions.jsonl").read_text().splitlines()]
     assert len(rows) == 8
-    r = subprocess.run(_cmd(img_dir, lay_dir, out, srv2.base_url), cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        command(img_dir, lay_dir, out, srv2.base_url), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert len(fast_calls) == 9 - len(done_before) + 1  # only the failed box re-queried
     rows = [json.loads(x) for x in (out / "regions.jsonl").read_text().splitlines()]
@@ -143,10 +98,10 @@ def test_describe_kill_and_resume(openai_server, tmp_path):
 
 
 def test_missing_image_is_a_clear_error(tmp_path):
-    img_dir, lay_dir = _make_inputs(tmp_path)
+    img_dir, lay_dir = make_inputs(tmp_path)
     os.remove(img_dir / "info1.png")
     r = subprocess.run(
-        _cmd(img_dir, lay_dir, tmp_path / "o", "http://127.0.0.1:9/v1"),
+        command(img_dir, lay_dir, tmp_path / "o", "http://127.0.0.1:9/v1"),
         cwd=REPO,
         capture_output=True,
         text=True,

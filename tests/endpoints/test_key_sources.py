@@ -144,7 +144,7 @@ def test_check_reliability_sends_openai_api_key_only_where_it_belongs(env, tmp_p
     is refused for a judge on another host, before any request, unless --allow_key_to_other_host; every endpoint is
     stated at the start, the key never."""
     from insight_o3.scripts import check_reliability
-    from tests.data.test_reliability import QWEN_KEY, make_pool, script
+    from tests.support.reliability_bench import QWEN_KEY, make_pool, script
 
     srv = openai_server(script({}))
     env.setenv("OPENAI_API_KEY", KEY)

@@ -4,7 +4,6 @@ Real loopback servers and a closed port; nothing is patched."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,14 +15,7 @@ from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.endpoints.preflight import EndpointError, check_endpoints
 from insight_o3.scripts import check_reliability, evaluate
 from tests.support import eval_bench as eb
-from tests.support.openai_server import Call, Reply
-
-
-def _closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"  # nothing listens there now
+from tests.support.openai_server import Call, Reply, closed_port_url
 
 
 @pytest.fixture
@@ -63,7 +55,7 @@ def _one_line(err: str) -> str:
 
 
 def test_an_unreachable_model_endpoint_stops_before_the_first_sample(tmp_path, capsys):
-    bench, url = eb.make_bench(tmp_path / "bench"), _closed_port_url()
+    bench, url = eb.make_bench(tmp_path / "bench"), closed_port_url()
     t = time.perf_counter()
     rc = evaluate.main(_argv(bench, tmp_path / "out", url))
     took = time.perf_counter() - t
@@ -74,7 +66,7 @@ def test_an_unreachable_model_endpoint_stops_before_the_first_sample(tmp_path, c
 
 
 def test_an_unreachable_judge_is_named_as_the_judge(tmp_path, openai_server, capsys):
-    bench, url = eb.make_bench(tmp_path / "bench"), _closed_port_url()
+    bench, url = eb.make_bench(tmp_path / "bench"), closed_port_url()
     model = openai_server(eb.model_script())
     assert evaluate.main(_argv(bench, tmp_path / "out", model.base_url, "--judge_api_base_url", url)) == 4
     assert f"judge endpoint {url} is unreachable" in _one_line(capsys.readouterr().err)
@@ -111,14 +103,14 @@ def test_the_sdk_default_without_a_key_is_refused_up_front():
 
 
 def test_skip_endpoint_check_asks_nothing_first(tmp_path, capsys):
-    bench, url = eb.make_bench(tmp_path / "bench"), _closed_port_url()
+    bench, url = eb.make_bench(tmp_path / "bench"), closed_port_url()
     rc = evaluate.main(_argv(bench, tmp_path / "out", url, "--skip_endpoint_check", "--concurrency", "1"))
     err = capsys.readouterr().err
     assert rc in (1, 4) and "is unreachable" not in err  # the samples themselves fail, as before
 
 
 def test_check_reliability_names_a_checker_whose_key_variable_is_unset(tmp_path, openai_server, capsys, monkeypatch):
-    from tests.data.test_reliability import make_pool
+    from tests.support.reliability_bench import make_pool
 
     srv = openai_server(eb.judge_script())
     monkeypatch.delenv("NOPE_ENV", raising=False)

@@ -62,13 +62,20 @@ def test_a_client_that_resets_mid_request_leaves_no_traceback(capsys):
     """A cancelled request (a run stopping at a 401) resets its connection: normal for the server, so nothing
     on stderr (socketserver printed a ConnectionResetError traceback, which made stop-line tests flaky)."""
     import struct
-    import time
 
     with ScriptedOpenAIServer(lambda req, call: chat("x")) as srv:
+        handled = threading.Event()  # set once the server is done with the connection (after any error report)
+        shutdown_request = srv._server.shutdown_request
+
+        def shutdown_and_tell(request):
+            shutdown_request(request)
+            handled.set()
+
+        srv._server.shutdown_request = shutdown_and_tell
         host, port = srv._server.server_address[:2]
         s = socket.create_connection((host, port))
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()  # with linger 0: a reset while the server reads the body
-        time.sleep(0.3)
+        assert handled.wait(10), "the server never finished the connection"
     assert capsys.readouterr().err == ""

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from insight_o3.evaluation.benchmark_files import SHIPPED_DATA, shipped_annotati
 from insight_o3.evaluation.benchmarks import BENCHMARKS, HubKind
 from insight_o3.evaluation.samples import load_samples
 from tests.support.hub_server import HubServer
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 #: The original release's annotation files (m-Just/InSight-o3, data/), by sha256.
@@ -161,16 +161,14 @@ def test_a_download_killed_mid_file_resumes_where_it_stopped(tmp_path):
         hub.repo("craigwu/vstar_bench").add({image: big}, commit=BENCHMARKS["vstar"].source.revision)
         hub.stall[image] = 11 * 2**20
         proc = run(hub, *args, wait=False)
-        deadline = time.monotonic() + 120
-        partial: list[Path] = []
-        while time.monotonic() < deadline:
-            partial = [p for p in (root / "vstar_bench").rglob("*.incomplete") if p.stat().st_size >= 10 * 2**20]
-            if partial or proc.poll() is not None:
-                break
-            time.sleep(0.2)
+
+        def partial() -> list[Path]:
+            return [p for p in (root / "vstar_bench").rglob("*.incomplete") if p.stat().st_size >= 10 * 2**20]
+
+        wait_until(lambda: partial() or proc.poll() is not None, 120, "10 MiB of the file on disk")
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
-        assert partial, "no partial file appeared"
+        assert partial(), "no partial file appeared"
         hub.release()
         hub.requests.clear()
         r = run(hub, *args)

@@ -24,7 +24,7 @@ import socket
 
 import pytest
 
-from tests.conftest import require_recipe
+from tests.support.stacks import require_recipe
 
 require_recipe()
 
@@ -33,9 +33,15 @@ import torch.distributed as dist  # noqa: E402
 
 from recipe.vsearch.image_inputs import VIEWS_KEY, PixelCache, rebuild, rebuild_pixels_in  # noqa: E402
 from recipe.vsearch.padding import trim_padding_in  # noqa: E402
-from tests.recipe.test_agent_loops import _config, _expand, policy  # noqa: E402,F401
-from tests.recipe.test_grpo_update import _actor_config  # noqa: E402
-from tests.recipe.test_image_inputs import CROPS, _rollout, _row, _verl_inputs, noisy_image  # noqa: E402,F401
+from tests.support.recipe_loops import (  # noqa: E402
+    CROPS,
+    actor_config,
+    expand_rows,
+    loop_config,
+    region_row,
+    scripted_rollout,
+    verl_inputs,
+)
 from verl import DataProto  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -81,9 +87,9 @@ def _fsdp2(model, device: str):
 def _rows(policy, noisy_image) -> tuple[DataProto, list]:  # noqa: F811
     """Two recipe-shaped rows: the whole image then three crops of odd sizes, and one crop (multi-turn, masked tool
     responses, 4-row mrope ids), through verl's post-processing (padded to 1,024 + 2,048)."""
-    outs = [_rollout(policy, noisy_image), _rollout(policy, noisy_image, CROPS[1:2])]
-    cfg = _config(prompt_length=1024, response_length=2048)
-    rows = DataProto.concat([_expand(policy, o, _row(noisy_image), cfg) for o in outs])
+    outs = [scripted_rollout(policy, noisy_image), scripted_rollout(policy, noisy_image, CROPS[1:2])]
+    cfg = loop_config(prompt_length=1024, response_length=2048)
+    rows = DataProto.concat([expand_rows(policy, o, region_row(noisy_image), cfg) for o in outs])
     rows.meta_info.update({"temperature": 1.0, "micro_batch_size": 2, "use_dynamic_bsz": False})
     return rows, outs
 
@@ -100,7 +106,7 @@ def test_rebuilt_pixels_equal_the_processors_and_reach_the_model_in_bf16_on_its_
     rows, outs = _rows(policy, noisy_image)
     for i, out in enumerate(outs):
         got = rebuild(proc, rows.non_tensor_batch["multi_modal_inputs"][i], PixelCache(2**30))
-        want = _verl_inputs(policy, out)
+        want = verl_inputs(policy, out)
         assert torch.equal(got["pixel_values"], want["pixel_values"]) and VIEWS_KEY not in got
     for device in DEVICES:
         model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
@@ -139,7 +145,7 @@ def _log_probs(tiny_qwen_dir, proc, rows: DataProto, device: str, attn: str, tri
         from verl.models.transformers.monkey_patch import apply_monkey_patch
 
         apply_monkey_patch(model=model, use_remove_padding=True, ulysses_sp_size=1)
-    actor = DataParallelPPOActor(_actor_config(), _fsdp2(model, device))
+    actor = DataParallelPPOActor(actor_config(), _fsdp2(model, device))
     actor.use_remove_padding = rmpad
     rebuild_pixels_in(actor, proc)
     if trim:

@@ -27,36 +27,7 @@ from insight_o3.jobs.integrity import (
 from insight_o3.protocol import prompts
 from insight_o3.scripts import evaluate, rejudge
 from tests.support import eval_bench as eb
-
-
-# ------------------------------------------------------------------------------- every flag classified
-def _parsers():
-    """(command, parser) of every command that writes a run directory (a ResumableJob)."""
-    from insight_o3.scripts import (
-        build_o3_bench,
-        build_region_localization,
-        check_reliability,
-        evaluate_vsearch,
-        filter_difficulty,
-        generate_collages,
-    )
-
-    yield "evaluate", evaluate.build_parser()
-    yield "rejudge", rejudge.build_parser()
-    yield "evaluate_vsearch", evaluate_vsearch.build_parser()
-    yield "filter_difficulty", filter_difficulty.build_parser()
-    yield "check_reliability", check_reliability.build_parser()
-    yield "build_region_localization", build_region_localization.build_parser()
-    yield "generate_collages", generate_collages.build_parser()
-    for step in ("extract", "synthesize", "filter"):
-        yield f"build_o3_bench {step}", _subparser(build_o3_bench.build_parser(), step)
-
-
-def _subparser(p: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    for a in p._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            return a.choices[name]
-    raise AssertionError(f"no subcommand {name}")
+from tests.support.commands import run_commands
 
 
 def _dests(p: argparse.ArgumentParser, prefix: str = ""):
@@ -71,7 +42,7 @@ def _dests(p: argparse.ArgumentParser, prefix: str = ""):
 def test_every_flag_of_every_run_dir_command_is_classified():
     unclassified = [
         f"{cmd} {sub}{'/'.join(a.option_strings) or a.dest} (dest {a.dest!r})"
-        for cmd, p in _parsers()
+        for cmd, p in run_commands().items()
         for sub, a in _dests(p)
         if a.dest not in SETTING_KINDS
     ]
@@ -270,7 +241,7 @@ def _fixed_then_operational(run, out: Path, card: str, changed: list[str], opera
 def test_evaluate_vsearch_fixes_its_settings(openai_server, tmp_path, capsys):
     from PIL import Image
 
-    from tests.scripts.test_evaluate_vsearch import GT, H, W, run, script
+    from tests.support.vsearch_bench import GT, H, W, run, script
 
     img_dir = tmp_path / "images"
     img_dir.mkdir()
@@ -292,7 +263,7 @@ def test_evaluate_vsearch_fixes_its_settings(openai_server, tmp_path, capsys):
 
 def test_difficulty_filter_fixes_its_settings(openai_server, tmp_path, capsys):
     from insight_o3.scripts import filter_difficulty
-    from tests.data.test_difficulty import ITEMS, argv, make_collages, script
+    from tests.support.difficulty_bench import ITEMS, argv, make_collages, script
 
     out = tmp_path / "collages"
     make_collages(out, ITEMS)
@@ -310,7 +281,7 @@ def test_difficulty_filter_fixes_its_settings(openai_server, tmp_path, capsys):
 
 def test_reliability_check_fixes_its_settings(openai_server, tmp_path, capsys, monkeypatch):
     from insight_o3.scripts import check_reliability
-    from tests.data.test_reliability import KEY, QWEN_KEY, make_pool, script
+    from tests.support.reliability_bench import KEY, QWEN_KEY, make_pool, script
 
     pool, out = make_pool(tmp_path), tmp_path / "rel"
     srv = openai_server(script({}))
@@ -333,13 +304,13 @@ def test_reliability_check_fixes_its_settings(openai_server, tmp_path, capsys, m
 
 def test_region_localization_fixes_its_settings(openai_server, tmp_path, capsys):
     from insight_o3.scripts import build_region_localization
-    from tests.data.test_describe import _cmd, _make_inputs
+    from tests.support.layout_bench import command, make_inputs
     from tests.support.openai_server import chat
 
-    img_dir, lay_dir = _make_inputs(tmp_path)
+    img_dir, lay_dir = make_inputs(tmp_path)
     out = tmp_path / "out"
     srv = openai_server(lambda req, call: chat(f"region_description={{region {call.index}}}"))
-    argv = _cmd(img_dir, lay_dir, out, srv.base_url)[3:]  # less "python -m module"
+    argv = command(img_dir, lay_dir, out, srv.base_url)[3:]  # less "python -m module"
     card = _fixed_then_operational(
         lambda *x: build_region_localization.main([*argv, *x]),
         out,

@@ -46,6 +46,10 @@ def test_the_shipped_prompts_are_the_chart_and_map_categories_unchanged():
         ("floor_plan={f}", '{LAYOUTS} as JSON: {"question": "..."}', 'unknown placeholder {"question"}'),
         ("floor_plan={f}", "{LAYOUTS} }", "not a str.format template"),
         ("floor_plan={f}", "{GLOBAL_OCR} only", "no {LAYOUTS} placeholder"),
+        ("floor_plan={f}", "{LAYOUTS:x}", "placeholder {LAYOUTS:x} has a format spec or conversion"),
+        ("floor_plan={f}", "{LAYOUTS:>30000000}", "placeholder {LAYOUTS:>30000000} has a format spec"),
+        ("floor_plan={f}", "{LAYOUTS} {GLOBAL_CAPTION:{GLOBAL_OCR}}", "placeholder {GLOBAL_CAPTION:{GLOBAL_OCR}} has"),
+        ("floor_plan={f}", "{LAYOUTS!r}", "placeholder {LAYOUTS!r} has a format spec or conversion"),
         ("floor_plan={f}", "  \n", "the prompt file is empty"),
         ("floor_plan={f}/missing.txt", None, "cannot read the file"),
     ],
@@ -162,6 +166,8 @@ def test_bad_category_flags_are_bad_input(tmp_path, capsys):
         ("floor plan,a,b", "category 'floor plan' must be lower-case"),
         ("floor_plan,a", "expected NAME,IMAGE_DIR,LAYOUTS[,MIN_LAYOUTS]"),
         ("floor_plan,a,b,many", "MIN_LAYOUTS must be an integer, got 'many'"),
+        ("floor_plan,a,b,-5", "MIN_LAYOUTS must be at least 1, got -5"),
+        ("floor_plan,a,b,0", "MIN_LAYOUTS must be at least 1, got 0"),
     ]:
         assert build_o3_bench.main(["sources", "--output_dir", ws, "--category", spec]) == 2
         assert message in capsys.readouterr().err

@@ -4,6 +4,7 @@ release statistics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -13,10 +14,11 @@ from insight_o3.base.untrusted import UntrustedJSONError, loads_repaired
 from insight_o3.o3bench import review, sources, synthesis
 from insight_o3.o3bench.extraction import Extraction, ExtractionFormatError, parse_extraction, tasks_for
 from insight_o3.o3bench.letter_refs import remap_letter_refs
-from insight_o3.o3bench.records import BenchItem, SourceImage, SourceLayout
+from insight_o3.o3bench.records import BenchItem, SourceImage
 from insight_o3.o3bench.release import release_stats, shuffle_options
 from insight_o3.o3bench.validation import REASONS, check_item, cited_layouts, f_share
 from insight_o3.scripts import build_o3_bench
+from tests.support.o3bench_items import GOOD, items, source
 
 pytestmark = pytest.mark.smoke
 
@@ -186,11 +188,6 @@ def test_e1_replies_without_the_sections_are_errors(reply, message):
         parse_extraction(reply)
 
 
-def source(n_layouts=4, subset="chart") -> SourceImage:
-    lays = [SourceLayout(i, (10.0 * i, 10.0, 10.0 * i + 8, 18.0), "text") for i in range(1, n_layouts + 1)]
-    return SourceImage(f"{subset}/img", subset, "/data/img.png", 4000, 3000, lays)
-
-
 def test_e1_tasks_are_the_full_image_then_each_layout():
     keys = [t.sample_key for t in tasks_for([source(2)])]
     assert keys == ["chart/img#full", "chart/img#L1", "chart/img#L2"]
@@ -229,7 +226,7 @@ def test_e2_inputs_never_include_the_image_and_carry_every_layout():
     ],
 )
 def test_e2_reply_array_is_found(reply):
-    assert synthesis.parse_items(reply) == [{"question": "q"}]
+    assert asyncio.run(synthesis.parse_items(reply)) == [{"question": "q"}]
 
 
 @pytest.mark.parametrize(
@@ -238,23 +235,27 @@ def test_e2_reply_array_is_found(reply):
 )
 def test_e2_reply_without_an_array_is_an_error(reply, message):
     with pytest.raises(synthesis.SynthesisFormatError, match=message):
-        synthesis.parse_items(reply)
+        asyncio.run(synthesis.parse_items(reply))
 
 
 TRAILING = '```json\n[\n {"question": "q", "answer": "C",},\n {"question": "r",},\n]\n```'
 
 
+def _parse(reply: str) -> synthesis.ParsedReply:
+    return asyncio.run(synthesis.parse_reply(reply))
+
+
 def test_e2_reply_valid_but_for_trailing_commas_is_repaired_and_the_repair_is_said():
-    assert synthesis.parse_reply('[{"question": "q"}]').repair is None
-    parsed = synthesis.parse_reply(TRAILING)
+    assert _parse('[{"question": "q"}]').repair is None
+    parsed = _parse(TRAILING)
     assert parsed.items == [{"question": "q", "answer": "C"}, {"question": "r"}]
     rep = parsed.repair.to_dict()
     assert rep["error"] == "Expecting property name enclosed in double quotes at line 2 column 34"
     assert rep["library"].startswith("json-repair 0.") and isinstance(rep["actions"], list)
     # other benign damage: single quotes, a comment, a missing comma between objects
     for damaged in ("[{'question': 'q'}]", '[{"question": "q"} // one\n]', '[{"question": "q"} {"question": "r"}]'):
-        assert synthesis.parse_reply(damaged).items[0] == {"question": "q"}, damaged
-        assert synthesis.parse_reply(damaged).repair is not None
+        assert _parse(damaged).items[0] == {"question": "q"}, damaged
+        assert _parse(damaged).repair is not None
 
 
 @pytest.mark.parametrize(
@@ -272,7 +273,7 @@ def test_e2_reply_valid_but_for_trailing_commas_is_repaired_and_the_repair_is_sa
 )
 def test_a_repair_stays_bounded(reply, message):
     with pytest.raises(synthesis.SynthesisFormatError, match=message):
-        synthesis.parse_reply(reply)
+        _parse(reply)
 
 
 @pytest.mark.parametrize(
@@ -290,13 +291,6 @@ def test_repaired_json_is_held_to_the_bounds_of_strict_json(text, why):
         loads_repaired(text)
 
 
-# ------------------------------------------------------------------------------------------- validation
-GOOD = {
-    "question": "Which city had the larger 2020 value in the Regional Statistics table?",
-    "options": "A. Oslo\nB. Rome\nC. Lima\nD. Kyiv\nE. Baku\nF. No right choice",
-    "answer": "C",
-    "explanation": "Step 1: Lima 40 [layout 3]\nStep 2: Rome 30 [layouts 1, 3]\nStep 3: 40 > 30",
-}
 #: one item per rejection reason, in the order of REASONS
 BAD = {
     "malformed": {k: v for k, v in GOOD.items() if k != "answer"},
@@ -364,12 +358,6 @@ def test_f_share_per_image_and_overall():
     assert rep["overall"] == {"items": 5, "f": 1, "share": 0.2} and rep["within_limit"] is False
     assert rep["per_image"]["a"] == {"items": 2, "f": 1, "share": 0.5} and rep["images_over_limit"] == ["a"]
     assert f_share([])["within_limit"] is True
-
-
-# ------------------------------------------------------------------------------------------- review
-def items() -> list[BenchItem]:
-    s = source(4)
-    return [check_item(GOOD, s, f"chart/img#q{k}").item for k in range(4)]  # type: ignore[misc]
 
 
 def write(tmp_path, text):
@@ -600,3 +588,22 @@ def test_release_statistics():
     assert st["answer_positions"] == {"A": 1, "B": 0, "C": 1, "D": 0, "E": 0, "F": 1}
     assert st["resolution"]["mean_width"] == 4600.0 and st["resolution"]["max_long_side"] == 5200
     assert st["resolution"]["long_side_histogram"]["4K-5K"] == 1 and st["paper"]["samples"] == 345
+
+
+def test_decisions_with_a_byte_order_mark_and_raw_line_separators_in_an_edit(tmp_path):
+    """What the review page's export (and a Windows editor) writes: a UTF-8 BOM, CRLF line ends, and an edit whose
+    JSON string holds U+2028 / U+0085 raw (JSON allows them): read as written, lines split at line feeds only."""
+    lines = [
+        "chart/img#q0 accept",
+        'chart/img#q2 edit {"answer": "B", "explanation": "Rome [layout 2]\u2028beats\u0085Lima [layout 4]"}',
+        "chart/img#q1 reject same\u2028city",
+    ]
+    path = tmp_path / "batch_001.decisions.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8"))
+    decisions, problems = review.read_decisions([str(path)])
+    assert problems == []
+    assert [(d.item_id, d.decision) for d in decisions] == [
+        ("chart/img#q0", "accept"), ("chart/img#q2", "edit"), ("chart/img#q1", "reject"),
+    ]  # fmt: skip
+    assert decisions[1].edit == {"answer": "B", "explanation": "Rome [layout 2]\u2028beats\u0085Lima [layout 4]"}
+    assert decisions[2].reason == "same\u2028city"

@@ -15,10 +15,10 @@ from PIL import Image
 from insight_o3.o3bench import review
 from insight_o3.o3bench.records import read_items, read_sources
 from insight_o3.scripts import build_o3_bench
-from tests.conftest import require_executable
+from tests.support.chromium import FLAGS
 from tests.support.o3bench_oracle import Oracle, demo_inputs
 from tests.support.o3bench_run import sources_argv, step_argv
-from tests.viz.test_report_browser import FLAGS
+from tests.support.stacks import require_executable
 
 # Appended to a copy of the page: decide the first three items, export, keep what the page wrote.
 PROBE = """<script>

@@ -19,7 +19,7 @@ from insight_o3.protocol.rewards import (
     reward_from_locate,
     trajectory_reward,
 )
-from tests.conftest import add_recipe_path
+from tests.support.stacks import add_recipe_path
 
 GT = [(0, 0, 100, 100)]
 

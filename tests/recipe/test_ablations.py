@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from insight_o3.protocol.fatal import FatalMode
 from insight_o3.protocol.rewards import RewardRules, trajectory_reward
-from tests.conftest import REPO
+from tests.support.stacks import REPO
 
 RECIPE = REPO / "verl" / "recipe" / "vsearch"
 ABLATIONS = RECIPE / "ablations"
@@ -164,6 +165,10 @@ ROWS = {
         "++data.batch_sampler.weights.info_vqa_region_localization=1",
         "++data.batch_sampler.weights.visual_cot_vstar_collage=0",
     ],
+    # fatal-aware GRPO (OpenSearch-VL's ablation rows; tests/recipe/test_fatal_grpo.py)
+    "fatal_aware": ["vsearch.fatal.mode=fatal_mask_clamp"],
+    "fatal_mask_only": ["vsearch.fatal.mode=fatal_mask"],
+    "hard_mask": ["vsearch.fatal.mode=hard_mask"],
 }
 
 
@@ -229,4 +234,7 @@ def test_every_row_composes_and_validates(variant):
             estimator = cfg.algorithm.subagent_advantage_estimator
             assert estimator == ("no_global_norm" if row == "wo_gn" else "global_norm")
             weights = dict(cfg.data.batch_sampler.weights)
-            assert sorted(weights.values()) == ([0, 1] if row.endswith("_only") else [0.5, 0.5]), row
+            assert sorted(weights.values()) == ([0, 1] if row.endswith("loop_only") else [0.5, 0.5]), row
+            fatal = [o.split("=")[1] for o in overrides if o.startswith("vsearch.fatal.mode=")]
+            assert s.fatal == dataclasses.replace(ref.fatal, **({"mode": FatalMode(fatal[0])} if fatal else {})), row
+            assert ref.fatal.mode is FatalMode.OFF and ref.fatal.k == 3

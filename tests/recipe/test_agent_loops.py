@@ -1,5 +1,6 @@
 """The recipe's agent loops on CPU: a scripted stand-in for verl's server manager (token ids from the
-tiny Qwen2.5-VL tokenizer) and a local OpenAI-compatible vReasoner/judge (ScriptedOpenAIServer)."""
+tiny Qwen2.5-VL tokenizer, :mod:`tests.support.recipe_loops`) and a local OpenAI-compatible vReasoner/judge
+(ScriptedOpenAIServer)."""
 
 from __future__ import annotations
 
@@ -8,132 +9,39 @@ import re
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
-from tests.support.openai_server import chat, error, request_text
+from tests.support.openai_server import chat, request_text
+from tests.support.stacks import REPO, require_recipe
 
 require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
-from verl.utils import hf_tokenizer  # noqa: E402
-from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from recipe.vsearch import agent_loops  # noqa: E402
 from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop  # noqa: E402
-
-# Qwen2.5-VL's processor without its video half: transformers' video processor needs torchvision, which the
-# CPU environment must not have (verl's hf_processor returns None here); on GPU verl loads the full one
-from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
 from recipe.vsearch.episodes import EXTRA_SAMPLES_KEY, ROLE_KEY, VALIDATE_KEY, VSearchAgentLoopWorker, finalize_batch  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
 from recipe.vsearch.settings import PROTOCOLS  # noqa: E402
-
-MAX_PIXELS = 160 * 28 * 28  # small vSearcher budget: few image tokens on CPU (tests/support/agent_tiny.yaml)
-RESPONSE_LENGTH = 2048
-AGENT_YAML = REPO / "tests" / "support" / "agent_tiny.yaml"
-REWARD = {
-    "variant": "original",
-    "format_weight": 0.2,
-    "iou_weight": 0.8,
-    "alpha": 0.25,
-    "max_consecutive_iou": 0.6,
-    "min_gt_coverage": 0.95,
-}
-TOOL = '<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [%d, %d, %d, %d]}}</tool_call>'
-ANSWER = "<think>found it</think> <answer>[%d, %d, %d, %d]</answer>"
-
-
-class ScriptedServerManager:
-    """Same ``generate`` signature as verl's AsyncLLMServerManager; replies chosen by ``script``
-    from (number of images so far, decoded prompt), tokenised with the policy's tokenizer."""
-
-    def __init__(self, tokenizer, script):
-        self.tokenizer, self.script = tokenizer, script
-        self.calls: list[dict] = []
-        self.replies: list[list[int]] = []
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
-        text = self.script(len(image_data or []), self.tokenizer.decode(prompt_ids))
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [
-            self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        ]
-        self.calls.append(
-            {
-                "request_id": request_id,
-                "n_prompt": len(prompt_ids),
-                "n_images": len(image_data or []),
-                "sampling_params": sampling_params,
-            }
-        )
-        self.replies.append(ids)
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
-
-
-def searcher_script(n_images: int, prompt: str) -> str:
-    """One crop, then an answer (boxes in the model frame of the first image)."""
-    return TOOL % (40, 30, 200, 150) if n_images == 1 else ANSWER % (60, 40, 180, 140)
-
-
-@pytest.fixture(scope="module")
-def policy(tiny_qwen_dir):
-    tok = hf_tokenizer(str(tiny_qwen_dir))
-    return tok, image_only_processor(str(tiny_qwen_dir), tok)
-
-
-@pytest.fixture
-def image_path(tmp_path):
-    img = Image.new("RGB", (640, 480), (30, 60, 90))
-    for x in range(0, 640, 40):
-        img.paste((200, x % 255, 40), (x, 100, x + 20, 300))
-    p = tmp_path / "img.png"
-    img.save(p)
-    return str(p)
-
-
-def _config(
-    stage: str = "train",
-    agent_yaml=AGENT_YAML,
-    prompt_length: int = 1280,
-    response_length: int = RESPONSE_LENGTH,
-    variant: str = "original",
-):
-    """The parts of a composed recipe config the loops read (see recipe.vsearch.settings)."""
-    return OmegaConf.create(
-        {
-            "actor_rollout_ref": {
-                "rollout": {"prompt_length": prompt_length, "response_length": response_length},
-                "actor": {"ppo_epochs": 1},
-                "model": {},
-            },
-            "reward_model": {"enable": False, "enable_resource_pool": False, "use_reward_loop": False},
-            "custom_reward_function": {"reward_kwargs": {**REWARD, "variant": variant}},
-            "vsearch": {
-                "variant": variant,
-                "agent_config_path": str(agent_yaml),
-                "stage": stage,
-                "judge_model": "judge-m",
-                "reward": {**REWARD, "variant": variant},
-            },
-            "trainer": {"use_legacy_worker_impl": "auto"},
-            "data": {},
-        }
-    )
-
-
-def _make(cls, policy, server, config=None):
-    tok, proc = policy
-    return cls(
-        DictConfigWrap(config if config is not None else _config()),
-        server,
-        tok,
-        proc,
-        dataset_cls=RLHFDataset,
-        dataset_config=OmegaConf.create({}),
-    )
+from tests.support.recipe_loops import (  # noqa: E402
+    AGENT_YAML,
+    ANSWER,
+    JUDGE,
+    MAX_PIXELS,
+    REASONER,
+    RESPONSE_LENGTH,
+    REWARD,
+    TOOL,
+    ScriptedServerManager,
+    expand_rows,
+    inloop_row,
+    loop_config,
+    make_loop,
+    reasoner_script,
+    run_inloop,
+    searcher_script,
+)
 
 
 def _spans(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -164,7 +72,7 @@ def test_vsearcher_loop_masks_tool_response_and_attaches_crops(policy, image_pat
     }
 
     async def go():
-        loop = _make(VSearcherAgentLoop, policy, server)
+        loop = make_loop(VSearcherAgentLoop, policy, server)
         assert loop.searcher.max_pixels == MAX_PIXELS  # the agent YAML's train budget
         return await loop.run({"temperature": 1.0}, **row)
 
@@ -205,80 +113,9 @@ def test_vsearcher_loop_masks_tool_response_and_attaches_crops(policy, image_pat
     assert score["variant"] == "original" and score["score"] == pytest.approx(0.2) and score["repeated_view"] == 0
 
 
-REASONER, JUDGE = "reasoner-m", "judge-m"  # tests/support/agent_tiny.yaml, vsearch.judge_model
-
-
-def reasoner_script(fail_at: int | None = None, n_search: int = 2):
-    """vReasoner: n_search calls (feedback helpful on the first, unhelpful after), then \\boxed{42};
-    the judge: <correct> to the in-loop verify prompt ("42" to anything else). ``fail_at``: the vReasoner's
-    turn that answers 500 (no SDK retries in the test)."""
-
-    def script(req, call):
-        if req["model"] == JUDGE:
-            text = request_text(req)  # judge requests are [text part] user messages, as the original's
-            return chat("<correct>" if "GT Answer" in text else "42")
-        turn = sum(m["role"] == "assistant" for m in req["messages"])
-        if fail_at is not None and turn == fail_at:
-            return error(500, "boom")
-        fb = "NA" if turn == 0 else ("helpful" if turn == 1 else "unhelpful")
-        if turn < n_search:
-            return chat(
-                f"<think>t{turn}</think><tool_feedback>{fb}</tool_feedback>"
-                f"<tool_call>region_description={{the band {turn}}}</tool_call>"
-            )
-        return chat(f"<think>done</think><tool_feedback>{fb}</tool_feedback>Answer: \\boxed{{42}}")
-
-    return script
-
-
-def _inloop_row(image_path, validate: bool = False):
-    return {
-        "raw_prompt": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image", "image": {"image": f"file://{image_path}"}},
-                    {"type": "text", "text": "How many bars?"},
-                ],
-            }
-        ],
-        "extra_info": {"question": "How many bars?"},
-        "uid": "ep1",
-        "data_source": "collage",
-        "reward_model": {"ground_truth": "forty-two", "style": "rule"},
-        VALIDATE_KEY: validate,
-    }
-
-
-def _run_inloop(policy, image_path, srv, monkeypatch, config=None, validate: bool = False, script=searcher_script):
-    agent_loops._API.clear()
-    monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
-    server = ScriptedServerManager(policy[0], script)
-
-    async def go():
-        loop = _make(VReasonerAgentLoop, policy, server, config)
-        return loop, await loop.run({"temperature": 1.0}, **_inloop_row(image_path, validate))
-
-    loop, out = asyncio.run(go())
-    return server, loop, out
-
-
-def _expand(policy, out, row, config=None) -> DataProto:  # noqa: F821
-    """verl's worker post-processing (padding, mm inputs, position ids) through the recipe's worker."""
-    tok, proc = policy
-    w = object.__new__(VSearchAgentLoopWorker)
-    # the worker pads prompts to rollout.prompt_length; these prompts are < 1024 tokens (the loops' start-up
-    # check asks for the recipe's conservative image tokens + 1024, hence 1280 in _config)
-    w.config, w.tokenizer, w.processor = config if config is not None else _config(prompt_length=1024), tok, proc
-    w.reward_router_address, w.use_reward_loop = None, None
-    rows = asyncio.run(w._agent_loop_postprocess(out, **row))
-    return w._postprocess([rows])
-
-
 def test_vreasoner_episode_with_k_searches_yields_k_samples(policy, image_path, openai_server, monkeypatch):
     srv = openai_server(reasoner_script())
-    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
+    server, loop, out = run_inloop(policy, image_path, srv, monkeypatch)
     extras = out.extra_fields[EXTRA_SAMPLES_KEY]
     samples = [out, *extras]
     assert len(samples) == 2 and len(server.calls) == 4  # 2 vSearcher episodes x 2 turns
@@ -300,7 +137,7 @@ def test_vreasoner_episode_with_k_searches_yields_k_samples(policy, image_path, 
     rewards = [compute_score("collage", "", "", s.extra_fields, **REWARD)["score"] for s in samples]
     assert rewards == pytest.approx([1.0, 0.2])  # r̂_IoU = 1[s=c=1], plus the format part
 
-    batch = _expand(policy, out, _inloop_row(image_path))
+    batch = expand_rows(policy, out, inloop_row(image_path))
     assert len(batch) == 2
     assert list(batch.non_tensor_batch["uid"]) == ["inloop-ep1-0", "inloop-ep1-1"]
     assert batch.batch["response_mask"].sum() == sum(sum(s.response_mask) for s in samples)
@@ -324,14 +161,14 @@ def test_vreasoner_api_failure_masks_samples(policy, image_path, openai_server, 
     """An episode cut by a vReasoner API failure: its samples are masked out of the loss under ``paper`` and
     trained on (with c = 0) under ``original``, as the fork did; either way it counts as a critical failure."""
     srv = openai_server(reasoner_script(fail_at=1))
-    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch, _config(variant=variant))
+    server, loop, out = run_inloop(policy, image_path, srv, monkeypatch, loop_config(variant=variant))
     assert out.extra_fields[EXTRA_SAMPLES_KEY] == []
     f = out.extra_fields
     assert f["critical_failure"] is True and f["episode_critical_failure"] is True and f["n_tool"] == 1
     assert f["answer_correct"] is False and len(out.response_ids) > 0
     assert (sum(out.response_mask) == 0) is (variant == "paper")  # paper: excluded, not punished
     assert "sk-test-secret" not in repr(f)
-    batch = _expand(policy, out, _inloop_row(image_path))
+    batch = expand_rows(policy, out, inloop_row(image_path))
     final, metrics = finalize_batch(batch, dp_size=2, protocol=PROTOCOLS[variant])
     assert metrics["vsearch/critical_failure_ratio"] == 1.0
     assert bool(final.batch["response_mask"].sum() == 0) is (variant == "paper")
@@ -339,9 +176,9 @@ def test_vreasoner_api_failure_masks_samples(policy, image_path, openai_server, 
 
 def test_vreasoner_episode_without_search_is_a_dropped_placeholder(policy, image_path, openai_server, monkeypatch):
     srv = openai_server(reasoner_script(n_search=0))
-    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
+    server, loop, out = run_inloop(policy, image_path, srv, monkeypatch)
     assert not server.calls and out.extra_fields[ROLE_KEY] == "placeholder" and sum(out.response_mask) == 0
-    batch = _expand(policy, out, _inloop_row(image_path))
+    batch = expand_rows(policy, out, inloop_row(image_path))
     final, metrics = finalize_batch(batch, dp_size=2, protocol=PROTOCOLS["paper"])
     assert metrics["vsearch/calls_per_qa"] == 0.0 and metrics["vsearch/has_answer"] == 1.0
     assert len(final) == 2 and set(final.non_tensor_batch[ROLE_KEY]) == {"padding"}
@@ -381,7 +218,7 @@ def test_training_rollout_uses_training_prompts_and_yaml_caps(policy, image_path
     from insight_o3.protocol.prompts import VREASONER_TRAIN_SYSTEM_PROMPT
 
     srv = openai_server(reasoner_script())
-    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
+    server, loop, out = run_inloop(policy, image_path, srv, monkeypatch)
     reqs = _reasoner_requests(srv)
     assert reqs[0]["messages"][0]["content"] == VREASONER_TRAIN_SYSTEM_PROMPT
     # the agent YAML's per-request token cap and image detail reach every vReasoner request
@@ -406,7 +243,7 @@ def test_validation_rollout_uses_inference_prompts(policy, image_path, openai_se
     from insight_o3.protocol.prompts import VREASONER_INFER_SYSTEM_PROMPT
 
     srv = openai_server(infer_script())
-    server, loop, out = _run_inloop(policy, image_path, srv, monkeypatch, validate=True)
+    server, loop, out = run_inloop(policy, image_path, srv, monkeypatch, validate=True)
     reqs = _reasoner_requests(srv)
     assert reqs[0]["messages"][0]["content"] == VREASONER_INFER_SYSTEM_PROMPT
     assert "<tool_feedback>" not in reqs[0]["messages"][0]["content"]
@@ -445,8 +282,8 @@ def test_training_rollout_sends_the_variants_user_hints(
     agent_yaml = tmp_path / "agent.yaml"
     agent_yaml.write_text(AGENT_YAML.read_text().replace("max_search_calls: 6", "max_search_calls: 3"))
     srv = openai_server(hints_script)
-    config = _config(agent_yaml=agent_yaml, variant=variant)
-    _, loop, out = _run_inloop(policy, image_path, srv, monkeypatch, config, script=unicorn_searcher_script)
+    config = loop_config(agent_yaml=agent_yaml, variant=variant)
+    _, loop, out = run_inloop(policy, image_path, srv, monkeypatch, config, script=unicorn_searcher_script)
     reqs = _reasoner_requests(srv)
     assert len(reqs) == 5 and out.extra_fields["episode_has_answer"]
     last = [r["messages"][-1]["content"] for r in reqs[1:]]
@@ -478,12 +315,12 @@ def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypa
 
     cfg_dir = REPO / "verl" / "recipe" / "vsearch" / "config"
     server = ScriptedServerManager(policy[0], searcher_script)
-    eval_loop = _make(VSearcherAgentLoop, policy, server, _config(stage="eval", prompt_length=1536))
+    eval_loop = make_loop(VSearcherAgentLoop, policy, server, loop_config(stage="eval", prompt_length=1536))
     assert eval_loop.searcher.max_pixels == 2 * MAX_PIXELS
     # the released agent configs: 3500x3500 for Gemini, 1280x1280 for GPT; 16K-token vSearcher images at eval
     for model, px in [("gemini-2.5-flash", 3500 * 3500), ("gpt-5-mini", 1280 * 1280)]:
-        cfg = _config(stage="eval", agent_yaml=cfg_dir / f"agent_{model}.yaml", prompt_length=17408)
-        loop = _make(VReasonerAgentLoop, policy, server, cfg)
+        cfg = loop_config(stage="eval", agent_yaml=cfg_dir / f"agent_{model}.yaml", prompt_length=17408)
+        loop = make_loop(VReasonerAgentLoop, policy, server, cfg)
         r = _reasoner(loop, validate=True)
         assert (r.model, r.max_pixels, r.mode) == (model, px, "infer")
         # the fork's request (vsearch_gpt_async.py:142, 221-231): temperature 1.0, reasoning_effort null
@@ -492,11 +329,11 @@ def test_eval_stage_uses_eval_pixels_and_per_model_image_budget(policy, monkeypa
         assert loop.policy.max_pixels == 16384 * 28 * 28
     # a 16K-token image does not fit an 8K prompt: an error at start-up naming the key, not a crash mid-run
     with pytest.raises(SettingsError, match="data.max_prompt_length"):
-        _make(
+        make_loop(
             VSearcherAgentLoop,
             policy,
             server,
-            _config(stage="eval", agent_yaml=cfg_dir / "agent_gpt-5-mini.yaml", prompt_length=8192),
+            loop_config(stage="eval", agent_yaml=cfg_dir / "agent_gpt-5-mini.yaml", prompt_length=8192),
         )
 
 
@@ -550,7 +387,7 @@ def test_over_long_turn_is_cut_by_the_request_max_tokens(policy, image_path):
     params = {"temperature": 1.0}
 
     async def go():
-        loop = _make(VSearcherAgentLoop, policy, server, _config(response_length=budget))
+        loop = make_loop(VSearcherAgentLoop, policy, server, loop_config(response_length=budget))
         return await loop.run(params, **row)
 
     out = asyncio.run(go())
@@ -609,7 +446,7 @@ def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
     }
 
     async def go():
-        loop = _make(VSearcherAgentLoop, (tok, SlowProcessor(proc, delay)), server)
+        loop = make_loop(VSearcherAgentLoop, (tok, SlowProcessor(proc, delay)), server)
         gaps, done = [], asyncio.Event()
 
         async def heartbeat():
@@ -659,7 +496,7 @@ def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path
     }
 
     async def rollout():
-        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+        return await make_loop(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
 
     out = asyncio.run(rollout())
     # the recipe's loops hand image references, which the worker keeps instead of pixel values
@@ -668,7 +505,7 @@ def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path
 
     assert out.multi_modal_data.pop(VIEWS_KEY) is not None
     w = object.__new__(VSearchAgentLoopWorker)
-    w.config, w.tokenizer, w.processor = _config(prompt_length=1024), tok, SlowProcessor(proc, 0.4)
+    w.config, w.tokenizer, w.processor = loop_config(prompt_length=1024), tok, SlowProcessor(proc, 0.4)
     w.reward_router_address, w.use_reward_loop = None, None
     want = AgentLoopWorkerBase._compute_multi_modal_inputs(w, out, torch.tensor([out.prompt_ids + out.response_ids]))
 
@@ -714,7 +551,7 @@ def test_vsearcher_turns_are_capped_at_1024_new_tokens_inside_the_budget(policy,
     }
 
     async def go(budget, params):
-        loop = _make(VSearcherAgentLoop, policy, server, _config(response_length=budget))
+        loop = make_loop(VSearcherAgentLoop, policy, server, loop_config(response_length=budget))
         return await loop.run(params, **row)
 
     asyncio.run(go(4096, {"temperature": 1.0}))
@@ -782,7 +619,7 @@ def test_first_vreasoner_request_is_byte_identical_in_evaluation_and_training(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 
     async def go():
-        loop = _make(VReasonerAgentLoop, policy, ScriptedServerManager(policy[0], searcher_script))
+        loop = make_loop(VReasonerAgentLoop, policy, ScriptedServerManager(policy[0], searcher_script))
         return await loop.run({"temperature": 1.0}, **kwargs)
 
     asyncio.run(go())
@@ -812,7 +649,7 @@ def test_tool_error_is_a_text_tool_response_and_the_episode_goes_on(policy, imag
     }
 
     async def go():
-        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+        return await make_loop(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
 
     out = asyncio.run(go())
     spans = _spans(out.response_mask)

@@ -9,45 +9,24 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
+from tests.support.stacks import REPO, require_recipe
 
 require_recipe()
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from tests.support.recipe_env import SECRET, script_env  # noqa: E402
+
 VERL_DIR = REPO / "verl"
 RECIPE = VERL_DIR / "recipe" / "vsearch"
 CONFIG_DIR = RECIPE / "config"
-SECRET = "sk-test-must-not-appear-0123456789"
-
-
-def _env(tmp_path, **extra) -> dict:
-    env = dict(os.environ)
-    env.update(
-        VERL_PROJ_DIR=str(VERL_DIR),
-        MODEL_PATH="Qwen/Qwen2.5-VL-7B-Instruct",
-        WORK_DIR=str(tmp_path / "work"),
-        PROJECT_NAME="proj",
-        EXP_NAME="exp",
-        API_MODEL_FOR_AGENT="gpt-5-mini",
-        JUDGE_MODEL="gpt-5-nano",
-        OPENAI_BASE_URL="http://127.0.0.1:9/v1",
-        OPENAI_API_KEY=SECRET,
-        TRAIN_FILES="[/d/a.parquet,/d/b.parquet]",
-        VAL_FILES="/d/v.parquet",
-        PYTHON=sys.executable,
-        DRY_RUN="1",
-    )
-    env.pop("RESUME_FROM_STEP", None)
-    env.update(extra)
-    return env
 
 
 def _dry_run(script: str, tmp_path, *args: str, **extra):
     return subprocess.run(
         ["bash", str(RECIPE / script), *args],
         cwd=REPO,
-        env=_env(tmp_path, **extra),
+        env=script_env(tmp_path, **extra),
         capture_output=True,
         text=True,
         timeout=120,
@@ -217,7 +196,7 @@ def test_typo_in_an_override_fails():
 
 
 def test_missing_env_is_a_clear_error(tmp_path):
-    env = _env(tmp_path)
+    env = script_env(tmp_path)
     del env["MODEL_PATH"]
     r = subprocess.run(["bash", str(RECIPE / "train.sh")], cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "MODEL_PATH is not set" in r.stderr

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from tests.conftest import require_module, require_recipe
+from tests.support.stacks import require_module, require_recipe
 
 require_recipe()
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import REPO, require_module, require_recipe
+from tests.support.stacks import REPO, require_module, require_recipe
 
 require_recipe()
 

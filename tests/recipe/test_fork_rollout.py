@@ -9,28 +9,25 @@ import asyncio
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
 from tests.support.openai_server import error
+from tests.support.stacks import REPO, require_recipe
 
 require_recipe()
 
 from insight_o3.protocol.prompts import VSEARCHER_LIMIT_PROMPT, VSEARCHER_TOOL_RESPONSE_PROMPT  # noqa: E402
 from recipe.vsearch.agent_config import load_agent_config  # noqa: E402
 from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
-from tests.recipe import test_agent_loops as _loops  # noqa: E402
-from tests.recipe.test_agent_loops import (  # noqa: E402
+from tests.support.recipe_loops import (  # noqa: E402
     ANSWER,
     JUDGE,
     REASONER,
     TOOL,
     ScriptedServerManager,
-    _config,
-    _make,
-    _run_inloop,
+    loop_config,
+    make_loop,
     reasoner_script,
+    run_inloop,
 )
-
-policy, image_path = _loops.policy, _loops.image_path  # the fixtures of the agent-loop tests
 
 
 def _outloop_row(image_path: str) -> dict:
@@ -46,7 +43,7 @@ def _run_outloop(policy, image_path, script, config):
     server = ScriptedServerManager(policy[0], script)
 
     async def go():
-        return await _make(VSearcherAgentLoop, policy, server, config).run(
+        return await make_loop(VSearcherAgentLoop, policy, server, config).run(
             {"temperature": 1.0}, **_outloop_row(image_path)
         )
 
@@ -65,7 +62,7 @@ def test_reminder_after_the_last_allowed_crop(policy, image_path, variant):
         prompts.append(prompt)
         return TOOL % (40, 30, 200, 150) if n_images <= 6 else ANSWER % (60, 40, 180, 140)
 
-    server, out = _run_outloop(policy, image_path, script, _config(response_length=8192, variant=variant))
+    server, out = _run_outloop(policy, image_path, script, loop_config(response_length=8192, variant=variant))
     assert len(server.calls) == 7 and server.calls[-1]["n_images"] == 7
     last_tool_turn = prompts[-1].rsplit("<tool_response>", 1)[1]
     if variant == "original":
@@ -85,7 +82,9 @@ def _first_turn_then_crop(n_images, prompt):
 def test_tool_response_past_the_budget_ends_the_episode_as_the_fork(policy, image_path, variant):
     """A crop that no longer fits the trajectory budget: the fork's loop just stops (``tool_agent_loop.py:348-349``)
     and the episode's box is the last turn's ``<answer>`` (none here); ``paper`` marks the vSearcher failed."""
-    server, out = _run_outloop(policy, image_path, _first_turn_then_crop, _config(response_length=120, variant=variant))
+    server, out = _run_outloop(
+        policy, image_path, _first_turn_then_crop, loop_config(response_length=120, variant=variant)
+    )
     f = out.extra_fields
     assert len(server.calls) == 1 and f["search_truncated"] is True and f["pred_box"] is None
     assert f["search_status"] == ("invalid" if variant == "original" else "failed")
@@ -97,8 +96,8 @@ def test_in_loop_call_past_the_budget_is_no_critical_failure(policy, image_path,
     """In a vReasoner episode the fork's vSearcher without a box ends the episode normally (no critical failure,
     ``insight_o3_agent_loop.py:238-241, 299-302``): it cannot count toward the 20 % abort."""
     srv = openai_server(reasoner_script())
-    config = _config(response_length=120, variant=variant)
-    _server, _loop, out = _run_inloop(policy, image_path, srv, monkeypatch, config, script=_first_turn_then_crop)
+    config = loop_config(response_length=120, variant=variant)
+    _server, _loop, out = run_inloop(policy, image_path, srv, monkeypatch, config, script=_first_turn_then_crop)
     f = out.extra_fields
     assert f["critical_failure"] is (variant == "paper") and f["episode_critical_failure"] is (variant == "paper")
     assert f["answer_correct"] is False
@@ -110,7 +109,7 @@ def test_turn_cut_at_the_budget_with_a_tool_call_ends_without_running_it(policy,
     tok = policy[0]
     n_first = len(tok.encode(TOOL % (40, 30, 200, 150), add_special_tokens=False)) + 1
     server, out = _run_outloop(
-        policy, image_path, _first_turn_then_crop, _config(response_length=n_first, variant="original")
+        policy, image_path, _first_turn_then_crop, loop_config(response_length=n_first, variant="original")
     )
     f = out.extra_fields
     assert len(server.calls) == 1 and len(out.response_ids) == n_first
@@ -122,7 +121,7 @@ def test_training_vreasoner_requests_are_the_forks(policy, image_path, openai_se
     """The fork sends ``temperature: 1.0`` and ``reasoning_effort: null`` with ``max_completion_tokens``
     (``vsearch_gpt_async.py:142, 221-231``)."""
     srv = openai_server(reasoner_script())
-    _run_inloop(policy, image_path, srv, monkeypatch)
+    run_inloop(policy, image_path, srv, monkeypatch)
     reqs = [r for r in srv.requests if r["model"] == REASONER]
     assert reqs and all(r["temperature"] == 1.0 for r in reqs)
     assert all("reasoning_effort" in r and r["reasoning_effort"] is None for r in reqs)
@@ -140,14 +139,14 @@ def test_a_lost_vreasoner_reply_uses_one_attempt_of_the_round(policy, image_path
         return base(req, call)
 
     srv = openai_server(flaky)
-    _server, _loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
+    _server, _loop, out = run_inloop(policy, image_path, srv, monkeypatch)
     assert out.extra_fields["critical_failure"] is False and out.extra_fields["answer_correct"] is True
 
     def dead(req, call):
         return base(req, call) if req["model"] == JUDGE else error(500, "boom")
 
     srv = openai_server(dead)
-    _server, _loop, out = _run_inloop(policy, image_path, srv, monkeypatch)
+    _server, _loop, out = run_inloop(policy, image_path, srv, monkeypatch)
     reqs = [r for r in srv.requests if r["model"] == REASONER]
     assert out.extra_fields["critical_failure"] is True and len(reqs) == 3  # max_format_retries_train 2 -> 3 attempts
 
@@ -186,8 +185,8 @@ def test_pad_token_ends_the_episode_as_the_fork(policy, image_path, variant):
     server = PadServer(tok, _first_turn_then_crop)
 
     async def go():
-        cfg = _config(variant=variant)
-        return await _make(VSearcherAgentLoop, policy, server, cfg).run(
+        cfg = loop_config(variant=variant)
+        return await make_loop(VSearcherAgentLoop, policy, server, cfg).run(
             {"temperature": 1.0}, **_outloop_row(image_path)
         )
 
@@ -207,7 +206,7 @@ def test_tool_call_is_parsed_with_special_tokens_kept(policy, image_path):
     def script(n_images, prompt):
         return bad if n_images == 1 else ANSWER % (60, 40, 180, 140)
 
-    server, out = _run_outloop(policy, image_path, script, _config(variant="original"))
+    server, out = _run_outloop(policy, image_path, script, loop_config(variant="original"))
     assert len(server.calls) == 1 and out.extra_fields["search_status"] == "invalid"
 
 
@@ -230,5 +229,5 @@ def test_the_judge_sees_the_answer_turn_left_truncated(policy, image_path, opena
 
     for variant, correct in (("original", False), ("paper", True)):
         srv = openai_server(long_answer)
-        _s, _l, out = _run_inloop(policy, image_path, srv, monkeypatch, _config(variant=variant))
+        _s, _l, out = run_inloop(policy, image_path, srv, monkeypatch, loop_config(variant=variant))
         assert out.extra_fields["answer_correct"] is correct, variant

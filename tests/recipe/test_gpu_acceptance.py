@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.support import gpu_acceptance as ga
+from tests.support.stacks import REPO
 
 KIT = REPO / "scripts" / "gpu_acceptance.sh"
 

@@ -20,21 +20,19 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
+from tests.support.stacks import REPO, require_recipe
 
 require_recipe()
 
 from omegaconf import OmegaConf  # noqa: E402
 
 from recipe.vsearch.settings import RunSettings, SettingsError  # noqa: E402
-from tests.recipe.test_agent_loops import (  # noqa: E402
+from tests.support.recipe_loops import (  # noqa: E402
     ScriptedServerManager,
-    _config,
-    _expand,
-    _inloop_row,
-    _make,
-    image_path,  # noqa: F401  (fixture)
-    policy,  # noqa: F401  (fixture)
+    expand_rows,
+    inloop_row,
+    loop_config,
+    make_loop,
     searcher_script,
 )
 
@@ -98,17 +96,17 @@ def test_validation_batches_are_bounded(composed):
         _settings(composed, data__val_batch_size=None)
 
 
-def test_validation_rows_carry_no_pixel_values(policy, image_path):  # noqa: F811
+def test_validation_rows_carry_no_pixel_values(policy, image_path):
     """The worker post-processing of a validation row keeps the image grids (mrope positions) and nothing else; a
     training row also keeps the images' references (its pixel values are rebuilt where the model runs). The
     positions are the same either way."""
     tok = policy[0]
     server = ScriptedServerManager(tok, searcher_script)
-    row = {**_inloop_row(image_path), "extra_info": {"description": "the band", "bboxes": [[0, 0, 10, 10]]}}
+    row = {**inloop_row(image_path), "extra_info": {"description": "the band", "bboxes": [[0, 0, 10, 10]]}}
     from recipe.vsearch.agent_loops import VSearcherAgentLoop
 
     async def go():
-        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 0.0}, **row)
+        return await make_loop(VSearcherAgentLoop, policy, server).run({"temperature": 0.0}, **row)
 
     out = asyncio.run(go())
     assert len(out.multi_modal_data["images"]) == 2
@@ -116,8 +114,8 @@ def test_validation_rows_carry_no_pixel_values(policy, image_path):  # noqa: F81
 
     from recipe.vsearch.episodes import VALIDATE_KEY
 
-    train = _expand(policy, copy.deepcopy(out), {**row, VALIDATE_KEY: False})
-    val = _expand(policy, copy.deepcopy(out), {**row, VALIDATE_KEY: True})
+    train = expand_rows(policy, copy.deepcopy(out), {**row, VALIDATE_KEY: False})
+    val = expand_rows(policy, copy.deepcopy(out), {**row, VALIDATE_KEY: True})
     t_in, v_in = train.non_tensor_batch["multi_modal_inputs"][0], val.non_tensor_batch["multi_modal_inputs"][0]
     # a training row carries the images' references, rebuilt into pixel values by the actor and reference workers
     # (tests/recipe/test_image_inputs.py)
@@ -130,7 +128,7 @@ def test_validation_rows_carry_no_pixel_values(policy, image_path):  # noqa: F81
 
 
 # ----------------------------------------------------------------------------- failed episodes
-def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy, tmp_path, capsys):  # noqa: F811
+def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy, tmp_path, capsys):
     """An out-of-loop row whose image is missing, and an in-loop episode whose vSearcher prompt is longer than
     rollout.prompt_length: each becomes one failed placeholder (no exception reaches verl's gather), dropped from
     training and counted in critical_failure_ratio, which drives the max_api_failure_ratio abort."""
@@ -146,10 +144,10 @@ def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy
     tok = policy[0]
     server = ScriptedServerManager(tok, searcher_script)
     missing = str(tmp_path / "missing.png")
-    out_row = {**_inloop_row(missing), "uid": "u1", "extra_info": {"description": "the band", "bboxes": [[0, 0, 1, 1]]}}
+    out_row = {**inloop_row(missing), "uid": "u1", "extra_info": {"description": "the band", "bboxes": [[0, 0, 1, 1]]}}
 
     async def outloop():
-        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **out_row)
+        return await make_loop(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **out_row)
 
     failed = asyncio.run(outloop())
     f = failed.extra_fields
@@ -163,7 +161,7 @@ def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy
         async def answer(self, *a, **k):  # the vReasoner asks once for a region, through the policy
             await self.searcher.locate(self.image, "the band " * 1500)  # a description past the text reservation
 
-    loop = _make(VReasonerAgentLoop, policy, server, _config(prompt_length=1280))
+    loop = make_loop(VReasonerAgentLoop, policy, server, loop_config(prompt_length=1280))
 
     def reasoner(searcher, validate):
         api = Api()
@@ -174,13 +172,13 @@ def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy
 
     Image.new("RGB", (320, 240), (10, 20, 30)).save(tmp_path / "img.png")
     loop.reasoner = reasoner
-    inloop = asyncio.run(loop.run({"temperature": 1.0}, **{**_inloop_row(str(tmp_path / "img.png")), "uid": "u2"}))
+    inloop = asyncio.run(loop.run({"temperature": 1.0}, **{**inloop_row(str(tmp_path / "img.png")), "uid": "u2"}))
     assert inloop.extra_fields["critical_failure"] is True and "PromptTooLong" in inloop.extra_fields["format_error"]
 
     batch = DataProto.concat(
         [
-            _expand(policy, failed, out_row, _config(prompt_length=1024)),
-            _expand(policy, inloop, {**_inloop_row(str(tmp_path / "img.png")), "uid": "u2"}),
+            expand_rows(policy, failed, out_row, loop_config(prompt_length=1024)),
+            expand_rows(policy, inloop, {**inloop_row(str(tmp_path / "img.png")), "uid": "u2"}),
         ]
     )
     final, metrics = finalize_batch(batch, dp_size=2)
@@ -201,7 +199,7 @@ def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy
             )
 
 
-def test_a_model_that_emits_image_pads_fails_its_episode_not_the_step(policy, image_path):  # noqa: F811
+def test_a_model_that_emits_image_pads_fails_its_episode_not_the_step(policy, image_path):
     """The policy's answer turn carries ``<|vision_start|><|image_pad|><|vision_end|>`` of its own: the episode runs,
     but its row cannot be post-processed (mrope positions for one more image than it has). The worker turns the
     episode into the failed placeholder instead of raising out of verl's gather."""
@@ -210,14 +208,14 @@ def test_a_model_that_emits_image_pads_fails_its_episode_not_the_step(policy, im
 
     pads = "<|vision_start|><|image_pad|><|vision_end|>"
     server = ScriptedServerManager(policy[0], lambda n, prompt: searcher_script(n, prompt) + (pads if n > 1 else ""))
-    row = {**_inloop_row(image_path), "extra_info": {"description": "the band", "bboxes": [[0, 0, 10, 10]]}}
+    row = {**inloop_row(image_path), "extra_info": {"description": "the band", "bboxes": [[0, 0, 10, 10]]}}
 
     async def go():
-        return await _make(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
+        return await make_loop(VSearcherAgentLoop, policy, server).run({"temperature": 1.0}, **row)
 
     out = asyncio.run(go())
     assert policy[0].convert_tokens_to_ids("<|image_pad|>") in out.response_ids[-8:]
-    batch = _expand(policy, out, row)
+    batch = expand_rows(policy, out, row)
     assert len(batch) == 1 and batch.non_tensor_batch[ROLE_KEY][0] == "placeholder"
     assert batch.non_tensor_batch["episode_status"][0] == "error" and batch.batch["response_mask"].sum() == 0
     _, metrics = finalize_batch(batch, dp_size=1)

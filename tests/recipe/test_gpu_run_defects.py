@@ -13,16 +13,21 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
+from tests.support.stacks import REPO, require_recipe
 
 require_recipe()
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from tests.recipe.test_agent_loops import _config, _expand, policy  # noqa: E402,F401
-from tests.recipe.test_config import _env as config_env  # noqa: E402
-from tests.recipe.test_grpo_update import gloo  # noqa: E402,F401
-from tests.recipe.test_image_inputs import noisy_image  # noqa: E402,F401
+from tests.support.recipe_env import script_env  # noqa: E402
+from tests.support.recipe_loops import (  # noqa: E402
+    CROPS,
+    actor_config,
+    expand_rows,
+    loop_config,
+    region_row,
+    scripted_rollout,
+)
 
 VERL_DIR = REPO / "verl"
 RECIPE = VERL_DIR / "recipe" / "vsearch"
@@ -32,7 +37,7 @@ def _dry_run(tmp_path, *args: str, **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(RECIPE / "train.sh"), *args],
         cwd=REPO,
-        env=config_env(tmp_path, **extra),
+        env=script_env(tmp_path, **extra),
         capture_output=True,
         text=True,
         timeout=180,
@@ -55,7 +60,7 @@ def test_nccl_timeouts_are_the_forks_hour(tmp_path):
     r = _dry_run(tmp_path, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC="1h")
     assert r.returncode == 2 and "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC must be whole seconds" in r.stderr
     # _base.sh exports the heartbeat for the driver, whose env main.py forwards to every Ray worker
-    env = {k: v for k, v in config_env(tmp_path).items() if k != "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"}
+    env = {k: v for k, v in script_env(tmp_path).items() if k != "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"}
     shown = subprocess.run(
         ["bash", "-c", f'source "{RECIPE}/_base.sh" && printenv TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC'],
         cwd=REPO,
@@ -259,21 +264,19 @@ def test_trimmed_micro_batches_give_the_same_log_probs(policy, noisy_image, tiny
 
     from recipe.vsearch.image_inputs import rebuild_pixels_in
     from recipe.vsearch.padding import trim_padding_in
-    from tests.recipe.test_grpo_update import _actor_config
-    from tests.recipe.test_image_inputs import CROPS, _rollout, _row
     from verl import DataProto
 
     _, proc = policy
-    outs = [_rollout(policy, noisy_image), _rollout(policy, noisy_image, CROPS[1:2])]
-    cfg = _config(prompt_length=1024, response_length=2048)
-    rows = DataProto.concat([_expand(policy, o, _row(noisy_image), cfg) for o in outs])
+    outs = [scripted_rollout(policy, noisy_image), scripted_rollout(policy, noisy_image, CROPS[1:2])]
+    cfg = loop_config(prompt_length=1024, response_length=2048)
+    rows = DataProto.concat([expand_rows(policy, o, region_row(noisy_image), cfg) for o in outs])
     rows.meta_info.update({"temperature": 1.0, "micro_batch_size": 2, "use_dynamic_bsz": False})
     width = rows.batch["input_ids"].shape[-1]
     real = rows.batch["attention_mask"].sum(-1)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen_dir), torch_dtype=torch.float32).eval()
     seen: list[int] = []
     model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].shape[-1]), with_kwargs=True)
-    actor = DataParallelPPOActor(_actor_config(), model)
+    actor = DataParallelPPOActor(actor_config(), model)
     actor.param_dtype = torch.float32  # compare in fp32: in bf16 the two shapes round differently (a few bf16 ulps)
     rebuild_pixels_in(actor, proc)
     with torch.no_grad():

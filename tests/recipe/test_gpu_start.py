@@ -12,23 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
+from tests.support.stacks import REPO, require_recipe
 
 require_recipe()
 
 from omegaconf import OmegaConf  # noqa: E402
 
 from recipe.vsearch.node_checks import SDPA_OVERRIDES, check_driver, needs_flash_attn  # noqa: E402
-from tests.recipe.test_config import SECRET  # noqa: E402
-from tests.recipe.test_config import _env as config_env  # noqa: E402
+from tests.support.recipe_env import SECRET, script_env  # noqa: E402
 
 VERL_DIR = REPO / "verl"
 RECIPE = VERL_DIR / "recipe" / "vsearch"
 
 
 def _env(**extra) -> dict:
-    """The environment of ``tests/recipe/test_config.py`` without its data files and agent config unless given."""
-    env = config_env(Path("/nonexistent"), **extra)
+    """The dry-run environment (:func:`tests.support.recipe_env.script_env`) without its data files and agent config unless given."""
+    env = script_env(Path("/nonexistent"), **extra)
     for name in ("TRAIN_FILES", "AGENT_CONFIG", "WORK_DIR"):
         if name not in extra:
             env.pop(name, None)

@@ -8,129 +8,18 @@ single-process gloo group. No FSDP / flash-attention / vLLM: those parts need GP
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import os
-import socket
 
-import pytest
-
-from tests.conftest import require_recipe
+from tests.support.stacks import require_recipe
 
 require_recipe()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty  # noqa: E402
-from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
-from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
-import verl  # noqa: E402
-from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
-from recipe.vsearch.hybrid_advantage import ESTIMATOR_NAME  # noqa: E402
+from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
 from recipe.vsearch.image_inputs import rebuild_pixels_in  # noqa: E402
-from tests.recipe.test_agent_loops import (  # noqa: E402,F401
-    ANSWER,
-    MAX_PIXELS,
-    TOOL,
-    ScriptedServerManager,
-    _expand,
-    _make,
-    image_only_processor,
-    image_path,  # noqa: F401  (a pytest fixture, used by name)
-)
-from verl import DataProto  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def gloo():
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
-def _actor_config():
-    cfgdir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-    with initialize_config_dir(config_dir=cfgdir, version_base=None):
-        cfg = compose(
-            config_name="ppo_trainer",
-            overrides=[
-                "actor_rollout_ref.model.path=tiny",
-                "actor_rollout_ref.rollout.n=2",
-                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                "actor_rollout_ref.actor.use_dynamic_bsz=False",
-                "actor_rollout_ref.actor.ppo_epochs=1",
-                "actor_rollout_ref.actor.use_kl_loss=True",
-                "actor_rollout_ref.actor.kl_loss_coef=0.01",
-                "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-                "actor_rollout_ref.actor.entropy_coeff=0",
-                "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-                "actor_rollout_ref.actor.freeze_vision_tower=True",
-                "actor_rollout_ref.actor.use_remove_padding=False",
-            ],
-        )
-    OmegaConf.resolve(cfg)
-    return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-
-
-def _rollout_batch(policy, image_path, config=None) -> DataProto:  # noqa: F811
-    """Two rollouts of one out-of-loop prompt (a GRPO group), different answers, through the recipe
-    (``config``: the loop/worker config, default ``tests.recipe.test_agent_loops._config()``)."""
-    tok, proc = policy
-    answers = iter([(60, 40, 180, 140), (10, 10, 60, 50)])
-    state = {}
-
-    def script(n_images, prompt):
-        if n_images == 1:
-            state["ans"] = next(answers)
-            return TOOL % (40, 30, 200, 150)
-        return ANSWER % state["ans"]
-
-    rows = []
-    row = {
-        "raw_prompt": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image", "image": {"image": f"file://{image_path}"}},
-                    {"type": "text", "text": "the striped band"},
-                ],
-            }
-        ],
-        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
-        "data_source": "region_loc",
-        "reward_model": {"ground_truth": "", "style": "rule"},
-        "uid": "g0",
-    }
-    for _ in range(2):
-        server = ScriptedServerManager(tok, script)
-
-        async def go(server=server):
-            return await _make(VSearcherAgentLoop, policy, server, config).run({}, **row)
-
-        rows.append(_expand(policy, asyncio.run(go()), row, config))
-    batch = DataProto.concat(rows)
-    # outcome reward on the last response token (what verl's reward loop writes as rm_scores)
-    mask = batch.batch["response_mask"]
-    valid = batch.batch["attention_mask"][:, -mask.shape[1] :].sum(-1) - 1
-    tlr = torch.zeros_like(mask, dtype=torch.float32)
-    tlr[torch.arange(len(batch)), valid] = torch.tensor([1.0, 0.2])
-    batch.batch["token_level_rewards"] = tlr
-    batch.non_tensor_batch["uid"] = np.array(["g0", "g0"], dtype=object)
-    return compute_advantage(
-        batch, adv_estimator=ESTIMATOR_NAME, config=OmegaConf.create({}), norm_adv_by_std_in_grpo=True
-    )
+from tests.support.recipe_loops import actor_config, rollout_batch  # noqa: E402
 
 
 def _loss(actor, batch, cfg, keep_grad: bool = False):
@@ -153,7 +42,7 @@ def _loss(actor, batch, cfg, keep_grad: bool = False):
     return pg + cfg.kl_loss_coef * kl, log_prob
 
 
-def test_grpo_update_masks_tool_tokens_freezes_vision_and_lowers_loss(tiny_qwen_dir, image_path, gloo):  # noqa: F811
+def test_grpo_update_masks_tool_tokens_freezes_vision_and_lowers_loss(tiny_qwen_dir, image_path, gloo):
     from transformers import Qwen2_5_VLForConditionalGeneration
     from verl.utils import hf_tokenizer
     from verl.workers.actor.dp_actor import DataParallelPPOActor
@@ -173,7 +62,7 @@ def test_grpo_update_masks_tool_tokens_freezes_vision_and_lowers_loss(tiny_qwen_
     frozen_before = {n: p.detach().clone() for n, p in model.named_parameters() if n in frozen}
     lm_before = {n: p.detach().clone() for n, p in model.named_parameters() if n not in frozen}
 
-    cfg = _actor_config()
+    cfg = actor_config()
     ref = DataParallelPPOActor(cfg, copy.deepcopy(model).eval())
     # plain gradient descent: first-order decrease is guaranteed for a small step (Adam at 1e-3
     # overshoots on the random tiny model, whose two rollouts share most tokens)
@@ -182,7 +71,7 @@ def test_grpo_update_masks_tool_tokens_freezes_vision_and_lowers_loss(tiny_qwen_
     for policy_ in (ref, actor):  # the rows carry image references (the recipe's worker installs the same)
         rebuild_pixels_in(policy_, policy[1])
 
-    batch = _rollout_batch(policy, image_path)
+    batch = rollout_batch(policy, image_path)
     batch.meta_info.update(temperature=1.0, micro_batch_size=2, use_dynamic_bsz=False, max_token_len=4096)
     mask = batch.batch["response_mask"]
     assert (mask == 0).any() and (mask == 1).any()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import require_recipe
+from tests.support.stacks import require_recipe
 
 require_recipe()
 

@@ -5,103 +5,33 @@ computed, byte for byte (full image and crops of odd sizes)."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import pickle
 
 import pytest
 
-from tests.conftest import require_recipe
+from tests.support.stacks import require_recipe
 
 require_recipe()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import AgentLoopWorkerBase  # noqa: E402
 
-from recipe.vsearch.agent_loops import VSearcherAgentLoop  # noqa: E402
-from recipe.vsearch.episodes import VSearchAgentLoopWorker  # noqa: E402
 from recipe.vsearch.image_inputs import VIEWS_KEY, PixelCache, rebuild, rebuild_pixels_in  # noqa: E402
-from tests.recipe.test_agent_loops import (  # noqa: E402,F401
-    ANSWER,
-    TOOL,
-    ScriptedServerManager,
-    _config,
-    _expand,
-    _make,
-    policy,
-)
-from tests.recipe.test_grpo_update import gloo  # noqa: E402,F401
-
-#: crop calls in the model frame (the whole image shown at the test budget); regions of odd sizes in the original
-CROPS = [(3, 5, 120, 77), (101, 33, 352, 250), (7, 200, 48, 231)]
+from tests.support.recipe_loops import CROPS, expand_rows, loop_config, region_row, scripted_rollout, verl_inputs  # noqa: E402
 
 
-@pytest.fixture
-def noisy_image(tmp_path):
-    """An odd-sized image whose every pixel differs (a resampling or normalisation slip changes the bytes)."""
-    rng = np.random.default_rng(0)
-    path = tmp_path / "noisy.png"
-    Image.fromarray(rng.integers(0, 256, (771, 1013, 3), dtype=np.uint8)).save(path)
-    return str(path)
-
-
-def _row(path: str) -> dict:
-    return {
-        "raw_prompt": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image", "image": {"image": f"file://{path}"}},
-                    {"type": "text", "text": "the striped band"},
-                ],
-            }
-        ],
-        "extra_info": {"description": "the striped band", "bboxes": [[50, 40, 300, 200]]},
-        "data_source": "region_loc",
-        "reward_model": {"ground_truth": "", "style": "rule"},
-        "uid": "u1",
-    }
-
-
-def _rollout(policy, path: str, crops=CROPS):  # noqa: F811
-    tok, _ = policy
-    boxes = iter(crops)
-
-    def script(n_images, prompt):
-        box = next(boxes, None)
-        return TOOL % box if box is not None else ANSWER % (10, 10, 50, 50)
-
-    server = ScriptedServerManager(tok, script)
-
-    async def go():
-        return await _make(VSearcherAgentLoop, policy, server, _config(response_length=2048)).run(
-            {"temperature": 1.0}, **_row(path)
-        )
-
-    return asyncio.run(go())
-
-
-def _verl_inputs(policy, out) -> dict:  # noqa: F811
-    """verl 0.7.0's own multimodal inputs of a sample (what its agent-loop worker puts in every row)."""
-    tok, proc = policy
-    w = object.__new__(VSearchAgentLoopWorker)
-    w.tokenizer, w.processor = tok, proc
-    return AgentLoopWorkerBase._compute_multi_modal_inputs(w, out, torch.tensor([out.prompt_ids + out.response_ids]))
-
-
-def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_image):  # noqa: F811
+def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_image):
     _, proc = policy
-    out = _rollout(policy, noisy_image)
+    out = scripted_rollout(policy, noisy_image)
     images = out.multi_modal_data["images"]
     views = out.multi_modal_data[VIEWS_KEY]
     assert len(images) == len(views.refs) == 4  # the full image and three crops
     regions = [(r.region[2] - r.region[0], r.region[3] - r.region[1]) for r in views.refs[1:]]
     assert all(int(w) % 2 == 1 or int(h) % 2 == 1 for w, h in regions), regions  # crops of odd sizes
-    want = _verl_inputs(policy, out)
+    want = verl_inputs(policy, out)
 
-    batch = _expand(policy, out, _row(noisy_image), _config(prompt_length=1024, response_length=2048))
+    batch = expand_rows(policy, out, region_row(noisy_image), loop_config(prompt_length=1024, response_length=2048))
     row = batch.non_tensor_batch["multi_modal_inputs"][0]
     assert set(row) == {"image_grid_thw", VIEWS_KEY}, "a training row carries no pixel values"
     assert torch.equal(row["image_grid_thw"], want["image_grid_thw"])
@@ -115,28 +45,28 @@ def test_rebuilt_pixel_values_equal_the_processors_byte_for_byte(policy, noisy_i
     assert len(pickle.dumps(row)) * 50 < pixel_bytes
 
 
-def test_policy_forward_with_references_equals_the_forward_with_pixel_values(policy, noisy_image, tiny_qwen_dir, gloo):  # noqa: F811
+def test_policy_forward_with_references_equals_the_forward_with_pixel_values(policy, noisy_image, tiny_qwen_dir, gloo):
     """verl's ``DataParallelPPOActor`` over the rows with references (rebuilt in its micro-batches) gives exactly the
     log-probs of the same rows carrying verl's pixel values; without the rebuild it cannot run them."""
     from transformers import Qwen2_5_VLForConditionalGeneration
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
-    from tests.recipe.test_grpo_update import _actor_config
+    from tests.support.recipe_loops import actor_config
     from verl import DataProto
 
     _, proc = policy
-    outs = [_rollout(policy, noisy_image), _rollout(policy, noisy_image, CROPS[1:2])]
-    cfg = _config(prompt_length=1024, response_length=2048)
-    refs = DataProto.concat([_expand(policy, o, _row(noisy_image), cfg) for o in outs])
+    outs = [scripted_rollout(policy, noisy_image), scripted_rollout(policy, noisy_image, CROPS[1:2])]
+    cfg = loop_config(prompt_length=1024, response_length=2048)
+    refs = DataProto.concat([expand_rows(policy, o, region_row(noisy_image), cfg) for o in outs])
     pixels = copy.deepcopy(refs)
     mmi = np.empty(len(outs), dtype=object)
-    mmi[:] = [_verl_inputs(policy, o) for o in outs]
+    mmi[:] = [verl_inputs(policy, o) for o in outs]
     pixels.non_tensor_batch["multi_modal_inputs"] = mmi
     meta = {"temperature": 1.0, "micro_batch_size": 2, "use_dynamic_bsz": False}
     refs.meta_info.update(meta)
     pixels.meta_info.update(meta)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen_dir), torch_dtype=torch.float32).eval()
-    actor = DataParallelPPOActor(_actor_config(), model)
+    actor = DataParallelPPOActor(actor_config(), model)
     with torch.no_grad():
         want, _ = actor.compute_log_prob(pixels, calculate_entropy=False)
         with pytest.raises(TypeError, match="ImageViews"):  # verl's torch.cat of the rows' inputs
@@ -146,13 +76,13 @@ def test_policy_forward_with_references_equals_the_forward_with_pixel_values(pol
     assert torch.equal(got, want)
 
 
-def test_rebuild_checks_the_grid_and_decodes_each_image_once_per_process(policy, noisy_image):  # noqa: F811
+def test_rebuild_checks_the_grid_and_decodes_each_image_once_per_process(policy, noisy_image):
     _, proc = policy
-    cfg = _config(prompt_length=1024, response_length=2048)
+    cfg = loop_config(prompt_length=1024, response_length=2048)
     rows = [
-        _expand(policy, _rollout(policy, noisy_image, crops), _row(noisy_image), cfg).non_tensor_batch[
-            "multi_modal_inputs"
-        ][0]
+        expand_rows(
+            policy, scripted_rollout(policy, noisy_image, crops), region_row(noisy_image), cfg
+        ).non_tensor_batch["multi_modal_inputs"][0]
         for crops in (CROPS, CROPS[1:2])
     ]
     cache = PixelCache(2**30)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
+from tests.support.stacks import REPO, require_recipe
 
 require_recipe()
 
@@ -28,7 +28,6 @@ from verl.trainer.ppo.core_algos import kl_penalty  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 from recipe.vsearch.on_policy import EQ2_META_KEY, eq2_weights, on_policy_worker  # noqa: E402
-from tests.recipe.test_grpo_update import gloo  # noqa: E402,F401
 from verl import DataProto  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
@@ -150,7 +149,7 @@ def eq2_by_hand(batches: list[DataProto]) -> torch.Tensor:
     return theta.grad
 
 
-def test_actor_loss_is_eq2_with_padding_and_masked_rows(gloo, monkeypatch):  # noqa: F811
+def test_actor_loss_is_eq2_with_padding_and_masked_rows(gloo, monkeypatch):
     from verl.workers import fsdp_workers
 
     monkeypatch.setattr(
@@ -181,7 +180,7 @@ def test_actor_loss_is_eq2_with_padding_and_masked_rows(gloo, monkeypatch):  # n
             assert all(v == v for v in vals), f"{key} is NaN"
 
 
-def test_verl_seq_mean_token_mean_is_not_eq2_here(gloo, monkeypatch):  # noqa: F811
+def test_verl_seq_mean_token_mean_is_not_eq2_here(gloo, monkeypatch):
     """Why the recipe does not use verl's seq-mean-token-mean: on the same batch (dynamic micro-batches, as
     before) a padding-only micro-batch makes the loss NaN, or real rows sharing a micro-batch with padding
     are over-weighted."""
@@ -258,7 +257,7 @@ def token_mean_by_hand(batches: list[DataProto], partitions: list[list[list[int]
 
 
 @pytest.mark.parametrize("max_tokens", [10_000, 2 * (R + 2)])
-def test_original_loss_is_verls_token_mean_over_dynamic_micro_batches(gloo, monkeypatch, max_tokens):  # noqa: F811
+def test_original_loss_is_verls_token_mean_over_dynamic_micro_batches(gloo, monkeypatch, max_tokens):
     """``vsearch.variant=original``: the worker leaves verl's loss alone (no Eq. 2 weights) and verl trains with the
     fork's ``token-mean`` + dynamic batch size: each micro-batch's token mean scaled by its share of the rank's rows,
     with one micro-batch per rank and with several (``ppo_max_token_len_per_gpu`` two rows long)."""

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import require_recipe
+from tests.support.stacks import require_recipe
 
 require_recipe()
 
@@ -26,10 +26,10 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.single_controller.base.decorator import MAGIC_ATTR  # noqa: E402
 from verl.workers.actor.dp_actor import DataParallelPPOActor  # noqa: E402
 
+from recipe.vsearch.cpu.processor import image_only_processor  # noqa: E402
 from recipe.vsearch.image_inputs import rebuild_pixels_in  # noqa: E402
 from recipe.vsearch.on_policy import install, old_log_prob_needed, on_policy_worker, set_whole_batch  # noqa: E402
-from tests.recipe.test_agent_loops import _config, image_only_processor, image_path  # noqa: E402,F401
-from tests.recipe.test_grpo_update import _actor_config, _rollout_batch, gloo  # noqa: E402,F401
+from tests.support.recipe_loops import actor_config, loop_config, rollout_batch  # noqa: E402
 
 
 def _worker(cls, actor):
@@ -55,7 +55,7 @@ def _count_steps(actor) -> list:
     return steps
 
 
-def test_one_optimizer_step_per_training_step(tiny_qwen_dir, image_path, gloo, monkeypatch):  # noqa: F811
+def test_one_optimizer_step_per_training_step(tiny_qwen_dir, image_path, gloo, monkeypatch):
     from transformers import Qwen2_5_VLForConditionalGeneration
     from verl.utils import hf_tokenizer
     from verl.workers import fsdp_workers
@@ -72,10 +72,10 @@ def test_one_optimizer_step_per_training_step(tiny_qwen_dir, image_path, gloo, m
     torch.manual_seed(0)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen_dir), torch_dtype=torch.float32)
     # the recipe's loss aggregation (Eq. 2 weights, recipe.vsearch.on_policy.apply_eq2; tests/recipe/test_loss_eq2.py)
-    cfg = dataclasses.replace(_actor_config(), loss_agg_mode="seq-mean-token-sum-norm")
+    cfg = dataclasses.replace(actor_config(), loss_agg_mode="seq-mean-token-sum-norm")
     cfg.ppo_mini_batch_size = cfg.ppo_micro_batch_size_per_gpu = 1  # per rank, as verl's worker normalises it
     assert cfg.ppo_epochs == 1
-    batch = _rollout_batch(policy, image_path, _config(response_length=256))  # 2 rows: 2 mini-batches for verl
+    batch = rollout_batch(policy, image_path, loop_config(response_length=256))  # 2 rows: 2 mini-batches for verl
     batch.meta_info.update(temperature=1.0, micro_batch_size=2, use_dynamic_bsz=False, max_token_len=4096)
     with torch.no_grad():
         ref = DataParallelPPOActor(cfg, model)
@@ -138,7 +138,7 @@ def _needs(**changes):
 def _recipe_config():
     from hydra import compose, initialize_config_dir
 
-    from tests.conftest import REPO
+    from tests.support.stacks import REPO
 
     with initialize_config_dir(config_dir=str(REPO / "verl" / "recipe" / "vsearch" / "config"), version_base=None):
         cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=["actor_rollout_ref.model.path=tiny"])
@@ -164,7 +164,7 @@ def test_old_log_prob_pass_is_skipped_only_when_nothing_reads_it(changes, reason
 
 
 @pytest.fixture()
-def update_case(tiny_qwen_dir, image_path, gloo, monkeypatch):  # noqa: F811
+def update_case(tiny_qwen_dir, image_path, gloo, monkeypatch):
     from transformers import Qwen2_5_VLForConditionalGeneration
     from verl.utils import hf_tokenizer
     from verl.workers import fsdp_workers
@@ -179,9 +179,9 @@ def update_case(tiny_qwen_dir, image_path, gloo, monkeypatch):  # noqa: F811
     torch.manual_seed(0)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen_dir), torch_dtype=torch.float32)
     cfg = dataclasses.replace(
-        _actor_config(), loss_agg_mode="token-mean", use_dynamic_bsz=True, ppo_max_token_len_per_gpu=4096
+        actor_config(), loss_agg_mode="token-mean", use_dynamic_bsz=True, ppo_max_token_len_per_gpu=4096
     )
-    batch = _rollout_batch((tok, proc), image_path, _config(response_length=256))
+    batch = rollout_batch((tok, proc), image_path, loop_config(response_length=256))
     batch.meta_info.update(temperature=1.0, micro_batch_size=2, use_dynamic_bsz=True, max_token_len=4096)
     with torch.no_grad():
         ref = DataParallelPPOActor(cfg, copy.deepcopy(model))

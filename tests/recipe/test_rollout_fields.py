@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.conftest import add_recipe_path
+from tests.support.stacks import add_recipe_path
 
 add_recipe_path()
 
@@ -40,6 +40,8 @@ EPISODE = {
     "episode_status",
     "episode_n_feedback",
 }
+#: a vSearcher row stopped at its fatal step (vsearch.fatal) carries these; the worker fills them for the others
+FATAL = {"fatal_step", "fatal_from"}
 STATS = EpisodeStats.of(
     "u-0", n_calls=2, has_answer=True, correct=True, critical_failure=False, status="answered", n_feedback=1
 )
@@ -78,10 +80,15 @@ def test_each_kind_of_sample_carries_the_keys_the_loops_always_wrote():
     assert set(OUTLOOP.to_extra_fields()) == CORE | SAMPLE | TRAJECTORY | {"bboxes"}
     assert set(INLOOP.to_extra_fields()) == CORE | SAMPLE | TRAJECTORY | EPISODE
     assert set(PLACEHOLDER.to_extra_fields()) == CORE | SAMPLE | EPISODE
+    fatal = replace(OUTLOOP, fatal_step=1, fatal_from=7).to_extra_fields()
+    assert set(fatal) == CORE | SAMPLE | TRAJECTORY | {"bboxes"} | FATAL and (
+        fatal["fatal_step"],
+        fatal["fatal_from"],
+    ) == (1, 7)
     f = INLOOP.to_extra_fields()
     assert f["vsearch_role"] == "inloop" and f["episode_id"] == "u-0" and f["episode_n_calls"] == 2
     # the worker fills what a sample lacks: every row then has the same columns
-    every = CORE | SAMPLE | TRAJECTORY | EPISODE | {"bboxes"}
+    every = CORE | SAMPLE | TRAJECTORY | EPISODE | {"bboxes"} | FATAL
     for sample in (OUTLOOP, INLOOP, PLACEHOLDER):
         row = sample.to_extra_fields()
         fill_optional(row)

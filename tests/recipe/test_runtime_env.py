@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from tests.conftest import REPO, require_module, require_recipe
+from tests.support.stacks import REPO, require_module, require_recipe
 
 require_recipe()
 require_module("ray")

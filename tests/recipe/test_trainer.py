@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
+from tests.support.stacks import REPO, require_recipe
 
 require_recipe()
 

@@ -34,7 +34,7 @@ from PIL import Image
 from insight_o3.agents import SearcherSession
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol.parsing import extract_verify_span
-from tests.conftest import add_recipe_path
+from tests.support.stacks import add_recipe_path
 
 add_recipe_path()
 
@@ -285,7 +285,7 @@ def unrated_batch(store):
     """The recorded batch with no caller feedback anywhere, as the recipe trains it: every in-loop case scored alone
     by ``compute_score``, then ``withhold_pseudo_iou`` (the fork's batch rule) on the rollout of all of them.
     Returns ``(reward_type, pseudo) -> case id -> reward columns``."""
-    from tests.conftest import require_recipe
+    from tests.support.stacks import require_recipe
 
     require_recipe()
     from recipe.vsearch.episodes import ROLE_KEY, withhold_pseudo_iou
@@ -335,7 +335,7 @@ SUBAGENT_ESTIMATORS = ("None", "broadcast", "broadcast_tool_only", "global_norm"
 
 @pytest.fixture(scope="module")
 def hybrid():
-    from tests.conftest import require_recipe
+    from tests.support.stacks import require_recipe
 
     require_recipe()
     import torch

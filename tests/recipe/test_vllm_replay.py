@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, require_recipe
+from tests.support.stacks import REPO, require_recipe
 
 pytestmark = pytest.mark.slow
 

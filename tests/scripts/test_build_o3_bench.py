@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,9 @@ from insight_o3.viz.bench_view import bench_table, load_bench
 from tests.support.o3bench_oracle import SOLVERS, Oracle, demo_inputs
 from tests.support.o3bench_run import KEY, decide, sources_argv, step_argv
 from tests.support.openai_server import refuse
+from tests.support.records import by_key as records
+from tests.support.records import jsonl as lines
+from tests.support.waiting import wait_for_lines, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,23 +45,6 @@ def oracle(demo):
 
 def run(*argv: str) -> int:
     return build_o3_bench.main(list(argv))
-
-
-def lines(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
-def records(path: Path) -> dict[str, dict]:
-    out = {}
-    if not path.exists():
-        return out
-    for x in path.read_text().splitlines():
-        try:
-            r = json.loads(x)
-        except ValueError:
-            continue  # a torn last line
-        out[r["sample_key"]] = r
-    return out
 
 
 def sources_ws(tmp_path: Path, demo) -> Path:
@@ -215,9 +200,7 @@ def kill_when(argv: list[str], done: Path, n: int, env_extra: dict | None = None
     """Run ``build_o3_bench`` in a subprocess and SIGKILL it once ``done`` holds ``n`` records."""
     proc = start(argv)
     try:
-        end = time.time() + 60
-        while time.time() < end and len(records(done)) < n and proc.poll() is None:
-            time.sleep(0.02)
+        wait_until(lambda: len(records(done)) >= n or proc.poll() is not None, 60, f"{n} records in {done}")
         assert proc.poll() is None, "the step ended before it could be killed"
         assert len(records(done)) >= n
     finally:
@@ -230,9 +213,7 @@ def kill_when(argv: list[str], done: Path, n: int, env_extra: dict | None = None
 def settle(oracle: Oracle, seen: str, srv) -> int:
     """After ``srv.release()``: wait until the requests the killed run left held have reached the oracle (their
     replies go nowhere); returns how many requests it has seen."""
-    end = time.time() + 30
-    while len(oracle.state.get(seen, [])) < srv.count and time.time() < end:
-        time.sleep(0.01)
+    wait_until(lambda: len(oracle.state.get(seen, [])) >= srv.count, 30, "the held requests at the oracle")
     return len(oracle.state.get(seen, []))
 
 
@@ -270,7 +251,7 @@ def test_every_run_is_in_the_step_card_with_its_spend_however_it_ends(tmp_path, 
     proc = start(step_argv("synthesize", ws, held.base_url, "--concurrency", "1"))
     try:
         held.wait_blocked(1)
-        time.sleep(0.3)
+        wait_for_lines(1, ws / "synthesize" / "records.jsonl")  # image 0's record, before its retry was sent
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 4
     finally:
@@ -293,9 +274,7 @@ def test_every_run_is_in_the_step_card_with_its_spend_however_it_ends(tmp_path, 
 
     try:
         blocked.wait_blocked(1)
-        end = time.time() + 20
-        while not entry_caught_up() and time.time() < end:
-            time.sleep(0.05)
+        wait_until(entry_caught_up, 20, "the run's history entry to count the records of its log")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from insight_o3.reasoning_data.demo import CHECKER, GENERATOR, PLANS, SCORER, Sc
 from insight_o3.reasoning_data.export import Assessed, Tier, build
 from insight_o3.reasoning_data.settings import ExportSettings, GenerateSettings, ModelAccess
 from insight_o3.scripts import build_reasoning_data, build_reasoning_data_demo
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = RunControls(progress=False, concurrency=4, image_workers=0)
@@ -161,9 +161,7 @@ def test_generate_killed_and_resumed_writes_the_same_bytes(tmp_path, questions):
             stderr=subprocess.DEVNULL,
         )
         try:
-            end = time.time() + 120
-            while time.time() < end and srv.count < 12 + 2 and proc.poll() is None:
-                time.sleep(0.02)
+            wait_until(lambda: srv.count >= 12 + 2 or proc.poll() is not None, 120, "two requests held by the server")
             assert proc.poll() is None, "the step ended before it could be killed"
         finally:
             proc.send_signal(signal.SIGKILL)

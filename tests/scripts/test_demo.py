@@ -23,6 +23,7 @@ import pytest
 
 from insight_o3.demo.endpoints import DemoScripts
 from insight_o3.scripts import demo
+from tests.support import eval_bench as eb
 
 pytestmark = pytest.mark.smoke
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,10 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: the wall time of the module's demo run, as the test measured it around the subprocess
 WALL: dict[str, float] = {}
-
-
-def _records(run: Path) -> list[dict]:
-    return [json.loads(line) for p in sorted(run.glob("trial_*/eval_records.jsonl")) for line in p.open()]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +89,7 @@ def test_the_report_holds_every_sample_of_both_runs(demo_run):
     missing = [r["question_id"] for r in rows if not re.search(rf"\b{r['question_id']}\b", page)]
     assert not missing
     for mode in ("single-model", "insight-o3"):
-        recs = _records(out / "eval" / "scripted-demo" / mode)
+        recs = eb.all_records(out / "eval" / "scripted-demo" / mode)
         assert sorted(r["question_id"] for r in recs) == sorted(r["question_id"] for r in rows for _ in range(2))
 
 
@@ -102,7 +99,7 @@ def test_every_verdict_matches_the_answer_given(demo_run):
     out, _ = demo_run
     methods = set()
     for mode in ("single-model", "insight-o3"):
-        for r in _records(out / "eval" / "scripted-demo" / mode):
+        for r in eb.all_records(out / "eval" / "scripted-demo" / mode):
             res = r["eval_result"]
             assert res["status"] in ("correct", "wrong"), res
             assert (res["status"] == "correct") == (res["extracted_answer"] == r["answer"]), res
@@ -112,7 +109,7 @@ def test_every_verdict_matches_the_answer_given(demo_run):
 
 def test_insight_o3_run_searched_and_the_vsearcher_found_the_target(demo_run):
     out, _ = demo_run
-    recs = _records(out / "eval" / "scripted-demo" / "insight-o3")
+    recs = eb.all_records(out / "eval" / "scripted-demo" / "insight-o3")
     metrics = json.loads((out / "eval" / "scripted-demo" / "insight-o3" / "trial_0" / "eval_metrics.json").read_text())
     assert metrics["zero_search_ratio"] == 0.0 and metrics["search_not_found_ratio"] == 0.0
     single = json.loads((out / "eval" / "scripted-demo" / "single-model" / "summary_metrics.json").read_text())
@@ -247,14 +244,14 @@ def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigt
             assert r.returncode == 0, (mode, command, r.stderr[-3000:])
         bench = [json.loads(line) for line in (tmp_path / "outputs/demo/bench/metadata.jsonl").open()]
         for mode in ("single-model", "insight-o3"):
-            recs = _records(tmp_path / "outputs/demo/eval/served" / mode)
+            recs = eb.all_records(tmp_path / "outputs/demo/eval/served" / mode)
             assert sorted(r["question_id"] for r in recs) == sorted(r["question_id"] for r in bench)
             assert all(r["eval_result"]["status"] in ("correct", "wrong") for r in recs)
         for agent in ("deepeyes", "mini_o3", "pixel_reasoner"):  # each baseline zoomed once on every question
-            recs = _records(tmp_path / "outputs/demo/eval/served" / agent)
+            recs = eb.all_records(tmp_path / "outputs/demo/eval/served" / agent)
             assert len(recs) == len(bench) and all(r["eval_result"]["stats"]["zooms"] == 1 for r in recs)
             assert (tmp_path / f"outputs/demo/served_{agent}.html").is_file()
-        searched = _records(tmp_path / "outputs/demo/eval/served/insight-o3")
+        searched = eb.all_records(tmp_path / "outputs/demo/eval/served/insight-o3")
         assert all(r["eval_result"]["stats"]["n_search_calls"] >= 1 for r in searched)
         page = (tmp_path / "outputs/demo/served_report.html").read_text()
         assert all(r["question_id"] in page for r in bench)

@@ -7,52 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
+from tests.support.waiting import wait_for_lines
 
 REPO = Path(__file__).resolve().parents[2]
-MAIN_KEY = "sk-main-SECRET-4242abcd"
-JUDGE_KEY = "sk-judge-SECRET-9191efgh"
-
-
-def _argv(ann, img_dir, out, main_url, judge_url, *extra):
-    return eb.evaluate_argv(ann, img_dir, out, main_url, judge_url, *extra, api_key=MAIN_KEY, judge_api_key=JUDGE_KEY)
-
-
-def _records(out: Path, trial: int) -> list[dict]:
-    return eb.read_records(out / "m/o3_bench", trial)
-
-
-def _metrics(out: Path, trial: int) -> dict:
-    return eb.read_metrics(out / "m/o3_bench", trial)
-
-
-def _assert_expected(out: Path, trials: int):
-    for k in range(trials):
-        m = _metrics(out, k)
-        assert m["overall_stats"] == eb.EXPECTED_STATS
-        assert m["overall_accuracy"] == pytest.approx(0.5)
-        assert m["overall_success_rate"] == pytest.approx(7 / 8)
-        assert m["overall_completion_rate"] == pytest.approx(7 / 8)
-        assert m["critical_failure_ratio"] == 0
-        assert m["has_answer"] == pytest.approx(6 / 8)
-        assert m["category_accuracy"] == pytest.approx(eb.EXPECTED_CATEGORY_ACC)
-        recs = _records(out, k)
-        assert [r["sample_key"] for r in recs] == list(eb.QUESTIONS)
-        assert (out / "m/o3_bench" / f"trial_{k}" / "done").exists()
-
-
-def _no_secrets(out: Path):
-    for p in out.rglob("*"):
-        if p.is_file():
-            data = p.read_bytes()
-            assert MAIN_KEY.encode() not in data and JUDGE_KEY.encode() not in data, p
-            assert b"base64" not in data, p
 
 
 @pytest.fixture
@@ -65,9 +28,11 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--sys_prompt", "think")
+    argv = eb.keyed_argv(
+        *bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--sys_prompt", "think"
+    )
     assert evaluate.main(argv) == 0
-    _assert_expected(out, 2)
+    eb.assert_expected(out, 2)
     # one request per sample with n=2; image sent once-encoded, options in the prompt, system prompt set
     assert main_srv.count == 8
     # requests arrive in any order: q0's (a multiple-choice question) is found by its marker
@@ -85,7 +50,7 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     # judge, per trial: only q0's span equals its ground truth; q1 q2 q4 extraction, q5 q6 q7 extraction + verdict
     assert judge_srv.count == 2 * 9
     assert all(r["model"] == "scripted-judge" for r in judge_srv.requests)
-    rec = _records(out, 0)[0]
+    rec = eb.read_records(out / eb.EVAL, 0)[0]
     assert rec["eval_result"]["image"] == {
         "path": str(bench[1] / "images/img0.png"),
         "region": [0, 0, 96, 64],
@@ -98,7 +63,7 @@ def test_full_run_metrics_layout_and_skip(bench, tmp_path, openai_server, capsys
     assert summary["category_accuracy"]["map"]["mean"] == 0.5
     args = json.loads((out / "m/o3_bench/args.json").read_text())
     assert args["model"] == "scripted-vlm" and "api_key" not in args and "judge_api_key" not in args
-    _no_secrets(out)
+    eb.assert_no_secrets(out)
     # rerun: all trials done -> no request at all, same summary
     assert evaluate.main(argv) == 0
     assert main_srv.count == 8 and judge_srv.count == 18
@@ -110,30 +75,32 @@ def test_fault_injection_nothing_lost(bench, tmp_path, openai_server):
     main_srv = ref["srv"] = openai_server(eb.faulty_model_script(ref))
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--client_timeout", "1")
+    argv = eb.keyed_argv(
+        *bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2", "--client_timeout", "1"
+    )
     assert evaluate.main(argv) == 1  # INCOMPLETE: some sample-trials failed
     for k in range(2):
-        recs = {r["sample_key"]: r["eval_result"] for r in _records(out, k)}
+        recs = {r["sample_key"]: r["eval_result"] for r in eb.read_records(out / eb.EVAL, k)}
         assert len(recs) == 8
         failed = {q for q, r in recs.items() if r["status"] == "failed"}
         assert failed == {"q4", "q6"}  # malformed body and a non-retryable 400; retried faults recovered
         assert "APIResponseValidationError" in recs["q4"]["fail_reason"] or "JSON" in recs["q4"]["fail_reason"]
-        assert "***" in recs["q6"]["fail_reason"] and MAIN_KEY not in recs["q6"]["fail_reason"]
-        m = _metrics(out, k)
+        assert "***" in recs["q6"]["fail_reason"] and eb.MAIN_KEY not in recs["q6"]["fail_reason"]
+        m = eb.read_metrics(out / eb.EVAL, k)
         assert m["overall_stats"]["failed"] == 2 and m["critical_failure_ratio"] == pytest.approx(2 / 8)
-    _no_secrets(out)
+    eb.assert_no_secrets(out)
     n_before = main_srv.count
     assert evaluate.main(argv + ["--retry_failed"]) == 0
     assert main_srv.count == n_before + 2  # only q4 and q6, each one n=2 request
-    _assert_expected(out, 2)
-    _no_secrets(out)
+    eb.assert_expected(out, 2)
+    eb.assert_no_secrets(out)
 
 
 def test_separate_trial_requests(bench, tmp_path, openai_server):
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(
+    argv = eb.keyed_argv(
         *bench,
         out,
         main_srv.base_url,
@@ -145,32 +112,10 @@ def test_separate_trial_requests(bench, tmp_path, openai_server):
         "1000",
     )
     assert evaluate.main(argv) == 0
-    _assert_expected(out, 3)
+    eb.assert_expected(out, 3)
     assert main_srv.count == 24 and all(r["n"] == 1 for r in main_srv.requests)  # the original always sends n
-    size = _records(out, 0)[0]["eval_result"]["image"]["size"]
+    size = eb.read_records(out / eb.EVAL, 0)[0]["eval_result"]["image"]["size"]
     assert size[0] * size[1] <= 1000
-
-
-def _wait_total_lines(paths: list[Path], n: int, timeout: float) -> int:
-    """Wait until the files together hold ``n`` complete lines (the records a held run has finished)."""
-    end = time.time() + timeout
-    while time.time() < end:
-        lines = sum(p.read_bytes().count(b"\n") for p in paths if p.exists())
-        if lines >= n:
-            return lines
-        time.sleep(0.02)
-    raise AssertionError(f"{paths} never reached {n} lines")
-
-
-def _wait_lines(path: Path, n: int, timeout: float) -> int:
-    end = time.time() + timeout
-    while time.time() < end:
-        if path.exists():
-            lines = path.read_bytes().count(b"\n")
-            if lines >= n:
-                return lines
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never reached {n} lines")
 
 
 def test_sigkill_then_resume(bench, tmp_path, openai_server):
@@ -178,7 +123,7 @@ def test_sigkill_then_resume(bench, tmp_path, openai_server):
     slow = openai_server(eb.model_script(), block_after=2)
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(
+    argv = eb.keyed_argv(
         *bench,
         out,
         slow.base_url,
@@ -199,7 +144,7 @@ def test_sigkill_then_resume(bench, tmp_path, openai_server):
     )
     try:
         slow.wait_blocked(2)  # both concurrency slots wait on the server: no more replies will come
-        _wait_total_lines([out / f"m/o3_bench/trial_{k}/eval_records.jsonl" for k in range(2)], 2, timeout=60)
+        wait_for_lines(2, *(out / f"m/o3_bench/trial_{k}/eval_records.jsonl" for k in range(2)), timeout=60)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -212,10 +157,12 @@ def test_sigkill_then_resume(bench, tmp_path, openai_server):
     assert 0 < before < 16 and before == 2  # exactly the two answered pairs were kept
     assert not (out / "m/o3_bench/trial_0/done").exists()
     fast = openai_server(eb.model_script())
-    argv_fast = _argv(*bench, out, fast.base_url, judge_srv.base_url, "--num_trials", "2", "--separate_trial_requests")
+    argv_fast = eb.keyed_argv(
+        *bench, out, fast.base_url, judge_srv.base_url, "--num_trials", "2", "--separate_trial_requests"
+    )
     assert evaluate.main(argv_fast) == 0
     assert fast.count == 16 - before  # only the unfinished pairs were queried
-    _assert_expected(out, 2)  # exactly one record per (sample, trial), metrics of an uninterrupted run
+    eb.assert_expected(out, 2)  # exactly one record per (sample, trial), metrics of an uninterrupted run
     summary = json.loads((out / "m/o3_bench/summary_metrics.json").read_text())
     assert summary["overall_accuracy"] == {"mean": 0.5, "std": 0.0}
 
@@ -223,9 +170,9 @@ def test_sigkill_then_resume(bench, tmp_path, openai_server):
 def test_keys_from_env_and_default_eval_name(bench, tmp_path, openai_server, monkeypatch):
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
-    monkeypatch.setenv("OPENAI_API_KEY", MAIN_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", eb.MAIN_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", main_srv.base_url)
-    monkeypatch.setenv("JUDGE_API_KEY", JUDGE_KEY)
+    monkeypatch.setenv("JUDGE_API_KEY", eb.JUDGE_KEY)
     monkeypatch.setenv("JUDGE_API_BASE_URL", judge_srv.base_url)
     out = tmp_path / "out"
     ann, img_dir = bench
@@ -249,10 +196,10 @@ def test_keys_from_env_and_default_eval_name(bench, tmp_path, openai_server, mon
     )
     assert (out / "vlm/o3_bench/trial_0/done").exists()
     hdrs = {k.lower(): v for k, v in main_srv.headers[0].items()}
-    assert hdrs["authorization"] == f"Bearer {MAIN_KEY}"
+    assert hdrs["authorization"] == f"Bearer {eb.MAIN_KEY}"
     jh = {k.lower(): v for k, v in judge_srv.headers[0].items()}
-    assert jh["authorization"] == f"Bearer {JUDGE_KEY}"
-    _no_secrets(out)
+    assert jh["authorization"] == f"Bearer {eb.JUDGE_KEY}"
+    eb.assert_no_secrets(out)
 
 
 @pytest.mark.parametrize(
@@ -265,7 +212,7 @@ def test_keys_from_env_and_default_eval_name(bench, tmp_path, openai_server, mon
 )
 def test_bad_flags_rejected(bench, tmp_path, flag, value, capsys):
     with pytest.raises(SystemExit) as e:
-        evaluate.main(_argv(*bench, tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", flag, value))
+        evaluate.main(eb.keyed_argv(*bench, tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", flag, value))
     assert e.value.code == 2
     assert flag in capsys.readouterr().err
 
@@ -277,9 +224,9 @@ def test_corrupt_image_is_a_per_sample_error(bench, tmp_path, openai_server):
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
     assert (
-        evaluate.main(_argv(ann, img_dir, out, main_srv.base_url, judge_srv.base_url)) == 1
+        evaluate.main(eb.keyed_argv(ann, img_dir, out, main_srv.base_url, judge_srv.base_url)) == 1
     )  # INCOMPLETE: some sample-trials failed
-    recs = {r["sample_key"]: r["eval_result"] for r in _records(out, 0)}
+    recs = {r["sample_key"]: r["eval_result"] for r in eb.read_records(out / eb.EVAL, 0)}
     bad = {q for q, r in recs.items() if r["status"] == "failed"}
     assert bad == {"q4", "q5", "q6"}  # the questions on img2.png
     assert "cannot decode image" in recs["q5"]["fail_reason"] and "img2.png" in recs["q5"]["fail_reason"]
@@ -309,7 +256,7 @@ def test_insight_o3_mode_uses_the_agents_solver(bench, tmp_path, openai_server):
                 "--api_base_url",
                 r.base_url,
                 "--api_key",
-                MAIN_KEY,
+                eb.MAIN_KEY,
                 "--judge_api_base_url",
                 j.base_url,
                 "--vsearcher_model",
@@ -331,11 +278,11 @@ def test_insight_o3_mode_uses_the_agents_solver(bench, tmp_path, openai_server):
     )
     assert s.count > 0
     for k in range(2):
-        m = _metrics(out, k)
+        m = eb.read_metrics(out / eb.EVAL, k)
         assert m["overall_stats"]["total"] == 8 and m["overall_stats"]["failed"] == 0
         assert m["mean_search_calls"] > 0
-        assert len(_records(out, k)) == 8
-    _no_secrets(out)
+        assert len(eb.read_records(out / eb.EVAL, k)) == 8
+    eb.assert_no_secrets(out)
 
 
 def test_a_relative_output_dir_from_the_working_directory(bench, tmp_path, openai_server, monkeypatch):
@@ -343,7 +290,7 @@ def test_a_relative_output_dir_from_the_working_directory(bench, tmp_path, opena
     outputs/eval/<name>/outputs/eval/<name>."""
     main_srv, judge_srv = openai_server(eb.model_script()), openai_server(eb.judge_script())
     monkeypatch.chdir(tmp_path)
-    argv = _argv(*bench, Path("outputs/eval"), main_srv.base_url, judge_srv.base_url)
+    argv = eb.keyed_argv(*bench, Path("outputs/eval"), main_srv.base_url, judge_srv.base_url)
     assert evaluate.main(argv) == 0
     assert len(eb.read_records(tmp_path / "outputs/eval/m/o3_bench", 0)) == 8
     assert not (tmp_path / "outputs/eval/m/o3_bench/outputs").exists()

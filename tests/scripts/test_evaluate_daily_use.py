@@ -20,10 +20,6 @@ def _argv(ann, img_dir, out, main_url, judge_url, *extra):
     return eb.evaluate_argv(ann, img_dir, out, main_url, judge_url, *extra, api_key=MAIN_KEY)
 
 
-def _records(eval_dir: Path, trial: int = 0) -> list[dict]:
-    return eb.read_records(eval_dir, trial)
-
-
 def _only_dir(out: Path) -> Path:
     dirs = [p for p in (out / "m").iterdir() if p.is_dir()]
     assert len(dirs) == 1, dirs
@@ -59,7 +55,7 @@ def test_subset_runs_only_those_and_is_marked(bench, tmp_path, openai_server, ex
     eval_dir = _only_dir(out)
     assert eval_dir.name.startswith("o3_bench@subset-")  # never the full run's directory
     assert not (out / "m/o3_bench").exists()
-    assert sorted(r["sample_key"] for r in _records(eval_dir)) == keys
+    assert sorted(r["sample_key"] for r in eb.read_records(eval_dir)) == keys
     assert main_srv.count == len(keys)
     card = json.loads((eval_dir / "run_card.json").read_text())
     assert card["subset"] is not None and card["num_samples"] == len(keys)
@@ -95,7 +91,7 @@ def test_usage_and_cost_per_record_trial_and_run(bench, tmp_path, openai_server,
     )
     assert evaluate.main(argv) == 0
     eval_dir = out / "m/o3_bench"
-    recs = _records(eval_dir, 0) + _records(eval_dir, 1)
+    recs = eb.read_records(eval_dir, 0) + eb.read_records(eval_dir, 1)
     # each scripted reply reports 10 prompt + 5 completion tokens; n=2 replies are split over the 2 trials
     model = [r["usage"]["model"] for r in recs]
     assert all(u["requests"] in (0, 1) for u in model)
@@ -115,7 +111,7 @@ def test_usage_and_cost_per_record_trial_and_run(bench, tmp_path, openai_server,
         assert r["cost_usd"] == pytest.approx(want)
     m0 = json.loads((eval_dir / "trial_0/eval_metrics.json").read_text())
     assert m0["usage"]["model"]["prompt_tokens"] == sum(
-        r["usage"]["model"]["prompt_tokens"] for r in _records(eval_dir, 0)
+        r["usage"]["model"]["prompt_tokens"] for r in eb.read_records(eval_dir, 0)
     )
     summary = json.loads((eval_dir / "summary_metrics.json").read_text())
     totals = summary["run_totals"]
@@ -150,7 +146,7 @@ def test_budget_stops_cleanly_and_resumes(bench, tmp_path, openai_server, prices
     assert "budget reached" in err and budget[0] in err and "rerun with a higher" in err
     assert "rerun the same command" not in err  # the same budget would stop again
     eval_dir = out / "m/o3_bench"
-    first = _records(eval_dir)
+    first = eb.read_records(eval_dir)
     assert 0 < len(first) < 8
     assert not (eval_dir / "trial_0/done").exists() and not (eval_dir / "summary_metrics.json").exists()
     asked = main_srv.count
@@ -161,7 +157,7 @@ def test_budget_stops_cleanly_and_resumes(bench, tmp_path, openai_server, prices
     # a higher budget resumes where it stopped: only the rest is asked
     assert evaluate.main(base + [budget[0], "1000000"]) == 0
     assert main_srv.count == 8
-    recs = _records(eval_dir)
+    recs = eb.read_records(eval_dir)
     assert sorted(r["sample_key"] for r in recs) == list(eb.QUESTIONS)
     assert json.loads((eval_dir / "trial_0/eval_metrics.json").read_text())["overall_stats"] == eb.EXPECTED_STATS
 
@@ -180,7 +176,7 @@ def test_judge_cache_asks_identical_prompts_once(bench, tmp_path, openai_server)
     for k in range(3):
         m = json.loads((out / f"m/o3_bench/trial_{k}/eval_metrics.json").read_text())
         assert m["overall_stats"] == eb.EXPECTED_STATS
-    recs = {r["sample_key"]: r for r in _records(out / "m/o3_bench", 2)}
+    recs = {r["sample_key"]: r for r in eb.read_records(out / "m/o3_bench", 2)}
     assert recs["q7"]["eval_result"]["judge_outputs"] == ["blue", "<wrong>"]  # cached replies still recorded
 
 

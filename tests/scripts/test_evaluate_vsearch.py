@@ -8,21 +8,17 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from insight_o3.imaging.geometry import Frame, smart_resize
-from insight_o3.scripts import evaluate_vsearch as ev
-from tests.support.openai_server import chat, error, request_text
+from tests.support.openai_server import request_text
+from tests.support.records import by_key
+from tests.support.vsearch_bench import BUDGET, GT, KEY, H, W, run, script
+from tests.support.waiting import wait_until
 
-W, H = 420, 300
-BUDGET = 100 * 28 * 28
-KEY = "sk-vsearch-secret-987654321"
 REPO = Path(__file__).resolve().parents[2]
-GT = {"a": [40, 30, 200, 150], "b": [10, 10, 100, 100], "c": [300, 200, 400, 290]}
 
 
 @pytest.fixture
@@ -38,54 +34,6 @@ def data(tmp_path):
     ]
     ann.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(ann), str(img_dir), tmp_path / "out"
-
-
-def script(fail_b=False):
-    mh, mw = smart_resize(H, W, max_pixels=BUDGET)
-    frame = Frame((0, 0, W, H), (mw, mh))
-
-    def reply(req, call):
-        text = request_text(req)
-        turn = sum(m["role"] == "assistant" for m in req["messages"])
-        if "the a region" in text:  # zoom once, then the exact box in the model frame
-            if turn == 0:
-                return chat(
-                    '<think>z</think><tool_call>{"name": "image_zoom_in_tool", '
-                    '"arguments": {"bbox_2d": [20, 20, 160, 120]}}</tool_call>'
-                )
-            box = [round(v) for v in frame.from_original(GT["a"])]  # whole model-frame pixels, as the fork asks
-            return chat(f"<think>ok</think><answer>{json.dumps(box)}</answer>")
-        if "the b region" in text:
-            return error(500, "down") if fail_b else chat("<think>no</think><answer>[0, 0, 0, 0]</answer>")
-        return chat("<answer>[1, 2</answer>")  # malformed
-
-    return reply
-
-
-def run(ann, img_dir, out, url, *extra):
-    return ev.main(
-        [
-            "--ann_file",
-            ann,
-            "--img_dir",
-            img_dir,
-            "--model",
-            "vs",
-            "--api_base_url",
-            url,
-            "--api_key",
-            KEY,
-            "--max_pixels",
-            str(BUDGET),
-            "--output_dir",
-            str(out),
-            "--max_retries",
-            "0",
-            "--concurrency",
-            "2",
-            *extra,
-        ]
-    )
 
 
 def test_metrics_records_and_no_secrets(openai_server, data):
@@ -146,18 +94,6 @@ def _desc_keys(reqs: list[dict]) -> list[str]:
     return [re.search(r"the [abc] region (\d+)", request_text(r)).group(1) for r in reqs]
 
 
-def _read_records(path) -> dict:
-    recs = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:  # a torn last line
-                continue
-            recs[rec["sample_key"]] = rec
-    return recs
-
-
 def test_sigkill_then_resume_queries_only_unfinished(openai_server, tmp_path):
     img_dir = tmp_path / "images"
     img_dir.mkdir()
@@ -202,13 +138,11 @@ def test_sigkill_then_resume_queries_only_unfinished(openai_server, tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         srv.wait_blocked(1, timeout=30)
-        end = time.time() + 30
-        while time.time() < end and len(_read_records(out / "records.jsonl")) < 2:
-            time.sleep(0.02)
+        wait_until(lambda: len(by_key(out / "records.jsonl")) >= 2, 30, "2 records")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    done = {r["sample_key"] for r in _read_records(out / "records.jsonl").values()}
+    done = {r["sample_key"] for r in by_key(out / "records.jsonl").values()}
     assert 2 <= len(done) < len(kinds), done
     assert not (out / "metrics.json").exists()
 

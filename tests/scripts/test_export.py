@@ -17,7 +17,7 @@ from insight_o3.analysis.run_records import read_run
 from insight_o3.evaluation.schema import EvalRecord
 from insight_o3.protocol.trajectory import message_text
 from insight_o3.scripts import export
-from tests.conftest import require_module
+from tests.support.stacks import require_module
 
 
 def _raw_records(eval_dir):

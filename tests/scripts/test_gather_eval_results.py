@@ -110,3 +110,23 @@ def test_corrupt_or_invalid_summary_is_a_clear_error(tmp_path):
         assert "'overall_accuracy'" in str(e) and str(f) in str(e)
     else:
         raise AssertionError("no error")
+
+
+def test_csv_cells_cannot_be_formulas_and_markdown_cells_cannot_shift(tmp_path):
+    """A setting or category name that a spreadsheet would run (``=cmd|...``, ``=HYPERLINK``, ``+``, ``-``, ``@``)
+    is written as text; a ``|`` or a line break in a name does not shift the Markdown table's columns."""
+    setting = "=cmd|calc!A1"
+    cats = {'=HYPERLINK("http://x","y")': (0.5,), "@SUM(1)": (0.25,), "a|b\nc": (0.75,)}
+    write_summary(tmp_path, setting, "o3_bench", 0.5, cats=cats)
+    csv, md = tmp_path / "t.csv", tmp_path / "t.md"
+    argv = ["--settings", setting, "--datasets", "o3_bench", "--output_dir", str(tmp_path)]
+    assert g.main([*argv, "--csv", str(csv), "--markdown", str(md)]) == 0
+    df = pd.read_csv(csv, index_col=0, keep_default_na=False)
+    cells = [str(c) for c in [*df.index, *df.columns, *df.to_numpy().ravel()]]
+    assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")], cells
+    assert "'=cmd|calc!A1" in cells and "'=HYPERLINK(\"http://x\",\"y\")" in cells and "'@SUM(1)" in cells
+    lines = md.read_text().splitlines()
+    assert len(lines) == 3  # header, rule, one row: no line break inside a cell
+    widths = {len(line.replace("\\|", "").split("|")) for line in lines}
+    assert len(widths) == 1, lines  # every line has the same number of cells
+    assert g.csv_cell("-0.5") == "-0.5"  # a number stays a number

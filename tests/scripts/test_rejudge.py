@@ -9,52 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from insight_o3.scripts import evaluate, rejudge
+from insight_o3.scripts import rejudge
 from tests.support import eval_bench as eb
-from tests.support.openai_server import Call, Reply, chat, error, last_user_text
+from tests.support.openai_server import Call, Reply, error, last_user_text
+from tests.support.rejudge_bench import evaluate_judge_a, lenient_judge
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _eval(bench, out, main_url, judge_url, *extra):
-    argv = [
-        "--eval_name",
-        "m/o3_bench",
-        "--model",
-        "scripted-vlm",
-        "--api_base_url",
-        main_url,
-        "--judge_model",
-        "judge-a",
-        "--judge_api_base_url",
-        judge_url,
-        "--ann_file",
-        str(bench[0]),
-        "--img_dir",
-        str(bench[1]),
-        "--output_dir",
-        str(out),
-        "--no_progress",
-        "--max_retries",
-        "2",
-        *extra,
-    ]
-    assert evaluate.main(argv) == 0
-
-
-def lenient_judge():
-    """Another judge: every verification says correct, every extraction repeats the letter/answer of eb.JUDGE,
-    except q4 whose extraction is now 'F' (the ground truth)."""
-
-    def script(req: dict, call: Call) -> Reply:
-        prompt = last_user_text(req)
-        q = eb.marker(prompt)
-        if "GT Answer:" in prompt:
-            return chat("<correct>", model=req.get("model"))
-        extraction = "F" if q == "q4" else eb.JUDGE.get(q, ("none", None))[0]
-        return chat(extraction, model=req.get("model"))
-
-    return script
 
 
 @pytest.fixture
@@ -63,15 +23,8 @@ def finished(tmp_path, openai_server):
     main_srv = openai_server(eb.model_script())
     judge_srv = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    _eval(bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2")
+    evaluate_judge_a(bench, out, main_srv.base_url, judge_srv.base_url, "--num_trials", "2")
     return out, main_srv, bench
-
-
-def _records(d: Path, k: int) -> dict:
-    return {
-        json.loads(l)["sample_key"]: json.loads(l)
-        for l in (d / f"trial_{k}/eval_records.jsonl").read_text().splitlines()
-    }
 
 
 def test_rejudge_writes_new_eval_dir_without_model_calls(finished, openai_server, capsys):
@@ -91,7 +44,7 @@ def test_rejudge_writes_new_eval_dir_without_model_calls(finished, openai_server
         m = json.loads((new / f"trial_{k}/eval_metrics.json").read_text())
         # q4 and q7 become correct; q1 stays wrong (D != B); q3 stays incomplete
         assert m["overall_stats"] == {"correct": 6, "wrong": 1, "incomplete": 1, "invalid": 0, "failed": 0, "total": 8}
-        old, recs = _records(src, k), _records(new, k)
+        old, recs = eb.records_by_key(src, k), eb.records_by_key(new, k)
         assert recs.keys() == old.keys()
         for key, r in recs.items():
             assert r["eval_result"]["response"] == old[key]["eval_result"]["response"]
@@ -191,7 +144,7 @@ def test_judge_failures_exit_1_and_retry_failed_finishes(finished, openai_server
     failed = {
         k
         for t in range(2)
-        for k, r in _records(out / "m/o3_bench_b", t).items()
+        for k, r in eb.records_by_key(out / "m/o3_bench_b", t).items()
         if r["eval_result"]["status"] == "failed"
     }
     assert failed == {"q2"}
@@ -202,6 +155,6 @@ def test_judge_failures_exit_1_and_retry_failed_finishes(finished, openai_server
     assert not [
         k
         for t in range(2)
-        for k, r in _records(out / "m/o3_bench_b", t).items()
+        for k, r in eb.records_by_key(out / "m/o3_bench_b", t).items()
         if r["eval_result"]["status"] == "failed"
     ]

@@ -19,15 +19,10 @@ from insight_o3.protocol.limits import LIMITS
 from insight_o3.scripts._shared import BadInput, ExitCode, run_main
 from insight_o3.storage.atomic import OutputError
 from insight_o3.storage.lock import RunLockedError
+from tests.support.commands import api_commands, console_scripts
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = sorted(p.stem for p in (REPO / "insight_o3" / "scripts").glob("*.py") if not p.stem.startswith("_"))
-
-
-def console_scripts() -> dict[str, str]:
-    tomllib = pytest.importorskip("tomllib")
-    with open(REPO / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]["scripts"]
 
 
 def test_every_command_is_a_console_script():
@@ -132,28 +127,14 @@ def test_old_flag_spellings_still_work_but_are_hidden():
 
 def test_shared_concepts_have_one_flag_name():
     """Every command that talks to an API spells the shared flags the way ``evaluate`` does."""
-    from insight_o3.scripts import (
-        build_region_localization,
-        check_reliability,
-        evaluate,
-        evaluate_vsearch,
-        filter_difficulty,
-    )
 
-    api_commands = {
-        "evaluate": evaluate.build_parser(),
-        "evaluate_vsearch": evaluate_vsearch.build_parser(),
-        "filter_difficulty": filter_difficulty.build_parser(),
-        "build_region_localization": build_region_localization.build_parser(),
-        "check_reliability": check_reliability.build_parser(),
-    }
-    for name, p in api_commands.items():
+    for name, p in api_commands().items():
         opts = {s for a in p._actions for s in a.option_strings}
         assert {"--output_dir", "--concurrency", "--max_retries", "--client_timeout"} <= opts, name
-        if name != "check_reliability":  # its checkers' endpoints are in --checker MODEL,URL,KEY_ENV
+        # check_reliability: its checkers' endpoints are in --checker MODEL,URL,KEY_ENV; rejudge: a judge only
+        if name not in ("check_reliability", "rejudge"):
             assert {"--api_base_url", "--api_key", "--max_failure_ratio"} <= opts, name
-        if name != "evaluate_vsearch":  # no progress bar there
-            assert "--no_progress" in opts, name
+        assert "--no_progress" in opts, name
 
 
 def test_protocol_limits_are_the_defaults_everywhere():
@@ -179,7 +160,7 @@ def test_protocol_limits_are_the_defaults_everywhere():
 def test_generate_collages_filter_exits_1_while_collages_are_lost(tmp_path, openai_server):
     """The documented contract of ``generate_collages filter`` (also ``filter_difficulty``)."""
     from insight_o3.scripts import generate_collages
-    from tests.data.test_difficulty import ITEMS, KEY, make_collages, script
+    from tests.support.difficulty_bench import ITEMS, KEY, make_collages, script
 
     out = tmp_path / "collages"
     make_collages(out, ITEMS)

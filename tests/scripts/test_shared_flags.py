@@ -6,44 +6,28 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 from pathlib import Path
 
 import pytest
 
 from insight_o3.scripts import (
-    build_o3_bench,
-    build_region_localization,
     check_reliability,
     evaluate,
     evaluate_vsearch,
     filter_difficulty,
     gather_eval_results,
-    rejudge,
 )
 from insight_o3.scripts._shared import OUTPUT_ROOT
+from tests.support.commands import api_commands, command_parsers
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _sub(p: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
 
 
 def _options(p: argparse.ArgumentParser) -> dict[str, str]:
     return {s: a.dest for a in p._actions for s in a.option_strings}
 
-
-PARSERS = {
-    "evaluate": evaluate.build_parser,
-    "rejudge": rejudge.build_parser,
-    "evaluate_vsearch": evaluate_vsearch.build_parser,
-    "filter_difficulty": filter_difficulty.build_parser,
-    "check_reliability": check_reliability.build_parser,
-    "build_region_localization": build_region_localization.build_parser,
-    "build_o3_bench extract": lambda: _sub(build_o3_bench.build_parser(), "extract"),
-    "build_o3_bench filter": lambda: _sub(build_o3_bench.build_parser(), "filter"),
-}
 
 # (command, old spelling, current spelling, dest)
 ALIASES = [
@@ -63,7 +47,7 @@ ALIASES = [
 
 @pytest.mark.parametrize("command, old, new, dest", ALIASES)
 def test_old_spellings_parse_to_the_same_setting_and_are_hidden(command, old, new, dest):
-    p = PARSERS[command]()
+    p = command_parsers()[command]
     opts = _options(p)
     assert opts[old] == opts[new] == dest
     help_text = p.format_help()
@@ -78,8 +62,10 @@ def test_old_spellings_parse_to_the_same_setting_and_are_hidden(command, old, ne
     ],
 )
 def test_the_judge_and_client_flags_are_spelled_alike_everywhere(flags):
-    for command in ("evaluate", "rejudge", "filter_difficulty", "check_reliability", "build_o3_bench filter"):
-        opts = _options(PARSERS[command]())
+    judging = {c: p for c, p in api_commands().items() if any("judge" in o for o in _options(p))}
+    assert {"evaluate", "rejudge", "filter_difficulty", "check_reliability", "build_o3_bench filter"} <= judging.keys()
+    for command, p in judging.items():
+        opts = _options(p)
         assert all(f in opts for f in flags), (command, [f for f in flags if f not in opts])
 
 
@@ -87,7 +73,7 @@ def test_the_image_budget_and_vsearcher_flags_are_spelled_alike():
     ev, vs = _options(evaluate.build_parser()), _options(evaluate_vsearch.build_parser())
     assert {"--vsearcher_max_pixels", "--vsearcher_prompt"} <= ev.keys() & vs.keys()
     for command in ("evaluate", "filter_difficulty", "check_reliability", "build_region_localization"):
-        assert _options(PARSERS[command]())["--img_max_pixels"] == "img_max_pixels"
+        assert _options(command_parsers()[command])["--img_max_pixels"] == "img_max_pixels"
     assert ev["--separate_trial_requests"] == _options(filter_difficulty.build_parser())["--separate_trial_requests"]
 
 
@@ -125,13 +111,13 @@ def test_the_original_readme_command_still_parses(reference_text):
 def test_run_flags_come_from_one_definition():
     """The same help text everywhere: each command adds them through cli.add_run_flags / add_client_flags."""
 
-    def helps(p: argparse.ArgumentParser) -> dict[str, str | None]:
-        return {s: a.help for a in p._actions for s in a.option_strings}
+    def helps(p: argparse.ArgumentParser) -> dict[str, str | None]:  # a command may pick its own default
+        return {s: re.sub(r" \(default: [^)]*\)$", "", a.help or "") for a in p._actions for s in a.option_strings}
 
     shared = ("--max_failure_ratio", "--no_progress", "--skip_endpoint_check", "--client_timeout")
     seen: dict[str, set] = {f: set() for f in shared}
-    for command in ("evaluate", "rejudge", "evaluate_vsearch", "filter_difficulty", "check_reliability"):
-        h = helps(PARSERS[command]())
+    for p in api_commands().values():
+        h = helps(p)
         for f in shared:
             seen[f].add(h[f])
     assert all(len(v) == 1 for v in seen.values()), seen

@@ -17,8 +17,9 @@ import pytest
 
 from insight_o3.endpoints.guard import EXIT_LOCKED
 from insight_o3.storage.lock import LOCK_FILE, RunLockedError, acquire, run_lock
-from tests.scripts.test_evaluate import REPO, _argv, _assert_expected
 from tests.support import eval_bench as eb
+from tests.support.stacks import REPO
+from tests.support.waiting import wait_until
 
 HOLD = """
 import sys, time
@@ -59,15 +60,6 @@ def _kill_group(p: subprocess.Popen) -> None:
     p.wait()
 
 
-def _wait_for(cond, timeout: float, what: str) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.smoke
 def test_two_concurrent_evaluate_runs_one_refuses_records_exact(tmp_path, openai_server):
     bench = eb.make_bench(tmp_path / "bench")
@@ -80,12 +72,12 @@ def test_two_concurrent_evaluate_runs_one_refuses_records_exact(tmp_path, openai
     slow = openai_server(gated)
     judge = openai_server(eb.judge_script())
     out = tmp_path / "out"
-    argv = _argv(*bench, out, slow.base_url, judge.base_url, "--num_trials", "3", "--concurrency", "2")
+    argv = eb.keyed_argv(*bench, out, slow.base_url, judge.base_url, "--num_trials", "3", "--concurrency", "2")
     cmd = [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv]
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: slow.count >= 1, 60, "the first run's first request")
+        wait_until(lambda: slow.count >= 1, 60, "the first run's first request")
         n_at_start = slow.count
         t0 = time.time()
         second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=45)
@@ -101,7 +93,7 @@ def test_two_concurrent_evaluate_runs_one_refuses_records_exact(tmp_path, openai
     assert refused_in < 15 and slow.count - n_at_start <= 8  # it asked nothing: all requests are the first's
     assert first.returncode == 0, err1
     assert slow.count == 8  # 8 samples, n=3: exactly what one run needs, nothing twice
-    _assert_expected(out, 3)  # exactly one record per (sample, trial)
+    eb.assert_expected(out, 3)  # exactly one record per (sample, trial)
 
 
 def test_lock_of_a_killed_run_does_not_block(tmp_path):

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from tests.support.openai_server import Call, Reply, chat, error, last_user_text, malformed
@@ -38,6 +39,11 @@ JUDGE = {  # marker: reply to the extraction prompt, reply to the correctness pr
     "q6": ("forty-two kilometres", "<correct>"),
     "q7": ("blue", "<wrong>"),
 }
+#: The keys of the scripted endpoints in the end-to-end tests (no file a run writes may hold one).
+MAIN_KEY = "sk-main-SECRET-4242abcd"
+JUDGE_KEY = "sk-judge-SECRET-9191efgh"
+#: The eval_name of :func:`evaluate_argv`: a run's directory is ``<output_dir>/m/o3_bench``.
+EVAL = "m/o3_bench"
 EXPECTED_STATS = {"correct": 4, "wrong": 3, "incomplete": 1, "invalid": 0, "failed": 0, "total": 8}
 EXPECTED_CATEGORY_ACC = {"chart": 2 / 4, "map": 2 / 4}
 _MARK = re.compile(r"\[(q\d+)\]")
@@ -148,9 +154,47 @@ def read_records(eval_dir: Path, trial: int = 0) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def records_by_key(eval_dir: Path, trial: int = 0) -> dict[str, dict]:
+    """The records of one trial by ``sample_key``."""
+    return {r["sample_key"]: r for r in read_records(eval_dir, trial)}
+
+
+def all_records(eval_dir: Path) -> list[dict]:
+    """The records of every trial of ``eval_dir``, trial by trial."""
+    paths = sorted(eval_dir.glob("trial_*/eval_records.jsonl"), key=lambda p: int(p.parent.name.split("_")[1]))
+    return [json.loads(line) for p in paths for line in p.read_text().splitlines()]
+
+
 def read_metrics(eval_dir: Path, trial: int = 0) -> dict:
     """``<eval_dir>/trial_<trial>/eval_metrics.json``."""
     return json.loads((eval_dir / f"trial_{trial}" / "eval_metrics.json").read_text())
+
+
+def assert_expected(out: Path, trials: int) -> None:
+    """Every trial of the single-model run under ``out`` finished with this benchmark's known metrics, one record
+    per question in annotation order."""
+    for k in range(trials):
+        m = read_metrics(out / EVAL, k)
+        assert m["overall_stats"] == EXPECTED_STATS
+        assert m["overall_accuracy"] == pytest.approx(0.5)
+        assert m["overall_success_rate"] == pytest.approx(7 / 8)
+        assert m["overall_completion_rate"] == pytest.approx(7 / 8)
+        assert m["critical_failure_ratio"] == 0
+        assert m["has_answer"] == pytest.approx(6 / 8)
+        assert m["category_accuracy"] == pytest.approx(EXPECTED_CATEGORY_ACC)
+        recs = read_records(out / EVAL, k)
+        assert [r["sample_key"] for r in recs] == list(QUESTIONS)
+        assert (out / EVAL / f"trial_{k}" / "done").exists()
+
+
+def assert_no_secrets(out: Path, *keys: str) -> None:
+    """No file under ``out`` holds a key (:data:`MAIN_KEY`, :data:`JUDGE_KEY` and ``keys``) or image bytes."""
+    secrets = [k.encode() for k in (MAIN_KEY, JUDGE_KEY, *keys)]
+    for p in out.rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert not any(k in data for k in secrets), p
+            assert b"base64" not in data, p
 
 
 def evaluate_argv(
@@ -171,11 +215,16 @@ def evaluate_argv(
     ]
     judge = ["--judge_api_base_url", judge_url] if judge_url else []
     return [
-        *("--eval_name", "m/o3_bench", "--model", "scripted-vlm", "--api_base_url", main_url),
+        *("--eval_name", EVAL, "--model", "scripted-vlm", "--api_base_url", main_url),
         *("--judge_model", "scripted-judge", *judge, *keys),
         *("--ann_file", str(ann), "--img_dir", str(img_dir), "--output_dir", str(out)),
         *("--no_progress", "--max_retries", str(max_retries), *extra),
     ]
+
+
+def keyed_argv(ann, img_dir, out, main_url: str, judge_url: str | None, *extra: str) -> list[str]:
+    """:func:`evaluate_argv` with the keys :data:`MAIN_KEY` and :data:`JUDGE_KEY` on the command line."""
+    return evaluate_argv(ann, img_dir, out, main_url, judge_url, *extra, api_key=MAIN_KEY, judge_api_key=JUDGE_KEY)
 
 
 def make_demo_bench_cli(out: Path, *, min_side: int, max_side: int) -> Path:

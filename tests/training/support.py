@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.stacks import REPO
 
 
 def write_pairs(out: Path, n: int = 2) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import require_module
+from tests.support.stacks import require_module
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, require_module
+from tests.support.stacks import REPO, require_module
 from training.dpo.settings import DPOSettings, SettingsError
 
 GOLDEN = json.loads((REPO / "tests" / "golden" / "insight_v_dpo.json").read_text())

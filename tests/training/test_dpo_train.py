@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import require_module
 from tests.support.dpo_train_run import STEPS, problems, run
+from tests.support.stacks import require_module
 
 pytestmark = pytest.mark.slow
 

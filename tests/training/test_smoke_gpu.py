@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.support.stacks import REPO
 
 SCRIPT = REPO / "training" / "dpo" / "smoke_gpu.sh"
 

@@ -13,24 +13,8 @@ import numpy as np
 from PIL import Image
 
 from insight_o3.viz.report import write_report
-from tests.conftest import require_executable
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--disable-extensions",
-    "--no-default-browser-check",
-    "--mute-audio",
-    # any network access would fail: the page must not need it
-    "--proxy-server=127.0.0.1:9",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-]
+from tests.support.chromium import FLAGS
+from tests.support.stacks import require_executable
 
 # Appended to a copy of the report: record how each image decoded and exercise the filter buttons.
 PROBE = """<script>

@@ -137,6 +137,7 @@ def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
         limit_reminder=s.protocol.searcher_limit_reminder,
         budget_end_fails_searcher=s.protocol.budget_end_fails_searcher,
         end_on_bad_token=s.protocol.end_on_bad_token,
+        fatal_k=s.fatal.k if s.fatal.mode.cuts_episodes else None,
     )
 
 
@@ -199,7 +200,9 @@ class VSearcherAgentLoop(FailSafeAgentLoop):
 
     async def run_episode(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {}
-        r = await self.searcher.run(row_image_path(kwargs), row_text(kwargs, "description"), sampling_params)
+        r = await self.searcher.run(
+            row_image_path(kwargs), row_text(kwargs, "description"), sampling_params, validate=is_validation(kwargs)
+        )
         return rollout_output(r, r.sample_fields(bboxes=info.get("bboxes"), role=ROLE_OUTLOOP))
 
 
@@ -248,12 +251,12 @@ def judged_text(text: str | None, max_chars: int | None) -> str | None:
 class _RecordingPolicySearcher:
     """The ``searcher`` of :class:`InSightO3`: answers ``locate`` with a policy rollout and keeps it."""
 
-    def __init__(self, policy: PolicySearcher, sampling_params: dict):
-        self.policy, self.sampling_params = policy, sampling_params
+    def __init__(self, policy: PolicySearcher, sampling_params: dict, validate: bool = False):
+        self.policy, self.sampling_params, self.validate = policy, sampling_params, validate
         self.rollouts: list[SearcherRollout] = []
 
     async def locate(self, image_path: str, description: str) -> LocateResult:
-        r = await self.policy.run(image_path, description, self.sampling_params)
+        r = await self.policy.run(image_path, description, self.sampling_params, validate=self.validate)
         self.rollouts.append(r)
         return r.result
 
@@ -346,7 +349,7 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
         (the fork's ``request.success`` is False then), while under ``paper`` that episode simply has no answer
         (c = 0). A lost answer check is a critical failure under ``paper`` and, under ``original``, an episode
         with status :data:`~recipe.vsearch.episodes.JUDGE_LOST_STATUS` whose rows the trainer replaces."""
-        searcher = _RecordingPolicySearcher(self.policy, sampling_params)
+        searcher = _RecordingPolicySearcher(self.policy, sampling_params, validate)
         proto = self.settings.protocol
         res = await self.reasoner(searcher, validate).answer(sample.image_path, insight_o3_question(sample))
         outcome = functools.partial(EpisodeOutcome, rollouts=searcher.rollouts, feedback=list(res.feedback))

@@ -31,7 +31,9 @@ from PIL import Image
 from insight_o3.agents import LocateResult, SearcherSession
 from insight_o3.base.json_types import JSONObject
 from insight_o3.imaging.images import ImageRef, ImageStore
+from insight_o3.protocol.fatal import fatal_step, mask_start
 from insight_o3.protocol.limits import LIMITS
+from insight_o3.protocol.statuses import SearcherAction
 
 from .image_inputs import ImageViews
 from .rollout_fields import SampleFields
@@ -60,6 +62,12 @@ class SearcherRollout:
     image_size: tuple[int, int] | None = None  # original image (W, H)
     #: ``images`` as references (the training rows carry these instead of pixel values, ``image_inputs``)
     image_views: ImageViews | None = None
+    #: the response position of each turn's first generated token, and whether the session answered the turn with a
+    #: tool error (the fatal rule's "tool-execution error", ``vsearch.fatal``)
+    turn_starts: list[int] = field(default_factory=list)
+    tool_errors: list[bool] = field(default_factory=list)
+    #: the 0-based turn where the episode's run of K consecutive tool errors began (it stopped there), else None
+    fatal_step: int | None = None
 
     def sample_fields(self, **context: Any) -> SampleFields:
         """This trajectory's :class:`~recipe.vsearch.rollout_fields.SampleFields` (the reward's inputs), plus the
@@ -81,6 +89,8 @@ class SearcherRollout:
             crop_boxes=[list(b) for b in self.crop_boxes],
             frame_size=[int(v) for v in self.frame_size],
             image_size=[int(v) for v in self.image_size] if self.image_size is not None else None,
+            fatal_step=self.fatal_step,
+            fatal_from=mask_start(self.turn_starts, self.fatal_step),
             **context,
         )
 
@@ -136,6 +146,9 @@ class PolicySearcher:
     ends it (:meth:`SearcherSession.end_at_budget`: the last turn's ``<answer>`` is the box, none -> ``invalid``;
     the vReasoner then goes on without a critical failure), ``True`` ``failed`` (the vReasoner episode fails).
     ``limit_reminder``: :class:`SearcherSession`'s (the fork shows the normal reminder after the 6th crop).
+    ``fatal_k`` (``vsearch.fatal``; None: off; training rollouts only): the episode stops once ``fatal_k`` consecutive
+    turns were answered with a tool error (:func:`insight_o3.protocol.fatal.fatal_step`), at the first of them, without showing the last
+    error (:meth:`SearcherSession.end_fatal`: no answer, r_format of the valid prefix).
     """
 
     def __init__(
@@ -149,8 +162,10 @@ class PolicySearcher:
         limit_reminder: bool = True,
         budget_end_fails_searcher: bool = True,
         end_on_bad_token: bool = False,
+        fatal_k: int | None = None,
     ) -> None:
         self.loop = agent_loop
+        self.fatal_k = fatal_k
         self.limit_reminder, self.budget_end_fails_searcher = limit_reminder, budget_end_fails_searcher
         self.end_on_bad_token = end_on_bad_token
         self.prompt_length = prompt_length
@@ -203,9 +218,17 @@ class PolicySearcher:
         return list(ids[len(loop.system_prompt) :]) if remove_system_prompt else list(ids)
 
     async def run(
-        self, image_path: str, description: str, sampling_params: dict, request_id: str | None = None
+        self,
+        image_path: str,
+        description: str,
+        sampling_params: dict,
+        request_id: str | None = None,
+        validate: bool = False,
     ) -> SearcherRollout:
+        """One episode; ``validate``: a validation rollout, which runs the evaluation's protocol to its end (no fatal
+        stop: validation measures what evaluation would)."""
         request_id = request_id or uuid4().hex
+        fatal_k = None if validate else self.fatal_k
 
         def start() -> tuple[Any, list[Image.Image], list[int]]:
             sess = self.session(image_path, description)
@@ -224,6 +247,9 @@ class PolicySearcher:
         mask: list[int] = []
         logprobs: list[float] | None = []
         texts: list[str] = []
+        starts: list[int] = []  # the response position of each generated turn
+        tool_errors: list[bool] = []  # per stepped turn: answered with the tool's error text
+        fatal: int | None = None
         t_gen = t_tool = 0.0
         truncated = False
         while not s.done:
@@ -240,6 +266,7 @@ class PolicySearcher:
             )
             t_gen += time.perf_counter() - t0
             ids = list(out.token_ids)
+            starts.append(len(resp))
             resp += ids
             mask += [1] * len(ids)
             if logprobs is not None and out.log_probs is not None and len(out.log_probs) == len(ids):
@@ -269,6 +296,11 @@ class PolicySearcher:
             # the fork's hermes parser reads the turn decoded with its special tokens (tool_parser.py)
             st = s.step(text, finish, call_text=self.loop.tokenizer.decode(ids, skip_special_tokens=False))
             if st.done:
+                break
+            tool_errors.append(st.action == SearcherAction.TOOL_ERROR)
+            fatal = None if fatal_k is None else fatal_step(tool_errors, fatal_k)
+            if fatal is not None:  # the rollout stops at the fatal step (the released agent: after K bad steps)
+                s.end_fatal(fatal, f"{fatal_k} consecutive tool errors from turn {fatal + 1} (fatal)")
                 break
             # the tool response the session appended after the assistant turn
             t0 = time.perf_counter()
@@ -331,4 +363,7 @@ class PolicySearcher:
             crop_boxes=crops,
             image_size=tuple(s.original_size),
             image_views=ImageViews(tuple(refs), s.resize, self.images.alpha),
+            turn_starts=starts,
+            tool_errors=tool_errors,
+            fatal_step=fatal,
         )

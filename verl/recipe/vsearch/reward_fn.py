@@ -91,19 +91,23 @@ def compute_score(
         # and nothing to read (a failed out-of-loop episode has no image_size); the trainer drops the row
         return _numeric(placeholder_breakdown(rules, info))
     f = SampleFields.from_extra_info(info, variant=rules.variant, data_source=data_source)
+    # fatal-aware GRPO (vsearch.fatal): an episode stopped at its fatal step has no answer, so its accuracy term is 0
+    # (out-of-loop: no box; in-loop: the pseudo IoU 1[s = c = 1] whatever the vReasoner made of the call); its
+    # format and tool terms are its valid prefix's (the session scored only the turns before the fatal step)
+    fatal = f.fatal_step is not None
     b = trajectory_reward(
         rules,
         in_loop=f.is_in_loop,
         n_tool=f.n_tool,
         format_ok=f.format_ok,
         format_error=f.format_error,
-        pred_box=f.pred_box,
+        pred_box=None if fatal else f.pred_box,
         gt_boxes=f.bboxes,
         image_size=f.image_size,
         crop_boxes=list(f.crop_boxes or []),
         frame_size=f.frame_size,
-        helpful=f.feedback_helpful,
-        correct=f.answer_correct,
+        helpful=False if fatal else f.feedback_helpful,
+        correct=False if fatal else f.answer_correct,
     )
     return _numeric(b)
 

@@ -51,6 +51,7 @@ _CORE = ("n_tool", "format_ok", "format_error", "pred_box", "search_status", "se
 _TRAJECTORY = ("crop_boxes", "frame_size", "image_size")
 _SAMPLE = ("is_in_loop", "feedback_helpful", "answer_correct")
 _IN_EPISODE = ("call_index", "feedback")
+_FATAL = ("fatal_step", "fatal_from")
 
 
 class SampleFieldsError(KeyError):
@@ -137,7 +138,10 @@ class SampleFields:
     executed crop and the model frame they refer to, ``image_size`` the original image (the ``original`` reward);
     ``is_in_loop`` / ``feedback_helpful`` (s) / ``answer_correct`` (c): r̂_IoU = 1[s = c = 1]; ``bboxes``: the
     out-of-loop ground truth; ``call_index`` / ``feedback``: the call's place and rating in its episode;
-    ``critical_failure``: the episode was cut by an API failure or an exception (masked out of the loss)."""
+    ``critical_failure``: the episode was cut by an API failure or an exception (masked out of the loss);
+    ``fatal_step`` / ``fatal_from``: a vSearcher episode stopped at its fatal step (fatal-aware GRPO,
+    ``vsearch.fatal``): the 0-based turn where its run of consecutive tool errors began, and the response position
+    from which the trainer masks its tokens (None: not fatal)."""
 
     n_tool: int = 0
     format_ok: bool = False
@@ -157,6 +161,8 @@ class SampleFields:
     role: str = ROLE_OUTLOOP
     critical_failure: bool = False
     episode: EpisodeStats | None = None
+    fatal_step: int | None = None
+    fatal_from: int | None = None
 
     # ------------------------------------------------------------------ writing
     def to_extra_fields(self) -> dict[str, Any]:
@@ -177,6 +183,8 @@ class SampleFields:
         out = {k: getattr(self, k) for k in keys}
         out[ROLE_KEY] = self.role
         out["critical_failure"] = self.critical_failure
+        if self.fatal_step is not None:  # only under vsearch.fatal (the worker fills None for the others)
+            out.update({k: getattr(self, k) for k in _FATAL})
         if self.episode is not None:
             out.update(self.episode.to_extra_fields())
         return out
@@ -242,6 +250,8 @@ class SampleFields:
             role=ROLE_OUTLOOP if role is None else str(role),
             critical_failure=_convert(info, "critical_failure", bool, False),
             episode=EpisodeStats.from_extra_info(info),
+            fatal_step=_convert(info, "fatal_step", int, None),
+            fatal_from=_convert(info, "fatal_from", int, None),
         )
 
 
@@ -251,9 +261,19 @@ def episode_fields(episode_id: str, **stats: Any) -> dict[str, Any]:
 
 
 #: every key of the contract (``extra_fields`` / ``extra_info`` / batch columns)
-ALL_KEYS = (*_CORE, *_TRAJECTORY, *_SAMPLE, "bboxes", *_IN_EPISODE, ROLE_KEY, "critical_failure", *EPISODE_KEYS)
+ALL_KEYS = (
+    *_CORE,
+    *_TRAJECTORY,
+    *_SAMPLE,
+    "bboxes",
+    *_IN_EPISODE,
+    ROLE_KEY,
+    "critical_failure",
+    *EPISODE_KEYS,
+    *_FATAL,
+)
 #: keys only some samples carry (the worker sets the others' to None)
-OPTIONAL_KEYS = ("bboxes", *_IN_EPISODE, *_TRAJECTORY, *EPISODE_KEYS)
+OPTIONAL_KEYS = ("bboxes", *_IN_EPISODE, *_TRAJECTORY, *EPISODE_KEYS, *_FATAL)
 #: the columns the step and validation metrics read (``episodes.episode_metrics``; the trainer's validation view)
 METRIC_KEYS = (ROLE_KEY, *EPISODE_KEYS, "feedback_helpful", "answer_correct")
 

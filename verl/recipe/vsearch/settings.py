@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 from insight_o3.agents.config import ReasonerSettings
 from insight_o3.agents.drivers import VREASONER_COMPLETION_KWARGS
 from insight_o3.base.json_types import JSONObject
+from insight_o3.protocol.fatal import DEFAULT_K, FatalMode
 from insight_o3.protocol.prompts import REASONER_HINTS, ReasonerHints
 from insight_o3.protocol.rewards import PSEUDO_IOU_TYPES, REWARD_TYPES, REWARD_VARIANTS, RewardRules, RewardWeights
 
@@ -193,7 +194,7 @@ def register_resolvers() -> None:
 
 
 #: keys of the ``vsearch`` config section
-VSEARCH_KEYS = ("variant", "agent_config_path", "stage", "judge_model", "reward", "max_api_failure_ratio")
+VSEARCH_KEYS = ("variant", "agent_config_path", "stage", "judge_model", "reward", "max_api_failure_ratio", "fatal")
 #: text tokens of a vSearcher prompt besides the image (system prompt + task); the original sized
 #: ``data.max_prompt_length`` as image tokens + 1024
 PROMPT_TEXT_TOKENS = 1024
@@ -296,6 +297,46 @@ class RewardSettings:
 
 
 @dataclass(frozen=True)
+class FatalSettings:
+    """``vsearch.fatal``: fatal-aware GRPO (OpenSearch-VL; :mod:`insight_o3.protocol.fatal`, :mod:`recipe.vsearch.fatal_grpo`).
+    ``mode`` ``off`` (the default: the InSight-o3 protocol, vanilla GRPO) | ``hard_mask`` | ``fatal_mask`` |
+    ``fatal_mask_clamp``; ``k``: consecutive tool errors that make a vSearcher episode fatal (a turn the session
+    answers with the tool's error text: a box the zoom-in tool cannot use, an unknown tool, malformed arguments)."""
+
+    mode: FatalMode = FatalMode.OFF
+    k: int = DEFAULT_K
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str = "vsearch.fatal") -> FatalSettings:
+        data = _plain(data)
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise SettingsError(f"{where}: expected a mapping, got {data!r}")
+        unknown = sorted(set(data) - {"mode", "k"})
+        if unknown:
+            raise SettingsError(f"{where}: unknown key(s) {unknown}; allowed: ['mode', 'k']")
+        mode, k = data.get("mode", FatalMode.OFF.value), data.get("k", DEFAULT_K)
+        if mode not in [m.value for m in FatalMode]:
+            raise SettingsError(f"{where}.mode must be one of {[m.value for m in FatalMode]}, got {mode!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise SettingsError(f"{where}.k: expected a whole number of consecutive tool errors >= 1, got {k!r}")
+        return cls(FatalMode(mode), k)
+
+    def describe(self) -> str:
+        if self.mode is FatalMode.OFF:
+            return "off (vanilla GRPO: episodes run to their end, every generated token trained)"
+        return (
+            f"{self.mode.value}, K={self.k}: a vSearcher episode stops after K consecutive tool errors; "
+            + {
+                FatalMode.HARD_MASK: "its every token masked (the hard-masking baseline)",
+                FatalMode.FATAL_MASK: "tokens from its fatal step on masked",
+                FatalMode.FATAL_MASK_CLAMP: "tokens from its fatal step on masked, advantage max(A, 0)",
+            }[self.mode]
+        )
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """The effective settings of one run (see the module doc for who reads which)."""
 
@@ -310,6 +351,7 @@ class RunSettings:
     max_api_failure_ratio: float  # a training step whose in-loop episodes fail (API) more often aborts
     protocol: Protocol = PROTOCOLS["original"]  # vsearch.variant: the rest of the training protocol
     attention: str = ""  # the model's attention path and what a micro-batch costs on it (start-up table)
+    fatal: FatalSettings = FatalSettings()  # vsearch.fatal: fatal-aware GRPO (off: the InSight-o3 protocol)
 
     @property
     def variant(self) -> str:
@@ -417,6 +459,7 @@ class RunSettings:
             ppo_epochs,
             float(ratio),
             proto,
+            fatal=FatalSettings.from_mapping(vs.get("fatal")),
         )
         s._check(config)
         return replace(s, attention=s.attention_path(config))
@@ -562,6 +605,7 @@ class RunSettings:
             "judge.model": self.judge_model,
             "judge.api": f"concurrency {js.max_concurrency}, retries {js.max_retries}, timeout {js.timeout_s}s",
             "abort.max_api_failure_ratio": self.max_api_failure_ratio,
+            "fatal": self.fatal.describe(),
             "protocol": ", ".join(f"{k}={v}" for k, v in asdict(self.protocol).items() if k != "variant"),
             "reward": ", ".join(f"{k}={v}" for k, v in asdict(self.reward).items()),
             "actor.update": f"one optimizer step per training step over the whole batch (ppo_epochs={self.ppo_epochs}; "

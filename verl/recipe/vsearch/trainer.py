@@ -56,6 +56,7 @@ from verl import DataProto
 
 from . import hybrid_advantage  # also registers vsearch_hybrid_grpo in this process
 from .episodes import EpisodeFailures, episode_failures, episode_metrics, finalize_batch, withhold_pseudo_iou
+from .fatal_grpo import apply_fatal
 from .on_policy import EQ2_META_KEY, old_log_prob_needed
 from .rollout_fields import (
     EPISODE_ID_KEY,
@@ -186,6 +187,10 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
                     norm_adv_by_std_in_grpo=cfg.algorithm.get("norm_adv_by_std_in_grpo", True),
                     config=cfg.algorithm,
                 )
+
+            # fatal-aware GRPO (vsearch.fatal; off: nothing): clamp and mask the fatal rows after the advantages,
+            # whose statistics every row entered (recipe.vsearch.fatal_grpo)
+            metrics.update(apply_fatal(batch, settings.fatal.mode))
 
         if cfg.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw, color="red"):
