@@ -59,7 +59,9 @@ def heaviest(importtime: str, top: int) -> tuple[int, list[tuple[str, int]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     ap.add_argument("commands", nargs="*", help="command modules (default: all)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--top", type=int, default=4)

@@ -2,7 +2,8 @@
 
 Caps on what a run accepts (:mod:`.caps`), exit codes (:mod:`.exit_codes`), image-path confinement
 (:mod:`.paths`), secrets and their redaction (:mod:`.redaction`), what a server sent made storable
-(:mod:`.untrusted`), and the one alias for an open JSON object (:mod:`.json_types`).
+(:mod:`.untrusted`), linear-time scanners for text a model or a server wrote (:mod:`.text_scan`), the worker
+processes the library starts (:mod:`.workers`), and the one alias for an open JSON object (:mod:`.json_types`).
 """
 
 __all__ = [
@@ -11,5 +12,7 @@ __all__ = [
     "json_types",
     "paths",
     "redaction",
+    "text_scan",
     "untrusted",
+    "workers",
 ]

@@ -1,7 +1,9 @@
 """Boxes and images: geometry on boxes and Qwen's resize rule (:mod:`.geometry`), decoding, resizing and
-encoding each image once (:mod:`.images`)."""
+encoding each image once (:mod:`.images`), and the prepared images kept on disk for later runs
+(:mod:`.prepared_cache`)."""
 
 __all__ = [
     "geometry",
     "images",
+    "prepared_cache",
 ]

@@ -73,6 +73,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "judge_api_key": S,
     "vsearcher_api_key": S,
     "summary_api_key": S,
+    "scorer_api_key": S,  # build_reasoning_data score
     # --- models and endpoints (the URL is where a model is served, not what it is)
     "model": R,
     "judge_model": R,
@@ -216,6 +217,7 @@ SETTING_KINDS: dict[str, Kind] = {
     "image_cache_mb": O,
     "image_cache": O,  # the same bytes either way (keyed by everything they depend on)
     "num_workers": O,
+    "workers": O,  # download_benchmarks: files fetched at once
     "no_progress": O,
     "progress": O,
     "skip_image_check": O,
@@ -230,7 +232,13 @@ SETTING_KINDS: dict[str, Kind] = {
     "eval_name": O,
     "eval_dir": O,
     "benchmark": O,
-    "data_root": O,  # where --benchmark looks (the annotation file's content is what counts)
+    "data_root": O,
+    # download_benchmarks: which benchmarks (extent), which revision of their files (result), where from (paths)
+    "benchmarks": E,
+    "revision": R,
+    "check_only": O,
+    "extract": O,
+    "source_dir": O,  # where --benchmark looks (the annotation file's content is what counts)
     "ann_file": O,
     "img_dir": O,
     "image_dir": O,

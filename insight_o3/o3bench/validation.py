@@ -133,6 +133,28 @@ def _text(raw: dict, name: str) -> str | None:
     return v.strip() if isinstance(v, str) and v.strip() else None
 
 
+def _label_options(lines: list[str], rules: ValidationRules) -> ValidationVerdict | None:
+    """Rewrite each option line to its canonical ``"X. text"`` in place; the verdict of the first line that is
+    not labelled with its own letter in an accepted form, else None."""
+    for k, line in enumerate(lines):
+        label = rules.option_label(line)
+        if isinstance(label, tuple) and label[0] == LETTERS[k]:
+            lines[k] = f"{label[0]}. {label[1]}"
+            continue
+        if label and not isinstance(label, tuple):
+            accepted = ", ".join(f"'{f}'" for f in rules.option_label_forms)
+            return ValidationVerdict(
+                None,
+                "six_options",
+                f"option line {k + 1} is labelled in the form '{label}' ({line[:20]!r}); accepted: {accepted} "
+                f"(option_label_forms in the validation config)",
+            )
+        return ValidationVerdict(
+            None, "six_options", f"option line {k + 1} is not labelled '{LETTERS[k]}. ': {line[:60]!r}"
+        )
+    return None
+
+
 def check_item(
     raw: object,
     source: SourceImage,
@@ -160,22 +182,9 @@ def check_item(
     lines = option_lines(raw["options"])
     if len(lines) != 6:
         return ValidationVerdict(None, "six_options", f"{len(lines)} options, not six (A-F, one per line)")
-    for k, line in enumerate(lines):
-        label = rules.option_label(line)
-        if isinstance(label, tuple) and label[0] == LETTERS[k]:
-            lines[k] = f"{label[0]}. {label[1]}"
-            continue
-        if label and not isinstance(label, tuple):
-            accepted = ", ".join(f"'{f}'" for f in rules.option_label_forms)
-            return ValidationVerdict(
-                None,
-                "six_options",
-                f"option line {k + 1} is labelled in the form '{label}' ({line[:20]!r}); accepted: {accepted} "
-                f"(option_label_forms in the validation config)",
-            )
-        return ValidationVerdict(
-            None, "six_options", f"option line {k + 1} is not labelled '{LETTERS[k]}. ': {line[:60]!r}"
-        )
+    bad_label = _label_options(lines, rules)
+    if bad_label is not None:
+        return bad_label
     if lines[5] != NO_RIGHT_CHOICE:
         return ValidationVerdict(
             None, "f_last", f"the last option must be exactly {NO_RIGHT_CHOICE!r}, got {lines[5][:60]!r}"

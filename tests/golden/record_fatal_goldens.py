@@ -111,7 +111,7 @@ def mask_cases(ns: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--repo", required=True, help="git dir of shawn0728/OpenSearch-VL")
     ap.add_argument("--commit", default=COMMIT)
     ap.add_argument("--out", type=Path, default=OUT)

@@ -124,7 +124,7 @@ def test_a_missing_ann_file_is_named_as_such_not_as_a_benchmark(tmp_path, capsys
 )
 def test_a_benchmark_name_is_found_whatever_its_case_and_dashes(written, name):
     assert canonical_name(written) == name
-    assert evaluate.parse_args(["--benchmark", written, "--model", "m"]).eval_name == f"m/{name}"
+    assert evaluate.parse_args(["--benchmark", written, "--model", "m"]).run.eval_name == f"m/{name}"
 
 
 def test_an_unknown_benchmark_lists_the_choices(capsys):

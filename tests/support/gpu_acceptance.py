@@ -221,18 +221,18 @@ def _write(checks: list[Check], out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    pf = sub.add_parser("preflight")
+    pf = sub.add_parser("preflight", allow_abbrev=False)
     pf.add_argument("out", type=Path)
-    mt = sub.add_parser("metrics")
+    mt = sub.add_parser("metrics", allow_abbrev=False)
     mt.add_argument("run_dir", type=Path)
     mt.add_argument("out", type=Path)
     mt.add_argument("--cpu", action="store_true", help="a CPU run: memory is not required to be non-zero")
-    pl = sub.add_parser("pytest-lines")
+    pl = sub.add_parser("pytest-lines", allow_abbrev=False)
     pl.add_argument("log", type=Path)
     pl.add_argument("out", type=Path)
-    sm = sub.add_parser("summary")
+    sm = sub.add_parser("summary", allow_abbrev=False)
     sm.add_argument("out", type=Path)
     sm.add_argument("files", type=Path, nargs="+")
     sm.add_argument("--wall_s", type=int)

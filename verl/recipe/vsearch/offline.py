@@ -152,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     fv.add_argument("directory", type=Path)
     ck = sub.add_parser("check", allow_abbrev=False, help="would verl's vLLM server module import here?")
     ck.add_argument("--rollout", default="vllm")
-    en = sub.add_parser("ensure", help="install the start-up hook if the vocab cannot load here (none staged)")
+    en = sub.add_parser(
+        "ensure", allow_abbrev=False, help="install the start-up hook if the vocab cannot load here (none staged)"
+    )
     en.add_argument("--rollout", default="vllm")
     args = ap.parse_args(argv)
     if args.cmd == "install-harmony-hook":
