@@ -29,11 +29,18 @@ from tests.support.recipe_cpu_run import SECRET, run_all  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.timeout(2400)]
 
 
+#: the resumed step of the ``paper`` run trains with fatal-aware GRPO on (K = 1: the tiny policy's isolated tool errors
+#: then stop episodes), so that the switch runs end to end without another run of the driver
+FATAL_RUN2 = ["vsearch.fatal.mode=fatal_mask_clamp", "vsearch.fatal.k=1"]
+
+
 @pytest.fixture(scope="module", params=["original", "paper"])
 def vllm_run(request, tmp_path_factory, train_venv_python):
-    """Both runs under each ``vsearch.variant`` (the fork's protocol, the default, and the paper's)."""
+    """Both runs under each ``vsearch.variant`` (the fork's protocol, the default, and the paper's); the paper run's
+    step 3 with fatal-aware GRPO (:data:`FATAL_RUN2`)."""
     work = tmp_path_factory.mktemp(f"driver_vllm_{request.param}")
-    summary = run_all(work, python=str(train_venv_python), variant=request.param)
+    fatal = FATAL_RUN2 if request.param == "paper" else []
+    summary = run_all(work, python=str(train_venv_python), variant=request.param, run2_overrides=fatal)
     for name in ("run1", "run2"):
         run = summary[name]
         assert run is not None and run["rc"] == 0, f"{name} failed:\n{(run or summary['run1'])['log'][-6000:]}"
@@ -221,3 +228,35 @@ def test_the_run_trained_under_its_variant(vllm_run):
         assert re.search(rf"^\s*variant\s+{variant}\s*$", log, re.M), name
         assert f"loss_agg_mode={PROTOCOLS[variant].loss_agg_mode}" in log
         assert f"variant={variant}" in log  # the reward's settings line
+
+
+def test_fatal_aware_grpo_trains_a_step_with_the_switch_on(vllm_run):
+    """``vsearch.fatal.mode=fatal_mask_clamp`` (K = 1) on the resumed step of the ``paper`` run: the driver validated
+    and printed it, the step logged the fatal metrics and trained with a finite gradient norm; run 1 (off) logged
+    none (the switch changes nothing when off)."""
+    if vllm_run["variant"] != "paper":
+        pytest.skip("the switch is on in the paper run's resumed step")
+    assert "fatal_mask_clamp, K=1" in vllm_run["run2"]["log"]
+    m = vllm_run["run2"]["steps"][3]
+    for key in (
+        "vsearch/fatal_rows",
+        "vsearch/fatal_ratio",
+        "vsearch/fatal_masked_tokens",
+        "vsearch/fatal_clamped_rows",
+    ):
+        assert isinstance(m[key], (int, float)) and m[key] >= 0, key
+    assert 0 <= m["vsearch/fatal_ratio"] <= 1 and math.isfinite(m["actor/grad_norm"])
+    assert not any(k.startswith("vsearch/fatal_") for s in vllm_run["run1"]["steps"].values() for k in s)
+    print(
+        f"\n[driver-vllm] fatal step 3: {m['vsearch/fatal_rows']:.0f} fatal rows, "
+        f"{m['vsearch/fatal_masked_tokens']:.0f} masked tokens, grad norm {m['actor/grad_norm']:.4g}"
+    )
+
+
+def test_the_gpu_acceptance_kits_metric_checks_pass_on_the_cpu_runs(vllm_run):
+    """``scripts/gpu_acceptance.sh`` judges the smoke runs with ``metric_checks``; the same checks on these CPU runs
+    (memory may be 0 here) pass: they can fail (``tests/recipe/test_gpu_acceptance.py``) and they read what verl logs."""
+    from tests.support.gpu_acceptance import metric_checks
+
+    checks = metric_checks(Path(vllm_run["work"]), gpu=False)
+    assert checks and all(c.status == "PASS" for c in checks), [c.line() for c in checks]

@@ -519,9 +519,11 @@ def run_all(
     variant: str = "original",
     ranks: int = 1,
     attn: str = "flash_attention_2",
+    run2_overrides: list[str] | tuple[str, ...] = (),
 ) -> dict:
-    """Both runs (2 steps + checkpoint; resume -> step 3 + validation) under ``vsearch.variant=variant``. Returns
-    the summary."""
+    """Both runs (2 steps + checkpoint; resume -> step 3 + validation) under ``vsearch.variant=variant``;
+    ``run2_overrides`` are added to the resumed run only (the driver test trains step 3 of one variant with fatal-aware
+    GRPO on). Returns the summary."""
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     inputs = build_inputs(work)
@@ -554,6 +556,7 @@ def run_all(
                     "trainer.save_freq=3",
                     "trainer.test_freq=3",
                     f"vsearch.variant={variant}",
+                    *run2_overrides,
                 ],
                 python=python,
                 device=device,
