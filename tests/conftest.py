@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.openai_server import ScriptedOpenAIServer
-from tests.support.stacks import REPO, SHARED, require, require_module
+from tests.support.stacks import REPO, SHARED, require, require_module, require_recipe
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +78,32 @@ def tiny_qwen_dir(tmp_path_factory) -> Path:
     from tests.support.tiny_qwen import build_tiny_qwen
 
     return build_tiny_qwen(tmp_path_factory.mktemp("tiny_qwen") / "tiny-qwen2.5-vl")
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_qwen_dir):
+    """(tokenizer, image processor) of the tiny Qwen2.5-VL; the processor is Qwen2.5-VL's without its video half:
+    transformers' video processor needs torchvision, which the CPU environment must not have (verl's hf_processor
+    returns None here); on GPU verl loads the full one."""
+    require_recipe()
+    from verl.utils import hf_tokenizer
+
+    from recipe.vsearch.cpu.processor import image_only_processor
+
+    tok = hf_tokenizer(str(tiny_qwen_dir))
+    return tok, image_only_processor(str(tiny_qwen_dir), tok)
+
+
+@pytest.fixture
+def noisy_image(tmp_path):
+    """An odd-sized image whose every pixel differs (a resampling or normalisation slip changes the bytes)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "noisy.png"
+    Image.fromarray(rng.integers(0, 256, (771, 1013, 3), dtype=np.uint8)).save(path)
+    return str(path)
 
 
 @pytest.fixture(scope="session")

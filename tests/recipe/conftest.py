@@ -1,5 +1,6 @@
-"""Fixtures of the recipe's tests: the tiny Qwen2.5-VL's tokenizer and image processor, a test image, and a
-one-process gloo group for verl's actor, an odd-sized noisy image. They import verl only when used (a light install skips the modules)."""
+"""Fixtures of the recipe's tests: a test image and a one-process gloo group for verl's actor. They import verl only
+when used (a light install skips the modules). The tiny policy and the noisy image, shared with tests/gpu, are in
+the root conftest."""
 
 from __future__ import annotations
 
@@ -9,20 +10,6 @@ import pytest
 from PIL import Image
 
 from tests.support.stacks import require_recipe
-
-
-@pytest.fixture(scope="module")
-def policy(tiny_qwen_dir):
-    """(tokenizer, image processor) of the tiny Qwen2.5-VL; the processor is Qwen2.5-VL's without its video half:
-    transformers' video processor needs torchvision, which the CPU environment must not have (verl's hf_processor
-    returns None here); on GPU verl loads the full one."""
-    require_recipe()
-    from verl.utils import hf_tokenizer
-
-    from recipe.vsearch.cpu.processor import image_only_processor
-
-    tok = hf_tokenizer(str(tiny_qwen_dir))
-    return tok, image_only_processor(str(tiny_qwen_dir), tok)
 
 
 @pytest.fixture
@@ -52,14 +39,3 @@ def gloo():
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
-
-
-@pytest.fixture
-def noisy_image(tmp_path):
-    """An odd-sized image whose every pixel differs (a resampling or normalisation slip changes the bytes)."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    path = tmp_path / "noisy.png"
-    Image.fromarray(rng.integers(0, 256, (771, 1013, 3), dtype=np.uint8)).save(path)
-    return str(path)
