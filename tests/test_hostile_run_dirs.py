@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_atomic_write_never_writes_through_a_planted_temporary_link(tmp_path):
     target = tmp_path / "target"
     target.write_text("keep me")
     out = tmp_path / "card.json"
-    (tmp_path / f".card.json.{os.getpid()}.tmp").symlink_to(target)
+    (tmp_path / f".card.json.{os.getpid()}.{threading.get_ident()}.tmp").symlink_to(target)  # the writer's own name
     with pytest.raises(LinkedOutput):
         write_json_atomic(out, {"a": 1})
     assert target.read_text() == "keep me" and not out.exists()

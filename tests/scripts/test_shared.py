@@ -131,8 +131,9 @@ def test_shared_concepts_have_one_flag_name():
     for name, p in api_commands().items():
         opts = {s for a in p._actions for s in a.option_strings}
         assert {"--output_dir", "--concurrency", "--max_retries", "--client_timeout"} <= opts, name
-        # check_reliability: its checkers' endpoints are in --checker MODEL,URL,KEY_ENV; rejudge: a judge only
-        if name not in ("check_reliability", "rejudge"):
+        # check_reliability: its checkers' endpoints are in --checker MODEL,URL,KEY_ENV; rejudge and
+        # build_reasoning_data check and score (the two tiers): a judge or a scorer only
+        if name not in ("check_reliability", "rejudge", "build_reasoning_data check", "build_reasoning_data score"):
             assert {"--api_base_url", "--api_key", "--max_failure_ratio"} <= opts, name
         assert "--no_progress" in opts, name
 
