@@ -147,7 +147,7 @@ def test_vllm_helper_reports_early_exit(fake_vllm, tmp_path):
         (
             "pixel_reasoner",
             "serve TIGER-Lab/PixelReasoner-RL-v1 --host 127.0.0.1 --port {port} --max-model-len 20480 "
-            '--tensor-parallel-size 1 --limit-mm-per-prompt {{"image":25}} '
+            '--tensor-parallel-size 1 --limit-mm-per-prompt {{"image":25}} --generation-config auto '
             '--mm-processor-kwargs {{"min_pixels":401408,"max_pixels":4014080}} --dtype bfloat16',
         ),
     ],
