@@ -9,6 +9,7 @@ Prints a JSON summary (path, parameter count, tokenizer size, special token ids)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -32,14 +33,17 @@ def main(argv: list[str] | None = None) -> int:
         help="image processor max_pixels written to preprocessor_config.json",
     )
     args = ap.parse_args(argv)
-    path = build_tiny_qwen(args.out_dir, seed=args.seed, max_pixels=args.max_pixels)
+    # stdout carries only the JSON summary: libraries that log to stdout when imported (DeepSpeed's accelerator
+    # notice, pulled in by transformers where the `dpo` extra is installed) are sent to stderr instead
+    with contextlib.redirect_stdout(sys.stderr):
+        path = build_tiny_qwen(args.out_dir, seed=args.seed, max_pixels=args.max_pixels)
 
-    from safetensors import safe_open
-    from transformers import AutoTokenizer
+        from safetensors import safe_open
+        from transformers import AutoTokenizer
 
-    with safe_open(str(path / "model.safetensors"), "pt") as f:
-        params = sum(_prod(f.get_slice(k).get_shape()) for k in f.keys())
-    tok = AutoTokenizer.from_pretrained(path)
+        with safe_open(str(path / "model.safetensors"), "pt") as f:
+            params = sum(_prod(f.get_slice(k).get_shape()) for k in f.keys())
+        tok = AutoTokenizer.from_pretrained(path)
     print(
         json.dumps(
             {
