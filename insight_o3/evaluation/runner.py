@@ -233,6 +233,11 @@ class EvalJob(ResumableJob[Sample, dict]):
                 return False
         return True
 
+    def settle_settings(self) -> bool:
+        """A trial another run wrote is refused first (:meth:`RunDir.check_trials`), before anything is written."""
+        self.run_dir.check_format().check_trials()
+        return super().settle_settings()
+
     def prepare(self) -> None:
         self.run_dir.check_format()
         if self.args_record is not None:
@@ -240,6 +245,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         self.open_trials = [k for k in range(self.cfg.num_trials) if not self._is_done(k)]
         for k in self.open_trials:
             self.run_dir.reopen_trial(k)
+        self.run_dir.stamp_trials(sorted({*self.open_trials, *self.run_dir.trials()}))
 
     def log_files(self) -> dict[Hashable, str]:
         # absolute: ResumableJob joins relative names to the run directory, and records_path already holds it
