@@ -165,3 +165,29 @@ def test_a_run_written_before_stamps_resumes_and_is_stamped(tmp_path, servers):
     for k in (0, 1, 2):
         stamp = json.loads((run / f"trial_{k}" / "run_stamp.json").read_text())
         assert stamp["fixed_settings"] == card["fixed_settings"]
+
+
+def test_a_replaced_image_is_refused_on_resume(tmp_path, servers, capsys):
+    """Main judged the run's next trial on the replaced image (an 800x600 image swapped for a 50x50 one) beside the
+    trial answered on the original."""
+    import hashlib
+    import json
+
+    from PIL import Image
+
+    srv, _ = servers
+    assert _run(tmp_path, *servers) in (0, 1)
+    run, image = tmp_path / "out" / eb.EVAL, tmp_path / "bench" / "test" / "images" / "img0.png"
+    original = hashlib.sha256(image.read_bytes()).hexdigest()
+    before, asked = (run / "trial_0" / "eval_records.jsonl").read_bytes(), srv.count
+    Image.new("RGB", (50, 50), (1, 2, 3)).save(image)  # make_bench below writes it again: keep this one
+    capsys.readouterr()
+    ann = tmp_path / "bench" / "test" / "metadata.jsonl"
+    argv = eb.evaluate_argv(ann, ann.parent, tmp_path / "out", srv.base_url, servers[1].base_url, "--num_trials", "2")
+    assert evaluate.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "trial_0/eval_records.jsonl: sample_key" in err and "img0.png" in err and "the image was replaced" in err
+    assert srv.count == asked and (run / "trial_0" / "eval_records.jsonl").read_bytes() == before
+    records = [json.loads(line) for line in before.decode().splitlines()]
+    of_image = [r for r in records if r["file_name"] == "images/img0.png"]
+    assert of_image and {r["image_sha256"] for r in of_image} == {original}

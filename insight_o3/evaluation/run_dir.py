@@ -79,6 +79,11 @@ class ForeignTrial(RunDirError):
     directory whose run stamps its trials); the message names the trial and what differs."""
 
 
+class ImageChanged(RunDirError):
+    """A record made on an image whose file has changed since (its ``image_sha256``); the message names the records
+    file, the sample and both sha256 values."""
+
+
 class StaleSummary(RunDirError):
     """``summary_metrics.json`` covers another number of trials than the directory holds (a run extended or
     stopped since it was written): not the run's numbers until a run with all its trials rewrites it."""
