@@ -428,7 +428,7 @@ def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
     """Other episodes of the worker keep running while one episode's images are processed: a heartbeat on
     the same event loop never waits for a (blocking) processor call."""
     tok, proc = policy
-    delay = 0.4
+    delay = 1.0  # a blocked loop misses a whole delay; half of one leaves room for a loaded machine's scheduling
     server = ScriptedServerManager(tok, searcher_script)
     row = {
         "raw_prompt": [
