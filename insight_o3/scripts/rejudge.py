@@ -47,7 +47,7 @@ from ..endpoints.client import DEFAULT_MAX_RETRIES, make_client
 from ..endpoints.endpoint import ENV_KEYS, Endpoint, KeyHostError, borrowed_key, describe, resolve_key, sourced
 from ..endpoints.guard import RunGuard
 from ..endpoints.rate_limit import AdaptiveLimiter
-from ..endpoints.usage import CostModel, PriceError
+from ..endpoints.usage import ROLE_KEYS, CostModel, PriceError
 from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
 from ..evaluation.run_card import card_invocation, fixed_settings
 from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
@@ -56,7 +56,7 @@ from ..evaluation.schema import EvalRecord
 from ..jobs.integrity import SettingsChanged
 from ..protocol.attempt import Attempt, TrialSolver
 from ..protocol.sample import Sample, row_fields
-from ..protocol.statuses import JudgeFlow
+from ..protocol.statuses import FailStage, JudgeFlow, VerdictStatus
 from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 from ._shared import (
@@ -133,7 +133,7 @@ class StoredAttempts(TrialSolver):
         out = []
         for k in trials:
             er = self.records[k][sample.key]["eval_result"]
-            if er.get("status") == "failed" and er.get("fail_stage") != "judge":
+            if er.get("status") == VerdictStatus.FAILED and er.get("fail_stage") != FailStage.JUDGE:
                 out.append(Attempt(None, None, error=f"stored attempt failed: {er.get('fail_reason')}"))
             else:
                 out.append(
@@ -150,7 +150,8 @@ class StoredAttempts(TrialSolver):
     def usage_shares(self, sample: Sample, trials: list[int]) -> list[JSONObject] | None:
         """The stored model/vSearcher usage of each trial (the judge's is measured anew)."""
         return [
-            {r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != "judge"} for k in trials
+            {r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != ROLE_KEYS["judge"]}
+            for k in trials
         ]
 
 
