@@ -21,7 +21,7 @@ def _strings(node: ast.AST) -> list[str]:
 
 
 def test_no_command_line_below_the_commands():
-    """Nothing below the commands takes an ``argparse.Namespace``: each run has a typed config (the issue's
+    """Nothing below the commands takes an ``argparse.Namespace``: each run has a typed config (none in
     ``grep -rn Namespace insight_o3``)."""
     users = [
         f"{p.relative_to(PACKAGE)}:{n}"
@@ -259,3 +259,28 @@ def test_the_judges_statuses_and_the_unit_kinds_are_vocabulary_members():
     assert (on_disk["status"], on_disk["fail_stage"]) == ("failed", "judge")
     assert STATUSES == ("correct", "wrong", "incomplete", "invalid", "failed") and FAIL_STAGES == ("solver", "judge")
     assert Verdict(VerdictStatus.CORRECT).is_correct and not Verdict(VerdictStatus.WRONG).is_correct
+
+
+#: A citation of the tracker's history in a comment or a docstring (an issue number, "the issue's case", a finding).
+HISTORY = re.compile(r"\bissues?\s+#?\d+|\bthe issue\b|\bfindings?\s+\d+", re.IGNORECASE)
+
+
+def test_comments_say_what_and_why_not_which_issue():
+    """The library, the recipe, the tests and docs/architecture.md cite no issue, review finding or round of work:
+    a comment or docstring says what the code or the test proves, then why; history is in git."""
+    tests = PACKAGE.parent / "tests"
+    files = [
+        *PACKAGE.rglob("*.py"),
+        *RECIPE.rglob("*.py"),
+        *tests.rglob("*.py"),
+        PACKAGE.parent / "docs" / "architecture.md",
+    ]
+    cited = [
+        f"{p.relative_to(PACKAGE.parent)}:{n}: {line.strip()[:80]}"
+        for p in sorted(files)
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if HISTORY.search(line) and p != Path(__file__)
+    ]
+    assert cited == []
+    assert HISTORY.search("Hostile replies, round 2 (issue 34)") and HISTORY.search("Issue 21 finding 7: a pool")
+    assert not HISTORY.search("EngineCore encountered an issue. See stack trace")

@@ -1,4 +1,4 @@
-"""A 16-bit grayscale PNG and an EXIF-rotated JPEG are sent as the released harness sends them (issue 22, finding 9):
+"""A 16-bit grayscale PNG and an EXIF-rotated JPEG are sent as the released harness sends them:
 the 16-bit values clipped to 255 by Pillow's ``convert("RGB")`` (a ramp 0..65535 turns white after its first
 0.4 %), the JPEG in its stored orientation (EXIF Orientation ignored). ``tests/golden/image_modes.json`` was
 recorded by running the released ``prepare_image`` (tests/support/image_modes.py); docs/fidelity.md row 19a."""

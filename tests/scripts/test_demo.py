@@ -161,8 +161,8 @@ def test_bad_arguments_exit_2(capsys):
 
 # ----------------------------------------------------------------------------- the report on the demo's runs
 def test_single_model_report_shows_no_vsearcher_settings_calls_or_zero_requests(demo_run):
-    """Issue 21 finding 9: a single-model report showed the vSearcher flags' defaults, "0 call(s)" on every
-    sample, and "model requests 0" on trial 1 (the n=2 request's count sits on trial 0)."""
+    """A single-model report shows none of the vSearcher flags' defaults, no "0 call(s)" on each sample, and no
+    "model requests 0" on trial 1 (the n=2 request's count sits on trial 0)."""
     from insight_o3.viz.report import build_report
 
     out, _ = demo_run
@@ -195,7 +195,7 @@ def test_legend_below_never_covers_a_bar():
     assert legend.y1 <= ax.get_window_extent(renderer).y0  # under the axes
 
 
-# ----------------------------------------------------------------------------- --serve (issue 33 item 9)
+# -------------------------------------------------------------------------------------------------- --serve
 def _read_until(proc: subprocess.Popen, marker: str, timeout: float, lines: queue.Queue[str]) -> str:
     """The subprocess's stdout up to and including the line that starts with ``marker`` (fails after ``timeout``).
     Lines come from a thread (``select`` on a buffered text pipe misses lines already in the buffer) into ``lines``;
