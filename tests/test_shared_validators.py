@@ -8,11 +8,11 @@ import pytest
 from PIL import Image
 
 from insight_o3.data.source_pool import PoolError, load_pool
+from insight_o3.evaluation import vsearch_eval
 from insight_o3.imaging.geometry import check_box
 from insight_o3.imaging.images import ImageError, ImageStore, image_size
 from insight_o3.protocol.questions import question_text
 from insight_o3.protocol.sample import AnnotationError, Sample
-from insight_o3.scripts import evaluate_vsearch
 
 
 def test_check_box_is_the_one_annotation_box_validator(tmp_path):
@@ -40,9 +40,9 @@ def test_check_box_is_the_one_annotation_box_validator(tmp_path):
     Image.new("RGB", (8, 8)).save(tmp_path / "one.png")
     ann = tmp_path / "ann.jsonl"
     ann.write_text('{"image": "one.png", "description": "x", "bbox": [4, 0, 2, 2]}\n')
-    assert evaluate_vsearch.AnnotationError is AnnotationError
+    assert vsearch_eval.AnnotationError is AnnotationError
     with pytest.raises(AnnotationError, match=r"ann.jsonl:1: field 'bbox' \[4, 0, 2, 2\] is inverted"):
-        evaluate_vsearch.load_regions(str(ann), str(tmp_path))
+        vsearch_eval.load_regions(str(ann), str(tmp_path))
 
 
 def test_image_size_reads_headers_with_one_error_style(tmp_path):

@@ -37,6 +37,18 @@ def judge_name(run: RunRecords) -> str:
     return run.name
 
 
+def judge_labels(runs: list[RunRecords]) -> list[str]:
+    """One distinct label per run: its :func:`judge_name`; where two share it (a re-judging with the source's own
+    judge, as a reproducibility check), ``[<run name>]`` is added, then ``[<run directory>]`` where the names repeat
+    too (a re-judged run's card keeps its source's ``eval_name``), then ``#<position>`` (the same run given twice).
+    Every verdict and accuracy is keyed by its label, so two equal labels would merge two judges into one."""
+    labels = [judge_name(r) for r in runs]
+    for qualify in (lambda r, i: f"[{r.name}]", lambda r, i: f"[{r.path}]", lambda r, i: f"#{i + 1}"):
+        repeated = {x for x in labels if labels.count(x) > 1}
+        labels = [f"{x} {qualify(r, i)}" if x in repeated else x for i, (x, r) in enumerate(zip(labels, runs))]
+    return labels
+
+
 @dataclass
 class Disagreement:
     key: str
@@ -100,8 +112,7 @@ def judge_agreement(runs: list[RunRecords], cluster: Cluster = Cluster.IMAGE) ->
     resample ``cluster`` clusters (the first run's images by default)."""
     if len(runs) < 2:
         raise PairingError("judge agreement needs two or more judged runs")
-    names = [judge_name(r) for r in runs]
-    names = [n if names.count(n) == 1 else f"{n} [{r.name}]" for n, r in zip(names, runs)]
+    names = judge_labels(runs)
     items = [_by_item(r) for r in runs]
     keys = list(items[0])
     for name, it in zip(names[1:], items[1:]):

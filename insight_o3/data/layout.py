@@ -35,8 +35,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..base.untrusted import loads
 from ..imaging.geometry import Box, box_area
 
@@ -185,6 +183,8 @@ def merge_effort(a: Box, b: Box) -> float:
 
 def greedy_merge(boxes: list[LayoutBox], image_area: float, rules: LayoutRules) -> list[LayoutBox]:
     """Step 3: least-effort-first merging of mergeable boxes (charts/tables untouched)."""
+    import numpy as np  # here, so that the rules (build_region_localization's flags) load without numpy
+
     fixed = [b for b in boxes if b.label in NEVER_MERGE]
     cur = [LayoutBox(b.label, b.box, b.score, [b.label]) for b in boxes if b.label not in NEVER_MERGE]
     # remember member areas per label so a merged box takes its largest member's label

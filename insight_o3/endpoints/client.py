@@ -38,6 +38,9 @@ from openai import AsyncOpenAI
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, MAX_REPLY_BYTES, reply_body_cap
 from ..base.redaction import redact, register_secret, register_url
 from ..base.untrusted import MalformedReply, ReplyCheck, check_reply
+from .defaults import DEFAULT_MAX_RETRIES as DEFAULT_MAX_RETRIES
+from .defaults import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+from .defaults import quiet_http_logs as quiet_http_logs
 from .endpoint import Endpoint
 from .usage import record_response
 
@@ -47,20 +50,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_RETRIES = 5
-DEFAULT_TIMEOUT = 600.0
 #: Responses that no retry or later request can fix: the run stops at the first one.
 FATAL_STATUSES = {
     401: "unauthorized: wrong or missing API key",
     403: "forbidden: the key may not use this model or endpoint",
     404: "not found: wrong model name or base URL",
 }
-
-
-def quiet_http_logs() -> None:
-    """No INFO line per HTTP request from the SDK's HTTP package (``httpx`` or ``httpx2``)."""
-    for name in ("httpx", "httpx2"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _limits(max_connections: int) -> Any:

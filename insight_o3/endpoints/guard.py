@@ -31,10 +31,8 @@ from ..base.exit_codes import ExitCode
 from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..base.untrusted import ReplyCheck
-
-DEFAULT_MAX_FAILURE_RATIO = 0.5
-#: The failure ratio is only judged once this many requests of the run have finished.
-DEFAULT_MIN_REQUESTS = 20
+from .defaults import DEFAULT_MAX_FAILURE_RATIO as DEFAULT_MAX_FAILURE_RATIO
+from .defaults import DEFAULT_MIN_REQUESTS as DEFAULT_MIN_REQUESTS
 
 #: Exit codes of the stops (aliases; the one table is :class:`insight_o3.base.exit_codes.ExitCode`).
 EXIT_BAD_INPUT = ExitCode.BAD_INPUT

@@ -54,6 +54,8 @@ from ..base.json_types import JSONObject
 from ..base.workers import exit_with, worker_context
 from . import geometry
 from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
+from .limits import DEFAULT_MAX_DECODE_PIXELS as DEFAULT_MAX_DECODE_PIXELS
+from .limits import DEFAULT_MAX_DECODE_VALUES as DEFAULT_MAX_DECODE_VALUES
 from .prepared_cache import (
     STAT_KEYS,
     ImageCacheSettings,
@@ -63,14 +65,6 @@ from .prepared_cache import (
     signature,
     source_digest,
 )
-
-#: Largest image (in pixels) we agree to decode; bigger files are treated as decompression bombs.
-DEFAULT_MAX_DECODE_PIXELS = 16384 * 16384
-#: Most values (pixels x channels, see :func:`decode_values`) one image may take to decode (``--max_decode_values``):
-#: about 0.8 GB of memory at most. A 16384x16384 RGBA PNG (1.9e9 values) is refused from its header instead of
-#: peaking at 2 GB; an RGB image up to 14142x14142 (O3-Bench's average is 4602x3967), RGBA up to 9258x9258 pass.
-DEFAULT_MAX_DECODE_VALUES = 600_000_000
-
 
 #: The longest side a JPEG can have (its header stores sides in 16 bits).
 JPEG_MAX_SIDE = 65_535

@@ -24,27 +24,25 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, NoReturn, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..base.exit_codes import ExitCode
 from ..base.paths import ALLOW_OUTSIDE_FLAG, BadOutputName, check_output_name
 from ..base.redaction import RedactingFilter, redact
-from ..endpoints.client import DEFAULT_TIMEOUT, quiet_http_logs
+from ..endpoints.defaults import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, DEFAULT_TIMEOUT, quiet_http_logs
 from ..endpoints.endpoint import ENV_KEYS, Endpoint, Sourced, borrowed_key, describe, resolve_key, sourced
-from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, RunStopped
-from ..endpoints.preflight import EndpointError
-from ..imaging.images import DEFAULT_MAX_DECODE_VALUES
-from ..imaging.prepared_cache import ImageCacheSettings
-from ..jobs.controls import RunControls
-from ..jobs.integrity import CardError, Invocation, SettingsChanged, git_commit
-from ..storage.atomic import OutputError, UnusableOutputDir
-from ..storage.lock import RunLockedError
+from ..imaging.limits import DEFAULT_MAX_DECODE_VALUES
+
+if TYPE_CHECKING:  # imported where used: a command's --help loads neither asyncio, the openai SDK nor Pillow
+    from ..imaging.prepared_cache import ImageCacheSettings
+    from ..jobs.controls import RunControls
+    from ..jobs.integrity import Invocation
 
 __all__ = [
     "ExitCode",
     "BadInput",
-    "STOP_ERRORS",
+    "stop_errors",
     "entry_point",
     "report_stop",
     "run_main",
@@ -54,8 +52,15 @@ __all__ = [
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 log = logging.getLogger("insight_o3.scripts")
-#: The errors that stop a run on purpose (each has its exit code in :func:`report_stop`).
-STOP_ERRORS = (RunStopped, OutputError, RunLockedError)
+
+
+def stop_errors() -> tuple[type[BaseException], ...]:
+    """The errors that stop a run on purpose (each has its exit code in :func:`report_stop`)."""
+    from ..endpoints.guard import RunStopped
+    from ..storage.atomic import OutputError
+    from ..storage.lock import RunLockedError
+
+    return (RunStopped, OutputError, RunLockedError)
 
 
 class BadInput(ValueError):
@@ -491,6 +496,8 @@ def add_image_cache_flag(p: Flags) -> None:
 def image_cache_settings(p: argparse.ArgumentParser, a: argparse.Namespace) -> ImageCacheSettings:
     """The settings of ``--image_cache`` (a bad value: ``p.error``, exit 2). A directory the user named that
     cannot hold the cache is an error; the default one that cannot is a warning and no cache."""
+    from ..imaging.prepared_cache import ImageCacheSettings
+
     try:
         settings = ImageCacheSettings.parse(getattr(a, "image_cache", None))
     except ValueError as e:
@@ -556,6 +563,8 @@ def check_run_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 def run_controls(a: argparse.Namespace) -> RunControls:
     """The :class:`~insight_o3.jobs.controls.RunControls` of the shared flags (:func:`add_run_flags`,
     :func:`add_budget_flags`, :func:`add_client_flags`); a flag the command does not have keeps the default."""
+    from ..jobs.controls import RunControls
+
     d = RunControls()
     return RunControls(
         concurrency=getattr(a, "concurrency", d.concurrency),
@@ -610,6 +619,7 @@ def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] 
     """The :class:`~insight_o3.jobs.integrity.Invocation` of a command line: every flag of ``a`` (less ``skip``,
     e.g. a subcommand's name), ``derived`` values and the code's version and commit as provenance."""
     from .. import __version__
+    from ..jobs.integrity import Invocation, git_commit
 
     settings = {k: v for k, v in vars(a).items() if k not in skip}
     return Invocation(command, settings, derived, {"version": __version__, "git_commit": git_commit()})
@@ -620,6 +630,11 @@ def report_stop(e: BaseException, redact: Callable[[str], str] = redact, results
     """Print the one-line message of a deliberate stop to stderr and return its exit code.
 
     ``results`` names where finished work lives (the eval directory, the records file)."""
+    from ..endpoints.guard import RunStopped
+    from ..endpoints.preflight import EndpointError
+    from ..storage.atomic import OutputError
+    from ..storage.lock import RunLockedError
+
     where = f" in {results}" if results else ""
     if isinstance(e, RunLockedError):
         print(f"error: {e}", file=sys.stderr)
@@ -659,15 +674,18 @@ def run_main(
     ``bad_input``: exception types (besides :class:`BadInput`, a run's changed settings,
     :class:`~insight_o3.jobs.integrity.SettingsChanged`, an unreadable card, or an output directory that can never
     hold files, :class:`~insight_o3.storage.atomic.UnusableOutputDir`) that mean bad input (2); the
-    deliberate stops (:data:`STOP_ERRORS`) map to 3/4/5; ``results`` names where finished
+    deliberate stops (:func:`stop_errors`) map to 3/4/5; ``results`` names where finished
     work lives (for their message)."""
+    from ..jobs.integrity import CardError, SettingsChanged
+    from ..storage.atomic import UnusableOutputDir
+
     bad: tuple[type[BaseException], ...] = (BadInput, SettingsChanged, CardError, UnusableOutputDir, *bad_input)
     try:
         return int(body())
     except bad as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    except STOP_ERRORS as e:
+    except stop_errors() as e:
         return report_stop(e, redact, results)
 
 

@@ -30,19 +30,9 @@ import json
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from ..data.describe import DescribeConfig
-from ..data.layout import LayoutError, LayoutRules
-from ..data.region_localization import (
-    BOXES_FILE,
-    DESCRIPTIONS_FILE,
-    LayoutInput,
-    RegionLocalizationJob,
-    collect_boxes,
-    write_boxes,
-)
-from ..jobs.integrity import sha256_path
-from ..storage.lock import run_lock
+from ..data.layout import LayoutRules
 from ._shared import (
     ExitCode,
     add_api_flags,
@@ -61,6 +51,9 @@ from ._shared import (
     run_main,
     setup_logging,
 )
+
+if TYPE_CHECKING:
+    from ..data.region_localization import LayoutInput
 
 log = logging.getLogger("build_region_localization")
 
@@ -92,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _layout_only(a: argparse.Namespace, inputs: LayoutInput) -> int:
+    from ..data.region_localization import BOXES_FILE, collect_boxes, write_boxes
+    from ..storage.lock import run_lock
+
     with run_lock(a.out_dir, "build_region_localization"):
         tasks = collect_boxes(inputs.layouts, inputs.image_dir, inputs.rules, inputs.source, not a.no_progress)
         tasks = tasks[: inputs.limit] if inputs.limit is not None else tasks
@@ -105,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()
     a = ap.parse_args(argv)
+    from ..data.describe import DescribeConfig
+    from ..data.layout import LayoutError
+    from ..data.region_localization import DESCRIPTIONS_FILE, LayoutInput, RegionLocalizationJob
+    from ..jobs.integrity import sha256_path
+
     check_run_flags(ap, a)
     inputs = LayoutInput(
         layouts=a.layouts,

@@ -16,15 +16,6 @@ import logging
 import os
 import sys
 
-from ..data.reliability import (
-    RECORDS_FILE,
-    ReliabilityJob,
-    ReliabilitySettings,
-    parse_checker,
-    run_check,
-)
-from ..data.source_pool import PoolError, load_pool, pool_sha256
-from ..endpoints.endpoint import Endpoint, KeyHostError, Sourced, describe, resolve, resolve_key
 from ._shared import (
     add_client_flags,
     add_image_budget_flag,
@@ -88,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    from ..data.reliability import RECORDS_FILE, ReliabilityJob, ReliabilitySettings, parse_checker, run_check
+    from ..data.source_pool import PoolError, load_pool, pool_sha256
+    from ..endpoints.endpoint import Endpoint, KeyHostError, Sourced, describe, resolve, resolve_key
+
     check_run_flags(ap, a)
     if a.img_max_pixels < 0:
         ap.error("--img_max_pixels must not be negative")

@@ -22,14 +22,6 @@ import logging
 import sys
 from pathlib import Path
 
-from ..evaluation.benchmark_download import download
-from ..evaluation.benchmark_files import (
-    BenchmarkDataError,
-    check,
-    extract_archive_images,
-    extract_table_images,
-    place_annotation,
-)
 from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, canonical_name, data_root
 from ._shared import ExitCode, add_run_flags, entry_point, new_parser, setup_logging
 
@@ -94,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _download(name: str, root: Path, a: argparse.Namespace) -> str | None:
     """Fetch ``name``; None when done, else why not (one line)."""
+    from ..evaluation.benchmark_download import download
+    from ..evaluation.benchmark_files import BenchmarkDataError
+
     try:
         out = download(name, root, revision=dict(a.revision).get(name), workers=a.workers, progress=not a.no_progress)
     except BenchmarkDataError as e:
@@ -116,6 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.workers < 1:
         p.error("--workers must be at least 1")
+    from ..evaluation.benchmark_files import (  # loaded after parsing, so --help is quick
+        BenchmarkDataError,
+        check,
+        extract_archive_images,
+        extract_table_images,
+        place_annotation,
+    )
+
     names = list(dict.fromkeys(a.benchmarks or BENCHMARKS))
     root = Path(data_root(a.data_root))
     failures: dict[str, str] = {}

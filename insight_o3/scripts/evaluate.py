@@ -89,7 +89,6 @@ from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError
 from ..tools.web import WebSettings
 from ._shared import (
     OUTPUT_ROOT,
-    STOP_ERRORS,
     ExitCode,
     Flags,
     add_allow_outside_flag,
@@ -115,6 +114,7 @@ from ._shared import (
     report_stop,
     run_controls,
     setup_logging,
+    stop_errors,
 )
 
 if TYPE_CHECKING:
@@ -880,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir, PluginError) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    except STOP_ERRORS as e:
+    except stop_errors() as e:
         return report_stop(e, results=a.run.eval_dir)
     acc = summary.get("overall_accuracy", {})
     print(

@@ -26,19 +26,9 @@ import json
 import os
 import sys
 
-from ..endpoints.client import DEFAULT_MAX_RETRIES
-from ..evaluation.vsearch_eval import (
-    AnnotationError,
-    RegionSample,
-    VSearchEvalSettings,
-    load_regions,
-    metrics,
-    run,
-    score,
-)
+from ..endpoints.defaults import DEFAULT_MAX_RETRIES
 from ..imaging.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol.limits import LIMITS
-from ..storage.record_log import RecordFileError
 from ._shared import (
     OUTPUT_ROOT,
     add_allow_outside_flag,
@@ -60,7 +50,7 @@ from ._shared import (
     setup_logging,
 )
 
-__all__ = ["main", "build_parser", "AnnotationError", "RegionSample", "load_regions", "metrics", "score"]
+__all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()
     a = p.parse_args(argv)
+    from ..evaluation.vsearch_eval import AnnotationError, VSearchEvalSettings, load_regions, run
+    from ..storage.record_log import RecordFileError
+
     if not isinstance(a.chat_completion_kwargs, dict) or "n" in a.chat_completion_kwargs:
         p.error("--chat_completion_kwargs must be a JSON object without 'n'")
     check_run_flags(p, a)

@@ -20,8 +20,6 @@ import os
 import sys
 from dataclasses import replace
 
-from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
-from ..endpoints.endpoint import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve_key, sourced
 from ..protocol.limits import LIMITS
 from ._shared import (
     add_api_flags,
@@ -76,6 +74,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     setup_logging()
     ap = build_parser(prog)
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
+    from ..endpoints.endpoint import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve_key, sourced
+
     check_run_flags(ap, a)
     if a.attempts < 1 or a.img_max_pixels < 0:
         ap.error("--attempts must be >= 1 and --img_max_pixels >= 0")

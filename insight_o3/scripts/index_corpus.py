@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..tools.corpus import CorpusError, index_corpus
 from ._shared import ExitCode, entry_point, new_parser
 
 
@@ -28,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    from ..tools.corpus import CorpusError, index_corpus  # Pillow: loaded after parsing, so --help is quick
+
     try:
         stats = index_corpus(a.folder, a.out)
     except CorpusError as e:

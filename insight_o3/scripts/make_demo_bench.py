@@ -18,9 +18,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from insight_o3.demo.bench import build_item, plan, write_image, write_metadata
 from insight_o3.scripts._shared import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
-from insight_o3.storage.atomic import make_output_dir
 
 log = logging.getLogger("make_demo_bench")
 
@@ -61,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _draw(job: tuple[dict, str, int]) -> bool:
     """Worker: rebuild the (deterministic) item in the child and draw it."""
+    from insight_o3.demo.bench import build_item, write_image
+
     item_kwargs, out, level = job
     return write_image(build_item(**item_kwargs), Path(out), compress_level=level)
 
@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     max_side = a.max_side or int(a.min_side * 1.6)
     if max_side < a.min_side:
         ap.error("--max_side must be >= --min_side")
+    from insight_o3.demo.bench import plan  # Pillow and numpy: loaded after parsing, so --help is quick
+
     try:
         layout = plan(
             a.num_images,
@@ -95,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _make(a: argparse.Namespace, layout: list[tuple[int, str, int]], max_side: int) -> int:
+    from insight_o3.demo.bench import build_item, write_image, write_metadata
+    from insight_o3.storage.atomic import make_output_dir
+
     out = Path(a.out)
     make_output_dir(out)
     kws = [

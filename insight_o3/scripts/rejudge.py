@@ -60,7 +60,6 @@ from ..protocol.statuses import JudgeFlow
 from ..storage.atomic import UnusableOutputDir, write_json_atomic
 from ..storage.record_log import RecordFileError
 from ._shared import (
-    STOP_ERRORS,
     ExitCode,
     add_budget_flags,
     add_client_flags,
@@ -74,6 +73,7 @@ from ._shared import (
     report_stop,
     run_controls,
     setup_logging,
+    stop_errors,
 )
 
 log = logging.getLogger("insight_o3.rejudge")
@@ -449,7 +449,7 @@ def _rejudge(a: argparse.Namespace, samples: list[Sample], records: StoredRecord
     except (RecordFileError, RunDirError, SettingsChanged, UnusableOutputDir) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.BAD_INPUT, cfg.eval_dir
-    except STOP_ERRORS as e:
+    except stop_errors() as e:
         return report_stop(e, results=cfg.eval_dir), cfg.eval_dir
     return _report(a, cfg, summary), cfg.eval_dir
 

@@ -167,3 +167,40 @@ def test_agreement_rules_on_planted_records():
     # both judges say "correct" to everything they judged: kappa is undefined (None), not 1 or 0
     same = judge_agreement([run("a", ["correct"] * 3), run("b", ["correct"] * 3)])
     assert same.pairs[0]["kappa"] is None and same.pairs[0]["agreement"] == 1.0
+
+
+def test_rejudging_with_the_source_judge_gives_distinct_labels(tmp_path, openai_server, capsys):
+    """Main labelled both judges ``judge-a (extract) [m/o3_bench]`` (the re-judged run's card keeps its source's
+    eval_name): one pair line "X vs X", and one accuracy line, the second judge's verdicts overwriting the first's."""
+    bench = eb.make_bench(tmp_path / "bench")
+    main_srv, judge_a = openai_server(eb.model_script()), openai_server(eb.judge_script())
+    out = tmp_path / "out"
+    evaluate_judge_a(bench, out, main_srv.base_url, judge_a.base_url)
+    src = out / "m/o3_bench"
+    capsys.readouterr()
+    argv = [str(src), "--judge_model", "judge-a", "--judge_api_base_url", judge_a.base_url, "--no_progress"]
+    assert rejudge.main([*argv, "--eval_name", "m/o3_bench_again"]) == 0
+    printed = capsys.readouterr().out
+    ag = json.loads((out / "m/o3_bench@judge-agreement-judge-a.json").read_text())
+    assert len(set(ag["judges"])) == 2 and len(ag["accuracy"]) == 2
+    pair = ag["pairs"][0]
+    assert pair["a"] != pair["b"] and str(src) in pair["a"] and "o3_bench_again" in pair["b"]
+    assert f"{pair['a']} vs {pair['b']}: agree 100.0%" in printed
+
+
+def test_judge_labels_are_distinct_for_the_same_run_given_twice():
+    from insight_o3.analysis.agreement import judge_labels
+    from insight_o3.analysis.run_records import RunRecords
+
+    card = {"judge": {"model": "j", "flow": "extract"}}
+    one, other = RunRecords("/r/x", "x", [], card), RunRecords("/r/y", "y", [], card)
+    assert judge_labels([one, other]) == ["j (extract) [x]", "j (extract) [y]"]
+    assert judge_labels([one, RunRecords("/s/x", "x", [], card)]) == [
+        "j (extract) [x] [/r/x]",
+        "j (extract) [x] [/s/x]",
+    ]
+    assert len(set(judge_labels([one, one]))) == 2
+    assert judge_labels([one, RunRecords("/r/z", "z", [], {"judge": {"model": "k", "flow": "extract"}})]) == [
+        "j (extract)",
+        "k (extract)",
+    ]
