@@ -21,14 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..protocol.statuses import Vocabulary
-
-
-class Cluster(Vocabulary):
-    """What one independent unit is (``--cluster``)."""
-
-    IMAGE = "image"  # the samples that share an image
-    SAMPLE = "sample"  # each sample alone
+from .settings import Cluster as Cluster
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,10 @@ from statsmodels.stats.proportion import proportion_confint
 from ..base.json_types import JSONObject
 from .clusters import Design
 from .outcomes import PairingError
+from .settings import DEFAULT_CONFIDENCE as DEFAULT_CONFIDENCE
+from .settings import DEFAULT_RESAMPLES as DEFAULT_RESAMPLES
+from .settings import DEFAULT_SEED as DEFAULT_SEED
 
-DEFAULT_RESAMPLES = 10_000
-DEFAULT_CONFIDENCE = 0.95
-DEFAULT_SEED = 0
 #: Resamples drawn at a time (memory: this many x clusters numbers).
 _BATCH = 1000
 #: Numbers held at a time by the exact test's enumeration (sign vectors x clusters, and x sets for the sums).

@@ -23,14 +23,15 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..endpoints.scripted_server import ScriptedOpenAIServer
-from ..evaluation.samples import load_samples
-from ..reasoning_data.demo import CHECKER, GENERATOR, PLANS, SCORER, ScriptedEngine, demo_questions
-from ..reasoning_data.workspace import WorkDir
 from . import build_reasoning_data
 from ._demo_steps import add_draw_flags, check_draw_flags, jsonl_rows, run_step, stopped
 from ._shared import ExitCode, entry_point, new_parser, setup_logging
+
+if TYPE_CHECKING:
+    from ..endpoints.scripted_server import ScriptedOpenAIServer
+    from ..reasoning_data.workspace import WorkDir
 
 BANNER = (
     "SCRIPTED DATA-ENGINE DEMO: every step of build_reasoning_data runs for real; the generator, the checker and "
@@ -60,6 +61,11 @@ def _step(n: int, name: str, argv: list[str], srv: ScriptedOpenAIServer) -> tupl
 
 
 def run(a: argparse.Namespace) -> int:
+    from ..endpoints.scripted_server import ScriptedOpenAIServer
+    from ..evaluation.samples import load_samples
+    from ..reasoning_data.demo import CHECKER, GENERATOR, PLANS, SCORER, ScriptedEngine, demo_questions
+    from ..reasoning_data.workspace import WorkDir
+
     t0 = time.perf_counter()
     out = Path(a.output_dir)
     ws = WorkDir.at(out / "work")

@@ -32,20 +32,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from ..analysis.clusters import Cluster
-from ..analysis.comparison import Comparison, RunStats, compare_runs, unique_names
-from ..analysis.outcomes import PairingError
-from ..analysis.paired import MIN_CLUSTERS_FOR_BOOTSTRAP, Paired, PairResult
-from ..analysis.run_records import RunRecords, read_run
-from ..analysis.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
-from ..evaluation.run_card import verdict_conflicts
-from ..evaluation.run_dir import RunDirError
-from ..evaluation.schema import RecordError
-from ..imaging.images import ImageError
-from ..storage.atomic import make_output_dir, write_json_atomic
+from ..analysis.settings import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, Cluster
 from ._shared import ExitCode, add_output_file, entry_point, new_parser, run_main, setup_logging
-from .gather_eval_results import MixedSettingsError
+
+if TYPE_CHECKING:
+    from ..analysis.comparison import Comparison, RunStats
+    from ..analysis.paired import Paired, PairResult
+    from ..analysis.run_records import RunRecords
 
 
 def add_stats_flags(p: argparse.ArgumentParser, resampling: bool = True) -> None:
@@ -106,6 +101,10 @@ def check_cards(runs: list[RunRecords], allow: bool) -> list[str]:
     """Refuse runs whose verdicts could differ for another reason than the system
     (:func:`~insight_o3.evaluation.run_card.verdict_conflicts`: benchmark, subset, judge model, flow and
     answer length, prompts); returns the lines to print (runs without a card, differences accepted)."""
+    from ..analysis.comparison import unique_names
+    from ..evaluation.run_card import verdict_conflicts
+    from .gather_eval_results import MixedSettingsError
+
     names = unique_names(runs)
     cards = {n: r.card for n, r in zip(names, runs) if r.card is not None}
     notes = [
@@ -179,6 +178,8 @@ def _reach(o: Paired, unit: str) -> list[str]:
 
 def pair_lines(p: PairResult, confidence: float, failed_as_wrong: bool) -> list[str]:
     """The console lines of one pair: the difference, the test that decides, its reach, caveats, categories."""
+    from ..analysis.paired import MIN_CLUSTERS_FOR_BOOTSTRAP
+
     o, m = p.overall, p.overall.mcnemar
     unit = "image" if p.cluster is Cluster.IMAGE else "sample"
     fixed = sum(f.change == "fixed" for f in p.flips)
@@ -261,6 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()
     a = p.parse_args(argv)
+    from ..analysis.comparison import compare_runs
+    from ..analysis.outcomes import PairingError
+    from ..analysis.run_records import read_run
+    from ..evaluation.run_dir import RunDirError
+    from ..evaluation.schema import RecordError
+    from ..imaging.images import ImageError
+    from ..storage.atomic import make_output_dir, write_json_atomic
+    from .gather_eval_results import MixedSettingsError
+
     check_stats_flags(p, a)
     if len(a.eval_dirs) < 2:
         p.error("give two or more eval dirs")

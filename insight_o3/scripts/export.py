@@ -23,17 +23,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from ..analysis.clusters import Cluster
-from ..analysis.export import leaderboard, trajectory_rows, write_trajectories
-from ..analysis.outcomes import PairingError
-from ..analysis.run_records import read_run
-from ..base.json_types import JSONObject
-from ..evaluation.run_dir import RunDirError
-from ..evaluation.schema import RecordError
-from ..storage.atomic import make_output_dir, write_json_atomic
 from ._shared import ExitCode, add_output_dir, entry_point, new_parser, run_main, setup_logging
-from .compare import add_stats_flags, check_stats_flags
+from .compare import add_stats_flags
+
+if TYPE_CHECKING:
+    from ..analysis.settings import Cluster
+    from ..base.json_types import JSONObject
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +48,8 @@ def summary_lines(
 ) -> list[str]:
     """The accuracy as printed: over the samples it counts (``k of n`` when some had no judged trial), with the
     lost items' other rule beside."""
+    from ..analysis.settings import Cluster
+
     acc = entry["accuracy"]
     counted = acc["n"] if acc["n"] == entry["num_samples"] else f"{acc['n']} of {entry['num_samples']}"
     on = f" on {acc['clusters']} image(s)" if cluster is Cluster.IMAGE else ""
@@ -79,6 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()
     a = p.parse_args(argv)
+    from ..analysis.export import leaderboard, trajectory_rows, write_trajectories
+    from ..analysis.outcomes import PairingError
+    from ..analysis.run_records import read_run
+    from ..analysis.settings import Cluster
+    from ..evaluation.run_dir import RunDirError
+    from ..evaluation.schema import RecordError
+    from ..storage.atomic import make_output_dir, write_json_atomic
+    from .compare import check_stats_flags
+
     check_stats_flags(p, a)
     out_dir = a.out_dir or os.path.join(a.eval_dir, "export")
 

@@ -28,14 +28,14 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import pandas as pd
-
-from ..evaluation.run_card import ROW_KEYS, differences, verdict_conflicts
-from ..evaluation.run_dir import SUMMARY_FILE, RunDir, RunDirError, StaleSummary
-from ..storage.atomic import write_text_atomic
 from ._shared import OUTPUT_ROOT, ExitCode, entry_point, new_parser
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..evaluation.run_dir import RunDir
 
 MISSING = "—"
 
@@ -93,6 +93,8 @@ def load_summary(run: str | RunDir) -> Summary:
     """A run's ``summary_metrics.json`` (a :class:`RunDir`, or the file's path), read through :class:`RunDir`
     (:class:`~insight_o3.evaluation.run_dir.StaleSummary` when it covers fewer trials than the run holds),
     validated field by field."""
+    from ..evaluation.run_dir import SUMMARY_FILE, RunDir
+
     rd = run if isinstance(run, RunDir) else RunDir(os.path.dirname(os.path.abspath(run)))
     path = rd.file(SUMMARY_FILE)
     data = rd.summary()
@@ -132,6 +134,8 @@ def load_summary(run: str | RunDir) -> Summary:
 
 
 def summary_path(output_dir: str, setting: str, dataset: str) -> str:
+    from ..evaluation.run_dir import SUMMARY_FILE, RunDir
+
     return RunDir.at(output_dir, os.path.join(setting, dataset)).file(SUMMARY_FILE)
 
 
@@ -150,6 +154,8 @@ def warnings_for(name: str, s: Summary) -> list[str]:
 
 def settings_conflicts(cards: dict[tuple[str, str], dict]) -> list[str]:
     """What differs between runs sharing a column (a dataset) or a row (a setting)."""
+    from ..evaluation.run_card import ROW_KEYS, differences, verdict_conflicts
+
     out = []
     for ds in dict.fromkeys(d for _, d in cards):
         col = {st: c for (st, d), c in cards.items() if d == ds}
@@ -165,6 +171,8 @@ def gather(
 ) -> tuple[pd.DataFrame, list[str]]:
     """The table and the notes/warnings to print under it. Raises SummaryError for corrupt files and
     MixedSettingsError (naming what differs) for runs whose run cards disagree, unless allowed."""
+    from ..evaluation.run_dir import SUMMARY_FILE, RunDir, StaleSummary
+
     summaries: Summaries = {}
     cards: dict[tuple[str, str], dict] = {}
     notes: list[str] = []
@@ -224,6 +232,8 @@ def _add_usage_columns(table: pd.DataFrame, summaries: Summaries, settings: list
 
 
 def _dataset_table(summaries: Summaries, settings: list[str], datasets: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
     rows = {}
     for st in settings:
         row = {}
@@ -237,6 +247,8 @@ def _dataset_table(summaries: Summaries, settings: list[str], datasets: list[str
 
 
 def _category_table(summaries: Summaries, settings: list[str], dataset: str) -> pd.DataFrame:
+    import pandas as pd
+
     cats = list(dict.fromkeys(c for (st, _), s in summaries.items() for c in s.categories))
     rows = {}
     for st in settings:
@@ -266,6 +278,8 @@ def csv_cell(value: Any) -> str:
 
 def to_csv(df: pd.DataFrame) -> str:
     """The table as CSV, every cell and label through :func:`csv_cell`."""
+    import pandas as pd
+
     safe = df.map(csv_cell)
     safe.index = pd.Index([csv_cell(i) for i in df.index], name=csv_cell(df.index.name or ""))
     safe.columns = [csv_cell(c) for c in df.columns]
@@ -309,11 +323,16 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    from ..evaluation.run_dir import RunDirError
+    from ..storage.atomic import write_text_atomic
+
     try:
         table, notes = gather(a.output_dir, a.settings, a.datasets, a.allow_mixed_settings)
     except (SummaryError, MixedSettingsError, RunDirError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    import pandas as pd
+
     with pd.option_context("display.max_columns", None, "display.width", 200):
         print(table.to_string())
     for n in notes:

@@ -35,15 +35,7 @@ import sys
 from typing import Any
 
 from ..data.collage import CollageConfig
-from ..data.collage_jobs import (
-    DEFAULT_QUESTION_TEMPLATE,
-    FAILURES_FILE,
-    ROWS_FILE,
-    CollageSpec,
-    generate,
-)
-from ..data.source_pool import PoolError, filter_small_targets, load_pool
-from ..storage.jsonl import iter_jsonl
+from ..data.collage_jobs import DEFAULT_QUESTION_TEMPLATE
 from ._shared import ExitCode, add_output_dir, add_run_flags, entry_point, new_parser, run_main, setup_logging
 
 log = logging.getLogger("generate_collages")
@@ -143,6 +135,9 @@ def build_parser(command: str = "generate") -> argparse.ArgumentParser:
 
 
 def _generate_main(argv: list[str]) -> int:
+    from ..data.collage_jobs import ROWS_FILE, CollageSpec, generate
+    from ..data.source_pool import PoolError, filter_small_targets, load_pool
+
     ap = build_parser()
     a = ap.parse_args(argv)
     try:
@@ -183,6 +178,9 @@ def _generate_main(argv: list[str]) -> int:
 
 def _no_collage_hint(a: argparse.Namespace, pool_size: int) -> str:
     """Why every target was infeasible, from failures.jsonl, and what to change."""
+    from ..data.collage_jobs import FAILURES_FILE
+    from ..storage.jsonl import iter_jsonl
+
     reasons: dict[str, int] = {}
     for _, _, row in iter_jsonl(os.path.join(a.out_dir, FAILURES_FILE)):
         for per_target in (row.get("reasons") or {}).values():  # {target id: {reason: attempts}}
@@ -213,7 +211,7 @@ def _pool_parser() -> argparse.ArgumentParser:
 
 
 def _pool_main(argv: list[str]) -> int:
-    from ..data.source_pool import UniqueIds, convert_viscot, convert_vstar, write_pool
+    from ..data.source_pool import PoolError, UniqueIds, convert_viscot, convert_vstar, filter_small_targets, write_pool
 
     a = _pool_parser().parse_args(argv)
     conv = convert_viscot if a.format == "viscot" else convert_vstar

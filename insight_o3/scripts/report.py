@@ -14,12 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analysis.outcomes import PairingError
 from ..base.caps import DEFAULT_MAX_TEXT_CHARS
-from ..evaluation.schema import RecordError
-from ..imaging.images import ImageError
-from ..viz.report import write_report
-from ..viz.run_view import RunError
 from ._shared import ExitCode, add_output_file, entry_point, new_parser, run_main, setup_logging
 
 
@@ -65,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     args = parse_args(argv)
+
+    from ..analysis.outcomes import PairingError
+    from ..evaluation.schema import RecordError
+    from ..imaging.images import ImageError
+    from ..viz.report import write_report
+    from ..viz.run_view import RunError
 
     def body() -> int:
         out = write_report(
