@@ -50,7 +50,7 @@ def read_run(eval_dir: str | os.PathLike, require_done: bool = True) -> RunRecor
     rd = RunDir(eval_dir)
     if not rd.exists():
         raise RunDirError(f"{rd.path}: no such eval directory")
-    rd.check_format()
+    rd.check_format().check_trials()
     n = rd.trial_count()
     if not n:
         started = rd.trials(with_records=True)

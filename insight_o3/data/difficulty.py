@@ -169,7 +169,7 @@ class CollageFilterJob(ResumableJob[dict, dict]):
             client,
             f.model,
             store,
-            Resize(max_pixels=f.max_pixels or None),
+            Resize.fit(f.max_pixels),
             system_prompt=prompts.THINK_SYSTEM_PROMPT,
             image_url_extra={"detail": "high"},
             separate_trial_requests=f.separate_attempt_requests,

@@ -162,7 +162,7 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
         conns = max(a.controls.concurrency, 16)
         store = ImageStore.for_image_workers(a.controls.image_workers, originals_cached=0)
         self.on_close(store.close)
-        resize = Resize(max_pixels=a.max_pixels or None)
+        resize = Resize.fit(a.max_pixels)
         self.checkers = [
             Checker(
                 model,

@@ -9,6 +9,7 @@ Layout of ``<output_dir>/<eval_name>/`` (format version :data:`FORMAT_VERSION`):
         eval_records.jsonl  one EvalRecord per line, appended as samples finish (the last line of a key wins)
         eval_metrics.json   the trial's metrics, once it is complete
         done                written last: the trial is complete
+        run_stamp.json      the run's fixed settings (the card's ``fixed_settings``), written when the trial opens
 
 :class:`RunDir` is the only code that knows these names: the runner writes through it, and every reader —
 resume, ``rejudge``, the viewer and report, ``gather_eval_results``, ``scripts/bench_eval.py`` — reads
@@ -23,17 +24,27 @@ this code reads both; a directory resumed by this code gets format-2 records app
 read the same. A directory of a newer format is
 refused with :class:`NewerFormatError` (naming the file, its version and what this code reads) instead of
 being misread or overwritten.
+
+Trials belong to their run: each trial a run opens is stamped (``run_stamp.json``, written atomically) with the
+settings its directory's first run fixed, and :meth:`RunDir.check_trials` — run by a resume before it writes
+anything, and by every reader of results (:meth:`RunDir.summary`, :func:`~insight_o3.analysis.run_records.read_run`)
+— refuses a trial holding records whose stamp names other settings (a ``trial_<k>`` copied from a run with another
+``--model``), naming the trial and each differing setting (:class:`ForeignTrial`, exit status 2). A card whose run
+stamps its trials says so (:data:`STAMPED_KEY`); there, a trial holding records without a stamp is foreign too. A
+directory written before stamps reads as before; the next resume stamps its trials and marks its card (upgrade).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..base.json_types import JSONObject
+from ..jobs.integrity import FIXED_KEY, differences, sha256_json
 from ..storage.atomic import OutputError, refuse_link, write_json_atomic
 from ..storage.record_log import has_lines, touch_atomic
 from .schema import EvalRecord
@@ -47,7 +58,12 @@ DONE_FILE = "done"
 SUMMARY_FILE = "summary_metrics.json"
 ARGS_FILE = "args.json"
 RUN_CARD_FILE = "run_card.json"
+STAMP_FILE = "run_stamp.json"
+#: The run card's mark of a directory whose run stamps every trial it opens (absent: written before stamps).
+STAMPED_KEY = "stamped_trials"
 _TRIAL_DIR = re.compile(r"^trial_(\d+)$")
+
+log = logging.getLogger(__name__)
 
 
 class RunDirError(ValueError):
@@ -56,6 +72,16 @@ class RunDirError(ValueError):
 
 class NewerFormatError(RunDirError):
     """The directory was written by a newer version of this package."""
+
+
+class ForeignTrial(RunDirError):
+    """A trial holding records that another run wrote (its stamp names other fixed settings, or it has none in a
+    directory whose run stamps its trials); the message names the trial and what differs."""
+
+
+class ImageChanged(RunDirError):
+    """A record made on an image whose file has changed since (its ``image_sha256``); the message names the records
+    file, the sample and both sha256 values."""
 
 
 class StaleSummary(RunDirError):
@@ -95,6 +121,7 @@ class TrialDir:
         self.records_path = os.path.join(self.path, RECORDS_FILE)
         self.metrics_path = os.path.join(self.path, METRICS_FILE)
         self.done_path = os.path.join(self.path, DONE_FILE)
+        self.stamp_path = os.path.join(self.path, STAMP_FILE)
 
     @property
     def index(self) -> int | None:
@@ -105,6 +132,23 @@ class TrialDir:
 
     def is_done(self) -> bool:
         return os.path.exists(self.done_path)
+
+    def is_held(self) -> bool:
+        """Whether the trial holds results: a record line, or its ``done``."""
+        return self.is_done() or has_lines(self.records_path)
+
+    def stamp(self) -> JSONObject | None:
+        """The fixed settings of the run that opened the trial (None: not stamped)."""
+        obj = read_json_object(self.stamp_path)
+        if obj is None:
+            return None
+        fixed = obj.get(FIXED_KEY)
+        if not isinstance(fixed, dict):
+            raise RunDirError(f"{self.stamp_path}: no '{FIXED_KEY}' object")
+        return fixed
+
+    def write_stamp(self, fixed: JSONObject) -> None:
+        write_json_atomic(self.stamp_path, {"fixed_settings_sha256": sha256_json(fixed), FIXED_KEY: fixed})
 
     def metrics(self) -> JSONObject | None:
         return read_json_object(self.metrics_path)
@@ -196,7 +240,7 @@ class RunDir:
         into (one stopped at the endpoint check) is no trial. The runner and every reader — the summary, resume,
         ``gather_eval_results``, the report, ``compare``/``export`` (:func:`~.run_records.read_run`), ``rejudge`` —
         count trials with this; a reader that needs a trial below ``n`` that is missing names it."""
-        ks = [k for k in self.trials() if self.is_done(k) or has_lines(self.records_path(k))]
+        ks = [k for k in self.trials() if self.trial(k).is_held()]
         return ks[-1] + 1 if ks else 0
 
     def wrote_records(self) -> bool:
@@ -231,7 +275,9 @@ class RunDir:
     def summary(self) -> JSONObject | None:
         """``summary_metrics.json`` (None when missing). :class:`StaleSummary` when its ``num_trials`` is not the
         directory's :meth:`trial_count` (a run extended, or stopped, since it was written); a directory holding a
-        summary and no trials (results copied without their records) is read as it is."""
+        summary and no trials (results copied without their records) is read as it is. :class:`ForeignTrial` when a
+        trial is another run's (:meth:`check_trials`)."""
+        self.check_trials()
         path = self.file(SUMMARY_FILE)
         summary = read_json_object(path)
         n = summary.get("num_trials") if summary is not None else None
@@ -249,6 +295,64 @@ class RunDir:
     def records(self, k: int, parse: Callable[[dict, str], Any] = EvalRecord.from_dict) -> dict[str, Any]:
         """Trial ``k``'s records by ``sample_key`` (see :meth:`TrialDir.records`)."""
         return self.trial(k).records(parse)
+
+    def fixed_settings(self) -> JSONObject | None:
+        """The settings the directory's first run fixed (its card's ``fixed_settings``; None: none fixed)."""
+        fixed = (self.run_card() or {}).get(FIXED_KEY)
+        return fixed if isinstance(fixed, dict) else None
+
+    def check_trials(self) -> None:
+        """Raise :class:`ForeignTrial` for a trial holding records that another run wrote: its stamp names other
+        fixed settings than the card's, or it has no stamp and the card says its run stamps every trial. A
+        directory without fixed settings, or written before stamps (no :data:`STAMPED_KEY`), has its unstamped
+        trials read as they are."""
+        card = self.run_card() or {}
+        fixed = card.get(FIXED_KEY)
+        if not isinstance(fixed, dict):
+            return
+        for k in self.trials():
+            t = self.trial(k)
+            if not t.is_held():
+                continue
+            stamp = t.stamp()
+            if stamp is None:
+                if card.get(STAMPED_KEY) is True:
+                    raise ForeignTrial(
+                        f"{t.path}: holds records but no {STAMP_FILE}, and this run stamps every trial it opens: "
+                        f"it was copied in from another run (or from one written before trial stamps). Move it out "
+                        f"of {self.path}; a run adds the trial again"
+                    )
+                continue
+            diffs = differences(stamp, fixed, names=("this trial", "the run"))
+            if diffs:
+                lines = "\n  ".join(diffs)
+                raise ForeignTrial(
+                    f"{t.path}: written by another run (its {STAMP_FILE} differs from {self.file(RUN_CARD_FILE)} "
+                    f"on {len(diffs)} setting(s) that can change a result):\n  {lines}\nmove it out of {self.path} "
+                    f"(a run adds the trial again), or put it back in the run directory it came from"
+                )
+
+    def stamp_trials(self, ks: list[int]) -> None:
+        """Stamp trials ``ks`` with the card's fixed settings where they have no stamp or hold nothing (a trial
+        holding records with another stamp is refused before, by :meth:`check_trials`); then mark the card
+        (:data:`STAMPED_KEY`). Unstamped trials holding records are those of a directory written before stamps:
+        stamping them is its upgrade, logged."""
+        card = self.stored_run_card()
+        fixed = (card or {}).get(FIXED_KEY)
+        if card is None or not isinstance(fixed, dict):
+            return
+        for k in ks:
+            t = self.trial(k)
+            if not os.path.isdir(t.path):
+                continue
+            stamp = t.stamp()
+            if stamp == fixed:
+                continue
+            if stamp is None and t.is_held():
+                log.info("%s: written before trial stamps; stamped with this run's fixed settings", t.path)
+            t.write_stamp(fixed)
+        if card.get(STAMPED_KEY) is not True:
+            self.write_run_card({**card, STAMPED_KEY: True})
 
     # ----------------------------------------- the card store of jobs.job.CardStore (and wrote_records, held above)
     def card_path(self) -> str:

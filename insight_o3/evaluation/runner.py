@@ -40,6 +40,7 @@ from ..base.redaction import redact
 from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Called
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..imaging.prepared_cache import source_digest
 from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation
 from ..jobs.job import BudgetExceeded, Emit, Plan, ResumableJob
@@ -49,7 +50,7 @@ from ..protocol.trajectory import image_refs
 from ..storage.record_log import RecordFileError
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
-from .run_dir import RunDir
+from .run_dir import ImageChanged, RunDir
 from .schema import EvalRecord, EvalResult
 
 __all__ = [
@@ -101,11 +102,13 @@ def build_record(
     usage: dict | None = None,
     cost_usd: float | None = None,
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
+    image_sha256: str | None = None,
 ) -> EvalRecord:
     """One result line: the sample's fields, ``usage`` per role and ``cost_usd`` (see
     :mod:`insight_o3.endpoints.usage`) plus ``eval_result`` (image references, never pixels). Every reply text (the
     response, the trajectory's assistant turns, the judge's replies) is cut to ``max_reply_chars``
-    (:func:`insight_o3.base.caps.cut_middle`); the trajectory's copy of the response is written as a reference."""
+    (:func:`insight_o3.base.caps.cut_middle`); the trajectory's copy of the response is written as a reference.
+    ``image_sha256``: of the image file the attempt was made on (a resume refuses the record once it changes)."""
     refs = image_refs(attempt.trajectory or [])
     response = None if attempt.text is None else cut_middle(attempt.text, max_reply_chars)
     result = EvalResult(
@@ -130,6 +133,7 @@ def build_record(
     rec = EvalRecord.from_dict(
         {
             **sample.to_record(),
+            "image_sha256": image_sha256,
             "trial": trial,
             "eval_result": {"status": result.status},
             "usage": usage or {},
@@ -216,6 +220,8 @@ class EvalJob(ResumableJob[Sample, dict]):
         self.args_record = args_record
         self.open_trials: list[int] = []
         self.keys: list[str] = []
+        #: the sha256 of each image file of the run, by path (None: unreadable), as :meth:`plan` found it
+        self.image_sha256: dict[str, str | None] = {}
 
     # -- the directory
     change_hint = "use another --eval_name to run with other settings"
@@ -233,6 +239,11 @@ class EvalJob(ResumableJob[Sample, dict]):
                 return False
         return True
 
+    def settle_settings(self) -> bool:
+        """A trial another run wrote is refused first (:meth:`RunDir.check_trials`), before anything is written."""
+        self.run_dir.check_format().check_trials()
+        return super().settle_settings()
+
     def prepare(self) -> None:
         self.run_dir.check_format()
         if self.args_record is not None:
@@ -240,6 +251,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         self.open_trials = [k for k in range(self.cfg.num_trials) if not self._is_done(k)]
         for k in self.open_trials:
             self.run_dir.reopen_trial(k)
+        self.run_dir.stamp_trials(sorted({*self.open_trials, *self.run_dir.trials()}))
 
     def log_files(self) -> dict[Hashable, str]:
         # absolute: ResumableJob joins relative names to the run directory, and records_path already holds it
@@ -274,6 +286,35 @@ class EvalJob(ResumableJob[Sample, dict]):
             return "judge" if er.fail_stage == "judge" else "query"
         return None
 
+    def _check_images(self, items: list[Sample]) -> None:
+        """The sha256 of every image of ``items`` (once per image: :func:`~insight_o3.imaging.prepared_cache.
+        source_digest`, which the prepared-image cache reuses; None for a file that cannot be read) into
+        :attr:`image_sha256`; :class:`ImageChanged` for a record of the run (any trial) made on an image whose file
+        now has another sha256: the run would mix answers about two images under one sample."""
+        for s in items:
+            if s.image_path not in self.image_sha256:
+                try:
+                    self.image_sha256[s.image_path] = source_digest(s.image_path)[0]
+                except OSError:
+                    self.image_sha256[s.image_path] = None
+        by_key = {s.key: s for s in items}
+        for k in range(self.cfg.num_trials):
+            if k in self.logs:
+                path, records = self.logs[k].path, self.logs[k].records
+            elif self.run_dir.trial(k).has_records():
+                path, records = self.run_dir.records_path(k), self.run_dir.records(k)
+            else:
+                continue
+            for key, rec in records.items():
+                sample = by_key.get(key)
+                now = self.image_sha256.get(sample.image_path) if sample is not None else None
+                if sample is not None and rec.image_sha256 not in (None, now) and now is not None:
+                    raise ImageChanged(
+                        f"{path}: sample_key {key!r} was answered on {sample.image_path} with sha256 "
+                        f"{rec.image_sha256}; that file now has sha256 {now} (the image was replaced since). Put "
+                        f"the image back to resume, or use another --eval_name to evaluate the new one"
+                    )
+
     def plan(self, items: list[Sample]) -> Plan:
         self.keys = [s.key for s in items]
         known = set(self.keys)
@@ -284,6 +325,7 @@ class EvalJob(ResumableJob[Sample, dict]):
                     f"{self.logs[k].path}: holds records for {len(stray)} sample(s) not in the annotation file "
                     f"(e.g. sample_key {stray[0]!r}); use another eval_name for different data"
                 )
+        self._check_images(items)
         units: list[Unit] = []
         initial: list[str | None] = []
         done_by_trial = {k: 0 for k in self.open_trials}  # samples final per open trial
@@ -360,7 +402,10 @@ class EvalJob(ResumableJob[Sample, dict]):
             return  # stopping: what is in flight may carry the failure that stopped the run
         usage = merge([solve_usage, meter.to_dict()])
         cost = self.costs.cost(usage) if self.costs is not None else None
-        await self.emit(build_record(s, k, attempt, verdict, usage, cost, self.cfg.max_reply_chars), log=k)
+        rec = build_record(
+            s, k, attempt, verdict, usage, cost, self.cfg.max_reply_chars, self.image_sha256.get(s.image_path)
+        )
+        await self.emit(rec, log=k)
 
     async def work(self, unit: Unit, emit: Emit) -> None:
         s, trials, kind = unit

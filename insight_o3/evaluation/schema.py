@@ -309,6 +309,7 @@ _TYPED = (
     "sample_key",
     "question_id",
     "image_path",
+    "image_sha256",
     "question",
     "options",
     "answer",
@@ -355,6 +356,9 @@ class EvalRecord(BaseModel):
     answer: str = ""
     category: str = "unknown"
     image_path: str = ""
+    #: sha256 of the image file the attempt was made on (None: a record written before it, or an unreadable file);
+    #: a resume refuses a record whose image now has another (:class:`~.run_dir.ImageChanged`)
+    image_sha256: Annotated[str | None, _typed(str, "str")] = None
     trial: Annotated[int | None, _typed(int, "int")] = None
     usage: Annotated[dict[str, TokenUsage], _or_empty(dict, "dict")] = Field(default_factory=dict)
     cost_usd: Annotated[float | None, BeforeValidator(_cost)] = None
@@ -387,6 +391,7 @@ class EvalRecord(BaseModel):
             "answer": str(rec.get("answer", "")),
             "category": str(rec.get("category", rec.get("subset", "unknown"))),
             "image_path": str(rec.get("image_path") or rec.get("image") or rec.get("file_name") or ""),
+            "image_sha256": rec.get("image_sha256"),
             "trial": rec.get("trial"),
             "usage": rec.get("usage"),
             "cost_usd": rec.get("cost_usd"),
@@ -406,6 +411,7 @@ class EvalRecord(BaseModel):
         out.update(
             {
                 "image_path": self.image_path,
+                **({"image_sha256": self.image_sha256} if self.image_sha256 is not None else {}),
                 "question": self.question,
                 "options": self.options if self.options is not None else f.get("options"),
                 "answer": self.answer,

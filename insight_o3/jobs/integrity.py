@@ -475,17 +475,20 @@ def _show(value: Any) -> str:
 _MISSING = object()
 
 
-def differences(first: Any, now: Any, prefix: str = "") -> list[str]:
-    """One line per leaf on which two fixed-settings objects differ: ``key: first run X, this run Y``."""
+def differences(
+    first: Any, now: Any, prefix: str = "", names: tuple[str, str] = ("first run", "this run")
+) -> list[str]:
+    """One line per leaf on which two fixed-settings objects differ: ``key: first run X, this run Y`` (``names``:
+    what the two are called)."""
     if isinstance(first, dict) and isinstance(now, dict):
         out = []
         for k in sorted(set(first) | set(now), key=str):
-            out += differences(first.get(k, _MISSING), now.get(k, _MISSING), f"{prefix}{k}.")
+            out += differences(first.get(k, _MISSING), now.get(k, _MISSING), f"{prefix}{k}.", names)
         return out
     if first == now:
         return []
     shown = [("(not set)" if v is _MISSING else _show(v)) for v in (first, now)]
-    return [f"{prefix.rstrip('.')}: first run {shown[0]}, this run {shown[1]}"]
+    return [f"{prefix.rstrip('.')}: {names[0]} {shown[0]}, {names[1]} {shown[1]}"]
 
 
 def settle(

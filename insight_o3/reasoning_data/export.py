@@ -177,16 +177,23 @@ def dpo_row(chosen: Assessed, rejected: Assessed) -> JSONObject:
 
 
 def dpo_pairs(group: list[Assessed], s: ExportSettings) -> list[JSONObject]:
-    """The pairs of one question's ranked chains."""
+    """The pairs of one question's ranked chains: each kept chain, best first, against the worst rejected chain not
+    yet paired whose reasoning differs from it. A pair of identical reasoning texts carries no preference (DPO's
+    margin and gradient are 0 on it); a policy that has converged writes many, so they are skipped, not trained on."""
     kept = [a for a in group if a.tier is Tier.KEPT]
     losers = [a for a in reversed(group) if a.tier in (Tier.WRONG_ANSWER, Tier.LOW_SCORE)]  # worst first
     pairs: list[JSONObject] = []
-    for chosen, rejected in zip(kept, losers):
+    for chosen in kept:
         if len(pairs) >= s.pairs_per_question:
             break
-        if rejected.tier is Tier.LOW_SCORE and (chosen.score or 0) - (rejected.score or 0) < s.dpo_min_margin:
-            continue
-        pairs.append(dpo_row(chosen, rejected))
+        text = reasoning_target(chosen.chain)
+        for i, rejected in enumerate(losers):
+            if rejected.tier is Tier.LOW_SCORE and (chosen.score or 0) - (rejected.score or 0) < s.dpo_min_margin:
+                continue
+            if reasoning_target(rejected.chain) == text:
+                continue
+            pairs.append(dpo_row(chosen, losers.pop(i)))
+            break
     return pairs
 
 

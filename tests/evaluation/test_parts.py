@@ -194,7 +194,7 @@ def test_each_image_encoded_once_across_questions_and_trials(tmp_path, openai_se
     async def go():
         client = make_client(Endpoint(api_key="k", base_url=main_srv.base_url, timeout=10))
         jclient = make_client(Endpoint(api_key="k", base_url=judge_srv.base_url, timeout=10))
-        solver = SingleModelSolver(client, "m", store, Resize(max_pixels=3000), separate_trial_requests=True)
+        solver = SingleModelSolver(client, "m", store, Resize.fit(3000), separate_trial_requests=True)
         cfg = RunConfig(
             output_dir=str(tmp_path / "out"),
             eval_name="e",

@@ -5,13 +5,16 @@ Recorded with the hand-written dataclass schema (``insight_o3/evaluation/schema.
 pydantic models, so the file pins the on-disk format across that change: records of every version this project has
 written (first versions without a status, ``text``/``error`` keys, a number answer), unknown keys at both levels,
 ``file_name``/``subset`` annotations, usage with nulls and unreported requests, format 1 and 2 trajectories, nulls
-where a field has a default. Re-record only when the format changes on purpose::
+where a field has a default. Re-recorded on purpose once since: a record written now carries ``image_sha256`` (after
+``image_path``; absent from older records, which write back as before), pinned by the ``built`` case and those made
+from it. Re-record only when the format changes on purpose::
 
     PYTHONPATH=. .venv/bin/python tests/golden/record_eval_records.py tests/golden/eval_records.json
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -53,6 +56,7 @@ def built() -> dict:
         Verdict("correct", "A", True, "rule"),
         {"model": {"prompt_tokens": 3, "completion_tokens": 1, "requests": 1}},
         0.5,
+        image_sha256=hashlib.sha256(b"a.png").hexdigest(),
     )
     return rec.to_dict()
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from insight_o3.evaluation.agent_registry import BUILTIN
+from insight_o3.evaluation.run_dir import STAMP_FILE, STAMPED_KEY
 from insight_o3.jobs.integrity import ADDED_LATER, FIXED_KEY, Invocation, SettingsChanged, settle
 from tests.support import eval_bench as eb
 
@@ -71,9 +72,10 @@ def test_a_run_dir_from_before_agent_resumes_with_the_default_and_refuses_anothe
     assert evaluate_main(argv) == 0
     card_path = tmp_path / "out" / "m" / "o3_bench" / "run_card.json"
     card = json.loads(card_path.read_text())
-    # as the code before --agent (54b93a2) wrote it: no agent in the fixed settings nor in the card
-    del card[FIXED_KEY]["agent"], card["agent"], card["settings"]["agent"]
+    # as the code before --agent (54b93a2) wrote it: no agent in the fixed settings nor in the card, no trial stamps
+    del card[FIXED_KEY]["agent"], card["agent"], card["settings"]["agent"], card[STAMPED_KEY]
     card_path.write_text(json.dumps(card))
+    (card_path.parent / "trial_0" / STAMP_FILE).unlink()
     records = (tmp_path / "out" / "m" / "o3_bench" / "trial_0" / "eval_records.jsonl").read_text()
     (tmp_path / "out" / "m" / "o3_bench" / "trial_0" / "done").unlink()  # a run to resume
     capsys.readouterr()

@@ -218,6 +218,23 @@ def test_export_ranks_mixes_and_pairs():
     assert few["counts"]["summary_sft_flawed"] == 4  # every flawed chain there is
 
 
+def test_a_pair_never_has_the_same_reasoning_on_both_sides():
+    same = {**_chain("q", 3), "steps": _chain("q", 0)["steps"]}  # a wrong answer reasoned word for word as q#0
+    a = [
+        Assessed(_chain("q", 0), Tier.KEPT, 90),
+        Assessed(_chain("q", 1), Tier.KEPT, 80),
+        Assessed(_chain("q", 2), Tier.WRONG_ANSWER, None),
+        Assessed(same, Tier.WRONG_ANSWER, None),
+        Assessed(_chain("r", 0), Tier.KEPT, 80),
+        Assessed({**_chain("r", 1), "steps": _chain("r", 0)["steps"]}, Tier.WRONG_ANSWER, None),
+    ]
+    rows = build(a, ExportSettings(pairs_per_question=2))
+    pairs = [(p["chosen_key"], p["rejected_key"]) for p in rows["dpo"]]
+    # q#0's worst loser (q#3) reasons as it does: q#0 takes q#2, and q#1 the q#3 that differs from it; r has none
+    assert pairs == [("q#0", "q#2"), ("q#1", "q#3")]
+    assert all(p["chosen"] != p["rejected"] for p in rows["dpo"])
+
+
 @given(st.text(max_size=400))
 def test_any_scorer_reply_gives_a_score_or_a_value_error(text):
     try:

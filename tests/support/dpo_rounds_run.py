@@ -206,6 +206,10 @@ def run(work: Path, device: str = "cpu", port: int | None = None) -> dict[str, A
         )
         log.close()
     facts["driver_log_tail"] = (work / "driver.log").read_text(errors="replace")[-4000:]
+    # the served policy's last words, for a failed generate stage (its errors are in the driver's stop line)
+    facts["vllm_log_tails"] = {
+        str(p.relative_to(runs)): p.read_text(errors="replace")[-1500:] for p in sorted(runs.glob("round_*/vllm/*.log"))
+    }
     facts["command"] = cmd
     return facts
 
@@ -221,7 +225,10 @@ def _metrics(path: Path) -> list[dict]:
 def problems(facts: dict[str, Any]) -> list[str]:
     """What is wrong with the two rounds (empty: everything the CPU proof claims held)."""
     if facts.get("resume_status") != 0:
-        return [f"the resumed driver failed (status {facts.get('resume_status')}): {facts['driver_log_tail'][-800:]}"]
+        vllm = "".join(f"\n--- {name} ---\n{tail}" for name, tail in facts.get("vllm_log_tails", {}).items())
+        return [
+            f"the resumed driver failed (status {facts.get('resume_status')}): {facts['driver_log_tail'][-800:]}{vllm}"
+        ]
     runs, out = Path(facts["work"]), []
     at_kill = facts["round_1_at_kill"]
     if set(at_kill.get("stages", {})) != {"generate", "check", "score", "export"} or facts["model_at_kill"]:

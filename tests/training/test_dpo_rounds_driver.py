@@ -53,6 +53,7 @@ class Endpoint:
         rows = [json.loads(line) for line in meta.read_text().splitlines() if line.strip()]
         self.engines = [ScriptedEngine(rows, keys, seed=s) for s in (0, 1, 2)]
         self.models: list[str] = []
+        self.judge_down = False
 
     def __call__(self, req: dict, call: Call) -> Reply:
         model = str(req.get("model"))
@@ -62,7 +63,7 @@ class Endpoint:
             engine = next((e for e in self.engines if seed in e._by_seed), self.engines[0])
             return engine.generator(req, call)
         if model == "judge":
-            return ScriptedEngine.checker(req, call)
+            return error(503, "the judge is overloaded") if self.judge_down else ScriptedEngine.checker(req, call)
         if model == "scorer":
             return self.engines[0].scorer(req, call)
         return error(404, model)
@@ -150,6 +151,18 @@ def test_rounds_chain_policies_and_a_stopped_training_resumes_without_asking_aga
     before = len(served)
     records = rounds.run(dataclasses.replace(cfg, rounds=3))  # round 3 starts from round 2's export
     assert len(records) == 3 and served[before:] == [(str(Path(cfg.work) / "round_2" / "model"), "policy-round-3")]
+
+
+def test_a_stage_that_leaves_failed_items_stops_and_says_why(setup):
+    cfg, endpoint, served, tmp = setup
+    endpoint.judge_down = True
+    with pytest.raises(RoundStopped) as stopped:
+        rounds.run(cfg)
+    message = str(stopped.value)
+    assert message.startswith("round 1: check left 4 item(s) failed (4x ") and stopped.value.code == 1
+    assert "the judge is overloaded" in message and message.endswith("; run again to retry them")
+    endpoint.judge_down = False  # the judge is back: the rerun retries the four items and goes on
+    assert [r["status"] for r in rounds.run(cfg)] == ["done", "done"]
 
 
 def test_a_round_without_pairs_stops_and_says_why(setup):

@@ -37,6 +37,7 @@ import os
 import shlex
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,8 @@ from insight_o3.reasoning_data.settings import (
     ScoreSettings,
     controls_settings,
 )
-from insight_o3.reasoning_data.workspace import EngineInputError
+from insight_o3.reasoning_data.steps import read_records
+from insight_o3.reasoning_data.workspace import EngineInputError, WorkDir
 from insight_o3.storage.atomic import write_json_atomic
 from insight_o3.storage.lock import RunLockedError, run_lock
 
@@ -190,8 +192,24 @@ def served_name(number: int) -> str:
     return f"policy-round-{number}"
 
 
+def failure_reasons(r: RoundDir, stage: str, most: int = 3) -> str:
+    """The commonest errors of a stage's failed items (``" (9x timeout; ...)"``), or ``""`` when none can be read:
+    a stop that says why, without opening the records."""
+    try:
+        records = read_records(WorkDir.at(r.data).records(stage), stage)
+    except (EngineInputError, OSError):
+        return ""
+    errors = Counter(
+        " ".join(str(rec.get("error") or "no error recorded").split())[:300]
+        for rec in records.values()
+        if rec.get("status") == "failed"
+    )
+    return f" ({'; '.join(f'{n}x {e}' for e, n in errors.most_common(most))})" if errors else ""
+
+
 def _incomplete(stage: str, r: RoundDir, incomplete: int) -> RoundStopped:
-    return RoundStopped(f"round {r.number}: {stage} left {incomplete} item(s) failed; run again to retry them")
+    reasons = failure_reasons(r, stage)
+    return RoundStopped(f"round {r.number}: {stage} left {incomplete} item(s) failed{reasons}; run again to retry them")
 
 
 def _generate(cfg: RoundsConfig, r: RoundDir, policy: str) -> JSONObject:
