@@ -58,11 +58,9 @@ from ..protocol.questions import insight_o3_question
 from ..protocol.sample import Sample
 from ..protocol.statuses import NO_ANSWER_STATUSES, JudgeFlow
 from . import opensearch_vl_judge as osv_judge
+from .judge_settings import DEFAULT_JUDGE_RETRIES as DEFAULT_JUDGE_RETRIES
+from .judge_settings import FLOWS as FLOWS
 from .schema import Status
-
-FLOWS = tuple(f.value for f in JudgeFlow)
-#: Judgings more of an attempt whose judge reply was ambiguous or malformed, before it is a failed record.
-DEFAULT_JUDGE_RETRIES = 2
 
 
 def default_flow(vsearcher_model: str | None) -> str:
