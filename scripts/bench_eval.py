@@ -151,7 +151,7 @@ def encode_floor(a, bench: Path) -> dict:
     (the evaluate CLI's single-model view: ``--img_max_pixels``, the store's format and quality)."""
     paths = sorted({s.image_path for s in load_samples(bench / "metadata.jsonl", bench)})
     store = ImageStore(originals_cached=0, processes=False, workers=1)
-    resize = Resize(max_pixels=a.img_max_pixels or None)
+    resize = Resize.fit(a.img_max_pixels)
     try:
         cpu = min(os.sched_getaffinity(0))
         before = os.sched_getaffinity(0)

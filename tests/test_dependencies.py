@@ -154,7 +154,7 @@ def _notebook_imports() -> set[str]:
 
 @pytest.mark.smoke
 def test_the_notebooks_documented_command_and_imports_are_declared_and_locked():
-    """The light install runs the notebooks as documented (issue 33 item 12: it had nbclient, not nbconvert):
+    """The light install runs the notebooks as documented (it needs nbconvert, not only nbclient):
     every ``jupyter <subcommand>`` the docs give and every package the notebooks import is declared (runtime or
     the dev extra), pinned in both locks and installed here."""
     declared = {_name(d) for d in PYPROJECT["project"]["dependencies"]}

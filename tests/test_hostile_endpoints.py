@@ -1,4 +1,4 @@
-"""Hostile replies, dead endpoints and signals (issue 22 items 1-4, issue 21 item 5), against real loopback
+"""Hostile replies, dead endpoints and signals, against real loopback
 HTTP servers, real signals and real subprocesses:
 
 * a reply with a lone surrogate and negative or missing usage is stored (text escaped, usage flagged as

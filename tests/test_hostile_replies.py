@@ -1,4 +1,4 @@
-"""Hostile replies, round 2 (issue 34): whatever a server sends becomes a typed reply or one failed record, at the one
+"""Hostile replies: whatever a server sends becomes a typed reply or one failed record, at the one
 boundary (:mod:`insight_o3.base.untrusted`, :class:`insight_o3.endpoints.client.GuardedAsyncOpenAI`), against real
 loopback HTTP servers:
 

@@ -21,7 +21,7 @@ def _strings(node: ast.AST) -> list[str]:
 
 
 def test_no_command_line_below_the_commands():
-    """Nothing below the commands takes an ``argparse.Namespace``: each run has a typed config (the issue's
+    """Nothing below the commands takes an ``argparse.Namespace``: each run has a typed config (none in
     ``grep -rn Namespace insight_o3``)."""
     users = [
         f"{p.relative_to(PACKAGE)}:{n}"
@@ -206,3 +206,81 @@ def test_the_judge_flow_and_the_reasoner_mode_are_vocabulary_members():
     assert judge.flow is JudgeFlow.VERIFY and judge.completion_kwargs == JUDGE_COMPLETION_KWARGS["verify"]
     assert default_flow("vs") is JudgeFlow.VERIFY and default_flow(None) is JudgeFlow.EXTRACT
     assert set(JUDGE_COMPLETION_KWARGS) == set(JudgeFlow) and f"{ReasonerMode.TRAIN}" == "train"
+
+
+#: Other vocabularies that share a word with the judge's: a reply's usage state (``"invalid"``), the key group of a
+#: role (``env == "judge"``), the judge method (``"rule"``/``"judge"``), an attribution bucket (``"correct"``).
+_OTHER_VOCABULARIES = {"usage", "state", "env", "method", "bucket"}
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {
+        n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))
+    }
+
+
+def _bare_comparisons(words: set[str]) -> list[str]:
+    """Comparisons in the library and the recipe of a value to one of ``words`` written as a bare string (a
+    constant, or one in a literal tuple, list or set); a key looked up in a mapping (``"judge" in row``) is not one."""
+    found = []
+    for p in [*sorted(PACKAGE.rglob("*.py")), *sorted(RECIPE.rglob("*.py"))]:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            lookup = isinstance(node.left, ast.Constant) and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            if lookup and not isinstance(node.comparators[0], (ast.Tuple, ast.List, ast.Set)):
+                continue
+            texts = {
+                e.value
+                for s in sides
+                for e in (s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s])
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            }
+            others = set().union(*(_names(s) for s in sides))
+            if texts & words and not others & _OTHER_VOCABULARIES:
+                found.append(f"{p.relative_to(PACKAGE.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_judges_statuses_and_the_unit_kinds_are_vocabulary_members():
+    """A verdict's status, a lost record's fail stage and an evaluation unit's kind are compared to members of
+    :mod:`insight_o3.protocol.statuses` (``VerdictStatus``, ``FailStage``, ``UnitKind``), never to bare strings;
+    records still hold the plain text (the golden record tests pin the bytes)."""
+    from insight_o3.evaluation.judge import Verdict
+    from insight_o3.evaluation.schema import FAIL_STAGES, STATUSES, EvalResult
+    from insight_o3.protocol.statuses import FailStage, UnitKind, VerdictStatus
+
+    assert _bare_comparisons({*VerdictStatus, *FailStage, *UnitKind}) == []
+    er = EvalResult.model_validate({"status": "failed", "fail_stage": "judge"})
+    assert er.status is VerdictStatus.FAILED and er.fail_stage is FailStage.JUDGE
+    on_disk = er.to_dict()
+    assert type(on_disk["status"]) is str and type(on_disk["fail_stage"]) is str
+    assert (on_disk["status"], on_disk["fail_stage"]) == ("failed", "judge")
+    assert STATUSES == ("correct", "wrong", "incomplete", "invalid", "failed") and FAIL_STAGES == ("solver", "judge")
+    assert Verdict(VerdictStatus.CORRECT).is_correct and not Verdict(VerdictStatus.WRONG).is_correct
+
+
+#: A citation of the tracker's history in a comment or a docstring (an issue number, "the issue's case", a finding).
+HISTORY = re.compile(r"\bissues?\s+#?\d+|\bthe issue\b|\bfindings?\s+\d+", re.IGNORECASE)
+
+
+def test_comments_say_what_and_why_not_which_issue():
+    """The library, the recipe, the tests and docs/architecture.md cite no issue, review finding or round of work:
+    a comment or docstring says what the code or the test proves, then why; history is in git."""
+    tests = PACKAGE.parent / "tests"
+    files = [
+        *PACKAGE.rglob("*.py"),
+        *RECIPE.rglob("*.py"),
+        *tests.rglob("*.py"),
+        PACKAGE.parent / "docs" / "architecture.md",
+    ]
+    cited = [
+        f"{p.relative_to(PACKAGE.parent)}:{n}: {line.strip()[:80]}"
+        for p in sorted(files)
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if HISTORY.search(line) and p != Path(__file__)
+    ]
+    assert cited == []
+    assert HISTORY.search("Hostile replies, round 2 (issue 34)") and HISTORY.search("Issue 21 finding 7: a pool")
+    assert not HISTORY.search("EngineCore encountered an issue. See stack trace")

@@ -17,7 +17,7 @@ Bounds, per parse: at most :data:`CPU_S` seconds of CPU at :data:`REPLY_CHARS` c
 the body cap (measured on a shared 2-core machine: at most 0.15 s and 1.5 s); peak traced memory at most
 :data:`MEMORY_FACTOR` times the text's size plus :data:`MEMORY_SLACK` at :data:`REPLY_CHARS` characters (measured: at
 most 2.4 times). On the code these tests replaced, the
-Mini-o3 bomb of the issue took 23 s per round at 7 KB, ``"<answer>" * 40000`` 57 s, unclosed ``\\boxed{`` were
+Mini-o3 bomb (:data:`BOMBS`) took 23 s per round at 7 KB, ``"<answer>" * 40000`` 57 s, unclosed ``\\boxed{`` were
 quadratic in Python (300 s at 64 KB), ``answer`` + 400 spaces + ``A!`` 2.5 s (cubic).
 """
 
@@ -282,7 +282,7 @@ def test_parser_is_linear_on_periodic_replies(name, image, store, prefix, motif,
     _check_bounds(name, fn, _repeat(prefix, motif, suffix, REPLY_CHARS), CPU_S)
 
 
-#: the bombs of the issue and their kin: (prefix, motif, suffix) and the parsers each was a bomb for
+#: replies that were bombs for a backtracking parser, and their kin: (prefix, motif, suffix) and the parsers each was a bomb for
 BOMBS = {
     "mini_o3": (("<grounding>x</grounding>", '<grounding>{"bbox_2d": ,"source": "', ""), ["mini_o3.step"]),
     "unclosed answer": (("", "<answer>", ""), ["judge.extract_answer_span", "mini_o3.step", "vsearcher.step"]),

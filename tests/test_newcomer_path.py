@@ -1,4 +1,4 @@
-"""What a newcomer following the README and ``--help`` tripped on (issue 33): one flag name per concept, help
+"""What a newcomer following the README and ``--help`` tripped on: one flag name per concept, help
 that says what a flag does, a wrong flag answered with its closest names, a missing benchmark pointing to the data
 root and data/README.md, a missing key naming the variable to set."""
 

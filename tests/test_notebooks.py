@@ -119,9 +119,8 @@ def test_visualize_output_notebook_reads_an_original_run(demo_eval_run, tmp_path
 def test_notebooks_and_report_find_images_of_a_run_made_from_the_repo_root_with_a_relative_img_dir(
     monkeypatch, tmp_path
 ):
-    """Issue 21 finding 4: a run evaluated from the repository root with a relative --img_dir keeps relative image
-    paths; the notebooks run in notebooks/, so the images were looked up there. The run now records the directory
-    it ran in (args.json and the run card's history: ``working_dir``) and the viewers join the two. Here the keyless
+    """The notebooks (run in notebooks/) find the images of a run evaluated from the repository root with a
+    relative --img_dir, whose records keep relative image paths: the run records the directory it ran in (args.json and the run card's history: ``working_dir``) and the viewers join the two. Here the keyless
     demo runs from the repository root with a relative --output_dir (so evaluate gets --img_dir outputs/.../bench),
     then both notebooks run with their default relative paths, and the report is written from elsewhere."""
     import json

@@ -345,7 +345,7 @@ def test_collage_worker_output_error_is_one_line(small_tmpfs, tmp_path):
 )
 def test_output_dir_that_cannot_hold_files_is_bad_input(tmp_path, openai_server, capsys, where, reason):
     """/proc, /sys or a path through a file: refused before anything is created or sent, status 2, naming the path
-    and why — not "the output directory was removed while the run was using it" (issue 34)."""
+    and why — not "the output directory was removed while the run was using it"."""
     if where.startswith("/") and not os.path.isdir("/" + where.split("/")[1]):
         pytest.skip(f"no {where.split('/')[1]} file system here")
     a_file = tmp_path / "a_file"

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from insight_o3.agents import ReasonerSession, SearcherSession
-from insight_o3.agents.reasoner_session import crop_region
+from insight_o3.agents.reasoner_session import crop_region, vreasoner_resize
 from insight_o3.agents.searcher_session import LocateResult
 from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.endpoint import Endpoint
@@ -24,6 +24,7 @@ from insight_o3.evaluation.benchmarks import BENCHMARKS, resolve_layout
 from insight_o3.evaluation.judge import AnswerJudge, in_loop_check
 from insight_o3.imaging.geometry import api_image_max_pixels, fit_max_pixels, upscale_small
 from insight_o3.imaging.images import ImageStore, Resize, encode_pil
+from insight_o3.imaging.view_ops import Resample
 from insight_o3.protocol import prompts
 from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.parsing import extract_answer_span, extract_verify_span, parse_reasoner_turn
@@ -164,7 +165,7 @@ def test_small_crops_are_enlarged_like_the_fork():
     assert upscale_small((60, 70), 56, 112 * 112) == [(103, 120)]  # area to 112x112 (int)
     assert upscale_small((20, 50), 56, 112 * 112) == [(56, 140), (70, 177)]  # both steps, in order
     assert upscale_small((200, 100), 56, 112 * 112) == []
-    r = Resize(1280 * 1280, crop_min_side=56, crop_min_area=112 * 112)
+    r = vreasoner_resize(1280 * 1280)
     assert r.target((30, 221), crop=True) == (56, 412) and r.target((30, 221)) == (30, 221)
 
 
@@ -185,13 +186,13 @@ def test_views_are_lanczos_and_jpeg_at_pils_default(tmp_path):
     Image.fromarray(np.random.default_rng(1).integers(0, 256, (900, 1200, 3), dtype=np.uint8)).save(p)
     store = ImageStore()
     try:
-        enc = store.get(str(p), Resize(500_000))
+        enc = store.get(str(p), Resize.fit(500_000))
         sent = Image.open(io.BytesIO(base64.b64decode(enc.data_url.split(",", 1)[1])))
         buf = io.BytesIO()
         Image.open(p).convert("RGB").resize(enc.ref.size, Image.LANCZOS).save(buf, format="JPEG")
         assert enc.data_url.split(",", 1)[1] == base64.b64encode(buf.getvalue()).decode()
         assert sent.quantization == Image.open(buf).quantization
-        view, _ = store.view(str(p), Resize(500_000, qwen=True))
+        view, _ = store.view(str(p), Resize.qwen(500_000))
         ref = Image.open(p).convert("RGB").resize(view.size, Image.BICUBIC)  # qwen_vl_utils' default
         assert np.array_equal(np.asarray(view), np.asarray(ref))
     finally:
@@ -326,4 +327,4 @@ def test_searcher_messages_use_the_forks_layout(img, store):
     assert user[0]["type"] == "image" and user[1]["text"].startswith(
         "\nLocate the red car.\nThink first, call **image_zoom_in_tool** if needed"
     )
-    assert s.resize.jpeg_quality == 90 and s.resize.qwen
+    assert s.resize.jpeg_quality == 90 and s.resize.resample == Resample.BICUBIC

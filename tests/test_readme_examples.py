@@ -1,4 +1,4 @@
-"""The README's and data/README.md's examples run as written (issue 33): every ``bash``/``python`` block is either
+"""The README's and data/README.md's examples run as written: every ``bash``/``python`` block is either
 run here, in order, against the keyless demo's scripted endpoints in a repository-like sandbox
 (:mod:`tests.support.readme_examples`), or marked as not run with its reason (a GPU, the Hub, the full install,
 real models) — a new example that is neither fails, so examples cannot rot unseen."""

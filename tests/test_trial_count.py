@@ -1,4 +1,4 @@
-"""How many trials a run directory holds, and every reader agreeing on it (issue 33 item 2).
+"""How many trials a run directory holds, and every reader agreeing on it.
 
 The rule: a rerun with more ``--num_trials`` extends the run (trial_<k> added; the card's history records each
 run's count); a rerun with fewer is refused (status 2, nothing written), naming what the directory holds and what

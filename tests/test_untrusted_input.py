@@ -1,4 +1,4 @@
-"""Untrusted input files and servers (issue 22, items 5-7 and 9), against real loopback HTTP servers.
+"""Untrusted input files and servers, against real loopback HTTP servers.
 
 * image names that leave ``--img_dir`` (absolute, ``..``, a symlink out) are bad input, nothing is sent;
 * credentials in base URLs never reach a file or stderr (and the base64 of ``user:SECRET`` a server echoes);
@@ -113,7 +113,7 @@ def test_evaluate_vsearch_refuses_a_symlink_out(tmp_path, openai_server, capsys)
     assert f"{ann}:1: field 'image'" in err and "symlink" in err and srv.count == 0
 
 
-# ------------------------------------------------------------------------------------ finding 9: 200 + error body
+# ------------------------------------------------------------------------------------- a 200 with an error body
 def test_a_200_reply_with_an_error_body_is_recorded_with_the_servers_message(bench, tmp_path, openai_server):
     def script(req, call):
         if eb.marker(last_user_text(req)) == "q0":

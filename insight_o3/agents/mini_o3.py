@@ -31,8 +31,9 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..base.text_scan import has_tagged, tagged_spans
-from ..imaging.geometry import QWEN_MAX_RATIO
+from ..imaging.geometry import QWEN_MAX_RATIO, pixel_box
 from ..imaging.images import ImageRef
+from ..imaging.view_ops import Crop, Resample, Resize, ResizeTo, ViewOp
 from ..protocol.trajectory import image_part, message
 from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step, UnusableImage
 
@@ -221,11 +222,16 @@ def answer_text(reply: str) -> str | None:
     return matches[-1] if matches else None
 
 
-def _view(ref: ImageRef, resample: str, steps: list[tuple[int, int]] | None = None) -> JSONObject:
-    part = {**image_part(ref), "resample": resample}
-    if steps and len(steps) > 1:
-        part["steps"] = [list(st) for st in steps]
-    return part
+def _view(
+    ref: ImageRef,
+    whole: tuple[float, float, float, float],
+    resample: Resample,
+    steps: list[tuple[int, int]] | None = None,
+) -> JSONObject:
+    """The image part of ``ref``: its region cut from the original (``whole``: the image's own region, not cut), then
+    resized through ``steps`` (or to its size) with ``resample``."""
+    crop: tuple[ViewOp, ...] = () if ref.region == whole else (Crop(pixel_box(ref.region)),)
+    return image_part(ref, Resize((*crop, *(ResizeTo(s, resample) for s in steps or [ref.size]))))
 
 
 class MiniO3Session:
@@ -244,7 +250,10 @@ class MiniO3Session:
             )
         first = ImageRef(image, full, shown)
         text = question if not options else f"{question}\n{options}"
-        self.messages: list[dict] = [message("system", SYSTEM_PROMPT), message("user", _view(first, "lanczos"), text)]
+        self.messages: list[dict] = [
+            message("system", SYSTEM_PROMPT),
+            message("user", _view(first, full, Resample.LANCZOS), text),
+        ]
         self.round = 0
 
     def _sizes(self) -> list[tuple[int, int]]:
@@ -281,7 +290,7 @@ class MiniO3Session:
         before, after = OBSERVATION_PROMPT.format(action_turn=self.round, observation_turn=self.round + 1).split(
             IMAGE_PLACEHOLDER
         )
-        self.messages.append(message("user", before, _view(crop, "nearest", steps), after))
+        self.messages.append(message("user", before, _view(crop, self.regions[0], Resample.NEAREST, steps), after))
         self.round += 1
         return Ask(zoomed=True)
 

@@ -20,7 +20,7 @@ docs/fidelity.md rows P*):
   l. 818-948, 2405 (the reward: the response from its last ``boxed``; here the judge reads the reply holding it).
 
 Crops are taken from the images the loop holds (the resized question image, earlier crops), so a view is a
-pipeline of resizes and crops of the original file (:attr:`~insight_o3.imaging.images.Resize.pipeline`). The
+pipeline of resizes and crops of the original file (:attr:`~insight_o3.imaging.view_ops.Resize.ops`). The
 tool-call handling runs the release's operations in the release's order on the parsed values, so an error's
 message (sent back to the model) is the one Python gives the release; the golden test checks that.
 """
@@ -35,6 +35,7 @@ from typing import Any
 from ..base.json_types import JSONObject
 from ..imaging.geometry import smart_resize
 from ..imaging.images import ImageRef
+from ..imaging.view_ops import Crop, Resample, Resize, ResizeTo, ViewOp
 from ..protocol.trajectory import image_part, message, message_text
 from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step, UnusableImage
 
@@ -96,7 +97,7 @@ class View:
     """An image the loop holds: the pipeline that makes it from the original file, its size, its region of the
     original (for the record)."""
 
-    pipeline: tuple[tuple[Any, ...], ...]
+    pipeline: tuple[ViewOp, ...]
     size: tuple[int, int]
     region: tuple[float, float, float, float]
 
@@ -105,7 +106,7 @@ class View:
         rx0, ry0, rx1, ry1 = self.region
         sx, sy = (rx1 - rx0) / self.size[0], (ry1 - ry0) / self.size[1]
         region = (rx0 + x0 * sx, ry0 + y0 * sy, rx0 + x1 * sx, ry0 + y1 * sy)
-        return View((*self.pipeline, ("crop", *box), ("resize", *shown)), shown, region)
+        return View((*self.pipeline, Crop(box), ResizeTo(shown, Resample.BICUBIC)), shown, region)
 
 
 def first_view(size: tuple[int, int]) -> View:
@@ -116,7 +117,7 @@ def first_view(size: tuple[int, int]) -> View:
         h, w = smart_resize(size[1], size[0], FACTOR, FIRST_MIN_PIXELS, FIRST_MAX_PIXELS)
     except ValueError as e:
         raise UnusableImage(f"the release's fetch_image refuses the {size[0]}x{size[1]} image: {e}") from None
-    return View((("resize", w, h),), (w, h), (0.0, 0.0, float(size[0]), float(size[1])))
+    return View((ResizeTo((w, h), Resample.BICUBIC),), (w, h), (0.0, 0.0, float(size[0]), float(size[1])))
 
 
 def crop_box(size: tuple[int, int], bbox_2d: Any) -> tuple[int, int, int, int]:
@@ -189,7 +190,7 @@ class PixelReasonerSession:
 
     def _part(self, v: View) -> JSONObject:
         ref = ImageRef(self.image, v.region, v.size)
-        return {**image_part(ref), "pipeline": [list(op) for op in v.pipeline]}
+        return image_part(ref, Resize(v.pipeline))
 
     def qa_text(self) -> str:
         """The text ``parse_last_tool`` searches (l. 2205-2206, 2391, 2399): the conversation as Qwen2.5-VL's chat

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from ..imaging.images import ImageRef, ImageStore, Resize
+from ..imaging.view_ops import EnlargeCrop, FitPixels
 from ..protocol.limits import LIMITS
 from ..protocol.parsing import parse_reasoner_turn
 from ..protocol.prompts import (
@@ -65,7 +66,8 @@ CROP_MIN_AREA = 112 * 112
 
 def vreasoner_resize(max_pixels: int | None) -> Resize:
     """How the vReasoner's images are sized: the budget for the image and crops, crops enlarged first."""
-    return Resize(max_pixels or None, crop_min_side=CROP_MIN_SIDE, crop_min_area=CROP_MIN_AREA)
+    enlarge = EnlargeCrop(CROP_MIN_SIDE, CROP_MIN_AREA)
+    return Resize((enlarge, FitPixels(max_pixels)) if max_pixels else (enlarge,))
 
 
 def crop_region(result: LocateResult, size: tuple[int, int]) -> tuple[int, int, int, int] | None:

@@ -176,7 +176,8 @@ class BaseSearcherSession:
         self.images, self.max_tool_calls = images, max_tool_calls
         self.limit_reminder = limit_reminder
         #: JPEG at quality 90 over HTTP (the fork hands the resized pixels to vLLM in process)
-        self.resize = Resize(max_pixels, qwen=True, jpeg_quality=SEARCHER_JPEG_QUALITY)
+        self.max_pixels = max_pixels
+        self.resize = Resize.qwen(max_pixels, jpeg_quality=SEARCHER_JPEG_QUALITY)
         self.original_size = images.size(self.image_path)
         first = plan_view(images, self.image_path, self.resize)
         #: the model frame all vSearcher coordinates refer to (whole image at smart_resize size)
@@ -472,14 +473,14 @@ class SearcherSession(BaseSearcherSession):
         args = call.arguments if isinstance(call.arguments, dict) else {}
         bbox = args.get("bbox_2d")
         rec.action, rec.bbox_raw = SearcherAction.TOOL_CALL, bbox if isinstance(bbox, list) else None
-        zoom = rules.run_tool_call(call, self.tool_size, self.frame.size, self.resize.max_pixels or 0)
+        zoom = rules.run_tool_call(call, self.tool_size, self.frame.size, self.max_pixels or 0)
         ref = None
         if zoom.ok:
             assert zoom.box is not None and zoom.shown_wh is not None
             sx, sy = self.original_size[0] / self.tool_size[0], self.original_size[1] / self.tool_size[1]
             x0, y0, x1, y1 = zoom.box
             region = (x0 * sx, y0 * sy, x1 * sx, y1 * sy)  # the tool's crop, in original pixels
-            shown = Resize(self.resize.max_pixels, qwen=True, jpeg_quality=self.resize.jpeg_quality, size=zoom.shown_wh)
+            shown = self.resize.at_size(zoom.shown_wh)
             ref = plan_view(self.images, self.image_path, shown, region)
             rec.box_original = ref.region
             self.n_tool_calls += 1

@@ -3,8 +3,8 @@
 A session holds one episode's conversation (chat messages whose image parts are
 :class:`~insight_o3.imaging.images.ImageRef` references, :mod:`insight_o3.protocol.trajectory`): each image part
 names the image file, the region of it (original pixels) and the exact ``(w, h)`` it is shown at, so the session
-decides every crop and resize and the driver only renders what the references say (BICUBIC; LANCZOS or NEAREST where
-the part says ``"resample": "lanczos" | "nearest"``). :meth:`ToolSession.step` reads one model reply and returns
+decides every crop and resize and the driver only renders what the references say (the region at its size, BICUBIC;
+or the part's own pipeline of operations on the original file, :func:`insight_o3.protocol.trajectory.image_part`). :meth:`ToolSession.step` reads one model reply and returns
 
 * :class:`Ask`: send the (possibly extended) messages again (after a tool call, its response is already appended;
   a harness that re-asks after a reply without a call or an answer appends nothing);

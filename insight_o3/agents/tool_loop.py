@@ -19,10 +19,11 @@ from typing import Any
 from ..base.redaction import failure_reason
 from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
-from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore, Resize
+from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore
+from ..imaging.view_ops import Resample, Resize, ResizeTo
 from ..protocol.attempt import Attempt
 from ..protocol.statuses import EpisodeStatus
-from ..protocol.trajectory import to_openai
+from ..protocol.trajectory import part_view, to_openai
 from ..tools.toolkit import Toolkit
 from .tool_agents import (
     AgentDefaults,
@@ -38,9 +39,8 @@ from .tool_agents import (
 
 
 def _view_key(part: dict) -> str:
-    """What decides an image part's pixels (its reference, resampling, steps, pipeline, file-as-is), as one key."""
-    keys = ("image", "resample", "steps", "pipeline", "as_file")
-    return json.dumps({k: part[k] for k in keys if k in part}, sort_keys=True)
+    """What decides an image part's pixels (its reference and its rendering), as one key."""
+    return json.dumps({k: part[k] for k in ("image", "view") if k in part}, sort_keys=True)
 
 
 def _no_ref(ref: ImageRef) -> EncodedImage:
@@ -75,29 +75,20 @@ class ToolLoopSolver:
         return list(await asyncio.gather(*(self._episode(sample, size) for _ in range(n))))
 
     async def _render(self, part: dict, views: dict[str, EncodedImage]) -> None:
-        """Render an image part: its region of the file at its size, with the part's resampling (or the part's
-        ``pipeline`` of resizes and crops, :attr:`~insight_o3.imaging.images.Resize.pipeline`; or the file itself,
-        ``as_file``)."""
+        """Render an image part: the part's own pipeline of operations on the original file
+        (:func:`~insight_o3.protocol.trajectory.image_part`'s ``view``), else its region of the file at its size,
+        BICUBIC."""
         key = _view_key(part)
         if key in views:
             return
         ref = ImageRef.from_dict(part["image"])
-        w, h = self.images.size(ref.path)
-        region = None if ref.region == (0.0, 0.0, float(w), float(h)) else ref.region
-        how = part.get("resample", "bicubic")
-        chain = tuple((int(w), int(h)) for w, h in part.get("steps", ()))
-        pipeline: tuple[tuple[str | int, ...], ...] = tuple(
-            (str(op[0]), *(int(v) for v in op[1:])) for op in part.get("pipeline", ())
-        )
-        resize = Resize(
-            size=ref.size,
-            qwen=how == "bicubic",
-            nearest=how == "nearest",
-            chain=chain,
-            pipeline=pipeline,
-            as_file=bool(part.get("as_file")),
-        )
-        views[key] = await self.images.aget(ref.path, resize, region)
+        view = part_view(part)
+        region = None
+        if view is None:
+            w, h = self.images.size(ref.path)
+            region = None if ref.region == (0.0, 0.0, float(w), float(h)) else ref.region
+            view = Resize((ResizeTo(ref.size, Resample.BICUBIC),))
+        views[key] = await self.images.aget(ref.path, view, region)
 
     def _labelled(self, views: dict[str, EncodedImage], part: dict) -> EncodedImage:
         """The rendered view of ``part``, under the protocol's media type label when it has one."""

@@ -7,8 +7,6 @@ Sessions only plan :class:`~insight_o3.imaging.images.ImageRef` s; the pixels ar
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from PIL import Image
 
 from ..imaging.geometry import QWEN_IMAGE_FACTOR, QWEN_MAX_RATIO, Box, expand_to_min_size, pixel_box
@@ -60,7 +58,7 @@ def resize_for(images: ImageStore, resize: Resize, ref: ImageRef) -> Resize:
     px = pixel_box(region)
     if resize.target((px[2] - px[0], px[3] - px[1]), crop=True) == tuple(ref.size):
         return resize
-    return replace(resize, size=(int(ref.size[0]), int(ref.size[1])))
+    return resize.at_size(ref.size)
 
 
 async def encode_refs(images: ImageStore, resize: Resize, refs: list[ImageRef]) -> dict[ImageRef, EncodedImage]:

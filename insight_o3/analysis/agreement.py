@@ -21,12 +21,11 @@ import numpy as np
 
 from ..base.json_types import JSONObject
 from ..evaluation.schema import EvalRecord
+from ..protocol.statuses import JUDGED_STATUSES, VerdictStatus
 from .clusters import Cluster, cluster_labels
 from .kappa import MIN_SAMPLES_FOR_INTERVAL, cohen_kappa, fleiss_kappa, kappa_interval
 from .outcomes import PairingError
 from .run_records import RunRecords
-
-JUDGED = ("correct", "wrong")
 
 
 def judge_name(run: RunRecords) -> str:
@@ -121,14 +120,15 @@ def judge_agreement(runs: list[RunRecords], cluster: Cluster = Cluster.IMAGE) ->
     first = [items[0][k] for k in keys]
     group = cluster_labels([r.sample_key for r in first], [r.image for r in first], cluster)
     status = {n: [it[k].status for k in keys] for n, it in zip(names, items)}
+    correct = {n: [s == VerdictStatus.CORRECT for s in status[n]] for n in names}
     method = {n: [it[k].eval_result.judge_method for k in keys] for n, it in zip(names, items)}
-    judged = [i for i in range(len(keys)) if all(status[n][i] in JUDGED for n in names)]
+    judged = [i for i in range(len(keys)) if all(status[n][i] in JUDGED_STATUSES for n in names)]
     pairs = []
     for a, b in combinations(names, 2):
-        both = [i for i in range(len(keys)) if status[a][i] in JUDGED and status[b][i] in JUDGED]
+        both = [i for i in range(len(keys)) if status[a][i] in JUDGED_STATUSES and status[b][i] in JUDGED_STATUSES]
         by_model = [i for i in both if "judge" in (method[a][i], method[b][i])]
         xa, xb = [status[a][i] for i in both], [status[b][i] for i in both]
-        labels = np.array([[x == "correct", y == "correct"] for x, y in zip(xa, xb)], bool).reshape(-1, 2)
+        labels = np.array([[correct[a][i], correct[b][i]] for i in both], bool).reshape(-1, 2)
         pairs.append(
             {
                 "a": a,
@@ -164,7 +164,7 @@ def judge_agreement(runs: list[RunRecords], cluster: Cluster = Cluster.IMAGE) ->
             )
     fleiss = None
     if len(names) >= 3:
-        labels = np.array([[status[n][i] == "correct" for n in names] for i in judged], bool).reshape(-1, len(names))
+        labels = np.array([[correct[n][i] for n in names] for i in judged], bool).reshape(-1, len(names))
         fleiss = {
             "kappa": _finite(fleiss_kappa(labels)),
             "ci": _listed(kappa_interval(labels, [group[i] for i in judged])),
@@ -177,8 +177,8 @@ def judge_agreement(runs: list[RunRecords], cluster: Cluster = Cluster.IMAGE) ->
         [r.path for r in runs],
         len(keys),
         len(judged),
-        {n: sum(s == "failed" for s in status[n]) for n in names},
-        {n: (sum(s == "correct" for s in status[n]) / len(keys)) if keys else 0.0 for n in names},
+        {n: sum(s == VerdictStatus.FAILED for s in status[n]) for n in names},
+        {n: (sum(correct[n]) / len(keys)) if keys else 0.0 for n in names},
         pairs,
         dis,
         fleiss,

@@ -38,6 +38,7 @@ from ..evaluation.attribution import attribute, attribution_metrics
 from ..evaluation.metrics import TRIAL_STD_DDOF, std_over_trials
 from ..evaluation.schema import USAGE_ROLES, EvalRecord, TokenUsage
 from ..protocol.sample import row_fields
+from ..protocol.statuses import VerdictStatus
 from ..storage.atomic import atomic_writer
 from .clusters import Cluster
 from .comparison import tokens_per_episode
@@ -183,7 +184,7 @@ def trajectory_row(rec: EvalRecord, eval_name: str = "", card_sha: str | None = 
         "options": rec.options,
         "answer": rec.answer,
         "status": er.status,
-        "is_correct": er.status == "correct",
+        "is_correct": er.status == VerdictStatus.CORRECT,
         "has_answer": er.has_answer,
         "response": er.response,
         "finish_reason": er.finish_reason,

@@ -49,6 +49,7 @@ from ..protocol.attempt import Attempt
 from ..protocol.limits import LIMITS
 from ..protocol.parsing import format_options
 from ..protocol.sample import Sample
+from ..protocol.statuses import FailStage, VerdictStatus
 from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 
@@ -95,17 +96,17 @@ async def check_collage(
     judged ones are kept, judge failures re-judged, and only lost ones asked again."""
     kept, rejudge = [], []
     for p in (previous or [])[:attempts]:
-        if p.get("status") != "failed":
+        if p.get("status") != VerdictStatus.FAILED:
             kept.append(p)
-        elif p.get("fail_stage") == "judge" and p.get("response") is not None:
+        elif p.get("fail_stage") == FailStage.JUDGE and p.get("response") is not None:
             rejudge.append(Attempt(p["response"], p.get("finish_reason")))
     n_new = attempts - len(kept) - len(rejudge)
     new = list(await solver.solve(sample, n_new)) if n_new > 0 else []
     todo = rejudge + new
     verdicts = await asyncio.gather(*(judge.check(sample, a) for a in todo))
     recs = kept + [attempt_record(a, v) for a, v in zip(todo, verdicts)]
-    solved = any(r["status"] == "correct" for r in recs)  # any success removes the collage
-    failed = [r for r in recs if r["status"] == "failed"]
+    solved = any(r["status"] == VerdictStatus.CORRECT for r in recs)  # any success removes the collage
+    failed = [r for r in recs if r["status"] == VerdictStatus.FAILED]
     if failed and not solved:
         return {"sample_key": sample.key, "error": failed[0]["fail_reason"], "attempts": recs}
     return {"sample_key": sample.key, "solved": solved, "attempts": recs}
@@ -169,7 +170,7 @@ class CollageFilterJob(ResumableJob[dict, dict]):
             client,
             f.model,
             store,
-            Resize(max_pixels=f.max_pixels or None),
+            Resize.fit(f.max_pixels),
             system_prompt=prompts.THINK_SYSTEM_PROMPT,
             image_url_extra={"detail": "high"},
             separate_trial_requests=f.separate_attempt_requests,

@@ -54,6 +54,7 @@ from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import format_options
 from ..protocol.sample import Sample
+from ..protocol.statuses import FailStage, VerdictStatus
 from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
 
@@ -98,18 +99,18 @@ async def check_item(
     checks: dict[str, dict] = {}
     for c in checkers:
         old = (previous or {}).get(c.model)
-        if old is not None and old.get("status") != "failed":
+        if old is not None and old.get("status") != VerdictStatus.FAILED:
             rec = old
         else:
-            if old is not None and old.get("fail_stage") == "judge" and old.get("response") is not None:
+            if old is not None and old.get("fail_stage") == FailStage.JUDGE and old.get("response") is not None:
                 attempt = Attempt(old["response"], old.get("finish_reason"))
             else:
                 attempt = (await c.solver.solve(sample, 1))[0]
             rec = attempt_record(attempt, await judge.check(sample, attempt))
         checks[c.model] = rec
-        if rec["status"] == "failed":
+        if rec["status"] == VerdictStatus.FAILED:
             return {"sample_key": sample.key, "error": rec["fail_reason"], "checks": checks}
-        if rec["status"] != "correct":
+        if rec["status"] != VerdictStatus.CORRECT:
             return {"sample_key": sample.key, "reliable": False, "checks": checks}
     return {"sample_key": sample.key, "reliable": True, "checks": checks}
 
@@ -162,7 +163,7 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
         conns = max(a.controls.concurrency, 16)
         store = ImageStore.for_image_workers(a.controls.image_workers, originals_cached=0)
         self.on_close(store.close)
-        resize = Resize(max_pixels=a.max_pixels or None)
+        resize = Resize.fit(a.max_pixels)
         self.checkers = [
             Checker(
                 model,

@@ -926,3 +926,23 @@ def plan(
         base, extra = divmod(num_questions, num_images)
         counts = [base + (1 if i < extra else 0) for i in range(num_images)]
     return [(i, s, k) for i, (s, k) in enumerate(zip(subsets, counts))]
+
+
+def draw_demo(
+    out_dir: Path, num_images: int, *, seed: int, questions_per_image: int, min_side: int
+) -> tuple[list[DemoItem], Path]:
+    """The offline data demos' inputs: ``num_images`` images (half charts, half maps, sides ``min_side`` to 1.4x it)
+    with ``questions_per_image`` questions each, drawn under ``out_dir`` (images already there with the right size
+    are kept) with their ``metadata.jsonl``. Returns the items and that file."""
+    layout = plan(
+        num_images, seed=seed, chart_fraction=0.5, questions_per_image=questions_per_image, num_questions=None
+    )
+    items = [
+        build_item(
+            seed, i, subset=s, n_questions=k, size=None, min_side=min_side, max_side=int(min_side * 1.4), f_rate=0.1
+        )
+        for i, s, k in layout
+    ]
+    for item in items:
+        write_image(item, out_dir)
+    return items, write_metadata(items, out_dir)

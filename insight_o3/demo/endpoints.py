@@ -39,7 +39,7 @@ from typing import Any
 from ..agents.insight_v import SUMMARY_PREFIX
 from ..agents.tool_agents import DemoSpeaker, DemoTurn
 from ..base.json_types import JSONObject
-from ..endpoints.scripted_server import Call, Reply, chat, error, request_text, user_message_text
+from ..endpoints.scripted_server import Call, Reply, chat, error, refusal, request_text, user_message_text
 from ..evaluation.agent_registry import PluginError, agent_names, get_agent
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, smart_resize
 
@@ -151,14 +151,7 @@ class DemoScripts:
 
     def _refused(self, role: str, call: Call) -> Reply | None:
         """A real server's refusal of a request without a key or for a model it does not serve (None: served)."""
-        if self.require_key:
-            token = call.headers.get("authorization", "").split()
-            if len(token) < 2 or token[1] in ("", "EMPTY"):
-                return error(401, f"missing API key: the scripted {role} wants one (any value but EMPTY)")
-        want = (self.names or {}).get(role)
-        if want is not None and call.model != want:
-            return error(404, f"The model `{call.model}` does not exist. (the scripted {role} serves `{want}`)")
-        return None
+        return refusal(call, role, (self.names or {}).get(role), self.require_key)
 
     # ------------------------------------------------------------------ scripts
     def model(self, req: dict, call: Call) -> Reply:

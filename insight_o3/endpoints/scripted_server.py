@@ -102,6 +102,19 @@ def refuse(status: int, echo_key: bool = True) -> Script:
     return script
 
 
+def refusal(call: Call, role: str, serves: str | None, require_key: bool) -> Reply | None:
+    """A real server's refusal of a request for a model it does not serve (vLLM's 404; ``serves`` None: any name is
+    served) or, with ``require_key``, of one without a key (none, or ``EMPTY``: a 401); None when it is served. A
+    scripted endpoint that refuses like this shows a wiring mistake (the model pointed at the judge's port) at once."""
+    if require_key:
+        token = call.headers.get("authorization", "").split()
+        if len(token) < 2 or token[1] in ("", "EMPTY"):
+            return error(401, f"missing API key: the scripted {role} wants one (any value but EMPTY)")
+    if serves is not None and call.model != serves:
+        return error(404, f"The model `{call.model}` does not exist. (the scripted {role} serves `{serves}`)")
+    return None
+
+
 def malformed() -> Reply:
     return Reply(status=200, body=b"{this is not json", headers={"content-type": "application/json"})
 

@@ -137,7 +137,7 @@ def _single_model(ctx: AgentContext) -> Solver:
         ctx.client,
         c.model,
         ctx.images,
-        Resize(max_pixels=budget),
+        Resize.fit(budget),
         system_prompt=settings.system_prompt,
         completion_kwargs=dict(c.completion_kwargs),
         image_url_extra=dict(c.image_url_extra),

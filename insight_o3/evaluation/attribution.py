@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from ..base.json_types import JSONObject
 from ..imaging.geometry import Box, box_area
 from ..protocol.evidence import evidence_boxes
-from ..protocol.statuses import EpisodeStatus
+from ..protocol.statuses import EpisodeStatus, VerdictStatus
 from ..protocol.trajectory import image_refs
 from .schema import EvalRecord
 
@@ -183,7 +183,7 @@ def chain_status(record: EvalRecord) -> str | None:
     if not isinstance(chain, dict):
         return None
     status = chain.get("status")
-    if status == "correct" or (status == "wrong" and chain.get("has_answer") is True):
+    if status == VerdictStatus.CORRECT or (status == VerdictStatus.WRONG and chain.get("has_answer") is True):
         return str(status)
     return None
 
@@ -214,18 +214,18 @@ def attribute(
 
     status = er.status
     chain = chain_status(record)
-    if status == "correct":
-        return done("summary_rescued" if chain == "wrong" else "correct")
-    if status == "failed":
+    if status == VerdictStatus.CORRECT:
+        return done("summary_rescued" if chain == VerdictStatus.WRONG else "correct")
+    if status == VerdictStatus.FAILED:
         return done("lost")
     episode = er.stats.get("status")
-    if status == "incomplete" or episode in _FORMAT_STATUSES:
+    if status == VerdictStatus.INCOMPLETE or episode in _FORMAT_STATUSES:
         return done("format_failure")
-    if status == "wrong" and er.has_answer and chain == "correct":
+    if status == VerdictStatus.WRONG and er.has_answer and chain == VerdictStatus.CORRECT:
         return done("summary_overruled")
     if io3 and episode in _SEARCHER_STATUSES:
         return done("not_found")
-    if status == "invalid" or (status == "wrong" and not er.has_answer):
+    if status == VerdictStatus.INVALID or (status == VerdictStatus.WRONG and not er.has_answer):
         return done("format_failure")
     if io3 and not crops:
         return done("no_search" if _n_search_calls(record) == 0 else "not_found")

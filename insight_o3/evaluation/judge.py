@@ -27,7 +27,7 @@ compared as it is) the result is the released one (golden cases: ``tests/golden/
 ``evaluate.py`` run on each reply). Training under ``vsearch.variant=original`` keeps the fork's rule as it is
 (``AnswerJudge(verdicts="fork")``, :func:`judged_correct`).
 
-Every attempt gets a :class:`Verdict` whose ``status`` is one of (:data:`.schema.STATUSES`)
+Every attempt gets a :class:`Verdict` whose ``status`` is one of (:class:`~insight_o3.protocol.statuses.VerdictStatus`)
 
 * ``correct`` / ``wrong`` — judged (by rule or by the judge model);
 * ``incomplete`` — the response was truncated (``finish_reason != "stop"``) and is never judged;
@@ -56,13 +56,10 @@ from ..protocol.attempt import Attempt
 from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
 from ..protocol.questions import insight_o3_question
 from ..protocol.sample import Sample
-from ..protocol.statuses import NO_ANSWER_STATUSES, JudgeFlow
+from ..protocol.statuses import NO_ANSWER_STATUSES, FailStage, JudgeFlow, VerdictStatus
 from . import opensearch_vl_judge as osv_judge
-from .schema import Status
-
-FLOWS = tuple(f.value for f in JudgeFlow)
-#: Judgings more of an attempt whose judge reply was ambiguous or malformed, before it is a failed record.
-DEFAULT_JUDGE_RETRIES = 2
+from .judge_settings import DEFAULT_JUDGE_RETRIES as DEFAULT_JUDGE_RETRIES
+from .judge_settings import FLOWS as FLOWS
 
 
 def default_flow(vsearcher_model: str | None) -> str:
@@ -83,17 +80,17 @@ JUDGE_COMPLETION_KWARGS: dict[str, JSONObject] = {
 
 @dataclass
 class Verdict:
-    status: Status  # one of schema.STATUSES
+    status: VerdictStatus
     extracted_answer: str | None = None
     has_answer: bool = False
     method: str | None = None  # "rule" | "judge"
     judge_outputs: list[str] = field(default_factory=list)
     fail_reason: str | None = None
-    fail_stage: str | None = None  # "solver" | "judge"
+    fail_stage: FailStage | None = None
 
     @property
     def is_correct(self) -> bool:
-        return self.status == "correct"
+        return self.status == VerdictStatus.CORRECT
 
     def to_dict(self) -> JSONObject:
         return asdict(self)
@@ -251,15 +248,17 @@ async def in_loop_check(
     """
     span = extract_verify_span(response_text or "")
     if span is None:
-        return Verdict("wrong", None, False, "rule", fail_reason="no \\boxed{} or <answer> span")
+        return Verdict(VerdictStatus.WRONG, None, False, "rule", fail_reason="no \\boxed{} or <answer> span")
     if span == ground_truth:
-        return Verdict("correct", span, True, "rule")
+        return Verdict(VerdictStatus.CORRECT, span, True, "rule")
     kwargs = JUDGE_COMPLETION_KWARGS[JudgeFlow.VERIFY] if completion_kwargs is None else completion_kwargs
     prompt = prompts.format_judge_prompt(
         prompts.QA_VERIFY_PROMPT, question=question, gt_answer=ground_truth, model_answer=span
     )
     reply = await (ask or ask_judge)(client, model, prompt, kwargs)
-    return Verdict("correct" if judged_correct(reply, verdicts) else "wrong", span, True, "judge", [reply])
+    return Verdict(
+        VerdictStatus.CORRECT if judged_correct(reply, verdicts) else VerdictStatus.WRONG, span, True, "judge", [reply]
+    )
 
 
 class AnswerJudge:
@@ -303,13 +302,13 @@ class AnswerJudge:
 
     async def check(self, sample: Sample, attempt: Attempt) -> Verdict:
         if attempt.error is not None:
-            return Verdict("failed", fail_reason=attempt.error, fail_stage="solver")
+            return Verdict(VerdictStatus.FAILED, fail_reason=attempt.error, fail_stage=FailStage.SOLVER)
         episode = (attempt.stats or {}).get("status")
         if episode in NO_ANSWER_STATUSES:
             reason = (attempt.stats or {}).get("protocol_error") or episode
-            return Verdict("invalid", None, False, None, fail_reason=f"no answer: {reason}")
+            return Verdict(VerdictStatus.INVALID, None, False, None, fail_reason=f"no answer: {reason}")
         if self.flow == JudgeFlow.EXTRACT and attempt.finish_reason != "stop":
-            return Verdict("incomplete", fail_reason=f"finish_reason={attempt.finish_reason}")
+            return Verdict(VerdictStatus.INCOMPLETE, fail_reason=f"finish_reason={attempt.finish_reason}")
         text = attempt.text or ""
         failure: Exception | None = None
         outputs: list[str] = []
@@ -343,7 +342,7 @@ class AnswerJudge:
         if isinstance(failure, AmbiguousVerdict) and not outputs:
             outputs.append(failure.reply)  # the verify flow's one reply: kept with the failure
         reason = f"judge error: {failure_reason(failure)}"
-        return Verdict("failed", judge_outputs=outputs, fail_reason=reason, fail_stage="judge")
+        return Verdict(VerdictStatus.FAILED, judge_outputs=outputs, fail_reason=reason, fail_stage=FailStage.JUDGE)
 
     async def _opensearch_vl(
         self, sample: Sample, text: str, outputs: list[str], ask: Callable[..., Awaitable[str]] = ask_judge
@@ -355,7 +354,13 @@ class AnswerJudge:
         reply = await ask(self.client, self.model, prompt, self.completion_kwargs)
         outputs.append(reply)
         ok = osv_judge.parse_verdict(reply)
-        return Verdict("correct" if ok else "wrong", response[:500], bool(response.strip()), "judge", outputs)
+        return Verdict(
+            VerdictStatus.CORRECT if ok else VerdictStatus.WRONG,
+            response[:500],
+            bool(response.strip()),
+            "judge",
+            outputs,
+        )
 
     async def _extract(
         self, sample: Sample, text: str, outputs: list[str], ask: Callable[..., Awaitable[str]] = ask_judge
@@ -363,7 +368,7 @@ class AnswerJudge:
         gt = sample.answer
         span = extract_answer_span(text)
         if span == gt:
-            return Verdict("correct", span, True, "rule")
+            return Verdict(VerdictStatus.CORRECT, span, True, "rule")
         answer = crop_for_judge(span, self.max_answer_length)
 
         async def judge(prompt: str) -> str:
@@ -377,7 +382,13 @@ class AnswerJudge:
             )
             outputs.append(reply)
             letter = reply.strip()
-            return Verdict("correct" if letter == gt else "wrong", letter, _names_an_answer(letter), "judge", outputs)
+            return Verdict(
+                VerdictStatus.CORRECT if letter == gt else VerdictStatus.WRONG,
+                letter,
+                _names_an_answer(letter),
+                "judge",
+                outputs,
+            )
         extracted = await judge(
             prompts.format_judge_prompt(
                 prompts.OPEN_QA_EXTRACTION_PROMPT, question=sample.question, model_response=answer
@@ -391,4 +402,10 @@ class AnswerJudge:
         )
         outputs.append(reply)
         ok = judged_correct(reply, self.verdicts)
-        return Verdict("correct" if ok else "wrong", extracted, _names_an_answer(extracted), "judge", outputs)
+        return Verdict(
+            VerdictStatus.CORRECT if ok else VerdictStatus.WRONG,
+            extracted,
+            _names_an_answer(extracted),
+            "judge",
+            outputs,
+        )

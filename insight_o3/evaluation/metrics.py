@@ -30,7 +30,7 @@ import numpy as np
 
 from ..base.json_types import JSONObject
 from ..endpoints.usage import merge, total_tokens
-from ..protocol.statuses import EpisodeStatus
+from ..protocol.statuses import EpisodeStatus, VerdictStatus
 from ..protocol.trajectory import image_refs
 from .attribution import attribution_metrics
 from .schema import STATUSES, EvalRecord, EvalResult, RecordError
@@ -54,13 +54,13 @@ def _rates(results: list[EvalResult]) -> tuple[dict[str, float], dict[str, int]]
         counts[r.status] += 1
     total = len(results)
     counts["total"] = total
-    c, w, inc = counts["correct"], counts["wrong"], counts["incomplete"]
+    c, w, inc = counts[VerdictStatus.CORRECT], counts[VerdictStatus.WRONG], counts[VerdictStatus.INCOMPLETE]
     judged = c + w
     rates = {
         "accuracy": c / total if total else 0.0,
         "success_rate": judged / total if total else 0.0,
         "completion_rate": judged / (judged + inc) if judged + inc else 0.0,
-        "critical_failure_ratio": counts["failed"] / total if total else 0.0,
+        "critical_failure_ratio": counts[VerdictStatus.FAILED] / total if total else 0.0,
         "has_answer": sum(r.has_answer for r in results) / total if total else 0.0,
     }
     return rates, counts
@@ -95,13 +95,13 @@ def compute_metrics(records: list[EvalRecord | JSONObject]) -> JSONObject:
     for rate in RATES:
         out[f"category_{rate}"] = {name: v[0][rate] for name, v in cats.items()}
     out["category_stats"] = {name: v[1] for name, v in cats.items()}
-    stats = [r.stats for r in results if r.status != "failed"]
+    stats = [r.stats for r in results if r.status != VerdictStatus.FAILED]
     if any("n_search_calls" in s for s in stats):
         calls = [s.get("n_search_calls", 0) for s in stats]
         not_found = sum(s.get("n_search_not_found", 0) for s in stats)
         out["mean_search_calls"] = float(np.mean(calls)) if calls else 0.0
         out["search_not_found_ratio"] = not_found / sum(calls) if sum(calls) else 0.0
-        out.update(tool_use_health([r.to_dict() for r in results if r.status != "failed"]))
+        out.update(tool_use_health([r.to_dict() for r in results if r.status != VerdictStatus.FAILED]))
     usages = [r.usage_dict() if isinstance(r, EvalRecord) else r.get("usage") for r in records]
     out["usage"] = merge(usages)
     out["tokens_total"] = sum(total_tokens(u) for u in usages)

@@ -39,13 +39,14 @@ from ..base.json_types import JSONObject
 from ..base.redaction import redact
 from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Called
-from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..endpoints.usage import ROLE_KEYS, CostModel, UsageMeter, merge, metering, total_tokens
 from ..imaging.prepared_cache import source_digest
 from ..jobs.controls import RunControls
 from ..jobs.integrity import Invocation
 from ..jobs.job import BudgetExceeded, Emit, Plan, ResumableJob
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
 from ..protocol.sample import Sample
+from ..protocol.statuses import JUDGED_STATUSES, FailStage, UnitKind, VerdictStatus
 from ..protocol.trajectory import image_refs
 from ..storage.record_log import RecordFileError
 from .judge import AnswerJudge, Verdict
@@ -113,9 +114,9 @@ def build_record(
     response = None if attempt.text is None else cut_middle(attempt.text, max_reply_chars)
     result = EvalResult(
         status=verdict.status,
-        success=verdict.status in ("correct", "wrong"),
+        success=verdict.status in JUDGED_STATUSES,
         fail_reason=verdict.fail_reason,
-        fail_stage=verdict.fail_stage,  # type: ignore[arg-type]
+        fail_stage=verdict.fail_stage,
         response=response,
         finish_reason=attempt.finish_reason,
         extracted_answer=None
@@ -175,12 +176,11 @@ def _image_order(samples: list[Sample]) -> list[Sample]:
 
 
 def _accuracy(counts: Counter, done: int) -> JSONObject:
-    return {"acc": f"{counts['correct'] / done:.3f}" if done else "-", "fail": counts["failed"]}
+    return {"acc": f"{counts[VerdictStatus.CORRECT] / done:.3f}" if done else "-", "fail": counts[VerdictStatus.FAILED]}
 
 
-#: One unit of evaluation work: a sample, its pending trials, and "query" (ask the solver) or "judge"
-#: (re-judge the stored response of a record whose judging failed).
-Unit = tuple[Sample, list[int], str]
+#: One unit of evaluation work: a sample, its pending trials, and what to do with them.
+Unit = tuple[Sample, list[int], UnitKind]
 
 
 class EvalJob(ResumableJob[Sample, dict]):
@@ -276,14 +276,14 @@ class EvalJob(ResumableJob[Sample, dict]):
         return tokens, cost
 
     # -- the plan
-    def _pending(self, k: int, s: Sample) -> str | None:
-        """None (final), "query" or "judge" (re-judge a stored response)."""
+    def _pending(self, k: int, s: Sample) -> UnitKind | None:
+        """What trial ``k`` of ``s`` still needs: None when its record is final."""
         rec = self.logs[k].records.get(s.key)
         if rec is None:
-            return "query"
+            return UnitKind.QUERY
         er = rec.eval_result
-        if self.cfg.retry_failed and er.status == "failed":
-            return "judge" if er.fail_stage == "judge" else "query"
+        if self.cfg.retry_failed and er.status == VerdictStatus.FAILED:
+            return UnitKind.JUDGE if er.fail_stage == FailStage.JUDGE else UnitKind.QUERY
         return None
 
     def _check_images(self, items: list[Sample]) -> None:
@@ -336,15 +336,15 @@ class EvalJob(ResumableJob[Sample, dict]):
                 if p is None:
                     initial.append(self.logs[k].records[s.key].status)
                     done_by_trial[k] += 1
-                elif p == "judge":
-                    units.append((s, [k], "judge"))
+                elif p == UnitKind.JUDGE:
+                    units.append((s, [k], UnitKind.JUDGE))
                 else:
                     query.append(k)
             if query:
                 if self.cfg.group_trials:
-                    units.append((s, query, "query"))
+                    units.append((s, query, UnitKind.QUERY))
                 else:
-                    units.extend((s, [k], "query") for k in query)
+                    units.extend((s, [k], UnitKind.QUERY) for k in query)
         n = len(items)
         where = []
         for k in range(self.cfg.num_trials):
@@ -353,13 +353,13 @@ class EvalJob(ResumableJob[Sample, dict]):
         return Plan(units, n * len(self.open_trials), initial, where)
 
     # -- the work
-    async def _attempts(self, s: Sample, trials: list[int], kind: str, meter: UsageMeter) -> tuple[list, list]:
+    async def _attempts(self, s: Sample, trials: list[int], kind: UnitKind, meter: UsageMeter) -> tuple[list, list]:
         """The attempts of one unit and the usage share of each trial."""
         shares = None
-        if kind == "judge":
+        if kind == UnitKind.JUDGE:
             old = self.logs[trials[0]].records[s.key]
             attempts = [_attempt_from_record(old)]
-            shares = [{r: c for r, c in old.usage_dict().items() if r != "judge"}]
+            shares = [{r: c for r, c in old.usage_dict().items() if r != ROLE_KEYS["judge"]}]
         else:
             try:
                 attempts = list(await self.trials.solve_trials(s, trials))
@@ -396,7 +396,7 @@ class EvalJob(ResumableJob[Sample, dict]):
         meter = UsageMeter()
         metering(meter)  # this task's own context: the judge requests of this attempt
         verdict = await self.judge.check(s, attempt)
-        if verdict.status != "failed":
+        if verdict.status != VerdictStatus.FAILED:
             attempt = await self._judge_also(s, attempt)
         if self.guard.tripped:
             return  # stopping: what is in flight may carry the failure that stopped the run

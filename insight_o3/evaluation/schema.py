@@ -23,7 +23,7 @@ format 1 (the text twice) read as before.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -39,13 +39,12 @@ from pydantic import (
 
 from ..base.json_types import JSONObject
 from ..endpoints.usage import RoleUsage, UsageCounts
+from ..protocol.statuses import JUDGED_STATUSES, FailStage, VerdictStatus
 from ..storage.record_log import RecordFileError
 
-Status = Literal["correct", "wrong", "incomplete", "invalid", "failed"]
-#: The judge's statuses (see :mod:`.judge`): only ``correct`` is correct; ``failed`` = lost to API errors.
-STATUSES: tuple[str, ...] = get_args(Status)
-FailStage = Literal["solver", "judge"]
-FAIL_STAGES: tuple[str, ...] = get_args(FailStage)
+#: The judge's statuses as written (:class:`~insight_o3.protocol.statuses.VerdictStatus`).
+STATUSES: tuple[str, ...] = tuple(s.value for s in VerdictStatus)
+FAIL_STAGES: tuple[str, ...] = tuple(s.value for s in FailStage)
 #: Roles whose token usage a record may carry.
 USAGE_ROLES = ("model", "judge", "vsearcher", "summary")
 
@@ -210,8 +209,8 @@ def upgrade_eval_result(er: Any) -> Any:
     status = out.get("status")
     if status is None:
         out["status"] = status = _legacy_status(er)
-    out.setdefault("success", status in ("correct", "wrong"))
-    out.setdefault("is_correct", status == "correct")
+    out.setdefault("success", status in JUDGED_STATUSES)
+    out.setdefault("is_correct", status == VerdictStatus.CORRECT)
     if out.get("extracted_answer") is not None and not isinstance(out["extracted_answer"], str):
         out["extracted_answer"] = str(out["extracted_answer"])  # older runs stored a number for open answers
     if out.get("fail_reason") is not None and not isinstance(out["fail_reason"], str):
@@ -219,15 +218,15 @@ def upgrade_eval_result(er: Any) -> Any:
     return out
 
 
-def _legacy_status(er: dict) -> str:
+def _legacy_status(er: dict) -> VerdictStatus:
     """The status of an ``eval_result`` written before records carried one."""
     if er.get("success") is False or er.get("error"):
-        return "failed"
+        return VerdictStatus.FAILED
     if er.get("is_correct"):
-        return "correct"
+        return VerdictStatus.CORRECT
     if er.get("finish_reason") not in (None, "stop"):
-        return "incomplete"
-    return "wrong"
+        return VerdictStatus.INCOMPLETE
+    return VerdictStatus.WRONG
 
 
 class EvalResult(BaseModel):
@@ -240,7 +239,7 @@ class EvalResult(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
     success: Flag = False  # judged at all (correct or wrong)
-    status: Annotated[Status, _one_of(STATUSES, optional=False)]
+    status: Annotated[VerdictStatus, _one_of(STATUSES, optional=False)]
     fail_reason: Text = None
     fail_stage: Annotated[FailStage | None, _one_of(FAIL_STAGES, optional=True)] = None  # solver's queries or judge
     response: Annotated[str | None, _typed(str, "text")] = None
@@ -279,6 +278,9 @@ class EvalResult(BaseModel):
     @model_serializer(mode="wrap")
     def _on_disk(self, handler: SerializerFunctionWrapHandler) -> dict:
         out = handler(self)
+        out["status"] = self.status.value  # the vocabularies as plain text, as every version wrote them
+        if self.fail_stage is not None:
+            out["fail_stage"] = self.fail_stage.value
         if out.get("trajectory") is not None:
             out["trajectory"] = _without_response(self.trajectory, self.response)
         out.update(self.extra)
@@ -430,7 +432,7 @@ class EvalRecord(BaseModel):
         return out
 
     @property
-    def status(self) -> str:
+    def status(self) -> VerdictStatus:
         return self.eval_result.status
 
     @property

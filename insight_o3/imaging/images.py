@@ -36,7 +36,6 @@ import base64
 import functools
 import hashlib
 import io
-import json
 import os
 import signal
 import sys
@@ -52,8 +51,8 @@ from PIL import Image
 
 from ..base.json_types import JSONObject
 from ..base.workers import exit_with, worker_context
-from . import geometry
-from .geometry import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, Box, fit_max_pixels, pixel_box, smart_resize, upscale_small
+from . import geometry, view_ops
+from .geometry import Box, pixel_box
 from .limits import DEFAULT_MAX_DECODE_PIXELS as DEFAULT_MAX_DECODE_PIXELS
 from .limits import DEFAULT_MAX_DECODE_VALUES as DEFAULT_MAX_DECODE_VALUES
 from .prepared_cache import (
@@ -65,6 +64,7 @@ from .prepared_cache import (
     signature,
     source_digest,
 )
+from .view_ops import Resize as Resize
 
 #: The longest side a JPEG can have (its header stores sides in 16 bits).
 JPEG_MAX_SIDE = 65_535
@@ -116,69 +116,6 @@ class EncodedImage:
     @property
     def nbytes(self) -> int:
         return len(self.data_url)
-
-
-@dataclass(frozen=True)
-class Resize:
-    """How a view is sized and encoded.
-
-    ``max_pixels`` keeps the aspect ratio under a pixel budget (None: as is), with the original's
-    rounding (:func:`~insight_o3.imaging.geometry.fit_max_pixels`: floor) and LANCZOS resampling.
-    ``qwen=True`` snaps to Qwen2.5-VL's ``smart_resize`` grid for that budget instead (BICUBIC, the
-    default of ``qwen_vl_utils.fetch_image``), so a vLLM server does not resize the image again and
-    box coordinates map back exactly. ``crop_min_side``/``crop_min_area``: crops (views with a region)
-    that are smaller are first enlarged, in those two steps, before the budget applies (the fork's
-    vReasoner crops: 56 px, 112x112). ``jpeg_quality`` None is PIL's default (75), as the original.
-    """
-
-    max_pixels: int | None = None
-    qwen: bool = False
-    min_pixels: int = QWEN_MIN_PIXELS
-    crop_min_side: int = 0
-    crop_min_area: int = 0
-    jpeg_quality: int | None = None
-    #: the exact ``(w, h)`` a view is shown at, whatever its region (a vSearcher crop: the zoom-in tool's
-    #: ``smart_resize`` of the crop in the tool's image, :func:`insight_o3.protocol.searcher_rules.run_tool_call`)
-    size: tuple[int, int] | None = None
-    #: NEAREST resampling instead (a harness that resizes so: Mini-o3's ``process_image``)
-    nearest: bool = False
-    #: successive exact sizes (a harness that resizes a view more than once; the last is the size shown)
-    chain: tuple[tuple[int, int], ...] = ()
-    #: the whole view as operations on the decoded original, in order: ``("resize", w, h)`` (this resampling) and
-    #: ``("crop", x0, y0, x1, y1)`` (integer box inside the image at that point); a harness that crops an image it
-    #: has already resized (Pixel-Reasoner: crops of its resized input and of earlier crops). The region is not
-    #: used for the pixels then, only for the reference.
-    pipeline: tuple[tuple[str | int, ...], ...] = ()
-    #: the image file's own bytes, unchanged, as the view (a harness that base64s the file itself: DeepEyes's first
-    #: image, EXIF and all)
-    as_file: bool = False
-
-    @property
-    def resample(self) -> Image.Resampling:
-        if self.nearest:
-            return Image.Resampling.NEAREST
-        return Image.Resampling.BICUBIC if self.qwen else Image.Resampling.LANCZOS
-
-    def steps(self, size: tuple[int, int], crop: bool = False) -> list[tuple[int, int]]:
-        """The successive sizes a view of ``size`` is resized to (empty: shown as is)."""
-        w, h = size
-        if self.chain:
-            return [tuple(c) for c in self.chain]  # type: ignore[misc]
-        if self.size is not None:
-            return [tuple(self.size)] if tuple(self.size) != (w, h) else []  # type: ignore[list-item]
-        if self.qwen:
-            nh, nw = smart_resize(h, w, min_pixels=self.min_pixels, max_pixels=self.max_pixels or QWEN_MAX_PIXELS)
-            return [(nw, nh)] if (nw, nh) != (w, h) else []
-        out = upscale_small(size, self.crop_min_side, self.crop_min_area) if crop else []
-        last = out[-1] if out else size
-        fit = fit_max_pixels(last, self.max_pixels)
-        if fit != last:
-            out.append(fit)
-        return out
-
-    def target(self, size: tuple[int, int], crop: bool = False) -> tuple[int, int]:
-        steps = self.steps(size, crop)
-        return steps[-1] if steps else (size[0], size[1])
 
 
 def _raise_pillow_limit(pixels: int) -> None:
@@ -287,12 +224,12 @@ def encode_pil(img: Image.Image, fmt: str = "JPEG", quality: int | None = None, 
 @functools.cache
 def renderer_fingerprint() -> JSONObject:
     """What a view's bytes depend on besides its source and settings: the versions of Pillow and its codecs and
-    the sha256 of the code that renders (this module and :mod:`.geometry`; any edit is a new fingerprint)."""
+    the sha256 of the code that renders (this module, :mod:`.geometry` and :mod:`.view_ops`; any edit is a new fingerprint)."""
     from PIL import __version__ as pillow_version
     from PIL import features
 
     code = hashlib.sha256()
-    for module in (sys.modules[__name__], geometry):
+    for module in (sys.modules[__name__], geometry, view_ops):
         with open(str(module.__file__), "rb") as f:
             code.update(f.read())
     return {
@@ -396,25 +333,13 @@ class ImageStore:
         path = str(path)
         im = self.original(path)
         W, H = im.size
-        if resize.pipeline:
-            view = im
-            for op in resize.pipeline:
-                if op[0] == "crop":
-                    view = view.crop((int(op[1]), int(op[2]), int(op[3]), int(op[4])))
-                elif op[0] == "resize":
-                    view = view.resize((int(op[1]), int(op[2])), resize.resample)
-                else:
-                    raise ValueError(f"unknown view operation {op!r}")
-            reg = region if region is not None else (0.0, 0.0, float(W), float(H))
-            return view, ImageRef(path, tuple(float(v) for v in reg), view.size)  # type: ignore[arg-type]
         if region is None:
             view, reg = im, (0.0, 0.0, float(W), float(H))
         else:
             px = pixel_box(region)
             px = (max(0, px[0]), max(0, px[1]), min(W, px[2]), min(H, px[3]))
             view, reg = im.crop(px), (float(px[0]), float(px[1]), float(px[2]), float(px[3]))
-        for step in resize.steps(view.size, crop=region is not None):
-            view = view.resize(step, resize.resample)
+        view = resize.apply(view, crop=region is not None)
         return view, ImageRef(path, reg, view.size)
 
     def _file_view(self, path: str) -> EncodedImage:
@@ -445,7 +370,7 @@ class ImageStore:
         except OSError:
             return None
         params: JSONObject = {
-            "resize": json.loads(json.dumps(asdict(resize))),
+            "resize": resize.to_json(),
             "region": None if region is None else [float(v) for v in region],  # the reference holds it exactly
             "format": self.fmt.upper(),
             "quality": self.quality,

@@ -78,18 +78,7 @@ def demo_sources(out: Path, num_images: int = 6, seed: int = 0, questions: int =
     """Draw a demo benchmark under ``out/demo`` (images already there with the right size are kept) and write its
     layouts as detector JSON under ``out/layouts/{chart,map}``."""
     demo = out / "demo"
-    layout = demo_bench.plan(
-        num_images, seed=seed, chart_fraction=0.5, questions_per_image=questions, num_questions=None
-    )
-    items = [
-        demo_bench.build_item(
-            seed, i, subset=s, n_questions=k, size=None, min_side=min_side, max_side=int(min_side * 1.4), f_rate=0.1
-        )
-        for i, s, k in layout
-    ]
-    for item in items:
-        demo_bench.write_image(item, demo)
-    demo_bench.write_metadata(items, demo)
+    items, _ = demo_bench.draw_demo(demo, num_images, seed=seed, questions_per_image=questions, min_side=min_side)
     records: dict[str, list[JSONObject]] = {}
     for item in items:
         for r in demo_bench.records(item):
@@ -320,8 +309,9 @@ class ScriptedBuild:
         text, _ = texts_and_images(request)
         if "Model Answer:" not in text:
             return error(400, "unexpected judge prompt")
-        letter = text.split("Model Answer:", 1)[1].strip().split()[0].strip("()<>.")
-        return Reply(body=reply_body(letter[:1], len(text) // 4, JUDGE))
+        words = text.split("Model Answer:", 1)[1].split()
+        letter = words[0].strip("()<>.") if words else ""
+        return Reply(body=reply_body(letter[:1], len(text) // 4, call.model or JUDGE))
 
     def script(self, truth: dict[str, str] | None = None) -> Script:
         """One endpoint for every role, routed by model name: ``vlm``, ``writer``, ``judge``, the solvers."""

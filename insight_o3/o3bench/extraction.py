@@ -151,7 +151,7 @@ def tasks_for(sources: list[SourceImage]) -> list[ExtractTask]:
 def extraction_resize(max_pixels: int | None) -> Resize:
     """The view sent to the VLM: Qwen2.5-VL's ``smart_resize`` grid under ``max_pixels`` (None: the grid's default
     budget, 16384 * 28 * 28)."""
-    return Resize(max_pixels=max_pixels, qwen=True)
+    return Resize.qwen(max_pixels)
 
 
 def build_messages(ref: ImageRef, role: str = "system", prompt: str = EXTRACTION_PROMPT) -> list[JSONObject]:

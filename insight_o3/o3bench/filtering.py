@@ -141,7 +141,7 @@ class BenchFilterJob(StepJob[BenchItem]):
                 client,
                 model,
                 images,
-                Resize(max_pixels=api_image_max_pixels(model)),
+                Resize.fit(api_image_max_pixels(model)),
                 system_prompt=None,
                 completion_kwargs=kwargs,
                 image_url_extra={"detail": "high"},

@@ -89,3 +89,31 @@ class JudgeFlow(Vocabulary):
     EXTRACT = "extract"  # the released evaluate.py: extract the answer, then compare (single model)
     VERIFY = "verify"  # the fork's in-loop check (InSight-o3)
     OPENSEARCH_VL = "opensearch_vl"  # OpenSearch-VL's eval_with_gpt4o
+
+
+class VerdictStatus(Vocabulary):
+    """The judge's verdict on one attempt (``Verdict.status``, a record's ``eval_result.status``)."""
+
+    CORRECT = "correct"  # the only status that counts as correct
+    WRONG = "wrong"
+    INCOMPLETE = "incomplete"  # the response was truncated (finish_reason other than stop): never judged
+    INVALID = "invalid"  # no answer to judge: an episode that ended without one, never sent to the judge
+    FAILED = "failed"  # lost to API errors (the query or its judging): redone by --retry_failed
+
+
+#: Verdicts that judged an answer (a record's ``success``).
+JUDGED_STATUSES = (VerdictStatus.CORRECT, VerdictStatus.WRONG)
+
+
+class FailStage(Vocabulary):
+    """Where a lost record was lost (``eval_result.fail_stage``): what ``--retry_failed`` redoes."""
+
+    SOLVER = "solver"  # the solver's queries: asked again
+    JUDGE = "judge"  # the judge's: the stored response is judged again
+
+
+class UnitKind(Vocabulary):
+    """What one unit of evaluation work does (``evaluation.runner.Unit``)."""
+
+    QUERY = "query"  # ask the solver, then judge
+    JUDGE = "judge"  # judge a stored response again (its fail_stage was the judge)

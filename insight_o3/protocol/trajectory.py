@@ -1,7 +1,8 @@
 """Conversation records that hold image *references*, never pixels.
 
 A message is a plain dict (JSON-ready) in the chat format, except that image parts are
-``{"type": "image", "image": ImageRef.to_dict()}``. :func:`to_openai` turns such messages into
+``{"type": "image", "image": ImageRef.to_dict()}`` (and, for a view made by a harness's own pipeline of operations
+on the original file, ``"view"``: :meth:`~insight_o3.imaging.view_ops.Resize.to_json`). :func:`to_openai` turns such messages into
 OpenAI ``image_url`` parts by encoding each reference through an :class:`ImageStore` (cached), so
 the same records drive API calls, are written to result files, and let notebooks redraw crops.
 Extra keys on a message (e.g. ``"search"``) are kept in records and dropped for the API.
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..imaging.images import EncodedImage, ImageRef
+from ..imaging.view_ops import Resize
 
 API_KEYS = ("role", "content")
 
@@ -22,8 +24,19 @@ def text_part(text: str) -> JSONObject:
     return {"type": "text", "text": text}
 
 
-def image_part(ref: ImageRef) -> JSONObject:
-    return {"type": "image", "image": ref.to_dict()}
+def image_part(ref: ImageRef, view: Resize | None = None) -> JSONObject:
+    """An image part; ``view``: how its pixels are made from the decoded original file (a harness whose views its
+    own pipeline of crops and resizes decides), kept in the record as :meth:`Resize.to_json`."""
+    part: JSONObject = {"type": "image", "image": ref.to_dict()}
+    if view is not None:
+        part["view"] = view.to_json()
+    return part
+
+
+def part_view(part: dict) -> Resize | None:
+    """The rendering an image part carries (:func:`image_part`'s ``view``), or None for a plain reference."""
+    view = part.get("view")
+    return None if view is None else Resize.from_json(view)
 
 
 def message(role: str, *parts: JSONObject | str, **extra: Any) -> JSONObject:

@@ -48,18 +48,7 @@ _SCORE_HEAD = SCORE_PROMPT.split("{question}", 1)[0]
 def demo_questions(out: Path, num_images: int = 3, questions: int = 2, seed: int = 0, min_side: int = 500) -> Path:
     """Draw a demo benchmark under ``out`` (images already there with the right size are kept); its
     ``metadata.jsonl``."""
-    layout = demo_bench.plan(
-        num_images, seed=seed, chart_fraction=0.5, questions_per_image=questions, num_questions=None
-    )
-    items = [
-        demo_bench.build_item(
-            seed, i, subset=s, n_questions=k, size=None, min_side=min_side, max_side=int(min_side * 1.4), f_rate=0.1
-        )
-        for i, s, k in layout
-    ]
-    for item in items:
-        demo_bench.write_image(item, out)
-    return demo_bench.write_metadata(items, out)
+    return demo_bench.draw_demo(out, num_images, seed=seed, questions_per_image=questions, min_side=min_side)[1]
 
 
 def _text(m: dict) -> str:

@@ -36,7 +36,7 @@ from .steps import EngineJob
 from .workspace import WorkDir
 
 #: the view of a question's image the generator (and the scorer) sees
-IMAGE_RESIZE = Resize(max_pixels=IMAGE_MAX_PIXELS, min_pixels=IMAGE_MIN_PIXELS, qwen=True)
+IMAGE_RESIZE = Resize.qwen(IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS)
 
 
 @dataclass(frozen=True)

@@ -349,7 +349,7 @@ def _non_negative_int(text: str) -> int:
 def add_judge_retries_flag(p: Flags) -> None:
     """``--judge_retries``: judgings more of an attempt whose judge reply was ambiguous or malformed
     (:class:`insight_o3.evaluation.judge.AnswerJudge`)."""
-    from ..evaluation.judge import DEFAULT_JUDGE_RETRIES
+    from ..evaluation.judge_settings import DEFAULT_JUDGE_RETRIES
 
     p.add_argument(
         "--judge_retries",

@@ -15,6 +15,14 @@ Output (under ``--output_dir``): ``inputs/`` (the images, ``metadata.jsonl`` of 
 the detector JSON), ``workspace/`` (the build's workspace: every step's files, ``release/`` the benchmark).
 Rerunning resumes (every step's records are kept; nothing is asked twice).
 
+``--serve --img_dir DIR``: for your own images, keep one local endpoint up whose scripts reply generically for any
+image (:mod:`insight_o3.o3bench.generic`: models ``scripted-vlm`` for E.1, ``scripted-writer`` for E.2,
+``scripted-solver-a``..``-c`` for the filter, ``scripted-judge``; every reply says it is scripted), and print every
+step's ``build_o3_bench`` command on DIR, workspace ``<output_dir>/own_images/workspace``. The layouts are
+``--layouts`` (the detector's JSON) or, by default, a scripted 3x3 grid per image written to
+``<output_dir>/own_images/layouts``. Nothing is drawn or built; ``--port P`` serves on P (default: a free port).
+Ctrl-C or SIGTERM stops it: status 0.
+
 Exit status: as ``build_o3_bench`` (:class:`insight_o3.scripts._shared.ExitCode`): 0 done, 1 some items failed, 2 bad
 arguments, 3 an output could not be written, 4 stopped, 5 another step holds the workspace.
 """
@@ -22,9 +30,6 @@ arguments, 3 an output could not be written, 4 stopped, 5 another step holds the
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import shlex
 import sys
 import time
@@ -33,12 +38,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base.json_types import JSONObject
+from ..endpoints.endpoint import DEMO_KEY
 from ..endpoints.scripted_server import ScriptedOpenAIServer
+from ..o3bench import generic
 from ..o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, DemoSources, ScriptedBuild, demo_sources, scripted_review
+from ..o3bench.sources import IMAGE_SUFFIXES, list_images
 from ..o3bench.workspace import Workspace
 from . import build_o3_bench
-from ._shared import ExitCode, add_output_dir, entry_point, new_parser, seconds_since_start, setup_logging
+from ._demo_steps import StepRun, add_draw_flags, check_draw_flags, jsonl_rows, run_step, stopped
+from ._serve import keep_serving, python_command
+from ._shared import ExitCode, entry_point, new_parser, seconds_since_start, setup_logging
 
 BANNER = (
     "SCRIPTED BUILD DEMO: every step of build_o3_bench runs for real; the models (E.1 VLM, E.2 writer, filter "
@@ -52,55 +61,46 @@ NO_KEY = "EMPTY"
 
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.build_o3_bench_demo", __doc__)
-    add_output_dir(p, default="outputs/o3bench_demo", help="where the inputs and the build's workspace go")
-    p.add_argument("--num_images", type=int, default=6, help="demo images (half charts, half maps)")
-    p.add_argument(
-        "--questions_per_image",
-        type=int,
-        default=4,
-        help="demo questions per image (the scripted writer returns them, plus one bad item)",
+    add_draw_flags(
+        p,
+        output_dir="outputs/o3bench_demo",
+        output_help="where the inputs and the build's workspace go",
+        num_images=6,
+        questions=4,
+        min_side=1000,
     )
-    p.add_argument("--min_side", type=int, default=1000, help="smallest image side in px (O3-Bench: ~3000)")
-    p.add_argument("--seed", type=int, default=0, help="draws the images; shuffles the released options")
+    g = p.add_argument_group(
+        "serve the scripted models for your own images",
+        "keep one endpoint with generic scripted E.1/E.2/filter/judge replies up and print every step's command on "
+        "your images (nothing is drawn or built)",
+    )
+    g.add_argument("--serve", action="store_true", help="serve until Ctrl-C; needs --img_dir")
+    g.add_argument("--img_dir", default=None, help="with --serve: the directory of your images")
+    g.add_argument(
+        "--layouts",
+        default=None,
+        help="with --serve: the layout detector's JSON for them (default: a scripted 3x3 grid per image, written "
+        "to <output_dir>/own_images/layouts)",
+    )
+    g.add_argument("--port", type=int, default=0, help="with --serve: the port (default 0: a free one)")
     return p
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
-    if a.num_images < 1 or a.questions_per_image < 1:
-        p.error("--num_images and --questions_per_image must be at least 1")
-    if a.min_side < 400:
-        p.error("--min_side must be at least 400 (a chart needs room for its >= 8 layouts)")
+    check_draw_flags(p, a, 400, "a chart needs room for its >= 8 layouts")
+    if a.serve and not a.img_dir:
+        p.error("--serve needs --img_dir (the directory of your images)")
+    if not a.serve and (a.img_dir or a.layouts or a.port):
+        p.error("--img_dir, --layouts and --port go with --serve")
+    if not 0 <= a.port <= 65535:
+        p.error("--port must be within [0, 65535]")
     return a
 
 
-def _lines(path: Path) -> list[JSONObject]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-
-
-def _step(n: int, name: str, argv: list[str], srv: ScriptedOpenAIServer) -> tuple[int, JSONObject]:
-    """Run one ``build_o3_bench`` step as its command line; print the command and the step's own summary line.
-    Returns its exit status and that summary."""
-    print(f"[{n}/7] {name}: {PROG} {shlex.join(argv)}", flush=True)
-    before, t0 = srv.count, time.perf_counter()
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rc = build_o3_bench.main(argv)
-    summary: dict = {}
-    for line in out.getvalue().splitlines():
-        with contextlib.suppress(ValueError):
-            summary = json.loads(line)
-        print(f"      {line}")
-    summary["_requests"] = srv.count - before
-    summary["_seconds"] = time.perf_counter() - t0
-    return rc, summary
-
-
-def _say(text: str, summary: dict) -> None:
-    print(f"      -> {text} ({summary['_requests']} requests, {summary['_seconds']:.1f} s)", flush=True)
+def _say(text: str, done: StepRun) -> None:
+    print(f"      -> {text} ({done.requests} requests, {done.seconds:.1f} s)", flush=True)
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class DemoStep:
     n: int
     name: str
     argv: list[str]
-    report: Callable[[dict], None]
+    report: Callable[[StepRun], None]
 
 
 def _steps(a: argparse.Namespace, ws: Workspace, inputs: DemoSources, url: str) -> list[DemoStep]:
@@ -122,29 +122,29 @@ def _steps(a: argparse.Namespace, ws: Workspace, inputs: DemoSources, url: str) 
     images += ["--map_images", str(inputs.map_images), "--map_layouts", str(inputs.map_layouts)]
     solvers = [x for m in SOLVERS for x in ("--solver", m)]
 
-    def extracted(s: dict) -> None:
-        n = len(_lines(ws.records("extract")))
+    def extracted(s: StepRun) -> None:
+        n = len(jsonl_rows(ws.records("extract")))
         _say(f"E.1 on every layout crop and each full image: {n} records -> {ws.records('extract')}", s)
 
-    def synthesized(s: dict) -> None:
-        n_items = sum(len(r.get("items") or []) for r in _lines(ws.records("synthesize")))
+    def synthesized(s: StepRun) -> None:
+        n_items = sum(len(r.get("items") or []) for r in jsonl_rows(ws.records("synthesize")))
         _say(f"E.2 from the extracted text only: {n_items} items -> {ws.records('synthesize')}", s)
 
-    def validated(s: dict) -> None:
-        reasons = Counter(r.get("reason") for r in _lines(ws.rejected))
+    def validated(s: StepRun) -> None:
+        reasons = Counter(r.get("reason") for r in jsonl_rows(ws.rejected))
         why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
         _say(
-            f"{len(_lines(ws.candidates))} candidates -> {ws.candidates}; {sum(reasons.values())} rejected, by "
+            f"{len(jsonl_rows(ws.candidates))} candidates -> {ws.candidates}; {sum(reasons.values())} rejected, by "
             f"reason: {why} (the writer planted one bad item per image) -> {ws.rejected}",
             s,
         )
 
-    def filtered(s: dict) -> None:
+    def filtered(s: StepRun) -> None:
         f = ws.step("filter")
-        dropped, kept = len(_lines(f / "dropped.jsonl")), len(_lines(f / "kept.jsonl"))
+        dropped, kept = len(jsonl_rows(f / "dropped.jsonl")), len(jsonl_rows(f / "kept.jsonl"))
         _say(f"{dropped} dropped (solved by every solver), {kept} kept -> {f / 'kept.jsonl'}", s)
 
-    def reviewed(s: dict) -> None:
+    def reviewed(s: StepRun) -> None:
         review = ws.step("review")
         decided = Counter(scripted_review(review).values())
         print(
@@ -154,14 +154,14 @@ def _steps(a: argparse.Namespace, ws: Workspace, inputs: DemoSources, url: str) 
             flush=True,
         )
 
-    def released(s: dict) -> None:
-        meta = _lines(ws.step("release") / "metadata.jsonl")
+    def released(s: StepRun) -> None:
+        meta = jsonl_rows(ws.step("release") / "metadata.jsonl")
         n_images = len({m["file_name"] for m in meta})
         _say(f"{len(meta)} questions on {n_images} images -> {ws.step('release') / 'metadata.jsonl'}", s)
 
     return [
         DemoStep(1, "sources", ["sources", "--output_dir", w, *images], lambda s: _say(
-            f"{len(_lines(ws.sources))} images with their layouts -> {ws.sources}", s
+            f"{len(jsonl_rows(ws.sources))} images with their layouts -> {ws.sources}", s
         )),
         DemoStep(2, "extract", ["extract", "--output_dir", w, "--model", VLM, *endpoint], extracted),
         DemoStep(3, "synthesize", ["synthesize", "--output_dir", w, "--model", WRITER, *endpoint], synthesized),
@@ -197,10 +197,10 @@ def run(a: argparse.Namespace) -> int:
             flush=True,
         )
         for step in _steps(a, ws, inputs, srv.base_url):
-            rc, summary = _step(step.n, step.name, step.argv, srv)
-            if rc != ExitCode.OK:
-                return _stopped(step.name, rc)
-            step.report(summary)
+            done = run_step(PROG, f"[{step.n}/7] {step.name}", step.argv, build_o3_bench.main, srv)
+            if done.rc != ExitCode.OK:
+                return stopped(step.name, done.rc)
+            step.report(done)
     release = ws.step("release")
     print(
         f"{BANNER}.\nDone in {seconds_since_start(t0):.1f} s. The benchmark: {release}/ (metadata.jsonl, images/, "
@@ -212,17 +212,92 @@ def run(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _stopped(step: str, rc: int) -> int:
-    print(
-        f"the {step} step ended with status {rc} (its message is above); rerun this command to resume", file=sys.stderr
-    )
-    return rc
+SERVE_BANNER = (
+    "SCRIPTED BUILD ENDPOINT for your own images: every step of build_o3_bench runs for real; the models (E.1 VLM, "
+    "E.2 writer, filter solvers, judge) are local scripts with generic replies that say they are scripted; no model "
+    "looks at your images"
+)
+
+
+def serve_commands(ws: Path, img_dir: Path, layouts: Path, url: str) -> list[tuple[str, str]]:
+    """Every step's command on one's own images against the scripted endpoint at ``url``, with what it does."""
+    q = shlex.quote
+    run = f"{python_command()} -m insight_o3.scripts.build_o3_bench"
+    w = f"--output_dir {q(str(ws))}"
+    endpoint = f"--api_base_url {q(url)} --api_key {DEMO_KEY}"
+    solvers = " ".join(f"--solver {m}" for m in generic.SOLVERS)
+    judge = f"--judge_model {generic.JUDGE} --judge_api_base_url {q(url)} --judge_api_key {DEMO_KEY}"
+    review = ws / "review"
+    return [
+        (
+            "1. sources: your images and their layouts, as charts (the paper keeps charts with >= 8 layouts; "
+            "--min_layouts 2 keeps an image with two)",
+            f"{run} sources {w} --chart_images {q(str(img_dir))} --chart_layouts {q(str(layouts))} --min_layouts 2",
+        ),
+        (
+            "2. extract: E.1 on every layout crop and each full image",
+            f"{run} extract {w} --model {generic.VLM} {endpoint}",
+        ),
+        ("3. synthesize: E.2 from the extracted text", f"{run} synthesize {w} --model {generic.WRITER} {endpoint}"),
+        ("4. validate: the deterministic checks", f"{run} validate {w}"),
+        ("5. filter: drop what every solver solves", f"{run} filter {w} {solvers} {endpoint} {judge}"),
+        (
+            f"6. review: open {review}/batch_*.html, decide each item and export the decisions into its "
+            "batch_*.decisions.txt (lines 'ID accept', 'ID reject REASON', 'ID edit JSON'); to try the rest at once, "
+            "the sed line accepts every pending item; then apply",
+            f"{run} review page {w}\nsed -i 's/ pending$/ accept/' {q(str(review))}/batch_*.decisions.txt\n"
+            f"{run} review apply {w}",
+        ),
+        (f"7. release: the benchmark in {ws / 'release'}", f"{run} release {w} --seed 0"),
+    ]
+
+
+def serve(a: argparse.Namespace) -> int:
+    """Keep the generic scripted endpoint up for one's own images until Ctrl-C/SIGTERM (then stop it: status 0);
+    print its URL, its model names and every step's command."""
+    out = Path(a.output_dir).resolve()
+    img_dir = Path(a.img_dir).resolve()
+    print(SERVE_BANNER, flush=True)
+    if not (img_dir.is_dir() and list_images(str(img_dir))):
+        print(f"--img_dir {a.img_dir}: no images there ({', '.join(IMAGE_SUFFIXES)})", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if a.layouts:
+        layouts = Path(a.layouts).resolve()
+        said = f"layouts: your detector's JSON {layouts}"
+    else:
+        layouts = out / "own_images" / "layouts"
+        n = generic.grid_layouts(img_dir, layouts)
+        said = (
+            f"layouts: SCRIPTED {generic.GRID[0]}x{generic.GRID[1]} grids (not a detector's; label "
+            f"'{generic.GRID_LABEL}') for the {n} images of {img_dir} -> {layouts}"
+        )
+    try:
+        server = ScriptedOpenAIServer(generic.GenericBuild().script(), port=a.port, keep_bodies=False)
+    except OSError as e:
+        print(f"--port {a.port}: cannot serve on 127.0.0.1:{a.port}: {e}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    ws = out / "own_images" / "workspace"
+
+    def say(urls: list[str]) -> str:
+        lines = [said, f"serving the scripted build endpoint {urls[0]}; its models:"]
+        lines += [f"  {role:<17} {model}" for role, model in generic.MODELS.items()]
+        lines.append(
+            f"it wants a key (any value but EMPTY: {DEMO_KEY} below) and its model names, as a real server does. "
+            "Run each step on your images (paste):"
+        )
+        for what, cmd in serve_commands(ws, img_dir, layouts, urls[0]):
+            lines += [f"# {what}", cmd]
+        lines.append("Ctrl-C (or SIGTERM) stops the endpoint.")
+        return "\n".join(lines)
+
+    return keep_serving([server], say, "the scripted build endpoint")
 
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
-    return run(parse_args(argv))
+    a = parse_args(argv)
+    return serve(a) if a.serve else run(a)
 
 
 if __name__ == "__main__":

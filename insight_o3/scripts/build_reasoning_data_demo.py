@@ -19,10 +19,6 @@ written, 4 stopped, 5 another step holds the work directory.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
-import shlex
 import sys
 import time
 from collections import Counter
@@ -30,10 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import build_reasoning_data
-from ._shared import ExitCode, add_output_dir, entry_point, new_parser, setup_logging
+from ._demo_steps import add_draw_flags, check_draw_flags, jsonl_rows, run_step, stopped
+from ._shared import ExitCode, entry_point, new_parser, setup_logging
 
 if TYPE_CHECKING:
-    from ..base.json_types import JSONObject
     from ..endpoints.scripted_server import ScriptedOpenAIServer
     from ..reasoning_data.workspace import WorkDir
 
@@ -47,33 +43,21 @@ NO_KEY = "EMPTY"
 
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.build_reasoning_data_demo", __doc__)
-    add_output_dir(p, default="outputs/reasoning_data_demo", help="where the inputs and the work directory go")
-    p.add_argument("--num_images", type=int, default=2, help="demo images (half charts, half maps)")
-    p.add_argument("--questions_per_image", type=int, default=2)
-    p.add_argument("--min_side", type=int, default=500, help="smallest image side in px")
-    p.add_argument("--seed", type=int, default=0, help="draws the images; seeds the chains")
+    add_draw_flags(
+        p,
+        output_dir="outputs/reasoning_data_demo",
+        output_help="where the inputs and the work directory go",
+        num_images=2,
+        questions=2,
+        min_side=500,
+    )
     return p
 
 
-def _lines(path: Path) -> list[JSONObject]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-
-
-def _step(n: int, name: str, argv: list[str], srv: ScriptedOpenAIServer) -> tuple[int, JSONObject]:
-    print(f"[{n}/4] {name}: {PROG} {shlex.join(argv)}", flush=True)
-    before, t0 = srv.count, time.perf_counter()
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rc = build_reasoning_data.main(argv)
-    summary: dict = {}
-    for line in out.getvalue().splitlines():
-        with contextlib.suppress(ValueError):
-            summary = json.loads(line)
-        print(f"      {line}")
-    print(f"      ({srv.count - before} requests, {time.perf_counter() - t0:.1f} s)", flush=True)
-    return rc, summary
+def _step(n: int, name: str, argv: list[str], srv: ScriptedOpenAIServer) -> tuple[int, dict]:
+    done = run_step(PROG, f"[{n}/4] {name}", argv, build_reasoning_data.main, srv)
+    print(f"      ({done.requests} requests, {done.seconds:.1f} s)", flush=True)
+    return done.rc, done.summary
 
 
 def run(a: argparse.Namespace) -> int:
@@ -89,7 +73,7 @@ def run(a: argparse.Namespace) -> int:
     meta = demo_questions(out / "inputs", a.num_images, a.questions_per_image, seed=a.seed, min_side=a.min_side)
     samples = load_samples(str(meta), str(out / "inputs"))
     keys = [f"{s.key}#{k}" for s in samples for k in range(len(PLANS))]
-    rows = _lines(meta)
+    rows = jsonl_rows(meta)
     print(f"[0/4] inputs: {len(samples)} questions on {a.num_images} demo images -> {meta}", flush=True)
     engine = ScriptedEngine(rows, keys, seed=a.seed)
     with ScriptedOpenAIServer(engine.script(), keep_bodies=False) as srv:
@@ -120,10 +104,10 @@ def run(a: argparse.Namespace) -> int:
         for n, (name, argv) in enumerate(steps, start=1):
             rc, _ = _step(n, name, argv + common, srv)
             if rc != ExitCode.OK:
-                return _stopped(name, rc)
+                return stopped(name, rc)
         rc, summary = _step(4, "export", ["export", "--output_dir", str(ws.root)], srv)
         if rc != ExitCode.OK:
-            return _stopped("export", rc)
+            return stopped("export", rc)
     _rejections(ws)
     files = summary.get("files") or {}
     print(
@@ -137,10 +121,10 @@ def run(a: argparse.Namespace) -> int:
 
 def _rejections(ws: WorkDir) -> None:
     """One line per tier: how many chains it rejected, and one example with its reason."""
-    generated = {r["sample_key"]: r for r in _lines(ws.records("generate"))}
-    checks = {r["sample_key"]: r for r in _lines(ws.records("check"))}
-    scores = {r["sample_key"]: r for r in _lines(ws.records("score"))}
-    tiers = Counter(c["tier"] for q in _lines(ws.export_file("ranking.jsonl")) for c in q["chains"])
+    generated = {r["sample_key"]: r for r in jsonl_rows(ws.records("generate"))}
+    checks = {r["sample_key"]: r for r in jsonl_rows(ws.records("check"))}
+    scores = {r["sample_key"]: r for r in jsonl_rows(ws.records("score"))}
+    tiers = Counter(c["tier"] for q in jsonl_rows(ws.export_file("ranking.jsonl")) for c in q["chains"])
     malformed = [r for r in generated.values() if r.get("status") == "malformed"]
     wrong = [k for k, c in checks.items() if not c.get("passed")]
     low = [
@@ -160,22 +144,12 @@ def _rejections(ws: WorkDir) -> None:
         print(f"      tier 2 (score) rejected {len(low)}, e.g. {low[0]}: score {scores[low[0]]['score']}")
 
 
-def _stopped(step: str, rc: int) -> int:
-    print(
-        f"the {step} step ended with status {rc} (its message is above); rerun this command to resume", file=sys.stderr
-    )
-    return rc
-
-
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()
     a = p.parse_args(argv)
-    if a.num_images < 1 or a.questions_per_image < 1:
-        p.error("--num_images and --questions_per_image must be at least 1")
-    if a.min_side < 200:
-        p.error("--min_side must be at least 200")
+    check_draw_flags(p, a, 200, "room for a chart's parts")
     return run(a)
 
 

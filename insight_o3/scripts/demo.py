@@ -28,9 +28,7 @@ could not be written, 5 another demo holds the output directory.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,6 +37,7 @@ from ..demo.endpoints import DemoScripts
 from ..endpoints.endpoint import DEMO_KEY
 from ..endpoints.scripted_server import ScriptedOpenAIServer
 from . import evaluate, make_demo_bench, report
+from ._serve import keep_serving, python_command
 from ._shared import ExitCode, add_output_dir, entry_point, new_parser, seconds_since_start, setup_logging
 
 BANNER = (
@@ -237,14 +236,6 @@ def run_demo(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _python() -> str:
-    """How to call this interpreter in a pasted command: ``python`` when that is it (an activated venv)."""
-    on_path = shutil.which("python")
-    if on_path and os.path.realpath(on_path) == os.path.realpath(sys.executable):
-        return "python"
-    return shlex.quote(sys.executable)
-
-
 def serve_commands(bench: Path, eval_dir: Path, urls: dict[str, str]) -> dict[str, str]:
     """The ready-to-paste commands against served endpoints (``urls``: model, vsearcher, judge): ``evaluate`` in each
     mode, keys and URLs through the environment variables it reads (README, 'Evaluate a model'), then ``report``."""
@@ -253,7 +244,7 @@ def serve_commands(bench: Path, eval_dir: Path, urls: dict[str, str]) -> dict[st
     env = [f"OPENAI_BASE_URL={q(urls['model'])} OPENAI_API_KEY={NO_KEY}"]
     env += [f"JUDGE_API_BASE_URL={q(urls['judge'])} JUDGE_API_KEY={NO_KEY}"]
     searcher_env = [f"VSEARCHER_API_BASE_URL={q(urls['vsearcher'])} VSEARCHER_API_KEY={NO_KEY}"]
-    evaluate_ = [f"{_python()} -m insight_o3.scripts.evaluate --model scripted-demo-model"]
+    evaluate_ = [f"{python_command()} -m insight_o3.scripts.evaluate --model scripted-demo-model"]
     evaluate_ += ["--judge_model scripted-demo-judge"]
     data = [f"--ann_file {q(str(bench / 'metadata.jsonl'))} --img_dir {q(str(bench))}"]
     data += [f"--output_dir {q(str(eval_dir))}"]
@@ -269,9 +260,9 @@ def serve_commands(bench: Path, eval_dir: Path, urls: dict[str, str]) -> dict[st
         # the Table 1 agents: the scripted model speaks each one's protocol (a zoom on the evidence, then the answer)
         "baselines": f"for agent in {' '.join(BASELINE_AGENTS)}; do{nl}"
         + nl.join(env + evaluate_ + data + ['--agent "$agent" --eval_name "served/$agent"'])
-        + f"{nl}&& {_python()} -m insight_o3.scripts.report {q(str(eval_dir / 'served'))}/\"$agent\"{nl}"
+        + f"{nl}&& {python_command()} -m insight_o3.scripts.report {q(str(eval_dir / 'served'))}/\"$agent\"{nl}"
         f"--output_file {q(str(eval_dir.parent))}/\"served_$agent.html\" || break; done",
-        "report": f"{_python()} -m insight_o3.scripts.report {q(str(eval_dir / 'served' / 'insight-o3'))}{nl}"
+        "report": f"{python_command()} -m insight_o3.scripts.report {q(str(eval_dir / 'served' / 'insight-o3'))}{nl}"
         f"--compare {q(str(eval_dir / 'served' / 'single-model'))} "
         f"--output_file {q(str(eval_dir.parent / 'served_report.html'))}",
     }
@@ -290,10 +281,9 @@ def serve(a: argparse.Namespace) -> int:
     except OSError as e:
         print(f"--port {a.port}: cannot serve on 127.0.0.1:{a.port}..{a.port + 2}: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    try:
-        for s in servers:
-            s.start()
-        urls = dict(zip(("model", "vsearcher", "judge"), (s.base_url for s in servers)))
+
+    def say(base_urls: list[str]) -> str:
+        urls = dict(zip(("model", "vsearcher", "judge"), base_urls))
         lines = [f"serving the scripted endpoints of the demo benchmark {bench / 'metadata.jsonl'}:"]
         lines += [f"  {role:<10} {url}   (model name: scripted-demo-{role})" for role, url in urls.items()]
         lines.append(
@@ -303,16 +293,9 @@ def serve(a: argparse.Namespace) -> int:
         for mode, cmd in serve_commands(bench, out / "eval", urls).items():
             lines += [f"# {mode}", cmd]
         lines.append("Ctrl-C (or SIGTERM) stops the endpoints.")
-        print("\n".join(lines), flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print("stopped serving the demo endpoints", flush=True)
-    finally:
-        for s in servers:
-            s.stop()
-    return ExitCode.OK
+        return "\n".join(lines)
+
+    return keep_serving(servers, say, "the demo endpoints")
 
 
 OSV_BANNER = (

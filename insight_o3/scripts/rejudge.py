@@ -37,28 +37,14 @@ import logging
 import os
 import re
 import sys
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-from ..analysis.agreement import agreement_lines, judge_agreement
-from ..analysis.run_records import read_run
 from ..base.json_types import JSONObject
-from ..base.redaction import redact
-from ..endpoints.client import DEFAULT_MAX_RETRIES, make_client
-from ..endpoints.endpoint import ENV_KEYS, Endpoint, KeyHostError, borrowed_key, describe, resolve_key, sourced
-from ..endpoints.guard import RunGuard
-from ..endpoints.rate_limit import AdaptiveLimiter
-from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache
-from ..evaluation.run_card import card_invocation, fixed_settings
-from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
-from ..evaluation.runner import RunConfig, failed_count, run_evaluation
-from ..evaluation.schema import EvalRecord
-from ..jobs.integrity import SettingsChanged
+from ..endpoints.defaults import DEFAULT_MAX_RETRIES
+from ..evaluation.judge_settings import FLOWS
 from ..protocol.attempt import Attempt, TrialSolver
-from ..protocol.sample import Sample, row_fields
-from ..protocol.statuses import JudgeFlow
-from ..storage.atomic import UnusableOutputDir, write_json_atomic
-from ..storage.record_log import RecordFileError
+from ..protocol.sample import Sample
+from ..protocol.statuses import FailStage, VerdictStatus
 from ._shared import (
     ExitCode,
     add_budget_flags,
@@ -75,6 +61,10 @@ from ._shared import (
     setup_logging,
     stop_errors,
 )
+
+if TYPE_CHECKING:
+    from ..endpoints.usage import CostModel
+    from ..evaluation.runner import RunConfig
 
 log = logging.getLogger("insight_o3.rejudge")
 #: Record fields that are not annotation fields (the rest is the sample as loaded).
@@ -103,6 +93,8 @@ class SourceError(ValueError):
 
 def sample_from_record(rec: dict) -> Sample:
     """The :class:`Sample` a record was made from (its ``to_record`` inverted)."""
+    from ..protocol.sample import row_fields
+
     image_field = "file_name" if "file_name" in rec and "image" not in rec else "image"
     category_field = (
         "subset" if "subset" in rec else ("category" if rec.get("category") not in (None, "unknown") else None)
@@ -133,7 +125,7 @@ class StoredAttempts(TrialSolver):
         out = []
         for k in trials:
             er = self.records[k][sample.key]["eval_result"]
-            if er.get("status") == "failed" and er.get("fail_stage") != "judge":
+            if er.get("status") == VerdictStatus.FAILED and er.get("fail_stage") != FailStage.JUDGE:
                 out.append(Attempt(None, None, error=f"stored attempt failed: {er.get('fail_reason')}"))
             else:
                 out.append(
@@ -149,13 +141,18 @@ class StoredAttempts(TrialSolver):
 
     def usage_shares(self, sample: Sample, trials: list[int]) -> list[JSONObject] | None:
         """The stored model/vSearcher usage of each trial (the judge's is measured anew)."""
+        from ..endpoints.usage import ROLE_KEYS
+
         return [
-            {r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != "judge"} for k in trials
+            {r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != ROLE_KEYS["judge"]}
+            for k in trials
         ]
 
 
 def _checked(obj: dict, where: str) -> JSONObject:
     """A stored record, validated against the schema (errors name the file, line and field)."""
+    from ..evaluation.schema import EvalRecord
+
     EvalRecord.from_dict(obj, where)
     return obj
 
@@ -166,6 +163,8 @@ StoredRecords: TypeAlias = dict[int, dict[str, JSONObject]]
 
 def load_source(eval_dir: str) -> tuple[list[Sample], StoredRecords, JSONObject]:
     """Samples (file order), records per trial and the source's settings (run card, else args)."""
+    from ..evaluation.run_dir import DONE_FILE, RunDir, RunDirError
+
     rd = RunDir(eval_dir)
     if not rd.exists():
         raise SourceError(f"{eval_dir}: no such eval directory")
@@ -235,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _per_judge(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[argparse.Namespace]:
     """One set of arguments per judge (its model, base URL and key; keys resolved and registered)."""
+    from ..endpoints.endpoint import ENV_KEYS, KeyHostError, borrowed_key, describe, resolve_key, sourced
+
     n = len(a.judge_model)
     if len(set(a.judge_model)) != n:
         p.error("--judge_model lists a judge twice")
@@ -278,6 +279,10 @@ def _slug(name: str) -> str:
 
 def _agreement(a: argparse.Namespace, judges: list[argparse.Namespace], judged_dirs: list[str]) -> None:
     """Compare the source's verdicts with every new judge's; print them and write the JSON file."""
+    from ..analysis.agreement import agreement_lines, judge_agreement
+    from ..analysis.run_records import read_run
+    from ..storage.atomic import write_json_atomic
+
     try:
         ag = judge_agreement([read_run(d) for d in [a.eval_dir, *judged_dirs]])
     except ValueError as e:  # a run that cannot be read or paired: the re-judging itself is done
@@ -317,6 +322,14 @@ async def _run(
     cfg: RunConfig,
     costs: CostModel | None,
 ) -> JSONObject:
+    from ..endpoints.client import make_client
+    from ..endpoints.endpoint import Endpoint
+    from ..endpoints.guard import RunGuard
+    from ..endpoints.rate_limit import AdaptiveLimiter
+    from ..evaluation.judge import AnswerJudge, JudgeCache
+    from ..evaluation.run_card import card_invocation, fixed_settings
+    from ..evaluation.runner import run_evaluation
+
     guard = RunGuard(cfg.controls.max_failure_ratio)
     endpoint = Endpoint(
         base_url=a.judge_api_base_url, api_key=a.judge_api_key, timeout=a.client_timeout, max_retries=a.max_retries
@@ -363,6 +376,9 @@ async def _run(
 
 def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
     """Fill the judge settings ``a`` leaves open from the source run's card; the price model (or None)."""
+    from ..endpoints.usage import CostModel
+    from ..protocol.statuses import JudgeFlow
+
     src_settings = card.get("settings") or {}
     src_judge = card.get("judge") or {}
     a.judge_flow = a.judge_flow or src_judge.get("flow") or src_settings.get("judge_flow") or JudgeFlow.EXTRACT
@@ -377,6 +393,8 @@ def _source_settings(a: argparse.Namespace, card: dict) -> CostModel | None:
 
 
 def _run_config(a: argparse.Namespace, num_trials: int, card: dict) -> RunConfig:
+    from ..evaluation.runner import RunConfig
+
     output_dir, eval_name = _target(a, a.eval_dir, (card.get("settings") or {}).get("eval_name"))
     if os.path.abspath(os.path.join(output_dir, eval_name)) == os.path.abspath(a.eval_dir):
         raise SourceError("the re-judged run must go to a new eval dir (choose another --eval_name)")
@@ -390,6 +408,8 @@ def _run_config(a: argparse.Namespace, num_trials: int, card: dict) -> RunConfig
 
 
 def _report(a: argparse.Namespace, cfg: RunConfig, summary: dict) -> int:
+    from ..evaluation.runner import failed_count
+
     acc = summary.get("overall_accuracy", {})
     print(
         f"{cfg.eval_dir}: accuracy {acc.get('mean', 0):.4f} ± {acc.get('std', 0):.4f} over "
@@ -410,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     p = build_parser()
     a = p.parse_args(argv)
+    from ..evaluation.run_dir import RunDirError
+    from ..storage.record_log import RecordFileError
+
     judges = _per_judge(p, a)
     try:
         source = load_source(a.eval_dir)
@@ -429,6 +452,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _rejudge(a: argparse.Namespace, samples: list[Sample], records: StoredRecords, card: JSONObject) -> tuple[int, str]:
     """Re-judge the source with one judge (``a.judge_model``); its exit code and eval dir."""
+    from ..base.redaction import redact
+    from ..endpoints.usage import PriceError
+    from ..evaluation.run_dir import RunDirError
+    from ..jobs.integrity import SettingsChanged
+    from ..storage.atomic import UnusableOutputDir
+    from ..storage.record_log import RecordFileError
+
     try:
         costs = _source_settings(a, card)
         cfg = _run_config(a, len(records), card)

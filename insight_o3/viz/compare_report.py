@@ -26,6 +26,7 @@ from ..analysis.paired import MIN_CLUSTERS_FOR_BOOTSTRAP, Accuracy, Flip, Paired
 from ..analysis.run_records import RunRecords
 from ..base.json_types import JSONObject
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
+from ..protocol.statuses import VerdictStatus
 from ..storage.atomic import write_text_atomic
 from .draw import ImageResolver
 from .plots import figure_svg, new_figure
@@ -180,7 +181,7 @@ def cost_chart(runs: list[RunStats], confidence: float, x: str) -> str | None:
 
 def _first_differing_trial(f: Flip) -> int:
     for k, (x, y) in enumerate(zip(f.statuses_a, f.statuses_b)):
-        if (x == "correct") != (y == "correct"):
+        if (x == VerdictStatus.CORRECT) != (y == VerdictStatus.CORRECT):
             return k
     return 0
 

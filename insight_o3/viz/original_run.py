@@ -27,7 +27,8 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 
 from ..base.json_types import JSONObject
-from ..evaluation.schema import EvalRecord, EvalResult, Status
+from ..evaluation.schema import EvalRecord, EvalResult
+from ..protocol.statuses import JUDGED_STATUSES, FailStage, VerdictStatus
 
 #: Fields of an original ``eval_result`` that mark the format.
 ORIGINAL_KEYS = ("inference_result",)
@@ -50,16 +51,16 @@ def data_url_size(url: str) -> tuple[int, int] | None:
         return None
 
 
-def _status(er: dict) -> tuple[Status, str | None]:
+def _status(er: dict) -> tuple[VerdictStatus, str | None]:
     inf = er.get("inference_result") or {}
     if er.get("success"):
-        return ("correct" if er.get("is_correct") else "wrong"), None
+        return (VerdictStatus.CORRECT if er.get("is_correct") else VerdictStatus.WRONG), None
     if not inf.get("success", False):
-        return "failed", f"inference failed: {inf.get('fail_reason') or er.get('fail_reason') or 'unknown'}"
+        return VerdictStatus.FAILED, f"inference failed: {inf.get('fail_reason') or er.get('fail_reason') or 'unknown'}"
     if inf.get("finish_reason") not in (None, "", "stop"):
-        return "incomplete", f"finish_reason={inf.get('finish_reason')}"
+        return VerdictStatus.INCOMPLETE, f"finish_reason={inf.get('finish_reason')}"
     reason = er.get("fail_reason") or "not judged"
-    return "failed", f"judge: {reason}" if reason in _JUDGE_FAILURES else reason
+    return VerdictStatus.FAILED, f"judge: {reason}" if reason in _JUDGE_FAILURES else reason
 
 
 def _messages(conversations: Any, image: str, whole: tuple[int, int] | None) -> list[JSONObject] | None:
@@ -115,13 +116,13 @@ def convert_record(
     out["category"] = rec.get("category", rec.get("subset", "unknown"))
     result = EvalResult(
         status=status,
-        success=status in ("correct", "wrong"),
+        success=status in JUDGED_STATUSES,
         fail_reason=reason,
-        fail_stage="judge" if (er.get("fail_reason") in _JUDGE_FAILURES) else None,
+        fail_stage=FailStage.JUDGE if (er.get("fail_reason") in _JUDGE_FAILURES) else None,
         response=inf.get("last_message_content") if inf.get("success") else None,
         finish_reason=inf.get("finish_reason") or None,
         extracted_answer=er.get("extracted_answer"),
-        is_correct=bool(er.get("is_correct")) and status == "correct",
+        is_correct=bool(er.get("is_correct")) and status == VerdictStatus.CORRECT,
         has_answer=er.get("extracted_answer") not in (None, ""),
         trajectory=_messages(inf.get("conversations"), image, whole),
         extra={"source_format": "original"},

@@ -25,6 +25,7 @@ from ..base.caps import DEFAULT_MAX_TEXT_CHARS
 from ..base.json_types import JSONObject
 from ..endpoints.usage import system_tokens, total_tokens
 from ..evaluation.attribution import BUCKET_LABELS, BUCKETS
+from ..protocol.statuses import VerdictStatus
 from ..storage.atomic import write_text_atomic
 from .analysis_view import agreement_tables, attribution_of, attribution_tables
 from .draw import ImageResolver
@@ -56,7 +57,11 @@ def _df_html(df: pd.DataFrame, table_id: str, index: bool = True) -> Markup:
 
 
 def _status_group(status: str) -> str:
-    return "wrong" if status in ("wrong", "incomplete", "invalid") else status
+    return (
+        VerdictStatus.WRONG
+        if status in (VerdictStatus.WRONG, VerdictStatus.INCOMPLETE, VerdictStatus.INVALID)
+        else status
+    )
 
 
 def _accuracy_chart(runs: list[EvalRun]) -> str:
@@ -111,7 +116,9 @@ def _trial_chart(runs: list[EvalRun]) -> str:
 def _calls_chart(runs: list[EvalRun]) -> str | None:
     # only InSight-o3 runs: a single model makes no vSearcher calls, its bar at 0 would say nothing
     runs = [run for run in runs if any(r.is_episode for t in run.trials for r in t.results)]
-    per_run = [[r.n_search_calls for t in run.trials for r in t.results if r.status != "failed"] for run in runs]
+    per_run = [
+        [r.n_search_calls for t in run.trials for r in t.results if r.status != VerdictStatus.FAILED] for run in runs
+    ]
     if not any(any(v) for v in per_run):
         return None
     hi = max(max(v) for v in per_run if v)
@@ -471,10 +478,10 @@ def _failed_line(run: EvalRun) -> str | None:
     for t in run.trials:
         for r in t.results:
             statuses.setdefault(r.key, []).append(r.status)
-    items = sum(s.count("failed") for s in statuses.values())
+    items = sum(s.count(VerdictStatus.FAILED) for s in statuses.values())
     if not items:
         return None
-    samples = sum(all(x == "failed" for x in s) for s in statuses.values())
+    samples = sum(all(x == VerdictStatus.FAILED for x in s) for s in statuses.values())
     return (
         f"{run.name}: {items} of {sum(map(len, statuses.values()))} items (sample x trial) were lost to API errors "
         f"({samples} sample(s) without a judged trial). The per-trial accuracy here counts them as wrong (as "
@@ -520,9 +527,13 @@ def _samples_section(
         "limit": limit,
         "total": len(results),
         "blocks": blocks,
-        "status_counts": [(s, counts[s]) for s in ("correct", "wrong", "failed") if counts.get(s)],
+        "status_counts": [
+            (s, counts[s]) for s in (VerdictStatus.CORRECT, VerdictStatus.WRONG, VerdictStatus.FAILED) if counts.get(s)
+        ],
         "bucket_counts": [
-            (b, BUCKET_LABELS[b], n) for b in BUCKETS if (n := sum(x["bucket"] == b for x in blocks)) and b != "correct"
+            (bucket, BUCKET_LABELS[bucket], n)
+            for bucket in BUCKETS
+            if (n := sum(x["bucket"] == bucket for x in blocks)) and bucket != "correct"
         ],
         "categories": sorted({r.category for r in results[:limit]}),
     }

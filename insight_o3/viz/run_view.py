@@ -34,6 +34,7 @@ from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..imaging.images import ImageError, ImageRef, image_size
 from ..protocol import prompts
 from ..protocol.questions import question_text
+from ..protocol.statuses import LocateStatus, VerdictStatus
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
 from .original_run import convert_record, is_original_record, original_keys
 from .templating import render
@@ -125,7 +126,7 @@ class SampleResult:
 
     @property
     def is_correct(self) -> bool:
-        return self.status == "correct"
+        return self.status == VerdictStatus.CORRECT
 
     def capped(self, limit: int | None) -> SampleResult:
         """This result with every server text (reply, assistant turns, extracted answer, failure reason) cut to
@@ -351,10 +352,10 @@ def filter_results(
         unknown = st - set(STATUSES) - {"wrong_only"}
         if unknown:
             raise ValueError(f"unknown status filter {sorted(unknown)}; use one of {STATUSES}")
-        if "wrong" in st:
-            st |= {"incomplete", "invalid"}
+        if VerdictStatus.WRONG in st:
+            st |= {VerdictStatus.INCOMPLETE, VerdictStatus.INVALID}
         if "wrong_only" in st:
-            st |= {"wrong"}
+            st |= {VerdictStatus.WRONG}
     return [r for r in results if (st is None or r.status in st) and (cat is None or r.category in cat)]
 
 
@@ -392,11 +393,11 @@ def failure_table(run: EvalRun) -> pd.DataFrame:
     c: Counter = Counter()
     for t in run.trials:
         for r in t.results:
-            if r.status == "correct":
+            if r.status == VerdictStatus.CORRECT:
                 continue
-            if r.status == "wrong":
+            if r.status == VerdictStatus.WRONG:
                 reason = "wrong answer" if r.extracted_answer not in (None, "") else "no answer extracted"
-            elif r.status == "incomplete":
+            elif r.status == VerdictStatus.INCOMPLETE:
                 reason = f"truncated (finish_reason={r.finish_reason})"
             else:
                 reason = (r.fail_reason or "unknown").splitlines()[0][:160]
@@ -490,7 +491,7 @@ def search_calls(result: SampleResult) -> list[JSONObject]:
             continue
         box = s.get("box_original", s.get("box"))
         box = tuple(float(v) for v in box) if isinstance(box, (list, tuple)) and len(box) == 4 else None
-        found = s.get("found", box is not None and s.get("status") not in ("not_found", "failed"))
+        found = s.get("found", box is not None and s.get("status") not in (LocateStatus.NOT_FOUND, LocateStatus.FAILED))
         out.append(
             {
                 "description": s.get("description", ""),
@@ -711,11 +712,11 @@ def compare_frame(a: Trial, b: Trial) -> pd.DataFrame:
         sa, sb = (x.status if x else None), (y.status if y else None)
         change = (
             "lost"  # lost to API errors in one run: no answer of that system to compare
-            if "failed" in (sa, sb)
+            if VerdictStatus.FAILED in (sa, sb)
             else "fixed"
-            if sb == "correct" and sa != "correct"
+            if sb == VerdictStatus.CORRECT and sa != VerdictStatus.CORRECT
             else "broken"
-            if sa == "correct" and sb != "correct"
+            if sa == VerdictStatus.CORRECT and sb != VerdictStatus.CORRECT
             else "same"
         )
         either = x or y

@@ -21,7 +21,9 @@ from insight_o3.agents import deepeyes, mini_o3, pixel_reasoner
 from insight_o3.agents.tool_agents import Finish
 from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.imaging.images import ImageRef, ImageStore, Resize
+from insight_o3.imaging.view_ops import ResizeTo
 from insight_o3.protocol.parsing import extract_boxed, first_boxed
+from insight_o3.protocol.trajectory import part_view
 from tests.golden import record_pixel_reasoner_goldens as pr_rec
 from tests.golden.record_baseline_goldens import digest, make_file, make_image, mode_digest
 from tests.support.openai_server import ScriptedOpenAIServer, chat
@@ -180,8 +182,8 @@ def test_mini_o3_tool_rules_match_the_release(n, image_file, store):
     case = MINI_O3["cases"][n]
     path = image_file(case["size"], case["seed"])
     s = mini_o3.MiniO3Session("q", None, str(path), tuple(case["size"]))
-    first = ImageRef.from_dict(s.messages[1]["content"][0]["image"])
-    assert digest(store.view(str(path), Resize(size=first.size), None)[0]) == case["first"]
+    first = s.messages[1]["content"][0]
+    assert digest(store.view(str(path), part_view(first), None)[0]) == case["first"]
     wrap = ("<|im_end|>\n<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n")
     for reply, turn in zip(case["replies"], case["turns"]):
         step = s.step(reply, "stop")
@@ -192,9 +194,8 @@ def test_mini_o3_tool_rules_match_the_release(n, image_file, store):
         if views:
             ref = ImageRef.from_dict(views[0]["image"])
             native = (int(ref.region[2] - ref.region[0]), int(ref.region[3] - ref.region[1]))
-            assert digest(store.view(str(path), Resize(size=native), ref.region)[0]) == turn["observation"]
-            chain = tuple(tuple(st) for st in views[0].get("steps", ()))
-            shown = store.view(str(path), Resize(size=ref.size, nearest=True, chain=chain), ref.region)[0]
+            assert digest(store.view(str(path), Resize((ResizeTo(native),)), ref.region)[0]) == turn["observation"]
+            shown = store.view(str(path), part_view(views[0]), None)[0]
             assert digest(shown) == turn["shown"]
 
 

@@ -234,7 +234,7 @@ def test_cli_same_seed_same_output_any_workers_and_resume(pool_file, tmp_path):
 
 
 def test_a_pool_too_small_for_any_collage_is_an_error_with_a_hint(pool_file, tmp_path, capsys):
-    """Issue 21 finding 7: a tiny pool gave {"collages": 0, "failures": N} with exit 0 and no hint."""
+    """A pool too small for any collage is an error with a hint, not {"collages": 0, "failures": N} with exit 0."""
     from insight_o3.scripts import generate_collages
 
     small = pool_file.parent / "small.jsonl"

@@ -58,8 +58,8 @@ def test_missing_image_names_the_line(tmp_path):
 
 
 def test_vstar_several_questions_on_one_image_get_distinct_ids_and_the_pool_loads(tmp_path):
-    """Issue 21 finding 7: without question_id the id was the image's stem, so a second question about the
-    same image repeated it and the next step (load_pool) refused the pool."""
+    """Questions without a question_id on one V* image get distinct ids (the image's stem alone would repeat),
+    so the next step (load_pool) accepts the pool."""
     from insight_o3.data.source_pool import load_pool, write_pool
 
     Image.new("RGB", (400, 300)).save(tmp_path / "sa_1.jpg")

@@ -116,7 +116,7 @@ def test_the_demo_endpoints_refuse_a_wrong_model_name_and_a_missing_key():
 
 
 def test_evaluate_pointed_at_the_demos_judge_port_stops_instead_of_scoring_zero(tmp_path, monkeypatch, capsys):
-    """The wiring mistake of the issue: the model's URL is the judge's port. Before: accuracy 0.0, status 0; now the
+    """A model URL that is the judge's port (a wiring mistake that would score accuracy 0.0 with status 0): the
     first request is refused (404: no such model there) and the run stops, status 4, saying why."""
     from insight_o3.endpoints.scripted_server import ScriptedOpenAIServer
     from insight_o3.scripts import make_demo_bench

@@ -136,7 +136,7 @@ def test_judge_failures_and_cropping(samples, openai_server):
     mcq, open_qa, truncated, lost = asyncio.run(go())
     assert mcq.status == "wrong" and mcq.judge_outputs == ["maybe"]  # not the GT letter
     assert CROP_MARK + long[-20:] in seen[0] and "blah blah blah blah blah" not in seen[0]
-    # extraction "<correct> or <wrong>", then an ambiguous verdict: a judge failure, never a score (issue 34 item 7)
+    # extraction "<correct> or <wrong>", then an ambiguous verdict: a judge failure, never a score
     assert (open_qa.status, open_qa.fail_stage) == ("failed", "judge")
     # truncated responses are never judged; solver errors stay critical failures
     assert truncated.status == "incomplete" and lost.status == "failed"
@@ -194,7 +194,7 @@ def test_each_image_encoded_once_across_questions_and_trials(tmp_path, openai_se
     async def go():
         client = make_client(Endpoint(api_key="k", base_url=main_srv.base_url, timeout=10))
         jclient = make_client(Endpoint(api_key="k", base_url=judge_srv.base_url, timeout=10))
-        solver = SingleModelSolver(client, "m", store, Resize(max_pixels=3000), separate_trial_requests=True)
+        solver = SingleModelSolver(client, "m", store, Resize.fit(3000), separate_trial_requests=True)
         cfg = RunConfig(
             output_dir=str(tmp_path / "out"),
             eval_name="e",

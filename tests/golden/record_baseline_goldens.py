@@ -225,7 +225,7 @@ def mode_digest(url: str) -> dict:
 
 
 def deepeyes_file_cases() -> list[dict]:
-    """Image modes, formats and boxes where the release's behaviour is its own (issue: palette/RGBA cropped in their
+    """Image modes, formats and boxes where the release's behaviour is its own (palette/RGBA cropped in their
     mode, CMYK ends the episode, EXIF sent raw, a box outside the image or of zero size, no options)."""
     call = '<tool_call>\n{{"name": "image_zoom_in_tool", "arguments": {{"bbox_2d": {box}}}}}\n</tool_call>'
     inside = [10.4, 12.5, 70.6, 61]

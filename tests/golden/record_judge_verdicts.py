@@ -1,4 +1,4 @@
-"""Record ``judge_verdicts.json``: the released harness's verdict rule run on judge replies (issue 34 item 7).
+"""Record ``judge_verdicts.json``: the released harness's verdict rule run on judge replies.
 
 The rule is cut out of the released ``insight_o3/scripts/evaluate.py`` (m-Just/InSight-o3 at ``21acec8``) with ``ast``
 — the ``is_correct=`` keyword of the ``EvalResult`` its open-question branch builds, ``"correct" in

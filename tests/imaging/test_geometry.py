@@ -44,7 +44,7 @@ def test_round_trip_original_model_original(data, size, budget):
     w, h = size
     mh, mw = smart_resize(h, w, max_pixels=budget)
     assert mh % QWEN_IMAGE_FACTOR == 0 and mw % QWEN_IMAGE_FACTOR == 0
-    assert Resize(budget, qwen=True).target(size) == (mw, mh)
+    assert Resize.qwen(budget).target(size) == (mw, mh)
     frame = Frame((0.0, 0.0, float(w), float(h)), (mw, mh))
     box = data.draw(boxes_in(size))
     model = frame.from_original(box)

@@ -1,4 +1,4 @@
-"""A 16-bit grayscale PNG and an EXIF-rotated JPEG are sent as the released harness sends them (issue 22, finding 9):
+"""A 16-bit grayscale PNG and an EXIF-rotated JPEG are sent as the released harness sends them:
 the 16-bit values clipped to 255 by Pillow's ``convert("RGB")`` (a ramp 0..65535 turns white after its first
 0.4 %), the JPEG in its stored orientation (EXIF Orientation ignored). ``tests/golden/image_modes.json`` was
 recorded by running the released ``prepare_image`` (tests/support/image_modes.py); docs/fidelity.md row 19a."""
@@ -29,7 +29,7 @@ def images(tmp_path_factory):
 def test_sent_as_the_released_harness_sends_it(images, case):
     assert [(c["file"], c["img_max_pixels"]) for c in GOLDEN["cases"]] == CASES
     store = ImageStore()
-    url = store.get(images / case["file"], Resize(max_pixels=case["img_max_pixels"])).data_url
+    url = store.get(images / case["file"], Resize.fit(case["img_max_pixels"])).data_url
     got, want = stats(base64.b64decode(url.split(",", 1)[1])), case["released"]
     assert got["size"] == want["size"]  # the EXIF-rotated JPEG keeps its stored 320x200, as the release sends it
     assert got["mean_rgb"] == pytest.approx(want["mean_rgb"], abs=0.5)  # 16-bit: clipped white, as the release

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from insight_o3.imaging.images import ImageError, ImageStore, Resize
+from insight_o3.imaging.view_ops import Crop, Resample, ResizeTo
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_a_waiting_duplicate_does_not_hold_a_worker(images, monkeypatch):
 
 @pytest.mark.smoke
 def test_process_workers_render_the_same_bytes_once_each(images):
-    resize = Resize(max_pixels=9000)
+    resize = Resize.fit(9000)
     local = ImageStore(processes=False, workers=1)
     expected = [local.get(p, resize) for p in images] + [local.get(images[0], resize, (10, 10, 90, 70))]
     local.close()
@@ -165,22 +166,21 @@ def test_pillow_limit_is_only_ever_raised(monkeypatch):
 
 
 def test_a_pipeline_view_is_the_harness_own_resizes_and_crops(images):
-    """``Resize.pipeline`` (Pixel-Reasoner's crops of resized images): the file's pixels through exactly those PIL
-    operations, in a worker process as in-process; the reference keeps the region it was given."""
-    ops = (("resize", 200, 150), ("crop", 10, 20, 110, 90), ("resize", 56, 84))
-    resize = Resize(size=(56, 84), qwen=True, pipeline=ops)
+    """A pipeline of operations on the original (Pixel-Reasoner's crops of resized images): the file's pixels through
+    exactly those PIL operations, in a worker process as in-process."""
+    bicubic_op = Resample.BICUBIC
+    resize = Resize((ResizeTo((200, 150), bicubic_op), Crop((10, 20, 110, 90)), ResizeTo((56, 84), bicubic_op)))
     bicubic = Image.Resampling.BICUBIC
     want = Image.open(images[0]).convert("RGB").resize((200, 150), bicubic)
     want = want.crop((10, 20, 110, 90)).resize((56, 84), bicubic)
-    region = (8.0, 16.0, 88.0, 72.0)
     local = ImageStore(processes=False, workers=1, fmt="PNG")
     workers = ImageStore(processes=True, workers=1, fmt="PNG")
     try:
-        got = [local.get(images[0], resize, region), asyncio.run(workers.aget(images[0], resize, region))]
+        got = [local.get(images[0], resize), asyncio.run(workers.aget(images[0], resize))]
     finally:
         local.close()
         workers.close()
     for enc in got:
         im = Image.open(io.BytesIO(base64.b64decode(enc.data_url.split(",", 1)[1])))
         assert im.convert("RGB").tobytes() == want.tobytes()
-        assert enc.ref.region == region and enc.ref.size == (56, 84)
+        assert enc.ref.size == (56, 84)

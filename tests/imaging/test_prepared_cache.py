@@ -20,6 +20,7 @@ from PIL import Image
 from insight_o3.imaging import prepared_cache as pc
 from insight_o3.imaging.images import ImageStore, Resize
 from insight_o3.imaging.prepared_cache import ImageCacheSettings, PreparedImageCache, PreparedView
+from insight_o3.imaging.view_ops import FitPixels, Resample
 from insight_o3.scripts import evaluate
 from insight_o3.storage.atomic import atomic_writer
 from tests.support import eval_bench as eb
@@ -42,7 +43,7 @@ def _view(n: int, fill: int = 7) -> PreparedView:
 
 
 def test_a_later_store_sends_the_same_bytes_without_decoding(tmp_path, image):
-    budget = Resize(max_pixels=3000)
+    budget = Resize.fit(3000)
     plain = ImageStore().get(image, budget, (10.0, 5.5, 80.0, 60.0))
     first = ImageStore(image_cache=_settings(tmp_path))
     assert first.get(image, budget, (10.0, 5.5, 80.0, 60.0)) == plain
@@ -64,7 +65,7 @@ def test_a_later_store_sends_the_same_bytes_without_decoding(tmp_path, image):
 
 
 def test_worker_processes_store_and_a_later_run_starts_none(tmp_path, image):
-    budget = Resize(max_pixels=2000)
+    budget = Resize.fit(2000)
     plain = ImageStore().get(image, budget)
     first = ImageStore(workers=1, processes=True, image_cache=_settings(tmp_path))
     try:
@@ -84,9 +85,9 @@ def test_worker_processes_store_and_a_later_run_starts_none(tmp_path, image):
 @pytest.mark.parametrize(
     "other",
     [
-        {"resize": Resize(max_pixels=2001)},
-        {"resize": Resize(max_pixels=2000, jpeg_quality=90)},
-        {"resize": Resize(max_pixels=2000, nearest=True)},
+        {"resize": Resize.fit(2001)},
+        {"resize": Resize.fit(2000, jpeg_quality=90)},
+        {"resize": Resize((FitPixels(2000, Resample.NEAREST),))},
         {"region": (0.0, 0.0, 50.0, 40.0)},
         {"store": {"quality": 60}},
         {"store": {"fmt": "PNG"}},
@@ -96,9 +97,9 @@ def test_worker_processes_store_and_a_later_run_starts_none(tmp_path, image):
     ids=lambda o: json.dumps(o, default=repr),
 )
 def test_a_changed_setting_is_a_miss(tmp_path, image, other):
-    ImageStore(image_cache=_settings(tmp_path)).get(image, Resize(max_pixels=2000))
+    ImageStore(image_cache=_settings(tmp_path)).get(image, Resize.fit(2000))
     store = ImageStore(image_cache=_settings(tmp_path), **other.get("store", {}))
-    store.get(image, other.get("resize", Resize(max_pixels=2000)), other.get("region"))
+    store.get(image, other.get("resize", Resize.fit(2000)), other.get("region"))
     assert store.prepared_stats()["hits"] == 0 and store.prepared_stats()["misses"] == 1
 
 

@@ -1,4 +1,4 @@
-"""Settings added after a run directory was created (issue 35 regression): an old card lacks them, and is compared
+"""Settings added after a run directory was created: an old card lacks them, and is compared
 as if it held the value its run actually used (insight_o3.jobs.integrity.ADDED_LATER), so a resume with the
 default goes on and a resume with another value is refused naming that value."""
 

@@ -156,7 +156,7 @@ def test_the_requests_of_a_unit_count_against_the_budget(tmp_path):
     assert job.calls == [1, 2, 3]
 
 
-# ------------------------------------------------------------------------- every run in the history (issue 33)
+# ------------------------------------------------------------------------------------ every run in the history
 def _history(tmp_path) -> list[dict]:
     return json.loads((tmp_path / "records_card.json").read_text())["history"]
 
@@ -229,7 +229,7 @@ def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_pat
     assert "reason" not in h[3] and h[5]["new_records"] == {"ok": 1}
 
 
-# ------------------------------------------------------------------------------------ the seam (issue 29 item 5)
+# ------------------------------------------------------------------------------------------------ the seam
 class _Store:
     """A card store of its own: the card in memory, the directory said to hold 4 trials and a record."""
 

@@ -1,4 +1,4 @@
-"""Categories of one's own and prompts of one's own in the O3-Bench build (issue 33 item 13): a category is a name, its
+"""Categories of one's own and prompts of one's own in the O3-Bench build: a category is a name, its
 images (``sources --category``) and its E.2 prompt file (``synthesize --synth_prompt NAME=FILE``); ``--extract_prompt``
 replaces E.1's wording. Each file is recorded in the step card with its sha256, and its content is a result setting
 (another content in the same workspace is refused; the path may move). Offline, against the scripted endpoints."""

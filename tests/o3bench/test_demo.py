@@ -1,4 +1,4 @@
-"""The offline build demo (issue 33 item 10), run as data/README.md documents it: the command is taken from the
+"""The offline build demo, run as data/README.md documents it: the command is taken from the
 README's block, run through bash from a fresh directory with no key in the environment. Checked: every step ran and
 said what it did, the planted bad items were rejected for their six reasons, the filter dropped what every solver
 solved, the scripted review was applied, the release is a benchmark the viewers read; a printed step command is the

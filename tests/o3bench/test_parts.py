@@ -413,7 +413,7 @@ def test_edits_are_validated_again_and_every_problem_is_listed(tmp_path):
 def test_review_apply_reports_every_problem_of_every_file_at_once(tmp_path, capsys):
     """Parse errors, type errors of every field of an edit, validation failures, unknown and twice-decided items
     of every decisions file: one report, each problem with its file, line and field; status 2, nothing written
-    (issue 33 item 6: the reader's problems and the edits' problems used to come in two passes)."""
+    (the reader's problems and the edits' problems in one pass, not two)."""
     ws = tmp_path / "ws"
     (ws / "filter").mkdir(parents=True)
     (ws / "review").mkdir()
@@ -498,8 +498,8 @@ def test_shuffle_renames_letter_references_in_the_explanation():
 
 
 def test_shuffle_keeps_every_reference_to_an_option_pointing_at_it():
-    """The issue's case: "Hence option B ... (B) is right" must not become "option C ... (B) is right" (issue 33
-    item 6): every form names the same option text before and after the shuffle."""
+    """A shuffle that moves option B to C turns "Hence option B ... (B) is right" into "Hence option C ... (C) is
+    right", never "option C ... (B) is right": every form names the same option text before and after the shuffle."""
     expl = GOOD["explanation"] + "\nRome beats Oslo, hence option C, not options A and B; so (C) is right. C) Lima."
     base = check_item({**GOOD, "explanation": expl}, source(4), "chart/img#q0").item
     assert base is not None

@@ -1,4 +1,4 @@
-"""The validation rules of the O3-Bench build as configuration (issue 33 item 14): forbidden words matched on whole
+"""The validation rules of the O3-Bench build as configuration: forbidden words matched on whole
 words with an allow-list and the image's own labels, citation forms, option label forms, and a rules file (JSON or
 TOML) passed to ``validate`` and recorded with its sha256 where ``review apply`` and the release read it."""
 

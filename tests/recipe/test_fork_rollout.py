@@ -1,5 +1,5 @@
 """What the vSearcher is trained on under ``vsearch.variant=original`` where the fork's loop differs from a literal
-reading (issue 30 items 1-3): the reminder after the last crop, an episode that runs out of its token budget, the
+reading: the reminder after the last crop, an episode that runs out of its token budget, the
 vReasoner's requests in training. CPU: the scripted server manager and local OpenAI server of
 ``tests/recipe/test_agent_loops.py``."""
 

@@ -1,4 +1,4 @@
-"""Defects of the GPU path that a static trace of verl 0.7.0 + vLLM 0.12.0 found (issue 19), each with the test
+"""Defects of the GPU path that a static trace of verl 0.7.0 + vLLM 0.12.0 found, each with the test
 that failed before its fix. No Ray here; the vLLM driver test (tests/recipe/test_driver_vllm.py) runs them all.
 
 * validation batches bounded, validation rows without pixel values;

@@ -1,4 +1,4 @@
-"""What a first run on a GPU cluster hits before step 1 (issue 30 items 5-9), checked without a GPU: relative
+"""What a first run on a GPU cluster hits before step 1, checked without a GPU: relative
 paths given to train.sh from another directory, val.sh on an evaluation set smaller than a training batch,
 flash-attn missing (one line, status 2, before Ray starts), what reaches every node, keys that do nothing."""
 

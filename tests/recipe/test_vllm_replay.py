@@ -1,4 +1,4 @@
-"""vLLM's side of the recipe's token contract (issue 14, item 3).
+"""vLLM's side of the recipe's token contract.
 
 The recipe's :class:`~recipe.vsearch.policy_searcher.PolicySearcher` (run by the real
 ``VSearcherAgentLoop`` with the tiny random Qwen2.5-VL's tokenizer and processor) builds a multi-turn,

@@ -240,8 +240,8 @@ def test_extract_killed_then_resumed_asks_only_what_is_left(tmp_path, demo, orac
 
 def test_every_run_is_in_the_step_card_with_its_spend_however_it_ends(tmp_path, demo, oracle, openai_server, caplog):
     """A run stopped by SIGTERM with a request in flight and one reply paid for but not recorded, then a run killed
-    by SIGKILL, then one that finishes: the step card's history holds all three with their spend (issue 33 item 6:
-    only finished runs were there, and requests in flight at a kill were in no total)."""
+    by SIGKILL, then one that finishes: the step card's history holds all three with their spend,
+    requests in flight at a kill included."""
     ws = sources_ws(tmp_path, demo)
     srv = openai_server(oracle.script())
     assert run(*step_argv("extract", ws, srv.base_url)) == 0
@@ -387,7 +387,7 @@ def test_limit_then_the_rest_and_a_budget_stop(tmp_path, demo, oracle, openai_se
 def test_a_step_whose_input_is_not_ready_says_so_and_exits_non_zero(tmp_path, demo, oracle, openai_server, capsys):
     """``synthesize`` with no image extracted refuses (status 2, no request) and names the command to run first;
     with some images extracted it synthesizes those and exits 1, naming the command again; ``validate`` with no
-    synthesized image refuses the same way (issue 33 item 6: they exited 0 with ``"items": 0``)."""
+    synthesized image refuses the same way (never status 0 with ``"items": 0``)."""
     ws = sources_ws(tmp_path, demo)
     srv = openai_server(oracle.script())
     (ws / "extract").mkdir()
@@ -425,7 +425,7 @@ def test_review_and_release_refuse_a_partly_filtered_set(tmp_path, demo, oracle,
     """``review page`` after a ``filter --limit`` run refuses (status 2, naming how many candidates are unfiltered
     and the command to run) unless ``--allow_partial``, which says how many it leaves out;
     ``release --require_all_decided`` refuses while the filter has not run on every candidate and while a kept item
-    has no decision (the filter ran again after ``review apply``) (issue 33 item 6)."""
+    has no decision (the filter ran again after ``review apply``)."""
     ws = sources_ws(tmp_path, demo)
     srv = openai_server(oracle.script())
     for step in ("extract", "synthesize"):
@@ -493,7 +493,7 @@ def test_python_module_and_help(tmp_path):
 
 def test_filter_refuses_a_named_key_variable_that_is_unset(tmp_path, demo, oracle, openai_server, monkeypatch, capsys):
     """``--solver MODEL,URL,VAR`` with ``VAR`` unset stops before the first item (status 4, the variable named),
-    as the README says (issue 33 item 1)."""
+    as the README says."""
     ws = sources_ws(tmp_path, demo)
     srv = openai_server(oracle.script())
     for step in ("extract", "synthesize"):

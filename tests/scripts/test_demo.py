@@ -15,7 +15,6 @@ import queue
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 from insight_o3.demo.endpoints import DemoScripts
 from insight_o3.scripts import demo
 from tests.support import eval_bench as eb
+from tests.support.waiting import read_until
 
 pytestmark = pytest.mark.smoke
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,8 +161,8 @@ def test_bad_arguments_exit_2(capsys):
 
 # ----------------------------------------------------------------------------- the report on the demo's runs
 def test_single_model_report_shows_no_vsearcher_settings_calls_or_zero_requests(demo_run):
-    """Issue 21 finding 9: a single-model report showed the vSearcher flags' defaults, "0 call(s)" on every
-    sample, and "model requests 0" on trial 1 (the n=2 request's count sits on trial 0)."""
+    """A single-model report shows none of the vSearcher flags' defaults, no "0 call(s)" on each sample, and no
+    "model requests 0" on trial 1 (the n=2 request's count sits on trial 0)."""
     from insight_o3.viz.report import build_report
 
     out, _ = demo_run
@@ -195,27 +195,7 @@ def test_legend_below_never_covers_a_bar():
     assert legend.y1 <= ax.get_window_extent(renderer).y0  # under the axes
 
 
-# ----------------------------------------------------------------------------- --serve (issue 33 item 9)
-def _read_until(proc: subprocess.Popen, marker: str, timeout: float, lines: queue.Queue[str]) -> str:
-    """The subprocess's stdout up to and including the line that starts with ``marker`` (fails after ``timeout``).
-    Lines come from a thread (``select`` on a buffered text pipe misses lines already in the buffer) into ``lines``;
-    an empty string follows the last one."""
-
-    def pump() -> None:
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put("")
-
-    threading.Thread(target=pump, daemon=True).start()
-    out = ""
-    while not any(line.startswith(marker) for line in out.splitlines()):
-        try:
-            out += lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no {marker!r} in {timeout} s; stdout so far:\n{out}") from None
-    return out
-
-
+# -------------------------------------------------------------------------------------------------- --serve
 def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigterm(tmp_path):
     """``demo --serve`` prints the endpoints' URLs and ready-to-paste commands; run as printed (through bash, with
     none of the key/URL variables set beforehand) they evaluate the demo benchmark in both modes and write a
@@ -230,7 +210,7 @@ def test_serve_keeps_the_endpoints_up_for_the_printed_commands_and_stops_on_sigt
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout: queue.Queue[str] = queue.Queue()
-        out = _read_until(proc, "Ctrl-C (or SIGTERM) stops", 120, stdout)
+        out = read_until(proc, "Ctrl-C (or SIGTERM) stops", 120, stdout)
         urls = dict(re.findall(r"^  (model|vsearcher|judge)\s+(http://127\.0\.0\.1:\d+/v1)", out, re.M))
         assert set(urls) == {"model", "vsearcher", "judge"} and len(set(urls.values())) == 3
         blocks = dict(re.findall(r"^# (\S+)\n(.*?)(?=^# |^Ctrl-C)", out, re.M | re.S))

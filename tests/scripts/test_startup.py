@@ -39,7 +39,6 @@ NOT_YET_QUICK = frozenset(
         "insight_o3.scripts.demo",
         "insight_o3.scripts.evaluate",
         "insight_o3.scripts.generate_collages",
-        "insight_o3.scripts.rejudge",
     }
 )
 

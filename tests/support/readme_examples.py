@@ -1,4 +1,4 @@
-"""The code examples of README.md and data/README.md, and a sandbox that runs them as written (issue 33).
+"""The code examples of README.md and data/README.md, and a sandbox that runs them as written.
 
 Every fenced ``bash`` or ``python`` block in those files is preceded by a marker line saying whether CI runs it:
 

@@ -6,6 +6,9 @@ needed everywhere else; :func:`wait_until` polls the condition the test actually
 
 from __future__ import annotations
 
+import queue
+import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,3 +41,23 @@ def wait_for_lines(n: int, *paths: Path, timeout: float = 60.0) -> int:
     return wait_until(
         lambda: (c := complete_lines(*paths)) >= n and c, timeout, f"{n} lines in {list(map(str, paths))}"
     )
+
+
+def read_until(proc: subprocess.Popen, marker: str, timeout: float, lines: queue.Queue[str]) -> str:
+    """The subprocess's stdout up to and including the line that starts with ``marker`` (fails after ``timeout``).
+    Lines come from a thread (``select`` on a buffered text pipe misses lines already in the buffer) into ``lines``;
+    an empty string follows the last one."""
+
+    def pump() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    out = ""
+    while not any(line.startswith(marker) for line in out.splitlines()):
+        try:
+            out += lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no {marker!r} in {timeout} s; stdout so far:\n{out}") from None
+    return out

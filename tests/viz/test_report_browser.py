@@ -117,7 +117,7 @@ def test_report_renders_in_headless_chromium(demo_eval_run, tmp_path):
     assert badge_green > 100  # the "correct" status badges rendered
 
 
-# ----------------------------------------------------------------------------- analysis (issue 24)
+# ------------------------------------------------------------------------------------------------- analysis
 ANALYSIS_PROBE = """<script>
 window.addEventListener('load', function(){
   var b = document.querySelector(".filters button[data-kind='bucket'][data-value='crop_missed']");

@@ -44,7 +44,7 @@ from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol.attempt import Attempt
 from insight_o3.protocol.questions import insight_o3_question
 from insight_o3.protocol.sample import Sample
-from insight_o3.protocol.statuses import EpisodeStatus
+from insight_o3.protocol.statuses import EpisodeStatus, VerdictStatus
 
 from .episodes import JUDGE_LOST_STATUS, failed_episode_output
 from .image_inputs import VIEWS_KEY
@@ -338,9 +338,9 @@ class VReasonerAgentLoop(FailSafeAgentLoop):
             verdict = await judge.check(
                 sample, Attempt(judged_text(res.text, proto.judge_turn_chars), res.finish_reason)
             )
-            if verdict.status != "failed":
+            if verdict.status != VerdictStatus.FAILED:
                 break
-        failed = verdict.status == "failed"  # the judge's Status literal (evaluation.schema)
+        failed = verdict.status == VerdictStatus.FAILED
         return AnswerCheck(correct=verdict.is_correct, failed=failed, status=verdict.status, reason=verdict.fail_reason)
 
     async def episode(self, sample: Sample, sampling_params: dict, validate: bool = False) -> EpisodeOutcome:
