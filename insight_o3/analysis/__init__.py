@@ -10,5 +10,6 @@ __all__ = [
     "paired",
     "power",
     "run_records",
+    "settings",
     "significance",
 ]

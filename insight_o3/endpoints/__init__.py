@@ -8,6 +8,7 @@ check before the first item (:mod:`.preflight`), the errors a run records instea
 __all__ = [
     "chat",
     "client",
+    "defaults",
     "endpoint",
     "errors",
     "guard",

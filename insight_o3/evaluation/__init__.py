@@ -9,6 +9,7 @@ __all__ = [
     "benchmarks",
     "config",
     "judge",
+    "judge_settings",
     "metrics",
     "opensearch_vl_judge",
     "run_card",

@@ -312,7 +312,7 @@ class EvalJob(ResumableJob[Sample, dict]):
                     raise ImageChanged(
                         f"{path}: sample_key {key!r} was answered on {sample.image_path} with sha256 "
                         f"{rec.image_sha256}; that file now has sha256 {now} (the image was replaced since). Put "
-                        f"the image back to resume, or use another --eval_name to evaluate the new one"
+                        f"the image back to resume, or evaluate the new one as another run (another eval_name)"
                     )
 
     def plan(self, items: list[Sample]) -> Plan:

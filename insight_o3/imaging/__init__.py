@@ -5,5 +5,7 @@ encoding each image once (:mod:`.images`), and the prepared images kept on disk 
 __all__ = [
     "geometry",
     "images",
+    "limits",
     "prepared_cache",
+    "view_ops",
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "demo",
     "extraction",
     "filtering",
+    "generic",
     "letter_refs",
     "prompts",
     "records",
