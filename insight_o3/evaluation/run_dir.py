@@ -359,8 +359,11 @@ class RunDir:
         return self.file(RUN_CARD_FILE)
 
     def read_card(self) -> JSONObject | None:
-        """The stored ``run_card.json`` of a directory this code can read (see :meth:`check_format`)."""
-        return self.check_format().stored_run_card()
+        """The stored ``run_card.json`` of a directory this code can read (:meth:`check_format`) whose trials are
+        its own run's (:meth:`check_trials`): a job reads it before it writes anything, so a trial another run
+        wrote is refused first."""
+        self.check_format().check_trials()
+        return self.stored_run_card()
 
     def write_card(self, card: dict) -> None:
         self.write_run_card(card)

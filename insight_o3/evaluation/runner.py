@@ -239,11 +239,6 @@ class EvalJob(ResumableJob[Sample, dict]):
                 return False
         return True
 
-    def settle_settings(self) -> bool:
-        """A trial another run wrote is refused first (:meth:`RunDir.check_trials`), before anything is written."""
-        self.run_dir.check_format().check_trials()
-        return super().settle_settings()
-
     def prepare(self) -> None:
         self.run_dir.check_format()
         if self.args_record is not None:
