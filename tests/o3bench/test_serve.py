@@ -104,7 +104,8 @@ def test_every_step_runs_on_ones_own_images_and_sigint_stops_the_server(served):
 
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=20) == 0 and time.monotonic() - t0 < 5
+    # the same bound as demo --serve's: the server's threads wind down in 1-5 s, more on a loaded machine
+    assert proc.wait(timeout=20) == 0 and time.monotonic() - t0 < 10
     assert "Traceback" not in proc.stderr.read()
     assert "".join(iter(lambda: lines.get(timeout=10), "")) == "stopped serving the scripted build endpoint\n"
 
