@@ -296,11 +296,6 @@ class RunDir:
         """Trial ``k``'s records by ``sample_key`` (see :meth:`TrialDir.records`)."""
         return self.trial(k).records(parse)
 
-    def fixed_settings(self) -> JSONObject | None:
-        """The settings the directory's first run fixed (its card's ``fixed_settings``; None: none fixed)."""
-        fixed = (self.run_card() or {}).get(FIXED_KEY)
-        return fixed if isinstance(fixed, dict) else None
-
     def check_trials(self) -> None:
         """Raise :class:`ForeignTrial` for a trial holding records that another run wrote: its stamp names other
         fixed settings than the card's, or it has no stamp and the card says its run stamps every trial. A
@@ -358,12 +353,14 @@ class RunDir:
     def card_path(self) -> str:
         return self.file(RUN_CARD_FILE)
 
-    def read_card(self) -> JSONObject | None:
-        """The stored ``run_card.json`` of a directory this code can read (:meth:`check_format`) whose trials are
-        its own run's (:meth:`check_trials`): a job reads it before it writes anything, so a trial another run
-        wrote is refused first."""
+    def check(self) -> None:
+        """A directory this code can read (:meth:`check_format`) whose trials are its own run's
+        (:meth:`check_trials`): a trial another run wrote is refused before anything is written."""
         self.check_format().check_trials()
-        return self.stored_run_card()
+
+    def read_card(self) -> JSONObject | None:
+        """The stored ``run_card.json`` of a directory this code can read (see :meth:`check_format`)."""
+        return self.check_format().stored_run_card()
 
     def write_card(self, card: dict) -> None:
         self.write_run_card(card)

@@ -201,6 +201,11 @@ class CardStore(Protocol):
 
     def card_path(self) -> str: ...
 
+    def check(self) -> None:
+        """Raise for a directory this run must not write into (what it holds is another run's); called once, before
+        the card is read and anything is written."""
+        ...
+
     def read_card(self) -> JSONObject | None:
         """The stored card (None: the directory's first run)."""
         ...
@@ -229,6 +234,9 @@ class CardFile:
 
     def card_path(self) -> str:
         return self.path
+
+    def check(self) -> None:
+        """Nothing to check: the card's settings check (:func:`~insight_o3.jobs.integrity.settle`) is all."""
 
     def read_card(self) -> JSONObject | None:
         return read_card(self.path)
@@ -508,6 +516,7 @@ class ResumableJob(Generic[ItemT, SummaryT]):
         if inv is None:
             return False
         store = self.store()
+        store.check()
         stored = store.read_card()
         if stored is not None:
             close_unfinished(stored, store.card_path())  # under the lock: no run of this directory is alive

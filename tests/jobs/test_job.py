@@ -245,6 +245,9 @@ class _Store:
     def write_card(self, card) -> None:
         self.card = card
 
+    def check(self) -> None:
+        return None
+
     def held(self):
         return {"num_trials": 4}
 
