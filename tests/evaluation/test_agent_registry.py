@@ -1,5 +1,6 @@
-"""A third-party agent: a tiny package declaring an ``insight_o3.agents`` entry point, pip-installed into a fresh
-venv (which sees this checkout's library), then run by ``evaluate --agent`` against scripted endpoints."""
+"""A third-party agent: a tiny package declaring an ``insight_o3.agents`` entry point, laid out as pip installs it
+(the module and its ``.dist-info``) on the interpreter's path, then run by ``evaluate --agent`` against scripted
+endpoints. The wheel and ``pip install`` side is the packaging tests' (``scripts/check_wheel.sh``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -48,53 +47,22 @@ PLUGIN = tool_agent("half", "half@1", "toy", HalfSession, AgentDefaults(completi
 
 
 @pytest.fixture(scope="module")
-def plugin_venv(tmp_path_factory):
-    root = tmp_path_factory.mktemp("plugin")
-    pkg = root / "half_agent"
-    (pkg / "half_agent").mkdir(parents=True)
-    (pkg / "half_agent" / "__init__.py").write_text(PLUGIN)
-    (pkg / "pyproject.toml").write_text(
-        textwrap.dedent(
-            """
-            [build-system]
-            requires = ["setuptools>=61"]
-            build-backend = "setuptools.build_meta"
-
-            [project]
-            name = "half-agent"
-            version = "0.1"
-
-            [project.entry-points."insight_o3.agents"]
-            half = "half_agent:PLUGIN"
-            """
-        )
-    )
-    wheels = root / "wheels"  # built with this interpreter's setuptools, installed into a fresh venv
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(pkg)],
-        check=True,
-        capture_output=True,
-    )
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    site = subprocess.run(
-        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    # the fresh venv sees this interpreter's installed packages (openai, pillow ...) through a .pth file
-    Path(site, "dev_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", *map(str, wheels.glob("*.whl"))],
-        check=True,
-        capture_output=True,
-    )
-    return py
+def plugin_site(tmp_path_factory):
+    """A directory laid out as pip installs the package into site-packages: the module and its ``.dist-info`` with
+    ``entry_points.txt``; ``importlib.metadata`` finds distributions on any ``sys.path`` entry, so putting the
+    directory on ``PYTHONPATH`` is an install as discovery sees it (no venv or wheel build needed)."""
+    site = tmp_path_factory.mktemp("plugin_site")
+    (site / "half_agent").mkdir()
+    (site / "half_agent" / "__init__.py").write_text(PLUGIN)
+    info = site / "half_agent-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: half-agent\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text('[insight_o3.agents]\nhalf = half_agent:PLUGIN\n')
+    (info / "top_level.txt").write_text("half_agent\n")
+    return site
 
 
-def test_installed_plugin_agent_runs(plugin_venv, tmp_path, openai_server):
+def test_installed_plugin_agent_runs(plugin_site, tmp_path, openai_server):
     def script(req, call):
         turns = sum(m["role"] == "assistant" for m in req["messages"])
         q = eb.marker(json.dumps(req["messages"][0]))
@@ -105,9 +73,9 @@ def test_installed_plugin_agent_runs(plugin_venv, tmp_path, openai_server):
     ann, img_dir = eb.make_bench(tmp_path / "bench")
     out = tmp_path / "out"
     argv = eb.evaluate_argv(ann, img_dir, out, main_srv.base_url, judge_srv.base_url, "--agent", "half")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{plugin_site}"}
     r = subprocess.run(
-        [str(plugin_venv), "-m", "insight_o3.scripts.evaluate", *argv], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], env=env, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr[-3000:]
     run = out / "m/o3_bench"
@@ -118,6 +86,7 @@ def test_installed_plugin_agent_runs(plugin_venv, tmp_path, openai_server):
     crops = [p["image"] for m in rec["eval_result"]["trajectory"] for p in m["content"] if p.get("type") == "image"]
     assert crops[1]["region"] == [0, 0, 48, 64]
     # the agent is unknown to an interpreter without the package
+    env["PYTHONPATH"] = str(REPO)
     r = subprocess.run(
         [sys.executable, "-m", "insight_o3.scripts.evaluate", *argv], env=env, capture_output=True, text=True
     )
