@@ -1,6 +1,6 @@
 """A third-party agent: a tiny package declaring an ``insight_o3.agents`` entry point, laid out as pip installs it
 (the module and its ``.dist-info``) on the interpreter's path, then run by ``evaluate --agent`` against scripted
-endpoints. The wheel and ``pip install`` side is the packaging tests' (``scripts/check_wheel.sh``)."""
+endpoints: discovery through ``importlib.metadata`` is ours to prove; how pip lays a package out is pip's."""
 
 from __future__ import annotations
 
