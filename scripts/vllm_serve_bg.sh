@@ -6,7 +6,7 @@
 #                                  [--served-model-name NAME] [--timeout S] [--run-dir D]
 #                                  [--generation-config vllm|auto|DIR]
 #                                  [--cpu] [--python PY] [--baseline NAME] [-- extra vllm args]
-#   scripts/vllm_serve_bg.sh stop   [--port P] [--run-dir D]
+#   scripts/vllm_serve_bg.sh stop   [--port P] [--run-dir D]   (returns once the whole process group is gone)
 #   scripts/vllm_serve_bg.sh status [--port P] [--run-dir D]
 #
 # Files: $RUN_DIR/vllm_<port>.log (server output) and $RUN_DIR/vllm_<port>.pid.
@@ -176,14 +176,34 @@ start() {
   echo "vllm_serve_bg: healthy at http://$CHECK_HOST:$PORT/v1 (pid $(cat "$PID_FILE"), ${waited}s)"
 }
 
+# the server's process group (setsid made the server its leader): alive while any of its processes is, the leader
+# gone or not (vLLM's workers can outlive it for seconds)
+group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+
+# wait up to $2 seconds until process group $1 is gone; status 1 if it is still there
+wait_group_gone() {
+  local waited=0
+  while group_alive "$1" || kill -0 "$1" 2>/dev/null; do
+    [ "$waited" -ge "$(($2 * 10))" ] && return 1
+    sleep 0.1; waited=$((waited + 1))
+  done
+}
+
+# SIGTERM to the whole group, up to 30 s for all of it to exit, then SIGKILL and up to 30 s more:
+# "stopped" is said only once no process of the group is left (a later start on the port, or a test, finds none)
 stop_server() {
   [ -f "$PID_FILE" ] || { echo "vllm_serve_bg: no pid file for port $PORT; nothing to stop"; return 0; }
   local pid; pid="$(cat "$PID_FILE")"
-  if kill -0 "$pid" 2>/dev/null; then
+  if group_alive "$pid" || kill -0 "$pid" 2>/dev/null; then
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-    if kill -0 "$pid" 2>/dev/null; then
+    if ! wait_group_gone "$pid" 30; then
+      echo "vllm_serve_bg: pid $pid's process group still running 30s after SIGTERM; SIGKILL" >&2
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+      if ! wait_group_gone "$pid" 30; then
+        echo "vllm_serve_bg: pid $pid's process group still there 30s after SIGKILL:" >&2
+        ps -o pid,stat,etime,args -g "$pid" >&2 || true
+        return 1
+      fi
     fi
     echo "vllm_serve_bg: stopped pid $pid (port $PORT)"
   else

@@ -3,7 +3,9 @@ driven against a stand-in `vllm` executable that serves /health on the requested
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -72,6 +74,13 @@ FAKE_VLLM = textwrap.dedent(f"""\
         print("fatal: out of memory", flush=True)
         sys.exit(1)
     port = int(args[args.index("--port") + 1])
+    if os.environ.get("FAKE_VLLM_WORKER") and os.fork() == 0:
+        # a worker of the server's process group that takes 2 s to wind down after SIGTERM (the server itself ends
+        # at once), as vLLM's can
+        import signal
+        signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), os._exit(0)))
+        while True:
+            time.sleep(60)
     time.sleep(1)
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -129,6 +138,25 @@ def test_vllm_helper_start_status_stop(fake_vllm, tmp_path):
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert serve("status", fake_vllm, run_dir, port).returncode == 3
+
+
+def test_vllm_helper_stop_returns_once_the_whole_process_group_is_gone(fake_vllm, tmp_path):
+    """A worker that outlives the server by 2 s after SIGTERM: ``stop`` waits for it, so nothing of the group is
+    left when it says "stopped" (a start on the same port right after, or a test's check, finds nothing)."""
+    port, run_dir = free_port(), tmp_path / "run"
+    r = serve("start", fake_vllm, run_dir, port, FAKE_VLLM_WORKER="1")
+    pid = int((run_dir / f"vllm_{port}.pid").read_text()) if (run_dir / f"vllm_{port}.pid").exists() else None
+    try:
+        assert r.returncode == 0, r.stderr
+        assert pid is not None
+        stop = serve("stop", fake_vllm, run_dir, port)
+        assert stop.returncode == 0 and "stopped pid" in stop.stdout, stop.stdout + stop.stderr
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 def test_vllm_helper_reports_early_exit(fake_vllm, tmp_path):
