@@ -13,6 +13,17 @@ from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.stacks import REPO, SHARED, require, require_module, require_recipe
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The test process takes Ctrl-C as a terminal's foreground job does, however it was started: a SIGINT it
+    inherited ignored (a background job of a non-interactive shell, ``nohup``, a CI runner) gets Python's handler
+    back, and SIGINT/SIGTERM are unblocked in the main thread. Both states pass to every command a test starts
+    (an ignored disposition and the signal mask survive exec, and Python keeps an ignored SIGINT): the Ctrl-C tests
+    (``build_o3_bench_demo --serve``, ``evaluate | cat``) would see their command, and ``cat``, never stop."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 @pytest.fixture(autouse=True)
 def private_user_cache(tmp_path_factory, monkeypatch):
     """Each test's own ``$XDG_CACHE_HOME`` (the commands keep prepared images there by default): a test never
