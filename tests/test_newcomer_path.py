@@ -162,10 +162,10 @@ def test_a_resumed_run_says_where_it_is_per_trial(tmp_path, openai_server, caplo
     out = tmp_path / "out"
     srv, judge = openai_server(eb.model_script()), openai_server(eb.judge_script())
     argv = eb.evaluate_argv(*bench, out, srv.base_url, judge.base_url, "--num_trials", "2")
-    caplog.set_level("INFO", logger="insight_o3.jobs.job")
+    caplog.set_level("INFO", logger="insight_o3.jobs.execute")
     assert evaluate.main([*argv, "--limit", "1"]) == 0  # (a subset of its own: a fresh directory)
     assert evaluate.main(argv) == 0
-    first = [r.getMessage() for r in caplog.records if r.name == "insight_o3.jobs.job"]
+    first = [r.getMessage() for r in caplog.records if r.name == "insight_o3.jobs.execute"]
     n = len(eb.read_records(out / "m" / "o3_bench", 0))
     assert f"trial_0: 0 of {n} samples done, {n} left" in first and f"trial_1: 0 of {n} samples done, {n} left" in first
     # drop two records of trial 1: the resumed run says so before it starts
@@ -175,5 +175,5 @@ def test_a_resumed_run_says_where_it_is_per_trial(tmp_path, openai_server, caplo
     (out / "m" / "o3_bench" / "trial_1" / "done").unlink(missing_ok=True)
     caplog.clear()
     assert evaluate.main(argv) == 0
-    said = [r.getMessage() for r in caplog.records if r.name == "insight_o3.jobs.job"]
+    said = [r.getMessage() for r in caplog.records if r.name == "insight_o3.jobs.execute"]
     assert said[:2] == [f"trial_0: {n} of {n} samples done, 0 left", f"trial_1: {n - 2} of {n} samples done, 2 left"]

@@ -41,9 +41,9 @@ def test_more_trials_extend_the_run_and_fewer_are_refused_naming_both(tmp_path, 
     eval_dir = tmp_path / "out" / "m" / "o3_bench"
     assert evaluate.main(_argv(tmp_path, servers, 2)) == 0
     n = len(eb.read_records(eval_dir, 0))
-    caplog.set_level("INFO", logger="insight_o3.jobs.job")
+    caplog.set_level("INFO", logger="insight_o3.jobs.execute")
     assert evaluate.main(_argv(tmp_path, servers, 3)) == 0  # an extension: trial_2 added
-    said = [r.getMessage() for r in caplog.records if r.name == "insight_o3.jobs.job"]
+    said = [r.getMessage() for r in caplog.records if r.name == "insight_o3.jobs.execute"]
     assert said[:3] == [
         f"trial_0: {n} of {n} samples done, 0 left",
         f"trial_1: {n} of {n} samples done, 0 left",

@@ -11,7 +11,7 @@ code  name            meaning
 5     LOCKED          another run holds the output directory
 ====  ==============  =================================================================================
 
-A core value (no imports): the run machinery (:mod:`insight_o3.endpoints.guard`, :mod:`insight_o3.jobs.job`) and
+A core value (no imports): the run machinery (:mod:`insight_o3.endpoints.guard`, :mod:`insight_o3.jobs.execute`) and
 the commands (:mod:`insight_o3.scripts._shared`) both name these codes without importing each other.
 """
 

@@ -5,7 +5,7 @@ Collages are produced in chunks of ``chunk_size`` indices; chunk ``c`` uses its 
 ``i``-th in a seeded permutation of the pool (a new permutation per pass over the pool). So the output
 depends on the seed, the pool and the chunk size, never on the worker count or on where a previous run
 stopped. Rows are appended (fsync'ed, one complete line) as chunks finish and the file is rewritten in
-index order at the end. :func:`generate` runs :class:`CollageJob` (a :class:`~insight_o3.jobs.job.ResumableJob`),
+index order at the end. :func:`generate` runs :class:`CollageWork` through :func:`~insight_o3.jobs.execute.execute` in a run directory,
 so it holds the output directory's lock for the whole run. ``run_config.json`` holds the settings the
 directory's first run fixed (seed, chunk size, every generator setting, the pool's sha256) and the history of
 runs; a run with others is refused (:mod:`insight_o3.jobs.integrity`).
@@ -17,7 +17,6 @@ import asyncio
 import dataclasses
 import multiprocessing as mp
 import os
-from collections.abc import Hashable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
@@ -25,9 +24,12 @@ from PIL import Image
 
 from .. import __version__
 from ..base.json_types import JSONObject
+from ..jobs.card_store import CardFile
+from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
+from ..jobs.execute import Emit, ItemWork, Plan, execute
 from ..jobs.integrity import Invocation, git_commit
-from ..jobs.job import Emit, Plan, ResumableJob
+from ..jobs.run_directory import open_run
 from ..storage.atomic import atomic_writer, make_output_dir
 from .collage import CollageConfig, CollageInfeasible, CollagePlan, PoolArrays, plan_collage, render_collage
 from .schema import CollageRow, TileRow
@@ -35,6 +37,7 @@ from .source_pool import SourceItem, pool_sha256
 
 DEFAULT_QUESTION_TEMPLATE = "Look at image #{tile_id} in the collage. {question}"
 ROWS_FILE, FAILURES_FILE, CONFIG_FILE = "collages.jsonl", "failures.jsonl", "run_config.json"
+COMMAND = "generate_collages"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,61 +156,15 @@ def _chunk_task(args: tuple[CollageSpec, int, frozenset[int]]) -> list[tuple[str
     return run_chunk(job, chunk, done)
 
 
-class CollageJob(ResumableJob[int, dict]):
-    """Collage generation as a resumable job: the units are chunks, run in ``num_workers`` forked processes
-    (in this process's worker thread when 1); every collage is a record in ``collages.jsonl`` or, when no
-    target was feasible, ``failures.jsonl``."""
+class CollageWork(ItemWork[tuple[int, frozenset[int]]]):
+    """One chunk (its index and the collage indices already recorded), run in ``pool``; every collage is a record
+    in the ``row`` log or, when no target was feasible, the ``failure`` log."""
 
-    command = "generate_collages"
-    desc = "collages"
+    def __init__(self, spec: CollageSpec, pool: Executor):
+        self.spec, self.pool = spec, pool
 
-    def __init__(self, spec: CollageSpec, items: list[SourceItem], num_workers: int = 1, progress: bool = True):
-        super().__init__(spec.out_dir, RunControls(concurrency=max(1, num_workers), progress=progress))
-        self.spec, self.items, self.num_workers = spec, items, num_workers
-
-    def prepare(self) -> None:
-        make_output_dir(os.path.join(self.spec.out_dir, "images"))
-
-    card_file = CONFIG_FILE
-    change_hint = "use a new --output_dir to generate with other settings (resuming would mix two generators)"
-
-    def invocation(self) -> Invocation:
-        """What the directory's first run fixes: the generator's settings and the pool's content."""
-        s = self.spec
-        settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "cfg"}
-        return Invocation(
-            self.command,
-            {
-                **settings,
-                **dataclasses.asdict(s.cfg),
-                "num_workers": self.num_workers,
-                "progress": self.controls.progress,
-            },
-            derived={"pool_sha256": pool_sha256(self.items)},
-            provenance={"version": __version__, "git_commit": git_commit()},
-        )
-
-    def log_files(self) -> dict[Hashable, str]:
-        return {"row": ROWS_FILE, "failure": FAILURES_FILE}
-
-    def plan(self, chunks: list[int]) -> Plan:
-        spec = self.spec
-        done = {int(r["index"]) for lg in self.logs.values() for r in lg.records.values()}
-        units = []
-        for c in chunks:
-            idx = set(range(c * spec.chunk_size, min((c + 1) * spec.chunk_size, spec.num_collages)))
-            if not idx <= done:
-                units.append((c, frozenset(idx & done)))
-        return Plan(units, spec.num_collages, [None] * len(done & set(range(spec.num_collages))))
-
-    async def setup(self) -> None:
-        if self.num_workers <= 1:
-            _init_worker(self.items)
-            self.pool: Executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collages")
-        else:
-            ctx = mp.get_context("fork")
-            self.pool = ProcessPoolExecutor(self.num_workers, ctx, initializer=_init_worker, initargs=(self.items,))
-        self.on_close(lambda: self.pool.shutdown(wait=True, cancel_futures=True))
+    def key(self, unit: tuple[int, frozenset[int]]) -> str:
+        return str(unit[0])
 
     async def work(self, unit: tuple[int, frozenset[int]], emit: Emit) -> None:
         c, done = unit
@@ -215,14 +172,55 @@ class CollageJob(ResumableJob[int, dict]):
         for name, record in pairs:  # a chunk's rows and failures, each to its log
             await emit(record, log=name)
 
-    def finish(self) -> JSONObject:
-        order = [self.spec.key(i) for i in range(self.spec.num_collages)]
-        self.compact(order, "row")
-        self.compact(order, "failure")
-        return {"collages": len(self.logs["row"].records), "failures": len(self.logs["failure"].records)}
+
+def _invocation(spec: CollageSpec, items: list[SourceItem], num_workers: int, progress: bool) -> Invocation:
+    """What the directory's first run fixes: the generator's settings and the pool's content."""
+    settings = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "cfg"}
+    return Invocation(
+        COMMAND,
+        {**settings, **dataclasses.asdict(spec.cfg), "num_workers": num_workers, "progress": progress},
+        derived={"pool_sha256": pool_sha256(items)},
+        provenance={"version": __version__, "git_commit": git_commit()},
+    )
+
+
+def _plan(spec: CollageSpec, done: set[int]) -> Plan:
+    """The chunks with a collage not recorded yet (``done``: the indices recorded)."""
+    units = []
+    for c in range(-(-spec.num_collages // spec.chunk_size)):
+        idx = set(range(c * spec.chunk_size, min((c + 1) * spec.chunk_size, spec.num_collages)))
+        if not idx <= done:
+            units.append((c, frozenset(idx & done)))
+    return Plan(units, spec.num_collages, [None] * len(done & set(range(spec.num_collages))))
+
+
+def _pool(items: list[SourceItem], num_workers: int) -> Executor:
+    """Where chunks run: ``num_workers`` forked processes (this process's worker thread when 1)."""
+    if num_workers <= 1:
+        _init_worker(items)
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="collages")
+    return ProcessPoolExecutor(num_workers, mp.get_context("fork"), initializer=_init_worker, initargs=(items,))
+
+
+async def _agenerate(spec: CollageSpec, items: list[SourceItem], num_workers: int, progress: bool) -> JSONObject:
+    controls = RunControls(concurrency=max(1, num_workers), progress=progress)
+    store = CardFile.under(spec.out_dir, CONFIG_FILE, [ROWS_FILE, FAILURES_FILE])
+    hint = "use a new --output_dir to generate with other settings (resuming would mix two generators)"
+    inv = _invocation(spec, items, num_workers, progress)
+    with open_run(spec.out_dir, COMMAND, controls, store=store, invocation=inv, change_hint=hint) as run:
+        make_output_dir(os.path.join(spec.out_dir, "images"))
+        logs = run.open_logs({"row": ROWS_FILE, "failure": FAILURES_FILE})
+        plan = _plan(spec, {int(r["index"]) for lg in logs.values() for r in lg.records.values()})
+        async with Clients(run.guard) as clients:
+            pool = _pool(items, num_workers)
+            clients.on_close(lambda: pool.shutdown(wait=True, cancel_futures=True))
+            await execute(run, plan, CollageWork(spec, pool), clients, desc="collages")
+        order = [spec.key(i) for i in range(spec.num_collages)]
+        logs["row"].compact(order)
+        logs["failure"].compact(order)
+        return {"collages": len(logs["row"].records), "failures": len(logs["failure"].records)}
 
 
 def generate(spec: CollageSpec, items: list[SourceItem], *, num_workers: int = 1, progress: bool = True) -> JSONObject:
     """Generate every collage not yet in ``spec.out_dir`` (under the directory's lock)."""
-    n_chunks = -(-spec.num_collages // spec.chunk_size)
-    return CollageJob(spec, items, num_workers, progress).run(range(n_chunks)).summary
+    return asyncio.run(_agenerate(spec, items, num_workers, progress))

@@ -3,7 +3,7 @@
 
 :func:`describe_box` makes one box's record; the resumable run over all boxes (concurrency, resume,
 failures retried on the next run unless ``retry_failed=False``) is
-:class:`insight_o3.data.region_localization.RegionLocalizationJob`. Retries of transient HTTP errors are
+:func:`insight_o3.data.region_localization.build_regions`. Retries of transient HTTP errors are
 the ``openai`` SDK's own.
 """
 

@@ -35,15 +35,19 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..agents.single_model import SingleModelSolver
 from ..base.json_types import JSONObject
 from ..endpoints.endpoint import Endpoint
 from ..evaluation.judge import AnswerJudge, Verdict
 from ..imaging.images import ImageStore, Resize
+from ..jobs.card_store import CardFile
+from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
+from ..jobs.execute import RECORDS, Emit, ItemWork, JobResult, execute, left
 from ..jobs.integrity import Invocation
-from ..jobs.job import Emit, JobResult, ResumableJob
+from ..jobs.run_directory import open_run
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.limits import LIMITS
@@ -54,6 +58,8 @@ from ..storage.atomic import write_jsonl_atomic
 from ..storage.jsonl import iter_jsonl
 
 RECORDS_FILE, HARD_FILE, ROWS_FILE = "difficulty.jsonl", "collages_hard.jsonl", "collages.jsonl"
+CARD_FILE = "difficulty_card.json"
+COMMAND = "generate_collages filter"
 _REQUIRED = ("sample_key", "image", "question", "answer")
 
 
@@ -142,61 +148,61 @@ class FilterSettings:
     controls: RunControls = field(default_factory=RunControls)
 
 
-class CollageFilterJob(ResumableJob[dict, dict]):
-    """The difficulty filter as a resumable job over the rows of ``collages.jsonl``."""
+class CollageFilterWork(ItemWork[JSONObject]):
+    """One collage row: pass@``attempts`` of the model, its earlier attempts kept (``records``: the stored ones)."""
 
-    command = "generate_collages filter"
-    records_file = RECORDS_FILE
+    def __init__(self, f: FilterSettings, solver: SingleModelSolver, judge: AnswerJudge, records: dict[str, Any]):
+        self.f, self.solver, self.judge, self.records = f, solver, judge, records
 
-    def __init__(self, f: FilterSettings, rows: list[dict], invocation: Invocation | None = None):
-        super().__init__(f.out_dir, f.controls, invocation=invocation)
-        self.f, self.rows = f, rows
-        self.desc = f"pass@{f.attempts}"
-
-    def key(self, row: dict) -> str:
+    def key(self, row: JSONObject) -> str:
         return row["sample_key"]
 
     def is_final(self, record: dict) -> bool:
         return "solved" in record
 
-    async def setup(self) -> None:
-        f = self.f
-        conns = max(f.controls.concurrency * (f.attempts if f.separate_attempt_requests else 1), 16)
-        client = self.client(f.endpoint, role="vReasoner", max_connections=conns)
-        judge_client = self.client(f.judge, role="judge", max_connections=conns)
-        store = ImageStore.for_image_workers(f.controls.image_workers, originals_cached=0)
-        self.on_close(store.close)
-        self.solver = SingleModelSolver(
-            client,
-            f.model,
-            store,
-            Resize.fit(f.max_pixels),
-            system_prompt=prompts.THINK_SYSTEM_PROMPT,
-            image_url_extra={"detail": "high"},
-            separate_trial_requests=f.separate_attempt_requests,
-        )
-        self.judge = AnswerJudge(judge_client, f.judge_model)
-
     async def work(self, row: JSONObject, emit: Emit) -> JSONObject:
         sample = collage_sample(row, self.f.out_dir)
         return await check_collage(sample, self.solver, self.judge, self.f.attempts, self._previous_attempts(row))
 
-    def _previous_attempts(self, row: dict) -> list[JSONObject] | None:
-        return (self.previous(row) or {}).get("attempts")
+    def _previous_attempts(self, row: JSONObject) -> list[JSONObject] | None:
+        return (self.records.get(self.key(row)) or {}).get("attempts")
 
-    def failed(self, row: dict, reason: str) -> JSONObject:  # recorded as an error, retried next run
+    def failed(self, row: JSONObject, reason: str) -> JSONObject:  # recorded as an error, retried next run
         return {"sample_key": row["sample_key"], "error": reason, "attempts": self._previous_attempts(row) or []}
 
-    def finish(self) -> JSONObject:
-        rows = self.rows
-        self.compact([r["sample_key"] for r in rows])
-        hard = [r for r in rows if self.records.get(r["sample_key"], {}).get("solved") is False]
-        errors = sum(1 for r in rows if "solved" not in self.records.get(r["sample_key"], {}))
-        write_jsonl_atomic(os.path.join(self.f.out_dir, HARD_FILE), hard)
-        return {"collages": len(rows), "hard": len(hard), "errors": errors}
 
-    def incomplete(self, summary: dict) -> int:
-        return summary["errors"]
+def _filter_work(f: FilterSettings, clients: Clients, records: dict[str, Any]) -> CollageFilterWork:
+    """The filter's solver and judge, their clients and image store closed with ``clients``."""
+    conns = max(f.controls.concurrency * (f.attempts if f.separate_attempt_requests else 1), 16)
+    client = clients.client(f.endpoint, role="vReasoner", max_connections=conns)
+    judge_client = clients.client(f.judge, role="judge", max_connections=conns)
+    store = ImageStore.for_image_workers(f.controls.image_workers, originals_cached=0)
+    clients.on_close(store.close)
+    solver = SingleModelSolver(
+        client,
+        f.model,
+        store,
+        Resize.fit(f.max_pixels),
+        system_prompt=prompts.THINK_SYSTEM_PROMPT,
+        image_url_extra={"detail": "high"},
+        separate_trial_requests=f.separate_attempt_requests,
+    )
+    return CollageFilterWork(f, solver, AnswerJudge(judge_client, f.judge_model), records)
+
+
+async def _afilter(f: FilterSettings, rows: list[JSONObject], invocation: Invocation | None) -> JobResult[JSONObject]:
+    store = CardFile.under(f.out_dir, CARD_FILE, [RECORDS_FILE])
+    with open_run(f.out_dir, COMMAND, f.controls, store=store, invocation=invocation) as run:
+        log = run.open_logs({RECORDS: RECORDS_FILE})[RECORDS]
+        async with Clients(run.guard) as clients:
+            work = _filter_work(f, clients, log.records)
+            await execute(run, left(rows, work, log), work, clients, desc=f"pass@{f.attempts}")
+        log.compact([r["sample_key"] for r in rows])
+        recs = log.records
+        hard = [r for r in rows if recs.get(r["sample_key"], {}).get("solved") is False]
+        errors = sum(1 for r in rows if "solved" not in recs.get(r["sample_key"], {}))
+        write_jsonl_atomic(os.path.join(f.out_dir, HARD_FILE), hard)
+    return JobResult({"collages": len(rows), "hard": len(hard), "errors": errors}, errors)
 
 
 def run_filter(f: FilterSettings, invocation: Invocation | None = None) -> JobResult[JSONObject]:
@@ -206,4 +212,4 @@ def run_filter(f: FilterSettings, invocation: Invocation | None = None) -> JobRe
     with ``invocation``, :class:`~insight_o3.jobs.integrity.SettingsChanged` when the directory's first filter
     run had other result-changing settings (``difficulty_card.json``)."""
     rows = load_rows(os.path.join(f.out_dir, ROWS_FILE))
-    return CollageFilterJob(f, rows, invocation).run(rows)
+    return asyncio.run(_afilter(f, rows, invocation))

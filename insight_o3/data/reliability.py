@@ -22,7 +22,7 @@ The request and the answer check are the evaluation's, as in the difficulty filt
 and is checked by :class:`~insight_o3.evaluation.judge.AnswerJudge` (rules first, then
 ``--judge_model``).
 
-Resumable like the difficulty filter (a :class:`~insight_o3.jobs.job.ResumableJob`: the output directory's
+Resumable like the difficulty filter (:func:`~insight_o3.jobs.execute.execute` in the output directory's
 lock, a 401/403/404 or more than ``--max_failure_ratio`` failed requests stop it): one record per checked item is appended durably to
 ``<output_dir>/reliability.jsonl`` as it finishes: ``sample_key`` (the pool id), ``reliable`` and
 ``checks`` (per checker model the judge's ``status``, ``extracted_answer``, ``response``,
@@ -38,18 +38,23 @@ The command line is :mod:`insight_o3.scripts.check_reliability`; the engine is :
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..agents.single_model import SingleModelSolver
 from ..base.json_types import JSONObject
 from ..endpoints.endpoint import Endpoint
 from ..evaluation.judge import AnswerJudge
 from ..imaging.images import ImageStore, Resize
+from ..jobs.card_store import CardFile
+from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
+from ..jobs.execute import RECORDS, Emit, ItemWork, JobResult, execute, left
 from ..jobs.integrity import Invocation
-from ..jobs.job import Emit, JobResult, ResumableJob
+from ..jobs.run_directory import open_run
 from ..protocol import prompts
 from ..protocol.attempt import Attempt
 from ..protocol.parsing import format_options
@@ -59,6 +64,8 @@ from .difficulty import attempt_record
 from .source_pool import VISCOT_NATURAL_SUBSETS, SourceItem, write_pool
 
 RECORDS_FILE, KEPT_FILE = "reliability.jsonl", "pool_reliable.jsonl"
+CARD_FILE = "reliability_card.json"
+COMMAND = "check_reliability"
 #: C.1's low-reliability stream: the natural-image Visual CoT subsets and V*
 CHECKED_SOURCES = tuple(f"viscot/{s}" for s in VISCOT_NATURAL_SUBSETS) + ("vstar",)
 
@@ -140,17 +147,12 @@ class ReliabilitySettings:
     controls: RunControls = field(default_factory=RunControls)
 
 
-class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
-    """The reliability check as a resumable job over the checked items of a pool (``(pool index, item)``)."""
+class ReliabilityWork(ItemWork[tuple[int, SourceItem]]):
+    """One checked item (``(pool index, item)``): every checker asked, its earlier checks kept (``records``: the
+    stored ones)."""
 
-    command = "check_reliability"
-    desc = "reliability"
-    records_file = RECORDS_FILE
-
-    def __init__(self, a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None = None):
-        super().__init__(a.out_dir, a.controls, invocation=invocation)
-        self.a, self.items = a, items
-        self.checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]
+    def __init__(self, checkers: list[Checker], judge: AnswerJudge, records: dict[str, Any]):
+        self.checkers, self.judge, self.records = checkers, judge, records
 
     def key(self, unit: tuple[int, SourceItem]) -> str:
         return unit[1].id
@@ -158,31 +160,8 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
     def is_final(self, record: dict) -> bool:
         return "reliable" in record
 
-    async def setup(self) -> None:
-        a = self.a
-        conns = max(a.controls.concurrency, 16)
-        store = ImageStore.for_image_workers(a.controls.image_workers, originals_cached=0)
-        self.on_close(store.close)
-        resize = Resize.fit(a.max_pixels)
-        self.checkers = [
-            Checker(
-                model,
-                SingleModelSolver(
-                    self.client(endpoint, role=f"checker {model}", max_connections=conns),
-                    model,
-                    store,
-                    resize,
-                    system_prompt=prompts.THINK_SYSTEM_PROMPT,
-                    completion_kwargs=a.chat_completion_kwargs,
-                    image_url_extra={"detail": "high"},
-                ),
-            )
-            for model, endpoint in a.checkers.items()
-        ]
-        self.judge = AnswerJudge(self.client(a.judge, role="judge", max_connections=conns), a.judge_model)
-
     def _previous_checks(self, unit: tuple[int, SourceItem]) -> JSONObject | None:
-        return (self.previous(unit) or {}).get("checks")
+        return (self.records.get(self.key(unit)) or {}).get("checks")
 
     async def work(self, unit: tuple[int, SourceItem], emit: Emit) -> JSONObject:
         i, item = unit
@@ -191,27 +170,64 @@ class ReliabilityJob(ResumableJob[tuple[int, SourceItem], dict]):
     def failed(self, unit: tuple[int, SourceItem], reason: str) -> JSONObject:  # recorded as an error, retried next run
         return {"sample_key": unit[1].id, "error": reason, "checks": self._previous_checks(unit) or {}}
 
-    def finish(self) -> JSONObject:
-        self.compact([it.id for _, it in self.checked])
-        checked_ids = {it.id for _, it in self.checked}
-        recs = self.records
-        kept = [it for it in self.items if it.id not in checked_ids or recs.get(it.id, {}).get("reliable") is True]
-        verdicts = [recs.get(it.id, {}).get("reliable") for _, it in self.checked]
-        write_pool(kept, os.path.join(self.a.out_dir, KEPT_FILE))
-        passed, discarded = verdicts.count(True), verdicts.count(False)
-        return {
-            "items": len(self.items),
-            "to_check": len(self.checked),
-            "checked": passed + discarded,
-            "passed": passed,
-            "discarded": discarded,
-            "errors": len(verdicts) - passed - discarded,
-            "kept_unchecked": len(self.items) - len(self.checked),
-            "kept": len(kept),
-        }
 
-    def incomplete(self, summary: dict) -> int:
-        return summary["errors"]
+def _reliability_work(a: ReliabilitySettings, clients: Clients, records: dict[str, Any]) -> ReliabilityWork:
+    """The checkers and the judge, their clients and image store closed with ``clients``."""
+    conns = max(a.controls.concurrency, 16)
+    store = ImageStore.for_image_workers(a.controls.image_workers, originals_cached=0)
+    clients.on_close(store.close)
+    resize = Resize.fit(a.max_pixels)
+    checkers = [
+        Checker(
+            model,
+            SingleModelSolver(
+                clients.client(endpoint, role=f"checker {model}", max_connections=conns),
+                model,
+                store,
+                resize,
+                system_prompt=prompts.THINK_SYSTEM_PROMPT,
+                completion_kwargs=a.chat_completion_kwargs,
+                image_url_extra={"detail": "high"},
+            ),
+        )
+        for model, endpoint in a.checkers.items()
+    ]
+    judge = AnswerJudge(clients.client(a.judge, role="judge", max_connections=conns), a.judge_model)
+    return ReliabilityWork(checkers, judge, records)
+
+
+def _summary(a: ReliabilitySettings, items: list[SourceItem], checked: list, recs: dict[str, Any]) -> JSONObject:
+    """``pool_reliable.jsonl`` written (the unchecked items and those that passed); the counts."""
+    checked_ids = {it.id for _, it in checked}
+    kept = [it for it in items if it.id not in checked_ids or recs.get(it.id, {}).get("reliable") is True]
+    verdicts = [recs.get(it.id, {}).get("reliable") for _, it in checked]
+    write_pool(kept, os.path.join(a.out_dir, KEPT_FILE))
+    passed, discarded = verdicts.count(True), verdicts.count(False)
+    return {
+        "items": len(items),
+        "to_check": len(checked),
+        "checked": passed + discarded,
+        "passed": passed,
+        "discarded": discarded,
+        "errors": len(verdicts) - passed - discarded,
+        "kept_unchecked": len(items) - len(checked),
+        "kept": len(kept),
+    }
+
+
+async def _acheck(
+    a: ReliabilitySettings, items: list[SourceItem], invocation: Invocation | None
+) -> JobResult[JSONObject]:
+    checked = [(i, it) for i, it in enumerate(items) if a.all_sources or needs_check(it)]
+    store = CardFile.under(a.out_dir, CARD_FILE, [RECORDS_FILE])
+    with open_run(a.out_dir, COMMAND, a.controls, store=store, invocation=invocation) as run:
+        log = run.open_logs({RECORDS: RECORDS_FILE})[RECORDS]
+        async with Clients(run.guard) as clients:
+            work = _reliability_work(a, clients, log.records)
+            await execute(run, left(checked, work, log), work, clients, desc="reliability")
+        log.compact([it.id for _, it in checked])
+        summary = _summary(a, items, checked, log.records)
+    return JobResult(summary, summary["errors"])
 
 
 def run_check(
@@ -222,5 +238,4 @@ def run_check(
     with ``all_sources``), ``checked`` = ``passed`` (every checker right) + ``discarded``, ``errors`` (still lost
     to API errors: not checked, not kept), ``kept_unchecked`` (the stream kept as it is) and ``kept``
     (= ``kept_unchecked`` + ``passed``)."""
-    job = ReliabilityJob(a, items, invocation)
-    return job.run(job.checked)
+    return asyncio.run(_acheck(a, items, invocation))

@@ -14,7 +14,7 @@ SGLang and the OpenAI API all serve and which costs no tokens (asked through the
 
 Any other answer (200, or a 404/405 from a server without a models list, or a 5xx) counts as reachable:
 the run's own guard (:mod:`insight_o3.endpoints.guard`) judges the real requests. Identical endpoints are asked
-once. ``--skip_endpoint_check`` skips the check. :class:`~insight_o3.jobs.job.ResumableJob` runs it after its
+once. ``--skip_endpoint_check`` skips the check. :func:`~insight_o3.jobs.execute.execute` runs it after its
 clients are made and before the first item starts.
 """
 

@@ -349,7 +349,7 @@ class RunDir:
         if card.get(STAMPED_KEY) is not True:
             self.write_run_card({**card, STAMPED_KEY: True})
 
-    # ----------------------------------------- the card store of jobs.job.CardStore (and wrote_records, held above)
+    # ----------------------------------------- the card store of jobs.card_store.CardStore (and wrote_records, held above)
     def card_path(self) -> str:
         return self.file(RUN_CARD_FILE)
 

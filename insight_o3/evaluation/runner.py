@@ -7,8 +7,9 @@ trial ``k`` (0-based), ``trial_<k>/{eval_records.jsonl, eval_metrics.json, done}
 re-judged from the stored response without querying the model again). Questions on the same image
 are scheduled together so the image store serves them from one encode.
 
-The run is a :class:`~insight_o3.jobs.job.ResumableJob` (:class:`EvalJob`: one record log per open trial, a
-unit of work per sample and its pending trials) over a :class:`~insight_o3.evaluation.run_dir.RunDir`; so
+The run is straight-line code around a run directory (:func:`~insight_o3.jobs.run_directory.open_run` over a
+:class:`~insight_o3.evaluation.run_dir.RunDir`: one record log per open trial) and
+:func:`~insight_o3.jobs.execute.execute` (:class:`EvalWork`: a unit of work per sample and its pending trials); so
 the whole run holds the eval directory's lock (:mod:`insight_o3.storage.lock`), and a second run on the
 same directory is refused at once. With a :class:`~insight_o3.endpoints.guard.RunGuard` (the one its
 clients report to), a fatal API response or too many failed requests stop the run: the work in
@@ -31,8 +32,9 @@ import asyncio
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages, cut_middle
 from ..base.json_types import JSONObject
@@ -41,14 +43,17 @@ from ..endpoints.guard import RunGuard
 from ..endpoints.preflight import Called
 from ..endpoints.usage import ROLE_KEYS, CostModel, UsageMeter, merge, metering, total_tokens
 from ..imaging.prepared_cache import source_digest
+from ..jobs.budget import BudgetExceeded
+from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
+from ..jobs.execute import Emit, ItemWork, Plan, execute, spent
 from ..jobs.integrity import Invocation
-from ..jobs.job import BudgetExceeded, Emit, Plan, ResumableJob
+from ..jobs.run_directory import open_run
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
 from ..protocol.sample import Sample
 from ..protocol.statuses import JUDGED_STATUSES, FailStage, UnitKind, VerdictStatus
 from ..protocol.trajectory import image_refs
-from ..storage.record_log import RecordFileError
+from ..storage.record_log import RecordFileError, RecordLog
 from .judge import AnswerJudge, Verdict
 from .metrics import compute_metrics, summarize
 from .run_dir import ImageChanged, RunDir
@@ -56,7 +61,7 @@ from .schema import EvalRecord, EvalResult
 
 __all__ = [
     "BudgetExceeded",
-    "EvalJob",
+    "EvalWork",
     "RunConfig",
     "build_record",
     "failed_count",
@@ -183,171 +188,31 @@ def _accuracy(counts: Counter, done: int) -> JSONObject:
 Unit = tuple[Sample, list[int], UnitKind]
 
 
-class EvalJob(ResumableJob[Sample, dict]):
-    """The evaluation as a resumable job over a :class:`RunDir`: one record log per trial still open."""
-
-    command = "evaluate"
-    desc = "eval"
+class EvalWork(ItemWork[Unit]):
+    """One unit of the evaluation: a sample's pending trials answered (or a judge's failure re-judged from the stored
+    response), judged, and recorded in each trial's log (``logs``: trial -> its record log)."""
 
     def __init__(
         self,
         cfg: RunConfig,
         solver: Solver | TrialSolver,
         judge: AnswerJudge,
-        *,
-        args_record: dict | None = None,
-        run_card: dict | None = None,
-        guard: RunGuard | None = None,
-        invocation: Invocation | None = None,
-        endpoints: Iterable[Called] = (),
-        costs: CostModel | None = None,
-        entry_fields: Callable[[], JSONObject] | None = None,
+        logs: Mapping[Hashable, RecordLog],
+        guard: RunGuard,
+        costs: CostModel | None,
+        image_sha256: dict[str, str | None],
     ):
-        self.run_dir = cfg.run_dir
-        super().__init__(
-            cfg.eval_dir,
-            cfg.controls,
-            guard=guard,
-            invocation=invocation,
-            endpoints=endpoints,
-            store=self.run_dir,
-            card=run_card,
-            entry_fields=entry_fields,
-        )
-        self.cfg, self.judge, self.costs = cfg, judge, costs
+        self.cfg, self.judge, self.logs, self.guard, self.costs = cfg, judge, logs, guard, costs
         #: who answers a unit's trials: rejudge's stored attempts, or a solver's fresh ones
         self.trials = solver if isinstance(solver, TrialSolver) else FreshTrials(solver)
-        self.args_record = args_record
-        self.open_trials: list[int] = []
-        self.keys: list[str] = []
-        #: the sha256 of each image file of the run, by path (None: unreadable), as :meth:`plan` found it
-        self.image_sha256: dict[str, str | None] = {}
+        self.image_sha256 = image_sha256
 
-    # -- the directory
-    change_hint = "use another --eval_name to run with other settings"
-    record_parser = EvalRecord.from_dict
-    progress_postfix = staticmethod(_accuracy)
-
-    def _is_done(self, k: int) -> bool:
-        if not self.run_dir.is_done(k):
-            return False
-        if self.cfg.retry_failed:
-            try:
-                if (self.run_dir.trial_metrics(k) or {})["overall_stats"].get("failed", 0):
-                    return False
-            except (ValueError, KeyError, TypeError):
-                return False
-        return True
-
-    def prepare(self) -> None:
-        self.run_dir.check_format()
-        if self.args_record is not None:
-            self.run_dir.write_args(self.args_record)
-        self.open_trials = [k for k in range(self.cfg.num_trials) if not self._is_done(k)]
-        for k in self.open_trials:
-            self.run_dir.reopen_trial(k)
-        self.run_dir.stamp_trials(sorted({*self.open_trials, *self.run_dir.trials()}))
-
-    def log_files(self) -> dict[Hashable, str]:
-        # absolute: ResumableJob joins relative names to the run directory, and records_path already holds it
-        # (a relative --output_dir, e.g. the default ./outputs/eval, gave <dir>/<dir>/trial_0/...)
-        return {k: os.path.abspath(self.run_dir.records_path(k)) for k in self.open_trials}
+    def key(self, unit: Unit) -> str:
+        return unit[0].key
 
     def spend(self, record: EvalRecord) -> tuple[int, float]:
         return total_tokens(record.usage_dict()), record.cost_usd or 0.0
 
-    def spent_before(self) -> tuple[int, float]:
-        """Records of the open trials, and the metrics of the finished ones."""
-        tokens, cost = super().spent_before()
-        for k in range(self.cfg.num_trials):
-            if k in self.logs:
-                continue
-            try:
-                m = self.run_dir.trial_metrics(k) or {}
-            except ValueError:
-                continue
-            tokens += m.get("tokens_total", 0)
-            cost += m.get("cost_usd") or 0.0
-        return tokens, cost
-
-    # -- the plan
-    def _pending(self, k: int, s: Sample) -> UnitKind | None:
-        """What trial ``k`` of ``s`` still needs: None when its record is final."""
-        rec = self.logs[k].records.get(s.key)
-        if rec is None:
-            return UnitKind.QUERY
-        er = rec.eval_result
-        if self.cfg.retry_failed and er.status == VerdictStatus.FAILED:
-            return UnitKind.JUDGE if er.fail_stage == FailStage.JUDGE else UnitKind.QUERY
-        return None
-
-    def _check_images(self, items: list[Sample]) -> None:
-        """The sha256 of every image of ``items`` (once per image: :func:`~insight_o3.imaging.prepared_cache.
-        source_digest`, which the prepared-image cache reuses; None for a file that cannot be read) into
-        :attr:`image_sha256`; :class:`ImageChanged` for a record of the run (any trial) made on an image whose file
-        now has another sha256: the run would mix answers about two images under one sample."""
-        for s in items:
-            if s.image_path not in self.image_sha256:
-                try:
-                    self.image_sha256[s.image_path] = source_digest(s.image_path)[0]
-                except OSError:
-                    self.image_sha256[s.image_path] = None
-        by_key = {s.key: s for s in items}
-        for k in range(self.cfg.num_trials):
-            if k in self.logs:
-                path, records = self.logs[k].path, self.logs[k].records
-            elif self.run_dir.trial(k).has_records():
-                path, records = self.run_dir.records_path(k), self.run_dir.records(k)
-            else:
-                continue
-            for key, rec in records.items():
-                sample = by_key.get(key)
-                now = self.image_sha256.get(sample.image_path) if sample is not None else None
-                if sample is not None and rec.image_sha256 not in (None, now) and now is not None:
-                    raise ImageChanged(
-                        f"{path}: sample_key {key!r} was answered on {sample.image_path} with sha256 "
-                        f"{rec.image_sha256}; that file now has sha256 {now} (the image was replaced since). Put "
-                        f"the image back to resume, or evaluate the new one as another run (another eval_name)"
-                    )
-
-    def plan(self, items: list[Sample]) -> Plan:
-        self.keys = [s.key for s in items]
-        known = set(self.keys)
-        for k in self.open_trials:
-            stray = [key for key in self.logs[k].records if key not in known]
-            if stray:
-                raise RecordFileError(
-                    f"{self.logs[k].path}: holds records for {len(stray)} sample(s) not in the annotation file "
-                    f"(e.g. sample_key {stray[0]!r}); use another eval_name for different data"
-                )
-        self._check_images(items)
-        units: list[Unit] = []
-        initial: list[str | None] = []
-        done_by_trial = {k: 0 for k in self.open_trials}  # samples final per open trial
-        for s in _image_order(items):
-            query = []
-            for k in self.open_trials:
-                p = self._pending(k, s)
-                if p is None:
-                    initial.append(self.logs[k].records[s.key].status)
-                    done_by_trial[k] += 1
-                elif p == UnitKind.JUDGE:
-                    units.append((s, [k], UnitKind.JUDGE))
-                else:
-                    query.append(k)
-            if query:
-                if self.cfg.group_trials:
-                    units.append((s, query, UnitKind.QUERY))
-                else:
-                    units.extend((s, [k], UnitKind.QUERY) for k in query)
-        n = len(items)
-        where = []
-        for k in range(self.cfg.num_trials):
-            done = done_by_trial.get(k, n)  # a trial not reopened is finished
-            where.append(f"trial_{k}: {done} of {n} samples done, {n - done} left")
-        return Plan(units, n * len(self.open_trials), initial, where)
-
-    # -- the work
     async def _attempts(self, s: Sample, trials: list[int], kind: UnitKind, meter: UsageMeter) -> tuple[list, list]:
         """The attempts of one unit and the usage share of each trial."""
         shares = None
@@ -387,7 +252,7 @@ class EvalJob(ResumableJob[Sample, dict]):
             judged[str(name)] = {"status": v.status, "extracted_answer": v.extracted_answer, "has_answer": v.has_answer}
         return replace(attempt, stats={**attempt.stats, "judged": judged})
 
-    async def _judge_and_record(self, s: Sample, k: int, attempt: Attempt, solve_usage: dict) -> None:
+    async def _judge_and_record(self, s: Sample, k: int, attempt: Attempt, solve_usage: dict, emit: Emit) -> None:
         meter = UsageMeter()
         metering(meter)  # this task's own context: the judge requests of this attempt
         verdict = await self.judge.check(s, attempt)
@@ -400,32 +265,154 @@ class EvalJob(ResumableJob[Sample, dict]):
         rec = build_record(
             s, k, attempt, verdict, usage, cost, self.cfg.max_reply_chars, self.image_sha256.get(s.image_path)
         )
-        await self.emit(rec, log=k)
+        await emit(rec, log=k)
 
     async def work(self, unit: Unit, emit: Emit) -> None:
         s, trials, kind = unit
         meter = UsageMeter()
         metering(meter)  # this task's own context: the solver's requests for these trials
         attempts, shares = await self._attempts(s, trials, kind, meter)
-        await asyncio.gather(*(self._judge_and_record(s, k, a, u) for k, a, u in zip(trials, attempts, shares)))
+        await asyncio.gather(*(self._judge_and_record(s, k, a, u, emit) for k, a, u in zip(trials, attempts, shares)))
 
-    # -- the end
-    def finish(self) -> JSONObject:
-        for k in self.open_trials:
-            lg = self.logs[k]
-            missing = [key for key in self.keys if key not in lg.records]
-            if missing:  # cannot happen unless a task was cancelled; never write metrics then
-                raise RuntimeError(f"{lg.path}: {len(missing)} sample(s) without a record")
-            lg.compact(self.keys)
-            self.run_dir.finish_trial(k, compute_metrics([lg.records[key] for key in self.keys]))
-        trial_metrics = [self.run_dir.trial_metrics(k) or {} for k in range(self.cfg.num_trials)]
-        summary = summarize(trial_metrics)
-        summary["run_totals"] = run_totals(trial_metrics)
-        self.run_dir.write_summary(summary)
-        return summary
 
-    def incomplete(self, summary: dict) -> int:
-        return failed_count(summary)
+def _is_done(cfg: RunConfig, k: int) -> bool:
+    """Whether trial ``k`` is finished for good (with ``retry_failed``, one whose metrics count a failure is not)."""
+    if not cfg.run_dir.is_done(k):
+        return False
+    if cfg.retry_failed:
+        try:
+            if (cfg.run_dir.trial_metrics(k) or {})["overall_stats"].get("failed", 0):
+                return False
+        except (ValueError, KeyError, TypeError):
+            return False
+    return True
+
+
+def _open_trials(cfg: RunConfig, args_record: dict | None) -> list[int]:
+    """Under the lock, before the logs open: ``args.json`` written, the trials not done reopened and stamped."""
+    run_dir = cfg.run_dir
+    run_dir.check_format()
+    if args_record is not None:
+        run_dir.write_args(args_record)
+    open_trials = [k for k in range(cfg.num_trials) if not _is_done(cfg, k)]
+    for k in open_trials:
+        run_dir.reopen_trial(k)
+    run_dir.stamp_trials(sorted({*open_trials, *run_dir.trials()}))
+    return open_trials
+
+
+def _spent_before(cfg: RunConfig, work: EvalWork, logs: Mapping[Hashable, RecordLog]) -> tuple[int, float]:
+    """What earlier runs spent: the records of the open trials, and the metrics of the finished ones."""
+    tokens, cost = spent(work, logs)
+    for k in range(cfg.num_trials):
+        if k in logs:
+            continue
+        try:
+            m = cfg.run_dir.trial_metrics(k) or {}
+        except ValueError:
+            continue
+        tokens += m.get("tokens_total", 0)
+        cost += m.get("cost_usd") or 0.0
+    return tokens, cost
+
+
+def _pending(cfg: RunConfig, records: dict[str, EvalRecord], s: Sample) -> UnitKind | None:
+    """What a trial (its ``records``) still needs for ``s``: None when its record is final."""
+    rec = records.get(s.key)
+    if rec is None:
+        return UnitKind.QUERY
+    er = rec.eval_result
+    if cfg.retry_failed and er.status == VerdictStatus.FAILED:
+        return UnitKind.JUDGE if er.fail_stage == FailStage.JUDGE else UnitKind.QUERY
+    return None
+
+
+def _image_digests(cfg: RunConfig, items: list[Sample], logs: Mapping[Hashable, RecordLog]) -> dict[str, str | None]:
+    """The sha256 of every image of ``items`` by path (once per image: :func:`~insight_o3.imaging.prepared_cache.
+    source_digest`, which the prepared-image cache reuses; None for a file that cannot be read); :class:`ImageChanged`
+    for a record of the run (any trial) made on an image whose file now has another sha256: the run would mix
+    answers about two images under one sample."""
+    digests: dict[str, str | None] = {}
+    for s in items:
+        if s.image_path not in digests:
+            try:
+                digests[s.image_path] = source_digest(s.image_path)[0]
+            except OSError:
+                digests[s.image_path] = None
+    by_key = {s.key: s for s in items}
+    run_dir = cfg.run_dir
+    for k in range(cfg.num_trials):
+        if k in logs:
+            path, records = logs[k].path, logs[k].records
+        elif run_dir.trial(k).has_records():
+            path, records = run_dir.records_path(k), run_dir.records(k)
+        else:
+            continue
+        for key, rec in records.items():
+            sample = by_key.get(key)
+            now = digests.get(sample.image_path) if sample is not None else None
+            if sample is not None and rec.image_sha256 not in (None, now) and now is not None:
+                raise ImageChanged(
+                    f"{path}: sample_key {key!r} was answered on {sample.image_path} with sha256 "
+                    f"{rec.image_sha256}; that file now has sha256 {now} (the image was replaced since). Put "
+                    f"the image back to resume, or evaluate the new one as another run (another eval_name)"
+                )
+    return digests
+
+
+def _plan(cfg: RunConfig, items: list[Sample], logs: Mapping[Hashable, RecordLog], open_trials: list[int]) -> Plan:
+    """The units left: per sample, its open trials without a final record (one unit for all of them with
+    ``group_trials``; a judge's failure alone is its own unit); where each trial stands."""
+    known = {s.key for s in items}
+    for k in open_trials:
+        stray = [key for key in logs[k].records if key not in known]
+        if stray:
+            raise RecordFileError(
+                f"{logs[k].path}: holds records for {len(stray)} sample(s) not in the annotation file "
+                f"(e.g. sample_key {stray[0]!r}); use another eval_name for different data"
+            )
+    units: list[Unit] = []
+    initial: list[str | None] = []
+    done_by_trial = {k: 0 for k in open_trials}  # samples final per open trial
+    for s in _image_order(items):
+        query = []
+        for k in open_trials:
+            p = _pending(cfg, logs[k].records, s)
+            if p is None:
+                initial.append(logs[k].records[s.key].status)
+                done_by_trial[k] += 1
+            elif p == UnitKind.JUDGE:
+                units.append((s, [k], UnitKind.JUDGE))
+            else:
+                query.append(k)
+        if query:
+            if cfg.group_trials:
+                units.append((s, query, UnitKind.QUERY))
+            else:
+                units.extend((s, [k], UnitKind.QUERY) for k in query)
+    n = len(items)
+    where = []
+    for k in range(cfg.num_trials):
+        done = done_by_trial.get(k, n)  # a trial not reopened is finished
+        where.append(f"trial_{k}: {done} of {n} samples done, {n - done} left")
+    return Plan(units, n * len(open_trials), initial, where)
+
+
+def _finish(cfg: RunConfig, keys: list[str], logs: Mapping[Hashable, RecordLog], open_trials: list[int]) -> JSONObject:
+    """Each open trial's log compacted and its metrics written, then the summary over all trials."""
+    run_dir = cfg.run_dir
+    for k in open_trials:
+        lg = logs[k]
+        missing = [key for key in keys if key not in lg.records]
+        if missing:  # cannot happen unless a task was cancelled; never write metrics then
+            raise RuntimeError(f"{lg.path}: {len(missing)} sample(s) without a record")
+        lg.compact(keys)
+        run_dir.finish_trial(k, compute_metrics([lg.records[key] for key in keys]))
+    trial_metrics = [run_dir.trial_metrics(k) or {} for k in range(cfg.num_trials)]
+    summary = summarize(trial_metrics)
+    summary["run_totals"] = run_totals(trial_metrics)
+    run_dir.write_summary(summary)
+    return summary
 
 
 async def run_evaluation(
@@ -447,17 +434,28 @@ async def run_evaluation(
     :class:`BudgetExceeded` when a budget of ``cfg`` is reached (what finished is recorded), and
     :class:`~insight_o3.jobs.integrity.SettingsChanged` (nothing written) when ``invocation`` differs from the
     directory's first run on a setting that can change a result. ``entry_fields``: more fields of the run's entry
-    in the card's history (:class:`~insight_o3.jobs.job.ResumableJob`)."""
-    job = EvalJob(
-        cfg,
-        solver,
-        judge,
-        args_record=args_record,
-        run_card=run_card,
-        guard=guard,
+    in the card's history (:class:`~insight_o3.jobs.run_directory.RunDirectory`)."""
+    run_dir = cfg.run_dir
+    with open_run(
+        cfg.eval_dir,
+        "evaluate",
+        cfg.controls,
+        store=run_dir,
         invocation=invocation,
-        endpoints=endpoints,
-        costs=costs,
+        card=run_card,
+        change_hint="use another --eval_name to run with other settings",
+        guard=guard,
         entry_fields=entry_fields,
-    )
-    return (await job.arun(samples)).summary
+    ) as run:
+        open_trials = _open_trials(cfg, args_record)
+        # absolute: open_logs joins relative names to the run directory, and records_path already holds it
+        # (a relative --output_dir, e.g. the default ./outputs/eval, gave <dir>/<dir>/trial_0/...)
+        files = {k: os.path.abspath(run_dir.records_path(k)) for k in open_trials}
+        logs = run.open_logs(files, EvalRecord.from_dict)
+        digests = _image_digests(cfg, samples, logs)
+        plan = _plan(cfg, samples, logs, open_trials)
+        work = EvalWork(cfg, solver, judge, logs, run.guard, costs, digests)
+        async with Clients(run.guard, endpoints) as clients:
+            before = partial(_spent_before, cfg, work, logs)
+            await execute(run, plan, work, clients, desc="eval", postfix=_accuracy, spent_before=before)
+        return _finish(cfg, [s.key for s in samples], logs, open_trials)

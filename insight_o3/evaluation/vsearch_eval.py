@@ -25,9 +25,12 @@ from ..base.paths import OutsideImageDir, outside_message, resolve_image_path
 from ..endpoints.endpoint import Endpoint
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..imaging.images import DEFAULT_MAX_DECODE_VALUES, ImageStore
+from ..jobs.card_store import CardFile
+from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
+from ..jobs.execute import RECORDS, Emit, ItemWork, JobResult, execute, left
 from ..jobs.integrity import Invocation, git_commit, sha256_file
-from ..jobs.job import Emit, JobResult, Plan, ResumableJob
+from ..jobs.run_directory import open_run
 from ..protocol.limits import LIMITS
 from ..protocol.sample import AnnotationError
 from ..protocol.statuses import LocateStatus
@@ -37,6 +40,7 @@ from .samples import IMAGE_FIELDS
 
 log = logging.getLogger(__name__)
 DESCRIPTION_FIELDS = ("description", "region_description", "target")
+COMMAND = "evaluate_vsearch"
 
 
 @dataclass(frozen=True)
@@ -142,39 +146,11 @@ class VSearchEvalSettings:
     controls: RunControls = field(default_factory=RunControls)
 
 
-class VSearchEvalJob(ResumableJob[RegionSample, dict]):
-    """The standalone vSearcher evaluation as a resumable job: one record per sample in ``records.jsonl``
-    (a sample lost to API failures is retried by the next run), ``metrics.json`` at the end."""
+class VSearchWork(ItemWork[RegionSample]):
+    """One sample: the vSearcher asked to locate its region, the answer scored (a failed one runs again)."""
 
-    command = "evaluate_vsearch"
-    desc = "vsearch"
-    records_file = "records.jsonl"
-
-    def __init__(self, s: VSearchEvalSettings, args_record: JSONObject):
-        """``args_record``: what ``args.json`` holds (every flag, never a key)."""
-        self.s = s
-        self.args_record = args_record
-        card = {
-            "package": "insight_o3",
-            "version": __version__,
-            "git_commit": git_commit(),
-            "settings": self.args_record,
-        }
-        super().__init__(s.output_dir, s.controls, card=card)
-        self.keys: list[str] = []
-
-    card_file = "run_card.json"
-
-    def invocation(self) -> Invocation:
-        return Invocation(
-            self.command,
-            self.args_record,
-            derived={"annotation_sha256": sha256_file(self.s.ann_file) if self.s.ann_file else None},
-            provenance={"version": __version__, "git_commit": git_commit()},
-        )
-
-    def prepare(self) -> None:
-        write_json_atomic(self.path("args.json"), self.args_record)
+    def __init__(self, searcher: VSearcher, max_reply_chars: int):
+        self.searcher, self.max_reply_chars = searcher, max_reply_chars
 
     def key(self, sample: RegionSample) -> str:
         return sample.key
@@ -182,50 +158,48 @@ class VSearchEvalJob(ResumableJob[RegionSample, dict]):
     def is_final(self, record: dict) -> bool:
         return record.get("status", LocateStatus.FAILED) != LocateStatus.FAILED
 
-    def plan(self, items: list[RegionSample]) -> Plan:
-        self.keys = [x.key for x in items]
-        plan = super().plan(items)
-        log.info("%d samples, %d to run (%d done)", len(items), len(plan.units), len(items) - len(plan.units))
-        return plan
-
-    async def setup(self) -> None:
-        s = self.s
-        images = ImageStore.for_image_workers(
-            s.controls.image_workers,
-            max_decode_values=s.max_decode_values,
-            alpha="white",  # RGBA on white: the fork's to_rgb
-        )
-        self.on_close(images.close)
-        client = self.client(
-            s.endpoint,
-            role="vSearcher",
-            max_connections=max(2 * s.controls.concurrency, 16),
-            max_reply_chars=s.max_reply_chars,
-        )
-        self.searcher = VSearcher(
-            client,
-            s.model,
-            images,
-            s.max_pixels,
-            s.prompt,
-            s.max_tool_calls,
-            completion_kwargs=s.chat_completion_kwargs,
-        )
-
     async def work(self, sample: RegionSample, emit: Emit) -> JSONObject:
-        return score(sample, await self.searcher.locate(sample.image_path, sample.description), self.s.max_reply_chars)
+        return score(sample, await self.searcher.locate(sample.image_path, sample.description), self.max_reply_chars)
 
-    def finish(self) -> JSONObject:
-        self.compact(self.keys)
-        m = metrics([self.records[k] for k in self.keys if k in self.records])
-        write_json_atomic(self.path("metrics.json"), m)
-        return m
 
-    def incomplete(self, summary: dict) -> int:
-        return summary["n_failed"]
+def _searcher(s: VSearchEvalSettings, clients: Clients) -> VSearcher:
+    """The vSearcher of the run, its client and image store closed with ``clients``."""
+    images = ImageStore.for_image_workers(
+        s.controls.image_workers,
+        max_decode_values=s.max_decode_values,
+        alpha="white",  # RGBA on white: the fork's to_rgb
+    )
+    clients.on_close(images.close)
+    client = clients.client(
+        s.endpoint,
+        role="vSearcher",
+        max_connections=max(2 * s.controls.concurrency, 16),
+        max_reply_chars=s.max_reply_chars,
+    )
+    return VSearcher(
+        client, s.model, images, s.max_pixels, s.prompt, s.max_tool_calls, completion_kwargs=s.chat_completion_kwargs
+    )
 
 
 async def run(s: VSearchEvalSettings, samples: list[RegionSample], *, args_record: JSONObject) -> JobResult:
     """The whole run under ``s.output_dir``'s lock; the result's summary is :func:`metrics` (also in
-    ``metrics.json``). ``args_record``: what ``args.json`` holds."""
-    return await VSearchEvalJob(s, args_record).arun(samples)
+    ``metrics.json``). ``args_record``: what ``args.json`` holds (every flag, never a key)."""
+    provenance = {"version": __version__, "git_commit": git_commit()}
+    card = {"package": "insight_o3", **provenance, "settings": args_record}
+    derived = {"annotation_sha256": sha256_file(s.ann_file) if s.ann_file else None}
+    inv = Invocation(COMMAND, args_record, derived=derived, provenance=provenance)
+    store = CardFile.under(s.output_dir, "run_card.json", ["records.jsonl"])
+    with open_run(s.output_dir, COMMAND, s.controls, store=store, invocation=inv, card=card) as run_dir:
+        write_json_atomic(run_dir.path("args.json"), args_record)
+        records = run_dir.open_logs({RECORDS: "records.jsonl"})[RECORDS]
+        async with Clients(run_dir.guard) as clients:
+            work = VSearchWork(_searcher(s, clients), s.max_reply_chars)
+            plan = left(samples, work, records)
+            n = len(samples)
+            log.info("%d samples, %d to run (%d done)", n, len(plan.units), n - len(plan.units))
+            await execute(run_dir, plan, work, clients, desc="vsearch")
+        keys = [x.key for x in samples]
+        records.compact(keys)
+        m = metrics([records.records[k] for k in keys if k in records.records])
+        write_json_atomic(run_dir.path("metrics.json"), m)
+    return JobResult(m, m["n_failed"])

@@ -1,9 +1,15 @@
-"""One resumable job of items (:mod:`.job`), the controls of a run (:mod:`.controls`), the settings a run
-directory's first run fixes (:mod:`.integrity`) and its history of runs (:mod:`.run_history`)."""
+"""One resumable run of items: the run directory it holds (:mod:`.run_directory`: lock, card, history entry, logs;
+the card's store, :mod:`.card_store`), the work over its items (:mod:`.execute`, with its clients, :mod:`.clients`,
+and budget, :mod:`.budget`), the controls of a run (:mod:`.controls`), the settings a run directory's first run
+fixes (:mod:`.integrity`) and its history of runs (:mod:`.run_history`)."""
 
 __all__ = [
+    "budget",
+    "card_store",
+    "clients",
     "controls",
+    "execute",
     "integrity",
-    "job",
+    "run_directory",
     "run_history",
 ]

@@ -2,7 +2,7 @@
 shares.
 
 A command builds it once from its flags (``insight_o3.scripts._shared.run_controls``); a job
-(:class:`~insight_o3.jobs.job.ResumableJob`) and the settings of each command carry it whole instead of copying its
+(:func:`~insight_o3.jobs.execute.execute`) and the settings of each command carry it whole instead of copying its
 fields. Every field is an operational setting (:mod:`insight_o3.jobs.integrity`): it may change between runs of one
 directory.
 """

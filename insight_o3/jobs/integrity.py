@@ -1,6 +1,6 @@
 """Run integrity: a directory's settings are fixed by its first run.
 
-Every command that writes a run directory (a :class:`~insight_o3.jobs.job.ResumableJob`) describes each
+Every command that writes a run directory (:func:`~insight_o3.jobs.run_directory.open_run`) describes each
 invocation as an :class:`Invocation`: its command, every setting (the parsed flags, keys left out) and the
 values derived from its inputs that can change a result (the benchmark file's sha256, the prompts' sha256,
 ...). :data:`SETTING_KINDS` classifies every setting of every such command:

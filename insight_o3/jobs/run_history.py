@@ -1,7 +1,7 @@
 """Every run of a directory in its card's ``history``, however it ends — the run entry of :mod:`.integrity`.
 
 :func:`~.integrity.settle` appends one entry per invocation (its time, command, provenance and operational
-settings) before anything else is written. A :class:`~.job.ResumableJob` keeps that entry up to date:
+settings) before anything else is written. A :class:`~.run_directory.RunDirectory` keeps that entry up to date:
 
 * at the start it says ``"status": "started"``;
 * while the run works, every :data:`FLUSH_S` seconds in which it recorded or spent something (a reply counts

@@ -20,12 +20,21 @@ from typing import Any
 from ..base.json_types import JSONObject
 from ..endpoints.endpoint import Endpoint
 from ..imaging.images import ImageRef, ImageStore, Resize
-from ..jobs.job import Emit
+from ..jobs.clients import Clients
+from ..jobs.execute import Emit, JobResult
 from ..protocol.trajectory import image_part, message, to_openai
 from .prompts import EXTRACTION_PROMPT
 from .records import SourceImage
-from .steps import StepJob, StepSettings
-from .workspace import Workspace
+from .steps import (
+    BenchStepRun,
+    StepItems,
+    close_step,
+    execute_step,
+    open_step,
+    step_client,
+    step_summary,
+    unit_meter,
+)
 
 SECTIONS = ("identification", "caption", "ocr")
 _TITLES = {"image identification": "identification", "detailed caption": "caption", "extracted ocr": "ocr"}
@@ -165,52 +174,36 @@ def build_messages(ref: ImageRef, role: str = "system", prompt: str = EXTRACTION
 
 
 # ----------------------------------------------------------------------------- the step
-class ExtractJob(StepJob[ExtractTask]):
-    """E.1 on every task (:func:`tasks_for`); one record per task, ``status`` ok (with the three sections) or
-    failed (with the reason and, for a malformed reply, the last reply)."""
+STEP, DESC = "extract", "E.1 extractions"
 
-    step = "extract"
-    desc = "E.1 extractions"
+
+class ExtractWork(StepItems[ExtractTask]):
+    """E.1 on one task; its record: ``status`` ok (with the three sections) or failed (with the reason and, for a
+    malformed reply, the last reply)."""
 
     def __init__(
         self,
-        workspace: Workspace,
-        settings: StepSettings,
+        run: BenchStepRun,
+        records: dict[str, Any],
+        api: Any,  # messages are our JSON dicts, not the SDK TypedDicts
+        images: ImageStore,
         model: str,
-        endpoint: Endpoint,
-        *,
-        max_pixels: int | None,
+        resize: Resize,
         prompt_role: str,
-        prompt: str = EXTRACTION_PROMPT,
-        **kw: Any,
-    ) -> None:
-        super().__init__(workspace, settings, **kw)
-        self.model, self.endpoint, self.prompt_role, self.prompt = model, endpoint, prompt_role, prompt
-        self.resize = extraction_resize(max_pixels)
+        prompt: str,
+    ):
+        super().__init__(run, records)
+        self.api, self.images, self.model, self.resize = api, images, model, resize
+        self.prompt_role, self.prompt = prompt_role, prompt
 
     def key(self, t: ExtractTask) -> str:
         return t.sample_key
-
-    def limited(self, tasks: list[ExtractTask]) -> list[ExtractTask]:
-        """``--limit N`` counts images: their full image and every layout."""
-        if self.s.limit is None:
-            return tasks
-        keep = set(list(dict.fromkeys(t.image_key for t in tasks))[: self.s.limit])
-        return [t for t in tasks if t.image_key in keep]
-
-    async def setup(self) -> None:
-        self.api: Any = self.endpoint_client(  # messages are our JSON dicts, not the SDK TypedDicts
-            self.endpoint, "extractor", self.limiter()
-        )
-        # tasks come image by image: each worker keeps the last two originals decoded while their crops are cut
-        self.images = ImageStore.for_image_workers(self.s.controls.image_workers, originals_cached=2)
-        self.on_close(self.images.close)
 
     def _base(self, t: ExtractTask) -> JSONObject:
         return {"sample_key": t.sample_key, "image_key": t.image_key, "layout_id": t.layout_id}
 
     async def work(self, t: ExtractTask, emit: Emit) -> JSONObject:
-        meter = self.meter()
+        meter = unit_meter()
         enc = await self.images.aget(t.image, self.resize, region=t.bbox)
         messages = to_openai(build_messages(enc.ref, self.prompt_role, self.prompt), lambda _ref: enc)
         asked = await self.ask_parsed(self.api, self.model, messages, _parse_async)
@@ -224,28 +217,66 @@ class ExtractJob(StepJob[ExtractTask]):
                 error=f"no usable reply after {asked.attempts} attempt(s): {asked.reason}",
                 reply=asked.reply[:4000],
             )
-        return {
-            **out,
-            "attempts": asked.attempts,
-            "image": enc.ref.to_dict(),
-            "usage": usage,
-            "cost_usd": self.priced(usage),
-        }
+        return self.carried(
+            {
+                **out,
+                "attempts": asked.attempts,
+                "image": enc.ref.to_dict(),
+                "usage": usage,
+                "cost_usd": self.run.priced(usage),
+            }
+        )
 
     def failed(self, t: ExtractTask, reason: str) -> JSONObject:
-        return {**self._base(t), "status": "failed", "error": reason}
+        return self.carried({**self._base(t), "status": "failed", "error": reason})
 
-    def summary(self) -> JSONObject:
-        out = super().summary()
-        by_image: dict[str, bool] = {}
-        for k in self.order:
-            rec = self.records.get(k)
-            image_key = k.rsplit("#", 1)[0]
-            ok = rec is not None and rec.get("status") == "ok"
-            by_image[image_key] = by_image.get(image_key, True) and ok
-        out["images"] = len(by_image)
-        out["images_complete"] = sum(by_image.values())
-        return out
+
+def limited_images(tasks: list[ExtractTask], limit: int | None) -> list[ExtractTask]:
+    """``--limit N`` counts images: their full image and every layout."""
+    if limit is None:
+        return tasks
+    keep = set(list(dict.fromkeys(t.image_key for t in tasks))[:limit])
+    return [t for t in tasks if t.image_key in keep]
+
+
+def _summary(records: dict[str, Any], order: list[str]) -> JSONObject:
+    out = step_summary(STEP, records, order)
+    by_image: dict[str, bool] = {}
+    for k in order:
+        rec = records.get(k)
+        image_key = k.rsplit("#", 1)[0]
+        ok = rec is not None and rec.get("status") == "ok"
+        by_image[image_key] = by_image.get(image_key, True) and ok
+    out["images"] = len(by_image)
+    out["images_complete"] = sum(by_image.values())
+    return out
+
+
+async def extract(
+    run: BenchStepRun,
+    model: str,
+    endpoint: Endpoint,
+    tasks: list[ExtractTask],
+    *,
+    max_pixels: int | None,
+    prompt_role: str,
+    prompt: str = EXTRACTION_PROMPT,
+) -> JobResult[JSONObject]:
+    """E.1 on every task (:func:`tasks_for`) not done yet, one record per task; the step's summary."""
+    tasks = limited_images(tasks, run.settings.limit)
+    with open_step(run, STEP) as (rd, log):
+        async with Clients(rd.guard) as clients:
+            # tasks come image by image: each worker keeps the last two originals decoded while their crops are cut
+            images = ImageStore.for_image_workers(run.settings.controls.image_workers, originals_cached=2)
+            clients.on_close(images.close)
+            api = step_client(clients, run.settings, endpoint, "extractor")
+            resize = extraction_resize(max_pixels)
+            work = ExtractWork(run, log.records, api, images, model, resize, prompt_role, prompt)
+            await execute_step(rd, tasks, work, clients, desc=DESC)
+        order = [t.sample_key for t in tasks]
+        summary = _summary(log.records, order)
+        close_step(run, STEP, log, order, summary)
+    return JobResult(summary, int(summary["failed"]))
 
 
 def extractions_by_image(records: dict[str, dict]) -> dict[str, JSONObject]:

@@ -28,11 +28,23 @@ from ..endpoints.endpoint import Endpoint
 from ..evaluation.judge import AnswerJudge
 from ..imaging.geometry import api_image_max_pixels
 from ..imaging.images import ImageStore, Resize
-from ..jobs.job import Emit, Plan
+from ..jobs.clients import Clients
+from ..jobs.execute import Emit, JobResult
 from ..protocol.sample import Sample
 from ..storage.atomic import write_jsonl_atomic
 from .records import BenchItem, SourceImage, read_items
-from .steps import StepJob, StepSettings, read_log
+from .steps import (
+    BenchStepRun,
+    StepItems,
+    close_step,
+    execute_step,
+    limited,
+    open_step,
+    read_log,
+    step_client,
+    step_summary,
+    unit_meter,
+)
 from .workspace import Workspace
 
 DROP_RULES = ("all", "any")
@@ -95,73 +107,55 @@ def item_sample(item: BenchItem, source: SourceImage) -> Sample:
     )
 
 
-class BenchFilterJob(StepJob[BenchItem]):
-    """One record per candidate: per model ``{"solved", "attempts"}`` (or ``{"error", "attempts"}``), the number of
-    models that solved it and whether it is dropped."""
+STEP, DESC = "filter", "difficulty filter"
 
-    step = "filter"
-    desc = "difficulty filter"
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """The filter's models: ``solvers`` (model -> endpoint), the judge, ``attempts`` per model and when an item is
+    dropped (``drop_when``: :data:`DROP_RULES`)."""
+
+    solvers: Mapping[str, Endpoint]
+    judge_model: str
+    judge: Endpoint
+    attempts: int = 1
+    drop_when: str = "all"
+    separate_attempt_requests: bool = False
+
+
+class FilterWork(StepItems[BenchItem]):
+    """One candidate: per model ``{"solved", "attempts"}`` (or ``{"error", "attempts"}``), the number of models
+    that solved it and whether it is dropped."""
 
     def __init__(
         self,
-        workspace: Workspace,
-        settings: StepSettings,
-        solvers: Mapping[str, Endpoint],
-        judge_model: str,
-        judge: Endpoint,
+        run: BenchStepRun,
+        records: dict[str, Any],
+        spec: FilterSpec,
+        models: dict[str, SingleModelSolver],
+        judge: AnswerJudge,
         sources: dict[str, SourceImage],
-        *,
-        attempts: int = 1,
-        drop_when: str = "all",
-        separate_attempt_requests: bool = False,
-        **kw: Any,
-    ) -> None:
-        super().__init__(workspace, settings, **kw)
-        self.solvers, self.judge_model, self.judge_ep, self.sources = dict(solvers), judge_model, judge, sources
-        self.attempts, self.drop_when = attempts, drop_when
-        self.threshold = drop_threshold(drop_when, len(solvers))
-        self.separate = separate_attempt_requests
-        self.candidates: list[BenchItem] = []
+    ):
+        super().__init__(run, records)
+        self.spec, self.models, self.judge, self.sources = spec, models, judge, sources
+        self.threshold = drop_threshold(spec.drop_when, len(spec.solvers))
 
     def key(self, item: BenchItem) -> str:
         return item.item_id
 
-    def plan(self, items: list[BenchItem]) -> Plan:
-        self.candidates = list(items)
-        return super().plan(items)
-
-    async def setup(self) -> None:
-        images = ImageStore.for_image_workers(self.s.controls.image_workers, originals_cached=0)
-        self.on_close(images.close)
-        kwargs = {**DEFAULT_COMPLETION_KWARGS, **self.s.chat_completion_kwargs}
-        self.models: dict[str, SingleModelSolver] = {}
-        for model, ep in self.solvers.items():
-            client = self.endpoint_client(ep, model, self.limiter())
-            self.models[model] = SingleModelSolver(
-                client,
-                model,
-                images,
-                Resize.fit(api_image_max_pixels(model)),
-                system_prompt=None,
-                completion_kwargs=kwargs,
-                image_url_extra={"detail": "high"},
-                separate_trial_requests=self.separate,
-            )
-        judge_client = self.endpoint_client(self.judge_ep, "judge", self.limiter())
-        self.judge = AnswerJudge(judge_client, self.judge_model)
-
     async def _model(self, name: str, sample: Sample, prev: dict | None) -> JSONObject:
         if prev is not None and "solved" in prev:
             return prev  # judged in an earlier run
-        rec = await check_collage(sample, self.models[name], self.judge, self.attempts, (prev or {}).get("attempts"))
+        attempts = self.spec.attempts
+        rec = await check_collage(sample, self.models[name], self.judge, attempts, (prev or {}).get("attempts"))
         rec.pop("sample_key", None)
         return rec
 
     async def work(self, item: BenchItem, emit: Emit) -> JSONObject:
-        meter = self.meter()
+        meter = unit_meter()
         sample = item_sample(item, self.sources[item.image_key])
-        prev = (self.previous(item) or {}).get("models") or {}
-        names = list(self.solvers)
+        prev = self.previous(item).get("models") or {}
+        names = list(self.spec.solvers)
         results = await asyncio.gather(*(self._model(n, sample, prev.get(n)) for n in names))
         models = dict(zip(names, results))
         errors = {n: r["error"] for n, r in models.items() if "solved" not in r}
@@ -174,35 +168,79 @@ class BenchFilterJob(StepJob[BenchItem]):
             "n_solved": solved,
             "dropped": None if errors else solved >= self.threshold,
             "usage": usage,
-            "cost_usd": self.priced(usage),
+            "cost_usd": self.run.priced(usage),
         }
         if errors:
             rec["error"] = "; ".join(f"{n}: {e}" for n, e in errors.items())[:2000]
-        return rec
+        return self.carried(rec)
 
     def failed(self, item: BenchItem, reason: str) -> JSONObject:
-        prev = self.previous(item) or {}
-        return {"sample_key": item.item_id, "status": "failed", "models": prev.get("models") or {}, "error": reason}
+        models = self.previous(item).get("models") or {}
+        return self.carried({"sample_key": item.item_id, "status": "failed", "models": models, "error": reason})
 
-    def summary(self) -> JSONObject:
-        out = super().summary()
-        recs = [self.records[it.item_id] for it in self.candidates if it.item_id in self.records]
-        done = [r for r in recs if r.get("status") == "ok"]
-        by_count = Counter(r["n_solved"] for r in done)
-        per_model = Counter(n for r in done for n, m in r["models"].items() if m.get("solved"))
-        kept = [it for it in self.candidates if self.records.get(it.item_id, {}).get("dropped") is False]
-        dropped = [it for it in self.candidates if self.records.get(it.item_id, {}).get("dropped") is True]
-        write_jsonl_atomic(self.ws.kept, [it.to_dict() for it in kept])
-        write_jsonl_atomic(self.ws.dropped, [it.to_dict() for it in dropped])
-        out.update(
-            candidates=len(self.candidates),
-            kept=len(kept),
-            dropped=len(dropped),
-            pending=len(self.candidates) - len(kept) - len(dropped),
-            drop_when=self.drop_when,
-            threshold=self.threshold,
-            models=list(self.solvers),
-            solved_by_n_models={str(k): by_count.get(k, 0) for k in range(len(self.solvers) + 1)},
-            solved_per_model={m: per_model.get(m, 0) for m in self.solvers},
+
+def _filter_work(
+    run: BenchStepRun, records: dict[str, Any], spec: FilterSpec, sources: dict[str, SourceImage], clients: Clients
+) -> FilterWork:
+    """The solvers and the judge, their clients and image store closed with ``clients``."""
+    images = ImageStore.for_image_workers(run.settings.controls.image_workers, originals_cached=0)
+    clients.on_close(images.close)
+    kwargs = {**DEFAULT_COMPLETION_KWARGS, **run.settings.chat_completion_kwargs}
+    models: dict[str, SingleModelSolver] = {}
+    for model, ep in spec.solvers.items():
+        models[model] = SingleModelSolver(
+            step_client(clients, run.settings, ep, model),
+            model,
+            images,
+            Resize.fit(api_image_max_pixels(model)),
+            system_prompt=None,
+            completion_kwargs=kwargs,
+            image_url_extra={"detail": "high"},
+            separate_trial_requests=spec.separate_attempt_requests,
         )
-        return out
+    judge = AnswerJudge(step_client(clients, run.settings, spec.judge, "judge"), spec.judge_model)
+    return FilterWork(run, records, spec, models, judge, sources)
+
+
+def _summary(
+    ws: Workspace, spec: FilterSpec, candidates: list[BenchItem], records: dict[str, Any], order: list[str]
+) -> JSONObject:
+    """The step's counts (``order``: the keys of this run), and ``kept.jsonl`` / ``dropped.jsonl`` written (of
+    every candidate, a ``--limit`` run's included)."""
+    out = step_summary(STEP, records, order)
+    threshold = drop_threshold(spec.drop_when, len(spec.solvers))
+    recs = [records[it.item_id] for it in candidates if it.item_id in records]
+    done = [r for r in recs if r.get("status") == "ok"]
+    by_count = Counter(r["n_solved"] for r in done)
+    per_model = Counter(n for r in done for n, m in r["models"].items() if m.get("solved"))
+    kept = [it for it in candidates if records.get(it.item_id, {}).get("dropped") is False]
+    dropped = [it for it in candidates if records.get(it.item_id, {}).get("dropped") is True]
+    write_jsonl_atomic(ws.kept, [it.to_dict() for it in kept])
+    write_jsonl_atomic(ws.dropped, [it.to_dict() for it in dropped])
+    out.update(
+        candidates=len(candidates),
+        kept=len(kept),
+        dropped=len(dropped),
+        pending=len(candidates) - len(kept) - len(dropped),
+        drop_when=spec.drop_when,
+        threshold=threshold,
+        models=list(spec.solvers),
+        solved_by_n_models={str(k): by_count.get(k, 0) for k in range(len(spec.solvers) + 1)},
+        solved_per_model={m: per_model.get(m, 0) for m in spec.solvers},
+    )
+    return out
+
+
+async def filter_candidates(
+    run: BenchStepRun, spec: FilterSpec, sources: dict[str, SourceImage], items: list[BenchItem]
+) -> JobResult[JSONObject]:
+    """Every candidate not judged yet answered by each solver; ``kept.jsonl`` and ``dropped.jsonl`` written."""
+    todo = limited(items, run.settings.limit)
+    with open_step(run, STEP) as (rd, log):
+        async with Clients(rd.guard) as clients:
+            work = _filter_work(run, log.records, spec, sources, clients)
+            await execute_step(rd, todo, work, clients, desc=DESC)
+        order = [it.item_id for it in todo]
+        summary = _summary(run.ws, spec, items, log.records, order)
+        close_step(run, STEP, log, order, summary)
+    return JobResult(summary, int(summary["failed"]))

@@ -1,6 +1,6 @@
-"""What the model-calling steps of an O3-Bench build share, on top of :class:`insight_o3.jobs.job.ResumableJob`.
+"""What the model-calling steps of an O3-Bench build share, around :func:`insight_o3.jobs.execute.execute`.
 
-A step runs as a resumable job over the workspace directory (its lock is the workspace's: one step at a time),
+A step runs in the workspace directory (:func:`open_step`) (its lock is the workspace's: one step at a time),
 with its own record log ``<step>/records.jsonl``. This module adds what the three steps (``extract``,
 ``synthesize``, ``filter``) have in common: the settings (:class:`StepSettings`, one per command line), clients
 behind an adaptive rate limiter, token usage and cost per record (and so ``--max_cost``), ``--limit``, records
@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -26,15 +27,23 @@ from ..endpoints.chat import NoChoice, chat_once
 from ..endpoints.endpoint import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..jobs.card_store import CardFile
+from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
+from ..jobs.execute import RECORDS, ItemWork, execute, left
 from ..jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
-from ..jobs.job import CardFile, CardStore, Plan, ResumableJob
+from ..jobs.run_directory import RunDirectory, open_run
 from ..storage.atomic import write_json_atomic
+from ..storage.record_log import RecordLog
 from .records import BuildFileError
 from .workspace import Workspace
 
 #: How a user runs a step (what a message names as the command to run first).
 PROG = "python -m insight_o3.scripts.build_o3_bench"
+#: The name a step's run holds the workspace's lock under (``build_o3_bench <step>``).
+PROG_NAME = "build_o3_bench"
+#: Record statuses that are final (others run again).
+FINAL_STATUSES = ("ok",)
 
 ItemT = TypeVar("ItemT")
 ParsedT = TypeVar("ParsedT")
@@ -67,7 +76,7 @@ class StepSettings:
 
 @dataclass(frozen=True)
 class Asked(Generic[ParsedT]):
-    """What :meth:`StepJob.ask_parsed` got: the parsed reply (None when no attempt gave one), the last reply's
+    """What :meth:`StepItems.ask_parsed` got: the parsed reply (None when no attempt gave one), the last reply's
     text, the attempts made and why the last one was not taken."""
 
     parsed: ParsedT | None
@@ -93,113 +102,50 @@ def all_usage(record: dict) -> JSONObject:
     return merge([record.get("usage"), record.get("usage_earlier")])
 
 
-class StepJob(ResumableJob[ItemT, dict]):
-    """Base of the model-calling steps. Subclasses set :attr:`step`, :meth:`key`, :meth:`work`,
-    :meth:`failed` and :meth:`summary`; a record is final when its ``status`` is ``"ok"`` (failed ones are retried
-    by the next run unless ``retry_failed`` is off)."""
+@dataclass(frozen=True)
+class BenchStepRun:
+    """What a step's run is given besides its own settings: the workspace, the step's settings, the price model
+    (``cost_usd`` of records, ``--max_cost``), what its step card says of the run (model, prompts) and its
+    invocation (the settings the step's first run that succeeds fixes)."""
 
-    step: str = ""
-    #: record statuses that are final (others run again)
-    final_statuses: tuple[str, ...] = ("ok",)
+    ws: Workspace
+    settings: StepSettings
+    cost_model: CostModel | None = None
+    card: JSONObject = field(default_factory=dict)
+    invocation: Invocation | None = None
 
-    def __init__(
-        self,
-        workspace: Workspace,
-        settings: StepSettings,
-        cost_model: CostModel | None = None,
-        card: dict | None = None,
-        invocation: Invocation | None = None,
-    ):
-        super().__init__(
-            str(workspace.root),
-            settings.controls,
-            invocation=invocation,
-            price=cost_model.cost if cost_model is not None else None,  # the run's history entry, as its records
-        )
-        self.ws, self.s, self.cost_model = workspace, settings, cost_model
-        self.card = dict(card or {})
-        self.command = f"build_o3_bench {self.step}"
-        self.records_file = os.path.join(self.step, "records.jsonl")
-        self.card_file = os.path.join(self.step, "step_card.json")
-        self.order: list[str] = []
+    def priced(self, usage: dict) -> float | None:
+        return self.cost_model.cost(usage) if self.cost_model is not None else None
 
-    # -- ResumableJob hooks
-    def store(self) -> CardStore:
-        """The step card, fixed by the first run that writes a *succeeded* record: a run whose every item failed (a
-        wrong model name, a refused key) fixes nothing, so the next run may change its settings."""
-        logs = [self.path(f) for f in self.log_files().values()]
-        return CardFile(self.path(os.path.join(self.step, "step_card.json")), logs, fixes=self._succeeded)
 
-    def _succeeded(self, record: Any) -> bool:
-        return isinstance(record, dict) and record.get("status") in self.final_statuses
+class StepItems(ItemWork[ItemT]):
+    """A step's per-item protocol, what the three steps share: a record is final when its ``status`` is ``"ok"``
+    (failed ones are retried by the next run unless ``retry_failed`` is off), costs what its ``usage`` says, and
+    carries what the records it replaces cost (:meth:`carried`); ``records``: the step's log, as loaded."""
 
-    def prepare(self) -> None:
-        os.makedirs(self.ws.step(self.step), exist_ok=True)
+    def __init__(self, run: BenchStepRun, records: dict[str, Any]):
+        self.run, self.s, self.records = run, run.settings, records
 
     def is_final(self, record: Any) -> bool:
-        return record.get("status") in self.final_statuses or not self.s.retry_failed
-
-    def limited(self, items: list) -> list:
-        """The items of a ``--limit`` run (the first N)."""
-        return items if self.s.limit is None else items[: self.s.limit]
-
-    def plan(self, items: list[ItemT]) -> Plan:
-        items = self.limited(items)
-        self.order = [self.key(it) for it in items]
-        return super().plan(items)
+        return record.get("status") in FINAL_STATUSES or not self.s.retry_failed
 
     def spend(self, record: Any) -> tuple[int, float]:
         return record_spend(record)  # a new record: what it cost itself (the replaced ones are already counted)
 
-    def spent_before(self) -> tuple[int, float]:
-        spent = [record_spend(r, earlier=True) for r in self.records.values()]
-        return sum(t for t, _ in spent), sum(c for _, c in spent)
+    def previous(self, unit: ItemT) -> JSONObject:
+        """The stored record of ``unit`` ({} when none)."""
+        return self.records.get(self.key(unit)) or {}
 
-    async def emit(self, record: Any, log: Hashable = "records") -> bool:
-        old = self.records.get(self.record_key(record))
-        if isinstance(old, dict) and isinstance(record, dict) and (old.get("usage") or old.get("usage_earlier")):
-            # a retried item: keep what its earlier attempts cost, so totals and budgets stay true
+    def carried(self, record: JSONObject) -> JSONObject:
+        """``record`` with what the record it replaces cost (a retried item: its earlier attempts' usage and cost
+        kept, so totals and budgets stay true)."""
+        old = self.records.get(str(record.get("sample_key")))
+        if isinstance(old, dict) and (old.get("usage") or old.get("usage_earlier")):
             record["usage_earlier"] = all_usage(old)
             c0, c1 = old.get("cost_usd"), old.get("cost_usd_earlier")
             if c0 is not None or c1 is not None:
                 record["cost_usd_earlier"] = round(float(c0 or 0.0) + float(c1 or 0.0), 8)
-        return await super().emit(record, log=log)
-
-    def finish(self) -> JSONObject:
-        # keys of this run first, then records of items outside it (an earlier run without --limit) kept
-        order = self.order + [k for k in self.records if k not in set(self.order)]
-        self.compact(order)
-        summary = self.summary()
-        self.write_step_card(summary)
-        return summary
-
-    def incomplete(self, summary: dict) -> int:
-        return int(summary.get("failed", 0))
-
-    # -- for the steps
-    @staticmethod
-    def record_key(record: Any) -> str:
-        return str(record.get("sample_key")) if isinstance(record, dict) else ""
-
-    def summary(self) -> JSONObject:
-        recs = [self.records[k] for k in self.order if k in self.records]
-        counts = Counter(r.get("status") for r in recs)
-        return {
-            "step": self.step,
-            "items": len(self.order),
-            "ok": counts.get("ok", 0),
-            "failed": sum(n for s, n in counts.items() if s not in self.final_statuses),
-        }
-
-    def limiter(self) -> AdaptiveLimiter | None:
-        s = self.s
-        if s.adaptive_concurrency or s.rpm or s.tpm:
-            return AdaptiveLimiter(s.controls.concurrency, s.rpm, s.tpm)
-        return None
-
-    def endpoint_client(self, ep: Endpoint, role: str, limiter: AdaptiveLimiter | None = None) -> AsyncOpenAI:
-        """A client of ``ep`` reporting to the run guard, behind ``limiter``, closed at the end."""
-        return self.client(ep, role=role, max_connections=max(16, 2 * self.s.controls.concurrency), limiter=limiter)
+        return record
 
     async def ask_parsed(
         self,
@@ -210,8 +156,8 @@ class StepJob(ResumableJob[ItemT, dict]):
     ) -> Asked[ParsedT]:
         """Ask ``model`` behind ``api`` up to ``1 + parse_retries`` times until ``parse`` takes the reply (it raises ``ValueError`` on
         one it cannot use; a coroutine function, so a parse may do CPU-heavy work off the event loop); a
-        reply without a choice or cut off at the token limit is asked again the same way. API errors raise (the job
-        records the item as failed)."""
+        reply without a choice or cut off at the token limit is asked again the same way. API errors raise (the
+        run records the item as failed)."""
         reason, reply = "", ""
         for attempt in range(1, self.s.parse_retries + 2):
             try:
@@ -229,37 +175,95 @@ class StepJob(ResumableJob[ItemT, dict]):
                 reason = str(e)
         return Asked(None, reply, self.s.parse_retries + 1, reason)
 
-    @staticmethod
-    def meter() -> UsageMeter:
-        """A usage meter for the current task (every client request of this item reports to it)."""
-        m = UsageMeter()
-        metering(m)
-        return m
 
-    def priced(self, usage: dict) -> float | None:
-        return self.cost_model.cost(usage) if self.cost_model is not None else None
+def step_client(clients: Clients, s: StepSettings, ep: Endpoint, role: str) -> AsyncOpenAI:
+    """A client of ``ep`` reporting to the run guard, behind its own adaptive limiter (or ``--rpm``/``--tpm``),
+    closed with ``clients``."""
+    n = s.controls.concurrency
+    limiter = AdaptiveLimiter(n, s.rpm, s.tpm) if s.adaptive_concurrency or s.rpm or s.tpm else None
+    return clients.client(ep, role=role, max_connections=max(16, 2 * n), limiter=limiter)
 
-    def write_step_card(self, summary: dict) -> None:
-        """``<step>/step_card.json``: what this step ran with and what all its records cost (the settings fixed by
-        the step's first run and the history of its runs are kept)."""
-        old = read_step_card(self.ws, self.step) or {}
-        recs = [r for r in self.records.values() if isinstance(r, dict)]
-        usage = merge([all_usage(r) for r in recs])
-        costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
-        card = {
-            "step": self.step,
-            **self.card,
-            "settings": self.s.public(),
-            "summary": summary,
-            "totals": {
-                "records": len(recs),
-                "usage": usage,
-                "tokens_total": total_tokens(usage),
-                "cost_usd": round(sum(costs), 6) if costs else None,
-            },
-            **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if k in old},
-        }
-        write_json_atomic(self.ws.step_card(self.step), card)
+
+def unit_meter() -> UsageMeter:
+    """A usage meter for the current task (every client request of this item reports to it)."""
+    m = UsageMeter()
+    metering(m)
+    return m
+
+
+def limited(items: list, limit: int | None) -> list:
+    """The items of a ``--limit`` run (the first N)."""
+    return items if limit is None else items[:limit]
+
+
+def _succeeded(record: Any) -> bool:
+    return isinstance(record, dict) and record.get("status") in FINAL_STATUSES
+
+
+@contextmanager
+def open_step(run: BenchStepRun, step: str) -> Iterator[tuple[RunDirectory, RecordLog]]:
+    """``with open_step(run, "extract") as (run_dir, log):`` — the step's run under the workspace's lock (one step
+    at a time) with its log ``<step>/records.jsonl``. The step card fixes the settings with the first run that
+    writes a *succeeded* record: a run whose every item failed (a wrong model name, a refused key) fixes nothing,
+    so the next run may change them."""
+    ws = run.ws
+    root = str(ws.root)
+    store = CardFile(str(ws.step_card(step)), [str(ws.records(step))], fixes=_succeeded)
+    price = run.cost_model.cost if run.cost_model is not None else None  # the run's history entry, as its records
+    command = f"{PROG_NAME} {step}"
+    with open_run(root, command, run.settings.controls, store=store, invocation=run.invocation, price=price) as rd:
+        os.makedirs(ws.step(step), exist_ok=True)
+        yield rd, rd.open_logs({RECORDS: os.path.join(step, "records.jsonl")})[RECORDS]
+
+
+async def execute_step(rd: RunDirectory, items: list, work: StepItems, clients: Clients, *, desc: str) -> None:
+    """:func:`~insight_o3.jobs.execute.execute` over the items not final yet; earlier runs' spend counts what each
+    record and those it replaced cost."""
+    records = work.records
+
+    def before() -> tuple[int, float]:
+        spent = [record_spend(r, earlier=True) for r in records.values()]
+        return sum(t for t, _ in spent), sum(c for _, c in spent)
+
+    await execute(rd, left(items, work, rd.logs[RECORDS]), work, clients, desc=desc, spent_before=before)
+
+
+def step_summary(step: str, records: dict[str, Any], order: list[str]) -> JSONObject:
+    """The counts every step's summary starts with: its items, those ok and those failed (exit status 1)."""
+    recs = [records[k] for k in order if k in records]
+    counts = Counter(r.get("status") for r in recs)
+    return {
+        "step": step,
+        "items": len(order),
+        "ok": counts.get("ok", 0),
+        "failed": sum(n for s, n in counts.items() if s not in FINAL_STATUSES),
+    }
+
+
+def close_step(run: BenchStepRun, step: str, log: RecordLog, order: list[str], summary: dict) -> None:
+    """The step's log compacted (keys of this run first, then records of items outside it — an earlier run without
+    ``--limit`` — kept) and ``<step>/step_card.json`` written: what the step ran with and what all its records cost
+    (the settings fixed by the step's first run and the history of its runs are kept)."""
+    known = set(order)
+    log.compact(order + [k for k in log.records if k not in known])
+    old = read_step_card(run.ws, step) or {}
+    recs = [r for r in log.records.values() if isinstance(r, dict)]
+    usage = merge([all_usage(r) for r in recs])
+    costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
+    card = {
+        "step": step,
+        **run.card,
+        "settings": run.settings.public(),
+        "summary": summary,
+        "totals": {
+            "records": len(recs),
+            "usage": usage,
+            "tokens_total": total_tokens(usage),
+            "cost_usd": round(sum(costs), 6) if costs else None,
+        },
+        **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if k in old},
+    }
+    write_json_atomic(run.ws.step_card(step), card)
 
 
 class InputNotReady(BuildFileError):

@@ -29,11 +29,25 @@ from typing import Any
 from ..base.json_types import JSONObject
 from ..base.untrusted import REPAIR_DEADLINE_S, JSONRepair, loads, loads_repaired_in_worker
 from ..endpoints.endpoint import Endpoint
-from ..jobs.job import Emit, Plan
+from ..jobs.clients import Clients
+from ..jobs.execute import Emit, JobResult
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
-from .steps import InputNotReady, StepJob, StepSettings, read_log, step_command
+from .steps import (
+    BenchStepRun,
+    InputNotReady,
+    StepItems,
+    close_step,
+    execute_step,
+    limited,
+    open_step,
+    read_log,
+    step_client,
+    step_command,
+    step_summary,
+    unit_meter,
+)
 from .workspace import Workspace
 
 LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
@@ -141,71 +155,22 @@ class SynthTask:
     prompt: str
 
 
-class SynthesizeJob(StepJob[SourceImage]):
-    """E.2 on every image whose extractions are all done; one record per image: ``status`` ok with ``items`` (the
-    parsed array, as the model wrote it) and the reply, or failed with the reason and the last reply."""
+STEP, DESC = "synthesize", "E.2 syntheses"
 
-    step = "synthesize"
-    desc = "E.2 syntheses"
 
-    def __init__(
-        self,
-        workspace: Workspace,
-        settings: StepSettings,
-        model: str,
-        endpoint: Endpoint,
-        *,
-        layout_text_mode: str = "both",
-        templates: Mapping[str, str] | None = None,
-        **kw: Any,
-    ) -> None:
-        super().__init__(workspace, settings, **kw)
-        self.model, self.endpoint, self.mode, self.templates = model, endpoint, layout_text_mode, templates
-        self.waiting: list[str] = []
-        self.waiting_failed, self.sources_total = 0, 0
+class SynthWork(StepItems[SynthTask]):
+    """E.2 on one image; its record: ``status`` ok with ``items`` (the parsed array, as the model wrote it) and the
+    reply, or failed with the reason and the last reply."""
 
-    def key(self, unit: SynthTask | SourceImage) -> str:
-        return unit.source.key if isinstance(unit, SynthTask) else unit.key
+    def __init__(self, run: BenchStepRun, records: dict[str, Any], api: Any, model: str):
+        super().__init__(run, records)
+        self.api, self.model = api, model  # api: messages are our JSON dicts, not the SDK TypedDicts
 
-    def plan(self, sources: list[SourceImage]) -> Plan:
-        """Images whose full image and every layout have an ok extraction (read under the workspace lock);
-        :class:`InputNotReady` when there are images and none is ready."""
-        extracted = read_log(self.ws.records("extract"))
-        ex = extractions_by_image(extracted)
-        ready: list = []
-        self.waiting = []
-        for s in sources:
-            slot = ex.get(s.key)
-            if slot is None or slot["full"] is None or not s.layout_ids <= set(slot["layouts"]):
-                self.waiting.append(s.key)
-                continue
-            ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], self.mode, self.templates)))
-        failed = {str(r.get("image_key")) for r in extracted.values() if r.get("status") != "ok"}
-        self.waiting_failed = sum(k in failed for k in self.waiting)
-        self.sources_total = len(sources)
-        if self.waiting and not ready:
-            raise InputNotReady(f"no image is ready for synthesis: {self.waiting_note()}")
-        return super().plan(ready)
-
-    def waiting_note(self) -> str:
-        """How many images wait for their extraction, and the command to run first."""
-        n = len(self.waiting)
-        return (
-            f"{n} of {self.sources_total} image(s) wait for their E.1 extraction ({self.waiting_failed} with a "
-            f"failed extraction record, {n - self.waiting_failed} not extracted yet); run "
-            f"'{step_command(self.ws, 'extract')}' first (it retries failed records), then this command again"
-        )
-
-    def incomplete(self, summary: dict) -> int:
-        return super().incomplete(summary) + len(self.waiting)  # images waiting are not done (status 1)
-
-    async def setup(self) -> None:
-        self.api: Any = self.endpoint_client(  # messages are our JSON dicts, not the SDK TypedDicts
-            self.endpoint, "synthesizer", self.limiter()
-        )
+    def key(self, unit: SynthTask) -> str:
+        return unit.source.key
 
     async def work(self, unit: SynthTask, emit: Emit) -> JSONObject:
-        meter = self.meter()
+        meter = unit_meter()
         messages = [{"role": "user", "content": unit.prompt}]
         base = {
             "sample_key": unit.source.key,
@@ -226,15 +191,80 @@ class SynthesizeJob(StepJob[SourceImage]):
         else:
             repaired = {"json_repair": parsed.repair.to_dict()} if parsed.repair is not None else {}
             out = {**base, "status": "ok", "items": parsed.items, **repaired, "reply": asked.reply}
-        return {**out, "attempts": asked.attempts, "usage": usage, "cost_usd": self.priced(usage)}
+        return self.carried({**out, "attempts": asked.attempts, "usage": usage, "cost_usd": self.run.priced(usage)})
 
     def failed(self, unit: SynthTask, reason: str) -> JSONObject:
-        return {"sample_key": unit.source.key, "subset": unit.source.subset, "status": "failed", "error": reason}
+        src = unit.source
+        return self.carried({"sample_key": src.key, "subset": src.subset, "status": "failed", "error": reason})
 
-    def summary(self) -> JSONObject:
-        out = super().summary()
-        out["images_waiting_for_extraction"] = len(self.waiting)
-        ok = [self.records[k] for k in self.order if self.records.get(k, {}).get("status") == "ok"]
-        out["synthesized_items"] = sum(len(r.get("items") or []) for r in ok)
-        out["replies_repaired"] = sum("json_repair" in r for r in ok)
-        return out
+
+@dataclass(frozen=True)
+class Readiness:
+    """Which images are ready for E.2 (their full image and every layout extracted ok) and which wait."""
+
+    ready: list[SynthTask]
+    waiting: list[str]
+    waiting_failed: int  # of those waiting, the ones with a failed extraction record
+    sources_total: int
+
+    def waiting_note(self, ws: Workspace) -> str:
+        """How many images wait for their extraction, and the command to run first."""
+        n = len(self.waiting)
+        return (
+            f"{n} of {self.sources_total} image(s) wait for their E.1 extraction ({self.waiting_failed} with a "
+            f"failed extraction record, {n - self.waiting_failed} not extracted yet); run "
+            f"'{step_command(ws, 'extract')}' first (it retries failed records), then this command again"
+        )
+
+
+def readiness(ws: Workspace, sources: list[SourceImage], mode: str, templates: Mapping[str, str] | None) -> Readiness:
+    """Images whose full image and every layout have an ok extraction (read under the workspace lock);
+    :class:`InputNotReady` when there are images and none is ready."""
+    extracted = read_log(ws.records("extract"))
+    ex = extractions_by_image(extracted)
+    ready: list[SynthTask] = []
+    waiting: list[str] = []
+    for s in sources:
+        slot = ex.get(s.key)
+        if slot is None or slot["full"] is None or not s.layout_ids <= set(slot["layouts"]):
+            waiting.append(s.key)
+            continue
+        ready.append(SynthTask(s, build_prompt(s, slot["full"], slot["layouts"], mode, templates)))
+    failed = {str(r.get("image_key")) for r in extracted.values() if r.get("status") != "ok"}
+    r = Readiness(ready, waiting, sum(k in failed for k in waiting), len(sources))
+    if waiting and not ready:
+        raise InputNotReady(f"no image is ready for synthesis: {r.waiting_note(ws)}")
+    return r
+
+
+def _summary(records: dict[str, Any], order: list[str], waiting: int) -> JSONObject:
+    out = step_summary(STEP, records, order)
+    out["images_waiting_for_extraction"] = waiting
+    ok = [records[k] for k in order if records.get(k, {}).get("status") == "ok"]
+    out["synthesized_items"] = sum(len(r.get("items") or []) for r in ok)
+    out["replies_repaired"] = sum("json_repair" in r for r in ok)
+    return out
+
+
+async def synthesize(
+    run: BenchStepRun,
+    model: str,
+    endpoint: Endpoint,
+    sources: list[SourceImage],
+    *,
+    layout_text_mode: str = "both",
+    templates: Mapping[str, str] | None = None,
+) -> tuple[JobResult[JSONObject], str | None]:
+    """E.2 on every image whose extractions are all done, one record per image; the step's result (images waiting
+    for their extraction are not done: status 1) and the note saying what to run for them (None: none waits)."""
+    with open_step(run, STEP) as (rd, log):
+        r = readiness(run.ws, sources, layout_text_mode, templates)
+        tasks = limited(r.ready, run.settings.limit)
+        async with Clients(rd.guard) as clients:
+            work = SynthWork(run, log.records, step_client(clients, run.settings, endpoint, "synthesizer"), model)
+            await execute_step(rd, tasks, work, clients, desc=DESC)
+        order = [t.source.key for t in tasks]
+        summary = _summary(log.records, order, len(r.waiting))
+        close_step(run, STEP, log, order, summary)
+    result = JobResult(summary, int(summary["failed"]) + len(r.waiting))  # images waiting are not done (status 1)
+    return result, r.waiting_note(run.ws) if r.waiting else None

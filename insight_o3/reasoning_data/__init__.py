@@ -26,11 +26,11 @@ settings=GenerateSettings(num_chains=N), run=RunControls())``  ``content``, ``ne
 
 ``generator``, ``judge`` and ``scorer`` are :class:`.settings.ModelAccess` (a model and its
 :class:`~insight_o3.endpoints.endpoint.Endpoint`); each step's settings are a frozen dataclass of :mod:`.settings`.
-``generate``/``check``/``score`` return a :class:`~insight_o3.jobs.job.JobResult` (``summary``, ``exit_code``: 1 while
+``generate``/``check``/``score`` return a :class:`~insight_o3.jobs.execute.JobResult` (``summary``, ``exit_code``: 1 while
 items failed — call again to retry them); ``export`` an :class:`.engine.ExportResult` (the files, the counts). A call
 with settings other than the step's first run raises :class:`~insight_o3.jobs.integrity.SettingsChanged` and writes
 nothing; another process on the same directory, :class:`~insight_o3.storage.lock.RunLockedError`; a budget reached
-(``RunControls.max_cost`` / ``max_tokens_total``), :class:`~insight_o3.jobs.job.BudgetExceeded` (what finished is
+(``RunControls.max_cost`` / ``max_tokens_total``), :class:`~insight_o3.jobs.budget.BudgetExceeded` (what finished is
 recorded). A killed step resumes where it stopped and ends with the same files, byte for byte, as an uninterrupted
 one (every request of a chain carries a seed derived from its key, so a sampling server answers the same).
 

@@ -22,18 +22,15 @@ from typing import Any
 from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..endpoints.chat import NoChoice, chat_once
-from ..endpoints.usage import CostModel
 from ..imaging.images import ImageStore
-from ..jobs.controls import RunControls
-from ..jobs.integrity import Invocation
-from ..jobs.job import Emit
+from ..jobs.clients import Clients
+from ..jobs.execute import Emit, JobResult
 from ..protocol.trajectory import image_part, message, to_openai
 from .chain import chain_text
 from .generation import IMAGE_RESIZE
 from .prompts import CHECK_KWARGS, CHECK_SYSTEM_PROMPT, CHECK_USER_TEMPLATE, NO_ANSWER, SCORE_KWARGS, SCORE_PROMPT
 from .settings import CheckSettings, ModelAccess, ScoreSettings
-from .steps import EngineJob
-from .workspace import WorkDir
+from .steps import EngineItems, EngineRun, close_step, engine_client, execute_step, open_step, step_summary, unit_meter
 
 SCORE_KEYS = ("logic", "hallucination", "completeness", "score")
 
@@ -67,23 +64,12 @@ def passed(verdict: Any) -> bool:
     return isinstance(verdict, list) and bool(verdict) and type(verdict[0]) is int and verdict[0] == 1
 
 
-class CheckJob(EngineJob[JSONObject]):
-    step = "check"
-    desc = "answer checks"
+class CheckWork(EngineItems[JSONObject]):
+    """Tier 1 on one chain: the judge says whether its final answer is the ground truth."""
 
-    def __init__(
-        self,
-        ws: WorkDir,
-        run: RunControls,
-        judge: ModelAccess,
-        settings: CheckSettings,
-        *,
-        invocation: Invocation,
-        card: JSONObject,
-        cost_model: CostModel | None = None,
-    ):
-        super().__init__(ws, run, invocation=invocation, card=card, cost_model=cost_model)
-        self.judge = judge
+    def __init__(self, run: EngineRun, records: dict[str, Any], api: Any, judge: ModelAccess, settings: CheckSettings):
+        super().__init__(run, records)
+        self.api, self.judge = api, judge
         self.kwargs = {**CHECK_KWARGS, **settings.completion_kwargs}
 
     def key(self, chain: JSONObject) -> str:
@@ -92,21 +78,29 @@ class CheckJob(EngineJob[JSONObject]):
     def base(self, chain: JSONObject) -> JSONObject:
         return {"sample_key": self.key(chain), "question_key": chain.get("question_key")}
 
-    async def setup(self) -> None:
-        self.api: Any = self.endpoint_client(self.judge, "checker")
-
     async def work(self, chain: JSONObject, emit: Emit) -> JSONObject:
-        meter = self.meter()
+        meter = unit_meter()
         messages = check_messages(str(chain["prompt"]), str(chain["answer"]), chain.get("final_answer"))
         reply = await chat_once(self.api, self.judge.model, messages, n=1, **self.kwargs)
         verdict = parse_verdict(reply.text)
         rec = {**self.base(chain), "status": "ok", "reply": reply.text, "verdict": verdict, "passed": passed(verdict)}
         return self.with_usage(rec, meter)
 
-    def summary(self) -> JSONObject:
-        out = super().summary()
-        out["passed"] = sum(bool(self.records[k].get("passed")) for k in self.order if k in self.records)
-        return out
+
+async def run_check(
+    run: EngineRun, judge: ModelAccess, settings: CheckSettings, chains: list[JSONObject]
+) -> JobResult[JSONObject]:
+    """Tier 1 on every chain not checked yet; the step's summary (with how many ``passed``)."""
+    with open_step(run, "check") as (rd, log):
+        async with Clients(rd.guard) as clients:
+            api = engine_client(clients, run.controls, judge, "checker")
+            work = CheckWork(run, log.records, api, judge, settings)
+            await execute_step(rd, chains, work, clients, desc="answer checks")
+        order = [work.key(c) for c in chains]
+        summary = step_summary("check", log.records, order)
+        summary["passed"] = sum(bool(log.records[k].get("passed")) for k in order if k in log.records)
+        close_step(run, "check", log, order, summary)
+    return JobResult(summary, int(summary.get("failed", 0)))
 
 
 # ----------------------------------------------------------------------------- tier 2
@@ -137,24 +131,21 @@ def parse_score(reply: str) -> JSONObject:
     return out
 
 
-class ScoreJob(EngineJob[JSONObject]):
-    step = "score"
-    desc = "chain scores"
-    final_statuses = ("ok", "unscored")
+class ScoreWork(EngineItems[JSONObject]):
+    """Tier 2 on one chain: the scorer's scores, asked again (``parse_retries``) while its reply has none; a chain
+    still without is recorded ``unscored`` (final)."""
 
     def __init__(
         self,
-        ws: WorkDir,
-        run: RunControls,
+        run: EngineRun,
+        records: dict[str, Any],
+        api: Any,
+        images: ImageStore,
         scorer: ModelAccess,
         settings: ScoreSettings,
-        *,
-        invocation: Invocation,
-        card: JSONObject,
-        cost_model: CostModel | None = None,
     ):
-        super().__init__(ws, run, invocation=invocation, card=card, cost_model=cost_model)
-        self.scorer, self.s = scorer, settings
+        super().__init__(run, records, final_statuses=("ok", "unscored"))
+        self.api, self.images, self.scorer, self.s = api, images, scorer, settings
         self.kwargs = {**SCORE_KWARGS, **settings.completion_kwargs}
 
     def key(self, chain: JSONObject) -> str:
@@ -163,15 +154,8 @@ class ScoreJob(EngineJob[JSONObject]):
     def base(self, chain: JSONObject) -> JSONObject:
         return {"sample_key": self.key(chain), "question_key": chain.get("question_key")}
 
-    async def setup(self) -> None:
-        self.api: Any = self.endpoint_client(self.scorer, "scorer")
-        self.images = ImageStore.for_image_workers(
-            self.run_controls.image_workers, fmt="PNG", alpha="white", originals_cached=2
-        )
-        self.on_close(self.images.close)
-
     async def work(self, chain: JSONObject, emit: Emit) -> JSONObject:
-        meter = self.meter()
+        meter = unit_meter()
         enc = await self.images.aget(str(chain["image_path"]), IMAGE_RESIZE)
         messages = to_openai(score_messages(chain, image_part(enc.ref)), {enc.ref: enc}.__getitem__)
         reason, reply = "", ""
@@ -191,3 +175,22 @@ class ScoreJob(EngineJob[JSONObject]):
             return self.with_usage(rec, meter)
         rec = {**self.base(chain), "status": "unscored", "problem": reason, "reply": reply[:4000]}
         return self.with_usage({**rec, "attempts": self.s.parse_retries + 1}, meter)
+
+
+async def run_score(
+    run: EngineRun, scorer: ModelAccess, settings: ScoreSettings, chains: list[JSONObject]
+) -> JobResult[JSONObject]:
+    """Tier 2 on every chain not scored yet; the step's summary."""
+    with open_step(run, "score") as (rd, log):
+        async with Clients(rd.guard) as clients:
+            api = engine_client(clients, run.controls, scorer, "scorer")
+            images = ImageStore.for_image_workers(
+                run.controls.image_workers, fmt="PNG", alpha="white", originals_cached=2
+            )
+            clients.on_close(images.close)
+            work = ScoreWork(run, log.records, api, images, scorer, settings)
+            await execute_step(rd, chains, work, clients, desc="chain scores")
+        order = [work.key(c) for c in chains]
+        summary = step_summary("score", log.records, order)
+        close_step(run, "score", log, order, summary)
+    return JobResult(summary, int(summary.get("failed", 0)))

@@ -2,13 +2,14 @@
 
 Each function runs one step to the end (or to a stop), resumably: it takes the work directory's lock, refuses
 settings that differ from those its step's first run fixed (:class:`~insight_o3.jobs.integrity.SettingsChanged`,
-nothing written), appends one durable record per item and returns the step's :class:`~insight_o3.jobs.job.JobResult`
+nothing written), appends one durable record per item and returns the step's :class:`~insight_o3.jobs.execute.JobResult`
 (``summary``; ``exit_code`` 1 while items failed: call again to retry them). The command ``build_reasoning_data``
 is these functions behind flags; a round driver calls them directly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from dataclasses import dataclass
@@ -19,16 +20,16 @@ from ..base.json_types import JSONObject
 from ..endpoints.usage import CostModel
 from ..evaluation.samples import load_samples
 from ..jobs.controls import RunControls
+from ..jobs.execute import JobResult
 from ..jobs.integrity import Invocation, read_card, settle
-from ..jobs.job import JobResult
 from ..storage.atomic import write_json_atomic
 from ..storage.lock import run_lock
 from . import export as exp
 from . import prompts
-from .assessment import CheckJob, ScoreJob
-from .generation import GenerateJob, units_for
+from .assessment import run_check, run_score
+from .generation import run_generate, units_for
 from .settings import CheckSettings, ExportSettings, GenerateSettings, ModelAccess, ScoreSettings, controls_settings
-from .steps import read_records
+from .steps import EngineRun, read_records
 from .workspace import EXPORT_FILES, WorkDir
 
 
@@ -96,16 +97,9 @@ def generate(
         "prompts_sha256": prompts_sha256("generate"),
         "settings": settings.settings(),
     }
-    job = GenerateJob(
-        ws,
-        run,
-        generator,
-        settings,
-        invocation=inv,
-        card=card,
-        cost_model=CostModel.from_file(run.price_file, {"generator": generator.model}),
-    )
-    return job.run(units_for(samples, settings.num_chains))
+    cost = CostModel.from_file(run.price_file, {"generator": generator.model})
+    step = EngineRun(ws, run, inv, card, cost)
+    return asyncio.run(run_generate(step, generator, settings, units_for(samples, settings.num_chains)))
 
 
 def _generated(ws: WorkDir) -> dict[str, JSONObject]:
@@ -129,7 +123,7 @@ def check(
     )
     card = {"judge": judge.settings(), "prompts_sha256": prompts_sha256("check")}
     cost = CostModel.from_file(run.price_file, {"checker": judge.model})
-    return CheckJob(ws, run, judge, settings, invocation=inv, card=card, cost_model=cost).run(chains)
+    return asyncio.run(run_check(EngineRun(ws, run, inv, card, cost), judge, settings, chains))
 
 
 def score(
@@ -154,7 +148,7 @@ def score(
         "rubric": list(prompts.SCORE_RUBRIC),
     }
     cost = CostModel.from_file(run.price_file, {"scorer": scorer.model})
-    return ScoreJob(ws, run, scorer, settings, invocation=inv, card=card, cost_model=cost).run(chains)
+    return asyncio.run(run_score(EngineRun(ws, run, inv, card, cost), scorer, settings, chains))
 
 
 @dataclass(frozen=True)

@@ -22,18 +22,15 @@ from typing import Any
 
 from ..base.json_types import JSONObject
 from ..endpoints.chat import chat_once
-from ..endpoints.usage import CostModel
 from ..imaging.images import EncodedImage, ImageStore, Resize
-from ..jobs.controls import RunControls
-from ..jobs.integrity import Invocation
-from ..jobs.job import Emit
+from ..jobs.clients import Clients
+from ..jobs.execute import Emit, JobResult
 from ..protocol.sample import Sample
 from ..protocol.trajectory import image_part, to_openai
 from .chain import ChainSession
 from .prompts import GENERATION_KWARGS, IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS
 from .settings import GenerateSettings, ModelAccess
-from .steps import EngineJob
-from .workspace import WorkDir
+from .steps import EngineItems, EngineRun, close_step, engine_client, execute_step, open_step, step_summary, unit_meter
 
 #: the view of a question's image the generator (and the scorer) sees
 IMAGE_RESIZE = Resize.qwen(IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS)
@@ -75,24 +72,23 @@ def question_fields(s: Sample) -> JSONObject:
     }
 
 
-class GenerateJob(EngineJob[ChainUnit]):
-    step = "generate"
-    desc = "chains"
-    final_statuses = ("ok", "malformed")
+STEP, DESC = "generate", "chains"
+
+
+class GenerateWork(EngineItems[ChainUnit]):
+    """One chain: asked until well-formed (``chain_retries`` more times), else recorded ``malformed`` (final)."""
 
     def __init__(
         self,
-        ws: WorkDir,
-        run: RunControls,
+        run: EngineRun,
+        records: dict[str, Any],
+        api: Any,
+        images: ImageStore,
         generator: ModelAccess,
         settings: GenerateSettings,
-        *,
-        invocation: Invocation,
-        card: JSONObject,
-        cost_model: CostModel | None = None,
     ):
-        super().__init__(ws, run, invocation=invocation, card=card, cost_model=cost_model)
-        self.generator, self.s = generator, settings
+        super().__init__(run, records, final_statuses=("ok", "malformed"))
+        self.api, self.images, self.generator, self.s = api, images, generator, settings
         self.kwargs: Mapping[str, Any] = {**GENERATION_KWARGS, **settings.completion_kwargs}
 
     def key(self, unit: ChainUnit) -> str:
@@ -100,13 +96,6 @@ class GenerateJob(EngineJob[ChainUnit]):
 
     def base(self, unit: ChainUnit) -> JSONObject:
         return {"sample_key": unit.key, "chain": unit.k, **question_fields(unit.sample), "prompt": unit.sample.prompt()}
-
-    async def setup(self) -> None:
-        self.api: Any = self.endpoint_client(self.generator, "generator")
-        self.images = ImageStore.for_image_workers(
-            self.run_controls.image_workers, fmt="PNG", alpha="white", originals_cached=2
-        )
-        self.on_close(self.images.close)
 
     async def _chain(self, unit: ChainUnit, enc: EncodedImage, attempt: int) -> ChainSession:
         session = ChainSession(unit.sample.prompt(), image_part(enc.ref))
@@ -118,7 +107,7 @@ class GenerateJob(EngineJob[ChainUnit]):
         return session
 
     async def work(self, unit: ChainUnit, emit: Emit) -> JSONObject:
-        meter = self.meter()
+        meter = unit_meter()
         enc = await self.images.aget(unit.sample.image_path, IMAGE_RESIZE)
         attempts: list[JSONObject] = []
         for attempt in range(self.s.chain_retries + 1):
@@ -131,5 +120,21 @@ class GenerateJob(EngineJob[ChainUnit]):
         rec = {**self.base(unit), "status": "malformed", "problem": attempts[-1]["problem"], "attempts": attempts}
         return self.with_usage({**rec, "image_size": list(enc.ref.size)}, meter)
 
-    def failed(self, unit: ChainUnit, reason: str) -> JSONObject:
-        return {**self.base(unit), "status": "failed", "error": reason}
+
+async def run_generate(
+    run: EngineRun, generator: ModelAccess, settings: GenerateSettings, units: list[ChainUnit]
+) -> JobResult[JSONObject]:
+    """Every chain of ``units`` not final yet; the step's summary (exit status 1 while some failed)."""
+    with open_step(run, STEP) as (rd, log):
+        async with Clients(rd.guard) as clients:
+            api = engine_client(clients, run.controls, generator, "generator")
+            images = ImageStore.for_image_workers(
+                run.controls.image_workers, fmt="PNG", alpha="white", originals_cached=2
+            )
+            clients.on_close(images.close)
+            work = GenerateWork(run, log.records, api, images, generator, settings)
+            await execute_step(rd, units, work, clients, desc=DESC)
+        order = [u.key for u in units]
+        summary = step_summary(STEP, log.records, order)
+        close_step(run, STEP, log, order, summary)
+    return JobResult(summary, int(summary.get("failed", 0)))

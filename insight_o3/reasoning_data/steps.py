@@ -1,9 +1,9 @@
-"""What the model-calling steps of the data engine share, on top of :class:`insight_o3.jobs.job.ResumableJob`.
+"""What the model-calling steps of the data engine share, around :func:`insight_o3.jobs.execute.execute`.
 
-A step runs as a resumable job over the work directory (its lock is the directory's: one step at a time), with its
+A step runs in the work directory (:func:`open_step`) (its lock is the directory's: one step at a time), with its
 own record log ``<step>/records.jsonl`` keyed by the chain's key and its card ``<step>/step_card.json`` (the
 settings its first run fixed, one history entry per run, the totals over all records). A record is final when its
-status is one of :attr:`EngineJob.final_statuses`; a ``failed`` one (an API error after the SDK's retries) is asked
+status is one of its step's final statuses (:class:`EngineItems`); a ``failed`` one (an API error after the SDK's retries) is asked
 again by the next run, keeping what the earlier attempts cost (``usage_earlier``, ``cost_usd_earlier``), so totals and
 budgets stay true. After the run the log is rewritten in the order of the items (then records of items outside the
 run), so a run killed and resumed writes the same bytes as one that was not.
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,11 +24,15 @@ from openai import AsyncOpenAI
 from ..base.json_types import JSONObject
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..jobs.card_store import CardFile
+from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
+from ..jobs.execute import RECORDS, ItemWork, execute, left
 from ..jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
-from ..jobs.job import Plan, ResumableJob
+from ..jobs.run_directory import RunDirectory, open_run
 from ..storage.atomic import write_json_atomic
 from ..storage.jsonl import iter_jsonl
+from ..storage.record_log import RecordLog
 from .settings import ModelAccess
 from .workspace import EngineInputError, WorkDir
 
@@ -48,129 +54,146 @@ def record_spend(record: Any, earlier: bool = False) -> tuple[int, float]:
     return tokens, cost
 
 
-class EngineJob(ResumableJob[ItemT, JSONObject]):
-    """Base of the model-calling steps; subclasses set :attr:`step`, :meth:`key`, :meth:`work`, :meth:`summary`."""
+#: The name a step's run holds the work directory's lock under (``build_reasoning_data <step>``).
+PROG_NAME = "build_reasoning_data"
 
-    step: str = ""
-    final_statuses: tuple[str, ...] = ("ok",)
 
-    def __init__(
-        self,
-        ws: WorkDir,
-        run: RunControls,
-        *,
-        invocation: Invocation,
-        card: JSONObject,
-        cost_model: CostModel | None = None,
-    ):
-        super().__init__(
-            str(ws.root),
-            run,
-            invocation=invocation,
-            card=card,
-            price=cost_model.cost if cost_model is not None else None,
-        )
-        self.ws, self.run_controls, self.cost_model = ws, run, cost_model
-        self.card = dict(card)
-        self.command = f"build_reasoning_data {self.step}"
-        self.records_file = f"{self.step}/records.jsonl"
-        self.card_file = f"{self.step}/step_card.json"
-        self.change_hint = "use another work directory to run with other settings"
-        self.order: list[str] = []
+@dataclass(frozen=True)
+class EngineRun:
+    """What a step's run is given besides its own settings: the work directory, the run's controls, the price
+    model (``cost_usd`` of records, ``--max_cost``), what a first run's card holds besides the fixed settings
+    (model, prompts) and the invocation (the settings the step's first run fixes)."""
 
-    # -- ResumableJob hooks
-    def prepare(self) -> None:
-        self.ws.step(self.step).mkdir(parents=True, exist_ok=True)
+    ws: WorkDir
+    controls: RunControls
+    invocation: Invocation
+    card: JSONObject
+    cost_model: CostModel | None = None
+
+    def priced(self, usage: JSONObject) -> float | None:
+        return self.cost_model.cost(usage) if self.cost_model is not None else None
+
+
+class EngineItems(ItemWork[ItemT]):
+    """A step's per-item protocol, what the steps share: a record is final when its status is one of
+    ``final_statuses``, costs what its ``usage`` says and carries what the records it replaces cost
+    (:meth:`carried`); a failure is recorded as ``failed`` (asked again by the next run); ``records``: the step's
+    log, as loaded."""
+
+    def __init__(self, run: EngineRun, records: dict[str, Any], final_statuses: tuple[str, ...] = ("ok",)):
+        self.run, self.records, self.final_statuses = run, records, final_statuses
 
     def is_final(self, record: Any) -> bool:
         return isinstance(record, dict) and record.get("status") in self.final_statuses
 
-    def plan(self, items: list[ItemT]) -> Plan:
-        self.order = [self.key(it) for it in items]
-        return super().plan(items)
+    def base(self, unit: ItemT) -> JSONObject:
+        """The fields every record of ``unit`` starts with."""
+        return {"sample_key": self.key(unit)}
 
-    def failed(self, unit: Any, reason: str) -> JSONObject:
-        return {**self.base(unit), "status": "failed", "error": reason}
+    def failed(self, unit: ItemT, reason: str) -> JSONObject:
+        return self.carried({**self.base(unit), "status": "failed", "error": reason})
 
     def spend(self, record: Any) -> tuple[int, float]:
         return record_spend(record)
 
-    def spent_before(self) -> tuple[int, float]:
-        spent = [record_spend(r, earlier=True) for r in self.records.values()]
-        return sum(t for t, _ in spent), sum(c for _, c in spent)
-
-    async def emit(self, record: Any, log: Hashable = "records") -> bool:
-        old = self.records.get(str(record.get("sample_key"))) if isinstance(record, dict) else None
+    def carried(self, record: JSONObject) -> JSONObject:
+        """``record`` with what the record it replaces cost (a retried item: its earlier attempts' usage and cost
+        kept, so totals and budgets stay true)."""
+        old = self.records.get(str(record.get("sample_key")))
         if isinstance(old, dict) and (old.get("usage") or old.get("usage_earlier")):
             record["usage_earlier"] = merge([old.get("usage"), old.get("usage_earlier")])
             c0, c1 = old.get("cost_usd"), old.get("cost_usd_earlier")
             if c0 is not None or c1 is not None:
                 record["cost_usd_earlier"] = round(float(c0 or 0.0) + float(c1 or 0.0), 8)
-        return await super().emit(record, log=log)
-
-    def finish(self) -> JSONObject:
-        order = self.order + [k for k in self.records if k not in set(self.order)]
-        self.compact(order)
-        summary = self.summary()
-        self.write_card(summary)
-        return summary
-
-    def incomplete(self, summary: JSONObject) -> int:
-        return int(summary.get("failed", 0))
-
-    # -- for the steps
-    def base(self, unit: Any) -> JSONObject:
-        """The fields every record of ``unit`` starts with."""
-        return {"sample_key": self.key(unit)}
-
-    def summary(self) -> JSONObject:
-        recs = [self.records[k] for k in self.order if k in self.records]
-        counts = Counter(str(r.get("status")) for r in recs)
-        return {"step": self.step, "items": len(self.order), **dict(sorted(counts.items()))}
-
-    def endpoint_client(self, ep: ModelAccess, role: str) -> AsyncOpenAI:
-        """A client of ``ep`` reporting to the run guard behind an adaptive limiter, closed at the end."""
-        n = self.run_controls.concurrency
-        return self.client(ep.api, role=role, max_connections=max(16, 2 * n), limiter=AdaptiveLimiter(n))
-
-    @staticmethod
-    def meter() -> UsageMeter:
-        """A usage meter for the current unit (every request of it reports there)."""
-        m = UsageMeter()
-        metering(m)
-        return m
-
-    def priced(self, usage: JSONObject) -> float | None:
-        return self.cost_model.cost(usage) if self.cost_model is not None else None
+        return record
 
     def with_usage(self, record: JSONObject, meter: UsageMeter) -> JSONObject:
+        """``record`` with the usage of its unit's requests and their cost, :meth:`carried`."""
         usage = meter.to_dict()
-        return {**record, "usage": usage, "cost_usd": self.priced(usage)}
+        return self.carried({**record, "usage": usage, "cost_usd": self.run.priced(usage)})
 
-    def write_card(self, summary: JSONObject) -> None:
-        """``<step>/step_card.json``: what the step ran with and what all its records cost (the fixed settings and
-        the history kept)."""
-        path = self.ws.card(self.step)
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = {}
-        recs = [r for r in self.records.values() if isinstance(r, dict)]
-        usage = merge([merge([r.get("usage"), r.get("usage_earlier")]) for r in recs])
-        costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
-        card = {
-            "step": self.step,
-            **self.card,
-            "summary": summary,
-            "totals": {
-                "records": len(recs),
-                "usage": usage,
-                "tokens_total": total_tokens(usage),
-                "cost_usd": round(sum(costs), 6) if costs else None,
-            },
-            **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if isinstance(old, dict) and k in old},
-        }
-        write_json_atomic(path, card)
+
+def engine_client(clients: Clients, controls: RunControls, ep: ModelAccess, role: str) -> AsyncOpenAI:
+    """A client of ``ep`` reporting to the run guard behind an adaptive limiter, closed with ``clients``."""
+    n = controls.concurrency
+    return clients.client(ep.api, role=role, max_connections=max(16, 2 * n), limiter=AdaptiveLimiter(n))
+
+
+def unit_meter() -> UsageMeter:
+    """A usage meter for the current unit (every request of it reports there)."""
+    m = UsageMeter()
+    metering(m)
+    return m
+
+
+@contextmanager
+def open_step(run: EngineRun, step: str) -> Iterator[tuple[RunDirectory, RecordLog]]:
+    """``with open_step(run, "check") as (run_dir, log):`` — the step's run under the work directory's lock (one
+    step at a time) with its log ``<step>/records.jsonl`` and its card ``<step>/step_card.json``."""
+    root = str(run.ws.root)
+    logs = [f"{step}/records.jsonl"]
+    store = CardFile.under(root, f"{step}/step_card.json", logs)
+    price = run.cost_model.cost if run.cost_model is not None else None
+    with open_run(
+        root,
+        f"{PROG_NAME} {step}",
+        run.controls,
+        store=store,
+        invocation=run.invocation,
+        card=run.card,
+        change_hint="use another work directory to run with other settings",
+        price=price,
+    ) as rd:
+        run.ws.step(step).mkdir(parents=True, exist_ok=True)
+        yield rd, rd.open_logs({RECORDS: logs[0]})[RECORDS]
+
+
+async def execute_step(rd: RunDirectory, items: list, work: EngineItems, clients: Clients, *, desc: str) -> None:
+    """:func:`~insight_o3.jobs.execute.execute` over the items not final yet; earlier runs' spend counts what each
+    record and those it replaced cost."""
+    records = work.records
+
+    def before() -> tuple[int, float]:
+        spent = [record_spend(r, earlier=True) for r in records.values()]
+        return sum(t for t, _ in spent), sum(c for _, c in spent)
+
+    await execute(rd, left(items, work, rd.logs[RECORDS]), work, clients, desc=desc, spent_before=before)
+
+
+def step_summary(step: str, records: dict[str, Any], order: list[str]) -> JSONObject:
+    """What every step's summary starts with: its items and how many records have each status."""
+    recs = [records[k] for k in order if k in records]
+    counts = Counter(str(r.get("status")) for r in recs)
+    return {"step": step, "items": len(order), **dict(sorted(counts.items()))}
+
+
+def close_step(run: EngineRun, step: str, log: RecordLog, order: list[str], summary: JSONObject) -> None:
+    """The step's log compacted (in the order of the items, then records of items outside the run) and
+    ``<step>/step_card.json`` written: what the step ran with and what all its records cost (the fixed settings and
+    the history kept)."""
+    known = set(order)
+    log.compact(order + [k for k in log.records if k not in known])
+    path = run.ws.card(step)
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = {}
+    recs = [r for r in log.records.values() if isinstance(r, dict)]
+    usage = merge([merge([r.get("usage"), r.get("usage_earlier")]) for r in recs])
+    costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
+    card = {
+        "step": step,
+        **run.card,
+        "summary": summary,
+        "totals": {
+            "records": len(recs),
+            "usage": usage,
+            "tokens_total": total_tokens(usage),
+            "cost_usd": round(sum(costs), 6) if costs else None,
+        },
+        **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if isinstance(old, dict) and k in old},
+    }
+    write_json_atomic(path, card)
 
 
 def read_records(path: Path, made_by: str) -> dict[str, JSONObject]:

@@ -512,7 +512,7 @@ def image_cache_settings(p: argparse.ArgumentParser, a: argparse.Namespace) -> I
 
 
 def add_budget_flags(p: Flags, *, what: str = "items") -> None:
-    """``--price_file``, ``--max_cost`` and ``--max_tokens_total`` (see :class:`insight_o3.jobs.job.Budget`)."""
+    """``--price_file``, ``--max_cost`` and ``--max_tokens_total`` (see :class:`insight_o3.jobs.budget.Budget`)."""
     p.add_argument(
         "--price_file",
         help="YAML/JSON of US$ per million tokens per model: "

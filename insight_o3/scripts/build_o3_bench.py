@@ -31,6 +31,7 @@ run first); 3 an output could not be written; 4 stopped early (a 401/403/404, to
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -55,8 +56,8 @@ from ..endpoints.endpoint import (
 from ..endpoints.usage import CostModel, PriceError
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..o3bench import sources as src_mod
-from ..o3bench.extraction import ExtractJob, tasks_for
-from ..o3bench.filtering import BenchFilterJob, drop_threshold, filter_coverage
+from ..o3bench.extraction import extract, tasks_for
+from ..o3bench.filtering import FilterSpec, drop_threshold, filter_candidates, filter_coverage
 from ..o3bench.prompts import (
     EXTRACTION_PROMPT,
     SYNTHESIS_PROMPTS,
@@ -69,8 +70,8 @@ from ..o3bench.prompts import (
 from ..o3bench.records import BuildFileError, read_items, read_sources
 from ..o3bench.release import release_workspace
 from ..o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..o3bench.steps import PROG, InputNotReady, StepSettings, model_card, read_log, step_command
-from ..o3bench.synthesis import LAYOUT_TEXT_MODES, SynthesizeJob
+from ..o3bench.steps import PROG, BenchStepRun, InputNotReady, StepSettings, model_card, read_log, step_command
+from ..o3bench.synthesis import LAYOUT_TEXT_MODES, synthesize
 from ..o3bench.validation import validate_workspace
 from ..o3bench.validation_rules import load_rules
 from ..o3bench.workspace import Workspace
@@ -426,14 +427,9 @@ def run_extract(a: argparse.Namespace) -> int:
     files = {"EXTRACTION_PROMPT": own.card()} if own is not None else {}
     sources = list(read_sources(ws.require(ws.sources, "sources")).values())
     ep = endpoint_of(a, role=f"{a.step} {a.model}")
-    job = ExtractJob(
+    run = BenchStepRun(
         ws,
         _settings(a),
-        a.model,
-        ep,
-        max_pixels=a.img_max_pixels or None,
-        prompt_role=a.extract_prompt_role,
-        prompt=prompt,
         cost_model=_costs(a, {"extractor": a.model}),
         invocation=invocation_of("build_o3_bench extract", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
@@ -444,7 +440,17 @@ def run_extract(a: argparse.Namespace) -> int:
             "max_pixels": a.img_max_pixels,
         },
     )
-    result = job.run(tasks_for(sources))
+    result = asyncio.run(
+        extract(
+            run,
+            a.model,
+            ep,
+            tasks_for(sources),
+            max_pixels=a.img_max_pixels or None,
+            prompt_role=a.extract_prompt_role,
+            prompt=prompt,
+        )
+    )
     _print(result.summary)
     return result.exit_code
 
@@ -462,13 +468,9 @@ def run_synthesize(a: argparse.Namespace) -> int:
         )
     ws.require(ws.records("extract"), "extract")
     ep = endpoint_of(a, role=f"{a.step} {a.model}")
-    job = SynthesizeJob(
+    run = BenchStepRun(
         ws,
         _settings(a),
-        a.model,
-        ep,
-        layout_text_mode=a.layout_text,
-        templates=templates,
         cost_model=_costs(a, {"synthesizer": a.model}),
         invocation=invocation_of("build_o3_bench synthesize", a, skip=("step",), prompts_sha256=prompts_sha),
         card={
@@ -478,10 +480,12 @@ def run_synthesize(a: argparse.Namespace) -> int:
             "layout_text": a.layout_text,
         },
     )
-    result = job.run(sources)
+    result, waiting_note = asyncio.run(
+        synthesize(run, a.model, ep, sources, layout_text_mode=a.layout_text, templates=templates)
+    )
     _print(result.summary)
-    if job.waiting:
-        print(f"note: {job.waiting_note()}", file=sys.stderr)
+    if waiting_note is not None:
+        print(f"note: {waiting_note}", file=sys.stderr)
     return result.exit_code
 
 
@@ -552,16 +556,17 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     sources = read_sources(ws.require(ws.sources, "sources"))
     items = read_items(ws.require(ws.candidates, "validate"), "validate/candidates.jsonl")
     costs = _costs(a, {**{m: m for m in solvers}, "judge": a.judge_model})
-    job = BenchFilterJob(
-        ws,
-        _settings(a),
+    spec = FilterSpec(
         solvers,
         a.judge_model,
         judge,
-        sources,
         attempts=a.attempts,
         drop_when=a.drop_when,
         separate_attempt_requests=a.separate_trial_requests,
+    )
+    run = BenchStepRun(
+        ws,
+        _settings(a),
         cost_model=costs,
         invocation=invocation_of("build_o3_bench filter", a, skip=("step",)),
         card={
@@ -572,7 +577,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
             "request": "evaluate's single-model request (model default system prompt, detail high)",
         },
     )
-    result = job.run(items)
+    result = asyncio.run(filter_candidates(run, spec, sources, items))
     _print(result.summary)
     return result.exit_code
 

@@ -14,7 +14,7 @@ Writes, under ``--output_dir``:
 result per line (see :mod:`insight_o3.data.layout`). API key and base URL: ``--api_key`` /
 ``--api_base_url`` or ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
 
-The engine is :class:`insight_o3.data.region_localization.RegionLocalizationJob`.
+The engine is :func:`insight_o3.data.region_localization.build_regions`.
 
 Exit status (:class:`insight_o3.scripts._shared.ExitCode`): 0 done; 1 some boxes have no description yet (lost to
 API errors; rerun to retry them); 2 bad input (a layout file, a missing image); 3 an output could not be
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from ..data.describe import DescribeConfig
     from ..data.layout import LayoutError
-    from ..data.region_localization import DESCRIPTIONS_FILE, LayoutInput, RegionLocalizationJob
+    from ..data.region_localization import COMMAND, DESCRIPTIONS_FILE, LayoutInput, build_regions
     from ..jobs.integrity import sha256_path
 
     check_run_flags(ap, a)
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         if a.layout_only:
             return _layout_only(a, inputs)
-        inv = invocation_of(RegionLocalizationJob.command, a, layouts_sha256=sha256_path(a.layouts))
-        result = RegionLocalizationJob(a.out_dir, inputs, cfg, endpoint, run_controls(a), inv).run([])
+        inv = invocation_of(COMMAND, a, layouts_sha256=sha256_path(a.layouts))
+        result = build_regions(a.out_dir, inputs, cfg, endpoint, run_controls(a), inv)
         print(json.dumps(result.summary))
         if result.incomplete:
             log.warning(

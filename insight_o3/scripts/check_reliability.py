@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     ap = build_parser()
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    from ..data.reliability import RECORDS_FILE, ReliabilityJob, ReliabilitySettings, parse_checker, run_check
+    from ..data.reliability import COMMAND, RECORDS_FILE, ReliabilitySettings, parse_checker, run_check
     from ..data.source_pool import PoolError, load_pool, pool_sha256
     from ..endpoints.endpoint import Endpoint, KeyHostError, Sourced, describe, resolve, resolve_key
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         items = load_pool(a.source_pool, a.image_root, check_images=not a.skip_image_check)
         models = list(checkers)
-        inv = invocation_of(ReliabilityJob.command, a, checker_models=models, pool_sha256=pool_sha256(items))
+        inv = invocation_of(COMMAND, a, checker_models=models, pool_sha256=pool_sha256(items))
         result = run_check(settings, items, inv)
         print(json.dumps(result.summary))
         if result.incomplete:

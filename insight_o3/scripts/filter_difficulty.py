@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     setup_logging()
     ap = build_parser(prog)
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    from ..data.difficulty import RECORDS_FILE, CollageFilterJob, CollagesFileError, FilterSettings, run_filter
+    from ..data.difficulty import COMMAND, RECORDS_FILE, CollagesFileError, FilterSettings, run_filter
     from ..endpoints.endpoint import ENV_KEYS, KeyHostError, Sourced, borrowed_key, describe, resolve_key, sourced
 
     check_run_flags(ap, a)
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     )
 
     def body() -> int:
-        result = run_filter(settings, invocation_of(CollageFilterJob.command, a))
+        result = run_filter(settings, invocation_of(COMMAND, a))
         print(json.dumps(result.summary))
         if result.incomplete:
             print(

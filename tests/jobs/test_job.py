@@ -1,46 +1,43 @@
-"""insight_o3.jobs.job.ResumableJob: the one lock -> record log -> plan -> bounded work -> compaction -> summary
-mechanism of every resumable command, exercised with a small job of its own."""
+"""insight_o3.jobs: the one run-directory context (:func:`~insight_o3.jobs.run_directory.open_run`: lock, card,
+history entry, logs) and the one :func:`~insight_o3.jobs.execute.execute` of every resumable command, exercised with
+a small command of its own written the way every command is (straight-line code around them)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import pytest
 
 from insight_o3.base.exit_codes import ExitCode
 from insight_o3.endpoints.guard import FailureRatioError
+from insight_o3.jobs.budget import BudgetExceeded
+from insight_o3.jobs.card_store import CardFile
+from insight_o3.jobs.clients import Clients
 from insight_o3.jobs.controls import RunControls
-from insight_o3.jobs.job import BudgetExceeded, ResumableJob
+from insight_o3.jobs.execute import RECORDS, ItemWork, JobResult, execute, left
+from insight_o3.jobs.run_directory import open_run
 from insight_o3.storage.lock import RunLockedError, acquire
 
 pytestmark = pytest.mark.smoke
 
 
-class SquareJob(ResumableJob[int, dict]):
+class Squares(ItemWork[int]):
     """Squares numbers; ``fail`` ones raise an expected error (recorded), ``boom`` a programming error."""
 
-    command = "square"
-    desc = "squares"
-
-    def __init__(self, directory, settings=None, fail=(), boom=(), tokens=0, **seam):
-        super().__init__(str(directory), settings or RunControls(progress=False, concurrency=2), **seam)
+    def __init__(self, fail=(), boom=(), tokens=0):
         self.fail, self.boom, self.tokens = set(fail), set(boom), tokens
         self.calls: list[int] = []
         self.in_flight = self.max_in_flight = 0
         self.closed = False
+        self.guard = None
 
     def key(self, n: int) -> str:
         return str(n)
 
     def is_final(self, record: dict) -> bool:
         return record["status"] == "ok"
-
-    async def setup(self) -> None:
-        self.on_close(self._close)
-
-    async def _close(self) -> None:
-        self.closed = True
 
     async def work(self, n: int, emit):
         self.calls.append(n)
@@ -60,16 +57,29 @@ class SquareJob(ResumableJob[int, dict]):
     def spend(self, record: dict) -> tuple[int, float]:
         return record.get("tokens", 0), 0.0
 
-    def finish(self) -> dict:
-        self.compact([str(n) for n in self.items])
-        return {"ok": sum(r["status"] == "ok" for r in self.records.values()), "n": len(self.items)}
+    async def close(self) -> None:
+        self.closed = True
 
-    def incomplete(self, summary: dict) -> int:
-        return summary["n"] - summary["ok"]
 
-    def plan(self, items):
-        self.items = items
-        return super().plan(items)
+async def arun_squares(directory, items, work: Squares, settings=None, store=None, **seam) -> JobResult[dict]:
+    """The command: straight-line code around the run directory and :func:`execute`."""
+    settings = settings or RunControls(progress=False, concurrency=2)
+    d = str(directory)
+    store = store or CardFile(os.path.join(d, "records_card.json"), [os.path.join(d, "records.jsonl")])
+    with open_run(d, "square", settings, store=store, **seam) as run:
+        logs = run.open_logs({RECORDS: "records.jsonl"})
+        plan = left(items, work, logs[RECORDS])
+        async with Clients(run.guard) as clients:
+            work.guard = run.guard
+            clients.on_close(work.close)
+            await execute(run, plan, work, clients, desc="squares")
+        logs[RECORDS].compact([str(n) for n in items])
+        ok = sum(r["status"] == "ok" for r in logs[RECORDS].records.values())
+    return JobResult({"ok": ok, "n": len(items)}, len(items) - ok)
+
+
+def run_squares(directory, items, work: Squares | None = None, settings=None, **seam) -> JobResult[dict]:
+    return asyncio.run(arun_squares(directory, items, work or Squares(), settings, **seam))
 
 
 def _lines(path):
@@ -77,32 +87,32 @@ def _lines(path):
 
 
 def test_runs_items_with_bounded_concurrency_and_compacts(tmp_path):
-    job = SquareJob(tmp_path)
-    result = job.run([3, 1, 2, 4])
+    job = Squares()
+    result = run_squares(tmp_path, [3, 1, 2, 4], job)
     assert result.summary == {"ok": 4, "n": 4} and result.exit_code == ExitCode.OK
     assert [r["sample_key"] for r in _lines(tmp_path / "records.jsonl")] == ["3", "1", "2", "4"]
     assert job.max_in_flight == 2 and job.closed
 
 
 def test_a_failed_item_is_recorded_and_retried_by_the_next_run(tmp_path):
-    first = SquareJob(tmp_path, fail={2}).run([1, 2, 3])
+    first = run_squares(tmp_path, [1, 2, 3], Squares(fail={2}))
     assert first.incomplete == 1 and first.exit_code == ExitCode.INCOMPLETE
     rec = {r["sample_key"]: r for r in _lines(tmp_path / "records.jsonl")}
     assert rec["2"] == {"sample_key": "2", "status": "failed", "error": "ValueError: cannot square 2"}
-    again = SquareJob(tmp_path)
-    assert again.run([1, 2, 3]).exit_code == ExitCode.OK
+    again = Squares()
+    assert run_squares(tmp_path, [1, 2, 3], again).exit_code == ExitCode.OK
     assert again.calls == [2]  # only what was not final
 
 
 def test_a_programming_error_propagates(tmp_path):
     with pytest.raises(KeyError):
-        SquareJob(tmp_path, boom={2}).run([1, 2, 3])
+        run_squares(tmp_path, [1, 2, 3], Squares(boom={2}))
 
 
 def test_resume_drops_a_torn_last_line(tmp_path):
     (tmp_path / "records.jsonl").write_text('{"sample_key": "1", "status": "ok", "value": 1}\n{"sample_key": "2", "st')
-    job = SquareJob(tmp_path)
-    assert job.run([1, 2]).summary == {"ok": 2, "n": 2}
+    job = Squares()
+    assert run_squares(tmp_path, [1, 2], job).summary == {"ok": 2, "n": 2}
     assert job.calls == [2]
 
 
@@ -110,34 +120,33 @@ def test_one_run_per_directory(tmp_path):
     lock = acquire(tmp_path, "another")
     try:
         with pytest.raises(RunLockedError, match="another"):
-            SquareJob(tmp_path).run([1])
+            run_squares(tmp_path, [1])
     finally:
         lock.release()
 
 
 def test_a_budget_stops_new_items_and_keeps_finished_ones(tmp_path):
     settings = RunControls(progress=False, concurrency=1, max_tokens_total=25)
-    job = SquareJob(tmp_path, settings, tokens=10)
     with pytest.raises(BudgetExceeded, match="--max_tokens_total 25"):
-        job.run([1, 2, 3, 4, 5])
+        run_squares(tmp_path, [1, 2, 3, 4, 5], Squares(tokens=10), settings)
     assert len(_lines(tmp_path / "records.jsonl")) == 3  # the third reached it; nothing started after
-    again = SquareJob(tmp_path, settings, tokens=10)  # earlier runs count: stops before starting anything
+    again = Squares(tokens=10)  # earlier runs count: stops before starting anything
     with pytest.raises(BudgetExceeded):
-        again.run([1, 2, 3, 4, 5])
+        run_squares(tmp_path, [1, 2, 3, 4, 5], again, settings)
     assert again.calls == []
 
 
 def test_a_tripped_guard_stops_the_run_and_records_nothing_more(tmp_path):
-    class Tripping(SquareJob):
+    class Tripping(Squares):
         async def work(self, n, emit):
             if n == 2:
                 self.guard.trip(FailureRatioError("model", None, 9, 10, 0.5, "boom"))
                 await asyncio.sleep(10)
             return await super().work(n, emit)
 
-    job = Tripping(tmp_path, RunControls(progress=False, concurrency=4))
+    job = Tripping()
     with pytest.raises(FailureRatioError):
-        job.run([1, 2, 3, 4])
+        run_squares(tmp_path, [1, 2, 3, 4], job, RunControls(progress=False, concurrency=4))
     assert job.closed
 
 
@@ -145,14 +154,14 @@ def test_the_requests_of_a_unit_count_against_the_budget(tmp_path):
     """Records of the data tools carry no usage: their budget counts what the clients report while a unit runs."""
     from insight_o3.endpoints.usage import record_response
 
-    class Metered(SquareJob):
+    class Metered(Squares):
         async def work(self, n, emit):
             record_response("model", {"usage": {"prompt_tokens": 7, "completion_tokens": 3}})
             return await super().work(n, emit)
 
-    job = Metered(tmp_path, RunControls(progress=False, concurrency=1, max_tokens_total=25))
+    job = Metered()
     with pytest.raises(BudgetExceeded, match="30 tokens used"):
-        job.run([1, 2, 3, 4, 5])
+        run_squares(tmp_path, [1, 2, 3, 4, 5], job, RunControls(progress=False, concurrency=1, max_tokens_total=25))
     assert job.calls == [1, 2, 3]
 
 
@@ -184,7 +193,7 @@ def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_pat
 
     monkeypatch.setattr(RecordLog, "append", append_then_hold_7)
 
-    class Metered(SquareJob):
+    class Metered(Squares):
         async def work(self, n, emit):
             record_response("model", {"usage": {"prompt_tokens": 7, "completion_tokens": 3}})
             if n == 9:
@@ -194,16 +203,16 @@ def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_pat
 
     inv = Invocation("square", {"concurrency": 2})
     price = lambda usage: 0.5 * sum(c["requests"] for c in usage.values())  # noqa: E731
-    assert Metered(tmp_path, invocation=inv, price=price).run([1, 2]).exit_code == ExitCode.OK
+    assert run_squares(tmp_path, [1, 2], Metered(), invocation=inv, price=price).exit_code == ExitCode.OK
     with pytest.raises(KeyError):
-        Metered(tmp_path, boom={3}, invocation=inv, price=price).run([1, 2, 3])
+        run_squares(tmp_path, [1, 2, 3], Metered(boom={3}), invocation=inv, price=price)
     settings = RunControls(progress=False, concurrency=1, max_tokens_total=25)
     with pytest.raises(BudgetExceeded):
-        Metered(tmp_path, settings, invocation=inv, price=price).run([1, 2, 3, 4, 5, 6])
+        run_squares(tmp_path, [1, 2, 3, 4, 5, 6], Metered(), settings, invocation=inv, price=price)
 
     async def cancel_while_9_is_in_flight():
-        job = Metered(tmp_path, invocation=inv, price=price)
-        task = asyncio.create_task(job.arun([7, 9]))
+        job = Metered()
+        task = asyncio.create_task(arun_squares(tmp_path, [7, 9], job, invocation=inv, price=price))
         while not (getattr(job, "waiting", False) and written_7.is_set()):
             await asyncio.sleep(0.01)
         task.cancel()
@@ -217,7 +226,7 @@ def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_pat
     stored["history"].append({**stored["history"][-1], "status": "started"})  # as a SIGKILL leaves it
     card.write_text(json.dumps(stored))
     caplog.set_level("WARNING")
-    Metered(tmp_path, invocation=inv, price=price).run([8])
+    run_squares(tmp_path, [8], Metered(), invocation=inv, price=price)
     assert any("did not finish (killed by SIGKILL" in r.getMessage() for r in caplog.records)
 
     h = _history(tmp_path)
@@ -262,7 +271,7 @@ def test_the_store_given_to_the_job_holds_its_card_and_says_what_the_directory_h
 
     def run(**settings):
         inv = Invocation("square", {"num_trials": 4, "seed": 1, **settings})
-        return SquareJob(tmp_path, store=store, invocation=inv, card={"note": "first"}).run([1, 2])
+        return run_squares(tmp_path, [1, 2], store=store, invocation=inv, card={"note": "first"})
 
     run()
     assert store.card["fixed_settings"] == {"command": "square", "seed": 1} and store.card["note"] == "first"
@@ -273,17 +282,12 @@ def test_the_store_given_to_the_job_holds_its_card_and_says_what_the_directory_h
         run(num_trials=3)
 
 
-def test_the_evaluation_job_fills_in_a_small_spec():
-    from insight_o3.evaluation.runner import EvalJob
+def test_a_command_says_five_things_per_item():
+    """The per-item protocol is small: a command's run is straight-line code around the run directory and
+    :func:`execute`, which asks of each item only its key, whether its record is final, the work, the record of a
+    failure and what a record cost."""
+    from insight_o3.evaluation.runner import EvalWork
 
-    hooks = {n for n, v in vars(ResumableJob).items() if callable(v) and not n.startswith("_")}
-    assert {n for n in vars(EvalJob) if n in hooks} == {
-        "prepare",
-        "log_files",
-        "plan",
-        "work",
-        "finish",
-        "spend",
-        "spent_before",
-        "incomplete",
-    }
+    protocol = {n for n, v in vars(ItemWork).items() if callable(v) and not n.startswith("_")}
+    assert protocol == {"key", "is_final", "work", "failed", "spend"}
+    assert {n for n in vars(EvalWork) if n in protocol} == {"key", "work", "spend"}
