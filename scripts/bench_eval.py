@@ -22,7 +22,8 @@ The prepared-image cache (``--image_cache``, shared across runs) is measured too
 run** (the cache emptied before it, so it renders every image and stores it), then ``second_run`` evaluates the same
 benchmark as another model would (a new run directory, zero latency) with the cache the first run filled:
 ``workers_cpu_s`` and ``tree_cpu_s`` of the two say what the cache saves, and ``image_cache`` (from the run card) its
-hits, misses and bytes. The latency run has the cache off, so it renders every image as a run without one.
+hits, misses and bytes; ``same_image_payloads_as_first`` compares a digest of every distinct image payload the
+server saw in each run. The latency run has the cache off, so it renders every image as a run without one.
 
 The **encode-once floor** is measured in the same sitting, before the runs: decode + resize + encode
 (+ base64) of every distinct image of the benchmark once, one after the other on one core, through
@@ -316,6 +317,8 @@ def run_once(a, bench: Path, label: str, latency: float, image_cache: str) -> di
         "images_decoded": int(m.group(1)) if m else None,
         "images_encoded": int(m.group(2)) if m else None,
         "distinct_image_payloads_at_server": len(script.image_hashes),
+        # one digest of every distinct image payload the server saw: equal digests = the same bytes were sent
+        "image_payloads_sha256": hashlib.sha256("\n".join(sorted(script.image_hashes)).encode()).hexdigest(),
         "requests": n_requests,
         "judge_requests": script.judge_requests,
         "queries": total,
@@ -390,6 +393,11 @@ def main(argv=None) -> int:
             res["wall_over_floor"] = round(res["wall_s"] / floor["floor_s"], 2)
         results.append(res)
         print(json.dumps(res, indent=1), flush=True)
+    by_label = {r["run"]: r for r in results}
+    if {"zero_latency", "second_run"} <= set(by_label):
+        same = by_label["zero_latency"]["image_payloads_sha256"] == by_label["second_run"]["image_payloads_sha256"]
+        by_label["second_run"]["same_image_payloads_as_first"] = same
+        print(f"[bench] the second run sent {'the same' if same else 'DIFFERENT'} image bytes as the first", flush=True)
     out = Path(a.work_dir) / "results.json"
     out.write_text(
         json.dumps(
