@@ -120,6 +120,14 @@ class JobResult(Generic[SummaryT]):
         return ExitCode.INCOMPLETE if self.incomplete else ExitCode.OK
 
 
+def unit_meter() -> UsageMeter:
+    """A usage meter of the current unit's own requests (every client request of the task reports to it; it
+    replaces the one :func:`execute` gave the unit)."""
+    m = UsageMeter()
+    metering(m)
+    return m
+
+
 def record_status(record: Any) -> str | None:
     """The status the progress bar counts a record under: its ``status`` field."""
     return record.get("status") if isinstance(record, dict) else getattr(record, "status", None)

@@ -21,7 +21,8 @@ from ..base.json_types import JSONObject
 from ..endpoints.endpoint import Endpoint
 from ..imaging.images import ImageRef, ImageStore, Resize
 from ..jobs.clients import Clients
-from ..jobs.execute import Emit, JobResult
+from ..jobs.execute import Emit, JobResult, unit_meter
+from ..jobs.retried import execute_retried
 from ..protocol.trajectory import image_part, message, to_openai
 from .prompts import EXTRACTION_PROMPT
 from .records import SourceImage
@@ -29,11 +30,9 @@ from .steps import (
     BenchStepRun,
     StepItems,
     close_step,
-    execute_step,
     open_step,
     step_client,
     step_summary,
-    unit_meter,
 )
 
 SECTIONS = ("identification", "caption", "ocr")
@@ -272,7 +271,7 @@ async def extract(
             api = step_client(clients, run.settings, endpoint, "extractor")
             resize = extraction_resize(max_pixels)
             work = ExtractWork(run, log.records, api, images, model, resize, prompt_role, prompt)
-            await execute_step(rd, tasks, work, clients, desc=DESC)
+            await execute_retried(rd, tasks, work, clients, desc=DESC)
         order = [t.sample_key for t in tasks]
         summary = _summary(log.records, order)
         close_step(run, STEP, log, order, summary)

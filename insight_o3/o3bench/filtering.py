@@ -29,7 +29,8 @@ from ..evaluation.judge import AnswerJudge
 from ..imaging.geometry import api_image_max_pixels
 from ..imaging.images import ImageStore, Resize
 from ..jobs.clients import Clients
-from ..jobs.execute import Emit, JobResult
+from ..jobs.execute import Emit, JobResult, unit_meter
+from ..jobs.retried import execute_retried
 from ..protocol.sample import Sample
 from ..storage.atomic import write_jsonl_atomic
 from .records import BenchItem, SourceImage, read_items
@@ -37,13 +38,11 @@ from .steps import (
     BenchStepRun,
     StepItems,
     close_step,
-    execute_step,
     limited,
     open_step,
     read_log,
     step_client,
     step_summary,
-    unit_meter,
 )
 from .workspace import Workspace
 
@@ -239,7 +238,7 @@ async def filter_candidates(
     with open_step(run, STEP) as (rd, log):
         async with Clients(rd.guard) as clients:
             work = _filter_work(run, log.records, spec, sources, clients)
-            await execute_step(rd, todo, work, clients, desc=DESC)
+            await execute_retried(rd, todo, work, clients, desc=DESC)
         order = [it.item_id for it in todo]
         summary = _summary(run.ws, spec, items, log.records, order)
         close_step(run, STEP, log, order, summary)

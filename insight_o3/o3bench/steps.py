@@ -26,12 +26,13 @@ from ..base.json_types import JSONObject
 from ..endpoints.chat import NoChoice, chat_once
 from ..endpoints.endpoint import Endpoint
 from ..endpoints.rate_limit import AdaptiveLimiter
-from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..endpoints.usage import CostModel
 from ..jobs.card_store import CardFile
 from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
-from ..jobs.execute import RECORDS, ItemWork, execute, left
+from ..jobs.execute import RECORDS
 from ..jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
+from ..jobs.retried import RetriedItems, compact_keeping, totals
 from ..jobs.run_directory import RunDirectory, open_run
 from ..storage.atomic import write_json_atomic
 from ..storage.record_log import RecordLog
@@ -85,23 +86,6 @@ class Asked(Generic[ParsedT]):
     reason: str
 
 
-def record_spend(record: Any, earlier: bool = False) -> tuple[int, float]:
-    """(tokens, dollars) of a step record's ``usage`` and ``cost_usd`` (``earlier``: plus what the records it
-    replaced cost, ``usage_earlier`` / ``cost_usd_earlier``)."""
-    if not isinstance(record, dict):
-        return 0, 0.0
-    tokens, cost = total_tokens(record.get("usage")), float(record.get("cost_usd") or 0.0)
-    if earlier:
-        tokens += total_tokens(record.get("usage_earlier"))
-        cost += float(record.get("cost_usd_earlier") or 0.0)
-    return tokens, cost
-
-
-def all_usage(record: dict) -> JSONObject:
-    """A record's usage including that of the records it replaced (a failed attempt retried later)."""
-    return merge([record.get("usage"), record.get("usage_earlier")])
-
-
 @dataclass(frozen=True)
 class BenchStepRun:
     """What a step's run is given besides its own settings: the workspace, the step's settings, the price model
@@ -118,34 +102,21 @@ class BenchStepRun:
         return self.cost_model.cost(usage) if self.cost_model is not None else None
 
 
-class StepItems(ItemWork[ItemT]):
+class StepItems(RetriedItems[ItemT]):
     """A step's per-item protocol, what the three steps share: a record is final when its ``status`` is ``"ok"``
-    (failed ones are retried by the next run unless ``retry_failed`` is off), costs what its ``usage`` says, and
-    carries what the records it replaces cost (:meth:`carried`); ``records``: the step's log, as loaded."""
+    (failed ones are retried by the next run unless ``retry_failed`` is off) and carries what the records it replaces
+    cost (:class:`~insight_o3.jobs.retried.RetriedItems`); ``records``: the step's log, as loaded."""
 
     def __init__(self, run: BenchStepRun, records: dict[str, Any]):
-        self.run, self.s, self.records = run, run.settings, records
+        super().__init__(records)
+        self.run, self.s = run, run.settings
 
     def is_final(self, record: Any) -> bool:
         return record.get("status") in FINAL_STATUSES or not self.s.retry_failed
 
-    def spend(self, record: Any) -> tuple[int, float]:
-        return record_spend(record)  # a new record: what it cost itself (the replaced ones are already counted)
-
     def previous(self, unit: ItemT) -> JSONObject:
         """The stored record of ``unit`` ({} when none)."""
         return self.records.get(self.key(unit)) or {}
-
-    def carried(self, record: JSONObject) -> JSONObject:
-        """``record`` with what the record it replaces cost (a retried item: its earlier attempts' usage and cost
-        kept, so totals and budgets stay true)."""
-        old = self.records.get(str(record.get("sample_key")))
-        if isinstance(old, dict) and (old.get("usage") or old.get("usage_earlier")):
-            record["usage_earlier"] = all_usage(old)
-            c0, c1 = old.get("cost_usd"), old.get("cost_usd_earlier")
-            if c0 is not None or c1 is not None:
-                record["cost_usd_earlier"] = round(float(c0 or 0.0) + float(c1 or 0.0), 8)
-        return record
 
     async def ask_parsed(
         self,
@@ -184,13 +155,6 @@ def step_client(clients: Clients, s: StepSettings, ep: Endpoint, role: str) -> A
     return clients.client(ep, role=role, max_connections=max(16, 2 * n), limiter=limiter)
 
 
-def unit_meter() -> UsageMeter:
-    """A usage meter for the current task (every client request of this item reports to it)."""
-    m = UsageMeter()
-    metering(m)
-    return m
-
-
 def limited(items: list, limit: int | None) -> list:
     """The items of a ``--limit`` run (the first N)."""
     return items if limit is None else items[:limit]
@@ -216,18 +180,6 @@ def open_step(run: BenchStepRun, step: str) -> Iterator[tuple[RunDirectory, Reco
         yield rd, rd.open_logs({RECORDS: os.path.join(step, "records.jsonl")})[RECORDS]
 
 
-async def execute_step(rd: RunDirectory, items: list, work: StepItems, clients: Clients, *, desc: str) -> None:
-    """:func:`~insight_o3.jobs.execute.execute` over the items not final yet; earlier runs' spend counts what each
-    record and those it replaced cost."""
-    records = work.records
-
-    def before() -> tuple[int, float]:
-        spent = [record_spend(r, earlier=True) for r in records.values()]
-        return sum(t for t, _ in spent), sum(c for _, c in spent)
-
-    await execute(rd, left(items, work, rd.logs[RECORDS]), work, clients, desc=desc, spent_before=before)
-
-
 def step_summary(step: str, records: dict[str, Any], order: list[str]) -> JSONObject:
     """The counts every step's summary starts with: its items, those ok and those failed (exit status 1)."""
     recs = [records[k] for k in order if k in records]
@@ -241,26 +193,17 @@ def step_summary(step: str, records: dict[str, Any], order: list[str]) -> JSONOb
 
 
 def close_step(run: BenchStepRun, step: str, log: RecordLog, order: list[str], summary: dict) -> None:
-    """The step's log compacted (keys of this run first, then records of items outside it — an earlier run without
-    ``--limit`` — kept) and ``<step>/step_card.json`` written: what the step ran with and what all its records cost
-    (the settings fixed by the step's first run and the history of its runs are kept)."""
-    known = set(order)
-    log.compact(order + [k for k in log.records if k not in known])
+    """The step's log compacted (:func:`~insight_o3.jobs.retried.compact_keeping`) and ``<step>/step_card.json``
+    written: what the step ran with and what all its records cost (the settings fixed by the step's first run and
+    the history of its runs are kept)."""
+    compact_keeping(log, order)
     old = read_step_card(run.ws, step) or {}
-    recs = [r for r in log.records.values() if isinstance(r, dict)]
-    usage = merge([all_usage(r) for r in recs])
-    costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
     card = {
         "step": step,
         **run.card,
         "settings": run.settings.public(),
         "summary": summary,
-        "totals": {
-            "records": len(recs),
-            "usage": usage,
-            "tokens_total": total_tokens(usage),
-            "cost_usd": round(sum(costs), 6) if costs else None,
-        },
+        "totals": totals(log.records),
         **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if k in old},
     }
     write_json_atomic(run.ws.step_card(step), card)

@@ -30,7 +30,8 @@ from ..base.json_types import JSONObject
 from ..base.untrusted import REPAIR_DEADLINE_S, JSONRepair, loads, loads_repaired_in_worker
 from ..endpoints.endpoint import Endpoint
 from ..jobs.clients import Clients
-from ..jobs.execute import Emit, JobResult
+from ..jobs.execute import Emit, JobResult, unit_meter
+from ..jobs.retried import execute_retried
 from .extraction import Extraction, extractions_by_image
 from .prompts import synthesis_prompt
 from .records import SourceImage
@@ -39,14 +40,12 @@ from .steps import (
     InputNotReady,
     StepItems,
     close_step,
-    execute_step,
     limited,
     open_step,
     read_log,
     step_client,
     step_command,
     step_summary,
-    unit_meter,
 )
 from .workspace import Workspace
 
@@ -262,7 +261,7 @@ async def synthesize(
         tasks = limited(r.ready, run.settings.limit)
         async with Clients(rd.guard) as clients:
             work = SynthWork(run, log.records, step_client(clients, run.settings, endpoint, "synthesizer"), model)
-            await execute_step(rd, tasks, work, clients, desc=DESC)
+            await execute_retried(rd, tasks, work, clients, desc=DESC)
         order = [t.source.key for t in tasks]
         summary = _summary(log.records, order, len(r.waiting))
         close_step(run, STEP, log, order, summary)

@@ -24,13 +24,14 @@ from ..base.untrusted import loads
 from ..endpoints.chat import NoChoice, chat_once
 from ..imaging.images import ImageStore
 from ..jobs.clients import Clients
-from ..jobs.execute import Emit, JobResult
+from ..jobs.execute import Emit, JobResult, unit_meter
+from ..jobs.retried import execute_retried
 from ..protocol.trajectory import image_part, message, to_openai
 from .chain import chain_text
 from .generation import IMAGE_RESIZE
 from .prompts import CHECK_KWARGS, CHECK_SYSTEM_PROMPT, CHECK_USER_TEMPLATE, NO_ANSWER, SCORE_KWARGS, SCORE_PROMPT
 from .settings import CheckSettings, ModelAccess, ScoreSettings
-from .steps import EngineItems, EngineRun, close_step, engine_client, execute_step, open_step, step_summary, unit_meter
+from .steps import EngineItems, EngineRun, close_step, engine_client, open_step, step_summary
 
 SCORE_KEYS = ("logic", "hallucination", "completeness", "score")
 
@@ -95,7 +96,7 @@ async def run_check(
         async with Clients(rd.guard) as clients:
             api = engine_client(clients, run.controls, judge, "checker")
             work = CheckWork(run, log.records, api, judge, settings)
-            await execute_step(rd, chains, work, clients, desc="answer checks")
+            await execute_retried(rd, chains, work, clients, desc="answer checks")
         order = [work.key(c) for c in chains]
         summary = step_summary("check", log.records, order)
         summary["passed"] = sum(bool(log.records[k].get("passed")) for k in order if k in log.records)
@@ -189,7 +190,7 @@ async def run_score(
             )
             clients.on_close(images.close)
             work = ScoreWork(run, log.records, api, images, scorer, settings)
-            await execute_step(rd, chains, work, clients, desc="chain scores")
+            await execute_retried(rd, chains, work, clients, desc="chain scores")
         order = [work.key(c) for c in chains]
         summary = step_summary("score", log.records, order)
         close_step(run, "score", log, order, summary)

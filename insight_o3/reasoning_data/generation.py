@@ -24,13 +24,14 @@ from ..base.json_types import JSONObject
 from ..endpoints.chat import chat_once
 from ..imaging.images import EncodedImage, ImageStore, Resize
 from ..jobs.clients import Clients
-from ..jobs.execute import Emit, JobResult
+from ..jobs.execute import Emit, JobResult, unit_meter
+from ..jobs.retried import execute_retried
 from ..protocol.sample import Sample
 from ..protocol.trajectory import image_part, to_openai
 from .chain import ChainSession
 from .prompts import GENERATION_KWARGS, IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS
 from .settings import GenerateSettings, ModelAccess
-from .steps import EngineItems, EngineRun, close_step, engine_client, execute_step, open_step, step_summary, unit_meter
+from .steps import EngineItems, EngineRun, close_step, engine_client, open_step, step_summary
 
 #: the view of a question's image the generator (and the scorer) sees
 IMAGE_RESIZE = Resize.qwen(IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS)
@@ -133,7 +134,7 @@ async def run_generate(
             )
             clients.on_close(images.close)
             work = GenerateWork(run, log.records, api, images, generator, settings)
-            await execute_step(rd, units, work, clients, desc=DESC)
+            await execute_retried(rd, units, work, clients, desc=DESC)
         order = [u.key for u in units]
         summary = step_summary(STEP, log.records, order)
         close_step(run, STEP, log, order, summary)

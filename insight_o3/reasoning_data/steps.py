@@ -23,12 +23,13 @@ from openai import AsyncOpenAI
 
 from ..base.json_types import JSONObject
 from ..endpoints.rate_limit import AdaptiveLimiter
-from ..endpoints.usage import CostModel, UsageMeter, merge, metering, total_tokens
+from ..endpoints.usage import CostModel, UsageMeter
 from ..jobs.card_store import CardFile
 from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
-from ..jobs.execute import RECORDS, ItemWork, execute, left
+from ..jobs.execute import RECORDS
 from ..jobs.integrity import FIXED_KEY, HISTORY_KEY, Invocation
+from ..jobs.retried import RetriedItems, compact_keeping, totals
 from ..jobs.run_directory import RunDirectory, open_run
 from ..storage.atomic import write_json_atomic
 from ..storage.jsonl import iter_jsonl
@@ -40,18 +41,6 @@ from .workspace import EngineInputError, WorkDir
 PROG = "python -m insight_o3.scripts.build_reasoning_data"
 
 ItemT = TypeVar("ItemT")
-
-
-def record_spend(record: Any, earlier: bool = False) -> tuple[int, float]:
-    """(tokens, dollars) of a record's ``usage`` and ``cost_usd`` (``earlier``: plus those of the records it
-    replaced)."""
-    if not isinstance(record, dict):
-        return 0, 0.0
-    tokens, cost = total_tokens(record.get("usage")), float(record.get("cost_usd") or 0.0)
-    if earlier:
-        tokens += total_tokens(record.get("usage_earlier"))
-        cost += float(record.get("cost_usd_earlier") or 0.0)
-    return tokens, cost
 
 
 #: The name a step's run holds the work directory's lock under (``build_reasoning_data <step>``).
@@ -74,14 +63,14 @@ class EngineRun:
         return self.cost_model.cost(usage) if self.cost_model is not None else None
 
 
-class EngineItems(ItemWork[ItemT]):
+class EngineItems(RetriedItems[ItemT]):
     """A step's per-item protocol, what the steps share: a record is final when its status is one of
-    ``final_statuses``, costs what its ``usage`` says and carries what the records it replaces cost
-    (:meth:`carried`); a failure is recorded as ``failed`` (asked again by the next run); ``records``: the step's
-    log, as loaded."""
+    ``final_statuses`` and carries what the records it replaces cost (:class:`~insight_o3.jobs.retried.RetriedItems`);
+    a failure is recorded as ``failed`` (asked again by the next run); ``records``: the step's log, as loaded."""
 
     def __init__(self, run: EngineRun, records: dict[str, Any], final_statuses: tuple[str, ...] = ("ok",)):
-        self.run, self.records, self.final_statuses = run, records, final_statuses
+        super().__init__(records)
+        self.run, self.final_statuses = run, final_statuses
 
     def is_final(self, record: Any) -> bool:
         return isinstance(record, dict) and record.get("status") in self.final_statuses
@@ -93,20 +82,6 @@ class EngineItems(ItemWork[ItemT]):
     def failed(self, unit: ItemT, reason: str) -> JSONObject:
         return self.carried({**self.base(unit), "status": "failed", "error": reason})
 
-    def spend(self, record: Any) -> tuple[int, float]:
-        return record_spend(record)
-
-    def carried(self, record: JSONObject) -> JSONObject:
-        """``record`` with what the record it replaces cost (a retried item: its earlier attempts' usage and cost
-        kept, so totals and budgets stay true)."""
-        old = self.records.get(str(record.get("sample_key")))
-        if isinstance(old, dict) and (old.get("usage") or old.get("usage_earlier")):
-            record["usage_earlier"] = merge([old.get("usage"), old.get("usage_earlier")])
-            c0, c1 = old.get("cost_usd"), old.get("cost_usd_earlier")
-            if c0 is not None or c1 is not None:
-                record["cost_usd_earlier"] = round(float(c0 or 0.0) + float(c1 or 0.0), 8)
-        return record
-
     def with_usage(self, record: JSONObject, meter: UsageMeter) -> JSONObject:
         """``record`` with the usage of its unit's requests and their cost, :meth:`carried`."""
         usage = meter.to_dict()
@@ -117,13 +92,6 @@ def engine_client(clients: Clients, controls: RunControls, ep: ModelAccess, role
     """A client of ``ep`` reporting to the run guard behind an adaptive limiter, closed with ``clients``."""
     n = controls.concurrency
     return clients.client(ep.api, role=role, max_connections=max(16, 2 * n), limiter=AdaptiveLimiter(n))
-
-
-def unit_meter() -> UsageMeter:
-    """A usage meter for the current unit (every request of it reports there)."""
-    m = UsageMeter()
-    metering(m)
-    return m
 
 
 @contextmanager
@@ -148,18 +116,6 @@ def open_step(run: EngineRun, step: str) -> Iterator[tuple[RunDirectory, RecordL
         yield rd, rd.open_logs({RECORDS: logs[0]})[RECORDS]
 
 
-async def execute_step(rd: RunDirectory, items: list, work: EngineItems, clients: Clients, *, desc: str) -> None:
-    """:func:`~insight_o3.jobs.execute.execute` over the items not final yet; earlier runs' spend counts what each
-    record and those it replaced cost."""
-    records = work.records
-
-    def before() -> tuple[int, float]:
-        spent = [record_spend(r, earlier=True) for r in records.values()]
-        return sum(t for t, _ in spent), sum(c for _, c in spent)
-
-    await execute(rd, left(items, work, rd.logs[RECORDS]), work, clients, desc=desc, spent_before=before)
-
-
 def step_summary(step: str, records: dict[str, Any], order: list[str]) -> JSONObject:
     """What every step's summary starts with: its items and how many records have each status."""
     recs = [records[k] for k in order if k in records]
@@ -168,29 +124,19 @@ def step_summary(step: str, records: dict[str, Any], order: list[str]) -> JSONOb
 
 
 def close_step(run: EngineRun, step: str, log: RecordLog, order: list[str], summary: JSONObject) -> None:
-    """The step's log compacted (in the order of the items, then records of items outside the run) and
-    ``<step>/step_card.json`` written: what the step ran with and what all its records cost (the fixed settings and
-    the history kept)."""
-    known = set(order)
-    log.compact(order + [k for k in log.records if k not in known])
+    """The step's log compacted (:func:`~insight_o3.jobs.retried.compact_keeping`) and ``<step>/step_card.json``
+    written: what the step ran with and what all its records cost (the fixed settings and the history kept)."""
+    compact_keeping(log, order)
     path = run.ws.card(step)
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         old = {}
-    recs = [r for r in log.records.values() if isinstance(r, dict)]
-    usage = merge([merge([r.get("usage"), r.get("usage_earlier")]) for r in recs])
-    costs = [record_spend(r, earlier=True)[1] for r in recs if r.get("cost_usd") is not None]
     card = {
         "step": step,
         **run.card,
         "summary": summary,
-        "totals": {
-            "records": len(recs),
-            "usage": usage,
-            "tokens_total": total_tokens(usage),
-            "cost_usd": round(sum(costs), 6) if costs else None,
-        },
+        "totals": totals(log.records),
         **{k: old[k] for k in (FIXED_KEY, HISTORY_KEY) if isinstance(old, dict) and k in old},
     }
     write_json_atomic(path, card)
