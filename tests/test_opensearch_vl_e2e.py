@@ -22,6 +22,7 @@ from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.demo.opensearch_vl import ScriptedInvestigator, judge_script, make_demo
 from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol.attempt_stats import ToolLoopStats
 from insight_o3.scripts import evaluate, report
 from insight_o3.tools import http as tool_http
 from insight_o3.tools.layout import tesseract_version
@@ -150,7 +151,8 @@ def test_hostile_tool_arguments_get_clear_observations(tmp_path):
     finally:
         srv.shutdown()
     assert attempt.error is None and attempt.text.endswith("<response>\\boxed{done}</response>")
-    rec = attempt.stats["tool_calls"]
+    assert isinstance(attempt.stats, ToolLoopStats)
+    rec = attempt.stats.tool_calls
     assert len(rec) == len(calls)  # nothing lost: every call recorded, the episode went on to its answer
     obs = [c["observation"] for c in rec]
     assert "scale must be one of [2, 3, 4]" in obs[0] and rec[0]["error_kind"] == "bad_arguments"

@@ -27,6 +27,7 @@ from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.evaluation import opensearch_vl_judge as judge
 from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol.attempt_stats import ToolLoopStats
 from insight_o3.tools.sandbox import probe
 from insight_o3.tools.setup import TOOL_SETS
 from insight_o3.tools.toolkit import Toolkit
@@ -216,7 +217,8 @@ def test_episode_requests_match_the_release(n, tmp_path):
     assert attempt.text == case["final_response_text"]
     assert srv.requests[0]["temperature"] == 0.0 and srv.requests[0]["max_tokens"] == 32768
     tool_texts = [_release_path(t) for t in case["tool_outputs"] if t is not None]
-    assert [osv.OBSERVATION.format(c["observation"]) for c in attempt.stats["tool_calls"]] == tool_texts
+    assert isinstance(attempt.stats, ToolLoopStats)
+    assert [osv.OBSERVATION.format(c["observation"]) for c in attempt.stats.tool_calls] == tool_texts
 
 
 def test_python_interpreter_matches_the_release():

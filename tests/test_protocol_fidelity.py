@@ -27,6 +27,7 @@ from insight_o3.imaging.images import ImageStore, Resize, encode_pil
 from insight_o3.imaging.view_ops import Resample
 from insight_o3.protocol import prompts
 from insight_o3.protocol.attempt import Attempt
+from insight_o3.protocol.attempt_stats import InSightO3Stats
 from insight_o3.protocol.parsing import extract_answer_span, extract_verify_span, parse_reasoner_turn
 from insight_o3.protocol.questions import insight_o3_question
 from insight_o3.protocol.sample import Sample
@@ -218,8 +219,10 @@ def _judge(openai_server, reply="<correct>", flow="verify"):
 @pytest.mark.parametrize("status", ["format_failed", "search_after_limit", "search_invalid"])
 def test_episodes_without_an_answer_are_not_judged(openai_server, status):
     srv, judge = _judge(openai_server)
-    v = asyncio.run(judge.check(_sample(), Attempt("\\boxed{B}", "stop", stats={"status": status})))
+    stats = InSightO3Stats(status=status, protocol_error=None)
+    v = asyncio.run(judge.check(_sample(), Attempt("\\boxed{B}", "stop", stats=stats)))
     assert v.status == "invalid" and not v.has_answer and srv.count == 0
+    assert v.fail_reason == f"no answer: {status}"
 
 
 def test_in_loop_check_requests_and_rules(openai_server):

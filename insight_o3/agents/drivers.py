@@ -16,6 +16,7 @@ from ..endpoints.chat import Completion, chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..imaging.images import ImageStore
+from ..protocol.attempt_stats import InSightO3Stats
 from ..protocol.limits import LIMITS
 from ..protocol.prompts import FORK_HINTS, ReasonerHints
 from ..protocol.statuses import EpisodeStatus, ReasonerAction, ReasonerMode
@@ -140,15 +141,15 @@ class AnswerResult:
         return self.status == EpisodeStatus.ANSWERED
 
     @property
-    def stats(self) -> JSONObject:
-        return {
-            "n_search_calls": self.n_search_calls,
-            "n_search_not_found": self.n_search_not_found,
-            "n_format_retries": self.n_format_retries,
-            "feedback": self.feedback,
-            "status": self.status,
-            "protocol_error": self.protocol_error,
-        }
+    def stats(self) -> InSightO3Stats:
+        return InSightO3Stats(
+            n_search_calls=self.n_search_calls,
+            n_search_not_found=self.n_search_not_found,
+            n_format_retries=self.n_format_retries,
+            feedback=self.feedback,
+            status=self.status,
+            protocol_error=self.protocol_error,
+        )
 
 
 class InSightO3:

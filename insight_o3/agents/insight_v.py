@@ -19,12 +19,13 @@ hard-coded example): :func:`origin_question` is ours (row IV2).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..base.json_types import JSONObject
+from ..protocol.attempt_stats import InsightVStats, OtherText
+from ..protocol.statuses import InsightVAgent, ThoughtsForm
 from ..protocol.trajectory import message
 from .tool_agents import AgentSpec
 
@@ -52,15 +53,6 @@ REASONER_KWARGS: Mapping[str, Any] = {
     "extra_body": {"skip_special_tokens": False},
 }
 SUMMARY_KWARGS: Mapping[str, Any] = {"temperature": 0.2, "top_p": 0.95, "max_tokens": 4096}
-
-
-class ThoughtsForm(enum.StrEnum):
-    """How a reasoner reply holds its chain (recorded in ``stats``; the chain is taken the release's way whatever
-    the form)."""
-
-    CLOSED = "closed"  # a <thoughts> ... </thoughts> span
-    UNCLOSED = "unclosed"  # <thoughts> without a </thoughts> after it (typically cut by the token limit)
-    MISSING = "missing"  # no <thoughts>: the whole reply (up to a stray </thoughts>) is the chain
 
 
 def origin_question(question: str, options: str | None) -> str:
@@ -168,18 +160,23 @@ class InsightVEpisode:
             out.append(message("assistant", self.summary_reply, name="summary"))
         return out
 
-    def stats(self) -> JSONObject:
+    def stats(self, lost: InsightVAgent | None = None) -> InsightVStats:
         """What the record keeps besides the summary (the response): the chain the summariser saw, the reasoner's
-        finish reason and the form of its ``<thoughts>`` span, and the chain for the judge (``judge_also``: the
-        runner judges it too, so attribution can tell a chain the summary overruled)."""
-        if self.reasoner_reply is None:
-            return {}
-        return {
-            "chain": self.chain,
-            "reasoner_finish_reason": self.reasoner_finish,
-            "thoughts": thoughts_form(self.reasoner_reply).value,
-            "judge_also": {"chain": {"text": chain_text(self.reasoner_reply), "finish_reason": self.reasoner_finish}},
-        }
+        finish reason and the form of its ``<thoughts>`` span, the chain for the judge (``judge_also``: the runner
+        judges it too, so attribution can tell a chain the summary overruled) and, once both agents replied, the
+        requests made. ``lost``: the agent whose request was lost (a failed attempt, never judged: no ``judge_also``)."""
+        given: dict[str, Any] = {}
+        if self.reasoner_reply is not None:
+            given.update(chain=self.chain, reasoner_finish_reason=self.reasoner_finish)
+            given["thoughts"] = thoughts_form(self.reasoner_reply)
+            if lost is None:
+                also = OtherText(text=chain_text(self.reasoner_reply), finish_reason=self.reasoner_finish)
+                given["judge_also"] = {"chain": also}
+        if lost is not None:
+            given["lost"] = lost
+        elif self.summary_reply is not None:
+            given["requests"] = 2
+        return InsightVStats(**given)
 
 
 SPEC = AgentSpec(

@@ -23,6 +23,7 @@ from ..endpoints.chat import chat_once
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
 from ..protocol.attempt import Attempt
+from ..protocol.statuses import InsightVAgent
 from ..protocol.trajectory import image_part, to_openai
 from .insight_v import REASONER_KWARGS, SUMMARY_KWARGS, InsightVEpisode
 
@@ -70,9 +71,9 @@ class InsightVSolver:
 
     async def _episode(self, sample: Any, enc: EncodedImage) -> Attempt:
         ep = InsightVEpisode(sample.question, sample.options, image_part(enc.ref))
-        usage: dict[str, JSONObject] = {}
-        for agent in ("reasoner", "summary"):
-            if agent == "reasoner":
+        usage: dict[InsightVAgent, JSONObject] = {}
+        for agent in InsightVAgent:
+            if agent == InsightVAgent.REASONER:
                 client, model, kwargs, msgs = (
                     self.reasoner,
                     self.reasoner_model,
@@ -89,10 +90,8 @@ class InsightVSolver:
             try:
                 text, finish, usage[agent] = await self._ask(client, model, msgs, kwargs, enc)
             except EXPECTED_ERRORS as e:  # lost after the SDK's retries, or no usable first choice
-                stats = {**ep.stats(), "lost": agent}
-                stats.pop("judge_also", None)  # a failed attempt is never judged
-                return Attempt(None, None, error=failure_reason(e), trajectory=ep.trajectory(), stats=stats)
-            if agent == "reasoner":
+                return Attempt(None, None, error=failure_reason(e), trajectory=ep.trajectory(), stats=ep.stats(agent))
+            if agent == InsightVAgent.REASONER:
                 ep.note_chain(text, finish)
             else:
                 ep.note_summary(text, finish)
@@ -100,8 +99,8 @@ class InsightVSolver:
             ep.summary_reply,
             ep.summary_finish,
             trajectory=ep.trajectory(),
-            usage={k: v for k, v in usage.items() if v} or None,
-            stats={**ep.stats(), "requests": 2},
+            usage={k.value: v for k, v in usage.items() if v} or None,
+            stats=ep.stats(),
         )
 
     async def aclose(self) -> None:

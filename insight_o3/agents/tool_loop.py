@@ -22,6 +22,7 @@ from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.images import EncodedImage, ImageError, ImageRef, ImageStore
 from ..imaging.view_ops import Resample, Resize, ResizeTo
 from ..protocol.attempt import Attempt
+from ..protocol.attempt_stats import ToolLoopStats
 from ..protocol.statuses import EpisodeStatus
 from ..protocol.trajectory import part_view, to_openai
 from ..tools.toolkit import Toolkit
@@ -99,18 +100,27 @@ class ToolLoopSolver:
         return replace(enc, data_url=f"data:{mime}" + enc.data_url[enc.data_url.index(";base64,") :])
 
     async def _episode(self, sample: Any, size: tuple[int, int]) -> Attempt:
-        stats: dict[str, Any] = {"requests": 0, "zooms": 0}
+        requests = zooms = 0
         try:
             s = self.session(sample.question, sample.options, sample.image_path, size)
         except UnusableImage as e:  # the sample's outcome: no answer, never a lost request
-            return Attempt(None, None, stats={**stats, "status": EpisodeStatus.IMAGE_REFUSED, "protocol_error": str(e)})
+            refused = ToolLoopStats(requests=0, zooms=0, status=EpisodeStatus.IMAGE_REFUSED, protocol_error=str(e))
+            return Attempt(None, None, stats=refused)
         views: dict[str, EncodedImage] = {}
         usage: dict[str, int] = {}
         finish: str | None = None
         finishes: list[str | None] = []  # each reply's finish_reason
         calls: list[dict] = []
-        if self.toolkit is not None:
-            stats["tool_calls"] = calls
+
+        def stats(stop_reason: str | None = None) -> ToolLoopStats:
+            """The episode's so far (``tool_calls`` with a toolkit; ``stop_reason`` when the protocol gave one)."""
+            given: dict[str, Any] = {"requests": requests, "zooms": zooms}
+            if self.toolkit is not None:
+                given["tool_calls"] = calls
+            if stop_reason:
+                given["stop_reason"] = stop_reason
+            return ToolLoopStats(**given)
+
         ctx = self.toolkit.episode(sample.image_path, getattr(sample, "index", 0)) if self.toolkit is not None else None
         extra = dict(self.defaults.image_url_extra)
         while True:
@@ -122,40 +132,41 @@ class ToolLoopSolver:
             except ImageError as e:
                 end = s.view_failed(str(e)) if isinstance(s, ViewErrorAware) else None
                 if end is not None:  # the protocol's own error path: the episode ends with its answer
-                    stats["stop_reason"] = end.reason
-                    return Attempt(end.text, finish, trajectory=s.messages, usage=usage or None, stats=stats)
-                return Attempt(None, None, error=f"image error: {e}", trajectory=s.messages, stats=stats)
+                    return Attempt(
+                        end.text, finish, trajectory=s.messages, usage=usage or None, stats=stats(end.reason)
+                    )
+                return Attempt(None, None, error=f"image error: {e}", trajectory=s.messages, stats=stats())
             api_msgs = to_openai(
                 s.messages, _no_ref, extra, self.defaults.join_text, encode_part=lambda p: self._labelled(views, p)
             )
             try:
                 reply = await chat_once(self.client, self.model, api_msgs, n=1, **self.completion_kwargs)
             except EXPECTED_ERRORS as e:  # lost after the SDK's retries, or no usable first choice
-                return Attempt(None, None, error=failure_reason(e), trajectory=s.messages, stats=stats)
+                return Attempt(None, None, error=failure_reason(e), trajectory=s.messages, stats=stats())
             this_usage = reply.token_counts()
             for k, v in this_usage.items():
                 usage[k] = usage.get(k, 0) + v
             finish = reply.finish_reason
             finishes.append(finish)
-            stats["requests"] += 1
+            requests += 1
             if isinstance(s, UsageAware):
                 s.note_usage(this_usage)
             step = s.step(reply.text, finish)
             while isinstance(step, UseTool):  # a tool call: run it, hand the session its result
                 if ctx is None or self.toolkit is None or not isinstance(s, ToolUser):
                     raise TypeError(f"{type(s).__name__} asked for a tool but the solver has no toolkit")
-                ctx.turn = stats["requests"] - 1
+                ctx.turn = requests - 1
                 call = await self.toolkit.call(step.tool, step.name, step.arguments, ctx)
                 record = call.to_dict()
                 calls.append(record)
                 step = s.observe(call.text, [ShownImage(i.path, i.size) for i in call.images], record)
             if isinstance(step, Finish):
-                if step.reason:
-                    stats["stop_reason"] = step.reason
                 # the finish_reason of the reply whose text is the answer (Pixel-Reasoner's may be an earlier one)
                 answered = finishes[step.reply] if -len(finishes) <= step.reply < len(finishes) else finish
-                return Attempt(step.text, answered, trajectory=s.messages, usage=usage or None, stats=stats)
-            stats["zooms"] += int(step.zoomed)
+                return Attempt(
+                    step.text, answered, trajectory=s.messages, usage=usage or None, stats=stats(step.reason)
+                )
+            zooms += int(step.zoomed)
 
     async def aclose(self) -> None:
         """The toolkit's backends are closed; the client belongs to whoever built this solver."""

@@ -34,7 +34,7 @@ from .. import __version__
 from ..agents.records import expand_messages
 from ..base.json_types import JSONObject
 from ..endpoints.usage import merge, total_tokens
-from ..evaluation.attribution import attribute, attribution_metrics
+from ..evaluation.attribution import attribute, attribution_metrics, n_search_calls
 from ..evaluation.metrics import TRIAL_STD_DDOF, std_over_trials
 from ..evaluation.schema import USAGE_ROLES, EvalRecord, TokenUsage
 from ..protocol.sample import row_fields
@@ -196,7 +196,7 @@ def trajectory_row(rec: EvalRecord, eval_name: str = "", card_sha: str | None = 
         "attribution": att.bucket,
         "blame": att.blame,
         "evidence_coverage": att.evidence_coverage,
-        "n_search_calls": int(er.stats.get("n_search_calls", len(searches)) or 0),
+        "n_search_calls": n_search_calls(er),
         "messages": msgs,
         "images": images,
         "searches": searches,

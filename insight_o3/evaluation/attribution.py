@@ -50,10 +50,11 @@ from dataclasses import dataclass, field
 
 from ..base.json_types import JSONObject
 from ..imaging.geometry import Box, box_area
+from ..protocol.attempt_stats import InSightO3Stats, InsightVStats
 from ..protocol.evidence import evidence_boxes
 from ..protocol.statuses import EpisodeStatus, VerdictStatus
 from ..protocol.trajectory import image_refs
-from .schema import EvalRecord
+from .schema import EvalRecord, EvalResult
 
 BUCKETS = (
     "correct",
@@ -100,7 +101,7 @@ CONTAIN = 0.95
 #: A crop is D.3 "high" quality when its contained targets' bounding box fills this share of it.
 TIGHT = 0.25
 DEFAULT_COVERAGE_THRESHOLD = 1.0
-#: InSight-o3 episode statuses (``eval_result.stats.status``) of each kind.
+#: Episode statuses (``eval_result.stats.episode_status``) of each kind.
 _FORMAT_STATUSES = (EpisodeStatus.FORMAT_FAILED, EpisodeStatus.SEARCH_AFTER_LIMIT)
 _SEARCHER_STATUSES = (EpisodeStatus.SEARCH_INVALID,)
 
@@ -161,30 +162,30 @@ def crop_quality(crop: Box, targets: list[Box], contain: float = CONTAIN, tight:
     return "high" if area > 0 and box_area(union) / area >= tight else "medium"
 
 
-def _is_insight_o3(record: EvalRecord) -> bool:
-    er = record.eval_result
-    if "n_search_calls" in er.stats:
-        return True
-    return any(isinstance(m, dict) and isinstance(m.get("search"), dict) for m in er.trajectory or [])
+def _searches(er: EvalResult) -> list[JSONObject]:
+    """The vSearcher calls of the trajectory (its messages with a ``search`` record)."""
+    return [m for m in er.trajectory or [] if isinstance(m, dict) and isinstance(m.get("search"), dict)]
 
 
-def _n_search_calls(record: EvalRecord) -> int:
-    er = record.eval_result
-    if "n_search_calls" in er.stats:
-        return int(er.stats.get("n_search_calls") or 0)
-    return sum(1 for m in er.trajectory or [] if isinstance(m, dict) and isinstance(m.get("search"), dict))
+def is_insight_o3(er: EvalResult) -> bool:
+    """An InSight-o3 episode: its stats are (or, for a record without them, its trajectory has vSearcher calls)."""
+    return isinstance(er.stats, InSightO3Stats) or bool(_searches(er))
 
 
-def chain_status(record: EvalRecord) -> str | None:
-    """Insight-V: the judge's verdict on the reasoning chain's own answer (``stats.judged.chain``): ``correct``,
+def n_search_calls(er: EvalResult) -> int:
+    """The episode's vSearcher calls: as its stats count them, else as its trajectory has them."""
+    return er.stats.n_search_calls if isinstance(er.stats, InSightO3Stats) else len(_searches(er))
+
+
+def chain_status(record: EvalRecord) -> VerdictStatus | None:
+    """Insight-V: the judge's verdict on the reasoning chain's own answer (``stats.judged["chain"]``): ``correct``,
     ``wrong`` (it names a wrong answer), else None (no chain, no answer in it, cut off, not judged)."""
-    judged = record.eval_result.stats.get("judged")
-    chain = judged.get("chain") if isinstance(judged, dict) else None
-    if not isinstance(chain, dict):
+    stats = record.eval_result.stats
+    chain = stats.judged.get("chain") if isinstance(stats, InsightVStats) else None
+    if chain is None:
         return None
-    status = chain.get("status")
-    if status == VerdictStatus.CORRECT or (status == VerdictStatus.WRONG and chain.get("has_answer") is True):
-        return str(status)
+    if chain.status == VerdictStatus.CORRECT or (chain.status == VerdictStatus.WRONG and chain.has_answer):
+        return chain.status
     return None
 
 
@@ -196,7 +197,7 @@ def attribute(
 ) -> Attribution:
     """The bucket of one record (see the module docstring), with its evidence coverage."""
     er = record.eval_result
-    io3 = _is_insight_o3(record)
+    io3 = is_insight_o3(er)
     crops = crop_regions(record)
     evidence = evidence_boxes(record.fields, strict=False)
     targets = [e.box for e in evidence or []]
@@ -218,7 +219,7 @@ def attribute(
         return done("summary_rescued" if chain == VerdictStatus.WRONG else "correct")
     if status == VerdictStatus.FAILED:
         return done("lost")
-    episode = er.stats.get("status")
+    episode = er.stats.episode_status
     if status == VerdictStatus.INCOMPLETE or episode in _FORMAT_STATUSES:
         return done("format_failure")
     if status == VerdictStatus.WRONG and er.has_answer and chain == VerdictStatus.CORRECT:
@@ -228,7 +229,7 @@ def attribute(
     if status == VerdictStatus.INVALID or (status == VerdictStatus.WRONG and not er.has_answer):
         return done("format_failure")
     if io3 and not crops:
-        return done("no_search" if _n_search_calls(record) == 0 else "not_found")
+        return done("no_search" if n_search_calls(er) == 0 else "not_found")
     if not crops:
         return done("wrong_answer")
     if coverage is None:

@@ -56,7 +56,7 @@ from ..protocol.attempt import Attempt
 from ..protocol.parsing import extract_answer_span, extract_verify_span, mcq_letter
 from ..protocol.questions import insight_o3_question
 from ..protocol.sample import Sample
-from ..protocol.statuses import NO_ANSWER_STATUSES, FailStage, JudgeFlow, VerdictStatus
+from ..protocol.statuses import FailStage, JudgeFlow, VerdictStatus
 from . import opensearch_vl_judge as osv_judge
 from .judge_settings import DEFAULT_JUDGE_RETRIES as DEFAULT_JUDGE_RETRIES
 from .judge_settings import FLOWS as FLOWS
@@ -303,10 +303,9 @@ class AnswerJudge:
     async def check(self, sample: Sample, attempt: Attempt) -> Verdict:
         if attempt.error is not None:
             return Verdict(VerdictStatus.FAILED, fail_reason=attempt.error, fail_stage=FailStage.SOLVER)
-        episode = (attempt.stats or {}).get("status")
-        if episode in NO_ANSWER_STATUSES:
-            reason = (attempt.stats or {}).get("protocol_error") or episode
-            return Verdict(VerdictStatus.INVALID, None, False, None, fail_reason=f"no answer: {reason}")
+        no_answer = attempt.stats.no_answer_reason()
+        if no_answer is not None:
+            return Verdict(VerdictStatus.INVALID, None, False, None, fail_reason=f"no answer: {no_answer}")
         if self.flow == JudgeFlow.EXTRACT and attempt.finish_reason != "stop":
             return Verdict(VerdictStatus.INCOMPLETE, fail_reason=f"finish_reason={attempt.finish_reason}")
         text = attempt.text or ""

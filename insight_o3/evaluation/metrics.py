@@ -30,6 +30,7 @@ import numpy as np
 
 from ..base.json_types import JSONObject
 from ..endpoints.usage import merge, total_tokens
+from ..protocol.attempt_stats import InSightO3Stats
 from ..protocol.statuses import EpisodeStatus, VerdictStatus
 from ..protocol.trajectory import image_refs
 from .attribution import attribution_metrics
@@ -95,13 +96,14 @@ def compute_metrics(records: list[EvalRecord | JSONObject]) -> JSONObject:
     for rate in RATES:
         out[f"category_{rate}"] = {name: v[0][rate] for name, v in cats.items()}
     out["category_stats"] = {name: v[1] for name, v in cats.items()}
-    stats = [r.stats for r in results if r.status != VerdictStatus.FAILED]
-    if any("n_search_calls" in s for s in stats):
-        calls = [s.get("n_search_calls", 0) for s in stats]
-        not_found = sum(s.get("n_search_not_found", 0) for s in stats)
+    answered = [r for r in results if r.status != VerdictStatus.FAILED]
+    episodes = _episodes(answered)
+    if any(isinstance(r.stats, InSightO3Stats) for r in answered):
+        calls = [s.n_search_calls for s in episodes]
+        not_found = sum(s.n_search_not_found for s in episodes)
         out["mean_search_calls"] = float(np.mean(calls)) if calls else 0.0
         out["search_not_found_ratio"] = not_found / sum(calls) if sum(calls) else 0.0
-        out.update(tool_use_health([r.to_dict() for r in results if r.status != VerdictStatus.FAILED]))
+        out.update(tool_use_health(answered))
     usages = [r.usage_dict() if isinstance(r, EvalRecord) else r.get("usage") for r in records]
     out["usage"] = merge(usages)
     out["tokens_total"] = sum(total_tokens(u) for u in usages)
@@ -122,9 +124,14 @@ def _as_records(records: list[EvalRecord | dict]) -> list[EvalRecord]:
     ]
 
 
-def _crop_area_ratios(result: dict) -> list[float]:
+def _episodes(results: list[EvalResult]) -> list[InSightO3Stats]:
+    """The InSight-o3 stats of each result (another family's count as an episode without searches or retries)."""
+    return [r.stats if isinstance(r.stats, InSightO3Stats) else InSightO3Stats() for r in results]
+
+
+def _crop_area_ratios(result: EvalResult) -> list[float]:
     """Area of every crop the vReasoner was shown, relative to the full image (its first image)."""
-    refs = image_refs(result.get("trajectory") or [])
+    refs = image_refs(result.trajectory or [])
     if len(refs) < 2:
         return []
     x1, y1, x2, y2 = refs[0].region
@@ -137,24 +144,24 @@ def _crop_area_ratios(result: dict) -> list[float]:
     return out
 
 
-def tool_use_health(results: list[JSONObject]) -> JSONObject:
+def tool_use_health(results: list[EvalResult]) -> JSONObject:
     """InSight-o3 runs: how the vReasoner used the vSearcher, so a collapse to no tool use shows at once.
 
     ``search_calls_hist`` (episodes per number of calls), ``zero_search_ratio`` (episodes without a
     call), ``format_failure_ratio`` (episodes ended by exhausted format retries),
     ``format_retry_ratio`` (episodes with at least one format retry) and ``crop_area`` (mean, median,
     p10, p90 of the crops' area relative to the image; absent without crops)."""
-    stats = [r.get("stats") or {} for r in results]
+    stats = _episodes(results)
     n = len(stats)
     if not n:
         return {}
-    calls = [int(s.get("n_search_calls", 0)) for s in stats]
+    calls = [s.n_search_calls for s in stats]
     hist = {str(k): calls.count(k) for k in range(max(calls) + 1)}
     out = {
         "search_calls_hist": hist,
         "zero_search_ratio": calls.count(0) / n,
-        "format_failure_ratio": sum(s.get("status") == EpisodeStatus.FORMAT_FAILED for s in stats) / n,
-        "format_retry_ratio": sum(bool(s.get("n_format_retries")) for s in stats) / n,
+        "format_failure_ratio": sum(s.status == EpisodeStatus.FORMAT_FAILED for s in stats) / n,
+        "format_retry_ratio": sum(bool(s.n_format_retries) for s in stats) / n,
     }
     areas = [a for r in results for a in _crop_area_ratios(r)]
     if areas:

@@ -50,6 +50,7 @@ from ..jobs.execute import Emit, ItemWork, Plan, execute, spent
 from ..jobs.integrity import Invocation
 from ..jobs.run_directory import open_run
 from ..protocol.attempt import Attempt, FreshTrials, Solver, TrialSolver
+from ..protocol.attempt_stats import TextVerdict
 from ..protocol.sample import Sample
 from ..protocol.statuses import JUDGED_STATUSES, FailStage, UnitKind, VerdictStatus
 from ..protocol.trajectory import image_refs
@@ -152,7 +153,7 @@ def build_record(
 
 def _attempt_from_record(rec: EvalRecord) -> Attempt:
     er = rec.eval_result
-    return Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=er.api_usage, stats=er.stats or {})
+    return Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=er.api_usage, stats=er.stats)
 
 
 def run_totals(trial_metrics: list[dict]) -> JSONObject:
@@ -238,19 +239,17 @@ class EvalWork(ItemWork[Unit]):
         return attempts, shares
 
     async def _judge_also(self, s: Sample, attempt: Attempt) -> Attempt:
-        """The attempt with the verdicts of its other texts (``stats["judge_also"]``: name -> ``{"text",
-        "finish_reason"}``, e.g. Insight-V's reasoning chain) in ``stats["judged"]`` (name -> status, extracted
-        answer, whether it names one): judged as answers by the same judge, so attribution can compare them with the answer's verdict."""
-        also = attempt.stats.get("judge_also") if attempt.error is None else None
-        if not isinstance(also, dict) or not also:
+        """The attempt with the verdicts on its other texts (``stats.texts_to_judge()``, e.g. Insight-V's reasoning
+        chain) in its stats (``judged``: name -> status, extracted answer, whether it names one): judged as answers by
+        the same judge, so attribution can compare them with the answer's verdict."""
+        also = attempt.stats.texts_to_judge() if attempt.error is None else {}
+        if not also:
             return attempt
-        judged: dict[str, JSONObject] = {}
+        judged: dict[str, TextVerdict] = {}
         for name, item in also.items():
-            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
-                continue
-            v = await self.judge.check(s, Attempt(item["text"], item.get("finish_reason") or "stop"))
-            judged[str(name)] = {"status": v.status, "extracted_answer": v.extracted_answer, "has_answer": v.has_answer}
-        return replace(attempt, stats={**attempt.stats, "judged": judged})
+            v = await self.judge.check(s, Attempt(item.text, item.finish_reason or "stop"))
+            judged[name] = TextVerdict(status=v.status, extracted_answer=v.extracted_answer, has_answer=v.has_answer)
+        return replace(attempt, stats=attempt.stats.with_verdicts(judged))
 
     async def _judge_and_record(self, s: Sample, k: int, attempt: Attempt, solve_usage: dict, emit: Emit) -> None:
         meter = UsageMeter()

@@ -39,6 +39,7 @@ from pydantic import (
 
 from ..base.json_types import JSONObject
 from ..endpoints.usage import RoleUsage, UsageCounts
+from ..protocol.attempt_stats import AttemptStats, Stats
 from ..protocol.statuses import JUDGED_STATUSES, FailStage, VerdictStatus
 from ..storage.record_log import RecordFileError
 
@@ -193,6 +194,15 @@ class TokenUsage(BaseModel):
         return self.model_dump()
 
 
+def _stats(v: Any) -> Any:
+    """``stats`` as stored (null: none) for :data:`~insight_o3.protocol.attempt_stats.Stats` to tell the family of."""
+    if v is None:
+        return AttemptStats()
+    if isinstance(v, (dict, AttemptStats)):
+        return v
+    raise _invalid("must be dict or null, got {got}", got=_got(v))
+
+
 def upgrade_eval_result(er: Any) -> Any:
     """An ``eval_result`` as written by any earlier version, in the current shape (the one place older records are
     migrated; :class:`EvalResult`'s before-validator): ``text`` -> ``response``, ``error`` -> ``fail_reason``, a
@@ -254,7 +264,7 @@ class EvalResult(BaseModel):
     api_usage: Mapping = Field(default=None, validation_alias="usage", serialization_alias="usage")
     image: Mapping = None  # the first image reference of the trajectory
     trajectory: Items = None
-    stats: Annotated[dict, _or_empty(dict, "dict")] = Field(default_factory=dict)
+    stats: Annotated[Stats, BeforeValidator(_stats)] = Field(default_factory=AttemptStats)  # the agent family's
     extra: dict = Field(default_factory=dict, exclude=True)  # keys this schema does not know
 
     @model_validator(mode="before")

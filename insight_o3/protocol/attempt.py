@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ..base.json_types import JSONObject
+from .attempt_stats import AttemptStats
 
 
 @dataclass
@@ -21,8 +22,8 @@ class Attempt:
     ``error`` is set (and ``text`` is None) when the attempt was lost to the API after the SDK's
     retries — a *critical failure*, counted and never judged. ``finish_reason`` other than
     ``"stop"`` means a truncated/incomplete response. ``trajectory`` is the conversation with image
-    references (see :mod:`insight_o3.protocol.trajectory`); ``stats`` holds solver-specific numbers such as
-    ``n_search_calls`` and ``n_search_not_found``.
+    references (see :mod:`insight_o3.protocol.trajectory`); ``stats`` is what the solver reports besides, a record
+    of its agent family (:mod:`insight_o3.protocol.attempt_stats`; a single model's is empty).
     """
 
     text: str | None
@@ -30,10 +31,10 @@ class Attempt:
     error: str | None = None
     trajectory: list[dict] | None = None
     usage: dict | None = None
-    stats: dict = field(default_factory=dict)
+    stats: AttemptStats = field(default_factory=AttemptStats)
 
     def to_dict(self) -> JSONObject:
-        return asdict(self)
+        return {**asdict(self), "stats": self.stats.to_dict()}
 
 
 class Solver(Protocol):

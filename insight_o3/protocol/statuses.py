@@ -59,6 +59,22 @@ NO_ANSWER_STATUSES = (
 )
 
 
+class ThoughtsForm(Vocabulary):
+    """How an Insight-V reasoner reply holds its chain (recorded in its stats; the chain is taken the release's way
+    whatever the form)."""
+
+    CLOSED = "closed"  # a <thoughts> ... </thoughts> span
+    UNCLOSED = "unclosed"  # <thoughts> without a </thoughts> after it (typically cut by the token limit)
+    MISSING = "missing"  # no <thoughts>: the whole reply (up to a stray </thoughts>) is the chain
+
+
+class InsightVAgent(Vocabulary):
+    """Insight-V's two agents, in the order an episode asks them."""
+
+    REASONER = "reasoner"
+    SUMMARY = "summary"
+
+
 class ReplyKind(Vocabulary):
     """What a vReasoner reply asks for, as parsed (``parsing.ReasonerTurn.action``)."""
 

@@ -122,21 +122,15 @@ class StoredAttempts(TrialSolver):
         self.records = records
 
     async def solve_trials(self, sample: Sample, trials: list[int]) -> list[Attempt]:
+        from ..evaluation.schema import EvalResult
+
         out = []
         for k in trials:
-            er = self.records[k][sample.key]["eval_result"]
-            if er.get("status") == VerdictStatus.FAILED and er.get("fail_stage") != FailStage.JUDGE:
-                out.append(Attempt(None, None, error=f"stored attempt failed: {er.get('fail_reason')}"))
+            er = EvalResult.from_dict(self.records[k][sample.key]["eval_result"], f"trial_{k} record {sample.key}")
+            if er.status == VerdictStatus.FAILED and er.fail_stage != FailStage.JUDGE:
+                out.append(Attempt(None, None, error=f"stored attempt failed: {er.fail_reason}"))
             else:
-                out.append(
-                    Attempt(
-                        er.get("response"),
-                        er.get("finish_reason"),
-                        trajectory=er.get("trajectory"),
-                        usage=None,
-                        stats=er.get("stats") or {},
-                    )
-                )
+                out.append(Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=None, stats=er.stats))
         return out
 
     def usage_shares(self, sample: Sample, trials: list[int]) -> list[JSONObject] | None:

@@ -3,7 +3,7 @@
 :func:`call_tool` never raises for what a tool reports (:class:`~insight_o3.tools.base.ToolError`) nor for a call
 past its time limit: both become the observation the model reads, and the :class:`ToolCallRecord` record says what
 happened (arguments, observation, the images made, seconds, the error's kind). The record goes into the
-sample's record (``stats["tool_calls"]``) and the report.
+sample's record (``stats.tool_calls``, :class:`~insight_o3.protocol.attempt_stats.ToolLoopStats`) and the report.
 """
 
 from __future__ import annotations

@@ -28,11 +28,13 @@ from PIL import Image
 
 from ..base.caps import cut_messages, cut_middle
 from ..base.json_types import JSONObject
+from ..evaluation.attribution import is_insight_o3, n_search_calls
 from ..evaluation.metrics import TRIAL_STD_DDOF
 from ..evaluation.run_dir import RunDir, RunDirError, StaleSummary, TrialDir
 from ..evaluation.schema import STATUSES, EvalRecord, RecordError
 from ..imaging.images import ImageError, ImageRef, image_size
 from ..protocol import prompts
+from ..protocol.attempt_stats import AttemptStats, InSightO3Stats
 from ..protocol.questions import question_text
 from ..protocol.statuses import LocateStatus, VerdictStatus
 from .draw import CROP_COLORS, TARGET_COLOR, DrawBox, ImageResolver, draw_boxes, image_data_url, placeholder
@@ -104,24 +106,22 @@ class SampleResult:
         return self.rec.eval_result.trajectory
 
     @property
-    def stats(self) -> JSONObject:
+    def stats(self) -> AttemptStats:
         return self.rec.eval_result.stats
 
     @property
     def is_episode(self) -> bool:
         """An InSight-o3 episode (it reports vSearcher calls); a single-model attempt has none to show."""
-        return "n_search_calls" in self.stats or any(isinstance(m.get("search"), dict) for m in self.trajectory or [])
+        return is_insight_o3(self.rec.eval_result)
 
     @property
     def n_search_calls(self) -> int:
-        if "n_search_calls" in self.stats:
-            return int(self.stats["n_search_calls"] or 0)
-        return sum(1 for m in self.trajectory or [] if isinstance(m.get("search"), dict))
+        return n_search_calls(self.rec.eval_result)
 
     @property
     def n_search_not_found(self) -> int:
-        if "n_search_not_found" in self.stats:
-            return int(self.stats["n_search_not_found"] or 0)
+        if isinstance(self.stats, InSightO3Stats):
+            return self.stats.n_search_not_found
         return sum(1 for c in search_calls(self) if not c.get("found", True))
 
     @property

@@ -22,6 +22,7 @@ from insight_o3.agents.tool_agents import Finish
 from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.imaging.images import ImageRef, ImageStore, Resize
 from insight_o3.imaging.view_ops import ResizeTo
+from insight_o3.protocol.attempt_stats import ToolLoopStats
 from insight_o3.protocol.parsing import extract_boxed, first_boxed
 from insight_o3.protocol.trajectory import part_view
 from tests.golden import record_pixel_reasoner_goldens as pr_rec
@@ -100,7 +101,8 @@ def test_deepeyes_requests_match_the_release(n, image_file, store):
     assert all(r["model"] == "deepeyes" for r in case["requests"])
     assert got == want  # a box past the image too: black padding, as the release's PIL crop
     assert attempt.text == case["pred_ans"]
-    assert (attempt.stats.get("stop_reason", "").startswith("tool call error")) == (case["status"] == "error")
+    assert isinstance(attempt.stats, ToolLoopStats)
+    assert (attempt.stats.stop_reason or "").startswith("tool call error") == (case["status"] == "error")
 
 
 def _texts(msg: dict) -> str:
@@ -156,7 +158,8 @@ def test_deepeyes_image_files_and_edge_boxes_match_the_release(n, tmp_path):
         assert case["crash"].startswith("IndexError") and attempt.text == "A" and attempt.error is None
     else:
         assert attempt.text == case["pred_ans"] and attempt.error is None
-        assert attempt.stats.get("stop_reason", "").startswith("tool call error") == (case["status"] == "error")
+        assert isinstance(attempt.stats, ToolLoopStats)
+        assert (attempt.stats.stop_reason or "").startswith("tool call error") == (case["status"] == "error")
 
 
 @pytest.mark.parametrize("n", range(len(MINI_O3_SCORING["cases"])))

@@ -22,6 +22,7 @@ from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.imaging.geometry import smart_resize
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol import prompts
+from insight_o3.protocol.attempt_stats import InSightO3Stats
 from tests.support.openai_server import chat, error, last_user_text, user_message_text
 
 W, H = 420, 300
@@ -294,7 +295,8 @@ def test_solver_from_config_runs_n_episodes(openai_server, img, store):
 
     attempts = asyncio.run(go())
     assert len(attempts) == 3 and all(a.text == FINAL and a.error is None for a in attempts)
-    assert all(a.stats["n_search_calls"] == 1 and a.stats["n_search_not_found"] == 0 for a in attempts)
+    assert all(isinstance(a.stats, InSightO3Stats) for a in attempts)
+    assert all(a.stats.n_search_calls == 1 and a.stats.n_search_not_found == 0 for a in attempts)
     assert rs.count == 6 and ss.count == 3 and rs.requests[0]["max_tokens"] == 64
     assert ss.requests[0]["temperature"] == 0.0 and ss.requests[0]["max_tokens"] == 1024
     assert user_message_text(rs.requests[0]) == "Which?\nA. x\nB. y"
@@ -319,7 +321,12 @@ def test_records_of_a_345_question_run_stay_under_10_mb(openai_server, img, stor
         {
             "key": "q1",
             "attempts": [
-                {"text": res.text, "finish_reason": res.finish_reason, "trajectory": res.trajectory, "stats": res.stats}
+                {
+                    "text": res.text,
+                    "finish_reason": res.finish_reason,
+                    "trajectory": res.trajectory,
+                    "stats": res.stats.to_dict(),
+                }
             ],
         }
     )

@@ -21,6 +21,8 @@ from PIL import Image
 from insight_o3.agents import insight_v as iv
 from insight_o3.agents.insight_v_solver import InsightVSolver
 from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol.attempt_stats import InsightVStats
+from insight_o3.protocol.statuses import InsightVAgent
 from tests.golden.record_insight_v_goldens import make_image
 from tests.support.openai_server import ScriptedOpenAIServer, chat
 
@@ -111,11 +113,12 @@ def test_requests_match_the_release(n, tmp_path):
         assert len(req["messages"]) == 2
     assert iv.reason_chain(case["reasoner_reply"]) == case["reason_chain"]
     assert attempt.error is None and attempt.text == case["summary_reply"]
-    assert attempt.stats["chain"] == case["reason_chain"]
-    assert attempt.stats["reasoner_finish_reason"] == finish
+    assert isinstance(attempt.stats, InsightVStats)
+    assert attempt.stats.chain == case["reason_chain"]
+    assert attempt.stats.reasoner_finish_reason == finish
     want_form = {"no_thoughts_span": "missing", "close_without_open": "missing", "empty_reply": "missing"}
     want_form |= {"cut_by_token_limit": "unclosed"}
-    assert attempt.stats["thoughts"] == want_form.get(case["name"].split("/")[0], "closed")
+    assert attempt.stats.thoughts == want_form.get(case["name"].split("/")[0], "closed")
     assert case["printed"] == [[str([case["summary_reply"]])]]  # the release's answer: the summary's decoded text
 
 
@@ -134,4 +137,16 @@ def test_the_trajectory_names_each_agent():
         ("user", "summary"),
         ("assistant", "summary"),
     ]
-    assert ep.stats()["judge_also"] == {"chain": {"text": "a", "finish_reason": "stop"}}
+    assert ep.stats().to_dict() == {
+        "chain": iv.reason_chain("<thoughts>a</thoughts>"),
+        "reasoner_finish_reason": "stop",
+        "thoughts": "closed",
+        "judge_also": {"chain": {"text": "a", "finish_reason": "stop"}},
+        "requests": 2,
+    }
+    assert list(ep.stats(lost=InsightVAgent.SUMMARY).to_dict()) == [
+        "chain",
+        "reasoner_finish_reason",
+        "thoughts",
+        "lost",
+    ]

@@ -19,6 +19,7 @@ from PIL import Image
 from insight_o3.agents import deepeyes, mini_o3, pixel_reasoner
 from insight_o3.agents.tool_loop import ToolLoopSolver
 from insight_o3.imaging.images import ImageStore
+from insight_o3.protocol.attempt_stats import ToolLoopStats
 from insight_o3.protocol.statuses import EpisodeStatus
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
@@ -84,7 +85,8 @@ def test_deepeyes_box_the_release_cannot_crop_ends_the_episode(images, bbox, why
     attempt, requests = _solve("deepeyes", images["plain"], [(reply, "stop")])
     assert attempt.error is None, attempt.error
     assert attempt.text == reply  # the release's output_text: the whole last reply
-    assert attempt.stats["stop_reason"].startswith("tool call error") and why in attempt.stats["stop_reason"]
+    assert isinstance(attempt.stats, ToolLoopStats) and attempt.stats.stop_reason is not None
+    assert attempt.stats.stop_reason.startswith("tool call error") and why in attempt.stats.stop_reason
     assert len(requests) == 1
 
 
@@ -105,8 +107,15 @@ def test_deepeyes_tool_call_past_the_literal_cap_is_not_parsed(images):
 def test_image_past_aspect_200_is_no_answer_not_a_failure(images, agent):
     attempt, requests = _solve(agent, images["wide"], [])
     assert attempt.error is None
-    assert attempt.stats["status"] == EpisodeStatus.IMAGE_REFUSED
-    assert "8000x30" in attempt.stats["protocol_error"]
+    assert isinstance(attempt.stats, ToolLoopStats) and attempt.stats.status == EpisodeStatus.IMAGE_REFUSED
+    assert "8000x30" in (attempt.stats.protocol_error or "")
+    assert attempt.stats.no_answer_reason() == attempt.stats.protocol_error
+    assert attempt.stats.to_dict() == {
+        "requests": 0,
+        "zooms": 0,
+        "status": "image_refused",
+        "protocol_error": attempt.stats.protocol_error,
+    }
     assert requests == []
 
 

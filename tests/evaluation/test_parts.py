@@ -23,6 +23,7 @@ from insight_o3.evaluation.samples import load_samples
 from insight_o3.imaging.images import ImageStore, Resize
 from insight_o3.jobs.controls import RunControls
 from insight_o3.protocol.attempt import Attempt
+from insight_o3.protocol.attempt_stats import InSightO3Stats
 from insight_o3.storage.record_log import RecordFileError, RecordLog
 from tests.support import eval_bench as eb
 from tests.support.openai_server import chat, error
@@ -229,7 +230,7 @@ class _StatsSolver:
             Attempt(
                 eb.QUESTIONS[sample.key][4],
                 eb.QUESTIONS[sample.key][5],
-                stats={"n_search_calls": 2, "n_search_not_found": 1},
+                stats=InSightO3Stats(n_search_calls=2, n_search_not_found=1),
             )
             for _ in range(n)
         ]

@@ -13,6 +13,7 @@ from insight_o3.evaluation.metrics import compute_metrics
 from insight_o3.evaluation.runner import build_record
 from insight_o3.evaluation.schema import STATUSES, EvalRecord, RecordError, TokenUsage
 from insight_o3.protocol.attempt import Attempt
+from insight_o3.protocol.attempt_stats import InSightO3Stats
 from insight_o3.protocol.sample import Sample
 from insight_o3.storage import RecordFileError, RecordLog
 from insight_o3.viz import run_view as rv
@@ -71,7 +72,7 @@ def _sample() -> Sample:
 
 
 def _built() -> EvalRecord:
-    attempt = Attempt("<answer>A</answer>", "stop", usage={"prompt_tokens": 3}, stats={"n_search_calls": 1})
+    attempt = Attempt("<answer>A</answer>", "stop", usage={"prompt_tokens": 3}, stats=InSightO3Stats(n_search_calls=1))
     return build_record(_sample(), 2, attempt, Verdict("correct", "A", True, "rule"))
 
 
@@ -190,7 +191,7 @@ def test_eval_result_is_declared_once():
         api_usage={"prompt_tokens": 3},
         image={"path": "a.png"},
         trajectory=[{"role": "assistant", "content": [{"type": "text", "text": "R"}]}],
-        stats={"n_search_calls": 1},
+        stats=InSightO3Stats(n_search_calls=1),
         extra={"later_field": 1},
     )
     on_disk = full.to_dict()

@@ -23,6 +23,7 @@ from insight_o3.evaluation.judge import Verdict
 from insight_o3.evaluation.runner import build_record
 from insight_o3.evaluation.schema import EvalRecord
 from insight_o3.protocol.attempt import Attempt
+from insight_o3.protocol.attempt_stats import InSightO3Stats
 from insight_o3.protocol.sample import Sample
 
 TRAJ = [
@@ -48,7 +49,13 @@ def built() -> dict:
         image_field="image",
         category_field="subset",
     )
-    a = Attempt("<answer>A</answer>", "stop", trajectory=TRAJ, usage={"prompt_tokens": 3}, stats={"n_search_calls": 1})
+    a = Attempt(
+        "<answer>A</answer>",
+        "stop",
+        trajectory=TRAJ,
+        usage={"prompt_tokens": 3},
+        stats=InSightO3Stats(n_search_calls=1),
+    )
     rec = build_record(
         s,
         2,

@@ -16,6 +16,7 @@ from insight_o3.demo.endpoints import INSIGHT_V_CASES, DemoScripts, InsightVScri
 from insight_o3.evaluation.agent_registry import get_agent
 from insight_o3.evaluation.attribution import attribute
 from insight_o3.evaluation.schema import EvalRecord
+from insight_o3.protocol.attempt_stats import InsightVStats
 from insight_o3.scripts import compare, evaluate, export, make_demo_bench, report
 
 
@@ -82,22 +83,23 @@ def test_planted_episodes_get_their_verdicts_and_buckets(iv_run):
         seen.add(name)
         er = rec.eval_result
         assert er.status == ("correct" if summary == "right" else "wrong"), name
-        chain_verdict = er.stats["judged"]["chain"]
+        assert isinstance(er.stats, InsightVStats), name
+        chain_verdict = er.stats.judged["chain"]
         if chain == "right":
-            assert chain_verdict["status"] == "correct", name
+            assert chain_verdict.status == "correct", name
         elif chain == "wrong":
-            assert chain_verdict["status"] == "wrong" and chain_verdict["has_answer"], name
+            assert chain_verdict.status == "wrong" and chain_verdict.has_answer, name
         else:  # malformed: no answer in it (no span) or cut off (incomplete: the judge never reads it)
             kind = scripts.malformed_kind(row)
-            assert er.stats["thoughts"] == ("missing" if kind == "no_span" else "unclosed")
-            assert chain_verdict["status"] == ("incomplete" if kind == "cut" else "wrong")
-            assert not chain_verdict["has_answer"]
-            assert er.stats["reasoner_finish_reason"] == ("length" if kind == "cut" else "stop")
+            assert er.stats.thoughts == ("missing" if kind == "no_span" else "unclosed")
+            assert chain_verdict.status == ("incomplete" if kind == "cut" else "wrong")
+            assert not chain_verdict.has_answer
+            assert er.stats.reasoner_finish_reason == ("length" if kind == "cut" else "stop")
         assert attribute(rec).bucket == bucket, name
         # both conversations in the record, each message named by its agent; the summary is the response
         assert [m.get("name") for m in er.trajectory] == ["reasoner"] * 3 + ["summary"] * 3
         assert er.response == er.trajectory[-1]["content"][0]["text"]
-        assert er.stats["chain"] in iv.summary_question("", er.stats["chain"])
+        assert er.stats.chain is not None and er.stats.chain in iv.summary_question("", er.stats.chain)
         assert set(rec.usage) == {"model", "summary", "judge"}
     assert seen == {c[0] for c in INSIGHT_V_CASES}
     metrics = json.loads((run / "trial_0" / "eval_metrics.json").read_text())
