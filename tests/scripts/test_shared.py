@@ -19,7 +19,7 @@ from insight_o3.protocol.limits import LIMITS
 from insight_o3.scripts._shared import BadInput, ExitCode, run_main
 from insight_o3.storage.atomic import OutputError
 from insight_o3.storage.lock import RunLockedError
-from tests.support.commands import api_commands, console_scripts
+from tests.support.commands import api_commands, console_scripts, with_subcommands
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = sorted(p.stem for p in (REPO / "insight_o3" / "scripts").glob("*.py") if not p.stem.startswith("_"))
@@ -319,10 +319,6 @@ def test_shipped_agent_configs_state_the_protocol_limits(path):
     )
 
 
-#: the commands whose steps are subcommands
-SUBCOMMANDS = ("build_o3_bench", "build_reasoning_data")
-
-
 def _documented_commands():
     """``(file, command, subcommand, flags)`` of every ``python -m insight_o3.scripts.X ...`` in the READMEs and
     module docstrings (continuation lines joined)."""
@@ -335,13 +331,14 @@ def _documented_commands():
         REPO / "insight_o3" / "data" / "difficulty.py",
         REPO / "insight_o3" / "data" / "reliability.py",
     ]
+    subcommands = with_subcommands()
     out = []
     for path in sources:
         text = re.sub(r"\s*\\+\n\s*", " ", path.read_text())  # join "\"-continued lines
         for m in re.finditer(r"python -m insight_o3\.scripts\.(\w+)((?: +(?!#)[^\n`]*)?)", text):
             name, rest = m.group(1), m.group(2).split("#")[0]
             sub = rest.split()[0] if rest.split() and rest.split()[0] in ("pool", "filter") else "generate"
-            if name in SUBCOMMANDS:  # its steps are subcommands: the words before the first flag
+            if name in subcommands:  # its steps are subcommands: the words before the first flag
                 sub = " ".join(w for w in rest.split("--")[0].split() if w.isidentifier())
             out.append((path.relative_to(REPO).as_posix(), name, sub, sorted(set(re.findall(r"(--\w+)", rest)))))
     return out
@@ -357,10 +354,11 @@ def test_every_documented_flag_is_accepted():
         "build_region_localization",
         "check_reliability",
     }
+    subcommands = with_subcommands()
     for where, name, sub, flags in docs:
         mod = importlib.import_module(f"insight_o3.scripts.{name}")
         p = mod.build_parser(sub) if name == "generate_collages" else mod.build_parser()
-        for word in sub.split() if name in SUBCOMMANDS else ():
+        for word in sub.split() if name in subcommands else ():
             p = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
         known = {s for a in p._actions for s in a.option_strings}
         assert not set(flags) - known, (where, name, sub, set(flags) - known)

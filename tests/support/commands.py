@@ -41,6 +41,16 @@ def command_parsers() -> dict[str, argparse.ArgumentParser]:
     return out
 
 
+def with_subcommands() -> set[str]:
+    """The console scripts' commands whose steps are subcommands (``build_o3_bench extract``): those whose parser
+    has subparsers."""
+    return {
+        name
+        for name, p in command_parsers().items()
+        if " " not in name and any(isinstance(a, argparse._SubParsersAction) for a in p._actions)
+    }
+
+
 def run_commands() -> dict[str, argparse.ArgumentParser]:
     """The commands that run a resumable job over a run directory (their records counted by a progress bar that
     ``--no_progress`` hides): the ones whose settings the directory's first run fixes."""
