@@ -2,7 +2,7 @@
 verl's FSDP workers (see :mod:`recipe.vsearch.cpu`). Print them, one per line, for a shell::
 
     mapfile -t CPU < <(python -m recipe.vsearch.cpu.overrides --gpus 2)
-    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind N_GPUS_PER_NODE=2 \
+    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind TORCH_COMPILE_DISABLE=1 N_GPUS_PER_NODE=2 \
         bash recipe/vsearch/train.sh "${CPU[@]}" <small-run overrides>
 """
 
@@ -16,8 +16,12 @@ SETUP_HOOK = "recipe.vsearch.cpu.setup.setup_worker"
 
 
 #: environment of a CPU run with verl's vLLM rollout (the vLLM worker lives inside each FSDP worker process:
-#: a 1 GiB KV cache each, and no pinning of that process's OpenMP threads to cores)
-VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+#: a 1 GiB KV cache each, and no pinning of that process's OpenMP threads to cores), and no ``torch.compile``: vLLM
+#: 0.12's CPU sampler is compiled (``topk_topp_sampler.compiled_random_sample``; the model itself runs eager, see
+#: ``enforce_eager`` below), which on CPU means inductor's ISA probes and a g++ build in every vLLM worker at the
+#: first ``generate`` (~35 s of the 2 cores on a fresh inductor cache, some of it again in each later run); eager
+#: runs the same function
+VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "TORCH_COMPILE_DISABLE": "1"}
 
 
 def rollout_overrides() -> list[str]:
