@@ -9,6 +9,8 @@ Two runs of ``train.sh`` on the same checkpoint directory:
 2. ``trainer.resume_mode=auto`` resumes from ``global_step_2``, trains step 3, validates, saves
    ``global_step_3``.
 
+(:func:`run_all`; with ``resume=False`` run 1 alone, of ``steps`` steps: the driver test's ``paper`` run.)
+
 The policy is the tiny model briefly fine-tuned on protocol turns (:func:`warm_start_policy`), so that
 rewards and gradients are not all zero. The rollout observers (:mod:`recipe.vsearch.rollout_checks`, opted in
 with ``VSEARCH_ROLLOUT_CHECKS_DIR=<work>/<run>.checks``) record every actor -> vLLM weight sync (vLLM's weights
@@ -86,8 +88,16 @@ def _image(path: Path, seed: int, size=(224, 168)) -> None:
     img.save(path)
 
 
-def build_inputs(work: Path, n_train: int = 3) -> dict:
-    """Tiny model, images and the four parquet files (region/collage train, benchmark + region val)."""
+def build_inputs(
+    work: Path, n_train: int = 3, *, warm_model: Path | None = None, base_model: Path | None = None
+) -> dict:
+    """Tiny model, images and the four parquet files (region/collage train, benchmark + region val).
+    ``warm_model``: a policy :func:`warm_start_policy` already made (``<work>/tiny-qwen2.5-vl-warm`` of an earlier
+    call with the same ``n_train``), copied instead of trained again (the warm start is ~2 min of the 2 cores);
+    ``base_model``: the tiny random model to warm-start (:func:`tests.support.tiny_qwen.build_tiny_qwen` with its
+    defaults, e.g. the tests' session ``tiny_qwen_dir``), else built here."""
+    import shutil
+
     from recipe.vsearch.create_parquet_dataset import main as pack
     from tests.support.tiny_qwen import build_tiny_qwen
 
@@ -97,9 +107,11 @@ def build_inputs(work: Path, n_train: int = 3) -> dict:
         _image(img / f"r{i}.png", i)
         _image(img / f"c{i}.png", 10 + i)
     model = work / "tiny-qwen2.5-vl-warm"
+    if warm_model is not None and not (model / "model.safetensors").exists():
+        shutil.copytree(warm_model, model, dirs_exist_ok=True)
     if not (model / "model.safetensors").exists():
         warm_start_policy(
-            build_tiny_qwen(work / "tiny-qwen2.5-vl"),
+            base_model or build_tiny_qwen(work / "tiny-qwen2.5-vl"),
             model,
             sorted(img.glob("*.png")),
             [f"the green bar number {i}" for i in range(n_train)] + ["the sign with the text"],
@@ -519,50 +531,44 @@ def run_all(
     variant: str = "original",
     ranks: int = 1,
     attn: str = "flash_attention_2",
+    run1_overrides: list[str] | tuple[str, ...] = (),
     run2_overrides: list[str] | tuple[str, ...] = (),
+    steps: int = 2,
+    resume: bool = True,
+    warm_model: Path | None = None,
+    base_model: Path | None = None,
 ) -> dict:
-    """Both runs (2 steps + checkpoint; resume -> step 3 + validation) under ``vsearch.variant=variant``;
-    ``run2_overrides`` are added to the resumed run only (the driver test trains step 3 of one variant with fatal-aware
-    GRPO on). Returns the summary."""
+    """Run 1 (``steps`` training steps, then validation and checkpoint ``global_step_<steps>``) and, with ``resume``,
+    run 2 (resumes from it -> step ``steps + 1``, validation, checkpoint), both under ``vsearch.variant=variant``;
+    ``run1_overrides`` / ``run2_overrides`` are added to one run only (the driver test's ``paper`` run is one run with
+    fatal-aware GRPO on). ``warm_model`` / ``base_model``: see :func:`build_inputs`. Returns the summary
+    (``run2`` None without ``resume`` or when run 1 failed)."""
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    inputs = build_inputs(work)
-    with ScriptedOpenAIServer(vreasoner_script()) as srv:
-        first = run_train(
+    inputs = build_inputs(work, warm_model=warm_model, base_model=base_model)
+
+    def one(name: str, total: int, extra: list[str] | tuple[str, ...]) -> RunResult:
+        return run_train(
             work,
             inputs,
             srv.base_url,
-            "run1",
+            name,
             [
-                "trainer.total_training_steps=2",
-                "trainer.save_freq=2",
-                "trainer.test_freq=2",
+                f"trainer.total_training_steps={total}",
+                f"trainer.save_freq={total}",
+                f"trainer.test_freq={total}",
                 f"vsearch.variant={variant}",
+                *extra,
             ],
             python=python,
             device=device,
             ranks=ranks,
             attn=attn,
         )
-        second = None
-        if first.rc == 0:
-            second = run_train(
-                work,
-                inputs,
-                srv.base_url,
-                "run2",
-                [
-                    "trainer.total_training_steps=3",
-                    "trainer.save_freq=3",
-                    "trainer.test_freq=3",
-                    f"vsearch.variant={variant}",
-                    *run2_overrides,
-                ],
-                python=python,
-                device=device,
-                ranks=ranks,
-                attn=attn,
-            )
+
+    with ScriptedOpenAIServer(vreasoner_script()) as srv:
+        first = one("run1", steps, run1_overrides)
+        second = one("run2", steps + 1, run2_overrides) if resume and first.rc == 0 else None
         api_requests = srv.count
     return {
         "work": str(work),
