@@ -33,6 +33,53 @@ def _dry_run(script: str, tmp_path, *args: str, **extra):
     )
 
 
+#: the module's dry runs of the real scripts (each composes and validates the config in two Python starts that import
+#: verl: ~10 s of one core), started together by :func:`dry_runs`: name -> (script, arguments, extra environment)
+DRY_RUNS = {
+    "train": ("train.sh", (), {}),
+    "paper": ("train.sh", ("vsearch.variant=paper",), {}),
+    "ppo_epochs": ("train.sh", ("actor_rollout_ref.actor.ppo_epochs=2",), {}),
+    # the Gemini vReasoner, 3 trials, resume from step 40
+    "val": (
+        "val.sh",
+        ("--cfg", "job"),
+        {"DRY_RUN": "0", "NUM_VAL_TRIALS": "3", "RESUME_FROM_STEP": "40", "API_MODEL_FOR_AGENT": "gemini-2.5-flash"},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory) -> dict[str, tuple]:
+    """Every :data:`DRY_RUNS` entry, run at once (they are independent; one after the other they kept one of the 2
+    cores idle for ~40 s): name -> (its tmp dir, its ``CompletedProcess``). Output goes to files, not pipes, so that no
+    process waits on a full pipe while another is read."""
+    started = {}
+    for name, (script, args, extra) in DRY_RUNS.items():
+        tmp = tmp_path_factory.mktemp(f"dry_{name}")
+        (tmp / "tmpdir").mkdir()
+        out, err = open(tmp / "stdout", "w"), open(tmp / "stderr", "w")
+        proc = subprocess.Popen(
+            ["bash", str(RECIPE / script), *args],
+            cwd=REPO,
+            env=script_env(tmp, TMPDIR=str(tmp / "tmpdir"), **extra),
+            stdout=out,
+            stderr=err,
+        )
+        started[name] = (tmp, proc, out, err)
+    done = {}
+    for name, (tmp, proc, out, err) in started.items():
+        try:
+            rc = proc.wait(timeout=240)
+        finally:
+            out.close()
+            err.close()
+        done[name] = (
+            tmp,
+            subprocess.CompletedProcess(proc.args, rc, (tmp / "stdout").read_text(), (tmp / "stderr").read_text()),
+        )
+    return done
+
+
 def _validate(cfg) -> None:
     """What verl checks before training: the dataclass conversions and validate_config."""
     from verl.trainer.config import AlgoConfig
@@ -58,27 +105,15 @@ def _validate(cfg) -> None:
 
 
 @pytest.fixture(scope="module")
-def train_dry(tmp_path_factory):
-    """One ``DRY_RUN=1 train.sh`` for the module (each composition takes ~10 s on 2 cores)."""
-    tmp = tmp_path_factory.mktemp("train_dry")
-    (tmp / "tmpdir").mkdir()
-    return tmp, _dry_run("train.sh", tmp, TMPDIR=str(tmp / "tmpdir"))
+def train_dry(dry_runs):
+    """``DRY_RUN=1 train.sh`` with train.sh's defaults."""
+    return dry_runs["train"]
 
 
 @pytest.fixture(scope="module")
-def val_dry(tmp_path_factory):
-    """One ``val.sh --cfg job`` (Gemini vReasoner, 3 trials, resume from step 40) for the module."""
-    tmp = tmp_path_factory.mktemp("val_dry")
-    return tmp, _dry_run(
-        "val.sh",
-        tmp,
-        "--cfg",
-        "job",
-        DRY_RUN="0",
-        NUM_VAL_TRIALS="3",
-        RESUME_FROM_STEP="40",
-        API_MODEL_FOR_AGENT="gemini-2.5-flash",
-    )
+def val_dry(dry_runs):
+    """``val.sh --cfg job`` (Gemini vReasoner, 3 trials, resume from step 40)."""
+    return dry_runs["val"]
 
 
 def test_train_sh_composes_and_validates(train_dry):
@@ -117,14 +152,13 @@ def test_train_sh_composes_and_validates(train_dry):
     _validate(cfg)
 
 
-def test_paper_variant_switches_the_whole_protocol(tmp_path):
+def test_paper_variant_switches_the_whole_protocol(dry_runs):
     """``vsearch.variant=paper`` on train.sh's command line switches the reward rules, the loss and the failure
     handling together (one switch), and validates."""
     from insight_o3.protocol.prompts import FORK_HINTS, PAPER_TRAIN_HINTS
     from recipe.vsearch.settings import PROTOCOLS, RunSettings
 
-    (tmp_path / "tmpdir").mkdir()
-    r = _dry_run("train.sh", tmp_path, "vsearch.variant=paper", TMPDIR=str(tmp_path / "tmpdir"))
+    r = dry_runs["paper"][1]
     assert r.returncode == 0, r.stderr[-3000:]
     cfg = OmegaConf.create(r.stdout)
     a = cfg.actor_rollout_ref.actor
@@ -338,8 +372,8 @@ def test_val_sh_effective_settings_as_the_loops_see_them(val_dry, tiny_qwen_dir)
     assert (v.model, v.max_pixels, v.mode, v.max_format_retries) == ("gemini-2.5-flash", 3500 * 3500, "infer", 4)
 
 
-def test_bad_settings_fail_the_dry_run_with_the_key(tmp_path):
-    r = _dry_run("train.sh", tmp_path, "actor_rollout_ref.actor.ppo_epochs=2")
+def test_bad_settings_fail_the_dry_run_with_the_key(dry_runs):
+    r = dry_runs["ppo_epochs"][1]
     assert r.returncode == 2 and "actor_rollout_ref.actor.ppo_epochs must be 1" in r.stderr
 
 
@@ -483,22 +517,34 @@ def test_main_checks_and_prints_settings_once_before_ray(tmp_path):
     ]
     env = {**os.environ, "PYTHONPATH": f"{VERL_DIR}{os.pathsep}{REPO}"}
 
-    def run(*extra):
-        return subprocess.run(
+    def start(name, *extra):  # both at once: independent, and each is ~10 s of one of the 2 cores
+        out, err = open(tmp_path / f"{name}.out", "w"), open(tmp_path / f"{name}.err", "w")
+        proc = subprocess.Popen(
             [sys.executable, "-c", _MAIN_WITH_STUBBED_RUN_PPO, *overrides, *extra],
             cwd=VERL_DIR,
             env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
+            stdout=out,
+            stderr=err,
+        )
+        return name, proc, out, err
+
+    def finish(name, proc, out, err):
+        try:
+            rc = proc.wait(timeout=180)
+        finally:
+            out.close()
+            err.close()
+        return subprocess.CompletedProcess(
+            proc.args, rc, (tmp_path / f"{name}.out").read_text(), (tmp_path / f"{name}.err").read_text()
         )
 
-    r = run()
+    good, bad = start("good"), start("bad", "vsearch.reward.variant=eq1")
+    r = finish(*good)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("[vsearch] effective settings (stage=train)") == 1 and "gpt-5-nano" in r.stdout
     assert r.stdout.index("effective settings") < r.stdout.index("RUN_PPO")
     assert "RUN_PPO VSearchTaskRunner" in r.stdout
-    r = run("vsearch.reward.variant=eq1")
+    r = finish(*bad)
     assert r.returncode == 2 and "vsearch.reward.variant must be one of" in r.stderr and "RUN_PPO" not in r.stdout
 
 
