@@ -201,16 +201,37 @@ def test_agent_configs_load():
     }
 
 
-def test_bad_agent_config_names_file_and_field(tmp_path):
+def test_bad_agent_config_names_file_line_and_field(tmp_path):
     from recipe.vsearch.agent_config import load_agent_config
 
     p = tmp_path / "agent_x.yaml"
-    p.write_text("vreasoner:\n  model: m\n  max_pixels: 100\n  max_serch_calls: 6\n")
-    with pytest.raises(ValueError, match=r"agent_x.yaml.vreasoner: unknown key\(s\) \['max_serch_calls'\]"):
-        load_agent_config(p)
-    p.write_text("vreasoner:\n  model: m\n  max_pixels: -5\n")
-    with pytest.raises(ValueError, match=r"vreasoner.max_pixels: expected a positive int"):
-        load_agent_config(p)
+
+    def fails(text: str, match: str) -> None:
+        p.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            load_agent_config(p)
+
+    fails(
+        "vreasoner:\n  model: m\n  max_pixels: 100\n  max_serch_calls: 6\n",
+        r"agent_x.yaml:4: vreasoner.max_serch_calls: unknown key; allowed: \[.*'max_search_calls'",
+    )
+    fails(
+        "vreasoner:\n  model: m\n  max_pixels: -5\n",
+        r"agent_x.yaml:3: vreasoner.max_pixels: Input should be greater than 0",
+    )
+    # the line of the key, below comments and other sections; strict types: no text for a number, no bool
+    fails(
+        "# agent\nvreasoner:\n  model: m\n  max_pixels: 5\n\njudge:\n  max_concurrency: 4\n  timeout_s: '60'\n",
+        r"agent_x.yaml:8: judge.timeout_s: Input should be a valid number, got '60'",
+    )
+    fails(
+        "vreasoner:\n  model: m\n  max_pixels: true\n",
+        r"agent_x.yaml:3: vreasoner.max_pixels: Input should be a valid integer",
+    )
+    # a missing field: the line of the section that lacks it; a missing section: line 1
+    fails("judge: {}\nvreasoner:\n  max_pixels: 5\n", r"agent_x.yaml:2: vreasoner.model: required")
+    fails("vsearcher: {}\n", r"agent_x.yaml:1: vreasoner: required")
+    fails("vreasoner:\n  model: m\n  max_pixels: [5\n", r"agent_x.yaml:4: not valid YAML")
 
 
 def test_typo_in_an_override_fails():
@@ -460,7 +481,7 @@ def test_settings_validation_names_the_key(train_dry, tmp_path):
     fails(r"vsearch.max_api_failure_ratio: expected a number in \[0, 1\]", vsearch__max_api_failure_ratio=1.5)
     bad = tmp_path / "agent_bad.yaml"
     bad.write_text("vreasoner:\n  model: m\n  max_pixels: 100\n  max_tokens: 5\n")
-    fails(r"agent_bad.yaml.vreasoner: unknown key\(s\) \['max_tokens'\]", vsearch__agent_config_path=str(bad))
+    fails(r"agent_bad.yaml:4: vreasoner.max_tokens: unknown key", vsearch__agent_config_path=str(bad))
 
 
 class _Rows:
