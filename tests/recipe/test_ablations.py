@@ -236,5 +236,6 @@ def test_every_row_composes_and_validates(variant):
             weights = dict(cfg.data.batch_sampler.weights)
             assert sorted(weights.values()) == ([0, 1] if row.endswith("loop_only") else [0.5, 0.5]), row
             fatal = [o.split("=")[1] for o in overrides if o.startswith("vsearch.fatal.mode=")]
-            assert s.fatal == dataclasses.replace(ref.fatal, **({"mode": FatalMode(fatal[0])} if fatal else {})), row
-            assert ref.fatal.mode is FatalMode.OFF and ref.fatal.k == 3
+            assert s.fatal == dataclasses.replace(ref.fatal, **({"mode": fatal[0]} if fatal else {})), row
+            assert s.fatal.fatal_mode is FatalMode(fatal[0] if fatal else "off"), row
+            assert ref.fatal.fatal_mode is FatalMode.OFF and ref.fatal.k == 3

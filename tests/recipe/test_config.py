@@ -250,6 +250,37 @@ def test_typo_in_an_override_fails():
                 compose(config_name="qwen_2_5_vl_7b_async", overrides=[typo])
 
 
+def test_vsearch_section_types_and_keys_through_hydra_composition():
+    """The ``vsearch`` section as Hydra composes it (an added key, a value of the wrong type) is refused by the
+    structured merge into :class:`VSearchConfig`, naming the full key; a value of the right type that cannot work
+    by the section's own check."""
+    from hydra import compose, initialize_config_dir
+
+    from insight_o3.protocol.fatal import FatalMode
+    from recipe.vsearch.settings import RunSettings, SettingsError
+
+    agent = f"vsearch.agent_config_path={CONFIG_DIR / 'agent_gpt-5-mini.yaml'}"
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        for override, match in [
+            ("+vsearch.agent_cfg=x", r"^vsearch.agent_cfg: Key 'agent_cfg' not in 'VSearchConfig'; allowed: \["),
+            ("+vsearch.fatal.kk=2", r"^vsearch.fatal.kk: Key 'kk' not in 'FatalSettings'; allowed: \['mode', 'k'\]$"),
+            (
+                "vsearch.fatal.k=three",
+                r"^vsearch.fatal.k: Value 'three' of type 'str' could not be converted to Integer$",
+            ),
+            ("vsearch.reward.alpha=high", r"^vsearch.reward.alpha: Value 'high' of type 'str' could not be converted"),
+            ("vsearch.max_api_failure_ratio=true", r"^vsearch.max_api_failure_ratio: Value 'True' of type 'bool'"),
+            ("vsearch.fatal.k=0", r"^vsearch.fatal.k: expected a whole number of consecutive tool errors >= 1, got 0$"),
+            ("vsearch.fatal.mode=clamp", r"^vsearch.fatal.mode must be one of \['off', 'hard_mask'"),
+        ]:
+            cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=[agent, override])
+            with pytest.raises(SettingsError, match=match):
+                RunSettings.from_config(cfg)
+        s = RunSettings.from_config(compose(config_name="qwen_2_5_vl_7b_async", overrides=[agent, "vsearch.fatal.k=2"]))
+    assert s.fatal.fatal_mode is FatalMode.OFF and s.fatal.k == 2
+    assert (s.max_api_failure_ratio, s.reward.tool_weight) == (0.2, 1.0)
+
+
 def test_missing_env_is_a_clear_error(tmp_path):
     env = script_env(tmp_path)
     del env["MODEL_PATH"]
@@ -410,10 +441,10 @@ def test_settings_validation_names_the_key(train_dry, tmp_path):
         with pytest.raises(SettingsError, match=match):
             RunSettings.from_config(cfg)
 
-    fails(r"vsearch: unknown key\(s\) \['agent_cfg'\]", vsearch__agent_cfg="x")
+    fails(r"vsearch.agent_cfg: Key 'agent_cfg' not in 'VSearchConfig'; allowed: \['variant'", vsearch__agent_cfg="x")
     fails("vsearch.agent_config_path: required", vsearch__agent_config_path=None)
     fails("vsearch.stage must be one of", vsearch__stage="test")
-    fails(r"vsearch.reward: unknown key\(s\) \['alpah'\]", vsearch__reward__alpah=0.3)
+    fails(r"vsearch.reward.alpah: Key 'alpah' not in 'RewardSettings'", vsearch__reward__alpah=0.3)
     fails("vsearch.reward: alpha must be in", vsearch__reward__alpha=1.5)
     fails(
         "custom_reward_function.reward_kwargs must equal vsearch.reward",

@@ -137,7 +137,7 @@ def policy_searcher(loop: AgentLoopBase, s: RunSettings) -> PolicySearcher:
         limit_reminder=s.protocol.searcher_limit_reminder,
         budget_end_fails_searcher=s.protocol.budget_end_fails_searcher,
         end_on_bad_token=s.protocol.end_on_bad_token,
-        fatal_k=s.fatal.k if s.fatal.mode.cuts_episodes else None,
+        fatal_k=s.fatal.k if s.fatal.fatal_mode.cuts_episodes else None,
     )
 
 

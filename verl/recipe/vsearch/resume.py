@@ -12,20 +12,20 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .settings import SettingsError, _get
+from .settings import SettingsError, select
 
 SHARD = re.compile(r"model_world_size_(\d+)_rank_\d+\.pt$")
 
 
 def resume_folder(config: Any) -> Path | None:
     """The ``global_step_*`` folder verl 0.7's ``_load_checkpoint`` will load, or None (fresh start)."""
-    mode = _get(config, "trainer.resume_mode", "auto")
+    mode = select(config, "trainer.resume_mode", "auto")
     if mode == "disable":
         return None
     if mode == "resume_path":
-        path = _get(config, "trainer.resume_from_path")
+        path = select(config, "trainer.resume_from_path")
         return Path(path) if path else None
-    root = _get(config, "trainer.default_local_dir")
+    root = select(config, "trainer.default_local_dir")
     if not root:
         return None
     tracker = Path(root) / "latest_checkpointed_iteration.txt"
@@ -55,7 +55,7 @@ def check_resume(config: Any) -> str:
     if folder is None:
         return "resume: none (fresh start)"
     saved = checkpoint_world_size(folder)
-    world = int(_get(config, "trainer.nnodes", 1)) * int(_get(config, "trainer.n_gpus_per_node", 1))
+    world = int(select(config, "trainer.nnodes", 1)) * int(select(config, "trainer.n_gpus_per_node", 1))
     if saved is not None and saved != world:
         raise SettingsError(
             f"the checkpoint to resume, {folder}, was written by {saved} GPU ranks (actor/model_world_size_{saved}_"

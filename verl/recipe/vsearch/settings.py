@@ -4,8 +4,11 @@
 (``variant``, ``agent_config_path``, ``stage``, ``judge_model``, ``reward``, ``max_api_failure_ratio``), the agent YAML it points to
 (``config/agent_<model>.yaml``, :mod:`recipe.vsearch.agent_config`) and the verl keys the loops
 depend on (``actor_rollout_ref.rollout.{prompt,response}_length``, the actor's ``ppo_epochs``,
-``trainer.use_legacy_worker_impl``, ``custom_reward_function.reward_kwargs``). Unknown or missing
-keys and bad values are errors naming the key (and the file for the agent YAML).
+``trainer.use_legacy_worker_impl``, ``custom_reward_function.reward_kwargs``). The ``vsearch`` section is a
+tree of verl ``BaseConfig`` dataclasses (:class:`VSearchConfig`, :class:`RewardSettings`, :class:`FatalSettings`)
+converted with verl's ``omega_conf_to_dataclass``: OmegaConf's structured merge refuses an unknown key or a value of
+the wrong type, their ``__post_init__`` what cannot work; every error names the full key (``vsearch.fatal.k``), and
+the file, line and field for the agent YAML.
 
 Who reads it:
 
@@ -36,8 +39,14 @@ validating). The vSearcher's token budget is the run's ``rollout.response_length
 from __future__ import annotations
 
 import sys
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from pydantic import TypeAdapter, ValidationError, conint
+from verl.base_config import BaseConfig
+from verl.utils.config import omega_conf_to_dataclass
 
 from insight_o3.agents.config import ReasonerSettings
 from insight_o3.agents.drivers import VREASONER_COMPLETION_KWARGS
@@ -185,16 +194,10 @@ def _protocol_resolver(name: str, *, _root_: Any) -> Any:
 def register_resolvers() -> None:
     """Register ``vsearch_protocol`` with OmegaConf (idempotent). Done on import of this module, which every
     process that resolves the recipe's config imports first (main.py, the TaskRunner, the tests)."""
-    try:
-        from omegaconf import OmegaConf
-    except ImportError:  # the library venv without the training stack: nothing to resolve
-        return
     if not OmegaConf.has_resolver("vsearch_protocol"):
         OmegaConf.register_new_resolver("vsearch_protocol", _protocol_resolver)
 
 
-#: keys of the ``vsearch`` config section
-VSEARCH_KEYS = ("variant", "agent_config_path", "stage", "judge_model", "reward", "max_api_failure_ratio", "fatal")
 #: text tokens of a vSearcher prompt besides the image (system prompt + task); the original sized
 #: ``data.max_prompt_length`` as image tokens + 1024
 PROMPT_TEXT_TOKENS = 1024
@@ -232,18 +235,19 @@ class SettingsError(ValueError):
     """A setting that cannot work; the message names the config key (and file)."""
 
 
-@dataclass(frozen=True)
-class RewardSettings:
+@dataclass
+class RewardSettings(BaseConfig):
     """``vsearch.reward``: the reward variant (= ``vsearch.variant``), its numbers and the two ablation switches
     named as in the fork (``reward_type``, ``pseudo_iou_reward_type``); also passed to the reward function as
-    ``custom_reward_function.reward_kwargs``."""
+    ``custom_reward_function.reward_kwargs``. Types and unknown keys: OmegaConf's structured merge
+    (:meth:`VSearchConfig.from_config`); the names and ranges: :meth:`__post_init__`."""
 
-    variant: str
-    format_weight: float
-    iou_weight: float
-    alpha: float
-    max_consecutive_iou: float
-    min_gt_coverage: float
+    variant: str = MISSING
+    format_weight: float = MISSING
+    iou_weight: float = MISSING
+    alpha: float = MISSING
+    max_consecutive_iou: float = MISSING
+    min_gt_coverage: float = MISSING
     tool_weight: float = 1.0
     reward_type: str = REWARD_TYPES[0]
     pseudo_iou_reward_type: str = PSEUDO_IOU_TYPES[0]
@@ -254,6 +258,15 @@ class RewardSettings:
         "reward_type": REWARD_TYPES,
         "pseudo_iou_reward_type": PSEUDO_IOU_TYPES,
     }
+
+    def __post_init__(self) -> None:
+        for name, allowed in self.CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise SettingsError(f"vsearch.reward.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        try:
+            self.rules()
+        except ValueError as e:
+            raise SettingsError(f"vsearch.reward: {e}") from None
 
     def rules(self) -> RewardRules:
         return RewardRules(
@@ -267,73 +280,104 @@ class RewardSettings:
             pseudo_iou_reward_type=self.pseudo_iou_reward_type,
         )
 
-    @classmethod
-    def from_mapping(cls, data: Any, where: str = "vsearch.reward") -> RewardSettings:
-        data = _plain(data)
-        if not isinstance(data, dict):
-            raise SettingsError(f"{where}: expected a mapping, got {data!r}")
-        names = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(names))
-        if unknown:
-            raise SettingsError(f"{where}: unknown key(s) {unknown}; allowed: {names}")
-        missing = [f.name for f in fields(cls) if f.default is MISSING and data.get(f.name) is None]
-        if missing:
-            raise SettingsError(f"{where}.{missing[0]}: required")
-        data = {f.name: data[f.name] if data.get(f.name) is not None else f.default for f in fields(cls)}
-        for n, allowed in cls.CHOICES.items():
-            if data[n] not in allowed:
-                raise SettingsError(f"{where}.{n} must be one of {allowed}, got {data[n]!r}")
-        for n in names:
-            v = data[n]
-            if n not in cls.CHOICES and (isinstance(v, bool) or not isinstance(v, (int, float))):
-                raise SettingsError(f"{where}.{n}: expected a number, got {v!r}")
-        values: dict[str, Any] = {n: (data[n] if n in cls.CHOICES else float(data[n])) for n in names}
-        s = cls(**values)
-        try:
-            s.rules()
-        except ValueError as e:
-            raise SettingsError(f"{where}: {e}") from None
-        return s
 
-
-@dataclass(frozen=True)
-class FatalSettings:
+@dataclass
+class FatalSettings(BaseConfig):
     """``vsearch.fatal``: fatal-aware GRPO (OpenSearch-VL; :mod:`insight_o3.protocol.fatal`, :mod:`recipe.vsearch.fatal_grpo`).
     ``mode`` ``off`` (the default: the InSight-o3 protocol, vanilla GRPO) | ``hard_mask`` | ``fatal_mask`` |
     ``fatal_mask_clamp``; ``k``: consecutive tool errors that make a vSearcher episode fatal (a turn the session
-    answers with the tool's error text: a box the zoom-in tool cannot use, an unknown tool, malformed arguments)."""
+    answers with the tool's error text: a box the zoom-in tool cannot use, an unknown tool, malformed arguments).
+    ``mode`` is the YAML's text (OmegaConf reads an enum by member name, the YAML writes its value); the
+    :class:`FatalMode` is :attr:`fatal_mode`."""
 
-    mode: FatalMode = FatalMode.OFF
+    mode: str = FatalMode.OFF.value
     k: int = DEFAULT_K
 
-    @classmethod
-    def from_mapping(cls, data: Any, where: str = "vsearch.fatal") -> FatalSettings:
-        data = _plain(data)
-        if data is None:
-            return cls()
-        if not isinstance(data, dict):
-            raise SettingsError(f"{where}: expected a mapping, got {data!r}")
-        unknown = sorted(set(data) - {"mode", "k"})
-        if unknown:
-            raise SettingsError(f"{where}: unknown key(s) {unknown}; allowed: ['mode', 'k']")
-        mode, k = data.get("mode", FatalMode.OFF.value), data.get("k", DEFAULT_K)
-        if mode not in [m.value for m in FatalMode]:
-            raise SettingsError(f"{where}.mode must be one of {[m.value for m in FatalMode]}, got {mode!r}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise SettingsError(f"{where}.k: expected a whole number of consecutive tool errors >= 1, got {k!r}")
-        return cls(FatalMode(mode), k)
+    def __post_init__(self) -> None:
+        modes = [m.value for m in FatalMode]
+        if self.mode not in modes:
+            raise SettingsError(f"vsearch.fatal.mode must be one of {modes}, got {self.mode!r}")
+        if self.k < 1:
+            raise SettingsError(
+                f"vsearch.fatal.k: expected a whole number of consecutive tool errors >= 1, got {self.k}"
+            )
+
+    @property
+    def fatal_mode(self) -> FatalMode:
+        return FatalMode(self.mode)
 
     def describe(self) -> str:
-        if self.mode is FatalMode.OFF:
+        mode = self.fatal_mode
+        if mode is FatalMode.OFF:
             return "off (vanilla GRPO: episodes run to their end, every generated token trained)"
         return (
-            f"{self.mode.value}, K={self.k}: a vSearcher episode stops after K consecutive tool errors; "
+            f"{mode.value}, K={self.k}: a vSearcher episode stops after K consecutive tool errors; "
             + {
                 FatalMode.HARD_MASK: "its every token masked (the hard-masking baseline)",
                 FatalMode.FATAL_MASK: "tokens from its fatal step on masked",
                 FatalMode.FATAL_MASK_CLAMP: "tokens from its fatal step on masked, advantage max(A, 0)",
-            }[self.mode]
+            }[mode]
         )
+
+
+@dataclass
+class VSearchConfig(BaseConfig):
+    """The ``vsearch`` section of the recipe YAML (``config/qwen_2_5_vl_7b_async.yaml``), converted with verl's
+    :func:`~verl.utils.config.omega_conf_to_dataclass`: OmegaConf's structured merge refuses an unknown key and a
+    value of the wrong type (naming the key), :meth:`__post_init__` what OmegaConf cannot say (the names, the
+    ranges, the required ones). Read once by :meth:`RunSettings.from_config`, which adds the variant's defaults."""
+
+    variant: str = "original"  # absent only in the loops' partial configs
+    agent_config_path: str | None = None  # null in the YAML: train.sh / val.sh set it
+    judge_model: str | None = None
+    stage: str = MISSING
+    #: None: the variant's (:attr:`Protocol.max_api_failure_ratio`; the YAML reads it through the resolver)
+    max_api_failure_ratio: float | None = None
+    fatal: FatalSettings = field(default_factory=FatalSettings)
+    reward: RewardSettings = MISSING
+
+    def __post_init__(self) -> None:
+        if not self.agent_config_path:
+            raise SettingsError("vsearch.agent_config_path: required (train.sh/val.sh set it from API_MODEL_FOR_AGENT)")
+        if self.stage not in STAGES:
+            raise SettingsError(f"vsearch.stage must be one of {STAGES}, got {self.stage!r}")
+        if self.judge_model is None or not self.judge_model.strip():
+            raise SettingsError(f"vsearch.judge_model: required (JUDGE_MODEL), got {self.judge_model!r}")
+        protocol(self.variant)
+        if self.reward.variant != self.variant:
+            raise SettingsError(
+                f"vsearch.reward.variant is {self.reward.variant!r} but vsearch.variant is {self.variant!r}: the "
+                "recipe YAML sets it to ${vsearch.variant}, the one switch of the training protocol; set "
+                "vsearch.variant instead"
+            )
+        ratio = self.max_api_failure_ratio
+        if ratio is not None and not 0.0 <= ratio <= 1.0:
+            raise SettingsError(f"vsearch.max_api_failure_ratio: expected a number in [0, 1], got {ratio!r}")
+
+    @classmethod
+    def from_config(cls, config: DictConfig) -> VSearchConfig:
+        """The composed config's ``vsearch`` section, resolved (its interpolations read the whole config) and
+        converted; an error names the key (``vsearch.fatal.k: Value 'x' of type 'str' could not be converted to
+        Integer``)."""
+        node = select(config, "vsearch")
+        if not isinstance(node, DictConfig) or not node:
+            raise SettingsError(
+                "config has no 'vsearch' section (the recipe's settings; see config/qwen_2_5_vl_7b_async.yaml)"
+            )
+        try:
+            section = OmegaConf.to_container(node, resolve=True)
+        except OmegaConfBaseException as e:
+            raise SettingsError(f"{e.full_key}: {_reason(e)}") from None
+        try:
+            vs: VSearchConfig = omega_conf_to_dataclass(section, cls)
+        except OmegaConfBaseException as e:  # the merge's keys are the section's own
+            key = ".".join(["vsearch", *filter(None, [e.full_key])])
+            known = (
+                [f.name for f in fields(e.object_type) if f.name != "_target_"] if is_dataclass(e.object_type) else []
+            )
+            allowed = f"; allowed: {known}" if isinstance(e, ConfigKeyError) and known else ""
+            raise SettingsError(f"{key}: {_reason(e)}{allowed}") from None
+        return vs
 
 
 @dataclass(frozen=True)
@@ -351,7 +395,9 @@ class RunSettings:
     max_api_failure_ratio: float  # a training step whose in-loop episodes fail (API) more often aborts
     protocol: Protocol = PROTOCOLS["original"]  # vsearch.variant: the rest of the training protocol
     attention: str = ""  # the model's attention path and what a micro-batch costs on it (start-up table)
-    fatal: FatalSettings = FatalSettings()  # vsearch.fatal: fatal-aware GRPO (off: the InSight-o3 protocol)
+    fatal: FatalSettings = field(
+        default_factory=FatalSettings
+    )  # vsearch.fatal: fatal-aware GRPO (off: the InSight-o3 protocol)
 
     @property
     def variant(self) -> str:
@@ -407,59 +453,31 @@ class RunSettings:
     @classmethod
     def from_config(cls, config: Any) -> RunSettings:
         """Build and validate from the composed config (an OmegaConf ``DictConfig`` or a dict)."""
-        vs = _plain(_get(config, "vsearch"))
-        if not isinstance(vs, dict):
-            raise SettingsError(
-                "config has no 'vsearch' section (the recipe's settings; see config/qwen_2_5_vl_7b_async.yaml)"
-            )
-        unknown = sorted(set(vs) - set(VSEARCH_KEYS))
-        if unknown:
-            raise SettingsError(f"vsearch: unknown key(s) {unknown}; allowed: {list(VSEARCH_KEYS)}")
-        path = vs.get("agent_config_path")
-        if not path:
-            raise SettingsError("vsearch.agent_config_path: required (train.sh/val.sh set it from API_MODEL_FOR_AGENT)")
-        stage = vs.get("stage")
-        if stage not in STAGES:
-            raise SettingsError(f"vsearch.stage must be one of {STAGES}, got {stage!r}")
-        judge = vs.get("judge_model")
-        if not isinstance(judge, str) or not judge.strip():
-            raise SettingsError(f"vsearch.judge_model: required (JUDGE_MODEL), got {judge!r}")
+        config = config if isinstance(config, DictConfig) else OmegaConf.create(config)
+        vs = VSearchConfig.from_config(config)
         try:
-            agent = load_agent_config(path)
+            agent = load_agent_config(str(vs.agent_config_path))
         except (OSError, ValueError) as e:
             raise SettingsError(str(e)) from None
-        variant = vs.get("variant", "original")  # absent only in the loops' partial configs
-        proto = protocol(variant)
-        reward = RewardSettings.from_mapping(vs.get("reward"))
-        if reward.variant != variant:
-            raise SettingsError(
-                f"vsearch.reward.variant is {reward.variant!r} but vsearch.variant is {variant!r}: the recipe YAML sets "
-                "it to ${vsearch.variant}, the one switch of the training protocol; set vsearch.variant instead"
-            )
-        kwargs = _plain(_get(config, "custom_reward_function.reward_kwargs"))
-        if kwargs != _plain(vs.get("reward")):
+        kwargs = _container(select(config, "custom_reward_function.reward_kwargs"))
+        if kwargs != _container(select(config, "vsearch.reward")):
             raise SettingsError(
                 "custom_reward_function.reward_kwargs must equal vsearch.reward (the recipe YAML sets "
                 f"it to ${{vsearch.reward}}; change vsearch.reward.* instead), got {kwargs!r}"
             )
-        response_length = _int(config, "actor_rollout_ref.rollout.response_length")
-        prompt_length = _int(config, "actor_rollout_ref.rollout.prompt_length")
-        ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs")
-        ratio = vs.get("max_api_failure_ratio", proto.max_api_failure_ratio)
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
-            raise SettingsError(f"vsearch.max_api_failure_ratio: expected a number in [0, 1], got {ratio!r}")
+        proto = protocol(vs.variant)
         s = cls(
-            stage,
-            str(path),
+            vs.stage,
+            str(vs.agent_config_path),
             agent,
-            judge.strip(),
-            response_length,
-            prompt_length,
-            reward,
-            ppo_epochs,
-            float(ratio),
+            str(vs.judge_model).strip(),
+            _positive_int(config, "actor_rollout_ref.rollout.response_length"),
+            _positive_int(config, "actor_rollout_ref.rollout.prompt_length"),
+            vs.reward,
+            _positive_int(config, "actor_rollout_ref.actor.ppo_epochs"),
+            proto.max_api_failure_ratio if vs.max_api_failure_ratio is None else vs.max_api_failure_ratio,
             proto,
-            fatal=FatalSettings.from_mapping(vs.get("fatal")),
+            fatal=vs.fatal,
         )
         s._check(config)
         return replace(s, attention=s.attention_path(config))
@@ -488,14 +506,14 @@ class RunSettings:
             "verl 0.7 rescales each dynamic micro-batch by its row count, which breaks the weights"
         )
         for key, want in (("loss_agg_mode", proto.loss_agg_mode), ("use_dynamic_bsz", proto.use_dynamic_bsz)):
-            value = _get(config, f"actor_rollout_ref.actor.{key}")  # absent only in the loops' partial configs
+            value = select(config, f"actor_rollout_ref.actor.{key}")  # absent only in the loops' partial configs
             if value is not None and value != want:
                 raise SettingsError(
                     f"actor_rollout_ref.actor.{key} must be {want} under vsearch.variant={proto.variant} ({why}), "
                     f"got {value!r}; switch the whole protocol with vsearch.variant instead"
                 )
         if proto.use_dynamic_bsz:
-            cap = _get(config, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+            cap = select(config, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
             row = self.vsearcher_prompt_length + self.vsearcher_response_length
             if cap is not None and cap < row:
                 raise SettingsError(
@@ -503,11 +521,11 @@ class RunSettings:
                     "(rollout.prompt_length + response_length): verl's dynamic batches need at least one row"
                 )
         for key, bad in UNSUPPORTED.items():
-            value = _get(config, key)
+            value = select(config, key)
             if value is not None and value is not False and bad(value):
                 raise SettingsError(f"{key}={value!r} is not supported by the vsearch recipe: {UNSUPPORTED_WHY[key]}")
         for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy"):
-            strategy = _get(config, key)  # absent only in the loops' partial configs
+            strategy = select(config, key)  # absent only in the loops' partial configs
             if strategy is not None and strategy != ACTOR_STRATEGY:
                 raise SettingsError(
                     f"{key}={strategy!r} is not supported: the recipe runs and tests one strategy, "
@@ -515,7 +533,7 @@ class RunSettings:
                 )
         self._check_padded_path(config)
         self._check_limit_images(config)
-        data = _get(config, "data")
+        data = select(config, "data")
         if data is not None and "val_batch_size" in data:  # absent only in the loops' partial configs
             vb = data.get("val_batch_size")
             if isinstance(vb, bool) or not isinstance(vb, int) or vb <= 0:
@@ -523,7 +541,7 @@ class RunSettings:
                     f"data.val_batch_size must be a positive int, got {vb!r}: unset, verl validates the whole "
                     "validation set as one batch (every episode at once, all rows in the driver's memory)"
                 )
-        impl = _get(config, "trainer.use_legacy_worker_impl", "auto")
+        impl = select(config, "trainer.use_legacy_worker_impl", "auto")
         if impl not in ("auto", "enable"):
             raise SettingsError(
                 f"trainer.use_legacy_worker_impl={impl!r} is not supported: the on-policy update "
@@ -534,11 +552,11 @@ class RunSettings:
         """Without remove-padding (no flash-attn: ``attn_implementation=sdpa``/``eager``) verl's forward pads every
         row to the step's width; a log-prob micro-batch packed by real tokens (dynamic batches) would compute several
         padded rows of full-vocabulary logits (recipe.vsearch.padding). The log-prob passes take one row each there."""
-        if _get(config, "actor_rollout_ref.model.use_remove_padding") is not False:
+        if select(config, "actor_rollout_ref.model.use_remove_padding") is not False:
             return
         for role in ("ref", "rollout"):
             key = f"actor_rollout_ref.{role}.log_prob_use_dynamic_bsz"
-            if _get(config, key) is True:
+            if select(config, key) is True:
                 raise SettingsError(
                     f"{key}=True with actor_rollout_ref.model.use_remove_padding=False: on the padded path (no "
                     "flash-attn) every row is padded to prompt + response length, so a micro-batch packed by real "
@@ -548,15 +566,15 @@ class RunSettings:
 
     def attention_path(self, config: Any) -> str:
         """One line for the start-up table: remove-padding, or the padded path and what a micro-batch costs there."""
-        if _get(config, "actor_rollout_ref.model.use_remove_padding") is not False:
+        if select(config, "actor_rollout_ref.model.use_remove_padding") is not False:
             return "remove-padding (flash-attn varlen): real tokens only"
-        attn = _get(config, "actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2")
+        attn = select(config, "actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2")
         width = self.vsearcher_prompt_length + self.vsearcher_response_length
-        cap = _get(config, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+        cap = select(config, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
         update = (
             f"update micro-batches of <= {cap} real tokens"
-            if _get(config, "actor_rollout_ref.actor.use_dynamic_bsz")
-            else f"update micro-batches of {_get(config, 'actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu')} row(s)"
+            if select(config, "actor_rollout_ref.actor.use_dynamic_bsz")
+            else f"update micro-batches of {select(config, 'actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu')} row(s)"
         )
         return (
             f"padded path ({attn}, no remove-padding; recipe.vsearch.padding): rows {width} tokens wide, each "
@@ -567,10 +585,10 @@ class RunSettings:
     def _check_limit_images(self, config: Any) -> None:
         """vLLM rejects a request with more images than ``limit_images`` (``limit_mm_per_prompt``) and verl's
         server then fails the whole step: a vSearcher trajectory sends the whole image + one crop per tool call."""
-        if _get(config, "actor_rollout_ref.rollout.name") != "vllm":
+        if select(config, "actor_rollout_ref.rollout.name") != "vllm":
             return
         need = self.vsearcher_max_tool_calls + 1
-        limit = _get(config, "actor_rollout_ref.rollout.limit_images")
+        limit = select(config, "actor_rollout_ref.rollout.limit_images")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < need:
             raise SettingsError(
                 f"actor_rollout_ref.rollout.limit_images is {limit!r}, but a vSearcher trajectory sends up to {need} "
@@ -607,7 +625,7 @@ class RunSettings:
             "abort.max_api_failure_ratio": self.max_api_failure_ratio,
             "fatal": self.fatal.describe(),
             "protocol": ", ".join(f"{k}={v}" for k, v in asdict(self.protocol).items() if k != "variant"),
-            "reward": ", ".join(f"{k}={v}" for k, v in asdict(self.reward).items()),
+            "reward": ", ".join(f"{k}={v}" for k, v in self.reward.items() if k != "_target_"),
             "actor.update": f"one optimizer step per training step over the whole batch (ppo_epochs={self.ppo_epochs}; "
             "ppo_mini_batch_size is not used)",
             "attention": self.attention,
@@ -633,12 +651,13 @@ _CACHE: dict[tuple, RunSettings] = {}
 def run_settings(config: Any) -> RunSettings:
     """:meth:`RunSettings.from_config`, built once per process and config (verl instantiates an agent
     loop per sample; the agent YAML is read once)."""
+    config = config if isinstance(config, DictConfig) else OmegaConf.create(config)
     key = (
-        repr(_plain(_get(config, "vsearch"))),
-        _get(config, "actor_rollout_ref.actor.loss_agg_mode"),
-        _get(config, "actor_rollout_ref.actor.use_dynamic_bsz"),
-        _get(config, "actor_rollout_ref.rollout.response_length"),
-        _get(config, "actor_rollout_ref.rollout.prompt_length"),
+        repr(_container(select(config, "vsearch"))),
+        select(config, "actor_rollout_ref.actor.loss_agg_mode"),
+        select(config, "actor_rollout_ref.actor.use_dynamic_bsz"),
+        select(config, "actor_rollout_ref.rollout.response_length"),
+        select(config, "actor_rollout_ref.rollout.prompt_length"),
     )
     if key not in _CACHE:
         _CACHE[key] = RunSettings.from_config(config)
@@ -646,34 +665,35 @@ def run_settings(config: Any) -> RunSettings:
 
 
 # ----------------------------------------------------------------------------- config access
-def _get(config: Any, dotted: str, default: Any = None) -> Any:
-    node = config
-    for part in dotted.split("."):
-        if node is None:
-            return default
-        try:
-            node = node.get(part, None) if hasattr(node, "get") else getattr(node, part, None)
-        except Exception as e:  # an interpolation that cannot resolve
-            raise SettingsError(f"{dotted}: {e}") from None
-    return default if node is None else node
-
-
-def _int(config: Any, dotted: str) -> int:
-    v = _get(config, dotted)
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise SettingsError(f"{dotted}: expected a positive int, got {v!r}")
-    return v
-
-
-def _plain(node: Any) -> Any:
+def select(config: Any, key: str, default: Any = None) -> Any:
+    """``OmegaConf.select``: the value at the dotted ``key`` of ``config`` (a ``DictConfig``), ``default`` where it
+    is absent; an interpolation that cannot resolve is a :class:`SettingsError` naming the key."""
     try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
+        return OmegaConf.select(config, key, default=default)
+    except OmegaConfBaseException as e:
+        raise SettingsError(f"{key}: {_reason(e)}") from None
 
-        if isinstance(node, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(node, resolve=True)
-    except ImportError:
-        pass
-    return node
+
+def _container(node: Any) -> Any:
+    """A config node as plain, resolved Python (``OmegaConf.to_container``); anything else as it is."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def _reason(e: OmegaConfBaseException) -> str:
+    """OmegaConf's message without the ``full_key`` / ``object_type`` lines it appends (the caller names the key)."""
+    return str(e).split("\n    full_key:")[0]
+
+
+#: a verl length or count the recipe needs positive (no bool, no text)
+_POSITIVE_INT = TypeAdapter(conint(strict=True, gt=0))
+
+
+def _positive_int(config: Any, key: str) -> int:
+    value = select(config, key)
+    try:
+        return _POSITIVE_INT.validate_python(value)
+    except ValidationError as e:
+        raise SettingsError(f"{key}: {e.errors(include_url=False)[0]['msg']}, got {value!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

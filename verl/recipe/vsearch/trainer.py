@@ -190,7 +190,7 @@ class VSearchRayPPOTrainer(RayPPOTrainer):
 
             # fatal-aware GRPO (vsearch.fatal; off: nothing): clamp and mask the fatal rows after the advantages,
             # whose statistics every row entered (recipe.vsearch.fatal_grpo)
-            metrics.update(apply_fatal(batch, settings.fatal.mode))
+            metrics.update(apply_fatal(batch, settings.fatal.fatal_mode))
 
         if cfg.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw, color="red"):
