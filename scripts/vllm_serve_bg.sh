@@ -9,7 +9,13 @@
 #   scripts/vllm_serve_bg.sh stop   [--port P] [--run-dir D]   (returns once the whole process group is gone)
 #   scripts/vllm_serve_bg.sh status [--port P] [--run-dir D]
 #
-# Files: $RUN_DIR/vllm_<port>.log (server output) and $RUN_DIR/vllm_<port>.pid.
+# Files: $RUN_DIR/vllm_<port>.log (server output) and $RUN_DIR/vllm_<port>.pid. The log keeps every start: each
+#   appends a '===== vllm_serve_bg start' header (time, command, free memory), the server's output, and a line saying
+#   how the server ended (its exit status, or the signal that killed it: 9 (KILL) with no traceback is what the
+#   kernel's OOM killer leaves) and when a `stop` asked it to. The pid file names the server's supervisor, leader of
+#   its process group.
+# Port: `start` refuses a port another process listens on, and counts the server healthy only once the listener on
+#   the port is its own (Linux /proc): a foreign server there would answer /health for it.
 # Defaults come from the environment (flags win):
 #   MODEL (Qwen/Qwen3-VL-8B-Instruct)  PORT (8000)  HOST (127.0.0.1: loopback only; set 0.0.0.0 to expose)
 #   MAX_MODEL_LEN (40960)  TP_SIZE (1)  LIMIT_MM_PER_PROMPT ({"image":1})  SERVED_MODEL_NAME (= MODEL)
@@ -92,7 +98,7 @@ while [ $# -gt 0 ]; do
       esac
       shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n 2,41p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,47p "$0"; exit 0 ;;
     *) die "unknown argument: $1 (use -- before extra vllm arguments)" ;;
   esac
 done
@@ -109,6 +115,60 @@ LOG_FILE="$RUN_DIR/vllm_${PORT}.log"
 CHECK_HOST="$HOST"; [ "$HOST" = "0.0.0.0" ] && CHECK_HOST=127.0.0.1
 
 alive() { [ -f "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
+
+stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+mem_available() { awk '/^MemAvailable:/ {printf "%d MiB", $2 / 1024}' /proc/meminfo 2>/dev/null || true; }
+note() { [ -d "$RUN_DIR" ] && echo "===== vllm_serve_bg $*" >>"$LOG_FILE"; return 0; }
+
+# Who listens on $PORT: `none`, `ours` (a process of group $1: the server's), `other <pid: command>...`, or
+# `unknown` (no /proc/net/tcp or no python3: not checked). Linux /proc: the listening socket's inode, then the
+# processes holding it (those of another user may be hidden: `other` then names none).
+port_owner() {
+  command -v python3 >/dev/null 2>&1 || { echo unknown; return 0; }
+  python3 - "$PORT" "${1:-0}" <<'PY' 2>/dev/null || echo unknown
+import os, sys
+port, group = int(sys.argv[1]), int(sys.argv[2])
+inodes, tables = set(), 0
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        rows = open(table).read().splitlines()[1:]
+    except OSError:
+        continue
+    tables += 1
+    for row in rows:
+        f = row.split()
+        if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+            inodes.add(f"socket:[{f[9]}]")
+if not tables:
+    print("unknown")
+elif not inodes:
+    print("none")
+else:
+    holders = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
+                holders.append(int(pid))
+        except OSError:
+            continue
+    ours = []
+    for pid in holders:
+        try:
+            if group and os.getpgid(pid) == group:
+                ours.append(pid)
+        except OSError:
+            pass
+    if ours:
+        print("ours")
+    else:
+        def cmd(pid):
+            try:
+                return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")[:160]
+            except OSError:
+                return "?"
+        print("other " + ("; ".join(f"pid {p}: {cmd(p).strip()}" for p in holders) or "(a process not visible here)"))
+PY
+}
 
 # quiet: a refused connection while the server loads is the normal case, not an error to print
 healthy() {
@@ -150,10 +210,26 @@ start() {
   [ -n "$SERVED_MODEL_NAME" ] && args+=(--served-model-name "$SERVED_MODEL_NAME")
   if [ "$CPU" = 1 ]; then args+=(--enforce-eager); fi
   args+=("${BASELINE_ARGS[@]}" "${EXTRA[@]}")
+  local owner; owner="$(port_owner)"
+  case "$owner" in other*) die "port $PORT is in use by another process (${owner#other }); choose another --port" ;; esac
   echo "vllm_serve_bg: starting ${launch[*]} on $HOST:$PORT (log: $LOG_FILE)"
+  { echo "===== vllm_serve_bg start $(stamp) on $HOST:$PORT (MemAvailable $(mem_available))"
+    echo "===== ${launch[*]} ${args[*]}"; } >>"$LOG_FILE"
   # the project venv must not leak into the server's interpreter (a separate venv with other versions)
-  # setsid: the server gets its own process group so `stop` can end it and its workers together
-  env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV setsid "${launch[@]}" "${args[@]}" >"$LOG_FILE" 2>&1 < /dev/null &
+  # setsid: the server gets its own process group so `stop` can end it and its workers together; its leader is a
+  # supervising shell that runs the server in the foreground and appends how it ended to the log (a trap, not an
+  # ignored signal, so the server keeps the default dispositions; the trap runs once the server has exited)
+  # shellcheck disable=SC2016
+  local supervise='trap : TERM INT HUP
+"$@"
+rc=$?
+if [ "$rc" -gt 128 ]; then how="killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null))"
+else how="exit status $rc"; fi
+echo "===== vllm_serve_bg: the server ended ($how) at $(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+  "(MemAvailable $(awk '"'"'/^MemAvailable:/ {printf "%d MiB", $2 / 1024}'"'"' /proc/meminfo 2>/dev/null))"
+exit "$rc"'
+  env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV setsid bash -c "$supervise" vllm_serve_bg "${launch[@]}" "${args[@]}" \
+    >>"$LOG_FILE" 2>&1 < /dev/null &
   echo $! >"$PID_FILE"
   local waited=0
   until healthy; do
@@ -173,6 +249,13 @@ start() {
       echo "vllm_serve_bg: waiting for http://$CHECK_HOST:$PORT/health (${waited}s; log: $LOG_FILE)"
     fi
   done
+  owner="$(port_owner "$(cat "$PID_FILE")")"
+  if [ "${owner%% *}" = other ]; then
+    echo "vllm_serve_bg: port $PORT answers, but another process listens on it (${owner#other }); stopping ours" >&2
+    stop_server
+    exit 1
+  fi
+  note "healthy $(stamp) after ${waited}s (pid $(cat "$PID_FILE"))"
   echo "vllm_serve_bg: healthy at http://$CHECK_HOST:$PORT/v1 (pid $(cat "$PID_FILE"), ${waited}s)"
 }
 
@@ -195,9 +278,11 @@ stop_server() {
   [ -f "$PID_FILE" ] || { echo "vllm_serve_bg: no pid file for port $PORT; nothing to stop"; return 0; }
   local pid; pid="$(cat "$PID_FILE")"
   if group_alive "$pid" || kill -0 "$pid" 2>/dev/null; then
+    note "stop $(stamp): SIGTERM to process group $pid"
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
     if ! wait_group_gone "$pid" 30; then
       echo "vllm_serve_bg: pid $pid's process group still running 30s after SIGTERM; SIGKILL" >&2
+      note "stop $(stamp): SIGKILL to process group $pid (still there 30 s after SIGTERM)"
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
       if ! wait_group_gone "$pid" 30; then
         echo "vllm_serve_bg: pid $pid's process group still there 30s after SIGKILL:" >&2
@@ -207,6 +292,7 @@ stop_server() {
     fi
     echo "vllm_serve_bg: stopped pid $pid (port $PORT)"
   else
+    note "stop $(stamp): pid $pid was not running"
     echo "vllm_serve_bg: pid $pid (port $PORT) was not running"
   fi
   rm -f "$PID_FILE"
@@ -219,6 +305,6 @@ case "$CMD" in
     if alive && healthy; then echo "running and healthy (pid $(cat "$PID_FILE"), port $PORT)"
     elif alive; then echo "running, not healthy yet (pid $(cat "$PID_FILE"), port $PORT)"; exit 3
     else echo "not running (port $PORT)"; exit 3; fi ;;
-  -h|--help|help) sed -n 2,41p "$0" ;;
+  -h|--help|help) sed -n 2,47p "$0" ;;
   *) die "usage: $0 start|stop|status [options]  (see --help)" ;;
 esac

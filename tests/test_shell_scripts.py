@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,13 @@ FAKE_VLLM = textwrap.dedent(f"""\
         signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), os._exit(0)))
         while True:
             time.sleep(60)
+    if os.environ.get("FAKE_VLLM_FOREIGN"):
+        # another program (its own session) takes the port before this server binds it; this one never listens
+        import subprocess
+        env = dict(os.environ, FAKE_VLLM_FOREIGN="")
+        foreign = subprocess.Popen([sys.executable, __file__, *args], env=env, start_new_session=True)
+        open(os.environ["FAKE_VLLM_FOREIGN"], "w").write(str(foreign.pid))
+        time.sleep(120)
     time.sleep(1)
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -157,6 +165,73 @@ def test_vllm_helper_stop_returns_once_the_whole_process_group_is_gone(fake_vllm
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_vllm_helper_log_keeps_every_start_and_how_each_server_ended(fake_vllm, tmp_path):
+    """A second start appends to the port's log (the first start's output stays), and the log says how each server
+    ended: by a stop (SIGTERM to its group), or killed from outside (SIGKILL: what the OOM killer does)."""
+    port, run_dir = free_port(), tmp_path / "run"
+    log = run_dir / f"vllm_{port}.log"
+    assert serve("start", fake_vllm, run_dir, port).returncode == 0
+    assert serve("stop", fake_vllm, run_dir, port).returncode == 0
+    assert serve("start", fake_vllm, run_dir, port).returncode == 0
+    try:
+        leader = int((run_dir / f"vllm_{port}.pid").read_text())
+        (server,) = _children(leader)  # the supervisor runs the server
+        os.kill(server, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while "the server ended (killed by signal 9" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        serve("stop", fake_vllm, run_dir, port)
+    text = log.read_text()
+    assert text.count("===== vllm_serve_bg start ") == 2 and text.count("argv: serve tiny/model") == 2
+    first, second = text.split("===== vllm_serve_bg start ")[1:]
+    assert "stop " in first and "SIGTERM to process group" in first
+    assert "the server ended (killed by signal 15 (TERM))" in first
+    assert "the server ended (killed by signal 9 (KILL))" in second
+    assert second.index("killed by signal 9") < second.index("stop ")  # it died before anyone stopped it
+
+
+def test_vllm_helper_refuses_a_port_another_process_listens_on(fake_vllm, tmp_path):
+    """Another server on the port would answer /health for ours (which then dies on "address in use"): refused."""
+    port, run_dir = free_port(), tmp_path / "run"
+    other = subprocess.Popen([str(fake_vllm), "serve", "x", "--port", str(port)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not _listening(port):
+            assert time.monotonic() < deadline and other.poll() is None
+            time.sleep(0.2)
+        r = serve("start", fake_vllm, run_dir, port)
+    finally:
+        other.kill()
+        other.wait()
+    assert r.returncode == 1 and f"port {port} is in use by another process (pid {other.pid}:" in r.stderr
+    assert not (run_dir / f"vllm_{port}.pid").exists()
+
+
+def test_vllm_helper_does_not_take_a_foreign_listener_for_its_server(fake_vllm, tmp_path):
+    """A process that takes the port after the check but before the server binds it answers /health: the helper
+    sees that the listener is not in its server's process group, stops its server and fails."""
+    port, run_dir, foreign_pid = free_port(), tmp_path / "run", tmp_path / "foreign.pid"
+    try:
+        r = serve("start", fake_vllm, run_dir, port, FAKE_VLLM_FOREIGN=str(foreign_pid))
+    finally:
+        if foreign_pid.exists():
+            os.killpg(int(foreign_pid.read_text()), signal.SIGKILL)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "healthy at" not in r.stdout
+    assert f"port {port} answers, but another process listens on it (pid {foreign_pid.read_text()}:" in r.stderr
+    assert not (run_dir / f"vllm_{port}.pid").exists()
 
 
 def test_vllm_helper_reports_early_exit(fake_vllm, tmp_path):
