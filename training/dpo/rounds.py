@@ -388,7 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launcher", default=shlex.join(DEFAULT_LAUNCHER), help="the command before -m training.dpo.train")
     p.add_argument("--cpu", action="store_true", help="serve with vLLM's CPU build and train on the CPU (tests)")
     p.add_argument("--eval_steps", type=int, help="evaluate the round's pairs every N training steps")
-    p.add_argument("--port", type=int, default=8000, help="the policy server's port")
+    p.add_argument(
+        "--port", type=int, default=8000, help="the policy server's port (0: a free one, picked as each server starts)"
+    )
     p.add_argument("--max_model_len", type=int, default=16384, help="the policy server's context")
     p.add_argument("--vllm_args", default="", help="extra vLLM flags for the policy server (one string)")
     p.add_argument("--concurrency", type=int, default=16)

@@ -1,10 +1,20 @@
 """A round's policy behind an OpenAI-compatible endpoint: the repository's ``scripts/vllm_serve_bg.sh`` (start in the
 background, wait until healthy; stop ends the whole process group), so the round driver serves exactly as a user
-does. A stale server of an earlier, killed driver on the same port is stopped first (the script's pid file)."""
+does. A stale server of an earlier, killed driver is stopped first (every pid file the script left in the round's
+run directory).
+
+The port: a fixed one (``port``), or ``0``: a free one, picked the moment the server starts. A port picked long before
+(at the start of a run, and reused round after round) is free only when it is picked: another program may take it
+while a round trains, and then answers ``/health`` for the policy's server (the script refuses a port in use and a
+listener that is not its server's, so such a race stops the round with a message instead of serving from a stranger).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +34,8 @@ class ServeError(RuntimeError):
 @dataclass(frozen=True, kw_only=True)
 class ServeSettings:
     """How the policy is served (none of it changes what the policy is): the port and host, the context length, the
-    images per request, vLLM's CPU build (``cpu``: ``--cpu`` of the script), the interpreter, extra vLLM flags."""
+    images per request, vLLM's CPU build (``cpu``: ``--cpu`` of the script), the interpreter, extra vLLM flags.
+    ``port`` 0: a free port, picked when each server starts."""
 
     port: int = 8000
     host: str = "127.0.0.1"
@@ -78,11 +89,31 @@ def stop(s: ServeSettings, run_dir: str) -> None:
     _script("stop", "--port", str(s.port), "--run-dir", run_dir, timeout=120)
 
 
+_PID_FILE = re.compile(r"^vllm_(\d+)\.pid$")
+
+
+def stop_stale(s: ServeSettings, run_dir: str) -> None:
+    """Stop every server whose pid file is in ``run_dir`` (an earlier driver's, killed while it served)."""
+    for name in sorted(os.listdir(run_dir)):
+        m = _PID_FILE.match(name)
+        if m:
+            stop(dataclasses.replace(s, port=int(m.group(1))), run_dir)
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on now (the server binds it seconds later, as it starts)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 @contextmanager
 def served(model_dir: str, name: str, s: ServeSettings, run_dir: str) -> Iterator[str]:
     """Serve ``model_dir`` as ``name`` while the block runs; yields the endpoint's base URL."""
     os.makedirs(run_dir, exist_ok=True)
-    stop(s, run_dir)
+    stop_stale(s, run_dir)
+    if s.port == 0:
+        s = dataclasses.replace(s, port=free_port(s.host))
     try:
         r = _script(*start_args(model_dir, name, s, run_dir), timeout=s.timeout_s + 120)
     except subprocess.TimeoutExpired:
