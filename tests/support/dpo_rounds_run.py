@@ -165,10 +165,21 @@ def _end_all(proc: subprocess.Popen, runs: Path) -> None:
             pass
 
 
+def vllm_log_tails(runs: Path, n: int = 1500) -> dict[str, str]:
+    """The end of every server start's section of every round's vLLM log (the script appends each start to its
+    port's log, after a ``===== vllm_serve_bg start`` header)."""
+    tails = {}
+    for p in sorted(runs.glob("round_*/vllm/*.log")):
+        starts = p.read_text(errors="replace").split("===== vllm_serve_bg start ")[1:]
+        for i, text in enumerate(starts, 1):
+            tails[f"{p.relative_to(runs)} start {i}"] = text[-n:]
+    return tails
+
+
 def run(work: Path, device: str = "cpu", port: int | None = None) -> dict[str, Any]:
-    """The two rounds with a kill during round 1's training; what happened, for the caller to check."""
+    """The two rounds with a kill during round 1's training; what happened, for the caller to check. ``port``: the
+    policy server's (default: a free one, picked by the driver as each server starts)."""
     from tests.support.tiny_qwen import build_tiny_qwen
-    from tests.support.vllm_server import free_port
 
     work.mkdir(parents=True, exist_ok=True)
     model = build_tiny_qwen(work / "tiny-qwen2.5-vl", overwrite=False)
@@ -177,7 +188,7 @@ def run(work: Path, device: str = "cpu", port: int | None = None) -> dict[str, A
     runs = work / "runs"
     facts: dict[str, Any] = {"work": str(runs)}
     with ScriptedOpenAIServer(assessor) as srv:
-        cmd = driver_command(runs, model, ann, srv.base_url, port or free_port(), device, settings)
+        cmd = driver_command(runs, model, ann, srv.base_url, port or 0, device, settings)
         log = open(work / "driver.log", "ab")
         t0 = time.monotonic()
         first = subprocess.Popen(
@@ -196,20 +207,20 @@ def run(work: Path, device: str = "cpu", port: int | None = None) -> dict[str, A
         facts["resume_status"] = second.returncode
         facts["seconds"] = round(time.monotonic() - t0, 1)
         facts["assessor_requests"] = [r.get("model") for r in srv.requests]
-        # the same command once more: every round is done, nothing is asked, nothing served
-        calls = srv.count
-        third = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
-        facts["rerun_status"], facts["rerun_calls"], facts["rerun_stdout"] = (
-            third.returncode,
-            srv.count - calls,
-            third.stdout,
-        )
+        # the served policy's last words, for a failed generate stage (its errors are in the driver's stop line)
+        facts["vllm_log_tails"] = vllm_log_tails(runs)
+        if second.returncode == 0:
+            # the same command once more: every round is done, nothing is asked, nothing served (after a failed
+            # resume it would retry the failed stage: a run that proves nothing, and that buries the failure)
+            calls = srv.count
+            third = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+            facts["rerun_status"], facts["rerun_calls"], facts["rerun_stdout"] = (
+                third.returncode,
+                srv.count - calls,
+                third.stdout,
+            )
         log.close()
     facts["driver_log_tail"] = (work / "driver.log").read_text(errors="replace")[-4000:]
-    # the served policy's last words, for a failed generate stage (its errors are in the driver's stop line)
-    facts["vllm_log_tails"] = {
-        str(p.relative_to(runs)): p.read_text(errors="replace")[-1500:] for p in sorted(runs.glob("round_*/vllm/*.log"))
-    }
     facts["command"] = cmd
     return facts
 
