@@ -96,13 +96,15 @@ def make_questions(out: Path) -> Path:
 
 def dpo_settings(path: Path, device: str) -> Path:
     """Few steps at a high learning rate so two rounds are short and the change shows (the release's schedule is
-    for 8 GPUs and thousands of pairs)."""
+    for 8 GPUs and thousands of pairs): a round has at most ``QUESTIONS`` pairs (one per question), so a batch of
+    ``QUESTIONS`` makes each epoch one step over all of them, and 3 epochs the 3 evaluated steps the check needs (a
+    batch of 2 trained, evaluated and checkpointed up to 6)."""
     s = {
         "learning_rate": 1e-3,
         "lr_scheduler_type": "constant",
         "warmup_ratio": 0.0,
         "num_train_epochs": 3,
-        "per_device_train_batch_size": 2,
+        "per_device_train_batch_size": QUESTIONS,
         "gradient_accumulation_steps": 1,
         "bf16": device == "cuda",
         "gradient_checkpointing": False,
@@ -195,7 +197,8 @@ def run(work: Path, device: str = "cpu", port: int | None = None) -> dict[str, A
             cmd, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            _kill_when(first, runs / "round_1" / "train" / "checkpoint-2" / "trainer_state.json", timeout=1500)
+            # the first complete checkpoint: the rerun resumes from it for steps 2 and 3
+            _kill_when(first, runs / "round_1" / "train" / "checkpoint-1" / "trainer_state.json", timeout=1500)
         except BaseException:  # a failure or the test's timeout: leave no driver or server behind
             _end_all(first, runs)
             raise
