@@ -89,6 +89,7 @@ FAKE_VLLM = textwrap.dedent(f"""\
         foreign = subprocess.Popen([sys.executable, __file__, *args], env=env, start_new_session=True)
         open(os.environ["FAKE_VLLM_FOREIGN"], "w").write(str(foreign.pid))
         time.sleep(120)
+        sys.exit(0)
     time.sleep(1)
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -215,6 +216,7 @@ def test_vllm_helper_refuses_a_port_another_process_listens_on(fake_vllm, tmp_pa
     finally:
         other.kill()
         other.wait()
+        serve("stop", fake_vllm, run_dir, port)  # a helper that took the stranger for its server started one
     assert r.returncode == 1 and f"port {port} is in use by another process (pid {other.pid}:" in r.stderr
     assert not (run_dir / f"vllm_{port}.pid").exists()
 
@@ -228,6 +230,7 @@ def test_vllm_helper_does_not_take_a_foreign_listener_for_its_server(fake_vllm, 
     finally:
         if foreign_pid.exists():
             os.killpg(int(foreign_pid.read_text()), signal.SIGKILL)
+        serve("stop", fake_vllm, run_dir, port)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "healthy at" not in r.stdout
     assert f"port {port} answers, but another process listens on it (pid {foreign_pid.read_text()}:" in r.stderr
