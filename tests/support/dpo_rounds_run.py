@@ -7,9 +7,8 @@ the GPU one); the data engine's generation with the release's prompts and sampli
 the CPU, accelerate + DeepSpeed ZeRO-3 on a GPU). Scripted (loopback HTTP, ``insight_o3.endpoints.scripted_server``):
 the tier-1 judge (it compares ``Model 1`` with ``Ground Truth`` in the release's check prompt) and the tier-2 scorer
 (80 for every chain it sees). A random model writes no JSON, so its replies are constrained by vLLM's structured
-outputs to :data:`STEPS` (JSON steps whose final contents are answers), through the data engine's own
-``completion_kwargs``: the chains are random walks over those steps, right or wrong by chance, ranked and paired by
-the real assessment.
+outputs to :data:`STEPS` (JSON steps that answer), through the data engine's own ``completion_kwargs``: each chain is
+a step and the final answer, right or wrong by chance, ranked and paired by the real assessment.
 
     python -m tests.support.dpo_rounds_run --work /tmp/dpo-rounds [--device cuda]   # prints the facts as JSON
 """
@@ -30,16 +29,12 @@ from insight_o3.endpoints.scripted_server import Call, Reply, ScriptedOpenAIServ
 from insight_o3.reasoning_data.prompts import CHECK_SYSTEM_PROMPT, SCORE_PROMPT
 
 REPO = Path(__file__).resolve().parents[2]
-#: every reply the random policy may give (vLLM's structured outputs: one of these strings)
+#: every reply the random policy may give (vLLM's structured outputs: one of these strings). Only answers: every request
+#: of a chain carries the chain's seed, so the random policy makes the same choice at every step, and a chain that
+#: continued once ran to the step cap (16 steps, ~12k-token prompts, generated twice: the cap is malformed and
+#: retried) — most of the test's time, for chains that were never an ``ok`` multi-step chain (the cap and its retry
+#: are tests/scripts/test_build_reasoning_data.py's)
 STEPS = [
-    json.dumps(
-        {
-            "title": "Reading the chart",
-            "content": "The left bar is taller than the right one.",
-            "next_action": "continue",
-        }
-    ),
-    json.dumps({"title": "Checking again", "content": "The right bar might be taller.", "next_action": "continue"}),
     json.dumps({"title": "Answer", "content": "A", "next_action": "final_answer"}),
     json.dumps({"title": "Answer", "content": "B", "next_action": "final_answer"}),
 ]
