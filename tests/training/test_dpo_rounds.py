@@ -13,7 +13,7 @@ from tests.support.stacks import require_module
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(3600)  # about 10 minutes alone on 2 cores; the driver's own waits are bounded inside
+@pytest.mark.timeout(3600)  # ~90 s alone on 2 cores (12 min before answer-only replies); waits bounded inside
 def test_two_rounds_with_a_round_killed_mid_training(vllm_venv_python, tmp_path):
     require_module("trl")
     from tests.support.dpo_rounds_run import problems, run
