@@ -17,5 +17,6 @@ __all__ = [
     "runner",
     "samples",
     "schema",
+    "stored_attempts",
     "vsearch_eval",
 ]

@@ -42,9 +42,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from ..base.json_types import JSONObject
 from ..endpoints.defaults import DEFAULT_MAX_RETRIES
 from ..evaluation.judge_settings import FLOWS
-from ..protocol.attempt import Attempt, TrialSolver
 from ..protocol.sample import Sample
-from ..protocol.statuses import FailStage, VerdictStatus
 from ._shared import (
     ExitCode,
     add_budget_flags,
@@ -113,34 +111,6 @@ def sample_from_record(rec: dict) -> Sample:
         image_field=image_field,
         category_field=category_field,
     )
-
-
-class StoredAttempts(TrialSolver):
-    """A solver that answers from a finished run's records: the attempt of (sample, trial) as stored."""
-
-    def __init__(self, records: dict[int, dict[str, dict]]):
-        self.records = records
-
-    async def solve_trials(self, sample: Sample, trials: list[int]) -> list[Attempt]:
-        from ..evaluation.schema import EvalResult
-
-        out = []
-        for k in trials:
-            er = EvalResult.from_dict(self.records[k][sample.key]["eval_result"], f"trial_{k} record {sample.key}")
-            if er.status == VerdictStatus.FAILED and er.fail_stage != FailStage.JUDGE:
-                out.append(Attempt(None, None, error=f"stored attempt failed: {er.fail_reason}"))
-            else:
-                out.append(Attempt(er.response, er.finish_reason, trajectory=er.trajectory, usage=None, stats=er.stats))
-        return out
-
-    def usage_shares(self, sample: Sample, trials: list[int]) -> list[JSONObject] | None:
-        """The stored model/vSearcher usage of each trial (the judge's is measured anew)."""
-        from ..endpoints.usage import ROLE_KEYS
-
-        return [
-            {r: c for r, c in (self.records[k][sample.key].get("usage") or {}).items() if r != ROLE_KEYS["judge"]}
-            for k in trials
-        ]
 
 
 def _checked(obj: dict, where: str) -> JSONObject:
@@ -323,6 +293,7 @@ async def _run(
     from ..evaluation.judge import AnswerJudge, JudgeCache
     from ..evaluation.run_card import card_invocation, fixed_settings
     from ..evaluation.runner import run_evaluation
+    from ..evaluation.stored_attempts import StoredAttempts
 
     guard = RunGuard(cfg.controls.max_failure_ratio)
     endpoint = Endpoint(
