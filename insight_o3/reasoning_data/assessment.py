@@ -31,7 +31,7 @@ from .chain import chain_text
 from .generation import IMAGE_RESIZE
 from .prompts import CHECK_KWARGS, CHECK_SYSTEM_PROMPT, CHECK_USER_TEMPLATE, NO_ANSWER, SCORE_KWARGS, SCORE_PROMPT
 from .settings import CheckSettings, ModelAccess, ScoreSettings
-from .steps import EngineItems, EngineRun, close_step, engine_client, open_step, step_summary
+from .steps import EngineItems, EngineRun, close_step, engine_client, engine_images, open_step, step_summary
 
 SCORE_KEYS = ("logic", "hallucination", "completeness", "score")
 
@@ -185,10 +185,7 @@ async def run_score(
     with open_step(run, "score") as (rd, log):
         async with Clients(rd.guard) as clients:
             api = engine_client(clients, run.controls, scorer, "scorer")
-            images = ImageStore.for_image_workers(
-                run.controls.image_workers, fmt="PNG", alpha="white", originals_cached=2
-            )
-            clients.on_close(images.close)
+            images = engine_images(clients, run.controls)
             work = ScoreWork(run, log.records, api, images, scorer, settings)
             await execute_retried(rd, chains, work, clients, desc="chain scores")
         order = [work.key(c) for c in chains]

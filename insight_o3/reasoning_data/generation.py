@@ -31,7 +31,7 @@ from ..protocol.trajectory import image_part, to_openai
 from .chain import ChainSession
 from .prompts import GENERATION_KWARGS, IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS
 from .settings import GenerateSettings, ModelAccess
-from .steps import EngineItems, EngineRun, close_step, engine_client, open_step, step_summary
+from .steps import EngineItems, EngineRun, close_step, engine_client, engine_images, open_step, step_summary
 
 #: the view of a question's image the generator (and the scorer) sees
 IMAGE_RESIZE = Resize.qwen(IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS)
@@ -129,10 +129,7 @@ async def run_generate(
     with open_step(run, STEP) as (rd, log):
         async with Clients(rd.guard) as clients:
             api = engine_client(clients, run.controls, generator, "generator")
-            images = ImageStore.for_image_workers(
-                run.controls.image_workers, fmt="PNG", alpha="white", originals_cached=2
-            )
-            clients.on_close(images.close)
+            images = engine_images(clients, run.controls)
             work = GenerateWork(run, log.records, api, images, generator, settings)
             await execute_retried(rd, units, work, clients, desc=DESC)
         order = [u.key for u in units]

@@ -24,6 +24,7 @@ from openai import AsyncOpenAI
 from ..base.json_types import JSONObject
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..endpoints.usage import CostModel, UsageMeter
+from ..imaging.images import ImageStore
 from ..jobs.card_store import CardFile
 from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
@@ -92,6 +93,14 @@ def engine_client(clients: Clients, controls: RunControls, ep: ModelAccess, role
     """A client of ``ep`` reporting to the run guard behind an adaptive limiter, closed with ``clients``."""
     n = controls.concurrency
     return clients.client(ep.api, role=role, max_connections=max(16, 2 * n), limiter=AdaptiveLimiter(n))
+
+
+def engine_images(clients: Clients, controls: RunControls) -> ImageStore:
+    """The image store of a step that sends images (generate, score): PNG views on white, the workers of
+    ``--image_workers``, the last two originals kept decoded; closed with ``clients``."""
+    images = ImageStore.for_image_workers(controls.image_workers, fmt="PNG", alpha="white", originals_cached=2)
+    clients.on_close(images.close)
+    return images
 
 
 @contextmanager
