@@ -6,6 +6,7 @@ both pipelines write.
 
 __all__ = [
     "collage",
+    "collage_config",
     "collage_jobs",
     "describe",
     "difficulty",

@@ -31,11 +31,11 @@ from ..jobs.execute import Emit, ItemWork, Plan, execute
 from ..jobs.integrity import Invocation, git_commit
 from ..jobs.run_directory import open_run
 from ..storage.atomic import atomic_writer, make_output_dir
-from .collage import CollageConfig, CollageInfeasible, CollagePlan, PoolArrays, plan_collage, render_collage
+from .collage import CollageInfeasible, CollagePlan, PoolArrays, plan_collage, render_collage
+from .collage_config import CollageConfig
 from .schema import CollageRow, TileRow
 from .source_pool import SourceItem, pool_sha256
 
-DEFAULT_QUESTION_TEMPLATE = "Look at image #{tile_id} in the collage. {question}"
 ROWS_FILE, FAILURES_FILE, CONFIG_FILE = "collages.jsonl", "failures.jsonl", "run_config.json"
 COMMAND = "generate_collages"
 

@@ -34,8 +34,7 @@ import os
 import sys
 from typing import Any
 
-from ..data.collage import CollageConfig
-from ..data.collage_jobs import DEFAULT_QUESTION_TEMPLATE
+from ..data.collage_config import DEFAULT_QUESTION_TEMPLATE, CollageConfig
 from ._shared import ExitCode, add_output_dir, add_run_flags, entry_point, new_parser, run_main, setup_logging
 
 log = logging.getLogger("generate_collages")
@@ -45,7 +44,7 @@ __all__ = ["main", "add_config_flags", "config_from_args", "DEFAULT_QUESTION_TEM
 # ----------------------------------------------------------------------------- config flags
 def add_config_flags(ap: argparse.ArgumentParser) -> None:
     """One flag per :class:`CollageConfig` field; ranges take two numbers."""
-    g = ap.add_argument_group("Algorithm 1 parameters (defaults in insight_o3/data/collage.py)")
+    g = ap.add_argument_group("Algorithm 1 parameters (defaults in insight_o3/data/collage_config.py)")
     for f in dataclasses.fields(CollageConfig):
         default = f.default
         if isinstance(default, tuple):
@@ -135,11 +134,11 @@ def build_parser(command: str = "generate") -> argparse.ArgumentParser:
 
 
 def _generate_main(argv: list[str]) -> int:
-    from ..data.collage_jobs import ROWS_FILE, CollageSpec, generate
-    from ..data.source_pool import PoolError, filter_small_targets, load_pool
-
     ap = build_parser()
     a = ap.parse_args(argv)
+    from ..data.collage_jobs import ROWS_FILE, CollageSpec, generate  # numpy, Pillow: after --help
+    from ..data.source_pool import PoolError, filter_small_targets, load_pool
+
     try:
         cfg = config_from_args(a)
     except ValueError as e:

@@ -38,7 +38,6 @@ NOT_YET_QUICK = frozenset(
         "insight_o3.scripts.build_reasoning_data_demo",
         "insight_o3.scripts.demo",
         "insight_o3.scripts.evaluate",
-        "insight_o3.scripts.generate_collages",
     }
 )
 
