@@ -35,7 +35,6 @@ from ..base.untrusted import loads
 from ..endpoints.endpoint import ENV_KEYS, KeyHostError
 from ..endpoints.usage import PriceError
 from ..protocol.sample import AnnotationError
-from ..reasoning_data import engine
 from ..reasoning_data.settings import (
     CheckSettings,
     ExportSettings,
@@ -188,6 +187,8 @@ def step_settings(a: argparse.Namespace) -> GenerateSettings | CheckSettings | S
 
 
 def run_generate(a: argparse.Namespace, settings: GenerateSettings) -> int:
+    from ..reasoning_data import engine  # the clients (openai), Pillow: on the step's path only
+
     ep = ModelAccess(model=a.model, api=endpoint_of(a, role=f"generator {a.model}"))
     result = engine.generate(
         a.output_dir,
@@ -203,6 +204,8 @@ def run_generate(a: argparse.Namespace, settings: GenerateSettings) -> int:
 
 
 def run_check(a: argparse.Namespace, settings: CheckSettings) -> int:
+    from ..reasoning_data import engine
+
     ep = ModelAccess(model=a.judge_model, api=endpoint_of(a, "judge", prefix="judge_", role=f"judge {a.judge_model}"))
     result = engine.check(a.output_dir, ep, settings, run_controls(a))
     _print(result.summary)
@@ -210,6 +213,8 @@ def run_check(a: argparse.Namespace, settings: CheckSettings) -> int:
 
 
 def run_score(a: argparse.Namespace, settings: ScoreSettings) -> int:
+    from ..reasoning_data import engine
+
     ep = ModelAccess(
         model=a.scorer_model, api=endpoint_of(a, "main", prefix="scorer_", role=f"scorer {a.scorer_model}")
     )
@@ -219,6 +224,8 @@ def run_score(a: argparse.Namespace, settings: ScoreSettings) -> int:
 
 
 def run_export(a: argparse.Namespace, settings: ExportSettings) -> int:
+    from ..reasoning_data import engine
+
     out = engine.export(a.output_dir, settings)
     _print({"step": "export", **out.counts, "files": out.files})
     return ExitCode.OK

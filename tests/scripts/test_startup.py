@@ -34,8 +34,6 @@ NOT_YET_QUICK = frozenset(
     {
         "insight_o3.scripts.build_o3_bench",
         "insight_o3.scripts.build_o3_bench_demo",
-        "insight_o3.scripts.build_reasoning_data",
-        "insight_o3.scripts.build_reasoning_data_demo",
         "insight_o3.scripts.demo",
         "insight_o3.scripts.evaluate",
     }
