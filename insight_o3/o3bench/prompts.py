@@ -229,6 +229,8 @@ SYNTHESIS_PROMPTS = {"chart": CHART_SYNTHESIS_PROMPT, "map": MAP_SYNTHESIS_PROMP
 SUBSETS = tuple(SYNTHESIS_PROMPTS)
 #: The placeholders an E.2 template fills (``str.format`` fields).
 SYNTHESIS_FIELDS = ("GLOBAL_OCR", "GLOBAL_CAPTION", "LAYOUTS")
+#: What an E.2 prompt's {LAYOUTS} holds of each layout crop's E.1 sections (caption and OCR, or one of them).
+LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
 #: The section titles of the E.1 output format that every extraction reply is parsed into.
 EXTRACTION_SECTIONS = ("Image Identification", "Detailed Caption", "Extracted OCR")
 _CATEGORY = re.compile(r"^[a-z][a-z0-9_]*$")

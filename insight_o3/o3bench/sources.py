@@ -34,7 +34,6 @@ from pathlib import Path
 
 from ..base.json_types import JSONObject
 from ..data.layout import LayoutError, iter_layout_files, parse_layout
-from ..imaging.images import ImageError, image_size
 from .records import SourceImage, SourceLayout
 
 log = logging.getLogger(__name__)
@@ -126,6 +125,8 @@ def layouts_of(result: dict, where: str, size: tuple[int, int], min_score: float
 
 def collect(spec: SourceSpec, min_score: float = 0.0) -> tuple[list[SourceImage], list[JSONObject]]:
     """The kept images of one type and the skipped ones (``{"subset", "image", "reason"}``)."""
+    from ..imaging.images import ImageError, image_size  # Pillow: not for build_o3_bench --help, which reads this
+
     results = read_results(spec.layouts)
     kept: list[SourceImage] = []
     skipped: list[dict] = []

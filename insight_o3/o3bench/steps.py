@@ -37,12 +37,8 @@ from ..jobs.run_directory import RunDirectory, open_run
 from ..storage.atomic import write_json_atomic
 from ..storage.record_log import RecordLog
 from .records import BuildFileError
-from .workspace import Workspace
+from .workspace import PROG, PROG_NAME, Workspace
 
-#: How a user runs a step (what a message names as the command to run first).
-PROG = "python -m insight_o3.scripts.build_o3_bench"
-#: The name a step's run holds the workspace's lock under (``build_o3_bench <step>``).
-PROG_NAME = "build_o3_bench"
 #: Record statuses that are final (others run again).
 FINAL_STATUSES = ("ok",)
 

@@ -33,7 +33,7 @@ from ..jobs.clients import Clients
 from ..jobs.execute import Emit, JobResult, unit_meter
 from ..jobs.retried import execute_retried
 from .extraction import Extraction, extractions_by_image
-from .prompts import synthesis_prompt
+from .prompts import LAYOUT_TEXT_MODES, synthesis_prompt
 from .records import SourceImage
 from .steps import (
     BenchStepRun,
@@ -49,7 +49,6 @@ from .steps import (
 )
 from .workspace import Workspace
 
-LAYOUT_TEXT_MODES = ("both", "ocr", "caption")
 _FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
 
 

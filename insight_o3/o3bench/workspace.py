@@ -36,6 +36,10 @@ from pathlib import Path
 from .records import BuildFileError
 
 STEPS = ("sources", "extract", "synthesize", "validate", "filter", "review", "release")
+#: How a user runs a step (what a message names as the command to run first).
+PROG = "python -m insight_o3.scripts.build_o3_bench"
+#: The name a step's run holds the workspace's lock under (``build_o3_bench <step>``).
+PROG_NAME = "build_o3_bench"
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,11 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..data.layout import LayoutError
-from ..data.reliability import parse_checker
 from ..endpoints.endpoint import (
     ENV_KEYS,
     Endpoint,
@@ -56,10 +55,9 @@ from ..endpoints.endpoint import (
 from ..endpoints.usage import CostModel, PriceError
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS
 from ..o3bench import sources as src_mod
-from ..o3bench.extraction import extract, tasks_for
-from ..o3bench.filtering import FilterSpec, drop_threshold, filter_candidates, filter_coverage
 from ..o3bench.prompts import (
     EXTRACTION_PROMPT,
+    LAYOUT_TEXT_MODES,
     SYNTHESIS_PROMPTS,
     check_category,
     extraction_prompt_file,
@@ -68,13 +66,8 @@ from ..o3bench.prompts import (
     synthesis_templates,
 )
 from ..o3bench.records import BuildFileError, read_items, read_sources
-from ..o3bench.release import release_workspace
-from ..o3bench.review import DecisionsError, apply_workspace, batches, template
-from ..o3bench.steps import PROG, BenchStepRun, InputNotReady, StepSettings, model_card, read_log, step_command
-from ..o3bench.synthesis import LAYOUT_TEXT_MODES, synthesize
-from ..o3bench.validation import validate_workspace
 from ..o3bench.validation_rules import load_rules
-from ..o3bench.workspace import Workspace
+from ..o3bench.workspace import PROG, Workspace
 from ..storage.atomic import write_jsonl_atomic, write_text_atomic
 from ..storage.lock import run_lock
 from ._shared import (
@@ -99,7 +92,9 @@ from ._shared import (
     setup_logging,
 )
 
-BAD_INPUT = (LayoutError, BuildFileError, DecisionsError, PriceError, KeyHostError)
+if TYPE_CHECKING:
+    from ..o3bench.steps import StepSettings
+
 log = logging.getLogger("insight_o3.build_o3_bench")
 
 
@@ -341,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ----------------------------------------------------------------------------- the steps
 def _settings(a: argparse.Namespace) -> StepSettings:
+    from ..o3bench.steps import StepSettings
+
     return StepSettings(
         rpm=a.rpm,
         tpm=a.tpm,
@@ -419,6 +416,9 @@ def run_sources(a: argparse.Namespace) -> int:
 
 
 def run_extract(a: argparse.Namespace) -> int:
+    from ..o3bench.extraction import extract, tasks_for  # the clients (openai), Pillow: on the step's path only
+    from ..o3bench.steps import BenchStepRun, model_card
+
     ws = Workspace.at(a.output_dir)
     own = extraction_prompt_file(a.extract_prompt) if a.extract_prompt else None
     prompt = own.text if own is not None else EXTRACTION_PROMPT
@@ -456,6 +456,9 @@ def run_extract(a: argparse.Namespace) -> int:
 
 
 def run_synthesize(a: argparse.Namespace) -> int:
+    from ..o3bench.steps import BenchStepRun, model_card
+    from ..o3bench.synthesis import synthesize
+
     ws = Workspace.at(a.output_dir)
     templates, files = synthesis_templates(a.synth_prompt)
     prompts_sha = {synthesis_prompt_name(c): sha256_text(t) for c, t in templates.items()}
@@ -490,6 +493,9 @@ def run_synthesize(a: argparse.Namespace) -> int:
 
 
 def run_validate(a: argparse.Namespace) -> int:
+    from ..o3bench.steps import step_command
+    from ..o3bench.validation import validate_workspace
+
     ws = Workspace.at(a.output_dir)
     rules, origin = load_rules(a.validation_config)
     report = validate_workspace(ws, rules, origin)
@@ -512,6 +518,10 @@ def run_validate(a: argparse.Namespace) -> int:
 
 
 def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
+    from ..data.reliability import parse_checker
+    from ..o3bench.filtering import FilterSpec, drop_threshold, filter_candidates
+    from ..o3bench.steps import BenchStepRun, model_card
+
     ws = Workspace.at(a.output_dir)
     try:
         specs = [parse_checker(s) for s in a.solver]
@@ -583,6 +593,9 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
 
 
 def run_review_page(a: argparse.Namespace) -> int:
+    from ..o3bench.filtering import filter_coverage
+    from ..o3bench.review import batches, template
+    from ..o3bench.steps import InputNotReady, read_log, step_command
     from ..viz.review_page import render_review_page  # the viewers are only needed here
 
     ws = Workspace.at(a.output_dir)
@@ -637,12 +650,16 @@ def run_review_page(a: argparse.Namespace) -> int:
 
 
 def run_review_apply(a: argparse.Namespace) -> int:
+    from ..o3bench.review import apply_workspace
+
     counts = apply_workspace(Workspace.at(a.output_dir), a.decisions)
     _print({"step": "review apply", **counts})
     return ExitCode.OK
 
 
 def run_release(a: argparse.Namespace) -> int:
+    from ..o3bench.release import release_workspace
+
     out = release_workspace(Workspace.at(a.output_dir), a.seed, a.require_all_decided)
     notes = out.pop("notes")
     _print({"step": "release", **out})
@@ -677,8 +694,11 @@ def main(argv: list[str] | None = None) -> int:
         body = run_review_page if a.review_step == "page" else run_review_apply
     else:
         body = steps[a.step]
+    from ..o3bench.review import DecisionsError  # the steps' libraries: after the flags are parsed
+
+    bad_input = (LayoutError, BuildFileError, DecisionsError, PriceError, KeyHostError)
     results = os.path.join(a.output_dir, a.step if a.step in ("extract", "synthesize", "filter") else "")
-    return run_main(lambda: body(a), bad_input=BAD_INPUT, results=results.rstrip(os.sep))
+    return run_main(lambda: body(a), bad_input=bad_input, results=results.rstrip(os.sep))
 
 
 if __name__ == "__main__":
