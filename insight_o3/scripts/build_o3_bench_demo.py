@@ -37,17 +37,19 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..endpoints.endpoint import DEMO_KEY
 from ..endpoints.scripted_server import ScriptedOpenAIServer
-from ..o3bench import generic
-from ..o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, DemoSources, ScriptedBuild, demo_sources, scripted_review
 from ..o3bench.sources import IMAGE_SUFFIXES, list_images
 from ..o3bench.workspace import Workspace
 from . import build_o3_bench
 from ._demo_steps import StepRun, add_draw_flags, check_draw_flags, jsonl_rows, run_step, stopped
 from ._serve import keep_serving, python_command
 from ._shared import ExitCode, entry_point, new_parser, seconds_since_start, setup_logging
+
+if TYPE_CHECKING:
+    from ..o3bench.demo import DemoSources
 
 BANNER = (
     "SCRIPTED BUILD DEMO: every step of build_o3_bench runs for real; the models (E.1 VLM, E.2 writer, filter "
@@ -116,6 +118,8 @@ class DemoStep:
 def _steps(a: argparse.Namespace, ws: Workspace, inputs: DemoSources, url: str) -> list[DemoStep]:
     """Every step of the build, in order, with the command line one runs with real models (only the URL and the
     model names change)."""
+    from ..o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, scripted_review
+
     endpoint = ["--api_base_url", url, "--api_key", NO_KEY, "--no_progress"]
     w = str(ws.root)
     images = ["--chart_images", str(inputs.chart_images), "--chart_layouts", str(inputs.chart_layouts)]
@@ -176,6 +180,8 @@ def _steps(a: argparse.Namespace, ws: Workspace, inputs: DemoSources, url: str) 
 
 def run(a: argparse.Namespace) -> int:
     """Draw the inputs, serve the scripted models, run every step as a user would and say what each did."""
+    from ..o3bench.demo import JUDGE, SOLVERS, VLM, WRITER, ScriptedBuild, demo_sources  # the drawing (Pillow)
+
     t0 = time.perf_counter()
     out = Path(a.output_dir)
     ws = Workspace.at(out / "workspace")
@@ -221,6 +227,8 @@ SERVE_BANNER = (
 
 def serve_commands(ws: Path, img_dir: Path, layouts: Path, url: str) -> list[tuple[str, str]]:
     """Every step's command on one's own images against the scripted endpoint at ``url``, with what it does."""
+    from ..o3bench import generic
+
     q = shlex.quote
     run = f"{python_command()} -m insight_o3.scripts.build_o3_bench"
     w = f"--output_dir {q(str(ws))}"
@@ -255,6 +263,8 @@ def serve_commands(ws: Path, img_dir: Path, layouts: Path, url: str) -> list[tup
 def serve(a: argparse.Namespace) -> int:
     """Keep the generic scripted endpoint up for one's own images until Ctrl-C/SIGTERM (then stop it: status 0);
     print its URL, its model names and every step's command."""
+    from ..o3bench import generic  # the scripted replies (Pillow)
+
     out = Path(a.output_dir).resolve()
     img_dir = Path(a.img_dir).resolve()
     print(SERVE_BANNER, flush=True)
