@@ -33,10 +33,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..demo.endpoints import DemoScripts
 from ..endpoints.endpoint import DEMO_KEY
 from ..endpoints.scripted_server import ScriptedOpenAIServer
-from . import evaluate, make_demo_bench, report
+from . import make_demo_bench, report
 from ._serve import keep_serving, python_command
 from ._shared import ExitCode, add_output_dir, entry_point, new_parser, seconds_since_start, setup_logging
 
@@ -174,6 +173,8 @@ def _draw_bench(a: argparse.Namespace, bench: Path) -> int:
 
 def _servers(a: argparse.Namespace, bench: Path, port: int = 0) -> list[ScriptedOpenAIServer]:
     """The model, vSearcher and judge endpoints (not started); ``port`` > 0: on port, port+1, port+2."""
+    from ..demo.endpoints import DemoScripts  # the scripted replies (Pillow): not for --help
+
     scripts = DemoScripts.from_metadata(
         bench / "metadata.jsonl",
         accuracy=a.accuracy,
@@ -189,6 +190,8 @@ def _servers(a: argparse.Namespace, bench: Path, port: int = 0) -> list[Scripted
 
 
 def run_demo(a: argparse.Namespace) -> int:
+    from . import evaluate  # the clients (openai) and the agents: not for --help
+
     out = Path(a.output_dir)
     bench = out / "bench"
     t0 = time.perf_counter()
@@ -319,6 +322,7 @@ def tools_missing() -> str | None:
 
 def run_opensearch_vl_demo(a: argparse.Namespace) -> int:
     from ..demo.opensearch_vl import ScriptedInvestigator, judge_script, make_demo
+    from . import evaluate
 
     missing = tools_missing()
     if missing is not None:

@@ -32,7 +32,6 @@ HEAVY = ("openai", "httpx", "scipy", "statsmodels", "pandas", "matplotlib", "jin
 #: fail, strictly, so that each is taken off this list when it is made quick.
 NOT_YET_QUICK = frozenset(
     {
-        "insight_o3.scripts.demo",
         "insight_o3.scripts.evaluate",
     }
 )
