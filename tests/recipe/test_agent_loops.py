@@ -22,8 +22,8 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from recipe.vsearch import agent_loops  # noqa: E402
 from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop  # noqa: E402
 from recipe.vsearch.episodes import EXTRA_SAMPLES_KEY, ROLE_KEY, VALIDATE_KEY, VSearchAgentLoopWorker, finalize_batch  # noqa: E402
+from recipe.vsearch.protocols import PROTOCOLS  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
-from recipe.vsearch.settings import PROTOCOLS  # noqa: E402
 from tests.support.recipe_loops import (  # noqa: E402
     AGENT_YAML,
     ANSWER,

@@ -156,7 +156,8 @@ def test_paper_variant_switches_the_whole_protocol(dry_runs):
     """``vsearch.variant=paper`` on train.sh's command line switches the reward rules, the loss and the failure
     handling together (one switch), and validates."""
     from insight_o3.protocol.prompts import FORK_HINTS, PAPER_TRAIN_HINTS
-    from recipe.vsearch.settings import PROTOCOLS, RunSettings
+    from recipe.vsearch.protocols import PROTOCOLS
+    from recipe.vsearch.settings import RunSettings
 
     r = dry_runs["paper"][1]
     assert r.returncode == 0, r.stderr[-3000:]

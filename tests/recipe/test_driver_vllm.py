@@ -292,7 +292,7 @@ def test_the_run_trained_under_its_variant(vllm_run):
     """The driver printed (and so validated) the run's protocol: the switch reached every part of the config."""
     import re
 
-    from recipe.vsearch.settings import PROTOCOLS
+    from recipe.vsearch.protocols import PROTOCOLS
 
     variant = vllm_run["variant"]
     for run in _runs(vllm_run):

@@ -136,8 +136,8 @@ def test_an_episode_that_raises_is_masked_and_counted_like_an_api_failure(policy
 
     from recipe.vsearch.agent_loops import VReasonerAgentLoop, VSearcherAgentLoop
     from recipe.vsearch.episodes import ROLE_KEY, finalize_batch
+    from recipe.vsearch.protocols import PROTOCOLS
     from recipe.vsearch.reward_fn import compute_score
-    from recipe.vsearch.settings import PROTOCOLS
     from recipe.vsearch.trainer import ApiFailureAbort, check_api_failures
     from verl import DataProto
 

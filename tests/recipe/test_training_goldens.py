@@ -39,9 +39,9 @@ from tests.support.stacks import add_recipe_path
 add_recipe_path()
 
 from recipe.vsearch.policy_searcher import SearcherRollout  # noqa: E402
+from recipe.vsearch.protocols import PROTOCOLS  # noqa: E402
 from recipe.vsearch.reward_fn import compute_score  # noqa: E402
 from recipe.vsearch.rollout_fields import ROLE_INLOOP, ROLE_OUTLOOP, EpisodeStats  # noqa: E402
-from recipe.vsearch.settings import PROTOCOLS  # noqa: E402
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "training"
 TOL = 1e-6

@@ -48,6 +48,7 @@ from insight_o3.protocol.rewards import RewardRules, batch_withholds_pseudo_iou,
 from verl import DataProto
 
 from .image_inputs import VIEWS_KEY, with_references
+from .protocols import PROTOCOLS, Protocol
 from .rollout_fields import (
     EPISODE_ID_KEY,
     EXTRA_SAMPLES_KEY,
@@ -66,7 +67,6 @@ from .rollout_fields import (
     role_of,
     with_row_identity,
 )
-from .settings import PROTOCOLS, Protocol
 
 #: the contract's names, where the recipe's callers and tests have always imported them (``rollout_fields`` owns them)
 __all__ = [

@@ -41,7 +41,7 @@ from verl.single_controller.base.decorator import MAGIC_ATTR
 # the loss aggregation the Eq. 2 weights are made for, and each variant's (checked at start-up by RunSettings)
 from .image_inputs import pixel_cache, rebuild_pixels_in
 from .padding import trim_padding_in
-from .settings import EQ2_LOSS_AGG_MODE, PROTOCOLS
+from .protocols import EQ2_LOSS_AGG_MODE, PROTOCOLS
 
 _CACHE: dict[type, type] = {}
 #: ``meta_info`` key of the update batch: ``{"variant": str, "valid_rows": int, "dp_size": int}`` over the whole
@@ -113,7 +113,7 @@ def apply_loss(actor: Any, data: Any) -> str:
     if variant is None or wanted != variant:
         raise ValueError(
             f"actor.loss_agg_mode={cfg.loss_agg_mode} does not belong to vsearch.variant={wanted} "
-            f"(recipe.vsearch.settings.PROTOCOLS: {_VARIANT_OF_MODE})"
+            f"(recipe.vsearch.protocols.PROTOCOLS: {_VARIANT_OF_MODE})"
         )
     if variant == "paper":
         apply_eq2(actor, data)
