@@ -136,9 +136,15 @@ def record_status(record: Any) -> str | None:
 def left(items: list[UnitT], work: ItemWork[UnitT], records: RecordLog) -> Plan:
     """The plan of a run with one record per item in ``records``: the items whose record is missing or not final."""
     stored = records.records
-    final = [stored[k] for k in map(work.key, items) if k in stored and work.is_final(stored[k])]
-    units = [it for it in items if not (work.key(it) in stored and work.is_final(stored[work.key(it)]))]
-    return Plan(units, len(items), [record_status(r) for r in final])
+    units: list[UnitT] = []
+    initial: list[str | None] = []
+    for it in items:
+        k = work.key(it)
+        if k in stored and work.is_final(stored[k]):
+            initial.append(record_status(stored[k]))
+        else:
+            units.append(it)
+    return Plan(units, len(items), initial)
 
 
 def spent(work: ItemWork, logs: Mapping[Hashable, RecordLog]) -> tuple[int, float]:
@@ -233,8 +239,7 @@ class _Execution:
         async with sem:
             if self.budget.exceeded is not None:
                 return  # budget reached: start nothing new (a rerun with a higher budget resumes)
-            meter = UsageMeter()
-            metering(meter)  # this unit's requests (work that meters its own, as the evaluation, replaces it)
+            meter = unit_meter()  # this unit's requests (work that meters its own, as the evaluation, replaces it)
             spent = self.run.tally.unit()
             metering_run(spent)  # every reply of this unit, for the run's history entry (recorded or not)
             try:
