@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 from ..imaging.images import ImageRef
 from ..imaging.view_ops import Crop, Resample, Resize, ResizeTo
+from ..protocol.agent_catalog import DEEPEYES
 from ..protocol.trajectory import image_part, message
 from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step
 
@@ -243,9 +244,9 @@ def demo_reply(turn: DemoTurn) -> str | None:
 
 
 SPEC = AgentSpec(
-    name="deepeyes",
+    name=DEEPEYES.name,
     protocol_version=PROTOCOL_VERSION,
-    description="DeepEyes: image_zoom_in_tool calls in <tool_call> JSON, its released V* evaluation loop",
+    description=DEEPEYES.description,
     session=DeepEyesSession,
     defaults=DEFAULTS,
     alpha="keep",  # the release crops Image.open(path) in the file's own mode

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.json_types import JSONObject
+from ..protocol.agent_catalog import INSIGHT_V
 from ..protocol.attempt_stats import InsightVStats, OtherText
 from ..protocol.statuses import InsightVAgent, ThoughtsForm
 from ..protocol.trajectory import message
@@ -180,10 +181,9 @@ class InsightVEpisode:
 
 
 SPEC = AgentSpec(
-    name="insight_v",
+    name=INSIGHT_V.name,
     protocol_version=PROTOCOL_VERSION,
-    description="Insight-V: a reasoning agent writes a <thoughts> chain (--model), a summary agent judges it and "
-    "answers (--summary_model, the same model and endpoint by default), its released two-agent inference",
+    description=INSIGHT_V.description,
     image_format="PNG",  # the original file's pixels, as the release hands the file to its image processor
     resizes=False,
 )

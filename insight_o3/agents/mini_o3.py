@@ -34,6 +34,7 @@ from ..base.text_scan import has_tagged, tagged_spans
 from ..imaging.geometry import QWEN_MAX_RATIO, pixel_box
 from ..imaging.images import ImageRef
 from ..imaging.view_ops import Crop, Resample, Resize, ResizeTo, ViewOp
+from ..protocol.agent_catalog import MINI_O3
 from ..protocol.trajectory import image_part, message
 from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step, UnusableImage
 
@@ -310,10 +311,9 @@ def demo_reply(turn: DemoTurn) -> str | None:
 
 
 SPEC = AgentSpec(
-    name="mini_o3",
+    name=MINI_O3.name,
     protocol_version=PROTOCOL_VERSION,
-    description="Mini-o3: <grounding> calls in relative coordinates on the image or an observation, its verl "
-    "validation rollout (sampled: run --num_trials 32 for its Avg@32)",
+    description=MINI_O3.description,
     session=MiniO3Session,
     defaults=DEFAULTS,
     demo_reply=demo_reply,

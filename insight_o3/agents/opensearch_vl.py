@@ -30,6 +30,7 @@ from typing import Any
 from ..base.json_types import JSONObject
 from ..base.untrusted import loads
 from ..imaging.images import ImageRef
+from ..protocol.agent_catalog import OPENSEARCH_VL
 from ..protocol.trajectory import image_part, message, message_text
 from .tool_agents import AgentDefaults, AgentSpec, Ask, Finish, ShownImage, UseTool
 
@@ -570,10 +571,9 @@ def replies_of(messages: list[dict]) -> list[str]:
 
 #: built over the run's toolkit by the registry (the tools' images and retrieval record go into the run directory)
 SPEC = AgentSpec(
-    name="opensearch_vl",
+    name=OPENSEARCH_VL.name,
     protocol_version=PROTOCOL_VERSION,
-    description="OpenSearch-VL: the Visual Investigation Agent with its tools (crop, enhancement, layout parsing, "
-    "retrieval; --tool_set all adds visit and python_interpreter), its released inference loop",
+    description=OPENSEARCH_VL.description,
     image_format=DEFAULTS.image_format,
     keeps_originals=True,
     resizes=False,

@@ -17,8 +17,6 @@ from ..protocol.evidence import evidence_boxes
 from ..protocol.sample import AnnotationError, Sample
 from .reasoner_session import vreasoner_resize
 
-ORACLE_CROPS = ("target_layouts",)
-
 
 def oracle_regions(sample: Sample, where: str = "") -> list[Box]:
     """The target layouts' boxes of a sample, in annotation order (identical boxes once). A sample

@@ -36,6 +36,7 @@ from ..base.json_types import JSONObject
 from ..imaging.geometry import smart_resize
 from ..imaging.images import ImageRef
 from ..imaging.view_ops import Crop, Resample, Resize, ResizeTo, ViewOp
+from ..protocol.agent_catalog import PIXEL_REASONER
 from ..protocol.trajectory import image_part, message, message_text
 from .tool_agents import AgentDefaults, AgentSpec, Ask, DemoTurn, Finish, Step, UnusableImage
 
@@ -278,10 +279,9 @@ def demo_reply(turn: DemoTurn) -> str | None:
 
 
 SPEC = AgentSpec(
-    name="pixel_reasoner",
+    name=PIXEL_REASONER.name,
     protocol_version=PROTOCOL_VERSION,
-    description="Pixel-Reasoner: crop_image_normalized calls in <tool_call> JSON (Qwen-Agent's Nous prompt) on the "
-    "image or an earlier crop, its released vLLM evaluation loop",
+    description=PIXEL_REASONER.description,
     session=PixelReasonerSession,
     defaults=DEFAULTS,
     alpha="white",  # qwen_vl_utils.to_rgb / the release's to_rgb: RGBA pasted on white

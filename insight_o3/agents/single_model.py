@@ -22,6 +22,7 @@ from ..endpoints.chat import Completion, chat_choices
 from ..endpoints.errors import EXPECTED_ERRORS
 from ..imaging.geometry import Box
 from ..imaging.images import EncodedImage, ImageError, ImageStore, Resize
+from ..protocol.agent_catalog import SINGLE_MODEL
 from ..protocol.attempt import Attempt
 from ..protocol.sample import Sample
 from ..protocol.trajectory import image_part, message, to_openai
@@ -126,7 +127,7 @@ class SingleModelSolver:
 
 
 SPEC = AgentSpec(
-    name="single_model",
+    name=SINGLE_MODEL.name,
     protocol_version="insight_o3:evaluate.py",
-    description="one model answers from the (resized) image and the question (the released evaluate.py)",
+    description=SINGLE_MODEL.description,
 )

@@ -11,6 +11,7 @@ from ..endpoints.client import make_client
 from ..endpoints.guard import RunGuard
 from ..endpoints.rate_limit import AdaptiveLimiter
 from ..imaging.images import ImageStore
+from ..protocol.agent_catalog import INSIGHT_O3
 from ..protocol.attempt import Attempt
 from ..protocol.questions import insight_o3_question
 from .config import InSightO3Config
@@ -73,9 +74,9 @@ class InSightO3Solver:
 
 
 SPEC = AgentSpec(
-    name="insight_o3",
+    name=INSIGHT_O3.name,
     protocol_version="insight_o3:vreasoner+vsearcher@926d137",
-    description="vReasoner (--model) + vSearcher (--vsearcher_model), the paper's system",
+    description=INSIGHT_O3.description,
     alpha="white",
     keeps_originals=True,
 )

@@ -2,6 +2,7 @@
 resumable per-sample records, answer checking with a judge, and metrics."""
 
 __all__ = [
+    "agent_listing",
     "agent_registry",
     "attribution",
     "benchmark_download",

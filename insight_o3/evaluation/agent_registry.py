@@ -28,6 +28,7 @@ from ..agents.tool_agents import AgentDefaults, AgentSpec, DemoSpeaker, SessionF
 from ..agents.tool_loop import ToolLoopSolver
 from ..imaging.images import ImageStore, Resize
 from ..protocol.attempt import Solver
+from .agent_listing import ENTRY_POINT_GROUP, PluginError, UnknownAgent, agent_names
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
     from ..endpoints.guard import RunGuard
     from ..endpoints.rate_limit import AdaptiveLimiter
     from .config import EvaluateConfig
-
-ENTRY_POINT_GROUP = "insight_o3.agents"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,19 +229,6 @@ BUILTIN: dict[str, AgentPlugin] = {
 }
 
 
-class UnknownAgent(KeyError):
-    """No agent of that name (the message lists the known ones)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class PluginError(ValueError):
-    """An installed agent plugin that cannot be used: its entry point fails to import (a syntax error, a missing
-    attribute, an exception at import), its factory or ``build`` raises, it is not an :class:`AgentPlugin`, or two
-    distributions register its name. The message names the entry point, its distribution and the cause."""
-
-
 def _origin(ep: Any) -> str:
     dist = getattr(ep, "dist", None)
     return f"entry point {ep.name!r} = {ep.value!r} of {ENTRY_POINT_GROUP}" + (
@@ -266,12 +252,6 @@ def _load(ep: Any) -> AgentPlugin:
     if plugin.name != ep.name:
         raise PluginError(f"{_origin(ep)} names an agent called {plugin.name!r}")
     return plugin
-
-
-def agent_names() -> list[str]:
-    """Every agent's name: the built-in ones, then those of installed packages (not loaded)."""
-    installed = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - set(BUILTIN)
-    return sorted(BUILTIN) + sorted(installed)
 
 
 def get_agent(name: str) -> AgentPlugin:

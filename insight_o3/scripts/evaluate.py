@@ -39,54 +39,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..agents.config import InSightO3Config, InsightVSettings, ReasonerSettings, SearcherSettings
-from ..agents.drivers import VREASONER_COMPLETION_KWARGS
-from ..agents.oracle import ORACLE_CROPS, check_oracle_samples
-from ..agents.single_model import DEFAULT_COMPLETION_KWARGS
 from ..base.json_types import JSONObject
-from ..base.redaction import redact
 from ..base.untrusted import loads
-from ..endpoints.client import DEFAULT_MAX_RETRIES, make_client
-from ..endpoints.endpoint import (
-    ENV_KEYS,
-    Endpoint,
-    KeyHostError,
-    Sourced,
-    borrowed_key,
-    describe,
-    resolve,
-    resolve_key,
-    sourced,
-)
-from ..endpoints.guard import RunGuard
-from ..endpoints.preflight import Called
-from ..endpoints.rate_limit import AdaptiveLimiter
-from ..endpoints.usage import CostModel, PriceError
-from ..evaluation.agent_registry import AgentContext, PluginError, UnknownAgent, agent_names, build_solver, get_agent
+from ..endpoints.defaults import DEFAULT_MAX_RETRIES
+from ..evaluation.agent_listing import PluginError, UnknownAgent, agent_names
 from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, canonical_name, resolve_layout
-from ..evaluation.config import (
-    AgentSettings,
-    EvaluateConfig,
-    JudgeSettings,
-    PluginAgentSettings,
-    RequestRates,
-    SingleModelSettings,
-)
-from ..evaluation.judge import FLOWS, AnswerJudge, JudgeCache, default_flow
-from ..evaluation.run_card import build_run_card, card_invocation
-from ..evaluation.run_dir import RunDirError
-from ..evaluation.runner import RunConfig, failed_count, run_evaluation
-from ..evaluation.samples import load_samples, select_subset, subset_spec
+from ..evaluation.judge_settings import FLOWS
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, api_image_max_pixels
-from ..imaging.images import ImageStore
-from ..jobs.integrity import SettingsChanged
-from ..protocol import prompts
-from ..protocol.attempt import Solver
-from ..protocol.sample import AnnotationError, Sample
+from ..protocol.agent_catalog import BUILTIN_AGENTS, ORACLE_CROPS
+from ..protocol.limits import LIMITS
 from ..protocol.statuses import JudgeFlow
-from ..tools.layout import BACKENDS as LAYOUT_BACKENDS
-from ..tools.setup import RETRIEVALS, TOOL_SETS, ToolSettings, ToolSettingsError, tools_card
-from ..tools.web import WebSettings
+from ..tools.choices import LAYOUT_BACKENDS, RETRIEVALS, TOOL_SETS
 from ._shared import (
     OUTPUT_ROOT,
     ExitCode,
@@ -117,11 +80,18 @@ from ._shared import (
     stop_errors,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the run's modules: imported by the functions that run it, so that --help loads none of them
     from openai import AsyncOpenAI
-from ..protocol.limits import LIMITS
-from ..storage.atomic import UnusableOutputDir
-from ..storage.record_log import RecordFileError
+
+    from ..endpoints.guard import RunGuard
+    from ..endpoints.preflight import Called
+    from ..endpoints.rate_limit import AdaptiveLimiter
+    from ..endpoints.usage import CostModel
+    from ..evaluation.config import AgentSettings, EvaluateConfig
+    from ..imaging.images import ImageStore
+    from ..protocol.attempt import Solver
+    from ..protocol.sample import Sample
+    from ..tools.setup import ToolSettings
 
 log = logging.getLogger("insight_o3.evaluate")
 SECRET_ARGS = ("api_key", "judge_api_key", "vsearcher_api_key", "summary_api_key")
@@ -181,11 +151,19 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _agent_line(name: str) -> str:
-    """``name`` and the first clause of its description (an agent that cannot be loaded: its name only)."""
-    try:
-        return f"{name} ({get_agent(name).description.split(':')[0].split(',')[0]})"
-    except (UnknownAgent, PluginError):
-        return name
+    """``name`` and the first clause of its description: a built-in agent's from the catalog (no agent is loaded),
+    an installed one's from its plugin (an agent that cannot be loaded: its name only)."""
+    builtin = BUILTIN_AGENTS.get(name)
+    if builtin is not None:
+        description = builtin.description
+    else:
+        from ..evaluation.agent_registry import get_agent
+
+        try:
+            description = get_agent(name).description
+        except (UnknownAgent, PluginError):
+            return name
+    return f"{name} ({description.split(':')[0].split(',')[0]})"
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -397,6 +375,13 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
 def _resolve(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Check the flags and fill the defaults that depend on other flags, keys from the environment, and a
     subset's eval name, in place (``p.error`` -> exit 2)."""
+    from ..agents.drivers import VREASONER_COMPLETION_KWARGS
+    from ..agents.single_model import DEFAULT_COMPLETION_KWARGS
+    from ..evaluation.agent_registry import get_agent
+    from ..evaluation.judge import default_flow
+    from ..evaluation.samples import subset_spec
+    from ..tools.setup import ToolSettingsError
+
     if a.agent is None:
         a.agent = "insight_o3" if a.vsearcher_model else "single_model"
     try:
@@ -488,6 +473,18 @@ def _endpoint_access(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Each endpoint's URL and key from its flags or variables, in place (keys in memory only), each stated with its
     source at the start. The judge without a URL of its own is asked on the model's endpoint (said in a warning); the
     judge without a key of its own borrows the model's only on the same host (``--allow_key_to_other_host``)."""
+    from ..endpoints.endpoint import (
+        ENV_KEYS,
+        KeyHostError,
+        Sourced,
+        borrowed_key,
+        describe,
+        resolve,
+        resolve_key,
+        sourced,
+    )
+    from ..evaluation.agent_registry import get_agent
+
     model_url = sourced(a.api_base_url, "--api_base_url", ENV_KEYS["main"][1])
     model_key = sourced(a.api_key, "--api_key", ENV_KEYS["main"][0])
     judge_url = sourced(a.judge_api_base_url, "--judge_api_base_url", ("JUDGE_API_BASE_URL", "JUDGE_BASE_URL"))
@@ -539,6 +536,9 @@ def tool_settings(a: argparse.Namespace, *, endpoints: bool = True) -> ToolSetti
     """The tool agent's settings of the flags; with ``--retrieval web`` and ``endpoints``, the released chain's
     endpoints from its variables (said in the log), the Jina key only to Jina's host unless
     ``--allow_key_to_other_host`` (else ``KeyHostError``, a ``ValueError``: exit 2 naming the setting)."""
+    from ..tools.setup import ToolSettings
+    from ..tools.web import WebSettings
+
     web = None
     if endpoints and a.retrieval == "web":
         web = WebSettings.from_env(allow_key_to_other_host=a.allow_key_to_other_host)
@@ -557,6 +557,11 @@ def tool_settings(a: argparse.Namespace, *, endpoints: bool = True) -> ToolSetti
 
 def _agent(a: argparse.Namespace) -> AgentSettings:
     """The agent-specific settings of the resolved flags ``a``."""
+    from ..agents.config import InSightO3Config, InsightVSettings, ReasonerSettings, SearcherSettings
+    from ..endpoints.endpoint import Endpoint
+    from ..evaluation.config import PluginAgentSettings, SingleModelSettings
+    from ..protocol import prompts
+
     client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
     if a.agent == "insight_v":
         summary_api = Endpoint(base_url=a.summary_api_base_url, api_key=a.summary_api_key, **client)
@@ -594,6 +599,10 @@ def _agent(a: argparse.Namespace) -> AgentSettings:
 
 def config_of(a: argparse.Namespace) -> EvaluateConfig:
     """The frozen config of the resolved flags ``a`` (see :func:`_resolve`)."""
+    from ..endpoints.endpoint import Endpoint
+    from ..evaluation.config import EvaluateConfig, JudgeSettings, RequestRates
+    from ..evaluation.runner import RunConfig
+
     client = {"timeout": a.client_timeout, "max_retries": a.max_retries}
     return EvaluateConfig(
         run=RunConfig(
@@ -641,6 +650,11 @@ def subset_hash(spec: dict) -> str:
 
 def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
     """The run's ``run_card.json`` (every effective setting, never a key)."""
+    from ..evaluation.agent_registry import get_agent
+    from ..evaluation.config import PluginAgentSettings
+    from ..evaluation.run_card import build_run_card
+    from ..tools.setup import tools_card
+
     image_budget: dict[str, int | None] = {"model": c.img_max_pixels or None}
     seeds = {"model": c.completion_kwargs["seed"]} if "seed" in c.completion_kwargs else {}
     if c.insight_o3:
@@ -672,6 +686,8 @@ def run_card(c: EvaluateConfig, num_samples: int) -> JSONObject:
 
 
 def cost_model(c: EvaluateConfig) -> CostModel | None:
+    from ..endpoints.usage import CostModel
+
     vsearcher = c.insight_o3.searcher.model if c.insight_o3 else None
     summary = c.insight_v.summary_model if c.insight_v else None
     models = {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher, "summary": summary}
@@ -688,6 +704,9 @@ def image_store(c: EvaluateConfig, originals_cached: int) -> ImageStore:
     """The run's image store: ``--image_workers`` processes (default: one per usable CPU), encoding as the
     agent does. InSight-o3 mode composites RGBA images on white as the fork does (``images.ALPHA_MODES``);
     single-model runs drop the alpha channel as the released harness does."""
+    from ..evaluation.agent_registry import get_agent
+    from ..imaging.images import ImageStore
+
     plugin = get_agent(c.agent_name)
     return ImageStore.for_image_workers(
         c.run.controls.image_workers,
@@ -710,6 +729,8 @@ class Limiters:
 
     @classmethod
     def of(cls, c: EvaluateConfig) -> Limiters:
+        from ..endpoints.rate_limit import AdaptiveLimiter
+
         adaptive, m, j, n = c.adaptive_concurrency, c.model_rates, c.judge_rates, c.run.controls.concurrency
         return cls(
             AdaptiveLimiter(n, m.rpm, m.tpm) if adaptive or m.rpm or m.tpm else None,
@@ -720,6 +741,8 @@ class Limiters:
 
 def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: RunGuard, limiters: Limiters) -> Solver:
     """The solver of the run's agent (:mod:`insight_o3.evaluation.agent_registry`)."""
+    from ..evaluation.agent_registry import AgentContext, build_solver
+
     ctx = AgentContext(
         config=c,
         client=client,
@@ -733,6 +756,8 @@ def _solver(c: EvaluateConfig, client: AsyncOpenAI, images: ImageStore, guard: R
 
 def endpoints(c: EvaluateConfig) -> list[Called]:
     """The endpoints the run calls (each checked before the first sample unless ``--skip_endpoint_check``)."""
+    from ..evaluation.agent_registry import get_agent
+
     eps: list[Called] = [("judge", c.judge.api)]
     if get_agent(c.agent_name).calls_model:  # a plugin that answers without a model has no model endpoint to check
         eps.insert(0, ("model", c.api))
@@ -770,6 +795,13 @@ def _log_stats(images: ImageStore, limiters: Limiters) -> None:
 
 
 async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None = None) -> JSONObject:
+    from ..endpoints.client import make_client
+    from ..endpoints.guard import RunGuard
+    from ..evaluation.agent_registry import get_agent
+    from ..evaluation.judge import AnswerJudge, JudgeCache
+    from ..evaluation.run_card import card_invocation
+    from ..evaluation.runner import run_evaluation
+
     guard = RunGuard(c.run.controls.max_failure_ratio)
     # decoded originals are only needed again for crops (InSight-o3 mode); single-model runs keep none
     oracle = c.single_model is not None and c.single_model.oracle_crops
@@ -852,7 +884,18 @@ def _str_or_none(value: object) -> str | None:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
-    a = parse_args(argv)
+    a = parse_args(argv)  # --help exits here, before the run's modules are imported
+    from ..agents.oracle import check_oracle_samples
+    from ..base.redaction import redact
+    from ..endpoints.usage import PriceError
+    from ..evaluation.run_dir import RunDirError
+    from ..evaluation.runner import failed_count
+    from ..evaluation.samples import load_samples, select_subset
+    from ..jobs.integrity import SettingsChanged
+    from ..protocol.sample import AnnotationError
+    from ..storage.atomic import UnusableOutputDir
+    from ..storage.record_log import RecordFileError
+
     if not os.path.isfile(a.ann_file):
         print(f"error: {_missing_annotation(a)}", file=sys.stderr)
         return ExitCode.BAD_INPUT

@@ -6,6 +6,7 @@ __all__ = [
     "backend",
     "base",
     "calls",
+    "choices",
     "corpus",
     "http",
     "images",

@@ -28,7 +28,6 @@ from .tool import Tool, ToolContext
 
 ERR = "Tool execution error:\n"
 TEXT_LABELS = ("paragraph_title", "text", "vision_footnote")
-BACKENDS = ("tesseract", "api")
 
 
 def report(texts: list[str]) -> str:

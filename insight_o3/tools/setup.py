@@ -13,28 +13,13 @@ from pathlib import Path
 from ..base.json_types import JSONObject
 from .backend import Retrieval
 from .base import ToolLimits
+from .choices import LAYOUT_BACKENDS, RETRIEVALS, TOOL_SETS
 from .corpus import LocalCorpus
-from .layout import BACKENDS, tesseract_version
+from .layout import tesseract_version
 from .store import Recording, Replay, RetrievalStore
 from .toolkit import Toolkit
 from .visual import SR_MODEL_DEFAULT
 from .web import WebChain, WebSettings
-
-RETRIEVALS = ("local", "web", "replay", "none")
-#: the tools of each tool set (the agent's schema offers the same)
-TOOL_SETS: dict[str, tuple[str, ...]] = {
-    "release": (
-        "crop",
-        "layout_parsing",
-        "web_search",
-        "image_search",
-        "text_search",
-        "perspective_correct",
-        "super_resolution",
-        "sharpen",
-    ),
-}
-TOOL_SETS["all"] = (*TOOL_SETS["release"], "visit", "python_interpreter")
 
 
 class ToolSettingsError(ValueError):
@@ -65,8 +50,8 @@ class ToolSettings:
             )
         if self.retrieval == "replay" and not self.replay_from:
             raise ToolSettingsError("the replay retrieval backend needs the store to replay (a run directory)")
-        if self.layout_backend not in BACKENDS:
-            raise ToolSettingsError(f"layout backend {self.layout_backend!r}: one of {BACKENDS}")
+        if self.layout_backend not in LAYOUT_BACKENDS:
+            raise ToolSettingsError(f"layout backend {self.layout_backend!r}: one of {LAYOUT_BACKENDS}")
 
 
 def replay_store_dir(path: str) -> Path:

@@ -28,13 +28,6 @@ LIMIT_CPU_S = 0.3
 MARGIN = 2.0
 #: Top-level packages a ``--help`` must not import.
 HEAVY = ("openai", "httpx", "scipy", "statsmodels", "pandas", "matplotlib", "jinja2", "PIL", "numpy", "pydantic")
-#: Commands whose module still imports its run's libraries at the top (so their --help loads them): expected to
-#: fail, strictly, so that each is taken off this list when it is made quick.
-NOT_YET_QUICK = frozenset(
-    {
-        "insight_o3.scripts.evaluate",
-    }
-)
 
 
 def command_modules() -> list[str]:
@@ -68,18 +61,9 @@ def test_the_commands_are_those_of_pyproject():
     modules = command_modules()
     assert "insight_o3.scripts.evaluate" in modules and "insight_o3.scripts.report" in modules
     assert all(m.startswith("insight_o3.scripts.") for m in modules)
-    assert NOT_YET_QUICK <= set(modules)
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="imports its run's libraries at the top"))
-        if m in NOT_YET_QUICK
-        else m
-        for m in command_modules()
-    ],
-)
+@pytest.mark.parametrize("module", command_modules())
 def test_help_imports_no_heavy_library_and_starts_fast(module):
     cpu, imported = help_run(module)
     assert "argparse" in imported  # the listing is read right
