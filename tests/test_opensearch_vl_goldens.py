@@ -49,6 +49,7 @@ def test_prompt_and_tool_schema_are_the_released_ones():
     assert osv.tools_definition("release") == GOLDEN["tools_definition"]
     assert osv.MAX_TURNS == GOLDEN["max_turns"]
     assert [t["function"]["name"] for t in osv.TOOLS] == list(TOOL_SETS["release"])
+    assert [t["function"]["name"] for t in osv.TOOLS + osv.EXTRA_TOOLS] == list(TOOL_SETS["all"])
 
 
 @pytest.mark.parametrize("n", range(len(GOLDEN["tool_calls"])))

@@ -32,6 +32,7 @@ from ..base.untrusted import loads
 from ..imaging.images import ImageRef
 from ..protocol.agent_catalog import OPENSEARCH_VL
 from ..protocol.trajectory import image_part, message, message_text
+from ..tools.choices import TOOL_SETS
 from .tool_agents import AgentDefaults, AgentSpec, Ask, Finish, ShownImage, UseTool
 
 PROTOCOL_VERSION = "opensearch_vl@c5c02a4:opensearch_vl/opensearch_infer"
@@ -377,7 +378,6 @@ EXTRA_TOOLS: list[JSONObject] = [
     },
 ]
 EXTRA_TOOL_OF = {"visit": "visit", "python_interpreter": "python_interpreter"}
-TOOL_SETS = ("release", "all")
 
 
 def tools_definition(tool_set: str = "release") -> str:
@@ -512,7 +512,7 @@ class OpenSearchVLSession:
         max_turns: int = MAX_TURNS,
     ):
         if tool_set not in TOOL_SETS:
-            raise ValueError(f"tool_set must be one of {TOOL_SETS}, got {tool_set!r}")
+            raise ValueError(f"tool_set must be one of {tuple(TOOL_SETS)}, got {tool_set!r}")
         self.tool_set, self.max_turns = tool_set, max_turns
         prompt_text = question if not options else f"{question}\n{options}"
         tools_text = f"<tools>\n{tools_definition(tool_set)}\n</tools>"
