@@ -32,7 +32,7 @@ for a in "$@"; do
   case "$a" in
     --light) LIGHT=1 ;;
     --train) TRAIN_ONLY=1 ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
