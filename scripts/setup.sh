@@ -66,7 +66,7 @@ command -v flock >/dev/null || { echo "setup.sh: the full install needs flock (u
 in_tree_build() { flock "$LOG_DIR/.in-tree-build.lock" "$@"; }
 JOB_NAMES=(); JOB_PIDS=()
 start_job() {  # start_job NAME FUNCTION: FUNCTION in the background, its output in $LOG_DIR/NAME.log
-  log "$1: building in the background (log: $LOG_DIR/$1.log)"
+  log "$1: started in the background (log: $LOG_DIR/$1.log)"
   ( set -euo pipefail; "$2" ) > "$LOG_DIR/$1.log" 2>&1 &
   JOB_NAMES+=("$1"); JOB_PIDS+=("$!")
 }
