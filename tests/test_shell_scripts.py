@@ -288,3 +288,37 @@ def test_vllm_helper_baseline_settings(fake_vllm, tmp_path, baseline, want):
     )
     assert r.returncode == 1
     assert "argv: " + want.format(port=port) in r.stderr
+
+
+def test_setup_names_each_failed_job_and_fails(tmp_path):
+    """The full install's venvs are built by background jobs (scripts/setup.sh): one that fails fails setup.sh,
+    which names each failed job with the end of its log, after every job has ended. Run on a copy of the script
+    (its logs go to the copy's .venvs/setup-logs) with venv paths that cannot be created: each job fails at once."""
+    for rel in (
+        "scripts/setup.sh",
+        "constraints/train-cpu.txt",
+        "scripts/train_cpu/vllm_alias/pyproject.toml",
+        "verl/recipe/vsearch/harmony_hook.py",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
+    r = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "setup.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(
+            VENV="/proc/no-such/venv",
+            VLLM_VENV="/proc/no-such/vllm",
+            TRAIN_VENV="/proc/no-such/train",
+            SKIP_BROWSER="1",
+        ),
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    for job in ("project", "vllm-cpu", "train-cpu"):
+        log = tmp_path / ".venvs" / "setup-logs" / f"{job}.log"
+        assert f"[setup] {job}: started in the background (log: {log})" in r.stdout
+        assert f"setup.sh: {job} failed (exit 1); the end of its log, {log}:" in r.stderr
+        assert "/proc/no-such" in log.read_text()
+    assert r.stderr.index("project failed") < r.stderr.index("vllm-cpu failed") < r.stderr.index("train-cpu failed")
+    assert "[setup] done" not in r.stdout
