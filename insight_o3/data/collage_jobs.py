@@ -24,6 +24,7 @@ from PIL import Image
 
 from .. import __version__
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind, field_kinds, kind_field
 from ..jobs.card_store import CardFile
 from ..jobs.clients import Clients
 from ..jobs.controls import RunControls
@@ -44,14 +45,17 @@ COMMAND = "generate_collages"
 class CollageSpec:
     """What a collage run generates (picklable: sent to the worker processes with each chunk)."""
 
-    out_dir: str
-    seed: int
-    num_collages: int
-    chunk_size: int
-    target_retries: int
-    question_template: str
-    image_format: str
-    jpeg_quality: int
+    out_dir: str = kind_field(Kind.OPERATIONAL)
+    seed: int = kind_field(Kind.RESULT)
+    #: how many collages the directory holds (a later run may ask for more)
+    num_collages: int = kind_field(Kind.OPERATIONAL)
+    #: the generator's random stream is per chunk
+    chunk_size: int = kind_field(Kind.RESULT)
+    target_retries: int = kind_field(Kind.RESULT)
+    question_template: str = kind_field(Kind.RESULT)
+    image_format: str = kind_field(Kind.RESULT)
+    jpeg_quality: int = kind_field(Kind.RESULT)
+    #: each of its fields a setting of its own
     cfg: CollageConfig
 
     def key(self, index: int) -> str:
@@ -173,6 +177,10 @@ class CollageWork(ItemWork[tuple[int, frozenset[int]]]):
             await emit(record, log=name)
 
 
+#: The run's settings besides the spec's: its worker processes and its progress bar (neither changes a collage).
+RUN_KINDS = {"num_workers": Kind.OPERATIONAL, "progress": Kind.OPERATIONAL}
+
+
 def _invocation(spec: CollageSpec, items: list[SourceItem], num_workers: int, progress: bool) -> Invocation:
     """What the directory's first run fixes: the generator's settings and the pool's content."""
     settings = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "cfg"}
@@ -181,6 +189,7 @@ def _invocation(spec: CollageSpec, items: list[SourceItem], num_workers: int, pr
         {**settings, **dataclasses.asdict(spec.cfg), "num_workers": num_workers, "progress": progress},
         derived={"pool_sha256": pool_sha256(items)},
         provenance={"version": __version__, "git_commit": git_commit()},
+        kinds={**field_kinds(spec), **field_kinds(spec.cfg), **RUN_KINDS},
     )
 
 

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.setting_kinds import Kind, kind_field
 from ..base.untrusted import loads
 from ..imaging.geometry import Box, box_area
 
@@ -55,15 +56,16 @@ class LayoutError(ValueError):
 class LayoutRules:
     """C.2 thresholds (every one is a flag of ``build_region_localization``)."""
 
-    max_area_ratio: float = 0.25
-    chart_max_area_ratio: float = 0.8
-    merge_threshold: float = 0.1
-    title_merge_threshold: float = 0.15
-    merge_max_area_ratio: float = 0.25
-    max_aspect: float = 5.0
-    min_area_ratio: float = 0.001
-    contain_ratio: float = 0.9
-    min_score: float = 0.0  # not in the paper (detector threshold 0.01 already applies); 0 = keep all
+    max_area_ratio: float = kind_field(Kind.RESULT, default=0.25)
+    chart_max_area_ratio: float = kind_field(Kind.RESULT, default=0.8)
+    merge_threshold: float = kind_field(Kind.RESULT, default=0.1)
+    title_merge_threshold: float = kind_field(Kind.RESULT, default=0.15)
+    merge_max_area_ratio: float = kind_field(Kind.RESULT, default=0.25)
+    max_aspect: float = kind_field(Kind.RESULT, default=5.0)
+    min_area_ratio: float = kind_field(Kind.RESULT, default=0.001)
+    contain_ratio: float = kind_field(Kind.RESULT, default=0.9)
+    #: not in the paper (detector threshold 0.01 already applies); 0 = keep all
+    min_score: float = kind_field(Kind.RESULT, default=0.0)
 
 
 @dataclass

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..base.json_types import JSONObject
 from ..base.redaction import redact, register_secret
+from ..base.setting_kinds import Kind, kind_field
 
 __all__ = [
     "DEMO_KEY",
@@ -55,11 +56,11 @@ class Endpoint:
     and the SDK's ``timeout`` (the total deadline of each HTTP attempt, seconds) and ``max_retries`` per request
     (None: the client's defaults)."""
 
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
+    base_url: str | None = kind_field(Kind.OPERATIONAL, setting="api_base_url", default=None)
+    api_key: str | None = kind_field(Kind.SECRET, default=None, repr=False)
     key_env: str | None = None
-    timeout: float | None = None
-    max_retries: int | None = None
+    timeout: float | None = kind_field(Kind.OPERATIONAL, setting="client_timeout", default=None)
+    max_retries: int | None = kind_field(Kind.OPERATIONAL, default=None)
 
     def public(self) -> JSONObject:
         """What a card may say about it: the address, never the key."""

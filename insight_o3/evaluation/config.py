@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..agents.config import InSightO3Config, InsightVSettings
+from ..base.setting_kinds import Kind
 from ..endpoints.endpoint import Endpoint
 from ..imaging.prepared_cache import ImageCacheSettings
 from ..protocol.statuses import JudgeFlow
@@ -98,6 +99,8 @@ class EvaluateConfig:
     #: the prepared-image cache shared across runs (None: none)
     image_cache: ImageCacheSettings | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
+    #: the run-integrity kind each of ``settings`` declares (its flag's)
+    kinds: Mapping[str, Kind] = field(default_factory=dict)
 
     @property
     def insight_o3(self) -> InSightO3Config | None:

@@ -13,11 +13,12 @@ import hashlib
 import json
 import os
 import platform
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import __version__
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind
 from ..jobs.integrity import FIXED_KEY, Invocation, git_commit, sha256_file
 from ..protocol import prompts
 from .judge import default_flow
@@ -100,14 +101,17 @@ def build_run_card(
     return card
 
 
-def card_invocation(command: str, settings: JSONObject, card: JSONObject, **derived: Any) -> Invocation:
-    """The invocation of an evaluate/rejudge run whose card is ``card``: its settings, the card's
-    :data:`DERIVED_KEYS` (plus ``derived``), and its version and commit as provenance."""
+def card_invocation(
+    command: str, settings: JSONObject, kinds: Mapping[str, Kind], card: JSONObject, **derived: Any
+) -> Invocation:
+    """The invocation of an evaluate/rejudge run whose card is ``card``: its settings (of the ``kinds`` they
+    declare), the card's :data:`DERIVED_KEYS` (plus ``derived``), and its version and commit as provenance."""
     return Invocation(
         command,
         settings,
         derived={**{k: card.get(k) for k in DERIVED_KEYS}, **derived},
         provenance={"version": card.get("version"), "git_commit": card.get("git_commit")},
+        kinds=kinds,
     )
 
 

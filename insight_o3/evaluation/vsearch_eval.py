@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import __version__
@@ -22,6 +23,7 @@ from ..agents.searcher_session import LocateResult
 from ..base.caps import DEFAULT_MAX_REPLY_CHARS, cut_messages
 from ..base.json_types import JSONObject
 from ..base.paths import OutsideImageDir, outside_message, resolve_image_path
+from ..base.setting_kinds import Kind
 from ..endpoints.endpoint import Endpoint
 from ..imaging.geometry import VSEARCHER_EVAL_MAX_PIXELS, check_box, iou
 from ..imaging.images import DEFAULT_MAX_DECODE_VALUES, ImageStore
@@ -181,13 +183,16 @@ def _searcher(s: VSearchEvalSettings, clients: Clients) -> VSearcher:
     )
 
 
-async def run(s: VSearchEvalSettings, samples: list[RegionSample], *, args_record: JSONObject) -> JobResult:
+async def run(
+    s: VSearchEvalSettings, samples: list[RegionSample], *, args_record: JSONObject, kinds: Mapping[str, Kind]
+) -> JobResult:
     """The whole run under ``s.output_dir``'s lock; the result's summary is :func:`metrics` (also in
-    ``metrics.json``). ``args_record``: what ``args.json`` holds (every flag, never a key)."""
+    ``metrics.json``). ``args_record``: what ``args.json`` holds (every flag, never a key), of the ``kinds`` the
+    flags declare."""
     provenance = {"version": __version__, "git_commit": git_commit()}
     card = {"package": "insight_o3", **provenance, "settings": args_record}
     derived = {"annotation_sha256": sha256_file(s.ann_file) if s.ann_file else None}
-    inv = Invocation(COMMAND, args_record, derived=derived, provenance=provenance)
+    inv = Invocation(COMMAND, args_record, derived=derived, provenance=provenance, kinds=kinds)
     store = CardFile.under(s.output_dir, "run_card.json", ["records.jsonl"])
     with open_run(s.output_dir, COMMAND, s.controls, store=store, invocation=inv, card=card) as run_dir:
         write_json_atomic(run_dir.path("args.json"), args_record)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..base.setting_kinds import Kind, kind_field
 from ..endpoints.guard import DEFAULT_MAX_FAILURE_RATIO
 
 __all__ = ["RunControls"]
@@ -24,14 +25,15 @@ class RunControls:
     item (:mod:`insight_o3.endpoints.preflight`); ``image_workers``: processes that decode, resize and encode images
     (None: one per usable CPU; 0: threads)."""
 
-    concurrency: int = 16
-    progress: bool = True
-    max_failure_ratio: float = DEFAULT_MAX_FAILURE_RATIO
-    max_cost: float | None = None
-    max_tokens_total: int | None = None
-    price_file: str | None = None
-    check_endpoints: bool = True
-    image_workers: int | None = None
+    concurrency: int = kind_field(Kind.OPERATIONAL, default=16)
+    progress: bool = kind_field(Kind.OPERATIONAL, default=True)
+    max_failure_ratio: float = kind_field(Kind.OPERATIONAL, default=DEFAULT_MAX_FAILURE_RATIO)
+    max_cost: float | None = kind_field(Kind.OPERATIONAL, default=None)
+    max_tokens_total: int | None = kind_field(Kind.OPERATIONAL, default=None)
+    price_file: str | None = kind_field(Kind.OPERATIONAL, default=None)
+    #: listed among a step's settings as ``skip_endpoint_check`` (its flag)
+    check_endpoints: bool = kind_field(Kind.OPERATIONAL, setting="skip_endpoint_check", default=True)
+    image_workers: int | None = kind_field(Kind.OPERATIONAL, default=None)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -3,7 +3,9 @@
 Every command that writes a run directory (:func:`~insight_o3.jobs.run_directory.open_run`) describes each
 invocation as an :class:`Invocation`: its command, every setting (the parsed flags, keys left out) and the
 values derived from its inputs that can change a result (the benchmark file's sha256, the prompts' sha256,
-...). :data:`SETTING_KINDS` classifies every setting of every such command:
+...). Each setting declares its kind where it is declared — a command's flag (``insight_o3.scripts._shared.setting``)
+or a settings record's field (:func:`~insight_o3.base.setting_kinds.kind_field`) — and the invocation carries the
+kinds of its settings:
 
 * ``RESULT`` — can change a result (model, judge, prompts, image budget, sampling settings, seeds, ...):
   fixed by the directory's first run that writes a record (a run stopped before its first record, e.g. by the
@@ -31,13 +33,12 @@ A result-changing setting added after directories were written is missing from t
 gives the value such a card implies (the one its run actually used), so a resume with it goes on and one with
 another value is refused naming it; a card is never rewritten for it.
 
-A setting missing from :data:`SETTING_KINDS` is a programming error (:class:`UnclassifiedSetting`);
+A setting that declares no kind is a programming error (:class:`UnclassifiedSetting`);
 ``tests/jobs/test_integrity.py`` walks every flag of every command that writes a run directory.
 """
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import logging
@@ -49,205 +50,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind
 
 log = logging.getLogger(__name__)
 
 FIXED_KEY = "fixed_settings"
 HISTORY_KEY = "history"
-
-
-class Kind(enum.Enum):
-    RESULT = "result"
-    OPERATIONAL = "operational"
-    EXTENT = "extent"
-    SECRET = "secret"
-
-
-R, O, E, S = Kind.RESULT, Kind.OPERATIONAL, Kind.EXTENT, Kind.SECRET
-
-#: Every setting of every command that writes a run directory, by its name (the flag's ``dest``; one name
-#: means one thing in every command). Add a new flag here with its kind.
-SETTING_KINDS: dict[str, Kind] = {
-    # --- keys: never written, never compared
-    "api_key": S,
-    "judge_api_key": S,
-    "vsearcher_api_key": S,
-    "summary_api_key": S,
-    "scorer_api_key": S,  # build_reasoning_data score
-    # --- models and endpoints (the URL is where a model is served, not what it is)
-    "model": R,
-    "judge_model": R,
-    "vsearcher_model": R,
-    "summary_model": R,  # evaluate --agent insight_v's summary agent
-    "agent": R,  # evaluate --agent (insight_o3.evaluation.agent_registry)
-    # evaluate's tool-layer agents (opensearch_vl): which tools, which retrieval, which OCR change what the model
-    # reads; where the corpus, the replayed store and the model file are is a path (what they hold: the run card)
-    "tool_set": R,
-    "retrieval": R,
-    "layout_backend": R,
-    "corpus": O,
-    "retrieval_replay_from": O,
-    "layout_api_url": O,
-    "sr_model_path": O,
-    "tool_seconds": O,
-    "solver": R,  # build_o3_bench filter's solver model
-    "checker": O,  # check_reliability's "model,url,ENV" specs: the models are fixed through checker_models
-    "api_base_url": O,
-    "judge_api_base_url": O,
-    "vsearcher_api_base_url": O,
-    "scorer_model": R,  # build_reasoning_data score: the tier-2 MLLM
-    "scorer_api_base_url": O,
-    "summary_api_base_url": O,
-    "judge_api_key_env": O,  # the name of a variable holding a key
-    "skip_endpoint_check": O,
-    "allow_key_to_other_host": O,
-    # --- what is asked and how it is judged
-    "sys_prompt": R,
-    "chat_completion_kwargs": R,
-    "image_url_extra_settings": R,
-    "img_max_pixels": R,
-    "max_pixels": R,
-    "judge_flow": R,
-    "max_answer_length": R,
-    "judge_cache": R,
-    "no_judge_cache": R,
-    "vsearcher_max_pixels": R,
-    "vsearcher_prompt": R,
-    "max_vsearch_calls": R,
-    "vsearcher_chat_completion_kwargs": R,
-    "reasoner_prompt": R,
-    "oracle_crops": R,
-    "prompt": R,
-    "max_tool_calls": R,
-    "attempts": R,
-    "drop_when": R,
-    "extract_prompt_role": R,
-    # build_o3_bench's prompt files of one's own: paths; their content is fixed through the derived prompts_sha256
-    "extract_prompt": O,
-    "synth_prompt": O,
-    "layout_text": R,
-    "all_sources": R,
-    "max_tokens": R,
-    "temperature": R,
-    "source": R,
-    "subset": R,  # evaluate's --limit/--sample_ids/--categories, resolved (its directory name carries its hash)
-    # --- collage generation and layout rules (generate_collages, build_region_localization)
-    "seed": R,
-    "chunk_size": R,  # the generator's random stream is per chunk
-    "target_retries": R,
-    "max_bbox_ratio": R,
-    "question_template": R,
-    "image_format": R,
-    "jpeg_quality": R,
-    "grid": R,
-    "min_short_edge": R,
-    "canvas_area": R,
-    "canvas_aspect": R,
-    "target_scale": R,
-    "target_aspect_jitter": R,
-    "fill_aspect_jitter": R,
-    "fill_scale": R,
-    "panel_aspect": R,
-    "min_panel_side": R,
-    "max_panel_area": R,
-    "max_effective_area": R,
-    "bbox_cap": R,
-    "placement_retries": R,
-    "shrink_factor": R,
-    "max_attempts": R,
-    "canvas_enlarge": R,
-    "extra_pass_jitter_mult": R,
-    "usage_power": R,
-    "split_range": R,
-    "max_area_ratio": R,
-    "chart_max_area_ratio": R,
-    "merge_threshold": R,
-    "title_merge_threshold": R,
-    "merge_max_area_ratio": R,
-    "max_aspect": R,
-    "min_area_ratio": R,
-    "contain_ratio": R,
-    "min_score": R,
-    # --- build_reasoning_data (Insight-V's data engine)
-    "num_chains": R,
-    "chain_retries": R,
-    "keep_top": R,
-    "flawed_ratio": R,
-    "pairs_per_question": R,
-    "dpo_min_margin": R,
-    # --- iterative DPO (training/dpo/rounds.py): what it starts from and each stage's settings, fixed by round 1
-    "base_model": R,
-    "generate_settings": R,
-    "check_settings": R,
-    "score_settings": R,
-    "export_settings": R,
-    "dpo_settings": R,
-    "train_on_cpu": R,  # fp32 on the CPU vs bf16 on GPUs
-    "launcher": O,
-    "serve": O,
-    "eval_steps": O,
-    # --- how much is done, and in what order (not how an item is made)
-    "num_trials": E,  # more trials add trial_<k> directories (each trial's settings the same); fewer are refused
-    "rounds": E,  # training.dpo.rounds: more rounds continue the run; fewer than it finished are refused
-    "num_collages": O,
-    "limit": O,  # build_o3_bench / build_region_localization: the first N items (evaluate: see "subset")
-    "sample_ids": O,  # evaluate: resolved into "subset"
-    "categories": O,  # evaluate: resolved into "subset"
-    "retry_failed": O,
-    "no_retry_failed": O,
-    "layout_only": O,
-    "separate_trial_requests": O,  # n=k in one request or k requests: the same question, batched differently
-    "separate_attempt_requests": O,
-    # --- how fast, how robust, how much money
-    "concurrency": O,
-    "rpm": O,
-    "tpm": O,
-    "judge_rpm": O,
-    "judge_tpm": O,
-    "no_adaptive_concurrency": O,
-    "max_retries": O,
-    "parse_retries": O,
-    "judge_retries": O,  # asks again only where the judging would otherwise be a failure
-    "client_timeout": O,
-    "max_failure_ratio": O,
-    "price_file": O,
-    "max_cost": O,
-    "max_tokens_total": O,
-    "image_workers": O,
-    "image_cache_mb": O,
-    "image_cache": O,  # the same bytes either way (keyed by everything they depend on)
-    "num_workers": O,
-    "workers": O,  # download_benchmarks: files fetched at once
-    "no_progress": O,
-    "progress": O,
-    "skip_image_check": O,
-    "allow_outside_img_dir": O,
-    # caps on untrusted sizes: a reply is judged whole before its record keeps --max_reply_chars of it;
-    # an image over --max_decode_values is a failed sample (as a timeout), recovered by --retry_failed
-    "max_reply_chars": O,
-    "max_decode_values": O,  # lets image names point outside --img_dir; which images they are is the data's
-    # --- paths (what the inputs hold is fixed through derived sha256 values)
-    "output_dir": O,
-    "out_dir": O,
-    "eval_name": O,
-    "eval_dir": O,
-    "benchmark": O,
-    "data_root": O,
-    # download_benchmarks: which benchmarks (extent), which revision of their files (result), where from (paths)
-    "benchmarks": E,
-    "revision": R,
-    "check_only": O,
-    "extract": O,
-    "source_dir": O,  # where --benchmark looks (the annotation file's content is what counts)
-    "ann_file": O,
-    "img_dir": O,
-    "image_dir": O,
-    "image_root": O,
-    "source_pool": O,
-    "layouts": O,
-    "agreement_out": O,
-    "working_dir": O,  # where the command ran: relative paths above are relative to it (evaluate's args.json)
-}
 
 
 #: "No value implied": the setting is compared as missing (and so refused) — see :data:`ADDED_LATER`.
@@ -316,7 +124,7 @@ class CardError(ValueError):
 
 
 class UnclassifiedSetting(KeyError):
-    """A setting not in :data:`SETTING_KINDS` (a new flag nobody classified)."""
+    """A setting of an :class:`Invocation` that declares no kind (a new flag or field nobody classified)."""
 
 
 class SettingsChanged(ValueError):
@@ -346,16 +154,6 @@ class FewerThanHeld(SettingsChanged):
             f"a rerun may extend a directory (more trials), never leave out what it holds; rerun with at least "
             f"what it holds, or {hint.removeprefix('use ')}",
         )
-
-
-def kind_of(name: str) -> Kind:
-    try:
-        return SETTING_KINDS[name]
-    except KeyError:
-        raise UnclassifiedSetting(
-            f"setting {name!r} is not classified in insight_o3.jobs.integrity.SETTING_KINDS "
-            f"(result-changing or operational?)"
-        ) from None
 
 
 def _plain(value: Any) -> Any:
@@ -427,20 +225,27 @@ def sha256_json(value: Any) -> str:
 @dataclass(frozen=True)
 class Invocation:
     """One run of a command: ``settings`` (every flag by name; secrets are dropped), ``derived`` (result-changing
-    values computed from the inputs, compared as they are) and ``provenance`` (the code that ran: recorded in the
-    history, never compared)."""
+    values computed from the inputs, compared as they are), ``provenance`` (the code that ran: recorded in the
+    history, never compared) and ``kinds``: the kind each setting declares (its flag's or its field's; more names
+    may be given than are set). A setting without one is refused (:class:`UnclassifiedSetting`)."""
 
     command: str
     settings: Mapping[str, Any]
     derived: Mapping[str, Any] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    kinds: Mapping[str, Kind] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in self.settings:
-            kind_of(name)  # UnclassifiedSetting for a flag nobody classified
+        unclassified = sorted(name for name in self.settings if name not in self.kinds)
+        if unclassified:
+            raise UnclassifiedSetting(
+                f"{self.command}: setting(s) {', '.join(map(repr, unclassified))} declare no run-integrity kind "
+                f"(declare it on the flag, insight_o3.scripts._shared.setting, or on the field, "
+                f"insight_o3.base.setting_kinds.kind_field: result-changing or operational?)"
+            )
 
     def _of(self, kind: Kind) -> JSONObject:
-        return {k: v for k, v in self.settings.items() if SETTING_KINDS[k] is kind}
+        return {k: v for k, v in self.settings.items() if self.kinds[k] is kind}
 
     def fixed(self) -> JSONObject:
         """What the directory's first run fixes: the command, every result-changing setting, the derived values."""

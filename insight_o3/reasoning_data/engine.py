@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind, field_kinds
+from ..endpoints.endpoint import Endpoint
 from ..endpoints.usage import CostModel
 from ..evaluation.samples import load_samples
 from ..jobs.controls import RunControls
@@ -57,12 +60,21 @@ def prompts_sha256(step: str) -> dict[str, str]:
     return {name: _sha(getattr(prompts, name)) for name in STEP_PROMPTS[step]}
 
 
-def _invocation(step: str, settings: JSONObject, **derived: Any) -> Invocation:
-    return Invocation(f"build_reasoning_data {step}", settings, derived, {"version": __version__})
+def _invocation(step: str, settings: JSONObject, kinds: Mapping[str, Kind], **derived: Any) -> Invocation:
+    return Invocation(f"build_reasoning_data {step}", settings, derived, {"version": __version__}, kinds)
 
 
 def _client_settings(m: ModelAccess, prefix: str = "") -> JSONObject:
     return {**m.settings(prefix), "max_retries": m.api.max_retries, "client_timeout": m.api.timeout}
+
+
+def _client_kinds(prefix: str = "") -> dict[str, Kind]:
+    """The kinds of :func:`_client_settings` (its retries and timeout are the endpoint's, unprefixed)."""
+    return {**ModelAccess.kinds(prefix), **field_kinds(Endpoint)}
+
+
+#: Where ``generate``'s questions are (paths: what the annotation file holds is fixed through ``ann_sha256``).
+INPUT_KINDS = {"ann_file": Kind.OPERATIONAL, "img_dir": Kind.OPERATIONAL}
 
 
 def generate(
@@ -88,6 +100,7 @@ def generate(
             **settings.settings(),
             **controls_settings(run),
         },
+        {**_client_kinds(), **INPUT_KINDS, **field_kinds(settings), **field_kinds(run)},
         ann_sha256=_file_sha(ann_file),
         prompts_sha256=prompts_sha256("generate"),
         sampling=dict(prompts.GENERATION_KWARGS),
@@ -118,6 +131,7 @@ def check(
     inv = _invocation(
         "check",
         {**_client_settings(judge, "judge_"), **settings.settings(), **controls_settings(run)},
+        {**_client_kinds("judge_"), **field_kinds(settings), **field_kinds(run)},
         prompts_sha256=prompts_sha256("check"),
         sampling=dict(prompts.CHECK_KWARGS),
     )
@@ -139,6 +153,7 @@ def score(
     inv = _invocation(
         "score",
         {**_client_settings(scorer, "scorer_"), **settings.settings(), **controls_settings(run)},
+        {**_client_kinds("scorer_"), **field_kinds(settings), **field_kinds(run)},
         prompts_sha256=prompts_sha256("score"),
         sampling=dict(prompts.SCORE_KWARGS),
     )
@@ -171,7 +186,7 @@ def export(work: str | os.PathLike, settings: ExportSettings = ExportSettings())
         scores = read_records(ws.records("score"), "score") if ws.records("score").exists() else {}
         ws.step("export").mkdir(parents=True, exist_ok=True)
         path = ws.card("export")
-        inv = _invocation("export", settings.settings())
+        inv = _invocation("export", settings.settings(), field_kinds(settings))
         card = settle(read_card(str(path)), {}, inv, where=str(path), hint="use another work directory")
         write_json_atomic(path, card)
         rows = exp.build(exp.assess(generated, checks, scores, settings.min_score), settings)

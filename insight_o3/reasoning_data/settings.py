@@ -1,7 +1,8 @@
 """The typed, frozen settings of the data engine's steps: one per step, plus a model at its endpoint; the run
 controls every step shares are the jobs' :class:`~insight_o3.jobs.controls.RunControls`. The command (``build_reasoning_data``) builds them from its flags; a round driver builds
-them directly. :meth:`settings` of each is what the step's first run fixes (names classified in
-:data:`insight_o3.jobs.integrity.SETTING_KINDS`: result-changing ones refuse a later run that differs)."""
+them directly. :meth:`settings` of each is what the step's first run fixes, by the name and of the run-integrity kind each field
+declares (:func:`~insight_o3.base.setting_kinds.kind_field`: result-changing ones refuse a later run that
+differs)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind, field_kinds, kind_field
 from ..endpoints.endpoint import Endpoint
 from ..jobs.controls import RunControls
 
@@ -18,11 +20,17 @@ from ..jobs.controls import RunControls
 class ModelAccess:
     """A model behind an OpenAI-compatible endpoint (its key in memory only: never in a ``repr`` nor a file)."""
 
-    model: str
+    model: str = kind_field(Kind.RESULT)
+    #: its fields' kinds are the endpoint's own (the URL is where a model is served, not what it is)
     api: Endpoint = field(default_factory=Endpoint)
 
     def settings(self, prefix: str = "") -> JSONObject:
         return {f"{prefix}model": self.model, f"{prefix}api_base_url": self.api.base_url}
+
+    @staticmethod
+    def kinds(prefix: str = "") -> dict[str, Kind]:
+        """The kind of each of :meth:`settings` (and of the endpoint's other settings) under ``prefix``."""
+        return {**field_kinds(ModelAccess, prefix), **field_kinds(Endpoint, prefix)}
 
 
 def controls_settings(run: RunControls) -> JSONObject:
@@ -44,10 +52,12 @@ class GenerateSettings:
     up to ``chain_retries`` times; ``completion_kwargs`` over the release's sampling; ``seed``: each chain's requests
     carry a seed derived from it and the chain (so a rerun asks the same)."""
 
-    num_chains: int = 4
-    chain_retries: int = 1
-    completion_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    seed: int = 0
+    num_chains: int = kind_field(Kind.RESULT, default=4)
+    chain_retries: int = kind_field(Kind.RESULT, default=1)
+    completion_kwargs: Mapping[str, Any] = kind_field(
+        Kind.RESULT, setting="chat_completion_kwargs", default_factory=dict
+    )
+    seed: int = kind_field(Kind.RESULT, default=0)
 
     def __post_init__(self) -> None:
         if self.num_chains < 1:
@@ -70,7 +80,9 @@ class GenerateSettings:
 class CheckSettings:
     """Tier 1, the answer check: ``completion_kwargs`` over the release's sampling."""
 
-    completion_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    completion_kwargs: Mapping[str, Any] = kind_field(
+        Kind.RESULT, setting="chat_completion_kwargs", default_factory=dict
+    )
 
     def settings(self) -> JSONObject:
         return {"chat_completion_kwargs": dict(self.completion_kwargs)}
@@ -80,8 +92,11 @@ class CheckSettings:
 class ScoreSettings:
     """Tier 2, chain scoring: a reply without a usable score is asked again ``parse_retries`` times."""
 
-    parse_retries: int = 2
-    completion_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: asks again only where the reply has no usable score
+    parse_retries: int = kind_field(Kind.OPERATIONAL, default=2)
+    completion_kwargs: Mapping[str, Any] = kind_field(
+        Kind.RESULT, setting="chat_completion_kwargs", default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         if self.parse_retries < 0:
@@ -100,12 +115,12 @@ class ExportSettings:
     ``pairs_per_question`` (best kept, worst rejected) pairs, a tier-2 reject only ``dpo_min_margin`` points below the
     chosen one; ``seed`` picks the flawed chains."""
 
-    min_score: int = 60
-    keep_top: int = 1
-    flawed_ratio: float = 0.3
-    pairs_per_question: int = 1
-    dpo_min_margin: int = 20
-    seed: int = 0
+    min_score: int = kind_field(Kind.RESULT, default=60)
+    keep_top: int = kind_field(Kind.RESULT, default=1)
+    flawed_ratio: float = kind_field(Kind.RESULT, default=0.3)
+    pairs_per_question: int = kind_field(Kind.RESULT, default=1)
+    dpo_min_margin: int = kind_field(Kind.RESULT, default=20)
+    seed: int = kind_field(Kind.RESULT, default=0)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_score <= 100:

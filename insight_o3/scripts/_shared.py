@@ -30,6 +30,7 @@ from ..base.caps import DEFAULT_MAX_REPLY_CHARS
 from ..base.exit_codes import ExitCode
 from ..base.paths import ALLOW_OUTSIDE_FLAG, BadOutputName, check_output_name
 from ..base.redaction import RedactingFilter, redact
+from ..base.setting_kinds import Kind
 from ..endpoints.defaults import DEFAULT_MAX_FAILURE_RATIO, DEFAULT_MIN_REQUESTS, DEFAULT_TIMEOUT, quiet_http_logs
 from ..endpoints.endpoint import ENV_KEYS, Endpoint, Sourced, borrowed_key, describe, resolve_key, sourced
 from ..imaging.limits import DEFAULT_MAX_DECODE_VALUES
@@ -241,6 +242,42 @@ def seconds_since_start(fallback: float) -> float:
 
 
 # ----------------------------------------------------------------------------- shared flags
+#: The attribute of a flag's ``argparse.Action`` holding the run-integrity kind :func:`setting` declared.
+KIND_ATTR = "setting_kind"
+
+
+def setting(p: Flags, *flags: str, kind: Kind, **kwargs: Any) -> argparse.Action:
+    """``p.add_argument(*flags, **kwargs)`` for a flag that is a run's setting, with its run-integrity ``kind``
+    (:class:`~insight_o3.base.setting_kinds.Kind`: what a run directory's first run fixes, what may change, what
+    may grow, what is never written)."""
+    action = p.add_argument(*flags, **kwargs)
+    setattr(action, KIND_ATTR, kind)
+    return action
+
+
+def declared_kind(action: argparse.Action) -> Kind | None:
+    """The kind :func:`setting` declared for a flag (None: a flag added without one)."""
+    kind = getattr(action, KIND_ATTR, None)
+    return kind if isinstance(kind, Kind) else None
+
+
+def flag_kinds(parser: argparse.ArgumentParser) -> dict[str, Kind]:
+    """The kind each flag of ``parser`` and of its subcommands declares, by ``dest`` (flags declaring none are left
+    out: an :class:`~insight_o3.jobs.integrity.Invocation` refuses them). One ``dest`` is one setting: two flags
+    declaring it with two kinds are a programming error."""
+    declared: list[tuple[str, Kind]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            declared += [item for sub in action.choices.values() for item in flag_kinds(sub).items()]
+        elif (kind := declared_kind(action)) is not None:
+            declared.append((action.dest, kind))
+    out: dict[str, Kind] = {}
+    for dest, kind in declared:
+        if out.setdefault(dest, kind) is not kind:
+            raise ValueError(f"{parser.prog}: {dest!r} declared as {out[dest].value} and {kind.value}")
+    return out
+
+
 def non_empty(text: str) -> str:
     """An argparse ``type`` for a name that must not be empty (``--model "$MODEL"`` with ``$MODEL`` unset)."""
     if not text.strip():
@@ -277,7 +314,9 @@ def add_output_dir(
     help: str = "where results go",
     aliases: tuple[str, ...] = ("--out_dir",),
 ) -> None:
-    p.add_argument("--output_dir", *aliases, dest=dest, required=required, default=default, help=help)
+    setting(
+        p, "--output_dir", *aliases, dest=dest, required=required, default=default, help=help, kind=Kind.OPERATIONAL
+    )
 
 
 def add_output_file(p: Flags, *, default: str, help: str, dest: str = "out") -> None:
@@ -288,38 +327,53 @@ def add_output_file(p: Flags, *, default: str, help: str, dest: str = "out") -> 
 def add_image_budget_flag(p: Flags, *, default: int | None, help: str) -> None:
     """``--img_max_pixels`` (the released evaluate's name; ``--max_pixels`` is a hidden alias): the pixel budget of
     the whole images a model is sent."""
-    p.add_argument("--img_max_pixels", "--max_pixels", dest="img_max_pixels", type=int, default=default, help=help)
+    setting(
+        p,
+        "--img_max_pixels",
+        "--max_pixels",
+        dest="img_max_pixels",
+        type=int,
+        default=default,
+        help=help,
+        kind=Kind.RESULT,
+    )
 
 
 def add_separate_requests_flag(p: Flags, *, what: str = "trial", count_flag: str = "--num_trials") -> None:
     """``--separate_trial_requests`` (the released evaluate's name; ``--separate_attempt_requests`` is a hidden alias)."""
-    p.add_argument(
+    setting(
+        p,
         "--separate_trial_requests",
         "--separate_attempt_requests",
         dest="separate_trial_requests",
         action="store_true",
         help=f"one request per {what} instead of n={count_flag} (for APIs that reject n>1)",
+        kind=Kind.OPERATIONAL,
     )
 
 
 def add_vsearcher_flags(p: Flags, *, default_max_pixels: int, aliases: bool = False) -> None:
     """``--vsearcher_max_pixels`` and ``--vsearcher_prompt`` (``aliases``: also the hidden ``--max_pixels`` /
     ``--prompt`` that ``evaluate_vsearch`` once used)."""
-    p.add_argument(
+    setting(
+        p,
         "--vsearcher_max_pixels",
         *(["--max_pixels"] if aliases else []),
         dest="vsearcher_max_pixels",
         type=int,
         default=default_max_pixels,
         help=f"the vSearcher's image budget on Qwen2.5-VL's grid (default {default_max_pixels})",
+        kind=Kind.RESULT,
     )
-    p.add_argument(
+    setting(
+        p,
         "--vsearcher_prompt",
         *(["--prompt"] if aliases else []),
         dest="vsearcher_prompt",
         choices=("trained", "simple"),
         default="trained",
         help="trained: the RL-trained vSearcher's prompt; simple: a plain localisation prompt",
+        kind=Kind.RESULT,
     )
 
 
@@ -327,16 +381,26 @@ def add_judge_flags(p: Flags, *, model_help: str = "", url_help: str, key_help: 
     """``--judge_model``, ``--judge_api_base_url`` (hidden alias ``--judge_base_url``) and ``--judge_api_key``: the
     same spelling in every command that asks a judge (``many``: one or more values each, as ``rejudge``)."""
     nargs: dict[str, Any] = {"nargs": "+"} if many else {}
-    p.add_argument(
+    setting(
+        p,
         "--judge_model",
         required=many,
         type=non_empty,
         default=None if many else "gpt-5-nano",
         help=model_help,
         **nargs,
+        kind=Kind.RESULT,
     )
-    p.add_argument("--judge_api_base_url", "--judge_base_url", dest="judge_api_base_url", help=url_help, **nargs)
-    p.add_argument("--judge_api_key", help=key_help, **nargs)
+    setting(
+        p,
+        "--judge_api_base_url",
+        "--judge_base_url",
+        dest="judge_api_base_url",
+        help=url_help,
+        **nargs,
+        kind=Kind.OPERATIONAL,
+    )
+    setting(p, "--judge_api_key", help=key_help, **nargs, kind=Kind.SECRET)
 
 
 def _non_negative_int(text: str) -> int:
@@ -351,12 +415,14 @@ def add_judge_retries_flag(p: Flags) -> None:
     (:class:`insight_o3.evaluation.judge.AnswerJudge`)."""
     from ..evaluation.judge_settings import DEFAULT_JUDGE_RETRIES
 
-    p.add_argument(
+    setting(
+        p,
         "--judge_retries",
         type=_non_negative_int,
         default=DEFAULT_JUDGE_RETRIES,
         help=f"judge an attempt again, fresh, this many times when the judge's reply is ambiguous or malformed, "
         f"before it is a failed record (--retry_failed judges it again on a rerun; default {DEFAULT_JUDGE_RETRIES})",
+        kind=Kind.OPERATIONAL,
     )
 
 
@@ -365,27 +431,31 @@ def add_api_flags(p: Flags, *, env: str = "main", prefix: str = "", aliases: boo
     ``aliases``: also accept the older ``--{prefix}base_url``."""
     keys, urls = ENV_KEYS[env]
     url_opts = [f"--{prefix}api_base_url"] + ([f"--{prefix}base_url"] if aliases else [])
-    p.add_argument(
-        *url_opts, dest=f"{prefix}api_base_url", default=None, help="default: " + ", then ".join(f"${n}" for n in urls)
-    )
-    p.add_argument(f"--{prefix}api_key", default=None, help="default: " + ", then ".join(f"${n}" for n in keys))
+    url_help = "default: " + ", then ".join(f"${n}" for n in urls)
+    setting(p, *url_opts, dest=f"{prefix}api_base_url", default=None, help=url_help, kind=Kind.OPERATIONAL)
+    key_help = "default: " + ", then ".join(f"${n}" for n in keys)
+    setting(p, f"--{prefix}api_key", default=None, help=key_help, kind=Kind.SECRET)
 
 
 def add_key_host_flag(p: Flags) -> None:
     """``--allow_key_to_other_host``: a role without a key of its own may borrow another role's key (the judge the
     model's) even where the two are on different hosts (:func:`insight_o3.endpoints.client.borrowed_key`)."""
-    p.add_argument(
+    setting(
+        p,
         "--allow_key_to_other_host",
         action="store_true",
         help="let the judge use the model's key (--api_key / $OPENAI_API_KEY) although the judge is on another host "
         "(default: refused, exit 2: a key is sent only to the host it belongs to)",
+        kind=Kind.OPERATIONAL,
     )
 
 
 def add_allow_outside_flag(p: Flags) -> None:
     """``--allow_outside_img_dir``: image names of the input file may leave ``--img_dir`` (see :mod:`insight_o3.base.paths`)."""
-    p.add_argument(
+    setting(
+        p,
         ALLOW_OUTSIDE_FLAG,
+        kind=Kind.OPERATIONAL,
         action="store_true",
         help="let the annotation file name images outside --img_dir (absolute paths, '..', symlinks out); "
         "off by default, so a file from elsewhere cannot make the run read and send any image you can read",
@@ -396,21 +466,25 @@ def add_cap_flags(p: Flags, *, reply: bool = True, decode: bool = True) -> None:
     """``--max_reply_chars`` (characters of each reply text a record keeps) and ``--max_decode_values`` (pixels x
     channels one image may take to decode); see :mod:`insight_o3.base.caps` and :func:`insight_o3.imaging.images.open_image`."""
     if reply:
-        p.add_argument(
+        setting(
+            p,
             "--max_reply_chars",
             type=int,
             default=DEFAULT_MAX_REPLY_CHARS,
             help=f"characters of each reply text a record keeps; a longer one keeps its beginning and end around a "
             f"marker (default: {DEFAULT_MAX_REPLY_CHARS}, more than a 16K-token reply; replies are judged whole); "
             f"a reply body over n x 2 x this x 12 bytes + 256 KiB is refused while read (a failed request)",
+            kind=Kind.OPERATIONAL,
         )
     if decode:
-        p.add_argument(
+        setting(
+            p,
             "--max_decode_values",
             type=int,
             default=DEFAULT_MAX_DECODE_VALUES,
             help=f"refuse (as a failed sample) an image whose decoding takes more than this many pixels x channels "
             f"(an RGB copy counts 3 more per pixel); default {DEFAULT_MAX_DECODE_VALUES}, about 0.8 GB",
+            kind=Kind.OPERATIONAL,
         )
 
 
@@ -424,25 +498,31 @@ CLIENT_TIMEOUT_HELP = (
 def add_client_flags(p: Flags, *, max_retries: int, client_timeout: float | None = None, aliases: bool = False) -> None:
     """``--max_retries`` (the openai SDK's retries), ``--client_timeout`` (:data:`CLIENT_TIMEOUT_HELP`) and
     ``--skip_endpoint_check`` (:mod:`insight_o3.endpoints.preflight`)."""
-    p.add_argument(
+    setting(
+        p,
         "--max_retries",
         type=int,
         default=max_retries,
         help=f"the openai SDK's retries per request (default: {max_retries})",
+        kind=Kind.OPERATIONAL,
     )
-    p.add_argument(
+    setting(
+        p,
         "--skip_endpoint_check",
         action="store_true",
         help="do not ask every endpoint (models list) before the first item (an unreachable one or a refused key "
         "otherwise stops the run at once, status 4)",
+        kind=Kind.OPERATIONAL,
     )
     opts = ["--client_timeout"] + (["--timeout"] if aliases else [])
-    p.add_argument(
+    setting(
+        p,
         *opts,
         dest="client_timeout",
         type=float,
         default=client_timeout,
         help=f"{CLIENT_TIMEOUT_HELP} (default: {client_timeout if client_timeout else DEFAULT_TIMEOUT:g})",
+        kind=Kind.OPERATIONAL,
     )
 
 
@@ -457,32 +537,42 @@ def add_run_flags(
 ) -> None:
     """``--concurrency`` (None: not added), ``--max_failure_ratio``, ``--image_workers`` and ``--no_progress``."""
     if concurrency is not None:
-        p.add_argument(
-            "--concurrency", type=int, default=concurrency, help=f"{concurrency_help} (default: {concurrency})"
+        setting(
+            p,
+            "--concurrency",
+            type=int,
+            default=concurrency,
+            help=f"{concurrency_help} (default: {concurrency})",
+            kind=Kind.OPERATIONAL,
         )
     if failure_ratio:
-        p.add_argument(
+        setting(
+            p,
             "--max_failure_ratio",
             type=float,
             default=DEFAULT_MAX_FAILURE_RATIO,
             help=f"stop when more than this share of the requests failed after retries, judged from "
             f"the {DEFAULT_MIN_REQUESTS}th request on (1 = never); a 401/403/404 stops at once",
+            kind=Kind.OPERATIONAL,
         )
     if image_workers:
-        p.add_argument(
+        setting(
+            p,
             "--image_workers",
             type=int,
             default=None,
             help="image decode/resize/encode processes (default: the usable CPUs; 0 = threads)",
+            kind=Kind.OPERATIONAL,
         )
     if progress:
-        p.add_argument("--no_progress", action="store_true", help="no progress bar")
+        setting(p, "--no_progress", action="store_true", help="no progress bar", kind=Kind.OPERATIONAL)
 
 
 def add_image_cache_flag(p: Flags) -> None:
     """``--image_cache off|DIR|SIZE`` (given zero or more times): the prepared-image cache shared across runs
     (:mod:`insight_o3.imaging.prepared_cache`); read with :func:`image_cache_settings`."""
-    p.add_argument(
+    setting(
+        p,
         "--image_cache",
         action="append",
         default=None,
@@ -490,6 +580,7 @@ def add_image_cache_flag(p: Flags) -> None:
         help="the encoded images kept on disk for later runs on the same images (the same bytes are sent): "
         "'off', a directory (default: $XDG_CACHE_HOME/insight-o3/images) and/or a size limit such as 4G "
         "(default: 2G; least recently used entries go first); may be given twice (a directory and a size)",
+        kind=Kind.OPERATIONAL,
     )
 
 
@@ -513,31 +604,42 @@ def image_cache_settings(p: argparse.ArgumentParser, a: argparse.Namespace) -> I
 
 def add_budget_flags(p: Flags, *, what: str = "items") -> None:
     """``--price_file``, ``--max_cost`` and ``--max_tokens_total`` (see :class:`insight_o3.jobs.budget.Budget`)."""
-    p.add_argument(
+    setting(
+        p,
         "--price_file",
         help="YAML/JSON of US$ per million tokens per model: "
         "'MODEL: {input: X, output: Y}'; adds cost_usd to records and metrics",
+        kind=Kind.OPERATIONAL,
     )
-    p.add_argument(
+    setting(
+        p,
         "--max_cost",
         type=float,
         default=None,
         help=f"stop starting {what} once the eval dir's recorded cost reaches this many US$ "
         "(needs --price_file; exit 4; rerun with a higher budget to resume)",
+        kind=Kind.OPERATIONAL,
     )
-    p.add_argument(
-        "--max_tokens_total", type=int, default=None, help="the same for prompt + completion tokens of all roles"
+    setting(
+        p,
+        "--max_tokens_total",
+        type=int,
+        default=None,
+        help="the same for prompt + completion tokens of all roles",
+        kind=Kind.OPERATIONAL,
     )
 
 
 def add_token_budget_flag(p: Flags) -> None:
     """``--max_tokens_total`` of the data tools, whose records carry no usage: it counts this run's requests."""
-    p.add_argument(
+    setting(
+        p,
         "--max_tokens_total",
         type=int,
         default=None,
         help="stop starting new items once this run's requests used this many prompt + completion tokens "
         "(exit 4; finished items are kept; rerun to go on)",
+        kind=Kind.OPERATIONAL,
     )
 
 
@@ -615,14 +717,23 @@ def judge_key(a: argparse.Namespace, url: Sourced, own: Sourced) -> Sourced:
     return borrowed_key("judge", url, own, "$OPENAI_BASE_URL endpoint", lender_url, lender_key, allow)
 
 
-def invocation_of(command: str, a: argparse.Namespace, *, skip: tuple[str, ...] = (), **derived: Any) -> Invocation:
+def invocation_of(
+    command: str,
+    parser: argparse.ArgumentParser,
+    a: argparse.Namespace,
+    *,
+    skip: tuple[str, ...] = (),
+    **derived: Any,
+) -> Invocation:
     """The :class:`~insight_o3.jobs.integrity.Invocation` of a command line: every flag of ``a`` (less ``skip``,
-    e.g. a subcommand's name), ``derived`` values and the code's version and commit as provenance."""
+    e.g. a subcommand's name) with the kind its declaration in ``parser`` gives it, ``derived`` values and the
+    code's version and commit as provenance."""
     from .. import __version__
     from ..jobs.integrity import Invocation, git_commit
 
     settings = {k: v for k, v in vars(a).items() if k not in skip}
-    return Invocation(command, settings, derived, {"version": __version__, "git_commit": git_commit()})
+    provenance = {"version": __version__, "git_commit": git_commit()}
+    return Invocation(command, settings, derived, provenance, kinds=flag_kinds(parser))
 
 
 # ----------------------------------------------------------------------------- the run

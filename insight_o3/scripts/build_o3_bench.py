@@ -39,6 +39,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind
 from ..base.untrusted import loads
 from ..data.layout import LayoutError
 from ..endpoints.endpoint import (
@@ -89,6 +90,7 @@ from ._shared import (
     non_empty,
     run_controls,
     run_main,
+    setting,
     setup_logging,
 )
 
@@ -120,32 +122,48 @@ def _step_flags(
     add_client_flags(p, max_retries=5)
     add_run_flags(p, concurrency=concurrency, image_workers=images)
     g = p.add_argument_group("rate limits, budget, resume")
-    g.add_argument("--rpm", type=float, default=None, help="requests per minute to each endpoint")
-    g.add_argument("--tpm", type=float, default=None, help="tokens per minute to each endpoint")
-    g.add_argument(
-        "--no_adaptive_concurrency", action="store_true", help="leave 429s to the SDK's retries (no adaptive limit)"
+    setting(g, "--rpm", type=float, default=None, help="requests per minute to each endpoint", kind=Kind.OPERATIONAL)
+    setting(g, "--tpm", type=float, default=None, help="tokens per minute to each endpoint", kind=Kind.OPERATIONAL)
+    setting(
+        g,
+        "--no_adaptive_concurrency",
+        action="store_true",
+        help="leave 429s to the SDK's retries (no adaptive limit)",
+        kind=Kind.OPERATIONAL,
     )
     add_budget_flags(g, what="items")  # counted over the step's records, earlier runs included
-    g.add_argument(
+    setting(
+        g,
         "--limit",
         type=int,
         default=None,
         help="only the first N items (extract, synthesize: images; filter: candidates) for a dry look; a later run "
         "without it goes on from there",
+        kind=Kind.OPERATIONAL,
     )
-    g.add_argument("--no_retry_failed", action="store_true", help="keep failed records of earlier runs as they are")
-    g.add_argument(
+    setting(
+        g,
+        "--no_retry_failed",
+        action="store_true",
+        help="keep failed records of earlier runs as they are",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(
+        g,
         "--chat_completion_kwargs",
         type=_json_object,
         default={},
         help='request settings for every request, e.g. \'{"temperature": 0, "max_tokens": 8192}\'',
+        kind=Kind.RESULT,
     )
     if parse_retries:
-        g.add_argument(
+        setting(
+            g,
             "--parse_retries",
             type=int,
             default=2,
             help="ask again this many times when a reply lacks the required format (default 2)",
+            kind=Kind.OPERATIONAL,
         )
 
 
@@ -175,7 +193,7 @@ def _sources_flags(sub: Any, formatter: Any) -> None:
     )
     p.add_argument("--min_layouts", type=int, default=8, help="keep chart images with at least N layouts (paper: 8)")
     p.add_argument("--min_map_layouts", type=int, default=2, help="keep map images with at least N layouts")
-    p.add_argument("--min_score", type=float, default=0.0, help="ignore detections scored below this")
+    setting(p, "--min_score", type=float, default=0.0, help="ignore detections scored below this", kind=Kind.RESULT)
     p.add_argument("--detect", action="store_true", help="run PaddleOCR's layout detector first (the 'layout' extra)")
     p.add_argument("--detector_model", default=src_mod.DETECTOR_MODEL)
     p.add_argument("--detector_threshold", type=float, default=None, help="the detector's score threshold")
@@ -191,21 +209,23 @@ def _extract_flags(sub: Any, formatter: Any) -> None:
     )
     p.formatter_class = formatter
     _workspace(p)
-    p.add_argument("--model", type=non_empty, required=True, help="the VLM (paper: Qwen2.5-VL-32B)")
+    setting(p, "--model", type=non_empty, required=True, help="the VLM (paper: Qwen2.5-VL-32B)", kind=Kind.RESULT)
     add_api_flags(p, env="main")
     add_image_budget_flag(
         p,
         default=VSEARCHER_EVAL_MAX_PIXELS,
         help="images and crops are sent on Qwen2.5-VL's smart_resize grid under this budget (default 16384*28*28)",
     )
-    p.add_argument("--extract_prompt_role", choices=("system", "user"), default="system")
-    p.add_argument(
+    setting(p, "--extract_prompt_role", choices=("system", "user"), default="system", kind=Kind.RESULT)
+    setting(
+        p,
         "--extract_prompt",
         default=None,
         metavar="FILE",
         help="an E.1 prompt of one's own (UTF-8, sent exactly as the file holds it; it must ask for the sections "
         "Image Identification, Detailed Caption, Extracted OCR); default: the paper's E.1. Recorded in the step card "
         "with its sha256; a later run into the same workspace with other content is refused",
+        kind=Kind.OPERATIONAL,
     )
     _step_flags(p, concurrency=16, images=True)
 
@@ -221,10 +241,18 @@ def _synthesize_flags(sub: Any, formatter: Any) -> None:
     )
     p.formatter_class = formatter
     _workspace(p)
-    p.add_argument("--model", type=non_empty, required=True, help="the text-only model (paper: GPT-5)")
+    setting(p, "--model", type=non_empty, required=True, help="the text-only model (paper: GPT-5)", kind=Kind.RESULT)
     add_api_flags(p, env="main")
-    p.add_argument("--layout_text", choices=LAYOUT_TEXT_MODES, default="both", help="what caption_or_ocr holds")
-    p.add_argument(
+    setting(
+        p,
+        "--layout_text",
+        choices=LAYOUT_TEXT_MODES,
+        default="both",
+        help="what caption_or_ocr holds",
+        kind=Kind.RESULT,
+    )
+    setting(
+        p,
         "--synth_prompt",
         action="append",
         default=None,
@@ -232,6 +260,7 @@ def _synthesize_flags(sub: Any, formatter: Any) -> None:
         help="the E.2 prompt of a category (repeat): a str.format template with {GLOBAL_OCR}, {GLOBAL_CAPTION}, "
         "{LAYOUTS} (literal braces doubled); replaces the shipped one of chart or map, or adds a category of one's "
         "own. Recorded in the step card with its sha256; a later run with other content is refused",
+        kind=Kind.OPERATIONAL,
     )
     _step_flags(p, concurrency=8)
 
@@ -256,21 +285,31 @@ def _filter_flags(sub: Any, formatter: Any) -> None:
     p = sub.add_parser("filter", help="difficulty filter with several models (evaluate's request and judge)")
     p.formatter_class = formatter
     _workspace(p)
-    p.add_argument(
+    setting(
+        p,
         "--solver",
         action="append",
         required=True,
         metavar="MODEL[,BASE_URL[,API_KEY_ENV]]",
         help="a model of the filter (repeat; paper: gpt-5-mini, gemini-2.5-flash, doubao-seed-1.6); default "
         "endpoint --api_base_url / $OPENAI_BASE_URL, key $OPENAI_API_KEY",
+        kind=Kind.RESULT,
     )
     add_api_flags(p, env="main")
-    p.add_argument("--drop_when", default="all", help="drop items solved by 'all' models (paper), 'any', or N models")
-    p.add_argument(
+    setting(
+        p,
+        "--drop_when",
+        default="all",
+        help="drop items solved by 'all' models (paper), 'any', or N models",
+        kind=Kind.RESULT,
+    )
+    setting(
+        p,
         "--attempts",
         type=int,
         default=1,
         help="answers per model (default 1); a model solves an item when any of its answers is judged correct",
+        kind=Kind.RESULT,
     )
     add_separate_requests_flag(p, what="attempt", count_flag="--attempts")
     keys, urls = ENV_KEYS["judge"]
@@ -312,7 +351,7 @@ def _release_flags(sub: Any, formatter: Any) -> None:
     p = sub.add_parser("release", help="shuffle options, write metadata.jsonl + images, stats, run card")
     p.formatter_class = formatter
     _workspace(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the A-E option shuffle")
+    setting(p, "--seed", type=int, default=0, help="seed of the A-E option shuffle", kind=Kind.RESULT)
     p.add_argument(
         "--require_all_decided",
         action="store_true",
@@ -415,7 +454,7 @@ def run_sources(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def run_extract(a: argparse.Namespace) -> int:
+def run_extract(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     from ..o3bench.extraction import extract, tasks_for  # the clients (openai), Pillow: on the step's path only
     from ..o3bench.steps import BenchStepRun, model_card
 
@@ -431,7 +470,7 @@ def run_extract(a: argparse.Namespace) -> int:
         ws,
         _settings(a),
         cost_model=_costs(a, {"extractor": a.model}),
-        invocation=invocation_of("build_o3_bench extract", a, skip=("step",), prompts_sha256=prompts_sha),
+        invocation=invocation_of("build_o3_bench extract", ap, a, skip=("step",), prompts_sha256=prompts_sha),
         card={
             "model": model_card(a.model, ep),
             "prompts_sha256": prompts_sha,
@@ -455,7 +494,7 @@ def run_extract(a: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def run_synthesize(a: argparse.Namespace) -> int:
+def run_synthesize(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     from ..o3bench.steps import BenchStepRun, model_card
     from ..o3bench.synthesis import synthesize
 
@@ -475,7 +514,7 @@ def run_synthesize(a: argparse.Namespace) -> int:
         ws,
         _settings(a),
         cost_model=_costs(a, {"synthesizer": a.model}),
-        invocation=invocation_of("build_o3_bench synthesize", a, skip=("step",), prompts_sha256=prompts_sha),
+        invocation=invocation_of("build_o3_bench synthesize", ap, a, skip=("step",), prompts_sha256=prompts_sha),
         card={
             "model": model_card(a.model, ep),
             "prompts_sha256": prompts_sha,
@@ -578,7 +617,7 @@ def run_filter(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         ws,
         _settings(a),
         cost_model=costs,
-        invocation=invocation_of("build_o3_bench filter", a, skip=("step",)),
+        invocation=invocation_of("build_o3_bench filter", ap, a, skip=("step",)),
         card={
             "models": [model_card(m, ep) for m, ep in solvers.items()],
             "judge": model_card(a.judge_model, judge),
@@ -684,8 +723,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--parse_retries must not be negative")
     steps = {
         "sources": run_sources,
-        "extract": run_extract,
-        "synthesize": run_synthesize,
+        "extract": lambda a: run_extract(a, ap),
+        "synthesize": lambda a: run_synthesize(a, ap),
         "validate": run_validate,
         "filter": lambda a: run_filter(a, ap),
         "release": run_release,

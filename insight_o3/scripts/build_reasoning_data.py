@@ -31,6 +31,7 @@ import sys
 from typing import Any
 
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind, field_kinds
 from ..base.untrusted import loads
 from ..endpoints.endpoint import ENV_KEYS, KeyHostError
 from ..endpoints.usage import PriceError
@@ -58,6 +59,7 @@ from ._shared import (
     new_parser,
     run_controls,
     run_main,
+    setting,
     setup_logging,
 )
 
@@ -80,38 +82,60 @@ def _common(p: argparse.ArgumentParser, *, concurrency: int, images: bool) -> No
     add_client_flags(p, max_retries=5)
     add_run_flags(p, concurrency=concurrency, image_workers=images)
     add_budget_flags(p, what="chains")
-    p.add_argument(
+    setting(
+        p,
         "--chat_completion_kwargs",
         type=_json_object,
         default={},
         help="request settings over the step's own (e.g. '{\"max_tokens\": 2048}')",
+        kind=Kind.RESULT,
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = new_parser(PROG, __doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="step", required=True, metavar="STEP")
-
-    p = sub.add_parser("generate", help="N progressive reasoning chains per question (a VLM)")
-    p.formatter_class = ap.formatter_class
-    p.add_argument(
-        "--ann_file", required=True, help="the questions: annotation JSONL (question, options, answer, image)"
+def _generate_flags(p: argparse.ArgumentParser) -> None:
+    setting(
+        p,
+        "--ann_file",
+        required=True,
+        help="the questions: annotation JSONL (question, options, answer, image)",
+        kind=Kind.OPERATIONAL,
     )
-    p.add_argument("--img_dir", required=True, help="directory the annotation's image paths are relative to")
+    setting(
+        p,
+        "--img_dir",
+        required=True,
+        help="directory the annotation's image paths are relative to",
+        kind=Kind.OPERATIONAL,
+    )
     add_allow_outside_flag(p)
-    p.add_argument("--model", required=True, help="the generator (the release: Qwen2-VL; a round of DPO: the reasoner)")
-    keys, urls = ENV_KEYS["main"]
-    p.add_argument("--api_base_url", help="default: " + ", then ".join(f"${n}" for n in urls))
-    p.add_argument("--api_key", help="default: " + ", then ".join(f"${n}" for n in keys))
-    p.add_argument("--num_chains", type=int, default=4, help="chains per question (the paper's N; default 4)")
-    p.add_argument(
-        "--chain_retries", type=int, default=1, help="a malformed chain is generated again this many times (default 1)"
+    setting(
+        p,
+        "--model",
+        required=True,
+        help="the generator (the release: Qwen2-VL; a round of DPO: the reasoner)",
+        kind=Kind.RESULT,
     )
-    p.add_argument("--seed", type=int, default=0, help="seeds every chain's requests (with the chain's key)")
+    keys, urls = ENV_KEYS["main"]
+    setting(p, "--api_base_url", help="default: " + ", then ".join(f"${n}" for n in urls), kind=Kind.OPERATIONAL)
+    setting(p, "--api_key", help="default: " + ", then ".join(f"${n}" for n in keys), kind=Kind.SECRET)
+    setting(
+        p, "--num_chains", type=int, default=4, help="chains per question (the paper's N; default 4)", kind=Kind.RESULT
+    )
+    setting(
+        p,
+        "--chain_retries",
+        type=int,
+        default=1,
+        help="a malformed chain is generated again this many times (default 1)",
+        kind=Kind.RESULT,
+    )
+    setting(
+        p, "--seed", type=int, default=0, help="seeds every chain's requests (with the chain's key)", kind=Kind.RESULT
+    )
     _common(p, concurrency=16, images=True)
 
-    p = sub.add_parser("check", help="tier 1: an LLM checks each chain's final answer against the ground truth")
-    p.formatter_class = ap.formatter_class
+
+def _check_flags(p: argparse.ArgumentParser) -> None:
     jkeys, jurls = ENV_KEYS["judge"]
     add_judge_flags(
         p,
@@ -122,40 +146,84 @@ def build_parser() -> argparse.ArgumentParser:
     add_key_host_flag(p)
     _common(p, concurrency=32, images=False)
 
-    p = sub.add_parser("score", help="tier 2: an MLLM scores each chain that passed, 1-100")
-    p.formatter_class = ap.formatter_class
-    p.add_argument("--scorer_model", required=True, help="the MLLM (the seed text: e.g. Qwen2-VL)")
-    p.add_argument("--scorer_api_base_url", help="default: $OPENAI_BASE_URL")
-    p.add_argument("--scorer_api_key", help="default: $OPENAI_API_KEY")
-    p.add_argument(
-        "--parse_retries", type=int, default=2, help="ask again this many times for a reply without a score (default 2)"
+
+def _score_flags(p: argparse.ArgumentParser) -> None:
+    setting(p, "--scorer_model", required=True, help="the MLLM (the seed text: e.g. Qwen2-VL)", kind=Kind.RESULT)
+    setting(p, "--scorer_api_base_url", help="default: $OPENAI_BASE_URL", kind=Kind.OPERATIONAL)
+    setting(p, "--scorer_api_key", help="default: $OPENAI_API_KEY", kind=Kind.SECRET)
+    setting(
+        p,
+        "--parse_retries",
+        type=int,
+        default=2,
+        help="ask again this many times for a reply without a score (default 2)",
+        kind=Kind.OPERATIONAL,
     )
     _common(p, concurrency=16, images=True)
 
-    p = sub.add_parser("export", help="the reasoning- and summary-agent SFT sets, DPO pairs, the ranking")
-    p.formatter_class = ap.formatter_class
+
+def _export_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per :class:`ExportSettings` field, of the kind the field declares."""
     add_output_dir(p, required=True, help="the work directory")
-    d = ExportSettings()
-    p.add_argument(
-        "--min_score", type=int, default=d.min_score, help=f"a kept chain's least score (default {d.min_score})"
+    d, kinds = ExportSettings(), field_kinds(ExportSettings)
+    setting(
+        p,
+        "--min_score",
+        type=int,
+        default=d.min_score,
+        help=f"a kept chain's least score (default {d.min_score})",
+        kind=kinds["min_score"],
     )
-    p.add_argument(
-        "--keep_top", type=int, default=d.keep_top, help="best kept chains per question in the reasoning set"
+    setting(
+        p,
+        "--keep_top",
+        type=int,
+        default=d.keep_top,
+        help="best kept chains per question in the reasoning set",
+        kind=kinds["keep_top"],
     )
-    p.add_argument(
+    setting(
+        p,
         "--flawed_ratio",
         type=float,
         default=d.flawed_ratio,
         help=f"share of flawed chains in the summary-agent set (default {d.flawed_ratio})",
+        kind=kinds["flawed_ratio"],
     )
-    p.add_argument("--pairs_per_question", type=int, default=d.pairs_per_question, help="DPO pairs per question")
-    p.add_argument(
+    setting(
+        p,
+        "--pairs_per_question",
+        type=int,
+        default=d.pairs_per_question,
+        help="DPO pairs per question",
+        kind=kinds["pairs_per_question"],
+    )
+    setting(
+        p,
         "--dpo_min_margin",
         type=int,
         default=d.dpo_min_margin,
         help="a low-scored rejected chain is this many points below the chosen one at least",
+        kind=kinds["dpo_min_margin"],
     )
-    p.add_argument("--seed", type=int, default=d.seed, help="picks the flawed chains of the summary set")
+    setting(
+        p, "--seed", type=int, default=d.seed, help="picks the flawed chains of the summary set", kind=kinds["seed"]
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = new_parser(PROG, __doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="step", required=True, metavar="STEP")
+    steps = {
+        "generate": ("N progressive reasoning chains per question (a VLM)", _generate_flags),
+        "check": ("tier 1: an LLM checks each chain's final answer against the ground truth", _check_flags),
+        "score": ("tier 2: an MLLM scores each chain that passed, 1-100", _score_flags),
+        "export": ("the reasoning- and summary-agent SFT sets, DPO pairs, the ranking", _export_flags),
+    }
+    for name, (help, flags) in steps.items():
+        p = sub.add_parser(name, help=help)
+        p.formatter_class = ap.formatter_class
+        flags(p)
     return ap
 
 

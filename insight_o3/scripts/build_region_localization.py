@@ -32,6 +32,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from ..base.setting_kinds import Kind, field_kinds
 from ..data.layout import LayoutRules
 from ._shared import (
     ExitCode,
@@ -49,6 +50,7 @@ from ._shared import (
     non_empty,
     run_controls,
     run_main,
+    setting,
     setup_logging,
 )
 
@@ -63,24 +65,37 @@ def build_parser() -> argparse.ArgumentParser:
         "python -m insight_o3.scripts.build_region_localization",
         "C.2 region-localization data: layout rules + region descriptions.",
     )
-    ap.add_argument("--layouts", required=True, help="dir of PaddleOCR layout *.json, a .json or a .jsonl")
-    ap.add_argument("--image_dir", default=None, help="where the images named by input_path are")
+    setting(
+        ap,
+        "--layouts",
+        required=True,
+        help="dir of PaddleOCR layout *.json, a .json or a .jsonl",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(ap, "--image_dir", default=None, help="where the images named by input_path are", kind=Kind.OPERATIONAL)
     add_output_dir(ap, dest="out_dir", required=True, help="boxes.jsonl, descriptions.jsonl, regions.jsonl go here")
-    ap.add_argument("--source", default="infographicvqa")
-    ap.add_argument("--model", type=non_empty, default="gpt-5-nano")
+    setting(ap, "--source", default="infographicvqa", kind=Kind.RESULT)
+    setting(ap, "--model", type=non_empty, default="gpt-5-nano", kind=Kind.RESULT)
     add_api_flags(ap, env="main", aliases=True)
     add_client_flags(ap, max_retries=5, client_timeout=300.0, aliases=True)
     add_image_budget_flag(ap, default=1280 * 1280, help="image sent downscaled under this (0: as is)")
-    ap.add_argument("--max_tokens", type=int, default=None)
-    ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--no_retry_failed", action="store_true", help="keep failures of earlier runs as they are")
-    ap.add_argument("--limit", type=int, default=None, help="only the first N boxes")
-    ap.add_argument("--layout_only", action="store_true", help="write boxes.jsonl and stop")
+    setting(ap, "--max_tokens", type=int, default=None, kind=Kind.RESULT)
+    setting(ap, "--temperature", type=float, default=None, kind=Kind.RESULT)
+    setting(
+        ap,
+        "--no_retry_failed",
+        action="store_true",
+        help="keep failures of earlier runs as they are",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(ap, "--limit", type=int, default=None, help="only the first N boxes", kind=Kind.OPERATIONAL)
+    setting(ap, "--layout_only", action="store_true", help="write boxes.jsonl and stop", kind=Kind.OPERATIONAL)
     add_run_flags(ap, concurrency=16, image_workers=False)
     add_token_budget_flag(ap)
     g = ap.add_argument_group("C.2 layout rules")
+    kinds = field_kinds(LayoutRules)
     for f in dataclasses.fields(LayoutRules):
-        g.add_argument(f"--{f.name}", type=float, default=f.default, help=f"default: {f.default}")
+        setting(g, f"--{f.name}", type=float, default=f.default, help=f"default: {f.default}", kind=kinds[f.name])
     return ap
 
 
@@ -131,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         if a.layout_only:
             return _layout_only(a, inputs)
-        inv = invocation_of(COMMAND, a, layouts_sha256=sha256_path(a.layouts))
+        inv = invocation_of(COMMAND, ap, a, layouts_sha256=sha256_path(a.layouts))
         result = build_regions(a.out_dir, inputs, cfg, endpoint, run_controls(a), inv)
         print(json.dumps(result.summary))
         if result.incomplete:

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 
+from ..base.setting_kinds import Kind
 from ._shared import (
     add_client_flags,
     add_image_budget_flag,
@@ -31,6 +32,7 @@ from ._shared import (
     new_parser,
     run_controls,
     run_main,
+    setting,
     setup_logging,
 )
 
@@ -40,15 +42,29 @@ log = logging.getLogger("insight_o3.check_reliability")
 
 def build_parser() -> argparse.ArgumentParser:
     ap = new_parser(PROG, "C.1 MLLM reliability check of a collage source pool.")
-    ap.add_argument("--source_pool", required=True, help="pool table (.jsonl or .parquet), see data/source_pool.py")
-    ap.add_argument("--image_root", default=None, help="image paths are relative to this (default: the pool's dir)")
+    setting(
+        ap,
+        "--source_pool",
+        required=True,
+        help="pool table (.jsonl or .parquet), see data/source_pool.py",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(
+        ap,
+        "--image_root",
+        default=None,
+        help="image paths are relative to this (default: the pool's dir)",
+        kind=Kind.OPERATIONAL,
+    )
     add_output_dir(ap, dest="out_dir", required=True, help="reliability.jsonl and pool_reliable.jsonl go here")
-    ap.add_argument(
+    setting(
+        ap,
         "--checker",
         action="append",
         required=True,
         metavar="MODEL[,BASE_URL[,API_KEY_ENV]]",
         help="a checker MLLM (repeat; the paper uses Qwen2.5-VL-7B and GPT-5-nano)",
+        kind=Kind.OPERATIONAL,
     )
     add_judge_flags(
         ap,
@@ -57,18 +73,32 @@ def build_parser() -> argparse.ArgumentParser:
         key_help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY",
     )
     # the older spelling: the NAME of a variable holding the judge's key (kept working, not shown)
-    ap.add_argument("--judge_api_key_env", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--all_sources", action="store_true", help="check every item, not only the natural-image stream")
-    ap.add_argument(
+    setting(ap, "--judge_api_key_env", default=None, help=argparse.SUPPRESS, kind=Kind.OPERATIONAL)
+    setting(
+        ap,
+        "--all_sources",
+        action="store_true",
+        help="check every item, not only the natural-image stream",
+        kind=Kind.RESULT,
+    )
+    setting(
+        ap,
         "--chat_completion_kwargs",
         type=json.loads,
         default={},
         help="JSON object passed to every checker request (e.g. {\"temperature\": 0})",
+        kind=Kind.RESULT,
     )
     add_key_host_flag(ap)
     add_client_flags(ap, max_retries=5)
     add_image_budget_flag(ap, default=1280 * 1280, help="resize budget; 0 = no limit")
-    ap.add_argument("--skip_image_check", action="store_true", help="do not open every image when loading the pool")
+    setting(
+        ap,
+        "--skip_image_check",
+        action="store_true",
+        help="do not open every image when loading the pool",
+        kind=Kind.OPERATIONAL,
+    )
     add_run_flags(ap, concurrency=16)
     add_token_budget_flag(ap)
     return ap
@@ -124,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         items = load_pool(a.source_pool, a.image_root, check_images=not a.skip_image_check)
         models = list(checkers)
-        inv = invocation_of(COMMAND, a, checker_models=models, pool_sha256=pool_sha256(items))
+        inv = invocation_of(COMMAND, ap, a, checker_models=models, pool_sha256=pool_sha256(items))
         result = run_check(settings, items, inv)
         print(json.dumps(result.summary))
         if result.incomplete:

@@ -22,8 +22,9 @@ import logging
 import sys
 from pathlib import Path
 
+from ..base.setting_kinds import Kind
 from ..evaluation.benchmarks import BENCHMARKS, DATA_ROOT_ENV, canonical_name, data_root
-from ._shared import ExitCode, add_run_flags, entry_point, new_parser, setup_logging
+from ._shared import ExitCode, add_run_flags, entry_point, new_parser, setting, setup_logging
 
 PROG = "python -m insight_o3.scripts.download_benchmarks"
 
@@ -44,28 +45,41 @@ def _pair(text: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser(PROG, __doc__.split("\n\n")[0])
-    p.add_argument(
+    setting(
+        p,
         "benchmarks",
         nargs="*",
         type=_name,
         metavar="NAME",
         help=f"default: all of {', '.join(BENCHMARKS)}",
+        kind=Kind.EXTENT,
     )
-    p.add_argument(
+    setting(
+        p,
         "--data_root",
         default=None,
         help=f"the folder the benchmarks go to (default: ${DATA_ROOT_ENV}, else ./data, what --benchmark reads)",
+        kind=Kind.OPERATIONAL,
     )
-    p.add_argument("--check_only", action="store_true", help="no download: place the annotations and check")
-    p.add_argument(
+    setting(
+        p,
+        "--check_only",
+        action="store_true",
+        help="no download: place the annotations and check",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(
+        p,
         "--revision",
         action="append",
         type=_pair,
         default=[],
         metavar="NAME=REV",
         help="fetch this commit (or branch, resolved to its commit) of NAME's repository instead of the pinned one",
+        kind=Kind.RESULT,
     )
-    p.add_argument(
+    setting(
+        p,
         "--extract",
         action="append",
         type=_pair,
@@ -73,13 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=FILE",
         help="unpack NAME's images from a table (.parquet/.tsv: rows matched on question_id or index, the image in "
         "column 'image') or a .zip you already have (repeatable)",
+        kind=Kind.OPERATIONAL,
     )
-    p.add_argument(
+    setting(
+        p,
         "--source_dir",
         default=None,
         help="a folder holding the annotation .jsonl files by their own names (default: the repository's data/)",
+        kind=Kind.OPERATIONAL,
     )
-    p.add_argument("--workers", type=int, default=8, help="files fetched at once (default 8)")
+    setting(p, "--workers", type=int, default=8, help="files fetched at once (default 8)", kind=Kind.OPERATIONAL)
     add_run_flags(p, concurrency=None, failure_ratio=False, image_workers=False)  # --no_progress
     return p
 

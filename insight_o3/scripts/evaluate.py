@@ -35,11 +35,12 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind
 from ..base.untrusted import loads
 from ..endpoints.defaults import DEFAULT_MAX_RETRIES
 from ..evaluation.agent_listing import PluginError, UnknownAgent, agent_names
@@ -70,12 +71,14 @@ from ._shared import (
     check_output_names,
     check_run_flags,
     entry_point,
+    flag_kinds,
     image_cache_settings,
     new_parser,
     non_empty,
     output_name,
     report_stop,
     run_controls,
+    setting,
     setup_logging,
     stop_errors,
 )
@@ -119,34 +122,54 @@ def _benchmark_name(text: str) -> str:
 
 def _data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
-    g.add_argument(
+    setting(
+        g,
         "--benchmark",
         type=_benchmark_name,
         metavar="NAME",
         help=f"use this benchmark's default --ann_file/--img_dir: {', '.join(sorted(BENCHMARKS))} (case, dashes and "
         "spaces do not matter: O3-Bench is o3_bench; see data/README.md)",
+        kind=Kind.OPERATIONAL,
     )
-    g.add_argument(
+    setting(
+        g,
         "--data_root",
         default=None,
         help=f"with --benchmark: the folder holding the benchmarks (default: ${DATA_ROOT_ENV}, else ./data; "
         "data/README.md says how to fill it)",
+        kind=Kind.OPERATIONAL,
     )
-    g.add_argument("--ann_file", help="annotation JSONL file")
-    g.add_argument("--img_dir", help="directory the annotation's image paths are relative to (and stay inside)")
+    setting(g, "--ann_file", help="annotation JSONL file", kind=Kind.OPERATIONAL)
+    setting(
+        g,
+        "--img_dir",
+        help="directory the annotation's image paths are relative to (and stay inside)",
+        kind=Kind.OPERATIONAL,
+    )
     add_allow_outside_flag(g)
-    g.add_argument("--limit", type=int, default=None, help="only the first N samples (after the filters below)")
-    g.add_argument(
+    setting(
+        g,
+        "--limit",
+        type=int,
+        default=None,
+        help="only the first N samples (after the filters below)",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(
+        g,
         "--sample_ids",
         nargs="+",
         default=None,
         help="only these samples (question_id values; commas or spaces separate them)",
+        kind=Kind.OPERATIONAL,
     )
-    g.add_argument(
+    setting(
+        g,
         "--categories",
         nargs="+",
         default=None,
         help="only these categories (the 'category'/'subset' field; commas or spaces separate them)",
+        kind=Kind.OPERATIONAL,
     )
 
 
@@ -168,39 +191,49 @@ def _agent_line(name: str) -> str:
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
-    g.add_argument(
+    setting(
+        g,
         "--agent",
         default=None,
         help="the agent answering (default: single_model, insight_o3 with --vsearcher_model): "
         + "; ".join(_agent_line(n) for n in agent_names())
         + ". Installed packages add agents (entry points 'insight_o3.agents'); see README 'Baselines'",
+        kind=Kind.RESULT,
     )
-    g.add_argument(
+    setting(
+        g,
         "--eval_name",
         type=output_name,
         help="results go to <output_dir>/<eval_name> (with --benchmark the default is <model>/<benchmark>, "
         "<model>+<agent>/<benchmark> for a baseline agent; required with --ann_file)",
+        kind=Kind.OPERATIONAL,
     )
-    g.add_argument("--model", required=True, type=non_empty)
-    g.add_argument("--api_base_url", help="default: $OPENAI_BASE_URL")
-    g.add_argument("--api_key", help="default: $OPENAI_API_KEY")
+    setting(g, "--model", required=True, type=non_empty, kind=Kind.RESULT)
+    setting(g, "--api_base_url", help="default: $OPENAI_BASE_URL", kind=Kind.OPERATIONAL)
+    setting(g, "--api_key", help="default: $OPENAI_API_KEY", kind=Kind.SECRET)
     add_image_budget_flag(
         g,
         default=None,
         help="resize budget in pixels; 0 = no limit (default: the paper's, 1280*1280 when the model "
         "name contains 'gpt', else 3500*3500)",
     )
-    g.add_argument("--sys_prompt", choices=("model_default", "think"), default="model_default")
-    g.add_argument(
+    setting(g, "--sys_prompt", choices=("model_default", "think"), default="model_default", kind=Kind.RESULT)
+    setting(
+        g,
         "--chat_completion_kwargs",
         type=_json_object("--chat_completion_kwargs"),
         default=None,
         help='request settings (default: \'{"max_completion_tokens": 16384}\'; in InSight-o3 mode per '
         'vReasoner turn \'{"max_completion_tokens": 2048, "temperature": 1.0, '
         '"reasoning_effort": null}\', the fork\'s)',
+        kind=Kind.RESULT,
     )
-    g.add_argument(
-        "--image_url_extra_settings", type=_json_object("--image_url_extra_settings"), default={"detail": "high"}
+    setting(
+        g,
+        "--image_url_extra_settings",
+        type=_json_object("--image_url_extra_settings"),
+        default={"detail": "high"},
+        kind=Kind.RESULT,
     )
     add_client_flags(g, max_retries=DEFAULT_MAX_RETRIES)
 
@@ -215,26 +248,32 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
         key_help="default: $JUDGE_API_KEY, then the model's key (--api_key or $OPENAI_API_KEY) where the judge is on "
         "the model's host (see --allow_key_to_other_host)",
     )
-    g.add_argument(
+    setting(
+        g,
         "--max_answer_length",
         type=int,
         default=1000,
         help="longer answers are left-cropped before they reach the judge",
+        kind=Kind.RESULT,
     )
-    g.add_argument(
+    setting(
+        g,
         "--judge_flow",
         choices=FLOWS,
         default=None,
         help="extract: the released evaluate.py (extraction prompt, then verification); verify: the "
         "fork's in-loop check (boxed span, then qa_verify). Default: extract for a single model, "
         "verify in InSight-o3 mode (as the paper's numbers were produced)",
+        kind=Kind.RESULT,
     )
-    g.add_argument(
+    setting(
+        g,
         "--judge_cache",
         action="store_true",
         help="ask identical judge prompts (same judge model, prompt and settings) once per run, e.g. "
         "a response repeated across trials (default off: one judge request per attempt, as the "
         "released harness; rejudge caches by default)",
+        kind=Kind.RESULT,
     )
     add_judge_retries_flag(g)
     add_key_host_flag(g)
@@ -250,34 +289,58 @@ def _rate_flags(g: Flags) -> None:
         concurrency_help="samples in flight, and the starting request concurrency per endpoint: halved on a "
         "429 storm, grown back by one after that many successes in a row",
     )
-    g.add_argument("--rpm", type=float, default=None, help="requests per minute to the model endpoint")
-    g.add_argument("--tpm", type=float, default=None, help="tokens per minute to the model endpoint")
-    g.add_argument("--judge_rpm", type=float, default=None, help="requests per minute to the judge endpoint")
-    g.add_argument("--judge_tpm", type=float, default=None, help="tokens per minute to the judge endpoint")
-    g.add_argument(
+    setting(
+        g, "--rpm", type=float, default=None, help="requests per minute to the model endpoint", kind=Kind.OPERATIONAL
+    )
+    setting(g, "--tpm", type=float, default=None, help="tokens per minute to the model endpoint", kind=Kind.OPERATIONAL)
+    setting(
+        g,
+        "--judge_rpm",
+        type=float,
+        default=None,
+        help="requests per minute to the judge endpoint",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(
+        g,
+        "--judge_tpm",
+        type=float,
+        default=None,
+        help="tokens per minute to the judge endpoint",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(
+        g,
         "--no_adaptive_concurrency",
         action="store_true",
         help="a fixed concurrency (429s are left to the SDK's retries alone)",
+        kind=Kind.OPERATIONAL,
     )
 
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run")
     add_output_dir(g, default=os.path.join(OUTPUT_ROOT, "eval"), help="results go to <output_dir>/<eval_name>")
-    g.add_argument("--num_trials", type=int, default=1)
+    setting(g, "--num_trials", type=int, default=1, kind=Kind.EXTENT)
     _rate_flags(g)
     add_budget_flags(g, what="samples")
     add_cap_flags(g)
     add_separate_requests_flag(g)
-    g.add_argument(
-        "--retry_failed", action="store_true", help="query again the pairs whose record is a critical (API) failure"
+    setting(
+        g,
+        "--retry_failed",
+        action="store_true",
+        help="query again the pairs whose record is a critical (API) failure",
+        kind=Kind.OPERATIONAL,
     )
-    g.add_argument(
+    setting(
+        g,
         "--image_cache_mb",
         type=int,
         default=128,
         help="memory for encoded images shared by questions/trials (samples run grouped by image, "
         "so a small cache still encodes each image once)",
+        kind=Kind.OPERATIONAL,
     )
     add_run_flags(g, concurrency=None)  # --max_failure_ratio, --image_workers, --no_progress
     add_image_cache_flag(g)
@@ -285,63 +348,84 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 
 def _insight_o3_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("InSight-o3 (vReasoner = --model, vSearcher below)")
-    g.add_argument("--vsearcher_model", type=non_empty, help="enables InSight-o3 mode")
-    g.add_argument("--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL")
-    g.add_argument("--vsearcher_api_key", help="default: $VSEARCHER_API_KEY")
+    setting(g, "--vsearcher_model", type=non_empty, help="enables InSight-o3 mode", kind=Kind.RESULT)
+    setting(g, "--vsearcher_api_base_url", help="default: $VSEARCHER_API_BASE_URL", kind=Kind.OPERATIONAL)
+    setting(g, "--vsearcher_api_key", help="default: $VSEARCHER_API_KEY", kind=Kind.SECRET)
     add_vsearcher_flags(g, default_max_pixels=VSEARCHER_EVAL_MAX_PIXELS)
-    g.add_argument("--max_vsearch_calls", type=int, default=LIMITS.max_search_calls)
-    g.add_argument(
+    setting(g, "--max_vsearch_calls", type=int, default=LIMITS.max_search_calls, kind=Kind.RESULT)
+    setting(
+        g,
         "--vsearcher_chat_completion_kwargs",
         type=_json_object("--vsearcher_chat_completion_kwargs"),
         default={},
         help='extra kwargs of every vSearcher request (temperature defaults to 0, the '
         'paper\'s evaluation setting), e.g. \'{"max_tokens": 4096}\'',
+        kind=Kind.RESULT,
     )
-    g.add_argument("--reasoner_prompt", choices=("infer", "train"), default="infer")
+    setting(g, "--reasoner_prompt", choices=("infer", "train"), default="infer", kind=Kind.RESULT)
 
 
 def _insight_v_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("Insight-V (--agent insight_v: reasoning agent = --model, summary agent below)")
-    g.add_argument(
+    setting(
+        g,
         "--summary_model",
         help="the summary agent (default: --model, as the release derives both agents from one model)",
+        kind=Kind.RESULT,
     )
-    g.add_argument("--summary_api_base_url", help="default: $SUMMARY_API_BASE_URL, then --api_base_url")
-    g.add_argument(
-        "--summary_api_key", help="default: $SUMMARY_API_KEY, then --api_key when the endpoint is the model's"
+    setting(
+        g, "--summary_api_base_url", help="default: $SUMMARY_API_BASE_URL, then --api_base_url", kind=Kind.OPERATIONAL
+    )
+    setting(
+        g,
+        "--summary_api_key",
+        help="default: $SUMMARY_API_KEY, then --api_key when the endpoint is the model's",
+        kind=Kind.SECRET,
     )
 
 
 def _analysis_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis (paper Table 6)")
-    g.add_argument(
+    setting(
+        g,
         "--oracle_crops",
         choices=ORACLE_CROPS,
         default=None,
         help="give a single model the crops of each sample's annotated target layouts after the full image "
         "(the '+ target layouts' rows of Table 6; default eval name <model>+target_layouts/<benchmark>)",
+        kind=Kind.RESULT,
     )
 
 
 def _tool_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tools (--agent opensearch_vl; see README 'OpenSearch-VL')")
-    g.add_argument("--tool_set", choices=sorted(TOOL_SETS), default="release",
-                   help="release: the 8 tools of the released inference schema; all: also visit and python_interpreter")  # fmt: skip
-    g.add_argument(
+    setting(g, "--tool_set", choices=sorted(TOOL_SETS), default="release",
+                   help="release: the 8 tools of the released inference schema; all: also visit and python_interpreter", kind=Kind.RESULT)  # fmt: skip
+    setting(
+        g,
         "--retrieval",
         choices=RETRIEVALS,
         default="local",
         help="local: a corpus index (--corpus; keyless); web: the released Serper + Jina + summariser chain (keys "
         "from SERPER_API_KEY, JINA_API_KEY, QWEN_API_BASE ...); replay: the store of a recorded run "
         "(--retrieval_replay_from), no network. Every answer is recorded in <run>/retrieval/",
+        kind=Kind.RESULT,
     )
-    g.add_argument("--corpus", default=None, help="with --retrieval local: the index made by insight-o3-index-corpus")
-    g.add_argument("--retrieval_replay_from", default=None, help="with --retrieval replay: a run directory (or its retrieval/ folder)")  # fmt: skip
-    g.add_argument("--layout_backend", choices=LAYOUT_BACKENDS, default="tesseract",
-                   help="layout_parsing: tesseract (offline, Debian's tesseract-ocr) or api (a PP-StructureV3-compatible endpoint)")  # fmt: skip
-    g.add_argument("--layout_api_url", default=None, help="with --layout_backend api (default: $LAYOUT_PARSING_API_URL)")  # fmt: skip
-    g.add_argument("--sr_model_path", default=None, help="super_resolution's EDSR weights (default: $SR_MODEL_PATH, else EDSR_x4.pb; absent: the image is returned unchanged, as released)")  # fmt: skip
-    g.add_argument("--tool_seconds", type=float, default=120.0, help="wall-time limit of one tool call")
+    setting(
+        g,
+        "--corpus",
+        default=None,
+        help="with --retrieval local: the index made by insight-o3-index-corpus",
+        kind=Kind.OPERATIONAL,
+    )
+    setting(g, "--retrieval_replay_from", default=None, help="with --retrieval replay: a run directory (or its retrieval/ folder)", kind=Kind.OPERATIONAL)  # fmt: skip
+    setting(g, "--layout_backend", choices=LAYOUT_BACKENDS, default="tesseract",
+                   help="layout_parsing: tesseract (offline, Debian's tesseract-ocr) or api (a PP-StructureV3-compatible endpoint)", kind=Kind.RESULT)  # fmt: skip
+    setting(g, "--layout_api_url", default=None, help="with --layout_backend api (default: $LAYOUT_PARSING_API_URL)", kind=Kind.OPERATIONAL)  # fmt: skip
+    setting(g, "--sr_model_path", default=None, help="super_resolution's EDSR weights (default: $SR_MODEL_PATH, else EDSR_x4.pb; absent: the image is returned unchanged, as released)", kind=Kind.OPERATIONAL)  # fmt: skip
+    setting(
+        g, "--tool_seconds", type=float, default=120.0, help="wall-time limit of one tool call", kind=Kind.OPERATIONAL
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -366,7 +450,7 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
     a = p.parse_args(argv)
     _resolve(p, a)
     try:
-        return dataclasses.replace(config_of(a), image_cache=image_cache_settings(p, a))
+        return dataclasses.replace(config_of(a, flag_kinds(p)), image_cache=image_cache_settings(p, a))
     except ValueError as e:  # a setting the agents refuse; name the flags
         p.error(str(e))
         raise  # p.error exits
@@ -597,8 +681,9 @@ def _agent(a: argparse.Namespace) -> AgentSettings:
     )
 
 
-def config_of(a: argparse.Namespace) -> EvaluateConfig:
-    """The frozen config of the resolved flags ``a`` (see :func:`_resolve`)."""
+def config_of(a: argparse.Namespace, kinds: Mapping[str, Kind]) -> EvaluateConfig:
+    """The frozen config of the resolved flags ``a`` (see :func:`_resolve`) of the ``kinds`` their declarations give
+    them (``flag_kinds``)."""
     from ..endpoints.endpoint import Endpoint
     from ..evaluation.config import EvaluateConfig, JudgeSettings, RequestRates
     from ..evaluation.runner import RunConfig
@@ -639,6 +724,7 @@ def config_of(a: argparse.Namespace) -> EvaluateConfig:
         max_decode_values=a.max_decode_values,
         image_cache_mb=a.image_cache_mb,
         settings=args_record(a),
+        kinds={**kinds, **RECORDED_KINDS},
     )
 
 
@@ -692,6 +778,11 @@ def cost_model(c: EvaluateConfig) -> CostModel | None:
     summary = c.insight_v.summary_model if c.insight_v else None
     models = {"model": c.model, "judge": c.judge.model, "vsearcher": vsearcher, "summary": summary}
     return CostModel.from_file(c.run.controls.price_file, models)
+
+
+#: The settings :func:`args_record` holds besides the flags: the resolved ``--limit``/``--sample_ids``/``--categories``
+#: (``subset``: a result, its directory name carries its hash) and the directory the command ran in (a path).
+RECORDED_KINDS = {"subset": Kind.RESULT, "working_dir": Kind.OPERATIONAL}
 
 
 def args_record(a: argparse.Namespace) -> JSONObject:
@@ -843,7 +934,7 @@ async def _run(c: EvaluateConfig, samples: list[Sample], costs: CostModel | None
                 dict(c.settings),
                 guard=guard,
                 run_card=card,
-                invocation=card_invocation("evaluate", dict(c.settings), card),
+                invocation=card_invocation("evaluate", dict(c.settings), c.kinds, card),
                 endpoints=endpoints(c),
                 costs=costs,
                 entry_fields=functools.partial(_image_cache_entry, images),

@@ -26,6 +26,7 @@ import json
 import os
 import sys
 
+from ..base.setting_kinds import Kind
 from ..endpoints.defaults import DEFAULT_MAX_RETRIES
 from ..imaging.geometry import QWEN_MIN_PIXELS, VSEARCHER_EVAL_MAX_PIXELS
 from ..protocol.limits import LIMITS
@@ -43,10 +44,12 @@ from ._shared import (
     check_run_flags,
     endpoint_of,
     entry_point,
+    flag_kinds,
     new_parser,
     non_empty,
     run_controls,
     run_main,
+    setting,
     setup_logging,
 )
 
@@ -57,18 +60,28 @@ def build_parser() -> argparse.ArgumentParser:
     parts = __doc__.split("\n\n")
     # --help shows the input format and the exit codes (the docstring's 3rd and 5th paragraphs)
     p = new_parser("python -m insight_o3.scripts.evaluate_vsearch", parts[0], epilog="\n\n".join(parts[2:5:2]))
-    p.add_argument("--ann_file", required=True)
-    p.add_argument("--img_dir", required=True, help="directory the annotation's image paths are relative to")
+    setting(p, "--ann_file", required=True, kind=Kind.OPERATIONAL)
+    setting(
+        p,
+        "--img_dir",
+        required=True,
+        help="directory the annotation's image paths are relative to",
+        kind=Kind.OPERATIONAL,
+    )
     add_allow_outside_flag(p)
-    p.add_argument("--model", type=non_empty, required=True, help="the vSearcher model name on the server")
+    setting(
+        p, "--model", type=non_empty, required=True, help="the vSearcher model name on the server", kind=Kind.RESULT
+    )
     add_api_flags(p, env="vsearcher")
     add_vsearcher_flags(p, default_max_pixels=VSEARCHER_EVAL_MAX_PIXELS, aliases=True)
-    p.add_argument("--max_tool_calls", type=int, default=LIMITS.max_tool_calls)
-    p.add_argument(
+    setting(p, "--max_tool_calls", type=int, default=LIMITS.max_tool_calls, kind=Kind.RESULT)
+    setting(
+        p,
         "--chat_completion_kwargs",
         type=json.loads,
         default={},
         help='JSON object, e.g. \'{"max_tokens": 4096}\' (temperature defaults to 0)',
+        kind=Kind.RESULT,
     )
     add_output_dir(p, help=f"default: {OUTPUT_ROOT}/vsearch/<model>")
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
@@ -112,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         samples = load_regions(a.ann_file, a.img_dir, allow_outside=a.allow_outside_img_dir)
-        result = asyncio.run(run(settings, samples, args_record={k: v for k, v in vars(a).items() if k != "api_key"}))
+        result = asyncio.run(
+            run(
+                settings, samples, args_record={k: v for k, v in vars(a).items() if k != "api_key"}, kinds=flag_kinds(p)
+            )
+        )
         print(json.dumps(result.summary, indent=2))
         if result.incomplete:
             print(

@@ -20,6 +20,7 @@ import os
 import sys
 from dataclasses import replace
 
+from ..base.setting_kinds import Kind
 from ..protocol.limits import LIMITS
 from ._shared import (
     add_api_flags,
@@ -39,6 +40,7 @@ from ._shared import (
     non_empty,
     run_controls,
     run_main,
+    setting,
     setup_logging,
 )
 
@@ -49,9 +51,14 @@ log = logging.getLogger("insight_o3.filter_difficulty")
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = new_parser(prog, __doc__.split("\n")[0])
     add_output_dir(ap, dest="out_dir", required=True, help="a generate_collages output directory")
-    ap.add_argument("--model", type=non_empty, required=True, help="the vReasoner")
-    ap.add_argument(
-        "--attempts", type=int, default=LIMITS.difficulty_attempts, help=f"pass@k (paper: {LIMITS.difficulty_attempts})"
+    setting(ap, "--model", type=non_empty, required=True, help="the vReasoner", kind=Kind.RESULT)
+    setting(
+        ap,
+        "--attempts",
+        type=int,
+        default=LIMITS.difficulty_attempts,
+        help=f"pass@k (paper: {LIMITS.difficulty_attempts})",
+        kind=Kind.RESULT,
     )
     add_api_flags(ap, env="main", aliases=True)
     add_judge_flags(
@@ -112,7 +119,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     )
 
     def body() -> int:
-        result = run_filter(settings, invocation_of(COMMAND, a))
+        result = run_filter(settings, invocation_of(COMMAND, ap, a))
         print(json.dumps(result.summary))
         if result.incomplete:
             print(

@@ -34,8 +34,9 @@ import os
 import sys
 from typing import Any
 
+from ..base.setting_kinds import Kind, field_kinds
 from ..data.collage_config import DEFAULT_QUESTION_TEMPLATE, CollageConfig
-from ._shared import ExitCode, add_output_dir, add_run_flags, entry_point, new_parser, run_main, setup_logging
+from ._shared import ExitCode, add_output_dir, add_run_flags, entry_point, new_parser, run_main, setting, setup_logging
 
 log = logging.getLogger("generate_collages")
 __all__ = ["main", "add_config_flags", "config_from_args", "DEFAULT_QUESTION_TEMPLATE"]
@@ -43,13 +44,16 @@ __all__ = ["main", "add_config_flags", "config_from_args", "DEFAULT_QUESTION_TEM
 
 # ----------------------------------------------------------------------------- config flags
 def add_config_flags(ap: argparse.ArgumentParser) -> None:
-    """One flag per :class:`CollageConfig` field; ranges take two numbers."""
+    """One flag per :class:`CollageConfig` field, of the kind the field declares; ranges take two numbers."""
     g = ap.add_argument_group("Algorithm 1 parameters (defaults in insight_o3/data/collage_config.py)")
+    kinds = field_kinds(CollageConfig)
     for f in dataclasses.fields(CollageConfig):
         default = f.default
         if isinstance(default, tuple):
-            g.add_argument(
+            setting(
+                g,
                 f"--{f.name}",
+                kind=kinds[f.name],
                 type=float,
                 nargs=2,
                 default=list(default),
@@ -57,7 +61,9 @@ def add_config_flags(ap: argparse.ArgumentParser) -> None:
                 help=f"default: {default[0]:g} {default[1]:g}",
             )
         else:
-            g.add_argument(f"--{f.name}", type=type(default), default=default, help=f"default: {default}")
+            setting(
+                g, f"--{f.name}", type=type(default), default=default, help=f"default: {default}", kind=kinds[f.name]
+            )
 
 
 def config_from_args(a: argparse.Namespace) -> CollageConfig:
@@ -106,28 +112,61 @@ def build_parser(command: str = "generate") -> argparse.ArgumentParser:
         "Target-and-fill collage synthesis (Algorithm 1 of the paper).",
         epilog=SUBCOMMANDS_HELP,
     )
-    ap.add_argument(
-        "--source_pool", required=True, help="pool table (.jsonl or .parquet), see insight_o3/data/source_pool.py"
+    setting(
+        ap,
+        "--source_pool",
+        required=True,
+        help="pool table (.jsonl or .parquet), see insight_o3/data/source_pool.py",
+        kind=Kind.OPERATIONAL,
     )
-    ap.add_argument("--image_root", default=None, help="root of relative image paths (default: the pool's directory)")
+    setting(
+        ap,
+        "--image_root",
+        default=None,
+        help="root of relative image paths (default: the pool's directory)",
+        kind=Kind.OPERATIONAL,
+    )
     add_output_dir(ap, dest="out_dir", required=True, help="collages.jsonl, images/, failures.jsonl go here")
-    ap.add_argument("--num_collages", type=int, required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--num_workers", type=int, default=1, help="worker processes (output does not depend on it)")
-    ap.add_argument("--chunk_size", type=int, default=16, help="collages per generator chunk (part of the seed)")
-    ap.add_argument(
-        "--target_retries", type=int, default=3, help="other targets tried when a target is infeasible after T attempts"
+    setting(ap, "--num_collages", type=int, required=True, kind=Kind.OPERATIONAL)
+    setting(ap, "--seed", type=int, default=0, kind=Kind.RESULT)
+    setting(
+        ap,
+        "--num_workers",
+        type=int,
+        default=1,
+        help="worker processes (output does not depend on it)",
+        kind=Kind.OPERATIONAL,
     )
-    ap.add_argument(
+    setting(
+        ap,
+        "--chunk_size",
+        type=int,
+        default=16,
+        help="collages per generator chunk (part of the seed)",
+        kind=Kind.RESULT,
+    )
+    setting(
+        ap,
+        "--target_retries",
+        type=int,
+        default=3,
+        help="other targets tried when a target is infeasible after T attempts",
+        kind=Kind.RESULT,
+    )
+    setting(
+        ap,
         "--max_bbox_ratio",
         type=float,
         default=0.04,
         help="C.1 pool filter area(bbox)/area(image) < this (default 0.04)",
+        kind=Kind.RESULT,
     )
-    ap.add_argument("--question_template", default=DEFAULT_QUESTION_TEMPLATE)
-    ap.add_argument("--image_format", choices=("jpg", "png"), default="jpg")
-    ap.add_argument("--jpeg_quality", type=int, default=95)
-    ap.add_argument("--skip_image_check", action="store_true", help="do not open every pool image header")
+    setting(ap, "--question_template", default=DEFAULT_QUESTION_TEMPLATE, kind=Kind.RESULT)
+    setting(ap, "--image_format", choices=("jpg", "png"), default="jpg", kind=Kind.RESULT)
+    setting(ap, "--jpeg_quality", type=int, default=95, kind=Kind.RESULT)
+    setting(
+        ap, "--skip_image_check", action="store_true", help="do not open every pool image header", kind=Kind.OPERATIONAL
+    )
     add_run_flags(ap, concurrency=None, failure_ratio=False, image_workers=False)  # --no_progress
     add_config_flags(ap)
     return ap
@@ -203,9 +242,9 @@ def _pool_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--format", choices=("viscot", "vstar"), required=True)
     ap.add_argument("--input", nargs="+", required=True)
-    ap.add_argument("--image_root", required=True)
+    setting(ap, "--image_root", required=True, kind=Kind.OPERATIONAL)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--max_bbox_ratio", type=float, default=0.04)
+    setting(ap, "--max_bbox_ratio", type=float, default=0.04, kind=Kind.RESULT)
     return ap
 
 

@@ -40,6 +40,7 @@ import sys
 from typing import TYPE_CHECKING, TypeAlias
 
 from ..base.json_types import JSONObject
+from ..base.setting_kinds import Kind
 from ..endpoints.defaults import DEFAULT_MAX_RETRIES
 from ..evaluation.judge_settings import FLOWS
 from ..protocol.sample import Sample
@@ -52,10 +53,12 @@ from ._shared import (
     add_key_host_flag,
     add_run_flags,
     entry_point,
+    flag_kinds,
     new_parser,
     output_name,
     report_stop,
     run_controls,
+    setting,
     setup_logging,
     stop_errors,
 )
@@ -157,7 +160,7 @@ def load_source(eval_dir: str) -> tuple[list[Sample], StoredRecords, JSONObject]
 
 def build_parser() -> argparse.ArgumentParser:
     p = new_parser("python -m insight_o3.scripts.rejudge", __doc__.split("\n")[0])
-    p.add_argument("eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)")
+    setting(p, "eval_dir", help="a finished evaluation directory (<output_dir>/<eval_name>)", kind=Kind.OPERATIONAL)
     add_judge_flags(
         p,
         many=True,
@@ -165,33 +168,47 @@ def build_parser() -> argparse.ArgumentParser:
         url_help="one for every judge, or one per judge (default: $JUDGE_API_BASE_URL, then $OPENAI_BASE_URL)",
         key_help="one for every judge, or one per judge (default: $JUDGE_API_KEY, then $OPENAI_API_KEY)",
     )
-    p.add_argument("--judge_flow", choices=FLOWS, default=None, help="default: the source run's")
-    p.add_argument("--max_answer_length", type=int, default=None, help="default: the source run's (1000)")
-    p.add_argument("--output_dir", default=None, help="with --eval_name: where the new eval dir goes")
-    p.add_argument(
+    setting(p, "--judge_flow", choices=FLOWS, default=None, help="default: the source run's", kind=Kind.RESULT)
+    setting(p, "--max_answer_length", type=int, default=None, help="default: the source run's (1000)", kind=Kind.RESULT)
+    setting(
+        p, "--output_dir", default=None, help="with --eval_name: where the new eval dir goes", kind=Kind.OPERATIONAL
+    )
+    setting(
+        p,
         "--eval_name",
         default=None,
         type=output_name,
         help="the new eval dir is <output_dir>/<eval_name>, <output_dir> defaulting to the source "
         "run's (default: <eval_dir>@rejudge-<judge_model>)",
+        kind=Kind.OPERATIONAL,
     )
     add_run_flags(p, concurrency=64, image_workers=False, concurrency_help="judge requests in flight")
-    p.add_argument(
+    setting(
+        p,
         "--no_judge_cache",
         action="store_true",
         help="one judge request per attempt (default: identical judge prompts are asked once)",
+        kind=Kind.RESULT,
     )
-    p.add_argument("--retry_failed", action="store_true", help="judge again the records whose judging failed")
+    setting(
+        p,
+        "--retry_failed",
+        action="store_true",
+        help="judge again the records whose judging failed",
+        kind=Kind.OPERATIONAL,
+    )
     add_judge_retries_flag(p)
     add_key_host_flag(p)
     add_budget_flags(p, what="samples")  # the stored model/vSearcher usage is priced and counted too
     add_client_flags(p, max_retries=DEFAULT_MAX_RETRIES)
     g = p.add_argument_group("judge agreement")
-    g.add_argument(
+    setting(
+        g,
         "--agreement_out",
         default=None,
         help="where the agreement of the source's judge and the new ones goes "
         "(default: <eval_dir>@judge-agreement-<new judge>[+<new judge>...].json)",
+        kind=Kind.OPERATIONAL,
     )
     return p
 
@@ -322,7 +339,7 @@ async def _run(
         new_card["rejudged_from"] = os.path.abspath(a.eval_dir)
         settings = {k: v for k, v in vars(a).items() if k != "judge_api_key"}
         # the source's own fixed settings are this run's too: another source into the same dir is refused
-        inv = card_invocation("rejudge", settings, new_card, source=fixed_settings(card))
+        inv = card_invocation("rejudge", settings, flag_kinds(build_parser()), new_card, source=fixed_settings(card))
         return await run_evaluation(
             samples,
             StoredAttempts(records),

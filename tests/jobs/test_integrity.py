@@ -7,57 +7,82 @@ run directory is classified (the test fails on a new unclassified flag)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from insight_o3.base.setting_kinds import Kind
 from insight_o3.jobs.integrity import (
     FIXED_KEY,
     HISTORY_KEY,
-    SETTING_KINDS,
     Invocation,
-    Kind,
     SettingsChanged,
     UnclassifiedSetting,
     settle,
 )
 from insight_o3.protocol import prompts
 from insight_o3.scripts import evaluate, rejudge
+from insight_o3.scripts._shared import declared_kind, flag_kinds, new_parser, setting
 from tests.support import eval_bench as eb
-from tests.support.commands import run_commands
-
-
-def _dests(p: argparse.ArgumentParser, prefix: str = ""):
-    for a in p._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            for name, sub in a.choices.items():
-                yield from _dests(sub, f"{prefix}{name} ")
-        elif a.dest not in ("help", argparse.SUPPRESS) and not isinstance(a, argparse._SubParsersAction):
-            yield prefix, a
+from tests.support.commands import flag_actions, run_commands
 
 
 def test_every_flag_of_every_run_dir_command_is_classified():
     unclassified = [
         f"{cmd} {sub}{'/'.join(a.option_strings) or a.dest} (dest {a.dest!r})"
         for cmd, p in run_commands().items()
-        for sub, a in _dests(p)
-        if a.dest not in SETTING_KINDS
+        for sub, a in flag_actions(p)
+        if declared_kind(a) is None
     ]
-    assert not unclassified, "classify these in insight_o3.jobs.integrity.SETTING_KINDS: " + ", ".join(unclassified)
+    assert not unclassified, "declare these flags with their kind (insight_o3.scripts._shared.setting): " + ", ".join(
+        unclassified
+    )
 
 
 def test_an_unclassified_setting_is_a_programming_error():
-    with pytest.raises(UnclassifiedSetting, match="'brand_new_flag' is not classified"):
-        Invocation("evaluate", {"model": "m", "brand_new_flag": 1})
+    with pytest.raises(UnclassifiedSetting, match="'brand_new_flag' declare no run-integrity kind"):
+        Invocation("evaluate", {"model": "m", "brand_new_flag": 1}, kinds={"model": Kind.RESULT})
+
+
+def test_a_flag_added_without_its_kind_is_refused_by_the_invocation():
+    p = new_parser("cmd")
+    setting(p, "--model", kind=Kind.RESULT)
+    p.add_argument("--brand_new_flag")
+    a = p.parse_args(["--model", "m"])
+    assert flag_kinds(p) == {"model": Kind.RESULT}
+    with pytest.raises(UnclassifiedSetting, match="'brand_new_flag'"):
+        Invocation("cmd", vars(a), kinds=flag_kinds(p))
+
+
+def test_one_setting_declared_with_two_kinds_is_a_programming_error():
+    p = new_parser("cmd")
+    subs = p.add_subparsers(dest="step")
+    setting(subs.add_parser("one"), "--seed", kind=Kind.RESULT)
+    setting(subs.add_parser("two"), "--seed", kind=Kind.OPERATIONAL)
+    with pytest.raises(ValueError, match="'seed' declared as result and operational"):
+        flag_kinds(p)
 
 
 # ------------------------------------------------------------------------------- settle, per kind
+KINDS = {
+    "model": Kind.RESULT,
+    "concurrency": Kind.OPERATIONAL,
+    "api_key": Kind.SECRET,
+    "output_dir": Kind.OPERATIONAL,
+    "max_cost": Kind.OPERATIONAL,
+    "image_workers": Kind.OPERATIONAL,
+    "no_progress": Kind.OPERATIONAL,
+    "img_max_pixels": Kind.RESULT,
+    "subset": Kind.RESULT,
+    "chat_completion_kwargs": Kind.RESULT,
+}
+
+
 def _inv(**settings) -> Invocation:
     base = {"model": "m", "concurrency": 8, "api_key": "sk-SECRET", "output_dir": "/a"}
-    return Invocation("evaluate", {**base, **settings}, derived={"benchmark_sha256": "abc"})
+    return Invocation("evaluate", {**base, **settings}, derived={"benchmark_sha256": "abc"}, kinds=KINDS)
 
 
 def test_first_run_fixes_result_settings_and_records_operational_ones_without_keys():
@@ -96,8 +121,12 @@ def test_result_changes_are_refused_naming_key_and_both_values(change, line):
 
 
 def test_nested_and_derived_differences_name_the_leaf():
-    a = Invocation("evaluate", {"chat_completion_kwargs": {"temperature": 1.0, "max_tokens": 9}}, {"p": {"X": "1"}})
-    b = Invocation("evaluate", {"chat_completion_kwargs": {"temperature": 0.0, "max_tokens": 9}}, {"p": {"X": "2"}})
+    a = Invocation(
+        "evaluate", {"chat_completion_kwargs": {"temperature": 1.0, "max_tokens": 9}}, {"p": {"X": "1"}}, kinds=KINDS
+    )
+    b = Invocation(
+        "evaluate", {"chat_completion_kwargs": {"temperature": 0.0, "max_tokens": 9}}, {"p": {"X": "2"}}, kinds=KINDS
+    )
     with pytest.raises(SettingsChanged) as e:
         settle(settle(None, {}, a, where="w"), {}, b, where="w")
     assert e.value.differences == [
@@ -113,9 +142,15 @@ def test_a_card_from_before_the_check_is_not_compared_but_its_history_grows(capl
     assert "not compared" in caplog.text
 
 
-def test_kinds_are_the_three_and_keys_are_secret():
-    assert set(SETTING_KINDS.values()) <= set(Kind)
-    assert all(SETTING_KINDS[k] is Kind.SECRET for k in ("api_key", "judge_api_key", "vsearcher_api_key"))
+def test_every_key_flag_is_secret():
+    keys = {
+        (cmd, a.dest): declared_kind(a)
+        for cmd, p in run_commands().items()
+        for _, a in flag_actions(p)
+        if a.dest.endswith("api_key")
+    }
+    assert {"api_key", "judge_api_key", "vsearcher_api_key"} <= {dest for _, dest in keys}
+    assert set(keys.values()) == {Kind.SECRET}
 
 
 # ------------------------------------------------------------------------------- the reproduced cases

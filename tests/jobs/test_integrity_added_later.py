@@ -11,12 +11,15 @@ import pytest
 from insight_o3.evaluation.agent_registry import BUILTIN
 from insight_o3.evaluation.run_dir import STAMP_FILE, STAMPED_KEY
 from insight_o3.jobs.integrity import ADDED_LATER, FIXED_KEY, Invocation, SettingsChanged, settle
+from insight_o3.scripts import evaluate
+from insight_o3.scripts._shared import flag_kinds
 from tests.support import eval_bench as eb
 
 
 def _inv(command="evaluate", prompts=None, **settings) -> Invocation:
     derived = {"prompts_sha256": prompts or {"A_PROMPT": "a"}}
-    return Invocation(command, {"model": "m", **settings}, derived=derived)
+    kinds = flag_kinds(evaluate.build_parser())  # evaluate's flags: the settings these tests vary
+    return Invocation(command, {"model": "m", **settings}, derived=derived, kinds=kinds)
 
 
 def _old(inv: Invocation, *drop: str) -> dict:

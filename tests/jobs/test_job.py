@@ -178,6 +178,7 @@ def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_pat
     still counts record 7 and its reply as recorded."""
     import threading
 
+    from insight_o3.base.setting_kinds import Kind
     from insight_o3.endpoints.usage import record_response
     from insight_o3.jobs.integrity import Invocation
     from insight_o3.storage.record_log import RecordLog
@@ -201,7 +202,7 @@ def test_every_run_is_in_the_history_with_how_it_ended_and_what_it_spent(tmp_pat
                 await asyncio.sleep(60)  # in flight when the run is cancelled: its reply is paid, never recorded
             return await super().work(n, emit)
 
-    inv = Invocation("square", {"concurrency": 2})
+    inv = Invocation("square", {"concurrency": 2}, kinds={"concurrency": Kind.OPERATIONAL})
     price = lambda usage: 0.5 * sum(c["requests"] for c in usage.values())  # noqa: E731
     assert run_squares(tmp_path, [1, 2], Metered(), invocation=inv, price=price).exit_code == ExitCode.OK
     with pytest.raises(KeyError):
@@ -265,12 +266,14 @@ class _Store:
 
 
 def test_the_store_given_to_the_job_holds_its_card_and_says_what_the_directory_holds(tmp_path):
+    from insight_o3.base.setting_kinds import Kind
     from insight_o3.jobs.integrity import FewerThanHeld, Invocation, SettingsChanged
 
     store = _Store()
 
     def run(**settings):
-        inv = Invocation("square", {"num_trials": 4, "seed": 1, **settings})
+        kinds = {"num_trials": Kind.EXTENT, "seed": Kind.RESULT}
+        inv = Invocation("square", {"num_trials": 4, "seed": 1, **settings}, kinds=kinds)
         return run_squares(tmp_path, [1, 2], store=store, invocation=inv, card={"note": "first"})
 
     run()

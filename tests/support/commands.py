@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Iterator
 from functools import cache
 
 import pytest
@@ -24,6 +25,17 @@ def console_scripts() -> dict[str, str]:
 def options(parser: argparse.ArgumentParser) -> set[str]:
     """Every option string the parser accepts (hidden old spellings included)."""
     return {s for a in parser._actions for s in a.option_strings}
+
+
+def flag_actions(parser: argparse.ArgumentParser, prefix: str = "") -> Iterator[tuple[str, argparse.Action]]:
+    """Every flag (and positional) of ``parser`` and of its subcommands as ``(subcommand prefix, action)``: ``("",
+    action)`` for the command's own, ``("extract ", action)`` for a subcommand's; ``--help`` left out."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield from flag_actions(sub, f"{prefix}{name} ")
+        elif a.dest not in ("help", argparse.SUPPRESS):
+            yield prefix, a
 
 
 def command_parsers() -> dict[str, argparse.ArgumentParser]:

@@ -46,6 +46,7 @@ from typing import Any
 from insight_o3 import __version__
 from insight_o3.base.exit_codes import ExitCode
 from insight_o3.base.json_types import JSONObject
+from insight_o3.base.setting_kinds import Kind, field_kinds, kind_field
 from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.endpoints.guard import RunStopped
 from insight_o3.jobs.integrity import FewerThanHeld, Invocation, SettingsChanged, read_card, settle, sha256_file
@@ -93,27 +94,33 @@ class RoundsConfig:
     """One iterative-DPO run: what it trains from and on, how many rounds, each stage's settings, where it runs."""
 
     work: str
-    base_model: str
-    ann_file: str
-    img_dir: str
+    base_model: str = kind_field(Kind.RESULT)
+    #: paths (what the annotation file holds is fixed through ``ann_sha256``)
+    ann_file: str = kind_field(Kind.OPERATIONAL)
+    img_dir: str = kind_field(Kind.OPERATIONAL)
+    #: its settings under ``judge_`` (:meth:`ModelAccess.kinds`)
     judge: ModelAccess
+    #: its settings under ``scorer_``
     scorer: ModelAccess
-    rounds: int = 3
-    generate: GenerateSettings = field(default_factory=GenerateSettings)
-    check: CheckSettings = field(default_factory=CheckSettings)
-    score: ScoreSettings = field(default_factory=ScoreSettings)
-    export: ExportSettings = field(default_factory=ExportSettings)
-    dpo: DPOSettings = field(default_factory=DPOSettings)
+    #: more rounds continue the run; fewer than it finished are refused
+    rounds: int = kind_field(Kind.EXTENT, default=3)
+    generate: GenerateSettings = kind_field(Kind.RESULT, setting="generate_settings", default_factory=GenerateSettings)
+    check: CheckSettings = kind_field(Kind.RESULT, setting="check_settings", default_factory=CheckSettings)
+    score: ScoreSettings = kind_field(Kind.RESULT, setting="score_settings", default_factory=ScoreSettings)
+    export: ExportSettings = kind_field(Kind.RESULT, setting="export_settings", default_factory=ExportSettings)
+    dpo: DPOSettings = kind_field(Kind.RESULT, setting="dpo_settings", default_factory=DPOSettings)
+    #: its fields' kinds are its own (none fixed by the first run)
     run: RunControls = field(default_factory=RunControls)
-    serve: ServeSettings = field(default_factory=ServeSettings)
+    #: how the policy is served, never what it is
+    serve: ServeSettings = kind_field(Kind.OPERATIONAL, default_factory=ServeSettings)
     #: the command before ``-m training.dpo.train`` (``python``, ``accelerate launch --config_file …``)
-    launcher: tuple[str, ...] = DEFAULT_LAUNCHER
-    #: train on the CPU (fp32; tests)
-    cpu: bool = False
+    launcher: tuple[str, ...] = kind_field(Kind.OPERATIONAL, default=DEFAULT_LAUNCHER)
+    #: train on the CPU (fp32 on the CPU vs bf16 on GPUs; tests)
+    cpu: bool = kind_field(Kind.RESULT, setting="train_on_cpu", default=False)
     #: evaluate the round's pairs every this many steps during training (a fixed batch: eval_loss, eval_rewards/*)
-    eval_steps: int | None = None
+    eval_steps: int | None = kind_field(Kind.OPERATIONAL, default=None)
     #: the key of the served policy (vLLM's ``VLLM_API_KEY``), never written
-    policy_api_key: str | None = field(default=None, repr=False)
+    policy_api_key: str | None = kind_field(Kind.SECRET, default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -122,7 +129,7 @@ class RoundsConfig:
             raise ValueError("launcher must name a command")
 
     def settings(self) -> JSONObject:
-        """Every setting by the name :data:`insight_o3.jobs.integrity.SETTING_KINDS` classifies it under."""
+        """Every setting by its name (the run-integrity kind of each: :meth:`kinds`)."""
         return {
             "base_model": os.path.abspath(self.base_model),
             "ann_file": self.ann_file,
@@ -140,6 +147,16 @@ class RoundsConfig:
             "launcher": list(self.launcher),
             "eval_steps": self.eval_steps,
             "train_on_cpu": self.cpu,
+        }
+
+    @staticmethod
+    def kinds() -> dict[str, Kind]:
+        """The run-integrity kind of each of :meth:`settings`, as its fields declare them."""
+        return {
+            **field_kinds(RoundsConfig),
+            **ModelAccess.kinds("judge_"),
+            **ModelAccess.kinds("scorer_"),
+            **field_kinds(RunControls),
         }
 
 
@@ -349,6 +366,7 @@ def run(cfg: RoundsConfig) -> list[JSONObject]:
             cfg.settings(),
             {"ann_sha256": sha256_file(cfg.ann_file)},
             {"version": __version__},
+            cfg.kinds(),
         )
         done = _rounds_done(cfg.work)
         card = settle(
