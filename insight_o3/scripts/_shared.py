@@ -341,6 +341,7 @@ def add_image_budget_flag(p: Flags, *, default: int | None, help: str) -> None:
 
 def add_separate_requests_flag(p: Flags, *, what: str = "trial", count_flag: str = "--num_trials") -> None:
     """``--separate_trial_requests`` (the released evaluate's name; ``--separate_attempt_requests`` is a hidden alias)."""
+    # operational: n=k in one request or k requests ask the same question, batched differently
     setting(
         p,
         "--separate_trial_requests",
@@ -415,6 +416,7 @@ def add_judge_retries_flag(p: Flags) -> None:
     (:class:`insight_o3.evaluation.judge.AnswerJudge`)."""
     from ..evaluation.judge_settings import DEFAULT_JUDGE_RETRIES
 
+    # operational: asks again only where the judging would otherwise be a failure
     setting(
         p,
         "--judge_retries",
@@ -466,6 +468,7 @@ def add_cap_flags(p: Flags, *, reply: bool = True, decode: bool = True) -> None:
     """``--max_reply_chars`` (characters of each reply text a record keeps) and ``--max_decode_values`` (pixels x
     channels one image may take to decode); see :mod:`insight_o3.base.caps` and :func:`insight_o3.imaging.images.open_image`."""
     if reply:
+        # operational (a cap on untrusted sizes): a reply is judged whole before its record keeps this much of it
         setting(
             p,
             "--max_reply_chars",
@@ -477,6 +480,7 @@ def add_cap_flags(p: Flags, *, reply: bool = True, decode: bool = True) -> None:
             kind=Kind.OPERATIONAL,
         )
     if decode:
+        # operational (a cap on untrusted sizes): an image over it is a failed sample, recovered by --retry_failed
         setting(
             p,
             "--max_decode_values",
@@ -571,6 +575,7 @@ def add_run_flags(
 def add_image_cache_flag(p: Flags) -> None:
     """``--image_cache off|DIR|SIZE`` (given zero or more times): the prepared-image cache shared across runs
     (:mod:`insight_o3.imaging.prepared_cache`); read with :func:`image_cache_settings`."""
+    # operational: the same bytes either way (keyed by everything they depend on)
     setting(
         p,
         "--image_cache",

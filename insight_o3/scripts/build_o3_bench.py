@@ -217,6 +217,7 @@ def _extract_flags(sub: Any, formatter: Any) -> None:
         help="images and crops are sent on Qwen2.5-VL's smart_resize grid under this budget (default 16384*28*28)",
     )
     setting(p, "--extract_prompt_role", choices=("system", "user"), default="system", kind=Kind.RESULT)
+    # operational: a path; the prompt's content is fixed through the derived prompts_sha256
     setting(
         p,
         "--extract_prompt",
@@ -251,6 +252,7 @@ def _synthesize_flags(sub: Any, formatter: Any) -> None:
         help="what caption_or_ocr holds",
         kind=Kind.RESULT,
     )
+    # operational: a path; the prompt's content is fixed through the derived prompts_sha256
     setting(
         p,
         "--synth_prompt",

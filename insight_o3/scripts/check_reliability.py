@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         kind=Kind.OPERATIONAL,
     )
     add_output_dir(ap, dest="out_dir", required=True, help="reliability.jsonl and pool_reliable.jsonl go here")
+    # operational: "model,url,ENV" specs; the models are fixed through the derived checker_models
     setting(
         ap,
         "--checker",
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         key_help="default: $JUDGE_API_KEY, then $OPENAI_API_KEY",
     )
     # the older spelling: the NAME of a variable holding the judge's key (kept working, not shown)
+    # operational: the name of a variable holding a key
     setting(ap, "--judge_api_key_env", default=None, help=argparse.SUPPRESS, kind=Kind.OPERATIONAL)
     setting(
         ap,

@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="no download: place the annotations and check",
         kind=Kind.OPERATIONAL,
     )
+    # result: which revision of the files (which benchmarks: an extent; where from: paths)
     setting(
         p,
         "--revision",
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "column 'image') or a .zip you already have (repeatable)",
         kind=Kind.OPERATIONAL,
     )
+    # operational: where --benchmark looks (the annotation file's content is what counts)
     setting(
         p,
         "--source_dir",

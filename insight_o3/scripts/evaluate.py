@@ -147,6 +147,7 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         kind=Kind.OPERATIONAL,
     )
     add_allow_outside_flag(g)
+    # operational, as --sample_ids and --categories: resolved into the result setting subset (RECORDED_KINDS)
     setting(
         g,
         "--limit",
@@ -321,6 +322,7 @@ def _rate_flags(g: Flags) -> None:
 def _run_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run")
     add_output_dir(g, default=os.path.join(OUTPUT_ROOT, "eval"), help="results go to <output_dir>/<eval_name>")
+    # an extent: more trials add trial_<k> directories (each trial's settings the same); fewer are refused
     setting(g, "--num_trials", type=int, default=1, kind=Kind.EXTENT)
     _rate_flags(g)
     add_budget_flags(g, what="samples")
@@ -411,6 +413,7 @@ def _tool_flags(p: argparse.ArgumentParser) -> None:
         "(--retrieval_replay_from), no network. Every answer is recorded in <run>/retrieval/",
         kind=Kind.RESULT,
     )
+    # operational, as the other paths below (what the corpus, the replayed store and the model file hold: the card)
     setting(
         g,
         "--corpus",

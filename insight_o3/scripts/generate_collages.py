@@ -137,6 +137,7 @@ def build_parser(command: str = "generate") -> argparse.ArgumentParser:
         help="worker processes (output does not depend on it)",
         kind=Kind.OPERATIONAL,
     )
+    # result: the generator's random stream is per chunk
     setting(
         ap,
         "--chunk_size",
