@@ -57,7 +57,8 @@ def few_lines(name: str, n: int, folder: Path) -> list[dict]:
 
 
 def run(hub: HubServer | None, *args: str, offline: bool = False, wait: bool = True):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    # huggingface_hub also reads TRANSFORMERS_OFFLINE as HF_HUB_OFFLINE: neither may come from the caller
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_") and k != "TRANSFORMERS_OFFLINE"}
     env["HF_HOME"] = str(Path(os.environ.get("TMPDIR", "/tmp")) / f"hf-home-{os.getpid()}")
     if hub is not None:
         env["HF_ENDPOINT"] = hub.url

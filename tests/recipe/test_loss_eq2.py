@@ -28,6 +28,7 @@ from verl.trainer.ppo.core_algos import kl_penalty  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 from recipe.vsearch.on_policy import EQ2_META_KEY, eq2_weights, on_policy_worker  # noqa: E402
+from recipe.vsearch.settings import register_resolvers  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
@@ -42,6 +43,7 @@ RANKS = [
 
 
 def _actor_config(variant: str = "paper", *extra: str):
+    register_resolvers()  # the recipe YAML's ${vsearch_protocol:...} (not registered by the modules imported above)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(
             config_name="qwen_2_5_vl_7b_async",

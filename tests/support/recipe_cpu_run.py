@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.support.openai_server import ScriptedOpenAIServer, chat, request_text
+from tests.support.tiny_qwen import offline
 
 REPO = Path(__file__).resolve().parents[2]
 VERL_DIR = REPO / "verl"
@@ -544,8 +545,8 @@ def run_all(
     fatal-aware GRPO on). ``warm_model`` / ``base_model``: see :func:`build_inputs`. Returns the summary
     (``run2`` None without ``resume`` or when run 1 failed)."""
     work.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    inputs = build_inputs(work, warm_model=warm_model, base_model=base_model)
+    with offline():
+        inputs = build_inputs(work, warm_model=warm_model, base_model=base_model)
 
     def one(name: str, total: int, extra: list[str] | tuple[str, ...]) -> RunResult:
         return run_train(

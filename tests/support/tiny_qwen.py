@@ -29,6 +29,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 CORPUS = Path(__file__).resolve().parent / "assets" / "tiny_tokenizer_corpus.txt"
@@ -228,6 +230,24 @@ def _write_processor_configs(out: Path, min_pixels: int, max_pixels: int) -> Non
     video.update(video_processor_type="Qwen2VLVideoProcessor", processor_class="Qwen2_5_VLProcessor")
     (out / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2, sort_keys=True) + "\n")
     (out / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2) + "\n")
+
+
+@contextmanager
+def offline() -> Iterator[None]:
+    """``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` set to 1 (where unset) inside the block, restored after it:
+    the tiny model is made and loaded without asking the Hub, and the process's environment is left as it was for
+    the tests that run after (huggingface_hub reads ``TRANSFORMERS_OFFLINE`` as ``HF_HUB_OFFLINE``: a value left
+    behind turned the Hub-download tests' commands offline)."""
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    for k, v in saved.items():
+        if v is None:
+            os.environ[k] = "1"
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
 
 
 def build_tiny_qwen(
