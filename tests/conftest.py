@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import parallel
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.stacks import REPO, SHARED, require, require_module, require_recipe
 
@@ -22,6 +23,20 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist, the groups of modules that must not overlap start first (tests.support.parallel)."""
+    parallel.order_groups_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` (scripts/test.sh): a module or a named group is one worker's unit of work."""
+    if config.getvalue("dist") == "loadgroup":
+        return parallel.make_scheduler(config, log)
+    return None
 
 
 @pytest.fixture(autouse=True)
@@ -81,14 +96,16 @@ def reference_text():
 
 @pytest.fixture(scope="session")
 def tiny_qwen_dir(tmp_path_factory) -> Path:
-    """A tiny random-weight Qwen2.5-VL checkpoint (tests.support.tiny_qwen), built once per session."""
+    """A tiny random-weight Qwen2.5-VL checkpoint (tests.support.tiny_qwen), built once per run (all xdist workers
+    share it; read-only to the tests, as it always was across a session's modules)."""
     require_module("torch")
     require_module("transformers")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from tests.support.tiny_qwen import build_tiny_qwen
+    from tests.support.tiny_qwen import build_tiny_qwen, offline
 
-    return build_tiny_qwen(tmp_path_factory.mktemp("tiny_qwen") / "tiny-qwen2.5-vl")
+    shared = parallel.run_dir(tmp_path_factory) / "shared-tiny_qwen"
+    shared.mkdir(exist_ok=True)
+    with offline(), parallel.exclusive(shared / ".lock"):  # xdist: the first worker builds it, the others reuse it
+        return build_tiny_qwen(shared / "tiny-qwen2.5-vl", overwrite=False)
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,10 @@ import pytest
 
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
+from tests.support import parallel
 from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_user_text
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, parallel.SERVERS]
 
 
 @pytest.fixture(scope="module")

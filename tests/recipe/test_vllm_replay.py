@@ -31,9 +31,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import parallel
 from tests.support.stacks import REPO, require_recipe
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, parallel.SERVERS]
 
 require_recipe()
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support import parallel
 from tests.support.stacks import require_module
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, parallel.SERVERS]
 
 
 @pytest.mark.timeout(3600)  # ~90 s alone on 2 cores (12 min before answer-only replies); waits bounded inside
