@@ -27,14 +27,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under xdist, the groups of modules that must not overlap start first (tests.support.parallel)."""
+    """On xdist workers, the groups of modules that must not overlap start first (tests.support.parallel)."""
     parallel.order_groups_first(items)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadgroup`` (scripts/test.sh): a module or a named group is one worker's unit of work."""
-    if config.getvalue("dist") == "loadgroup":
+    """``--dist loadfile`` (scripts/test.sh): a module, or a group of modules that must not overlap, is one worker's
+    unit of work (tests.support.parallel)."""
+    if config.getvalue("dist") == "loadfile":
         return parallel.make_scheduler(config, log)
     return None
 

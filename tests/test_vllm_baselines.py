@@ -14,10 +14,9 @@ import pytest
 
 from insight_o3.scripts import evaluate
 from tests.support import eval_bench as eb
-from tests.support import parallel
 from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_user_text
 
-pytestmark = [pytest.mark.slow, parallel.SERVERS]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

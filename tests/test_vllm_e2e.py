@@ -26,12 +26,11 @@ from PIL import Image
 from insight_o3.imaging.geometry import smart_resize
 from insight_o3.protocol.prompts import VREASONER_INFER_SYSTEM_PROMPT
 from tests.support import eval_bench as eb
-from tests.support import parallel
 from tests.support.openai_server import Call, ScriptedOpenAIServer, chat, last_user_text
 from tests.support.stacks import REPO
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.slow, parallel.SERVERS]
+pytestmark = pytest.mark.slow
 
 BUDGET = 256 * 28 * 28  # 200704 px: at most 256 image tokens per view
 SMALL_BUDGET = 64 * 28 * 28

@@ -16,11 +16,10 @@ import sys
 
 import pytest
 
-from tests.support import parallel
 from tests.support.stacks import REPO
 from tests.support.vllm_server import free_port
 
-pytestmark = [pytest.mark.slow, parallel.SERVERS]
+pytestmark = pytest.mark.slow
 LAUNCHER = REPO / "scripts" / "vllm_serve_bg.sh"
 
 

@@ -24,11 +24,10 @@ import subprocess
 
 import pytest
 
-from tests.support import parallel
 from tests.support.stacks import REPO
 from tests.support.vllm_server import free_port
 
-pytestmark = [pytest.mark.slow, parallel.SERVERS]
+pytestmark = pytest.mark.slow
 LAUNCHER = REPO / "scripts" / "vllm_serve_bg.sh"
 PENALTY = 1.5
 PROMPT = "List the box corners: 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3"

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import parallel
 from tests.support.stacks import REPO, require_module, require_recipe
 
 require_recipe()
@@ -47,7 +46,7 @@ require_module("ray")
 from recipe.vsearch.rollout_checks import digest, read_records, step_metrics, verify  # noqa: E402
 from tests.support.recipe_cpu_run import SECRET, build_inputs, run_all  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.timeout(2400), parallel.DRIVER]
+pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.timeout(2400)]
 
 
 #: fatal-aware GRPO on every step of the ``paper`` run (K = 1: the tiny policy's isolated tool errors then stop

@@ -14,7 +14,6 @@ import os
 
 import pytest
 
-from tests.support import parallel
 from tests.support.stacks import REPO, require_module, require_recipe
 
 require_recipe()
@@ -25,9 +24,6 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from recipe.vsearch.main import FORWARDED_ENV, SECRET_ENV, forwarded_env, ray_init_kwargs  # noqa: E402
 from recipe.vsearch.node_checks import SDPA_OVERRIDES  # noqa: E402
-
-#: a local Ray cluster of its own: one Ray start at a time, beside the driver test's (the same group)
-pytestmark = parallel.DRIVER
 
 CONFIG_DIR = REPO / "verl" / "recipe" / "vsearch" / "config"
 KEY, JUDGE_KEY = "sk-runtime-env-secret-1234", "sk-judge-secret-5678"

@@ -31,10 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import parallel
 from tests.support.stacks import REPO, require_recipe
 
-pytestmark = [pytest.mark.slow, parallel.SERVERS]
+pytestmark = pytest.mark.slow
 
 require_recipe()
 

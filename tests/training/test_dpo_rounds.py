@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import parallel
 from tests.support.stacks import require_module
 
-pytestmark = [pytest.mark.slow, parallel.SERVERS]
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(3600)  # ~90 s alone on 2 cores (12 min before answer-only replies); waits bounded inside

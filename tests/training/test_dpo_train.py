@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import parallel
 from tests.support.dpo_train_run import STEPS, problems, run
 from tests.support.stacks import require_module
 
-pytestmark = [pytest.mark.slow, parallel.SERVERS]
+pytestmark = pytest.mark.slow
 
 
 def test_dpo_learns_on_a_fixed_batch_and_a_killed_run_resumes(tmp_path):

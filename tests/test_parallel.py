@@ -1,0 +1,89 @@
+"""``bash scripts/test.sh`` on xdist workers (tests.support.parallel): a module runs whole on one worker, a group's
+modules on one worker and first, and ``INSIGHT_O3_TEST_WORKERS=0`` runs serially in one process. Checked on a small
+generated suite, laid out at the groups' module paths, that records where and in which order each test ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import parallel
+from tests.support.stacks import REPO
+
+pytest.importorskip("xdist")
+
+CONFTEST = "from tests.conftest import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: F401\n"
+
+MODULE = """import json, os, time
+import pytest
+
+@pytest.mark.parametrize("i", range(3))
+def test_it(i):
+    time.sleep(0.05)
+    with open(os.environ["RECORD"], "a") as f:
+        f.write(json.dumps({{"module": {module!r}, "i": i, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                            "pid": os.getpid(), "t": time.monotonic()}}) + "\\n")
+"""
+
+#: two modules of each group, and three of none (collected before the groups' modules: "a*" < "recipe", "test_v")
+PLAIN = ["tests/a1/test_one.py", "tests/a2/test_two.py", "tests/a3/test_three.py"]
+GROUPED = [m for modules in parallel.GROUPS.values() for m in modules[:2]]
+
+
+def _run(tmp_path: Path, **env: str) -> list[dict]:
+    root = tmp_path / "suite"
+    for module in PLAIN + GROUPED:
+        path = root / module
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(MODULE.format(module=module))
+    (root / "conftest.py").write_text(CONFTEST)
+    record = tmp_path / "record.jsonl"
+    r = subprocess.run(
+        ["bash", str(REPO / "scripts" / "test.sh"), "-p", "no:cacheprovider", "--rootdir", str(root), str(root)],
+        # not this run's PYTEST_ADDOPTS (a junit file) nor, on a worker, its PYTEST_XDIST_WORKER
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            "PYTHONPATH": str(REPO),
+            "RECORD": str(record),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(runs) == 3 * len(PLAIN + GROUPED)
+    return runs
+
+
+def test_every_grouped_module_exists():
+    assert [m for m in parallel.GROUP_OF if not (REPO / m).is_file()] == []
+
+
+def test_modules_and_groups_stay_on_one_worker_and_groups_start_first(tmp_path):
+    runs = _run(tmp_path, INSIGHT_O3_TEST_WORKERS="3")
+    workers: dict[str, set] = {}
+    for r in runs:
+        workers.setdefault(r["module"], set()).add(r["worker"])
+    assert all(len(w) == 1 for w in workers.values()), workers  # a module on one worker
+    assert len({r["worker"] for r in runs}) == 3  # and the suite on all three
+    for group, modules in parallel.GROUPS.items():
+        a, b = modules[:2]
+        assert workers[a] == workers[b], group  # a group on one worker
+        (worker,) = workers[a]
+        mine = [r["module"] for r in sorted(runs, key=lambda r: r["t"]) if r["worker"] == worker]
+        assert mine[:6] == [a] * 3 + [b] * 3, mine  # first on its worker, its modules in the table's order
+    for module in PLAIN:
+        order = [r["i"] for r in sorted(runs, key=lambda r: r["t"]) if r["module"] == module]
+        assert order == [0, 1, 2]  # a module's tests in their order
+
+
+def test_workers_zero_runs_serially_in_one_process(tmp_path):
+    runs = _run(tmp_path, INSIGHT_O3_TEST_WORKERS="0")
+    assert {r["worker"] for r in runs} == {None} and len({r["pid"] for r in runs}) == 1
+    assert [r["module"] for r in runs][:9] == [m for m in PLAIN for _ in range(3)]  # as collected: no group first
