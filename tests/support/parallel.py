@@ -8,9 +8,9 @@ so the run does not wait for the heavy chain at its end; the other modules follo
 worker is free.
 
 The groups are a table of module paths, not ``xdist_group`` marks: xdist's ``loadgroup`` sends a mark to its
-scheduler by rewriting the test's node id, which pytest 9.2 no longer allows (pytest-xdist issue #1386: the marks
-are silently ignored). Without xdist (``INSIGHT_O3_TEST_WORKERS=0``, ``-n 0``, a venv without it) nothing here
-changes the run.
+scheduler by rewriting the test's node id, which pytest 9.2 no longer allows, so the marks are silently ignored
+(https://github.com/pytest-dev/pytest-xdist/issues/1386). Without xdist (``INSIGHT_O3_TEST_WORKERS=0``, ``-n 0``,
+a venv without it) nothing here changes the run.
 """
 
 from __future__ import annotations
