@@ -22,7 +22,8 @@ log "building the wheel of $ROOT"
 "$PYTHON" -m venv "$WORK/venv"
 PY="$WORK/venv/bin/python"
 "$PY" -m pip install -q "setuptools>=68" wheel
-"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$ROOT"
+. "$ROOT/scripts/in_tree_build.sh"   # .ci/run builds the wheel while setup.sh makes editable installs of $ROOT
+in_tree_build "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$ROOT"
 WHEEL="$(ls "$WORK"/dist/insight_o3-*.whl)"
 log "installing $(basename "$WHEEL") into a fresh venv"
 "$PY" -m pip install -q -c "$ROOT/constraints/light.txt" "$WHEEL"

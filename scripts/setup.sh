@@ -62,8 +62,7 @@ fi
 LOG_DIR="$ROOT/.venvs/setup-logs"
 mkdir -p "$LOG_DIR"
 command -v flock >/dev/null || { echo "setup.sh: the full install needs flock (util-linux)" >&2; exit 1; }
-# pip builds an editable install of $ROOT inside the tree ($ROOT/insight_o3.egg-info): one build at a time
-in_tree_build() { flock "$LOG_DIR/.in-tree-build.lock" "$@"; }
+. "$ROOT/scripts/in_tree_build.sh"   # in_tree_build: the editable installs of $ROOT take turns
 JOB_NAMES=(); JOB_PIDS=()
 start_job() {  # start_job NAME FUNCTION: FUNCTION in the background, its output in $LOG_DIR/NAME.log
   log "$1: started in the background (log: $LOG_DIR/$1.log)"

@@ -296,6 +296,7 @@ def test_setup_names_each_failed_job_and_fails(tmp_path):
     (its logs go to the copy's .venvs/setup-logs) with venv paths that cannot be created: each job fails at once."""
     for rel in (
         "scripts/setup.sh",
+        "scripts/in_tree_build.sh",
         "constraints/train-cpu.txt",
         "scripts/train_cpu/vllm_alias/pyproject.toml",
         "verl/recipe/vsearch/harmony_hook.py",
