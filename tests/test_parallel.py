@@ -9,12 +9,10 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.support import parallel
-from tests.support.stacks import REPO
+from tests.support.stacks import REPO, require_module
 
-pytest.importorskip("xdist")
+require_module("xdist")  # skips on an install without it, fails under INSIGHT_O3_REQUIRE_FULL
 
 CONFTEST = "from tests.conftest import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: F401\n"
 
