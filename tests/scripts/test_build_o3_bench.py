@@ -196,13 +196,18 @@ def start(argv: list[str]) -> subprocess.Popen:
     )
 
 
-def kill_when(argv: list[str], done: Path, n: int, env_extra: dict | None = None) -> None:
-    """Run ``build_o3_bench`` in a subprocess and SIGKILL it once ``done`` holds ``n`` records."""
+def kill_when(argv: list[str], done: Path, n: int, held=None, in_flight: int = 1) -> None:
+    """Run ``build_o3_bench`` in a subprocess and SIGKILL it once ``done`` holds ``n`` records and, with ``held``
+    (the step's ``block_after`` server), once its next ``in_flight`` requests are held there: a request still on
+    its way at the kill would reach the server after :func:`settle` counted, and look like one the resumed run
+    asked again."""
     proc = start(argv)
     try:
         wait_until(lambda: len(records(done)) >= n or proc.poll() is not None, 60, f"{n} records in {done}")
         assert proc.poll() is None, "the step ended before it could be killed"
         assert len(records(done)) >= n
+        if held is not None:
+            held.wait_blocked(in_flight)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -221,7 +226,7 @@ def test_extract_killed_then_resumed_asks_only_what_is_left(tmp_path, demo, orac
     ws = sources_ws(tmp_path, demo)
     srv = openai_server(oracle.script(), block_after=5)
     log = ws / "extract" / "records.jsonl"
-    kill_when(step_argv("extract", ws, srv.base_url, "--concurrency", "1"), log, 5)
+    kill_when(step_argv("extract", ws, srv.base_url, "--concurrency", "1"), log, 5, held=srv)
     done = set(records(log)) - {"torn"}
     assert 5 <= len(done) < 20
     srv.release()
@@ -299,7 +304,7 @@ def test_synthesize_killed_then_resumed(tmp_path, demo, oracle, openai_server):
     assert run(*step_argv("extract", ws, srv.base_url)) == 0
     blocked = openai_server(oracle.script(), block_after=2)
     log = ws / "synthesize" / "records.jsonl"
-    kill_when(step_argv("synthesize", ws, blocked.base_url, "--concurrency", "1"), log, 2)
+    kill_when(step_argv("synthesize", ws, blocked.base_url, "--concurrency", "1"), log, 2, held=blocked)
     done = set(records(log)) - {"torn"}
     blocked.release()
     seen = settle(oracle, "e2_seen", blocked)
@@ -319,7 +324,7 @@ def test_filter_killed_then_resumed(tmp_path, demo, oracle, openai_server):
     solvers = openai_server(oracle.script(), block_after=6)  # two items' worth of solver requests, one at a time
     log = ws / "filter" / "records.jsonl"
     argv = step_argv("filter", ws, solvers.base_url, "--concurrency", "1", "--judge_api_base_url", srv.base_url)
-    kill_when(argv, log, 2)
+    kill_when(argv, log, 2, held=solvers, in_flight=len(SOLVERS))  # the next item's solvers are asked at once
     done = set(records(log)) - {"torn"}
     solvers.release()
     seen = settle(oracle, "solver_seen", solvers)
