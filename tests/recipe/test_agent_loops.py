@@ -428,7 +428,9 @@ def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
     """Other episodes of the worker keep running while one episode's images are processed: a heartbeat on
     the same event loop never waits for a (blocking) processor call."""
     tok, proc = policy
-    delay = 1.0  # a blocked loop misses a whole delay; half of one leaves room for a loaded machine's scheduling
+    # a blocked loop misses a whole delay (a gap >= delay fails however loaded the machine); half of one is the room
+    # left for scheduling: the suite's xdist workers saturate both cores, and CI saw an unblocked loop's 0.59 s gap
+    delay = 2.0
     server = ScriptedServerManager(tok, searcher_script)
     row = {
         "raw_prompt": [
