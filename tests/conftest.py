@@ -25,9 +25,21 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--timing-phase",
+        choices=parallel.TIMING_PHASES,
+        default="inline",
+        help="where the tests marked `timing` run: inline (default), skip (deselect them), only (run them alone); "
+        "scripts/test.sh runs the workers with skip, then only, serially (tests.support.parallel)",
+    )
+
+
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On xdist workers, the groups of modules that must not overlap start first (tests.support.parallel)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The timing tests here or not (``--timing-phase``); on xdist workers, the groups of modules that must not
+    overlap start first (tests.support.parallel)."""
+    parallel.select_timing_phase(config, items)
     parallel.order_groups_first(items)
 
 

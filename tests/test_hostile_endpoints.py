@@ -153,6 +153,7 @@ def test_the_guard_counts_each_endpoint_alone():
 
 
 # ----------------------------------------------------------------------------------- item 4: deadline
+@pytest.mark.timing
 def test_client_timeout_is_a_total_deadline_per_attempt_with_the_sdk_retries(openai_server):
     def trickle(req: dict, call: Call) -> Reply:
         r = chat("a reply long enough to take a while, one byte at a time")

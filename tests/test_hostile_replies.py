@@ -374,6 +374,7 @@ def trickling():
     srv.close()
 
 
+@pytest.mark.timing
 def test_the_endpoint_check_has_a_total_deadline(trickling):
     outcome: list = []
 
@@ -393,6 +394,7 @@ def test_the_endpoint_check_has_a_total_deadline(trickling):
     assert outcome and "unreachable (no answer in time)" in outcome[0], outcome
 
 
+@pytest.mark.timing
 def test_sigterm_ends_a_command_stuck_in_the_endpoint_check(bench, tmp_path, trickling, openai_server):
     judge = openai_server(eb.judge_script())
     argv = _argv(bench, tmp_path / "out", trickling.base_url, judge.base_url)

@@ -1,6 +1,7 @@
 """``bash scripts/test.sh`` on xdist workers (tests.support.parallel): a module runs whole on one worker, a group's
-modules on one worker and first, and ``INSIGHT_O3_TEST_WORKERS=0`` runs serially in one process. Checked on a small
-generated suite, laid out at the groups' module paths, that records where and in which order each test ran."""
+modules on one worker and first, the tests marked ``timing`` after the workers, alone, and
+``INSIGHT_O3_TEST_WORKERS=0`` runs serially in one process. Checked on a small generated suite, laid out at the
+groups' module paths, that records where and in which order each test ran."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from tests.support.stacks import REPO, require_module
 
 require_module("xdist")  # skips on an install without it, fails under INSIGHT_O3_REQUIRE_FULL
 
-CONFTEST = "from tests.conftest import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: F401\n"
+CONFTEST = (
+    "from tests.conftest import pytest_addoption, pytest_collection_modifyitems, pytest_xdist_make_scheduler"
+    "  # noqa: F401\n"
+)
+INI = "[pytest]\nmarkers =\n    timing: a wall-clock bound\n"
 
 MODULE = """import json, os, time
 import pytest
 
 @pytest.mark.parametrize("i", range(3))
-def test_it(i):
+{mark}def test_it(i):
     time.sleep(0.05)
     with open(os.environ["RECORD"], "a") as f:
         f.write(json.dumps({{"module": {module!r}, "i": i, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
@@ -30,18 +35,21 @@ def test_it(i):
 #: two modules of each group, and three of none (collected before the groups' modules: "a*" < "recipe", "test_v")
 PLAIN = ["tests/a1/test_one.py", "tests/a2/test_two.py", "tests/a3/test_three.py"]
 GROUPED = [m for modules in parallel.GROUPS.values() for m in modules[:2]]
+#: a module of ``timing`` tests, collected first
+TIMING = "tests/a0/test_timed.py"
 
 
-def _run(tmp_path: Path, **env: str) -> list[dict]:
+def _run(tmp_path: Path, *args: str, **env: str) -> list[dict]:
     root = tmp_path / "suite"
-    for module in PLAIN + GROUPED:
+    for module in PLAIN + GROUPED + [TIMING]:
         path = root / module
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(MODULE.format(module=module))
+        path.write_text(MODULE.format(module=module, mark="@pytest.mark.timing\n" if module == TIMING else ""))
     (root / "conftest.py").write_text(CONFTEST)
+    (root / "pytest.ini").write_text(INI)
     record = tmp_path / "record.jsonl"
     r = subprocess.run(
-        ["bash", str(REPO / "scripts" / "test.sh"), "-p", "no:cacheprovider", "--rootdir", str(root), str(root)],
+        ["bash", str(REPO / "scripts" / "test.sh"), "-p", "no:cacheprovider", "--rootdir", str(root), *args, str(root)],
         # not this run's PYTEST_ADDOPTS (a junit file) nor, on a worker, its PYTEST_XDIST_WORKER
         env={
             **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
@@ -55,7 +63,7 @@ def _run(tmp_path: Path, **env: str) -> list[dict]:
     )
     assert r.returncode == 0, r.stdout + r.stderr
     runs = [json.loads(line) for line in record.read_text().splitlines()]
-    assert len(runs) == 3 * len(PLAIN + GROUPED)
+    assert len(runs) == 3 * len(PLAIN + GROUPED + [TIMING])
     return runs
 
 
@@ -64,7 +72,16 @@ def test_every_grouped_module_exists():
 
 
 def test_modules_and_groups_stay_on_one_worker_and_groups_start_first(tmp_path):
-    runs = _run(tmp_path, INSIGHT_O3_TEST_WORKERS="3")
+    runs = _run(tmp_path, f"--junitxml={tmp_path / 'junit.xml'}", INSIGHT_O3_TEST_WORKERS="3")
+    # the timing tests: after every other test, in one process of their own (no worker), in their order; their
+    # cases in the sibling report
+    timed = [r for r in runs if r["module"] == TIMING]
+    runs = [r for r in runs if r["module"] != TIMING]
+    assert {r["worker"] for r in timed} == {None} and len({r["pid"] for r in timed}) == 1
+    assert [r["i"] for r in sorted(timed, key=lambda r: r["t"])] == [0, 1, 2]
+    assert min(r["t"] for r in timed) > max(r["t"] for r in runs)
+    assert (tmp_path / "junit.xml").read_text().count("<testcase ") == len(runs)
+    assert (tmp_path / "junit.timing.xml").read_text().count("<testcase ") == 3
     workers: dict[str, set] = {}
     for r in runs:
         workers.setdefault(r["module"], set()).add(r["worker"])
@@ -84,4 +101,5 @@ def test_modules_and_groups_stay_on_one_worker_and_groups_start_first(tmp_path):
 def test_workers_zero_runs_serially_in_one_process(tmp_path):
     runs = _run(tmp_path, INSIGHT_O3_TEST_WORKERS="0")
     assert {r["worker"] for r in runs} == {None} and len({r["pid"] for r in runs}) == 1
-    assert [r["module"] for r in runs][:9] == [m for m in PLAIN for _ in range(3)]  # as collected: no group first
+    # as collected: no group first, and the timing tests where they are
+    assert [r["module"] for r in runs][:12] == [m for m in [TIMING, *PLAIN] for _ in range(3)]

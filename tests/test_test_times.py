@@ -44,3 +44,19 @@ def test_unreadable_report_is_exit_2(tmp_path, monkeypatch, capsys):
     bad.write_text("<testsuites")
     assert _run([str(bad)], monkeypatch) == 2
     assert f"cannot read {bad}" in capsys.readouterr().err
+
+
+def test_reports_add_up(tmp_path, monkeypatch, capsys):
+    """scripts/test.sh writes the timing tests (run after the workers) to a second report: both count."""
+    xml, timing = tmp_path / "junit.xml", tmp_path / "junit.timing.xml"
+    xml.write_text(XML)
+    timing.write_text(
+        '<testsuites><testsuite name="pytest" tests="1" time="2.5">'
+        '<testcase classname="tests.test_fast" name="test_t" time="2.0"/></testsuite></testsuites>'
+    )
+    assert _run([str(xml), str(timing)], monkeypatch) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split()[0] == "tests/test_fast.py" and lines[2].split()[1:] == ["2.75", "28.2%", "3", "1", "0"]
+    assert lines[-2].split()[-1] == "9.75" and lines[-1].split()[-1] == "12.00"
+    assert _run([str(xml), str(tmp_path / "missing.xml")], monkeypatch) == 2
+    assert f"cannot read {tmp_path / 'missing.xml'}" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from insight_o3.endpoints.rate_limit import AdaptiveLimiter
@@ -94,6 +95,7 @@ def _ideal(tmp_path, openai_server, rate: float) -> float:
     return max(N / rate, free.wall)
 
 
+@pytest.mark.timing
 def test_rpm_keeps_under_a_request_rate_limit(tmp_path, openai_server):
     rate = 20.0  # requests per second the server allows (1200 rpm)
     limited = RateLimitedScript(answer_script, rate=rate, window=1.0)
@@ -105,6 +107,7 @@ def test_rpm_keeps_under_a_request_rate_limit(tmp_path, openai_server):
     assert limited.throttled <= 3  # spaced sends: (almost) no 429 at all
 
 
+@pytest.mark.timing
 def test_retry_after_without_rpm_loses_nothing(tmp_path, openai_server):
     rate = 20.0
     limited = RateLimitedScript(answer_script, rate=rate, window=1.0)
@@ -116,6 +119,7 @@ def test_retry_after_without_rpm_loses_nothing(tmp_path, openai_server):
     assert limited.wall <= 1.5 * ideal, (limited.wall, ideal)
 
 
+@pytest.mark.timing
 def test_judge_rpm_keeps_the_judge_under_its_limit(tmp_path, openai_server):
     """Every answer needs the judge (the model names the option's text, the judge extracts the letter)."""
     rate = 20.0
@@ -162,6 +166,7 @@ def _storm_server(openai_server):
     return limited, openai_server(limited)
 
 
+@pytest.mark.timing
 def test_adaptive_concurrency_halves_on_429_storm(tmp_path, openai_server):
     """A server that serves 4 requests at a time; the client starts at 32. The ideal is a client that
     knows the limit (a fixed concurrency of 4, never a 429), measured here on the same machine (its

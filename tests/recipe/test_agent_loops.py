@@ -424,6 +424,7 @@ class SlowProcessor:
         return self._inner(*args, **kwargs)
 
 
+@pytest.mark.timing
 def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
     """Other episodes of the worker keep running while one episode's images are processed: a heartbeat on
     the same event loop never waits for a (blocking) processor call."""
@@ -473,6 +474,7 @@ def test_processor_runs_off_the_agent_loop_event_loop(policy, image_path):
     assert max(gaps) < delay / 2, f"the event loop was blocked for {max(gaps):.2f} s"
 
 
+@pytest.mark.timing
 def test_worker_computes_multimodal_inputs_off_the_event_loop(policy, image_path):
     """The worker's post-processing runs the image processor in a thread, and its multimodal inputs are
     exactly verl's (same pixel values and grids as verl's own ``_compute_multi_modal_inputs``)."""

@@ -7,6 +7,9 @@ runs a group's modules one after another. The groups start first, the longest fi
 so the run does not wait for the heavy chain at its end; the other modules follow in collection order on whichever
 worker is free.
 
+A test marked ``timing`` asserts a wall-clock bound that holds on a quiet machine only; ``scripts/test.sh`` holds
+these out of the workers (``--timing-phase=skip``) and runs them after, alone and serially (``--timing-phase=only``).
+
 The groups are a table of module paths, not ``xdist_group`` marks: xdist's ``loadgroup`` sends a mark to its
 scheduler by rewriting the test's node id, which pytest 9.2 no longer allows, so the marks are silently ignored
 (https://github.com/pytest-dev/pytest-xdist/issues/1386). Without xdist (``INSIGHT_O3_TEST_WORKERS=0``, ``-n 0``,
@@ -90,3 +93,23 @@ def exclusive(lock_file: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+#: ``--timing-phase``: where the tests marked ``timing`` run (``scripts/test.sh`` runs them after the workers, alone)
+TIMING_PHASES = ("inline", "skip", "only")
+
+
+def select_timing_phase(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the ``timing`` tests (a wall-clock bound that 2 cores shared with other workers' servers, Ray and vLLM
+    break: CI saw a rate-limited run take 1.8x its ideal beside the CPU driver) or everything else, as
+    ``--timing-phase`` says: ``inline`` (the default) runs every test where it is collected, ``skip`` deselects the
+    timing tests (the parallel part of ``scripts/test.sh``), ``only`` keeps them alone (its serial part after)."""
+    phase = config.getoption("timing_phase")
+    if phase == "inline":
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if (item.get_closest_marker("timing") is not None) == (phase == "only") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
