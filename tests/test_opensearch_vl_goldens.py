@@ -19,11 +19,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from openai import AsyncOpenAI
 from PIL import Image
 
 from insight_o3.agents import opensearch_vl as osv
 from insight_o3.agents.tool_loop import ToolLoopSolver
+from insight_o3.endpoints.client import make_client
 from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.evaluation import opensearch_vl_judge as judge
 from insight_o3.imaging.images import ImageStore
@@ -196,7 +196,7 @@ def test_episode_requests_match_the_release(n, tmp_path):
     with ScriptedOpenAIServer(lambda req, call: chat(replies.pop(0))) as srv:
 
         async def run():
-            client = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+            client = make_client(Endpoint(base_url=srv.base_url, api_key="k", max_retries=0))
             images = ImageStore(fmt="PNG", workers=1)
             try:
                 solver = ToolLoopSolver(client, "m", images, osv.OpenSearchVLSession, osv.DEFAULTS,

@@ -14,12 +14,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from openai import AsyncOpenAI
 from PIL import Image
 
 from insight_o3.agents import deepeyes, mini_o3, pixel_reasoner
 from insight_o3.agents.tool_agents import Finish
 from insight_o3.agents.tool_loop import ToolLoopSolver
+from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.imaging.images import ImageRef, ImageStore, Resize
 from insight_o3.imaging.view_ops import ResizeTo
 from insight_o3.protocol.attempt_stats import ToolLoopStats
@@ -86,7 +87,7 @@ def test_deepeyes_requests_match_the_release(n, image_file, store):
     with ScriptedOpenAIServer(lambda req, call: chat(replies.pop(0))) as srv:
 
         async def run():
-            client = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+            client = make_client(Endpoint(base_url=srv.base_url, api_key="k", max_retries=0))
             try:
                 solver = ToolLoopSolver(client, "deepeyes", store, deepeyes.DeepEyesSession, deepeyes.DEFAULTS)
                 options = "\n".join(f"{'ABCDEF'[i]}. {o}" for i, o in enumerate(case["options"]))
@@ -114,7 +115,7 @@ def _run_deepeyes(case: dict, path: Path, images: ImageStore, options: str | Non
     with ScriptedOpenAIServer(lambda req, call: chat(replies.pop(0))) as srv:
 
         async def run():
-            client = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+            client = make_client(Endpoint(base_url=srv.base_url, api_key="k", max_retries=0))
             try:
                 solver = ToolLoopSolver(client, "deepeyes", images, deepeyes.DeepEyesSession, deepeyes.DEFAULTS)
                 sample = SimpleNamespace(question=case["question"], options=options, image_path=str(path))
@@ -249,7 +250,7 @@ def test_pixel_reasoner_requests_match_the_release(n, image_file, store):
     with ScriptedOpenAIServer(reply) as srv:
 
         async def run():
-            client = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+            client = make_client(Endpoint(base_url=srv.base_url, api_key="k", max_retries=0))
             try:
                 solver = ToolLoopSolver(
                     client, "pr", store, pixel_reasoner.PixelReasonerSession, pixel_reasoner.DEFAULTS

@@ -15,11 +15,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from openai import AsyncOpenAI
 from PIL import Image
 
 from insight_o3.agents import insight_v as iv
 from insight_o3.agents.insight_v_solver import InsightVSolver
+from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol.attempt_stats import InsightVStats
 from insight_o3.protocol.statuses import InsightVAgent
@@ -80,7 +81,7 @@ def test_requests_match_the_release(n, tmp_path):
     with ScriptedOpenAIServer(script) as srv:
 
         async def run():
-            client = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+            client = make_client(Endpoint(base_url=srv.base_url, api_key="k", max_retries=0))
             images = ImageStore(fmt="PNG", workers=1)
             try:
                 solver = InsightVSolver(client, "reason", client, "summ", images)

@@ -13,11 +13,12 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai import AsyncOpenAI
 from PIL import Image
 
 from insight_o3.agents import deepeyes, mini_o3, pixel_reasoner
 from insight_o3.agents.tool_loop import ToolLoopSolver
+from insight_o3.endpoints.client import make_client
+from insight_o3.endpoints.endpoint import Endpoint
 from insight_o3.imaging.images import ImageStore
 from insight_o3.protocol.attempt_stats import ToolLoopStats
 from insight_o3.protocol.statuses import EpisodeStatus
@@ -49,7 +50,7 @@ def _solve(agent: str, image, replies: list[tuple[str, str]]):
     with ScriptedOpenAIServer(script) as srv:
 
         async def run():
-            client = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+            client = make_client(Endpoint(base_url=srv.base_url, api_key="k", max_retries=0))
             store = ImageStore(fmt="PNG", workers=1)
             try:
                 solver = ToolLoopSolver(client, "m", store, session, defaults)
