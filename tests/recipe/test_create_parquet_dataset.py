@@ -190,6 +190,70 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
     assert [(s, int(i)) for s, i in zip(nxt["data_source"], nxt["index"])] == reference[3]
 
 
+def test_each_variants_stream_resumes_exactly_and_a_resume_under_another_continues_the_saved_one(data):
+    """Each ``vsearch.variant``'s data stream (``Protocol.sampler_stream`` / ``sampler_seed`` through the recipe YAML)
+    resumes exactly through verl's sampler and ``StatefulDataLoader``; the saved position is refused by the other
+    variant's sampler (another seed), and a run under the other variant that keeps the saved stream
+    (``data.batch_sampler.stream`` / ``.seed``: ``recipe_cpu_run.run_all``'s resume under another variant, the CPU
+    driver test's run 2) continues it exactly."""
+    from hydra import compose, initialize_config_dir
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from verl.trainer.main_ppo import create_rl_dataset, create_rl_sampler
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    from recipe.vsearch.protocols import PROTOCOLS
+
+    tmp_path, img_dir, region, collage = data
+    a, b = _pack(tmp_path, img_dir, region, collage)
+
+    def loader(variant: str, *extra: str) -> StatefulDataLoader:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+            cfg = compose(
+                config_name="qwen_2_5_vl_7b_async",
+                overrides=[
+                    f"data.train_files=[{a},{b}]",
+                    "data.train_batch_size=4",
+                    f"+data.cache_dir={tmp_path / 'cache'}",
+                    "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
+                    "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
+                    f"vsearch.variant={variant}",
+                    *extra,
+                ],
+            )
+        ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
+        s = create_rl_sampler(cfg.data, ds)
+        if not extra:
+            assert (s.stream, s.seed) == (PROTOCOLS[variant].sampler_stream, PROTOCOLS[variant].sampler_seed)
+        return StatefulDataLoader(ds, batch_size=4, sampler=s, collate_fn=collate_fn, drop_last=True, num_workers=0)
+
+    def rows(batch) -> list[tuple[str, int]]:
+        return [(s, int(i)) for s, i in zip(batch["data_source"], batch["index"])]
+
+    reference, states = {}, {}
+    for variant in PROTOCOLS:
+        reference[variant] = [rows(b) for _ in range(2) for b in loader(variant)]  # two epochs of 2 batches
+        dl = loader(variant)
+        it = iter(dl)
+        next(it)
+        states[variant] = dl.state_dict()
+        resumed = loader(variant)
+        resumed.load_state_dict(states[variant])
+        assert [rows(b) for b in resumed] == reference[variant][1:2]
+    assert reference["original"] != reference["paper"]
+    resumed = loader("paper")
+    resumed.load_state_dict(states["original"])
+    with pytest.raises(ValueError, match="saved with seed=1 .* this run has seed=42"):
+        next(iter(resumed))
+    original = PROTOCOLS["original"]
+    resumed = loader(
+        "paper",
+        f"data.batch_sampler.stream={original.sampler_stream}",
+        f"data.batch_sampler.seed={original.sampler_seed}",
+    )
+    resumed.load_state_dict(states["original"])
+    assert [rows(b) for b in resumed] == reference["original"][1:2]
+
+
 def test_sampler_errors(data):
     from recipe.vsearch.sampler import WeightedSourceSampler, split_batch
 

@@ -9,7 +9,8 @@ Two runs of ``train.sh`` on the same checkpoint directory:
 2. ``trainer.resume_mode=auto`` resumes from ``global_step_2``, trains step 3, validates, saves
    ``global_step_3``.
 
-(:func:`run_all`; with ``resume=False`` run 1 alone, of ``steps`` steps: the driver test's ``paper`` run.)
+(:func:`run_all`; ``--resume_variant`` / ``resume_variant``: run 2 under another ``vsearch.variant``, continuing the
+checkpoint's data stream: the driver test's ``original`` -> ``paper`` runs.)
 
 The policy is the tiny model briefly fine-tuned on protocol turns (:func:`warm_start_policy`), so that
 rewards and gradients are not all zero. The rollout observers (:mod:`recipe.vsearch.rollout_checks`, opted in
@@ -39,9 +40,13 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.support.openai_server import ScriptedOpenAIServer, chat, request_text
 from tests.support.tiny_qwen import offline
+
+if TYPE_CHECKING:
+    from recipe.vsearch.protocols import Protocol
 
 REPO = Path(__file__).resolve().parents[2]
 VERL_DIR = REPO / "verl"
@@ -530,25 +535,30 @@ def run_all(
     python: str | None = None,
     device: str = "cpu",
     variant: str = "original",
+    resume_variant: str | None = None,
     ranks: int = 1,
     attn: str = "flash_attention_2",
     run1_overrides: list[str] | tuple[str, ...] = (),
     run2_overrides: list[str] | tuple[str, ...] = (),
-    steps: int = 2,
-    resume: bool = True,
     warm_model: Path | None = None,
     base_model: Path | None = None,
 ) -> dict:
-    """Run 1 (``steps`` training steps, then validation and checkpoint ``global_step_<steps>``) and, with ``resume``,
-    run 2 (resumes from it -> step ``steps + 1``, validation, checkpoint), both under ``vsearch.variant=variant``;
-    ``run1_overrides`` / ``run2_overrides`` are added to one run only (the driver test's ``paper`` run is one run with
-    fatal-aware GRPO on). ``warm_model`` / ``base_model``: see :func:`build_inputs`. Returns the summary
-    (``run2`` None without ``resume`` or when run 1 failed)."""
+    """Run 1 (2 training steps under ``vsearch.variant=variant``, then validation and checkpoint ``global_step_2``)
+    and run 2 (resumes from it -> step 3, validation, checkpoint ``global_step_3``) under ``resume_variant`` (default:
+    ``variant``); ``run1_overrides`` / ``run2_overrides`` are added to one run only (the driver test's resumed ``paper``
+    run has fatal-aware GRPO on). Run 2 under another variant continues the checkpoint's data stream: the sampler
+    refuses a saved state of another seed (``recipe.vsearch.sampler``), and each variant has its own stream and seed
+    (``Protocol.sampler_stream`` / ``sampler_seed``), so run 2 keeps run 1's. ``warm_model`` / ``base_model``: see
+    :func:`build_inputs`. Returns the summary (``run2`` None when run 1 failed)."""
+    from recipe.vsearch.protocols import PROTOCOLS
+
+    resume_variant = resume_variant or variant
+    stream = [] if resume_variant == variant else _sampler_of(PROTOCOLS[variant])
     work.mkdir(parents=True, exist_ok=True)
     with offline():
         inputs = build_inputs(work, warm_model=warm_model, base_model=base_model)
 
-    def one(name: str, total: int, extra: list[str] | tuple[str, ...]) -> RunResult:
+    def one(name: str, total: int, run_variant: str, extra: list[str] | tuple[str, ...]) -> RunResult:
         return run_train(
             work,
             inputs,
@@ -558,7 +568,7 @@ def run_all(
                 f"trainer.total_training_steps={total}",
                 f"trainer.save_freq={total}",
                 f"trainer.test_freq={total}",
-                f"vsearch.variant={variant}",
+                f"vsearch.variant={run_variant}",
                 *extra,
             ],
             python=python,
@@ -568,17 +578,26 @@ def run_all(
         )
 
     with ScriptedOpenAIServer(vreasoner_script()) as srv:
-        first = one("run1", steps, run1_overrides)
-        second = one("run2", steps + 1, run2_overrides) if resume and first.rc == 0 else None
+        first = one("run1", 2, variant, run1_overrides)
+        second = one("run2", 3, resume_variant, [*stream, *run2_overrides]) if first.rc == 0 else None
         api_requests = srv.count
     return {
         "work": str(work),
         "ckpt_dir": str(work / "work" / "ckpts" / "cpu" / "driver"),
         "api_requests": api_requests,
         "variant": variant,
+        "resume_variant": resume_variant,
         "run1": asdict(first),
         "run2": asdict(second) if second else None,
     }
+
+
+def _sampler_of(protocol: Protocol) -> list[str]:
+    """The overrides that give a run ``protocol``'s data stream (``data.batch_sampler.stream`` / ``.seed``)."""
+    return [
+        f"data.batch_sampler.stream={protocol.sampler_stream}",
+        f"data.batch_sampler.seed={protocol.sampler_seed}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -593,6 +612,11 @@ def main(argv: list[str] | None = None) -> int:
         "then the rollout checks' verdict, sleep releasing GPU memory included",
     )
     ap.add_argument("--variant", default="original", choices=["original", "paper"], help="vsearch.variant")
+    ap.add_argument(
+        "--resume_variant",
+        choices=["original", "paper"],
+        help="vsearch.variant of run 2 (default: --variant); it continues run 1's data stream",
+    )
     ap.add_argument("--summary", help="also write the summary (JSON) to this file")
     ap.add_argument("--ranks", type=int, default=1, help="cuda: FSDP ranks = GPUs used (smoke_gpu.sh: 2 when present)")
     ap.add_argument(
@@ -608,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
         python=args.python or str(train_venv_python()),
         device=args.device,
         variant=args.variant,
+        resume_variant=args.resume_variant,
         ranks=args.ranks,
         attn=args.attn,
     )
