@@ -206,21 +206,25 @@ def test_each_variants_stream_resumes_exactly_and_a_resume_under_another_continu
     tmp_path, img_dir, region, collage = data
     a, b = _pack(tmp_path, img_dir, region, collage)
 
+    composed: dict[tuple[str, ...], tuple] = {}
+
     def loader(variant: str, *extra: str) -> StatefulDataLoader:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            cfg = compose(
-                config_name="qwen_2_5_vl_7b_async",
-                overrides=[
-                    f"data.train_files=[{a},{b}]",
-                    "data.train_batch_size=4",
-                    f"+data.cache_dir={tmp_path / 'cache'}",
-                    "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
-                    "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
-                    f"vsearch.variant={variant}",
-                    *extra,
-                ],
-            )
-        ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
+        if (variant, *extra) not in composed:
+            with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+                cfg = compose(
+                    config_name="qwen_2_5_vl_7b_async",
+                    overrides=[
+                        f"data.train_files=[{a},{b}]",
+                        "data.train_batch_size=4",
+                        f"+data.cache_dir={tmp_path / 'cache'}",
+                        "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
+                        "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
+                        f"vsearch.variant={variant}",
+                        *extra,
+                    ],
+                )
+            composed[(variant, *extra)] = (cfg, create_rl_dataset([str(a), str(b)], cfg.data, None, None))
+        cfg, ds = composed[(variant, *extra)]
         s = create_rl_sampler(cfg.data, ds)
         if not extra:
             assert (s.stream, s.seed) == (PROTOCOLS[variant].sampler_stream, PROTOCOLS[variant].sampler_seed)
