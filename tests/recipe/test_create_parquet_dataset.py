@@ -246,7 +246,12 @@ def test_each_variants_stream_resumes_exactly_and_a_resume_under_another_continu
     assert reference["original"] != reference["paper"]
     resumed = loader("paper")
     resumed.load_state_dict(states["original"])
-    with pytest.raises(ValueError, match="saved with seed=1 .* this run has seed=42"):
+    with pytest.raises(ValueError, match="saved with seed=1 .* stream=fork, but this run has seed=42 .* stream=mixed"):
+        next(iter(resumed))
+    # the seed alone is not enough: the offset indexes the saved stream
+    resumed = loader("paper", f"data.batch_sampler.seed={PROTOCOLS['original'].sampler_seed}")
+    resumed.load_state_dict(states["original"])
+    with pytest.raises(ValueError, match="stream=fork, but this run has seed=1 .* stream=mixed"):
         next(iter(resumed))
     original = PROTOCOLS["original"]
     resumed = loader(
@@ -290,8 +295,13 @@ def test_sampler_errors(data):
         WeightedSourceSampler(DS(), cfg(a=1.0))
     s = WeightedSourceSampler(DS(), cfg(a=0.5, b=0.5))
     assert list(s) == list(WeightedSourceSampler(DS(), cfg(a=0.5, b=0.5)))  # deterministic
-    with pytest.raises(ValueError, match="saved with seed"):
+    with pytest.raises(ValueError, match="saved with seed=2"):
         s.load_state_dict({**s.state_dict(), "seed": 2})
+    with pytest.raises(ValueError, match="stream=fork, but this run has .* stream=mixed"):
+        s.load_state_dict({**s.state_dict(), "stream": "fork"})
+    old = {k: v for k, v in s.state_dict().items() if k != "stream"}  # saved before the stream was recorded
+    s.load_state_dict({**old, "epoch": 0, "offset": 4})
+    assert list(s) == list(WeightedSourceSampler(DS(), cfg(a=0.5, b=0.5)))[4:]
 
 
 @pytest.mark.parametrize(

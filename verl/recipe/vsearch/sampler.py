@@ -9,10 +9,10 @@ emits the stream batch by batch: every consecutive block of ``batch_size`` indic
 
 Within an epoch each source is drawn without replacement from its own seeded permutation; an epoch
 ends when the scarcest source (relative to its per-batch count) runs out, so ``len(sampler)`` is
-``n_batches * batch_size``. Everything derives from ``(seed, epoch)``, and the position is saved by
-``state_dict`` (``epoch``, ``offset``): a resumed run continues with exactly the indices an
-uninterrupted one would have produced (the dataloader must use ``num_workers=0``, which verl
-enforces for custom samplers).
+``n_batches * batch_size``. Everything derives from ``(stream, seed, epoch)``, and the position is saved by
+``state_dict`` (``epoch``, ``offset``, with the stream, seed and counts it indexes, which a resume must match):
+a resumed run continues with exactly the indices an uninterrupted one would have produced (the dataloader must
+use ``num_workers=0``, which verl enforces for custom samplers).
 
 Two streams (``data.batch_sampler.stream``, set by ``vsearch.variant`` through ``${vsearch_protocol:sampler_stream}``):
 
@@ -152,13 +152,25 @@ class WeightedSourceSampler(AbstractSampler):
         self._epoch, self._offset = self._epoch + 1, 0
 
     def state_dict(self) -> JSONObject:
-        return {"epoch": self._epoch, "offset": self._offset, "seed": self.seed, "counts": dict(self.counts)}
+        return {
+            "epoch": self._epoch,
+            "offset": self._offset,
+            "seed": self.seed,
+            "counts": dict(self.counts),
+            "stream": self.stream,
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("seed") != self.seed or state.get("counts") != dict(self.counts):
+        """The saved position, refused when it belongs to another index stream (seed, counts or stream differ: the
+        offset would point into different indices); a state saved before the stream was recorded is taken as this
+        run's stream."""
+        saved = (state.get("seed"), state.get("counts"), state.get("stream", self.stream))
+        if saved != (self.seed, dict(self.counts), self.stream):
             raise ValueError(
-                f"sampler state was saved with seed={state.get('seed')} counts={state.get('counts')}, "
-                f"but this run has seed={self.seed} counts={dict(self.counts)}"
+                f"sampler state was saved with seed={saved[0]} counts={saved[1]} stream={saved[2]}, "
+                f"but this run has seed={self.seed} counts={dict(self.counts)} stream={self.stream} "
+                "(data.batch_sampler.seed / .stream, set by vsearch.variant: resume under the variant that saved it, "
+                "or set both to the saved values)"
             )
         self._epoch, self._offset = int(state["epoch"]), int(state["offset"])
 
