@@ -23,6 +23,7 @@ import pytest
 
 from insight_o3.protocol.fatal import FatalMode
 from insight_o3.protocol.rewards import RewardRules, trajectory_reward
+from tests.support.recipe_env import entry_point_recorder
 from tests.support.stacks import REPO
 
 RECIPE = REPO / "verl" / "recipe" / "vsearch"
@@ -174,10 +175,7 @@ ROWS = {
 
 def _argv(script: Path, tmp_path: Path, *extra: str) -> list[str]:
     """The overrides ``script`` hands the recipe's entry point (``PYTHON`` replaced by a recorder)."""
-    log = tmp_path / f"{script.stem}.argv"
-    rec = tmp_path / "python"
-    rec.write_text(f'#!/usr/bin/env bash\nif [[ "$2" == recipe.vsearch.main ]]; then printf "%s\\n" "$@" > {log}; fi\n')
-    rec.chmod(0o755)
+    rec, log = entry_point_recorder(tmp_path)
     env = {
         **os.environ,
         "VERL_PROJ_DIR": str(REPO / "verl"),

@@ -402,9 +402,16 @@ def test_startup_check_names_both_fixes_when_the_vocab_cannot_load(monkeypatch):
 # ----------------------------------------------------------------------------- the single-GPU smoke script
 def test_smoke_gpu_overrides_compose_and_pass_the_start_up_checks(tmp_path):
     """recipe/vsearch/smoke_gpu.sh has never run on a GPU here; what can be checked on CPU is checked: its
-    overrides compose with the recipe YAML (train.sh, DRY_RUN) and pass the settings check, with sleep mode on."""
-    from tests.support.recipe_cpu_run import gpu_overrides
+    overrides compose with the recipe YAML on top of train.sh's and pass the settings check, with sleep mode on.
+    What train.sh hands the entry point is recorded, then composed, resolved and validated as its dry run does
+    (``--cfg job --resolve``, then :mod:`recipe.vsearch.settings`); the dry run itself is tested in
+    ``tests/recipe/test_config.py``."""
+    from hydra import compose, initialize_config_dir
 
+    from tests.support.recipe_cpu_run import gpu_overrides
+    from tests.support.recipe_env import entry_point_recorder
+
+    python, argv = entry_point_recorder(tmp_path)
     env = {
         **os.environ,
         "VERL_PROJ_DIR": str(VERL_DIR),
@@ -417,7 +424,7 @@ def test_smoke_gpu_overrides_compose_and_pass_the_start_up_checks(tmp_path):
         "TRAIN_FILES": "[/d/a.parquet]",
         "VAL_FILES": "/d/v.parquet",
         "N_GPUS_PER_NODE": "1",
-        "PYTHON": sys.executable,
+        "PYTHON": str(python),
         "DRY_RUN": "1",
     }
     r = subprocess.run(
@@ -425,10 +432,17 @@ def test_smoke_gpu_overrides_compose_and_pass_the_start_up_checks(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=60,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    cfg = OmegaConf.create(r.stdout)
+    args = argv.read_text().splitlines()
+    assert args[:5] == ["-m", "recipe.vsearch.main", "--cfg", "job", "--resolve"] and args[
+        -len(gpu_overrides()) :
+    ] == list(gpu_overrides())
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=args[5:])
+    OmegaConf.resolve(cfg)
+    assert "effective settings (stage=train)" in RunSettings.from_config(cfg).describe()
     assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.actor.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.rollout.free_cache_engine is True  # sleep/wake around every update
     assert "enable_sleep_mode" not in cfg.actor_rollout_ref.rollout or cfg.actor_rollout_ref.rollout.enable_sleep_mode

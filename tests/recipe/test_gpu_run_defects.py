@@ -19,7 +19,8 @@ require_recipe()
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from tests.support.recipe_env import script_env  # noqa: E402
+from recipe.vsearch.node_checks import SDPA_OVERRIDES  # noqa: E402
+from tests.support.recipe_env import run_at_once, script_env  # noqa: E402
 from tests.support.recipe_loops import (  # noqa: E402
     CROPS,
     actor_config,
@@ -33,31 +34,48 @@ VERL_DIR = REPO / "verl"
 RECIPE = VERL_DIR / "recipe" / "vsearch"
 
 
-def _dry_run(tmp_path, *args: str, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(RECIPE / "train.sh"), *args],
-        cwd=REPO,
-        env=script_env(tmp_path, **extra),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+#: the module's dry runs of train.sh (each composes and validates the config in two Python starts that import verl:
+#: ~10 s of one core), started together by :func:`dry_runs`: name -> (arguments, extra environment). ``explicit``
+#: carries two independent things, each asserted by its own test: the padded-path switch and an exported NCCL timeout.
+DRY_RUNS = {
+    "default": ((), {}),
+    "explicit": (SDPA_OVERRIDES, {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "7200"}),
+}
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Every :data:`DRY_RUNS` entry, run at once: name -> its ``CompletedProcess``."""
+    tmp = tmp_path_factory.mktemp("dry")
+    commands = {
+        name: (["bash", str(RECIPE / "train.sh"), *args], script_env(tmp / name, **extra), REPO)
+        for name, (args, extra) in DRY_RUNS.items()
+    }
+    return run_at_once(commands, tmp, timeout=180)
 
 
 # ----------------------------------------------------------------------------- NCCL timeouts
-def test_nccl_timeouts_are_the_forks_hour(tmp_path):
+def test_nccl_timeouts_are_the_forks_hour(dry_runs, tmp_path):
     """A rank writing its ~12 GB shard of a 7B checkpoint, then verl's barrier: verl's 600 s process-group timeout
     (and torch's heartbeat) would kill a save on a slow shared file system; the fork set both to 3600 s
     (``_base.sh:112,141``). The composed config carries it, the variable reaches the workers, and an explicit value
     wins for both."""
     from recipe.vsearch.main import forwarded_env
 
-    r = _dry_run(tmp_path)
+    r = dry_runs["default"]
     assert r.returncode == 0, r.stderr[-3000:]
     assert OmegaConf.create(r.stdout).actor_rollout_ref.nccl_timeout == 3600
-    r = _dry_run(tmp_path, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC="7200")
+    r = dry_runs["explicit"]
     assert r.returncode == 0 and OmegaConf.create(r.stdout).actor_rollout_ref.nccl_timeout == 7200
-    r = _dry_run(tmp_path, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC="1h")
+    # refused by _base.sh before any Python starts
+    r = subprocess.run(
+        ["bash", str(RECIPE / "train.sh")],
+        cwd=REPO,
+        env=script_env(tmp_path, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC="1h"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC must be whole seconds" in r.stderr
     # _base.sh exports the heartbeat for the driver, whose env main.py forwards to every Ray worker
     env = {k: v for k, v in script_env(tmp_path).items() if k != "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"}
@@ -176,14 +194,16 @@ def test_smoke_gpu_reports_time_without_failing_and_shares_one_compile_cache(tmp
 
 
 # ----------------------------------------------------------------------------- the padded path (no flash-attn)
-def test_sdpa_switch_runs_log_prob_passes_one_row_and_start_up_says_so(tmp_path):
+def test_sdpa_switch_runs_log_prob_passes_one_row_and_start_up_says_so(dry_runs):
     """Without flash-attn the documented switch ran verl's padded path with the reference's dynamic micro-batches of
     28,672 real tokens: 3-5 rows padded to 17,408 each. The switch now runs the log-prob passes one row per
     micro-batch, the settings refuse the padded path without that, and the start-up table says what a micro-batch
     costs."""
-    from recipe.vsearch.node_checks import SDPA_OVERRIDES
+    from hydra import compose, initialize_config_dir
 
-    r = _dry_run(tmp_path, *SDPA_OVERRIDES)
+    from recipe.vsearch.settings import RunSettings, SettingsError
+
+    r = dry_runs["explicit"]  # train.sh with SDPA_OVERRIDES
     assert r.returncode == 0, r.stderr[-3000:]
     cfg = OmegaConf.create(r.stdout)
     for role in ("ref", "rollout"):
@@ -192,14 +212,16 @@ def test_sdpa_switch_runs_log_prob_passes_one_row_and_start_up_says_so(tmp_path)
     line = next(ln for ln in r.stderr.splitlines() if ln.strip().startswith("attention"))
     assert "padded path (sdpa" in line and "one row (<= 17408 positions, <= 5.3 GB of bf16 logits)" in line
     assert "update micro-batches of <= 17408 real tokens" in line
-    # the attention switch alone (the old documented command) is refused, naming the fix
-    r = _dry_run(tmp_path, *SDPA_OVERRIDES[:2])
-    assert (
-        r.returncode == 2
-        and "log_prob_use_dynamic_bsz=True with actor_rollout_ref.model.use_remove_padding" in r.stderr
-    )
-    assert "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1" in r.stderr
-    r = _dry_run(tmp_path)
+    # the attention switch alone (the old documented command) is refused, naming the fix: the settings check a dry
+    # run makes (a failed check's status 2: tests/recipe/test_config.py::test_bad_settings_fail_the_dry_run_with_the_key)
+    agent = f"vsearch.agent_config_path={RECIPE / 'config' / 'agent_gpt-5-mini.yaml'}"
+    with initialize_config_dir(config_dir=str(RECIPE / "config"), version_base=None):
+        old = compose(config_name="qwen_2_5_vl_7b_async", overrides=[agent, *SDPA_OVERRIDES[:2]])
+    with pytest.raises(SettingsError) as refused:
+        RunSettings.from_config(old)
+    assert "log_prob_use_dynamic_bsz=True with actor_rollout_ref.model.use_remove_padding" in str(refused.value)
+    assert "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1" in str(refused.value)
+    r = dry_runs["default"]
     line = next(ln for ln in r.stderr.splitlines() if ln.strip().startswith("attention"))
     assert "remove-padding (flash-attn varlen)" in line
 

@@ -19,7 +19,7 @@ require_recipe()
 from omegaconf import OmegaConf  # noqa: E402
 
 from recipe.vsearch.node_checks import SDPA_OVERRIDES, check_driver, needs_flash_attn  # noqa: E402
-from tests.support.recipe_env import SECRET, script_env  # noqa: E402
+from tests.support.recipe_env import SECRET, entry_point_recorder, script_env  # noqa: E402
 
 VERL_DIR = REPO / "verl"
 RECIPE = VERL_DIR / "recipe" / "vsearch"
@@ -66,11 +66,13 @@ def test_relative_paths_from_another_directory(tmp_path):
     assert list(cfg.data.train_files) == [str(caller / "data" / "a.parquet"), str(caller / "data" / "b.parquet")]
     assert cfg.data.val_files == str(caller / "data" / "v.parquet")
     assert cfg.trainer.default_local_dir == str(caller / "work" / "ckpts" / "proj" / "exp")
-    # a hub id stays a hub id
-    r = _run("train.sh", caller, TRAIN_FILES="/d/a.parquet", VAL_FILES="/d/v.parquet", WORK_DIR="/w")
-    assert (
-        r.returncode == 0 and OmegaConf.create(r.stdout).actor_rollout_ref.model.path == "Qwen/Qwen2.5-VL-7B-Instruct"
+    # a hub id stays a hub id: what train.sh hands the entry point (which composes it as given, as above)
+    python, argv = entry_point_recorder(tmp_path)
+    r = _run(
+        "train.sh", caller, PYTHON=str(python), TRAIN_FILES="/d/a.parquet", VAL_FILES="/d/v.parquet", WORK_DIR="/w"
     )
+    assert r.returncode == 0, r.stderr
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-VL-7B-Instruct" in argv.read_text().splitlines()
 
 
 # ----------------------------------------------------------------------------- item 6
@@ -89,9 +91,21 @@ def test_val_sh_on_an_evaluation_set_smaller_than_a_training_batch(tmp_path):
         rows, batch_size=cfg.data.get("gen_batch_size", cfg.data.train_batch_size), drop_last=True, num_workers=0
     )
     assert len(loader) >= 1, "Train dataloader is empty!"
-    # with TRAIN_FILES the training batch is untouched
-    r = _run("val.sh", tmp_path, VAL_FILES="/d/v.parquet", TRAIN_FILES="/d/t.parquet", WORK_DIR=str(tmp_path / "w"))
-    assert r.returncode == 0 and "gen_batch_size" not in OmegaConf.create(r.stdout).data
+    # with TRAIN_FILES the training batch is untouched: val.sh hands the entry point no batch size (the recipe YAML has
+    # no data.gen_batch_size: the `+data.gen_batch_size=1` above would not compose otherwise)
+    python, argv = entry_point_recorder(tmp_path)
+    r = _run(
+        "val.sh",
+        tmp_path,
+        PYTHON=str(python),
+        VAL_FILES="/d/v.parquet",
+        TRAIN_FILES="/d/t.parquet",
+        WORK_DIR=str(tmp_path / "w"),
+    )
+    assert r.returncode == 0, r.stderr
+    args = argv.read_text().splitlines()
+    assert "data.train_files=/d/t.parquet" in args
+    assert not [a for a in args if "gen_batch_size" in a or "train_batch_size" in a]
 
 
 # ----------------------------------------------------------------------------- item 5

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from tests.support.stacks import REPO
 
@@ -33,3 +36,41 @@ def script_env(tmp_path, **extra) -> dict:
     env.pop("RESUME_FROM_STEP", None)
     env.update(extra)
     return env
+
+
+def entry_point_recorder(tmp_path: Path) -> tuple[Path, Path]:
+    """A ``PYTHON`` for ``train.sh`` / ``val.sh`` that runs nothing and records the arguments the script gives the
+    recipe's entry point (``-m recipe.vsearch.main ...``, one a line): what the shell part decides, without the
+    ~10 CPU s of a dry run's two Python starts. Returns (the executable, its log; none until a script runs it)."""
+    log = tmp_path / "entry_point.argv"
+    log.unlink(missing_ok=True)
+    rec = tmp_path / "python"
+    rec.write_text(f'#!/usr/bin/env bash\nif [[ "$2" == recipe.vsearch.main ]]; then printf "%s\\n" "$@" > {log}; fi\n')
+    rec.chmod(0o755)
+    return rec, log
+
+
+#: a command of :func:`run_at_once`: its argv, environment and working directory
+Command = tuple[Sequence[str], Mapping[str, str], Path]
+
+
+def run_at_once(
+    commands: Mapping[str, Command], out_dir: Path, timeout: float = 240
+) -> dict[str, subprocess.CompletedProcess]:
+    """Start every command of ``commands`` (name -> :data:`Command`), then wait for each: independent dry runs
+    that one after the other keep one of the 2 cores idle. Output goes to files under ``out_dir``, not pipes, so
+    that no process waits on a full pipe while another is read. Returns name -> its ``CompletedProcess``."""
+    started = {}
+    for name, (argv, env, cwd) in commands.items():
+        out, err = open(out_dir / f"{name}.stdout", "w"), open(out_dir / f"{name}.stderr", "w")
+        started[name] = (subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdout=out, stderr=err), out, err)
+    done = {}
+    for name, (proc, out, err) in started.items():
+        try:
+            rc = proc.wait(timeout=timeout)
+        finally:
+            out.close()
+            err.close()
+        stdout, stderr = (out_dir / f"{name}.stdout").read_text(), (out_dir / f"{name}.stderr").read_text()
+        done[name] = subprocess.CompletedProcess(proc.args, rc, stdout, stderr)
+    return done
