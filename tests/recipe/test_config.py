@@ -15,7 +15,13 @@ require_recipe()
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from tests.support.recipe_env import SECRET, script_env  # noqa: E402
+from tests.support.recipe_env import (  # noqa: E402
+    SECRET,
+    compose_dry_run,
+    entry_point_recorder,
+    run_at_once,
+    script_env,
+)
 
 VERL_DIR = REPO / "verl"
 RECIPE = VERL_DIR / "recipe" / "vsearch"
@@ -37,7 +43,6 @@ def _dry_run(script: str, tmp_path, *args: str, **extra):
 #: verl: ~10 s of one core), started together by :func:`dry_runs`: name -> (script, arguments, extra environment)
 DRY_RUNS = {
     "train": ("train.sh", (), {}),
-    "paper": ("train.sh", ("vsearch.variant=paper",), {}),
     "ppo_epochs": ("train.sh", ("actor_rollout_ref.actor.ppo_epochs=2",), {}),
     # the Gemini vReasoner, 3 trials, resume from step 40
     "val": (
@@ -50,34 +55,16 @@ DRY_RUNS = {
 
 @pytest.fixture(scope="module")
 def dry_runs(tmp_path_factory) -> dict[str, tuple]:
-    """Every :data:`DRY_RUNS` entry, run at once (they are independent; one after the other they kept one of the 2
-    cores idle for ~40 s): name -> (its tmp dir, its ``CompletedProcess``). Output goes to files, not pipes, so that no
-    process waits on a full pipe while another is read."""
-    started = {}
+    """Every :data:`DRY_RUNS` entry, run at once (:func:`tests.support.recipe_env.run_at_once`): name -> (its tmp
+    dir, its ``CompletedProcess``)."""
+    tmps, commands = {}, {}
     for name, (script, args, extra) in DRY_RUNS.items():
-        tmp = tmp_path_factory.mktemp(f"dry_{name}")
+        tmp = tmps[name] = tmp_path_factory.mktemp(f"dry_{name}")
         (tmp / "tmpdir").mkdir()
-        out, err = open(tmp / "stdout", "w"), open(tmp / "stderr", "w")
-        proc = subprocess.Popen(
-            ["bash", str(RECIPE / script), *args],
-            cwd=REPO,
-            env=script_env(tmp, TMPDIR=str(tmp / "tmpdir"), **extra),
-            stdout=out,
-            stderr=err,
-        )
-        started[name] = (tmp, proc, out, err)
-    done = {}
-    for name, (tmp, proc, out, err) in started.items():
-        try:
-            rc = proc.wait(timeout=240)
-        finally:
-            out.close()
-            err.close()
-        done[name] = (
-            tmp,
-            subprocess.CompletedProcess(proc.args, rc, (tmp / "stdout").read_text(), (tmp / "stderr").read_text()),
-        )
-    return done
+        env = script_env(tmp, TMPDIR=str(tmp / "tmpdir"), **extra)
+        commands[name] = (["bash", str(RECIPE / script), *args], env, REPO)
+    done = run_at_once(commands, tmp_path_factory.mktemp("dry_out"))
+    return {name: (tmps[name], r) for name, r in done.items()}
 
 
 def _validate(cfg) -> None:
@@ -152,25 +139,31 @@ def test_train_sh_composes_and_validates(train_dry):
     _validate(cfg)
 
 
-def test_paper_variant_switches_the_whole_protocol(dry_runs):
+def test_paper_variant_switches_the_whole_protocol(tmp_path):
     """``vsearch.variant=paper`` on train.sh's command line switches the reward rules, the loss and the failure
-    handling together (one switch), and validates."""
+    handling together (one switch), and validates. train.sh's arguments to the entry point are recorded, then
+    composed and validated as its dry run does (:func:`tests.support.recipe_env.compose_dry_run`; the dry run itself:
+    :func:`test_train_sh_composes_and_validates`)."""
     from insight_o3.protocol.prompts import FORK_HINTS, PAPER_TRAIN_HINTS
     from recipe.vsearch.protocols import PROTOCOLS
     from recipe.vsearch.settings import RunSettings
 
-    r = dry_runs["paper"][1]
+    python, argv = entry_point_recorder(tmp_path)
+    r = _dry_run("train.sh", tmp_path, "vsearch.variant=paper", PYTHON=str(python))
     assert r.returncode == 0, r.stderr[-3000:]
-    cfg = OmegaConf.create(r.stdout)
+    args = argv.read_text().splitlines()
+    assert args[-1] == "vsearch.variant=paper"  # after train.sh's own overrides
+    cfg = compose_dry_run(args)
     a = cfg.actor_rollout_ref.actor
     assert cfg.vsearch.reward.variant == "paper" and cfg.custom_reward_function.reward_kwargs.variant == "paper"
     assert a.loss_agg_mode == "seq-mean-token-sum-norm" and a.use_dynamic_bsz is False
     assert cfg.vsearch.max_api_failure_ratio == 0.5 and cfg.algorithm.inloop_norm == "paper"
     s = RunSettings.from_config(cfg)
-    assert s.protocol == PROTOCOLS["paper"] and "variant" in r.stderr and "mask_failed_episodes=True" in r.stderr
+    table = s.describe()  # what the dry run prints on stderr
+    assert s.protocol == PROTOCOLS["paper"] and "variant" in table and "mask_failed_episodes=True" in table
     # the F.1 training hints for training rollouts, the fork's (evaluation's) for validation rollouts
     assert s.reasoner_hints(validate=False) is PAPER_TRAIN_HINTS and s.reasoner_hints(validate=True) is FORK_HINTS
-    assert re.search(r"vreasoner\.hints\.training_rollouts +paper_f1", r.stderr)
+    assert re.search(r"vreasoner\.hints\.training_rollouts +paper_f1", table)
     _validate(cfg)
 
 
@@ -569,35 +562,19 @@ def test_main_checks_and_prints_settings_once_before_ray(tmp_path):
         *SDPA_OVERRIDES,
     ]
     env = {**os.environ, "PYTHONPATH": f"{VERL_DIR}{os.pathsep}{REPO}"}
-
-    def start(name, *extra):  # both at once: independent, and each is ~10 s of one of the 2 cores
-        out, err = open(tmp_path / f"{name}.out", "w"), open(tmp_path / f"{name}.err", "w")
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _MAIN_WITH_STUBBED_RUN_PPO, *overrides, *extra],
-            cwd=VERL_DIR,
-            env=env,
-            stdout=out,
-            stderr=err,
-        )
-        return name, proc, out, err
-
-    def finish(name, proc, out, err):
-        try:
-            rc = proc.wait(timeout=180)
-        finally:
-            out.close()
-            err.close()
-        return subprocess.CompletedProcess(
-            proc.args, rc, (tmp_path / f"{name}.out").read_text(), (tmp_path / f"{name}.err").read_text()
-        )
-
-    good, bad = start("good"), start("bad", "vsearch.reward.variant=eq1")
-    r = finish(*good)
+    argv = [sys.executable, "-c", _MAIN_WITH_STUBBED_RUN_PPO, *overrides]
+    # both at once: independent, and each is ~10 s of one of the 2 cores
+    runs = run_at_once(
+        {"good": (argv, env, VERL_DIR), "bad": ([*argv, "vsearch.reward.variant=eq1"], env, VERL_DIR)},
+        tmp_path,
+        timeout=180,
+    )
+    r = runs["good"]
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("[vsearch] effective settings (stage=train)") == 1 and "gpt-5-nano" in r.stdout
     assert r.stdout.index("effective settings") < r.stdout.index("RUN_PPO")
     assert "RUN_PPO VSearchTaskRunner" in r.stdout
-    r = finish(*bad)
+    r = runs["bad"]
     assert r.returncode == 2 and "vsearch.reward.variant must be one of" in r.stderr and "RUN_PPO" not in r.stdout
 
 

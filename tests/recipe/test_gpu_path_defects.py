@@ -406,10 +406,8 @@ def test_smoke_gpu_overrides_compose_and_pass_the_start_up_checks(tmp_path):
     What train.sh hands the entry point is recorded, then composed, resolved and validated as its dry run does
     (``--cfg job --resolve``, then :mod:`recipe.vsearch.settings`); the dry run itself is tested in
     ``tests/recipe/test_config.py``."""
-    from hydra import compose, initialize_config_dir
-
     from tests.support.recipe_cpu_run import gpu_overrides
-    from tests.support.recipe_env import entry_point_recorder
+    from tests.support.recipe_env import compose_dry_run, entry_point_recorder
 
     python, argv = entry_point_recorder(tmp_path)
     env = {
@@ -436,12 +434,8 @@ def test_smoke_gpu_overrides_compose_and_pass_the_start_up_checks(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     args = argv.read_text().splitlines()
-    assert args[:5] == ["-m", "recipe.vsearch.main", "--cfg", "job", "--resolve"] and args[
-        -len(gpu_overrides()) :
-    ] == list(gpu_overrides())
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=args[5:])
-    OmegaConf.resolve(cfg)
+    assert args[-len(gpu_overrides()) :] == gpu_overrides()
+    cfg = compose_dry_run(args)
     assert "effective settings (stage=train)" in RunSettings.from_config(cfg).describe()
     assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.actor.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.rollout.free_cache_engine is True  # sleep/wake around every update

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.support.stacks import REPO
 
@@ -74,3 +75,23 @@ def run_at_once(
         stdout, stderr = (out_dir / f"{name}.stdout").read_text(), (out_dir / f"{name}.stderr").read_text()
         done[name] = subprocess.CompletedProcess(proc.args, rc, stdout, stderr)
     return done
+
+
+#: how ``train.sh`` / ``val.sh`` start the entry point under ``DRY_RUN=1``, before the overrides
+DRY_RUN_ENTRY = ("-m", "recipe.vsearch.main", "--cfg", "job", "--resolve")
+
+
+def compose_dry_run(args: Sequence[str]) -> Any:
+    """The config a dry run given these entry-point arguments (as :func:`entry_point_recorder` logs them) prints: the
+    recipe YAML composed with the overrides by Hydra (its compose API, the composition ``--cfg job`` runs) and
+    resolved (``--resolve``), in this process."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import recipe.vsearch.settings  # noqa: F401  (registers the recipe's resolver)
+
+    assert tuple(args[: len(DRY_RUN_ENTRY)]) == DRY_RUN_ENTRY, args
+    with initialize_config_dir(config_dir=str(REPO / "verl" / "recipe" / "vsearch" / "config"), version_base=None):
+        cfg = compose(config_name="qwen_2_5_vl_7b_async", overrides=list(args[len(DRY_RUN_ENTRY) :]))
+    OmegaConf.resolve(cfg)
+    return cfg
