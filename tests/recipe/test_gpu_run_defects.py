@@ -2,7 +2,7 @@
 the NCCL timeouts at checkpoint time, settings that must reach every node, the served evaluation's decoding, the
 smoke test's offline start and its budget, the padded (no flash-attn) path's memory. The dead-engine abort message
 is tested in ``tests/recipe/test_trainer.py``, the served decoding with a real vLLM in
-``tests/test_vllm_served_decoding.py``."""
+``tests/test_vllm_launcher.py``."""
 
 from __future__ import annotations
 

@@ -37,7 +37,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "servers": (
         "tests/training/test_dpo_rounds.py",
         "tests/test_vllm_launcher.py",
-        "tests/test_vllm_served_decoding.py",
         "tests/test_vllm_baselines.py",
         "tests/test_vllm_e2e.py",
         "tests/recipe/test_vllm_replay.py",
