@@ -37,8 +37,12 @@ for a in "$@"; do TIMING_ARGS+=("$(timing_junit "$a")"); done
 TIMING_ADDOPTS=()
 for a in ${PYTEST_ADDOPTS:-}; do TIMING_ADDOPTS+=("$(timing_junit "$a")"); done
 
+# Each worker, and what it starts, gets one OpenMP/BLAS thread unless the caller set a count: the workers are the
+# parallelism. With a thread per core in each of them, OpenMP's spin-waits for threads the busy cores had put aside
+# burned most of the CPU (the CPU driver's warm start beside 3 busy processes: 112 CPU s, 38 with one thread).
 RC=0
-"$PY" -m pytest -q "${PARALLEL[@]}" --timing-phase=skip "$@" || RC=$?
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" \
+  MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}" "$PY" -m pytest -q "${PARALLEL[@]}" --timing-phase=skip "$@" || RC=$?
 echo "[test] the tests marked timing, alone on the machine (serially, after the workers)"
 TIMING_RC=0
 PYTEST_ADDOPTS="${TIMING_ADDOPTS[*]+${TIMING_ADDOPTS[*]}}" "$PY" -m pytest -q --timing-phase=only \

@@ -32,12 +32,15 @@ import pytest
     time.sleep(0.05)
     with open(os.environ["RECORD"], "a") as f:
         f.write(json.dumps({{"module": {module!r}, "i": i, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
-                            "pid": os.getpid(), "t": time.monotonic()}}) + "\\n")
+                            "pid": os.getpid(), "t": time.monotonic(), "omp": os.environ.get("OMP_NUM_THREADS"),
+                            "blas": os.environ.get("OPENBLAS_NUM_THREADS")}}) + "\\n")
 """
 
 #: two modules of each group, and three of none (collected before the groups' modules: "a*" < "recipe", "test_v")
 PLAIN = ["tests/a1/test_one.py", "tests/a2/test_two.py", "tests/a3/test_three.py"]
 GROUPED = [m for modules in parallel.GROUPS.values() for m in modules[:2]]
+#: what scripts/test.sh sets for its workers (and this run's workers have: not passed on to the generated suite)
+THREAD_COUNTS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: a module of ``timing`` tests, collected first
 TIMING = "tests/a0/test_timed.py"
 
@@ -55,7 +58,7 @@ def _run(tmp_path: Path, *args: str, **env: str) -> list[dict]:
         ["bash", str(REPO / "scripts" / "test.sh"), "-p", "no:cacheprovider", "--rootdir", str(root), *args, str(root)],
         # not this run's PYTEST_ADDOPTS (a junit file) nor, on a worker, its PYTEST_XDIST_WORKER
         env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in THREAD_COUNTS},
             "PYTHONPATH": str(REPO),
             "RECORD": str(record),
             **env,
@@ -83,6 +86,10 @@ def test_modules_and_groups_stay_on_one_worker_and_groups_start_first(tmp_path):
     assert {r["worker"] for r in timed} == {None} and len({r["pid"] for r in timed}) == 1
     assert [r["i"] for r in sorted(timed, key=lambda r: r["t"])] == [0, 1, 2]
     assert min(r["t"] for r in timed) > max(r["t"] for r in runs)
+    # one OpenMP/BLAS thread in each worker; the timing tests, alone, keep the caller's setting (none here)
+    assert {(r["omp"], r["blas"]) for r in runs} == {("1", "1")} and {(r["omp"], r["blas"]) for r in timed} == {
+        (None, None)
+    }
     assert (tmp_path / "junit.xml").read_text().count("<testcase ") == len(runs)
     assert (tmp_path / "junit.timing.xml").read_text().count("<testcase ") == 3
     workers: dict[str, set] = {}
@@ -104,6 +111,7 @@ def test_modules_and_groups_stay_on_one_worker_and_groups_start_first(tmp_path):
 def test_workers_zero_runs_serially_in_one_process(tmp_path):
     runs = _run(tmp_path, INSIGHT_O3_TEST_WORKERS="0")
     assert {r["worker"] for r in runs} == {None} and len({r["pid"] for r in runs}) == 1
+    assert {r["omp"] for r in runs} == {None}  # one process may use every core
     # as collected: no group first, and the timing tests where they are
     assert [r["module"] for r in runs][:12] == [m for m in [TIMING, *PLAIN] for _ in range(3)]
 
@@ -150,7 +158,8 @@ def test_it(i, tiny_vllm_server):
     time.sleep(0.05)
     with open(os.environ["RECORD"], "a") as f:
         f.write(json.dumps({{"module": {module!r}, "i": i, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
-                            "pid": os.getpid(), "t": time.monotonic()}}) + "\\n")
+                            "pid": os.getpid(), "t": time.monotonic(), "omp": os.environ.get("OMP_NUM_THREADS"),
+                            "blas": os.environ.get("OPENBLAS_NUM_THREADS")}}) + "\\n")
 """
 
 
@@ -182,7 +191,7 @@ def test_the_shared_tiny_vllm_server_starts_once_and_stops_after_its_last_user(w
     r = subprocess.run(
         ["bash", str(REPO / "scripts" / "test.sh"), "-p", "no:cacheprovider", "--rootdir", str(root), str(root)],
         env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in THREAD_COUNTS},
             "PYTHONPATH": str(REPO),
             "RECORD": str(record),
             "INSIGHT_O3_TEST_WORKERS": workers,
@@ -201,3 +210,8 @@ def test_the_shared_tiny_vllm_server_starts_once_and_stops_after_its_last_user(w
     assert during == [m for m in SHARED_USERS for _ in range(3)], during
     # the worker ran tests after the stop (the group's rest, or the other modules): the server had stopped by then
     assert any(row["t"] > events[1]["t"] and row["worker"] == worker for row in rows if "module" in row)
+
+
+def test_a_thread_count_the_caller_set_is_kept(tmp_path):
+    runs = _run(tmp_path, INSIGHT_O3_TEST_WORKERS="3", OMP_NUM_THREADS="3")
+    assert {r["omp"] for r in runs} == {"3"} and {r["blas"] for r in runs if r["module"] != TIMING} == {"1"}

@@ -51,7 +51,7 @@ def env() -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "2",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),  # scripts/test.sh's workers: 1
     }
 
 
