@@ -23,11 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.stats.contingency import crosstab
-from statsmodels.stats import inter_rater
 
 from .outcomes import PairingError
-from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
+from .settings import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 
 _BATCH = 500  # bootstrap resamples drawn at a time
 #: Below this many samples the bootstrap interval of κ is known to undercover (see the module docstring).
@@ -44,6 +42,9 @@ def cohen_kappa(x: Sequence, y: Sequence) -> float:
     labels = sorted(set(xs) | set(ys))
     if len(labels) < 2:  # one label for everything: chance agreement is 1
         return float("nan")
+    from scipy.stats.contingency import crosstab  # scipy.stats and statsmodels: ~0.7 CPU s, only when judges agree
+    from statsmodels.stats import inter_rater
+
     table = crosstab(xs, ys, levels=(labels, labels)).count
     return float(inter_rater.cohens_kappa(table, return_results=False))
 
@@ -91,6 +92,8 @@ def fleiss_kappa(labels: np.ndarray) -> float:
     k = labels.sum(axis=1)
     if not 0 < k.sum() < labels.size:  # no items, or one label for everything: chance agreement is 1
         return float("nan")
+    from statsmodels.stats import inter_rater
+
     return float(inter_rater.fleiss_kappa(np.stack([k, labels.shape[1] - k], axis=1)))
 
 
