@@ -60,13 +60,7 @@ from ..protocol.statuses import FailStage, JudgeFlow, VerdictStatus
 from . import opensearch_vl_judge as osv_judge
 from .judge_settings import DEFAULT_JUDGE_RETRIES as DEFAULT_JUDGE_RETRIES
 from .judge_settings import FLOWS as FLOWS
-
-
-def default_flow(vsearcher_model: str | None) -> str:
-    """The judge flow of a mode when none is given: ``extract`` for a single model (the released
-    ``evaluate.py``), ``verify`` in InSight-o3 mode (the fork's in-loop check, as the paper's numbers)."""
-    return JudgeFlow.VERIFY if vsearcher_model else JudgeFlow.EXTRACT
-
+from .judge_settings import default_flow as default_flow
 
 CROP_MARK = "[cropped] ... "
 #: Request settings of the judge per flow: ``evaluate.py`` passes ``max_completion_tokens=2048``, the

@@ -21,7 +21,7 @@ from ..base.json_types import JSONObject
 from ..base.setting_kinds import Kind
 from ..jobs.integrity import FIXED_KEY, Invocation, git_commit, sha256_file
 from ..protocol import prompts
-from .judge import default_flow
+from .judge_settings import default_flow
 
 #: Values of a run card derived from the inputs that can change a result (fixed by the directory's first run).
 DERIVED_KEYS = ("benchmark_sha256", "prompts_sha256")
