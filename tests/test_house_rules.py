@@ -154,7 +154,8 @@ def _sentences(paragraph: str) -> int:
 
 def test_every_package_says_its_one_sentence_and_its_public_names():
     """Each package's ``__init__`` opens with one sentence (what the package is) and lists its public names in
-    ``__all__``: names it defines or re-exports, else its modules — then every public module of it."""
+    ``__all__``: names it defines, re-exports or loads when asked for (PEP 562), else its modules — then every
+    public module of it."""
     bad = []
     for init in sorted(PACKAGE.rglob("__init__.py")):
         tree = ast.parse(init.read_text())
@@ -175,6 +176,16 @@ def test_every_package_says_its_one_sentence_and_its_public_names():
         modules |= {p.name for p in here.iterdir() if (p / "__init__.py").exists()}
         defined = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
         defined |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        if "__getattr__" in defined:  # PEP 562: the names of a literal _LAZY {name: module} load their module
+            lazy = [
+                ast.literal_eval(n.value)
+                for n in tree.body
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in n.targets)
+            ]
+            for table in lazy:
+                if not_modules := sorted(set(table.values()) - modules):
+                    bad.append(f"{init}: _LAZY names {not_modules}, not modules of the package")
+                defined |= set(table)
         unknown = [n for n in names if n not in modules | defined]
         if unknown:
             bad.append(f"{init}: __all__ names {unknown}, neither defined there nor a module")
