@@ -58,6 +58,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_session_cache(tmp_path_factory):
+    """The session's own ``$XDG_CACHE_HOME``, set before any module or session fixture runs (a fixture's demo run or
+    sandbox is set up before the per-test :func:`private_user_cache`): nothing of the suite reads or writes the
+    user's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache-session")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def private_user_cache(tmp_path_factory, monkeypatch):
     """Each test's own ``$XDG_CACHE_HOME`` (the commands keep prepared images there by default): a test never
