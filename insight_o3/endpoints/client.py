@@ -76,7 +76,7 @@ class DeadlineHttpClient(openai.DefaultAsyncHttpxClient):
     ``max_body_bytes``. Redirects are not followed: one is refused the same way, naming where it pointed."""
 
     def __init__(self, *, deadline: float, max_body_bytes: int = MAX_REPLY_BYTES, **kwargs: Any) -> None:
-        kwargs.setdefault("verify", tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")))
+        kwargs.setdefault("verify", tls_context())
         super().__init__(**kwargs)
         self.deadline = deadline
         self.max_body_bytes = max_body_bytes
@@ -172,11 +172,16 @@ class _BoundedInflater:
             raise MalformedReply(f"the reply body is not valid {self.encoding} ({e})") from None
 
 
+def tls_context() -> ssl.SSLContext:
+    """The HTTP package's default TLS context (certifi's CAs, or ``$SSL_CERT_FILE`` / ``$SSL_CERT_DIR``), built once
+    per process and CA setting and shared by every client: building one reads the whole CA bundle (~45 ms of CPU),
+    and a process makes a client per endpoint and per run — a test session, thousands."""
+    return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
 @functools.lru_cache(maxsize=4)
-def tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
-    """The HTTP package's default TLS context (certifi's CAs, or ``$SSL_CERT_FILE`` / ``$SSL_CERT_DIR``, which the
-    arguments key), built once per process and shared by every client: building one reads the whole CA bundle
-    (~45 ms of CPU), and a process makes a client per endpoint and per run — a test session, thousands."""
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """Keyed by the variables the HTTP package reads (its trust_env rule), which it reads itself."""
     return _http_package().create_ssl_context()
 
 

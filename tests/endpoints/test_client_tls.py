@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ssl
 
-import certifi
-
 from insight_o3.endpoints.client import DeadlineHttpClient, make_client, tls_context
 from insight_o3.endpoints.endpoint import Endpoint
 
@@ -21,7 +19,7 @@ def test_clients_share_the_default_context(monkeypatch):
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     a = make_client(Endpoint(base_url="https://a.example/v1", api_key="k"))
     b = make_client(Endpoint(base_url="https://b.example/v1", api_key="k"), role="judge")
-    assert _context(a) is _context(b) is tls_context(None, None)
+    assert _context(a) is _context(b) is tls_context()
     ctx = _context(a)
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname  # verification stays on
     assert ctx.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
@@ -29,12 +27,14 @@ def test_clients_share_the_default_context(monkeypatch):
 
 def test_ssl_cert_file_is_honoured_as_the_http_package_does(monkeypatch, tmp_path):
     """``$SSL_CERT_FILE`` selects another context (httpx's trust_env rule), shared in turn."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    default = tls_context()
     bundle = tmp_path / "ca.pem"
-    bundle.write_bytes(
-        open(certifi.where(), "rb").read().split(b"-----END CERTIFICATE-----")[0] + b"-----END CERTIFICATE-----\n"
-    )
+    one_ca = default.get_ca_certs(binary_form=True)[0]  # a CA of the default bundle, alone
+    bundle.write_text(ssl.DER_cert_to_PEM_cert(one_ca))
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     one = DeadlineHttpClient(deadline=1.0)
     two = DeadlineHttpClient(deadline=1.0)
-    assert _context(one) is _context(two) is not tls_context(None, None)
+    assert _context(one) is _context(two) is tls_context() is not default
     assert _context(one).cert_store_stats()["x509_ca"] == 1  # only the file's one CA
