@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,15 @@ def test_the_viz_package_names_load_their_modules():
     assert set(viz.__all__) == set(viz._LAZY) and set(viz.__all__) <= set(dir(viz))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = viz.nope  # type: ignore[attr-defined]
+
+
+def test_type_checkers_see_the_viz_names_where_they_load_from():
+    """The ``if TYPE_CHECKING:`` imports of ``insight_o3.viz`` (what mypy and editors read) are exactly ``_LAZY``."""
+    import ast
+
+    import insight_o3.viz as viz
+
+    tree = ast.parse(Path(viz.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen = {a.name: (imp.module or "") for imp in block.body if isinstance(imp, ast.ImportFrom) for a in imp.names}
+    assert seen == viz._LAZY

@@ -12,7 +12,29 @@ asked for, so importing one module of the package (``viz.review_page`` for ``bui
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names for type checkers and editors; at run time each loads on first use (_LAZY)
+    from .bench_view import BenchLayout, bench_table, draw_sample, layouts, load_bench, sample_html
+    from .draw import ImageResolver, image_data_url, thumbnail
+    from .report import build_report, write_report
+    from .run_view import (
+        EvalRun,
+        RunError,
+        SampleResult,
+        Trial,
+        Turn,
+        compare_frame,
+        compare_html,
+        conversation,
+        conversation_html,
+        draw_result,
+        filter_results,
+        load_run,
+        load_trial,
+        pick_result,
+        style_html,
+    )
 
 #: each public name and the module of this package that defines it, loaded when the name is first asked for
 _LAZY = {
