@@ -97,6 +97,24 @@ def _pack(tmp_path, img_dir, region, collage):
     return a, b
 
 
+def _compose_two_sources(tmp_path, a, b, *extra: str):
+    """The recipe's config (train.sh's weighted sampler) over the two packed files ``a``, ``b`` at equal weights."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(
+            config_name="qwen_2_5_vl_7b_async",
+            overrides=[
+                f"data.train_files=[{a},{b}]",
+                "data.train_batch_size=4",
+                f"+data.cache_dir={tmp_path / 'cache'}",
+                "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
+                "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
+                *extra,
+            ],
+        )
+
+
 def test_parquet_columns_and_values(data):
     tmp_path, img_dir, region, collage = data
     a, b = _pack(tmp_path, img_dir, region, collage)
@@ -119,7 +137,6 @@ def test_parquet_columns_and_values(data):
 
 
 def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
-    from hydra import compose, initialize_config_dir
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.trainer.main_ppo import create_rl_dataset, create_rl_sampler
     from verl.utils.dataset.rl_dataset import collate_fn
@@ -129,17 +146,7 @@ def test_loads_through_verl_dataset_and_sampler_gives_1_to_1_batches(data):
 
     tmp_path, img_dir, region, collage = data
     a, b = _pack(tmp_path, img_dir, region, collage)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(
-            config_name="qwen_2_5_vl_7b_async",
-            overrides=[
-                f"data.train_files=[{a},{b}]",
-                "data.train_batch_size=4",
-                f"+data.cache_dir={tmp_path / 'cache'}",
-                "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
-                "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
-            ],
-        )
+    cfg = _compose_two_sources(tmp_path, a, b)
     ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
     assert isinstance(ds, VSearchDataset) and len(ds) == 10
 
@@ -196,7 +203,6 @@ def test_each_variants_stream_resumes_exactly_and_a_resume_under_another_continu
     variant's sampler (another seed), and a run under the other variant that keeps the saved stream
     (``data.batch_sampler.stream`` / ``.seed``: ``recipe_cpu_run.run_all``'s resume under another variant, the CPU
     driver test's run 2) continues it exactly."""
-    from hydra import compose, initialize_config_dir
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.trainer.main_ppo import create_rl_dataset, create_rl_sampler
     from verl.utils.dataset.rl_dataset import collate_fn
@@ -210,19 +216,7 @@ def test_each_variants_stream_resumes_exactly_and_a_resume_under_another_continu
 
     def loader(variant: str, *extra: str) -> StatefulDataLoader:
         if (variant, *extra) not in composed:
-            with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-                cfg = compose(
-                    config_name="qwen_2_5_vl_7b_async",
-                    overrides=[
-                        f"data.train_files=[{a},{b}]",
-                        "data.train_batch_size=4",
-                        f"+data.cache_dir={tmp_path / 'cache'}",
-                        "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
-                        "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
-                        f"vsearch.variant={variant}",
-                        *extra,
-                    ],
-                )
+            cfg = _compose_two_sources(tmp_path, a, b, f"vsearch.variant={variant}", *extra)
             composed[(variant, *extra)] = (cfg, create_rl_dataset([str(a), str(b)], cfg.data, None, None))
         cfg, ds = composed[(variant, *extra)]
         s = create_rl_sampler(cfg.data, ds)
@@ -424,7 +418,6 @@ def _collage(root, target=(100, 100, 130, 120), layout="data/train-{i:05d}-of-{n
 
 
 def test_released_datasets_pack_in_their_published_layout(tmp_path):
-    from hydra import compose, initialize_config_dir
     from verl.trainer.main_ppo import create_rl_dataset, create_rl_sampler
 
     from recipe.vsearch.dataset import VSearchDataset
@@ -460,17 +453,7 @@ def test_released_datasets_pack_in_their_published_layout(tmp_path):
     assert c0["extra_info"]["bboxes"] == [[100.0, 100.0, 130.0, 120.0]]
     assert c0["images"] == [{"image": f"file://{coll_root / 'train' / 'images' / '0.jpg'}"}]
     # both files load through verl's dataset (recipe class) and the weighted sampler of train.sh
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(
-            config_name="qwen_2_5_vl_7b_async",
-            overrides=[
-                f"data.train_files=[{a},{b}]",
-                "data.train_batch_size=4",
-                f"+data.cache_dir={tmp_path / 'cache'}",
-                "+data.batch_sampler.weights.info_vqa_region_localization=0.5",
-                "+data.batch_sampler.weights.visual_cot_vstar_collage=0.5",
-            ],
-        )
+    cfg = _compose_two_sources(tmp_path, a, b)
     ds = create_rl_dataset([str(a), str(b)], cfg.data, tokenizer=None, processor=None)
     assert isinstance(ds, VSearchDataset) and len(ds) == 9
     assert ds[0]["raw_prompt"][1]["content"][1]["text"] == fill(VSEARCHER_FIRST_USER_PROMPT, target="the region im3_0")
