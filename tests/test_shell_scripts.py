@@ -290,36 +290,117 @@ def test_vllm_helper_baseline_settings(fake_vllm, tmp_path, baseline, want):
     assert "argv: " + want.format(port=port) in r.stderr
 
 
-def test_setup_names_each_failed_job_and_fails(tmp_path):
-    """The full install's venvs are built by background jobs (scripts/setup.sh): one that fails fails setup.sh,
-    which names each failed job with the end of its log, after every job has ended. Run on a copy of the script
-    (its logs go to the copy's .venvs/setup-logs) with venv paths that cannot be created: each job fails at once."""
-    for rel in (
-        "scripts/setup.sh",
-        "scripts/in_tree_build.sh",
-        "constraints/train-cpu.txt",
-        "scripts/train_cpu/vllm_alias/pyproject.toml",
-        "verl/recipe/vsearch/harmony_hook.py",
-    ):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
-    r = subprocess.run(
-        ["bash", str(tmp_path / "scripts" / "setup.sh")],
+SETUP_FILES = (
+    "scripts/setup.sh",
+    "scripts/in_tree_build.sh",
+    "constraints/train-cpu.txt",
+    "scripts/train_cpu/vllm_alias/pyproject.toml",
+    "verl/recipe/vsearch/harmony_hook.py",
+)
+#: a stand-in `df` for setup.sh's disk check: `df --output=target|avail [-k] PATH` answered from the file $FAKE_DF,
+#: one "PREFIX MOUNT AVAIL_KB" line per file system, the first whose PREFIX starts PATH
+FAKE_DF = """#!/usr/bin/env bash
+path="${@: -1}"
+while read -r prefix mount avail; do
+  case "$path" in "$prefix"*)
+    case "$1" in --output=target) printf 'Mounted on\\n%s\\n' "$mount" ;; *) printf 'Avail\\n%s\\n' "$avail" ;; esac
+    exit 0 ;;
+  esac
+done < "$FAKE_DF"
+echo "fake df: no file system for $path" >&2; exit 1
+"""
+GB = 1024 * 1024  # in df's 1K blocks
+
+
+def run_setup(tmp_path: Path, file_systems: list[tuple[Path, str, int]], **env: str) -> subprocess.CompletedProcess:
+    """scripts/setup.sh run from a copy of the files it reads (its logs go to the copy's .venvs/setup-logs), with
+    `df` answering for FILE_SYSTEMS: (path prefix, mount point, free 1K blocks)."""
+    repo = tmp_path / "repo"
+    for rel in SETUP_FILES:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_bytes((ROOT / rel).read_bytes())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "df").write_text(FAKE_DF)
+    (bin_dir / "df").chmod(0o755)
+    table = tmp_path / "file_systems"
+    table.write_text("".join(f"{prefix} {mount} {avail}\n" for prefix, mount, avail in file_systems))
+    return subprocess.run(
+        ["bash", str(repo / "scripts" / "setup.sh")],
         capture_output=True,
         text=True,
         timeout=120,
-        env=clean_env(
-            VENV="/proc/no-such/venv",
-            VLLM_VENV="/proc/no-such/vllm",
-            TRAIN_VENV="/proc/no-such/train",
-            SKIP_BROWSER="1",
-        ),
+        env=clean_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", FAKE_DF=str(table), SKIP_BROWSER="1", **env),
+    )
+
+
+@pytest.mark.parametrize("disk", ["room to spare", "check skipped"])
+def test_setup_names_each_failed_job_and_fails(tmp_path, disk):
+    """The full install's venvs are built by background jobs (scripts/setup.sh): one that fails fails setup.sh,
+    which names each failed job with the end of its log, after every job has ended. The venv paths cannot be
+    created, so each job fails at once; their file system has room for them, or none but the check is skipped."""
+    free = 100 * GB if disk == "room to spare" else 0
+    r = run_setup(
+        tmp_path,
+        [("/proc", "/proc", free)],
+        VENV="/proc/no-such/venv",
+        VLLM_VENV="/proc/no-such/vllm",
+        TRAIN_VENV="/proc/no-such/train",
+        **({"SKIP_DISK_CHECK": "1"} if disk == "check skipped" else {}),
     )
     assert r.returncode == 1, r.stdout + r.stderr
+    assert "not enough free disk" not in r.stderr
     for job in ("project", "vllm-cpu", "train-cpu"):
-        log = tmp_path / ".venvs" / "setup-logs" / f"{job}.log"
+        log = tmp_path / "repo" / ".venvs" / "setup-logs" / f"{job}.log"
         assert f"[setup] {job}: started in the background (log: {log})" in r.stdout
         assert f"setup.sh: {job} failed (exit 1); the end of its log, {log}:" in r.stderr
         assert "/proc/no-such" in log.read_text()
     assert r.stderr.index("project failed") < r.stderr.index("vllm-cpu failed") < r.stderr.index("train-cpu failed")
     assert "[setup] done" not in r.stdout
+
+
+def test_setup_refuses_up_front_a_disk_its_venvs_do_not_fit_on(tmp_path):
+    """A disk that would fill half-way through an install is named before any job starts, with what it has, what
+    the install needs there and which venvs those are; a file system with room is not named."""
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.mkdir()
+    big.mkdir()
+    r = run_setup(
+        tmp_path,
+        [(str(small), "/small", 5 * GB), (str(big), "/big", 3 * GB), (str(tmp_path), "/rest", 100 * GB)],
+        VENV=str(small / "venv"),
+        VLLM_VENV=str(big / "vllm"),
+        TRAIN_VENV=str(small / "train"),
+        PYTHON="false",  # a job started by mistake fails at once instead of installing
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (
+        "setup.sh: not enough free disk on /small: 5.0 GB free, this install needs about 11 GB there "
+        "(project 3 GB, train-cpu 8 GB)"
+    ) in r.stderr
+    assert "/big" not in r.stderr  # 3 GB free, the vLLM-CPU venv's 3 GB fit
+    assert "nothing was started" in r.stderr and "SKIP_DISK_CHECK=1" in r.stderr
+    assert "started in the background" not in r.stdout
+    assert not (tmp_path / "repo" / ".venvs" / "setup-logs").exists() or not any(
+        (tmp_path / "repo" / ".venvs" / "setup-logs").iterdir()
+    )
+    assert not any(small.iterdir()) and not any(big.iterdir())
+
+
+def test_setup_counts_only_what_it_builds(tmp_path):
+    """A project venv that exists is only brought to its lock (1 GB is asked for it, not 3), and a venv skipped
+    or already built is not counted."""
+    venv = tmp_path / "fs" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
+    (venv / "bin" / "python").chmod(0o755)
+    r = run_setup(
+        tmp_path,
+        [(str(tmp_path / "fs"), "/fs", GB // 2), (str(tmp_path), "/rest", 100 * GB)],
+        VENV=str(venv),
+        SKIP_VLLM="1",
+        SKIP_TRAIN="1",
+        PYTHON="false",
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "on /fs: 0.5 GB free, this install needs about 1 GB there (project 1 GB)" in r.stderr
