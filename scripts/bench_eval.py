@@ -46,10 +46,19 @@ import threading
 import time
 from pathlib import Path
 
-from insight_o3.endpoints.scripted_server import Call, Reply, ScriptedOpenAIServer, chat, last_user_text
+from insight_o3.endpoints.scripted_server import (
+    Call,
+    Reply,
+    ScriptedOpenAIServer,
+    chat,
+    last_user_text,
+    request_text,
+    user_message_text,
+)
 from insight_o3.evaluation.run_dir import RunDir
 from insight_o3.evaluation.samples import load_samples
 from insight_o3.imaging.images import ImageStore, Resize
+from insight_o3.protocol.questions import insight_o3_question
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +96,8 @@ class AnswerScript:
         right = sum(self.reply_letter(p, self.answers[p]) == a for p, a in self.records)
         return right / len(self.records)
 
-    def __call__(self, req: dict, call: Call) -> Reply:
+    def note_images(self, req: dict) -> list[str]:
+        """Count the request's images; the digest of each, in order."""
         urls = [
             p["image_url"]["url"]
             for m in req.get("messages", [])
@@ -99,6 +109,10 @@ class AnswerScript:
         with self.lock:
             self.image_hashes.update(digests)
             self.image_requests += bool(urls)
+        return digests
+
+    def __call__(self, req: dict, call: Call) -> Reply:
+        self.note_images(req)
         text = last_user_text(req).strip()
         prompt = text if text in self.answers else next((p for p in self.answers if p in text), None)
         if prompt is None:  # a judge call: the released flow asks the judge to extract the option letter
@@ -109,6 +123,67 @@ class AnswerScript:
         else:
             letter = self.reply_letter(prompt, self.answers[prompt])
             reply = chat([f"The evidence points to option {letter}.\n<answer>{letter}</answer>"] * call.n)
+        reply.delay = self.latency
+        return reply
+
+
+class AgentScript(AnswerScript):
+    """The server side of ``--agent insight_o3``, one server for the three models (told apart by the request's
+    model): the vReasoner asks the vSearcher for a region (first turn), then boxes its letter (the same rule
+    as :class:`AnswerScript`); the vSearcher zooms in once (a crop of the original) and then answers a box (the
+    crop the vReasoner is shown); the judge reads the fork's verify prompt (a wrong letter: ``<wrong>``). Each
+    search of a question gets boxes of its own (a model's boxes differ from trial to trial), so every episode
+    cuts two crops from the original. Counts the distinct crops (every image after a conversation's first)."""
+
+    def __init__(self, metadata: Path, accuracy: float, latency: float):
+        super().__init__(metadata, accuracy, latency)
+        samples = load_samples(metadata, metadata.parent, check_images=False)
+        # the vReasoner is asked the fork's question text; the rule keys on the single-model prompt
+        self.prompt_of = {insight_o3_question(s): s.prompt() for s in samples}
+        self.searches: dict[str, int] = {}
+        self.crop_hashes: set[str] = set()
+        self.searcher_requests = 0
+
+    def _question(self, req: dict) -> str | None:
+        text = user_message_text(req, 0)
+        return next((q for q in self.prompt_of if q in text), None)
+
+    def __call__(self, req: dict, call: Call) -> Reply:
+        digests = self.note_images(req)
+        with self.lock:
+            self.crop_hashes.update(digests[1:])
+        first_turn = not any(m.get("role") == "assistant" for m in req.get("messages", []))
+        if call.model == "judge":
+            with self.lock:
+                self.judge_requests += 1
+            reply = chat("<wrong>")  # asked only when the boxed letter is not the ground truth
+        elif call.model == "searcher":
+            # the region description names the search: "<sha of the question> #k"
+            found = re.search(r"search ([0-9a-f]{16} #\d+)", request_text(req))
+            k = int(found.group(1).rsplit("#", 1)[1]) if found else 0
+            with self.lock:
+                self.searcher_requests += 1
+            x, y = 40 + 97 * (k % 7), 40 + 61 * (k % 5)  # inside any frame of the vSearcher's budget
+            if first_turn:
+                args = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [x, y, x + 400, y + 300]}})
+                reply = chat(f"<think>zoom in</think> <tool_call>{args}</tool_call>")
+            else:
+                reply = chat(f"<think>found it</think> <answer>[{x + 50}, {y + 40}, {x + 250}, {y + 200}]</answer>")
+        else:
+            question = self._question(req)
+            if question is None:
+                raise ValueError("a vReasoner request without a benchmark question")
+            prompt = self.prompt_of[question]
+            if first_turn:
+                tag = hashlib.sha256(prompt.encode()).hexdigest()[:16]
+                with self.lock:
+                    k = self.searches[tag] = self.searches.get(tag, -1) + 1
+                reply = chat(
+                    f"<think>need a closer look</think><tool_call>region_description={{search {tag} #{k}}}</tool_call>"
+                )
+            else:
+                letter = self.reply_letter(prompt, self.answers[prompt])
+                reply = chat(f"The crop shows it: \\boxed{{{letter}}}")
         reply.delay = self.latency
         return reply
 
@@ -246,7 +321,8 @@ class TreeRSS(threading.Thread):
 
 
 def run_once(a, bench: Path, label: str, latency: float, image_cache: str) -> dict:
-    script = AnswerScript(bench / "metadata.jsonl", a.accuracy, latency)
+    agent = a.agent == "insight_o3"
+    script = (AgentScript if agent else AnswerScript)(bench / "metadata.jsonl", a.accuracy, latency)
     out_dir = Path(a.work_dir) / "runs" / label
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
@@ -271,7 +347,6 @@ def run_once(a, bench: Path, label: str, latency: float, image_cache: str) -> di
             str(bench),
             "--num_trials",
             str(a.num_trials),
-            "--separate_trial_requests",
             "--output_dir",
             str(out_dir),
             "--no_progress",
@@ -282,6 +357,11 @@ def run_once(a, bench: Path, label: str, latency: float, image_cache: str) -> di
             "--image_cache",
             image_cache,
         ]
+        if agent:
+            cmd += ["--agent", "insight_o3", "--vsearcher_model", "searcher", "--vsearcher_api_base_url", srv.base_url]
+            cmd += ["--vsearcher_api_key", API_KEY]
+        else:
+            cmd += ["--separate_trial_requests"]
         if a.image_workers is not None:
             cmd += ["--image_workers", str(a.image_workers)]
         env = {**os.environ, "OPENAI_API_KEY": API_KEY, "JUDGE_API_KEY": API_KEY}
@@ -310,13 +390,20 @@ def run_once(a, bench: Path, label: str, latency: float, image_cache: str) -> di
         stats = (run_dir.trial_metrics(k) or {})["overall_stats"]
         lost += stats.get("failed", 0)
         total += stats["total"]
+    decoded = int(m.group(1)) if m else None
+    images = len({s.image_path for s in load_samples(bench / "metadata.jsonl", bench, check_images=False)})
     return {
         "run": label,
+        "agent": a.agent,
         "latency_s": latency,
         "wall_s": round(wall, 1),
-        "images_decoded": int(m.group(1)) if m else None,
+        "distinct_images": images,
+        "images_decoded": decoded,
+        "decodes_per_image": None if decoded is None else round(decoded / images, 2),
         "images_encoded": int(m.group(2)) if m else None,
         "distinct_image_payloads_at_server": len(script.image_hashes),
+        # the crops the vReasoner and the vSearcher were shown (every image after a conversation's first)
+        "distinct_crops_at_server": len(script.crop_hashes) if isinstance(script, AgentScript) else 0,
         # one digest of every distinct image payload the server saw: equal digests = the same bytes were sent
         "image_payloads_sha256": hashlib.sha256("\n".join(sorted(script.image_hashes)).encode()).hexdigest(),
         "requests": n_requests,
@@ -350,6 +437,12 @@ def main(argv=None) -> int:
     ap.add_argument("--num_images", type=int, default=204)
     ap.add_argument("--num_questions", type=int, default=345)
     ap.add_argument("--num_trials", type=int, default=3)
+    ap.add_argument(
+        "--agent",
+        choices=("single_model", "insight_o3"),
+        default="single_model",
+        help="insight_o3: the vReasoner + vSearcher agent, whose crops are cut from the originals (AgentScript)",
+    )
     ap.add_argument("--size", default="4600x3967")
     ap.add_argument("--accuracy", type=float, default=0.6, help="share of questions the server answers right")
     ap.add_argument("--latency", type=float, default=1.0, help="reply delay (s) of the second server; <0 skips it")
@@ -417,13 +510,14 @@ def main(argv=None) -> int:
     if floor is not None:
         print(f"\nsingle-core encode-once floor: {floor['floor_s']} s for {floor['images']} images")
     print(
-        f"\n{'run':<14}{'wall s':>8}{'CPU s':>7}{'img CPU s':>10}{'cache hit/miss':>15}{'wall/floor':>11}{'encoded':>9}{'payloads':>9}{'lost':>6}{'acc':>8}"
+        f"\n{'run':<14}{'wall s':>8}{'CPU s':>7}{'img CPU s':>10}{'cache hit/miss':>15}{'wall/floor':>11}{'decoded':>8}{'dec/img':>8}{'encoded':>9}{'crops':>6}{'payloads':>9}{'lost':>6}{'acc':>8}"
         f"{'true':>8}{'MB written':>12}{'RSS MB':>8}{'tree RSS MB':>13}{'load':>12}"
     )
     for r in results:
         print(
             f"{r['run']:<14}{r['wall_s']:>8}{r['tree_cpu_s']:>7}{r['workers_cpu_s']:>10}{_hits(r):>15}"
-            f"{str(r.get('wall_over_floor', '-')):>11}{str(r['images_encoded']):>9}"
+            f"{str(r.get('wall_over_floor', '-')):>11}{str(r['images_decoded']):>8}{str(r['decodes_per_image']):>8}"
+            f"{str(r['images_encoded']):>9}{r['distinct_crops_at_server']:>6}"
             f"{r['distinct_image_payloads_at_server']:>9}{r['requests_lost']:>6}{r['accuracy']:>8}"
             f"{r['true_accuracy']:>8}{r['bytes_written'] / 1e6:>12.2f}{r['peak_rss_mb']:>8}"
             f"{r['peak_tree_rss_mb']:>13}{r['load_before']:>6}/{r['load_after']:<5}"
