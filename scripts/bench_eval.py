@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_eval.py --num_images 20 --num_questions 34 --latency 0.2   # quick
 
 Generates (once, cached in ``--work_dir``) a demo benchmark with ``make_demo_bench``, then runs the
-real ``python -m insight_o3.scripts.evaluate`` in a subprocess with ``--separate_trial_requests``
+real ``python -m insight_o3.scripts.evaluate`` in a subprocess (single-model: with ``--separate_trial_requests``)
 against (1) a zero-latency server and (2) one that delays every reply by ``--latency`` seconds.
 The server answers each question right or wrong by a fixed rule (a hash of the question + options text decides, so
 its true accuracy is known exactly) in the ``<answer>X</answer>`` form the rule-based checker reads.
@@ -24,6 +24,15 @@ benchmark as another model would (a new run directory, zero latency) with the ca
 ``workers_cpu_s`` and ``tree_cpu_s`` of the two say what the cache saves, and ``image_cache`` (from the run card) its
 hits, misses and bytes; ``same_image_payloads_as_first`` compares a digest of every distinct image payload the
 server saw in each run. The latency run has the cache off, so it renders every image as a run without one.
+
+``--agent insight_o3`` evaluates the InSight-o3 agent instead (:class:`AgentScript`, one scripted server for the
+vReasoner, the vSearcher and the judge): every episode asks the vSearcher for a region, the vSearcher zooms in once
+and answers a box, so each episode cuts two crops from the original (each search its own boxes), as the agents do.
+Each run then also reports the benchmark's ``distinct_images``, ``decodes_per_image`` (``images_decoded`` over
+them: 1.0 when every view and crop of an image reused its decoded original) and ``distinct_crops_at_server``::
+
+    .venv/bin/python scripts/bench_eval.py --agent insight_o3 --num_images 40 --num_questions 68 --skip_second \
+        --skip_floor
 
 The **encode-once floor** is measured in the same sitting, before the runs: decode + resize + encode
 (+ base64) of every distinct image of the benchmark once, one after the other on one core, through
@@ -163,7 +172,8 @@ class AgentScript(AnswerScript):
             k = int(found.group(1).rsplit("#", 1)[1]) if found else 0
             with self.lock:
                 self.searcher_requests += 1
-            x, y = 40 + 97 * (k % 7), 40 + 61 * (k % 5)  # inside any frame of the vSearcher's budget
+            h = int(found.group(1)[:8], 16) if found else 0  # each search of each question its own boxes
+            x, y = 40 + (h + 97 * k) % 600, 40 + (h // 7 + 61 * k) % 400  # inside any frame of the vSearcher's budget
             if first_turn:
                 args = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [x, y, x + 400, y + 300]}})
                 reply = chat(f"<think>zoom in</think> <tool_call>{args}</tool_call>")

@@ -83,7 +83,32 @@ def test_process_workers_render_the_same_bytes_once_each(images):
         assert got[12].data_url == expected[3].data_url and got[12].ref == expected[3].ref
         assert [g.ref for g in got[:12:4]] == [e.ref for e in expected[:3]]
         assert store.stats["encoded"] == 4  # 3 whole images + 1 crop, whatever the askers
-        assert 3 <= store.stats["decoded"] <= 4  # the crop may land on the worker holding the original
+        assert store.stats["decoded"] == 3  # the crop goes to the worker holding its original
+    finally:
+        store.close()
+
+
+def test_crops_go_to_the_worker_that_decoded_their_original(images):
+    """An agent's crops of an image, asked at once while two workers are free, are rendered by the worker that
+    decoded the original (:mod:`insight_o3.imaging.render_pool`): one decode. (A shared queue handed them to both
+    workers, and the second decoded the original again.) The bytes are a thread-mode store's."""
+    resize = Resize.fit(9000)
+    crops = [(10 * k, 5 * k, 10 * k + 60, 5 * k + 50) for k in range(6)]
+    local = ImageStore(processes=False, workers=1)
+    expected = [local.get(images[0], resize)] + [local.get(images[0], resize, c) for c in crops]
+    local.close()
+    store = ImageStore(processes=True, workers=2, originals_cached=2)
+
+    async def go():
+        await asyncio.gather(store.aget(images[1], resize), store.aget(images[2], resize))  # both workers started
+        whole = await store.aget(images[0], resize)
+        return [whole, *await asyncio.gather(*(store.aget(images[0], resize, c) for c in crops))]
+
+    try:
+        got = asyncio.run(go())
+        assert [g.data_url for g in got] == [e.data_url for e in expected]
+        assert [g.ref for g in got] == [e.ref for e in expected]
+        assert store.stats["encoded"] == 9 and store.stats["decoded"] == 3  # images[0] once
     finally:
         store.close()
 

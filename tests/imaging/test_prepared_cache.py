@@ -76,7 +76,7 @@ def test_worker_processes_store_and_a_later_run_starts_none(tmp_path, image):
     second = ImageStore(workers=1, processes=True, image_cache=_settings(tmp_path))
     try:
         assert asyncio.run(second.aget(image, budget)) == plain
-        assert second._executor is None  # every view was a hit: no worker was started
+        assert second._processes is None  # every view was a hit: no worker was started
         assert second.prepared_stats()["hits"] == 1
     finally:
         second.close()
