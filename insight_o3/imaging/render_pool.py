@@ -125,9 +125,10 @@ class AffinityPool:
 
     def _done(self, worker: _Worker, task: _Task, inner: Future) -> None:
         broken = None
+        error = None if inner.cancelled() else inner.exception()  # exception() raises on a cancelled future
         with self._lock:
             worker.busy = False
-            if isinstance(inner.exception(), BrokenProcessPool) and not self._closed:
+            if isinstance(error, BrokenProcessPool) and not self._closed:
                 broken = worker.executor  # the process died: a new one, holding nothing
                 worker.executor, worker.holds = self._make(), OrderedDict()
             starts = [] if self._closed else self._assign()
@@ -135,8 +136,8 @@ class AffinityPool:
             broken.shutdown(wait=False, cancel_futures=True)
         if inner.cancelled():  # shut down before its worker took it; the task is running, so it cannot be cancelled
             task.future.set_exception(CancelledError())
-        elif inner.exception() is not None:
-            task.future.set_exception(inner.exception())
+        elif error is not None:
+            task.future.set_exception(error)
         else:
             task.future.set_result(inner.result())
         self._start(starts)

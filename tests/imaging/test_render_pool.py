@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
@@ -108,5 +108,27 @@ def test_a_worker_that_dies_fails_its_view_and_is_replaced(tmp_path):
         with pytest.raises(BrokenProcessPool):
             first.result(60)
         assert pool.submit("a", _die_once, str(tmp_path / "died")).result(60) > 0  # a new worker
+    finally:
+        pool.shutdown()
+
+
+class CancellingExecutor(Executor):
+    """An executor shut down between taking a call and starting it: the future it returns is cancelled."""
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        inner: Future = Future()
+        threading.Timer(0.05, inner.cancel).start()
+        return inner
+
+
+def test_a_call_its_worker_cancelled_fails_instead_of_hanging():
+    """A worker's executor that cancels the call it was handed (shut down before its process took it) ends the
+    view with CancelledError: its asker is not left waiting for ever, and the worker is free again."""
+    pool = AffinityPool(1, CancellingExecutor, originals_cached=2)
+    try:
+        with pytest.raises(CancelledError):
+            pool.submit("a", os.getpid).result(10)
+        with pytest.raises(CancelledError):
+            pool.submit("a", os.getpid).result(10)
     finally:
         pool.shutdown()
