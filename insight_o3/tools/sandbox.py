@@ -91,7 +91,11 @@ class _ProcessCap:
         (self.path / "pids.max").write_text(str(limit))
 
     def add(self, pid: int) -> None:
-        (self.path / "cgroup.procs").write_text(str(pid))
+        """Put ``pid`` in this cgroup; a process that has exited meanwhile has nothing left to cap."""
+        try:
+            (self.path / "cgroup.procs").write_text(str(pid))
+        except ProcessLookupError:
+            pass
 
     def remove(self) -> None:
         for _ in range(200):
@@ -165,14 +169,20 @@ async def run_python(code: str, limits: SandboxLimits, unshare: str = "unshare",
     limit: str | None = None
     raw = b""
     try:
-        if cap is not None:  # every process of the session so far (unshare, its child waiting for "g")
+        if cap is not None:
+            # every process of the session (unshare, its child waiting for "g"), scanned again after each addition
+            # until a scan finds none new: what a capped process forks later is in the cgroup from birth, what was
+            # forked before it was added is caught by the next scan, and a short-lived one may exit in between
+            added: set[int] = set()
             for _ in range(100):
-                pids = _session_pids(proc.pid)
-                if len(pids) >= 2 or proc.returncode is not None:
+                pids = set(_session_pids(proc.pid))
+                new = pids - added
+                for pid in sorted(new):
+                    cap.add(pid)
+                added |= new
+                if (len(pids) >= 2 and not new) or proc.returncode is not None:
                     break
                 await asyncio.sleep(0.005)
-            for pid in pids:
-                cap.add(pid)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(b"g")
         await proc.stdin.drain()
