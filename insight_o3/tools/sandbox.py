@@ -111,6 +111,22 @@ class _ProcessCap:
                 time.sleep(0.01)
 
 
+async def _cap_session(cap: _ProcessCap, proc: asyncio.subprocess.Process) -> None:
+    """Every process of ``proc``'s session (unshare, its child waiting for "g") into ``cap``, scanned again after each
+    addition until a scan finds none new: what a capped process forks later is in the cgroup from birth, what was
+    forked before it was added is caught by the next scan, and a short-lived one may exit in between."""
+    added: set[int] = set()
+    for _ in range(100):
+        pids = set(_session_pids(proc.pid))
+        new = pids - added
+        for pid in sorted(new):
+            cap.add(pid)
+        added |= new
+        if (len(pids) >= 2 and not new) or proc.returncode is not None:
+            return
+        await asyncio.sleep(0.005)
+
+
 def _session_pids(sid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
@@ -170,19 +186,7 @@ async def run_python(code: str, limits: SandboxLimits, unshare: str = "unshare",
     raw = b""
     try:
         if cap is not None:
-            # every process of the session (unshare, its child waiting for "g"), scanned again after each addition
-            # until a scan finds none new: what a capped process forks later is in the cgroup from birth, what was
-            # forked before it was added is caught by the next scan, and a short-lived one may exit in between
-            added: set[int] = set()
-            for _ in range(100):
-                pids = set(_session_pids(proc.pid))
-                new = pids - added
-                for pid in sorted(new):
-                    cap.add(pid)
-                added |= new
-                if (len(pids) >= 2 and not new) or proc.returncode is not None:
-                    break
-                await asyncio.sleep(0.005)
+            await _cap_session(cap, proc)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(b"g")
         await proc.stdin.drain()
